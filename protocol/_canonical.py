@@ -1,0 +1,92 @@
+"""RFC 8785 (JCS) canonical JSON and the ``sha256:`` content hashes built on it.
+
+Every hash salvor records (``agent_def_hash``, ``request_hash``, derived
+idempotency keys) is ``sha256:`` + hex over these bytes, so any client can
+recompute one with an off-the-shelf JCS library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+_encode_string = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _number(value: float) -> str:
+    # ECMAScript Number-to-String: integral values below 1e21 print without a
+    # fraction, very large or very small ones use an exponent with a sign.
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("canonical JSON has no representation for NaN or Infinity")
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    text = repr(value)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    exp = int(exponent)
+    if -7 < exp < 21:
+        # repr chose an exponent where JavaScript would not: spell it out.
+        return format(value, "f").rstrip("0").rstrip(".")
+    if mantissa.endswith(".0"):
+        mantissa = mantissa[:-2]
+    return f"{mantissa}e{'+' if exp > 0 else '-'}{abs(exp)}"
+
+
+def _write(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(_encode_string(value))
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(_number(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        first = True
+        # RFC 8785 orders members by the UTF-16 code units of their names.
+        for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
+            if not isinstance(key, str):
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_encode_string(key))
+            out.append(":")
+            _write(value[key], out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical UTF-8 bytes of a JSON value.
+
+    Raises:
+        TypeError: the value holds something JSON cannot represent.
+        ValueError: the value holds NaN or an infinity.
+    """
+    out: list[str] = []
+    _write(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def sha256_hash(value: Any) -> str:
+    """``sha256:<hex>`` over the canonical JSON of ``value``."""
+    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()

@@ -1,0 +1,118 @@
+"""The envelope every recorded event travels in, and its pinned wire JSON.
+
+The wire form is pinned: keys in the order ``run_id, seq, schema_version,
+recorded_at, event{kind, payload}``, compact separators, UTF-8 without
+escaping. The event stream, the log endpoints and ``salvor history --json``
+emit these bytes and ``decode_envelope`` reads all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import MalformedEvent
+from ._events import EVENT_TYPES, Event
+
+SCHEMA_VERSION = 1
+
+_ENVELOPE_KEYS = frozenset({"run_id", "seq", "schema_version", "recorded_at", "event"})
+_EVENT_KEYS = frozenset({"kind", "payload"})
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """One recorded event at its position in its run's log."""
+
+    run_id: str
+    seq: int
+    schema_version: int
+    recorded_at: str
+    event: Event
+
+    @property
+    def kind(self) -> str:
+        return self.event.KIND
+
+    def to_json(self) -> dict:
+        """The envelope as a JSON object in pinned key order."""
+        return {
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "schema_version": self.schema_version,
+            "recorded_at": self.recorded_at,
+            "event": {"kind": self.event.KIND.value, "payload": self.event.to_payload()},
+        }
+
+
+def encode_payload(event: Event) -> str:
+    """The compact JSON text of an event's payload (what the store keeps)."""
+    return _dumps(event.to_payload())
+
+
+def encode_envelope(envelope: Envelope) -> str:
+    """The pinned wire JSON of an envelope."""
+    return _dumps(envelope.to_json())
+
+
+def decode_event(kind: Any, payload: Any) -> Event:
+    """Build an event from its kind name and payload object.
+
+    Raises:
+        MalformedEvent: the kind is unknown or the payload does not fit it.
+    """
+    event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if event_type is None:
+        raise MalformedEvent(f"unknown event kind {kind!r}")
+    return event_type.from_payload(payload)
+
+
+def decode_envelope(data: str | bytes | dict) -> Envelope:
+    """Read one envelope from its wire JSON (text, bytes or a parsed object).
+
+    Raises:
+        MalformedEvent: the JSON does not parse, a key is missing or unknown,
+            a field has the wrong type, or the event kind is unknown. Nothing
+            is ever dropped silently.
+    """
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MalformedEvent(f"envelope is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MalformedEvent("an envelope must be a JSON object")
+    if data.keys() != _ENVELOPE_KEYS:
+        missing = sorted(_ENVELOPE_KEYS - data.keys())
+        unknown = sorted(data.keys() - _ENVELOPE_KEYS)
+        raise MalformedEvent(f"envelope keys are wrong (missing {missing}, unknown {unknown})")
+    run_id, seq, version, recorded_at = (
+        data["run_id"],
+        data["seq"],
+        data["schema_version"],
+        data["recorded_at"],
+    )
+    if not isinstance(run_id, str) or not run_id:
+        raise MalformedEvent("envelope `run_id` must be a non-empty string")
+    if type(seq) is not int or seq < 0:
+        raise MalformedEvent("envelope `seq` must be a non-negative integer")
+    if type(version) is not int:
+        raise MalformedEvent("envelope `schema_version` must be an integer")
+    if version != SCHEMA_VERSION:
+        raise MalformedEvent(
+            f"envelope schema_version {version} is not supported (this build reads {SCHEMA_VERSION})"
+        )
+    if not isinstance(recorded_at, str):
+        raise MalformedEvent("envelope `recorded_at` must be a string")
+    event = data["event"]
+    if not isinstance(event, dict) or event.keys() != _EVENT_KEYS:
+        raise MalformedEvent("envelope `event` must be an object with exactly `kind` and `payload`")
+    return Envelope(
+        run_id=run_id,
+        seq=seq,
+        schema_version=version,
+        recorded_at=recorded_at,
+        event=decode_event(event["kind"], event["payload"]),
+    )

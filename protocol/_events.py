@@ -1,0 +1,376 @@
+"""The events an agent run records, and their payload codec.
+
+Rules of this module:
+
+* Every kind a run can record is a frozen, slotted, keyword-only dataclass
+  that checks its own fields when built, so an ill-typed event cannot exist.
+* A payload is strict: an unknown field, a missing required field, or an
+  optional field sent as ``null`` is a ``MalformedEvent``. Optional fields are
+  absent when unset, never ``null``.
+* Payload keys are written in declaration order, so the same event always
+  encodes to the same bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from ._clock import parse_instant
+from ._errors import MalformedEvent
+
+
+class EventKind(enum.StrEnum):
+    RUN_STARTED = "RunStarted"
+    MODEL_CALL_REQUESTED = "ModelCallRequested"
+    MODEL_CALL_COMPLETED = "ModelCallCompleted"
+    TOOL_CALL_REQUESTED = "ToolCallRequested"
+    TOOL_CALL_COMPLETED = "ToolCallCompleted"
+    NOW_OBSERVED = "NowObserved"
+    RANDOM_OBSERVED = "RandomObserved"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SLEEP_STARTED = "SleepStarted"
+    SLEEP_COMPLETED = "SleepCompleted"
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    RUN_COMPLETED = "RunCompleted"
+    RUN_FAILED = "RunFailed"
+    RUN_ABANDONED = "RunAbandoned"
+
+
+class Effect(enum.StrEnum):
+    """What executing a tool again would do to the world."""
+
+    READ = "read"
+    IDEMPOTENT = "idempotent"
+    WRITE = "write"
+
+
+BUDGET_KINDS = ("steps", "tokens", "cost_usd", "wall_time_seconds")
+
+# The sentinel keys the runtime writes into a ToolCallCompleted output.
+TOOL_ERROR_KEY = "__salvor_error"
+TOOL_SLEEP_KEY = "__salvor_sleep"
+TOOL_SUSPEND_KEY = "__salvor_suspend"
+
+
+def _fail(kind: str, message: str) -> MalformedEvent:
+    return MalformedEvent(f"{kind}: {message}")
+
+
+def _str(kind: str, name: str, value: Any, *, allow_empty: bool = False) -> None:
+    if not isinstance(value, str) or (not allow_empty and not value):
+        raise _fail(kind, f"`{name}` must be a non-empty string")
+
+
+def _seq(kind: str, name: str, value: Any) -> None:
+    if type(value) is not int or value < 0:
+        raise _fail(kind, f"`{name}` must be a non-negative integer")
+
+
+def _number(kind: str, name: str, value: Any) -> None:
+    if type(value) not in (int, float) or value < 0:
+        raise _fail(kind, f"`{name}` must be a non-negative number")
+
+
+def _exact_keys(kind: str, name: str, value: Any, keys: frozenset[str]) -> None:
+    if not isinstance(value, dict) or value.keys() != keys:
+        raise _fail(kind, f"`{name}` must be an object with exactly {sorted(keys)}")
+
+
+def _instant(kind: str, name: str, value: Any) -> None:
+    try:
+        parse_instant(value)
+    except ValueError as exc:
+        raise _fail(kind, f"`{name}` must be an RFC 3339 instant ({exc})") from None
+
+
+_USAGE_KEYS = frozenset({"input_tokens", "output_tokens"})
+
+
+def check_usage(kind: str, usage: Any) -> None:
+    _exact_keys(kind, "usage", usage, _USAGE_KEYS)
+    _seq(kind, "usage.input_tokens", usage["input_tokens"])
+    _seq(kind, "usage.output_tokens", usage["output_tokens"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every recorded event; subclasses name their ``kind``."""
+
+    KIND: ClassVar[EventKind]
+    # Names of fields that are omitted from the payload when None.
+    optional: ClassVar[frozenset[str]] = frozenset()
+
+    def to_payload(self) -> dict:
+        """The payload object, optional fields omitted when unset."""
+        payload = {}
+        for name in self._field_names():
+            value = getattr(self, name)
+            if value is None and name in self.optional:
+                continue
+            payload[name] = value
+        return payload
+
+    @classmethod
+    def _field_names(cls) -> tuple[str, ...]:
+        cached = _FIELD_NAMES.get(cls)
+        if cached is None:
+            cached = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+        return cached
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> Event:
+        """Build the event from its payload object.
+
+        Raises:
+            MalformedEvent: the payload is not an object, has an unknown or
+                missing field, carries an optional field as ``null``, or a
+                field has the wrong type.
+        """
+        if not isinstance(payload, dict):
+            raise _fail(cls.KIND, "payload must be an object")
+        names = cls._field_names()
+        for key in payload:
+            if key not in names:
+                raise _fail(cls.KIND, f"unknown payload field `{key}`")
+        for name in names:
+            if name not in payload:
+                if name not in cls.optional:
+                    raise _fail(cls.KIND, f"payload is missing `{name}`")
+            elif payload[name] is None and name in cls.optional:
+                raise _fail(cls.KIND, f"`{name}` is absent when unset, never null")
+        return cls(**payload)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(Event):
+    KIND: ClassVar[EventKind] = EventKind.RUN_STARTED
+    optional: ClassVar[frozenset[str]] = frozenset({"labels", "driven_by"})
+
+    agent_def_hash: str
+    input: Any
+    labels: dict | None = None
+    driven_by: str | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "agent_def_hash", self.agent_def_hash)
+        if self.labels is not None:
+            if not isinstance(self.labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
+            ):
+                raise _fail(self.KIND, "`labels` must be an object of string values")
+        if self.driven_by is not None and self.driven_by != "client":
+            raise _fail(self.KIND, '`driven_by` is "client" or absent')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallRequested(Event):
+    KIND: ClassVar[EventKind] = EventKind.MODEL_CALL_REQUESTED
+    optional: ClassVar[frozenset[str]] = frozenset({"request_body", "performed_by"})
+
+    request_hash: str
+    request_body: Any = None
+    performed_by: str | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "request_hash", self.request_hash)
+        if self.performed_by is not None and self.performed_by != "client":
+            raise _fail(self.KIND, '`performed_by` is "client" or absent')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallCompleted(Event):
+    KIND: ClassVar[EventKind] = EventKind.MODEL_CALL_COMPLETED
+
+    seq: int
+    response: Any
+    usage: dict
+
+    def __post_init__(self) -> None:
+        _seq(self.KIND, "seq", self.seq)
+        check_usage(self.KIND, self.usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRequested(Event):
+    KIND: ClassVar[EventKind] = EventKind.TOOL_CALL_REQUESTED
+    optional: ClassVar[frozenset[str]] = frozenset({"performed_by"})
+
+    tool: str
+    input: Any
+    effect: str
+    idempotency_key: str | None
+    performed_by: str | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "tool", self.tool)
+        if self.effect not in Effect.__members__.values():
+            raise _fail(self.KIND, "`effect` must be one of read, idempotent, write")
+        if self.idempotency_key is not None:
+            _str(self.KIND, "idempotency_key", self.idempotency_key)
+        if self.performed_by is not None and self.performed_by != "client":
+            raise _fail(self.KIND, '`performed_by` is "client" or absent')
+
+
+_DEDUP_KEYS = frozenset({"run_id", "seq"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallCompleted(Event):
+    KIND: ClassVar[EventKind] = EventKind.TOOL_CALL_COMPLETED
+    optional: ClassVar[frozenset[str]] = frozenset({"settled_by", "deduplicated_from"})
+
+    seq: int
+    output: Any
+    settled_by: str | None = None
+    deduplicated_from: dict | None = None
+
+    def __post_init__(self) -> None:
+        _seq(self.KIND, "seq", self.seq)
+        if self.settled_by is not None and self.settled_by != "operator":
+            raise _fail(self.KIND, '`settled_by` is "operator" or absent')
+        if self.deduplicated_from is not None:
+            _exact_keys(self.KIND, "deduplicated_from", self.deduplicated_from, _DEDUP_KEYS)
+            _str(self.KIND, "deduplicated_from.run_id", self.deduplicated_from["run_id"])
+            _seq(self.KIND, "deduplicated_from.seq", self.deduplicated_from["seq"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NowObserved(Event):
+    KIND: ClassVar[EventKind] = EventKind.NOW_OBSERVED
+
+    now: str
+
+    def __post_init__(self) -> None:
+        _instant(self.KIND, "now", self.now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RandomObserved(Event):
+    KIND: ClassVar[EventKind] = EventKind.RANDOM_OBSERVED
+
+    value: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "value", self.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suspended(Event):
+    KIND: ClassVar[EventKind] = EventKind.SUSPENDED
+    optional: ClassVar[frozenset[str]] = frozenset({"kind"})
+
+    reason: str
+    input_schema: dict
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "reason", self.reason)
+        if not isinstance(self.input_schema, dict):
+            raise _fail(self.KIND, "`input_schema` must be a JSON schema object")
+        if self.kind is not None and self.kind != "signal":
+            raise _fail(self.KIND, '`kind` is "signal" or absent')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resumed(Event):
+    KIND: ClassVar[EventKind] = EventKind.RESUMED
+
+    input: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SleepStarted(Event):
+    KIND: ClassVar[EventKind] = EventKind.SLEEP_STARTED
+
+    wake_at: str
+
+    def __post_init__(self) -> None:
+        _instant(self.KIND, "wake_at", self.wake_at)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SleepCompleted(Event):
+    KIND: ClassVar[EventKind] = EventKind.SLEEP_COMPLETED
+
+
+_BUDGET_KEYS = frozenset({"kind", "limit"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetExceeded(Event):
+    KIND: ClassVar[EventKind] = EventKind.BUDGET_EXCEEDED
+
+    budget: dict
+    observed: int | float
+
+    def __post_init__(self) -> None:
+        _exact_keys(self.KIND, "budget", self.budget, _BUDGET_KEYS)
+        if self.budget["kind"] not in BUDGET_KINDS:
+            raise _fail(self.KIND, f"`budget.kind` must be one of {', '.join(BUDGET_KINDS)}")
+        _number(self.KIND, "budget.limit", self.budget["limit"])
+        _number(self.KIND, "observed", self.observed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted(Event):
+    KIND: ClassVar[EventKind] = EventKind.RUN_COMPLETED
+
+    output: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailed(Event):
+    KIND: ClassVar[EventKind] = EventKind.RUN_FAILED
+
+    error: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "error", self.error)
+
+
+_UNRESOLVED_KEYS = frozenset({"seq", "tool"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAbandoned(Event):
+    KIND: ClassVar[EventKind] = EventKind.RUN_ABANDONED
+    optional: ClassVar[frozenset[str]] = frozenset({"reason", "unresolved_write"})
+
+    reason: str | None = None
+    unresolved_write: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason is not None:
+            _str(self.KIND, "reason", self.reason, allow_empty=True)
+        if self.unresolved_write is not None:
+            _exact_keys(self.KIND, "unresolved_write", self.unresolved_write, _UNRESOLVED_KEYS)
+            _seq(self.KIND, "unresolved_write.seq", self.unresolved_write["seq"])
+            _str(self.KIND, "unresolved_write.tool", self.unresolved_write["tool"])
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.KIND.value: cls
+    for cls in (
+        RunStarted,
+        ModelCallRequested,
+        ModelCallCompleted,
+        ToolCallRequested,
+        ToolCallCompleted,
+        NowObserved,
+        RandomObserved,
+        Suspended,
+        Resumed,
+        SleepStarted,
+        SleepCompleted,
+        BudgetExceeded,
+        RunCompleted,
+        RunFailed,
+        RunAbandoned,
+    )
+}

@@ -1,0 +1,338 @@
+"""The fold: everything reported about a run is a pure function of its log.
+
+``fold(envelopes)`` derives a ``RunView``; ``step(view, envelope)`` advances
+one in O(1), so a driver keeps its view current without re-reading its log.
+The fold is total: it never raises, whatever it is given (the append guard,
+not the fold, decides what may be recorded). Status, usage, pending, counts
+and labels all come from here; nothing about a run is stored beside its log
+that this fold could not recompute.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable
+
+from ._clock import parse_instant
+from ._envelope import Envelope
+from ._events import (
+    ModelCallCompleted,
+    ModelCallRequested,
+    NowObserved,
+    RandomObserved,
+    Resumed,
+    RunAbandoned,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SleepCompleted,
+    SleepStarted,
+    Suspended,
+    BudgetExceeded,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
+
+
+class RunState(enum.StrEnum):
+    NOT_STARTED = "not_started"
+    RUNNING = "running"
+    AWAITING_MODEL = "awaiting_model"
+    AWAITING_TOOL = "awaiting_tool"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    SUSPENDED = "suspended"
+    SLEEPING = "sleeping"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+TERMINAL_STATES = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.ABANDONED})
+# States a driver stops at: nothing more happens until a person, a client or
+# the clock acts.
+RESTING_STATES = TERMINAL_STATES | {
+    RunState.SUSPENDED,
+    RunState.SLEEPING,
+    RunState.BUDGET_EXCEEDED,
+    RunState.NEEDS_RECONCILIATION,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    """The one open intent of a run: a call recorded as asked for, not yet completed."""
+
+    kind: str  # "model" or "tool"
+    seq: int
+    recorded_at: str
+    request_hash: str | None = None
+    tool: str | None = None
+    input: Any = None
+    effect: str | None = None
+    idempotency_key: str | None = None
+    performed_by: str | None = None
+
+    def to_json(self) -> dict:
+        """The spec's pending object."""
+        if self.kind == "model":
+            return {"kind": "model", "seq": self.seq, "request_hash": self.request_hash}
+        return {
+            "kind": "tool",
+            "seq": self.seq,
+            "tool": self.tool,
+            "input": self.input,
+            "effect": self.effect,
+            "idempotency_key": self.idempotency_key,
+        }
+
+    def intent_json(self) -> dict:
+        """The pending object plus when it was recorded (``details.intent``)."""
+        body = self.to_json()
+        body["recorded_at"] = self.recorded_at
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunView:
+    """The derived state of a run after some prefix of its log."""
+
+    run_id: str | None = None
+    next_seq: int = 0
+    state: RunState = RunState.NOT_STARTED
+    # The state's own fields (reason, wake_at, output, ...), per the status table.
+    detail: dict = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    step_count: int = 0
+    pending: Pending | None = None
+    agent_def_hash: str | None = None
+    input: Any = None
+    labels: dict | None = None
+    driven_by: str | None = None
+    first_recorded_at: str | None = None
+    last_recorded_at: str | None = None
+    # Extra allowance granted per budget kind by resumes after BudgetExceeded.
+    budget_extensions: dict = field(default_factory=dict)
+    first_now: str | None = None
+    last_now: str | None = None
+    tool_calls_completed: int = 0
+
+    @property
+    def event_count(self) -> int:
+        return self.next_seq
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def resting(self) -> bool:
+        return self.state in RESTING_STATES
+
+    def usage(self) -> dict:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    def status(self) -> dict:
+        """The status object, ``{"state": ..., <that state's fields>}``."""
+        body = {"state": self.state.value}
+        body.update(self.detail)
+        return body
+
+    def status_at(self, now: datetime) -> dict:
+        """The status object as seen at ``now``: a sleeping run past its instant is overdue."""
+        body = self.status()
+        if self.state is RunState.SLEEPING:
+            late = (now - parse_instant(self.detail["wake_at"])).total_seconds()
+            if late > 0:
+                body["overdue"] = True
+                body["overdue_seconds"] = int(late)
+        return body
+
+    def replay_json(self) -> dict:
+        """The dry-run replay projection: status, usage, next_seq, pending."""
+        return {
+            "status": self.status(),
+            "usage": self.usage(),
+            "next_seq": self.next_seq,
+            "pending": self.pending.to_json() if self.pending else None,
+        }
+
+    def wake_at(self) -> str | None:
+        return self.detail.get("wake_at") if self.state is RunState.SLEEPING else None
+
+
+_FIELDS = tuple(RunView.__dataclass_fields__)
+
+
+class _Folder:
+    """A mutable twin of RunView, so folding a long log allocates one view, not one per event."""
+
+    __slots__ = _FIELDS
+
+    def __init__(self, view: RunView) -> None:
+        for name in _FIELDS:
+            setattr(self, name, getattr(view, name))
+
+    def freeze(self) -> RunView:
+        return RunView(**{name: getattr(self, name) for name in _FIELDS})
+
+    def apply(self, envelope: Envelope) -> None:
+        if self.run_id is None:
+            self.run_id = envelope.run_id
+        if self.first_recorded_at is None:
+            self.first_recorded_at = envelope.recorded_at
+        self.last_recorded_at = envelope.recorded_at
+        self.next_seq = envelope.seq + 1
+        handler = _HANDLERS.get(type(envelope.event))
+        if handler is not None:
+            handler(self, envelope.seq, envelope.recorded_at, envelope.event)
+
+    # One method per kind. Each assumes nothing about legality.
+
+    def _run_started(self, seq: int, at: str, event: RunStarted) -> None:
+        self.state = RunState.RUNNING
+        self.detail = {}
+        self.agent_def_hash = event.agent_def_hash
+        self.input = event.input
+        self.labels = event.labels
+        self.driven_by = event.driven_by
+
+    def _model_requested(self, seq: int, at: str, event: ModelCallRequested) -> None:
+        self.state = RunState.AWAITING_MODEL
+        self.detail = {}
+        self.step_count += 1
+        self.pending = Pending(
+            kind="model",
+            seq=seq,
+            recorded_at=at,
+            request_hash=event.request_hash,
+            performed_by=event.performed_by,
+        )
+
+    def _model_completed(self, seq: int, at: str, event: ModelCallCompleted) -> None:
+        self.state = RunState.RUNNING
+        self.pending = None
+        usage = event.usage
+        self.input_tokens += usage["input_tokens"]
+        self.output_tokens += usage["output_tokens"]
+
+    def _tool_requested(self, seq: int, at: str, event: ToolCallRequested) -> None:
+        # A write with no completion as the log's last word is exactly what
+        # needs_reconciliation means: it may or may not have landed.
+        self.state = (
+            RunState.NEEDS_RECONCILIATION if event.effect == "write" else RunState.AWAITING_TOOL
+        )
+        self.detail = {}
+        self.pending = Pending(
+            kind="tool",
+            seq=seq,
+            recorded_at=at,
+            tool=event.tool,
+            input=event.input,
+            effect=event.effect,
+            idempotency_key=event.idempotency_key,
+            performed_by=event.performed_by,
+        )
+
+    def _tool_completed(self, seq: int, at: str, event: ToolCallCompleted) -> None:
+        self.state = RunState.RUNNING
+        self.pending = None
+        self.tool_calls_completed += 1
+
+    def _now_observed(self, seq: int, at: str, event: NowObserved) -> None:
+        if self.first_now is None:
+            self.first_now = event.now
+        self.last_now = event.now
+
+    def _random_observed(self, seq: int, at: str, event: RandomObserved) -> None:
+        pass
+
+    def _suspended(self, seq: int, at: str, event: Suspended) -> None:
+        self.state = RunState.SUSPENDED
+        detail = {"reason": event.reason, "input_schema": event.input_schema}
+        if event.kind is not None:
+            detail["kind"] = event.kind
+        self.detail = detail
+
+    def _resumed(self, seq: int, at: str, event: Resumed) -> None:
+        if self.state is RunState.BUDGET_EXCEEDED:
+            amount = event.input.get("extend_by") if isinstance(event.input, dict) else None
+            if type(amount) in (int, float):
+                kind = self.detail["budget"]["kind"]
+                extensions = dict(self.budget_extensions)
+                extensions[kind] = extensions.get(kind, 0) + amount
+                self.budget_extensions = extensions
+        self.state = RunState.RUNNING
+        self.detail = {}
+
+    def _sleep_started(self, seq: int, at: str, event: SleepStarted) -> None:
+        self.state = RunState.SLEEPING
+        self.detail = {"wake_at": event.wake_at}
+
+    def _sleep_completed(self, seq: int, at: str, event: SleepCompleted) -> None:
+        self.state = RunState.RUNNING
+        self.detail = {}
+
+    def _budget_exceeded(self, seq: int, at: str, event: BudgetExceeded) -> None:
+        self.state = RunState.BUDGET_EXCEEDED
+        self.detail = {"budget": event.budget, "observed": event.observed}
+
+    def _run_completed(self, seq: int, at: str, event: RunCompleted) -> None:
+        self.state = RunState.COMPLETED
+        self.pending = None
+        self.detail = {"output": event.output}
+
+    def _run_failed(self, seq: int, at: str, event: RunFailed) -> None:
+        self.state = RunState.FAILED
+        self.pending = None
+        self.detail = {"error": event.error}
+
+    def _run_abandoned(self, seq: int, at: str, event: RunAbandoned) -> None:
+        self.state = RunState.ABANDONED
+        self.pending = None
+        detail = {}
+        if event.reason is not None:
+            detail["reason"] = event.reason
+        if event.unresolved_write is not None:
+            detail["unresolved_write"] = event.unresolved_write
+        self.detail = detail
+
+
+_HANDLERS = {
+    RunStarted: _Folder._run_started,
+    ModelCallRequested: _Folder._model_requested,
+    ModelCallCompleted: _Folder._model_completed,
+    ToolCallRequested: _Folder._tool_requested,
+    ToolCallCompleted: _Folder._tool_completed,
+    NowObserved: _Folder._now_observed,
+    RandomObserved: _Folder._random_observed,
+    Suspended: _Folder._suspended,
+    Resumed: _Folder._resumed,
+    SleepStarted: _Folder._sleep_started,
+    SleepCompleted: _Folder._sleep_completed,
+    BudgetExceeded: _Folder._budget_exceeded,
+    RunCompleted: _Folder._run_completed,
+    RunFailed: _Folder._run_failed,
+    RunAbandoned: _Folder._run_abandoned,
+}
+
+EMPTY_VIEW = RunView()
+
+
+def fold(envelopes: Iterable[Envelope], view: RunView = EMPTY_VIEW) -> RunView:
+    """Derive the view after ``envelopes``, starting from ``view`` (default: no events)."""
+    folder = _Folder(view)
+    apply = folder.apply
+    for envelope in envelopes:
+        apply(envelope)
+    return folder.freeze()
+
+
+def step(view: RunView, envelope: Envelope) -> RunView:
+    """The view after one more event. O(1): the log is not re-read."""
+    folder = _Folder(view)
+    folder.apply(envelope)
+    return folder.freeze()

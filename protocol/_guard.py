@@ -1,0 +1,166 @@
+"""The append guard: is this envelope the one legal next event of its run?
+
+Everything that decides legality lives here, as a table from the run's state
+to the kinds it may record next, plus the per-kind checks a table cannot say
+(contiguous seq, a completion correlating with its intent, the head, a
+resume input its schema accepts). The store appends only what this accepted;
+a refusal names the state and the event, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ._envelope import SCHEMA_VERSION, Envelope
+from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
+from ._events import (
+    EventKind,
+    ModelCallCompleted,
+    Resumed,
+    RunAbandoned,
+    RunStarted,
+    Suspended,
+    ToolCallCompleted,
+)
+from ._fold import RunState, RunView, step
+from ._schema import check_schema, validate, validate_budget_extension
+
+K = EventKind
+S = RunState
+_ABANDON = {K.RUN_ABANDONED}
+_AFTER_INTENT = {K.RUN_FAILED, K.RUN_ABANDONED}
+
+LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
+    S.NOT_STARTED: frozenset({K.RUN_STARTED}),
+    S.RUNNING: frozenset(
+        {
+            K.MODEL_CALL_REQUESTED,
+            K.TOOL_CALL_REQUESTED,
+            K.NOW_OBSERVED,
+            K.RANDOM_OBSERVED,
+            K.SUSPENDED,
+            K.SLEEP_STARTED,
+            K.BUDGET_EXCEEDED,
+            K.RUN_COMPLETED,
+            K.RUN_FAILED,
+            K.RUN_ABANDONED,
+        }
+    ),
+    S.AWAITING_MODEL: frozenset({K.MODEL_CALL_COMPLETED} | _AFTER_INTENT),
+    S.AWAITING_TOOL: frozenset({K.TOOL_CALL_COMPLETED} | _AFTER_INTENT),
+    # A write that may have landed cannot be papered over with a failure:
+    # only its completion (a person's resolve) or an abandonment that names it.
+    S.NEEDS_RECONCILIATION: frozenset({K.TOOL_CALL_COMPLETED} | _ABANDON),
+    S.SUSPENDED: frozenset({K.RESUMED} | _ABANDON),
+    S.SLEEPING: frozenset({K.NOW_OBSERVED, K.SLEEP_COMPLETED} | _ABANDON),
+    S.BUDGET_EXCEEDED: frozenset({K.RESUMED} | _ABANDON),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.ABANDONED: frozenset(),
+}
+
+MAX_LABELS = 16
+MAX_LABEL_KEY_BYTES = 64
+MAX_LABEL_VALUE_BYTES = 256
+
+
+def check_labels(labels: dict | None) -> None:
+    """Enforce the label bounds: at most 16, keys ≤ 64 bytes, values ≤ 256 bytes.
+
+    Raises:
+        SchemaViolation: a bound is crossed (maps to ``400 bad_request``).
+    """
+    if labels is None:
+        return
+    if len(labels) > MAX_LABELS:
+        raise SchemaViolation(f"at most {MAX_LABELS} labels are allowed, got {len(labels)}")
+    for key, value in labels.items():
+        if not key or len(key.encode()) > MAX_LABEL_KEY_BYTES:
+            raise SchemaViolation(
+                f"label key {key!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
+            )
+        if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
+            raise SchemaViolation(
+                f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes"
+            )
+
+
+def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
+    return GuardRefusal(
+        f"{envelope.kind} at seq {envelope.seq} refused in state {view.state.value}: {why}"
+    )
+
+
+def check_next(view: RunView, envelope: Envelope) -> None:
+    """Accept ``envelope`` as the next event after ``view``, or refuse it.
+
+    Raises:
+        GuardRefusal: with the precise reason; nothing about the run changed.
+    """
+    if envelope.seq != view.next_seq:
+        raise _refuse(view, envelope, f"the next seq is {view.next_seq}")
+    if envelope.schema_version != SCHEMA_VERSION:
+        raise _refuse(view, envelope, f"schema_version must be {SCHEMA_VERSION}")
+    if view.run_id is not None and envelope.run_id != view.run_id:
+        raise _refuse(view, envelope, f"the log belongs to run {view.run_id}")
+    kind = envelope.event.KIND
+    if kind not in LEGAL_NEXT[view.state]:
+        if view.state is S.NOT_STARTED:
+            why = "a log must open with RunStarted at seq 0"
+        elif view.terminal:
+            why = "nothing may follow a terminal event"
+        elif view.pending is not None and kind in (K.MODEL_CALL_REQUESTED, K.TOOL_CALL_REQUESTED):
+            why = f"the intent at seq {view.pending.seq} is still open (at most one open intent)"
+        elif view.pending is not None:
+            why = f"the {view.pending.kind} intent at seq {view.pending.seq} must complete first"
+        else:
+            allowed = ", ".join(sorted(k.value for k in LEGAL_NEXT[view.state]))
+            why = f"the legal next kinds are {allowed}"
+        raise _refuse(view, envelope, why)
+    event = envelope.event
+    if isinstance(event, RunStarted):
+        try:
+            check_labels(event.labels)
+        except SchemaViolation as exc:
+            raise _refuse(view, envelope, exc.message) from None
+    elif isinstance(event, ModelCallCompleted):
+        if view.pending.kind != "model" or event.seq != view.pending.seq:
+            raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
+    elif isinstance(event, ToolCallCompleted):
+        if event.seq != view.pending.seq:
+            raise _refuse(view, envelope, f"it must name the open tool intent at seq {view.pending.seq}")
+    elif isinstance(event, Suspended):
+        try:
+            check_schema(event.input_schema)
+        except MalformedEvent as exc:
+            raise _refuse(view, envelope, f"input_schema is unusable: {exc}") from None
+    elif isinstance(event, Resumed):
+        try:
+            if view.state is S.SUSPENDED:
+                validate(view.detail["input_schema"], event.input, what="the resume input")
+            else:
+                validate_budget_extension(event.input)
+        except SchemaViolation as exc:
+            raise _refuse(view, envelope, exc.message) from None
+    elif isinstance(event, RunAbandoned):
+        expected = (
+            {"seq": view.pending.seq, "tool": view.pending.tool}
+            if view.state is S.NEEDS_RECONCILIATION
+            else None
+        )
+        if event.unresolved_write != expected:
+            if expected is None:
+                raise _refuse(view, envelope, "unresolved_write is only for a run parked at a write")
+            raise _refuse(view, envelope, f"it must carry unresolved_write {expected}")
+
+
+def check_batch(view: RunView, envelopes: Iterable[Envelope]) -> RunView:
+    """Check a batch in order against ``view``; return the view after all of it.
+
+    Raises:
+        GuardRefusal: at the first illegal envelope; the caller appends none of the batch.
+    """
+    for envelope in envelopes:
+        check_next(view, envelope)
+        view = step(view, envelope)
+    return view
