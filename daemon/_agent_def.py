@@ -1,0 +1,221 @@
+"""Built-in agent definitions: TOML or JSON files that are pure data.
+
+A definition is validated strictly (an unknown field is a loud error, not a
+silently dropped budget) and identified by ``agent_def_hash``: sha256 over the
+canonical JSON of the normalised definition, with the display ``name`` left
+out so renaming an agent never mints a new identity.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from salvor.protocol import BUDGET_KINDS, MalformedEvent, check_schema, sha256_hash
+
+MAX_NAME_CHARS = 64
+PROVIDERS = ("anthropic", "openai", "demo")
+
+_TOP = {
+    "name", "model", "system_prompt", "system_prompt_path", "max_response_tokens",
+    "record_prompts", "llm", "budgets", "pricing", "output_schema", "tools", "mcp_servers", "kind",
+}
+_LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "timeout_seconds", "stream"}
+_PRICING = {"input_per_mtok", "output_per_mtok"}
+_TOOL = {"name"}
+
+
+class DefinitionError(ValueError):
+    """The definition does not validate; the message is one sentence naming the field."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmSettings:
+    provider: str = "anthropic"
+    base_url: str | None = None
+    base_url_env: str | None = None
+    api_key_env: str | None = None
+    max_retries: int = 4
+    timeout_seconds: float = 120.0
+    stream: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDefinition:
+    """A validated built-in agent."""
+
+    agent_def_hash: str
+    name: str | None
+    model: str
+    system_prompt: str | None
+    max_response_tokens: int
+    record_prompts: bool
+    llm: LlmSettings
+    budgets: dict = field(default_factory=dict)
+    pricing: dict | None = None
+    output_schema: dict | None = None
+    tools: tuple[str, ...] = ()
+    # What the store keeps so the definition can be rebuilt after a restart.
+    stored_format: str = "json"
+    stored_text: str = ""
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise DefinitionError(message)
+
+
+def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
+    _expect(isinstance(table, dict), f"`{where}` must be a table")
+    unknown = sorted(set(table) - allowed)
+    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _positive_number(where: str, value: Any) -> None:
+    _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number")
+
+
+def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known_tools=()) -> AgentDefinition:
+    """Parse and validate a definition from its text.
+
+    Args:
+        text: the file's contents.
+        fmt: ``"toml"`` or ``"json"``.
+        base_dir: where ``system_prompt_path`` is resolved from.
+        known_tools: names the daemon's tool registry holds.
+
+    Raises:
+        DefinitionError: with one sentence naming what is wrong.
+    """
+    try:
+        raw = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
+    _check_keys("the definition", raw, _TOP)
+    if "kind" in raw:
+        raise DefinitionError(
+            f"agent kind {raw['kind']!r} (local process or service agents) is not supported by this build yet"
+        )
+    if "mcp_servers" in raw:
+        raise DefinitionError("`mcp_servers` is not supported by this build yet; use [[tools]] from the daemon's registry")
+    name = raw.get("name")
+    if name is not None:
+        _expect(isinstance(name, str), "`name` must be a string")
+        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
+        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+    model = raw.get("model")
+    _expect(isinstance(model, str) and model.strip() != "", "`model` is required and must be a non-empty string")
+    normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
+    if "system_prompt_path" in raw:
+        _expect("system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both")
+        path = Path(raw["system_prompt_path"])
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        try:
+            prompt = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionError(f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}") from None
+        del normalised["system_prompt_path"]
+        normalised["system_prompt"] = prompt
+    prompt = normalised.get("system_prompt")
+    _expect(prompt is None or isinstance(prompt, str), "`system_prompt` must be a string")
+    max_tokens = raw.get("max_response_tokens", 1024)
+    _expect(type(max_tokens) is int and max_tokens > 0, "`max_response_tokens` must be a positive integer")
+    record_prompts = raw.get("record_prompts", False)
+    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+
+    llm_raw = raw.get("llm", {})
+    _check_keys("[llm]", llm_raw, _LLM)
+    provider = llm_raw.get("provider", "anthropic")
+    _expect(provider in PROVIDERS, f"[llm] provider must be one of {', '.join(PROVIDERS)}")
+    for key in ("base_url", "base_url_env", "api_key_env"):
+        _expect(key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string")
+    retries = llm_raw.get("max_retries", 4)
+    _expect(type(retries) is int and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20")
+    timeout = llm_raw.get("timeout_seconds", 120)
+    _positive_number("[llm] timeout_seconds", timeout)
+    stream = llm_raw.get("stream", False)
+    _expect(isinstance(stream, bool), "[llm] stream must be true or false")
+    llm = LlmSettings(
+        provider=provider,
+        base_url=llm_raw.get("base_url"),
+        base_url_env=llm_raw.get("base_url_env"),
+        api_key_env=llm_raw.get("api_key_env"),
+        max_retries=retries,
+        timeout_seconds=float(timeout),
+        stream=stream,
+    )
+
+    budgets = raw.get("budgets", {})
+    _check_keys("[budgets]", budgets, set(BUDGET_KINDS))
+    for kind, limit in budgets.items():
+        _positive_number(f"[budgets] {kind}", limit)
+    pricing = raw.get("pricing")
+    if pricing is not None:
+        _check_keys("[pricing]", pricing, _PRICING)
+        for key in _PRICING:
+            _expect(key in pricing, f"[pricing] needs {key}")
+            _expect(type(pricing[key]) in (int, float) and pricing[key] >= 0, f"[pricing] {key} must be a non-negative number")
+    _expect("cost_usd" not in budgets or pricing is not None, "a cost_usd budget needs a [pricing] table")
+
+    output_schema = raw.get("output_schema")
+    if output_schema is not None:
+        try:
+            check_schema(output_schema)
+        except MalformedEvent as exc:
+            raise DefinitionError(f"[output_schema] {exc.message}") from None
+
+    tools_raw = raw.get("tools", [])
+    _expect(isinstance(tools_raw, list), "`tools` must be an array of tables")
+    tools = []
+    for entry in tools_raw:
+        _check_keys("[[tools]]", entry, _TOOL)
+        tool_name = entry.get("name")
+        _expect(isinstance(tool_name, str) and tool_name, "every [[tools]] entry needs a `name`")
+        _expect(tool_name in known_tools, f"unknown tool {tool_name!r}; this daemon's registry holds: {', '.join(sorted(known_tools)) or 'nothing'}")
+        _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice")
+        tools.append(tool_name)
+
+    uses_path = "system_prompt_path" in raw
+    if uses_path:
+        # The prompt file may not exist where the run is resumed: keep the
+        # normalised definition, prompt inlined, as the stored copy.
+        stored = dict(normalised)
+        if name is not None:
+            stored["name"] = name
+        stored_format, stored_text = "json", json.dumps(stored, indent=2, ensure_ascii=False)
+    else:
+        stored_format, stored_text = fmt, text
+    return AgentDefinition(
+        agent_def_hash=sha256_hash(normalised),
+        name=name,
+        model=model,
+        system_prompt=prompt,
+        max_response_tokens=max_tokens,
+        record_prompts=record_prompts,
+        llm=llm,
+        budgets=dict(budgets),
+        pricing=dict(pricing) if pricing is not None else None,
+        output_schema=output_schema,
+        tools=tuple(tools),
+        stored_format=stored_format,
+        stored_text=stored_text,
+    )
+
+
+def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
+    """Read a definition file (``.json`` is JSON, anything else TOML).
+
+    Raises:
+        DefinitionError: the file cannot be read or does not validate.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DefinitionError(f"cannot read agent file {str(path)!r}: {exc.strerror}") from None
+    fmt = "json" if path.suffix.lower() == ".json" else "toml"
+    return parse_definition(text, fmt, base_dir=path.parent, known_tools=known_tools)

@@ -1,0 +1,213 @@
+"""The built-in agent loop: a definition (pure data) driven through a RunContext.
+
+The loop is deterministic given its log: the conversation, every request and
+every budget decision are rebuilt from recorded events, so re-running it from
+the top replays the recorded prefix exactly and continues live from the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+from salvor.protocol import (
+    BUDGET_KINDS,
+    TOOL_ERROR_KEY,
+    BudgetExceeded,
+    Envelope,
+    EventKind,
+    RunCompleted,
+    RunFailed,
+    RunState,
+    RunView,
+    SchemaViolation,
+    validate,
+)
+
+from ._agent_def import AgentDefinition
+from ._model_gateway import ModelGateway, resolve_endpoint
+from ._run_context import DriveInterrupted, Parked, RunContext
+from ._store_access import StoreAccess
+from ._tools import ToolRegistry
+
+SUBMIT_OUTPUT = "submit_output"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _tool_result(use_id: str, value: Any) -> dict:
+    if isinstance(value, dict) and TOOL_ERROR_KEY in value:
+        return {"type": "tool_result", "tool_use_id": use_id, "content": value[TOOL_ERROR_KEY]["message"], "is_error": True}
+    return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
+
+
+def _error_result(use_id: str, message: str) -> dict:
+    return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
+
+
+def gateway_for(agent: AgentDefinition, environ=os.environ) -> ModelGateway:
+    """The model gateway a definition asks for (credentials from the daemon's environment)."""
+    endpoint = resolve_endpoint(
+        provider=agent.llm.provider,
+        base_url=agent.llm.base_url,
+        base_url_env=agent.llm.base_url_env,
+        api_key_env=agent.llm.api_key_env,
+        environ=environ,
+    )
+    return ModelGateway(
+        endpoint,
+        stream=agent.llm.stream,
+        max_retries=agent.llm.max_retries,
+        timeout_seconds=agent.llm.timeout_seconds,
+    )
+
+
+class AgentLoop:
+    """Drives one built-in agent run from its log to its next resting point."""
+
+    def __init__(self, agent: AgentDefinition, registry: ToolRegistry, gateway: ModelGateway) -> None:
+        self.agent = agent
+        self.gateway = gateway
+        self.tools = {name: registry.get(name) for name in agent.tools}
+        specs = [tool.spec() for tool in self.tools.values()]
+        if agent.output_schema is not None:
+            specs.append(
+                {
+                    "name": SUBMIT_OUTPUT,
+                    "description": "Submit the final answer. Its input must match the required output shape.",
+                    "input_schema": agent.output_schema,
+                }
+            )
+        self.tool_specs = specs
+
+    def _request(self, messages: list[dict]) -> dict:
+        request: dict[str, Any] = {"model": self.agent.model, "max_tokens": self.agent.max_response_tokens}
+        if self.agent.system_prompt:
+            request["system"] = self.agent.system_prompt
+        request["messages"] = messages
+        if self.tool_specs:
+            request["tools"] = self.tool_specs
+        return request
+
+    def _cost(self, input_tokens: int, output_tokens: int) -> float:
+        pricing = self.agent.pricing or {"input_per_mtok": 0, "output_per_mtok": 0}
+        return (input_tokens * pricing["input_per_mtok"] + output_tokens * pricing["output_per_mtok"]) / 1e6
+
+    async def run(self, ctx: RunContext) -> None:
+        """Drive until the run rests. Raises Parked at every resting point."""
+        head = ctx.cursor.take(EventKind.RUN_STARTED)
+        if head is None:
+            raise DriveInterrupted(f"run {ctx.run_id} has no RunStarted head")
+        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}]
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        completed_calls = 0
+        started_at = await ctx.now() if "wall_time_seconds" in self.agent.budgets else None
+        budget_extensions: dict[str, float] = {}
+        while True:
+            await self._check_budgets(ctx, usage, completed_calls, started_at, budget_extensions)
+            response, call_usage = await ctx.model_call(
+                self.gateway, self._request(list(messages)), record_prompts=self.agent.record_prompts
+            )
+            completed_calls += 1
+            usage["input_tokens"] += call_usage["input_tokens"]
+            usage["output_tokens"] += call_usage["output_tokens"]
+            content = response.get("content") or []
+            messages.append({"role": "assistant", "content": content})
+            uses = [block for block in content if block.get("type") == "tool_use"]
+            if not uses:
+                await self._finish_with_text(ctx, content)
+            results = []
+            for use in uses:
+                name, use_id, args = use.get("name"), use.get("id"), use.get("input")
+                if name == SUBMIT_OUTPUT and self.agent.output_schema is not None:
+                    try:
+                        validate(self.agent.output_schema, args, what="the submitted output")
+                    except SchemaViolation as exc:
+                        results.append(_error_result(use_id, exc.message))
+                        continue
+                    await ctx.control(RunCompleted(output=args))
+                    await ctx.park(RunState.COMPLETED)
+                tool = self.tools.get(name)
+                if tool is None:
+                    results.append(_error_result(use_id, f"there is no tool named {name!r} in this agent"))
+                    continue
+                value = await ctx.tool_call(tool, args)
+                results.append(_tool_result(use_id, value))
+            messages.append({"role": "user", "content": results})
+
+    async def _check_budgets(self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict) -> None:
+        """Record BudgetExceeded and park when a budget is crossed; an extension lifts it."""
+        budgets = self.agent.budgets
+        while True:
+            crossed = None
+            for kind in BUDGET_KINDS:
+                if kind not in budgets:
+                    continue
+                limit = budgets[kind] + extensions.get(kind, 0)
+                if kind == "steps":
+                    observed = completed_calls
+                elif kind == "tokens":
+                    observed = usage["input_tokens"] + usage["output_tokens"]
+                elif kind == "cost_usd":
+                    observed = round(self._cost(usage["input_tokens"], usage["output_tokens"]), 6)
+                else:
+                    observed = round((await ctx.now() - started_at).total_seconds(), 3)
+                if observed >= limit:
+                    crossed = (kind, limit, observed)
+                    break
+            if crossed is None:
+                return
+            kind, limit, observed = crossed
+            await ctx.control(BudgetExceeded(budget={"kind": kind, "limit": limit}, observed=observed))
+            extension = await ctx.await_resume(RunState.BUDGET_EXCEEDED)
+            extensions[kind] = extensions.get(kind, 0) + extension["extend_by"]
+
+    async def _finish_with_text(self, ctx: RunContext, content: list) -> None:
+        text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+        if self.agent.output_schema is None:
+            await ctx.control(RunCompleted(output=text))
+            await ctx.park(RunState.COMPLETED)
+        try:
+            answer = json.loads(text)
+            validate(self.agent.output_schema, answer, what="the answer")
+        except (ValueError, SchemaViolation) as exc:
+            await ctx.control(RunFailed(error=f"the model answered without an output matching output_schema: {exc}"))
+            await ctx.park(RunState.FAILED)
+        await ctx.control(RunCompleted(output=answer))
+        await ctx.park(RunState.COMPLETED)
+
+
+async def drive(
+    access: StoreAccess,
+    run_id: str,
+    agent: AgentDefinition,
+    registry: ToolRegistry,
+    *,
+    gateway: ModelGateway | None = None,
+    on_record: Callable[[list[Envelope]], None] | None = None,
+) -> RunView:
+    """Drive a run to its next resting point and return its view there.
+
+    Raises:
+        DriveInterrupted: the drive stopped with the run recoverable (a model
+            call that may succeed later); the message says how to continue.
+        ReplayDivergence: the log does not match what this definition does;
+            nothing was recorded.
+    """
+    log = await access.read(access.store.read_log, run_id)
+    ctx = RunContext(access, run_id, log, on_record=on_record)
+    if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:
+        return ctx.view
+    own_gateway = gateway is None
+    gateway = gateway or gateway_for(agent)
+    try:
+        await AgentLoop(agent, registry, gateway).run(ctx)
+    except Parked:
+        pass
+    finally:
+        if own_gateway:
+            await gateway.aclose()
+    return ctx.view

@@ -1,0 +1,304 @@
+"""The `salvor` command line: drive and inspect runs in a store, no server needed.
+
+Exit status: 0 when the command did what it was asked (a run that rests
+suspended, sleeping, over budget or awaiting reconciliation is a success: it
+is parked on purpose), 3 when a driven run ended failed, 1 for a refusal or an
+error (one sentence on stderr, nothing recorded), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from salvor import __version__
+from salvor.protocol import (
+    GuardRefusal,
+    MalformedEvent,
+    ReplayDivergence,
+    RunState,
+    RunView,
+    encode_envelope,
+)
+from salvor.store import StoreError, default_store_url, normalize_store_url
+
+from ._agent_def import AgentDefinition, DefinitionError, load_definition
+from ._demo_tools import demo_registry
+from ._errors import OperationRefused
+from ._operations import MISSING, Runtime, parse_run_id
+from ._render import describe
+from ._run_context import DriveInterrupted
+from ._store_access import open_store_access
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """A command-line mistake, reported as one sentence."""
+
+
+def _json_arg(flag: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliError(
+            f"{flag} is not valid JSON ({exc.msg} at position {exc.pos}); quote it for the shell, "
+            f"e.g. {flag} '{{\"invoice_id\": \"INV-1001\"}}'"
+        ) from None
+
+
+def _labels(pairs: list[str]) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--label {pair!r} must look like key=value")
+        labels[key] = value
+    return labels
+
+
+def _out(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False), flush=True)
+
+
+class Cli:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.json = getattr(args, "json", False)
+        self.progress = sys.stderr.isatty() and not self.json
+
+    def _on_record(self, envelopes) -> None:
+        if self.progress:
+            for envelope in envelopes:
+                print(describe(envelope), file=sys.stderr, flush=True)
+
+    def _report(self, run_id: str, view: RunView) -> int:
+        status = view.status_at(datetime.now(timezone.utc))
+        if self.json:
+            _out({"run": run_id, **view.replay_json(), "status": status})
+        else:
+            print(self._sentence(run_id, view), flush=True)
+        return EXIT_RUN_FAILED if view.state is RunState.FAILED else EXIT_OK
+
+    @staticmethod
+    def _sentence(run_id: str, view: RunView) -> str:
+        d, s = view.detail, view.state
+        if s is RunState.COMPLETED:
+            return f"run {run_id} completed: {json.dumps(d['output'], ensure_ascii=False)}"
+        if s is RunState.FAILED:
+            return f"run {run_id} failed: {d['error']}"
+        if s is RunState.ABANDONED:
+            return f"run {run_id} abandoned" + (f": {d['reason']}" if d.get("reason") else "")
+        if s is RunState.SUSPENDED:
+            who = "an external signal" if d.get("kind") == "signal" else "a person"
+            return (
+                f"run {run_id} suspended, waiting on {who}: {d['reason']}; resume it with "
+                f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
+            )
+        if s is RunState.SLEEPING:
+            return f"run {run_id} sleeping until {d['wake_at']}; `salvor wake` continues it once that passes"
+        if s is RunState.BUDGET_EXCEEDED:
+            b = d["budget"]
+            return (
+                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of {b['limit']}); "
+                f"extend it with `salvor resume {run_id} --input '{{\"extend_by\": N}}'`"
+            )
+        if s is RunState.NEEDS_RECONCILIATION:
+            p = view.pending
+            return (
+                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may not have "
+                f"happened; check, then `salvor resolve {run_id} --output JSON`"
+            )
+        return f"run {run_id} is {s.value}"
+
+    async def _drive_and_report(self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None) -> int:
+        view = await runtime.drive(run_id, agent=agent, on_record=self._on_record)
+        return self._report(run_id, view)
+
+    # -- commands -------------------------------------------------------------
+
+    async def cmd_run(self, runtime: Runtime) -> int:
+        source = self.args.agent
+        if source.startswith("sha256:"):
+            agent = await runtime.load_agent(source)
+        else:
+            try:
+                agent = load_definition(source, known_tools=runtime.registry.names())
+            except DefinitionError as exc:
+                raise CliError(f"{source}: {exc}") from None
+        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
+        run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=self.args.run_id)
+        if self.json:
+            _out({"run": run_id})
+        else:
+            print(run_id, flush=True)
+        return await self._drive_and_report(runtime, run_id, agent)
+
+    async def cmd_resume(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
+        decision = await runtime.resume(run_id, run_input)
+        if decision.outcome == "finished":
+            return self._report(run_id, decision.view)
+        return await self._drive_and_report(runtime, run_id)
+
+    async def cmd_resolve(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        output = _json_arg("--output", self.args.output)
+        view = await runtime.resolve(run_id, output)
+        if self.json:
+            _out({"run": run_id, "resolved": True, "status": view.status()})
+        else:
+            print(f"run {run_id}: write resolved; `salvor resume {run_id}` continues it", flush=True)
+        return EXIT_OK
+
+    async def cmd_abandon(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        seq, view = await runtime.abandon(run_id, self.args.reason)
+        if self.json:
+            _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+        else:
+            print(self._sentence(run_id, view), flush=True)
+        return EXIT_OK
+
+    async def cmd_wake(self, runtime: Runtime) -> int:
+        due = await runtime.due_runs()
+        worst = EXIT_OK
+        for run_id in due:
+            try:
+                decision = await runtime.resume(run_id)
+                code = (
+                    await self._drive_and_report(runtime, run_id)
+                    if decision.outcome == "driving"
+                    else self._report(run_id, decision.view)
+                )
+            except (OperationRefused, DriveInterrupted, ReplayDivergence) as exc:
+                # One bad run does not stop the sweep.
+                print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
+                code = EXIT_ERROR
+            worst = max(worst, code)
+        if not due and not self.json:
+            print("no sleeping run is due", flush=True)
+        return worst
+
+    async def cmd_runs(self, runtime: Runtime) -> int:
+        label = None
+        if self.args.label:
+            key, sep, value = self.args.label.partition("=")
+            if not sep:
+                raise CliError("--label must look like key=value")
+            label = (key, value)
+        page, _ = await runtime.access.read(
+            lambda: runtime.access.store.list_runs(state=self.args.state, label=label, limit=self.args.limit)
+        )
+        if self.json:
+            _out({"runs": [summary.to_json() for summary in page]})
+            return EXIT_OK
+        for summary in page:
+            state = summary.state or "unreadable"
+            print(f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  last {summary.last_recorded_at}")
+        return EXIT_OK
+
+    async def cmd_history(self, runtime: Runtime) -> int:
+        for envelope in await runtime.log(parse_run_id(self.args.run)):
+            print(encode_envelope(envelope) if self.json else describe(envelope))
+        return EXIT_OK
+
+    async def cmd_log(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        log = await runtime.log(run_id)
+        for envelope in log:
+            print(describe(envelope))
+        view = await runtime.view(run_id)
+        print(self._sentence(run_id, view))
+        return EXIT_OK
+
+    async def cmd_replay(self, runtime: Runtime) -> int:
+        if not self.args.dry_run:
+            raise CliError("replay only runs as --dry-run (derive the state, execute nothing)")
+        from salvor.protocol import fold
+
+        view = fold(await runtime.log(parse_run_id(self.args.run)))
+        _out(view.replay_json())
+        return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="URL", help="store URL or SQLite path (default: $SALVOR_STORE, else the state directory)")
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser = argparse.ArgumentParser(prog="salvor", description="Durable execution for AI agent runs.")
+    parser.add_argument("--version", action="version", version=f"salvor {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", parents=[common], help="start a run of an agent and drive it")
+    p.add_argument("agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash")
+    p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
+    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
+    p.add_argument("--run-id", metavar="UUID", help="choose the run id")
+
+    p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--input", metavar="JSON", help="the input a suspended run waits for, or a budget extension")
+
+    p = sub.add_parser("resolve", parents=[common], help="record by hand what a dangling write did")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--output", metavar="JSON", required=True, help="what the write returned")
+
+    p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--reason", metavar="TEXT")
+
+    sub.add_parser("wake", parents=[common], help="drive every sleeping run whose instant has passed")
+
+    p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
+    p.add_argument("--state", metavar="STATE", help="only runs in this state")
+    p.add_argument("--label", metavar="K=V", help="only runs with this label")
+    p.add_argument("--limit", type=int, default=50, metavar="N")
+
+    p = sub.add_parser("history", parents=[common], help="a run's recorded events (--json: pinned envelopes)")
+    p.add_argument("run", metavar="RUN")
+
+    p = sub.add_parser("log", parents=[common], help="a run's events, readable")
+    p.add_argument("run", metavar="RUN")
+
+    p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--dry-run", action="store_true", help="required: print the derived state as JSON")
+    return parser
+
+
+async def _main(args: argparse.Namespace) -> int:
+    cli = Cli(args)
+    url = normalize_store_url(args.store) if args.store else default_store_url()
+    async with open_store_access(url) as access:
+        runtime = Runtime(access, demo_registry())
+        return await getattr(cli, "cmd_" + args.command)(runtime)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return trio.run(_main, args)
+    except (OperationRefused, DriveInterrupted, StoreError, GuardRefusal, ReplayDivergence, MalformedEvent) as exc:
+        message = exc.message
+        if getattr(args, "json", False) and isinstance(exc, OperationRefused):
+            _out(exc.to_json())
+    except (CliError, DefinitionError) as exc:
+        message = str(exc)
+    except KeyboardInterrupt:
+        message = "interrupted; the run keeps its log and `salvor resume RUN` continues it"
+    print(f"salvor: {message}", file=sys.stderr, flush=True)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Refusals of run operations, in the control plane's code/status vocabulary.
+
+The CLI prints ``message`` as one sentence and exits non-zero; the HTTP layer
+(a later issue) renders ``to_json()`` as the one error envelope. A refusal
+always means nothing was recorded.
+"""
+
+from __future__ import annotations
+
+
+class OperationRefused(Exception):
+    """A verb refused before it recorded anything."""
+
+    def __init__(self, code: str, status: int, message: str, *, details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict:
+        body: dict = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return {"error": body}
+
+
+def unknown_run(run_id: str) -> OperationRefused:
+    return OperationRefused("unknown_run", 404, f"no run {run_id} in this store")
+
+
+def unknown_agent(agent: str) -> OperationRefused:
+    return OperationRefused(
+        "unknown_agent",
+        404,
+        f"no agent {agent} is stored here; run it once with `salvor run AGENT_FILE` to register it",
+    )
+
+
+def bad_request(message: str, *, details: dict | None = None) -> OperationRefused:
+    return OperationRefused("bad_request", 400, message, details=details)
+
+
+def wrong_state(message: str) -> OperationRefused:
+    return OperationRefused("wrong_state", 409, message)

@@ -1,0 +1,260 @@
+"""The verbs on runs: start, drive, resume, resolve, abandon, wake.
+
+Shared by the CLI and the HTTP layer. Each verb checks everything it can
+before it records anything: a refusal (``OperationRefused``) leaves the store
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from salvor.protocol import (
+    EMPTY_VIEW,
+    Envelope,
+    Resumed,
+    RunAbandoned,
+    RunStarted,
+    RunState,
+    RunView,
+    SchemaViolation,
+    ToolCallCompleted,
+    check_labels,
+    parse_instant,
+    validate,
+    validate_budget_extension,
+)
+
+from salvor.store import SeqConflict
+
+from ._agent_def import AgentDefinition, DefinitionError, parse_definition
+from ._agent_loop import drive
+from ._errors import OperationRefused, bad_request, unknown_agent, unknown_run, wrong_state
+from ._store_access import StoreAccess
+from ._tools import ToolRegistry
+
+MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeDecision:
+    """What a resume found: ``driving`` (drive the run now) or ``finished`` (leave it)."""
+
+    outcome: str
+    view: RunView
+
+
+def parse_run_id(text: str) -> str:
+    """A run id is a UUID; return it in canonical form.
+
+    Raises:
+        OperationRefused: bad_request when it is not one.
+    """
+    try:
+        return str(uuid.UUID(text))
+    except (ValueError, AttributeError, TypeError):
+        raise bad_request(f"{text!r} is not a run id (a run id is a UUID)") from None
+
+
+def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
+    intent = view.pending.intent_json()
+    return OperationRefused(
+        "needs_reconciliation",
+        409,
+        f"run {run_id} needs reconciliation: a write ({intent['tool']} at seq {intent['seq']}) was "
+        f"recorded but never completed, so it may or may not have happened; check it, then record "
+        f"what it returned with `salvor resolve {run_id} --output JSON`",
+        details={"intent": intent},
+    )
+
+
+class Runtime:
+    """Run operations over one store and one tool registry."""
+
+    def __init__(self, access: StoreAccess, registry: ToolRegistry) -> None:
+        self.access = access
+        self.registry = registry
+
+    # -- agents -------------------------------------------------------------
+
+    async def register_agent(self, agent: AgentDefinition) -> bool:
+        """Store the definition content-addressed; True when it was new."""
+        return await self.access.read(
+            lambda: self.access.store.put_agent(
+                agent.agent_def_hash, format=agent.stored_format, definition=agent.stored_text, name=agent.name
+            )
+        )
+
+    async def load_agent(self, agent_def_hash: str) -> AgentDefinition:
+        """Rebuild a stored definition.
+
+        Raises:
+            OperationRefused: unknown_agent when it is not stored, bad_request
+                when it no longer validates here (a tool this daemon lacks).
+        """
+        stored = await self.access.read(self.access.store.get_agent, agent_def_hash)
+        if stored is None:
+            raise unknown_agent(agent_def_hash)
+        try:
+            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names())
+        except DefinitionError as exc:
+            raise bad_request(f"stored agent {agent_def_hash} no longer builds here: {exc}") from None
+
+    # -- reads ----------------------------------------------------------------
+
+    async def view(self, run_id: str) -> RunView:
+        view = await self.access.read(self.access.store.read_view, run_id)
+        if view is None:
+            raise unknown_run(run_id)
+        return view
+
+    async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
+        log = await self.access.read(self.access.store.read_log, run_id, from_seq)
+        if not log and from_seq == 0:
+            raise unknown_run(run_id)
+        return log
+
+    # -- verbs ----------------------------------------------------------------
+
+    async def start_run(
+        self,
+        agent: AgentDefinition,
+        run_input: Any,
+        *,
+        labels: dict[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new run's head; once this returns the run exists durably.
+
+        Raises:
+            OperationRefused: bad_request for labels over the bounds,
+                run_exists when ``run_id`` already has history.
+        """
+        try:
+            check_labels(labels)
+        except SchemaViolation as exc:
+            raise bad_request(exc.message) from None
+        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        await self.register_agent(agent)
+        existing = await self.access.read(self.access.store.read_view, run_id)
+        if existing is not None:
+            raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id")
+        try:
+            await self.access.append(
+                run_id, [RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)], EMPTY_VIEW
+            )
+        except SeqConflict:
+            raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+        return run_id
+
+    async def drive(
+        self,
+        run_id: str,
+        *,
+        agent: AgentDefinition | None = None,
+        on_record: Callable[[list[Envelope]], None] | None = None,
+    ) -> RunView:
+        """Drive a run to its next resting point (see ``_agent_loop.drive``)."""
+        if agent is None:
+            view = await self.view(run_id)
+            agent = await self.load_agent(view.agent_def_hash)
+        return await drive(self.access, run_id, agent, self.registry, on_record=on_record)
+
+    async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
+        """Decide how to continue a run, recording its Resumed event when it was parked.
+
+        Returns ``driving`` when the caller should now drive the run, or
+        ``finished`` for a completed, failed or abandoned run (left alone).
+
+        Raises:
+            OperationRefused: unknown_run, client_driven_run, bad_request (a
+                parked run with no input, or one its schema rejects),
+                needs_reconciliation, still_sleeping, unknown_agent.
+        """
+        view = await self.view(run_id)
+        if view.driven_by == "client":
+            raise OperationRefused(
+                "client_driven_run",
+                409,
+                f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
+                f"daemon never becomes a second writer against the client's lease",
+            )
+        state = view.state
+        if view.terminal:
+            return ResumeDecision("finished", view)
+        if state is RunState.NEEDS_RECONCILIATION:
+            raise needs_reconciliation(run_id, view)
+        if state is RunState.SLEEPING:
+            wake_at = parse_instant(view.detail["wake_at"])
+            now = now or datetime.now(timezone.utc)
+            if now < wake_at:
+                remaining = math.ceil((wake_at - now).total_seconds())
+                raise OperationRefused(
+                    "still_sleeping",
+                    409,
+                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
+                    f"another {remaining}s; it is not waiting on input and continues when its deadline "
+                    f"passes and something wakes it (`salvor wake`)",
+                    details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
+                )
+        await self.load_agent(view.agent_def_hash)
+        if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
+            if run_input is MISSING:
+                what = (
+                    "an input matching its input_schema"
+                    if state is RunState.SUSPENDED
+                    else 'a budget extension such as {"extend_by": 1000}'
+                )
+                raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
+            try:
+                if state is RunState.SUSPENDED:
+                    validate(view.detail["input_schema"], run_input, what="the resume input")
+                else:
+                    validate_budget_extension(run_input)
+            except SchemaViolation as exc:
+                raise bad_request(exc.message, details={"violations": exc.violations}) from None
+            _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
+        return ResumeDecision("driving", view)
+
+    async def resolve(self, run_id: str, output: Any) -> RunView:
+        """Record by hand what a dangling write did. Records one event; drives nothing.
+
+        Raises:
+            OperationRefused: unknown_run, or wrong_state when the run has no open write.
+        """
+        view = await self.view(run_id)
+        if view.state is not RunState.NEEDS_RECONCILIATION:
+            if view.pending is not None:
+                raise wrong_state(
+                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
+                    f"at seq {view.pending.seq} is safe to perform again, so `salvor resume {run_id}` finishes it"
+                )
+            raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
+        _, view = await self.access.append(
+            run_id, [ToolCallCompleted(seq=view.pending.seq, output=output, settled_by="operator")], view
+        )
+        return view
+
+    async def abandon(self, run_id: str, reason: str | None = None) -> tuple[int, RunView]:
+        """Retire a run by hand with a terminal RunAbandoned; returns (appended seq, view).
+
+        Raises:
+            OperationRefused: unknown_run, or wrong_state for a terminal run.
+        """
+        view = await self.view(run_id)
+        if view.terminal:
+            raise wrong_state(f"run {run_id} is already {view.state.value}; there is nothing left to abandon")
+        unresolved = None
+        if view.state is RunState.NEEDS_RECONCILIATION:
+            unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}
+        envelopes, view = await self.access.append(
+            run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
+        )
+        return envelopes[-1].seq, view
+
+    async def due_runs(self, now: datetime | None = None) -> list[str]:
+        return await self.access.read(self.access.store.due_runs, now or datetime.now(timezone.utc))

@@ -1,0 +1,58 @@
+"""Readable one-line renderings of recorded events, for `salvor log` and live progress."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from salvor.protocol import TOOL_ERROR_KEY, Envelope, EventKind
+
+_MAX = 96
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= _MAX else text[: _MAX - 1] + "…"
+
+
+def describe(envelope: Envelope) -> str:
+    """``seq  time  Kind  detail  [Client]/[Operator]``."""
+    event = envelope.event
+    kind = event.KIND
+    payload = event.to_payload()
+    if kind is EventKind.RUN_STARTED:
+        detail = f"agent {payload['agent_def_hash'][:19]}… input {_short(payload['input'])}"
+        if payload.get("labels"):
+            detail += f" labels {_short(payload['labels'])}"
+    elif kind is EventKind.MODEL_CALL_REQUESTED:
+        detail = payload["request_hash"][:19] + "…"
+    elif kind is EventKind.MODEL_CALL_COMPLETED:
+        blocks = payload["response"].get("content", []) if isinstance(payload["response"], dict) else []
+        said = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        calls = [b.get("name") for b in blocks if b.get("type") == "tool_use"]
+        usage = payload["usage"]
+        detail = f"for seq {payload['seq']}: " + (
+            f"calls {', '.join(calls)}" if calls else _short(" ".join(said))
+        ) + f" ({usage['input_tokens']} in / {usage['output_tokens']} out)"
+    elif kind is EventKind.TOOL_CALL_REQUESTED:
+        detail = f"{payload['tool']} ({payload['effect']}) {_short(payload['input'])}"
+        if payload["idempotency_key"]:
+            detail += f" key {payload['idempotency_key']}"
+    elif kind is EventKind.TOOL_CALL_COMPLETED:
+        output = payload["output"]
+        if isinstance(output, dict) and TOOL_ERROR_KEY in output:
+            detail = f"for seq {payload['seq']}: error: {output[TOOL_ERROR_KEY]['message']}"
+        else:
+            detail = f"for seq {payload['seq']}: {_short(output)}"
+        if payload.get("deduplicated_from"):
+            detail += f" (copied from {payload['deduplicated_from']})"
+    elif kind is EventKind.SLEEP_COMPLETED:
+        detail = ""
+    else:
+        detail = _short(payload)
+    tags = ""
+    if payload.get("performed_by") == "client":
+        tags += " [Client]"
+    if payload.get("settled_by") == "operator":
+        tags += " [Operator]"
+    return f"{envelope.seq:>5}  {envelope.recorded_at}  {kind.value:<19} {detail}{tags}".rstrip()
