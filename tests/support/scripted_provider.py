@@ -1,0 +1,572 @@
+"""The scripted model provider: the one test double salvor's tests use.
+
+No real model is reachable from a test, so this module stands in for one:
+a real HTTP server on a loopback port that speaks the Anthropic Messages and
+OpenAI Chat Completions wire formats (plain JSON and server-sent events) and
+answers from a script. Because it is a real server on its own thread, it
+serves in-process trio code, the real provider SDKs and a salvor subprocess
+alike.
+
+It is written independently of ``salvor.daemon._model_wire`` on purpose: a
+shared translation bug would otherwise cancel itself out. The real SDKs keep
+this module honest (tests/test_scripted_provider.py).
+
+Every call is recorded before it is answered, so a test can count what the
+provider served (in total, or per distinct request) and can act while a call
+is in flight (``on_call``): block it, or kill the process that made it. A
+call whose client has gone away is still counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+JSON = dict[str, Any]
+
+ANTHROPIC_PATH = "/v1/messages"
+OPENAI_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderCall:
+    """One request the provider received.
+
+    ``body`` is the parsed JSON as sent; ``request`` is the same request in
+    salvor's neutral shape, so one script serves both wires. ``headers`` has
+    lower-cased names.
+    """
+
+    index: int
+    wire: str
+    body: JSON
+    request: JSON
+    headers: dict[str, str]
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The credential headers that came with the call (may be empty)."""
+        return {k: v for k, v in self.headers.items() if k in ("authorization", "x-api-key")}
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the caller sent, from whichever header carried it."""
+        # Anthropic accepts x-api-key and (in newer SDKs) a Bearer token.
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        return token if scheme.lower() == "bearer" and token else None
+
+    @property
+    def request_hash(self) -> str:
+        return request_hash(self.request)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """Answer with an HTTP error in the caller's wire format."""
+
+    status: int
+    message: str
+
+
+Reply = tuple[JSON, JSON] | ErrorReply
+Script = Callable[[ProviderCall], Reply]
+
+
+def request_hash(request: JSON) -> str:
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Ready-made scripts
+# --------------------------------------------------------------------------
+
+
+def text_reply(text: str, *, model: str = "scripted-model", input_tokens: int = 10,
+               output_tokens: int = 5, stop_reason: str = "end_turn") -> tuple[JSON, JSON]:
+    """A neutral text answer, for scripts given as a list."""
+    return ({"model": model, "content": [{"type": "text", "text": text}],
+             "stop_reason": stop_reason},
+            {"input_tokens": input_tokens, "output_tokens": output_tokens})
+
+
+def tool_loop_script(plan: Sequence[tuple[str, JSON]], *, final_text: str = "done") -> Script:
+    """A script that walks ``plan``, one tool call per model call, then answers.
+
+    The answer depends only on the request: with k tool results already in
+    the conversation it calls ``plan[k]`` (id ``toolu_<k>``), and once every
+    planned call has a result it answers ``final_text``. A request re-issued
+    after a crash therefore gets the same answer as the first time.
+    """
+    plan = list(plan)
+
+    def script(call: ProviderCall) -> Reply:
+        request = call.request
+        k = sum(
+            1
+            for message in request["messages"]
+            for block in message["content"]
+            if block["type"] == "tool_result"
+        )
+        if k < len(plan):
+            name, tool_input = plan[k]
+            content = [{"type": "tool_use", "id": f"toolu_{k}", "name": name,
+                        "input": tool_input}]
+            stop = "tool_use"
+        else:
+            content = [{"type": "text", "text": final_text}]
+            stop = "end_turn"
+        usage = {"input_tokens": 10 + 10 * k, "output_tokens": 5}
+        return {"model": request["model"], "content": content, "stop_reason": stop}, usage
+
+    return script
+
+
+# --------------------------------------------------------------------------
+# Wire body -> neutral request
+# --------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+
+
+def _neutral_block(block: JSON) -> JSON | None:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block["text"]}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block["id"], "name": block["name"],
+                "input": block.get("input", {})}
+    if kind == "tool_result":
+        out = {"type": "tool_result", "tool_use_id": block["tool_use_id"],
+               "content": _text_of(block.get("content", ""))}
+        if block.get("is_error"):
+            out["is_error"] = True
+        return out
+    return None
+
+
+def anthropic_to_neutral(body: JSON) -> JSON:
+    request: JSON = {"model": body.get("model"), "max_tokens": body.get("max_tokens")}
+    if body.get("system"):
+        request["system"] = _text_of(body["system"])
+    messages = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        blocks = [b for b in map(_neutral_block, content) if b is not None]
+        messages.append({"role": message["role"], "content": blocks})
+    request["messages"] = messages
+    if body.get("tools"):
+        request["tools"] = [
+            {"name": t["name"], "description": t.get("description", ""),
+             "input_schema": t.get("input_schema", {})}
+            for t in body["tools"]
+        ]
+    return request
+
+
+def openai_to_neutral(body: JSON) -> JSON:
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    request: JSON = {"model": body.get("model"), "max_tokens": max_tokens}
+    systems: list[str] = []
+    messages: list[JSON] = []
+
+    def add(role: str, blocks: list[JSON]) -> None:
+        # Tool results and the user text after them are one neutral user turn.
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for message in body.get("messages", []):
+        role = message.get("role")
+        if role in ("system", "developer"):
+            systems.append(_text_of(message.get("content")))
+        elif role == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                add("user", [{"type": "text", "text": content}])
+            else:
+                add("user", [{"type": "text", "text": p["text"]}
+                             for p in content if p.get("type") == "text"])
+        elif role == "tool":
+            add("user", [{"type": "tool_result", "tool_use_id": message["tool_call_id"],
+                          "content": _text_of(message.get("content"))}])
+        elif role == "assistant":
+            blocks: list[JSON] = []
+            text = _text_of(message.get("content"))
+            if text:
+                blocks.append({"type": "text", "text": text})
+            for call in message.get("tool_calls") or []:
+                arguments = call["function"].get("arguments") or "{}"
+                blocks.append({"type": "tool_use", "id": call["id"],
+                               "name": call["function"]["name"],
+                               "input": json.loads(arguments)})
+            add("assistant", blocks)
+    if systems:
+        request["system"] = "\n\n".join(systems)
+    request["messages"] = messages
+    if body.get("tools"):
+        request["tools"] = [
+            {"name": t["function"]["name"],
+             "description": t["function"].get("description", ""),
+             "input_schema": t["function"].get("parameters", {})}
+            for t in body["tools"]
+        ]
+    # Keep the neutral key order: model, max_tokens, system, messages, tools.
+    order = ["model", "max_tokens", "system", "messages", "tools"]
+    return {k: request[k] for k in order if k in request}
+
+
+# --------------------------------------------------------------------------
+# Neutral reply -> wire bodies and event streams
+# --------------------------------------------------------------------------
+
+
+def _pieces(text: str, parts: int = 3) -> list[str]:
+    """Split text in a few pieces, so clients must really concatenate deltas."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // parts))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def _anthropic_message(index: int, response: JSON, usage: JSON, model: str) -> JSON:
+    return {"id": f"msg_scripted_{index}", "type": "message", "role": "assistant",
+            "model": response.get("model") or model, "content": response["content"],
+            "stop_reason": response["stop_reason"], "stop_sequence": None,
+            "usage": {"input_tokens": usage["input_tokens"],
+                      "output_tokens": usage["output_tokens"]}}
+
+
+def _anthropic_events(index: int, response: JSON, usage: JSON, model: str) -> list[tuple]:
+    start = _anthropic_message(index, response, usage, model)
+    start.update(content=[], stop_reason=None,
+                 usage={"input_tokens": usage["input_tokens"], "output_tokens": 1})
+    events: list[tuple] = [("message_start", {"type": "message_start", "message": start}),
+                           ("ping", {"type": "ping"})]
+    for i, block in enumerate(response["content"]):
+        if block["type"] == "text":
+            first = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": t} for t in _pieces(block["text"])]
+        else:
+            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            arguments = json.dumps(block["input"], ensure_ascii=False)
+            deltas = [{"type": "input_json_delta", "partial_json": t}
+                      for t in [""] + _pieces(arguments)]
+        events.append(("content_block_start",
+                       {"type": "content_block_start", "index": i, "content_block": first}))
+        events += [("content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": response["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": usage["output_tokens"]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+
+
+def _openai_parts(response: JSON) -> tuple[str | None, list[JSON]]:
+    text = "".join(b["text"] for b in response["content"] if b["type"] == "text")
+    calls = [{"id": b["id"], "type": "function",
+              "function": {"name": b["name"],
+                           "arguments": json.dumps(b["input"], ensure_ascii=False)}}
+             for b in response["content"] if b["type"] == "tool_use"]
+    return text or None, calls
+
+
+def _openai_usage(usage: JSON) -> JSON:
+    return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
+
+
+def _openai_completion(index: int, response: JSON, usage: JSON, model: str) -> JSON:
+    text, calls = _openai_parts(response)
+    message: JSON = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
+    return {"id": f"chatcmpl-scripted-{index}", "object": "chat.completion", "created": 0,
+            "model": response.get("model") or model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": _FINISH[response["stop_reason"]]}],
+            "usage": _openai_usage(usage)}
+
+
+def _openai_chunks(index: int, response: JSON, usage: JSON, model: str,
+                   include_usage: bool) -> list[tuple]:
+    text, calls = _openai_parts(response)
+    base = {"id": f"chatcmpl-scripted-{index}", "object": "chat.completion.chunk",
+            "created": 0, "model": response.get("model") or model}
+
+    def chunk(delta: JSON, finish: str | None = None) -> tuple:
+        return (None, dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None,
+                                           "finish_reason": finish}]))
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": t}) for t in _pieces(text or "")]
+    for i, call in enumerate(calls):
+        chunks.append(chunk({"tool_calls": [{
+            "index": i, "id": call["id"], "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": t}}]})
+                   for t in _pieces(call["function"]["arguments"])]
+    chunks.append(chunk({}, _FINISH[response["stop_reason"]]))
+    if include_usage:
+        chunks.append((None, dict(base, choices=[], usage=_openai_usage(usage))))
+    return chunks
+
+
+def _anthropic_error(status: int, message: str) -> JSON:
+    kinds = {400: "invalid_request_error", 401: "authentication_error",
+             403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+             429: "rate_limit_error", 529: "overloaded_error"}
+    return {"type": "error", "error": {"type": kinds.get(status, "api_error"),
+                                       "message": message}}
+
+
+def _openai_error(status: int, message: str) -> JSON:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+# --------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    calls: list[ProviderCall] = field(default_factory=list)
+    condition: threading.Condition = field(default_factory=threading.Condition)
+
+
+class ScriptedProvider:
+    """A model provider on a loopback port, answering from a script.
+
+    Args:
+      script: a function of the call, or a list of replies served in order
+        (past its end the provider answers HTTP 500 saying so).
+      host: interface to bind; the port is chosen by the OS.
+      on_call: run in the server thread after a call is recorded and before
+        it is answered. An exception there answers HTTP 500.
+
+    The server starts when the object is built and stops on ``stop()`` or
+    when its ``with`` block ends.
+    """
+
+    def __init__(self, script: Script | Sequence[Reply], *, host: str = "127.0.0.1",
+                 on_call: Callable[[ProviderCall], None] | None = None) -> None:
+        if callable(script):
+            self._script: Script = script
+        else:
+            replies = list(script)
+
+            def from_list(call: ProviderCall) -> Reply:
+                if call.index >= len(replies):
+                    return ErrorReply(500, f"scripted provider: no reply scripted for call "
+                                           f"{call.index} (the script has {len(replies)})")
+                return replies[call.index]
+
+            self._script = from_list
+        self.on_call = on_call
+        self._state = _State()
+        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self._server.daemon_threads = True
+        # serve_forever notices shutdown() only between polls; a short poll
+        # keeps each test's teardown from costing half a second.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
+                                        name="scripted-provider", daemon=True)
+        self._thread.start()
+        self._stopped = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        """Stop accepting calls and close the listening socket (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- counting ----------------------------------------------------------
+
+    @property
+    def calls(self) -> list[ProviderCall]:
+        """A snapshot of the calls received so far, in arrival order."""
+        with self._state.condition:
+            return list(self._state.calls)
+
+    @property
+    def call_count(self) -> int:
+        with self._state.condition:
+            return len(self._state.calls)
+
+    @property
+    def auth_headers(self) -> list[dict[str, str]]:
+        """The credential headers of each call, in arrival order."""
+        return [call.auth for call in self.calls]
+
+    def count_by_request_hash(self) -> Counter[str]:
+        """How often each distinct neutral request was served (sha256 hex keys)."""
+        return Counter(call.request_hash for call in self.calls)
+
+    def wait_for_calls(self, n: int, timeout: float) -> None:
+        """Block until at least ``n`` calls have arrived.
+
+        Blocks the calling thread: from trio, run it in
+        ``trio.to_thread.run_sync``.
+
+        Raises:
+          TimeoutError: fewer than ``n`` calls arrived within ``timeout``.
+        """
+        with self._state.condition:
+            if not self._state.condition.wait_for(lambda: len(self._state.calls) >= n,
+                                                  timeout=timeout):
+                raise TimeoutError(f"scripted provider: {len(self._state.calls)} of {n} calls "
+                                   f"arrived within {timeout}s")
+
+    # -- serving (server threads) --------------------------------------------
+
+    def _record(self, wire: str, body: JSON, request: JSON,
+                headers: dict[str, str]) -> ProviderCall:
+        with self._state.condition:
+            call = ProviderCall(index=len(self._state.calls), wire=wire, body=body,
+                                request=request, headers=headers)
+            self._state.calls.append(call)
+            self._state.condition.notify_all()
+        return call
+
+    def _answer(self, call: ProviderCall) -> tuple[int, str, bytes]:
+        """(status, content type, body bytes) for a recorded call."""
+        if self.on_call is not None:
+            self.on_call(call)
+        reply = self._script(call)
+        error = _anthropic_error if call.wire == "anthropic" else _openai_error
+        if isinstance(reply, ErrorReply):
+            return reply.status, "application/json", _json_bytes(error(reply.status,
+                                                                       reply.message))
+        response, usage = reply
+        model = call.body.get("model", "")
+        if call.wire == "anthropic":
+            if call.stream:
+                return 200, "text/event-stream", _sse(
+                    _anthropic_events(call.index, response, usage, model), named=True)
+            return 200, "application/json", _json_bytes(
+                _anthropic_message(call.index, response, usage, model))
+        if call.stream:
+            include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
+            chunks = _openai_chunks(call.index, response, usage, model, include_usage)
+            return 200, "text/event-stream", _sse(chunks, named=False) + b"data: [DONE]\n\n"
+        return 200, "application/json", _json_bytes(
+            _openai_completion(call.index, response, usage, model))
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+def _sse(events: list[tuple], *, named: bool) -> bytes:
+    # Anthropic names every event; OpenAI sends bare data lines.
+    out = []
+    for name, data in events:
+        prefix = f"event: {name}\n" if named and name else ""
+        out.append(f"{prefix}data: {json.dumps(data, ensure_ascii=False)}\n\n")
+    return "".join(out).encode()
+
+
+def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
+    routes = {ANTHROPIC_PATH: ("anthropic", anthropic_to_neutral),
+              OPENAI_PATH: ("openai", openai_to_neutral)}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+        def _send(self, status: int, content_type: str, payload: bytes) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(payload)))
+            # One call per connection: a stopped provider must not keep
+            # answering on a connection a client pooled earlier.
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(payload)
+            self.close_connection = True
+
+        def _not_found(self) -> None:
+            message = f"scripted provider: no route for {self.command} {self.path}"
+            self._send(404, "application/json",
+                       _json_bytes({"type": "error", "error": {"type": "not_found_error",
+                                                               "message": message}}))
+
+        def do_GET(self) -> None:
+            self._not_found()
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path not in routes:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                self._not_found()
+                return
+            wire, to_neutral = routes[path]
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length)
+            error = _anthropic_error if wire == "anthropic" else _openai_error
+            try:
+                body = json.loads(raw)
+                request = to_neutral(body)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                self._send(400, "application/json",
+                           _json_bytes(error(400, f"scripted provider: bad request: {exc!r}")))
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            call = provider._record(wire, body, request, headers)
+            try:
+                status, content_type, payload = provider._answer(call)
+            except Exception as exc:  # noqa: BLE001 - a failing script must surface in the test
+                status, content_type = 500, "application/json"
+                payload = _json_bytes(error(500, f"scripted provider: script failed on call "
+                                                 f"{call.index}: {exc!r}"))
+            try:
+                self._send(status, content_type, payload)
+            except OSError:
+                pass  # the client went away (e.g. it was killed); the call still counts
+
+    return Handler
