@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any, Callable
 
 from salvor.protocol import (
@@ -27,7 +28,7 @@ from salvor.protocol import (
 
 from ._agent_def import AgentDefinition
 from ._model_gateway import ModelGateway, resolve_endpoint
-from ._run_context import DriveInterrupted, Parked, RunContext
+from ._run_context import DriveInterrupted, Parked, RunContext, utc_now
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
 
@@ -188,6 +189,7 @@ async def drive(
     *,
     gateway: ModelGateway | None = None,
     on_record: Callable[[list[Envelope]], None] | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
@@ -198,7 +200,7 @@ async def drive(
             nothing was recorded.
     """
     log = await access.read(access.store.read_log, run_id)
-    ctx = RunContext(access, run_id, log, on_record=on_record)
+    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:
         return ctx.view
     own_gateway = gateway is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable
 
 from salvor.protocol import (
@@ -34,6 +34,7 @@ from salvor.store import SeqConflict
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
 from ._agent_loop import drive
 from ._errors import OperationRefused, bad_request, unknown_agent, unknown_run, wrong_state
+from ._run_context import utc_now
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
 
@@ -75,9 +76,17 @@ def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
 class Runtime:
     """Run operations over one store and one tool registry."""
 
-    def __init__(self, access: StoreAccess, registry: ToolRegistry) -> None:
+    def __init__(
+        self,
+        access: StoreAccess,
+        registry: ToolRegistry,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
         self.access = access
         self.registry = registry
+        # Every clock reading of a drive comes from here (and is recorded).
+        self.clock = clock
 
     # -- agents -------------------------------------------------------------
 
@@ -162,7 +171,7 @@ class Runtime:
         if agent is None:
             view = await self.view(run_id)
             agent = await self.load_agent(view.agent_def_hash)
-        return await drive(self.access, run_id, agent, self.registry, on_record=on_record)
+        return await drive(self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock)
 
     async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.
@@ -190,7 +199,7 @@ class Runtime:
             raise needs_reconciliation(run_id, view)
         if state is RunState.SLEEPING:
             wake_at = parse_instant(view.detail["wake_at"])
-            now = now or datetime.now(timezone.utc)
+            now = now or self.clock()
             if now < wake_at:
                 remaining = math.ceil((wake_at - now).total_seconds())
                 raise OperationRefused(
@@ -257,4 +266,4 @@ class Runtime:
         return envelopes[-1].seq, view
 
     async def due_runs(self, now: datetime | None = None) -> list[str]:
-        return await self.access.read(self.access.store.due_runs, now or datetime.now(timezone.utc))
+        return await self.access.read(self.access.store.due_runs, now or self.clock())

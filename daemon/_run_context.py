@@ -72,6 +72,10 @@ class DriveInterrupted(Exception):
         self.message = message
 
 
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 def tool_error(kind: str, message: str, attempts: int) -> dict:
     """The ``__salvor_error`` sentinel a failed tool call records as its output."""
     return {TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}}
@@ -87,8 +91,10 @@ class RunContext:
         log: Sequence[Envelope],
         *,
         on_record: Callable[[list[Envelope]], None] | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.access = access
+        self._clock = clock
         self.run_id = run_id
         self.cursor = ReplayCursor(log)
         self.view: RunView = fold(log)
@@ -138,9 +144,9 @@ class RunContext:
         """The clock, recorded as NowObserved so a replay sees the same instant."""
         if not self.live:
             return parse_instant(self.cursor.take(EventKind.NOW_OBSERVED).event.now)
-        moment = datetime.now(timezone.utc)
-        self._held.append(NowObserved(now=format_instant(moment)))
-        return parse_instant(format_instant(moment))
+        recorded = format_instant(self._clock())
+        self._held.append(NowObserved(now=recorded))
+        return parse_instant(recorded)
 
     async def random(self) -> str:
         """128 random bits as hex, recorded as RandomObserved."""
@@ -264,11 +270,12 @@ class RunContext:
     async def sleep_until(self, wake_at: datetime) -> None:
         """Continue once the recorded clock has passed ``wake_at``; park sleeping before."""
         while True:
+            reading_is_live = self.live
             moment = await self.now()
             if moment >= wake_at:
                 await self.control(SleepCompleted())
                 return
-            if self.live:
+            if reading_is_live:
                 await self.park(RunState.SLEEPING)
-            # In replay: an earlier drive found it not yet due and parked here;
-            # the next recorded event is a later clock reading.
+            # A recorded reading from an earlier drive that found the timer not
+            # yet due; the next reading is a later drive's (recorded or live).
