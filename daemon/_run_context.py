@@ -268,14 +268,18 @@ class RunContext:
         return output
 
     async def sleep_until(self, wake_at: datetime) -> None:
-        """Continue once the recorded clock has passed ``wake_at``; park sleeping before."""
-        while True:
-            reading_is_live = self.live
-            moment = await self.now()
-            if moment >= wake_at:
-                await self.control(SleepCompleted())
-                return
-            if reading_is_live:
-                await self.park(RunState.SLEEPING)
-            # A recorded reading from an earlier drive that found the timer not
-            # yet due; the next reading is a later drive's (recorded or live).
+        """Continue once the clock has passed ``wake_at``; park sleeping before.
+
+        A drive that finds the timer not yet due records nothing (the run is
+        exactly as asleep as it was); one that finds it due records the clock
+        reading that proved it, then SleepCompleted.
+        """
+        if not self.live:
+            await self.now()
+            await self.control(SleepCompleted())
+            return
+        moment = self._clock()
+        if moment < wake_at:
+            await self.park(RunState.SLEEPING)
+        self._held.append(NowObserved(now=format_instant(moment)))
+        await self.record(SleepCompleted())

@@ -1,0 +1,211 @@
+"""The `salvor` command line as a person and a script use it: real subprocesses
+over a real store, the scripted provider as the only double.
+
+Every refusal is one sentence on stderr with a non-zero exit, and leaves the
+store exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope, format_instant
+from salvor.store import EventStore
+from tests.support.scripted_provider import tool_loop_script
+
+from .conftest import agent_toml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "SALVOR_STORE": store_url, **(env or {})}
+    full_env.pop("SALVOR_FAULT_KILL_AFTER_SEQ", None)
+    return subprocess.run(
+        [sys.executable, "-m", "salvor.daemon._cli", *args],
+        capture_output=True, text=True, env=full_env, timeout=120, cwd=REPO,
+    )
+
+
+def one_sentence(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("salvor: ")
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def run_count(store_url: str) -> int:
+    with EventStore.open(store_url) as store:
+        page, _ = store.list_runs(limit=1000)
+        return len(page)
+
+
+def event_total(store_url: str) -> int:
+    with EventStore.open(store_url) as store:
+        page, _ = store.list_runs(limit=1000)
+        return sum(s.event_count for s in page)
+
+
+@pytest.fixture
+def agent_file(tmp_path: Path, providers):
+    provider = providers(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-9"}),
+                                           ("issue_refund", {"invoice_id": "INV-9", "amount_cents": 300})],
+                                          final_text="refunded"))
+    path = tmp_path / "agent.toml"
+    path.write_text(agent_toml(provider.base_url, tools=["lookup_invoice", "issue_refund"]))
+    return path
+
+
+def test_the_readme_first_command_runs_offline(store_url):
+    result = salvor(store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1001"}')
+    assert result.returncode == 0, result.stderr
+    run_id, summary = result.stdout.splitlines()[0], result.stdout.splitlines()[1]
+    assert summary.startswith(f"run {run_id} completed: ")
+    replay = json.loads(salvor(store_url, "replay", run_id, "--dry-run").stdout)
+    assert replay["status"]["state"] == "completed"
+    assert replay["pending"] is None
+
+
+def test_run_prints_the_id_first_then_the_outcome_and_json_for_scripts(store_url, agent_file):
+    result = salvor(store_url, "run", str(agent_file), "--input", '{"invoice_id": "INV-9"}', "--label", "build=42", "--json")
+    assert result.returncode == 0, result.stderr
+    first, last = (json.loads(line) for line in result.stdout.splitlines())
+    run_id = first["run"]
+    assert last["run"] == run_id
+    assert last["status"] == {"state": "completed", "output": "refunded"}
+    assert last["next_seq"] == 12 and last["pending"] is None
+
+    listing = json.loads(salvor(store_url, "runs", "--json").stdout)["runs"]
+    assert [r["run"] for r in listing] == [run_id]
+    assert listing[0]["labels"] == {"build": "42"}
+    assert listing[0]["step_count"] == 3
+
+    history = salvor(store_url, "history", run_id, "--json").stdout.splitlines()
+    envelopes = [decode_envelope(line) for line in history]
+    assert [e.seq for e in envelopes] == list(range(12))
+    check_batch(EMPTY_VIEW, envelopes)
+    with EventStore.open(store_url) as store:
+        from salvor.protocol import encode_envelope
+
+        assert history == [encode_envelope(e) for e in store.read_log(run_id)]
+
+
+def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, tmp_path):
+    env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund", "SALVOR_DEMO_EFFECTS": str(tmp_path / "fx.jsonl")}
+    run_id = "7d3f8a52-0d6e-4c1b-9a56-3f2a1b7c9d10"
+    killed = salvor(store_url, "run", str(agent_file), "--run-id", run_id, env=env)
+    assert killed.returncode == -9
+    refused = salvor(store_url, "resume", run_id)
+    one_sentence(refused, "needs reconciliation", "salvor resolve")
+    assert salvor(store_url, "resolve", run_id, "--output", '{"refund_id": "rf_1"}').returncode == 0
+    done = salvor(store_url, "resume", run_id)
+    assert done.returncode == 0 and "completed" in done.stdout
+    log = salvor(store_url, "log", run_id).stdout
+    tagged = [line for line in log.splitlines() if "[Operator]" in line]
+    assert len(tagged) == 1 and "ToolCallCompleted" in tagged[0]
+
+
+def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
+    wake_at = {}
+
+    def script(call):
+        if call.index == 0:  # decided at call time, so the instant is just ahead of now
+            wake_at["at"] = format_instant(datetime.now(timezone.utc) + timedelta(seconds=3))
+        return tool_loop_script([("wait_until", {"wake_at": wake_at["at"]})], final_text="woke")(call)
+
+    provider = providers(script)
+    path = tmp_path / "sleeper.toml"
+    path.write_text(agent_toml(provider.base_url, tools=["wait_until"]))
+    result = salvor(store_url, "run", str(path))
+    assert result.returncode == 0 and "sleeping until" in result.stdout
+    run_id = result.stdout.splitlines()[0]
+    early = salvor(store_url, "resume", run_id, "--json")
+    assert early.returncode == 1
+    assert json.loads(early.stdout)["error"]["code"] == "still_sleeping"
+    deadline = datetime.fromisoformat(wake_at["at"].replace("Z", "+00:00"))
+    time.sleep(max(0.0, (deadline - datetime.now(timezone.utc)).total_seconds()) + 0.05)
+    woken = salvor(store_url, "wake")
+    assert woken.returncode == 0, woken.stderr
+    assert f"run {run_id} completed" in woken.stdout
+    assert salvor(store_url, "wake").stdout.strip() == "no sleeping run is due"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["run", "AGENT", "--input", "{not json"], ["--input is not valid JSON"]),
+        (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
+        (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
+        (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),
+        (["run", "missing-agent.toml"], ["cannot read agent file"]),
+        (["run", "sha256:0000"], ["no agent sha256:0000 is stored here"]),
+        (["resume", "00000000-0000-4000-8000-000000000000"], ["no run 00000000-0000-4000-8000-000000000000"]),
+        (["resolve", "00000000-0000-4000-8000-000000000000", "--output", "{}"], ["no run"]),
+        (["abandon", "00000000-0000-4000-8000-000000000000"], ["no run"]),
+        (["history", "00000000-0000-4000-8000-000000000000"], ["no run"]),
+        (["log", "00000000-0000-4000-8000-000000000000"], ["no run"]),
+        (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no run"]),
+        (["resume", "run-1"], ["not a run id"]),
+    ],
+)
+def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, args, fragments):
+    args = [str(agent_file) if a == "AGENT" else a for a in args]
+    result = salvor(store_url, *args)
+    one_sentence(result, *fragments)
+    assert run_count(store_url) == 0
+
+
+@pytest.mark.parametrize(
+    ("definition", "fragment"),
+    [
+        ('model = "m"\nbudgetz = 3\n', "unknown field `budgetz`"),
+        ('name = "x"\n', "`model` is required"),
+        ('model = "m"\nname = "' + "n" * 65 + '"\n', "at most 64 characters"),
+        ('model = "m"\nname = "   "\n', "must not be empty"),
+        ('model = "m"\n[[tools]]\nname = "rm_rf"\n', "unknown tool 'rm_rf'"),
+        ('model = "m"\n[budgets]\ncost_usd = 2.0\n', "needs a [pricing] table"),
+        ('model = "m"\n[llm]\nprovider = "gemini"\n', "provider must be one of"),
+        ('model = = "m"\n', "not valid TOML"),
+    ],
+)
+def test_a_definition_that_does_not_validate_is_refused(store_url, tmp_path, definition, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(definition)
+    one_sentence(salvor(store_url, "run", str(path)), fragment)
+    assert run_count(store_url) == 0
+
+
+def test_verbs_in_the_wrong_state_are_refused_and_record_nothing(store_url, agent_file):
+    run_id = salvor(store_url, "run", str(agent_file)).stdout.splitlines()[0]
+    before = event_total(store_url)
+    one_sentence(salvor(store_url, "resolve", run_id, "--output", "{}"), "no dangling write")
+    one_sentence(salvor(store_url, "abandon", run_id), "already completed")
+    one_sentence(salvor(store_url, "resolve", run_id, "--output", "nope"), "--output is not valid JSON")
+    one_sentence(salvor(store_url, "replay", run_id), "--dry-run")
+    assert event_total(store_url) == before
+    finished = salvor(store_url, "resume", run_id)
+    assert finished.returncode == 0 and "completed" in finished.stdout
+
+
+def test_a_store_that_cannot_be_opened_is_one_sentence(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = salvor(f"sqlite:///{blocker}/under-a-file/salvor.db", "runs")
+    one_sentence(result)
+
+
+def test_a_usage_error_exits_2(store_url):
+    result = salvor(store_url, "resolve", "00000000-0000-4000-8000-000000000000")
+    assert result.returncode == 2
+    assert "--output" in result.stderr
