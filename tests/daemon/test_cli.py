@@ -209,3 +209,32 @@ def test_a_usage_error_exits_2(store_url):
     result = salvor(store_url, "resolve", "00000000-0000-4000-8000-000000000000")
     assert result.returncode == 2
     assert "--output" in result.stderr
+
+
+def test_progress_is_shown_on_a_terminal(store_url, agent_file):
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "SALVOR_STORE": store_url}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "salvor.daemon._cli", "run", str(agent_file)],
+        stdout=subprocess.PIPE, stderr=follower, env=env, cwd=REPO, text=True,
+    )
+    os.close(follower)
+    stdout, _ = process.communicate(timeout=120)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    progress = b"".join(chunks).decode()
+    assert process.returncode == 0
+    for kind in ("RunStarted", "ModelCallRequested", "ToolCallRequested", "RunCompleted"):
+        assert kind in progress
+    # Scripts reading stdout get only the id and the outcome.
+    assert len(stdout.splitlines()) == 2
