@@ -234,7 +234,7 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
     os.close(leader)
     progress = b"".join(chunks).decode()
     assert process.returncode == 0
-    for kind in ("RunStarted", "ModelCallRequested", "ToolCallRequested", "RunCompleted"):
+    for kind in ("ModelCallRequested", "ToolCallRequested", "ToolCallCompleted", "RunCompleted"):
         assert kind in progress
     # Scripts reading stdout get only the id and the outcome.
     assert len(stdout.splitlines()) == 2
