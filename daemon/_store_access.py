@@ -77,7 +77,7 @@ class StoreAccess:
                 group.append(item)
             try:
                 results = self.store.append_batch([p.request for p in group])
-            except BaseException as exc:  # the whole batch failed: every caller hears why
+            except Exception as exc:  # the whole batch failed: every caller hears why
                 results = [exc] * len(group)
             for pending, result in zip(group, results):
                 pending.result = result
