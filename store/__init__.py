@@ -1,0 +1,23 @@
+"""salvor's store: run logs, their materialised folds, agents and idempotency
+claims in SQLite (the default) or PostgreSQL, through synchronous SQLAlchemy
+Core. The only code in salvor that talks to a database; the daemon calls it
+from threads.
+"""
+
+from ._errors import BadCursor as BadCursor
+from ._errors import ClaimHeld as ClaimHeld
+from ._errors import CorruptLog as CorruptLog
+from ._errors import SeqConflict as SeqConflict
+from ._errors import StoreError as StoreError
+from ._errors import StoreTooNew as StoreTooNew
+from ._errors import StoreUnavailable as StoreUnavailable
+from ._event_store import AppendRequest as AppendRequest
+from ._event_store import Claim as Claim
+from ._event_store import EventStore as EventStore
+from ._event_store import RunSummary as RunSummary
+from ._event_store import StoredAgent as StoredAgent
+from ._location import default_store_url as default_store_url
+from ._location import normalize_store_url as normalize_store_url
+from ._schema import STORE_VERSION as STORE_VERSION
+from ._view_codec import view_from_json as view_from_json
+from ._view_codec import view_to_json as view_to_json

@@ -1,0 +1,107 @@
+"""Turning a store URL into a SQLAlchemy engine, with SQLite hardened once.
+
+SQLite is set up in a connect hook, the documented pysqlite recipe: the
+driver's own transaction handling is switched off (``isolation_level =
+None``) and the engine's ``begin`` event emits ``BEGIN IMMEDIATE``, so a
+writer takes the write lock when its transaction starts instead of failing
+with ``SQLITE_BUSY`` halfway through it. Reads go through an engine view
+marked ``salvor_read`` and begin a deferred transaction, so they never queue
+behind the write lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from ._errors import StoreUnavailable
+
+SYNCHRONOUS_MODES = ("FULL", "NORMAL", "OFF")
+BUSY_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_SECONDS = 5
+READ_OPTION = "salvor_read"
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
+def create_store_engine(url: str, *, synchronous: str = "FULL") -> Engine:
+    """An engine for ``url`` (already normalised), not yet connected.
+
+    Raises:
+        StoreUnavailable: the URL does not parse, names an in-memory SQLite
+            database, or the SQLite file's directory cannot be created.
+        ValueError: ``synchronous`` is not FULL, NORMAL or OFF.
+    """
+    mode = synchronous.upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(
+            f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
+        )
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise StoreUnavailable(f"the store URL {url!r} does not parse ({exc})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(url, parsed.database, mode)
+    if backend == "postgresql":
+        connect_args = {}
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        # pre-ping lets a long-lived daemon ride out a database restart.
+        return create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+    raise StoreUnavailable(
+        f"the store URL {display_url(url)} names a {backend} database; salvor stores "
+        "runs in SQLite or PostgreSQL"
+    )
+
+
+def _sqlite_engine(url: str, database: str | None, synchronous: str) -> Engine:
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        raise StoreUnavailable(
+            f"the store URL {url} names an in-memory SQLite database, which would lose "
+            "every run at exit; give a file path"
+        )
+    path = Path(database)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"cannot create the store directory {path.parent} ({exc.strerror or exc})"
+        ) from None
+    engine = create_engine(url)
+    pragmas = (
+        f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
+        "PRAGMA journal_mode = WAL",
+        f"PRAGMA synchronous = {synchronous}",
+        "PRAGMA foreign_keys = OFF",
+    )
+
+    @event.listens_for(engine, "connect")
+    def _harden(dbapi_connection, _record) -> None:
+        # Take transaction control away from the driver; "begin" below owns it.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in pragmas:
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection) -> None:
+        if connection.get_execution_options().get(READ_OPTION):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

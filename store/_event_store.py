@@ -1,0 +1,1017 @@
+"""The event store: append-only run logs with their materialised folds.
+
+Rules of this module:
+
+* An append is one transaction: the batch's events, the run's ``runs`` row
+  (the fold after the batch) and any idempotency claim change commit
+  together or not at all. A refused, conflicting or failed append leaves the
+  store exactly as it was.
+* The guard runs before the transaction: nothing the pure core refuses is
+  ever offered to the database, and no lock is held while it decides.
+* ``recorded_at`` is this store's clock, read once per batch.
+* Reads never fail a whole listing for one run's bad row: the failure is
+  scoped to that run's entry.
+* Statements are built once at import time and reused; the append path does
+  no SELECT.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from salvor.protocol import (
+    SCHEMA_VERSION,
+    Envelope,
+    Event,
+    GuardRefusal,
+    MalformedEvent,
+    RunState,
+    RunView,
+    ToolCallCompleted,
+    ToolCallRequested,
+    check_batch,
+    decode_event,
+    encode_payload,
+    fold,
+    format_instant,
+    parse_instant,
+)
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from ._direct import DirectStatement
+from ._engine import READ_OPTION, create_store_engine, display_url
+from ._errors import (
+    BadCursor,
+    ClaimHeld,
+    CorruptLog,
+    SeqConflict,
+    StoreError,
+    StoreUnavailable,
+)
+from ._location import normalize_store_url
+from ._schema import agents, claims, ensure_schema, events, runs
+from ._view_codec import dumps, view_from_json, view_to_json
+
+_INTERRUPTED_STATES = (
+    RunState.RUNNING.value,
+    RunState.AWAITING_MODEL.value,
+    RunState.AWAITING_TOOL.value,
+)
+# Scan size when a label filter has to look past rows the SQL prefilter let through.
+_LABEL_SCAN_CHUNK = 200
+# Any constant works: it only has to be the same in every salvor process.
+_PG_SCHEMA_LOCK = 0x5A1F0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendRequest:
+    """One run's batch for ``EventStore.append_batch`` (the arguments of ``append``)."""
+
+    run_id: str
+    events: Sequence[Event]
+    view: RunView
+    claim: str | None = None
+    settle: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary:
+    """One run as a listing reports it, read from its ``runs`` row.
+
+    Every field but ``run_id``, ``event_count`` and the two instants is None
+    when the row's JSON cannot be decoded: that run's entry is degraded, the
+    listing is not failed.
+    """
+
+    run_id: str
+    event_count: int
+    first_recorded_at: str
+    last_recorded_at: str
+    status: dict | None
+    state: str | None
+    usage: dict | None
+    step_count: int | None
+    agent_def_hash: str | None
+    labels: dict | None
+    driven_by: str | None
+    wake_at: str | None
+    pending: dict | None
+
+    @property
+    def degraded(self) -> bool:
+        return self.status is None
+
+    def to_json(self) -> dict:
+        """The ``GET /v1/runs`` entry: unknown values are absent keys, never null."""
+        body: dict = {"run": self.run_id}
+        if self.status is not None:
+            body["status"] = self.status
+        body["event_count"] = self.event_count
+        body["first_recorded_at"] = self.first_recorded_at
+        body["last_recorded_at"] = self.last_recorded_at
+        if self.usage is not None:
+            body["usage"] = self.usage
+        if self.step_count is not None:
+            body["step_count"] = self.step_count
+        if self.agent_def_hash is not None:
+            body["agent_def_hash"] = self.agent_def_hash
+        if self.labels:
+            body["labels"] = self.labels
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredAgent:
+    """An agent definition as registered, verbatim."""
+
+    agent_def_hash: str
+    format: str
+    definition: str
+    name: str | None
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """An idempotency identity and the one run (and intent seq) allowed to execute it."""
+
+    identity: str
+    run_id: str
+    seq: int
+    state: str  # "open" | "settled"
+    output: Any
+
+
+# -- statements, built once ---------------------------------------------------
+
+_EVENT_KEYS = ("run_id", "seq", "kind", "schema_version", "recorded_at", "payload")
+_RUN_KEYS = tuple(column.name for column in runs.columns)
+# What an append after the first may change. Leaving the rest (run_id,
+# first_recorded_at, labels, ...) out of the SET keeps SQLite from rewriting
+# the indexes on them, which is a page per index in every commit.
+_PLACE_KEYS = ("state", "wake_at")
+_MUTABLE_RUN_KEYS = _PLACE_KEYS + (
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "step_count",
+    "event_count",
+    "last_recorded_at",
+    "pending",
+    "view",
+)
+_CLAIM_KEYS = ("identity", "run_id", "seq", "state", "output", "updated_at")
+_INSERT_EVENTS = insert(events)
+_INSERT_RUN = insert(runs)
+# The WHERE pins the run to the seq the caller's view was at, so a stale or
+# invented view cannot leave a gap in the log.
+_UPDATE_RUN = update(runs).where(
+    runs.c.run_id == bindparam("w_run_id"),
+    runs.c.event_count == bindparam("w_event_count"),
+)
+_INSERT_CLAIM = insert(claims)
+_SETTLE_CLAIM = (
+    update(claims)
+    .where(
+        claims.c.identity == bindparam("w_identity"),
+        claims.c.run_id == bindparam("w_run_id"),
+        claims.c.seq == bindparam("w_seq"),
+    )
+    .values(
+        state=bindparam("w_state"),
+        output=bindparam("w_output"),
+        updated_at=bindparam("w_updated_at"),
+    )
+)
+_SELECT_CLAIM = select(
+    claims.c.identity, claims.c.run_id, claims.c.seq, claims.c.state, claims.c.output
+).where(claims.c.identity == bindparam("identity"))
+_SELECT_LOG = (
+    select(
+        events.c.seq, events.c.schema_version, events.c.kind, events.c.recorded_at, events.c.payload
+    )
+    .where(events.c.run_id == bindparam("run_id"), events.c.seq >= bindparam("from_seq"))
+    .order_by(events.c.seq)
+)
+_SELECT_VIEW = select(runs.c.view).where(runs.c.run_id == bindparam("run_id"))
+_SUMMARY_COLUMNS = (
+    runs.c.run_id,
+    runs.c.event_count,
+    runs.c.first_recorded_at,
+    runs.c.last_recorded_at,
+    runs.c.status,
+    runs.c.state,
+    runs.c.input_tokens,
+    runs.c.output_tokens,
+    runs.c.step_count,
+    runs.c.agent_def_hash,
+    runs.c.labels,
+    runs.c.driven_by,
+    runs.c.wake_at,
+    runs.c.pending,
+)
+_AGENT_COLUMNS = (
+    agents.c.agent_def_hash,
+    agents.c.format,
+    agents.c.definition,
+    agents.c.name,
+    agents.c.created_at,
+)
+# Literal state so SQLite's planner can use the partial index on sleeping runs.
+_DUE_RUNS = (
+    select(runs.c.run_id)
+    .where(
+        text("state = 'sleeping'"),
+        runs.c.wake_at <= bindparam("now"),
+        runs.c.driven_by.is_(None),
+    )
+    .order_by(runs.c.wake_at, runs.c.run_id)
+)
+_INTERRUPTED_RUNS = (
+    select(runs.c.run_id)
+    .where(runs.c.state.in_(_INTERRUPTED_STATES), runs.c.driven_by.is_(None))
+    .order_by(runs.c.last_recorded_at, runs.c.run_id)
+)
+
+
+# -- the prepared append ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A guard-accepted batch, turned into rows before any transaction starts."""
+
+    run_id: str
+    envelopes: list[Envelope]
+    view: RunView
+    previous_count: int
+    # state and wake_at are what they were before the batch
+    in_place: bool
+    event_rows: list[dict]
+    run_row: dict
+    claim: dict | None
+    settle: dict | None
+
+
+class _IdentityTaken(Exception):
+    """Raised inside a transaction; turned into ClaimHeld once it has rolled back."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+
+def _now() -> str:
+    return format_instant(datetime.now(UTC))
+
+
+def _normal_wake_at(view: RunView) -> str | None:
+    # Normalised so that `wake_at <= now` compares instants, whatever RFC 3339
+    # spelling a client recorded.
+    wake_at = view.wake_at()
+    return None if wake_at is None else format_instant(parse_instant(wake_at))
+
+
+def _run_row(view: RunView) -> dict:
+    return {
+        "run_id": view.run_id,
+        "state": view.state.value,
+        "status": dumps(view.status()),
+        "wake_at": _normal_wake_at(view),
+        "driven_by": view.driven_by,
+        "agent_def_hash": view.agent_def_hash,
+        "labels": dumps(view.labels) if view.labels is not None else None,
+        "input_tokens": view.input_tokens,
+        "output_tokens": view.output_tokens,
+        "step_count": view.step_count,
+        "event_count": view.next_seq,
+        "first_recorded_at": view.first_recorded_at,
+        "last_recorded_at": view.last_recorded_at,
+        "pending": dumps(view.pending.to_json()) if view.pending is not None else None,
+        "view": dumps(view_to_json(view)),
+    }
+
+
+def _prepare(
+    run_id: str,
+    batch: Sequence[Event],
+    view: RunView,
+    claim: str | None,
+    settle: str | None,
+) -> _Prepared:
+    """Build the envelopes, let the guard decide, and make the rows.
+
+    Raises:
+        GuardRefusal: the batch is not legal after ``view``.
+        ValueError: an empty batch, or ``claim``/``settle`` without the event they need.
+    """
+    if not batch:
+        raise ValueError("an append needs at least one event")
+    recorded_at = _now()
+    start = view.next_seq
+    envelopes = [
+        Envelope(
+            run_id=run_id,
+            seq=start + offset,
+            schema_version=SCHEMA_VERSION,
+            recorded_at=recorded_at,
+            event=event,
+        )
+        for offset, event in enumerate(batch)
+    ]
+    new_view = check_batch(view, envelopes)
+    event_rows = [
+        {
+            "run_id": run_id,
+            "seq": envelope.seq,
+            "kind": envelope.event.KIND.value,
+            "schema_version": SCHEMA_VERSION,
+            "recorded_at": recorded_at,
+            "payload": encode_payload(envelope.event),
+        }
+        for envelope in envelopes
+    ]
+    claim_row = settle_row = None
+    if claim is not None:
+        intent = next((e for e in envelopes if isinstance(e.event, ToolCallRequested)), None)
+        if intent is None:
+            raise ValueError(f"claiming {claim!r} needs a ToolCallRequested in the batch")
+        claim_row = {
+            "identity": claim,
+            "run_id": run_id,
+            "seq": intent.seq,
+            "state": "open",
+            "output": None,
+            "updated_at": recorded_at,
+        }
+    if settle is not None:
+        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
+        if completion is None:
+            raise ValueError(f"settling {settle!r} needs a ToolCallCompleted in the batch")
+        settle_row = {
+            "w_state": "settled",
+            "w_identity": settle,
+            "w_run_id": run_id,
+            "w_seq": completion.event.seq,
+            "w_output": dumps(completion.event.output),
+            "w_updated_at": recorded_at,
+        }
+    run_row = _run_row(new_view)
+    run_row["w_run_id"] = run_id
+    run_row["w_event_count"] = start
+    return _Prepared(
+        run_id=run_id,
+        envelopes=envelopes,
+        view=new_view,
+        previous_count=start,
+        in_place=new_view.state is view.state and run_row["wake_at"] == _normal_wake_at(view),
+        event_rows=event_rows,
+        run_row=run_row,
+        claim=claim_row,
+        settle=settle_row,
+    )
+
+
+class _Writes:
+    """The append path's statements, compiled once for one dialect."""
+
+    __slots__ = (
+        "insert_claim",
+        "insert_events",
+        "insert_run",
+        "select_claim",
+        "settle_claim",
+        "update_run",
+        "update_run_in_place",
+    )
+
+    def __init__(self, dialect: Any) -> None:
+        self.insert_events = DirectStatement(_INSERT_EVENTS, dialect, keys=_EVENT_KEYS)
+        self.insert_run = DirectStatement(_INSERT_RUN, dialect, keys=_RUN_KEYS)
+        self.update_run = DirectStatement(_UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS)
+        # A batch that leaves state and wake_at as they were (a call and its
+        # completion) does not touch the indexes on them.
+        self.update_run_in_place = DirectStatement(
+            _UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS[len(_PLACE_KEYS) :]
+        )
+        self.insert_claim = DirectStatement(_INSERT_CLAIM, dialect, keys=_CLAIM_KEYS)
+        self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
+        self.select_claim = DirectStatement(_SELECT_CLAIM, dialect)
+
+
+def _append_txn(cursor: Any, writes: _Writes, integrity_error: type, prepared: _Prepared) -> None:
+    """The body of an append, inside a transaction the caller owns.
+
+    Raises:
+        SeqConflict: another writer got to one of these seqs first.
+        _IdentityTaken: the claim (or the claim being settled) belongs to someone else.
+    """
+    if prepared.claim is not None:
+        try:
+            writes.insert_claim.execute(cursor, prepared.claim)
+        except integrity_error:
+            raise _IdentityTaken(prepared.claim["identity"]) from None
+    try:
+        writes.insert_events.executemany(cursor, prepared.event_rows)
+    except integrity_error:
+        raise _seq_conflict(prepared) from None
+    if prepared.previous_count == 0:
+        try:
+            writes.insert_run.execute(cursor, prepared.run_row)
+        except integrity_error:
+            raise _seq_conflict(prepared) from None
+    else:
+        statement = writes.update_run_in_place if prepared.in_place else writes.update_run
+        if statement.execute(cursor, prepared.run_row).rowcount != 1:
+            raise _seq_conflict(prepared)
+    settle = prepared.settle
+    if settle is not None and writes.settle_claim.execute(cursor, settle).rowcount != 1:
+        _settle_unclaimed(cursor, writes, settle)
+
+
+def _settle_unclaimed(cursor: Any, writes: _Writes, settle: dict) -> None:
+    # Not settled by the update: either someone else holds the identity, or
+    # it was never claimed (an intent recorded before its tool declared a
+    # key). Recording the outcome of the latter is still right.
+    identity = settle["w_identity"]
+    if writes.select_claim.execute(cursor, {"identity": identity}).fetchone() is not None:
+        raise _IdentityTaken(identity)
+    writes.insert_claim.execute(
+        cursor,
+        {
+            "identity": identity,
+            "run_id": settle["w_run_id"],
+            "seq": settle["w_seq"],
+            "state": "settled",
+            "output": settle["w_output"],
+            "updated_at": settle["w_updated_at"],
+        },
+    )
+
+
+def _seq_conflict(prepared: _Prepared) -> SeqConflict:
+    first, last = prepared.envelopes[0].seq, prepared.envelopes[-1].seq
+    span = f"seq {first}" if first == last else f"seqs {first}-{last}"
+    return SeqConflict(
+        f"run {prepared.run_id} already has events at {span} or moved past seq {first} "
+        "(another writer appended first); nothing was written, re-read its view and retry"
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a driver error, without SQLAlchemy's statement dump."""
+    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = str(inner).strip().splitlines()
+    return lines[0].strip() if lines else type(inner).__name__
+
+
+def _loads_or_none(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _summary(row: Any) -> RunSummary:
+    try:
+        status = json.loads(row.status)
+        labels = _loads_or_none(row.labels)
+        pending = _loads_or_none(row.pending)
+        if not isinstance(status, dict) or not isinstance(labels, dict | None):
+            raise TypeError("status must be an object and labels an object or absent")
+        if not isinstance(pending, dict | None):
+            raise TypeError("pending must be an object or absent")
+    except (ValueError, TypeError):
+        return RunSummary(
+            run_id=row.run_id,
+            event_count=row.event_count,
+            first_recorded_at=row.first_recorded_at,
+            last_recorded_at=row.last_recorded_at,
+            status=None,
+            state=None,
+            usage=None,
+            step_count=None,
+            agent_def_hash=None,
+            labels=None,
+            driven_by=None,
+            wake_at=None,
+            pending=None,
+        )
+    return RunSummary(
+        run_id=row.run_id,
+        event_count=row.event_count,
+        first_recorded_at=row.first_recorded_at,
+        last_recorded_at=row.last_recorded_at,
+        status=status,
+        state=row.state,
+        usage={"input_tokens": row.input_tokens, "output_tokens": row.output_tokens},
+        step_count=row.step_count,
+        agent_def_hash=row.agent_def_hash,
+        labels=labels,
+        driven_by=row.driven_by,
+        wake_at=row.wake_at,
+        pending=pending,
+    )
+
+
+def _encode_cursor(summary: RunSummary) -> str:
+    raw = dumps([summary.first_recorded_at, summary.run_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        first, run_id = json.loads(raw)
+        if not isinstance(first, str) or not isinstance(run_id, str):
+            raise TypeError(cursor)
+    except (ValueError, TypeError, binascii.Error):
+        raise BadCursor(f"the listing cursor {cursor!r} is not one this store issued") from None
+    return first, run_id
+
+
+def _agent(row: Any) -> StoredAgent:
+    return StoredAgent(
+        agent_def_hash=row.agent_def_hash,
+        format=row.format,
+        definition=row.definition,
+        name=row.name,
+        created_at=row.created_at,
+    )
+
+
+def _claim(row: Any) -> Claim:
+    return Claim(
+        identity=row.identity,
+        run_id=row.run_id,
+        seq=row.seq,
+        state=row.state,
+        output=_loads_or_none(row.output),
+    )
+
+
+class EventStore:
+    """Run logs and their folds in SQLite or PostgreSQL. Safe to share between threads.
+
+    Error handling: every method raises ``StoreUnavailable`` when the
+    database cannot be reached or fails underneath it; a failed write left
+    nothing behind.
+    """
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
+        self._engine = engine
+        self._reader = engine.execution_options(**{READ_OPTION: True})
+        self.url = display_url(url)
+        self.dialect = engine.dialect.name
+        self._writes = _Writes(engine.dialect)
+        self._dbapi_error = engine.dialect.loaded_dbapi.Error
+        self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
+        # SQLite's driver was told not to begin transactions (see _engine).
+        self._begin = "BEGIN IMMEDIATE" if self.dialect == "sqlite" else None
+        # Appends share one held connection: they serialise on the database's
+        # write lock anyway, and a pool checkout per append costs more than
+        # the statements.
+        self._write_lock = threading.Lock()
+        self._writer: Any = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, *, synchronous: str = "FULL") -> EventStore:
+        """Open (creating or upgrading) the store at ``url``.
+
+        Args:
+            url: a file path, ``sqlite:///PATH`` or ``postgresql://...``.
+            synchronous: SQLite's ``synchronous`` pragma, FULL (the default:
+                a commit survives power loss), NORMAL or OFF.
+
+        Raises:
+            StoreUnavailable: the store cannot be created, reached or read.
+            StoreTooNew: the store was written by a newer salvor.
+        """
+        url = normalize_store_url(url)
+        engine = create_store_engine(url, synchronous=synchronous)
+        try:
+            with engine.begin() as connection:
+                if engine.dialect.name == "postgresql":
+                    # Two daemons opening a new database must not both create it.
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK}
+                    )
+                ensure_schema(connection, describe=display_url(url))
+        except StoreError:
+            engine.dispose()
+            raise
+        except (SQLAlchemyError, OSError) as exc:
+            engine.dispose()
+            raise StoreUnavailable(
+                f"cannot open the store at {display_url(url)}: {_reason(exc)}"
+            ) from None
+        return cls(engine, url)
+
+    def close(self) -> None:
+        """Release every connection. The store must not be used afterwards."""
+        with self._write_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<EventStore {self.url}>"
+
+    # -- appending ----------------------------------------------------------
+
+    def append(
+        self,
+        run_id: str,
+        events: Sequence[Event],
+        view: RunView,
+        *,
+        claim: str | None = None,
+        settle: str | None = None,
+    ) -> tuple[list[Envelope], RunView]:
+        """Append ``events`` to ``run_id``'s log after ``view``, durably, in one transaction.
+
+        Args:
+            run_id: the run.
+            events: the batch, recorded at ``view.next_seq``, ``+1``, ...
+            view: the run's current view (``EMPTY_VIEW`` for a new run).
+            claim: an idempotency identity to claim for the batch's
+                ``ToolCallRequested``.
+            settle: an identity to mark settled with the output of the batch's
+                ``ToolCallCompleted``.
+
+        Returns:
+            The recorded envelopes and the view after them.
+
+        Raises:
+            GuardRefusal: the batch is not legal after ``view``.
+            SeqConflict: another writer appended at one of these seqs first.
+            ClaimHeld: ``claim`` (or ``settle``) belongs to another intent.
+            StoreUnavailable: the database failed.
+            ValueError: an empty batch, or ``claim``/``settle`` without its event.
+
+        Every failure leaves the store as it was: nothing of the batch is written.
+        """
+        prepared = _prepare(run_id, events, view, claim, settle)
+        self._commit([prepared])
+        return prepared.envelopes, prepared.view
+
+    def append_batch(
+        self, requests: Sequence[AppendRequest]
+    ) -> list[tuple[list[Envelope], RunView] | StoreError | GuardRefusal | ValueError]:
+        """Group commit: append many runs' batches in one transaction and one fsync.
+
+        Each request is guard-checked first; a refused one gets its
+        ``GuardRefusal`` (or ``ValueError`` for a misuse) and the others go
+        on. If the shared transaction fails, it is retried as one
+        transaction per request, so every caller gets its own outcome.
+
+        Returns:
+            One result per request, in order: ``(envelopes, view)`` when it
+            was committed, else the exception that ``append`` would have raised.
+        """
+        results: list[Any] = [None] * len(requests)
+        accepted: list[tuple[int, _Prepared]] = []
+        for index, request in enumerate(requests):
+            try:
+                prepared = _prepare(
+                    request.run_id, request.events, request.view, request.claim, request.settle
+                )
+            except (GuardRefusal, ValueError) as exc:
+                results[index] = exc
+            else:
+                accepted.append((index, prepared))
+        if not accepted:
+            return results
+        try:
+            self._commit([prepared for _, prepared in accepted])
+        except StoreError:
+            for index, prepared in accepted:
+                try:
+                    self._commit([prepared])
+                except StoreError as exc:
+                    results[index] = exc
+                else:
+                    results[index] = (prepared.envelopes, prepared.view)
+        else:
+            for index, prepared in accepted:
+                results[index] = (prepared.envelopes, prepared.view)
+        return results
+
+    def _commit(self, batch: list[_Prepared]) -> None:
+        """Own the transaction boundary of one or more prepared appends.
+
+        Raises:
+            SeqConflict, ClaimHeld: the transaction was rolled back.
+            StoreUnavailable: the database failed; the transaction was rolled
+                back and the held connection dropped, to be replaced on the
+                next append.
+        """
+        with self._write_lock:
+            try:
+                connection = self._writer
+                if connection is None:
+                    connection = self._writer = self._engine.raw_connection()
+            except SQLAlchemyError as exc:
+                raise StoreUnavailable(
+                    f"the store at {self.url} cannot be reached for an append: {_reason(exc)}"
+                ) from None
+            try:
+                self._append_all(connection, batch)
+            except _IdentityTaken as taken:
+                identity = taken.identity
+            else:
+                return
+        # Outside the lock: naming the holder is a read.
+        raise self._claim_held(identity)
+
+    def _append_all(self, connection: Any, batch: list[_Prepared]) -> None:
+        cursor = connection.cursor()
+        try:
+            if self._begin is not None:
+                cursor.execute(self._begin)
+            for prepared in batch:
+                _append_txn(cursor, self._writes, self._integrity_error, prepared)
+            connection.commit()
+        except BaseException as exc:
+            broken = isinstance(exc, self._dbapi_error)
+            self._roll_back(connection, cursor, dropping=broken)
+            if broken:
+                raise StoreUnavailable(
+                    f"the store at {self.url} failed to commit an append: {_reason(exc)}"
+                ) from None
+            raise
+        else:
+            cursor.close()
+
+    def _roll_back(self, connection: Any, cursor: Any, *, dropping: bool) -> None:
+        try:
+            cursor.close()
+            connection.rollback()
+        except (self._dbapi_error, SQLAlchemyError):
+            dropping = True
+        if dropping:
+            # The connection may be broken; never reuse it.
+            self._writer = None
+            connection.invalidate()
+
+    def _claim_held(self, identity: str) -> ClaimHeld:
+        holder = self.get_claim(identity)
+        run_id, seq, state = (
+            (holder.run_id, holder.seq, holder.state) if holder else ("?", -1, "open")
+        )
+        return ClaimHeld(
+            f"the idempotency identity {identity!r} is already claimed by run {run_id} "
+            f"at seq {seq} ({state}); nothing was written",
+            identity=identity,
+            run_id=run_id,
+            seq=seq,
+            state=state,
+        )
+
+    # -- reading a run ------------------------------------------------------
+
+    def _read(self) -> Connection:
+        return self._reader.connect()
+
+    def _reading(self, what: str):
+        return _ReadErrors(self.url, what)
+
+    def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
+        """The run's envelopes from ``from_seq`` on, ordered by seq ([] for an unknown run).
+
+        Raises:
+            CorruptLog: a stored envelope cannot be decoded (names run and seq).
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("read a run's log"), self._read() as connection:
+            rows = connection.execute(_SELECT_LOG, {"run_id": run_id, "from_seq": from_seq}).all()
+        return [_envelope(run_id, row) for row in rows]
+
+    def read_view(self, run_id: str) -> RunView | None:
+        """The run's current view from its ``runs`` row, without reading the log.
+
+        A row whose view cannot be decoded is recomputed by folding the log.
+
+        Returns:
+            The view, or None when the run has no events.
+
+        Raises:
+            CorruptLog: the row is unreadable and so is the log behind it.
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("read a run's view"), self._read() as connection:
+            stored = connection.execute(_SELECT_VIEW, {"run_id": run_id}).scalar_one_or_none()
+        if stored is None:
+            return None
+        try:
+            return view_from_json(json.loads(stored))
+        except (ValueError, TypeError, KeyError):
+            log = self.read_log(run_id)
+            return fold(log) if log else None
+
+    def run_summary(self, run_id: str) -> RunSummary | None:
+        """The run's listing entry, or None when the run has no events."""
+        statement = select(*_SUMMARY_COLUMNS).where(runs.c.run_id == run_id)
+        with self._reading("read a run"), self._read() as connection:
+            row = connection.execute(statement).first()
+        return None if row is None else _summary(row)
+
+    def list_runs(
+        self,
+        *,
+        state: str | None = None,
+        label: tuple[str, str] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> tuple[list[RunSummary], str | None]:
+        """Runs newest first (by first event, then run id), one page at a time.
+
+        Args:
+            state: only runs in this state.
+            label: only runs whose labels hold this ``(key, value)``.
+            limit: at most this many runs (all when None).
+            after: the cursor a previous page returned.
+
+        Returns:
+            The page and the cursor of the next one (None when this was the last).
+
+        Raises:
+            BadCursor: ``after`` is not a cursor this store issued.
+            StoreUnavailable: the database failed.
+        """
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        base = select(*_SUMMARY_COLUMNS)
+        if state is not None:
+            base = base.where(runs.c.state == state)
+        if label is not None:
+            key, value = label
+            # A superset in SQL (the labels text holds `"key":"value"`), exact in Python.
+            base = base.where(
+                runs.c.labels.contains(dumps(key) + ":" + dumps(value), autoescape=True)
+            )
+        base = base.order_by(runs.c.first_recorded_at.desc(), runs.c.run_id.desc())
+        position = _decode_cursor(after) if after is not None else None
+        want = None if limit is None else limit + 1
+        page: list[RunSummary] = []
+        with self._reading("list runs"), self._read() as connection:
+            for summary in self._scan(connection, base, position, want if label is None else None):
+                if label is not None and (summary.labels or {}).get(label[0]) != label[1]:
+                    continue
+                page.append(summary)
+                if want is not None and len(page) == want:
+                    break
+        if limit is not None and len(page) > limit:
+            page = page[:limit]
+            return page, _encode_cursor(page[-1])
+        return page, None
+
+    def _scan(
+        self, connection: Connection, base: Any, position: tuple[str, str] | None, chunk: int | None
+    ) -> Iterator[RunSummary]:
+        """Summaries in listing order after ``position``, fetched ``chunk`` rows at a time."""
+        chunk = chunk or _LABEL_SCAN_CHUNK
+        while True:
+            statement = base
+            if position is not None:
+                first, run_id = position
+                statement = statement.where(
+                    or_(
+                        runs.c.first_recorded_at < first,
+                        and_(runs.c.first_recorded_at == first, runs.c.run_id < run_id),
+                    )
+                )
+            rows = connection.execute(statement.limit(chunk)).all()
+            for row in rows:
+                yield _summary(row)
+            if len(rows) < chunk:
+                return
+            position = (rows[-1].first_recorded_at, rows[-1].run_id)
+
+    def due_runs(self, now: datetime) -> list[str]:
+        """Server-driven sleeping runs whose ``wake_at`` is at or before ``now``, soonest first."""
+        with self._reading("find due runs"), self._read() as connection:
+            return list(connection.execute(_DUE_RUNS, {"now": format_instant(now)}).scalars())
+
+    def interrupted_runs(self) -> list[str]:
+        """Server-driven runs whose log stops mid-flight (running, awaiting a model or a tool)."""
+        with self._reading("find interrupted runs"), self._read() as connection:
+            return list(connection.execute(_INTERRUPTED_RUNS).scalars())
+
+    # -- agents ---------------------------------------------------------------
+
+    def put_agent(
+        self, agent_def_hash: str, *, format: str, definition: str, name: str | None
+    ) -> bool:
+        """Register an agent definition under its hash.
+
+        Returns:
+            True when it was stored now, False when that hash was already registered.
+        """
+        if format not in ("toml", "json"):
+            raise ValueError(f'an agent definition is "toml" or "json", not {format!r}')
+        row = {
+            "agent_def_hash": agent_def_hash,
+            "format": format,
+            "definition": definition,
+            "name": name,
+            "created_at": _now(),
+        }
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(insert(agents), row)
+        except IntegrityError:
+            return False
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to register an agent: {_reason(exc)}"
+            ) from None
+        return True
+
+    def get_agent(self, agent_def_hash: str) -> StoredAgent | None:
+        statement = select(*_AGENT_COLUMNS).where(agents.c.agent_def_hash == agent_def_hash)
+        with self._reading("read an agent"), self._read() as connection:
+            row = connection.execute(statement).first()
+        return None if row is None else _agent(row)
+
+    def list_agents(self) -> list[StoredAgent]:
+        """Every registered agent, oldest first."""
+        statement = select(*_AGENT_COLUMNS).order_by(agents.c.created_at, agents.c.agent_def_hash)
+        with self._reading("list agents"), self._read() as connection:
+            return [_agent(row) for row in connection.execute(statement)]
+
+    # -- claims ---------------------------------------------------------------
+
+    def get_claim(self, identity: str) -> Claim | None:
+        with self._reading("read a claim"), self._read() as connection:
+            row = connection.execute(_SELECT_CLAIM, {"identity": identity}).first()
+        return None if row is None else _claim(row)
+
+
+def _envelope(run_id: str, row: Any) -> Envelope:
+    try:
+        event = decode_event(row.kind, json.loads(row.payload))
+    except (ValueError, TypeError, MalformedEvent) as exc:
+        raise CorruptLog(
+            f"the stored event of run {run_id} at seq {row.seq} cannot be decoded ({exc}); "
+            "the log needs repair",
+            run_id=run_id,
+            seq=row.seq,
+        ) from None
+    return Envelope(
+        run_id=run_id,
+        seq=row.seq,
+        schema_version=row.schema_version,
+        recorded_at=row.recorded_at,
+        event=event,
+    )
+
+
+class _ReadErrors:
+    """Turns a database failure during a read into StoreUnavailable."""
+
+    __slots__ = ("_url", "_what")
+
+    def __init__(self, url: str, what: str) -> None:
+        self._url = url
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if isinstance(exc, SQLAlchemyError):
+            raise StoreUnavailable(
+                f"the store at {self._url} failed to {self._what}: {_reason(exc)}"
+            ) from None
+        return False

@@ -1,0 +1,173 @@
+"""Every table of the store, and how an older store is brought up to this build.
+
+Rules of this module:
+
+* It is the one source of truth for the schema: SQLite and PostgreSQL are
+  created from these definitions, and an upgrade step may only create what
+  they declare or move data into it, never restate a table by hand.
+* JSON lives in ``Text`` columns, not JSONB: an event payload's bytes are part
+  of the pinned wire form, and JSONB would reorder its keys.
+* Instants are ``Text`` in the log's own form (``YYYY-MM-DDTHH:MM:SS.ffffffZ``,
+  UTC), which sorts as it reads, so ordering and ``wake_at <= now`` are plain
+  string comparisons on both databases.
+* ``STORE_VERSION`` goes up by one whenever this module changes shape, with a
+  step in ``UPGRADES`` that takes a store from the previous version to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    delete,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+
+from ._errors import StoreTooNew
+
+STORE_VERSION = 1
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("kind", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    # The exact payload JSON protocol.encode_payload wrote.
+    Column("payload", Text, nullable=False),
+    # One B-tree keyed by (run_id, seq) instead of a rowid table plus its
+    # primary-key index: an append dirties one page, not two.
+    sqlite_with_rowid=False,
+)
+
+# One row per run: its fold, materialised in the transaction of every append.
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("wake_at", Text),
+    Column("driven_by", Text),
+    Column("agent_def_hash", Text),
+    Column("labels", Text),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("step_count", BigInteger, nullable=False),
+    Column("event_count", BigInteger, nullable=False),
+    Column("first_recorded_at", Text, nullable=False),
+    Column("last_recorded_at", Text, nullable=False),
+    Column("pending", Text),
+    # Everything needed to rebuild the RunView without reading the log.
+    Column("view", Text, nullable=False),
+    Index("ix_runs_state", "state"),
+    Index(
+        "ix_runs_sleeping_wake_at",
+        "wake_at",
+        sqlite_where=text("state = 'sleeping'"),
+        postgresql_where=text("state = 'sleeping'"),
+    ),
+    # Listing order: newest first, run_id breaking ties. (No index on
+    # last_recorded_at: nothing orders by it, and it changes on every append,
+    # so it would cost a page in every commit.)
+    Index("ix_runs_listing", "first_recorded_at", "run_id"),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("agent_def_hash", Text, primary_key=True),
+    Column("format", Text, nullable=False),
+    Column("definition", Text, nullable=False),
+    Column("name", Text),
+    Column("created_at", Text, nullable=False),
+)
+
+# Cross-run idempotency identities: exactly one run executes each.
+claims = Table(
+    "claims",
+    metadata,
+    Column("identity", Text, primary_key=True),
+    Column("run_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("output", Text),
+    Column("updated_at", Text, nullable=False),
+)
+
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Integer, nullable=False),
+)
+
+VERSION_KEY = "schema_version"
+
+
+def _create_missing(connection: Connection) -> None:
+    metadata.create_all(connection, checkfirst=True)
+
+
+# UPGRADES[n] takes a store at version n to version n + 1, inside the opening
+# transaction. Version 0 is a store with tables but no version row (or one an
+# interrupted first open left half made): creating what is missing is its upgrade.
+UPGRADES: dict[int, Callable[[Connection], None]] = {
+    0: _create_missing,
+}
+
+
+def ensure_schema(connection: Connection, *, describe: str) -> int:
+    """Create the schema of a new store, or upgrade an older one in place.
+
+    Runs inside the caller's transaction, so a failed upgrade leaves the store
+    as it was. ``describe`` names the store in messages.
+
+    Returns:
+        The version the store was at before this call (0 when it was new or
+        had no version row, ``STORE_VERSION`` when nothing had to change).
+
+    Raises:
+        StoreTooNew: the store's version is newer than this build's.
+    """
+    inspector = inspect(connection)
+    found: int | None = None
+    if inspector.has_table(store_meta.name):
+        found = connection.execute(
+            select(store_meta.c.value).where(store_meta.c.key == VERSION_KEY)
+        ).scalar_one_or_none()
+    if found is None:
+        found = 0
+    if found > STORE_VERSION:
+        raise StoreTooNew(
+            f"the store at {describe} has schema version {found}, newer than the "
+            f"version {STORE_VERSION} this build of salvor knows; upgrade salvor to open it"
+        )
+    if found == STORE_VERSION:
+        return found
+    for version in range(found, STORE_VERSION):
+        UPGRADES[version](connection)
+    if found == 0:
+        connection.execute(delete(store_meta).where(store_meta.c.key == VERSION_KEY))
+        connection.execute(insert(store_meta).values(key=VERSION_KEY, value=STORE_VERSION))
+    else:
+        connection.execute(
+            update(store_meta).where(store_meta.c.key == VERSION_KEY).values(value=STORE_VERSION)
+        )
+    return found
