@@ -1,0 +1,55 @@
+"""Shared fixtures: a store URL per backend, and an open store on it.
+
+The backend is a fixture parameter: ``sqlite`` (a real file in ``tmp_path``)
+always, ``postgres`` when ``SALVOR_TEST_POSTGRES_URL`` names a server. Each
+postgres test gets a schema of its own (through ``search_path`` in the URL),
+dropped afterwards, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from salvor.store import EventStore, normalize_store_url
+
+POSTGRES_ENV = "SALVOR_TEST_POSTGRES_URL"
+
+
+def _postgres_schema_url(base: str) -> Iterator[str]:
+    import psycopg
+
+    conninfo = normalize_store_url(base).replace("postgresql+psycopg://", "postgresql://", 1)
+    schema = f"salvor_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A URL for a new, empty store on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'salvor.db'}"
+        return
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"{POSTGRES_ENV} is not set; set it to a PostgreSQL URL to test that backend")
+    yield from _postgres_schema_url(base)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[EventStore]:
+    """An open store on ``store_url``, closed after the test."""
+    opened = EventStore.open(store_url)
+    try:
+        yield opened
+    finally:
+        opened.close()

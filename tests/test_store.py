@@ -1,0 +1,637 @@
+"""The store on real databases: SQLite in tmp_path always, PostgreSQL when configured.
+
+Every test that writes also checks what was left behind: a refused or
+conflicting append must leave the log and the runs row exactly as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import salvor.store
+from salvor.protocol import (
+    EMPTY_VIEW,
+    GuardRefusal,
+    ModelCallCompleted,
+    ModelCallRequested,
+    NowObserved,
+    Resumed,
+    RunCompleted,
+    RunStarted,
+    SleepCompleted,
+    SleepStarted,
+    Suspended,
+    ToolCallCompleted,
+    ToolCallRequested,
+    encode_envelope,
+    fold,
+    format_instant,
+)
+from salvor.store import (
+    STORE_VERSION,
+    AppendRequest,
+    BadCursor,
+    ClaimHeld,
+    CorruptLog,
+    EventStore,
+    SeqConflict,
+    StoreError,
+    StoreTooNew,
+    StoreUnavailable,
+    default_store_url,
+    normalize_store_url,
+    view_from_json,
+    view_to_json,
+)
+from sqlalchemy import create_engine, text
+
+USAGE = {"input_tokens": 10, "output_tokens": 3}
+
+
+def started(labels: dict | None = None, driven_by: str | None = None) -> RunStarted:
+    return RunStarted(
+        agent_def_hash="sha256:agent", input={"task": "refund"}, labels=labels, driven_by=driven_by
+    )
+
+
+def execute_sql(store_url: str, statement: str, **params: object) -> None:
+    """Write behind the store's back (to corrupt or age it), through a plain engine."""
+    engine = create_engine(normalize_store_url(store_url))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(statement), params)
+    finally:
+        engine.dispose()
+
+
+def assert_row_matches_log(store: EventStore, run_id: str) -> None:
+    log = store.read_log(run_id)
+    folded = fold(log)
+    assert store.read_view(run_id) == folded
+    summary = store.run_summary(run_id)
+    assert summary is not None
+    assert summary.status == folded.status()
+    assert summary.state == folded.state.value
+    assert summary.usage == folded.usage()
+    assert summary.step_count == folded.step_count
+    assert summary.event_count == folded.next_seq == len(log)
+    assert summary.first_recorded_at == folded.first_recorded_at
+    assert summary.last_recorded_at == folded.last_recorded_at
+    assert summary.labels == folded.labels
+    assert summary.driven_by == folded.driven_by
+    assert summary.agent_def_hash == folded.agent_def_hash
+    assert summary.pending == (folded.pending.to_json() if folded.pending else None)
+
+
+# -- appending and reading back -------------------------------------------------
+
+
+def test_append_reads_back_byte_identical_envelopes(store: EventStore) -> None:
+    written, view = store.append("r1", [started({"env": "prod"})], EMPTY_VIEW)
+    more, view = store.append(
+        "r1",
+        [
+            ModelCallRequested(request_hash="sha256:req"),
+            ModelCallCompleted(seq=1, response={"text": "héllo ✓", "n": 1.5e-9}, usage=USAGE),
+        ],
+        view,
+    )
+    written += more
+    assert [e.seq for e in written] == [0, 1, 2]
+    assert len({e.recorded_at for e in more}) == 1
+    read = store.read_log("r1")
+    assert [encode_envelope(e) for e in read] == [encode_envelope(e) for e in written]
+    assert [encode_envelope(e) for e in store.read_log("r1", from_seq=2)] == [
+        encode_envelope(written[2])
+    ]
+    assert store.read_log("nobody") == []
+    assert store.read_view("nobody") is None
+    assert store.run_summary("nobody") is None
+
+
+def test_the_runs_row_is_the_fold_of_the_log_after_every_append(store: EventStore) -> None:
+    wake_at = (datetime.now(UTC) + timedelta(hours=1)).astimezone().isoformat()
+    batches = [
+        [started({"build": "42"})],
+        [ModelCallRequested(request_hash="sha256:a")],
+        [ModelCallCompleted(seq=1, response={"text": "call a tool"}, usage=USAGE)],
+        [ToolCallRequested(tool="lookup", input={"id": 7}, effect="read", idempotency_key=None)],
+        [ToolCallCompleted(seq=3, output={"found": True})],
+        [NowObserved(now="2026-01-01T00:00:00+02:00"), SleepStarted(wake_at=wake_at)],
+        [SleepCompleted()],
+        [Suspended(reason="approve?", input_schema={"type": "object"})],
+        [Resumed(input={"ok": True})],
+        [ToolCallRequested(tool="pay", input={"n": 1}, effect="write", idempotency_key="k1")],
+        [ToolCallCompleted(seq=10, output={"paid": True}, settled_by="operator")],
+        [RunCompleted(output={"verdict": "refund"})],
+    ]
+    view = EMPTY_VIEW
+    for batch in batches:
+        _, view = store.append("r1", batch, view)
+        assert store.read_view("r1") == view
+        assert_row_matches_log(store, "r1")
+    assert view.state == "completed"
+
+
+def test_wake_at_is_stored_in_one_sortable_utc_form(store: EventStore) -> None:
+    _, view = store.append("r1", [started()], EMPTY_VIEW)
+    _, view = store.append("r1", [SleepStarted(wake_at="2030-06-01T12:00:00+02:00")], view)
+    assert store.run_summary("r1").wake_at == "2030-06-01T10:00:00.000000Z"
+    # The log keeps what was recorded; only the index column is normalised.
+    assert store.read_log("r1")[1].event.wake_at == "2030-06-01T12:00:00+02:00"
+
+
+def test_a_guard_refusal_writes_nothing(store: EventStore) -> None:
+    with pytest.raises(GuardRefusal):
+        store.append("r1", [ModelCallRequested(request_hash="sha256:a")], EMPTY_VIEW)
+    assert store.read_log("r1") == []
+    assert store.read_view("r1") is None
+    written, view = store.append("r1", [started()], EMPTY_VIEW)
+    with pytest.raises(GuardRefusal):
+        # The first event is legal, the second is not: none of the batch lands.
+        store.append(
+            "r1",
+            [ModelCallRequested(request_hash="sha256:a"), ModelCallRequested(request_hash="b")],
+            view,
+        )
+    assert [encode_envelope(e) for e in store.read_log("r1")] == [encode_envelope(written[0])]
+    assert store.read_view("r1") == view
+
+
+def test_an_empty_batch_is_a_misuse(store: EventStore) -> None:
+    with pytest.raises(ValueError, match="at least one event"):
+        store.append("r1", [], EMPTY_VIEW)
+
+
+# -- two writers --------------------------------------------------------------
+
+
+def test_two_writers_at_the_same_seq_one_wins_and_nothing_interleaves(store_url: str) -> None:
+    with EventStore.open(store_url) as first, EventStore.open(store_url) as second:
+        _, view = first.append("r1", [started()], EMPTY_VIEW)
+        won, _ = first.append("r1", [ModelCallRequested(request_hash="sha256:first")], view)
+        with pytest.raises(SeqConflict, match=r"run r1 .*seq 1") as caught:
+            second.append(
+                "r1",
+                [
+                    ModelCallRequested(request_hash="sha256:second"),
+                    ModelCallCompleted(seq=1, response=None, usage=USAGE),
+                ],
+                view,
+            )
+        assert caught.value.code == "divergence"
+        log = second.read_log("r1")
+        assert [e.seq for e in log] == [0, 1]
+        assert log[1].event.request_hash == "sha256:first"
+        assert encode_envelope(log[1]) == encode_envelope(won[0])
+        assert_row_matches_log(second, "r1")
+
+
+def test_a_view_ahead_of_the_log_cannot_leave_a_gap(store: EventStore) -> None:
+    _, view = store.append("r1", [started()], EMPTY_VIEW)
+    invented = dataclasses.replace(view, next_seq=view.next_seq + 1)
+    with pytest.raises(SeqConflict):
+        store.append("r1", [ModelCallRequested(request_hash="sha256:a")], invented)
+    assert [e.seq for e in store.read_log("r1")] == [0]
+    assert store.read_view("r1") == view
+
+
+def test_racing_threads_keep_every_log_contiguous(store_url: str) -> None:
+    stores = [EventStore.open(store_url), EventStore.open(store_url)]
+    stores[0].append("r1", [started()], EMPTY_VIEW)
+    wins = [0, 0]
+
+    def writer(index: int) -> None:
+        store = stores[index]
+        for _ in range(40):
+            view = store.read_view("r1")
+            try:
+                store.append("r1", [NowObserved(now=format_instant(datetime.now(UTC)))], view)
+            except SeqConflict:
+                continue
+            wins[index] += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        log = stores[0].read_log("r1")
+        assert [e.seq for e in log] == list(range(1 + sum(wins)))
+        assert_row_matches_log(stores[1], "r1")
+    finally:
+        for store in stores:
+            store.close()
+
+
+# -- group commit ---------------------------------------------------------------
+
+
+def test_append_batch_gives_each_request_its_own_outcome(store: EventStore) -> None:
+    _, view_b = store.append("b", [started()], EMPTY_VIEW)
+    _, ahead = store.append("b", [ModelCallRequested(request_hash="sha256:b")], view_b)
+    requests = [
+        AppendRequest(run_id="a", events=[started()], view=EMPTY_VIEW),
+        # stale: b moved on since view_b
+        AppendRequest(run_id="b", events=[ModelCallRequested(request_hash="x")], view=view_b),
+        AppendRequest(run_id="c", events=[RunCompleted(output=1)], view=EMPTY_VIEW),  # refused
+        AppendRequest(run_id="d", events=[started({"k": "v"})], view=EMPTY_VIEW),
+    ]
+    results = store.append_batch(requests)
+    assert isinstance(results[1], SeqConflict)
+    assert isinstance(results[2], GuardRefusal)
+    for index, run_id in ((0, "a"), (3, "d")):
+        envelopes, view = results[index]
+        assert [encode_envelope(e) for e in store.read_log(run_id)] == [
+            encode_envelope(e) for e in envelopes
+        ]
+        assert store.read_view(run_id) == view
+    assert store.read_view("b") == ahead
+    assert store.read_log("c") == []
+
+
+def test_append_batch_commits_many_runs_together(store: EventStore) -> None:
+    results = store.append_batch(
+        [AppendRequest(run_id=f"run-{i}", events=[started()], view=EMPTY_VIEW) for i in range(20)]
+    )
+    assert all(isinstance(result, tuple) for result in results)
+    page, _ = store.list_runs()
+    assert len(page) == 20
+
+
+# -- claims ---------------------------------------------------------------------
+
+
+def pay(key: str) -> ToolCallRequested:
+    return ToolCallRequested(
+        tool="pay", input={"claim": key}, effect="idempotent", idempotency_key=key
+    )
+
+
+def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> None:
+    _, view_a = store.append("a", [started()], EMPTY_VIEW)
+    _, view_b = store.append("b", [started()], EMPTY_VIEW)
+    _, view_a = store.append("a", [pay("c-1")], view_a, claim="pay:c-1")
+    claim = store.get_claim("pay:c-1")
+    assert (claim.run_id, claim.seq, claim.state, claim.output) == ("a", 1, "open", None)
+
+    with pytest.raises(ClaimHeld) as held:
+        store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
+    assert (held.value.identity, held.value.run_id, held.value.seq, held.value.state) == (
+        "pay:c-1",
+        "a",
+        1,
+        "open",
+    )
+    assert "pay:c-1" in held.value.message
+    assert [e.seq for e in store.read_log("b")] == [0]
+    assert store.read_view("b") == view_b
+
+    _, view_a = store.append(
+        "a", [ToolCallCompleted(seq=1, output={"paid": 12})], view_a, settle="pay:c-1"
+    )
+    claim = store.get_claim("pay:c-1")
+    assert (claim.state, claim.output) == ("settled", {"paid": 12})
+    with pytest.raises(ClaimHeld) as held:
+        store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
+    assert held.value.state == "settled"
+    assert store.get_claim("nothing") is None
+
+
+def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventStore) -> None:
+    _, view_a = store.append("a", [started()], EMPTY_VIEW)
+    store.append("a", [pay("k")], view_a, claim="pay:k")
+    _, view_b = store.append("b", [started()], EMPTY_VIEW)
+    _, view_b = store.append("b", [pay("k")], view_b)
+    with pytest.raises(ClaimHeld):
+        store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, settle="pay:k")
+    assert store.read_view("b") == view_b
+    assert store.get_claim("pay:k").state == "open"
+
+
+def test_claim_and_settle_need_their_events(store: EventStore) -> None:
+    with pytest.raises(ValueError, match="ToolCallRequested"):
+        store.append("a", [started()], EMPTY_VIEW, claim="x")
+    with pytest.raises(ValueError, match="ToolCallCompleted"):
+        store.append("a", [started()], EMPTY_VIEW, settle="x")
+    assert store.read_log("a") == []
+
+
+# -- listing ----------------------------------------------------------------------
+
+
+def make_runs(store: EventStore, count: int) -> list[str]:
+    """``count`` runs labelled batch=i%3; every fifth one completed."""
+    requests = []
+    for i in range(count):
+        events = [started({"batch": str(i % 3), "i": str(i)})]
+        if i % 5 == 0:
+            events.append(RunCompleted(output=i))
+        requests.append(AppendRequest(run_id=f"run-{i:03d}", events=events, view=EMPTY_VIEW))
+    for start in range(0, count, 50):
+        # Several commits, so first_recorded_at both differs and ties.
+        results = store.append_batch(requests[start : start + 50])
+        assert all(isinstance(result, tuple) for result in results)
+    return [request.run_id for request in requests]
+
+
+def newest_first(store: EventStore, run_ids: list[str]) -> list[str]:
+    summaries = [store.run_summary(run_id) for run_id in run_ids]
+    summaries.sort(key=lambda s: (s.first_recorded_at, s.run_id), reverse=True)
+    return [s.run_id for s in summaries]
+
+
+def page_through(store: EventStore, **filters) -> list[str]:
+    seen, cursor = [], None
+    while True:
+        page, cursor = store.list_runs(after=cursor, **filters)
+        seen += [summary.run_id for summary in page]
+        if cursor is None:
+            return seen
+
+
+def test_list_runs_pages_newest_first_across_250_runs(store: EventStore) -> None:
+    run_ids = make_runs(store, 250)
+    expected = newest_first(store, run_ids)
+    everything, cursor = store.list_runs()
+    assert cursor is None
+    assert [s.run_id for s in everything] == expected
+    assert page_through(store, limit=40) == expected
+    assert page_through(store, limit=250) == expected
+    first_page, cursor = store.list_runs(limit=1)
+    assert [s.run_id for s in first_page] == expected[:1] and cursor is not None
+
+
+def test_list_runs_filters_by_state_and_label(store: EventStore) -> None:
+    run_ids = make_runs(store, 250)
+    expected = newest_first(store, run_ids)
+    completed = [r for r in expected if int(r[-3:]) % 5 == 0]
+    assert page_through(store, state="completed", limit=7) == completed
+    assert [s.run_id for s in store.list_runs(state="running")[0]] == [
+        r for r in expected if r not in completed
+    ]
+    batch_one = [r for r in expected if int(r[-3:]) % 3 == 1]
+    assert page_through(store, label=("batch", "1"), limit=7) == batch_one
+    assert page_through(store, label=("batch", "1"), state="completed", limit=3) == [
+        r for r in batch_one if r in completed
+    ]
+    # "i" = "1" must not match runs whose i merely starts with 1.
+    assert page_through(store, label=("i", "1")) == ["run-001"]
+    assert store.list_runs(label=("batch", "9")) == ([], None)
+
+
+def test_label_filter_takes_sql_wildcards_literally(store: EventStore) -> None:
+    store.append("a", [started({"k": "50%_off"})], EMPTY_VIEW)
+    store.append("b", [started({"k": "50xxoff"})], EMPTY_VIEW)
+    store.append("c", [started({"k": 'say "hi"'})], EMPTY_VIEW)
+    assert [s.run_id for s in store.list_runs(label=("k", "50%_off"))[0]] == ["a"]
+    assert [s.run_id for s in store.list_runs(label=("k", 'say "hi"'))[0]] == ["c"]
+
+
+def test_a_foreign_cursor_is_refused(store: EventStore) -> None:
+    with pytest.raises(BadCursor) as caught:
+        store.list_runs(after="not-a-cursor")
+    assert caught.value.status == 400
+
+
+def test_summary_json_omits_what_is_unknown(store: EventStore) -> None:
+    store.append("plain", [started()], EMPTY_VIEW)
+    store.append("empty", [started({})], EMPTY_VIEW)
+    store.append("tagged", [started({"env": "prod"})], EMPTY_VIEW)
+    plain = store.run_summary("plain").to_json()
+    assert list(plain) == [
+        "run",
+        "status",
+        "event_count",
+        "first_recorded_at",
+        "last_recorded_at",
+        "usage",
+        "step_count",
+        "agent_def_hash",
+    ]
+    assert plain["status"] == {"state": "running"}
+    assert plain["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert plain["step_count"] == 0
+    assert "labels" not in store.run_summary("empty").to_json()
+    assert store.run_summary("tagged").to_json()["labels"] == {"env": "prod"}
+
+
+# -- damage ---------------------------------------------------------------------
+
+
+def test_a_corrupt_runs_row_degrades_only_its_own_entry(store: EventStore, store_url: str) -> None:
+    for run_id in ("a", "b", "c"):
+        store.append(run_id, [started({"x": "y"})], EMPTY_VIEW)
+    execute_sql(store_url, "UPDATE runs SET status = '{not json' WHERE run_id = 'b'")
+    page, _ = store.list_runs()
+    by_id = {summary.run_id: summary for summary in page}
+    assert set(by_id) == {"a", "b", "c"}
+    assert by_id["b"].degraded and not by_id["a"].degraded and not by_id["c"].degraded
+    assert by_id["b"].to_json() == {
+        "run": "b",
+        "event_count": 1,
+        "first_recorded_at": by_id["b"].first_recorded_at,
+        "last_recorded_at": by_id["b"].last_recorded_at,
+    }
+    assert by_id["a"].to_json()["status"] == {"state": "running"}
+    assert store.run_summary("b").degraded
+    # A label filter cannot match what it cannot read, and does not fail either.
+    assert sorted(s.run_id for s in store.list_runs(label=("x", "y"))[0]) == ["a", "c"]
+
+
+def test_a_corrupt_view_column_falls_back_to_the_log(store: EventStore, store_url: str) -> None:
+    _, view = store.append("a", [started()], EMPTY_VIEW)
+    execute_sql(store_url, "UPDATE runs SET \"view\" = '[]' WHERE run_id = 'a'")
+    assert store.read_view("a") == view
+
+
+def test_a_corrupt_payload_names_its_run_and_seq(store: EventStore, store_url: str) -> None:
+    _, view = store.append("a", [started()], EMPTY_VIEW)
+    store.append("a", [ModelCallRequested(request_hash="sha256:a")], view)
+    execute_sql(store_url, "UPDATE events SET payload = '{\"bogus\": 1}' WHERE seq = 1")
+    with pytest.raises(CorruptLog, match=r"run a at seq 1") as caught:
+        store.read_log("a")
+    assert (caught.value.run_id, caught.value.seq) == ("a", 1)
+    assert store.read_log("a", from_seq=2) == []
+
+
+# -- recovery queries -------------------------------------------------------------
+
+
+def test_due_and_interrupted_runs(store: EventStore) -> None:
+    now = datetime.now(UTC)
+    past = (now - timedelta(minutes=5)).astimezone().isoformat()  # a local offset, not Z
+    future = format_instant(now + timedelta(hours=1))
+
+    def run(run_id: str, *batches, driven_by: str | None = None) -> None:
+        _, view = store.append(run_id, [started(driven_by=driven_by)], EMPTY_VIEW)
+        for batch in batches:
+            _, view = store.append(run_id, batch, view)
+
+    run("sleeps-past", [SleepStarted(wake_at=past)])
+    run("sleeps-future", [SleepStarted(wake_at=future)])
+    run("client-sleeps-past", [SleepStarted(wake_at=past)], driven_by="client")
+    run("running")
+    run("client-running", driven_by="client")
+    run("awaiting-model", [ModelCallRequested(request_hash="sha256:a")])
+    run(
+        "awaiting-tool", [ToolCallRequested(tool="t", input=1, effect="read", idempotency_key=None)]
+    )
+    run(
+        "parked-write", [ToolCallRequested(tool="t", input=1, effect="write", idempotency_key=None)]
+    )
+    run("done", [RunCompleted(output=None)])
+
+    assert store.due_runs(now) == ["sleeps-past"]
+    assert store.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
+    assert store.due_runs(now - timedelta(hours=1)) == []
+    assert sorted(store.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
+
+
+# -- agents -----------------------------------------------------------------------
+
+
+def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
+    definition = 'model = "m"\nname = "triage"\n'
+    assert store.put_agent("sha256:1", format="toml", definition=definition, name="triage")
+    assert not store.put_agent("sha256:1", format="toml", definition="other", name=None)
+    assert store.put_agent("sha256:2", format="json", definition='{"model":"m"}', name=None)
+    agent = store.get_agent("sha256:1")
+    assert (agent.format, agent.definition, agent.name) == ("toml", definition, "triage")
+    assert store.get_agent("sha256:2").name is None
+    assert store.get_agent("sha256:3") is None
+    assert [a.agent_def_hash for a in store.list_agents()] == ["sha256:1", "sha256:2"]
+    with pytest.raises(ValueError, match="toml"):
+        store.put_agent("sha256:4", format="yaml", definition="", name=None)
+
+
+# -- the view codec -----------------------------------------------------------------
+
+
+def test_view_json_round_trips_and_refuses_a_partial_view() -> None:
+    view = fold([])
+    assert view_from_json(view_to_json(view)) == view
+    body = view_to_json(view)
+    del body["next_seq"]
+    with pytest.raises(ValueError):
+        view_from_json(body)
+
+
+# -- where the store lives ----------------------------------------------------------
+
+
+def test_default_store_url() -> None:
+    assert default_store_url({"SALVOR_STORE": "/srv/x.db"}) == "sqlite:////srv/x.db"
+    assert default_store_url({"SALVOR_STORE": "postgres://u@h/db"}) == "postgresql+psycopg://u@h/db"
+    assert (
+        default_store_url({"STATE_DIRECTORY": "/var/lib/salvor:/var/lib/other", "HOME": "/h"})
+        == "sqlite:////var/lib/salvor/salvor.db"
+    )
+    assert (
+        default_store_url({"XDG_STATE_HOME": "/x/state", "HOME": "/h"})
+        == "sqlite:////x/state/salvor/salvor.db"
+    )
+    assert default_store_url({"HOME": "/h"}) == "sqlite:////h/.local/state/salvor/salvor.db"
+
+
+def test_normalize_store_url(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert normalize_store_url("runs.db") == f"sqlite:///{tmp_path}/runs.db"
+    assert normalize_store_url("sqlite:////a/b.db") == "sqlite:////a/b.db"
+    assert normalize_store_url("postgresql://h/db") == "postgresql+psycopg://h/db"
+    assert normalize_store_url("postgresql+psycopg://h/db") == "postgresql+psycopg://h/db"
+    with pytest.raises(StoreUnavailable, match="mysql"):
+        normalize_store_url("mysql://h/db")
+
+
+# -- opening --------------------------------------------------------------------------
+
+
+def test_opening_an_older_store_upgrades_it(store_url: str) -> None:
+    EventStore.open(store_url).close()
+    execute_sql(store_url, "UPDATE store_meta SET value = 0")
+    execute_sql(store_url, "DROP TABLE claims")
+    with EventStore.open(store_url) as store:
+        _, view = store.append("a", [started()], EMPTY_VIEW)
+        store.append("a", [pay("k")], view, claim="pay:k")
+        assert store.get_claim("pay:k").run_id == "a"
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        assert (
+            connection.execute(text("SELECT value FROM store_meta")).scalar_one() == STORE_VERSION
+        )
+    engine.dispose()
+
+
+def test_opening_a_newer_store_is_refused(store_url: str) -> None:
+    EventStore.open(store_url).close()
+    execute_sql(store_url, "UPDATE store_meta SET value = :v", v=STORE_VERSION + 1)
+    with pytest.raises(StoreTooNew) as caught:
+        EventStore.open(store_url)
+    message = caught.value.message
+    assert str(STORE_VERSION + 1) in message and str(STORE_VERSION) in message
+    assert "upgrade salvor" in message
+
+
+def test_an_unwritable_path_is_unavailable() -> None:
+    with pytest.raises(StoreUnavailable, match="/proc/x"):
+        EventStore.open("/proc/x/salvor.db")
+
+
+def test_an_in_memory_sqlite_store_is_refused() -> None:
+    with pytest.raises(StoreUnavailable, match="in-memory"):
+        EventStore.open("sqlite://")
+
+
+def test_an_unreachable_postgres_is_unavailable_quickly() -> None:
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        EventStore.open("postgresql://salvor:secret@127.0.0.1:1/salvor?connect_timeout=2")
+    assert time.monotonic() - began < 5
+    assert "127.0.0.1:1" in caught.value.message
+    assert "secret" not in caught.value.message
+
+
+def test_sqlite_store_is_in_wal_mode(tmp_path) -> None:
+    path = tmp_path / "w.db"
+    EventStore.open(str(path), synchronous="NORMAL").close()
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as connection:
+        assert connection.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"
+    engine.dispose()
+    with pytest.raises(ValueError, match="synchronous"):
+        EventStore.open(str(path), synchronous="EXTRA")
+
+
+def test_store_errors_are_subclasses_with_one_message() -> None:
+    with pytest.raises(TypeError):
+        StoreError("raise a subclass")
+    assert issubclass(SeqConflict, StoreError) and SeqConflict("x").message == "x"
+
+
+def test_public_names_are_exported() -> None:
+    public = {name for name in dir(salvor.store) if not name.startswith("_")}
+    assert public == {
+        "AppendRequest",
+        "BadCursor",
+        "Claim",
+        "ClaimHeld",
+        "CorruptLog",
+        "EventStore",
+        "RunSummary",
+        "STORE_VERSION",
+        "SeqConflict",
+        "StoreError",
+        "StoreTooNew",
+        "StoreUnavailable",
+        "StoredAgent",
+        "default_store_url",
+        "normalize_store_url",
+        "view_from_json",
+        "view_to_json",
+    }
