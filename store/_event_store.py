@@ -272,6 +272,10 @@ class _Prepared:
     settle: dict | None
 
 
+class _StaleConnection(Exception):
+    """The held write connection was found dead before anything was sent to commit."""
+
+
 class _IdentityTaken(Exception):
     """Raised inside a transaction; turned into ClaimHeld once it has rolled back."""
 
@@ -732,39 +736,59 @@ class EventStore:
                 next append.
         """
         with self._write_lock:
-            try:
-                connection = self._writer
-                if connection is None:
-                    connection = self._writer = self._engine.raw_connection()
-            except SQLAlchemyError as exc:
-                raise StoreUnavailable(
-                    f"the store at {self.url} cannot be reached for an append: {_reason(exc)}"
-                ) from None
-            try:
-                self._append_all(connection, batch)
-            except _IdentityTaken as taken:
-                identity = taken.identity
-            else:
+            for attempt in (1, 2):
+                connection = self._writer_connection()
+                try:
+                    self._append_all(connection, batch, may_retry=attempt == 1)
+                except _IdentityTaken as taken:
+                    identity = taken.identity
+                    break
+                except _StaleConnection:
+                    continue
                 return
         # Outside the lock: naming the holder is a read.
         raise self._claim_held(identity)
 
-    def _append_all(self, connection: Any, batch: list[_Prepared]) -> None:
+    def _writer_connection(self) -> Any:
+        try:
+            if self._writer is None:
+                self._writer = self._engine.raw_connection()
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"the store at {self.url} cannot be reached for an append: {_reason(exc)}"
+            ) from None
+        return self._writer
+
+    def _append_all(self, connection: Any, batch: list[_Prepared], *, may_retry: bool) -> None:
         cursor = connection.cursor()
+        committing = False
         try:
             if self._begin is not None:
                 cursor.execute(self._begin)
             for prepared in batch:
                 _append_txn(cursor, self._writes, self._integrity_error, prepared)
+            committing = True
             connection.commit()
         except BaseException as exc:
             broken = isinstance(exc, self._dbapi_error)
+            # A held connection the server dropped while idle (a database
+            # restart) fails before COMMIT was sent, so nothing can have been
+            # written: one retry on a fresh connection is safe. A failure
+            # during COMMIT is never retried.
+            stale = (
+                broken
+                and may_retry
+                and not committing
+                and self._engine.dialect.is_disconnect(exc, connection.dbapi_connection, cursor)
+            )
             self._roll_back(connection, cursor, dropping=broken)
-            if broken:
-                raise StoreUnavailable(
-                    f"the store at {self.url} failed to commit an append: {_reason(exc)}"
-                ) from None
-            raise
+            if not broken:
+                raise
+            if stale:
+                raise _StaleConnection from None
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to commit an append: {_reason(exc)}"
+            ) from None
         else:
             cursor.close()
 

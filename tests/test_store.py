@@ -635,3 +635,16 @@ def test_public_names_are_exported() -> None:
         "view_from_json",
         "view_to_json",
     }
+
+
+def test_an_append_survives_the_server_dropping_its_connection(
+    store: EventStore, store_url: str
+) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("only a server can drop a connection")
+    _, view = store.append("a", [started()], EMPTY_VIEW)
+    # What a database restart does to the idle connection the store holds for appends.
+    writer_pid = store._writer.dbapi_connection.info.backend_pid
+    execute_sql(store_url, "SELECT pg_terminate_backend(:pid)", pid=writer_pid)
+    _, view = store.append("a", [ModelCallRequested(request_hash="sha256:a")], view)
+    assert store.read_view("a") == view
