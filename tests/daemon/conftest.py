@@ -88,7 +88,3 @@ def make_agent(registry):
 
     return make
 
-
-@pytest.fixture
-def store_url(tmp_path):  # TEMPORARY until tests/conftest.py lands
-    return f"sqlite:///{tmp_path}/salvor.db"
