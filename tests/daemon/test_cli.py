@@ -238,3 +238,34 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
         assert kind in progress
     # Scripts reading stdout get only the id and the outcome.
     assert len(stdout.splitlines()) == 2
+
+
+def test_a_store_written_by_a_newer_salvor_is_refused_untouched(store_url):
+    from sqlalchemy import create_engine, text
+
+    from salvor.store import STORE_VERSION, normalize_store_url
+
+    EventStore.open(store_url).close()
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE store_meta SET value = :v"), {"v": STORE_VERSION + 1})
+    result = salvor(store_url, "run", "contrib/agents/refund-desk.toml")
+    one_sentence(result, "upgrade salvor")
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT value FROM store_meta")).scalar_one() == STORE_VERSION + 1
+        assert connection.execute(text("SELECT count(*) FROM events")).scalar_one() == 0
+    engine.dispose()
+
+
+def test_a_resume_input_the_schema_rejects_is_refused(store_url, tmp_path, providers):
+    provider = providers(tool_loop_script([("request_approval", {})], final_text="ok"))
+    path = tmp_path / "gate.toml"
+    path.write_text(agent_toml(provider.base_url, tools=["request_approval"]))
+    run_id = salvor(store_url, "run", str(path)).stdout.splitlines()[0]
+    before = event_total(store_url)
+    one_sentence(salvor(store_url, "resume", run_id), "resume it with an input matching")
+    one_sentence(salvor(store_url, "resume", run_id, "--input", '{"approved": "yes"}'), "$.approved")
+    one_sentence(salvor(store_url, "resume", run_id, "--input", "null"), "does not satisfy")
+    assert event_total(store_url) == before
+    done = salvor(store_url, "resume", run_id, "--input", '{"approved": true}')
+    assert done.returncode == 0 and "completed" in done.stdout
