@@ -10,28 +10,30 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from decimal import Decimal
 from typing import Any
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _number(value: float) -> str:
-    # ECMAScript Number-to-String: integral values below 1e21 print without a
-    # fraction, very large or very small ones use an exponent with a sign.
+    # ECMAScript Number-to-String over the shortest round-tripping digits
+    # (which repr gives): plain decimal for 1e-7 < |value| < 1e21, otherwise
+    # an exponent with a sign. The digits come from repr, never from the
+    # exact binary value, so 2.0**68 prints as 295147905179352830000.
     if math.isnan(value) or math.isinf(value):
         raise ValueError("canonical JSON has no representation for NaN or Infinity")
     if value == 0:
         return "0"
-    if value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
     text = repr(value)
     if "e" not in text:
-        return text
+        return text.removesuffix(".0")
     mantissa, exponent = text.split("e")
     exp = int(exponent)
     if -7 < exp < 21:
         # repr chose an exponent where JavaScript would not: spell it out.
-        return format(value, "f").rstrip("0").rstrip(".")
+        plain = format(Decimal(text), "f")
+        return plain.rstrip("0").rstrip(".") if "." in plain else plain
     if mantissa.endswith(".0"):
         mantissa = mantissa[:-2]
     return f"{mantissa}e{'+' if exp > 0 else '-'}{abs(exp)}"
@@ -54,9 +56,10 @@ def _write(value: Any, out: list[str]) -> None:
         out.append("{")
         first = True
         # RFC 8785 orders members by the UTF-16 code units of their names.
-        for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
+        for key in value:
             if not isinstance(key, str):
                 raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+        for key in sorted(value, key=lambda k: k.encode("utf-16-be")):
             if not first:
                 out.append(",")
             first = False

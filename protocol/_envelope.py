@@ -69,6 +69,19 @@ def decode_event(kind: Any, payload: Any) -> Event:
     return event_type.from_payload(payload)
 
 
+def _refuse_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which are not JSON: a payload
+    # holding one could be stored but never re-encoded or hashed.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
 def decode_envelope(data: str | bytes | dict) -> Envelope:
     """Read one envelope from its wire JSON (text, bytes or a parsed object).
 
@@ -79,7 +92,7 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
     """
     if isinstance(data, (str, bytes)):
         try:
-            data = json.loads(data)
+            data = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedEvent(f"envelope is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

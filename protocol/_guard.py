@@ -50,7 +50,7 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.AWAITING_TOOL: frozenset({K.TOOL_CALL_COMPLETED} | _AFTER_INTENT),
     # A write that may have landed cannot be papered over with a failure:
     # only its completion (a person's resolve) or an abandonment that names it.
-    S.NEEDS_RECONCILIATION: frozenset({K.TOOL_CALL_COMPLETED, K.RUN_FAILED} | _ABANDON),
+    S.NEEDS_RECONCILIATION: frozenset({K.TOOL_CALL_COMPLETED} | _ABANDON),
     S.SUSPENDED: frozenset({K.RESUMED} | _ABANDON),
     S.SLEEPING: frozenset({K.NOW_OBSERVED, K.SLEEP_COMPLETED} | _ABANDON),
     S.BUDGET_EXCEEDED: frozenset({K.RESUMED} | _ABANDON),

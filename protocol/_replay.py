@@ -31,6 +31,12 @@ class RecordedCall:
         return self.intent.seq
 
 
+_COMPLETION = {
+    EventKind.MODEL_CALL_REQUESTED: EventKind.MODEL_CALL_COMPLETED,
+    EventKind.TOOL_CALL_REQUESTED: EventKind.TOOL_CALL_COMPLETED,
+}
+
+
 class ReplayCursor:
     """Walks a recorded log in the order a deterministic driver asks for it."""
 
@@ -60,7 +66,9 @@ class ReplayCursor:
             raise self._diverge(asked, intent)
         self.position += 1
         completion = self._peek()
-        if completion is None:
+        # An intent may also be followed by RunFailed or RunAbandoned: that
+        # call never completed, and the terminal event is left for the driver.
+        if completion is None or completion.event.KIND is not _COMPLETION[kind]:
             return RecordedCall(intent, None)
         self.position += 1
         return RecordedCall(intent, completion)

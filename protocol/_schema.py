@@ -27,24 +27,58 @@ BUDGET_EXTENSION_SCHEMA = {
 }
 
 
+# Keywords whose value maps names to sub-schemas (the map itself is no schema),
+# and keywords whose value is data, never a schema.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "definitions", "$defs"})
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
 def _objectify(schema: Any) -> Any:
     """Give every sub-schema with ``required``/``properties`` and no ``type`` an object type."""
     if isinstance(schema, list):
         return [_objectify(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {key: _objectify(value) for key, value in schema.items()}
+    out = {}
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _objectify(sub) for name, sub in value.items()}
+        else:
+            out[key] = _objectify(value)
     if "type" not in out and ("required" in out or "properties" in out):
         out["type"] = "object"
     return out
+
+
+class _NoRemoteRefs(dict):
+    """Ref handlers that claim every URI scheme and resolve none of them.
+
+    Without a handler fastjsonschema fetches a remote ``$ref`` with urlopen
+    (http, file, ...): a schema from a run's log must never make a check do IO.
+    """
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_remote_ref
+
+
+def _refuse_remote_ref(uri: str) -> Any:
+    raise fastjsonschema.JsonSchemaDefinitionException(f"remote $ref {uri!r} is not resolved")
 
 
 @functools.lru_cache(maxsize=512)
 def _compiled(schema_bytes: bytes) -> Callable[[Any], Any]:
     schema = _objectify(json.loads(schema_bytes))
     try:
-        return fastjsonschema.compile(schema)
-    except fastjsonschema.JsonSchemaDefinitionException as exc:
+        return fastjsonschema.compile(schema, handlers=_NoRemoteRefs())
+    except Exception as exc:  # noqa: BLE001
+        # fastjsonschema does not check a schema against its meta-schema, so a
+        # malformed one fails in arbitrary ways (TypeError, re.error, ...):
+        # every one of them means the schema is unusable.
         raise MalformedEvent(f"not a usable JSON schema: {exc}") from None
 
 
@@ -71,13 +105,23 @@ def validate(schema: dict, value: Any, *, what: str = "the input") -> None:
     try:
         check(value)
     except fastjsonschema.JsonSchemaValueException as exc:
-        path = "$" + "".join(
-            f"[{part}]" if isinstance(part, int) else f".{part}" for part in exc.path[1:]
-        )
-        message = exc.message.replace("data", path, 1) if exc.message.startswith("data") else exc.message
+        # fastjsonschema names the failing value "data.items[1].id" (its
+        # ``path`` list spells array indices as strings, so it cannot tell
+        # [1] from .1); the name is the path with "data" for the root, and the
+        # message opens with it.
+        name = exc.name or "data"
+        path = "$" + name[len("data"):] if name.startswith("data") else "$"
+        message = path + exc.message[len(name):] if exc.message.startswith(name) else exc.message
         raise SchemaViolation(
             f"{what} does not satisfy the recorded schema: {message}",
             violations=[{"path": path, "message": message}],
+        ) from None
+    except RecursionError:
+        # A self-referential schema can recurse without end on some values.
+        message = "the recorded schema recurses without end on this value"
+        raise SchemaViolation(
+            f"{what} could not be checked: {message}",
+            violations=[{"path": "$", "message": message}],
         ) from None
 
 
