@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
-
 from salvor import __version__
 from salvor.protocol import (
     GuardRefusal,
@@ -81,7 +79,7 @@ class Cli:
                 print(describe(envelope), file=sys.stderr, flush=True)
 
     def _report(self, run_id: str, view: RunView) -> int:
-        status = view.status_at(datetime.now(timezone.utc))
+        status = view.status_at(datetime.now(UTC))
         if self.json:
             _out({"run": run_id, **view.replay_json(), "status": status})
         else:

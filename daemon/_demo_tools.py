@@ -14,11 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import trio
-
 from salvor.protocol import Effect, parse_instant
 
 from ._faults import kill_if_requested
@@ -119,7 +118,7 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             except ValueError as exc:
                 raise ToolFailed(f"wake_at is not an RFC 3339 instant: {exc}", retryable=False) from None
         if "seconds" in args:
-            return SleepUntil(wake_at=datetime.now(timezone.utc) + timedelta(seconds=args["seconds"]))
+            return SleepUntil(wake_at=datetime.now(UTC) + timedelta(seconds=args["seconds"]))
         raise ToolFailed("give `wake_at` (an RFC 3339 instant) or `seconds`", retryable=False)
 
     return ToolRegistry(

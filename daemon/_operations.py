@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from salvor.protocol import (
     EMPTY_VIEW,
@@ -28,7 +29,6 @@ from salvor.protocol import (
     validate,
     validate_budget_extension,
 )
-
 from salvor.store import SeqConflict
 
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition

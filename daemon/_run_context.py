@@ -15,11 +15,11 @@ and committing it, so an effect never starts before its intent is durable.
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import trio
-
 from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
@@ -73,7 +73,7 @@ class DriveInterrupted(Exception):
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def tool_error(kind: str, message: str, attempts: int) -> dict:
@@ -230,7 +230,7 @@ class RunContext:
             except ToolFailed as exc:
                 if not exc.retryable or attempt == attempts:
                     return tool_error("handler", exc.message, attempt)
-            except Exception as exc:  # a tool's own bug: recorded as its failure, never a crash of the run
+            except Exception as exc:  # noqa: BLE001 -- a tool's own bug: recorded as its failure, never a crash of the run
                 if attempt == attempts:
                     return tool_error("handler", f"{type(exc).__name__}: {exc}", attempt)
             else:

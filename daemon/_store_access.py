@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 import trio
-
 from salvor.protocol import Envelope, Event, RunView
 from salvor.store import AppendRequest, EventStore
 
@@ -31,7 +31,7 @@ MAX_GROUP = 256
 
 
 class _Pending:
-    __slots__ = ("request", "done", "result")
+    __slots__ = ("done", "request", "result")
 
     def __init__(self, request: AppendRequest) -> None:
         self.request = request
@@ -77,7 +77,7 @@ class StoreAccess:
                 group.append(item)
             try:
                 results = self.store.append_batch([p.request for p in group])
-            except Exception as exc:  # the whole batch failed: every caller hears why
+            except Exception as exc:  # noqa: BLE001 -- the whole batch failed: every caller hears why
                 results = [exc] * len(group)
             for pending, result in zip(group, results):
                 pending.result = result

@@ -7,9 +7,10 @@ one under its recorded key), a ``write`` parks the run for a person.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from salvor.protocol import Effect
 

@@ -4,15 +4,15 @@ the scripted provider, and a settable clock for timers."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from salvor.daemon._agent_def import parse_definition
 from salvor.daemon._demo_tools import demo_registry
 from salvor.daemon._operations import Runtime
 from salvor.daemon._store_access import open_store_access
+
 from tests.support.scripted_provider import ScriptedProvider
 
 
@@ -20,7 +20,7 @@ class Clock:
     """A clock the test moves by hand; every drive reads (and records) it."""
 
     def __init__(self) -> None:
-        self.now = datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc)
+        self.now = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.now

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from salvor.daemon._agent_def import DefinitionError, load_definition, parse_definition
 from salvor.protocol import sha256_hash
 

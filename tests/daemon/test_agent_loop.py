@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from salvor.daemon._errors import OperationRefused
 from salvor.daemon._operations import MISSING
 from salvor.daemon._run_context import DriveInterrupted
@@ -28,6 +27,7 @@ from salvor.protocol import (
     encode_envelope,
     format_instant,
 )
+
 from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
 from .conftest import ledger
@@ -261,7 +261,7 @@ async def test_output_schema_answers_are_validated_before_they_are_recorded(runt
         provider,
         extra='[output_schema]\ntype = "object"\nrequired = ["verdict"]\n[output_schema.properties.verdict]\ntype = "string"\n',
     )
-    run_id, view = await start_and_drive(runtime, agent)
+    _, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "completed", "output": {"verdict": "refund"}}
     second = provider.calls[1].request
     assert second["tools"][-1]["name"] == "submit_output"
@@ -308,6 +308,7 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
     ])
     from salvor.daemon._agent_def import parse_definition
     from salvor.daemon._operations import Runtime
+
     from .conftest import agent_toml
 
     provider = providers(tool_loop_script([("flaky_read", {}), ("flaky_write", {})]))

@@ -12,13 +12,13 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope, format_instant
 from salvor.store import EventStore
+
 from tests.support.scripted_provider import tool_loop_script
 
 from .conftest import agent_toml
@@ -31,7 +31,7 @@ def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.Co
     full_env.pop("SALVOR_FAULT_KILL_AFTER_SEQ", None)
     return subprocess.run(
         [sys.executable, "-m", "salvor.daemon._cli", *args],
-        capture_output=True, text=True, env=full_env, timeout=120, cwd=REPO,
+        capture_output=True, text=True, env=full_env, timeout=120, cwd=REPO, check=False,
     )
 
 
@@ -121,7 +121,7 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
 
     def script(call):
         if call.index == 0:  # decided at call time, so the instant is just ahead of now
-            wake_at["at"] = format_instant(datetime.now(timezone.utc) + timedelta(seconds=3))
+            wake_at["at"] = format_instant(datetime.now(UTC) + timedelta(seconds=3))
         return tool_loop_script([("wait_until", {"wake_at": wake_at["at"]})], final_text="woke")(call)
 
     provider = providers(script)
@@ -133,8 +133,8 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     early = salvor(store_url, "resume", run_id, "--json")
     assert early.returncode == 1
     assert json.loads(early.stdout)["error"]["code"] == "still_sleeping"
-    deadline = datetime.fromisoformat(wake_at["at"].replace("Z", "+00:00"))
-    time.sleep(max(0.0, (deadline - datetime.now(timezone.utc)).total_seconds()) + 0.05)
+    deadline = datetime.fromisoformat(wake_at["at"])
+    time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05)
     woken = salvor(store_url, "wake")
     assert woken.returncode == 0, woken.stderr
     assert f"run {run_id} completed" in woken.stdout
@@ -241,9 +241,8 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
 
 
 def test_a_store_written_by_a_newer_salvor_is_refused_untouched(store_url):
-    from sqlalchemy import create_engine, text
-
     from salvor.store import STORE_VERSION, normalize_store_url
+    from sqlalchemy import create_engine, text
 
     EventStore.open(store_url).close()
     engine = create_engine(normalize_store_url(store_url))
