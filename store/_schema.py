@@ -76,7 +76,15 @@ runs = Table(
     Column("pending", Text),
     # Everything needed to rebuild the RunView without reading the log.
     Column("view", Text, nullable=False),
-    Index("ix_runs_state", "state"),
+    # Runs a restart must re-drive. The indexed column is run_id, not state,
+    # so moving between these three states (every commit of a live run)
+    # leaves the index alone; only entering or leaving the set touches it.
+    Index(
+        "ix_runs_active",
+        "run_id",
+        sqlite_where=text("state IN ('running', 'awaiting_model', 'awaiting_tool')"),
+        postgresql_where=text("state IN ('running', 'awaiting_model', 'awaiting_tool')"),
+    ),
     Index(
         "ix_runs_sleeping_wake_at",
         "wake_at",

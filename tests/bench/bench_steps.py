@@ -110,6 +110,44 @@ class ForgetfulProvider(ScriptedProvider):
         return self.served
 
 
+def _serve_in_child(plan, connection) -> None:
+    with ForgetfulProvider(tool_loop_script(plan)) as provider:
+        connection.send(provider.base_url)
+        connection.recv()  # until the parent says stop
+        connection.send(provider.call_count)
+
+
+class ProviderProcess:
+    """The scripted provider in a process of its own, as a real provider is.
+
+    In-process, the provider's request parsing competes with salvor's writer
+    thread for the interpreter lock and its garbage lands in salvor's
+    collections; neither is salvor's cost.
+    """
+
+    def __init__(self, plan) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self._connection, child = context.Pipe()
+        self._process = context.Process(target=_serve_in_child, args=(plan, child), daemon=True)
+
+    def __enter__(self) -> "ProviderProcess":
+        self._process.start()
+        self.base_url = self._connection.recv()
+        return self
+
+    def stop(self) -> int:
+        self._connection.send("stop")
+        count = self._connection.recv()
+        self._process.join(timeout=30)
+        return count
+
+    def __exit__(self, *exc_info) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+
+
 class GcClock:
     """Time spent in the garbage collector, per generation, on any thread."""
 
@@ -147,10 +185,14 @@ name = "lookup_invoice"
 """
 
 
-async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | None) -> dict:
+async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | None, in_process: bool = False) -> dict:
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(steps)]
-    provider_type = ForgetfulProvider if forget_calls else ScriptedProvider
-    with provider_type(tool_loop_script(plan)) as provider:
+    if in_process:
+        provider_type = ForgetfulProvider if forget_calls else ScriptedProvider
+        provider_context = provider_type(tool_loop_script(plan))
+    else:
+        provider_context = ProviderProcess(plan)
+    with provider_context as provider:
         async with open_store_access(url) as access:
             # Time every append as the runtime sees it: queue -> writer thread
             # -> guard + rows + one transaction + fsync -> back on trio.
@@ -193,7 +235,7 @@ async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | Non
             run_id = await runtime.start_run(agent, {"task": f"look up {steps} invoices"})
             view = await runtime.drive(run_id, agent=agent)
             wall = time.perf_counter() - start
-            model_calls = provider.call_count
+            model_calls = provider.call_count if in_process else provider.stop()
             if probe is not None:
                 probe.close()
     if view.state is not RunState.COMPLETED:
@@ -221,6 +263,11 @@ def main() -> None:
         "the probes' time is taken out of wall_seconds and append times",
     )
     parser.add_argument(
+        "--provider-in-process",
+        action="store_true",
+        help="run the scripted provider on a thread of this process instead of a process of its own",
+    )
+    parser.add_argument(
         "--forget-provider-calls",
         action="store_true",
         help="count the provider's calls without keeping them (keeps the test double's heap out of GC)",
@@ -241,11 +288,11 @@ def main() -> None:
 
             profiler = cProfile.Profile()
             profiler.enable()
-            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired)
+            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired, args.provider_in_process)
             profiler.disable()
             profiler.dump_stats(args.profile)
         else:
-            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired)
+            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired, args.provider_in_process)
         gc.callbacks.remove(gc_clock)
         raw_rounds.append(raw_sqlite_commits_per_s(scratch_path / "raw-1.db", args.raw_rows))
         filesystem = os.statvfs(scratch)
@@ -300,7 +347,8 @@ def main() -> None:
                 ),
                 "gc_seconds_by_generation": [round(t, 3) for t in gc_clock.seconds],
                 "gc_collections_by_generation": gc_clock.collections,
-                "provider_keeps_calls": not args.forget_provider_calls,
+                "provider": "thread" if args.provider_in_process else "process",
+                "provider_keeps_calls": args.provider_in_process and not args.forget_provider_calls,
                 "target_ratio": TARGET_RATIO,
                 "meets_target": append_per_s / raw >= TARGET_RATIO,
                 "synchronous": "FULL",
