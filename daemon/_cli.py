@@ -16,22 +16,13 @@ from typing import Any
 
 import trio
 from salvor import __version__
-from salvor.protocol import (
-    GuardRefusal,
-    MalformedEvent,
-    ReplayDivergence,
-    RunState,
-    RunView,
-    encode_envelope,
-)
-from salvor.store import StoreError, default_store_url, normalize_store_url
+from salvor.protocol import CodedError, RunState, RunView, encode_envelope
+from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._demo_tools import demo_registry
-from ._errors import OperationRefused
 from ._operations import MISSING, Runtime, parse_run_id
 from ._render import describe
-from ._run_context import DriveInterrupted
 from ._store_access import open_store_access
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
@@ -178,7 +169,7 @@ class Cli:
                     if decision.outcome == "driving"
                     else self._report(run_id, decision.view)
                 )
-            except (OperationRefused, DriveInterrupted, ReplayDivergence) as exc:
+            except CodedError as exc:
                 # One bad run does not stop the sweep.
                 print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
                 code = EXIT_ERROR
@@ -286,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return trio.run(_main, args)
-    except (OperationRefused, DriveInterrupted, StoreError, GuardRefusal, ReplayDivergence, MalformedEvent) as exc:
+    except CodedError as exc:
         message = exc.message
-        if getattr(args, "json", False) and isinstance(exc, OperationRefused):
+        if getattr(args, "json", False):
             _out(exc.to_json())
     except (CliError, DefinitionError) as exc:
         message = str(exc)

@@ -7,22 +7,16 @@ always means nothing was recorded.
 
 from __future__ import annotations
 
+from salvor.protocol import CodedError
 
-class OperationRefused(Exception):
-    """A verb refused before it recorded anything."""
+
+class OperationRefused(CodedError):
+    """A verb refused before it recorded anything; its code and status are per refusal."""
 
     def __init__(self, code: str, status: int, message: str, *, details: dict | None = None):
-        super().__init__(message)
+        super().__init__(message, details=details)
         self.code = code
         self.status = status
-        self.message = message
-        self.details = details
-
-    def to_json(self) -> dict:
-        body: dict = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            body["details"] = self.details
-        return {"error": body}
 
 
 def unknown_run(run_id: str) -> OperationRefused:

@@ -24,6 +24,7 @@ from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
     TOOL_SUSPEND_KEY,
+    CodedError,
     Effect,
     Envelope,
     Event,
@@ -64,12 +65,15 @@ class Parked(Exception):
         self.state = state
 
 
-class DriveInterrupted(Exception):
-    """The drive stopped early with the run recoverable; ``message`` says how to continue."""
+class DriveInterrupted(CodedError):
+    """The drive stopped early with the run recoverable; ``message`` says how to continue.
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    The model call's intent is left open (the legal crash state): resuming
+    re-issues it.
+    """
+
+    code = "model_execution"
+    status = 502
 
 
 def utc_now() -> datetime:

@@ -15,11 +15,13 @@ from ._envelope import decode_envelope as decode_envelope
 from ._envelope import decode_event as decode_event
 from ._envelope import encode_envelope as encode_envelope
 from ._envelope import encode_payload as encode_payload
+from ._errors import CodedError as CodedError
 from ._errors import GuardRefusal as GuardRefusal
 from ._errors import MalformedEvent as MalformedEvent
 from ._errors import ProtocolError as ProtocolError
 from ._errors import ReplayDivergence as ReplayDivergence
 from ._errors import SchemaViolation as SchemaViolation
+from ._errors import abstract_error as abstract_error
 from ._events import BUDGET_KINDS as BUDGET_KINDS
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import TOOL_ERROR_KEY as TOOL_ERROR_KEY

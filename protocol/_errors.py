@@ -1,23 +1,27 @@
 """Errors raised by the pure core, split by who is at fault.
 
-Every error carries the control-plane ``code`` and HTTP ``status`` it maps to,
-so the API layer and the CLI report it without inventing a second mapping.
-A ``ProtocolError`` is never raised directly: raise the subclass that names
-the fault.
+Every salvor error carries the control-plane ``code`` and HTTP ``status`` it
+maps to (``CodedError``), so the API layer and the CLI report any of them
+the same way, without a second mapping. A base class is never raised
+directly: raise the subclass that names the fault.
 """
 
 from __future__ import annotations
 
 
-class ProtocolError(Exception):
-    """Base of every pure-core error; raise a subclass, never this class."""
+class CodedError(Exception):
+    """Base of every salvor error: one sentence, a stable code, an HTTP status.
+
+    The store's and the daemon's errors derive from it too, so the one error
+    envelope is rendered in one place.
+    """
 
     code: str = "internal"
     status: int = 500
 
     def __init__(self, message: str, *, details: dict | None = None) -> None:
-        if type(self) is ProtocolError:
-            raise TypeError("raise a subclass of ProtocolError, not ProtocolError itself")
+        if type(self) in _ABSTRACT:
+            raise TypeError(f"raise a subclass of {type(self).__name__}, not the class itself")
         super().__init__(message)
         self.message = message
         self.details = details
@@ -28,6 +32,19 @@ class ProtocolError(Exception):
         if self.details is not None:
             body["details"] = self.details
         return {"error": body}
+
+
+class ProtocolError(CodedError):
+    """Base of every pure-core error; raise a subclass, never this class."""
+
+
+_ABSTRACT: set[type] = {CodedError, ProtocolError}
+
+
+def abstract_error(cls: type) -> type:
+    """Mark an error base class that must never be raised itself."""
+    _ABSTRACT.add(cls)
+    return cls
 
 
 class MalformedEvent(ProtocolError):

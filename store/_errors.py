@@ -8,18 +8,12 @@ what went wrong.
 
 from __future__ import annotations
 
+from salvor.protocol import CodedError, abstract_error
 
-class StoreError(Exception):
+
+@abstract_error
+class StoreError(CodedError):
     """Base of every store error; raise a subclass, never this class."""
-
-    code: str = "internal"
-    status: int = 500
-
-    def __init__(self, message: str) -> None:
-        if type(self) is StoreError:
-            raise TypeError("raise a subclass of StoreError, not StoreError itself")
-        super().__init__(message)
-        self.message = message
 
 
 class StoreUnavailable(StoreError):
