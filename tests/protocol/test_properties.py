@@ -221,7 +221,9 @@ KINDS = [
     "RunAbandoned",
 ]  # fmt: skip
 USAGE = {"input_tokens": 10, "output_tokens": 5}
-INTENT_NEXT = ["ModelCallCompleted", "ToolCallCompleted", "RunFailed", "RunAbandoned", "Resumed"]
+INTENT_NEXT = [
+    "ModelCallCompleted", "ToolCallCompleted", "RunFailed", "RunAbandoned", "Resumed",
+] * 2  # fmt: skip
 # Kinds worth offering in each phase: the legal ones and their near misses.
 # Half of all offers come from here, so long runs reach every state.
 LIKELY = {
@@ -272,7 +274,7 @@ def draw_next(draw, ref: Reference) -> tuple[Envelope, GateSchema | None]:
         event = ToolCallRequested(
             tool=draw(st.sampled_from(["lookup", "charge"])),
             input=None,
-            effect=draw(st.sampled_from(["read", "idempotent", "write"])),
+            effect=draw(st.sampled_from(["read", "idempotent", "write", "write"])),
             idempotency_key=None,
         )
     elif kind == "ToolCallCompleted":
