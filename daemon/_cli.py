@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -259,15 +261,45 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("log", parents=[common], help="a run's events, readable")
     p.add_argument("run", metavar="RUN")
 
+    p = sub.add_parser("serve", parents=[common], help="run the daemon: the HTTP control plane, drivers, wake sweeper")
+    p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8420", help="where to listen (default 127.0.0.1:8420)")
+    p.add_argument("--auth-token", metavar="ENV_VAR", help="name of the environment variable holding the bearer token")
+    p.add_argument("--wake-interval", type=float, default=60.0, metavar="SECONDS",
+                   help="how often the wake sweeper runs (default 60; 0 turns it off)")
+    p.add_argument("--demo-tools", action="store_true", help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)")
+
     p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--dry-run", action="store_true", help="required: print the derived state as JSON")
     return parser
 
 
+def _serve_config(args: argparse.Namespace, url: str):
+    from ._serve import ServeConfig
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"--listen {args.listen!r} must look like HOST:PORT, e.g. 127.0.0.1:8420")
+    token = None
+    if args.auth_token:
+        token = os.environ.get(args.auth_token)
+        if not token:
+            raise CliError(f"--auth-token names {args.auth_token}, but that environment variable is not set")
+    if args.wake_interval < 0:
+        raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
+    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token,
+                       wake_interval=args.wake_interval, demo_tools=args.demo_tools)
+
+
 async def _main(args: argparse.Namespace) -> int:
     cli = Cli(args)
     url = normalize_store_url(args.store) if args.store else default_store_url()
+    if args.command == "serve":
+        from ._serve import serve
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        await serve(_serve_config(args, url))
+        return EXIT_OK
     async with open_store_access(url) as access:
         runtime = Runtime(access, demo_registry())
         return await getattr(cli, "cmd_" + args.command)(runtime)

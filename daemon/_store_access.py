@@ -48,6 +48,9 @@ class StoreAccess:
         self._readers = trio.CapacityLimiter(readers)
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
+        # Called on the trio thread with every batch of envelopes once durable
+        # (the stream fan-out listens here).
+        self.on_commit: list[Callable[[list[Envelope]], None]] = []
 
     def _start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -110,6 +113,8 @@ class StoreAccess:
             raise pending.result
         envelopes, new_view = pending.result
         kill_after_commit(envelopes[0].seq, envelopes[-1].seq)
+        for listener in self.on_commit:
+            listener(envelopes)
         return envelopes, new_view
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -1,0 +1,257 @@
+"""The control-plane HTTP API (quart-trio): agents, runs, their verbs and capabilities.
+
+Handlers do the fast part (validate, refuse a bad state, record the head or
+the resume) and hand driving to the driving set; they never wait for a model
+or a tool. Every refusal is the one error envelope and records nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from quart import request
+from quart_trio import QuartTrio
+from salvor import __version__
+from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, fold
+from salvor.store import RunSummary
+from werkzeug.exceptions import HTTPException
+
+from ._agent_def import DefinitionError, parse_definition
+from ._api_stream import add_stream_route
+from ._drivers import DriverSet
+from ._errors import OperationRefused, bad_request, unknown_agent
+from ._event_hub import EventHub
+from ._http import body_bytes, check_bearer, error_response, json_object, json_response
+from ._operations import MISSING, Runtime, parse_run_id
+
+log = logging.getLogger("salvor.api")
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "bad_request"}
+_TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
+MAX_PAGE = 1000
+
+
+@dataclass
+class ServerState:
+    """What the routes share: one runtime, one driving set, one fan-out."""
+
+    runtime: Runtime
+    drivers: DriverSet
+    hub: EventHub
+    auth_token: str | None = None
+    commit: str | None = None
+    stream_poll_seconds: float = 1.0
+    heartbeat_seconds: float = 15.0
+    detach_grace_seconds: float = 5.0
+    # Set when the daemon begins a graceful stop: open streams end at once.
+    stopping: trio.Event = field(default_factory=trio.Event)
+
+    def driver(self, run_id: str, state: str | None) -> dict:
+        """The ``driver`` field: absent for a terminal or unreadable run."""
+        if state is None or state in _TERMINAL:
+            return {}
+        return {"driver": "attached" if self.drivers.driving(run_id) else "none"}
+
+
+def _labels(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise bad_request("`labels` must be an object of string values")
+    try:
+        check_labels(value)
+    except SchemaViolation as exc:
+        raise bad_request(exc.message) from None
+    return value
+
+
+def create_app(state: ServerState) -> QuartTrio:
+    app = QuartTrio("salvor")
+    app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
+    app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
+    app.config["BODY_TIMEOUT"] = 60
+    runtime = state.runtime
+
+    @app.before_request
+    async def authenticate() -> None:
+        check_bearer(state.auth_token)
+
+    @app.errorhandler(CodedError)
+    async def coded(error: CodedError):
+        return error_response(error)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException):
+        code = _HTTP_CODES.get(error.code, "bad_request")
+        message = {
+            404: f"no route {request.method} {request.path}",
+            405: f"{request.method} is not allowed on {request.path}",
+        }.get(error.code, error.description or error.name)
+        return error_response(OperationRefused(code, error.code or 400, message))
+
+    @app.errorhandler(Exception)
+    async def unexpected(error: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return error_response(OperationRefused("internal", 500, "the server hit an unexpected error; see its log"))
+
+    # -- agents -----------------------------------------------------------------
+
+    @app.post("/v1/agents")
+    async def register_agent():
+        mimetype = request.mimetype or ""
+        if mimetype in ("application/toml", "text/toml", "application/x-toml"):
+            fmt = "toml"
+        elif mimetype == "application/json" or mimetype.endswith("+json"):
+            fmt = "json"
+        else:
+            raise bad_request("send the definition as application/toml or application/json")
+        data = await body_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad_request("the definition is not UTF-8 text") from None
+        try:
+            agent = parse_definition(text, fmt, known_tools=runtime.registry.names())
+        except DefinitionError as exc:
+            raise bad_request(f"the agent definition does not build: {exc}") from None
+        created = await runtime.register_agent(agent)
+        return json_response({"agent": agent.agent_def_hash, "created": created}, 201)
+
+    @app.get("/v1/agents")
+    async def list_agents():
+        stored = await runtime.access.read(runtime.access.store.list_agents)
+        return json_response(
+            {"agents": [{"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})} for a in stored]}
+        )
+
+    @app.get("/v1/agents/<agent_hash>")
+    async def get_agent(agent_hash: str):
+        stored = await runtime.access.read(runtime.access.store.get_agent, agent_hash)
+        if stored is None:
+            raise unknown_agent(agent_hash)
+        body = {"agent": stored.agent_def_hash, "format": stored.format, "definition": stored.definition}
+        if stored.name:
+            body["name"] = stored.name
+        return json_response(body)
+
+    # -- runs ---------------------------------------------------------------------
+
+    @app.post("/v1/runs")
+    async def start_run():
+        body = await json_object(allowed={"agent", "input", "run_id", "labels"}, required={"agent"})
+        if not isinstance(body["agent"], str):
+            raise bad_request("`agent` must be an agent hash string")
+        labels = _labels(body.get("labels"))
+        run_id = body.get("run_id")
+        if run_id is not None and not isinstance(run_id, str):
+            raise bad_request("`run_id` must be a UUID string")
+        if run_id is not None:
+            run_id = parse_run_id(run_id)
+        agent = await runtime.load_agent(body["agent"])
+        # The head is durable before we answer: a daemon killed right after
+        # the 201 still has the run, and recovery drives it.
+        run_id = await runtime.start_run(agent, body.get("input"), labels=labels, run_id=run_id)
+        state.drivers.start(run_id, agent)
+        return json_response({"run": run_id, "status": "running"}, 201)
+
+    def summary_json(summary: RunSummary) -> dict:
+        body = summary.to_json()
+        body.update(state.driver(summary.run_id, summary.state))
+        return body
+
+    @app.get("/v1/runs")
+    async def list_runs():
+        args = request.args
+        unknown = sorted(set(args) - {"status", "label", "limit", "cursor"})
+        if unknown:
+            raise bad_request(f"unknown query parameter `{unknown[0]}`; use status, label, limit, cursor")
+        status = args.get("status")
+        if status is not None and status not in RunState.__members__.values():
+            raise bad_request(f"`status` must be one of {', '.join(s.value for s in RunState)}")
+        label = None
+        if "label" in args:
+            key, sep, value = args["label"].partition(":")
+            if not sep or not key:
+                raise bad_request("`label` must look like key:value")
+            label = (key, value)
+        limit = None
+        if "limit" in args:
+            try:
+                limit = int(args["limit"])
+            except ValueError:
+                limit = 0
+            if not 1 <= limit <= MAX_PAGE:
+                raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
+        cursor = args.get("cursor")
+        page, next_cursor = await runtime.access.read(
+            lambda: runtime.access.store.list_runs(state=status, label=label, limit=limit, after=cursor)
+        )
+        body: dict = {"runs": [summary_json(s) for s in page]}
+        if next_cursor is not None:
+            body["next_cursor"] = next_cursor
+        return json_response(body)
+
+    @app.get("/v1/runs/<run_id>")
+    async def get_run(run_id: str):
+        run_id = parse_run_id(run_id)
+        view = await runtime.view(run_id)
+        body = {
+            "run": run_id,
+            "status": view.status_at(runtime.clock()),
+            "event_count": view.event_count,
+            "usage": view.usage(),
+            "pending": view.pending.to_json() if view.pending else None,
+            "first_recorded_at": view.first_recorded_at,
+            "last_recorded_at": view.last_recorded_at,
+        }
+        body.update(state.driver(run_id, view.state.value))
+        return json_response(body)
+
+    @app.get("/v1/runs/<run_id>/replay")
+    async def replay(run_id: str):
+        # A pure fold of the recorded log, executing nothing.
+        view = fold(await runtime.log(parse_run_id(run_id)))
+        return json_response(view.replay_json())
+
+    @app.post("/v1/runs/<run_id>/resume")
+    async def resume(run_id: str):
+        run_id = parse_run_id(run_id)
+        body = await json_object(allowed={"input"}, optional_body=True)
+        decision = await runtime.resume(run_id, body.get("input", MISSING))
+        if decision.outcome == "finished":
+            return json_response(
+                {"run": run_id, "outcome": decision.view.state.value, "status": decision.view.status()}
+            )
+        state.drivers.start(run_id)
+        return json_response({"run": run_id, "status": "running", "outcome": "driving"}, 202)
+
+    @app.post("/v1/runs/<run_id>/resolve")
+    async def resolve(run_id: str):
+        run_id = parse_run_id(run_id)
+        body = await json_object(allowed={"output"}, required={"output"})
+        view = await runtime.resolve(run_id, body["output"])
+        return json_response({"run": run_id, "resolved": True, "status": view.status()})
+
+    @app.post("/v1/runs/<run_id>/abandon")
+    async def abandon(run_id: str):
+        run_id = parse_run_id(run_id)
+        body = await json_object(allowed={"reason"}, optional_body=True)
+        reason = body.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise bad_request("`reason` must be a string")
+        seq, view = await runtime.abandon(run_id, reason)
+        return json_response({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+
+    @app.get("/v1/capabilities")
+    async def capabilities():
+        server = {"version": __version__}
+        if state.commit:
+            server["commit"] = state.commit
+        # Advertised only when it exists on this server: forks are not built yet.
+        return json_response({"capabilities": {"fork": False}, "server": server})
+
+    add_stream_route(app, state)
+    return app

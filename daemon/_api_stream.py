@@ -1,0 +1,132 @@
+"""``GET /v1/runs/{id}/events``: a run's log as server-sent events, replay then live tail.
+
+The stream subscribes to the in-process fan-out before it reads the store,
+so nothing committed in between is missed, and it sends each seq exactly
+once, in order (anything older than the cursor is skipped; a gap is read
+back from the store). Events another process writes into the same store
+(the CLI) arrive through a bounded poll. It ends with an ``end`` frame once
+the run rests, or once nothing drives it here and nothing has arrived for a
+grace period (``detached: true``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import trio
+from quart import request
+from quart_trio import QuartTrio
+from salvor.protocol import Envelope, encode_envelope, fold, step
+
+from ._errors import bad_request, unknown_run
+from ._operations import parse_run_id
+
+HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    # nginx buffers proxied responses unless told not to.
+    "X-Accel-Buffering": "no",
+}
+
+
+def event_frame(envelope: Envelope) -> bytes:
+    return f"id: {envelope.seq}\ndata: {encode_envelope(envelope)}\n\n".encode()
+
+
+def end_frame(body: dict) -> bytes:
+    return f"event: end\ndata: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+
+
+def _cursor() -> int:
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id is not None:
+        try:
+            seq = int(last_event_id)
+        except ValueError:
+            raise bad_request("Last-Event-ID must be the seq of an event this stream sent") from None
+        if seq < 0:
+            raise bad_request("Last-Event-ID must not be negative")
+        return seq + 1
+    from_seq = request.args.get("from_seq")
+    if from_seq is None:
+        return 0
+    try:
+        seq = int(from_seq)
+    except ValueError:
+        raise bad_request("from_seq must be a whole number") from None
+    if seq < 0:
+        raise bad_request("from_seq must not be negative")
+    return seq
+
+
+def add_stream_route(app: QuartTrio, state) -> None:
+    runtime = state.runtime
+
+    @app.get("/v1/runs/<run_id>/events")
+    async def events(run_id: str):
+        run_id = parse_run_id(run_id)
+        start = _cursor()
+        # Subscribe before reading the store, so no commit falls in between.
+        subscription = state.hub.subscribe(run_id)
+        try:
+            log = await runtime.access.read(runtime.access.store.read_log, run_id, 0)
+            if not log and not state.drivers.driving(run_id):
+                raise unknown_run(run_id)
+        except BaseException:
+            subscription.close()
+            raise
+
+        async def frames() -> AsyncIterator[bytes]:
+            with subscription:
+                view = fold(log[:start])
+                next_seq = min(start, len(log))
+                pending = list(log[next_seq:])
+                last_progress = last_beat = trio.current_time()
+                while True:
+                    for envelope in pending:
+                        if envelope.seq != next_seq:
+                            continue
+                        view = step(view, envelope)
+                        next_seq += 1
+                        if envelope.seq >= start:
+                            yield event_frame(envelope)
+                        last_progress = trio.current_time()
+                    pending = []
+                    if view.resting:
+                        yield end_frame({"status": view.status_at(runtime.clock())})
+                        return
+                    now = trio.current_time()
+                    if state.stopping.is_set() or (
+                        not state.drivers.driving(run_id)
+                        and now - last_progress >= state.detach_grace_seconds
+                    ):
+                        yield end_frame({"status": view.status_at(runtime.clock()), "detached": True})
+                        return
+                    wait = min(state.stream_poll_seconds, max(0.0, last_beat + state.heartbeat_seconds - now))
+                    with trio.move_on_after(wait):
+                        envelope = await subscription.receive.receive()
+                        pending.append(envelope)
+                        # Take whatever else is already queued in one go.
+                        while True:
+                            try:
+                                pending.append(subscription.receive.receive_nowait())
+                            except trio.WouldBlock:
+                                break
+                    if pending and pending[0].seq == next_seq and not subscription.lagging:
+                        continue
+                    if pending and pending[0].seq < next_seq:
+                        pending = [e for e in pending if e.seq >= next_seq]
+                        if not pending or pending[0].seq == next_seq:
+                            continue
+                    # A gap, a lagging queue, or a quiet spell: read the store
+                    # (another process may be writing this run).
+                    subscription.lagging = False
+                    pending = await runtime.access.read(runtime.access.store.read_log, run_id, next_seq)
+                    if not pending and trio.current_time() - last_beat >= state.heartbeat_seconds:
+                        last_beat = trio.current_time()
+                        yield b": keep-alive\n\n"
+
+        response = await app.make_response((frames(), 200, HEADERS))
+        response.timeout = None
+        return response

@@ -1,0 +1,77 @@
+"""In-process fan-out: each durable envelope reaches every live subscriber of its run.
+
+The writer publishes right after a commit, on the trio thread, so a stream in
+this daemon sees an event as soon as it is durable. A subscriber that falls
+behind is not allowed to hold memory without bound: its queue is capped and,
+once full, it is marked ``lagging`` and reads the gap back from the store.
+"""
+
+from __future__ import annotations
+
+import trio
+from salvor.protocol import Envelope
+
+QUEUE_LIMIT = 1024
+
+
+class Subscription:
+    """Live envelopes of one run, in commit order; registered until closed.
+
+    Use as a context manager (``with hub.subscribe(run_id) as sub``) or call
+    ``close``: registration happens at subscribe time, so a caller can
+    subscribe first and read the store second without missing a commit.
+    """
+
+    def __init__(self, hub: EventHub, run_id: str) -> None:
+        self._hub = hub
+        self.run_id = run_id
+        self._send, self.receive = trio.open_memory_channel[Envelope](QUEUE_LIMIT)
+        self.lagging = False
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _offer(self, envelope: Envelope) -> None:
+        try:
+            self._send.send_nowait(envelope)
+        except trio.WouldBlock:
+            # The reader is slow; it will read what it missed from the store.
+            self.lagging = True
+        except trio.ClosedResourceError:
+            pass
+
+    def close(self) -> None:
+        self._hub._remove(self)
+        self._send.close()
+
+
+class EventHub:
+    """Subscribers per run; ``publish`` is cheap when nobody listens."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, set[Subscription]] = {}
+
+    def publish(self, envelopes: list[Envelope]) -> None:
+        if not envelopes:
+            return
+        for subscription in self._subscribers.get(envelopes[0].run_id, ()):
+            for envelope in envelopes:
+                subscription._offer(envelope)
+
+    def subscribe(self, run_id: str) -> Subscription:
+        subscription = Subscription(self, run_id)
+        self._subscribers.setdefault(run_id, set()).add(subscription)
+        return subscription
+
+    def _remove(self, subscription: Subscription) -> None:
+        subscribers = self._subscribers.get(subscription.run_id)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._subscribers[subscription.run_id]
+
+    def subscriber_count(self, run_id: str) -> int:
+        return len(self._subscribers.get(run_id, ()))

@@ -1,0 +1,84 @@
+"""Request and response plumbing shared by every route: the one error envelope,
+strict JSON bodies, bearer-token auth.
+
+A refusal here happens before any route runs, so it records nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from quart import Response, request
+from salvor.protocol import CodedError
+
+from ._errors import OperationRefused, bad_request
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+_ABSENT: Any = object()
+
+
+def error_response(error: CodedError) -> Response:
+    return Response(
+        json.dumps(error.to_json(), ensure_ascii=False),
+        status=error.status,
+        content_type="application/json",
+    )
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+
+
+def unauthorized() -> OperationRefused:
+    return OperationRefused(
+        "unauthorized", 401, "this server requires `Authorization: Bearer <token>`; the token was missing or wrong"
+    )
+
+
+def check_bearer(expected: str | None) -> None:
+    """Refuse unless the request carries the server's token (constant-time compare)."""
+    if expected is None:
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected.encode()):
+        raise unauthorized()
+
+
+async def body_bytes() -> bytes:
+    data = await request.get_data(cache=True, as_text=False)
+    if len(data) > MAX_BODY_BYTES:
+        raise OperationRefused("payload_too_large", 413, f"the body is over the {MAX_BODY_BYTES}-byte cap")
+    return data
+
+
+async def json_object(*, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False) -> dict:
+    """The request body as a JSON object with only ``allowed`` keys.
+
+    Raises:
+        OperationRefused: bad_request for a wrong content type, invalid JSON,
+            a non-object, an unknown field or a missing one.
+    """
+    data = await body_bytes()
+    if not data.strip():
+        if optional_body:
+            return {}
+        raise bad_request("the request needs a JSON object body")
+    mimetype = request.mimetype or ""
+    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise bad_request(f"the body must be application/json, not {mimetype}")
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise bad_request(f"unknown field `{unknown[0]}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
+    missing = sorted(required - set(body))
+    if missing:
+        raise bad_request(f"the body is missing `{missing[0]}`")
+    return body

@@ -1,0 +1,154 @@
+"""``salvor serve``: the daemon's root nursery and the services in it.
+
+Lifetimes, outermost first: the store (its writer thread), then one nursery
+holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
+watcher and the watchdog. Each service reports started only once it is bound
+or loaded; systemd hears READY=1 after all of them.
+
+Graceful stop (SIGTERM, SIGINT): stop accepting, cancel drivers with a
+reason, end streams, exit 0 within a deadline. A run cut mid-effect keeps its
+open intent, the legal crash state; the next start recovers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from salvor.protocol import CodedError
+
+from ._api import ServerState, create_app
+from ._demo_tools import demo_registry
+from ._drivers import DriverSet
+from ._event_hub import EventHub
+from ._notify import Notifier
+from ._operations import Runtime
+from ._store_access import open_store_access
+from ._tools import ToolRegistry
+
+log = logging.getLogger("salvor.serve")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8420
+    store_url: str
+    auth_token: str | None = None
+    wake_interval: float = 60.0
+    demo_tools: bool = False
+    shutdown_seconds: float = 10.0
+    recovery_concurrency: int = 64
+
+
+def build_commit() -> str | None:
+    """The short git hash of the checkout this code runs from (``-dirty`` with local changes)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
+
+
+async def recover_interrupted(state: ServerState) -> int:
+    """Re-drive every interrupted server-driven run whose agent this store holds."""
+    runtime = state.runtime
+    started = 0
+    for run_id in await runtime.access.read(runtime.access.store.interrupted_runs):
+        try:
+            view = await runtime.view(run_id)
+            agent = await runtime.load_agent(view.agent_def_hash)
+        except CodedError as exc:
+            log.warning("run %s not recovered: %s", run_id, exc.message)
+            continue
+        started += state.drivers.start(run_id, agent)
+    return started
+
+
+async def sweep_once(state: ServerState) -> int:
+    """Re-drive every sleeping run whose instant has passed, through the resume path."""
+    woken = 0
+    for run_id in await state.runtime.due_runs():
+        if state.drivers.driving(run_id):
+            continue
+        try:
+            decision = await state.runtime.resume(run_id)
+        except CodedError as exc:
+            # One bad run does not stop the sweep; it stays due.
+            log.warning("sleeping run %s not woken: %s", run_id, exc.message)
+            continue
+        if decision.outcome == "driving":
+            woken += state.drivers.start(run_id)
+    return woken
+
+
+async def _sweep_forever(state: ServerState, interval: float) -> None:
+    while True:
+        await sweep_once(state)
+        await trio.sleep(interval)
+
+
+async def _watchdog(notifier: Notifier) -> None:
+    while True:
+        notifier.send("WATCHDOG=1")
+        await trio.sleep(notifier.watchdog_interval)
+
+
+async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon until SIGTERM/SIGINT. Reports started with the bound URLs."""
+    notifier = Notifier()
+    registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
+    async with open_store_access(config.store_url) as access:
+        runtime = Runtime(access, registry)
+        hub = EventHub()
+        access.on_commit.append(hub.publish)
+        stop = trio.Event()
+        async with trio.open_nursery() as root:
+            async with trio.open_nursery() as drivers_nursery:
+                drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency)
+                state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
+                                    auth_token=config.auth_token, commit=build_commit())
+                hyper = HypercornConfig()
+                hyper.bind = [f"{config.host}:{config.port}"]
+                hyper.graceful_timeout = config.shutdown_seconds
+                hyper.accesslog = None
+                hyper.errorlog = logging.getLogger("salvor.http")
+                binds = await root.start(
+                    lambda task_status: hypercorn_serve(
+                        create_app(state), hyper, shutdown_trigger=stop.wait, task_status=task_status
+                    )
+                )
+                root.start_soon(_watch_signals, stop)
+                recovered = await recover_interrupted(state)
+                if config.wake_interval > 0:
+                    root.start_soon(_sweep_forever, state, config.wake_interval)
+                if notifier.watchdog_interval:
+                    root.start_soon(_watchdog, notifier)
+                log.info("salvor serving on %s (%d interrupted runs recovered)", ", ".join(binds), recovered)
+                notifier.send("READY=1")
+                task_status.started(binds)
+                await stop.wait()
+                notifier.send("STOPPING=1")
+                state.stopping.set()
+                drivers.cancel_all("salvor is stopping; each run keeps its log and resumes on the next start")
+            root.cancel_scope.cancel(reason="salvor stopped")
+
+
+async def _watch_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            stop.set()
+            return
