@@ -8,6 +8,8 @@ once full, it is marked ``lagging`` and reads the gap back from the store.
 
 from __future__ import annotations
 
+from typing import Self
+
 import trio
 from salvor.protocol import Envelope
 
@@ -28,7 +30,7 @@ class Subscription:
         self._send, self.receive = trio.open_memory_channel[Envelope](QUEUE_LIMIT)
         self.lagging = False
 
-    def __enter__(self) -> Subscription:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
