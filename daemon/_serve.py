@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,12 @@ class ServeConfig:
     demo_tools: bool = False
     shutdown_seconds: float = 10.0
     recovery_concurrency: int = 64
+    # Event streams: how often a quiet stream reads the store for another
+    # process's writes, how often it sends a keep-alive comment, and how long
+    # a run nothing here drives may stay quiet before its stream ends detached.
+    stream_poll_seconds: float = 1.0
+    heartbeat_seconds: float = 15.0
+    detach_grace_seconds: float = 5.0
 
 
 def build_commit() -> str | None:
@@ -107,20 +114,32 @@ async def _watchdog(notifier: Notifier) -> None:
 
 
 async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
+                stop: trio.Event | None = None,
+                on_state: Callable[[ServerState], None] | None = None,
                 task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run the daemon until SIGTERM/SIGINT. Reports started with the bound URLs."""
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set). Reports started with the bound URLs.
+
+    ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
+    begins the same graceful stop a signal does, and ``on_state`` is handed
+    the routes' shared state once it exists.
+    """
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
     async with open_store_access(config.store_url) as access:
         runtime = Runtime(access, registry)
         hub = EventHub()
         access.on_commit.append(hub.publish)
-        stop = trio.Event()
+        stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
             async with trio.open_nursery() as drivers_nursery:
                 drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency)
                 state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
-                                    auth_token=config.auth_token, commit=build_commit())
+                                    auth_token=config.auth_token, commit=build_commit(),
+                                    stream_poll_seconds=config.stream_poll_seconds,
+                                    heartbeat_seconds=config.heartbeat_seconds,
+                                    detach_grace_seconds=config.detach_grace_seconds)
+                if on_state is not None:
+                    on_state(state)
                 hyper = HypercornConfig()
                 hyper.bind = [f"{config.host}:{config.port}"]
                 hyper.graceful_timeout = config.shutdown_seconds
