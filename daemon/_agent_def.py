@@ -94,6 +94,8 @@ def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known
         raw = tomllib.loads(text) if fmt == "toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
+    except RecursionError:
+        raise DefinitionError(f"the definition is nested too deeply to be valid {fmt.upper()}") from None
     _check_keys("the definition", raw, _TOP)
     if "kind" in raw:
         raise DefinitionError(
@@ -189,8 +191,12 @@ def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known
         stored_format, stored_text = "json", json.dumps(stored, indent=2, ensure_ascii=False)
     else:
         stored_format, stored_text = fmt, text
+    try:
+        agent_def_hash = sha256_hash(normalised)
+    except ValueError as exc:  # NaN, an infinity, a lone surrogate: nothing canonical JSON carries
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
     return AgentDefinition(
-        agent_def_hash=sha256_hash(normalised),
+        agent_def_hash=agent_def_hash,
         name=name,
         model=model,
         system_prompt=prompt,

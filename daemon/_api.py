@@ -69,7 +69,8 @@ def _labels(value: Any) -> dict[str, str] | None:
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    app = QuartTrio("salvor")
+    # No static folder: every path this server answers is under /v1.
+    app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
     app.config["BODY_TIMEOUT"] = 60

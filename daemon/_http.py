@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 from typing import Any
 
 from quart import Response, request
@@ -54,6 +55,37 @@ async def body_bytes() -> bytes:
     return data
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range")
+    return value
+
+
+def parse_json(data: bytes) -> Any:
+    """Strict JSON: no NaN or Infinity, finite numbers, no lone surrogates.
+
+    Anything looser would pass here and fail later, where a value is hashed
+    or stored (a 500 instead of a 400).
+
+    Raises:
+        OperationRefused: bad_request, naming what is wrong.
+    """
+    try:
+        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+        # A lone surrogate escape decodes, but no UTF-8 store or hash can carry it.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise bad_request("the body is nested too deeply") from None
+    except ValueError as exc:  # includes UnicodeError
+        raise bad_request(f"the body is not valid JSON: {exc}") from None
+    return value
+
+
 async def json_object(*, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False) -> dict:
     """The request body as a JSON object with only ``allowed`` keys.
 
@@ -69,10 +101,7 @@ async def json_object(*, allowed: set[str], required: set[str] = frozenset(), op
     mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise bad_request(f"the body must be application/json, not {mimetype}")
-    try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"the body is not valid JSON: {exc}") from None
+    body = parse_json(data)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)
