@@ -841,6 +841,13 @@ async def test_a_body_over_8_mb_is_413_and_records_nothing(server: Server, provi
     big_toml = f'model = "m"\nsystem_prompt = "{filler}"\n'.encode()
     response = await server.client.post("/v1/agents", content=big_toml, headers={"Content-Type": "application/toml"})
     assert_error(response, 413, "payload_too_large")
+
+    async def chunked():  # no Content-Length: the cap holds as the body streams in
+        for _ in range(32):
+            yield b"y" * (1024 * 1024)
+
+    response = await server.client.post("/v1/runs", content=chunked(), headers={"Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
     assert await snapshot(server) == before
     # Just under the cap is an ordinary body.
     response = await server.client.post(f"/v1/runs/{run_id}/abandon",
