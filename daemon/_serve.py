@@ -145,11 +145,16 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 hyper.graceful_timeout = config.shutdown_seconds
                 hyper.accesslog = None
                 hyper.errorlog = logging.getLogger("salvor.http")
-                binds = await root.start(
-                    lambda task_status: hypercorn_serve(
-                        create_app(state), hyper, shutdown_trigger=stop.wait, task_status=task_status
-                    )
-                )
+                http_done = trio.Event()
+
+                async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    try:
+                        await hypercorn_serve(create_app(state), hyper, shutdown_trigger=stop.wait,
+                                              task_status=task_status)
+                    finally:
+                        http_done.set()
+
+                binds = await root.start(serve_http)
                 root.start_soon(_watch_signals, stop)
                 recovered = await recover_interrupted(state)
                 if config.wake_interval > 0:
@@ -163,6 +168,10 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 notifier.send("STOPPING=1")
                 state.stopping.set()
                 drivers.cancel_all("salvor is stopping; each run keeps its log and resumes on the next start")
+            # Open responses finish first (a stream sends its end frame and
+            # closes cleanly); hypercorn bounds that by its graceful timeout.
+            with trio.move_on_after(config.shutdown_seconds + 1):
+                await http_done.wait()
             root.cancel_scope.cancel(reason="salvor stopped")
 
 
