@@ -99,7 +99,9 @@ class Daemon:
     async def start(self, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> None:
         self.lives += 1
         if self.notify is not None:
-            self.notify.close()  # the previous life's socket
+            self.notify.close()  # the previous life's socket and log
+        if self._log is not None:
+            self._log.close()
         self.notify = NotifySocket()
         environment = {**os.environ, "NOTIFY_SOCKET": self.notify.path, **(env or {})}
         if self.effects is not None:
