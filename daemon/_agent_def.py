@@ -78,7 +78,9 @@ def _positive_number(where: str, value: Any) -> None:
     _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number")
 
 
-def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known_tools=()) -> AgentDefinition:
+def parse_definition(
+    text: str, fmt: str, *, base_dir: Path | None = None, known_tools=(), allow_paths: bool = True
+) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
     Args:
@@ -86,6 +88,9 @@ def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known
         fmt: ``"toml"`` or ``"json"``.
         base_dir: where ``system_prompt_path`` is resolved from.
         known_tools: names the daemon's tool registry holds.
+        allow_paths: whether ``system_prompt_path`` may name a file. A
+            definition that arrives over the network must not make the daemon
+            read its own files, so the HTTP API passes False.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
@@ -112,6 +117,11 @@ def parse_definition(text: str, fmt: str, *, base_dir: Path | None = None, known
     _expect(isinstance(model, str) and model.strip() != "", "`model` is required and must be a non-empty string")
     normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
     if "system_prompt_path" in raw:
+        _expect(
+            allow_paths,
+            "`system_prompt_path` is only read from agent files on the daemon's own disk; "
+            "send the prompt inline as `system_prompt`",
+        )
         _expect("system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both")
         path = Path(raw["system_prompt_path"])
         if not path.is_absolute():

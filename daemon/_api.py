@@ -115,7 +115,7 @@ def create_app(state: ServerState) -> QuartTrio:
         except UnicodeDecodeError:
             raise bad_request("the definition is not UTF-8 text") from None
         try:
-            agent = parse_definition(text, fmt, known_tools=runtime.registry.names())
+            agent = parse_definition(text, fmt, known_tools=runtime.registry.names(), allow_paths=False)
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
         created = await runtime.register_agent(agent)
@@ -154,7 +154,7 @@ def create_app(state: ServerState) -> QuartTrio:
         agent = await runtime.load_agent(body["agent"])
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
-        run_id = await runtime.start_run(agent, body.get("input"), labels=labels, run_id=run_id)
+        run_id = await runtime.start_run(agent, body.get("input"), labels=labels, run_id=run_id, register=False)
         state.drivers.start(run_id, agent)
         return json_response({"run": run_id, "status": "running"}, 201)
 

@@ -136,8 +136,11 @@ class Runtime:
         *,
         labels: dict[str, str] | None = None,
         run_id: str | None = None,
+        register: bool = True,
     ) -> str:
         """Record a new run's head; once this returns the run exists durably.
+
+        ``register=False`` when the definition was just read from this store.
 
         Raises:
             OperationRefused: bad_request for labels over the bounds,
@@ -148,10 +151,9 @@ class Runtime:
         except SchemaViolation as exc:
             raise bad_request(exc.message) from None
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        await self.register_agent(agent)
-        existing = await self.access.read(self.access.store.read_view, run_id)
-        if existing is not None:
-            raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id")
+        if register:
+            await self.register_agent(agent)
+        # A run id with history fails the append itself (seq 0 is taken).
         try:
             await self.access.append(
                 run_id, [RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)], EMPTY_VIEW

@@ -921,3 +921,15 @@ async def test_every_route_needs_the_token_when_one_is_set(server_factory, provi
     assert done["status"]["state"] == "completed"
     lowercase_scheme = await anonymous.get(f"/v1/runs/{run_id}", headers={"Authorization": f"bearer {TOKEN}"})
     assert lowercase_scheme.status_code == 200
+
+
+async def test_an_agent_sent_over_http_cannot_make_the_daemon_read_its_files(server: Server, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not leak")
+    definition = f'model = "m"\nsystem_prompt_path = "{secret}"\n'
+    response = await server.client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
+    assert response.status_code == 400
+    body = response.json()["error"]
+    assert body["code"] == "bad_request" and "system_prompt_path" in body["message"]
+    assert "do not leak" not in response.text
+    assert (await server.client.get("/v1/agents")).json() == {"agents": []}
