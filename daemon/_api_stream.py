@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import Envelope, encode_envelope, fold, step
+from salvor.protocol import Envelope, RunState, encode_envelope, fold, step
 
 from ._errors import bad_request, unknown_run
 from ._operations import parse_run_id
@@ -93,7 +93,11 @@ def add_stream_route(app: QuartTrio, state) -> None:
                             yield event_frame(envelope)
                         last_progress = trio.current_time()
                     pending = []
-                    if view.resting:
+                    # A write's intent is recorded before the write runs, so
+                    # the log folds to needs_reconciliation while a driver
+                    # here is still executing it: that is not a resting point.
+                    in_flight = view.state is RunState.NEEDS_RECONCILIATION and state.drivers.driving(run_id)
+                    if view.resting and not in_flight:
                         yield end_frame({"status": view.status_at(runtime.clock())})
                         return
                     now = trio.current_time()
