@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# A tour of salvor's HTTP API with nothing but curl (and python3 to pick
+# fields out of JSON). Start a daemon first, in another terminal:
+#
+#   salvor serve --demo-tools
+#
+# then, from the repository root:
+#
+#   contrib/curl/walkthrough.sh
+#
+# Environment:
+#   SALVOR_URL    the daemon (default http://127.0.0.1:8420)
+#   SALVOR_TOKEN  the bearer token, when the daemon runs with --auth-token
+#   SALVOR_BIN    the salvor command (default: salvor), used once in part 3
+#   SALVOR_STORE  the daemon's store, when it is not the default one: part 3
+#                 starts a run from the command line in that same store
+#
+# The four parts: a run start to finish, watched live; a run that stops at a
+# gate and a person approves it; a run whose write was cut short, which a
+# person resolves; and an error, to show the envelope.
+set -euo pipefail
+
+URL="${SALVOR_URL:-http://127.0.0.1:8420}"
+SALVOR_BIN="${SALVOR_BIN:-salvor}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+AGENTS="$HERE/../agents"
+
+AUTH=()
+if [[ -n "${SALVOR_TOKEN:-}" ]]; then
+  AUTH=(-H "Authorization: Bearer $SALVOR_TOKEN")
+fi
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+# api METHOD PATH [curl args...]: the JSON answer on stdout; fails on a 4xx/5xx
+# after printing the error envelope.
+api() {
+  local method="$1" path="$2"
+  shift 2
+  curl -sS --fail-with-body "${AUTH[@]}" -X "$method" "$@" "$URL$path"
+}
+
+# pick EXPR: read JSON on stdin and print EXPR evaluated on it as `j`
+# (strings bare, everything else as JSON).
+pick() {
+  python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+v = eval(sys.argv[1], {"j": j})
+print(v if isinstance(v, str) else json.dumps(v))
+' "$1"
+}
+
+# watch RUN [FROM_SEQ]: stream the run's events until the daemon sends the
+# `end` frame (it closes the stream then), one line per event on stderr; the
+# state the run rested at on stdout. -N: curl shows each frame as it lands.
+read -r -d '' FRAMES_PY <<'PY' || true
+import json, sys
+kind = None
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    if line.startswith("event: "):
+        kind = line[len("event: "):]
+    elif line.startswith("data: "):
+        data = json.loads(line[len("data: "):])
+        if kind == "end":
+            print("   end:", json.dumps(data["status"])[:160], file=sys.stderr)
+            print(data["status"]["state"])
+        else:
+            event = data["event"]
+            print(f"   seq {data['seq']:>3}  {event['kind']}", event["payload"].get("tool", ""), file=sys.stderr)
+    elif not line:
+        kind = None
+PY
+watch() {
+  local run="$1" from="${2:-0}"
+  curl -sS -N --fail-with-body "${AUTH[@]}" "$URL/v1/runs/$run/events?from_seq=$from" | python3 -c "$FRAMES_PY"
+}
+
+expect() {
+  if [[ "$1" != "$2" ]]; then
+    echo "walkthrough: expected $2, got $1" >&2
+    exit 1
+  fi
+}
+
+say "0. Is the daemon there?"
+api GET /v1/capabilities
+echo
+
+say "1. Register an agent (its TOML, as is) and run it"
+AGENT=$(api POST /v1/agents -H 'Content-Type: application/toml' --data-binary @"$AGENTS/refund-desk.toml" | pick 'j["agent"]')
+echo "agent $AGENT"
+RUN=$(api POST /v1/runs -H 'Content-Type: application/json' \
+  -d "{\"agent\": \"$AGENT\", \"input\": {\"invoice_id\": \"INV-1001\"}, \"labels\": {\"source\": \"walkthrough\"}}" \
+  | pick 'j["run"]')
+echo "run $RUN; its events, live:"
+STATE=$(watch "$RUN")
+expect "$STATE" completed
+api GET "/v1/runs/$RUN" | pick '{k: j[k] for k in ("status", "event_count", "usage")}' | cut -c1-200
+
+say "2. A gate: the run waits for a person's approval"
+GATED=$(api POST /v1/agents -H 'Content-Type: application/toml' --data-binary @"$HERE/refund-with-approval.toml" | pick 'j["agent"]')
+RUN=$(api POST /v1/runs -H 'Content-Type: application/json' \
+  -d "{\"agent\": \"$GATED\", \"input\": {\"invoice_id\": \"INV-2002\"}}" | pick 'j["run"]')
+echo "run $RUN:"
+STATE=$(watch "$RUN")
+expect "$STATE" suspended
+echo "what it waits for:"
+api GET "/v1/runs/$RUN" | pick 'j["status"]'
+echo "an input the recorded schema rejects is refused, and nothing is recorded:"
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' -d '{"input": {"approved": "yes"}}' || true
+echo
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+echo "approve it:"
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' \
+  -d '{"input": {"approved": true, "note": "checked by the walkthrough"}}'
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" completed
+
+say "3. A write cut short: the run parks until a person says what happened"
+# A write (issue_refund) whose process died after the refund went out but
+# before its result was recorded. The fault hook kills the `salvor run`
+# process at exactly that instant; it writes to the daemon's store.
+RUN=$(SALVOR_FAULT_KILL_IN_TOOL=issue_refund "$SALVOR_BIN" run "$AGENTS/refund-desk.toml" \
+  --input '{"invoice_id": "INV-3003"}' --json 2>/dev/null | head -n 1 | pick 'j["run"]') || true
+if [[ -z "$RUN" ]]; then
+  echo "walkthrough: could not start a run with $SALVOR_BIN; is it installed, and SALVOR_STORE the daemon's store?" >&2
+  exit 1
+fi
+echo "run $RUN, killed inside issue_refund:"
+api GET "/v1/runs/$RUN" | pick '{"status": j["status"], "pending": j["pending"]}'
+AMOUNT=$(api GET "/v1/runs/$RUN" | pick 'j["pending"]["input"]["amount_cents"]')
+echo "resume refuses, showing the recorded intent:"
+api POST "/v1/runs/$RUN/resume" || true
+echo
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+echo "having checked the payment provider: the refund went out. Record what it returned:"
+api POST "/v1/runs/$RUN/resolve" -H 'Content-Type: application/json' \
+  -d "{\"output\": {\"refund_id\": \"rf_checked_by_hand\", \"invoice_id\": \"INV-3003\", \"amount_cents\": $AMOUNT}}"
+echo
+api POST "/v1/runs/$RUN/resume"
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" completed
+
+say "4. Every error has one shape"
+api GET /v1/runs/00000000-0000-4000-8000-000000000000 || true
+echo
+echo
+echo "done: the runs above are in the daemon's store; GET $URL/v1/runs lists them."
