@@ -25,6 +25,7 @@ from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, unknown_agent
 from ._event_hub import EventHub
 from ._http import body_bytes, check_bearer, error_response, json_object, json_response
+from ._openapi import openapi_document
 from ._operations import MISSING, Runtime, parse_run_id
 
 log = logging.getLogger("salvor.api")
@@ -253,6 +254,10 @@ def create_app(state: ServerState) -> QuartTrio:
             server["commit"] = state.commit
         # Advertised only when it exists on this server: forks are not built yet.
         return json_response({"capabilities": {"fork": False}, "server": server})
+
+    @app.get("/v1/openapi.json")
+    async def openapi():
+        return json_response(openapi_document())
 
     add_stream_route(app, state)
     return app

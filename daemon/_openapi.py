@@ -1,0 +1,513 @@
+"""The OpenAPI 3.1 document of the control plane, served at ``GET /v1/openapi.json``.
+
+It describes exactly the routes ``create_app`` registers, with the shapes
+they answer in: every success body, every refusal (the one error envelope,
+narrowed to the codes that route can give), and the event stream's frames.
+Shapes that several routes share (the status object, the pending object, a
+run's summary, the envelope) are written once under ``components`` and
+referenced. Built once, at import; plain data, no IO.
+
+tests/server/test_openapi.py checks the document against the OpenAPI 3.1
+schema and validates real responses of a real daemon against it, so a
+handler that drifts from what is written here fails a test.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from salvor import __version__
+from salvor.protocol import BUDGET_KINDS, EventKind, RunState
+
+JSON = dict[str, Any]
+
+TERMINAL = ["completed", "failed", "abandoned"]
+
+
+def _ref(name: str) -> JSON:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: JSON, required: list[str] = (), **extra: Any) -> JSON:
+    """A closed object: the listed properties, nothing else."""
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False, **extra}
+
+
+def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
+    """A closed object schema with more properties (closed schemas do not compose with allOf)."""
+    grown = copy.deepcopy(schema)
+    grown["properties"].update(properties)
+    grown["required"] = grown["required"] + required
+    return grown
+
+
+_INSTANT = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
+_SEQ = {"type": "integer", "minimum": 0}
+_ANY = {"description": "Any JSON value."}
+
+# -- shared shapes -------------------------------------------------------------------------------------
+
+_PENDING_MODEL = _object(
+    {"kind": {"const": "model"}, "seq": _SEQ, "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
+    ["kind", "seq", "request_hash"],
+)
+_PENDING_TOOL = _object(
+    {
+        "kind": {"const": "tool"},
+        "seq": _SEQ,
+        "tool": {"type": "string"},
+        "input": _ANY,
+        "effect": {"enum": ["read", "write", "idempotent"]},
+        "idempotency_key": {"type": ["string", "null"]},
+    },
+    ["kind", "seq", "tool", "input", "effect", "idempotency_key"],
+)
+
+
+def _states(*names: str) -> JSON:
+    return {"enum": list(names)} if len(names) > 1 else {"const": names[0]}
+
+
+def _status_variants() -> list[JSON]:
+    state = _states
+    return [
+        _object({"state": state("not_started", "running", "awaiting_model", "awaiting_tool",
+                                "needs_reconciliation")}, ["state"]),
+        _object(
+            {"state": state("suspended"), "reason": {"type": "string"},
+             "input_schema": {"type": ["object", "boolean"], "description": "The JSON Schema a resume input must satisfy."},
+             "kind": {"const": "signal", "description": "Present only when an external system, not a person, owes the input."}},
+            ["state", "reason", "input_schema"],
+        ),
+        _object(
+            {"state": state("sleeping"), "wake_at": _INSTANT,
+             "overdue": {"const": True}, "overdue_seconds": {"type": "integer", "minimum": 0}},
+            ["state", "wake_at"],
+            dependentRequired={"overdue": ["overdue_seconds"], "overdue_seconds": ["overdue"]},
+        ),
+        _object(
+            {"state": state("budget_exceeded"),
+             "budget": _object({"kind": {"enum": list(BUDGET_KINDS)}, "limit": {"type": "number"}}, ["kind", "limit"]),
+             "observed": {"type": "number"}},
+            ["state", "budget", "observed"],
+        ),
+        _object({"state": state("completed"), "output": _ANY}, ["state", "output"]),
+        _object({"state": state("failed"), "error": {"type": "string"}}, ["state", "error"]),
+        _object(
+            {"state": state("abandoned"), "reason": {"type": "string"},
+             "unresolved_write": _object({"seq": _SEQ, "tool": {"type": "string"}}, ["seq", "tool"])},
+            ["state"],
+        ),
+    ]
+
+
+# ``driver`` is present exactly when the status is present and not terminal.
+_DRIVER_RULE = {
+    "if": {"required": ["status"], "properties": {"status": {"properties": {"state": {"enum": TERMINAL}}}}},
+    "then": {"not": {"required": ["driver"]}},
+    "else": {
+        "if": {"required": ["status"]},
+        "then": {"required": ["driver"]},
+        "else": {"not": {"required": ["driver"]}},
+    },
+}
+
+_DRIVER = {"enum": ["attached", "none"],
+           "description": "Whether a driver in this daemon is running the run now; absent for a terminal run."}
+
+
+def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -> JSON:
+    """The envelope, its ``code`` narrowed to ``codes`` and its ``details`` to ``details``."""
+    if codes is None and details is None:
+        return _ref("Error")
+    inner: JSON = {"properties": {}}
+    if codes is not None:
+        inner["properties"]["code"] = {"const": codes[0]} if len(codes) == 1 else {"enum": codes}
+    if details is not None:
+        inner["properties"]["details"] = details
+        inner["required"] = ["details"]
+    return {"allOf": [_ref("Error"), {"properties": {"error": inner}}]}
+
+
+SCHEMAS: JSON = {
+    "Error": {
+        "description": "The one error envelope. `details` is present only with structured evidence.",
+        **_object({"error": _object(
+            {"code": {"type": "string", "description": "A stable machine token."},
+             "message": {"type": "string", "description": "One human sentence."},
+             "details": {"type": "object"}},
+            ["code", "message"],
+        )}, ["error"]),
+    },
+    "NeedsReconciliationError": _error_schema(
+        ["needs_reconciliation"], _object({"intent": _ref("Intent")}, ["intent"])
+    ),
+    "StillSleepingError": _error_schema(
+        ["still_sleeping"],
+        _object({"wake_at": _INSTANT, "remaining_seconds": {"type": "integer", "minimum": 0}},
+                ["wake_at", "remaining_seconds"]),
+    ),
+    "RunId": {"type": "string", "format": "uuid"},
+    "AgentHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$",
+                  "description": "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."},
+    "Instant": _INSTANT,
+    "Usage": _object({"input_tokens": {"type": "integer", "minimum": 0},
+                      "output_tokens": {"type": "integer", "minimum": 0}},
+                     ["input_tokens", "output_tokens"]),
+    "Labels": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16,
+               "description": "At most 16; keys at most 64 bytes, values at most 256 bytes."},
+    "Status": {"description": "`{state, ...that state's fields}`.", "oneOf": _status_variants()},
+    "Pending": {"description": "The run's one open intent.", "oneOf": [_PENDING_MODEL, _PENDING_TOOL]},
+    "Intent": {
+        "description": "The pending object plus when its intent was recorded.",
+        "oneOf": [_extended(p, {"recorded_at": _INSTANT}, ["recorded_at"]) for p in (_PENDING_MODEL, _PENDING_TOOL)],
+    },
+    "RunSummary": {
+        "description": "A run in a listing. Every field but run, event_count and the instants is absent "
+                       "(never null) when the run's log cannot be read.",
+        **_object(
+            {"run": _ref("RunId"), "status": _ref("Status"), "event_count": {"type": "integer", "minimum": 0},
+             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "usage": _ref("Usage"),
+             "step_count": {"type": "integer", "minimum": 0}, "agent_def_hash": _ref("AgentHash"),
+             "labels": {"allOf": [_ref("Labels")], "minProperties": 1}, "driver": _DRIVER},
+            ["run", "event_count", "first_recorded_at", "last_recorded_at"],
+        ),
+        **_DRIVER_RULE,
+    },
+    "RunList": _object(
+        {"runs": {"type": "array", "items": _ref("RunSummary")},
+         "next_cursor": {"type": "string", "description": "Present when there may be more: pass it as `cursor`."}},
+        ["runs"],
+    ),
+    "Run": {
+        **_object(
+            {"run": _ref("RunId"), "status": _ref("Status"), "event_count": {"type": "integer", "minimum": 0},
+             "usage": _ref("Usage"), "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
+             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "driver": _DRIVER},
+            ["run", "status", "event_count", "usage", "pending", "first_recorded_at", "last_recorded_at"],
+        ),
+        **_DRIVER_RULE,
+    },
+    "Replay": _object(
+        {"status": _ref("Status"), "usage": _ref("Usage"), "next_seq": _SEQ,
+         "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]}},
+        ["status", "usage", "next_seq", "pending"],
+    ),
+    "AgentDefinition": {
+        "description": "An agent as JSON: the same fields as the TOML file. Unknown fields are refused.",
+        **_object(
+            {"name": {"type": "string", "maxLength": 64}, "model": {"type": "string"},
+             "system_prompt": {"type": "string"}, "max_response_tokens": {"type": "integer", "minimum": 1},
+             "record_prompts": {"type": "boolean"}, "llm": {"type": "object"},
+             "budgets": {"type": "object", "propertyNames": {"enum": list(BUDGET_KINDS)},
+                         "additionalProperties": {"type": "number"}},
+             "pricing": {"type": "object"}, "output_schema": {"type": "object"},
+             "tools": {"type": "array", "items": _object({"name": {"type": "string"}}, ["name"])},
+             "mcp_servers": {"type": "array", "items": {"type": "object"}}, "kind": {"type": "string"}},
+            ["model"],
+        ),
+    },
+    "AgentCreated": _object({"agent": _ref("AgentHash"), "created": {"type": "boolean"}}, ["agent", "created"]),
+    "AgentList": _object(
+        {"agents": {"type": "array", "items": _object(
+            {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}}, ["agent"])}},
+        ["agents"],
+    ),
+    "Agent": _object(
+        {"agent": _ref("AgentHash"), "format": {"enum": ["toml", "json"]},
+         "definition": {"type": "string", "description": "The definition as registered, verbatim."},
+         "name": {"type": "string", "minLength": 1}},
+        ["agent", "format", "definition"],
+    ),
+    "StartRun": _object(
+        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"), "labels": _ref("Labels")},
+        ["agent"],
+    ),
+    "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}}, ["run", "status"]),
+    "ResumeInput": _object({"input": {"description": "The input a suspended run waits for, or "
+                                                      "`{\"extend_by\": N}` for a budget. Ignored otherwise."}}),
+    "ResumeDriving": _object(
+        {"run": _ref("RunId"), "status": {"const": "running"}, "outcome": {"const": "driving"}},
+        ["run", "status", "outcome"],
+    ),
+    "ResumeFinished": _object(
+        {"run": _ref("RunId"), "outcome": {"enum": TERMINAL}, "status": _ref("Status")},
+        ["run", "outcome", "status"],
+    ),
+    "ResolveOutput": _object({"output": {"description": "What the write returned, as the operator established."}},
+                             ["output"]),
+    "Resolved": _object({"run": _ref("RunId"), "resolved": {"const": True}, "status": _ref("Status")},
+                        ["run", "resolved", "status"]),
+    "AbandonReason": _object({"reason": {"type": "string"}}),
+    "Abandoned": _object(
+        {"run": _ref("RunId"), "abandoned": {"const": True}, "appended_seq": _SEQ, "status": _ref("Status")},
+        ["run", "abandoned", "appended_seq", "status"],
+    ),
+    "Capabilities": _object(
+        {"capabilities": {"type": "object", "additionalProperties": {"type": "boolean"},
+                          "description": "A capability is listed true only when this server has it."},
+         "server": _object({"version": {"type": "string"},
+                            "commit": {"type": "string", "description": "Short git hash, `-dirty` with local changes; "
+                                                                        "absent when unknown."}},
+                           ["version"])},
+        ["capabilities", "server"],
+    ),
+    "Envelope": _object(
+        {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
+         "recorded_at": _INSTANT,
+         "event": _object({"kind": {"enum": [k.value for k in EventKind]}, "payload": {"type": "object"}},
+                          ["kind", "payload"])},
+        ["run_id", "seq", "schema_version", "recorded_at", "event"],
+        description="One recorded event: the `data` of a stream frame, byte for byte what "
+                    "`salvor history --json` prints.",
+    ),
+    "EndFrame": _object(
+        {"status": _ref("Status"), "detached": {"const": True, "description": "No driver here is running the run."}},
+        ["status"],
+        description="The `data` of the stream's final `event: end` frame.",
+    ),
+}
+
+# -- parameters and refusals ------------------------------------------------------------------------
+
+PARAMETERS: JSON = {
+    "RunId": {"name": "run_id", "in": "path", "required": True, "schema": _ref("RunId"),
+              "description": "A run id; anything that is not a UUID is a 400."},
+    "AgentHash": {"name": "agent_hash", "in": "path", "required": True, "schema": {"type": "string"},
+                  "description": "An agent hash as `POST /v1/agents` returned it."},
+}
+
+
+def _error(description: str, *codes: str, schema: JSON | None = None) -> JSON:
+    return {"description": description,
+            "content": {"application/json": {"schema": schema or _error_schema(list(codes) or None)}}}
+
+
+RESPONSES: JSON = {
+    "BadRequest": _error("Malformed body or parameter, a bad run id, or an input a recorded schema rejects "
+                         "(`details.violations`). Nothing recorded.", "bad_request"),
+    "Unauthorized": _error("The server has a token and the request's bearer token is missing or wrong.",
+                           "unauthorized"),
+    "UnknownRun": _error("No run under that id.", "unknown_run"),
+    "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
+    "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
+}
+
+
+def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | None = None) -> JSON:
+    """``ok``: status -> (description, JSON schema); the named shared refusals; ``extra``
+    responses as they are; and 401 and 500, which every route can give."""
+    responses: JSON = {}
+    for status, (description, schema) in ok.items():
+        responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("413", "PayloadTooLarge")):
+        if name in refusals:
+            responses[status] = {"$ref": f"#/components/responses/{name}"}
+    responses.update(extra or {})
+    responses["401"] = {"$ref": "#/components/responses/Unauthorized"}
+    responses["500"] = {"$ref": "#/components/responses/Internal"}
+    return dict(sorted(responses.items()))
+
+
+def _body(schema: JSON, *, required: bool = True) -> JSON:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+_RUN = [{"$ref": "#/components/parameters/RunId"}]
+_CONFLICT_OTHER = _error_schema(["client_driven_run", "divergence"])
+
+PATHS: JSON = {
+    "/v1/agents": {
+        "post": {
+            "operationId": "registerAgent",
+            "summary": "Register an agent definition (validated, stored, content-addressed)",
+            "requestBody": {"required": True, "content": {
+                "application/toml": {"schema": {"type": "string"}},
+                "application/json": {"schema": _ref("AgentDefinition")},
+            }},
+            "responses": _responses({"201": ("Registered; `created` is false when it already was.",
+                                             _ref("AgentCreated"))}, "BadRequest", "PayloadTooLarge"),
+        },
+        "get": {
+            "operationId": "listAgents",
+            "summary": "List the registered agents",
+            "responses": _responses({"200": ("The agents; `name` only when the definition has one.",
+                                             _ref("AgentList"))}),
+        },
+    },
+    "/v1/agents/{agent_hash}": {
+        "get": {
+            "operationId": "getAgent",
+            "summary": "Read one registered definition back",
+            "parameters": [{"$ref": "#/components/parameters/AgentHash"}],
+            "responses": _responses({"200": ("The definition, verbatim.", _ref("Agent"))},
+                                    extra={"404": _error("No agent under that hash.", "unknown_agent")}),
+        },
+    },
+    "/v1/runs": {
+        "post": {
+            "operationId": "startRun",
+            "summary": "Start a run; answered once its head event is durable, then driven in the background",
+            "requestBody": _body(_ref("StartRun")),
+            "responses": _responses(
+                {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"404": _error("The agent is not registered.", "unknown_agent"),
+                        "409": _error("The chosen run_id already has history.", "run_exists")},
+            ),
+        },
+        "get": {
+            "operationId": "listRuns",
+            "summary": "List runs, newest first, with their folded status",
+            "parameters": [
+                {"name": "status", "in": "query", "schema": {"enum": [s.value for s in RunState]}},
+                {"name": "label", "in": "query", "schema": {"type": "string", "pattern": "^[^:]+:"},
+                 "description": "`key:value`: only runs carrying that label."},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                 "description": "A page size; without it every matching run is listed."},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                 "description": "The `next_cursor` of the previous page."},
+            ],
+            "responses": _responses({"200": ("One page of runs.", _ref("RunList"))}, "BadRequest"),
+        },
+    },
+    "/v1/runs/{run_id}": {
+        "get": {
+            "operationId": "getRun",
+            "summary": "One run's derived state",
+            "parameters": _RUN,
+            "responses": _responses({"200": ("The run.", _ref("Run"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/runs/{run_id}/replay": {
+        "get": {
+            "operationId": "replayRun",
+            "summary": "Dry-run replay: the state folded from the log, executing nothing",
+            "parameters": _RUN,
+            "responses": _responses({"200": ("The projection.", _ref("Replay"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/runs/{run_id}/events": {
+        "get": {
+            "operationId": "streamRunEvents",
+            "summary": "The run's events as server-sent events: replay from the cursor, then the live tail",
+            "description": (
+                "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no `event:` "
+                "field. When the run rests, one frame `event: end` with `data: <EndFrame>` closes the "
+                "stream; `detached: true` when no driver here is running the run. Lines starting with "
+                "`:` are keep-alive comments. `Last-Event-ID` (wins) or `from_seq` set the cursor; "
+                "with neither the stream starts at seq 0."
+            ),
+            "parameters": [
+                *_RUN,
+                {"name": "from_seq", "in": "query", "schema": _SEQ},
+                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                 "description": "The last seq this client received; the stream resumes after it."},
+            ],
+            "responses": _responses(
+                {},
+                "BadRequest", "UnknownRun",
+                extra={"200": {"description": "The stream.", "content": {"text/event-stream": {
+                    "schema": {"type": "string"},
+                    "x-frame-schemas": {"message": _ref("Envelope"), "end": _ref("EndFrame")},
+                }}}},
+            ),
+        },
+    },
+    "/v1/runs/{run_id}/resume": {
+        "post": {
+            "operationId": "resumeRun",
+            "summary": "Continue a run: a parked one with an input, an interrupted one without",
+            "parameters": _RUN,
+            "requestBody": _body(_ref("ResumeInput"), required=False),
+            "responses": _responses(
+                {"200": ("The run had already finished; left alone.", _ref("ResumeFinished")),
+                 "202": ("The run is driving again; open its stream to watch.", _ref("ResumeDriving"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={
+                    "404": _error("No run under that id, or its agent is not registered here.",
+                                  "unknown_run", "unknown_agent"),
+                    "409": _error(
+                        "needs_reconciliation (`details.intent`: the dangling write), still_sleeping "
+                        "(`details.wake_at`, `details.remaining_seconds`), or client_driven_run. "
+                        "Nothing recorded.",
+                        schema={"oneOf": [_ref("NeedsReconciliationError"), _ref("StillSleepingError"),
+                                          _CONFLICT_OTHER]},
+                    ),
+                },
+            ),
+        },
+    },
+    "/v1/runs/{run_id}/resolve": {
+        "post": {
+            "operationId": "resolveRun",
+            "summary": "Record by hand what a dangling write returned (settled_by: operator); drives nothing",
+            "parameters": _RUN,
+            "requestBody": _body(_ref("ResolveOutput")),
+            "responses": _responses(
+                {"200": ("Recorded; resume the run to continue it.", _ref("Resolved"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"409": _error("The run has no dangling write.", "wrong_state", "divergence")},
+            ),
+        },
+    },
+    "/v1/runs/{run_id}/abandon": {
+        "post": {
+            "operationId": "abandonRun",
+            "summary": "Retire an unfinished run with a terminal RunAbandoned",
+            "parameters": _RUN,
+            "requestBody": _body(_ref("AbandonReason"), required=False),
+            "responses": _responses(
+                {"200": ("Abandoned; an abandoned dangling write is named in `status.unresolved_write`.",
+                         _ref("Abandoned"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"409": _error("The run is already terminal.", "wrong_state", "divergence")},
+            ),
+        },
+    },
+    "/v1/capabilities": {
+        "get": {
+            "operationId": "getCapabilities",
+            "summary": "What this server can do, and which build it is",
+            "responses": _responses({"200": ("Capabilities and the server's build.", _ref("Capabilities"))}),
+        },
+    },
+    "/v1/openapi.json": {
+        "get": {
+            "operationId": "getOpenApi",
+            "summary": "This document",
+            "responses": _responses({"200": ("The OpenAPI 3.1 document.", {"type": "object"})}),
+        },
+    },
+}
+
+DOCUMENT: JSON = {
+    "openapi": "3.1.0",
+    "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+    "info": {
+        "title": "salvor control plane",
+        "version": __version__,
+        "summary": "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream.",
+        "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+    },
+    "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],
+    # Optional: only a server started with --auth-token checks it.
+    "security": [{"bearer": []}, {}],
+    "paths": PATHS,
+    "components": {
+        "schemas": SCHEMAS,
+        "parameters": PARAMETERS,
+        "responses": RESPONSES,
+        "securitySchemes": {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "The token in the environment variable `salvor serve --auth-token` names.",
+        }},
+    },
+}
+
+
+def openapi_document() -> JSON:
+    """The document (shared: do not mutate it)."""
+    return DOCUMENT
