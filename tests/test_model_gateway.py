@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 
 import httpx
@@ -15,6 +16,7 @@ from salvor.daemon._model_gateway import (
     ModelResult,
     resolve_endpoint,
     retry_delay,
+    tls_context,
 )
 
 from tests.support.scripted_provider import (
@@ -275,6 +277,20 @@ async def test_a_shared_client_is_left_open():
             await model.aclose()
             assert not client.is_closed
             await gateway(provider, "anthropic", http_client=client).complete(FIRST_TURN)
+
+
+async def test_gateways_share_one_verifying_tls_context():
+    # A gateway is built per drive; loading the CA bundle for each one cost
+    # ~20 ms of the trio thread (a thousand recovering runs: twenty seconds).
+    endpoint = resolve_endpoint(provider="anthropic", base_url="https://api.example.com", environ={})
+    first, second = ModelGateway(endpoint), ModelGateway(endpoint)
+    try:
+        for model in (first, second):
+            assert model._client._transport._pool._ssl_context is tls_context()
+        assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname
+    finally:
+        await first.aclose()
+        await second.aclose()
 
 
 async def test_demo_provider_makes_no_http_call():
