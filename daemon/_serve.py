@@ -145,14 +145,11 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 hyper.graceful_timeout = config.shutdown_seconds
                 hyper.accesslog = None
                 hyper.errorlog = logging.getLogger("salvor.http")
-                http_done = trio.Event()
+                in_flight = InFlight(create_app(state))
 
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                    try:
-                        await hypercorn_serve(create_app(state), hyper, shutdown_trigger=stop.wait,
-                                              task_status=task_status)
-                    finally:
-                        http_done.set()
+                    await hypercorn_serve(in_flight, hyper, shutdown_trigger=stop.wait,
+                                          task_status=task_status, mode="asgi")
 
                 binds = await root.start(serve_http)
                 root.start_soon(_watch_signals, stop)
@@ -168,11 +165,39 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 notifier.send("STOPPING=1")
                 state.stopping.set()
                 drivers.cancel_all("salvor is stopping; each run keeps its log and resumes on the next start")
-            # Open responses finish first (a stream sends its end frame and
-            # closes cleanly); hypercorn bounds that by its graceful timeout.
-            with trio.move_on_after(config.shutdown_seconds + 1):
-                await http_done.wait()
+            # Responses in flight finish first (a stream sends its end frame
+            # and closes cleanly), within the deadline. Idle keep-alive
+            # connections are not waited for: they carry nothing.
+            with trio.move_on_after(config.shutdown_seconds):
+                await in_flight.wait_idle()
             root.cancel_scope.cancel(reason="salvor stopped")
+
+
+class InFlight:
+    """ASGI wrapper counting HTTP requests in progress, so a stop can wait for them alone."""
+
+    def __init__(self, app) -> None:
+        self._app = app
+        self._count = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        if self._count == 0:
+            self._idle = trio.Event()
+        self._count += 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            self._count -= 1
+            if self._count == 0:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
 
 
 async def _watch_signals(stop: trio.Event) -> None:

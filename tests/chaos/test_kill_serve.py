@@ -569,11 +569,6 @@ def test_random_kills(chaos: Chaos) -> None:
     print("chaos:", json.dumps(figures))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "graceful stop waits the whole shutdown deadline while a client holds an idle keep-alive "
-    "connection: under quart-trio, hypercorn's idle-timeout task is re-armed from the request's "
-    "own (already cancelled) task, so the idle connection is never closed on shutdown and "
-    "serve() waits for hypercorn until its graceful_timeout"))
 def test_sigterm_mid_flight(chaos: Chaos) -> None:
     """SIGTERM with 20 runs in flight: exit 0 within the deadline; the next start finishes them."""
     chaos.daemon.start()
