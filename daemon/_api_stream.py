@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import Envelope, RunState, encode_envelope, fold, step
+from salvor.protocol import RunState, fold, step
 
 from ._errors import bad_request, unknown_run
+from ._event_hub import LiveEvent, event_frame
 from ._operations import parse_run_id
 
 HEADERS = {
@@ -28,10 +29,6 @@ HEADERS = {
     # nginx buffers proxied responses unless told not to.
     "X-Accel-Buffering": "no",
 }
-
-
-def event_frame(envelope: Envelope) -> bytes:
-    return f"id: {envelope.seq}\ndata: {encode_envelope(envelope)}\n\n".encode()
 
 
 def end_frame(body: dict) -> bytes:
@@ -84,13 +81,19 @@ def add_stream_route(app: QuartTrio, state) -> None:
                 pending = list(log[next_seq:])
                 last_progress = last_beat = trio.current_time()
                 while True:
-                    for envelope in pending:
+                    for item in pending:
+                        # Live items come with their frame and view worked out
+                        # once at publish; store reads are folded here.
+                        envelope = item.envelope if isinstance(item, LiveEvent) else item
                         if envelope.seq != next_seq:
                             continue
-                        view = step(view, envelope)
+                        if isinstance(item, LiveEvent):
+                            view, frame = item.view, item.frame
+                        else:
+                            view, frame = step(view, envelope), None
                         next_seq += 1
                         if envelope.seq >= start:
-                            yield event_frame(envelope)
+                            yield frame or event_frame(envelope)
                         last_progress = trio.current_time()
                     pending = []
                     # A write's intent is recorded before the write runs, so
@@ -117,11 +120,11 @@ def add_stream_route(app: QuartTrio, state) -> None:
                                 pending.append(subscription.receive.receive_nowait())
                             except trio.WouldBlock:
                                 break
-                    if pending and pending[0].seq == next_seq and not subscription.lagging:
+                    if pending and pending[0].envelope.seq == next_seq and not subscription.lagging:
                         continue
-                    if pending and pending[0].seq < next_seq:
-                        pending = [e for e in pending if e.seq >= next_seq]
-                        if not pending or pending[0].seq == next_seq:
+                    if pending and pending[0].envelope.seq < next_seq:
+                        pending = [e for e in pending if e.envelope.seq >= next_seq]
+                        if not pending or pending[0].envelope.seq == next_seq:
                             continue
                     # A gap, a lagging queue, or a quiet spell: read the store
                     # (another process may be writing this run).

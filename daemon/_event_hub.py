@@ -8,12 +8,28 @@ once full, it is marked ``lagging`` and reads the gap back from the store.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Self
 
 import trio
-from salvor.protocol import Envelope
+from salvor.protocol import Envelope, RunView, encode_envelope, step
 
 QUEUE_LIMIT = 1024
+
+
+def event_frame(envelope: Envelope) -> bytes:
+    """One server-sent event: the seq as its id, the pinned envelope as its data."""
+    return f"id: {envelope.seq}\ndata: {encode_envelope(envelope)}\n\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    """A durable envelope as published: its frame and the run's view after it,
+    worked out once for every subscriber."""
+
+    envelope: Envelope
+    frame: bytes
+    view: RunView
 
 
 class Subscription:
@@ -27,7 +43,7 @@ class Subscription:
     def __init__(self, hub: EventHub, run_id: str) -> None:
         self._hub = hub
         self.run_id = run_id
-        self._send, self.receive = trio.open_memory_channel[Envelope](QUEUE_LIMIT)
+        self._send, self.receive = trio.open_memory_channel[LiveEvent](QUEUE_LIMIT)
         self.lagging = False
 
     def __enter__(self) -> Self:
@@ -36,9 +52,9 @@ class Subscription:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _offer(self, envelope: Envelope) -> None:
+    def _offer(self, event: LiveEvent) -> None:
         try:
-            self._send.send_nowait(envelope)
+            self._send.send_nowait(event)
         except trio.WouldBlock:
             # The reader is slow; it will read what it missed from the store.
             self.lagging = True
@@ -56,12 +72,20 @@ class EventHub:
     def __init__(self) -> None:
         self._subscribers: dict[str, set[Subscription]] = {}
 
-    def publish(self, envelopes: list[Envelope]) -> None:
+    def publish(self, envelopes: list[Envelope], view_before: RunView) -> None:
         if not envelopes:
             return
-        for subscription in self._subscribers.get(envelopes[0].run_id, ()):
-            for envelope in envelopes:
-                subscription._offer(envelope)
+        subscribers = self._subscribers.get(envelopes[0].run_id)
+        if not subscribers:
+            return
+        view = view_before
+        events = []
+        for envelope in envelopes:
+            view = step(view, envelope)
+            events.append(LiveEvent(envelope, event_frame(envelope), view))
+        for subscription in subscribers:
+            for event in events:
+                subscription._offer(event)
 
     def subscribe(self, run_id: str) -> Subscription:
         subscription = Subscription(self, run_id)

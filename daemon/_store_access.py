@@ -48,9 +48,9 @@ class StoreAccess:
         self._readers = trio.CapacityLimiter(readers)
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
-        # Called on the trio thread with every batch of envelopes once durable
-        # (the stream fan-out listens here).
-        self.on_commit: list[Callable[[list[Envelope]], None]] = []
+        # Called on the trio thread with every batch of envelopes once durable,
+        # and the run's view before the batch (the stream fan-out listens here).
+        self.on_commit: list[Callable[[list[Envelope], RunView], None]] = []
 
     def _start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -114,7 +114,7 @@ class StoreAccess:
         envelopes, new_view = pending.result
         kill_after_commit(envelopes[0].seq, envelopes[-1].seq)
         for listener in self.on_commit:
-            listener(envelopes)
+            listener(envelopes, view)
         return envelopes, new_view
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
