@@ -81,6 +81,9 @@ def add_stream_route(app: QuartTrio, state) -> None:
                 pending = list(log[next_seq:])
                 last_progress = last_beat = trio.current_time()
                 while True:
+                    # Everything at hand goes out as one chunk: with many
+                    # subscribers, one write per burst instead of per event.
+                    chunk: list[bytes] = []
                     for item in pending:
                         # Live items come with their frame and view worked out
                         # once at publish; store reads are folded here.
@@ -93,9 +96,11 @@ def add_stream_route(app: QuartTrio, state) -> None:
                             view, frame = step(view, envelope), None
                         next_seq += 1
                         if envelope.seq >= start:
-                            yield frame or event_frame(envelope)
+                            chunk.append(frame or event_frame(envelope))
                         last_progress = trio.current_time()
                     pending = []
+                    if chunk:
+                        yield b"".join(chunk)
                     # A write's intent is recorded before the write runs, so
                     # the log folds to needs_reconciliation while a driver
                     # here is still executing it: that is not a resting point.
