@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import sqlite3
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -153,7 +155,7 @@ class ProviderProcess:
         self._connection, child = context.Pipe()
         self._process = context.Process(target=_serve_in_child, args=(plan, child), daemon=True)
 
-    def __enter__(self) -> "ProviderProcess":
+    def __enter__(self) -> Self:
         self._process.start()
         self.base_url = self._connection.recv()
         return self
@@ -269,7 +271,7 @@ async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | Non
         "wall": wall,
         "model_calls": model_calls,
         "append_times": append_times,
-        "append_gaps": [b[0] - a[1] for a, b in zip(append_spans, append_spans[1:])],
+        "append_gaps": [b[0] - a[1] for a, b in itertools.pairwise(append_spans)],
         "store_times": store_times,
         "probe_times": probe_times,
     }
