@@ -1,6 +1,7 @@
 """Benchmark: one page of 100 runs from a store of 100,000 (``GET /v1/runs``).
 
-The store (a fresh SQLite file) is filled through ``EventStore.append_batch``,
+The store (a fresh SQLite file, or with ``--store postgresql://...`` a schema
+of its own on that server, dropped at the end) is filled through ``EventStore.append_batch``,
 1,000 runs per transaction: 90% completed, 10% parked mid-run (an open model
 call). ``salvor serve`` runs as a subprocess; this process times requests
 over loopback HTTP (one keep-alive connection, sequential requests):
@@ -12,7 +13,7 @@ over loopback HTTP (one keep-alive connection, sequential requests):
 
 Target: p50 <= 50 ms for a page. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_list.py [--runs 100000] [--requests 200] [--dir DIR]
+    python tests/bench/bench_list.py [--runs 100000] [--requests 200] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunCompleted, RunSta
 from salvor.store import AppendRequest, EventStore
 
 from tests.bench.bench_recover import BULK, ServeProcess
+from tests.bench.bench_store import add_store_option, bench_store_url
 
 AGENT = "sha256:" + "a" * 64
 
@@ -91,11 +93,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--dir", type=Path, default=None)
+    add_store_option(parser)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-list-") as scratch:
+    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-list-") as scratch,
+          bench_store_url(args.store, Path(scratch)) as url):
         scratch_path = Path(scratch)
-        url = "sqlite:///" + str(scratch_path / "salvor.db")
         build_seconds = build_store(url, args.runs)
         daemon = ServeProcess(url, scratch_path)
         daemon.start()
@@ -113,6 +116,7 @@ def main() -> None:
         finally:
             code = daemon.stop()
     print(json.dumps({
+        **({} if args.store is None else {"backend": "postgresql"}),
         "bench": "list",
         "runs": args.runs,
         "page": 100,

@@ -1,6 +1,7 @@
 """Benchmark: a daemon restart over 10,000 runs of which 1,000 were interrupted.
 
-The store (a fresh SQLite file) is built directly through
+The store (a fresh SQLite file, or with ``--store postgresql://...`` a schema
+of its own on that server, dropped at the end) is built directly through
 ``EventStore.append_batch``: 9,000 completed runs and 1,000 runs cut at an
 open model call, exactly as a kill leaves them (the recorded request hash is
 the one the agent loop computes for the run's first call, so recovery
@@ -19,7 +20,7 @@ Measured from the moment the process is spawned:
 
 Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_recover.py [--runs 10000] [--interrupted 1000] [--dir DIR]
+    python tests/bench/bench_recover.py [--runs 10000] [--interrupted 1000] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from salvor.store import AppendRequest, EventStore
 from sqlalchemy import text
 
 from tests.bench.bench_steps import ProviderProcess
+from tests.bench.bench_store import add_store_option, bench_store_url
 
 SALVOR = [sys.executable, "-m", "salvor.daemon._cli"]
 BULK = 1000  # runs per bulk transaction while building a store
@@ -146,11 +148,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--interrupted", type=int, default=1_000)
     parser.add_argument("--dir", type=Path, default=None)
+    add_store_option(parser)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-recover-") as scratch:
+    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-recover-") as scratch,
+          bench_store_url(args.store, Path(scratch)) as url):
         scratch_path = Path(scratch)
-        url = "sqlite:///" + str(scratch_path / "salvor.db")
         with ProviderProcess([]) as provider:
             store = EventStore.open(url)
             began = time.perf_counter()
@@ -174,6 +177,7 @@ def main() -> None:
             reissued = served
             store.close()
     print(json.dumps({
+        **({} if args.store is None else {"backend": "postgresql"}),
         "bench": "recover",
         "runs": args.runs,
         "interrupted": args.interrupted,

@@ -15,9 +15,14 @@ unchanged). The baseline, on the same filesystem: raw ``sqlite3`` inserting
 rows of a similar size, many rows per ``BEGIN IMMEDIATE ... COMMIT``, with the
 same pragmas, at the group size salvor reached and at 256 rows.
 
+``--store postgresql://...`` runs the daemon on that server instead, in a
+schema of its own dropped at the end, and the baseline becomes the same
+database's own rate through psycopg: one INSERT + COMMIT per row, and rows
+batched per transaction at salvor's group size and at 256.
+
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
-    python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--providers 4] [--dir DIR]
+    python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--providers 4] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -41,6 +46,13 @@ from salvor.protocol import EventKind
 from salvor.store import EventStore
 
 from tests.bench.bench_steps import RAW_PAYLOAD, ProviderProcess
+from tests.bench.bench_store import (
+    add_store_option,
+    bench_store_url,
+    pg_settings,
+    raw_pg_batched_rows_per_s,
+    raw_pg_commits_per_s,
+)
 
 TARGET_RATIO = 0.5
 
@@ -177,31 +189,41 @@ def main() -> None:
     parser.add_argument("--drive-concurrency", type=int, default=64,
                         help="ServeConfig.recovery_concurrency: how many runs drive at once (default 64)")
     parser.add_argument("--dir", type=Path, default=None)
+    add_store_option(parser)
     args = parser.parse_args()
 
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(args.steps)]
     counter = GroupCommitCounter()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-runs-") as scratch:
         scratch_path = Path(scratch)
-        providers = [ProviderProcess(plan) for _ in range(args.providers)]
-        for provider in providers:
-            provider.__enter__()
-        try:
-            counter.install()
-            result = trio.run(bench, "sqlite:///" + str(scratch_path / "salvor.db"), args,
-                              [p.base_url for p in providers], counter)
-        finally:
-            counter.uninstall()
-            model_calls = sum(p.stop() for p in providers)
+        with bench_store_url(args.store, scratch_path) as url:
+            providers = [ProviderProcess(plan) for _ in range(args.providers)]
             for provider in providers:
-                provider.__exit__(None, None, None)
-        events = result["events"]
-        group = max(1, round(counter.events / counter.transactions))
-        raw_rows = max(20_000, events)
-        raw_matched = raw_batched_rows_per_s(scratch_path / "raw-matched.db", raw_rows, group)
-        raw_256 = raw_batched_rows_per_s(scratch_path / "raw-256.db", raw_rows, 256)
+                provider.__enter__()
+            try:
+                counter.install()
+                result = trio.run(bench, url, args, [p.base_url for p in providers], counter)
+            finally:
+                counter.uninstall()
+                model_calls = sum(p.stop() for p in providers)
+                for provider in providers:
+                    provider.__exit__(None, None, None)
+            events = result["events"]
+            group = max(1, round(counter.events / counter.transactions))
+            raw_rows = max(20_000, events)
+            if args.store is None:
+                raw_matched = raw_batched_rows_per_s(scratch_path / "raw-matched.db", raw_rows, group)
+                raw_256 = raw_batched_rows_per_s(scratch_path / "raw-256.db", raw_rows, 256)
+            else:
+                raw_single = raw_pg_commits_per_s(url, min(raw_rows, 5_000), RAW_PAYLOAD)
+                raw_matched = raw_pg_batched_rows_per_s(url, raw_rows, group, RAW_PAYLOAD)
+                raw_256 = raw_pg_batched_rows_per_s(url, raw_rows, 256, RAW_PAYLOAD)
+                settings = pg_settings(url)
     events_per_s = events / result["wall"]
+    raw = "raw_sqlite" if args.store is None else "raw_postgres"
+    backend = {} if args.store is None else {"backend": "postgresql"}
     print(json.dumps({
+        **backend,
         "bench": "runs",
         "runs": args.runs,
         "steps_per_run": args.steps,
@@ -222,15 +244,16 @@ def main() -> None:
             "largest_group": counter.largest,
             "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
         },
-        "raw_sqlite_rows_per_s_at_salvor_group": round(raw_matched, 1),
-        "raw_sqlite_group_rows": group,
-        "raw_sqlite_rows_per_s_256_per_txn": round(raw_256, 1),
+        **({} if args.store is None else {"raw_postgres_commits_per_s_one_row": round(raw_single, 1)}),
+        f"{raw}_rows_per_s_at_salvor_group": round(raw_matched, 1),
+        f"{raw}_group_rows": group,
+        f"{raw}_rows_per_s_256_per_txn": round(raw_256, 1),
         "ratio_vs_raw_at_salvor_group": round(events_per_s / raw_matched, 3),
         "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
         "target_ratio": TARGET_RATIO,
         "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
         "listed_completed_page": result["listed_completed"],
-        "synchronous": "FULL",
+        **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
     }))

@@ -16,7 +16,10 @@ the subscribers connected are counted (the replayed head is not live).
 
 Target: p99 <= 50 ms. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4] [--steps 20] [--dir DIR]
+    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4] [--steps 20] [--dir DIR] [--store URL]
+
+``--store postgresql://...`` runs the daemon on that server, in a schema of
+its own dropped at the end (default: a fresh SQLite file in the scratch dir).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import httpx
 import trio
 
 from tests.bench.bench_recover import ServeProcess
+from tests.bench.bench_store import add_store_option, bench_store_url
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 CONTEXT = multiprocessing.get_context("fork")
@@ -96,6 +100,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--step-delay", type=float, default=0.05)
     parser.add_argument("--dir", type=Path, default=None)
+    add_store_option(parser)
     args = parser.parse_args()
 
     go = CONTEXT.Event()
@@ -103,9 +108,10 @@ def main() -> None:
     provider = CONTEXT.Process(target=_provider_child, args=(args.steps, args.step_delay, go, child_end), daemon=True)
     provider.start()
     provider_url = parent_end.recv()
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-sse-") as scratch:
+    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-sse-") as scratch,
+          bench_store_url(args.store, Path(scratch)) as url):
         scratch_path = Path(scratch)
-        daemon = ServeProcess("sqlite:///" + str(scratch_path / "salvor.db"), scratch_path, "--demo-tools")
+        daemon = ServeProcess(url, scratch_path, "--demo-tools")
         daemon.start()
         try:
             with httpx.Client(base_url=daemon.base_url, timeout=60) as client:
@@ -153,6 +159,7 @@ def main() -> None:
         return round(latencies[min(len(latencies) - 1, int(len(latencies) * q))] * 1000, 2)
 
     print(json.dumps({
+        **({} if args.store is None else {"backend": "postgresql"}),
         "bench": "sse",
         "subscribers": args.subscribers,
         "client_processes": args.client_processes,
