@@ -47,12 +47,11 @@ from salvor.protocol import (
 from sqlalchemy import (
     Connection,
     Engine,
-    and_,
     bindparam,
     insert,
-    or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -924,11 +923,10 @@ class EventStore:
             statement = base
             if position is not None:
                 first, run_id = position
+                # A row comparison, so both databases seek in ix_runs_listing
+                # instead of walking it from the top and discarding rows.
                 statement = statement.where(
-                    or_(
-                        runs.c.first_recorded_at < first,
-                        and_(runs.c.first_recorded_at == first, runs.c.run_id < run_id),
-                    )
+                    tuple_(runs.c.first_recorded_at, runs.c.run_id) < tuple_(first, run_id)
                 )
             rows = connection.execute(statement.limit(chunk)).all()
             for row in rows:
