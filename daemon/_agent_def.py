@@ -9,6 +9,7 @@ out so renaming an agent never mints a new identity.
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ _TOP = {
 _LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "timeout_seconds", "stream"}
 _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
+_PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts"}
+KINDS = ("process",)
+DEFAULT_PROCESS_TIMEOUT = 300.0
 
 
 class DefinitionError(ValueError):
@@ -41,6 +45,16 @@ class LlmSettings:
     max_retries: int = 4
     timeout_seconds: float = 120.0
     stream: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessSettings:
+    """How to start a local agent process (``kind = "process"``)."""
+
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: dict = field(default_factory=dict)
+    timeout: float = DEFAULT_PROCESS_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +75,10 @@ class AgentDefinition:
     # What the store keeps so the definition can be rebuilt after a restart.
     stored_format: str = "json"
     stored_text: str = ""
+    # "builtin" for salvor's own loop; "process" for a local agent process
+    # driven through the loopback model proxy (``process`` then says how).
+    kind: str = "builtin"
+    process: ProcessSettings | None = None
 
 
 def _expect(cond: bool, message: str) -> None:
@@ -101,11 +119,12 @@ def parse_definition(
         raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
     except RecursionError:
         raise DefinitionError(f"the definition is nested too deeply to be valid {fmt.upper()}") from None
-    _check_keys("the definition", raw, _TOP)
+    _expect(isinstance(raw, dict), "`the definition` must be a table")
     if "kind" in raw:
-        raise DefinitionError(
-            f"agent kind {raw['kind']!r} (local process or service agents) is not supported by this build yet"
-        )
+        kind = raw["kind"]
+        _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)")
+        return _parse_process(raw, fmt, text)
+    _check_keys("the definition", raw, _TOP)
     if "mcp_servers" in raw:
         raise DefinitionError("`mcp_servers` is not supported by this build yet; use [[tools]] from the daemon's registry")
     name = raw.get("name")
@@ -219,6 +238,63 @@ def parse_definition(
         tools=tuple(tools),
         stored_format=stored_format,
         stored_text=stored_text,
+    )
+
+
+def _name(raw: dict) -> str | None:
+    name = raw.get("name")
+    if name is not None:
+        _expect(isinstance(name, str), "`name` must be a string")
+        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
+        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+    return name
+
+
+def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
+    """A ``kind = "process"`` definition: a local command driven through the model proxy."""
+    _check_keys("a process agent", raw, _PROCESS_TOP)
+    name = _name(raw)
+    command = raw.get("command")
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise DefinitionError(f"`command` cannot be split into arguments: {exc}") from None
+    elif isinstance(command, list):
+        _expect(all(isinstance(arg, str) for arg in command), "`command` must be an array of strings")
+        argv = list(command)
+    else:
+        raise DefinitionError("a process agent needs `command`: an array of strings, or one string split as a shell would")
+    _expect(bool(argv) and argv[0] != "", "`command` must name a program")
+    cwd = raw.get("cwd")
+    _expect(cwd is None or (isinstance(cwd, str) and cwd != ""), "`cwd` must be a non-empty string")
+    env = raw.get("env", {})
+    _expect(isinstance(env, dict), "`env` must be a table of strings")
+    for key, value in env.items():
+        _expect(key != "" and "=" not in key and "\0" not in key, f"`env` key {key!r} is not a variable name")
+        _expect(isinstance(value, str), f"`env` value of {key} must be a string")
+    timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
+    _positive_number("timeout", timeout)
+    _expect(timeout != float("inf"), "`timeout` must be finite")
+    record_prompts = raw.get("record_prompts", False)
+    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+    normalised = {k: v for k, v in raw.items() if k != "name"}
+    try:
+        agent_def_hash = sha256_hash(normalised)
+    except ValueError as exc:
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
+    return AgentDefinition(
+        agent_def_hash=agent_def_hash,
+        name=name,
+        model="",
+        system_prompt=None,
+        max_response_tokens=0,
+        record_prompts=record_prompts,
+        llm=LlmSettings(),
+        stored_format=fmt,
+        stored_text=text,
+        kind="process",
+        process=ProcessSettings(command=tuple(argv), cwd=cwd, env=dict(env), timeout=float(timeout)),
     )
 
 

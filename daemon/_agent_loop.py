@@ -29,6 +29,8 @@ from salvor.protocol import (
 
 from ._agent_def import AgentDefinition
 from ._model_gateway import ModelGateway, resolve_endpoint
+from ._model_proxy import ModelProxy
+from ._process_agent import drive_process
 from ._run_context import DriveInterrupted, Parked, RunContext, utc_now
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
@@ -191,6 +193,7 @@ async def drive(
     gateway: ModelGateway | None = None,
     on_record: Callable[[list[Envelope]], None] | None = None,
     clock: Callable[[], datetime] = utc_now,
+    proxy: ModelProxy | None = None,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
@@ -200,6 +203,10 @@ async def drive(
         ReplayDivergence: the log does not match what this definition does;
             nothing was recorded.
     """
+    if agent.kind == "process":
+        # A local agent process: its model calls cross the loopback proxy
+        # (one is started for this drive when the caller has none).
+        return await drive_process(access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock)
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:

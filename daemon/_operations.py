@@ -34,6 +34,7 @@ from salvor.store import SeqConflict
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
 from ._agent_loop import drive
 from ._errors import OperationRefused, bad_request, unknown_agent, unknown_run, wrong_state
+from ._model_proxy import ModelProxy
 from ._run_context import utc_now
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
@@ -82,8 +83,12 @@ class Runtime:
         registry: ToolRegistry,
         *,
         clock: Callable[[], datetime] = utc_now,
+        proxy: ModelProxy | None = None,
     ) -> None:
         self.access = access
+        # The loopback model proxy process agents are driven through; None
+        # starts one per drive (the CLI).
+        self.proxy = proxy
         self.registry = registry
         # Every clock reading of a drive comes from here (and is recorded).
         self.clock = clock
@@ -173,7 +178,9 @@ class Runtime:
         if agent is None:
             view = await self.view(run_id)
             agent = await self.load_agent(view.agent_def_hash)
-        return await drive(self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock)
+        return await drive(
+            self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy
+        )
 
     async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.

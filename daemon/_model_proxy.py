@@ -1,0 +1,619 @@
+"""The loopback model proxy: a local agent process's model calls, recorded or replayed.
+
+One listener on 127.0.0.1 serves every process run of the daemon. Each run
+is mounted under an unguessable capability path (``/r/<capability>/...``),
+so one local process cannot write into another run's log. Two wire formats
+are spoken, each non-streaming and streaming: OpenAI Chat Completions
+(``POST .../v1/chat/completions``) and Anthropic Messages
+(``POST .../v1/messages``); ``GET .../v1/models`` is answered locally.
+
+Every call goes through the run's record-or-replay, strictly by position:
+call k of the process must hash-equal call k of the log. A call the log
+completed is answered from it with no upstream call; an open intent is
+re-issued; past the end of the log the call is recorded write-ahead
+(``ModelCallRequested`` before any byte goes upstream), then forwarded, and
+its answer (the JSON body, or the stream's SSE frames in order) recorded as
+``ModelCallCompleted``. A request that differs from the recorded one at its
+position fails the run, naming the envelope difference.
+
+The upstream credential goes into the outbound request header and nowhere
+else: not into the log, not into an error, not into a log line. The agent's
+own (placeholder) credential never goes upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from salvor.protocol import (
+    Envelope,
+    EventKind,
+    ModelCallCompleted,
+    ModelCallRequested,
+    RunFailed,
+    sha256_hash,
+)
+
+from ._model_gateway import endpoint_url, tls_context
+from ._model_wire import ANTHROPIC_VERSION, SSEDecoder
+from ._run_context import RunContext
+
+log = logging.getLogger("salvor.proxy")
+
+OPENAI_CHAT = "openai.chat"
+ANTHROPIC_MESSAGES = "anthropic.messages"
+_ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
+_UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", ANTHROPIC_MESSAGES: "messages"}
+MAX_BODY_BYTES = 32 * 1024 * 1024
+_PASSED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
+
+
+# --------------------------------------------------------------------------
+# Pure helpers
+# --------------------------------------------------------------------------
+
+
+def hashed_request(wire: str, body: dict) -> dict:
+    """What a call's ``request_hash`` covers: the wire and the body minus stream knobs."""
+    return {"wire": wire, "body": {k: v for k, v in body.items() if k not in ("stream", "stream_options")}}
+
+
+def envelope(request: dict) -> dict:
+    """The envelope of a hashed request: model, tool names, message roles."""
+    body = request.get("body") or {}
+    tools = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            tools.append(tool.get("name") or (tool.get("function") or {}).get("name"))
+    roles = [m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)]
+    return {"model": body.get("model"), "tools": tools, "roles": roles}
+
+
+def divergence_report(position: int, seq: int, asked: dict, recorded: dict | None, recorded_model: str | None) -> str:
+    """One paragraph naming how call ``position`` differs from the recorded one."""
+    now = envelope(asked)
+    head = f"model call {position + 1} (recorded at seq {seq}) differs from the recording: "
+    if recorded is None:
+        detail = (
+            f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
+            f"the call now asks for model {now['model']!r} with tools {now['tools']} and message roles {now['roles']}"
+        )
+        if recorded_model is not None and recorded_model != now["model"]:
+            detail = f"model {now['model']!r} where the recorded call was answered by {recorded_model!r}; " + detail
+        return head + detail
+    was = envelope(recorded)
+    diffs = []
+    if recorded.get("wire") != asked.get("wire"):
+        diffs.append(f"wire {asked.get('wire')!r} where the recording has {recorded.get('wire')!r}")
+    for key, what in (("model", "model"), ("tools", "tool names"), ("roles", "message roles")):
+        if now[key] != was[key]:
+            diffs.append(f"{what} {now[key]!r} where the recording has {was[key]!r}")
+    if not diffs:
+        diffs.append(f"same model, tool names and message roles; the body differs at {_first_diff(asked, recorded)}")
+    return head + "; ".join(diffs)
+
+
+def _first_diff(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b or a[key] != b[key]:
+                return _first_diff(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path or '<root>'} (length {len(a)} vs recorded {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _first_diff(x, y, f"{path}[{i}]")
+    return path or "<root>"
+
+
+def _tokens(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def usage_of(wire: str, response: dict) -> dict:
+    """Token usage from a recorded response (body or frames); zero when the provider sent none."""
+    usage = {"input_tokens": 0, "output_tokens": 0}
+    if "body" in response:
+        raw = response["body"].get("usage") if isinstance(response["body"], dict) else None
+        if isinstance(raw, dict):
+            if wire == OPENAI_CHAT:
+                usage = {"input_tokens": _tokens(raw.get("prompt_tokens")), "output_tokens": _tokens(raw.get("completion_tokens"))}
+            else:
+                usage = {"input_tokens": _tokens(raw.get("input_tokens")), "output_tokens": _tokens(raw.get("output_tokens"))}
+        return usage
+    for _, data in _frame_values(response):
+        if wire == OPENAI_CHAT:
+            raw = data.get("usage")
+            if isinstance(raw, dict):
+                usage = {"input_tokens": _tokens(raw.get("prompt_tokens")), "output_tokens": _tokens(raw.get("completion_tokens"))}
+        elif data.get("type") == "message_start":
+            raw = (data.get("message") or {}).get("usage") or {}
+            usage["input_tokens"] = _tokens(raw.get("input_tokens"))
+            usage["output_tokens"] = max(usage["output_tokens"], _tokens(raw.get("output_tokens")))
+        elif data.get("type") == "message_delta":
+            raw = data.get("usage") or {}
+            usage["output_tokens"] = _tokens(raw.get("output_tokens")) or usage["output_tokens"]
+    return usage
+
+
+def _frame_values(response: dict):
+    for event, data in response.get("frames") or []:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield event, value
+
+
+def final_text(wire: str, response: dict) -> str | None:
+    """The assistant text of a recorded response; None when the turn called a tool."""
+    if "body" in response:
+        body = response["body"] if isinstance(response["body"], dict) else {}
+        if wire == OPENAI_CHAT:
+            message = ((body.get("choices") or [{}])[0] or {}).get("message") or {}
+            if message.get("tool_calls"):
+                return None
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return content if isinstance(content, str) else ""
+        blocks = body.get("content") or []
+        if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
+            return None
+        return "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    parts: list[str] = []
+    for _, data in _frame_values(response):
+        if wire == OPENAI_CHAT:
+            delta = ((data.get("choices") or [{}])[0] or {}).get("delta") or {}
+            if delta.get("tool_calls"):
+                return None
+            if isinstance(delta.get("content"), str):
+                parts.append(delta["content"])
+        elif data.get("type") == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
+            return None
+        elif data.get("type") == "content_block_delta" and (data.get("delta") or {}).get("type") == "text_delta":
+            parts.append(data["delta"].get("text", ""))
+    return "".join(parts)
+
+
+def _stream_complete(wire: str, frames: list) -> bool:
+    if wire == OPENAI_CHAT:
+        return any(data.strip() == "[DONE]" for _, data in frames)
+    return any(event == "message_stop" for event, _ in frames)
+
+
+def encode_frames(frames: Sequence[Sequence]) -> bytes:
+    """SSE bytes re-emitting recorded frames exactly as they were cut."""
+    out = []
+    for event, data in frames:
+        head = f"event: {event}\n" if event else ""
+        lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+        out.append(f"{head}{lines}\n")
+    return "".join(out).encode()
+
+
+def error_body(wire: str, status: int, message: str) -> dict:
+    """An error in the shape the agent's client expects."""
+    if wire == ANTHROPIC_MESSAGES:
+        kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": "salvor_proxy_error", "code": status}}
+
+
+# --------------------------------------------------------------------------
+# Upstream
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where live calls go and the credential they carry (never shown)."""
+
+    base_url: str
+    api_key: str | None
+
+    def __repr__(self) -> str:
+        return f"Upstream(base_url={self.base_url!r}, api_key={'<redacted>' if self.api_key else None})"
+
+    def headers(self, wire: str, incoming: Mapping[str, str]) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        for name in _PASSED_HEADERS:
+            if name in incoming:
+                headers[name] = incoming[name]
+        key = self.api_key
+        if wire == ANTHROPIC_MESSAGES:
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+            if key and key.lower().startswith("bearer "):
+                headers["authorization"] = key
+            elif key:
+                headers["x-api-key"] = key
+        elif key:
+            headers["authorization"] = key if key.lower().startswith("bearer ") else f"Bearer {key}"
+        return headers
+
+    def redact(self, text: str) -> str:
+        key = self.api_key
+        if key:
+            text = text.replace(key, "<redacted>")
+            bare = key.split(" ", 1)[-1]
+            if bare:
+                text = text.replace(bare, "<redacted>")
+        return text
+
+
+def resolve_upstream(environ: Mapping[str, str] = os.environ) -> Upstream | None:
+    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set."""
+    base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
+    if not base:
+        return None
+    key = environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
+    return Upstream(base_url=base, api_key=key)
+
+
+# --------------------------------------------------------------------------
+# One run's session
+# --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Call:
+    seq: int
+    request_hash: str
+    request: dict | None
+    response: dict | None
+
+
+class Reply:
+    """How a session answers one HTTP request (implemented over ASGI ``send``)."""
+
+    async def json(self, status: int, body: Any) -> None:
+        raise NotImplementedError
+
+    async def start_stream(self, status: int) -> None:
+        raise NotImplementedError
+
+    async def chunk(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def end(self) -> None:
+        raise NotImplementedError
+
+
+class ProxySession:
+    """The model calls of one drive of one process run, in order, through its log.
+
+    Calls are serialised (the run has one open-intent slot). ``failed`` is
+    set once the session has recorded the run's failure (a divergence); the
+    driver then stops the process.
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        log_: Sequence[Envelope],
+        *,
+        record_prompts: bool,
+        upstream: Upstream | None,
+        client: httpx.AsyncClient,
+    ) -> None:
+        self.ctx = ctx
+        self.record_prompts = record_prompts
+        self.upstream = upstream
+        self.client = client
+        self.calls: list[_Call] = []
+        by_seq: dict[int, _Call] = {}
+        for env in log_:
+            if env.event.KIND is EventKind.MODEL_CALL_REQUESTED:
+                call = _Call(env.seq, env.event.request_hash, env.event.request_body, None)
+                self.calls.append(call)
+                by_seq[env.seq] = call
+            elif env.event.KIND is EventKind.MODEL_CALL_COMPLETED and env.event.seq in by_seq:
+                by_seq[env.event.seq].response = env.event.response
+        self.recorded = len(self.calls)
+        self.position = 0
+        self.upstream_calls = 0
+        self.lock = trio.Lock()
+        self.closed = False
+        self.failed = trio.Event()
+        self._scopes: set[trio.CancelScope] = set()
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    async def close(self) -> None:
+        """Stop answering: in-flight calls are cut (their intents stay open), then wait for them."""
+        self.closed = True
+        for scope in list(self._scopes):
+            scope.cancel()
+        async with self.lock:
+            pass
+
+    async def handle(self, wire: str, body: dict, headers: Mapping[str, str], reply: Reply) -> None:
+        stream = bool(body.get("stream"))
+        asked = hashed_request(wire, body)
+        try:
+            request_hash = sha256_hash(asked)
+        except ValueError as exc:
+            await reply.json(400, error_body(wire, 400, f"the request body holds a value JSON cannot carry: {exc}"))
+            return
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                async with self.lock:
+                    if self.closed or self.failed.is_set():
+                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} is no longer accepting model calls"))
+                        return
+                    await self._call(wire, asked, request_hash, body, stream, headers, reply)
+            if scope.cancelled_caught:
+                await reply.json(503, error_body(wire, 503, "the run's drive stopped while this call was in flight"))
+        finally:
+            self._scopes.discard(scope)
+
+    async def _fail(self, wire: str, reply: Reply, message: str) -> None:
+        await self.ctx.record(RunFailed(error=message))
+        self.failed.set()
+        await reply.json(409, error_body(wire, 409, message))
+
+    async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
+        k = self.position
+        if k < len(self.calls):
+            call = self.calls[k]
+            if call.request_hash != request_hash:
+                recorded_model = None
+                if call.response is not None and isinstance(call.response.get("body"), dict):
+                    recorded_model = call.response["body"].get("model")
+                await self._fail(wire, reply, divergence_report(k, call.seq, asked, call.request, recorded_model))
+                return
+            if call.response is not None:
+                recorded_stream = "frames" in call.response
+                if recorded_stream != stream:
+                    how = "as a stream" if recorded_stream else "without streaming"
+                    await self._fail(wire, reply, f"model call {k + 1} (recorded at seq {call.seq}) was recorded {how}; "
+                                                  f"the agent now asks {'with' if stream else 'without'} streaming")
+                    return
+                self.position += 1
+                if recorded_stream:
+                    await reply.start_stream(200)
+                    await reply.chunk(encode_frames(call.response["frames"]))
+                    await reply.end()
+                else:
+                    await reply.json(200, call.response["body"])
+                return
+        else:
+            if self.upstream is None:
+                await reply.json(502, error_body(
+                    wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
+                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY where the daemon runs"))
+                return
+            intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+            seq = (await self.ctx.record(intent))[-1].seq
+            call = _Call(seq, request_hash, intent.request_body, None)
+            self.calls.append(call)
+        if self.upstream is None:
+            await reply.json(502, error_body(wire, 502, "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"))
+            return
+        response = await self._forward(wire, body, stream, headers, reply)
+        if response is None or self.closed:
+            return
+        await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
+        call.response = response
+        self.position += 1
+        if "body" in response:
+            await reply.json(200, response["body"])
+
+    async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
+        """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
+        upstream = self.upstream
+        url = endpoint_url(upstream.base_url, _UPSTREAM_PATH[wire])
+        out_headers = upstream.headers(wire, headers)
+        content = json.dumps(body, ensure_ascii=False).encode()
+        self.upstream_calls += 1
+        try:
+            if not stream:
+                answer = await self.client.post(url, content=content, headers=out_headers)
+                if answer.status_code >= 400:
+                    await self._pass_error(wire, answer, reply)
+                    return None
+                try:
+                    parsed = answer.json()
+                except ValueError:
+                    await reply.json(502, error_body(wire, 502, "the upstream answered with a body that is not JSON"))
+                    return None
+                return {"wire": wire, "body": parsed}
+            out_headers["accept"] = "text/event-stream"
+            async with self.client.stream("POST", url, content=content, headers=out_headers) as answer:
+                if answer.status_code >= 400:
+                    await answer.aread()
+                    await self._pass_error(wire, answer, reply)
+                    return None
+                await reply.start_stream(answer.status_code)
+                decoder = SSEDecoder()
+                frames: list[list] = []
+                pending = ""
+                async for text in answer.aiter_text():
+                    await reply.chunk(text.encode())
+                    pending += text
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        event = decoder.line(line.removesuffix("\r"))
+                        if event is not None:
+                            frames.append([event[0], event[1]])
+                if pending:
+                    decoder.line(pending.removesuffix("\r"))
+                event = decoder.close()
+                if event is not None:
+                    frames.append([event[0], event[1]])
+                await reply.end()
+                if not _stream_complete(wire, frames):
+                    log.warning("run %s: the upstream stream ended before its last event; the call stays open", self.run_id)
+                    return None
+                return {"wire": wire, "frames": frames}
+        except httpx.TimeoutException:
+            await reply.json(504, error_body(wire, 504, f"the upstream model call to {url} timed out"))
+        except httpx.TransportError as exc:
+            await reply.json(502, error_body(wire, 502, f"the upstream model call to {url} failed: {upstream.redact(str(exc))}"))
+        return None
+
+    async def _pass_error(self, wire: str, answer: httpx.Response, reply: Reply) -> None:
+        try:
+            parsed = answer.json()
+        except ValueError:
+            parsed = error_body(wire, answer.status_code, self.upstream.redact(answer.text[:500]) or "upstream error")
+        await reply.json(answer.status_code, json.loads(self.upstream.redact(json.dumps(parsed))))
+
+
+# --------------------------------------------------------------------------
+# The listener (raw ASGI over hypercorn)
+# --------------------------------------------------------------------------
+
+
+class _AsgiReply(Reply):
+    def __init__(self, send) -> None:
+        self._send = send
+        self.started = False
+        self.gone = False
+
+    async def _out(self, message: dict) -> None:
+        if self.gone:
+            return
+        try:
+            await self._send(message)
+        except Exception:  # noqa: BLE001 -- the client went away; the call still finishes and records
+            self.gone = True
+
+    async def json(self, status: int, body: Any) -> None:
+        if self.started:
+            await self.end()
+            return
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        self.started = True
+        await self._out({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        await self._out({"type": "http.response.body", "body": payload, "more_body": False})
+
+    async def start_stream(self, status: int) -> None:
+        self.started = True
+        await self._out({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+    async def chunk(self, data: bytes) -> None:
+        await self._out({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self) -> None:
+        await self._out({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ModelProxy:
+    """The ASGI app and the session table of one loopback listener."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.url = ""
+        self._sessions: dict[str, ProxySession] = {}
+
+    def attach(self, session: ProxySession) -> str:
+        """Mount a session; returns its capability (the path segment after ``/r/``)."""
+        capability = secrets.token_urlsafe(24)
+        self._sessions[capability] = session
+        return capability
+
+    def detach(self, capability: str) -> None:
+        self._sessions.pop(capability, None)
+
+    def base(self, capability: str) -> str:
+        return f"{self.url}/r/{capability}"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        reply = _AsgiReply(send)
+        parts = scope["path"].split("/", 3)  # "", "r", capability, rest
+        rest = parts[3].strip("/") if len(parts) == 4 else ""
+        wire = _ROUTES.get(rest, OPENAI_CHAT)
+        session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
+        if session is None:
+            await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
+            return
+        if rest in ("v1/models", "models") and scope["method"] == "GET":
+            await reply.json(200, {"object": "list", "data": []})
+            return
+        if rest not in _ROUTES or scope["method"] != "POST":
+            await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
+            return
+        raw = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            raw += message.get("body", b"")
+            if len(raw) > MAX_BODY_BYTES:
+                await reply.json(413, error_body(wire, 413, f"request body over {MAX_BODY_BYTES} bytes"))
+                return
+            if not message.get("more_body"):
+                break
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        await session.handle(wire, body, headers, reply)
+
+
+@asynccontextmanager
+async def open_model_proxy(port: int = 0, *, host: str = "127.0.0.1") -> AsyncIterator[ModelProxy]:
+    """Run a loopback proxy listener for the body of the ``async with``."""
+    timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
+    async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
+        proxy = ModelProxy(client)
+        stop = trio.Event()
+        # The body's own exception leaves as itself, not wrapped in the nursery's group.
+        failure: BaseException | None = None
+        config = HypercornConfig()
+        config.bind = [f"{host}:{port}"]
+        config.graceful_timeout = 1.0
+        config.accesslog = None
+        config.errorlog = logging.getLogger("salvor.proxy.http")
+        async with trio.open_nursery() as nursery:
+
+            async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                await hypercorn_serve(proxy, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
+
+            binds = await nursery.start(run)
+            proxy.url = binds[0].rstrip("/")
+            try:
+                yield proxy
+            except trio.Cancelled:
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- re-raised below, unwrapped by the nursery
+                failure = exc
+            finally:
+                stop.set()
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure

@@ -1,0 +1,209 @@
+"""Driving a process agent: a local command whose model calls cross the loopback proxy.
+
+A drive starts the agent's command in a process group of its own, with its
+model base URLs pointed at this run's capability path on the proxy and its
+task in ``SALVOR_PROMPT``/``SALVOR_INPUT``, then waits for it to exit (within
+its timeout). The proxy records every call; after a crash the next drive
+starts the process again with the same task and the proxy answers the
+recorded prefix from the log, so nothing completed is paid for again.
+
+Outcomes: exit 0 completes the run with the final assistant message of the
+trajectory; a non-zero exit fails it with the exit code and the tail of its
+stderr; an exit 0 with no model call at all fails with the diagnosis that
+the client never honoured the injected base URL; a timeout kills the whole
+process group and fails the run. A process killed by a signal leaves the run
+recoverable (``DriveInterrupted``): the next drive starts it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import trio
+from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
+
+from ._agent_def import AgentDefinition
+from ._model_proxy import ModelProxy, ProxySession, final_text, open_model_proxy, resolve_upstream
+from ._run_context import DriveInterrupted, RunContext, utc_now
+from ._store_access import StoreAccess
+
+PLACEHOLDER_KEY = "salvor-placeholder"
+STDERR_TAIL_BYTES = 2000
+# Variables of the daemon's own environment an agent process must never see.
+_WITHHELD = ("SALVOR_AGENT_KEY", "SALVOR_AGENT_UPSTREAM")
+
+
+def agent_environment(
+    agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The process's environment: the daemon's, minus credentials, plus the injection, plus the definition's ``env``."""
+    env = {k: v for k, v in environ.items() if k not in _WITHHELD}
+    prompt = run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+    env.update(
+        {
+            "OPENAI_BASE_URL": f"{base}/v1",
+            "OPENAI_API_BASE": f"{base}/v1",
+            "OPENAI_BASE": f"{base}/v1",
+            "ANTHROPIC_BASE_URL": base,
+            "SALVOR_LLM_PROXY": f"{base}/v1",
+            "OPENAI_API_KEY": PLACEHOLDER_KEY,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+            "SALVOR_PROMPT": prompt,
+            "SALVOR_INPUT": json.dumps(run_input, ensure_ascii=False),
+            "SALVOR_RUN_ID": run_id,
+        }
+    )
+    env.update(agent.process.env)
+    return env
+
+
+def _kill_group(process: trio.Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Tail:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = b""
+        self.done = trio.Event()
+
+    async def drain(self, stream) -> None:
+        try:
+            while True:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                self.data = (self.data + chunk)[-self.limit :]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return
+        finally:
+            self.done.set()
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace").strip()
+
+
+async def drive_process(
+    access: StoreAccess,
+    run_id: str,
+    agent: AgentDefinition,
+    *,
+    proxy: ModelProxy | None = None,
+    on_record: Callable[[list[Envelope]], None] | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    environ: Mapping[str, str] = os.environ,
+) -> RunView:
+    """Drive a process run to its end (or until its process dies by a signal).
+
+    Raises:
+        DriveInterrupted: the process was killed by a signal, or could not be
+            started; the run keeps its log and the next drive starts it again.
+    """
+    if proxy is None:
+        async with open_model_proxy() as own:
+            return await drive_process(access, run_id, agent, proxy=own, on_record=on_record, clock=clock, environ=environ)
+    log = await access.read(access.store.read_log, run_id)
+    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+    if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
+        return ctx.view
+    settings = agent.process
+    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ), client=proxy.client)
+    capability = proxy.attach(session)
+    env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
+    tail = _Tail(STDERR_TAIL_BYTES)
+    timed_out = False
+    try:
+        try:
+            process = await trio.lowlevel.open_process(
+                list(settings.command), cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            await session.close()
+            async with session.lock:
+                await ctx.record(RunFailed(error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"))
+            return ctx.view
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tail.drain, process.stderr)
+                with trio.move_on_after(settings.timeout) as timer:
+                    async with trio.open_nursery() as waiters:
+
+                        async def until_exit() -> None:
+                            await process.wait()
+                            waiters.cancel_scope.cancel()
+
+                        async def until_failed() -> None:
+                            await session.failed.wait()
+                            waiters.cancel_scope.cancel()
+
+                        waiters.start_soon(until_exit)
+                        waiters.start_soon(until_failed)
+                timed_out = timer.cancelled_caught
+                # Whatever is left of the group (children, a hung agent) goes with it.
+                _kill_group(process)
+                await process.wait()
+                with trio.move_on_after(2):
+                    await tail.done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if process.returncode is None:
+                _kill_group(process)
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+            await process.stderr.aclose()
+    finally:
+        with trio.CancelScope(shield=True):
+            await session.close()
+        proxy.detach(capability)
+    async with session.lock:
+        return await _settle(ctx, session, agent, process.returncode, timed_out, tail.text())
+
+
+async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition, code: int, timed_out: bool, stderr: str) -> RunView:
+    run_id = ctx.run_id
+    if session.failed.is_set() or ctx.view.terminal:
+        return ctx.view
+    tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
+    if timed_out:
+        failure = f"the agent process ran past its timeout of {agent.process.timeout:g}s; its process group was killed"
+    elif code < 0:
+        raise DriveInterrupted(
+            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its log, and "
+            f"`salvor resume {run_id}` starts it again with the recorded model calls answered from the log"
+        )
+    elif code != 0:
+        when = " before any model call" if not session.calls else ""
+        failure = f"the agent process exited with code {code}{when}{tail}"
+    elif not session.calls:
+        failure = (
+            "the agent process exited 0 without making any model call: its client never reached the salvor proxy. "
+            "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
+            "sets; or map them in the definition's `env` for a client that reads another variable"
+        )
+    elif session.position < session.recorded:
+        failure = (
+            f"the agent process exited 0 after {session.position} of the {session.recorded} recorded model calls; "
+            f"a recovered run must make every recorded call again, in order"
+        )
+    else:
+        last = next((c for c in reversed(session.calls) if c.response is not None), None)
+        output: dict[str, Any] = {"exit_code": 0}
+        if last is not None:
+            reply = final_text(last.response.get("wire"), last.response)
+            if reply is not None:
+                output = {"reply": reply, "exit_code": 0}
+        await ctx.record(RunCompleted(output=output))
+        return ctx.view
+    await ctx.record(RunFailed(error=failure))
+    return ctx.view
+
