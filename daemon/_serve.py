@@ -28,6 +28,7 @@ from ._api import ServerState, create_app
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
+from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
 from ._store_access import open_store_access
@@ -52,6 +53,9 @@ class ServeConfig:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    # The loopback model proxy process agents call through (127.0.0.1 only;
+    # 0 picks a free port).
+    proxy_port: int = 0
 
 
 def build_commit() -> str | None:
@@ -125,8 +129,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     """
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
-    async with open_store_access(config.store_url) as access:
-        runtime = Runtime(access, registry)
+    async with open_store_access(config.store_url) as access, open_model_proxy(config.proxy_port) as proxy:
+        runtime = Runtime(access, registry, proxy=proxy)
         hub = EventHub()
         access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()
@@ -158,7 +162,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                     root.start_soon(_sweep_forever, state, config.wake_interval)
                 if notifier.watchdog_interval:
                     root.start_soon(_watchdog, notifier)
-                log.info("salvor serving on %s (%d interrupted runs recovered)", ", ".join(binds), recovered)
+                log.info("salvor serving on %s, model proxy on %s (%d interrupted runs recovered)",
+                         ", ".join(binds), proxy.url, recovered)
                 notifier.send("READY=1")
                 task_status.started(binds)
                 await stop.wait()

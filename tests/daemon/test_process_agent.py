@@ -367,3 +367,18 @@ def test_a_process_definition_parses_and_hashes_without_its_name():
     assert one.process.timeout == 300 and one.agent_def_hash == two.agent_def_hash
     listed = parse_definition('kind = "process"\ncommand = ["python", "agent.py"]\ncwd = "/tmp"\n[env]\nA = "1"\n', "json" if False else "toml")
     assert listed.process.cwd == "/tmp" and listed.process.env == {"A": "1"}
+
+
+def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, providers, tmp_path):
+    from tests.daemon.test_cli import salvor
+
+    provider = providers(tool_loop_script(PLAN, final_text="settled"))
+    agent = process_agent(tmp_path, "anthropic-stream")
+    (tmp_path / "agent.toml").write_text(agent.stored_text)
+    env = {"SALVOR_AGENT_UPSTREAM": provider.base_url, "SALVOR_AGENT_KEY": SECRET}
+    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--input", '"settle A-1"', env=env)
+    assert result.returncode == 0, result.stderr
+    assert provider.call_count == 3
+    assert SECRET not in result.stdout + result.stderr
+    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env)
+    assert result.returncode == 0, result.stderr

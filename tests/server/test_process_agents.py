@@ -1,0 +1,62 @@
+"""Process agents under ``salvor serve``: registered over the API, driven through
+the daemon's one proxy listener, and recovered by the next daemon after a stop."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import trio
+
+from tests.daemon.test_process_agent import AGENT, PLAN, SECRET
+from tests.support.scripted_provider import tool_loop_script
+
+
+def definition(tmp_path, mode: str) -> str:
+    path = tmp_path / "agent.py"
+    path.write_text(AGENT)
+    return (
+        f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
+        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / "agent.pid"))}\n'
+    )
+
+
+async def test_a_process_agent_runs_through_the_daemons_proxy(server, providers, tmp_path, monkeypatch):
+    provider = providers(tool_loop_script(PLAN, final_text="settled"))
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    agent = await server.register_agent(definition(tmp_path, "openai-stream"))
+    run_id = await server.start_run(agent, "settle A-1")
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "completed", body
+    assert body["status"]["output"] == {"reply": "settled", "exit_code": 0}
+    assert provider.call_count == 3
+    assert server.state.runtime.proxy.url.startswith("http://127.0.0.1:")
+
+
+async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
+    server_factory, providers, tmp_path, monkeypatch
+):
+    release = threading.Event()
+
+    def on_call(call) -> None:
+        if call.index == 1:
+            release.wait(20)
+
+    provider = providers(tool_loop_script(PLAN), on_call=on_call)
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    first = await server_factory()
+    agent = await first.register_agent(definition(tmp_path, "anthropic"))
+    run_id = await first.start_run(agent, "settle A-1")
+    try:
+        await trio.to_thread.run_sync(provider.wait_for_calls, 2, 30)
+        await first.stop()  # cancels the drive: the agent's process group is killed, the intent stays open
+    finally:
+        release.set()
+    second = await server_factory()
+    body = await second.wait_resting(run_id)
+    assert body["status"]["state"] == "completed", body
+    assert body["status"]["output"] == {"reply": "done", "exit_code": 0}
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
