@@ -23,7 +23,7 @@ from salvor.daemon._agent_def import DefinitionError, parse_definition
 from salvor.daemon._model_proxy import open_model_proxy
 from salvor.daemon._run_context import DriveInterrupted
 
-from tests.support.scripted_provider import tool_loop_script
+from tests.support.scripted_provider import ErrorReply, tool_loop_script
 
 SECRET = "sk-upstream-SECRET-7f3a9c"
 PLAN = [("lookup_invoice", {"invoice": "A-1"}), ("lookup_invoice", {"invoice": "B-2"})]
@@ -49,7 +49,7 @@ def after_call():
 
 if mode.startswith("openai"):
     import openai
-    client = openai.OpenAI(max_retries=0)
+    client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
     tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
               "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
     messages = [{"role": "user", "content": prompt}]
@@ -88,7 +88,7 @@ if mode.startswith("openai"):
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})})
 else:
     import anthropic
-    client = anthropic.Anthropic(max_retries=0)
+    client = anthropic.Anthropic(max_retries=int(os.environ.get("RETRIES", "0")))
     tools = [{"name": "lookup_invoice", "description": "Look up an invoice.",
               "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
     messages = [{"role": "user", "content": prompt}]
@@ -382,3 +382,37 @@ def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, prov
     assert SECRET not in result.stdout + result.stderr
     result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("mode", ["openai", "anthropic-stream"])
+async def test_an_upstream_error_reaches_the_agent_and_its_retry_reissues_the_open_intent(
+    runtime, providers, upstream_env, tmp_path, mode
+):
+    loop = tool_loop_script(PLAN)
+
+    def script(call):
+        return ErrorReply(500, "upstream overloaded") if call.index == 1 else loop(call)
+
+    provider = providers(script)
+    upstream_env(provider)
+    agent = process_agent(tmp_path, mode, env={"RETRIES": "2"})
+    run_id = await runtime.start_run(agent, "settle")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert provider.call_count == 4
+    log = await kinds(runtime, run_id)
+    # The failed attempt recorded nothing: one intent per call, re-issued in place.
+    assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
+
+
+async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(runtime, providers, upstream_env, tmp_path):
+    provider = providers(lambda call: ErrorReply(400, "model scripted-model does not exist"))
+    upstream_env(provider)
+    agent = process_agent(tmp_path, "anthropic")
+    run_id = await runtime.start_run(agent, "settle")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "failed"
+    assert "exited with code 1" in view.detail["error"]
+    assert "does not exist" in view.detail["error"]
+    log = await kinds(runtime, run_id)
+    assert log == ["RunStarted", "ModelCallRequested", "RunFailed"]

@@ -1,0 +1,88 @@
+"""A process agent under a real `salvor serve` that is SIGKILLed mid-call.
+
+The agent is a script on the real anthropic SDK; the scripted provider holds
+its second model call until the daemon has been killed. The next daemon
+re-drives the run by itself: it starts the agent again, the proxy answers the
+first call from the log, re-issues the cut one, and the run completes. No
+completed call is served twice, and no byte of the upstream key reaches the
+store or the daemon's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.chaos.test_kill_serve import Daemon
+from tests.daemon.test_process_agent import AGENT, PLAN, SECRET
+from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+
+pytestmark = pytest.mark.kill
+
+
+def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_path: Path, store_url: str) -> None:
+    release = threading.Event()
+
+    def on_call(call) -> None:
+        if call.index == 1:
+            release.wait(30)
+
+    provider = ScriptedProvider(tool_loop_script(PLAN, final_text="settled"), on_call=on_call)
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    pidfile = tmp_path / "agent.pid"
+    definition = (
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "anthropic-stream"])}\n'
+        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\n'
+    )
+    first_agent = None
+    try:
+        daemon.start()
+        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            agent = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"}).json()["agent"]
+            run_id = client.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()["run"]
+            provider.wait_for_calls(2, 30)
+            first_agent = int(pidfile.read_text())
+            daemon.kill()
+            release.set()
+            daemon.start()
+            deadline = time.monotonic() + 60
+            while True:
+                body = client.get(f"/v1/runs/{run_id}").json()
+                if body["status"]["state"] in ("completed", "failed"):
+                    break
+                assert time.monotonic() < deadline, body
+                time.sleep(0.05)
+        assert body["status"]["state"] == "completed", body
+        assert body["status"]["output"] == {"reply": "settled", "exit_code": 0}
+        # The first call was answered from the log; only the cut one was served again.
+        assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
+        assert {call.api_key for call in provider.calls} == {SECRET}
+        code, _ = daemon.terminate()
+        assert code == 0
+        for index in range(daemon.starts):
+            assert SECRET not in daemon.log(index)
+        if store_url.startswith("sqlite:///"):
+            db = Path(store_url.removeprefix("sqlite:///"))
+            for path in db.parent.glob(db.name + "*"):
+                assert SECRET.encode() not in path.read_bytes()
+    finally:
+        release.set()
+        if daemon.alive():
+            daemon.kill()
+        if first_agent is not None:
+            try:
+                os.kill(first_agent, signal.SIGKILL)  # an orphan of the killed daemon, if it outlived it
+            except ProcessLookupError:
+                pass
+        provider.stop()
