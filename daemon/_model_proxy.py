@@ -408,13 +408,19 @@ class ProxySession:
             await reply.json(502, error_body(wire, 502, "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"))
             return
         response = await self._forward(wire, body, stream, headers, reply)
-        if response is None or self.closed:
+        if response is None:
+            return
+        # The agent has its answer before the completion is durable (a stream
+        # got its frames as they came): a crash in between only means the
+        # call is issued again, as for any open intent. The next call waits
+        # on the lock, so it is never recorded before this completion.
+        if "body" in response:
+            await reply.json(200, response["body"])
+        if self.closed:
             return
         await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
         call.response = response
         self.position += 1
-        if "body" in response:
-            await reply.json(200, response["body"])
 
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
         """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""

@@ -39,10 +39,14 @@ model = Path(os.environ["MODELFILE"]).read_text().strip() if os.environ.get("MOD
 die_after = int(os.environ.get("DIE_AFTER", "0"))
 marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
 calls = 0
+exit_file = Path(os.environ.get("EXITFILE", "/nonexistent/exit"))
+exit_after = int(exit_file.read_text()) if exit_file.exists() else 0
 
 def after_call():
     global calls
     calls += 1
+    if exit_after and calls == exit_after:
+        sys.exit(0)
     if die_after and calls == die_after and not marker.exists():
         marker.write_text("died")
         os.kill(os.getpid(), signal.SIGKILL)
@@ -167,6 +171,7 @@ async def test_a_real_sdk_agent_is_recorded_and_completes(runtime, providers, up
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"
+    assert (view.input_tokens, view.output_tokens) == (60, 15)  # usage read from each wire's body or frames
     await assert_no_secret(runtime, run_id, store_url)
 
 
@@ -416,3 +421,21 @@ async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(runti
     assert "does not exist" in view.detail["error"]
     log = await kinds(runtime, run_id)
     assert log == ["RunStarted", "ModelCallRequested", "RunFailed"]
+
+
+async def test_a_recovered_process_that_exits_before_replaying_every_recorded_call_fails(
+    runtime, providers, upstream_env, tmp_path
+):
+    provider = providers(tool_loop_script(PLAN))
+    upstream_env(provider)
+    exit_file = tmp_path / "exit-after"
+    env = {"DIE_AFTER": "2", "MARKER": str(tmp_path / "died"), "EXITFILE": str(exit_file)}
+    agent = process_agent(tmp_path, "openai", env=env)
+    run_id = await runtime.start_run(agent, "settle")
+    with pytest.raises(DriveInterrupted):
+        await runtime.drive(run_id, agent=agent)
+    exit_file.write_text("1")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "failed"
+    assert "after 1 of the 2 recorded model calls" in view.detail["error"]
+    assert provider.call_count == 2
