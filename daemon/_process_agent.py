@@ -35,15 +35,15 @@ from ._store_access import StoreAccess
 
 PLACEHOLDER_KEY = "salvor-placeholder"
 STDERR_TAIL_BYTES = 2000
-# Variables of the daemon's own environment an agent process must never see.
-_WITHHELD = ("SALVOR_AGENT_KEY", "SALVOR_AGENT_UPSTREAM")
 
 
 def agent_environment(
     agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
     """The process's environment: the daemon's, minus credentials, plus the injection, plus the definition's ``env``."""
-    env = {k: v for k, v in environ.items() if k not in _WITHHELD}
+    # The daemon's own SALVOR_* settings (the upstream key, the store URL,
+    # the API token's variable) are never handed to an agent.
+    env = {k: v for k, v in environ.items() if not k.startswith("SALVOR_")}
     prompt = run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
     env.update(
         {

@@ -298,22 +298,20 @@ async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_
             await trio.sleep(0.05)
 
 
-async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_path):
+async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_path, monkeypatch):
     script = (
         "import json, os\n"
         "keys = ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_BASE', 'ANTHROPIC_BASE_URL', 'SALVOR_LLM_PROXY',\n"
         "        'OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'SALVOR_PROMPT', 'SALVOR_INPUT', 'SALVOR_RUN_ID', 'EXTRA',\n"
-        "        'SALVOR_AGENT_KEY']\n"
+        "        'SALVOR_AGENT_KEY', 'SALVOR_STORE']\n"
         "open('seen.json', 'w').write(json.dumps({k: os.environ.get(k) for k in keys}))\n"
         "raise SystemExit(1)\n"
     )
-    os.environ["SALVOR_AGENT_KEY"] = SECRET
-    try:
-        agent = process_agent(tmp_path, script=script, env={"EXTRA": "x", "OPENAI_BASE": "overridden"})
-        run_id = await runtime.start_run(agent, {"task": "refund"})
-        await runtime.drive(run_id, agent=agent)
-    finally:
-        del os.environ["SALVOR_AGENT_KEY"]
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    monkeypatch.setenv("SALVOR_STORE", "postgresql://user:pw@db/salvor")
+    agent = process_agent(tmp_path, script=script, env={"EXTRA": "x", "OPENAI_BASE": "overridden"})
+    run_id = await runtime.start_run(agent, {"task": "refund"})
+    await runtime.drive(run_id, agent=agent)
     seen = json.loads((tmp_path / "seen.json").read_text())
     base = seen["ANTHROPIC_BASE_URL"]
     assert base.startswith("http://127.0.0.1:") and "/r/" in base
@@ -322,7 +320,7 @@ async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_p
     assert seen["OPENAI_API_KEY"] == seen["ANTHROPIC_API_KEY"] == "salvor-placeholder"
     assert json.loads(seen["SALVOR_PROMPT"]) == {"task": "refund"} == json.loads(seen["SALVOR_INPUT"])
     assert seen["SALVOR_RUN_ID"] == run_id
-    assert seen["SALVOR_AGENT_KEY"] is None
+    assert seen["SALVOR_AGENT_KEY"] is None and seen["SALVOR_STORE"] is None
 
 
 async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtime, providers, upstream_env, tmp_path):
@@ -439,3 +437,16 @@ async def test_a_recovered_process_that_exits_before_replaying_every_recorded_ca
     assert view.state.value == "failed"
     assert "after 1 of the 2 recorded model calls" in view.detail["error"]
     assert provider.call_count == 2
+
+
+@pytest.mark.parametrize("where", ["command", "cwd"])
+async def test_an_agent_that_cannot_be_started_fails_naming_why(runtime, tmp_path, where):
+    if where == "command":
+        text = 'kind = "process"\ncommand = "/nonexistent/agent --go"\n'
+    else:
+        text = f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
+    agent = parse_definition(text, "toml")
+    run_id = await runtime.start_run(agent, "x")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "failed"
+    assert "could not be started" in view.detail["error"]
