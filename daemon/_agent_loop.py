@@ -194,6 +194,7 @@ async def drive(
     on_record: Callable[[list[Envelope]], None] | None = None,
     clock: Callable[[], datetime] = utc_now,
     proxy: ModelProxy | None = None,
+    process_restarts: int = 0,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
@@ -206,7 +207,9 @@ async def drive(
     if agent.kind == "process":
         # A local agent process: its model calls cross the loopback proxy
         # (one is started for this drive when the caller has none).
-        return await drive_process(access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock)
+        return await drive_process(
+            access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock, restarts=process_restarts
+        )
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:

@@ -84,11 +84,14 @@ class Runtime:
         *,
         clock: Callable[[], datetime] = utc_now,
         proxy: ModelProxy | None = None,
+        process_restarts: int = 0,
     ) -> None:
         self.access = access
         # The loopback model proxy process agents are driven through; None
         # starts one per drive (the CLI).
         self.proxy = proxy
+        # How often one drive starts a process agent again after a signal killed it.
+        self.process_restarts = process_restarts
         self.registry = registry
         # Every clock reading of a drive comes from here (and is recorded).
         self.clock = clock
@@ -179,7 +182,8 @@ class Runtime:
             view = await self.view(run_id)
             agent = await self.load_agent(view.agent_def_hash)
         return await drive(
-            self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy
+            self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
+            process_restarts=self.process_restarts,
         )
 
     async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:

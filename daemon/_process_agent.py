@@ -18,6 +18,7 @@ recoverable (``DriveInterrupted``): the next drive starts it again.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from ._model_proxy import ModelProxy, ProxySession, final_text, open_model_proxy
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
+logger = logging.getLogger("salvor.process")
 PLACEHOLDER_KEY = "salvor-placeholder"
 STDERR_TAIL_BYTES = 2000
 
@@ -101,16 +103,34 @@ async def drive_process(
     on_record: Callable[[list[Envelope]], None] | None = None,
     clock: Callable[[], datetime] = utc_now,
     environ: Mapping[str, str] = os.environ,
+    restarts: int = 0,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
+    ``restarts``: how many times this drive starts the process again, from
+    the top of its log, after it was killed by a signal (the daemon passes a
+    few; a bare ``Runtime`` none, so a caller sees each death).
+
     Raises:
-        DriveInterrupted: the process was killed by a signal, or could not be
-            started; the run keeps its log and the next drive starts it again.
+        DriveInterrupted: the process was killed by a signal (more often than
+            ``restarts``); the run keeps its log and the next drive starts it again.
     """
     if proxy is None:
         async with open_model_proxy() as own:
-            return await drive_process(access, run_id, agent, proxy=own, on_record=on_record, clock=clock, environ=environ)
+            return await drive_process(access, run_id, agent, proxy=own, on_record=on_record, clock=clock,
+                                       environ=environ, restarts=restarts)
+    attempt = 0
+    while True:
+        try:
+            return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ)
+        except DriveInterrupted as exc:
+            if attempt >= restarts:
+                raise
+            attempt += 1
+            logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
+
+
+async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):

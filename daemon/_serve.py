@@ -56,6 +56,9 @@ class ServeConfig:
     # The loopback model proxy process agents call through (127.0.0.1 only;
     # 0 picks a free port).
     proxy_port: int = 0
+    # How often a drive restarts a process agent a signal killed before it
+    # leaves the run for a resume.
+    process_restarts: int = 3
 
 
 def build_commit() -> str | None:
@@ -130,7 +133,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
     async with open_store_access(config.store_url) as access, open_model_proxy(config.proxy_port) as proxy:
-        runtime = Runtime(access, registry, proxy=proxy)
+        runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts)
         hub = EventHub()
         access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()

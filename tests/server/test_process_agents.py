@@ -60,3 +60,35 @@ async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
     assert body["status"]["state"] == "completed", body
     assert body["status"]["output"] == {"reply": "done", "exit_code": 0}
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
+
+
+async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(server, providers, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    release = threading.Event()
+
+    def on_call(call) -> None:
+        if call.index == 1:
+            release.wait(20)
+
+    provider = providers(tool_loop_script(PLAN), on_call=on_call)
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    agent = await server.register_agent(definition(tmp_path, "openai"))
+    run_id = await server.start_run(agent, "settle A-1")
+    try:
+        await trio.to_thread.run_sync(provider.wait_for_calls, 2, 30)
+        first = int((tmp_path / "agent.pid").read_text())
+        os.kill(first, signal.SIGKILL)
+        # The cut call is held until the restarted process is up, so its late
+        # answer cannot reach the old (closed) session first.
+        with trio.fail_after(20):
+            while int((tmp_path / "agent.pid").read_text() or first) == first:
+                await trio.sleep(0.01)
+    finally:
+        release.set()
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "completed", body
+    assert int((tmp_path / "agent.pid").read_text()) != first
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
