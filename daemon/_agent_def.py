@@ -97,7 +97,13 @@ def _positive_number(where: str, value: Any) -> None:
 
 
 def parse_definition(
-    text: str, fmt: str, *, base_dir: Path | None = None, known_tools=(), allow_paths: bool = True
+    text: str,
+    fmt: str,
+    *,
+    base_dir: Path | None = None,
+    known_tools=(),
+    allow_paths: bool = True,
+    allow_processes: bool = True,
 ) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
@@ -109,6 +115,9 @@ def parse_definition(
         allow_paths: whether ``system_prompt_path`` may name a file. A
             definition that arrives over the network must not make the daemon
             read its own files, so the HTTP API passes False.
+        allow_processes: whether a ``kind = "process"`` definition (a command
+            the daemon will run) is accepted. Over HTTP only when the operator
+            started the daemon with ``--allow-process-agents``.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
@@ -123,6 +132,11 @@ def parse_definition(
     if "kind" in raw:
         kind = raw["kind"]
         _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)")
+        _expect(
+            allow_processes,
+            "process agents run a command on the daemon's machine, so this daemon accepts them over "
+            "HTTP only when started with --allow-process-agents",
+        )
         return _parse_process(raw, fmt, text)
     _check_keys("the definition", raw, _TOP)
     if "mcp_servers" in raw:

@@ -47,6 +47,8 @@ class ServerState:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    # Whether POST /v1/agents accepts process agents (commands this daemon runs).
+    allow_process_agents: bool = False
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
 
@@ -116,7 +118,10 @@ def create_app(state: ServerState) -> QuartTrio:
         except UnicodeDecodeError:
             raise bad_request("the definition is not UTF-8 text") from None
         try:
-            agent = parse_definition(text, fmt, known_tools=runtime.registry.names(), allow_paths=False)
+            agent = parse_definition(
+                text, fmt, known_tools=runtime.registry.names(), allow_paths=False,
+                allow_processes=state.allow_process_agents,
+            )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
         created = await runtime.register_agent(agent)

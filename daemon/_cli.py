@@ -267,6 +267,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wake-interval", type=float, default=60.0, metavar="SECONDS",
                    help="how often the wake sweeper runs (default 60; 0 turns it off)")
     p.add_argument("--demo-tools", action="store_true", help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)")
+    p.add_argument("--allow-process-agents", action="store_true",
+                   help="accept process agents (commands this daemon runs) through POST /v1/agents")
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
 
@@ -293,7 +295,7 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
     return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
-                       proxy_port=args.proxy_port)
+                       proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -56,6 +56,8 @@ class ServeConfig:
     # The loopback model proxy process agents call through (127.0.0.1 only;
     # 0 picks a free port).
     proxy_port: int = 0
+    # Process agents registered over HTTP run commands here: the operator opts in.
+    allow_process_agents: bool = False
     # How often a drive restarts a process agent a signal killed before it
     # leaves the run for a resume.
     process_restarts: int = 3
@@ -144,7 +146,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     auth_token=config.auth_token, commit=build_commit(),
                                     stream_poll_seconds=config.stream_poll_seconds,
                                     heartbeat_seconds=config.heartbeat_seconds,
-                                    detach_grace_seconds=config.detach_grace_seconds)
+                                    detach_grace_seconds=config.detach_grace_seconds,
+                                    allow_process_agents=config.allow_process_agents)
                 if on_state is not None:
                     on_state(state)
                 hyper = HypercornConfig()

@@ -38,6 +38,7 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
     provider = ScriptedProvider(tool_loop_script(PLAN, final_text="settled"), on_call=on_call)
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
+    daemon.args.append("--allow-process-agents")
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     pidfile = tmp_path / "agent.pid"

@@ -22,7 +22,17 @@ def definition(tmp_path, mode: str) -> str:
     )
 
 
-async def test_a_process_agent_runs_through_the_daemons_proxy(server, providers, tmp_path, monkeypatch):
+async def test_process_agents_over_http_need_the_operators_opt_in(server, tmp_path):
+    response = await server.client.post(
+        "/v1/agents", content=definition(tmp_path, "openai"), headers={"Content-Type": "application/toml"}
+    )
+    assert response.status_code == 400
+    assert "--allow-process-agents" in response.json()["error"]["message"]
+    assert (await server.client.get("/v1/agents")).json() == {"agents": []}
+
+
+async def test_a_process_agent_runs_through_the_daemons_proxy(server_factory, providers, tmp_path, monkeypatch):
+    server = await server_factory(allow_process_agents=True)
     provider = providers(tool_loop_script(PLAN, final_text="settled"))
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
@@ -47,7 +57,7 @@ async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
     provider = providers(tool_loop_script(PLAN), on_call=on_call)
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
-    first = await server_factory()
+    first = await server_factory(allow_process_agents=True)
     agent = await first.register_agent(definition(tmp_path, "anthropic"))
     run_id = await first.start_run(agent, "settle A-1")
     try:
@@ -55,14 +65,16 @@ async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
         await first.stop()  # cancels the drive: the agent's process group is killed, the intent stays open
     finally:
         release.set()
-    second = await server_factory()
+    second = await server_factory(allow_process_agents=True)
     body = await second.wait_resting(run_id)
     assert body["status"]["state"] == "completed", body
     assert body["status"]["output"] == {"reply": "done", "exit_code": 0}
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
 
 
-async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(server, providers, tmp_path, monkeypatch):
+async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(
+    server_factory, providers, tmp_path, monkeypatch
+):
     import os
     import signal
 
@@ -75,6 +87,7 @@ async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(se
     provider = providers(tool_loop_script(PLAN), on_call=on_call)
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    server = await server_factory(allow_process_agents=True)
     agent = await server.register_agent(definition(tmp_path, "openai"))
     run_id = await server.start_run(agent, "settle A-1")
     try:
