@@ -34,8 +34,7 @@ def _number(value: float) -> str:
         # repr chose an exponent where JavaScript would not: spell it out.
         plain = format(Decimal(text), "f")
         return plain.rstrip("0").rstrip(".") if "." in plain else plain
-    if mantissa.endswith(".0"):
-        mantissa = mantissa[:-2]
+    mantissa = mantissa.removesuffix(".0")
     return f"{mantissa}e{'+' if exp > 0 else '-'}{abs(exp)}"
 
 

@@ -10,8 +10,9 @@ answers it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ._canonical import canonical_json
 from ._envelope import Envelope
