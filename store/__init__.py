@@ -12,12 +12,12 @@ from ._errors import StoreError as StoreError
 from ._errors import StoreTooNew as StoreTooNew
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._event_store import AppendRequest as AppendRequest
-from ._event_store import Claim as Claim
 from ._event_store import EventStore as EventStore
-from ._event_store import RunSummary as RunSummary
-from ._event_store import StoredAgent as StoredAgent
 from ._location import default_store_url as default_store_url
 from ._location import normalize_store_url as normalize_store_url
+from ._records import Claim as Claim
+from ._records import RunSummary as RunSummary
+from ._records import StoredAgent as StoredAgent
 from ._schema import STORE_VERSION as STORE_VERSION
 from ._view_codec import view_from_json as view_from_json
 from ._view_codec import view_to_json as view_to_json

@@ -17,8 +17,6 @@ Rules of this module:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -59,7 +57,6 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from ._direct import DirectStatement
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
-    BadCursor,
     ClaimHeld,
     CorruptLog,
     SeqConflict,
@@ -67,6 +64,16 @@ from ._errors import (
     StoreUnavailable,
 )
 from ._location import normalize_store_url
+from ._records import (
+    Claim,
+    RunSummary,
+    StoredAgent,
+    agent_from_row,
+    claim_from_row,
+    decode_cursor,
+    encode_cursor,
+    summary_from_row,
+)
 from ._schema import agents, claims, ensure_schema, events, runs
 from ._view_codec import dumps, view_from_json, view_to_json
 
@@ -90,74 +97,6 @@ class AppendRequest:
     view: RunView
     claim: str | None = None
     settle: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunSummary:
-    """One run as a listing reports it, read from its ``runs`` row.
-
-    Every field but ``run_id``, ``event_count`` and the two instants is None
-    when the row's JSON cannot be decoded: that run's entry is degraded, the
-    listing is not failed.
-    """
-
-    run_id: str
-    event_count: int
-    first_recorded_at: str
-    last_recorded_at: str
-    status: dict | None
-    state: str | None
-    usage: dict | None
-    step_count: int | None
-    agent_def_hash: str | None
-    labels: dict | None
-    driven_by: str | None
-    wake_at: str | None
-    pending: dict | None
-
-    @property
-    def degraded(self) -> bool:
-        return self.status is None
-
-    def to_json(self) -> dict:
-        """The ``GET /v1/runs`` entry: unknown values are absent keys, never null."""
-        body: dict = {"run": self.run_id}
-        if self.status is not None:
-            body["status"] = self.status
-        body["event_count"] = self.event_count
-        body["first_recorded_at"] = self.first_recorded_at
-        body["last_recorded_at"] = self.last_recorded_at
-        if self.usage is not None:
-            body["usage"] = self.usage
-        if self.step_count is not None:
-            body["step_count"] = self.step_count
-        if self.agent_def_hash is not None:
-            body["agent_def_hash"] = self.agent_def_hash
-        if self.labels:
-            body["labels"] = self.labels
-        return body
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredAgent:
-    """An agent definition as registered, verbatim."""
-
-    agent_def_hash: str
-    format: str
-    definition: str
-    name: str | None
-    created_at: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Claim:
-    """An idempotency identity and the one run (and intent seq) allowed to execute it."""
-
-    identity: str
-    run_id: str
-    seq: int
-    state: str  # "open" | "settled"
-    output: Any
 
 
 # -- statements, built once ---------------------------------------------------
@@ -486,88 +425,6 @@ def _reason(exc: BaseException) -> str:
     return lines[0].strip() if lines else type(inner).__name__
 
 
-def _loads_or_none(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
-
-
-def _summary(row: Any) -> RunSummary:
-    try:
-        status = json.loads(row.status)
-        labels = _loads_or_none(row.labels)
-        pending = _loads_or_none(row.pending)
-        if not isinstance(status, dict) or not isinstance(labels, dict | None):
-            raise TypeError("status must be an object and labels an object or absent")
-        if not isinstance(pending, dict | None):
-            raise TypeError("pending must be an object or absent")
-    except (ValueError, TypeError):
-        return RunSummary(
-            run_id=row.run_id,
-            event_count=row.event_count,
-            first_recorded_at=row.first_recorded_at,
-            last_recorded_at=row.last_recorded_at,
-            status=None,
-            state=None,
-            usage=None,
-            step_count=None,
-            agent_def_hash=None,
-            labels=None,
-            driven_by=None,
-            wake_at=None,
-            pending=None,
-        )
-    return RunSummary(
-        run_id=row.run_id,
-        event_count=row.event_count,
-        first_recorded_at=row.first_recorded_at,
-        last_recorded_at=row.last_recorded_at,
-        status=status,
-        state=row.state,
-        usage={"input_tokens": row.input_tokens, "output_tokens": row.output_tokens},
-        step_count=row.step_count,
-        agent_def_hash=row.agent_def_hash,
-        labels=labels,
-        driven_by=row.driven_by,
-        wake_at=row.wake_at,
-        pending=pending,
-    )
-
-
-def _encode_cursor(summary: RunSummary) -> str:
-    raw = dumps([summary.first_recorded_at, summary.run_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        first, run_id = json.loads(raw)
-        if not isinstance(first, str) or not isinstance(run_id, str):
-            raise TypeError(cursor)
-    except (ValueError, TypeError, binascii.Error):
-        raise BadCursor(f"the listing cursor {cursor!r} is not one this store issued") from None
-    return first, run_id
-
-
-def _agent(row: Any) -> StoredAgent:
-    return StoredAgent(
-        agent_def_hash=row.agent_def_hash,
-        format=row.format,
-        definition=row.definition,
-        name=row.name,
-        created_at=row.created_at,
-    )
-
-
-def _claim(row: Any) -> Claim:
-    return Claim(
-        identity=row.identity,
-        run_id=row.run_id,
-        seq=row.seq,
-        state=row.state,
-        output=_loads_or_none(row.output),
-    )
-
-
 class EventStore:
     """Run logs and their folds in SQLite or PostgreSQL. Safe to share between threads.
 
@@ -862,7 +719,7 @@ class EventStore:
         statement = select(*_SUMMARY_COLUMNS).where(runs.c.run_id == run_id)
         with self._reading("read a run"), self._read() as connection:
             row = connection.execute(statement).first()
-        return None if row is None else _summary(row)
+        return None if row is None else summary_from_row(row)
 
     def list_runs(
         self,
@@ -899,7 +756,7 @@ class EventStore:
                 runs.c.labels.contains(dumps(key) + ":" + dumps(value), autoescape=True)
             )
         base = base.order_by(runs.c.first_recorded_at.desc(), runs.c.run_id.desc())
-        position = _decode_cursor(after) if after is not None else None
+        position = decode_cursor(after) if after is not None else None
         want = None if limit is None else limit + 1
         page: list[RunSummary] = []
         with self._reading("list runs"), self._read() as connection:
@@ -911,7 +768,7 @@ class EventStore:
                     break
         if limit is not None and len(page) > limit:
             page = page[:limit]
-            return page, _encode_cursor(page[-1])
+            return page, encode_cursor(page[-1])
         return page, None
 
     def _scan(
@@ -930,7 +787,7 @@ class EventStore:
                 )
             rows = connection.execute(statement.limit(chunk)).all()
             for row in rows:
-                yield _summary(row)
+                yield summary_from_row(row)
             if len(rows) < chunk:
                 return
             position = (rows[-1].first_recorded_at, rows[-1].run_id)
@@ -979,20 +836,20 @@ class EventStore:
         statement = select(*_AGENT_COLUMNS).where(agents.c.agent_def_hash == agent_def_hash)
         with self._reading("read an agent"), self._read() as connection:
             row = connection.execute(statement).first()
-        return None if row is None else _agent(row)
+        return None if row is None else agent_from_row(row)
 
     def list_agents(self) -> list[StoredAgent]:
         """Every registered agent, oldest first."""
         statement = select(*_AGENT_COLUMNS).order_by(agents.c.created_at, agents.c.agent_def_hash)
         with self._reading("list agents"), self._read() as connection:
-            return [_agent(row) for row in connection.execute(statement)]
+            return [agent_from_row(row) for row in connection.execute(statement)]
 
     # -- claims ---------------------------------------------------------------
 
     def get_claim(self, identity: str) -> Claim | None:
         with self._reading("read a claim"), self._read() as connection:
             row = connection.execute(_SELECT_CLAIM, {"identity": identity}).first()
-        return None if row is None else _claim(row)
+        return None if row is None else claim_from_row(row)
 
 
 def _envelope(run_id: str, row: Any) -> Envelope:
