@@ -16,131 +16,34 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import salvor
-import sqlalchemy
 import trio
-from salvor.daemon._api import create_app
 from salvor.daemon._demo_tools import demo_registry
 from salvor.daemon._tools import Tool
-from salvor.protocol import EMPTY_VIEW, Effect, ModelCallRequested, RunStarted, parse_instant
-from salvor.store import EventStore, normalize_store_url
+from salvor.protocol import Effect, ModelCallRequested, parse_instant
 
 from tests.support.scripted_provider import ErrorReply, tool_loop_script
 
-from .conftest import TOKEN, Server, agent_toml
-
-NOBODY = "00000000-0000-4000-8000-000000000000"
-FAR_WAKE = "2099-01-01T00:00:00Z"
-APPROVAL_SCHEMA = {
-    "type": "object",
-    "required": ["approved"],
-    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
-}
-
-
-# -- helpers ---------------------------------------------------------------------
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict:
-    """The one envelope, nothing else, and never a traceback; returns ``error``."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    assert "Traceback" not in response.text and 'File "' not in response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    error = body["error"]
-    assert error["code"] == code, error
-    assert isinstance(error["message"], str) and error["message"].strip()
-    assert set(error) <= {"code", "message", "details"}
-    return error
-
-
-async def snapshot(server: Server) -> tuple:
-    """What the store holds: every run's entry and every registered agent."""
-    store = server.state.runtime.access.store
-    runs, _ = await server.state.runtime.access.read(store.list_runs)
-    agents = await server.state.runtime.access.read(store.list_agents)
-    return sorted((r.run_id, r.event_count, r.last_recorded_at) for r in runs), [a.agent_def_hash for a in agents]
-
-
-async def read_log_independently(store_url: str, run_id: str) -> list:
-    """The run's log through a store handle of its own (another connection, not the daemon's)."""
-
-    def read() -> list:
-        with EventStore.open(store_url) as store:
-            return store.read_log(run_id)
-
-    return await trio.to_thread.run_sync(read)
-
-
-async def raw_sql(store_url: str, statement: str, **params: Any) -> None:
-    def run() -> None:
-        engine = sqlalchemy.create_engine(normalize_store_url(store_url))
-        try:
-            with engine.begin() as connection:
-                connection.execute(sqlalchemy.text(statement), params)
-        finally:
-            engine.dispose()
-
-    await trio.to_thread.run_sync(run)
-
-
-async def register(server: Server, providers, plan=(), *, tools=None, final_text="done", extra="", name=None,
-                   script=None, **provider_kwargs):
-    """An agent aimed at a fresh scripted provider; returns (agent hash, provider)."""
-    provider = providers(script or tool_loop_script(plan, final_text=final_text), **provider_kwargs)
-    tools = sorted({tool for tool, _ in plan}) if tools is None else tools
-    agent = await server.register_agent(agent_toml(provider.base_url, tools=tools, extra=extra, name=name))
-    return agent, provider
-
-
-async def rested(server: Server, agent: str, run_input: Any = None, **fields: Any) -> tuple[str, dict]:
-    run_id = await server.start_run(agent, run_input, **fields)
-    return run_id, await server.wait_resting(run_id)
-
-
-async def seed_run(server: Server, agent: str, *events, run_id: str | None = None, **started: Any) -> str:
-    """Record a run's log without driving it: what a crashed daemon (or the CLI) leaves behind."""
-    run_id = run_id or str(uuid.uuid4())
-    events = (RunStarted(agent_def_hash=agent, input=None, **started), *events)
-    await server.state.runtime.access.append(run_id, list(events), EMPTY_VIEW)
-    return run_id
-
-
-async def get_run(server: Server, run_id: str) -> dict:
-    response = await server.client.get(f"/v1/runs/{run_id}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-async def list_entry(server: Server, run_id: str) -> dict:
-    response = await server.client.get("/v1/runs")
-    assert response.status_code == 200, response.text
-    (entry,) = [e for e in response.json()["runs"] if e["run"] == run_id]
-    return entry
-
-
-class Gate:
-    """A provider hook that holds every model call until released (runs in the provider's thread)."""
-
-    def __init__(self) -> None:
-        self.open = threading.Event()
-        self.arrived = threading.Event()
-
-    def __call__(self, call) -> None:
-        self.arrived.set()
-        self.open.wait(timeout=30)
-
-    async def wait_arrived(self) -> None:
-        await trio.to_thread.run_sync(self.arrived.wait, 30)
-        assert self.arrived.is_set()
-
+from .api_support import (
+    APPROVAL_SCHEMA,
+    FAR_WAKE,
+    NOBODY,
+    Gate,
+    assert_error,
+    get_run,
+    list_entry,
+    raw_sql,
+    read_log_independently,
+    register,
+    rested,
+    seed_run,
+    snapshot,
+)
+from .conftest import Server, agent_toml
 
 # -- agents ------------------------------------------------------------------------
 
@@ -783,153 +686,3 @@ async def test_listing_pages_filters_and_refuses_bad_queries(server: Server, pro
         assert_error(await server.client.get("/v1/runs", params=params), 400, "bad_request")
 
 
-# -- bad input, everywhere ------------------------------------------------------------------
-
-
-STRICT_ROUTES = [
-    ("/v1/runs", "runs"),
-    ("/v1/runs/{run}/resume", "resume"),
-    ("/v1/runs/{run}/resolve", "resolve"),
-    ("/v1/runs/{run}/abandon", "abandon"),
-]
-MALFORMED = [
-    ("application/json", b"{not json"),
-    ("application/json", b'{"input": 1,}'),
-    ("application/json", b"\xff\xfe\x00"),
-    ("application/json", b"[]"),
-    ("application/json", b'"a string"'),
-    ("application/json", b"42"),
-    ("application/json", b"null"),
-    ("application/json", b'{"unknown_field": 1}'),
-    ("application/json", b'{"input": NaN}'),
-    ("application/json", b'{"input": Infinity}'),
-    ("application/json", b'{"output": -1e999}'),
-    ("application/json", b'{"reason": "\\udc00"}'),
-    ("application/json", b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
-    ("application/json", b'{"input": 1' + b"0" * 5000 + b"}"),
-    ("text/plain", b'{"input": {"approved": true}}'),
-    ("application/x-www-form-urlencoded", b"input=1"),
-    ("application/toml", b'input = 1'),
-]
-
-
-async def test_malformed_bodies_are_400_on_every_strict_route_and_record_nothing(server: Server, providers):
-    agent, provider = await register(server, providers, [("request_approval", {})])
-    run_id, _ = await rested(server, agent)
-    before = await snapshot(server)
-    calls = provider.call_count
-    for path, _ in STRICT_ROUTES:
-        for content_type, body in MALFORMED:
-            response = await server.client.post(path.format(run=run_id), content=body,
-                                                headers={"Content-Type": content_type})
-            assert_error(response, 400, "bad_request")
-    assert await snapshot(server) == before
-    assert provider.call_count == calls
-    assert (await get_run(server, run_id))["status"]["state"] == "suspended"
-
-
-async def test_a_body_over_8_mb_is_413_and_records_nothing(server: Server, providers):
-    agent, _ = await register(server, providers, [("request_approval", {})])
-    run_id, _ = await rested(server, agent)
-    before = await snapshot(server)
-    filler = "x" * (8 * 1024 * 1024)
-    big_json = json.dumps({"agent": agent, "input": filler}).encode()
-    for path, _ in STRICT_ROUTES:
-        response = await server.client.post(path.format(run=run_id), content=big_json,
-                                            headers={"Content-Type": "application/json"})
-        assert_error(response, 413, "payload_too_large")
-    big_toml = f'model = "m"\nsystem_prompt = "{filler}"\n'.encode()
-    response = await server.client.post("/v1/agents", content=big_toml, headers={"Content-Type": "application/toml"})
-    assert_error(response, 413, "payload_too_large")
-
-    async def chunked():  # no Content-Length: the cap holds as the body streams in
-        for _ in range(32):
-            yield b"y" * (1024 * 1024)
-
-    response = await server.client.post("/v1/runs", content=chunked(), headers={"Content-Type": "application/json"})
-    assert_error(response, 413, "payload_too_large")
-    assert await snapshot(server) == before
-    # Just under the cap is an ordinary body.
-    response = await server.client.post(f"/v1/runs/{run_id}/abandon",
-                                        json={"reason": "r" * (8 * 1024 * 1024 - 100)})
-    assert response.status_code == 200
-
-
-async def test_unknown_routes_and_wrong_methods_get_the_envelope(server: Server):
-    for path in ("/", "/v1", "/v2/runs", "/v1/run", "/v1/runs/x/y/z", f"/v1/runs/{NOBODY}/graph", "/static/x"):
-        assert_error(await server.client.get(path), 404, "not_found")
-    for method, path in (("DELETE", "/v1/runs"), ("PUT", "/v1/agents"), ("PATCH", f"/v1/runs/{NOBODY}"),
-                         ("GET", f"/v1/runs/{NOBODY}/resume"), ("POST", "/v1/capabilities"),
-                         ("POST", f"/v1/runs/{NOBODY}/events"), ("DELETE", "/v1/agents/sha256:00")):
-        assert_error(await server.client.request(method, path), 405, "method_not_allowed")
-    assert await snapshot(server) == ([], [])
-
-
-# -- auth -----------------------------------------------------------------------------------
-
-
-def _routes(server: Server) -> list[tuple[str, str]]:
-    """Every (method, path) the app serves, parameters filled in: a new route cannot escape."""
-    app = create_app(server.state)
-    fill = {"run_id": NOBODY, "agent_hash": "sha256:" + "0" * 64}
-    routes = []
-    for rule in app.url_map.iter_rules():
-        assert rule.rule.startswith("/v1/"), f"{rule.rule} is not under /v1"
-        path = rule.rule
-        for argument in rule.arguments:
-            path = re.sub(rf"<(?:[^:<>]+:)?{argument}>", fill[argument], path)
-        routes.extend((method, path) for method in sorted(rule.methods))
-    assert len(routes) > 20
-    return routes
-
-
-async def test_every_route_needs_the_token_when_one_is_set(server_factory, providers):
-    server = await server_factory(auth_token=TOKEN)
-    agent, provider = await register(server, providers)
-    before = await snapshot(server)
-    routes = _routes(server) + [("GET", "/nowhere"), ("DELETE", "/v1/runs")]
-    anonymous = server.new_client()
-    wrong = [
-        {},
-        {"Authorization": "Bearer wrong-token"},
-        {"Authorization": f"Bearer {TOKEN}x"},
-        {"Authorization": f"Bearer {TOKEN[:-1]}"},
-        {"Authorization": f"Basic {TOKEN}"},
-        {"Authorization": TOKEN},
-        {"Authorization": "Bearer"},
-        {"Authorization": f"Bearer  {TOKEN} extra"},
-        {"X-Api-Key": TOKEN},
-    ]
-    body = json.dumps({"agent": agent, "input": None, "output": 1, "reason": "x"}).encode()
-    for method, path in routes:
-        for headers in wrong:
-            response = await anonymous.request(method, path, headers={"Content-Type": "application/json", **headers},
-                                               content=body if method == "POST" else None)
-            assert response.status_code == 401, (method, path, headers, response.text)
-            if method != "HEAD":
-                assert_error(response, 401, "unauthorized")
-    assert await snapshot(server) == before
-    assert provider.call_count == 0
-
-    # The right token opens every route (whatever the route then answers, it is not 401).
-    for method, path in routes:
-        response = await server.client.request(method, path, headers={"Content-Type": "application/json"},
-                                               content=body if method == "POST" else None)
-        assert response.status_code != 401, (method, path, response.text)
-        assert response.status_code < 500, (method, path, response.text)
-    run_id, done = await rested(server, agent)
-    assert done["status"]["state"] == "completed"
-    lowercase_scheme = await anonymous.get(f"/v1/runs/{run_id}", headers={"Authorization": f"bearer {TOKEN}"})
-    assert lowercase_scheme.status_code == 200
-
-
-async def test_an_agent_sent_over_http_cannot_make_the_daemon_read_its_files(server: Server, tmp_path):
-    secret = tmp_path / "secret.txt"
-    secret.write_text("do not leak")
-    definition = f'model = "m"\nsystem_prompt_path = "{secret}"\n'
-    response = await server.client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
-    assert response.status_code == 400
-    body = response.json()["error"]
-    assert body["code"] == "bad_request" and "system_prompt_path" in body["message"]
-    assert "do not leak" not in response.text
-    assert (await server.client.get("/v1/agents")).json() == {"agents": []}
