@@ -45,9 +45,8 @@ async def test_a_process_agent_runs_through_the_daemons_proxy(server_factory, pr
     assert server.state.runtime.proxy.url.startswith("http://127.0.0.1:")
 
 
-async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
-    server_factory, providers, tmp_path, monkeypatch
-):
+def held_provider(providers, monkeypatch):
+    """The upstream for these agents, holding the second model call until ``release`` is set."""
     release = threading.Event()
 
     def on_call(call) -> None:
@@ -57,6 +56,13 @@ async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
     provider = providers(tool_loop_script(PLAN), on_call=on_call)
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    return provider, release
+
+
+async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
+    server_factory, providers, tmp_path, monkeypatch
+):
+    provider, release = held_provider(providers, monkeypatch)
     first = await server_factory(allow_process_agents=True)
     agent = await first.register_agent(definition(tmp_path, "anthropic"))
     run_id = await first.start_run(agent, "settle A-1")
@@ -78,15 +84,7 @@ async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(
     import os
     import signal
 
-    release = threading.Event()
-
-    def on_call(call) -> None:
-        if call.index == 1:
-            release.wait(20)
-
-    provider = providers(tool_loop_script(PLAN), on_call=on_call)
-    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
-    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    provider, release = held_provider(providers, monkeypatch)
     server = await server_factory(allow_process_agents=True)
     agent = await server.register_agent(definition(tmp_path, "openai"))
     run_id = await server.start_run(agent, "settle A-1")
