@@ -30,7 +30,14 @@ import trio
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition
-from ._model_proxy import ModelProxy, ProxySession, final_text, open_model_proxy, resolve_upstream
+from ._model_proxy import (
+    ModelProxy,
+    ProxySession,
+    final_text,
+    open_model_proxy,
+    recorded_calls,
+    resolve_upstream,
+)
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -130,13 +137,27 @@ async def drive_process(
             logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
 
 
+async def open_session(
+    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    environ: Mapping[str, str],
+) -> ProxySession:
+    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    origin = log[0].event.replay_of
+    if origin is None:
+        return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
+                            client=proxy.client)
+    origin_log = await access.read(access.store.read_log, origin)
+    return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
+                        origin=origin, origin_calls=recorded_calls(origin_log))
+
+
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
         return ctx.view
     settings = agent.process
-    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ), client=proxy.client)
+    session = await open_session(access, ctx, log, agent, proxy, environ)
     capability = proxy.attach(session)
     env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
     tail = _Tail(STDERR_TAIL_BYTES)
@@ -210,11 +231,17 @@ async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition
             "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
             "sets; or map them in the definition's `env` for a client that reads another variable"
         )
-    elif session.position < session.recorded:
-        failure = (
-            f"the agent process exited 0 after {session.position} of the {session.recorded} recorded model calls; "
-            f"a recovered run must make every recorded call again, in order"
-        )
+    elif session.position < session.expected_calls:
+        if session.origin is not None:
+            failure = (
+                f"the agent process exited 0 after {session.position} of the {session.expected_calls} model calls "
+                f"origin run {session.origin} recorded; a re-run must make every one of them, in order"
+            )
+        else:
+            failure = (
+                f"the agent process exited 0 after {session.position} of the {session.recorded} recorded model "
+                f"calls; a recovered run must make every recorded call again, in order"
+            )
     else:
         last = next((c for c in reversed(session.calls) if c.response is not None), None)
         output: dict[str, Any] = {"exit_code": 0}
