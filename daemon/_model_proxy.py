@@ -56,6 +56,10 @@ ANTHROPIC_MESSAGES = "anthropic.messages"
 _ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
 _UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", ANTHROPIC_MESSAGES: "messages"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
+# A re-run commits its reproduced calls in batches: at most this many calls,
+# or this long after the last commit (so a watcher sees it advance).
+REPRODUCED_PER_COMMIT = 64
+REPRODUCED_FLUSH_SECONDS = 0.25
 _PASSED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
 
 
@@ -337,6 +341,7 @@ class ProxySession:
         # log must reproduce, answered from the origin and never sent upstream.
         self.origin = origin
         self.reference = list(origin_calls) if origin is not None else None
+        self._flushed_at = trio.current_time()
         self.position = 0
         self.upstream_calls = 0
         self.lock = trio.Lock()
@@ -428,18 +433,22 @@ class ProxySession:
             await self._fail(wire, reply, f"model call {k + 1} of origin run {self.origin} (seq {call.seq}) never "
                                           f"completed, so a re-run cannot answer it")
             return
-        # Nothing is paid for and nothing goes upstream, so the agent is
-        # answered before its copy is durable: a crash here only means this
-        # call is answered from the origin again.
+        # Nothing is paid for and nothing goes upstream, so a reproduced call
+        # need not be durable before the agent has its answer, nor on its
+        # own: the copies are held and committed a batch at a time (and with
+        # the run's last event). A crash loses only copies the next drive
+        # answers from the origin again.
         await self._answer_recorded(call.response, reply)
         if self.closed:
             return
-        seq = self.ctx.view.next_seq
         intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
-        usage = usage_of(wire, call.response)
-        await self.ctx.record(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage))
+        seq = self.ctx.view.next_seq + self.ctx.held
+        self.ctx.hold(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage_of(wire, call.response)))
         self.calls.append(_Call(seq, request_hash, intent.request_body, call.response))
         self.position += 1
+        if self.ctx.held >= 2 * REPRODUCED_PER_COMMIT or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS:
+            await self.ctx.flush()
+            self._flushed_at = trio.current_time()
 
     async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
         k = self.position

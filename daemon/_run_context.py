@@ -120,6 +120,14 @@ class RunContext:
             self._on_record(envelopes)
         return envelopes
 
+    def hold(self, *events: Event) -> None:
+        """Keep ``events`` for the next commit (they are lost if the drive ends before one)."""
+        self._held.extend(events)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
     async def flush(self) -> None:
         if self._held:
             await self.record()
