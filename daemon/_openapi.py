@@ -355,7 +355,10 @@ PATHS: JSON = {
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
                 "BadRequest", "PayloadTooLarge",
                 extra={"404": _error("The agent is not registered.", "unknown_agent"),
-                        "409": _error("The chosen run_id already has history.", "run_exists")},
+                        "409": _error("The chosen run_id already has history (`run_exists`), or the agent is a "
+                                      "service whose proxy port another live run of this daemon holds "
+                                      "(`port_held`; `details.port` and `details.run` name them). "
+                                      "Nothing recorded.", "run_exists", "port_held")},
             ),
         },
         "get": {
