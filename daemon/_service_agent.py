@@ -225,6 +225,14 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
                         trigger.unreachable = str(exc) or type(exc).__name__
                     except httpx.HTTPError as exc:
                         trigger.broken = str(exc) or type(exc).__name__
+                    else:
+                        # The proxy hands the service its answer before it
+                        # records the completion, so the service can answer
+                        # the trigger first. Closing the session now would
+                        # cut that record: wait for the call holding the
+                        # run's call slot to let go (within the timeout).
+                        async with session.lock:
+                            pass
                     waiters.cancel_scope.cancel()
 
                 async def until_failed() -> None:
