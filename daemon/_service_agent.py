@@ -44,24 +44,28 @@ from ._store_access import StoreAccess
 logger = logging.getLogger("salvor.service")
 
 
-class _MissingVariable(Exception):
-    def __init__(self, header: str, name: str) -> None:
-        super().__init__(name)
-        self.header = header
-        self.name = name
+class UnusableVariable(Exception):
+    """A header names a variable that cannot go into it; the message never holds its value."""
+
+    def __init__(self, header: str, name: str, why: str) -> None:
+        super().__init__(f"header {header} of the trigger names ${{{name}}}, which {why}")
 
 
 def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """The trigger's headers with each ``${NAME}`` replaced by the daemon's variable.
 
     Raises:
-        _MissingVariable: a named variable is not set (nothing is sent).
+        UnusableVariable: a named variable is not set, or holds a line break
+            (it would end the header); nothing is sent.
     """
     resolved = {}
     for header, value in headers.items():
         for name in header_placeholders(value):
             if name not in environ:
-                raise _MissingVariable(header, name)
+                raise UnusableVariable(header, name, "is not set in the daemon's environment")
+            if any(c in environ[name] for c in "\r\n\0"):
+                # Refused here, because the HTTP client's own refusal quotes the value.
+                raise UnusableVariable(header, name, "holds a line break or NUL, which no header value may carry")
             value = value.replace("${" + name + "}", environ[name])
         resolved[header] = value
     return resolved
@@ -171,10 +175,8 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
         return ctx.view
     try:
         headers = resolve_headers(settings.headers, environ)
-    except _MissingVariable as exc:
-        await ctx.record(RunFailed(
-            error=f"header {exc.header} of the trigger names ${{{exc.name}}}, which is not set in the daemon's "
-                  f"environment; nothing was sent to {settings.url}"))
+    except UnusableVariable as exc:
+        await ctx.record(RunFailed(error=f"{exc}; nothing was sent to {settings.url}"))
         return ctx.view
     try:
         sock = _bind(settings.proxy_port)

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from salvor.daemon._agent_def import DefinitionError, parse_definition
 from salvor.daemon._errors import OperationRefused
+from salvor.daemon._port_claims import PortClaims
 
 from tests.daemon.service_support import free_port, service_definition, start_service
 from tests.daemon.test_process_agent import PLAN, SECRET, kinds
@@ -140,6 +142,19 @@ async def test_a_missing_header_variable_fails_the_run_and_sends_nothing(runtime
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "${SERVICE_TOKEN}" in view.detail["error"] and "not set" in view.detail["error"]
+    assert service.entries() == []
+
+
+async def test_a_header_variable_with_a_line_break_fails_the_run_without_its_value(runtime, services, tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVICE_TOKEN", f"{HEADER_SECRET}\r\nX-Injected: 1")
+    port = free_port()
+    service = services(tmp_path, "openai", proxy_base("openai", port))
+    agent = service_agent(service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"})
+    run_id = await runtime.start_run(agent, "settle")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "failed"
+    assert "${SERVICE_TOKEN}" in view.detail["error"] and "line break" in view.detail["error"]
+    assert HEADER_SECRET not in view.detail["error"]
     assert service.entries() == []
 
 
@@ -295,3 +310,25 @@ def test_a_service_definition_parses_keeping_its_placeholders():
     assert parse_definition(text.replace('name = "svc"', 'name = "other"'), "toml").agent_def_hash == agent.agent_def_hash
     with pytest.raises(DefinitionError, match="--allow-process-agents"):
         parse_definition(text, "toml", allow_processes=False)
+
+
+async def test_a_drive_whose_port_another_run_holds_waits_its_turn():
+    claims = PortClaims()
+    assert claims.claim(4646, "run-a") is None
+    assert claims.claim(4646, "run-b") == "run-a"
+    claims.release(4646, "run-b")  # not the holder: nothing changes
+    assert claims.holder(4646) == "run-a"
+    entered = trio.Event()
+
+    async def second() -> None:
+        async with claims.hold(4646, "run-b"):
+            assert claims.holder(4646) == "run-b"
+            entered.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not entered.is_set()
+        claims.release(4646, "run-a")
+    assert entered.is_set()
+    assert claims.holder(4646) is None
