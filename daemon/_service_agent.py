@@ -178,6 +178,8 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     except UnusableVariable as exc:
         await ctx.record(RunFailed(error=f"{exc}; nothing was sent to {settings.url}"))
         return ctx.view
+    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
+                           client=proxy.client)
     try:
         sock = _bind(settings.proxy_port)
     except OSError as exc:
@@ -186,8 +188,6 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
             error=f"the proxy port {settings.proxy_port} of this service agent cannot be bound on 127.0.0.1: {why}; "
                   f"nothing was sent to {settings.url}"))
         return ctx.view
-    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
-                           client=proxy.client)
     capability = proxy.attach(session)
     try:
         stop = trio.Event()
