@@ -148,21 +148,40 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.post("/v1/runs")
     async def start_run():
-        body = await json_object(allowed={"agent", "input", "run_id", "labels"}, required={"agent"})
-        if not isinstance(body["agent"], str):
+        body = await json_object(allowed={"agent", "input", "run_id", "labels", "replay_of"})
+        replay_of = body.get("replay_of")
+        if replay_of is None and "agent" not in body:
+            raise bad_request("the body is missing `agent`")
+        if "agent" in body and not isinstance(body["agent"], str):
             raise bad_request("`agent` must be an agent hash string")
+        if replay_of is not None:
+            if not isinstance(replay_of, str):
+                raise bad_request("`replay_of` must be a run id string")
+            replay_of = parse_run_id(replay_of)
+            if "input" in body:
+                raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
         labels = _labels(body.get("labels"))
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise bad_request("`run_id` must be a UUID string")
         if run_id is not None:
             run_id = parse_run_id(run_id)
-        agent = await runtime.load_agent(body["agent"])
+        if "agent" in body:
+            agent = await runtime.load_agent(body["agent"])
+        else:
+            # A re-run defaults to the origin's own agent (whose command may
+            # now run newer code: that is what a re-run checks).
+            agent = await runtime.load_agent((await runtime.view(replay_of)).agent_def_hash)
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
-        run_id = await runtime.start_run(agent, body.get("input"), labels=labels, run_id=run_id, register=False)
+        run_id = await runtime.start_run(
+            agent, body.get("input"), labels=labels, run_id=run_id, register=False, replay_of=replay_of
+        )
         state.drivers.start(run_id, agent)
-        return json_response({"run": run_id, "status": "running"}, 201)
+        answer = {"run": run_id, "status": "running"}
+        if replay_of is not None:
+            answer["replay_of"] = replay_of
+        return json_response(answer, 201)
 
     def summary_json(summary: RunSummary) -> dict:
         body = summary.to_json()
@@ -214,6 +233,8 @@ def create_app(state: ServerState) -> QuartTrio:
             "first_recorded_at": view.first_recorded_at,
             "last_recorded_at": view.last_recorded_at,
         }
+        if view.replay_of is not None:
+            body["replay_of"] = view.replay_of
         body.update(state.driver(run_id, view.state.value))
         return json_response(body)
 

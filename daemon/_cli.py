@@ -117,18 +117,32 @@ class Cli:
     # -- commands -------------------------------------------------------------
 
     async def cmd_run(self, runtime: Runtime) -> int:
-        source = self.args.agent
-        if source.startswith("sha256:"):
-            agent = await runtime.load_agent(source)
-        else:
-            try:
-                agent = load_definition(source, known_tools=runtime.registry.names())
-            except DefinitionError as exc:
-                raise CliError(f"{source}: {exc}") from None
+        agent = await self._agent_from(runtime, self.args.agent)
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
         run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=self.args.run_id)
         if self.json:
             _out({"run": run_id})
+        else:
+            print(run_id, flush=True)
+        return await self._drive_and_report(runtime, run_id, agent)
+
+    async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
+        if source.startswith("sha256:"):
+            return await runtime.load_agent(source)
+        try:
+            return load_definition(source, known_tools=runtime.registry.names())
+        except DefinitionError as exc:
+            raise CliError(f"{source}: {exc}") from None
+
+    async def cmd_rerun(self, runtime: Runtime) -> int:
+        origin = parse_run_id(self.args.run)
+        if self.args.agent is not None:
+            agent = await self._agent_from(runtime, self.args.agent)
+        else:
+            agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
+        run_id = await runtime.start_run(agent, None, labels=_labels(self.args.label), replay_of=origin)
+        if self.json:
+            _out({"run": run_id, "replay_of": origin})
         else:
             print(run_id, flush=True)
         return await self._drive_and_report(runtime, run_id, agent)
@@ -235,6 +249,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
     p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
     p.add_argument("--run-id", metavar="UUID", help="choose the run id")
+
+    p = sub.add_parser("rerun", parents=[common],
+                       help="re-run a completed agent-process run against its recorded model calls (no upstream call)")
+    p.add_argument("run", metavar="RUN", help="the completed run to reproduce")
+    p.add_argument("--agent", metavar="AGENT", help="agent file or sha256: hash to run instead of the origin's own")
+    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
 
     p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
     p.add_argument("run", metavar="RUN")

@@ -80,10 +80,12 @@ def envelope(request: dict) -> dict:
     return {"model": body.get("model"), "tools": tools, "roles": roles}
 
 
-def divergence_report(position: int, seq: int, asked: dict, recorded: dict | None, recorded_model: str | None) -> str:
-    """One paragraph naming how call ``position`` differs from the recorded one."""
+def divergence_report(
+    position: int, seq: int, asked: dict, recorded: dict | None, recorded_model: str | None, where: str = ""
+) -> str:
+    """One paragraph naming how call ``position`` differs from the recorded one (``where``: " by origin run X")."""
     now = envelope(asked)
-    head = f"model call {position + 1} (recorded at seq {seq}) differs from the recording: "
+    head = f"model call {position + 1} (recorded{where} at seq {seq}) differs from the recording: "
     if recorded is None:
         detail = (
             f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
@@ -276,6 +278,20 @@ class _Call:
     response: dict | None
 
 
+def recorded_calls(log_: Sequence[Envelope]) -> list[_Call]:
+    """The model calls of a log in order, each with its response once completed."""
+    calls: list[_Call] = []
+    by_seq: dict[int, _Call] = {}
+    for env in log_:
+        if env.event.KIND is EventKind.MODEL_CALL_REQUESTED:
+            call = _Call(env.seq, env.event.request_hash, env.event.request_body, None)
+            calls.append(call)
+            by_seq[env.seq] = call
+        elif env.event.KIND is EventKind.MODEL_CALL_COMPLETED and env.event.seq in by_seq:
+            by_seq[env.event.seq].response = env.event.response
+    return calls
+
+
 class Reply:
     """How a session answers one HTTP request (implemented over ASGI ``send``)."""
 
@@ -308,21 +324,19 @@ class ProxySession:
         record_prompts: bool,
         upstream: Upstream | None,
         client: httpx.AsyncClient,
+        origin: str | None = None,
+        origin_calls: Sequence[_Call] = (),
     ) -> None:
         self.ctx = ctx
         self.record_prompts = record_prompts
         self.upstream = upstream
         self.client = client
-        self.calls: list[_Call] = []
-        by_seq: dict[int, _Call] = {}
-        for env in log_:
-            if env.event.KIND is EventKind.MODEL_CALL_REQUESTED:
-                call = _Call(env.seq, env.event.request_hash, env.event.request_body, None)
-                self.calls.append(call)
-                by_seq[env.seq] = call
-            elif env.event.KIND is EventKind.MODEL_CALL_COMPLETED and env.event.seq in by_seq:
-                by_seq[env.event.seq].response = env.event.response
+        self.calls = recorded_calls(log_)
         self.recorded = len(self.calls)
+        # A re-run: the origin's calls, which every call past this run's own
+        # log must reproduce, answered from the origin and never sent upstream.
+        self.origin = origin
+        self.reference = list(origin_calls) if origin is not None else None
         self.position = 0
         self.upstream_calls = 0
         self.lock = trio.Lock()
@@ -369,31 +383,77 @@ class ProxySession:
         self.failed.set()
         await reply.json(409, error_body(wire, 409, message))
 
+    @property
+    def expected_calls(self) -> int:
+        """How many model calls a complete drive makes: the origin's for a re-run, else the log's."""
+        return len(self.reference) if self.reference is not None else self.recorded
+
+    async def _mismatch(self, wire, reply: Reply, k: int, call: _Call, asked, request_hash, stream, where: str) -> bool:
+        """Fail the run when call ``k`` is not the recorded ``call``; True when it failed."""
+        if call.request_hash != request_hash:
+            recorded_model = None
+            if call.response is not None and isinstance(call.response.get("body"), dict):
+                recorded_model = call.response["body"].get("model")
+            await self._fail(wire, reply, divergence_report(k, call.seq, asked, call.request, recorded_model, where))
+            return True
+        if call.response is not None and ("frames" in call.response) != stream:
+            how = "as a stream" if "frames" in call.response else "without streaming"
+            await self._fail(wire, reply, f"model call {k + 1} (recorded{where} at seq {call.seq}) was recorded {how}; "
+                                          f"the agent now asks {'with' if stream else 'without'} streaming")
+            return True
+        return False
+
+    @staticmethod
+    async def _answer_recorded(response: dict, reply: Reply) -> None:
+        if "frames" in response:
+            await reply.start_stream(200)
+            await reply.chunk(encode_frames(response["frames"]))
+            await reply.end()
+        else:
+            await reply.json(200, response["body"])
+
+    async def _reproduce(self, wire, asked, request_hash, stream, reply: Reply) -> None:
+        """A re-run's call past its own log: the origin's call at this position, or the run fails."""
+        k = self.position
+        where = f" by origin run {self.origin}"
+        if k >= len(self.reference):
+            await self._fail(wire, reply, (
+                f"model call {k + 1} has no counterpart: origin run {self.origin} recorded only "
+                f"{len(self.reference)} model calls; the agent now asks for model {envelope(asked)['model']!r}"))
+            return
+        call = self.reference[k]
+        if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, where):
+            return
+        if call.response is None:
+            await self._fail(wire, reply, f"model call {k + 1} of origin run {self.origin} (seq {call.seq}) never "
+                                          f"completed, so a re-run cannot answer it")
+            return
+        # Nothing is paid for and nothing goes upstream, so the agent is
+        # answered before its copy is durable: a crash here only means this
+        # call is answered from the origin again.
+        await self._answer_recorded(call.response, reply)
+        if self.closed:
+            return
+        seq = self.ctx.view.next_seq
+        intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+        usage = usage_of(wire, call.response)
+        await self.ctx.record(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage))
+        self.calls.append(_Call(seq, request_hash, intent.request_body, call.response))
+        self.position += 1
+
     async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
         k = self.position
         if k < len(self.calls):
             call = self.calls[k]
-            if call.request_hash != request_hash:
-                recorded_model = None
-                if call.response is not None and isinstance(call.response.get("body"), dict):
-                    recorded_model = call.response["body"].get("model")
-                await self._fail(wire, reply, divergence_report(k, call.seq, asked, call.request, recorded_model))
+            if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, ""):
                 return
             if call.response is not None:
-                recorded_stream = "frames" in call.response
-                if recorded_stream != stream:
-                    how = "as a stream" if recorded_stream else "without streaming"
-                    await self._fail(wire, reply, f"model call {k + 1} (recorded at seq {call.seq}) was recorded {how}; "
-                                                  f"the agent now asks {'with' if stream else 'without'} streaming")
-                    return
                 self.position += 1
-                if recorded_stream:
-                    await reply.start_stream(200)
-                    await reply.chunk(encode_frames(call.response["frames"]))
-                    await reply.end()
-                else:
-                    await reply.json(200, call.response["body"])
+                await self._answer_recorded(call.response, reply)
                 return
+        elif self.reference is not None:
+            await self._reproduce(wire, asked, request_hash, stream, reply)
+            return
         else:
             if self.upstream is None:
                 await reply.json(502, error_body(

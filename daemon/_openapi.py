@@ -185,7 +185,8 @@ SCHEMAS: JSON = {
         **_object(
             {"run": _ref("RunId"), "status": _ref("Status"), "event_count": {"type": "integer", "minimum": 0},
              "usage": _ref("Usage"), "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
-             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "driver": _DRIVER},
+             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "driver": _DRIVER,
+             "replay_of": {**_ref("RunId"), "description": "Present on a re-run: the run it reproduces."}},
             ["run", "status", "event_count", "usage", "pending", "first_recorded_at", "last_recorded_at"],
         ),
         **_DRIVER_RULE,
@@ -221,11 +222,18 @@ SCHEMAS: JSON = {
          "name": {"type": "string", "minLength": 1}},
         ["agent", "format", "definition"],
     ),
-    "StartRun": _object(
-        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"), "labels": _ref("Labels")},
-        ["agent"],
-    ),
-    "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}}, ["run", "status"]),
+    "StartRun": {
+        **_object(
+            {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"), "labels": _ref("Labels"),
+             "replay_of": {**_ref("RunId"), "description": (
+                 "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
+                 "the origin's, and every model call must reproduce the origin's call at its position, answered "
+                 "from the origin's log with no upstream call. The re-run fails at the first divergent call.")}},
+        ),
+        "anyOf": [{"required": ["agent"]}, {"required": ["replay_of"], "not": {"required": ["input"]}}],
+    },
+    "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}, "replay_of": _ref("RunId")},
+                          ["run", "status"]),
     "ResumeInput": _object({"input": {"description": "The input a suspended run waits for, or "
                                                       "`{\"extend_by\": N}` for a budget. Ignored otherwise."}}),
     "ResumeDriving": _object(
@@ -354,11 +362,13 @@ PATHS: JSON = {
             "responses": _responses(
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
                 "BadRequest", "PayloadTooLarge",
-                extra={"404": _error("The agent is not registered.", "unknown_agent"),
-                        "409": _error("The chosen run_id already has history (`run_exists`), or the agent is a "
-                                      "service whose proxy port another live run of this daemon holds "
-                                      "(`port_held`; `details.port` and `details.run` name them). "
-                                      "Nothing recorded.", "run_exists", "port_held")},
+                extra={"404": _error("The agent is not registered, or the run named by replay_of does not exist.",
+                                     "unknown_agent", "unknown_run"),
+                        "409": _error("The chosen run_id already has history (`run_exists`), the run named by "
+                                      "replay_of has not completed (`wrong_state`), or the agent is a service whose "
+                                      "proxy port another live run of this daemon holds (`port_held`; "
+                                      "`details.port` and `details.run` name them). Nothing recorded.",
+                                      "run_exists", "wrong_state", "port_held")},
             ),
         },
         "get": {

@@ -155,22 +155,31 @@ class Runtime:
         labels: dict[str, str] | None = None,
         run_id: str | None = None,
         register: bool = True,
+        replay_of: str | None = None,
     ) -> str:
         """Record a new run's head; once this returns the run exists durably.
 
         ``register=False`` when the definition was just read from this store.
+        ``replay_of`` makes the run a re-run of that completed run: its input
+        is the origin's (``run_input`` is ignored), and every model call it
+        makes must reproduce the origin's call at the same position.
 
         Raises:
-            OperationRefused: bad_request for labels over the bounds,
-                run_exists when ``run_id`` already has history, port_held
-                when the service agent's proxy port is held by another live
-                run of this daemon.
+            OperationRefused: bad_request for labels over the bounds or a
+                re-run of a built-in agent, run_exists when ``run_id``
+                already has history, unknown_run / wrong_state when the
+                origin is missing or not completed, port_held when the
+                service agent's proxy port is held by another live run of
+                this daemon.
         """
         try:
             check_labels(labels)
         except SchemaViolation as exc:
             raise bad_request(exc.message) from None
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        if replay_of is not None:
+            run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
+            replay_of = parse_run_id(replay_of)
         port = agent.service.proxy_port if agent.service is not None else None
         if port is not None and (holder := self.ports.claim(port, run_id)) is not None:
             raise port_held(port, holder)
@@ -178,11 +187,10 @@ class Runtime:
         try:
             if register:
                 await self.register_agent(agent)
+            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
             # A run id with history fails the append itself (seq 0 is taken).
             try:
-                await self.access.append(
-                    run_id, [RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)], EMPTY_VIEW
-                )
+                await self.access.append(run_id, [head], EMPTY_VIEW)
             except SeqConflict:
                 raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
         except BaseException:
@@ -190,6 +198,30 @@ class Runtime:
                 self.ports.release(port, run_id)
             raise
         return run_id
+
+    async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
+        """The view of the run a re-run of ``agent`` would reproduce, once it is known to be one.
+
+        Raises:
+            OperationRefused: unknown_run, wrong_state (the origin has not
+                completed), bad_request (a built-in agent, or an origin that
+                is itself driven by a client).
+        """
+        if agent.kind == "builtin":
+            raise bad_request(
+                "`replay_of` re-runs agent processes against their recorded model calls; this agent is a built-in "
+                "one, whose recorded runs `salvor replay --dry-run RUN` derives without executing anything"
+            )
+        view = await self.view(origin)
+        if view.state is not RunState.COMPLETED:
+            raise OperationRefused(
+                "wrong_state", 409,
+                f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
+                details={"replay_of": origin, "state": view.state.value},
+            )
+        if view.driven_by == "client":
+            raise bad_request(f"run {origin} was driven by a client; a re-run reproduces an agent process's run")
+        return view
 
     async def drive(
         self,

@@ -30,7 +30,14 @@ import trio
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition
-from ._model_proxy import ModelProxy, ProxySession, final_text, open_model_proxy, resolve_upstream
+from ._model_proxy import (
+    ModelProxy,
+    ProxySession,
+    final_text,
+    open_model_proxy,
+    recorded_calls,
+    resolve_upstream,
+)
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -135,13 +142,27 @@ async def drive_process(
             logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
 
 
+async def open_session(
+    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    environ: Mapping[str, str],
+) -> ProxySession:
+    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    origin = log[0].event.replay_of
+    if origin is None:
+        return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
+                            client=proxy.client)
+    origin_log = await access.read(access.store.read_log, origin)
+    return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
+                        origin=origin, origin_calls=recorded_calls(origin_log))
+
+
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
         return ctx.view
     settings = agent.process
-    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ), client=proxy.client)
+    session = await open_session(access, ctx, log, agent, proxy, environ)
     capability = proxy.attach(session)
     env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
     tail = _Tail(STDERR_TAIL_BYTES)
@@ -227,9 +248,14 @@ async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition
 
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
-    """Why a drive that ended before making every recorded call fails; None when it made them all."""
-    if session.position >= session.recorded:
+    """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
+    if session.position >= session.expected_calls:
         return None
+    if session.origin is not None:
+        return (
+            f"{what_ended} after {session.position} of the {session.expected_calls} model calls origin run "
+            f"{session.origin} recorded; a re-run must make every one of them, in order"
+        )
     return (
         f"{what_ended} after {session.position} of the {session.recorded} recorded model calls; "
         f"a recovered run must make every recorded call again, in order"

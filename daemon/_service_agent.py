@@ -13,7 +13,8 @@ divergence has already failed the run; a trigger answered with no model call
 at all fails it with the port the service should point at; otherwise the run
 completes with the final assistant message and the status the trigger got.
 After a crash the next drive binds again and POSTs the same trigger again:
-the proxy answers the recorded prefix from the log, then goes live.
+the proxy answers the recorded prefix from the log, then goes live. A
+re-run (``replay_of``) is answered from its origin's calls, never live.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition, header_placeholders
 from ._model_gateway import tls_context
-from ._model_proxy import ModelProxy, ProxySession, open_model_proxy, resolve_upstream
+from ._model_proxy import ModelProxy, ProxySession, open_model_proxy
 from ._port_claims import PortClaims
-from ._process_agent import final_reply, replay_shortfall, task_prompt
+from ._process_agent import final_reply, open_session, replay_shortfall, task_prompt
 from ._run_context import RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -178,8 +179,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     except UnusableVariable as exc:
         await ctx.record(RunFailed(error=f"{exc}; nothing was sent to {settings.url}"))
         return ctx.view
-    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
-                           client=proxy.client)
+    session = await open_session(access, ctx, log, agent, proxy, environ)
     try:
         sock = _bind(settings.proxy_port)
     except OSError as exc:

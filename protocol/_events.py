@@ -150,12 +150,14 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(Event):
     KIND: ClassVar[EventKind] = EventKind.RUN_STARTED
-    optional: ClassVar[frozenset[str]] = frozenset({"labels", "driven_by"})
+    optional: ClassVar[frozenset[str]] = frozenset({"labels", "driven_by", "replay_of"})
 
     agent_def_hash: str
     input: Any
     labels: dict | None = None
     driven_by: str | None = None
+    # A re-run: the run whose recorded model calls this one must reproduce.
+    replay_of: str | None = None
 
     def __post_init__(self) -> None:
         _str(self.KIND, "agent_def_hash", self.agent_def_hash)
@@ -166,6 +168,10 @@ class RunStarted(Event):
                 raise _fail(self.KIND, "`labels` must be an object of string values")
         if self.driven_by is not None and self.driven_by != "client":
             raise _fail(self.KIND, '`driven_by` is "client" or absent')
+        if self.replay_of is not None:
+            _str(self.KIND, "replay_of", self.replay_of)
+            if self.driven_by is not None:
+                raise _fail(self.KIND, "a client-driven run cannot be a re-run (`replay_of`)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

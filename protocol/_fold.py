@@ -112,6 +112,8 @@ class RunView:
     input: Any = None
     labels: dict | None = None
     driven_by: str | None = None
+    # The origin run a re-run reproduces (absent for an ordinary run).
+    replay_of: str | None = None
     first_recorded_at: str | None = None
     last_recorded_at: str | None = None
     # Extra allowance granted per budget kind by resumes after BudgetExceeded.
@@ -199,6 +201,7 @@ class _Folder:
         self.input = event.input
         self.labels = event.labels
         self.driven_by = event.driven_by
+        self.replay_of = event.replay_of
 
     def _model_requested(self, seq: int, at: str, event: ModelCallRequested) -> None:
         self.state = RunState.AWAITING_MODEL

@@ -16,6 +16,7 @@ Rules of this module:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from sqlalchemy import (
@@ -36,8 +37,9 @@ from sqlalchemy import (
 )
 
 from ._errors import StoreTooNew
+from ._view_codec import dumps
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 metadata = MetaData()
 
@@ -133,11 +135,40 @@ def _create_missing(connection: Connection) -> None:
     metadata.create_all(connection, checkfirst=True)
 
 
+_UPGRADE_PAGE = 1000
+
+
+def _views_learn_replay_of(connection: Connection) -> None:
+    """Version 2: a RunView has ``replay_of``; every stored view gains it as null.
+
+    No run of a version-1 store can be a re-run, so null is exact and no log
+    needs folding again. A view that does not parse is left as it is: its
+    row already reads as degraded, and re-folding its log repairs it.
+    """
+    after = ""
+    while True:
+        page = connection.execute(
+            select(runs.c.run_id, runs.c.view).where(runs.c.run_id > after).order_by(runs.c.run_id).limit(_UPGRADE_PAGE)
+        ).all()
+        if not page:
+            return
+        for run_id, stored in page:
+            try:
+                view = json.loads(stored)
+            except ValueError:
+                continue
+            if isinstance(view, dict) and "replay_of" not in view:
+                view["replay_of"] = None
+                connection.execute(update(runs).where(runs.c.run_id == run_id).values(view=dumps(view)))
+        after = page[-1][0]
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
 UPGRADES: dict[int, Callable[[Connection], None]] = {
     0: _create_missing,
+    1: _views_learn_replay_of,
 }
 
 

@@ -7,6 +7,7 @@ conflicting append must leave the log and the runs row exactly as they were.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -566,6 +567,32 @@ def test_opening_an_older_store_upgrades_it(store_url: str) -> None:
             connection.execute(text("SELECT value FROM store_meta")).scalar_one() == STORE_VERSION
         )
     engine.dispose()
+
+
+def test_a_version_1_store_gains_replay_of_in_every_stored_view(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        _, view = store.append("a", [started()], EMPTY_VIEW)
+        store.append("a", [pay("k")], view)
+        store.append("b", [started(labels={"team": "x"})], EMPTY_VIEW)
+        before = {run: store.read_view(run) for run in ("a", "b")}
+    # What version 1 stored: the same views without the field.
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.begin() as connection:
+        for run_id, stored in connection.execute(text("SELECT run_id, view FROM runs")).all():
+            old = json.loads(stored)
+            del old["replay_of"]
+            connection.execute(text("UPDATE runs SET view = :v WHERE run_id = :r"), {"v": json.dumps(old), "r": run_id})
+        connection.execute(text("UPDATE store_meta SET value = 1"))
+    engine.dispose()
+    with EventStore.open(store_url) as store:
+        assert {run: store.read_view(run) for run in ("a", "b")} == before
+        assert all(store.read_view(run).replay_of is None for run in ("a", "b"))
+    # The rows themselves were patched (a read would otherwise fall back to the log).
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        views = [json.loads(v) for (v,) in connection.execute(text("SELECT view FROM runs")).all()]
+    engine.dispose()
+    assert all(view["replay_of"] is None for view in views) and len(views) == 2
 
 
 def test_opening_a_newer_store_is_refused(store_url: str) -> None:

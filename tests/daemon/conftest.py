@@ -88,3 +88,15 @@ def make_agent(registry):
 
     return make
 
+
+
+@pytest.fixture
+def upstream_env(monkeypatch):
+    """Aim process agents' live model calls at a scripted provider, with the upstream key."""
+    from tests.daemon.test_process_agent import SECRET
+
+    def aim(provider) -> None:
+        monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+        monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+
+    return aim

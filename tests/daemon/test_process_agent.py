@@ -41,6 +41,7 @@ marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
 calls = 0
 exit_file = Path(os.environ.get("EXITFILE", "/nonexistent/exit"))
 exit_after = int(exit_file.read_text()) if exit_file.exists() else 0
+amount = int(os.environ.get("AMOUNT", "42"))  # what the (pretend) tool returns
 
 def after_call():
     global calls
@@ -89,7 +90,7 @@ if mode.startswith("openai"):
             break
         messages.append({"role": "assistant", "content": text or None, "tool_calls": calls_})
         for c in calls_:
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})})
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": amount})})
 else:
     import anthropic
     client = anthropic.Anthropic(max_retries=int(os.environ.get("RETRIES", "0")))
@@ -115,19 +116,10 @@ else:
                 blocks.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.input})
         messages.append({"role": "assistant", "content": blocks})
         messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": 42})} for u in uses]})
+            {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
 '''
 
 MODES = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
-
-
-@pytest.fixture
-def upstream_env(monkeypatch):
-    def aim(provider) -> None:
-        monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
-        monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
-
-    return aim
 
 
 def process_agent(tmp_path: Path, mode: str = "openai", *, env: dict | None = None, extra: str = "", script: str | None = None):

@@ -187,6 +187,12 @@ VIEW_CASES: list[ViewCase] = [
         },
     ),
     ViewCase(
+        "running: a re-run names its origin",
+        [started(replay_of="0b5c1a52-6a7e-4d0e-9a52-3f7c2a9e0d11")],
+        {"state": "running"},
+        extra={"replay_of": "0b5c1a52-6a7e-4d0e-9a52-3f7c2a9e0d11", "driven_by": None},
+    ),
+    ViewCase(
         "running: started with an explicit empty label set",
         [started(labels={})],
         {"state": "running"},

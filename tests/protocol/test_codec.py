@@ -41,6 +41,7 @@ SAMPLES: list[tuple[str, Event]] = [
         ),
     ),
     ("RunStarted minimal", RunStarted(agent_def_hash=AGENT, input=None)),
+    ("RunStarted re-run", RunStarted(agent_def_hash=AGENT, input="task", replay_of="origin-run")),
     (
         "ModelCallRequested full",
         ModelCallRequested(
@@ -187,6 +188,11 @@ MALFORMED: list[tuple[str, object]] = [
     ("empty agent_def_hash", _with((*PAYLOAD, "agent_def_hash"), "")),
     ("labels with a number value", _with((*PAYLOAD, "labels"), {"k": 1})),
     ("driven_by not client", _with((*PAYLOAD, "driven_by"), "server")),
+    ("null optional replay_of", _with((*PAYLOAD, "replay_of"), None)),
+    ("empty replay_of", _with((*PAYLOAD, "replay_of"), "")),
+    ("replay_of not a string", _with((*PAYLOAD, "replay_of"), 7)),
+    ("a client-driven re-run", _with((*PAYLOAD,), {"agent_def_hash": AGENT, "input": None,
+                                                    "driven_by": "client", "replay_of": "origin"})),
     ("payload not an object", _with(PAYLOAD, [])),
     ("unknown kind", _with(("event", "kind"), "RunExploded")),
     ("kind not a string", _with(("event", "kind"), 7)),

@@ -103,3 +103,49 @@ async def test_a_killed_agent_process_is_restarted_by_the_daemon_and_replayed(
     assert body["status"]["state"] == "completed", body
     assert int((tmp_path / "agent.pid").read_text()) != first
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
+
+
+async def test_a_rerun_over_http_reproduces_a_completed_run_with_zero_upstream_calls(
+    server_factory, providers, tmp_path, monkeypatch
+):
+    server = await server_factory(allow_process_agents=True)
+    provider = providers(tool_loop_script(PLAN, final_text="settled"))
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    agent = await server.register_agent(definition(tmp_path, "anthropic-stream"))
+    origin = await server.start_run(agent, "settle A-1")
+    assert (await server.wait_resting(origin))["status"]["state"] == "completed"
+    client = server.client
+    # Refusals first: each answers the envelope and records nothing.
+    refusals = [
+        ({"replay_of": origin, "input": "other"}, 400, "bad_request"),
+        ({"replay_of": 7}, 400, "bad_request"),
+        ({"replay_of": "0b5c1a52-6a7e-4d0e-9a52-3f7c2a9e0d11"}, 404, "unknown_run"),
+        ({}, 400, "bad_request"),
+    ]
+    for body, status, code in refusals:
+        response = await client.post("/v1/runs", json=body)
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+    (tmp_path / "broken").mkdir()
+    broken_path = tmp_path / "broken" / "agent.py"
+    broken_path.write_text("import sys\nsys.exit(4)\n")
+    broken = await server.register_agent(
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(broken_path)])}\n'
+    )
+    failed = await server.start_run(broken, "x")
+    assert (await server.wait_resting(failed))["status"]["state"] == "failed"
+    response = await client.post("/v1/runs", json={"replay_of": failed})
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "wrong_state"
+    assert response.json()["error"]["details"] == {"replay_of": failed, "state": "failed"}
+    listed = len((await client.get("/v1/runs")).json()["runs"])
+
+    response = await client.post("/v1/runs", json={"replay_of": origin, "labels": {"check": "nightly"}})
+    assert response.status_code == 201, response.text
+    assert response.json()["replay_of"] == origin
+    rerun = response.json()["run"]
+    body = await server.wait_resting(rerun)
+    assert body["status"] == {"state": "completed", "output": {"reply": "settled", "exit_code": 0}}, body
+    assert body["replay_of"] == origin
+    assert provider.call_count == 3  # the origin's; the re-run made none
+    assert len((await client.get("/v1/runs")).json()["runs"]) == listed + 1
