@@ -260,6 +260,22 @@ async def test_a_service_that_answers_500_after_a_divergence_fails_by_its_trajec
     assert provider.call_count == 1
 
 
+async def test_a_rerun_of_a_service_run_is_answered_from_its_origin(runtime, providers, upstream_env, services, tmp_path):
+    provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
+    upstream_env(provider)
+    port = free_port()
+    service = services(tmp_path, "openai", proxy_base("openai", port))
+    agent = service_agent(service.url, port)
+    origin = await runtime.start_run(agent, "settle A-1")
+    assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"] == {"reply": "refund settled", "trigger_status": 200}
+    assert provider.call_count == 3  # the re-run sent nothing upstream
+    assert [t["prompt"] for t in service.entries("trigger")] == ["settle A-1", "settle A-1"]
+
+
 async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorded(runtime, tmp_path):
     port = free_port()
     agent = service_agent("http://127.0.0.1:9/task", port)
