@@ -9,11 +9,13 @@ out so renaming an agent never mints a new identity.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from salvor.protocol import BUDGET_KINDS, MalformedEvent, check_schema, sha256_hash
 
@@ -28,8 +30,17 @@ _LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "t
 _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts"}
-KINDS = ("process",)
+_SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
+KINDS = ("process", "service")
 DEFAULT_PROCESS_TIMEOUT = 300.0
+# A header value may name daemon variables as ${NAME}; any other "${" is a typo.
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Why each kind needs the operator's opt-in before it is accepted over HTTP.
+_OPT_IN_REASONS = {
+    "process": "process agents run a command on the daemon's machine",
+    "service": "service agents make the daemon bind a loopback port and POST to a URL",
+}
 
 
 class DefinitionError(ValueError):
@@ -58,6 +69,20 @@ class ProcessSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSettings:
+    """How to drive a service that is already running (``kind = "service"``).
+
+    ``headers`` keeps its ``${VAR}`` placeholders: they are resolved from the
+    daemon's environment each time the trigger is sent, never stored.
+    """
+
+    url: str
+    proxy_port: int
+    headers: dict = field(default_factory=dict)
+    timeout: float = DEFAULT_PROCESS_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentDefinition:
     """A validated built-in agent."""
 
@@ -79,6 +104,8 @@ class AgentDefinition:
     # driven through the loopback model proxy (``process`` then says how).
     kind: str = "builtin"
     process: ProcessSettings | None = None
+    # "service": a program already running that salvor triggers over HTTP.
+    service: ServiceSettings | None = None
 
 
 def _expect(cond: bool, message: str) -> None:
@@ -116,8 +143,9 @@ def parse_definition(
             definition that arrives over the network must not make the daemon
             read its own files, so the HTTP API passes False.
         allow_processes: whether a ``kind = "process"`` definition (a command
-            the daemon will run) is accepted. Over HTTP only when the operator
-            started the daemon with ``--allow-process-agents``.
+            the daemon will run) or a ``kind = "service"`` one (a port it
+            binds, a URL it POSTs to) is accepted. Over HTTP only when the
+            operator started the daemon with ``--allow-process-agents``.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
@@ -134,9 +162,11 @@ def parse_definition(
         _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)")
         _expect(
             allow_processes,
-            "process agents run a command on the daemon's machine, so this daemon accepts them over "
+            f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
             "HTTP only when started with --allow-process-agents",
         )
+        if kind == "service":
+            return _parse_service(raw, fmt, text)
         return _parse_process(raw, fmt, text)
     _check_keys("the definition", raw, _TOP)
     if "mcp_servers" in raw:
@@ -309,6 +339,70 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         stored_text=text,
         kind="process",
         process=ProcessSettings(command=tuple(argv), cwd=cwd, env=dict(env), timeout=float(timeout)),
+    )
+
+
+def header_placeholders(value: str) -> list[str]:
+    """The variables a header value names as ``${NAME}``, in order of appearance."""
+    return _PLACEHOLDER.findall(value)
+
+
+def _check_placeholders(where: str, value: str) -> None:
+    # Every "${" must open a well-formed placeholder: "${TOKEN" or "${}" is a
+    # typo that would otherwise go out verbatim in a header.
+    rest = _PLACEHOLDER.sub("", value)
+    _expect("${" not in rest, f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0  # reading .port refuses a non-numeric or out-of-range one
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok and not any(c.isspace() for c in url)
+
+
+def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
+    """A ``kind = "service"`` definition: a running service triggered by a POST."""
+    _check_keys("a service agent", raw, _SERVICE_TOP)
+    name = _name(raw)
+    url = raw.get("url")
+    _expect(isinstance(url, str) and url != "", "a service agent needs `url`: the http(s) URL its trigger is POSTed to")
+    _expect(_is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
+    proxy_port = raw.get("proxy_port")
+    _expect("proxy_port" in raw, "a service agent needs `proxy_port`: the loopback port its model calls go to")
+    _expect(type(proxy_port) is int and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
+    headers = raw.get("headers", {})
+    _expect(isinstance(headers, dict), "`headers` must be a table of strings")
+    for key, value in headers.items():
+        _expect(bool(_HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name")
+        _expect(isinstance(value, str), f"`headers` value of {key} must be a string")
+        _expect("\r" not in value and "\n" not in value and "\0" not in value,
+                f"`headers` value of {key} must be one line")
+        _check_placeholders(f"`headers` value of {key}", value)
+    timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
+    _positive_number("timeout", timeout)
+    _expect(timeout != float("inf"), "`timeout` must be finite")
+    record_prompts = raw.get("record_prompts", False)
+    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+    normalised = {k: v for k, v in raw.items() if k != "name"}
+    try:
+        agent_def_hash = sha256_hash(normalised)
+    except ValueError as exc:
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
+    return AgentDefinition(
+        agent_def_hash=agent_def_hash,
+        name=name,
+        model="",
+        system_prompt=None,
+        max_response_tokens=0,
+        record_prompts=record_prompts,
+        llm=LlmSettings(),
+        stored_format=fmt,
+        stored_text=text,
+        kind="service",
+        service=ServiceSettings(url=url, proxy_port=proxy_port, headers=dict(headers), timeout=float(timeout)),
     )
 
 

@@ -30,8 +30,10 @@ from salvor.protocol import (
 from ._agent_def import AgentDefinition
 from ._model_gateway import ModelGateway, resolve_endpoint
 from ._model_proxy import ModelProxy
+from ._port_claims import PortClaims
 from ._process_agent import drive_process
 from ._run_context import DriveInterrupted, Parked, RunContext, utc_now
+from ._service_agent import drive_service
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
 
@@ -195,6 +197,7 @@ async def drive(
     clock: Callable[[], datetime] = utc_now,
     proxy: ModelProxy | None = None,
     process_restarts: int = 0,
+    ports: PortClaims | None = None,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
@@ -210,6 +213,10 @@ async def drive(
         return await drive_process(
             access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock, restarts=process_restarts
         )
+    if agent.kind == "service":
+        # A running service triggered over HTTP; its model calls reach this
+        # run's session on the agent's own loopback port (held in ``ports``).
+        return await drive_service(access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock)
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:

@@ -288,7 +288,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="how often the wake sweeper runs (default 60; 0 turns it off)")
     p.add_argument("--demo-tools", action="store_true", help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)")
     p.add_argument("--allow-process-agents", action="store_true",
-                   help="accept process agents (commands this daemon runs) through POST /v1/agents")
+                   help="accept process agents (commands this daemon runs) and service agents (a loopback "
+                        "port it binds, a URL it POSTs to) through POST /v1/agents")
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
 

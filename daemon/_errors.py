@@ -37,3 +37,13 @@ def bad_request(message: str, *, details: dict | None = None) -> OperationRefuse
 
 def wrong_state(message: str) -> OperationRefused:
     return OperationRefused("wrong_state", 409, message)
+
+
+def port_held(port: int, holder: str) -> OperationRefused:
+    return OperationRefused(
+        "port_held",
+        409,
+        f"the service agent's proxy port {port} is held by run {holder}, which this daemon is driving; a "
+        f"service's model calls can belong to one run at a time, so start this run once that one has ended",
+        details={"port": port, "run": holder},
+    )

@@ -364,8 +364,11 @@ PATHS: JSON = {
                 "BadRequest", "PayloadTooLarge",
                 extra={"404": _error("The agent is not registered, or the run named by replay_of does not exist.",
                                      "unknown_agent", "unknown_run"),
-                        "409": _error("The chosen run_id already has history, or the run named by replay_of has "
-                                      "not completed.", "run_exists", "wrong_state")},
+                        "409": _error("The chosen run_id already has history (`run_exists`), the run named by "
+                                      "replay_of has not completed (`wrong_state`), or the agent is a service whose "
+                                      "proxy port another live run of this daemon holds (`port_held`; "
+                                      "`details.port` and `details.run` name them). Nothing recorded.",
+                                      "run_exists", "wrong_state", "port_held")},
             ),
         },
         "get": {

@@ -33,8 +33,16 @@ from salvor.store import SeqConflict
 
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
 from ._agent_loop import drive
-from ._errors import OperationRefused, bad_request, unknown_agent, unknown_run, wrong_state
+from ._errors import (
+    OperationRefused,
+    bad_request,
+    port_held,
+    unknown_agent,
+    unknown_run,
+    wrong_state,
+)
 from ._model_proxy import ModelProxy
+from ._port_claims import PortClaims
 from ._run_context import utc_now
 from ._store_access import StoreAccess
 from ._tools import ToolRegistry
@@ -95,6 +103,8 @@ class Runtime:
         self.registry = registry
         # Every clock reading of a drive comes from here (and is recorded).
         self.clock = clock
+        # Which run holds each service agent's loopback port.
+        self.ports = PortClaims()
 
     # -- agents -------------------------------------------------------------
 
@@ -158,7 +168,9 @@ class Runtime:
             OperationRefused: bad_request for labels over the bounds or a
                 re-run of a built-in agent, run_exists when ``run_id``
                 already has history, unknown_run / wrong_state when the
-                origin is missing or not completed.
+                origin is missing or not completed, port_held when the
+                service agent's proxy port is held by another live run of
+                this daemon.
         """
         try:
             check_labels(labels)
@@ -168,14 +180,23 @@ class Runtime:
         if replay_of is not None:
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
             replay_of = parse_run_id(replay_of)
-        if register:
-            await self.register_agent(agent)
-        head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
-        # A run id with history fails the append itself (seq 0 is taken).
+        port = agent.service.proxy_port if agent.service is not None else None
+        if port is not None and (holder := self.ports.claim(port, run_id)) is not None:
+            raise port_held(port, holder)
+        # From here the claim belongs to this run; its drive lets it go.
         try:
-            await self.access.append(run_id, [head], EMPTY_VIEW)
-        except SeqConflict:
-            raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+            if register:
+                await self.register_agent(agent)
+            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
+            # A run id with history fails the append itself (seq 0 is taken).
+            try:
+                await self.access.append(run_id, [head], EMPTY_VIEW)
+            except SeqConflict:
+                raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+        except BaseException:
+            if port is not None:
+                self.ports.release(port, run_id)
+            raise
         return run_id
 
     async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
@@ -213,10 +234,15 @@ class Runtime:
         if agent is None:
             view = await self.view(run_id)
             agent = await self.load_agent(view.agent_def_hash)
-        return await drive(
-            self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
-            process_restarts=self.process_restarts,
-        )
+        try:
+            return await drive(
+                self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
+                process_restarts=self.process_restarts, ports=self.ports,
+            )
+        finally:
+            if agent.service is not None:
+                # The claim start_run took, should the drive end before it held the port.
+                self.ports.release(agent.service.proxy_port, run_id)
 
     async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.

@@ -46,6 +46,11 @@ PLACEHOLDER_KEY = "salvor-placeholder"
 STDERR_TAIL_BYTES = 2000
 
 
+def task_prompt(run_input: Any) -> str:
+    """The task as an agent reads it: the run input when it is a string, else its JSON."""
+    return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+
+
 def agent_environment(
     agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
@@ -53,7 +58,7 @@ def agent_environment(
     # The daemon's own SALVOR_* settings (the upstream key, the store URL,
     # the API token's variable) are never handed to an agent.
     env = {k: v for k, v in environ.items() if not k.startswith("SALVOR_")}
-    prompt = run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+    prompt = task_prompt(run_input)
     env.update(
         {
             "OPENAI_BASE_URL": f"{base}/v1",
@@ -231,26 +236,36 @@ async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition
             "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
             "sets; or map them in the definition's `env` for a client that reads another variable"
         )
-    elif session.position < session.expected_calls:
-        if session.origin is not None:
-            failure = (
-                f"the agent process exited 0 after {session.position} of the {session.expected_calls} model calls "
-                f"origin run {session.origin} recorded; a re-run must make every one of them, in order"
-            )
-        else:
-            failure = (
-                f"the agent process exited 0 after {session.position} of the {session.recorded} recorded model "
-                f"calls; a recovered run must make every recorded call again, in order"
-            )
+    elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
+        failure = short
     else:
-        last = next((c for c in reversed(session.calls) if c.response is not None), None)
-        output: dict[str, Any] = {"exit_code": 0}
-        if last is not None:
-            reply = final_text(last.response.get("wire"), last.response)
-            if reply is not None:
-                output = {"reply": reply, "exit_code": 0}
+        reply = final_reply(session)
+        output: dict[str, Any] = {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
         await ctx.record(RunCompleted(output=output))
         return ctx.view
     await ctx.record(RunFailed(error=failure))
     return ctx.view
+
+
+def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
+    """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
+    if session.position >= session.expected_calls:
+        return None
+    if session.origin is not None:
+        return (
+            f"{what_ended} after {session.position} of the {session.expected_calls} model calls origin run "
+            f"{session.origin} recorded; a re-run must make every one of them, in order"
+        )
+    return (
+        f"{what_ended} after {session.position} of the {session.recorded} recorded model calls; "
+        f"a recovered run must make every recorded call again, in order"
+    )
+
+
+def final_reply(session: ProxySession) -> str | None:
+    """The assistant text of the drive's last answered call; None when that turn called a tool (or none answered)."""
+    last = next((c for c in reversed(session.calls) if c.response is not None), None)
+    if last is None:
+        return None
+    return final_text(last.response.get("wire"), last.response)
 

@@ -99,7 +99,7 @@ def test_a_prompt_file_is_inlined_into_the_stored_copy(tmp_path):
         ('model = "m"\n[[tools]]\nnam = "x"\n', "unknown field `nam` in [[tools]]"),
         ('model = "m"\nkind = "process"\ncommand = ["true"]\n', "unknown field `model` in a process agent"),
         ('kind = "process"\n', "a process agent needs `command`"),
-        ('kind = "service"\nurl = "http://x"\n', "`kind` must be one of"),
+        ('kind = "cron"\nurl = "http://x"\n', "`kind` must be one of"),
         ('model = "m"\n[[mcp_servers]]\ncommand = "npx"\n', "not supported by this build yet"),
         ('model = ""\n', "`model` is required"),
         ('model = "m"\n[pricing]\ninput_per_mtok = 1\n', "[pricing] needs output_per_mtok"),
