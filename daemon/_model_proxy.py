@@ -437,15 +437,15 @@ class ProxySession:
         # need not be durable before the agent has its answer, nor on its
         # own: the copies are held and committed a batch at a time (and with
         # the run's last event). A crash loses only copies the next drive
-        # answers from the origin again.
-        await self._answer_recorded(call.response, reply)
-        if self.closed:
-            return
+        # answers from the origin again. The copy is taken before answering,
+        # so an agent that exits the instant it has its answer is still
+        # counted as having made the call.
         intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
         seq = self.ctx.view.next_seq + self.ctx.held
         self.ctx.hold(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage_of(wire, call.response)))
         self.calls.append(_Call(seq, request_hash, intent.request_body, call.response))
         self.position += 1
+        await self._answer_recorded(call.response, reply)
         if self.ctx.held >= 2 * REPRODUCED_PER_COMMIT or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS:
             await self.ctx.flush()
             self._flushed_at = trio.current_time()
@@ -483,13 +483,17 @@ class ProxySession:
         # got its frames as they came): a crash in between only means the
         # call is issued again, as for any open intent. The next call waits
         # on the lock, so it is never recorded before this completion.
-        if "body" in response:
-            await reply.json(200, response["body"])
-        if self.closed:
-            return
-        await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
-        call.response = response
-        self.position += 1
+        try:
+            if "body" in response:
+                await reply.json(200, response["body"])
+        finally:
+            # The call was paid for: its completion is recorded even when the
+            # drive is stopping (the agent may have exited the moment it had
+            # its answer), so a later drive never pays for it again.
+            with trio.CancelScope(shield=True):
+                await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
+            call.response = response
+            self.position += 1
 
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
         """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
