@@ -167,6 +167,7 @@ class Daemon:
         self.args = [*SALVOR, "serve", "--listen", f"127.0.0.1:{self.port}", "--store", store_url,
                      "--wake-interval", "1", "--demo-tools"]
         self.proc: subprocess.Popen | None = None
+        self.cwd: Path | None = None  # where the daemon runs (process agents' relative commands)
         self.starts = 0
         self.ready_seconds: list[float] = []
 
@@ -178,7 +179,7 @@ class Daemon:
             notify.settimeout(0.2)
             with open(self.tmp_path / f"serve-{self.starts:03d}.log", "wb") as log:
                 began = time.monotonic()
-                self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
             self.starts += 1
             while True:
                 try:
