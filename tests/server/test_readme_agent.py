@@ -30,12 +30,12 @@ def readme_blocks() -> tuple[str, list[str], list[str]]:
     pick = next(line for line in text.splitlines() if line.startswith("pick() {"))
     section = text[text.index(SECTION):]
     section = section[: section.index("\n## ", len(SECTION))]
-    blocks = [block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+    blocks = [block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)]
     return pick, blocks[0], blocks[1]
 
 
 def shell(lines: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], env=env, cwd=REPO,
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], check=False, env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 
