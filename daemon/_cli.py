@@ -24,6 +24,7 @@ from salvor.store import default_store_url, normalize_store_url
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._demo_tools import demo_registry
 from ._operations import MISSING, Runtime, parse_run_id
+from ._orphans import sweep_orphans
 from ._render import describe
 from ._store_access import open_store_access
 
@@ -153,6 +154,9 @@ class Cli:
         decision = await runtime.resume(run_id, run_input)
         if decision.outcome == "finished":
             return self._report(run_id, decision.view)
+        # A process agent this run's earlier driver left running (that driver
+        # was killed) must not run on beside the copy this drive starts.
+        await sweep_orphans(runtime.access.store.url, run_id)
         return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:

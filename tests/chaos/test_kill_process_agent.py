@@ -6,6 +6,10 @@ re-drives the run by itself: it starts the agent again, the proxy answers the
 first call from the log, re-issues the cut one, and the run completes. No
 completed call is served twice, and no byte of the upstream key reaches the
 store or the daemon's output.
+
+The first agent outlives the killed daemon (it runs in a process group of its
+own, and its client keeps retrying the vanished proxy); the restarted daemon
+must kill it before it starts the second copy.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.test_process_agent import AGENT, PLAN, SECRET
+from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill
@@ -44,7 +49,9 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
     pidfile = tmp_path / "agent.pid"
     definition = (
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "anthropic-stream"])}\n'
-        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\n'
+        # Retries keep an orphan alive after its proxy vanished, as a real
+        # client's would: it must not die of its own accord before the check.
+        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\nRETRIES = "50"\n'
     )
     first_agent = None
     try:
@@ -56,7 +63,11 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
             first_agent = int(pidfile.read_text())
             daemon.kill()
             release.set()
+            assert not gone(first_agent), "the first agent died with the daemon; nothing left to sweep"
             daemon.start()
+            # READY comes after recovery, and the sweep runs before recovery.
+            assert wait_gone(first_agent, 5), "the orphaned first agent is still running after the restart"
+            assert f"run {run_id}: killed agent process {first_agent} " in daemon.log(1)
             deadline = time.monotonic() + 60
             while True:
                 body = client.get(f"/v1/runs/{run_id}").json()
