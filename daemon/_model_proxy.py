@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -665,8 +665,14 @@ class ModelProxy:
 
 
 @asynccontextmanager
-async def open_model_proxy(port: int = 0, *, host: str = "127.0.0.1") -> AsyncIterator[ModelProxy]:
-    """Run a loopback proxy listener for the body of the ``async with``."""
+async def open_model_proxy(
+    port: int = 0, *, host: str = "127.0.0.1", wrap: Callable[[ModelProxy], Any] | None = None
+) -> AsyncIterator[ModelProxy]:
+    """Run a loopback proxy listener for the body of the ``async with``.
+
+    ``wrap`` turns the proxy into the ASGI app actually served, for a caller
+    that watches every request (``salvor doctor`` names the paths it refused).
+    """
     timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
     async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
         proxy = ModelProxy(client)
@@ -681,7 +687,8 @@ async def open_model_proxy(port: int = 0, *, host: str = "127.0.0.1") -> AsyncIt
         async with trio.open_nursery() as nursery:
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                await hypercorn_serve(proxy, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
+                app = wrap(proxy) if wrap is not None else proxy
+                await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
 
             binds = await nursery.start(run)
             proxy.url = binds[0].rstrip("/")
