@@ -351,6 +351,22 @@ async def doctor_main(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"salvor: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    lines, code = report(await examine(agent, args.input, timeout))
+    try:
+        findings = await examine(agent, args.input, timeout)
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        # By now the agent's process group is gone (examine's cleanup ran).
+        print("salvor: doctor interrupted before the agent finished; its process group was killed",
+              file=sys.stderr, flush=True)
+        return EXIT_NOT_REACHED
+    lines, code = report(findings)
     print("\n".join(lines), flush=True)
     return code
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, which trio may hand back wrapped in a nursery's exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,35 @@ def test_a_missing_file_and_a_stored_hash_are_refused_with_exit_2(tmp_path):
     stored = doctor(tmp_path, "sha256:" + "0" * 64)
     assert stored.returncode == 2 and "opens no store" in stored.stderr
     assert len(stored.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_kills_the_agent_group_and_says_so_in_one_line(tmp_path):
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(120)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
+    # A background process may inherit SIGINT ignored, where a terminal's
+    # Ctrl-C is not: the wrapper restores it before it becomes salvor.
+    argv = [sys.executable, "-m", "salvor.daemon._cli", "doctor", str(definition(tmp_path, script))]
+    wrapper = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               f"os.execv(sys.executable, {argv!r})")
+    process = subprocess.Popen([sys.executable, "-c", wrapper], env=env, cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids.exists() and pids.read_text()):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert err.strip() == "salvor: doctor interrupted before the agent finished; its process group was killed"
+    agent, child = map(int, pids.read_text().split())
+    assert wait_gone(agent) and wait_gone(child)
