@@ -35,8 +35,7 @@ import trio
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._doctor_replies import CANNED
-from ._model_proxy import _ROUTES as PROXY_ROUTES
-from ._model_proxy import encode_frames, error_body, open_model_proxy
+from ._model_proxy import ROUTES, encode_frames, error_body, open_model_proxy
 from ._process_agent import STDERR_TAIL_BYTES, _kill_group, _Tail, agent_environment
 
 DEFAULT_INPUT = "Say hello in one short sentence."
@@ -273,7 +272,7 @@ def _diagnosis(findings: Findings) -> list[str]:
     if findings.refused:
         paths = ", ".join(sorted({_where(findings, r) for r in findings.refused}))
         served = ", ".join(f"POST /{path} ({CANNED[wire].label if wire in CANNED else wire})"
-                           for path, wire in PROXY_ROUTES.items())
+                           for path, wire in ROUTES.items())
         lines.append(f"diagnosis: the agent asked the proxy for {paths}, which it does not serve; under the "
                      f"injected base URL it serves {served}, so the agent's client builds another path from it")
     if e.timed_out:

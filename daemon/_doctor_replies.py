@@ -6,8 +6,9 @@ client parses it and the agent ends its turn. A wire has two shapes, a JSON
 body and the SSE frames of a stream; both are built from the same text.
 
 A wire the proxy routes but this table lacks is answered with an error by
-the caller; adding a wire (the OpenAI Responses API, say) is one more entry
-in ``CANNED``.
+the caller; adding a wire is one more entry in ``CANNED``. The OpenAI
+Responses entry is keyed by the wire name the proxy gives ``v1/responses``,
+so it answers as soon as the proxy routes that path.
 """
 
 from __future__ import annotations
@@ -105,7 +106,52 @@ def _anthropic_frames(request: JSON) -> Frames:
     return [(event["type"], _data(event)) for event in events]
 
 
+# -- OpenAI Responses ---------------------------------------------------------
+
+OPENAI_RESPONSES = "openai.responses"  # the proxy's name for the v1/responses wire
+
+
+def _responses_message(done: bool) -> JSON:
+    content = [{"type": "output_text", "text": REPLY_TEXT, "annotations": [], "logprobs": []}] if done else []
+    return {"type": "message", "id": "msg_salvor_doctor", "role": "assistant",
+            "status": "completed" if done else "in_progress", "content": content}
+
+
+def _responses_object(request: JSON, done: bool) -> JSON:
+    return {
+        "id": "resp_salvor_doctor", "object": "response", "created_at": int(time.time()),
+        "status": "completed" if done else "in_progress", "error": None, "incomplete_details": None,
+        "instructions": request.get("instructions"), "model": _model(request),
+        "output": [_responses_message(True)] if done else [],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "metadata": {},
+        "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0} if done else None,
+    }
+
+
+def _responses_body(request: JSON) -> JSON:
+    return _responses_object(request, True)
+
+
+def _responses_frames(request: JSON) -> Frames:
+    at = {"item_id": "msg_salvor_doctor", "output_index": 0, "content_index": 0}
+    part = {"type": "output_text", "text": REPLY_TEXT, "annotations": [], "logprobs": []}
+    events = [
+        {"type": "response.created", "response": _responses_object(request, False)},
+        {"type": "response.in_progress", "response": _responses_object(request, False)},
+        {"type": "response.output_item.added", "output_index": 0, "item": _responses_message(False)},
+        {**at, "type": "response.content_part.added", "part": {**part, "text": ""}},
+        {**at, "type": "response.output_text.delta", "delta": REPLY_TEXT, "logprobs": []},
+        {**at, "type": "response.output_text.done", "text": REPLY_TEXT, "logprobs": []},
+        {**at, "type": "response.content_part.done", "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": _responses_message(True)},
+        {"type": "response.completed", "response": _responses_object(request, True)},
+    ]
+    return [(e["type"], _data({**e, "sequence_number": n})) for n, e in enumerate(events)]
+
+
 CANNED: dict[str, Canned] = {
     OPENAI_CHAT: Canned("OpenAI chat completions", _openai_body, _openai_frames),
+    OPENAI_RESPONSES: Canned("OpenAI responses", _responses_body, _responses_frames),
     ANTHROPIC_MESSAGES: Canned("Anthropic messages", _anthropic_body, _anthropic_frames),
 }

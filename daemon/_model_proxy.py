@@ -53,7 +53,7 @@ log = logging.getLogger("salvor.proxy")
 
 OPENAI_CHAT = "openai.chat"
 ANTHROPIC_MESSAGES = "anthropic.messages"
-_ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
+ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
 _UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", ANTHROPIC_MESSAGES: "messages"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
 # A re-run commits its reproduced calls in batches: at most this many calls,
@@ -631,7 +631,7 @@ class ModelProxy:
         reply = _AsgiReply(send)
         parts = scope["path"].split("/", 3)  # "", "r", capability, rest
         rest = parts[3].strip("/") if len(parts) == 4 else ""
-        wire = _ROUTES.get(rest, OPENAI_CHAT)
+        wire = ROUTES.get(rest, OPENAI_CHAT)
         session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
         if session is None:
             await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
@@ -639,7 +639,7 @@ class ModelProxy:
         if rest in ("v1/models", "models") and scope["method"] == "GET":
             await reply.json(200, {"object": "list", "data": []})
             return
-        if rest not in _ROUTES or scope["method"] != "POST":
+        if rest not in ROUTES or scope["method"] != "POST":
             await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
             return
         raw = bytearray()

@@ -52,8 +52,13 @@ def sdk_agent(tmp_path: Path, mode: str, **env: str) -> Path:
     return definition(tmp_path, AGENT, mode, env={"PIDFILE": str(tmp_path / "agent.pid"), **env})
 
 
-LABELS = {"openai": "OpenAI chat completions (POST /v1/chat/completions",
-          "anthropic": "Anthropic messages (POST /v1/messages"}
+def expected_wire(mode: str) -> str:
+    """How the report names the wire and path an AGENT mode calls."""
+    if mode.startswith("openai-responses"):
+        return "OpenAI responses (POST /v1/responses"
+    if mode.startswith("openai"):
+        return "OpenAI chat completions (POST /v1/chat/completions"
+    return "Anthropic messages (POST /v1/messages"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -63,7 +68,7 @@ def test_a_real_sdk_agent_passes_with_its_wire_path_and_model_named(tmp_path, mo
     lines = result.stdout.splitlines()
     assert lines[1] == "proxy: 1 model call reached it"
     how = "streamed" if mode.endswith("stream") else "not streamed"
-    assert lines[2] == f"  1 x {LABELS[mode.split('-')[0]]}, {how}), model 'scripted-model'"
+    assert lines[2] == f"  1 x {expected_wire(mode)}, {how}), model 'scripted-model'"
     assert lines[3] == "process: exited with code 0"
     assert lines[-1].startswith("ok: ")
     assert result.stderr == ""
