@@ -135,7 +135,13 @@ class Findings:
 
     @property
     def refused(self) -> list[Request]:
-        return [r for r in self.requests if r.wire is None and (r.status or 0) >= 400]
+        """Requests for a path the proxy does not serve."""
+        return [r for r in self.requests if r.wire is None and r.status == 404]
+
+    @property
+    def rejected(self) -> list[Request]:
+        """Requests on a served path whose body the proxy could not take (not a JSON object, too large)."""
+        return [r for r in self.requests if r.wire is None and r.status is not None and r.status >= 400 and r.status != 404]
 
 
 async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float) -> Ending:
@@ -178,7 +184,7 @@ def _overridden(agent: AgentDefinition, env: Mapping[str, str], base: str, run_i
     """The injected base URL variables whose value the definition's ``env`` replaced."""
     bare = dataclasses.replace(agent, process=dataclasses.replace(agent.process, env={}))
     injected = agent_environment(bare, run_id, run_input, base, environ)
-    return {k: env[k] for k, v in injected.items() if base in v and env.get(k) != v}
+    return {k: env.get(k, "") for k, v in injected.items() if base in v and env.get(k) != v}
 
 
 async def examine(agent: AgentDefinition, run_input: str, timeout: float,
@@ -260,11 +266,11 @@ def _stderr(e: Ending) -> str:
 
 
 def _diagnosis(findings: Findings) -> list[str]:
-    """Why nothing reached the proxy, most specific cause first."""
+    """Why nothing reached the proxy: every cause seen, the wiring ones first."""
     e = findings.ending
-    lines = []
     if e.start_error:
         return ["diagnosis: the agent never ran; check `command` (and `cwd`) in the definition"]
+    lines = []
     if findings.overridden:
         names = ", ".join(f"{k}={v!r}" for k, v in findings.overridden.items())
         lines.append(f"diagnosis: the definition's `env` replaces the base URL salvor injects ({names}); "
@@ -275,13 +281,18 @@ def _diagnosis(findings: Findings) -> list[str]:
                            for path, wire in ROUTES.items())
         lines.append(f"diagnosis: the agent asked the proxy for {paths}, which it does not serve; under the "
                      f"injected base URL it serves {served}, so the agent's client builds another path from it")
+    if findings.rejected:
+        paths = ", ".join(sorted({f"{_where(findings, r)} ({r.status})" for r in findings.rejected}))
+        lines.append(f"diagnosis: the proxy turned down {paths} before it became a model call: the body was not "
+                     f"a JSON object, or was too large")
     if e.timed_out:
         lines.append(f"diagnosis: the agent ran past the {findings.timeout:g}s timeout without a model call "
                      f"reaching the proxy{_stderr(e)}")
     elif e.code != 0:
         how = f"was killed by signal {-e.code}" if e.code < 0 else f"exited with code {e.code}"
         lines.append(f"diagnosis: the agent {how} before reaching the proxy{_stderr(e)}")
-    elif not findings.refused and not findings.overridden:
+    elif not lines:
+        # A clean exit with no request at all: the client went elsewhere, or nowhere.
         lines.append(
             "diagnosis: the agent exited 0 without a model call, so its client never honoured OPENAI_BASE_URL "
             "(OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients); if it reads another variable, set that "

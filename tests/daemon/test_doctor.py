@@ -132,6 +132,18 @@ def test_a_request_to_a_path_the_proxy_does_not_serve_is_named(tmp_path):
     assert "process: exited with code 0" in result.stdout
 
 
+def test_a_body_the_proxy_cannot_read_is_named_with_its_status(tmp_path):
+    script = (
+        "import os, httpx\n"
+        "httpx.post(os.environ['OPENAI_BASE_URL'] + '/chat/completions', content=b'[1, 2]')\n"
+    )
+    result = doctor(tmp_path, str(definition(tmp_path, script)))
+    assert result.returncode == 1, result
+    assert ("diagnosis: the proxy turned down POST /v1/chat/completions (400) before it became a model call"
+            in result.stdout)
+    assert "never honoured" not in result.stdout
+
+
 def test_a_hung_agent_is_killed_at_the_timeout_with_its_whole_group(tmp_path):
     pids = tmp_path / "pids"
     script = (
