@@ -14,6 +14,11 @@ called nothing, which means its client never read the injected base URL.
 
 Exit status: 0 traffic reached the proxy, 1 it did not, 2 the definition or
 the command line is wrong (one sentence).
+
+Decisions: AGENT is a file, never a stored agent's hash, because doctor
+opens no store (a hash would need one). The agent carries no store mark
+(``SALVOR_DAEMON``, see ``_orphans``): no store is involved, and doctor kills
+the agent's process group itself, on every way out including Ctrl-C.
 """
 
 from __future__ import annotations
