@@ -345,6 +345,9 @@ async def _load(source: str) -> AgentDefinition:
         agent = await trio.to_thread.run_sync(load_definition, source)
     except DefinitionError as exc:
         raise UsageError(f"{source}: {exc}") from None
+    if agent.kind == "service":
+        raise UsageError(f'{source} is a service agent, which salvor does not start; doctor checks process agents '
+                         f'(kind = "process")')
     if agent.kind != "process":
         raise UsageError(f'{source} is a built-in agent, which salvor drives itself; doctor checks process agents '
                          f'(kind = "process")')

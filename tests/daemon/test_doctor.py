@@ -167,6 +167,8 @@ def test_a_hung_agent_is_killed_at_the_timeout_with_its_whole_group(tmp_path):
         ('kind = "process"\n', (), "a process agent needs `command`"),
         ('kind = "process"\ncommand = ["true"]\nspeed = 3\n', (), "unknown field `speed`"),
         ('model = "m"\n', (), 'doctor checks process agents (kind = "process")'),
+        ('kind = "service"\nurl = "http://127.0.0.1:8088/task"\nproxy_port = 4646\n', (),
+         "is a service agent, which salvor does not start"),
         ('kind = "process"\ncommand = ["true"]\n', ("--timeout", "0"), "--timeout 0 must be a positive number"),
         ('kind = "process"\ncommand = ["true"]\n', ("--timeout", "nan"), "must be a positive number"),
     ],
