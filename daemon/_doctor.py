@@ -371,6 +371,11 @@ async def doctor_main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         findings = await examine(agent, args.input, timeout)
+    except OSError as exc:
+        # The agent's own start failure is a finding; this is doctor's proxy.
+        print(f"salvor: doctor could not open its loopback proxy on 127.0.0.1: {exc.strerror or exc}",
+              file=sys.stderr, flush=True)
+        return EXIT_NOT_REACHED
     except BaseException as exc:
         if not _interrupted(exc):
             raise
