@@ -23,7 +23,10 @@ from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._demo_tools import demo_registry
+from ._doctor import add_parser as add_doctor_parser
+from ._doctor import doctor_main
 from ._operations import MISSING, Runtime, parse_run_id
+from ._orphans import sweep_orphans
 from ._render import describe
 from ._store_access import open_store_access
 
@@ -153,6 +156,9 @@ class Cli:
         decision = await runtime.resume(run_id, run_input)
         if decision.outcome == "finished":
             return self._report(run_id, decision.view)
+        # A process agent this run's earlier driver left running (that driver
+        # was killed) must not run on beside the copy this drive starts.
+        await sweep_orphans(runtime.access.store.url, run_id)
         return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
@@ -293,6 +299,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
 
+    # doctor opens no store, so it takes none of the common options.
+    add_doctor_parser(sub)
+
     p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--dry-run", action="store_true", help="required: print the derived state as JSON")
@@ -320,6 +329,8 @@ def _serve_config(args: argparse.Namespace, url: str):
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        return await doctor_main(args)
     cli = Cli(args)
     url = normalize_store_url(args.store) if args.store else default_store_url()
     if args.command == "serve":

@@ -31,6 +31,7 @@ from ._event_hub import EventHub
 from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
+from ._orphans import sweep_orphans
 from ._store_access import open_store_access
 from ._tools import ToolRegistry
 
@@ -135,6 +136,10 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
     async with open_store_access(config.store_url) as access, open_model_proxy(config.proxy_port) as proxy:
+        # Before anything can drive a run: the agents an earlier daemon over
+        # this store left running when it was killed would otherwise run on
+        # beside the copies recovery starts.
+        await sweep_orphans(access.store.url)
         runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts)
         hub = EventHub()
         access.on_commit.append(hub.publish)
