@@ -309,6 +309,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_config(args: argparse.Namespace, url: str):
+    from ._leases import lease_ttl
     from ._serve import ServeConfig
 
     host, sep, port = args.listen.rpartition(":")
@@ -323,7 +324,11 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
     if not 0 <= args.proxy_port <= 65535:
         raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
-    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token,
+    try:
+        ttl = lease_ttl()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
                        proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
 

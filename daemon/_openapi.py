@@ -262,6 +262,24 @@ SCHEMAS: JSON = {
                            ["version"])},
         ["capabilities", "server"],
     ),
+    "OpenClientRun": _object(
+        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"),
+         "record_prompts": {"type": "boolean", "description": "Kept for the server-performed model step."}},
+    ),
+    "ClientRunOpened": _object(
+        {"run": _ref("RunId"), "drive_token": {"type": "string", "pattern": "^dt_"},
+         "log": {"type": "array", "items": _ref("Envelope")}},
+        ["run", "drive_token", "log"],
+    ),
+    "Released": _object({"released": {"type": "boolean"}}, ["released"]),
+    "LeaseLapse": _object({"lapses_in_seconds": {"type": "integer", "minimum": 1}}, ["lapses_in_seconds"]),
+    "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
+    "AppendEvents": _object(
+        {"events": {"type": "array", "items": _ref("Envelope"), "minItems": 1, "maxItems": 1024,
+                    "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."}},
+        ["events"],
+    ),
+    "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -281,6 +299,8 @@ SCHEMAS: JSON = {
 # -- parameters and refusals ------------------------------------------------------------------------
 
 PARAMETERS: JSON = {
+    "DriveToken": {"name": "X-Drive-Token", "in": "header", "required": False, "schema": {"type": "string"},
+                   "description": "The run's drive token (its lease), as `POST /v1/client-runs` answered it."},
     "RunId": {"name": "run_id", "in": "path", "required": True, "schema": _ref("RunId"),
               "description": "A run id; anything that is not a UUID is a 400."},
     "AgentHash": {"name": "agent_hash", "in": "path", "required": True, "schema": {"type": "string"},
@@ -314,7 +334,7 @@ def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | Non
         if name in refusals:
             responses[status] = {"$ref": f"#/components/responses/{name}"}
     responses.update(extra or {})
-    responses["401"] = {"$ref": "#/components/responses/Unauthorized"}
+    responses.setdefault("401", {"$ref": "#/components/responses/Unauthorized"})
     responses["500"] = {"$ref": "#/components/responses/Internal"}
     return dict(sorted(responses.items()))
 
@@ -324,6 +344,10 @@ def _body(schema: JSON, *, required: bool = True) -> JSON:
 
 
 _RUN = [{"$ref": "#/components/parameters/RunId"}]
+_DRIVE_TOKEN = {"$ref": "#/components/parameters/DriveToken"}
+_DRIVE_MISSING = _error("No drive token, or (with --auth-token) no bearer token.",
+                        schema=_error_schema(["missing_drive_token", "unauthorized"]))
+_DRIVE_FORBIDDEN = _error("The drive token is not the run's current lease.", "invalid_drive_token")
 _CONFLICT_OTHER = _error_schema(["client_driven_run", "divergence"])
 
 PATHS: JSON = {
@@ -477,6 +501,66 @@ PATHS: JSON = {
                          _ref("Abandoned"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
                 extra={"409": _error("The run is already terminal.", "wrong_state", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs": {
+        "post": {
+            "operationId": "openClientRun",
+            "summary": "Open a client-driven run (201), or re-open one: its holder keeps its token, an unheld or "
+                       "adopted run gets a fresh lease (200)",
+            "parameters": [_DRIVE_TOKEN],
+            "requestBody": _body(_ref("OpenClientRun"), required=False),
+            "responses": _responses(
+                {"201": ("A fresh run: append its RunStarted at seq 0.", _ref("ClientRunOpened")),
+                 "200": ("A re-opened run with its recorded log.", _ref("ClientRunOpened"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"409": _error("Another driver's lease is current (`details.lapses_in_seconds`), or the id "
+                                     "is a server-driven run.", schema=_error_schema(["lease_held", "run_exists"]))},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/release": {
+        "post": {
+            "operationId": "releaseClientRun",
+            "summary": "Hand the lease back (idempotent: `released` is false when nothing was held)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "responses": _responses({"200": ("Released, or nothing to release.", _ref("Released"))}, "BadRequest",
+                                    extra={"403": _DRIVE_FORBIDDEN}),
+        },
+    },
+    "/v1/client-runs/{run_id}/heartbeat": {
+        "post": {
+            "operationId": "heartbeatClientRun",
+            "summary": "Refresh the lease without driving (for a driver inside a long body)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "responses": _responses({"200": ("The lease's whole TTL as of this beat.", _ref("LeaseLapse"))},
+                                    "BadRequest", "UnknownRun",
+                                    extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN}),
+        },
+    },
+    "/v1/client-runs/{run_id}/log": {
+        "get": {
+            "operationId": "getClientRunLog",
+            "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
+            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+            "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/client-runs/{run_id}/events": {
+        "post": {
+            "operationId": "appendClientRunEvents",
+            "summary": "The guarded append: control and context events the client's cursor produced, checked "
+                       "whole before anything is written",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("AppendEvents")),
+            "responses": _responses(
+                {"200": ("Appended (a byte-identical retry is reported and changes nothing).", _ref("Appended"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "409": _error("Not the legal next event, or other bytes at a recorded seq.", "divergence"),
+                       "422": _error("A model or tool event: those have endpoints of their own.",
+                                     "unsupported_event_kind")},
             ),
         },
     },

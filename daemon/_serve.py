@@ -28,6 +28,7 @@ from ._api import ServerState, create_app
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
+from ._leases import DEFAULT_TTL_SECONDS, LeaseRegistry
 from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
@@ -59,6 +60,8 @@ class ServeConfig:
     proxy_port: int = 0
     # Process agents registered over HTTP run commands here: the operator opts in.
     allow_process_agents: bool = False
+    # How long a client-driven run's drive token holds without a driving call.
+    lease_ttl: float = DEFAULT_TTL_SECONDS
     # How often a drive restarts a process agent a signal killed before it
     # leaves the run for a resume.
     process_restarts: int = 3
@@ -152,7 +155,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     stream_poll_seconds=config.stream_poll_seconds,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
-                                    allow_process_agents=config.allow_process_agents)
+                                    allow_process_agents=config.allow_process_agents,
+                                    leases=LeaseRegistry(config.lease_ttl))
                 if on_state is not None:
                     on_state(state)
                 hyper = HypercornConfig()
