@@ -27,6 +27,7 @@ from ._errors import OperationRefused, bad_request, unknown_agent
 from ._event_hub import EventHub
 from ._http import body_bytes, check_bearer, error_response, json_object, json_response
 from ._leases import LeaseRegistry
+from ._model_gateway import ModelGateway
 from ._openapi import openapi_document
 from ._operations import MISSING, Runtime, parse_run_id
 
@@ -55,6 +56,8 @@ class ServerState:
     stopping: trio.Event = field(default_factory=trio.Event)
     # Drive-token holds on client-driven runs.
     leases: LeaseRegistry = field(default_factory=LeaseRegistry)
+    # The model client that performs client-driven runs' model steps (None: not configured).
+    model_executor: ModelGateway | None = None
 
     def attached(self, run_id: str) -> bool:
         """Whether something drives the run right now: a driver task here, or a client's current lease."""

@@ -30,6 +30,7 @@ from salvor.protocol import (
     encode_payload,
 )
 
+from ._client_steps import model_step, tool_step
 from ._errors import OperationRefused, bad_request, unknown_run
 from ._http import json_object, json_response
 from ._operations import parse_run_id
@@ -98,8 +99,26 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         view = await runtime.access.read(runtime.access.store.read_view, run_id)
         return view is not None and view.driven_by == "client"
 
+    # Per run, whether a server-performed model step keeps its request body
+    # (said at open; a re-open by the holder keeps what it was opened with).
+    record_prompts: dict[str, bool] = {}
+
     def presented() -> str | None:
         return request.headers.get(TOKEN_HEADER)
+
+    async def driving(run_id: str) -> str:
+        """The canonical run id of a driving call, once its run and its drive token check out."""
+        run_id = parse_run_id(run_id)
+        if not await client_driven(run_id):
+            raise unknown_run(run_id)
+        leases.check(run_id, presented())
+        return run_id
+
+    def step_seq(body: dict) -> int:
+        seq = body["seq"]
+        if type(seq) is not int or seq < 0:
+            raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
+        return seq
 
     @app.post("/v1/client-runs")
     async def open_client_run():
@@ -119,7 +138,10 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
+        held_by_caller = leases.holds(run_id)
         token = leases.open(run_id, presented(), terminal=view is not None and view.terminal)
+        if not held_by_caller or run_id not in record_prompts:
+            record_prompts[run_id] = bool(body.get("record_prompts", False))
         log = [] if view is None else await runtime.log(run_id)
         return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
                              201 if fresh else 200)
@@ -147,12 +169,27 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         log = await runtime.access.read(runtime.access.store.read_log, run_id, int(from_seq))
         return json_response({"log": [e.to_json() for e in log]})
 
+    @app.post("/v1/client-runs/<run_id>/model-step")
+    async def model_step_route(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
+        answer = await model_step(runtime.access, run_id, step_seq(body), body["request"],
+                                  record_prompts=record_prompts.get(run_id, False), executor=state.model_executor)
+        return json_response(answer)
+
+    @app.post("/v1/client-runs/<run_id>/tool-step")
+    async def tool_step_route(run_id: str):
+        run_id = await driving(run_id)
+        # `effect` is taken for shape parity and ignored: the registration decides it.
+        body = await json_object(allowed={"seq", "tool", "input", "idempotency_key", "effect"},
+                                 required={"seq", "tool"})
+        answer = await tool_step(runtime.access, runtime.registry, run_id, step_seq(body), body["tool"],
+                                 body.get("input"), body.get("idempotency_key"))
+        return json_response(answer)
+
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):
-        run_id = parse_run_id(run_id)
-        if not await client_driven(run_id):
-            raise unknown_run(run_id)
-        leases.check(run_id, presented())
+        run_id = await driving(run_id)
         batch = _read_batch(await json_object(allowed={"events"}, required={"events"}), run_id)
         view = await runtime.access.read(runtime.access.store.read_view, run_id) or EMPTY_VIEW
         recorded = {}

@@ -280,6 +280,22 @@ SCHEMAS: JSON = {
         ["events"],
     ),
     "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
+    "ModelStep": _object(
+        {"seq": _SEQ, "request": _object(
+            {"model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+             "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+             "system": {"type": ["string", "array"]}, "tools": {"type": "array", "items": {"type": "object"}}},
+            ["model", "max_tokens", "messages"])},
+        ["seq", "request"],
+    ),
+    "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
+    "ToolStep": _object(
+        {"seq": _SEQ, "tool": {"type": "string", "minLength": 1}, "input": _ANY,
+         "idempotency_key": {"type": ["string", "null"], "minLength": 1},
+         "effect": {"description": "Accepted and ignored: the registration decides the effect."}},
+        ["seq", "tool"],
+    ),
+    "ToolStepDone": _object({"output": _ANY}, ["output"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -545,6 +561,42 @@ PATHS: JSON = {
             "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
             "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
             "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/client-runs/{run_id}/model-step": {
+        "post": {
+            "operationId": "clientRunModelStep",
+            "summary": "The daemon performs the model call at `seq` (intent first); a retry of a completed step "
+                       "answers from the log, a dangling one is issued again",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ModelStep")),
+            "responses": _responses(
+                {"200": ("The completion (performed now, or recorded before).", _ref("ModelStepDone"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "409": _error("Another event or request at `seq`, or `seq` beyond the log.", "divergence"),
+                       "502": _error("The provider failed; the intent stays open and the same step retries it.",
+                                     "model_execution"),
+                       "503": _error("No model is configured; nothing recorded.", "model_executor_unavailable")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/tool-step": {
+        "post": {
+            "operationId": "clientRunToolStep",
+            "summary": "The daemon performs the registry tool call at `seq` with the registered effect; retries "
+                       "follow the effect table",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ToolStep")),
+            "responses": _responses(
+                {"200": ("The tool's output (performed now, or recorded before).", _ref("ToolStepDone"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "404": _error("No such client-driven run, or no such tool.", "unknown_run", "unknown_tool"),
+                       "409": _error("Another call at `seq`, or a dangling write (`details.intent`).",
+                                     "divergence", "needs_reconciliation"),
+                       "502": _error("Every attempt failed; the intent stays open.", "tool_execution")},
+            ),
         },
     },
     "/v1/client-runs/{run_id}/events": {

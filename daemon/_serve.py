@@ -25,6 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import CodedError
 
 from ._api import ServerState, create_app
+from ._client_steps import open_model_executor
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
@@ -138,7 +139,11 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     """
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
-    async with open_store_access(config.store_url) as access, open_model_proxy(config.proxy_port) as proxy:
+    async with (
+        open_store_access(config.store_url) as access,
+        open_model_proxy(config.proxy_port) as proxy,
+        open_model_executor() as executor,
+    ):
         # Before anything can drive a run: the agents an earlier daemon over
         # this store left running when it was killed would otherwise run on
         # beside the copies recovery starts.
@@ -156,7 +161,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
                                     allow_process_agents=config.allow_process_agents,
-                                    leases=LeaseRegistry(config.lease_ttl))
+                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor)
                 if on_state is not None:
                     on_state(state)
                 hyper = HypercornConfig()

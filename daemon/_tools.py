@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import trio
 from salvor.protocol import Effect
 
 
@@ -89,3 +90,38 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+
+class DispatchFailed(Exception):
+    """Every attempt a tool's effect allows failed; ``message`` is the last failure."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+
+
+async def dispatch(tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: str | None) -> tuple[Any, int]:
+    """Run a tool's handler, retried as its effect allows; the outcome and the attempt that gave it.
+
+    A read or idempotent tool is tried up to three times (an idempotent one
+    under the same key every time); a write once, since its failure may
+    hide a landed effect.
+
+    Raises:
+        DispatchFailed: the last attempt failed (or a failure said retrying cannot help).
+    """
+    attempts = ATTEMPTS[tool.effect]
+    for attempt in range(1, attempts + 1):
+        try:
+            outcome = await tool.handler(tool_input, ToolCall(run_id=run_id, seq=seq, idempotency_key=key, attempt=attempt))
+        except ToolFailed as exc:
+            if not exc.retryable or attempt == attempts:
+                raise DispatchFailed(exc.message, attempt) from None
+        except Exception as exc:  # noqa: BLE001 -- a tool's own bug is its failure, never a crash of the caller
+            if attempt == attempts:
+                raise DispatchFailed(f"{type(exc).__name__}: {exc}", attempt) from None
+        else:
+            return outcome, attempt
+        await trio.sleep(min(0.05 * 2**attempt, 1.0))
+    raise AssertionError("unreachable: the last attempt always returns or raises")
