@@ -22,6 +22,8 @@ from werkzeug.exceptions import HTTPException
 from ._agent_def import DefinitionError, parse_definition
 from ._api_client_runs import add_client_run_routes
 from ._api_stream import add_stream_route
+from ._client_performed import check_resolution
+from ._client_tools import ClientTool
 from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, unknown_agent
 from ._event_hub import EventHub
@@ -58,6 +60,8 @@ class ServerState:
     leases: LeaseRegistry = field(default_factory=LeaseRegistry)
     # The model client that performs client-driven runs' model steps (None: not configured).
     model_executor: ModelGateway | None = None
+    # Client-performed tools the operator declared (salvor serve --client-tool), by name.
+    client_tools: dict[str, ClientTool] = field(default_factory=dict)
 
     def attached(self, run_id: str) -> bool:
         """Whether something drives the run right now: a driver task here, or a client's current lease."""
@@ -271,6 +275,7 @@ def create_app(state: ServerState) -> QuartTrio:
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
         body = await json_object(allowed={"output"}, required={"output"})
+        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
         view = await runtime.resolve(run_id, body["output"])
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.

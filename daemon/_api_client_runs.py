@@ -30,6 +30,14 @@ from salvor.protocol import (
     encode_payload,
 )
 
+from ._client_performed import (
+    check_resolution,
+    declared,
+    model_completion,
+    model_intent,
+    tool_completion,
+    tool_intent,
+)
 from ._client_steps import model_step, tool_step
 from ._errors import OperationRefused, bad_request, unknown_run
 from ._http import json_object, json_response
@@ -186,6 +194,46 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         answer = await tool_step(runtime.access, runtime.registry, run_id, step_seq(body), body["tool"],
                                  body.get("input"), body.get("idempotency_key"))
         return json_response(answer)
+
+    @app.get("/v1/client-tools")
+    async def client_tools():
+        return json_response({"client_tools": [state.client_tools[name].to_json() for name in sorted(state.client_tools)]})
+
+    @app.post("/v1/client-runs/<run_id>/client-tool-intent")
+    async def client_tool_intent(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "tool", "input"}, required={"seq", "tool"})
+        tool = declared(state.client_tools, body["tool"])
+        return json_response(await tool_intent(runtime.access, tool, run_id, step_seq(body), body.get("input")))
+
+    @app.post("/v1/client-runs/<run_id>/client-tool-completion")
+    async def client_tool_completion(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "output", "error"}, required={"seq"})
+        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, step_seq(body), body))
+
+    @app.post("/v1/client-runs/<run_id>/client-model-intent")
+    async def client_model_intent(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"})
+        return json_response(await model_intent(runtime.access, run_id, step_seq(body), body["request_hash"],
+                                                body.get("request_body"), record_prompts=record_prompts.get(run_id, False)))
+
+    @app.post("/v1/client-runs/<run_id>/client-model-completion")
+    async def client_model_completion(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "response", "usage"}, required={"seq", "response", "usage"})
+        return json_response(await model_completion(runtime.access, run_id, step_seq(body), body["response"],
+                                                    body["usage"]))
+
+    @app.post("/v1/client-runs/<run_id>/resolve")
+    async def client_resolve(run_id: str):
+        # The driver itself, token in hand: it keeps its lease.
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"output"}, required={"output"})
+        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
+        await runtime.resolve(run_id, body["output"])
+        return json_response({"run": run_id, "resolved": True})
 
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):

@@ -296,6 +296,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-process-agents", action="store_true",
                    help="accept process agents (commands this daemon runs) and service agents (a loopback "
                         "port it binds, a URL it POSTs to) through POST /v1/agents")
+    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
+                   help="declare a tool clients perform themselves (TOML or JSON; repeatable)")
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
 
@@ -309,6 +311,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_config(args: argparse.Namespace, url: str):
+    from ._client_tools import load_declarations
     from ._leases import lease_ttl
     from ._serve import ServeConfig
 
@@ -326,9 +329,10 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
     try:
         ttl = lease_ttl()
+        client_tools = load_declarations(args.client_tool)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl,
+    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
                        proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
 

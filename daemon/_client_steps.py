@@ -102,7 +102,7 @@ class _AtSeq:
     completion: Envelope | None = None
 
 
-async def _at_seq(access: StoreAccess, run_id: str, seq: int) -> _AtSeq:
+async def at_seq(access: StoreAccess, run_id: str, seq: int) -> _AtSeq:
     view = await access.read(access.store.read_view, run_id) or EMPTY_VIEW
     if seq > view.next_seq:
         raise GuardRefusal(f"seq {seq} is beyond the end of run {run_id}'s log (its next position is {view.next_seq})")
@@ -137,10 +137,14 @@ async def model_step(
     """
     check_model_request(request)
     request_hash = sha256_hash(request)
-    found = await _at_seq(access, run_id, seq)
+    found = await at_seq(access, run_id, seq)
     view = found.view
     if found.intent is not None:
         event = found.intent.event
+        if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == "client":
+            # Performing it here would witness a response the log attributes to the client.
+            raise GuardRefusal(f"the model call at seq {seq} of run {run_id} is the client's own; "
+                               f"complete it with client-model-completion")
         if event.KIND is not EventKind.MODEL_CALL_REQUESTED or event.request_hash != request_hash:
             raise GuardRefusal(
                 f"seq {seq} of run {run_id} holds a {event.KIND.value}"
@@ -195,7 +199,7 @@ async def tool_step(
         validate(tool.input_schema, tool_input, what=f"the input of tool {name}")
     except SchemaViolation as exc:
         raise bad_request(exc.message, details={"violations": exc.violations}) from None
-    found = await _at_seq(access, run_id, seq)
+    found = await at_seq(access, run_id, seq)
     view = found.view
     intent = ToolCallRequested(tool=name, input=tool_input, effect=tool.effect.value, idempotency_key=key)
     if found.intent is not None:

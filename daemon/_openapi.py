@@ -296,6 +296,38 @@ SCHEMAS: JSON = {
         ["seq", "tool"],
     ),
     "ToolStepDone": _object({"output": _ANY}, ["output"]),
+    "ClientTool": _object(
+        {"name": {"type": "string"}, "effect": {"enum": ["read", "idempotent", "write"]},
+         "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
+         "trust_completion": {"type": "boolean"},
+         "idempotency_key": {"type": "array", "items": {"type": "string"}},
+         "require_equal": {"type": "array", "items": {"type": "string"}}},
+        ["name", "effect", "input_schema", "trust_completion"],
+    ),
+    "ClientTools": _object({"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]),
+    "ClientToolIntent": _object({"seq": _SEQ, "tool": {"type": "string"}, "input": _ANY}, ["seq", "tool"]),
+    "ClientToolOpened": _object(
+        {"seq": _SEQ, "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+         "effect": {"enum": ["read", "idempotent", "write"]}, "settled": {"type": "boolean"}, "output": _ANY},
+        ["seq", "idempotency_key", "effect", "settled"],
+    ),
+    "ClientToolCompletion": _object(
+        {"seq": _SEQ, "output": _ANY,
+         "error": _object({"message": {"type": "string"},
+                           "kind": {"enum": ["invalid_input", "handler", "output_serialization"]}}, ["message"])},
+        ["seq"],
+    ),
+    "Completed": _object({"seq": _SEQ, "completed": {"const": True}}, ["seq", "completed"]),
+    "ClientModelIntent": _object(
+        {"seq": _SEQ, "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, "request_body": _ANY},
+        ["seq", "request_hash"],
+    ),
+    "ClientModelOpened": _object(
+        {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")}, ["seq", "settled"],
+    ),
+    "ClientModelCompletion": _object({"seq": _SEQ, "response": _ANY, "usage": _ref("Usage")},
+                                     ["seq", "response", "usage"]),
+    "ClientResolved": _object({"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -520,6 +552,13 @@ PATHS: JSON = {
             ),
         },
     },
+    "/v1/client-tools": {
+        "get": {
+            "operationId": "listClientTools",
+            "summary": "The client-performed tools the operator declared (salvor serve --client-tool)",
+            "responses": _responses({"200": ("The declarations; absent fields are omitted.", _ref("ClientTools"))}),
+        },
+    },
     "/v1/client-runs": {
         "post": {
             "operationId": "openClientRun",
@@ -596,6 +635,71 @@ PATHS: JSON = {
                        "409": _error("Another call at `seq`, or a dangling write (`details.intent`).",
                                      "divergence", "needs_reconciliation"),
                        "502": _error("Every attempt failed; the intent stays open.", "tool_execution")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-tool-intent": {
+        "post": {
+            "operationId": "clientToolIntent",
+            "summary": "Open a call the client performs itself: recorded write-ahead, its key derived by the daemon",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientToolIntent")),
+            "responses": _responses(
+                {"200": ("Open (`settled` false) or already completed (`settled` true, with `output`).", _ref("ClientToolOpened"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "404": _error("No such client-driven run, or no such declared tool.", "unknown_run", "unknown_tool"), "409": _error("Another event at `seq`, `seq` beyond the log, or the declared key held by an open call.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-tool-completion": {
+        "post": {
+            "operationId": "clientToolCompletion",
+            "summary": "Record what the client's own call returned, or how it failed, once the declaration allows and accepts it",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientToolCompletion")),
+            "responses": _responses(
+                {"200": ("Recorded.", _ref("Completed"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a completion the declaration does not let the client record.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a tool intent at `seq`.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-model-intent": {
+        "post": {
+            "operationId": "clientModelIntent",
+            "summary": "Open a model call the client makes with its own key (the hash is the client's claim)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientModelIntent")),
+            "responses": _responses(
+                {"200": ("Open, or already completed (with `response` and `usage`).", _ref("ClientModelOpened"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("Another request or a salvor-performed call at `seq`, or `seq` beyond the log.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-model-completion": {
+        "post": {
+            "operationId": "clientModelCompletion",
+            "summary": "Record what the client's own model call returned (usage required)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientModelCompletion")),
+            "responses": _responses(
+                {"200": ("Recorded.", _ref("Completed"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a call salvor performed.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a model intent at `seq`.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/resolve": {
+        "post": {
+            "operationId": "clientResolve",
+            "summary": "The driver records what its dangling write did (checked against the declaration); it keeps its lease",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ResolveOutput")),
+            "responses": _responses(
+                {"200": ("Recorded; the run is drivable again.", _ref("ClientResolved"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("No dangling write to resolve.", "wrong_state", "divergence")},
             ),
         },
     },

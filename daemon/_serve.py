@@ -16,7 +16,7 @@ import logging
 import signal
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -63,6 +63,8 @@ class ServeConfig:
     allow_process_agents: bool = False
     # How long a client-driven run's drive token holds without a driving call.
     lease_ttl: float = DEFAULT_TTL_SECONDS
+    # Client-performed tool declarations (--client-tool), by name.
+    client_tools: dict = field(default_factory=dict)
     # How often a drive restarts a process agent a signal killed before it
     # leaves the run for a resume.
     process_restarts: int = 3
@@ -161,7 +163,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
                                     allow_process_agents=config.allow_process_agents,
-                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor)
+                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
+                                    client_tools=dict(config.client_tools))
                 if on_state is not None:
                     on_state(state)
                 hyper = HypercornConfig()

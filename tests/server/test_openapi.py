@@ -42,6 +42,9 @@ BASE = "urn:salvor:openapi"
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
 STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
+# Covered by tests/server/test_client_performed.py (they need declared client tools).
+CLIENT_PERFORMED_PATHS = tuple(f"/v1/client-runs/{{run_id}}/{name}" for name in (
+    "client-tool-intent", "client-tool-completion", "client-model-intent", "client-model-completion", "resolve"))
 
 REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
 GATED = {  # as JSON, with a name
@@ -266,6 +269,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     assert {entry["status"]["state"] for entry in listing["runs"]} >= {"completed", "abandoned"}
 
     # -- client-driven runs --------------------------------------------------------------------------------
+    await call(api, "GET", "/v1/client-tools", expect=200)
     opened = await call(api, "POST", "/v1/client-runs", expect=201)
     client_run, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
     head = {"run_id": client_run, "seq": 0, "schema_version": 1, "recorded_at": "2026-01-01T00:00:00.000000Z",
@@ -310,5 +314,5 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
                    headers={"Content-Type": "application/json", **headers})
 
     # The server-performed steps need a model executor; tests/server/test_client_steps.py covers them.
-    unreached = {seen for seen in contract.unreached() if seen[0] not in STEP_PATHS}
+    unreached = {seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
