@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 SDK = REPO / "contrib" / "sdk"
 sys.path.insert(0, str(SDK))
 
-from example.agent import drive  # noqa: E402
-from salvor_client import ClientRun, SalvorError  # noqa: E402
+from example.agent import drive
+from salvor_client import ClientRun, SalvorError
 
 PLAN = [("lookup_order", {"order_id": "o-17"})]
 
