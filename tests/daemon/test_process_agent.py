@@ -52,7 +52,38 @@ def after_call():
         marker.write_text("died")
         os.kill(os.getpid(), signal.SIGKILL)
 
-if mode.startswith("openai"):
+if mode.startswith("openai-responses"):
+    import openai
+    client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
+    tools = [{"type": "function", "name": "lookup_invoice", "description": "Look up an invoice.",
+              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    items = [{"role": "user", "content": prompt}]
+    while True:
+        if mode == "openai-responses":
+            output = [o.model_dump(exclude_none=True)
+                      for o in client.responses.create(model=model, input=items, tools=tools).output]
+        else:
+            # Build the output items from the deltas, as a streaming agent would.
+            acc = {}
+            for ev in client.responses.create(model=model, input=items, tools=tools, stream=True):
+                if ev.type == "response.output_item.added":
+                    acc[ev.output_index] = ev.item.model_dump(exclude_none=True)
+                elif ev.type == "response.content_part.added":
+                    acc[ev.output_index]["content"].append(ev.part.model_dump(exclude_none=True))
+                elif ev.type == "response.output_text.delta":
+                    acc[ev.output_index]["content"][ev.content_index]["text"] += ev.delta
+                elif ev.type == "response.function_call_arguments.delta":
+                    acc[ev.output_index]["arguments"] += ev.delta
+            output = [acc[i] for i in sorted(acc)]
+        after_call()
+        calls_ = [o for o in output if o["type"] == "function_call"]
+        if not calls_:
+            print("".join(p["text"] for o in output if o["type"] == "message" for p in o["content"]))
+            break
+        items += output
+        for c in calls_:
+            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": 42})})
+elif mode.startswith("openai"):
     import openai
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
     tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
@@ -119,7 +150,7 @@ else:
             {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
 '''
 
-MODES = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
+MODES = ["openai", "openai-stream", "openai-responses", "openai-responses-stream", "anthropic", "anthropic-stream"]
 
 
 def process_agent(tmp_path: Path, mode: str = "openai", *, env: dict | None = None, extra: str = "", script: str | None = None):
