@@ -400,7 +400,7 @@ class ProxySession:
                     frames.append([event[0], event[1]])
                 await reply.end()
                 if not stream_complete(wire, frames):
-                    log.warning("run %s: the upstream stream ended before its last event; the call stays open", self.run_id)
+                    log.warning("run %s: the upstream stream ended without a final answer; the call stays open", self.run_id)
                     return None
                 return {"wire": wire, "frames": frames}
         except httpx.TimeoutException:

@@ -410,7 +410,7 @@ def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, prov
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("mode", ["openai", "anthropic-stream"])
+@pytest.mark.parametrize("mode", ["openai", "openai-responses-stream", "anthropic-stream"])
 async def test_an_upstream_error_reaches_the_agent_and_its_retry_reissues_the_open_intent(
     runtime, providers, upstream_env, tmp_path, mode
 ):
