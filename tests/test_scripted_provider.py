@@ -273,6 +273,28 @@ def test_responses_stream_helper_accumulates_text():
     assert len(pieces) > 1
 
 
+def test_responses_reasoning_items_come_first_and_are_ignored_on_the_way_back():
+    with ScriptedProvider(tool_loop_script(PLAN, final_text="Sunny.")) as provider:
+        client = openai_client(provider)
+        kwargs = {"model": "gpt-test", "tools": RESPONSES_TOOLS, "reasoning": {"effort": "low"},
+                  "store": False, "include": ["reasoning.encrypted_content"]}
+        first = client.responses.create(input="Weather?", **kwargs)
+        reasoning, tool_call = first.output
+        assert reasoning.type == "reasoning" and reasoning.encrypted_content
+        streamed = [e.item.type for e in client.responses.create(input="Weather?", stream=True, **kwargs)
+                    if e.type == "response.output_item.done"]
+        assert streamed == ["reasoning", "function_call"]
+        items = [{"role": "user", "content": "Weather?"},
+                 *(item.model_dump(exclude_none=True) for item in first.output),
+                 {"type": "function_call_output", "call_id": tool_call.call_id, "output": "clear"}]
+        second = client.responses.create(input=items, **kwargs)
+        plain = client.responses.create(input="Weather?", tools=RESPONSES_TOOLS)
+    assert [item.type for item in second.output] == ["reasoning", "message"]
+    assert second.output_text == "Sunny."
+    assert [item.type for item in plain.output] == ["function_call"]  # no reasoning asked, none given
+    assert [m["role"] for m in provider.calls[2].request["messages"]] == ["user", "assistant", "user"]
+
+
 def test_responses_max_tokens_is_an_incomplete_response():
     reply = text_reply("cut sh", stop_reason="max_tokens")
     with ScriptedProvider([reply, reply]) as provider:

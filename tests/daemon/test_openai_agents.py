@@ -53,14 +53,28 @@ class DieOnce(RunHooks):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-clerk = Agent(name="clerk", instructions="Settle the invoices you are given.", tools=[lookup_invoice])
+settings = {}
+if os.environ.get("STATELESS_REASONING"):
+    # A reasoning model kept out of the provider's storage: its reasoning comes back
+    # encrypted in each answer, and the SDK sends it again with the next call.
+    from agents import ModelSettings
+    from openai.types.shared import Reasoning
+
+    settings["model_settings"] = ModelSettings(
+        reasoning=Reasoning(effort="low"), store=False, parallel_tool_calls=False,
+        response_include=["reasoning.encrypted_content"],
+    )
+clerk = Agent(name="clerk", instructions="Settle the invoices you are given.", tools=[lookup_invoice], **settings)
 result = Runner.run_sync(clerk, os.environ["SALVOR_PROMPT"], hooks=DieOnce())
 print(result.final_output)
 '''
 
 
-def agents_process(tmp_path: Path, **env: str):
-    env = {"EFFECTS": str(tmp_path / "effects.txt"), **env}
+SETTINGS = {"default-settings": {}, "stateless-reasoning": {"STATELESS_REASONING": "1"}}
+
+
+def agents_process(tmp_path: Path, settings: str, **env: str):
+    env = {"EFFECTS": str(tmp_path / "effects.txt"), **SETTINGS[settings], **env}
     return process_agent(tmp_path, "agents", env=env, script=AGENTS_AGENT)
 
 
@@ -77,29 +91,44 @@ def upstream(providers, monkeypatch):
     return provider
 
 
-async def test_an_openai_agents_run_is_recorded_over_responses(runtime, upstream, tmp_path, store_url):
-    agent = agents_process(tmp_path)
+def check_sdk_requests(upstream, settings: str) -> None:
+    """What the SDK sent reached the upstream untouched, its reasoning items included."""
+    bodies = [call.body for call in upstream.calls]
+    assert {call.wire for call in upstream.calls} == {"responses"}
+    assert all("include" in body and body["model"] and body["instructions"] for body in bodies)
+    sent_back = [[item["encrypted_content"] for item in body["input"] if item.get("type") == "reasoning"]
+                 for body in bodies]
+    if settings == "stateless-reasoning":
+        assert all(body["store"] is False and body["parallel_tool_calls"] is False for body in bodies)
+        opaque = "scripted-opaque-reasoning-{}".format
+        assert sent_back == [[], [opaque(0)], [opaque(0), opaque(1)]]
+    else:
+        assert sent_back == [[], [], []]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+async def test_an_openai_agents_run_is_recorded_over_responses(runtime, upstream, tmp_path, store_url, settings):
+    agent = agents_process(tmp_path, settings)
     run_id = await runtime.start_run(agent, "settle invoices A-1 and B-2")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
     assert tool_runs(tmp_path) == ["A-1", "B-2"]
     assert upstream.call_count == 3 and set(upstream.count_by_request_hash().values()) == {1}
-    assert {call.wire for call in upstream.calls} == {"responses"}
     assert {call.api_key for call in upstream.calls} == {SECRET}
-    # The SDK's own request knobs (its default model and settings) reach the upstream untouched.
-    assert all("include" in call.body and call.body["model"] for call in upstream.calls)
+    check_sdk_requests(upstream, settings)
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert (view.input_tokens, view.output_tokens) == (60, 15)
     await assert_no_secret(runtime, run_id, store_url)
 
 
+@pytest.mark.parametrize("settings", SETTINGS)
 async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted_by_the_drive(
-    runtime, upstream, tmp_path, store_url
+    runtime, upstream, tmp_path, store_url, settings
 ):
     marker = tmp_path / "died"
-    agent = agents_process(tmp_path, DIE_AFTER="1", MARKER=str(marker))
+    agent = agents_process(tmp_path, settings, DIE_AFTER="1", MARKER=str(marker))
     restarting = Runtime(runtime.access, runtime.registry, clock=runtime.clock, process_restarts=1)
     run_id = await restarting.start_run(agent, "settle invoices A-1 and B-2")
     view = await restarting.drive(run_id, agent=agent)
@@ -111,6 +140,7 @@ async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted
     assert upstream.call_count == 3
     assert sorted(upstream.count_by_request_hash().values()) == [1, 1, 1]
     assert tool_runs(tmp_path) == ["A-1", "B-2"]
+    check_sdk_requests(upstream, settings)  # call 1's reasoning, answered from the log, went on upstream
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"

@@ -408,20 +408,32 @@ def _openai_error(status: int, message: str) -> JSON:
 # -- OpenAI Responses -------------------------------------------------------------
 
 
-def _responses_items(index: int, response: JSON, *, done: bool) -> list[JSON]:
-    """The output items of a reply: one message for its text, one item per tool call."""
-    status = "completed" if done else "in_progress"
-    items: list[JSON] = []
+def _reasoning_item(index: int, body: JSON) -> JSON | None:
+    """The reasoning item a reasoning request gets first (it carries no text a script wrote)."""
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort in (None, "none"):
+        return None
+    item: JSON = {"type": "reasoning", "id": f"rs_scripted_{index}", "summary": []}
+    # A stateless caller (store false) asks for the reasoning back, opaque, to send it again.
+    if "reasoning.encrypted_content" in (body.get("include") or []):
+        item["encrypted_content"] = f"scripted-opaque-reasoning-{index}"
+    return item
+
+
+def _responses_items(index: int, response: JSON, body: JSON) -> list[JSON]:
+    """The output items of a reply: reasoning if asked, a message for its text, one item per tool call."""
+    reasoning = _reasoning_item(index, body)
+    items: list[JSON] = [reasoning] if reasoning else []
     texts = [b["text"] for b in response["content"] if b["type"] == "text"]
     if texts:
         items.append({"type": "message", "id": f"msg_scripted_{index}", "role": "assistant",
-                      "status": status,
+                      "status": "completed",
                       "content": [{"type": "output_text", "text": t, "annotations": [],
-                                   "logprobs": []} for t in texts] if done else []})
+                                   "logprobs": []} for t in texts]})
     for i, block in enumerate(b for b in response["content"] if b["type"] == "tool_use"):
         items.append({"type": "function_call", "id": f"fc_scripted_{index}_{i}",
-                      "call_id": block["id"], "name": block["name"], "status": status,
-                      "arguments": json.dumps(block["input"], ensure_ascii=False) if done else ""})
+                      "call_id": block["id"], "name": block["name"], "status": "completed",
+                      "arguments": json.dumps(block["input"], ensure_ascii=False)})
     return items
 
 
@@ -436,7 +448,7 @@ def _responses_object(index: int, response: JSON, usage: JSON, body: JSON, *,
         "incomplete_details": {"reason": "max_output_tokens"} if done and truncated else None,
         "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
         "model": response.get("model") or body.get("model", ""),
-        "output": _responses_items(index, response, done=True) if done else [],
+        "output": _responses_items(index, response, body) if done else [],
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": None, "reasoning": body.get("reasoning"),
         "store": body.get("store", True), "temperature": body.get("temperature"),
@@ -456,6 +468,9 @@ def _responses_item_events(item: JSON, out: int) -> list[JSON]:
     """The events that build one output item, from added to done."""
     base = {"item_id": item["id"], "output_index": out}
     empty = dict(item, status="in_progress")
+    if item["type"] == "reasoning":
+        return [{"type": "response.output_item.added", "output_index": out, "item": item},
+                {"type": "response.output_item.done", "output_index": out, "item": item}]
     if item["type"] == "function_call":
         empty["arguments"] = ""
         return ([{"type": "response.output_item.added", "output_index": out, "item": empty}]
