@@ -306,13 +306,15 @@ def test_responses_max_tokens_is_an_incomplete_response():
     assert last.type == "response.incomplete" and last.response.output_text == "cut sh"
 
 
-def test_responses_sees_error_replies_and_refuses_hosted_tools():
+def test_responses_sees_error_replies_and_refuses_what_it_cannot_script():
     with ScriptedProvider([ErrorReply(429, "slow down")]) as provider:
         client = openai_client(provider)
         with pytest.raises(openai.RateLimitError, match="slow down"):
             client.responses.create(model="m", input="x")
         with pytest.raises(openai.BadRequestError, match="web_search"):
             client.responses.create(model="m", input="x", tools=[{"type": "web_search"}])
+        with pytest.raises(openai.BadRequestError, match="previous_response_id is not supported"):
+            client.responses.create(model="m", input="x", previous_response_id="resp_1")
     assert provider.call_count == 1
 
 

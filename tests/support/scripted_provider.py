@@ -266,6 +266,11 @@ def _responses_turn(item: JSON, systems: list[str], add: Callable) -> None:
 
 
 def responses_to_neutral(body: JSON) -> JSON:
+    # A script answers from the conversation in the request; one kept on the
+    # server would make its answer depend on more than the request.
+    for kept in ("previous_response_id", "conversation"):
+        if body.get(kept):
+            raise ValueError(f"{kept} is not supported: send the whole conversation as input")
     request: JSON = {"model": body.get("model"), "max_tokens": body.get("max_output_tokens")}
     systems = [_text_of(body["instructions"])] if body.get("instructions") else []
     messages: list[JSON] = []
