@@ -20,6 +20,7 @@ import trio
 
 from tests.support.scripted_provider import (
     ErrorReply,
+    FailedResponse,
     ScriptedProvider,
     text_reply,
     tool_loop_script,
@@ -293,6 +294,19 @@ def test_responses_reasoning_items_come_first_and_are_ignored_on_the_way_back():
     assert second.output_text == "Sunny."
     assert [item.type for item in plain.output] == ["function_call"]  # no reasoning asked, none given
     assert [m["role"] for m in provider.calls[2].request["messages"]] == ["user", "assistant", "user"]
+
+
+def test_a_failed_response_is_a_200_with_status_failed_and_ends_a_stream():
+    failed = FailedResponse("the model crashed")
+    with ScriptedProvider([failed, failed, failed]) as provider:
+        client = openai_client(provider)
+        plain = client.responses.create(model="m", input="x")
+        events = list(client.responses.create(model="m", input="x", stream=True))
+        with pytest.raises(openai.InternalServerError, match="the model crashed"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert (plain.status, plain.error.message, plain.output) == ("failed", "the model crashed", [])
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    assert events[-1].response.error.code == "server_error"
 
 
 def test_responses_max_tokens_is_an_incomplete_response():

@@ -81,7 +81,19 @@ class ErrorReply:
     message: str
 
 
-Reply = tuple[JSON, JSON] | ErrorReply
+@dataclass(frozen=True, slots=True)
+class FailedResponse:
+    """A Responses answer the model failed to produce, on HTTP 200.
+
+    Plain, a Response with status ``failed``; streamed, ``response.created``
+    and ``response.in_progress`` then ``response.failed``. The other wires
+    have no such answer and get HTTP 500.
+    """
+
+    message: str
+
+
+Reply = tuple[JSON, JSON] | ErrorReply | FailedResponse
 Script = Callable[[ProviderCall], Reply]
 
 
@@ -640,6 +652,8 @@ class ScriptedProvider:
         if isinstance(reply, ErrorReply):
             return reply.status, "application/json", _json_bytes(error(reply.status,
                                                                        reply.message))
+        if isinstance(reply, FailedResponse):
+            return self._failed(call, reply.message)
         response, usage = reply
         model = call.body.get("model", "")
         if call.wire == "responses":
@@ -660,6 +674,23 @@ class ScriptedProvider:
             return 200, "text/event-stream", _sse(chunks, named=False) + b"data: [DONE]\n\n"
         return 200, "application/json", _json_bytes(
             _openai_completion(call.index, response, usage, model))
+
+    def _failed(self, call: ProviderCall, message: str) -> tuple[int, str, bytes]:
+        if call.wire != "responses":
+            error = _anthropic_error if call.wire == "anthropic" else _openai_error
+            return 500, "application/json", _json_bytes(error(500, message))
+        empty = ({"content": [], "stop_reason": "end_turn"}, {"input_tokens": 0, "output_tokens": 0})
+        failed = _responses_object(call.index, *empty, call.body)
+        failed.update(status="failed", output=[], usage=None,
+                      error={"code": "server_error", "message": message})
+        if not call.stream:
+            return 200, "application/json", _json_bytes(failed)
+        pending = _responses_object(call.index, *empty, call.body, done=False)
+        events = [{"type": "response.created", "response": pending},
+                  {"type": "response.in_progress", "response": pending},
+                  {"type": "response.failed", "response": failed}]
+        return 200, "text/event-stream", _sse(
+            [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)], named=True)
 
 
 def _json_bytes(value: Any) -> bytes:
