@@ -5,7 +5,8 @@ The agent is a real ``agents`` program (``Agent``, ``function_tool``,
 speaks OpenAI Responses; salvor only points ``OPENAI_BASE_URL`` at its proxy.
 The scripted provider is the upstream, and the agent's tool appends each
 real execution to a file, so both the model calls served and the tool side
-effects can be counted across a SIGKILL of the agent process.
+effects can be counted across a SIGKILL of the agent process, and a re-run
+of a recorded run is answered from its log alone.
 """
 
 from __future__ import annotations
@@ -145,3 +146,15 @@ async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"
     await assert_no_secret(runtime, run_id, store_url)
+
+
+async def test_an_openai_agents_run_is_rerun_from_its_log_with_no_upstream_call(runtime, upstream, tmp_path):
+    agent = agents_process(tmp_path, "stateless-reasoning")
+    origin = await runtime.start_run(agent, "settle invoices A-1 and B-2")
+    assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
+    served = upstream.call_count
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
+    assert upstream.call_count == served
