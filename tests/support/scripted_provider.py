@@ -3,9 +3,9 @@
 No real model is reachable from a test, so this module stands in for one:
 a real HTTP server on a loopback port that speaks the Anthropic Messages,
 OpenAI Chat Completions and OpenAI Responses wire formats (plain JSON and
-server-sent events) and answers from a script. Because it is a real server on its own thread, it
-serves in-process trio code, the real provider SDKs and a salvor subprocess
-alike.
+server-sent events) and answers from a script. Because it is a real server
+on its own thread, it serves in-process trio code, the real provider SDKs and
+a salvor subprocess alike.
 
 It is written independently of ``salvor.daemon._model_wire`` on purpose: a
 shared translation bug would otherwise cancel itself out. The real SDKs keep
@@ -40,7 +40,7 @@ class ProviderCall:
     """One request the provider received.
 
     ``body`` is the parsed JSON as sent; ``request`` is the same request in
-    salvor's neutral shape, so one script serves both wires. ``headers`` has
+    salvor's neutral shape, so one script serves every wire. ``headers`` has
     lower-cased names.
     """
 
@@ -520,6 +520,11 @@ def _responses_events(index: int, response: JSON, usage: JSON, body: JSON) -> li
         events += _responses_item_events(item, out)
     last = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
     events.append({"type": last, "response": final})
+    return _numbered(events)
+
+
+def _numbered(events: list[JSON]) -> list[tuple]:
+    """Named SSE events, numbered in order as the Responses stream numbers them."""
     return [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)]
 
 
@@ -689,8 +694,7 @@ class ScriptedProvider:
         events = [{"type": "response.created", "response": pending},
                   {"type": "response.in_progress", "response": pending},
                   {"type": "response.failed", "response": failed}]
-        return 200, "text/event-stream", _sse(
-            [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)], named=True)
+        return 200, "text/event-stream", _sse(_numbered(events), named=True)
 
 
 def _json_bytes(value: Any) -> bytes:
