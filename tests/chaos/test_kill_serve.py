@@ -580,22 +580,26 @@ def test_sigterm_mid_flight(chaos: Chaos) -> None:
     assert len(chaos.created) == CONCURRENT_RUNS
     # A watcher on the stream of one run: a graceful stop ends it.
     watched = next(iter(chaos.plans))
-    ended = threading.Event()
+    ended, watching = threading.Event(), threading.Event()
     frames: list[str] = []
 
     def watch() -> None:
         try:
             with httpx.stream("GET", f"{chaos.daemon.base_url}/v1/runs/{watched}/events",
                               timeout=SHUTDOWN_DEADLINE + 20) as response:
-                frames.extend(response.iter_lines())
-        except httpx.TransportError:
-            frames.append("<transport error>")
+                for line in response.iter_lines():
+                    frames.append(line)
+                    watching.set()
+        except httpx.TransportError as exc:
+            frames.append(f"<transport error: {exc!r}>")
         ended.set()
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     # Mid-flight: model calls are being served.
     chaos.provider.wait_for_calls(CONCURRENT_RUNS + 10, timeout=30)
+    # The stop is about a stream that is open: on a loaded machine the watcher may still be connecting.
+    assert watching.wait(30), f"the watcher never received a frame: {frames}"
     running = chaos.listed("running") or []
     code, seconds = chaos.daemon.terminate()
     assert code == 0, chaos.daemon.log()
