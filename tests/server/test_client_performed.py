@@ -255,3 +255,45 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
         await run.post(name, 413, content=OVERSIZED, headers={**run.token, "Content-Type": "application/json"})
     missed = {seen for seen in contract.unreached() if seen[0] in CLIENT_PERFORMED_PATHS}
     assert not missed, f"documented but never answered: {sorted(missed)}"
+
+
+async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_resolved(
+    server_factory, declarations, tmp_path
+) -> None:
+    from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
+    from salvor.protocol import Effect
+
+    async def hang_up(args, call):
+        raise ToolFailed("the line dropped", retryable=False)
+
+    registry = ToolRegistry([Tool(name="transfer", description="write", effect=Effect.WRITE,
+                                  input_schema={"type": "object"}, handler=hang_up)])
+    contract = Contract()
+    server = await server_factory(client_tools=declarations, registry=registry)
+    run = Driver(server, contract)
+    await run.open()
+    failed = await run.api.post(f"/v1/client-runs/{run.run_id}/tool-step", headers=run.token,
+                                json={"seq": 1, "tool": "transfer", "input": {}})
+    assert failed.status_code == 502
+    refused = await run.post("client-tool-completion", 403, {"seq": 1, "output": {"ok": True}})
+    assert refused["error"]["code"] == "client_completion_refused"
+
+    # A client write left open, then the daemon comes back without that tool's declaration.
+    other = Driver(server, contract)
+    await other.open()
+    await other.post("client-tool-intent", 200, {"seq": 1, "tool": "payout", "input": {"amount": 5}})
+    await server.stop()
+    bare = await server_factory()
+    answer = await bare.client.post(f"/v1/runs/{other.run_id}/resolve", json={"output": {"payout_id": "p", "amount": 5}})
+    assert answer.status_code == 400 and "--client-tool" in answer.json()["error"]["message"]
+    assert (await bare.client.get(f"/v1/runs/{other.run_id}")).json()["status"]["state"] == "needs_reconciliation"
+
+
+def test_a_key_field_missing_from_the_input_is_named() -> None:
+    from salvor.daemon._errors import OperationRefused
+
+    tool = parse_declaration(
+        'name = "refund"\neffect = "write"\nidempotency_key = ["order_id"]\n[input_schema]\ntype = "object"\n', "toml")
+    with pytest.raises(OperationRefused) as caught:
+        tool.key("run", 3, {"amount": 5})
+    assert caught.value.code == "bad_request" and "`order_id`" in caught.value.message
