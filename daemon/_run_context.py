@@ -54,7 +54,7 @@ from salvor.protocol import (
 
 from ._model_gateway import ModelCallError, ModelGateway
 from ._store_access import StoreAccess
-from ._tools import ATTEMPTS, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
+from ._tools import ATTEMPTS, OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
 
 
 class Parked(Exception):
@@ -207,7 +207,10 @@ class RunContext:
 
         A completed call is answered from the log. An open ``read`` or
         ``idempotent`` intent is executed again under its recorded key; an
-        open ``write`` parks the run in needs_reconciliation.
+        open ``write`` parks the run in needs_reconciliation, and so does a
+        write whose handler could not learn its outcome (``OutcomeUnknown``).
+        A handler that raises ``DriveInterrupted`` leaves its intent open and
+        ends the drive.
         """
         key = None
         if tool.effect is Effect.IDEMPOTENT:
@@ -224,7 +227,11 @@ class RunContext:
                 if intent_event.effect == Effect.WRITE:
                     await self.park(RunState.NEEDS_RECONCILIATION)
                 seq, key = recorded.seq, intent_event.idempotency_key
-            output = await self._execute(tool, tool_input, seq, key)
+            try:
+                output = await self._execute(tool, tool_input, seq, key)
+            except OutcomeUnknown:
+                # Sent and never answered: the open intent is the honest record.
+                await self.park(RunState.NEEDS_RECONCILIATION)
             self._held.append(ToolCallCompleted(seq=seq, output=output))
         return await self._after_tool(output)
 
@@ -239,6 +246,13 @@ class RunContext:
                 outcome = await tool.handler(
                     tool_input, ToolCall(run_id=self.run_id, seq=seq, idempotency_key=key, attempt=attempt)
                 )
+            except DriveInterrupted:
+                raise
+            except OutcomeUnknown as exc:
+                if tool.effect is Effect.WRITE:
+                    raise
+                if attempt == attempts:
+                    return tool_error("handler", exc.message, attempt)
             except ToolFailed as exc:
                 if not exc.retryable or attempt == attempts:
                     return tool_error("handler", exc.message, attempt)

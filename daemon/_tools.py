@@ -50,6 +50,19 @@ class ToolFailed(Exception):
         self.retryable = retryable
 
 
+class OutcomeUnknown(Exception):
+    """A write was sent and no answer came back: it may or may not have happened.
+
+    The runtime never guesses: the call's intent stays open, which parks the
+    run in needs_reconciliation until a person records what happened. (A read
+    or an idempotent call raising it is retried like a ``ToolFailed``.)
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 Handler = Callable[[Any, ToolCall], Awaitable[Any]]
 
 
