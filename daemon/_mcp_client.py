@@ -529,6 +529,8 @@ class _HttpTransport(_Transport):
                 elif line.startswith(b"data:"):
                     value = line[5:]
                     data.append(value[1:] if value.startswith(b" ") else value)
+                    if sum(len(d) for d in data) > MAX_MESSAGE_BYTES:
+                        raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
                 # Comments, `event:`, `id:` and `retry:` lines carry nothing a session needs.
             if len(buffer) + sum(len(d) for d in data) > MAX_MESSAGE_BYTES:
                 raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
@@ -567,6 +569,9 @@ async def open_session(spec: McpServerSpec, nursery: trio.Nursery, environ: Mapp
         session = McpSession(spec, _HttpTransport(spec, resolve_headers(spec, environ)))
     try:
         await session.initialize()
+    except McpUnavailable:
+        await session.aclose()
+        raise
     except McpError as exc:
         await session.aclose()
         raise McpUnavailable(spec.name, f"did not start a session: it {exc.detail}") from None

@@ -21,8 +21,8 @@ Tools:
 
 ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
-With ``--http`` the server listens on 127.0.0.1 (an ephemeral port, written
-to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and
+With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
+port; either is written to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and
 requires it after; ``--sse`` answers every request as an event stream, with
 a log notification before the response.
 """
@@ -182,7 +182,7 @@ def serve_stdio(fixture: Fixture) -> None:
     os._exit(0)
 
 
-def serve_http(fixture: Fixture, port_file: Path, sse: bool) -> None:
+def serve_http(fixture: Fixture, port_file: Path, sse: bool, port: int) -> None:
     sessions: set[str] = set()
 
     class Handler(BaseHTTPRequestHandler):
@@ -258,7 +258,8 @@ def serve_http(fixture: Fixture, port_file: Path, sse: bool) -> None:
             else:
                 self._plain(200, json.dumps(response).encode(), headers=headers)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     tmp = port_file.with_suffix(".tmp")
     tmp.write_text(str(server.server_address[1]))
@@ -272,12 +273,13 @@ def main() -> None:
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--sse", action="store_true")
     parser.add_argument("--port-file", type=Path)
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--extra-tool", action="append", default=[])
     args = parser.parse_args()
     fixture = Fixture(args.dir, args.extra_tool)
     fixture.note("starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"})
     if args.http:
-        serve_http(fixture, args.port_file, args.sse)
+        serve_http(fixture, args.port_file, args.sse, args.port)
     else:
         serve_stdio(fixture)
 

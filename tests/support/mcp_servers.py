@@ -74,9 +74,10 @@ class FixtureServer:
 class HttpFixtureServer:
     """The fixture server over streamable HTTP on a loopback port, as a subprocess."""
 
-    def __init__(self, fixture: FixtureServer, *, sse: bool = False) -> None:
+    def __init__(self, fixture: FixtureServer, *, sse: bool = False, port: int = 0) -> None:
         port_file = fixture.dir / f"port-{time.monotonic_ns()}"
-        args = [*fixture.command("--http", "--port-file", str(port_file)), *(["--sse"] if sse else [])]
+        args = [*fixture.command("--http", "--port-file", str(port_file), "--port", str(port)),
+                *(["--sse"] if sse else [])]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
         deadline = time.monotonic() + 15
@@ -84,7 +85,8 @@ class HttpFixtureServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the HTTP fixture server did not start")
             time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+        self.port = int(port_file.read_text())
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     def stop(self) -> None:
         if self.process.poll() is None:
