@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -47,6 +48,8 @@ from ._tools import OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFai
 _ARGUMENTS = {"type": "object"}
 _SALVOR_KEYS = ("suspend", "sleep_until")
 _SUSPEND_KEYS = {"reason", "input_schema", "kind"}
+# What the model providers accept as a tool name (Anthropic and OpenAI alike).
+_MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class McpBuildError(ValueError):
@@ -158,6 +161,11 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
         for name, entry in listed.items():
             if not spec.exposes(name):
                 continue
+            if not _MODEL_TOOL_NAME.fullmatch(name):
+                raise McpBuildError(
+                    f"the tool {name!r} of MCP server {spec.name!r} cannot be offered to a model (a tool name is "
+                    f"1 to 64 letters, digits, `_` or `-`); leave it out with the server's `tools`"
+                )
             if name in owners:
                 raise McpBuildError(
                     f"the tool {name!r} of MCP server {spec.name!r} has the same name as {owners[name]}; "

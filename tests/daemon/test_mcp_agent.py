@@ -370,3 +370,22 @@ async def test_server_everything_over_stdio(runtime, providers, registry, monkey
     assert "from-the-definition" in seen[2] and "SALVOR_SECRET_FOR_TEST" not in seen[2]
     # An image is named to the model, not pasted into the conversation.
     assert '"mimeType": "image/png"' in seen[3] and len(seen[3]) < 2000
+
+
+def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(store_url, providers, fx, tmp_path):
+    from .test_cli import one_sentence, run_count, salvor
+
+    provider = providers(tool_loop_script([("lookup", {"key": "cli"})], final_text="from the cli"))
+    good = tmp_path / "agent.toml"
+    good.write_text(agent_toml(provider.base_url) + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lookup = "read" }\n'))
+    result = salvor(store_url, "run", str(good))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].endswith('completed: "from the cli"')
+    # One start to build the agent (closed again), one for the drive's live call.
+    assert len(fx.starts) == 2 and [e["tool"] for e in fx.ledger] == ["lookup"]
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(agent_toml(provider.base_url) + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lokup = "read" }\n'))
+    before = run_count(store_url)
+    one_sentence(salvor(store_url, "run", str(bad)), "the agent definition does not build", "lists no tool 'lokup'")
+    assert run_count(store_url) == before

@@ -81,6 +81,8 @@ async def test_an_http_server_needs_no_opt_in_without_header_secrets(server, pro
          "the tool 'lookup' of MCP server 'two' has the same name as the tool of MCP server 'one'"),
         (lambda fx, tmp: stdio_table(fx, extra=("--extra-tool", "lookup_invoice")),
          "the tool 'lookup_invoice' of MCP server 'fx' has the same name as the registry tool 'lookup_invoice'"),
+        (lambda fx, tmp: stdio_table(fx, extra=("--extra-tool", "files.read")),
+         "the tool 'files.read' of MCP server 'fx' cannot be offered to a model"),
         (lambda fx, tmp: '\n[[mcp_servers]]\nname = "shy"\ncommand = ["sh", "-c", "echo starting; sleep 30"]\ntimeout = 2\n',
          "MCP server 'shy' did not start a session: it wrote a line to stdout that is not JSON"),
         (lambda fx, tmp: '\n[[mcp_servers]]\nname = "web"\nurl = "http://127.0.0.1:9/mcp"\n',
