@@ -30,6 +30,7 @@ from tests.support.mcp_servers import (
     EVERYTHING_INSTALL,
     FixtureServer,
     HttpFixtureServer,
+    SdkHttpServer,
     everything_server,
     time_server,
 )
@@ -389,3 +390,24 @@ def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(st
     before = run_count(store_url)
     one_sentence(salvor(store_url, "run", str(bad)), "the agent definition does not build", "lists no tool 'lokup'")
     assert run_count(store_url) == before
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+async def test_a_server_on_the_official_sdk_over_streamable_http(runtime, providers, registry, clock, json_response):
+    peer = SdkHttpServer(json_response=json_response)
+    try:
+        wake_at = format_instant(clock.now + timedelta(minutes=5))
+        provider = providers(tool_loop_script([("add", {"a": 2, "b": 3}), ("nap", {"until": wake_at})], final_text="ok"))
+        servers = f'\n[[mcp_servers]]\nname = "sdk"\nurl = "{peer.url}"\neffects = {{ add = "read", nap = "read" }}\n'
+        agent = mcp_agent(provider, registry, servers)
+        run_id, view = await start_and_drive(runtime, agent)
+        assert view.state is RunState.SLEEPING and view.status()["wake_at"] == wake_at
+        log = await runtime.log(run_id)
+        assert completion_of(log, "add")[0]["structuredContent"] == {"result": 5}
+        assert completion_of(log, "nap") == [{TOOL_SLEEP_KEY: {"wake_at": wake_at}}]
+        clock.advance(301)
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.status() == {"state": "completed", "output": "ok"}
+        assert tool_results_seen(provider)[0]["content"] == "5"
+    finally:
+        peer.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -87,6 +88,34 @@ class HttpFixtureServer:
             time.sleep(0.01)
         self.port = int(port_file.read_text())
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+        self.process.wait()
+
+
+class SdkHttpServer:
+    """``mcp_sdk_server.py``: a server on the official MCP Python SDK, over streamable HTTP."""
+
+    def __init__(self, *, json_response: bool = False) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        script = Path(__file__).with_name("mcp_sdk_server.py")
+        args = [sys.executable, str(script), str(port), *(["--json"] if json_response else [])]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the SDK MCP server did not start") from None
+                time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process.poll() is None:
