@@ -141,6 +141,7 @@ class McpSession:
         finally:
             self._pending.pop(request_id, None)
         if deadline.cancelled_caught:
+            await self._cancel(request_id, f"no answer within {self.spec.timeout:g}s")
             raise McpNoAnswer(self.name, f"did not answer {method} within {self.spec.timeout:g}s")
         if reply.failure is not None:
             raise reply.failure
@@ -157,6 +158,18 @@ class McpSession:
         if not isinstance(result, dict):
             raise McpNoAnswer(self.name, f"answered {method} with a result that is not an object")
         return result
+
+    async def _cancel(self, request_id: int, reason: str) -> None:
+        """Tell the server a request was given up on (best effort: it may be past listening)."""
+        if self.broken is not None:
+            return
+        message = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": request_id, "reason": reason}}
+        with trio.move_on_after(1.0):
+            try:
+                await self._transport.send(self, message, None)
+            except McpError:
+                pass
 
     async def notify(self, method: str, params: dict | None = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}

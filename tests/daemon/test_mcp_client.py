@@ -71,7 +71,7 @@ async def test_a_server_request_is_answered_method_not_found(fx_spec, nursery):
     assert "sampling/createMessage" in answer["error"]["message"]
 
 
-async def test_a_hung_call_times_out_and_the_session_stays_usable(fx_spec, nursery):
+async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(fx, fx_spec, nursery):
     session = await open_session(fx_spec(timeout=0.5), nursery)
     try:
         with pytest.raises(McpNoAnswer, match="did not answer tools/call within 0.5s"):
@@ -79,6 +79,8 @@ async def test_a_hung_call_times_out_and_the_session_stays_usable(fx_spec, nurse
         assert (await session.call_tool("lookup", {"key": "again"}))["content"][0]["text"] == "value of again"
     finally:
         await session.aclose()
+    assert [n["method"] for n in fx.notifications] == ["notifications/initialized", "notifications/cancelled"]
+    assert fx.notifications[1]["params"] == {"requestId": 2, "reason": "no answer within 0.5s"}
 
 
 async def test_a_stdio_server_that_crashes_is_reported_with_its_stderr(fx, nursery):

@@ -84,6 +84,7 @@ class Fixture:
                 self.answered.notify_all()
             return None
         if "id" not in message:
+            self.note("notifications.jsonl", message)
             return None
         method, params, rid = message["method"], message.get("params") or {}, message["id"]
 

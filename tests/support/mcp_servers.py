@@ -61,6 +61,10 @@ class FixtureServer:
         return [entry for entry in self.ledger if entry["tool"] == tool]
 
     @property
+    def notifications(self) -> list[dict]:
+        return _records(self.dir / "notifications.jsonl")
+
+    @property
     def http_requests(self) -> list[dict]:
         return _records(self.dir / "http.jsonl")
 
