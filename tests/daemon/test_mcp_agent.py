@@ -287,9 +287,9 @@ async def test_an_oversized_answer_is_refused(runtime, providers, registry, fx):
     assert "over the 4194304-byte cap" in output[TOOL_ERROR_KEY]["message"]
 
 
-@pytest.mark.parametrize("effect", ["write", "read"])
+@pytest.mark.parametrize("effect", ["write", "read", "idempotent"])
 async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry, fx, effect):
-    """A drive cut mid-call (its session killed with it): an open write parks, an open read runs again."""
+    """A drive cut mid-call (its session killed with it): an open write parks, an open read or idempotent call runs again."""
     provider = providers(tool_loop_script([("write_note", {"text": "held", "hold": fx.hold("w")})], final_text="ok"))
     agent = mcp_agent(provider, registry, fx_table(
         f"command = {fx.toml_command()}\n", f'effects = {{ write_note = "{effect}" }}\n'))
@@ -313,6 +313,10 @@ async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry,
         assert view.status() == {"state": "completed", "output": "ok"}
         assert len(fx.starts) == 2 and len(fx.calls_of("write_note")) == 2
         assert provider.call_count == 2
+        first, again = fx.calls_of("write_note")
+        # An idempotent call runs again under the key its intent recorded.
+        assert first["meta"] == again["meta"]
+        assert (first["meta"] is not None) == (effect == "idempotent")
 
 
 async def test_a_listing_that_lost_a_declared_tool_fails_the_run(runtime, providers, registry, fx):
