@@ -20,11 +20,16 @@ from salvor.store import RunSummary
 from werkzeug.exceptions import HTTPException
 
 from ._agent_def import DefinitionError, parse_definition
+from ._api_client_runs import add_client_run_routes
 from ._api_stream import add_stream_route
+from ._client_performed import check_resolution
+from ._client_tools import ClientTool
 from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, unknown_agent
 from ._event_hub import EventHub
 from ._http import body_bytes, check_bearer, error_response, json_object, json_response
+from ._leases import LeaseRegistry
+from ._model_gateway import ModelGateway
 from ._openapi import openapi_document
 from ._operations import MISSING, Runtime, parse_run_id
 
@@ -51,12 +56,22 @@ class ServerState:
     allow_process_agents: bool = False
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
+    # Drive-token holds on client-driven runs.
+    leases: LeaseRegistry = field(default_factory=LeaseRegistry)
+    # The model client that performs client-driven runs' model steps (None: not configured).
+    model_executor: ModelGateway | None = None
+    # Client-performed tools the operator declared (salvor serve --client-tool), by name.
+    client_tools: dict[str, ClientTool] = field(default_factory=dict)
+
+    def attached(self, run_id: str) -> bool:
+        """Whether something drives the run right now: a driver task here, or a client's current lease."""
+        return self.drivers.driving(run_id) or self.leases.holds(run_id)
 
     def driver(self, run_id: str, state: str | None) -> dict:
         """The ``driver`` field: absent for a terminal or unreadable run."""
         if state is None or state in _TERMINAL:
             return {}
-        return {"driver": "attached" if self.drivers.driving(run_id) else "none"}
+        return {"driver": "attached" if self.attached(run_id) else "none"}
 
 
 def _labels(value: Any) -> dict[str, str] | None:
@@ -261,7 +276,11 @@ def create_app(state: ServerState) -> QuartTrio:
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
         body = await json_object(allowed={"output"}, required={"output"})
+        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
         view = await runtime.resolve(run_id, body["output"])
+        # The driver that left the write open is gone (whoever resolves it
+        # presented no drive token), so its hold goes with the resolution.
+        state.leases.drop(run_id)
         return json_response({"run": run_id, "resolved": True, "status": view.status()})
 
     @app.post("/v1/runs/<run_id>/abandon")
@@ -287,4 +306,5 @@ def create_app(state: ServerState) -> QuartTrio:
         return json_response(openapi_document())
 
     add_stream_route(app, state)
+    add_client_run_routes(app, state)
     return app

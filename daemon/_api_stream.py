@@ -68,7 +68,7 @@ def add_stream_route(app: QuartTrio, state) -> None:
         subscription = state.hub.subscribe(run_id)
         try:
             log = await runtime.access.read(runtime.access.store.read_log, run_id, 0)
-            if not log and not state.drivers.driving(run_id):
+            if not log and not state.attached(run_id):
                 raise unknown_run(run_id)
         except BaseException:
             subscription.close()
@@ -110,7 +110,7 @@ def add_stream_route(app: QuartTrio, state) -> None:
                         return
                     now = trio.current_time()
                     if state.stopping.is_set() or (
-                        not state.drivers.driving(run_id)
+                        not state.attached(run_id)
                         and now - last_progress >= state.detach_grace_seconds
                     ):
                         yield end_frame({"status": view.status_at(runtime.clock()), "detached": True})

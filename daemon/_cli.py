@@ -23,7 +23,10 @@ from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._demo_tools import demo_registry
+from ._doctor import add_parser as add_doctor_parser
+from ._doctor import doctor_main
 from ._operations import MISSING, Runtime, parse_run_id
+from ._orphans import sweep_orphans
 from ._render import describe
 from ._store_access import open_store_access
 
@@ -155,6 +158,9 @@ class Cli:
         decision = await runtime.resume(run_id, run_input)
         if decision.outcome == "finished":
             return self._report(run_id, decision.view)
+        # A process agent this run's earlier driver left running (that driver
+        # was killed) must not run on beside the copy this drive starts.
+        await sweep_orphans(runtime.access.store.url, run_id)
         return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
@@ -292,8 +298,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-process-agents", action="store_true",
                    help="accept process agents (commands this daemon runs) and service agents (a loopback "
                         "port it binds, a URL it POSTs to) through POST /v1/agents")
+    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
+                   help="declare a tool clients perform themselves (TOML or JSON; repeatable)")
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
+
+    # doctor opens no store, so it takes none of the common options.
+    add_doctor_parser(sub)
 
     p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
     p.add_argument("run", metavar="RUN")
@@ -302,6 +313,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_config(args: argparse.Namespace, url: str):
+    from ._client_tools import load_declarations
+    from ._leases import lease_ttl
     from ._serve import ServeConfig
 
     host, sep, port = args.listen.rpartition(":")
@@ -316,12 +329,19 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
     if not 0 <= args.proxy_port <= 65535:
         raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
-    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token,
+    try:
+        ttl = lease_ttl()
+        client_tools = load_declarations(args.client_tool)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
                        proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        return await doctor_main(args)
     cli = Cli(args)
     url = normalize_store_url(args.store) if args.store else default_store_url()
     if args.command == "serve":

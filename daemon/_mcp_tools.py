@@ -41,8 +41,7 @@ from ._mcp_client import (
     open_session,
 )
 from ._mcp_def import McpServerSpec
-from ._run_context import DriveInterrupted
-from ._tools import OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
+from ._tools import NotPerformed, OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
 
 # MCP tool arguments are an object; the server checks the rest of its own schema.
 _ARGUMENTS = {"type": "object"}
@@ -202,15 +201,15 @@ def listing_tool(spec: McpServerSpec, connections: McpConnections) -> Tool:
     """The recorded call that lists a server's tools for a run.
 
     Error handling: a server that cannot list its tools leaves the call's
-    intent open (``DriveInterrupted``): the listing is a read, so the next
-    drive performs it again.
+    intent open (``NotPerformed``): the listing is a read, so the next drive
+    performs it again.
     """
 
     async def list_all(_arguments: Any, call: ToolCall) -> dict:
         try:
             return {"tools": await connections.list_tools(spec.name)}
         except McpError as exc:
-            raise DriveInterrupted(
+            raise NotPerformed(
                 f"{exc.message}, so its tools could not be listed; `salvor resume {call.run_id}` tries again"
             ) from None
 

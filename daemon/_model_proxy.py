@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +53,7 @@ log = logging.getLogger("salvor.proxy")
 
 OPENAI_CHAT = "openai.chat"
 ANTHROPIC_MESSAGES = "anthropic.messages"
-_ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
+ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
 _UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", ANTHROPIC_MESSAGES: "messages"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
 # A re-run commits its reproduced calls in batches: at most this many calls,
@@ -631,7 +631,7 @@ class ModelProxy:
         reply = _AsgiReply(send)
         parts = scope["path"].split("/", 3)  # "", "r", capability, rest
         rest = parts[3].strip("/") if len(parts) == 4 else ""
-        wire = _ROUTES.get(rest, OPENAI_CHAT)
+        wire = ROUTES.get(rest, OPENAI_CHAT)
         session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
         if session is None:
             await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
@@ -639,7 +639,7 @@ class ModelProxy:
         if rest in ("v1/models", "models") and scope["method"] == "GET":
             await reply.json(200, {"object": "list", "data": []})
             return
-        if rest not in _ROUTES or scope["method"] != "POST":
+        if rest not in ROUTES or scope["method"] != "POST":
             await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
             return
         raw = bytearray()
@@ -665,8 +665,14 @@ class ModelProxy:
 
 
 @asynccontextmanager
-async def open_model_proxy(port: int = 0, *, host: str = "127.0.0.1") -> AsyncIterator[ModelProxy]:
-    """Run a loopback proxy listener for the body of the ``async with``."""
+async def open_model_proxy(
+    port: int = 0, *, host: str = "127.0.0.1", wrap: Callable[[ModelProxy], Any] | None = None
+) -> AsyncIterator[ModelProxy]:
+    """Run a loopback proxy listener for the body of the ``async with``.
+
+    ``wrap`` turns the proxy into the ASGI app actually served, for a caller
+    that watches every request (``salvor doctor`` names the paths it refused).
+    """
     timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
     async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
         proxy = ModelProxy(client)
@@ -681,7 +687,8 @@ async def open_model_proxy(port: int = 0, *, host: str = "127.0.0.1") -> AsyncIt
         async with trio.open_nursery() as nursery:
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                await hypercorn_serve(proxy, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
+                app = wrap(proxy) if wrap is not None else proxy
+                await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
 
             binds = await nursery.start(run)
             proxy.url = binds[0].rstrip("/")

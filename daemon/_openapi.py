@@ -287,6 +287,72 @@ SCHEMAS: JSON = {
                            ["version"])},
         ["capabilities", "server"],
     ),
+    "OpenClientRun": _object(
+        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"),
+         "record_prompts": {"type": "boolean", "description": "Kept for the server-performed model step."}},
+    ),
+    "ClientRunOpened": _object(
+        {"run": _ref("RunId"), "drive_token": {"type": "string", "pattern": "^dt_"},
+         "log": {"type": "array", "items": _ref("Envelope")}},
+        ["run", "drive_token", "log"],
+    ),
+    "Released": _object({"released": {"type": "boolean"}}, ["released"]),
+    "LeaseLapse": _object({"lapses_in_seconds": {"type": "integer", "minimum": 1}}, ["lapses_in_seconds"]),
+    "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
+    "AppendEvents": _object(
+        {"events": {"type": "array", "items": _ref("Envelope"), "minItems": 1, "maxItems": 1024,
+                    "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."}},
+        ["events"],
+    ),
+    "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
+    "ModelStep": _object(
+        {"seq": _SEQ, "request": _object(
+            {"model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+             "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+             "system": {"type": ["string", "array"]}, "tools": {"type": "array", "items": {"type": "object"}}},
+            ["model", "max_tokens", "messages"])},
+        ["seq", "request"],
+    ),
+    "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
+    "ToolStep": _object(
+        {"seq": _SEQ, "tool": {"type": "string", "minLength": 1}, "input": _ANY,
+         "idempotency_key": {"type": ["string", "null"], "minLength": 1},
+         "effect": {"description": "Accepted and ignored: the registration decides the effect."}},
+        ["seq", "tool"],
+    ),
+    "ToolStepDone": _object({"output": _ANY}, ["output"]),
+    "ClientTool": _object(
+        {"name": {"type": "string"}, "effect": {"enum": ["read", "idempotent", "write"]},
+         "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
+         "trust_completion": {"type": "boolean"},
+         "idempotency_key": {"type": "array", "items": {"type": "string"}},
+         "require_equal": {"type": "array", "items": {"type": "string"}}},
+        ["name", "effect", "input_schema", "trust_completion"],
+    ),
+    "ClientTools": _object({"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]),
+    "ClientToolIntent": _object({"seq": _SEQ, "tool": {"type": "string"}, "input": _ANY}, ["seq", "tool"]),
+    "ClientToolOpened": _object(
+        {"seq": _SEQ, "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+         "effect": {"enum": ["read", "idempotent", "write"]}, "settled": {"type": "boolean"}, "output": _ANY},
+        ["seq", "idempotency_key", "effect", "settled"],
+    ),
+    "ClientToolCompletion": _object(
+        {"seq": _SEQ, "output": _ANY,
+         "error": _object({"message": {"type": "string"},
+                           "kind": {"enum": ["invalid_input", "handler", "output_serialization"]}}, ["message"])},
+        ["seq"],
+    ),
+    "Completed": _object({"seq": _SEQ, "completed": {"const": True}}, ["seq", "completed"]),
+    "ClientModelIntent": _object(
+        {"seq": _SEQ, "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, "request_body": _ANY},
+        ["seq", "request_hash"],
+    ),
+    "ClientModelOpened": _object(
+        {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")}, ["seq", "settled"],
+    ),
+    "ClientModelCompletion": _object({"seq": _SEQ, "response": _ANY, "usage": _ref("Usage")},
+                                     ["seq", "response", "usage"]),
+    "ClientResolved": _object({"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -306,6 +372,8 @@ SCHEMAS: JSON = {
 # -- parameters and refusals ------------------------------------------------------------------------
 
 PARAMETERS: JSON = {
+    "DriveToken": {"name": "X-Drive-Token", "in": "header", "required": False, "schema": {"type": "string"},
+                   "description": "The run's drive token (its lease), as `POST /v1/client-runs` answered it."},
     "RunId": {"name": "run_id", "in": "path", "required": True, "schema": _ref("RunId"),
               "description": "A run id; anything that is not a UUID is a 400."},
     "AgentHash": {"name": "agent_hash", "in": "path", "required": True, "schema": {"type": "string"},
@@ -339,7 +407,7 @@ def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | Non
         if name in refusals:
             responses[status] = {"$ref": f"#/components/responses/{name}"}
     responses.update(extra or {})
-    responses["401"] = {"$ref": "#/components/responses/Unauthorized"}
+    responses.setdefault("401", {"$ref": "#/components/responses/Unauthorized"})
     responses["500"] = {"$ref": "#/components/responses/Internal"}
     return dict(sorted(responses.items()))
 
@@ -349,6 +417,10 @@ def _body(schema: JSON, *, required: bool = True) -> JSON:
 
 
 _RUN = [{"$ref": "#/components/parameters/RunId"}]
+_DRIVE_TOKEN = {"$ref": "#/components/parameters/DriveToken"}
+_DRIVE_MISSING = _error("No drive token, or (with --auth-token) no bearer token.",
+                        schema=_error_schema(["missing_drive_token", "unauthorized"]))
+_DRIVE_FORBIDDEN = _error("The drive token is not the run's current lease.", "invalid_drive_token")
 _CONFLICT_OTHER = _error_schema(["client_driven_run", "divergence"])
 
 PATHS: JSON = {
@@ -507,6 +579,174 @@ PATHS: JSON = {
                          _ref("Abandoned"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
                 extra={"409": _error("The run is already terminal.", "wrong_state", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-tools": {
+        "get": {
+            "operationId": "listClientTools",
+            "summary": "The client-performed tools the operator declared (salvor serve --client-tool)",
+            "responses": _responses({"200": ("The declarations; absent fields are omitted.", _ref("ClientTools"))}),
+        },
+    },
+    "/v1/client-runs": {
+        "post": {
+            "operationId": "openClientRun",
+            "summary": "Open a client-driven run (201), or re-open one: its holder keeps its token, an unheld or "
+                       "adopted run gets a fresh lease (200)",
+            "parameters": [_DRIVE_TOKEN],
+            "requestBody": _body(_ref("OpenClientRun"), required=False),
+            "responses": _responses(
+                {"201": ("A fresh run: append its RunStarted at seq 0.", _ref("ClientRunOpened")),
+                 "200": ("A re-opened run with its recorded log.", _ref("ClientRunOpened"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"409": _error("Another driver's lease is current (`details.lapses_in_seconds`), or the id "
+                                     "is a server-driven run.", schema=_error_schema(["lease_held", "run_exists"]))},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/release": {
+        "post": {
+            "operationId": "releaseClientRun",
+            "summary": "Hand the lease back (idempotent: `released` is false when nothing was held)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "responses": _responses({"200": ("Released, or nothing to release.", _ref("Released"))}, "BadRequest",
+                                    extra={"403": _DRIVE_FORBIDDEN}),
+        },
+    },
+    "/v1/client-runs/{run_id}/heartbeat": {
+        "post": {
+            "operationId": "heartbeatClientRun",
+            "summary": "Refresh the lease without driving (for a driver inside a long body)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "responses": _responses({"200": ("The lease's whole TTL as of this beat.", _ref("LeaseLapse"))},
+                                    "BadRequest", "UnknownRun",
+                                    extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN}),
+        },
+    },
+    "/v1/client-runs/{run_id}/log": {
+        "get": {
+            "operationId": "getClientRunLog",
+            "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
+            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+            "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/client-runs/{run_id}/model-step": {
+        "post": {
+            "operationId": "clientRunModelStep",
+            "summary": "The daemon performs the model call at `seq` (intent first); a retry of a completed step "
+                       "answers from the log, a dangling one is issued again",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ModelStep")),
+            "responses": _responses(
+                {"200": ("The completion (performed now, or recorded before).", _ref("ModelStepDone"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "409": _error("Another event or request at `seq`, or `seq` beyond the log.", "divergence"),
+                       "502": _error("The provider failed; the intent stays open and the same step retries it.",
+                                     "model_execution"),
+                       "503": _error("No model is configured; nothing recorded.", "model_executor_unavailable")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/tool-step": {
+        "post": {
+            "operationId": "clientRunToolStep",
+            "summary": "The daemon performs the registry tool call at `seq` with the registered effect; retries "
+                       "follow the effect table",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ToolStep")),
+            "responses": _responses(
+                {"200": ("The tool's output (performed now, or recorded before).", _ref("ToolStepDone"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "404": _error("No such client-driven run, or no such tool.", "unknown_run", "unknown_tool"),
+                       "409": _error("Another call at `seq`, or a dangling write (`details.intent`).",
+                                     "divergence", "needs_reconciliation"),
+                       "502": _error("Every attempt failed; the intent stays open.", "tool_execution")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-tool-intent": {
+        "post": {
+            "operationId": "clientToolIntent",
+            "summary": "Open a call the client performs itself: recorded write-ahead, its key derived by the daemon",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientToolIntent")),
+            "responses": _responses(
+                {"200": ("Open (`settled` false) or already completed (`settled` true, with `output`).", _ref("ClientToolOpened"))},
+                "BadRequest", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "404": _error("No such client-driven run, or no such declared tool.", "unknown_run", "unknown_tool"), "409": _error("Another event at `seq`, `seq` beyond the log, or the declared key held by an open call.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-tool-completion": {
+        "post": {
+            "operationId": "clientToolCompletion",
+            "summary": "Record what the client's own call returned, or how it failed, once the declaration allows and accepts it",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientToolCompletion")),
+            "responses": _responses(
+                {"200": ("Recorded.", _ref("Completed"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a completion the declaration does not let the client record.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a tool intent at `seq`.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-model-intent": {
+        "post": {
+            "operationId": "clientModelIntent",
+            "summary": "Open a model call the client makes with its own key (the hash is the client's claim)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientModelIntent")),
+            "responses": _responses(
+                {"200": ("Open, or already completed (with `response` and `usage`).", _ref("ClientModelOpened"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("Another request or a salvor-performed call at `seq`, or `seq` beyond the log.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/client-model-completion": {
+        "post": {
+            "operationId": "clientModelCompletion",
+            "summary": "Record what the client's own model call returned (usage required)",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ClientModelCompletion")),
+            "responses": _responses(
+                {"200": ("Recorded.", _ref("Completed"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a call salvor performed.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a model intent at `seq`.", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/resolve": {
+        "post": {
+            "operationId": "clientResolve",
+            "summary": "The driver records what its dangling write did (checked against the declaration); it keeps its lease",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("ResolveOutput")),
+            "responses": _responses(
+                {"200": ("Recorded; the run is drivable again.", _ref("ClientResolved"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("No dangling write to resolve.", "wrong_state", "divergence")},
+            ),
+        },
+    },
+    "/v1/client-runs/{run_id}/events": {
+        "post": {
+            "operationId": "appendClientRunEvents",
+            "summary": "The guarded append: control and context events the client's cursor produced, checked "
+                       "whole before anything is written",
+            "parameters": [*_RUN, _DRIVE_TOKEN],
+            "requestBody": _body(_ref("AppendEvents")),
+            "responses": _responses(
+                {"200": ("Appended (a byte-identical retry is reported and changes nothing).", _ref("Appended"))},
+                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
+                       "409": _error("Not the legal next event, or other bytes at a recorded seq.", "divergence"),
+                       "422": _error("A model or tool event: those have endpoints of their own.",
+                                     "unsupported_event_kind")},
             ),
         },
     },

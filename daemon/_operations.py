@@ -45,7 +45,7 @@ from ._mcp_tools import McpBuildError, check_buildable
 from ._model_proxy import ModelProxy
 from ._port_claims import PortClaims
 from ._run_context import utc_now
-from ._store_access import StoreAccess
+from ._store_access import StoreAccess, claim_to_settle
 from ._tools import ToolRegistry
 
 MISSING: Any = object()
@@ -325,13 +325,21 @@ class Runtime:
         view = await self.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
             if view.pending is not None:
+                then = (
+                    "its client performs it again on its next drive, and it needs nobody"
+                    if view.driven_by == "client" else f"`salvor resume {run_id}` finishes it"
+                )
                 raise wrong_state(
                     f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
-                    f"at seq {view.pending.seq} is safe to perform again, so `salvor resume {run_id}` finishes it"
+                    f"at seq {view.pending.seq} is safe to perform again, so {then}"
                 )
             raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
+        seq = view.pending.seq
+        # A write that claimed its idempotency identity is settled with it, so
+        # a later call under the same key copies this outcome.
+        settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
         _, view = await self.access.append(
-            run_id, [ToolCallCompleted(seq=view.pending.seq, output=output, settled_by="operator")], view
+            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by="operator")], view, settle=settle
         )
         return view
 

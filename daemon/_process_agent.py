@@ -38,6 +38,7 @@ from ._model_proxy import (
     recorded_calls,
     resolve_upstream,
 )
+from ._orphans import MARK_VAR, store_fingerprint
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -165,6 +166,9 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     session = await open_session(access, ctx, log, agent, proxy, environ)
     capability = proxy.attach(session)
     env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
+    # The mark goes on after the definition's env: it is ours, not the
+    # agent's, and a restarted salvor finds an orphan of this drive by it.
+    env[MARK_VAR] = store_fingerprint(access.store.url)
     tail = _Tail(STDERR_TAIL_BYTES)
     timed_out = False
     try:

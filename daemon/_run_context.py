@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import trio
 from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
@@ -54,7 +53,15 @@ from salvor.protocol import (
 
 from ._model_gateway import ModelCallError, ModelGateway
 from ._store_access import StoreAccess
-from ._tools import ATTEMPTS, OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
+from ._tools import (
+    DispatchFailed,
+    NotPerformed,
+    OutcomeUnknown,
+    SleepUntil,
+    Suspend,
+    Tool,
+    dispatch,
+)
 
 
 class Parked(Exception):
@@ -83,6 +90,22 @@ def utc_now() -> datetime:
 def tool_error(kind: str, message: str, attempts: int) -> dict:
     """The ``__salvor_error`` sentinel a failed tool call records as its output."""
     return {TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}}
+
+
+def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
+    """What a tool's outcome records as its output: a parking outcome becomes its sentinel."""
+    if isinstance(outcome, Suspend):
+        try:
+            check_schema(outcome.input_schema)
+        except MalformedEvent as exc:
+            return tool_error("output_serialization", f"suspension schema: {exc.message}", attempt)
+        body = {"reason": outcome.reason, "input_schema": outcome.input_schema}
+        if outcome.kind is not None:
+            body["kind"] = outcome.kind
+        return {TOOL_SUSPEND_KEY: body}
+    if isinstance(outcome, SleepUntil):
+        return {TOOL_SLEEP_KEY: {"wake_at": format_instant(outcome.wake_at)}}
+    return outcome
 
 
 class RunContext:
@@ -209,8 +232,10 @@ class RunContext:
         ``idempotent`` intent is executed again under its recorded key; an
         open ``write`` parks the run in needs_reconciliation, and so does a
         write whose handler could not learn its outcome (``OutcomeUnknown``).
-        A handler that raises ``DriveInterrupted`` leaves its intent open and
-        ends the drive.
+
+        Raises:
+            DriveInterrupted: the handler could not perform the call now
+                (``NotPerformed``); its intent stays open for the next drive.
         """
         key = None
         if tool.effect is Effect.IDEMPOTENT:
@@ -232,6 +257,8 @@ class RunContext:
             except OutcomeUnknown:
                 # Sent and never answered: the open intent is the honest record.
                 await self.park(RunState.NEEDS_RECONCILIATION)
+            except NotPerformed as exc:
+                raise DriveInterrupted(exc.message) from None
             self._held.append(ToolCallCompleted(seq=seq, output=output))
         return await self._after_tool(output)
 
@@ -240,44 +267,11 @@ class RunContext:
             validate(tool.input_schema, tool_input, what=f"the input of tool {tool.name}")
         except SchemaViolation as exc:
             return tool_error("invalid_input", exc.message, 1)
-        attempts = ATTEMPTS[tool.effect]
-        for attempt in range(1, attempts + 1):
-            try:
-                outcome = await tool.handler(
-                    tool_input, ToolCall(run_id=self.run_id, seq=seq, idempotency_key=key, attempt=attempt)
-                )
-            except DriveInterrupted:
-                raise
-            except OutcomeUnknown as exc:
-                if tool.effect is Effect.WRITE:
-                    raise
-                if attempt == attempts:
-                    return tool_error("handler", exc.message, attempt)
-            except ToolFailed as exc:
-                if not exc.retryable or attempt == attempts:
-                    return tool_error("handler", exc.message, attempt)
-            except Exception as exc:  # noqa: BLE001 -- a tool's own bug: recorded as its failure, never a crash of the run
-                if attempt == attempts:
-                    return tool_error("handler", f"{type(exc).__name__}: {exc}", attempt)
-            else:
-                return self._outcome_output(tool, outcome, attempt)
-            await trio.sleep(min(0.05 * 2**attempt, 1.0))
-        raise AssertionError("unreachable: the last attempt always returns")
-
-    @staticmethod
-    def _outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
-        if isinstance(outcome, Suspend):
-            try:
-                check_schema(outcome.input_schema)
-            except MalformedEvent as exc:
-                return tool_error("output_serialization", f"suspension schema: {exc.message}", attempt)
-            body = {"reason": outcome.reason, "input_schema": outcome.input_schema}
-            if outcome.kind is not None:
-                body["kind"] = outcome.kind
-            return {TOOL_SUSPEND_KEY: body}
-        if isinstance(outcome, SleepUntil):
-            return {TOOL_SLEEP_KEY: {"wake_at": format_instant(outcome.wake_at)}}
-        return outcome
+        try:
+            outcome, attempt = await dispatch(tool, tool_input, run_id=self.run_id, seq=seq, key=key)
+        except DispatchFailed as failed:
+            return tool_error("handler", failed.message, failed.attempts)
+        return outcome_output(tool, outcome, attempt)
 
     async def _after_tool(self, output: Any) -> Any:
         if not isinstance(output, dict):

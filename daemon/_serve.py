@@ -16,7 +16,7 @@ import logging
 import signal
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -25,12 +25,15 @@ from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import CodedError
 
 from ._api import ServerState, create_app
+from ._client_steps import open_model_executor
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
+from ._leases import DEFAULT_TTL_SECONDS, LeaseRegistry
 from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
+from ._orphans import sweep_orphans
 from ._store_access import open_store_access
 from ._tools import ToolRegistry
 
@@ -58,6 +61,10 @@ class ServeConfig:
     proxy_port: int = 0
     # Process agents registered over HTTP run commands here: the operator opts in.
     allow_process_agents: bool = False
+    # How long a client-driven run's drive token holds without a driving call.
+    lease_ttl: float = DEFAULT_TTL_SECONDS
+    # Client-performed tool declarations (--client-tool), by name.
+    client_tools: dict = field(default_factory=dict)
     # How often a drive restarts a process agent a signal killed before it
     # leaves the run for a resume.
     process_restarts: int = 3
@@ -134,7 +141,15 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     """
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
-    async with open_store_access(config.store_url) as access, open_model_proxy(config.proxy_port) as proxy:
+    async with (
+        open_store_access(config.store_url) as access,
+        open_model_proxy(config.proxy_port) as proxy,
+        open_model_executor() as executor,
+    ):
+        # Before anything can drive a run: the agents an earlier daemon over
+        # this store left running when it was killed would otherwise run on
+        # beside the copies recovery starts.
+        await sweep_orphans(access.store.url)
         runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts)
         hub = EventHub()
         access.on_commit.append(hub.publish)
@@ -147,7 +162,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     stream_poll_seconds=config.stream_poll_seconds,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
-                                    allow_process_agents=config.allow_process_agents)
+                                    allow_process_agents=config.allow_process_agents,
+                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
+                                    client_tools=dict(config.client_tools))
                 if on_state is not None:
                     on_state(state)
                 hyper = HypercornConfig()

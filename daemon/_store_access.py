@@ -138,3 +138,13 @@ async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIter
         with trio.CancelScope(shield=True):
             await access._stop()
             await trio.to_thread.run_sync(store.close)
+
+
+async def claim_to_settle(access: StoreAccess, run_id: str, seq: int, key: str | None) -> str | None:
+    """The idempotency identity a completion at ``seq`` settles: only one this very intent claimed."""
+    if key is None:
+        return None
+    claim = await access.read(access.store.get_claim, key)
+    if claim is not None and claim.state == "open" and (claim.run_id, claim.seq) == (run_id, seq):
+        return key
+    return None

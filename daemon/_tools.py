@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import trio
 from salvor.protocol import Effect
 
 
@@ -63,6 +64,19 @@ class OutcomeUnknown(Exception):
         self.message = message
 
 
+class NotPerformed(Exception):
+    """The handler could not perform the call now, and nothing of it happened.
+
+    The runtime leaves the call's intent open and ends the drive; the next
+    drive performs it again. Only for calls without an effect to fear (a
+    read): an open write intent is needs_reconciliation whatever the reason.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 Handler = Callable[[Any, ToolCall], Awaitable[Any]]
 
 
@@ -102,3 +116,47 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+
+class DispatchFailed(Exception):
+    """Every attempt a tool's effect allows failed; ``message`` is the last failure."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+
+
+async def dispatch(tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: str | None) -> tuple[Any, int]:
+    """Run a tool's handler, retried as its effect allows; the outcome and the attempt that gave it.
+
+    A read or idempotent tool is tried up to three times (an idempotent one
+    under the same key every time); a write once, since its failure may
+    hide a landed effect.
+
+    Raises:
+        DispatchFailed: the last attempt failed (or a failure said retrying cannot help).
+        OutcomeUnknown: a write's handler sent it and got no answer.
+        NotPerformed: the handler could not perform the call now.
+    """
+    attempts = ATTEMPTS[tool.effect]
+    for attempt in range(1, attempts + 1):
+        try:
+            outcome = await tool.handler(tool_input, ToolCall(run_id=run_id, seq=seq, idempotency_key=key, attempt=attempt))
+        except NotPerformed:
+            raise
+        except OutcomeUnknown as exc:
+            if tool.effect is Effect.WRITE:
+                raise  # the caller leaves the intent open: never guessed, never retried
+            if attempt == attempts:
+                raise DispatchFailed(exc.message, attempt) from None
+        except ToolFailed as exc:
+            if not exc.retryable or attempt == attempts:
+                raise DispatchFailed(exc.message, attempt) from None
+        except Exception as exc:  # noqa: BLE001 -- a tool's own bug is its failure, never a crash of the caller
+            if attempt == attempts:
+                raise DispatchFailed(f"{type(exc).__name__}: {exc}", attempt) from None
+        else:
+            return outcome, attempt
+        await trio.sleep(min(0.05 * 2**attempt, 1.0))
+    raise AssertionError("unreachable: the last attempt always returns or raises")

@@ -6,6 +6,10 @@ re-drives the run by itself: it starts the agent again, the proxy answers the
 first call from the log, re-issues the cut one, and the run completes. No
 completed call is served twice, and no byte of the upstream key reaches the
 store or the daemon's output.
+
+The first agent outlives the killed daemon (it runs in a process group of its
+own, and its client keeps retrying the vanished proxy); the restarted daemon
+must kill it before it starts the second copy.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +28,7 @@ import pytest
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.test_process_agent import AGENT, PLAN, SECRET
+from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill
@@ -44,7 +50,9 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
     pidfile = tmp_path / "agent.pid"
     definition = (
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "anthropic-stream"])}\n'
-        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\n'
+        # Retries keep an orphan alive after its proxy vanished, as a real
+        # client's would: it must not die of its own accord before the check.
+        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\nRETRIES = "50"\n'
     )
     first_agent = None
     try:
@@ -56,7 +64,11 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
             first_agent = int(pidfile.read_text())
             daemon.kill()
             release.set()
+            assert not gone(first_agent), "the first agent died with the daemon; nothing left to sweep"
             daemon.start()
+            # READY comes after recovery, and the sweep runs before recovery.
+            assert wait_gone(first_agent, 5), "the orphaned first agent is still running after the restart"
+            assert f"run {run_id}: killed agent process {first_agent} " in daemon.log(1)
             deadline = time.monotonic() + 60
             while True:
                 body = client.get(f"/v1/runs/{run_id}").json()
@@ -86,4 +98,51 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
                 os.kill(first_agent, signal.SIGKILL)  # an orphan of the killed daemon, if it outlived it
             except ProcessLookupError:
                 pass
+        provider.stop()
+
+
+def test_resume_after_a_sigkilled_cli_drive_kills_the_orphaned_agent_first(tmp_path: Path, store_url: str) -> None:
+    """`salvor run` is killed mid-call; its agent lives on; `salvor resume` kills it before starting another."""
+    release = threading.Event()
+
+    def on_call(call) -> None:
+        if call.index == 1:
+            release.wait(30)
+
+    provider = ScriptedProvider(tool_loop_script(PLAN, final_text="settled"), on_call=on_call)
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    pidfile = tmp_path / "agent.pid"
+    agent_file = tmp_path / "agent.toml"
+    agent_file.write_text(
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "openai"])}\n'
+        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\nRETRIES = "50"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
+    env.update(SALVOR_STORE=store_url, SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
+    run_id = "5a1f0000-0000-4000-8000-000000000001"
+    cli = [sys.executable, "-m", "salvor.daemon._cli"]
+    first_agent = None
+    driver = subprocess.Popen([*cli, "run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        provider.wait_for_calls(2, 30)
+        first_agent = int(pidfile.read_text())
+        driver.kill()
+        driver.wait()
+        release.set()
+        assert not gone(first_agent), "the first agent died with its driver; nothing left to sweep"
+        resumed = subprocess.run([*cli, "resume", run_id], env=env, capture_output=True, text=True,
+                                 timeout=120, check=False)
+        assert resumed.returncode == 0, resumed
+        assert wait_gone(first_agent, 5), "the orphaned first agent is still running after the resume"
+        assert f"run {run_id}: killed agent process {first_agent} " in resumed.stderr
+        assert resumed.stdout.startswith(f"run {run_id} completed: "), resumed.stdout
+        assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
+    finally:
+        release.set()
+        if driver.poll() is None:
+            driver.kill()
+        if first_agent is not None and not gone(first_agent):
+            os.kill(first_agent, signal.SIGKILL)
         provider.stop()

@@ -41,6 +41,10 @@ DOCUMENT = openapi_document()
 BASE = "urn:salvor:openapi"
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
+STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
+# Covered by tests/server/test_client_performed.py (they need declared client tools).
+CLIENT_PERFORMED_PATHS = tuple(f"/v1/client-runs/{{run_id}}/{name}" for name in (
+    "client-tool-intent", "client-tool-completion", "client-model-intent", "client-model-completion", "resolve"))
 
 REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
 GATED = {  # as JSON, with a name
@@ -264,9 +268,51 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     listing = await call(api, "GET", "/v1/runs", expect=200)
     assert {entry["status"]["state"] for entry in listing["runs"]} >= {"completed", "abandoned"}
 
+    # -- client-driven runs --------------------------------------------------------------------------------
+    await call(api, "GET", "/v1/client-tools", expect=200)
+    opened = await call(api, "POST", "/v1/client-runs", expect=201)
+    client_run, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
+    head = {"run_id": client_run, "seq": 0, "schema_version": 1, "recorded_at": "2026-01-01T00:00:00.000000Z",
+            "event": {"kind": "RunStarted", "payload": {"agent_def_hash": refund, "input": None}}}
+    events = "/v1/client-runs/{run_id}/events"
+    await call(api, "POST", events, expect=401, run_id=client_run, json={"events": [head]})
+    await call(api, "POST", events, expect=403, run_id=client_run, json={"events": [head]},
+               headers={"X-Drive-Token": "dt_wrong"})
+    await call(api, "POST", events, expect=422, run_id=client_run, headers=token, json={"events": [
+        {**head, "event": {"kind": "ModelCallRequested", "payload": {"request_hash": "sha256:" + "0" * 64}}}]})
+    await call(api, "POST", events, expect=409, run_id=client_run, headers=token,
+               json={"events": [{**head, "seq": 3}]})
+    await call(api, "POST", events, expect=400, run_id=client_run, headers=token, json={"events": []})
+    await call(api, "POST", events, expect=404, run_id=MISSING_RUN, headers=token, json={"events": [head]})
+    await call(api, "POST", events, expect=200, run_id=client_run, headers=token, json={"events": [head]})
+    await call(api, "POST", "/v1/client-runs", expect=409, json={"run_id": client_run})
+    await call(api, "POST", "/v1/client-runs", expect=409, json={"run_id": completed})
+    await call(api, "POST", "/v1/client-runs", expect=400, json={"record_prompts": "yes"})
+    assert (await call(api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run},
+                       headers=token))["drive_token"] == token["X-Drive-Token"]
+    await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=200, run_id=client_run, params={"from_seq": "0"})
+    await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=404, run_id=completed)
+    await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=400, run_id="not-a-uuid")
+    beat = "/v1/client-runs/{run_id}/heartbeat"
+    await call(api, "POST", beat, expect=200, run_id=client_run, headers=token)
+    await call(api, "POST", beat, expect=401, run_id=client_run)
+    await call(api, "POST", beat, expect=403, run_id=client_run, headers={"X-Drive-Token": "dt_wrong"})
+    await call(api, "POST", beat, expect=404, run_id=MISSING_RUN, headers=token)
+    await call(api, "POST", beat, expect=400, run_id="not-a-uuid")
+    release = "/v1/client-runs/{run_id}/release"
+    await call(api, "POST", release, expect=403, run_id=client_run)
+    await call(api, "POST", release, expect=400, run_id="not-a-uuid")
+    assert (await call(api, "POST", release, expect=200, run_id=client_run, headers=token))["released"] is True
+    await call(api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run})
+
     # -- oversized bodies, on every route that reads one -----------------------------------------------------
-    for template, headers in (("/v1/agents", toml), ("/v1/runs", {}), (resume, {}), (resolve, {}), (abandon, {})):
-        await call(api, "POST", template, expect=413, run_id=completed, content=OVERSIZED,
+    retaken = await call(api, "POST", "/v1/client-runs", expect=201, json={"run_id": MISSING_RUN})
+    for template, headers in (("/v1/agents", toml), ("/v1/runs", {}), (resume, {}), (resolve, {}), (abandon, {}),
+                              ("/v1/client-runs", {}), (events, {"X-Drive-Token": retaken["drive_token"]})):
+        run_id = MISSING_RUN if template == events else completed
+        await call(api, "POST", template, expect=413, run_id=run_id, content=OVERSIZED,
                    headers={"Content-Type": "application/json", **headers})
 
-    assert not contract.unreached(), f"documented but never answered: {sorted(contract.unreached())}"
+    # The server-performed steps need a model executor; tests/server/test_client_steps.py covers them.
+    unreached = {seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS}
+    assert not unreached, f"documented but never answered: {sorted(unreached)}"

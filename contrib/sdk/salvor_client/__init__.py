@@ -1,0 +1,258 @@
+"""A client for salvor's client-driven runs: your loop, salvor's durable log.
+
+The loop lives in your process; the daemon keeps the log, checks every
+append, performs the steps that need its keys (``model_step``,
+``tool_step``) and records the ones you perform yourself (``client_tool``,
+``client_model``). ``ClientRun`` keeps a cursor over the run's log, so a loop
+that crashed simply runs again from the top: every step already recorded is
+answered from the log (nothing is paid for or performed twice) and the loop
+carries on live where the log ends.
+
+Works under trio and asyncio alike (httpx and anyio underneath)::
+
+    async with ClientRun("http://127.0.0.1:8420") as run:
+        if not run.started:
+            await run.start(agent="sha256:...", input={"task": "..."})
+        answer = await run.model_step({"model": "...", "max_tokens": 512, "messages": [...]})
+        ...
+        await run.complete({"reply": "..."})
+
+Leaving the ``async with`` (normally or by an exception) hands the lease
+back, so the next process can pick the run up at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Self
+
+import anyio
+import httpx
+
+__all__ = ["ClientRun", "SalvorError"]
+
+SCHEMA_VERSION = 1
+
+
+class SalvorError(Exception):
+    """The daemon refused a call: ``status``, ``code`` and ``details`` are its error envelope's."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+
+class ClientRun:
+    """One client-driven run, driven through one lease.
+
+    Args:
+      base_url: the daemon, e.g. ``http://127.0.0.1:8420``.
+      run_id: a run to open again (after a crash or a restart); None mints a new one.
+      auth_token: the daemon's bearer token, when it was started with ``--auth-token``.
+      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here).
+    """
+
+    def __init__(self, base_url: str, *, run_id: str | None = None, auth_token: str | None = None,
+                 client: httpx.AsyncClient | None = None, timeout: float = 120.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.run_id = run_id
+        self.token: str | None = None
+        self.log: list[dict] = []
+        self.cursor = 0
+        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+        self._client = client
+        self._owns_client = client is None
+        self._timeout = timeout
+
+    # -- the lease --------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.release()
+        finally:
+            if self._owns_client and self._client is not None:
+                await self._client.aclose()
+
+    async def open(self, *, record_prompts: bool = False) -> list[dict]:
+        """Open (or adopt) the run and rebuild the cursor from its recorded log; returns the log."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+        body: dict[str, Any] = {"record_prompts": record_prompts}
+        if self.run_id is not None:
+            body["run_id"] = self.run_id
+        answer = await self._post("/v1/client-runs", body)
+        self.run_id, self.token, self.log = answer["run"], answer["drive_token"], answer["log"]
+        self.cursor = 0
+        return self.log
+
+    async def release(self) -> bool:
+        """Hand the lease back (idempotent)."""
+        if self.token is None or self._client is None:
+            return False
+        answer = await self._post(f"/v1/client-runs/{self.run_id}/release", None)
+        self.token = None
+        return answer["released"]
+
+    async def heartbeat(self) -> int:
+        """Say "still here" inside a long body; returns the seconds the lease now lasts."""
+        return (await self._post(f"/v1/client-runs/{self.run_id}/heartbeat", None))["lapses_in_seconds"]
+
+    @asynccontextmanager
+    async def keep_alive(self, every: float | None = None) -> AsyncIterator[None]:
+        """Heartbeat in the background for the body of the ``async with`` (a long tool, a long render)."""
+        interval = every if every is not None else max(0.5, (await self.heartbeat()) / 3)
+        async with anyio.create_task_group() as beats:
+
+            async def beat() -> None:
+                while True:
+                    await anyio.sleep(interval)
+                    await self.heartbeat()
+
+            beats.start_soon(beat)
+            try:
+                yield
+            finally:
+                beats.cancel_scope.cancel()
+
+    # -- the cursor ---------------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return bool(self.log)
+
+    def _recorded(self, kind: str) -> dict | None:
+        """The recorded event at the cursor when it is ``kind`` (a replayed step), else None."""
+        if self.cursor < len(self.log):
+            envelope = self.log[self.cursor]
+            if envelope["event"]["kind"] != kind:
+                raise SalvorError(409, "divergence", f"the loop asks for a {kind} where the log has "
+                                                      f"{envelope['event']['kind']} at seq {self.cursor}")
+            return envelope["event"]["payload"]
+        return None
+
+    def _completion(self, seq: int) -> dict | None:
+        for envelope in self.log[seq + 1:]:
+            if envelope["event"]["kind"] in ("ModelCallCompleted", "ToolCallCompleted") and \
+                    envelope["event"]["payload"]["seq"] == seq:
+                return envelope["event"]["payload"]
+        return None
+
+    async def append(self, kind: str, payload: dict) -> dict:
+        """Record one control event at the cursor (a replay re-sends what is recorded: a no-op)."""
+        recorded = self._recorded(kind)
+        if recorded is not None:
+            self.cursor += 1
+            return recorded
+        envelope = {"run_id": self.run_id, "seq": self.cursor, "schema_version": SCHEMA_VERSION,
+                    "recorded_at": _now(), "event": {"kind": kind, "payload": payload}}
+        await self._post(f"/v1/client-runs/{self.run_id}/events", {"events": [envelope]})
+        self.log.append(envelope)
+        self.cursor += 1
+        return payload
+
+    async def start(self, *, agent: str, input: Any = None, labels: dict[str, str] | None = None) -> None:
+        payload: dict[str, Any] = {"agent_def_hash": agent, "input": input}
+        if labels:
+            payload["labels"] = labels
+        await self.append("RunStarted", payload)
+
+    async def now(self) -> str:
+        """A clock reading, recorded; a replay reads the recorded one back."""
+        return (await self.append("NowObserved", {"now": _now()}))["now"]
+
+    async def complete(self, output: Any) -> None:
+        await self.append("RunCompleted", {"output": output})
+
+    async def fail(self, error: str) -> None:
+        await self.append("RunFailed", {"error": error})
+
+    # -- steps ------------------------------------------------------------------------------------------
+
+    async def model_step(self, request: dict) -> dict:
+        """The daemon calls the model (it holds the key); ``{"response", "usage"}``."""
+        return await self._step("model-step", {"seq": self.cursor, "request": request})
+
+    async def tool_step(self, tool: str, input: Any, idempotency_key: str | None = None) -> Any:
+        """The daemon performs one of its registered tools; its output."""
+        body = {"seq": self.cursor, "tool": tool, "input": input, "idempotency_key": idempotency_key}
+        return (await self._step("tool-step", body))["output"]
+
+    async def client_tool(self, tool: str, input: Any, perform: Callable[[Any, str], Awaitable[Any]]) -> Any:
+        """A declared tool this process performs itself, write-ahead: ``perform(input, key)`` runs only
+        when the call is not already settled, under the key the daemon derived; a failure is recorded as
+        the call's error and raised again."""
+        seq = self.cursor
+        opened = await self._post(f"/v1/client-runs/{self.run_id}/client-tool-intent",
+                                  {"seq": seq, "tool": tool, "input": input})
+        if opened["settled"]:
+            await self._advance_past(seq)
+            return opened["output"]
+        try:
+            async with self.keep_alive():
+                output = await perform(input, opened["idempotency_key"])
+        except Exception as exc:
+            await self._post(f"/v1/client-runs/{self.run_id}/client-tool-completion",
+                             {"seq": seq, "error": {"message": f"{type(exc).__name__}: {exc}"}})
+            await self._advance_past(seq)
+            raise
+        await self._post(f"/v1/client-runs/{self.run_id}/client-tool-completion", {"seq": seq, "output": output})
+        await self._advance_past(seq)
+        return output
+
+    async def _step(self, name: str, body: dict) -> dict:
+        seq = self.cursor
+        answer = await self._post(f"/v1/client-runs/{self.run_id}/{name}", body)
+        await self._advance_past(seq)
+        return answer
+
+    async def _advance_past(self, seq: int) -> None:
+        """Move the cursor past the intent at ``seq`` and its completion, reading the log's tail when needed."""
+        if self._completion(seq) is None:
+            tail = await self._get(f"/v1/client-runs/{self.run_id}/log", {"from_seq": len(self.log)})
+            self.log.extend(tail["log"])
+        completion_at = next(
+            (i for i, e in enumerate(self.log) if i > seq and e["event"]["kind"] in ("ModelCallCompleted",
+                                                                                   "ToolCallCompleted")
+             and e["event"]["payload"]["seq"] == seq),
+            None,
+        )
+        if completion_at is None:
+            raise SalvorError(409, "divergence", f"the call at seq {seq} has no completion in the log")
+        self.cursor = completion_at + 1
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+
+    async def _post(self, path: str, body: Any) -> dict:
+        headers = dict(self._headers)
+        if self.token:
+            headers["X-Drive-Token"] = self.token
+        if body is None:
+            return _answer(await self._client.post(self.base_url + path, headers=headers))
+        return _answer(await self._client.post(self.base_url + path, json=body, headers=headers))
+
+    async def _get(self, path: str, params: dict) -> dict:
+        return _answer(await self._client.get(self.base_url + path, params=params, headers=self._headers))
+
+
+def _answer(reply: httpx.Response) -> dict:
+    try:
+        body = reply.json()
+    except ValueError:
+        body = None
+    if reply.status_code >= 400:
+        error = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+        raise SalvorError(reply.status_code, error.get("code", "http_error"), error.get("message", reply.text[:300]),
+                          error.get("details"))
+    return body
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+

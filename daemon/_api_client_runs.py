@@ -1,0 +1,272 @@
+"""``/v1/client-runs``: runs whose loop lives in a client while the daemon keeps the log.
+
+The client opens a run and gets a drive token (a lease, see ``_leases``);
+it appends the control and context events its own cursor produces through
+the guarded append, which re-checks every event against the append guard
+before anything is written. Model and tool events never come through the
+generic append: they have endpoints of their own, where the daemon decides
+effects and keys.
+
+Every refusal records nothing: a batch is validated whole before its first
+event is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from quart import request
+from quart_trio import QuartTrio
+from salvor.protocol import (
+    EMPTY_VIEW,
+    Envelope,
+    EventKind,
+    GuardRefusal,
+    MalformedEvent,
+    SchemaViolation,
+    check_labels,
+    decode_envelope,
+    encode_payload,
+)
+
+from ._client_performed import (
+    check_resolution,
+    declared,
+    model_completion,
+    model_intent,
+    tool_completion,
+    tool_intent,
+)
+from ._client_steps import model_step, tool_step
+from ._errors import OperationRefused, bad_request, unknown_run
+from ._http import json_object, json_response
+from ._operations import parse_run_id
+
+# What the client's own cursor emits: no secret, no outside effect.
+APPENDABLE = frozenset({
+    EventKind.RUN_STARTED, EventKind.NOW_OBSERVED, EventKind.RANDOM_OBSERVED, EventKind.SUSPENDED,
+    EventKind.RESUMED, EventKind.SLEEP_STARTED, EventKind.SLEEP_COMPLETED, EventKind.BUDGET_EXCEEDED,
+    EventKind.RUN_COMPLETED, EventKind.RUN_FAILED,
+})
+MAX_EVENTS_PER_APPEND = 1024
+TOKEN_HEADER = "X-Drive-Token"
+
+
+def _stamped(envelope: Envelope) -> Envelope:
+    """The client's event as this server records it: a head is marked client-driven."""
+    event = envelope.event
+    if event.KIND is EventKind.RUN_STARTED and event.driven_by != "client":
+        try:
+            event = dataclasses.replace(event, driven_by="client")
+        except MalformedEvent as exc:
+            raise bad_request(f"the RunStarted at seq {envelope.seq}: {exc.message}") from None
+    return dataclasses.replace(envelope, event=event)
+
+
+def _read_batch(body: dict, run_id: str) -> list[Envelope]:
+    """The batch decoded and checked on its own (kinds, run ids, labels), before any store read."""
+    raw = body["events"]
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("`events` must be a non-empty array of event envelopes")
+    if len(raw) > MAX_EVENTS_PER_APPEND:
+        raise OperationRefused("payload_too_large", 413,
+                               f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
+    batch = []
+    for index, item in enumerate(raw):
+        try:
+            envelope = decode_envelope(item)
+        except MalformedEvent as exc:
+            raise bad_request(f"events[{index}]: {exc.message}") from None
+        if envelope.run_id != run_id:
+            raise bad_request(f"events[{index}] is for run {envelope.run_id}, not {run_id}")
+        kind = envelope.event.KIND
+        if kind not in APPENDABLE:
+            raise OperationRefused(
+                "unsupported_event_kind", 422,
+                f"events[{index}] is a {kind.value}: model and tool events are recorded through the model-step, "
+                f"tool-step and client-tool endpoints, never appended by hand",
+            )
+        if kind is EventKind.RUN_STARTED:
+            try:
+                check_labels(envelope.event.labels)
+            except SchemaViolation as exc:
+                raise bad_request(f"events[{index}]: {exc.message}") from None
+        batch.append(_stamped(envelope))
+    return batch
+
+
+def add_client_run_routes(app: QuartTrio, state) -> None:
+    runtime = state.runtime
+    leases = state.leases
+
+    async def client_driven(run_id: str) -> bool:
+        """Whether the run is a client's: opened here, or its head says so."""
+        if leases.opened(run_id):
+            return True
+        view = await runtime.access.read(runtime.access.store.read_view, run_id)
+        return view is not None and view.driven_by == "client"
+
+    # Per run, whether a server-performed model step keeps its request body
+    # (said at open; a re-open by the holder keeps what it was opened with).
+    record_prompts: dict[str, bool] = {}
+
+    def presented() -> str | None:
+        return request.headers.get(TOKEN_HEADER)
+
+    async def driving(run_id: str) -> str:
+        """The canonical run id of a driving call, once its run and its drive token check out."""
+        run_id = parse_run_id(run_id)
+        if not await client_driven(run_id):
+            raise unknown_run(run_id)
+        leases.check(run_id, presented())
+        return run_id
+
+    def step_seq(body: dict) -> int:
+        seq = body["seq"]
+        if type(seq) is not int or seq < 0:
+            raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
+        return seq
+
+    @app.post("/v1/client-runs")
+    async def open_client_run():
+        body = await json_object(allowed={"agent", "input", "run_id", "record_prompts"}, optional_body=True)
+        if "record_prompts" in body and not isinstance(body["record_prompts"], bool):
+            raise bad_request("`record_prompts` must be true or false")
+        if "agent" in body and not isinstance(body["agent"], str):
+            raise bad_request("`agent` must be an agent hash string")
+        run_id = body.get("run_id")
+        if run_id is not None and not isinstance(run_id, str):
+            raise bad_request("`run_id` must be a UUID string")
+        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        view = await runtime.access.read(runtime.access.store.read_view, run_id)
+        if view is not None and view.driven_by != "client":
+            raise OperationRefused(
+                "run_exists", 409,
+                f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
+            )
+        fresh = view is None and not leases.opened(run_id)
+        held_by_caller = leases.holds(run_id)
+        token = leases.open(run_id, presented(), terminal=view is not None and view.terminal)
+        if not held_by_caller or run_id not in record_prompts:
+            record_prompts[run_id] = bool(body.get("record_prompts", False))
+        log = [] if view is None else await runtime.log(run_id)
+        return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
+                             201 if fresh else 200)
+
+    @app.post("/v1/client-runs/<run_id>/release")
+    async def release(run_id: str):
+        run_id = parse_run_id(run_id)
+        return json_response({"released": leases.release(run_id, presented())})
+
+    @app.post("/v1/client-runs/<run_id>/heartbeat")
+    async def heartbeat(run_id: str):
+        run_id = parse_run_id(run_id)
+        if not await client_driven(run_id):
+            raise unknown_run(run_id)
+        return json_response({"lapses_in_seconds": leases.heartbeat(run_id, presented())})
+
+    @app.get("/v1/client-runs/<run_id>/log")
+    async def client_log(run_id: str):
+        run_id = parse_run_id(run_id)
+        from_seq = request.args.get("from_seq", "0")
+        if not from_seq.isdigit():
+            raise bad_request("`from_seq` must be a whole number")
+        if not await client_driven(run_id):
+            raise unknown_run(run_id)
+        log = await runtime.access.read(runtime.access.store.read_log, run_id, int(from_seq))
+        return json_response({"log": [e.to_json() for e in log]})
+
+    @app.post("/v1/client-runs/<run_id>/model-step")
+    async def model_step_route(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
+        answer = await model_step(runtime.access, run_id, step_seq(body), body["request"],
+                                  record_prompts=record_prompts.get(run_id, False), executor=state.model_executor)
+        return json_response(answer)
+
+    @app.post("/v1/client-runs/<run_id>/tool-step")
+    async def tool_step_route(run_id: str):
+        run_id = await driving(run_id)
+        # `effect` is taken for shape parity and ignored: the registration decides it.
+        body = await json_object(allowed={"seq", "tool", "input", "idempotency_key", "effect"},
+                                 required={"seq", "tool"})
+        answer = await tool_step(runtime.access, runtime.registry, run_id, step_seq(body), body["tool"],
+                                 body.get("input"), body.get("idempotency_key"))
+        return json_response(answer)
+
+    @app.get("/v1/client-tools")
+    async def client_tools():
+        return json_response({"client_tools": [state.client_tools[name].to_json() for name in sorted(state.client_tools)]})
+
+    @app.post("/v1/client-runs/<run_id>/client-tool-intent")
+    async def client_tool_intent(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "tool", "input"}, required={"seq", "tool"})
+        tool = declared(state.client_tools, body["tool"])
+        return json_response(await tool_intent(runtime.access, tool, run_id, step_seq(body), body.get("input")))
+
+    @app.post("/v1/client-runs/<run_id>/client-tool-completion")
+    async def client_tool_completion(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "output", "error"}, required={"seq"})
+        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, step_seq(body), body))
+
+    @app.post("/v1/client-runs/<run_id>/client-model-intent")
+    async def client_model_intent(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"})
+        return json_response(await model_intent(runtime.access, run_id, step_seq(body), body["request_hash"],
+                                                body.get("request_body"), record_prompts=record_prompts.get(run_id, False)))
+
+    @app.post("/v1/client-runs/<run_id>/client-model-completion")
+    async def client_model_completion(run_id: str):
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"seq", "response", "usage"}, required={"seq", "response", "usage"})
+        return json_response(await model_completion(runtime.access, run_id, step_seq(body), body["response"],
+                                                    body["usage"]))
+
+    @app.post("/v1/client-runs/<run_id>/resolve")
+    async def client_resolve(run_id: str):
+        # The driver itself, token in hand: it keeps its lease.
+        run_id = await driving(run_id)
+        body = await json_object(allowed={"output"}, required={"output"})
+        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
+        await runtime.resolve(run_id, body["output"])
+        return json_response({"run": run_id, "resolved": True})
+
+    @app.post("/v1/client-runs/<run_id>/events")
+    async def append(run_id: str):
+        run_id = await driving(run_id)
+        batch = _read_batch(await json_object(allowed={"events"}, required={"events"}), run_id)
+        view = await runtime.access.read(runtime.access.store.read_view, run_id) or EMPTY_VIEW
+        recorded = {}
+        if batch[0].seq < view.next_seq:
+            recorded = {e.seq: e for e in await runtime.access.read(runtime.access.store.read_log, run_id, batch[0].seq)}
+        appended: list[int] = []
+        new: list[Envelope] = []
+        for envelope in batch:
+            known = recorded.get(envelope.seq)
+            if known is not None and not new:
+                # A retry of what is already recorded is a no-op; anything else there is a divergence.
+                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event) != encode_payload(envelope.event):
+                    raise GuardRefusal(
+                        f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
+                        f"the log is append-only"
+                    )
+                appended.append(envelope.seq)
+                continue
+            expected = view.next_seq + len(new)
+            if envelope.seq != expected:
+                raise GuardRefusal(
+                    f"events must be appended in order: seq {envelope.seq} is not the next position {expected} "
+                    f"of run {run_id}"
+                )
+            new.append(envelope)
+        if new:
+            if new[0].event.KIND is not EventKind.RUN_STARTED and view.next_seq == 0:
+                raise GuardRefusal(f"run {run_id} has no head yet: its first event must be a RunStarted")
+            envelopes, _ = await runtime.access.append(run_id, [e.event for e in new], view)
+            appended.extend(e.seq for e in envelopes)
+        return json_response({"appended": appended})
+

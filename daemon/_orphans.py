@@ -1,0 +1,119 @@
+"""Agent processes a killed salvor left behind, found by their mark and killed.
+
+A process agent runs in a process group of its own (so a timeout can kill
+the whole group), which also means it outlives a daemon that is SIGKILLed:
+nothing tears its group down. Left alone, that orphan keeps calling a proxy
+that is gone, or worse, keeps acting on the world while the restarted daemon
+starts a second copy of the same run.
+
+So every agent process carries a mark in its environment: ``SALVOR_DAEMON``,
+a short hash of the store URL (next to ``SALVOR_RUN_ID``, which names its
+run). Children inherit the environment, so they carry it too. Before
+``salvor serve`` recovers anything, and before ``salvor resume RUN`` drives
+a run, the live processes are scanned (``/proc/*/environ``, Linux only) and
+the process group of each marked one is SIGKILLed.
+
+Why the hash of the store URL: two daemons over different stores never
+touch each other's agents. Why PID reuse is harmless: the mark is read from
+the live process's own environment at the time of the sweep, so a recycled
+pid that now belongs to an unrelated process does not match. (The only gap
+is the instant between reading a process's environment and signalling its
+group.) A process we cannot read (another user's) is skipped.
+
+What this does not cover: an agent of the same store driven right now by a
+*different* live salvor process (a `salvor run` in another terminal while
+`salvor serve` starts) looks the same as an orphan and is killed; that run
+is left interrupted and recovers like any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import trio
+
+log = logging.getLogger("salvor.orphans")
+
+MARK_VAR = "SALVOR_DAEMON"
+RUN_VAR = "SALVOR_RUN_ID"
+_PROC = Path("/proc")
+
+
+def store_fingerprint(store_url: str) -> str:
+    """The mark's value for agents of the store at ``store_url`` (as the store displays it)."""
+    return hashlib.sha256(store_url.encode("utf-8")).hexdigest()[:16]
+
+
+def _environ(pid: int) -> Mapping[str, str] | None:
+    try:
+        raw = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, another user's, or a kernel thread
+        return None
+    env = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if given)."""
+    me = os.getpid()
+    try:
+        entries = list(_PROC.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        env = _environ(int(entry.name))
+        if env is None or env.get(MARK_VAR) != fingerprint:
+            continue
+        run = env.get(RUN_VAR, "")
+        if run_id is None or run == run_id:
+            yield int(entry.name), run
+
+
+def kill_orphans(fingerprint: str, run_id: str | None = None) -> dict[str, list[int]]:
+    """SIGKILL the process group of every marked process; returns the pids seen, by run.
+
+    Blocking (it reads /proc): call it off the trio thread.
+    """
+    if not sys.platform.startswith("linux") or not _PROC.is_dir():
+        log.debug("no /proc on this platform: orphaned agent processes are not looked for")
+        return {}
+    own_group = os.getpgrp()
+    killed: dict[str, list[int]] = {}
+    groups: set[int] = set()
+    for pid, run in marked_processes(fingerprint, run_id):
+        try:
+            group = os.getpgid(pid)
+            if group == own_group:
+                # Never our own group: an agent always gets a session of its
+                # own, so a marked process here is not one we started.
+                os.kill(pid, signal.SIGKILL)
+            elif group not in groups:
+                os.killpg(group, signal.SIGKILL)
+                groups.add(group)
+        except (ProcessLookupError, PermissionError):
+            continue
+        killed.setdefault(run, []).append(pid)
+    return killed
+
+
+async def sweep_orphans(store_url: str, run_id: str | None = None) -> dict[str, list[int]]:
+    """Kill what an earlier salvor left running for this store (for one run, if given); log one line per run."""
+    killed = await trio.to_thread.run_sync(kill_orphans, store_fingerprint(store_url), run_id)
+    for run, pids in sorted(killed.items()):
+        log.warning(
+            "run %s: killed agent process %s (and its process group), left running by a salvor that died",
+            run or "<unknown>", ", ".join(map(str, sorted(pids))),
+        )
+    return killed

@@ -1,0 +1,68 @@
+"""Drive-token leases on the trio clock (``autojump_clock`` moves time)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from salvor.daemon._errors import OperationRefused
+from salvor.daemon._leases import LeaseRegistry, lease_ttl
+
+RUN = "6f3c2b1a-0000-4000-8000-000000000001"
+
+
+def refused(fn, *args, **kwargs) -> OperationRefused:
+    with pytest.raises(OperationRefused) as caught:
+        fn(*args, **kwargs)
+    return caught.value
+
+
+async def test_a_lease_holds_while_its_driver_is_alive_and_lapses_after_the_ttl(autojump_clock) -> None:
+    leases = LeaseRegistry(ttl=60)
+    token = leases.open(RUN, None)
+    assert token.startswith("dt_") and leases.holds(RUN)
+    await trio.sleep(59)
+    error = refused(leases.open, RUN, None)
+    assert (error.code, error.status, error.details) == ("lease_held", 409, {"lapses_in_seconds": 1})
+    leases.check(RUN, token)  # a driving call refreshes the hold
+    await trio.sleep(59)
+    assert leases.holds(RUN) and leases.lapses_in(RUN) == 1
+    assert leases.heartbeat(RUN, token) == 60
+    await trio.sleep(60.5)
+    assert not leases.holds(RUN)
+    fresh = leases.open(RUN, None)
+    assert fresh != token
+    error = refused(leases.check, RUN, token)
+    assert (error.code, error.status) == ("invalid_drive_token", 403)
+
+
+async def test_the_holder_reopens_under_its_own_token_and_others_are_refused(autojump_clock) -> None:
+    leases = LeaseRegistry(ttl=10)
+    token = leases.open(RUN, None)
+    assert leases.open(RUN, token) == token
+    assert refused(leases.open, RUN, "dt_someone-else").code == "lease_held"
+    assert refused(leases.check, RUN, None).code == "missing_drive_token"
+    assert refused(leases.check, RUN, "dt_someone-else").status == 403
+    # A terminal run is never held: it opens at once, under a new token.
+    assert leases.open(RUN, None, terminal=True) != token
+
+
+async def test_release_is_idempotent_and_only_for_the_holder(autojump_clock) -> None:
+    leases = LeaseRegistry(ttl=10)
+    token = leases.open(RUN, None)
+    assert refused(leases.release, RUN, None).code == "invalid_drive_token"
+    assert refused(leases.release, RUN, "dt_other").code == "invalid_drive_token"
+    assert leases.release(RUN, token) is True
+    assert leases.release(RUN, token) is False
+    assert leases.release("never-opened", None) is False
+    assert leases.opened(RUN) and not leases.holds(RUN)
+    leases.open(RUN, None)
+    leases.drop(RUN)
+    assert not leases.holds(RUN)
+
+
+def test_the_ttl_comes_from_the_environment() -> None:
+    assert lease_ttl({}) == 60
+    assert lease_ttl({"SALVOR_CLIENT_LEASE_TTL_SECS": "2.5"}) == 2.5
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match="SALVOR_CLIENT_LEASE_TTL_SECS"):
+            lease_ttl({"SALVOR_CLIENT_LEASE_TTL_SECS": bad})
