@@ -39,6 +39,7 @@ from ._mcp_tools import (
 )
 from ._model_gateway import ModelGateway, resolve_endpoint
 from ._model_proxy import ModelProxy
+from ._orphans import MARK_VAR, RUN_VAR, store_fingerprint
 from ._port_claims import PortClaims
 from ._process_agent import drive_process
 from ._run_context import DriveInterrupted, Parked, RunContext, utc_now
@@ -279,7 +280,8 @@ async def drive(
     gateway = gateway or gateway_for(agent)
     try:
         # MCP servers are started only when the run first needs one live.
-        async with open_connections(agent.mcp_servers) as mcp:
+        mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+        async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             await AgentLoop(agent, registry, gateway, mcp).run(ctx)
     except Parked:
         pass

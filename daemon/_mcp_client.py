@@ -32,18 +32,23 @@ __all__ = [
 ]
 
 
-async def open_session(spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str] = os.environ) -> McpSession:
+async def open_session(
+    spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str] = os.environ,
+    mark: Mapping[str, str] | None = None,
+) -> McpSession:
     """Start or reach the server and initialise a session with it.
 
     Its background tasks (a stdio server's readers) run in ``nursery``; the
-    caller closes the session with ``aclose``.
+    caller closes the session with ``aclose``. A stdio server carries
+    ``mark`` in its environment: the orphan mark (``_orphans``) that lets a
+    restarted daemon find it if this one is killed.
 
     Raises:
         McpUnavailable: the server could not be started, reached or
             initialised; nothing is left running.
     """
     if spec.command is not None:
-        session = await open_stdio(spec, nursery, environ)
+        session = await open_stdio(spec, nursery, environ, mark or {})
     else:
         session = McpSession(spec, HttpTransport(spec, resolve_headers(spec, environ)))
     try:

@@ -139,11 +139,16 @@ def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[
     return env
 
 
-async def open_stdio(spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str]) -> McpSession:
+async def open_stdio(
+    spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str]
+) -> McpSession:
+    """Spawn the server with ``mark`` in its environment (how a later sweep finds it orphaned)."""
+    env = server_environment(spec, environ)
+    env.update(mark)
     try:
         process = await trio.lowlevel.open_process(
             list(spec.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=spec.cwd, env=server_environment(spec, environ), start_new_session=True,
+            cwd=spec.cwd, env=env, start_new_session=True,
         )
     except OSError as exc:
         raise McpUnavailable(spec.name, f"could not be started ({spec.command[0]}): {exc.strerror or exc}") from None

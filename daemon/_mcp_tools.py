@@ -63,10 +63,14 @@ def listing_tool_name(server: str) -> str:
 class McpConnections:
     """The MCP sessions of one drive: opened on first use, reopened after a failure, closed together."""
 
-    def __init__(self, servers: tuple[McpServerSpec, ...], nursery: trio.Nursery, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, servers: tuple[McpServerSpec, ...], nursery: trio.Nursery, environ: Mapping[str, str],
+        mark: Mapping[str, str],
+    ) -> None:
         self._specs = {spec.name: spec for spec in servers}
         self._nursery = nursery
         self._environ = environ
+        self._mark = mark
         self._sessions: dict[str, McpSession] = {}
         self._locks = {name: trio.Lock() for name in self._specs}
 
@@ -83,7 +87,7 @@ class McpConnections:
             if session is not None:
                 await session.aclose()
                 del self._sessions[server]
-            session = await open_session(self._specs[server], self._nursery, self._environ)
+            session = await open_session(self._specs[server], self._nursery, self._environ, self._mark)
             self._sessions[server] = session
             return session
 
@@ -106,12 +110,15 @@ class McpConnections:
 
 @asynccontextmanager
 async def open_connections(
-    servers: tuple[McpServerSpec, ...], environ: Mapping[str, str] = os.environ
+    servers: tuple[McpServerSpec, ...], *, mark: Mapping[str, str], environ: Mapping[str, str] = os.environ
 ) -> AsyncIterator[McpConnections]:
-    """MCP connections for the body of the ``async with``; every session is closed at its end."""
+    """MCP connections for the body of the ``async with``; every session is closed at its end.
+
+    ``mark``: the orphan mark every stdio server it spawns carries (``_orphans``).
+    """
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        connections = McpConnections(servers, nursery, environ)
+        connections = McpConnections(servers, nursery, environ, mark)
         try:
             yield connections
         except trio.Cancelled:
@@ -175,8 +182,8 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
     return exposed
 
 
-async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str, str],
-                          environ: Mapping[str, str] = os.environ) -> None:
+async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str, str], *,
+                          mark: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> None:
     """Start every server, list its tools, check what the definition names, and close them all.
 
     Raises:
@@ -185,7 +192,7 @@ async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str
     if not servers:
         return
     listings = {}
-    async with open_connections(servers, environ) as connections:
+    async with open_connections(servers, mark=mark, environ=environ) as connections:
         for spec in servers:
             try:
                 listings[spec.name] = await connections.list_tools(spec.name)

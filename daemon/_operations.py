@@ -43,6 +43,7 @@ from ._errors import (
 )
 from ._mcp_tools import McpBuildError, check_buildable
 from ._model_proxy import ModelProxy
+from ._orphans import MARK_VAR, store_fingerprint
 from ._port_claims import PortClaims
 from ._run_context import utc_now
 from ._store_access import StoreAccess, claim_to_settle
@@ -120,7 +121,9 @@ class Runtime:
             OperationRefused: bad_request naming the server and why.
         """
         try:
-            await check_buildable(agent.mcp_servers, offered_besides_mcp(agent))
+            await check_buildable(
+                agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}
+            )
         except McpBuildError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
 

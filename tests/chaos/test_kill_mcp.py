@@ -33,6 +33,18 @@ from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 pytestmark = pytest.mark.kill
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child of the dead daemon is reparented and reaped; a zombie counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def wait_for(predicate, what: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
@@ -52,7 +64,8 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
     plan = [("lookup", {"key": "before"}), (held, held_args), ("lookup", {"key": "after"})]
     provider = ScriptedProvider(tool_loop_script(plan, final_text="settled"))
     http = HttpFixtureServer(fx) if transport == "http" else None
-    location = f"command = {fx.toml_command()}\n" if http is None else f'url = "{http.url}"\n'
+    # A stdio server that ignores the end of its stdin: only the restarted daemon's orphan sweep ends it.
+    location = f"command = {fx.toml_command('--linger')}\n" if http is None else f'url = "{http.url}"\n'
     definition = (
         f'model = "scripted-model"\n[llm]\nprovider = "anthropic"\nbase_url = "{provider.base_url}"\nmax_retries = 0\n'
         f'\n[[mcp_servers]]\nname = "fx"\n{location}effects = {{ lookup = "read", write_note = "write" }}\n'
@@ -69,7 +82,11 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
             wait_for(lambda: any(e["arguments"].get("hold") for e in fx.ledger), "the held call to start")
             daemon.kill()
             fx.release("h")
+            orphans = [s["pid"] for s in fx.starts]
             daemon.start()
+            if http is None:
+                for pid in orphans:
+                    wait_for(lambda pid=pid: not alive(pid), f"the orphaned server {pid} to be killed", 10)
 
             def resting():
                 body = client.get(f"/v1/runs/{run_id}").json()

@@ -367,12 +367,14 @@ async def test_server_everything_over_stdio(runtime, providers, registry, monkey
                'env = { EVERYTHING_MARK = "from-the-definition" }\n'
                'effects = { echo = "read", get-sum = "read", get-env = "read", get-tiny-image = "read" }\n')
     agent = mcp_agent(provider, registry, servers)
-    _run_id, view = await start_and_drive(runtime, agent)
+    run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "ok"}
     seen = [r["content"] for r in tool_results_seen(provider)]
     assert seen[0] == "Echo: hi" and "5" in seen[1]
     assert "from-the-definition" in seen[2] and "SALVOR_SECRET_FOR_TEST" not in seen[2]
+    # The orphan mark a restarted daemon finds a left-behind server by.
+    assert "SALVOR_DAEMON" in seen[2] and run_id in seen[2]
     # An image is named to the model, not pasted into the conversation.
     assert '"mimeType": "image/png"' in seen[3] and len(seen[3]) < 2000
 

@@ -173,7 +173,7 @@ async def test_an_http_server_that_forgot_the_session_is_reconnected_once(fx):
     server = HttpFixtureServer(fx)
     try:
         spec = parse_mcp_servers([{"name": "web", "url": server.url}])[0]
-        async with open_connections((spec,)) as connections:
+        async with open_connections((spec,), mark={}) as connections:
             await connections.call_tool("web", "lookup", {"key": "1"}, None)
             # The server restarts and knows no session: the call is refused with 404, never performed.
             server.stop()
@@ -193,6 +193,6 @@ async def test_an_unreachable_http_server_is_unavailable(nursery):
 
 async def test_connections_start_nothing_until_asked(fx):
     spec = parse_mcp_servers([{"name": "fx", "command": fx.command()}])[0]
-    async with open_connections((spec,)):
+    async with open_connections((spec,), mark={}):
         await trio.lowlevel.checkpoint()
     assert fx.starts == []

@@ -19,7 +19,8 @@ Tools:
 * ``ask_client``: sends the client a ``sampling/createMessage`` request and
   returns the answer it got.
 
-``tools/list`` pages four tools at a time, so clients must follow
+``--linger`` keeps a stdio server running after its stdin closes (as a badly
+behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
 With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
 port; either is written to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and
@@ -149,7 +150,7 @@ class Fixture:
             return self.client_answers.pop(rid, None)
 
 
-def serve_stdio(fixture: Fixture) -> None:
+def serve_stdio(fixture: Fixture, linger: bool) -> None:
     out_lock = threading.Lock()
     stdout = sys.stdout.buffer
 
@@ -179,6 +180,8 @@ def serve_stdio(fixture: Fixture) -> None:
     for line in sys.stdin.buffer:
         if line.strip():
             threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
+    if linger:
+        threading.Event().wait()  # a badly behaved server: it outlives its client
     # End of input: the client is gone, and so is this server (even mid-call).
     os._exit(0)
 
@@ -276,13 +279,14 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--extra-tool", action="append", default=[])
+    parser.add_argument("--linger", action="store_true")
     args = parser.parse_args()
     fixture = Fixture(args.dir, args.extra_tool)
     fixture.note("starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"})
     if args.http:
         serve_http(fixture, args.port_file, args.sse, args.port)
     else:
-        serve_stdio(fixture)
+        serve_stdio(fixture, args.linger)
 
 
 if __name__ == "__main__":
