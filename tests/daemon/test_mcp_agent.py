@@ -417,3 +417,15 @@ async def test_a_server_on_the_official_sdk_over_streamable_http(runtime, provid
         assert tool_results_seen(provider)[0]["content"] == "5"
     finally:
         peer.stop()
+
+
+async def test_mcp_tools_over_the_openai_wire(runtime, providers, registry, fx):
+    provider = providers(tool_loop_script([("lookup", {"key": "o"}), ("fail_soft", {})], final_text="ok"))
+    text = agent_toml(provider.base_url, wire="openai") + fx_table(f"command = {fx.toml_command()}\n")
+    agent = parse_definition(text, "toml", known_tools=registry.names())
+    _run_id, view = await start_and_drive(runtime, agent)
+
+    assert view.status() == {"state": "completed", "output": "ok"}
+    offered = provider.calls[0].request["tools"]
+    assert offered[0]["name"] == "lookup" and offered[0]["input_schema"]["required"] == ["key"]
+    assert [r["content"] for r in tool_results_seen(provider)] == ["value of o", "it went wrong"]
