@@ -2,10 +2,12 @@
 
 One listener on 127.0.0.1 serves every process run of the daemon. Each run
 is mounted under an unguessable capability path (``/r/<capability>/...``),
-so one local process cannot write into another run's log. Two wire formats
+so one local process cannot write into another run's log. Three wire formats
 are spoken, each non-streaming and streaming: OpenAI Chat Completions
-(``POST .../v1/chat/completions``) and Anthropic Messages
-(``POST .../v1/messages``); ``GET .../v1/models`` is answered locally.
+(``POST .../v1/chat/completions``), OpenAI Responses (``POST .../v1/responses``)
+and Anthropic Messages (``POST .../v1/messages``); ``GET .../v1/models`` is
+answered locally. What each wire means (envelope, usage, final text, when a
+stream is complete, error shape) lives in ``_proxy_wire``.
 
 Every call goes through the run's record-or-replay, strictly by position:
 call k of the process must hash-equal call k of the log. A call the log
@@ -47,176 +49,31 @@ from salvor.protocol import (
 
 from ._model_gateway import endpoint_url, tls_context
 from ._model_wire import ANTHROPIC_VERSION, SSEDecoder
+from ._proxy_wire import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    ROUTES,
+    UPSTREAM_PATH,
+    body_complete,
+    divergence_report,
+    encode_frames,
+    envelope,
+    error_body,
+    final_text,  # noqa: F401 -- re-exported: the process driver reads a run's reply with it
+    hashed_request,
+    stream_complete,
+    usage_of,
+)
 from ._run_context import RunContext
 
 log = logging.getLogger("salvor.proxy")
 
-OPENAI_CHAT = "openai.chat"
-ANTHROPIC_MESSAGES = "anthropic.messages"
-ROUTES = {"v1/chat/completions": OPENAI_CHAT, "v1/messages": ANTHROPIC_MESSAGES}
-_UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", ANTHROPIC_MESSAGES: "messages"}
 MAX_BODY_BYTES = 32 * 1024 * 1024
 # A re-run commits its reproduced calls in batches: at most this many calls,
 # or this long after the last commit (so a watcher sees it advance).
 REPRODUCED_PER_COMMIT = 64
 REPRODUCED_FLUSH_SECONDS = 0.25
 _PASSED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
-
-
-# --------------------------------------------------------------------------
-# Pure helpers
-# --------------------------------------------------------------------------
-
-
-def hashed_request(wire: str, body: dict) -> dict:
-    """What a call's ``request_hash`` covers: the wire and the body minus stream knobs."""
-    return {"wire": wire, "body": {k: v for k, v in body.items() if k not in ("stream", "stream_options")}}
-
-
-def envelope(request: dict) -> dict:
-    """The envelope of a hashed request: model, tool names, message roles."""
-    body = request.get("body") or {}
-    tools = []
-    for tool in body.get("tools") or []:
-        if isinstance(tool, dict):
-            tools.append(tool.get("name") or (tool.get("function") or {}).get("name"))
-    roles = [m.get("role") for m in body.get("messages") or [] if isinstance(m, dict)]
-    return {"model": body.get("model"), "tools": tools, "roles": roles}
-
-
-def divergence_report(
-    position: int, seq: int, asked: dict, recorded: dict | None, recorded_model: str | None, where: str = ""
-) -> str:
-    """One paragraph naming how call ``position`` differs from the recorded one (``where``: " by origin run X")."""
-    now = envelope(asked)
-    head = f"model call {position + 1} (recorded{where} at seq {seq}) differs from the recording: "
-    if recorded is None:
-        detail = (
-            f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
-            f"the call now asks for model {now['model']!r} with tools {now['tools']} and message roles {now['roles']}"
-        )
-        if recorded_model is not None and recorded_model != now["model"]:
-            detail = f"model {now['model']!r} where the recorded call was answered by {recorded_model!r}; " + detail
-        return head + detail
-    was = envelope(recorded)
-    diffs = []
-    if recorded.get("wire") != asked.get("wire"):
-        diffs.append(f"wire {asked.get('wire')!r} where the recording has {recorded.get('wire')!r}")
-    for key, what in (("model", "model"), ("tools", "tool names"), ("roles", "message roles")):
-        if now[key] != was[key]:
-            diffs.append(f"{what} {now[key]!r} where the recording has {was[key]!r}")
-    if not diffs:
-        diffs.append(f"same model, tool names and message roles; the body differs at {_first_diff(asked, recorded)}")
-    return head + "; ".join(diffs)
-
-
-def _first_diff(a: Any, b: Any, path: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            if key not in a or key not in b or a[key] != b[key]:
-                return _first_diff(a.get(key), b.get(key), f"{path}.{key}" if path else key)
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{path or '<root>'} (length {len(a)} vs recorded {len(b)})"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            if x != y:
-                return _first_diff(x, y, f"{path}[{i}]")
-    return path or "<root>"
-
-
-def _tokens(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
-def usage_of(wire: str, response: dict) -> dict:
-    """Token usage from a recorded response (body or frames); zero when the provider sent none."""
-    usage = {"input_tokens": 0, "output_tokens": 0}
-    if "body" in response:
-        raw = response["body"].get("usage") if isinstance(response["body"], dict) else None
-        if isinstance(raw, dict):
-            if wire == OPENAI_CHAT:
-                usage = {"input_tokens": _tokens(raw.get("prompt_tokens")), "output_tokens": _tokens(raw.get("completion_tokens"))}
-            else:
-                usage = {"input_tokens": _tokens(raw.get("input_tokens")), "output_tokens": _tokens(raw.get("output_tokens"))}
-        return usage
-    for _, data in _frame_values(response):
-        if wire == OPENAI_CHAT:
-            raw = data.get("usage")
-            if isinstance(raw, dict):
-                usage = {"input_tokens": _tokens(raw.get("prompt_tokens")), "output_tokens": _tokens(raw.get("completion_tokens"))}
-        elif data.get("type") == "message_start":
-            raw = (data.get("message") or {}).get("usage") or {}
-            usage["input_tokens"] = _tokens(raw.get("input_tokens"))
-            usage["output_tokens"] = max(usage["output_tokens"], _tokens(raw.get("output_tokens")))
-        elif data.get("type") == "message_delta":
-            raw = data.get("usage") or {}
-            usage["output_tokens"] = _tokens(raw.get("output_tokens")) or usage["output_tokens"]
-    return usage
-
-
-def _frame_values(response: dict):
-    for event, data in response.get("frames") or []:
-        try:
-            value = json.loads(data)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            yield event, value
-
-
-def final_text(wire: str, response: dict) -> str | None:
-    """The assistant text of a recorded response; None when the turn called a tool."""
-    if "body" in response:
-        body = response["body"] if isinstance(response["body"], dict) else {}
-        if wire == OPENAI_CHAT:
-            message = ((body.get("choices") or [{}])[0] or {}).get("message") or {}
-            if message.get("tool_calls"):
-                return None
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-            return content if isinstance(content, str) else ""
-        blocks = body.get("content") or []
-        if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
-            return None
-        return "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
-    parts: list[str] = []
-    for _, data in _frame_values(response):
-        if wire == OPENAI_CHAT:
-            delta = ((data.get("choices") or [{}])[0] or {}).get("delta") or {}
-            if delta.get("tool_calls"):
-                return None
-            if isinstance(delta.get("content"), str):
-                parts.append(delta["content"])
-        elif data.get("type") == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
-            return None
-        elif data.get("type") == "content_block_delta" and (data.get("delta") or {}).get("type") == "text_delta":
-            parts.append(data["delta"].get("text", ""))
-    return "".join(parts)
-
-
-def _stream_complete(wire: str, frames: list) -> bool:
-    if wire == OPENAI_CHAT:
-        return any(data.strip() == "[DONE]" for _, data in frames)
-    return any(event == "message_stop" for event, _ in frames)
-
-
-def encode_frames(frames: Sequence[Sequence]) -> bytes:
-    """SSE bytes re-emitting recorded frames exactly as they were cut."""
-    out = []
-    for event, data in frames:
-        head = f"event: {event}\n" if event else ""
-        lines = "".join(f"data: {line}\n" for line in data.split("\n"))
-        out.append(f"{head}{lines}\n")
-    return "".join(out).encode()
-
-
-def error_body(wire: str, status: int, message: str) -> dict:
-    """An error in the shape the agent's client expects."""
-    if wire == ANTHROPIC_MESSAGES:
-        kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    return {"error": {"message": message, "type": "salvor_proxy_error", "code": status}}
 
 
 # --------------------------------------------------------------------------
@@ -498,7 +355,7 @@ class ProxySession:
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
         """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
         upstream = self.upstream
-        url = endpoint_url(upstream.base_url, _UPSTREAM_PATH[wire])
+        url = endpoint_url(upstream.base_url, UPSTREAM_PATH[wire])
         out_headers = upstream.headers(wire, headers)
         content = json.dumps(body, ensure_ascii=False).encode()
         self.upstream_calls += 1
@@ -512,6 +369,10 @@ class ProxySession:
                     parsed = answer.json()
                 except ValueError:
                     await reply.json(502, error_body(wire, 502, "the upstream answered with a body that is not JSON"))
+                    return None
+                if not body_complete(wire, parsed):
+                    # The agent sees the failure as the upstream sent it; the call stays open.
+                    await reply.json(answer.status_code, json.loads(upstream.redact(json.dumps(parsed))))
                     return None
                 return {"wire": wire, "body": parsed}
             out_headers["accept"] = "text/event-stream"
@@ -538,8 +399,8 @@ class ProxySession:
                 if event is not None:
                     frames.append([event[0], event[1]])
                 await reply.end()
-                if not _stream_complete(wire, frames):
-                    log.warning("run %s: the upstream stream ended before its last event; the call stays open", self.run_id)
+                if not stream_complete(wire, frames):
+                    log.warning("run %s: the upstream stream ended without a final answer; the call stays open", self.run_id)
                     return None
                 return {"wire": wire, "frames": frames}
         except httpx.TimeoutException:

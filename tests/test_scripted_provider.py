@@ -1,5 +1,7 @@
 """The scripted provider, spoken to by the real openai and anthropic SDKs.
 
+The openai SDK speaks to it over both Chat Completions and Responses.
+
 If the SDKs accept its answers and send it requests it understands, the
 provider speaks the real wire formats, and the gateway tests that rely on it
 mean something.
@@ -18,6 +20,7 @@ import trio
 
 from tests.support.scripted_provider import (
     ErrorReply,
+    FailedResponse,
     ScriptedProvider,
     text_reply,
     tool_loop_script,
@@ -39,6 +42,8 @@ def openai_client(provider: ScriptedProvider, key: str = "sk-oai-test") -> opena
 ANTHROPIC_TOOLS = [NEUTRAL_TOOL]
 OPENAI_TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather now.", "parameters": SCHEMA}}]
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather now.",
+                    "parameters": SCHEMA, "strict": False}]
 
 
 # -- anthropic SDK --------------------------------------------------------------
@@ -201,6 +206,132 @@ def test_openai_sdk_sees_error_replies():
                                            messages=[{"role": "user", "content": "x"}])
 
 
+# -- openai SDK, Responses ----------------------------------------------------------
+
+
+def test_responses_tool_call_then_text():
+    with ScriptedProvider(tool_loop_script(PLAN, final_text="It is sunny.")) as provider:
+        client = openai_client(provider)
+        first = client.responses.create(model="gpt-test", instructions="Be brief.",
+                                        input="Weather in Zürich?", tools=RESPONSES_TOOLS)
+        (tool_call,) = first.output
+        assert (first.status, tool_call.type, tool_call.call_id, tool_call.name) == (
+            "completed", "function_call", "toolu_0", "get_weather")
+        assert json.loads(tool_call.arguments) == PLAN[0][1]
+        assert (first.usage.input_tokens, first.usage.output_tokens) == (10, 5)
+        assert first.output_text == ""
+
+        items = [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Zürich?"}]},
+                 tool_call.model_dump(exclude_none=True),
+                 {"type": "reasoning", "id": "rs_1", "summary": []},
+                 {"type": "function_call_output", "call_id": tool_call.call_id,
+                  "output": '{"sky": "clear"}'}]
+        second = client.responses.create(model="gpt-test", instructions="Be brief.",
+                                         input=items, tools=RESPONSES_TOOLS, store=False,
+                                         include=["reasoning.encrypted_content"])
+        assert second.output_text == "It is sunny." and second.output[0].role == "assistant"
+
+    first_call, call = provider.calls
+    assert call.wire == "responses" and call.auth == {"authorization": "Bearer sk-oai-test"}
+    assert first_call.request["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich?"}]}]
+    assert call.request == {
+        "model": "gpt-test", "max_tokens": None, "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich?"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_0",
+                                               "name": "get_weather", "input": PLAN[0][1]}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_0",
+                                          "content": '{"sky": "clear"}'}]},
+        ],
+        "tools": [NEUTRAL_TOOL]}
+
+
+def test_responses_streaming_matches_plain():
+    with ScriptedProvider(tool_loop_script(PLAN)) as provider:
+        client = openai_client(provider)
+        kwargs = {"model": "gpt-test", "input": "Weather?", "tools": RESPONSES_TOOLS}
+        plain = client.responses.create(**kwargs)
+        events = list(client.responses.create(**kwargs, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-1] == "response.completed"
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1 and json.loads("".join(deltas)) == PLAN[0][1]
+    final = events[-1].response
+    assert final.output[0].call_id == plain.output[0].call_id == "toolu_0"
+    assert final.usage.output_tokens == plain.usage.output_tokens
+
+
+def test_responses_stream_helper_accumulates_text():
+    with ScriptedProvider([text_reply("Streaming, piece by piece.")]) as provider:
+        client = openai_client(provider)
+        with client.responses.stream(model="gpt-test", input="hi") as stream:
+            pieces = [e.delta for e in stream if e.type == "response.output_text.delta"]
+            final = stream.get_final_response()
+    assert "".join(pieces) == final.output_text == "Streaming, piece by piece."
+    assert len(pieces) > 1
+
+
+def test_responses_reasoning_items_come_first_and_are_ignored_on_the_way_back():
+    with ScriptedProvider(tool_loop_script(PLAN, final_text="Sunny.")) as provider:
+        client = openai_client(provider)
+        kwargs = {"model": "gpt-test", "tools": RESPONSES_TOOLS, "reasoning": {"effort": "low"},
+                  "store": False, "include": ["reasoning.encrypted_content"]}
+        first = client.responses.create(input="Weather?", **kwargs)
+        reasoning, tool_call = first.output
+        assert reasoning.type == "reasoning" and reasoning.encrypted_content
+        streamed = [e.item.type for e in client.responses.create(input="Weather?", stream=True, **kwargs)
+                    if e.type == "response.output_item.done"]
+        assert streamed == ["reasoning", "function_call"]
+        items = [{"role": "user", "content": "Weather?"},
+                 *(item.model_dump(exclude_none=True) for item in first.output),
+                 {"type": "function_call_output", "call_id": tool_call.call_id, "output": "clear"}]
+        second = client.responses.create(input=items, **kwargs)
+        plain = client.responses.create(input="Weather?", tools=RESPONSES_TOOLS)
+    assert [item.type for item in second.output] == ["reasoning", "message"]
+    assert second.output_text == "Sunny."
+    assert [item.type for item in plain.output] == ["function_call"]  # no reasoning asked, none given
+    assert [m["role"] for m in provider.calls[2].request["messages"]] == ["user", "assistant", "user"]
+
+
+def test_a_failed_response_is_a_200_with_status_failed_and_ends_a_stream():
+    failed = FailedResponse("the model crashed")
+    with ScriptedProvider([failed, failed, failed]) as provider:
+        client = openai_client(provider)
+        plain = client.responses.create(model="m", input="x")
+        events = list(client.responses.create(model="m", input="x", stream=True))
+        with pytest.raises(openai.InternalServerError, match="the model crashed"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert (plain.status, plain.error.message, plain.output) == ("failed", "the model crashed", [])
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    assert events[-1].response.error.code == "server_error"
+
+
+def test_responses_max_tokens_is_an_incomplete_response():
+    reply = text_reply("cut sh", stop_reason="max_tokens")
+    with ScriptedProvider([reply, reply]) as provider:
+        client = openai_client(provider)
+        plain = client.responses.create(model="m", input="x", max_output_tokens=3)
+        last = list(client.responses.create(model="m", input="x", max_output_tokens=3,
+                                            stream=True))[-1]
+    assert plain.status == "incomplete" and plain.incomplete_details.reason == "max_output_tokens"
+    assert last.type == "response.incomplete" and last.response.output_text == "cut sh"
+
+
+def test_responses_sees_error_replies_and_refuses_what_it_cannot_script():
+    with ScriptedProvider([ErrorReply(429, "slow down")]) as provider:
+        client = openai_client(provider)
+        with pytest.raises(openai.RateLimitError, match="slow down"):
+            client.responses.create(model="m", input="x")
+        with pytest.raises(openai.BadRequestError, match="web_search"):
+            client.responses.create(model="m", input="x", tools=[{"type": "web_search"}])
+        with pytest.raises(openai.BadRequestError, match="previous_response_id is not supported"):
+            client.responses.create(model="m", input="x", previous_response_id="resp_1")
+    assert provider.call_count == 1
+
+
 # -- the provider's own contract ------------------------------------------------
 
 
@@ -224,7 +355,7 @@ def test_a_failing_script_answers_500_naming_the_call():
     assert "script failed on call 0" in reply.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("path", ["/messages", "/chat/completions", "/v2/messages", "/"])
+@pytest.mark.parametrize("path", ["/messages", "/chat/completions", "/responses", "/v2/messages", "/"])
 def test_paths_without_v1_are_not_found(path):
     with ScriptedProvider([text_reply("x")]) as provider:
         reply = httpx.post(provider.base_url + path, json={"model": "m", "messages": []})

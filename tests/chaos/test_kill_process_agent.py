@@ -1,7 +1,8 @@
 """A process agent under a real `salvor serve` that is SIGKILLed mid-call.
 
-The agent is a script on the real anthropic SDK; the scripted provider holds
-its second model call until the daemon has been killed. The next daemon
+The agent is a script on the real anthropic or openai SDK, streaming over
+Messages or over Responses; the scripted provider holds its second model
+call until the daemon has been killed. The next daemon
 re-drives the run by itself: it starts the agent again, the proxy answers the
 first call from the log, re-issues the cut one, and the run completes. No
 completed call is served twice, and no byte of the upstream key reaches the
@@ -34,7 +35,10 @@ from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 pytestmark = pytest.mark.kill
 
 
-def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_path: Path, store_url: str) -> None:
+@pytest.mark.parametrize("mode", ["anthropic-stream", "openai-responses-stream"])
+def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
+    tmp_path: Path, store_url: str, mode: str
+) -> None:
     release = threading.Event()
 
     def on_call(call) -> None:
@@ -49,7 +53,7 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(tmp_p
     script.write_text(AGENT)
     pidfile = tmp_path / "agent.pid"
     definition = (
-        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "anthropic-stream"])}\n'
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), mode])}\n'
         # Retries keep an orphan alive after its proxy vanished, as a real
         # client's would: it must not die of its own accord before the check.
         f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\nRETRIES = "50"\n'

@@ -23,7 +23,7 @@ from salvor.daemon._agent_def import DefinitionError, parse_definition
 from salvor.daemon._model_proxy import open_model_proxy
 from salvor.daemon._run_context import DriveInterrupted
 
-from tests.support.scripted_provider import ErrorReply, tool_loop_script
+from tests.support.scripted_provider import ErrorReply, FailedResponse, tool_loop_script
 
 SECRET = "sk-upstream-SECRET-7f3a9c"
 PLAN = [("lookup_invoice", {"invoice": "A-1"}), ("lookup_invoice", {"invoice": "B-2"})]
@@ -52,7 +52,48 @@ def after_call():
         marker.write_text("died")
         os.kill(os.getpid(), signal.SIGKILL)
 
-if mode.startswith("openai"):
+if mode.startswith("openai-responses"):
+    import openai
+    client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
+    tools = [{"type": "function", "name": "lookup_invoice", "description": "Look up an invoice.",
+              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    items = [{"role": "user", "content": prompt}]
+
+    def ask():
+        """The output items of one model call; None when the model failed to answer."""
+        if mode == "openai-responses":
+            reply = client.responses.create(model=model, input=items, tools=tools)
+            return None if reply.status == "failed" else [o.model_dump(exclude_none=True) for o in reply.output]
+        # Build the output items from the deltas, as a streaming agent would.
+        acc = {}
+        for ev in client.responses.create(model=model, input=items, tools=tools, stream=True):
+            if ev.type == "response.failed":
+                return None
+            if ev.type == "response.output_item.added":
+                acc[ev.output_index] = ev.item.model_dump(exclude_none=True)
+            elif ev.type == "response.content_part.added":
+                acc[ev.output_index]["content"].append(ev.part.model_dump(exclude_none=True))
+            elif ev.type == "response.output_text.delta":
+                acc[ev.output_index]["content"][ev.content_index]["text"] += ev.delta
+            elif ev.type == "response.function_call_arguments.delta":
+                acc[ev.output_index]["arguments"] += ev.delta
+        return [acc[i] for i in sorted(acc)]
+
+    while True:
+        output, retries = ask(), int(os.environ.get("RETRIES", "0"))
+        while output is None and retries:
+            output, retries = ask(), retries - 1
+        if output is None:
+            sys.exit("the model failed to answer")
+        after_call()
+        calls_ = [o for o in output if o["type"] == "function_call"]
+        if not calls_:
+            print("".join(p["text"] for o in output if o["type"] == "message" for p in o["content"]))
+            break
+        items += output
+        for c in calls_:
+            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": 42})})
+elif mode.startswith("openai"):
     import openai
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
     tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
@@ -119,7 +160,7 @@ else:
             {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
 '''
 
-MODES = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
+MODES = ["openai", "openai-stream", "openai-responses", "openai-responses-stream", "anthropic", "anthropic-stream"]
 
 
 def process_agent(tmp_path: Path, mode: str = "openai", *, env: dict | None = None, extra: str = "", script: str | None = None):
@@ -379,7 +420,7 @@ def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, prov
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("mode", ["openai", "anthropic-stream"])
+@pytest.mark.parametrize("mode", ["openai", "openai-responses-stream", "anthropic-stream"])
 async def test_an_upstream_error_reaches_the_agent_and_its_retry_reissues_the_open_intent(
     runtime, providers, upstream_env, tmp_path, mode
 ):
@@ -397,6 +438,29 @@ async def test_an_upstream_error_reaches_the_agent_and_its_retry_reissues_the_op
     assert provider.call_count == 4
     log = await kinds(runtime, run_id)
     # The failed attempt recorded nothing: one intent per call, re-issued in place.
+    assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
+
+
+@pytest.mark.parametrize("mode", ["openai-responses", "openai-responses-stream"])
+async def test_a_failed_response_is_not_recorded_and_its_retry_reissues_the_open_intent(
+    runtime, providers, upstream_env, tmp_path, mode
+):
+    loop = tool_loop_script(PLAN)
+
+    def script(call):
+        return FailedResponse("the model crashed") if call.index == 1 else loop(call)
+
+    provider = providers(script)
+    upstream_env(provider)
+    agent = process_agent(tmp_path, mode, env={"RETRIES": "1"})
+    run_id = await runtime.start_run(agent, "settle")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    # The failed answer reached the agent (on HTTP 200) but was not recorded: its retry
+    # was the same call at the same position, issued again upstream.
+    assert provider.call_count == 4
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
+    log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
 
 

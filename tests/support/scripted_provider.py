@@ -1,11 +1,11 @@
 """The scripted model provider: the one test double salvor's tests use.
 
 No real model is reachable from a test, so this module stands in for one:
-a real HTTP server on a loopback port that speaks the Anthropic Messages and
-OpenAI Chat Completions wire formats (plain JSON and server-sent events) and
-answers from a script. Because it is a real server on its own thread, it
-serves in-process trio code, the real provider SDKs and a salvor subprocess
-alike.
+a real HTTP server on a loopback port that speaks the Anthropic Messages,
+OpenAI Chat Completions and OpenAI Responses wire formats (plain JSON and
+server-sent events) and answers from a script. Because it is a real server
+on its own thread, it serves in-process trio code, the real provider SDKs and
+a salvor subprocess alike.
 
 It is written independently of ``salvor.daemon._model_wire`` on purpose: a
 shared translation bug would otherwise cancel itself out. The real SDKs keep
@@ -32,6 +32,7 @@ JSON = dict[str, Any]
 
 ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +40,7 @@ class ProviderCall:
     """One request the provider received.
 
     ``body`` is the parsed JSON as sent; ``request`` is the same request in
-    salvor's neutral shape, so one script serves both wires. ``headers`` has
+    salvor's neutral shape, so one script serves every wire. ``headers`` has
     lower-cased names.
     """
 
@@ -80,7 +81,19 @@ class ErrorReply:
     message: str
 
 
-Reply = tuple[JSON, JSON] | ErrorReply
+@dataclass(frozen=True, slots=True)
+class FailedResponse:
+    """A Responses answer the model failed to produce, on HTTP 200.
+
+    Plain, a Response with status ``failed``; streamed, ``response.created``
+    and ``response.in_progress`` then ``response.failed``. The other wires
+    have no such answer and get HTTP 500.
+    """
+
+    message: str
+
+
+Reply = tuple[JSON, JSON] | ErrorReply | FailedResponse
 Script = Callable[[ProviderCall], Reply]
 
 
@@ -182,18 +195,26 @@ def anthropic_to_neutral(body: JSON) -> JSON:
     return request
 
 
-def openai_to_neutral(body: JSON) -> JSON:
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    request: JSON = {"model": body.get("model"), "max_tokens": max_tokens}
-    systems: list[str] = []
-    messages: list[JSON] = []
-
+def _turn_adder(messages: list[JSON]) -> Callable[[str, list[JSON]], None]:
     def add(role: str, blocks: list[JSON]) -> None:
         # Tool results and the user text after them are one neutral user turn.
         if messages and messages[-1]["role"] == role:
             messages[-1]["content"].extend(blocks)
         else:
             messages.append({"role": role, "content": blocks})
+
+    return add
+
+
+_NEUTRAL_ORDER = ("model", "max_tokens", "system", "messages", "tools")
+
+
+def openai_to_neutral(body: JSON) -> JSON:
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    request: JSON = {"model": body.get("model"), "max_tokens": max_tokens}
+    systems: list[str] = []
+    messages: list[JSON] = []
+    add = _turn_adder(messages)
 
     for message in body.get("messages", []):
         role = message.get("role")
@@ -230,9 +251,60 @@ def openai_to_neutral(body: JSON) -> JSON:
              "input_schema": t["function"].get("parameters", {})}
             for t in body["tools"]
         ]
-    # Keep the neutral key order: model, max_tokens, system, messages, tools.
-    order = ["model", "max_tokens", "system", "messages", "tools"]
-    return {k: request[k] for k in order if k in request}
+    return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
+
+
+def _responses_turn(item: JSON, systems: list[str], add: Callable) -> None:
+    """One Responses input item into the neutral conversation."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item["role"]
+        text = _text_of(item.get("content"))
+        if role in ("system", "developer"):
+            systems.append(text)
+        elif text:
+            add("assistant" if role == "assistant" else "user", [{"type": "text", "text": text}])
+    elif kind == "function_call":
+        arguments = item.get("arguments") or "{}"
+        add("assistant", [{"type": "tool_use", "id": item["call_id"], "name": item["name"],
+                           "input": json.loads(arguments)}])
+    elif kind == "function_call_output":
+        add("user", [{"type": "tool_result", "tool_use_id": item["call_id"],
+                      "content": _text_of(item.get("output"))}])
+    elif kind != "reasoning":
+        # Reasoning items carry nothing a script answers from; anything else
+        # (hosted tool calls, images, files) this provider cannot stand in for.
+        raise ValueError(f"input item of type {kind!r} is not supported")
+
+
+def responses_to_neutral(body: JSON) -> JSON:
+    # A script answers from the conversation in the request; one kept on the
+    # server would make its answer depend on more than the request.
+    for kept in ("previous_response_id", "conversation"):
+        if body.get(kept):
+            raise ValueError(f"{kept} is not supported: send the whole conversation as input")
+    request: JSON = {"model": body.get("model"), "max_tokens": body.get("max_output_tokens")}
+    systems = [_text_of(body["instructions"])] if body.get("instructions") else []
+    messages: list[JSON] = []
+    add = _turn_adder(messages)
+    items = body.get("input", [])
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    for item in items:
+        _responses_turn(item, systems, add)
+    if systems:
+        request["system"] = "\n\n".join(systems)
+    request["messages"] = messages
+    if body.get("tools"):
+        for tool in body["tools"]:
+            if tool.get("type") != "function":
+                raise ValueError(f"tool of type {tool.get('type')!r} is not supported")
+        request["tools"] = [
+            {"name": t["name"], "description": t.get("description") or "",
+             "input_schema": t.get("parameters") or {}}
+            for t in body["tools"]
+        ]
+    return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
 
 
 # --------------------------------------------------------------------------
@@ -348,6 +420,112 @@ def _anthropic_error(status: int, message: str) -> JSON:
 def _openai_error(status: int, message: str) -> JSON:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+# -- OpenAI Responses -------------------------------------------------------------
+
+
+def _reasoning_item(index: int, body: JSON) -> JSON | None:
+    """The reasoning item a reasoning request gets first (it carries no text a script wrote)."""
+    effort = (body.get("reasoning") or {}).get("effort")
+    if effort in (None, "none"):
+        return None
+    item: JSON = {"type": "reasoning", "id": f"rs_scripted_{index}", "summary": []}
+    # A stateless caller (store false) asks for the reasoning back, opaque, to send it again.
+    if "reasoning.encrypted_content" in (body.get("include") or []):
+        item["encrypted_content"] = f"scripted-opaque-reasoning-{index}"
+    return item
+
+
+def _responses_items(index: int, response: JSON, body: JSON) -> list[JSON]:
+    """The output items of a reply: reasoning if asked, a message for its text, one item per tool call."""
+    reasoning = _reasoning_item(index, body)
+    items: list[JSON] = [reasoning] if reasoning else []
+    texts = [b["text"] for b in response["content"] if b["type"] == "text"]
+    if texts:
+        items.append({"type": "message", "id": f"msg_scripted_{index}", "role": "assistant",
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": t, "annotations": [],
+                                   "logprobs": []} for t in texts]})
+    for i, block in enumerate(b for b in response["content"] if b["type"] == "tool_use"):
+        items.append({"type": "function_call", "id": f"fc_scripted_{index}_{i}",
+                      "call_id": block["id"], "name": block["name"], "status": "completed",
+                      "arguments": json.dumps(block["input"], ensure_ascii=False)})
+    return items
+
+
+def _responses_object(index: int, response: JSON, usage: JSON, body: JSON, *,
+                      done: bool = True) -> JSON:
+    """A Response object; while streaming (``done`` false) it has no output or usage yet."""
+    truncated = response["stop_reason"] == "max_tokens"
+    status = ("incomplete" if truncated else "completed") if done else "in_progress"
+    return {
+        "id": f"resp_scripted_{index}", "object": "response", "created_at": 0,
+        "status": status, "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if done and truncated else None,
+        "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+        "model": response.get("model") or body.get("model", ""),
+        "output": _responses_items(index, response, body) if done else [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None, "reasoning": body.get("reasoning"),
+        "store": body.get("store", True), "temperature": body.get("temperature"),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []),
+        "top_p": body.get("top_p"), "truncation": body.get("truncation", "disabled"),
+        "metadata": body.get("metadata") or {},
+        "usage": {"input_tokens": usage["input_tokens"],
+                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                  "output_tokens": usage["output_tokens"],
+                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": usage["input_tokens"] + usage["output_tokens"]} if done else None,
+    }
+
+
+def _responses_item_events(item: JSON, out: int) -> list[JSON]:
+    """The events that build one output item, from added to done."""
+    base = {"item_id": item["id"], "output_index": out}
+    empty = dict(item, status="in_progress")
+    if item["type"] == "reasoning":
+        return [{"type": "response.output_item.added", "output_index": out, "item": item},
+                {"type": "response.output_item.done", "output_index": out, "item": item}]
+    if item["type"] == "function_call":
+        empty["arguments"] = ""
+        return ([{"type": "response.output_item.added", "output_index": out, "item": empty}]
+                + [dict(base, type="response.function_call_arguments.delta", delta=t)
+                   for t in _pieces(item["arguments"])]
+                + [dict(base, type="response.function_call_arguments.done",
+                        name=item["name"], arguments=item["arguments"]),
+                   {"type": "response.output_item.done", "output_index": out, "item": item}])
+    events = [{"type": "response.output_item.added", "output_index": out,
+               "item": dict(empty, content=[])}]
+    for c, part in enumerate(item["content"]):
+        at = dict(base, content_index=c)
+        events.append(dict(at, type="response.content_part.added",
+                           part=dict(part, text="")))
+        events += [dict(at, type="response.output_text.delta", delta=t, logprobs=[])
+                   for t in _pieces(part["text"])]
+        events += [dict(at, type="response.output_text.done", text=part["text"], logprobs=[]),
+                   dict(at, type="response.content_part.done", part=part)]
+    events.append({"type": "response.output_item.done", "output_index": out, "item": item})
+    return events
+
+
+def _responses_events(index: int, response: JSON, usage: JSON, body: JSON) -> list[tuple]:
+    """The SSE events of a streamed Response, each with its type and sequence number."""
+    pending = _responses_object(index, response, usage, body, done=False)
+    final = _responses_object(index, response, usage, body)
+    events = [{"type": "response.created", "response": pending},
+              {"type": "response.in_progress", "response": pending}]
+    for out, item in enumerate(final["output"]):
+        events += _responses_item_events(item, out)
+    last = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    events.append({"type": last, "response": final})
+    return _numbered(events)
+
+
+def _numbered(events: list[JSON]) -> list[tuple]:
+    """Named SSE events, numbered in order as the Responses stream numbers them."""
+    return [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)]
 
 
 # --------------------------------------------------------------------------
@@ -479,8 +657,16 @@ class ScriptedProvider:
         if isinstance(reply, ErrorReply):
             return reply.status, "application/json", _json_bytes(error(reply.status,
                                                                        reply.message))
+        if isinstance(reply, FailedResponse):
+            return self._failed(call, reply.message)
         response, usage = reply
         model = call.body.get("model", "")
+        if call.wire == "responses":
+            if call.stream:
+                return 200, "text/event-stream", _sse(
+                    _responses_events(call.index, response, usage, call.body), named=True)
+            return 200, "application/json", _json_bytes(
+                _responses_object(call.index, response, usage, call.body))
         if call.wire == "anthropic":
             if call.stream:
                 return 200, "text/event-stream", _sse(
@@ -494,13 +680,29 @@ class ScriptedProvider:
         return 200, "application/json", _json_bytes(
             _openai_completion(call.index, response, usage, model))
 
+    def _failed(self, call: ProviderCall, message: str) -> tuple[int, str, bytes]:
+        if call.wire != "responses":
+            error = _anthropic_error if call.wire == "anthropic" else _openai_error
+            return 500, "application/json", _json_bytes(error(500, message))
+        empty = ({"content": [], "stop_reason": "end_turn"}, {"input_tokens": 0, "output_tokens": 0})
+        failed = _responses_object(call.index, *empty, call.body)
+        failed.update(status="failed", output=[], usage=None,
+                      error={"code": "server_error", "message": message})
+        if not call.stream:
+            return 200, "application/json", _json_bytes(failed)
+        pending = _responses_object(call.index, *empty, call.body, done=False)
+        events = [{"type": "response.created", "response": pending},
+                  {"type": "response.in_progress", "response": pending},
+                  {"type": "response.failed", "response": failed}]
+        return 200, "text/event-stream", _sse(_numbered(events), named=True)
+
 
 def _json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
 
 
 def _sse(events: list[tuple], *, named: bool) -> bytes:
-    # Anthropic names every event; OpenAI sends bare data lines.
+    # Anthropic and OpenAI Responses name every event; Chat Completions sends bare data lines.
     out = []
     for name, data in events:
         prefix = f"event: {name}\n" if named and name else ""
@@ -510,7 +712,8 @@ def _sse(events: list[tuple], *, named: bool) -> bytes:
 
 def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
     routes = {ANTHROPIC_PATH: ("anthropic", anthropic_to_neutral),
-              OPENAI_PATH: ("openai", openai_to_neutral)}
+              OPENAI_PATH: ("openai", openai_to_neutral),
+              RESPONSES_PATH: ("responses", responses_to_neutral)}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
