@@ -11,6 +11,7 @@ read from the server side.
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from salvor.protocol import (
 
 from tests.support.mcp_servers import (
     EVERYTHING_INSTALL,
+    EverythingHttpServer,
     FixtureServer,
     HttpFixtureServer,
     SdkHttpServer,
@@ -163,6 +165,9 @@ async def test_a_replay_only_drive_starts_no_server_and_a_live_call_after_it_sta
     agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'effects = { park = "read" }\n'))
     run_id, view = await start_and_drive(runtime, agent)
     assert view.state is RunState.SLEEPING and len(fx.starts) == 1
+    # A parked run holds no MCP process: the drive closed its session.
+    with pytest.raises(ProcessLookupError):
+        os.kill(fx.starts[0]["pid"], 0)
     log = await runtime.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "SleepStarted"]
     assert completion_of(log, "park") == [{TOOL_SLEEP_KEY: {"wake_at": wake_at}}]
@@ -429,3 +434,23 @@ async def test_mcp_tools_over_the_openai_wire(runtime, providers, registry, fx):
     offered = provider.calls[0].request["tools"]
     assert offered[0]["name"] == "lookup" and offered[0]["input_schema"]["required"] == ["key"]
     assert [r["content"] for r in tool_results_seen(provider)] == ["value of o", "it went wrong"]
+
+
+async def test_server_everything_over_streamable_http(runtime, providers, registry):
+    command = everything_server()
+    if command is None:
+        pytest.skip(f"@modelcontextprotocol/server-everything is not installed: {EVERYTHING_INSTALL}")
+    peer = EverythingHttpServer(command)
+    try:
+        plan = [("echo", {"message": "over http"}), ("get-sum", {"a": 40, "b": 2})]
+        provider = providers(tool_loop_script(plan, final_text="ok"))
+        servers = (f'\n[[mcp_servers]]\nname = "everything"\nurl = "{peer.url}"\n'
+                   'effects = { echo = "read", get-sum = "read" }\ntools = ["echo", "get-sum"]\n')
+        agent = mcp_agent(provider, registry, servers)
+        _run_id, view = await start_and_drive(runtime, agent)
+    finally:
+        peer.stop()
+    assert view.status() == {"state": "completed", "output": "ok"}
+    assert [t["name"] for t in provider.calls[0].request["tools"]] == ["echo", "get-sum"]
+    seen = [r["content"] for r in tool_results_seen(provider)]
+    assert seen[0] == "Echo: over http" and "42" in seen[1]

@@ -99,17 +99,18 @@ class HttpFixtureServer:
         self.process.wait()
 
 
-class SdkHttpServer:
-    """``mcp_sdk_server.py``: a server on the official MCP Python SDK, over streamable HTTP."""
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
-    def __init__(self, *, json_response: bool = False) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        script = Path(__file__).with_name("mcp_sdk_server.py")
-        args = [sys.executable, str(script), str(port), *(["--json"] if json_response else [])]
+
+class _ListeningServer:
+    """A server subprocess listening on a loopback port, ready once the port accepts."""
+
+    def __init__(self, args: list[str], port: int, env: dict | None = None) -> None:
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+                                        start_new_session=True, env=env)
         self.url = f"http://127.0.0.1:{port}/mcp"
         deadline = time.monotonic() + 30
         while True:
@@ -118,10 +119,27 @@ class SdkHttpServer:
                     break
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the SDK MCP server did not start") from None
+                    raise RuntimeError(f"{args[0]} did not start listening") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, 9)
         self.process.wait()
+
+
+class SdkHttpServer(_ListeningServer):
+    """``mcp_sdk_server.py``: a server on the official MCP Python SDK, over streamable HTTP."""
+
+    def __init__(self, *, json_response: bool = False) -> None:
+        port = _free_port()
+        script = Path(__file__).with_name("mcp_sdk_server.py")
+        super().__init__([sys.executable, str(script), str(port), *(["--json"] if json_response else [])], port)
+
+
+class EverythingHttpServer(_ListeningServer):
+    """``@modelcontextprotocol/server-everything`` over streamable HTTP."""
+
+    def __init__(self, command: str) -> None:
+        port = _free_port()
+        super().__init__([command, "streamableHttp"], port, env={**os.environ, "PORT": str(port)})
