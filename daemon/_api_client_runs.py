@@ -14,8 +14,10 @@ event is written.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 
+import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor.protocol import (
@@ -30,6 +32,7 @@ from salvor.protocol import (
     encode_payload,
 )
 
+from ._api_stream import HEADERS as STREAM_HEADERS
 from ._client_performed import (
     check_resolution,
     declared,
@@ -38,7 +41,7 @@ from ._client_performed import (
     tool_completion,
     tool_intent,
 )
-from ._client_steps import model_step, tool_step
+from ._client_steps import ModelCall, open_model_step, perform_model_step, tool_step
 from ._errors import OperationRefused, bad_request, unknown_run
 from ._http import json_object, json_response
 from ._operations import parse_run_id
@@ -51,6 +54,10 @@ APPENDABLE = frozenset({
 })
 MAX_EVENTS_PER_APPEND = 1024
 TOKEN_HEADER = "X-Drive-Token"
+
+
+def sse_frame(event: str, data: dict) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
 def _stamped(envelope: Envelope) -> Envelope:
@@ -181,9 +188,55 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     async def model_step_route(run_id: str):
         run_id = await driving(run_id)
         body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
-        answer = await model_step(runtime.access, run_id, step_seq(body), body["request"],
-                                  record_prompts=record_prompts.get(run_id, False), executor=state.model_executor)
-        return json_response(answer)
+        # Every refusal comes before the stream starts, as the error envelope.
+        call = await open_model_step(runtime.access, run_id, step_seq(body), body["request"],
+                                     record_prompts=record_prompts.get(run_id, False), executor=state.model_executor)
+        if wants_stream():
+            return await stream_model_step(run_id, call)
+        if call.answer is not None:
+            return json_response(call.answer)
+        return json_response(await perform_model_step(runtime.access, run_id, call, state.model_executor))
+
+    def wants_stream() -> bool:
+        return request.args.get("stream") == "1" or "text/event-stream" in request.headers.get("Accept", "")
+
+    async def stream_model_step(run_id: str, call: ModelCall):
+        """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
+        frames_out, frames_in = trio.open_memory_channel[bytes](256)
+        if call.answer is not None:
+            frames_out.send_nowait(sse_frame("complete", call.answer))
+            frames_out.close()
+        else:
+
+            async def perform() -> None:
+                async with frames_out:
+
+                    async def delta(piece: dict) -> None:
+                        await frames_out.send(sse_frame("delta", piece))
+
+                    try:
+                        answer = await perform_model_step(runtime.access, run_id, call, state.model_executor,
+                                                          on_delta=delta)
+                    except OperationRefused as exc:
+                        await frames_out.send(sse_frame("error", exc.to_json()["error"]))
+                    else:
+                        await frames_out.send(sse_frame("complete", answer))
+
+            # A watcher that goes away cancels the call: its intent stays open, re-issued on retry.
+            scope = state.drivers.spawn(perform, name=f"model step {run_id}@{call.seq}")
+
+        async def frames():
+            try:
+                async with frames_in:
+                    async for frame in frames_in:
+                        yield frame
+            finally:
+                if call.answer is None:
+                    scope.cancel()
+
+        response = await app.make_response((frames(), 200, STREAM_HEADERS))
+        response.timeout = None
+        return response
 
     @app.post("/v1/client-runs/<run_id>/tool-step")
     async def tool_step_route(run_id: str):

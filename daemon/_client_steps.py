@@ -36,7 +36,7 @@ from salvor.protocol import (
 )
 
 from ._errors import OperationRefused, bad_request
-from ._model_gateway import ModelCallError, ModelGateway, resolve_endpoint
+from ._model_gateway import Delta, ModelCallError, ModelGateway, resolve_endpoint
 from ._operations import needs_reconciliation
 from ._run_context import outcome_output
 from ._store_access import StoreAccess
@@ -125,14 +125,24 @@ def _dangling(found: _AtSeq, run_id: str, seq: int) -> None:
         raise GuardRefusal(f"the intent at seq {seq} of run {run_id} is no longer open ({found.view.state.value})")
 
 
-async def model_step(
+@dataclass(slots=True)
+class ModelCall:
+    """A model step ready to perform (its intent is recorded), or already answered from the log."""
+
+    seq: int
+    request: dict
+    view: RunView
+    answer: dict | None = None
+
+
+async def open_model_step(
     access: StoreAccess, run_id: str, seq: int, request: Any, *, record_prompts: bool, executor: ModelGateway | None,
-) -> dict:
-    """Perform (or answer from the log) the model call at ``seq``; ``{"response", "usage"}``.
+) -> ModelCall:
+    """Everything before the provider is called: the checks, and the intent recorded (or found open).
 
     Raises:
         OperationRefused: bad_request (not a model request), model_executor_unavailable
-            (503; nothing recorded), model_execution (502; the intent stays open).
+            (503; nothing recorded).
         GuardRefusal: divergence at ``seq``.
     """
     check_model_request(request)
@@ -152,7 +162,8 @@ async def model_step(
                 + "; a retry must send the same request to the same position"
             )
         if found.completion is not None:
-            return {"response": found.completion.event.response, "usage": found.completion.event.usage}
+            done = found.completion.event
+            return ModelCall(seq, request, view, {"response": done.response, "usage": done.usage})
         _dangling(found, run_id, seq)
     if executor is None:
         raise OperationRefused(
@@ -163,15 +174,44 @@ async def model_step(
     if found.intent is None:
         intent = ModelCallRequested(request_hash=request_hash, request_body=request if record_prompts else None)
         _, view = await access.append(run_id, [intent], view)
+    return ModelCall(seq, request, view)
+
+
+async def perform_model_step(
+    access: StoreAccess, run_id: str, call: ModelCall, executor: ModelGateway, *, on_delta: Delta | None = None,
+) -> dict:
+    """Call the provider for an opened step and record the completion; ``{"response", "usage"}``.
+
+    Raises:
+        OperationRefused: model_execution (502); the intent stays open and the same step retries it.
+    """
     try:
-        result = await executor.complete(request)
+        result = await executor.complete(call.request, on_delta=on_delta)
     except ModelCallError as exc:
         raise OperationRefused(
             "model_execution", 502,
-            f"the model call at seq {seq} failed: {exc.message}; its intent stays open and the same step retries it",
+            f"the model call at seq {call.seq} failed: {exc.message}; its intent stays open and the same step "
+            f"retries it",
         ) from None
-    await access.append(run_id, [ModelCallCompleted(seq=seq, response=result.response, usage=result.usage)], view)
+    await access.append(run_id, [ModelCallCompleted(seq=call.seq, response=result.response, usage=result.usage)],
+                        call.view)
     return {"response": result.response, "usage": result.usage}
+
+
+async def model_step(
+    access: StoreAccess, run_id: str, seq: int, request: Any, *, record_prompts: bool, executor: ModelGateway | None,
+) -> dict:
+    """Perform (or answer from the log) the model call at ``seq``; ``{"response", "usage"}``.
+
+    Raises:
+        OperationRefused: bad_request, model_executor_unavailable (503; nothing
+            recorded), model_execution (502; the intent stays open).
+        GuardRefusal: divergence at ``seq``.
+    """
+    call = await open_model_step(access, run_id, seq, request, record_prompts=record_prompts, executor=executor)
+    if call.answer is not None:
+        return call.answer
+    return await perform_model_step(access, run_id, call, executor)
 
 
 async def tool_step(

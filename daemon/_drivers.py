@@ -9,6 +9,7 @@ daemon is stopping), so the set is exact, not a heuristic.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 from salvor.protocol import CodedError
@@ -32,6 +33,7 @@ class DriverSet:
         # Bounds how many drives touch providers and tools at once (recovery
         # after a restart may find thousands of interrupted runs).
         self._limiter = trio.CapacityLimiter(concurrency)
+        self._tasks: set[trio.CancelScope] = set()
 
     def driving(self, run_id: str) -> bool:
         return run_id in self._scopes
@@ -70,8 +72,24 @@ class DriverSet:
                     self._again.discard(run_id)
                     self.start(run_id, agent)
 
+    def spawn(self, fn: Callable[[], Awaitable[None]], *, name: str) -> trio.CancelScope:
+        """Run a short task that belongs to no driver (a streamed client step) until it ends or the
+        server stops; cancelling the returned scope ends it early."""
+        scope = trio.CancelScope()
+        self._tasks.add(scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await fn()
+            finally:
+                self._tasks.discard(scope)
+
+        self._nursery.start_soon(run, name=name)
+        return scope
+
     def cancel_all(self, reason: str) -> None:
-        """Cancel every driver; each run is left at its last durable event."""
+        """Cancel every driver and task; each run is left at its last durable event."""
         self._again.clear()
-        for scope in list(self._scopes.values()):
+        for scope in [*self._scopes.values(), *self._tasks]:
             scope.cancel(reason=reason)

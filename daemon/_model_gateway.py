@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -25,7 +25,10 @@ import httpx
 import trio
 
 from ._demo_model import demo_complete
-from ._model_wire import WIRES, SSEDecoder, StreamedError, WireError, error_message
+from ._model_wire import WIRES, SSEDecoder, StreamedError, WireError, error_message, ticker
+
+# Receives each piece of a streamed call's ticker text as it arrives.
+Delta = Callable[[dict[str, Any]], Awaitable[None]]
 
 PUBLIC_BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
@@ -187,8 +190,12 @@ class ModelGateway:
         if self._owns_client and self._client is not None:
             await self._client.aclose()
 
-    async def complete(self, request: dict[str, Any]) -> ModelResult:
+    async def complete(self, request: dict[str, Any], *, on_delta: Delta | None = None) -> ModelResult:
         """Issue one neutral model request and return its neutral result.
+
+        ``on_delta``: stream this call and hand every piece of ticker text
+        (and the usage) to it as it arrives. Once a piece has gone out, a
+        failure is not retried: the watcher would see the text twice.
 
         Raises:
           ModelCallError: the provider refused the request, or every attempt
@@ -204,12 +211,18 @@ class ModelGateway:
             return ModelResult(response=response, usage=usage)
 
         attempt = 0
+        sent = [False]
+
+        async def relay(delta: dict[str, Any]) -> None:
+            sent[0] = True
+            await on_delta(delta)
+
         while True:
             try:
-                response, usage = await self._attempt(request)
+                response, usage = await self._attempt(request, relay if on_delta is not None else None)
                 return ModelResult(response=response, usage=usage)
             except ModelCallError as error:
-                if not error.retryable or attempt >= self._max_retries:
+                if not error.retryable or attempt >= self._max_retries or sent[0]:
                     if attempt:
                         error.message = f"{error.message} (after {attempt + 1} attempts)"
                         error.args = (error.message,)
@@ -217,7 +230,7 @@ class ModelGateway:
             await trio.sleep(retry_delay(attempt, self._backoff))
             attempt += 1
 
-    async def _attempt(self, request: dict[str, Any]) -> tuple[dict, dict]:
+    async def _attempt(self, request: dict[str, Any], on_delta: Delta | None = None) -> tuple[dict, dict]:
         provider = self._endpoint.provider
         wire = WIRES[provider]
         assert self._client is not None
@@ -225,10 +238,11 @@ class ModelGateway:
         base_url = self._endpoint.base_url or PUBLIC_BASE_URLS[provider]
         url = endpoint_url(base_url, wire.path)
         headers = wire.headers(self._endpoint.api_key)
-        body = wire.body(request, stream=self._stream)
+        stream = self._stream or on_delta is not None
+        body = wire.body(request, stream=stream)
         model = request["model"]
         try:
-            if self._stream:
+            if stream:
                 headers = {**headers, "accept": "text/event-stream"}
                 async with self._client.stream("POST", url, json=body, headers=headers,
                                                timeout=self._timeout) as reply:
@@ -241,6 +255,8 @@ class ModelGateway:
                         event = decoder.line(line)
                         if event is not None:
                             assembler.feed(*event)
+                            if on_delta is not None and (delta := ticker(provider, *event)) is not None:
+                                await on_delta(delta)
                     event = decoder.close()
                     if event is not None:
                         assembler.feed(*event)

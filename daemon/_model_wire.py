@@ -404,6 +404,33 @@ class OpenAIStream:
 # --------------------------------------------------------------------------
 
 
+def ticker(provider: str, event: str | None, data: str) -> JSON | None:
+    """The live-ticker part of one streamed provider event: text, thinking, or usage; None for the rest."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    if provider == "anthropic":
+        kind = event or payload.get("type")
+        delta = payload.get("delta") or {}
+        if kind == "content_block_delta" and delta.get("type") == "text_delta":
+            return {"type": "text_delta", "index": payload.get("index", 0), "text": delta.get("text", "")}
+        if kind == "content_block_delta" and delta.get("type") == "thinking_delta":
+            return {"type": "thinking_delta", "index": payload.get("index", 0), "thinking": delta.get("thinking", "")}
+        if kind == "message_delta" and isinstance(payload.get("usage"), dict):
+            return {"type": "usage", "usage": payload["usage"]}
+        return None
+    choice = (payload.get("choices") or [{}])[0] or {}
+    text = (choice.get("delta") or {}).get("content")
+    if isinstance(text, str) and text:
+        return {"type": "text_delta", "index": 0, "text": text}
+    if isinstance(payload.get("usage"), dict):
+        return {"type": "usage", "usage": payload["usage"]}
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wire:
     """What the gateway needs to know about one provider's wire format."""

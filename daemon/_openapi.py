@@ -766,6 +766,23 @@ PATHS: JSON = {
     },
 }
 
+# The streamed model step (Accept: text/event-stream, or ?stream=1): ticker
+# frames while the call runs, then one complete (or error) frame.
+_MODEL_STEP = PATHS["/v1/client-runs/{run_id}/model-step"]["post"]
+_MODEL_STEP["parameters"].append({"name": "stream", "in": "query", "schema": {"const": "1"},
+                                  "description": "Answer as server-sent events (as `Accept: text/event-stream` does)."})
+_MODEL_STEP["responses"]["200"]["content"]["text/event-stream"] = {
+    "schema": {"type": "string"},
+    "x-frame-schemas": {
+        "delta": _object({"type": {"enum": ["text_delta", "thinking_delta", "usage"]}, "index": _SEQ,
+                          "text": {"type": "string"}, "thinking": {"type": "string"}, "usage": {"type": "object"}},
+                         ["type"]),
+        "complete": _ref("ModelStepDone"),
+        "error": _object({"code": {"type": "string"}, "message": {"type": "string"}, "details": {"type": "object"}},
+                         ["code", "message"]),
+    },
+}
+
 DOCUMENT: JSON = {
     "openapi": "3.1.0",
     "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",

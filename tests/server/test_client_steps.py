@@ -235,3 +235,51 @@ async def test_step_responses_match_the_document(server_factory, providers, coun
                    content=OVERSIZED)
     missed = {seen for seen in contract.unreached() if seen[0] in STEP_PATHS}
     assert not missed, f"documented but never answered: {sorted(missed)}"
+
+
+def frames_of(text: str) -> list[tuple[str, dict]]:
+    frames = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
+        if fields:
+            frames.append((fields["event"], json.loads(fields["data"])))
+    return frames
+
+
+async def test_a_streamed_model_step_ticks_then_completes_and_records_what_the_plain_one_does(
+    server_factory, providers, monkeypatch
+) -> None:
+    provider = providers([text_reply("the plan is simple"), text_reply("the plan is simple"), ErrorReply(400, "nope")])
+    monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
+    server = await server_factory()
+    client = server.client
+    streamed_run, streamed = await started(client)
+    plain_run, plain = await started(client)
+    step = "/v1/client-runs/{}/model-step"
+    response = await client.post(step.format(streamed_run), json={"seq": 1, "request": REQUEST},
+                                 headers={**streamed, "Accept": "text/event-stream"})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    frames = frames_of(response.text)
+    deltas = [data for name, data in frames if name == "delta"]
+    assert "".join(d["text"] for d in deltas if d["type"] == "text_delta") == "the plan is simple"
+    assert len([d for d in deltas if d["type"] == "text_delta"]) > 1  # it ticked, not one lump
+    assert [name for name, _ in frames][-1] == "complete"
+    complete = frames[-1][1]
+    plain_answer = (await client.post(step.format(plain_run), json={"seq": 1, "request": REQUEST},
+                                      headers=plain)).json()
+    assert complete == plain_answer
+    # Byte for byte the same completion, whichever way it was asked for.
+    assert (await log_of(client, streamed_run))[2]["event"] == (await log_of(client, plain_run))[2]["event"]
+    # A replayed step streams one complete frame and calls nothing.
+    again = await client.post(step.format(streamed_run) + "?stream=1", json={"seq": 1, "request": REQUEST},
+                              headers=streamed)
+    assert frames_of(again.text) == [("complete", complete)] and provider.call_count == 2
+    # A provider failure is an error frame; the intent stays open for a retry.
+    failed = await client.post(step.format(streamed_run) + "?stream=1", headers=streamed,
+                               json={"seq": 3, "request": {**REQUEST, "model": "other"}})
+    assert frames_of(failed.text)[-1][0] == "error" and frames_of(failed.text)[-1][1]["code"] == "model_execution"
+    assert (await client.get(f"/v1/runs/{streamed_run}")).json()["status"]["state"] == "awaiting_model"
+    # Refusals come before any stream, as the error envelope.
+    refused = await client.post(step.format(streamed_run) + "?stream=1", headers=streamed,
+                                json={"seq": 9, "request": REQUEST})
+    assert code(refused) == (409, "divergence")
