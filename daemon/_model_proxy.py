@@ -69,6 +69,7 @@ from ._run_context import RunContext
 log = logging.getLogger("salvor.proxy")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_UPSTREAM_TIMEOUT = 600.0
 # A re-run commits its reproduced calls in batches: at most this many calls,
 # or this long after the last commit (so a watcher sees it advance).
 REPRODUCED_PER_COMMIT = 64
@@ -87,9 +88,15 @@ class Upstream:
 
     base_url: str
     api_key: str | None
+    # Seconds to wait for the upstream's answer (between bytes, for a stream).
+    read_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
 
     def __repr__(self) -> str:
         return f"Upstream(base_url={self.base_url!r}, api_key={'<redacted>' if self.api_key else None})"
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=30.0, read=self.read_timeout, write=60.0, pool=60.0)
 
     def headers(self, wire: str, incoming: Mapping[str, str]) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -118,12 +125,22 @@ class Upstream:
 
 
 def resolve_upstream(environ: Mapping[str, str] = os.environ) -> Upstream | None:
-    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set."""
+    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+
+    ``SALVOR_AGENT_UPSTREAM_TIMEOUT`` (seconds, default 600) bounds the wait
+    for an answer; a value that is not a positive number keeps the default.
+    """
     base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
     if not base:
         return None
     key = environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
-    return Upstream(base_url=base, api_key=key)
+    try:
+        timeout = float(environ.get("SALVOR_AGENT_UPSTREAM_TIMEOUT", DEFAULT_UPSTREAM_TIMEOUT))
+    except ValueError:
+        timeout = DEFAULT_UPSTREAM_TIMEOUT
+    if not 0 < timeout < float("inf"):
+        timeout = DEFAULT_UPSTREAM_TIMEOUT
+    return Upstream(base_url=base, api_key=key, read_timeout=timeout)
 
 
 # --------------------------------------------------------------------------
@@ -361,7 +378,7 @@ class ProxySession:
         self.upstream_calls += 1
         try:
             if not stream:
-                answer = await self.client.post(url, content=content, headers=out_headers)
+                answer = await self.client.post(url, content=content, headers=out_headers, timeout=upstream.timeout)
                 if answer.status_code >= 400:
                     await self._pass_error(wire, answer, reply)
                     return None
@@ -376,7 +393,8 @@ class ProxySession:
                     return None
                 return {"wire": wire, "body": parsed}
             out_headers["accept"] = "text/event-stream"
-            async with self.client.stream("POST", url, content=content, headers=out_headers) as answer:
+            async with self.client.stream("POST", url, content=content, headers=out_headers,
+                                          timeout=upstream.timeout) as answer:
                 if answer.status_code >= 400:
                     await answer.aread()
                     await self._pass_error(wire, answer, reply)

@@ -35,6 +35,16 @@ from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 pytestmark = pytest.mark.kill
 
 
+def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/v1/runs/{run_id}").json()
+        if body["status"]["state"] in ("completed", "failed", "abandoned"):
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("mode", ["anthropic-stream", "openai-responses-stream"])
 def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     tmp_path: Path, store_url: str, mode: str
@@ -85,6 +95,19 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
         # The first call was answered from the log; only the cut one was served again.
         assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
         assert {call.api_key for call in provider.calls} == {SECRET}
+        served = provider.call_count
+        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            # The recovered run re-runs from its log with no upstream call at all ...
+            rerun = client.post("/v1/runs", json={"replay_of": run_id}).json()["run"]
+            assert wait_terminal(client, rerun)["status"] == body["status"]
+            # ... and an edited agent (its tool result changed) fails the re-run at its second call, named.
+            edited = client.post("/v1/agents", content=definition.replace('RETRIES = "50"', 'AMOUNT = "43"'),
+                                 headers={"Content-Type": "application/toml"}).json()["agent"]
+            failed = client.post("/v1/runs", json={"replay_of": run_id, "agent": edited}).json()["run"]
+            status = wait_terminal(client, failed)["status"]
+            assert status["state"] == "failed" and status["error"].startswith("model call 2 "), status
+            assert f"origin run {run_id}" in status["error"]
+        assert provider.call_count == served
         code, _ = daemon.terminate()
         assert code == 0
         for index in range(daemon.starts):

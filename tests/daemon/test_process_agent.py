@@ -92,7 +92,7 @@ if mode.startswith("openai-responses"):
             break
         items += output
         for c in calls_:
-            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": 42})})
+            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": amount})})
 elif mode.startswith("openai"):
     import openai
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
