@@ -9,15 +9,16 @@ out so renaming an agent never mints a new identity.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from salvor.protocol import BUDGET_KINDS, MalformedEvent, check_schema, sha256_hash
+
+from ._http_values import HEADER_NAME, is_http_url, stray_placeholder
+from ._mcp_def import McpDefinitionError, McpServerSpec, parse_mcp_servers
 
 MAX_NAME_CHARS = 64
 PROVIDERS = ("anthropic", "openai", "demo")
@@ -33,13 +34,13 @@ _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prom
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 KINDS = ("process", "service")
 DEFAULT_PROCESS_TIMEOUT = 300.0
-# A header value may name daemon variables as ${NAME}; any other "${" is a typo.
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # Why each kind needs the operator's opt-in before it is accepted over HTTP.
 _OPT_IN_REASONS = {
     "process": "process agents run a command on the daemon's machine",
     "service": "service agents make the daemon bind a loopback port and POST to a URL",
+    "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
+    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
+    "environment to a URL",
 }
 
 
@@ -106,6 +107,8 @@ class AgentDefinition:
     process: ProcessSettings | None = None
     # "service": a program already running that salvor triggers over HTTP.
     service: ServiceSettings | None = None
+    # The MCP servers whose tools a built-in agent calls, in declared order.
+    mcp_servers: tuple[McpServerSpec, ...] = ()
 
 
 def _expect(cond: bool, message: str) -> None:
@@ -144,8 +147,10 @@ def parse_definition(
             read its own files, so the HTTP API passes False.
         allow_processes: whether a ``kind = "process"`` definition (a command
             the daemon will run) or a ``kind = "service"`` one (a port it
-            binds, a URL it POSTs to) is accepted. Over HTTP only when the
-            operator started the daemon with ``--allow-process-agents``.
+            binds, a URL it POSTs to) is accepted, and likewise an MCP server
+            the daemon spawns (``command``) or one whose headers read the
+            daemon's environment. Over HTTP only when the operator started
+            the daemon with ``--allow-process-agents``.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
@@ -169,8 +174,17 @@ def parse_definition(
             return _parse_service(raw, fmt, text)
         return _parse_process(raw, fmt, text)
     _check_keys("the definition", raw, _TOP)
-    if "mcp_servers" in raw:
-        raise DefinitionError("`mcp_servers` is not supported by this build yet; use [[tools]] from the daemon's registry")
+    try:
+        mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
+    except McpDefinitionError as exc:
+        raise DefinitionError(str(exc)) from None
+    for server in mcp_servers:
+        reason = "mcp_command" if server.command is not None else "mcp_secret" if server.reads_environment() else None
+        _expect(
+            reason is None or allow_processes,
+            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so this daemon "
+            "accepts it over HTTP only when started with --allow-process-agents",
+        )
     name = raw.get("name")
     if name is not None:
         _expect(isinstance(name, str), "`name` must be a string")
@@ -282,6 +296,7 @@ def parse_definition(
         tools=tuple(tools),
         stored_format=stored_format,
         stored_text=stored_text,
+        mcp_servers=mcp_servers,
     )
 
 
@@ -342,25 +357,8 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
     )
 
 
-def header_placeholders(value: str) -> list[str]:
-    """The variables a header value names as ``${NAME}``, in order of appearance."""
-    return _PLACEHOLDER.findall(value)
-
-
 def _check_placeholders(where: str, value: str) -> None:
-    # Every "${" must open a well-formed placeholder: "${TOKEN" or "${}" is a
-    # typo that would otherwise go out verbatim in a header.
-    rest = _PLACEHOLDER.sub("", value)
-    _expect("${" not in rest, f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
-
-
-def _is_http_url(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0  # reading .port refuses a non-numeric or out-of-range one
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok and not any(c.isspace() for c in url)
+    _expect(not stray_placeholder(value), f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
 
 
 def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
@@ -369,14 +367,14 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     name = _name(raw)
     url = raw.get("url")
     _expect(isinstance(url, str) and url != "", "a service agent needs `url`: the http(s) URL its trigger is POSTed to")
-    _expect(_is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
+    _expect(is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
     proxy_port = raw.get("proxy_port")
     _expect("proxy_port" in raw, "a service agent needs `proxy_port`: the loopback port its model calls go to")
     _expect(type(proxy_port) is int and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
     headers = raw.get("headers", {})
     _expect(isinstance(headers, dict), "`headers` must be a table of strings")
     for key, value in headers.items():
-        _expect(bool(_HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name")
+        _expect(bool(HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name")
         _expect(isinstance(value, str), f"`headers` value of {key} must be a string")
         _expect("\r" not in value and "\n" not in value and "\0" not in value,
                 f"`headers` value of {key} must be one line")

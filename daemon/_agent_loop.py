@@ -28,8 +28,18 @@ from salvor.protocol import (
 )
 
 from ._agent_def import AgentDefinition
+from ._mcp_tools import (
+    McpBuildError,
+    McpConnections,
+    exposed_tools,
+    listing_tool,
+    mcp_result_for_model,
+    mcp_tool,
+    open_connections,
+)
 from ._model_gateway import ModelGateway, resolve_endpoint
 from ._model_proxy import ModelProxy
+from ._orphans import MARK_VAR, RUN_VAR, store_fingerprint
 from ._port_claims import PortClaims
 from ._process_agent import drive_process
 from ._run_context import DriveInterrupted, Parked, RunContext, utc_now
@@ -44,14 +54,25 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _tool_result(use_id: str, value: Any) -> dict:
+def _tool_result(use_id: str, value: Any, *, mcp: bool = False) -> dict:
     if isinstance(value, dict) and TOOL_ERROR_KEY in value:
         return {"type": "tool_result", "tool_use_id": use_id, "content": value[TOOL_ERROR_KEY]["message"], "is_error": True}
+    if mcp:
+        text, is_error = mcp_result_for_model(value)
+        return {"type": "tool_result", "tool_use_id": use_id, "content": text, **({"is_error": True} if is_error else {})}
     return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
 
 
 def _error_result(use_id: str, message: str) -> dict:
     return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
+
+
+def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
+    """The tool names an agent offers besides its MCP tools, each with what offers it."""
+    taken = {name: f"the registry tool {name!r}" for name in agent.tools}
+    if agent.output_schema is not None:
+        taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
+    return taken
 
 
 def gateway_for(agent: AgentDefinition, environ=os.environ) -> ModelGateway:
@@ -74,20 +95,51 @@ def gateway_for(agent: AgentDefinition, environ=os.environ) -> ModelGateway:
 class AgentLoop:
     """Drives one built-in agent run from its log to its next resting point."""
 
-    def __init__(self, agent: AgentDefinition, registry: ToolRegistry, gateway: ModelGateway) -> None:
+    def __init__(
+        self, agent: AgentDefinition, registry: ToolRegistry, gateway: ModelGateway,
+        mcp: McpConnections | None = None,
+    ) -> None:
         self.agent = agent
         self.gateway = gateway
+        self.mcp = mcp
         self.tools = {name: registry.get(name) for name in agent.tools}
-        specs = [tool.spec() for tool in self.tools.values()]
-        if agent.output_schema is not None:
-            specs.append(
-                {
-                    "name": SUBMIT_OUTPUT,
-                    "description": "Submit the final answer. Its input must match the required output shape.",
-                    "input_schema": agent.output_schema,
-                }
-            )
-        self.tool_specs = specs
+        self.mcp_names: set[str] = set()
+        self.tool_specs = [tool.spec() for tool in self.tools.values()]
+
+    def _submit_spec(self) -> list[dict]:
+        if self.agent.output_schema is None:
+            return []
+        return [
+            {
+                "name": SUBMIT_OUTPUT,
+                "description": "Submit the final answer. Its input must match the required output shape.",
+                "input_schema": self.agent.output_schema,
+            }
+        ]
+
+    async def _add_mcp_tools(self, ctx: RunContext) -> None:
+        """List each MCP server's tools through the log (a recorded read) and offer the exposed ones.
+
+        A listing that no longer has what the definition names fails the run:
+        the same check registration made, now against what the run was given.
+        """
+        listings = {}
+        for spec in self.agent.mcp_servers:
+            listed = await ctx.tool_call(listing_tool(spec, self.mcp), {})
+            if not (isinstance(listed, dict) and isinstance(listed.get("tools"), list)):
+                await ctx.control(RunFailed(error=f"the recorded tool listing of MCP server {spec.name!r} is not a list of tools"))
+                await ctx.park(RunState.FAILED)
+            listings[spec.name] = listed["tools"]
+        try:
+            exposed = exposed_tools(self.agent.mcp_servers, listings, offered_besides_mcp(self.agent))
+        except McpBuildError as exc:
+            await ctx.control(RunFailed(error=f"the agent's MCP tools no longer build: {exc}"))
+            await ctx.park(RunState.FAILED)
+        for spec, entry in exposed:
+            tool, model_spec = mcp_tool(spec, entry, self.mcp)
+            self.tools[tool.name] = tool
+            self.mcp_names.add(tool.name)
+            self.tool_specs.append(model_spec)
 
     def _request(self, messages: list[dict]) -> dict:
         request: dict[str, Any] = {"model": self.agent.model, "max_tokens": self.agent.max_response_tokens}
@@ -107,6 +159,9 @@ class AgentLoop:
         head = ctx.cursor.take(EventKind.RUN_STARTED)
         if head is None:
             raise DriveInterrupted(f"run {ctx.run_id} has no RunStarted head")
+        if self.agent.mcp_servers:
+            await self._add_mcp_tools(ctx)
+        self.tool_specs += self._submit_spec()
         messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}]
         usage = {"input_tokens": 0, "output_tokens": 0}
         completed_calls = 0
@@ -141,7 +196,7 @@ class AgentLoop:
                     results.append(_error_result(use_id, f"there is no tool named {name!r} in this agent"))
                     continue
                 value = await ctx.tool_call(tool, args)
-                results.append(_tool_result(use_id, value))
+                results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 
     async def _check_budgets(self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict) -> None:
@@ -224,7 +279,10 @@ async def drive(
     own_gateway = gateway is None
     gateway = gateway or gateway_for(agent)
     try:
-        await AgentLoop(agent, registry, gateway).run(ctx)
+        # MCP servers are started only when the run first needs one live.
+        mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+        async with open_connections(agent.mcp_servers, mark=mark) as mcp:
+            await AgentLoop(agent, registry, gateway, mcp).run(ctx)
     except Parked:
         pass
     finally:

@@ -139,6 +139,7 @@ def create_app(state: ServerState) -> QuartTrio:
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
+        await runtime.build_agent(agent)
         created = await runtime.register_agent(agent)
         return json_response({"agent": agent.agent_def_hash, "created": created}, 201)
 

@@ -133,9 +133,11 @@ class Cli:
         if source.startswith("sha256:"):
             return await runtime.load_agent(source)
         try:
-            return load_definition(source, known_tools=runtime.registry.names())
+            agent = load_definition(source, known_tools=runtime.registry.names())
         except DefinitionError as exc:
             raise CliError(f"{source}: {exc}") from None
+        await runtime.build_agent(agent)
+        return agent
 
     async def cmd_rerun(self, runtime: Runtime) -> int:
         origin = parse_run_id(self.args.run)

@@ -206,8 +206,33 @@ SCHEMAS: JSON = {
                          "additionalProperties": {"type": "number"}},
              "pricing": {"type": "object"}, "output_schema": {"type": "object"},
              "tools": {"type": "array", "items": _object({"name": {"type": "string"}}, ["name"])},
-             "mcp_servers": {"type": "array", "items": {"type": "object"}}, "kind": {"type": "string"}},
+             "mcp_servers": {"type": "array", "items": _ref("McpServer")}, "kind": {"type": "string"}},
             ["model"],
+        ),
+    },
+    "McpServer": {
+        "description": (
+            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the daemon) or "
+            "`url` (streamable HTTP). Registration starts or reaches it, lists its tools and checks every name "
+            "given here. A tool's effect is its `effects` entry, else write; a tool in `results` is answered "
+            "with that value and never sent to the server."
+        ),
+        **_object(
+            {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+             "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+             "args": {"type": "array", "items": {"type": "string"}},
+             "env": {"type": "object", "additionalProperties": {"type": "string"}},
+             "cwd": {"type": "string", "minLength": 1},
+             "url": {"type": "string", "format": "uri"},
+             "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                         "description": "`${VAR}` is read from the daemon's environment when it connects."},
+             "bearer_token_env": {"type": "string"},
+             "effects": {"type": "object", "additionalProperties": {"enum": ["read", "idempotent", "write"]}},
+             "effect_overrides": {"type": "object", "additionalProperties": {"enum": ["read", "idempotent", "write"]}},
+             "results": {"type": "object", "additionalProperties": _ANY},
+             "tools": {"type": "array", "items": {"type": "string"}},
+             "timeout": {"type": "number", "exclusiveMinimum": 0}},
+            oneOf=[{"required": ["command"]}, {"required": ["url"]}],
         ),
     },
     "AgentCreated": _object({"agent": _ref("AgentHash"), "created": {"type": "boolean"}}, ["agent", "created"]),
@@ -403,6 +428,11 @@ PATHS: JSON = {
         "post": {
             "operationId": "registerAgent",
             "summary": "Register an agent definition (validated, stored, content-addressed)",
+            "description": (
+                "The agent is built first: each MCP server it declares is started or reached, lists its tools "
+                "and is closed again. A definition that will not build is a 400 naming the server and why, "
+                "and nothing is stored."
+            ),
             "requestBody": {"required": True, "content": {
                 "application/toml": {"schema": {"type": "string"}},
                 "application/json": {"schema": _ref("AgentDefinition")},

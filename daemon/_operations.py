@@ -32,7 +32,7 @@ from salvor.protocol import (
 from salvor.store import SeqConflict
 
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
-from ._agent_loop import drive
+from ._agent_loop import drive, offered_besides_mcp
 from ._errors import (
     OperationRefused,
     bad_request,
@@ -41,7 +41,9 @@ from ._errors import (
     unknown_run,
     wrong_state,
 )
+from ._mcp_tools import McpBuildError, check_buildable
 from ._model_proxy import ModelProxy
+from ._orphans import MARK_VAR, store_fingerprint
 from ._port_claims import PortClaims
 from ._run_context import utc_now
 from ._store_access import StoreAccess, claim_to_settle
@@ -107,6 +109,23 @@ class Runtime:
         self.ports = PortClaims()
 
     # -- agents -------------------------------------------------------------
+
+    async def build_agent(self, agent: AgentDefinition) -> None:
+        """Build the agent as a drive would, to refuse one that cannot run before it is stored.
+
+        Each MCP server is started or reached, lists its tools, and is closed
+        again; every tool the definition names must be there, and no two
+        tools the model is offered may share a name.
+
+        Raises:
+            OperationRefused: bad_request naming the server and why.
+        """
+        try:
+            await check_buildable(
+                agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}
+            )
+        except McpBuildError as exc:
+            raise bad_request(f"the agent definition does not build: {exc}") from None
 
     async def register_agent(self, agent: AgentDefinition) -> bool:
         """Store the definition content-addressed; True when it was new."""

@@ -53,7 +53,15 @@ from salvor.protocol import (
 
 from ._model_gateway import ModelCallError, ModelGateway
 from ._store_access import StoreAccess
-from ._tools import DispatchFailed, SleepUntil, Suspend, Tool, dispatch
+from ._tools import (
+    DispatchFailed,
+    NotPerformed,
+    OutcomeUnknown,
+    SleepUntil,
+    Suspend,
+    Tool,
+    dispatch,
+)
 
 
 class Parked(Exception):
@@ -222,7 +230,12 @@ class RunContext:
 
         A completed call is answered from the log. An open ``read`` or
         ``idempotent`` intent is executed again under its recorded key; an
-        open ``write`` parks the run in needs_reconciliation.
+        open ``write`` parks the run in needs_reconciliation, and so does a
+        write whose handler could not learn its outcome (``OutcomeUnknown``).
+
+        Raises:
+            DriveInterrupted: the handler could not perform the call now
+                (``NotPerformed``); its intent stays open for the next drive.
         """
         key = None
         if tool.effect is Effect.IDEMPOTENT:
@@ -239,7 +252,13 @@ class RunContext:
                 if intent_event.effect == Effect.WRITE:
                     await self.park(RunState.NEEDS_RECONCILIATION)
                 seq, key = recorded.seq, intent_event.idempotency_key
-            output = await self._execute(tool, tool_input, seq, key)
+            try:
+                output = await self._execute(tool, tool_input, seq, key)
+            except OutcomeUnknown:
+                # Sent and never answered: the open intent is the honest record.
+                await self.park(RunState.NEEDS_RECONCILIATION)
+            except NotPerformed as exc:
+                raise DriveInterrupted(exc.message) from None
             self._held.append(ToolCallCompleted(seq=seq, output=output))
         return await self._after_tool(output)
 

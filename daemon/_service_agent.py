@@ -34,7 +34,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
-from ._agent_def import AgentDefinition, header_placeholders
+from ._agent_def import AgentDefinition
+from ._http_values import header_placeholders
 from ._model_gateway import tls_context
 from ._model_proxy import ModelProxy, ProxySession, open_model_proxy
 from ._port_claims import PortClaims

@@ -51,6 +51,32 @@ class ToolFailed(Exception):
         self.retryable = retryable
 
 
+class OutcomeUnknown(Exception):
+    """A write was sent and no answer came back: it may or may not have happened.
+
+    The runtime never guesses: the call's intent stays open, which parks the
+    run in needs_reconciliation until a person records what happened. (A read
+    or an idempotent call raising it is retried like a ``ToolFailed``.)
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotPerformed(Exception):
+    """The handler could not perform the call now, and nothing of it happened.
+
+    The runtime leaves the call's intent open and ends the drive; the next
+    drive performs it again. Only for calls without an effect to fear (a
+    read): an open write intent is needs_reconciliation whatever the reason.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 Handler = Callable[[Any, ToolCall], Awaitable[Any]]
 
 
@@ -110,11 +136,20 @@ async def dispatch(tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: s
 
     Raises:
         DispatchFailed: the last attempt failed (or a failure said retrying cannot help).
+        OutcomeUnknown: a write's handler sent it and got no answer.
+        NotPerformed: the handler could not perform the call now.
     """
     attempts = ATTEMPTS[tool.effect]
     for attempt in range(1, attempts + 1):
         try:
             outcome = await tool.handler(tool_input, ToolCall(run_id=run_id, seq=seq, idempotency_key=key, attempt=attempt))
+        except NotPerformed:
+            raise
+        except OutcomeUnknown as exc:
+            if tool.effect is Effect.WRITE:
+                raise  # the caller leaves the intent open: never guessed, never retried
+            if attempt == attempts:
+                raise DispatchFailed(exc.message, attempt) from None
         except ToolFailed as exc:
             if not exc.retryable or attempt == attempts:
                 raise DispatchFailed(exc.message, attempt) from None

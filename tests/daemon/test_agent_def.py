@@ -100,7 +100,7 @@ def test_a_prompt_file_is_inlined_into_the_stored_copy(tmp_path):
         ('model = "m"\nkind = "process"\ncommand = ["true"]\n', "unknown field `model` in a process agent"),
         ('kind = "process"\n', "a process agent needs `command`"),
         ('kind = "cron"\nurl = "http://x"\n', "`kind` must be one of"),
-        ('model = "m"\n[[mcp_servers]]\ncommand = "npx"\n', "not supported by this build yet"),
+        ('model = "m"\n[[mcp_servers]]\ncommand = "npx"\nurl = "http://x"\n', "exactly one of `command`"),
         ('model = ""\n', "`model` is required"),
         ('model = "m"\n[pricing]\ninput_per_mtok = 1\n', "[pricing] needs output_per_mtok"),
         ('model = "m"\n[llm]\nmax_retries = 99\n', "from 0 to 20"),

@@ -1,0 +1,65 @@
+"""An MCP client on trio: open a session with one server, over stdio or streamable HTTP.
+
+The session itself (requests, deadlines, server messages, the three failure
+kinds) is ``_mcp_session``; the transports are ``_mcp_stdio`` and
+``_mcp_http``. This module picks the transport a server's definition names
+and initialises the session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import trio
+
+from ._mcp_def import McpServerSpec
+from ._mcp_http import HttpTransport, resolve_headers
+from ._mcp_session import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    McpError,
+    McpNoAnswer,
+    McpRemoteError,
+    McpSession,
+    McpUnavailable,
+)
+from ._mcp_stdio import open_stdio
+
+__all__ = [
+    "MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "McpError", "McpNoAnswer", "McpRemoteError", "McpSession",
+    "McpUnavailable", "open_session",
+]
+
+
+async def open_session(
+    spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str] = os.environ,
+    mark: Mapping[str, str] | None = None,
+) -> McpSession:
+    """Start or reach the server and initialise a session with it.
+
+    Its background tasks (a stdio server's readers) run in ``nursery``; the
+    caller closes the session with ``aclose``. A stdio server carries
+    ``mark`` in its environment: the orphan mark (``_orphans``) that lets a
+    restarted daemon find it if this one is killed.
+
+    Raises:
+        McpUnavailable: the server could not be started, reached or
+            initialised; nothing is left running.
+    """
+    if spec.command is not None:
+        session = await open_stdio(spec, nursery, environ, mark or {})
+    else:
+        session = McpSession(spec, HttpTransport(spec, resolve_headers(spec, environ)))
+    try:
+        await session.initialize()
+    except McpUnavailable:
+        await session.aclose()
+        raise
+    except McpError as exc:
+        await session.aclose()
+        raise McpUnavailable(spec.name, f"did not start a session: it {exc.detail}") from None
+    except BaseException:
+        await session.aclose()
+        raise
+    return session
