@@ -30,7 +30,7 @@ _TOP = {
 _LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "timeout_seconds", "stream"}
 _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
-_PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts"}
+_PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 KINDS = ("process", "service")
 DEFAULT_PROCESS_TIMEOUT = 300.0
@@ -337,6 +337,11 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _expect(timeout != float("inf"), "`timeout` must be finite")
     record_prompts = raw.get("record_prompts", False)
     _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+    try:
+        # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.
+        mcp_servers = parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
+    except McpDefinitionError as exc:
+        raise DefinitionError(str(exc)) from None
     normalised = {k: v for k, v in raw.items() if k != "name"}
     try:
         agent_def_hash = sha256_hash(normalised)
@@ -353,6 +358,7 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         stored_format=fmt,
         stored_text=text,
         kind="process",
+        mcp_servers=mcp_servers,
         process=ProcessSettings(command=tuple(argv), cwd=cwd, env=dict(env), timeout=float(timeout)),
     )
 

@@ -34,14 +34,16 @@ __all__ = [
 
 async def open_session(
     spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str] = os.environ,
-    mark: Mapping[str, str] | None = None,
+    mark: Mapping[str, str] | None = None, initialize: dict | None = None,
 ) -> McpSession:
     """Start or reach the server and initialise a session with it.
 
     Its background tasks (a stdio server's readers) run in ``nursery``; the
     caller closes the session with ``aclose``. A stdio server carries
     ``mark`` in its environment: the orphan mark (``_orphans``) that lets a
-    restarted daemon find it if this one is killed.
+    restarted daemon find it if this one is killed. ``initialize``: the
+    parameters of the ``initialize`` request (salvor's own when None); its
+    result is kept as ``session.initialized``.
 
     Raises:
         McpUnavailable: the server could not be started, reached or
@@ -52,7 +54,7 @@ async def open_session(
     else:
         session = McpSession(spec, HttpTransport(spec, resolve_headers(spec, environ)))
     try:
-        await session.initialize()
+        session.initialized = await session.initialize(initialize)
     except McpUnavailable:
         await session.aclose()
         raise

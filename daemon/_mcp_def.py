@@ -30,6 +30,8 @@ _FIELDS = {
     "name", "command", "args", "env", "cwd", "url", "headers", "bearer_token_env",
     "effects", "effect_overrides", "results", "tools", "timeout", "idempotency_keys",
 }
+# Only a process agent's servers, which it reaches through salvor's stand-ins.
+_STAND_IN_FIELDS = {"port"}
 _EFFECTS = tuple(e.value for e in Effect)
 
 
@@ -53,6 +55,8 @@ class McpServerSpec:
     results: dict = field(default_factory=dict)
     tools: tuple[str, ...] | None = None
     timeout: float = DEFAULT_MCP_TIMEOUT
+    # A process agent's url server only: the fixed loopback port its stand-in listens on.
+    port: int | None = None
 
     @property
     def transport(self) -> str:
@@ -124,11 +128,12 @@ def _tool_names(where: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _parse_entry(index: int, entry: Any) -> McpServerSpec:
+def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     where = f"[[mcp_servers]] #{index + 1}"
     _expect(isinstance(entry, dict), f"{where} must be a table")
-    unknown = sorted(set(entry) - _FIELDS)
-    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(_FIELDS - {'idempotency_keys'}))}")
+    fields = _FIELDS | _STAND_IN_FIELDS if stand_ins else _FIELDS
+    unknown = sorted(set(entry) - fields)
+    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(fields - {'idempotency_keys'}))}")
     # Unnamed servers (the reference's file format names none) are called by position.
     name = entry.get("name", f"server{index + 1}")
     _expect(isinstance(name, str) and bool(_SERVER_NAME.fullmatch(name)),
@@ -139,6 +144,11 @@ def _parse_entry(index: int, entry: Any) -> McpServerSpec:
     has_command, has_url = "command" in entry, "url" in entry
     _expect(has_command != has_url, f"{where} give exactly one of `command` (a stdio server) or `url` (a streamable-HTTP server)")
     spec: dict[str, Any] = {"name": name}
+    if "port" in entry:
+        _expect(has_url, f"{where} `port` belongs to a `url` server: a stdio server is spawned, not dialed")
+        port = entry["port"]
+        _expect(type(port) is int and 1 <= port <= 65535, f"{where} `port` must be a port number from 1 to 65535")
+        spec["port"] = port
     if has_command:
         for key in ("headers", "bearer_token_env"):
             _expect(key not in entry, f"{where} `{key}` belongs to a `url` server, not a stdio one")
@@ -188,15 +198,26 @@ def _parse_entry(index: int, entry: Any) -> McpServerSpec:
     return McpServerSpec(**spec)
 
 
-def parse_mcp_servers(value: Any) -> tuple[McpServerSpec, ...]:
+def parse_mcp_servers(value: Any, *, stand_ins: bool = False) -> tuple[McpServerSpec, ...]:
     """Validate the ``mcp_servers`` array of a definition.
+
+    ``stand_ins``: the servers of a process agent, which reaches them through
+    salvor's stand-ins (and so may fix a `url` server's stand-in ``port``).
 
     Raises:
         McpDefinitionError: one sentence naming the entry and the field.
     """
     _expect(isinstance(value, list), "`mcp_servers` must be an array of tables ([[mcp_servers]])")
-    servers = [_parse_entry(i, entry) for i, entry in enumerate(value)]
+    servers = [_parse_entry(i, entry, stand_ins) for i, entry in enumerate(value)]
     names = [s.name for s in servers]
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
     _expect(duplicate is None, f"two [[mcp_servers]] are named {duplicate!r}; a server's name must be unique")
+    if stand_ins:
+        # Each name becomes a variable suffix (upper-cased, `-` as `_`): two names must not share one.
+        seen: dict[str, str] = {}
+        for name in names:
+            suffix = name.upper().replace("-", "_")
+            _expect(suffix not in seen, f"the [[mcp_servers]] {seen.get(suffix)!r} and {name!r} would share the "
+                                        f"variable SALVOR_MCP_SERVER_{suffix}; rename one")
+            seen[suffix] = name
     return tuple(servers)

@@ -70,6 +70,10 @@ class HttpTransport(Transport):
     def negotiated(self, version: str) -> None:
         self.protocol_version = version
 
+    def pass_through(self, headers: Mapping[str, str]) -> None:
+        if "authorization" in headers:
+            self.headers["Authorization"] = headers["authorization"]
+
     def _request_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **self.headers}
         if self.session_id is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -64,9 +65,11 @@ class McpNoAnswer(McpError):
 class McpRemoteError(McpError):
     """The server answered the request with an error (JSON-RPC, or an HTTP refusal)."""
 
-    def __init__(self, server: str, detail: str, *, code: int | None = None) -> None:
+    def __init__(self, server: str, detail: str, *, code: int | None = None, error: dict | None = None) -> None:
         super().__init__(server, detail)
         self.code = code
+        # The JSON-RPC error object as the server sent it (a stand-in hands it on unchanged).
+        self.error = error
 
 
 def encode(message: dict) -> bytes:
@@ -103,6 +106,17 @@ class McpSession:
         self.broken: str | None = None
         self.protocol_version: str | None = None
         self.server_info: dict | None = None
+        # The server's answer to ``initialize``.
+        self.initialized: dict | None = None
+
+    @property
+    def remote_session_id(self) -> str | None:
+        """The ``Mcp-Session-Id`` a streamable-HTTP server handed out (None over stdio)."""
+        return getattr(self._transport, "session_id", None)
+
+    def pass_through(self, headers: Mapping[str, str]) -> None:
+        """Carry a client's own ``Authorization`` on later requests (a stand-in's pass-through; kept in memory only)."""
+        self._transport.pass_through(headers)
 
     # -- requests -------------------------------------------------------------
 
@@ -139,7 +153,7 @@ class McpSession:
                 raise McpNoAnswer(self.name, f"answered {method} with an error that is not an object")
             code = error.get("code") if type(error.get("code")) is int else None
             raise McpRemoteError(
-                self.name, f"answered {method} with error {code}: {error.get('message', '')}", code=code
+                self.name, f"answered {method} with error {code}: {error.get('message', '')}", code=code, error=error
             )
         result = answer.get("result")
         if not isinstance(result, dict):
@@ -165,10 +179,11 @@ class McpSession:
         with trio.move_on_after(self.spec.timeout):
             await self._transport.send(self, message, None)
 
-    async def initialize(self) -> None:
+    async def initialize(self, params: dict | None = None) -> dict:
+        """Open the session (``params``: another client's, for a stand-in; salvor's own by default); its result."""
         result = await self.request(
             "initialize",
-            {
+            params if params is not None else {
                 "protocolVersion": PROTOCOL_VERSION,
                 # No sampling, elicitation or roots: a built-in agent has no one to ask.
                 "capabilities": {},
@@ -182,6 +197,7 @@ class McpSession:
         self.server_info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else None
         self._transport.negotiated(version)
         await self.notify("notifications/initialized")
+        return result
 
     async def list_tools(self) -> list[dict]:
         """Every tool the server lists, across all pages, in the server's order."""
@@ -285,6 +301,9 @@ class Transport:
         raise NotImplementedError
 
     def negotiated(self, version: str) -> None:
+        pass
+
+    def pass_through(self, headers: Mapping[str, str]) -> None:
         pass
 
     async def aclose(self) -> None:

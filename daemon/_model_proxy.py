@@ -29,10 +29,10 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import trio
@@ -47,6 +47,7 @@ from salvor.protocol import (
     sha256_hash,
 )
 
+from ._mcp_endpoint import serve_mcp
 from ._model_gateway import endpoint_url, tls_context
 from ._model_wire import ANTHROPIC_VERSION, SSEDecoder
 from ._proxy_wire import (
@@ -67,6 +68,7 @@ from ._proxy_wire import (
 from ._run_context import RunContext
 
 log = logging.getLogger("salvor.proxy")
+T = TypeVar("T")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_UPSTREAM_TIMEOUT = 600.0
@@ -222,6 +224,8 @@ class ProxySession:
         self.closed = False
         self.failed = trio.Event()
         self._scopes: set[trio.CancelScope] = set()
+        # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
+        self.mcp_lanes: Mapping[str, Any] = {}
 
     @property
     def run_id(self) -> str:
@@ -258,9 +262,32 @@ class ProxySession:
             self._scopes.discard(scope)
 
     async def _fail(self, wire: str, reply: Reply, message: str) -> None:
+        await self.record_failure(message)
+        await reply.json(409, error_body(wire, 409, message))
+
+    async def record_failure(self, message: str) -> None:
+        """Fail the run (the caller holds ``lock``); the driver then stops the process."""
         await self.ctx.record(RunFailed(error=message))
         self.failed.set()
-        await reply.json(409, error_body(wire, 409, message))
+
+    async def exclusive(self, call: Callable[[], Awaitable[T]]) -> T | None:
+        """Run ``call`` holding the run's one open-intent slot, as a model call does.
+
+        Returns None, without running it, once the session is closed or has
+        failed the run. Cancellation: ``close`` cuts ``call`` like an
+        in-flight model call (an intent it recorded stays open).
+        """
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                async with self.lock:
+                    if self.closed or self.failed.is_set():
+                        return None
+                    return await call()
+            return None
+        finally:
+            self._scopes.discard(scope)
 
     @property
     def expected_calls(self) -> int:
@@ -514,6 +541,9 @@ class ModelProxy:
         session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
         if session is None:
             await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
+            return
+        if rest.startswith("mcp/"):
+            await serve_mcp(session.mcp_lanes, rest[4:], scope, receive, send)
             return
         if rest in ("v1/models", "models") and scope["method"] == "GET":
             await reply.json(200, {"object": "list", "data": []})

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -30,6 +32,7 @@ import trio
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition
+from ._mcp_lane import McpLane, open_lanes, variable_suffix
 from ._model_proxy import (
     ModelProxy,
     ProxySession,
@@ -38,7 +41,7 @@ from ._model_proxy import (
     recorded_calls,
     resolve_upstream,
 )
-from ._orphans import MARK_VAR, store_fingerprint
+from ._orphans import MARK_VAR, RUN_VAR, store_fingerprint
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -50,6 +53,24 @@ STDERR_TAIL_BYTES = 2000
 def task_prompt(run_input: Any) -> str:
     """The task as an agent reads it: the run input when it is a string, else its JSON."""
     return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+
+
+def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
+    """One pair of variables per declared MCP server, each naming that server's stand-in.
+
+    ``SALVOR_MCP_SERVER_<NAME>``: a shell-quoted command line the agent's MCP
+    configuration spawns in place of the server (the stdio relay);
+    ``SALVOR_MCP_URL_<NAME>``: the streamable-HTTP endpoint it may dial
+    instead. Both reach the same lane, whatever the real server speaks.
+    """
+    env = {}
+    for spec in agent.mcp_servers:
+        url = f"{base}/mcp/{spec.name}"
+        suffix = variable_suffix(spec.name)
+        # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
+        env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join([sys.executable, "-m", "salvor.daemon._mcp_standin", url])
+        env[f"SALVOR_MCP_URL_{suffix}"] = url
+    return env
 
 
 def agent_environment(
@@ -74,6 +95,7 @@ def agent_environment(
             "SALVOR_RUN_ID": run_id,
         }
     )
+    env.update(standin_environment(agent, base))
     env.update(agent.process.env)
     return env
 
@@ -146,15 +168,17 @@ async def drive_process(
 async def open_session(
     access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
     environ: Mapping[str, str],
-) -> ProxySession:
-    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+) -> tuple[ProxySession, list[Envelope] | None]:
+    """The proxy session of one drive, and the origin's log for a re-run (bound to it, with no upstream)."""
     origin = log[0].event.replay_of
     if origin is None:
-        return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
-                            client=proxy.client)
+        session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
+                               client=proxy.client)
+        return session, None
     origin_log = await access.read(access.store.read_log, origin)
-    return ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
-                        origin=origin, origin_calls=recorded_calls(origin_log))
+    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
+                           origin=origin, origin_calls=recorded_calls(origin_log))
+    return session, origin_log
 
 
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
@@ -162,8 +186,18 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
         return ctx.view
+    session, origin_log = await open_session(access, ctx, log, agent, proxy, environ)
+    # Real MCP servers a lane starts carry the orphan mark, as the agent does.
+    mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+    async with open_lanes(session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark) as lanes:
+        return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
+
+
+async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, McpLane], agent: AgentDefinition,
+                       proxy: ModelProxy, environ, log: list[Envelope]) -> RunView:
+    run_id = ctx.run_id
+    access = ctx.access
     settings = agent.process
-    session = await open_session(access, ctx, log, agent, proxy, environ)
     capability = proxy.attach(session)
     env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
     # The mark goes on after the definition's env: it is ours, not the
@@ -216,12 +250,14 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
             await session.close()
         proxy.detach(capability)
     async with session.lock:
-        return await _settle(ctx, session, agent, process.returncode, timed_out, tail.text())
+        return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, tail.text())
 
 
-async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition, code: int, timed_out: bool, stderr: str) -> RunView:
+async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,
+                  code: int, timed_out: bool, stderr: str) -> RunView:
     run_id = ctx.run_id
-    if session.failed.is_set() or ctx.view.terminal:
+    if session.failed.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
+        # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
         return ctx.view
     tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
     if timed_out:
@@ -241,6 +277,10 @@ async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition
             "sets; or map them in the definition's `env` for a client that reads another variable"
         )
     elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
+        failure = short
+    elif (unreached := next((n for lane in lanes.values() if (n := lane.never_contacted())), None)) is not None:
+        failure = unreached
+    elif (short := next((n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None)):
         failure = short
     else:
         reply = final_reply(session)

@@ -1,0 +1,97 @@
+"""The loopback streamable-HTTP endpoint of a process run's MCP stand-ins (``.../r/<capability>/mcp/<server>``).
+
+An agent's MCP client reaches it directly (``SALVOR_MCP_URL_<NAME>``), or
+through the stdio relay it spawns (``SALVOR_MCP_SERVER_<NAME>``,
+``_mcp_standin``): either way each JSON-RPC message is one POST, and the
+answer is one ``application/json`` body (``202 Accepted`` and no body for a
+notification). The agent is never served an event stream: ``GET`` (the
+server-push stream) is ``405``, which MCP clients take as "no such stream".
+A JSON-RPC batch (a top-level array) is refused with ``400`` and a JSON-RPC
+error naming it; so are a body that is not JSON and an oversized one
+(``413``). What a message means is the lane's business (``_mcp_lane``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ._mcp_session import MAX_MESSAGE_BYTES
+
+log = logging.getLogger("salvor.mcp")
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+REPLAY_SESSION_ID = "salvor-replay"
+
+
+async def _respond(send, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
+    payload = b"" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    head = [(b"content-length", str(len(payload)).encode())]
+    if body is not None:
+        head.append((b"content-type", b"application/json"))
+    head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+    except Exception as exc:  # noqa: BLE001 -- the client went away; what was recorded stays recorded
+        log.debug("MCP stand-in: the client left before its answer: %s", exc)
+
+
+def _refusal(code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def _read_body(receive) -> bytes | None:
+    """The request body; None when the client went away or it is over the cap (then the rest is not read)."""
+    raw = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        raw += message.get("body", b"")
+        if len(raw) > MAX_MESSAGE_BYTES:
+            return b""
+        if not message.get("more_body"):
+            return bytes(raw)
+
+
+async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send) -> None:
+    """Answer one HTTP request to the stand-in of ``server`` (never a 5xx: every failure is named)."""
+    lane = lanes.get(server)
+    if lane is None:
+        declared = ", ".join(sorted(lanes)) or "none"
+        await _respond(send, 404, _refusal(INVALID_REQUEST, f"this run declares no MCP server {server!r} (it declares: {declared})"))
+        return
+    method = scope["method"]
+    if method == "DELETE":
+        # The client ending its session: the drive closes the real one when it ends.
+        await _respond(send, 200)
+        return
+    if method != "POST":
+        await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST (and DELETE), not {method}"),
+                       {"allow": "POST, DELETE"})
+        return
+    raw = await _read_body(receive)
+    if raw is None:
+        return
+    if raw == b"":
+        await _respond(send, 413, _refusal(INVALID_REQUEST, f"the message is over the {MAX_MESSAGE_BYTES}-byte cap"))
+        return
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        await _respond(send, 400, _refusal(PARSE_ERROR, "the body is not JSON"))
+        return
+    if isinstance(message, list):
+        await _respond(send, 400, _refusal(
+            INVALID_REQUEST, f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level array); "
+                             "send each message on its own"))
+        return
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    answer = await lane.receive(message, headers)
+    if answer is None:
+        await _respond(send, 202)
+        return
+    await _respond(send, 200, answer, {"mcp-session-id": lane.session_id or REPLAY_SESSION_ID})

@@ -1,0 +1,300 @@
+"""A process run's MCP lanes: each request the agent sends a declared server, recorded or answered from the log.
+
+One lane per declared server per drive. A request is matched by position
+within its lane (``_mcp_replay``): one the log completed is answered from it
+and the server never sees it; an open ``read`` or ``idempotent`` intent is
+executed again under its recorded key; past the end of the log the request
+is recorded write-ahead (``ToolCallRequested`` with the operator's declared
+effect for a ``tools/call``, ``read`` for the other methods) and only then
+forwarded. A tool with a fixed answer in ``results`` is answered here and
+never forwarded. A re-run answers every request past its own log from the
+origin's lane and starts no server at all.
+
+Live, salvor runs the real server itself (``_mcp_client``), started when the
+first live request needs it: with the agent's own ``initialize`` when that is
+live, else (after a replayed prefix) initialised silently with the
+``initialize`` parameters the lane recorded. The agent's declared client
+capabilities are not passed on: salvor does not yet relay a server's own
+requests (sampling, elicitation, roots), so the server must not count on them.
+
+Requests of one run are serialised with its model calls through the run's
+one open-intent slot (``ProxySession.exclusive``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from salvor.protocol import Effect, Envelope, ToolCallCompleted, ToolCallRequested
+
+from ._mcp_client import McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
+from ._mcp_def import McpServerSpec
+from ._mcp_replay import (
+    INTERNAL_ERROR,
+    LaneCall,
+    answer_of,
+    call_input,
+    error_answer,
+    lane_calls,
+    lane_tool,
+    mismatch,
+    stub_result,
+)
+from ._model_proxy import ProxySession
+from ._run_context import tool_error
+from ._tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
+
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+# The run stopped answering (its drive ended, or the run failed or parked).
+RUN_ENDED = -32000
+
+
+def variable_suffix(server: str) -> str:
+    """``<NAME>`` of a server's variables: upper-cased, anything but letters and digits as ``_``."""
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in server.upper())
+
+
+class McpLane:
+    """The exchanges of one drive with one declared server."""
+
+    def __init__(
+        self, spec: McpServerSpec, proxy: ProxySession, log: Sequence[Envelope], origin_log: Sequence[Envelope] | None,
+        nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str],
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.proxy = proxy
+        self.ctx = proxy.ctx
+        self.calls = lane_calls(log, spec.name)
+        self.recorded = len(self.calls)
+        self.origin = proxy.origin
+        self.reference = lane_calls(origin_log, spec.name) if origin_log is not None else None
+        self.position = 0
+        self.contacted = False
+        # Real sessions this drive opened (each one a server started or dialed).
+        self.started = 0
+        self._live: McpSession | None = None
+        self._nursery = nursery
+        self._environ = environ
+        self._mark = mark
+
+    @property
+    def session_id(self) -> str | None:
+        """The real server's ``Mcp-Session-Id``, handed to the agent as it is (None when there is none)."""
+        return self._live.remote_session_id if self._live is not None else None
+
+    @property
+    def expected_calls(self) -> int:
+        return len(self.reference) if self.reference is not None else self.recorded
+
+    async def aclose(self) -> None:
+        if self._live is not None:
+            await self._live.aclose()
+            self._live = None
+
+    # -- one message ------------------------------------------------------------
+
+    async def receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
+        """One JSON-RPC message from the agent; the answer, or None for a notification."""
+        self.contacted = True
+        request_id = message.get("id") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return error_answer(request_id, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
+        method = message.get("method")
+        if not isinstance(method, str):
+            # An answer to a server's request: salvor relays none to the agent yet.
+            return None
+        if "id" not in message:
+            # A notification. `notifications/initialized` was sent by salvor's
+            # own session when it opened; the others steer nothing recorded.
+            return None
+        params = message.get("params", {})
+        if not isinstance(params, dict):
+            return error_answer(request_id, INVALID_PARAMS, f"the params of {method} must be an object")
+        answer = await self.proxy.exclusive(lambda: self._call(request_id, method, params, headers))
+        if answer is None:
+            return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
+        return answer
+
+    def _effect(self, method: str, params: dict) -> Effect:
+        tool = params.get("name")
+        if method != "tools/call" or tool in self.spec.results:
+            # Listing, pinging, reading: no effect. A stubbed tool is salvor's own constant answer.
+            return Effect.READ
+        return self.spec.effect_of(tool) if isinstance(tool, str) else Effect.WRITE
+
+    def _where(self, k: int, call: LaneCall | None, by_origin: bool) -> str:
+        recorded = "" if call is None else f" (recorded{f' by origin run {self.origin}' if by_origin else ''} at seq {call.seq})"
+        return f"MCP server {self.name!r} (lane {lane_tool(self.name, '')}), call {k + 1}{recorded}"
+
+    async def _diverged(self, request_id: Any, message: str) -> dict:
+        await self.proxy.record_failure(message)
+        return error_answer(request_id, RUN_ENDED, message)
+
+    async def _call(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]) -> dict:
+        asked = call_input(params)
+        k = self.position
+        if k < len(self.calls):
+            call = self.calls[k]
+            problem = mismatch(call, method, asked)
+            if problem is not None:
+                return await self._diverged(request_id, f"{self._where(k, call, False)}: {problem}")
+            if call.completed:
+                self.position += 1
+                return answer_of(request_id, call.output)
+            if call.effect == Effect.WRITE.value:
+                # Never reached: a drive does not start at an open write.
+                return error_answer(request_id, RUN_ENDED, f"{self._where(k, call, False)} is an open write")
+        elif self.reference is not None:
+            return await self._reproduce(request_id, method, asked)
+        else:
+            pending = self.ctx.view.pending
+            if pending is not None:
+                return await self._diverged(request_id, (
+                    f"{self._where(k, None, False)}: the agent sent a new {method} while the call recorded open at "
+                    f"seq {pending.seq} was not made again"))
+            effect = self._effect(method, params)
+            key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
+            intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=effect.value, idempotency_key=key)
+            seq = (await self.ctx.record(intent))[-1].seq
+            call = LaneCall(seq, method, asked, effect.value, key)
+            self.calls.append(call)
+        try:
+            output = await self._execute(method, params, headers, call)
+        except OutcomeUnknown as exc:
+            # The write's intent stays open: the run is parked in needs_reconciliation.
+            self.proxy.failed.set()
+            return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
+                                                       f"record what happened")
+        with trio.CancelScope(shield=True):
+            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output))
+        call.output, call.completed = output, True
+        self.position += 1
+        return answer_of(request_id, output)
+
+    async def _reproduce(self, request_id: Any, method: str, asked: dict) -> dict:
+        """A re-run's request past its own log: the origin's answer at this position, or the run fails."""
+        k = self.position
+        if k >= len(self.reference):
+            return await self._diverged(request_id, (
+                f"{self._where(k, None, True)} has no counterpart: origin run {self.origin} recorded only "
+                f"{len(self.reference)} calls in this lane; the agent now sends {method}"))
+        call = self.reference[k]
+        problem = mismatch(call, method, asked)
+        if problem is not None:
+            return await self._diverged(request_id, f"{self._where(k, call, True)}: {problem}")
+        if not call.completed:
+            return await self._diverged(request_id, f"{self._where(k, call, True)} never completed, so a re-run cannot answer it")
+        # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
+        seq = self.ctx.view.next_seq + self.ctx.held
+        intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
+                                   idempotency_key=call.idempotency_key)
+        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output))
+        self.calls.append(LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True))
+        self.position += 1
+        return answer_of(request_id, call.output)
+
+    # -- the real server ----------------------------------------------------------
+
+    async def _execute(self, method: str, params: dict, headers: Mapping[str, str], call: LaneCall) -> Any:
+        """What the request is answered with (recorded as the call's output), retried as its effect allows.
+
+        Raises:
+            OutcomeUnknown: a write went out and no answer came back.
+        """
+        if method == "tools/call" and params.get("name") in self.spec.results:
+            return {"result": stub_result(self.spec.results[params["name"]])}
+        effect = Effect(call.effect)
+
+        async def forward(_input: Any, attempt: ToolCall) -> Any:
+            try:
+                if method == "initialize":
+                    return {"result": (await self._open(params)).initialized}
+                live = self._live if self._live is not None and self._live.broken is None else await self._open(None)
+                live.pass_through(headers)
+                sent = call_input(params)
+                if attempt.idempotency_key is not None:
+                    # A server may use the key to collapse a repeated execution.
+                    sent["_meta"] = {"salvor": {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}}
+                return {"result": await live.request(method, sent)}
+            except McpRemoteError as exc:
+                # Settled by the server: the agent gets its error as it was sent.
+                return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
+            except McpNoAnswer as exc:
+                if effect is Effect.WRITE:
+                    raise OutcomeUnknown(f"{exc.message}; the write {params.get('name')!r} may or may not have happened") from None
+                raise ToolFailed(exc.message) from None
+            except McpUnavailable as exc:
+                raise ToolFailed(f"{exc.message}; the call was not performed") from None
+
+        tool = Tool(name=lane_tool(self.name, method), description="", effect=effect, input_schema={}, handler=forward)
+        try:
+            outcome, _attempt = await dispatch(tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key)
+        except DispatchFailed as failed:
+            return tool_error("handler", failed.message, failed.attempts)
+        return outcome
+
+    async def _open(self, params: dict | None) -> McpSession:
+        """A new real session: with the agent's ``initialize`` params, else the lane's recorded ones (silently)."""
+        if params is None:
+            recorded = next((c.input for c in self.calls if c.method == "initialize" and isinstance(c.input, dict)), None)
+            params = recorded
+        if self._live is not None:
+            await self._live.aclose()
+            self._live = None
+        initialize = None if params is None else {**call_input(params), "capabilities": {}}
+        self.started += 1
+        self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
+        return self._live
+
+    # -- how the drive ended ------------------------------------------------------
+
+    def never_contacted(self) -> str | None:
+        """Why the run fails when the agent never reached this stand-in; None when it did."""
+        if self.contacted:
+            return None
+        suffix = variable_suffix(self.name)
+        if self.spec.command is not None:
+            first, second = f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)", f"SALVOR_MCP_URL_{suffix}"
+        else:
+            first, second = f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)", f"SALVOR_MCP_SERVER_{suffix}"
+        return (f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
+                f"that server at ${first}, or at ${second}")
+
+    def shortfall(self, what_ended: str) -> str | None:
+        """Why a drive that ended before making every call of this lane it had to reproduce fails."""
+        if self.position >= self.expected_calls:
+            return None
+        whose = f"origin run {self.origin} recorded" if self.origin is not None else "the log records"
+        return (f"{what_ended} after {self.position} of the {self.expected_calls} calls {whose} for MCP server "
+                f"{self.name!r}; the agent must make every one of them again, in order")
+
+
+@asynccontextmanager
+async def open_lanes(
+    proxy: ProxySession, servers: Sequence[McpServerSpec], log: Sequence[Envelope],
+    origin_log: Sequence[Envelope] | None, *, environ: Mapping[str, str], mark: Mapping[str, str],
+) -> AsyncIterator[dict[str, McpLane]]:
+    """The lanes of one drive, mounted on ``proxy`` for the body; every real session is closed at its end."""
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        lanes = {spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark) for spec in servers}
+        proxy.mcp_lanes = lanes
+        try:
+            yield lanes
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, unwrapped by the nursery
+            failure = exc
+        finally:
+            with trio.CancelScope(shield=True):
+                for lane in lanes.values():
+                    await lane.aclose()
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure

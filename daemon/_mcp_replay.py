@@ -1,0 +1,180 @@
+"""How a process agent's MCP exchanges sit in its log, and how a later one is matched against them.
+
+Every request the agent sends one of its MCP servers is one tool call in the
+run's log, named ``mcp:<server>/<method>`` (the name the built-in agents give
+a recorded ``tools/list``). Its input is the request's ``params`` without
+``_meta`` (progress tokens and the like are the client's, not the call's);
+its output is the JSON-RPC answer without ``jsonrpc``/``id``: ``{"result":
+...}`` or ``{"error": ...}``, or the ``__salvor_error`` sentinel when salvor
+could not get an answer at all. A server's exchanges, in log order, are its
+lane; lanes are matched strictly by position, each on its own.
+
+Matching a request against the one recorded at its position: the method
+first, then (for ``tools/call``) the tool name, then a field-level diff of
+the arguments (of the whole ``params`` for other methods) naming the first
+divergent path. For ``initialize`` only ``protocolVersion`` is matched:
+``clientInfo`` and ``capabilities`` change with a client library's patch
+release and say nothing about the run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from salvor.protocol import TOOL_ERROR_KEY, Envelope, EventKind
+
+INTERNAL_ERROR = -32603
+
+
+def lane_tool(server: str, method: str) -> str:
+    """The tool name a request of ``method`` to ``server`` carries in the log."""
+    return f"mcp:{server}/{method}"
+
+
+def call_input(params: dict) -> dict:
+    """What the log keeps of a request's params."""
+    return {k: v for k, v in params.items() if k != "_meta"}
+
+
+@dataclass(slots=True)
+class LaneCall:
+    """One recorded exchange of a lane: its intent's seq, what was asked, and the answer once there is one."""
+
+    seq: int
+    method: str
+    input: Any
+    effect: str
+    idempotency_key: str | None
+    output: Any = None
+    completed: bool = False
+
+
+def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
+    """The exchanges of ``server``'s lane in ``log``, in order."""
+    prefix = lane_tool(server, "")
+    calls: list[LaneCall] = []
+    by_seq: dict[int, LaneCall] = {}
+    for env in log:
+        event = env.event
+        if event.KIND is EventKind.TOOL_CALL_REQUESTED and event.tool.startswith(prefix):
+            call = LaneCall(env.seq, event.tool[len(prefix):], event.input, event.effect, event.idempotency_key)
+            calls.append(call)
+            by_seq[env.seq] = call
+        elif event.KIND is EventKind.TOOL_CALL_COMPLETED and event.seq in by_seq:
+            by_seq[event.seq].output = event.output
+            by_seq[event.seq].completed = True
+    return calls
+
+
+def _path(base: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    return f"{base}.{key}" if base else str(key)
+
+
+def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
+    """The path of the first field where ``asked`` differs from ``recorded``; None when they are equal.
+
+    Object keys are compared in sorted order, so the path is the same
+    whatever order either side wrote its keys in.
+    """
+    if isinstance(recorded, dict) and isinstance(asked, dict):
+        for key in sorted(set(recorded) | set(asked)):
+            if key not in recorded or key not in asked:
+                return _path(path, key)
+            found = first_divergence(recorded[key], asked[key], _path(path, key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(asked, list):
+        for index, (left, right) in enumerate(zip(recorded, asked, strict=False)):
+            found = first_divergence(left, right, _path(path, index))
+            if found is not None:
+                return found
+        if len(recorded) != len(asked):
+            return _path(path, min(len(recorded), len(asked)))
+        return None
+    # bool is an int to Python, never to JSON.
+    same = type(recorded) is type(asked) or (
+        isinstance(recorded, int | float) and isinstance(asked, int | float)
+        and not isinstance(recorded, bool) and not isinstance(asked, bool)
+    )
+    return None if same and recorded == asked else (path or "(the whole value)")
+
+
+_ABSENT = object()
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "nothing"
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _at(value: Any, path: str) -> Any:
+    """The value at a path ``first_divergence`` named (``_ABSENT`` when there is none)."""
+    for part in path.replace("[", ".[").split("."):
+        if not part:
+            continue
+        key: Any = int(part[1:-1]) if part.startswith("[") else part
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return _ABSENT
+    return value
+
+
+def mismatch(recorded: LaneCall, method: str, asked: dict) -> str | None:
+    """How a request differs from the recorded one at its position; None when it matches."""
+    if recorded.method != method:
+        return f"the agent sent {method} where the log records {recorded.method}"
+    before = recorded.input if isinstance(recorded.input, dict) else {}
+    if method == "tools/call":
+        if before.get("name") != asked.get("name"):
+            return f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"
+        before, asked, where = before.get("arguments"), asked.get("arguments"), "arguments"
+    elif method == "initialize":
+        before = {"protocolVersion": before.get("protocolVersion")}
+        asked, where = {"protocolVersion": asked.get("protocolVersion")}, "params"
+    else:
+        where = "params"
+    # Wrapped, so every path starts at the field named and the values at it can be read back.
+    before, asked = {where: before}, {where: asked}
+    path = first_divergence(before, asked)
+    if path is None:
+        return None
+    return (f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
+            f"{_shown(_at(before, path))}")
+
+
+def answer_of(request_id: Any, output: Any) -> dict:
+    """The JSON-RPC answer a recorded output gives the request ``request_id``."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+    if isinstance(output, dict) and "result" in output:
+        message["result"] = output["result"]
+    elif isinstance(output, dict) and isinstance(output.get("error"), dict):
+        message["error"] = output["error"]
+    elif isinstance(output, dict) and isinstance(output.get(TOOL_ERROR_KEY), dict):
+        message["error"] = {"code": INTERNAL_ERROR, "message": str(output[TOOL_ERROR_KEY].get("message", ""))}
+    else:
+        message["error"] = {"code": INTERNAL_ERROR, "message": "salvor recorded no usable answer for this request"}
+    return message
+
+
+def error_answer(request_id: Any, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def stub_result(fixed: Any) -> dict:
+    """The ``tools/call`` result of a tool the definition answers itself (``results``)."""
+    if isinstance(fixed, dict) and isinstance(fixed.get("content"), list):
+        return fixed
+    text = fixed if isinstance(fixed, str) else json.dumps(fixed, ensure_ascii=False, sort_keys=True)
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    if isinstance(fixed, dict):
+        result["structuredContent"] = fixed
+    return result

@@ -1,0 +1,88 @@
+"""The stdio stand-in an agent spawns in place of an MCP server: ``python -m salvor.daemon._mcp_standin URL``.
+
+``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one message at
+a time and in order, each newline-delimited JSON-RPC message the agent writes
+to its stdin as a POST to ``URL`` (the run's stand-in endpoint on the
+daemon's loopback listener, ``_mcp_endpoint``) and writes the answer back to
+its stdout as one line. The daemon does the recording; this process holds
+no state and is safe to kill at any instant. It ends when its stdin does.
+
+Standard library only (and nothing from salvor), so it starts quickly in
+whatever environment an MCP client gives the servers it spawns. A daemon it
+cannot reach is answered, for each request, with a JSON-RPC error naming it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+from urllib.parse import urlsplit
+
+UNREACHABLE = -32000
+
+
+class Relay:
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise SystemExit(f"salvor's MCP stand-in needs the http:// URL of its endpoint, not {url!r}")
+        self.url = url
+        self.host, self.port, self.path = parts.hostname, parts.port or 80, parts.path
+        self.connection: http.client.HTTPConnection | None = None
+
+    def post(self, line: bytes) -> tuple[int, bytes]:
+        # One retry on a fresh connection: a kept-alive one the daemon closed fails on first use.
+        for attempt in (1, 2):
+            if self.connection is None:
+                self.connection = http.client.HTTPConnection(self.host, self.port)
+            try:
+                self.connection.request("POST", self.path, body=line, headers={
+                    "content-type": "application/json", "accept": "application/json, text/event-stream"})
+                response = self.connection.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException):
+                self.connection.close()
+                self.connection = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def _failure(line: bytes, message: str) -> bytes | None:
+    """A JSON-RPC error for the request on ``line``; None when it was no request (nothing to answer)."""
+    try:
+        sent = json.loads(line)
+    except ValueError:
+        sent = None
+    if not (isinstance(sent, dict) and "id" in sent and isinstance(sent.get("method"), str)):
+        return None
+    answer = {"jsonrpc": "2.0", "id": sent["id"], "error": {"code": UNREACHABLE, "message": message}}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m salvor.daemon._mcp_standin URL", file=sys.stderr)
+        return 2
+    relay = Relay(argv[1])
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            status, body = relay.post(line)
+        except (OSError, http.client.HTTPException) as exc:
+            body = _failure(line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}")
+        else:
+            if not body.strip() and status >= 400:
+                body = _failure(line, f"salvor's MCP stand-in was refused with HTTP {status}")
+        if body and body.strip():
+            out.write(body.strip().replace(b"\n", b" ") + b"\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

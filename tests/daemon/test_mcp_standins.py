@@ -1,0 +1,299 @@
+"""MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP servers, recorded in the run's log.
+
+The agent is a script built on the ``openai`` SDK (the scripted provider is
+its model) and the ``mcp`` SDK client, which spawns ``$SALVOR_MCP_SERVER_FIX``
+(stdio) or dials ``$SALVOR_MCP_URL_FIX`` (streamable HTTP). The real server
+is the fixture server: its ledger counts each tool execution and its start
+records each process it ran, so a test proves what was executed, and that a
+re-run started nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from salvor.daemon._agent_def import DefinitionError, parse_definition
+from salvor.daemon._mcp_endpoint import serve_mcp
+from salvor.daemon._run_context import DriveInterrupted
+
+from tests.support.mcp_servers import FixtureServer, HttpFixtureServer, time_server
+from tests.support.scripted_provider import tool_loop_script
+
+AGENT = r'''
+import asyncio, json, os, shlex, signal, sys
+from pathlib import Path
+
+import openai
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+try:
+    from mcp.client.streamable_http import streamable_http_client
+except ImportError:  # the SDK's older name
+    from mcp.client.streamable_http import streamablehttp_client as streamable_http_client
+
+transport = sys.argv[1]
+server = os.environ.get("SERVER", "FIX")
+die_after = int(os.environ.get("DIE_AFTER", "0"))
+marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
+suffix = os.environ.get("NOTE_SUFFIX", "")
+
+
+def die_now():
+    marker.write_text("died")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def main():
+    model = openai.OpenAI(max_retries=0)
+    if transport == "none":
+        model.chat.completions.create(model="scripted-model", messages=[{"role": "user", "content": "hi"}])
+        return
+    if transport == "stdio":
+        argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
+        opened = stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+    else:
+        opened = streamable_http_client(os.environ[f"SALVOR_MCP_URL_{server}"])
+    async with opened as streams:
+        async with ClientSession(streams[0], streams[1]) as mcp:
+            await mcp.initialize()
+            listed = await mcp.list_tools()
+            tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
+                                                       "parameters": getattr(t, "input_schema", None) or t.inputSchema}} for t in listed.tools]
+            messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+            done = 0
+            while True:
+                reply = model.chat.completions.create(model="scripted-model", messages=messages, tools=tools)
+                message = reply.choices[0].message
+                if not message.tool_calls:
+                    print(message.content)
+                    return
+                messages.append({"role": "assistant", "content": message.content, "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                  "arguments": c.function.arguments}}
+                    for c in message.tool_calls]})
+                for c in message.tool_calls:
+                    arguments = json.loads(c.function.arguments or "{}")
+                    if "text" in arguments:
+                        arguments["text"] += suffix
+                    if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
+                        asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
+                    result = await mcp.call_tool(c.function.name, arguments)
+                    done += 1
+                    if die_after and done == die_after and not marker.exists():
+                        die_now()
+                    text = "".join(b.text for b in result.content if b.type == "text")
+                    messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
+
+
+asyncio.run(main())
+'''
+
+PLAN = [("lookup", {"key": "a"}), ("write_note", {"text": "hi"}), ("lookup", {"key": "b"}), ("delete_everything", {})]
+
+
+@pytest.fixture
+def fx(tmp_path: Path) -> FixtureServer:
+    directory = tmp_path / "fx"
+    directory.mkdir()
+    return FixtureServer(directory)
+
+
+def standin_agent(tmp_path: Path, server: str, *, transport: str = "stdio", env: dict | None = None,
+                  server_extra: str = ""):
+    script = tmp_path / "mcp_agent.py"
+    script.write_text(AGENT)
+    env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
+    text = (
+        f'name = "mcp-proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
+        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
+        f'[[mcp_servers]]\nname = "fix"\n{server}'
+        f'effects = {{ lookup = "read", write_note = "write" }}\n'
+        f'results = {{ delete_everything = {{ deleted = 0 }} }}\n{server_extra}'
+        f'[env]\n{env_table}'
+    )
+    return parse_definition(text, "toml")
+
+
+async def lane(runtime, run_id: str) -> list[tuple[str, object]]:
+    """The run's MCP exchanges, in order: (tool, input)."""
+    return [(env.event.tool, env.event.input) for env in await runtime.log(run_id)
+            if env.kind == "ToolCallRequested"]
+
+
+def lane_shape(calls) -> list[str]:
+    return [tool if tool != "mcp:fix/tools/call" else f"call:{tool_input['name']}" for tool, tool_input in calls]
+
+
+EXPECTED = ["mcp:fix/initialize", "mcp:fix/tools/list", "call:lookup", "call:write_note", "call:lookup",
+            "call:delete_everything"]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_process_agent_records_its_mcp_calls_and_a_rerun_starts_no_server(
+    runtime, providers, upstream_env, tmp_path, fx, transport
+):
+    provider = providers(tool_loop_script(PLAN, final_text="all done"))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport=transport)
+    origin = await runtime.start_run(agent, "tidy up")
+    view = await runtime.drive(origin, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"]["reply"] == "all done"
+    assert lane_shape(await lane(runtime, origin)) == EXPECTED
+    effects = [env.event.effect for env in await runtime.log(origin) if env.kind == "ToolCallRequested"]
+    assert effects == ["read", "read", "read", "write", "read", "read"]
+    # The stubbed destructive tool was answered by salvor; the server never ran it.
+    assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
+    assert len(fx.starts) == 1
+    served = provider.call_count
+
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert lane_shape(await lane(runtime, rerun)) == EXPECTED
+    assert len(fx.starts) == 1 and len(fx.ledger) == 3  # no server was started, nothing executed
+    assert provider.call_count == served
+
+
+async def test_a_killed_agent_recovers_without_running_a_completed_call_twice(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    provider = providers(tool_loop_script(PLAN))
+    upstream_env(provider)
+    env = {"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")}
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
+    run_id = await runtime.start_run(agent, "tidy up")
+    with pytest.raises(DriveInterrupted, match="killed by signal 9"):
+        await runtime.drive(run_id, agent=agent)
+    assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note"]
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    # The recorded prefix came from the log; the server was started again
+    # (initialised silently) only for the first live call.
+    assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
+    assert len(fx.starts) == 2
+    assert lane_shape(await lane(runtime, run_id)) == EXPECTED
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1, 1, 1]
+
+
+async def test_an_mcp_write_cut_off_mid_call_parks_the_run(runtime, providers, upstream_env, tmp_path, fx):
+    plan = [("write_note", {"text": "hi", "hold": fx.hold("w")})]
+    provider = providers(tool_loop_script(plan))
+    upstream_env(provider)
+    env = {"DIE_IN": "write_note", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
+    run_id = await runtime.start_run(agent, "note it")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "needs_reconciliation", view.detail
+    assert view.pending.tool == "mcp:fix/tools/call" and view.pending.input["name"] == "write_note"
+    # A later drive starts nothing: a person must say what happened.
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "needs_reconciliation"
+    assert len(fx.starts) == 1 and [c["tool"] for c in fx.ledger] == ["write_note"]
+
+
+async def test_an_open_mcp_read_is_executed_again(runtime, providers, upstream_env, tmp_path, fx):
+    plan = [("lookup", {"key": "a", "hold": fx.hold("r")})]
+    provider = providers(tool_loop_script(plan))
+    upstream_env(provider)
+    env = {"DIE_IN": "lookup", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
+    run_id = await runtime.start_run(agent, "look")
+    with pytest.raises(DriveInterrupted):
+        await runtime.drive(run_id, agent=agent)
+    view = await runtime.view(run_id)
+    assert view.state.value == "awaiting_tool" and view.pending.effect == "read"
+    fx.release("r")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert [c["tool"] for c in fx.ledger] == ["lookup", "lookup"]  # the open read, executed again
+
+
+async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(runtime, providers, upstream_env, tmp_path, fx):
+    provider = providers(tool_loop_script(PLAN))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n")
+    origin = await runtime.start_run(agent, "tidy up")
+    assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
+    changed = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env={"NOTE_SUFFIX": "!"})
+    rerun = await runtime.start_run(changed, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=changed)
+    assert view.state.value == "failed"
+    error = view.detail["error"]
+    assert "MCP server 'fix'" in error and "call 4" in error and f"origin run {origin}" in error, error
+    assert '`arguments.text`: the agent sent "hi!" where the log records "hi"' in error, error
+    assert len(fx.starts) == 1 and len(fx.ledger) == 3
+
+
+async def test_a_declared_server_never_contacted_fails_naming_the_variable(runtime, providers, upstream_env, tmp_path, fx):
+    provider = providers(tool_loop_script([]))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport="none")
+    run_id = await runtime.start_run(agent, "hello")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "failed"
+    assert "never contacted salvor's MCP stand-in for 'fix'" in view.detail["error"]
+    assert "$SALVOR_MCP_SERVER_FIX" in view.detail["error"]
+    assert fx.starts == []
+
+
+async def test_a_real_http_server_behind_the_stdio_stand_in(runtime, providers, upstream_env, tmp_path, fx):
+    server = HttpFixtureServer(fx)
+    try:
+        provider = providers(tool_loop_script(PLAN))
+        upstream_env(provider)
+        agent = standin_agent(tmp_path, f'url = "{server.url}"\n')
+        run_id = await runtime.start_run(agent, "tidy up")
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+        assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(time_server() is None, reason="mcp-server-time is not installed")
+async def test_mcp_server_time_is_recorded_and_rerun_without_it(runtime, providers, upstream_env, tmp_path):
+    plan = [("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"})]
+    provider = providers(tool_loop_script(plan, final_text="13:00"))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {json.dumps([time_server(), '--local-timezone', 'UTC'])}\n",
+                          server_extra="")
+    origin = await runtime.start_run(agent, "convert")
+    view = await runtime.drive(origin, agent=agent)
+    assert view.state.value == "completed", view.detail
+    calls = await lane(runtime, origin)
+    assert lane_shape(calls)[-1] == "call:convert_time"
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    # A re-run must not need the server: make it unstartable.
+    missing = standin_agent(tmp_path, 'command = ["/nonexistent/mcp-server-time"]\n')
+    view = await runtime.drive(rerun, agent=missing)
+    assert view.state.value == "completed", view.detail
+
+
+def test_port_belongs_to_a_url_server_and_names_share_no_variable(tmp_path):
+    with pytest.raises(DefinitionError, match="`port` belongs to a `url` server"):
+        standin_agent(tmp_path, 'command = "x"\n', server_extra="port = 8931\n")
+    agent = standin_agent(tmp_path, 'url = "http://127.0.0.1:1/mcp"\n', server_extra="port = 8931\n")
+    assert agent.mcp_servers[0].port == 8931
+    text = ('name = "p"\nkind = "process"\ncommand = "x"\n[[mcp_servers]]\nname = "a-b"\ncommand = "y"\n'
+            '[[mcp_servers]]\nname = "a_b"\ncommand = "z"\n')
+    with pytest.raises(DefinitionError, match="SALVOR_MCP_SERVER_A_B"):
+        parse_definition(text, "toml")
+
+
+async def test_a_json_rpc_batch_is_a_named_400():
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    await serve_mcp({"fix": object()}, "fix", {"method": "POST", "headers": []}, receive, send)
+    assert sent[0]["status"] == 400
+    body = json.loads(sent[1]["body"])
+    assert body["error"]["code"] == -32600 and "batches" in body["error"]["message"]
