@@ -18,6 +18,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
 from ._mcp_session import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("salvor.mcp")
@@ -95,3 +99,45 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         await _respond(send, 202)
         return
     await _respond(send, 200, answer, {"mcp-session-id": lane.session_id or REPLAY_SESSION_ID})
+
+
+class FixedPortApp:
+    """The ASGI app of a stand-in on a fixed port (``port`` in the definition): one lane, at ``/mcp``.
+
+    For an agent that dials a URL it was configured with and cannot be
+    handed a variable. The path holds no capability, so any local process
+    can reach it while the drive runs: the operator chose that by fixing it.
+    """
+
+    def __init__(self, lane: Any) -> None:
+        self.lane = lane
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["path"].rstrip("/") != "/mcp":
+            await _respond(send, 404, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in for {self.lane.name!r} is at /mcp"))
+            return
+        await serve_mcp({self.lane.name: self.lane}, self.lane.name, scope, receive, send)
+
+
+async def serve_fixed_port(lane: Any, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``lane`` on 127.0.0.1:``port`` until cancelled; started once bound.
+
+    Raises:
+        OSError: the port could not be bound (another process holds it).
+    """
+    config = HypercornConfig()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.graceful_timeout = 1.0
+    config.accesslog = None
+    config.errorlog = logging.getLogger("salvor.mcp.http")
+    await hypercorn_serve(FixedPortApp(lane), config, task_status=task_status, mode="asgi")

@@ -33,6 +33,7 @@ from salvor.protocol import Effect, Envelope, ToolCallCompleted, ToolCallRequest
 
 from ._mcp_client import McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
 from ._mcp_def import McpServerSpec
+from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
     INTERNAL_ERROR,
     LaneCall,
@@ -45,7 +46,7 @@ from ._mcp_replay import (
     stub_result,
 )
 from ._model_proxy import ProxySession
-from ._run_context import tool_error
+from ._run_context import DriveInterrupted, tool_error
 from ._tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
 
 INVALID_REQUEST = -32600
@@ -286,6 +287,9 @@ async def open_lanes(
         lanes = {spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark) for spec in servers}
         proxy.mcp_lanes = lanes
         try:
+            for spec in servers:
+                if spec.port is not None:
+                    await _listen(nursery, lanes[spec.name], spec.port, proxy.run_id)
             yield lanes
         except trio.Cancelled:
             raise
@@ -298,3 +302,19 @@ async def open_lanes(
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+async def _listen(nursery: trio.Nursery, lane: McpLane, port: int, run_id: str) -> None:
+    """Start the fixed-port stand-in of ``lane``.
+
+    Raises:
+        DriveInterrupted: the port is taken; the run keeps its log and a later drive tries again.
+    """
+    try:
+        await nursery.start(serve_fixed_port, lane, port)
+    except* OSError as group:
+        reason = group.exceptions[0]
+        raise DriveInterrupted(
+            f"the stand-in for MCP server {lane.name!r} could not listen on its fixed port {port} "
+            f"({getattr(reason, 'strerror', None) or reason}); `salvor resume {run_id}` tries again"
+        ) from None

@@ -69,7 +69,7 @@ def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
         suffix = variable_suffix(spec.name)
         # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
         env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join([sys.executable, "-m", "salvor.daemon._mcp_standin", url])
-        env[f"SALVOR_MCP_URL_{suffix}"] = url
+        env[f"SALVOR_MCP_URL_{suffix}"] = url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
     return env
 
 

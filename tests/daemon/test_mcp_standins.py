@@ -11,6 +11,7 @@ re-run started nothing.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -55,6 +56,7 @@ async def main():
         argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
         opened = stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
     else:
+        Path("dialed").write_text(os.environ[f"SALVOR_MCP_URL_{server}"])
         opened = streamable_http_client(os.environ[f"SALVOR_MCP_URL_{server}"])
     async with opened as streams:
         async with ClientSession(streams[0], streams[1]) as mcp:
@@ -297,3 +299,45 @@ async def test_a_json_rpc_batch_is_a_named_400():
     assert sent[0]["status"] == 400
     body = json.loads(sent[1]["body"])
     assert body["error"]["code"] == -32600 and "batches" in body["error"]["message"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_a_url_server_with_a_fixed_port_is_stood_in_there(runtime, providers, upstream_env, tmp_path, fx):
+    server = HttpFixtureServer(fx)
+    try:
+        provider = providers(tool_loop_script(PLAN))
+        upstream_env(provider)
+        port = _free_port()
+        agent = standin_agent(tmp_path, f'url = "{server.url}"\n', transport="http", server_extra=f"port = {port}\n")
+        run_id = await runtime.start_run(agent, "tidy up")
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+        assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
+        # The agent dialed the fixed port, not the capability path.
+        assert (tmp_path / "dialed").read_text() == f"http://127.0.0.1:{port}/mcp"
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            second = await runtime.start_run(agent, "again")
+            with pytest.raises(DriveInterrupted, match=f"could not listen on its fixed port {port}"):
+                await runtime.drive(second, agent=agent)
+    finally:
+        server.stop()
+
+
+async def test_a_server_that_dies_mid_write_parks_the_run_and_the_agent_hears_why(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    provider = providers(tool_loop_script([("crash", {})]))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n")
+    run_id = await runtime.start_run(agent, "crash it")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "needs_reconciliation", view.detail
+    assert view.pending.input == {"name": "crash", "arguments": {}} and view.pending.effect == "write"
+    assert [c["tool"] for c in fx.ledger] == ["crash"]
