@@ -28,6 +28,8 @@ log = logging.getLogger("salvor.mcp")
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 REPLAY_SESSION_ID = "salvor-replay"
+# Sent by the stdio relay (``_mcp_standin``): it is answered with a JSON array of every message due.
+RELAY_HEADER = "x-salvor-relay"
 
 
 async def _respond(send, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
@@ -94,11 +96,16 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
                              "send each message on its own"))
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    answer = await lane.receive(message, headers)
+    answer, notes = await lane.receive(message, headers)
     if answer is None:
         await _respond(send, 202)
         return
-    await _respond(send, 200, answer, {"mcp-session-id": lane.session_id or REPLAY_SESSION_ID})
+    session = {"mcp-session-id": lane.session_id or REPLAY_SESSION_ID}
+    if headers.get(RELAY_HEADER) == "1":
+        # salvor's own stdio relay takes every message due, in order, and writes each as a line.
+        await _respond(send, 200, [*notes, answer], session)
+        return
+    await _respond(send, 200, answer, session)
 
 
 class FixedPortApp:

@@ -16,6 +16,10 @@ live, else (after a replayed prefix) initialised silently with the
 ``initialize`` parameters the lane recorded. The agent's declared client
 capabilities are not passed on: salvor does not yet relay a server's own
 requests (sampling, elicitation, roots), so the server must not count on them.
+The notifications a server sends are recorded with the next answer of its
+lane and handed to the agent just before that answer, live and on replay;
+only the stdio relay can carry them (an HTTP agent is served plain JSON and
+no server-push stream yet).
 
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
@@ -43,6 +47,7 @@ from ._mcp_replay import (
     lane_calls,
     lane_tool,
     mismatch,
+    notifications_of,
     stub_result,
 )
 from ._model_proxy import ProxySession
@@ -53,6 +58,8 @@ INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 # The run stopped answering (its drive ended, or the run failed or parked).
 RUN_ENDED = -32000
+# Notifications kept between two answers; more are dropped (a server flooding its log).
+MAX_CROSSED = 256
 
 
 def variable_suffix(server: str) -> str:
@@ -80,6 +87,9 @@ class McpLane:
         # Real sessions this drive opened (each one a server started or dialed).
         self.started = 0
         self._live: McpSession | None = None
+        # Server notifications since the last answer, and those due to the agent with the next one.
+        self._crossed: list[dict] = []
+        self._outbox: list[dict] = []
         self._nursery = nursery
         self._environ = environ
         self._mark = mark
@@ -100,8 +110,14 @@ class McpLane:
 
     # -- one message ------------------------------------------------------------
 
-    async def receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
-        """One JSON-RPC message from the agent; the answer, or None for a notification."""
+    async def receive(self, message: Any, headers: Mapping[str, str]) -> tuple[dict | None, list[dict]]:
+        """One JSON-RPC message from the agent: the answer (None for a notification), and the
+        server notifications to hand the agent before it."""
+        answer = await self._receive(message, headers)
+        notes, self._outbox = self._outbox, []
+        return answer, notes
+
+    async def _receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
         self.contacted = True
         request_id = message.get("id") if isinstance(message, dict) else None
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -147,6 +163,7 @@ class McpLane:
                 return await self._diverged(request_id, f"{self._where(k, call, False)}: {problem}")
             if call.completed:
                 self.position += 1
+                self._outbox = notifications_of(call.output)
                 return answer_of(request_id, call.output)
             if call.effect == Effect.WRITE.value:
                 # Never reached: a drive does not start at an open write.
@@ -172,10 +189,14 @@ class McpLane:
             self.proxy.failed.set()
             return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
                                                        f"record what happened")
+        if self._crossed and isinstance(output, dict):
+            output = {**output, "notifications": self._crossed}
+            self._crossed = []
         with trio.CancelScope(shield=True):
             await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output))
         call.output, call.completed = output, True
         self.position += 1
+        self._outbox = notifications_of(output)
         return answer_of(request_id, output)
 
     async def _reproduce(self, request_id: Any, method: str, asked: dict) -> dict:
@@ -198,6 +219,7 @@ class McpLane:
         self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output))
         self.calls.append(LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True))
         self.position += 1
+        self._outbox = notifications_of(call.output)
         return answer_of(request_id, call.output)
 
     # -- the real server ----------------------------------------------------------
@@ -251,7 +273,12 @@ class McpLane:
         initialize = None if params is None else {**call_input(params), "capabilities": {}}
         self.started += 1
         self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
+        self._live.on_notification = self._cross
         return self._live
+
+    def _cross(self, message: dict) -> None:
+        if len(self._crossed) < MAX_CROSSED:
+            self._crossed.append({"after": self.position, "message": message})
 
     # -- how the drive ended ------------------------------------------------------
 

@@ -6,8 +6,12 @@ a recorded ``tools/list``). Its input is the request's ``params`` without
 ``_meta`` (progress tokens and the like are the client's, not the call's);
 its output is the JSON-RPC answer without ``jsonrpc``/``id``: ``{"result":
 ...}`` or ``{"error": ...}``, or the ``__salvor_error`` sentinel when salvor
-could not get an answer at all. A server's exchanges, in log order, are its
-lane; lanes are matched strictly by position, each on its own.
+could not get an answer at all. The notifications the server sent since the
+lane's previous answer ride along as ``notifications``: each with its
+``after`` anchor (how many of the lane's calls were answered when it
+crossed), replayed with the answer and never matched. A server's exchanges,
+in log order, are its lane; lanes are matched strictly by position, each on
+its own.
 
 Matching a request against the one recorded at its position: the method
 first, then (for ``tools/call``) the tool name, then a field-level diff of
@@ -163,6 +167,14 @@ def answer_of(request_id: Any, output: Any) -> dict:
     else:
         message["error"] = {"code": INTERNAL_ERROR, "message": "salvor recorded no usable answer for this request"}
     return message
+
+
+def notifications_of(output: Any) -> list[dict]:
+    """The server notifications recorded with an answer, to go to the agent just before it."""
+    notes = output.get("notifications") if isinstance(output, dict) else None
+    if not isinstance(notes, list):
+        return []
+    return [n["message"] for n in notes if isinstance(n, dict) and isinstance(n.get("message"), dict)]
 
 
 def error_answer(request_id: Any, code: int, message: str) -> dict:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -108,6 +108,8 @@ class McpSession:
         self.server_info: dict | None = None
         # The server's answer to ``initialize``.
         self.initialized: dict | None = None
+        # Called with each notification the server sends (a stand-in records them).
+        self.on_notification: Callable[[dict], None] | None = None
 
     @property
     def remote_session_id(self) -> str | None:
@@ -239,7 +241,9 @@ class McpSession:
         if isinstance(message.get("method"), str):
             if "id" in message:
                 await self._answer_server_request(message)
-            # A notification (progress, logging, list_changed): nothing a built-in agent acts on.
+            elif self.on_notification is not None:
+                self.on_notification(message)
+            # Otherwise a notification (progress, logging, list_changed): nothing a built-in agent acts on.
             return
         if ("result" in message or "error" in message) and type(request_id) in (int, str):
             reply = self._pending.get(request_id) if type(request_id) is int else None

@@ -3,8 +3,8 @@
 ``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one message at
 a time and in order, each newline-delimited JSON-RPC message the agent writes
 to its stdin as a POST to ``URL`` (the run's stand-in endpoint on the
-daemon's loopback listener, ``_mcp_endpoint``) and writes the answer back to
-its stdout as one line. The daemon does the recording; this process holds
+daemon's loopback listener, ``_mcp_endpoint``) and writes what comes back
+(the server notifications due, then the answer) to its stdout, a line each. The daemon does the recording; this process holds
 no state and is safe to kill at any instant. It ends when its stdin does.
 
 Standard library only (and nothing from salvor), so it starts quickly in
@@ -20,6 +20,7 @@ import sys
 from urllib.parse import urlsplit
 
 UNREACHABLE = -32000
+RELAY_HEADER = "x-salvor-relay"  # the daemon then answers with every message due (notifications first)
 
 
 class Relay:
@@ -38,7 +39,7 @@ class Relay:
                 self.connection = http.client.HTTPConnection(self.host, self.port)
             try:
                 self.connection.request("POST", self.path, body=line, headers={
-                    "content-type": "application/json", "accept": "application/json, text/event-stream"})
+                    "content-type": "application/json", "accept": "application/json", RELAY_HEADER: "1"})
                 response = self.connection.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException):
@@ -61,6 +62,18 @@ def _failure(line: bytes, message: str) -> bytes | None:
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
+def _messages(body: bytes | None) -> list[bytes]:
+    """The lines to write for a body: each element of the array the daemon answers a relay with."""
+    if not body or not body.strip():
+        return []
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return [body.strip().replace(b"\n", b" ")]
+    items = parsed if isinstance(parsed, list) else [parsed]
+    return [json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode() for item in items]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m salvor.daemon._mcp_standin URL", file=sys.stderr)
@@ -78,8 +91,8 @@ def main(argv: list[str]) -> int:
         else:
             if not body.strip() and status >= 400:
                 body = _failure(line, f"salvor's MCP stand-in was refused with HTTP {status}")
-        if body and body.strip():
-            out.write(body.strip().replace(b"\n", b" ") + b"\n")
+        for message in _messages(body):
+            out.write(message + b"\n")
             out.flush()
     return 0
 

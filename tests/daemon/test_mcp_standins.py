@@ -59,7 +59,11 @@ async def main():
         Path("dialed").write_text(os.environ[f"SALVOR_MCP_URL_{server}"])
         opened = streamable_http_client(os.environ[f"SALVOR_MCP_URL_{server}"])
     async with opened as streams:
-        async with ClientSession(streams[0], streams[1]) as mcp:
+        async def heard(params):
+            with open("heard.jsonl", "a") as f:
+                f.write(json.dumps(params.data) + "\n")
+
+        async with ClientSession(streams[0], streams[1], logging_callback=heard) as mcp:
             await mcp.initialize()
             listed = await mcp.list_tools()
             tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
@@ -341,3 +345,24 @@ async def test_a_server_that_dies_mid_write_parks_the_run_and_the_agent_hears_wh
     assert view.state.value == "needs_reconciliation", view.detail
     assert view.pending.input == {"name": "crash", "arguments": {}} and view.pending.effect == "write"
     assert [c["tool"] for c in fx.ledger] == ["crash"]
+
+
+async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    provider = providers(tool_loop_script(PLAN))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command('--notify')}\n")
+    origin = await runtime.start_run(agent, "tidy up")
+    assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
+    heard = tmp_path / "heard.jsonl"
+    live = heard.read_text().splitlines()
+    # One per executed call (the stubbed one never reached the server), each before its answer.
+    assert live == ['"calling lookup"', '"calling write_note"', '"calling lookup"']
+    outputs = [env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"]
+    assert [n["after"] for o in outputs for n in o.get("notifications", [])] == [2, 3, 4]
+    heard.unlink()
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    assert (await runtime.drive(rerun, agent=agent)).state.value == "completed"
+    assert heard.read_text().splitlines() == live
+    assert len(fx.starts) == 1

@@ -19,7 +19,8 @@ Tools:
 * ``ask_client``: sends the client a ``sampling/createMessage`` request and
   returns the answer it got.
 
-``--linger`` keeps a stdio server running after its stdin closes (as a badly
+``--notify`` makes a stdio server send a ``notifications/message`` before
+answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as a badly
 behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
 With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
@@ -150,7 +151,7 @@ class Fixture:
             return self.client_answers.pop(rid, None)
 
 
-def serve_stdio(fixture: Fixture, linger: bool) -> None:
+def serve_stdio(fixture: Fixture, linger: bool, notify: bool = False) -> None:
     out_lock = threading.Lock()
     stdout = sys.stdout.buffer
 
@@ -168,6 +169,9 @@ def serve_stdio(fixture: Fixture, linger: bool) -> None:
 
     def handle(message: dict) -> None:
         try:
+            if notify and message.get("method") == "tools/call":
+                send_message({"jsonrpc": "2.0", "method": "notifications/message",
+                              "params": {"level": "info", "data": f"calling {message['params'].get('name')}"}})
             response = fixture.answer(message, send, ask)
         except BrokenPipeError:
             return
@@ -280,13 +284,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--extra-tool", action="append", default=[])
     parser.add_argument("--linger", action="store_true")
+    parser.add_argument("--notify", action="store_true")
     args = parser.parse_args()
     fixture = Fixture(args.dir, args.extra_tool)
     fixture.note("starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"})
     if args.http:
         serve_http(fixture, args.port_file, args.sse, args.port)
     else:
-        serve_stdio(fixture, args.linger)
+        serve_stdio(fixture, args.linger, args.notify)
 
 
 if __name__ == "__main__":
