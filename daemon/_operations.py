@@ -117,9 +117,14 @@ class Runtime:
         again; every tool the definition names must be there, and no two
         tools the model is offered may share a name.
 
+        A process agent is not built: its MCP servers are the agent's own
+        tools, reached through salvor's stand-ins only while it runs.
+
         Raises:
             OperationRefused: bad_request naming the server and why.
         """
+        if agent.kind == "process":
+            return
         try:
             await check_buildable(
                 agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}

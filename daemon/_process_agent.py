@@ -168,8 +168,16 @@ async def drive_process(
 async def open_session(
     access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
     environ: Mapping[str, str],
+) -> ProxySession:
+    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    return (await open_session_with_origin(access, ctx, log, agent, proxy, environ))[0]
+
+
+async def open_session_with_origin(
+    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    environ: Mapping[str, str],
 ) -> tuple[ProxySession, list[Envelope] | None]:
-    """The proxy session of one drive, and the origin's log for a re-run (bound to it, with no upstream)."""
+    """The proxy session of one drive, and the origin's log for a re-run (its MCP lanes answer from it too)."""
     origin = log[0].event.replay_of
     if origin is None:
         session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
@@ -186,7 +194,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
         return ctx.view
-    session, origin_log = await open_session(access, ctx, log, agent, proxy, environ)
+    session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
     async with open_lanes(session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark) as lanes:
