@@ -4,8 +4,9 @@ An agent's MCP client reaches it directly (``SALVOR_MCP_URL_<NAME>``), or
 through the stdio relay it spawns (``SALVOR_MCP_SERVER_<NAME>``,
 ``_mcp_standin``): either way each JSON-RPC message is one POST, and the
 answer is one ``application/json`` body (``202 Accepted`` and no body for a
-notification). The agent is never served an event stream: ``GET`` (the
-server-push stream) is ``405``, which MCP clients take as "no such stream".
+notification); a POST answer is never an event stream. ``GET`` opens the
+agent's server-push stream, where an HTTP agent gets the server's
+notifications (one at a time: a second concurrent ``GET`` is ``409``).
 A JSON-RPC batch (a top-level array) is refused with ``400`` and a JSON-RPC
 error naming it; so are a body that is not JSON and an oversized one
 (``413``). What a message means is the lane's business (``_mcp_lane``).
@@ -75,9 +76,12 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         # The client ending its session: the drive closes the real one when it ends.
         await _respond(send, 200)
         return
+    if method == "GET":
+        await _push_stream(lane, receive, send)
+        return
     if method != "POST":
-        await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST (and DELETE), not {method}"),
-                       {"allow": "POST, DELETE"})
+        await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, "
+                                                            f"not {method}"), {"allow": "POST, GET, DELETE"})
         return
     raw = await _read_body(receive)
     if raw is None:
@@ -105,7 +109,42 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         # salvor's own stdio relay takes every message due, in order, and writes each as a line.
         await _respond(send, 200, [*notes, answer], session)
         return
+    lane.push(notes)
     await _respond(send, 200, answer, session)
+
+
+async def _push_stream(lane: Any, receive, send) -> None:
+    """The agent's server-push stream: the lane's notifications as SSE events, until either side ends it.
+
+    A second stream while one is open is ``409``. It ends when the agent
+    goes away or the drive ends (the lane closes it).
+    """
+    notes = lane.open_push()
+    if notes is None:
+        await _respond(send, 409, _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"))
+        return
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+            (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1"))]})
+        async with trio.open_nursery() as nursery:
+
+            async def until_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_gone)
+            async for note in notes:
+                data = json.dumps(note, ensure_ascii=False, separators=(",", ":")).encode()
+                await send({"type": "http.response.body", "body": b"event: message\ndata: " + data + b"\n\n",
+                            "more_body": True})
+            nursery.cancel_scope.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream
+        log.debug("MCP stand-in: the push stream of %r ended: %s", lane.name, exc)
+    finally:
+        lane.close_push(notes)
 
 
 class FixedPortApp:

@@ -18,8 +18,8 @@ capabilities are not passed on: salvor does not yet relay a server's own
 requests (sampling, elicitation, roots), so the server must not count on them.
 The notifications a server sends are recorded with the next answer of its
 lane and handed to the agent just before that answer, live and on replay;
-only the stdio relay can carry them (an HTTP agent is served plain JSON and
-no server-push stream yet).
+the stdio relay writes them out, and an HTTP agent gets them on its
+server-push stream (``GET``) when it has one open.
 
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
@@ -90,6 +90,9 @@ class McpLane:
         # Server notifications since the last answer, and those due to the agent with the next one.
         self._crossed: list[dict] = []
         self._outbox: list[dict] = []
+        # The agent's server-push stream (a streamable-HTTP ``GET``), while one is open.
+        self._push: trio.MemorySendChannel | None = None
+        self._pushed: trio.MemoryReceiveChannel | None = None
         self._nursery = nursery
         self._environ = environ
         self._mark = mark
@@ -103,7 +106,31 @@ class McpLane:
     def expected_calls(self) -> int:
         return len(self.reference) if self.reference is not None else self.recorded
 
+    def open_push(self) -> trio.MemoryReceiveChannel | None:
+        """The channel of a new server-push stream; None while another one is open."""
+        if self._push is not None:
+            return None
+        self._push, self._pushed = trio.open_memory_channel(MAX_CROSSED)
+        return self._pushed
+
+    def close_push(self, receiving: trio.MemoryReceiveChannel | None = None) -> None:
+        """End the push stream (only the one ``receiving`` reads, when given)."""
+        if self._push is not None and (receiving is None or receiving is self._pushed):
+            self._push.close()
+            self._push = None
+
+    def push(self, notes: list[dict]) -> None:
+        """Hand notifications to the agent's push stream, if it has one (what does not fit is dropped)."""
+        for note in notes:
+            if self._push is None:
+                return
+            try:
+                self._push.send_nowait(note)
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                return
+
     async def aclose(self) -> None:
+        self.close_push()
         if self._live is not None:
             await self._live.aclose()
             self._live = None

@@ -347,12 +347,13 @@ async def test_a_server_that_dies_mid_write_parks_the_run_and_the_agent_hears_wh
     assert [c["tool"] for c in fx.ledger] == ["crash"]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
-    runtime, providers, upstream_env, tmp_path, fx
+    runtime, providers, upstream_env, tmp_path, fx, transport
 ):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {fx.toml_command('--notify')}\n")
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command('--notify')}\n", transport=transport)
     origin = await runtime.start_run(agent, "tidy up")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     heard = tmp_path / "heard.jsonl"
@@ -366,3 +367,20 @@ async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
     assert (await runtime.drive(rerun, agent=agent)).state.value == "completed"
     assert heard.read_text().splitlines() == live
     assert len(fx.starts) == 1
+
+
+async def test_a_second_push_stream_is_a_409():
+    class Busy:
+        name = "fix"
+
+        def open_push(self):
+            return None  # one is open already
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await serve_mcp({"fix": Busy()}, "fix", {"method": "GET", "headers": []}, None, send)
+    assert sent[0]["status"] == 409
+    assert "already open" in json.loads(sent[1]["body"])["error"]["message"]
