@@ -370,6 +370,13 @@ class ProxySession:
                     wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
                                "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY where the daemon runs"))
                 return
+            pending = self.ctx.view.pending
+            if pending is not None:
+                # Another boundary's call (an MCP request) was left open and the agent went past it.
+                await self._fail(wire, reply, (
+                    f"model call {k + 1}: the agent made a new model call while the {pending.tool or 'model'} call "
+                    f"recorded open at seq {pending.seq} was not made again"))
+                return
             intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
             seq = (await self.ctx.record(intent))[-1].seq
             call = _Call(seq, request_hash, intent.request_body, None)

@@ -86,6 +86,9 @@ async def main():
                         arguments["text"] += suffix
                     if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
                         asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
+                    if os.environ.get("SKIP_TOOLS"):
+                        messages.append({"role": "tool", "tool_call_id": c.id, "content": "skipped"})
+                        continue
                     result = await mcp.call_tool(c.function.name, arguments)
                     done += 1
                     if die_after and done == die_after and not marker.exists():
@@ -216,6 +219,24 @@ async def test_an_open_mcp_read_is_executed_again(runtime, providers, upstream_e
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert [c["tool"] for c in fx.ledger] == ["lookup", "lookup"]  # the open read, executed again
+
+
+async def test_a_recovered_agent_that_skips_its_open_mcp_call_fails_at_its_next_model_call(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    plan = [("lookup", {"key": "a", "hold": fx.hold("r")})]
+    provider = providers(tool_loop_script(plan))
+    upstream_env(provider)
+    env = {"DIE_IN": "lookup", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
+    run_id = await runtime.start_run(agent, "look")
+    with pytest.raises(DriveInterrupted):
+        await runtime.drive(run_id, agent=agent)
+    skipping = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env={**env, "SKIP_TOOLS": "1"})
+    view = await runtime.drive(run_id, agent=skipping)
+    assert view.state.value == "failed"
+    assert "model call 2: the agent made a new model call while the mcp:fix/tools/call call" in view.detail["error"]
+    assert provider.call_count == 1
 
 
 async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(runtime, providers, upstream_env, tmp_path, fx):
