@@ -62,6 +62,14 @@ def _failure(line: bytes, message: str) -> bytes | None:
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
+def _refusal_text(body: bytes) -> str | None:
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("message") if isinstance(error, dict) and isinstance(error.get("message"), str) else None
+
+
 def _messages(body: bytes | None) -> list[bytes]:
     """The lines to write for a body: each element of the array the daemon answers a relay with."""
     if not body or not body.strip():
@@ -89,8 +97,9 @@ def main(argv: list[str]) -> int:
         except (OSError, http.client.HTTPException) as exc:
             body = _failure(line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}")
         else:
-            if not body.strip() and status >= 400:
-                body = _failure(line, f"salvor's MCP stand-in was refused with HTTP {status}")
+            if status >= 400:
+                # A refusal names no request id (e.g. an oversized line): answer the request it refused.
+                body = _failure(line, _refusal_text(body) or f"salvor's MCP stand-in was refused with HTTP {status}") or body
         for message in _messages(body):
             out.write(message + b"\n")
             out.flush()

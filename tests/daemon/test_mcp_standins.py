@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -405,3 +406,22 @@ async def test_a_second_push_stream_is_a_409():
     await serve_mcp({"fix": Busy()}, "fix", {"method": "GET", "headers": []}, None, send)
     assert sent[0]["status"] == 409
     assert "already open" in json.loads(sent[1]["body"])["error"]["message"]
+
+
+async def test_a_server_that_never_answers_a_write_parks_the_run(runtime, providers, upstream_env, tmp_path, fx):
+    provider = providers(tool_loop_script([("hang", {})]))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", server_extra="timeout = 1\n")
+    run_id = await runtime.start_run(agent, "hang")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "needs_reconciliation", view.detail
+    assert view.pending.input["name"] == "hang"
+
+
+def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone():
+    request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}}
+    url = f"http://127.0.0.1:{_free_port()}/r/cap/mcp/fix"  # nobody listens there
+    done = subprocess.run([sys.executable, "-m", "salvor.daemon._mcp_standin", url], check=True,
+                          input=json.dumps(request).encode() + b"\n", capture_output=True, timeout=30)
+    answer = json.loads(done.stdout)
+    assert answer["id"] == 7 and "could not reach the daemon" in answer["error"]["message"]
