@@ -215,7 +215,9 @@ SCHEMAS: JSON = {
             "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the daemon) or "
             "`url` (streamable HTTP). Registration starts or reaches it, lists its tools and checks every name "
             "given here. A tool's effect is its `effects` entry, else write; a tool in `results` is answered "
-            "with that value and never sent to the server."
+            "with that value and never sent to the server. A process agent's servers are reached through "
+            "salvor's stand-ins (`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
+            "are not started at registration."
         ),
         **_object(
             {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
@@ -231,7 +233,9 @@ SCHEMAS: JSON = {
              "effect_overrides": {"type": "object", "additionalProperties": {"enum": ["read", "idempotent", "write"]}},
              "results": {"type": "object", "additionalProperties": _ANY},
              "tools": {"type": "array", "items": {"type": "string"}},
-             "timeout": {"type": "number", "exclusiveMinimum": 0}},
+             "timeout": {"type": "number", "exclusiveMinimum": 0},
+             "port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                      "description": "A process agent's `url` server only: the fixed loopback port of its stand-in."}},
             oneOf=[{"required": ["command"]}, {"required": ["url"]}],
         ),
     },
