@@ -84,8 +84,6 @@ class McpLane:
         self.reference = lane_calls(origin_log, spec.name) if origin_log is not None else None
         self.position = 0
         self.contacted = False
-        # Real sessions this drive opened (each one a server started or dialed).
-        self.started = 0
         self._live: McpSession | None = None
         # Server notifications since the last answer, and those due to the agent with the next one.
         self._crossed: list[dict] = []
@@ -298,7 +296,6 @@ class McpLane:
             await self._live.aclose()
             self._live = None
         initialize = None if params is None else {**call_input(params), "capabilities": {}}
-        self.started += 1
         self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
         self._live.on_notification = self._cross
         return self._live

@@ -21,7 +21,12 @@ from salvor.daemon._agent_def import DefinitionError, parse_definition
 from salvor.daemon._mcp_endpoint import serve_mcp
 from salvor.daemon._run_context import DriveInterrupted
 
-from tests.support.mcp_servers import FixtureServer, HttpFixtureServer, time_server
+from tests.support.mcp_servers import (
+    FixtureServer,
+    HttpFixtureServer,
+    everything_server,
+    time_server,
+)
 from tests.support.scripted_provider import tool_loop_script
 
 AGENT = r'''
@@ -425,3 +430,22 @@ def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone
                           input=json.dumps(request).encode() + b"\n", capture_output=True, timeout=30)
     answer = json.loads(done.stdout)
     assert answer["id"] == 7 and "could not reach the daemon" in answer["error"]["message"]
+
+
+@pytest.mark.skipif(everything_server() is None, reason="npm install -g @modelcontextprotocol/server-everything")
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
+    runtime, providers, upstream_env, tmp_path, transport
+):
+    provider = providers(tool_loop_script([("echo", {"message": "hello"})], final_text="echoed"))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {json.dumps([everything_server(), 'stdio'])}\n", transport=transport)
+    origin = await runtime.start_run(agent, "echo")
+    view = await runtime.drive(origin, agent=agent)
+    assert view.state.value == "completed", view.detail
+    outputs = [env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"]
+    assert "hello" in json.dumps(outputs[-1])
+    missing = standin_agent(tmp_path, 'command = ["/nonexistent/server-everything"]\n', transport=transport)
+    rerun = await runtime.start_run(missing, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=missing)
+    assert view.state.value == "completed", view.detail
