@@ -109,7 +109,8 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         # salvor's own stdio relay takes every message due, in order, and writes each as a line.
         await _respond(send, 200, [*notes, answer], session)
         return
-    lane.push(notes)
+    # (A relay got them in its answer; its own push stream carries only the server's requests.)
+    lane.agent.push(notes)
     await _respond(send, 200, answer, session)
 
 
@@ -119,7 +120,7 @@ async def _push_stream(lane: Any, receive, send) -> None:
     A second stream while one is open is ``409``. It ends when the agent
     goes away or the drive ends (the lane closes it).
     """
-    notes = lane.open_push()
+    notes = lane.agent.open_push()
     if notes is None:
         await _respond(send, 409, _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"))
         return
@@ -144,7 +145,7 @@ async def _push_stream(lane: Any, receive, send) -> None:
     except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream
         log.debug("MCP stand-in: the push stream of %r ended: %s", lane.name, exc)
     finally:
-        lane.close_push(notes)
+        lane.agent.close_push(notes)
 
 
 class FixedPortApp:

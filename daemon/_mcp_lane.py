@@ -14,8 +14,12 @@ Live, salvor runs the real server itself (``_mcp_client``), started when the
 first live request needs it: with the agent's own ``initialize`` when that is
 live, else (after a replayed prefix) initialised silently with the
 ``initialize`` parameters the lane recorded. The agent's declared client
-capabilities are not passed on: salvor does not yet relay a server's own
-requests (sampling, elicitation, roots), so the server must not count on them.
+capabilities are passed on: a request the server sends the agent
+(sampling, elicitation, roots) is relayed to the agent on its server-push
+stream and the agent's answer back to the server, and both are recorded with
+the call they crossed; a replay asks the agent again (its answer is not
+matched) before it answers that call. An agent with no push stream open is
+not asked: the server hears "method not found".
 The notifications a server sends are recorded with the next answer of its
 lane and handed to the agent just before that answer, live and on replay;
 the stdio relay writes them out, and an HTTP agent gets them on its
@@ -35,6 +39,7 @@ from typing import Any
 import trio
 from salvor.protocol import Effect, Envelope, ToolCallCompleted, ToolCallRequested
 
+from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_client import McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
 from ._mcp_def import McpServerSpec
 from ._mcp_endpoint import serve_fixed_port
@@ -59,7 +64,7 @@ INVALID_PARAMS = -32602
 # The run stopped answering (its drive ended, or the run failed or parked).
 RUN_ENDED = -32000
 # Notifications kept between two answers; more are dropped (a server flooding its log).
-MAX_CROSSED = 256
+MAX_CROSSED = MAX_PUSHED
 
 
 def variable_suffix(server: str) -> str:
@@ -88,9 +93,10 @@ class McpLane:
         # Server notifications since the last answer, and those due to the agent with the next one.
         self._crossed: list[dict] = []
         self._outbox: list[dict] = []
-        # The agent's server-push stream (a streamable-HTTP ``GET``), while one is open.
-        self._push: trio.MemorySendChannel | None = None
-        self._pushed: trio.MemoryReceiveChannel | None = None
+        # The server's requests to the agent during the live call, with the agent's answers.
+        self._asked: list[dict] = []
+        # The agent's server-push stream, and its answers to the server's requests.
+        self.agent = AgentChannel(spec.name)
         self._nursery = nursery
         self._environ = environ
         self._mark = mark
@@ -104,31 +110,8 @@ class McpLane:
     def expected_calls(self) -> int:
         return len(self.reference) if self.reference is not None else self.recorded
 
-    def open_push(self) -> trio.MemoryReceiveChannel | None:
-        """The channel of a new server-push stream; None while another one is open."""
-        if self._push is not None:
-            return None
-        self._push, self._pushed = trio.open_memory_channel(MAX_CROSSED)
-        return self._pushed
-
-    def close_push(self, receiving: trio.MemoryReceiveChannel | None = None) -> None:
-        """End the push stream (only the one ``receiving`` reads, when given)."""
-        if self._push is not None and (receiving is None or receiving is self._pushed):
-            self._push.close()
-            self._push = None
-
-    def push(self, notes: list[dict]) -> None:
-        """Hand notifications to the agent's push stream, if it has one (what does not fit is dropped)."""
-        for note in notes:
-            if self._push is None:
-                return
-            try:
-                self._push.send_nowait(note)
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                return
-
     async def aclose(self) -> None:
-        self.close_push()
+        self.agent.close_push()
         if self._live is not None:
             await self._live.aclose()
             self._live = None
@@ -149,7 +132,8 @@ class McpLane:
             return error_answer(request_id, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
         method = message.get("method")
         if not isinstance(method, str):
-            # An answer to a server's request: salvor relays none to the agent yet.
+            # The agent's answer to a request of the server's (relayed by ``AgentChannel.ask``).
+            self.agent.answered(message)
             return None
         if "id" not in message:
             # A notification. `notifications/initialized` was sent by salvor's
@@ -189,6 +173,7 @@ class McpLane:
             if call.completed:
                 self.position += 1
                 self._outbox = notifications_of(call.output)
+                await self._ask_again(call.output)
                 return answer_of(request_id, call.output)
             if call.effect == Effect.WRITE.value:
                 # Never reached: a drive does not start at an open write.
@@ -207,6 +192,7 @@ class McpLane:
             seq = (await self.ctx.record(intent))[-1].seq
             call = LaneCall(seq, method, asked, effect.value, key)
             self.calls.append(call)
+        self._asked = []
         try:
             output = await self._execute(method, params, headers, call)
         except OutcomeUnknown as exc:
@@ -217,6 +203,9 @@ class McpLane:
         if self._crossed and isinstance(output, dict):
             output = {**output, "notifications": self._crossed}
             self._crossed = []
+        if self._asked and isinstance(output, dict):
+            output = {**output, "server_requests": self._asked}
+            self._asked = []
         with trio.CancelScope(shield=True):
             await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output))
         call.output, call.completed = output, True
@@ -245,7 +234,24 @@ class McpLane:
         self.calls.append(LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True))
         self.position += 1
         self._outbox = notifications_of(call.output)
+        await self._ask_again(call.output)
         return answer_of(request_id, call.output)
+
+    # -- the server's requests to the agent --------------------------------------
+
+    async def _server_request(self, message: dict) -> dict:
+        """A request the real server sent during a live call: the agent's answer, recorded with the call."""
+        answer = await self.agent.ask(message, self.spec.timeout)
+        if len(self._asked) < MAX_CROSSED:
+            self._asked.append({"after": self.position, "request": message, "answer": answer})
+        return answer
+
+    async def _ask_again(self, output: Any) -> None:
+        """Replay: ask the agent each request the server sent during this call (the answers are not matched)."""
+        asked = output.get("server_requests") if isinstance(output, dict) else None
+        for entry in asked if isinstance(asked, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
+                await self.agent.ask(entry["request"], self.spec.timeout)
 
     # -- the real server ----------------------------------------------------------
 
@@ -295,9 +301,10 @@ class McpLane:
         if self._live is not None:
             await self._live.aclose()
             self._live = None
-        initialize = None if params is None else {**call_input(params), "capabilities": {}}
+        initialize = None if params is None else call_input(params)
         self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
         self._live.on_notification = self._cross
+        self._live.on_request = self._server_request
         return self._live
 
     def _cross(self, message: dict) -> None:

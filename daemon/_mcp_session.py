@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -110,6 +110,9 @@ class McpSession:
         self.initialized: dict | None = None
         # Called with each notification the server sends (a stand-in records them).
         self.on_notification: Callable[[dict], None] | None = None
+        # Asked each request the server sends but ``ping`` (a stand-in relays them to its agent);
+        # its answer goes back to the server. None: "method not found".
+        self.on_request: Callable[[dict], Awaitable[dict]] | None = None
 
     @property
     def remote_session_id(self) -> str | None:
@@ -259,6 +262,8 @@ class McpSession:
         method = message["method"]
         if method == "ping":
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+        elif self.on_request is not None:
+            answer = await self.on_request(message)
         else:
             answer = {
                 "jsonrpc": "2.0",

@@ -4,7 +4,11 @@
 a time and in order, each newline-delimited JSON-RPC message the agent writes
 to its stdin as a POST to ``URL`` (the run's stand-in endpoint on the
 daemon's loopback listener, ``_mcp_endpoint``) and writes what comes back
-(the server notifications due, then the answer) to its stdout, a line each. The daemon does the recording; this process holds
+(the server notifications due, then the answer) to its stdout, a line each.
+A request the real server sends the agent (sampling, elicitation, roots)
+comes over the endpoint's push stream (a ``GET`` held open) and is written
+out the same way; the agent's answer is posted at once, ahead of any queued
+request. The daemon does the recording; this process holds
 no state and is safe to kill at any instant. It ends when its stdin does.
 
 Standard library only (and nothing from salvor), so it starts quickly in
@@ -17,6 +21,8 @@ from __future__ import annotations
 import http.client
 import json
 import sys
+import threading
+from queue import Queue
 from urllib.parse import urlsplit
 
 UNREACHABLE = -32000
@@ -82,27 +88,83 @@ def _messages(body: bytes | None) -> list[bytes]:
     return [json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode() for item in items]
 
 
+def _is_answer(line: bytes) -> bool:
+    """Whether the agent wrote an answer to one of the server's requests (it must not queue behind a call)."""
+    try:
+        sent = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(sent, dict) and "method" not in sent and "id" in sent
+
+
+def _listen(relay: Relay, write) -> None:
+    """Write each message of the daemon's push stream (the server's requests to the agent) as a line."""
+    try:
+        connection = http.client.HTTPConnection(relay.host, relay.port)
+        connection.request("GET", relay.path, headers={"accept": "text/event-stream"})
+        response = connection.getresponse()
+        if response.status != 200:
+            return
+        data: list[bytes] = []
+        while line := response.readline():
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+            elif not line and data:
+                write(_messages(b"\n".join(data)))
+                data = []
+    except (OSError, http.client.HTTPException):
+        return
+
+
+def _exchange(relay: Relay, line: bytes) -> list[bytes]:
+    """POST one line; the lines to write back."""
+    try:
+        status, body = relay.post(line)
+    except (OSError, http.client.HTTPException) as exc:
+        body = _failure(line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}")
+    else:
+        if status >= 400:
+            # A refusal names no request id (e.g. an oversized line): answer the request it refused.
+            body = _failure(line, _refusal_text(body) or f"salvor's MCP stand-in was refused with HTTP {status}") or body
+    return _messages(body)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m salvor.daemon._mcp_standin URL", file=sys.stderr)
         return 2
-    relay = Relay(argv[1])
+    calls, answers = Relay(argv[1]), Relay(argv[1])
     out = sys.stdout.buffer
+    lock = threading.Lock()
+
+    def write(messages: list[bytes]) -> None:
+        with lock:
+            for message in messages:
+                out.write(message + b"\n")
+            out.flush()
+
+    # Requests and notifications go one at a time, in order; the agent's answers to the server's
+    # requests go at once (the call that caused them is waiting on them).
+    queue: Queue[bytes | None] = Queue()
+
+    def post_in_order() -> None:
+        while (line := queue.get()) is not None:
+            write(_exchange(calls, line))
+
+    threading.Thread(target=_listen, args=(calls, write), daemon=True).start()
+    poster = threading.Thread(target=post_in_order)
+    poster.start()
     for line in sys.stdin.buffer:
         line = line.strip()
         if not line:
             continue
-        try:
-            status, body = relay.post(line)
-        except (OSError, http.client.HTTPException) as exc:
-            body = _failure(line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}")
+        if _is_answer(line):
+            write(_exchange(answers, line))
         else:
-            if status >= 400:
-                # A refusal names no request id (e.g. an oversized line): answer the request it refused.
-                body = _failure(line, _refusal_text(body) or f"salvor's MCP stand-in was refused with HTTP {status}") or body
-        for message in _messages(body):
-            out.write(message + b"\n")
-            out.flush()
+            queue.put(line)
+    queue.put(None)
+    poster.join()
     return 0
 
 

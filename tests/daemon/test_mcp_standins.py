@@ -34,7 +34,7 @@ import asyncio, json, os, shlex, signal, sys
 from pathlib import Path
 
 import openai
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 try:
     from mcp.client.streamable_http import streamable_http_client
@@ -69,7 +69,13 @@ async def main():
             with open("heard.jsonl", "a") as f:
                 f.write(json.dumps(params.data) + "\n")
 
-        async with ClientSession(streams[0], streams[1], logging_callback=heard) as mcp:
+        async def sample(context, params):
+            with open("asked.jsonl", "a") as f:
+                f.write(json.dumps({"max_tokens": params.maxTokens if hasattr(params, "maxTokens") else params.max_tokens}) + "\n")
+            return types.CreateMessageResult(role="assistant", model="agent-model",
+                                             content=types.TextContent(type="text", text="sampled by the agent"))
+
+        async with ClientSession(streams[0], streams[1], logging_callback=heard, sampling_callback=sample) as mcp:
             await mcp.initialize()
             listed = await mcp.list_tools()
             tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
@@ -397,11 +403,13 @@ async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
 
 
 async def test_a_second_push_stream_is_a_409():
-    class Busy:
-        name = "fix"
-
+    class Open:
         def open_push(self):
             return None  # one is open already
+
+    class Busy:
+        name = "fix"
+        agent = Open()
 
     sent = []
 
@@ -449,3 +457,29 @@ async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
     rerun = await runtime.start_run(missing, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=missing)
     assert view.state.value == "completed", view.detail
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_a_rerun(
+    runtime, providers, upstream_env, tmp_path, fx, transport
+):
+    provider = providers(tool_loop_script([("ask_client", {})], final_text="asked"))
+    upstream_env(provider)
+    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport=transport)
+    origin = await runtime.start_run(agent, "ask")
+    view = await runtime.drive(origin, agent=agent)
+    assert view.state.value == "completed", view.detail
+    log = await runtime.log(origin)
+    (intent,) = [e.seq for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "ask_client"]
+    (output,) = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == intent]
+    # The server got the agent's own answer, and the exchange is recorded with the call.
+    assert "sampled by the agent" in json.dumps(output["result"])
+    (asked,) = output["server_requests"]
+    assert asked["request"]["method"] == "sampling/createMessage" and asked["after"] == 2
+    assert asked["answer"]["result"]["model"] == "agent-model"
+    assert len((tmp_path / "asked.jsonl").read_text().splitlines()) == 1
+    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    view = await runtime.drive(rerun, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert len((tmp_path / "asked.jsonl").read_text().splitlines()) == 2  # asked again, with no server
+    assert len(fx.starts) == 1 and len(fx.ledger) == 1
