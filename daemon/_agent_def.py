@@ -332,6 +332,12 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
     for key, value in env.items():
         _expect(key != "" and "=" not in key and "\0" not in key, f"`env` key {key!r} is not a variable name")
         _expect(isinstance(value, str), f"`env` value of {key} must be a string")
+    return _outside_agent(raw, fmt, text, name, "process", lambda timeout: ProcessSettings(
+        command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout))
+
+
+def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: str, settings) -> AgentDefinition:
+    """What a process and a service definition share: the timeout, record_prompts, the hash."""
     timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
     _positive_number("timeout", timeout)
     _expect(timeout != float("inf"), "`timeout` must be finite")
@@ -357,9 +363,9 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         llm=LlmSettings(),
         stored_format=fmt,
         stored_text=text,
-        kind="process",
+        kind=kind,
         mcp_servers=mcp_servers,
-        process=ProcessSettings(command=tuple(argv), cwd=cwd, env=dict(env), timeout=float(timeout)),
+        **{kind: settings(float(timeout))},
     )
 
 
@@ -385,29 +391,8 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
         _expect("\r" not in value and "\n" not in value and "\0" not in value,
                 f"`headers` value of {key} must be one line")
         _check_placeholders(f"`headers` value of {key}", value)
-    timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
-    _positive_number("timeout", timeout)
-    _expect(timeout != float("inf"), "`timeout` must be finite")
-    record_prompts = raw.get("record_prompts", False)
-    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
-    normalised = {k: v for k, v in raw.items() if k != "name"}
-    try:
-        agent_def_hash = sha256_hash(normalised)
-    except ValueError as exc:
-        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
-    return AgentDefinition(
-        agent_def_hash=agent_def_hash,
-        name=name,
-        model="",
-        system_prompt=None,
-        max_response_tokens=0,
-        record_prompts=record_prompts,
-        llm=LlmSettings(),
-        stored_format=fmt,
-        stored_text=text,
-        kind="service",
-        service=ServiceSettings(url=url, proxy_port=proxy_port, headers=dict(headers), timeout=float(timeout)),
-    )
+    return _outside_agent(raw, fmt, text, name, "service", lambda timeout: ServiceSettings(
+        url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout))
 
 
 def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:

@@ -41,7 +41,7 @@ import trio
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._doctor_replies import CANNED
 from ._model_proxy import ROUTES, encode_frames, error_body, open_model_proxy
-from ._process_agent import STDERR_TAIL_BYTES, _kill_group, _Tail, agent_environment
+from ._process_agent import agent_environment, supervise
 
 DEFAULT_INPUT = "Say hello in one short sentence."
 # A definition's timeout is sized for real work; a wiring check that has not
@@ -159,29 +159,10 @@ async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float
     except OSError as exc:
         where = f" in {settings.cwd}" if settings.cwd else ""
         return Ending(start_error=f"`{settings.command[0]}`{where} could not be started: {exc.strerror or exc}")
-    tail = _Tail(STDERR_TAIL_BYTES)
-    timer = trio.CancelScope()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(tail.drain, process.stderr)
-            with trio.move_on_after(timeout) as timer:
-                await process.wait()
-            # Whatever is left of the group goes: the hung agent, or children
-            # an exited one left behind.
-            _kill_group(process)
-            await process.wait()
-            with trio.move_on_after(2):
-                await tail.done.wait()
-            nursery.cancel_scope.cancel()
-    finally:
-        if process.returncode is None:
-            _kill_group(process)
-            with trio.CancelScope(shield=True):
-                await process.wait()
-        await process.stderr.aclose()
-    if timer.cancelled_caught:
-        return Ending(timed_out=True, stderr=tail.text())
-    return Ending(code=process.returncode, stderr=tail.text())
+    timed_out, stderr = await supervise(process, timeout)
+    if timed_out:
+        return Ending(timed_out=True, stderr=stderr)
+    return Ending(code=process.returncode, stderr=stderr)
 
 
 def _overridden(agent: AgentDefinition, env: Mapping[str, str], base: str, run_id: str, run_input: Any,

@@ -9,8 +9,6 @@ moment, and kills whatever is left of its process group.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from collections.abc import Mapping
 
@@ -28,17 +26,11 @@ from ._mcp_session import (
     encode,
     excerpt,
 )
+from ._orphans import kill_group
 
 STDERR_TAIL_BYTES = 2000
 # How long a stdio server has to exit after its stdin closes before its group is killed.
 CLOSE_GRACE_SECONDS = 1.0
-
-
-def _kill_group(process: trio.Process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class StdioTransport(Transport):
@@ -126,7 +118,7 @@ class StdioTransport(Transport):
         with trio.move_on_after(CLOSE_GRACE_SECONDS):
             await process.wait()
         # Whatever is left of its group (the server, or children it started) goes with it.
-        _kill_group(process)
+        kill_group(process.pid)
         await process.wait()
         await process.stdout.aclose()
         await process.stderr.aclose()

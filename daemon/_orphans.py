@@ -45,6 +45,14 @@ RUN_VAR = "SALVOR_RUN_ID"
 _PROC = Path("/proc")
 
 
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (our children run in groups of their own); gone already is fine."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def store_fingerprint(store_url: str) -> str:
     """The mark's value for agents of the store at ``store_url`` (as the store displays it)."""
     return hashlib.sha256(store_url.encode("utf-8")).hexdigest()[:16]

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -41,7 +40,7 @@ from ._model_proxy import (
     recorded_calls,
     resolve_upstream,
 )
-from ._orphans import MARK_VAR, RUN_VAR, store_fingerprint
+from ._orphans import MARK_VAR, RUN_VAR, kill_group, store_fingerprint
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -98,13 +97,6 @@ def agent_environment(
     env.update(standin_environment(agent, base))
     env.update(agent.process.env)
     return env
-
-
-def _kill_group(process: trio.Process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Tail:
@@ -189,6 +181,46 @@ async def open_session_with_origin(
     return session, origin_log
 
 
+async def supervise(process: trio.Process, timeout: float, *, until: trio.Event | None = None) -> tuple[bool, str]:
+    """Wait for an agent process to exit (or ``until`` to be set) within ``timeout``; then its whole group goes.
+
+    Returns whether the timeout ran out, and the tail of its stderr. On every
+    way out (a cancellation included) nothing of the group is left running.
+    """
+    tail = _Tail(STDERR_TAIL_BYTES)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tail.drain, process.stderr)
+            with trio.move_on_after(timeout) as timer:
+                async with trio.open_nursery() as waiters:
+
+                    async def until_exit() -> None:
+                        await process.wait()
+                        waiters.cancel_scope.cancel()
+
+                    waiters.start_soon(until_exit)
+                    if until is not None:
+
+                        async def until_set() -> None:
+                            await until.wait()
+                            waiters.cancel_scope.cancel()
+
+                        waiters.start_soon(until_set)
+            # Whatever is left of the group (children, a hung agent) goes with it.
+            kill_group(process.pid)
+            await process.wait()
+            with trio.move_on_after(2):
+                await tail.done.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            kill_group(process.pid)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+        await process.stderr.aclose()
+    return timer.cancelled_caught, tail.text()
+
+
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
@@ -211,8 +243,6 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
     # The mark goes on after the definition's env: it is ours, not the
     # agent's, and a restarted salvor finds an orphan of this drive by it.
     env[MARK_VAR] = store_fingerprint(access.store.url)
-    tail = _Tail(STDERR_TAIL_BYTES)
-    timed_out = False
     try:
         try:
             process = await trio.lowlevel.open_process(
@@ -224,41 +254,13 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
             async with session.lock:
                 await ctx.record(RunFailed(error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"))
             return ctx.view
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(tail.drain, process.stderr)
-                with trio.move_on_after(settings.timeout) as timer:
-                    async with trio.open_nursery() as waiters:
-
-                        async def until_exit() -> None:
-                            await process.wait()
-                            waiters.cancel_scope.cancel()
-
-                        async def until_failed() -> None:
-                            await session.failed.wait()
-                            waiters.cancel_scope.cancel()
-
-                        waiters.start_soon(until_exit)
-                        waiters.start_soon(until_failed)
-                timed_out = timer.cancelled_caught
-                # Whatever is left of the group (children, a hung agent) goes with it.
-                _kill_group(process)
-                await process.wait()
-                with trio.move_on_after(2):
-                    await tail.done.wait()
-                nursery.cancel_scope.cancel()
-        finally:
-            if process.returncode is None:
-                _kill_group(process)
-                with trio.CancelScope(shield=True):
-                    await process.wait()
-            await process.stderr.aclose()
+        timed_out, stderr = await supervise(process, settings.timeout, until=session.failed)
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
         proxy.detach(capability)
     async with session.lock:
-        return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, tail.text())
+        return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, stderr)
 
 
 async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,

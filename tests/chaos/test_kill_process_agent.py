@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
-from tests.daemon.test_process_agent import AGENT, PLAN, SECRET
+from tests.daemon.test_process_agent import AGENT, MODES, PLAN, SECRET
 from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
@@ -45,7 +45,7 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 60) -> dic
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("mode", ["anthropic-stream", "openai-responses-stream"])
+@pytest.mark.parametrize("mode", MODES)
 def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     tmp_path: Path, store_url: str, mode: str
 ) -> None:
