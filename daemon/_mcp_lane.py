@@ -122,6 +122,8 @@ class McpLane:
         """One JSON-RPC message from the agent: the answer (None for a notification), and the
         server notifications to hand the agent before it."""
         answer = await self._receive(message, headers)
+        if answer is None:
+            return None, []  # the notifications due belong to the answer of a call
         notes, self._outbox = self._outbox, []
         return answer, notes
 
