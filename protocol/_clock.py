@@ -6,14 +6,14 @@ precision, so two recordings of the same instant are the same bytes.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def format_instant(moment: datetime) -> str:
     """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
     if moment.tzinfo is None:
         raise ValueError("an instant must carry a timezone")
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_instant(text: str) -> datetime:
@@ -32,4 +32,4 @@ def parse_instant(text: str) -> datetime:
     moment = datetime.fromisoformat(normalised)
     if moment.tzinfo is None:
         raise ValueError(f"{text!r} has no UTC offset; write it with Z or +HH:MM")
-    return moment.astimezone(timezone.utc)
+    return moment.astimezone(UTC)

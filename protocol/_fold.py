@@ -11,13 +11,15 @@ that this fold could not recompute.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from ._clock import parse_instant
 from ._envelope import Envelope
 from ._events import (
+    BudgetExceeded,
     ModelCallCompleted,
     ModelCallRequested,
     NowObserved,
@@ -30,7 +32,6 @@ from ._events import (
     SleepCompleted,
     SleepStarted,
     Suspended,
-    BudgetExceeded,
     ToolCallCompleted,
     ToolCallRequested,
 )

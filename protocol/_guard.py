@@ -9,7 +9,7 @@ a refusal names the state and the event, and changes nothing.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ._envelope import SCHEMA_VERSION, Envelope
 from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
