@@ -23,6 +23,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from ._asgi import answer_lifespan
 from ._mcp_session import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("salvor.mcp")
@@ -161,13 +162,8 @@ class FixedPortApp:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         if scope["path"].rstrip("/") != "/mcp":

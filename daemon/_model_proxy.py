@@ -47,6 +47,7 @@ from salvor.protocol import (
     sha256_hash,
 )
 
+from ._asgi import answer_lifespan
 from ._mcp_endpoint import serve_mcp
 from ._model_gateway import endpoint_url, tls_context
 from ._model_wire import ANTHROPIC_VERSION, SSEDecoder
@@ -532,13 +533,8 @@ class ModelProxy:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         reply = _AsgiReply(send)

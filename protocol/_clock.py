@@ -23,7 +23,9 @@ def parse_instant(text: str) -> datetime:
         ValueError: the text is not an RFC 3339 date-time with an offset.
     """
     if not isinstance(text, str):
-        raise ValueError(f"an instant must be a string, not {type(text).__name__}")
+        # ValueError, not TypeError: callers turn any unreadable instant, whatever
+        # its type, into one refusal ("not an RFC 3339 instant").
+        raise ValueError(f"an instant must be a string, not {type(text).__name__}")  # noqa: TRY004
     normalised = text.strip()
     if normalised.endswith(("Z", "z")):
         normalised = normalised[:-1] + "+00:00"
