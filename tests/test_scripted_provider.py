@@ -364,6 +364,18 @@ def test_paths_without_v1_are_not_found(path):
     assert provider.call_count == 0
 
 
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_keep_alive_serves_a_client_on_one_connection_and_records_its_peer(keep_alive):
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    with ScriptedProvider([text_reply("a"), text_reply("b")], keep_alive=keep_alive) as provider, \
+            httpx.Client(base_url=provider.base_url) as client:
+        for _ in range(2):
+            client.post("/v1/messages", json=body).raise_for_status()
+        first, second = provider.calls
+    assert first.peer[0] == "127.0.0.1"
+    assert (first.peer == second.peer) is keep_alive
+
+
 def test_no_key_sends_no_auth_header():
     with ScriptedProvider([text_reply("a"), text_reply("b")]) as provider:
         body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}

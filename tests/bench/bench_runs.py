@@ -13,7 +13,11 @@ every run completed, and the writer's group commit (transactions against
 appends, counted by wrapping ``EventStore.append_batch``; production code is
 unchanged). The baseline, on the same filesystem: raw ``sqlite3`` inserting
 rows of a similar size, many rows per ``BEGIN IMMEDIATE ... COMMIT``, with the
-same pragmas, at the group size salvor reached and at 256 rows.
+same pragmas, at the group size salvor reached and at 256 rows. A second
+baseline: the same number of model calls with no salvor at all (httpx
+clients, as many as salvor drives at once, against fresh provider
+processes); times the events salvor records per call, it is the ceiling the
+model round trip alone puts on events per second on this machine.
 
 ``--store postgresql://...`` runs the daemon on that server instead, in a
 schema of its own dropped at the end, and the baseline becomes the same
@@ -120,6 +124,35 @@ def raw_batched_rows_per_s(path: Path, rows: int, per_txn: int) -> float:
         connection.close()
 
 
+async def direct_model_calls(base_urls: list[str], calls: int, concurrency: int) -> float:
+    """Model calls per second with no salvor at all: the ceiling the model round trip sets.
+
+    ``concurrency`` workers (as many as salvor drives at once), each with an
+    httpx client of its own as a drive has, post the same Anthropic request
+    to the scripted providers one after another until ``calls`` are answered.
+    """
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 256, "system": "You look up invoices, one at a time.",
+            "messages": [{"role": "user", "content": "batch 0"}],
+            "tools": [{"name": "lookup_invoice", "description": "Look up an invoice.",
+                       "input_schema": {"type": "object", "properties": {"invoice_id": {"type": "string"}}}}]}
+    left = [calls]
+
+    async def worker(base_url: str) -> None:
+        async with httpx.AsyncClient(timeout=60) as client:
+            while left[0] > 0:
+                left[0] -= 1
+                response = await client.post(f"{base_url}/v1/messages", json=body,
+                                             headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})
+                response.raise_for_status()
+                response.json()
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(concurrency):
+            nursery.start_soon(worker, base_urls[index % len(base_urls)])
+    return calls / (time.perf_counter() - start)
+
+
 def agent_toml(base_url: str, index: int) -> str:
     return (
         f'name = "bench-runs-{index}"\nmodel = "claude-sonnet-4-5"\n'
@@ -208,6 +241,18 @@ def main() -> None:
                 model_calls = sum(p.stop() for p in providers)
                 for provider in providers:
                     provider.__exit__(None, None, None)
+            # The same model traffic with no salvor, against fresh providers
+            # (so the counts above stay salvor's own).
+            direct = [ProviderProcess(plan) for _ in range(args.providers)]
+            for provider in direct:
+                provider.__enter__()
+            try:
+                direct_rate = trio.run(direct_model_calls, [p.base_url for p in direct], model_calls,
+                                       args.drive_concurrency)
+            finally:
+                for provider in direct:
+                    provider.stop()
+                    provider.__exit__(None, None, None)
             events = result["events"]
             group = max(1, round(counter.events / counter.transactions))
             raw_rows = max(20_000, events)
@@ -252,6 +297,11 @@ def main() -> None:
         "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
         "target_ratio": TARGET_RATIO,
         "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
+        "baseline_direct_model_calls_per_s": round(direct_rate, 1),
+        "events_per_model_call": round(events / model_calls, 2),
+        # What the model round trip alone allows, with salvor costing nothing.
+        "ceiling_events_per_s_from_model_calls": round(direct_rate * events / model_calls, 1),
+        "ratio_vs_model_call_ceiling": round(events_per_s / (direct_rate * events / model_calls), 3),
         "listed_completed_page": result["listed_completed"],
         **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
         "cpus": os.cpu_count(),

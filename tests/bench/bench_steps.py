@@ -123,10 +123,10 @@ class ForgetfulProvider(ScriptedProvider):
 
     served = 0
 
-    def _record(self, wire, body, request, headers) -> ProviderCall:
+    def _record(self, wire, body, request, headers, peer=None) -> ProviderCall:
         index = self.served
         self.served += 1
-        return ProviderCall(index=index, wire=wire, body=body, request=request, headers=headers)
+        return ProviderCall(index=index, wire=wire, body=body, request=request, headers=headers, peer=peer)
 
     @property
     def call_count(self) -> int:
@@ -134,7 +134,9 @@ class ForgetfulProvider(ScriptedProvider):
 
 
 def _serve_in_child(plan, connection) -> None:
-    with ForgetfulProvider(tool_loop_script(plan)) as provider:
+    # Kept-alive connections, as a real provider's: a connection per call
+    # would bill salvor for TCP set-up no production call pays.
+    with ForgetfulProvider(tool_loop_script(plan), keep_alive=True) as provider:
         connection.send(provider.base_url)
         connection.recv()  # until the parent says stop
         connection.send(provider.call_count)

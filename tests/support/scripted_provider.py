@@ -49,6 +49,8 @@ class ProviderCall:
     body: JSON
     request: JSON
     headers: dict[str, str]
+    # The caller's (host, port): equal ports mean one kept-alive connection.
+    peer: tuple[str, int] | None = None
 
     @property
     def stream(self) -> bool:
@@ -548,13 +550,17 @@ class ScriptedProvider:
       host: interface to bind; the port is chosen by the OS.
       on_call: run in the server thread after a call is recorded and before
         it is answered. An exception there answers HTTP 500.
+      keep_alive: keep connections open between calls, as a real provider
+        does. Off by default: a stopped provider's handler threads would go
+        on answering on connections a client pooled earlier.
 
     The server starts when the object is built and stops on ``stop()`` or
     when its ``with`` block ends.
     """
 
     def __init__(self, script: Script | Sequence[Reply], *, host: str = "127.0.0.1",
-                 on_call: Callable[[ProviderCall], None] | None = None) -> None:
+                 on_call: Callable[[ProviderCall], None] | None = None, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive
         if callable(script):
             self._script: Script = script
         else:
@@ -640,10 +646,10 @@ class ScriptedProvider:
     # -- serving (server threads) --------------------------------------------
 
     def _record(self, wire: str, body: JSON, request: JSON,
-                headers: dict[str, str]) -> ProviderCall:
+                headers: dict[str, str], peer: tuple[str, int] | None = None) -> ProviderCall:
         with self._state.condition:
             call = ProviderCall(index=len(self._state.calls), wire=wire, body=body,
-                                request=request, headers=headers)
+                                request=request, headers=headers, peer=peer)
             self._state.calls.append(call)
             self._state.condition.notify_all()
         return call
@@ -717,6 +723,9 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Head and body go out in separate writes; with Nagle on, a kept-alive
+        # connection waits for the client's delayed ACK between them.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean
@@ -725,12 +734,12 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(payload)))
-            # One call per connection: a stopped provider must not keep
-            # answering on a connection a client pooled earlier.
-            self.send_header("connection", "close")
+            if not provider.keep_alive:
+                # One call per connection (see ``keep_alive``).
+                self.send_header("connection", "close")
             self.end_headers()
             self.wfile.write(payload)
-            self.close_connection = True
+            self.close_connection = not provider.keep_alive
 
         def _not_found(self) -> None:
             message = f"scripted provider: no route for {self.command} {self.path}"
@@ -760,7 +769,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                            _json_bytes(error(400, f"scripted provider: bad request: {exc!r}")))
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            call = provider._record(wire, body, request, headers)
+            call = provider._record(wire, body, request, headers, tuple(self.client_address[:2]))
             try:
                 status, content_type, payload = provider._answer(call)
             except Exception as exc:  # noqa: BLE001 - a failing script must surface in the test
