@@ -26,11 +26,13 @@ from salvor.protocol import (
     EventKind,
     GuardRefusal,
     MalformedEvent,
+    RunView,
     SchemaViolation,
     check_labels,
     decode_envelope,
     encode_payload,
 )
+from salvor.store import SeqConflict
 
 from ._api_stream import HEADERS as STREAM_HEADERS
 from ._client_performed import (
@@ -101,6 +103,10 @@ def _read_batch(body: dict, run_id: str) -> list[Envelope]:
                 raise bad_request(f"events[{index}]: {exc.message}") from None
         batch.append(_stamped(envelope))
     return batch
+
+
+# How many runs' last views the append route keeps (a hint each; see there).
+_LAST_VIEWS = 4096
 
 
 def add_client_run_routes(app: QuartTrio, state) -> None:
@@ -288,11 +294,30 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         await runtime.resolve(run_id, body["output"])
         return json_response({"run": run_id, "resolved": True})
 
+    # The view after each run's last append through this route, so the next
+    # append needs no store read. Any commit to the run (a step, a resolve,
+    # this route's own) drops its entry; this route puts its new view back.
+    # Still only a hint: another process writing the same store is not seen,
+    # but an append against a stale view hits the store's seq check (or the
+    # guard) and writes nothing, and the route reads the view and tries once
+    # more. Bounded: the oldest entries go first.
+    last_views: dict[str, RunView] = {}
+    runtime.access.on_commit.append(lambda envelopes, _view: last_views.pop(envelopes[0].run_id, None))
+
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):
         run_id = await driving(run_id)
         batch = _read_batch(await json_object(allowed={"events"}, required={"events"}), run_id)
+        view = last_views.pop(run_id, None)
+        if view is not None:
+            try:
+                return await append_after(run_id, batch, view)
+            except (SeqConflict, GuardRefusal):
+                pass  # refused against the hint, nothing written: decide again on the stored view
         view = await runtime.access.read(runtime.access.store.read_view, run_id) or EMPTY_VIEW
+        return await append_after(run_id, batch, view)
+
+    async def append_after(run_id: str, batch: list[Envelope], view: RunView):
         recorded = {}
         if batch[0].seq < view.next_seq:
             recorded = {e.seq: e for e in await runtime.access.read(runtime.access.store.read_log, run_id, batch[0].seq)}
@@ -319,7 +344,10 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         if new:
             if new[0].event.KIND is not EventKind.RUN_STARTED and view.next_seq == 0:
                 raise GuardRefusal(f"run {run_id} has no head yet: its first event must be a RunStarted")
-            envelopes, _ = await runtime.access.append(run_id, [e.event for e in new], view)
+            envelopes, view = await runtime.access.append(run_id, [e.event for e in new], view)
             appended.extend(e.seq for e in envelopes)
+        if len(last_views) >= _LAST_VIEWS:
+            del last_views[next(iter(last_views))]
+        last_views[run_id] = view
         return json_response({"appended": appended})
 

@@ -228,3 +228,42 @@ async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) 
         envelope(run_id, 4, "RunCompleted", {"output": "woke"}),
     ])
     assert response.json() == {"appended": [2, 3, 4]}, response.text
+
+
+async def test_appends_see_what_other_writers_recorded_in_between(server) -> None:
+    """The route remembers each run's view after its own append; a commit by
+    anything else in the daemon, or by another process over the same store,
+    must never make it refuse a right append or take a wrong one."""
+    from salvor.protocol import NowObserved
+    from salvor.store import EventStore
+
+    client = server.client
+    opened = await open_run(client)
+    run_id, token = opened["run"], opened["drive_token"]
+    first = [head(run_id), envelope(run_id, 1, "NowObserved", {"now": "2026-11-29T10:00:00.000000Z"})]
+    assert (await append(client, run_id, token, first)).json() == {"appended": [0, 1]}
+    # Another writer inside the daemon (as a tool-step or a resolve is) takes seq 2.
+    access = server.state.runtime.access
+    view = await access.read(access.store.read_view, run_id)
+    await access.append(run_id, [NowObserved(now="2026-11-29T10:00:02.000000Z")], view)
+    taken = envelope(run_id, 2, "NowObserved", {"now": "2026-11-29T10:00:09.000000Z"})
+    assert code(await append(client, run_id, token, [taken])) == (409, "divergence")
+    nxt = envelope(run_id, 3, "NowObserved", {"now": "2026-11-29T10:00:03.000000Z"})
+    assert (await append(client, run_id, token, [nxt])).json() == {"appended": [3]}
+    # Another process over the same store (the CLI would be one) takes seq 4.
+    with EventStore.open(server.store_url) as other:
+        other.append(run_id, [NowObserved(now="2026-11-29T10:00:04.000000Z")], other.read_view(run_id))
+    # Seq 5 is the next one, though this daemon last saw 4 free.
+    after_theirs = envelope(run_id, 5, "NowObserved", {"now": "2026-11-29T10:00:05.000000Z"})
+    assert (await append(client, run_id, token, [after_theirs])).json() == {"appended": [5]}
+    theirs = envelope(run_id, 4, "NowObserved", {"now": "2026-11-29T10:00:04.000000Z"})
+    assert (await append(client, run_id, token, [theirs])).json() == {"appended": [4]}  # the same bytes: a no-op
+    other_bytes = envelope(run_id, 4, "NowObserved", {"now": "2026-11-29T10:00:44.000000Z"})
+    assert code(await append(client, run_id, token, [other_bytes])) == (409, "divergence")
+    last = envelope(run_id, 6, "RunCompleted", {"output": "done"})
+    assert (await append(client, run_id, token, [last])).json() == {"appended": [6]}
+    log = await log_of(client, run_id)
+    assert [e["seq"] for e in log] == [0, 1, 2, 3, 4, 5, 6]
+    assert [e["event"]["payload"].get("now") for e in log[1:5]] == [
+        "2026-11-29T10:00:00.000000Z", "2026-11-29T10:00:02.000000Z",
+        "2026-11-29T10:00:03.000000Z", "2026-11-29T10:00:04.000000Z"]
