@@ -22,10 +22,11 @@ from werkzeug.exceptions import HTTPException
 from ._agent_def import DefinitionError, parse_definition
 from ._api_client_runs import add_client_run_routes
 from ._api_stream import add_stream_route
+from ._client_appends import ClientAppends
 from ._client_performed import check_resolution
 from ._client_tools import ClientTool
 from ._drivers import DriverSet
-from ._errors import OperationRefused, bad_request, unknown_agent
+from ._errors import OperationRefused, bad_request, internal, unknown_agent
 from ._event_hub import EventHub
 from ._http import body_bytes, check_bearer, error_response, json_object, json_response
 from ._leases import LeaseRegistry
@@ -62,6 +63,11 @@ class ServerState:
     model_executor: ModelGateway | None = None
     # Client-performed tools the operator declared (salvor serve --client-tool), by name.
     client_tools: dict[str, ClientTool] = field(default_factory=dict)
+    # The guarded append of client-driven runs (shared by its route and the ASGI front).
+    client_appends: ClientAppends = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client_appends = ClientAppends(self.runtime.access, self.leases)
 
     def attached(self, run_id: str) -> bool:
         """Whether something drives the run right now: a driver task here, or a client's current lease."""
@@ -114,7 +120,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.errorhandler(Exception)
     async def unexpected(error: Exception):
         log.exception("unexpected error on %s %s", request.method, request.path)
-        return error_response(OperationRefused("internal", 500, "the server hit an unexpected error; see its log"))
+        return error_response(internal())
 
     # -- agents -----------------------------------------------------------------
 

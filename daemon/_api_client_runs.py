@@ -13,26 +13,12 @@ event is written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import (
-    EMPTY_VIEW,
-    Envelope,
-    EventKind,
-    GuardRefusal,
-    MalformedEvent,
-    RunView,
-    SchemaViolation,
-    check_labels,
-    decode_envelope,
-    encode_payload,
-)
-from salvor.store import SeqConflict
 
 from ._api_stream import HEADERS as STREAM_HEADERS
 from ._client_performed import (
@@ -48,13 +34,6 @@ from ._errors import OperationRefused, bad_request, unknown_run
 from ._http import json_object, json_response
 from ._operations import parse_run_id
 
-# What the client's own cursor emits: no secret, no outside effect.
-APPENDABLE = frozenset({
-    EventKind.RUN_STARTED, EventKind.NOW_OBSERVED, EventKind.RANDOM_OBSERVED, EventKind.SUSPENDED,
-    EventKind.RESUMED, EventKind.SLEEP_STARTED, EventKind.SLEEP_COMPLETED, EventKind.BUDGET_EXCEEDED,
-    EventKind.RUN_COMPLETED, EventKind.RUN_FAILED,
-})
-MAX_EVENTS_PER_APPEND = 1024
 TOKEN_HEADER = "X-Drive-Token"
 
 
@@ -62,63 +41,11 @@ def sse_frame(event: str, data: dict) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def _stamped(envelope: Envelope) -> Envelope:
-    """The client's event as this server records it: a head is marked client-driven."""
-    event = envelope.event
-    if event.KIND is EventKind.RUN_STARTED and event.driven_by != "client":
-        try:
-            event = dataclasses.replace(event, driven_by="client")
-        except MalformedEvent as exc:
-            raise bad_request(f"the RunStarted at seq {envelope.seq}: {exc.message}") from None
-    return dataclasses.replace(envelope, event=event)
-
-
-def _read_batch(body: dict, run_id: str) -> list[Envelope]:
-    """The batch decoded and checked on its own (kinds, run ids, labels), before any store read."""
-    raw = body["events"]
-    if not isinstance(raw, list) or not raw:
-        raise bad_request("`events` must be a non-empty array of event envelopes")
-    if len(raw) > MAX_EVENTS_PER_APPEND:
-        raise OperationRefused("payload_too_large", 413,
-                               f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
-    batch = []
-    for index, item in enumerate(raw):
-        try:
-            envelope = decode_envelope(item)
-        except MalformedEvent as exc:
-            raise bad_request(f"events[{index}]: {exc.message}") from None
-        if envelope.run_id != run_id:
-            raise bad_request(f"events[{index}] is for run {envelope.run_id}, not {run_id}")
-        kind = envelope.event.KIND
-        if kind not in APPENDABLE:
-            raise OperationRefused(
-                "unsupported_event_kind", 422,
-                f"events[{index}] is a {kind.value}: model and tool events are recorded through the model-step, "
-                f"tool-step and client-tool endpoints, never appended by hand",
-            )
-        if kind is EventKind.RUN_STARTED:
-            try:
-                check_labels(envelope.event.labels)
-            except SchemaViolation as exc:
-                raise bad_request(f"events[{index}]: {exc.message}") from None
-        batch.append(_stamped(envelope))
-    return batch
-
-
-# How many runs' last views the append route keeps (a hint each; see there).
-_LAST_VIEWS = 4096
-
-
 def add_client_run_routes(app: QuartTrio, state) -> None:
     runtime = state.runtime
     leases = state.leases
-
-    async def client_driven(run_id: str) -> bool:
-        """Whether the run is a client's: opened here, or its head says so."""
-        if leases.opened(run_id):
-            return True
-        view = await runtime.access.read(runtime.access.store.read_view, run_id)
-        return view is not None and view.driven_by == "client"
+    appends = state.client_appends
+    client_driven = appends.client_driven
 
     # Per run, whether a server-performed model step keeps its request body
     # (said at open; a re-open by the holder keeps what it was opened with).
@@ -129,11 +56,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
 
     async def driving(run_id: str) -> str:
         """The canonical run id of a driving call, once its run and its drive token check out."""
-        run_id = parse_run_id(run_id)
-        if not await client_driven(run_id):
-            raise unknown_run(run_id)
-        leases.check(run_id, presented())
-        return run_id
+        return await appends.driving(run_id, presented())
 
     def step_seq(body: dict) -> int:
         seq = body["seq"]
@@ -294,60 +217,11 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         await runtime.resolve(run_id, body["output"])
         return json_response({"run": run_id, "resolved": True})
 
-    # The view after each run's last append through this route, so the next
-    # append needs no store read. Any commit to the run (a step, a resolve,
-    # this route's own) drops its entry; this route puts its new view back.
-    # Still only a hint: another process writing the same store is not seen,
-    # but an append against a stale view hits the store's seq check (or the
-    # guard) and writes nothing, and the route reads the view and tries once
-    # more. Bounded: the oldest entries go first.
-    last_views: dict[str, RunView] = {}
-    runtime.access.on_commit.append(lambda envelopes, _view: last_views.pop(envelopes[0].run_id, None))
-
+    # `salvor serve` answers this route in front of Quart (``_api_front``),
+    # through the same two calls; the route keeps it in this app's table, so
+    # other methods get their 405 and it answers alike without the front.
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):
         run_id = await driving(run_id)
-        batch = _read_batch(await json_object(allowed={"events"}, required={"events"}), run_id)
-        view = last_views.pop(run_id, None)
-        if view is not None:
-            try:
-                return await append_after(run_id, batch, view)
-            except (SeqConflict, GuardRefusal):
-                pass  # refused against the hint, nothing written: decide again on the stored view
-        view = await runtime.access.read(runtime.access.store.read_view, run_id) or EMPTY_VIEW
-        return await append_after(run_id, batch, view)
-
-    async def append_after(run_id: str, batch: list[Envelope], view: RunView):
-        recorded = {}
-        if batch[0].seq < view.next_seq:
-            recorded = {e.seq: e for e in await runtime.access.read(runtime.access.store.read_log, run_id, batch[0].seq)}
-        appended: list[int] = []
-        new: list[Envelope] = []
-        for envelope in batch:
-            known = recorded.get(envelope.seq)
-            if known is not None and not new:
-                # A retry of what is already recorded is a no-op; anything else there is a divergence.
-                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event) != encode_payload(envelope.event):
-                    raise GuardRefusal(
-                        f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
-                        f"the log is append-only"
-                    )
-                appended.append(envelope.seq)
-                continue
-            expected = view.next_seq + len(new)
-            if envelope.seq != expected:
-                raise GuardRefusal(
-                    f"events must be appended in order: seq {envelope.seq} is not the next position {expected} "
-                    f"of run {run_id}"
-                )
-            new.append(envelope)
-        if new:
-            if new[0].event.KIND is not EventKind.RUN_STARTED and view.next_seq == 0:
-                raise GuardRefusal(f"run {run_id} has no head yet: its first event must be a RunStarted")
-            envelopes, view = await runtime.access.append(run_id, [e.event for e in new], view)
-            appended.extend(e.seq for e in envelopes)
-        if len(last_views) >= _LAST_VIEWS:
-            del last_views[next(iter(last_views))]
-        last_views[run_id] = view
-        return json_response({"appended": appended})
+        return json_response(await appends.append(run_id, await json_object(allowed={"events"}, required={"events"})))
 

@@ -1,7 +1,7 @@
 """Refusals of run operations, in the control plane's code/status vocabulary.
 
 The CLI prints ``message`` as one sentence and exits non-zero; the HTTP layer
-(a later issue) renders ``to_json()`` as the one error envelope. A refusal
+renders ``to_json()`` as the one error envelope. A refusal
 always means nothing was recorded.
 """
 
@@ -17,6 +17,11 @@ class OperationRefused(CodedError):
         super().__init__(message, details=details)
         self.code = code
         self.status = status
+
+
+def internal() -> OperationRefused:
+    """What a client hears of a bug: the details go to the daemon's log, not over the wire."""
+    return OperationRefused("internal", 500, "the server hit an unexpected error; see its log")
 
 
 def unknown_run(run_id: str) -> OperationRefused:

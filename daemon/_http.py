@@ -38,34 +38,52 @@ def unauthorized() -> OperationRefused:
     )
 
 
-def check_bearer(expected: str | None) -> None:
-    """Refuse unless the request carries the server's token (constant-time compare)."""
+def bearer_matches(header: str, expected: str | None) -> bool:
+    """Whether an ``Authorization`` header carries the server's token (constant-time compare)."""
     if expected is None:
-        return
-    header = request.headers.get("Authorization", "")
+        return True
     scheme, _, presented = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), expected.encode()):
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), expected.encode())
+
+
+def check_bearer(expected: str | None) -> None:
+    """Refuse unless the request carries the server's token."""
+    if not bearer_matches(request.headers.get("Authorization", ""), expected):
         raise unauthorized()
 
 
-async def body_bytes() -> bytes:
-    """The request body, holding at most ``MAX_BODY_BYTES`` of it in memory.
+class CappedBody:
+    """Collects a request body, holding at most ``MAX_BODY_BYTES`` of it in memory.
 
-    The rest of an oversized body is read and dropped rather than left
-    unread: most clients send their whole body before they read an answer,
-    so they would otherwise never see the 413.
+    The rest of an oversized body is still read (and dropped) rather than
+    left unread: most clients send their whole body before they read an
+    answer, so they would otherwise never see the 413.
     """
-    data = bytearray()
-    over = False
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._over = False
+
+    def add(self, chunk: bytes) -> None:
+        if not self._over:
+            self._data.extend(chunk)
+            if len(self._data) > MAX_BODY_BYTES:
+                self._over = True
+                self._data.clear()
+
+    def whole(self) -> bytes:
+        """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
+        if self._over:
+            raise OperationRefused("payload_too_large", 413, f"the body is over the {MAX_BODY_BYTES}-byte cap")
+        return bytes(self._data)
+
+
+async def body_bytes() -> bytes:
+    """The request body (see ``CappedBody``)."""
+    body = CappedBody()
     async for chunk in request.body:
-        if not over:
-            data.extend(chunk)
-            if len(data) > MAX_BODY_BYTES:
-                over = True
-                data.clear()
-    if over:
-        raise OperationRefused("payload_too_large", 413, f"the body is over the {MAX_BODY_BYTES}-byte cap")
-    return bytes(data)
+        body.add(chunk)
+    return body.whole()
 
 
 def _no_constant(name: str) -> Any:
@@ -106,12 +124,17 @@ async def json_object(*, allowed: set[str], required: set[str] = frozenset(), op
         OperationRefused: bad_request for a wrong content type, invalid JSON,
             a non-object, an unknown field or a missing one.
     """
-    data = await body_bytes()
+    return object_from(await body_bytes(), request.mimetype or "", allowed=allowed, required=required,
+                       optional_body=optional_body)
+
+
+def object_from(data: bytes, mimetype: str, *, allowed: set[str], required: set[str] = frozenset(),
+                optional_body: bool = False) -> dict:
+    """``json_object`` on a body already read, with its media type (lower case, no parameters)."""
     if not data.strip():
         if optional_body:
             return {}
         raise bad_request("the request needs a JSON object body")
-    mimetype = request.mimetype or ""
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
         raise bad_request(f"the body must be application/json, not {mimetype}")
     body = parse_json(data)

@@ -25,6 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import CodedError
 
 from ._api import ServerState, create_app
+from ._api_front import AppendFront
 from ._client_steps import open_model_executor
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
@@ -172,7 +173,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 hyper.graceful_timeout = config.shutdown_seconds
                 hyper.accesslog = None
                 hyper.errorlog = logging.getLogger("salvor.http")
-                in_flight = InFlight(create_app(state))
+                in_flight = InFlight(AppendFront(create_app(state), state))
 
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     await hypercorn_serve(in_flight, hyper, shutdown_trigger=stop.wait,
