@@ -23,7 +23,8 @@ not asked: the server hears "method not found".
 The notifications a server sends are recorded with the next answer of its
 lane and handed to the agent just before that answer, live and on replay;
 the stdio relay writes them out, and an HTTP agent gets them on its
-server-push stream (``GET``) when it has one open.
+server-push stream (``GET``) when it has one open. The notifications the
+agent sends go to the live server and are not recorded (``_tell_server``).
 
 A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
 built-in agent's (the same check, ``salvor_outcome``): the agent process is
@@ -36,6 +37,7 @@ one open-intent slot (``ProxySession.exclusive``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -53,6 +55,7 @@ from salvor.protocol import (
 
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_client import (
+    McpError,
     McpNoAnswer,
     McpRemoteError,
     McpSession,
@@ -78,6 +81,7 @@ from ._model_proxy import ProxySession
 from ._run_context import DriveInterrupted, outcome_output, slept, tool_error, wait_event
 from ._tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
 
+logger = logging.getLogger("salvor.mcp")
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 # The run stopped answering (its drive ended, or the run failed or parked).
@@ -157,8 +161,7 @@ class McpLane:
             self.agent.answered(message)
             return None
         if "id" not in message:
-            # A notification. `notifications/initialized` was sent by salvor's
-            # own session when it opened; the others steer nothing recorded.
+            await self._tell_server(method, message.get("params"))
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
@@ -167,6 +170,36 @@ class McpLane:
         if answer is None:
             return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
         return answer
+
+    async def _tell_server(self, method: str, params: Any) -> None:
+        """Hand one of the agent's notifications to the live server; with none live, it is dropped.
+
+        Never recorded: a notification gets no answer, so nothing of the run
+        depends on it, and it never takes a place in the lane. Over a
+        replayed prefix or a re-run there is no server to tell, and a session
+        opened later learns what it must from its own ``initialize``.
+        ``notifications/initialized`` is salvor's own session's (sent as it
+        opened), so the agent's is not sent twice; a ``notifications/cancelled``
+        names the agent's request id, which is translated to the id salvor's
+        session sent that request under (one not in flight is dropped). The
+        cancelled call still waits for the server's answer, which is
+        recorded: a server that finishes it anyway has done it. A failure to
+        deliver is only logged: the agent's own requests report the session's
+        health.
+        """
+        live = self._live
+        if method == "notifications/initialized" or live is None or live.broken is not None:
+            return
+        sent = params if isinstance(params, dict) else None
+        try:
+            if method == "notifications/cancelled":
+                reason = sent.get("reason") if sent is not None else None
+                await live.cancel(_request_key(sent.get("requestId") if sent else None),
+                                  reason if isinstance(reason, str) else None)
+            else:
+                await live.notify(method, sent)
+        except McpError as exc:
+            logger.info("MCP stand-in %r: the agent's %s did not reach the server: %s", self.name, method, exc.message)
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
@@ -340,7 +373,7 @@ class McpLane:
                 if attempt.idempotency_key is not None:
                     # A server may use the key to collapse a repeated execution.
                     sent["_meta"] = {"salvor": {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}}
-                result = await live.request(method, sent)
+                result = await live.request(method, sent, key=_request_key(request_id))
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.
                 return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
@@ -405,6 +438,13 @@ class McpLane:
         whose = f"origin run {self.origin} recorded" if self.origin is not None else "the log records"
         return (f"{what_ended} after {self.position} of the {self.expected_calls} calls {whose} for MCP server "
                 f"{self.name!r}; the agent must make every one of them again, in order")
+
+
+def _request_key(request_id: Any) -> str | int | float | None:
+    """The key a live request is sent under: the agent's JSON-RPC id, when it is one (a string or a number)."""
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
+        return None
+    return request_id
 
 
 @asynccontextmanager
