@@ -94,7 +94,7 @@ async def main():
                 for c in message.tool_calls:
                     arguments = json.loads(c.function.arguments or "{}")
                     if "text" in arguments:
-                        arguments["text"] += suffix
+                        arguments["text"] += suffix + "x" * int(os.environ.get("PAD_BYTES", "0"))
                     if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
                         asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
                     if os.environ.get("SKIP_TOOLS"):
