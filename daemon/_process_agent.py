@@ -13,6 +13,12 @@ stderr; an exit 0 with no model call at all fails with the diagnosis that
 the client never honoured the injected base URL; a timeout kills the whole
 process group and fails the run. A process killed by a signal leaves the run
 recoverable (``DriveInterrupted``): the next drive starts it again.
+
+A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``) has its
+process stopped once the wait is recorded, and holds nothing while it waits.
+A drive of a suspended run starts nothing; one of a sleeping run starts
+nothing before its ``wake_at``, and after it records the wake first. Either
+way the process then starts from the top of its log, as after a crash.
 """
 
 from __future__ import annotations
