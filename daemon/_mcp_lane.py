@@ -23,7 +23,13 @@ not asked: the server hears "method not found".
 The notifications a server sends are recorded with the next answer of its
 lane and handed to the agent just before that answer, live and on replay;
 the stdio relay writes them out, and an HTTP agent gets them on its
-server-push stream (``GET``) when it has one open.
+server-push stream (``GET``) when it has one open. The notifications the
+agent sends go to the live server and are not recorded (``_tell_server``).
+
+A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
+built-in agent's (the same check, ``salvor_outcome``): the agent process is
+stopped, and the drive that resumes or wakes the run starts it again and
+answers that call with what the wait returned (``McpLane._answer``).
 
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
@@ -31,16 +37,31 @@ one open-intent slot (``ProxySession.exclusive``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from salvor.protocol import Effect, Envelope, ToolCallCompleted, ToolCallRequested
+from salvor.protocol import (
+    Effect,
+    Envelope,
+    RunState,
+    SleepStarted,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
 
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
-from ._mcp_client import McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
+from ._mcp_client import (
+    McpError,
+    McpNoAnswer,
+    McpRemoteError,
+    McpSession,
+    McpUnavailable,
+    open_session,
+)
 from ._mcp_def import McpServerSpec
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
@@ -55,10 +76,12 @@ from ._mcp_replay import (
     notifications_of,
     stub_result,
 )
+from ._mcp_tools import salvor_outcome
 from ._model_proxy import ProxySession
-from ._run_context import DriveInterrupted, tool_error
+from ._run_context import DriveInterrupted, outcome_output, slept, tool_error, wait_event
 from ._tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
 
+logger = logging.getLogger("salvor.mcp")
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 # The run stopped answering (its drive ended, or the run failed or parked).
@@ -138,8 +161,7 @@ class McpLane:
             self.agent.answered(message)
             return None
         if "id" not in message:
-            # A notification. `notifications/initialized` was sent by salvor's
-            # own session when it opened; the others steer nothing recorded.
+            await self._tell_server(method, message.get("params"))
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
@@ -148,6 +170,36 @@ class McpLane:
         if answer is None:
             return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
         return answer
+
+    async def _tell_server(self, method: str, params: Any) -> None:
+        """Hand one of the agent's notifications to the live server; with none live, it is dropped.
+
+        Never recorded: a notification gets no answer, so nothing of the run
+        depends on it, and it never takes a place in the lane. Over a
+        replayed prefix or a re-run there is no server to tell, and a session
+        opened later learns what it must from its own ``initialize``.
+        ``notifications/initialized`` is salvor's own session's (sent as it
+        opened), so the agent's is not sent twice; a ``notifications/cancelled``
+        names the agent's request id, which is translated to the id salvor's
+        session sent that request under (one not in flight is dropped). The
+        cancelled call still waits for the server's answer, which is
+        recorded: a server that finishes it anyway has done it. A failure to
+        deliver is only logged: the agent's own requests report the session's
+        health.
+        """
+        live = self._live
+        if method == "notifications/initialized" or live is None or live.broken is not None:
+            return
+        sent = params if isinstance(params, dict) else None
+        try:
+            if method == "notifications/cancelled":
+                reason = sent.get("reason") if sent is not None else None
+                await live.cancel(_request_key(sent.get("requestId") if sent else None),
+                                  reason if isinstance(reason, str) else None)
+            else:
+                await live.notify(method, sent)
+        except McpError as exc:
+            logger.info("MCP stand-in %r: the agent's %s did not reach the server: %s", self.name, method, exc.message)
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
@@ -176,7 +228,7 @@ class McpLane:
                 self.position += 1
                 self._outbox = notifications_of(call.output)
                 await self._ask_again(call.output)
-                return answer_of(request_id, call.output)
+                return await self._answer(request_id, call)
             if call.effect == Effect.WRITE.value:
                 # Never reached: a drive does not start at an open write.
                 return error_answer(request_id, RUN_ENDED, f"{self._where(k, call, False)} is an open write")
@@ -196,10 +248,10 @@ class McpLane:
             self.calls.append(call)
         self._asked = []
         try:
-            output = await self._execute(method, params, headers, call)
+            output = await self._execute(request_id, method, params, headers, call)
         except OutcomeUnknown as exc:
             # The write's intent stays open: the run is parked in needs_reconciliation.
-            self.proxy.failed.set()
+            self.proxy.rested.set()
             return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
                                                        f"record what happened")
         if self._crossed and isinstance(output, dict):
@@ -208,12 +260,50 @@ class McpLane:
         if self._asked and isinstance(output, dict):
             output = {**output, "server_requests": self._asked}
             self._asked = []
+        wait = wait_event(output)
         with trio.CancelScope(shield=True):
-            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output))
+            # A wait its result asks for is recorded with the completion: no log ends between the two.
+            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else []))
         call.output, call.completed = output, True
+        if wait is not None:
+            call.wait.append(wait)
         self.position += 1
         self._outbox = notifications_of(output)
-        return answer_of(request_id, output)
+        return await self._answer(request_id, call)
+
+    async def _answer(self, request_id: Any, call: LaneCall) -> dict:
+        """The agent's answer to a completed call; for one whose result parked the run, the run parks here.
+
+        A call whose wait has ended (the run was resumed, or woke) is
+        answered with what the wait returned, as a tool result. One whose
+        wait has not: the run rests (suspended, or sleeping until its
+        ``wake_at``), the agent is answered with an error naming it and then
+        stopped with its whole process group. The next drive (a resume, the
+        wake sweeper) starts it again from the top of the log, like
+        recovery does: its recorded calls, this one included, are answered
+        from the log, so the tool that parked the run is never executed
+        again.
+        """
+        wait = wait_event(call.output)
+        if wait is None:
+            return answer_of(request_id, call.output)
+        if not call.wait:
+            # A log whose completion came without its wait (this lane appends the two at once).
+            with trio.CancelScope(shield=True):
+                await self.ctx.record(wait)
+            call.wait.append(wait)
+        ended, value = call.woken()
+        if not ended and self.ctx.view.state is RunState.SLEEPING and await self.ctx.wake_when_due():
+            ended, value = True, slept(wait.wake_at)
+        if ended:
+            return answer_of(request_id, {"result": stub_result(value)})
+        self.proxy.rested.set()
+        state = self.ctx.view.state.value
+        until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
+        return error_answer(request_id, RUN_ENDED, (
+            f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
+            f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
+            f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"))
 
     async def _reproduce(self, request_id: Any, method: str, asked: dict) -> dict:
         """A re-run's request past its own log: the origin's answer at this position, or the run fails."""
@@ -232,12 +322,17 @@ class McpLane:
         seq = self.ctx.view.next_seq + self.ctx.held
         intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
                                    idempotency_key=call.idempotency_key)
-        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output))
-        self.calls.append(LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True))
+        copy = LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True, list(call.wait))
+        if wait_event(call.output) is not None and not call.woken()[0]:
+            return await self._diverged(request_id, f"{self._where(k, call, True)} parked the run, which never "
+                                                    f"continued, so a re-run cannot answer it")
+        # The origin's wait is reproduced with the call: a re-run never waits.
+        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
+        self.calls.append(copy)
         self.position += 1
         self._outbox = notifications_of(call.output)
         await self._ask_again(call.output)
-        return answer_of(request_id, call.output)
+        return await self._answer(request_id, copy)
 
     # -- the server's requests to the agent --------------------------------------
 
@@ -257,7 +352,8 @@ class McpLane:
 
     # -- the real server ----------------------------------------------------------
 
-    async def _execute(self, method: str, params: dict, headers: Mapping[str, str], call: LaneCall) -> Any:
+    async def _execute(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str],
+                       call: LaneCall) -> Any:
         """What the request is answered with (recorded as the call's output), retried as its effect allows.
 
         Raises:
@@ -277,7 +373,7 @@ class McpLane:
                 if attempt.idempotency_key is not None:
                     # A server may use the key to collapse a repeated execution.
                     sent["_meta"] = {"salvor": {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}}
-                return {"result": await live.request(method, sent)}
+                result = await live.request(method, sent, key=_request_key(request_id))
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.
                 return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
@@ -287,6 +383,14 @@ class McpLane:
                 raise ToolFailed(exc.message) from None
             except McpUnavailable as exc:
                 raise ToolFailed(f"{exc.message}; the call was not performed") from None
+            if method != "tools/call":
+                return {"result": result}
+            # A request to park the run (the same check a built-in agent's call makes); a bad one
+            # fails the call, never retried (ToolFailed, not retryable).
+            outcome = salvor_outcome(self.name, str(params.get("name")), result)
+            if outcome is result:
+                return {"result": result}
+            return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
 
         tool = Tool(name=lane_tool(self.name, method), description="", effect=effect, input_schema={}, handler=forward)
         try:
@@ -334,6 +438,13 @@ class McpLane:
         whose = f"origin run {self.origin} recorded" if self.origin is not None else "the log records"
         return (f"{what_ended} after {self.position} of the {self.expected_calls} calls {whose} for MCP server "
                 f"{self.name!r}; the agent must make every one of them again, in order")
+
+
+def _request_key(request_id: Any) -> str | int | float | None:
+    """The key a live request is sent under: the agent's JSON-RPC id, when it is one (a string or a number)."""
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
+        return None
+    return request_id
 
 
 @asynccontextmanager

@@ -13,6 +13,13 @@ crossed), replayed with the answer and never matched. A server's exchanges,
 in log order, are its lane; lanes are matched strictly by position, each on
 its own.
 
+A ``tools/call`` whose result parked the run (``_meta.salvor``) records the
+server's result beside the wait's sentinel (``__salvor_suspend`` or
+``__salvor_sleep``), and the wait's own events (``Suspended`` then
+``Resumed``, or ``SleepStarted`` then the clock reading and
+``SleepCompleted``) follow its completion in the log: they belong to the
+call, and say what the agent is answered once the wait ended.
+
 Matching a request against the one recorded at its position: the method
 first, then (for ``tools/call``) the tool name, then a field-level diff of
 the arguments (of the whole ``params`` for other methods) naming the first
@@ -25,10 +32,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from salvor.protocol import TOOL_ERROR_KEY, Envelope, EventKind
+from salvor.protocol import (
+    TOOL_ERROR_KEY,
+    Envelope,
+    Event,
+    EventKind,
+    Resumed,
+    SleepCompleted,
+    SleepStarted,
+)
+
+from ._run_context import slept, wait_event
 
 INTERNAL_ERROR = -32603
 
@@ -54,22 +71,53 @@ class LaneCall:
     idempotency_key: str | None
     output: Any = None
     completed: bool = False
+    # The events of the wait its result parked the run in, as far as the log holds them.
+    wait: list[Event] = field(default_factory=list)
+
+    def woken(self) -> tuple[bool, Any]:
+        """Whether the wait this call parked the run in has ended, and what the call returns now that it has.
+
+        A suspension returns the input the run was resumed with; a sleep
+        ``{"slept_until": ...}``, as a built-in agent's tool call does.
+        """
+        last = self.wait[-1] if self.wait else None
+        if isinstance(last, Resumed):
+            return True, last.input
+        if isinstance(last, SleepCompleted) and isinstance(self.wait[0], SleepStarted):
+            return True, slept(self.wait[0].wake_at)
+        return False, None
+
+
+# What may follow a parking call's completion: the event starting its wait, then the rest of the wait.
+_WAIT_STARTS = (EventKind.SUSPENDED, EventKind.SLEEP_STARTED)
+_WAIT_GOES_ON = (EventKind.RESUMED, EventKind.NOW_OBSERVED, EventKind.SLEEP_COMPLETED)
+_WAIT_ENDS = (EventKind.RESUMED, EventKind.SLEEP_COMPLETED)
 
 
 def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
-    """The exchanges of ``server``'s lane in ``log``, in order."""
+    """The exchanges of ``server``'s lane in ``log``, in order, each with the wait it parked the run in."""
     prefix = lane_tool(server, "")
     calls: list[LaneCall] = []
     by_seq: dict[int, LaneCall] = {}
+    waiting: LaneCall | None = None
     for env in log:
         event = env.event
+        if waiting is not None:
+            if event.KIND in (_WAIT_GOES_ON if waiting.wait else _WAIT_STARTS):
+                waiting.wait.append(event)
+                if event.KIND in _WAIT_ENDS:
+                    waiting = None
+                continue
+            waiting = None
         if event.KIND is EventKind.TOOL_CALL_REQUESTED and event.tool.startswith(prefix):
             call = LaneCall(env.seq, event.tool[len(prefix):], event.input, event.effect, event.idempotency_key)
             calls.append(call)
             by_seq[env.seq] = call
         elif event.KIND is EventKind.TOOL_CALL_COMPLETED and event.seq in by_seq:
-            by_seq[event.seq].output = event.output
-            by_seq[event.seq].completed = True
+            call = by_seq[event.seq]
+            call.output, call.completed = event.output, True
+            if wait_event(event.output) is not None:
+                waiting = call
     return calls
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import trio
@@ -113,6 +113,8 @@ class McpSession:
         # Asked each request the server sends but ``ping`` (a stand-in relays them to its agent);
         # its answer goes back to the server. None: "method not found".
         self.on_request: Callable[[dict], Awaitable[dict]] | None = None
+        # The id of each request in flight that its caller sent under a key of its own.
+        self._keyed: dict[Hashable, int] = {}
 
     @property
     def remote_session_id(self) -> str | None:
@@ -125,8 +127,11 @@ class McpSession:
 
     # -- requests -------------------------------------------------------------
 
-    async def request(self, method: str, params: dict) -> dict:
+    async def request(self, method: str, params: dict, *, key: Hashable | None = None) -> dict:
         """Send a request and wait (up to the server's ``timeout``) for its result.
+
+        ``key``: the caller's own name for the request (a stand-in passes its
+        agent's request id), by which ``cancel`` can name it while it is in flight.
 
         Raises:
             McpUnavailable: the session had ended, or the request could not be delivered.
@@ -139,6 +144,8 @@ class McpSession:
         request_id = self._next_id
         reply = Reply()
         self._pending[request_id] = reply
+        if key is not None:
+            self._keyed[key] = request_id
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         try:
             with trio.move_on_after(self.spec.timeout) as deadline:
@@ -146,6 +153,8 @@ class McpSession:
                 await reply.done.wait()
         finally:
             self._pending.pop(request_id, None)
+            if key is not None and self._keyed.get(key) == request_id:
+                del self._keyed[key]
         if deadline.cancelled_caught:
             await self._cancel(request_id, f"no answer within {self.spec.timeout:g}s")
             raise McpNoAnswer(self.name, f"did not answer {method} within {self.spec.timeout:g}s")
@@ -165,12 +174,26 @@ class McpSession:
             raise McpNoAnswer(self.name, f"answered {method} with a result that is not an object")
         return result
 
-    async def _cancel(self, request_id: int, reason: str) -> None:
+    async def cancel(self, key: Hashable, reason: str | None) -> bool:
+        """Tell the server the request sent under ``key`` was given up on; False when none is in flight.
+
+        The request itself still waits for its answer (or its deadline): a
+        server may finish it anyway, and what it answered is what happened.
+        """
+        request_id = self._keyed.get(key)
+        if request_id is None:
+            return False
+        await self._cancel(request_id, reason)
+        return True
+
+    async def _cancel(self, request_id: int, reason: str | None) -> None:
         """Tell the server a request was given up on (best effort: it may be past listening)."""
         if self.broken is not None:
             return
-        message = {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                   "params": {"requestId": request_id, "reason": reason}}
+        params: dict[str, Any] = {"requestId": request_id}
+        if reason is not None:
+            params["reason"] = reason
+        message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         with trio.move_on_after(1.0):
             try:
                 await self._transport.send(self, message, None)
@@ -178,6 +201,11 @@ class McpSession:
                 pass
 
     async def notify(self, method: str, params: dict | None = None) -> None:
+        """Send a notification, within the server's ``timeout`` (past it, it is given up silently).
+
+        Raises:
+            McpError: it was not delivered, or the server's endpoint refused it.
+        """
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params

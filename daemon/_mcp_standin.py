@@ -1,7 +1,7 @@
 """The stdio stand-in an agent spawns in place of an MCP server: ``python -m salvor.daemon._mcp_standin URL``.
 
-``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one message at
-a time and in order, each newline-delimited JSON-RPC message the agent writes
+``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one request at
+a time and in order, each newline-delimited JSON-RPC request the agent writes
 to its stdin as a POST to ``URL`` (the run's stand-in endpoint on the
 daemon's loopback listener, ``_mcp_endpoint``) and writes what comes back
 (the server notifications due, then the answer) to its stdout, a line each.
@@ -88,13 +88,18 @@ def _messages(body: bytes | None) -> list[bytes]:
     return [json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode() for item in items]
 
 
-def _is_answer(line: bytes) -> bool:
-    """Whether the agent wrote an answer to one of the server's requests (it must not queue behind a call)."""
+def _goes_at_once(line: bytes) -> bool:
+    """Whether the agent wrote something that must not queue behind a call in flight.
+
+    An answer to one of the server's requests (the call is waiting on it),
+    or a notification (a ``notifications/cancelled`` names the call in
+    flight; none of them gets an answer to wait for).
+    """
     try:
         sent = json.loads(line)
     except ValueError:
         return False
-    return isinstance(sent, dict) and "method" not in sent and "id" in sent
+    return isinstance(sent, dict) and ("method" not in sent or "id" not in sent)
 
 
 def _listen(relay: Relay, write) -> None:
@@ -144,8 +149,8 @@ def main(argv: list[str]) -> int:
                 out.write(message + b"\n")
             out.flush()
 
-    # Requests and notifications go one at a time, in order; the agent's answers to the server's
-    # requests go at once (the call that caused them is waiting on them).
+    # Requests go one at a time, in order; the agent's answers to the server's requests and its
+    # notifications go at once (see _goes_at_once).
     queue: Queue[bytes | None] = Queue()
 
     def post_in_order() -> None:
@@ -159,7 +164,7 @@ def main(argv: list[str]) -> int:
         line = line.strip()
         if not line:
             continue
-        if _is_answer(line):
+        if _goes_at_once(line):
             write(_exchange(answers, line))
         else:
             queue.put(line)

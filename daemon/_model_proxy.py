@@ -192,9 +192,10 @@ class Reply:
 class ProxySession:
     """The model calls of one drive of one process run, in order, through its log.
 
-    Calls are serialised (the run has one open-intent slot). ``failed`` is
-    set once the session has recorded the run's failure (a divergence); the
-    driver then stops the process.
+    Calls are serialised (the run has one open-intent slot). ``rested`` is
+    set once the session has brought the run to rest, as its log says (a
+    divergence failed it, a write cut off mid-call or an MCP tool's
+    ``_meta.salvor`` parked it); the driver then stops the process.
     """
 
     def __init__(
@@ -223,7 +224,7 @@ class ProxySession:
         self.upstream_calls = 0
         self.lock = trio.Lock()
         self.closed = False
-        self.failed = trio.Event()
+        self.rested = trio.Event()
         self._scopes: set[trio.CancelScope] = set()
         # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
         self.mcp_lanes: Mapping[str, Any] = {}
@@ -253,7 +254,7 @@ class ProxySession:
         try:
             with scope:
                 async with self.lock:
-                    if self.closed or self.failed.is_set():
+                    if self.closed or self.rested.is_set():
                         await reply.json(503, error_body(wire, 503, f"run {self.run_id} is no longer accepting model calls"))
                         return
                     await self._call(wire, asked, request_hash, body, stream, headers, reply)
@@ -269,13 +270,13 @@ class ProxySession:
     async def record_failure(self, message: str) -> None:
         """Fail the run (the caller holds ``lock``); the driver then stops the process."""
         await self.ctx.record(RunFailed(error=message))
-        self.failed.set()
+        self.rested.set()
 
     async def exclusive(self, call: Callable[[], Awaitable[T]]) -> T | None:
         """Run ``call`` holding the run's one open-intent slot, as a model call does.
 
         Returns None, without running it, once the session is closed or has
-        failed the run. Cancellation: ``close`` cuts ``call`` like an
+        brought the run to rest. Cancellation: ``close`` cuts ``call`` like an
         in-flight model call (an intent it recorded stays open).
         """
         scope = trio.CancelScope()
@@ -283,7 +284,7 @@ class ProxySession:
         try:
             with scope:
                 async with self.lock:
-                    if self.closed or self.failed.is_set():
+                    if self.closed or self.rested.is_set():
                         return None
                     return await call()
             return None

@@ -13,6 +13,12 @@ stderr; an exit 0 with no model call at all fails with the diagnosis that
 the client never honoured the injected base URL; a timeout kills the whole
 process group and fails the run. A process killed by a signal leaves the run
 recoverable (``DriveInterrupted``): the next drive starts it again.
+
+A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``) has its
+process stopped once the wait is recorded, and holds nothing while it waits.
+A drive of a suspended run starts nothing; one of a sleeping run starts
+nothing before its ``wake_at``, and after it records the wake first. Either
+way the process then starts from the top of its log, as after a crash.
 """
 
 from __future__ import annotations
@@ -226,6 +232,11 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
         return ctx.view
+    if ctx.view.state is RunState.SLEEPING:
+        # Parked by an MCP tool's sleep_until: no process runs before the timer is due.
+        if not await ctx.wake_when_due():
+            return ctx.view
+        log = await access.read(access.store.read_log, run_id)  # with the wake: the lane answers the call with it
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
@@ -254,7 +265,7 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
             async with session.lock:
                 await ctx.record(RunFailed(error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"))
             return ctx.view
-        timed_out, stderr = await supervise(process, settings.timeout, until=session.failed)
+        timed_out, stderr = await supervise(process, settings.timeout, until=session.rested)
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
@@ -266,7 +277,7 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
 async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,
                   code: int, timed_out: bool, stderr: str) -> RunView:
     run_id = ctx.run_id
-    if session.failed.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
+    if session.rested.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
         # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
         return ctx.view
     tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"

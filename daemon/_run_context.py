@@ -108,6 +108,23 @@ def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
     return outcome
 
 
+def wait_event(output: Any) -> Suspended | SleepStarted | None:
+    """The event that starts the wait a tool's recorded output asks for; None when it asks for none."""
+    if not isinstance(output, dict):
+        return None
+    if TOOL_SUSPEND_KEY in output:
+        spec = output[TOOL_SUSPEND_KEY]
+        return Suspended(reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind"))
+    if TOOL_SLEEP_KEY in output:
+        return SleepStarted(wake_at=output[TOOL_SLEEP_KEY]["wake_at"])
+    return None
+
+
+def slept(wake_at: str) -> dict:
+    """What a tool call that slept returns once the run wakes."""
+    return {"slept_until": wake_at}
+
+
 class RunContext:
     """One drive of one run: its replay cursor, its current view, held-back events."""
 
@@ -127,6 +144,10 @@ class RunContext:
         self.view: RunView = fold(log)
         self._held: list[Event] = []
         self._on_record = on_record
+
+    def read_clock(self) -> datetime:
+        """The clock this drive reads (recording the reading is the caller's business)."""
+        return self._clock()
 
     @property
     def live(self) -> bool:
@@ -274,32 +295,34 @@ class RunContext:
         return outcome_output(tool, outcome, attempt)
 
     async def _after_tool(self, output: Any) -> Any:
-        if not isinstance(output, dict):
-            return output
-        if TOOL_SUSPEND_KEY in output:
-            spec = output[TOOL_SUSPEND_KEY]
-            await self.control(Suspended(reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind")))
+        wait = wait_event(output)
+        if isinstance(wait, Suspended):
+            await self.control(wait)
             return await self.await_resume(RunState.SUSPENDED)
-        if TOOL_SLEEP_KEY in output:
-            wake_at = output[TOOL_SLEEP_KEY]["wake_at"]
-            await self.control(SleepStarted(wake_at=wake_at))
-            await self.sleep_until(parse_instant(wake_at))
-            return {"slept_until": wake_at}
+        if isinstance(wait, SleepStarted):
+            await self.control(wait)
+            await self.sleep_until_woken()
+            return slept(wait.wake_at)
         return output
 
-    async def sleep_until(self, wake_at: datetime) -> None:
-        """Continue once the clock has passed ``wake_at``; park sleeping before.
+    async def wake_when_due(self) -> bool:
+        """Wake a run this drive's view has sleeping, once its timer is due; True when it woke.
 
-        A drive that finds the timer not yet due records nothing (the run is
-        exactly as asleep as it was); one that finds it due records the clock
-        reading that proved it, then SleepCompleted.
+        A timer not yet due records nothing (the run is exactly as asleep as
+        it was); a due one records the clock reading that proved it, then
+        SleepCompleted.
         """
+        moment = self._clock()
+        if moment < parse_instant(self.view.detail["wake_at"]):
+            return False
+        await self.record(NowObserved(now=format_instant(moment)), SleepCompleted())
+        return True
+
+    async def sleep_until_woken(self) -> None:
+        """Continue once the timer the run sleeps on is due; park sleeping before (``wake_when_due``)."""
         if not self.live:
             await self.now()
             await self.control(SleepCompleted())
             return
-        moment = self._clock()
-        if moment < wake_at:
+        if not await self.wake_when_due():
             await self.park(RunState.SLEEPING)
-        self._held.append(NowObserved(now=format_instant(moment)))
-        await self.record(SleepCompleted())

@@ -238,12 +238,12 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
                             pass
                     waiters.cancel_scope.cancel()
 
-                async def until_failed() -> None:
-                    await session.failed.wait()
+                async def until_rested() -> None:
+                    await session.rested.wait()
                     waiters.cancel_scope.cancel()
 
                 waiters.start_soon(post)
-                waiters.start_soon(until_failed)
+                waiters.start_soon(until_rested)
         trigger.timed_out = timer.cancelled_caught
     return trigger
 
@@ -251,7 +251,7 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
 async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition, trigger: _Trigger) -> RunView:
     settings = agent.service
     url, port = settings.url, settings.proxy_port
-    if session.failed.is_set() or ctx.view.terminal:
+    if session.rested.is_set() or ctx.view.terminal:
         return ctx.view
     if trigger.timed_out:
         failure = f"the service at {url} did not answer its trigger within its timeout of {settings.timeout:g}s"

@@ -1,5 +1,5 @@
 """Fixtures for the daemon suites: a runtime over a real store, agents aimed at
-the scripted provider, and a settable clock for timers."""
+the scripted provider, a settable clock for timers, the fixture MCP server."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from salvor.daemon._demo_tools import demo_registry
 from salvor.daemon._operations import Runtime
 from salvor.daemon._store_access import open_store_access
 
+from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import ScriptedProvider
 
 
@@ -32,6 +33,14 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+def fx(tmp_path: Path) -> FixtureServer:
+    """The fixture MCP server's evidence directory (``tests.support.mcp_servers``)."""
+    directory = tmp_path / "fx"
+    directory.mkdir()
+    return FixtureServer(directory)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import trio
@@ -42,13 +41,6 @@ from .conftest import agent_toml
 from .test_agent_loop import assert_log_is_sound, kinds
 
 LISTING = "mcp:fx/tools/list"
-
-
-@pytest.fixture
-def fx(tmp_path: Path) -> FixtureServer:
-    directory = tmp_path / "fx"
-    directory.mkdir()
-    return FixtureServer(directory)
 
 
 @pytest.fixture(params=["stdio", "http", "http-sse"])

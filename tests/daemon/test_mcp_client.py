@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import trio
@@ -21,13 +20,6 @@ from salvor.daemon._mcp_def import parse_mcp_servers
 from salvor.daemon._mcp_tools import open_connections
 
 from tests.support.mcp_servers import FixtureServer, HttpFixtureServer
-
-
-@pytest.fixture
-def fx(tmp_path: Path) -> FixtureServer:
-    directory = tmp_path / "fx"
-    directory.mkdir()
-    return FixtureServer(directory)
 
 
 @pytest.fixture(params=["stdio", "http", "http-sse"])

@@ -22,7 +22,6 @@ from salvor.daemon._mcp_endpoint import serve_mcp
 from salvor.daemon._run_context import DriveInterrupted
 
 from tests.support.mcp_servers import (
-    FixtureServer,
     HttpFixtureServer,
     everything_server,
     time_server,
@@ -95,13 +94,19 @@ async def main():
                 for c in message.tool_calls:
                     arguments = json.loads(c.function.arguments or "{}")
                     if "text" in arguments:
-                        arguments["text"] += suffix
+                        arguments["text"] += suffix + "x" * int(os.environ.get("PAD_BYTES", "0"))
                     if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
                         asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
                     if os.environ.get("SKIP_TOOLS"):
                         messages.append({"role": "tool", "tool_call_id": c.id, "content": "skipped"})
                         continue
-                    result = await mcp.call_tool(c.function.name, arguments)
+                    try:
+                        result = await mcp.call_tool(c.function.name, arguments)
+                    except Exception as exc:  # a JSON-RPC error: the model reads it, as a tool error
+                        with open("errors.jsonl", "a") as f:
+                            f.write(json.dumps(str(exc)) + "\n")
+                        messages.append({"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"})
+                        continue
                     done += 1
                     if die_after and done == die_after and not marker.exists():
                         die_now()
@@ -115,15 +120,12 @@ asyncio.run(main())
 PLAN = [("lookup", {"key": "a"}), ("write_note", {"text": "hi"}), ("lookup", {"key": "b"}), ("delete_everything", {})]
 
 
-@pytest.fixture
-def fx(tmp_path: Path) -> FixtureServer:
-    directory = tmp_path / "fx"
-    directory.mkdir()
-    return FixtureServer(directory)
+EFFECTS = 'effects = { lookup = "read", write_note = "write" }\n'
+RESULTS = 'results = { delete_everything = { deleted = 0 } }\n'
 
 
 def standin_agent(tmp_path: Path, server: str, *, transport: str = "stdio", env: dict | None = None,
-                  server_extra: str = ""):
+                  server_extra: str = "", effects: str = EFFECTS, results: str = RESULTS):
     script = tmp_path / "mcp_agent.py"
     script.write_text(AGENT)
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
@@ -131,8 +133,8 @@ def standin_agent(tmp_path: Path, server: str, *, transport: str = "stdio", env:
         f'name = "mcp-proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
         f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
         f'[[mcp_servers]]\nname = "fix"\n{server}'
-        f'effects = {{ lookup = "read", write_note = "write" }}\n'
-        f'results = {{ delete_everything = {{ deleted = 0 }} }}\n{server_extra}'
+        f'{effects}'
+        f'{results}{server_extra}'
         f'[env]\n{env_table}'
     )
     return parse_definition(text, "toml")

@@ -4,7 +4,8 @@ Standard library only, so it starts in a few tens of milliseconds. Each start
 appends a line to ``DIR/starts.jsonl`` (how a test proves no server was
 spawned), and each ``tools/call`` it executes appends a line to
 ``DIR/ledger.jsonl`` *before* doing anything else (the side-effect ledger a
-test counts).
+test counts, with the request id the call came under). Every notification
+a client sends is appended to ``DIR/notifications.jsonl``.
 
 Tools:
 
@@ -108,11 +109,11 @@ class Fixture:
         if method == "tools/call":
             if params.get("name") not in [t["name"] for t in self.tool_list()]:
                 return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {params.get('name')}"}}
-            return ok(self.call(params.get("name"), params.get("arguments") or {}, params.get("_meta"), send, ask))
+            return ok(self.call(params.get("name"), params.get("arguments") or {}, params.get("_meta"), send, ask, rid))
         return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}}
 
-    def call(self, name: str, args: dict, meta, send, ask) -> dict:
-        self.note("ledger.jsonl", {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid()})
+    def call(self, name: str, args: dict, meta, send, ask, rid) -> dict:
+        self.note("ledger.jsonl", {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid(), "id": rid})
         if isinstance(args.get("hold"), str):
             while not os.path.exists(args["hold"]):
                 time.sleep(0.02)

@@ -1,4 +1,4 @@
-"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time, server-everything.
+"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time, server-everything, server-filesystem.
 
 ``FixtureServer`` is a directory the fixture server writes its evidence to:
 ``starts`` (one record per process start) and ``ledger`` (one record per
@@ -20,6 +20,9 @@ from pathlib import Path
 FIXTURE_SCRIPT = Path(__file__).with_name("mcp_fixture_server.py")
 EVERYTHING = "mcp-server-everything"
 EVERYTHING_INSTALL = "npm install -g @modelcontextprotocol/server-everything"
+FILESYSTEM = "mcp-server-filesystem"
+# The line of .ci/run that installs the npm servers the tests drive.
+NPM_SERVERS_INSTALL = "npm install -g @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem"
 
 
 def time_server() -> str | None:
@@ -30,6 +33,10 @@ def time_server() -> str | None:
 
 def everything_server() -> str | None:
     return shutil.which(EVERYTHING)
+
+
+def filesystem_server() -> str | None:
+    return shutil.which(FILESYSTEM)
 
 
 def _records(path: Path) -> list[dict]:
