@@ -370,9 +370,13 @@ class McpLane:
                 live = self._live if self._live is not None and self._live.broken is None else await self._open(None)
                 live.pass_through(headers)
                 sent = call_input(params)
+                # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
+                meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
                 if attempt.idempotency_key is not None:
                     # A server may use the key to collapse a repeated execution.
-                    sent["_meta"] = {"salvor": {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}}
+                    meta["salvor"] = {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}
+                if meta:
+                    sent["_meta"] = meta
                 result = await live.request(method, sent, key=_request_key(request_id))
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.

@@ -3,7 +3,8 @@
 Every request the agent sends one of its MCP servers is one tool call in the
 run's log, named ``mcp:<server>/<method>`` (the name the built-in agents give
 a recorded ``tools/list``). Its input is the request's ``params`` without
-``_meta`` (progress tokens and the like are the client's, not the call's);
+``_meta`` (progress tokens and the like are the client's, not the call's:
+they go to a live server but are neither recorded nor matched);
 its output is the JSON-RPC answer without ``jsonrpc``/``id``: ``{"result":
 ...}`` or ``{"error": ...}``, or the ``__salvor_error`` sentinel when salvor
 could not get an answer at all. The notifications the server sent since the

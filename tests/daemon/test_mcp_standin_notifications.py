@@ -37,6 +37,10 @@ except ImportError:  # the SDK's older name
 hold = os.environ["HOLD"]
 
 
+async def on_progress(progress, total, message):
+    pass
+
+
 async def main():
     if sys.argv[1] == "stdio":
         argv = shlex.split(os.environ["SALVOR_MCP_SERVER_FIX"])
@@ -54,7 +58,8 @@ async def main():
             with anyio.move_on_after(float(os.environ["GIVE_UP_AFTER"])):
                 await mcp.call_tool("lookup", {"key": "a", "hold": hold})
             Path(hold).write_text("go")  # the server finishes the call it was told was cancelled
-            await mcp.call_tool("write_note", {"text": "after"})
+            # A progress token of the agent's own rides in the call's _meta to the server.
+            await mcp.call_tool("write_note", {"text": "after"}, progress_callback=on_progress)
     reply = openai.OpenAI(max_retries=0).chat.completions.create(
         model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}])
     print(reply.choices[0].message.content)
@@ -96,6 +101,9 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     assert heard["notifications/progress"]["progressToken"] == "agent-token"
     (lookup,) = fx.calls_of("lookup")
     assert heard["notifications/cancelled"]["requestId"] == lookup["id"]
+    # The agent's progress token reached the server; the log does not keep it.
+    (note,) = fx.calls_of("write_note")
+    assert "progressToken" in note["meta"]
 
     # None of them is a call in the log; the call the agent gave up on is recorded with the server's answer.
     log = await runtime.log(origin)
@@ -104,6 +112,7 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     (given_up,) = [e.seq for e in calls if e.event.input.get("name") == "lookup"]
     (answer,) = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == given_up]
     assert "value of a" in json.dumps(answer)
+    assert not [e for e in calls if "_meta" in e.event.input]
 
     rerun = await runtime.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
