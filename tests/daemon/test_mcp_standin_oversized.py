@@ -17,6 +17,7 @@ from salvor.daemon._mcp_endpoint import serve_mcp
 from salvor.daemon._mcp_session import MAX_MESSAGE_BYTES
 
 from tests.daemon.test_mcp_standins import standin_agent
+from tests.support.mcp_servers import HttpFixtureServer
 from tests.support.scripted_provider import tool_loop_script
 
 OVER = MAX_MESSAGE_BYTES + 1024
@@ -48,14 +49,25 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
     assert [c["tool"] for c in fx.ledger] == ["lookup"]
 
 
+@pytest.fixture(params=["stdio-server", "http-server"])
+def fx_server(request, fx):
+    """The fixture server as the definition names it: a command, or a URL it serves on."""
+    if request.param == "stdio-server":
+        yield f"command = {fx.toml_command()}\n"
+        return
+    server = HttpFixtureServer(fx)
+    yield f"url = {json.dumps(server.url)}\n"
+    server.stop()
+
+
 @pytest.mark.parametrize(("effect", "state"), [("read", "completed"), ("write", "needs_reconciliation")])
 async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
-    runtime, providers, upstream_env, tmp_path, fx, effect, state
+    runtime, providers, upstream_env, tmp_path, fx, fx_server, effect, state
 ):
     provider = providers(tool_loop_script([("big", {"size": OVER})], final_text="too big"))
     upstream_env(provider)
     effects = f'effects = {{ big = "{effect}" }}\n'
-    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", effects=effects)
+    agent = standin_agent(tmp_path, fx_server, effects=effects)
     run_id = await runtime.start_run(agent, "answer too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == state, view.detail
