@@ -20,6 +20,7 @@ import pytest
 from salvor.daemon._agent_def import DefinitionError, parse_definition
 from salvor.daemon._mcp_endpoint import serve_mcp
 from salvor.daemon._run_context import DriveInterrupted
+from salvor.protocol import encode_envelope
 
 from tests.support.mcp_servers import (
     HttpFixtureServer,
@@ -485,3 +486,60 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     assert view.state.value == "completed", view.detail
     assert len((tmp_path / "asked.jsonl").read_text().splitlines()) == 2  # asked again, with no server
     assert len(fx.starts) == 1 and len(fx.ledger) == 1
+
+
+RAW_HTTP_AGENT = r'''
+import json, os
+from pathlib import Path
+
+import httpx
+import openai
+
+url = os.environ["SALVOR_MCP_URL_FIX"]
+headers = {"Authorization": "Bearer agent-secret-7f3a", "Accept": "application/json, text/event-stream"}
+
+
+def rpc(client, message, session=None):
+    sent = {**headers, **({"Mcp-Session-Id": session} if session else {})}
+    return client.post(url, json={"jsonrpc": "2.0", **message}, headers=sent)
+
+
+with httpx.Client(timeout=30) as client:
+    opened = rpc(client, {"id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    session = opened.headers["mcp-session-id"]
+    rpc(client, {"method": "notifications/initialized"}, session)
+    answer = rpc(client, {"id": 2, "method": "tools/call", "params": {"name": "lookup", "arguments": {"key": "a"}}},
+                 session)
+    Path("session.txt").write_text(session)
+    Path("answer.txt").write_text(answer.text)
+reply = openai.OpenAI(max_retries=0).chat.completions.create(
+    model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}])
+print(reply.choices[0].message.content)
+'''
+
+
+async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_nor_a_session_id_is_stored(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    server = HttpFixtureServer(fx)
+    try:
+        upstream_env(providers(tool_loop_script([], final_text="looked")))
+        script = tmp_path / "raw_agent.py"
+        script.write_text(RAW_HTTP_AGENT)
+        agent = parse_definition(
+            f'name = "raw"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+            f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
+            f'[[mcp_servers]]\nname = "fix"\nurl = "{server.url}"\neffects = {{ lookup = "read" }}\n', "toml")
+        run_id = await runtime.start_run(agent, "look it up")
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+    finally:
+        server.stop()
+    assert "value of a" in (tmp_path / "answer.txt").read_text()
+    (call,) = [r for r in fx.http_requests if r["method"] == "tools/call"]
+    assert call["authorization"] == "Bearer agent-secret-7f3a" and call["session"]
+    recorded = json.dumps([encode_envelope(e) for e in await runtime.log(run_id)])
+    assert "agent-secret-7f3a" not in recorded
+    assert (tmp_path / "session.txt").read_text() not in recorded
+    assert call["session"] not in recorded
