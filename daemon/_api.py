@@ -28,7 +28,14 @@ from ._client_tools import ClientTool
 from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, internal, unknown_agent
 from ._event_hub import EventHub
-from ._http import body_bytes, check_bearer, error_response, json_object, json_response
+from ._http import (
+    BODY_TIMEOUT_SECONDS,
+    body_bytes,
+    check_bearer,
+    error_response,
+    json_object,
+    json_response,
+)
 from ._leases import LeaseRegistry
 from ._model_gateway import ModelGateway
 from ._openapi import openapi_document
@@ -97,7 +104,7 @@ def create_app(state: ServerState) -> QuartTrio:
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
-    app.config["BODY_TIMEOUT"] = 60
+    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_SECONDS
     runtime = state.runtime
 
     @app.before_request

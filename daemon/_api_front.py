@@ -25,12 +25,9 @@ from salvor.protocol import CodedError
 
 from ._api import ServerState
 from ._errors import OperationRefused, internal
-from ._http import CappedBody, bearer_matches, object_from, unauthorized
+from ._http import BODY_TIMEOUT_SECONDS, CappedBody, bearer_matches, object_from, unauthorized
 
 log = logging.getLogger("salvor.api")
-
-# Quart's BODY_TIMEOUT in create_app: a client that stops sending mid-body.
-BODY_TIMEOUT_SECONDS = 60
 
 
 def append_target(scope: dict) -> str | None:

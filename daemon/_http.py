@@ -17,6 +17,8 @@ from salvor.protocol import CodedError
 from ._errors import OperationRefused, bad_request
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# How long a request body may take to arrive whole (a client that stops sending mid-body).
+BODY_TIMEOUT_SECONDS = 60
 _ABSENT: Any = object()
 
 
