@@ -39,6 +39,11 @@ class _Pending:
         self.result: Any = None
 
 
+def _wake_all(group: list[_Pending]) -> None:
+    for pending in group:
+        pending.done.set()
+
+
 class StoreAccess:
     """Async access to an ``EventStore`` for trio code."""
 
@@ -84,7 +89,8 @@ class StoreAccess:
                 results = [exc] * len(group)
             for pending, result in zip(group, results):
                 pending.result = result
-                self._token.run_sync_soon(pending.done.set)
+            # One wake-up of the trio thread for the whole group, not one per append.
+            self._token.run_sync_soon(_wake_all, group)
             if stop:
                 return
 
