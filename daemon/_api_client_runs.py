@@ -47,10 +47,6 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     appends = state.client_appends
     client_driven = appends.client_driven
 
-    # Per run, whether a server-performed model step keeps its request body
-    # (said at open; a re-open by the holder keeps what it was opened with).
-    record_prompts: dict[str, bool] = {}
-
     def presented() -> str | None:
         return request.headers.get(TOKEN_HEADER)
 
@@ -82,10 +78,8 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
-        held_by_caller = leases.holds(run_id)
-        token = leases.open(run_id, presented(), terminal=view is not None and view.terminal)
-        if not held_by_caller or run_id not in record_prompts:
-            record_prompts[run_id] = bool(body.get("record_prompts", False))
+        token = leases.open(run_id, presented(), terminal=view is not None and view.terminal,
+                            record_prompts=body.get("record_prompts", False))
         log = [] if view is None else await runtime.log(run_id)
         return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
                              201 if fresh else 200)
@@ -119,7 +113,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
         # Every refusal comes before the stream starts, as the error envelope.
         call = await open_model_step(runtime.access, run_id, step_seq(body), body["request"],
-                                     record_prompts=record_prompts.get(run_id, False), executor=state.model_executor)
+                                     record_prompts=leases.record_prompts(run_id), executor=state.model_executor)
         if wants_stream():
             return await stream_model_step(run_id, call)
         if call.answer is not None:
@@ -199,7 +193,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         body = await json_object(allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"})
         return json_response(await model_intent(runtime.access, run_id, step_seq(body), body["request_hash"],
-                                                body.get("request_body"), record_prompts=record_prompts.get(run_id, False)))
+                                                body.get("request_body"), record_prompts=leases.record_prompts(run_id)))
 
     @app.post("/v1/client-runs/<run_id>/client-model-completion")
     async def client_model_completion(run_id: str):

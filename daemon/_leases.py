@@ -68,6 +68,14 @@ def _whole_seconds(seconds: float) -> int:
 class _Lease:
     token: str
     expires_at: float
+    # Whether the daemon's model steps keep their request bodies (said at the open).
+    record_prompts: bool = False
+
+
+# Lapsed leases nobody touches again are swept when the registry has grown
+# past this many (then past twice what survived): a long-lived daemon's
+# memory stays proportional to the runs driven now, not to every run ever.
+_SWEEP_FLOOR = 1024
 
 
 class LeaseRegistry:
@@ -76,16 +84,28 @@ class LeaseRegistry:
     def __init__(self, ttl: float = DEFAULT_TTL_SECONDS) -> None:
         self.ttl = ttl
         self._leases: dict[str, _Lease] = {}
-        # Runs opened here since the start, including ones whose head the
-        # client has not appended yet (so the log cannot say so).
+        # Runs opened here under a lease still standing, including ones whose
+        # head the client has not appended yet (so the log cannot say so).
+        # A run leaves with its lease: from then on its log answers.
         self._opened: set[str] = set()
+        self._sweep_at = _SWEEP_FLOOR
 
     def _current(self, run_id: str) -> _Lease | None:
         lease = self._leases.get(run_id)
         if lease is not None and trio.current_time() >= lease.expires_at:
-            del self._leases[run_id]
+            self._forget(run_id)
             lease = None
         return lease
+
+    def _forget(self, run_id: str) -> None:
+        self._leases.pop(run_id, None)
+        self._opened.discard(run_id)
+
+    def _sweep(self) -> None:
+        now = trio.current_time()
+        for run_id in [r for r, lease in self._leases.items() if now >= lease.expires_at]:
+            self._forget(run_id)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._leases))
 
     @staticmethod
     def _matches(lease: _Lease, presented: str | None) -> bool:
@@ -105,10 +125,18 @@ class LeaseRegistry:
         lease = self._current(run_id)
         return None if lease is None else _whole_seconds(lease.expires_at - trio.current_time())
 
-    def open(self, run_id: str, presented: str | None, *, terminal: bool = False) -> str:
+    def record_prompts(self, run_id: str) -> bool:
+        """What the current lease's open said of keeping model request bodies (False without one)."""
+        lease = self._current(run_id)
+        return lease is not None and lease.record_prompts
+
+    def open(self, run_id: str, presented: str | None, *, terminal: bool = False,
+             record_prompts: bool = False) -> str:
         """The drive token for an open: the presented one back while it holds, else a fresh lease.
 
         A terminal run is never held: it takes no more appends, so it opens at once.
+        ``record_prompts`` is taken by a fresh lease; the holder's re-open keeps what its
+        lease was opened with.
 
         Raises:
             OperationRefused: lease_held (409) when another driver's lease is current.
@@ -125,8 +153,10 @@ class LeaseRegistry:
                 f"and re-opening works then (or as soon as the run finishes)",
                 details={"lapses_in_seconds": lapses},
             )
+        if len(self._leases) >= self._sweep_at:
+            self._sweep()
         token = "dt_" + secrets.token_urlsafe(24)
-        self._leases[run_id] = _Lease(token, trio.current_time() + self.ttl)
+        self._leases[run_id] = _Lease(token, trio.current_time() + self.ttl, record_prompts)
         self._opened.add(run_id)
         return token
 
@@ -160,9 +190,9 @@ class LeaseRegistry:
             return False
         if not self._matches(lease, presented):
             raise invalid_token(run_id)
-        del self._leases[run_id]
+        self._forget(run_id)
         return True
 
     def drop(self, run_id: str) -> None:
         """Clear any hold (an operator resolved the run: its driver is gone)."""
-        self._leases.pop(run_id, None)
+        self._forget(run_id)

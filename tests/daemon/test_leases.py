@@ -54,10 +54,40 @@ async def test_release_is_idempotent_and_only_for_the_holder(autojump_clock) -> 
     assert leases.release(RUN, token) is True
     assert leases.release(RUN, token) is False
     assert leases.release("never-opened", None) is False
-    assert leases.opened(RUN) and not leases.holds(RUN)
+    # The run leaves the registry with its lease: from then on its log says whose it is.
+    assert not leases.opened(RUN) and not leases.holds(RUN)
     leases.open(RUN, None)
+    assert leases.opened(RUN)
     leases.drop(RUN)
-    assert not leases.holds(RUN)
+    assert not leases.holds(RUN) and not leases.opened(RUN)
+
+
+async def test_record_prompts_is_said_at_the_open_and_kept_by_the_holders_reopen(autojump_clock) -> None:
+    leases = LeaseRegistry(ttl=10)
+    assert leases.record_prompts(RUN) is False
+    token = leases.open(RUN, None, record_prompts=True)
+    assert leases.open(RUN, token, record_prompts=False) == token
+    assert leases.record_prompts(RUN) is True
+    await trio.sleep(11)
+    assert leases.record_prompts(RUN) is False  # nothing is said for a lapsed hold
+    leases.open(RUN, None)
+    assert leases.record_prompts(RUN) is False
+
+
+async def test_lapsed_leases_nobody_touches_again_are_swept(autojump_clock) -> None:
+    from salvor.daemon import _leases
+
+    leases = LeaseRegistry(ttl=5)
+    runs = [f"6f3c2b1a-0000-4000-8000-{n:012d}" for n in range(3 * _leases._SWEEP_FLOOR)]
+    for run_id in runs[:_leases._SWEEP_FLOOR]:
+        leases.open(run_id, None)
+    await trio.sleep(6)  # every one of them lapses, untouched
+    for run_id in runs[_leases._SWEEP_FLOOR:]:
+        leases.open(run_id, None)
+    # Only the live holds are kept, however many runs came and went.
+    assert len(leases._leases) <= 2 * _leases._SWEEP_FLOOR and len(leases._opened) == len(leases._leases)
+    assert not any(leases.opened(run_id) for run_id in runs[:_leases._SWEEP_FLOOR])
+    assert all(leases.holds(run_id) for run_id in runs[_leases._SWEEP_FLOOR:])
 
 
 def test_the_ttl_comes_from_the_environment() -> None:
