@@ -37,9 +37,11 @@ class DirectStatement:
         cursor.execute(self.sql, self.params(row))
         return cursor
 
-    def executemany(self, cursor: Any, rows: Sequence[dict]) -> None:
+    def executemany(self, cursor: Any, rows: Sequence[dict]) -> int:
+        """Run the statement once per row; the rows it touched in all (as the driver counts them)."""
         params = self.params
         cursor.executemany(self.sql, [params(row) for row in rows])
+        return cursor.rowcount
 
 
 def _identity(row: dict) -> dict:

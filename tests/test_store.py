@@ -265,6 +265,44 @@ def test_append_batch_commits_many_runs_together(store: EventStore) -> None:
     assert len(page) == 20
 
 
+def test_a_group_writes_the_same_rows_as_appends_one_by_one(store: EventStore) -> None:
+    """One transaction with one statement per kind of write: new runs, runs whose state
+    moves (suspended, sleeping: the indexed columns), runs updated in place."""
+    views = {}
+    for run_id in ("in-place", "moves", "sleeps"):
+        _, views[run_id] = store.append(run_id, [started()], EMPTY_VIEW)
+    results = store.append_batch([
+        AppendRequest(run_id="in-place", events=[ModelCallRequested(request_hash="sha256:a")],
+                      view=views["in-place"]),
+        AppendRequest(run_id="moves", events=[Suspended(reason="approve?", input_schema={"type": "object"})],
+                      view=views["moves"]),
+        AppendRequest(run_id="new", events=[started({"k": "v"}), RunCompleted(output=7)], view=EMPTY_VIEW),
+        AppendRequest(run_id="sleeps", events=[SleepStarted(wake_at="2026-11-29T10:00:00Z")], view=views["sleeps"]),
+    ])
+    assert all(isinstance(result, tuple) for result in results), results
+    for run_id in ("in-place", "moves", "new", "sleeps"):
+        assert_row_matches_log(store, run_id)
+    assert store.run_summary("sleeps").wake_at is not None
+    page, _ = store.list_runs(state="suspended")
+    assert [s.run_id for s in page] == ["moves"]
+
+
+def test_a_group_one_of_whose_runs_moved_on_commits_the_others(store: EventStore) -> None:
+    _, first = store.append("x", [started()], EMPTY_VIEW)
+    store.append("x", [ModelCallRequested(request_hash="sha256:x")], first)  # x moved on
+    _, other = store.append("y", [started()], EMPTY_VIEW)
+    results = store.append_batch([
+        AppendRequest(run_id="y", events=[ModelCallRequested(request_hash="sha256:y")], view=other),
+        AppendRequest(run_id="x", events=[RunCompleted(output=1)], view=first),  # stale
+        AppendRequest(run_id="z", events=[started()], view=EMPTY_VIEW),
+    ])
+    assert isinstance(results[1], SeqConflict)
+    assert isinstance(results[0], tuple) and isinstance(results[2], tuple)
+    for run_id in ("x", "y", "z"):
+        assert_row_matches_log(store, run_id)
+    assert [e.kind for e in store.read_log("x")] == ["RunStarted", "ModelCallRequested"]
+
+
 # -- claims ---------------------------------------------------------------------
 
 
