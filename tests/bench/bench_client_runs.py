@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import socket
 import subprocess
 import sys
 import tempfile
@@ -161,20 +160,12 @@ trio.run(serve, app, config)
 
 
 def _bare_http_rate(runs: int, events: int, processes: int) -> float:
-    from tests.bench.bench_recover import free_port
+    from tests.bench.bench_recover import free_port, wait_for_port
 
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", _BARE_ASGI, f"127.0.0.1:{port}"])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_for_port(port)
         return runs * events / _fan_out(f"http://127.0.0.1:{port}", runs, events, processes, "ping")
     finally:
         server.terminate()

@@ -59,6 +59,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_for_port(port: int, seconds: float = 30) -> None:
+    """Until something accepts connections on the loopback ``port`` (raises OSError past ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class ServeProcess:
     """``salvor serve`` as a subprocess on a free loopback port; ``start`` returns seconds to READY."""
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import httpx
 import trio
 
-from tests.bench.bench_recover import ServeProcess, free_port
+from tests.bench.bench_recover import ServeProcess, free_port, wait_for_port
 from tests.bench.bench_store import add_store_option, bench_store_url
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
@@ -256,15 +255,7 @@ def _bare_fan_out(subscribers: int, processes: int, frames: int, frame_bytes: in
     server = subprocess.Popen([sys.executable, "-c", _BARE_FAN_OUT, f"127.0.0.1:{port}", str(subscribers),
                                str(frames), str(max(0, frame_bytes - 60))])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_for_port(port)
         latencies, completed, _, _ = _subscribe_all(f"http://127.0.0.1:{port}", "/", subscribers, processes, -1,
                                                  lambda: None)
         return latencies, completed
