@@ -2,11 +2,10 @@
 
 ``POST /v1/client-runs/{id}/events`` is the hot path of a client-driven run:
 one request per event a client's cursor produces. Through Quart it cost
-about 0.8 ms of the daemon's CPU per request on a small machine, 0.35 ms of
-it Quart's own request machinery (a task per request, the body handed
-between tasks under a timeout, the request context); answered here it costs
-about 0.45 ms, hypercorn's share included, which nearly doubles the appends
-one daemon takes per second (``tests/bench/bench_client_runs.py``).
+about 0.8 ms of the trio thread per request on a 2-core machine (a task per
+request, the body handed between tasks under a timeout, the request
+context); answered here, about 0.56 ms, most of it hypercorn's own
+(measured with ``tests/bench/bench_client_runs.py``'s clients).
 
 It answers exactly as the Quart route would: the bearer token first, then
 the run and its drive token, then the body (8 MB cap, JSON object, only
