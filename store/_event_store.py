@@ -11,8 +11,8 @@ Rules of this module:
 * ``recorded_at`` is this store's clock, read once per batch.
 * Reads never fail a whole listing for one run's bad row: the failure is
   scoped to that run's entry.
-* Statements are built once at import time and reused; the append path does
-  no SELECT.
+* Statements are built once at import time and reused. The append path's
+  (``_append_rows``) reads nothing, but to settle a claim it did not find.
 """
 
 from __future__ import annotations
@@ -21,26 +21,20 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
 from salvor.protocol import (
-    SCHEMA_VERSION,
     Envelope,
     Event,
     GuardRefusal,
     MalformedEvent,
     RunState,
     RunView,
-    ToolCallCompleted,
-    ToolCallRequested,
-    check_batch,
     decode_event,
-    encode_payload,
     fold,
     format_instant,
-    parse_instant,
 )
 from sqlalchemy import (
     Connection,
@@ -50,16 +44,23 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
-    update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from ._direct import DirectStatement
+from ._append_rows import (
+    SELECT_CLAIM,
+    IdentityTaken,
+    Prepared,
+    Writes,
+    append_group,
+    append_txn,
+    now_instant,
+    prepare,
+)
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
     ClaimHeld,
     CorruptLog,
-    SeqConflict,
     StoreError,
     StoreUnavailable,
 )
@@ -74,8 +75,8 @@ from ._records import (
     encode_cursor,
     summary_from_row,
 )
-from ._schema import agents, claims, ensure_schema, events, runs
-from ._view_codec import dumps, view_from_json, view_to_json
+from ._schema import agents, ensure_schema, events, runs
+from ._view_codec import dumps, view_from_json
 
 _INTERRUPTED_STATES = (
     RunState.RUNNING.value,
@@ -101,48 +102,6 @@ class AppendRequest:
 
 # -- statements, built once ---------------------------------------------------
 
-_EVENT_KEYS = ("run_id", "seq", "kind", "schema_version", "recorded_at", "payload")
-_RUN_KEYS = tuple(column.name for column in runs.columns)
-# What an append after the first may change. Leaving the rest (run_id,
-# first_recorded_at, labels, ...) out of the SET keeps SQLite from rewriting
-# the indexes on them, which is a page per index in every commit.
-_PLACE_KEYS = ("state", "wake_at")
-_MUTABLE_RUN_KEYS = _PLACE_KEYS + (
-    "status",
-    "input_tokens",
-    "output_tokens",
-    "step_count",
-    "event_count",
-    "last_recorded_at",
-    "pending",
-    "view",
-)
-_CLAIM_KEYS = ("identity", "run_id", "seq", "state", "output", "updated_at")
-_INSERT_EVENTS = insert(events)
-_INSERT_RUN = insert(runs)
-# The WHERE pins the run to the seq the caller's view was at, so a stale or
-# invented view cannot leave a gap in the log.
-_UPDATE_RUN = update(runs).where(
-    runs.c.run_id == bindparam("w_run_id"),
-    runs.c.event_count == bindparam("w_event_count"),
-)
-_INSERT_CLAIM = insert(claims)
-_SETTLE_CLAIM = (
-    update(claims)
-    .where(
-        claims.c.identity == bindparam("w_identity"),
-        claims.c.run_id == bindparam("w_run_id"),
-        claims.c.seq == bindparam("w_seq"),
-    )
-    .values(
-        state=bindparam("w_state"),
-        output=bindparam("w_output"),
-        updated_at=bindparam("w_updated_at"),
-    )
-)
-_SELECT_CLAIM = select(
-    claims.c.identity, claims.c.run_id, claims.c.seq, claims.c.state, claims.c.output
-).where(claims.c.identity == bindparam("identity"))
 _SELECT_LOG = (
     select(
         events.c.seq, events.c.schema_version, events.c.kind, events.c.recorded_at, events.c.payload
@@ -191,266 +150,8 @@ _INTERRUPTED_RUNS = (
 )
 
 
-# -- the prepared append ------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Prepared:
-    """A guard-accepted batch, turned into rows before any transaction starts."""
-
-    run_id: str
-    envelopes: list[Envelope]
-    view: RunView
-    previous_count: int
-    # state and wake_at are what they were before the batch
-    in_place: bool
-    event_rows: list[dict]
-    run_row: dict
-    claim: dict | None
-    settle: dict | None
-
-
 class _StaleConnection(Exception):
     """The held write connection was found dead before anything was sent to commit."""
-
-
-class _IdentityTaken(Exception):
-    """Raised inside a transaction; turned into ClaimHeld once it has rolled back."""
-
-    def __init__(self, identity: str) -> None:
-        self.identity = identity
-
-
-def _now() -> str:
-    return format_instant(datetime.now(UTC))
-
-
-def _normal_wake_at(view: RunView) -> str | None:
-    # Normalised so that `wake_at <= now` compares instants, whatever RFC 3339
-    # spelling a client recorded.
-    wake_at = view.wake_at()
-    return None if wake_at is None else format_instant(parse_instant(wake_at))
-
-
-def _run_row(view: RunView) -> dict:
-    return {
-        "run_id": view.run_id,
-        "state": view.state.value,
-        "status": dumps(view.status()),
-        "wake_at": _normal_wake_at(view),
-        "driven_by": view.driven_by,
-        "agent_def_hash": view.agent_def_hash,
-        "labels": dumps(view.labels) if view.labels is not None else None,
-        "input_tokens": view.input_tokens,
-        "output_tokens": view.output_tokens,
-        "step_count": view.step_count,
-        "event_count": view.next_seq,
-        "first_recorded_at": view.first_recorded_at,
-        "last_recorded_at": view.last_recorded_at,
-        "pending": dumps(view.pending.to_json()) if view.pending is not None else None,
-        "view": dumps(view_to_json(view)),
-    }
-
-
-def _prepare(
-    run_id: str,
-    batch: Sequence[Event],
-    view: RunView,
-    claim: str | None,
-    settle: str | None,
-) -> _Prepared:
-    """Build the envelopes, let the guard decide, and make the rows.
-
-    Raises:
-        GuardRefusal: the batch is not legal after ``view``.
-        ValueError: an empty batch, or ``claim``/``settle`` without the event they need.
-    """
-    if not batch:
-        raise ValueError("an append needs at least one event")
-    recorded_at = _now()
-    start = view.next_seq
-    envelopes = [
-        Envelope(
-            run_id=run_id,
-            seq=start + offset,
-            schema_version=SCHEMA_VERSION,
-            recorded_at=recorded_at,
-            event=event,
-        )
-        for offset, event in enumerate(batch)
-    ]
-    new_view = check_batch(view, envelopes)
-    event_rows = [
-        {
-            "run_id": run_id,
-            "seq": envelope.seq,
-            "kind": envelope.event.KIND.value,
-            "schema_version": SCHEMA_VERSION,
-            "recorded_at": recorded_at,
-            "payload": encode_payload(envelope.event),
-        }
-        for envelope in envelopes
-    ]
-    claim_row = settle_row = None
-    if claim is not None:
-        intent = next((e for e in envelopes if isinstance(e.event, ToolCallRequested)), None)
-        if intent is None:
-            raise ValueError(f"claiming {claim!r} needs a ToolCallRequested in the batch")
-        claim_row = {
-            "identity": claim,
-            "run_id": run_id,
-            "seq": intent.seq,
-            "state": "open",
-            "output": None,
-            "updated_at": recorded_at,
-        }
-    if settle is not None:
-        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
-        if completion is None:
-            raise ValueError(f"settling {settle!r} needs a ToolCallCompleted in the batch")
-        settle_row = {
-            "w_state": "settled",
-            "w_identity": settle,
-            "w_run_id": run_id,
-            "w_seq": completion.event.seq,
-            "w_output": dumps(completion.event.output),
-            "w_updated_at": recorded_at,
-        }
-    run_row = _run_row(new_view)
-    run_row["w_run_id"] = run_id
-    run_row["w_event_count"] = start
-    return _Prepared(
-        run_id=run_id,
-        envelopes=envelopes,
-        view=new_view,
-        previous_count=start,
-        in_place=new_view.state is view.state and run_row["wake_at"] == _normal_wake_at(view),
-        event_rows=event_rows,
-        run_row=run_row,
-        claim=claim_row,
-        settle=settle_row,
-    )
-
-
-class _Writes:
-    """The append path's statements, compiled once for one dialect."""
-
-    __slots__ = (
-        "insert_claim",
-        "insert_events",
-        "insert_run",
-        "select_claim",
-        "settle_claim",
-        "update_run",
-        "update_run_in_place",
-    )
-
-    def __init__(self, dialect: Any) -> None:
-        self.insert_events = DirectStatement(_INSERT_EVENTS, dialect, keys=_EVENT_KEYS)
-        self.insert_run = DirectStatement(_INSERT_RUN, dialect, keys=_RUN_KEYS)
-        self.update_run = DirectStatement(_UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS)
-        # A batch that leaves state and wake_at as they were (a call and its
-        # completion) does not touch the indexes on them.
-        self.update_run_in_place = DirectStatement(
-            _UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS[len(_PLACE_KEYS) :]
-        )
-        self.insert_claim = DirectStatement(_INSERT_CLAIM, dialect, keys=_CLAIM_KEYS)
-        self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
-        self.select_claim = DirectStatement(_SELECT_CLAIM, dialect)
-
-
-def _append_txn(cursor: Any, writes: _Writes, integrity_error: type, prepared: _Prepared) -> None:
-    """The body of an append, inside a transaction the caller owns.
-
-    Raises:
-        SeqConflict: another writer got to one of these seqs first.
-        _IdentityTaken: the claim (or the claim being settled) belongs to someone else.
-    """
-    if prepared.claim is not None:
-        try:
-            writes.insert_claim.execute(cursor, prepared.claim)
-        except integrity_error:
-            raise _IdentityTaken(prepared.claim["identity"]) from None
-    try:
-        writes.insert_events.executemany(cursor, prepared.event_rows)
-    except integrity_error:
-        raise _seq_conflict(prepared) from None
-    if prepared.previous_count == 0:
-        try:
-            writes.insert_run.execute(cursor, prepared.run_row)
-        except integrity_error:
-            raise _seq_conflict(prepared) from None
-    else:
-        statement = writes.update_run_in_place if prepared.in_place else writes.update_run
-        if statement.execute(cursor, prepared.run_row).rowcount != 1:
-            raise _seq_conflict(prepared)
-    settle = prepared.settle
-    if settle is not None and writes.settle_claim.execute(cursor, settle).rowcount != 1:
-        _settle_unclaimed(cursor, writes, settle)
-
-
-def _append_group(cursor: Any, writes: _Writes, integrity_error: type, batch: list[_Prepared]) -> None:
-    """Many appends inside one transaction with one statement per kind of write.
-
-    The same rows as ``_append_txn`` for each append in turn, but every
-    event of the group goes in one ``executemany``, and so do the runs rows
-    (new runs, then the moved ones, then those updated in place): a handful
-    of driver calls (and, on a server, round trips) per group instead of two
-    or more per append. For appends without a claim or a settlement.
-
-    Raises:
-        SeqConflict: some append of the group lost its seq to another writer,
-            or the driver could not say how many runs rows it updated; the
-            caller rolls back and commits the appends one by one, so each
-            learns its own outcome.
-    """
-    try:
-        writes.insert_events.executemany(cursor, [row for prepared in batch for row in prepared.event_rows])
-        created = [prepared.run_row for prepared in batch if prepared.previous_count == 0]
-        if created:
-            writes.insert_run.executemany(cursor, created)
-    except integrity_error:
-        raise _group_conflict(batch) from None
-    for statement, in_place in ((writes.update_run, False), (writes.update_run_in_place, True)):
-        rows = [p.run_row for p in batch if p.previous_count != 0 and p.in_place is in_place]
-        # A runs row moved on by someone else matches nothing: fewer rows than appends.
-        if rows and statement.executemany(cursor, rows) != len(rows):
-            raise _group_conflict(batch)
-
-
-def _group_conflict(batch: list[_Prepared]) -> SeqConflict:
-    runs = sorted({prepared.run_id for prepared in batch})
-    return SeqConflict(f"an append of the group for runs {', '.join(runs)} lost its seq to another writer; "
-                       "nothing of the group was written")
-
-
-def _settle_unclaimed(cursor: Any, writes: _Writes, settle: dict) -> None:
-    # Not settled by the update: either someone else holds the identity, or
-    # it was never claimed (an intent recorded before its tool declared a
-    # key). Recording the outcome of the latter is still right.
-    identity = settle["w_identity"]
-    if writes.select_claim.execute(cursor, {"identity": identity}).fetchone() is not None:
-        raise _IdentityTaken(identity)
-    writes.insert_claim.execute(
-        cursor,
-        {
-            "identity": identity,
-            "run_id": settle["w_run_id"],
-            "seq": settle["w_seq"],
-            "state": "settled",
-            "output": settle["w_output"],
-            "updated_at": settle["w_updated_at"],
-        },
-    )
-
-
-def _seq_conflict(prepared: _Prepared) -> SeqConflict:
-    first, last = prepared.envelopes[0].seq, prepared.envelopes[-1].seq
-    span = f"seq {first}" if first == last else f"seqs {first}-{last}"
-    return SeqConflict(
-        f"run {prepared.run_id} already has events at {span} or moved past seq {first} "
-        "(another writer appended first); nothing was written, re-read its view and retry"
-    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -474,7 +175,7 @@ class EventStore:
         self._reader = engine.execution_options(**{READ_OPTION: True})
         self.url = display_url(url)
         self.dialect = engine.dialect.name
-        self._writes = _Writes(engine.dialect)
+        self._writes = Writes(engine.dialect)
         self._dbapi_error = engine.dialect.loaded_dbapi.Error
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # SQLite's driver was told not to begin transactions (see _engine).
@@ -571,7 +272,7 @@ class EventStore:
 
         Every failure leaves the store as it was: nothing of the batch is written.
         """
-        prepared = _prepare(run_id, events, view, claim, settle)
+        prepared = prepare(run_id, events, view, claim, settle)
         self._commit([prepared])
         return prepared.envelopes, prepared.view
 
@@ -590,10 +291,10 @@ class EventStore:
             was committed, else the exception that ``append`` would have raised.
         """
         results: list[Any] = [None] * len(requests)
-        accepted: list[tuple[int, _Prepared]] = []
+        accepted: list[tuple[int, Prepared]] = []
         for index, request in enumerate(requests):
             try:
-                prepared = _prepare(
+                prepared = prepare(
                     request.run_id, request.events, request.view, request.claim, request.settle
                 )
             except (GuardRefusal, ValueError) as exc:
@@ -617,7 +318,7 @@ class EventStore:
                 results[index] = (prepared.envelopes, prepared.view)
         return results
 
-    def _commit(self, batch: list[_Prepared]) -> None:
+    def _commit(self, batch: list[Prepared]) -> None:
         """Own the transaction boundary of one or more prepared appends.
 
         Raises:
@@ -631,7 +332,7 @@ class EventStore:
                 connection = self._writer_connection()
                 try:
                     self._append_all(connection, batch, may_retry=attempt == 1)
-                except _IdentityTaken as taken:
+                except IdentityTaken as taken:
                     identity = taken.identity
                     break
                 except _StaleConnection:
@@ -650,17 +351,17 @@ class EventStore:
             ) from None
         return self._writer
 
-    def _append_all(self, connection: Any, batch: list[_Prepared], *, may_retry: bool) -> None:
+    def _append_all(self, connection: Any, batch: list[Prepared], *, may_retry: bool) -> None:
         cursor = connection.cursor()
         committing = False
         try:
             if self._begin is not None:
                 cursor.execute(self._begin)
             if len(batch) > 1 and all(p.claim is None and p.settle is None for p in batch):
-                _append_group(cursor, self._writes, self._integrity_error, batch)
+                append_group(cursor, self._writes, self._integrity_error, batch)
             else:
                 for prepared in batch:
-                    _append_txn(cursor, self._writes, self._integrity_error, prepared)
+                    append_txn(cursor, self._writes, self._integrity_error, prepared)
             committing = True
             connection.commit()
         except BaseException as exc:
@@ -857,7 +558,7 @@ class EventStore:
             "format": format,
             "definition": definition,
             "name": name,
-            "created_at": _now(),
+            "created_at": now_instant(),
         }
         try:
             with self._engine.begin() as connection:
@@ -886,7 +587,7 @@ class EventStore:
 
     def get_claim(self, identity: str) -> Claim | None:
         with self._reading("read a claim"), self._read() as connection:
-            row = connection.execute(_SELECT_CLAIM, {"identity": identity}).first()
+            row = connection.execute(SELECT_CLAIM, {"identity": identity}).first()
         return None if row is None else claim_from_row(row)
 
 

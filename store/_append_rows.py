@@ -1,0 +1,337 @@
+"""How an append becomes rows, and the statements that write them.
+
+``prepare`` turns a run's batch into envelopes, lets the guard decide, and
+builds every row before a transaction starts; ``append_txn`` writes one
+prepared append inside a transaction its caller owns, ``append_group`` many
+at once with one statement per kind of write. Nothing here commits: the
+store (``_event_store``) owns connections and transaction boundaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from salvor.protocol import (
+    SCHEMA_VERSION,
+    Envelope,
+    Event,
+    RunView,
+    ToolCallCompleted,
+    ToolCallRequested,
+    check_batch,
+    encode_payload,
+    format_instant,
+    parse_instant,
+)
+from sqlalchemy import bindparam, insert, select, update
+
+from ._direct import DirectStatement
+from ._errors import SeqConflict
+from ._schema import claims, events, runs
+from ._view_codec import dumps, view_to_json
+
+# -- statements, built once ---------------------------------------------------
+
+_EVENT_KEYS = ("run_id", "seq", "kind", "schema_version", "recorded_at", "payload")
+_RUN_KEYS = tuple(column.name for column in runs.columns)
+# What an append after the first may change. Leaving the rest (run_id,
+# first_recorded_at, labels, ...) out of the SET keeps SQLite from rewriting
+# the indexes on them, which is a page per index in every commit.
+_PLACE_KEYS = ("state", "wake_at")
+_MUTABLE_RUN_KEYS = _PLACE_KEYS + (
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "step_count",
+    "event_count",
+    "last_recorded_at",
+    "pending",
+    "view",
+)
+_CLAIM_KEYS = ("identity", "run_id", "seq", "state", "output", "updated_at")
+_INSERT_EVENTS = insert(events)
+_INSERT_RUN = insert(runs)
+# The WHERE pins the run to the seq the caller's view was at, so a stale or
+# invented view cannot leave a gap in the log.
+_UPDATE_RUN = update(runs).where(
+    runs.c.run_id == bindparam("w_run_id"),
+    runs.c.event_count == bindparam("w_event_count"),
+)
+_INSERT_CLAIM = insert(claims)
+_SETTLE_CLAIM = (
+    update(claims)
+    .where(
+        claims.c.identity == bindparam("w_identity"),
+        claims.c.run_id == bindparam("w_run_id"),
+        claims.c.seq == bindparam("w_seq"),
+    )
+    .values(
+        state=bindparam("w_state"),
+        output=bindparam("w_output"),
+        updated_at=bindparam("w_updated_at"),
+    )
+)
+SELECT_CLAIM = select(
+    claims.c.identity, claims.c.run_id, claims.c.seq, claims.c.state, claims.c.output
+).where(claims.c.identity == bindparam("identity"))
+
+
+# -- the prepared append ------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A guard-accepted batch, turned into rows before any transaction starts."""
+
+    run_id: str
+    envelopes: list[Envelope]
+    view: RunView
+    previous_count: int
+    # state and wake_at are what they were before the batch
+    in_place: bool
+    event_rows: list[dict]
+    run_row: dict
+    claim: dict | None
+    settle: dict | None
+
+
+class IdentityTaken(Exception):
+    """Raised inside a transaction; turned into ClaimHeld once it has rolled back."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+
+
+def now_instant() -> str:
+    return format_instant(datetime.now(UTC))
+
+
+def _normal_wake_at(view: RunView) -> str | None:
+    # Normalised so that `wake_at <= now` compares instants, whatever RFC 3339
+    # spelling a client recorded.
+    wake_at = view.wake_at()
+    return None if wake_at is None else format_instant(parse_instant(wake_at))
+
+
+def _run_row(view: RunView) -> dict:
+    return {
+        "run_id": view.run_id,
+        "state": view.state.value,
+        "status": dumps(view.status()),
+        "wake_at": _normal_wake_at(view),
+        "driven_by": view.driven_by,
+        "agent_def_hash": view.agent_def_hash,
+        "labels": dumps(view.labels) if view.labels is not None else None,
+        "input_tokens": view.input_tokens,
+        "output_tokens": view.output_tokens,
+        "step_count": view.step_count,
+        "event_count": view.next_seq,
+        "first_recorded_at": view.first_recorded_at,
+        "last_recorded_at": view.last_recorded_at,
+        "pending": dumps(view.pending.to_json()) if view.pending is not None else None,
+        "view": dumps(view_to_json(view)),
+    }
+
+
+def prepare(
+    run_id: str,
+    batch: Sequence[Event],
+    view: RunView,
+    claim: str | None,
+    settle: str | None,
+) -> Prepared:
+    """Build the envelopes, let the guard decide, and make the rows.
+
+    Raises:
+        GuardRefusal: the batch is not legal after ``view``.
+        ValueError: an empty batch, or ``claim``/``settle`` without the event they need.
+    """
+    if not batch:
+        raise ValueError("an append needs at least one event")
+    recorded_at = now_instant()
+    start = view.next_seq
+    envelopes = [
+        Envelope(
+            run_id=run_id,
+            seq=start + offset,
+            schema_version=SCHEMA_VERSION,
+            recorded_at=recorded_at,
+            event=event,
+        )
+        for offset, event in enumerate(batch)
+    ]
+    new_view = check_batch(view, envelopes)
+    event_rows = [
+        {
+            "run_id": run_id,
+            "seq": envelope.seq,
+            "kind": envelope.event.KIND.value,
+            "schema_version": SCHEMA_VERSION,
+            "recorded_at": recorded_at,
+            "payload": encode_payload(envelope.event),
+        }
+        for envelope in envelopes
+    ]
+    claim_row = settle_row = None
+    if claim is not None:
+        intent = next((e for e in envelopes if isinstance(e.event, ToolCallRequested)), None)
+        if intent is None:
+            raise ValueError(f"claiming {claim!r} needs a ToolCallRequested in the batch")
+        claim_row = {
+            "identity": claim,
+            "run_id": run_id,
+            "seq": intent.seq,
+            "state": "open",
+            "output": None,
+            "updated_at": recorded_at,
+        }
+    if settle is not None:
+        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
+        if completion is None:
+            raise ValueError(f"settling {settle!r} needs a ToolCallCompleted in the batch")
+        settle_row = {
+            "w_state": "settled",
+            "w_identity": settle,
+            "w_run_id": run_id,
+            "w_seq": completion.event.seq,
+            "w_output": dumps(completion.event.output),
+            "w_updated_at": recorded_at,
+        }
+    run_row = _run_row(new_view)
+    run_row["w_run_id"] = run_id
+    run_row["w_event_count"] = start
+    return Prepared(
+        run_id=run_id,
+        envelopes=envelopes,
+        view=new_view,
+        previous_count=start,
+        in_place=new_view.state is view.state and run_row["wake_at"] == _normal_wake_at(view),
+        event_rows=event_rows,
+        run_row=run_row,
+        claim=claim_row,
+        settle=settle_row,
+    )
+
+
+class Writes:
+    """The append path's statements, compiled once for one dialect."""
+
+    __slots__ = (
+        "insert_claim",
+        "insert_events",
+        "insert_run",
+        "select_claim",
+        "settle_claim",
+        "update_run",
+        "update_run_in_place",
+    )
+
+    def __init__(self, dialect: Any) -> None:
+        self.insert_events = DirectStatement(_INSERT_EVENTS, dialect, keys=_EVENT_KEYS)
+        self.insert_run = DirectStatement(_INSERT_RUN, dialect, keys=_RUN_KEYS)
+        self.update_run = DirectStatement(_UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS)
+        # A batch that leaves state and wake_at as they were (a call and its
+        # completion) does not touch the indexes on them.
+        self.update_run_in_place = DirectStatement(
+            _UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS[len(_PLACE_KEYS) :]
+        )
+        self.insert_claim = DirectStatement(_INSERT_CLAIM, dialect, keys=_CLAIM_KEYS)
+        self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
+        self.select_claim = DirectStatement(SELECT_CLAIM, dialect)
+
+
+def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Prepared) -> None:
+    """The body of an append, inside a transaction the caller owns.
+
+    Raises:
+        SeqConflict: another writer got to one of these seqs first.
+        IdentityTaken: the claim (or the claim being settled) belongs to someone else.
+    """
+    if prepared.claim is not None:
+        try:
+            writes.insert_claim.execute(cursor, prepared.claim)
+        except integrity_error:
+            raise IdentityTaken(prepared.claim["identity"]) from None
+    try:
+        writes.insert_events.executemany(cursor, prepared.event_rows)
+    except integrity_error:
+        raise _seq_conflict(prepared) from None
+    if prepared.previous_count == 0:
+        try:
+            writes.insert_run.execute(cursor, prepared.run_row)
+        except integrity_error:
+            raise _seq_conflict(prepared) from None
+    else:
+        statement = writes.update_run_in_place if prepared.in_place else writes.update_run
+        if statement.execute(cursor, prepared.run_row).rowcount != 1:
+            raise _seq_conflict(prepared)
+    settle = prepared.settle
+    if settle is not None and writes.settle_claim.execute(cursor, settle).rowcount != 1:
+        _settle_unclaimed(cursor, writes, settle)
+
+
+def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list[Prepared]) -> None:
+    """Many appends inside one transaction with one statement per kind of write.
+
+    The same rows as ``append_txn`` for each append in turn, but every
+    event of the group goes in one ``executemany``, and so do the runs rows
+    (new runs, then the moved ones, then those updated in place): a handful
+    of driver calls (and, on a server, round trips) per group instead of two
+    or more per append. For appends without a claim or a settlement.
+
+    Raises:
+        SeqConflict: some append of the group lost its seq to another writer,
+            or the driver could not say how many runs rows it updated; the
+            caller rolls back and commits the appends one by one, so each
+            learns its own outcome.
+    """
+    try:
+        writes.insert_events.executemany(cursor, [row for prepared in batch for row in prepared.event_rows])
+        created = [prepared.run_row for prepared in batch if prepared.previous_count == 0]
+        if created:
+            writes.insert_run.executemany(cursor, created)
+    except integrity_error:
+        raise _group_conflict(batch) from None
+    for statement, in_place in ((writes.update_run, False), (writes.update_run_in_place, True)):
+        rows = [p.run_row for p in batch if p.previous_count != 0 and p.in_place is in_place]
+        # A runs row moved on by someone else matches nothing: fewer rows than appends.
+        if rows and statement.executemany(cursor, rows) != len(rows):
+            raise _group_conflict(batch)
+
+
+def _group_conflict(batch: list[Prepared]) -> SeqConflict:
+    runs = sorted({prepared.run_id for prepared in batch})
+    return SeqConflict(f"an append of the group for runs {', '.join(runs)} lost its seq to another writer; "
+                       "nothing of the group was written")
+
+
+def _settle_unclaimed(cursor: Any, writes: Writes, settle: dict) -> None:
+    # Not settled by the update: either someone else holds the identity, or
+    # it was never claimed (an intent recorded before its tool declared a
+    # key). Recording the outcome of the latter is still right.
+    identity = settle["w_identity"]
+    if writes.select_claim.execute(cursor, {"identity": identity}).fetchone() is not None:
+        raise IdentityTaken(identity)
+    writes.insert_claim.execute(
+        cursor,
+        {
+            "identity": identity,
+            "run_id": settle["w_run_id"],
+            "seq": settle["w_seq"],
+            "state": "settled",
+            "output": settle["w_output"],
+            "updated_at": settle["w_updated_at"],
+        },
+    )
+
+
+def _seq_conflict(prepared: Prepared) -> SeqConflict:
+    first, last = prepared.envelopes[0].seq, prepared.envelopes[-1].seq
+    span = f"seq {first}" if first == last else f"seqs {first}-{last}"
+    return SeqConflict(
+        f"run {prepared.run_id} already has events at {span} or moved past seq {first} "
+        "(another writer appended first); nothing was written, re-read its view and retry"
+    )
