@@ -115,6 +115,8 @@ class LeaseRegistry:
         lease.expires_at = trio.current_time() + self.ttl
 
     def opened(self, run_id: str) -> bool:
+        """Whether the run was opened here under a lease still standing (a lapsed one is forgotten first)."""
+        self._current(run_id)
         return run_id in self._opened
 
     def holds(self, run_id: str) -> bool:
