@@ -4,8 +4,9 @@
 one request per event a client's cursor produces. Through Quart it cost
 about 0.8 ms of the trio thread per request on a 2-core machine (a task per
 request, the body handed between tasks under a timeout, the request
-context); answered here, about 0.56 ms, most of it hypercorn's own
-(measured with ``tests/bench/bench_client_runs.py``'s clients).
+context); answered here, about 0.56 ms behind hypercorn's own connection
+handler and about 0.4 ms behind the daemon's listener (``_http_server.py``),
+most of it the HTTP stack's (measured with ``tests/bench/bench_client_runs.py``).
 
 It answers exactly as the Quart route would: the bearer token first, then
 the run and its drive token, then the body (8 MB cap, JSON object, only

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from ._asgi import answer_lifespan
+from ._http_server import listener_config
+from ._http_server import serve as serve_asgi
 from ._mcp_session import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("salvor.mcp")
@@ -178,9 +178,5 @@ async def serve_fixed_port(lane: Any, port: int, *, task_status=trio.TASK_STATUS
     Raises:
         OSError: the port could not be bound (another process holds it).
     """
-    config = HypercornConfig()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.graceful_timeout = 1.0
-    config.accesslog = None
-    config.errorlog = logging.getLogger("salvor.mcp.http")
-    await hypercorn_serve(FixedPortApp(lane), config, task_status=task_status, mode="asgi")
+    config = listener_config(f"127.0.0.1:{port}", "salvor.mcp.http", graceful_timeout=1.0)
+    await serve_asgi(FixedPortApp(lane), config, task_status=task_status)

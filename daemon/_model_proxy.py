@@ -36,8 +36,6 @@ from typing import Any, TypeVar
 
 import httpx
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import (
     Envelope,
     EventKind,
@@ -48,6 +46,8 @@ from salvor.protocol import (
 )
 
 from ._asgi import answer_lifespan
+from ._http_server import listener_config
+from ._http_server import serve as serve_asgi
 from ._mcp_endpoint import serve_mcp
 from ._model_gateway import endpoint_url, tls_context
 from ._model_wire import ANTHROPIC_VERSION, SSEDecoder
@@ -592,16 +592,12 @@ async def open_model_proxy(
         stop = trio.Event()
         # The body's own exception leaves as itself, not wrapped in the nursery's group.
         failure: BaseException | None = None
-        config = HypercornConfig()
-        config.bind = [f"{host}:{port}"]
-        config.graceful_timeout = 1.0
-        config.accesslog = None
-        config.errorlog = logging.getLogger("salvor.proxy.http")
+        config = listener_config(f"{host}:{port}", "salvor.proxy.http", graceful_timeout=1.0)
         async with trio.open_nursery() as nursery:
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 app = wrap(proxy) if wrap is not None else proxy
-                await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
+                await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
 
             binds = await nursery.start(run)
             proxy.url = binds[0].rstrip("/")

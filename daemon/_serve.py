@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import CodedError
 
 from ._api import ServerState, create_app
@@ -30,6 +28,8 @@ from ._client_steps import open_model_executor
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
+from ._http_server import listener_config
+from ._http_server import serve as serve_asgi
 from ._leases import DEFAULT_TTL_SECONDS, LeaseRegistry
 from ._model_proxy import open_model_proxy
 from ._notify import Notifier
@@ -168,16 +168,12 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     client_tools=dict(config.client_tools))
                 if on_state is not None:
                     on_state(state)
-                hyper = HypercornConfig()
-                hyper.bind = [f"{config.host}:{config.port}"]
-                hyper.graceful_timeout = config.shutdown_seconds
-                hyper.accesslog = None
-                hyper.errorlog = logging.getLogger("salvor.http")
+                hyper = listener_config(f"{config.host}:{config.port}", "salvor.http",
+                                        graceful_timeout=config.shutdown_seconds)
                 in_flight = InFlight(AppendFront(create_app(state), state))
 
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                    await hypercorn_serve(in_flight, hyper, shutdown_trigger=stop.wait,
-                                          task_status=task_status, mode="asgi")
+                    await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
 
                 binds = await root.start(serve_http)
                 root.start_soon(_watch_signals, stop)

@@ -30,11 +30,11 @@ from typing import Any
 
 import httpx
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition
+from ._http_server import listener_config
+from ._http_server import serve as serve_asgi
 from ._http_values import header_placeholders
 from ._model_gateway import tls_context
 from ._model_proxy import ModelProxy, ProxySession, open_model_proxy
@@ -120,13 +120,9 @@ def _bind(port: int) -> socket.socket:
 
 
 async def _serve_port(app: _RootMount, sock: socket.socket, stop: trio.Event, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    config = HypercornConfig()
     # hypercorn takes the bound socket over by descriptor (and closes it when done).
-    config.bind = [f"fd://{sock.detach()}"]
-    config.graceful_timeout = 1.0
-    config.accesslog = None
-    config.errorlog = logging.getLogger("salvor.service.http")
-    await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status, mode="asgi")
+    config = listener_config(f"fd://{sock.detach()}", "salvor.service.http", graceful_timeout=1.0)
+    await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
 
 
 @dataclass(slots=True)

@@ -14,8 +14,10 @@ take cores from the daemon.
 Measured: appended events per second from the first append until the last
 run's last append. Baselines from the same run, with the same clients: the
 daemon's cheapest route (``GET /v1/capabilities``: the routing and the HTTP
-stack, no store), a bare hypercorn-on-trio ASGI app answering a constant (the
-HTTP stack's own ceiling), and the store's raw rate for single-event appends
+stack, no store), a bare ASGI app answering a constant behind hypercorn's own
+``serve`` and behind the daemon's listener (``daemon/_http_server.py``: the
+same hypercorn protocol, one keep-alive watcher per connection): the HTTP
+stack's own ceilings; and the store's raw rate for single-event appends
 (``EventStore.append`` in a loop, no HTTP).
 
 Target: >= 2,000 events/s. Prints one JSON object; never a timed assertion.
@@ -158,15 +160,18 @@ async def app(scope, receive, send):
 config = Config()
 config.bind = [sys.argv[1]]
 config.accesslog = None
+if sys.argv[2] == "salvor":  # the same hypercorn protocol under salvor's own connection handler
+    from salvor.daemon._http_server import serve
 trio.run(serve, app, config)
 """
 
 
-def _bare_http_rate(runs: int, events: int, processes: int) -> float:
+def _bare_http_rate(runs: int, events: int, processes: int, listener: str) -> float:
+    """Requests/s of the constant app behind ``listener``: "hypercorn" (its own serve) or "salvor" (the daemon's)."""
     from tests.bench.bench_recover import free_port, wait_for_port
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", _BARE_ASGI, f"127.0.0.1:{port}"])
+    server = subprocess.Popen([sys.executable, "-c", _BARE_ASGI, f"127.0.0.1:{port}", listener])
     try:
         wait_for_port(port)
         return runs * events / _fan_out(f"http://127.0.0.1:{port}", runs, events, processes, "ping")
@@ -207,7 +212,8 @@ def main() -> None:
             daemon.stop()
         total = args.runs * args.events
         raw = _raw_store_rate(store_url, 1000)
-    bare = _bare_http_rate(args.runs, args.events, args.client_processes)
+    bare = _bare_http_rate(args.runs, args.events, args.client_processes, "hypercorn")
+    bare_salvor = _bare_http_rate(args.runs, args.events, args.client_processes, "salvor")
     rate = total / seconds
     print(json.dumps({
         "runs": args.runs, "events_per_run": args.events, "client_processes": args.client_processes,
@@ -215,6 +221,7 @@ def main() -> None:
         "events": total, "seconds": round(seconds, 3), "events_per_s": round(rate, 1),
         "baseline_capabilities_requests_per_s": round(total / ping_seconds, 1),
         "baseline_bare_hypercorn_requests_per_s": round(bare, 1),
+        "baseline_bare_salvor_listener_requests_per_s": round(bare_salvor, 1),
         "baseline_raw_single_appends_per_s": round(raw, 1),
         "target_events_per_s": 2000,
     }, indent=2))

@@ -1,0 +1,174 @@
+"""The daemon's HTTP listener: hypercorn's protocol with one keep-alive watcher per connection.
+
+``salvor.daemon._http_server.serve`` replaces hypercorn's per-request
+keep-alive task with one watcher per connection whose deadline moves. These
+tests pin what that must keep from hypercorn, over real loopback sockets:
+keep-alive reuse, the idle timeout (and never during a slow response), the
+graceful shutdown (idle connections close at once, a response in flight
+finishes first), bodies whole whether sized or chunked, and connections
+whose client hung up ending without waiting for the timer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from salvor.daemon._http_server import listener_config, serve
+
+KEEP_ALIVE = 0.5
+
+
+async def app(scope, receive, send) -> None:
+    """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    while (await receive()).get("more_body"):
+        pass
+    if scope["path"] == "/chunks":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for chunk in (b"one,", b"two,", b"three"):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/slow":
+        await trio.sleep(float(scope["query_string"]))
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+class Listener:
+    def __init__(self, nursery: trio.Nursery, url: str, stop: trio.Event, finished: trio.Event) -> None:
+        self.nursery, self.url, self.stop, self.finished = nursery, url, stop, finished
+        self.port = int(url.rsplit(":", 1)[1])
+
+
+@pytest.fixture
+async def listener(nursery):
+    stop, finished = trio.Event(), trio.Event()
+    config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=30.0)
+    config.keep_alive_timeout = KEEP_ALIVE
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+        finally:
+            finished.set()
+
+    binds = await nursery.start(run)
+    yield Listener(nursery, binds[0], stop, finished)
+    stop.set()
+
+
+async def request(stream: trio.SocketStream, path: str) -> tuple[bytes, bytes]:
+    """One GET on a kept-alive connection: (head, body), the body de-chunked when chunked."""
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = await stream.receive_some(65536)
+        assert more, f"the connection closed before answering {path}"
+        data += more
+    head, rest = data.split(b"\r\n\r\n", 1)
+    if b"transfer-encoding: chunked" in head.lower():
+        while not rest.endswith(b"0\r\n\r\n"):
+            rest += await stream.receive_some(65536)
+        body, remaining = b"", rest
+        while True:
+            size_line, remaining = remaining.split(b"\r\n", 1)
+            size = int(size_line, 16)
+            if size == 0:
+                return head, body
+            body, remaining = body + remaining[:size], remaining[size + 2:]
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    while len(rest) < length:
+        rest += await stream.receive_some(65536)
+    return head, rest
+
+
+async def closed_by_server(stream: trio.SocketStream, within: float) -> bool:
+    with trio.move_on_after(within):
+        return await stream.receive_some(1) == b""
+    return False
+
+
+def connection_handlers() -> int:
+    """How many of the listener's connection handlers are running in this trio run."""
+    count, pending = 0, [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        count += task.coro.cr_code.co_name == "_run_handler"
+        pending.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
+
+
+async def test_a_connection_serves_many_requests_sized_and_chunked(listener) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    for _ in range(3):
+        head, body = await request(stream, "/")
+        assert head.startswith(b"HTTP/1.1 200") and body == b"ok"
+        head, body = await request(stream, "/chunks")
+        assert head.startswith(b"HTTP/1.1 200") and body == b"one,two,three"
+    await stream.aclose()
+
+
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_not_before(listener) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    for _ in range(4):  # each request moves the deadline on: 4 × KEEP_ALIVE / 2 outlives one timeout
+        await request(stream, "/")
+        await trio.sleep(KEEP_ALIVE / 2)
+    assert await closed_by_server(stream, within=KEEP_ALIVE * 20)
+
+
+async def test_a_response_slower_than_the_keep_alive_timeout_is_not_cut(listener) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    head, body = await request(stream, f"/slow?{KEEP_ALIVE * 3}")
+    assert head.startswith(b"HTTP/1.1 200") and body == b"ok"
+    head, body = await request(stream, "/")  # and the connection is still kept alive after it
+    assert body == b"ok"
+
+
+async def test_a_hung_up_client_ends_its_connection_without_waiting_for_the_timer(nursery) -> None:
+    stop = trio.Event()
+    config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=30.0)
+    config.keep_alive_timeout = 3600  # hypercorn's own task would wait out this hour
+    binds = await nursery.start(lambda task_status: serve(app, config, shutdown_trigger=stop.wait,
+                                                          task_status=task_status))
+    stream = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+    await request(stream, "/")
+    await trio.sleep(0.3)  # the server has recycled the connection: idle, its keep-alive timer running
+    assert connection_handlers() == 1
+    await stream.aclose()
+    with trio.fail_after(10):
+        while connection_handlers():
+            await trio.sleep(0.01)
+    stop.set()
+
+
+async def test_shutdown_closes_idle_connections_and_finishes_the_response_in_flight(listener) -> None:
+    idle = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    await request(idle, "/")
+    busy = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    answers: list[tuple[bytes, bytes]] = []
+
+    async def slow_request() -> None:
+        answers.append(await request(busy, "/slow?1.0"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow_request)
+        await trio.sleep(0.3)  # the slow request is in the app
+        listener.stop.set()
+        assert await closed_by_server(idle, within=5)
+    [(head, body)] = answers
+    assert head.startswith(b"HTTP/1.1 200") and body == b"ok"
+    assert await closed_by_server(busy, within=5)
+    with trio.fail_after(10):
+        await listener.finished.wait()
+
+
+async def test_a_tls_bind_is_refused_with_nothing_listening(tmp_path) -> None:
+    config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=1.0)
+    config.certfile, config.keyfile = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    with trio.fail_after(10), pytest.raises(ValueError, match="plain HTTP only"):
+        await serve(app, config)
