@@ -22,6 +22,7 @@ from salvor.protocol import CodedError, RunState, RunView, encode_envelope
 from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
+from ._client_performed import check_resolution
 from ._demo_tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
@@ -166,6 +167,9 @@ class Cli:
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
         output = _json_arg("--output", self.args.output)
+        # A client's write was never witnessed here: its declaration is the only
+        # thing that says what a finished one looks like, as over HTTP.
+        await check_resolution(runtime.access, _declarations(self.args.client_tool), run_id, output)
         view = await runtime.resolve(run_id, output)
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
@@ -271,6 +275,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resolve", parents=[common], help="record by hand what a dangling write did")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--output", metavar="JSON", required=True, help="what the write returned")
+    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
+                   help="the declaration of the client tool whose write this is, to check the output "
+                        "against (as `salvor serve --client-tool` takes it; repeatable)")
 
     p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")
     p.add_argument("run", metavar="RUN")
@@ -312,8 +319,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve_config(args: argparse.Namespace, url: str):
+def _declarations(paths: list[str]) -> dict:
     from ._client_tools import load_declarations
+
+    try:
+        return load_declarations(paths)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _serve_config(args: argparse.Namespace, url: str):
     from ._leases import lease_ttl
     from ._serve import ServeConfig
 
@@ -331,9 +346,9 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
     try:
         ttl = lease_ttl()
-        client_tools = load_declarations(args.client_tool)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    client_tools = _declarations(args.client_tool)
     return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
                        proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)

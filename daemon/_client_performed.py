@@ -185,6 +185,7 @@ async def check_resolution(access: StoreAccess, tools: dict[str, ClientTool], ru
         return
     tool = tools.get(intent.tool)
     if tool is None:
-        raise bad_request(f"the dangling call is client tool {intent.tool!r}, which is not declared on this daemon; "
-                          f"start it with --client-tool for that tool so the output can be checked")
+        raise bad_request(f"the dangling call is client tool {intent.tool!r}, and no declaration of it is loaded "
+                          f"here; give its declaration with --client-tool (to `salvor serve`, or to "
+                          f"`salvor resolve`) so the output can be checked")
     tool.check_output(output, intent.input)

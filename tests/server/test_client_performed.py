@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import trio
 from salvor.daemon._client_tools import DeclarationError, load_declarations, parse_declaration
 
 from tests.server.test_client_runs import head, log_of
@@ -287,6 +288,26 @@ async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_
     answer = await bare.client.post(f"/v1/runs/{other.run_id}/resolve", json={"output": {"payout_id": "p", "amount": 5}})
     assert answer.status_code == 400 and "--client-tool" in answer.json()["error"]["message"]
     assert (await bare.client.get(f"/v1/runs/{other.run_id}")).json()["status"]["state"] == "needs_reconciliation"
+
+    # `salvor resolve` from a shell holds the same line: no declaration, no hand-recorded output.
+    async def cli_resolve(output: dict, *declared: str) -> trio.CompletedProcess:
+        flags = [arg for path in declared for arg in ("--client-tool", str(tmp_path / path))]
+        return await trio.run_process(
+            [sys.executable, "-m", "salvor.daemon._cli", "resolve", other.run_id, "--store", bare.store_url,
+             "--output", json.dumps(output), *flags], capture_stdout=True, capture_stderr=True, check=False)
+
+    for output, declared, fragment in (
+        ({"payout_id": "p", "amount": 5}, (), "--client-tool"),
+        ({"payout_id": "p", "amount": 50}, ("payout.toml",), "amount"),  # require_equal
+        ({"amount": 5}, ("payout.toml",), "payout"),  # output_schema
+    ):
+        refused = await cli_resolve(output, *declared)
+        assert refused.returncode == 1 and fragment in refused.stderr.decode(), refused.stderr
+        assert refused.stderr.decode().count("\n") == 1 and b"Traceback" not in refused.stderr
+    assert (await bare.client.get(f"/v1/runs/{other.run_id}")).json()["status"]["state"] == "needs_reconciliation"
+    assert (await cli_resolve({"payout_id": "p", "amount": 5}, "payout.toml")).returncode == 0
+    completion = (await log_of(bare.client, other.run_id))[-1]["event"]
+    assert completion["kind"] == "ToolCallCompleted" and completion["payload"]["settled_by"] == "operator"
 
 
 def test_a_key_field_missing_from_the_input_is_named() -> None:
