@@ -23,6 +23,7 @@ from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._client_performed import check_resolution
+from ._client_tools import ClientTool, load_declarations
 from ._demo_tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
@@ -319,9 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _declarations(paths: list[str]) -> dict:
-    from ._client_tools import load_declarations
-
+def _declarations(paths: list[str]) -> dict[str, ClientTool]:
     try:
         return load_declarations(paths)
     except ValueError as exc:
