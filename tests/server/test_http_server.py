@@ -11,6 +11,7 @@ whose client hung up ending without waiting for the timer.
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import trio
 from salvor.daemon._http_server import listener_config, serve
@@ -172,3 +173,24 @@ async def test_a_tls_bind_is_refused_with_nothing_listening(tmp_path) -> None:
     config.certfile, config.keyfile = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
     with trio.fail_after(10), pytest.raises(ValueError, match="plain HTTP only"):
         await serve(app, config)
+
+
+async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_done(listener) -> None:
+    # Prior-knowledge HTTP/2 over the plain socket: hypercorn's h2 protocol
+    # reports the connection idle only when no stream is open.
+    async with httpx.AsyncClient(http1=False, http2=True, base_url=listener.url) as client:
+        answers: list[httpx.Response] = []
+
+        async def get(path: str) -> None:
+            answers.append(await client.get(path))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(get, f"/slow?{KEEP_ALIVE * 3}")  # open longer than one keep-alive timeout
+            for _ in range(5):
+                nursery.start_soon(get, "/chunks")
+        assert sorted(response.text for response in answers) == ["ok"] + ["one,two,three"] * 5
+        assert {response.http_version for response in answers} == {"HTTP/2"}
+        assert connection_handlers() == 1  # six streams, one connection, still open after the slow one
+        with trio.fail_after(KEEP_ALIVE * 20):
+            while connection_handlers():
+                await trio.sleep(0.05)
