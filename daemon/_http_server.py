@@ -4,7 +4,8 @@ Every listener of the daemon (the control plane, the model proxy, the MCP
 stand-ins, a service agent's port) serves through ``serve`` here instead of
 ``hypercorn.trio.serve``. The HTTP itself is hypercorn's (h11 and h2, its
 ASGI streams, its lifespan handshake, its graceful shutdown); only the
-per-connection keep-alive timer differs.
+per-connection keep-alive timer differs (and h11's empty end of a sized body
+is not written to the socket).
 
 hypercorn times a keep-alive connection out with a task it starts (through
 ``Nursery.start``) after every response and cancels at the next request. On
