@@ -146,12 +146,11 @@ _BARE_ASGI = """
 import sys, trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from salvor.daemon._asgi import answer_lifespan
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await answer_lifespan(receive, send)
         return
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})

@@ -205,6 +205,7 @@ _BARE_FAN_OUT = r"""
 import json, sys, time, trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from salvor.daemon._asgi import answer_lifespan
 
 subscribers, frames, pad = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 channels = []
@@ -212,9 +213,7 @@ connected = trio.Event()
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await answer_lifespan(receive, send)
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
     sender, receiver = trio.open_memory_channel(frames + 1)

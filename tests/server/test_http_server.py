@@ -14,6 +14,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import trio
+from salvor.daemon._asgi import answer_lifespan
 from salvor.daemon._http_server import listener_config, serve
 
 KEEP_ALIVE = 0.5
@@ -22,9 +23,7 @@ KEEP_ALIVE = 0.5
 async def app(scope, receive, send) -> None:
     """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``."""
     if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await answer_lifespan(receive, send)
         return
     while (await receive()).get("more_body"):
         pass
