@@ -23,7 +23,6 @@ from ._agent_def import DefinitionError, parse_definition
 from ._api_client_runs import add_client_run_routes
 from ._api_stream import add_stream_route
 from ._client_appends import ClientAppends
-from ._client_performed import check_resolution
 from ._client_tools import ClientTool
 from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, internal, unknown_agent
@@ -289,8 +288,7 @@ def create_app(state: ServerState) -> QuartTrio:
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
         body = await json_object(allowed={"output"}, required={"output"})
-        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
-        view = await runtime.resolve(run_id, body["output"])
+        view = await runtime.resolve(run_id, body["output"], state.client_tools)
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
         state.leases.drop(run_id)

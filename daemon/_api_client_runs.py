@@ -22,7 +22,6 @@ from quart_trio import QuartTrio
 
 from ._api_stream import HEADERS as STREAM_HEADERS
 from ._client_performed import (
-    check_resolution,
     declared,
     model_completion,
     model_intent,
@@ -207,8 +206,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         # The driver itself, token in hand: it keeps its lease.
         run_id = await driving(run_id)
         body = await json_object(allowed={"output"}, required={"output"})
-        await check_resolution(runtime.access, state.client_tools, run_id, body["output"])
-        await runtime.resolve(run_id, body["output"])
+        await runtime.resolve(run_id, body["output"], state.client_tools)
         return json_response({"run": run_id, "resolved": True})
 
     # `salvor serve` answers this route in front of Quart (``_api_front``),

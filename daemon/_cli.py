@@ -22,7 +22,6 @@ from salvor.protocol import CodedError, RunState, RunView, encode_envelope
 from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
-from ._client_performed import check_resolution
 from ._client_tools import ClientTool, load_declarations
 from ._demo_tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
@@ -168,10 +167,7 @@ class Cli:
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
         output = _json_arg("--output", self.args.output)
-        # A client's write was never witnessed here: its declaration is the only
-        # thing that says what a finished one looks like, as over HTTP.
-        await check_resolution(runtime.access, _declarations(self.args.client_tool), run_id, output)
-        view = await runtime.resolve(run_id, output)
+        view = await runtime.resolve(run_id, output, _declarations(self.args.client_tool))
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:

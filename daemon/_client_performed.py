@@ -168,24 +168,3 @@ async def model_completion(access: StoreAccess, run_id: str, seq: int, response:
         raise completion_refused(f"the model call at seq {seq} was performed by salvor, which holds its real response")
     await access.append(run_id, [ModelCallCompleted(seq=seq, response=response, usage=usage)], view)
     return {"seq": seq, "completed": True}
-
-
-async def check_resolution(access: StoreAccess, tools: dict[str, ClientTool], run_id: str, output: Any) -> None:
-    """A hand-recorded output for a client-performed write must satisfy its declaration (not its trust rule).
-
-    Raises:
-        OperationRefused: bad_request when the tool is not declared here or the output fails it.
-    """
-    view = await access.read(access.store.read_view, run_id)
-    pending = view.pending if view is not None else None
-    if pending is None or pending.kind != "tool":
-        return  # Runtime.resolve gives the wrong_state refusal
-    intent = (await access.read(access.store.read_log, run_id, pending.seq))[0].event
-    if intent.performed_by != "client":
-        return
-    tool = tools.get(intent.tool)
-    if tool is None:
-        raise bad_request(f"the dangling call is client tool {intent.tool!r}, and no declaration of it is loaded "
-                          f"here; give its declaration with --client-tool (to `salvor serve`, or to "
-                          f"`salvor resolve`) so the output can be checked")
-    tool.check_output(output, intent.input)

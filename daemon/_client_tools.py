@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,23 @@ def _names(raw: Any, field: str, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw) or len(set(raw)) != len(raw):
         raise DeclarationError(f"{where}: `{field}` must be a list of distinct input field names")
     return tuple(raw)
+
+
+def check_resolution(tools: Mapping[str, ClientTool], tool: str, recorded_input: Any, output: Any) -> None:
+    """A hand-recorded output for a client's write must satisfy the tool's declaration (not its trust rule).
+
+    The client's call was never witnessed by salvor: the declaration is the
+    only thing that says what a finished one looks like.
+
+    Raises:
+        OperationRefused: bad_request when the tool is not declared here or the output fails it.
+    """
+    declared = tools.get(tool)
+    if declared is None:
+        raise bad_request(f"the dangling call is client tool {tool!r}, and no declaration of it is loaded "
+                          f"here; give its declaration with --client-tool (to `salvor serve`, or to "
+                          f"`salvor resolve`) so the output can be checked")
+    declared.check_output(output, recorded_input)
 
 
 def parse_declaration(text: str, fmt: str, *, where: str = "the declaration") -> ClientTool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ from salvor.store import SeqConflict
 
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
 from ._agent_loop import drive, offered_besides_mcp
+from ._client_tools import ClientTool, check_resolution
 from ._errors import (
     OperationRefused,
     bad_request,
@@ -324,11 +325,15 @@ class Runtime:
             _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
         return ResumeDecision("driving", view)
 
-    async def resolve(self, run_id: str, output: Any) -> RunView:
+    async def resolve(self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]) -> RunView:
         """Record by hand what a dangling write did. Records one event; drives nothing.
 
+        A write a client performed is checked against its declaration in
+        ``client_tools`` first; a write salvor performed is not (it witnessed it).
+
         Raises:
-            OperationRefused: unknown_run, or wrong_state when the run has no open write.
+            OperationRefused: unknown_run, wrong_state when the run has no open write, or
+                bad_request when a client's write has no declaration here or the output fails it.
         """
         view = await self.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
@@ -343,6 +348,8 @@ class Runtime:
                 )
             raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
         seq = view.pending.seq
+        if view.pending.performed_by == "client":
+            check_resolution(client_tools, view.pending.tool, view.pending.input, output)
         # A write that claimed its idempotency identity is settled with it, so
         # a later call under the same key copies this outcome.
         settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)

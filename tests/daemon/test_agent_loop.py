@@ -353,12 +353,12 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     # Driving anyway does nothing: the write is never guessed at.
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
 
-    view = await runtime.resolve(run_id, {"refund_id": "rf_checked_by_hand"})
+    view = await runtime.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
     assert view.state is RunState.RUNNING
     log = await runtime.log(run_id)
     assert log[-1].event.settled_by == "operator"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resolve(run_id, {})
+        await runtime.resolve(run_id, {}, {})
     assert refused.value.code == "wrong_state"
 
     await runtime.resume(run_id)
@@ -401,7 +401,7 @@ async def test_refusals_record_nothing(runtime, providers, make_agent):
         await runtime.start_run(agent, None, run_id=run_id)
     assert refused.value.code == "run_exists"
     nobody = "00000000-0000-4000-8000-000000000000"
-    for attempt in (runtime.resume(nobody), runtime.resolve(nobody, {}), runtime.abandon(nobody)):
+    for attempt in (runtime.resume(nobody), runtime.resolve(nobody, {}, {}), runtime.abandon(nobody)):
         with pytest.raises(OperationRefused) as refused:
             await attempt
         assert refused.value.code == "unknown_run"
