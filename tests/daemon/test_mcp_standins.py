@@ -24,6 +24,7 @@ from salvor.protocol import encode_envelope
 
 from tests.support.mcp_servers import (
     HttpFixtureServer,
+    NPM_SERVERS_INSTALL,
     everything_server,
     time_server,
 )
@@ -443,7 +444,7 @@ def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone
     assert answer["id"] == 7 and "could not reach the daemon" in answer["error"]["message"]
 
 
-@pytest.mark.skipif(everything_server() is None, reason="npm install -g @modelcontextprotocol/server-everything")
+@pytest.mark.skipif(everything_server() is None, reason=f"mcp-server-everything is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}")
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
     runtime, providers, upstream_env, tmp_path, transport
