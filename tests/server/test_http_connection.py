@@ -16,6 +16,7 @@ import json
 import socket
 import time
 
+import httpx
 import pytest
 import trio
 from salvor.daemon._http_server import ListenerConfig
@@ -247,3 +248,22 @@ async def test_the_http_layers_own_refusals_carry_the_envelope_then_close(raw, c
     assert error["code"] == name and set(error) == {"code", "message"}
     assert b"aaaa" not in body and b"GARBAGE" not in body  # nothing the caller sent is quoted
     await client.closed_within(WAIT)
+
+
+async def test_a_pooled_client_whose_upload_was_refused_at_once_is_answered_next_on_that_connection(
+        server_factory) -> None:
+    server = await server_factory(auth_token="s3cret")
+    # No token: every request is a 401, answered before its body is read;
+    # one connection, so the next request goes where the refused body went.
+    client = server.new_client(limits=httpx.Limits(max_connections=1))
+
+    async def slow_body():
+        for _ in range(5):  # the body goes on arriving after the answer
+            await trio.sleep(0.05)
+            yield b"x" * 1000
+
+    with trio.fail_after(WAIT):
+        refused = await client.post("/v1/runs", content=slow_body(), headers={"Content-Length": "5000"})
+        assert refused.status_code == 401
+        following = await client.get("/v1/runs")
+    assert following.status_code == 401 and following.json()["error"]["code"] == "unauthorized"
