@@ -25,9 +25,10 @@ around it is ours, for speed and so that it never drops a request or hangs:
   retires an idle connection, never the server under a request in flight.
 * A listener keeps at most ``max_idle_connections`` idle; past that the
   longest idle is closed (by the same poll-guarded path).
-* A close is a lingering one: FIN after the last response byte, then what
-  the client still sends is read and discarded until its end or the linger
-  bound, so a close never resets a response the client has not read yet.
+* A close while the client may still be sending (a body, bytes h11
+  refused) lingers: FIN after the last response byte, then what the client
+  still sends is read and discarded until its end or the linger bound, so
+  the close does not reset a response the client has not read yet.
   hypercorn's close could also be lost: quart-trio cancels the app task that
   sends it, so ``Connection: close`` and HTTP/1.0 left the socket open; it
   is shielded here.
@@ -331,6 +332,17 @@ class _Connection(TCPServer):
             await self.stream.send_eof()
         except (trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError):
             await self.stream.aclose()
+            return
+        if not self._client_may_still_send():
+            await self.stream.aclose()  # nothing to linger for: a close now resets nothing
+
+    def _client_may_still_send(self) -> bool:
+        """Whether the client is mid-request (a body, or bytes h11 refused) or has bytes waiting."""
+        protocol = self.protocol.protocol
+        if isinstance(protocol, H11Protocol) and isinstance(protocol.connection, h11.Connection):
+            if protocol.connection.their_state in (h11.SEND_BODY, h11.ERROR):
+                return True
+        return self._readable()
 
     def _http1(self) -> bool:
         # HTTP/2 frames (pings, settings) arrive on an idle connection
