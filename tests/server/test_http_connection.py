@@ -13,6 +13,7 @@ one closed; and the HTTP layer's own refusals carry the error envelope.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 
@@ -23,6 +24,7 @@ from salvor.daemon._http_server import ListenerConfig
 
 from tests.server.test_client_runs import append, envelope, head, open_run
 
+END_FRAME = b'event: end\ndata: {"status": {"state": "completed", "output": 7}}\n\n'
 WAIT = 10.0  # the bound on any one read: a hang fails the test instead of holding it
 
 
@@ -168,17 +170,31 @@ async def test_an_http_1_0_request_is_answered_then_closed(raw) -> None:
     await client.closed_within(WAIT)
 
 
-async def test_an_http_1_0_event_stream_of_a_finished_run_ends_at_its_end_frame(server, raw) -> None:
+async def finished_run(server) -> str:
     opened = await open_run(server.client)
     run_id = opened["run"]
     response = await append(server.client, run_id, opened["drive_token"],
                             [head(run_id), envelope(run_id, 1, "RunCompleted", {"output": 7})])
     assert response.status_code == 200, response.text
+    return run_id
+
+
+async def test_an_http_1_0_event_stream_of_a_finished_run_ends_at_its_end_frame(server, raw) -> None:
+    run_id = await finished_run(server)
     client = await raw()
     await client.send(get(f"/v1/runs/{run_id}/events", version="1.0"))
     sent = await client.until_closed()  # EOF, not a socket timeout
     assert sent.startswith(b"HTTP/1.1 200")
-    assert sent.endswith(b'event: end\ndata: {"status": {"state": "completed", "output": 7}}\n\n')
+    assert sent.endswith(END_FRAME)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl (apt-get install curl)")
+async def test_curl_over_http_1_0_exits_after_the_end_frame(server) -> None:
+    run_id = await finished_run(server)
+    done = await trio.run_process(["curl", "--http1.0", "-N", "-sS", "--max-time", str(WAIT),
+                                   f"{server.url}/v1/runs/{run_id}/events"], capture_stdout=True, check=False)
+    assert done.returncode == 0  # 28 would be curl giving up at --max-time on an open connection
+    assert done.stdout.endswith(END_FRAME)
 
 
 async def test_a_request_head_that_trickles_is_closed_within_the_header_bound(header_bound, raw) -> None:
