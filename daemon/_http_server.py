@@ -144,9 +144,6 @@ class _IdleConnections:
     def discard(self, connection: _Connection) -> None:
         self._idle.pop(connection, None)
 
-    def __len__(self) -> int:
-        return len(self._idle)
-
 
 class _TaskGroup(TaskGroup):
     """hypercorn's, except that a body chunk for an app that has returned is dropped, not waited on."""
