@@ -3,13 +3,18 @@
 ``salvor.daemon._http_server.serve`` replaces hypercorn's per-request
 keep-alive task with one watcher per connection whose deadline moves. These
 tests pin what that must keep from hypercorn, over real loopback sockets:
-keep-alive reuse, the idle timeout (and never during a slow response), the
+keep-alive reuse, the idle timeout (and never during a slow response, nor
+under a request that arrived by the deadline while the loop was busy), the
 graceful shutdown (idle connections close at once, a response in flight
 finishes first), bodies whole whether sized or chunked, and connections
 whose client hung up ending without waiting for the timer.
 """
 
 from __future__ import annotations
+
+import socket
+import threading
+import time
 
 import httpx
 import pytest
@@ -20,13 +25,23 @@ from salvor.daemon._http_server import listener_config, serve
 KEEP_ALIVE = 0.5
 
 
+HOLDING = threading.Event()
+
+
 async def app(scope, receive, send) -> None:
-    """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``."""
+    """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``.
+
+    ``/hold?s`` holds the whole event loop for s seconds (what a saturated
+    machine does to it), saying so through ``HOLDING`` first.
+    """
     if scope["type"] == "lifespan":
         await answer_lifespan(receive, send)
         return
     while (await receive()).get("more_body"):
         pass
+    if scope["path"] == "/hold":
+        HOLDING.set()
+        time.sleep(float(scope["query_string"]))
     if scope["path"] == "/chunks":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for chunk in (b"one,", b"two,", b"three"):
@@ -127,6 +142,47 @@ async def test_a_response_slower_than_the_keep_alive_timeout_is_not_cut(listener
     assert head.startswith(b"HTTP/1.1 200") and body == b"ok"
     head, body = await request(stream, "/")  # and the connection is still kept alive after it
     assert body == b"ok"
+
+
+def answered(sock: socket.socket) -> bool:
+    """Whether an ``ok`` answer arrives before the server closes or resets the connection."""
+    data = b""
+    while not data.endswith(b"ok"):
+        try:
+            more = sock.recv(65536)
+        except OSError:  # reset: the server closed with the request unread
+            return False
+        if not more:
+            return False
+        data += more
+    return True
+
+
+def answered_after_a_held_loop(port: int, connections: int) -> int:
+    """How many idle connections answer a request sent while the loop is held past their deadline."""
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(connections)]
+    holder = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        for sock in idle:  # each answered, then idle with its deadline KEEP_ALIVE away
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert answered(sock)
+        HOLDING.clear()
+        holder.sendall(f"GET /hold?{KEEP_ALIVE * 3} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert HOLDING.wait(30)
+        # Sent while the loop is held: when it runs again, each request and
+        # its connection's expired deadline are there together.
+        for sock in idle:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        return sum(answered(sock) for sock in idle)
+    finally:
+        for sock in (*idle, holder):
+            sock.close()
+
+
+async def test_a_request_that_arrived_by_the_idle_deadline_is_answered(listener) -> None:
+    connections = 8
+    answered = await trio.to_thread.run_sync(answered_after_a_held_loop, listener.port, connections)
+    assert answered == connections
 
 
 async def test_a_hung_up_client_ends_its_connection_without_waiting_for_the_timer(nursery) -> None:
