@@ -180,8 +180,9 @@ class StoreHealing:
         now = self._clock()
         # The runs due together wait together: one jittered wait for the cohort,
         # so a long outage costs one write check per retry, not one per run.
-        attempts = 1 + max(self._waiting[run_id].attempts for run_id in due)
-        delay = self.backoff.delay(attempts, self._draw())
+        # This refusal is one more try for each; the wait is the one before the try after it.
+        tries = 1 + max(self._waiting[run_id].attempts for run_id in due)
+        delay = self.backoff.delay(tries + 1, self._draw())
         waiting = 0
         for run_id in due:
             entry = self._waiting[run_id]

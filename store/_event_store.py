@@ -417,17 +417,20 @@ class EventStore:
     def check_writable(self) -> None:
         """Commit one write that changes nothing, to learn whether the store accepts writes now.
 
-        It rewrites the schema-version row with its own value: a real write
-        that reaches the log of the database (a full disk or a read-only file
-        refuses it), and no reader sees a difference.
+        It negates the schema-version row and negates it back in one
+        transaction: a real write that reaches the database's log (a full
+        disk or a read-only file refuses it), and no reader sees a
+        difference. (Writing the row's own value would not do: SQLite skips
+        a write whose bytes are unchanged, and commits nothing.)
 
         Raises:
             StoreUnavailable: the store refused the write (``transient`` when
                 the failure may pass by itself); nothing changed.
         """
-        statement = update(store_meta).where(store_meta.c.key == VERSION_KEY).values(value=store_meta.c.value)
+        statement = update(store_meta).where(store_meta.c.key == VERSION_KEY).values(value=-store_meta.c.value)
         try:
             with self._engine.begin() as connection:
+                connection.execute(statement)
                 connection.execute(statement)
         except SQLAlchemyError as exc:
             self._forget_connections_after(exc)
