@@ -103,7 +103,7 @@ class DriverSet:
         return True
 
     async def _drive(self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope) -> None:
-        how = "cancelled"
+        how = None  # stays None when the drive was cancelled: it proved nothing about the store
         try:
             with scope:
                 async with self._limiter:
@@ -123,7 +123,7 @@ class DriverSet:
             log.exception("run %s: drive crashed; its log is intact and a resume retries it", run_id)
         finally:
             self._recovering.discard(run_id)
-            if not self.healing.waiting(run_id):
+            if how is not None and not self.healing.waiting(run_id):
                 self.healing.settled(run_id, how)
             if self._scopes.get(run_id) is scope:
                 del self._scopes[run_id]

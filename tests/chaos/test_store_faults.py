@@ -17,10 +17,12 @@ healer, the runs stayed in awaiting_model until a resume or a restart.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -188,6 +190,62 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
             assert f"run {run_id}: re-driven after a store error, it got past the store" in log, log
         # Each run's model call was paid once more (its answer was never recorded), and no more.
         assert provider.call_count == 2 * RUNS
+    finally:
+        held.set()
+        if daemon.proc is not None and daemon.alive():
+            daemon.terminate()
+        http.close()
+        provider.stop()
+
+
+CALLER = """\
+import os, sys, httpx
+base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
+answer = httpx.post(base + "/v1/messages", timeout=120, headers={"x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")},
+                    json={"model": "scripted", "max_tokens": 64,
+                          "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]})
+answer.raise_for_status()
+print(answer.json()["content"][0]["text"])
+"""
+
+
+def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_not_failed(
+    request, tmp_path: Path
+) -> None:
+    """The agent's call fails because of the store, so its exit is the store's doing: no RunFailed."""
+    held = threading.Event()
+
+    def on_call(call: ProviderCall) -> None:
+        if call.index == 0:
+            held.wait(BOUND)
+
+    provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
+    filler = FullDisk(request, tmp_path)
+    daemon = Daemon(tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
+    daemon.args.append("--allow-process-agents")
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    definition = f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    http = httpx.Client(base_url=daemon.base_url, timeout=30)
+    try:
+        daemon.start()
+        agent = http.post("/v1/agents", content=definition, headers={"content-type": "application/toml"}).json()["agent"]
+        run_id = http.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()["run"]
+        _wait_for("the agent's model call reaching the provider", lambda: provider.call_count == 1, daemon)
+        filler.begin()
+        held.set()
+        _wait_for("the drive stopping on the store error", lambda: f"run {run_id}: drive stopped: " in daemon.log(), daemon)
+        assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] != "failed"
+        filler.end()
+
+        def settled() -> str:
+            state = http.get(f"/v1/runs/{run_id}").json()["status"]["state"]
+            return state if state in ("completed", "failed") else ""
+
+        assert _wait_for("the run settling once the disk has room", settled, daemon) == "completed", daemon.log()
+        assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log())
+        assert provider.call_count == 2
     finally:
         held.set()
         if daemon.proc is not None and daemon.alive():
