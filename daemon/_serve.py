@@ -3,7 +3,10 @@
 Lifetimes, outermost first: the store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
 watcher and the watchdog. Each service reports started only once it is bound
-or loaded; systemd hears READY=1 after all of them.
+or loaded; systemd hears READY=1 after all of them. Recovery comes after
+READY: the interrupted runs go to the driving set, which paces them (so many
+drive at once, so few start processes at once) while the server answers.
+Store faults heal in the drivers' nursery too (``_store_healing``).
 
 Graceful stop (SIGTERM, SIGINT): stop accepting, cancel drivers with a
 reason, end streams, exit 0 within a deadline. A run cut mid-effect keeps its

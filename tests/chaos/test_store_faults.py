@@ -175,6 +175,9 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
                   lambda: all(f"run {run_id}: drive stopped: " in daemon.log() for run_id in run_ids), daemon)
         for run_id in run_ids:
             assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "awaiting_model"
+        # Health is answered from memory while the store refuses writes, and counts the runs waiting to heal.
+        health = http.get("/v1/health")
+        assert health.status_code == 200 and health.json() == {"status": "ok", "recovering": 0, "healing": RUNS}
 
         fault.end()
 
@@ -184,6 +187,7 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
         began = time.monotonic()
         _wait_for(f"every run completing after the {fault.name} passed, with nobody resuming it", completed, daemon)
         print(f"{fault.name}: all {RUNS} runs completed {time.monotonic() - began:.1f}s after the store healed")
+        _wait_for("health counting no run left to heal", lambda: http.get("/v1/health").json()["healing"] == 0, daemon)
         log = daemon.log()
         for run_id in run_ids:
             assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", log), log
