@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import trio
 from salvor.daemon._drivers import DriverSet
+from salvor.daemon._operations import Runtime
 from salvor.daemon._store_access import open_store_access
 from salvor.daemon._store_healing import Backoff, StoreHealing
-from salvor.daemon._operations import Runtime
-from salvor.protocol import RunState
+from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 from salvor.store import EventStore, StoreUnavailable, store_fault
 from salvor.store._errors import passes_by_itself
 
@@ -239,10 +239,9 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
     assert f"run {run_id}: re-driven after a store error, it got past the store" in caplog.text
 
 
-async def test_a_drive_stopped_for_another_reason_is_not_retried(runtime, providers, make_agent) -> None:
+async def test_a_drive_stopped_for_another_reason_is_not_retried(runtime) -> None:
+    """A run whose agent this store does not hold: its drive fails for good, and is left alone."""
     orphan = "00000000-0000-4000-8000-000000000002"
-    from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted
-
     await runtime.access.append(
         orphan,
         [RunStarted(agent_def_hash="sha256:" + "f" * 64, input=None), ModelCallRequested(request_hash="sha256:" + "0" * 64)],
