@@ -312,6 +312,13 @@ def create_app(state: ServerState) -> QuartTrio:
         # Advertised only when it exists on this server: forks are not built yet.
         return json_response({"capabilities": {"fork": False}, "server": server})
 
+    @app.get("/v1/health")
+    async def health():
+        # Answered from memory, never from the store: it must answer at once
+        # while recovery (or a store fault) keeps the store busy.
+        return json_response({"status": "ok", "recovering": state.drivers.recovering,
+                              "healing": len(state.drivers.healing)})
+
     @app.get("/v1/openapi.json")
     async def openapi():
         return json_response(openapi_document())

@@ -44,6 +44,7 @@ from salvor.protocol import (
     RunFailed,
     sha256_hash,
 )
+from salvor.store import StoreUnavailable
 
 from ._asgi import answer_lifespan
 from ._http_server import listener_config
@@ -225,6 +226,8 @@ class ProxySession:
         self.lock = trio.Lock()
         self.closed = False
         self.rested = trio.Event()
+        # The store fault that stopped this drive, if one did (``_stop_on_store_fault``).
+        self.store_fault: StoreUnavailable | None = None
         self._scopes: set[trio.CancelScope] = set()
         # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
         self.mcp_lanes: Mapping[str, Any] = {}
@@ -257,11 +260,31 @@ class ProxySession:
                     if self.closed or self.rested.is_set():
                         await reply.json(503, error_body(wire, 503, f"run {self.run_id} is no longer accepting model calls"))
                         return
-                    await self._call(wire, asked, request_hash, body, stream, headers, reply)
+                    try:
+                        await self._call(wire, asked, request_hash, body, stream, headers, reply)
+                    except StoreUnavailable as exc:
+                        if not self._stop_on_store_fault(exc):
+                            raise
+                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}"))
+                        return
             if scope.cancelled_caught:
                 await reply.json(503, error_body(wire, 503, "the run's drive stopped while this call was in flight"))
         finally:
             self._scopes.discard(scope)
+
+    def _stop_on_store_fault(self, exc: StoreUnavailable) -> bool:
+        """A store fault stops the drive (its process too) and leaves the run to be driven again.
+
+        Nothing of the failed call was recorded, so the run sits at its last
+        durable event; the driver raises ``store_fault`` instead of settling
+        the run by the process's exit (which the fault caused). Returns
+        False for a failure that will not pass, which the caller re-raises.
+        """
+        if not exc.transient:
+            return False
+        self.store_fault = exc
+        self.rested.set()
+        return True
 
     async def _fail(self, wire: str, reply: Reply, message: str) -> None:
         await self.record_failure(message)
@@ -286,7 +309,12 @@ class ProxySession:
                 async with self.lock:
                     if self.closed or self.rested.is_set():
                         return None
-                    return await call()
+                    try:
+                        return await call()
+                    except StoreUnavailable as exc:
+                        if not self._stop_on_store_fault(exc):
+                            raise
+                        return None
             return None
         finally:
             self._scopes.discard(scope)

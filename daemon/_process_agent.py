@@ -277,6 +277,9 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
 async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,
                   code: int, timed_out: bool, stderr: str) -> RunView:
     run_id = ctx.run_id
+    if session.store_fault is not None:
+        # The process ended because the store failed under its call, not by its own doing.
+        raise session.store_fault
     if session.rested.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
         # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
         return ctx.view

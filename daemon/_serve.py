@@ -3,7 +3,10 @@
 Lifetimes, outermost first: the store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
 watcher and the watchdog. Each service reports started only once it is bound
-or loaded; systemd hears READY=1 after all of them.
+or loaded; systemd hears READY=1 after all of them. Recovery comes after
+READY: the interrupted runs go to the driving set, which paces them (so many
+drive at once, so few start processes at once) while the server answers.
+Store faults heal in the drivers' nursery too (``_store_healing``).
 
 Graceful stop (SIGTERM, SIGINT): stop accepting, cancel drivers with a
 reason, end streams, exit 0 within a deadline. A run cut mid-effect keeps its
@@ -51,6 +54,11 @@ class ServeConfig:
     demo_tools: bool = False
     shutdown_seconds: float = 10.0
     recovery_concurrency: int = 64
+    # How many drives may be starting local processes (agents, stdio MCP
+    # servers) at once, and how long each start holds its slot at most:
+    # an interpreter starting takes a core for a while.
+    process_launches: int = 2
+    launch_settle_seconds: float = 1.0
     # Event streams: how often a quiet stream reads the store for another
     # process's writes, how often it sends a keep-alive comment, and how long
     # a run nothing here drives may stay quiet before its stream ends detached.
@@ -86,19 +94,31 @@ def build_commit() -> str | None:
     return f"{head}-dirty" if dirty else head or None
 
 
-async def recover_interrupted(state: ServerState) -> int:
-    """Start a driver for every interrupted server-driven run; returns how many.
+async def interrupted_runs(state: ServerState) -> list[str]:
+    """The server-driven runs the log says were interrupted (one index read, nothing per run).
 
-    Nothing is read per run here: each driver loads its run's view and agent
-    itself, inside the driving set's concurrency bound, so READY does not
-    wait on thousands of reads. A run whose agent this store does not hold
-    (or that no longer builds) is logged by its driver and left as it is.
+    Raises:
+        StoreUnavailable: the store cannot be read.
     """
     runtime = state.runtime
-    started = 0
-    for run_id in await runtime.access.read(runtime.access.store.interrupted_runs):
-        started += state.drivers.start(run_id)
-    return started
+    return await runtime.access.read(runtime.access.store.interrupted_runs)
+
+
+def recover(state: ServerState, run_ids: list[str]) -> int:
+    """Hand every interrupted run to the driving set; returns how many drivers were started.
+
+    Nothing is read here, and nothing waits: each driver loads its run's
+    view and agent itself, inside the driving set's bounds (how many drive
+    at once, how many start processes at once), so the server answers while
+    recovery goes on. A run whose agent this store does not hold (or that no
+    longer builds) is logged by its driver and left as it is.
+    """
+    return sum(state.drivers.start(run_id, recovery=True) for run_id in run_ids)
+
+
+async def recover_interrupted(state: ServerState) -> int:
+    """Start a driver for every interrupted server-driven run; returns how many."""
+    return recover(state, await interrupted_runs(state))
 
 
 async def sweep_once(state: ServerState) -> int:
@@ -157,7 +177,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
             async with trio.open_nursery() as drivers_nursery:
-                drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency)
+                drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency,
+                                    launches=config.process_launches,
+                                    launch_settle_seconds=config.launch_settle_seconds)
                 state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
                                     auth_token=config.auth_token, commit=build_commit(),
                                     stream_poll_seconds=config.stream_poll_seconds,
@@ -177,15 +199,21 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
 
                 binds = await root.start(serve_http)
                 root.start_soon(_watch_signals, stop)
-                recovered = await recover_interrupted(state)
+                interrupted = await interrupted_runs(state)
                 if config.wake_interval > 0:
                     root.start_soon(_sweep_forever, state, config.wake_interval)
                 if notifier.watchdog_interval:
                     root.start_soon(_watchdog, notifier)
-                log.info("salvor serving on %s, model proxy on %s (%d interrupted runs recovered)",
-                         ", ".join(binds), proxy.url, recovered)
+                # Cancelled with the drivers: nothing is re-driven once a stop began.
+                drivers.spawn(lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
+                              name="store healing")
+                log.info("salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
+                         ", ".join(binds), proxy.url, len(interrupted))
+                # READY before any run is driven again: recovery is paced behind
+                # it by the driving set's bounds and the server answers meanwhile.
                 notifier.send("READY=1")
                 task_status.started(binds)
+                recover(state, interrupted)
                 await stop.wait()
                 notifier.send("STOPPING=1")
                 state.stopping.set()

@@ -247,6 +247,9 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
 async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition, trigger: _Trigger) -> RunView:
     settings = agent.service
     url, port = settings.url, settings.proxy_port
+    if session.store_fault is not None:
+        # The store failed under one of its calls: the drive stops for the healer, the run stays as it was.
+        raise session.store_fault
     if session.rested.is_set() or ctx.view.terminal:
         return ctx.view
     if trigger.timed_out:

@@ -127,6 +127,15 @@ class StoreAccess:
         """Run a read-only store method on a reader thread."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._readers)
 
+    async def check_writable(self) -> None:
+        """Whether the store takes a write now (``EventStore.check_writable``), off the trio thread.
+
+        Raises:
+            StoreUnavailable: it does not; nothing changed.
+        """
+        # Not on a reader thread: a write waiting on a lock must not hold up reads.
+        await trio.to_thread.run_sync(self.store.check_writable)
+
 
 @asynccontextmanager
 async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIterator[StoreAccess]:

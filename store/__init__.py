@@ -11,6 +11,7 @@ from ._errors import SeqConflict as SeqConflict
 from ._errors import StoreError as StoreError
 from ._errors import StoreTooNew as StoreTooNew
 from ._errors import StoreUnavailable as StoreUnavailable
+from ._errors import store_fault as store_fault
 from ._event_store import AppendRequest as AppendRequest
 from ._event_store import EventStore as EventStore
 from ._location import default_store_url as default_store_url

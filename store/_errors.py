@@ -17,10 +17,21 @@ class StoreError(CodedError):
 
 
 class StoreUnavailable(StoreError):
-    """The store cannot be opened or reached (bad URL, unreachable server, unwritable path)."""
+    """The store cannot be opened or reached (bad URL, unreachable server, unwritable path).
+
+    ``transient`` says whether the failure may pass by itself with nothing
+    changed by salvor (a full disk, a lock held too long, a lost connection,
+    a read-only file): what failed may then be tried again later. A failure
+    that will not pass (a bad URL, a value the database refuses, a corrupt
+    file) is not transient.
+    """
 
     code = "store_unavailable"
     status = 503
+
+    def __init__(self, message: str, *, transient: bool = False, details: dict | None = None) -> None:
+        super().__init__(message, details=details)
+        self.transient = transient
 
 
 class StoreTooNew(StoreError):
@@ -68,3 +79,34 @@ class BadCursor(StoreError):
 
     code = "bad_request"
     status = 400
+
+
+# PEP 249 names the classes of database failure alike in every driver (and
+# SQLAlchemy wraps them under the same names): an operational failure or a
+# lost interface is the database's situation, not the statement's fault.
+_TRANSIENT_CLASSES = frozenset({"OperationalError", "InterfaceError"})
+# SQLite calls a missing table "operational" too, so there its primary result
+# code decides: busy, locked, out of memory, read-only, I/O error, full,
+# cannot open, locking protocol.
+_SQLITE_TRANSIENT_CODES = frozenset({5, 6, 7, 8, 10, 13, 14, 15})
+
+
+def passes_by_itself(exc: BaseException) -> bool:
+    """Whether a database failure may pass with nothing changed by salvor.
+
+    True for SQLite's full disk, busy lock, read-only or unopenable file and
+    I/O error, and for PostgreSQL's operational failures (a lost connection,
+    a shutdown, a full disk, a cancelled statement, a serialisation
+    failure); False for a constraint, a value the database cannot keep, a
+    missing table or a malformed file.
+    """
+    inner = getattr(exc, "orig", None) or exc
+    code = getattr(inner, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _SQLITE_TRANSIENT_CODES
+    return any(cls.__name__ in _TRANSIENT_CLASSES for cls in type(inner).__mro__)
+
+
+def store_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a store failure that may pass by itself (``StoreUnavailable`` marked transient)."""
+    return isinstance(exc, StoreUnavailable) and exc.transient

@@ -44,6 +44,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
@@ -63,6 +64,7 @@ from ._errors import (
     CorruptLog,
     StoreError,
     StoreUnavailable,
+    passes_by_itself,
 )
 from ._location import normalize_store_url
 from ._records import (
@@ -75,7 +77,7 @@ from ._records import (
     encode_cursor,
     summary_from_row,
 )
-from ._schema import agents, ensure_schema, events, runs
+from ._schema import VERSION_KEY, agents, ensure_schema, events, runs, store_meta
 from ._view_codec import dumps, view_from_json
 
 _INTERRUPTED_STATES = (
@@ -347,7 +349,8 @@ class EventStore:
                 self._writer = self._engine.raw_connection()
         except SQLAlchemyError as exc:
             raise StoreUnavailable(
-                f"the store at {self.url} cannot be reached for an append: {_reason(exc)}"
+                f"the store at {self.url} cannot be reached for an append: {_reason(exc)}",
+                transient=passes_by_itself(exc),
             ) from None
         return self._writer
 
@@ -381,8 +384,10 @@ class EventStore:
                 raise
             if stale:
                 raise _StaleConnection from None
+            self._forget_connections_after(exc)
             raise StoreUnavailable(
-                f"the store at {self.url} failed to commit an append: {_reason(exc)}"
+                f"the store at {self.url} failed to commit an append: {_reason(exc)}",
+                transient=passes_by_itself(exc),
             ) from None
         else:
             cursor.close()
@@ -397,6 +402,42 @@ class EventStore:
             # The connection may be broken; never reuse it.
             self._writer = None
             connection.invalidate()
+
+    def _forget_connections_after(self, exc: BaseException) -> None:
+        """After a write that may pass by itself failed on SQLite, open every connection afresh.
+
+        SQLite opens a file it cannot write read-only, silently: a pooled
+        connection opened while the file was unwritable would refuse writes
+        forever after the file is writable again. Readers holding one keep it
+        until they return it; it is closed then.
+        """
+        if self.dialect == "sqlite" and passes_by_itself(exc):
+            self._engine.dispose()
+
+    def check_writable(self) -> None:
+        """Commit one write that changes nothing, to learn whether the store accepts writes now.
+
+        It negates the schema-version row and negates it back in one
+        transaction: a real write that reaches the database's log (a full
+        disk or a read-only file refuses it), and no reader sees a
+        difference. (Writing the row's own value would not do: SQLite skips
+        a write whose bytes are unchanged, and commits nothing.)
+
+        Raises:
+            StoreUnavailable: the store refused the write (``transient`` when
+                the failure may pass by itself); nothing changed.
+        """
+        statement = update(store_meta).where(store_meta.c.key == VERSION_KEY).values(value=-store_meta.c.value)
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(statement)
+                connection.execute(statement)
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} does not accept writes: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
 
     def _claim_held(self, identity: str) -> ClaimHeld:
         holder = self.get_claim(identity)
@@ -566,8 +607,10 @@ class EventStore:
         except IntegrityError:
             return False
         except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
             raise StoreUnavailable(
-                f"the store at {self.url} failed to register an agent: {_reason(exc)}"
+                f"the store at {self.url} failed to register an agent: {_reason(exc)}",
+                transient=passes_by_itself(exc),
             ) from None
         return True
 
@@ -630,6 +673,7 @@ class _ReadErrors:
     ) -> bool:
         if isinstance(exc, SQLAlchemyError):
             raise StoreUnavailable(
-                f"the store at {self._url} failed to {self._what}: {_reason(exc)}"
+                f"the store at {self._url} failed to {self._what}: {_reason(exc)}",
+                transient=passes_by_itself(exc),
             ) from None
         return False

@@ -697,6 +697,7 @@ def test_public_names_are_exported() -> None:
         "StoredAgent",
         "default_store_url",
         "normalize_store_url",
+        "store_fault",
         "view_from_json",
         "view_to_json",
     }

@@ -1,7 +1,8 @@
 """Recovery on start: one driver per interrupted run, each loading its own agent.
 
-READY waits for ``recover_interrupted``, so it must not read every run
-first (bench_recover: 1,000 interrupted runs took 3.4 s to READY when it did).
+Recovery hands the interrupted runs to the driving set without reading any
+of them (bench_recover: 1,000 interrupted runs took 3.4 s to READY when it
+read each first); the drivers load their own, inside the set's bounds.
 A run whose agent the store does not hold is left exactly as it was.
 """
 
