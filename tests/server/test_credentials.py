@@ -300,3 +300,52 @@ def test_salvor_run_honours_base_url_and_api_key_env_of_an_agent_file(tmp_path, 
         provider.stop()
     assert result.returncode == 0, result.stderr
     assert [call.api_key for call in provider.calls] == ["sk-cli-6060"]
+
+
+# -- the process agents' upstream key from a file ------------------------------------------
+
+UPSTREAM_AGENT = r'''
+import json, os, urllib.request
+body = {"model": "scripted-model", "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]}
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+                                 data=json.dumps(body).encode(), headers={"Content-Type": "application/json",
+                                 "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+print(json.load(urllib.request.urlopen(request, timeout=60))["choices"][0]["message"]["content"])
+'''
+
+
+@pytest.mark.parametrize("source", ["SALVOR_AGENT_KEY_FILE", "CREDENTIALS_DIRECTORY"])
+def test_the_process_agents_upstream_key_comes_from_a_file(tmp_path, store_url, source):
+    from tests.chaos.test_kill_serve import Daemon
+
+    provider = ScriptedProvider([text_reply("upstream ok")])
+    script = tmp_path / "agent.py"
+    script.write_text(UPSTREAM_AGENT)
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    key_path = credentials / "agent-key"
+    key_path.write_text("sk-upstream-7070\n")
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon.env.update({"SALVOR_AGENT_UPSTREAM": f"{provider.base_url}/v1",
+                       source: str(key_path if source == "SALVOR_AGENT_KEY_FILE" else credentials)})
+    daemon.args.append("--allow-process-agents")
+    definition = json.dumps({"kind": "process", "command": [sys.executable, str(script)]})
+    try:
+        daemon.start()
+        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            response = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/json"})
+            assert response.status_code == 201, response.text
+            run = client.post("/v1/runs", json={"agent": response.json()["agent"], "input": "go"}).json()["run"]
+            for _ in range(1500):
+                body = client.get(f"/v1/runs/{run}").json()
+                if body["status"]["state"] not in ("running", "awaiting_model", "awaiting_tool"):
+                    break
+                threading.Event().wait(0.02)
+        assert body["status"]["state"] == "completed", body
+        assert daemon.terminate()[0] == 0
+    finally:
+        if daemon.alive():
+            daemon.kill()
+        provider.stop()
+    assert [call.api_key for call in provider.calls] == ["sk-upstream-7070"]
+    assert "sk-upstream-7070" not in daemon.log() and "sk-upstream-7070" not in store_dump(store_url)

@@ -450,6 +450,9 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
         (["--auth-token", "SALVOR_TEST_TOKEN_UNSET"], "SALVOR_TEST_TOKEN_UNSET"),
         (["--listen", "bad"], "--listen"),
         (["--listen", "127.0.0.1:99999"], "--listen"),
+        (["--model-endpoint", "api.example.com"], "--model-endpoint needs an http:// or https:// URL"),
+        (["--model-endpoint", "http://127.0.0.1:9,key_file=/nonexistent/key"], "cannot read the key_file"),
+        (["--mcp-origin", "https://tools.example.com/mcp"], "--mcp-origin needs an origin"),
     ],
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
