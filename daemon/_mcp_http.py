@@ -124,13 +124,11 @@ class HttpTransport(Transport):
         else:
             raise McpNoAnswer(self.name, f"answered {method} with Content-Type {content_type or 'none'}")
 
-    async def _read_capped(self, response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    async def _read_capped(self, response: httpx.Response, limit: int) -> bytes:
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
             if len(data) > limit:
-                if truncate:
-                    return bytes(data[:limit])
                 raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
         return bytes(data)
 
