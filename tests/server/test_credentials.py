@@ -269,6 +269,7 @@ def test_keys_from_a_file_and_from_credentials_directory_reach_only_their_endpoi
     assert [call.api_key for call in daemon_wide.calls] == ["sk-systemd-5050"]
     output = daemon.log()
     dump = store_dump(store_url)
+    assert all(run in dump for run in runs)  # the dump does read this test's store
     for key in ("sk-file-4040", "sk-systemd-5050"):
         assert key not in output and key not in dump
 
@@ -348,4 +349,6 @@ def test_the_process_agents_upstream_key_comes_from_a_file(tmp_path, store_url, 
             daemon.kill()
         provider.stop()
     assert [call.api_key for call in provider.calls] == ["sk-upstream-7070"]
-    assert "sk-upstream-7070" not in daemon.log() and "sk-upstream-7070" not in store_dump(store_url)
+    dump = store_dump(store_url)
+    assert run in dump and "sk-upstream-7070" not in dump
+    assert "sk-upstream-7070" not in daemon.log()
