@@ -374,7 +374,7 @@ class ProxySession:
             if self.upstream is None:
                 await reply.json(502, error_body(
                     wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY where the daemon runs"))
+                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs"))
                 return
             pending = self.ctx.view.pending
             if pending is not None:
