@@ -128,12 +128,12 @@ class Declarations:
 
 
 @pytest.fixture
-def declarations() -> Declarations:
+def operator_declarations() -> Declarations:
     return Declarations()
 
 
 @pytest.fixture
-async def server_factory(store_url: str, declarations: Declarations) -> ServerFactory:
+async def server_factory(store_url: str, operator_declarations: Declarations) -> ServerFactory:
     """Start daemons over the test's store; every one is stopped gracefully afterwards.
 
     ``await server_factory(auth_token=..., registry=..., **ServeConfig fields)``. Each
@@ -146,7 +146,7 @@ async def server_factory(store_url: str, declarations: Declarations) -> ServerFa
             *, auth_token: str | None = None, registry: ToolRegistry | None = None, **overrides: Any
         ) -> Server:
             settings = {"wake_interval": 0, "demo_tools": True, "shutdown_seconds": 5.0, **overrides}
-            settings["credentials"] = declarations.daemon(settings.get("credentials") or Credentials.for_daemon())
+            settings["credentials"] = operator_declarations.daemon(settings.get("credentials") or Credentials.for_daemon())
             config = ServeConfig(host="127.0.0.1", port=0, store_url=store_url, auth_token=auth_token, **settings)
             stop, stopped = trio.Event(), trio.Event()
             states: list[ServerState] = []
@@ -181,14 +181,14 @@ async def server(server_factory: ServerFactory) -> Server:
 
 
 @pytest.fixture
-def providers(declarations: Declarations) -> Iterator[Callable[..., ScriptedProvider]]:
+def providers(operator_declarations: Declarations) -> Iterator[Callable[..., ScriptedProvider]]:
     """Start scripted providers (``providers(script, **kwargs)``); all stopped afterwards."""
     started: list[ScriptedProvider] = []
 
     def start(script, **kwargs) -> ScriptedProvider:
         provider = ScriptedProvider(script, **kwargs)
         started.append(provider)
-        declarations.provider(provider.base_url)
+        operator_declarations.provider(provider.base_url)
         return provider
 
     yield start

@@ -194,9 +194,9 @@ async def test_an_mcp_server_on_an_undeclared_origin_is_never_contacted(server_f
     ],
 )
 async def test_a_registration_failure_never_quotes_the_remote_body(
-        server_factory, capture, providers, declarations, reply, fragment):
+        server_factory, capture, providers, operator_declarations, reply, fragment):
     listener = capture(**reply)
-    declarations.mcp_origin(listener.url)
+    operator_declarations.mcp_origin(listener.url)
     provider = providers([text_reply("ok")])
     server = await server_factory()
     before = await snapshot(server)

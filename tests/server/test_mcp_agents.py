@@ -22,10 +22,10 @@ from .conftest import agent_toml
 
 
 @pytest.fixture(autouse=True)
-def declared(declarations) -> None:
+def declared(operator_declarations) -> None:
     # The address the refusal cases aim at, declared so each reaches the refusal it is about.
-    declarations.provider("http://127.0.0.1:9")
-    declarations.mcp_origin("http://127.0.0.1:9")
+    operator_declarations.provider("http://127.0.0.1:9")
+    operator_declarations.mcp_origin("http://127.0.0.1:9")
 
 
 @pytest.fixture
@@ -61,9 +61,9 @@ async def test_registration_builds_the_agent_and_closes_its_servers(server_facto
 
 
 async def test_an_http_server_on_a_declared_origin_needs_no_opt_in_without_header_secrets(
-        server, providers, fx, declarations):
+        server, providers, fx, operator_declarations):
     http = HttpFixtureServer(fx, sse=True)
-    declarations.mcp_origin(http.url)
+    operator_declarations.mcp_origin(http.url)
     try:
         provider = providers(tool_loop_script([("lookup", {"key": "h"})], final_text="ok"))
         definition = agent_toml(provider.base_url) + f'\n[[mcp_servers]]\nname = "web"\nurl = "{http.url}"\n'
@@ -124,10 +124,10 @@ async def test_a_stdio_server_over_http_needs_the_process_opt_in(server, fx):
 
 
 @pytest.mark.parametrize("opt_in", [False, True])
-async def test_a_header_secret_over_http_needs_the_operator_to_bind_it(server_factory, declarations, opt_in):
+async def test_a_header_secret_over_http_needs_the_operator_to_bind_it(server_factory, operator_declarations, opt_in):
     # --allow-process-agents does not cover it: only the origin's own header_env does.
     server = await server_factory(allow_process_agents=opt_in)
-    declarations.mcp_origin("https://tools.example.com", "DESK_TOKEN")
+    operator_declarations.mcp_origin("https://tools.example.com", "DESK_TOKEN")
     definition = agent_toml("http://127.0.0.1:9") + (
         '\n[[mcp_servers]]\nname = "web"\nurl = "https://tools.example.com/mcp"\n'
         'headers = { Authorization = "Bearer ${ANTHROPIC_API_KEY}" }\n')
