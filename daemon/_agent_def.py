@@ -17,6 +17,7 @@ from typing import Any
 
 from salvor.protocol import BUDGET_KINDS, MalformedEvent, check_schema, sha256_hash
 
+from ._credentials import Credentials, Undeclared
 from ._http_values import HEADER_NAME, is_http_url, stray_placeholder
 from ._mcp_def import McpDefinitionError, McpServerSpec, parse_mcp_servers
 
@@ -134,6 +135,7 @@ def parse_definition(
     known_tools=(),
     allow_paths: bool = True,
     allow_processes: bool = True,
+    credentials: Credentials | None = None,
 ) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
@@ -151,6 +153,10 @@ def parse_definition(
             the daemon spawns (``command``) or one whose headers read the
             daemon's environment. Over HTTP only when the operator started
             the daemon with ``--allow-process-agents``.
+        credentials: the operator's declarations a definition from HTTP is
+            held to: its ``[llm]`` names a declared model endpoint (never a
+            variable), each MCP ``url`` server a declared origin and only the
+            variables bound to it. None for an agent file the operator runs.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
@@ -179,6 +185,13 @@ def parse_definition(
     except McpDefinitionError as exc:
         raise DefinitionError(str(exc)) from None
     for server in mcp_servers:
+        if credentials is not None and server.url is not None:
+            # Checked before anything contacts the server (registration probes it).
+            try:
+                credentials.check_mcp_url(server.name, server.url, server.headers, server.bearer_token_env)
+            except Undeclared as exc:
+                raise DefinitionError(str(exc)) from None
+            continue
         reason = "mcp_command" if server.command is not None else "mcp_secret" if server.reads_environment() else None
         _expect(
             reason is None or allow_processes,
@@ -228,6 +241,12 @@ def parse_definition(
     _positive_number("[llm] timeout_seconds", timeout)
     stream = llm_raw.get("stream", False)
     _expect(isinstance(stream, bool), "[llm] stream must be true or false")
+    if credentials is not None:
+        try:
+            credentials.check_llm(provider=provider, base_url=llm_raw.get("base_url"),
+                                  base_url_env=llm_raw.get("base_url_env"), api_key_env=llm_raw.get("api_key_env"))
+        except Undeclared as exc:
+            raise DefinitionError(str(exc)) from None
     llm = LlmSettings(
         provider=provider,
         base_url=llm_raw.get("base_url"),

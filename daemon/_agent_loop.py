@@ -8,7 +8,6 @@ the top replays the recorded prefix exactly and continues live from the end.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -37,7 +36,8 @@ from ._mcp_tools import (
     mcp_tool,
     open_connections,
 )
-from ._model_gateway import ModelGateway, resolve_endpoint
+from ._credentials import Credentials
+from ._model_gateway import ModelGateway
 from ._model_proxy import ModelProxy
 from ._orphans import MARK_VAR, RUN_VAR, store_fingerprint
 from ._port_claims import PortClaims
@@ -75,14 +75,17 @@ def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
     return taken
 
 
-def gateway_for(agent: AgentDefinition, environ=os.environ) -> ModelGateway:
-    """The model gateway a definition asks for (credentials from the daemon's environment)."""
-    endpoint = resolve_endpoint(
+def gateway_for(agent: AgentDefinition, credentials: Credentials | None = None) -> ModelGateway:
+    """The model gateway a definition asks for, with the key bound to the endpoint it reaches.
+
+    ``credentials``: the daemon's declarations; None resolves an agent file
+    as the command line always has (from the process's environment).
+    """
+    endpoint = (credentials or Credentials()).endpoint_for(
         provider=agent.llm.provider,
         base_url=agent.llm.base_url,
         base_url_env=agent.llm.base_url_env,
         api_key_env=agent.llm.api_key_env,
-        environ=environ,
     )
     return ModelGateway(
         endpoint,
@@ -253,8 +256,11 @@ async def drive(
     proxy: ModelProxy | None = None,
     process_restarts: int = 0,
     ports: PortClaims | None = None,
+    credentials: Credentials | None = None,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
+
+    ``credentials``: which key goes to which model endpoint (``gateway_for``).
 
     Raises:
         DriveInterrupted: the drive stopped with the run recoverable (a model
@@ -277,7 +283,7 @@ async def drive(
     if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:
         return ctx.view
     own_gateway = gateway is None
-    gateway = gateway or gateway_for(agent)
+    gateway = gateway or gateway_for(agent, credentials)
     try:
         # MCP servers are started only when the run first needs one live.
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}

@@ -24,6 +24,7 @@ from ._api_client_runs import add_client_run_routes
 from ._api_stream import add_stream_route
 from ._client_appends import ClientAppends
 from ._client_tools import ClientTool
+from ._credentials import Credentials
 from ._drivers import DriverSet
 from ._errors import OperationRefused, bad_request, internal, unknown_agent
 from ._event_hub import EventHub
@@ -61,6 +62,8 @@ class ServerState:
     detach_grace_seconds: float = 5.0
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).
     allow_process_agents: bool = False
+    # The model endpoints and MCP origins the operator declared: all a definition from HTTP may name.
+    credentials: Credentials = field(default_factory=Credentials)
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
     # Drive-token holds on client-driven runs.
@@ -147,7 +150,7 @@ def create_app(state: ServerState) -> QuartTrio:
         try:
             agent = parse_definition(
                 text, fmt, known_tools=runtime.registry.names(), allow_paths=False,
-                allow_processes=state.allow_process_agents,
+                allow_processes=state.allow_process_agents, credentials=state.credentials,
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None

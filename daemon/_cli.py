@@ -22,6 +22,7 @@ from salvor.protocol import CodedError, RunState, RunView, encode_envelope
 from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
+from ._credentials import CredentialError, Credentials
 from ._client_tools import ClientTool, load_declarations
 from ._demo_tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
@@ -306,6 +307,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="declare a tool clients perform themselves (TOML or JSON; repeatable)")
     p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
                    help="the loopback port process agents' model calls go through (default: a free one)")
+    p.add_argument("--model-endpoint", action="append", default=[], metavar="URL[,key_env=VAR|,key_file=PATH]",
+                   help="a model endpoint agents registered over HTTP may name, and the one key it gets (repeatable)")
+    p.add_argument("--mcp-origin", action="append", default=[], metavar="ORIGIN[,header_env=VAR]",
+                   help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
+                        "may name (repeatable)")
 
     # doctor opens no store, so it takes none of the common options.
     add_doctor_parser(sub)
@@ -344,7 +350,11 @@ def _serve_config(args: argparse.Namespace, url: str):
     except ValueError as exc:
         raise CliError(str(exc)) from None
     client_tools = _declarations(args.client_tool)
-    return ServeConfig(host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
+    try:
+        credentials = Credentials.for_daemon(args.model_endpoint, args.mcp_origin)
+    except CredentialError as exc:
+        raise CliError(str(exc)) from None
+    return ServeConfig(credentials=credentials, host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
                        wake_interval=args.wake_interval, demo_tools=args.demo_tools,
                        proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
 

@@ -60,7 +60,10 @@ async def open_session(
         raise
     except McpError as exc:
         await session.aclose()
-        raise McpUnavailable(spec.name, f"did not start a session: it {exc.detail}") from None
+        # A JSON-RPC error's message is the remote's own text: a refusal never quotes it.
+        detail = exc.detail if getattr(exc, "error", None) is None else (
+            f"answered initialize with a JSON-RPC error (code {exc.code})")
+        raise McpUnavailable(spec.name, f"did not start a session: it {detail}") from None
     except BaseException:
         await session.aclose()
         raise

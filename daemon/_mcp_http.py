@@ -26,7 +26,6 @@ from ._mcp_session import (
     Reply,
     Transport,
     encode,
-    excerpt,
     log,
 )
 from ._model_gateway import tls_context
@@ -105,8 +104,8 @@ class HttpTransport(Transport):
             session.fail(McpUnavailable(self.name, "no longer knows this session (HTTP 404)"))
             raise McpUnavailable(self.name, f"no longer knows this session (HTTP 404 to {method}); it was not performed")
         if 400 <= status < 500:
-            body = await self._read_capped(response, 2000, truncate=True)
-            raise McpRemoteError(self.name, f"refused {method} with HTTP {status}: {excerpt(body)}")
+            # The body is the remote's own text: never quoted, so a refusal cannot reflect it to whoever asked.
+            raise McpRemoteError(self.name, f"refused {method} with HTTP {status}")
         if status >= 300:
             raise McpNoAnswer(self.name, f"answered {method} with HTTP {status}")
         if reply is None:
@@ -117,20 +116,19 @@ class HttpTransport(Transport):
             try:
                 message = json.loads(body)
             except (ValueError, RecursionError):
-                raise McpNoAnswer(self.name, f"answered {method} with a body that is not JSON: {excerpt(body)}") from None
+                raise McpNoAnswer(self.name, f"answered {method} with a body that is not JSON, so not a valid MCP "
+                                             f"{method} result") from None
             await session.deliver(message)
         elif content_type == "text/event-stream":
             await self._read_events(session, response, reply)
         else:
             raise McpNoAnswer(self.name, f"answered {method} with Content-Type {content_type or 'none'}")
 
-    async def _read_capped(self, response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    async def _read_capped(self, response: httpx.Response, limit: int) -> bytes:
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
             if len(data) > limit:
-                if truncate:
-                    return bytes(data[:limit])
                 raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
         return bytes(data)
 
@@ -150,7 +148,7 @@ class HttpTransport(Transport):
                         try:
                             message = json.loads(payload)
                         except (ValueError, RecursionError):
-                            raise McpNoAnswer(self.name, f"sent an event that is not JSON: {excerpt(payload)}") from None
+                            raise McpNoAnswer(self.name, "sent an event that is not JSON, so not a valid MCP message") from None
                         await session.deliver(message)
                         if reply.done.is_set():
                             return

@@ -196,6 +196,10 @@ async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str
         for spec in servers:
             try:
                 listings[spec.name] = await connections.list_tools(spec.name)
+            except McpRemoteError as exc:
+                # A JSON-RPC error's message is the remote's text: say what failed, quote nothing.
+                failed = exc.message if exc.error is None else f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
+                raise McpBuildError(f"{failed}; the agent cannot be built without its tools") from None
             except McpError as exc:
                 raise McpBuildError(f"{exc.message}; the agent cannot be built without its tools") from None
     exposed_tools(servers, listings, taken)

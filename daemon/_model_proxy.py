@@ -128,8 +128,12 @@ class Upstream:
         return text
 
 
-def resolve_upstream(environ: Mapping[str, str] = os.environ) -> Upstream | None:
+def resolve_upstream(environ: Mapping[str, str] = os.environ, *, key: str | None = None) -> Upstream | None:
     """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+
+    ``key``: the upstream key the daemon read from a file at start
+    (``SALVOR_AGENT_KEY_FILE``, systemd's ``agent-key`` credential); it wins
+    over ``SALVOR_AGENT_KEY`` and the providers' variables.
 
     ``SALVOR_AGENT_UPSTREAM_TIMEOUT`` (seconds, default 600) bounds the wait
     for an answer; a value that is not a positive number keeps the default.
@@ -137,7 +141,7 @@ def resolve_upstream(environ: Mapping[str, str] = os.environ) -> Upstream | None
     base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
     if not base:
         return None
-    key = environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
+    key = key or environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
     try:
         timeout = float(environ.get("SALVOR_AGENT_UPSTREAM_TIMEOUT", DEFAULT_UPSTREAM_TIMEOUT))
     except ValueError:
@@ -398,7 +402,7 @@ class ProxySession:
             if self.upstream is None:
                 await reply.json(502, error_body(
                     wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY where the daemon runs"))
+                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs"))
                 return
             pending = self.ctx.view.pending
             if pending is not None:
@@ -546,6 +550,8 @@ class ModelProxy:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
         self.url = ""
+        # The live calls' upstream key when the daemon read one from a file (``resolve_upstream``).
+        self.upstream_key: str | None = None
         self._sessions: dict[str, ProxySession] = {}
 
     def attach(self, session: ProxySession) -> str:

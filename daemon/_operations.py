@@ -34,6 +34,7 @@ from salvor.store import SeqConflict
 from ._agent_def import AgentDefinition, DefinitionError, parse_definition
 from ._agent_loop import drive, offered_besides_mcp
 from ._client_tools import ClientTool, check_resolution
+from ._credentials import Credentials
 from ._errors import (
     OperationRefused,
     bad_request,
@@ -96,8 +97,11 @@ class Runtime:
         clock: Callable[[], datetime] = utc_now,
         proxy: ModelProxy | None = None,
         process_restarts: int = 0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.access = access
+        # Which key goes to which model endpoint; the command line's by default.
+        self.credentials = credentials or Credentials()
         # The loopback model proxy process agents are driven through; None
         # starts one per drive (the CLI).
         self.proxy = proxy
@@ -262,7 +266,7 @@ class Runtime:
         try:
             return await drive(
                 self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
-                process_restarts=self.process_restarts, ports=self.ports,
+                process_restarts=self.process_restarts, ports=self.ports, credentials=self.credentials,
             )
         finally:
             if agent.service is not None:

@@ -178,8 +178,8 @@ async def open_session_with_origin(
     """The proxy session of one drive, and the origin's log for a re-run (its MCP lanes answer from it too)."""
     origin = log[0].event.replay_of
     if origin is None:
-        session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=resolve_upstream(environ),
-                               client=proxy.client)
+        session = ProxySession(ctx, log, record_prompts=agent.record_prompts,
+                               upstream=resolve_upstream(environ, key=proxy.upstream_key), client=proxy.client)
         return session, None
     origin_log = await access.read(access.store.read_log, origin)
     session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,

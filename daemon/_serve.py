@@ -28,6 +28,7 @@ from salvor.protocol import CodedError
 from ._api import ServerState, create_app
 from ._api_front import AppendFront
 from ._client_steps import open_model_executor
+from ._credentials import Credentials
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
@@ -77,6 +78,9 @@ class ServeConfig:
     # How often a drive restarts a process agent a signal killed before it
     # leaves the run for a resume.
     process_restarts: int = 3
+    # The operator's model endpoints, MCP origins and key files
+    # (--model-endpoint, --mcp-origin); None: only the implicit ones.
+    credentials: Credentials | None = None
 
 
 def build_commit() -> str | None:
@@ -171,7 +175,10 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
         # this store left running when it was killed would otherwise run on
         # beside the copies recovery starts.
         await sweep_orphans(access.store.url)
-        runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts)
+        credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
+        proxy.upstream_key = credentials.upstream_key
+        runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts,
+                          credentials=credentials)
         hub = EventHub()
         access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()
@@ -187,7 +194,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     detach_grace_seconds=config.detach_grace_seconds,
                                     allow_process_agents=config.allow_process_agents,
                                     leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
-                                    client_tools=dict(config.client_tools))
+                                    client_tools=dict(config.client_tools), credentials=credentials)
                 if on_state is not None:
                     on_state(state)
                 hyper = listener_config(f"{config.host}:{config.port}", "salvor.http",

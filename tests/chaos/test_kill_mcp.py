@@ -71,7 +71,9 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
         f'\n[[mcp_servers]]\nname = "fx"\n{location}effects = {{ lookup = "read", write_note = "write" }}\n'
     )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.args.append("--allow-process-agents")
+    daemon.args += ["--allow-process-agents", "--model-endpoint", provider.base_url]
+    if http is not None:
+        daemon.args += ["--mcp-origin", f"http://127.0.0.1:{http.port}"]
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:

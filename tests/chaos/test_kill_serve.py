@@ -242,6 +242,7 @@ class Chaos:
         self._delay_lock = threading.Lock()
         self.provider = ScriptedProvider(plan_script, on_call=self._on_call)
         self.daemon = Daemon(tmp_path, store_url, self.effects)
+        self.daemon.args += ["--model-endpoint", self.provider.base_url]
         self.http = httpx.Client(base_url=self.daemon.base_url, timeout=10)
         self.agent: str | None = None
         self.plans: dict[str, list] = {}

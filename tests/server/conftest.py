@@ -22,6 +22,7 @@ import httpx
 import pytest
 import trio
 from salvor.daemon._api import ServerState
+from salvor.daemon._credentials import Credentials, DeclaredEndpoint, McpOrigin, origin_of
 from salvor.daemon._serve import ServeConfig, serve
 from salvor.daemon._tools import ToolRegistry
 
@@ -97,11 +98,46 @@ class Server:
 ServerFactory = Callable[..., Awaitable[Server]]
 
 
+@dataclass
+class Declarations:
+    """The test is the operator: every scripted provider it starts is a model endpoint its daemons declared."""
+
+    endpoints: list[str] = field(default_factory=list)
+    origins: list[McpOrigin] = field(default_factory=list)
+    daemons: list[Credentials] = field(default_factory=list)
+
+    def provider(self, base_url: str) -> None:
+        self.endpoints.append(base_url)
+        for credentials in self.daemons:
+            credentials.declare_endpoint(DeclaredEndpoint(base_url=base_url))
+
+    def mcp_origin(self, url: str, *header_envs: str) -> None:
+        """What ``--mcp-origin`` declares, for every daemon of the test."""
+        origin = McpOrigin(origin=origin_of(url), header_envs=frozenset(header_envs))
+        self.origins.append(origin)
+        for credentials in self.daemons:
+            credentials.declare_origin(origin)
+
+    def daemon(self, credentials: Credentials) -> Credentials:
+        for base_url in self.endpoints:
+            credentials.declare_endpoint(DeclaredEndpoint(base_url=base_url))
+        for origin in self.origins:
+            credentials.declare_origin(origin)
+        self.daemons.append(credentials)
+        return credentials
+
+
 @pytest.fixture
-async def server_factory(store_url: str) -> ServerFactory:
+def operator_declarations() -> Declarations:
+    return Declarations()
+
+
+@pytest.fixture
+async def server_factory(store_url: str, operator_declarations: Declarations) -> ServerFactory:
     """Start daemons over the test's store; every one is stopped gracefully afterwards.
 
-    ``await server_factory(auth_token=..., registry=..., **ServeConfig fields)``.
+    ``await server_factory(auth_token=..., registry=..., **ServeConfig fields)``. Each
+    daemon declares the test's scripted providers as model endpoints (``Declarations``).
     """
     started: list[Server] = []
     async with trio.open_nursery() as nursery:
@@ -110,6 +146,7 @@ async def server_factory(store_url: str) -> ServerFactory:
             *, auth_token: str | None = None, registry: ToolRegistry | None = None, **overrides: Any
         ) -> Server:
             settings = {"wake_interval": 0, "demo_tools": True, "shutdown_seconds": 5.0, **overrides}
+            settings["credentials"] = operator_declarations.daemon(settings.get("credentials") or Credentials.for_daemon())
             config = ServeConfig(host="127.0.0.1", port=0, store_url=store_url, auth_token=auth_token, **settings)
             stop, stopped = trio.Event(), trio.Event()
             states: list[ServerState] = []
@@ -144,13 +181,14 @@ async def server(server_factory: ServerFactory) -> Server:
 
 
 @pytest.fixture
-def providers() -> Iterator[Callable[..., ScriptedProvider]]:
+def providers(operator_declarations: Declarations) -> Iterator[Callable[..., ScriptedProvider]]:
     """Start scripted providers (``providers(script, **kwargs)``); all stopped afterwards."""
     started: list[ScriptedProvider] = []
 
     def start(script, **kwargs) -> ScriptedProvider:
         provider = ScriptedProvider(script, **kwargs)
         started.append(provider)
+        operator_declarations.provider(provider.base_url)
         return provider
 
     yield start

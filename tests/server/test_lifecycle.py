@@ -80,8 +80,11 @@ class NotifySocket:
 class Daemon:
     """One ``salvor serve`` subprocess; ``start`` returns once it has said READY=1."""
 
-    def __init__(self, store_url: str, tmp: Path, *, wake_interval: float = 0, effects: Path | None = None) -> None:
+    def __init__(self, store_url: str, tmp: Path, *, wake_interval: float = 0, effects: Path | None = None,
+                 endpoints=lambda: ()) -> None:
         self.store_url = store_url
+        # The model endpoints each life declares (the test's providers so far).
+        self.endpoints = endpoints
         self.tmp = tmp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -94,7 +97,8 @@ class Daemon:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "salvor.daemon._cli", "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--store", self.store_url, "--demo-tools", "--wake-interval", str(self.wake_interval)]
+                "--store", self.store_url, "--demo-tools", "--wake-interval", str(self.wake_interval),
+                *(arg for url in self.endpoints() for arg in ("--model-endpoint", url))]
 
     async def start(self, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> None:
         self.lives += 1
@@ -151,11 +155,12 @@ class Daemon:
 
 
 @pytest.fixture
-async def daemons(store_url, tmp_path):
+async def daemons(store_url, tmp_path, providers):
     made: list[Daemon] = []
 
     def make(**kwargs) -> Daemon:
-        daemon = Daemon(store_url, tmp_path, effects=tmp_path / "effects.jsonl", **kwargs)
+        daemon = Daemon(store_url, tmp_path, effects=tmp_path / "effects.jsonl",
+                        endpoints=lambda: [p.base_url for p in providers.started], **kwargs)
         made.append(daemon)
         return daemon
 
@@ -176,6 +181,7 @@ def providers():
         started.append(provider)
         return provider
 
+    start.started = started
     yield start
     for hold in holds:
         hold.release_all()
@@ -444,6 +450,9 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
         (["--auth-token", "SALVOR_TEST_TOKEN_UNSET"], "SALVOR_TEST_TOKEN_UNSET"),
         (["--listen", "bad"], "--listen"),
         (["--listen", "127.0.0.1:99999"], "--listen"),
+        (["--model-endpoint", "api.example.com"], "--model-endpoint needs an http:// or https:// URL"),
+        (["--model-endpoint", "http://127.0.0.1:9,key_file=/nonexistent/key"], "cannot read the key_file"),
+        (["--mcp-origin", "https://tools.example.com/mcp"], "--mcp-origin needs an origin"),
     ],
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):

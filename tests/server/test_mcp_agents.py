@@ -21,6 +21,13 @@ from .api_support import assert_error, read_log_independently, snapshot
 from .conftest import agent_toml
 
 
+@pytest.fixture(autouse=True)
+def declared(operator_declarations) -> None:
+    # The address the refusal cases aim at, declared so each reaches the refusal it is about.
+    operator_declarations.provider("http://127.0.0.1:9")
+    operator_declarations.mcp_origin("http://127.0.0.1:9")
+
+
 @pytest.fixture
 def fx(tmp_path: Path) -> FixtureServer:
     directory = tmp_path / "fx"
@@ -53,8 +60,10 @@ async def test_registration_builds_the_agent_and_closes_its_servers(server_facto
     assert [e["tool"] for e in fx.ledger] == ["lookup", "write_note"]
 
 
-async def test_an_http_server_needs_no_opt_in_without_header_secrets(server, providers, fx):
+async def test_an_http_server_on_a_declared_origin_needs_no_opt_in_without_header_secrets(
+        server, providers, fx, operator_declarations):
     http = HttpFixtureServer(fx, sse=True)
+    operator_declarations.mcp_origin(http.url)
     try:
         provider = providers(tool_loop_script([("lookup", {"key": "h"})], final_text="ok"))
         definition = agent_toml(provider.base_url) + f'\n[[mcp_servers]]\nname = "web"\nurl = "{http.url}"\n'
@@ -114,13 +123,20 @@ async def test_a_stdio_server_over_http_needs_the_process_opt_in(server, fx):
     assert fx.starts == [] and await snapshot(server) == before
 
 
-async def test_a_header_secret_over_http_needs_the_opt_in(server):
+@pytest.mark.parametrize("opt_in", [False, True])
+async def test_a_header_secret_over_http_needs_the_operator_to_bind_it(server_factory, operator_declarations, opt_in):
+    # --allow-process-agents does not cover it: only the origin's own header_env does.
+    server = await server_factory(allow_process_agents=opt_in)
+    operator_declarations.mcp_origin("https://tools.example.com", "DESK_TOKEN")
     definition = agent_toml("http://127.0.0.1:9") + (
         '\n[[mcp_servers]]\nname = "web"\nurl = "https://tools.example.com/mcp"\n'
         'headers = { Authorization = "Bearer ${ANTHROPIC_API_KEY}" }\n')
     response = await server.client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
     error = assert_error(response, 400, "bad_request")
-    assert "sends the daemon's own environment to a URL" in error["message"]
+    assert error["message"] == (
+        "the agent definition does not build: [[mcp_servers]] 'web': the headers name ${ANTHROPIC_API_KEY}, which the "
+        "operator did not bind to https://tools.example.com:443; the operator binds it with "
+        "`salvor serve --mcp-origin ORIGIN[,header_env=VAR]`")
 
 
 async def test_a_json_definition_with_servers_registers_too(server_factory, fx):
