@@ -34,6 +34,7 @@ from ._http import (
     error_response,
     json_object,
     json_response,
+    whole_number,
 )
 from ._leases import LeaseRegistry
 from ._model_gateway import ModelGateway
@@ -59,6 +60,8 @@ class ServerState:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    # How long any request body may take to arrive whole before it is answered 408.
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).
     allow_process_agents: bool = False
     # Set when the daemon begins a graceful stop: open streams end at once.
@@ -103,7 +106,9 @@ def create_app(state: ServerState) -> QuartTrio:
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
-    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_SECONDS
+    # Quart hands it to every request as ``request.body_timeout``; ``body_bytes`` applies it to the
+    # whole body. (Quart's own use of it covers only get_data() and answers in HTML.)
+    app.config["BODY_TIMEOUT"] = state.body_timeout_seconds
     runtime = state.runtime
 
     @app.before_request
@@ -233,10 +238,7 @@ def create_app(state: ServerState) -> QuartTrio:
             label = (key, value)
         limit = None
         if "limit" in args:
-            try:
-                limit = int(args["limit"])
-            except ValueError:
-                limit = 0
+            limit = whole_number(args["limit"]) or 0
             if not 1 <= limit <= MAX_PAGE:
                 raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
         cursor = args.get("cursor")

@@ -1,5 +1,5 @@
 """Request and response plumbing shared by every route: the one error envelope,
-strict JSON bodies, bearer-token auth.
+bodies read under a deadline and a cap, strict JSON, bearer-token auth.
 
 A refusal here happens before any route runs, so it records nothing.
 """
@@ -9,29 +9,47 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import re
+from collections.abc import AsyncIterator
 from typing import Any
 
+import trio
 from quart import Response, request
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, MalformedJson, excerpt, parse_strict
 
-from ._errors import OperationRefused, bad_request
+from ._errors import OperationRefused, bad_request, request_timeout
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-# How long a request body may take to arrive whole (a client that stops sending mid-body).
-BODY_TIMEOUT_SECONDS = 60
+# How long a request body may take to arrive whole (a client that stops sending mid-body);
+# the default of the daemon's ``body_timeout_seconds`` setting.
+BODY_TIMEOUT_SECONDS = 60.0
 _ABSENT: Any = object()
 
 
 def error_response(error: CodedError) -> Response:
-    return Response(
+    response = Response(
         json.dumps(error.to_json(), ensure_ascii=False),
         status=error.status,
         content_type="application/json",
     )
+    if error.status == 408:
+        # The rest of a stalled body is still unread: the connection cannot carry another request.
+        response.headers["Connection"] = "close"
+    return response
 
 
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+
+
+# ASCII digits only, and few enough for the store's 64-bit integers: int() alone would take
+# "+5", " 5", "5_000" and other scripts' digits ("١٢").
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+def whole_number(text: str) -> int | None:
+    """A query parameter or header as a non-negative integer; None when it is not ASCII digits (at most 18)."""
+    return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def unauthorized() -> OperationRefused:
@@ -80,43 +98,44 @@ class CappedBody:
         return bytes(self._data)
 
 
-async def body_bytes() -> bytes:
-    """The request body (see ``CappedBody``)."""
+async def read_body(chunks: AsyncIterator[bytes], deadline_seconds: float | None) -> bytes:
+    """The whole body of a request from its chunks, under one deadline and the size cap.
+
+    Every route reads its body here: the Quart routes from ``request.body``,
+    the ASGI front from ``asgi_chunks(receive)``.
+
+    Raises:
+        OperationRefused: request_timeout (408) when the body did not arrive
+            whole within ``deadline_seconds``; payload_too_large (413) over the cap.
+            Whatever ``chunks`` raises (a client gone) passes through.
+            Either way nothing was read into any run.
+    """
     body = CappedBody()
-    async for chunk in request.body:
-        body.add(chunk)
-    return body.whole()
+    with trio.move_on_after(math.inf if deadline_seconds is None else deadline_seconds):
+        async for chunk in chunks:
+            body.add(chunk)
+        return body.whole()
+    raise request_timeout(deadline_seconds)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text} is out of range")
-    return value
+async def body_bytes() -> bytes:
+    """The Quart request's body (see ``read_body``), under the app's ``BODY_TIMEOUT``."""
+    return await read_body(request.body, request.body_timeout)
 
 
 def parse_json(data: bytes) -> Any:
-    """Strict JSON: no NaN or Infinity, finite numbers, no lone surrogates.
+    """A caller's JSON body by the strict, bounded parser (``salvor.protocol.parse_strict``).
 
-    Anything looser would pass here and fail later, where a value is hashed
-    or stored (a 500 instead of a 400).
+    Anything looser would pass here and fail later, where a value is hashed,
+    walked or stored (a 500, or a run that crashes every time it is driven).
 
     Raises:
         OperationRefused: bad_request, naming what is wrong.
     """
     try:
-        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
-        # A lone surrogate escape decodes, but no UTF-8 store or hash can carry it.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except RecursionError:
-        raise bad_request("the body is nested too deeply") from None
-    except ValueError as exc:  # includes UnicodeError
-        raise bad_request(f"the body is not valid JSON: {exc}") from None
-    return value
+        return parse_strict(data, "the body")
+    except MalformedJson as exc:
+        raise bad_request(exc.message) from None
 
 
 async def json_object(*, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False) -> dict:
@@ -138,13 +157,13 @@ def object_from(data: bytes, mimetype: str, *, allowed: set[str], required: set[
             return {}
         raise bad_request("the request needs a JSON object body")
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise bad_request(f"the body must be application/json, not {mimetype}")
+        raise bad_request(f"the body must be application/json, not {excerpt(mimetype)}")
     body = parse_json(data)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field `{unknown[0]}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
+        raise bad_request(f"unknown field `{excerpt(unknown[0])}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
     missing = sorted(required - set(body))
     if missing:
         raise bad_request(f"the body is missing `{missing[0]}`")

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
+from salvor.protocol import MalformedJson, parse_strict
 
 from ._asgi import answer_lifespan
 from ._http_server import listener_config
@@ -91,9 +92,9 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         await _respond(send, 413, _refusal(INVALID_REQUEST, f"the message is over the {MAX_MESSAGE_BYTES}-byte cap"))
         return
     try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
-        await _respond(send, 400, _refusal(PARSE_ERROR, "the body is not JSON"))
+        message = parse_strict(raw, "the body")
+    except MalformedJson as exc:
+        await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
         return
     if isinstance(message, list):
         await _respond(send, 400, _refusal(

@@ -39,9 +39,11 @@ import trio
 from salvor.protocol import (
     Envelope,
     EventKind,
+    MalformedJson,
     ModelCallCompleted,
     ModelCallRequested,
     RunFailed,
+    parse_strict,
     sha256_hash,
 )
 
@@ -567,9 +569,10 @@ class ModelProxy:
             if not message.get("more_body"):
                 break
         try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+            body = parse_strict(bytes(raw), "the request body")
+        except MalformedJson as exc:
+            await reply.json(400, error_body(wire, 400, exc.message))
+            return
         if not isinstance(body, dict):
             await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
             return

@@ -25,6 +25,7 @@ from salvor.protocol import (
     SchemaViolation,
     ToolCallCompleted,
     check_labels,
+    excerpt,
     parse_instant,
     validate,
     validate_budget_extension,
@@ -70,7 +71,7 @@ def parse_run_id(text: str) -> str:
     try:
         return str(uuid.UUID(text))
     except (ValueError, AttributeError, TypeError):
-        raise bad_request(f"{text!r} is not a run id (a run id is a UUID)") from None
+        raise bad_request(f"{excerpt(text)!r} is not a run id (a run id is a UUID)") from None
 
 
 def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
