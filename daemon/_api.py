@@ -15,7 +15,7 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
-from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, fold
+from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, excerpt, fold
 from salvor.store import RunSummary
 from werkzeug.exceptions import HTTPException
 
@@ -123,8 +123,8 @@ def create_app(state: ServerState) -> QuartTrio:
     async def http_error(error: HTTPException):
         code = _HTTP_CODES.get(error.code, "bad_request")
         message = {
-            404: f"no route {request.method} {request.path}",
-            405: f"{request.method} is not allowed on {request.path}",
+            404: f"no route {excerpt(request.method)} {excerpt(request.path)}",
+            405: f"{excerpt(request.method)} is not allowed on {excerpt(request.path)}",
         }.get(error.code, error.description or error.name)
         return error_response(OperationRefused(code, error.code or 400, message))
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import MalformedEvent
+from ._errors import MalformedEvent, excerpt
 from ._events import EVENT_TYPES, Event
 from ._strict_json import MAX_NESTING, MalformedJson, parse_strict
 
@@ -69,7 +69,7 @@ def decode_event(kind: Any, payload: Any) -> Event:
     """
     event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if event_type is None:
-        raise MalformedEvent(f"unknown event kind {kind!r}")
+        raise MalformedEvent(f"unknown event kind {excerpt(kind)!r}" if isinstance(kind, str) else "an event kind must be a string")
     return event_type.from_payload(payload)
 
 

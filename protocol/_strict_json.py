@@ -34,6 +34,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BOM = b"\xef\xbb\xbf"
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
 
 
 class MalformedJson(ProtocolError):
@@ -141,6 +142,8 @@ def decode_text(data: bytes, what: str) -> str:
     """
     if data.startswith(_BOM):
         raise MalformedJson(f"{what} starts with a byte-order mark; send UTF-8 without one")
+    if data.startswith(_WIDE_BOMS):
+        raise MalformedJson(f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8")
     if b"\x00" in data:
         # UTF-16 and UTF-32 put NUL bytes beside every ASCII character; UTF-8 text never holds one.
         raise MalformedJson(f"{what} holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)")
