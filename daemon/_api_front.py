@@ -23,9 +23,9 @@ from typing import Any
 from salvor.protocol import CodedError
 
 from ._api import ServerState
-from ._asgi import Disconnected, asgi_chunks
 from ._errors import internal
-from ._http import bearer_matches, object_from, read_body, unauthorized
+from ._http import bearer_matches, object_from, unauthorized
+from ._request_body import Disconnected, asgi_chunks, read_body
 
 log = logging.getLogger("salvor.api")
 

@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
-import trio
 from quart import Response, request
 from salvor.protocol import CodedError, MalformedJson, excerpt, parse_strict
 
-from ._errors import OperationRefused, bad_request, request_timeout
+from ._errors import OperationRefused, bad_request
+from ._request_body import BODY_TIMEOUT_SECONDS as BODY_TIMEOUT_SECONDS
+from ._request_body import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ._request_body import read_body
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-# How long a request body may take to arrive whole (a client that stops sending mid-body);
-# the default of the daemon's ``body_timeout_seconds`` setting.
-BODY_TIMEOUT_SECONDS = 60.0
 _ABSENT: Any = object()
 
 
@@ -72,54 +68,12 @@ def check_bearer(expected: str | None) -> None:
         raise unauthorized()
 
 
-class CappedBody:
-    """Collects a request body, holding at most ``MAX_BODY_BYTES`` of it in memory.
-
-    The rest of an oversized body is still read (and dropped) rather than
-    left unread: most clients send their whole body before they read an
-    answer, so they would otherwise never see the 413.
-    """
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self._over = False
-
-    def add(self, chunk: bytes) -> None:
-        if not self._over:
-            self._data.extend(chunk)
-            if len(self._data) > MAX_BODY_BYTES:
-                self._over = True
-                self._data.clear()
-
-    def whole(self) -> bytes:
-        """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
-        if self._over:
-            raise OperationRefused("payload_too_large", 413, f"the body is over the {MAX_BODY_BYTES}-byte cap")
-        return bytes(self._data)
-
-
-async def read_body(chunks: AsyncIterator[bytes], deadline_seconds: float | None) -> bytes:
-    """The whole body of a request from its chunks, under one deadline and the size cap.
-
-    Every route reads its body here: the Quart routes from ``request.body``,
-    the ASGI front from ``asgi_chunks(receive)``.
+async def body_bytes() -> bytes:
+    """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
 
     Raises:
-        OperationRefused: request_timeout (408) when the body did not arrive
-            whole within ``deadline_seconds``; payload_too_large (413) over the cap.
-            Whatever ``chunks`` raises (a client gone) passes through.
-            Either way nothing was read into any run.
+        OperationRefused: request_timeout (408) or payload_too_large (413).
     """
-    body = CappedBody()
-    with trio.move_on_after(math.inf if deadline_seconds is None else deadline_seconds):
-        async for chunk in chunks:
-            body.add(chunk)
-        return body.whole()
-    raise request_timeout(deadline_seconds)
-
-
-async def body_bytes() -> bytes:
-    """The Quart request's body (see ``read_body``), under the app's ``BODY_TIMEOUT``."""
     return await read_body(request.body, request.body_timeout)
 
 
