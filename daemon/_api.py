@@ -43,7 +43,8 @@ from ._operations import MISSING, Runtime, parse_run_id
 
 log = logging.getLogger("salvor.api")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "bad_request"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
+               415: "bad_request"}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
 MAX_PAGE = 1000
 

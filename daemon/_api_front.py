@@ -9,9 +9,10 @@ handler and about 0.4 ms behind the daemon's listener (``_http_server.py``),
 most of it the HTTP stack's (measured with ``tests/bench/bench_client_runs.py``).
 
 It answers exactly as the Quart route would: the bearer token first, then
-the run and its drive token, then the body (the same reader: one deadline,
-the 8 MB cap; strict JSON, an object with only ``events``), the same error envelope, and a bug as the same 500. Every
-other request passes through to the app untouched.
+the run and its drive token, then the body (the same reader, so the same
+deadline and 8 MB cap; strict JSON; an object with only ``events``), the
+same error envelope, and a bug as the same 500. Every other request passes
+through to the app untouched.
 """
 
 from __future__ import annotations

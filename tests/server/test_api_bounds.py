@@ -12,6 +12,7 @@ was sent.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 
@@ -220,7 +221,7 @@ async def test_a_stored_input_too_deep_to_drive_fails_the_run_with_a_reason_inst
     assert (await get_run(server, run_id))["event_count"] == 2
 
 
-# -- integers take ASCII digits only --------------------------------------------------------
+# -- query parameters -------------------------------------------------------------------------
 
 NOT_DIGITS = ["١٢", "+5", " 5", "5 ", "5_000", "-1", "0x10", "1e3", "", "9" * 19, "５"]
 
@@ -242,6 +243,10 @@ async def test_integer_parameters_and_last_event_id_take_ascii_digits_only(serve
             error = assert_error(await server.client.get(f"/v1/runs/{run_id}/events",
                                                          headers={"Last-Event-ID": text}), 400, "bad_request")
             assert "Last-Event-ID" in error["message"]
+    # The listing cursor comes back from the caller too: a crafted one is a 400, however deep.
+    for cursor in (base64.urlsafe_b64encode(deep_text(5000).encode()).decode(), "A" * 5000):
+        error = assert_error(await server.client.get("/v1/runs", params={"cursor": cursor}), 400, "bad_request")
+        assert "is not one this store issued" in error["message"] and len(error["message"]) < 200
     # Plain digits still work.
     assert (await server.client.get("/v1/runs", params={"limit": "5"})).status_code == 200
     assert (await server.client.get(f"/v1/client-runs/{opened['run']}/log", params={"from_seq": "0"})).status_code == 200
