@@ -18,6 +18,7 @@ wrong and quoting at most a short prefix of what was sent.
 
 from __future__ import annotations
 
+import array
 import itertools
 import json
 import math
@@ -28,10 +29,13 @@ from ._errors import ProtocolError, excerpt
 
 MAX_NESTING = 128
 
-# A JSON string, unrolled so the regex engine does not alternate per character.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string, or an unterminated one to the end of the text. The possessive quantifiers and
+# the end-of-text alternative keep the scan linear: a pattern that could fail and retry from the
+# next quote takes quadratic time on text such as `"\"\"\"...` (an 8 MB body would hold the loop).
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\Z)', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# Each bracket as a signed byte, +1 opening and -1 closing, so the running depth is summed in C.
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BOM = b"\xef\xbb\xbf"
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
@@ -55,7 +59,8 @@ def text_depth(text: str, limit: int = MAX_NESTING) -> int:
     if opens <= limit:
         return opens  # an upper bound, and within the limit: no need to look closer
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(itertools.accumulate(_STEP[c] for c in brackets), default=0)
+    signs = array.array("b", brackets.encode("ascii").translate(_SIGNS))
+    return max(itertools.accumulate(signs), default=0)
 
 
 def value_depth(value: Any) -> int:

@@ -102,6 +102,16 @@ def test_the_depth_is_measured_without_recursion() -> None:
     check_nesting(parse_strict(arrays(MAX_NESTING)), "the definition")
 
 
+def test_the_depth_scan_stays_linear_on_strings_that_never_close() -> None:
+    # Over the fast path's bracket count, then 4 MB that a naive string pattern would rescan from
+    # every escaped quote (quadratic: hours). Both are measured in one pass and refused for their depth.
+    brackets = "[" * (MAX_NESTING + 1)
+    for text in (brackets + '"' + '\\"' * 2_000_000, brackets + '"' + "a" * 4_000_000 + "\\"):
+        assert text_depth(text) == MAX_NESTING + 1
+        with pytest.raises(MalformedJson, match="levels deep"):
+            parse_strict(text)
+
+
 def test_an_envelope_holding_a_limit_deep_input_reads_back() -> None:
     run_input = parse_strict(arrays(MAX_NESTING - 1))
     envelope = Envelope(run_id="r", seq=0, schema_version=1, recorded_at="2026-01-01T00:00:00Z",
