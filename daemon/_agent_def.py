@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from salvor.protocol import BUDGET_KINDS, MalformedEvent, check_schema, sha256_hash
+from salvor.protocol import (
+    BUDGET_KINDS,
+    MAX_NESTING,
+    MalformedEvent,
+    MalformedJson,
+    check_nesting,
+    check_schema,
+    parse_strict,
+    sha256_hash,
+)
 
 from ._credentials import Credentials, Undeclared
 from ._http_values import HEADER_NAME, is_http_url, stray_placeholder
@@ -162,11 +171,15 @@ def parse_definition(
         DefinitionError: with one sentence naming what is wrong.
     """
     try:
-        raw = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+        raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition")
+        # TOML nests through dotted keys and tables too: the parsed value is measured, by a stack.
+        check_nesting(raw, "the definition")
+    except MalformedJson as exc:
+        raise DefinitionError(exc.message) from None
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
-    except RecursionError:
-        raise DefinitionError(f"the definition is nested too deeply to be valid {fmt.upper()}") from None
+    except RecursionError:  # tomllib's parser recurses on nested arrays and inline tables
+        raise DefinitionError(f"the definition nests too deeply; the limit is {MAX_NESTING} levels") from None
     _expect(isinstance(raw, dict), "`the definition` must be a table")
     if "kind" in raw:
         kind = raw["kind"]

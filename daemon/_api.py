@@ -15,7 +15,7 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
-from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, fold
+from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, excerpt, fold
 from salvor.store import RunSummary
 from werkzeug.exceptions import HTTPException
 
@@ -35,6 +35,7 @@ from ._http import (
     error_response,
     json_object,
     json_response,
+    whole_number,
 )
 from ._leases import LeaseRegistry
 from ._model_gateway import ModelGateway
@@ -43,7 +44,8 @@ from ._operations import MISSING, Runtime, parse_run_id
 
 log = logging.getLogger("salvor.api")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 415: "bad_request"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
+               415: "bad_request"}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
 MAX_PAGE = 1000
 
@@ -60,6 +62,8 @@ class ServerState:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    # How long any request body may take to arrive whole before it is answered 408.
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).
     allow_process_agents: bool = False
     # The model endpoints and MCP origins the operator declared: all a definition from HTTP may name.
@@ -106,7 +110,9 @@ def create_app(state: ServerState) -> QuartTrio:
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
-    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_SECONDS
+    # Quart hands it to every request as ``request.body_timeout``; ``body_bytes`` applies it to the
+    # whole body. (Quart's own use of it covers only get_data() and answers in HTML.)
+    app.config["BODY_TIMEOUT"] = state.body_timeout_seconds
     runtime = state.runtime
 
     @app.before_request
@@ -121,8 +127,8 @@ def create_app(state: ServerState) -> QuartTrio:
     async def http_error(error: HTTPException):
         code = _HTTP_CODES.get(error.code, "bad_request")
         message = {
-            404: f"no route {request.method} {request.path}",
-            405: f"{request.method} is not allowed on {request.path}",
+            404: f"no route {excerpt(request.method)} {excerpt(request.path)}",
+            405: f"{excerpt(request.method)} is not allowed on {excerpt(request.path)}",
         }.get(error.code, error.description or error.name)
         return error_response(OperationRefused(code, error.code or 400, message))
 
@@ -236,10 +242,7 @@ def create_app(state: ServerState) -> QuartTrio:
             label = (key, value)
         limit = None
         if "limit" in args:
-            try:
-                limit = int(args["limit"])
-            except ValueError:
-                limit = 0
+            limit = whole_number(args["limit"]) or 0
             if not 1 <= limit <= MAX_PAGE:
                 raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
         cursor = args.get("cursor")

@@ -30,7 +30,7 @@ from ._client_performed import (
 )
 from ._client_steps import ModelCall, open_model_step, perform_model_step, tool_step
 from ._errors import OperationRefused, bad_request, unknown_run
-from ._http import json_object, json_response
+from ._http import json_object, json_response, whole_number
 from ._operations import parse_run_id
 
 TOKEN_HEADER = "X-Drive-Token"
@@ -98,12 +98,12 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     @app.get("/v1/client-runs/<run_id>/log")
     async def client_log(run_id: str):
         run_id = parse_run_id(run_id)
-        from_seq = request.args.get("from_seq", "0")
-        if not from_seq.isdigit():
-            raise bad_request("`from_seq` must be a whole number")
+        from_seq = whole_number(request.args.get("from_seq", "0"))
+        if from_seq is None:
+            raise bad_request("`from_seq` must be a whole number (ASCII digits only)")
         if not await client_driven(run_id):
             raise unknown_run(run_id)
-        log = await runtime.access.read(runtime.access.store.read_log, run_id, int(from_seq))
+        log = await runtime.access.read(runtime.access.store.read_log, run_id, from_seq)
         return json_response({"log": [e.to_json() for e in log]})
 
     @app.post("/v1/client-runs/<run_id>/model-step")

@@ -9,9 +9,10 @@ handler and about 0.4 ms behind the daemon's listener (``_http_server.py``),
 most of it the HTTP stack's (measured with ``tests/bench/bench_client_runs.py``).
 
 It answers exactly as the Quart route would: the bearer token first, then
-the run and its drive token, then the body (8 MB cap, JSON object, only
-``events``), the same error envelope, and a bug as the same 500. Every
-other request passes through to the app untouched.
+the run and its drive token, then the body (the same reader, so the same
+deadline and 8 MB cap; strict JSON; an object with only ``events``), the
+same error envelope, and a bug as the same 500. Every other request passes
+through to the app untouched.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import json
 import logging
 from typing import Any
 
-import trio
 from salvor.protocol import CodedError
 
 from ._api import ServerState
-from ._errors import OperationRefused, internal
-from ._http import BODY_TIMEOUT_SECONDS, CappedBody, bearer_matches, object_from, unauthorized
+from ._errors import internal
+from ._http import bearer_matches, object_from, unauthorized
+from ._request_body import Disconnected, asgi_chunks, read_body
 
 log = logging.getLogger("salvor.api")
 
@@ -54,7 +55,7 @@ class AppendFront:
             return
         try:
             status, body = 200, await self._append(scope, receive, run_id)
-        except _Disconnected:
+        except Disconnected:
             return
         except CodedError as error:
             status, body = error.status, error.to_json()
@@ -63,9 +64,11 @@ class AppendFront:
             error = internal()
             status, body = error.status, error.to_json()
         payload = json.dumps(body, ensure_ascii=False).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        if status == 408:
+            # The rest of a stalled body is still unread: the connection cannot carry another request.
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
     async def _append(self, scope: dict, receive: Any, run_id: str) -> dict:
@@ -77,24 +80,6 @@ class AppendFront:
         appends = self._state.client_appends
         token = headers.get(b"x-drive-token")
         run_id = await appends.driving(run_id, None if token is None else token.decode("latin-1"))
-        data = await _read_body(receive)
+        data = await read_body(asgi_chunks(receive), self._state.body_timeout_seconds)
         mimetype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
         return await appends.append(run_id, object_from(data, mimetype, allowed={"events"}, required={"events"}))
-
-
-class _Disconnected(Exception):
-    """The client went away mid-body: nobody is left to answer."""
-
-
-async def _read_body(receive: Any) -> bytes:
-    body = CappedBody()
-    with trio.move_on_after(BODY_TIMEOUT_SECONDS):
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            body.add(message.get("body", b""))
-            if not message.get("more_body", False):
-                return body.whole()
-    raise OperationRefused("bad_request", 408,
-                           f"the request body did not arrive whole within {BODY_TIMEOUT_SECONDS} seconds")

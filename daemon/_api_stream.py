@@ -20,6 +20,7 @@ from quart_trio import QuartTrio
 from salvor.protocol import RunState, fold, step
 
 from ._errors import bad_request, unknown_run
+from ._http import whole_number
 from ._event_hub import LiveEvent, event_frame
 from ._operations import parse_run_id
 
@@ -38,22 +39,16 @@ def end_frame(body: dict) -> bytes:
 def _cursor() -> int:
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is not None:
-        try:
-            seq = int(last_event_id)
-        except ValueError:
-            raise bad_request("Last-Event-ID must be the seq of an event this stream sent") from None
-        if seq < 0:
-            raise bad_request("Last-Event-ID must not be negative")
+        seq = whole_number(last_event_id)
+        if seq is None:
+            raise bad_request("Last-Event-ID must be the seq of an event this stream sent (ASCII digits only)")
         return seq + 1
     from_seq = request.args.get("from_seq")
     if from_seq is None:
         return 0
-    try:
-        seq = int(from_seq)
-    except ValueError:
-        raise bad_request("from_seq must be a whole number") from None
-    if seq < 0:
-        raise bad_request("from_seq must not be negative")
+    seq = whole_number(from_seq)
+    if seq is None:
+        raise bad_request("from_seq must be a whole number (ASCII digits only)")
     return seq
 
 

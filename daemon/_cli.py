@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 from salvor import __version__
-from salvor.protocol import CodedError, RunState, RunView, encode_envelope
+from salvor.protocol import CodedError, MalformedJson, RunState, RunView, encode_envelope, parse_strict
 from salvor.store import default_store_url, normalize_store_url
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
@@ -41,11 +41,10 @@ class CliError(Exception):
 
 def _json_arg(flag: str, text: str) -> Any:
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return parse_strict(text, flag)
+    except MalformedJson as exc:
         raise CliError(
-            f"{flag} is not valid JSON ({exc.msg} at position {exc.pos}); quote it for the shell, "
-            f"e.g. {flag} '{{\"invoice_id\": \"INV-1001\"}}'"
+            f"{exc.message}; quote it for the shell, e.g. {flag} '{{\"invoice_id\": \"INV-1001\"}}'"
         ) from None
 
 

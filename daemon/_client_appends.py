@@ -26,6 +26,7 @@ from salvor.protocol import (
     check_labels,
     decode_envelope,
     encode_payload,
+    excerpt,
 )
 from salvor.store import SeqConflict
 
@@ -71,7 +72,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
         except MalformedEvent as exc:
             raise bad_request(f"events[{index}]: {exc.message}") from None
         if envelope.run_id != run_id:
-            raise bad_request(f"events[{index}] is for run {envelope.run_id}, not {run_id}")
+            raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
         kind = envelope.event.KIND
         if kind not in APPENDABLE:
             raise OperationRefused(

@@ -7,7 +7,7 @@ always means nothing was recorded.
 
 from __future__ import annotations
 
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, excerpt
 
 
 class OperationRefused(CodedError):
@@ -25,19 +25,25 @@ def internal() -> OperationRefused:
 
 
 def unknown_run(run_id: str) -> OperationRefused:
-    return OperationRefused("unknown_run", 404, f"no run {run_id} in this store")
+    return OperationRefused("unknown_run", 404, f"no run {excerpt(run_id)} in this store")
 
 
 def unknown_agent(agent: str) -> OperationRefused:
     return OperationRefused(
         "unknown_agent",
         404,
-        f"no agent {agent} is stored here; run it once with `salvor run AGENT_FILE` to register it",
+        f"no agent {excerpt(agent)} is stored here; run it once with `salvor run AGENT_FILE` to register it",
     )
 
 
 def bad_request(message: str, *, details: dict | None = None) -> OperationRefused:
     return OperationRefused("bad_request", 400, message, details=details)
+
+
+def request_timeout(seconds: float | None) -> OperationRefused:
+    """A body that stalled: the request is answered and dropped, and nothing of it was used."""
+    return OperationRefused("request_timeout", 408,
+                            f"the request body did not arrive whole within {seconds:g} seconds")
 
 
 def wrong_state(message: str) -> OperationRefused:

@@ -1,5 +1,5 @@
 """Request and response plumbing shared by every route: the one error envelope,
-strict JSON bodies, bearer-token auth.
+bodies read under a deadline and a cap, strict JSON, bearer-token auth.
 
 A refusal here happens before any route runs, so it records nothing.
 """
@@ -8,30 +8,44 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
+import re
 from typing import Any
 
 from quart import Response, request
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, MalformedJson, excerpt, parse_strict
 
 from ._errors import OperationRefused, bad_request
+from ._request_body import BODY_TIMEOUT_SECONDS as BODY_TIMEOUT_SECONDS
+from ._request_body import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ._request_body import read_body
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-# How long a request body may take to arrive whole (a client that stops sending mid-body).
-BODY_TIMEOUT_SECONDS = 60
 _ABSENT: Any = object()
 
 
 def error_response(error: CodedError) -> Response:
-    return Response(
+    response = Response(
         json.dumps(error.to_json(), ensure_ascii=False),
         status=error.status,
         content_type="application/json",
     )
+    if error.status == 408:
+        # The rest of a stalled body is still unread: the connection cannot carry another request.
+        response.headers["Connection"] = "close"
+    return response
 
 
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+
+
+# ASCII digits only, and few enough for the store's 64-bit integers: int() alone would take
+# "+5", " 5", "5_000" and other scripts' digits ("١٢").
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+def whole_number(text: str) -> int | None:
+    """A query parameter or header as a non-negative integer; None when it is not ASCII digits (at most 18)."""
+    return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
 
 
 def unauthorized() -> OperationRefused:
@@ -54,69 +68,28 @@ def check_bearer(expected: str | None) -> None:
         raise unauthorized()
 
 
-class CappedBody:
-    """Collects a request body, holding at most ``MAX_BODY_BYTES`` of it in memory.
-
-    The rest of an oversized body is still read (and dropped) rather than
-    left unread: most clients send their whole body before they read an
-    answer, so they would otherwise never see the 413.
-    """
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self._over = False
-
-    def add(self, chunk: bytes) -> None:
-        if not self._over:
-            self._data.extend(chunk)
-            if len(self._data) > MAX_BODY_BYTES:
-                self._over = True
-                self._data.clear()
-
-    def whole(self) -> bytes:
-        """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
-        if self._over:
-            raise OperationRefused("payload_too_large", 413, f"the body is over the {MAX_BODY_BYTES}-byte cap")
-        return bytes(self._data)
-
-
 async def body_bytes() -> bytes:
-    """The request body (see ``CappedBody``)."""
-    body = CappedBody()
-    async for chunk in request.body:
-        body.add(chunk)
-    return body.whole()
+    """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
 
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text} is out of range")
-    return value
+    Raises:
+        OperationRefused: request_timeout (408) or payload_too_large (413).
+    """
+    return await read_body(request.body, request.body_timeout)
 
 
 def parse_json(data: bytes) -> Any:
-    """Strict JSON: no NaN or Infinity, finite numbers, no lone surrogates.
+    """A caller's JSON body by the strict, bounded parser (``salvor.protocol.parse_strict``).
 
-    Anything looser would pass here and fail later, where a value is hashed
-    or stored (a 500 instead of a 400).
+    Anything looser would pass here and fail later, where a value is hashed,
+    walked or stored (a 500, or a run that crashes every time it is driven).
 
     Raises:
         OperationRefused: bad_request, naming what is wrong.
     """
     try:
-        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
-        # A lone surrogate escape decodes, but no UTF-8 store or hash can carry it.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except RecursionError:
-        raise bad_request("the body is nested too deeply") from None
-    except ValueError as exc:  # includes UnicodeError
-        raise bad_request(f"the body is not valid JSON: {exc}") from None
-    return value
+        return parse_strict(data, "the body")
+    except MalformedJson as exc:
+        raise bad_request(exc.message) from None
 
 
 async def json_object(*, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False) -> dict:
@@ -138,13 +111,13 @@ def object_from(data: bytes, mimetype: str, *, allowed: set[str], required: set[
             return {}
         raise bad_request("the request needs a JSON object body")
     if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise bad_request(f"the body must be application/json, not {mimetype}")
+        raise bad_request(f"the body must be application/json, not {excerpt(mimetype)}")
     body = parse_json(data)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field `{unknown[0]}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
+        raise bad_request(f"unknown field `{excerpt(unknown[0])}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
     missing = sorted(required - set(body))
     if missing:
         raise bad_request(f"the body is missing `{missing[0]}`")

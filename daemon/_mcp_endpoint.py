@@ -20,11 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
+from salvor.protocol import MalformedJson, parse_strict
 
 from ._asgi import answer_lifespan
+from ._errors import OperationRefused
 from ._http_server import listener_config
 from ._http_server import serve as serve_asgi
 from ._mcp_session import MAX_MESSAGE_BYTES
+from ._request_body import BODY_TIMEOUT_SECONDS, Disconnected, asgi_chunks, read_body
 
 log = logging.getLogger("salvor.mcp")
 PARSE_ERROR = -32700
@@ -51,22 +54,12 @@ def _refusal(code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
-async def _read_body(receive) -> bytes | None:
-    """The request body; None when the client went away or it is over the cap (then the rest is not read)."""
-    raw = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        raw += message.get("body", b"")
-        if len(raw) > MAX_MESSAGE_BYTES:
-            return b""
-        if not message.get("more_body"):
-            return bytes(raw)
+async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send, *,
+                    deadline: float | None = BODY_TIMEOUT_SECONDS) -> None:
+    """Answer one HTTP request to the stand-in of ``server`` (never a 5xx: every failure is named).
 
-
-async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send) -> None:
-    """Answer one HTTP request to the stand-in of ``server`` (never a 5xx: every failure is named)."""
+    ``deadline`` bounds how long the request's body may take to arrive whole.
+    """
     lane = lanes.get(server)
     if lane is None:
         declared = ", ".join(sorted(lanes)) or "none"
@@ -84,16 +77,18 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send)
         await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, "
                                                             f"not {method}"), {"allow": "POST, GET, DELETE"})
         return
-    raw = await _read_body(receive)
-    if raw is None:
+    try:
+        # The stand-in stops reading at its cap rather than take in the rest of an oversized message.
+        raw = await read_body(asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False)
+    except Disconnected:
         return
-    if raw == b"":
-        await _respond(send, 413, _refusal(INVALID_REQUEST, f"the message is over the {MAX_MESSAGE_BYTES}-byte cap"))
+    except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
+        await _respond(send, refused.status, _refusal(INVALID_REQUEST, refused.message))
         return
     try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
-        await _respond(send, 400, _refusal(PARSE_ERROR, "the body is not JSON"))
+        message = parse_strict(raw, "the body")
+    except MalformedJson as exc:
+        await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
         return
     if isinstance(message, list):
         await _respond(send, 400, _refusal(

@@ -128,6 +128,8 @@ def _path(base: str, key: Any) -> str:
     return f"{base}.{key}" if base else str(key)
 
 
+# Recursion: one frame per level; an agent's MCP message is at most MAX_NESTING (128) levels deep
+# (the stand-in parses it strictly), far under Python's limit of 1000.
 def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
     """The path of the first field where ``asked`` differs from ``recorded``; None when they are equal.
 

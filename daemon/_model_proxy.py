@@ -39,14 +39,17 @@ import trio
 from salvor.protocol import (
     Envelope,
     EventKind,
+    MalformedJson,
     ModelCallCompleted,
     ModelCallRequested,
     RunFailed,
+    parse_strict,
     sha256_hash,
 )
 from salvor.store import StoreUnavailable
 
 from ._asgi import answer_lifespan
+from ._errors import OperationRefused
 from ._http_server import listener_config
 from ._http_server import serve as serve_asgi
 from ._mcp_endpoint import serve_mcp
@@ -67,6 +70,7 @@ from ._proxy_wire import (
     stream_complete,
     usage_of,
 )
+from ._request_body import BODY_TIMEOUT_SECONDS, Disconnected, asgi_chunks, read_body
 from ._run_context import RunContext
 
 log = logging.getLogger("salvor.proxy")
@@ -553,6 +557,8 @@ class ModelProxy:
         # The live calls' upstream key when the daemon read one from a file (``resolve_upstream``).
         self.upstream_key: str | None = None
         self._sessions: dict[str, ProxySession] = {}
+        # How long an agent's request body (model or MCP) may take to arrive whole.
+        self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
 
     def attach(self, session: ProxySession) -> str:
         """Mount a session; returns its capability (the path segment after ``/r/``)."""
@@ -581,7 +587,7 @@ class ModelProxy:
             await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
             return
         if rest.startswith("mcp/"):
-            await serve_mcp(session.mcp_lanes, rest[4:], scope, receive, send)
+            await serve_mcp(session.mcp_lanes, rest[4:], scope, receive, send, deadline=self.body_timeout_seconds)
             return
         if rest in ("v1/models", "models") and scope["method"] == "GET":
             await reply.json(200, {"object": "list", "data": []})
@@ -589,21 +595,18 @@ class ModelProxy:
         if rest not in ROUTES or scope["method"] != "POST":
             await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
             return
-        raw = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            raw += message.get("body", b"")
-            if len(raw) > MAX_BODY_BYTES:
-                await reply.json(413, error_body(wire, 413, f"request body over {MAX_BODY_BYTES} bytes"))
-                return
-            if not message.get("more_body"):
-                break
         try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+            raw = await read_body(asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES)
+        except Disconnected:
+            return
+        except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
+            await reply.json(refused.status, error_body(wire, refused.status, refused.message))
+            return
+        try:
+            body = parse_strict(raw, "the request body")
+        except MalformedJson as exc:
+            await reply.json(400, error_body(wire, 400, exc.message))
+            return
         if not isinstance(body, dict):
             await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
             return

@@ -7,6 +7,7 @@ exactly as it was.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Callable, Mapping
@@ -16,15 +17,19 @@ from typing import Any
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    MAX_NESTING,
+    TERMINAL_STATES,
     Envelope,
     Resumed,
     RunAbandoned,
+    RunFailed,
     RunStarted,
     RunState,
     RunView,
     SchemaViolation,
     ToolCallCompleted,
     check_labels,
+    excerpt,
     parse_instant,
     validate,
     validate_budget_extension,
@@ -51,6 +56,8 @@ from ._run_context import utc_now
 from ._store_access import StoreAccess, claim_to_settle
 from ._tools import ToolRegistry
 
+log = logging.getLogger("salvor.runs")
+
 MISSING: Any = object()
 
 
@@ -71,7 +78,7 @@ def parse_run_id(text: str) -> str:
     try:
         return str(uuid.UUID(text))
     except (ValueError, AttributeError, TypeError):
-        raise bad_request(f"{text!r} is not a run id (a run id is a UUID)") from None
+        raise bad_request(f"{excerpt(text)!r} is not a run id (a run id is a UUID)") from None
 
 
 def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
@@ -259,7 +266,14 @@ class Runtime:
         agent: AgentDefinition | None = None,
         on_record: Callable[[list[Envelope]], None] | None = None,
     ) -> RunView:
-        """Drive a run to its next resting point (see ``_agent_loop.drive``)."""
+        """Drive a run to its next resting point (see ``_agent_loop.drive``).
+
+        Error handling:
+            A log holding a value nested deeper than Python can walk (written
+            before input was bounded, or sent by a trusted peer such as a model
+            or an MCP server) would crash every drive the same way; instead the
+            run fails with a RunFailed saying so, and the drive returns its view.
+        """
         if agent is None:
             view = await self.view(run_id)
             agent = await self.load_agent(view.agent_def_hash)
@@ -268,10 +282,23 @@ class Runtime:
                 self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
                 process_restarts=self.process_restarts, ports=self.ports, credentials=self.credentials,
             )
+        except* RecursionError:
+            pass  # answered below, outside the handler (an except* clause cannot return)
         finally:
             if agent.service is not None:
                 # The claim start_run took, should the drive end before it held the port.
                 self.ports.release(agent.service.proxy_port, run_id)
+        return await self._fail_too_deep(run_id)
+
+    async def _fail_too_deep(self, run_id: str) -> RunView:
+        view = await self.view(run_id)
+        if view.state in TERMINAL_STATES:
+            return view
+        _, view = await self.access.append(run_id, [RunFailed(error=(
+            f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
+            f"most {MAX_NESTING} levels"))], view)
+        log.warning("run %s failed: its log holds a value nested too deeply to drive", run_id)
+        return view
 
     async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.

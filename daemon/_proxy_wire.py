@@ -88,6 +88,8 @@ def divergence_report(
     return head + "; ".join(diffs)
 
 
+# Recursion: one frame per level; an agent's model request is at most MAX_NESTING (128) levels deep
+# (the proxy parses it strictly), far under Python's limit of 1000.
 def _first_diff(a: Any, b: Any, path: str = "") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):

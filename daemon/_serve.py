@@ -32,6 +32,7 @@ from ._credentials import Credentials
 from ._demo_tools import demo_registry
 from ._drivers import DriverSet
 from ._event_hub import EventHub
+from ._http import BODY_TIMEOUT_SECONDS
 from ._http_server import listener_config
 from ._http_server import serve as serve_asgi
 from ._leases import DEFAULT_TTL_SECONDS, LeaseRegistry
@@ -66,6 +67,7 @@ class ServeConfig:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # The loopback model proxy process agents call through (127.0.0.1 only;
     # 0 picks a free port).
     proxy_port: int = 0
@@ -192,6 +194,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     stream_poll_seconds=config.stream_poll_seconds,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
+                                    body_timeout_seconds=config.body_timeout_seconds,
                                     allow_process_agents=config.allow_process_agents,
                                     leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
                                     client_tools=dict(config.client_tools), credentials=credentials)

@@ -1,5 +1,6 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
-the append guard, the replay cursor and schema checks.
+the append guard, the replay cursor, schema checks and the strict JSON
+parser every caller's text goes through.
 
 This package imports nothing outside the standard library and fastjsonschema,
 and does no IO.
@@ -22,6 +23,7 @@ from ._errors import ProtocolError as ProtocolError
 from ._errors import ReplayDivergence as ReplayDivergence
 from ._errors import SchemaViolation as SchemaViolation
 from ._errors import abstract_error as abstract_error
+from ._errors import excerpt as excerpt
 from ._events import BUDGET_KINDS as BUDGET_KINDS
 from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import TOOL_ERROR_KEY as TOOL_ERROR_KEY
@@ -63,3 +65,9 @@ from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA
 from ._schema import check_schema as check_schema
 from ._schema import validate as validate
 from ._schema import validate_budget_extension as validate_budget_extension
+from ._strict_json import MAX_NESTING as MAX_NESTING
+from ._strict_json import MalformedJson as MalformedJson
+from ._strict_json import check_nesting as check_nesting
+from ._strict_json import decode_text as decode_text
+from ._strict_json import parse_strict as parse_strict
+from ._strict_json import value_depth as value_depth

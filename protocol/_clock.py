@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from ._errors import excerpt
+
 
 def format_instant(moment: datetime) -> str:
     """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
@@ -30,8 +32,8 @@ def parse_instant(text: str) -> datetime:
     if normalised.endswith(("Z", "z")):
         normalised = normalised[:-1] + "+00:00"
     if "T" not in normalised and "t" not in normalised:
-        raise ValueError(f"{text!r} is not an RFC 3339 date-time")
+        raise ValueError(f"{excerpt(text)!r} is not an RFC 3339 date-time")
     moment = datetime.fromisoformat(normalised)
     if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no UTC offset; write it with Z or +HH:MM")
+        raise ValueError(f"{excerpt(text)!r} has no UTC offset; write it with Z or +HH:MM")
     return moment.astimezone(UTC)

@@ -12,10 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import MalformedEvent
+from ._errors import MalformedEvent, excerpt
 from ._events import EVENT_TYPES, Event
+from ._strict_json import MAX_NESTING, MalformedJson, parse_strict
 
 SCHEMA_VERSION = 1
+# An envelope holds a caller's value (itself at most MAX_NESTING deep) a few levels down:
+# envelope, event, payload, field. Reading back what was written must not be refused.
+ENVELOPE_NESTING = MAX_NESTING + 8
 
 _ENVELOPE_KEYS = frozenset({"run_id", "seq", "schema_version", "recorded_at", "event"})
 _EVENT_KEYS = frozenset({"kind", "payload"})
@@ -65,21 +69,8 @@ def decode_event(kind: Any, payload: Any) -> Event:
     """
     event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if event_type is None:
-        raise MalformedEvent(f"unknown event kind {kind!r}")
+        raise MalformedEvent(f"unknown event kind {excerpt(kind)!r}" if isinstance(kind, str) else "an event kind must be a string")
     return event_type.from_payload(payload)
-
-
-def _refuse_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which are not JSON: a payload
-    # holding one could be stored but never re-encoded or hashed.
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} is out of range for a JSON number")
-    return value
 
 
 def decode_envelope(data: str | bytes | dict) -> Envelope:
@@ -92,9 +83,9 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
     """
     if isinstance(data, (str, bytes)):
         try:
-            data = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise MalformedEvent(f"envelope is not valid JSON: {exc}") from None
+            data = parse_strict(data, "the envelope", limit=ENVELOPE_NESTING)
+        except MalformedJson as exc:
+            raise MalformedEvent(exc.message) from None
     if not isinstance(data, dict):
         raise MalformedEvent("an envelope must be a JSON object")
     if data.keys() != _ENVELOPE_KEYS:

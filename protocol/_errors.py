@@ -9,6 +9,16 @@ directly: raise the subclass that names the fault.
 from __future__ import annotations
 
 
+# How much of a caller's text a message may quote: enough to recognise it, never a whole body.
+EXCERPT_CHARS = 64
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most ``limit`` characters of ``text`` for an error message, with "…" when it was cut."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 class CodedError(Exception):
     """Base of every salvor error: one sentence, a stable code, an HTTP status.
 

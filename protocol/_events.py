@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from ._clock import parse_instant
-from ._errors import MalformedEvent
+from ._errors import MalformedEvent, excerpt
 
 
 class EventKind(enum.StrEnum):
@@ -134,7 +134,7 @@ class Event:
         names = cls._field_names()
         for key in payload:
             if key not in names:
-                raise _fail(cls.KIND, f"unknown payload field `{key}`")
+                raise _fail(cls.KIND, f"unknown payload field `{excerpt(key)}`")
         for name in names:
             if name not in payload:
                 if name not in cls.optional:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ._envelope import SCHEMA_VERSION, Envelope
-from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
+from ._errors import GuardRefusal, MalformedEvent, SchemaViolation, excerpt
 from ._events import (
     EventKind,
     ModelCallCompleted,
@@ -77,7 +77,7 @@ def check_labels(labels: dict | None) -> None:
     for key, value in labels.items():
         if not key or len(key.encode()) > MAX_LABEL_KEY_BYTES:
             raise SchemaViolation(
-                f"label key {key!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
+                f"label key {excerpt(key)!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
             )
         if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
             raise SchemaViolation(

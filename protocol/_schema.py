@@ -34,6 +34,8 @@ _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "definitions", "$de
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
+# Recursion: one frame per level; a schema comes from a definition, which is at most MAX_NESTING
+# (128) levels deep (checked when it is parsed), far under Python's limit of 1000.
 def _objectify(schema: Any) -> Any:
     """Give every sub-schema with ``required``/``properties`` and no ``type`` an object type."""
     if isinstance(schema, list):

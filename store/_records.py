@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from salvor.protocol import MalformedJson, excerpt, parse_strict
+
 from ._errors import BadCursor
 from ._view_codec import dumps
 
@@ -131,11 +133,12 @@ def encode_cursor(summary: RunSummary) -> str:
 def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        first, run_id = json.loads(raw)
+        # A caller sends it back: parsed strictly, so no crafted cursor can nest deep enough to crash a parse.
+        first, run_id = parse_strict(raw, "the cursor")
         if not isinstance(first, str) or not isinstance(run_id, str):
             raise TypeError(cursor)
-    except (ValueError, TypeError, binascii.Error):
-        raise BadCursor(f"the listing cursor {cursor!r} is not one this store issued") from None
+    except (MalformedJson, ValueError, TypeError, binascii.Error):
+        raise BadCursor(f"the listing cursor {excerpt(cursor)!r} is not one this store issued") from None
     return first, run_id
 
 

@@ -145,6 +145,9 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     ("args", "fragments"),
     [
         (["run", "AGENT", "--input", "{not json"], ["--input is not valid JSON"]),
+        (["run", "AGENT", "--input", "[" * 1000 + "]" * 1000], ["--input nests", "the limit is 128"]),
+        (["run", "AGENT", "--input", '{"a": 1, "a": 2}'], ["--input is not valid JSON", "appears twice"]),
+        (["run", "AGENT", "--input", '"\\u0000"'], ["--input holds a NUL character"]),
         (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
         (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
         (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),

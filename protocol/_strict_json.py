@@ -1,0 +1,184 @@
+"""Strict, bounded JSON: the one way a value a caller sent becomes a Python value.
+
+Rules:
+* UTF-8 only: a byte-order mark, UTF-16/32 and invalid UTF-8 are refused
+  (``json.loads`` on bytes would guess an encoding and read them).
+* At most ``MAX_NESTING`` levels of arrays and objects. The depth is measured
+  on the raw text, iteratively, before ``json.loads`` (which recurses) sees it,
+  so no input can reach a recursive walk deeper than the limit; every walk in
+  protocol/ and daemon/ over a caller's value relies on that bound.
+* No duplicate keys, no NaN or Infinity, no number out of a double's range.
+* No NUL character and no lone surrogate in any string or key: PostgreSQL's
+  JSONB and text refuse both, and a lone surrogate has no UTF-8 form, so
+  refusing them here keeps both backends (and every hash) equal.
+
+Every refusal is a ``MalformedJson`` (400 ``bad_request``) naming what is
+wrong and quoting at most a short prefix of what was sent.
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import json
+import math
+import re
+from typing import Any
+
+from ._errors import ProtocolError, excerpt
+
+MAX_NESTING = 128
+
+# A JSON string, or an unterminated one to the end of the text. The possessive quantifiers and
+# the end-of-text alternative keep the scan linear: a pattern that could fail and retry from the
+# next quote takes quadratic time on text such as `"\"\"\"...` (an 8 MB body would hold the loop).
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# Each bracket as a signed byte, +1 opening and -1 closing, so the running depth is summed in C.
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BOM = b"\xef\xbb\xbf"
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
+
+
+class MalformedJson(ProtocolError):
+    """Text a caller sent that is not strict JSON within the limits above (the sender's fault)."""
+
+    code = "bad_request"
+    status = 400
+
+
+def text_depth(text: str, limit: int = MAX_NESTING) -> int:
+    """How deeply the arrays and objects of a JSON text nest (0 for a scalar), without recursing.
+
+    Brackets inside strings do not count. Below ``limit`` the answer may be
+    an upper bound rather than the depth. On text that is not JSON the
+    number is only an estimate, which is harmless: the parser refuses it.
+    """
+    opens = text.count("[") + text.count("{")
+    if opens <= limit:
+        return opens  # an upper bound, and within the limit: no need to look closer
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    signs = array.array("b", brackets.encode("ascii").translate(_SIGNS))
+    return max(itertools.accumulate(signs), default=0)
+
+
+def value_depth(value: Any) -> int:
+    """How deeply the lists and dicts of a parsed value nest, walking it with a stack (no recursion)."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def check_nesting(value: Any, what: str) -> None:
+    """Refuse a parsed value (a TOML document, say) nested deeper than ``MAX_NESTING``.
+
+    Raises:
+        MalformedJson: it is deeper than the limit.
+    """
+    depth = value_depth(value)
+    if depth > MAX_NESTING:
+        raise MalformedJson(f"{what} nests {depth} levels deep; the limit is {MAX_NESTING}")
+
+
+def _strings(value: Any):
+    """Every string of a parsed value, keys included, by an explicit stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            yield from item.keys()
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _check_characters(value: Any, what: str) -> None:
+    for text in _strings(value):
+        if "\x00" in text:
+            raise MalformedJson(f"{what} holds a NUL character (\\u0000), which the store cannot keep")
+        found = _SURROGATE.search(text)
+        if found:
+            raise MalformedJson(
+                f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), which is not a Unicode character"
+            )
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key `{excerpt(key)}` appears twice in one object")
+            seen.add(key)
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {excerpt(text)} is out of range")
+    return value
+
+
+def decode_text(data: bytes, what: str) -> str:
+    """``data`` as UTF-8 text, refusing a BOM, UTF-16/32 and invalid UTF-8.
+
+    Raises:
+        MalformedJson: naming which of those it is.
+    """
+    if data.startswith(_BOM):
+        raise MalformedJson(f"{what} starts with a byte-order mark; send UTF-8 without one")
+    if data.startswith(_WIDE_BOMS):
+        raise MalformedJson(f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8")
+    if b"\x00" in data:
+        # UTF-16 and UTF-32 put NUL bytes beside every ASCII character; UTF-8 text never holds one.
+        raise MalformedJson(f"{what} holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedJson(f"{what} is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at "
+                            f"offset {exc.start}") from None
+
+
+def parse_strict(data: bytes | str, what: str = "the body", *, limit: int = MAX_NESTING) -> Any:
+    """The value of a strict JSON text (see the module's rules); ``what`` names it in a refusal.
+
+    ``limit`` is the nesting allowed (``MAX_NESTING`` for anything a caller
+    sends; a little more for a document that wraps a caller's value).
+
+    Raises:
+        MalformedJson: the text breaks a rule; nothing else has seen it.
+    """
+    text = decode_text(data, what) if isinstance(data, (bytes, bytearray)) else data
+    depth = text_depth(text, limit)
+    if depth > limit:
+        raise MalformedJson(f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}")
+    try:
+        value = json.loads(text, object_pairs_hook=_unique, parse_constant=_constant, parse_float=_finite)
+    except RecursionError:  # unreachable under the limit; kept so no parse can ever escape as one
+        raise MalformedJson(f"{what} is nested too deeply; the limit is {limit}") from None
+    except ValueError as exc:
+        raise MalformedJson(f"{what} is not valid JSON: {exc}") from None
+    # Escapes are the only way to a NUL or a lone surrogate in UTF-8 input; a str may carry raw ones.
+    if "\\u" in text or not isinstance(data, (bytes, bytearray)):
+        _check_characters(value, what)
+    return value

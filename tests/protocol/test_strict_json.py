@@ -1,0 +1,119 @@
+"""The strict, bounded JSON parser: one table of texts, what each parses to or why it is refused."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from salvor.protocol import (
+    MAX_NESTING,
+    Envelope,
+    MalformedJson,
+    RunStarted,
+    check_nesting,
+    decode_envelope,
+    encode_envelope,
+    parse_strict,
+    value_depth,
+)
+from salvor.protocol._strict_json import text_depth
+
+
+def arrays(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+ACCEPTED = [
+    ('{"a": 1}', {"a": 1}),
+    ('"[[[[{{{{"', "[[[[{{{{"),  # brackets inside a string are no nesting
+    ('["\\"[[[[", {"k\\\\": "]]"}]', ['"[[[[', {"k\\": "]]"}]),
+    ('"\\u00e9\\ud83d\\ude00"', "é\U0001F600"),  # an escaped surrogate pair is one character
+    (arrays(MAX_NESTING), eval(arrays(MAX_NESTING))),
+    ("1" + "0" * 20, 10**20),
+    ("-0.5e3", -500.0),
+]
+REFUSED = [
+    (arrays(MAX_NESTING + 1), f"nests arrays and objects {MAX_NESTING + 1} levels deep; the limit is {MAX_NESTING}"),
+    ('{"s": "' + "[" * 500 + '", "d": ' + arrays(MAX_NESTING + 1) + "}", f"{MAX_NESTING + 2} levels deep"),
+    (arrays(100_000), "100000 levels deep"),
+    ('{"a": 1, "a": 1}', "the key `a` appears twice in one object"),
+    ('[{"k": {"x": 1, "y": 2, "x": 3}}]', "the key `x` appears twice"),
+    ('{"' + "k" * 500 + '": 1, "' + "k" * 500 + '": 2}', "`" + "k" * 64 + "…` appears twice"),
+    ('"\\u0000"', "NUL character (\\u0000)"),
+    ('{"a\\u0000": 1}', "NUL character"),
+    ('"\\ud800"', "lone surrogate (\\ud800)"),
+    ('["\\udfff x"]', "lone surrogate (\\udfff)"),
+    ("NaN", "NaN is not a JSON value"),
+    ("[Infinity]", "Infinity is not a JSON value"),
+    ("1e400", "out of range"),
+    ("{", "is not valid JSON"),
+    ('"a\nb"', "is not valid JSON"),  # a raw control character in a string
+]
+REFUSED_BYTES = [
+    (b'\xef\xbb\xbf{"a": 1}', "starts with a byte-order mark; send UTF-8 without one"),
+    ('{"a": 1}'.encode("utf-16"), "is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8"),
+    ('{"a": 1}'.encode("utf-32"), "is UTF-16 or UTF-32"),
+    ('{"a": 1}'.encode("utf-16-be"), "holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)"),
+    (b'{"a": "\xc3\x28"}', "is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at offset 7"),
+    (b'"\xed\xa0\x80"', "is not UTF-8"),  # a surrogate encoded raw is not UTF-8 either
+]
+
+
+@pytest.mark.parametrize(("text", "value"), ACCEPTED)
+def test_strict_json_accepts(text: str, value) -> None:
+    assert parse_strict(text) == value
+    assert parse_strict(text.encode()) == value
+
+
+@pytest.mark.parametrize(("text", "fragment"), REFUSED)
+def test_strict_json_refuses(text: str, fragment: str) -> None:
+    for data in (text, text.encode()):
+        with pytest.raises(MalformedJson) as refused:
+            parse_strict(data, "the input")
+        assert refused.value.message.startswith("the input ")
+        assert fragment in refused.value.message
+        assert (refused.value.code, refused.value.status) == ("bad_request", 400)
+        assert len(refused.value.message) < 200
+
+
+@pytest.mark.parametrize(("data", "fragment"), REFUSED_BYTES)
+def test_strict_json_refuses_what_is_not_utf8(data: bytes, fragment: str) -> None:
+    with pytest.raises(MalformedJson, match="^the body ") as refused:
+        parse_strict(data)
+    assert fragment in refused.value.message
+
+
+def test_a_raw_lone_surrogate_in_text_is_refused_too() -> None:
+    with pytest.raises(MalformedJson, match="lone surrogate"):
+        parse_strict('"\ud800"')
+
+
+def test_the_depth_is_measured_without_recursion() -> None:
+    # Far past what any recursive walk could survive: only an iterative scan answers.
+    depth = sys.getrecursionlimit() * 50
+    assert text_depth(arrays(depth)) == depth
+    assert text_depth('{"a": [1, {"b": []}], "c": "[[[[\\"{{"}', limit=0) == 4  # the exact scan
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    assert value_depth(value) == depth
+    with pytest.raises(MalformedJson, match=f"nests {depth} levels deep; the limit is {MAX_NESTING}"):
+        check_nesting(value, "the definition")
+    check_nesting(parse_strict(arrays(MAX_NESTING)), "the definition")
+
+
+def test_the_depth_scan_stays_linear_on_strings_that_never_close() -> None:
+    # Over the fast path's bracket count, then 4 MB that a naive string pattern would rescan from
+    # every escaped quote (quadratic: hours). Both are measured in one pass and refused for their depth.
+    brackets = "[" * (MAX_NESTING + 1)
+    for text in (brackets + '"' + '\\"' * 2_000_000, brackets + '"' + "a" * 4_000_000 + "\\"):
+        assert text_depth(text) == MAX_NESTING + 1
+        with pytest.raises(MalformedJson, match="levels deep"):
+            parse_strict(text)
+
+
+def test_an_envelope_holding_a_limit_deep_input_reads_back() -> None:
+    run_input = parse_strict(arrays(MAX_NESTING - 1))
+    envelope = Envelope(run_id="r", seq=0, schema_version=1, recorded_at="2026-01-01T00:00:00Z",
+                        event=RunStarted(agent_def_hash="sha256:" + "0" * 64, input=run_input))
+    assert decode_envelope(encode_envelope(envelope)) == envelope
