@@ -45,8 +45,11 @@ def with_deep(document: dict, depth: int) -> bytes:
     return json.dumps(document).replace('"DEEP"', deep_text(depth)).encode()
 
 
-async def raw_exchange(server: Server, request: bytes) -> tuple[int, dict, dict]:
-    """Send ``request`` over a fresh socket; the answer's (status, headers, JSON body), read within a bound."""
+async def raw_exchange(server: Server, request: bytes, *, until_closed: bool = False) -> tuple[int, dict, dict]:
+    """Send ``request`` over a fresh socket; the answer's (status, headers, JSON body), read within a bound.
+
+    With ``until_closed``, the server must also close the connection after its answer (within the bound).
+    """
     host, port = server.url.split("://", 1)[1].rsplit(":", 1)
     stream = await trio.open_tcp_stream(host, int(port))
     await stream.send_all(request)
@@ -59,6 +62,8 @@ async def raw_exchange(server: Server, request: bytes) -> tuple[int, dict, dict]
         headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:])}
         while len(body) < int(headers["content-length"]):
             body += await stream.receive_some(65536)
+        while until_closed and await stream.receive_some(65536):
+            pass
     await stream.aclose()
     return int(lines[0].split(" ")[1]), headers, json.loads(body)
 
@@ -86,7 +91,7 @@ async def test_a_stalled_body_on_any_route_is_408_request_timeout_and_the_connec
     for path, content_type, extra in routes:
         request = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n{extra}"
                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body[: len(body) // 2]
-        status, headers, answer = await raw_exchange(server, request)
+        status, headers, answer = await raw_exchange(server, request, until_closed=True)
         assert (status, answer["error"]["code"]) == (408, "request_timeout"), (path, answer)
         assert answer["error"]["message"] == f"the request body did not arrive whole within {STALL_SECONDS:g} seconds"
         assert headers["content-type"].startswith("application/json")
