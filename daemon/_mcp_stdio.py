@@ -26,7 +26,7 @@ from ._mcp_session import (
     encode,
     excerpt,
 )
-from ._orphans import kill_group
+from ._orphans import OWNER_VAR, kill_group, owner_mark
 
 STDERR_TAIL_BYTES = 2000
 # How long a stdio server has to exit after its stdin closes before its group is killed.
@@ -137,6 +137,8 @@ async def open_stdio(
     """Spawn the server with ``mark`` in its environment (how a later sweep finds it orphaned)."""
     env = server_environment(spec, environ)
     env.update(mark)
+    if mark:
+        env[OWNER_VAR] = owner_mark()  # a sweep by another salvor spares it while this process lives
     try:
         process = await trio.lowlevel.open_process(
             list(spec.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,6 +1,8 @@
 """``salvor serve``: the daemon's root nursery and the services in it.
 
-Lifetimes, outermost first: the store (its writer thread), then one nursery
+Lifetimes, outermost first: the store lock (``_store_owner``: taken before
+anything else, so a second daemon over the same store touches nothing), the
+store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
 watcher and the watchdog. Each service reports started only once it is bound
 or loaded; systemd hears READY=1 after all of them.
@@ -35,7 +37,9 @@ from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
 from ._orphans import sweep_orphans
+from ._errors import OperationRefused
 from ._store_access import open_store_access
+from ._store_owner import SERVE, own_store
 from ._tools import ToolRegistry
 
 log = logging.getLogger("salvor.serve")
@@ -86,7 +90,7 @@ def build_commit() -> str | None:
     return f"{head}-dirty" if dirty else head or None
 
 
-async def recover_interrupted(state: ServerState) -> int:
+async def recover_interrupted(state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None) -> int:
     """Start a driver for every interrupted server-driven run; returns how many.
 
     Nothing is read per run here: each driver loads its run's view and agent
@@ -96,8 +100,12 @@ async def recover_interrupted(state: ServerState) -> int:
     """
     runtime = state.runtime
     started = 0
-    for run_id in await runtime.access.read(runtime.access.store.interrupted_runs):
-        started += state.drivers.start(run_id)
+    interrupted = await runtime.access.read(runtime.access.store.interrupted_runs)
+    # A `salvor run` alive beside this daemon is driving its run: not interrupted.
+    skip = await trio.to_thread.run_sync(driven_elsewhere, interrupted) if driven_elsewhere else set()
+    for run_id in interrupted:
+        if run_id not in skip:
+            started += state.drivers.start(run_id)
     return started
 
 
@@ -143,6 +151,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
     async with (
+        # First of all: while another live salvor serves this store (or a
+        # command line drives its runs), this one touches nothing.
+        own_store(config.store_url, SERVE, share=False) as locks,
         open_store_access(config.store_url) as access,
         open_model_proxy(config.proxy_port) as proxy,
         open_model_executor() as executor,
@@ -175,9 +186,20 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
 
-                binds = await root.start(serve_http)
+                try:
+                    binds = await root.start(serve_http)
+                except (OSError, BaseExceptionGroup) as exc:
+                    failed = _bind_failure(exc)
+                    if failed is None:
+                        raise
+                    raise OperationRefused(
+                        "listen_failed", 503,
+                        f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+                        "stop what holds it, or pick another address with --listen",
+                    ) from None
+                await trio.to_thread.run_sync(locks.announce, binds[0])
                 root.start_soon(_watch_signals, stop)
-                recovered = await recover_interrupted(state)
+                recovered = await recover_interrupted(state, locks.runs_held_elsewhere)
                 if config.wake_interval > 0:
                     root.start_soon(_sweep_forever, state, config.wake_interval)
                 if notifier.watchdog_interval:
@@ -196,6 +218,13 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
             with trio.move_on_after(config.shutdown_seconds):
                 await in_flight.wait_idle()
             root.cancel_scope.cancel(reason="salvor stopped")
+
+
+def _bind_failure(exc: BaseException) -> OSError | None:
+    """The OSError a failed bind raised, out of the nurseries it came through; None for anything else."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 class InFlight:

@@ -68,3 +68,10 @@ class BadCursor(StoreError):
 
     code = "bad_request"
     status = 400
+
+
+class StoreOwned(StoreError):
+    """Another live salvor process holds the store (or the run) in a way this command may not share."""
+
+    code = "store_owned"
+    status = 409

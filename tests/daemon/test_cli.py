@@ -161,6 +161,8 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
 )
 def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, args, fragments):
     args = [str(agent_file) if a == "AGENT" else a for a in args]
+    # An existing, empty store: a missing one is refused before any of these checks.
+    EventStore.open(store_url).close()
     result = salvor(store_url, *args)
     one_sentence(result, *fragments)
     assert run_count(store_url) == 0
