@@ -9,6 +9,8 @@ moment, and kills whatever is left of its process group.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 
@@ -129,6 +131,25 @@ def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[
     env = {k: v for k, v in environ.items() if not k.startswith("SALVOR_")}
     env.update(spec.env)
     return env
+
+
+def missing_program(spec: McpServerSpec, environ: Mapping[str, str]) -> str | None:
+    """Why the program a stdio server names cannot be started, or None when it can be.
+
+    Looked up as the spawn will: a name with a slash relative to the server's
+    ``cwd``, a bare name on the ``PATH`` of the server's environment.
+    """
+    if spec.command is None:
+        return None
+    program = spec.command[0]
+    if "/" in program:
+        found = os.path.join(spec.cwd or os.getcwd(), program)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            return f"MCP server {spec.name!r}: its command {program[:120]!r} is not an executable file"
+        return None
+    if shutil.which(program, path=server_environment(spec, environ).get("PATH", os.defpath)) is None:
+        return f"MCP server {spec.name!r}: its command {program[:120]!r} is not found on PATH"
+    return None
 
 
 async def open_stdio(
