@@ -34,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,9 @@ from ._engine import create_store_engine, display_url
 from ._errors import StoreOwned, StoreUnavailable
 
 SERVE = "serve"
+# How long a PostgreSQL lock whose every holder is a dead local process is
+# waited for (its backend has not yet seen the connection close).
+_DEAD_HOLDER_GRACE = 5.0
 # The postgres application_name is cut at 63 bytes by the server.
 _APP_NAME_BYTES = 63
 
@@ -247,6 +251,19 @@ def _command_of(pid: int) -> str:
     return ""
 
 
+def _dead(pid: int | None) -> bool:
+    """Whether ``pid`` names no process on this machine (None: unknown, so not provably dead)."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class _AdvisoryLocks(StoreLocks):
     def __init__(self, url: str, command: str) -> None:
         self.command = command
@@ -287,8 +304,14 @@ class _AdvisoryLocks(StoreLocks):
         return holders
 
     def claim(self, role: str, run_hint: str) -> None:
-        if not self._try(self._store_key, shared=role != SERVE):
-            raise _refusal(role, self._holders(self._store_key), run_hint)
+        deadline = time.monotonic() + _DEAD_HOLDER_GRACE
+        while not self._try(self._store_key, shared=role != SERVE):
+            holders = self._holders(self._store_key)
+            # A salvor SIGKILLed a moment ago still holds the lock until its
+            # backend notices the closed connection: wait for that, briefly.
+            if not (holders and all(_dead(h.pid) for h in holders)) or time.monotonic() > deadline:
+                raise _refusal(role, holders, run_hint)
+            time.sleep(0.05)
         if role == SERVE:
             self.announce("starting")
 
