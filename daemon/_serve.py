@@ -90,13 +90,17 @@ def build_commit() -> str | None:
     return f"{head}-dirty" if dirty else head or None
 
 
-async def recover_interrupted(state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None) -> int:
+async def recover_interrupted(
+    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+) -> int:
     """Start a driver for every interrupted server-driven run; returns how many.
 
     Nothing is read per run here: each driver loads its run's view and agent
     itself, inside the driving set's concurrency bound, so READY does not
-    wait on thousands of reads. A run whose agent this store does not hold
-    (or that no longer builds) is logged by its driver and left as it is.
+    wait on thousands of reads. ``driven_elsewhere`` names, in one call, the
+    runs another live salvor (a ``salvor run``) drives right now: they are
+    not started. A run whose agent this store does not hold (or that no
+    longer builds) is logged by its driver and left as it is.
     """
     runtime = state.runtime
     started = 0

@@ -273,7 +273,9 @@ class _AdvisoryLocks(StoreLocks):
             self._schema = self._conn.execute(text("SELECT current_schema()")).scalar_one() or "public"
         except SQLAlchemyError as exc:
             self._engine.dispose()
-            raise StoreUnavailable(f"cannot reach the store at {display_url(url)} to lock it ({exc.__class__.__name__})") from None
+            raise StoreUnavailable(
+                f"cannot reach the store at {display_url(url)} to lock it ({exc.__class__.__name__})"
+            ) from None
         self._store_key = _key("store", self._schema)
         self._runs: dict[str, int] = {}
         self._name(f"salvor {command} {os.getpid()}")
@@ -332,12 +334,16 @@ class _AdvisoryLocks(StoreLocks):
             self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
     def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
+        # One read of pg_locks, not a round trip per run: recovery may ask about thousands.
+        taken = set(self._conn.execute(text(
+            "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 1 AND pid <> pg_backend_pid() "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )).tuples())
         held = set()
         for run_id in run_ids:
             key = _key("run", self._schema, run_id)
-            if self._try(key, shared=True):
-                self._conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": key})
-            else:
+            if ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF) in taken:
                 held.add(run_id)
         return held
 
