@@ -145,6 +145,8 @@ class _FileLocks(StoreLocks):
         self.command = command
         self._shared = False
         try:
+            # Only a command that may create the store gets here with no directory yet.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the store's lock file {self.path} ({exc.strerror or exc})") from None

@@ -370,3 +370,10 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
     result = salvor(f"sqlite:///{db}", "serve", "--listen", "127.0.0.1:0")
     assert result.returncode != -7, "salvor serve died of SIGBUS"
     one_sentence(result, f"{shm} is not writable")
+
+
+def test_a_first_run_creates_its_store_and_the_directories_above_it(tmp_path):
+    db = tmp_path / "state" / "salvor" / "salvor.db"
+    result = salvor(f"sqlite:///{db}", "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1"}')
+    assert result.returncode == 0, result.stderr
+    assert db.exists()
