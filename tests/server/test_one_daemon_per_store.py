@@ -193,3 +193,23 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_resume_of_a_run_a_live_cli_run_drives_is_refused_naming_it(tmp_path: Path, store_url: str) -> None:
+    agent_file = tmp_path / "sleeper.toml"
+    agent_file.write_text(sleeper_toml(tmp_path))
+    cli = subprocess.Popen([*SALVOR, "run", str(agent_file), "--input", '"sleep"'], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=cli_env(store_url), cwd=REPO)
+    try:
+        run_id = cli.stdout.readline().strip()
+        [agent] = agent_pids(tmp_path)
+        one_sentence(salvor(store_url, "resume", run_id), f"run {run_id} is being driven by salvor run (pid {cli.pid})")
+        assert not gone(agent), "the refused resume killed the live run's agent"
+        (tmp_path / "release").touch()
+        cli.communicate(timeout=60)
+        assert agent_pids(tmp_path) == [agent]
+    finally:
+        (tmp_path / "release").touch()
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
