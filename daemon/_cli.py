@@ -13,13 +13,14 @@ import json
 import logging
 import os
 import sys
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import trio
 from salvor import __version__
 from salvor.protocol import CodedError, MalformedJson, RunState, RunView, encode_envelope, parse_strict
-from salvor.store import default_store_url, normalize_store_url
+from salvor.store import StoreLocks, default_store_url, normalize_store_url, sqlite_path
 
 from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._credentials import CredentialError, Credentials
@@ -31,8 +32,18 @@ from ._operations import MISSING, Runtime, parse_run_id
 from ._orphans import sweep_orphans
 from ._render import describe
 from ._store_access import open_store_access
+from ._store_owner import driving_run, own_store
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+
+# Which store lock each command takes (_store_owner): the commands that drive
+# runs a daemon may be driving share it (so they refuse beside `salvor
+# serve`), the ones that start a new run take only that run's lock (they work
+# beside a daemon), the rest take none (reads, and single appends the store's
+# seq guard keeps safe). Only `run` and `serve` may create a store.
+SHARES_STORE = {"resume": True, "wake": True, "run": None, "rerun": None}
+CREATES_STORE = ("run", "serve")
+RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
 
 
 class CliError(Exception):
@@ -65,8 +76,9 @@ def _out(obj: Any) -> None:
 
 
 class Cli:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, locks: StoreLocks | None = None) -> None:
         self.args = args
+        self.locks = locks
         self.json = getattr(args, "json", False)
         self.progress = sys.stderr.isatty() and not self.json
 
@@ -123,12 +135,16 @@ class Cli:
     async def cmd_run(self, runtime: Runtime) -> int:
         agent = await self._agent_from(runtime, self.args.agent)
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
-        run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=self.args.run_id)
-        if self.json:
-            _out({"run": run_id})
-        else:
-            print(run_id, flush=True)
-        return await self._drive_and_report(runtime, run_id, agent)
+        # The run lock is taken before the run exists: a daemon starting
+        # meanwhile never sees it unlocked and interrupted.
+        run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=run_id)
+            if self.json:
+                _out({"run": run_id})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id, agent)
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):
@@ -146,23 +162,27 @@ class Cli:
             agent = await self._agent_from(runtime, self.args.agent)
         else:
             agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
-        run_id = await runtime.start_run(agent, None, labels=_labels(self.args.label), replay_of=origin)
-        if self.json:
-            _out({"run": run_id, "replay_of": origin})
-        else:
-            print(run_id, flush=True)
-        return await self._drive_and_report(runtime, run_id, agent)
+        run_id = str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.start_run(agent, None, labels=_labels(self.args.label), replay_of=origin,
+                                             run_id=run_id)
+            if self.json:
+                _out({"run": run_id, "replay_of": origin})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id, agent)
 
     async def cmd_resume(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
-        decision = await runtime.resume(run_id, run_input)
-        if decision.outcome == "finished":
-            return self._report(run_id, decision.view)
-        # A process agent this run's earlier driver left running (that driver
-        # was killed) must not run on beside the copy this drive starts.
-        await sweep_orphans(runtime.access.store.url, run_id)
-        return await self._drive_and_report(runtime, run_id)
+        async with driving_run(self.locks, run_id):
+            decision = await runtime.resume(run_id, run_input)
+            if decision.outcome == "finished":
+                return self._report(run_id, decision.view)
+            # A process agent this run's earlier driver left running (that driver
+            # was killed) must not run on beside the copy this drive starts.
+            await sweep_orphans(runtime.access.store.url, run_id)
+            return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
@@ -188,12 +208,13 @@ class Cli:
         worst = EXIT_OK
         for run_id in due:
             try:
-                decision = await runtime.resume(run_id)
-                code = (
-                    await self._drive_and_report(runtime, run_id)
-                    if decision.outcome == "driving"
-                    else self._report(run_id, decision.view)
-                )
+                async with driving_run(self.locks, run_id):
+                    decision = await runtime.resume(run_id)
+                    code = (
+                        await self._drive_and_report(runtime, run_id)
+                        if decision.outcome == "driving"
+                        else self._report(run_id, decision.view)
+                    )
             except CodedError as exc:
                 # One bad run does not stop the sweep.
                 print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
@@ -210,8 +231,14 @@ class Cli:
             if not sep:
                 raise CliError("--label must look like key=value")
             label = (key, value)
+        limit = self.args.limit
+        if not (limit.isascii() and limit.isdigit() and int(limit) > 0):
+            raise CliError(f"--limit must be a positive whole number of runs, not {limit[:40]!r}")
+        state = self.args.state
+        if state is not None and state not in RUN_STATES:
+            raise CliError(f"--state {state[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}")
         page, _ = await runtime.access.read(
-            lambda: runtime.access.store.list_runs(state=self.args.state, label=label, limit=self.args.limit)
+            lambda: runtime.access.store.list_runs(state=state, label=label, limit=int(limit))
         )
         if self.json:
             _out({"runs": [summary.to_json() for summary in page]})
@@ -285,7 +312,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     p.add_argument("--state", metavar="STATE", help="only runs in this state")
     p.add_argument("--label", metavar="K=V", help="only runs with this label")
-    p.add_argument("--limit", type=int, default=50, metavar="N")
+    # Checked by the command, so a bad value is one sentence like every other refusal.
+    p.add_argument("--limit", default="50", metavar="N", help="at most N runs (default 50)")
 
     p = sub.add_parser("history", parents=[common], help="a run's recorded events (--json: pinned envelopes)")
     p.add_argument("run", metavar="RUN")
@@ -361,23 +389,58 @@ def _serve_config(args: argparse.Namespace, url: str):
 async def _main(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         return await doctor_main(args)
-    cli = Cli(args)
     url = normalize_store_url(args.store) if args.store else default_store_url()
+    path = sqlite_path(url)
+    if args.command not in CREATES_STORE and path is not None and not path.exists():
+        raise CliError(
+            f"no store at {path}; name the store that holds your runs with --store or SALVOR_STORE "
+            "(`salvor run` or `salvor serve` creates a new one)"
+        )
     if args.command == "serve":
         from ._serve import serve
 
+        config = _serve_config(args, url)
+        await _check_resolves(config.host, config.port)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        await serve(_serve_config(args, url))
+        await serve(config)
         return EXIT_OK
-    async with open_store_access(url) as access:
-        runtime = Runtime(access, demo_registry())
-        return await getattr(cli, "cmd_" + args.command)(runtime)
+    if args.command not in SHARES_STORE:
+        async with open_store_access(url) as access:
+            return await getattr(Cli(args), "cmd_" + args.command)(Runtime(access, demo_registry()))
+    hint = (f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
+            if args.command == "resume" else "it wakes sleeping runs itself")
+    async with (
+        own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
+        open_store_access(url) as access,
+    ):
+        return await getattr(Cli(args, locks), "cmd_" + args.command)(Runtime(access, demo_registry()))
+
+
+async def _check_resolves(host: str, port: int) -> None:
+    """Refuse a --listen host that names no address, before anything is opened."""
+    try:
+        await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CliError(f"--listen host {host[:80]!r} does not resolve to an address ({exc.strerror or exc})") from None
+
+
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a chain of single-member groups wraps, else the group itself."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return trio.run(_main, args)
+        try:
+            return trio.run(_main, args)
+        except BaseExceptionGroup as group:
+            # A refusal raised inside the daemon's nurseries arrives wrapped;
+            # it is still one sentence.
+            raise _sole(group) from None
     except CodedError as exc:
         message = exc.message
         if getattr(args, "json", False):

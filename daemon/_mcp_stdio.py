@@ -9,6 +9,8 @@ moment, and kills whatever is left of its process group.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 
@@ -26,7 +28,7 @@ from ._mcp_session import (
     encode,
     excerpt,
 )
-from ._orphans import kill_group
+from ._orphans import OWNER_VAR, kill_group, owner_mark
 
 STDERR_TAIL_BYTES = 2000
 # How long a stdio server has to exit after its stdin closes before its group is killed.
@@ -131,12 +133,33 @@ def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[
     return env
 
 
+def missing_program(spec: McpServerSpec, environ: Mapping[str, str]) -> str | None:
+    """Why the program a stdio server names cannot be started, or None when it can be.
+
+    Looked up as the spawn will: a name with a slash relative to the server's
+    ``cwd``, a bare name on the ``PATH`` of the server's environment.
+    """
+    if spec.command is None:
+        return None
+    program = spec.command[0]
+    if "/" in program:
+        found = os.path.join(spec.cwd or os.getcwd(), program)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            return f"MCP server {spec.name!r}: its command {program[:120]!r} is not an executable file"
+        return None
+    if shutil.which(program, path=server_environment(spec, environ).get("PATH", os.defpath)) is None:
+        return f"MCP server {spec.name!r}: its command {program[:120]!r} is not found on PATH"
+    return None
+
+
 async def open_stdio(
     spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str]
 ) -> McpSession:
     """Spawn the server with ``mark`` in its environment (how a later sweep finds it orphaned)."""
     env = server_environment(spec, environ)
     env.update(mark)
+    if mark:
+        env[OWNER_VAR] = owner_mark()  # a sweep by another salvor spares it while this process lives
     try:
         process = await trio.lowlevel.open_process(
             list(spec.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from ._errors import (
     unknown_run,
     wrong_state,
 )
+from ._mcp_stdio import missing_program
 from ._mcp_tools import McpBuildError, check_buildable
 from ._model_proxy import ModelProxy
 from ._orphans import MARK_VAR, store_fingerprint
@@ -136,6 +138,11 @@ class Runtime:
             OperationRefused: bad_request naming the server and why.
         """
         if agent.kind == "process":
+            # Its stdio servers are started only by a drive; a program that is
+            # not there is refused now rather than failing every run later.
+            for spec in agent.mcp_servers:
+                if (problem := missing_program(spec, os.environ)) is not None:
+                    raise bad_request(f"the agent definition does not build: {problem}")
             return
         try:
             await check_buildable(

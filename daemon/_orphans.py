@@ -6,24 +6,27 @@ nothing tears its group down. Left alone, that orphan keeps calling a proxy
 that is gone, or worse, keeps acting on the world while the restarted daemon
 starts a second copy of the same run.
 
-So every agent process carries a mark in its environment: ``SALVOR_DAEMON``,
-a short hash of the store URL (next to ``SALVOR_RUN_ID``, which names its
-run). Children inherit the environment, so they carry it too. Before
-``salvor serve`` recovers anything, and before ``salvor resume RUN`` drives
-a run, the live processes are scanned (``/proc/*/environ``, Linux only) and
-the process group of each marked one is SIGKILLed.
+So every agent process carries two marks in its environment:
+``SALVOR_DAEMON``, a short hash of the store URL (next to ``SALVOR_RUN_ID``,
+which names its run), and ``SALVOR_OWNER``, the pid and kernel start time of
+the salvor process that started it. Children inherit the environment, so
+they carry them too. Before ``salvor serve`` recovers anything, and before
+``salvor resume RUN`` drives a run, the live processes are scanned
+(``/proc/*/environ``, Linux only) and the process group of each one carrying
+the store's mark is SIGKILLed, unless its owner is provably alive: a process
+with that pid exists, is not a zombie, and started at the recorded instant
+(a recycled pid starts later). So the agents of another live salvor over the
+same store (a ``salvor run`` in another terminal) are left alone, and only
+those of a salvor that died are killed. An agent with no owner mark (started
+by an older salvor) is killed on the store mark alone, as before.
 
 Why the hash of the store URL: two daemons over different stores never
-touch each other's agents. Why PID reuse is harmless: the mark is read from
-the live process's own environment at the time of the sweep, so a recycled
-pid that now belongs to an unrelated process does not match. (The only gap
-is the instant between reading a process's environment and signalling its
-group.) A process we cannot read (another user's) is skipped.
-
-What this does not cover: an agent of the same store driven right now by a
-*different* live salvor process (a `salvor run` in another terminal while
-`salvor serve` starts) looks the same as an orphan and is killed; that run
-is left interrupted and recovers like any other.
+touch each other's agents. Why PID reuse is harmless for the agent's pid:
+the marks are read from the live process's own environment at the time of
+the sweep, so a recycled pid that now belongs to an unrelated process does
+not match. (The only gap is the instant between reading a process's
+environment and signalling its group.) A process we cannot read (another
+user's) is skipped.
 """
 
 from __future__ import annotations
@@ -42,7 +45,36 @@ log = logging.getLogger("salvor.orphans")
 
 MARK_VAR = "SALVOR_DAEMON"
 RUN_VAR = "SALVOR_RUN_ID"
+OWNER_VAR = "SALVOR_OWNER"
 _PROC = Path("/proc")
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), None for a zombie or a gone process."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The fields after the parenthesised command name (which may hold spaces):
+    # state is field 3, starttime field 22.
+    rest = stat.rpartition(")")[2].split()
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    return rest[19]
+
+
+def owner_mark() -> str:
+    """``SALVOR_OWNER``'s value for agents this process starts: ``<pid>:<start time>``."""
+    pid = os.getpid()
+    return f"{pid}:{_start_time(pid) or '0'}"
+
+
+def owner_alive(mark: str) -> bool:
+    """Whether the salvor process an owner mark names still runs (the same process, not a recycled pid)."""
+    pid, _, started = mark.partition(":")
+    if not pid.isdigit() or not started:
+        return False
+    return _start_time(int(pid)) == started
 
 
 def kill_group(pid: int) -> None:
@@ -72,7 +104,7 @@ def _environ(pid: int) -> Mapping[str, str] | None:
 
 
 def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tuple[int, str]]:
-    """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if given)."""
+    """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if given) whose owner is gone."""
     me = os.getpid()
     try:
         entries = list(_PROC.iterdir())
@@ -83,6 +115,9 @@ def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tu
             continue
         env = _environ(int(entry.name))
         if env is None or env.get(MARK_VAR) != fingerprint:
+            continue
+        owner = env.get(OWNER_VAR)
+        if owner is not None and owner_alive(owner):
             continue
         run = env.get(RUN_VAR, "")
         if run_id is None or run == run_id:

@@ -46,7 +46,7 @@ from ._model_proxy import (
     recorded_calls,
     resolve_upstream,
 )
-from ._orphans import MARK_VAR, RUN_VAR, kill_group, store_fingerprint
+from ._orphans import MARK_VAR, OWNER_VAR, RUN_VAR, kill_group, owner_mark, store_fingerprint
 from ._run_context import DriveInterrupted, RunContext, utc_now
 from ._store_access import StoreAccess
 
@@ -254,6 +254,7 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
     # The mark goes on after the definition's env: it is ours, not the
     # agent's, and a restarted salvor finds an orphan of this drive by it.
     env[MARK_VAR] = store_fingerprint(access.store.url)
+    env[OWNER_VAR] = owner_mark()
     try:
         try:
             process = await trio.lowlevel.open_process(

@@ -1,6 +1,8 @@
 """``salvor serve``: the daemon's root nursery and the services in it.
 
-Lifetimes, outermost first: the store (its writer thread), then one nursery
+Lifetimes, outermost first: the store lock (``_store_owner``: taken before
+anything else, so a second daemon over the same store touches nothing), the
+store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
 watcher and the watchdog. Each service reports started only once it is bound
 or loaded; systemd hears READY=1 after all of them. Recovery comes after
@@ -40,7 +42,9 @@ from ._model_proxy import open_model_proxy
 from ._notify import Notifier
 from ._operations import Runtime
 from ._orphans import sweep_orphans
+from ._errors import OperationRefused
 from ._store_access import open_store_access
+from ._store_owner import SERVE, own_store
 from ._tools import ToolRegistry
 
 log = logging.getLogger("salvor.serve")
@@ -100,14 +104,24 @@ def build_commit() -> str | None:
     return f"{head}-dirty" if dirty else head or None
 
 
-async def interrupted_runs(state: ServerState) -> list[str]:
+async def interrupted_runs(
+    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+) -> list[str]:
     """The server-driven runs the log says were interrupted (one index read, nothing per run).
+
+    ``driven_elsewhere`` names, in one call, the runs another live salvor (a
+    ``salvor run``) drives right now: they are not interrupted, so they are
+    left out.
 
     Raises:
         StoreUnavailable: the store cannot be read.
     """
     runtime = state.runtime
-    return await runtime.access.read(runtime.access.store.interrupted_runs)
+    interrupted = await runtime.access.read(runtime.access.store.interrupted_runs)
+    if driven_elsewhere is None:
+        return interrupted
+    skip = await trio.to_thread.run_sync(driven_elsewhere, interrupted)
+    return [run_id for run_id in interrupted if run_id not in skip]
 
 
 def recover(state: ServerState, run_ids: list[str]) -> int:
@@ -122,9 +136,11 @@ def recover(state: ServerState, run_ids: list[str]) -> int:
     return sum(state.drivers.start(run_id, recovery=True) for run_id in run_ids)
 
 
-async def recover_interrupted(state: ServerState) -> int:
+async def recover_interrupted(
+    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+) -> int:
     """Start a driver for every interrupted server-driven run; returns how many."""
-    return recover(state, await interrupted_runs(state))
+    return recover(state, await interrupted_runs(state, driven_elsewhere))
 
 
 async def sweep_once(state: ServerState) -> int:
@@ -169,6 +185,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
     notifier = Notifier()
     registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
     async with (
+        # First of all: while another live salvor serves this store (or a
+        # command line drives its runs), this one touches nothing.
+        own_store(config.store_url, SERVE, share=False) as locks,
         open_store_access(config.store_url) as access,
         open_model_proxy(config.proxy_port) as proxy,
         open_model_executor() as executor,
@@ -207,9 +226,20 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
 
-                binds = await root.start(serve_http)
+                try:
+                    binds = await root.start(serve_http)
+                except (OSError, BaseExceptionGroup) as exc:
+                    failed = _bind_failure(exc)
+                    if failed is None:
+                        raise
+                    raise OperationRefused(
+                        "listen_failed", 503,
+                        f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+                        "stop what holds it, or pick another address with --listen",
+                    ) from None
+                await trio.to_thread.run_sync(locks.announce, binds[0])
                 root.start_soon(_watch_signals, stop)
-                interrupted = await interrupted_runs(state)
+                interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
                 if config.wake_interval > 0:
                     root.start_soon(_sweep_forever, state, config.wake_interval)
                 if notifier.watchdog_interval:
@@ -234,6 +264,13 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
             with trio.move_on_after(config.shutdown_seconds):
                 await in_flight.wait_idle()
             root.cancel_scope.cancel(reason="salvor stopped")
+
+
+def _bind_failure(exc: BaseException) -> OSError | None:
+    """The OSError a failed bind raised, out of the nurseries it came through; None for anything else."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
 
 
 class InFlight:

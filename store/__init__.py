@@ -10,12 +10,17 @@ from ._errors import CorruptLog as CorruptLog
 from ._errors import SeqConflict as SeqConflict
 from ._errors import StoreError as StoreError
 from ._errors import StoreTooNew as StoreTooNew
+from ._errors import StoreOwned as StoreOwned
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import store_fault as store_fault
 from ._event_store import AppendRequest as AppendRequest
 from ._event_store import EventStore as EventStore
 from ._location import default_store_url as default_store_url
 from ._location import normalize_store_url as normalize_store_url
+from ._location import sqlite_path as sqlite_path
+from ._ownership import Holder as Holder
+from ._ownership import StoreLocks as StoreLocks
+from ._ownership import open_locks as open_locks
 from ._records import Claim as Claim
 from ._records import RunSummary as RunSummary
 from ._records import StoredAgent as StoredAgent

@@ -11,6 +11,7 @@ behind the write lock.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -65,6 +66,26 @@ def create_store_engine(url: str, *, synchronous: str = "FULL") -> Engine:
     )
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse a store SQLite could open but not write: its ``-shm`` is memory-mapped, and a
+    write to a mapping of a file it may not write kills the process with SIGBUS, not an error.
+
+    Root passes the mode bits but not an immutable file (``chattr +i``); ``os.access``
+    answers for both.
+    """
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StoreUnavailable(
+            f"the store directory {path.parent} is not writable by this user; SQLite keeps its "
+            "-wal and -shm files there, so fix its permissions or give another store with --store"
+        )
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+            raise StoreUnavailable(
+                f"the store file {file} is not writable by this user (or is immutable); "
+                "fix its permissions or give another store with --store"
+            )
+
+
 def _sqlite_engine(url: str, database: str | None, synchronous: str) -> Engine:
     if not database or database == ":memory:" or database.startswith("file::memory:"):
         raise StoreUnavailable(
@@ -78,6 +99,7 @@ def _sqlite_engine(url: str, database: str | None, synchronous: str) -> Engine:
         raise StoreUnavailable(
             f"cannot create the store directory {path.parent} ({exc.strerror or exc})"
         ) from None
+    _check_writable(path)
     engine = create_engine(url)
     pragmas = (
         f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",

@@ -81,6 +81,13 @@ class BadCursor(StoreError):
     status = 400
 
 
+class StoreOwned(StoreError):
+    """Another live salvor process holds the store (or the run) in a way this command may not share."""
+
+    code = "store_owned"
+    status = 409
+
+
 # PEP 249 names the classes of database failure alike in every driver (and
 # SQLAlchemy wraps them under the same names): an operational failure or a
 # lost interface is the database's situation, not the statement's fault.

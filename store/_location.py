@@ -67,3 +67,10 @@ def normalize_store_url(text: str) -> str:
 
 def _sqlite_url(path: Path) -> str:
     return f"sqlite:///{Path(os.path.abspath(path.expanduser()))}"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file a normalised ``sqlite:///`` URL names; None for any other store."""
+    if not url.startswith("sqlite:///"):
+        return None
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0])

@@ -164,6 +164,8 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
 )
 def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, args, fragments):
     args = [str(agent_file) if a == "AGENT" else a for a in args]
+    # An existing, empty store: a missing one is refused before any of these checks.
+    EventStore.open(store_url).close()
     result = salvor(store_url, *args)
     one_sentence(result, *fragments)
     assert run_count(store_url) == 0
@@ -271,3 +273,110 @@ def test_a_resume_input_the_schema_rejects_is_refused(store_url, tmp_path, provi
     assert event_total(store_url) == before
     done = salvor(store_url, "resume", run_id, "--input", '{"approved": true}')
     assert done.returncode == 0 and "completed" in done.stdout
+
+
+def files_under(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["runs"], ["no store at", "--store"]),
+        (["log", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
+        (["history", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
+        (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no store at"]),
+        (["resume", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
+        (["serve", "--listen", "salvor-no-such-host.invalid:8420"], ["--listen host", "does not resolve"]),
+    ],
+)
+def test_a_command_on_a_store_path_that_does_not_exist_creates_nothing(tmp_path, args, fragments):
+    missing = tmp_path / "nothing-here" / "salvor.db"
+    before = files_under(tmp_path)
+    one_sentence(salvor(f"sqlite:///{missing}", *args), *fragments)
+    assert files_under(tmp_path) == before, "a refused command created files"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["runs", "--limit", "0"], ["--limit must be a positive whole number", "'0'"]),
+        (["runs", "--limit", "ten"], ["--limit must be a positive whole number", "'ten'"]),
+        (["runs", "--limit", "-3"], ["--limit must be a positive whole number"]),
+        (["runs", "--state", "bogus"], ["'bogus' is not a run state", "needs_reconciliation", "abandoned"]),
+    ],
+)
+def test_a_bad_listing_option_is_one_sentence(store_url, args, fragments):
+    EventStore.open(store_url).close()
+    one_sentence(salvor(store_url, *args), *fragments)
+
+
+def test_serve_on_a_busy_port_is_one_sentence(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = salvor(f"sqlite:///{tmp_path / 'salvor.db'}", "serve", "--listen", f"127.0.0.1:{port}")
+    one_sentence(result, f"cannot listen on 127.0.0.1:{port}", "--listen")
+
+
+def test_a_process_agent_whose_mcp_server_command_does_not_exist_is_refused_at_registration(store_url, tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f'name = "p"\nkind = "process"\ncommand = {json.dumps([sys.executable, "-c", "pass"])}\n'
+        '[[mcp_servers]]\nname = "notes"\ncommand = ["salvor-no-such-mcp-server", "--stdio"]\n'
+    )
+    one_sentence(salvor(store_url, "run", str(path)), "MCP server 'notes'", "'salvor-no-such-mcp-server'",
+                 "not found on PATH")
+    assert run_count(store_url) == 0
+    path.write_text(path.read_text().replace('"salvor-no-such-mcp-server"', json.dumps(str(tmp_path / "agent.toml"))))
+    one_sentence(salvor(store_url, "run", str(path)), "MCP server 'notes'", "is not an executable file")
+    assert run_count(store_url) == 0
+
+
+@pytest.fixture
+def immutable():
+    """``chattr +i`` on a file for the test (root writes through mode bits, not through this)."""
+    marked: list[Path] = []
+
+    def mark(path: Path) -> None:
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"chattr +i is not available here ({done.stderr.strip() or 'not found'}); "
+                        "install e2fsprogs and run on a filesystem that supports it")
+        marked.append(path)
+
+    yield mark
+    for path in marked:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_signal(tmp_path, immutable):
+    db = tmp_path / "salvor.db"
+    # A salvor SIGKILLed with the store open leaves its -wal and -shm behind;
+    # this test process never maps them itself (a write through its own
+    # mapping would be its own SIGBUS).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom salvor.store import EventStore\n"
+         f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+    finally:
+        holder.kill()
+        holder.wait()
+    shm = db.with_name(db.name + "-shm")
+    assert shm.exists() and shm.stat().st_size > 0
+    immutable(shm)
+    result = salvor(f"sqlite:///{db}", "serve", "--listen", "127.0.0.1:0")
+    assert result.returncode != -7, "salvor serve died of SIGBUS"
+    one_sentence(result, f"{shm} is not writable")
+
+
+def test_a_first_run_creates_its_store_and_the_directories_above_it(tmp_path):
+    db = tmp_path / "state" / "salvor" / "salvor.db"
+    result = salvor(f"sqlite:///{db}", "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1"}')
+    assert result.returncode == 0, result.stderr
+    assert db.exists()

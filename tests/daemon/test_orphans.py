@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from salvor.daemon._orphans import MARK_VAR, RUN_VAR, store_fingerprint, sweep_orphans
+from salvor.daemon._orphans import MARK_VAR, OWNER_VAR, RUN_VAR, owner_mark, store_fingerprint, sweep_orphans
 
 from tests.support.processes import gone, wait_gone
 
@@ -40,9 +40,11 @@ time.sleep(120)
 
 
 class Agent:
-    def __init__(self, tmp_path: Path, name: str, store: str, run_id: str) -> None:
+    def __init__(self, tmp_path: Path, name: str, store: str, run_id: str, owner: str | None = None) -> None:
         pidfile = tmp_path / f"{name}.child"
         env = {**os.environ, MARK_VAR: store_fingerprint(store), RUN_VAR: run_id}
+        if owner is not None:
+            env[OWNER_VAR] = owner
         self.process = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], env=env,
                                         start_new_session=True)
         deadline = time.monotonic() + 20
@@ -71,8 +73,8 @@ class Agent:
 def agents(tmp_path):
     started: list[Agent] = []
 
-    def start(name: str, store: str = STORE, run_id: str = RUN_A) -> Agent:
-        agent = Agent(tmp_path, name, store, run_id)
+    def start(name: str, store: str = STORE, run_id: str = RUN_A, owner: str | None = None) -> Agent:
+        agent = Agent(tmp_path, name, store, run_id, owner)
         started.append(agent)
         return agent
 
@@ -108,14 +110,46 @@ async def test_nothing_marked_means_nothing_killed(agents):
     assert other.alive()
 
 
+def start_time(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+
+
+@pytest.fixture
+def owner():
+    """A live process standing in for another salvor over the same store (a `salvor run` in another terminal)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+async def test_an_agent_whose_owner_lives_is_spared_and_one_whose_owner_was_killed_is_not(agents, owner):
+    mark = f"{owner.pid}:{start_time(owner.pid)}"
+    alive_owner = agents("alive-owner", owner=mark)
+    await sweep_orphans(STORE)
+    assert alive_owner.alive(), "the sweep killed the agent of a live salvor"
+    owner.kill()
+    owner.wait()
+    await sweep_orphans(STORE)
+    assert all(wait_gone(pid) for pid in alive_owner.pids), "the agent of a killed salvor survived the sweep"
+
+
+async def test_an_owner_mark_whose_pid_was_recycled_does_not_spare_the_agent(agents, owner):
+    # The pid lives, but it is not the process that started the agent: that one started at another instant.
+    recycled = agents("recycled", owner=f"{owner.pid}:{int(start_time(owner.pid)) - 1}")
+    unmarked = agents("unmarked")  # started by an older salvor: the store mark alone decides, as before
+    await sweep_orphans(STORE)
+    assert all(wait_gone(pid) for pid in recycled.pids + unmarked.pids)
+
+
 async def test_a_driven_process_agent_carries_the_mark_of_its_store(runtime, store_url, tmp_path):
     seen = tmp_path / "mark.txt"
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        f"Path({str(seen)!r}).write_text(os.environ.get({MARK_VAR!r}, '') + ' ' + os.environ.get({RUN_VAR!r}, ''))\n"
+        f"Path({str(seen)!r}).write_text(' '.join(os.environ.get(v, '') for v in {(MARK_VAR, RUN_VAR, OWNER_VAR)!r}))\n"
     )
     # The definition's env cannot take the mark off: it is applied after it.
     agent = process_agent(tmp_path, script=script, env={MARK_VAR: "spoofed"})
     run_id = await runtime.start_run(agent, "hello")
     await runtime.drive(run_id, agent=agent)
-    assert seen.read_text() == f"{store_fingerprint(runtime.access.store.url)} {run_id}"
+    assert seen.read_text() == f"{store_fingerprint(runtime.access.store.url)} {run_id} {owner_mark()}"

@@ -149,3 +149,15 @@ async def test_a_rerun_over_http_reproduces_a_completed_run_with_zero_upstream_c
     assert body["replay_of"] == origin
     assert provider.call_count == 3  # the origin's; the re-run made none
     assert len((await client.get("/v1/runs")).json()["runs"]) == listed + 1
+
+
+async def test_a_process_agent_whose_mcp_server_program_is_missing_is_a_400_at_registration(server_factory, tmp_path):
+    server = await server_factory(allow_process_agents=True)
+    text = definition(tmp_path, "openai").replace(
+        "[env]", '[[mcp_servers]]\nname = "notes"\ncommand = "salvor-no-such-mcp-server --stdio"\n[env]', 1)
+    response = await server.client.post("/v1/agents", content=text, headers={"Content-Type": "application/toml"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "bad_request"
+    assert "MCP server 'notes'" in error["message"] and "'salvor-no-such-mcp-server'" in error["message"]
+    assert (await server.client.get("/v1/agents")).json() == {"agents": []}

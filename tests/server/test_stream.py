@@ -26,7 +26,6 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from salvor.daemon._agent_def import parse_definition
 from salvor.daemon._demo_tools import demo_registry
 from salvor.protocol import EMPTY_VIEW, RunStarted, encode_envelope
 from salvor.store import EventStore
@@ -451,7 +450,9 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "salvor.daemon._cli", *args]
 
 
-@pytest.mark.parametrize("verb", ["run", "resume"])
+# `salvor run` is the one command line writer that drives beside a live
+# daemon: `salvor resume` there is refused (one daemon per store).
+@pytest.mark.parametrize("verb", ["run"])
 async def test_events_written_by_another_process_arrive_through_the_poll(daemon, providers, holds, tmp_path,
                                                                           verb):
     hold = holds(0)
@@ -460,17 +461,9 @@ async def test_events_written_by_another_process_arrive_through_the_poll(daemon,
     run_id = "5a1f0000-0000-4000-8000-00000000c11e"
     env = {**os.environ, "SALVOR_DEMO_EFFECTS": str(tmp_path / "cli-effects.jsonl"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    if verb == "run":
-        agent_file = tmp_path / "agent.toml"
-        agent_file.write_text(definition)
-        command = cli("run", str(agent_file), "--store", daemon.store_url, "--run-id", run_id, "--json")
-    else:
-        # The head is recorded here without a driver; the CLI process drives it.
-        agent = await daemon.register_agent(definition)
-        parsed = parse_definition(definition, "toml", known_tools=daemon.state.runtime.registry.names())
-        assert parsed.agent_def_hash == agent
-        await daemon.state.runtime.start_run(parsed, None, run_id=run_id)
-        command = cli("resume", run_id, "--store", daemon.store_url, "--json")
+    agent_file = tmp_path / "agent.toml"
+    agent_file.write_text(definition)
+    command = cli(verb, str(agent_file), "--store", daemon.store_url, "--run-id", run_id, "--json")
 
     results = []
 

@@ -1,0 +1,356 @@
+"""Who may drive a store's runs right now: locks held by live salvor processes, never rows.
+
+Two kinds of lock, both released by the kernel or the database the moment
+their holder dies (a SIGKILL included), so nothing stale is ever left to
+clean up:
+
+* The store lock. ``salvor serve`` holds it exclusively for its whole life;
+  a command line that drives existing runs (``salvor resume``, ``wake``)
+  holds it shared while it drives. So a second daemon, or a resume beside a
+  daemon, is refused before it touches anything, and a daemon is refused
+  while such a command drives.
+* A run lock, one per run, held by whoever drives that run from the command
+  line (``salvor run`` takes it before the run exists). A daemon starting
+  beside a live ``salvor run`` leaves that run alone instead of recovering
+  it a second time.
+
+SQLite: a lock file beside the database (``<db>.lock``): ``flock`` on it is
+the store lock, a one-byte POSIX record lock at an offset derived from the
+run id is a run lock (the two kinds do not interact on Linux). The daemon
+writes a small JSON (pid, command, listen address, start time) into the file
+so a refusal can name it; a shared holder is named from ``/proc/locks``.
+One open file per process: closing another descriptor of the same file would
+drop the process's record locks.
+
+PostgreSQL: session advisory locks on a dedicated connection, keyed by the
+store's schema (``current_schema()``: each schema is its own store), and the
+holder named through ``application_name`` in ``pg_stat_activity``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from ._engine import create_store_engine, display_url
+from ._errors import StoreOwned, StoreUnavailable
+
+SERVE = "serve"
+# How long a PostgreSQL lock whose every holder is a dead local process is
+# waited for (its backend has not yet seen the connection close).
+_DEAD_HOLDER_GRACE = 5.0
+# The postgres application_name is cut at 63 bytes by the server.
+_APP_NAME_BYTES = 63
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A live salvor process holding a lock: what a refusal names."""
+
+    pid: int | None
+    command: str  # "serve", "run", "resume", ... ("" when unknown)
+    listen: str | None = None
+
+    def describe(self) -> str:
+        """``salvor serve (pid 4242, http://127.0.0.1:8420)``, as much of it as is known."""
+        parts = [f"pid {self.pid}"] if self.pid else []
+        if self.listen:
+            parts.append(self.listen)
+        name = f"salvor {self.command}" if self.command else "another salvor process"
+        return f"{name} ({', '.join(parts)})" if parts else name
+
+
+def _key(*parts: str) -> int:
+    """A signed 64-bit key (the range of postgres's bigint advisory locks and of a file offset's half)."""
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _refusal(role: str, holders: list[Holder], run_hint: str) -> StoreOwned:
+    serve = next((h for h in holders if h.command == SERVE), None)
+    if role == SERVE and serve is not None:
+        return StoreOwned(
+            f"another {serve.describe()} is serving this store; stop it, or give this one its own store with --store"
+        )
+    if role == SERVE:
+        who = holders[0].describe() if holders else "another salvor command"
+        return StoreOwned(
+            f"{who} is driving runs in this store; let it finish (or stop it), then start salvor serve again"
+        )
+    who = serve.describe() if serve is not None else (holders[0].describe() if holders else "salvor serve")
+    return StoreOwned(f"{who} is serving this store and drives its runs; {run_hint}, or stop it first")
+
+
+class StoreLocks:
+    """One process's locks on one store. Blocking: call it off the trio thread.
+
+    Error handling: a method that raises leaves the locks this object held
+    before it as they were; ``close`` releases all of them.
+    """
+
+    def claim(self, role: str, run_hint: str) -> None:
+        """Take the store lock: exclusive for ``serve``, shared for any other command.
+
+        Raises:
+            StoreOwned: another live salvor holds it in a conflicting mode; nothing was taken.
+        """
+        raise NotImplementedError
+
+    def announce(self, listen: str) -> None:
+        """Record where the daemon holding the store lock listens, for the next refusal to name."""
+        raise NotImplementedError
+
+    def hold_run(self, run_id: str) -> Holder | None:
+        """Take ``run_id``'s run lock; returns the holder instead when another process has it."""
+        raise NotImplementedError
+
+    def release_run(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
+        """The runs among ``run_ids`` whose run lock another live process holds."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def open_locks(url: str, command: str) -> StoreLocks:
+    """The lock handle of the store at ``url`` (normalised) for this process, running ``command``.
+
+    Raises:
+        StoreUnavailable: the lock file cannot be opened or the database reached.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _FileLocks(Path(parsed.database or ""), command)
+    return _AdvisoryLocks(url, command)
+
+
+class _FileLocks(StoreLocks):
+    def __init__(self, database: Path, command: str) -> None:
+        self.path = Path(os.path.realpath(database)).with_name(Path(os.path.realpath(database)).name + ".lock")
+        self.command = command
+        self._shared = False
+        try:
+            # Only a command that may create the store gets here with no directory yet.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the store's lock file {self.path} ({exc.strerror or exc})") from None
+        self._inode = os.fstat(self._fd).st_ino
+
+    def claim(self, role: str, run_hint: str) -> None:
+        self._shared = role != SERVE
+        mode = fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX
+        try:
+            fcntl.flock(self._fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _refusal(role, self._holders(), run_hint) from None
+        if not self._shared:
+            self.announce("starting")
+
+    def announce(self, listen: str) -> None:
+        record = {"pid": os.getpid(), "command": self.command, "listen": listen,
+                  "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, json.dumps(record).encode("utf-8"), 0)
+
+    def _holders(self) -> list[Holder]:
+        """Who holds the flock: the daemon's own record first, then the pids in /proc/locks."""
+        holders: list[Holder] = []
+        pids = _lock_pids(self._inode, "FLOCK")
+        try:
+            record = json.loads(os.pread(self._fd, 4096, 0) or b"null")
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict) and record.get("pid") in pids:
+            holders.append(Holder(record["pid"], str(record.get("command", "")), record.get("listen")))
+        for pid in sorted(pids - {h.pid for h in holders} - {os.getpid()}):
+            holders.append(Holder(pid, _command_of(pid)))
+        return holders
+
+    @staticmethod
+    def _offset(run_id: str) -> int:
+        # Past byte 0 and inside a positive off_t.
+        return 1 + (_key("run", run_id) & ((1 << 62) - 1))
+
+    def hold_run(self, run_id: str) -> Holder | None:
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self._offset(run_id))
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            pids = _lock_pids(self._inode, "POSIX", self._offset(run_id)) - {os.getpid()}
+            pid = min(pids) if pids else None
+            return Holder(pid, _command_of(pid) if pid else "")
+        return None
+
+    def release_run(self, run_id: str) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._offset(run_id))
+
+    def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
+        held = set()
+        for run_id in run_ids:
+            offset = self._offset(run_id)
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                held.add(run_id)
+                continue
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, offset)
+        return held
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _lock_pids(inode: int, kind: str, start: int | None = None) -> set[int]:
+    """Pids holding a ``kind`` (FLOCK, POSIX) lock on the file with ``inode`` (at ``start``); Linux only."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return set()
+    pids = set()
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:123456 0 EOF"; a blocked waiter's
+        # line reads "1: -> FLOCK ..." and is not a holder.
+        fields = line.split()
+        if len(fields) < 8 or fields[1] != kind or not fields[4].isdigit():
+            continue
+        if fields[5].rsplit(":", 1)[-1] != str(inode):
+            continue
+        if start is None or fields[6] == str(start):
+            pids.add(int(fields[4]))
+    return pids
+
+
+def _command_of(pid: int) -> str:
+    """The salvor command a process runs (``resume``), read from its command line."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return ""
+    for before, word in zip(argv, argv[1:]):
+        if before.endswith(("salvor", "_cli")) and word and not word.startswith("-"):
+            return word
+    return ""
+
+
+def _dead(pid: int | None) -> bool:
+    """Whether ``pid`` names no process on this machine (None: unknown, so not provably dead)."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class _AdvisoryLocks(StoreLocks):
+    def __init__(self, url: str, command: str) -> None:
+        self.command = command
+        self._engine = create_store_engine(url)
+        try:
+            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._schema = self._conn.execute(text("SELECT current_schema()")).scalar_one() or "public"
+        except SQLAlchemyError as exc:
+            self._engine.dispose()
+            raise StoreUnavailable(
+                f"cannot reach the store at {display_url(url)} to lock it ({exc.__class__.__name__})"
+            ) from None
+        self._store_key = _key("store", self._schema)
+        self._runs: dict[str, int] = {}
+        self._name(f"salvor {command} {os.getpid()}")
+
+    def _name(self, value: str) -> None:
+        value = value.encode("utf-8")[:_APP_NAME_BYTES].decode("utf-8", "ignore")
+        self._conn.execute(text("SELECT set_config('application_name', :v, false)"), {"v": value})
+
+    def _try(self, key: int, *, shared: bool = False) -> bool:
+        fn = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+        return bool(self._conn.execute(text(f"SELECT {fn}(:k)"), {"k": key}).scalar_one())
+
+    def _holders(self, key: int) -> list[Holder]:
+        rows = self._conn.execute(text(
+            "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid::bigint = :hi AND l.objid::bigint = :lo AND a.pid <> pg_backend_pid()"
+        ), {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF}).all()
+        holders = []
+        for backend_pid, name in rows:
+            # "salvor serve 4242 http://127.0.0.1:8420", as _name set it.
+            words = (name or "").split(" ", 3)
+            if len(words) >= 3 and words[0] == "salvor" and words[2].isdigit():
+                holders.append(Holder(int(words[2]), words[1], words[3] if len(words) > 3 else None))
+            else:
+                holders.append(Holder(None, "", f"a database session, backend pid {backend_pid}"))
+        return holders
+
+    def claim(self, role: str, run_hint: str) -> None:
+        deadline = time.monotonic() + _DEAD_HOLDER_GRACE
+        while not self._try(self._store_key, shared=role != SERVE):
+            holders = self._holders(self._store_key)
+            # A salvor SIGKILLed a moment ago still holds the lock until its
+            # backend notices the closed connection: wait for that, briefly.
+            if not (holders and all(_dead(h.pid) for h in holders)) or time.monotonic() > deadline:
+                raise _refusal(role, holders, run_hint)
+            time.sleep(0.05)
+        if role == SERVE:
+            self.announce("starting")
+
+    def announce(self, listen: str) -> None:
+        self._name(f"salvor {self.command} {os.getpid()} {listen}")
+
+    def hold_run(self, run_id: str) -> Holder | None:
+        key = _key("run", self._schema, run_id)
+        if not self._try(key):
+            holders = self._holders(key)
+            return holders[0] if holders else Holder(None, "")
+        self._runs[run_id] = key
+        return None
+
+    def release_run(self, run_id: str) -> None:
+        key = self._runs.pop(run_id, None)
+        if key is not None:
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+
+    def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
+        # One read of pg_locks, not a round trip per run: recovery may ask about thousands.
+        taken = set(self._conn.execute(text(
+            "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objsubid = 1 AND pid <> pg_backend_pid() "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )).tuples())
+        held = set()
+        for run_id in run_ids:
+            key = _key("run", self._schema, run_id)
+            if ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF) in taken:
+                held.add(run_id)
+        return held
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        finally:
+            self._engine.dispose()
