@@ -18,13 +18,22 @@ from typing import Any
 import trio
 
 TETHER = str(Path(__file__).with_name("_tether.py"))
+
+
+def _interpreter() -> str:
+    """The binary running this process: the tether needs no venv (it runs with ``-I -S``), and a venv's
+    ``sys.executable`` can be a link the daemon's user may not follow even though its target runs."""
+    try:
+        return os.readlink("/proc/self/exe")
+    except OSError:
+        return sys.executable
 _ERRNO_BYTES = 16
 
 
 def tethered(command: Sequence[str], errfd: int) -> list[str]:
     """The command line that runs ``command`` through the tether, reporting a failed exec on ``errfd``."""
     # -I -S: no site, no user paths, nothing of salvor's: a bare interpreter starts in milliseconds.
-    return [sys.executable, "-I", "-S", TETHER, str(errfd), "--", *command]
+    return [_interpreter(), "-I", "-S", TETHER, str(errfd), "--", *command]
 
 
 async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Process:
