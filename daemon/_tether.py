@@ -87,7 +87,10 @@ def main(argv: list[str]) -> None:
                 finally:
                     os._exit(0)
             os._exit(0)
-        os.waitpid(middle, 0)
+        try:
+            os.waitpid(middle, 0)
+        except ChildProcessError:
+            pass  # SIGCHLD ignored (a disposition an exec keeps): the kernel reaped it already
         os.close(daemon_fd)
         os.close(command_fd)
     os.set_inheritable(errfd, False)  # the exec closes it: that is the daemon's "started"
