@@ -74,6 +74,24 @@ def test_a_stdio_mcp_server_gets_the_allow_list_and_its_own_env_nothing_else():
     assert set(env) == {"PATH", "HOME", "LANG", "LC_TIME", "ROOT", *TELEMETRY_OFF}
 
 
+UNDUMPABLE = r"""
+import ctypes, subprocess, sys
+from salvor.daemon._hardening import make_undumpable
+PR_GET_DUMPABLE = 3
+libc = ctypes.CDLL(None)
+made = make_undumpable()
+child = subprocess.run([sys.executable, "-I", "-S", "-c",
+                        "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"], capture_output=True, text=True)
+print(made, libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), child.stdout.strip())
+"""
+
+
+def test_the_daemon_process_is_not_dumpable_and_what_it_execs_is_again():
+    # In a process of its own: the flag would stay on pytest's process.
+    shown = subprocess.run([sys.executable, "-c", UNDUMPABLE], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["True", "0", "1"]  # the orphan sweep reads a (dumpable) agent's environ
+
+
 # -- a real daemon and its agent as one unprivileged user ------------------------------------------
 
 PROBE = r"""
