@@ -28,6 +28,7 @@ from ._client_tools import ClientTool, load_declarations
 from ._demo_tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
+from ._hardening import make_undumpable
 from ._operations import MISSING, Runtime, parse_run_id
 from ._orphans import sweep_orphans
 from ._render import describe
@@ -434,6 +435,7 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    make_undumpable()  # before any secret is read: the same user's processes cannot read ours
     try:
         try:
             return trio.run(_main, args)

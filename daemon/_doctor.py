@@ -42,6 +42,7 @@ from ._agent_def import AgentDefinition, DefinitionError, load_definition
 from ._doctor_replies import CANNED
 from ._model_proxy import ROUTES, encode_frames, error_body, open_model_proxy
 from ._process_agent import agent_environment, supervise
+from ._spawn import open_tied_process
 
 DEFAULT_INPUT = "Say hello in one short sentence."
 # A definition's timeout is sized for real work; a wiring check that has not
@@ -152,8 +153,8 @@ class Findings:
 async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float) -> Ending:
     settings = agent.process
     try:
-        process = await trio.lowlevel.open_process(
-            list(settings.command), cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
+        process = await open_tied_process(
+            settings.command, cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )
     except OSError as exc:

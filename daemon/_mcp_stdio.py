@@ -1,5 +1,8 @@
 """The stdio transport of an MCP session: a server spawned in a process group of its own.
 
+The server starts tied to the daemon's life (``_spawn``), with an
+allow-listed environment (``_child_env``) and its definition's ``env``.
+
 Messages are newline-delimited JSON on the server's stdin and stdout; its
 stderr is drained, and the tail is quoted when it dies. Closing ends its
 stdin (the specification's way to ask a stdio server to exit), gives it a
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 
 import trio
 
+from ._child_env import child_environment
 from ._mcp_def import McpServerSpec
 from ._mcp_session import (
     MAX_MESSAGE_BYTES,
@@ -29,6 +33,7 @@ from ._mcp_session import (
     excerpt,
 )
 from ._orphans import OWNER_VAR, kill_group, owner_mark
+from ._spawn import open_tied_process
 
 STDERR_TAIL_BYTES = 2000
 # How long a stdio server has to exit after its stdin closes before its group is killed.
@@ -127,8 +132,8 @@ class StdioTransport(Transport):
 
 
 def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """A stdio server's environment: the daemon's, minus its own SALVOR_* settings, plus the definition's ``env``."""
-    env = {k: v for k, v in environ.items() if not k.startswith("SALVOR_")}
+    """A stdio server's environment: the allow-list of the daemon's (``_child_env``), then the definition's ``env``."""
+    env = child_environment(environ)
     env.update(spec.env)
     return env
 
@@ -161,8 +166,8 @@ async def open_stdio(
     if mark:
         env[OWNER_VAR] = owner_mark()  # a sweep by another salvor spares it while this process lives
     try:
-        process = await trio.lowlevel.open_process(
-            list(spec.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        process = await open_tied_process(
+            spec.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=spec.cwd, env=env, start_new_session=True,
         )
     except OSError as exc:

@@ -1,7 +1,8 @@
 """Driving a process agent: a local command whose model calls cross the loopback proxy.
 
-A drive starts the agent's command in a process group of its own, with its
-model base URLs pointed at this run's capability path on the proxy and its
+A drive starts the agent's command in a process group of its own, tied to
+the daemon's life (``_spawn``), with an allow-listed environment
+(``_child_env``), its model base URLs pointed at this run's capability path on the proxy and its
 task in ``SALVOR_PROMPT``/``SALVOR_INPUT``, then waits for it to exit (within
 its timeout). The proxy records every call; after a crash the next drive
 starts the process again with the same task and the proxy answers the
@@ -37,6 +38,7 @@ import trio
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ._agent_def import AgentDefinition
+from ._child_env import child_environment
 from ._mcp_lane import McpLane, open_lanes, variable_suffix
 from ._model_proxy import (
     ModelProxy,
@@ -48,6 +50,7 @@ from ._model_proxy import (
 )
 from ._orphans import MARK_VAR, OWNER_VAR, RUN_VAR, kill_group, owner_mark, store_fingerprint
 from ._run_context import DriveInterrupted, RunContext, utc_now
+from ._spawn import open_tied_process
 from ._store_access import StoreAccess
 
 logger = logging.getLogger("salvor.process")
@@ -81,10 +84,8 @@ def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
 def agent_environment(
     agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
-    """The process's environment: the daemon's, minus credentials, plus the injection, plus the definition's ``env``."""
-    # The daemon's own SALVOR_* settings (the upstream key, the store URL,
-    # the API token's variable) are never handed to an agent.
-    env = {k: v for k, v in environ.items() if not k.startswith("SALVOR_")}
+    """The process's environment: the allow-list of the daemon's (``_child_env``), the injection, the definition's ``env``."""
+    env = child_environment(environ)
     prompt = task_prompt(run_input)
     env.update(
         {
@@ -257,8 +258,8 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
     env[OWNER_VAR] = owner_mark()
     try:
         try:
-            process = await trio.lowlevel.open_process(
-                list(settings.command), cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
+            process = await open_tied_process(
+                settings.command, cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:

@@ -64,7 +64,7 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
     plan = [("lookup", {"key": "before"}), (held, held_args), ("lookup", {"key": "after"})]
     provider = ScriptedProvider(tool_loop_script(plan, final_text="settled"))
     http = HttpFixtureServer(fx) if transport == "http" else None
-    # A stdio server that ignores the end of its stdin: only the restarted daemon's orphan sweep ends it.
+    # A stdio server that ignores the end of its stdin: only its tether to the daemon ends it.
     location = f"command = {fx.toml_command('--linger')}\n" if http is None else f'url = "{http.url}"\n'
     definition = (
         f'model = "scripted-model"\n[llm]\nprovider = "anthropic"\nbase_url = "{provider.base_url}"\nmax_retries = 0\n'
@@ -84,11 +84,10 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
             wait_for(lambda: any(e["arguments"].get("hold") for e in fx.ledger), "the held call to start")
             daemon.kill()
             fx.release("h")
-            orphans = [s["pid"] for s in fx.starts]
-            daemon.start()
             if http is None:
-                for pid in orphans:
-                    wait_for(lambda pid=pid: not alive(pid), f"the orphaned server {pid} to be killed", 10)
+                for pid in [s["pid"] for s in fx.starts]:
+                    wait_for(lambda pid=pid: not alive(pid), f"the server {pid} to die with the daemon", 5)
+            daemon.start()
 
             def resting():
                 body = client.get(f"/v1/runs/{run_id}").json()

@@ -25,8 +25,9 @@ from .test_process_agent import AGENT, MODES
 REPO = Path(__file__).resolve().parents[2]
 
 
-def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def doctor(tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
+    env.update(extra_env or {})
     # Were doctor to open a store, this is where it would appear.
     env["SALVOR_STORE"] = str(tmp_path / "must-not-exist.db")
     result = subprocess.run([sys.executable, "-m", "salvor.daemon._cli", "doctor", *args],
@@ -89,6 +90,16 @@ def test_the_agent_gets_the_injection_a_run_gets(tmp_path):
     assert env["OPENAI_API_KEY"] == "salvor-placeholder"
     assert (env["SALVOR_PROMPT"], env["SALVOR_INPUT"]) == ("check the wiring", '"check the wiring"')
     assert env["SALVOR_RUN_ID"]
+
+
+def test_the_agent_gets_none_of_doctor_s_own_environment_beyond_the_allow_list(tmp_path):
+    seen = tmp_path / "env.json"
+    script = f"import json, os\nopen({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+    secret = "sk-vendor-SECRET-d0c7"
+    doctor(tmp_path, str(definition(tmp_path, script)), extra_env={"VENDOR_BILLING_KEY": secret, "LC_TIME": "C"})
+    env = json.loads(seen.read_text())
+    assert "VENDOR_BILLING_KEY" not in env and secret not in json.dumps(env)
+    assert env["LC_TIME"] == "C" and env["PATH"] == os.environ["PATH"] and env["OPENAI_AGENTS_DISABLE_TRACING"] == "1"
 
 
 def test_an_agent_that_exits_0_without_a_call_is_told_its_client_ignored_the_base_url(tmp_path):

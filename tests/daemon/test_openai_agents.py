@@ -1,7 +1,8 @@
 """The openai-agents SDK as a process agent, made durable through the loopback proxy.
 
 The agent is a real ``agents`` program (``Agent``, ``function_tool``,
-``Runner.run_sync``) with tracing off and the SDK's default model, which
+``Runner.run_sync``) as its author wrote it, tracing left to salvor's
+environment (which switches it off), and the SDK's default model, which
 speaks OpenAI Responses; salvor only points ``OPENAI_BASE_URL`` at its proxy.
 The scripted provider is the upstream, and the agent's tool appends each
 real execution to a file, so both the model calls served and the tool side
@@ -25,9 +26,8 @@ AGENTS_AGENT = r'''
 import json, os, signal
 from pathlib import Path
 
-from agents import Agent, RunHooks, Runner, function_tool, set_tracing_disabled
+from agents import Agent, RunHooks, Runner, function_tool
 
-set_tracing_disabled(True)
 Path(os.environ["PIDFILE"]).write_text(str(os.getpid()))
 effects = Path(os.environ["EFFECTS"])
 marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
