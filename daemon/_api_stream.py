@@ -36,24 +36,25 @@ def end_frame(body: dict) -> bytes:
 
 
 def _cursor() -> int:
+    # Both are checked, though Last-Event-ID wins: a malformed from_seq is a 400 either way.
+    from_seq = request.args.get("from_seq")
+    seq = 0
+    if from_seq is not None:
+        try:
+            seq = int(from_seq)
+        except ValueError:
+            raise bad_request("from_seq must be a whole number") from None
+        if seq < 0:
+            raise bad_request("from_seq must not be negative")
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is not None:
         try:
-            seq = int(last_event_id)
+            last = int(last_event_id)
         except ValueError:
             raise bad_request("Last-Event-ID must be the seq of an event this stream sent") from None
-        if seq < 0:
+        if last < 0:
             raise bad_request("Last-Event-ID must not be negative")
-        return seq + 1
-    from_seq = request.args.get("from_seq")
-    if from_seq is None:
-        return 0
-    try:
-        seq = int(from_seq)
-    except ValueError:
-        raise bad_request("from_seq must be a whole number") from None
-    if seq < 0:
-        raise bad_request("from_seq must not be negative")
+        return last + 1
     return seq
 
 
