@@ -487,17 +487,24 @@ RESPONSES: JSON = {
                            "unauthorized"),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
     "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
+    # Issue 12 item 6 gives a stalled body its own code; the append route answered `bad_request` before.
+    "RequestTimeout": _error("The body did not arrive in time (60 s); nothing recorded.",
+                             "request_timeout", "bad_request"),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
 }
 
 
 def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | None = None) -> JSON:
-    """``ok``: status -> (description, JSON schema); the named shared refusals; ``extra``
-    responses as they are; and 401 and 500, which every route can give."""
+    """``ok``: status -> (description, JSON schema); the named shared refusals (a route that reads a
+    body, and so names PayloadTooLarge, can also time out reading it: 408); ``extra`` responses as
+    they are; and 401 and 500, which every route can give."""
     responses: JSON = {}
     for status, (description, schema) in ok.items():
         responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
-    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("413", "PayloadTooLarge")):
+    if "PayloadTooLarge" in refusals:
+        refusals = (*refusals, "RequestTimeout")
+    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("408", "RequestTimeout"),
+                         ("413", "PayloadTooLarge")):
         if name in refusals:
             responses[status] = {"$ref": f"#/components/responses/{name}"}
     responses.update(extra or {})
@@ -866,7 +873,12 @@ _MODEL_STEP = PATHS["/v1/client-runs/{run_id}/model-step"]["post"]
 _MODEL_STEP["parameters"].append({"name": "stream", "in": "query", "schema": {"const": "1"},
                                   "description": "Answer as server-sent events (as `Accept: text/event-stream` does)."})
 _MODEL_STEP["responses"]["200"]["content"]["text/event-stream"] = {
-    "schema": {"type": "string"},
+    "schema": {
+        "description": "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
+                       "(`x-frame-schemas` by event name); no `id:`.",
+        **_object({"event": {"enum": ["delta", "complete", "error"]},
+                   "data": {"type": "string", "contentMediaType": "application/json"}}, ["event", "data"]),
+    },
     "x-frame-schemas": {
         "delta": _object({"type": {"enum": ["text_delta", "thinking_delta", "usage"]}, "index": _SEQ,
                           "text": {"type": "string"}, "thinking": {"type": "string"}, "usage": {"type": "object"}},
