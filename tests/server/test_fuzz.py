@@ -211,9 +211,16 @@ def seeded(daemon: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def served_schema(daemon: str):
+def served_schema(daemon: str, seeded: dict[str, str]):
     config = schemathesis.Config.from_dict({
         "seed": SEED,
+        # Half the ids name something real, so the verbs reach past the 404: a finished run (which
+        # no verb can change) and the registered agents.
+        "dictionaries": {"runs": {"values": [seeded["completed"]]},
+                         "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]}},
+        "parameters": {"path.run_id": {"dictionary": "runs", "probability": 0.5},
+                       "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
+                       "body.agent": {"dictionary": "agents", "probability": 0.5}},
         # One connection per request: a keep-alive connection left waiting after an early refusal
         # is issue 12 item 5, with raw-socket tests of its own; here it would turn every later
         # case on that connection into a timeout.
@@ -222,6 +229,14 @@ def served_schema(daemon: str):
         "max-stream-events": 200,
         "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
         "checks": {"enabled": True},
+        "operations": [{
+            # Whether a resume input is valid is decided by the gate the run recorded (its
+            # input_schema), which no static document can state: a well-formed input a parked run's
+            # schema rejects is a 400 with `details.violations`, as documented.
+            "include-operation-id": "resumeRun",
+            "checks": {"positive_data_acceptance": {
+                "expected-statuses": ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]}},
+        }],
     })
     return schemathesis.openapi.from_url(f"{daemon}/v1/openapi.json", config=config, headers=AUTH, timeout=20)
 
