@@ -491,6 +491,12 @@ RESPONSES: JSON = {
     "RequestTimeout": _error("The body did not arrive in time (60 s); nothing recorded.",
                              "request_timeout", "bad_request"),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
+    # No operation answers these two: they are what a path or method outside `paths` gets.
+    "NoRoute": _error("No route at that path (any method).", "not_found"),
+    "MethodNotAllowed": {
+        **_error("The path exists, the method does not.", "method_not_allowed"),
+        "headers": {"Allow": {"description": "The methods the path answers.", "schema": {"type": "string"}}},
+    },
 }
 
 
@@ -896,6 +902,10 @@ DOCUMENT: JSON = {
         "title": "salvor control plane",
         "version": __version__,
         "summary": "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream.",
+        "description": "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
+                       "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
+                       "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
+                       "`unauthorized` without the bearer token.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],

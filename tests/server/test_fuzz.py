@@ -304,6 +304,9 @@ def test_what_the_fuzz_found_stays_fixed(daemon: str, seeded) -> None:
     with httpx.Client(base_url=daemon, headers=AUTH, timeout=30) as client:
         refused = client.request("TRACE", "/v1/agents")
         assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD, POST"
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+        no_route = client.get("/v1/nowhere")
+        assert no_route.status_code == 404 and no_route.json()["error"]["code"] == "not_found"
         not_a_hash = client.post("/v1/client-runs", json={"agent": seeded["agent_refund"] + "*"})
         assert not_a_hash.status_code == 400, not_a_hash.text
         assert not_a_hash.json()["error"]["code"] == "bad_request"
