@@ -55,6 +55,13 @@ _NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
 _NAME = {"type": "string", "maxLength": 64, "pattern": _NOT_BLANK,
          "description": "A display label, excluded from the agent hash."}
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
+_SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+_PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
+             f"(:{_PORT})?([/?#][^{_SPACE}]*)?$")
+# One line, and every `${` opens a well-formed `${NAME}`.
+_HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
 
 # -- shared shapes -------------------------------------------------------------------------------------
@@ -270,10 +277,10 @@ SCHEMAS: JSON = {
                        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
         **_object(
             {"name": _nullable(_NAME), "kind": {"const": "service"},
-             "url": {"type": "string", "pattern": "^https?://[^/?#\\s]+"},
+             "url": {"type": "string", "pattern": _HTTP_URL},
              "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
              "headers": {"type": "object", "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
-                         "additionalProperties": {"type": "string", "pattern": "^[^\\r\\n\\u0000]*$"},
+                         "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
                          "description": "`${VAR}` is read from the daemon's environment when it POSTs."},
              "timeout": _POSITIVE, "record_prompts": {"type": "boolean"}},
             ["kind", "url", "proxy_port"],

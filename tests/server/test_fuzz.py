@@ -22,6 +22,7 @@ gate), the suite says so next to the one adjustment it makes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -159,15 +160,18 @@ def before_call(ctx, case, kwargs) -> None:
 
 # -- the daemon ---------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory) -> Iterator[str]:
-    """``salvor serve`` in its own process over a fresh SQLite file; its URL. Stopped with SIGTERM."""
-    home = tmp_path_factory.mktemp("fuzz")
+@contextlib.contextmanager
+def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
+    """``salvor serve`` in its own process over a fresh SQLite file in ``home``; its URL.
+
+    Stopped with SIGTERM; it must exit 0 with no traceback in its log.
+    """
     log_path = home / "serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "salvor.daemon._cli", "serve", "--store", str(home / "store.db"),
-             "--listen", "127.0.0.1:0", "--demo-tools", "--wake-interval", "0", "--auth-token", TOKEN_ENV],
+             "--listen", "127.0.0.1:0", "--demo-tools", "--wake-interval", "0", "--auth-token", TOKEN_ENV,
+             *flags],
             # Nothing of the test's own environment: no provider key a generated agent could send anywhere.
             # Any outbound contact a generated definition provokes goes to a closed loopback port.
             env={"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", TOKEN_ENV: TOKEN,
@@ -195,6 +199,27 @@ def daemon(tmp_path_factory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def daemon(tmp_path_factory) -> Iterator[str]:
+    with _salvor_serve(tmp_path_factory.mktemp("fuzz")) as url:
+        yield url
+
+
+def _config(**extra) -> schemathesis.Config:
+    return schemathesis.Config.from_dict({
+        "seed": SEED,
+        # One connection per request: a keep-alive connection left waiting after an early refusal
+        # is issue 12 item 5, with raw-socket tests of its own; here it would turn every later
+        # case on that connection into a timeout.
+        "headers": {**AUTH, "Connection": "close"},
+        "request-timeout": 20,
+        "max-stream-events": 200,
+        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
+        "checks": {"enabled": True},
+        **extra,
+    })
+
+
+@pytest.fixture(scope="module")
 def seeded(daemon: str) -> dict[str, str]:
     """Runs for the fuzz to find: one completed, one parked on its gate; the agent hashes."""
     with httpx.Client(base_url=daemon, headers=AUTH, timeout=30) as client:
@@ -217,24 +242,15 @@ def seeded(daemon: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def served_schema(daemon: str, seeded: dict[str, str]):
-    config = schemathesis.Config.from_dict({
-        "seed": SEED,
+    config = _config(
         # Half the ids name something real, so the verbs reach past the 404: a finished run (which
         # no verb can change) and the registered agents.
-        "dictionaries": {"runs": {"values": [seeded["completed"]]},
-                         "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]}},
-        "parameters": {"path.run_id": {"dictionary": "runs", "probability": 0.5},
-                       "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
-                       "body.agent": {"dictionary": "agents", "probability": 0.5}},
-        # One connection per request: a keep-alive connection left waiting after an early refusal
-        # is issue 12 item 5, with raw-socket tests of its own; here it would turn every later
-        # case on that connection into a timeout.
-        "headers": {**AUTH, "Connection": "close"},
-        "request-timeout": 20,
-        "max-stream-events": 200,
-        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
-        "checks": {"enabled": True},
-        "operations": [{
+        dictionaries={"runs": {"values": [seeded["completed"]]},
+                      "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]}},
+        parameters={"path.run_id": {"dictionary": "runs", "probability": 0.5},
+                    "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
+                    "body.agent": {"dictionary": "agents", "probability": 0.5}},
+        operations=[{
             # Whether a resume input is valid is decided by the gate the run recorded (its
             # input_schema), which no static document can state: a well-formed input a parked run's
             # schema rejects is a 400 with `details.violations`, as documented.
@@ -242,7 +258,7 @@ def served_schema(daemon: str, seeded: dict[str, str]):
             "checks": {"positive_data_acceptance": {
                 "expected-statuses": ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]}},
         }],
-    })
+    )
     return schemathesis.openapi.from_url(f"{daemon}/v1/openapi.json", config=config, headers=AUTH, timeout=20)
 
 
@@ -270,6 +286,19 @@ def test_fuzz_finds_nothing(served_schema, seeded) -> None:
     findings = _fuzz_findings(served_schema)
     unique = list(dict.fromkeys(findings))
     assert not unique, f"{len(unique)} findings:\n\n" + "\n\n".join(unique[:20])
+
+
+def test_fuzz_agent_registration_with_process_agents(tmp_path) -> None:
+    """On a daemon that accepts process and service agents, their definitions are fuzzed too.
+
+    Registration only: a registered process agent runs its command only when a run starts, and no
+    run is started here.
+    """
+    with _salvor_serve(tmp_path, "--allow-process-agents") as url:
+        served = schemathesis.openapi.from_url(f"{url}/v1/openapi.json", config=_config(), headers=AUTH, timeout=20)
+        assert served.raw_schema["components"]["schemas"]["AgentDefinition"]["oneOf"]
+        findings = list(dict.fromkeys(_fuzz_findings(served.include(operation_id="registerAgent"))))
+    assert not findings, f"{len(findings)} findings:\n\n" + "\n\n".join(findings[:20])
 
 
 @pytest.mark.parametrize("path", ["/v1/runs/{run_id}", "/v1/runs/{run_id}/replay", "/v1/runs/{run_id}/events"])
