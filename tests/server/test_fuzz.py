@@ -342,9 +342,10 @@ def test_what_the_fuzz_found_stays_fixed(daemon: str, seeded) -> None:
         stream = client.get(f"/v1/runs/{seeded['completed']}/events", params={"from_seq": "-1"},
                             headers={"Last-Event-ID": "0"})
         assert stream.status_code == 400, stream.text
-        whole = client.post("/v1/agents", json={"model": "demo-planner", "llm": {"provider": "demo", "max_retries": 1.0},
-                                                "max_response_tokens": 64.0})
+        whole = client.post("/v1/agents", json={
+            "model": "demo-planner", "llm": {"provider": "demo", "max_retries": 1.0}, "max_response_tokens": 64.0})
         assert whole.status_code == 201, whole.text
         served = client.get("/v1/openapi.json").json()["components"]["schemas"]
-        assert served["ToolName"]["enum"] == sorted(served["ToolName"]["enum"]) and "lookup_invoice" in served["ToolName"]["enum"]
-        assert served["AgentDefinition"] == {**served["AgentDefinition"], "allOf": [{"$ref": "#/components/schemas/BuiltinAgent"}]}
+        tools = served["ToolName"]["enum"]
+        assert tools == sorted(tools) and "lookup_invoice" in tools
+        assert served["AgentDefinition"]["allOf"] == [{"$ref": "#/components/schemas/BuiltinAgent"}]
