@@ -132,6 +132,11 @@ def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
     _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(allowed))}")
 
 
+def _whole(value: Any) -> bool:
+    """An integer as JSON means one: 3 and 3.0 are the same number (and hash alike in RFC 8785)."""
+    return type(value) is int or (type(value) is float and value.is_integer())
+
+
 def _positive_number(where: str, value: Any) -> None:
     _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number")
 
@@ -238,7 +243,8 @@ def parse_definition(
     prompt = normalised.get("system_prompt")
     _expect(prompt is None or isinstance(prompt, str), "`system_prompt` must be a string")
     max_tokens = raw.get("max_response_tokens", 1024)
-    _expect(type(max_tokens) is int and max_tokens > 0, "`max_response_tokens` must be a positive integer")
+    _expect(_whole(max_tokens) and max_tokens > 0, "`max_response_tokens` must be a positive integer")
+    max_tokens = int(max_tokens)
     record_prompts = raw.get("record_prompts", False)
     _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
 
@@ -249,7 +255,8 @@ def parse_definition(
     for key in ("base_url", "base_url_env", "api_key_env"):
         _expect(key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string")
     retries = llm_raw.get("max_retries", 4)
-    _expect(type(retries) is int and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20")
+    _expect(_whole(retries) and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20")
+    retries = int(retries)
     timeout = llm_raw.get("timeout_seconds", 120)
     _positive_number("[llm] timeout_seconds", timeout)
     stream = llm_raw.get("stream", False)
@@ -414,7 +421,8 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _expect(is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
     proxy_port = raw.get("proxy_port")
     _expect("proxy_port" in raw, "a service agent needs `proxy_port`: the loopback port its model calls go to")
-    _expect(type(proxy_port) is int and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
+    _expect(_whole(proxy_port) and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
+    proxy_port = int(proxy_port)
     headers = raw.get("headers", {})
     _expect(isinstance(headers, dict), "`headers` must be a table of strings")
     for key, value in headers.items():

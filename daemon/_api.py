@@ -130,7 +130,11 @@ def create_app(state: ServerState) -> QuartTrio:
             404: f"no route {excerpt(request.method)} {excerpt(request.path)}",
             405: f"{excerpt(request.method)} is not allowed on {excerpt(request.path)}",
         }.get(error.code, error.description or error.name)
-        return error_response(OperationRefused(code, error.code or 400, message))
+        response = error_response(OperationRefused(code, error.code or 400, message))
+        if error.code == 405 and getattr(error, "valid_methods", None):
+            # RFC 9110: a 405 names the methods the resource does support.
+            response.headers["Allow"] = ", ".join(sorted(set(error.valid_methods) - {"OPTIONS"}))
+        return response
 
     @app.errorhandler(Exception)
     async def unexpected(error: Exception):
@@ -327,7 +331,8 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.get("/v1/openapi.json")
     async def openapi():
-        return json_response(openapi_document())
+        return json_response(openapi_document(tools=runtime.registry.names(),
+                                              process_agents=state.allow_process_agents))
 
     add_stream_route(app, state)
     add_client_run_routes(app, state)

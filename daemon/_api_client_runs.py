@@ -14,6 +14,7 @@ event is written.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import trio
@@ -34,6 +35,7 @@ from ._http import json_object, json_response, whole_number
 from ._operations import parse_run_id
 
 TOKEN_HEADER = "X-Drive-Token"
+_AGENT_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def sse_frame(event: str, data: dict) -> bytes:
@@ -64,8 +66,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         body = await json_object(allowed={"agent", "input", "run_id", "record_prompts"}, optional_body=True)
         if "record_prompts" in body and not isinstance(body["record_prompts"], bool):
             raise bad_request("`record_prompts` must be true or false")
-        if "agent" in body and not isinstance(body["agent"], str):
-            raise bad_request("`agent` must be an agent hash string")
+        agent = body.get("agent")
+        if "agent" in body and not (isinstance(agent, str) and _AGENT_HASH.fullmatch(agent)):
+            raise bad_request("`agent` must be an agent hash: `sha256:` and 64 lowercase hex digits")
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise bad_request("`run_id` must be a UUID string")

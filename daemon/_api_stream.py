@@ -37,18 +37,19 @@ def end_frame(body: dict) -> bytes:
 
 
 def _cursor() -> int:
+    # Both are checked, though Last-Event-ID wins: a malformed from_seq is a 400 either way.
+    from_seq = request.args.get("from_seq")
+    seq = 0
+    if from_seq is not None:
+        seq = whole_number(from_seq)
+        if seq is None:
+            raise bad_request("from_seq must be a whole number (ASCII digits only)")
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is not None:
-        seq = whole_number(last_event_id)
-        if seq is None:
+        last = whole_number(last_event_id)
+        if last is None:
             raise bad_request("Last-Event-ID must be the seq of an event this stream sent (ASCII digits only)")
-        return seq + 1
-    from_seq = request.args.get("from_seq")
-    if from_seq is None:
-        return 0
-    seq = whole_number(from_seq)
-    if seq is None:
-        raise bad_request("from_seq must be a whole number (ASCII digits only)")
+        return last + 1
     return seq
 
 

@@ -15,10 +15,14 @@ handler that drifts from what is written here fails a test.
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Iterable
 from typing import Any
 
 from salvor import __version__
 from salvor.protocol import BUDGET_KINDS, EventKind, RunState
+
+from ._agent_def import PROVIDERS
 
 JSON = dict[str, Any]
 
@@ -46,6 +50,19 @@ def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
 _INSTANT = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
 _SEQ = {"type": "integer", "minimum": 0}
 _ANY = {"description": "Any JSON value."}
+# Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
+_NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
+_NAME = {"type": "string", "maxLength": 64, "pattern": _NOT_BLANK,
+         "description": "A display label, excluded from the agent hash."}
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
+_SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+_PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
+             f"(:{_PORT})?([/?#][^{_SPACE}]*)?$")
+# One line, and every `${` opens a well-formed `${NAME}`.
+_HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
+_NON_NEGATIVE = {"type": "number", "minimum": 0}
 
 # -- shared shapes -------------------------------------------------------------------------------------
 
@@ -64,6 +81,11 @@ _PENDING_TOOL = _object(
     },
     ["kind", "seq", "tool", "input", "effect", "idempotency_key"],
 )
+
+
+def _nullable(schema: JSON) -> JSON:
+    """``schema``, or null (which the route reads as the field left out)."""
+    return {"oneOf": [schema, {"type": "null"}]}
 
 
 def _states(*names: str) -> JSON:
@@ -156,8 +178,12 @@ SCHEMAS: JSON = {
     "Usage": _object({"input_tokens": {"type": "integer", "minimum": 0},
                       "output_tokens": {"type": "integer", "minimum": 0}},
                      ["input_tokens", "output_tokens"]),
-    "Labels": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16,
-               "description": "At most 16; keys at most 64 bytes, values at most 256 bytes."},
+    "Labels": {"type": "object", "maxProperties": 16,
+               # UTF-8 byte counts are beyond JSON Schema: the formats name them (tests/server/test_fuzz.py
+               # gives schemathesis a strategy for each).
+               "propertyNames": {"format": "salvor-label-key"},
+               "additionalProperties": {"type": "string", "format": "salvor-label-value"},
+               "description": "At most 16; keys 1 to 64 bytes of UTF-8, values at most 256 bytes."},
     "Status": {"description": "`{state, ...that state's fields}`.", "oneOf": _status_variants()},
     "Pending": {"description": "The run's one open intent.", "oneOf": [_PENDING_MODEL, _PENDING_TOOL]},
     "Intent": {
@@ -197,17 +223,67 @@ SCHEMAS: JSON = {
         ["status", "usage", "next_seq", "pending"],
     ),
     "AgentDefinition": {
-        "description": "An agent as JSON: the same fields as the TOML file. Unknown fields are refused.",
+        "description": "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
+                       "built-in agent, or (only on a daemon started with --allow-process-agents) a process "
+                       "or service agent.",
+        "oneOf": [_ref("BuiltinAgent"), _ref("ProcessAgent"), _ref("ServiceAgent")],
+    },
+    "BuiltinAgent": {
+        "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
+                       "files on the daemon's disk, never over HTTP.",
         **_object(
-            {"name": {"type": "string", "maxLength": 64}, "model": {"type": "string"},
-             "system_prompt": {"type": "string"}, "max_response_tokens": {"type": "integer", "minimum": 1},
-             "record_prompts": {"type": "boolean"}, "llm": {"type": "object"},
-             "budgets": {"type": "object", "propertyNames": {"enum": list(BUDGET_KINDS)},
-                         "additionalProperties": {"type": "number"}},
-             "pricing": {"type": "object"}, "output_schema": {"type": "object"},
-             "tools": {"type": "array", "items": _object({"name": {"type": "string"}}, ["name"])},
-             "mcp_servers": {"type": "array", "items": _ref("McpServer")}, "kind": {"type": "string"}},
+            {"name": _nullable(_NAME), "model": {"type": "string", "pattern": _NOT_BLANK},
+             "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
+             "record_prompts": {"type": "boolean"},
+             "llm": _object(
+                 {"provider": {"enum": list(PROVIDERS)}, "base_url": {"type": "string"},
+                  "base_url_env": {"type": "string"}, "api_key_env": {"type": "string"},
+                  "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
+                  "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}}),
+             "budgets": _object({kind: _POSITIVE for kind in BUDGET_KINDS}),
+             "pricing": _nullable(_object({"input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE},
+                                          ["input_per_mtok", "output_per_mtok"])),
+             "output_schema": _nullable({"type": "object", "description": "A JSON Schema the answer must satisfy."}),
+             "tools": {"type": "array", "uniqueItems": True,
+                       "items": _object({"name": {"$ref": "#/components/schemas/ToolName"}}, ["name"])},
+             "mcp_servers": {"type": "array", "items": _ref("McpServer")}},
             ["model"],
+        ),
+        # A cost budget is priced by the agent's own [pricing].
+        "if": {"required": ["budgets"], "properties": {"budgets": {"required": ["cost_usd"]}}},
+        "then": {"required": ["pricing"], "properties": {"pricing": {"type": "object"}}},
+    },
+    "ToolName": {"type": "string", "minLength": 1, "description": "A tool the daemon's registry holds."},
+    "ProcessAgent": {
+        "description": "A local program the daemon starts for each run, its model calls and MCP servers "
+                       "pointed at salvor's loopback proxies.",
+        **_object(
+            {"name": _nullable(_NAME), "kind": {"const": "process"},
+             "command": {"oneOf": [
+                 {"type": "string", "pattern": _NOT_BLANK,
+                  "description": "Split into arguments as a POSIX shell would."},
+                 {"type": "array", "minItems": 1, "prefixItems": [{"type": "string", "minLength": 1}],
+                  "items": {"type": "string"}}]},
+             "cwd": _nullable({"type": "string", "minLength": 1}),
+             "env": {"type": "object", "propertyNames": {"pattern": "^[^=\\u0000]+$"},
+                     "additionalProperties": {"type": "string"}},
+             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"},
+             "mcp_servers": {"type": "array", "items": _ref("McpServer")}},
+            ["kind", "command"],
+        ),
+    },
+    "ServiceAgent": {
+        "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
+                       "model calls come to the loopback `proxy_port` the daemon binds for the run.",
+        **_object(
+            {"name": _nullable(_NAME), "kind": {"const": "service"},
+             "url": {"type": "string", "pattern": _HTTP_URL},
+             "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
+             "headers": {"type": "object", "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
+                         "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
+                         "description": "`${VAR}` is read from the daemon's environment when it POSTs."},
+             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"}},
+            ["kind", "url", "proxy_port"],
         ),
     },
     "McpServer": {
@@ -253,13 +329,18 @@ SCHEMAS: JSON = {
     ),
     "StartRun": {
         **_object(
-            {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"), "labels": _ref("Labels"),
-             "replay_of": {**_ref("RunId"), "description": (
+            {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _nullable(_ref("RunId")),
+             "labels": _nullable(_ref("Labels")),
+             "replay_of": {"oneOf": [_ref("RunId"), {"type": "null"}], "description": (
                  "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
                  "the origin's, and every model call must reproduce the origin's call at its position, answered "
                  "from the origin's log with no upstream call. The re-run fails at the first divergent call.")}},
         ),
-        "anyOf": [{"required": ["agent"]}, {"required": ["replay_of"], "not": {"required": ["input"]}}],
+        "anyOf": [{"required": ["agent"]},
+                  {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}}],
+        # A re-run takes its origin's input.
+        "if": {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}},
+        "then": {"not": {"required": ["input"]}},
     },
     "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}, "replay_of": _ref("RunId")},
                           ["run", "status"]),
@@ -292,7 +373,7 @@ SCHEMAS: JSON = {
         ["capabilities", "server"],
     ),
     "OpenClientRun": _object(
-        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _ref("RunId"),
+        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _nullable(_ref("RunId")),
          "record_prompts": {"type": "boolean", "description": "Kept for the server-performed model step."}},
     ),
     "ClientRunOpened": _object(
@@ -371,6 +452,22 @@ SCHEMAS: JSON = {
         ["status"],
         description="The `data` of the stream's final `event: end` frame.",
     ),
+    "StreamFrame": {
+        "description": "One frame of the event stream as an SSE client reads it (`event` defaults to "
+                       "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
+                       "`data: <Envelope>` with no `event:` line; the last frame is `event: end` with "
+                       "`data: <EndFrame>` and no `id:` line of its own.",
+        "oneOf": [
+            _object({"event": {"const": "message"}, "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
+                     "data": {"type": "string", "contentMediaType": "application/json",
+                              "contentSchema": _ref("Envelope")}},
+                    ["event", "id", "data"]),
+            _object({"event": {"const": "end"}, "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
+                     "data": {"type": "string", "contentMediaType": "application/json",
+                              "contentSchema": _ref("EndFrame")}},
+                    ["event", "data"]),
+        ],
+    },
 }
 
 # -- parameters and refusals ------------------------------------------------------------------------
@@ -397,17 +494,30 @@ RESPONSES: JSON = {
                            "unauthorized"),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
     "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
+    # Issue 12 item 6 gives a stalled body its own code; the append route answered `bad_request` before.
+    "RequestTimeout": _error("The body did not arrive in time (60 s); nothing recorded.",
+                             "request_timeout", "bad_request"),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
+    # No operation answers these two: they are what a path or method outside `paths` gets.
+    "NoRoute": _error("No route at that path (any method).", "not_found"),
+    "MethodNotAllowed": {
+        **_error("The path exists, the method does not.", "method_not_allowed"),
+        "headers": {"Allow": {"description": "The methods the path answers.", "schema": {"type": "string"}}},
+    },
 }
 
 
 def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | None = None) -> JSON:
-    """``ok``: status -> (description, JSON schema); the named shared refusals; ``extra``
-    responses as they are; and 401 and 500, which every route can give."""
+    """``ok``: status -> (description, JSON schema); the named shared refusals (a route that reads a
+    body, and so names PayloadTooLarge, can also time out reading it: 408); ``extra`` responses as
+    they are; and 401 and 500, which every route can give."""
     responses: JSON = {}
     for status, (description, schema) in ok.items():
         responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
-    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("413", "PayloadTooLarge")):
+    if "PayloadTooLarge" in refusals:
+        refusals = (*refusals, "RequestTimeout")
+    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("408", "RequestTimeout"),
+                         ("413", "PayloadTooLarge")):
         if name in refusals:
             responses[status] = {"$ref": f"#/components/responses/{name}"}
     responses.update(extra or {})
@@ -486,8 +596,8 @@ PATHS: JSON = {
                  "description": "`key:value`: only runs carrying that label."},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
                  "description": "A page size; without it every matching run is listed."},
-                {"name": "cursor", "in": "query", "schema": {"type": "string"},
-                 "description": "The `next_cursor` of the previous page."},
+                {"name": "cursor", "in": "query", "schema": {"type": "string", "format": "salvor-cursor"},
+                 "description": "The `next_cursor` of the previous page (opaque: anything else is a 400)."},
             ],
             "responses": _responses({"200": ("One page of runs.", _ref("RunList"))}, "BadRequest"),
         },
@@ -529,7 +639,7 @@ PATHS: JSON = {
                 {},
                 "BadRequest", "UnknownRun",
                 extra={"200": {"description": "The stream.", "content": {"text/event-stream": {
-                    "schema": {"type": "string"},
+                    "schema": _ref("StreamFrame"),
                     "x-frame-schemas": {"message": _ref("Envelope"), "end": _ref("EndFrame")},
                 }}}},
             ),
@@ -776,7 +886,12 @@ _MODEL_STEP = PATHS["/v1/client-runs/{run_id}/model-step"]["post"]
 _MODEL_STEP["parameters"].append({"name": "stream", "in": "query", "schema": {"const": "1"},
                                   "description": "Answer as server-sent events (as `Accept: text/event-stream` does)."})
 _MODEL_STEP["responses"]["200"]["content"]["text/event-stream"] = {
-    "schema": {"type": "string"},
+    "schema": {
+        "description": "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
+                       "(`x-frame-schemas` by event name); no `id:`.",
+        **_object({"event": {"enum": ["delta", "complete", "error"]},
+                   "data": {"type": "string", "contentMediaType": "application/json"}}, ["event", "data"]),
+    },
     "x-frame-schemas": {
         "delta": _object({"type": {"enum": ["text_delta", "thinking_delta", "usage"]}, "index": _SEQ,
                           "text": {"type": "string"}, "thinking": {"type": "string"}, "usage": {"type": "object"}},
@@ -794,6 +909,10 @@ DOCUMENT: JSON = {
         "title": "salvor control plane",
         "version": __version__,
         "summary": "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream.",
+        "description": "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
+                       "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
+                       "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
+                       "`unauthorized` without the bearer token.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],
@@ -812,6 +931,31 @@ DOCUMENT: JSON = {
 }
 
 
-def openapi_document() -> JSON:
-    """The document (shared: do not mutate it)."""
-    return DOCUMENT
+@functools.cache
+def _served(tools: tuple[str, ...] | None, process_agents: bool) -> JSON:
+    document = copy.deepcopy(DOCUMENT)
+    schemas = document["components"]["schemas"]
+    if tools is not None:
+        schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
+    if not process_agents:
+        schemas["AgentDefinition"] = {
+            "description": "An agent as JSON: this daemon accepts built-in agents only over HTTP (process and "
+                           "service agents need --allow-process-agents).",
+            "allOf": [_ref("BuiltinAgent")],
+        }
+    return document
+
+
+def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True) -> JSON:
+    """The document (shared: do not mutate it).
+
+    Args:
+        tools: the names the daemon's tool registry holds, so that a tool
+            name the document admits is one registration accepts; None
+            leaves them unnamed.
+        process_agents: whether the daemon accepts process and service
+            agents over HTTP (``--allow-process-agents``).
+    """
+    if tools is None and process_agents:
+        return DOCUMENT
+    return _served(None if tools is None else tuple(sorted(tools)), process_agents)

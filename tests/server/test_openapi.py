@@ -9,7 +9,7 @@
   resolved into the document) against the schema documented for its path,
   method and status, and each stream frame against ``Envelope`` or
   ``EndFrame``. An answer with an undocumented status fails, and so does a
-  documented status no request reached (only 500 is exempt).
+  documented status no request reached (only 500 and 408 are exempt).
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class Contract:
             for path, operations in DOCUMENT["paths"].items()
             for method, operation in operations.items()
             for status in operation["responses"]
-            if status != "500"
+            # 500 is never provoked; a stalled body (408) is the body-deadline tests' own.
+            if status not in ("500", "408")
         }
         return documented - self.seen
 
@@ -177,7 +178,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     call = contract.call
 
     # -- the document itself, capabilities, and auth on every route --------------------------------------
-    assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(DOCUMENT))
+    served = openapi_document(tools=server.state.runtime.registry.names(), process_agents=False)
+    assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
     anonymous = server.new_client()
     for path, operations in DOCUMENT["paths"].items():
