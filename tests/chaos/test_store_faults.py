@@ -152,6 +152,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
 
     provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
     daemon = Daemon(tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    # The operator declares the provider, so an agent registered over HTTP may name it.
+    daemon.args += ["--model-endpoint", provider.base_url]
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
         daemon.start()
