@@ -363,6 +363,14 @@ SCHEMAS: JSON = {
         {"run": _ref("RunId"), "abandoned": {"const": True}, "appended_seq": _SEQ, "status": _ref("Status")},
         ["run", "abandoned", "appended_seq", "status"],
     ),
+    "Health": _object(
+        {"status": {"const": "ok"},
+         "recovering": {"type": "integer", "minimum": 0,
+                        "description": "Interrupted runs handed to recovery whose drive has not begun yet."},
+         "healing": {"type": "integer", "minimum": 0,
+                     "description": "Runs a store fault stopped, waiting to be driven again once it takes writes."}},
+        ["status", "recovering", "healing"],
+    ),
     "Capabilities": _object(
         {"capabilities": {"type": "object", "additionalProperties": {"type": "boolean"},
                           "description": "A capability is listed true only when this server has it."},
@@ -494,9 +502,8 @@ RESPONSES: JSON = {
                            "unauthorized"),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
     "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
-    # Issue 12 item 6 gives a stalled body its own code; the append route answered `bad_request` before.
-    "RequestTimeout": _error("The body did not arrive in time (60 s); nothing recorded.",
-                             "request_timeout", "bad_request"),
+    "RequestTimeout": _error("The body did not arrive whole in time (60 s by default); nothing recorded, "
+                             "and the connection closes.", "request_timeout"),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
     # No operation answers these two: they are what a path or method outside `paths` gets.
     "NoRoute": _error("No route at that path (any method).", "not_found"),
@@ -871,6 +878,14 @@ PATHS: JSON = {
             "responses": _responses({"200": ("Capabilities and the server's build.", _ref("Capabilities"))}),
         },
     },
+    "/v1/health": {
+        "get": {
+            "operationId": "getHealth",
+            "summary": "Whether the daemon answers, and how many runs it is still recovering or healing",
+            "responses": _responses({"200": ("The daemon answers (from memory: it never reads the store).",
+                                             _ref("Health"))}),
+        },
+    },
     "/v1/openapi.json": {
         "get": {
             "operationId": "getOpenApi",
@@ -912,7 +927,11 @@ DOCUMENT: JSON = {
         "description": "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
                        "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
                        "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
-                       "`unauthorized` without the bearer token.",
+                       "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
+                       "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
+                       "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
+                       "501 `not_implemented` (a transfer-coding other than chunked), "
+                       "505 `http_version_not_supported`.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],

@@ -181,6 +181,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     served = openapi_document(tools=server.state.runtime.registry.names(), process_agents=False)
     assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
+    await call(api, "GET", "/v1/health", expect=200)
     anonymous = server.new_client()
     for path, operations in DOCUMENT["paths"].items():
         for method in operations:
