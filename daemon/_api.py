@@ -8,6 +8,7 @@ or a tool. Every refusal is the one error envelope and records nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from ._client_appends import ClientAppends
 from ._client_tools import ClientTool
 from ._credentials import Credentials
 from ._drivers import DriverSet
-from ._errors import OperationRefused, bad_request, internal, unknown_agent
+from ._errors import OperationRefused, bad_request, internal, unknown_agent, wrong_state
 from ._event_hub import EventHub
 from ._http import (
     BODY_TIMEOUT_SECONDS,
@@ -48,6 +49,15 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeou
                415: "bad_request"}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
 MAX_PAGE = 1000
+
+
+async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
+    """Refuse (409 wrong_state, nothing recorded) to drive a run a live `salvor run` beside us drives."""
+    if state.driven_elsewhere is None:
+        return
+    if run_id in await trio.to_thread.run_sync(state.driven_elsewhere, [run_id]):
+        raise wrong_state(f"run {run_id} is being driven by another salvor process beside this daemon "
+                          "(a `salvor run`); let it finish, or stop it first, then resume it here")
 
 
 @dataclass
@@ -76,6 +86,10 @@ class ServerState:
     model_executor: ModelGateway | None = None
     # Client-performed tools the operator declared (salvor serve --client-tool), by name.
     client_tools: dict[str, ClientTool] = field(default_factory=dict)
+    # Which of the given runs another live salvor (a `salvor run` beside this
+    # daemon) is driving right now; None when nothing else can drive here.
+    # A blocking call (it asks the store's locks): run it in a thread.
+    driven_elsewhere: Callable[[list[str]], set[str]] | None = None
     # The guarded append of client-driven runs (shared by its route and the ASGI front).
     client_appends: ClientAppends = field(init=False)
 
@@ -286,6 +300,7 @@ def create_app(state: ServerState) -> QuartTrio:
     async def resume(run_id: str):
         run_id = parse_run_id(run_id)
         body = await json_object(allowed={"input"}, optional_body=True)
+        await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome == "finished":
             return json_response(

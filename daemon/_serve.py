@@ -27,7 +27,7 @@ from pathlib import Path
 import trio
 from salvor.protocol import CodedError
 
-from ._api import ServerState, create_app
+from ._api import ServerState, create_app, refuse_if_driven_elsewhere
 from ._api_front import AppendFront
 from ._client_steps import open_model_executor
 from ._credentials import Credentials
@@ -150,6 +150,7 @@ async def sweep_once(state: ServerState) -> int:
         if state.drivers.driving(run_id):
             continue
         try:
+            await refuse_if_driven_elsewhere(state, run_id)
             decision = await state.runtime.resume(run_id)
         except CodedError as exc:
             # One bad run does not stop the sweep; it stays due.
@@ -216,7 +217,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     body_timeout_seconds=config.body_timeout_seconds,
                                     allow_process_agents=config.allow_process_agents,
                                     leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
-                                    client_tools=dict(config.client_tools), credentials=credentials)
+                                    client_tools=dict(config.client_tools), credentials=credentials,
+                                    driven_elsewhere=locks.runs_held_elsewhere)
                 if on_state is not None:
                     on_state(state)
                 hyper = listener_config(f"{config.host}:{config.port}", "salvor.http",

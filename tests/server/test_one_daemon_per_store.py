@@ -147,10 +147,20 @@ def test_a_daemon_starting_beside_a_cli_run_neither_kills_its_agent_nor_recovers
     cli = subprocess.Popen([*SALVOR, "run", str(agent_file), "--input", '"sleep"'], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=cli_env(store_url), cwd=REPO)
     try:
+        run_id = cli.stdout.readline().strip()
         [agent] = agent_pids(tmp_path)
         daemon.start()  # READY: it has swept and recovered by now
         assert not gone(agent), "the starting daemon killed the CLI run's agent"
         assert "(0 interrupted runs to recover)" in daemon.log()
+        # Nor does a resume over HTTP drive it a second time: refused, nothing recorded.
+        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            before = client.get(f"/v1/runs/{run_id}").json()
+            refused = client.post(f"/v1/runs/{run_id}/resume")
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"]["code"] == "wrong_state"
+            assert refused.json()["error"]["message"].startswith(
+                f"run {run_id} is being driven by another salvor process beside this daemon")
+            assert client.get(f"/v1/runs/{run_id}").json() == before
         (tmp_path / "release").touch()
         out, err = cli.communicate(timeout=60)
     finally:
