@@ -89,3 +89,15 @@ def test_bootstrap_without_ensurepip_installs_pip_then_salvor_into_its_own_venv(
                            capture_output=True, text=True, check=True).stdout
     assert found.strip() == "0.1.0"
     assert (venv / "bin/salvor").exists()
+
+
+def test_a_venv_place_that_is_some_other_directory_is_refused_and_left_as_it_was(tmp_path):
+    checkout = checkout_copy(tmp_path)
+    elsewhere = tmp_path / "opt"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not salvor's")
+    result = run_bootstrap(checkout, ".", SALVOR_VENV=str(elsewhere))
+    assert result.returncode == 1
+    assert result.stderr == (f"bootstrap: {elsewhere} exists and is not a virtual environment; "
+                             "name an empty or new directory in SALVOR_VENV\n")
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]

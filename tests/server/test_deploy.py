@@ -277,7 +277,8 @@ def test_nginx_accepts_the_site(tmp_path: Path) -> None:
 # A marker, not pytest.skip in the body: a skip raised inside a trio test loses its reason.
 @pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None,
                     reason="the walkthrough needs curl and bash (Debian: apt-get install curl bash)")
-@pytest.mark.parametrize("via", ["direct", "nginx"])
+@pytest.mark.parametrize("via", ["direct", pytest.param("nginx", marks=pytest.mark.skipif(
+    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx is not installed (Debian: apt-get install nginx-light)"))])
 async def test_walkthrough(via: str, tmp_path: Path) -> None:
     salvor = salvor_executable()
     store = tmp_path / "salvor.db"
