@@ -1,10 +1,14 @@
 """Agent processes a killed salvor left behind, found by their mark and killed.
 
 A process agent runs in a process group of its own (so a timeout can kill
-the whole group), which also means it outlives a daemon that is SIGKILLed:
-nothing tears its group down. Left alone, that orphan keeps calling a proxy
-that is gone, or worse, keeps acting on the world while the restarted daemon
-starts a second copy of the same run.
+the whole group), so nothing in the kernel tears that group down when the
+daemon is SIGKILLed. The tether each child is started through
+(``_spawn``/``_tether``) kills the group a moment after its salvor dies;
+this sweep is the second line, for what the tether cannot cover (no pidfds,
+a tether killed itself, an agent started by an older salvor). Left alone,
+such an orphan keeps calling a proxy that is gone, or worse, keeps acting
+on the world while the restarted daemon starts a second copy of the same
+run.
 
 So every agent process carries two marks in its environment:
 ``SALVOR_DAEMON``, a short hash of the store URL (next to ``SALVOR_RUN_ID``,
