@@ -120,6 +120,7 @@ async def test_client_tools_are_listed_as_declared(server_factory, declarations)
     contract = Contract()
     bare = await server_factory()
     assert await contract.call(bare.client, "GET", "/v1/client-tools", expect=200) == {"client_tools": []}
+    await bare.stop()  # one daemon per store: the next one takes it over
     server = await server_factory(client_tools=declarations)
     listed = (await contract.call(server.client, "GET", "/v1/client-tools", expect=200))["client_tools"]
     assert [t["name"] for t in listed] == ["charge_card", "fetch", "payout"]

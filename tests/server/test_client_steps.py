@@ -201,6 +201,7 @@ async def test_step_responses_match_the_document(server_factory, providers, coun
     model, tool = STEP_PATHS
     await contract.call(bare.client, "POST", model, expect=503, run_id=run_id, headers=token,
                         json={"seq": 1, "request": REQUEST})
+    await bare.stop()  # one daemon per store: the next one takes it over
 
     provider = providers([text_reply("hi"), ErrorReply(400, "no such model")])
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
