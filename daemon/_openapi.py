@@ -49,6 +49,10 @@ def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
 
 _INSTANT = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
 _SEQ = {"type": "integer", "minimum": 0}
+# An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
+# that no text a caller sends becomes an unbounded int; more digits are a 400.
+_WHOLE = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+_WHOLE_TEXT = {"type": "string", "pattern": "^[0-9]{1,18}$"}
 _ANY = {"description": "Any JSON value."}
 # Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
 _NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
@@ -638,8 +642,8 @@ PATHS: JSON = {
             ),
             "parameters": [
                 *_RUN,
-                {"name": "from_seq", "in": "query", "schema": _SEQ},
-                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                {"name": "from_seq", "in": "query", "schema": _WHOLE},
+                {"name": "Last-Event-ID", "in": "header", "schema": _WHOLE_TEXT,
                  "description": "The last seq this client received; the stream resumes after it."},
             ],
             "responses": _responses(
@@ -749,7 +753,7 @@ PATHS: JSON = {
         "get": {
             "operationId": "getClientRunLog",
             "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
-            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": _WHOLE}],
             "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
         },
     },
@@ -931,7 +935,10 @@ DOCUMENT: JSON = {
                        "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
                        "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
                        "501 `not_implemented` (a transfer-coding other than chunked), "
-                       "505 `http_version_not_supported`.",
+                       "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
+                       "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
+                       "U+0000 or a lone surrogate (the store cannot keep either), else 400 `bad_request`; "
+                       "this holds for every string below and is stated once, here.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],
