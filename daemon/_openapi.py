@@ -22,7 +22,8 @@ from typing import Any
 from salvor import __version__
 from salvor.protocol import BUDGET_KINDS, EventKind, RunState
 
-from ._agent_def import PROVIDERS
+from ._agent_def import DEFAULT_PROVIDER, PROVIDERS
+from ._credentials import LlmChoice
 
 JSON = dict[str, Any]
 
@@ -240,8 +241,12 @@ SCHEMAS: JSON = {
              "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
              "record_prompts": {"type": "boolean"},
              "llm": _object(
-                 {"provider": {"enum": list(PROVIDERS)}, "base_url": {"type": "string"},
-                  "base_url_env": {"type": "string"}, "api_key_env": {"type": "string"},
+                 # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
+                 {"provider": {"enum": list(PROVIDERS)},
+                  "base_url": {"type": "string", "description": "An endpoint the operator declared "
+                               "(the served document lists them); any with provider `demo`."},
+                  "api_key_env": {"type": "string", "description": "Absent, or the variable the operator "
+                                  "bound to the endpoint (the served document names it)."},
                   "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
                   "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}}),
              "budgets": _object({kind: _POSITIVE for kind in BUDGET_KINDS}),
@@ -957,10 +962,27 @@ DOCUMENT: JSON = {
 }
 
 
+def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:
+    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per provider and declared endpoint."""
+    variants: list[JSON] = [{"required": ["provider"], "properties": {"provider": {"const": "demo"}}}]
+    for choice in choices:
+        required = [] if choice.provider == DEFAULT_PROVIDER else ["provider"]
+        if not choice.default:
+            required.append("base_url")
+        variants.append({
+            "required": required,
+            "properties": {"provider": {"const": choice.provider}, "base_url": {"const": choice.base_url},
+                           "api_key_env": {"const": choice.key_env} if choice.key_env else {"not": {}}},
+        })
+    return variants
+
+
 @functools.cache
-def _served(tools: tuple[str, ...] | None, process_agents: bool) -> JSON:
+def _served(tools: tuple[str, ...] | None, process_agents: bool, llm_choices: tuple[LlmChoice, ...] | None) -> JSON:
     document = copy.deepcopy(DOCUMENT)
     schemas = document["components"]["schemas"]
+    if llm_choices is not None:
+        schemas["BuiltinAgent"]["properties"]["llm"]["anyOf"] = _llm_variants(llm_choices)
     if tools is not None:
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
     if not process_agents:
@@ -972,7 +994,8 @@ def _served(tools: tuple[str, ...] | None, process_agents: bool) -> JSON:
     return document
 
 
-def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True) -> JSON:
+def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True,
+                     llm_choices: Iterable[LlmChoice] | None = None) -> JSON:
     """The document (shared: do not mutate it).
 
     Args:
@@ -981,7 +1004,12 @@ def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool
             leaves them unnamed.
         process_agents: whether the daemon accepts process and service
             agents over HTTP (``--allow-process-agents``).
+        llm_choices: the model endpoints the operator declared
+            (``Credentials.llm_choices``), so that an ``[llm]`` table the
+            document admits is one registration accepts; None leaves
+            ``base_url`` and ``api_key_env`` any string.
     """
-    if tools is None and process_agents:
+    if tools is None and process_agents and llm_choices is None:
         return DOCUMENT
-    return _served(None if tools is None else tuple(sorted(tools)), process_agents)
+    return _served(None if tools is None else tuple(sorted(tools)), process_agents,
+                   None if llm_choices is None else tuple(llm_choices))
