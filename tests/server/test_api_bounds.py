@@ -278,3 +278,34 @@ async def test_refusals_quote_at_most_a_short_prefix_of_what_was_sent(server: Se
         assert 400 <= response.status_code < 500, response.text[:200]
         message = response.json()["error"]["message"]
         assert long[:65] not in message and "x" * 65 not in message and len(message) < 300, message[:300]
+
+
+async def test_a_connection_answered_before_its_body_arrived_serves_the_next_request(server: Server, providers):
+    """An early refusal (a bad run id, here on the append front) while a large body is still arriving:
+    the body is drained and the next request on the connection is answered.
+
+    The reader used to take the body's end while the answer's stream was being closed, then wait,
+    paused, for a next cycle nobody started: the second request was never answered (the fuzz's
+    ``Read timed out`` on ``POST /v1/client-runs/{id}/events``). It is a race, so it is tried on
+    many connections; before the fix a good part of them hung.
+    """
+    host, port = server.url.split("://", 1)[1].rsplit(":", 1)
+    size = 200_000  # a few reads' worth, well under the drain bound
+    head_bytes = (f"POST /v1/client-runs/not-a-run/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {size}\r\n\r\n").encode()
+    for attempt in range(40):
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(head_bytes)
+        await stream.send_all(b"x" * size)
+        answer = b""
+        with trio.fail_after(10):
+            while not answer.endswith(b"}}"):
+                answer += await stream.receive_some(65536)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        await stream.send_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        second = b""
+        with trio.move_on_after(5):
+            while b"\r\n\r\n" not in second:
+                second += await stream.receive_some(65536)
+        await stream.aclose()
+        assert second.startswith(b"HTTP/1.1 200 "), f"connection {attempt}: the next request was not answered"
