@@ -158,7 +158,15 @@ class _TaskGroup(TaskGroup):
 
         async def put(message) -> None:
             try:
-                await to_app.send(message)
+                if message["type"] == "http.disconnect":
+                    # Never waited for: an app that answered without reading its body is the one
+                    # closing its stream (from its own send), with the queue full of that body;
+                    # waiting there is waiting on itself, and the connection is never served again.
+                    to_app.send_nowait(message)
+                else:
+                    await to_app.send(message)
+            except trio.WouldBlock:
+                pass  # unread body fills the queue: the app is past reading it
             except trio.BrokenResourceError:
                 pass  # the app answered and returned without reading this
 
