@@ -32,6 +32,7 @@ from ._mcp_def import McpDefinitionError, McpServerSpec, parse_mcp_servers
 
 MAX_NAME_CHARS = 64
 PROVIDERS = ("anthropic", "openai", "demo")
+DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
 
 _TOP = {
     "name", "model", "system_prompt", "system_prompt_path", "max_response_tokens",
@@ -250,7 +251,7 @@ def parse_definition(
 
     llm_raw = raw.get("llm", {})
     _check_keys("[llm]", llm_raw, _LLM)
-    provider = llm_raw.get("provider", "anthropic")
+    provider = llm_raw.get("provider", DEFAULT_PROVIDER)
     _expect(provider in PROVIDERS, f"[llm] provider must be one of {', '.join(PROVIDERS)}")
     for key in ("base_url", "base_url_env", "api_key_env"):
         _expect(key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string")

@@ -347,7 +347,8 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.get("/v1/openapi.json")
     async def openapi():
         return json_response(openapi_document(tools=runtime.registry.names(),
-                                              process_agents=state.allow_process_agents))
+                                              process_agents=state.allow_process_agents,
+                                              llm_choices=state.credentials.llm_choices()))
 
     add_stream_route(app, state)
     add_client_run_routes(app, state)

@@ -158,6 +158,20 @@ def parse_mcp_origin(text: str) -> McpOrigin:
     return McpOrigin(origin=origin_of(origin), header_envs=frozenset(envs))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmChoice:
+    """One endpoint a definition from HTTP may name for ``provider``, with the only ``api_key_env`` it may give.
+
+    ``default``: the endpoint ``provider`` reaches with no ``base_url``.
+    ``key_env`` None: ``api_key_env`` must be left out.
+    """
+
+    provider: str
+    base_url: str
+    key_env: str | None
+    default: bool
+
+
 class Credentials:
     """The operator's declarations, and the keys bound to them.
 
@@ -236,6 +250,23 @@ class Credentials:
             return self._endpoints.get(normalise_endpoint(url))
         except ValueError:  # a port that is not a number: nobody declared that
             return None
+
+    def llm_choices(self) -> tuple[LlmChoice, ...]:
+        """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may name, for the OpenAPI document.
+
+        Exactly what ``check_llm`` admits for a real provider, up to the
+        spelling of a URL (a trailing ``/`` or ``/v1`` reaches the same one).
+        """
+        choices = []
+        for provider in PUBLIC_BASE_URLS:
+            default = self.environ.get("SALVOR_MODEL_BASE_URL") or PUBLIC_BASE_URLS[provider]
+            for endpoint in self._endpoints.values():
+                if not is_http_url(endpoint.base_url):
+                    continue  # a SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there
+                choices.append(LlmChoice(
+                    provider=provider, base_url=endpoint.base_url, key_env=endpoint.bound_env(provider),
+                    default=self.declared(default) is endpoint if is_http_url(default) else False))
+        return tuple(choices)
 
     # -- what a definition from HTTP may name ----------------------------------------
 

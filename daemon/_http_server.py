@@ -158,7 +158,15 @@ class _TaskGroup(TaskGroup):
 
         async def put(message) -> None:
             try:
-                await to_app.send(message)
+                if message["type"] == "http.disconnect":
+                    # Never waited for: an app that answered without reading its body is the one
+                    # closing its stream (from its own send), with the queue full of that body;
+                    # waiting there is waiting on itself, and the connection is never served again.
+                    to_app.send_nowait(message)
+                else:
+                    await to_app.send(message)
+            except trio.WouldBlock:
+                pass  # unread body fills the queue: the app is past reading it
             except trio.BrokenResourceError:
                 pass  # the app answered and returned without reading this
 
@@ -189,9 +197,18 @@ class _H11Protocol(H11Protocol):
             # hypercorn would close here; a client that is still sending
             # would then read a reset instead of the answer, and a client
             # that sends the body after reading it finds a dead connection.
-            await self._close_stream()
+            # Draining starts before the first await: closing the stream
+            # yields, and the reader, running meanwhile, must drop the body
+            # rather than hand it to the stream.
             self._drain_left = self._drain_bytes
-            await self.send(_Draining())
+            await self._close_stream()
+            if self._drain_left is not None:  # else the reader drained it meanwhile and started the next cycle
+                await self.send(_Draining())
+                if connection.their_state is h11.DONE:
+                    # The reader took the body's end while we awaited (before it saw the drain) and
+                    # now waits, paused, for a next cycle that only the drain starts: start it here,
+                    # or the next request on this connection is never answered.
+                    await self._drain()
             await self.can_read.set()
             return
         await super()._maybe_recycle()

@@ -22,7 +22,8 @@ from typing import Any
 from salvor import __version__
 from salvor.protocol import BUDGET_KINDS, EventKind, RunState
 
-from ._agent_def import PROVIDERS
+from ._agent_def import DEFAULT_PROVIDER, PROVIDERS
+from ._credentials import LlmChoice
 
 JSON = dict[str, Any]
 
@@ -49,6 +50,10 @@ def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
 
 _INSTANT = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
 _SEQ = {"type": "integer", "minimum": 0}
+# An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
+# that no text a caller sends becomes an unbounded int; more digits are a 400.
+_WHOLE = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+_WHOLE_TEXT = {"type": "string", "pattern": "^[0-9]{1,18}$"}
 _ANY = {"description": "Any JSON value."}
 # Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
 _NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
@@ -236,8 +241,12 @@ SCHEMAS: JSON = {
              "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
              "record_prompts": {"type": "boolean"},
              "llm": _object(
-                 {"provider": {"enum": list(PROVIDERS)}, "base_url": {"type": "string"},
-                  "base_url_env": {"type": "string"}, "api_key_env": {"type": "string"},
+                 # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
+                 {"provider": {"enum": list(PROVIDERS)},
+                  "base_url": {"type": "string", "description": "An endpoint the operator declared "
+                               "(the served document lists them); any with provider `demo`."},
+                  "api_key_env": {"type": "string", "description": "Absent, or the variable the operator "
+                                  "bound to the endpoint (the served document names it)."},
                   "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
                   "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}}),
              "budgets": _object({kind: _POSITIVE for kind in BUDGET_KINDS}),
@@ -638,8 +647,8 @@ PATHS: JSON = {
             ),
             "parameters": [
                 *_RUN,
-                {"name": "from_seq", "in": "query", "schema": _SEQ},
-                {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                {"name": "from_seq", "in": "query", "schema": _WHOLE},
+                {"name": "Last-Event-ID", "in": "header", "schema": _WHOLE_TEXT,
                  "description": "The last seq this client received; the stream resumes after it."},
             ],
             "responses": _responses(
@@ -749,7 +758,7 @@ PATHS: JSON = {
         "get": {
             "operationId": "getClientRunLog",
             "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
-            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+            "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": _WHOLE}],
             "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
         },
     },
@@ -931,7 +940,10 @@ DOCUMENT: JSON = {
                        "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
                        "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
                        "501 `not_implemented` (a transfer-coding other than chunked), "
-                       "505 `http_version_not_supported`.",
+                       "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
+                       "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
+                       "U+0000 or a lone surrogate (the store cannot keep either), else 400 `bad_request`; "
+                       "this holds for every string below and is stated once, here.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],
@@ -950,10 +962,27 @@ DOCUMENT: JSON = {
 }
 
 
+def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:
+    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per provider and declared endpoint."""
+    variants: list[JSON] = [{"required": ["provider"], "properties": {"provider": {"const": "demo"}}}]
+    for choice in choices:
+        required = [] if choice.provider == DEFAULT_PROVIDER else ["provider"]
+        if not choice.default:
+            required.append("base_url")
+        variants.append({
+            "required": required,
+            "properties": {"provider": {"const": choice.provider}, "base_url": {"const": choice.base_url},
+                           "api_key_env": {"const": choice.key_env} if choice.key_env else {"not": {}}},
+        })
+    return variants
+
+
 @functools.cache
-def _served(tools: tuple[str, ...] | None, process_agents: bool) -> JSON:
+def _served(tools: tuple[str, ...] | None, process_agents: bool, llm_choices: tuple[LlmChoice, ...] | None) -> JSON:
     document = copy.deepcopy(DOCUMENT)
     schemas = document["components"]["schemas"]
+    if llm_choices is not None:
+        schemas["BuiltinAgent"]["properties"]["llm"]["anyOf"] = _llm_variants(llm_choices)
     if tools is not None:
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
     if not process_agents:
@@ -965,7 +994,8 @@ def _served(tools: tuple[str, ...] | None, process_agents: bool) -> JSON:
     return document
 
 
-def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True) -> JSON:
+def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True,
+                     llm_choices: Iterable[LlmChoice] | None = None) -> JSON:
     """The document (shared: do not mutate it).
 
     Args:
@@ -974,7 +1004,12 @@ def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool
             leaves them unnamed.
         process_agents: whether the daemon accepts process and service
             agents over HTTP (``--allow-process-agents``).
+        llm_choices: the model endpoints the operator declared
+            (``Credentials.llm_choices``), so that an ``[llm]`` table the
+            document admits is one registration accepts; None leaves
+            ``base_url`` and ``api_key_env`` any string.
     """
-    if tools is None and process_agents:
+    if tools is None and process_agents and llm_choices is None:
         return DOCUMENT
-    return _served(None if tools is None else tuple(sorted(tools)), process_agents)
+    return _served(None if tools is None else tuple(sorted(tools)), process_agents,
+                   None if llm_choices is None else tuple(llm_choices))

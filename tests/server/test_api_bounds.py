@@ -278,3 +278,38 @@ async def test_refusals_quote_at_most_a_short_prefix_of_what_was_sent(server: Se
         assert 400 <= response.status_code < 500, response.text[:200]
         message = response.json()["error"]["message"]
         assert long[:65] not in message and "x" * 65 not in message and len(message) < 300, message[:300]
+
+
+@pytest.mark.parametrize(("size", "chunk"), [(200_000, 200_000), (6_000, 100)], ids=["large", "many-small-sends"])
+async def test_a_connection_answered_before_its_body_arrived_serves_the_next_request(server: Server, providers,
+                                                                                     size: int, chunk: int):
+    """An early refusal (a bad run id, here on the append front) while a large body is still arriving:
+    the body is drained and the next request on the connection is answered.
+
+    The reader used to take the body's end while the answer's stream was being closed, then wait,
+    paused, for a next cycle nobody started: the second request was never answered (the fuzz's
+    ``Read timed out`` on ``POST /v1/client-runs/{id}/events``). And a body arriving in many small
+    reads filled the app's queue, so the stream's close, sent from the app's own answer, waited on
+    the app itself. Both are races, so they are tried on many connections; before the fixes a good
+    part of them hung. The sizes stay well under the drain bound.
+    """
+    host, port = server.url.split("://", 1)[1].rsplit(":", 1)
+    head_bytes = (f"POST /v1/client-runs/{uuid.uuid4()}/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {size}\r\n\r\n").encode()
+    for attempt in range(40):
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(head_bytes)
+        for start in range(0, size, chunk):
+            await stream.send_all(b"x" * min(chunk, size - start))
+        answer = b""
+        with trio.fail_after(10):
+            while not answer.endswith(b"}}"):
+                answer += await stream.receive_some(65536)
+        assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
+        await stream.send_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        second = b""
+        with trio.move_on_after(5):
+            while b"\r\n\r\n" not in second:
+                second += await stream.receive_some(65536)
+        await stream.aclose()
+        assert second.startswith(b"HTTP/1.1 200 "), f"connection {attempt}: the next request was not answered"

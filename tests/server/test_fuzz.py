@@ -211,7 +211,12 @@ def _config(**extra) -> schemathesis.Config:
         "headers": AUTH,
         "request-timeout": 20,
         "max-stream-events": 200,
-        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
+        # The strict parser refuses a NUL and a lone surrogate in any string of a caller's JSON (the store
+        # cannot keep either), and the document says so once, in `info.description`: JSON Schema has no
+        # way to say it of every string short of a `pattern` on each one. So the fuzz is told the same
+        # thing here: no U+0000, and the utf-8 codec (schemathesis's default, named so it stays), which
+        # leaves out the surrogate category. A NUL is still sent where the document refuses it anyway.
+        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "allow-x00": False, "codec": "utf-8"},
         "checks": {"enabled": True},
         **extra,
     })

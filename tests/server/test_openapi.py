@@ -29,6 +29,7 @@ from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon._api import create_app
+from salvor.daemon._credentials import Credentials, DeclaredEndpoint, Undeclared
 from salvor.daemon._demo_tools import demo_registry
 from salvor.daemon._openapi import openapi_document
 from salvor.daemon._tools import SleepUntil, Tool
@@ -137,6 +138,38 @@ def test_document_is_valid_openapi_3_1() -> None:
     assert DOCUMENT["openapi"].startswith("3.1.")
 
 
+def test_served_llm_table_is_what_registration_accepts() -> None:
+    """The served `[llm]` schema admits a table exactly when ``check_llm`` does (issue 12: the
+    declared endpoints and their bound key variables, no `base_url_env`)."""
+    credentials = Credentials(
+        endpoints=(DeclaredEndpoint(base_url="http://10.0.0.5:8000/v1", key_env="LOCAL_KEY"),
+                   DeclaredEndpoint(base_url="http://10.0.0.6:8000")),
+        environ={"SALVOR_MODEL_BASE_URL": "https://gateway.example.com"}, strict=True)
+    served = openapi_document(process_agents=False, llm_choices=credentials.llm_choices())
+    validate(served, cls=OpenAPIV31SpecValidator)
+    registry = Registry().with_resource(BASE, Resource.from_contents(served, default_specification=DRAFT202012))
+    schema = Draft202012Validator({"$ref": f"{BASE}#/components/schemas/BuiltinAgent"}, registry=registry)
+    urls = [None, "http://10.0.0.5:8000/v1", "http://10.0.0.6:8000", "https://gateway.example.com",
+            "https://api.openai.com", "http://127.0.0.1:9999/x"]
+    keys = [None, "LOCAL_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SALVOR_AGENT_KEY"]
+    admitted = 0
+    for provider in (None, "anthropic", "openai", "demo"):
+        for url in urls:
+            for key in keys:
+                llm = {name: value for name, value in
+                       (("provider", provider), ("base_url", url), ("api_key_env", key)) if value is not None}
+                try:
+                    credentials.check_llm(provider=provider or "anthropic", base_url=url, base_url_env=None,
+                                          api_key_env=key)
+                    accepted = True
+                except Undeclared:
+                    accepted = False
+                assert schema.is_valid({"model": "m", "llm": llm}) is accepted, llm
+                admitted += accepted
+    assert 0 < admitted < 4 * len(urls) * len(keys)
+    assert not schema.is_valid({"model": "m", "llm": {"provider": "demo", "base_url_env": "HOME"}})
+
+
 async def test_every_route_is_documented(server) -> None:
     app = create_app(server.state)  # a second app over the same state: only its routes are read
     served = {
@@ -178,7 +211,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     call = contract.call
 
     # -- the document itself, capabilities, and auth on every route --------------------------------------
-    served = openapi_document(tools=server.state.runtime.registry.names(), process_agents=False)
+    served = openapi_document(tools=server.state.runtime.registry.names(), process_agents=False,
+                              llm_choices=server.state.credentials.llm_choices())
     assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
     await call(api, "GET", "/v1/health", expect=200)
