@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,9 +49,12 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(tmp_path: Path,
     daemon.env.update(SALVOR_AGENT_UPSTREAM=f"{provider.base_url}/v1", SALVOR_AGENT_KEY="sk-readme")
     daemon.args.append("--allow-process-agents")
     daemon.cwd = REPO
+    # The README's reader has .venv/bin on PATH, so the agent's `python3` is the one with openai in it.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    daemon.env.update(PATH=path)
     try:
         daemon.start()
-        env = {**os.environ, "S": daemon.base_url, "SALVOR_STORE": store_url}
+        env = {**os.environ, "PATH": path, "S": daemon.base_url, "SALVOR_STORE": store_url}
         env = {k: v for k, v in env.items() if k not in ("SALVOR_AGENT_UPSTREAM", "SALVOR_AGENT_KEY")}
         result = shell([pick, *commands[1:], 'echo "RUN=$RUN"'], env)
         assert result.returncode == 0, result.stderr
