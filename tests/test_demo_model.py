@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from salvor.daemon._demo_model import demo_complete
+from salvor.daemon.models._demo import demo_complete
 
 
 def tool(name, properties, required=None):

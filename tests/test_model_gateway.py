@@ -8,16 +8,16 @@ import threading
 import httpx
 import pytest
 import trio
-from salvor.daemon._demo_model import demo_complete
-from salvor.daemon._model_gateway import (
+from salvor.daemon.models._demo import demo_complete
+from salvor.daemon.models._gateway import (
     ModelCallError,
     ModelEndpoint,
     ModelGateway,
     ModelResult,
     resolve_endpoint,
     retry_delay,
-    tls_context,
 )
+from salvor.daemon.web._tls import tls_context
 
 from tests.support.scripted_provider import (
     ErrorReply,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._model_wire import (
+from salvor.daemon.models._wire import (
     AnthropicStream,
     OpenAIStream,
     SSEDecoder,

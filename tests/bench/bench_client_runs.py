@@ -15,7 +15,7 @@ Measured: appended events per second from the first append until the last
 run's last append. Baselines from the same run, with the same clients: the
 daemon's cheapest route (``GET /v1/capabilities``: the routing and the HTTP
 stack, no store), a bare ASGI app answering a constant behind hypercorn's own
-``serve`` and behind the daemon's listener (``daemon/_http_server.py``: the
+``serve`` and behind the daemon's listener (``daemon/web/_listener.py``: the
 same hypercorn protocol, one keep-alive watcher per connection): the HTTP
 stack's own ceilings; and the store's raw rate for single-event appends
 (``EventStore.append`` in a loop, no HTTP).
@@ -146,7 +146,7 @@ _BARE_ASGI = """
 import sys, trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
-from salvor.daemon._asgi import answer_lifespan
+from salvor.daemon.web._asgi import answer_lifespan
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
@@ -160,7 +160,7 @@ config = Config()
 config.bind = [sys.argv[1]]
 config.accesslog = None
 if sys.argv[2] == "salvor":  # the same hypercorn protocol under salvor's own connection handler
-    from salvor.daemon._http_server import serve
+    from salvor.daemon.web._listener import serve
 trio.run(serve, app, config)
 """
 

@@ -3,7 +3,7 @@
 The same client (salvor's own MCP session, under trio) makes ``--calls``
 ``tools/call`` requests of the fixture server's ``lookup`` tool, first to the
 server spawned directly over stdio, then through the stdio stand-in a process
-agent would spawn (``python -m salvor.daemon._mcp_standin``): the relay posts
+agent would spawn (``python -m salvor.daemon.standin``): the relay posts
 each message to the run's lane on the loopback proxy, which records the call
 write-ahead in a real store (``ToolCallRequested``, then
 ``ToolCallCompleted``) and forwards it to the real server it runs itself.
@@ -44,15 +44,15 @@ async def _timed_calls(session, calls: int) -> list[float]:
 
 
 async def run(calls: int, store_url: str, scratch: Path) -> dict:
-    from salvor.daemon._agent_def import parse_definition
-    from salvor.daemon._mcp_client import open_session
-    from salvor.daemon._mcp_def import McpServerSpec
-    from salvor.daemon._mcp_lane import open_lanes
-    from salvor.daemon._model_proxy import ProxySession, open_model_proxy
-    from salvor.daemon._operations import Runtime
-    from salvor.daemon._run_context import RunContext
-    from salvor.daemon._store_access import open_store_access
-    from salvor.daemon._tools import ToolRegistry
+    from salvor.daemon.agents._definition import parse_definition
+    from salvor.daemon.mcp._client import open_session
+    from salvor.daemon.mcp._definition import McpServerSpec
+    from salvor.daemon.proxies._mcp_lane import open_lanes
+    from salvor.daemon.proxies._model_proxy import ProxySession, open_model_proxy
+    from salvor.daemon.recording._run_context import RunContext
+    from salvor.daemon.recording._store_access import open_store_access
+    from salvor.daemon.runs._runtime import Runtime
+    from salvor.daemon.tools._registry import ToolRegistry
 
     from tests.support.mcp_servers import FixtureServer
 
@@ -77,7 +77,7 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
                                        client=proxy.client)
         async with open_lanes(proxied_session, agent.mcp_servers, log, None, environ=os.environ, mark={}) as lanes:
             url = f"{proxy.base(proxy.attach(proxied_session))}/mcp/fix"
-            relay = McpServerSpec(name="stand-in", command=(sys.executable, "-m", "salvor.daemon._mcp_standin", url))
+            relay = McpServerSpec(name="stand-in", command=(sys.executable, "-m", "salvor.daemon.standin", url))
             session = await open_session(relay, nursery, os.environ)
             try:
                 through = await _timed_calls(session, calls)

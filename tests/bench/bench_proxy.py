@@ -59,12 +59,12 @@ async def _timed(client: httpx.AsyncClient, url: str, body: dict, stream: bool) 
 
 
 async def run(calls: int, store_url: str, provider_url: str) -> dict:
-    from salvor.daemon._agent_def import parse_definition
-    from salvor.daemon._model_proxy import ProxySession, Upstream, open_model_proxy
-    from salvor.daemon._operations import Runtime
-    from salvor.daemon._run_context import RunContext
-    from salvor.daemon._store_access import open_store_access
-    from salvor.daemon._tools import ToolRegistry
+    from salvor.daemon.agents._definition import parse_definition
+    from salvor.daemon.proxies._model_proxy import ProxySession, Upstream, open_model_proxy
+    from salvor.daemon.recording._run_context import RunContext
+    from salvor.daemon.recording._store_access import open_store_access
+    from salvor.daemon.runs._runtime import Runtime
+    from salvor.daemon.tools._registry import ToolRegistry
 
     agent = parse_definition('kind = "process"\ncommand = "true"\n', "toml")
     results: dict = {"calls": calls}

@@ -38,10 +38,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._agent_loop import AgentLoop, _as_text
-from salvor.daemon._demo_tools import demo_registry
-from salvor.daemon._model_gateway import ModelGateway, resolve_endpoint
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.agents._loop import AgentLoop, _as_text
+from salvor.daemon.models._gateway import ModelGateway, resolve_endpoint
+from salvor.daemon.tools._demo import demo_registry
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunCompleted, RunStarted, sha256_hash
 from salvor.store import AppendRequest, EventStore
 from sqlalchemy import text
@@ -49,7 +49,7 @@ from sqlalchemy import text
 from tests.bench.bench_steps import ProviderProcess
 from tests.bench.bench_store import add_store_option, bench_store_url
 
-SALVOR = [sys.executable, "-m", "salvor.daemon._cli"]
+SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 BULK = 1000  # runs per bulk transaction while building a store
 
 

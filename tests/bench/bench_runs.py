@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 import trio
-from salvor.daemon._serve import ServeConfig, serve
+from salvor.daemon.serve._serve import ServeConfig, serve
 from salvor.protocol import EventKind
 from salvor.store import EventStore
 

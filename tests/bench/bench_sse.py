@@ -205,7 +205,7 @@ _BARE_FAN_OUT = r"""
 import json, sys, time, trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
-from salvor.daemon._asgi import answer_lifespan
+from salvor.daemon.web._asgi import answer_lifespan
 
 subscribers, frames, pad = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 channels = []

@@ -36,10 +36,10 @@ from typing import Self
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import trio
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._demo_tools import demo_registry
-from salvor.daemon._operations import Runtime
-from salvor.daemon._store_access import open_store_access
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.recording._store_access import open_store_access
+from salvor.daemon.runs._runtime import Runtime
+from salvor.daemon.tools._demo import demo_registry
 from salvor.protocol import RunState
 
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script

@@ -45,7 +45,7 @@ from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool
 
 pytestmark = pytest.mark.kill
 
-SALVOR = [sys.executable, "-m", "salvor.daemon._cli"]
+SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 TIMEOUT = 60  # seconds a single salvor process may take before the test gives up on it
 
 PLAN = [

@@ -147,7 +147,7 @@ def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
     env.update(SALVOR_STORE=store_url, SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
     run_id = "5a1f0000-0000-4000-8000-000000000001"
-    cli = [sys.executable, "-m", "salvor.daemon._cli"]
+    cli = [sys.executable, "-m", "salvor.daemon.cli"]
     first_agent = None
     driver = subprocess.Popen([*cli, "run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

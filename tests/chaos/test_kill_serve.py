@@ -83,7 +83,7 @@ READY_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 180.0
 # The daemon's graceful stop deadline (ServeConfig.shutdown_seconds).
 SHUTDOWN_DEADLINE = 10.0
-SALVOR = [sys.executable, "-m", "salvor.daemon._cli"]
+SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 
 GATE_INPUT = {"approved": True, "note": "approved by the chaos operator"}
 FINAL_TEXT = "all done"

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._demo_tools import demo_registry
-from salvor.daemon._operations import Runtime
-from salvor.daemon._store_access import open_store_access
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.recording._store_access import open_store_access
+from salvor.daemon.runs._runtime import Runtime
+from salvor.daemon.tools._demo import demo_registry
 
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import ScriptedProvider

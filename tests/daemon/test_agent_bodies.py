@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-from salvor.daemon._model_proxy import ProxySession, open_model_proxy
-from salvor.daemon._run_context import RunContext
+from salvor.daemon.proxies._model_proxy import ProxySession, open_model_proxy
+from salvor.daemon.recording._run_context import RunContext
 from salvor.protocol import MAX_NESTING
 
 from tests.daemon.test_process_agent import kinds, process_agent

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._agent_def import DefinitionError, load_definition, parse_definition
+from salvor.daemon.agents._definition import DefinitionError, load_definition, parse_definition
 from salvor.protocol import sha256_hash
 
 TOOLS = ["lookup_invoice", "issue_refund", "send_email"]

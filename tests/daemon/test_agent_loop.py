@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._errors import OperationRefused
-from salvor.daemon._operations import MISSING
-from salvor.daemon._run_context import DriveInterrupted
-from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
+from salvor.daemon.recording._run_context import DriveInterrupted
+from salvor.daemon.runs._runtime import MISSING
+from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
+from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import (
     EMPTY_VIEW,
     TOOL_ERROR_KEY,
@@ -306,8 +306,8 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
         Tool(name="flaky_read", description="", effect=Effect.READ, input_schema=schema, handler=flaky("flaky_read")),
         Tool(name="flaky_write", description="", effect=Effect.WRITE, input_schema=schema, handler=flaky("flaky_write")),
     ])
-    from salvor.daemon._agent_def import parse_definition
-    from salvor.daemon._operations import Runtime
+    from salvor.daemon.agents._definition import parse_definition
+    from salvor.daemon.runs._runtime import Runtime
 
     from .conftest import agent_toml
 

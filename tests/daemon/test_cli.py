@@ -30,7 +30,7 @@ def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.Co
     full_env = {**os.environ, "SALVOR_STORE": store_url, **(env or {})}
     full_env.pop("SALVOR_FAULT_KILL_AFTER_SEQ", None)
     return subprocess.run(
-        [sys.executable, "-m", "salvor.daemon._cli", *args],
+        [sys.executable, "-m", "salvor.daemon.cli", *args],
         capture_output=True, text=True, env=full_env, timeout=120, cwd=REPO, check=False,
     )
 
@@ -222,7 +222,7 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
     leader, follower = pty.openpty()
     env = {**os.environ, "SALVOR_STORE": store_url}
     process = subprocess.Popen(
-        [sys.executable, "-m", "salvor.daemon._cli", "run", str(agent_file)],
+        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent_file)],
         stdout=subprocess.PIPE, stderr=follower, env=env, cwd=REPO, text=True,
     )
     os.close(follower)

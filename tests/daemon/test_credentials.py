@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from salvor.daemon._credentials import (
+from salvor.daemon.agents._credentials import (
     CredentialError,
     Credentials,
     Undeclared,
@@ -11,7 +11,7 @@ from salvor.daemon._credentials import (
     parse_mcp_origin,
     parse_model_endpoint,
 )
-from salvor.daemon._model_proxy import resolve_upstream
+from salvor.daemon.proxies._model_proxy import resolve_upstream
 
 KEYS = {"ANTHROPIC_API_KEY": "a-key", "OPENAI_API_KEY": "o-key", "DESK_KEY": "desk", "SALVOR_AGENT_KEY": "agent"}
 ANTHROPIC, OPENAI = "https://api.anthropic.com", "https://api.openai.com"

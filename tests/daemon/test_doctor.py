@@ -30,7 +30,7 @@ def doctor(tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None) 
     env.update(extra_env or {})
     # Were doctor to open a store, this is where it would appear.
     env["SALVOR_STORE"] = str(tmp_path / "must-not-exist.db")
-    result = subprocess.run([sys.executable, "-m", "salvor.daemon._cli", "doctor", *args],
+    result = subprocess.run([sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
                             capture_output=True, text=True, env=env, timeout=120, cwd=REPO, check=False)
     # Never a traceback of doctor's own (an agent's shows, indented, in its stderr tail).
     assert "Traceback" not in result.stderr, result.stderr
@@ -213,7 +213,7 @@ def test_ctrl_c_kills_the_agent_group_and_says_so_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
     # A background process may inherit SIGINT ignored, where a terminal's
     # Ctrl-C is not: the wrapper restores it before it becomes salvor.
-    argv = [sys.executable, "-m", "salvor.daemon._cli", "doctor", str(definition(tmp_path, script))]
+    argv = [sys.executable, "-m", "salvor.daemon.cli", "doctor", str(definition(tmp_path, script))]
     wrapper = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                f"os.execv(sys.executable, {argv!r})")
     process = subprocess.Popen([sys.executable, "-c", wrapper], env=env, cwd=REPO,

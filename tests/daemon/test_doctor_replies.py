@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import anthropic
 import openai
 import pytest
-from salvor.daemon._doctor_replies import CANNED, OPENAI_RESPONSES, REPLY_TEXT
-from salvor.daemon._model_proxy import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
+from salvor.daemon.cli._doctor_replies import CANNED, OPENAI_RESPONSES, REPLY_TEXT
+from salvor.daemon.proxies._model_proxy import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
 
 PATHS = {"/v1/chat/completions": OPENAI_CHAT, "/v1/responses": OPENAI_RESPONSES, "/v1/messages": ANTHROPIC_MESSAGES}
 

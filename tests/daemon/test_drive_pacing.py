@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import trio
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._drivers import DriverSet
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.runs._drivers import DriverSet
 
 NOTER = """\
 import os, sys, time

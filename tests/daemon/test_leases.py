@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import trio
-from salvor.daemon._errors import OperationRefused
-from salvor.daemon._leases import LeaseRegistry, lease_ttl
+from salvor.daemon.client_runs._leases import LeaseRegistry, lease_ttl
+from salvor.daemon.web._errors import OperationRefused
 
 RUN = "6f3c2b1a-0000-4000-8000-000000000001"
 
@@ -75,7 +75,7 @@ async def test_record_prompts_is_said_at_the_open_and_kept_by_the_holders_reopen
 
 
 async def test_lapsed_leases_nobody_touches_again_are_swept(autojump_clock) -> None:
-    from salvor.daemon import _leases
+    from salvor.daemon.client_runs import _leases
 
     leases = LeaseRegistry(ttl=5)
     runs = [f"6f3c2b1a-0000-4000-8000-{n:012d}" for n in range(3 * _leases._SWEEP_FLOOR)]

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 import trio
-from salvor.daemon._agent_def import parse_definition
+from salvor.daemon.agents._definition import parse_definition
 from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,

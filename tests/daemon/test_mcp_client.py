@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import trio
-from salvor.daemon._mcp_client import (
+from salvor.daemon.mcp._client import (
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     McpNoAnswer,
@@ -16,8 +16,8 @@ from salvor.daemon._mcp_client import (
     McpUnavailable,
     open_session,
 )
-from salvor.daemon._mcp_def import parse_mcp_servers
-from salvor.daemon._mcp_tools import open_connections
+from salvor.daemon.mcp._definition import parse_mcp_servers
+from salvor.daemon.mcp._tools import open_connections
 
 from tests.support.mcp_servers import FixtureServer, HttpFixtureServer
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from salvor.daemon._agent_def import DefinitionError, parse_definition
+from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.protocol import Effect
 
 HEAD = 'model = "m"\n'

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from salvor.daemon._run_context import DriveInterrupted
+from salvor.daemon.recording._run_context import DriveInterrupted
 
 from tests.daemon.test_mcp_standins import lane, lane_shape, standin_agent
 from tests.support.mcp_servers import NPM_SERVERS_INSTALL, filesystem_server

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from salvor.daemon._agent_def import parse_definition
+from salvor.daemon.agents._definition import parse_definition
 
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import tool_loop_script

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._mcp_endpoint import serve_mcp
-from salvor.daemon._mcp_session import MAX_MESSAGE_BYTES
+from salvor.daemon.mcp._session import MAX_MESSAGE_BYTES
+from salvor.daemon.proxies._mcp_endpoint import serve_mcp
 
 from tests.daemon.test_mcp_standins import standin_agent
 from tests.support.mcp_servers import HttpFixtureServer

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from salvor.daemon._errors import OperationRefused
+from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import parse_instant
 
 from tests.daemon.test_mcp_standins import EFFECTS, standin_agent

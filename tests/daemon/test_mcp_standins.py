@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from salvor.daemon._agent_def import DefinitionError, parse_definition
-from salvor.daemon._mcp_endpoint import serve_mcp
-from salvor.daemon._run_context import DriveInterrupted
+from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.daemon.proxies._mcp_endpoint import serve_mcp
+from salvor.daemon.recording._run_context import DriveInterrupted
 from salvor.protocol import encode_envelope
 
 from tests.support.mcp_servers import (
-    HttpFixtureServer,
     NPM_SERVERS_INSTALL,
+    HttpFixtureServer,
     everything_server,
     time_server,
 )
@@ -438,7 +438,7 @@ async def test_a_server_that_never_answers_a_write_parks_the_run(runtime, provid
 def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone():
     request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}}
     url = f"http://127.0.0.1:{_free_port()}/r/cap/mcp/fix"  # nobody listens there
-    done = subprocess.run([sys.executable, "-m", "salvor.daemon._mcp_standin", url], check=True,
+    done = subprocess.run([sys.executable, "-m", "salvor.daemon.standin", url], check=True,
                           input=json.dumps(request).encode() + b"\n", capture_output=True, timeout=30)
     answer = json.loads(done.stdout)
     assert answer["id"] == 7 and "could not reach the daemon" in answer["error"]["message"]

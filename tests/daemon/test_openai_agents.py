@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from salvor.daemon._operations import Runtime
+from salvor.daemon.runs._runtime import Runtime
 
 from tests.daemon.test_process_agent import PLAN, SECRET, assert_no_secret, kinds, process_agent
 from tests.support.scripted_provider import tool_loop_script

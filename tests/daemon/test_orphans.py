@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from salvor.daemon._orphans import MARK_VAR, OWNER_VAR, RUN_VAR, owner_mark, store_fingerprint, sweep_orphans
+from salvor.daemon.processes._orphans import (
+    MARK_VAR,
+    OWNER_VAR,
+    RUN_VAR,
+    owner_mark,
+    store_fingerprint,
+    sweep_orphans,
+)
 
 from tests.support.processes import gone, wait_gone
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from salvor.daemon._agent_def import DefinitionError, parse_definition
-from salvor.daemon._model_proxy import open_model_proxy
-from salvor.daemon._run_context import DriveInterrupted
+from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.daemon.proxies._model_proxy import open_model_proxy
+from salvor.daemon.recording._run_context import DriveInterrupted
 
 from tests.support.scripted_provider import ErrorReply, FailedResponse, tool_loop_script
 
@@ -361,8 +361,8 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtim
         answer = await client.post(f"{proxy.url}/r/not-a-capability/v1/chat/completions", json={"model": "m"})
         assert answer.status_code == 404 and "error" in answer.json()
         # A mounted session refuses a body that is not JSON, in the client's wire format.
-        from salvor.daemon._model_proxy import ProxySession
-        from salvor.daemon._run_context import RunContext
+        from salvor.daemon.proxies._model_proxy import ProxySession
+        from salvor.daemon.recording._run_context import RunContext
 
         agent = process_agent(tmp_path, script="pass\n")
         run_id = await runtime.start_run(agent, "x")

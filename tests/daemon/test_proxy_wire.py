@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._proxy_wire import (
+from salvor.daemon.proxies._wire import (
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     ROUTES,

@@ -9,10 +9,10 @@ A run whose agent the store does not hold is left exactly as it was.
 from __future__ import annotations
 
 import trio
-from salvor.daemon._api import ServerState
-from salvor.daemon._drivers import DriverSet
-from salvor.daemon._event_hub import EventHub
-from salvor.daemon._serve import recover_interrupted
+from salvor.daemon.api._app import ServerState
+from salvor.daemon.runs._drivers import DriverSet
+from salvor.daemon.runs._event_hub import EventHub
+from salvor.daemon.serve._serve import recover_interrupted
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 
 from tests.support.scripted_provider import text_reply

@@ -11,10 +11,10 @@ it; one that stops early or asks for more fails too.
 from __future__ import annotations
 
 import pytest
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._errors import OperationRefused
-from salvor.daemon._model_proxy import REPRODUCED_PER_COMMIT
-from salvor.daemon._run_context import DriveInterrupted
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.proxies._model_proxy import REPRODUCED_PER_COMMIT
+from salvor.daemon.recording._run_context import DriveInterrupted
+from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import EventKind
 
 from tests.daemon.test_cli import salvor
@@ -132,7 +132,7 @@ async def test_a_rerun_killed_mid_way_recovers_from_its_own_log_then_the_origin(
 ):
     # Reproduced calls are committed in batches; with batches of one, the
     # second drive answers the first two calls from the re-run's own log.
-    monkeypatch.setattr("salvor.daemon._model_proxy.REPRODUCED_PER_COMMIT", per_commit)
+    monkeypatch.setattr("salvor.daemon.proxies._model_proxy.REPRODUCED_PER_COMMIT", per_commit)
     provider = providers(tool_loop_script(PLAN))
     _, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "anthropic-stream")
     dying = process_agent(tmp_path, "anthropic-stream", env={"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")})

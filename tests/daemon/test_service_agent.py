@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from salvor.daemon._agent_def import DefinitionError, parse_definition
-from salvor.daemon._errors import OperationRefused
-from salvor.daemon._port_claims import PortClaims
+from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.daemon.processes._port_claims import PortClaims
+from salvor.daemon.web._errors import OperationRefused
 
 from tests.daemon.service_support import free_port, service_definition, start_service
 from tests.daemon.test_process_agent import PLAN, SECRET, kinds

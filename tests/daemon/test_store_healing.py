@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from salvor.daemon._drivers import DriverSet
-from salvor.daemon._operations import Runtime
-from salvor.daemon._store_access import open_store_access
-from salvor.daemon._store_healing import Backoff, StoreHealing
+from salvor.daemon.recording._store_access import open_store_access
+from salvor.daemon.runs._drivers import DriverSet
+from salvor.daemon.runs._healing import Backoff, StoreHealing
+from salvor.daemon.runs._runtime import Runtime
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 from salvor.store import EventStore, StoreUnavailable, store_fault
 from salvor.store._errors import passes_by_itself

@@ -1,6 +1,6 @@
 """Fixtures for the server suites: the real daemon, in-process, on a loopback port.
 
-``server`` is ``salvor.daemon._serve.serve`` itself (the production code path:
+``server`` is ``salvor.daemon.serve._serve.serve`` itself (the production code path:
 hypercorn, the routes, the drivers, the store's writer thread) started in the
 test's trio loop on ``127.0.0.1:0`` over the test's store (SQLite, and
 PostgreSQL when ``SALVOR_TEST_POSTGRES_URL`` is set), and stopped at the end
@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from salvor.daemon._api import ServerState
-from salvor.daemon._credentials import Credentials, DeclaredEndpoint, McpOrigin, origin_of
-from salvor.daemon._serve import ServeConfig, serve
-from salvor.daemon._tools import ToolRegistry
+from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, McpOrigin, origin_of
+from salvor.daemon.api._app import ServerState
+from salvor.daemon.serve._serve import ServeConfig, serve
+from salvor.daemon.tools._registry import ToolRegistry
 
 from tests.support.scripted_provider import ScriptedProvider
 

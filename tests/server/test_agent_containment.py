@@ -27,18 +27,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from salvor.daemon._agent_def import parse_definition
-from salvor.daemon._child_env import TELEMETRY_OFF
-from salvor.daemon._mcp_def import McpServerSpec
-from salvor.daemon._mcp_stdio import server_environment
-from salvor.daemon._process_agent import agent_environment
-from salvor.daemon._spawn import tethered
+from salvor.daemon.agents._definition import parse_definition
+from salvor.daemon.agents._process import agent_environment
+from salvor.daemon.mcp._definition import McpServerSpec
+from salvor.daemon.mcp._stdio_transport import server_environment
+from salvor.daemon.processes._child_env import TELEMETRY_OFF
+from salvor.daemon.processes._spawn import tethered
 
 from tests.support.processes import gone, wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process hardening is Linux's prctl and /proc")
 
-SALVOR = [sys.executable, "-m", "salvor.daemon._cli"]
+SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 TOKEN_VAR, TOKEN = "DESK_API_TOKEN", "tok-DESK-5e1b77"
 OTHER_VAR, OTHER = "VENDOR_BILLING_KEY", "sk-vendor-SECRET-0c41"
 DAEMON_ENV = {
@@ -76,7 +76,7 @@ def test_a_stdio_mcp_server_gets_the_allow_list_and_its_own_env_nothing_else():
 
 UNDUMPABLE = r"""
 import ctypes, subprocess, sys
-from salvor.daemon._hardening import make_undumpable
+from salvor.daemon.processes._hardening import make_undumpable
 PR_GET_DUMPABLE = 3
 libc = ctypes.CDLL(None)
 made = make_undumpable()
@@ -160,7 +160,7 @@ def _python_for(drop: list[str]) -> tuple[str, list[str]]:
     of its own.
     """
     if _runnable(drop, sys.executable):
-        return sys.executable, [sys.executable, "-m", "salvor.daemon._cli"]
+        return sys.executable, [sys.executable, "-m", "salvor.daemon.cli"]
     system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     same = system and subprocess.run([system, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
                                      text=True, check=False).stdout.strip() == str(tuple(sys.version_info[:2]))
@@ -168,7 +168,7 @@ def _python_for(drop: list[str]) -> tuple[str, list[str]]:
         pytest.skip("needs a Python the unprivileged user may run: this venv's lives where it cannot reach, "
                     f"and there is no python{sys.version_info.major}.{sys.version_info.minor} in /usr/bin")
     packages = next(p for p in sys.path if p.endswith("site-packages"))
-    boot = f"import site, sys; site.addsitedir({packages!r}); from salvor.daemon._cli import main; sys.exit(main())"
+    boot = f"import site, sys; site.addsitedir({packages!r}); from salvor.daemon.cli import main; sys.exit(main())"
     return system, [system, "-S", "-c", boot]  # -S: none of the system's own packages
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import salvor
 import trio
-from salvor.daemon._demo_tools import demo_registry
-from salvor.daemon._tools import Tool
+from salvor.daemon.tools._demo import demo_registry
+from salvor.daemon.tools._registry import Tool
 from salvor.protocol import Effect, ModelCallRequested, parse_instant
 
 from tests.support.scripted_provider import ErrorReply, tool_loop_script

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from salvor.daemon._api import create_app
+from salvor.daemon.api._app import create_app
 
 from .api_support import NOBODY, assert_error, get_run, register, rested, snapshot
 from .conftest import TOKEN, Server

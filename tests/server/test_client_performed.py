@@ -13,7 +13,11 @@ import sys
 
 import pytest
 import trio
-from salvor.daemon._client_tools import DeclarationError, load_declarations, parse_declaration
+from salvor.daemon.client_runs._client_tools import (
+    DeclarationError,
+    load_declarations,
+    parse_declaration,
+)
 
 from tests.server.test_client_runs import head, log_of
 from tests.server.test_openapi import CLIENT_PERFORMED_PATHS, MISSING_RUN, OVERSIZED, Contract
@@ -107,7 +111,7 @@ def test_declarations_are_strict() -> None:
 def test_salvor_serve_refuses_a_bad_declaration_in_one_sentence(tmp_path) -> None:
     (tmp_path / "bad.toml").write_text('name = "x"\neffect = "delete"\n[input_schema]\n')
     result = subprocess.run(
-        [sys.executable, "-m", "salvor.daemon._cli", "serve", "--listen", "127.0.0.1:0", "--store",
+        [sys.executable, "-m", "salvor.daemon.cli", "serve", "--listen", "127.0.0.1:0", "--store",
          str(tmp_path / "s.db"), "--client-tool", str(tmp_path / "bad.toml"), "--client-tool", str(tmp_path / "gone.toml")],
         capture_output=True, text=True, timeout=60, check=False,
     )
@@ -262,7 +266,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
 async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_resolved(
     server_factory, declarations, tmp_path
 ) -> None:
-    from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
+    from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
     from salvor.protocol import Effect
 
     async def hang_up(args, call):
@@ -294,7 +298,7 @@ async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_
     async def cli_resolve(output: dict, *declared: str) -> trio.CompletedProcess:
         flags = [arg for path in declared for arg in ("--client-tool", str(tmp_path / path))]
         return await trio.run_process(
-            [sys.executable, "-m", "salvor.daemon._cli", "resolve", other.run_id, "--store", bare.store_url,
+            [sys.executable, "-m", "salvor.daemon.cli", "resolve", other.run_id, "--store", bare.store_url,
              "--output", json.dumps(output), *flags], capture_stdout=True, capture_stderr=True, check=False)
 
     for output, declared, fragment in (
@@ -312,7 +316,7 @@ async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_
 
 
 def test_a_key_field_missing_from_the_input_is_named() -> None:
-    from salvor.daemon._errors import OperationRefused
+    from salvor.daemon.web._errors import OperationRefused
 
     tool = parse_declaration(
         'name = "refund"\neffect = "write"\nidempotency_key = ["order_id"]\n[input_schema]\ntype = "object"\n', "toml")

@@ -23,8 +23,8 @@ import httpx
 import trio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from salvor.daemon._client_tools import parse_declaration
-from salvor.daemon._serve import ServeConfig, serve
+from salvor.daemon.client_runs._client_tools import parse_declaration
+from salvor.daemon.serve._serve import ServeConfig, serve
 from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope
 
 CHARGE = parse_declaration(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from salvor.daemon._client_tools import load_declarations
+from salvor.daemon.client_runs._client_tools import load_declarations
 
 from tests.support.scripted_provider import tool_loop_script
 

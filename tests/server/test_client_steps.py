@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
+from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
 from salvor.protocol import Effect
 
 from tests.server.test_client_runs import append, code, head, log_of, open_run

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from salvor.daemon._credentials import Credentials
+from salvor.daemon.agents._credentials import Credentials
 
 from tests.support.scripted_provider import ScriptedProvider, text_reply
 
@@ -277,7 +277,7 @@ def test_keys_from_a_file_and_from_credentials_directory_reach_only_their_endpoi
 def test_an_unreadable_key_file_stops_the_start_in_one_sentence(tmp_path, store_url):
     missing = tmp_path / "nope.key"
     result = subprocess.run(
-        [sys.executable, "-m", "salvor.daemon._cli", "serve", "--store", store_url, "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "salvor.daemon.cli", "serve", "--store", store_url, "--listen", "127.0.0.1:0",
          "--model-endpoint", f"http://127.0.0.1:9,key_file={missing}"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "SALVOR_AGENT_KEY_FILE": str(missing)},
     )
@@ -295,7 +295,7 @@ def test_salvor_run_honours_base_url_and_api_key_env_of_an_agent_file(tmp_path, 
         path.write_text(llm_toml(f'provider = "anthropic"\nbase_url_env = "CLI_AIM"\nbase_url = "http://127.0.0.1:9"\n'
                                  'api_key_env = "CLI_KEY"'))
         env = {**os.environ, "SALVOR_STORE": store_url, "CLI_AIM": provider.base_url, "CLI_KEY": "sk-cli-6060"}
-        result = subprocess.run([sys.executable, "-m", "salvor.daemon._cli", "run", str(path), "--input", '"go"'],
+        result = subprocess.run([sys.executable, "-m", "salvor.daemon.cli", "run", str(path), "--input", '"go"'],
                                 capture_output=True, text=True, timeout=120, env=env)
     finally:
         provider.stop()

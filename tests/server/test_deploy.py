@@ -51,7 +51,7 @@ PR_SET_MDWE, PR_GET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 66, 1
 if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
     sys.exit(77)
 assert libc.prctl(PR_GET_MDWE, 0, 0, 0, 0) == PR_MDWE_REFUSE_EXEC_GAIN
-from salvor.daemon._cli import main
+from salvor.daemon.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

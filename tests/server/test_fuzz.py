@@ -37,13 +37,13 @@ import httpx
 import pytest
 import schemathesis
 import schemathesis.engine
-from schemathesis import GenerationMode
-from schemathesis.engine import Status, StopReason, events
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
-from salvor.daemon._openapi import openapi_document
+from salvor.daemon.api._openapi import openapi_document
+from schemathesis import GenerationMode
+from schemathesis.engine import Status, StopReason, events
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "SALVOR_FUZZ_TOKEN"
@@ -169,7 +169,7 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
     log_path = home / "serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "salvor.daemon._cli", "serve", "--store", str(home / "store.db"),
+            [sys.executable, "-m", "salvor.daemon.cli", "serve", "--store", str(home / "store.db"),
              "--listen", "127.0.0.1:0", "--demo-tools", "--wake-interval", "0", "--auth-token", TOKEN_ENV,
              *flags],
             # Nothing of the test's own environment: no provider key a generated agent could send anywhere.

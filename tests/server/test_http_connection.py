@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 import trio
-from salvor.daemon._http_server import ListenerConfig
+from salvor.daemon.web._listener import ListenerConfig
 
 from tests.server.test_client_runs import append, envelope, head, open_run
 

@@ -30,7 +30,7 @@ from collections import Counter
 import httpx
 import pytest
 import trio
-from salvor.daemon import _serve
+from salvor.daemon.serve import _serve
 
 pytestmark = pytest.mark.load
 

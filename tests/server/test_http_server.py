@@ -1,6 +1,6 @@
 """The daemon's HTTP listener: hypercorn's protocol with one keep-alive watcher per connection.
 
-``salvor.daemon._http_server.serve`` replaces hypercorn's per-request
+``salvor.daemon.web._listener.serve`` replaces hypercorn's per-request
 keep-alive task with one watcher per connection whose deadline moves. These
 tests pin what that must keep from hypercorn, over real loopback sockets:
 keep-alive reuse, the idle timeout (and never during a slow response, nor
@@ -19,8 +19,8 @@ import time
 import httpx
 import pytest
 import trio
-from salvor.daemon._asgi import answer_lifespan
-from salvor.daemon._http_server import listener_config, serve
+from salvor.daemon.web._asgi import answer_lifespan
+from salvor.daemon.web._listener import listener_config, serve
 
 KEEP_ALIVE = 0.5
 

@@ -1,6 +1,6 @@
 """A real ``salvor serve`` process: restart recovery, graceful stop, the wake sweeper, systemd.
 
-Every daemon here is ``python -m salvor.daemon._cli serve`` in a subprocess on a
+Every daemon here is ``python -m salvor.daemon.cli serve`` in a subprocess on a
 free loopback port, over real SQLite (and PostgreSQL when configured). Each
 one is started with ``NOTIFY_SOCKET`` pointing at a datagram socket this test
 owns, so "the daemon is ready" is the daemon's own ``READY=1``, not a guess.
@@ -96,7 +96,7 @@ class Daemon:
         self._log = None
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "salvor.daemon._cli", "serve", "--listen", f"127.0.0.1:{self.port}",
+        return [sys.executable, "-m", "salvor.daemon.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
                 "--store", self.store_url, "--demo-tools", "--wake-interval", str(self.wake_interval),
                 *(arg for url in self.endpoints() for arg in ("--model-endpoint", url))]
 
@@ -457,7 +457,7 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
     env = {key: value for key, value in os.environ.items() if key != "SALVOR_TEST_TOKEN_UNSET"}
-    command = [sys.executable, "-m", "salvor.daemon._cli", "serve", "--store", store_url, "--listen",
+    command = [sys.executable, "-m", "salvor.daemon.cli", "serve", "--store", store_url, "--listen",
                f"127.0.0.1:{free_port()}", *args]
     with trio.fail_after(WAIT):
         result = await trio.run_process(command, env=env, cwd=REPO, capture_stdout=True, capture_stderr=True,

@@ -28,11 +28,11 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
-from salvor.daemon._api import create_app
-from salvor.daemon._credentials import Credentials, DeclaredEndpoint, Undeclared
-from salvor.daemon._demo_tools import demo_registry
-from salvor.daemon._openapi import openapi_document
-from salvor.daemon._tools import SleepUntil, Tool
+from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
+from salvor.daemon.api._app import create_app
+from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.tools._demo import demo_registry
+from salvor.daemon.tools._registry import SleepUntil, Tool
 from salvor.protocol import Effect
 
 from .conftest import TOKEN
@@ -197,7 +197,7 @@ async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK)
     result = await trio.run_process(
-        [sys.executable, "-m", "salvor.daemon._cli", "run", str(agent), "--store", store_url, "--json",
+        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url, "--json",
          "--input", '{"invoice_id": "INV-5"}'],
         env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"}, capture_stdout=True, capture_stderr=True,
         check=False,

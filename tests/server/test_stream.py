@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from salvor.daemon._demo_tools import demo_registry
+from salvor.daemon.tools._demo import demo_registry
 from salvor.protocol import EMPTY_VIEW, RunStarted, encode_envelope
 from salvor.store import EventStore
 
@@ -447,7 +447,7 @@ async def test_keep_alive_comments_while_a_driven_run_is_quiet(server_factory, p
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "salvor.daemon._cli", *args]
+    return [sys.executable, "-m", "salvor.daemon.cli", *args]
 
 
 # `salvor run` is the one command line writer that drives beside a live

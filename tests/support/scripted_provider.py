@@ -7,7 +7,7 @@ server-sent events) and answers from a script. Because it is a real server
 on its own thread, it serves in-process trio code, the real provider SDKs and
 a salvor subprocess alike.
 
-It is written independently of ``salvor.daemon._model_wire`` on purpose: a
+It is written independently of ``salvor.daemon.models._wire`` on purpose: a
 shared translation bug would otherwise cancel itself out. The real SDKs keep
 this module honest (tests/test_scripted_provider.py).
 

@@ -1,0 +1,45 @@
+"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process agents
+and service agents.
+
+Rule: imports only the packages below it; knows nothing of HTTP routes or client-driven runs.
+"""
+
+from __future__ import annotations
+
+from ._credentials import (
+    CredentialError,
+    Credentials,
+    LlmChoice,
+)
+from ._definition import (
+    DEFAULT_PROVIDER,
+    PROVIDERS,
+    AgentDefinition,
+    DefinitionError,
+    load_definition,
+    parse_definition,
+)
+from ._loop import (
+    drive,
+    offered_besides_mcp,
+)
+from ._process import (
+    agent_environment,
+    supervise,
+)
+
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "PROVIDERS",
+    "AgentDefinition",
+    "CredentialError",
+    "Credentials",
+    "DefinitionError",
+    "LlmChoice",
+    "agent_environment",
+    "drive",
+    "load_definition",
+    "offered_besides_mcp",
+    "parse_definition",
+    "supervise",
+]

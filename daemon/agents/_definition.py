@@ -1,0 +1,451 @@
+"""Built-in agent definitions: TOML or JSON files that are pure data.
+
+A definition is validated strictly (an unknown field is a loud error, not a
+silently dropped budget) and identified by ``agent_def_hash``: sha256 over the
+canonical JSON of the normalised definition, with the display ``name`` left
+out so renaming an agent never mints a new identity.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from salvor.protocol import (
+    BUDGET_KINDS,
+    MAX_NESTING,
+    MalformedEvent,
+    MalformedJson,
+    check_nesting,
+    check_schema,
+    parse_strict,
+    sha256_hash,
+)
+
+from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
+from ..web import HEADER_NAME, is_http_url, stray_placeholder
+from ._credentials import Credentials, Undeclared
+
+MAX_NAME_CHARS = 64
+PROVIDERS = ("anthropic", "openai", "demo")
+DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
+
+_TOP = {
+    "name", "model", "system_prompt", "system_prompt_path", "max_response_tokens",
+    "record_prompts", "llm", "budgets", "pricing", "output_schema", "tools", "mcp_servers", "kind",
+}
+_LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "timeout_seconds", "stream"}
+_PRICING = {"input_per_mtok", "output_per_mtok"}
+_TOOL = {"name"}
+_PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
+_SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
+KINDS = ("process", "service")
+DEFAULT_PROCESS_TIMEOUT = 300.0
+# Why each kind needs the operator's opt-in before it is accepted over HTTP.
+_OPT_IN_REASONS = {
+    "process": "process agents run a command on the daemon's machine",
+    "service": "service agents make the daemon bind a loopback port and POST to a URL",
+    "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
+    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
+    "environment to a URL",
+}
+
+
+class DefinitionError(ValueError):
+    """The definition does not validate; the message is one sentence naming the field."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmSettings:
+    provider: str = "anthropic"
+    base_url: str | None = None
+    base_url_env: str | None = None
+    api_key_env: str | None = None
+    max_retries: int = 4
+    timeout_seconds: float = 120.0
+    stream: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessSettings:
+    """How to start a local agent process (``kind = "process"``)."""
+
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: dict = field(default_factory=dict)
+    timeout: float = DEFAULT_PROCESS_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSettings:
+    """How to drive a service that is already running (``kind = "service"``).
+
+    ``headers`` keeps its ``${VAR}`` placeholders: they are resolved from the
+    daemon's environment each time the trigger is sent, never stored.
+    """
+
+    url: str
+    proxy_port: int
+    headers: dict = field(default_factory=dict)
+    timeout: float = DEFAULT_PROCESS_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDefinition:
+    """A validated built-in agent."""
+
+    agent_def_hash: str
+    name: str | None
+    model: str
+    system_prompt: str | None
+    max_response_tokens: int
+    record_prompts: bool
+    llm: LlmSettings
+    budgets: dict = field(default_factory=dict)
+    pricing: dict | None = None
+    output_schema: dict | None = None
+    tools: tuple[str, ...] = ()
+    # What the store keeps so the definition can be rebuilt after a restart.
+    stored_format: str = "json"
+    stored_text: str = ""
+    # "builtin" for salvor's own loop; "process" for a local agent process
+    # driven through the loopback model proxy (``process`` then says how).
+    kind: str = "builtin"
+    process: ProcessSettings | None = None
+    # "service": a program already running that salvor triggers over HTTP.
+    service: ServiceSettings | None = None
+    # The MCP servers whose tools a built-in agent calls, in declared order.
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise DefinitionError(message)
+
+
+def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
+    _expect(isinstance(table, dict), f"`{where}` must be a table")
+    unknown = sorted(set(table) - allowed)
+    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _whole(value: Any) -> bool:
+    """An integer as JSON means one: 3 and 3.0 are the same number (and hash alike in RFC 8785)."""
+    return type(value) is int or (type(value) is float and value.is_integer())
+
+
+def _positive_number(where: str, value: Any) -> None:
+    _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number")
+
+
+def parse_definition(
+    text: str,
+    fmt: str,
+    *,
+    base_dir: Path | None = None,
+    known_tools=(),
+    allow_paths: bool = True,
+    allow_processes: bool = True,
+    credentials: Credentials | None = None,
+) -> AgentDefinition:
+    """Parse and validate a definition from its text.
+
+    Args:
+        text: the file's contents.
+        fmt: ``"toml"`` or ``"json"``.
+        base_dir: where ``system_prompt_path`` is resolved from.
+        known_tools: names the daemon's tool registry holds.
+        allow_paths: whether ``system_prompt_path`` may name a file. A
+            definition that arrives over the network must not make the daemon
+            read its own files, so the HTTP API passes False.
+        allow_processes: whether a ``kind = "process"`` definition (a command
+            the daemon will run) or a ``kind = "service"`` one (a port it
+            binds, a URL it POSTs to) is accepted, and likewise an MCP server
+            the daemon spawns (``command``) or one whose headers read the
+            daemon's environment. Over HTTP only when the operator started
+            the daemon with ``--allow-process-agents``.
+        credentials: the operator's declarations a definition from HTTP is
+            held to: its ``[llm]`` names a declared model endpoint (never a
+            variable), each MCP ``url`` server a declared origin and only the
+            variables bound to it. None for an agent file the operator runs.
+
+    Raises:
+        DefinitionError: with one sentence naming what is wrong.
+    """
+    try:
+        raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition")
+        # TOML nests through dotted keys and tables too: the parsed value is measured, by a stack.
+        check_nesting(raw, "the definition")
+    except MalformedJson as exc:
+        raise DefinitionError(exc.message) from None
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
+    except RecursionError:  # tomllib's parser recurses on nested arrays and inline tables
+        raise DefinitionError(f"the definition nests too deeply; the limit is {MAX_NESTING} levels") from None
+    _expect(isinstance(raw, dict), "`the definition` must be a table")
+    if "kind" in raw:
+        kind = raw["kind"]
+        _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)")
+        _expect(
+            allow_processes,
+            f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
+            "HTTP only when started with --allow-process-agents",
+        )
+        if kind == "service":
+            return _parse_service(raw, fmt, text)
+        return _parse_process(raw, fmt, text)
+    _check_keys("the definition", raw, _TOP)
+    try:
+        mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
+    except McpDefinitionError as exc:
+        raise DefinitionError(str(exc)) from None
+    for server in mcp_servers:
+        if credentials is not None and server.url is not None:
+            # Checked before anything contacts the server (registration probes it).
+            try:
+                credentials.check_mcp_url(server.name, server.url, server.headers, server.bearer_token_env)
+            except Undeclared as exc:
+                raise DefinitionError(str(exc)) from None
+            continue
+        reason = "mcp_command" if server.command is not None else "mcp_secret" if server.reads_environment() else None
+        _expect(
+            reason is None or allow_processes,
+            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so this daemon "
+            "accepts it over HTTP only when started with --allow-process-agents",
+        )
+    name = raw.get("name")
+    if name is not None:
+        _expect(isinstance(name, str), "`name` must be a string")
+        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
+        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+    model = raw.get("model")
+    _expect(isinstance(model, str) and model.strip() != "", "`model` is required and must be a non-empty string")
+    normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
+    if "system_prompt_path" in raw:
+        _expect(
+            allow_paths,
+            "`system_prompt_path` is only read from agent files on the daemon's own disk; "
+            "send the prompt inline as `system_prompt`",
+        )
+        _expect("system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both")
+        path = Path(raw["system_prompt_path"])
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        try:
+            prompt = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionError(f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}") from None
+        del normalised["system_prompt_path"]
+        normalised["system_prompt"] = prompt
+    prompt = normalised.get("system_prompt")
+    _expect(prompt is None or isinstance(prompt, str), "`system_prompt` must be a string")
+    max_tokens = raw.get("max_response_tokens", 1024)
+    _expect(_whole(max_tokens) and max_tokens > 0, "`max_response_tokens` must be a positive integer")
+    max_tokens = int(max_tokens)
+    record_prompts = raw.get("record_prompts", False)
+    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+
+    llm_raw = raw.get("llm", {})
+    _check_keys("[llm]", llm_raw, _LLM)
+    provider = llm_raw.get("provider", DEFAULT_PROVIDER)
+    _expect(provider in PROVIDERS, f"[llm] provider must be one of {', '.join(PROVIDERS)}")
+    for key in ("base_url", "base_url_env", "api_key_env"):
+        _expect(key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string")
+    retries = llm_raw.get("max_retries", 4)
+    _expect(_whole(retries) and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20")
+    retries = int(retries)
+    timeout = llm_raw.get("timeout_seconds", 120)
+    _positive_number("[llm] timeout_seconds", timeout)
+    stream = llm_raw.get("stream", False)
+    _expect(isinstance(stream, bool), "[llm] stream must be true or false")
+    if credentials is not None:
+        try:
+            credentials.check_llm(provider=provider, base_url=llm_raw.get("base_url"),
+                                  base_url_env=llm_raw.get("base_url_env"), api_key_env=llm_raw.get("api_key_env"))
+        except Undeclared as exc:
+            raise DefinitionError(str(exc)) from None
+    llm = LlmSettings(
+        provider=provider,
+        base_url=llm_raw.get("base_url"),
+        base_url_env=llm_raw.get("base_url_env"),
+        api_key_env=llm_raw.get("api_key_env"),
+        max_retries=retries,
+        timeout_seconds=float(timeout),
+        stream=stream,
+    )
+
+    budgets = raw.get("budgets", {})
+    _check_keys("[budgets]", budgets, set(BUDGET_KINDS))
+    for kind, limit in budgets.items():
+        _positive_number(f"[budgets] {kind}", limit)
+    pricing = raw.get("pricing")
+    if pricing is not None:
+        _check_keys("[pricing]", pricing, _PRICING)
+        for key in _PRICING:
+            _expect(key in pricing, f"[pricing] needs {key}")
+            _expect(type(pricing[key]) in (int, float) and pricing[key] >= 0, f"[pricing] {key} must be a non-negative number")
+    _expect("cost_usd" not in budgets or pricing is not None, "a cost_usd budget needs a [pricing] table")
+
+    output_schema = raw.get("output_schema")
+    if output_schema is not None:
+        try:
+            check_schema(output_schema)
+        except MalformedEvent as exc:
+            raise DefinitionError(f"[output_schema] {exc.message}") from None
+
+    tools_raw = raw.get("tools", [])
+    _expect(isinstance(tools_raw, list), "`tools` must be an array of tables")
+    tools = []
+    for entry in tools_raw:
+        _check_keys("[[tools]]", entry, _TOOL)
+        tool_name = entry.get("name")
+        _expect(isinstance(tool_name, str) and tool_name, "every [[tools]] entry needs a `name`")
+        _expect(tool_name in known_tools, f"unknown tool {tool_name!r}; this daemon's registry holds: {', '.join(sorted(known_tools)) or 'nothing'}")
+        _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice")
+        tools.append(tool_name)
+
+    uses_path = "system_prompt_path" in raw
+    if uses_path:
+        # The prompt file may not exist where the run is resumed: keep the
+        # normalised definition, prompt inlined, as the stored copy.
+        stored = dict(normalised)
+        if name is not None:
+            stored["name"] = name
+        stored_format, stored_text = "json", json.dumps(stored, indent=2, ensure_ascii=False)
+    else:
+        stored_format, stored_text = fmt, text
+    try:
+        agent_def_hash = sha256_hash(normalised)
+    except ValueError as exc:  # NaN, an infinity, a lone surrogate: nothing canonical JSON carries
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
+    return AgentDefinition(
+        agent_def_hash=agent_def_hash,
+        name=name,
+        model=model,
+        system_prompt=prompt,
+        max_response_tokens=max_tokens,
+        record_prompts=record_prompts,
+        llm=llm,
+        budgets=dict(budgets),
+        pricing=dict(pricing) if pricing is not None else None,
+        output_schema=output_schema,
+        tools=tuple(tools),
+        stored_format=stored_format,
+        stored_text=stored_text,
+        mcp_servers=mcp_servers,
+    )
+
+
+def _name(raw: dict) -> str | None:
+    name = raw.get("name")
+    if name is not None:
+        _expect(isinstance(name, str), "`name` must be a string")
+        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
+        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+    return name
+
+
+def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
+    """A ``kind = "process"`` definition: a local command driven through the model proxy."""
+    _check_keys("a process agent", raw, _PROCESS_TOP)
+    name = _name(raw)
+    command = raw.get("command")
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise DefinitionError(f"`command` cannot be split into arguments: {exc}") from None
+    elif isinstance(command, list):
+        _expect(all(isinstance(arg, str) for arg in command), "`command` must be an array of strings")
+        argv = list(command)
+    else:
+        raise DefinitionError("a process agent needs `command`: an array of strings, or one string split as a shell would")
+    _expect(bool(argv) and argv[0] != "", "`command` must name a program")
+    cwd = raw.get("cwd")
+    _expect(cwd is None or (isinstance(cwd, str) and cwd != ""), "`cwd` must be a non-empty string")
+    env = raw.get("env", {})
+    _expect(isinstance(env, dict), "`env` must be a table of strings")
+    for key, value in env.items():
+        _expect(key != "" and "=" not in key and "\0" not in key, f"`env` key {key!r} is not a variable name")
+        _expect(isinstance(value, str), f"`env` value of {key} must be a string")
+    return _outside_agent(raw, fmt, text, name, "process", lambda timeout: ProcessSettings(
+        command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout))
+
+
+def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: str, settings) -> AgentDefinition:
+    """What a process and a service definition share: the timeout, record_prompts, the hash."""
+    timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
+    _positive_number("timeout", timeout)
+    _expect(timeout != float("inf"), "`timeout` must be finite")
+    record_prompts = raw.get("record_prompts", False)
+    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+    try:
+        # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.
+        mcp_servers = parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
+    except McpDefinitionError as exc:
+        raise DefinitionError(str(exc)) from None
+    normalised = {k: v for k, v in raw.items() if k != "name"}
+    try:
+        agent_def_hash = sha256_hash(normalised)
+    except ValueError as exc:
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
+    return AgentDefinition(
+        agent_def_hash=agent_def_hash,
+        name=name,
+        model="",
+        system_prompt=None,
+        max_response_tokens=0,
+        record_prompts=record_prompts,
+        llm=LlmSettings(),
+        stored_format=fmt,
+        stored_text=text,
+        kind=kind,
+        mcp_servers=mcp_servers,
+        **{kind: settings(float(timeout))},
+    )
+
+
+def _check_placeholders(where: str, value: str) -> None:
+    _expect(not stray_placeholder(value), f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
+
+
+def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
+    """A ``kind = "service"`` definition: a running service triggered by a POST."""
+    _check_keys("a service agent", raw, _SERVICE_TOP)
+    name = _name(raw)
+    url = raw.get("url")
+    _expect(isinstance(url, str) and url != "", "a service agent needs `url`: the http(s) URL its trigger is POSTed to")
+    _expect(is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
+    proxy_port = raw.get("proxy_port")
+    _expect("proxy_port" in raw, "a service agent needs `proxy_port`: the loopback port its model calls go to")
+    _expect(_whole(proxy_port) and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
+    proxy_port = int(proxy_port)
+    headers = raw.get("headers", {})
+    _expect(isinstance(headers, dict), "`headers` must be a table of strings")
+    for key, value in headers.items():
+        _expect(bool(HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name")
+        _expect(isinstance(value, str), f"`headers` value of {key} must be a string")
+        _expect("\r" not in value and "\n" not in value and "\0" not in value,
+                f"`headers` value of {key} must be one line")
+        _check_placeholders(f"`headers` value of {key}", value)
+    return _outside_agent(raw, fmt, text, name, "service", lambda timeout: ServiceSettings(
+        url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout))
+
+
+def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
+    """Read a definition file (``.json`` is JSON, anything else TOML).
+
+    Raises:
+        DefinitionError: the file cannot be read or does not validate.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DefinitionError(f"cannot read agent file {str(path)!r}: {exc.strerror}") from None
+    fmt = "json" if path.suffix.lower() == ".json" else "toml"
+    return parse_definition(text, fmt, base_dir=path.parent, known_tools=known_tools)

@@ -1,0 +1,295 @@
+"""The built-in agent loop: a definition (pure data) driven through a RunContext.
+
+The loop is deterministic given its log: the conversation, every request and
+every budget decision are rebuilt from recorded events, so re-running it from
+the top replays the recorded prefix exactly and continues live from the end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from salvor.protocol import (
+    BUDGET_KINDS,
+    TOOL_ERROR_KEY,
+    BudgetExceeded,
+    Envelope,
+    EventKind,
+    RunCompleted,
+    RunFailed,
+    RunState,
+    RunView,
+    SchemaViolation,
+    validate,
+)
+
+from ..mcp import (
+    McpBuildError,
+    McpConnections,
+    exposed_tools,
+    listing_tool,
+    mcp_result_for_model,
+    mcp_tool,
+    open_connections,
+)
+from ..models import ModelGateway
+from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
+from ..proxies import ModelProxy
+from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
+from ..tools import ToolRegistry
+from ._credentials import Credentials
+from ._definition import AgentDefinition
+from ._process import drive_process
+from ._service import drive_service
+
+SUBMIT_OUTPUT = "submit_output"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _tool_result(use_id: str, value: Any, *, mcp: bool = False) -> dict:
+    if isinstance(value, dict) and TOOL_ERROR_KEY in value:
+        return {"type": "tool_result", "tool_use_id": use_id, "content": value[TOOL_ERROR_KEY]["message"], "is_error": True}
+    if mcp:
+        text, is_error = mcp_result_for_model(value)
+        return {"type": "tool_result", "tool_use_id": use_id, "content": text, **({"is_error": True} if is_error else {})}
+    return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
+
+
+def _error_result(use_id: str, message: str) -> dict:
+    return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
+
+
+def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
+    """The tool names an agent offers besides its MCP tools, each with what offers it."""
+    taken = {name: f"the registry tool {name!r}" for name in agent.tools}
+    if agent.output_schema is not None:
+        taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
+    return taken
+
+
+def gateway_for(agent: AgentDefinition, credentials: Credentials | None = None) -> ModelGateway:
+    """The model gateway a definition asks for, with the key bound to the endpoint it reaches.
+
+    ``credentials``: the daemon's declarations; None resolves an agent file
+    as the command line always has (from the process's environment).
+    """
+    endpoint = (credentials or Credentials()).endpoint_for(
+        provider=agent.llm.provider,
+        base_url=agent.llm.base_url,
+        base_url_env=agent.llm.base_url_env,
+        api_key_env=agent.llm.api_key_env,
+    )
+    return ModelGateway(
+        endpoint,
+        stream=agent.llm.stream,
+        max_retries=agent.llm.max_retries,
+        timeout_seconds=agent.llm.timeout_seconds,
+    )
+
+
+class AgentLoop:
+    """Drives one built-in agent run from its log to its next resting point."""
+
+    def __init__(
+        self, agent: AgentDefinition, registry: ToolRegistry, gateway: ModelGateway,
+        mcp: McpConnections | None = None,
+    ) -> None:
+        self.agent = agent
+        self.gateway = gateway
+        self.mcp = mcp
+        self.tools = {name: registry.get(name) for name in agent.tools}
+        self.mcp_names: set[str] = set()
+        self.tool_specs = [tool.spec() for tool in self.tools.values()]
+
+    def _submit_spec(self) -> list[dict]:
+        if self.agent.output_schema is None:
+            return []
+        return [
+            {
+                "name": SUBMIT_OUTPUT,
+                "description": "Submit the final answer. Its input must match the required output shape.",
+                "input_schema": self.agent.output_schema,
+            }
+        ]
+
+    async def _add_mcp_tools(self, ctx: RunContext) -> None:
+        """List each MCP server's tools through the log (a recorded read) and offer the exposed ones.
+
+        A listing that no longer has what the definition names fails the run:
+        the same check registration made, now against what the run was given.
+        """
+        listings = {}
+        for spec in self.agent.mcp_servers:
+            listed = await ctx.tool_call(listing_tool(spec, self.mcp), {})
+            if not (isinstance(listed, dict) and isinstance(listed.get("tools"), list)):
+                await ctx.control(RunFailed(error=f"the recorded tool listing of MCP server {spec.name!r} is not a list of tools"))
+                await ctx.park(RunState.FAILED)
+            listings[spec.name] = listed["tools"]
+        try:
+            exposed = exposed_tools(self.agent.mcp_servers, listings, offered_besides_mcp(self.agent))
+        except McpBuildError as exc:
+            await ctx.control(RunFailed(error=f"the agent's MCP tools no longer build: {exc}"))
+            await ctx.park(RunState.FAILED)
+        for spec, entry in exposed:
+            tool, model_spec = mcp_tool(spec, entry, self.mcp)
+            self.tools[tool.name] = tool
+            self.mcp_names.add(tool.name)
+            self.tool_specs.append(model_spec)
+
+    def _request(self, messages: list[dict]) -> dict:
+        request: dict[str, Any] = {"model": self.agent.model, "max_tokens": self.agent.max_response_tokens}
+        if self.agent.system_prompt:
+            request["system"] = self.agent.system_prompt
+        request["messages"] = messages
+        if self.tool_specs:
+            request["tools"] = self.tool_specs
+        return request
+
+    def _cost(self, input_tokens: int, output_tokens: int) -> float:
+        pricing = self.agent.pricing or {"input_per_mtok": 0, "output_per_mtok": 0}
+        return (input_tokens * pricing["input_per_mtok"] + output_tokens * pricing["output_per_mtok"]) / 1e6
+
+    async def run(self, ctx: RunContext) -> None:
+        """Drive until the run rests. Raises Parked at every resting point."""
+        head = ctx.cursor.take(EventKind.RUN_STARTED)
+        if head is None:
+            raise DriveInterrupted(f"run {ctx.run_id} has no RunStarted head")
+        if self.agent.mcp_servers:
+            await self._add_mcp_tools(ctx)
+        self.tool_specs += self._submit_spec()
+        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}]
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        completed_calls = 0
+        started_at = await ctx.now() if "wall_time_seconds" in self.agent.budgets else None
+        budget_extensions: dict[str, float] = {}
+        while True:
+            await self._check_budgets(ctx, usage, completed_calls, started_at, budget_extensions)
+            response, call_usage = await ctx.model_call(
+                self.gateway, self._request(list(messages)), record_prompts=self.agent.record_prompts
+            )
+            completed_calls += 1
+            usage["input_tokens"] += call_usage["input_tokens"]
+            usage["output_tokens"] += call_usage["output_tokens"]
+            content = response.get("content") or []
+            messages.append({"role": "assistant", "content": content})
+            uses = [block for block in content if block.get("type") == "tool_use"]
+            if not uses:
+                await self._finish_with_text(ctx, content)
+            results = []
+            for use in uses:
+                name, use_id, args = use.get("name"), use.get("id"), use.get("input")
+                if name == SUBMIT_OUTPUT and self.agent.output_schema is not None:
+                    try:
+                        validate(self.agent.output_schema, args, what="the submitted output")
+                    except SchemaViolation as exc:
+                        results.append(_error_result(use_id, exc.message))
+                        continue
+                    await ctx.control(RunCompleted(output=args))
+                    await ctx.park(RunState.COMPLETED)
+                tool = self.tools.get(name)
+                if tool is None:
+                    results.append(_error_result(use_id, f"there is no tool named {name!r} in this agent"))
+                    continue
+                value = await ctx.tool_call(tool, args)
+                results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
+            messages.append({"role": "user", "content": results})
+
+    async def _check_budgets(self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict) -> None:
+        """Record BudgetExceeded and park when a budget is crossed; an extension lifts it."""
+        budgets = self.agent.budgets
+        while True:
+            crossed = None
+            for kind in BUDGET_KINDS:
+                if kind not in budgets:
+                    continue
+                limit = budgets[kind] + extensions.get(kind, 0)
+                if kind == "steps":
+                    observed = completed_calls
+                elif kind == "tokens":
+                    observed = usage["input_tokens"] + usage["output_tokens"]
+                elif kind == "cost_usd":
+                    observed = round(self._cost(usage["input_tokens"], usage["output_tokens"]), 6)
+                else:
+                    observed = round((await ctx.now() - started_at).total_seconds(), 3)
+                if observed >= limit:
+                    crossed = (kind, limit, observed)
+                    break
+            if crossed is None:
+                return
+            kind, limit, observed = crossed
+            await ctx.control(BudgetExceeded(budget={"kind": kind, "limit": limit}, observed=observed))
+            extension = await ctx.await_resume(RunState.BUDGET_EXCEEDED)
+            extensions[kind] = extensions.get(kind, 0) + extension["extend_by"]
+
+    async def _finish_with_text(self, ctx: RunContext, content: list) -> None:
+        text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+        if self.agent.output_schema is None:
+            await ctx.control(RunCompleted(output=text))
+            await ctx.park(RunState.COMPLETED)
+        try:
+            answer = json.loads(text)
+            validate(self.agent.output_schema, answer, what="the answer")
+        except (ValueError, SchemaViolation) as exc:
+            await ctx.control(RunFailed(error=f"the model answered without an output matching output_schema: {exc}"))
+            await ctx.park(RunState.FAILED)
+        await ctx.control(RunCompleted(output=answer))
+        await ctx.park(RunState.COMPLETED)
+
+
+async def drive(
+    access: StoreAccess,
+    run_id: str,
+    agent: AgentDefinition,
+    registry: ToolRegistry,
+    *,
+    gateway: ModelGateway | None = None,
+    on_record: Callable[[list[Envelope]], None] | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    proxy: ModelProxy | None = None,
+    process_restarts: int = 0,
+    ports: PortClaims | None = None,
+    credentials: Credentials | None = None,
+) -> RunView:
+    """Drive a run to its next resting point and return its view there.
+
+    ``credentials``: which key goes to which model endpoint (``gateway_for``).
+
+    Raises:
+        DriveInterrupted: the drive stopped with the run recoverable (a model
+            call that may succeed later); the message says how to continue.
+        ReplayDivergence: the log does not match what this definition does;
+            nothing was recorded.
+    """
+    if agent.kind == "process":
+        # A local agent process: its model calls cross the loopback proxy
+        # (one is started for this drive when the caller has none).
+        return await drive_process(
+            access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock, restarts=process_restarts
+        )
+    if agent.kind == "service":
+        # A running service triggered over HTTP; its model calls reach this
+        # run's session on the agent's own loopback port (held in ``ports``).
+        return await drive_service(access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock)
+    log = await access.read(access.store.read_log, run_id)
+    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+    if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:
+        return ctx.view
+    own_gateway = gateway is None
+    gateway = gateway or gateway_for(agent, credentials)
+    try:
+        # MCP servers are started only when the run first needs one live.
+        mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+        async with open_connections(agent.mcp_servers, mark=mark) as mcp:
+            await AgentLoop(agent, registry, gateway, mcp).run(ctx)
+    except Parked:
+        pass
+    finally:
+        if own_gateway:
+            await gateway.aclose()
+    return ctx.view

@@ -1,0 +1,349 @@
+"""Driving a process agent: a local command whose model calls cross the loopback proxy.
+
+A drive starts the agent's command in a process group of its own, tied to
+the daemon's life (``_spawn``), with an allow-listed environment
+(``_child_env``), its model base URLs pointed at this run's capability path on the proxy and its
+task in ``SALVOR_PROMPT``/``SALVOR_INPUT``, then waits for it to exit (within
+its timeout). The proxy records every call; after a crash the next drive
+starts the process again with the same task and the proxy answers the
+recorded prefix from the log, so nothing completed is paid for again.
+
+Outcomes: exit 0 completes the run with the final assistant message of the
+trajectory; a non-zero exit fails it with the exit code and the tail of its
+stderr; an exit 0 with no model call at all fails with the diagnosis that
+the client never honoured the injected base URL; a timeout kills the whole
+process group and fails the run. A process killed by a signal leaves the run
+recoverable (``DriveInterrupted``): the next drive starts it again.
+
+A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``) has its
+process stopped once the wait is recorded, and holds nothing while it waits.
+A drive of a suspended run starts nothing; one of a sleeping run starts
+nothing before its ``wake_at``, and after it records the wake first. Either
+way the process then starts from the top of its log, as after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import trio
+from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
+
+from ..processes import (
+    MARK_VAR,
+    OWNER_VAR,
+    RUN_VAR,
+    child_environment,
+    kill_group,
+    open_tied_process,
+    owner_mark,
+    store_fingerprint,
+)
+from ..proxies import (
+    McpLane,
+    ModelProxy,
+    ProxySession,
+    final_text,
+    open_lanes,
+    open_model_proxy,
+    recorded_calls,
+    resolve_upstream,
+    variable_suffix,
+)
+from ..recording import DriveInterrupted, RunContext, StoreAccess, utc_now
+from ._definition import AgentDefinition
+
+logger = logging.getLogger("salvor.process")
+PLACEHOLDER_KEY = "salvor-placeholder"
+STDERR_TAIL_BYTES = 2000
+
+
+def task_prompt(run_input: Any) -> str:
+    """The task as an agent reads it: the run input when it is a string, else its JSON."""
+    return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+
+
+def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
+    """One pair of variables per declared MCP server, each naming that server's stand-in.
+
+    ``SALVOR_MCP_SERVER_<NAME>``: a shell-quoted command line the agent's MCP
+    configuration spawns in place of the server (the stdio relay);
+    ``SALVOR_MCP_URL_<NAME>``: the streamable-HTTP endpoint it may dial
+    instead. Both reach the same lane, whatever the real server speaks.
+    """
+    env = {}
+    for spec in agent.mcp_servers:
+        url = f"{base}/mcp/{spec.name}"
+        suffix = variable_suffix(spec.name)
+        # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
+        env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join([sys.executable, "-m", "salvor.daemon.standin", url])
+        env[f"SALVOR_MCP_URL_{suffix}"] = url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
+    return env
+
+
+def agent_environment(
+    agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The process's environment: the allow-list of the daemon's (``_child_env``), the injection, the definition's ``env``."""
+    env = child_environment(environ)
+    prompt = task_prompt(run_input)
+    env.update(
+        {
+            "OPENAI_BASE_URL": f"{base}/v1",
+            "OPENAI_API_BASE": f"{base}/v1",
+            "OPENAI_BASE": f"{base}/v1",
+            "ANTHROPIC_BASE_URL": base,
+            "SALVOR_LLM_PROXY": f"{base}/v1",
+            "OPENAI_API_KEY": PLACEHOLDER_KEY,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+            "SALVOR_PROMPT": prompt,
+            "SALVOR_INPUT": json.dumps(run_input, ensure_ascii=False),
+            "SALVOR_RUN_ID": run_id,
+        }
+    )
+    env.update(standin_environment(agent, base))
+    env.update(agent.process.env)
+    return env
+
+
+class _Tail:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = b""
+        self.done = trio.Event()
+
+    async def drain(self, stream) -> None:
+        try:
+            while True:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                self.data = (self.data + chunk)[-self.limit :]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return
+        finally:
+            self.done.set()
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace").strip()
+
+
+async def drive_process(
+    access: StoreAccess,
+    run_id: str,
+    agent: AgentDefinition,
+    *,
+    proxy: ModelProxy | None = None,
+    on_record: Callable[[list[Envelope]], None] | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    environ: Mapping[str, str] = os.environ,
+    restarts: int = 0,
+) -> RunView:
+    """Drive a process run to its end (or until its process dies by a signal).
+
+    ``restarts``: how many times this drive starts the process again, from
+    the top of its log, after it was killed by a signal (the daemon passes a
+    few; a bare ``Runtime`` none, so a caller sees each death).
+
+    Raises:
+        DriveInterrupted: the process was killed by a signal (more often than
+            ``restarts``); the run keeps its log and the next drive starts it again.
+    """
+    if proxy is None:
+        async with open_model_proxy() as own:
+            return await drive_process(access, run_id, agent, proxy=own, on_record=on_record, clock=clock,
+                                       environ=environ, restarts=restarts)
+    attempt = 0
+    while True:
+        try:
+            return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ)
+        except DriveInterrupted as exc:
+            if attempt >= restarts:
+                raise
+            attempt += 1
+            logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
+
+
+async def open_session(
+    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    environ: Mapping[str, str],
+) -> ProxySession:
+    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    return (await open_session_with_origin(access, ctx, log, agent, proxy, environ))[0]
+
+
+async def open_session_with_origin(
+    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    environ: Mapping[str, str],
+) -> tuple[ProxySession, list[Envelope] | None]:
+    """The proxy session of one drive, and the origin's log for a re-run (its MCP lanes answer from it too)."""
+    origin = log[0].event.replay_of
+    if origin is None:
+        session = ProxySession(ctx, log, record_prompts=agent.record_prompts,
+                               upstream=resolve_upstream(environ, key=proxy.upstream_key), client=proxy.client)
+        return session, None
+    origin_log = await access.read(access.store.read_log, origin)
+    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
+                           origin=origin, origin_calls=recorded_calls(origin_log))
+    return session, origin_log
+
+
+async def supervise(process: trio.Process, timeout: float, *, until: trio.Event | None = None) -> tuple[bool, str]:
+    """Wait for an agent process to exit (or ``until`` to be set) within ``timeout``; then its whole group goes.
+
+    Returns whether the timeout ran out, and the tail of its stderr. On every
+    way out (a cancellation included) nothing of the group is left running.
+    """
+    tail = _Tail(STDERR_TAIL_BYTES)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tail.drain, process.stderr)
+            with trio.move_on_after(timeout) as timer:
+                async with trio.open_nursery() as waiters:
+
+                    async def until_exit() -> None:
+                        await process.wait()
+                        waiters.cancel_scope.cancel()
+
+                    waiters.start_soon(until_exit)
+                    if until is not None:
+
+                        async def until_set() -> None:
+                            await until.wait()
+                            waiters.cancel_scope.cancel()
+
+                        waiters.start_soon(until_set)
+            # Whatever is left of the group (children, a hung agent) goes with it.
+            kill_group(process.pid)
+            await process.wait()
+            with trio.move_on_after(2):
+                await tail.done.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            kill_group(process.pid)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+        await process.stderr.aclose()
+    return timer.cancelled_caught, tail.text()
+
+
+async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
+    log = await access.read(access.store.read_log, run_id)
+    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+    if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
+        return ctx.view
+    if ctx.view.state is RunState.SLEEPING:
+        # Parked by an MCP tool's sleep_until: no process runs before the timer is due.
+        if not await ctx.wake_when_due():
+            return ctx.view
+        log = await access.read(access.store.read_log, run_id)  # with the wake: the lane answers the call with it
+    session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
+    # Real MCP servers a lane starts carry the orphan mark, as the agent does.
+    mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+    async with open_lanes(session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark) as lanes:
+        return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
+
+
+async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, McpLane], agent: AgentDefinition,
+                       proxy: ModelProxy, environ, log: list[Envelope]) -> RunView:
+    run_id = ctx.run_id
+    access = ctx.access
+    settings = agent.process
+    capability = proxy.attach(session)
+    env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
+    # The mark goes on after the definition's env: it is ours, not the
+    # agent's, and a restarted salvor finds an orphan of this drive by it.
+    env[MARK_VAR] = store_fingerprint(access.store.url)
+    env[OWNER_VAR] = owner_mark()
+    try:
+        try:
+            process = await open_tied_process(
+                settings.command, cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            await session.close()
+            async with session.lock:
+                await ctx.record(RunFailed(error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"))
+            return ctx.view
+        timed_out, stderr = await supervise(process, settings.timeout, until=session.rested)
+    finally:
+        with trio.CancelScope(shield=True):
+            await session.close()
+        proxy.detach(capability)
+    async with session.lock:
+        return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, stderr)
+
+
+async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,
+                  code: int, timed_out: bool, stderr: str) -> RunView:
+    run_id = ctx.run_id
+    if session.store_fault is not None:
+        # The process ended because the store failed under its call, not by its own doing.
+        raise session.store_fault
+    if session.rested.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
+        # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
+        return ctx.view
+    tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
+    if timed_out:
+        failure = f"the agent process ran past its timeout of {agent.process.timeout:g}s; its process group was killed"
+    elif code < 0:
+        raise DriveInterrupted(
+            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its log, and "
+            f"`salvor resume {run_id}` starts it again with the recorded model calls answered from the log"
+        )
+    elif code != 0:
+        when = " before any model call" if not session.calls else ""
+        failure = f"the agent process exited with code {code}{when}{tail}"
+    elif not session.calls:
+        failure = (
+            "the agent process exited 0 without making any model call: its client never reached the salvor proxy. "
+            "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
+            "sets; or map them in the definition's `env` for a client that reads another variable"
+        )
+    elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
+        failure = short
+    elif (unreached := next((n for lane in lanes.values() if (n := lane.never_contacted())), None)) is not None:
+        failure = unreached
+    elif (short := next((n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None)):
+        failure = short
+    else:
+        reply = final_reply(session)
+        output: dict[str, Any] = {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
+        await ctx.record(RunCompleted(output=output))
+        return ctx.view
+    await ctx.record(RunFailed(error=failure))
+    return ctx.view
+
+
+def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
+    """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
+    if session.position >= session.expected_calls:
+        return None
+    if session.origin is not None:
+        return (
+            f"{what_ended} after {session.position} of the {session.expected_calls} model calls origin run "
+            f"{session.origin} recorded; a re-run must make every one of them, in order"
+        )
+    return (
+        f"{what_ended} after {session.position} of the {session.recorded} recorded model calls; "
+        f"a recovered run must make every recorded call again, in order"
+    )
+
+
+def final_reply(session: ProxySession) -> str | None:
+    """The assistant text of the drive's last answered call; None when that turn called a tool (or none answered)."""
+    last = next((c for c in reversed(session.calls) if c.response is not None), None)
+    if last is None:
+        return None
+    return final_text(last.response.get("wire"), last.response)
+

@@ -1,0 +1,23 @@
+"""The HTTP control plane: the Quart app and its routes, the client-run routes, the event stream, the
+append front, the OpenAPI document.
+
+Rule: handlers talk to the Runtime, never to the store behind it; imports only the packages below it.
+"""
+
+from __future__ import annotations
+
+from ._app import (
+    ServerState,
+    create_app,
+    refuse_if_driven_elsewhere,
+)
+from ._front import (
+    AppendFront,
+)
+
+__all__ = [
+    "AppendFront",
+    "ServerState",
+    "create_app",
+    "refuse_if_driven_elsewhere",
+]

@@ -1,0 +1,7 @@
+"""``python -m salvor.daemon.cli``: the ``salvor`` command without its console script."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

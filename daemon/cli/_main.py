@@ -1,0 +1,458 @@
+"""The `salvor` command line: drive and inspect runs in a store, no server needed.
+
+Exit status: 0 when the command did what it was asked (a run that rests
+suspended, sleeping, over budget or awaiting reconciliation is a success: it
+is parked on purpose), 3 when a driven run ended failed, 1 for a refusal or an
+error (one sentence on stderr, nothing recorded), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+from salvor import __version__
+from salvor.protocol import (
+    CodedError,
+    MalformedJson,
+    RunState,
+    RunView,
+    encode_envelope,
+    parse_strict,
+)
+from salvor.store import StoreLocks, default_store_url, normalize_store_url, sqlite_path
+
+from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
+from ..client_runs import ClientTool, load_declarations
+from ..processes import make_undumpable, sweep_orphans
+from ..recording import open_store_access, parse_run_id
+from ..runs import MISSING, Runtime, driving_run, own_store
+from ..tools import demo_registry
+from ._doctor import add_parser as add_doctor_parser
+from ._doctor import doctor_main
+from ._render import describe
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
+
+# Which store lock each command takes (_store_owner): the commands that drive
+# runs a daemon may be driving share it (so they refuse beside `salvor
+# serve`), the ones that start a new run take only that run's lock (they work
+# beside a daemon), the rest take none (reads, and single appends the store's
+# seq guard keeps safe). Only `run` and `serve` may create a store.
+SHARES_STORE = {"resume": True, "wake": True, "run": None, "rerun": None}
+CREATES_STORE = ("run", "serve")
+RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
+
+
+class CliError(Exception):
+    """A command-line mistake, reported as one sentence."""
+
+
+def _json_arg(flag: str, text: str) -> Any:
+    try:
+        return parse_strict(text, flag)
+    except MalformedJson as exc:
+        raise CliError(
+            f"{exc.message}; quote it for the shell, e.g. {flag} '{{\"invoice_id\": \"INV-1001\"}}'"
+        ) from None
+
+
+def _labels(pairs: list[str]) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--label {pair!r} must look like key=value")
+        labels[key] = value
+    return labels
+
+
+def _out(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False), flush=True)
+
+
+class Cli:
+    def __init__(self, args: argparse.Namespace, locks: StoreLocks | None = None) -> None:
+        self.args = args
+        self.locks = locks
+        self.json = getattr(args, "json", False)
+        self.progress = sys.stderr.isatty() and not self.json
+
+    def _on_record(self, envelopes) -> None:
+        if self.progress:
+            for envelope in envelopes:
+                print(describe(envelope), file=sys.stderr, flush=True)
+
+    def _report(self, run_id: str, view: RunView) -> int:
+        status = view.status_at(datetime.now(UTC))
+        if self.json:
+            _out({"run": run_id, **view.replay_json(), "status": status})
+        else:
+            print(self._sentence(run_id, view), flush=True)
+        return EXIT_RUN_FAILED if view.state is RunState.FAILED else EXIT_OK
+
+    @staticmethod
+    def _sentence(run_id: str, view: RunView) -> str:
+        d, s = view.detail, view.state
+        if s is RunState.COMPLETED:
+            return f"run {run_id} completed: {json.dumps(d['output'], ensure_ascii=False)}"
+        if s is RunState.FAILED:
+            return f"run {run_id} failed: {d['error']}"
+        if s is RunState.ABANDONED:
+            return f"run {run_id} abandoned" + (f": {d['reason']}" if d.get("reason") else "")
+        if s is RunState.SUSPENDED:
+            who = "an external signal" if d.get("kind") == "signal" else "a person"
+            return (
+                f"run {run_id} suspended, waiting on {who}: {d['reason']}; resume it with "
+                f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
+            )
+        if s is RunState.SLEEPING:
+            return f"run {run_id} sleeping until {d['wake_at']}; `salvor wake` continues it once that passes"
+        if s is RunState.BUDGET_EXCEEDED:
+            b = d["budget"]
+            return (
+                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of {b['limit']}); "
+                f"extend it with `salvor resume {run_id} --input '{{\"extend_by\": N}}'`"
+            )
+        if s is RunState.NEEDS_RECONCILIATION:
+            p = view.pending
+            return (
+                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may not have "
+                f"happened; check, then `salvor resolve {run_id} --output JSON`"
+            )
+        return f"run {run_id} is {s.value}"
+
+    async def _drive_and_report(self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None) -> int:
+        view = await runtime.drive(run_id, agent=agent, on_record=self._on_record)
+        return self._report(run_id, view)
+
+    # -- commands -------------------------------------------------------------
+
+    async def cmd_run(self, runtime: Runtime) -> int:
+        agent = await self._agent_from(runtime, self.args.agent)
+        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
+        # The run lock is taken before the run exists: a daemon starting
+        # meanwhile never sees it unlocked and interrupted.
+        run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=run_id)
+            if self.json:
+                _out({"run": run_id})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id, agent)
+
+    async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
+        if source.startswith("sha256:"):
+            return await runtime.load_agent(source)
+        try:
+            agent = load_definition(source, known_tools=runtime.registry.names())
+        except DefinitionError as exc:
+            raise CliError(f"{source}: {exc}") from None
+        await runtime.build_agent(agent)
+        return agent
+
+    async def cmd_rerun(self, runtime: Runtime) -> int:
+        origin = parse_run_id(self.args.run)
+        if self.args.agent is not None:
+            agent = await self._agent_from(runtime, self.args.agent)
+        else:
+            agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
+        run_id = str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.start_run(agent, None, labels=_labels(self.args.label), replay_of=origin,
+                                             run_id=run_id)
+            if self.json:
+                _out({"run": run_id, "replay_of": origin})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id, agent)
+
+    async def cmd_resume(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
+        async with driving_run(self.locks, run_id):
+            decision = await runtime.resume(run_id, run_input)
+            if decision.outcome == "finished":
+                return self._report(run_id, decision.view)
+            # A process agent this run's earlier driver left running (that driver
+            # was killed) must not run on beside the copy this drive starts.
+            await sweep_orphans(runtime.store_url, run_id)
+            return await self._drive_and_report(runtime, run_id)
+
+    async def cmd_resolve(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        output = _json_arg("--output", self.args.output)
+        view = await runtime.resolve(run_id, output, _declarations(self.args.client_tool))
+        if self.json:
+            _out({"run": run_id, "resolved": True, "status": view.status()})
+        else:
+            print(f"run {run_id}: write resolved; `salvor resume {run_id}` continues it", flush=True)
+        return EXIT_OK
+
+    async def cmd_abandon(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        seq, view = await runtime.abandon(run_id, self.args.reason)
+        if self.json:
+            _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+        else:
+            print(self._sentence(run_id, view), flush=True)
+        return EXIT_OK
+
+    async def cmd_wake(self, runtime: Runtime) -> int:
+        due = await runtime.due_runs()
+        worst = EXIT_OK
+        for run_id in due:
+            try:
+                async with driving_run(self.locks, run_id):
+                    decision = await runtime.resume(run_id)
+                    code = (
+                        await self._drive_and_report(runtime, run_id)
+                        if decision.outcome == "driving"
+                        else self._report(run_id, decision.view)
+                    )
+            except CodedError as exc:
+                # One bad run does not stop the sweep.
+                print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
+                code = EXIT_ERROR
+            worst = max(worst, code)
+        if not due and not self.json:
+            print("no sleeping run is due", flush=True)
+        return worst
+
+    async def cmd_runs(self, runtime: Runtime) -> int:
+        label = None
+        if self.args.label:
+            key, sep, value = self.args.label.partition("=")
+            if not sep:
+                raise CliError("--label must look like key=value")
+            label = (key, value)
+        limit = self.args.limit
+        if not (limit.isascii() and limit.isdigit() and int(limit) > 0):
+            raise CliError(f"--limit must be a positive whole number of runs, not {limit[:40]!r}")
+        state = self.args.state
+        if state is not None and state not in RUN_STATES:
+            raise CliError(f"--state {state[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}")
+        page, _ = await runtime.list_runs(state=state, label=label, limit=int(limit))
+        if self.json:
+            _out({"runs": [summary.to_json() for summary in page]})
+            return EXIT_OK
+        for summary in page:
+            state = summary.state or "unreadable"
+            print(f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  last {summary.last_recorded_at}")
+        return EXIT_OK
+
+    async def cmd_history(self, runtime: Runtime) -> int:
+        for envelope in await runtime.log(parse_run_id(self.args.run)):
+            print(encode_envelope(envelope) if self.json else describe(envelope))
+        return EXIT_OK
+
+    async def cmd_log(self, runtime: Runtime) -> int:
+        run_id = parse_run_id(self.args.run)
+        log = await runtime.log(run_id)
+        for envelope in log:
+            print(describe(envelope))
+        view = await runtime.view(run_id)
+        print(self._sentence(run_id, view))
+        return EXIT_OK
+
+    async def cmd_replay(self, runtime: Runtime) -> int:
+        if not self.args.dry_run:
+            raise CliError("replay only runs as --dry-run (derive the state, execute nothing)")
+        from salvor.protocol import fold
+
+        view = fold(await runtime.log(parse_run_id(self.args.run)))
+        _out(view.replay_json())
+        return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="URL", help="store URL or SQLite path (default: $SALVOR_STORE, else the state directory)")
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser = argparse.ArgumentParser(prog="salvor", description="Durable execution for AI agent runs.")
+    parser.add_argument("--version", action="version", version=f"salvor {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", parents=[common], help="start a run of an agent and drive it")
+    p.add_argument("agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash")
+    p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
+    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
+    p.add_argument("--run-id", metavar="UUID", help="choose the run id")
+
+    p = sub.add_parser("rerun", parents=[common],
+                       help="re-run a completed agent-process run against its recorded model calls (no upstream call)")
+    p.add_argument("run", metavar="RUN", help="the completed run to reproduce")
+    p.add_argument("--agent", metavar="AGENT", help="agent file or sha256: hash to run instead of the origin's own")
+    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
+
+    p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--input", metavar="JSON", help="the input a suspended run waits for, or a budget extension")
+
+    p = sub.add_parser("resolve", parents=[common], help="record by hand what a dangling write did")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--output", metavar="JSON", required=True, help="what the write returned")
+    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
+                   help="the declaration of the client tool whose write this is, to check the output "
+                        "against (as `salvor serve --client-tool` takes it; repeatable)")
+
+    p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--reason", metavar="TEXT")
+
+    sub.add_parser("wake", parents=[common], help="drive every sleeping run whose instant has passed")
+
+    p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
+    p.add_argument("--state", metavar="STATE", help="only runs in this state")
+    p.add_argument("--label", metavar="K=V", help="only runs with this label")
+    # Checked by the command, so a bad value is one sentence like every other refusal.
+    p.add_argument("--limit", default="50", metavar="N", help="at most N runs (default 50)")
+
+    p = sub.add_parser("history", parents=[common], help="a run's recorded events (--json: pinned envelopes)")
+    p.add_argument("run", metavar="RUN")
+
+    p = sub.add_parser("log", parents=[common], help="a run's events, readable")
+    p.add_argument("run", metavar="RUN")
+
+    p = sub.add_parser("serve", parents=[common], help="run the daemon: the HTTP control plane, drivers, wake sweeper")
+    p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8420", help="where to listen (default 127.0.0.1:8420)")
+    p.add_argument("--auth-token", metavar="ENV_VAR", help="name of the environment variable holding the bearer token")
+    p.add_argument("--wake-interval", type=float, default=60.0, metavar="SECONDS",
+                   help="how often the wake sweeper runs (default 60; 0 turns it off)")
+    p.add_argument("--demo-tools", action="store_true", help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)")
+    p.add_argument("--allow-process-agents", action="store_true",
+                   help="accept process agents (commands this daemon runs) and service agents (a loopback "
+                        "port it binds, a URL it POSTs to) through POST /v1/agents")
+    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
+                   help="declare a tool clients perform themselves (TOML or JSON; repeatable)")
+    p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
+                   help="the loopback port process agents' model calls go through (default: a free one)")
+    p.add_argument("--model-endpoint", action="append", default=[], metavar="URL[,key_env=VAR|,key_file=PATH]",
+                   help="a model endpoint agents registered over HTTP may name, and the one key it gets (repeatable)")
+    p.add_argument("--mcp-origin", action="append", default=[], metavar="ORIGIN[,header_env=VAR]",
+                   help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
+                        "may name (repeatable)")
+
+    # doctor opens no store, so it takes none of the common options.
+    add_doctor_parser(sub)
+
+    p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--dry-run", action="store_true", help="required: print the derived state as JSON")
+    return parser
+
+
+def _declarations(paths: list[str]) -> dict[str, ClientTool]:
+    try:
+        return load_declarations(paths)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _serve_config(args: argparse.Namespace, url: str):
+    from ..client_runs import lease_ttl
+    from ..serve import ServeConfig
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"--listen {args.listen!r} must look like HOST:PORT, e.g. 127.0.0.1:8420")
+    token = None
+    if args.auth_token:
+        token = os.environ.get(args.auth_token)
+        if not token:
+            raise CliError(f"--auth-token names {args.auth_token}, but that environment variable is not set")
+    if args.wake_interval < 0:
+        raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
+    if not 0 <= args.proxy_port <= 65535:
+        raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
+    try:
+        ttl = lease_ttl()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    client_tools = _declarations(args.client_tool)
+    try:
+        credentials = Credentials.for_daemon(args.model_endpoint, args.mcp_origin)
+    except CredentialError as exc:
+        raise CliError(str(exc)) from None
+    return ServeConfig(credentials=credentials, host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
+                       wake_interval=args.wake_interval, demo_tools=args.demo_tools,
+                       proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        return await doctor_main(args)
+    url = normalize_store_url(args.store) if args.store else default_store_url()
+    path = sqlite_path(url)
+    if args.command not in CREATES_STORE and path is not None and not path.exists():
+        raise CliError(
+            f"no store at {path}; name the store that holds your runs with --store or SALVOR_STORE "
+            "(`salvor run` or `salvor serve` creates a new one)"
+        )
+    if args.command == "serve":
+        from ..serve import serve
+
+        config = _serve_config(args, url)
+        await _check_resolves(config.host, config.port)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        await serve(config)
+        return EXIT_OK
+    if args.command not in SHARES_STORE:
+        async with open_store_access(url) as access:
+            return await getattr(Cli(args), "cmd_" + args.command)(Runtime(access, demo_registry()))
+    hint = (f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
+            if args.command == "resume" else "it wakes sleeping runs itself")
+    async with (
+        own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
+        open_store_access(url) as access,
+    ):
+        return await getattr(Cli(args, locks), "cmd_" + args.command)(Runtime(access, demo_registry()))
+
+
+async def _check_resolves(host: str, port: int) -> None:
+    """Refuse a --listen host that names no address, before anything is opened."""
+    try:
+        await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CliError(f"--listen host {host[:80]!r} does not resolve to an address ({exc.strerror or exc})") from None
+
+
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a chain of single-member groups wraps, else the group itself."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    make_undumpable()  # before any secret is read: the same user's processes cannot read ours
+    try:
+        try:
+            return trio.run(_main, args)
+        except BaseExceptionGroup as group:
+            # A refusal raised inside the daemon's nurseries arrives wrapped;
+            # it is still one sentence.
+            raise _sole(group) from None
+    except CodedError as exc:
+        message = exc.message
+        if getattr(args, "json", False):
+            _out(exc.to_json())
+    except (CliError, DefinitionError) as exc:
+        message = str(exc)
+    except KeyboardInterrupt:
+        message = "interrupted; the run keeps its log and `salvor resume RUN` continues it"
+    print(f"salvor: {message}", file=sys.stderr, flush=True)
+    return EXIT_ERROR
+

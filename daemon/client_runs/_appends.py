@@ -1,0 +1,182 @@
+"""The guarded append of client-driven runs: who may append, and what lands.
+
+A client appends the events its own cursor produced (``RunStarted``,
+observations, parking and finishing); model and tool events go through the
+step endpoints. A batch is decoded and checked whole before the store is
+touched; a byte-identical re-append of recorded events is a no-op, other
+bytes at a recorded seq, a gap or an illegal event are a divergence, and a
+refused batch writes nothing.
+
+Both ways in share this: the Quart route and the ASGI front that answers
+the same path in ``salvor serve`` (``_api_front``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from salvor.protocol import (
+    EMPTY_VIEW,
+    Envelope,
+    EventKind,
+    GuardRefusal,
+    MalformedEvent,
+    RunView,
+    SchemaViolation,
+    check_labels,
+    decode_envelope,
+    encode_payload,
+    excerpt,
+)
+from salvor.store import SeqConflict
+
+from ..recording import StoreAccess, parse_run_id
+from ..web import OperationRefused, bad_request, unknown_run
+from ._leases import LeaseRegistry
+
+# What the client's own cursor emits: no secret, no outside effect.
+APPENDABLE = frozenset({
+    EventKind.RUN_STARTED, EventKind.NOW_OBSERVED, EventKind.RANDOM_OBSERVED, EventKind.SUSPENDED,
+    EventKind.RESUMED, EventKind.SLEEP_STARTED, EventKind.SLEEP_COMPLETED, EventKind.BUDGET_EXCEEDED,
+    EventKind.RUN_COMPLETED, EventKind.RUN_FAILED,
+})
+MAX_EVENTS_PER_APPEND = 1024
+# How many runs' last views are kept (a hint each; see ``ClientAppends``).
+LAST_VIEWS = 4096
+
+
+def _stamped(envelope: Envelope) -> Envelope:
+    """The client's event as this server records it: a head is marked client-driven."""
+    event = envelope.event
+    if event.KIND is EventKind.RUN_STARTED and event.driven_by != "client":
+        try:
+            event = dataclasses.replace(event, driven_by="client")
+        except MalformedEvent as exc:
+            raise bad_request(f"the RunStarted at seq {envelope.seq}: {exc.message}") from None
+    return dataclasses.replace(envelope, event=event)
+
+
+def read_batch(body: dict, run_id: str) -> list[Envelope]:
+    """The batch decoded and checked on its own (kinds, run ids, labels), before any store read."""
+    raw = body["events"]
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("`events` must be a non-empty array of event envelopes")
+    if len(raw) > MAX_EVENTS_PER_APPEND:
+        raise OperationRefused("payload_too_large", 413,
+                               f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
+    batch = []
+    for index, item in enumerate(raw):
+        try:
+            envelope = decode_envelope(item)
+        except MalformedEvent as exc:
+            raise bad_request(f"events[{index}]: {exc.message}") from None
+        if envelope.run_id != run_id:
+            raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
+        kind = envelope.event.KIND
+        if kind not in APPENDABLE:
+            raise OperationRefused(
+                "unsupported_event_kind", 422,
+                f"events[{index}] is a {kind.value}: model and tool events are recorded through the model-step, "
+                f"tool-step and client-tool endpoints, never appended by hand",
+            )
+        if kind is EventKind.RUN_STARTED:
+            try:
+                check_labels(envelope.event.labels)
+            except SchemaViolation as exc:
+                raise bad_request(f"events[{index}]: {exc.message}") from None
+        batch.append(_stamped(envelope))
+    return batch
+
+
+class ClientAppends:
+    """Appends for client-driven runs over one store and one set of leases.
+
+    It remembers each run's view after its own last append, so the next one
+    needs no store read. Any commit to the run in this daemon (a step, a
+    resolve, an append) drops the entry, and an append puts its new view
+    back. It is only ever a hint: a commit by another process over the same
+    store is not seen, but an append decided on a stale view is refused by
+    the store's seq check (or by the guard) with nothing written, and is
+    decided again on the stored view. The oldest entries go first.
+    """
+
+    def __init__(self, access: StoreAccess, leases: LeaseRegistry) -> None:
+        self._access = access
+        self._leases = leases
+        self._last_views: dict[str, RunView] = {}
+        access.on_commit.append(self._forget)
+
+    def _forget(self, envelopes: list[Envelope], _view: RunView) -> None:
+        self._last_views.pop(envelopes[0].run_id, None)
+
+    async def client_driven(self, run_id: str) -> bool:
+        """Whether the run is a client's: opened here, or its head says so."""
+        if self._leases.opened(run_id):
+            return True
+        view = await self._access.read(self._access.store.read_view, run_id)
+        return view is not None and view.driven_by == "client"
+
+    async def driving(self, run_id: str, token: str | None) -> str:
+        """The canonical run id of a driving call, once its run and the presented drive token check out.
+
+        Raises:
+            OperationRefused: bad_request (not a run id), unknown_run (no client-driven run),
+                or the lease's refusal (missing or wrong token).
+        """
+        run_id = parse_run_id(run_id)
+        if not await self.client_driven(run_id):
+            raise unknown_run(run_id)
+        self._leases.check(run_id, token)
+        return run_id
+
+    async def append(self, run_id: str, body: dict) -> dict:
+        """Append ``body["events"]`` to a run ``driving`` admitted; the answer's body.
+
+        Raises:
+            OperationRefused / GuardRefusal / StoreError: the batch is refused
+                and nothing of it was written.
+        """
+        batch = read_batch(body, run_id)
+        view = self._last_views.pop(run_id, None)
+        if view is not None:
+            try:
+                return await self._append_after(run_id, batch, view)
+            except (SeqConflict, GuardRefusal):
+                pass  # refused against the hint, nothing written: decide again on the stored view
+        view = await self._access.read(self._access.store.read_view, run_id) or EMPTY_VIEW
+        return await self._append_after(run_id, batch, view)
+
+    async def _append_after(self, run_id: str, batch: list[Envelope], view: RunView) -> dict:
+        recorded = {}
+        if batch[0].seq < view.next_seq:
+            log = await self._access.read(self._access.store.read_log, run_id, batch[0].seq)
+            recorded = {e.seq: e for e in log}
+        appended: list[int] = []
+        new: list[Envelope] = []
+        for envelope in batch:
+            known = recorded.get(envelope.seq)
+            if known is not None and not new:
+                # A retry of what is already recorded is a no-op; anything else there is a divergence.
+                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event) != encode_payload(envelope.event):
+                    raise GuardRefusal(
+                        f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
+                        f"the log is append-only"
+                    )
+                appended.append(envelope.seq)
+                continue
+            expected = view.next_seq + len(new)
+            if envelope.seq != expected:
+                raise GuardRefusal(
+                    f"events must be appended in order: seq {envelope.seq} is not the next position {expected} "
+                    f"of run {run_id}"
+                )
+            new.append(envelope)
+        if new:
+            if new[0].event.KIND is not EventKind.RUN_STARTED and view.next_seq == 0:
+                raise GuardRefusal(f"run {run_id} has no head yet: its first event must be a RunStarted")
+            envelopes, view = await self._access.append(run_id, [e.event for e in new], view)
+            appended.extend(e.seq for e in envelopes)
+        if len(self._last_views) >= LAST_VIEWS:
+            del self._last_views[next(iter(self._last_views))]
+        self._last_views[run_id] = view
+        return {"appended": appended}

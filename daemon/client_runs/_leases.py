@@ -1,0 +1,200 @@
+"""Drive-token leases: the single-writer hold on a client-driven run.
+
+A client that opens (or adopts) a client-driven run gets a drive token; every
+driving call presents it and so refreshes the hold. A hold that goes quiet
+for the TTL lapses, and the next open takes the run with a fresh token. The
+holds live in this process only (a restart drops them all: the run's log
+says it is client-driven, and the first open after a restart adopts it).
+
+Time is the trio clock, so tests move it with ``autojump_clock``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import trio
+
+from ..web import OperationRefused
+
+DEFAULT_TTL_SECONDS = 60.0
+TTL_VARIABLE = "SALVOR_CLIENT_LEASE_TTL_SECS"
+
+
+def lease_ttl(environ: Mapping[str, str] = os.environ) -> float:
+    """The TTL from ``SALVOR_CLIENT_LEASE_TTL_SECS`` (default 60 s).
+
+    Raises:
+        ValueError: the variable is set to something that is not a positive number of seconds.
+    """
+    text = environ.get(TTL_VARIABLE)
+    if text is None or not text.strip():
+        return DEFAULT_TTL_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{TTL_VARIABLE}={text!r} must be a positive number of seconds")
+    return value
+
+
+def missing_token() -> OperationRefused:
+    return OperationRefused(
+        "missing_drive_token", 401,
+        "this call drives a client-driven run and needs its drive token in the X-Drive-Token header "
+        "(POST /v1/client-runs answers it)",
+    )
+
+
+def invalid_token(run_id: str) -> OperationRefused:
+    return OperationRefused(
+        "invalid_drive_token", 403,
+        f"the drive token is not the current lease on run {run_id}: the lease lapsed or another driver holds it; "
+        f"re-open the run with POST /v1/client-runs to drive it again",
+    )
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+@dataclass(slots=True)
+class _Lease:
+    token: str
+    expires_at: float
+    # Whether the daemon's model steps keep their request bodies (said at the open).
+    record_prompts: bool = False
+
+
+# Lapsed leases nobody touches again are swept when the registry has grown
+# past this many (then past twice what survived): a long-lived daemon's
+# memory stays proportional to the runs driven now, not to every run ever.
+_SWEEP_FLOOR = 1024
+
+
+class LeaseRegistry:
+    """The current holds, one per run, and the runs this process opened."""
+
+    def __init__(self, ttl: float = DEFAULT_TTL_SECONDS) -> None:
+        self.ttl = ttl
+        self._leases: dict[str, _Lease] = {}
+        # Runs opened here under a lease still standing, including ones whose
+        # head the client has not appended yet (so the log cannot say so).
+        # A run leaves with its lease: from then on its log answers.
+        self._opened: set[str] = set()
+        self._sweep_at = _SWEEP_FLOOR
+
+    def _current(self, run_id: str) -> _Lease | None:
+        lease = self._leases.get(run_id)
+        if lease is not None and trio.current_time() >= lease.expires_at:
+            self._forget(run_id)
+            lease = None
+        return lease
+
+    def _forget(self, run_id: str) -> None:
+        self._leases.pop(run_id, None)
+        self._opened.discard(run_id)
+
+    def _sweep(self) -> None:
+        now = trio.current_time()
+        for run_id in [r for r, lease in self._leases.items() if now >= lease.expires_at]:
+            self._forget(run_id)
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._leases))
+
+    @staticmethod
+    def _matches(lease: _Lease, presented: str | None) -> bool:
+        return presented is not None and hmac.compare_digest(presented.encode(), lease.token.encode())
+
+    def _refresh(self, lease: _Lease) -> None:
+        lease.expires_at = trio.current_time() + self.ttl
+
+    def opened(self, run_id: str) -> bool:
+        """Whether the run was opened here under a lease still standing (a lapsed one is forgotten first)."""
+        self._current(run_id)
+        return run_id in self._opened
+
+    def holds(self, run_id: str) -> bool:
+        """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
+        return self._current(run_id) is not None
+
+    def lapses_in(self, run_id: str) -> int | None:
+        lease = self._current(run_id)
+        return None if lease is None else _whole_seconds(lease.expires_at - trio.current_time())
+
+    def record_prompts(self, run_id: str) -> bool:
+        """What the current lease's open said of keeping model request bodies (False without one)."""
+        lease = self._current(run_id)
+        return lease is not None and lease.record_prompts
+
+    def open(self, run_id: str, presented: str | None, *, terminal: bool = False,
+             record_prompts: bool = False) -> str:
+        """The drive token for an open: the presented one back while it holds, else a fresh lease.
+
+        A terminal run is never held: it takes no more appends, so it opens at once.
+        ``record_prompts`` is taken by a fresh lease; the holder's re-open keeps what its
+        lease was opened with.
+
+        Raises:
+            OperationRefused: lease_held (409) when another driver's lease is current.
+        """
+        lease = self._current(run_id)
+        if lease is not None and not terminal:
+            if self._matches(lease, presented):
+                self._refresh(lease)
+                return lease.token
+            lapses = _whole_seconds(lease.expires_at - trio.current_time())
+            raise OperationRefused(
+                "lease_held", 409,
+                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver goes quiet, "
+                f"and re-opening works then (or as soon as the run finishes)",
+                details={"lapses_in_seconds": lapses},
+            )
+        if len(self._leases) >= self._sweep_at:
+            self._sweep()
+        token = "dt_" + secrets.token_urlsafe(24)
+        self._leases[run_id] = _Lease(token, trio.current_time() + self.ttl, record_prompts)
+        self._opened.add(run_id)
+        return token
+
+    def check(self, run_id: str, presented: str | None) -> None:
+        """Admit a driving call (and refresh the hold it proves alive).
+
+        Raises:
+            OperationRefused: missing_drive_token (401), invalid_drive_token (403).
+        """
+        if presented is None:
+            raise missing_token()
+        lease = self._current(run_id)
+        if lease is None or not self._matches(lease, presented):
+            raise invalid_token(run_id)
+        self._refresh(lease)
+
+    def heartbeat(self, run_id: str, presented: str | None) -> int:
+        """Refresh the hold; the whole seconds it now lasts."""
+        self.check(run_id, presented)
+        return _whole_seconds(self.ttl)
+
+    def release(self, run_id: str, presented: str | None) -> bool:
+        """Hand the hold back; False when there was none to give back.
+
+        Raises:
+            OperationRefused: invalid_drive_token (403) when a hold stands and
+                the caller did not present it (a missing token included).
+        """
+        lease = self._current(run_id)
+        if lease is None:
+            return False
+        if not self._matches(lease, presented):
+            raise invalid_token(run_id)
+        self._forget(run_id)
+        return True
+
+    def drop(self, run_id: str) -> None:
+        """Clear any hold (an operator resolved the run: its driver is gone)."""
+        self._forget(run_id)

@@ -1,0 +1,60 @@
+"""The MCP client: server definitions, sessions over stdio and streamable HTTP, MCP tools as registry tools.
+
+Rule: imports only ``web``, ``processes`` and ``tools``.
+"""
+
+from __future__ import annotations
+
+from ._client import (
+    open_session,
+)
+from ._definition import (
+    McpDefinitionError,
+    McpServerSpec,
+    parse_mcp_servers,
+)
+from ._session import (
+    MAX_MESSAGE_BYTES,
+    McpError,
+    McpNoAnswer,
+    McpRemoteError,
+    McpSession,
+    McpUnavailable,
+)
+from ._stdio_transport import (
+    missing_program,
+)
+from ._tools import (
+    McpBuildError,
+    McpConnections,
+    check_buildable,
+    exposed_tools,
+    listing_tool,
+    mcp_result_for_model,
+    mcp_tool,
+    open_connections,
+    salvor_outcome,
+)
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "McpBuildError",
+    "McpConnections",
+    "McpDefinitionError",
+    "McpError",
+    "McpNoAnswer",
+    "McpRemoteError",
+    "McpServerSpec",
+    "McpSession",
+    "McpUnavailable",
+    "check_buildable",
+    "exposed_tools",
+    "listing_tool",
+    "mcp_result_for_model",
+    "mcp_tool",
+    "missing_program",
+    "open_connections",
+    "open_session",
+    "parse_mcp_servers",
+    "salvor_outcome",
+]

@@ -1,0 +1,45 @@
+"""The loopback proxies a process agent is pointed at: the model proxy and the MCP stand-in endpoints and
+lanes, which record or replay each call through ``recording``.
+
+Rule: imports only the packages below it.
+"""
+
+from __future__ import annotations
+
+from ._mcp_lane import (
+    McpLane,
+    open_lanes,
+    variable_suffix,
+)
+from ._model_proxy import (
+    ModelProxy,
+    ProxySession,
+    open_model_proxy,
+    recorded_calls,
+    resolve_upstream,
+)
+from ._wire import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    ROUTES,
+    encode_frames,
+    error_body,
+    final_text,
+)
+
+__all__ = [
+    "ANTHROPIC_MESSAGES",
+    "OPENAI_CHAT",
+    "ROUTES",
+    "McpLane",
+    "ModelProxy",
+    "ProxySession",
+    "encode_frames",
+    "error_body",
+    "final_text",
+    "open_lanes",
+    "open_model_proxy",
+    "recorded_calls",
+    "resolve_upstream",
+    "variable_suffix",
+]

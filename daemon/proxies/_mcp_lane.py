@@ -1,0 +1,495 @@
+"""A process run's MCP lanes: each request the agent sends a declared server, recorded or answered from the log.
+
+One lane per declared server per drive. A request is matched by position
+within its lane (``_mcp_replay``): one the log completed is answered from it
+and the server never sees it; an open ``read`` or ``idempotent`` intent is
+executed again under its recorded key; past the end of the log the request
+is recorded write-ahead (``ToolCallRequested`` with the operator's declared
+effect for a ``tools/call``, ``read`` for the other methods) and only then
+forwarded. A tool with a fixed answer in ``results`` is answered here and
+never forwarded. A re-run answers every request past its own log from the
+origin's lane and starts no server at all.
+
+Live, salvor runs the real server itself (``_mcp_client``), started when the
+first live request needs it: with the agent's own ``initialize`` when that is
+live, else (after a replayed prefix) initialised silently with the
+``initialize`` parameters the lane recorded. The agent's declared client
+capabilities are passed on: a request the server sends the agent
+(sampling, elicitation, roots) is relayed to the agent on its server-push
+stream and the agent's answer back to the server, and both are recorded with
+the call they crossed; a replay asks the agent again (its answer is not
+matched) before it answers that call. An agent with no push stream open is
+not asked: the server hears "method not found".
+The notifications a server sends are recorded with the next answer of its
+lane and handed to the agent just before that answer, live and on replay;
+the stdio relay writes them out, and an HTTP agent gets them on its
+server-push stream (``GET``) when it has one open. The notifications the
+agent sends go to the live server and are not recorded (``_tell_server``).
+
+A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
+built-in agent's (the same check, ``salvor_outcome``): the agent process is
+stopped, and the drive that resumes or wakes the run starts it again and
+answers that call with what the wait returned (``McpLane._answer``).
+
+Requests of one run are serialised with its model calls through the run's
+one open-intent slot (``ProxySession.exclusive``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from salvor.protocol import (
+    Effect,
+    Envelope,
+    RunState,
+    SleepStarted,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
+
+from ..mcp import (
+    McpError,
+    McpNoAnswer,
+    McpRemoteError,
+    McpServerSpec,
+    McpSession,
+    McpUnavailable,
+    open_session,
+    salvor_outcome,
+)
+from ..recording import DriveInterrupted, outcome_output, slept, tool_error, wait_event
+from ..tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
+from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
+from ._mcp_endpoint import serve_fixed_port
+from ._mcp_replay import (
+    INTERNAL_ERROR,
+    LaneCall,
+    answer_of,
+    call_input,
+    error_answer,
+    lane_calls,
+    lane_tool,
+    mismatch,
+    notifications_of,
+    stub_result,
+)
+from ._model_proxy import ProxySession
+
+logger = logging.getLogger("salvor.mcp")
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+# The run stopped answering (its drive ended, or the run failed or parked).
+RUN_ENDED = -32000
+# Notifications kept between two answers; more are dropped (a server flooding its log).
+MAX_CROSSED = MAX_PUSHED
+
+
+def variable_suffix(server: str) -> str:
+    """``<NAME>`` of a server's variables: upper-cased, anything but letters and digits as ``_``."""
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in server.upper())
+
+
+class McpLane:
+    """The exchanges of one drive with one declared server."""
+
+    def __init__(
+        self, spec: McpServerSpec, proxy: ProxySession, log: Sequence[Envelope], origin_log: Sequence[Envelope] | None,
+        nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str],
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.proxy = proxy
+        self.ctx = proxy.ctx
+        self.calls = lane_calls(log, spec.name)
+        self.recorded = len(self.calls)
+        self.origin = proxy.origin
+        self.reference = lane_calls(origin_log, spec.name) if origin_log is not None else None
+        self.position = 0
+        self.contacted = False
+        self._live: McpSession | None = None
+        # Server notifications since the last answer, and those due to the agent with the next one.
+        self._crossed: list[dict] = []
+        self._outbox: list[dict] = []
+        # The server's requests to the agent during the live call, with the agent's answers.
+        self._asked: list[dict] = []
+        # The agent's server-push stream, and its answers to the server's requests.
+        self.agent = AgentChannel(spec.name)
+        self._nursery = nursery
+        self._environ = environ
+        self._mark = mark
+
+    @property
+    def session_id(self) -> str | None:
+        """The real server's ``Mcp-Session-Id``, handed to the agent as it is (None when there is none)."""
+        return self._live.remote_session_id if self._live is not None else None
+
+    @property
+    def expected_calls(self) -> int:
+        return len(self.reference) if self.reference is not None else self.recorded
+
+    async def aclose(self) -> None:
+        self.agent.close_push()
+        if self._live is not None:
+            await self._live.aclose()
+            self._live = None
+
+    # -- one message ------------------------------------------------------------
+
+    async def receive(self, message: Any, headers: Mapping[str, str]) -> tuple[dict | None, list[dict]]:
+        """One JSON-RPC message from the agent: the answer (None for a notification), and the
+        server notifications to hand the agent before it."""
+        answer = await self._receive(message, headers)
+        if answer is None:
+            return None, []  # the notifications due belong to the answer of a call
+        notes, self._outbox = self._outbox, []
+        return answer, notes
+
+    async def _receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
+        self.contacted = True
+        request_id = message.get("id") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return error_answer(request_id, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
+        method = message.get("method")
+        if not isinstance(method, str):
+            # The agent's answer to a request of the server's (relayed by ``AgentChannel.ask``).
+            self.agent.answered(message)
+            return None
+        if "id" not in message:
+            await self._tell_server(method, message.get("params"))
+            return None
+        params = message.get("params", {})
+        if not isinstance(params, dict):
+            return error_answer(request_id, INVALID_PARAMS, f"the params of {method} must be an object")
+        answer = await self.proxy.exclusive(lambda: self._call(request_id, method, params, headers))
+        if answer is None:
+            return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
+        return answer
+
+    async def _tell_server(self, method: str, params: Any) -> None:
+        """Hand one of the agent's notifications to the live server; with none live, it is dropped.
+
+        Never recorded: a notification gets no answer, so nothing of the run
+        depends on it, and it never takes a place in the lane. Over a
+        replayed prefix or a re-run there is no server to tell, and a session
+        opened later learns what it must from its own ``initialize``.
+        ``notifications/initialized`` is salvor's own session's (sent as it
+        opened), so the agent's is not sent twice; a ``notifications/cancelled``
+        names the agent's request id, which is translated to the id salvor's
+        session sent that request under (one not in flight is dropped). The
+        cancelled call still waits for the server's answer, which is
+        recorded: a server that finishes it anyway has done it. A failure to
+        deliver is only logged: the agent's own requests report the session's
+        health.
+        """
+        live = self._live
+        if method == "notifications/initialized" or live is None or live.broken is not None:
+            return
+        sent = params if isinstance(params, dict) else None
+        try:
+            if method == "notifications/cancelled":
+                reason = sent.get("reason") if sent is not None else None
+                await live.cancel(_request_key(sent.get("requestId") if sent else None),
+                                  reason if isinstance(reason, str) else None)
+            else:
+                await live.notify(method, sent)
+        except McpError as exc:
+            logger.info("MCP stand-in %r: the agent's %s did not reach the server: %s", self.name, method, exc.message)
+
+    def _effect(self, method: str, params: dict) -> Effect:
+        tool = params.get("name")
+        if method != "tools/call" or tool in self.spec.results:
+            # Listing, pinging, reading: no effect. A stubbed tool is salvor's own constant answer.
+            return Effect.READ
+        return self.spec.effect_of(tool) if isinstance(tool, str) else Effect.WRITE
+
+    def _where(self, k: int, call: LaneCall | None, by_origin: bool) -> str:
+        recorded = "" if call is None else f" (recorded{f' by origin run {self.origin}' if by_origin else ''} at seq {call.seq})"
+        return f"MCP server {self.name!r} (lane {lane_tool(self.name, '')}), call {k + 1}{recorded}"
+
+    async def _diverged(self, request_id: Any, message: str) -> dict:
+        await self.proxy.record_failure(message)
+        return error_answer(request_id, RUN_ENDED, message)
+
+    async def _call(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]) -> dict:
+        asked = call_input(params)
+        k = self.position
+        if k < len(self.calls):
+            call = self.calls[k]
+            problem = mismatch(call, method, asked)
+            if problem is not None:
+                return await self._diverged(request_id, f"{self._where(k, call, False)}: {problem}")
+            if call.completed:
+                self.position += 1
+                self._outbox = notifications_of(call.output)
+                await self._ask_again(call.output)
+                return await self._answer(request_id, call)
+            if call.effect == Effect.WRITE.value:
+                # Never reached: a drive does not start at an open write.
+                return error_answer(request_id, RUN_ENDED, f"{self._where(k, call, False)} is an open write")
+        elif self.reference is not None:
+            return await self._reproduce(request_id, method, asked)
+        else:
+            pending = self.ctx.view.pending
+            if pending is not None:
+                return await self._diverged(request_id, (
+                    f"{self._where(k, None, False)}: the agent sent a new {method} while the call recorded open at "
+                    f"seq {pending.seq} was not made again"))
+            effect = self._effect(method, params)
+            key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
+            intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=effect.value, idempotency_key=key)
+            seq = (await self.ctx.record(intent))[-1].seq
+            call = LaneCall(seq, method, asked, effect.value, key)
+            self.calls.append(call)
+        self._asked = []
+        try:
+            output = await self._execute(request_id, method, params, headers, call)
+        except OutcomeUnknown as exc:
+            # The write's intent stays open: the run is parked in needs_reconciliation.
+            self.proxy.rested.set()
+            return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
+                                                       f"record what happened")
+        if self._crossed and isinstance(output, dict):
+            output = {**output, "notifications": self._crossed}
+            self._crossed = []
+        if self._asked and isinstance(output, dict):
+            output = {**output, "server_requests": self._asked}
+            self._asked = []
+        wait = wait_event(output)
+        with trio.CancelScope(shield=True):
+            # A wait its result asks for is recorded with the completion: no log ends between the two.
+            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else []))
+        call.output, call.completed = output, True
+        if wait is not None:
+            call.wait.append(wait)
+        self.position += 1
+        self._outbox = notifications_of(output)
+        return await self._answer(request_id, call)
+
+    async def _answer(self, request_id: Any, call: LaneCall) -> dict:
+        """The agent's answer to a completed call; for one whose result parked the run, the run parks here.
+
+        A call whose wait has ended (the run was resumed, or woke) is
+        answered with what the wait returned, as a tool result. One whose
+        wait has not: the run rests (suspended, or sleeping until its
+        ``wake_at``), the agent is answered with an error naming it and then
+        stopped with its whole process group. The next drive (a resume, the
+        wake sweeper) starts it again from the top of the log, like
+        recovery does: its recorded calls, this one included, are answered
+        from the log, so the tool that parked the run is never executed
+        again.
+        """
+        wait = wait_event(call.output)
+        if wait is None:
+            return answer_of(request_id, call.output)
+        if not call.wait:
+            # A log whose completion came without its wait (this lane appends the two at once).
+            with trio.CancelScope(shield=True):
+                await self.ctx.record(wait)
+            call.wait.append(wait)
+        ended, value = call.woken()
+        if not ended and self.ctx.view.state is RunState.SLEEPING and await self.ctx.wake_when_due():
+            ended, value = True, slept(wait.wake_at)
+        if ended:
+            return answer_of(request_id, {"result": stub_result(value)})
+        self.proxy.rested.set()
+        state = self.ctx.view.state.value
+        until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
+        return error_answer(request_id, RUN_ENDED, (
+            f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
+            f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
+            f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"))
+
+    async def _reproduce(self, request_id: Any, method: str, asked: dict) -> dict:
+        """A re-run's request past its own log: the origin's answer at this position, or the run fails."""
+        k = self.position
+        if k >= len(self.reference):
+            return await self._diverged(request_id, (
+                f"{self._where(k, None, True)} has no counterpart: origin run {self.origin} recorded only "
+                f"{len(self.reference)} calls in this lane; the agent now sends {method}"))
+        call = self.reference[k]
+        problem = mismatch(call, method, asked)
+        if problem is not None:
+            return await self._diverged(request_id, f"{self._where(k, call, True)}: {problem}")
+        if not call.completed:
+            return await self._diverged(request_id, f"{self._where(k, call, True)} never completed, so a re-run cannot answer it")
+        # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
+        seq = self.ctx.view.next_seq + self.ctx.held
+        intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
+                                   idempotency_key=call.idempotency_key)
+        copy = LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True, list(call.wait))
+        if wait_event(call.output) is not None and not call.woken()[0]:
+            return await self._diverged(request_id, f"{self._where(k, call, True)} parked the run, which never "
+                                                    f"continued, so a re-run cannot answer it")
+        # The origin's wait is reproduced with the call: a re-run never waits.
+        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
+        self.calls.append(copy)
+        self.position += 1
+        self._outbox = notifications_of(call.output)
+        await self._ask_again(call.output)
+        return await self._answer(request_id, copy)
+
+    # -- the server's requests to the agent --------------------------------------
+
+    async def _server_request(self, message: dict) -> dict:
+        """A request the real server sent during a live call: the agent's answer, recorded with the call."""
+        answer = await self.agent.ask(message, self.spec.timeout)
+        if len(self._asked) < MAX_CROSSED:
+            self._asked.append({"after": self.position, "request": message, "answer": answer})
+        return answer
+
+    async def _ask_again(self, output: Any) -> None:
+        """Replay: ask the agent each request the server sent during this call (the answers are not matched)."""
+        asked = output.get("server_requests") if isinstance(output, dict) else None
+        for entry in asked if isinstance(asked, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
+                await self.agent.ask(entry["request"], self.spec.timeout)
+
+    # -- the real server ----------------------------------------------------------
+
+    async def _execute(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str],
+                       call: LaneCall) -> Any:
+        """What the request is answered with (recorded as the call's output), retried as its effect allows.
+
+        Raises:
+            OutcomeUnknown: a write went out and no answer came back.
+        """
+        if method == "tools/call" and params.get("name") in self.spec.results:
+            return {"result": stub_result(self.spec.results[params["name"]])}
+        effect = Effect(call.effect)
+
+        async def forward(_input: Any, attempt: ToolCall) -> Any:
+            try:
+                if method == "initialize":
+                    return {"result": (await self._open(params)).initialized}
+                live = self._live if self._live is not None and self._live.broken is None else await self._open(None)
+                live.pass_through(headers)
+                sent = call_input(params)
+                # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
+                meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
+                if attempt.idempotency_key is not None:
+                    # A server may use the key to collapse a repeated execution.
+                    meta["salvor"] = {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}
+                if meta:
+                    sent["_meta"] = meta
+                result = await live.request(method, sent, key=_request_key(request_id))
+            except McpRemoteError as exc:
+                # Settled by the server: the agent gets its error as it was sent.
+                return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
+            except McpNoAnswer as exc:
+                if effect is Effect.WRITE:
+                    raise OutcomeUnknown(f"{exc.message}; the write {params.get('name')!r} may or may not have happened") from None
+                raise ToolFailed(exc.message) from None
+            except McpUnavailable as exc:
+                raise ToolFailed(f"{exc.message}; the call was not performed") from None
+            if method != "tools/call":
+                return {"result": result}
+            # A request to park the run (the same check a built-in agent's call makes); a bad one
+            # fails the call, never retried (ToolFailed, not retryable).
+            outcome = salvor_outcome(self.name, str(params.get("name")), result)
+            if outcome is result:
+                return {"result": result}
+            return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
+
+        tool = Tool(name=lane_tool(self.name, method), description="", effect=effect, input_schema={}, handler=forward)
+        try:
+            outcome, _attempt = await dispatch(tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key)
+        except DispatchFailed as failed:
+            return tool_error("handler", failed.message, failed.attempts)
+        return outcome
+
+    async def _open(self, params: dict | None) -> McpSession:
+        """A new real session: with the agent's ``initialize`` params, else the lane's recorded ones (silently)."""
+        if params is None:
+            recorded = next((c.input for c in self.calls if c.method == "initialize" and isinstance(c.input, dict)), None)
+            params = recorded
+        if self._live is not None:
+            await self._live.aclose()
+            self._live = None
+        initialize = None if params is None else call_input(params)
+        self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
+        self._live.on_notification = self._cross
+        self._live.on_request = self._server_request
+        return self._live
+
+    def _cross(self, message: dict) -> None:
+        if len(self._crossed) < MAX_CROSSED:
+            self._crossed.append({"after": self.position, "message": message})
+
+    # -- how the drive ended ------------------------------------------------------
+
+    def never_contacted(self) -> str | None:
+        """Why the run fails when the agent never reached this stand-in; None when it did."""
+        if self.contacted:
+            return None
+        suffix = variable_suffix(self.name)
+        if self.spec.command is not None:
+            first, second = f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)", f"SALVOR_MCP_URL_{suffix}"
+        else:
+            first, second = f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)", f"SALVOR_MCP_SERVER_{suffix}"
+        return (f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
+                f"that server at ${first}, or at ${second}")
+
+    def shortfall(self, what_ended: str) -> str | None:
+        """Why a drive that ended before making every call of this lane it had to reproduce fails."""
+        if self.position >= self.expected_calls:
+            return None
+        whose = f"origin run {self.origin} recorded" if self.origin is not None else "the log records"
+        return (f"{what_ended} after {self.position} of the {self.expected_calls} calls {whose} for MCP server "
+                f"{self.name!r}; the agent must make every one of them again, in order")
+
+
+def _request_key(request_id: Any) -> str | int | float | None:
+    """The key a live request is sent under: the agent's JSON-RPC id, when it is one (a string or a number)."""
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
+        return None
+    return request_id
+
+
+@asynccontextmanager
+async def open_lanes(
+    proxy: ProxySession, servers: Sequence[McpServerSpec], log: Sequence[Envelope],
+    origin_log: Sequence[Envelope] | None, *, environ: Mapping[str, str], mark: Mapping[str, str],
+) -> AsyncIterator[dict[str, McpLane]]:
+    """The lanes of one drive, mounted on ``proxy`` for the body; every real session is closed at its end."""
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        lanes = {spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark) for spec in servers}
+        proxy.mcp_lanes = lanes
+        try:
+            for spec in servers:
+                if spec.port is not None:
+                    await _listen(nursery, lanes[spec.name], spec.port, proxy.run_id)
+            yield lanes
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, unwrapped by the nursery
+            failure = exc
+        finally:
+            with trio.CancelScope(shield=True):
+                for lane in lanes.values():
+                    await lane.aclose()
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def _listen(nursery: trio.Nursery, lane: McpLane, port: int, run_id: str) -> None:
+    """Start the fixed-port stand-in of ``lane``.
+
+    Raises:
+        DriveInterrupted: the port is taken; the run keeps its log and a later drive tries again.
+    """
+    try:
+        await nursery.start(serve_fixed_port, lane, port)
+    except* OSError as group:
+        reason = group.exceptions[0]
+        raise DriveInterrupted(
+            f"the stand-in for MCP server {lane.name!r} could not listen on its fixed port {port} "
+            f"({getattr(reason, 'strerror', None) or reason}); `salvor resume {run_id}` tries again"
+        ) from None

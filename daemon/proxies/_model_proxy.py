@@ -1,0 +1,655 @@
+"""The loopback model proxy: a local agent process's model calls, recorded or replayed.
+
+One listener on 127.0.0.1 serves every process run of the daemon. Each run
+is mounted under an unguessable capability path (``/r/<capability>/...``),
+so one local process cannot write into another run's log. Three wire formats
+are spoken, each non-streaming and streaming: OpenAI Chat Completions
+(``POST .../v1/chat/completions``), OpenAI Responses (``POST .../v1/responses``)
+and Anthropic Messages (``POST .../v1/messages``); ``GET .../v1/models`` is
+answered locally. What each wire means (envelope, usage, final text, when a
+stream is complete, error shape) lives in ``_proxy_wire``.
+
+Every call goes through the run's record-or-replay, strictly by position:
+call k of the process must hash-equal call k of the log. A call the log
+completed is answered from it with no upstream call; an open intent is
+re-issued; past the end of the log the call is recorded write-ahead
+(``ModelCallRequested`` before any byte goes upstream), then forwarded, and
+its answer (the JSON body, or the stream's SSE frames in order) recorded as
+``ModelCallCompleted``. A request that differs from the recorded one at its
+position fails the run, naming the envelope difference.
+
+The upstream credential goes into the outbound request header and nowhere
+else: not into the log, not into an error, not into a log line. The agent's
+own (placeholder) credential never goes upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import trio
+from salvor.protocol import (
+    Envelope,
+    EventKind,
+    MalformedJson,
+    ModelCallCompleted,
+    ModelCallRequested,
+    RunFailed,
+    parse_strict,
+    sha256_hash,
+)
+from salvor.store import StoreUnavailable
+
+from ..models import ANTHROPIC_VERSION, SSEDecoder, endpoint_url
+from ..recording import RunContext
+from ..web import (
+    BODY_TIMEOUT_SECONDS,
+    Disconnected,
+    OperationRefused,
+    answer_lifespan,
+    asgi_chunks,
+    listener_config,
+    read_body,
+    tls_context,
+)
+from ..web import serve as serve_asgi
+from ._mcp_endpoint import serve_mcp
+from ._wire import (
+    ANTHROPIC_MESSAGES,
+    OPENAI_CHAT,
+    ROUTES,
+    UPSTREAM_PATH,
+    body_complete,
+    divergence_report,
+    encode_frames,
+    envelope,
+    error_body,
+    hashed_request,
+    stream_complete,
+    usage_of,
+)
+
+log = logging.getLogger("salvor.proxy")
+T = TypeVar("T")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_UPSTREAM_TIMEOUT = 600.0
+# A re-run commits its reproduced calls in batches: at most this many calls,
+# or this long after the last commit (so a watcher sees it advance).
+REPRODUCED_PER_COMMIT = 64
+REPRODUCED_FLUSH_SECONDS = 0.25
+_PASSED_HEADERS = ("anthropic-version", "anthropic-beta", "openai-organization", "openai-project")
+
+
+# --------------------------------------------------------------------------
+# Upstream
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where live calls go and the credential they carry (never shown)."""
+
+    base_url: str
+    api_key: str | None
+    # Seconds to wait for the upstream's answer (between bytes, for a stream).
+    read_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
+
+    def __repr__(self) -> str:
+        return f"Upstream(base_url={self.base_url!r}, api_key={'<redacted>' if self.api_key else None})"
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=30.0, read=self.read_timeout, write=60.0, pool=60.0)
+
+    def headers(self, wire: str, incoming: Mapping[str, str]) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        for name in _PASSED_HEADERS:
+            if name in incoming:
+                headers[name] = incoming[name]
+        key = self.api_key
+        if wire == ANTHROPIC_MESSAGES:
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+            if key and key.lower().startswith("bearer "):
+                headers["authorization"] = key
+            elif key:
+                headers["x-api-key"] = key
+        elif key:
+            headers["authorization"] = key if key.lower().startswith("bearer ") else f"Bearer {key}"
+        return headers
+
+    def redact(self, text: str) -> str:
+        key = self.api_key
+        if key:
+            text = text.replace(key, "<redacted>")
+            bare = key.split(" ", 1)[-1]
+            if bare:
+                text = text.replace(bare, "<redacted>")
+        return text
+
+
+def resolve_upstream(environ: Mapping[str, str] = os.environ, *, key: str | None = None) -> Upstream | None:
+    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+
+    ``key``: the upstream key the daemon read from a file at start
+    (``SALVOR_AGENT_KEY_FILE``, systemd's ``agent-key`` credential); it wins
+    over ``SALVOR_AGENT_KEY`` and the providers' variables.
+
+    ``SALVOR_AGENT_UPSTREAM_TIMEOUT`` (seconds, default 600) bounds the wait
+    for an answer; a value that is not a positive number keeps the default.
+    """
+    base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
+    if not base:
+        return None
+    key = key or environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
+    try:
+        timeout = float(environ.get("SALVOR_AGENT_UPSTREAM_TIMEOUT", DEFAULT_UPSTREAM_TIMEOUT))
+    except ValueError:
+        timeout = DEFAULT_UPSTREAM_TIMEOUT
+    if not 0 < timeout < float("inf"):
+        timeout = DEFAULT_UPSTREAM_TIMEOUT
+    return Upstream(base_url=base, api_key=key, read_timeout=timeout)
+
+
+# --------------------------------------------------------------------------
+# One run's session
+# --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Call:
+    seq: int
+    request_hash: str
+    request: dict | None
+    response: dict | None
+
+
+def recorded_calls(log_: Sequence[Envelope]) -> list[_Call]:
+    """The model calls of a log in order, each with its response once completed."""
+    calls: list[_Call] = []
+    by_seq: dict[int, _Call] = {}
+    for env in log_:
+        if env.event.KIND is EventKind.MODEL_CALL_REQUESTED:
+            call = _Call(env.seq, env.event.request_hash, env.event.request_body, None)
+            calls.append(call)
+            by_seq[env.seq] = call
+        elif env.event.KIND is EventKind.MODEL_CALL_COMPLETED and env.event.seq in by_seq:
+            by_seq[env.event.seq].response = env.event.response
+    return calls
+
+
+class Reply:
+    """How a session answers one HTTP request (implemented over ASGI ``send``)."""
+
+    async def json(self, status: int, body: Any) -> None:
+        raise NotImplementedError
+
+    async def start_stream(self, status: int) -> None:
+        raise NotImplementedError
+
+    async def chunk(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def end(self) -> None:
+        raise NotImplementedError
+
+
+class ProxySession:
+    """The model calls of one drive of one process run, in order, through its log.
+
+    Calls are serialised (the run has one open-intent slot). ``rested`` is
+    set once the session has brought the run to rest, as its log says (a
+    divergence failed it, a write cut off mid-call or an MCP tool's
+    ``_meta.salvor`` parked it); the driver then stops the process.
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        log_: Sequence[Envelope],
+        *,
+        record_prompts: bool,
+        upstream: Upstream | None,
+        client: httpx.AsyncClient,
+        origin: str | None = None,
+        origin_calls: Sequence[_Call] = (),
+    ) -> None:
+        self.ctx = ctx
+        self.record_prompts = record_prompts
+        self.upstream = upstream
+        self.client = client
+        self.calls = recorded_calls(log_)
+        self.recorded = len(self.calls)
+        # A re-run: the origin's calls, which every call past this run's own
+        # log must reproduce, answered from the origin and never sent upstream.
+        self.origin = origin
+        self.reference = list(origin_calls) if origin is not None else None
+        self._flushed_at = trio.current_time()
+        self.position = 0
+        self.upstream_calls = 0
+        self.lock = trio.Lock()
+        self.closed = False
+        self.rested = trio.Event()
+        # The store fault that stopped this drive, if one did (``_stop_on_store_fault``).
+        self.store_fault: StoreUnavailable | None = None
+        self._scopes: set[trio.CancelScope] = set()
+        # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
+        self.mcp_lanes: Mapping[str, Any] = {}
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    async def close(self) -> None:
+        """Stop answering: in-flight calls are cut (their intents stay open), then wait for them."""
+        self.closed = True
+        for scope in list(self._scopes):
+            scope.cancel()
+        async with self.lock:
+            pass
+
+    async def handle(self, wire: str, body: dict, headers: Mapping[str, str], reply: Reply) -> None:
+        stream = bool(body.get("stream"))
+        asked = hashed_request(wire, body)
+        try:
+            request_hash = sha256_hash(asked)
+        except ValueError as exc:
+            await reply.json(400, error_body(wire, 400, f"the request body holds a value JSON cannot carry: {exc}"))
+            return
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                async with self.lock:
+                    if self.closed or self.rested.is_set():
+                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} is no longer accepting model calls"))
+                        return
+                    try:
+                        await self._call(wire, asked, request_hash, body, stream, headers, reply)
+                    except StoreUnavailable as exc:
+                        if not self._stop_on_store_fault(exc):
+                            raise
+                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}"))
+                        return
+            if scope.cancelled_caught:
+                await reply.json(503, error_body(wire, 503, "the run's drive stopped while this call was in flight"))
+        finally:
+            self._scopes.discard(scope)
+
+    def _stop_on_store_fault(self, exc: StoreUnavailable) -> bool:
+        """A store fault stops the drive (its process too) and leaves the run to be driven again.
+
+        Nothing of the failed call was recorded, so the run sits at its last
+        durable event; the driver raises ``store_fault`` instead of settling
+        the run by the process's exit (which the fault caused). Returns
+        False for a failure that will not pass, which the caller re-raises.
+        """
+        if not exc.transient:
+            return False
+        self.store_fault = exc
+        self.rested.set()
+        return True
+
+    async def _fail(self, wire: str, reply: Reply, message: str) -> None:
+        await self.record_failure(message)
+        await reply.json(409, error_body(wire, 409, message))
+
+    async def record_failure(self, message: str) -> None:
+        """Fail the run (the caller holds ``lock``); the driver then stops the process."""
+        await self.ctx.record(RunFailed(error=message))
+        self.rested.set()
+
+    async def exclusive(self, call: Callable[[], Awaitable[T]]) -> T | None:
+        """Run ``call`` holding the run's one open-intent slot, as a model call does.
+
+        Returns None, without running it, once the session is closed or has
+        brought the run to rest. Cancellation: ``close`` cuts ``call`` like an
+        in-flight model call (an intent it recorded stays open).
+        """
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                async with self.lock:
+                    if self.closed or self.rested.is_set():
+                        return None
+                    try:
+                        return await call()
+                    except StoreUnavailable as exc:
+                        if not self._stop_on_store_fault(exc):
+                            raise
+                        return None
+            return None
+        finally:
+            self._scopes.discard(scope)
+
+    @property
+    def expected_calls(self) -> int:
+        """How many model calls a complete drive makes: the origin's for a re-run, else the log's."""
+        return len(self.reference) if self.reference is not None else self.recorded
+
+    async def _mismatch(self, wire, reply: Reply, k: int, call: _Call, asked, request_hash, stream, where: str) -> bool:
+        """Fail the run when call ``k`` is not the recorded ``call``; True when it failed."""
+        if call.request_hash != request_hash:
+            recorded_model = None
+            if call.response is not None and isinstance(call.response.get("body"), dict):
+                recorded_model = call.response["body"].get("model")
+            await self._fail(wire, reply, divergence_report(k, call.seq, asked, call.request, recorded_model, where))
+            return True
+        if call.response is not None and ("frames" in call.response) != stream:
+            how = "as a stream" if "frames" in call.response else "without streaming"
+            await self._fail(wire, reply, f"model call {k + 1} (recorded{where} at seq {call.seq}) was recorded {how}; "
+                                          f"the agent now asks {'with' if stream else 'without'} streaming")
+            return True
+        return False
+
+    @staticmethod
+    async def _answer_recorded(response: dict, reply: Reply) -> None:
+        if "frames" in response:
+            await reply.start_stream(200)
+            await reply.chunk(encode_frames(response["frames"]))
+            await reply.end()
+        else:
+            await reply.json(200, response["body"])
+
+    async def _reproduce(self, wire, asked, request_hash, stream, reply: Reply) -> None:
+        """A re-run's call past its own log: the origin's call at this position, or the run fails."""
+        k = self.position
+        where = f" by origin run {self.origin}"
+        if k >= len(self.reference):
+            await self._fail(wire, reply, (
+                f"model call {k + 1} has no counterpart: origin run {self.origin} recorded only "
+                f"{len(self.reference)} model calls; the agent now asks for model {envelope(asked)['model']!r}"))
+            return
+        call = self.reference[k]
+        if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, where):
+            return
+        if call.response is None:
+            await self._fail(wire, reply, f"model call {k + 1} of origin run {self.origin} (seq {call.seq}) never "
+                                          f"completed, so a re-run cannot answer it")
+            return
+        # Nothing is paid for and nothing goes upstream, so a reproduced call
+        # need not be durable before the agent has its answer, nor on its
+        # own: the copies are held and committed a batch at a time (and with
+        # the run's last event). A crash loses only copies the next drive
+        # answers from the origin again. The copy is taken before answering,
+        # so an agent that exits the instant it has its answer is still
+        # counted as having made the call.
+        intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+        seq = self.ctx.view.next_seq + self.ctx.held
+        self.ctx.hold(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage_of(wire, call.response)))
+        self.calls.append(_Call(seq, request_hash, intent.request_body, call.response))
+        self.position += 1
+        await self._answer_recorded(call.response, reply)
+        if self.ctx.held >= 2 * REPRODUCED_PER_COMMIT or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS:
+            await self.ctx.flush()
+            self._flushed_at = trio.current_time()
+
+    async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
+        k = self.position
+        if k < len(self.calls):
+            call = self.calls[k]
+            if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, ""):
+                return
+            if call.response is not None:
+                self.position += 1
+                await self._answer_recorded(call.response, reply)
+                return
+        elif self.reference is not None:
+            await self._reproduce(wire, asked, request_hash, stream, reply)
+            return
+        else:
+            if self.upstream is None:
+                await reply.json(502, error_body(
+                    wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
+                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs"))
+                return
+            pending = self.ctx.view.pending
+            if pending is not None:
+                # Another boundary's call (an MCP request) was left open and the agent went past it.
+                await self._fail(wire, reply, (
+                    f"model call {k + 1}: the agent made a new model call while the {pending.tool or 'model'} call "
+                    f"recorded open at seq {pending.seq} was not made again"))
+                return
+            intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+            seq = (await self.ctx.record(intent))[-1].seq
+            call = _Call(seq, request_hash, intent.request_body, None)
+            self.calls.append(call)
+        if self.upstream is None:
+            await reply.json(502, error_body(wire, 502, "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"))
+            return
+        response = await self._forward(wire, body, stream, headers, reply)
+        if response is None:
+            return
+        # The agent has its answer before the completion is durable (a stream
+        # got its frames as they came): a crash in between only means the
+        # call is issued again, as for any open intent. The next call waits
+        # on the lock, so it is never recorded before this completion.
+        try:
+            if "body" in response:
+                await reply.json(200, response["body"])
+        finally:
+            # The call was paid for: its completion is recorded even when the
+            # drive is stopping (the agent may have exited the moment it had
+            # its answer), so a later drive never pays for it again.
+            with trio.CancelScope(shield=True):
+                await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
+            call.response = response
+            self.position += 1
+
+    async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
+        """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
+        upstream = self.upstream
+        url = endpoint_url(upstream.base_url, UPSTREAM_PATH[wire])
+        out_headers = upstream.headers(wire, headers)
+        content = json.dumps(body, ensure_ascii=False).encode()
+        self.upstream_calls += 1
+        try:
+            if not stream:
+                answer = await self.client.post(url, content=content, headers=out_headers, timeout=upstream.timeout)
+                if answer.status_code >= 400:
+                    await self._pass_error(wire, answer, reply)
+                    return None
+                try:
+                    parsed = answer.json()
+                except ValueError:
+                    await reply.json(502, error_body(wire, 502, "the upstream answered with a body that is not JSON"))
+                    return None
+                if not body_complete(wire, parsed):
+                    # The agent sees the failure as the upstream sent it; the call stays open.
+                    await reply.json(answer.status_code, json.loads(upstream.redact(json.dumps(parsed))))
+                    return None
+                return {"wire": wire, "body": parsed}
+            out_headers["accept"] = "text/event-stream"
+            async with self.client.stream("POST", url, content=content, headers=out_headers,
+                                          timeout=upstream.timeout) as answer:
+                if answer.status_code >= 400:
+                    await answer.aread()
+                    await self._pass_error(wire, answer, reply)
+                    return None
+                await reply.start_stream(answer.status_code)
+                decoder = SSEDecoder()
+                frames: list[list] = []
+                pending = ""
+                async for text in answer.aiter_text():
+                    await reply.chunk(text.encode())
+                    pending += text
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        event = decoder.line(line.removesuffix("\r"))
+                        if event is not None:
+                            frames.append([event[0], event[1]])
+                if pending:
+                    decoder.line(pending.removesuffix("\r"))
+                event = decoder.close()
+                if event is not None:
+                    frames.append([event[0], event[1]])
+                await reply.end()
+                if not stream_complete(wire, frames):
+                    log.warning("run %s: the upstream stream ended without a final answer; the call stays open", self.run_id)
+                    return None
+                return {"wire": wire, "frames": frames}
+        except httpx.TimeoutException:
+            await reply.json(504, error_body(wire, 504, f"the upstream model call to {url} timed out"))
+        except httpx.TransportError as exc:
+            await reply.json(502, error_body(wire, 502, f"the upstream model call to {url} failed: {upstream.redact(str(exc))}"))
+        return None
+
+    async def _pass_error(self, wire: str, answer: httpx.Response, reply: Reply) -> None:
+        try:
+            parsed = answer.json()
+        except ValueError:
+            parsed = error_body(wire, answer.status_code, self.upstream.redact(answer.text[:500]) or "upstream error")
+        await reply.json(answer.status_code, json.loads(self.upstream.redact(json.dumps(parsed))))
+
+
+# --------------------------------------------------------------------------
+# The listener (raw ASGI over hypercorn)
+# --------------------------------------------------------------------------
+
+
+class _AsgiReply(Reply):
+    def __init__(self, send) -> None:
+        self._send = send
+        self.started = False
+        self.gone = False
+
+    async def _out(self, message: dict) -> None:
+        if self.gone:
+            return
+        try:
+            await self._send(message)
+        except Exception:  # noqa: BLE001 -- the client went away; the call still finishes and records
+            self.gone = True
+
+    async def json(self, status: int, body: Any) -> None:
+        if self.started:
+            await self.end()
+            return
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        self.started = True
+        await self._out({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        await self._out({"type": "http.response.body", "body": payload, "more_body": False})
+
+    async def start_stream(self, status: int) -> None:
+        self.started = True
+        await self._out({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+    async def chunk(self, data: bytes) -> None:
+        await self._out({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self) -> None:
+        await self._out({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ModelProxy:
+    """The ASGI app and the session table of one loopback listener."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.url = ""
+        # The live calls' upstream key when the daemon read one from a file (``resolve_upstream``).
+        self.upstream_key: str | None = None
+        self._sessions: dict[str, ProxySession] = {}
+        # How long an agent's request body (model or MCP) may take to arrive whole.
+        self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
+
+    def attach(self, session: ProxySession) -> str:
+        """Mount a session; returns its capability (the path segment after ``/r/``)."""
+        capability = secrets.token_urlsafe(24)
+        self._sessions[capability] = session
+        return capability
+
+    def detach(self, capability: str) -> None:
+        self._sessions.pop(capability, None)
+
+    def base(self, capability: str) -> str:
+        return f"{self.url}/r/{capability}"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await answer_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        reply = _AsgiReply(send)
+        parts = scope["path"].split("/", 3)  # "", "r", capability, rest
+        rest = parts[3].strip("/") if len(parts) == 4 else ""
+        wire = ROUTES.get(rest, OPENAI_CHAT)
+        session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
+        if session is None:
+            await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
+            return
+        if rest.startswith("mcp/"):
+            await serve_mcp(session.mcp_lanes, rest[4:], scope, receive, send, deadline=self.body_timeout_seconds)
+            return
+        if rest in ("v1/models", "models") and scope["method"] == "GET":
+            await reply.json(200, {"object": "list", "data": []})
+            return
+        if rest not in ROUTES or scope["method"] != "POST":
+            await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
+            return
+        try:
+            raw = await read_body(asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES)
+        except Disconnected:
+            return
+        except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
+            await reply.json(refused.status, error_body(wire, refused.status, refused.message))
+            return
+        try:
+            body = parse_strict(raw, "the request body")
+        except MalformedJson as exc:
+            await reply.json(400, error_body(wire, 400, exc.message))
+            return
+        if not isinstance(body, dict):
+            await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        await session.handle(wire, body, headers, reply)
+
+
+@asynccontextmanager
+async def open_model_proxy(
+    port: int = 0, *, host: str = "127.0.0.1", wrap: Callable[[ModelProxy], Any] | None = None
+) -> AsyncIterator[ModelProxy]:
+    """Run a loopback proxy listener for the body of the ``async with``.
+
+    ``wrap`` turns the proxy into the ASGI app actually served, for a caller
+    that watches every request (``salvor doctor`` names the paths it refused).
+    """
+    timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
+    async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
+        proxy = ModelProxy(client)
+        stop = trio.Event()
+        # The body's own exception leaves as itself, not wrapped in the nursery's group.
+        failure: BaseException | None = None
+        config = listener_config(f"{host}:{port}", "salvor.proxy.http", graceful_timeout=1.0)
+        async with trio.open_nursery() as nursery:
+
+            async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                app = wrap(proxy) if wrap is not None else proxy
+                await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+
+            binds = await nursery.start(run)
+            proxy.url = binds[0].rstrip("/")
+            try:
+                yield proxy
+            except trio.Cancelled:
+                raise
+            except BaseException as exc:  # noqa: BLE001 -- re-raised below, unwrapped by the nursery
+                failure = exc
+            finally:
+                stop.set()
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure

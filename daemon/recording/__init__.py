@@ -1,0 +1,43 @@
+"""A run's write-ahead record: the store access (one writer thread, batched appends) and the run context
+that records every call before it happens.
+
+Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``tools``).
+"""
+
+from __future__ import annotations
+
+from ._refusals import (
+    needs_reconciliation,
+    parse_run_id,
+)
+from ._run_context import (
+    DriveInterrupted,
+    Parked,
+    RunContext,
+    outcome_output,
+    slept,
+    tool_error,
+    utc_now,
+    wait_event,
+)
+from ._store_access import (
+    StoreAccess,
+    claim_to_settle,
+    open_store_access,
+)
+
+__all__ = [
+    "DriveInterrupted",
+    "Parked",
+    "RunContext",
+    "StoreAccess",
+    "claim_to_settle",
+    "needs_reconciliation",
+    "open_store_access",
+    "outcome_output",
+    "parse_run_id",
+    "slept",
+    "tool_error",
+    "utc_now",
+    "wait_event",
+]

@@ -1,0 +1,174 @@
+"""The driving set: which runs a driver task in this process is driving now.
+
+It is the single truth behind ``driver: attached``. One driver per run: a
+second start of a run already being driven is a no-op. A driver removes
+itself in ``finally``, whatever ends it (the run rested, failed, or the
+daemon is stopping), so the set is exact, not a heuristic.
+
+Drives are paced: at most ``concurrency`` drive at once, and of those at
+most ``launches`` are starting local processes (a process agent, a built-in
+agent's stdio MCP servers) at any moment. A launch holds its slot until the
+run records something, its drive ends, or ``launch_settle_seconds`` pass:
+an interpreter that starts costs a core for a while, and after a restart
+dozens of them starting at once starve the server's own thread. A drive
+that stops on a store fault is handed to ``healing``, which drives it again
+once the store accepts writes.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+from salvor.protocol import CodedError
+from salvor.store import store_fault
+
+from ..agents import AgentDefinition
+from ._healing import StoreHealing
+from ._runtime import Runtime
+
+log = logging.getLogger("salvor.drivers")
+
+
+def launches_processes(agent: AgentDefinition) -> bool:
+    """Whether a drive of ``agent`` starts local processes: a process agent, or stdio MCP servers."""
+    return agent.kind == "process" or any(server.command is not None for server in agent.mcp_servers)
+
+
+class _LaunchSlot:
+    """One of the launch slots, released once (by whichever of its ends comes first)."""
+
+    __slots__ = ("_held", "_slots")
+
+    def __init__(self, slots: trio.Semaphore) -> None:
+        self._slots = slots
+        self._held = True
+
+    def release(self, *_: object) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
+
+
+class DriverSet:
+    """Driver tasks, one per run, in a nursery owned by the server."""
+
+    def __init__(self, runtime: Runtime, nursery: trio.Nursery, *, concurrency: int = 64, launches: int = 2,
+                 launch_settle_seconds: float = 1.0, healing: StoreHealing | None = None) -> None:
+        self.runtime = runtime
+        self._nursery = nursery
+        self._scopes: dict[str, trio.CancelScope] = {}
+        # Runs asked to be driven while a driver was still finishing: driven
+        # once more when it ends, so a resume racing a park is never lost.
+        self._again: set[str] = set()
+        # Bounds how many drives touch providers and tools at once (recovery
+        # after a restart may find thousands of interrupted runs).
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self._launches = trio.Semaphore(launches)
+        self._launch_settle = launch_settle_seconds
+        self._tasks: set[trio.CancelScope] = set()
+        # Runs recovery handed over whose drive has not begun yet (waiting for a slot).
+        self._recovering: set[str] = set()
+        self.healing = healing if healing is not None else StoreHealing()
+        self._closed = False
+
+    def driving(self, run_id: str) -> bool:
+        return run_id in self._scopes
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    @property
+    def recovering(self) -> int:
+        """How many runs recovery started that are still waiting for their drive to begin."""
+        return len(self._recovering)
+
+    def start(self, run_id: str, agent: AgentDefinition | None = None, *, recovery: bool = False) -> bool:
+        """Start driving ``run_id``; if a driver already is, it drives once more when it ends.
+
+        Returns True when a new driver task was started (never once the set is stopping).
+        """
+        if self._closed:
+            return False
+        if run_id in self._scopes:
+            self._again.add(run_id)
+            return False
+        # Whoever starts it now (a resume, a wake, the healer itself), it is not waiting for the healer.
+        self.healing.forget(run_id)
+        scope = trio.CancelScope()
+        self._scopes[run_id] = scope
+        if recovery:
+            self._recovering.add(run_id)
+        self._nursery.start_soon(self._drive, run_id, agent, scope, name=f"drive {run_id}")
+        return True
+
+    async def _drive(self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope) -> None:
+        how = None  # stays None when the drive was cancelled: it proved nothing about the store
+        try:
+            with scope:
+                async with self._limiter:
+                    if agent is None:
+                        agent = await self.runtime.load_agent((await self.runtime.view(run_id)).agent_def_hash)
+                    view = await self._drive_paced(run_id, agent)
+                how = f"rested {view.state.value}"
+                log.info("run %s %s", run_id, how)
+        except CodedError as exc:
+            if store_fault(exc):
+                self.healing.stopped(run_id, exc)
+            # The run keeps its log; the failure is this drive's, not the daemon's.
+            how = f"drive stopped: {exc.message}"
+            log.warning("run %s: %s", run_id, how)
+        except Exception:
+            how = "drive crashed"
+            log.exception("run %s: drive crashed; its log is intact and a resume retries it", run_id)
+        finally:
+            self._recovering.discard(run_id)
+            if how is not None and not self.healing.waiting(run_id):
+                self.healing.settled(run_id, how)
+            if self._scopes.get(run_id) is scope:
+                del self._scopes[run_id]
+                if run_id in self._again and not scope.cancel_called:
+                    self._again.discard(run_id)
+                    self.start(run_id, agent)
+
+    async def _drive_paced(self, run_id: str, agent: AgentDefinition):
+        if not launches_processes(agent):
+            self._recovering.discard(run_id)
+            return await self.runtime.drive(run_id, agent=agent)
+        await self._launches.acquire()
+        slot = _LaunchSlot(self._launches)
+        self._recovering.discard(run_id)
+
+        async def settle() -> None:
+            await trio.sleep(self._launch_settle)
+            slot.release()
+
+        timer = self.spawn(settle, name=f"launch slot {run_id}")
+        try:
+            return await self.runtime.drive(run_id, agent=agent, on_record=slot.release)
+        finally:
+            slot.release()
+            timer.cancel()
+
+    def spawn(self, fn: Callable[[], Awaitable[None]], *, name: str) -> trio.CancelScope:
+        """Run a short task that belongs to no driver (a streamed client step) until it ends or the
+        server stops; cancelling the returned scope ends it early."""
+        scope = trio.CancelScope()
+        self._tasks.add(scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await fn()
+            finally:
+                self._tasks.discard(scope)
+
+        self._nursery.start_soon(run, name=name)
+        return scope
+
+    def cancel_all(self, reason: str) -> None:
+        """Cancel every driver and task, and start no more; each run is left at its last durable event."""
+        self._closed = True
+        self._again.clear()
+        for scope in [*self._scopes.values(), *self._tasks]:
+            scope.cancel(reason=reason)

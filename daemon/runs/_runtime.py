@@ -1,0 +1,413 @@
+"""The verbs on runs: start, drive, resume, resolve, abandon, wake.
+
+Shared by the CLI and the HTTP layer. Each verb checks everything it can
+before it records anything: a refusal (``OperationRefused``) leaves the store
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from salvor.protocol import (
+    EMPTY_VIEW,
+    MAX_NESTING,
+    TERMINAL_STATES,
+    Envelope,
+    Resumed,
+    RunAbandoned,
+    RunFailed,
+    RunStarted,
+    RunState,
+    RunView,
+    SchemaViolation,
+    ToolCallCompleted,
+    check_labels,
+    parse_instant,
+    validate,
+    validate_budget_extension,
+)
+from salvor.store import RunSummary, SeqConflict
+
+from ..agents import (
+    AgentDefinition,
+    Credentials,
+    DefinitionError,
+    drive,
+    offered_besides_mcp,
+    parse_definition,
+)
+from ..client_runs import ClientTool, check_resolution
+from ..mcp import McpBuildError, check_buildable, missing_program
+from ..processes import MARK_VAR, PortClaims, store_fingerprint
+from ..proxies import ModelProxy
+from ..recording import StoreAccess, claim_to_settle, needs_reconciliation, parse_run_id, utc_now
+from ..tools import ToolRegistry
+from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
+
+log = logging.getLogger("salvor.runs")
+
+MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeDecision:
+    """What a resume found: ``driving`` (drive the run now) or ``finished`` (leave it)."""
+
+    outcome: str
+    view: RunView
+
+
+class Runtime:
+    """Run operations over one store and one tool registry."""
+
+    def __init__(
+        self,
+        access: StoreAccess,
+        registry: ToolRegistry,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        proxy: ModelProxy | None = None,
+        process_restarts: int = 0,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.access = access
+        # Which key goes to which model endpoint; the command line's by default.
+        self.credentials = credentials or Credentials()
+        # The loopback model proxy process agents are driven through; None
+        # starts one per drive (the CLI).
+        self.proxy = proxy
+        # How often one drive starts a process agent again after a signal killed it.
+        self.process_restarts = process_restarts
+        self.registry = registry
+        # Every clock reading of a drive comes from here (and is recorded).
+        self.clock = clock
+        # Which run holds each service agent's loopback port.
+        self.ports = PortClaims()
+
+    # -- agents -------------------------------------------------------------
+
+    async def build_agent(self, agent: AgentDefinition) -> None:
+        """Build the agent as a drive would, to refuse one that cannot run before it is stored.
+
+        Each MCP server is started or reached, lists its tools, and is closed
+        again; every tool the definition names must be there, and no two
+        tools the model is offered may share a name.
+
+        A process agent is not built: its MCP servers are the agent's own
+        tools, reached through salvor's stand-ins only while it runs.
+
+        Raises:
+            OperationRefused: bad_request naming the server and why.
+        """
+        if agent.kind == "process":
+            # Its stdio servers are started only by a drive; a program that is
+            # not there is refused now rather than failing every run later.
+            for spec in agent.mcp_servers:
+                if (problem := missing_program(spec, os.environ)) is not None:
+                    raise bad_request(f"the agent definition does not build: {problem}")
+            return
+        try:
+            await check_buildable(
+                agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}
+            )
+        except McpBuildError as exc:
+            raise bad_request(f"the agent definition does not build: {exc}") from None
+
+    async def register_agent(self, agent: AgentDefinition) -> bool:
+        """Store the definition content-addressed; True when it was new."""
+        return await self.access.read(
+            lambda: self.access.store.put_agent(
+                agent.agent_def_hash, format=agent.stored_format, definition=agent.stored_text, name=agent.name
+            )
+        )
+
+    async def load_agent(self, agent_def_hash: str) -> AgentDefinition:
+        """Rebuild a stored definition.
+
+        Raises:
+            OperationRefused: unknown_agent when it is not stored, bad_request
+                when it no longer validates here (a tool this daemon lacks).
+        """
+        stored = await self.access.read(self.access.store.get_agent, agent_def_hash)
+        if stored is None:
+            raise unknown_agent(agent_def_hash)
+        try:
+            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names())
+        except DefinitionError as exc:
+            raise bad_request(f"stored agent {agent_def_hash} no longer builds here: {exc}") from None
+
+    # -- reads ----------------------------------------------------------------
+
+    async def view(self, run_id: str) -> RunView:
+        view = await self.access.read(self.access.store.read_view, run_id)
+        if view is None:
+            raise unknown_run(run_id)
+        return view
+
+    async def find_view(self, run_id: str) -> RunView | None:
+        """The run's folded view, or None when the store holds no such run."""
+        return await self.access.read(self.access.store.read_view, run_id)
+
+    async def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
+        """The run's events from ``from_seq`` on; empty for an unknown run or a cursor at the end."""
+        return await self.access.read(self.access.store.read_log, run_id, from_seq)
+
+    async def list_agents(self) -> list:
+        return await self.access.read(self.access.store.list_agents)
+
+    async def find_agent(self, agent_def_hash: str) -> Any:
+        """The stored agent row, or None."""
+        return await self.access.read(self.access.store.get_agent, agent_def_hash)
+
+    async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
+        """One page of run summaries (``EventStore.list_runs``'s filters) and the next page's cursor."""
+        return await self.access.read(lambda: self.access.store.list_runs(**filters))
+
+    async def interrupted_runs(self) -> list[str]:
+        return await self.access.read(self.access.store.interrupted_runs)
+
+    @property
+    def store_url(self) -> str:
+        return self.access.store.url
+
+    async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
+        log = await self.access.read(self.access.store.read_log, run_id, from_seq)
+        if not log and from_seq == 0:
+            raise unknown_run(run_id)
+        return log
+
+    # -- verbs ----------------------------------------------------------------
+
+    async def start_run(
+        self,
+        agent: AgentDefinition,
+        run_input: Any,
+        *,
+        labels: dict[str, str] | None = None,
+        run_id: str | None = None,
+        register: bool = True,
+        replay_of: str | None = None,
+    ) -> str:
+        """Record a new run's head; once this returns the run exists durably.
+
+        ``register=False`` when the definition was just read from this store.
+        ``replay_of`` makes the run a re-run of that completed run: its input
+        is the origin's (``run_input`` is ignored), and every model call it
+        makes must reproduce the origin's call at the same position.
+
+        Raises:
+            OperationRefused: bad_request for labels over the bounds or a
+                re-run of a built-in agent, run_exists when ``run_id``
+                already has history, unknown_run / wrong_state when the
+                origin is missing or not completed, port_held when the
+                service agent's proxy port is held by another live run of
+                this daemon.
+        """
+        try:
+            check_labels(labels)
+        except SchemaViolation as exc:
+            raise bad_request(exc.message) from None
+        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        if replay_of is not None:
+            run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
+            replay_of = parse_run_id(replay_of)
+        port = agent.service.proxy_port if agent.service is not None else None
+        if port is not None and (holder := self.ports.claim(port, run_id)) is not None:
+            raise port_held(port, holder)
+        # From here the claim belongs to this run; its drive lets it go.
+        try:
+            if register:
+                await self.register_agent(agent)
+            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
+            # A run id with history fails the append itself (seq 0 is taken).
+            try:
+                await self.access.append(run_id, [head], EMPTY_VIEW)
+            except SeqConflict:
+                raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+        except BaseException:
+            if port is not None:
+                self.ports.release(port, run_id)
+            raise
+        return run_id
+
+    async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
+        """The view of the run a re-run of ``agent`` would reproduce, once it is known to be one.
+
+        Raises:
+            OperationRefused: unknown_run, wrong_state (the origin has not
+                completed), bad_request (a built-in agent, or an origin that
+                is itself driven by a client).
+        """
+        if agent.kind == "builtin":
+            raise bad_request(
+                "`replay_of` re-runs agent processes against their recorded model calls; this agent is a built-in "
+                "one, whose recorded runs `salvor replay --dry-run RUN` derives without executing anything"
+            )
+        view = await self.view(origin)
+        if view.state is not RunState.COMPLETED:
+            raise OperationRefused(
+                "wrong_state", 409,
+                f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
+                details={"replay_of": origin, "state": view.state.value},
+            )
+        if view.driven_by == "client":
+            raise bad_request(f"run {origin} was driven by a client; a re-run reproduces an agent process's run")
+        return view
+
+    async def drive(
+        self,
+        run_id: str,
+        *,
+        agent: AgentDefinition | None = None,
+        on_record: Callable[[list[Envelope]], None] | None = None,
+    ) -> RunView:
+        """Drive a run to its next resting point (see ``_agent_loop.drive``).
+
+        Error handling:
+            A log holding a value nested deeper than Python can walk (written
+            before input was bounded, or sent by a trusted peer such as a model
+            or an MCP server) would crash every drive the same way; instead the
+            run fails with a RunFailed saying so, and the drive returns its view.
+        """
+        if agent is None:
+            view = await self.view(run_id)
+            agent = await self.load_agent(view.agent_def_hash)
+        try:
+            return await drive(
+                self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
+                process_restarts=self.process_restarts, ports=self.ports, credentials=self.credentials,
+            )
+        except* RecursionError:
+            pass  # answered below, outside the handler (an except* clause cannot return)
+        finally:
+            if agent.service is not None:
+                # The claim start_run took, should the drive end before it held the port.
+                self.ports.release(agent.service.proxy_port, run_id)
+        return await self._fail_too_deep(run_id)
+
+    async def _fail_too_deep(self, run_id: str) -> RunView:
+        view = await self.view(run_id)
+        if view.state in TERMINAL_STATES:
+            return view
+        _, view = await self.access.append(run_id, [RunFailed(error=(
+            f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
+            f"most {MAX_NESTING} levels"))], view)
+        log.warning("run %s failed: its log holds a value nested too deeply to drive", run_id)
+        return view
+
+    async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
+        """Decide how to continue a run, recording its Resumed event when it was parked.
+
+        Returns ``driving`` when the caller should now drive the run, or
+        ``finished`` for a completed, failed or abandoned run (left alone).
+
+        Raises:
+            OperationRefused: unknown_run, client_driven_run, bad_request (a
+                parked run with no input, or one its schema rejects),
+                needs_reconciliation, still_sleeping, unknown_agent.
+        """
+        view = await self.view(run_id)
+        if view.driven_by == "client":
+            raise OperationRefused(
+                "client_driven_run",
+                409,
+                f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
+                f"daemon never becomes a second writer against the client's lease",
+            )
+        state = view.state
+        if view.terminal:
+            return ResumeDecision("finished", view)
+        if state is RunState.NEEDS_RECONCILIATION:
+            raise needs_reconciliation(run_id, view)
+        if state is RunState.SLEEPING:
+            wake_at = parse_instant(view.detail["wake_at"])
+            now = now or self.clock()
+            if now < wake_at:
+                remaining = math.ceil((wake_at - now).total_seconds())
+                raise OperationRefused(
+                    "still_sleeping",
+                    409,
+                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
+                    f"another {remaining}s; it is not waiting on input and continues when its deadline "
+                    f"passes and something wakes it (`salvor wake`)",
+                    details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
+                )
+        await self.load_agent(view.agent_def_hash)
+        if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
+            if run_input is MISSING:
+                what = (
+                    "an input matching its input_schema"
+                    if state is RunState.SUSPENDED
+                    else 'a budget extension such as {"extend_by": 1000}'
+                )
+                raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
+            try:
+                if state is RunState.SUSPENDED:
+                    validate(view.detail["input_schema"], run_input, what="the resume input")
+                else:
+                    validate_budget_extension(run_input)
+            except SchemaViolation as exc:
+                raise bad_request(exc.message, details={"violations": exc.violations}) from None
+            _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
+        return ResumeDecision("driving", view)
+
+    async def resolve(self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]) -> RunView:
+        """Record by hand what a dangling write did. Records one event; drives nothing.
+
+        A write a client performed is checked against its declaration in
+        ``client_tools`` first; a write salvor performed is not (it witnessed it).
+
+        Raises:
+            OperationRefused: unknown_run, wrong_state when the run has no open write, or
+                bad_request when a client's write has no declaration here or the output fails it.
+        """
+        view = await self.view(run_id)
+        if view.state is not RunState.NEEDS_RECONCILIATION:
+            if view.pending is not None:
+                then = (
+                    "its client performs it again on its next drive, and it needs nobody"
+                    if view.driven_by == "client" else f"`salvor resume {run_id}` finishes it"
+                )
+                raise wrong_state(
+                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
+                    f"at seq {view.pending.seq} is safe to perform again, so {then}"
+                )
+            raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
+        seq = view.pending.seq
+        if view.pending.performed_by == "client":
+            check_resolution(client_tools, view.pending.tool, view.pending.input, output)
+        # A write that claimed its idempotency identity is settled with it, so
+        # a later call under the same key copies this outcome.
+        settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
+        _, view = await self.access.append(
+            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by="operator")], view, settle=settle
+        )
+        return view
+
+    async def abandon(self, run_id: str, reason: str | None = None) -> tuple[int, RunView]:
+        """Retire a run by hand with a terminal RunAbandoned; returns (appended seq, view).
+
+        Raises:
+            OperationRefused: unknown_run, or wrong_state for a terminal run.
+        """
+        view = await self.view(run_id)
+        if view.terminal:
+            raise wrong_state(f"run {run_id} is already {view.state.value}; there is nothing left to abandon")
+        unresolved = None
+        if view.state is RunState.NEEDS_RECONCILIATION:
+            unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}
+        envelopes, view = await self.access.append(
+            run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
+        )
+        return envelopes[-1].seq, view
+
+    async def due_runs(self, now: datetime | None = None) -> list[str]:
+        return await self.access.read(self.access.store.due_runs, now or self.clock())

@@ -1,0 +1,301 @@
+"""``salvor serve``: the daemon's root nursery and the services in it.
+
+Lifetimes, outermost first: the store lock (``_store_owner``: taken before
+anything else, so a second daemon over the same store touches nothing), the
+store (its writer thread), then one nursery
+holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
+watcher and the watchdog. Each service reports started only once it is bound
+or loaded; systemd hears READY=1 after all of them. Recovery comes after
+READY: the interrupted runs go to the driving set, which paces them (so many
+drive at once, so few start processes at once) while the server answers.
+Store faults heal in the drivers' nursery too (``_store_healing``).
+
+Graceful stop (SIGTERM, SIGINT): stop accepting, cancel drivers with a
+reason, end streams, exit 0 within a deadline. A run cut mid-effect keeps its
+open intent, the legal crash state; the next start recovers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+from salvor.protocol import CodedError
+
+from ..agents import Credentials
+from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
+from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
+from ..processes import sweep_orphans
+from ..proxies import open_model_proxy
+from ..recording import open_store_access
+from ..runs import SERVE, DriverSet, EventHub, Runtime, own_store
+from ..tools import ToolRegistry, demo_registry
+from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
+from ..web import serve as serve_asgi
+from ._notify import Notifier
+
+log = logging.getLogger("salvor.serve")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8420
+    store_url: str
+    auth_token: str | None = None
+    wake_interval: float = 60.0
+    demo_tools: bool = False
+    shutdown_seconds: float = 10.0
+    recovery_concurrency: int = 64
+    # How many drives may be starting local processes (agents, stdio MCP
+    # servers) at once, and how long each start holds its slot at most:
+    # an interpreter starting takes a core for a while.
+    process_launches: int = 2
+    launch_settle_seconds: float = 1.0
+    # Event streams: how often a quiet stream reads the store for another
+    # process's writes, how often it sends a keep-alive comment, and how long
+    # a run nothing here drives may stay quiet before its stream ends detached.
+    stream_poll_seconds: float = 1.0
+    heartbeat_seconds: float = 15.0
+    detach_grace_seconds: float = 5.0
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
+    # The loopback model proxy process agents call through (127.0.0.1 only;
+    # 0 picks a free port).
+    proxy_port: int = 0
+    # Process agents registered over HTTP run commands here: the operator opts in.
+    allow_process_agents: bool = False
+    # How long a client-driven run's drive token holds without a driving call.
+    lease_ttl: float = DEFAULT_TTL_SECONDS
+    # Client-performed tool declarations (--client-tool), by name.
+    client_tools: dict = field(default_factory=dict)
+    # How often a drive restarts a process agent a signal killed before it
+    # leaves the run for a resume.
+    process_restarts: int = 3
+    # The operator's model endpoints, MCP origins and key files
+    # (--model-endpoint, --mcp-origin); None: only the implicit ones.
+    credentials: Credentials | None = None
+
+
+def build_commit() -> str | None:
+    """The short git hash of the checkout this code runs from (``-dirty`` with local changes)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
+
+
+async def interrupted_runs(
+    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+) -> list[str]:
+    """The server-driven runs the log says were interrupted (one index read, nothing per run).
+
+    ``driven_elsewhere`` names, in one call, the runs another live salvor (a
+    ``salvor run``) drives right now: they are not interrupted, so they are
+    left out.
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+    """
+    runtime = state.runtime
+    interrupted = await runtime.interrupted_runs()
+    if driven_elsewhere is None:
+        return interrupted
+    skip = await trio.to_thread.run_sync(driven_elsewhere, interrupted)
+    return [run_id for run_id in interrupted if run_id not in skip]
+
+
+def recover(state: ServerState, run_ids: list[str]) -> int:
+    """Hand every interrupted run to the driving set; returns how many drivers were started.
+
+    Nothing is read here, and nothing waits: each driver loads its run's
+    view and agent itself, inside the driving set's bounds (how many drive
+    at once, how many start processes at once), so the server answers while
+    recovery goes on. A run whose agent this store does not hold (or that no
+    longer builds) is logged by its driver and left as it is.
+    """
+    return sum(state.drivers.start(run_id, recovery=True) for run_id in run_ids)
+
+
+async def recover_interrupted(
+    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+) -> int:
+    """Start a driver for every interrupted server-driven run; returns how many."""
+    return recover(state, await interrupted_runs(state, driven_elsewhere))
+
+
+async def sweep_once(state: ServerState) -> int:
+    """Re-drive every sleeping run whose instant has passed, through the resume path."""
+    woken = 0
+    for run_id in await state.runtime.due_runs():
+        if state.drivers.driving(run_id):
+            continue
+        try:
+            await refuse_if_driven_elsewhere(state, run_id)
+            decision = await state.runtime.resume(run_id)
+        except CodedError as exc:
+            # One bad run does not stop the sweep; it stays due.
+            log.warning("sleeping run %s not woken: %s", run_id, exc.message)
+            continue
+        if decision.outcome == "driving":
+            woken += state.drivers.start(run_id)
+    return woken
+
+
+async def _sweep_forever(state: ServerState, interval: float) -> None:
+    while True:
+        await sweep_once(state)
+        await trio.sleep(interval)
+
+
+async def _watchdog(notifier: Notifier) -> None:
+    while True:
+        notifier.send("WATCHDOG=1")
+        await trio.sleep(notifier.watchdog_interval)
+
+
+async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
+                stop: trio.Event | None = None,
+                on_state: Callable[[ServerState], None] | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set). Reports started with the bound URLs.
+
+    ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
+    begins the same graceful stop a signal does, and ``on_state`` is handed
+    the routes' shared state once it exists.
+    """
+    notifier = Notifier()
+    registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
+    async with (
+        # First of all: while another live salvor serves this store (or a
+        # command line drives its runs), this one touches nothing.
+        own_store(config.store_url, SERVE, share=False) as locks,
+        open_store_access(config.store_url) as access,
+        open_model_proxy(config.proxy_port) as proxy,
+        open_model_executor() as executor,
+    ):
+        # Before anything can drive a run: the agents an earlier daemon over
+        # this store left running when it was killed would otherwise run on
+        # beside the copies recovery starts.
+        await sweep_orphans(access.store.url)
+        credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
+        proxy.upstream_key = credentials.upstream_key
+        runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts,
+                          credentials=credentials)
+        hub = EventHub()
+        access.on_commit.append(hub.publish)
+        stop = stop if stop is not None else trio.Event()
+        async with trio.open_nursery() as root:
+            async with trio.open_nursery() as drivers_nursery:
+                drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency,
+                                    launches=config.process_launches,
+                                    launch_settle_seconds=config.launch_settle_seconds)
+                state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
+                                    auth_token=config.auth_token, commit=build_commit(),
+                                    stream_poll_seconds=config.stream_poll_seconds,
+                                    heartbeat_seconds=config.heartbeat_seconds,
+                                    detach_grace_seconds=config.detach_grace_seconds,
+                                    body_timeout_seconds=config.body_timeout_seconds,
+                                    allow_process_agents=config.allow_process_agents,
+                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
+                                    client_tools=dict(config.client_tools), credentials=credentials,
+                                    driven_elsewhere=locks.runs_held_elsewhere)
+                if on_state is not None:
+                    on_state(state)
+                hyper = listener_config(f"{config.host}:{config.port}", "salvor.http",
+                                        graceful_timeout=config.shutdown_seconds)
+                in_flight = InFlight(AppendFront(create_app(state), state))
+
+                async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+
+                try:
+                    binds = await root.start(serve_http)
+                except (OSError, BaseExceptionGroup) as exc:
+                    failed = _bind_failure(exc)
+                    if failed is None:
+                        raise
+                    raise OperationRefused(
+                        "listen_failed", 503,
+                        f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+                        "stop what holds it, or pick another address with --listen",
+                    ) from None
+                await trio.to_thread.run_sync(locks.announce, binds[0])
+                root.start_soon(_watch_signals, stop)
+                interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
+                if config.wake_interval > 0:
+                    root.start_soon(_sweep_forever, state, config.wake_interval)
+                if notifier.watchdog_interval:
+                    root.start_soon(_watchdog, notifier)
+                # Cancelled with the drivers: nothing is re-driven once a stop began.
+                drivers.spawn(lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
+                              name="store healing")
+                log.info("salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
+                         ", ".join(binds), proxy.url, len(interrupted))
+                # READY before any run is driven again: recovery is paced behind
+                # it by the driving set's bounds and the server answers meanwhile.
+                notifier.send("READY=1")
+                task_status.started(binds)
+                recover(state, interrupted)
+                await stop.wait()
+                notifier.send("STOPPING=1")
+                state.stopping.set()
+                drivers.cancel_all("salvor is stopping; each run keeps its log and resumes on the next start")
+            # Responses in flight finish first (a stream sends its end frame
+            # and closes cleanly), within the deadline. Idle keep-alive
+            # connections are not waited for: they carry nothing.
+            with trio.move_on_after(config.shutdown_seconds):
+                await in_flight.wait_idle()
+            root.cancel_scope.cancel(reason="salvor stopped")
+
+
+def _bind_failure(exc: BaseException) -> OSError | None:
+    """The OSError a failed bind raised, out of the nurseries it came through; None for anything else."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, OSError) else None
+
+
+class InFlight:
+    """ASGI wrapper counting HTTP requests in progress, so a stop can wait for them alone."""
+
+    def __init__(self, app) -> None:
+        self._app = app
+        self._count = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        if self._count == 0:
+            self._idle = trio.Event()
+        self._count += 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            self._count -= 1
+            if self._count == 0:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+
+async def _watch_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            stop.set()
+            return

@@ -1,0 +1,36 @@
+"""The tool registry (what a tool is, its effect, how a call is dispatched) and the demo tools.
+
+Rule: imports only ``processes`` and below.
+"""
+
+from __future__ import annotations
+
+from ._demo import (
+    demo_registry,
+)
+from ._registry import (
+    DispatchFailed,
+    NotPerformed,
+    OutcomeUnknown,
+    SleepUntil,
+    Suspend,
+    Tool,
+    ToolCall,
+    ToolFailed,
+    ToolRegistry,
+    dispatch,
+)
+
+__all__ = [
+    "DispatchFailed",
+    "NotPerformed",
+    "OutcomeUnknown",
+    "SleepUntil",
+    "Suspend",
+    "Tool",
+    "ToolCall",
+    "ToolFailed",
+    "ToolRegistry",
+    "demo_registry",
+    "dispatch",
+]

@@ -1,0 +1,83 @@
+"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its refusals,
+request values, outbound TLS.
+
+Rule: knows HTTP, not runs. Imports nothing else from the daemon.
+"""
+
+from __future__ import annotations
+
+from ._asgi import (
+    answer_lifespan,
+)
+from ._errors import (
+    OperationRefused,
+    bad_request,
+    internal,
+    port_held,
+    unknown_agent,
+    unknown_run,
+    wrong_state,
+)
+from ._listener import (
+    listener_config,
+    serve,
+)
+from ._request_body import (
+    BODY_TIMEOUT_SECONDS,
+    Disconnected,
+    asgi_chunks,
+    read_body,
+)
+from ._routes import (
+    bearer_matches,
+    body_bytes,
+    check_bearer,
+    error_response,
+    json_object,
+    json_response,
+    object_from,
+    unauthorized,
+    whole_number,
+)
+from ._tls import (
+    tls_context,
+)
+from ._values import (
+    HEADER_NAME,
+    PLACEHOLDER,
+    header_placeholders,
+    is_http_url,
+    stray_placeholder,
+)
+
+__all__ = [
+    "BODY_TIMEOUT_SECONDS",
+    "HEADER_NAME",
+    "PLACEHOLDER",
+    "Disconnected",
+    "OperationRefused",
+    "answer_lifespan",
+    "asgi_chunks",
+    "bad_request",
+    "bearer_matches",
+    "body_bytes",
+    "check_bearer",
+    "error_response",
+    "header_placeholders",
+    "internal",
+    "is_http_url",
+    "json_object",
+    "json_response",
+    "listener_config",
+    "object_from",
+    "port_held",
+    "read_body",
+    "serve",
+    "stray_placeholder",
+    "tls_context",
+    "unauthorized",
+    "unknown_agent",
+    "unknown_run",
+    "whole_number",
+    "wrong_state",
+]

@@ -1,0 +1,94 @@
+"""The daemon's rooms: every module sits in one sub-package, packages import one way (bottom up,
+as ``salvor.daemon.LAYERS`` lists them), only through each other's ``__init__``, and each
+``__init__`` re-exports exactly the names it lists in ``__all__``."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import salvor.daemon
+from salvor.daemon import LAYERS
+
+DAEMON = Path(salvor.daemon.__file__).resolve().parent
+APART = ("standin",)
+PACKAGES = sorted(p.name for p in DAEMON.iterdir() if (p / "__init__.py").exists())
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((DAEMON / package).glob("*.py"))
+
+
+def imports(path: Path) -> list[ast.ImportFrom | ast.Import]:
+    return [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.ImportFrom | ast.Import)]
+
+
+def test_every_module_lives_in_a_room() -> None:
+    loose = sorted(p.name for p in DAEMON.glob("*.py") if p.name != "__init__.py")
+    assert loose == []
+    assert sorted(LAYERS + APART) == PACKAGES
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_a_package_imports_only_the_packages_below_it_through_their_front_door(package: str) -> None:
+    below = set(LAYERS[: LAYERS.index(package)])
+    for path in modules(package):
+        for node in imports(path):
+            where = f"{package}/{path.name}:{node.lineno}"
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+                assert not any(n.startswith("salvor.daemon") for n in names), where
+                continue
+            if node.level == 0:
+                # The daemon reaches its own packages relatively, so the layering is visible here.
+                assert not (node.module or "").startswith("salvor.daemon"), f"{where} imports {node.module}"
+            elif node.level == 1:
+                # ``__main__`` starts the package through its front door; elsewhere name the module.
+                assert node.module or path.name == "__main__.py", f"{where}: `from . import` hides the module"
+            else:
+                assert node.level == 2 and node.module, where
+                target, _, private = node.module.partition(".")
+                assert not private, f"{where} reaches into {node.module}; import it from {target}"
+                assert target in below, f"{where}: {package} may not import {target} (not below it)"
+
+
+def test_the_standin_uses_the_standard_library_only() -> None:
+    for path in modules("standin"):
+        for node in imports(path):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not getattr(node, "level", 0)
+            for name in names:
+                assert name.split(".")[0] in sys.stdlib_module_names or name == "__future__", name
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_each_front_door_states_its_rule_and_exports_exactly_what_it_lists(package: str) -> None:
+    init = DAEMON / package / "__init__.py"
+    tree = ast.parse(init.read_text())
+    doc = ast.get_docstring(tree) or ""
+    assert "Rule:" in doc, f"{package}/__init__.py should open with its rule"
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    imported.discard("annotations")
+    module = importlib.import_module(f"salvor.daemon.{package}")
+    assert sorted(module.__all__) == sorted(imported), f"{package}: __all__ and its imports differ"
+    for name in module.__all__:
+        assert getattr(module, name, None) is not None, f"{package}.{name} does not resolve"
+
+
+def test_every_name_a_package_takes_from_another_is_exported() -> None:
+    for package in LAYERS:
+        for path in modules(package):
+            for node in imports(path):
+                if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+                    exported = importlib.import_module(f"salvor.daemon.{node.module}").__all__
+                    for alias in node.names:
+                        assert alias.name in exported, f"{package}/{path.name} takes {alias.name} from {node.module}"
+
+
+def test_route_handlers_talk_to_the_runtime_never_to_the_store_behind_it() -> None:
+    for path in modules("api"):
+        text = path.read_text()
+        assert "access.store" not in text, f"api/{path.name} reaches through the Runtime to its store"
