@@ -20,7 +20,7 @@ from salvor.protocol import (
     MAX_NESTING,
     MalformedEvent,
     MalformedJson,
-    check_nesting,
+    check_document,
     check_schema,
     parse_strict,
     sha256_hash,
@@ -178,8 +178,9 @@ def parse_definition(
     """
     try:
         raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition")
-        # TOML nests through dotted keys and tables too: the parsed value is measured, by a stack.
-        check_nesting(raw, "the definition")
+        # TOML nests through dotted keys and tables too, and carries what JSON cannot (dates, inf,
+        # 64-bit integers): the parsed value is held to strict JSON's rules, by a stack.
+        check_document(raw, "the definition")
     except MalformedJson as exc:
         raise DefinitionError(exc.message) from None
     except (tomllib.TOMLDecodeError, ValueError) as exc:
