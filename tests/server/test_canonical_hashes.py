@@ -16,10 +16,12 @@ import pytest
 import rfc8785
 from salvor.protocol import Suspended, decode_envelope
 
+from tests.daemon.test_process_agent import SECRET
 from tests.support.scripted_provider import tool_loop_script
 
 from .api_support import assert_error, read_log_independently, seed_run, snapshot
 from .conftest import agent_toml
+from .test_process_agents import definition as process_definition
 
 BIG = 2**53  # the first integer RFC 8785 (and the `rfc8785` package) cannot write
 ONE_IN_RANGE = 2**53 - 1
@@ -234,3 +236,22 @@ async def test_a_models_big_integer_is_recorded_exactly_and_the_run_completes(
     envelopes = [decode_envelope(frame.split("data: ", 1)[1]) for frame in frames]
     assert [e.seq for e in envelopes] == [e.seq for e in log]
     assert [e.event for e in envelopes] == [e.event for e in log]
+
+
+async def test_a_process_agent_relays_a_models_big_integer_through_the_proxy(
+    server_factory, providers, tmp_path, monkeypatch
+) -> None:
+    # The agent sends the model's tool_use back in its next request: the proxy reads it exactly
+    # (refusing it, as the control plane would, would fail the run over the model's own words).
+    order = 2**70
+    server = await server_factory(allow_process_agents=True)
+    plan = [("lookup_invoice", {"invoice": "A-1", "order": order})]
+    provider = providers(tool_loop_script(plan, final_text="settled"))
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    agent = await server.register_agent(process_definition(tmp_path, "anthropic"))
+    run_id = await server.start_run(agent, "settle A-1")
+    body = await server.wait_resting(run_id)
+    assert body["status"] == {"state": "completed", "output": {"reply": "settled", "exit_code": 0}}
+    assert provider.call_count == 2
+    assert json.dumps(order) in json.dumps(provider.calls[-1].body)
