@@ -8,13 +8,14 @@ integer in a tool call's input is carried exactly and the run completes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tomllib
 
 import pytest
 import rfc8785
-from salvor.protocol import Suspended, decode_envelope
+from salvor.protocol import Suspended, decode_envelope, sha256_hash
 
 from tests.daemon.test_process_agent import SECRET
 from tests.support.scripted_provider import tool_loop_script
@@ -255,3 +256,35 @@ async def test_a_process_agent_relays_a_models_big_integer_through_the_proxy(
     assert body["status"] == {"state": "completed", "output": {"reply": "settled", "exit_code": 0}}
     assert provider.call_count == 2
     assert json.dumps(order) in json.dumps(provider.calls[-1].body)
+
+
+@pytest.mark.parametrize("fmt", ["toml", "json"])
+async def test_an_agent_stored_before_the_rule_still_runs_under_its_old_hash(
+    server, providers, fmt: str
+) -> None:
+    # An older daemon accepted (and hashed, with all the digits) a definition with an integer past
+    # 2**53. A new registration of it is refused, but the stored copy loads, so its runs go on.
+    provider = providers(tool_loop_script([]))
+    if fmt == "toml":
+        text = agent_toml(provider.base_url, extra=f"[budgets]\ntokens = {BIG + 1}\n")
+        old_hash = sha256_hash(tomllib.loads(text))
+    else:
+        document = {
+            "model": "scripted-model",
+            "budgets": {"tokens": 2**60},
+            "llm": {"base_url": provider.base_url, "max_retries": 0},
+        }
+        text, old_hash = json.dumps(document), sha256_hash(document)
+    response = await server.client.post(
+        "/v1/agents", content=text, headers={"Content-Type": f"application/{fmt}"}
+    )
+    assert_error(response, 400, "bad_request")
+    store = server.state.runtime.access.store
+    put = functools.partial(store.put_agent, old_hash, format=fmt, definition=text, name=None)
+    await server.state.runtime.access.read(put)
+
+    run_id = await server.start_run(old_hash, {"task": "go"})
+    body = await server.wait_resting(run_id)
+    assert body["status"] == {"state": "completed", "output": "done"}, body
+    log = await read_log_independently(server.store_url, run_id)
+    assert log[0].event.agent_def_hash == old_hash
