@@ -11,13 +11,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 import tomllib
 
 import pytest
 import rfc8785
 from salvor.protocol import Suspended, decode_envelope, sha256_hash
 
+from tests.daemon.test_mcp_standins import AGENT as MCP_AGENT
 from tests.daemon.test_process_agent import SECRET
+from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import tool_loop_script
 
 from .api_support import assert_error, read_log_independently, seed_run, snapshot
@@ -288,3 +291,35 @@ async def test_an_agent_stored_before_the_rule_still_runs_under_its_old_hash(
     assert body["status"] == {"state": "completed", "output": "done"}, body
     log = await read_log_independently(server.store_url, run_id)
     assert log[0].event.agent_def_hash == old_hash
+
+
+async def test_a_process_agent_passes_a_models_big_integer_to_an_mcp_server_through_its_stand_in(
+    server_factory, providers, tmp_path, monkeypatch
+) -> None:
+    # The model's tool call arguments go to the stand-in endpoint as a JSON-RPC body: read
+    # exactly there too, recorded, and handed to the real server to the digit.
+    order = 2**70
+    server = await server_factory(allow_process_agents=True)
+    provider = providers(
+        tool_loop_script([("lookup", {"key": "a", "n": order})], final_text="found")
+    )
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    (tmp_path / "fx").mkdir()
+    fx = FixtureServer(tmp_path / "fx")
+    script = tmp_path / "mcp_agent.py"
+    script.write_text(MCP_AGENT)
+    text = (
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script), "http"])}\n'
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
+        f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
+        'effects = { lookup = "read" }\n'
+    )
+    agent = await server.register_agent(text)
+    run_id = await server.start_run(agent, "look it up")
+    body = await server.wait_resting(run_id)
+    assert body["status"] == {"state": "completed", "output": {"reply": "found", "exit_code": 0}}
+    assert [call["arguments"] for call in fx.calls_of("lookup")] == [{"key": "a", "n": order}]
+    log = await read_log_independently(server.store_url, run_id)
+    calls = [e.event.input for e in log if e.event.KIND.value == "ToolCallRequested"]
+    assert calls[-1]["arguments"] == {"key": "a", "n": order}
