@@ -65,8 +65,10 @@ from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA
 from ._schema import check_schema as check_schema
 from ._schema import validate as validate
 from ._schema import validate_budget_extension as validate_budget_extension
+from ._strict_json import MAX_EXACT_INTEGER as MAX_EXACT_INTEGER
 from ._strict_json import MAX_NESTING as MAX_NESTING
 from ._strict_json import MalformedJson as MalformedJson
+from ._strict_json import check_document as check_document
 from ._strict_json import check_nesting as check_nesting
 from ._strict_json import decode_text as decode_text
 from ._strict_json import parse_strict as parse_strict

@@ -3,6 +3,14 @@
 Every hash salvor records (``agent_def_hash``, ``request_hash``, derived
 idempotency keys) is ``sha256:`` + hex over these bytes, so any client can
 recompute one with an off-the-shelf JCS library.
+
+Integers beyond ±(2**53 - 1) have no RFC 8785 form: JCS reads every number
+as a double, and JCS libraries refuse such an integer or round it. Nothing a
+caller submits holds one (``parse_strict`` and ``check_document`` refuse
+them), so they reach this module only inside what a model or a tool said
+(an id in a tool call's input, say), whose hashes the daemon compares with
+its own log. Those are written with all their digits, as before: rounding
+would change recorded hashes and give two different ids one identity.
 """
 
 from __future__ import annotations

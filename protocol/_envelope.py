@@ -83,7 +83,8 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
     """
     if isinstance(data, (str, bytes)):
         try:
-            data = parse_strict(data, "the envelope", limit=ENVELOPE_NESTING)
+            # What the daemon recorded, a model's or a tool's big integers included: read exactly.
+            data = parse_strict(data, "the envelope", limit=ENVELOPE_NESTING, big_integers=True)
         except MalformedJson as exc:
             raise MalformedEvent(exc.message) from None
     if not isinstance(data, dict):

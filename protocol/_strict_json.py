@@ -8,12 +8,19 @@ Rules:
   so no input can reach a recursive walk deeper than the limit; every walk in
   protocol/ and daemon/ over a caller's value relies on that bound.
 * No duplicate keys, no NaN or Infinity, no number out of a double's range.
+* No integer beyond I-JSON's exact range, ±(2**53 - 1): RFC 8785 hashes
+  every number as a double, so an off-the-shelf JCS library rounds (or
+  refuses) such an integer and could not recompute our hash. A caller sends a
+  bigger one as a string. What relays a model's or a tool's words opts out
+  (``big_integers``: the loopback proxies, the envelope reader): they are
+  recorded as they came.
 * No NUL character and no lone surrogate in any string or key: PostgreSQL's
   JSONB and text refuse both, and a lone surrogate has no UTF-8 form, so
   refusing them here keeps both backends (and every hash) equal.
 
 Every refusal is a ``MalformedJson`` (400 ``bad_request``) naming what is
-wrong and quoting at most a short prefix of what was sent.
+wrong and quoting at most a short prefix of what was sent. A value another
+parser read (a TOML definition) is held to the same rules by ``check_document``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,15 @@ from typing import Any
 from ._errors import ProtocolError, excerpt
 
 MAX_NESTING = 128
+# The largest integer every JSON reader keeps exact: a double's significand (I-JSON, RFC 7493).
+MAX_EXACT_INTEGER = 2**53 - 1
+# Digits of MAX_EXACT_INTEGER: a longer integer is out of range, a shorter one within it.
+_EXACT_DIGITS = len(str(MAX_EXACT_INTEGER))
+# JSON has no leading zeros, so an integer out of range has at least that many digits in a row. A
+# text without such a run (digits mapped to "0", then one substring search: far cheaper than a regex)
+# is read by the C parser alone, without a Python call per integer (which costs 2-3x).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * _EXACT_DIGITS
 
 # A JSON string, or an unterminated one to the end of the text. The possessive quantifiers and
 # the end-of-text alternative keep the scan linear: a pattern that could fail and retry from the
@@ -46,6 +62,43 @@ class MalformedJson(ProtocolError):
 
     code = "bad_request"
     status = 400
+
+
+class _InexactInteger(ValueError):
+    """Raised out of ``json.loads`` by ``_exact_integer``; ``parse_strict`` reports its text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _inexact_integer(what: str, text: str) -> MalformedJson:
+    return MalformedJson(
+        f"{what} holds the integer {excerpt(text, 24)}, outside ±{MAX_EXACT_INTEGER} (2**53 - 1), "
+        "where every JSON reader and RFC 8785 hash keeps an integer exact; send it as a string"
+    )
+
+
+def _exact(value: int) -> bool:
+    return -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER
+
+
+def _integer_reader(data: bytes, big_integers: bool):
+    """The reader of ``data``'s integers for ``json.loads``: ``int`` (None) when none is out of range."""
+    if big_integers or _LONG_RUN not in data.translate(_DIGITS_AS_ZERO):
+        return None
+    return _exact_integer
+
+
+def _exact_integer(text: str) -> int:
+    """``json.loads``'s reader of integer literals, refusing one beyond the exact range."""
+    # Longer text is refused on its length alone, before int() spends time on its digits.
+    if len(text) - text.startswith("-") > _EXACT_DIGITS:
+        raise _InexactInteger(text)
+    value = int(text)
+    if not _exact(value):
+        raise _InexactInteger(text)
+    return value
 
 
 def text_depth(text: str, limit: int = MAX_NESTING) -> int:
@@ -92,29 +145,60 @@ def check_nesting(value: Any, what: str) -> None:
         raise MalformedJson(f"{what} nests {depth} levels deep; the limit is {MAX_NESTING}")
 
 
-def _strings(value: Any):
-    """Every string of a parsed value, keys included, by an explicit stack."""
+def _leaves(value: Any):
+    """Every key and every scalar of a parsed value, by an explicit stack."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             yield from item.keys()
             stack.extend(item.values())
-        elif isinstance(item, list):
+        elif isinstance(item, (list, tuple)):
             stack.extend(item)
+        else:
+            yield item
+
+
+def _check_string(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise MalformedJson(f"{what} holds a NUL character (\\u0000), which the store cannot keep")
+    found = _SURROGATE.search(text)
+    if found:
+        raise MalformedJson(f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), "
+                            "which is not a Unicode character")
 
 
 def _check_characters(value: Any, what: str) -> None:
-    for text in _strings(value):
-        if "\x00" in text:
-            raise MalformedJson(f"{what} holds a NUL character (\\u0000), which the store cannot keep")
-        found = _SURROGATE.search(text)
-        if found:
-            raise MalformedJson(
-                f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), which is not a Unicode character"
-            )
+    for item in _leaves(value):
+        if type(item) is str:
+            _check_string(item, what)
+
+
+def check_document(value: Any, what: str) -> None:
+    """Hold a value another parser read (a TOML document, say) to ``parse_strict``'s rules.
+
+    TOML carries what strict JSON refuses: 64-bit integers, ``inf`` and
+    ``nan``, dates and times, ``\\u0000``; each is refused here as
+    ``parse_strict`` refuses it in JSON text, so the document hashes (RFC
+    8785) and stores alike on both backends.
+
+    Raises:
+        MalformedJson: naming the first rule broken; the value is left as it was.
+    """
+    check_nesting(value, what)
+    for item in _leaves(value):
+        kind = type(item)
+        if kind is str:
+            _check_string(item, what)
+        elif kind is int:
+            if not _exact(item):
+                raise _inexact_integer(what, str(item))
+        elif kind is float:
+            if not math.isfinite(item):
+                raise MalformedJson(f"{what} holds {item}, which is not a JSON number")
+        elif item is not None and kind is not bool:
+            raise MalformedJson(f"{what} holds {excerpt(item, 32)} (a {kind.__name__}), which JSON "
+                                "cannot carry; write it as a string")
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict:
@@ -159,21 +243,34 @@ def decode_text(data: bytes, what: str) -> str:
                             f"offset {exc.start}") from None
 
 
-def parse_strict(data: bytes | str, what: str = "the body", *, limit: int = MAX_NESTING) -> Any:
+def parse_strict(
+    data: bytes | str, what: str = "the body", *, limit: int = MAX_NESTING,
+    big_integers: bool = False,
+) -> Any:
     """The value of a strict JSON text (see the module's rules); ``what`` names it in a refusal.
 
     ``limit`` is the nesting allowed (``MAX_NESTING`` for anything a caller
     sends; a little more for a document that wraps a caller's value).
+    ``big_integers`` reads integers beyond ±(2**53 - 1) exactly instead of
+    refusing them: only for text that relays what a model or a tool produced
+    (the loopback proxies, an envelope the daemon wrote), never for a
+    document a caller submits.
 
     Raises:
         MalformedJson: the text breaks a rule; nothing else has seen it.
     """
-    text = decode_text(data, what) if isinstance(data, (bytes, bytearray)) else data
+    if isinstance(data, (bytes, bytearray)):
+        raw, text = data, decode_text(data, what)
+    else:
+        raw, text = data.encode("utf-8", "surrogatepass"), data
     depth = text_depth(text, limit)
     if depth > limit:
         raise MalformedJson(f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}")
     try:
-        value = json.loads(text, object_pairs_hook=_unique, parse_constant=_constant, parse_float=_finite)
+        value = json.loads(text, object_pairs_hook=_unique, parse_constant=_constant,
+                           parse_float=_finite, parse_int=_integer_reader(raw, big_integers))
+    except _InexactInteger as exc:
+        raise _inexact_integer(what, exc.text) from None
     except RecursionError:  # unreachable under the limit; kept so no parse can ever escape as one
         raise MalformedJson(f"{what} is nested too deeply; the limit is {limit}") from None
     except ValueError as exc:

@@ -20,6 +20,7 @@ from salvor.protocol import (
     MAX_NESTING,
     MalformedEvent,
     MalformedJson,
+    check_document,
     check_nesting,
     check_schema,
     parse_strict,
@@ -151,6 +152,7 @@ def parse_definition(
     allow_paths: bool = True,
     allow_processes: bool = True,
     credentials: Credentials | None = None,
+    stored: bool = False,
 ) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
@@ -172,14 +174,20 @@ def parse_definition(
             held to: its ``[llm]`` names a declared model endpoint (never a
             variable), each MCP ``url`` server a declared origin and only the
             variables bound to it. None for an agent file the operator runs.
+        stored: the daemon's own stored copy (``Runtime.load_agent``), read
+            by the rules it was accepted under: integers beyond 2**53 (and,
+            in TOML, a ``\\u0000``) that a new definition is refused for, so
+            the runs recorded against it still resume, under the same hash.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong.
     """
     try:
-        raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition")
-        # TOML nests through dotted keys and tables too: the parsed value is measured, by a stack.
-        check_nesting(raw, "the definition")
+        raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition", big_integers=stored)
+        # TOML nests through dotted keys and tables too, and carries what JSON cannot (dates, inf,
+        # 64-bit integers): the parsed value is held to strict JSON's rules, by a stack (a stored
+        # copy only to the depth bound it was accepted under).
+        (check_nesting if stored else check_document)(raw, "the definition")
     except MalformedJson as exc:
         raise DefinitionError(exc.message) from None
     except (tomllib.TOMLDecodeError, ValueError) as exc:

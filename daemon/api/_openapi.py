@@ -941,8 +941,10 @@ DOCUMENT: JSON = {
                        "501 `not_implemented` (a transfer-coding other than chunked), "
                        "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
                        "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
-                       "U+0000 or a lone surrogate (the store cannot keep either), else 400 `bad_request`; "
-                       "this holds for every string below and is stated once, here.",
+                       "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
+                       "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
+                       "a string), else 400 `bad_request`; this holds for every string and number below "
+                       "and is stated once, here.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],

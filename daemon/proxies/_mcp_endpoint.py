@@ -91,7 +91,9 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
         await _respond(send, refused.status, _refusal(INVALID_REQUEST, refused.message))
         return
     try:
-        message = parse_strict(raw, "the body")
+        # Tool arguments a model wrote, relayed by the agent: recorded exactly, never refused
+        # for the size of an integer in them.
+        message = parse_strict(raw, "the body", big_integers=True)
     except MalformedJson as exc:
         await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
         return

@@ -607,7 +607,9 @@ class ModelProxy:
             await reply.json(refused.status, error_body(wire, refused.status, refused.message))
             return
         try:
-            body = parse_strict(raw, "the request body")
+            # The agent relays what its model and tools said (an id past 2**53, say): refusing
+            # it would fail the run; its hash only meets the run's own log, which is exact.
+            body = parse_strict(raw, "the request body", big_integers=True)
         except MalformedJson as exc:
             await reply.json(400, error_body(wire, 400, exc.message))
             return

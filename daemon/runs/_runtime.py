@@ -140,7 +140,8 @@ class Runtime:
         if stored is None:
             raise unknown_agent(agent_def_hash)
         try:
-            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names())
+            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names(),
+                                    stored=True)
         except DefinitionError as exc:
             raise bad_request(f"stored agent {agent_def_hash} no longer builds here: {exc}") from None
 
