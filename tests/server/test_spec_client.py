@@ -22,6 +22,7 @@ import json
 import httpx
 import sqlalchemy
 import trio
+from salvor.daemon._client_tools import load_declarations
 from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
 from salvor.protocol import Effect, ModelCallRequested
 from salvor.store import normalize_store_url
@@ -42,6 +43,11 @@ def envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
     # The spec: `recorded_at` is required on the wire and its value ignored.
     return {"run_id": run_id, "seq": seq, "schema_version": 1, "recorded_at": "1970-01-01T00:00:00Z",
             "event": {"kind": kind, "payload": payload}}
+
+
+def canonical_hash(value) -> str:
+    # The spec: any canonical-JSON SHA-256 reproduces a derived key (ASCII keys, plain values).
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def registry(calls: list[str]) -> ToolRegistry:
@@ -143,11 +149,15 @@ def check_envelopes(log: list[dict], run_id: str) -> None:
             assert INTENTS[intent["kind"]] == kind and intent["payload"]["seq"] == payload["seq"], entry
 
 
-async def test_a_spec_written_client_drives_reads_and_streams_a_run(server_factory, providers, monkeypatch) -> None:
+async def test_a_spec_written_client_drives_reads_and_streams_a_run(
+    server_factory, providers, monkeypatch, tmp_path
+) -> None:
     provider = providers([text_reply("the plan")])
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
     calls: list[str] = []
-    server = await server_factory(registry=registry(calls))
+    notify = tmp_path / "notify.toml"
+    notify.write_text('name = "notify"\neffect = "idempotent"\ntrust_completion = true\n[input_schema]\ntype = "object"\n')
+    server = await server_factory(registry=registry(calls), client_tools=load_declarations([str(notify)]))
     client = SpecClient(server.client)
     await client.open()
     await client.append(
@@ -207,6 +217,25 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(server_facto
     assert (await client.log())[intent_seq]["event"]["payload"] == {
         "seq": intent_seq, "request_hash": request_hash, "performed_by": "client"}
 
+    # A tool call the client performs: the key is derived from `{ run, seq, tool }`, a failure is a completion.
+    declared = (await server.client.get("/v1/client-tools")).json()
+    assert declared == {"client_tools": [{"name": "notify", "effect": "idempotent", "input_schema": {"type": "object"},
+                                          "trust_completion": True}]}
+    notify_seq = client.next_seq
+    key = canonical_hash({"run": client.run_id, "seq": notify_seq, "tool": "notify"})
+    assert await client.step("client-tool-intent", {"tool": "notify", "input": {"to": "ops"}}, events=1) == {
+        "seq": notify_seq, "idempotency_key": key, "effect": "idempotent", "settled": False}
+    response = await client.post("client-tool-completion", {
+        "seq": notify_seq, "error": {"message": "the mail relay timed out", "kind": "handler"}})
+    assert response.json() == {"seq": notify_seq, "completed": True}, response.text
+    client.next_seq += 1
+    log = await client.log()
+    assert log[notify_seq]["event"]["payload"] == {"seq": notify_seq, "tool": "notify", "input": {"to": "ops"},
+                                                   "effect": "idempotent", "idempotency_key": key,
+                                                   "performed_by": "client"}
+    assert log[notify_seq + 1]["event"]["payload"] == {"seq": notify_seq, "output": {"__salvor_error": {
+        "is_error": True, "kind": "handler", "message": "the mail relay timed out", "attempts": 1}}}
+
     # A write whose dispatch fails is left open: needs_reconciliation, and the tool pending object.
     write_seq = client.next_seq
     failed = await client.post("tool-step", {"seq": write_seq, "tool": "charge", "input": {"id": "o-1"}})
@@ -249,7 +278,7 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(server_facto
         "RunStarted", "NowObserved", "RandomObserved", "Suspended", "Resumed", "SleepStarted", "SleepCompleted",
         "ModelCallRequested", "ModelCallCompleted", "ToolCallRequested", "ToolCallCompleted",
         "ModelCallRequested", "ModelCallCompleted", "ToolCallRequested", "ToolCallCompleted",
-        "BudgetExceeded", "Resumed", "RunCompleted"]
+        "ToolCallRequested", "ToolCallCompleted", "BudgetExceeded", "Resumed", "RunCompleted"]
     assert log[0]["event"]["payload"] == {"agent_def_hash": AGENT, "input": {"order": "o-1"},
                                           "labels": {"build": "42"}, "driven_by": "client"}
     # The stream: one `id: <seq>` / `data: <envelope>` frame per event, no `event:` field, then the end frame.
