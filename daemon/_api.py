@@ -16,7 +16,15 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
-from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, excerpt, fold
+from salvor.protocol import (
+    CodedError,
+    RunState,
+    SchemaViolation,
+    check_labels,
+    excerpt,
+    fold,
+    status_seen_at,
+)
 from salvor.store import RunSummary
 from werkzeug.exceptions import HTTPException
 
@@ -240,6 +248,9 @@ def create_app(state: ServerState) -> QuartTrio:
 
     def summary_json(summary: RunSummary) -> dict:
         body = summary.to_json()
+        if "status" in body:
+            # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
+            body["status"] = status_seen_at(body["status"], runtime.clock())
         body.update(state.driver(summary.run_id, summary.state))
         return body
 

@@ -181,6 +181,10 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(
     status = (await client.run())["status"]
     assert status["state"] == "sleeping" and status["wake_at"] == PAST_WAKE
     assert status["overdue"] is True and type(status["overdue_seconds"]) is int and status["overdue_seconds"] > 0
+    # The run list carries the same status object, overdue included: it is current, not stored.
+    (entry,) = [e for e in (await server.client.get("/v1/runs")).json()["runs"] if e["run"] == client.run_id]
+    assert entry["status"]["state"] == "sleeping" and entry["status"]["wake_at"] == PAST_WAKE
+    assert entry["status"]["overdue"] is True and entry["status"]["overdue_seconds"] >= status["overdue_seconds"]
     await client.append(("SleepCompleted", {}))
 
     # A server-performed model step: `{ seq, request }` in, `{ response, usage }` out.
