@@ -3,6 +3,14 @@
 Handlers do the fast part (validate, refuse a bad state, record the head or
 the resume) and hand driving to the driving set; they never wait for a model
 or a tool. Every refusal is the one error envelope and records nothing.
+
+Bodies are the control-plane spec's, field for field. Where we say more, it
+is an optional addition a spec-written client never has to send and may
+ignore: ``replay_of`` (a re-run) on ``POST /v1/runs`` and in its answer and
+on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``limit`` and ``cursor``
+query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
+whole, as the spec has it); ``GET /v1/health`` and ``GET /v1/openapi.json``.
+``GET /v1/capabilities`` advertises ``fork: false``: forks are not built.
 """
 
 from __future__ import annotations

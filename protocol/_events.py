@@ -180,6 +180,8 @@ class RunStarted(Event):
     labels: dict | None = None
     driven_by: str | None = None
     # A re-run: the run whose recorded model calls this one must reproduce.
+    # Ours, beyond the spec's RunStarted: absent on every other run, so a
+    # spec-written reader never meets it unless it asked for a re-run.
     replay_of: str | None = None
 
     def __post_init__(self) -> None:
@@ -247,6 +249,8 @@ class ToolCallRequested(Event):
             raise _fail(self.KIND, '`performed_by` is "client" or absent')
 
 
+# The spec says a deduplicated completion names what it copied; this is the
+# shape we give that name: the run and seq of the intent whose completion was copied.
 _DEDUP_KEYS = frozenset({"run_id", "seq"})
 
 
