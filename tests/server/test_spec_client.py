@@ -358,6 +358,8 @@ async def test_a_log_written_before_intents_named_their_seq_still_folds_reads_an
 
     server = await server_factory()
     assert (await get_run(server, run_id))["status"] == parked["status"]
+    replay = (await server.client.get(f"/v1/runs/{run_id}/replay")).json()
+    assert replay == {"status": parked["status"], "usage": parked["usage"], "next_seq": len(old_rows), "pending": None}
     pending = (await get_run(server, crashed))["pending"]
     assert pending == {"kind": "model", "seq": 1, "request_hash": "sha256:" + "0" * 64}
     response = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}})
