@@ -22,14 +22,17 @@ import json
 import httpx
 import sqlalchemy
 import trio
-from salvor.daemon._client_tools import load_declarations
-from salvor.daemon._tools import Tool, ToolFailed, ToolRegistry
 from salvor.protocol import Effect, ModelCallRequested
 from salvor.store import normalize_store_url
 
 from tests.support.scripted_provider import text_reply
 
 from .api_support import get_run, raw_sql, register, rested, seed_run
+
+# The tool registry and the declaration loader as the sibling suites import them:
+# this file names no daemon module path, so moving daemon modules leaves it alone.
+from .test_client_performed import load_declarations
+from .test_client_steps import Tool, ToolFailed, ToolRegistry
 
 AGENT = "sha256:" + "5e" * 32
 REQUEST = {"model": "scripted-model", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}
