@@ -338,7 +338,7 @@ async def as_written_before(store_url: str, run_id: str) -> int:
     """Rewrite the run's intent rows to the shape stores held before intents named their seq; how many."""
     rows = [(seq, payload) for seq, kind, payload in await rows_of(store_url, run_id) if kind in INTENTS]
     for seq, payload in rows:
-        del payload["seq"]
+        payload.pop("seq", None)
         await raw_sql(store_url, "UPDATE events SET payload = :payload WHERE run_id = :run_id AND seq = :seq",
                       payload=json.dumps(payload, separators=(",", ":")), run_id=run_id, seq=seq)
     return len(rows)
