@@ -54,6 +54,7 @@ from ._fold import Pending as Pending
 from ._fold import RunState as RunState
 from ._fold import RunView as RunView
 from ._fold import fold as fold
+from ._fold import status_seen_at as status_seen_at
 from ._fold import step as step
 from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch

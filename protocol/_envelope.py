@@ -47,13 +47,13 @@ class Envelope:
             "seq": self.seq,
             "schema_version": self.schema_version,
             "recorded_at": self.recorded_at,
-            "event": {"kind": self.event.KIND.value, "payload": self.event.to_payload()},
+            "event": {"kind": self.event.KIND.value, "payload": self.event.payload_at(self.seq)},
         }
 
 
-def encode_payload(event: Event) -> str:
-    """The compact JSON text of an event's payload (what the store keeps)."""
-    return _dumps(event.to_payload())
+def encode_payload(event: Event, *, seq: int) -> str:
+    """The compact JSON text of an event's payload at position ``seq`` (what the store keeps)."""
+    return _dumps(event.payload_at(seq))
 
 
 def encode_envelope(envelope: Envelope) -> str:
@@ -61,16 +61,17 @@ def encode_envelope(envelope: Envelope) -> str:
     return _dumps(envelope.to_json())
 
 
-def decode_event(kind: Any, payload: Any) -> Event:
-    """Build an event from its kind name and payload object.
+def decode_event(kind: Any, payload: Any, *, seq: int) -> Event:
+    """Build the event recorded at position ``seq`` from its kind name and payload object.
 
     Raises:
-        MalformedEvent: the kind is unknown or the payload does not fit it.
+        MalformedEvent: the kind is unknown, the payload does not fit it, or
+            an intent's payload names a ``seq`` other than ``seq``.
     """
     event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if event_type is None:
         raise MalformedEvent(f"unknown event kind {excerpt(kind)!r}" if isinstance(kind, str) else "an event kind must be a string")
-    return event_type.from_payload(payload)
+    return event_type.from_payload(payload, seq=seq)
 
 
 def decode_envelope(data: str | bytes | dict) -> Envelope:
@@ -119,5 +120,5 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
         seq=seq,
         schema_version=version,
         recorded_at=recorded_at,
-        event=decode_event(event["kind"], event["payload"]),
+        event=decode_event(event["kind"], event["payload"], seq=seq),
     )

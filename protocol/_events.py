@@ -9,6 +9,16 @@ Rules of this module:
   absent when unset, never ``null``.
 * Payload keys are written in declaration order, so the same event always
   encodes to the same bytes.
+* An intent's payload names its own position: the control-plane spec writes
+  ``ModelCallRequested { seq, request_hash, request_body? }`` and
+  ``ToolCallRequested { seq, tool, input, effect, idempotency_key }``, so a
+  reader holding only a payload can still match a completion's ``seq`` to its
+  intent. That ``seq`` is a copy of the envelope's, not a fact of the event
+  (the event is built before its position is known), so it lives on the wire
+  only: ``payload_at(seq)`` writes it first, and ``from_payload`` checks it
+  against the position and drops it. A payload without it is read as it was
+  always written before (stores from before this rule still load); one whose
+  ``seq`` is not its position is malformed.
 """
 
 from __future__ import annotations
@@ -102,6 +112,8 @@ class Event:
     KIND: ClassVar[EventKind]
     # Names of fields that are omitted from the payload when None.
     optional: ClassVar[frozenset[str]] = frozenset()
+    # Whether the payload on the wire carries the event's own position as `seq`.
+    positioned: ClassVar[bool] = False
 
     def to_payload(self) -> dict:
         """The payload object, optional fields omitted when unset."""
@@ -113,6 +125,12 @@ class Event:
             payload[name] = value
         return payload
 
+    def payload_at(self, seq: int) -> dict:
+        """The payload as written at position ``seq``: an intent's names that position first."""
+        if not self.positioned:
+            return self.to_payload()
+        return {"seq": seq, **self.to_payload()}
+
     @classmethod
     def _field_names(cls) -> tuple[str, ...]:
         cached = _FIELD_NAMES.get(cls)
@@ -121,16 +139,21 @@ class Event:
         return cached
 
     @classmethod
-    def from_payload(cls, payload: Any) -> Event:
-        """Build the event from its payload object.
+    def from_payload(cls, payload: Any, *, seq: int) -> Event:
+        """Build the event recorded at position ``seq`` from its payload object.
 
         Raises:
             MalformedEvent: the payload is not an object, has an unknown or
-                missing field, carries an optional field as ``null``, or a
-                field has the wrong type.
+                missing field, carries an optional field as ``null``, a field
+                has the wrong type, or an intent's ``seq`` is not ``seq``.
         """
         if not isinstance(payload, dict):
             raise _fail(cls.KIND, "payload must be an object")
+        if cls.positioned and "seq" in payload:
+            _seq(cls.KIND, "seq", payload["seq"])
+            if payload["seq"] != seq:
+                raise _fail(cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}")
+            payload = {key: value for key, value in payload.items() if key != "seq"}
         names = cls._field_names()
         for key in payload:
             if key not in names:
@@ -157,6 +180,8 @@ class RunStarted(Event):
     labels: dict | None = None
     driven_by: str | None = None
     # A re-run: the run whose recorded model calls this one must reproduce.
+    # Ours, beyond the spec's RunStarted: absent on every other run, so a
+    # spec-written reader never meets it unless it asked for a re-run.
     replay_of: str | None = None
 
     def __post_init__(self) -> None:
@@ -176,6 +201,7 @@ class RunStarted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCallRequested(Event):
     KIND: ClassVar[EventKind] = EventKind.MODEL_CALL_REQUESTED
+    positioned: ClassVar[bool] = True
     optional: ClassVar[frozenset[str]] = frozenset({"request_body", "performed_by"})
 
     request_hash: str
@@ -204,6 +230,7 @@ class ModelCallCompleted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallRequested(Event):
     KIND: ClassVar[EventKind] = EventKind.TOOL_CALL_REQUESTED
+    positioned: ClassVar[bool] = True
     optional: ClassVar[frozenset[str]] = frozenset({"performed_by"})
 
     tool: str
@@ -222,6 +249,8 @@ class ToolCallRequested(Event):
             raise _fail(self.KIND, '`performed_by` is "client" or absent')
 
 
+# The spec says a deduplicated completion names what it copied; this is the
+# shape we give that name: the run and seq of the intent whose completion was copied.
 _DEDUP_KEYS = frozenset({"run_id", "seq"})
 
 

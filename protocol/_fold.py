@@ -146,13 +146,7 @@ class RunView:
 
     def status_at(self, now: datetime) -> dict:
         """The status object as seen at ``now``: a sleeping run past its instant is overdue."""
-        body = self.status()
-        if self.state is RunState.SLEEPING:
-            late = (now - parse_instant(self.detail["wake_at"])).total_seconds()
-            if late > 0:
-                body["overdue"] = True
-                body["overdue_seconds"] = int(late)
-        return body
+        return status_seen_at(self.status(), now)
 
     def replay_json(self) -> dict:
         """The dry-run replay projection: status, usage, next_seq, pending."""
@@ -165,6 +159,23 @@ class RunView:
 
     def wake_at(self) -> str | None:
         return self.detail.get("wake_at") if self.state is RunState.SLEEPING else None
+
+
+def status_seen_at(status: dict, now: datetime) -> dict:
+    """A status object as seen at ``now``: a sleeping one past its ``wake_at`` also says how overdue it is.
+
+    The fold itself reads no clock (a log means the same thing on every
+    machine); this is the one step that does, for whoever reports a status.
+    """
+    if status.get("state") != RunState.SLEEPING.value:
+        return status
+    try:
+        late = (now - parse_instant(status.get("wake_at"))).total_seconds()
+    except (TypeError, ValueError):
+        return status  # not a status the fold made: reported as it is
+    if late <= 0:
+        return status
+    return {**status, "overdue": True, "overdue_seconds": int(late)}
 
 
 _FIELDS = tuple(RunView.__dataclass_fields__)

@@ -171,7 +171,7 @@ def prepare(
             "kind": envelope.event.KIND.value,
             "schema_version": SCHEMA_VERSION,
             "recorded_at": recorded_at,
-            "payload": encode_payload(envelope.event),
+            "payload": encode_payload(envelope.event, seq=envelope.seq),
         }
         for envelope in envelopes
     ]

@@ -636,7 +636,7 @@ class EventStore:
 
 def _envelope(run_id: str, row: Any) -> Envelope:
     try:
-        event = decode_event(row.kind, json.loads(row.payload))
+        event = decode_event(row.kind, json.loads(row.payload), seq=row.seq)
     except (ValueError, TypeError, MalformedEvent) as exc:
         raise CorruptLog(
             f"the stored event of run {run_id} at seq {row.seq} cannot be decoded ({exc}); "

@@ -499,6 +499,26 @@ def test_a_corrupt_payload_names_its_run_and_seq(store: EventStore, store_url: s
     assert store.read_log("a", from_seq=2) == []
 
 
+def test_an_intent_row_names_its_seq_and_rows_from_before_that_still_read(store: EventStore, store_url: str) -> None:
+    _, view = store.append("a", [started()], EMPTY_VIEW)
+    store.append("a", [ModelCallRequested(request_hash="sha256:a"),
+                       ModelCallCompleted(seq=1, response={}, usage={"input_tokens": 1, "output_tokens": 1})], view)
+    log = store.read_log("a")
+    engine = create_engine(normalize_store_url(store_url))
+    try:
+        with engine.connect() as connection:
+            payload = connection.execute(text("SELECT payload FROM events WHERE run_id = 'a' AND seq = 1")).scalar()
+    finally:
+        engine.dispose()
+    assert payload == '{"seq":1,"request_hash":"sha256:a"}'
+    # What a store written before intents named their seq holds: the same event.
+    execute_sql(store_url, "UPDATE events SET payload = '{\"request_hash\": \"sha256:a\"}' WHERE seq = 1")
+    assert store.read_log("a") == log
+    execute_sql(store_url, "UPDATE events SET payload = '{\"seq\": 2, \"request_hash\": \"sha256:a\"}' WHERE seq = 1")
+    with pytest.raises(CorruptLog, match=r"run a at seq 1 .*payload `seq` 2 is not the event's position 1"):
+        store.read_log("a")
+
+
 # -- recovery queries -------------------------------------------------------------
 
 

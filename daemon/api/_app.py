@@ -3,6 +3,14 @@
 Handlers do the fast part (validate, refuse a bad state, record the head or
 the resume) and hand driving to the driving set; they never wait for a model
 or a tool. Every refusal is the one error envelope and records nothing.
+
+Bodies are the control-plane spec's, field for field. Where we say more, it
+is an optional addition a spec-written client never has to send and may
+ignore: ``replay_of`` (a re-run) on ``POST /v1/runs`` and in its answer and
+on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``limit`` and ``cursor``
+query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
+whole, as the spec has it); ``GET /v1/health`` and ``GET /v1/openapi.json``.
+``GET /v1/capabilities`` advertises ``fork: false``: forks are not built.
 """
 
 from __future__ import annotations
@@ -16,7 +24,15 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
-from salvor.protocol import CodedError, RunState, SchemaViolation, check_labels, excerpt, fold
+from salvor.protocol import (
+    CodedError,
+    RunState,
+    SchemaViolation,
+    check_labels,
+    excerpt,
+    fold,
+    status_seen_at,
+)
 from salvor.store import RunSummary
 from werkzeug.exceptions import HTTPException
 
@@ -240,6 +256,9 @@ def create_app(state: ServerState) -> QuartTrio:
 
     def summary_json(summary: RunSummary) -> dict:
         body = summary.to_json()
+        if "status" in body:
+            # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
+            body["status"] = status_seen_at(body["status"], runtime.clock())
         body.update(state.driver(summary.run_id, summary.state))
         return body
 

@@ -40,6 +40,8 @@ APPENDABLE = frozenset({
     EventKind.RESUMED, EventKind.SLEEP_STARTED, EventKind.SLEEP_COMPLETED, EventKind.BUDGET_EXCEEDED,
     EventKind.RUN_COMPLETED, EventKind.RUN_FAILED,
 })
+_STEPS = ("model and tool events are recorded through the model-step, tool-step, client-tool and "
+          "client-model endpoints, never appended by hand")
 MAX_EVENTS_PER_APPEND = 1024
 # How many runs' last views are kept (a hint each; see ``ClientAppends``).
 LAST_VIEWS = 4096
@@ -56,6 +58,27 @@ def _stamped(envelope: Envelope) -> Envelope:
     return dataclasses.replace(envelope, event=event)
 
 
+# Where a kind the generic append never takes is recorded instead, for the refusal.
+_ABANDONED = "a run is abandoned by POST /v1/runs/{id}/abandon, never by an appended event"
+_NOT_APPENDABLE = {kind.value: _ABANDONED if kind is EventKind.RUN_ABANDONED else _STEPS
+                   for kind in EventKind if kind not in APPENDABLE}
+
+
+def _refuse_unappendable(index: int, item: object) -> None:
+    """Refuse a known kind the generic append never takes, before its envelope or payload is read.
+
+    Raises:
+        OperationRefused: unsupported_event_kind (422); nothing is written.
+    """
+    event = item.get("event") if isinstance(item, dict) else None
+    kind = event.get("kind") if isinstance(event, dict) else None
+    if isinstance(kind, str) and kind in _NOT_APPENDABLE:
+        raise OperationRefused(
+            "unsupported_event_kind", 422,
+            f"events[{index}] is a {kind}, which this endpoint never appends: {_NOT_APPENDABLE[kind]}",
+        )
+
+
 def read_batch(body: dict, run_id: str) -> list[Envelope]:
     """The batch decoded and checked on its own (kinds, run ids, labels), before any store read."""
     raw = body["events"]
@@ -64,6 +87,10 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
     if len(raw) > MAX_EVENTS_PER_APPEND:
         raise OperationRefused("payload_too_large", 413,
                                f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
+    # Kinds are judged before any envelope is decoded: a model or tool event
+    # is refused for what it is, whatever its payload or its neighbours hold.
+    for index, item in enumerate(raw):
+        _refuse_unappendable(index, item)
     batch = []
     for index, item in enumerate(raw):
         try:
@@ -73,12 +100,6 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
         if envelope.run_id != run_id:
             raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
         kind = envelope.event.KIND
-        if kind not in APPENDABLE:
-            raise OperationRefused(
-                "unsupported_event_kind", 422,
-                f"events[{index}] is a {kind.value}: model and tool events are recorded through the model-step, "
-                f"tool-step and client-tool endpoints, never appended by hand",
-            )
         if kind is EventKind.RUN_STARTED:
             try:
                 check_labels(envelope.event.labels)
@@ -157,7 +178,7 @@ class ClientAppends:
             known = recorded.get(envelope.seq)
             if known is not None and not new:
                 # A retry of what is already recorded is a no-op; anything else there is a divergence.
-                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event) != encode_payload(envelope.event):
+                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event, seq=known.seq) != encode_payload(envelope.event, seq=envelope.seq):
                     raise GuardRefusal(
                         f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
                         f"the log is append-only"

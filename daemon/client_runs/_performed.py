@@ -61,7 +61,7 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     answer: dict[str, Any] = {"seq": seq, "idempotency_key": key, "effect": tool.effect.value, "settled": False}
     if found.intent is not None:
         recorded = found.intent.event
-        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(recorded) != encode_payload(intent):
+        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(recorded, seq=seq) != encode_payload(intent, seq=seq):
             raise GuardRefusal(
                 f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this call; "
                 f"a retry must post the same tool and input to the same position"

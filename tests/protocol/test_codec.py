@@ -112,20 +112,20 @@ def test_round_trip_is_byte_identical(event: Event) -> None:
     assert encode_envelope(decoded) == text
     assert decode_envelope(text.encode("utf-8")) == original
     assert decode_envelope(json.loads(text)) == original
-    assert decode_event(event.KIND.value, json.loads(encode_payload(event))) == event
+    assert decode_event(event.KIND.value, json.loads(encode_payload(event, seq=5)), seq=5) == event
 
 
 @samples
 def test_optional_fields_are_absent_when_unset(event: Event) -> None:
-    payload = json.loads(encode_payload(event))
+    payload = json.loads(encode_payload(event, seq=5))
     for name in type(event).optional:
         if getattr(event, name) is None:
             assert name not in payload
         else:
             assert payload[name] == getattr(event, name)
-    # Payload keys are written in declaration order.
+    # Payload keys are written in declaration order, an intent's own position first.
     declared = [name for name in type(event)._field_names() if name in payload]
-    assert list(payload) == declared
+    assert list(payload) == (["seq", *declared] if type(event).positioned else declared)
 
 
 def test_pinned_wire_bytes() -> None:
@@ -139,7 +139,7 @@ def test_pinned_wire_bytes() -> None:
     assert encode_envelope(envelope(3, event)) == (
         '{"run_id":"run-1","seq":3,"schema_version":1,'
         '"recorded_at":"2026-01-01T00:00:03.000000Z",'
-        '"event":{"kind":"ToolCallRequested","payload":{"tool":"charge",'
+        '"event":{"kind":"ToolCallRequested","payload":{"seq":3,"tool":"charge",'
         '"input":{"note":"café 😀","amount":10},"effect":"write",'
         '"idempotency_key":null,"performed_by":"client"}}}'
     )
@@ -148,10 +148,13 @@ def test_pinned_wire_bytes() -> None:
         '"recorded_at":"2026-01-01T00:00:00.000000Z",'
         '"event":{"kind":"RunStarted","payload":{"agent_def_hash":"sha256:x","input":null}}}'
     )
-    assert encode_payload(Suspended(reason="r", input_schema={}, kind="signal")) == (
+    assert encode_payload(Suspended(reason="r", input_schema={}, kind="signal"), seq=2) == (
         '{"reason":"r","input_schema":{},"kind":"signal"}'
     )
-    assert encode_payload(SleepCompleted()) == "{}"
+    assert encode_payload(SleepCompleted(), seq=4) == "{}"
+    assert encode_payload(ModelCallRequested(request_hash="sha256:h"), seq=7) == (
+        '{"seq":7,"request_hash":"sha256:h"}'
+    )
 
 
 def test_envelope_to_json_and_kind() -> None:
@@ -328,7 +331,7 @@ ILL_TYPED: list[tuple[str, str, dict]] = [
 )
 def test_ill_typed_payload_is_refused(kind: str, payload: dict) -> None:
     with pytest.raises(MalformedEvent) as caught:
-        decode_event(kind, payload)
+        decode_event(kind, payload, seq=0)
     assert kind in caught.value.message
 
 
@@ -337,3 +340,52 @@ def test_an_ill_typed_event_cannot_be_built() -> None:
         ToolCallRequested(tool="t", input=1, effect="delete", idempotency_key=None)
     with pytest.raises(TypeError):
         RunFailed("positional")  # type: ignore[misc]
+
+
+# The control-plane spec writes an intent as `{ seq, ... }`: the payload names its own position.
+POSITIONED = [
+    ("ModelCallRequested", {"request_hash": REQUEST}),
+    ("ToolCallRequested", {"tool": "t", "input": 1, "effect": "read", "idempotency_key": None}),
+]
+
+
+@pytest.mark.parametrize(("kind", "fields"), POSITIONED, ids=[k for k, _ in POSITIONED])
+def test_an_intent_payload_names_its_position(kind: str, fields: dict) -> None:
+    event = decode_event(kind, {"seq": 4, **fields}, seq=4)
+    assert encode_payload(event, seq=4) == json.dumps({"seq": 4, **fields}, separators=(",", ":"))
+    assert envelope(4, event).to_json()["event"]["payload"] == {"seq": 4, **fields}
+
+
+@pytest.mark.parametrize(("kind", "fields"), POSITIONED, ids=[k for k, _ in POSITIONED])
+def test_an_intent_payload_from_before_the_position_rule_still_reads(kind: str, fields: dict) -> None:
+    # Stores written before intents carried `seq` must still load; re-encoded, they gain it.
+    event = decode_event(kind, dict(fields), seq=4)
+    assert decode_event(kind, {"seq": 4, **fields}, seq=4) == event
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "seq", "message"),
+    [
+        (kind, fields, seq, message)
+        for kind, fields in POSITIONED
+        for seq, message in [
+            (3, "payload `seq` 3 is not the event's position 4"),
+            (-1, "`seq` must be a non-negative integer"),
+            (True, "`seq` must be a non-negative integer"),
+            ("4", "`seq` must be a non-negative integer"),
+        ]
+    ],
+)
+def test_an_intent_payload_at_another_position_is_malformed(kind: str, fields: dict, seq, message: str) -> None:
+    with pytest.raises(MalformedEvent) as caught:
+        decode_event(kind, {"seq": seq, **fields}, seq=4)
+    assert caught.value.message == f"{kind}: {message}"
+    wire = envelope(4, decode_event(kind, dict(fields), seq=4)).to_json()
+    wire["event"]["payload"]["seq"] = seq
+    with pytest.raises(MalformedEvent):
+        decode_envelope(wire)
+
+
+@pytest.mark.parametrize("kind", sorted(set(EVENT_TYPES) - {k for k, _ in POSITIONED}))
+def test_no_other_kind_carries_its_own_position(kind: str) -> None:
+    assert not EVENT_TYPES[kind].positioned

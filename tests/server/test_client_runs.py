@@ -137,6 +137,33 @@ async def test_append_refusals_write_nothing(server) -> None:
     assert (await client.get(f"/v1/runs/{run_id}")).status_code == 404
 
 
+async def test_a_model_or_tool_event_is_422_whatever_its_payload_holds(server) -> None:
+    # The kind is judged before the payload: a spec-written client learns "not here", never "malformed".
+    client = server.client
+    opened = await open_run(client)
+    run_id, token = opened["run"], opened["drive_token"]
+    assert (await append(client, run_id, token, [head(run_id)])).status_code == 200
+    hash_ = "sha256:" + "0" * 64
+    cases = [
+        [envelope(run_id, 1, "ModelCallRequested", {"seq": 1, "request_hash": hash_})],  # the spec's own shape
+        [envelope(run_id, 1, "ModelCallRequested", {"seq": 9, "request_hash": hash_})],  # seq not its position
+        [envelope(run_id, 1, "ModelCallRequested", {})],
+        [envelope(run_id, 1, "ToolCallRequested", {"seq": 1, "tool": "t", "input": 1, "effect": "delete"})],
+        [envelope(run_id, 1, "ToolCallCompleted", "not an object")],
+        [envelope(run_id, 1, "ModelCallCompleted", {"seq": 0, "response": {}, "usage": {}})],
+        [envelope(run_id, 1, "RunAbandoned", {"reason": 7})],
+        [{"event": {"kind": "ToolCallRequested"}}],  # not even an envelope around it
+        # A malformed neighbour ahead of it does not hide what the batch is.
+        [{"seq": "one"}, envelope(run_id, 2, "ToolCallCompleted", {"seq": 1, "output": None})],
+    ]
+    for events in cases:
+        response = await append(client, run_id, token, events)
+        assert code(response) == (422, "unsupported_event_kind"), (events, response.text)
+    message = (await append(client, run_id, token, cases[0])).json()["error"]["message"]
+    assert message.startswith("events[0] is a ModelCallRequested, which this endpoint never appends")
+    assert len(await log_of(client, run_id)) == 1
+
+
 async def test_one_lease_per_run_release_and_heartbeat(server) -> None:
     client = server.client
     opened = await open_run(client)
