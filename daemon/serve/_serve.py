@@ -83,7 +83,7 @@ class ServeConfig:
 
 def build_commit() -> str | None:
     """The short git hash of the checkout this code runs from (``-dirty`` with local changes)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
     try:
