@@ -9,8 +9,9 @@ and Anthropic Messages (``POST .../v1/messages``); ``GET .../v1/models`` is
 answered locally. What each wire means (envelope, usage, final text, when a
 stream is complete, error shape) lives in ``_proxy_wire``.
 
-Every call goes through the run's record-or-replay, strictly by position:
-call k of the process must hash-equal call k of the log. A call the log
+Every call goes through the run's record-or-replay, strictly by position
+(a ``ReplayLane`` of model calls): call k of the process must hash-equal
+call k of the log. A call the log
 completed is answered from it with no upstream call; an open intent is
 re-issued; past the end of the log the call is recorded write-ahead
 (``ModelCallRequested`` before any byte goes upstream), then forwarded, and
