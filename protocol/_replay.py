@@ -180,8 +180,13 @@ def resume_step(call: Recorded | None) -> Step:
 
 
 def _report(
-    names: CallNames | None, reason: DivergenceReason, position: int, seq: int | None, origin: str | None,
-    recorded: int | None, problem: str,
+    names: CallNames | None,
+    reason: DivergenceReason,
+    position: int,
+    seq: int | None,
+    origin: str | None,
+    recorded: int | None,
+    problem: str,
 ) -> str:
     if names is None:
         # A whole-log walk has no call numbers: the seq says where.
@@ -189,7 +194,10 @@ def _report(
     number = f"{names.one} {position + 1}"
     at = f"{number} (recorded{f' by origin run {origin}' if origin else ''} at seq {seq})"
     if reason is DivergenceReason.BEYOND_END:
-        return f"{number} has no counterpart: origin run {origin} recorded only {recorded} {names.many}; {problem}"
+        return (
+            f"{number} has no counterpart: origin run {origin} recorded only {recorded} "
+            f"{names.many}; {problem}"
+        )
     if reason is DivergenceReason.OPEN_ELSEWHERE:
         return f"{number}: {problem} recorded open at seq {seq} was not made again"
     if reason is DivergenceReason.NEVER_COMPLETED:
@@ -200,10 +208,16 @@ def _report(
 
 
 def diverge(
-    names: CallNames | None, reason: DivergenceReason, position: int, seq: int | None, problem: str, *,
-    origin: str | None = None, recorded: int | None = None,
+    names: CallNames | None,
+    reason: DivergenceReason,
+    position: int,
+    seq: int | None,
+    problem: str,
+    *,
+    origin: str | None = None,
+    recorded: int | None = None,
 ) -> Divergence:
-    """A divergence with its message, for the rules here and a user's own check of a recorded call."""
+    """A divergence with its message (for the rules here, and a user's own check of a call)."""
     message = _report(names, reason, position, seq, origin, recorded, problem)
     return Divergence(reason, position, seq, origin, recorded, problem, message)
 
@@ -225,7 +239,12 @@ class ReplayLane(Generic[C]):
     """
 
     def __init__(
-        self, calls: Sequence[C], names: CallNames, *, reference: Sequence[C] | None = None, origin: str | None = None,
+        self,
+        calls: Sequence[C],
+        names: CallNames,
+        *,
+        reference: Sequence[C] | None = None,
+        origin: str | None = None,
     ) -> None:
         self.calls: list[C] = list(calls)
         self.recorded = len(self.calls)
@@ -240,7 +259,11 @@ class ReplayLane(Generic[C]):
         return len(self.reference) if self.reference is not None else self.recorded
 
     def step(
-        self, match: Callable[[C], Mismatch | None], *, live: str, noun: str,
+        self,
+        match: Callable[[C], Mismatch | None],
+        *,
+        live: str,
+        noun: str,
         open_intent: tuple[int, str] | None = None,
     ) -> Decision[C]:
         """The step for the call at the lane's position.
@@ -262,36 +285,60 @@ class ReplayLane(Generic[C]):
             return Decision(resume_step(call), call)
         if self.reference is not None:
             if k >= len(self.reference):
-                return self._diverged(DivergenceReason.BEYOND_END, None, f"the agent now {live}", origin=self.origin)
+                return self._diverged(
+                    DivergenceReason.BEYOND_END, None, f"the agent now {live}", origin=self.origin
+                )
             call = self.reference[k]
             mismatch = match(call)
             if mismatch is not None:
                 return self._diverged(mismatch.reason, call.seq, mismatch.text, origin=self.origin)
             if not call.completed:
-                return self._diverged(DivergenceReason.NEVER_COMPLETED, call.seq, "", origin=self.origin, call=call)
+                return self._diverged(
+                    DivergenceReason.NEVER_COMPLETED, call.seq, "", origin=self.origin, call=call
+                )
             return Decision(Step.REPRODUCE, call)
         if open_intent is not None:
             seq, what = open_intent
-            return self._diverged(DivergenceReason.OPEN_ELSEWHERE, seq,
-                                  f"the agent made a new {noun} while the {what} call", origin=None)
+            return self._diverged(
+                DivergenceReason.OPEN_ELSEWHERE,
+                seq,
+                f"the agent made a new {noun} while the {what} call",
+                origin=None,
+            )
         return Decision(Step.LIVE)
 
     def refuse(self, reason: DivergenceReason, call: C, problem: str = "") -> Divergence:
-        """A divergence at the lane's position over ``call`` (a check the caller makes beyond matching)."""
-        origin = self.origin if self.reference is not None and self.position >= self.recorded else None
+        """A divergence at the lane's position over ``call``, from a check beyond matching."""
+        origin = (
+            self.origin if self.reference is not None and self.position >= self.recorded else None
+        )
         return self._divergence(reason, call.seq, problem, origin)
 
-    def _divergence(self, reason: DivergenceReason, seq: int | None, problem: str, origin: str | None) -> Divergence:
-        recorded = len(self.reference) if origin is not None and self.reference is not None else self.recorded
-        return diverge(self.names, reason, self.position, seq, problem, origin=origin, recorded=recorded)
+    def _divergence(
+        self, reason: DivergenceReason, seq: int | None, problem: str, origin: str | None
+    ) -> Divergence:
+        recorded = (
+            len(self.reference)
+            if origin is not None and self.reference is not None
+            else self.recorded
+        )
+        return diverge(
+            self.names, reason, self.position, seq, problem, origin=origin, recorded=recorded
+        )
 
     def _diverged(
-        self, reason: DivergenceReason, seq: int | None, problem: str, *, origin: str | None, call: C | None = None,
+        self,
+        reason: DivergenceReason,
+        seq: int | None,
+        problem: str,
+        *,
+        origin: str | None,
+        call: C | None = None,
     ) -> Decision[C]:
         return Decision(Step.DIVERGED, call, self._divergence(reason, seq, problem, origin))
 
     def record(self, call: C) -> None:
-        """Add a call this drive recorded past the lane's own log (a live intent, a reproduced copy)."""
+        """Add a call this drive recorded past the lane's log (a live intent, a reproduced copy)."""
         self.calls.append(call)
 
     def advance(self) -> None:
@@ -299,7 +346,7 @@ class ReplayLane(Generic[C]):
         self.position += 1
 
     def shortfall(self, ended: str) -> Shortfall | None:
-        """Why a drive that ``ended`` (words: "the agent process exited 0") before making every call fails.
+        """Why a drive that ``ended`` ("the agent process exited 0") before every call fails.
 
         None when it made every call the log (or a re-run's origin) holds.
         """
@@ -307,11 +354,16 @@ class ReplayLane(Generic[C]):
         if made >= expected:
             return None
         if self.reference is not None:
-            message = (f"{ended} after {made} of the {expected} {self.names.many} origin run {self.origin} recorded; "
-                       f"a re-run must make every one of them, in order")
+            message = (
+                f"{ended} after {made} of the {expected} {self.names.many} origin run "
+                f"{self.origin} recorded; "
+                f"a re-run must make every one of them, in order"
+            )
         else:
-            message = (f"{ended} after {made} of the {expected} recorded {self.names.many}; "
-                       f"a recovered run must make every recorded call again, in order")
+            message = (
+                f"{ended} after {made} of the {expected} recorded {self.names.many}; "
+                f"a recovered run must make every recorded call again, in order"
+            )
         return Shortfall(made, expected, self.origin, message)
 
 
@@ -351,17 +403,24 @@ def model_mismatch(recorded: ModelCallRequested, request_hash: str) -> Mismatch 
     """How a model call's request differs from the recorded one, by hash; None when equal."""
     if recorded.request_hash == request_hash:
         return None
-    return Mismatch(DivergenceReason.REQUEST,
-                    f"model call request_hash {request_hash} differs from the recorded {recorded.request_hash}")
+    return Mismatch(
+        DivergenceReason.REQUEST,
+        f"model call request_hash {request_hash} differs from the recorded {recorded.request_hash}",
+    )
 
 
 def tool_mismatch(recorded: ToolCallRequested, tool: str, tool_input: Any) -> Mismatch | None:
-    """How a tool call differs from the recorded one (tool, then canonical input); None when equal."""
+    """How a tool call differs from the recorded one (tool, canonical input); None when equal."""
     if recorded.tool == tool and canonical_json(recorded.input) == canonical_json(tool_input):
         return None
-    return Mismatch(DivergenceReason.REQUEST, (
-        f"the run asked for tool call {tool!r} with input {canonical_json(tool_input).decode()} but the log "
-        f"records {recorded.tool!r} with input {canonical_json(recorded.input).decode()}"))
+    return Mismatch(
+        DivergenceReason.REQUEST,
+        (
+            f"the run asked for tool call {tool!r} with input "
+            f"{canonical_json(tool_input).decode()} but the log "
+            f"records {recorded.tool!r} with input {canonical_json(recorded.input).decode()}"
+        ),
+    )
 
 
 class ReplayCursor:
@@ -389,9 +448,15 @@ class ReplayCursor:
         return diverge(None, reason, found.seq, found.seq, problem).error()
 
     def _kind(self, asked: str, found: Envelope) -> ReplayDivergence:
-        return self._refuse(DivergenceReason.KIND, found, f"the run asked for {asked} but the log records {found.kind}")
+        return self._refuse(
+            DivergenceReason.KIND,
+            found,
+            f"the run asked for {asked} but the log records {found.kind}",
+        )
 
-    def _call(self, kind: EventKind, asked: str, match: Callable[[Any], Mismatch | None]) -> RecordedCall | None:
+    def _call(
+        self, kind: EventKind, asked: str, match: Callable[[Any], Mismatch | None]
+    ) -> RecordedCall | None:
         intent = self._peek()
         if intent is None:
             return None
@@ -410,25 +475,31 @@ class ReplayCursor:
         return RecordedCall(intent, completion)
 
     def model_call(self, request_hash: str) -> RecordedCall | None:
-        """The recorded model call at this position, or None when live (``resume_step`` says what to do).
+        """The recorded model call at this position, or None when live (see ``resume_step``).
 
         Raises:
             ReplayDivergence: the log holds another kind here, or a model call
                 whose request hash differs (the request was not rebuilt
                 identically: a changed definition or a non-deterministic loop).
         """
-        return self._call(EventKind.MODEL_CALL_REQUESTED, "a model call",
-                          lambda recorded: model_mismatch(recorded, request_hash))
+        return self._call(
+            EventKind.MODEL_CALL_REQUESTED,
+            "a model call",
+            lambda recorded: model_mismatch(recorded, request_hash),
+        )
 
     def tool_call(self, tool: str, tool_input: Any) -> RecordedCall | None:
-        """The recorded tool call at this position, or None when live (``resume_step`` says what to do).
+        """The recorded tool call at this position, or None when live (see ``resume_step``).
 
         Raises:
             ReplayDivergence: the log holds another kind here, or a call of
                 another tool or with other input.
         """
-        return self._call(EventKind.TOOL_CALL_REQUESTED, f"tool call {tool!r}",
-                          lambda recorded: tool_mismatch(recorded, tool, tool_input))
+        return self._call(
+            EventKind.TOOL_CALL_REQUESTED,
+            f"tool call {tool!r}",
+            lambda recorded: tool_mismatch(recorded, tool, tool_input),
+        )
 
     def take(self, kind: EventKind) -> Envelope | None:
         """Consume the next event if it is ``kind``; None when live.

@@ -39,28 +39,45 @@ def request_hash(call: Call) -> str:
 
 
 def render(calls: tuple[Call, ...]) -> list[Envelope]:
-    """A built-in agent's log of ``calls``: model calls by hash, tool calls by tool name and input."""
+    """A built-in agent's log of ``calls``: model calls by hash, tool calls by name and input."""
     events: list = [started()]
     for call in calls:
         seq = len(events)
         if call.kind == "model":
             events.append(ModelCallRequested(request_hash=request_hash(call)))
             if call.done:
-                events.append(ModelCallCompleted(seq=seq, response={"content": []},
-                                                 usage={"input_tokens": 1, "output_tokens": 1}))
+                events.append(
+                    ModelCallCompleted(
+                        seq=seq,
+                        response={"content": []},
+                        usage={"input_tokens": 1, "output_tokens": 1},
+                    )
+                )
         else:
-            events.append(ToolCallRequested(tool="lookup", input={"q": call.request}, effect=call.effect,
-                                            idempotency_key="idem_1" if call.effect == "idempotent" else None))
+            events.append(
+                ToolCallRequested(
+                    tool="lookup",
+                    input={"q": call.request},
+                    effect=call.effect,
+                    idempotency_key="idem_1" if call.effect == "idempotent" else None,
+                )
+            )
             if call.done:
                 events.append(ToolCallCompleted(seq=seq, output={"found": call.request}))
     return wrap(events)
 
 
 def calls_of(log: list[Envelope]) -> list[RecordedCall]:
-    completions = {env.event.seq: env for env in log
-                   if env.event.KIND in (EventKind.MODEL_CALL_COMPLETED, EventKind.TOOL_CALL_COMPLETED)}
-    return [RecordedCall(env, completions.get(env.seq)) for env in log
-            if env.event.KIND in (EventKind.MODEL_CALL_REQUESTED, EventKind.TOOL_CALL_REQUESTED)]
+    completions = {
+        env.event.seq: env
+        for env in log
+        if env.event.KIND in (EventKind.MODEL_CALL_COMPLETED, EventKind.TOOL_CALL_COMPLETED)
+    }
+    return [
+        RecordedCall(env, completions.get(env.seq))
+        for env in log
+        if env.event.KIND in (EventKind.MODEL_CALL_REQUESTED, EventKind.TOOL_CALL_REQUESTED)
+    ]
 
 
 def match(live: Call):
@@ -68,10 +85,14 @@ def match(live: Call):
         event = recorded.intent.event
         if live.kind == "model":
             if not isinstance(event, ModelCallRequested):
-                return Mismatch(DivergenceReason.KIND, f"a model call where the log records {event.KIND}")
+                return Mismatch(
+                    DivergenceReason.KIND, f"a model call where the log records {event.KIND}"
+                )
             return model_mismatch(event, request_hash(live))
         if not isinstance(event, ToolCallRequested):
-            return Mismatch(DivergenceReason.KIND, f"a tool call where the log records {event.KIND}")
+            return Mismatch(
+                DivergenceReason.KIND, f"a tool call where the log records {event.KIND}"
+            )
         return tool_mismatch(event, "lookup", {"q": live.request})
 
     return differs
@@ -151,12 +172,19 @@ def test_the_cursor_decides_each_call_as_the_table_says(case: Case) -> None:
     cursor = ReplayCursor(log)
     cursor.position = intent_seq(case.answered) if case.answered < len(case.log) else len(log)
     before = cursor.position
-    ask = (lambda: cursor.model_call(request_hash(case.live))) if case.live.kind == "model" else (
-        lambda: cursor.tool_call("lookup", {"q": case.live.request}))
+    ask = (
+        (lambda: cursor.model_call(request_hash(case.live)))
+        if case.live.kind == "model"
+        else (lambda: cursor.tool_call("lookup", {"q": case.live.request}))
+    )
     if case.step is Step.DIVERGED:
         with pytest.raises(ReplayDivergence) as caught:
             ask()
-        assert caught.value.details == {"reason": case.reason.value, "position": case.seq, "seq": case.seq}
+        assert caught.value.details == {
+            "reason": case.reason.value,
+            "position": case.seq,
+            "seq": case.seq,
+        }
         assert caught.value.message.startswith(f"replay diverged at seq {case.seq}: ")
         assert cursor.position == before
         return
