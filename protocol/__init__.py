@@ -1,6 +1,7 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
-the append guard, the replay cursor, schema checks and the strict JSON
-parser every caller's text goes through.
+the append guard, the record-and-replay rules (a cursor over a whole log, a
+lane per boundary), schema checks and the strict JSON parser every caller's
+text goes through.
 
 This package imports nothing outside the standard library and fastjsonschema,
 and does no IO.
@@ -60,8 +61,20 @@ from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
 from ._guard import check_labels as check_labels
 from ._guard import check_next as check_next
+from ._replay import CallNames as CallNames
+from ._replay import Decision as Decision
+from ._replay import Divergence as Divergence
+from ._replay import DivergenceReason as DivergenceReason
+from ._replay import Mismatch as Mismatch
 from ._replay import RecordedCall as RecordedCall
 from ._replay import ReplayCursor as ReplayCursor
+from ._replay import ReplayLane as ReplayLane
+from ._replay import Shortfall as Shortfall
+from ._replay import Step as Step
+from ._replay import diverge as diverge
+from ._replay import model_mismatch as model_mismatch
+from ._replay import resume_step as resume_step
+from ._replay import tool_mismatch as tool_mismatch
 from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA
 from ._schema import check_schema as check_schema
 from ._schema import validate as validate

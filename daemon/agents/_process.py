@@ -327,17 +327,8 @@ async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, Mc
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
     """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
-    if session.position >= session.expected_calls:
-        return None
-    if session.origin is not None:
-        return (
-            f"{what_ended} after {session.position} of the {session.expected_calls} model calls origin run "
-            f"{session.origin} recorded; a re-run must make every one of them, in order"
-        )
-    return (
-        f"{what_ended} after {session.position} of the {session.recorded} recorded model calls; "
-        f"a recovered run must make every recorded call again, in order"
-    )
+    short = session.replay.shortfall(what_ended)
+    return None if short is None else short.message
 
 
 def final_reply(session: ProxySession) -> str | None:

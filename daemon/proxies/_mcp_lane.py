@@ -1,8 +1,9 @@
 """A process run's MCP lanes: each request the agent sends a declared server, recorded or answered from the log.
 
 One lane per declared server per drive. A request is matched by position
-within its lane (``_mcp_replay``): one the log completed is answered from it
-and the server never sees it; an open ``read`` or ``idempotent`` intent is
+within its lane (a ``ReplayLane``; ``_mcp_replay`` says how two requests
+differ): one the log completed is answered from it and the server never sees
+it; an open ``read`` or ``idempotent`` intent is
 executed again under its recorded key; past the end of the log the request
 is recorded write-ahead (``ToolCallRequested`` with the operator's declared
 effect for a ``tools/call``, ``read`` for the other methods) and only then
@@ -45,10 +46,13 @@ from typing import Any
 
 import trio
 from salvor.protocol import (
+    DivergenceReason,
     Effect,
     Envelope,
+    ReplayLane,
     RunState,
     SleepStarted,
+    Step,
     ToolCallCompleted,
     ToolCallRequested,
 )
@@ -74,6 +78,7 @@ from ._mcp_replay import (
     call_input,
     error_answer,
     lane_calls,
+    lane_names,
     lane_tool,
     mismatch,
     notifications_of,
@@ -106,11 +111,11 @@ class McpLane:
         self.name = spec.name
         self.proxy = proxy
         self.ctx = proxy.ctx
-        self.calls = lane_calls(log, spec.name)
-        self.recorded = len(self.calls)
         self.origin = proxy.origin
-        self.reference = lane_calls(origin_log, spec.name) if origin_log is not None else None
-        self.position = 0
+        self.replay = ReplayLane(
+            lane_calls(log, spec.name), lane_names(spec.name),
+            reference=lane_calls(origin_log, spec.name) if origin_log is not None else None, origin=proxy.origin,
+        )
         self.contacted = False
         self._live: McpSession | None = None
         # Server notifications since the last answer, and those due to the agent with the next one.
@@ -130,8 +135,14 @@ class McpLane:
         return self._live.remote_session_id if self._live is not None else None
 
     @property
-    def expected_calls(self) -> int:
-        return len(self.reference) if self.reference is not None else self.recorded
+    def calls(self) -> list[LaneCall]:
+        """The lane's exchanges so far: the log's, then those this drive recorded."""
+        return self.replay.calls
+
+    @property
+    def position(self) -> int:
+        """How many of the lane's calls this drive has answered."""
+        return self.replay.position
 
     async def aclose(self) -> None:
         self.agent.close_push()
@@ -208,44 +219,38 @@ class McpLane:
             return Effect.READ
         return self.spec.effect_of(tool) if isinstance(tool, str) else Effect.WRITE
 
-    def _where(self, k: int, call: LaneCall | None, by_origin: bool) -> str:
-        recorded = "" if call is None else f" (recorded{f' by origin run {self.origin}' if by_origin else ''} at seq {call.seq})"
-        return f"MCP server {self.name!r} (lane {lane_tool(self.name, '')}), call {k + 1}{recorded}"
-
     async def _diverged(self, request_id: Any, message: str) -> dict:
         await self.proxy.record_failure(message)
         return error_answer(request_id, RUN_ENDED, message)
 
     async def _call(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]) -> dict:
         asked = call_input(params)
-        k = self.position
-        if k < len(self.calls):
-            call = self.calls[k]
-            problem = mismatch(call, method, asked)
-            if problem is not None:
-                return await self._diverged(request_id, f"{self._where(k, call, False)}: {problem}")
-            if call.completed:
-                self.position += 1
-                self._outbox = notifications_of(call.output)
-                await self._ask_again(call.output)
-                return await self._answer(request_id, call)
-            if call.effect == Effect.WRITE.value:
-                # Never reached: a drive does not start at an open write.
-                return error_answer(request_id, RUN_ENDED, f"{self._where(k, call, False)} is an open write")
-        elif self.reference is not None:
-            return await self._reproduce(request_id, method, asked)
-        else:
-            pending = self.ctx.view.pending
-            if pending is not None:
-                return await self._diverged(request_id, (
-                    f"{self._where(k, None, False)}: the agent sent a new {method} while the call recorded open at "
-                    f"seq {pending.seq} was not made again"))
+        pending = self.ctx.view.pending
+        decision = self.replay.step(
+            lambda call: mismatch(call, method, asked), live=f"sends {method}", noun=method,
+            open_intent=None if pending is None else (pending.seq, pending.tool or "model"),
+        )
+        step, call = decision.step, decision.call
+        if step is Step.DIVERGED:
+            return await self._diverged(request_id, decision.divergence.message)
+        if step is Step.ANSWER:
+            self.replay.advance()
+            self._outbox = notifications_of(call.output)
+            await self._ask_again(call.output)
+            return await self._answer(request_id, call)
+        if step is Step.PARK:
+            # Never reached: a drive does not start at an open write.
+            return error_answer(request_id, RUN_ENDED, (
+                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an open write"))
+        if step is Step.REPRODUCE:
+            return await self._reproduce(request_id, method, asked, call)
+        if step is Step.LIVE:
             effect = self._effect(method, params)
             key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
             intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=effect.value, idempotency_key=key)
             seq = (await self.ctx.record(intent))[-1].seq
             call = LaneCall(seq, method, asked, effect.value, key)
-            self.calls.append(call)
+            self.replay.record(call)
         self._asked = []
         try:
             output = await self._execute(request_id, method, params, headers, call)
@@ -267,7 +272,7 @@ class McpLane:
         call.output, call.completed = output, True
         if wait is not None:
             call.wait.append(wait)
-        self.position += 1
+        self.replay.advance()
         self._outbox = notifications_of(output)
         return await self._answer(request_id, call)
 
@@ -305,31 +310,19 @@ class McpLane:
             f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
             f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"))
 
-    async def _reproduce(self, request_id: Any, method: str, asked: dict) -> dict:
-        """A re-run's request past its own log: the origin's answer at this position, or the run fails."""
-        k = self.position
-        if k >= len(self.reference):
-            return await self._diverged(request_id, (
-                f"{self._where(k, None, True)} has no counterpart: origin run {self.origin} recorded only "
-                f"{len(self.reference)} calls in this lane; the agent now sends {method}"))
-        call = self.reference[k]
-        problem = mismatch(call, method, asked)
-        if problem is not None:
-            return await self._diverged(request_id, f"{self._where(k, call, True)}: {problem}")
-        if not call.completed:
-            return await self._diverged(request_id, f"{self._where(k, call, True)} never completed, so a re-run cannot answer it")
+    async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
+        """A re-run's request past its own log, answered with the origin's ``call`` at this position."""
+        if wait_event(call.output) is not None and not call.woken()[0]:
+            return await self._diverged(request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message)
         # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
         seq = self.ctx.view.next_seq + self.ctx.held
         intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
                                    idempotency_key=call.idempotency_key)
         copy = LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True, list(call.wait))
-        if wait_event(call.output) is not None and not call.woken()[0]:
-            return await self._diverged(request_id, f"{self._where(k, call, True)} parked the run, which never "
-                                                    f"continued, so a re-run cannot answer it")
         # The origin's wait is reproduced with the call: a re-run never waits.
         self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
-        self.calls.append(copy)
-        self.position += 1
+        self.replay.record(copy)
+        self.replay.advance()
         self._outbox = notifications_of(call.output)
         await self._ask_again(call.output)
         return await self._answer(request_id, copy)
@@ -436,12 +429,9 @@ class McpLane:
                 f"that server at ${first}, or at ${second}")
 
     def shortfall(self, what_ended: str) -> str | None:
-        """Why a drive that ended before making every call of this lane it had to reproduce fails."""
-        if self.position >= self.expected_calls:
-            return None
-        whose = f"origin run {self.origin} recorded" if self.origin is not None else "the log records"
-        return (f"{what_ended} after {self.position} of the {self.expected_calls} calls {whose} for MCP server "
-                f"{self.name!r}; the agent must make every one of them again, in order")
+        """Why a drive that ended before making every call of this lane it had to make again fails."""
+        short = self.replay.shortfall(what_ended)
+        return None if short is None else short.message
 
 
 def _request_key(request_id: Any) -> str | int | float | None:

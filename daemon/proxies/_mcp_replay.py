@@ -1,4 +1,4 @@
-"""How a process agent's MCP exchanges sit in its log, and how a later one is matched against them.
+"""How a process agent's MCP exchanges sit in its log, and how a later one differs from them.
 
 Every request the agent sends one of its MCP servers is one tool call in the
 run's log, named ``mcp:<server>/<method>`` (the name the built-in agents give
@@ -12,7 +12,7 @@ lane's previous answer ride along as ``notifications``: each with its
 ``after`` anchor (how many of the lane's calls were answered when it
 crossed), replayed with the answer and never matched. A server's exchanges,
 in log order, are its lane; lanes are matched strictly by position, each on
-its own.
+its own, by the replay lane (``salvor.protocol.ReplayLane``).
 
 A ``tools/call`` whose result parked the run (``_meta.salvor``) records the
 server's result beside the wait's sentinel (``__salvor_suspend`` or
@@ -38,9 +38,12 @@ from typing import Any
 
 from salvor.protocol import (
     TOOL_ERROR_KEY,
+    CallNames,
+    DivergenceReason,
     Envelope,
     Event,
     EventKind,
+    Mismatch,
     Resumed,
     SleepCompleted,
     SleepStarted,
@@ -56,6 +59,11 @@ def lane_tool(server: str, method: str) -> str:
     return f"mcp:{server}/{method}"
 
 
+def lane_names(server: str) -> CallNames:
+    """How the replay lane of ``server`` names its calls in a divergence or a shortfall."""
+    return CallNames(one=f"MCP server {server!r} (lane {lane_tool(server, '')}), call", many=f"calls of MCP server {server!r}")
+
+
 def call_input(params: dict) -> dict:
     """What the log keeps of a request's params."""
     return {k: v for k, v in params.items() if k != "_meta"}
@@ -63,7 +71,10 @@ def call_input(params: dict) -> dict:
 
 @dataclass(slots=True)
 class LaneCall:
-    """One recorded exchange of a lane: its intent's seq, what was asked, and the answer once there is one."""
+    """One recorded exchange of a lane: its intent's seq, what was asked, and the answer once there is one.
+
+    ``seq``, ``completed`` and ``effect`` are what the replay lane's rules read (``Recorded``).
+    """
 
     seq: int
     method: str
@@ -183,14 +194,15 @@ def _at(value: Any, path: str) -> Any:
     return value
 
 
-def mismatch(recorded: LaneCall, method: str, asked: dict) -> str | None:
+def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     """How a request differs from the recorded one at its position; None when it matches."""
     if recorded.method != method:
-        return f"the agent sent {method} where the log records {recorded.method}"
+        return Mismatch(DivergenceReason.KIND, f"the agent sent {method} where the log records {recorded.method}")
     before = recorded.input if isinstance(recorded.input, dict) else {}
     if method == "tools/call":
         if before.get("name") != asked.get("name"):
-            return f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"
+            return Mismatch(DivergenceReason.REQUEST, (
+                f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"))
         before, asked, where = before.get("arguments"), asked.get("arguments"), "arguments"
     elif method == "initialize":
         before = {"protocolVersion": before.get("protocolVersion")}
@@ -202,8 +214,9 @@ def mismatch(recorded: LaneCall, method: str, asked: dict) -> str | None:
     path = first_divergence(before, asked)
     if path is None:
         return None
-    return (f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
-            f"{_shown(_at(before, path))}")
+    return Mismatch(DivergenceReason.REQUEST, (
+        f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
+        f"{_shown(_at(before, path))}"))
 
 
 def answer_of(request_id: Any, output: Any) -> dict:

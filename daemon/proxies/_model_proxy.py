@@ -9,8 +9,9 @@ and Anthropic Messages (``POST .../v1/messages``); ``GET .../v1/models`` is
 answered locally. What each wire means (envelope, usage, final text, when a
 stream is complete, error shape) lives in ``_proxy_wire``.
 
-Every call goes through the run's record-or-replay, strictly by position:
-call k of the process must hash-equal call k of the log. A call the log
+Every call goes through the run's record-or-replay, strictly by position
+(a ``ReplayLane`` of model calls): call k of the process must hash-equal
+call k of the log. A call the log
 completed is answered from it with no upstream call; an open intent is
 re-issued; past the end of the log the call is recorded write-ahead
 (``ModelCallRequested`` before any byte goes upstream), then forwarded, and
@@ -37,12 +38,17 @@ from typing import Any, TypeVar
 import httpx
 import trio
 from salvor.protocol import (
+    CallNames,
+    DivergenceReason,
     Envelope,
     EventKind,
     MalformedJson,
+    Mismatch,
     ModelCallCompleted,
     ModelCallRequested,
+    ReplayLane,
     RunFailed,
+    Step,
     parse_strict,
     sha256_hash,
 )
@@ -166,10 +172,41 @@ def resolve_upstream(environ: Mapping[str, str] = os.environ, *, key: str | None
 
 @dataclass(slots=True)
 class _Call:
+    """One model call of the log (``Recorded`` for the replay lane)."""
+
     seq: int
     request_hash: str
     request: dict | None
     response: dict | None
+
+    @property
+    def completed(self) -> bool:
+        return self.response is not None
+
+    @property
+    def effect(self) -> None:
+        return None  # a model call has no effect: an open one is issued again
+
+
+MODEL_CALLS = CallNames(one="model call", many="model calls")
+
+
+def model_match(asked: dict, request_hash: str, stream: bool) -> Callable[[_Call], Mismatch | None]:
+    """How a recorded call differs from a request (its hashed envelope ``asked``): the hash, then the streaming mode."""
+
+    def match(call: _Call) -> Mismatch | None:
+        if call.request_hash != request_hash:
+            recorded_model = None
+            if call.response is not None and isinstance(call.response.get("body"), dict):
+                recorded_model = call.response["body"].get("model")
+            return Mismatch(DivergenceReason.REQUEST, divergence_report(asked, call.request, recorded_model))
+        if call.response is not None and ("frames" in call.response) != stream:
+            how = "as a stream" if "frames" in call.response else "without streaming"
+            return Mismatch(DivergenceReason.REQUEST, (
+                f"it was recorded {how}; the agent now asks {'with' if stream else 'without'} streaming"))
+        return None
+
+    return match
 
 
 def recorded_calls(log_: Sequence[Envelope]) -> list[_Call]:
@@ -226,14 +263,12 @@ class ProxySession:
         self.record_prompts = record_prompts
         self.upstream = upstream
         self.client = client
-        self.calls = recorded_calls(log_)
-        self.recorded = len(self.calls)
         # A re-run: the origin's calls, which every call past this run's own
         # log must reproduce, answered from the origin and never sent upstream.
         self.origin = origin
-        self.reference = list(origin_calls) if origin is not None else None
+        self.replay = ReplayLane(recorded_calls(log_), MODEL_CALLS,
+                                 reference=origin_calls if origin is not None else None, origin=origin)
         self._flushed_at = trio.current_time()
-        self.position = 0
         self.upstream_calls = 0
         self.lock = trio.Lock()
         self.closed = False
@@ -247,6 +282,11 @@ class ProxySession:
     @property
     def run_id(self) -> str:
         return self.ctx.run_id
+
+    @property
+    def calls(self) -> list[_Call]:
+        """The drive's model calls so far: the log's, then those this drive recorded."""
+        return self.replay.calls
 
     async def close(self) -> None:
         """Stop answering: in-flight calls are cut (their intents stay open), then wait for them."""
@@ -331,26 +371,6 @@ class ProxySession:
         finally:
             self._scopes.discard(scope)
 
-    @property
-    def expected_calls(self) -> int:
-        """How many model calls a complete drive makes: the origin's for a re-run, else the log's."""
-        return len(self.reference) if self.reference is not None else self.recorded
-
-    async def _mismatch(self, wire, reply: Reply, k: int, call: _Call, asked, request_hash, stream, where: str) -> bool:
-        """Fail the run when call ``k`` is not the recorded ``call``; True when it failed."""
-        if call.request_hash != request_hash:
-            recorded_model = None
-            if call.response is not None and isinstance(call.response.get("body"), dict):
-                recorded_model = call.response["body"].get("model")
-            await self._fail(wire, reply, divergence_report(k, call.seq, asked, call.request, recorded_model, where))
-            return True
-        if call.response is not None and ("frames" in call.response) != stream:
-            how = "as a stream" if "frames" in call.response else "without streaming"
-            await self._fail(wire, reply, f"model call {k + 1} (recorded{where} at seq {call.seq}) was recorded {how}; "
-                                          f"the agent now asks {'with' if stream else 'without'} streaming")
-            return True
-        return False
-
     @staticmethod
     async def _answer_recorded(response: dict, reply: Reply) -> None:
         if "frames" in response:
@@ -360,22 +380,8 @@ class ProxySession:
         else:
             await reply.json(200, response["body"])
 
-    async def _reproduce(self, wire, asked, request_hash, stream, reply: Reply) -> None:
-        """A re-run's call past its own log: the origin's call at this position, or the run fails."""
-        k = self.position
-        where = f" by origin run {self.origin}"
-        if k >= len(self.reference):
-            await self._fail(wire, reply, (
-                f"model call {k + 1} has no counterpart: origin run {self.origin} recorded only "
-                f"{len(self.reference)} model calls; the agent now asks for model {envelope(asked)['model']!r}"))
-            return
-        call = self.reference[k]
-        if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, where):
-            return
-        if call.response is None:
-            await self._fail(wire, reply, f"model call {k + 1} of origin run {self.origin} (seq {call.seq}) never "
-                                          f"completed, so a re-run cannot answer it")
-            return
+    async def _reproduce(self, wire, asked, request_hash, call: _Call, reply: Reply) -> None:
+        """A re-run's call past its own log, answered with the origin's ``call`` at this position."""
         # Nothing is paid for and nothing goes upstream, so a reproduced call
         # need not be durable before the agent has its answer, nor on its
         # own: the copies are held and committed a batch at a time (and with
@@ -386,43 +392,41 @@ class ProxySession:
         intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
         seq = self.ctx.view.next_seq + self.ctx.held
         self.ctx.hold(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage_of(wire, call.response)))
-        self.calls.append(_Call(seq, request_hash, intent.request_body, call.response))
-        self.position += 1
+        self.replay.record(_Call(seq, request_hash, intent.request_body, call.response))
+        self.replay.advance()
         await self._answer_recorded(call.response, reply)
         if self.ctx.held >= 2 * REPRODUCED_PER_COMMIT or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS:
             await self.ctx.flush()
             self._flushed_at = trio.current_time()
 
     async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
-        k = self.position
-        if k < len(self.calls):
-            call = self.calls[k]
-            if await self._mismatch(wire, reply, k, call, asked, request_hash, stream, ""):
-                return
-            if call.response is not None:
-                self.position += 1
-                await self._answer_recorded(call.response, reply)
-                return
-        elif self.reference is not None:
-            await self._reproduce(wire, asked, request_hash, stream, reply)
+        pending = self.ctx.view.pending
+        decision = self.replay.step(
+            model_match(asked, request_hash, stream), live=f"asks for model {envelope(asked)['model']!r}", noun="model call",
+            # Another boundary's call (an MCP request) left open, which the agent went past.
+            open_intent=None if pending is None else (pending.seq, pending.tool or "model"),
+        )
+        step, call = decision.step, decision.call
+        if step is Step.DIVERGED:
+            await self._fail(wire, reply, decision.divergence.message)
             return
-        else:
+        if step is Step.ANSWER:
+            self.replay.advance()
+            await self._answer_recorded(call.response, reply)
+            return
+        if step is Step.REPRODUCE:
+            await self._reproduce(wire, asked, request_hash, call, reply)
+            return
+        if step is Step.LIVE:
             if self.upstream is None:
                 await reply.json(502, error_body(
                     wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
                                "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs"))
                 return
-            pending = self.ctx.view.pending
-            if pending is not None:
-                # Another boundary's call (an MCP request) was left open and the agent went past it.
-                await self._fail(wire, reply, (
-                    f"model call {k + 1}: the agent made a new model call while the {pending.tool or 'model'} call "
-                    f"recorded open at seq {pending.seq} was not made again"))
-                return
             intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
             seq = (await self.ctx.record(intent))[-1].seq
             call = _Call(seq, request_hash, intent.request_body, None)
-            self.calls.append(call)
+            self.replay.record(call)
         if self.upstream is None:
             await reply.json(502, error_body(wire, 502, "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"))
             return
@@ -443,7 +447,7 @@ class ProxySession:
             with trio.CancelScope(shield=True):
                 await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
             call.response = response
-            self.position += 1
+            self.replay.advance()
 
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
         """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""

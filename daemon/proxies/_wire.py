@@ -62,12 +62,9 @@ def envelope(request: dict) -> dict:
     return {"model": body.get("model"), "tools": tools, "roles": _roles(request.get("wire"), body)}
 
 
-def divergence_report(
-    position: int, seq: int, asked: dict, recorded: dict | None, recorded_model: str | None, where: str = ""
-) -> str:
-    """One paragraph naming how call ``position`` differs from the recorded one (``where``: " by origin run X")."""
+def divergence_report(asked: dict, recorded: dict | None, recorded_model: str | None) -> str:
+    """How a model request differs from the recorded one, for the replay lane's divergence report."""
     now = envelope(asked)
-    head = f"model call {position + 1} (recorded{where} at seq {seq}) differs from the recording: "
     if recorded is None:
         detail = (
             f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
@@ -75,7 +72,7 @@ def divergence_report(
         )
         if recorded_model is not None and recorded_model != now["model"]:
             detail = f"model {now['model']!r} where the recorded call was answered by {recorded_model!r}; " + detail
-        return head + detail
+        return detail
     was = envelope(recorded)
     diffs = []
     if recorded.get("wire") != asked.get("wire"):
@@ -85,7 +82,7 @@ def divergence_report(
             diffs.append(f"{what} {now[key]!r} where the recording has {was[key]!r}")
     if not diffs:
         diffs.append(f"same model, tool names and message roles; the body differs at {_first_diff(asked, recorded)}")
-    return head + "; ".join(diffs)
+    return "; ".join(diffs)
 
 
 # Recursion: one frame per level; an agent's model request is at most MAX_NESTING (128) levels deep

@@ -40,6 +40,7 @@ from salvor.protocol import (
     SchemaViolation,
     SleepCompleted,
     SleepStarted,
+    Step,
     Suspended,
     ToolCallCompleted,
     ToolCallRequested,
@@ -47,6 +48,7 @@ from salvor.protocol import (
     fold,
     format_instant,
     parse_instant,
+    resume_step,
     sha256_hash,
     validate,
 )
@@ -223,14 +225,15 @@ class RunContext:
         """
         request_hash = sha256_hash(request)
         recorded = self.cursor.model_call(request_hash)
-        if recorded is not None and recorded.completion is not None:
+        step = resume_step(recorded)
+        if step is Step.ANSWER:
             event: ModelCallCompleted = recorded.completion.event
             return event.response, event.usage
-        if recorded is None:
+        if step is Step.LIVE:
             intent = ModelCallRequested(request_hash=request_hash, request_body=request if record_prompts else None)
             seq = (await self.record(intent))[-1].seq
         else:
-            seq = recorded.seq
+            seq = recorded.seq  # an open intent: a model call has no effect to fear, it is issued again
         try:
             result = await gateway.complete(request)
         except ModelCallError as exc:
@@ -262,17 +265,17 @@ class RunContext:
         if tool.effect is Effect.IDEMPOTENT:
             key = "idem_" + await self.random()
         recorded = self.cursor.tool_call(tool.name, tool_input)
-        if recorded is not None and recorded.completion is not None:
+        step = resume_step(recorded)
+        if step is Step.ANSWER:
             output = recorded.completion.event.output
         else:
-            if recorded is None:
+            if step is Step.PARK:
+                await self.park(RunState.NEEDS_RECONCILIATION)
+            if step is Step.LIVE:
                 intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key)
                 seq = (await self.record(intent))[-1].seq
             else:
-                intent_event: ToolCallRequested = recorded.intent.event
-                if intent_event.effect == Effect.WRITE:
-                    await self.park(RunState.NEEDS_RECONCILIATION)
-                seq, key = recorded.seq, intent_event.idempotency_key
+                seq, key = recorded.seq, recorded.intent.event.idempotency_key
             try:
                 output = await self._execute(tool, tool_input, seq, key)
             except OutcomeUnknown:
