@@ -10,9 +10,15 @@ loop's cursor (``tests/protocol/test_replay_engine.py``).
 from __future__ import annotations
 
 import pytest
-from salvor.daemon._mcp_replay import call_input, lane_calls, lane_names, lane_tool, mismatch
-from salvor.daemon._model_proxy import MODEL_CALLS, model_match, recorded_calls
-from salvor.daemon._proxy_wire import OPENAI_CHAT, hashed_request
+from salvor.daemon.proxies._mcp_replay import (
+    call_input,
+    lane_calls,
+    lane_names,
+    lane_tool,
+    mismatch,
+)
+from salvor.daemon.proxies._model_proxy import MODEL_CALLS, model_match, recorded_calls
+from salvor.daemon.proxies._wire import OPENAI_CHAT, hashed_request
 from salvor.protocol import (
     DivergenceReason,
     Envelope,
