@@ -248,7 +248,7 @@ def _command_of(pid: int) -> str:
     except OSError:
         return ""
     for before, word in zip(argv, argv[1:]):
-        if before.endswith(("salvor", "_cli")) and word and not word.startswith("-"):
+        if before.endswith(("salvor", "salvor.daemon.cli")) and word and not word.startswith("-"):
             return word
     return ""
 
