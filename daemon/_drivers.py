@@ -148,7 +148,7 @@ class DriverSet:
             return await self.runtime.drive(run_id, agent=agent, on_record=slot.release)
         finally:
             slot.release()
-            timer.cancel()
+            timer.cancel(reason="the launch slot was released")
 
     def spawn(self, fn: Callable[[], Awaitable[None]], *, name: str) -> trio.CancelScope:
         """Run a short task that belongs to no driver (a streamed client step) until it ends or the

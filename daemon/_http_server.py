@@ -384,7 +384,7 @@ class _Connection(TCPServer):
     def _end_watch(self) -> None:
         self._ended = True
         self._idle.discard(self)
-        self._watch.cancel()
+        self._watch.cancel(reason="the connection ended")
 
     def _readable(self) -> bool:
         """Whether bytes (or the client's end) wait in the socket, unread: polled, never blocking."""
@@ -491,4 +491,4 @@ async def serve(
                 await context.terminated.set()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         await lifespan.wait_for_shutdown()
-        lifespan_nursery.cancel_scope.cancel()
+        lifespan_nursery.cancel_scope.cancel(reason="the listener stopped; its lifespan ends")
