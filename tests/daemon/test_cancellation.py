@@ -13,7 +13,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import salvor.daemon
+import trio
+from salvor.daemon._agent_def import parse_definition
+from salvor.store import StoreUnavailable, store_fault
 
 DAEMON = Path(salvor.daemon.__file__).resolve().parent
 
@@ -31,3 +35,34 @@ def _bare_cancels(path: Path) -> list[str]:
 def test_every_cancel_in_the_daemon_states_its_reason() -> None:
     bare = [site for path in sorted(DAEMON.rglob("*.py")) for site in _bare_cancels(path)]
     assert bare == [], "cancel() without a reason: " + ", ".join(bare)
+
+
+AGENT = 'model = "scripted-model"\nsystem_prompt = "You settle refunds."\n[llm]\nbase_url = "http://127.0.0.1:9"\n'
+
+
+class WriterKilled(BaseException):
+    """What kills the writer thread here: nothing the write loop's ``except Exception`` catches."""
+
+
+async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_every_later_one(runtime) -> None:
+    agent = parse_definition(AGENT, "toml")
+    survivor = await runtime.start_run(agent, "before")
+
+    def killed(requests):
+        raise WriterKilled()
+
+    runtime.access.store.append_batch = killed
+    # A real bound, not virtual time: the writer is a thread, which autojump_clock does not wait for.
+    with trio.fail_after(10):
+        with pytest.raises(StoreUnavailable) as first:
+            await runtime.start_run(agent, "during")
+        with pytest.raises(StoreUnavailable) as later:
+            await runtime.start_run(agent, "after")
+        with pytest.raises(StoreUnavailable):
+            await runtime.access.check_writable()
+    assert "writer thread died (WriterKilled)" in first.value.message
+    assert "whether it was committed is not known" in first.value.message
+    assert not store_fault(first.value)  # a dead writer does not heal: healing would retry in vain
+    assert "writer thread died (WriterKilled)" in later.value.message
+    assert "nothing of this append was written" in later.value.message
+    assert [e.seq for e in runtime.access.store.read_log(survivor)] == [0]
