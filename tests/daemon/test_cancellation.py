@@ -11,12 +11,18 @@
 from __future__ import annotations
 
 import ast
+import inspect
+import os
+import threading
 from pathlib import Path
 
 import pytest
 import salvor.daemon
 import trio
+import trio.testing
 from salvor.daemon._agent_def import parse_definition
+from salvor.daemon._drivers import DRAIN_SECONDS, DriverSet
+from salvor.daemon._serve import build_commit
 from salvor.store import StoreUnavailable, store_fault
 
 DAEMON = Path(salvor.daemon.__file__).resolve().parent
@@ -66,3 +72,71 @@ async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_ever
     assert "writer thread died (WriterKilled)" in later.value.message
     assert "nothing of this append was written" in later.value.message
     assert [e.seq for e in runtime.access.store.read_log(survivor)] == [0]
+
+
+async def test_a_stop_ends_within_its_drain_deadline_when_a_driver_waits_on_a_writer_that_never_answers(
+    runtime, autojump_clock, caplog
+) -> None:
+    agent = parse_definition(AGENT, "toml")
+    run_id = await runtime.start_run(agent, "stuck")
+    entered, release = threading.Event(), threading.Event()
+    append_batch = runtime.access.store.append_batch
+
+    def hung(requests):
+        # A database that takes the write and never answers (a lock, a lost peer).
+        entered.set()
+        release.wait(60)
+        return append_batch(requests)
+
+    runtime.access.store.append_batch = hung
+    try:
+        async with trio.open_nursery() as nursery:
+            drivers = DriverSet(runtime, nursery)
+            drivers.start(run_id, agent)
+            # The drive records its model call's intent first (write-ahead): that append hangs.
+            assert await trio.to_thread.run_sync(entered.wait, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            began = trio.current_time()
+            with trio.fail_after(DRAIN_SECONDS + 1):  # virtual time: the drain deadline is what ends it
+                left = await drivers.stop("the test stops", drain_seconds=DRAIN_SECONDS)
+            assert left == [run_id]
+            assert trio.current_time() - began >= DRAIN_SECONDS
+        assert not drivers.driving(run_id)
+    finally:
+        release.set()
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("did not drain" in text and run_id in text for text in messages), messages
+    assert any(f"run {run_id}: drive stopped: the daemon stopped while this append was being committed" in text
+               for text in messages), messages
+
+
+FAKE_GIT = """#!/bin/sh
+# Answers only once the test's trio task has made the gate: a git run on the
+# trio thread blocks that task, so it would never answer.
+n=0
+while [ ! -e "$SALVOR_TEST_GATE" ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done
+[ -e "$SALVOR_TEST_GATE" ] || exit 1
+case "$3" in rev-parse) echo abc1234 ;; esac
+"""
+
+
+async def test_the_build_commit_is_read_by_a_git_that_does_not_block_the_trio_thread(tmp_path, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(FAKE_GIT)
+    (bin_dir / "git").chmod(0o755)
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SALVOR_TEST_GATE", str(gate))
+    found: list[str | None] = []
+
+    async def read_commit() -> None:
+        commit = build_commit()
+        found.append(await commit if inspect.isawaitable(commit) else commit)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_commit)
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.Path(gate).touch()
+    assert found == ["abc1234"]
