@@ -6,6 +6,8 @@
   instead of waiting forever; so does every append after it.
 * A stop abandons an append the writer never confirms once the drain
   deadline has passed, and names the run.
+* Nothing blocks the trio thread: git at start runs as a child process trio
+  waits on; a notification to systemd never waits for systemd to read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -22,6 +25,7 @@ import trio
 import trio.testing
 from salvor.daemon._agent_def import parse_definition
 from salvor.daemon._drivers import DRAIN_SECONDS, DriverSet
+from salvor.daemon._notify import Notifier
 from salvor.daemon._serve import build_commit
 from salvor.store import StoreUnavailable, store_fault
 
@@ -140,3 +144,21 @@ async def test_the_build_commit_is_read_by_a_git_that_does_not_block_the_trio_th
             await trio.testing.wait_all_tasks_blocked()
             await trio.Path(gate).touch()
     assert found == ["abc1234"]
+
+
+async def test_a_notification_to_a_systemd_that_stopped_reading_never_blocks(tmp_path) -> None:
+    address = tmp_path / "notify"
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(address))
+    notifier = Notifier({"NOTIFY_SOCKET": str(address)})
+
+    def flood() -> None:
+        # Far more datagrams than the unread queue holds: a blocking send would stop at its end.
+        for _ in range(5000):
+            notifier.send("WATCHDOG=1")
+
+    try:
+        with trio.fail_after(10):
+            await trio.to_thread.run_sync(flood, abandon_on_cancel=True)
+    finally:
+        receiver.close()  # a send still blocked (the old way) fails now, and its thread ends
