@@ -150,7 +150,8 @@ class _Limits:
 class _Connection(HypercornConnection):
     """One HTTP connection: hypercorn's protocol under a single watcher whose deadline follows the phase."""
 
-    def __init__(self, limits: _Limits, idle: _IdleConnections, app, config, context, state, stream) -> None:
+    def __init__(self, limits: _Limits, idle: _IdleConnections,
+                 app, config, context, state, stream) -> None:
         super().__init__(app, config, context, state, stream, drain_bytes=limits.drain_bytes,
                          refusal_body=refusal_body)
         self._limits = limits
@@ -309,5 +310,5 @@ async def serve(
         raise ValueError("salvor's HTTP listeners serve plain HTTP only (no certfile, no QUIC)")
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
-    await serve_connections(_known_versions_only(app), config, connection, shutdown_trigger=shutdown_trigger,
-                            task_status=task_status)
+    await serve_connections(_known_versions_only(app), config, connection,
+                            shutdown_trigger=shutdown_trigger, task_status=task_status)

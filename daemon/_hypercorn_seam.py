@@ -53,7 +53,13 @@ from hypercorn.trio.task_group import TaskGroup, _handle
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
-from hypercorn.utils import ShutdownError, parse_socket_addr, raise_shutdown, repr_socket_addr, wrap_app
+from hypercorn.utils import (
+    ShutdownError,
+    parse_socket_addr,
+    raise_shutdown,
+    repr_socket_addr,
+    wrap_app,
+)
 
 __all__ = ["HypercornConnection", "serve_connections"]
 
@@ -66,15 +72,22 @@ class _Draining(Event):
 
 
 class AppTaskGroup(TaskGroup):
-    """hypercorn's, except that a body chunk for an app that has returned is dropped, not waited on."""
+    """hypercorn's, but a body chunk for an app that has returned is dropped, not awaited."""
 
     async def spawn_app(self, app, config, scope, send):
         to_app, from_client = trio.open_memory_channel(config.max_app_queue_size)
 
         async def run_app() -> None:
             with from_client:  # closed when the app returns: a put blocked on it gives up
-                await _handle(app, config, scope, from_client.receive, send,
-                              trio.to_thread.run_sync, trio.from_thread.run)
+                await _handle(
+                    app,
+                    config,
+                    scope,
+                    from_client.receive,
+                    send,
+                    trio.to_thread.run_sync,
+                    trio.from_thread.run,
+                )
 
         async def put(message) -> None:
             try:
@@ -105,16 +118,24 @@ class DrainingH11Protocol(H11Protocol):
 
     async def _send_error_response(self, status_code: int) -> None:
         body = self._refusal_body(status_code)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close"), *self.config.response_headers("h11")]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *self.config.response_headers("h11"),
+        ]
         await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
         await self._send_h11_event(h11.Data(data=body))
         await self._send_h11_event(h11.EndOfMessage())
 
     async def _maybe_recycle(self) -> None:
         connection = self.connection
-        if (isinstance(connection, h11.Connection) and not self.context.terminated.is_set()
-                and connection.our_state is h11.DONE and connection.their_state is h11.SEND_BODY):
+        if (
+            isinstance(connection, h11.Connection)
+            and not self.context.terminated.is_set()
+            and connection.our_state is h11.DONE
+            and connection.their_state is h11.SEND_BODY
+        ):
             # hypercorn would close here; a client that is still sending
             # would then read a reset instead of the answer, and a client
             # that sends the body after reading it finds a dead connection.
@@ -123,7 +144,9 @@ class DrainingH11Protocol(H11Protocol):
             # rather than hand it to the stream.
             self._drain_left = self._drain_bytes
             await self._close_stream()
-            if self._drain_left is not None:  # else the reader drained it meanwhile and started the next cycle
+            if (
+                self._drain_left is not None
+            ):  # else the reader drained it meanwhile and started the next cycle
                 await self.send(_Draining())
                 if connection.their_state is h11.DONE:
                     # The reader took the body's end while we awaited (before it saw the drain) and
@@ -143,7 +166,7 @@ class DrainingH11Protocol(H11Protocol):
                 return
 
     async def _drain(self) -> bool:
-        """Discard the answered request's body; True once it has ended and the connection serves again.
+        """Discard the answered request's body; True once it has ended and the connection serves.
 
         Past the byte bound, or on a body that breaks HTTP, the connection
         closes (False); False too while more of the body is to come.
@@ -181,8 +204,17 @@ class HypercornConnection(TCPServer):
     and the two tasks ``watch`` (beside the reader) and ``read_loop``.
     """
 
-    def __init__(self, app, config: Config, context: WorkerContext, state, stream, *, drain_bytes: int,
-                 refusal_body: RefusalBody) -> None:
+    def __init__(
+        self,
+        app,
+        config: Config,
+        context: WorkerContext,
+        state,
+        stream,
+        *,
+        drain_bytes: int,
+        refusal_body: RefusalBody,
+    ) -> None:
         super().__init__(app, config, context, state, stream)
         self._drain_bytes = drain_bytes
         self._refusal_body = refusal_body
@@ -237,8 +269,11 @@ class HypercornConnection(TCPServer):
     def client_mid_request(self) -> bool:
         """Whether the client is mid-request on HTTP/1: sending a body, or bytes h11 refused."""
         protocol = self.protocol.protocol
-        return (isinstance(protocol, H11Protocol) and isinstance(protocol.connection, h11.Connection)
-                and protocol.connection.their_state in (h11.SEND_BODY, h11.ERROR))
+        return (
+            isinstance(protocol, H11Protocol)
+            and isinstance(protocol.connection, h11.Connection)
+            and protocol.connection.their_state in (h11.SEND_BODY, h11.ERROR)
+        )
 
     # -- hypercorn's, overridden -------------------------------------------------------------
 
@@ -251,11 +286,21 @@ class HypercornConnection(TCPServer):
             server = parse_socket_addr(socket.family, socket.getsockname())
             async with AppTaskGroup() as task_group:
                 self._task_group = task_group
-                args = (self.app, self.config, self.context, task_group, ConnectionState(self.state),
-                        False, client, server, self.protocol_send)
+                args = (
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                )
                 self.protocol = ProtocolWrapper(*args, "http/1.1")
-                self.protocol.protocol = DrainingH11Protocol(*args, drain_bytes=self._drain_bytes,
-                                                             refusal_body=self._refusal_body)
+                self.protocol.protocol = DrainingH11Protocol(
+                    *args, drain_bytes=self._drain_bytes, refusal_body=self._refusal_body
+                )
                 self.opened()
                 task_group.spawn(self.watch)
                 await self.read_loop()
@@ -326,8 +371,11 @@ async def serve_connections(
                     if shutdown_trigger is not None:
                         nursery.start_soon(raise_shutdown, shutdown_trigger)
                     nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    nursery.start_soon(partial(trio.serve_listeners, handler, listeners,
-                                               handler_nursery=server_nursery))
+                    nursery.start_soon(
+                        partial(
+                            trio.serve_listeners, handler, listeners, handler_nursery=server_nursery
+                        )
+                    )
                     await trio.sleep_forever()
             except BaseExceptionGroup as error:
                 _, others = error.split((ShutdownError, KeyboardInterrupt))

@@ -280,8 +280,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 await stop.wait()
                 notifier.send("STOPPING=1")
                 state.stopping.set()
-                await drivers.stop("salvor is stopping; each run keeps its log and resumes on the next start",
-                                   drain_seconds=config.drain_seconds)
+                await drivers.stop(
+                    "salvor is stopping; each run keeps its log and resumes on the next start",
+                    drain_seconds=config.drain_seconds)
             # Responses in flight finish first (a stream sends its end frame
             # and closes cleanly), within the deadline. Idle keep-alive
             # connections are not waited for: they carry nothing.

@@ -95,7 +95,7 @@ class StoreAccess:
         self._thread.start()
 
     async def _stop(self) -> None:
-        """Let the writer commit what it holds, within ``WRITER_STOP_SECONDS``; nothing is taken after."""
+        """Let the writer finish what it holds, within ``WRITER_STOP_SECONDS``; it takes no more."""
         self._queue.put(_STOP)
         if self._thread is None:
             return
@@ -104,8 +104,8 @@ class StoreAccess:
         if self._writer_gone.is_set():
             await trio.to_thread.run_sync(self._thread.join)
         else:
-            log.error("the store's writer did not finish within %gs of the stop; the appends it holds "
-                      "are left to the database (the next start reads what was committed)",
+            log.error("the store's writer did not finish within %gs of the stop; the appends it "
+                      "holds are left to the database (the next start reads what was committed)",
                       WRITER_STOP_SECONDS)
             self.abandon("the daemon stopped")
 
@@ -114,7 +114,7 @@ class StoreAccess:
         why = "the store is closed"
         try:
             self._write_loop()
-        except BaseException as exc:  # noqa: BLE001 -- a dead writer must wake its callers, whatever killed it
+        except BaseException as exc:  # noqa: BLE001 -- whatever killed it, its callers must hear
             why = f"the store's writer thread died ({type(exc).__name__})"
             log.critical("%s: no append is committed until the daemon restarts", why, exc_info=True)
         try:
@@ -127,7 +127,7 @@ class StoreAccess:
         self.abandon(why)
 
     def abandon(self, why: str) -> None:
-        """Fail every append not yet answered, and every later one, with ``why`` (on the trio thread).
+        """Fail every append not yet answered, and every later one, with ``why`` (trio thread only).
 
         An append the writer has taken may still commit after this; its
         caller hears that the outcome is not known.
@@ -166,7 +166,7 @@ class StoreAccess:
             if group:
                 try:
                     results = self.store.append_batch([p.request for p in group])
-                except Exception as exc:  # noqa: BLE001 -- the whole batch failed: every caller hears why
+                except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
                     results = [exc] * len(group)
                 for pending, result in zip(group, results):
                     pending.result = result
@@ -197,7 +197,8 @@ class StoreAccess:
         or for the writer's end.
         """
         if self._closed is not None or self._thread is None or not self._thread.is_alive():
-            raise StoreUnavailable(f"{self._closed or 'the store is closed'}; nothing of this append was written")
+            why = self._closed or "the store is closed"
+            raise StoreUnavailable(f"{why}; nothing of this append was written")
         pending = _Pending(AppendRequest(run_id=run_id, events=list(events), view=view, claim=claim, settle=settle))
         with trio.CancelScope(shield=True):
             self._queue.put(pending)

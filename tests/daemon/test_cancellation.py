@@ -36,8 +36,13 @@ def _bare_cancels(path: Path) -> list[str]:
     """``x.cancel()`` calls in ``path`` that give trio no reason (no argument at all)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cancel"
-                and not node.args and not node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "cancel"
+            and not node.args
+            and not node.keywords
+        ):
             found.append(f"{path.relative_to(DAEMON.parent)}:{node.lineno}")
     return found
 
@@ -47,14 +52,19 @@ def test_every_cancel_in_the_daemon_states_its_reason() -> None:
     assert bare == [], "cancel() without a reason: " + ", ".join(bare)
 
 
-AGENT = 'model = "scripted-model"\nsystem_prompt = "You settle refunds."\n[llm]\nbase_url = "http://127.0.0.1:9"\n'
+AGENT = (
+    'model = "scripted-model"\nsystem_prompt = "You settle refunds."\n'
+    '[llm]\nbase_url = "http://127.0.0.1:9"\n'  # never reached: these drives stop first
+)
 
 
 class WriterKilled(BaseException):
     """What kills the writer thread here: nothing the write loop's ``except Exception`` catches."""
 
 
-async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_every_later_one(runtime) -> None:
+async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_every_later_one(
+    runtime,
+) -> None:
     agent = parse_definition(AGENT, "toml")
     survivor = await runtime.start_run(agent, "before")
 
@@ -62,7 +72,7 @@ async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_ever
         raise WriterKilled()
 
     runtime.access.store.append_batch = killed
-    # A real bound, not virtual time: the writer is a thread, which autojump_clock does not wait for.
+    # A real bound, not virtual time: autojump_clock does not wait for the writer thread.
     with trio.fail_after(10):
         with pytest.raises(StoreUnavailable) as first:
             await runtime.start_run(agent, "during")
@@ -78,7 +88,7 @@ async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_ever
     assert [e.seq for e in runtime.access.store.read_log(survivor)] == [0]
 
 
-async def test_a_stop_ends_within_its_drain_deadline_when_a_driver_waits_on_a_writer_that_never_answers(
+async def test_a_stop_ends_by_its_drain_deadline_when_a_driver_waits_on_a_writer_that_never_answers(
     runtime, autojump_clock, caplog
 ) -> None:
     agent = parse_definition(AGENT, "toml")
@@ -101,7 +111,9 @@ async def test_a_stop_ends_within_its_drain_deadline_when_a_driver_waits_on_a_wr
             assert await trio.to_thread.run_sync(entered.wait, 10)
             await trio.testing.wait_all_tasks_blocked()
             began = trio.current_time()
-            with trio.fail_after(DRAIN_SECONDS + 1):  # virtual time: the drain deadline is what ends it
+            with trio.fail_after(
+                DRAIN_SECONDS + 1
+            ):  # virtual time: the drain deadline is what ends it
                 left = await drivers.stop("the test stops", drain_seconds=DRAIN_SECONDS)
             assert left == [run_id]
             assert trio.current_time() - began >= DRAIN_SECONDS
@@ -110,8 +122,11 @@ async def test_a_stop_ends_within_its_drain_deadline_when_a_driver_waits_on_a_wr
         release.set()
     messages = [record.getMessage() for record in caplog.records]
     assert any("did not drain" in text and run_id in text for text in messages), messages
-    assert any(f"run {run_id}: drive stopped: the daemon stopped while this append was being committed" in text
-               for text in messages), messages
+    assert any(
+        f"run {run_id}: drive stopped: the daemon stopped while this append was being committed"
+        in text
+        for text in messages
+    ), messages
 
 
 FAKE_GIT = """#!/bin/sh
@@ -124,7 +139,9 @@ case "$3" in rev-parse) echo abc1234 ;; esac
 """
 
 
-async def test_the_build_commit_is_read_by_a_git_that_does_not_block_the_trio_thread(tmp_path, monkeypatch) -> None:
+async def test_the_build_commit_is_read_by_a_git_that_does_not_block_the_trio_thread(
+    tmp_path, monkeypatch
+) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "git").write_text(FAKE_GIT)

@@ -311,11 +311,11 @@ async def test_an_upload_refused_at_once_and_past_the_drain_bound_still_reads_it
     await client.closed_within(WAIT)
 
 
-# -- what _hypercorn_seam works around, against hypercorn's own serve ---------------------------------------
+# -- what _hypercorn_seam works around, against hypercorn's own serve --------------------------
 
 
 async def bare_app(scope, receive, send) -> None:
-    """``/early`` answers 401 without reading its body (as an auth check does); anything else ``ok``."""
+    """``/early`` answers 401 without reading its body (as an auth check does); the rest ``ok``."""
     if scope["type"] == "lifespan":
         await answer_lifespan(receive, send)
         return
@@ -330,7 +330,7 @@ async def bare_app(scope, receive, send) -> None:
 
 @pytest.fixture(params=["salvor", "hypercorn"])
 async def bare(request, nursery):
-    """``bare_app`` behind our listener, or behind hypercorn's public ``serve`` with the same settings."""
+    """``bare_app`` behind our listener, or behind hypercorn's public ``serve``, same settings."""
     stop = trio.Event()
     config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=1.0)
     serve = serve_listener if request.param == "salvor" else hypercorn.trio.serve

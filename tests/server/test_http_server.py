@@ -255,7 +255,7 @@ async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_do
 
 
 def test_hypercorns_private_api_is_used_in_the_seam_alone() -> None:
-    """Outside ``_hypercorn_seam`` the daemon imports of hypercorn its public ``Config`` and ``serve`` only."""
+    """Outside ``_hypercorn_seam``, the daemon imports only hypercorn's ``Config`` and ``serve``."""
     public = {"hypercorn.config", "hypercorn.trio"}
     daemon = Path(salvor.daemon.__file__).resolve().parent
     outside = []
@@ -263,8 +263,12 @@ def test_hypercorns_private_api_is_used_in_the_seam_alone() -> None:
         if path.name == "_hypercorn_seam.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
             outside += [f"{path.name}: {name}" for name in names
                         if name.split(".")[0] == "hypercorn" and name not in public]
     assert outside == []

@@ -342,7 +342,7 @@ async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_the
 
 async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
         server_factory, operator_declarations, monkeypatch, caplog):
-    # Short bounds, in real time: this daemon runs in the test's loop, its store behind real threads.
+    # Short bounds, in real time: the daemon runs in the test's loop, its store behind threads.
     monkeypatch.setattr(store_access, "WRITER_STOP_SECONDS", 1.0)
     unreached = "http://127.0.0.1:9"  # the drive stops before its model call: nothing listens here
     operator_declarations.provider(unreached)
