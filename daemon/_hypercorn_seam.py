@@ -22,17 +22,22 @@ behaviour of it that the listener cannot live with:
 * ``HypercornConnection`` (``trio/tcp_server.py``, ``TCPServer``): ``run``
   and ``protocol_send`` restart an idle task after every response and stop
   it at every request (a third of the stack's cost on small requests); here
-  the subclass keeps one watcher. And ``Closed`` from the app's task is not
-  shielded, while quart-trio cancels that task: ``Connection: close`` and
-  HTTP/1.0 answers left the socket open. Here it is shielded.
+  the subclass keeps one watcher. And its close on ``Closed`` runs in the
+  app's task unshielded, while quart-trio cancels that task once it has
+  answered: ``Connection: close`` and HTTP/1.0 answers leave the socket open
+  (until the keep-alive timeout). Here the close is the connection's own
+  (``closing``: FIN, then a bounded linger) and shielded.
 * ``serve_connections`` (``trio/run.py``, ``worker_serve``): the lifespan
   handshake, the worker context and the graceful shutdown, unchanged, with
   the connection class as a parameter (``worker_serve`` hardcodes
   ``TCPServer``).
 
-``tests/server/test_http_connection.py`` runs the cases above against
-hypercorn's own ``serve`` too: while hypercorn still behaves so, each
-workaround is needed, and the day one passes upstream it can go.
+``tests/server/test_http_connection.py`` runs the early answer, the refusal
+body and the ``Connection: close`` under quart-trio against hypercorn's own
+``serve`` as well as ours: while hypercorn still behaves so, the workaround
+is needed, and the day a case passes upstream it can go. The full queue is
+``tests/server/test_api_bounds.py``'s many-small-sends case (a race, tried
+on forty connections).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ arrived leaves the connection serving the next request; a slow request head
 is closed within its bound; an idle connection past a listener's cap is the
 one closed; and the HTTP layer's own refusals carry the error envelope.
 
-The last cases run a bare app behind hypercorn's own ``serve`` too: what
-``_hypercorn_seam`` works around is asserted to be still what hypercorn
-does, so the day it is not, the workaround can go.
+The last cases run an app (a bare one, and a quart-trio one) behind
+hypercorn's own ``serve`` too: what ``_hypercorn_seam`` works around is
+asserted to be still what hypercorn does, so the day it is not, the
+workaround can go.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import httpx
 import hypercorn.trio
 import pytest
 import trio
+from quart_trio import QuartTrio
 from salvor.daemon._asgi import answer_lifespan
 from salvor.daemon._http_server import ListenerConfig, listener_config
 from salvor.daemon._http_server import serve as serve_listener
@@ -328,24 +330,43 @@ async def bare_app(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+quart_app = QuartTrio("salvor-seam-test")
+
+
+@quart_app.get("/")
+async def quart_index() -> str:
+    return "ok"
+
+
 @pytest.fixture(params=["salvor", "hypercorn"])
-async def bare(request, nursery):
-    """``bare_app`` behind our listener, or behind hypercorn's public ``serve``, same settings."""
+async def behind(request, nursery):
+    """Serve apps behind our listener, or behind hypercorn's public ``serve`` with the same settings."""
     stop = trio.Event()
-    config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=1.0)
-    serve = serve_listener if request.param == "salvor" else hypercorn.trio.serve
-    binds = await nursery.start(partial(serve, bare_app, config, shutdown_trigger=stop.wait))
     opened: list[Raw] = []
 
-    async def connect() -> Raw:
-        client = await Raw(int(binds[0].rsplit(":", 1)[1])).connect()
-        opened.append(client)
-        return client
+    async def serve_app(app):
+        config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=1.0)
+        config.linger_timeout = 60.0  # far away: a close that waits for it fails the case
+        serve = serve_listener if request.param == "salvor" else hypercorn.trio.serve
+        binds = await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))
 
-    yield request.param, connect
+        async def connect() -> Raw:
+            client = await Raw(int(binds[0].rsplit(":", 1)[1])).connect()
+            opened.append(client)
+            return client
+
+        return connect
+
+    yield request.param, serve_app
     for client in opened:
         client.close()
     stop.set()
+
+
+@pytest.fixture
+async def bare(behind):
+    which, serve_app = behind
+    return which, await serve_app(bare_app)
 
 
 async def test_h11s_refusal_carries_the_envelope_where_hypercorn_sends_an_empty_body(bare) -> None:
@@ -373,3 +394,18 @@ async def test_an_early_answer_keeps_the_connection_where_hypercorn_closes_it(ba
     await client.send(b"xxxxx" + get("/next"))
     head, body = await client.response()
     assert (status(head), body) == (200, b"ok")
+
+
+async def test_a_connection_close_answer_closes_at_once_where_hypercorn_leaves_it_open(behind) -> None:
+    which, serve_app = behind
+    client = await (await serve_app(quart_app))()
+    await client.send(get("/", "Connection: close"))
+    head, body = await client.response()
+    assert (status(head), body) == (200, b"ok")
+    if which == "hypercorn":  # HypercornConnection.protocol_send's shielded close is needed while this holds
+        # quart-trio cancels the app task that sends hypercorn's close: the socket stays open.
+        client.sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):
+            await client.until_closed()
+        return
+    await client.closed_within(WAIT)
