@@ -34,7 +34,7 @@ from ._api_front import AppendFront
 from ._client_steps import open_model_executor
 from ._credentials import Credentials
 from ._demo_tools import demo_registry
-from ._drivers import DRAIN_SECONDS, DriverSet
+from ._drivers import DriverSet
 from ._event_hub import EventHub
 from ._http import BODY_TIMEOUT_SECONDS
 from ._http_server import listener_config
@@ -61,8 +61,9 @@ class ServeConfig:
     wake_interval: float = 60.0
     demo_tools: bool = False
     shutdown_seconds: float = 10.0
-    # How long a stop waits for the cancelled drivers to end (``DriverSet.stop``).
-    drain_seconds: float = DRAIN_SECONDS
+    # How long a stop waits for the cancelled drivers to end (``DriverSet.stop``,
+    # whose own default, ``DRAIN_SECONDS``, is the same).
+    drain_seconds: float = 10.0
     recovery_concurrency: int = 64
     # How many drives may be starting local processes (agents, stdio MCP
     # servers) at once, and how long each start holds its slot at most:
