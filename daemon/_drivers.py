@@ -205,8 +205,9 @@ class DriverSet:
             await self._drained.wait()
         left = sorted(self._scopes)
         if left:
-            log.warning("%d run(s) did not drain within %gs of the stop, waiting on the store: %s; "
-                        "their unconfirmed appends are abandoned and the next start recovers them",
+            log.warning("%d run(s) did not drain within %gs of the stop (held by a shielded wait, "
+                        "such as an append the store has not confirmed): %s; their unconfirmed "
+                        "appends are abandoned and the next start recovers them",
                         len(left), drain_seconds, ", ".join(left))
             self.runtime.access.abandon("the daemon stopped")
         return left

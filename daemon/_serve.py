@@ -94,8 +94,8 @@ class ServeConfig:
     credentials: Credentials | None = None
 
 
-# Bound on each git command of ``build_commit``: a hung git (a locked index,
-# a network filesystem) delays the start by this much at most.
+# Bound on the git commands of ``build_commit``, together: a hung git (a
+# locked index, a network filesystem) delays the start by this much at most.
 GIT_SECONDS = 5.0
 
 
