@@ -211,14 +211,14 @@ async def supervise(process: trio.Process, timeout: float, *, until: trio.Event 
 
                     async def until_exit() -> None:
                         await process.wait()
-                        waiters.cancel_scope.cancel()
+                        waiters.cancel_scope.cancel(reason="the agent process exited")
 
                     waiters.start_soon(until_exit)
                     if until is not None:
 
                         async def until_set() -> None:
                             await until.wait()
-                            waiters.cancel_scope.cancel()
+                            waiters.cancel_scope.cancel(reason="the run rested: agent stopped")
 
                         waiters.start_soon(until_set)
             # Whatever is left of the group (children, a hung agent) goes with it.
@@ -226,7 +226,7 @@ async def supervise(process: trio.Process, timeout: float, *, until: trio.Event 
             await process.wait()
             with trio.move_on_after(2):
                 await tail.done.wait()
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel(reason="the agent process is gone; its stderr tail is read")
     finally:
         if process.returncode is None:
             kill_group(process.pid)

@@ -194,7 +194,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
                 raise
             trigger = await _send_trigger(settings, task_prompt(log[0].event.input), headers, session)
             stop.set()
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel(reason="the trigger was answered; the proxy port closes")
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
@@ -229,11 +229,11 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
                         # run's call slot to let go (within the timeout).
                         async with session.lock:
                             pass
-                    waiters.cancel_scope.cancel()
+                    waiters.cancel_scope.cancel(reason="the service answered its trigger")
 
                 async def until_rested() -> None:
                     await session.rested.wait()
-                    waiters.cancel_scope.cancel()
+                    waiters.cancel_scope.cancel(reason="the run rested before the trigger answered")
 
                 waiters.start_soon(post)
                 waiters.start_soon(until_rested)

@@ -166,7 +166,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                         yield frame
             finally:
                 if call.answer is None:
-                    scope.cancel()
+                    scope.cancel(reason="the client stopped reading the model step's stream")
 
         response = await app.make_response((frames(), 200, STREAM_HEADERS))
         response.timeout = None

@@ -120,7 +120,7 @@ async def open_connections(
             failure = exc
         finally:
             await connections.aclose()
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel(reason="the drive ended; its MCP connections close")
     if failure is not None:
         raise failure
 

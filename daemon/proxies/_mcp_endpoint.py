@@ -136,14 +136,14 @@ async def _push_stream(lane: Any, receive, send) -> None:
             async def until_gone() -> None:
                 while (await receive())["type"] != "http.disconnect":
                     pass
-                nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel(reason="the agent closed its MCP push stream")
 
             nursery.start_soon(until_gone)
             async for note in notes:
                 data = json.dumps(note, ensure_ascii=False, separators=(",", ":")).encode()
                 await send({"type": "http.response.body", "body": b"event: message\ndata: " + data + b"\n\n",
                             "more_body": True})
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel(reason="the lane closed its MCP push stream")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream
         log.debug("MCP stand-in: the push stream of %r ended: %s", lane.name, exc)

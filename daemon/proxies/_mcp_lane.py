@@ -464,7 +464,7 @@ async def open_lanes(
             with trio.CancelScope(shield=True):
                 for lane in lanes.values():
                     await lane.aclose()
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel(reason="the drive ended; its MCP lanes close")
     if failure is not None:
         raise failure
 

@@ -292,7 +292,7 @@ class ProxySession:
         """Stop answering: in-flight calls are cut (their intents stay open), then wait for them."""
         self.closed = True
         for scope in list(self._scopes):
-            scope.cancel()
+            scope.cancel(reason="the drive ended; its proxy session stops answering")
         async with self.lock:
             pass
 
@@ -656,6 +656,6 @@ async def open_model_proxy(
                 failure = exc
             finally:
                 stop.set()
-                nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel(reason="the model proxy is closing")
         if failure is not None:
             raise failure

@@ -8,10 +8,19 @@ one fsync, and wakes each caller once its own rows are durable.
 Cancellation: waiting for an append is shielded. Once submitted, an append
 either commits or fails, and the caller always learns which; a cancelled
 driver never leaves the process unsure whether its events exist.
+
+The shielded wait is bounded by the writer's life, not by a clock (a slow
+fsync is no failure): when the writer thread ends, for whatever reason,
+every append still waiting fails at once with ``StoreUnavailable``, and so
+does every later one. A stop whose drain deadline has passed ``abandon``s the
+appends the writer has not confirmed, the only case where a caller is left
+not knowing whether its rows exist; the process is exiting then, and the
+next start reads the answer from the log.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -20,28 +29,43 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore
+from salvor.store import AppendRequest, EventStore, StoreUnavailable
 
 from ..processes import kill_after_commit
+
+log = logging.getLogger("salvor.store")
 
 _STOP = object()
 # Bound on how many appends share one transaction: keeps one commit's
 # latency predictable under a burst.
 MAX_GROUP = 256
+# How long closing the store waits for the writer to finish what it holds;
+# past it the writer (a daemon thread) is left to the process's exit.
+WRITER_STOP_SECONDS = 10.0
 
 
 class _Pending:
-    __slots__ = ("done", "request", "result")
+    __slots__ = ("done", "request", "result", "taken")
 
     def __init__(self, request: AppendRequest) -> None:
         self.request = request
         self.done = trio.Event()
         self.result: Any = None
+        # Set by the writer once it has taken this append into a transaction.
+        self.taken = False
 
 
 def _wake_all(group: list[_Pending]) -> None:
     for pending in group:
         pending.done.set()
+
+
+def _unconfirmed(pending: _Pending, why: str) -> StoreUnavailable:
+    if pending.taken:
+        return StoreUnavailable(
+            f"{why} while this append was being committed; whether it was committed is not known "
+            "to this process (the log says so on the next start)")
+    return StoreUnavailable(f"{why} before this append was committed; nothing of it was written")
 
 
 class StoreAccess:
@@ -53,19 +77,68 @@ class StoreAccess:
         self._readers = trio.CapacityLimiter(readers)
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
+        # Appends submitted and not yet answered (kept on the trio thread).
+        self._waiting: set[_Pending] = set()
+        # Why no append can be committed any more (the writer ended, or the stop abandoned it).
+        self._closed: str | None = None
+        # Held while the writer takes a group and while an abandon closes: an
+        # append is either taken (its outcome then unknown) or never written.
+        self._taking = threading.Lock()
+        self._writer_gone = trio.Event()
         # Called on the trio thread with every batch of envelopes once durable,
         # and the run's view before the batch (the stream fan-out listens here).
         self.on_commit: list[Callable[[list[Envelope], RunView], None]] = []
 
     def _start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        self._thread = threading.Thread(target=self._write_loop, name="salvor-writer", daemon=True)
+        self._thread = threading.Thread(target=self._writer, name="salvor-writer", daemon=True)
         self._thread.start()
 
     async def _stop(self) -> None:
+        """Let the writer finish what it holds, within ``WRITER_STOP_SECONDS``; it takes no more."""
         self._queue.put(_STOP)
-        if self._thread is not None:
+        if self._thread is None:
+            return
+        with trio.move_on_after(WRITER_STOP_SECONDS):
+            await self._writer_gone.wait()
+        if self._writer_gone.is_set():
             await trio.to_thread.run_sync(self._thread.join)
+        else:
+            log.error("the store's writer did not finish within %gs of the stop; the appends it "
+                      "holds are left to the database (the next start reads what was committed)",
+                      WRITER_STOP_SECONDS)
+            self.abandon("the daemon stopped")
+
+    def _writer(self) -> None:
+        """The writer thread: the write loop, then (however it ended) the trio side hears of it."""
+        why = "the store is closed"
+        try:
+            self._write_loop()
+        except BaseException as exc:  # noqa: BLE001 -- whatever killed it, its callers must hear
+            why = f"the store's writer thread died ({type(exc).__name__})"
+            log.critical("%s: no append is committed until the daemon restarts", why, exc_info=True)
+        try:
+            self._token.run_sync_soon(self._writer_ended, why)
+        except trio.RunFinishedError:
+            pass  # trio has ended: nobody is waiting
+
+    def _writer_ended(self, why: str) -> None:
+        self._writer_gone.set()
+        self.abandon(why)
+
+    def abandon(self, why: str) -> None:
+        """Fail every append not yet answered, and every later one, with ``why`` (trio thread only).
+
+        An append the writer has taken may still commit after this; its
+        caller hears that the outcome is not known.
+        """
+        with self._taking:
+            if self._closed is None:
+                self._closed = why
+        for pending in list(self._waiting):
+            if not pending.done.is_set() and pending.result is None:
+                pending.result = _unconfirmed(pending, why)
+                pending.done.set()
 
     def _write_loop(self) -> None:
         while True:
@@ -83,14 +156,22 @@ class StoreAccess:
                     stop = True
                     break
                 group.append(item)
-            try:
-                results = self.store.append_batch([p.request for p in group])
-            except Exception as exc:  # noqa: BLE001 -- the whole batch failed: every caller hears why
-                results = [exc] * len(group)
-            for pending, result in zip(group, results):
-                pending.result = result
-            # One wake-up of the trio thread for the whole group, not one per append.
-            self._token.run_sync_soon(_wake_all, group)
+            with self._taking:
+                # Abandoned appends were answered "nothing written": they stay unwritten.
+                if self._closed is None:
+                    for pending in group:
+                        pending.taken = True
+                else:
+                    group = []
+            if group:
+                try:
+                    results = self.store.append_batch([p.request for p in group])
+                except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
+                    results = [exc] * len(group)
+                for pending, result in zip(group, results):
+                    pending.result = result
+                # One wake-up of the trio thread for the whole group, not one per append.
+                self._token.run_sync_soon(_wake_all, group)
             if stop:
                 return
 
@@ -108,13 +189,24 @@ class StoreAccess:
         Raises:
             GuardRefusal: the batch is not legal next; nothing was written.
             StoreError: a conflict or a database failure; nothing was written.
+            StoreUnavailable: the writer has ended (died, or the store is
+                closed) or the stop abandoned the append; its message says
+                whether anything may have been written.
 
-        Cancellation: shielded; the caller waits for the commit to finish.
+        Cancellation: shielded; the caller waits for the commit to finish,
+        or for the writer's end.
         """
+        if self._closed is not None or self._thread is None or not self._thread.is_alive():
+            why = self._closed or "the store is closed"
+            raise StoreUnavailable(f"{why}; nothing of this append was written")
         pending = _Pending(AppendRequest(run_id=run_id, events=list(events), view=view, claim=claim, settle=settle))
         with trio.CancelScope(shield=True):
             self._queue.put(pending)
-            await pending.done.wait()
+            self._waiting.add(pending)
+            try:
+                await pending.done.wait()
+            finally:
+                self._waiting.discard(pending)
         if isinstance(pending.result, BaseException):
             raise pending.result
         envelopes, new_view = pending.result
@@ -131,8 +223,10 @@ class StoreAccess:
         """Whether the store takes a write now (``EventStore.check_writable``), off the trio thread.
 
         Raises:
-            StoreUnavailable: it does not; nothing changed.
+            StoreUnavailable: it does not (or this process's writer has ended); nothing changed.
         """
+        if self._closed is not None:
+            raise StoreUnavailable(f"{self._closed}; this daemon commits no more appends")
         # Not on a reader thread: a write waiting on a lock must not hold up reads.
         await trio.to_thread.run_sync(self.store.check_writable)
 
@@ -152,7 +246,10 @@ async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIter
     finally:
         with trio.CancelScope(shield=True):
             await access._stop()
-            await trio.to_thread.run_sync(store.close)
+            # A writer left hung in the database may hold a connection that
+            # closing waits on: bounded, and left to the process's exit past it.
+            with trio.move_on_after(WRITER_STOP_SECONDS):
+                await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
 
 
 async def claim_to_settle(access: StoreAccess, run_id: str, seq: int, key: str | None) -> str | None:

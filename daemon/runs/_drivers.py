@@ -13,6 +13,12 @@ an interpreter that starts costs a core for a while, and after a restart
 dozens of them starting at once starve the server's own thread. A drive
 that stops on a store fault is handed to ``healing``, which drives it again
 once the store accepts writes.
+
+A stop cancels every driver with a reason and waits for them within a
+deadline (``DRAIN_SECONDS`` unless the server says otherwise). A driver
+still there past it is one a shielded wait holds, an append the writer
+never confirms: the log names the run, and the store's door abandons
+those appends, so the stop ends.
 """
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ from ._healing import StoreHealing
 from ._runtime import Runtime
 
 log = logging.getLogger("salvor.drivers")
+
+# How long a stop waits for cancelled drivers to end before it gives up on them.
+DRAIN_SECONDS = 10.0
 
 
 def launches_processes(agent: AgentDefinition) -> bool:
@@ -71,6 +80,8 @@ class DriverSet:
         self._recovering: set[str] = set()
         self.healing = healing if healing is not None else StoreHealing()
         self._closed = False
+        # Set once the set is stopping and the last driver or task has ended.
+        self._drained = trio.Event()
 
     def driving(self, run_id: str) -> bool:
         return run_id in self._scopes
@@ -130,6 +141,7 @@ class DriverSet:
                 if run_id in self._again and not scope.cancel_called:
                     self._again.discard(run_id)
                     self.start(run_id, agent)
+            self._maybe_drained()
 
     async def _drive_paced(self, run_id: str, agent: AgentDefinition):
         if not launches_processes(agent):
@@ -148,7 +160,7 @@ class DriverSet:
             return await self.runtime.drive(run_id, agent=agent, on_record=slot.release)
         finally:
             slot.release()
-            timer.cancel()
+            timer.cancel(reason="the launch slot was released")
 
     def spawn(self, fn: Callable[[], Awaitable[None]], *, name: str) -> trio.CancelScope:
         """Run a short task that belongs to no driver (a streamed client step) until it ends or the
@@ -162,6 +174,7 @@ class DriverSet:
                     await fn()
             finally:
                 self._tasks.discard(scope)
+                self._maybe_drained()
 
         self._nursery.start_soon(run, name=name)
         return scope
@@ -172,3 +185,29 @@ class DriverSet:
         self._again.clear()
         for scope in [*self._scopes.values(), *self._tasks]:
             scope.cancel(reason=reason)
+        self._maybe_drained()
+
+    def _maybe_drained(self) -> None:
+        if self._closed and not self._scopes and not self._tasks:
+            self._drained.set()
+
+    async def stop(self, reason: str, *, drain_seconds: float = DRAIN_SECONDS) -> list[str]:
+        """Cancel everything (``cancel_all``) and wait up to ``drain_seconds`` for it to end.
+
+        Returns the runs whose drivers had not ended by then, sorted; each
+        is logged by id. Their appends still waiting on the writer are
+        abandoned (``StoreAccess.abandon``): such a driver hears that the
+        outcome is not known, and its run's log says it on the next start.
+        A driver held by some other shielded wait ends when that wait does.
+        """
+        self.cancel_all(reason)
+        with trio.move_on_after(drain_seconds):
+            await self._drained.wait()
+        left = sorted(self._scopes)
+        if left:
+            log.warning("%d run(s) did not drain within %gs of the stop (held by a shielded wait, "
+                        "such as an append the store has not confirmed): %s; their unconfirmed "
+                        "appends are abandoned and the next start recovers them",
+                        len(left), drain_seconds, ", ".join(left))
+            self.runtime.access.abandon("the daemon stopped")
+        return left

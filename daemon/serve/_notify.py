@@ -24,6 +24,9 @@ class Notifier:
         if self._address is None:
             return
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            # Never blocking: this runs on the trio thread, and a systemd that
+            # stopped reading must not stall the daemon (a lost ping is an OSError here).
+            sock.setblocking(False)
             try:
                 sock.connect(self._address)
                 sock.sendall(message.encode())

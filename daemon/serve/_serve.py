@@ -11,7 +11,9 @@ drive at once, so few start processes at once) while the server answers.
 Store faults heal in the drivers' nursery too (``_store_healing``).
 
 Graceful stop (SIGTERM, SIGINT): stop accepting, cancel drivers with a
-reason, end streams, exit 0 within a deadline. A run cut mid-effect keeps its
+reason and wait for them within ``drain_seconds`` (past it the runs still
+held are named in the log and their unconfirmed appends abandoned), end
+streams within ``shutdown_seconds``, exit 0. A run cut mid-effect keeps its
 open intent, the legal crash state; the next start recovers it.
 """
 
@@ -51,6 +53,9 @@ class ServeConfig:
     wake_interval: float = 60.0
     demo_tools: bool = False
     shutdown_seconds: float = 10.0
+    # How long a stop waits for the cancelled drivers to end (``DriverSet.stop``,
+    # whose own default, ``DRAIN_SECONDS``, is the same).
+    drain_seconds: float = 10.0
     recovery_concurrency: int = 64
     # How many drives may be starting local processes (agents, stdio MCP
     # servers) at once, and how long each start holds its slot at most:
@@ -81,19 +86,36 @@ class ServeConfig:
     credentials: Credentials | None = None
 
 
-def build_commit() -> str | None:
-    """The short git hash of the checkout this code runs from (``-dirty`` with local changes)."""
+# Bound on the git commands of ``build_commit``, together: a hung git (a
+# locked index, a network filesystem) delays the start by this much at most.
+GIT_SECONDS = 5.0
+
+
+async def build_commit() -> str | None:
+    """The short git hash of the checkout this code runs from (``-dirty`` with local changes).
+
+    None when it is not a checkout, git is missing or fails, or git takes
+    longer than ``GIT_SECONDS``. git runs as a child process trio waits on,
+    never on the trio thread.
+    """
     root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+    if not await trio.Path(root / ".git").exists():
         return None
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{head}-dirty" if dirty else head or None
+
+    async def git(*args: str) -> str | None:
+        try:
+            done = await trio.run_process(["git", "-C", str(root), *args], stdin=subprocess.DEVNULL,
+                                          capture_stdout=True, capture_stderr=True, check=False)
+        except OSError:
+            return None
+        return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else None
+
+    with trio.move_on_after(GIT_SECONDS):
+        head = await git("rev-parse", "--short", "HEAD")
+        dirty = await git("status", "--porcelain", "--untracked-files=no")
+        if head and dirty is not None:
+            return f"{head}-dirty" if dirty else head
+    return None
 
 
 async def interrupted_runs(
@@ -202,7 +224,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                                     launches=config.process_launches,
                                     launch_settle_seconds=config.launch_settle_seconds)
                 state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
-                                    auth_token=config.auth_token, commit=build_commit(),
+                                    auth_token=config.auth_token, commit=await build_commit(),
                                     stream_poll_seconds=config.stream_poll_seconds,
                                     heartbeat_seconds=config.heartbeat_seconds,
                                     detach_grace_seconds=config.detach_grace_seconds,
@@ -251,7 +273,9 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 await stop.wait()
                 notifier.send("STOPPING=1")
                 state.stopping.set()
-                drivers.cancel_all("salvor is stopping; each run keeps its log and resumes on the next start")
+                await drivers.stop(
+                    "salvor is stopping; each run keeps its log and resumes on the next start",
+                    drain_seconds=config.drain_seconds)
             # Responses in flight finish first (a stream sends its end frame
             # and closes cleanly), within the deadline. Idle keep-alive
             # connections are not waited for: they carry nothing.

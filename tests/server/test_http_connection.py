@@ -8,6 +8,11 @@ included) the server closes; an answer given before its request's body
 arrived leaves the connection serving the next request; a slow request head
 is closed within its bound; an idle connection past a listener's cap is the
 one closed; and the HTTP layer's own refusals carry the error envelope.
+
+The last cases run an app (a bare one, and a quart-trio one) behind
+hypercorn's own ``serve`` too: what ``_hypercorn_seam`` works around is
+asserted to be still what hypercorn does, so the day it is not, the
+workaround can go.
 """
 
 from __future__ import annotations
@@ -16,11 +21,16 @@ import json
 import shutil
 import socket
 import time
+from functools import partial
 
 import httpx
+import hypercorn.trio
 import pytest
 import trio
-from salvor.daemon.web._listener import ListenerConfig
+from quart_trio import QuartTrio
+from salvor.daemon.web._asgi import answer_lifespan
+from salvor.daemon.web._listener import ListenerConfig, listener_config
+from salvor.daemon.web._listener import serve as serve_listener
 
 from tests.server.test_client_runs import append, envelope, head, open_run
 
@@ -300,4 +310,102 @@ async def test_an_upload_refused_at_once_and_past_the_drain_bound_still_reads_it
         pytest.fail(f"the server reset the connection under the body: {error}")
     head, body = await client.response()
     assert status(head) == 400 and json.loads(body)["error"]["code"] == "bad_request"
+    await client.closed_within(WAIT)
+
+
+# -- what _hypercorn_seam works around, against hypercorn's own serve --------------------------
+
+
+async def bare_app(scope, receive, send) -> None:
+    """``/early`` answers 401 without reading its body (as an auth check does); the rest ``ok``."""
+    if scope["type"] == "lifespan":
+        await answer_lifespan(receive, send)
+        return
+    if scope["path"] != "/early":
+        while (await receive()).get("more_body"):
+            pass
+    status_code, body = (401, b"no") if scope["path"] == "/early" else (200, b"ok")
+    await send({"type": "http.response.start", "status": status_code,
+                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+quart_app = QuartTrio("salvor-seam-test")
+
+
+@quart_app.get("/")
+async def quart_index() -> str:
+    return "ok"
+
+
+@pytest.fixture(params=["salvor", "hypercorn"])
+async def behind(request, nursery):
+    """Serve apps behind our listener, or behind hypercorn's public ``serve`` with the same settings."""
+    stop = trio.Event()
+    opened: list[Raw] = []
+
+    async def serve_app(app):
+        config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=1.0)
+        config.linger_timeout = 60.0  # far away: a close that waits for it fails the case
+        serve = serve_listener if request.param == "salvor" else hypercorn.trio.serve
+        binds = await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))
+
+        async def connect() -> Raw:
+            client = await Raw(int(binds[0].rsplit(":", 1)[1])).connect()
+            opened.append(client)
+            return client
+
+        return connect
+
+    yield request.param, serve_app
+    for client in opened:
+        client.close()
+    stop.set()
+
+
+@pytest.fixture
+async def bare(behind):
+    which, serve_app = behind
+    return which, await serve_app(bare_app)
+
+
+async def test_h11s_refusal_carries_the_envelope_where_hypercorn_sends_an_empty_body(bare) -> None:
+    which, connect = bare
+    client = await connect()
+    await client.send(b"GARBAGE\r\n\r\n")
+    head, body = await client.response()
+    assert status(head) == 400
+    if which == "hypercorn":  # DrainingH11Protocol._send_error_response is needed while this holds
+        assert body == b""
+    else:
+        assert json.loads(body)["error"]["code"] == "bad_request"
+
+
+async def test_an_early_answer_keeps_the_connection_where_hypercorn_closes_it(bare) -> None:
+    which, connect = bare
+    client = await connect()
+    await client.send(b"POST /early HTTP/1.1\r\nHost: salvor\r\nContent-Length: 5\r\n\r\n")
+    head, body = await client.response()
+    assert (status(head), body) == (401, b"no")
+    if which == "hypercorn":  # DrainingH11Protocol._maybe_recycle is needed while this holds
+        # Closed under the body it has not read: a pooled client's next request finds it dead.
+        await client.closed_within(WAIT)
+        return
+    await client.send(b"xxxxx" + get("/next"))
+    head, body = await client.response()
+    assert (status(head), body) == (200, b"ok")
+
+
+async def test_a_connection_close_answer_closes_at_once_where_hypercorn_leaves_it_open(behind) -> None:
+    which, serve_app = behind
+    client = await (await serve_app(quart_app))()
+    await client.send(get("/", "Connection: close"))
+    head, body = await client.response()
+    assert (status(head), body) == (200, b"ok")
+    if which == "hypercorn":  # HypercornConnection.protocol_send's shielded close is needed while this holds
+        # quart-trio cancels the app task that sends hypercorn's close: the socket stays open.
+        client.sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):
+            await client.until_closed()
+        return
     await client.closed_within(WAIT)

@@ -12,12 +12,15 @@ whose client hung up ending without waiting for the timer.
 
 from __future__ import annotations
 
+import ast
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import salvor.daemon
 import trio
 from salvor.daemon.web._asgi import answer_lifespan
 from salvor.daemon.web._listener import listener_config, serve
@@ -249,3 +252,23 @@ async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_do
         with trio.fail_after(KEEP_ALIVE * 20):
             while connection_handlers():
                 await trio.sleep(0.05)
+
+
+def test_hypercorns_private_api_is_used_in_the_seam_alone() -> None:
+    """Outside ``_hypercorn_seam``, the daemon imports only hypercorn's ``Config`` and ``serve``."""
+    public = {"hypercorn.config", "hypercorn.trio"}
+    daemon = Path(salvor.daemon.__file__).resolve().parent
+    outside = []
+    for path in sorted(daemon.rglob("*.py")):
+        if path.name == "_hypercorn_seam.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            outside += [f"{path.name}: {name}" for name in names
+                        if name.split(".")[0] == "hypercorn" and name not in public]
+    assert outside == []

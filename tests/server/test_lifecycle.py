@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from salvor.daemon import _store_access as store_access
 from salvor.protocol import EMPTY_VIEW, RunStarted, SleepStarted, check_batch, format_instant
 from salvor.store import EventStore
 
@@ -336,6 +338,37 @@ async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_the
             assert body["status"]["output"] == "looked up"
             await sound_log(store_url, run_id)
     only_repeat_is(provider, interrupted)
+
+
+async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
+        server_factory, operator_declarations, monkeypatch, caplog):
+    # Short bounds, in real time: the daemon runs in the test's loop, its store behind threads.
+    monkeypatch.setattr(store_access, "WRITER_STOP_SECONDS", 1.0)
+    unreached = "http://127.0.0.1:9"  # the drive stops before its model call: nothing listens here
+    operator_declarations.provider(unreached)
+    server = await server_factory(drain_seconds=1.0)
+    store = server.state.runtime.access.store
+    agent = await server.register_agent(agent_toml(unreached))
+    entered, release = threading.Event(), threading.Event()
+    append_batch = store.append_batch
+
+    def hung(requests):
+        # Run heads go through; the driver's first append (its model call's intent) meets a
+        # database that takes the write and never answers.
+        if any(request.view.next_seq > 0 for request in requests):
+            entered.set()
+            release.wait(60)
+        return append_batch(requests)
+
+    store.append_batch = hung
+    try:
+        run_id = await server.start_run(agent, {"n": 1})
+        assert await trio.to_thread.run_sync(entered.wait, 10)
+        await server.stop()  # bounded (30 s) inside: before the drain deadline it never returned
+    finally:
+        release.set()
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("did not drain within 1s" in text and run_id in text for text in messages), messages
 
 
 # -- (c) the wake sweeper ------------------------------------------------------------------------------
