@@ -7,7 +7,7 @@ Shapes that several routes share (the status object, the pending object, a
 run's summary, the envelope) are written once under ``components`` and
 referenced. Built once, at import; plain data, no IO.
 
-tests/server/test_openapi.py checks the document against the OpenAPI 3.1
+tests/daemon/api/test_openapi.py checks the document against the OpenAPI 3.1
 schema and validates real responses of a real daemon against it, so a
 handler that drifts from what is written here fails a test.
 """
@@ -183,7 +183,7 @@ SCHEMAS: JSON = {
                       "output_tokens": {"type": "integer", "minimum": 0}},
                      ["input_tokens", "output_tokens"]),
     "Labels": {"type": "object", "maxProperties": 16,
-               # UTF-8 byte counts are beyond JSON Schema: the formats name them (tests/server/test_fuzz.py
+               # UTF-8 byte counts are beyond JSON Schema: the formats name them (tests/daemon/api/test_fuzz.py
                # gives schemathesis a strategy for each).
                "propertyNames": {"format": "salvor-label-key"},
                "additionalProperties": {"type": "string", "format": "salvor-label-value"},

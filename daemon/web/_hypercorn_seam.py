@@ -32,11 +32,11 @@ behaviour of it that the listener cannot live with:
   the connection class as a parameter (``worker_serve`` hardcodes
   ``TCPServer``).
 
-``tests/server/test_http_connection.py`` runs the early answer, the refusal
+``tests/daemon/web/test_http_connection.py`` runs the early answer, the refusal
 body and the ``Connection: close`` under quart-trio against hypercorn's own
 ``serve`` as well as ours: while hypercorn still behaves so, the workaround
 is needed, and the day a case passes upstream it can go. The full queue is
-``tests/server/test_api_bounds.py``'s many-small-sends case (a race, tried
+``tests/daemon/api/test_bounds.py``'s many-small-sends case (a race, tried
 on forty connections).
 """
 

@@ -41,8 +41,8 @@ around it is ours, for speed and so that it never drops a request or hangs:
 
 What this needs of hypercorn's internals (its ``TCPServer``, ``H11Protocol``,
 task group and worker) is in ``_hypercorn_seam`` alone; this module uses its
-hooks and hypercorn's public ``Config``. ``tests/server/test_http_server.py``
-and ``tests/server/test_http_connection.py`` pin the behaviour above. Plain
+hooks and hypercorn's public ``Config``. ``tests/daemon/web/test_listener.py``
+and ``tests/daemon/web/test_http_connection.py`` pin the behaviour above. Plain
 sockets only: salvor serves loopback and private networks without TLS (a
 TLS terminator goes in front).
 """

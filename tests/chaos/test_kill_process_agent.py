@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
-from tests.daemon.test_process_agent import AGENT, MODES, PLAN, SECRET
+from tests.daemon.agents.test_process_agent import AGENT, MODES, PLAN, SECRET
 from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 

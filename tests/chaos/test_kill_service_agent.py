@@ -29,9 +29,9 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
-from tests.daemon.service_support import free_port, service_definition, start_service
-from tests.daemon.test_process_agent import PLAN, SECRET
+from tests.daemon.agents.test_process_agent import PLAN, SECRET
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+from tests.support.service_agents import free_port, service_definition, start_service
 
 pytestmark = pytest.mark.kill
 

@@ -7,7 +7,7 @@ name, an effect for a tool, completed or open. Each user renders it in its own
 log shape (the built-in loop's model and tool calls, the proxy's model calls,
 an MCP lane's requests) and must reach the same step, the same divergence
 details and the same shortfall; ``tests/protocol/test_replay_engine.py`` and
-``tests/daemon/test_replay_users.py`` run it.
+``tests/daemon/proxies/test_replay_users.py`` run it.
 
 Seqs: every rendering puts ``RunStarted`` at seq 0 and each call's intent and
 completion right after the previous call's, so the call at index i has its

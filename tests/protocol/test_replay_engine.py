@@ -1,7 +1,7 @@
 """The record-and-replay rules, once: the table of cases run against the lane and the cursor.
 
 The proxy's and the MCP lanes' renderings of the same table are in
-``tests/daemon/test_replay_users.py``.
+``tests/daemon/proxies/test_replay_users.py``.
 """
 
 from __future__ import annotations
