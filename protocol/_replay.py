@@ -515,10 +515,3 @@ class ReplayCursor:
         self.position += 1
         return found
 
-    def take_if(self, kind: EventKind) -> Envelope | None:
-        """Consume the next event only when it is ``kind``; otherwise leave the cursor alone."""
-        found = self._peek()
-        if found is None or found.event.KIND is not kind:
-            return None
-        self.position += 1
-        return found

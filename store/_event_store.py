@@ -494,13 +494,6 @@ class EventStore:
             log = self.read_log(run_id)
             return fold(log) if log else None
 
-    def run_summary(self, run_id: str) -> RunSummary | None:
-        """The run's listing entry, or None when the run has no events."""
-        statement = select(*_SUMMARY_COLUMNS).where(runs.c.run_id == run_id)
-        with self._reading("read a run"), self._read() as connection:
-            row = connection.execute(statement).first()
-        return None if row is None else summary_from_row(row)
-
     def list_runs(
         self,
         *,

@@ -123,10 +123,6 @@ class LeaseRegistry:
         """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
         return self._current(run_id) is not None
 
-    def lapses_in(self, run_id: str) -> int | None:
-        lease = self._current(run_id)
-        return None if lease is None else _whole_seconds(lease.expires_at - trio.current_time())
-
     def record_prompts(self, run_id: str) -> bool:
         """What the current lease's open said of keeping model request bodies (False without one)."""
         lease = self._current(run_id)

@@ -196,22 +196,6 @@ async def perform_model_step(
     return {"response": result.response, "usage": result.usage}
 
 
-async def model_step(
-    access: StoreAccess, run_id: str, seq: int, request: Any, *, record_prompts: bool, executor: ModelGateway | None,
-) -> dict:
-    """Perform (or answer from the log) the model call at ``seq``; ``{"response", "usage"}``.
-
-    Raises:
-        OperationRefused: bad_request, model_executor_unavailable (503; nothing
-            recorded), model_execution (502; the intent stays open).
-        GuardRefusal: divergence at ``seq``.
-    """
-    call = await open_model_step(access, run_id, seq, request, record_prompts=record_prompts, executor=executor)
-    if call.answer is not None:
-        return call.answer
-    return await perform_model_step(access, run_id, call, executor)
-
-
 async def tool_step(
     access: StoreAccess, registry: ToolRegistry, run_id: str, seq: int, name: Any, tool_input: Any, key: Any,
 ) -> dict:

@@ -10,7 +10,7 @@ from ._child_env import (
     child_environment,
 )
 from ._faults import (
-    kill_after_commit,
+    kill_after_commit_hook,
     kill_if_requested,
 )
 from ._hardening import (
@@ -38,7 +38,7 @@ __all__ = [
     "RUN_VAR",
     "PortClaims",
     "child_environment",
-    "kill_after_commit",
+    "kill_after_commit_hook",
     "kill_group",
     "kill_if_requested",
     "make_undumpable",

@@ -5,14 +5,18 @@ kills the process right after the commit that made seq N durable;
 ``SALVOR_FAULT_KILL_IN_TOOL=name`` kills it inside that tool, after its side
 effect and before its completion is recorded. Nothing runs after the signal,
 exactly as after a power cut.
+
+The commit hook is asked for once, when the store's writer is set up; with
+the variable unset there is no hook, so an append pays nothing for it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable, Mapping
 
-_AFTER_SEQ = os.environ.get("SALVOR_FAULT_KILL_AFTER_SEQ")
+AFTER_SEQ_VAR = "SALVOR_FAULT_KILL_AFTER_SEQ"
 _IN_TOOL = os.environ.get("SALVOR_FAULT_KILL_IN_TOOL")
 
 
@@ -20,10 +24,27 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_after_commit(first_seq: int, last_seq: int) -> None:
-    """Called once a batch covering ``first_seq..last_seq`` is durable."""
-    if _AFTER_SEQ is not None and first_seq <= int(_AFTER_SEQ) <= last_seq:
-        _die()
+def kill_after_commit_hook(
+    environ: Mapping[str, str] = os.environ,
+) -> Callable[[int, int], None] | None:
+    """The hook to call once a batch covering ``first_seq..last_seq`` is durable, or None when off.
+
+    Raises:
+        ValueError: the variable is set but is not a whole number; nothing was installed.
+    """
+    raw = environ.get(AFTER_SEQ_VAR)
+    if raw is None:
+        return None
+    try:
+        at = int(raw)
+    except ValueError:
+        raise ValueError(f"{AFTER_SEQ_VAR} must be a whole number, not {raw!r}") from None
+
+    def kill_after_commit(first_seq: int, last_seq: int) -> None:
+        if first_seq <= at <= last_seq:
+            _die()
+
+    return kill_after_commit
 
 
 def kill_if_requested(tool: str) -> None:

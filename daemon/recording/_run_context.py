@@ -147,10 +147,6 @@ class RunContext:
         self._held: list[Event] = []
         self._on_record = on_record
 
-    def read_clock(self) -> datetime:
-        """The clock this drive reads (recording the reading is the caller's business)."""
-        return self._clock()
-
     @property
     def live(self) -> bool:
         return self.cursor.at_end

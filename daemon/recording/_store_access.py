@@ -31,7 +31,7 @@ import trio
 from salvor.protocol import Envelope, Event, RunView
 from salvor.store import AppendRequest, EventStore, StoreUnavailable
 
-from ..processes import kill_after_commit
+from ..processes import kill_after_commit_hook
 
 log = logging.getLogger("salvor.store")
 
@@ -71,8 +71,17 @@ def _unconfirmed(pending: _Pending, why: str) -> StoreUnavailable:
 class StoreAccess:
     """Async access to an ``EventStore`` for trio code."""
 
-    def __init__(self, store: EventStore, *, readers: int = 4) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        readers: int = 4,
+        post_commit: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.store = store
+        # The kill tests' fault hook, or None: decided once here, so an append
+        # with faults off makes no call and reads no environment.
+        self.post_commit = post_commit
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._readers = trio.CapacityLimiter(readers)
         self._token: trio.lowlevel.TrioToken | None = None
@@ -210,7 +219,8 @@ class StoreAccess:
         if isinstance(pending.result, BaseException):
             raise pending.result
         envelopes, new_view = pending.result
-        kill_after_commit(envelopes[0].seq, envelopes[-1].seq)
+        if self.post_commit is not None:
+            self.post_commit(envelopes[0].seq, envelopes[-1].seq)
         for listener in self.on_commit:
             listener(envelopes, view)
         return envelopes, new_view
@@ -238,8 +248,9 @@ async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIter
     Raises:
         StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
     """
+    post_commit = kill_after_commit_hook()
     store = await trio.to_thread.run_sync(lambda: EventStore.open(url, synchronous=synchronous))
-    access = StoreAccess(store)
+    access = StoreAccess(store, post_commit=post_commit)
     access._start()
     try:
         yield access

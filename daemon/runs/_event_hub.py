@@ -98,6 +98,3 @@ class EventHub:
             subscribers.discard(subscription)
             if not subscribers:
                 del self._subscribers[subscription.run_id]
-
-    def subscriber_count(self, run_id: str) -> int:
-        return len(self._subscribers.get(run_id, ()))

@@ -150,13 +150,6 @@ def recover(state: ServerState, run_ids: list[str]) -> int:
     return sum(state.drivers.start(run_id, recovery=True) for run_id in run_ids)
 
 
-async def recover_interrupted(
-    state: ServerState, driven_elsewhere: Callable[[list[str]], set[str]] | None = None
-) -> int:
-    """Start a driver for every interrupted server-driven run; returns how many."""
-    return recover(state, await interrupted_runs(state, driven_elsewhere))
-
-
 async def sweep_once(state: ServerState) -> int:
     """Re-drive every sleeping run whose instant has passed, through the resume path."""
     woken = 0

@@ -6,10 +6,8 @@ import pytest
 from salvor.protocol import (
     EventKind,
     NowObserved,
-    RandomObserved,
     ReplayCursor,
     ReplayDivergence,
-    RunCompleted,
     RunFailed,
 )
 
@@ -86,7 +84,6 @@ def test_live_at_the_end() -> None:
     assert cursor.model_call(REQUEST) is None
     assert cursor.tool_call("lookup", {}) is None
     assert cursor.take(K.RUN_COMPLETED) is None
-    assert cursor.take_if(K.NOW_OBSERVED) is None
     assert ReplayCursor([]).at_end
 
 
@@ -144,12 +141,3 @@ def test_divergence(position: int, call, needle: str) -> None:
     assert cursor.position == position
 
 
-def test_take_if_consumes_only_its_kind() -> None:
-    log = wrap([S, RandomObserved(value="4"), RunCompleted(output=1)])
-    cursor = cursor_at(1, log)
-    assert cursor.take_if(K.NOW_OBSERVED) is None
-    assert cursor.position == 1
-    assert cursor.take_if(K.RANDOM_OBSERVED) is log[1]
-    assert cursor.position == 2
-    assert cursor.take(K.RUN_COMPLETED) is log[2]
-    assert cursor.at_end

@@ -27,7 +27,11 @@ def gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
 
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+def wait_gone(pid: int, seconds: float = 30.0) -> bool:
+    """Whether the process is gone (or a zombie), polled until it is or ``seconds`` pass.
+
+    The bound is for a process that never goes, not a guess at how long going takes.
+    """
     deadline = time.monotonic() + seconds
     while not gone(pid):
         if time.monotonic() > deadline:

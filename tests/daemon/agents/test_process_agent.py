@@ -318,7 +318,7 @@ async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_
         view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed" and "timeout of 1s" in view.detail["error"]
     child = int((tmp_path / "agent.pid.child").read_text())
-    with trio.fail_after(5):
+    with trio.fail_after(30):  # a bound on a child that outlives its group's kill
         while True:
             try:
                 os.kill(child, 0)

@@ -416,8 +416,7 @@ async def test_resume_after_the_wake_instant_wakes_the_run(server: Server, provi
     run_id, body = await rested(server, agent)
     assert body["status"]["state"] == "sleeping"
     wake_at = parse_instant(body["status"]["wake_at"])
-    await trio.sleep(0.35)
-    with trio.fail_after(10):
+    with trio.fail_after(30):  # the instant passes; the view says so
         while "overdue" not in (late := await get_run(server, run_id))["status"]:
             await trio.sleep(0.01)
     assert late["status"]["overdue"] is True and isinstance(late["status"]["overdue_seconds"], int)

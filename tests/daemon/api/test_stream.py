@@ -31,6 +31,7 @@ from salvor.protocol import EMPTY_VIEW, RunStarted, encode_envelope
 from salvor.store import EventStore
 
 from tests.support.api_server import Server, agent_toml
+from tests.support.event_hub import subscriber_count
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script
 
 REPO = Path(__file__).resolve().parents[3]
@@ -194,7 +195,7 @@ async def store_log(server: Server, run_id: str):
 
 async def wait_subscribers(server: Server, run_id: str, count: int) -> None:
     with trio.fail_after(WAIT):
-        while server.state.hub.subscriber_count(run_id) < count:
+        while subscriber_count(server.state.hub, run_id) < count:
             await trio.sleep(0.01)
 
 
@@ -374,7 +375,7 @@ async def test_a_bad_cursor_is_a_400_envelope(daemon, providers, params, headers
     assert response.headers["content-type"].startswith("application/json")
     error = response.json()["error"]
     assert error["code"] == "bad_request" and error["message"]
-    assert daemon.state.hub.subscriber_count(run_id) == 0
+    assert subscriber_count(daemon.state.hub, run_id) == 0
 
 
 async def test_an_unknown_run_is_404_and_a_malformed_id_400(daemon):
@@ -384,7 +385,7 @@ async def test_an_unknown_run_is_404_and_a_malformed_id_400(daemon):
     response = await daemon.client.get("/v1/runs/not-a-uuid/events")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "bad_request"
-    assert daemon.state.hub.subscriber_count("6f1c1d1e-0000-4000-8000-000000000000") == 0
+    assert subscriber_count(daemon.state.hub, "6f1c1d1e-0000-4000-8000-000000000000") == 0
 
 
 # -- resting points that are not the end of the run ----------------------------------------------------
@@ -516,7 +517,7 @@ async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, provi
     for reading in readings:
         check_against_log(reading.events, log)
         assert reading.end == {"status": {"state": "completed", "output": "done"}}
-    assert daemon.state.hub.subscriber_count(run_id) == 0
+    assert subscriber_count(daemon.state.hub, run_id) == 0
 
 
 async def test_graceful_stop_ends_open_streams(server_factory, providers, holds, store_url):

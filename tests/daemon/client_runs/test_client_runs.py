@@ -242,6 +242,29 @@ async def test_the_two_modes_never_share_a_run(server, providers) -> None:
     assert code(await client.get(f"/v1/client-runs/{served}/log?from_seq=x")) == (400, "bad_request")
 
 
+async def sweeps_pass(server, count: int) -> None:
+    """Return once the server's wake sweep has run ``count`` whole times more (each asks for the due runs)."""
+    runtime = server.state.runtime
+    due_runs = runtime.due_runs
+    asked = 0
+    # Set when the sweep after the count-th begins: the count-th went through every due run.
+    passed = trio.Event()
+
+    async def counted(*args, **kwargs):
+        nonlocal asked
+        asked += 1
+        if asked > count:
+            passed.set()
+        return await due_runs(*args, **kwargs)
+
+    runtime.due_runs = counted
+    try:
+        with trio.fail_after(30):
+            await passed.wait()
+    finally:
+        del runtime.due_runs
+
+
 async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) -> None:
     first = await server_factory()
     opened = await open_run(first.client)
@@ -253,7 +276,7 @@ async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) 
     client = second.client
     # Before the client is back, nothing else may drive the run: not a resume, not the wake sweep.
     assert code(await client.post(f"/v1/runs/{run_id}/resume")) == (409, "client_driven_run")
-    await trio.sleep(0.2)
+    await sweeps_pass(second, 2)
     assert (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] == "sleeping"
     log = (await client.get(f"/v1/client-runs/{run_id}/log?from_seq=1")).json()["log"]
     assert [e["seq"] for e in log] == [1]

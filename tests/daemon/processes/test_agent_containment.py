@@ -262,8 +262,8 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
         assert not any(gone(pid) for pid in pids)
         daemon.kill()
         daemon.wait()
-        assert wait_gone(pids[0], 5), "the agent outlived its SIGKILLed daemon"
-        assert wait_gone(pids[1], 5), "the agent's child outlived the SIGKILLed daemon"
+        assert wait_gone(pids[0]), "the agent outlived its SIGKILLed daemon"
+        assert wait_gone(pids[1]), "the agent's child outlived the SIGKILLed daemon"
     finally:
         if daemon.poll() is None:
             daemon.kill()

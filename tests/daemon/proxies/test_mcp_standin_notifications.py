@@ -1,7 +1,7 @@
 """The notifications a process agent sends its MCP server, through either stand-in.
 
 The agent (``mcp`` SDK client) says ``roots/list_changed``, reports progress,
-and gives up on a held ``lookup`` (the SDK then sends
+and gives up on a held ``lookup`` once the server has it (the SDK then sends
 ``notifications/cancelled``) before releasing the hold itself. The fixture
 server logs every notification it receives, and its ledger the request id
 each call came under: the cancellation must name the id salvor's session
@@ -41,6 +41,18 @@ async def on_progress(progress, total, message):
     pass
 
 
+def lookups_served():
+    ledger = Path(os.environ["LEDGER"])
+    return (ledger.read_text() if ledger.exists() else "").count('"tool": "lookup"')
+
+
+async def give_up_once_served(scope, before):
+    with anyio.fail_after(30):
+        while lookups_served() == before:
+            await anyio.sleep(0.01)
+    scope.cancel()
+
+
 async def main():
     if sys.argv[1] == "stdio":
         argv = shlex.split(os.environ["SALVOR_MCP_SERVER_FIX"])
@@ -55,8 +67,14 @@ async def main():
             await mcp.list_tools()
             await mcp.send_roots_list_changed()
             await mcp.send_progress_notification("agent-token", 0.5, 1.0)
-            with anyio.move_on_after(float(os.environ["GIVE_UP_AFTER"])):
-                await mcp.call_tool("lookup", {"key": "a", "hold": hold})
+            # Given up once the server has the call (a new ledger line), not after a guess at how
+            # long the way there takes: a cancellation sent before the call arrives names nothing.
+            # A re-run has no server; it answers from the log, and then there is nothing to give up.
+            with anyio.CancelScope() as give_up:
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(give_up_once_served, give_up, lookups_served())
+                    await mcp.call_tool("lookup", {"key": "a", "hold": hold})
+                    give_up.cancel()
             Path(hold).write_text("go")  # the server finishes the call it was told was cancelled
             # A progress token of the agent's own rides in the call's _meta to the server.
             await mcp.call_tool("write_note", {"text": "after"}, progress_callback=on_progress)
@@ -77,7 +95,7 @@ def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
         f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
         f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
         f'effects = {{ lookup = "read", write_note = "write" }}\n'
-        f'[env]\nHOLD = {json.dumps(fx.hold("lookup"))}\nGIVE_UP_AFTER = "0.5"\n'
+        f'[env]\nHOLD = {json.dumps(fx.hold("lookup"))}\nLEDGER = {json.dumps(str(fx.dir / "ledger.jsonl"))}\n'
     )
     return parse_definition(text, "toml")
 

@@ -12,7 +12,7 @@ import trio
 from salvor.daemon.api._app import ServerState
 from salvor.daemon.runs._drivers import DriverSet
 from salvor.daemon.runs._event_hub import EventHub
-from salvor.daemon.serve._serve import recover_interrupted
+from salvor.daemon.serve._serve import interrupted_runs, recover
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 
 from tests.support.scripted_provider import text_reply
@@ -33,7 +33,7 @@ async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(runt
     async with trio.open_nursery() as nursery:
         drivers = DriverSet(runtime, nursery)
         state = ServerState(runtime=runtime, drivers=drivers, hub=EventHub())
-        assert await recover_interrupted(state) == 2
+        assert recover(state, await interrupted_runs(state)) == 2
         assert drivers.driving(recovered) and drivers.driving(orphan)
 
     assert (await runtime.view(recovered)).state is RunState.COMPLETED

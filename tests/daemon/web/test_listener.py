@@ -29,6 +29,8 @@ KEEP_ALIVE = 0.5
 
 
 HOLDING = threading.Event()
+# Each event here is set by the next ``/slow`` request once it is inside the app.
+SLOW_ENTERED: list[trio.Event] = []
 
 
 async def app(scope, receive, send) -> None:
@@ -52,6 +54,8 @@ async def app(scope, receive, send) -> None:
         await send({"type": "http.response.body", "body": b""})
         return
     if scope["path"] == "/slow":
+        while SLOW_ENTERED:
+            SLOW_ENTERED.pop().set()
         await trio.sleep(float(scope["query_string"]))
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
@@ -210,13 +214,16 @@ async def test_shutdown_closes_idle_connections_and_finishes_the_response_in_fli
     await request(idle, "/")
     busy = await trio.open_tcp_stream("127.0.0.1", listener.port)
     answers: list[tuple[bytes, bytes]] = []
+    entered = trio.Event()
+    SLOW_ENTERED.append(entered)
 
     async def slow_request() -> None:
         answers.append(await request(busy, "/slow?1.0"))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(slow_request)
-        await trio.sleep(0.3)  # the slow request is in the app
+        with trio.fail_after(30):
+            await entered.wait()  # the slow request is in the app
         listener.stop.set()
         assert await closed_by_server(idle, within=5)
     [(head, body)] = answers
