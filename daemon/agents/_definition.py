@@ -45,6 +45,18 @@ _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 KINDS = ("process", "service")
+# The fields each table of a definition takes over HTTP, by table: what the OpenAPI document
+# describes (``api._openapi`` refuses to build when its schemas name other fields). A file on the
+# daemon's disk may also give `system_prompt_path` and `[llm] base_url_env`; HTTP refuses both.
+HTTP_FIELDS: dict[str, frozenset[str]] = {
+    "builtin": frozenset(_TOP - {"kind", "system_prompt_path"}),
+    "llm": frozenset(_LLM - {"base_url_env"}),
+    "budgets": frozenset(BUDGET_KINDS),
+    "pricing": frozenset(_PRICING),
+    "tools": frozenset(_TOOL),
+    "process": frozenset(_PROCESS_TOP),
+    "service": frozenset(_SERVICE_TOP),
+}
 DEFAULT_PROCESS_TIMEOUT = 300.0
 # Why each kind needs the operator's opt-in before it is accepted over HTTP.
 _OPT_IN_REASONS = {

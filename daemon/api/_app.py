@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 from quart import request
@@ -27,8 +26,6 @@ from salvor import __version__
 from salvor.protocol import (
     CodedError,
     RunState,
-    SchemaViolation,
-    check_labels,
     excerpt,
     fold,
     status_seen_at,
@@ -49,12 +46,12 @@ from ..web import (
     check_bearer,
     error_response,
     internal,
-    json_object,
     json_response,
     unknown_agent,
     whole_number,
     wrong_state,
 )
+from ._bodies import ABANDON, RESOLVE, RESUME, START_RUN
 from ._client_runs import add_client_run_routes
 from ._openapi import openapi_document
 from ._stream import add_stream_route
@@ -121,18 +118,6 @@ class ServerState:
         if state is None or state in _TERMINAL:
             return {}
         return {"driver": "attached" if self.attached(run_id) else "none"}
-
-
-def _labels(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise bad_request("`labels` must be an object of string values")
-    try:
-        check_labels(value)
-    except SchemaViolation as exc:
-        raise bad_request(exc.message) from None
-    return value
 
 
 def create_app(state: ServerState) -> QuartTrio:
@@ -219,24 +204,10 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.post("/v1/runs")
     async def start_run():
-        body = await json_object(allowed={"agent", "input", "run_id", "labels", "replay_of"})
-        replay_of = body.get("replay_of")
-        if replay_of is None and "agent" not in body:
-            raise bad_request("the body is missing `agent`")
-        if "agent" in body and not isinstance(body["agent"], str):
-            raise bad_request("`agent` must be an agent hash string")
-        if replay_of is not None:
-            if not isinstance(replay_of, str):
-                raise bad_request("`replay_of` must be a run id string")
-            replay_of = parse_run_id(replay_of)
-            if "input" in body:
-                raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
-        labels = _labels(body.get("labels"))
-        run_id = body.get("run_id")
-        if run_id is not None and not isinstance(run_id, str):
-            raise bad_request("`run_id` must be a UUID string")
-        if run_id is not None:
-            run_id = parse_run_id(run_id)
+        body = await START_RUN.read()
+        replay_of, run_id, labels = body.get("replay_of"), body.get("run_id"), body.get("labels")
+        if replay_of is not None and "input" in body:
+            raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
         if "agent" in body:
             agent = await runtime.load_agent(body["agent"])
         else:
@@ -316,7 +287,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.post("/v1/runs/<run_id>/resume")
     async def resume(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"input"}, optional_body=True)
+        body = await RESUME.read()
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome == "finished":
@@ -329,7 +300,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.post("/v1/runs/<run_id>/resolve")
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"output"}, required={"output"})
+        body = await RESOLVE.read()
         view = await runtime.resolve(run_id, body["output"], state.client_tools)
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
@@ -339,11 +310,8 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.post("/v1/runs/<run_id>/abandon")
     async def abandon(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"reason"}, optional_body=True)
-        reason = body.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            raise bad_request("`reason` must be a string")
-        seq, view = await runtime.abandon(run_id, reason)
+        body = await ABANDON.read()
+        seq, view = await runtime.abandon(run_id, body.get("reason"))
         return json_response({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
 
     @app.get("/v1/capabilities")
