@@ -341,6 +341,8 @@ SCHEMAS: JSON = {
              "port": {"type": "integer", "minimum": 1, "maximum": 65535,
                       "description": "A process agent's `url` server only: the fixed loopback port of its stand-in."}}),
             oneOf=[{"required": ["command"]}, {"required": ["url"]}],
+            # Two names for one table: a server gives one of them.
+            **{"not": {"required": ["effects", "effect_overrides"]}},
         ),
     },
     "AgentCreated": _object({"agent": _ref("AgentHash"), "created": {"type": "boolean"}}, ["agent", "created"]),
