@@ -466,6 +466,25 @@ PARAMETERS: JSON = {
 }
 
 
+# -- the error-code table ---------------------------------------------------------------------------------
+# SWITCH-OVER (issue 13): the one table of codes and their statuses lands with branch `oneof` as
+# ``salvor.protocol.ErrorCode``, re-exported by ``web`` with ``ERROR_STATUS`` (code -> status).
+# When it is in, this block becomes
+#     from ..web import ERROR_STATUS as CODE_STATUS
+# and nothing else here changes: every refusal this document lists is checked against the table at
+# import (``_check_codes``), so a route documented under a status its code does not answer with
+# fails every test. Until then the pairs the handlers answer with are written here, once.
+CODE_STATUS: dict[str, int] = {
+    "bad_request": 400, "unauthorized": 401, "missing_drive_token": 401, "invalid_drive_token": 403,
+    "client_completion_refused": 403, "not_found": 404, "unknown_run": 404, "unknown_agent": 404,
+    "unknown_tool": 404, "method_not_allowed": 405, "request_timeout": 408, "run_exists": 409,
+    "wrong_state": 409, "port_held": 409, "client_driven_run": 409, "needs_reconciliation": 409,
+    "still_sleeping": 409, "lease_held": 409, "divergence": 409, "payload_too_large": 413,
+    "unsupported_event_kind": 422, "internal": 500, "model_execution": 502, "tool_execution": 502,
+    "model_executor_unavailable": 503,
+}
+
+
 def _error(description: str, *codes: str, schema: JSON | None = None) -> JSON:
     return {"description": description,
             "content": {"application/json": {"schema": schema or _error_schema(list(codes) or None)}}}
@@ -929,6 +948,43 @@ DOCUMENT: JSON = {
         }},
     },
 }
+
+
+def _codes(schema: JSON) -> set[str]:
+    """The codes an error response's schema narrows ``error.code`` to (none for the bare envelope)."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        return set() if name == "Error" else _codes(SCHEMAS[name])
+    found: set[str] = set()
+    for part in (*schema.get("allOf", ()), *schema.get("oneOf", ())):
+        found |= _codes(part)
+    code = schema.get("properties", {}).get("error", {}).get("properties", {}).get("code", {})
+    return found | ({code["const"]} if "const" in code else set(code.get("enum", ())))
+
+
+def _check_codes() -> None:
+    """Every refusal is listed under the status its code answers with (``CODE_STATUS``).
+
+    Raises:
+        RuntimeError: at import, naming each operation, status and code that disagree.
+    """
+    wrong = []
+    for path, operations in PATHS.items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if "$ref" in response:
+                    response = RESPONSES[response["$ref"].rsplit("/", 1)[1]]
+                schema = response.get("content", {}).get("application/json", {}).get("schema")
+                if int(status) < 400 or schema is None:
+                    continue
+                wrong += [f"{method.upper()} {path} {status}: {code}" for code in sorted(_codes(schema))
+                          if CODE_STATUS.get(code) != int(status)]
+    if wrong:
+        raise RuntimeError(f"the OpenAPI document lists refusals under a status their code does not answer "
+                           f"with: {'; '.join(wrong)}")
+
+
+_check_codes()
 
 
 def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:

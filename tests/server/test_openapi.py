@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
@@ -38,6 +39,7 @@ from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
+from salvor.daemon.api import _openapi
 from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.tools._demo import demo_registry
@@ -566,3 +568,12 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
     ):
         response = await api.post(agents, json=definition)
         assert response.status_code == 400 and refusal in response.json()["error"]["message"], response.text
+
+
+def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypatch) -> None:
+    """The document is checked against the code -> status table when it is built; a code the table
+    gives another status than the one the document lists it under stops the build, naming it."""
+    _openapi._check_codes()
+    monkeypatch.setitem(_openapi.CODE_STATUS, "lease_held", 423)
+    with pytest.raises(RuntimeError, match=r"POST /v1/client-runs 409: lease_held"):
+        _openapi._check_codes()
