@@ -46,8 +46,6 @@ from salvor.daemon.tools._demo import demo_registry
 from salvor.daemon.tools._registry import SleepUntil, Tool
 from salvor.protocol import Effect
 
-from tests.support.mcp_servers import FixtureServer
-
 from .conftest import TOKEN
 
 REPO = Path(__file__).resolve().parents[2]
@@ -439,6 +437,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
 def _agent_kinds(tmp_path: Path) -> dict[str, dict]:
     """One JSON definition of every agent kind, each field of its kind given at least once."""
+    from tests.support.mcp_servers import FixtureServer
+
     fixture = tmp_path / "fx"
     fixture.mkdir()
     stdio = FixtureServer(fixture).command()
