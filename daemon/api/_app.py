@@ -54,6 +54,7 @@ from ..web import (
 from ._bodies import ABANDON, RESOLVE, RESUME, START_RUN
 from ._client_runs import add_client_run_routes
 from ._openapi import openapi_document
+from ._queries import MAX_PAGE, RUNS_QUERY
 from ._stream import add_stream_route
 
 log = logging.getLogger("salvor.api")
@@ -61,7 +62,6 @@ log = logging.getLogger("salvor.api")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
                415: "bad_request"}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
-MAX_PAGE = 1000
 
 
 async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
@@ -236,9 +236,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.get("/v1/runs")
     async def list_runs():
         args = request.args
-        unknown = sorted(set(args) - {"status", "label", "limit", "cursor"})
-        if unknown:
-            raise bad_request(f"unknown query parameter `{unknown[0]}`; use status, label, limit, cursor")
+        RUNS_QUERY.refuse_unknown(args)
         status = args.get("status")
         if status is not None and status not in RunState.__members__.values():
             raise bad_request(f"`status` must be one of {', '.join(s.value for s in RunState)}")

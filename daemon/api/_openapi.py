@@ -19,7 +19,7 @@ import functools
 from collections.abc import Iterable
 
 from salvor import __version__
-from salvor.protocol import BUDGET_KINDS, EventKind, RunState
+from salvor.protocol import BUDGET_KINDS, EventKind
 
 from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
 from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
@@ -39,6 +39,7 @@ from ._bodies import (
     TOOL_STEP,
     Body,
 )
+from ._queries import RUNS_QUERY
 from ._schema import ANY as _ANY
 from ._schema import INSTANT as _INSTANT
 from ._schema import JSON
@@ -592,15 +593,7 @@ PATHS: JSON = {
         "get": {
             "operationId": "listRuns",
             "summary": "List runs, newest first, with their folded status",
-            "parameters": [
-                {"name": "status", "in": "query", "schema": {"enum": [s.value for s in RunState]}},
-                {"name": "label", "in": "query", "schema": {"type": "string", "pattern": "^[^:]+:"},
-                 "description": "`key:value`: only runs carrying that label."},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-                 "description": "A page size; without it every matching run is listed."},
-                {"name": "cursor", "in": "query", "schema": {"type": "string", "format": "salvor-cursor"},
-                 "description": "The `next_cursor` of the previous page (opaque: anything else is a 400)."},
-            ],
+            "parameters": RUNS_QUERY.described(),
             "responses": _responses({"200": ("One page of runs.", _ref("RunList"))}, "BadRequest"),
         },
     },

@@ -522,9 +522,9 @@ async def _taken(client: httpx.AsyncClient, path: str, body: dict, pattern: re.P
 
 
 async def test_the_document_names_exactly_the_fields_each_handler_takes(server_factory) -> None:
-    """Every JSON body, and every table of an agent definition: the fields the handler refuses an
-    unknown field with (its message lists what it takes) are the document's properties, no more,
-    no fewer. The two a file on disk may give and HTTP refuses are refused here."""
+    """Every JSON body, every table of an agent definition, and the run list's query: the names the
+    handler lists when it refuses an unknown one are the document's, no more, no fewer. The two
+    fields a file on disk may give and HTTP refuses are refused here."""
     server = await server_factory(allow_process_agents=True)
     api, document = server.client, (await server.client.get("/v1/openapi.json")).json()
     schemas = document["components"]["schemas"]
@@ -542,6 +542,13 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
         assert taken == _properties(document, body["content"]["application/json"]["schema"]), template
         checked += 1
     assert checked == 13
+    # The one query that refuses a name it does not take.
+    response = await api.get("/v1/runs", params=probe)
+    assert response.status_code == 400, response.text
+    taken = re.fullmatch(r"unknown query parameter `zz_undocumented`; use (.+)", response.json()["error"]["message"])
+    assert taken, response.text
+    assert set(taken.group(1).split(", ")) == {
+        p["name"] for p in document["paths"]["/v1/runs"]["get"]["parameters"] if p["in"] == "query"}
 
     agents = "/v1/agents"
     tables = {
