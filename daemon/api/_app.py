@@ -51,6 +51,16 @@ from ..web import (
     whole_number,
     wrong_state,
 )
+from ._answers import (
+    ABANDONED,
+    AGENT_CREATED,
+    CAPABILITIES,
+    HEALTH,
+    RESOLVED,
+    RESUME_DRIVING,
+    RESUME_FINISHED,
+    RUN_STARTED,
+)
 from ._bodies import ABANDON, RESOLVE, RESUME, START_RUN
 from ._client_runs import add_client_run_routes
 from ._openapi import openapi_document
@@ -181,7 +191,7 @@ def create_app(state: ServerState) -> QuartTrio:
             raise bad_request(f"the agent definition does not build: {exc}") from None
         await runtime.build_agent(agent)
         created = await runtime.register_agent(agent)
-        return json_response({"agent": agent.agent_def_hash, "created": created}, 201)
+        return AGENT_CREATED.respond(201, agent=agent.agent_def_hash, created=created)
 
     @app.get("/v1/agents")
     async def list_agents():
@@ -220,10 +230,7 @@ def create_app(state: ServerState) -> QuartTrio:
             agent, body.get("input"), labels=labels, run_id=run_id, register=False, replay_of=replay_of
         )
         state.drivers.start(run_id, agent)
-        answer = {"run": run_id, "status": "running"}
-        if replay_of is not None:
-            answer["replay_of"] = replay_of
-        return json_response(answer, 201)
+        return RUN_STARTED.respond(201, run=run_id, status="running", replay_of=replay_of)
 
     def summary_json(summary: RunSummary) -> dict:
         body = summary.to_json()
@@ -289,11 +296,9 @@ def create_app(state: ServerState) -> QuartTrio:
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome == "finished":
-            return json_response(
-                {"run": run_id, "outcome": decision.view.state.value, "status": decision.view.status()}
-            )
+            return RESUME_FINISHED.respond(run=run_id, outcome=decision.view.state.value, status=decision.view.status())
         state.drivers.start(run_id)
-        return json_response({"run": run_id, "status": "running", "outcome": "driving"}, 202)
+        return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")
 
     @app.post("/v1/runs/<run_id>/resolve")
     async def resolve(run_id: str):
@@ -303,14 +308,14 @@ def create_app(state: ServerState) -> QuartTrio:
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
         state.leases.drop(run_id)
-        return json_response({"run": run_id, "resolved": True, "status": view.status()})
+        return RESOLVED.respond(run=run_id, resolved=True, status=view.status())
 
     @app.post("/v1/runs/<run_id>/abandon")
     async def abandon(run_id: str):
         run_id = parse_run_id(run_id)
         body = await ABANDON.read()
         seq, view = await runtime.abandon(run_id, body.get("reason"))
-        return json_response({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+        return ABANDONED.respond(run=run_id, abandoned=True, appended_seq=seq, status=view.status())
 
     @app.get("/v1/capabilities")
     async def capabilities():
@@ -318,14 +323,13 @@ def create_app(state: ServerState) -> QuartTrio:
         if state.commit:
             server["commit"] = state.commit
         # Advertised only when it exists on this server: forks are not built yet.
-        return json_response({"capabilities": {"fork": False}, "server": server})
+        return CAPABILITIES.respond(capabilities={"fork": False}, server=server)
 
     @app.get("/v1/health")
     async def health():
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
-        return json_response({"status": "ok", "recovering": state.drivers.recovering,
-                              "healing": len(state.drivers.healing)})
+        return HEALTH.respond(status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing))
 
     @app.get("/v1/openapi.json")
     async def openapi():

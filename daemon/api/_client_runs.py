@@ -39,6 +39,7 @@ from ..web import (
     unknown_run,
     whole_number,
 )
+from ._answers import CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
 from ._bodies import (
     APPEND_EVENTS,
     CLIENT_MODEL_COMPLETION,
@@ -86,20 +87,20 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         token = leases.open(run_id, presented(), terminal=view is not None and view.terminal,
                             record_prompts=body.get("record_prompts", False))
         log = [] if view is None else await runtime.log(run_id)
-        return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
-                             201 if fresh else 200)
+        return CLIENT_RUN_OPENED.respond(201 if fresh else 200, run=run_id, drive_token=token,
+                                         log=[e.to_json() for e in log])
 
     @app.post("/v1/client-runs/<run_id>/release")
     async def release(run_id: str):
         run_id = parse_run_id(run_id)
-        return json_response({"released": leases.release(run_id, presented())})
+        return RELEASED.respond(released=leases.release(run_id, presented()))
 
     @app.post("/v1/client-runs/<run_id>/heartbeat")
     async def heartbeat(run_id: str):
         run_id = parse_run_id(run_id)
         if not await client_driven(run_id):
             raise unknown_run(run_id)
-        return json_response({"lapses_in_seconds": leases.heartbeat(run_id, presented())})
+        return LEASE_LAPSE.respond(lapses_in_seconds=leases.heartbeat(run_id, presented()))
 
     @app.get("/v1/client-runs/<run_id>/log")
     async def client_log(run_id: str):
@@ -212,7 +213,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         body = await RESOLVE.read()
         await runtime.resolve(run_id, body["output"], state.client_tools)
-        return json_response({"run": run_id, "resolved": True})
+        return CLIENT_RESOLVED.respond(run=run_id, resolved=True)
 
     # `salvor serve` answers this route in front of Quart (``_api_front``),
     # through the same two calls; the route keeps it in this app's table, so

@@ -23,6 +23,7 @@ from salvor.protocol import BUDGET_KINDS, EventKind
 
 from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
 from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
+from ._answers import ANSWERS
 from ._bodies import (
     ABANDON,
     APPEND_EVENTS,
@@ -346,7 +347,6 @@ SCHEMAS: JSON = {
             **{"not": {"required": ["effects", "effect_overrides"]}},
         ),
     },
-    "AgentCreated": _object({"agent": _ref("AgentHash"), "created": {"type": "boolean"}}, ["agent", "created"]),
     "AgentList": _object(
         {"agents": {"type": "array", "items": _object(
             {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}}, ["agent"])}},
@@ -358,46 +358,6 @@ SCHEMAS: JSON = {
          "name": {"type": "string", "minLength": 1}},
         ["agent", "format", "definition"],
     ),
-    "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}, "replay_of": _ref("RunId")},
-                          ["run", "status"]),
-    "ResumeDriving": _object(
-        {"run": _ref("RunId"), "status": {"const": "running"}, "outcome": {"const": "driving"}},
-        ["run", "status", "outcome"],
-    ),
-    "ResumeFinished": _object(
-        {"run": _ref("RunId"), "outcome": {"enum": TERMINAL}, "status": _ref("Status")},
-        ["run", "outcome", "status"],
-    ),
-    "Resolved": _object({"run": _ref("RunId"), "resolved": {"const": True}, "status": _ref("Status")},
-                        ["run", "resolved", "status"]),
-    "Abandoned": _object(
-        {"run": _ref("RunId"), "abandoned": {"const": True}, "appended_seq": _SEQ, "status": _ref("Status")},
-        ["run", "abandoned", "appended_seq", "status"],
-    ),
-    "Health": _object(
-        {"status": {"const": "ok"},
-         "recovering": {"type": "integer", "minimum": 0,
-                        "description": "Interrupted runs handed to recovery whose drive has not begun yet."},
-         "healing": {"type": "integer", "minimum": 0,
-                     "description": "Runs a store fault stopped, waiting to be driven again once it takes writes."}},
-        ["status", "recovering", "healing"],
-    ),
-    "Capabilities": _object(
-        {"capabilities": {"type": "object", "additionalProperties": {"type": "boolean"},
-                          "description": "A capability is listed true only when this server has it."},
-         "server": _object({"version": {"type": "string"},
-                            "commit": {"type": "string", "description": "Short git hash, `-dirty` with local changes; "
-                                                                        "absent when unknown."}},
-                           ["version"])},
-        ["capabilities", "server"],
-    ),
-    "ClientRunOpened": _object(
-        {"run": _ref("RunId"), "drive_token": {"type": "string", "pattern": "^dt_"},
-         "log": {"type": "array", "items": _ref("Envelope")}},
-        ["run", "drive_token", "log"],
-    ),
-    "Released": _object({"released": {"type": "boolean"}}, ["released"]),
-    "LeaseLapse": _object({"lapses_in_seconds": {"type": "integer", "minimum": 1}}, ["lapses_in_seconds"]),
     "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
     "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
     "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
@@ -420,7 +380,6 @@ SCHEMAS: JSON = {
     "ClientModelOpened": _object(
         {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")}, ["seq", "settled"],
     ),
-    "ClientResolved": _object({"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -435,8 +394,9 @@ SCHEMAS: JSON = {
         ["status"],
         description="The `data` of the stream's final `event: end` frame.",
     ),
-    # The request bodies: the handlers' own declarations (``_bodies``).
+    # The request bodies and the fixed-shape answers: the handlers' own declarations.
     **{body.name: body.schema() for body in BODIES},
+    **{answer.name: answer.schema() for answer in ANSWERS},
     "StreamFrame": {
         "description": "One frame of the event stream as an SSE client reads it (`event` defaults to "
                        "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "

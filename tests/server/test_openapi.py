@@ -40,6 +40,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
 from salvor.daemon.api import _openapi
+from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.tools._demo import demo_registry
@@ -584,3 +585,17 @@ def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypa
     monkeypatch.setitem(_openapi.CODE_STATUS, "lease_held", 423)
     with pytest.raises(RuntimeError, match=r"POST /v1/client-runs 409: lease_held"):
         _openapi._check_codes()
+
+
+async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
+    """A handler's answer and the document's schema for it are one declaration; an answer built with
+    a field it lacks, or without a required one, is a bug that raises (the client gets the 500)."""
+    response = RUN_STARTED.respond(201, run=MISSING_RUN, status="running", replay_of=None)
+    assert response.status_code == 201
+    assert json.loads(await response.get_data()) == {"run": MISSING_RUN, "status": "running"}
+    with pytest.raises(RuntimeError, match="the Released answer was built with"):
+        RELEASED.respond(released=True, lease="dt_x")
+    with pytest.raises(RuntimeError, match="needs"):
+        RUN_STARTED.respond(201, run=MISSING_RUN)
+    for answer in ANSWERS:
+        assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
