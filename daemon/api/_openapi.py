@@ -1,8 +1,14 @@
 """The OpenAPI 3.1 document of the control plane, served at ``GET /v1/openapi.json``.
 
-It describes exactly the routes ``create_app`` registers, with the shapes
-they answer in: every success body, every refusal (the one error envelope,
-narrowed to the codes that route can give), and the event stream's frames.
+It describes exactly the routes ``create_app`` registers. What a handler
+reads and answers with comes from the declarations it reads and answers
+with: the JSON request bodies (``_bodies``), the run list's query
+(``_queries``), the fixed-shape answers (``_answers``), and each table of an
+agent definition checked against the parser's own field lists
+(``agents.HTTP_FIELDS``, ``mcp.SERVER_FIELDS``: a mismatch stops the build).
+Written here: the shapes that are a domain type's ``to_json()``, every
+refusal (the one error envelope, narrowed to the codes that route can give,
+each checked against ``CODE_STATUS`` at import), and the event stream's frames.
 Shapes that several routes share (the status object, the pending object, a
 run's summary, the envelope) are written once under ``components`` and
 referenced. Built once, at import; plain data, no IO.
