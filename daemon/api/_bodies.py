@@ -23,9 +23,10 @@ from typing import Any
 
 from salvor.protocol import SchemaViolation, check_labels
 
+from ..client_runs import MODEL_REQUEST_FIELDS
 from ..recording import parse_run_id
 from ..web import bad_request, json_object, object_from
-from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, nullable, ref
+from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, exactly, nullable, ref
 
 _AGENT_HASH = re.compile(HASH_PATTERN[1:-1])
 
@@ -213,11 +214,15 @@ APPEND_EVENTS = Body("AppendEvents", (
 ))
 MODEL_STEP = Body("ModelStep", (
     _STEP_SEQ,
-    # Checked whole by ``client_runs.open_model_step``.
-    Field(name="request", required=True, schema=closed(
-        {"model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
-         "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-         "system": {"type": ["string", "array"]}, "tools": {"type": "array", "items": {"type": "object"}}},
+    # Checked whole by ``client_runs.open_model_step``, whose fields these are.
+    Field(name="request", required=True, schema=closed(exactly("a model step's request", MODEL_REQUEST_FIELDS, {
+        "model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["role", "content"],
+            "properties": {"role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}},
+        "system": {"type": ["string", "array"]},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                             "properties": {"name": {"type": "string"}}}}}),
         ["model", "max_tokens", "messages"])),
 ))
 TOOL_STEP = Body("ToolStep", (

@@ -52,6 +52,7 @@ from ._schema import INSTANT as _INSTANT
 from ._schema import JSON
 from ._schema import SEQ as _SEQ
 from ._schema import closed as _object
+from ._schema import exactly as _exactly
 from ._schema import nullable as _nullable
 from ._schema import ref as _ref
 
@@ -84,19 +85,6 @@ _HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
 
-
-
-def _described(table: str, fields: frozenset[str], properties: JSON) -> JSON:
-    """``properties``, once they name exactly the fields the definition parser takes for ``table``.
-
-    Raises:
-        RuntimeError: at import, so a parser that gains or drops a field fails every test until the
-            document describes it.
-    """
-    if set(properties) != fields:
-        raise RuntimeError(f"the OpenAPI document describes {table} with {sorted(properties)}, but the "
-                           f"definition parser takes {sorted(fields)} over HTTP")
-    return properties
 
 
 # -- shared shapes -------------------------------------------------------------------------------------
@@ -261,11 +249,11 @@ SCHEMAS: JSON = {
     "BuiltinAgent": {
         "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
                        "files on the daemon's disk, never over HTTP.",
-        **_object(_described("a built-in agent", HTTP_FIELDS["builtin"], {
+        **_object(_exactly("a built-in agent", HTTP_FIELDS["builtin"], {
              "name": _nullable(_NAME), "model": {"type": "string", "pattern": _NOT_BLANK},
              "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
              "record_prompts": {"type": "boolean"},
-             "llm": _object(_described(
+             "llm": _object(_exactly(
                  # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
                  "[llm]", HTTP_FIELDS["llm"], {"provider": {"enum": list(PROVIDERS)},
                   "base_url": {"type": "string", "description": "An endpoint the operator declared "
@@ -275,12 +263,12 @@ SCHEMAS: JSON = {
                   "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
                   "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}})),
              "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
-             "pricing": _nullable(_object(_described("[pricing]", HTTP_FIELDS["pricing"], {
+             "pricing": _nullable(_object(_exactly("[pricing]", HTTP_FIELDS["pricing"], {
                  "input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE}),
                  ["input_per_mtok", "output_per_mtok"])),
              "output_schema": _nullable({"type": "object", "description": "A JSON Schema the answer must satisfy."}),
              "tools": {"type": "array", "uniqueItems": True,
-                       "items": _object(_described("[[tools]]", HTTP_FIELDS["tools"], {
+                       "items": _object(_exactly("[[tools]]", HTTP_FIELDS["tools"], {
                            "name": {"$ref": "#/components/schemas/ToolName"}}), ["name"])},
              "mcp_servers": {"type": "array", "items": _ref("McpServer")}}),
             ["model"],
@@ -293,7 +281,7 @@ SCHEMAS: JSON = {
     "ProcessAgent": {
         "description": "A local program the daemon starts for each run, its model calls and MCP servers "
                        "pointed at salvor's loopback proxies.",
-        **_object(_described("a process agent", HTTP_FIELDS["process"], {
+        **_object(_exactly("a process agent", HTTP_FIELDS["process"], {
              "name": _nullable(_NAME), "kind": {"const": "process"},
              "command": {"oneOf": [
                  {"type": "string", "pattern": _NOT_BLANK,
@@ -311,7 +299,7 @@ SCHEMAS: JSON = {
     "ServiceAgent": {
         "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
                        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
-        **_object(_described("a service agent", HTTP_FIELDS["service"], {
+        **_object(_exactly("a service agent", HTTP_FIELDS["service"], {
              "name": _nullable(_NAME), "kind": {"const": "service"},
              "url": {"type": "string", "pattern": _HTTP_URL},
              "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
@@ -331,7 +319,7 @@ SCHEMAS: JSON = {
             "salvor's stand-ins (`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
             "are not started at registration."
         ),
-        **_object(_described("[[mcp_servers]]", SERVER_FIELDS | STAND_IN_FIELDS, {
+        **_object(_exactly("[[mcp_servers]]", SERVER_FIELDS | STAND_IN_FIELDS, {
              "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
              "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
              "args": {"type": "array", "items": {"type": "string"}},

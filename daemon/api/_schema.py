@@ -29,3 +29,16 @@ def closed(properties: JSON, required: list[str] | tuple[str, ...] = (), **extra
 def nullable(schema: JSON) -> JSON:
     """``schema``, or null (which the route reads as the field left out)."""
     return {"oneOf": [schema, {"type": "null"}]}
+
+
+def exactly(table: str, fields: frozenset[str], properties: JSON) -> JSON:
+    """``properties``, once they name exactly the ``fields`` the code that reads ``table`` takes.
+
+    Raises:
+        RuntimeError: at import, so code that gains or drops a field fails every test until the
+            document describes it.
+    """
+    if set(properties) != fields:
+        raise RuntimeError(f"the OpenAPI document describes {table} with {sorted(properties)}, but the "
+                           f"daemon takes {sorted(fields)}")
+    return properties

@@ -543,6 +543,10 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
         assert taken == _properties(document, body["content"]["application/json"]["schema"]), template
         checked += 1
     assert checked == 13
+    # A model step's request, checked whole by the step itself.
+    taken = await _taken(api, f"/v1/client-runs/{opened['run']}/model-step", {"seq": 0, "request": probe},
+                         re.compile(r"`request` has an unknown field `zz_undocumented`; it takes (.+)$"), headers=token)
+    assert taken == set(schemas["ModelStep"]["properties"]["request"]["properties"])
     # The one query that refuses a name it does not take.
     response = await api.get("/v1/runs", params=probe)
     assert response.status_code == 400, response.text
