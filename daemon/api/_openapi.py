@@ -79,7 +79,8 @@ _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 # What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
 _SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 _PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
+# No bracket in the user part either: urlsplit refuses a netloc holding one without the other.
+_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@\\[\\]{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
              f"(:{_PORT})?([/?#][^{_SPACE}]*)?$")
 # One line, and every `${` opens a well-formed `${NAME}`.
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"

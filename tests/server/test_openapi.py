@@ -45,6 +45,7 @@ from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.tools._demo import demo_registry
 from salvor.daemon.tools._registry import SleepUntil, Tool
+from salvor.daemon.web import is_http_url
 from salvor.protocol import Effect
 
 from .conftest import TOKEN
@@ -603,3 +604,14 @@ async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
         RUN_STARTED.respond(201, run=MISSING_RUN)
     for answer in ANSWERS:
         assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/trigger", "HTTPS://u:p@host:65535/x?y#z", "http://host:0", "http://host:65536",
+    "http://a[b@host", "http://a]b@host", "ftp://host", "http://", "http://ho st",
+    # Found by the fuzz: a bracket in the user part, which urlsplit refuses.
+    "htTP://\U000bcdea%©ß[Jh÷nê,@6ÀĄččéeù\x86ä\x87Ⱥ#昛ê",
+])
+def test_a_service_url_the_document_admits_is_one_the_daemon_takes(url: str) -> None:
+    pattern = DOCUMENT["components"]["schemas"]["ServiceAgent"]["properties"]["url"]["pattern"]
+    assert bool(re.search(pattern, url)) is is_http_url(url)
