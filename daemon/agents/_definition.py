@@ -45,6 +45,15 @@ _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 KINDS = ("process", "service")
+DEFAULT_PROCESS_TIMEOUT = 300.0
+# Why each kind needs the operator's opt-in before it is accepted over HTTP.
+_OPT_IN_REASONS = {
+    "process": "process agents run a command on the daemon's machine",
+    "service": "service agents make the daemon bind a loopback port and POST to a URL",
+    "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
+    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
+    "environment to a URL",
+}
 # The fields each table of a definition takes over HTTP, by table: what the OpenAPI document
 # describes (``api._openapi`` refuses to build when its schemas name other fields). A file on the
 # daemon's disk may also give `system_prompt_path` and `[llm] base_url_env`; HTTP refuses both.
@@ -56,15 +65,6 @@ HTTP_FIELDS: dict[str, frozenset[str]] = {
     "tools": frozenset(_TOOL),
     "process": frozenset(_PROCESS_TOP),
     "service": frozenset(_SERVICE_TOP),
-}
-DEFAULT_PROCESS_TIMEOUT = 300.0
-# Why each kind needs the operator's opt-in before it is accepted over HTTP.
-_OPT_IN_REASONS = {
-    "process": "process agents run a command on the daemon's machine",
-    "service": "service agents make the daemon bind a loopback port and POST to a URL",
-    "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
-    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
-    "environment to a URL",
 }
 
 
