@@ -13,6 +13,7 @@ from ._credentials import (
 )
 from ._definition import (
     DEFAULT_PROVIDER,
+    HTTP_FIELDS,
     PROVIDERS,
     AgentDefinition,
     DefinitionError,
@@ -30,6 +31,7 @@ from ._process import (
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "HTTP_FIELDS",
     "PROVIDERS",
     "AgentDefinition",
     "CredentialError",

@@ -54,6 +54,18 @@ _OPT_IN_REASONS = {
     "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
     "environment to a URL",
 }
+# The fields each table of a definition takes over HTTP, by table: what the OpenAPI document
+# describes (``api._openapi`` refuses to build when its schemas name other fields). A file on the
+# daemon's disk may also give `system_prompt_path` and `[llm] base_url_env`; HTTP refuses both.
+HTTP_FIELDS: dict[str, frozenset[str]] = {
+    "builtin": frozenset(_TOP - {"kind", "system_prompt_path"}),
+    "llm": frozenset(_LLM - {"base_url_env"}),
+    "budgets": frozenset(BUDGET_KINDS),
+    "pricing": frozenset(_PRICING),
+    "tools": frozenset(_TOOL),
+    "process": frozenset(_PROCESS_TOP),
+    "service": frozenset(_SERVICE_TOP),
+}
 
 
 class DefinitionError(ValueError):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 from quart import request
@@ -27,8 +26,6 @@ from salvor import __version__
 from salvor.protocol import (
     CodedError,
     RunState,
-    SchemaViolation,
-    check_labels,
     excerpt,
     fold,
     status_seen_at,
@@ -49,14 +46,25 @@ from ..web import (
     check_bearer,
     error_response,
     internal,
-    json_object,
     json_response,
     unknown_agent,
     whole_number,
     wrong_state,
 )
+from ._answers import (
+    ABANDONED,
+    AGENT_CREATED,
+    CAPABILITIES,
+    HEALTH,
+    RESOLVED,
+    RESUME_DRIVING,
+    RESUME_FINISHED,
+    RUN_STARTED,
+)
+from ._bodies import ABANDON, RESOLVE, RESUME, START_RUN
 from ._client_runs import add_client_run_routes
 from ._openapi import openapi_document
+from ._queries import MAX_PAGE, RUNS_QUERY
 from ._stream import add_stream_route
 
 log = logging.getLogger("salvor.api")
@@ -64,7 +72,6 @@ log = logging.getLogger("salvor.api")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
                415: "bad_request"}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
-MAX_PAGE = 1000
 
 
 async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
@@ -121,18 +128,6 @@ class ServerState:
         if state is None or state in _TERMINAL:
             return {}
         return {"driver": "attached" if self.attached(run_id) else "none"}
-
-
-def _labels(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise bad_request("`labels` must be an object of string values")
-    try:
-        check_labels(value)
-    except SchemaViolation as exc:
-        raise bad_request(exc.message) from None
-    return value
 
 
 def create_app(state: ServerState) -> QuartTrio:
@@ -196,7 +191,7 @@ def create_app(state: ServerState) -> QuartTrio:
             raise bad_request(f"the agent definition does not build: {exc}") from None
         await runtime.build_agent(agent)
         created = await runtime.register_agent(agent)
-        return json_response({"agent": agent.agent_def_hash, "created": created}, 201)
+        return AGENT_CREATED.respond(201, agent=agent.agent_def_hash, created=created)
 
     @app.get("/v1/agents")
     async def list_agents():
@@ -219,24 +214,10 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.post("/v1/runs")
     async def start_run():
-        body = await json_object(allowed={"agent", "input", "run_id", "labels", "replay_of"})
-        replay_of = body.get("replay_of")
-        if replay_of is None and "agent" not in body:
-            raise bad_request("the body is missing `agent`")
-        if "agent" in body and not isinstance(body["agent"], str):
-            raise bad_request("`agent` must be an agent hash string")
-        if replay_of is not None:
-            if not isinstance(replay_of, str):
-                raise bad_request("`replay_of` must be a run id string")
-            replay_of = parse_run_id(replay_of)
-            if "input" in body:
-                raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
-        labels = _labels(body.get("labels"))
-        run_id = body.get("run_id")
-        if run_id is not None and not isinstance(run_id, str):
-            raise bad_request("`run_id` must be a UUID string")
-        if run_id is not None:
-            run_id = parse_run_id(run_id)
+        body = await START_RUN.read()
+        replay_of, run_id, labels = body.get("replay_of"), body.get("run_id"), body.get("labels")
+        if replay_of is not None and "input" in body:
+            raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
         if "agent" in body:
             agent = await runtime.load_agent(body["agent"])
         else:
@@ -249,10 +230,7 @@ def create_app(state: ServerState) -> QuartTrio:
             agent, body.get("input"), labels=labels, run_id=run_id, register=False, replay_of=replay_of
         )
         state.drivers.start(run_id, agent)
-        answer = {"run": run_id, "status": "running"}
-        if replay_of is not None:
-            answer["replay_of"] = replay_of
-        return json_response(answer, 201)
+        return RUN_STARTED.respond(201, run=run_id, status="running", replay_of=replay_of)
 
     def summary_json(summary: RunSummary) -> dict:
         body = summary.to_json()
@@ -265,9 +243,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.get("/v1/runs")
     async def list_runs():
         args = request.args
-        unknown = sorted(set(args) - {"status", "label", "limit", "cursor"})
-        if unknown:
-            raise bad_request(f"unknown query parameter `{unknown[0]}`; use status, label, limit, cursor")
+        RUNS_QUERY.refuse_unknown(args)
         status = args.get("status")
         if status is not None and status not in RunState.__members__.values():
             raise bad_request(f"`status` must be one of {', '.join(s.value for s in RunState)}")
@@ -316,35 +292,30 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.post("/v1/runs/<run_id>/resume")
     async def resume(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"input"}, optional_body=True)
+        body = await RESUME.read()
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome == "finished":
-            return json_response(
-                {"run": run_id, "outcome": decision.view.state.value, "status": decision.view.status()}
-            )
+            return RESUME_FINISHED.respond(run=run_id, outcome=decision.view.state.value, status=decision.view.status())
         state.drivers.start(run_id)
-        return json_response({"run": run_id, "status": "running", "outcome": "driving"}, 202)
+        return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")
 
     @app.post("/v1/runs/<run_id>/resolve")
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"output"}, required={"output"})
+        body = await RESOLVE.read()
         view = await runtime.resolve(run_id, body["output"], state.client_tools)
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
         state.leases.drop(run_id)
-        return json_response({"run": run_id, "resolved": True, "status": view.status()})
+        return RESOLVED.respond(run=run_id, resolved=True, status=view.status())
 
     @app.post("/v1/runs/<run_id>/abandon")
     async def abandon(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await json_object(allowed={"reason"}, optional_body=True)
-        reason = body.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            raise bad_request("`reason` must be a string")
-        seq, view = await runtime.abandon(run_id, reason)
-        return json_response({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+        body = await ABANDON.read()
+        seq, view = await runtime.abandon(run_id, body.get("reason"))
+        return ABANDONED.respond(run=run_id, abandoned=True, appended_seq=seq, status=view.status())
 
     @app.get("/v1/capabilities")
     async def capabilities():
@@ -352,14 +323,13 @@ def create_app(state: ServerState) -> QuartTrio:
         if state.commit:
             server["commit"] = state.commit
         # Advertised only when it exists on this server: forks are not built yet.
-        return json_response({"capabilities": {"fork": False}, "server": server})
+        return CAPABILITIES.respond(capabilities={"fork": False}, server=server)
 
     @app.get("/v1/health")
     async def health():
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
-        return json_response({"status": "ok", "recovering": state.drivers.recovering,
-                              "healing": len(state.drivers.healing)})
+        return HEALTH.respond(status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing))
 
     @app.get("/v1/openapi.json")
     async def openapi():

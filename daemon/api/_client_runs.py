@@ -14,7 +14,6 @@ event is written.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 
 import trio
@@ -36,15 +35,25 @@ from ..recording import parse_run_id
 from ..web import (
     OperationRefused,
     bad_request,
-    json_object,
     json_response,
     unknown_run,
     whole_number,
 )
+from ._answers import CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
+from ._bodies import (
+    APPEND_EVENTS,
+    CLIENT_MODEL_COMPLETION,
+    CLIENT_MODEL_INTENT,
+    CLIENT_TOOL_COMPLETION,
+    CLIENT_TOOL_INTENT,
+    MODEL_STEP,
+    OPEN_CLIENT_RUN,
+    RESOLVE,
+    TOOL_STEP,
+)
 from ._stream import HEADERS as STREAM_HEADERS
 
 TOKEN_HEADER = "X-Drive-Token"
-_AGENT_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def sse_frame(event: str, data: dict) -> bytes:
@@ -64,24 +73,10 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         """The canonical run id of a driving call, once its run and its drive token check out."""
         return await appends.driving(run_id, presented())
 
-    def step_seq(body: dict) -> int:
-        seq = body["seq"]
-        if type(seq) is not int or seq < 0:
-            raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
-        return seq
-
     @app.post("/v1/client-runs")
     async def open_client_run():
-        body = await json_object(allowed={"agent", "input", "run_id", "record_prompts"}, optional_body=True)
-        if "record_prompts" in body and not isinstance(body["record_prompts"], bool):
-            raise bad_request("`record_prompts` must be true or false")
-        agent = body.get("agent")
-        if "agent" in body and not (isinstance(agent, str) and _AGENT_HASH.fullmatch(agent)):
-            raise bad_request("`agent` must be an agent hash: `sha256:` and 64 lowercase hex digits")
-        run_id = body.get("run_id")
-        if run_id is not None and not isinstance(run_id, str):
-            raise bad_request("`run_id` must be a UUID string")
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        body = await OPEN_CLIENT_RUN.read()
+        run_id = body.get("run_id") or str(uuid.uuid4())
         view = await runtime.find_view(run_id)
         if view is not None and view.driven_by != "client":
             raise OperationRefused(
@@ -92,20 +87,20 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         token = leases.open(run_id, presented(), terminal=view is not None and view.terminal,
                             record_prompts=body.get("record_prompts", False))
         log = [] if view is None else await runtime.log(run_id)
-        return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
-                             201 if fresh else 200)
+        return CLIENT_RUN_OPENED.respond(201 if fresh else 200, run=run_id, drive_token=token,
+                                         log=[e.to_json() for e in log])
 
     @app.post("/v1/client-runs/<run_id>/release")
     async def release(run_id: str):
         run_id = parse_run_id(run_id)
-        return json_response({"released": leases.release(run_id, presented())})
+        return RELEASED.respond(released=leases.release(run_id, presented()))
 
     @app.post("/v1/client-runs/<run_id>/heartbeat")
     async def heartbeat(run_id: str):
         run_id = parse_run_id(run_id)
         if not await client_driven(run_id):
             raise unknown_run(run_id)
-        return json_response({"lapses_in_seconds": leases.heartbeat(run_id, presented())})
+        return LEASE_LAPSE.respond(lapses_in_seconds=leases.heartbeat(run_id, presented()))
 
     @app.get("/v1/client-runs/<run_id>/log")
     async def client_log(run_id: str):
@@ -121,9 +116,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     @app.post("/v1/client-runs/<run_id>/model-step")
     async def model_step_route(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
+        body = await MODEL_STEP.read()
         # Every refusal comes before the stream starts, as the error envelope.
-        call = await open_model_step(runtime.access, run_id, step_seq(body), body["request"],
+        call = await open_model_step(runtime.access, run_id, body["seq"], body["request"],
                                      record_prompts=leases.record_prompts(run_id), executor=state.model_executor)
         if wants_stream():
             return await stream_model_step(run_id, call)
@@ -176,9 +171,8 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     async def tool_step_route(run_id: str):
         run_id = await driving(run_id)
         # `effect` is taken for shape parity and ignored: the registration decides it.
-        body = await json_object(allowed={"seq", "tool", "input", "idempotency_key", "effect"},
-                                 required={"seq", "tool"})
-        answer = await tool_step(runtime.access, runtime.registry, run_id, step_seq(body), body["tool"],
+        body = await TOOL_STEP.read()
+        answer = await tool_step(runtime.access, runtime.registry, run_id, body["seq"], body["tool"],
                                  body.get("input"), body.get("idempotency_key"))
         return json_response(answer)
 
@@ -189,37 +183,37 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     @app.post("/v1/client-runs/<run_id>/client-tool-intent")
     async def client_tool_intent(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "tool", "input"}, required={"seq", "tool"})
+        body = await CLIENT_TOOL_INTENT.read()
         tool = declared(state.client_tools, body["tool"])
-        return json_response(await tool_intent(runtime.access, tool, run_id, step_seq(body), body.get("input")))
+        return json_response(await tool_intent(runtime.access, tool, run_id, body["seq"], body.get("input")))
 
     @app.post("/v1/client-runs/<run_id>/client-tool-completion")
     async def client_tool_completion(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "output", "error"}, required={"seq"})
-        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, step_seq(body), body))
+        body = await CLIENT_TOOL_COMPLETION.read()
+        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, body["seq"], body))
 
     @app.post("/v1/client-runs/<run_id>/client-model-intent")
     async def client_model_intent(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"})
-        return json_response(await model_intent(runtime.access, run_id, step_seq(body), body["request_hash"],
+        body = await CLIENT_MODEL_INTENT.read()
+        return json_response(await model_intent(runtime.access, run_id, body["seq"], body["request_hash"],
                                                 body.get("request_body"), record_prompts=leases.record_prompts(run_id)))
 
     @app.post("/v1/client-runs/<run_id>/client-model-completion")
     async def client_model_completion(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "response", "usage"}, required={"seq", "response", "usage"})
-        return json_response(await model_completion(runtime.access, run_id, step_seq(body), body["response"],
+        body = await CLIENT_MODEL_COMPLETION.read()
+        return json_response(await model_completion(runtime.access, run_id, body["seq"], body["response"],
                                                     body["usage"]))
 
     @app.post("/v1/client-runs/<run_id>/resolve")
     async def client_resolve(run_id: str):
         # The driver itself, token in hand: it keeps its lease.
         run_id = await driving(run_id)
-        body = await json_object(allowed={"output"}, required={"output"})
+        body = await RESOLVE.read()
         await runtime.resolve(run_id, body["output"], state.client_tools)
-        return json_response({"run": run_id, "resolved": True})
+        return CLIENT_RESOLVED.respond(run=run_id, resolved=True)
 
     # `salvor serve` answers this route in front of Quart (``_api_front``),
     # through the same two calls; the route keeps it in this app's table, so
@@ -227,5 +221,5 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):
         run_id = await driving(run_id)
-        return json_response(await appends.append(run_id, await json_object(allowed={"events"}, required={"events"})))
+        return json_response(await appends.append(run_id, await APPEND_EVENTS.read()))
 

@@ -28,11 +28,11 @@ from ..web import (
     asgi_chunks,
     bearer_matches,
     internal,
-    object_from,
     read_body,
     unauthorized,
 )
 from ._app import ServerState
+from ._bodies import APPEND_EVENTS
 
 log = logging.getLogger("salvor.api")
 
@@ -88,4 +88,4 @@ class AppendFront:
         run_id = await appends.driving(run_id, None if token is None else token.decode("latin-1"))
         data = await read_body(asgi_chunks(receive), self._state.body_timeout_seconds)
         mimetype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
-        return await appends.append(run_id, object_from(data, mimetype, allowed={"events"}, required={"events"}))
+        return await appends.append(run_id, APPEND_EVENTS.from_bytes(data, mimetype))

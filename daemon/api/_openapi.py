@@ -1,8 +1,14 @@
 """The OpenAPI 3.1 document of the control plane, served at ``GET /v1/openapi.json``.
 
-It describes exactly the routes ``create_app`` registers, with the shapes
-they answer in: every success body, every refusal (the one error envelope,
-narrowed to the codes that route can give), and the event stream's frames.
+It describes exactly the routes ``create_app`` registers. What a handler
+reads and answers with comes from the declarations it reads and answers
+with: the JSON request bodies (``_bodies``), the run list's query
+(``_queries``), the fixed-shape answers (``_answers``), and each table of an
+agent definition checked against the parser's own field lists
+(``agents.HTTP_FIELDS``, ``mcp.SERVER_FIELDS``: a mismatch stops the build).
+Written here: the shapes that are a domain type's ``to_json()``, every
+refusal (the one error envelope, narrowed to the codes that route can give,
+each checked against ``CODE_STATUS`` at import), and the event stream's frames.
 Shapes that several routes share (the status object, the pending object, a
 run's summary, the envelope) are written once under ``components`` and
 referenced. Built once, at import; plain data, no IO.
@@ -17,26 +23,40 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Iterable
-from typing import Any
 
 from salvor import __version__
-from salvor.protocol import BUDGET_KINDS, EventKind, RunState
+from salvor.protocol import BUDGET_KINDS, EventKind
 
-from ..agents import DEFAULT_PROVIDER, PROVIDERS, LlmChoice
-
-JSON = dict[str, Any]
+from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
+from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
+from ._answers import ANSWERS
+from ._bodies import (
+    ABANDON,
+    APPEND_EVENTS,
+    BODIES,
+    CLIENT_MODEL_COMPLETION,
+    CLIENT_MODEL_INTENT,
+    CLIENT_TOOL_COMPLETION,
+    CLIENT_TOOL_INTENT,
+    MODEL_STEP,
+    OPEN_CLIENT_RUN,
+    RESOLVE,
+    RESUME,
+    START_RUN,
+    TOOL_STEP,
+    Body,
+)
+from ._queries import RUNS_QUERY
+from ._schema import ANY as _ANY
+from ._schema import INSTANT as _INSTANT
+from ._schema import JSON
+from ._schema import SEQ as _SEQ
+from ._schema import closed as _object
+from ._schema import exactly as _exactly
+from ._schema import nullable as _nullable
+from ._schema import ref as _ref
 
 TERMINAL = ["completed", "failed", "abandoned"]
-
-
-def _ref(name: str) -> JSON:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _object(properties: JSON, required: list[str] = (), **extra: Any) -> JSON:
-    """A closed object: the listed properties, nothing else."""
-    return {"type": "object", "properties": properties, "required": list(required),
-            "additionalProperties": False, **extra}
 
 
 def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
@@ -47,13 +67,10 @@ def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
     return grown
 
 
-_INSTANT = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
-_SEQ = {"type": "integer", "minimum": 0}
 # An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
 # that no text a caller sends becomes an unbounded int; more digits are a 400.
 _WHOLE = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
 _WHOLE_TEXT = {"type": "string", "pattern": "^[0-9]{1,18}$"}
-_ANY = {"description": "Any JSON value."}
 # Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
 _NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
 _NAME = {"type": "string", "maxLength": 64, "pattern": _NOT_BLANK,
@@ -62,11 +79,14 @@ _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 # What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
 _SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 _PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
+# No bracket in the user part either: urlsplit refuses a netloc holding one without the other.
+_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@\\[\\]{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
              f"(:{_PORT})?([/?#][^{_SPACE}]*)?$")
 # One line, and every `${` opens a well-formed `${NAME}`.
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
+
+
 
 # -- shared shapes -------------------------------------------------------------------------------------
 
@@ -85,11 +105,6 @@ _PENDING_TOOL = _object(
     },
     ["kind", "seq", "tool", "input", "effect", "idempotency_key"],
 )
-
-
-def _nullable(schema: JSON) -> JSON:
-    """``schema``, or null (which the route reads as the field left out)."""
-    return {"oneOf": [schema, {"type": "null"}]}
 
 
 def _states(*names: str) -> JSON:
@@ -235,26 +250,28 @@ SCHEMAS: JSON = {
     "BuiltinAgent": {
         "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
                        "files on the daemon's disk, never over HTTP.",
-        **_object(
-            {"name": _nullable(_NAME), "model": {"type": "string", "pattern": _NOT_BLANK},
+        **_object(_exactly("a built-in agent", HTTP_FIELDS["builtin"], {
+             "name": _nullable(_NAME), "model": {"type": "string", "pattern": _NOT_BLANK},
              "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
              "record_prompts": {"type": "boolean"},
-             "llm": _object(
+             "llm": _object(_exactly(
                  # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
-                 {"provider": {"enum": list(PROVIDERS)},
+                 "[llm]", HTTP_FIELDS["llm"], {"provider": {"enum": list(PROVIDERS)},
                   "base_url": {"type": "string", "description": "An endpoint the operator declared "
                                "(the served document lists them); any with provider `demo`."},
                   "api_key_env": {"type": "string", "description": "Absent, or the variable the operator "
                                   "bound to the endpoint (the served document names it)."},
                   "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-                  "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}}),
-             "budgets": _object({kind: _POSITIVE for kind in BUDGET_KINDS}),
-             "pricing": _nullable(_object({"input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE},
-                                          ["input_per_mtok", "output_per_mtok"])),
+                  "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}})),
+             "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
+             "pricing": _nullable(_object(_exactly("[pricing]", HTTP_FIELDS["pricing"], {
+                 "input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE}),
+                 ["input_per_mtok", "output_per_mtok"])),
              "output_schema": _nullable({"type": "object", "description": "A JSON Schema the answer must satisfy."}),
              "tools": {"type": "array", "uniqueItems": True,
-                       "items": _object({"name": {"$ref": "#/components/schemas/ToolName"}}, ["name"])},
-             "mcp_servers": {"type": "array", "items": _ref("McpServer")}},
+                       "items": _object(_exactly("[[tools]]", HTTP_FIELDS["tools"], {
+                           "name": {"$ref": "#/components/schemas/ToolName"}}), ["name"])},
+             "mcp_servers": {"type": "array", "items": _ref("McpServer")}}),
             ["model"],
         ),
         # A cost budget is priced by the agent's own [pricing].
@@ -265,8 +282,8 @@ SCHEMAS: JSON = {
     "ProcessAgent": {
         "description": "A local program the daemon starts for each run, its model calls and MCP servers "
                        "pointed at salvor's loopback proxies.",
-        **_object(
-            {"name": _nullable(_NAME), "kind": {"const": "process"},
+        **_object(_exactly("a process agent", HTTP_FIELDS["process"], {
+             "name": _nullable(_NAME), "kind": {"const": "process"},
              "command": {"oneOf": [
                  {"type": "string", "pattern": _NOT_BLANK,
                   "description": "Split into arguments as a POSIX shell would."},
@@ -276,21 +293,21 @@ SCHEMAS: JSON = {
              "env": {"type": "object", "propertyNames": {"pattern": "^[^=\\u0000]+$"},
                      "additionalProperties": {"type": "string"}},
              "timeout": _POSITIVE, "record_prompts": {"type": "boolean"},
-             "mcp_servers": {"type": "array", "items": _ref("McpServer")}},
+             "mcp_servers": {"type": "array", "items": _ref("McpServer")}}),
             ["kind", "command"],
         ),
     },
     "ServiceAgent": {
         "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
                        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
-        **_object(
-            {"name": _nullable(_NAME), "kind": {"const": "service"},
+        **_object(_exactly("a service agent", HTTP_FIELDS["service"], {
+             "name": _nullable(_NAME), "kind": {"const": "service"},
              "url": {"type": "string", "pattern": _HTTP_URL},
              "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
              "headers": {"type": "object", "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
                          "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
                          "description": "`${VAR}` is read from the daemon's environment when it POSTs."},
-             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"}},
+             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"}}),
             ["kind", "url", "proxy_port"],
         ),
     },
@@ -303,8 +320,8 @@ SCHEMAS: JSON = {
             "salvor's stand-ins (`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
             "are not started at registration."
         ),
-        **_object(
-            {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        **_object(_exactly("[[mcp_servers]]", SERVER_FIELDS | STAND_IN_FIELDS, {
+             "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
              "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
              "args": {"type": "array", "items": {"type": "string"}},
              "env": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -319,11 +336,12 @@ SCHEMAS: JSON = {
              "tools": {"type": "array", "items": {"type": "string"}},
              "timeout": {"type": "number", "exclusiveMinimum": 0},
              "port": {"type": "integer", "minimum": 1, "maximum": 65535,
-                      "description": "A process agent's `url` server only: the fixed loopback port of its stand-in."}},
+                      "description": "A process agent's `url` server only: the fixed loopback port of its stand-in."}}),
             oneOf=[{"required": ["command"]}, {"required": ["url"]}],
+            # Two names for one table: a server gives one of them.
+            **{"not": {"required": ["effects", "effect_overrides"]}},
         ),
     },
-    "AgentCreated": _object({"agent": _ref("AgentHash"), "created": {"type": "boolean"}}, ["agent", "created"]),
     "AgentList": _object(
         {"agents": {"type": "array", "items": _object(
             {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}}, ["agent"])}},
@@ -335,92 +353,9 @@ SCHEMAS: JSON = {
          "name": {"type": "string", "minLength": 1}},
         ["agent", "format", "definition"],
     ),
-    "StartRun": {
-        **_object(
-            {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _nullable(_ref("RunId")),
-             "labels": _nullable(_ref("Labels")),
-             "replay_of": {"oneOf": [_ref("RunId"), {"type": "null"}], "description": (
-                 "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
-                 "the origin's, and every model call must reproduce the origin's call at its position, answered "
-                 "from the origin's log with no upstream call. The re-run fails at the first divergent call.")}},
-        ),
-        "anyOf": [{"required": ["agent"]},
-                  {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}}],
-        # A re-run takes its origin's input.
-        "if": {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}},
-        "then": {"not": {"required": ["input"]}},
-    },
-    "RunStarted": _object({"run": _ref("RunId"), "status": {"const": "running"}, "replay_of": _ref("RunId")},
-                          ["run", "status"]),
-    "ResumeInput": _object({"input": {"description": "The input a suspended run waits for, or "
-                                                      "`{\"extend_by\": N}` for a budget. Ignored otherwise."}}),
-    "ResumeDriving": _object(
-        {"run": _ref("RunId"), "status": {"const": "running"}, "outcome": {"const": "driving"}},
-        ["run", "status", "outcome"],
-    ),
-    "ResumeFinished": _object(
-        {"run": _ref("RunId"), "outcome": {"enum": TERMINAL}, "status": _ref("Status")},
-        ["run", "outcome", "status"],
-    ),
-    "ResolveOutput": _object({"output": {"description": "What the write returned, as the operator established."}},
-                             ["output"]),
-    "Resolved": _object({"run": _ref("RunId"), "resolved": {"const": True}, "status": _ref("Status")},
-                        ["run", "resolved", "status"]),
-    "AbandonReason": _object({"reason": {"type": "string"}}),
-    "Abandoned": _object(
-        {"run": _ref("RunId"), "abandoned": {"const": True}, "appended_seq": _SEQ, "status": _ref("Status")},
-        ["run", "abandoned", "appended_seq", "status"],
-    ),
-    "Health": _object(
-        {"status": {"const": "ok"},
-         "recovering": {"type": "integer", "minimum": 0,
-                        "description": "Interrupted runs handed to recovery whose drive has not begun yet."},
-         "healing": {"type": "integer", "minimum": 0,
-                     "description": "Runs a store fault stopped, waiting to be driven again once it takes writes."}},
-        ["status", "recovering", "healing"],
-    ),
-    "Capabilities": _object(
-        {"capabilities": {"type": "object", "additionalProperties": {"type": "boolean"},
-                          "description": "A capability is listed true only when this server has it."},
-         "server": _object({"version": {"type": "string"},
-                            "commit": {"type": "string", "description": "Short git hash, `-dirty` with local changes; "
-                                                                        "absent when unknown."}},
-                           ["version"])},
-        ["capabilities", "server"],
-    ),
-    "OpenClientRun": _object(
-        {"agent": _ref("AgentHash"), "input": _ANY, "run_id": _nullable(_ref("RunId")),
-         "record_prompts": {"type": "boolean", "description": "Kept for the server-performed model step."}},
-    ),
-    "ClientRunOpened": _object(
-        {"run": _ref("RunId"), "drive_token": {"type": "string", "pattern": "^dt_"},
-         "log": {"type": "array", "items": _ref("Envelope")}},
-        ["run", "drive_token", "log"],
-    ),
-    "Released": _object({"released": {"type": "boolean"}}, ["released"]),
-    "LeaseLapse": _object({"lapses_in_seconds": {"type": "integer", "minimum": 1}}, ["lapses_in_seconds"]),
     "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
-    "AppendEvents": _object(
-        {"events": {"type": "array", "items": _ref("Envelope"), "minItems": 1, "maxItems": 1024,
-                    "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."}},
-        ["events"],
-    ),
     "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
-    "ModelStep": _object(
-        {"seq": _SEQ, "request": _object(
-            {"model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
-             "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-             "system": {"type": ["string", "array"]}, "tools": {"type": "array", "items": {"type": "object"}}},
-            ["model", "max_tokens", "messages"])},
-        ["seq", "request"],
-    ),
     "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
-    "ToolStep": _object(
-        {"seq": _SEQ, "tool": {"type": "string", "minLength": 1}, "input": _ANY,
-         "idempotency_key": {"type": ["string", "null"], "minLength": 1},
-         "effect": {"description": "Accepted and ignored: the registration decides the effect."}},
-        ["seq", "tool"],
-    ),
     "ToolStepDone": _object({"output": _ANY}, ["output"]),
     "ClientTool": _object(
         {"name": {"type": "string"}, "effect": {"enum": ["read", "idempotent", "write"]},
@@ -431,29 +366,15 @@ SCHEMAS: JSON = {
         ["name", "effect", "input_schema", "trust_completion"],
     ),
     "ClientTools": _object({"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]),
-    "ClientToolIntent": _object({"seq": _SEQ, "tool": {"type": "string"}, "input": _ANY}, ["seq", "tool"]),
     "ClientToolOpened": _object(
         {"seq": _SEQ, "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
          "effect": {"enum": ["read", "idempotent", "write"]}, "settled": {"type": "boolean"}, "output": _ANY},
         ["seq", "idempotency_key", "effect", "settled"],
     ),
-    "ClientToolCompletion": _object(
-        {"seq": _SEQ, "output": _ANY,
-         "error": _object({"message": {"type": "string"},
-                           "kind": {"enum": ["invalid_input", "handler", "output_serialization"]}}, ["message"])},
-        ["seq"],
-    ),
     "Completed": _object({"seq": _SEQ, "completed": {"const": True}}, ["seq", "completed"]),
-    "ClientModelIntent": _object(
-        {"seq": _SEQ, "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}, "request_body": _ANY},
-        ["seq", "request_hash"],
-    ),
     "ClientModelOpened": _object(
         {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")}, ["seq", "settled"],
     ),
-    "ClientModelCompletion": _object({"seq": _SEQ, "response": _ANY, "usage": _ref("Usage")},
-                                     ["seq", "response", "usage"]),
-    "ClientResolved": _object({"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]),
     "Envelope": _object(
         {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
          "recorded_at": _INSTANT,
@@ -468,6 +389,9 @@ SCHEMAS: JSON = {
         ["status"],
         description="The `data` of the stream's final `event: end` frame.",
     ),
+    # The request bodies and the fixed-shape answers: the handlers' own declarations.
+    **{body.name: body.schema() for body in BODIES},
+    **{answer.name: answer.schema() for answer in ANSWERS},
     "StreamFrame": {
         "description": "One frame of the event stream as an SSE client reads it (`event` defaults to "
                        "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
@@ -495,6 +419,25 @@ PARAMETERS: JSON = {
               "description": "A run id; anything that is not a UUID is a 400."},
     "AgentHash": {"name": "agent_hash", "in": "path", "required": True, "schema": {"type": "string"},
                   "description": "An agent hash as `POST /v1/agents` returned it."},
+}
+
+
+# -- the error-code table ---------------------------------------------------------------------------------
+# SWITCH-OVER (issue 13): the one table of codes and their statuses lands with branch `oneof` as
+# ``salvor.protocol.ErrorCode``, re-exported by ``web`` with ``ERROR_STATUS`` (code -> status).
+# When it is in, this block becomes
+#     from ..web import ERROR_STATUS as CODE_STATUS
+# and nothing else here changes: every refusal this document lists is checked against the table at
+# import (``_check_codes``), so a route documented under a status its code does not answer with
+# fails every test. Until then the pairs the handlers answer with are written here, once.
+CODE_STATUS: dict[str, int] = {
+    "bad_request": 400, "unauthorized": 401, "missing_drive_token": 401, "invalid_drive_token": 403,
+    "client_completion_refused": 403, "not_found": 404, "unknown_run": 404, "unknown_agent": 404,
+    "unknown_tool": 404, "method_not_allowed": 405, "request_timeout": 408, "run_exists": 409,
+    "wrong_state": 409, "port_held": 409, "client_driven_run": 409, "needs_reconciliation": 409,
+    "still_sleeping": 409, "lease_held": 409, "divergence": 409, "payload_too_large": 413,
+    "unsupported_event_kind": 422, "internal": 500, "model_execution": 502, "tool_execution": 502,
+    "model_executor_unavailable": 503,
 }
 
 
@@ -541,8 +484,8 @@ def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | Non
     return dict(sorted(responses.items()))
 
 
-def _body(schema: JSON, *, required: bool = True) -> JSON:
-    return {"required": required, "content": {"application/json": {"schema": schema}}}
+def _body(body: Body) -> JSON:
+    return {"required": not body.optional, "content": {"application/json": {"schema": _ref(body.name)}}}
 
 
 _RUN = [{"$ref": "#/components/parameters/RunId"}]
@@ -589,7 +532,7 @@ PATHS: JSON = {
         "post": {
             "operationId": "startRun",
             "summary": "Start a run; answered once its head event is durable, then driven in the background",
-            "requestBody": _body(_ref("StartRun")),
+            "requestBody": _body(START_RUN),
             "responses": _responses(
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
                 "BadRequest", "PayloadTooLarge",
@@ -605,15 +548,7 @@ PATHS: JSON = {
         "get": {
             "operationId": "listRuns",
             "summary": "List runs, newest first, with their folded status",
-            "parameters": [
-                {"name": "status", "in": "query", "schema": {"enum": [s.value for s in RunState]}},
-                {"name": "label", "in": "query", "schema": {"type": "string", "pattern": "^[^:]+:"},
-                 "description": "`key:value`: only runs carrying that label."},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-                 "description": "A page size; without it every matching run is listed."},
-                {"name": "cursor", "in": "query", "schema": {"type": "string", "format": "salvor-cursor"},
-                 "description": "The `next_cursor` of the previous page (opaque: anything else is a 400)."},
-            ],
+            "parameters": RUNS_QUERY.described(),
             "responses": _responses({"200": ("One page of runs.", _ref("RunList"))}, "BadRequest"),
         },
     },
@@ -665,7 +600,7 @@ PATHS: JSON = {
             "operationId": "resumeRun",
             "summary": "Continue a run: a parked one with an input, an interrupted one without",
             "parameters": _RUN,
-            "requestBody": _body(_ref("ResumeInput"), required=False),
+            "requestBody": _body(RESUME),
             "responses": _responses(
                 {"200": ("The run had already finished; left alone.", _ref("ResumeFinished")),
                  "202": ("The run is driving again; open its stream to watch.", _ref("ResumeDriving"))},
@@ -689,7 +624,7 @@ PATHS: JSON = {
             "operationId": "resolveRun",
             "summary": "Record by hand what a dangling write returned (settled_by: operator); drives nothing",
             "parameters": _RUN,
-            "requestBody": _body(_ref("ResolveOutput")),
+            "requestBody": _body(RESOLVE),
             "responses": _responses(
                 {"200": ("Recorded; resume the run to continue it.", _ref("Resolved"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -702,7 +637,7 @@ PATHS: JSON = {
             "operationId": "abandonRun",
             "summary": "Retire an unfinished run with a terminal RunAbandoned",
             "parameters": _RUN,
-            "requestBody": _body(_ref("AbandonReason"), required=False),
+            "requestBody": _body(ABANDON),
             "responses": _responses(
                 {"200": ("Abandoned; an abandoned dangling write is named in `status.unresolved_write`.",
                          _ref("Abandoned"))},
@@ -724,7 +659,7 @@ PATHS: JSON = {
             "summary": "Open a client-driven run (201), or re-open one: its holder keeps its token, an unheld or "
                        "adopted run gets a fresh lease (200)",
             "parameters": [_DRIVE_TOKEN],
-            "requestBody": _body(_ref("OpenClientRun"), required=False),
+            "requestBody": _body(OPEN_CLIENT_RUN),
             "responses": _responses(
                 {"201": ("A fresh run: append its RunStarted at seq 0.", _ref("ClientRunOpened")),
                  "200": ("A re-opened run with its recorded log.", _ref("ClientRunOpened"))},
@@ -767,7 +702,7 @@ PATHS: JSON = {
             "summary": "The daemon performs the model call at `seq` (intent first); a retry of a completed step "
                        "answers from the log, a dangling one is issued again",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ModelStep")),
+            "requestBody": _body(MODEL_STEP),
             "responses": _responses(
                 {"200": ("The completion (performed now, or recorded before).", _ref("ModelStepDone"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -785,7 +720,7 @@ PATHS: JSON = {
             "summary": "The daemon performs the registry tool call at `seq` with the registered effect; retries "
                        "follow the effect table",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ToolStep")),
+            "requestBody": _body(TOOL_STEP),
             "responses": _responses(
                 {"200": ("The tool's output (performed now, or recorded before).", _ref("ToolStepDone"))},
                 "BadRequest", "PayloadTooLarge",
@@ -802,7 +737,7 @@ PATHS: JSON = {
             "operationId": "clientToolIntent",
             "summary": "Open a call the client performs itself: recorded write-ahead, its key derived by the daemon",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ClientToolIntent")),
+            "requestBody": _body(CLIENT_TOOL_INTENT),
             "responses": _responses(
                 {"200": ("Open (`settled` false) or already completed (`settled` true, with `output`).", _ref("ClientToolOpened"))},
                 "BadRequest", "PayloadTooLarge",
@@ -815,7 +750,7 @@ PATHS: JSON = {
             "operationId": "clientToolCompletion",
             "summary": "Record what the client's own call returned, or how it failed, once the declaration allows and accepts it",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ClientToolCompletion")),
+            "requestBody": _body(CLIENT_TOOL_COMPLETION),
             "responses": _responses(
                 {"200": ("Recorded.", _ref("Completed"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -828,7 +763,7 @@ PATHS: JSON = {
             "operationId": "clientModelIntent",
             "summary": "Open a model call the client makes with its own key (the hash is the client's claim)",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ClientModelIntent")),
+            "requestBody": _body(CLIENT_MODEL_INTENT),
             "responses": _responses(
                 {"200": ("Open, or already completed (with `response` and `usage`).", _ref("ClientModelOpened"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -841,7 +776,7 @@ PATHS: JSON = {
             "operationId": "clientModelCompletion",
             "summary": "Record what the client's own model call returned (usage required)",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ClientModelCompletion")),
+            "requestBody": _body(CLIENT_MODEL_COMPLETION),
             "responses": _responses(
                 {"200": ("Recorded.", _ref("Completed"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -854,7 +789,7 @@ PATHS: JSON = {
             "operationId": "clientResolve",
             "summary": "The driver records what its dangling write did (checked against the declaration); it keeps its lease",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("ResolveOutput")),
+            "requestBody": _body(RESOLVE),
             "responses": _responses(
                 {"200": ("Recorded; the run is drivable again.", _ref("ClientResolved"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -868,7 +803,7 @@ PATHS: JSON = {
             "summary": "The guarded append: control and context events the client's cursor produced, checked "
                        "whole before anything is written",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "requestBody": _body(_ref("AppendEvents")),
+            "requestBody": _body(APPEND_EVENTS),
             "responses": _responses(
                 {"200": ("Appended (a byte-identical retry is reported and changes nothing).", _ref("Appended"))},
                 "BadRequest", "UnknownRun", "PayloadTooLarge",
@@ -961,6 +896,43 @@ DOCUMENT: JSON = {
         }},
     },
 }
+
+
+def _codes(schema: JSON) -> set[str]:
+    """The codes an error response's schema narrows ``error.code`` to (none for the bare envelope)."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        return set() if name == "Error" else _codes(SCHEMAS[name])
+    found: set[str] = set()
+    for part in (*schema.get("allOf", ()), *schema.get("oneOf", ())):
+        found |= _codes(part)
+    code = schema.get("properties", {}).get("error", {}).get("properties", {}).get("code", {})
+    return found | ({code["const"]} if "const" in code else set(code.get("enum", ())))
+
+
+def _check_codes() -> None:
+    """Every refusal is listed under the status its code answers with (``CODE_STATUS``).
+
+    Raises:
+        RuntimeError: at import, naming each operation, status and code that disagree.
+    """
+    wrong = []
+    for path, operations in PATHS.items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if "$ref" in response:
+                    response = RESPONSES[response["$ref"].rsplit("/", 1)[1]]
+                schema = response.get("content", {}).get("application/json", {}).get("schema")
+                if int(status) < 400 or schema is None:
+                    continue
+                wrong += [f"{method.upper()} {path} {status}: {code}" for code in sorted(_codes(schema))
+                          if CODE_STATUS.get(code) != int(status)]
+    if wrong:
+        raise RuntimeError(f"the OpenAPI document lists refusals under a status their code does not answer "
+                           f"with: {'; '.join(wrong)}")
+
+
+_check_codes()
 
 
 def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:

@@ -27,6 +27,7 @@ from ._performed import (
     tool_intent,
 )
 from ._steps import (
+    MODEL_REQUEST_FIELDS,
     ModelCall,
     open_model_executor,
     open_model_step,
@@ -36,6 +37,7 @@ from ._steps import (
 
 __all__ = [
     "DEFAULT_TTL_SECONDS",
+    "MODEL_REQUEST_FIELDS",
     "ClientAppends",
     "ClientTool",
     "LeaseRegistry",

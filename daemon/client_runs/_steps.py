@@ -41,6 +41,8 @@ from ..tools import DispatchFailed, ToolRegistry, dispatch
 from ..web import OperationRefused, bad_request
 
 _REQUEST_KEYS = {"model", "max_tokens", "messages", "system", "tools"}
+# What ``check_model_request`` takes, for the OpenAPI document's schema of a model step's request.
+MODEL_REQUEST_FIELDS = frozenset(_REQUEST_KEYS)
 
 
 @asynccontextmanager

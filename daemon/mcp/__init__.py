@@ -9,6 +9,8 @@ from ._client import (
     open_session,
 )
 from ._definition import (
+    SERVER_FIELDS,
+    STAND_IN_FIELDS,
     McpDefinitionError,
     McpServerSpec,
     parse_mcp_servers,
@@ -38,6 +40,8 @@ from ._tools import (
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "SERVER_FIELDS",
+    "STAND_IN_FIELDS",
     "McpBuildError",
     "McpConnections",
     "McpDefinitionError",

@@ -32,6 +32,10 @@ _FIELDS = {
 }
 # Only a process agent's servers, which it reaches through salvor's stand-ins.
 _STAND_IN_FIELDS = {"port"}
+# What an entry may give, as the OpenAPI document describes it: `port` only for a process agent's
+# servers; `idempotency_keys` is refused by this build.
+SERVER_FIELDS = frozenset(_FIELDS - {"idempotency_keys"})
+STAND_IN_FIELDS = frozenset(_STAND_IN_FIELDS)
 _EFFECTS = tuple(e.value for e in Effect)
 
 

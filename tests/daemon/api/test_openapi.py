@@ -1,4 +1,4 @@
-"""The OpenAPI document: valid OpenAPI 3.1, complete, and true of real responses.
+"""The OpenAPI document: valid OpenAPI 3.1, complete, and true of real requests and responses.
 
 * ``openapi-spec-validator`` accepts the document as OpenAPI 3.1.
 * Every route the app registers is documented, and nothing else is.
@@ -10,18 +10,28 @@
   method and status, and each stream frame against ``Envelope`` or
   ``EndFrame``. An answer with an undocumented status fails, and so does a
   documented status no request reached (only 500 and 408 are exempt).
+* Every request body the daemon takes is validated against the document
+  the daemon serves (``Contract.check_request``), for every endpoint that
+  reads one and every agent kind; a body it refuses for its shape must be
+  one the document refuses too.
+* The fields each handler takes (as its refusal of an unknown one lists
+  them) are exactly the document's properties, body by body and table by
+  table of an agent definition.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
@@ -29,10 +39,13 @@ from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
+from salvor.daemon.api import _openapi
+from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.tools._demo import demo_registry
 from salvor.daemon.tools._registry import SleepUntil, Tool
+from salvor.daemon.web import is_http_url
 from salvor.protocol import Effect
 
 from tests.support.api_server import TOKEN
@@ -63,25 +76,89 @@ def _pointer(*parts: str) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
-class Contract:
-    """Validates answers against the document and remembers which (path, method, status) it saw."""
+# A refusal of a body's shape: a field the body does not take, or one of the wrong type (``_bodies``).
+_SHAPE_REFUSAL = re.compile(r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be ")
 
-    def __init__(self) -> None:
-        resource = Resource.from_contents(DOCUMENT, default_specification=DRAFT202012)
+
+class Contract:
+    """Validates requests and answers against a document, and remembers what it saw.
+
+    ``document`` is the one the daemon under test serves (``served``); by default the unnarrowed one.
+    A request body the daemon took (2xx) must be one the document admits, and one it refused for
+    its shape (an unknown field, a field of the wrong type) one the document does not admit. A
+    TOML agent definition is held to the same schema as its JSON form: they take the same fields.
+    """
+
+    def __init__(self, document: dict = DOCUMENT) -> None:
+        self.document = document
+        resource = Resource.from_contents(document, default_specification=DRAFT202012)
         self._registry = Registry().with_resource(BASE, resource)
         self.seen: set[tuple[str, str, str]] = set()
+        # (path, method) whose request body the daemon took and the document admitted.
+        self.requests: set[tuple[str, str]] = set()
 
-    def validate(self, pointer: str, value: Any, what: str) -> None:
+    @classmethod
+    async def served(cls, client: httpx.AsyncClient) -> Contract:
+        """A contract with the document this daemon serves (its tools, llm choices, agent kinds)."""
+        response = await client.get("/v1/openapi.json")
+        assert response.status_code == 200, response.text
+        return cls(response.json())
+
+    def errors(self, pointer: str, value: Any) -> list:
         validator = Draft202012Validator(
             {"$ref": f"{BASE}#{pointer}"}, registry=self._registry, format_checker=Draft202012Validator.FORMAT_CHECKER
         )
-        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        return sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+
+    def admits(self, pointer: str, value: Any) -> bool:
+        return not self.errors(pointer, value)
+
+    def validate(self, pointer: str, value: Any, what: str) -> None:
+        errors = self.errors(pointer, value)
         assert not errors, f"{what} does not match {pointer}:\n" + "\n".join(
             f"  at {list(e.absolute_path)}: {e.message}" for e in errors[:5]
         ) + f"\nbody: {json.dumps(value)[:2000]}"
 
+    def request_body(self, template: str, method: str, kwargs: dict) -> tuple[str, Any] | None:
+        """(schema pointer, the body as JSON) for a request that sends one; None for no body or one
+        that is not JSON or TOML at all (which no schema describes)."""
+        if "json" in kwargs:
+            media, value = "application/json", kwargs["json"]
+        elif kwargs.get("content"):
+            media = {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}.get("content-type", "")
+            try:
+                text = kwargs["content"]
+                text = text.decode() if isinstance(text, bytes) else text
+                value = tomllib.loads(text) if media == "application/toml" else json.loads(text)
+            except (UnicodeDecodeError, ValueError):
+                return None
+        else:
+            return None
+        operation = self.document["paths"][template][method]
+        assert "requestBody" in operation, f"{method} {template} takes no body, yet one was sent"
+        # The two agent-definition formats share one schema.
+        media = "application/json" if media == "application/toml" else media
+        return _pointer("paths", template, method, "requestBody", "content", media, "schema"), value
+
+    def check_request(self, template: str, method: str, kwargs: dict, response: httpx.Response) -> None:
+        what = f"{method.upper()} {template} -> {response.status_code}"
+        operation = self.document["paths"][template][method]
+        sent = self.request_body(template, method, kwargs)
+        if sent is None:
+            if response.is_success and operation.get("requestBody", {}).get("required"):
+                raise AssertionError(f"{what} took no body, yet the document requires one")
+            return
+        pointer, value = sent
+        if response.is_success:
+            self.validate(pointer, value, f"the request of {what}")
+            self.requests.add((template, method))
+        elif response.status_code == 400 and _SHAPE_REFUSAL.match(response.json()["error"]["message"]):
+            assert not self.admits(pointer, value), (
+                f"{what} refused the body's shape ({response.json()['error']['message']}), yet the document "
+                f"admits it: {json.dumps(value)[:2000]}")
+
     def response_pointer(self, template: str, method: str, status: str, media: str) -> str:
-        response = DOCUMENT["paths"][template][method]["responses"][status]
+        response = self.document["paths"][template][method]["responses"][status]
         if "$ref" in response:
             base = response["$ref"][1:]
         else:
@@ -95,10 +172,12 @@ class Contract:
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)
         what = f"{method} {template} -> {status}"
-        assert status in DOCUMENT["paths"][template][op]["responses"], f"undocumented: {what}: {response.text}"
+        assert status in self.document["paths"][template][op]["responses"], f"undocumented: {what}: {response.text}"
         if expect is not None:
             assert response.status_code == expect, f"{what}: {response.text}"
         self.seen.add((template, op, status))
+        if status != "413":
+            self.check_request(template, op, kwargs, response)
         if response.headers["content-type"].startswith("text/event-stream"):
             return self.frames(response.text)
         assert response.headers["content-type"] == "application/json", what
@@ -124,7 +203,7 @@ class Contract:
     def unreached(self) -> set[tuple[str, str, str]]:
         documented = {
             (path, method, status)
-            for path, operations in DOCUMENT["paths"].items()
+            for path, operations in self.document["paths"].items()
             for method, operation in operations.items()
             for status in operation["responses"]
             # 500 is never provoked; a stalled body (408) is the body-deadline tests' own.
@@ -207,7 +286,7 @@ async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
 
 async def test_real_responses_match_the_document(server_factory, store_url, tmp_path) -> None:
     server = await server_factory(auth_token=TOKEN, registry=_napper_registry())
-    api, contract = server.client, Contract()
+    api, contract = server.client, await Contract.served(server.client)
     call = contract.call
 
     # -- the document itself, capabilities, and auth on every route --------------------------------------
@@ -353,3 +432,186 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     # The server-performed steps need a model executor; tests/daemon/client_runs/test_steps.py covers them.
     unreached = {seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
+    untaken = {(path, method) for path, operations in DOCUMENT["paths"].items() for method, operation in operations.items()
+               if "requestBody" in operation and path not in STEP_PATHS + CLIENT_PERFORMED_PATHS} - contract.requests
+    assert not untaken, f"no request body taken and checked against the document: {sorted(untaken)}"
+
+
+def _agent_kinds(tmp_path: Path) -> dict[str, dict]:
+    """One JSON definition of every agent kind, each field of its kind given at least once."""
+    from tests.support.mcp_servers import FixtureServer
+
+    fixture = tmp_path / "fx"
+    fixture.mkdir()
+    stdio = FixtureServer(fixture).command()
+    return {
+        "built-in": {**GATED, "max_response_tokens": 512, "record_prompts": True, "output_schema": None,
+                     "budgets": {"steps": 5, "cost_usd": 0.5}, "pricing": {"input_per_mtok": 1, "output_per_mtok": 2},
+                     "llm": {"provider": "demo", "max_retries": 1, "timeout_seconds": 30, "stream": False}},
+        "built-in with MCP servers": {
+            "model": "demo-planner", "llm": {"provider": "demo"}, "tools": [{"name": "lookup_invoice"}],
+            "mcp_servers": [{"name": "fx", "command": stdio[0], "args": stdio[1:], "env": {"FX": "1"},
+                             "cwd": str(tmp_path), "effects": {"lookup": "read"},
+                             "results": {"delete_everything": {"ok": True}}, "tools": ["lookup", "write_note", "delete_everything"],
+                             "timeout": 20},
+                            {"name": "fx2", "command": " ".join(stdio), "effect_overrides": {"hang": "idempotent"},
+                             "tools": ["hang"]}],
+        },
+        "process": {"kind": "process", "name": "p", "command": [sys.executable, "-c", "pass"], "cwd": str(tmp_path),
+                    "env": {"AGENT_MODE": "test"}, "timeout": 30, "record_prompts": False},
+        "process with MCP servers": {
+            "kind": "process", "command": "python3 agent.py",
+            "mcp_servers": [{"name": "fx", "command": stdio},
+                            {"name": "web", "url": "http://127.0.0.1:9/mcp", "port": 47001}],
+        },
+        "service": {"kind": "service", "name": "s", "url": "http://127.0.0.1:9/trigger", "proxy_port": 47002,
+                    "headers": {"X-Team": "refunds"}, "timeout": 10, "record_prompts": True},
+    }
+
+
+async def test_every_agent_kind_is_a_request_the_document_admits(server_factory, operator_declarations,
+                                                                  tmp_path) -> None:
+    """Each kind registers (201) and the served document admits the very body; a daemon without
+    --allow-process-agents serves a document that does not admit a process or service agent,
+    and refuses them."""
+    operator_declarations.mcp_origin("http://127.0.0.1:9")
+    kinds = _agent_kinds(tmp_path)
+    server = await server_factory(allow_process_agents=True)
+    contract = await Contract.served(server.client)
+    for definition in kinds.values():
+        await contract.call(server.client, "POST", "/v1/agents", expect=201, json=definition)
+    # TOML says the same in another syntax, and is held to the same schema.
+    await contract.call(server.client, "POST", "/v1/agents", expect=201, content=REFUND_DESK,
+                        headers={"Content-Type": "application/toml"})
+    assert contract.requests == {("/v1/agents", "post")}
+    # `effects` and `effect_overrides` are one table under two names: the daemon takes one, and so
+    # does the document.
+    pointer = _pointer("paths", "/v1/agents", "post", "requestBody", "content", "application/json", "schema")
+    both = {"model": "m", "llm": {"provider": "demo"},
+            "mcp_servers": [{"name": "fx", "command": ["fx"], "effects": {}, "effect_overrides": {}}]}
+    assert not contract.admits(pointer, both)
+    await contract.call(server.client, "POST", "/v1/agents", expect=400, json=both)
+    await server.stop()  # one daemon per store
+
+    plain = await server_factory()
+    narrow = await Contract.served(plain.client)
+    for kind in ("process", "service", "process with MCP servers"):
+        assert not narrow.admits(pointer, kinds[kind]), kind
+        await narrow.call(plain.client, "POST", "/v1/agents", expect=400, json=kinds[kind])
+    assert narrow.admits(pointer, kinds["built-in"])
+
+
+_TAKES = re.compile(r"unknown field `zz_undocumented`; this endpoint takes (.+)$")
+_ALLOWED = re.compile(r"unknown field `zz_undocumented` in .+; allowed: (.+)$")
+
+
+def _properties(document: dict, schema: dict) -> set[str]:
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    if "oneOf" in schema and "properties" not in schema:  # a nullable object
+        schema = next(s for s in schema["oneOf"] if s.get("type") != "null")
+        return _properties(document, schema)
+    return set(schema["properties"])
+
+
+async def _taken(client: httpx.AsyncClient, path: str, body: dict, pattern: re.Pattern, **kwargs: Any) -> set[str]:
+    """The fields the handler takes, as its refusal of an unknown one names them."""
+    response = await client.post(path, json=body, **kwargs)
+    assert response.status_code == 400, f"{path}: {response.text}"
+    found = pattern.search(response.json()["error"]["message"])
+    assert found, f"{path}: {response.text}"
+    return set(found.group(1).split(", "))
+
+
+async def test_the_document_names_exactly_the_fields_each_handler_takes(server_factory) -> None:
+    """Every JSON body, every table of an agent definition, and the run list's query: the names the
+    handler lists when it refuses an unknown one are the document's, no more, no fewer. The two
+    fields a file on disk may give and HTTP refuses are refused here."""
+    server = await server_factory(allow_process_agents=True)
+    api, document = server.client, (await server.client.get("/v1/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    opened = (await api.post("/v1/client-runs")).json()
+    token = {"X-Drive-Token": opened["drive_token"]}
+    probe = {"zz_undocumented": 1}
+
+    checked = 0
+    for template, operations in document["paths"].items():
+        body = operations.get("post", {}).get("requestBody")
+        if template == "/v1/agents" or body is None:
+            continue
+        run_id = opened["run"] if template.startswith("/v1/client-runs/") else MISSING_RUN
+        taken = await _taken(api, template.format(run_id=run_id), probe, _TAKES, headers=token)
+        assert taken == _properties(document, body["content"]["application/json"]["schema"]), template
+        checked += 1
+    assert checked == 13
+    # A model step's request, checked whole by the step itself.
+    taken = await _taken(api, f"/v1/client-runs/{opened['run']}/model-step", {"seq": 0, "request": probe},
+                         re.compile(r"`request` has an unknown field `zz_undocumented`; it takes (.+)$"), headers=token)
+    assert taken == set(schemas["ModelStep"]["properties"]["request"]["properties"])
+    # The one query that refuses a name it does not take.
+    response = await api.get("/v1/runs", params=probe)
+    assert response.status_code == 400, response.text
+    taken = re.fullmatch(r"unknown query parameter `zz_undocumented`; use (.+)", response.json()["error"]["message"])
+    assert taken, response.text
+    assert set(taken.group(1).split(", ")) == {
+        p["name"] for p in document["paths"]["/v1/runs"]["get"]["parameters"] if p["in"] == "query"}
+
+    agents = "/v1/agents"
+    tables = {
+        "BuiltinAgent": ({}, {"system_prompt_path", "kind"}),
+        "ProcessAgent": ({"kind": "process"}, set()),
+        "ServiceAgent": ({"kind": "service"}, set()),
+    }
+    for name, (head, besides) in tables.items():
+        assert await _taken(api, agents, {**head, **probe}, _ALLOWED) == set(schemas[name]["properties"]) | besides
+    builtin = schemas["BuiltinAgent"]["properties"]
+    for field in ("llm", "budgets", "pricing"):
+        taken = await _taken(api, agents, {"model": "m", field: probe}, _ALLOWED)
+        assert taken - {"base_url_env"} == _properties(document, builtin[field]), field
+    assert await _taken(api, agents, {"model": "m", "tools": [probe]}, _ALLOWED) == _properties(
+        document, builtin["tools"]["items"])
+    servers = _properties(document, schemas["McpServer"])
+    assert await _taken(api, agents, {"model": "m", "mcp_servers": [probe]}, _ALLOWED) == servers - {"port"}
+    assert await _taken(api, agents, {"kind": "process", "command": "x", "mcp_servers": [probe]}, _ALLOWED) == servers
+
+    # What the parser takes from a file but the document leaves out: HTTP refuses it.
+    for definition, refusal in (
+        ({"model": "m", "system_prompt_path": "prompt.txt"}, "only read from agent files on the daemon's own disk"),
+        ({"model": "m", "llm": {"base_url_env": "HOME"}}, "only honoured in agent files"),
+    ):
+        response = await api.post(agents, json=definition)
+        assert response.status_code == 400 and refusal in response.json()["error"]["message"], response.text
+
+
+def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypatch) -> None:
+    """The document is checked against the code -> status table when it is built; a code the table
+    gives another status than the one the document lists it under stops the build, naming it."""
+    _openapi._check_codes()
+    monkeypatch.setitem(_openapi.CODE_STATUS, "lease_held", 423)
+    with pytest.raises(RuntimeError, match=r"POST /v1/client-runs 409: lease_held"):
+        _openapi._check_codes()
+
+
+async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
+    """A handler's answer and the document's schema for it are one declaration; an answer built with
+    a field it lacks, or without a required one, is a bug that raises (the client gets the 500)."""
+    response = RUN_STARTED.respond(201, run=MISSING_RUN, status="running", replay_of=None)
+    assert response.status_code == 201
+    assert json.loads(await response.get_data()) == {"run": MISSING_RUN, "status": "running"}
+    with pytest.raises(RuntimeError, match="the Released answer was built with"):
+        RELEASED.respond(released=True, lease="dt_x")
+    with pytest.raises(RuntimeError, match="needs"):
+        RUN_STARTED.respond(201, run=MISSING_RUN)
+    for answer in ANSWERS:
+        assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/trigger", "HTTPS://u:p@host:65535/x?y#z", "http://host:0", "http://host:65536",
+    "http://a[b@host", "http://a]b@host", "ftp://host", "http://", "http://ho st",
+    # Found by the fuzz: a bracket in the user part, which urlsplit refuses.
+    "htTP://\U000bcdea%©ß[Jh÷nê,@6ÀĄččéeù\x86ä\x87Ⱥ#昛ê",
+])
+def test_a_service_url_the_document_admits_is_one_the_daemon_takes(url: str) -> None:
+    pattern = DOCUMENT["components"]["schemas"]["ServiceAgent"]["properties"]["url"]["pattern"]
+    assert bool(re.search(pattern, url)) is is_http_url(url)

@@ -1,0 +1,98 @@
+"""The fixed-shape JSON answers of the control plane, each declared once as a typed ``Answer``.
+
+A handler answers with ``ANSWER.respond(status, **fields)``; the OpenAPI document's schema for it is
+``ANSWER.schema()``: the same fields, the same required set, closed. An answer that names a field
+the declaration lacks, or leaves out a required one, is a bug: it raises, and the client gets the
+500 envelope (the tests drive every answer, so it never ships). Answers whose shape is a domain
+type's own (a run, its summary, its replay, an envelope) are that type's ``to_json()`` and are
+described in ``_openapi`` next to the shapes they share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from quart import Response
+from salvor.protocol import RunState
+
+from ..web import json_response
+from ._bodies import Field
+from ._schema import JSON, SEQ, closed, ref
+
+_TERMINAL = [state.value for state in (RunState.COMPLETED, RunState.FAILED, RunState.ABANDONED)]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A JSON answer: its fields, and what the document calls it."""
+
+    name: str
+    fields: tuple[Field, ...]
+    allowed: frozenset[str] = field(init=False)
+    required: frozenset[str] = field(init=False)
+    _optional: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed", frozenset(f.name for f in self.fields))
+        object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
+        object.__setattr__(self, "_optional", frozenset(f.name for f in self.fields
+                                                        if not f.required and not f.nullable))
+
+    def respond(self, status: int = 200, /, **values: Any) -> Response:
+        """The answer as JSON; an optional field given as None is left out.
+
+        Raises:
+            RuntimeError: a field the declaration lacks, or a required one missing (a bug).
+        """
+        body = {name: value for name, value in values.items() if value is not None or name not in self._optional}
+        if not (self.allowed.issuperset(body) and self.required.issubset(body)):
+            raise RuntimeError(f"the {self.name} answer was built with {sorted(body)}; it takes "
+                               f"{sorted(self.allowed)} and needs {sorted(self.required)}")
+        return json_response(body, status)
+
+    def schema(self) -> JSON:
+        return closed({f.name: f.described() for f in self.fields}, [f.name for f in self.fields if f.required])
+
+
+def _required(name: str, schema: JSON, description: str = "") -> Field:
+    return Field(name=name, schema=schema, required=True, description=description)
+
+
+_RUN = _required("run", ref("RunId"))
+_STATUS = _required("status", ref("Status"))
+_RUNNING = _required("status", {"const": "running"})
+
+AGENT_CREATED = Answer("AgentCreated", (_required("agent", ref("AgentHash")),
+                                        _required("created", {"type": "boolean"})))
+RUN_STARTED = Answer("RunStarted", (_RUN, _RUNNING, Field(name="replay_of", schema=ref("RunId"))))
+RESUME_DRIVING = Answer("ResumeDriving", (_RUN, _RUNNING, _required("outcome", {"const": "driving"})))
+RESUME_FINISHED = Answer("ResumeFinished", (_RUN, _required("outcome", {"enum": _TERMINAL}), _STATUS))
+RESOLVED = Answer("Resolved", (_RUN, _required("resolved", {"const": True}), _STATUS))
+ABANDONED = Answer("Abandoned", (_RUN, _required("abandoned", {"const": True}), _required("appended_seq", SEQ),
+                                 _STATUS))
+HEALTH = Answer("Health", (
+    _required("status", {"const": "ok"}),
+    _required("recovering", {"type": "integer", "minimum": 0,
+                             "description": "Interrupted runs handed to recovery whose drive has not begun yet."}),
+    _required("healing", {"type": "integer", "minimum": 0, "description": "Runs a store fault stopped, waiting "
+                                                                          "to be driven again once it takes writes."}),
+))
+CAPABILITIES = Answer("Capabilities", (
+    _required("capabilities", {"type": "object", "additionalProperties": {"type": "boolean"},
+                               "description": "A capability is listed true only when this server has it."}),
+    _required("server", closed({"version": {"type": "string"},
+                                "commit": {"type": "string", "description": "Short git hash, `-dirty` with local "
+                                                                            "changes; absent when unknown."}},
+                               ["version"])),
+))
+CLIENT_RUN_OPENED = Answer("ClientRunOpened", (
+    _RUN, _required("drive_token", {"type": "string", "pattern": "^dt_"}),
+    _required("log", {"type": "array", "items": ref("Envelope")}),
+))
+RELEASED = Answer("Released", (_required("released", {"type": "boolean"}),))
+LEASE_LAPSE = Answer("LeaseLapse", (_required("lapses_in_seconds", {"type": "integer", "minimum": 1}),))
+CLIENT_RESOLVED = Answer("ClientResolved", (_RUN, _required("resolved", {"const": True})))
+
+ANSWERS = (AGENT_CREATED, RUN_STARTED, RESUME_DRIVING, RESUME_FINISHED, RESOLVED, ABANDONED, HEALTH, CAPABILITIES,
+           CLIENT_RUN_OPENED, RELEASED, LEASE_LAPSE, CLIENT_RESOLVED)

@@ -1,0 +1,260 @@
+"""The JSON request bodies of the control plane, each declared once as a typed ``Body``.
+
+A handler reads its body with ``BODY.read()``: the strict JSON reader first
+(``web.json_object``: content type, strict JSON, an object, no field outside
+the declaration, none of the required ones missing), then each field's own
+check, in the order declared, each refusal a 400 ``bad_request`` naming the
+field. The OpenAPI document's request schemas are ``BODY.schema()``: the same
+fields, the same required set, closed. What a handler accepts and what the
+document describes are one declaration, so they cannot drift apart.
+
+A ``check`` is the part of a field's rule the handler needs as code (a
+type, a run id put in canonical form); the ``schema`` says the same to a
+client. Rules beyond one field are the handler's; ``rules`` states them to
+the document. Built at import; reading a body keeps no state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from salvor.protocol import SchemaViolation, check_labels
+
+from ..client_runs import MODEL_REQUEST_FIELDS
+from ..recording import parse_run_id
+from ..web import bad_request, json_object, object_from
+from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, exactly, nullable, ref
+
+_AGENT_HASH = re.compile(HASH_PATTERN[1:-1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Field:
+    """One field of a body.
+
+    ``check`` takes the value as sent and returns it as the handler uses it,
+    or raises ``OperationRefused`` (bad_request); it is skipped for a null
+    when the field is ``nullable`` (the handler reads null as left out).
+    """
+
+    name: str
+    schema: JSON
+    required: bool = False
+    nullable: bool = False
+    check: Callable[[Any], Any] | None = None
+    description: str = ""
+
+    def described(self) -> JSON:
+        schema = nullable(self.schema) if self.nullable else self.schema
+        return {**schema, "description": self.description} if self.description else schema
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A request body: its fields, and what the document calls it.
+
+    ``optional``: an empty body reads as ``{}``. ``precheck`` refuses a body
+    whose fields do not go together before any field is checked (``rules``
+    says the same in JSON Schema).
+    """
+
+    name: str
+    fields: tuple[Field, ...]
+    description: str = ""
+    optional: bool = False
+    precheck: Callable[[dict], None] | None = None
+    rules: JSON = field(default_factory=dict)
+    allowed: frozenset[str] = field(init=False)
+    required: frozenset[str] = field(init=False)
+    _checked: tuple[Field, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed", frozenset(f.name for f in self.fields))
+        object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
+        object.__setattr__(self, "_checked", tuple(f for f in self.fields if f.check is not None))
+
+    async def read(self) -> dict:
+        """The Quart request's body, checked whole.
+
+        Raises:
+            OperationRefused: bad_request (400), payload_too_large (413) or request_timeout
+                (408); nothing has been recorded.
+        """
+        body = await json_object(allowed=self.allowed, required=self.required, optional_body=self.optional)
+        return self.checked(body)
+
+    def from_bytes(self, data: bytes, mimetype: str) -> dict:
+        """``read`` on a body already read whole, with its media type (lower case, no parameters)."""
+        body = object_from(data, mimetype, allowed=self.allowed, required=self.required,
+                           optional_body=self.optional)
+        return self.checked(body)
+
+    def checked(self, body: dict) -> dict:
+        if self.precheck is not None:
+            self.precheck(body)
+        for spec in self._checked:
+            if spec.name in body:
+                value = body[spec.name]
+                if value is not None or not spec.nullable:
+                    body[spec.name] = spec.check(value)
+        return body
+
+    def schema(self) -> JSON:
+        """The body as a closed JSON Schema object, for ``components.schemas[name]``."""
+        described = closed({f.name: f.described() for f in self.fields},
+                           [f.name for f in self.fields if f.required], **self.rules)
+        return {"description": self.description, **described} if self.description else described
+
+
+# -- field checks -----------------------------------------------------------------------------------------
+
+
+def _string(message: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise bad_request(message)
+        return value
+
+    return check
+
+
+def _run_id(message: str) -> Callable[[Any], str]:
+    is_string = _string(message)
+    return lambda value: parse_run_id(is_string(value))
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise bad_request("`labels` must be an object of string values")
+    try:
+        check_labels(value)
+    except SchemaViolation as exc:
+        raise bad_request(exc.message) from None
+    return value
+
+
+def _boolean(message: str) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise bad_request(message)
+        return value
+
+    return check
+
+
+def _agent_hash(value: Any) -> str:
+    if not (isinstance(value, str) and _AGENT_HASH.fullmatch(value)):
+        raise bad_request("`agent` must be an agent hash: `sha256:` and 64 lowercase hex digits")
+    return value
+
+
+def _seq(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
+    return value
+
+
+def _agent_or_replay(body: dict) -> None:
+    if body.get("replay_of") is None and "agent" not in body:
+        raise bad_request("the body is missing `agent`")
+
+
+# -- the bodies -------------------------------------------------------------------------------------------
+
+_HASH = {"type": "string", "pattern": HASH_PATTERN}
+_STEP_SEQ = Field(name="seq", schema=SEQ, required=True, check=_seq)
+_OUTPUT = Field(name="output", required=True,
+                schema={"description": "What the write returned, as the operator established."})
+
+START_RUN = Body(
+    "StartRun",
+    (
+        Field(name="agent", schema=ref("AgentHash"), check=_string("`agent` must be an agent hash string")),
+        Field(name="replay_of", schema=ref("RunId"), nullable=True,
+              check=_run_id("`replay_of` must be a run id string"), description=(
+                  "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
+                  "the origin's, and every model call must reproduce the origin's call at its position, answered "
+                  "from the origin's log with no upstream call. The re-run fails at the first divergent call.")),
+        Field(name="input", schema=ANY),
+        Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
+        Field(name="run_id", schema=ref("RunId"), nullable=True, check=_run_id("`run_id` must be a UUID string")),
+    ),
+    precheck=_agent_or_replay,
+    rules={
+        "anyOf": [{"required": ["agent"]},
+                  {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}}],
+        # A re-run takes its origin's input.
+        "if": {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}},
+        "then": {"not": {"required": ["input"]}},
+    },
+)
+RESUME = Body("ResumeInput", (
+    Field(name="input", schema={"description": "The input a suspended run waits for, or "
+                                               "`{\"extend_by\": N}` for a budget. Ignored otherwise."}),
+), optional=True)
+RESOLVE = Body("ResolveOutput", (_OUTPUT,))
+ABANDON = Body("AbandonReason", (
+    Field(name="reason", schema={"type": "string"}, check=_string("`reason` must be a string")),
+), optional=True)
+
+OPEN_CLIENT_RUN = Body("OpenClientRun", (
+    Field(name="record_prompts", check=_boolean("`record_prompts` must be true or false"),
+          schema={"type": "boolean", "description": "Kept for the server-performed model step."}),
+    Field(name="agent", schema=ref("AgentHash"), check=_agent_hash),
+    Field(name="input", schema=ANY),
+    Field(name="run_id", schema=ref("RunId"), nullable=True, check=_run_id("`run_id` must be a UUID string")),
+), optional=True)
+APPEND_EVENTS = Body("AppendEvents", (
+    Field(name="events", required=True, schema={
+        "type": "array", "items": ref("Envelope"), "minItems": 1, "maxItems": 1024,
+        "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."}),
+))
+MODEL_STEP = Body("ModelStep", (
+    _STEP_SEQ,
+    # Checked whole by ``client_runs.open_model_step``, whose fields these are.
+    Field(name="request", required=True, schema=closed(exactly("a model step's request", MODEL_REQUEST_FIELDS, {
+        "model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["role", "content"],
+            "properties": {"role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}},
+        "system": {"type": ["string", "array"]},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                             "properties": {"name": {"type": "string"}}}}}),
+        ["model", "max_tokens", "messages"])),
+))
+TOOL_STEP = Body("ToolStep", (
+    _STEP_SEQ,
+    Field(name="tool", required=True, schema={"type": "string", "minLength": 1}),
+    Field(name="input", schema=ANY),
+    Field(name="idempotency_key", schema={"type": ["string", "null"], "minLength": 1}),
+    # Taken for shape parity and ignored: the registration decides it.
+    Field(name="effect", schema={"description": "Accepted and ignored: the registration decides the effect."}),
+))
+CLIENT_TOOL_INTENT = Body("ClientToolIntent", (
+    _STEP_SEQ,
+    Field(name="tool", required=True, schema={"type": "string"}),
+    Field(name="input", schema=ANY),
+))
+CLIENT_TOOL_COMPLETION = Body("ClientToolCompletion", (
+    _STEP_SEQ,
+    Field(name="output", schema=ANY),
+    Field(name="error", schema=closed(
+        {"message": {"type": "string"}, "kind": {"enum": ["invalid_input", "handler", "output_serialization"]}},
+        ["message"])),
+))
+CLIENT_MODEL_INTENT = Body("ClientModelIntent", (
+    _STEP_SEQ,
+    Field(name="request_hash", required=True, schema=_HASH),
+    Field(name="request_body", schema=ANY),
+))
+CLIENT_MODEL_COMPLETION = Body("ClientModelCompletion", (
+    _STEP_SEQ,
+    Field(name="response", required=True, schema=ANY),
+    Field(name="usage", required=True, schema=ref("Usage")),
+))
+
+BODIES = (START_RUN, RESUME, RESOLVE, ABANDON, OPEN_CLIENT_RUN, APPEND_EVENTS, MODEL_STEP, TOOL_STEP,
+          CLIENT_TOOL_INTENT, CLIENT_TOOL_COMPLETION, CLIENT_MODEL_INTENT, CLIENT_MODEL_COMPLETION)

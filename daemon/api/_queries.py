@@ -1,0 +1,59 @@
+"""The query of ``GET /v1/runs``, declared once: the names its handler takes and the parameters the
+OpenAPI document lists.
+
+The handler refuses a name outside ``RUNS_QUERY`` (400 ``bad_request``, naming the ones it takes)
+and reads each value by its own rule; the document's ``parameters`` are ``RUNS_QUERY.described()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from salvor.protocol import RunState
+
+from ..web import bad_request
+from ._schema import JSON
+
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryParameter:
+    name: str
+    schema: JSON
+    description: str = ""
+
+    def described(self) -> JSON:
+        parameter = {"name": self.name, "in": "query", "schema": self.schema}
+        return {**parameter, "description": self.description} if self.description else parameter
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    parameters: tuple[QueryParameter, ...]
+    names: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(p.name for p in self.parameters))
+
+    def refuse_unknown(self, given: Iterable[str]) -> None:
+        """Raises: OperationRefused (bad_request) for the first name, in order, the query does not take."""
+        unknown = sorted(set(given) - self.names)
+        if unknown:
+            raise bad_request(f"unknown query parameter `{unknown[0]}`; use "
+                              f"{', '.join(p.name for p in self.parameters)}")
+
+    def described(self) -> list[JSON]:
+        return [p.described() for p in self.parameters]
+
+
+RUNS_QUERY = Query((
+    QueryParameter(name="status", schema={"enum": [s.value for s in RunState]}),
+    QueryParameter(name="label", schema={"type": "string", "pattern": "^[^:]+:"},
+                   description="`key:value`: only runs carrying that label."),
+    QueryParameter(name="limit", schema={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+                   description="A page size; without it every matching run is listed."),
+    QueryParameter(name="cursor", schema={"type": "string", "format": "salvor-cursor"},
+                   description="The `next_cursor` of the previous page (opaque: anything else is a 400)."),
+))
