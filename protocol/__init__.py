@@ -16,6 +16,8 @@ from ._envelope import decode_envelope as decode_envelope
 from ._envelope import decode_event as decode_event
 from ._envelope import encode_envelope as encode_envelope
 from ._envelope import encode_payload as encode_payload
+from ._error_codes import ERROR_STATUS as ERROR_STATUS
+from ._error_codes import ErrorCode as ErrorCode
 from ._errors import CodedError as CodedError
 from ._errors import GuardRefusal as GuardRefusal
 from ._errors import MalformedEvent as MalformedEvent

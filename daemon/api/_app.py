@@ -26,6 +26,7 @@ from quart_trio import QuartTrio
 from salvor import __version__
 from salvor.protocol import (
     CodedError,
+    ErrorCode,
     RunState,
     SchemaViolation,
     check_labels,
@@ -61,8 +62,9 @@ from ._stream import add_stream_route
 
 log = logging.getLogger("salvor.api")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
-               415: "bad_request"}
+# Quart's own refusals by status; any other is a bad_request (400), as the table has it.
+_HTTP_CODES = {code.status: code for code in (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED,
+                                              ErrorCode.REQUEST_TIMEOUT, ErrorCode.PAYLOAD_TOO_LARGE)}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
 MAX_PAGE = 1000
 
@@ -155,12 +157,12 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException):
-        code = _HTTP_CODES.get(error.code, "bad_request")
+        code = _HTTP_CODES.get(error.code, ErrorCode.BAD_REQUEST)
         message = {
             404: f"no route {excerpt(request.method)} {excerpt(request.path)}",
             405: f"{excerpt(request.method)} is not allowed on {excerpt(request.path)}",
         }.get(error.code, error.description or error.name)
-        response = error_response(OperationRefused(code, error.code or 400, message))
+        response = error_response(OperationRefused(code, message))
         if error.code == 405 and getattr(error, "valid_methods", None):
             # RFC 9110: a 405 names the methods the resource does support.
             response.headers["Allow"] = ", ".join(sorted(set(error.valid_methods) - {"OPTIONS"}))

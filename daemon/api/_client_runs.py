@@ -20,6 +20,7 @@ import uuid
 import trio
 from quart import request
 from quart_trio import QuartTrio
+from salvor.protocol import ErrorCode
 
 from ..client_runs import (
     ModelCall,
@@ -85,7 +86,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         view = await runtime.find_view(run_id)
         if view is not None and view.driven_by != "client":
             raise OperationRefused(
-                "run_exists", 409,
+                ErrorCode.RUN_EXISTS,
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)

@@ -18,6 +18,7 @@ import dataclasses
 from salvor.protocol import (
     EMPTY_VIEW,
     Envelope,
+    ErrorCode,
     EventKind,
     GuardRefusal,
     MalformedEvent,
@@ -74,7 +75,7 @@ def _refuse_unappendable(index: int, item: object) -> None:
     kind = event.get("kind") if isinstance(event, dict) else None
     if isinstance(kind, str) and kind in _NOT_APPENDABLE:
         raise OperationRefused(
-            "unsupported_event_kind", 422,
+            ErrorCode.UNSUPPORTED_EVENT_KIND,
             f"events[{index}] is a {kind}, which this endpoint never appends: {_NOT_APPENDABLE[kind]}",
         )
 
@@ -85,7 +86,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
     if not isinstance(raw, list) or not raw:
         raise bad_request("`events` must be a non-empty array of event envelopes")
     if len(raw) > MAX_EVENTS_PER_APPEND:
-        raise OperationRefused("payload_too_large", 413,
+        raise OperationRefused(ErrorCode.PAYLOAD_TOO_LARGE,
                                f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
     # Kinds are judged before any envelope is decoded: a model or tool event
     # is refused for what it is, whatever its payload or its neighbours hold.

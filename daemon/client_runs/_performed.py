@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from salvor.protocol import (
+    ErrorCode,
     EventKind,
     GuardRefusal,
     ModelCallCompleted,
@@ -34,7 +35,7 @@ ERROR_KINDS = ("invalid_input", "handler", "output_serialization")
 
 
 def completion_refused(message: str) -> OperationRefused:
-    return OperationRefused("client_completion_refused", 403, message)
+    return OperationRefused(ErrorCode.CLIENT_COMPLETION_REFUSED, message)
 
 
 def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
@@ -44,7 +45,7 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
         raise OperationRefused(
-            "unknown_tool", 404,
+            ErrorCode.UNKNOWN_TOOL,
             f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator declares one with "
             f"`salvor serve --client-tool FILE`",
         )

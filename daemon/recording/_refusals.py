@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from salvor.protocol import RunView, excerpt
+from salvor.protocol import ErrorCode, RunView, excerpt
 
 from ..web import OperationRefused, bad_request
 
@@ -24,8 +24,7 @@ def parse_run_id(text: str) -> str:
 def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
     intent = view.pending.intent_json()
     return OperationRefused(
-        "needs_reconciliation",
-        409,
+        ErrorCode.NEEDS_RECONCILIATION,
         f"run {run_id} needs reconciliation: a write ({intent['tool']} at seq {intent['seq']}) was "
         f"recorded but never completed, so it may or may not have happened; check it, then record "
         f"what it returned with `salvor resolve {run_id} --output JSON`",

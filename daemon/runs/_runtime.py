@@ -21,6 +21,7 @@ from salvor.protocol import (
     MAX_NESTING,
     TERMINAL_STATES,
     Envelope,
+    ErrorCode,
     Resumed,
     RunAbandoned,
     RunFailed,
@@ -232,7 +233,7 @@ class Runtime:
             try:
                 await self.access.append(run_id, [head], EMPTY_VIEW)
             except SeqConflict:
-                raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+                raise OperationRefused(ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id") from None
         except BaseException:
             if port is not None:
                 self.ports.release(port, run_id)
@@ -255,7 +256,7 @@ class Runtime:
         view = await self.view(origin)
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
-                "wrong_state", 409,
+                ErrorCode.WRONG_STATE,
                 f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
                 details={"replay_of": origin, "state": view.state.value},
             )
@@ -318,8 +319,7 @@ class Runtime:
         view = await self.view(run_id)
         if view.driven_by == "client":
             raise OperationRefused(
-                "client_driven_run",
-                409,
+                ErrorCode.CLIENT_DRIVEN_RUN,
                 f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
                 f"daemon never becomes a second writer against the client's lease",
             )
@@ -334,8 +334,7 @@ class Runtime:
             if now < wake_at:
                 remaining = math.ceil((wake_at - now).total_seconds())
                 raise OperationRefused(
-                    "still_sleeping",
-                    409,
+                    ErrorCode.STILL_SLEEPING,
                     f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
                     f"another {remaining}s; it is not waiting on input and continues when its deadline "
                     f"passes and something wakes it (`salvor wake`)",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, ErrorCode
 
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
@@ -227,7 +227,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                     if failed is None:
                         raise
                     raise OperationRefused(
-                        "listen_failed", 503,
+                        ErrorCode.LISTEN_FAILED,
                         f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
                         "stop what holds it, or pick another address with --listen",
                     ) from None

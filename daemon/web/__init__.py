@@ -1,10 +1,16 @@
 """HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its refusals,
-request values, outbound TLS.
+request values, outbound TLS. ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is
+re-exported here for the HTTP layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon.
 """
 
 from __future__ import annotations
+
+from salvor.protocol import (
+    ERROR_STATUS,
+    ErrorCode,
+)
 
 from ._asgi import (
     answer_lifespan,
@@ -52,9 +58,11 @@ from ._values import (
 
 __all__ = [
     "BODY_TIMEOUT_SECONDS",
+    "ERROR_STATUS",
     "HEADER_NAME",
     "PLACEHOLDER",
     "Disconnected",
+    "ErrorCode",
     "OperationRefused",
     "answer_lifespan",
     "asgi_chunks",

@@ -77,6 +77,7 @@ from hypercorn.utils import (
     repr_socket_addr,
     wrap_app,
 )
+from salvor.protocol import ErrorCode
 
 # The server must outlast every common client's pool expiry so that the
 # client, which knows whether it is about to send, is the one to retire an
@@ -85,15 +86,18 @@ from hypercorn.utils import (
 # for a close before reuse). hypercorn's 5 s equals httpx's and raced it.
 KEEP_ALIVE_SECONDS = 120.0
 
-# (status, code, message) of the refusals the HTTP layer gives before any
+# status -> (code, message) of the refusals the HTTP layer gives before any
 # route sees the request. Fixed sentences: h11's own reasons can quote the
 # caller's bytes.
 _REFUSALS = {
-    400: ("bad_request",
-          "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
-    431: ("headers_too_large", "the request line and headers are larger than this server accepts"),
-    501: ("not_implemented", "this server implements no transfer-coding but chunked"),
-    505: ("http_version_not_supported", "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
+    code.status: (code, message)
+    for code, message in (
+        (ErrorCode.BAD_REQUEST,
+         "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
+        (ErrorCode.HEADERS_TOO_LARGE, "the request line and headers are larger than this server accepts"),
+        (ErrorCode.NOT_IMPLEMENTED, "this server implements no transfer-coding but chunked"),
+        (ErrorCode.HTTP_VERSION_NOT_SUPPORTED, "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
+    )
 }
 _HTTP_VERSIONS = frozenset({"1.0", "1.1", "2"})
 
@@ -101,7 +105,7 @@ _HTTP_VERSIONS = frozenset({"1.0", "1.1", "2"})
 def refusal_body(status: int) -> bytes:
     """The error envelope of one of the HTTP layer's own refusals."""
     code, message = _REFUSALS[status]
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+    return json.dumps({"error": {"code": str(code), "message": message}}).encode()
 
 
 class ListenerConfig(Config):
@@ -359,9 +363,9 @@ class _Connection(TCPServer):
     def _client_may_still_send(self) -> bool:
         """Whether the client is mid-request (a body, or bytes h11 refused) or has bytes waiting."""
         protocol = self.protocol.protocol
-        if isinstance(protocol, H11Protocol) and isinstance(protocol.connection, h11.Connection):
-            if protocol.connection.their_state in (h11.SEND_BODY, h11.ERROR):
-                return True
+        if (isinstance(protocol, H11Protocol) and isinstance(protocol.connection, h11.Connection)
+                and protocol.connection.their_state in (h11.SEND_BODY, h11.ERROR)):
+            return True
         return self._readable()
 
     def _http1(self) -> bool:
