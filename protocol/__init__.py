@@ -1,6 +1,7 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
-the append guard, the replay cursor, schema checks and the strict JSON
-parser every caller's text goes through.
+the append guard, the replay cursor, schema checks, the strict JSON
+parser every caller's text goes through, the error-code table and the
+server-sent-event framing.
 
 This package imports nothing outside the standard library and fastjsonschema,
 and does no IO.
@@ -68,6 +69,9 @@ from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA
 from ._schema import check_schema as check_schema
 from ._schema import validate as validate
 from ._schema import validate_budget_extension as validate_budget_extension
+from ._sse import ServerSentEvent as ServerSentEvent
+from ._sse import SSEDecoder as SSEDecoder
+from ._sse import sse_frame as sse_frame
 from ._strict_json import MAX_EXACT_INTEGER as MAX_EXACT_INTEGER
 from ._strict_json import MAX_NESTING as MAX_NESTING
 from ._strict_json import MalformedJson as MalformedJson

@@ -20,7 +20,7 @@ import uuid
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import ErrorCode
+from salvor.protocol import ErrorCode, sse_frame
 
 from ..client_runs import (
     ModelCall,
@@ -48,8 +48,9 @@ TOKEN_HEADER = "X-Drive-Token"
 _AGENT_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def sse_frame(event: str, data: dict) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+def step_frame(event: str, data: dict) -> bytes:
+    """One frame of a streamed step: a named event carrying JSON."""
+    return sse_frame(json.dumps(data, ensure_ascii=False), event=event)
 
 
 def add_client_run_routes(app: QuartTrio, state) -> None:
@@ -139,7 +140,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
         frames_out, frames_in = trio.open_memory_channel[bytes](256)
         if call.answer is not None:
-            frames_out.send_nowait(sse_frame("complete", call.answer))
+            frames_out.send_nowait(step_frame("complete", call.answer))
             frames_out.close()
         else:
 
@@ -147,15 +148,15 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                 async with frames_out:
 
                     async def delta(piece: dict) -> None:
-                        await frames_out.send(sse_frame("delta", piece))
+                        await frames_out.send(step_frame("delta", piece))
 
                     try:
                         answer = await perform_model_step(runtime.access, run_id, call, state.model_executor,
                                                           on_delta=delta)
                     except OperationRefused as exc:
-                        await frames_out.send(sse_frame("error", exc.to_json()["error"]))
+                        await frames_out.send(step_frame("error", exc.to_json()["error"]))
                     else:
-                        await frames_out.send(sse_frame("complete", answer))
+                        await frames_out.send(step_frame("complete", answer))
 
             # A watcher that goes away cancels the call: its intent stays open, re-issued on retry.
             scope = state.drivers.spawn(perform, name=f"model step {run_id}@{call.seq}")
