@@ -61,8 +61,8 @@ from ._fold import status_seen_at as status_seen_at
 from ._fold import step as step
 from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
-from ._guard import check_labels as check_labels
 from ._guard import check_next as check_next
+from ._labels import check_labels as check_labels
 from ._replay import RecordedCall as RecordedCall
 from ._replay import ReplayCursor as ReplayCursor
 from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from ._clock import parse_instant
 from ._errors import MalformedEvent, excerpt
+from ._labels import NOT_A_LABEL_MAP, is_label_map
 
 
 class EventKind(enum.StrEnum):
@@ -186,10 +187,8 @@ class RunStarted(Event):
 
     def __post_init__(self) -> None:
         _str(self.KIND, "agent_def_hash", self.agent_def_hash)
-        if self.labels is not None and (not isinstance(self.labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
-        )):
-            raise _fail(self.KIND, "`labels` must be an object of string values")
+        if self.labels is not None and not is_label_map(self.labels):
+            raise _fail(self.KIND, NOT_A_LABEL_MAP)
         if self.driven_by is not None and self.driven_by != "client":
             raise _fail(self.KIND, '`driven_by` is "client" or absent')
         if self.replay_of is not None:

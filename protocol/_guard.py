@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ._envelope import SCHEMA_VERSION, Envelope
-from ._errors import GuardRefusal, MalformedEvent, SchemaViolation, excerpt
+from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
 from ._events import (
     EventKind,
     ModelCallCompleted,
@@ -23,6 +23,7 @@ from ._events import (
     ToolCallCompleted,
 )
 from ._fold import RunState, RunView, step
+from ._labels import check_labels
 from ._schema import check_schema, validate, validate_budget_extension
 
 K = EventKind
@@ -58,32 +59,6 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.FAILED: frozenset(),
     S.ABANDONED: frozenset(),
 }
-
-MAX_LABELS = 16
-MAX_LABEL_KEY_BYTES = 64
-MAX_LABEL_VALUE_BYTES = 256
-
-
-def check_labels(labels: dict | None) -> None:
-    """Enforce the label bounds: at most 16, keys ≤ 64 bytes, values ≤ 256 bytes.
-
-    Raises:
-        SchemaViolation: a bound is crossed (maps to ``400 bad_request``).
-    """
-    if labels is None:
-        return
-    if len(labels) > MAX_LABELS:
-        raise SchemaViolation(f"at most {MAX_LABELS} labels are allowed, got {len(labels)}")
-    for key, value in labels.items():
-        if not key or len(key.encode()) > MAX_LABEL_KEY_BYTES:
-            raise SchemaViolation(
-                f"label key {excerpt(key)!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
-            )
-        if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-            raise SchemaViolation(
-                f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes"
-            )
-
 
 def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
     return GuardRefusal(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 from quart import request
@@ -28,8 +27,6 @@ from salvor.protocol import (
     CodedError,
     ErrorCode,
     RunState,
-    SchemaViolation,
-    check_labels,
     excerpt,
     fold,
     status_seen_at,
@@ -40,7 +37,7 @@ from werkzeug.exceptions import HTTPException
 from ..agents import Credentials, DefinitionError, parse_definition
 from ..client_runs import ClientAppends, ClientTool, LeaseRegistry
 from ..models import ModelGateway
-from ..recording import parse_run_id
+from ..recording import checked_labels, parse_run_id
 from ..runs import MISSING, DriverSet, EventHub, Runtime
 from ..web import (
     BODY_TIMEOUT_SECONDS,
@@ -123,18 +120,6 @@ class ServerState:
         if state is None or state in _TERMINAL:
             return {}
         return {"driver": "attached" if self.attached(run_id) else "none"}
-
-
-def _labels(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise bad_request("`labels` must be an object of string values")
-    try:
-        check_labels(value)
-    except SchemaViolation as exc:
-        raise bad_request(exc.message) from None
-    return value
 
 
 def create_app(state: ServerState) -> QuartTrio:
@@ -233,7 +218,7 @@ def create_app(state: ServerState) -> QuartTrio:
             replay_of = parse_run_id(replay_of)
             if "input" in body:
                 raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
-        labels = _labels(body.get("labels"))
+        labels = checked_labels(body.get("labels"))
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise bad_request("`run_id` must be a UUID string")

@@ -32,7 +32,7 @@ from salvor.store import StoreLocks, default_store_url, normalize_store_url, sql
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import open_store_access, parse_run_id
+from ..recording import checked_labels, open_store_access, parse_run_id
 from ..runs import MISSING, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
@@ -70,10 +70,11 @@ def _labels(pairs: list[str]) -> dict[str, str] | None:
     labels = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not sep:
             raise CliError(f"--label {pair!r} must look like key=value")
         labels[key] = value
-    return labels
+    # Their bounds (an empty key among them) are the one label check's, in the API's words.
+    return checked_labels(labels)
 
 
 def _out(obj: Any) -> None:

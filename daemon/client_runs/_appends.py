@@ -23,15 +23,13 @@ from salvor.protocol import (
     GuardRefusal,
     MalformedEvent,
     RunView,
-    SchemaViolation,
-    check_labels,
     decode_envelope,
     encode_payload,
     excerpt,
 )
 from salvor.store import SeqConflict
 
-from ..recording import StoreAccess, parse_run_id
+from ..recording import StoreAccess, checked_labels, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._leases import LeaseRegistry
 
@@ -102,10 +100,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
             raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
         kind = envelope.event.KIND
         if kind is EventKind.RUN_STARTED:
-            try:
-                check_labels(envelope.event.labels)
-            except SchemaViolation as exc:
-                raise bad_request(f"events[{index}]: {exc.message}") from None
+            checked_labels(envelope.event.labels, f"events[{index}]: ")
         batch.append(_stamped(envelope))
     return batch
 

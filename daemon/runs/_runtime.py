@@ -30,7 +30,6 @@ from salvor.protocol import (
     RunView,
     SchemaViolation,
     ToolCallCompleted,
-    check_labels,
     parse_instant,
     validate,
     validate_budget_extension,
@@ -49,7 +48,14 @@ from ..client_runs import ClientTool, check_resolution
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
-from ..recording import StoreAccess, claim_to_settle, needs_reconciliation, parse_run_id, utc_now
+from ..recording import (
+    StoreAccess,
+    checked_labels,
+    claim_to_settle,
+    needs_reconciliation,
+    parse_run_id,
+    utc_now,
+)
 from ..tools import ToolRegistry
 from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
 
@@ -213,10 +219,7 @@ class Runtime:
                 service agent's proxy port is held by another live run of
                 this daemon.
         """
-        try:
-            check_labels(labels)
-        except SchemaViolation as exc:
-            raise bad_request(exc.message) from None
+        checked_labels(labels)
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if replay_of is not None:
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
