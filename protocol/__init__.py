@@ -32,6 +32,7 @@ from ._events import EVENT_TYPES as EVENT_TYPES
 from ._events import TOOL_ERROR_KEY as TOOL_ERROR_KEY
 from ._events import TOOL_SLEEP_KEY as TOOL_SLEEP_KEY
 from ._events import TOOL_SUSPEND_KEY as TOOL_SUSPEND_KEY
+from ._events import Actor as Actor
 from ._events import BudgetExceeded as BudgetExceeded
 from ._events import Effect as Effect
 from ._events import Event as Event
@@ -51,9 +52,11 @@ from ._events import Suspended as Suspended
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallRequested as ToolCallRequested
 from ._fold import EMPTY_VIEW as EMPTY_VIEW
+from ._fold import IDLE_STATES as IDLE_STATES
 from ._fold import RESTING_STATES as RESTING_STATES
 from ._fold import TERMINAL_STATES as TERMINAL_STATES
 from ._fold import Pending as Pending
+from ._fold import PendingKind as PendingKind
 from ._fold import RunState as RunState
 from ._fold import RunView as RunView
 from ._fold import fold as fold
@@ -62,6 +65,7 @@ from ._fold import step as step
 from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
 from ._guard import check_next as check_next
+from ._guard import check_resume_input as check_resume_input
 from ._labels import check_labels as check_labels
 from ._replay import RecordedCall as RecordedCall
 from ._replay import ReplayCursor as ReplayCursor

@@ -10,6 +10,7 @@ a refusal names the state and the event, and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ._envelope import SCHEMA_VERSION, Envelope
 from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
@@ -22,7 +23,7 @@ from ._events import (
     Suspended,
     ToolCallCompleted,
 )
-from ._fold import RunState, RunView, step
+from ._fold import PendingKind, RunState, RunView, step
 from ._labels import check_labels
 from ._schema import check_schema, validate, validate_budget_extension
 
@@ -59,6 +60,19 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.FAILED: frozenset(),
     S.ABANDONED: frozenset(),
 }
+
+def check_resume_input(view: RunView, value: Any) -> None:
+    """Check that ``value`` resumes ``view``: a suspended run's input against the ``input_schema`` it
+    recorded, an over-budget run's budget extension. (Which states take a resume is ``LEGAL_NEXT``'s.)
+
+    Raises:
+        SchemaViolation: naming every violation (maps to ``400 bad_request``).
+    """
+    if view.state is S.SUSPENDED:
+        validate(view.detail["input_schema"], value, what="the resume input")
+    else:
+        validate_budget_extension(value)
+
 
 def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
     return GuardRefusal(
@@ -99,7 +113,7 @@ def check_next(view: RunView, envelope: Envelope) -> None:
         except SchemaViolation as exc:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, ModelCallCompleted):
-        if view.pending.kind != "model" or event.seq != view.pending.seq:
+        if view.pending.kind != PendingKind.MODEL or event.seq != view.pending.seq:
             raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
     elif isinstance(event, ToolCallCompleted):
         if event.seq != view.pending.seq:
@@ -111,10 +125,7 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             raise _refuse(view, envelope, f"input_schema is unusable: {exc}") from None
     elif isinstance(event, Resumed):
         try:
-            if view.state is S.SUSPENDED:
-                validate(view.detail["input_schema"], event.input, what="the resume input")
-            else:
-                validate_budget_extension(event.input)
+            check_resume_input(view, event.input)
         except SchemaViolation as exc:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, RunAbandoned):

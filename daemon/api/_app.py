@@ -24,6 +24,7 @@ from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
 from salvor.protocol import (
+    TERMINAL_STATES,
     CodedError,
     ErrorCode,
     RunState,
@@ -38,7 +39,7 @@ from ..agents import Credentials, DefinitionError, parse_definition
 from ..client_runs import ClientAppends, ClientTool, LeaseRegistry
 from ..models import ModelGateway
 from ..recording import checked_labels, parse_run_id
-from ..runs import MISSING, DriverSet, EventHub, Runtime
+from ..runs import MISSING, DriverSet, EventHub, ResumeOutcome, Runtime
 from ..web import (
     BODY_TIMEOUT_SECONDS,
     OperationRefused,
@@ -62,7 +63,7 @@ log = logging.getLogger("salvor.api")
 # Quart's own refusals by status; any other is a bad_request (400), as the table has it.
 _HTTP_CODES = {code.status: code for code in (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED,
                                               ErrorCode.REQUEST_TIMEOUT, ErrorCode.PAYLOAD_TOO_LARGE)}
-_TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
+_TERMINAL = {state.value for state in TERMINAL_STATES}
 MAX_PAGE = 1000
 
 
@@ -306,7 +307,7 @@ def create_app(state: ServerState) -> QuartTrio:
         body = await json_object(allowed={"input"}, optional_body=True)
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
-        if decision.outcome == "finished":
+        if decision.outcome is ResumeOutcome.FINISHED:
             return json_response(
                 {"run": run_id, "outcome": decision.view.state.value, "status": decision.view.status()}
             )

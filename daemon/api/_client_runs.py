@@ -20,7 +20,7 @@ import uuid
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import ErrorCode, sse_frame
+from salvor.protocol import Actor, ErrorCode, sse_frame
 
 from ..client_runs import (
     ModelCall,
@@ -85,7 +85,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
             raise bad_request("`run_id` must be a UUID string")
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         view = await runtime.find_view(run_id)
-        if view is not None and view.driven_by != "client":
+        if view is not None and view.driven_by != Actor.CLIENT:
             raise OperationRefused(
                 ErrorCode.RUN_EXISTS,
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",

@@ -17,6 +17,7 @@ import dataclasses
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    Actor,
     Envelope,
     ErrorCode,
     EventKind,
@@ -49,9 +50,9 @@ LAST_VIEWS = 4096
 def _stamped(envelope: Envelope) -> Envelope:
     """The client's event as this server records it: a head is marked client-driven."""
     event = envelope.event
-    if event.KIND is EventKind.RUN_STARTED and event.driven_by != "client":
+    if event.KIND is EventKind.RUN_STARTED and event.driven_by != Actor.CLIENT:
         try:
-            event = dataclasses.replace(event, driven_by="client")
+            event = dataclasses.replace(event, driven_by=Actor.CLIENT)
         except MalformedEvent as exc:
             raise bad_request(f"the RunStarted at seq {envelope.seq}: {exc.message}") from None
     return dataclasses.replace(envelope, event=event)
@@ -131,7 +132,7 @@ class ClientAppends:
         if self._leases.opened(run_id):
             return True
         view = await self._access.read(self._access.store.read_view, run_id)
-        return view is not None and view.driven_by == "client"
+        return view is not None and view.driven_by == Actor.CLIENT
 
     async def driving(self, run_id: str, token: str | None) -> str:
         """The canonical run id of a driving call, once its run and the presented drive token check out.

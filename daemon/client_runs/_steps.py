@@ -22,6 +22,7 @@ from typing import Any
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    Actor,
     Envelope,
     ErrorCode,
     EventKind,
@@ -150,7 +151,7 @@ async def open_model_step(
     view = found.view
     if found.intent is not None:
         event = found.intent.event
-        if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == "client":
+        if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == Actor.CLIENT:
             # Performing it here would witness a response the log attributes to the client.
             raise GuardRefusal(f"the model call at seq {seq} of run {run_id} is the client's own; "
                                f"complete it with client-model-completion")

@@ -33,7 +33,7 @@ from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executo
 from ..processes import sweep_orphans
 from ..proxies import open_model_proxy
 from ..recording import open_store_access
-from ..runs import SERVE, DriverSet, EventHub, Runtime, own_store
+from ..runs import SERVE, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
 from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
 from ..web import serve as serve_asgi
@@ -148,7 +148,7 @@ async def sweep_once(state: ServerState) -> int:
             # One bad run does not stop the sweep; it stays due.
             log.warning("sleeping run %s not woken: %s", run_id, exc.message)
             continue
-        if decision.outcome == "driving":
+        if decision.outcome is ResumeOutcome.DRIVING:
             woken += state.drivers.start(run_id)
     return woken
 
