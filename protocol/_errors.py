@@ -1,13 +1,15 @@
 """Errors raised by the pure core, split by who is at fault.
 
-Every salvor error carries the control-plane ``code`` and HTTP ``status`` it
-maps to (``CodedError``), so the API layer and the CLI report any of them
-the same way, without a second mapping. A base class is never raised
+Every salvor error carries the control-plane ``code`` it maps to
+(``CodedError``), and its HTTP ``status`` is that code's in the one table
+(``_error_codes.py``), so the API layer and the CLI report any of them the
+same way, without a second mapping. A base class is never raised
 directly: raise the subclass that names the fault.
 """
 
 from __future__ import annotations
 
+from ._error_codes import ErrorCode
 
 # How much of a caller's text a message may quote: enough to recognise it, never a whole body.
 EXCERPT_CHARS = 64
@@ -26,8 +28,7 @@ class CodedError(Exception):
     envelope is rendered in one place.
     """
 
-    code: str = "internal"
-    status: int = 500
+    code: ErrorCode = ErrorCode.INTERNAL
 
     def __init__(self, message: str, *, details: dict | None = None) -> None:
         if type(self) in _ABSTRACT:
@@ -36,9 +37,14 @@ class CodedError(Exception):
         self.message = message
         self.details = details
 
+    @property
+    def status(self) -> int:
+        """The HTTP status of ``code``, from the one table."""
+        return self.code.status
+
     def to_json(self) -> dict:
         """The one error envelope: ``{"error": {"code", "message", "details"?}}``."""
-        body: dict = {"code": self.code, "message": self.message}
+        body: dict = {"code": str(self.code), "message": self.message}
         if self.details is not None:
             body["details"] = self.details
         return {"error": body}
@@ -60,22 +66,19 @@ def abstract_error(cls: type) -> type:
 class MalformedEvent(ProtocolError):
     """Bytes or fields that do not form a well-typed event or envelope (the sender's fault)."""
 
-    code = "bad_request"
-    status = 400
+    code = ErrorCode.BAD_REQUEST
 
 
 class GuardRefusal(ProtocolError):
     """An event that is well formed but is not the one legal next event of its run."""
 
-    code = "divergence"
-    status = 409
+    code = ErrorCode.DIVERGENCE
 
 
 class SchemaViolation(ProtocolError):
     """A value a recorded JSON schema (or the budget-extension shape) rejects."""
 
-    code = "bad_request"
-    status = 400
+    code = ErrorCode.BAD_REQUEST
 
     def __init__(self, message: str, *, violations: list[dict] | None = None) -> None:
         super().__init__(message)
@@ -85,5 +88,4 @@ class SchemaViolation(ProtocolError):
 class ReplayDivergence(ProtocolError):
     """A re-run asked for a call the recorded log does not hold at that position."""
 
-    code = "divergence"
-    status = 409
+    code = ErrorCode.DIVERGENCE

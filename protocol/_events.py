@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from ._clock import parse_instant
 from ._errors import MalformedEvent, excerpt
+from ._labels import NOT_A_LABEL_MAP, is_label_map
 
 
 class EventKind(enum.StrEnum):
@@ -57,6 +58,18 @@ class Effect(enum.StrEnum):
     WRITE = "write"
 
 
+class Actor(enum.StrEnum):
+    """Who, besides the daemon, did what a payload records (absent: the daemon did it).
+
+    ``performed_by`` and ``driven_by`` name the client (it performed the call,
+    it drives the run); ``settled_by`` names the operator, who recorded a
+    write's outcome by hand.
+    """
+
+    CLIENT = "client"
+    OPERATOR = "operator"
+
+
 BUDGET_KINDS = ("steps", "tokens", "cost_usd", "wall_time_seconds")
 
 # The sentinel keys the runtime writes into a ToolCallCompleted output.
@@ -67,6 +80,15 @@ TOOL_SUSPEND_KEY = "__salvor_suspend"
 
 def _fail(kind: str, message: str) -> MalformedEvent:
     return MalformedEvent(f"{kind}: {message}")
+
+
+def _actor(event: Event, name: str, allowed: Actor) -> None:
+    """Check an optional actor field is ``allowed`` or absent, and hold it as the member."""
+    value = getattr(event, name)
+    if value is not None:
+        if value != allowed:
+            raise _fail(event.KIND, f'`{name}` is "{allowed}" or absent')
+        object.__setattr__(event, name, allowed)
 
 
 def _str(kind: str, name: str, value: Any, *, allow_empty: bool = False) -> None:
@@ -178,7 +200,7 @@ class RunStarted(Event):
     agent_def_hash: str
     input: Any
     labels: dict | None = None
-    driven_by: str | None = None
+    driven_by: Actor | None = None
     # A re-run: the run whose recorded model calls this one must reproduce.
     # Ours, beyond the spec's RunStarted: absent on every other run, so a
     # spec-written reader never meets it unless it asked for a re-run.
@@ -186,12 +208,9 @@ class RunStarted(Event):
 
     def __post_init__(self) -> None:
         _str(self.KIND, "agent_def_hash", self.agent_def_hash)
-        if self.labels is not None and (not isinstance(self.labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
-        )):
-            raise _fail(self.KIND, "`labels` must be an object of string values")
-        if self.driven_by is not None and self.driven_by != "client":
-            raise _fail(self.KIND, '`driven_by` is "client" or absent')
+        if self.labels is not None and not is_label_map(self.labels):
+            raise _fail(self.KIND, NOT_A_LABEL_MAP)
+        _actor(self, "driven_by", Actor.CLIENT)
         if self.replay_of is not None:
             _str(self.KIND, "replay_of", self.replay_of)
             if self.driven_by is not None:
@@ -206,12 +225,11 @@ class ModelCallRequested(Event):
 
     request_hash: str
     request_body: Any = None
-    performed_by: str | None = None
+    performed_by: Actor | None = None
 
     def __post_init__(self) -> None:
         _str(self.KIND, "request_hash", self.request_hash)
-        if self.performed_by is not None and self.performed_by != "client":
-            raise _fail(self.KIND, '`performed_by` is "client" or absent')
+        _actor(self, "performed_by", Actor.CLIENT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,7 +255,7 @@ class ToolCallRequested(Event):
     input: Any
     effect: str
     idempotency_key: str | None
-    performed_by: str | None = None
+    performed_by: Actor | None = None
 
     def __post_init__(self) -> None:
         _str(self.KIND, "tool", self.tool)
@@ -245,8 +263,7 @@ class ToolCallRequested(Event):
             raise _fail(self.KIND, "`effect` must be one of read, idempotent, write")
         if self.idempotency_key is not None:
             _str(self.KIND, "idempotency_key", self.idempotency_key)
-        if self.performed_by is not None and self.performed_by != "client":
-            raise _fail(self.KIND, '`performed_by` is "client" or absent')
+        _actor(self, "performed_by", Actor.CLIENT)
 
 
 # The spec says a deduplicated completion names what it copied; this is the
@@ -261,13 +278,12 @@ class ToolCallCompleted(Event):
 
     seq: int
     output: Any
-    settled_by: str | None = None
+    settled_by: Actor | None = None
     deduplicated_from: dict | None = None
 
     def __post_init__(self) -> None:
         _seq(self.KIND, "seq", self.seq)
-        if self.settled_by is not None and self.settled_by != "operator":
-            raise _fail(self.KIND, '`settled_by` is "operator" or absent')
+        _actor(self, "settled_by", Actor.OPERATOR)
         if self.deduplicated_from is not None:
             _exact_keys(self.KIND, "deduplicated_from", self.deduplicated_from, _DEDUP_KEYS)
             _str(self.KIND, "deduplicated_from.run_id", self.deduplicated_from["run_id"])

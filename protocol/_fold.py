@@ -19,6 +19,7 @@ from typing import Any
 from ._clock import parse_instant
 from ._envelope import Envelope
 from ._events import (
+    Actor,
     BudgetExceeded,
     ModelCallCompleted,
     ModelCallRequested,
@@ -60,13 +61,24 @@ RESTING_STATES = TERMINAL_STATES | {
     RunState.BUDGET_EXCEEDED,
     RunState.NEEDS_RECONCILIATION,
 }
+# Resting states a drive has nothing to do in however late it is: the run is
+# over, or waits for a person, a client or the operator. SLEEPING is not one:
+# its driver wakes it when the timer is due.
+IDLE_STATES = RESTING_STATES - {RunState.SLEEPING}
+
+
+class PendingKind(enum.StrEnum):
+    """What a run's open intent asks for: a model call or a tool call."""
+
+    MODEL = "model"
+    TOOL = "tool"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pending:
     """The one open intent of a run: a call recorded as asked for, not yet completed."""
 
-    kind: str  # "model" or "tool"
+    kind: PendingKind
     seq: int
     recorded_at: str
     request_hash: str | None = None
@@ -74,14 +86,14 @@ class Pending:
     input: Any = None
     effect: str | None = None
     idempotency_key: str | None = None
-    performed_by: str | None = None
+    performed_by: Actor | None = None
 
     def to_json(self) -> dict:
         """The spec's pending object."""
-        if self.kind == "model":
-            return {"kind": "model", "seq": self.seq, "request_hash": self.request_hash}
+        if self.kind == PendingKind.MODEL:
+            return {"kind": PendingKind.MODEL.value, "seq": self.seq, "request_hash": self.request_hash}
         return {
-            "kind": "tool",
+            "kind": PendingKind.TOOL.value,
             "seq": self.seq,
             "tool": self.tool,
             "input": self.input,
@@ -112,7 +124,7 @@ class RunView:
     agent_def_hash: str | None = None
     input: Any = None
     labels: dict | None = None
-    driven_by: str | None = None
+    driven_by: Actor | None = None
     # The origin run a re-run reproduces (absent for an ordinary run).
     replay_of: str | None = None
     first_recorded_at: str | None = None
@@ -130,6 +142,11 @@ class RunView:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def idle(self) -> bool:
+        """Whether a drive has nothing to do here (``IDLE_STATES``)."""
+        return self.state in IDLE_STATES
 
     @property
     def resting(self) -> bool:
@@ -220,7 +237,7 @@ class _Folder:
         self.detail = {}
         self.step_count += 1
         self.pending = Pending(
-            kind="model",
+            kind=PendingKind.MODEL,
             seq=seq,
             recorded_at=at,
             request_hash=event.request_hash,
@@ -242,7 +259,7 @@ class _Folder:
         )
         self.detail = {}
         self.pending = Pending(
-            kind="tool",
+            kind=PendingKind.TOOL,
             seq=seq,
             recorded_at=at,
             tool=event.tool,

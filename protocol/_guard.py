@@ -10,9 +10,10 @@ a refusal names the state and the event, and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ._envelope import SCHEMA_VERSION, Envelope
-from ._errors import GuardRefusal, MalformedEvent, SchemaViolation, excerpt
+from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
 from ._events import (
     EventKind,
     ModelCallCompleted,
@@ -22,7 +23,8 @@ from ._events import (
     Suspended,
     ToolCallCompleted,
 )
-from ._fold import RunState, RunView, step
+from ._fold import PendingKind, RunState, RunView, step
+from ._labels import check_labels
 from ._schema import check_schema, validate, validate_budget_extension
 
 K = EventKind
@@ -59,30 +61,17 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.ABANDONED: frozenset(),
 }
 
-MAX_LABELS = 16
-MAX_LABEL_KEY_BYTES = 64
-MAX_LABEL_VALUE_BYTES = 256
-
-
-def check_labels(labels: dict | None) -> None:
-    """Enforce the label bounds: at most 16, keys ≤ 64 bytes, values ≤ 256 bytes.
+def check_resume_input(view: RunView, value: Any) -> None:
+    """Check that ``value`` resumes ``view``: a suspended run's input against the ``input_schema`` it
+    recorded, an over-budget run's budget extension. (Which states take a resume is ``LEGAL_NEXT``'s.)
 
     Raises:
-        SchemaViolation: a bound is crossed (maps to ``400 bad_request``).
+        SchemaViolation: naming every violation (maps to ``400 bad_request``).
     """
-    if labels is None:
-        return
-    if len(labels) > MAX_LABELS:
-        raise SchemaViolation(f"at most {MAX_LABELS} labels are allowed, got {len(labels)}")
-    for key, value in labels.items():
-        if not key or len(key.encode()) > MAX_LABEL_KEY_BYTES:
-            raise SchemaViolation(
-                f"label key {excerpt(key)!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
-            )
-        if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-            raise SchemaViolation(
-                f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes"
-            )
+    if view.state is S.SUSPENDED:
+        validate(view.detail["input_schema"], value, what="the resume input")
+    else:
+        validate_budget_extension(value)
 
 
 def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
@@ -124,7 +113,7 @@ def check_next(view: RunView, envelope: Envelope) -> None:
         except SchemaViolation as exc:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, ModelCallCompleted):
-        if view.pending.kind != "model" or event.seq != view.pending.seq:
+        if view.pending.kind != PendingKind.MODEL or event.seq != view.pending.seq:
             raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
     elif isinstance(event, ToolCallCompleted):
         if event.seq != view.pending.seq:
@@ -136,10 +125,7 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             raise _refuse(view, envelope, f"input_schema is unusable: {exc}") from None
     elif isinstance(event, Resumed):
         try:
-            if view.state is S.SUSPENDED:
-                validate(view.detail["input_schema"], event.input, what="the resume input")
-            else:
-                validate_budget_extension(event.input)
+            check_resume_input(view, event.input)
         except SchemaViolation as exc:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, RunAbandoned):

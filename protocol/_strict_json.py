@@ -32,6 +32,7 @@ import math
 import re
 from typing import Any
 
+from ._error_codes import ErrorCode
 from ._errors import ProtocolError, excerpt
 
 MAX_NESTING = 128
@@ -60,8 +61,7 @@ _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UT
 class MalformedJson(ProtocolError):
     """Text a caller sent that is not strict JSON within the limits above (the sender's fault)."""
 
-    code = "bad_request"
-    status = 400
+    code = ErrorCode.BAD_REQUEST
 
 
 class _InexactInteger(ValueError):

@@ -1,14 +1,14 @@
 """Errors the store raises, each one sentence a person can act on.
 
-Every error carries the control-plane ``code`` and HTTP ``status`` it maps to,
-like the pure core's errors, so the API layer reports it without a second
+Every error carries the control-plane ``code`` it maps to (its HTTP status is
+that code's in ``salvor.protocol.ErrorCode``), like the pure core's errors, so the API layer reports it without a second
 mapping. ``StoreError`` itself is never raised: raise the subclass that names
 what went wrong.
 """
 
 from __future__ import annotations
 
-from salvor.protocol import CodedError, abstract_error
+from salvor.protocol import CodedError, ErrorCode, abstract_error
 
 
 @abstract_error
@@ -26,8 +26,7 @@ class StoreUnavailable(StoreError):
     file) is not transient.
     """
 
-    code = "store_unavailable"
-    status = 503
+    code = ErrorCode.STORE_UNAVAILABLE
 
     def __init__(self, message: str, *, transient: bool = False, details: dict | None = None) -> None:
         super().__init__(message, details=details)
@@ -37,22 +36,19 @@ class StoreUnavailable(StoreError):
 class StoreTooNew(StoreError):
     """The store was written by a newer salvor whose schema this build does not know."""
 
-    code = "store_too_new"
-    status = 503
+    code = ErrorCode.STORE_TOO_NEW
 
 
 class SeqConflict(StoreError):
     """Another writer already appended at that seq; nothing of the batch was written."""
 
-    code = "divergence"
-    status = 409
+    code = ErrorCode.DIVERGENCE
 
 
 class ClaimHeld(StoreError):
     """An idempotency identity is already claimed; nothing of the batch was written."""
 
-    code = "claim_held"
-    status = 409
+    code = ErrorCode.CLAIM_HELD
 
     def __init__(self, message: str, *, identity: str, run_id: str, seq: int, state: str) -> None:
         super().__init__(message)
@@ -65,8 +61,7 @@ class ClaimHeld(StoreError):
 class CorruptLog(StoreError):
     """A stored envelope cannot be decoded; the error names its run and seq."""
 
-    code = "internal"
-    status = 500
+    code = ErrorCode.INTERNAL
 
     def __init__(self, message: str, *, run_id: str, seq: int) -> None:
         super().__init__(message)
@@ -77,15 +72,13 @@ class CorruptLog(StoreError):
 class BadCursor(StoreError):
     """A listing cursor this store did not issue."""
 
-    code = "bad_request"
-    status = 400
+    code = ErrorCode.BAD_REQUEST
 
 
 class StoreOwned(StoreError):
     """Another live salvor process holds the store (or the run) in a way this command may not share."""
 
-    code = "store_owned"
-    status = 409
+    code = ErrorCode.STORE_OWNED
 
 
 # PEP 249 names the classes of database failure alike in every driver (and

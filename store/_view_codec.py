@@ -13,7 +13,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from salvor.protocol import Pending, RunState, RunView
+from salvor.protocol import Actor, Pending, PendingKind, RunState, RunView
 
 _VIEW_FIELDS = tuple(f.name for f in fields(RunView))
 _PENDING_FIELDS = tuple(f.name for f in fields(Pending))
@@ -42,17 +42,22 @@ def view_from_json(data: Any) -> RunView:
 
     Raises:
         ValueError: the object is not a complete view (a field is missing or
-            unknown, or the state is not a state).
+            unknown, or the state, a pending kind or an actor is not one).
         TypeError: a field has the wrong type.
     """
     if not isinstance(data, dict) or data.keys() != _VIEW_KEYS:
         raise ValueError("the stored view does not have exactly RunView's fields")
     body = dict(data)
     body["state"] = RunState(body["state"])
+    if body["driven_by"] is not None:
+        body["driven_by"] = Actor(body["driven_by"])
     pending = body["pending"]
     if pending is not None:
         if not isinstance(pending, dict) or pending.keys() != _PENDING_KEYS:
             raise ValueError("the stored pending intent does not have exactly Pending's fields")
+        pending = {**pending, "kind": PendingKind(pending["kind"])}
+        if pending["performed_by"] is not None:
+            pending["performed_by"] = Actor(pending["performed_by"])
         body["pending"] = Pending(**pending)
     for name in ("detail", "budget_extensions"):
         if not isinstance(body[name], dict):

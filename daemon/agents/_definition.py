@@ -8,6 +8,7 @@ out so renaming an agent never mints a new identity.
 
 from __future__ import annotations
 
+import enum
 import json
 import shlex
 import tomllib
@@ -44,7 +45,16 @@ _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
-KINDS = ("process", "service")
+class AgentKind(enum.StrEnum):
+    """What drives an agent's run: salvor's own loop, a local process, or a running service."""
+
+    BUILTIN = "builtin"
+    PROCESS = "process"
+    SERVICE = "service"
+
+
+# The kinds a definition names with ``kind``; absent, it is a built-in agent.
+KINDS = (AgentKind.PROCESS, AgentKind.SERVICE)
 DEFAULT_PROCESS_TIMEOUT = 300.0
 # Why each kind needs the operator's opt-in before it is accepted over HTTP.
 _OPT_IN_REASONS = {
@@ -125,11 +135,11 @@ class AgentDefinition:
     # What the store keeps so the definition can be rebuilt after a restart.
     stored_format: str = "json"
     stored_text: str = ""
-    # "builtin" for salvor's own loop; "process" for a local agent process
+    # BUILTIN for salvor's own loop; PROCESS for a local agent process
     # driven through the loopback model proxy (``process`` then says how).
-    kind: str = "builtin"
+    kind: AgentKind = AgentKind.BUILTIN
     process: ProcessSettings | None = None
-    # "service": a program already running that salvor triggers over HTTP.
+    # SERVICE: a program already running that salvor triggers over HTTP.
     service: ServiceSettings | None = None
     # The MCP servers whose tools a built-in agent calls, in declared order.
     mcp_servers: tuple[McpServerSpec, ...] = ()
@@ -209,13 +219,13 @@ def parse_definition(
     _expect(isinstance(raw, dict), "`the definition` must be a table")
     if "kind" in raw:
         kind = raw["kind"]
-        _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)")
+        _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} (or absent for a built-in agent)")
         _expect(
             allow_processes,
             f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
             "HTTP only when started with --allow-process-agents",
         )
-        if kind == "service":
+        if kind == AgentKind.SERVICE:
             return _parse_service(raw, fmt, text)
         return _parse_process(raw, fmt, text)
     _check_keys("the definition", raw, _TOP)
@@ -392,11 +402,11 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
     for key, value in env.items():
         _expect(key != "" and "=" not in key and "\0" not in key, f"`env` key {key!r} is not a variable name")
         _expect(isinstance(value, str), f"`env` value of {key} must be a string")
-    return _outside_agent(raw, fmt, text, name, "process", lambda timeout: ProcessSettings(
+    return _outside_agent(raw, fmt, text, name, AgentKind.PROCESS, lambda timeout: ProcessSettings(
         command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout))
 
 
-def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: str, settings) -> AgentDefinition:
+def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: AgentKind, settings) -> AgentDefinition:
     """What a process and a service definition share: the timeout, record_prompts, the hash."""
     timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
     _positive_number("timeout", timeout)
@@ -425,7 +435,7 @@ def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: str, 
         stored_text=text,
         kind=kind,
         mcp_servers=mcp_servers,
-        **{kind: settings(float(timeout))},
+        **{kind.value: settings(float(timeout))},
     )
 
 
@@ -452,7 +462,7 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
         _expect("\r" not in value and "\n" not in value and "\0" not in value,
                 f"`headers` value of {key} must be one line")
         _check_placeholders(f"`headers` value of {key}", value)
-    return _outside_agent(raw, fmt, text, name, "service", lambda timeout: ServiceSettings(
+    return _outside_agent(raw, fmt, text, name, AgentKind.SERVICE, lambda timeout: ServiceSettings(
         url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout))
 
 

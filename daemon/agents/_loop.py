@@ -41,7 +41,7 @@ from ..proxies import ModelProxy
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
 from ..tools import ToolRegistry
 from ._credentials import Credentials
-from ._definition import AgentDefinition
+from ._definition import AgentDefinition, AgentKind
 from ._process import drive_process
 from ._service import drive_service
 
@@ -266,19 +266,19 @@ async def drive(
         ReplayDivergence: the log does not match what this definition does;
             nothing was recorded.
     """
-    if agent.kind == "process":
+    if agent.kind is AgentKind.PROCESS:
         # A local agent process: its model calls cross the loopback proxy
         # (one is started for this drive when the caller has none).
         return await drive_process(
             access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock, restarts=process_restarts
         )
-    if agent.kind == "service":
+    if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this
         # run's session on the agent's own loopback port (held in ``ports``).
         return await drive_service(access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock)
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION) or ctx.view.terminal:
+    if ctx.view.idle:
         return ctx.view
     own_gateway = gateway is None
     gateway = gateway or gateway_for(agent, credentials)

@@ -239,7 +239,7 @@ async def supervise(process: trio.Process, timeout: float, *, until: trio.Event 
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
+    if ctx.view.idle:
         return ctx.view
     if ctx.view.state is RunState.SLEEPING:
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.

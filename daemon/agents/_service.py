@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 import trio
-from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
+from salvor.protocol import Envelope, RunCompleted, RunFailed, RunView
 
 from ..processes import PortClaims
 from ..proxies import ModelProxy, ProxySession, open_model_proxy
@@ -166,7 +166,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     settings = agent.service
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.terminal or ctx.view.state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED, RunState.NEEDS_RECONCILIATION):
+    if ctx.view.idle:
         return ctx.view
     try:
         headers = resolve_headers(settings.headers, environ)

@@ -24,7 +24,9 @@ from quart import request
 from quart_trio import QuartTrio
 from salvor import __version__
 from salvor.protocol import (
+    TERMINAL_STATES,
     CodedError,
+    ErrorCode,
     RunState,
     excerpt,
     fold,
@@ -37,7 +39,7 @@ from ..agents import Credentials, DefinitionError, parse_definition
 from ..client_runs import ClientAppends, ClientTool, LeaseRegistry
 from ..models import ModelGateway
 from ..recording import parse_run_id
-from ..runs import MISSING, DriverSet, EventHub, Runtime
+from ..runs import MISSING, DriverSet, EventHub, ResumeOutcome, Runtime
 from ..web import (
     BODY_TIMEOUT_SECONDS,
     OperationRefused,
@@ -69,9 +71,10 @@ from ._stream import add_stream_route
 
 log = logging.getLogger("salvor.api")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
-               415: "bad_request"}
-_TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
+# Quart's own refusals by status; any other is a bad_request (400), as the table has it.
+_HTTP_CODES = {code.status: code for code in (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED,
+                                              ErrorCode.REQUEST_TIMEOUT, ErrorCode.PAYLOAD_TOO_LARGE)}
+_TERMINAL = {state.value for state in TERMINAL_STATES}
 
 
 async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
@@ -150,12 +153,12 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException):
-        code = _HTTP_CODES.get(error.code, "bad_request")
+        code = _HTTP_CODES.get(error.code, ErrorCode.BAD_REQUEST)
         message = {
             404: f"no route {excerpt(request.method)} {excerpt(request.path)}",
             405: f"{excerpt(request.method)} is not allowed on {excerpt(request.path)}",
         }.get(error.code, error.description or error.name)
-        response = error_response(OperationRefused(code, error.code or 400, message))
+        response = error_response(OperationRefused(code, message))
         if error.code == 405 and getattr(error, "valid_methods", None):
             # RFC 9110: a 405 names the methods the resource does support.
             response.headers["Allow"] = ", ".join(sorted(set(error.valid_methods) - {"OPTIONS"}))
@@ -295,7 +298,7 @@ def create_app(state: ServerState) -> QuartTrio:
         body = await RESUME.read()
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
-        if decision.outcome == "finished":
+        if decision.outcome is ResumeOutcome.FINISHED:
             return RESUME_FINISHED.respond(run=run_id, outcome=decision.view.state.value, status=decision.view.status())
         state.drivers.start(run_id)
         return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")

@@ -19,6 +19,7 @@ import uuid
 import trio
 from quart import request
 from quart_trio import QuartTrio
+from salvor.protocol import Actor, ErrorCode, sse_frame
 
 from ..client_runs import (
     ModelCall,
@@ -56,8 +57,9 @@ from ._stream import HEADERS as STREAM_HEADERS
 TOKEN_HEADER = "X-Drive-Token"
 
 
-def sse_frame(event: str, data: dict) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+def step_frame(event: str, data: dict) -> bytes:
+    """One frame of a streamed step: a named event carrying JSON."""
+    return sse_frame(json.dumps(data, ensure_ascii=False), event=event)
 
 
 def add_client_run_routes(app: QuartTrio, state) -> None:
@@ -78,9 +80,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         body = await OPEN_CLIENT_RUN.read()
         run_id = body.get("run_id") or str(uuid.uuid4())
         view = await runtime.find_view(run_id)
-        if view is not None and view.driven_by != "client":
+        if view is not None and view.driven_by != Actor.CLIENT:
             raise OperationRefused(
-                "run_exists", 409,
+                ErrorCode.RUN_EXISTS,
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
@@ -133,7 +135,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
         frames_out, frames_in = trio.open_memory_channel[bytes](256)
         if call.answer is not None:
-            frames_out.send_nowait(sse_frame("complete", call.answer))
+            frames_out.send_nowait(step_frame("complete", call.answer))
             frames_out.close()
         else:
 
@@ -141,15 +143,15 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                 async with frames_out:
 
                     async def delta(piece: dict) -> None:
-                        await frames_out.send(sse_frame("delta", piece))
+                        await frames_out.send(step_frame("delta", piece))
 
                     try:
                         answer = await perform_model_step(runtime.access, run_id, call, state.model_executor,
                                                           on_delta=delta)
                     except OperationRefused as exc:
-                        await frames_out.send(sse_frame("error", exc.to_json()["error"]))
+                        await frames_out.send(step_frame("error", exc.to_json()["error"]))
                     else:
-                        await frames_out.send(sse_frame("complete", answer))
+                        await frames_out.send(step_frame("complete", answer))
 
             # A watcher that goes away cancels the call: its intent stays open, re-issued on retry.
             scope = state.drivers.spawn(perform, name=f"model step {run_id}@{call.seq}")

@@ -25,7 +25,7 @@ import functools
 from collections.abc import Iterable
 
 from salvor import __version__
-from salvor.protocol import BUDGET_KINDS, EventKind
+from salvor.protocol import BUDGET_KINDS, ERROR_STATUS, EventKind
 
 from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
 from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
@@ -423,22 +423,10 @@ PARAMETERS: JSON = {
 
 
 # -- the error-code table ---------------------------------------------------------------------------------
-# SWITCH-OVER (issue 13): the one table of codes and their statuses lands with branch `oneof` as
-# ``salvor.protocol.ErrorCode``, re-exported by ``web`` with ``ERROR_STATUS`` (code -> status).
-# When it is in, this block becomes
-#     from ..web import ERROR_STATUS as CODE_STATUS
-# and nothing else here changes: every refusal this document lists is checked against the table at
-# import (``_check_codes``), so a route documented under a status its code does not answer with
-# fails every test. Until then the pairs the handlers answer with are written here, once.
-CODE_STATUS: dict[str, int] = {
-    "bad_request": 400, "unauthorized": 401, "missing_drive_token": 401, "invalid_drive_token": 403,
-    "client_completion_refused": 403, "not_found": 404, "unknown_run": 404, "unknown_agent": 404,
-    "unknown_tool": 404, "method_not_allowed": 405, "request_timeout": 408, "run_exists": 409,
-    "wrong_state": 409, "port_held": 409, "client_driven_run": 409, "needs_reconciliation": 409,
-    "still_sleeping": 409, "lease_held": 409, "divergence": 409, "payload_too_large": 413,
-    "unsupported_event_kind": 422, "internal": 500, "model_execution": 502, "tool_execution": 502,
-    "model_executor_unavailable": 503,
-}
+# The one table of codes and their statuses (``salvor.protocol.ErrorCode``): every refusal this
+# document lists is checked against it at import (``_check_codes``), so a route documented under a
+# status its code does not answer with fails every test.
+CODE_STATUS = ERROR_STATUS
 
 
 def _error(description: str, *codes: str, schema: JSON | None = None) -> JSON:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import RunState, fold, step
+from salvor.protocol import RunState, fold, sse_frame, step
 
 from ..recording import parse_run_id
 from ..runs import LiveEvent, event_frame
@@ -31,8 +31,11 @@ HEADERS = {
 }
 
 
+KEEP_ALIVE = sse_frame(comment="keep-alive")
+
+
 def end_frame(body: dict) -> bytes:
-    return f"event: end\ndata: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+    return sse_frame(json.dumps(body, ensure_ascii=False), event="end")
 
 
 def _cursor() -> int:
@@ -132,7 +135,7 @@ def add_stream_route(app: QuartTrio, state) -> None:
                     pending = await runtime.read_log(run_id, next_seq)
                     if not pending and trio.current_time() - last_beat >= state.heartbeat_seconds:
                         last_beat = trio.current_time()
-                        yield b": keep-alive\n\n"
+                        yield KEEP_ALIVE
 
         response = await app.make_response((frames(), 200, HEADERS))
         response.timeout = None

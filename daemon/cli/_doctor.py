@@ -38,7 +38,14 @@ from typing import Any
 
 import trio
 
-from ..agents import AgentDefinition, DefinitionError, agent_environment, load_definition, supervise
+from ..agents import (
+    AgentDefinition,
+    AgentKind,
+    DefinitionError,
+    agent_environment,
+    load_definition,
+    supervise,
+)
 from ..processes import open_tied_process
 from ..proxies import ROUTES, encode_frames, error_body, open_model_proxy
 from ._doctor_replies import CANNED
@@ -326,10 +333,10 @@ async def _load(source: str) -> AgentDefinition:
         agent = await trio.to_thread.run_sync(load_definition, source)
     except DefinitionError as exc:
         raise UsageError(f"{source}: {exc}") from None
-    if agent.kind == "service":
+    if agent.kind is AgentKind.SERVICE:
         raise UsageError(f'{source} is a service agent, which salvor does not start; doctor checks process agents '
                          f'(kind = "process")')
-    if agent.kind != "process":
+    if agent.kind is not AgentKind.PROCESS:
         raise UsageError(f'{source} is a built-in agent, which salvor drives itself; doctor checks process agents '
                          f'(kind = "process")')
     return agent

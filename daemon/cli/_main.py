@@ -32,8 +32,8 @@ from salvor.store import StoreLocks, default_store_url, normalize_store_url, sql
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import open_store_access, parse_run_id
-from ..runs import MISSING, Runtime, driving_run, own_store
+from ..recording import checked_labels, open_store_access, parse_run_id
+from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
@@ -70,10 +70,11 @@ def _labels(pairs: list[str]) -> dict[str, str] | None:
     labels = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        if not sep:
             raise CliError(f"--label {pair!r} must look like key=value")
         labels[key] = value
-    return labels
+    # Their bounds (an empty key among them) are the one label check's, in the API's words.
+    return checked_labels(labels)
 
 
 def _out(obj: Any) -> None:
@@ -182,7 +183,7 @@ class Cli:
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
         async with driving_run(self.locks, run_id):
             decision = await runtime.resume(run_id, run_input)
-            if decision.outcome == "finished":
+            if decision.outcome is ResumeOutcome.FINISHED:
                 return self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
             # was killed) must not run on beside the copy this drive starts.
@@ -217,7 +218,7 @@ class Cli:
                     decision = await runtime.resume(run_id)
                     code = (
                         await self._drive_and_report(runtime, run_id)
-                        if decision.outcome == "driving"
+                        if decision.outcome is ResumeOutcome.DRIVING
                         else self._report(run_id, decision.view)
                     )
             except CodedError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from salvor.protocol import TOOL_ERROR_KEY, Envelope, EventKind
+from salvor.protocol import TOOL_ERROR_KEY, Actor, Envelope, EventKind
 
 _MAX = 96
 
@@ -51,8 +51,8 @@ def describe(envelope: Envelope) -> str:
     else:
         detail = _short(payload)
     tags = ""
-    if payload.get("performed_by") == "client":
+    if payload.get("performed_by") == Actor.CLIENT:
         tags += " [Client]"
-    if payload.get("settled_by") == "operator":
+    if payload.get("settled_by") == Actor.OPERATOR:
         tags += " [Operator]"
     return f"{envelope.seq:>5}  {envelope.recorded_at}  {kind.value:<19} {detail}{tags}".rstrip()

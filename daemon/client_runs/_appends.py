@@ -17,20 +17,20 @@ import dataclasses
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    Actor,
     Envelope,
+    ErrorCode,
     EventKind,
     GuardRefusal,
     MalformedEvent,
     RunView,
-    SchemaViolation,
-    check_labels,
     decode_envelope,
     encode_payload,
     excerpt,
 )
 from salvor.store import SeqConflict
 
-from ..recording import StoreAccess, parse_run_id
+from ..recording import StoreAccess, checked_labels, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._leases import LeaseRegistry
 
@@ -50,9 +50,9 @@ LAST_VIEWS = 4096
 def _stamped(envelope: Envelope) -> Envelope:
     """The client's event as this server records it: a head is marked client-driven."""
     event = envelope.event
-    if event.KIND is EventKind.RUN_STARTED and event.driven_by != "client":
+    if event.KIND is EventKind.RUN_STARTED and event.driven_by != Actor.CLIENT:
         try:
-            event = dataclasses.replace(event, driven_by="client")
+            event = dataclasses.replace(event, driven_by=Actor.CLIENT)
         except MalformedEvent as exc:
             raise bad_request(f"the RunStarted at seq {envelope.seq}: {exc.message}") from None
     return dataclasses.replace(envelope, event=event)
@@ -74,7 +74,7 @@ def _refuse_unappendable(index: int, item: object) -> None:
     kind = event.get("kind") if isinstance(event, dict) else None
     if isinstance(kind, str) and kind in _NOT_APPENDABLE:
         raise OperationRefused(
-            "unsupported_event_kind", 422,
+            ErrorCode.UNSUPPORTED_EVENT_KIND,
             f"events[{index}] is a {kind}, which this endpoint never appends: {_NOT_APPENDABLE[kind]}",
         )
 
@@ -85,7 +85,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
     if not isinstance(raw, list) or not raw:
         raise bad_request("`events` must be a non-empty array of event envelopes")
     if len(raw) > MAX_EVENTS_PER_APPEND:
-        raise OperationRefused("payload_too_large", 413,
+        raise OperationRefused(ErrorCode.PAYLOAD_TOO_LARGE,
                                f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
     # Kinds are judged before any envelope is decoded: a model or tool event
     # is refused for what it is, whatever its payload or its neighbours hold.
@@ -101,10 +101,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
             raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
         kind = envelope.event.KIND
         if kind is EventKind.RUN_STARTED:
-            try:
-                check_labels(envelope.event.labels)
-            except SchemaViolation as exc:
-                raise bad_request(f"events[{index}]: {exc.message}") from None
+            checked_labels(envelope.event.labels, f"events[{index}]: ")
         batch.append(_stamped(envelope))
     return batch
 
@@ -135,7 +132,7 @@ class ClientAppends:
         if self._leases.opened(run_id):
             return True
         view = await self._access.read(self._access.store.read_view, run_id)
-        return view is not None and view.driven_by == "client"
+        return view is not None and view.driven_by == Actor.CLIENT
 
     async def driving(self, run_id: str, token: str | None) -> str:
         """The canonical run id of a driving call, once its run and the presented drive token check out.

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import trio
+from salvor.protocol import ErrorCode
 
 from ..web import OperationRefused
 
@@ -46,7 +47,7 @@ def lease_ttl(environ: Mapping[str, str] = os.environ) -> float:
 
 def missing_token() -> OperationRefused:
     return OperationRefused(
-        "missing_drive_token", 401,
+        ErrorCode.MISSING_DRIVE_TOKEN,
         "this call drives a client-driven run and needs its drive token in the X-Drive-Token header "
         "(POST /v1/client-runs answers it)",
     )
@@ -54,7 +55,7 @@ def missing_token() -> OperationRefused:
 
 def invalid_token(run_id: str) -> OperationRefused:
     return OperationRefused(
-        "invalid_drive_token", 403,
+        ErrorCode.INVALID_DRIVE_TOKEN,
         f"the drive token is not the current lease on run {run_id}: the lease lapsed or another driver holds it; "
         f"re-open the run with POST /v1/client-runs to drive it again",
     )
@@ -146,7 +147,7 @@ class LeaseRegistry:
                 return lease.token
             lapses = _whole_seconds(lease.expires_at - trio.current_time())
             raise OperationRefused(
-                "lease_held", 409,
+                ErrorCode.LEASE_HELD,
                 f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver goes quiet, "
                 f"and re-opening works then (or as soon as the run finishes)",
                 details={"lapses_in_seconds": lapses},

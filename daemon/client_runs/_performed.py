@@ -14,10 +14,13 @@ import re
 from typing import Any
 
 from salvor.protocol import (
+    Actor,
+    ErrorCode,
     EventKind,
     GuardRefusal,
     ModelCallCompleted,
     ModelCallRequested,
+    PendingKind,
     ToolCallCompleted,
     ToolCallRequested,
     encode_payload,
@@ -34,7 +37,7 @@ ERROR_KINDS = ("invalid_input", "handler", "output_serialization")
 
 
 def completion_refused(message: str) -> OperationRefused:
-    return OperationRefused("client_completion_refused", 403, message)
+    return OperationRefused(ErrorCode.CLIENT_COMPLETION_REFUSED, message)
 
 
 def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
@@ -44,7 +47,7 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
         raise OperationRefused(
-            "unknown_tool", 404,
+            ErrorCode.UNKNOWN_TOOL,
             f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator declares one with "
             f"`salvor serve --client-tool FILE`",
         )
@@ -57,7 +60,7 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     key = tool.key(run_id, seq, tool_input)
     found = await at_seq(access, run_id, seq)
     intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key,
-                               performed_by="client")
+                               performed_by=Actor.CLIENT)
     answer: dict[str, Any] = {"seq": seq, "idempotency_key": key, "effect": tool.effect.value, "settled": False}
     if found.intent is not None:
         recorded = found.intent.event
@@ -100,10 +103,10 @@ async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run
         raise bad_request("give exactly one of `output` (what the call returned) and `error` (how it failed)")
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
-    if pending is None or pending.kind != "tool" or pending.seq != seq:
+    if pending is None or pending.kind != PendingKind.TOOL or pending.seq != seq:
         raise GuardRefusal(f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete")
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
-    if intent.performed_by != "client":
+    if intent.performed_by != Actor.CLIENT:
         raise completion_refused(f"the call at seq {seq} was performed by salvor, which holds its real result; "
                                  f"a client cannot complete it")
     tool = tools.get(intent.tool)
@@ -143,7 +146,7 @@ async def model_intent(access: StoreAccess, run_id: str, seq: int, request_hash:
         recorded = found.intent.event
         if recorded.KIND is not EventKind.MODEL_CALL_REQUESTED or recorded.request_hash != request_hash:
             raise GuardRefusal(f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this request")
-        if recorded.performed_by != "client":
+        if recorded.performed_by != Actor.CLIENT:
             raise GuardRefusal(f"the model call at seq {seq} was performed by salvor; the client's cursor and the "
                                f"log disagree about who owns it")
         if found.completion is not None:
@@ -151,7 +154,7 @@ async def model_intent(access: StoreAccess, run_id: str, seq: int, request_hash:
             return {"seq": seq, "settled": True, "response": done.response, "usage": done.usage}
         return {"seq": seq, "settled": False}
     intent = ModelCallRequested(request_hash=request_hash, request_body=request_body if record_prompts else None,
-                                performed_by="client")
+                                performed_by=Actor.CLIENT)
     await access.append(run_id, [intent], found.view)
     return {"seq": seq, "settled": False}
 
@@ -160,10 +163,10 @@ async def model_completion(access: StoreAccess, run_id: str, seq: int, response:
     """Record what the client says its model call at ``seq`` returned."""
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
-    if pending is None or pending.kind != "model" or pending.seq != seq:
+    if pending is None or pending.kind != PendingKind.MODEL or pending.seq != seq:
         raise GuardRefusal(f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete")
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
-    if intent.performed_by != "client":
+    if intent.performed_by != Actor.CLIENT:
         raise completion_refused(f"the model call at seq {seq} was performed by salvor, which holds its real response")
     await access.append(run_id, [ModelCallCompleted(seq=seq, response=response, usage=usage)], view)
     return {"seq": seq, "completed": True}

@@ -22,7 +22,9 @@ from typing import Any
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    Actor,
     Envelope,
+    ErrorCode,
     EventKind,
     GuardRefusal,
     ModelCallCompleted,
@@ -151,7 +153,7 @@ async def open_model_step(
     view = found.view
     if found.intent is not None:
         event = found.intent.event
-        if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == "client":
+        if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == Actor.CLIENT:
             # Performing it here would witness a response the log attributes to the client.
             raise GuardRefusal(f"the model call at seq {seq} of run {run_id} is the client's own; "
                                f"complete it with client-model-completion")
@@ -167,7 +169,7 @@ async def open_model_step(
         _dangling(found, run_id, seq)
     if executor is None:
         raise OperationRefused(
-            "model_executor_unavailable", 503,
+            ErrorCode.MODEL_EXECUTOR_UNAVAILABLE,
             "this daemon has no model to call: start it with SALVOR_MODEL_BASE_URL (a Messages endpoint) "
             "or ANTHROPIC_API_KEY set; nothing was recorded",
         )
@@ -189,7 +191,7 @@ async def perform_model_step(
         result = await executor.complete(call.request, on_delta=on_delta)
     except ModelCallError as exc:
         raise OperationRefused(
-            "model_execution", 502,
+            ErrorCode.MODEL_EXECUTION,
             f"the model call at seq {call.seq} failed: {exc.message}; its intent stays open and the same step "
             f"retries it",
         ) from None
@@ -218,7 +220,7 @@ async def tool_step(
     tool = registry.get(name)
     if tool is None:
         known = ", ".join(registry.names()) or "none"
-        raise OperationRefused("unknown_tool", 404, f"this daemon has no tool {name!r} (it has: {known})")
+        raise OperationRefused(ErrorCode.UNKNOWN_TOOL, f"this daemon has no tool {name!r} (it has: {known})")
     try:
         validate(tool.input_schema, tool_input, what=f"the input of tool {name}")
     except SchemaViolation as exc:
@@ -246,7 +248,7 @@ async def tool_step(
         outcome, attempt = await dispatch(tool, tool_input, run_id=run_id, seq=seq, key=key)
     except DispatchFailed as failed:
         raise OperationRefused(
-            "tool_execution", 502,
+            ErrorCode.TOOL_EXECUTION,
             f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): {failed.message}; its intent "
             f"stays open" + ("" if tool.effect.value != "write" else ", and as a write it now needs reconciliation"),
         ) from None

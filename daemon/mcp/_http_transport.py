@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import httpx
 import trio
+from salvor.protocol import SSEDecoder
 
 from ..web import header_placeholders, tls_context
 from ._definition import McpServerSpec
@@ -133,31 +134,20 @@ class HttpTransport(Transport):
 
     async def _read_events(self, session: McpSession, response: httpx.Response, reply: Reply) -> None:
         """Deliver each ``data:`` event of the stream until ``reply`` is answered."""
-        buffer = bytearray()
-        data: list[bytes] = []
+        decoder = SSEDecoder()
         async for chunk in response.aiter_bytes():
-            buffer += chunk
-            while (end := buffer.find(b"\n")) >= 0:
-                line = bytes(buffer[:end]).rstrip(b"\r")
-                del buffer[: end + 1]
-                if line == b"":
-                    if data:
-                        payload = b"\n".join(data)
-                        data = []
-                        try:
-                            message = json.loads(payload)
-                        except (ValueError, RecursionError):
-                            raise McpNoAnswer(self.name, "sent an event that is not JSON, so not a valid MCP message") from None
-                        await session.deliver(message)
-                        if reply.done.is_set():
-                            return
-                elif line.startswith(b"data:"):
-                    value = line[5:]
-                    data.append(value[1:] if value.startswith(b" ") else value)
-                    if sum(len(d) for d in data) > MAX_MESSAGE_BYTES:
-                        raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
-                # Comments, `event:`, `id:` and `retry:` lines carry nothing a session needs.
-            if len(buffer) + sum(len(d) for d in data) > MAX_MESSAGE_BYTES:
+            # An event's name, id and retry carry nothing a session needs: its data is the message.
+            for event in decoder.feed(chunk):
+                if len(event.data.encode()) > MAX_MESSAGE_BYTES:
+                    raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
+                try:
+                    message = json.loads(event.data)
+                except (ValueError, RecursionError):
+                    raise McpNoAnswer(self.name, "sent an event that is not JSON, so not a valid MCP message") from None
+                await session.deliver(message)
+                if reply.done.is_set():
+                    return
+            if decoder.pending > MAX_MESSAGE_BYTES:
                 raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
 
     async def answer(self, session: McpSession, message: dict) -> None:

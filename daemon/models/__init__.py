@@ -18,7 +18,6 @@ from ._gateway import (
 )
 from ._wire import (
     ANTHROPIC_VERSION,
-    SSEDecoder,
 )
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "ModelCallError",
     "ModelEndpoint",
     "ModelGateway",
-    "SSEDecoder",
     "endpoint_url",
     "resolve_endpoint",
 ]

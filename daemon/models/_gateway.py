@@ -21,10 +21,11 @@ from typing import Any
 
 import httpx
 import trio
+from salvor.protocol import SSEDecoder
 
 from ..web import tls_context
 from ._demo import demo_complete
-from ._wire import WIRES, SSEDecoder, StreamedError, WireError, error_message, ticker
+from ._wire import WIRES, StreamedError, WireError, error_message, ticker
 
 # Receives each piece of a streamed call's ticker text as it arrives.
 Delta = Callable[[dict[str, Any]], Awaitable[None]]
@@ -239,15 +240,13 @@ class ModelGateway:
                         raise self._status_error(reply)
                     assembler = wire.stream(fallback_model=model)
                     decoder = SSEDecoder()
-                    async for line in reply.aiter_lines():
-                        event = decoder.line(line)
-                        if event is not None:
-                            assembler.feed(*event)
-                            if on_delta is not None and (delta := ticker(provider, *event)) is not None:
+                    async for chunk in reply.aiter_bytes():
+                        for event in decoder.feed(chunk):
+                            assembler.feed(event.event, event.data)
+                            if on_delta is not None and (delta := ticker(provider, event.event, event.data)) is not None:
                                 await on_delta(delta)
-                    event = decoder.close()
-                    if event is not None:
-                        assembler.feed(*event)
+                    for event in decoder.close():
+                        assembler.feed(event.event, event.data)
                     return assembler.finish()
             reply = await self._client.post(url, json=body, headers=headers,
                                             timeout=self._timeout)

@@ -72,37 +72,6 @@ def error_message(body: Any) -> str | None:
     return None
 
 
-class SSEDecoder:
-    """Splits server-sent-event lines into (event name, data) pairs."""
-
-    def __init__(self) -> None:
-        self._event: str | None = None
-        self._data: list[str] = []
-
-    def line(self, line: str) -> tuple[str | None, str] | None:
-        """Feed one line (without its newline); returns an event when one ends."""
-        if line == "":
-            if not self._data:
-                self._event = None
-                return None
-            event, data = self._event, "\n".join(self._data)
-            self._event, self._data = None, []
-            return event, data
-        if line.startswith(":"):
-            return None  # a comment, used by servers as a keep-alive
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            self._event = value
-        elif field == "data":
-            self._data.append(value)
-        return None
-
-    def close(self) -> tuple[str | None, str] | None:
-        """The last event, if the stream ended without its blank line."""
-        return self.line("")
-
-
 # --------------------------------------------------------------------------
 # Anthropic Messages
 # --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import trio
-from salvor.protocol import MalformedJson, parse_strict
+from salvor.protocol import MalformedJson, parse_strict, sse_frame
 
 from ..mcp import MAX_MESSAGE_BYTES
 from ..web import (
@@ -140,9 +140,8 @@ async def _push_stream(lane: Any, receive, send) -> None:
 
             nursery.start_soon(until_gone)
             async for note in notes:
-                data = json.dumps(note, ensure_ascii=False, separators=(",", ":")).encode()
-                await send({"type": "http.response.body", "body": b"event: message\ndata: " + data + b"\n\n",
-                            "more_body": True})
+                data = json.dumps(note, ensure_ascii=False, separators=(",", ":"))
+                await send({"type": "http.response.body", "body": sse_frame(data, event="message"), "more_body": True})
             nursery.cancel_scope.cancel(reason="the lane closed its MCP push stream")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream

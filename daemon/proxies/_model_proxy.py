@@ -48,13 +48,14 @@ from salvor.protocol import (
     ModelCallRequested,
     ReplayLane,
     RunFailed,
+    SSEDecoder,
     Step,
     parse_strict,
     sha256_hash,
 )
 from salvor.store import StoreUnavailable
 
-from ..models import ANTHROPIC_VERSION, SSEDecoder, endpoint_url
+from ..models import ANTHROPIC_VERSION, endpoint_url
 from ..recording import RunContext
 from ..web import (
     BODY_TIMEOUT_SECONDS,
@@ -482,20 +483,10 @@ class ProxySession:
                 await reply.start_stream(answer.status_code)
                 decoder = SSEDecoder()
                 frames: list[list] = []
-                pending = ""
                 async for text in answer.aiter_text():
                     await reply.chunk(text.encode())
-                    pending += text
-                    *lines, pending = pending.split("\n")
-                    for line in lines:
-                        event = decoder.line(line.removesuffix("\r"))
-                        if event is not None:
-                            frames.append([event[0], event[1]])
-                if pending:
-                    decoder.line(pending.removesuffix("\r"))
-                event = decoder.close()
-                if event is not None:
-                    frames.append([event[0], event[1]])
+                    frames.extend([event.event, event.data] for event in decoder.feed(text))
+                frames.extend([event.event, event.data] for event in decoder.close())
                 await reply.end()
                 if not stream_complete(wire, frames):
                     log.warning("run %s: the upstream stream ended without a final answer; the call stays open", self.run_id)

@@ -15,6 +15,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from salvor.protocol import sse_frame
+
 OPENAI_CHAT = "openai.chat"
 OPENAI_RESPONSES = "openai.responses"
 ANTHROPIC_MESSAGES = "anthropic.messages"
@@ -237,12 +239,7 @@ def body_complete(wire: str, body: Any) -> bool:
 
 def encode_frames(frames: Sequence[Sequence]) -> bytes:
     """SSE bytes re-emitting recorded frames exactly as they were cut."""
-    out = []
-    for event, data in frames:
-        head = f"event: {event}\n" if event else ""
-        lines = "".join(f"data: {line}\n" for line in data.split("\n"))
-        out.append(f"{head}{lines}\n")
-    return "".join(out).encode()
+    return b"".join(sse_frame(data, event=event or None) for event, data in frames)
 
 
 def error_body(wire: str, status: int, message: str) -> dict:

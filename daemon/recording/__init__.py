@@ -7,6 +7,7 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 from __future__ import annotations
 
 from ._refusals import (
+    checked_labels,
     needs_reconciliation,
     parse_run_id,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Parked",
     "RunContext",
     "StoreAccess",
+    "checked_labels",
     "claim_to_settle",
     "needs_reconciliation",
     "open_store_access",

@@ -1,10 +1,12 @@
-"""Refusals every surface that drives a run shares: a run id that is not one, a write left unsettled."""
+"""Refusals every surface that drives a run shares: a run id that is not one, labels out of bounds, a write
+left unsettled."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from salvor.protocol import RunView, excerpt
+from salvor.protocol import ErrorCode, RunView, SchemaViolation, check_labels, excerpt
 
 from ..web import OperationRefused, bad_request
 
@@ -21,11 +23,23 @@ def parse_run_id(text: str) -> str:
         raise bad_request(f"{excerpt(text)!r} is not a run id (a run id is a UUID)") from None
 
 
+def checked_labels(labels: Any, where: str = "") -> dict[str, str] | None:
+    """``labels`` when they pass the one label check (``salvor.protocol.check_labels``).
+
+    Raises:
+        OperationRefused: bad_request with the check's sentence, after ``where`` (say ``"events[0]: "``).
+    """
+    try:
+        check_labels(labels)
+    except SchemaViolation as exc:
+        raise bad_request(where + exc.message) from None
+    return labels
+
+
 def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
     intent = view.pending.intent_json()
     return OperationRefused(
-        "needs_reconciliation",
-        409,
+        ErrorCode.NEEDS_RECONCILIATION,
         f"run {run_id} needs reconciliation: a write ({intent['tool']} at seq {intent['seq']}) was "
         f"recorded but never completed, so it may or may not have happened; check it, then record "
         f"what it returned with `salvor resolve {run_id} --output JSON`",

@@ -26,6 +26,7 @@ from salvor.protocol import (
     CodedError,
     Effect,
     Envelope,
+    ErrorCode,
     Event,
     EventKind,
     MalformedEvent,
@@ -81,8 +82,7 @@ class DriveInterrupted(CodedError):
     re-issues it.
     """
 
-    code = "model_execution"
-    status = 502
+    code = ErrorCode.MODEL_EXECUTION
 
 
 def utc_now() -> datetime:

@@ -21,6 +21,7 @@ from ._ownership import (
 )
 from ._runtime import (
     MISSING,
+    ResumeOutcome,
     Runtime,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "DriverSet",
     "EventHub",
     "LiveEvent",
+    "ResumeOutcome",
     "Runtime",
     "driving_run",
     "event_frame",

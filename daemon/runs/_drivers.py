@@ -29,7 +29,7 @@ import trio
 from salvor.protocol import CodedError
 from salvor.store import store_fault
 
-from ..agents import AgentDefinition
+from ..agents import AgentDefinition, AgentKind
 from ._healing import StoreHealing
 from ._runtime import Runtime
 
@@ -41,7 +41,7 @@ DRAIN_SECONDS = 10.0
 
 def launches_processes(agent: AgentDefinition) -> bool:
     """Whether a drive of ``agent`` starts local processes: a process agent, or stdio MCP servers."""
-    return agent.kind == "process" or any(server.command is not None for server in agent.mcp_servers)
+    return agent.kind is AgentKind.PROCESS or any(server.command is not None for server in agent.mcp_servers)
 
 
 class _LaunchSlot:

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Self
 
 import trio
-from salvor.protocol import Envelope, RunView, encode_envelope, step
+from salvor.protocol import Envelope, RunView, encode_envelope, sse_frame, step
 
 QUEUE_LIMIT = 1024
 
 
 def event_frame(envelope: Envelope) -> bytes:
     """One server-sent event: the seq as its id, the pinned envelope as its data."""
-    return f"id: {envelope.seq}\ndata: {encode_envelope(envelope)}\n\n".encode()
+    return sse_frame(encode_envelope(envelope), id=envelope.seq)
 
 
 @dataclass(frozen=True, slots=True)

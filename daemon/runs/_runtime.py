@@ -7,6 +7,7 @@ exactly as it was.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import os
@@ -20,7 +21,9 @@ from salvor.protocol import (
     EMPTY_VIEW,
     MAX_NESTING,
     TERMINAL_STATES,
+    Actor,
     Envelope,
+    ErrorCode,
     Resumed,
     RunAbandoned,
     RunFailed,
@@ -29,15 +32,14 @@ from salvor.protocol import (
     RunView,
     SchemaViolation,
     ToolCallCompleted,
-    check_labels,
+    check_resume_input,
     parse_instant,
-    validate,
-    validate_budget_extension,
 )
 from salvor.store import RunSummary, SeqConflict
 
 from ..agents import (
     AgentDefinition,
+    AgentKind,
     Credentials,
     DefinitionError,
     drive,
@@ -48,7 +50,14 @@ from ..client_runs import ClientTool, check_resolution
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
-from ..recording import StoreAccess, claim_to_settle, needs_reconciliation, parse_run_id, utc_now
+from ..recording import (
+    StoreAccess,
+    checked_labels,
+    claim_to_settle,
+    needs_reconciliation,
+    parse_run_id,
+    utc_now,
+)
 from ..tools import ToolRegistry
 from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
 
@@ -57,11 +66,18 @@ log = logging.getLogger("salvor.runs")
 MISSING: Any = object()
 
 
+class ResumeOutcome(enum.StrEnum):
+    """What a resume decided: drive the run now, or leave it (it has nothing left to do)."""
+
+    DRIVING = "driving"
+    FINISHED = "finished"
+
+
 @dataclass(frozen=True, slots=True)
 class ResumeDecision:
     """What a resume found: ``driving`` (drive the run now) or ``finished`` (leave it)."""
 
-    outcome: str
+    outcome: ResumeOutcome
     view: RunView
 
 
@@ -107,7 +123,7 @@ class Runtime:
         Raises:
             OperationRefused: bad_request naming the server and why.
         """
-        if agent.kind == "process":
+        if agent.kind is AgentKind.PROCESS:
             # Its stdio servers are started only by a drive; a program that is
             # not there is refused now rather than failing every run later.
             for spec in agent.mcp_servers:
@@ -212,10 +228,7 @@ class Runtime:
                 service agent's proxy port is held by another live run of
                 this daemon.
         """
-        try:
-            check_labels(labels)
-        except SchemaViolation as exc:
-            raise bad_request(exc.message) from None
+        checked_labels(labels)
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if replay_of is not None:
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
@@ -232,7 +245,7 @@ class Runtime:
             try:
                 await self.access.append(run_id, [head], EMPTY_VIEW)
             except SeqConflict:
-                raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+                raise OperationRefused(ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id") from None
         except BaseException:
             if port is not None:
                 self.ports.release(port, run_id)
@@ -247,7 +260,7 @@ class Runtime:
                 completed), bad_request (a built-in agent, or an origin that
                 is itself driven by a client).
         """
-        if agent.kind == "builtin":
+        if agent.kind is AgentKind.BUILTIN:
             raise bad_request(
                 "`replay_of` re-runs agent processes against their recorded model calls; this agent is a built-in "
                 "one, whose recorded runs `salvor replay --dry-run RUN` derives without executing anything"
@@ -255,11 +268,11 @@ class Runtime:
         view = await self.view(origin)
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
-                "wrong_state", 409,
+                ErrorCode.WRONG_STATE,
                 f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
                 details={"replay_of": origin, "state": view.state.value},
             )
-        if view.driven_by == "client":
+        if view.driven_by == Actor.CLIENT:
             raise bad_request(f"run {origin} was driven by a client; a re-run reproduces an agent process's run")
         return view
 
@@ -316,16 +329,15 @@ class Runtime:
                 needs_reconciliation, still_sleeping, unknown_agent.
         """
         view = await self.view(run_id)
-        if view.driven_by == "client":
+        if view.driven_by == Actor.CLIENT:
             raise OperationRefused(
-                "client_driven_run",
-                409,
+                ErrorCode.CLIENT_DRIVEN_RUN,
                 f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
                 f"daemon never becomes a second writer against the client's lease",
             )
         state = view.state
         if view.terminal:
-            return ResumeDecision("finished", view)
+            return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
             raise needs_reconciliation(run_id, view)
         if state is RunState.SLEEPING:
@@ -334,8 +346,7 @@ class Runtime:
             if now < wake_at:
                 remaining = math.ceil((wake_at - now).total_seconds())
                 raise OperationRefused(
-                    "still_sleeping",
-                    409,
+                    ErrorCode.STILL_SLEEPING,
                     f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
                     f"another {remaining}s; it is not waiting on input and continues when its deadline "
                     f"passes and something wakes it (`salvor wake`)",
@@ -351,14 +362,11 @@ class Runtime:
                 )
                 raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
             try:
-                if state is RunState.SUSPENDED:
-                    validate(view.detail["input_schema"], run_input, what="the resume input")
-                else:
-                    validate_budget_extension(run_input)
+                check_resume_input(view, run_input)
             except SchemaViolation as exc:
                 raise bad_request(exc.message, details={"violations": exc.violations}) from None
             _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
-        return ResumeDecision("driving", view)
+        return ResumeDecision(ResumeOutcome.DRIVING, view)
 
     async def resolve(self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]) -> RunView:
         """Record by hand what a dangling write did. Records one event; drives nothing.
@@ -375,7 +383,7 @@ class Runtime:
             if view.pending is not None:
                 then = (
                     "its client performs it again on its next drive, and it needs nobody"
-                    if view.driven_by == "client" else f"`salvor resume {run_id}` finishes it"
+                    if view.driven_by == Actor.CLIENT else f"`salvor resume {run_id}` finishes it"
                 )
                 raise wrong_state(
                     f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
@@ -383,13 +391,13 @@ class Runtime:
                 )
             raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
         seq = view.pending.seq
-        if view.pending.performed_by == "client":
+        if view.pending.performed_by == Actor.CLIENT:
             check_resolution(client_tools, view.pending.tool, view.pending.input, output)
         # A write that claimed its idempotency identity is settled with it, so
         # a later call under the same key copies this outcome.
         settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
         _, view = await self.access.append(
-            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by="operator")], view, settle=settle
+            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by=Actor.OPERATOR)], view, settle=settle
         )
         return view
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, ErrorCode
 
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
@@ -35,7 +35,7 @@ from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executo
 from ..processes import sweep_orphans
 from ..proxies import open_model_proxy
 from ..recording import open_store_access
-from ..runs import SERVE, DriverSet, EventHub, Runtime, own_store
+from ..runs import SERVE, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
 from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
 from ..web import serve as serve_asgi
@@ -163,7 +163,7 @@ async def sweep_once(state: ServerState) -> int:
             # One bad run does not stop the sweep; it stays due.
             log.warning("sleeping run %s not woken: %s", run_id, exc.message)
             continue
-        if decision.outcome == "driving":
+        if decision.outcome is ResumeOutcome.DRIVING:
             woken += state.drivers.start(run_id)
     return woken
 
@@ -242,7 +242,7 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                     if failed is None:
                         raise
                     raise OperationRefused(
-                        "listen_failed", 503,
+                        ErrorCode.LISTEN_FAILED,
                         f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
                         "stop what holds it, or pick another address with --listen",
                     ) from None

@@ -61,6 +61,7 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config
+from salvor.protocol import ErrorCode
 
 from ._hypercorn_seam import HypercornConnection, serve_connections
 
@@ -72,15 +73,18 @@ MAX_RECV = 2**16
 # for a close before reuse). hypercorn's 5 s equals httpx's and raced it.
 KEEP_ALIVE_SECONDS = 120.0
 
-# (status, code, message) of the refusals the HTTP layer gives before any
+# status -> (code, message) of the refusals the HTTP layer gives before any
 # route sees the request. Fixed sentences: h11's own reasons can quote the
 # caller's bytes.
 _REFUSALS = {
-    400: ("bad_request",
-          "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
-    431: ("headers_too_large", "the request line and headers are larger than this server accepts"),
-    501: ("not_implemented", "this server implements no transfer-coding but chunked"),
-    505: ("http_version_not_supported", "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
+    code.status: (code, message)
+    for code, message in (
+        (ErrorCode.BAD_REQUEST,
+         "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
+        (ErrorCode.HEADERS_TOO_LARGE, "the request line and headers are larger than this server accepts"),
+        (ErrorCode.NOT_IMPLEMENTED, "this server implements no transfer-coding but chunked"),
+        (ErrorCode.HTTP_VERSION_NOT_SUPPORTED, "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
+    )
 }
 _HTTP_VERSIONS = frozenset({"1.0", "1.1", "2"})
 
@@ -88,7 +92,7 @@ _HTTP_VERSIONS = frozenset({"1.0", "1.1", "2"})
 def refusal_body(status: int) -> bytes:
     """The error envelope of one of the HTTP layer's own refusals."""
     code, message = _REFUSALS[status]
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+    return json.dumps({"error": {"code": str(code), "message": message}}).encode()
 
 
 class ListenerConfig(Config):

@@ -12,6 +12,7 @@ import math
 from collections.abc import AsyncIterator
 
 import trio
+from salvor.protocol import ErrorCode
 
 from ._errors import OperationRefused, request_timeout
 
@@ -54,7 +55,7 @@ class CappedBody:
     def whole(self) -> bytes:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
         if self._over:
-            raise OperationRefused("payload_too_large", 413, f"the body is over the {self._cap}-byte cap")
+            raise OperationRefused(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap")
         return bytes(self._data)
 
 

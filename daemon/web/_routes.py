@@ -12,11 +12,9 @@ import re
 from typing import Any
 
 from quart import Response, request
-from salvor.protocol import CodedError, MalformedJson, excerpt, parse_strict
+from salvor.protocol import CodedError, ErrorCode, MalformedJson, excerpt, parse_strict
 
 from ._errors import OperationRefused, bad_request
-from ._request_body import BODY_TIMEOUT_SECONDS as BODY_TIMEOUT_SECONDS
-from ._request_body import MAX_BODY_BYTES as MAX_BODY_BYTES
 from ._request_body import read_body
 
 _ABSENT: Any = object()
@@ -50,7 +48,7 @@ def whole_number(text: str) -> int | None:
 
 def unauthorized() -> OperationRefused:
     return OperationRefused(
-        "unauthorized", 401, "this server requires `Authorization: Bearer <token>`; the token was missing or wrong"
+        ErrorCode.UNAUTHORIZED, "this server requires `Authorization: Bearer <token>`; the token was missing or wrong"
     )
 
 

@@ -14,7 +14,7 @@ import json
 import pytest
 import trio
 from salvor.daemon.api._app import create_app
-from salvor.daemon.web._routes import MAX_BODY_BYTES
+from salvor.daemon.web._request_body import MAX_BODY_BYTES
 
 from tests.daemon.client_runs.test_client_runs import envelope, head, open_run
 from tests.support.api import NOBODY, snapshot

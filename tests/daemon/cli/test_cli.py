@@ -149,6 +149,7 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
         (["run", "AGENT", "--input", '"\\u0000"'], ["--input holds a NUL character"]),
         (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
         (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
+        (["run", "AGENT", "--label", "=v"], ["label key '' must be 1 to 64 bytes"]),
         (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),
         (["run", "missing-agent.toml"], ["cannot read agent file"]),
         (["run", "sha256:0000"], ["no agent sha256:0000 is stored here"]),
@@ -358,8 +359,8 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
     # this test process never maps them itself (a write through its own
     # mapping would be its own SIGBUS).
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom salvor.store import EventStore\n"
-         f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)"],
+        [sys.executable, "-c", ("import sys, time\nfrom salvor.store import EventStore\n"
+         f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout.readline().strip() == "open"

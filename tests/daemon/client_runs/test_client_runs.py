@@ -137,6 +137,18 @@ async def test_append_refusals_write_nothing(server) -> None:
     assert (await client.get(f"/v1/runs/{run_id}")).status_code == 404
 
 
+async def test_labels_are_refused_in_the_same_sentence_as_when_a_run_is_started(server) -> None:
+    client = server.client
+    opened = await open_run(client)
+    run_id, token = opened["run"], opened["drive_token"]
+    for labels in ({f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"": "v"}, {"k": "v" * 257}):
+        started = await client.post("/v1/runs", json={"agent": AGENT, "labels": labels})
+        appended = await append(client, run_id, token, [head(run_id, labels=labels)])
+        assert code(started) == code(appended) == (400, "bad_request")
+        assert appended.json()["error"]["message"] == "events[0]: " + started.json()["error"]["message"]
+    assert await log_of(client, run_id) == []
+
+
 async def test_a_model_or_tool_event_is_422_whatever_its_payload_holds(server) -> None:
     # The kind is judged before the payload: a spec-written client learns "not here", never "malformed".
     client = server.client

@@ -8,25 +8,11 @@ import pytest
 from salvor.daemon.models._wire import (
     AnthropicStream,
     OpenAIStream,
-    SSEDecoder,
     StreamedError,
     WireError,
     anthropic_decode,
     openai_decode,
 )
-
-
-def decode_sse(lines):
-    decoder = SSEDecoder()
-    events = [e for e in map(decoder.line, lines) if e is not None]
-    tail = decoder.close()
-    return events + ([tail] if tail else [])
-
-
-def test_sse_decoder_handles_comments_multiline_data_and_a_missing_last_blank():
-    lines = [": keep-alive", "", "event: ping", "data: {}", "", "data: a", "data:b", "",
-             "event: last", "data: 1"]
-    assert decode_sse(lines) == [("ping", "{}"), (None, "a\nb"), ("last", "1")]
 
 
 def test_anthropic_stream_error_event_is_raised():
