@@ -70,7 +70,11 @@ def decode_event(kind: Any, payload: Any, *, seq: int) -> Event:
     """
     event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if event_type is None:
-        raise MalformedEvent(f"unknown event kind {excerpt(kind)!r}" if isinstance(kind, str) else "an event kind must be a string")
+        raise MalformedEvent(
+            f"unknown event kind {excerpt(kind)!r}"
+            if isinstance(kind, str)
+            else "an event kind must be a string"
+        )
     return event_type.from_payload(payload, seq=seq)
 
 

@@ -8,7 +8,6 @@ directly: raise the subclass that names the fault.
 
 from __future__ import annotations
 
-
 # How much of a caller's text a message may quote: enough to recognise it, never a whole body.
 EXCERPT_CHARS = 64
 

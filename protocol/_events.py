@@ -152,7 +152,9 @@ class Event:
         if cls.positioned and "seq" in payload:
             _seq(cls.KIND, "seq", payload["seq"])
             if payload["seq"] != seq:
-                raise _fail(cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}")
+                raise _fail(
+                    cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}"
+                )
             payload = {key: value for key, value in payload.items() if key != "seq"}
         names = cls._field_names()
         for key in payload:
@@ -186,9 +188,10 @@ class RunStarted(Event):
 
     def __post_init__(self) -> None:
         _str(self.KIND, "agent_def_hash", self.agent_def_hash)
-        if self.labels is not None and (not isinstance(self.labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
-        )):
+        if self.labels is not None and (
+            not isinstance(self.labels, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items())
+        ):
             raise _fail(self.KIND, "`labels` must be an object of string values")
         if self.driven_by is not None and self.driven_by != "client":
             raise _fail(self.KIND, '`driven_by` is "client" or absent')

@@ -80,9 +80,7 @@ def check_labels(labels: dict | None) -> None:
                 f"label key {excerpt(key)!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
             )
         if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-            raise SchemaViolation(
-                f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes"
-            )
+            raise SchemaViolation(f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes")
 
 
 def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
@@ -125,10 +123,14 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, ModelCallCompleted):
         if view.pending.kind != "model" or event.seq != view.pending.seq:
-            raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
+            raise _refuse(
+                view, envelope, f"it must name the open model intent at seq {view.pending.seq}"
+            )
     elif isinstance(event, ToolCallCompleted):
         if event.seq != view.pending.seq:
-            raise _refuse(view, envelope, f"it must name the open tool intent at seq {view.pending.seq}")
+            raise _refuse(
+                view, envelope, f"it must name the open tool intent at seq {view.pending.seq}"
+            )
     elif isinstance(event, Suspended):
         try:
             check_schema(event.input_schema)
@@ -150,7 +152,9 @@ def check_next(view: RunView, envelope: Envelope) -> None:
         )
         if event.unresolved_write != expected:
             if expected is None:
-                raise _refuse(view, envelope, "unresolved_write is only for a run parked at a write")
+                raise _refuse(
+                    view, envelope, "unresolved_write is only for a run parked at a write"
+                )
             raise _refuse(view, envelope, f"it must carry unresolved_write {expected}")
 
 

@@ -54,7 +54,11 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BOM = b"\xef\xbb\xbf"
-_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
+_WIDE_BOMS = (
+    b"\xff\xfe",
+    b"\xfe\xff",
+    b"\x00\x00\xfe\xff",
+)  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
 
 
 class MalformedJson(ProtocolError):
@@ -164,8 +168,10 @@ def _check_string(text: str, what: str) -> None:
         raise MalformedJson(f"{what} holds a NUL character (\\u0000), which the store cannot keep")
     found = _SURROGATE.search(text)
     if found:
-        raise MalformedJson(f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), "
-                            "which is not a Unicode character")
+        raise MalformedJson(
+            f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), "
+            "which is not a Unicode character"
+        )
 
 
 def _check_characters(value: Any, what: str) -> None:
@@ -197,8 +203,10 @@ def check_document(value: Any, what: str) -> None:
             if not math.isfinite(item):
                 raise MalformedJson(f"{what} holds {item}, which is not a JSON number")
         elif item is not None and kind is not bool:
-            raise MalformedJson(f"{what} holds {excerpt(item, 32)} (a {kind.__name__}), which JSON "
-                                "cannot carry; write it as a string")
+            raise MalformedJson(
+                f"{what} holds {excerpt(item, 32)} (a {kind.__name__}), which JSON "
+                "cannot carry; write it as a string"
+            )
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict:
@@ -232,19 +240,26 @@ def decode_text(data: bytes, what: str) -> str:
     if data.startswith(_BOM):
         raise MalformedJson(f"{what} starts with a byte-order mark; send UTF-8 without one")
     if data.startswith(_WIDE_BOMS):
-        raise MalformedJson(f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8")
+        raise MalformedJson(
+            f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8"
+        )
     if b"\x00" in data:
         # UTF-16 and UTF-32 put NUL bytes beside every ASCII character; UTF-8 text never holds one.
         raise MalformedJson(f"{what} holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MalformedJson(f"{what} is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at "
-                            f"offset {exc.start}") from None
+        raise MalformedJson(
+            f"{what} is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at "
+            f"offset {exc.start}"
+        ) from None
 
 
 def parse_strict(
-    data: bytes | str, what: str = "the body", *, limit: int = MAX_NESTING,
+    data: bytes | str,
+    what: str = "the body",
+    *,
+    limit: int = MAX_NESTING,
     big_integers: bool = False,
 ) -> Any:
     """The value of a strict JSON text (see the module's rules); ``what`` names it in a refusal.
@@ -265,10 +280,17 @@ def parse_strict(
         raw, text = data.encode("utf-8", "surrogatepass"), data
     depth = text_depth(text, limit)
     if depth > limit:
-        raise MalformedJson(f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}")
+        raise MalformedJson(
+            f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}"
+        )
     try:
-        value = json.loads(text, object_pairs_hook=_unique, parse_constant=_constant,
-                           parse_float=_finite, parse_int=_integer_reader(raw, big_integers))
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique,
+            parse_constant=_constant,
+            parse_float=_finite,
+            parse_int=_integer_reader(raw, big_integers),
+        )
     except _InexactInteger as exc:
         raise _inexact_integer(what, exc.text) from None
     except RecursionError:  # unreachable under the limit; kept so no parse can ever escape as one

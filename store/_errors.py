@@ -29,7 +29,9 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
     status = 503
 
-    def __init__(self, message: str, *, transient: bool = False, details: dict | None = None) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, details: dict | None = None
+    ) -> None:
         super().__init__(message, details=details)
         self.transient = transient
 

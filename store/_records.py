@@ -138,7 +138,9 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
         if not isinstance(first, str) or not isinstance(run_id, str):
             raise TypeError(cursor)
     except (MalformedJson, ValueError, TypeError, binascii.Error):
-        raise BadCursor(f"the listing cursor {excerpt(cursor)!r} is not one this store issued") from None
+        raise BadCursor(
+            f"the listing cursor {excerpt(cursor)!r} is not one this store issued"
+        ) from None
     return first, run_id
 
 

@@ -95,7 +95,9 @@ class DeclaredEndpoint:
         """The variable whose key this endpoint gets (None: a file's key, or no key)."""
         return DEFAULT_KEY_ENV.get(provider) if self.provider_default else self.key_env
 
-    def key_for(self, provider: str, environ: Mapping[str, str], provider_keys: Mapping[str, str]) -> str | None:
+    def key_for(
+        self, provider: str, environ: Mapping[str, str], provider_keys: Mapping[str, str]
+    ) -> str | None:
         """The key sent to this endpoint.
 
         ``provider_keys``: variable name -> the key systemd's credential of
@@ -125,17 +127,25 @@ def parse_model_endpoint(text: str) -> DeclaredEndpoint:
     """
     url, *options = text.split(",")
     if not is_http_url(url):
-        raise CredentialError(f"--model-endpoint needs an http:// or https:// URL first, not {url[:80]!r}")
+        raise CredentialError(
+            f"--model-endpoint needs an http:// or https:// URL first, not {url[:80]!r}"
+        )
     found: dict[str, str] = {}
     for option in options:
         name, sep, value = option.partition("=")
         if not sep or name not in ("key_env", "key_file") or not value:
-            raise CredentialError(f"--model-endpoint takes key_env=VAR or key_file=PATH after the URL, not {option[:40]!r}")
+            raise CredentialError(
+                f"--model-endpoint takes key_env=VAR or key_file=PATH after the URL, not {option[:40]!r}"
+            )
         found[name] = value
     if len(found) > 1 or len(options) > 1:
-        raise CredentialError("--model-endpoint takes one of key_env=VAR or key_file=PATH, not both")
+        raise CredentialError(
+            "--model-endpoint takes one of key_env=VAR or key_file=PATH, not both"
+        )
     if "key_file" in found:
-        return DeclaredEndpoint(base_url=url, key=read_key_file(found["key_file"], "the key_file of --model-endpoint"))
+        return DeclaredEndpoint(
+            base_url=url, key=read_key_file(found["key_file"], "the key_file of --model-endpoint")
+        )
     return DeclaredEndpoint(base_url=url, key_env=found.get("key_env"))
 
 
@@ -147,13 +157,23 @@ def parse_mcp_origin(text: str) -> McpOrigin:
     """
     origin, *options = text.split(",")
     parts = urlsplit(origin) if is_http_url(origin) else None
-    if parts is None or parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise CredentialError(f"--mcp-origin needs an origin such as https://tools.example.com, not {origin[:80]!r}")
+    if (
+        parts is None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username
+    ):
+        raise CredentialError(
+            f"--mcp-origin needs an origin such as https://tools.example.com, not {origin[:80]!r}"
+        )
     envs = set()
     for option in options:
         name, sep, value = option.partition("=")
         if not sep or name != "header_env" or not value:
-            raise CredentialError(f"--mcp-origin takes header_env=VAR after the origin, not {option[:40]!r}")
+            raise CredentialError(
+                f"--mcp-origin takes header_env=VAR after the origin, not {option[:40]!r}"
+            )
         envs.add(value)
     return McpOrigin(origin=origin_of(origin), header_envs=frozenset(envs))
 
@@ -199,8 +219,13 @@ class Credentials:
         # The daemon-wide variable and the public hosts are declared by being there.
         implicit = []
         if environ.get("SALVOR_MODEL_BASE_URL"):
-            implicit.append(DeclaredEndpoint(base_url=environ["SALVOR_MODEL_BASE_URL"], provider_default=True))
-        implicit += [DeclaredEndpoint(base_url=url, key_env=DEFAULT_KEY_ENV[p]) for p, url in PUBLIC_BASE_URLS.items()]
+            implicit.append(
+                DeclaredEndpoint(base_url=environ["SALVOR_MODEL_BASE_URL"], provider_default=True)
+            )
+        implicit += [
+            DeclaredEndpoint(base_url=url, key_env=DEFAULT_KEY_ENV[p])
+            for p, url in PUBLIC_BASE_URLS.items()
+        ]
         for endpoint in (*endpoints, *implicit):
             self.declare_endpoint(endpoint)
         for origin in mcp_origins:
@@ -211,7 +236,11 @@ class Credentials:
 
     @classmethod
     def for_daemon(
-        cls, model_endpoints=(), mcp_origins=(), *, environ: Mapping[str, str] = os.environ,
+        cls,
+        model_endpoints=(),
+        mcp_origins=(),
+        *,
+        environ: Mapping[str, str] = os.environ,
     ) -> Credentials:
         """The daemon's declarations from its flags and environment; every key file is read now.
 
@@ -229,14 +258,22 @@ class Credentials:
             for provider, name in PROVIDER_KEY_CREDENTIALS.items():
                 path = os.path.join(directory, name)
                 if os.path.exists(path):
-                    provider_keys[DEFAULT_KEY_ENV[provider]] = read_key_file(path, f"the credential {name}")
+                    provider_keys[DEFAULT_KEY_ENV[provider]] = read_key_file(
+                        path, f"the credential {name}"
+                    )
             path = os.path.join(directory, AGENT_KEY_CREDENTIAL)
             if os.path.exists(path):
                 upstream_key = read_key_file(path, f"the credential {AGENT_KEY_CREDENTIAL}")
         if environ.get("SALVOR_AGENT_KEY_FILE"):
             upstream_key = read_key_file(environ["SALVOR_AGENT_KEY_FILE"], "SALVOR_AGENT_KEY_FILE")
-        return cls(endpoints=endpoints, mcp_origins=origins, provider_keys=provider_keys,
-                   upstream_key=upstream_key, strict=True, environ=environ)
+        return cls(
+            endpoints=endpoints,
+            mcp_origins=origins,
+            provider_keys=provider_keys,
+            upstream_key=upstream_key,
+            strict=True,
+            environ=environ,
+        )
 
     def declare_endpoint(self, endpoint: DeclaredEndpoint) -> None:
         """Add one declaration; the first one for an endpoint wins (flags before the implicit ones)."""
@@ -263,15 +300,28 @@ class Credentials:
             for endpoint in self._endpoints.values():
                 if not is_http_url(endpoint.base_url):
                     continue  # a SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there
-                choices.append(LlmChoice(
-                    provider=provider, base_url=endpoint.base_url, key_env=endpoint.bound_env(provider),
-                    default=self.declared(default) is endpoint if is_http_url(default) else False))
+                choices.append(
+                    LlmChoice(
+                        provider=provider,
+                        base_url=endpoint.base_url,
+                        key_env=endpoint.bound_env(provider),
+                        default=self.declared(default) is endpoint
+                        if is_http_url(default)
+                        else False,
+                    )
+                )
         return tuple(choices)
 
     # -- what a definition from HTTP may name ----------------------------------------
 
-    def check_llm(self, *, provider: str, base_url: str | None, base_url_env: str | None,
-                  api_key_env: str | None) -> None:
+    def check_llm(
+        self,
+        *,
+        provider: str,
+        base_url: str | None,
+        base_url_env: str | None,
+        api_key_env: str | None,
+    ) -> None:
         """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a variable the operator did not bind.
 
         Raises:
@@ -297,7 +347,9 @@ class Credentials:
                 f"leave it out (the endpoint's own key is used), or the operator binds it with `{_ENDPOINT_HINT}`"
             )
 
-    def check_mcp_url(self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None) -> None:
+    def check_mcp_url(
+        self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None
+    ) -> None:
         """Refuse an MCP ``url`` server from HTTP on an undeclared origin, or naming an unbound variable.
 
         Raises:
@@ -321,8 +373,14 @@ class Credentials:
 
     # -- what a drive sends ----------------------------------------------------
 
-    def endpoint_for(self, *, provider: str, base_url: str | None, base_url_env: str | None,
-                     api_key_env: str | None) -> ModelEndpoint:
+    def endpoint_for(
+        self,
+        *,
+        provider: str,
+        base_url: str | None,
+        base_url_env: str | None,
+        api_key_env: str | None,
+    ) -> ModelEndpoint:
         """The endpoint a definition reaches and the key that goes with it.
 
         Strict (the daemon): the URL resolves as it always has; a declared
@@ -330,8 +388,13 @@ class Credentials:
         the operator wrote) gets the key its ``api_key_env`` names, or none,
         never a provider's default key.
         """
-        resolved = resolve_endpoint(provider=provider, base_url=base_url, base_url_env=base_url_env,
-                                    api_key_env=api_key_env, environ=self.environ)
+        resolved = resolve_endpoint(
+            provider=provider,
+            base_url=base_url,
+            base_url_env=base_url_env,
+            api_key_env=api_key_env,
+            environ=self.environ,
+        )
         if resolved.provider == "demo" or not self.strict:
             return resolved
         declared = self.declared(resolved.base_url)

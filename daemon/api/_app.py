@@ -61,8 +61,13 @@ from ._stream import add_stream_route
 
 log = logging.getLogger("salvor.api")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "payload_too_large",
-               415: "bad_request"}
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "payload_too_large",
+    415: "bad_request",
+}
 _TERMINAL = {RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value}
 MAX_PAGE = 1000
 
@@ -72,8 +77,10 @@ async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
     if state.driven_elsewhere is None:
         return
     if run_id in await trio.to_thread.run_sync(state.driven_elsewhere, [run_id]):
-        raise wrong_state(f"run {run_id} is being driven by another salvor process beside this daemon "
-                          "(a `salvor run`); let it finish, or stop it first, then resume it here")
+        raise wrong_state(
+            f"run {run_id} is being driven by another salvor process beside this daemon "
+            "(a `salvor run`); let it finish, or stop it first, then resume it here"
+        )
 
 
 @dataclass
@@ -126,7 +133,9 @@ class ServerState:
 def _labels(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         raise bad_request("`labels` must be an object of string values")
     try:
         check_labels(value)
@@ -189,8 +198,12 @@ def create_app(state: ServerState) -> QuartTrio:
             raise bad_request("the definition is not UTF-8 text") from None
         try:
             agent = parse_definition(
-                text, fmt, known_tools=runtime.registry.names(), allow_paths=False,
-                allow_processes=state.allow_process_agents, credentials=state.credentials,
+                text,
+                fmt,
+                known_tools=runtime.registry.names(),
+                allow_paths=False,
+                allow_processes=state.allow_process_agents,
+                credentials=state.credentials,
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
@@ -202,7 +215,12 @@ def create_app(state: ServerState) -> QuartTrio:
     async def list_agents():
         stored = await runtime.list_agents()
         return json_response(
-            {"agents": [{"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})} for a in stored]}
+            {
+                "agents": [
+                    {"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})}
+                    for a in stored
+                ]
+            }
         )
 
     @app.get("/v1/agents/<agent_hash>")
@@ -210,7 +228,11 @@ def create_app(state: ServerState) -> QuartTrio:
         stored = await runtime.find_agent(agent_hash)
         if stored is None:
             raise unknown_agent(agent_hash)
-        body = {"agent": stored.agent_def_hash, "format": stored.format, "definition": stored.definition}
+        body = {
+            "agent": stored.agent_def_hash,
+            "format": stored.format,
+            "definition": stored.definition,
+        }
         if stored.name:
             body["name"] = stored.name
         return json_response(body)
@@ -230,7 +252,9 @@ def create_app(state: ServerState) -> QuartTrio:
                 raise bad_request("`replay_of` must be a run id string")
             replay_of = parse_run_id(replay_of)
             if "input" in body:
-                raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
+                raise bad_request(
+                    "a re-run takes its origin's input; leave `input` out when `replay_of` is given"
+                )
         labels = _labels(body.get("labels"))
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
@@ -246,7 +270,12 @@ def create_app(state: ServerState) -> QuartTrio:
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
         run_id = await runtime.start_run(
-            agent, body.get("input"), labels=labels, run_id=run_id, register=False, replay_of=replay_of
+            agent,
+            body.get("input"),
+            labels=labels,
+            run_id=run_id,
+            register=False,
+            replay_of=replay_of,
         )
         state.drivers.start(run_id, agent)
         answer = {"run": run_id, "status": "running"}
@@ -267,7 +296,9 @@ def create_app(state: ServerState) -> QuartTrio:
         args = request.args
         unknown = sorted(set(args) - {"status", "label", "limit", "cursor"})
         if unknown:
-            raise bad_request(f"unknown query parameter `{unknown[0]}`; use status, label, limit, cursor")
+            raise bad_request(
+                f"unknown query parameter `{unknown[0]}`; use status, label, limit, cursor"
+            )
         status = args.get("status")
         if status is not None and status not in RunState.__members__.values():
             raise bad_request(f"`status` must be one of {', '.join(s.value for s in RunState)}")
@@ -283,7 +314,9 @@ def create_app(state: ServerState) -> QuartTrio:
             if not 1 <= limit <= MAX_PAGE:
                 raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
         cursor = args.get("cursor")
-        page, next_cursor = await runtime.list_runs(state=status, label=label, limit=limit, after=cursor)
+        page, next_cursor = await runtime.list_runs(
+            state=status, label=label, limit=limit, after=cursor
+        )
         body: dict = {"runs": [summary_json(s) for s in page]}
         if next_cursor is not None:
             body["next_cursor"] = next_cursor
@@ -321,7 +354,11 @@ def create_app(state: ServerState) -> QuartTrio:
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome == "finished":
             return json_response(
-                {"run": run_id, "outcome": decision.view.state.value, "status": decision.view.status()}
+                {
+                    "run": run_id,
+                    "outcome": decision.view.state.value,
+                    "status": decision.view.status(),
+                }
             )
         state.drivers.start(run_id)
         return json_response({"run": run_id, "status": "running", "outcome": "driving"}, 202)
@@ -344,7 +381,9 @@ def create_app(state: ServerState) -> QuartTrio:
         if reason is not None and not isinstance(reason, str):
             raise bad_request("`reason` must be a string")
         seq, view = await runtime.abandon(run_id, reason)
-        return json_response({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
+        return json_response(
+            {"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()}
+        )
 
     @app.get("/v1/capabilities")
     async def capabilities():
@@ -358,14 +397,23 @@ def create_app(state: ServerState) -> QuartTrio:
     async def health():
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
-        return json_response({"status": "ok", "recovering": state.drivers.recovering,
-                              "healing": len(state.drivers.healing)})
+        return json_response(
+            {
+                "status": "ok",
+                "recovering": state.drivers.recovering,
+                "healing": len(state.drivers.healing),
+            }
+        )
 
     @app.get("/v1/openapi.json")
     async def openapi():
-        return json_response(openapi_document(tools=runtime.registry.names(),
-                                              process_agents=state.allow_process_agents,
-                                              llm_choices=state.credentials.llm_choices()))
+        return json_response(
+            openapi_document(
+                tools=runtime.registry.names(),
+                process_agents=state.allow_process_agents,
+                llm_choices=state.credentials.llm_choices(),
+            )
+        )
 
     add_stream_route(app, state)
     add_client_run_routes(app, state)

@@ -67,17 +67,23 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     def step_seq(body: dict) -> int:
         seq = body["seq"]
         if type(seq) is not int or seq < 0:
-            raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
+            raise bad_request(
+                "`seq` must be the non-negative log position the client reserved for the intent"
+            )
         return seq
 
     @app.post("/v1/client-runs")
     async def open_client_run():
-        body = await json_object(allowed={"agent", "input", "run_id", "record_prompts"}, optional_body=True)
+        body = await json_object(
+            allowed={"agent", "input", "run_id", "record_prompts"}, optional_body=True
+        )
         if "record_prompts" in body and not isinstance(body["record_prompts"], bool):
             raise bad_request("`record_prompts` must be true or false")
         agent = body.get("agent")
         if "agent" in body and not (isinstance(agent, str) and _AGENT_HASH.fullmatch(agent)):
-            raise bad_request("`agent` must be an agent hash: `sha256:` and 64 lowercase hex digits")
+            raise bad_request(
+                "`agent` must be an agent hash: `sha256:` and 64 lowercase hex digits"
+            )
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise bad_request("`run_id` must be a UUID string")
@@ -85,15 +91,22 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         view = await runtime.find_view(run_id)
         if view is not None and view.driven_by != "client":
             raise OperationRefused(
-                "run_exists", 409,
+                "run_exists",
+                409,
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
-        token = leases.open(run_id, presented(), terminal=view is not None and view.terminal,
-                            record_prompts=body.get("record_prompts", False))
+        token = leases.open(
+            run_id,
+            presented(),
+            terminal=view is not None and view.terminal,
+            record_prompts=body.get("record_prompts", False),
+        )
         log = [] if view is None else await runtime.log(run_id)
-        return json_response({"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
-                             201 if fresh else 200)
+        return json_response(
+            {"run": run_id, "drive_token": token, "log": [e.to_json() for e in log]},
+            201 if fresh else 200,
+        )
 
     @app.post("/v1/client-runs/<run_id>/release")
     async def release(run_id: str):
@@ -123,16 +136,26 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         body = await json_object(allowed={"seq", "request"}, required={"seq", "request"})
         # Every refusal comes before the stream starts, as the error envelope.
-        call = await open_model_step(runtime.access, run_id, step_seq(body), body["request"],
-                                     record_prompts=leases.record_prompts(run_id), executor=state.model_executor)
+        call = await open_model_step(
+            runtime.access,
+            run_id,
+            step_seq(body),
+            body["request"],
+            record_prompts=leases.record_prompts(run_id),
+            executor=state.model_executor,
+        )
         if wants_stream():
             return await stream_model_step(run_id, call)
         if call.answer is not None:
             return json_response(call.answer)
-        return json_response(await perform_model_step(runtime.access, run_id, call, state.model_executor))
+        return json_response(
+            await perform_model_step(runtime.access, run_id, call, state.model_executor)
+        )
 
     def wants_stream() -> bool:
-        return request.args.get("stream") == "1" or "text/event-stream" in request.headers.get("Accept", "")
+        return request.args.get("stream") == "1" or "text/event-stream" in request.headers.get(
+            "Accept", ""
+        )
 
     async def stream_model_step(run_id: str, call: ModelCall):
         """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
@@ -149,8 +172,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                         await frames_out.send(sse_frame("delta", piece))
 
                     try:
-                        answer = await perform_model_step(runtime.access, run_id, call, state.model_executor,
-                                                          on_delta=delta)
+                        answer = await perform_model_step(
+                            runtime.access, run_id, call, state.model_executor, on_delta=delta
+                        )
                     except OperationRefused as exc:
                         await frames_out.send(sse_frame("error", exc.to_json()["error"]))
                     else:
@@ -176,42 +200,75 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     async def tool_step_route(run_id: str):
         run_id = await driving(run_id)
         # `effect` is taken for shape parity and ignored: the registration decides it.
-        body = await json_object(allowed={"seq", "tool", "input", "idempotency_key", "effect"},
-                                 required={"seq", "tool"})
-        answer = await tool_step(runtime.access, runtime.registry, run_id, step_seq(body), body["tool"],
-                                 body.get("input"), body.get("idempotency_key"))
+        body = await json_object(
+            allowed={"seq", "tool", "input", "idempotency_key", "effect"}, required={"seq", "tool"}
+        )
+        answer = await tool_step(
+            runtime.access,
+            runtime.registry,
+            run_id,
+            step_seq(body),
+            body["tool"],
+            body.get("input"),
+            body.get("idempotency_key"),
+        )
         return json_response(answer)
 
     @app.get("/v1/client-tools")
     async def client_tools():
-        return json_response({"client_tools": [state.client_tools[name].to_json() for name in sorted(state.client_tools)]})
+        return json_response(
+            {
+                "client_tools": [
+                    state.client_tools[name].to_json() for name in sorted(state.client_tools)
+                ]
+            }
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-tool-intent")
     async def client_tool_intent(run_id: str):
         run_id = await driving(run_id)
         body = await json_object(allowed={"seq", "tool", "input"}, required={"seq", "tool"})
         tool = declared(state.client_tools, body["tool"])
-        return json_response(await tool_intent(runtime.access, tool, run_id, step_seq(body), body.get("input")))
+        return json_response(
+            await tool_intent(runtime.access, tool, run_id, step_seq(body), body.get("input"))
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-tool-completion")
     async def client_tool_completion(run_id: str):
         run_id = await driving(run_id)
         body = await json_object(allowed={"seq", "output", "error"}, required={"seq"})
-        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, step_seq(body), body))
+        return json_response(
+            await tool_completion(runtime.access, state.client_tools, run_id, step_seq(body), body)
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-model-intent")
     async def client_model_intent(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"})
-        return json_response(await model_intent(runtime.access, run_id, step_seq(body), body["request_hash"],
-                                                body.get("request_body"), record_prompts=leases.record_prompts(run_id)))
+        body = await json_object(
+            allowed={"seq", "request_hash", "request_body"}, required={"seq", "request_hash"}
+        )
+        return json_response(
+            await model_intent(
+                runtime.access,
+                run_id,
+                step_seq(body),
+                body["request_hash"],
+                body.get("request_body"),
+                record_prompts=leases.record_prompts(run_id),
+            )
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-model-completion")
     async def client_model_completion(run_id: str):
         run_id = await driving(run_id)
-        body = await json_object(allowed={"seq", "response", "usage"}, required={"seq", "response", "usage"})
-        return json_response(await model_completion(runtime.access, run_id, step_seq(body), body["response"],
-                                                    body["usage"]))
+        body = await json_object(
+            allowed={"seq", "response", "usage"}, required={"seq", "response", "usage"}
+        )
+        return json_response(
+            await model_completion(
+                runtime.access, run_id, step_seq(body), body["response"], body["usage"]
+            )
+        )
 
     @app.post("/v1/client-runs/<run_id>/resolve")
     async def client_resolve(run_id: str):
@@ -227,5 +284,6 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     @app.post("/v1/client-runs/<run_id>/events")
     async def append(run_id: str):
         run_id = await driving(run_id)
-        return json_response(await appends.append(run_id, await json_object(allowed={"events"}, required={"events"})))
-
+        return json_response(
+            await appends.append(run_id, await json_object(allowed={"events"}, required={"events"}))
+        )

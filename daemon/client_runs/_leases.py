@@ -46,7 +46,8 @@ def lease_ttl(environ: Mapping[str, str] = os.environ) -> float:
 
 def missing_token() -> OperationRefused:
     return OperationRefused(
-        "missing_drive_token", 401,
+        "missing_drive_token",
+        401,
         "this call drives a client-driven run and needs its drive token in the X-Drive-Token header "
         "(POST /v1/client-runs answers it)",
     )
@@ -54,7 +55,8 @@ def missing_token() -> OperationRefused:
 
 def invalid_token(run_id: str) -> OperationRefused:
     return OperationRefused(
-        "invalid_drive_token", 403,
+        "invalid_drive_token",
+        403,
         f"the drive token is not the current lease on run {run_id}: the lease lapsed or another driver holds it; "
         f"re-open the run with POST /v1/client-runs to drive it again",
     )
@@ -109,7 +111,9 @@ class LeaseRegistry:
 
     @staticmethod
     def _matches(lease: _Lease, presented: str | None) -> bool:
-        return presented is not None and hmac.compare_digest(presented.encode(), lease.token.encode())
+        return presented is not None and hmac.compare_digest(
+            presented.encode(), lease.token.encode()
+        )
 
     def _refresh(self, lease: _Lease) -> None:
         lease.expires_at = trio.current_time() + self.ttl
@@ -132,8 +136,14 @@ class LeaseRegistry:
         lease = self._current(run_id)
         return lease is not None and lease.record_prompts
 
-    def open(self, run_id: str, presented: str | None, *, terminal: bool = False,
-             record_prompts: bool = False) -> str:
+    def open(
+        self,
+        run_id: str,
+        presented: str | None,
+        *,
+        terminal: bool = False,
+        record_prompts: bool = False,
+    ) -> str:
         """The drive token for an open: the presented one back while it holds, else a fresh lease.
 
         A terminal run is never held: it takes no more appends, so it opens at once.
@@ -150,7 +160,8 @@ class LeaseRegistry:
                 return lease.token
             lapses = _whole_seconds(lease.expires_at - trio.current_time())
             raise OperationRefused(
-                "lease_held", 409,
+                "lease_held",
+                409,
                 f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver goes quiet, "
                 f"and re-opening works then (or as soon as the run finishes)",
                 details={"lapses_in_seconds": lapses},

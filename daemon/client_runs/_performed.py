@@ -44,24 +44,39 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
         raise OperationRefused(
-            "unknown_tool", 404,
+            "unknown_tool",
+            404,
             f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator declares one with "
             f"`salvor serve --client-tool FILE`",
         )
     return tool
 
 
-async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: int, tool_input: Any) -> dict:
+async def tool_intent(
+    access: StoreAccess, tool: ClientTool, run_id: str, seq: int, tool_input: Any
+) -> dict:
     """Open (or find again) the client-performed call at ``seq``; what the client must do next."""
     tool.check_input(tool_input)
     key = tool.key(run_id, seq, tool_input)
     found = await at_seq(access, run_id, seq)
-    intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key,
-                               performed_by="client")
-    answer: dict[str, Any] = {"seq": seq, "idempotency_key": key, "effect": tool.effect.value, "settled": False}
+    intent = ToolCallRequested(
+        tool=tool.name,
+        input=tool_input,
+        effect=tool.effect.value,
+        idempotency_key=key,
+        performed_by="client",
+    )
+    answer: dict[str, Any] = {
+        "seq": seq,
+        "idempotency_key": key,
+        "effect": tool.effect.value,
+        "settled": False,
+    }
     if found.intent is not None:
         recorded = found.intent.event
-        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(recorded, seq=seq) != encode_payload(intent, seq=seq):
+        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(
+            recorded, seq=seq
+        ) != encode_payload(intent, seq=seq):
             raise GuardRefusal(
                 f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this call; "
                 f"a retry must post the same tool and input to the same position"
@@ -76,8 +91,11 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     if claim is not None and claim.state == "settled":
         # The same call (by its declared key) already landed: copy its
         # completion here; the client performs nothing.
-        copied = ToolCallCompleted(seq=seq, output=claim.output,
-                                   deduplicated_from={"run_id": claim.run_id, "seq": claim.seq})
+        copied = ToolCallCompleted(
+            seq=seq,
+            output=claim.output,
+            deduplicated_from={"run_id": claim.run_id, "seq": claim.seq},
+        )
         await access.append(run_id, [intent, copied], found.view)
         answer.update(settled=True, output=claim.output)
         return answer
@@ -89,26 +107,37 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     try:
         await access.append(run_id, [intent], found.view, claim=key)
     except ClaimHeld as exc:
-        raise GuardRefusal(f"the key of this {tool.name} call was just claimed by another call: {exc.message}") from None
+        raise GuardRefusal(
+            f"the key of this {tool.name} call was just claimed by another call: {exc.message}"
+        ) from None
     return answer
 
 
-async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int,
-                          body: dict) -> dict:
+async def tool_completion(
+    access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int, body: dict
+) -> dict:
     """Record what the client says its call at ``seq`` returned (``output``) or how it failed (``error``)."""
     if ("output" in body) == ("error" in body):
-        raise bad_request("give exactly one of `output` (what the call returned) and `error` (how it failed)")
+        raise bad_request(
+            "give exactly one of `output` (what the call returned) and `error` (how it failed)"
+        )
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != "tool" or pending.seq != seq:
-        raise GuardRefusal(f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete")
+        raise GuardRefusal(
+            f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete"
+        )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != "client":
-        raise completion_refused(f"the call at seq {seq} was performed by salvor, which holds its real result; "
-                                 f"a client cannot complete it")
+        raise completion_refused(
+            f"the call at seq {seq} was performed by salvor, which holds its real result; "
+            f"a client cannot complete it"
+        )
     tool = tools.get(intent.tool)
     if tool is None:
-        raise bad_request(f"client tool {intent.tool!r} is no longer declared here; declare it with --client-tool")
+        raise bad_request(
+            f"client tool {intent.tool!r} is no longer declared here; declare it with --client-tool"
+        )
     if not tool.trust_completion:
         raise completion_refused(
             f"client tool {tool.name} is declared trust_completion = false: a person resolves its calls "
@@ -116,14 +145,22 @@ async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run
         )
     if "output" in body:
         if tool.output_schema is None:
-            raise completion_refused(f"client tool {tool.name} declares no output_schema, so a reported output "
-                                     f"could not be checked and is not recorded")
+            raise completion_refused(
+                f"client tool {tool.name} declares no output_schema, so a reported output "
+                f"could not be checked and is not recorded"
+            )
         tool.check_output(body["output"], intent.input)
         output = body["output"]
     else:
         error = body["error"]
-        if not isinstance(error, dict) or set(error) - {"message", "kind"} or not isinstance(error.get("message"), str):
-            raise bad_request("`error` must be {message: string, kind?: invalid_input|handler|output_serialization}")
+        if (
+            not isinstance(error, dict)
+            or set(error) - {"message", "kind"}
+            or not isinstance(error.get("message"), str)
+        ):
+            raise bad_request(
+                "`error` must be {message: string, kind?: invalid_input|handler|output_serialization}"
+            )
         kind = error.get("kind", "handler")
         if kind not in ERROR_KINDS:
             raise bad_request(f"`error.kind` must be one of {', '.join(ERROR_KINDS)}")
@@ -133,37 +170,62 @@ async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run
     return {"seq": seq, "completed": True}
 
 
-async def model_intent(access: StoreAccess, run_id: str, seq: int, request_hash: Any, request_body: Any,
-                       *, record_prompts: bool) -> dict:
+async def model_intent(
+    access: StoreAccess,
+    run_id: str,
+    seq: int,
+    request_hash: Any,
+    request_body: Any,
+    *,
+    record_prompts: bool,
+) -> dict:
     """Open (or find again) the client-performed model call at ``seq``."""
     if not isinstance(request_hash, str) or not _HASH.match(request_hash):
-        raise bad_request("`request_hash` must be sha256:<64 lower-case hex digits> of the canonical request")
+        raise bad_request(
+            "`request_hash` must be sha256:<64 lower-case hex digits> of the canonical request"
+        )
     found = await at_seq(access, run_id, seq)
     if found.intent is not None:
         recorded = found.intent.event
-        if recorded.KIND is not EventKind.MODEL_CALL_REQUESTED or recorded.request_hash != request_hash:
-            raise GuardRefusal(f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this request")
+        if (
+            recorded.KIND is not EventKind.MODEL_CALL_REQUESTED
+            or recorded.request_hash != request_hash
+        ):
+            raise GuardRefusal(
+                f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this request"
+            )
         if recorded.performed_by != "client":
-            raise GuardRefusal(f"the model call at seq {seq} was performed by salvor; the client's cursor and the "
-                               f"log disagree about who owns it")
+            raise GuardRefusal(
+                f"the model call at seq {seq} was performed by salvor; the client's cursor and the "
+                f"log disagree about who owns it"
+            )
         if found.completion is not None:
             done = found.completion.event
             return {"seq": seq, "settled": True, "response": done.response, "usage": done.usage}
         return {"seq": seq, "settled": False}
-    intent = ModelCallRequested(request_hash=request_hash, request_body=request_body if record_prompts else None,
-                                performed_by="client")
+    intent = ModelCallRequested(
+        request_hash=request_hash,
+        request_body=request_body if record_prompts else None,
+        performed_by="client",
+    )
     await access.append(run_id, [intent], found.view)
     return {"seq": seq, "settled": False}
 
 
-async def model_completion(access: StoreAccess, run_id: str, seq: int, response: Any, usage: Any) -> dict:
+async def model_completion(
+    access: StoreAccess, run_id: str, seq: int, response: Any, usage: Any
+) -> dict:
     """Record what the client says its model call at ``seq`` returned."""
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != "model" or pending.seq != seq:
-        raise GuardRefusal(f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete")
+        raise GuardRefusal(
+            f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete"
+        )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != "client":
-        raise completion_refused(f"the model call at seq {seq} was performed by salvor, which holds its real response")
+        raise completion_refused(
+            f"the model call at seq {seq} was performed by salvor, which holds its real response"
+        )
     await access.append(run_id, [ModelCallCompleted(seq=seq, response=response, usage=usage)], view)
     return {"seq": seq, "completed": True}

@@ -57,7 +57,10 @@ class McpConnections:
     """The MCP sessions of one drive: opened on first use, reopened after a failure, closed together."""
 
     def __init__(
-        self, servers: tuple[McpServerSpec, ...], nursery: trio.Nursery, environ: Mapping[str, str],
+        self,
+        servers: tuple[McpServerSpec, ...],
+        nursery: trio.Nursery,
+        environ: Mapping[str, str],
         mark: Mapping[str, str],
     ) -> None:
         self._specs = {spec.name: spec for spec in servers}
@@ -80,7 +83,9 @@ class McpConnections:
             if session is not None:
                 await session.aclose()
                 del self._sessions[server]
-            session = await open_session(self._specs[server], self._nursery, self._environ, self._mark)
+            session = await open_session(
+                self._specs[server], self._nursery, self._environ, self._mark
+            )
             self._sessions[server] = session
             return session
 
@@ -103,7 +108,10 @@ class McpConnections:
 
 @asynccontextmanager
 async def open_connections(
-    servers: tuple[McpServerSpec, ...], *, mark: Mapping[str, str], environ: Mapping[str, str] = os.environ
+    servers: tuple[McpServerSpec, ...],
+    *,
+    mark: Mapping[str, str],
+    environ: Mapping[str, str] = os.environ,
 ) -> AsyncIterator[McpConnections]:
     """MCP connections for the body of the ``async with``; every session is closed at its end.
 
@@ -128,7 +136,9 @@ async def open_connections(
 # -- building -----------------------------------------------------------------------
 
 
-def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, list], taken: Mapping[str, str]) -> list:
+def exposed_tools(
+    servers: tuple[McpServerSpec, ...], listings: Mapping[str, list], taken: Mapping[str, str]
+) -> list:
     """The (server, tool definition) pairs the model is offered, in declared order.
 
     ``taken`` maps names the agent already offers (registry tools,
@@ -149,7 +159,11 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
             if name in listed:
                 raise McpBuildError(f"MCP server {spec.name!r} lists the tool {name!r} twice")
             listed[name] = entry
-        declared = [("tools", spec.tools or ()), ("effects", spec.effects), ("results", spec.results)]
+        declared = [
+            ("tools", spec.tools or ()),
+            ("effects", spec.effects),
+            ("results", spec.results),
+        ]
         for table, names in declared:
             missing = next((n for n in names if n not in listed), None)
             if missing is not None:
@@ -175,8 +189,13 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
     return exposed
 
 
-async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str, str], *,
-                          mark: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> None:
+async def check_buildable(
+    servers: tuple[McpServerSpec, ...],
+    taken: Mapping[str, str],
+    *,
+    mark: Mapping[str, str],
+    environ: Mapping[str, str] = os.environ,
+) -> None:
     """Start every server, list its tools, check what the definition names, and close them all.
 
     Raises:
@@ -191,10 +210,18 @@ async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str
                 listings[spec.name] = await connections.list_tools(spec.name)
             except McpRemoteError as exc:
                 # A JSON-RPC error's message is the remote's text: say what failed, quote nothing.
-                failed = exc.message if exc.error is None else f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
-                raise McpBuildError(f"{failed}; the agent cannot be built without its tools") from None
+                failed = (
+                    exc.message
+                    if exc.error is None
+                    else f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
+                )
+                raise McpBuildError(
+                    f"{failed}; the agent cannot be built without its tools"
+                ) from None
             except McpError as exc:
-                raise McpBuildError(f"{exc.message}; the agent cannot be built without its tools") from None
+                raise McpBuildError(
+                    f"{exc.message}; the agent cannot be built without its tools"
+                ) from None
     exposed_tools(servers, listings, taken)
 
 
@@ -217,8 +244,13 @@ def listing_tool(spec: McpServerSpec, connections: McpConnections) -> Tool:
                 f"{exc.message}, so its tools could not be listed; `salvor resume {call.run_id}` tries again"
             ) from None
 
-    return Tool(name=listing_tool_name(spec.name), description=f"List the tools of MCP server {spec.name}.",
-                effect=Effect.READ, input_schema=_ARGUMENTS, handler=list_all)
+    return Tool(
+        name=listing_tool_name(spec.name),
+        description=f"List the tools of MCP server {spec.name}.",
+        effect=Effect.READ,
+        input_schema=_ARGUMENTS,
+        handler=list_all,
+    )
 
 
 def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> tuple[Tool, dict]:
@@ -226,8 +258,12 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
     name = entry["name"]
     model_spec = {
         "name": name,
-        "description": entry.get("description") if isinstance(entry.get("description"), str) else "",
-        "input_schema": entry.get("inputSchema") if isinstance(entry.get("inputSchema"), dict) else dict(_ARGUMENTS),
+        "description": entry.get("description")
+        if isinstance(entry.get("description"), str)
+        else "",
+        "input_schema": entry.get("inputSchema")
+        if isinstance(entry.get("inputSchema"), dict)
+        else dict(_ARGUMENTS),
     }
     if name in spec.results:
         fixed = spec.results[name]
@@ -237,8 +273,13 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
 
         # The daemon's own constant answer changes nothing anywhere, so the
         # call is recorded as a read: re-answering it after a crash is safe.
-        return Tool(name=name, description=model_spec["description"], effect=Effect.READ,
-                    input_schema=_ARGUMENTS, handler=stubbed), model_spec
+        return Tool(
+            name=name,
+            description=model_spec["description"],
+            effect=Effect.READ,
+            input_schema=_ARGUMENTS,
+            handler=stubbed,
+        ), model_spec
     effect = spec.effect_of(name)
 
     async def forward(arguments: Any, call: ToolCall) -> Any:
@@ -252,14 +293,21 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
             raise ToolFailed(exc.message, retryable=False) from None
         except McpNoAnswer as exc:
             if effect is Effect.WRITE:
-                raise OutcomeUnknown(f"{exc.message}; the write {name!r} may or may not have happened") from None
+                raise OutcomeUnknown(
+                    f"{exc.message}; the write {name!r} may or may not have happened"
+                ) from None
             raise ToolFailed(exc.message) from None
         except McpUnavailable as exc:
             raise ToolFailed(f"{exc.message}; the call was not performed") from None
         return salvor_outcome(spec.name, name, result)
 
-    return Tool(name=name, description=model_spec["description"], effect=effect,
-                input_schema=_ARGUMENTS, handler=forward), model_spec
+    return Tool(
+        name=name,
+        description=model_spec["description"],
+        effect=effect,
+        input_schema=_ARGUMENTS,
+        handler=forward,
+    ), model_spec
 
 
 def salvor_outcome(server: str, tool: str, result: dict) -> Any:
@@ -287,9 +335,15 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
         raise refuse("is not an object")
     unknown = sorted(set(request) - set(_SALVOR_KEYS))
     if unknown:
-        raise refuse(f"uses the key {unknown[0]!r}, which salvor does not know (it knows suspend and sleep_until)")
+        raise refuse(
+            f"uses the key {unknown[0]!r}, which salvor does not know (it knows suspend and sleep_until)"
+        )
     if len(request) != 1:
-        raise refuse("names both suspend and sleep_until" if request else "names neither suspend nor sleep_until")
+        raise refuse(
+            "names both suspend and sleep_until"
+            if request
+            else "names neither suspend nor sleep_until"
+        )
     if "sleep_until" in request:
         try:
             return SleepUntil(wake_at=parse_instant(request["sleep_until"]))
@@ -318,10 +372,18 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
 def mcp_result_for_model(value: Any) -> tuple[str, bool]:
     """What the model reads of an MCP tool's recorded output: its text, and whether it is an error."""
     if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)), False
+        return (
+            value
+            if isinstance(value, str)
+            else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        ), False
     parts = []
     for block in value["content"]:
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ):
             parts.append(block["text"])
         elif isinstance(block, dict):
             # Binary payloads (images, audio, blobs) are named, not pasted into the conversation.

@@ -161,6 +161,7 @@ async def sweep_orphans(store_url: str, run_id: str | None = None) -> dict[str, 
     for run, pids in sorted(killed.items()):
         log.warning(
             "run %s: killed agent process %s (and its process group), left running by a salvor that died",
-            run or "<unknown>", ", ".join(map(str, sorted(pids))),
+            run or "<unknown>",
+            ", ".join(map(str, sorted(pids))),
         )
     return killed

@@ -27,6 +27,8 @@ def _interpreter() -> str:
         return os.readlink("/proc/self/exe")
     except OSError:
         return sys.executable
+
+
 _ERRNO_BYTES = 16
 
 
@@ -48,7 +50,9 @@ async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Proc
     read_end, write_end = os.pipe()
     try:
         process = await trio.lowlevel.open_process(
-            tethered(command, write_end), pass_fds=(*options.pop("pass_fds", ()), write_end), **options
+            tethered(command, write_end),
+            pass_fds=(*options.pop("pass_fds", ()), write_end),
+            **options,
         )
     except BaseException:
         os.close(read_end)
@@ -74,4 +78,6 @@ async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Proc
         if stream is not None:
             await stream.aclose()
     code = int(report) if report.isdigit() else 0
-    raise OSError(code, os.strerror(code) if code else "the command could not be executed", command[0])
+    raise OSError(
+        code, os.strerror(code) if code else "the command could not be executed", command[0]
+    )

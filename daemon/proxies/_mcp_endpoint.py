@@ -42,8 +42,14 @@ REPLAY_SESSION_ID = "salvor-replay"
 RELAY_HEADER = "x-salvor-relay"
 
 
-async def _respond(send, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
-    payload = b"" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+async def _respond(
+    send, status: int, body: Any = None, headers: Mapping[str, str] | None = None
+) -> None:
+    payload = (
+        b""
+        if body is None
+        else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    )
     head = [(b"content-length", str(len(payload)).encode())]
     if body is not None:
         head.append((b"content-type", b"application/json"))
@@ -59,8 +65,15 @@ def _refusal(code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
-async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send, *,
-                    deadline: float | None = BODY_TIMEOUT_SECONDS) -> None:
+async def serve_mcp(
+    lanes: Mapping[str, Any],
+    server: str,
+    scope,
+    receive,
+    send,
+    *,
+    deadline: float | None = BODY_TIMEOUT_SECONDS,
+) -> None:
     """Answer one HTTP request to the stand-in of ``server`` (never a 5xx: every failure is named).
 
     ``deadline`` bounds how long the request's body may take to arrive whole.
@@ -68,7 +81,14 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
     lane = lanes.get(server)
     if lane is None:
         declared = ", ".join(sorted(lanes)) or "none"
-        await _respond(send, 404, _refusal(INVALID_REQUEST, f"this run declares no MCP server {server!r} (it declares: {declared})"))
+        await _respond(
+            send,
+            404,
+            _refusal(
+                INVALID_REQUEST,
+                f"this run declares no MCP server {server!r} (it declares: {declared})",
+            ),
+        )
         return
     method = scope["method"]
     if method == "DELETE":
@@ -79,8 +99,14 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
         await _push_stream(lane, receive, send)
         return
     if method != "POST":
-        await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, "
-                                                            f"not {method}"), {"allow": "POST, GET, DELETE"})
+        await _respond(
+            send,
+            405,
+            _refusal(
+                INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, not {method}"
+            ),
+            {"allow": "POST, GET, DELETE"},
+        )
         return
     try:
         # The stand-in stops reading at its cap rather than take in the rest of an oversized message.
@@ -98,9 +124,15 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
         await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
         return
     if isinstance(message, list):
-        await _respond(send, 400, _refusal(
-            INVALID_REQUEST, f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level array); "
-                             "send each message on its own"))
+        await _respond(
+            send,
+            400,
+            _refusal(
+                INVALID_REQUEST,
+                f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level array); "
+                "send each message on its own",
+            ),
+        )
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     answer, notes = await lane.receive(message, headers)
@@ -125,12 +157,24 @@ async def _push_stream(lane: Any, receive, send) -> None:
     """
     notes = lane.agent.open_push()
     if notes is None:
-        await _respond(send, 409, _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"))
+        await _respond(
+            send,
+            409,
+            _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"),
+        )
         return
     try:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-            (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1"))]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1")),
+                ],
+            }
+        )
         async with trio.open_nursery() as nursery:
 
             async def until_gone() -> None:
@@ -141,8 +185,13 @@ async def _push_stream(lane: Any, receive, send) -> None:
             nursery.start_soon(until_gone)
             async for note in notes:
                 data = json.dumps(note, ensure_ascii=False, separators=(",", ":")).encode()
-                await send({"type": "http.response.body", "body": b"event: message\ndata: " + data + b"\n\n",
-                            "more_body": True})
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"event: message\ndata: " + data + b"\n\n",
+                        "more_body": True,
+                    }
+                )
             nursery.cancel_scope.cancel(reason="the lane closed its MCP push stream")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream
@@ -169,7 +218,13 @@ class FixedPortApp:
         if scope["type"] != "http":
             return
         if scope["path"].rstrip("/") != "/mcp":
-            await _respond(send, 404, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in for {self.lane.name!r} is at /mcp"))
+            await _respond(
+                send,
+                404,
+                _refusal(
+                    INVALID_REQUEST, f"salvor's MCP stand-in for {self.lane.name!r} is at /mcp"
+                ),
+            )
             return
         await serve_mcp({self.lane.name: self.lane}, self.lane.name, scope, receive, send)
 

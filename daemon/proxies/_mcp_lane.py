@@ -104,8 +104,14 @@ class McpLane:
     """The exchanges of one drive with one declared server."""
 
     def __init__(
-        self, spec: McpServerSpec, proxy: ProxySession, log: Sequence[Envelope], origin_log: Sequence[Envelope] | None,
-        nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str],
+        self,
+        spec: McpServerSpec,
+        proxy: ProxySession,
+        log: Sequence[Envelope],
+        origin_log: Sequence[Envelope] | None,
+        nursery: trio.Nursery,
+        environ: Mapping[str, str],
+        mark: Mapping[str, str],
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -113,8 +119,10 @@ class McpLane:
         self.ctx = proxy.ctx
         self.origin = proxy.origin
         self.replay = ReplayLane(
-            lane_calls(log, spec.name), lane_names(spec.name),
-            reference=lane_calls(origin_log, spec.name) if origin_log is not None else None, origin=proxy.origin,
+            lane_calls(log, spec.name),
+            lane_names(spec.name),
+            reference=lane_calls(origin_log, spec.name) if origin_log is not None else None,
+            origin=proxy.origin,
         )
         self.contacted = False
         self._live: McpSession | None = None
@@ -152,7 +160,9 @@ class McpLane:
 
     # -- one message ------------------------------------------------------------
 
-    async def receive(self, message: Any, headers: Mapping[str, str]) -> tuple[dict | None, list[dict]]:
+    async def receive(
+        self, message: Any, headers: Mapping[str, str]
+    ) -> tuple[dict | None, list[dict]]:
         """One JSON-RPC message from the agent: the answer (None for a notification), and the
         server notifications to hand the agent before it."""
         answer = await self._receive(message, headers)
@@ -176,10 +186,14 @@ class McpLane:
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
-            return error_answer(request_id, INVALID_PARAMS, f"the params of {method} must be an object")
+            return error_answer(
+                request_id, INVALID_PARAMS, f"the params of {method} must be an object"
+            )
         answer = await self.proxy.exclusive(lambda: self._call(request_id, method, params, headers))
         if answer is None:
-            return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
+            return error_answer(
+                request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls"
+            )
         return answer
 
     async def _tell_server(self, method: str, params: Any) -> None:
@@ -205,12 +219,19 @@ class McpLane:
         try:
             if method == "notifications/cancelled":
                 reason = sent.get("reason") if sent is not None else None
-                await live.cancel(_request_key(sent.get("requestId") if sent else None),
-                                  reason if isinstance(reason, str) else None)
+                await live.cancel(
+                    _request_key(sent.get("requestId") if sent else None),
+                    reason if isinstance(reason, str) else None,
+                )
             else:
                 await live.notify(method, sent)
         except McpError as exc:
-            logger.info("MCP stand-in %r: the agent's %s did not reach the server: %s", self.name, method, exc.message)
+            logger.info(
+                "MCP stand-in %r: the agent's %s did not reach the server: %s",
+                self.name,
+                method,
+                exc.message,
+            )
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
@@ -223,11 +244,15 @@ class McpLane:
         await self.proxy.record_failure(message)
         return error_answer(request_id, RUN_ENDED, message)
 
-    async def _call(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]) -> dict:
+    async def _call(
+        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
+    ) -> dict:
         asked = call_input(params)
         pending = self.ctx.view.pending
         decision = self.replay.step(
-            lambda call: mismatch(call, method, asked), live=f"sends {method}", noun=method,
+            lambda call: mismatch(call, method, asked),
+            live=f"sends {method}",
+            noun=method,
             open_intent=None if pending is None else (pending.seq, pending.tool or "model"),
         )
         step, call = decision.step, decision.call
@@ -240,14 +265,24 @@ class McpLane:
             return await self._answer(request_id, call)
         if step is Step.PARK:
             # Never reached: a drive does not start at an open write.
-            return error_answer(request_id, RUN_ENDED, (
-                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an open write"))
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                (
+                    f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an open write"
+                ),
+            )
         if step is Step.REPRODUCE:
             return await self._reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
             effect = self._effect(method, params)
             key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
-            intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=effect.value, idempotency_key=key)
+            intent = ToolCallRequested(
+                tool=lane_tool(self.name, method),
+                input=asked,
+                effect=effect.value,
+                idempotency_key=key,
+            )
             seq = (await self.ctx.record(intent))[-1].seq
             call = LaneCall(seq, method, asked, effect.value, key)
             self.replay.record(call)
@@ -257,8 +292,12 @@ class McpLane:
         except OutcomeUnknown as exc:
             # The write's intent stays open: the run is parked in needs_reconciliation.
             self.proxy.rested.set()
-            return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
-                                                       f"record what happened")
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
+                f"record what happened",
+            )
         if self._crossed and isinstance(output, dict):
             output = {**output, "notifications": self._crossed}
             self._crossed = []
@@ -268,7 +307,9 @@ class McpLane:
         wait = wait_event(output)
         with trio.CancelScope(shield=True):
             # A wait its result asks for is recorded with the completion: no log ends between the two.
-            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else []))
+            await self.ctx.record(
+                ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else [])
+            )
         call.output, call.completed = output, True
         if wait is not None:
             call.wait.append(wait)
@@ -298,27 +339,51 @@ class McpLane:
                 await self.ctx.record(wait)
             call.wait.append(wait)
         ended, value = call.woken()
-        if not ended and self.ctx.view.state is RunState.SLEEPING and await self.ctx.wake_when_due():
+        if (
+            not ended
+            and self.ctx.view.state is RunState.SLEEPING
+            and await self.ctx.wake_when_due()
+        ):
             ended, value = True, slept(wait.wake_at)
         if ended:
             return answer_of(request_id, {"result": stub_result(value)})
         self.proxy.rested.set()
         state = self.ctx.view.state.value
         until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
-        return error_answer(request_id, RUN_ENDED, (
-            f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
-            f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
-            f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"))
+        return error_answer(
+            request_id,
+            RUN_ENDED,
+            (
+                f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
+                f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
+                f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"
+            ),
+        )
 
     async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
         """A re-run's request past its own log, answered with the origin's ``call`` at this position."""
         if wait_event(call.output) is not None and not call.woken()[0]:
-            return await self._diverged(request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message)
+            return await self._diverged(
+                request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message
+            )
         # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
         seq = self.ctx.view.next_seq + self.ctx.held
-        intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
-                                   idempotency_key=call.idempotency_key)
-        copy = LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True, list(call.wait))
+        intent = ToolCallRequested(
+            tool=lane_tool(self.name, method),
+            input=asked,
+            effect=call.effect,
+            idempotency_key=call.idempotency_key,
+        )
+        copy = LaneCall(
+            seq,
+            method,
+            asked,
+            call.effect,
+            call.idempotency_key,
+            call.output,
+            True,
+            list(call.wait),
+        )
         # The origin's wait is reproduced with the call: a re-run never waits.
         self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
         self.replay.record(copy)
@@ -345,8 +410,9 @@ class McpLane:
 
     # -- the real server ----------------------------------------------------------
 
-    async def _execute(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str],
-                       call: LaneCall) -> Any:
+    async def _execute(
+        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str], call: LaneCall
+    ) -> Any:
         """What the request is answered with (recorded as the call's output), retried as its effect allows.
 
         Raises:
@@ -360,23 +426,35 @@ class McpLane:
             try:
                 if method == "initialize":
                     return {"result": (await self._open(params)).initialized}
-                live = self._live if self._live is not None and self._live.broken is None else await self._open(None)
+                live = (
+                    self._live
+                    if self._live is not None and self._live.broken is None
+                    else await self._open(None)
+                )
                 live.pass_through(headers)
                 sent = call_input(params)
                 # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
                 meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
                 if attempt.idempotency_key is not None:
                     # A server may use the key to collapse a repeated execution.
-                    meta["salvor"] = {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}
+                    meta["salvor"] = {
+                        "idempotency_key": attempt.idempotency_key,
+                        "run_id": attempt.run_id,
+                    }
                 if meta:
                     sent["_meta"] = meta
                 result = await live.request(method, sent, key=_request_key(request_id))
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.
-                return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
+                return {
+                    "error": exc.error
+                    or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}
+                }
             except McpNoAnswer as exc:
                 if effect is Effect.WRITE:
-                    raise OutcomeUnknown(f"{exc.message}; the write {params.get('name')!r} may or may not have happened") from None
+                    raise OutcomeUnknown(
+                        f"{exc.message}; the write {params.get('name')!r} may or may not have happened"
+                    ) from None
                 raise ToolFailed(exc.message) from None
             except McpUnavailable as exc:
                 raise ToolFailed(f"{exc.message}; the call was not performed") from None
@@ -389,9 +467,17 @@ class McpLane:
                 return {"result": result}
             return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
 
-        tool = Tool(name=lane_tool(self.name, method), description="", effect=effect, input_schema={}, handler=forward)
+        tool = Tool(
+            name=lane_tool(self.name, method),
+            description="",
+            effect=effect,
+            input_schema={},
+            handler=forward,
+        )
         try:
-            outcome, _attempt = await dispatch(tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key)
+            outcome, _attempt = await dispatch(
+                tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key
+            )
         except DispatchFailed as failed:
             return tool_error("handler", failed.message, failed.attempts)
         return outcome
@@ -399,13 +485,22 @@ class McpLane:
     async def _open(self, params: dict | None) -> McpSession:
         """A new real session: with the agent's ``initialize`` params, else the lane's recorded ones (silently)."""
         if params is None:
-            recorded = next((c.input for c in self.calls if c.method == "initialize" and isinstance(c.input, dict)), None)
+            recorded = next(
+                (
+                    c.input
+                    for c in self.calls
+                    if c.method == "initialize" and isinstance(c.input, dict)
+                ),
+                None,
+            )
             params = recorded
         if self._live is not None:
             await self._live.aclose()
             self._live = None
         initialize = None if params is None else call_input(params)
-        self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
+        self._live = await open_session(
+            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
+        )
         self._live.on_notification = self._cross
         self._live.on_request = self._server_request
         return self._live
@@ -422,11 +517,19 @@ class McpLane:
             return None
         suffix = variable_suffix(self.name)
         if self.spec.command is not None:
-            first, second = f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)", f"SALVOR_MCP_URL_{suffix}"
+            first, second = (
+                f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)",
+                f"SALVOR_MCP_URL_{suffix}",
+            )
         else:
-            first, second = f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)", f"SALVOR_MCP_SERVER_{suffix}"
-        return (f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
-                f"that server at ${first}, or at ${second}")
+            first, second = (
+                f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)",
+                f"SALVOR_MCP_SERVER_{suffix}",
+            )
+        return (
+            f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
+            f"that server at ${first}, or at ${second}"
+        )
 
     def shortfall(self, what_ended: str) -> str | None:
         """Why a drive that ended before making every call of this lane it had to make again fails."""
@@ -443,13 +546,21 @@ def _request_key(request_id: Any) -> str | int | float | None:
 
 @asynccontextmanager
 async def open_lanes(
-    proxy: ProxySession, servers: Sequence[McpServerSpec], log: Sequence[Envelope],
-    origin_log: Sequence[Envelope] | None, *, environ: Mapping[str, str], mark: Mapping[str, str],
+    proxy: ProxySession,
+    servers: Sequence[McpServerSpec],
+    log: Sequence[Envelope],
+    origin_log: Sequence[Envelope] | None,
+    *,
+    environ: Mapping[str, str],
+    mark: Mapping[str, str],
 ) -> AsyncIterator[dict[str, McpLane]]:
     """The lanes of one drive, mounted on ``proxy`` for the body; every real session is closed at its end."""
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        lanes = {spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark) for spec in servers}
+        lanes = {
+            spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark)
+            for spec in servers
+        }
         proxy.mcp_lanes = lanes
         try:
             for spec in servers:

@@ -61,7 +61,10 @@ def lane_tool(server: str, method: str) -> str:
 
 def lane_names(server: str) -> CallNames:
     """How the replay lane of ``server`` names its calls in a divergence or a shortfall."""
-    return CallNames(one=f"MCP server {server!r} (lane {lane_tool(server, '')}), call", many=f"calls of MCP server {server!r}")
+    return CallNames(
+        one=f"MCP server {server!r} (lane {lane_tool(server, '')}), call",
+        many=f"calls of MCP server {server!r}",
+    )
 
 
 def call_input(params: dict) -> dict:
@@ -122,7 +125,9 @@ def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
                 continue
             waiting = None
         if event.KIND is EventKind.TOOL_CALL_REQUESTED and event.tool.startswith(prefix):
-            call = LaneCall(env.seq, event.tool[len(prefix):], event.input, event.effect, event.idempotency_key)
+            call = LaneCall(
+                env.seq, event.tool[len(prefix) :], event.input, event.effect, event.idempotency_key
+            )
             calls.append(call)
             by_seq[env.seq] = call
         elif event.KIND is EventKind.TOOL_CALL_COMPLETED and event.seq in by_seq:
@@ -165,8 +170,10 @@ def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
         return None
     # bool is an int to Python, never to JSON.
     same = type(recorded) is type(asked) or (
-        isinstance(recorded, int | float) and isinstance(asked, int | float)
-        and not isinstance(recorded, bool) and not isinstance(asked, bool)
+        isinstance(recorded, int | float)
+        and isinstance(asked, int | float)
+        and not isinstance(recorded, bool)
+        and not isinstance(asked, bool)
     )
     return None if same and recorded == asked else (path or "(the whole value)")
 
@@ -197,12 +204,19 @@ def _at(value: Any, path: str) -> Any:
 def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     """How a request differs from the recorded one at its position; None when it matches."""
     if recorded.method != method:
-        return Mismatch(DivergenceReason.KIND, f"the agent sent {method} where the log records {recorded.method}")
+        return Mismatch(
+            DivergenceReason.KIND,
+            f"the agent sent {method} where the log records {recorded.method}",
+        )
     before = recorded.input if isinstance(recorded.input, dict) else {}
     if method == "tools/call":
         if before.get("name") != asked.get("name"):
-            return Mismatch(DivergenceReason.REQUEST, (
-                f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"))
+            return Mismatch(
+                DivergenceReason.REQUEST,
+                (
+                    f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"
+                ),
+            )
         before, asked, where = before.get("arguments"), asked.get("arguments"), "arguments"
     elif method == "initialize":
         before = {"protocolVersion": before.get("protocolVersion")}
@@ -214,9 +228,13 @@ def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     path = first_divergence(before, asked)
     if path is None:
         return None
-    return Mismatch(DivergenceReason.REQUEST, (
-        f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
-        f"{_shown(_at(before, path))}"))
+    return Mismatch(
+        DivergenceReason.REQUEST,
+        (
+            f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
+            f"{_shown(_at(before, path))}"
+        ),
+    )
 
 
 def answer_of(request_id: Any, output: Any) -> dict:
@@ -227,9 +245,15 @@ def answer_of(request_id: Any, output: Any) -> dict:
     elif isinstance(output, dict) and isinstance(output.get("error"), dict):
         message["error"] = output["error"]
     elif isinstance(output, dict) and isinstance(output.get(TOOL_ERROR_KEY), dict):
-        message["error"] = {"code": INTERNAL_ERROR, "message": str(output[TOOL_ERROR_KEY].get("message", ""))}
+        message["error"] = {
+            "code": INTERNAL_ERROR,
+            "message": str(output[TOOL_ERROR_KEY].get("message", "")),
+        }
     else:
-        message["error"] = {"code": INTERNAL_ERROR, "message": "salvor recorded no usable answer for this request"}
+        message["error"] = {
+            "code": INTERNAL_ERROR,
+            "message": "salvor recorded no usable answer for this request",
+        }
     return message
 
 
@@ -238,7 +262,9 @@ def notifications_of(output: Any) -> list[dict]:
     notes = output.get("notifications") if isinstance(output, dict) else None
     if not isinstance(notes, list):
         return []
-    return [n["message"] for n in notes if isinstance(n, dict) and isinstance(n.get("message"), dict)]
+    return [
+        n["message"] for n in notes if isinstance(n, dict) and isinstance(n.get("message"), dict)
+    ]
 
 
 def error_answer(request_id: Any, code: int, message: str) -> dict:
@@ -249,7 +275,9 @@ def stub_result(fixed: Any) -> dict:
     """The ``tools/call`` result of a tool the definition answers itself (``results``)."""
     if isinstance(fixed, dict) and isinstance(fixed.get("content"), list):
         return fixed
-    text = fixed if isinstance(fixed, str) else json.dumps(fixed, ensure_ascii=False, sort_keys=True)
+    text = (
+        fixed if isinstance(fixed, str) else json.dumps(fixed, ensure_ascii=False, sort_keys=True)
+    )
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
     if isinstance(fixed, dict):
         result["structuredContent"] = fixed

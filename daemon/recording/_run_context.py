@@ -91,7 +91,9 @@ def utc_now() -> datetime:
 
 def tool_error(kind: str, message: str, attempts: int) -> dict:
     """The ``__salvor_error`` sentinel a failed tool call records as its output."""
-    return {TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}}
+    return {
+        TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}
+    }
 
 
 def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
@@ -116,7 +118,9 @@ def wait_event(output: Any) -> Suspended | SleepStarted | None:
         return None
     if TOOL_SUSPEND_KEY in output:
         spec = output[TOOL_SUSPEND_KEY]
-        return Suspended(reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind"))
+        return Suspended(
+            reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind")
+        )
     if TOOL_SLEEP_KEY in output:
         return SleepStarted(wake_at=output[TOOL_SLEEP_KEY]["wake_at"])
     return None
@@ -216,7 +220,9 @@ class RunContext:
 
     # -- model calls --------------------------------------------------------
 
-    async def model_call(self, gateway: ModelGateway, request: dict, *, record_prompts: bool) -> tuple[dict, dict]:
+    async def model_call(
+        self, gateway: ModelGateway, request: dict, *, record_prompts: bool
+    ) -> tuple[dict, dict]:
         """One model call: answered from the log when completed there, else (re-)issued.
 
         Error handling: a provider failure that may pass leaves the intent open
@@ -230,10 +236,14 @@ class RunContext:
             event: ModelCallCompleted = recorded.completion.event
             return event.response, event.usage
         if step is Step.LIVE:
-            intent = ModelCallRequested(request_hash=request_hash, request_body=request if record_prompts else None)
+            intent = ModelCallRequested(
+                request_hash=request_hash, request_body=request if record_prompts else None
+            )
             seq = (await self.record(intent))[-1].seq
         else:
-            seq = recorded.seq  # an open intent: a model call has no effect to fear, it is issued again
+            seq = (
+                recorded.seq
+            )  # an open intent: a model call has no effect to fear, it is issued again
         try:
             result = await gateway.complete(request)
         except ModelCallError as exc:
@@ -272,7 +282,9 @@ class RunContext:
             if step is Step.PARK:
                 await self.park(RunState.NEEDS_RECONCILIATION)
             if step is Step.LIVE:
-                intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key)
+                intent = ToolCallRequested(
+                    tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+                )
                 seq = (await self.record(intent))[-1].seq
             else:
                 seq, key = recorded.seq, recorded.intent.event.idempotency_key
@@ -292,7 +304,9 @@ class RunContext:
         except SchemaViolation as exc:
             return tool_error("invalid_input", exc.message, 1)
         try:
-            outcome, attempt = await dispatch(tool, tool_input, run_id=self.run_id, seq=seq, key=key)
+            outcome, attempt = await dispatch(
+                tool, tool_input, run_id=self.run_id, seq=seq, key=key
+            )
         except DispatchFailed as failed:
             return tool_error("handler", failed.message, failed.attempts)
         return outcome_output(tool, outcome, attempt)

@@ -116,7 +116,9 @@ class Runtime:
             return
         try:
             await check_buildable(
-                agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}
+                agent.mcp_servers,
+                offered_besides_mcp(agent),
+                mark={MARK_VAR: store_fingerprint(self.access.store.url)},
             )
         except McpBuildError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
@@ -125,7 +127,10 @@ class Runtime:
         """Store the definition content-addressed; True when it was new."""
         return await self.access.read(
             lambda: self.access.store.put_agent(
-                agent.agent_def_hash, format=agent.stored_format, definition=agent.stored_text, name=agent.name
+                agent.agent_def_hash,
+                format=agent.stored_format,
+                definition=agent.stored_text,
+                name=agent.name,
             )
         )
 
@@ -140,10 +145,13 @@ class Runtime:
         if stored is None:
             raise unknown_agent(agent_def_hash)
         try:
-            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names(),
-                                    stored=True)
+            return parse_definition(
+                stored.definition, stored.format, known_tools=self.registry.names(), stored=True
+            )
         except DefinitionError as exc:
-            raise bad_request(f"stored agent {agent_def_hash} no longer builds here: {exc}") from None
+            raise bad_request(
+                f"stored agent {agent_def_hash} no longer builds here: {exc}"
+            ) from None
 
     # -- reads ----------------------------------------------------------------
 
@@ -227,12 +235,19 @@ class Runtime:
         try:
             if register:
                 await self.register_agent(agent)
-            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
+            head = RunStarted(
+                agent_def_hash=agent.agent_def_hash,
+                input=run_input,
+                labels=labels,
+                replay_of=replay_of,
+            )
             # A run id with history fails the append itself (seq 0 is taken).
             try:
                 await self.access.append(run_id, [head], EMPTY_VIEW)
             except SeqConflict:
-                raise OperationRefused("run_exists", 409, f"run {run_id} already has history; choose another id") from None
+                raise OperationRefused(
+                    "run_exists", 409, f"run {run_id} already has history; choose another id"
+                ) from None
         except BaseException:
             if port is not None:
                 self.ports.release(port, run_id)
@@ -255,12 +270,15 @@ class Runtime:
         view = await self.view(origin)
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
-                "wrong_state", 409,
+                "wrong_state",
+                409,
                 f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
                 details={"replay_of": origin, "state": view.state.value},
             )
         if view.driven_by == "client":
-            raise bad_request(f"run {origin} was driven by a client; a re-run reproduces an agent process's run")
+            raise bad_request(
+                f"run {origin} was driven by a client; a re-run reproduces an agent process's run"
+            )
         return view
 
     async def drive(
@@ -283,8 +301,16 @@ class Runtime:
             agent = await self.load_agent(view.agent_def_hash)
         try:
             return await drive(
-                self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
-                process_restarts=self.process_restarts, ports=self.ports, credentials=self.credentials,
+                self.access,
+                run_id,
+                agent,
+                self.registry,
+                on_record=on_record,
+                clock=self.clock,
+                proxy=self.proxy,
+                process_restarts=self.process_restarts,
+                ports=self.ports,
+                credentials=self.credentials,
             )
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
@@ -298,13 +324,24 @@ class Runtime:
         view = await self.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
-        _, view = await self.access.append(run_id, [RunFailed(error=(
-            f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
-            f"most {MAX_NESTING} levels"))], view)
+        _, view = await self.access.append(
+            run_id,
+            [
+                RunFailed(
+                    error=(
+                        f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
+                        f"most {MAX_NESTING} levels"
+                    )
+                )
+            ],
+            view,
+        )
         log.warning("run %s failed: its log holds a value nested too deeply to drive", run_id)
         return view
 
-    async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
+    async def resume(
+        self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None
+    ) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.
 
         Returns ``driving`` when the caller should now drive the run, or
@@ -360,7 +397,9 @@ class Runtime:
             _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
         return ResumeDecision("driving", view)
 
-    async def resolve(self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]) -> RunView:
+    async def resolve(
+        self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]
+    ) -> RunView:
         """Record by hand what a dangling write did. Records one event; drives nothing.
 
         A write a client performed is checked against its declaration in
@@ -375,13 +414,16 @@ class Runtime:
             if view.pending is not None:
                 then = (
                     "its client performs it again on its next drive, and it needs nobody"
-                    if view.driven_by == "client" else f"`salvor resume {run_id}` finishes it"
+                    if view.driven_by == "client"
+                    else f"`salvor resume {run_id}` finishes it"
                 )
                 raise wrong_state(
                     f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
                     f"at seq {view.pending.seq} is safe to perform again, so {then}"
                 )
-            raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
+            raise wrong_state(
+                f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
+            )
         seq = view.pending.seq
         if view.pending.performed_by == "client":
             check_resolution(client_tools, view.pending.tool, view.pending.input, output)
@@ -389,7 +431,10 @@ class Runtime:
         # a later call under the same key copies this outcome.
         settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
         _, view = await self.access.append(
-            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by="operator")], view, settle=settle
+            run_id,
+            [ToolCallCompleted(seq=seq, output=output, settled_by="operator")],
+            view,
+            settle=settle,
         )
         return view
 
@@ -401,7 +446,9 @@ class Runtime:
         """
         view = await self.view(run_id)
         if view.terminal:
-            raise wrong_state(f"run {run_id} is already {view.state.value}; there is nothing left to abandon")
+            raise wrong_state(
+                f"run {run_id} is already {view.state.value}; there is nothing left to abandon"
+            )
         unresolved = None
         if view.state is RunState.NEEDS_RECONCILIATION:
             unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}

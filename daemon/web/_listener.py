@@ -76,8 +76,10 @@ KEEP_ALIVE_SECONDS = 120.0
 # route sees the request. Fixed sentences: h11's own reasons can quote the
 # caller's bytes.
 _REFUSALS = {
-    400: ("bad_request",
-          "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
+    400: (
+        "bad_request",
+        "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)",
+    ),
     431: ("headers_too_large", "the request line and headers are larger than this server accepts"),
     501: ("not_implemented", "this server implements no transfer-coding but chunked"),
     505: ("http_version_not_supported", "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
@@ -108,11 +110,11 @@ class ListenerConfig(Config):
 
 
 class _Phase(enum.Enum):
-    IDLE = "idle"          # waiting for a request's first byte
-    HEADERS = "headers"    # a request head is arriving
-    BUSY = "busy"          # a request is in flight
+    IDLE = "idle"  # waiting for a request's first byte
+    HEADERS = "headers"  # a request head is arriving
+    BUSY = "busy"  # a request is in flight
     DRAINING = "draining"  # answered early; the request's body is read and dropped
-    CLOSING = "closing"    # FIN sent; reading what the client still sends until it ends
+    CLOSING = "closing"  # FIN sent; reading what the client still sends until it ends
 
 
 class _IdleConnections:
@@ -150,10 +152,18 @@ class _Limits:
 class _Connection(HypercornConnection):
     """One HTTP connection: hypercorn's protocol under a single watcher whose deadline follows the phase."""
 
-    def __init__(self, limits: _Limits, idle: _IdleConnections,
-                 app, config, context, state, stream) -> None:
-        super().__init__(app, config, context, state, stream, drain_bytes=limits.drain_bytes,
-                         refusal_body=refusal_body)
+    def __init__(
+        self, limits: _Limits, idle: _IdleConnections, app, config, context, state, stream
+    ) -> None:
+        super().__init__(
+            app,
+            config,
+            context,
+            state,
+            stream,
+            drain_bytes=limits.drain_bytes,
+            refusal_body=refusal_body,
+        )
         self._limits = limits
         self._idle = idle
         self._phase = _Phase.IDLE
@@ -274,9 +284,17 @@ def _known_versions_only(app: Any) -> Any:
             await app(scope, receive, send)
             return
         body = refusal_body(505)
-        await send({"type": "http.response.start", "status": 505,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 505,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     return guarded
@@ -310,5 +328,10 @@ async def serve(
         raise ValueError("salvor's HTTP listeners serve plain HTTP only (no certfile, no QUIC)")
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
-    await serve_connections(_known_versions_only(app), config, connection,
-                            shutdown_trigger=shutdown_trigger, task_status=task_status)
+    await serve_connections(
+        _known_versions_only(app),
+        config,
+        connection,
+        shutdown_trigger=shutdown_trigger,
+        task_status=task_status,
+    )

@@ -54,7 +54,9 @@ class CappedBody:
     def whole(self) -> bytes:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
         if self._over:
-            raise OperationRefused("payload_too_large", 413, f"the body is over the {self._cap}-byte cap")
+            raise OperationRefused(
+                "payload_too_large", 413, f"the body is over the {self._cap}-byte cap"
+            )
         return bytes(self._data)
 
 
@@ -73,8 +75,13 @@ async def asgi_chunks(receive) -> AsyncIterator[bytes]:
             return
 
 
-async def read_body(chunks: AsyncIterator[bytes], deadline_seconds: float | None = BODY_TIMEOUT_SECONDS, *,
-                    cap: int = MAX_BODY_BYTES, drain: bool = True) -> bytes:
+async def read_body(
+    chunks: AsyncIterator[bytes],
+    deadline_seconds: float | None = BODY_TIMEOUT_SECONDS,
+    *,
+    cap: int = MAX_BODY_BYTES,
+    drain: bool = True,
+) -> bytes:
     """The whole body of a request from its chunks, under one deadline and the size cap.
 
     With ``drain`` the rest of an oversized body is read and dropped before

@@ -28,7 +28,14 @@ def is_http_url(url: str) -> bool:
     """An http:// or https:// URL with a host, a valid port when it has one, and no whitespace."""
     try:
         parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0  # reading .port refuses a non-numeric or out-of-range one
+        port_ok = (
+            parts.port is None or parts.port > 0
+        )  # reading .port refuses a non-numeric or out-of-range one
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok and not any(c.isspace() for c in url)
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and port_ok
+        and not any(c.isspace() for c in url)
+    )

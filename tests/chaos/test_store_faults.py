@@ -53,13 +53,21 @@ def _wait_for(what: str, check, daemon: Daemon, seconds: float = BOUND):
 def small_disk(tmp_path: Path):
     """A 16 MiB tmpfs of the test's own, unmounted afterwards."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)")
+        pytest.skip(
+            "mounting a small tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)"
+        )
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        pytest.skip(f"this machine cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        pytest.skip(
+            f"this machine cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}"
+        )
     try:
         yield mount
     finally:
@@ -114,13 +122,21 @@ class Immutable:
         self.store_dir.mkdir()
         probe = self.store_dir / "probe"
         probe.touch()
-        done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["chattr", "+i", str(probe)], capture_output=True, text=True, check=False
+        )
         subprocess.run(["chattr", "-i", str(probe)], capture_output=True, check=False)
         probe.unlink()
         if done.returncode != 0:
-            pytest.skip(f"chattr +i is refused here (it needs root and a filesystem that supports it): "
-                        f"{done.stderr.strip()}")
-        self.paths = [self.store_dir / "salvor.db", self.store_dir / "salvor.db-wal", self.store_dir]
+            pytest.skip(
+                f"chattr +i is refused here (it needs root and a filesystem that supports it): "
+                f"{done.stderr.strip()}"
+            )
+        self.paths = [
+            self.store_dir / "salvor.db",
+            self.store_dir / "salvor.db-wal",
+            self.store_dir,
+        ]
         request.addfinalizer(self.end)
 
     def begin(self) -> None:
@@ -139,7 +155,9 @@ def agent_toml(base_url: str) -> str:
 
 
 @pytest.mark.parametrize("fault", [FullDisk, Immutable], ids=["full-disk", "immutable"])
-def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(request, tmp_path: Path, fault) -> None:
+def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
+    request, tmp_path: Path, fault
+) -> None:
     fault = fault(request, tmp_path)
     held = threading.Event()
     blocked: list[int] = []
@@ -151,14 +169,19 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
             held.wait(BOUND)
 
     provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
-    daemon = Daemon(tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    daemon = Daemon(
+        tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
+    )
     # The operator declares the provider, so an agent registered over HTTP may name it.
     daemon.args += ["--model-endpoint", provider.base_url]
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
         daemon.start()
-        registered = http.post("/v1/agents", content=agent_toml(provider.base_url),
-                               headers={"content-type": "application/toml"})
+        registered = http.post(
+            "/v1/agents",
+            content=agent_toml(provider.base_url),
+            headers={"content-type": "application/toml"},
+        )
         assert registered.status_code == 201, registered.text
         agent = registered.json()["agent"]
         run_ids = []
@@ -166,33 +189,62 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
             created = http.post("/v1/runs", json={"agent": agent, "input": {"case": n}})
             assert created.status_code == 201, created.text
             run_ids.append(created.json()["run"])
-        _wait_for("every run's first model call reaching the provider", lambda: len(blocked) == RUNS, daemon)
+        _wait_for(
+            "every run's first model call reaching the provider",
+            lambda: len(blocked) == RUNS,
+            daemon,
+        )
 
         fault.begin()
-        refused = http.post("/v1/runs", json={"agent": agent, "input": {"case": "during"}, "run_id": str(uuid.uuid4())})
+        refused = http.post(
+            "/v1/runs",
+            json={"agent": agent, "input": {"case": "during"}, "run_id": str(uuid.uuid4())},
+        )
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "store_unavailable"
         held.set()  # the answers arrive; recording them fails
-        _wait_for("every drive stopping on the store error",
-                  lambda: all(f"run {run_id}: drive stopped: " in daemon.log() for run_id in run_ids), daemon)
+        _wait_for(
+            "every drive stopping on the store error",
+            lambda: all(f"run {run_id}: drive stopped: " in daemon.log() for run_id in run_ids),
+            daemon,
+        )
         for run_id in run_ids:
             assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "awaiting_model"
         # Health is answered from memory while the store refuses writes, and counts the runs waiting to heal.
         health = http.get("/v1/health")
-        assert health.status_code == 200 and health.json() == {"status": "ok", "recovering": 0, "healing": RUNS}
+        assert health.status_code == 200 and health.json() == {
+            "status": "ok",
+            "recovering": 0,
+            "healing": RUNS,
+        }
 
         fault.end()
 
         def completed() -> bool:
-            return all(http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed" for run_id in run_ids)
+            return all(
+                http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed"
+                for run_id in run_ids
+            )
 
         began = time.monotonic()
-        _wait_for(f"every run completing after the {fault.name} passed, with nobody resuming it", completed, daemon)
-        print(f"{fault.name}: all {RUNS} runs completed {time.monotonic() - began:.1f}s after the store healed")
-        _wait_for("health counting no run left to heal", lambda: http.get("/v1/health").json()["healing"] == 0, daemon)
+        _wait_for(
+            f"every run completing after the {fault.name} passed, with nobody resuming it",
+            completed,
+            daemon,
+        )
+        print(
+            f"{fault.name}: all {RUNS} runs completed {time.monotonic() - began:.1f}s after the store healed"
+        )
+        _wait_for(
+            "health counting no run left to heal",
+            lambda: http.get("/v1/health").json()["healing"] == 0,
+            daemon,
+        )
         log = daemon.log()
         for run_id in run_ids:
-            assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", log), log
+            assert re.search(
+                rf"re-driving run {run_id} after a store error \(attempt \d+\)", log
+            ), log
             assert f"run {run_id}: re-driven after a store error, it got past the store" in log, log
         # Each run's model call was paid once more (its answer was never recorded), and no more.
         assert provider.call_count == 2 * RUNS
@@ -227,21 +279,33 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
 
     provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
     filler = FullDisk(request, tmp_path)
-    daemon = Daemon(tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    daemon = Daemon(
+        tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
+    )
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
     daemon.args.append("--allow-process-agents")
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
-    definition = f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    definition = (
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    )
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
         daemon.start()
-        agent = http.post("/v1/agents", content=definition, headers={"content-type": "application/toml"}).json()["agent"]
+        agent = http.post(
+            "/v1/agents", content=definition, headers={"content-type": "application/toml"}
+        ).json()["agent"]
         run_id = http.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()["run"]
-        _wait_for("the agent's model call reaching the provider", lambda: provider.call_count == 1, daemon)
+        _wait_for(
+            "the agent's model call reaching the provider", lambda: provider.call_count == 1, daemon
+        )
         filler.begin()
         held.set()
-        _wait_for("the drive stopping on the store error", lambda: f"run {run_id}: drive stopped: " in daemon.log(), daemon)
+        _wait_for(
+            "the drive stopping on the store error",
+            lambda: f"run {run_id}: drive stopped: " in daemon.log(),
+            daemon,
+        )
         assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] != "failed"
         filler.end()
 
@@ -249,8 +313,12 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
             state = http.get(f"/v1/runs/{run_id}").json()["status"]["state"]
             return state if state in ("completed", "failed") else ""
 
-        assert _wait_for("the run settling once the disk has room", settled, daemon) == "completed", daemon.log()
-        assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log())
+        assert (
+            _wait_for("the run settling once the disk has room", settled, daemon) == "completed"
+        ), daemon.log()
+        assert re.search(
+            rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log()
+        )
         assert provider.call_count == 2
     finally:
         held.set()

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVICE = r'''
+SERVICE = r"""
 import json, os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -114,7 +114,7 @@ class Handler(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 print("ready", flush=True)
 server.serve_forever()
-'''
+"""
 
 
 def free_port() -> int:
@@ -161,18 +161,31 @@ def start_service(tmp_path: Path, mode: str, base_url: str, *, env: dict | None 
     port = free_port()
     variable = "OPENAI_BASE_URL" if mode == "openai" else "ANTHROPIC_BASE_URL"
     full_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "OPENAI_", "ANTHROPIC_"))},
-        variable: base_url, "OPENAI_API_KEY": "service-own-key", "ANTHROPIC_API_KEY": "service-own-key",
-        "JOURNAL": str(journal), **(env or {}),
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SALVOR_", "OPENAI_", "ANTHROPIC_"))
+        },
+        variable: base_url,
+        "OPENAI_API_KEY": "service-own-key",
+        "ANTHROPIC_API_KEY": "service-own-key",
+        "JOURNAL": str(journal),
+        **(env or {}),
     }
-    process = subprocess.Popen([sys.executable, str(script), mode, str(port)], env=full_env,
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(script), mode, str(port)],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()
     assert line.strip() == "ready", f"the service did not start: {line!r}"
     return Service(process=process, port=port, journal=journal)
 
 
-def service_definition(url: str, proxy_port: int, *, headers: dict | None = None, extra: str = "") -> str:
+def service_definition(
+    url: str, proxy_port: int, *, headers: dict | None = None, extra: str = ""
+) -> str:
     """A ``kind = "service"`` definition in TOML."""
     table = "".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in (headers or {}).items())
     return (

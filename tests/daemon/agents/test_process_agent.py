@@ -160,17 +160,31 @@ else:
             {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
 '''
 
-MODES = ["openai", "openai-stream", "openai-responses", "openai-responses-stream", "anthropic", "anthropic-stream"]
+MODES = [
+    "openai",
+    "openai-stream",
+    "openai-responses",
+    "openai-responses-stream",
+    "anthropic",
+    "anthropic-stream",
+]
 
 
-def process_agent(tmp_path: Path, mode: str = "openai", *, env: dict | None = None, extra: str = "", script: str | None = None):
+def process_agent(
+    tmp_path: Path,
+    mode: str = "openai",
+    *,
+    env: dict | None = None,
+    extra: str = "",
+    script: str | None = None,
+):
     path = tmp_path / "agent.py"
     path.write_text(script if script is not None else AGENT)
     env = {"PIDFILE": str(tmp_path / "agent.pid"), **(env or {})}
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in env.items())
     text = (
         f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
-        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}\n[env]\n{env_table}'
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}\n[env]\n{env_table}"
     )
     return parse_definition(text, "toml")
 
@@ -189,7 +203,9 @@ async def assert_no_secret(runtime, run_id: str, store_url: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_real_sdk_agent_is_recorded_and_completes(runtime, providers, upstream_env, tmp_path, store_url, mode):
+async def test_a_real_sdk_agent_is_recorded_and_completes(
+    runtime, providers, upstream_env, tmp_path, store_url, mode
+):
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     upstream_env(provider)
     agent = process_agent(tmp_path, mode)
@@ -204,7 +220,10 @@ async def test_a_real_sdk_agent_is_recorded_and_completes(runtime, providers, up
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"
-    assert (view.input_tokens, view.output_tokens) == (60, 15)  # usage read from each wire's body or frames
+    assert (view.input_tokens, view.output_tokens) == (
+        60,
+        15,
+    )  # usage read from each wire's body or frames
     await assert_no_secret(runtime, run_id, store_url)
 
 
@@ -235,7 +254,9 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
     finally:
         release.set()
     view = await runtime.view(run_id)
-    assert view.state.value == "awaiting_model" and view.pending is not None  # the cut call's intent is open
+    assert (
+        view.state.value == "awaiting_model" and view.pending is not None
+    )  # the cut call's intent is open
     served_before = provider.call_count
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
@@ -249,7 +270,9 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
     await assert_no_secret(runtime, run_id, store_url)
 
 
-async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(runtime, providers, upstream_env, tmp_path):
+async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     model_file = tmp_path / "model.txt"
@@ -268,7 +291,9 @@ async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(
     assert provider.call_count == 2
 
 
-async def test_divergence_without_recorded_prompts_names_the_model_and_roles(runtime, providers, upstream_env, tmp_path):
+async def test_divergence_without_recorded_prompts_names_the_model_and_roles(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     model_file = tmp_path / "model.txt"
@@ -301,7 +326,9 @@ async def test_exit_zero_without_model_calls_fails_with_the_diagnosis(runtime, t
     run_id = await runtime.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
-    assert "OPENAI_BASE_URL" in view.detail["error"] and "ANTHROPIC_BASE_URL" in view.detail["error"]
+    assert (
+        "OPENAI_BASE_URL" in view.detail["error"] and "ANTHROPIC_BASE_URL" in view.detail["error"]
+    )
 
 
 async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_path):
@@ -348,17 +375,28 @@ async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_p
     seen = json.loads((tmp_path / "seen.json").read_text())
     base = seen["ANTHROPIC_BASE_URL"]
     assert base.startswith("http://127.0.0.1:") and "/r/" in base
-    assert seen["OPENAI_BASE_URL"] == seen["OPENAI_API_BASE"] == seen["SALVOR_LLM_PROXY"] == base + "/v1"
+    assert (
+        seen["OPENAI_BASE_URL"]
+        == seen["OPENAI_API_BASE"]
+        == seen["SALVOR_LLM_PROXY"]
+        == base + "/v1"
+    )
     assert seen["OPENAI_BASE"] == "overridden" and seen["EXTRA"] == "x"
     assert seen["OPENAI_API_KEY"] == seen["ANTHROPIC_API_KEY"] == "salvor-placeholder"
-    assert json.loads(seen["SALVOR_PROMPT"]) == {"task": "refund"} == json.loads(seen["SALVOR_INPUT"])
+    assert (
+        json.loads(seen["SALVOR_PROMPT"]) == {"task": "refund"} == json.loads(seen["SALVOR_INPUT"])
+    )
     assert seen["SALVOR_RUN_ID"] == run_id
     assert seen["SALVOR_AGENT_KEY"] is None and seen["SALVOR_STORE"] is None
 
 
-async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtime, providers, upstream_env, tmp_path):
+async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(
+    runtime, providers, upstream_env, tmp_path
+):
     async with open_model_proxy() as proxy, httpx.AsyncClient() as client:
-        answer = await client.post(f"{proxy.url}/r/not-a-capability/v1/chat/completions", json={"model": "m"})
+        answer = await client.post(
+            f"{proxy.url}/r/not-a-capability/v1/chat/completions", json={"model": "m"}
+        )
         assert answer.status_code == 404 and "error" in answer.json()
         # A mounted session refuses a body that is not JSON, in the client's wire format.
         from salvor.daemon.proxies._model_proxy import ProxySession
@@ -367,7 +405,13 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtim
         agent = process_agent(tmp_path, script="pass\n")
         run_id = await runtime.start_run(agent, "x")
         log = await runtime.log(run_id)
-        session = ProxySession(RunContext(runtime.access, run_id, log), log, record_prompts=False, upstream=None, client=proxy.client)
+        session = ProxySession(
+            RunContext(runtime.access, run_id, log),
+            log,
+            record_prompts=False,
+            upstream=None,
+            client=proxy.client,
+        )
         cap = proxy.attach(session)
         answer = await client.post(f"{proxy.base(cap)}/v1/messages", content=b"not json")
         assert answer.status_code == 400 and answer.json()["type"] == "error"
@@ -397,11 +441,18 @@ def test_bad_process_definitions_are_refused(text, fragment):
 
 
 def test_a_process_definition_parses_and_hashes_without_its_name():
-    one = parse_definition('name = "a"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml")
-    two = parse_definition('name = "b"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml")
+    one = parse_definition(
+        'name = "a"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml"
+    )
+    two = parse_definition(
+        'name = "b"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml"
+    )
     assert one.kind == "process" and one.process.command == ("python", "agent.py", "--fast")
     assert one.process.timeout == 300 and one.agent_def_hash == two.agent_def_hash
-    listed = parse_definition('kind = "process"\ncommand = ["python", "agent.py"]\ncwd = "/tmp"\n[env]\nA = "1"\n', "json" if False else "toml")
+    listed = parse_definition(
+        'kind = "process"\ncommand = ["python", "agent.py"]\ncwd = "/tmp"\n[env]\nA = "1"\n',
+        "json" if False else "toml",
+    )
     assert listed.process.cwd == "/tmp" and listed.process.env == {"A": "1"}
 
 
@@ -412,11 +463,15 @@ def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, prov
     agent = process_agent(tmp_path, "anthropic-stream")
     (tmp_path / "agent.toml").write_text(agent.stored_text)
     env = {"SALVOR_AGENT_UPSTREAM": provider.base_url, "SALVOR_AGENT_KEY": SECRET}
-    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--input", '"settle A-1"', env=env)
+    result = salvor(
+        store_url, "run", str(tmp_path / "agent.toml"), "--input", '"settle A-1"', env=env
+    )
     assert result.returncode == 0, result.stderr
     assert provider.call_count == 3
     assert SECRET not in result.stdout + result.stderr
-    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env)
+    result = salvor(
+        store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -464,7 +519,9 @@ async def test_a_failed_response_is_not_recorded_and_its_retry_reissues_the_open
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
 
 
-async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(runtime, providers, upstream_env, tmp_path):
+async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(lambda call: ErrorReply(400, "model scripted-model does not exist"))
     upstream_env(provider)
     agent = process_agent(tmp_path, "anthropic")
@@ -500,7 +557,9 @@ async def test_an_agent_that_cannot_be_started_fails_naming_why(runtime, tmp_pat
     if where == "command":
         text = 'kind = "process"\ncommand = "/nonexistent/agent --go"\n'
     else:
-        text = f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
+        text = (
+            f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
+        )
     agent = parse_definition(text, "toml")
     run_id = await runtime.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)

@@ -21,7 +21,7 @@ from salvor.daemon.agents._definition import parse_definition
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import tool_loop_script
 
-AGENT = r'''
+AGENT = r"""
 import json, os, shlex, sys
 from pathlib import Path
 
@@ -66,7 +66,7 @@ async def main():
 
 
 anyio.run(main)
-'''
+"""
 
 
 def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
@@ -74,7 +74,7 @@ def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
     script.write_text(AGENT)
     text = (
         f'name = "notifier"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
-        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
         f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
         f'effects = {{ lookup = "read", write_note = "write" }}\n'
         f'[env]\nHOLD = {json.dumps(fx.hold("lookup"))}\nGIVE_UP_AFTER = "0.5"\n'
@@ -94,8 +94,12 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     assert view.state.value == "completed", view.detail
 
     heard = {n["method"]: n.get("params") for n in fx.notifications}
-    assert sorted(heard) == ["notifications/cancelled", "notifications/initialized", "notifications/progress",
-                             "notifications/roots/list_changed"]
+    assert sorted(heard) == [
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    ]
     # salvor's own session said initialized once; the agent's was not sent again.
     assert [n["method"] for n in fx.notifications].count("notifications/initialized") == 1
     assert heard["notifications/progress"]["progressToken"] == "agent-token"
@@ -110,7 +114,9 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     calls = [e for e in log if e.kind == "ToolCallRequested"]
     assert not [e for e in calls if "notifications/" in e.event.tool]
     (given_up,) = [e.seq for e in calls if e.event.input.get("name") == "lookup"]
-    (answer,) = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == given_up]
+    (answer,) = [
+        e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == given_up
+    ]
     assert "value of a" in json.dumps(answer)
     assert not [e for e in calls if "_meta" in e.event.input]
 
