@@ -112,7 +112,8 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
         raise MalformedEvent("envelope `schema_version` must be an integer")
     if version != SCHEMA_VERSION:
         raise MalformedEvent(
-            f"envelope schema_version {version} is not supported (this build reads {SCHEMA_VERSION})"
+            f"envelope schema_version {version} is not supported "
+            f"(this build reads {SCHEMA_VERSION})"
         )
     if not isinstance(recorded_at, str):
         raise MalformedEvent("envelope `recorded_at` must be a string")

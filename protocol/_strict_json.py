@@ -40,8 +40,8 @@ MAX_EXACT_INTEGER = 2**53 - 1
 # Digits of MAX_EXACT_INTEGER: a longer integer is out of range, a shorter one within it.
 _EXACT_DIGITS = len(str(MAX_EXACT_INTEGER))
 # JSON has no leading zeros, so an integer out of range has at least that many digits in a row. A
-# text without such a run (digits mapped to "0", then one substring search: far cheaper than a regex)
-# is read by the C parser alone, without a Python call per integer (which costs 2-3x).
+# text without such a run (digits mapped to "0", then one substring search: far cheaper than a
+# regex) is read by the C parser alone, without a Python call per integer (which costs 2-3x).
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * _EXACT_DIGITS
 
@@ -88,7 +88,8 @@ def _exact(value: int) -> bool:
 
 
 def _integer_reader(data: bytes, big_integers: bool):
-    """The reader of ``data``'s integers for ``json.loads``: ``int`` (None) when none is out of range."""
+    """The reader of ``data``'s integers for ``json.loads``: ``int``
+    (None) when none is out of range."""
     if big_integers or _LONG_RUN not in data.translate(_DIGITS_AS_ZERO):
         return None
     return _exact_integer
@@ -121,7 +122,8 @@ def text_depth(text: str, limit: int = MAX_NESTING) -> int:
 
 
 def value_depth(value: Any) -> int:
-    """How deeply the lists and dicts of a parsed value nest, walking it with a stack (no recursion)."""
+    """How deeply the lists and dicts of a parsed value nest, walking it
+    with a stack (no recursion)."""
     deepest = 0
     stack = [(value, 0)]
     while stack:
@@ -297,7 +299,8 @@ def parse_strict(
         raise MalformedJson(f"{what} is nested too deeply; the limit is {limit}") from None
     except ValueError as exc:
         raise MalformedJson(f"{what} is not valid JSON: {exc}") from None
-    # Escapes are the only way to a NUL or a lone surrogate in UTF-8 input; a str may carry raw ones.
+    # Escapes are the only way to a NUL or a lone surrogate in UTF-8
+    # input; a str may carry raw ones.
     if "\\u" in text or not isinstance(data, (bytes, bytearray)):
         _check_characters(value, what)
     return value

@@ -84,7 +84,8 @@ class BadCursor(StoreError):
 
 
 class StoreOwned(StoreError):
-    """Another live salvor process holds the store (or the run) in a way this command may not share."""
+    """Another live salvor process holds the store (or the run) in a way
+    this command may not share."""
 
     code = "store_owned"
     status = 409
@@ -117,5 +118,6 @@ def passes_by_itself(exc: BaseException) -> bool:
 
 
 def store_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is a store failure that may pass by itself (``StoreUnavailable`` marked transient)."""
+    """Whether ``exc`` is a store failure that may pass by itself
+    (``StoreUnavailable`` marked transient)."""
     return isinstance(exc, StoreUnavailable) and exc.transient

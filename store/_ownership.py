@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 from sqlalchemy import text
@@ -73,7 +74,8 @@ class Holder:
 
 
 def _key(*parts: str) -> int:
-    """A signed 64-bit key (the range of postgres's bigint advisory locks and of a file offset's half)."""
+    """A signed 64-bit key (the range of postgres's bigint advisory locks
+    and of a file offset's half)."""
     digest = hashlib.sha256("\0".join(parts).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -82,12 +84,14 @@ def _refusal(role: str, holders: list[Holder], run_hint: str) -> StoreOwned:
     serve = next((h for h in holders if h.command == SERVE), None)
     if role == SERVE and serve is not None:
         return StoreOwned(
-            f"another {serve.describe()} is serving this store; stop it, or give this one its own store with --store"
+            f"another {serve.describe()} is serving this store; stop it, or give this "
+            "one its own store with --store"
         )
     if role == SERVE:
         who = holders[0].describe() if holders else "another salvor command"
         return StoreOwned(
-            f"{who} is driving runs in this store; let it finish (or stop it), then start salvor serve again"
+            f"{who} is driving runs in this store; let it finish (or stop "
+            "it), then start salvor serve again"
         )
     who = (
         serve.describe()
@@ -238,7 +242,8 @@ class _FileLocks(StoreLocks):
 
 
 def _lock_pids(inode: int, kind: str, start: int | None = None) -> set[int]:
-    """Pids holding a ``kind`` (FLOCK, POSIX) lock on the file with ``inode`` (at ``start``); Linux only."""
+    """Pids holding a ``kind`` (FLOCK, POSIX) lock on the file with ``inode``
+    (at ``start``); Linux only."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
@@ -263,7 +268,7 @@ def _command_of(pid: int) -> str:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
     except OSError:
         return ""
-    for before, word in zip(argv, argv[1:]):
+    for before, word in pairwise(argv):
         if before.endswith(("salvor", "salvor.daemon.cli")) and word and not word.startswith("-"):
             return word
     return ""
@@ -294,7 +299,8 @@ class _AdvisoryLocks(StoreLocks):
         except SQLAlchemyError as exc:
             self._engine.dispose()
             raise StoreUnavailable(
-                f"cannot reach the store at {display_url(url)} to lock it ({exc.__class__.__name__})"
+                f"cannot reach the store at {display_url(url)} to "
+                f"lock it ({exc.__class__.__name__})"
             ) from None
         self._store_key = _key("store", self._schema)
         self._runs: dict[str, int] = {}
@@ -311,10 +317,11 @@ class _AdvisoryLocks(StoreLocks):
     def _holders(self, key: int) -> list[Holder]:
         rows = self._conn.execute(
             text(
-                "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid "
+                "= l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
                 "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "AND l.classid::bigint = :hi AND l.objid::bigint = :lo AND a.pid <> pg_backend_pid()"
+                "AND l.classid::bigint = :hi AND l.objid::bigint = "
+                ":lo AND a.pid <> pg_backend_pid()"
             ),
             {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
         ).all()
@@ -363,9 +370,10 @@ class _AdvisoryLocks(StoreLocks):
         taken = set(
             self._conn.execute(
                 text(
-                    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND objsubid = 1 AND pid <> pg_backend_pid() "
-                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = "
+                    "'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() "
+                    "AND database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database())"
                 )
             ).tuples()
         )

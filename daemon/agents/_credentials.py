@@ -33,7 +33,8 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class CredentialError(ValueError):
-    """An operator's declaration is malformed or its key file unreadable; one sentence, no key in it."""
+    """An operator's declaration is malformed or its key file unreadable;
+    one sentence, no key in it."""
 
 
 class Undeclared(ValueError):
@@ -135,7 +136,8 @@ def parse_model_endpoint(text: str) -> DeclaredEndpoint:
         name, sep, value = option.partition("=")
         if not sep or name not in ("key_env", "key_file") or not value:
             raise CredentialError(
-                f"--model-endpoint takes key_env=VAR or key_file=PATH after the URL, not {option[:40]!r}"
+                "--model-endpoint takes key_env=VAR or key_file=PATH "
+                f"after the URL, not {option[:40]!r}"
             )
         found[name] = value
     if len(found) > 1 or len(options) > 1:
@@ -180,7 +182,8 @@ def parse_mcp_origin(text: str) -> McpOrigin:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmChoice:
-    """One endpoint a definition from HTTP may name for ``provider``, with the only ``api_key_env`` it may give.
+    """One endpoint a definition from HTTP may name for ``provider``, with the
+    only ``api_key_env`` it may give.
 
     ``default``: the endpoint ``provider`` reaches with no ``base_url``.
     ``key_env`` None: ``api_key_env`` must be left out.
@@ -232,7 +235,10 @@ class Credentials:
             self.declare_origin(origin)
 
     def __repr__(self) -> str:
-        return f"Credentials(endpoints={list(self._endpoints)!r}, mcp_origins={list(self._origins)!r}, strict={self.strict})"
+        return (
+            f"Credentials(endpoints={list(self._endpoints)!r}, "
+            f"mcp_origins={list(self._origins)!r}, strict={self.strict})"
+        )
 
     @classmethod
     def for_daemon(
@@ -276,7 +282,8 @@ class Credentials:
         )
 
     def declare_endpoint(self, endpoint: DeclaredEndpoint) -> None:
-        """Add one declaration; the first one for an endpoint wins (flags before the implicit ones)."""
+        """Add one declaration; the first one for an endpoint wins
+        (flags before the implicit ones)."""
         self._endpoints.setdefault(normalise_endpoint(endpoint.base_url), endpoint)
 
     def declare_origin(self, origin: McpOrigin) -> None:
@@ -289,7 +296,8 @@ class Credentials:
             return None
 
     def llm_choices(self) -> tuple[LlmChoice, ...]:
-        """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may name, for the OpenAPI document.
+        """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may
+        name, for the OpenAPI document.
 
         Exactly what ``check_llm`` admits for a real provider, up to the
         spelling of a URL (a trailing ``/`` or ``/v1`` reaches the same one).
@@ -299,7 +307,8 @@ class Credentials:
             default = self.environ.get("SALVOR_MODEL_BASE_URL") or PUBLIC_BASE_URLS[provider]
             for endpoint in self._endpoints.values():
                 if not is_http_url(endpoint.base_url):
-                    continue  # a SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there
+                    # A SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there.
+                    continue
                 choices.append(
                     LlmChoice(
                         provider=provider,
@@ -322,15 +331,17 @@ class Credentials:
         base_url_env: str | None,
         api_key_env: str | None,
     ) -> None:
-        """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a variable the operator did not bind.
+        """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a
+        variable the operator did not bind.
 
         Raises:
             Undeclared: one sentence naming the field and the flag that allows it.
         """
         if base_url_env is not None:
             raise Undeclared(
-                "[llm] base_url_env makes the daemon read a variable of its own, so it is only honoured in agent files "
-                f"run with `salvor run`; over HTTP name an endpoint the operator declared with `{_ENDPOINT_HINT}`"
+                "[llm] base_url_env makes the daemon read a variable of its own, so it is only "
+                "honoured in agent files run with `salvor run`; over HTTP name an endpoint the "
+                f"operator declared with `{_ENDPOINT_HINT}`"
             )
         if provider == "demo":
             return
@@ -338,19 +349,21 @@ class Credentials:
         declared = self.declared(url) if is_http_url(url) else None
         if declared is None:
             raise Undeclared(
-                f"[llm] base_url {url[:80]!r} is not a model endpoint this daemon's operator declared; "
-                f"the operator allows one with `{_ENDPOINT_HINT}`"
+                f"[llm] base_url {url[:80]!r} is not a model endpoint this daemon's operator "
+                f"declared; the operator allows one with `{_ENDPOINT_HINT}`"
             )
         if api_key_env is not None and api_key_env != declared.bound_env(provider):
             raise Undeclared(
-                f"[llm] api_key_env {api_key_env[:64]!r} is not the key the operator bound to {declared.base_url[:80]!r}; "
-                f"leave it out (the endpoint's own key is used), or the operator binds it with `{_ENDPOINT_HINT}`"
+                f"[llm] api_key_env {api_key_env[:64]!r} is not the key the operator bound to "
+                f"{declared.base_url[:80]!r}; leave it out (the endpoint's own key is used), or "
+                f"the operator binds it with `{_ENDPOINT_HINT}`"
             )
 
     def check_mcp_url(
         self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None
     ) -> None:
-        """Refuse an MCP ``url`` server from HTTP on an undeclared origin, or naming an unbound variable.
+        """Refuse an MCP ``url`` server from HTTP on an undeclared origin,
+        or naming an unbound variable.
 
         Raises:
             Undeclared: one sentence naming the server and the flag that allows it.
@@ -358,8 +371,9 @@ class Credentials:
         allowed = self._origins.get(origin_of(url))
         if allowed is None:
             raise Undeclared(
-                f"[[mcp_servers]] {server!r}: `url` {origin_of(url)[:80]!r} is not an MCP origin this daemon's operator "
-                f"declared, so it is not contacted; the operator allows one with `{_ORIGIN_HINT}`"
+                f"[[mcp_servers]] {server!r}: `url` {origin_of(url)[:80]!r} is not an MCP origin "
+                "this daemon's operator declared, so it is not contacted; the operator "
+                f"allows one with `{_ORIGIN_HINT}`"
             )
         named = [name for value in headers.values() for name in header_placeholders(value)]
         if bearer_token_env is not None:
@@ -367,8 +381,9 @@ class Credentials:
         unbound = next((name for name in named if name not in allowed.header_envs), None)
         if unbound is not None:
             raise Undeclared(
-                f"[[mcp_servers]] {server!r}: the headers name ${{{unbound[:64]}}}, which the operator did not bind "
-                f"to {allowed.origin}; the operator binds it with `{_ORIGIN_HINT}`"
+                f"[[mcp_servers]] {server!r}: the headers name ${{{unbound[:64]}}}, which the "
+                f"operator did not bind to {allowed.origin}; the operator "
+                f"binds it with `{_ORIGIN_HINT}`"
             )
 
     # -- what a drive sends ----------------------------------------------------

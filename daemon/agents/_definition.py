@@ -70,8 +70,10 @@ _OPT_IN_REASONS = {
     "process": "process agents run a command on the daemon's machine",
     "service": "service agents make the daemon bind a loopback port and POST to a URL",
     "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
-    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
-    "environment to a URL",
+    "mcp_secret": (
+        "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the "
+        "daemon's own environment to a URL"
+    ),
 }
 
 
@@ -152,7 +154,8 @@ def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
     unknown = sorted(set(table) - allowed)
     _expect(
         not unknown,
-        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(allowed))}",
+        f"unknown field `{unknown[0] if unknown else ''}` in {where}; "
+        f"allowed: {', '.join(sorted(allowed))}",
     )
 
 
@@ -227,7 +230,8 @@ def parse_definition(
         kind = raw["kind"]
         _expect(
             kind in KINDS,
-            f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} (or absent for a built-in agent)",
+            f"`kind` must be one of {', '.join(repr(k) for k in KINDS)} "
+            "(or absent for a built-in agent)",
         )
         _expect(
             allow_processes,
@@ -261,8 +265,8 @@ def parse_definition(
         )
         _expect(
             reason is None or allow_processes,
-            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so this daemon "
-            "accepts it over HTTP only when started with --allow-process-agents",
+            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so "
+            "this daemon accepts it over HTTP only when started with --allow-process-agents",
         )
     name = raw.get("name")
     if name is not None:
@@ -376,7 +380,8 @@ def parse_definition(
         _expect(isinstance(tool_name, str) and tool_name, "every [[tools]] entry needs a `name`")
         _expect(
             tool_name in known_tools,
-            f"unknown tool {tool_name!r}; this daemon's registry holds: {', '.join(sorted(known_tools)) or 'nothing'}",
+            f"unknown tool {tool_name!r}; this daemon's registry holds: "
+            f"{', '.join(sorted(known_tools)) or 'nothing'}",
         )
         _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice")
         tools.append(tool_name)
@@ -439,7 +444,8 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         argv = list(command)
     else:
         raise DefinitionError(
-            "a process agent needs `command`: an array of strings, or one string split as a shell would"
+            "a process agent needs `command`: an array of strings, or "
+            "one string split as a shell would"
         )
     _expect(bool(argv) and argv[0] != "", "`command` must name a program")
     cwd = raw.get("cwd")

@@ -128,13 +128,16 @@ class AgentLoop:
         return [
             {
                 "name": SUBMIT_OUTPUT,
-                "description": "Submit the final answer. Its input must match the required output shape.",
+                "description": (
+                    "Submit the final answer. Its input must match the required output shape."
+                ),
                 "input_schema": self.agent.output_schema,
             }
         ]
 
     async def _add_mcp_tools(self, ctx: RunContext) -> None:
-        """List each MCP server's tools through the log (a recorded read) and offer the exposed ones.
+        """List each MCP server's tools through the log (a recorded
+        read) and offer the exposed ones.
 
         A listing that no longer has what the definition names fails the run:
         the same check registration made, now against what the run was given.
@@ -145,7 +148,10 @@ class AgentLoop:
             if not (isinstance(listed, dict) and isinstance(listed.get("tools"), list)):
                 await ctx.control(
                     RunFailed(
-                        error=f"the recorded tool listing of MCP server {spec.name!r} is not a list of tools"
+                        error=(
+                            "the recorded tool listing of MCP server "
+                            f"{spec.name!r} is not a list of tools"
+                        )
                     )
                 )
                 await ctx.park(RunState.FAILED)

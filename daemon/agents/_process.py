@@ -100,7 +100,8 @@ def agent_environment(
     base: str,
     environ: Mapping[str, str] = os.environ,
 ) -> dict[str, str]:
-    """The process's environment: the allow-list of the daemon's (``_child_env``), the injection, the definition's ``env``."""
+    """The process's environment: the allow-list of the daemon's (``_child_env``), the
+    injection, the definition's ``env``."""
     env = child_environment(environ)
     prompt = task_prompt(run_input)
     env.update(
@@ -196,7 +197,8 @@ async def open_session(
     proxy: ModelProxy,
     environ: Mapping[str, str],
 ) -> ProxySession:
-    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    """The proxy session of one drive; a re-run's is bound to its origin's
+    recorded calls (and no upstream)."""
     return (await open_session_with_origin(access, ctx, log, agent, proxy, environ))[0]
 
 
@@ -208,7 +210,8 @@ async def open_session_with_origin(
     proxy: ModelProxy,
     environ: Mapping[str, str],
 ) -> tuple[ProxySession, list[Envelope] | None]:
-    """The proxy session of one drive, and the origin's log for a re-run (its MCP lanes answer from it too)."""
+    """The proxy session of one drive, and the origin's log for a re-run (its
+    MCP lanes answer from it too)."""
     origin = log[0].event.replay_of
     if origin is None:
         session = ProxySession(
@@ -235,7 +238,8 @@ async def open_session_with_origin(
 async def supervise(
     process: trio.Process, timeout: float, *, until: trio.Event | None = None
 ) -> tuple[bool, str]:
-    """Wait for an agent process to exit (or ``until`` to be set) within ``timeout``; then its whole group goes.
+    """Wait for an agent process to exit (or ``until`` to be set) within
+    ``timeout``; then its whole group goes.
 
     Returns whether the timeout ran out, and the tail of its stderr. On every
     way out (a cancellation included) nothing of the group is left running.
@@ -333,7 +337,10 @@ async def _run_process(
             async with session.lock:
                 await ctx.record(
                     RunFailed(
-                        error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"
+                        error=(
+                            "the agent process could not be started "
+                            f"({settings.command[0]}): {exc.strerror or exc}"
+                        )
                     )
                 )
             return ctx.view
@@ -368,20 +375,25 @@ async def _settle(
         return ctx.view
     tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
     if timed_out:
-        failure = f"the agent process ran past its timeout of {agent.process.timeout:g}s; its process group was killed"
+        failure = (
+            "the agent process ran past its timeout of "
+            f"{agent.process.timeout:g}s; its process group was killed"
+        )
     elif code < 0:
         raise DriveInterrupted(
-            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its log, and "
-            f"`salvor resume {run_id}` starts it again with the recorded model calls answered from the log"
+            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its "
+            f"log, and `salvor resume {run_id}` starts it again with the recorded "
+            "model calls answered from the log"
         )
     elif code != 0:
         when = " before any model call" if not session.calls else ""
         failure = f"the agent process exited with code {code}{when}{tail}"
     elif not session.calls:
         failure = (
-            "the agent process exited 0 without making any model call: its client never reached the salvor proxy. "
-            "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
-            "sets; or map them in the definition's `env` for a client that reads another variable"
+            "the agent process exited 0 without making any model call: its client never reached "
+            "the salvor proxy. Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL "
+            "(Anthropic clients), which salvor sets; or map them in the definition's `env` for a "
+            "client that reads another variable"
         )
     elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
         failure = short
@@ -405,13 +417,15 @@ async def _settle(
 
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
-    """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
+    """Why a drive that ended before making every call it had to reproduce fails;
+    None when it made them all."""
     short = session.replay.shortfall(what_ended)
     return None if short is None else short.message
 
 
 def final_reply(session: ProxySession) -> str | None:
-    """The assistant text of the drive's last answered call; None when that turn called a tool (or none answered)."""
+    """The assistant text of the drive's last answered call; None when that turn
+    called a tool (or none answered)."""
     last = next((c for c in reversed(session.calls) if c.response is not None), None)
     if last is None:
         return None

@@ -75,8 +75,9 @@ def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> d
 def wiring_hint(port: int) -> str:
     """How to start a service so its model calls reach the proxy on ``port``."""
     return (
-        f"start the service with its model base URL at the salvor proxy: OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 "
-        f"(OpenAI clients) or ANTHROPIC_BASE_URL=http://127.0.0.1:{port} (Anthropic clients)"
+        "start the service with its model base URL at the salvor proxy: "
+        f"OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 (OpenAI clients) or "
+        f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port} (Anthropic clients)"
     )
 
 
@@ -200,8 +201,10 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
         )
         await ctx.record(
             RunFailed(
-                error=f"the proxy port {settings.proxy_port} of this service agent cannot be bound on 127.0.0.1: {why}; "
-                f"nothing was sent to {settings.url}"
+                error=(
+                    f"the proxy port {settings.proxy_port} of this service agent cannot be bound "
+                    f"on 127.0.0.1: {why}; nothing was sent to {settings.url}"
+                )
             )
         )
         return ctx.view
@@ -231,7 +234,8 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
 async def _send_trigger(
     settings, prompt: str, headers: dict[str, str], session: ProxySession
 ) -> _Trigger:
-    """POST the trigger and wait for its answer, the run's failure, or the timeout, whichever comes first."""
+    """POST the trigger and wait for its answer, the run's failure, or the
+    timeout, whichever comes first."""
     trigger = _Trigger()
     # The service runs on this machine (its model calls reach a loopback
     # port), so the environment's HTTP proxies are not for this request.
@@ -276,12 +280,16 @@ async def _settle(
     settings = agent.service
     url, port = settings.url, settings.proxy_port
     if session.store_fault is not None:
-        # The store failed under one of its calls: the drive stops for the healer, the run stays as it was.
+        # The store failed under one of its calls: the drive stops for the
+        # healer, the run stays as it was.
         raise session.store_fault
     if session.rested.is_set() or ctx.view.terminal:
         return ctx.view
     if trigger.timed_out:
-        failure = f"the service at {url} did not answer its trigger within its timeout of {settings.timeout:g}s"
+        failure = (
+            f"the service at {url} did not answer its trigger within its "
+            f"timeout of {settings.timeout:g}s"
+        )
     elif trigger.unreachable is not None:
         failure = (
             f"the service at {url} could not be reached to trigger the run: {trigger.unreachable}"
@@ -290,8 +298,8 @@ async def _settle(
         failure = f"the trigger POST to {url} broke off before its answer: {trigger.broken}"
     elif not session.calls:
         failure = (
-            f"the service at {url} answered its trigger with HTTP {trigger.status} without making any model call "
-            f"through the salvor proxy on port {port}: {wiring_hint(port)}"
+            f"the service at {url} answered its trigger with HTTP {trigger.status} without making "
+            f"any model call through the salvor proxy on port {port}: {wiring_hint(port)}"
         )
     elif (
         short := replay_shortfall(

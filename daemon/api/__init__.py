@@ -1,7 +1,8 @@
-"""The HTTP control plane: the Quart app and its routes, the client-run routes, the event stream, the
-append front, the OpenAPI document.
+"""The HTTP control plane: the Quart app and its routes, the client-run routes, the event stream,
+the append front, the OpenAPI document.
 
-Rule: handlers talk to the Runtime, never to the store behind it; imports only the packages below it.
+Rule: handlers talk to the Runtime, never to the store behind it;
+imports only the packages below it.
 """
 
 from __future__ import annotations

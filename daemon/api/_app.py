@@ -73,7 +73,8 @@ MAX_PAGE = 1000
 
 
 async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
-    """Refuse (409 wrong_state, nothing recorded) to drive a run a live `salvor run` beside us drives."""
+    """Refuse (409 wrong_state, nothing recorded) to drive a run a live
+    `salvor run` beside us drives."""
     if state.driven_elsewhere is None:
         return
     if run_id in await trio.to_thread.run_sync(state.driven_elsewhere, [run_id]):
@@ -99,7 +100,8 @@ class ServerState:
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).
     allow_process_agents: bool = False
-    # The model endpoints and MCP origins the operator declared: all a definition from HTTP may name.
+    # The model endpoints and MCP origins the operator declared: all a
+    # definition from HTTP may name.
     credentials: Credentials = field(default_factory=Credentials)
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
@@ -120,7 +122,8 @@ class ServerState:
         self.client_appends = ClientAppends(self.runtime.access, self.leases)
 
     def attached(self, run_id: str) -> bool:
-        """Whether something drives the run right now: a driver task here, or a client's current lease."""
+        """Whether something drives the run right now: a driver task here,
+        or a client's current lease."""
         return self.drivers.driving(run_id) or self.leases.holds(run_id)
 
     def driver(self, run_id: str, state: str | None) -> dict:

@@ -93,7 +93,8 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
             raise OperationRefused(
                 "run_exists",
                 409,
-                f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
+                f"run {run_id} already has history as a server-driven run; a "
+                "client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
         token = leases.open(
@@ -158,7 +159,8 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         )
 
     async def stream_model_step(run_id: str, call: ModelCall):
-        """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
+        """The step as server-sent events: ``delta`` frames while it runs, then one
+        ``complete`` (or ``error``)."""
         frames_out, frames_in = trio.open_memory_channel[bytes](256)
         if call.answer is not None:
             frames_out.send_nowait(sse_frame("complete", call.answer))

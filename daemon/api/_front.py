@@ -80,7 +80,8 @@ class AppendFront:
             (b"content-length", str(len(payload)).encode()),
         ]
         if status == 408:
-            # The rest of a stalled body is still unread: the connection cannot carry another request.
+            # The rest of a stalled body is still unread: the
+            # connection cannot carry another request.
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})

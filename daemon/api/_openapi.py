@@ -83,7 +83,7 @@ _HTTP_URL = (
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
 
-# -- shared shapes -------------------------------------------------------------------------------------
+# -- shared shapes ---------------------------------------------------------------------------------
 
 _PENDING_MODEL = _object(
     {
@@ -140,7 +140,9 @@ def _status_variants() -> list[JSON]:
                 },
                 "kind": {
                     "const": "signal",
-                    "description": "Present only when an external system, not a person, owes the input.",
+                    "description": (
+                        "Present only when an external system, not a person, owes the input."
+                    ),
                 },
             },
             ["state", "reason", "input_schema"],
@@ -197,7 +199,9 @@ _DRIVER_RULE = {
 
 _DRIVER = {
     "enum": ["attached", "none"],
-    "description": "Whether a driver in this daemon is running the run now; absent for a terminal run.",
+    "description": (
+        "Whether a driver in this daemon is running the run now; absent for a terminal run."
+    ),
 }
 
 
@@ -216,7 +220,9 @@ def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -
 
 SCHEMAS: JSON = {
     "Error": {
-        "description": "The one error envelope. `details` is present only with structured evidence.",
+        "description": (
+            "The one error envelope. `details` is present only with structured evidence."
+        ),
         **_object(
             {
                 "error": _object(
@@ -245,7 +251,9 @@ SCHEMAS: JSON = {
     "AgentHash": {
         "type": "string",
         "pattern": "^sha256:[0-9a-f]{64}$",
-        "description": "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded).",
+        "description": (
+            "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."
+        ),
     },
     "Instant": _INSTANT,
     "Usage": _object(
@@ -258,8 +266,8 @@ SCHEMAS: JSON = {
     "Labels": {
         "type": "object",
         "maxProperties": 16,
-        # UTF-8 byte counts are beyond JSON Schema: the formats name them (tests/daemon/api/test_fuzz.py
-        # gives schemathesis a strategy for each).
+        # UTF-8 byte counts are beyond JSON Schema: the formats name them
+        # (tests/daemon/api/test_fuzz.py gives schemathesis a strategy for each).
         "propertyNames": {"format": "salvor-label-key"},
         "additionalProperties": {"type": "string", "format": "salvor-label-value"},
         "description": "At most 16; keys 1 to 64 bytes of UTF-8, values at most 256 bytes.",
@@ -277,8 +285,10 @@ SCHEMAS: JSON = {
         ],
     },
     "RunSummary": {
-        "description": "A run in a listing. Every field but run, event_count and the instants is absent "
-        "(never null) when the run's log cannot be read.",
+        "description": (
+            "A run in a listing. Every field but run, event_count and the instants is absent "
+            "(never null) when the run's log cannot be read."
+        ),
         **_object(
             {
                 "run": _ref("RunId"),
@@ -344,14 +354,18 @@ SCHEMAS: JSON = {
         ["status", "usage", "next_seq", "pending"],
     ),
     "AgentDefinition": {
-        "description": "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
-        "built-in agent, or (only on a daemon started with --allow-process-agents) a process "
-        "or service agent.",
+        "description": (
+            "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
+            "built-in agent, or (only on a daemon started with "
+            "--allow-process-agents) a process or service agent."
+        ),
         "oneOf": [_ref("BuiltinAgent"), _ref("ProcessAgent"), _ref("ServiceAgent")],
     },
     "BuiltinAgent": {
-        "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
-        "files on the daemon's disk, never over HTTP.",
+        "description": (
+            "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
+            "files on the daemon's disk, never over HTTP."
+        ),
         **_object(
             {
                 "name": _nullable(_NAME),
@@ -360,7 +374,8 @@ SCHEMAS: JSON = {
                 "max_response_tokens": {"type": "integer", "minimum": 1},
                 "record_prompts": {"type": "boolean"},
                 "llm": _object(
-                    # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
+                    # No `base_url_env` over HTTP: it would make the daemon
+                    # read a variable a caller chose.
                     {
                         "provider": {"enum": list(PROVIDERS)},
                         "base_url": {
@@ -407,8 +422,10 @@ SCHEMAS: JSON = {
         "description": "A tool the daemon's registry holds.",
     },
     "ProcessAgent": {
-        "description": "A local program the daemon starts for each run, its model calls and MCP servers "
-        "pointed at salvor's loopback proxies.",
+        "description": (
+            "A local program the daemon starts for each run, its model calls and MCP servers "
+            "pointed at salvor's loopback proxies."
+        ),
         **_object(
             {
                 "name": _nullable(_NAME),
@@ -442,8 +459,10 @@ SCHEMAS: JSON = {
         ),
     },
     "ServiceAgent": {
-        "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
-        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
+        "description": (
+            "A service that is already running: each run POSTs its trigger to `url`, and its "
+            "model calls come to the loopback `proxy_port` the daemon binds for the run."
+        ),
         **_object(
             {
                 "name": _nullable(_NAME),
@@ -464,11 +483,12 @@ SCHEMAS: JSON = {
     },
     "McpServer": {
         "description": (
-            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the daemon) or "
-            "`url` (streamable HTTP). Registration starts or reaches it, lists its tools and checks every name "
-            "given here. A tool's effect is its `effects` entry, else write; a tool in `results` is answered "
-            "with that value and never sent to the server. A process agent's servers are reached through "
-            "salvor's stand-ins (`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
+            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the "
+            "daemon) or `url` (streamable HTTP). Registration starts or reaches it, lists its "
+            "tools and checks every name given here. A tool's effect is its `effects` entry, else "
+            "write; a tool in `results` is answered with that value and never sent to the server. "
+            "A process agent's servers are reached through salvor's stand-ins "
+            "(`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
             "are not started at registration."
         ),
         **_object(
@@ -487,7 +507,9 @@ SCHEMAS: JSON = {
                 "headers": {
                     "type": "object",
                     "additionalProperties": {"type": "string"},
-                    "description": "`${VAR}` is read from the daemon's environment when it connects.",
+                    "description": (
+                        "`${VAR}` is read from the daemon's environment when it connects."
+                    ),
                 },
                 "bearer_token_env": {"type": "string"},
                 "effects": {
@@ -505,7 +527,10 @@ SCHEMAS: JSON = {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": 65535,
-                    "description": "A process agent's `url` server only: the fixed loopback port of its stand-in.",
+                    "description": (
+                        "A process agent's `url` server only: the fixed "
+                        "loopback port of its stand-in."
+                    ),
                 },
             },
             oneOf=[{"required": ["command"]}, {"required": ["url"]}],
@@ -548,9 +573,10 @@ SCHEMAS: JSON = {
                 "replay_of": {
                     "oneOf": [_ref("RunId"), {"type": "null"}],
                     "description": (
-                        "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
-                        "the origin's, and every model call must reproduce the origin's call at its position, answered "
-                        "from the origin's log with no upstream call. The re-run fails at the first divergent call."
+                        "Re-run this completed run of an agent process: its input is the origin's, "
+                        "`agent` defaults to the origin's, and every model call must reproduce the "
+                        "origin's call at its position, answered from the origin's log with no "
+                        "upstream call. The re-run fails at the first divergent call."
                     ),
                 },
             },
@@ -612,7 +638,9 @@ SCHEMAS: JSON = {
             "healing": {
                 "type": "integer",
                 "minimum": 0,
-                "description": "Runs a store fault stopped, waiting to be driven again once it takes writes.",
+                "description": (
+                    "Runs a store fault stopped, waiting to be driven again once it takes writes."
+                ),
             },
         },
         ["status", "recovering", "healing"],
@@ -669,7 +697,9 @@ SCHEMAS: JSON = {
                 "items": _ref("Envelope"),
                 "minItems": 1,
                 "maxItems": 1024,
-                "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server.",
+                "description": (
+                    "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."
+                ),
             }
         },
         ["events"],
@@ -790,10 +820,12 @@ SCHEMAS: JSON = {
         description="The `data` of the stream's final `event: end` frame.",
     ),
     "StreamFrame": {
-        "description": "One frame of the event stream as an SSE client reads it (`event` defaults to "
-        "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
-        "`data: <Envelope>` with no `event:` line; the last frame is `event: end` with "
-        "`data: <EndFrame>` and no `id:` line of its own.",
+        "description": (
+            "One frame of the event stream as an SSE client reads it (`event` defaults to "
+            "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
+            "`data: <Envelope>` with no `event:` line; the last frame is `event: end` with "
+            "`data: <EndFrame>` and no `id:` line of its own."
+        ),
         "oneOf": [
             _object(
                 {
@@ -823,7 +855,7 @@ SCHEMAS: JSON = {
     },
 }
 
-# -- parameters and refusals ------------------------------------------------------------------------
+# -- parameters and refusals -----------------------------------------------------------------------
 
 PARAMETERS: JSON = {
     "DriveToken": {
@@ -930,9 +962,9 @@ PATHS: JSON = {
             "operationId": "registerAgent",
             "summary": "Register an agent definition (validated, stored, content-addressed)",
             "description": (
-                "The agent is built first: each MCP server it declares is started or reached, lists its tools "
-                "and is closed again. A definition that will not build is a 400 naming the server and why, "
-                "and nothing is stored."
+                "The agent is built first: each MCP server it declares is started or reached, "
+                "lists its tools and is closed again. A definition that will not build is a 400 "
+                "naming the server and why, and nothing is stored."
             ),
             "requestBody": {
                 "required": True,
@@ -974,7 +1006,10 @@ PATHS: JSON = {
     "/v1/runs": {
         "post": {
             "operationId": "startRun",
-            "summary": "Start a run; answered once its head event is durable, then driven in the background",
+            "summary": (
+                "Start a run; answered once its head event is "
+                "durable, then driven in the background"
+            ),
             "requestBody": _body(_ref("StartRun")),
             "responses": _responses(
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
@@ -982,14 +1017,15 @@ PATHS: JSON = {
                 "PayloadTooLarge",
                 extra={
                     "404": _error(
-                        "The agent is not registered, or the run named by replay_of does not exist.",
+                        "The agent is not registered, or the run "
+                        "named by replay_of does not exist.",
                         "unknown_agent",
                         "unknown_run",
                     ),
                     "409": _error(
                         "The chosen run_id already has history (`run_exists`), the run named by "
-                        "replay_of has not completed (`wrong_state`), or the agent is a service whose "
-                        "proxy port another live run of this daemon holds (`port_held`; "
+                        "replay_of has not completed (`wrong_state`), or the agent is a service "
+                        "whose proxy port another live run of this daemon holds (`port_held`; "
                         "`details.port` and `details.run` name them). Nothing recorded.",
                         "run_exists",
                         "wrong_state",
@@ -1019,7 +1055,9 @@ PATHS: JSON = {
                     "name": "cursor",
                     "in": "query",
                     "schema": {"type": "string", "format": "salvor-cursor"},
-                    "description": "The `next_cursor` of the previous page (opaque: anything else is a 400).",
+                    "description": (
+                        "The `next_cursor` of the previous page (opaque: anything else is a 400)."
+                    ),
                 },
             ],
             "responses": _responses({"200": ("One page of runs.", _ref("RunList"))}, "BadRequest"),
@@ -1046,13 +1084,15 @@ PATHS: JSON = {
     "/v1/runs/{run_id}/events": {
         "get": {
             "operationId": "streamRunEvents",
-            "summary": "The run's events as server-sent events: replay from the cursor, then the live tail",
+            "summary": (
+                "The run's events as server-sent events: replay from the cursor, then the live tail"
+            ),
             "description": (
-                "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no `event:` "
-                "field. When the run rests, one frame `event: end` with `data: <EndFrame>` closes the "
-                "stream; `detached: true` when no driver here is running the run. Lines starting with "
-                "`:` are keep-alive comments. `Last-Event-ID` (wins) or `from_seq` set the cursor; "
-                "with neither the stream starts at seq 0."
+                "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no "
+                "`event:` field. When the run rests, one frame `event: end` with `data: "
+                "<EndFrame>` closes the stream; `detached: true` when no driver here is running "
+                "the run. Lines starting with `:` are keep-alive comments. `Last-Event-ID` (wins) "
+                "or `from_seq` set the cursor; with neither the stream starts at seq 0."
             ),
             "parameters": [
                 *_RUN,
@@ -1061,7 +1101,9 @@ PATHS: JSON = {
                     "name": "Last-Event-ID",
                     "in": "header",
                     "schema": _WHOLE_TEXT,
-                    "description": "The last seq this client received; the stream resumes after it.",
+                    "description": (
+                        "The last seq this client received; the stream resumes after it."
+                    ),
                 },
             ],
             "responses": _responses(
@@ -1109,9 +1151,9 @@ PATHS: JSON = {
                         "unknown_agent",
                     ),
                     "409": _error(
-                        "needs_reconciliation (`details.intent`: the dangling write), still_sleeping "
-                        "(`details.wake_at`, `details.remaining_seconds`), or client_driven_run. "
-                        "Nothing recorded.",
+                        "needs_reconciliation (`details.intent`: the dangling write), "
+                        "still_sleeping (`details.wake_at`, `details.remaining_seconds`), or "
+                        "client_driven_run. Nothing recorded.",
                         schema={
                             "oneOf": [
                                 _ref("NeedsReconciliationError"),
@@ -1127,7 +1169,10 @@ PATHS: JSON = {
     "/v1/runs/{run_id}/resolve": {
         "post": {
             "operationId": "resolveRun",
-            "summary": "Record by hand what a dangling write returned (settled_by: operator); drives nothing",
+            "summary": (
+                "Record by hand what a dangling write returned "
+                "(settled_by: operator); drives nothing"
+            ),
             "parameters": _RUN,
             "requestBody": _body(_ref("ResolveOutput")),
             "responses": _responses(
@@ -1150,7 +1195,10 @@ PATHS: JSON = {
             "responses": _responses(
                 {
                     "200": (
-                        "Abandoned; an abandoned dangling write is named in `status.unresolved_write`.",
+                        (
+                            "Abandoned; an abandoned dangling write is "
+                            "named in `status.unresolved_write`."
+                        ),
                         _ref("Abandoned"),
                     )
                 },
@@ -1164,7 +1212,9 @@ PATHS: JSON = {
     "/v1/client-tools": {
         "get": {
             "operationId": "listClientTools",
-            "summary": "The client-performed tools the operator declared (salvor serve --client-tool)",
+            "summary": (
+                "The client-performed tools the operator declared (salvor serve --client-tool)"
+            ),
             "responses": _responses(
                 {"200": ("The declarations; absent fields are omitted.", _ref("ClientTools"))}
             ),
@@ -1173,8 +1223,10 @@ PATHS: JSON = {
     "/v1/client-runs": {
         "post": {
             "operationId": "openClientRun",
-            "summary": "Open a client-driven run (201), or re-open one: its holder keeps its token, an unheld or "
-            "adopted run gets a fresh lease (200)",
+            "summary": (
+                "Open a client-driven run (201), or re-open one: its holder keeps its token, an "
+                "unheld or adopted run gets a fresh lease (200)"
+            ),
             "parameters": [_DRIVE_TOKEN],
             "requestBody": _body(_ref("OpenClientRun"), required=False),
             "responses": _responses(
@@ -1189,8 +1241,8 @@ PATHS: JSON = {
                 "PayloadTooLarge",
                 extra={
                     "409": _error(
-                        "Another driver's lease is current (`details.lapses_in_seconds`), or the id "
-                        "is a server-driven run.",
+                        "Another driver's lease is current (`details.lapses_in_seconds`), or the "
+                        "id is a server-driven run.",
                         schema=_error_schema(["lease_held", "run_exists"]),
                     )
                 },
@@ -1200,7 +1252,9 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/release": {
         "post": {
             "operationId": "releaseClientRun",
-            "summary": "Hand the lease back (idempotent: `released` is false when nothing was held)",
+            "summary": (
+                "Hand the lease back (idempotent: `released` is false when nothing was held)"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "responses": _responses(
                 {"200": ("Released, or nothing to release.", _ref("Released"))},
@@ -1225,7 +1279,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/log": {
         "get": {
             "operationId": "getClientRunLog",
-            "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
+            "summary": (
+                "A client-driven run's recorded envelopes (`from_seq` "
+                "for the tail); no token needed"
+            ),
             "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": _WHOLE}],
             "responses": _responses(
                 {"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"
@@ -1235,8 +1292,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/model-step": {
         "post": {
             "operationId": "clientRunModelStep",
-            "summary": "The daemon performs the model call at `seq` (intent first); a retry of a completed step "
-            "answers from the log, a dangling one is issued again",
+            "summary": (
+                "The daemon performs the model call at `seq` (intent first); a retry of a "
+                "completed step answers from the log, a dangling one is issued again"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ModelStep")),
             "responses": _responses(
@@ -1269,8 +1328,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/tool-step": {
         "post": {
             "operationId": "clientRunToolStep",
-            "summary": "The daemon performs the registry tool call at `seq` with the registered effect; retries "
-            "follow the effect table",
+            "summary": (
+                "The daemon performs the registry tool call at `seq` with the registered effect; "
+                "retries follow the effect table"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ToolStep")),
             "responses": _responses(
@@ -1301,13 +1362,19 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/client-tool-intent": {
         "post": {
             "operationId": "clientToolIntent",
-            "summary": "Open a call the client performs itself: recorded write-ahead, its key derived by the daemon",
+            "summary": (
+                "Open a call the client performs itself: recorded "
+                "write-ahead, its key derived by the daemon"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ClientToolIntent")),
             "responses": _responses(
                 {
                     "200": (
-                        "Open (`settled` false) or already completed (`settled` true, with `output`).",
+                        (
+                            "Open (`settled` false) or already completed "
+                            "(`settled` true, with `output`)."
+                        ),
                         _ref("ClientToolOpened"),
                     )
                 },
@@ -1322,7 +1389,8 @@ PATHS: JSON = {
                         "unknown_tool",
                     ),
                     "409": _error(
-                        "Another event at `seq`, `seq` beyond the log, or the declared key held by an open call.",
+                        "Another event at `seq`, `seq` beyond the log, or the "
+                        "declared key held by an open call.",
                         "divergence",
                     ),
                 },
@@ -1332,7 +1400,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/client-tool-completion": {
         "post": {
             "operationId": "clientToolCompletion",
-            "summary": "Record what the client's own call returned, or how it failed, once the declaration allows and accepts it",
+            "summary": (
+                "Record what the client's own call returned, or how it failed, once the "
+                "declaration allows and accepts it"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ClientToolCompletion")),
             "responses": _responses(
@@ -1343,7 +1414,8 @@ PATHS: JSON = {
                 extra={
                     "401": _DRIVE_MISSING,
                     "403": _error(
-                        "A bad drive token, or a completion the declaration does not let the client record.",
+                        "A bad drive token, or a completion the declaration "
+                        "does not let the client record.",
                         "invalid_drive_token",
                         "client_completion_refused",
                     ),
@@ -1355,7 +1427,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/client-model-intent": {
         "post": {
             "operationId": "clientModelIntent",
-            "summary": "Open a model call the client makes with its own key (the hash is the client's claim)",
+            "summary": (
+                "Open a model call the client makes with its own key "
+                "(the hash is the client's claim)"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ClientModelIntent")),
             "responses": _responses(
@@ -1372,7 +1447,8 @@ PATHS: JSON = {
                     "401": _DRIVE_MISSING,
                     "403": _DRIVE_FORBIDDEN,
                     "409": _error(
-                        "Another request or a salvor-performed call at `seq`, or `seq` beyond the log.",
+                        "Another request or a salvor-performed call at "
+                        "`seq`, or `seq` beyond the log.",
                         "divergence",
                     ),
                 },
@@ -1405,7 +1481,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/resolve": {
         "post": {
             "operationId": "clientResolve",
-            "summary": "The driver records what its dangling write did (checked against the declaration); it keeps its lease",
+            "summary": (
+                "The driver records what its dangling write did (checked against the "
+                "declaration); it keeps its lease"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("ResolveOutput")),
             "responses": _responses(
@@ -1424,8 +1503,10 @@ PATHS: JSON = {
     "/v1/client-runs/{run_id}/events": {
         "post": {
             "operationId": "appendClientRunEvents",
-            "summary": "The guarded append: control and context events the client's cursor produced, checked "
-            "whole before anything is written",
+            "summary": (
+                "The guarded append: control and context events the client's cursor produced, "
+                "checked whole before anything is written"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(_ref("AppendEvents")),
             "responses": _responses(
@@ -1464,7 +1545,9 @@ PATHS: JSON = {
     "/v1/health": {
         "get": {
             "operationId": "getHealth",
-            "summary": "Whether the daemon answers, and how many runs it is still recovering or healing",
+            "summary": (
+                "Whether the daemon answers, and how many runs it is still recovering or healing"
+            ),
             "responses": _responses(
                 {
                     "200": (
@@ -1497,8 +1580,10 @@ _MODEL_STEP["parameters"].append(
 )
 _MODEL_STEP["responses"]["200"]["content"]["text/event-stream"] = {
     "schema": {
-        "description": "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
-        "(`x-frame-schemas` by event name); no `id:`.",
+        "description": (
+            "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
+            "(`x-frame-schemas` by event name); no `id:`."
+        ),
         **_object(
             {
                 "event": {"enum": ["delta", "complete", "error"]},
@@ -1536,20 +1621,24 @@ DOCUMENT: JSON = {
     "info": {
         "title": "salvor control plane",
         "version": __version__,
-        "summary": "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream.",
-        "description": "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
-        "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
-        "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
-        "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
-        "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
-        "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
-        "501 `not_implemented` (a transfer-coding other than chunked), "
-        "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
-        "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
-        "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
-        "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
-        "a string), else 400 `bad_request`; this holds for every string and number below "
-        "and is stated once, here.",
+        "summary": (
+            "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream."
+        ),
+        "description": (
+            "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
+            "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
+            "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
+            "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
+            "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
+            "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
+            "501 `not_implemented` (a transfer-coding other than chunked), "
+            "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
+            "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
+            "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
+            "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
+            "a string), else 400 `bad_request`; this holds for every string and number below "
+            "and is stated once, here."
+        ),
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "servers": [
@@ -1566,7 +1655,9 @@ DOCUMENT: JSON = {
             "bearer": {
                 "type": "http",
                 "scheme": "bearer",
-                "description": "The token in the environment variable `salvor serve --auth-token` names.",
+                "description": (
+                    "The token in the environment variable `salvor serve --auth-token` names."
+                ),
             }
         },
     },
@@ -1574,7 +1665,8 @@ DOCUMENT: JSON = {
 
 
 def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:
-    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per provider and declared endpoint."""
+    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per
+    provider and declared endpoint."""
     variants: list[JSON] = [
         {"required": ["provider"], "properties": {"provider": {"const": "demo"}}}
     ]
@@ -1607,8 +1699,10 @@ def _served(
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
     if not process_agents:
         schemas["AgentDefinition"] = {
-            "description": "An agent as JSON: this daemon accepts built-in agents only over HTTP (process and "
-            "service agents need --allow-process-agents).",
+            "description": (
+                "An agent as JSON: this daemon accepts built-in agents only over HTTP (process and "
+                "service agents need --allow-process-agents)."
+            ),
             "allOf": [_ref("BuiltinAgent")],
         }
     return document

@@ -99,7 +99,8 @@ class Watch:
 
 
 class DoctorSession:
-    """Stands where a run's ``ProxySession`` stands: answers each call with canned text, records nothing."""
+    """Stands where a run's ``ProxySession`` stands: answers each call with
+    canned text, records nothing."""
 
     async def handle(self, wire: str, body: dict, headers: Mapping[str, str], reply) -> None:
         entry = _CURRENT.get()
@@ -150,7 +151,8 @@ class Findings:
 
     @property
     def rejected(self) -> list[Request]:
-        """Requests on a served path whose body the proxy could not take (not a JSON object, too large)."""
+        """Requests on a served path whose body the proxy could not take
+        (not a JSON object, too large)."""
         return [
             r
             for r in self.requests
@@ -173,7 +175,9 @@ async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float
     except OSError as exc:
         where = f" in {settings.cwd}" if settings.cwd else ""
         return Ending(
-            start_error=f"`{settings.command[0]}`{where} could not be started: {exc.strerror or exc}"
+            start_error=(
+                f"`{settings.command[0]}`{where} could not be started: {exc.strerror or exc}"
+            )
         )
     timed_out, stderr = await supervise(process, timeout)
     if timed_out:
@@ -301,15 +305,16 @@ def _diagnosis(findings: Findings) -> list[str]:
         )
         lines.append(
             f"diagnosis: the agent asked the proxy for {paths}, which it does not serve; under the "
-            f"injected base URL it serves {served}, so the agent's client builds another path from it"
+            f"injected base URL it serves {served}, so the agent's "
+            "client builds another path from it"
         )
     if findings.rejected:
         paths = ", ".join(
             sorted({f"{_where(findings, r)} ({r.status})" for r in findings.rejected})
         )
         lines.append(
-            f"diagnosis: the proxy turned down {paths} before it became a model call: the body was not "
-            f"a JSON object, or was too large"
+            f"diagnosis: the proxy turned down {paths} before it became a model call: the body was "
+            "not a JSON object, or was too large"
         )
     if e.timed_out:
         lines.append(
@@ -322,8 +327,9 @@ def _diagnosis(findings: Findings) -> list[str]:
     elif not lines:
         # A clean exit with no request at all: the client went elsewhere, or nowhere.
         lines.append(
-            "diagnosis: the agent exited 0 without a model call, so its client never honoured OPENAI_BASE_URL "
-            "(OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients); if it reads another variable, set that "
+            "diagnosis: the agent exited 0 without a model call, so its client never honoured "
+            "OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients); if it "
+            "reads another variable, set that "
             'one from them when it starts, e.g. command = ["sh", "-c", '
             '"MY_LLM_URL=$OPENAI_BASE_URL exec ./my-agent"], since the URL differs on every run'
         )
@@ -356,7 +362,10 @@ def report(findings: Findings) -> tuple[list[str], int]:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "doctor",
-        help="start a process agent once against a canned proxy: does its model traffic reach salvor?",
+        help=(
+            "start a process agent once against a canned proxy: does "
+            "its model traffic reach salvor?"
+        ),
     )
     p.add_argument("agent", metavar="AGENT", help='agent file (TOML or JSON) of kind = "process"')
     p.add_argument(
@@ -376,8 +385,8 @@ def add_parser(sub) -> None:
 async def _load(source: str) -> AgentDefinition:
     if source.startswith("sha256:"):
         raise UsageError(
-            "doctor reads an agent file and opens no store; pass the TOML or JSON file the agent was "
-            "registered from, not its sha256: hash"
+            "doctor reads an agent file and opens no store; pass the TOML or JSON file the agent "
+            "was registered from, not its sha256: hash"
         )
     try:
         agent = await trio.to_thread.run_sync(load_definition, source)
@@ -385,12 +394,14 @@ async def _load(source: str) -> AgentDefinition:
         raise UsageError(f"{source}: {exc}") from None
     if agent.kind == "service":
         raise UsageError(
-            f"{source} is a service agent, which salvor does not start; doctor checks process agents "
+            f"{source} is a service agent, which salvor does not "
+            "start; doctor checks process agents "
             f'(kind = "process")'
         )
     if agent.kind != "process":
         raise UsageError(
-            f"{source} is a built-in agent, which salvor drives itself; doctor checks process agents "
+            f"{source} is a built-in agent, which salvor drives "
+            "itself; doctor checks process agents "
             f'(kind = "process")'
         )
     return agent

@@ -116,18 +116,22 @@ class Cli:
                 f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
             )
         if s is RunState.SLEEPING:
-            return f"run {run_id} sleeping until {d['wake_at']}; `salvor wake` continues it once that passes"
+            return (
+                f"run {run_id} sleeping until {d['wake_at']}; `salvor "
+                "wake` continues it once that passes"
+            )
         if s is RunState.BUDGET_EXCEEDED:
             b = d["budget"]
             return (
-                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of {b['limit']}); "
-                f"extend it with `salvor resume {run_id} --input '{{\"extend_by\": N}}'`"
+                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of "
+                f"{b['limit']}); extend it with `salvor resume {run_id} "
+                "--input '{\"extend_by\": N}'`"
             )
         if s is RunState.NEEDS_RECONCILIATION:
             p = view.pending
             return (
-                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may not have "
-                f"happened; check, then `salvor resolve {run_id} --output JSON`"
+                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may "
+                f"not have happened; check, then `salvor resolve {run_id} --output JSON`"
             )
         return f"run {run_id} is {s.value}"
 
@@ -260,7 +264,8 @@ class Cli:
         for summary in page:
             state = summary.state or "unreadable"
             print(
-                f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  last {summary.last_recorded_at}"
+                f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  "
+                f"last {summary.last_recorded_at}"
             )
         return EXIT_OK
 
@@ -315,7 +320,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "rerun",
         parents=[common],
-        help="re-run a completed agent-process run against its recorded model calls (no upstream call)",
+        help=(
+            "re-run a completed agent-process run against its recorded "
+            "model calls (no upstream call)"
+        ),
     )
     p.add_argument("run", metavar="RUN", help="the completed run to reproduce")
     p.add_argument(
@@ -420,7 +428,10 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="URL[,key_env=VAR|,key_file=PATH]",
-        help="a model endpoint agents registered over HTTP may name, and the one key it gets (repeatable)",
+        help=(
+            "a model endpoint agents registered over HTTP may name, and "
+            "the one key it gets (repeatable)"
+        ),
     )
     p.add_argument(
         "--mcp-origin",

@@ -90,7 +90,8 @@ def _refuse_unappendable(index: int, item: object) -> None:
         raise OperationRefused(
             "unsupported_event_kind",
             422,
-            f"events[{index}] is a {kind}, which this endpoint never appends: {_NOT_APPENDABLE[kind]}",
+            f"events[{index}] is a {kind}, which this endpoint never "
+            f"appends: {_NOT_APPENDABLE[kind]}",
         )
 
 
@@ -158,7 +159,8 @@ class ClientAppends:
         return view is not None and view.driven_by == "client"
 
     async def driving(self, run_id: str, token: str | None) -> str:
-        """The canonical run id of a driving call, once its run and the presented drive token check out.
+        """The canonical run id of a driving call, once its run and the
+        presented drive token check out.
 
         Raises:
             OperationRefused: bad_request (not a run id), unknown_run (no client-driven run),
@@ -197,21 +199,22 @@ class ClientAppends:
         for envelope in batch:
             known = recorded.get(envelope.seq)
             if known is not None and not new:
-                # A retry of what is already recorded is a no-op; anything else there is a divergence.
+                # A retry of what is already recorded is a no-op;
+                # anything else there is a divergence.
                 if known.event.KIND is not envelope.event.KIND or encode_payload(
                     known.event, seq=known.seq
                 ) != encode_payload(envelope.event, seq=envelope.seq):
                     raise GuardRefusal(
-                        f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
-                        f"the log is append-only"
+                        f"seq {envelope.seq} of run {run_id} already holds a different "
+                        f"{known.event.KIND.value}; the log is append-only"
                     )
                 appended.append(envelope.seq)
                 continue
             expected = view.next_seq + len(new)
             if envelope.seq != expected:
                 raise GuardRefusal(
-                    f"events must be appended in order: seq {envelope.seq} is not the next position {expected} "
-                    f"of run {run_id}"
+                    f"events must be appended in order: seq {envelope.seq} is not the next "
+                    f"position {expected} of run {run_id}"
                 )
             new.append(envelope)
         if new:

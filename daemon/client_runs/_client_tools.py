@@ -59,7 +59,8 @@ _HONOURED = {
 
 
 class DeclarationError(ValueError):
-    """A declaration file that does not validate; the message is one sentence naming the file and field."""
+    """A declaration file that does not validate; the message is one
+    sentence naming the file and field."""
 
 
 def honoured(schema: Any) -> Any:
@@ -87,7 +88,8 @@ class ClientTool:
     require_equal: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """The declaration as ``GET /v1/client-tools`` lists it (absent fields omitted, never null)."""
+        """The declaration as ``GET /v1/client-tools`` lists it (absent
+        fields omitted, never null)."""
         body: dict[str, Any] = {
             "name": self.name,
             "effect": self.effect.value,
@@ -107,7 +109,8 @@ class ClientTool:
         _check(honoured(self.input_schema), tool_input, f"the input of client tool {self.name}")
 
     def check_output(self, output: Any, recorded_input: Any) -> None:
-        """A finished call's output against the declaration: its schema, then every ``require_equal`` field.
+        """A finished call's output against the declaration: its schema, then
+        every ``require_equal`` field.
 
         Raises:
             OperationRefused: bad_request naming the tool and what is wrong.
@@ -120,8 +123,9 @@ class ClientTool:
             if got is _MISSING or got != asked:
                 shown = "missing" if got is _MISSING else json.dumps(got)
                 raise bad_request(
-                    f"client tool {self.name}: the output's `{name}` is {shown}, but the recorded intent asked "
-                    f"for {json.dumps(asked)}; require_equal holds them to the same value"
+                    f"client tool {self.name}: the output's `{name}` is {shown}, but the recorded "
+                    f"intent asked for {json.dumps(asked)}; "
+                    "require_equal holds them to the same value"
                 )
 
     def key(self, run_id: str, seq: int, tool_input: Any) -> str:
@@ -136,14 +140,16 @@ class ClientTool:
         for name in self.idempotency_key:
             if not isinstance(tool_input, dict) or name not in tool_input:
                 raise bad_request(
-                    f"client tool {self.name} derives its idempotency key from `{name}`, which the input lacks"
+                    f"client tool {self.name} derives its idempotency key from "
+                    f"`{name}`, which the input lacks"
                 )
             identity[name] = tool_input[name]
         return sha256_hash(identity)
 
     @property
     def deduplicates(self) -> bool:
-        """A declared key dedupes a write or an idempotent call; a read never (a poll must see change)."""
+        """A declared key dedupes a write or an idempotent call; a read
+        never (a poll must see change)."""
         return bool(self.idempotency_key) and self.effect is not Effect.READ
 
 
@@ -172,7 +178,8 @@ def _names(raw: Any, field: str, where: str) -> tuple[str, ...]:
 def check_resolution(
     tools: Mapping[str, ClientTool], tool: str, recorded_input: Any, output: Any
 ) -> None:
-    """A hand-recorded output for a client's write must satisfy the tool's declaration (not its trust rule).
+    """A hand-recorded output for a client's write must satisfy the tool's
+    declaration (not its trust rule).
 
     The client's call was never witnessed by salvor: the declaration is the
     only thing that says what a finished one looks like.
@@ -205,7 +212,8 @@ def parse_declaration(text: str, fmt: str, *, where: str = "the declaration") ->
     unknown = sorted(set(raw) - _FIELDS)
     if unknown:
         raise DeclarationError(
-            f"{where}: unknown field `{unknown[0]}`; a declaration takes {', '.join(sorted(_FIELDS))}"
+            f"{where}: unknown field `{unknown[0]}`; a declaration "
+            f"takes {', '.join(sorted(_FIELDS))}"
         )
     name = raw.get("name")
     if not isinstance(name, str) or not name or len(name) > 64:

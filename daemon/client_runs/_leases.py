@@ -48,8 +48,8 @@ def missing_token() -> OperationRefused:
     return OperationRefused(
         "missing_drive_token",
         401,
-        "this call drives a client-driven run and needs its drive token in the X-Drive-Token header "
-        "(POST /v1/client-runs answers it)",
+        "this call drives a client-driven run and needs its drive token in the X-Drive-Token "
+        "header (POST /v1/client-runs answers it)",
     )
 
 
@@ -57,8 +57,8 @@ def invalid_token(run_id: str) -> OperationRefused:
     return OperationRefused(
         "invalid_drive_token",
         403,
-        f"the drive token is not the current lease on run {run_id}: the lease lapsed or another driver holds it; "
-        f"re-open the run with POST /v1/client-runs to drive it again",
+        f"the drive token is not the current lease on run {run_id}: the lease lapsed or another "
+        "driver holds it; re-open the run with POST /v1/client-runs to drive it again",
     )
 
 
@@ -119,7 +119,8 @@ class LeaseRegistry:
         lease.expires_at = trio.current_time() + self.ttl
 
     def opened(self, run_id: str) -> bool:
-        """Whether the run was opened here under a lease still standing (a lapsed one is forgotten first)."""
+        """Whether the run was opened here under a lease still standing (a
+        lapsed one is forgotten first)."""
         self._current(run_id)
         return run_id in self._opened
 
@@ -132,7 +133,8 @@ class LeaseRegistry:
         return None if lease is None else _whole_seconds(lease.expires_at - trio.current_time())
 
     def record_prompts(self, run_id: str) -> bool:
-        """What the current lease's open said of keeping model request bodies (False without one)."""
+        """What the current lease's open said of keeping model request
+        bodies (False without one)."""
         lease = self._current(run_id)
         return lease is not None and lease.record_prompts
 
@@ -162,8 +164,8 @@ class LeaseRegistry:
             raise OperationRefused(
                 "lease_held",
                 409,
-                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver goes quiet, "
-                f"and re-opening works then (or as soon as the run finishes)",
+                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver "
+                "goes quiet, and re-opening works then (or as soon as the run finishes)",
                 details={"lapses_in_seconds": lapses},
             )
         if len(self._leases) >= self._sweep_at:

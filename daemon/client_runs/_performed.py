@@ -1,4 +1,5 @@
-"""Calls a client performs itself, with its own secrets: recorded write-ahead, completed on its report.
+"""Calls a client performs itself, with its own secrets: recorded
+write-ahead, completed on its report.
 
 The daemon never sees these calls happen. It records the intent before the
 client acts (``performed_by: "client"``), derives a client tool's
@@ -46,8 +47,8 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
         raise OperationRefused(
             "unknown_tool",
             404,
-            f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator declares one with "
-            f"`salvor serve --client-tool FILE`",
+            f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator "
+            "declares one with `salvor serve --client-tool FILE`",
         )
     return tool
 
@@ -78,8 +79,8 @@ async def tool_intent(
             recorded, seq=seq
         ) != encode_payload(intent, seq=seq):
             raise GuardRefusal(
-                f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this call; "
-                f"a retry must post the same tool and input to the same position"
+                f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this "
+                "call; a retry must post the same tool and input to the same position"
             )
         if found.completion is not None:
             answer.update(settled=True, output=found.completion.event.output)
@@ -101,8 +102,8 @@ async def tool_intent(
         return answer
     if claim is not None:
         raise GuardRefusal(
-            f"the key of this {tool.name} call is held by the unfinished call at seq {claim.seq}; open it again "
-            f"once that one is settled"
+            f"the key of this {tool.name} call is held by the unfinished call at seq {claim.seq}; "
+            "open it again once that one is settled"
         )
     try:
         await access.append(run_id, [intent], found.view, claim=key)
@@ -116,7 +117,8 @@ async def tool_intent(
 async def tool_completion(
     access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int, body: dict
 ) -> dict:
-    """Record what the client says its call at ``seq`` returned (``output``) or how it failed (``error``)."""
+    """Record what the client says its call at ``seq`` returned (``output``)
+    or how it failed (``error``)."""
     if ("output" in body) == ("error" in body):
         raise bad_request(
             "give exactly one of `output` (what the call returned) and `error` (how it failed)"
@@ -125,7 +127,8 @@ async def tool_completion(
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != "tool" or pending.seq != seq:
         raise GuardRefusal(
-            f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete"
+            f"run {run_id}'s log does not end at a tool intent at seq "
+            f"{seq}; there is nothing to complete"
         )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != "client":
@@ -140,8 +143,8 @@ async def tool_completion(
         )
     if not tool.trust_completion:
         raise completion_refused(
-            f"client tool {tool.name} is declared trust_completion = false: a person resolves its calls "
-            f"(POST /v1/runs/{run_id}/resolve), not the client that made them"
+            f"client tool {tool.name} is declared trust_completion = false: a person resolves its "
+            f"calls (POST /v1/runs/{run_id}/resolve), not the client that made them"
         )
     if "output" in body:
         if tool.output_schema is None:
@@ -159,7 +162,8 @@ async def tool_completion(
             or not isinstance(error.get("message"), str)
         ):
             raise bad_request(
-                "`error` must be {message: string, kind?: invalid_input|handler|output_serialization}"
+                "`error` must be {message: string, kind?: "
+                "invalid_input|handler|output_serialization}"
             )
         kind = error.get("kind", "handler")
         if kind not in ERROR_KINDS:
@@ -220,7 +224,8 @@ async def model_completion(
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != "model" or pending.seq != seq:
         raise GuardRefusal(
-            f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete"
+            f"run {run_id}'s log does not end at a model intent at seq "
+            f"{seq}; there is nothing to complete"
         )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != "client":

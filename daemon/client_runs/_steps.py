@@ -74,7 +74,8 @@ def check_model_request(request: Any) -> None:
     unknown = sorted(set(request) - _REQUEST_KEYS)
     if unknown:
         raise bad_request(
-            f"`request` has an unknown field `{unknown[0]}`; it takes {', '.join(sorted(_REQUEST_KEYS))}"
+            f"`request` has an unknown field `{unknown[0]}`; it takes "
+            f"{', '.join(sorted(_REQUEST_KEYS))}"
         )
     if not isinstance(request.get("model"), str) or not request["model"]:
         raise bad_request("`request.model` must be a non-empty string")
@@ -105,7 +106,8 @@ def check_model_request(request: Any) -> None:
 
 @dataclass(slots=True)
 class _AtSeq:
-    """What the log holds at a step's position: nothing yet, or an intent and maybe its completion."""
+    """What the log holds at a step's position: nothing yet, or an
+    intent and maybe its completion."""
 
     view: RunView
     intent: Envelope | None = None
@@ -116,7 +118,8 @@ async def at_seq(access: StoreAccess, run_id: str, seq: int) -> _AtSeq:
     view = await access.read(access.store.read_view, run_id) or EMPTY_VIEW
     if seq > view.next_seq:
         raise GuardRefusal(
-            f"seq {seq} is beyond the end of run {run_id}'s log (its next position is {view.next_seq})"
+            f"seq {seq} is beyond the end of run {run_id}'s log (its "
+            f"next position is {view.next_seq})"
         )
     found = _AtSeq(view)
     if seq < view.next_seq:
@@ -135,7 +138,8 @@ async def at_seq(access: StoreAccess, run_id: str, seq: int) -> _AtSeq:
 
 
 def _dangling(found: _AtSeq, run_id: str, seq: int) -> None:
-    """An intent without a completion may be performed again only while it is the run's open intent."""
+    """An intent without a completion may be performed again only while
+    it is the run's open intent."""
     pending = found.view.pending
     if pending is None or pending.seq != seq:
         raise GuardRefusal(
@@ -162,7 +166,8 @@ async def open_model_step(
     record_prompts: bool,
     executor: ModelGateway | None,
 ) -> ModelCall:
-    """Everything before the provider is called: the checks, and the intent recorded (or found open).
+    """Everything before the provider is called: the checks, and the
+    intent recorded (or found open).
 
     Raises:
         OperationRefused: bad_request (not a model request), model_executor_unavailable
@@ -199,8 +204,8 @@ async def open_model_step(
         raise OperationRefused(
             "model_executor_unavailable",
             503,
-            "this daemon has no model to call: start it with SALVOR_MODEL_BASE_URL (a Messages endpoint) "
-            "or ANTHROPIC_API_KEY set; nothing was recorded",
+            "this daemon has no model to call: start it with SALVOR_MODEL_BASE_URL (a Messages "
+            "endpoint) or ANTHROPIC_API_KEY set; nothing was recorded",
         )
     if found.intent is None:
         intent = ModelCallRequested(
@@ -229,8 +234,8 @@ async def perform_model_step(
         raise OperationRefused(
             "model_execution",
             502,
-            f"the model call at seq {call.seq} failed: {exc.message}; its intent stays open and the same step "
-            f"retries it",
+            f"the model call at seq {call.seq} failed: {exc.message}; its intent stays "
+            "open and the same step retries it",
         ) from None
     await access.append(
         run_id,
@@ -327,8 +332,8 @@ async def tool_step(
         raise OperationRefused(
             "tool_execution",
             502,
-            f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): {failed.message}; its intent "
-            f"stays open"
+            f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): "
+            f"{failed.message}; its intent stays open"
             + (
                 ""
                 if tool.effect.value != "write"

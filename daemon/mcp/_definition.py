@@ -150,7 +150,8 @@ def _headers(where: str, value: Any) -> dict:
         # Every "${" must open a well-formed placeholder, or a typo goes out verbatim.
         _expect(
             not stray_placeholder(item),
-            f"{where} `headers` value of {key} has a `${{` that is not a well-formed `${{NAME}}` placeholder",
+            f"{where} `headers` value of {key} has a `${{` that is not a "
+            "well-formed `${NAME}` placeholder",
         )
     return headers
 
@@ -172,7 +173,8 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     unknown = sorted(set(entry) - fields)
     _expect(
         not unknown,
-        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(fields - {'idempotency_keys'}))}",
+        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: "
+        f"{', '.join(sorted(fields - {'idempotency_keys'}))}",
     )
     # Unnamed servers (the reference's file format names none) are called by position.
     name = entry.get("name", f"server{index + 1}")
@@ -183,12 +185,14 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     where = f"[[mcp_servers]] {name!r}:"
     _expect(
         "idempotency_keys" not in entry,
-        f"{where} `idempotency_keys` is not supported by this build yet; declare the tool `idempotent` in `effects`",
+        f"{where} `idempotency_keys` is not supported by this build yet; declare the "
+        "tool `idempotent` in `effects`",
     )
     has_command, has_url = "command" in entry, "url" in entry
     _expect(
         has_command != has_url,
-        f"{where} give exactly one of `command` (a stdio server) or `url` (a streamable-HTTP server)",
+        f"{where} give exactly one of `command` (a stdio server) or "
+        "`url` (a streamable-HTTP server)",
     )
     spec: dict[str, Any] = {"name": name}
     if "port" in entry:
@@ -259,7 +263,8 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     for tool, effect in effects.items():
         _expect(
             effect in _EFFECTS,
-            f"{where} `{effects_key}` gives {tool!r} the effect {effect!r}; use read, idempotent or write",
+            f"{where} `{effects_key}` gives {tool!r} the effect "
+            f"{effect!r}; use read, idempotent or write",
         )
     spec["effects"] = dict(effects)
     results = entry.get("results", {})
@@ -302,7 +307,8 @@ def parse_mcp_servers(value: Any, *, stand_ins: bool = False) -> tuple[McpServer
         f"two [[mcp_servers]] are named {duplicate!r}; a server's name must be unique",
     )
     if stand_ins:
-        # Each name becomes a variable suffix (upper-cased, `-` as `_`): two names must not share one.
+        # Each name becomes a variable suffix (upper-cased, `-` as
+        # `_`): two names must not share one.
         seen: dict[str, str] = {}
         for name in names:
             suffix = name.upper().replace("-", "_")

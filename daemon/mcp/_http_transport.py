@@ -125,7 +125,8 @@ class HttpTransport(Transport):
                 f"no longer knows this session (HTTP 404 to {method}); it was not performed",
             )
         if 400 <= status < 500:
-            # The body is the remote's own text: never quoted, so a refusal cannot reflect it to whoever asked.
+            # The body is the remote's own text: never quoted, so a refusal
+            # cannot reflect it to whoever asked.
             raise McpRemoteError(self.name, f"refused {method} with HTTP {status}")
         if status >= 300:
             raise McpNoAnswer(self.name, f"answered {method} with HTTP {status}")

@@ -124,7 +124,8 @@ class McpSession:
         return getattr(self._transport, "session_id", None)
 
     def pass_through(self, headers: Mapping[str, str]) -> None:
-        """Carry a client's own ``Authorization`` on later requests (a stand-in's pass-through; kept in memory only)."""
+        """Carry a client's own ``Authorization`` on later requests (a stand-in's
+        pass-through; kept in memory only)."""
         self._transport.pass_through(headers)
 
     # -- requests -------------------------------------------------------------
@@ -182,7 +183,8 @@ class McpSession:
         return result
 
     async def cancel(self, key: Hashable, reason: str | None) -> bool:
-        """Tell the server the request sent under ``key`` was given up on; False when none is in flight.
+        """Tell the server the request sent under ``key`` was given up
+        on; False when none is in flight.
 
         The request itself still waits for its answer (or its deadline): a
         server may finish it anyway, and what it answered is what happened.
@@ -220,7 +222,8 @@ class McpSession:
             await self._transport.send(self, message, None)
 
     async def initialize(self, params: dict | None = None) -> dict:
-        """Open the session (``params``: another client's, for a stand-in; salvor's own by default); its result."""
+        """Open the session (``params``: another client's, for a stand-in; salvor's
+        own by default); its result."""
         result = await self.request(
             "initialize",
             params
@@ -284,7 +287,8 @@ class McpSession:
             self.fail(
                 McpNoAnswer(
                     self.name,
-                    f"sent a JSON-RPC message that is not an object: {excerpt(json.dumps(message))}",
+                    "sent a JSON-RPC message that is not an object: "
+                    f"{excerpt(json.dumps(message))}",
                 )
             )
             return
@@ -294,7 +298,8 @@ class McpSession:
                 await self._answer_server_request(message)
             elif self.on_notification is not None:
                 self.on_notification(message)
-            # Otherwise a notification (progress, logging, list_changed): nothing a built-in agent acts on.
+            # Otherwise a notification (progress, logging, list_changed):
+            # nothing a built-in agent acts on.
             return
         if ("result" in message or "error" in message) and type(request_id) in (int, str):
             reply = self._pending.get(request_id) if type(request_id) is int else None
@@ -347,7 +352,8 @@ class McpSession:
 
 
 class Transport:
-    """How a session's messages reach one server and its messages come back (``session.deliver``)."""
+    """How a session's messages reach one server and its messages come
+    back (``session.deliver``)."""
 
     async def send(self, session: McpSession, message: dict, reply: Reply | None) -> None:
         """Send a request (``reply`` is where its answer lands) or a notification (``reply`` None).

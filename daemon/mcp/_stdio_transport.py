@@ -154,7 +154,8 @@ class StdioTransport(Transport):
 
 
 def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """A stdio server's environment: the allow-list of the daemon's (``_child_env``), then the definition's ``env``."""
+    """A stdio server's environment: the allow-list of the daemon's (``_child_env``),
+    then the definition's ``env``."""
     env = child_environment(environ)
     env.update(spec.env)
     return env

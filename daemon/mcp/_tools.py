@@ -1,4 +1,5 @@
-"""A built-in agent's MCP servers as tools: connected on first use, listed, called with declared effects.
+"""A built-in agent's MCP servers as tools: connected on first use,
+listed, called with declared effects.
 
 ``McpConnections`` holds the sessions of one drive (or one build): a server
 is started or reached only when something first needs it, and every session
@@ -45,16 +46,19 @@ _MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class McpBuildError(ValueError):
-    """The agent's MCP servers do not add up to a buildable agent; the message says which and why."""
+    """The agent's MCP servers do not add up to a buildable agent; the
+    message says which and why."""
 
 
 def listing_tool_name(server: str) -> str:
-    """The name a server's recorded listing call carries in the log (no MCP tool name holds ``:``/``/``)."""
+    """The name a server's recorded listing call carries in the log (no MCP
+    tool name holds ``:``/``/``)."""
     return f"mcp:{server}/tools/list"
 
 
 class McpConnections:
-    """The MCP sessions of one drive: opened on first use, reopened after a failure, closed together."""
+    """The MCP sessions of one drive: opened on first use, reopened after
+    a failure, closed together."""
 
     def __init__(
         self,
@@ -93,7 +97,8 @@ class McpConnections:
         return await (await self.session(server)).list_tools()
 
     async def call_tool(self, server: str, tool: str, arguments: Any, meta: dict | None) -> dict:
-        """One ``tools/call``; a request that never reached the server is sent once more on a new session."""
+        """One ``tools/call``; a request that never reached the server is sent
+        once more on a new session."""
         try:
             return await (await self.session(server)).call_tool(tool, arguments, meta)
         except McpUnavailable:
@@ -176,13 +181,14 @@ def exposed_tools(
                 continue
             if not _MODEL_TOOL_NAME.fullmatch(name):
                 raise McpBuildError(
-                    f"the tool {name!r} of MCP server {spec.name!r} cannot be offered to a model (a tool name is "
-                    f"1 to 64 letters, digits, `_` or `-`); leave it out with the server's `tools`"
+                    f"the tool {name!r} of MCP server {spec.name!r} cannot be offered to a model "
+                    "(a tool name is 1 to 64 letters, digits, `_` or `-`); leave "
+                    "it out with the server's `tools`"
                 )
             if name in owners:
                 raise McpBuildError(
-                    f"the tool {name!r} of MCP server {spec.name!r} has the same name as {owners[name]}; "
-                    f"leave one out (a server's `tools` lists the ones it exposes)"
+                    f"the tool {name!r} of MCP server {spec.name!r} has the same name as "
+                    f"{owners[name]}; leave one out (a server's `tools` lists the ones it exposes)"
                 )
             owners[name] = f"the tool of MCP server {spec.name!r}"
             exposed.append((spec, entry))
@@ -213,7 +219,9 @@ async def check_buildable(
                 failed = (
                     exc.message
                     if exc.error is None
-                    else f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
+                    else (
+                        f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
+                    )
                 )
                 raise McpBuildError(
                     f"{failed}; the agent cannot be built without its tools"
@@ -241,7 +249,8 @@ def listing_tool(spec: McpServerSpec, connections: McpConnections) -> Tool:
             return {"tools": await connections.list_tools(spec.name)}
         except McpError as exc:
             raise NotPerformed(
-                f"{exc.message}, so its tools could not be listed; `salvor resume {call.run_id}` tries again"
+                f"{exc.message}, so its tools could not be listed; `salvor "
+                f"resume {call.run_id}` tries again"
             ) from None
 
     return Tool(
@@ -311,7 +320,8 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
 
 
 def salvor_outcome(server: str, tool: str, result: dict) -> Any:
-    """The run's outcome of a tool result: ``Suspend``/``SleepUntil`` from ``_meta.salvor``, else the result.
+    """The run's outcome of a tool result: ``Suspend``/``SleepUntil`` from
+    ``_meta.salvor``, else the result.
 
     Raises:
         ToolFailed: never retryable, when ``_meta.salvor`` is malformed, names
@@ -324,8 +334,8 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
 
     def refuse(problem: str) -> ToolFailed:
         return ToolFailed(
-            f"MCP server {server!r} answered {tool!r} with a `_meta.salvor` request that {problem}; "
-            f"the run was not parked and the call is not retried",
+            f"MCP server {server!r} answered {tool!r} with a `_meta.salvor` request that "
+            f"{problem}; the run was not parked and the call is not retried",
             retryable=False,
         )
 
@@ -336,7 +346,8 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
     unknown = sorted(set(request) - set(_SALVOR_KEYS))
     if unknown:
         raise refuse(
-            f"uses the key {unknown[0]!r}, which salvor does not know (it knows suspend and sleep_until)"
+            f"uses the key {unknown[0]!r}, which salvor does not know (it "
+            "knows suspend and sleep_until)"
         )
     if len(request) != 1:
         raise refuse(
@@ -370,7 +381,8 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
 
 
 def mcp_result_for_model(value: Any) -> tuple[str, bool]:
-    """What the model reads of an MCP tool's recorded output: its text, and whether it is an error."""
+    """What the model reads of an MCP tool's recorded output: its text,
+    and whether it is an error."""
     if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
         return (
             value

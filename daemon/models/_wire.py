@@ -441,7 +441,8 @@ class OpenAIStream:
 
 
 def ticker(provider: str, event: str | None, data: str) -> JSON | None:
-    """The live-ticker part of one streamed provider event: text, thinking, or usage; None for the rest."""
+    """The live-ticker part of one streamed provider event: text, thinking,
+    or usage; None for the rest."""
     try:
         payload = json.loads(data)
     except ValueError:

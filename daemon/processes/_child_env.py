@@ -1,4 +1,5 @@
-"""The environment salvor gives a process it starts: an allow-list of the daemon's, never the daemon's minus a few names.
+"""The environment salvor gives a process it starts: an allow-list of the daemon's, never
+the daemon's minus a few names.
 
 Agents and stdio MCP servers run code the operator did not write line by
 line, so they get what a program needs to run and nothing else: whatever

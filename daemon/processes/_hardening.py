@@ -37,6 +37,7 @@ def make_undumpable() -> bool:
         log.debug("the process stays dumpable: %s", exc)
         return False
     log.debug(
-        "the process is not dumpable: its environment and memory are closed to its user's other processes"
+        "the process is not dumpable: its environment and memory are "
+        "closed to its user's other processes"
     )
     return True

@@ -21,8 +21,9 @@ TETHER = str(Path(__file__).with_name("_tether.py"))
 
 
 def _interpreter() -> str:
-    """The binary running this process: the tether needs no venv (it runs with ``-I -S``), and a venv's
-    ``sys.executable`` can be a link the daemon's user may not follow even though its target runs."""
+    """The binary running this process: the tether needs no venv (it runs with ``-I -S``), and a
+    venv's ``sys.executable`` can be a link the daemon's user may not follow
+    even though its target runs."""
     try:
         return os.readlink("/proc/self/exe")
     except OSError:
@@ -33,13 +34,15 @@ _ERRNO_BYTES = 16
 
 
 def tethered(command: Sequence[str], errfd: int) -> list[str]:
-    """The command line that runs ``command`` through the tether, reporting a failed exec on ``errfd``."""
+    """The command line that runs ``command`` through the tether, reporting
+    a failed exec on ``errfd``."""
     # -I -S: no site, no user paths, nothing of salvor's: a bare interpreter starts in milliseconds.
     return [_interpreter(), "-I", "-S", TETHER, str(errfd), "--", *command]
 
 
 async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Process:
-    """Start ``command`` (options as for ``trio.lowlevel.open_process``) tied to this process's life.
+    """Start ``command`` (options as for
+    ``trio.lowlevel.open_process``) tied to this process's life.
 
     Raises:
         OSError: the command could not be started (the errno its exec failed

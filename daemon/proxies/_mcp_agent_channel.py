@@ -1,4 +1,5 @@
-"""What a stand-in sends its agent unasked: the server-push stream, and the server's requests awaiting answers.
+"""What a stand-in sends its agent unasked: the server-push stream, and the
+server's requests awaiting answers.
 
 A streamable-HTTP agent (or the stdio relay) holds the push stream open with
 a ``GET`` (``_mcp_endpoint``); at most one is open per lane. Notifications
@@ -65,8 +66,8 @@ class AgentChannel:
                 request_id,
                 METHOD_NOT_FOUND,
                 (
-                    f"the agent has no server-push stream open to salvor's stand-in for {self.server!r}, so it "
-                    f"cannot be asked {request.get('method')}"
+                    "the agent has no server-push stream open to salvor's stand-in for "
+                    f"{self.server!r}, so it cannot be asked {request.get('method')}"
                 ),
             )
         key = json.dumps(request_id)

@@ -1,4 +1,5 @@
-"""The loopback streamable-HTTP endpoint of a process run's MCP stand-ins (``.../r/<capability>/mcp/<server>``).
+"""The loopback streamable-HTTP endpoint of a process run's MCP stand-ins
+(``.../r/<capability>/mcp/<server>``).
 
 An agent's MCP client reaches it directly (``SALVOR_MCP_URL_<NAME>``), or
 through the stdio relay it spawns (``SALVOR_MCP_SERVER_<NAME>``,
@@ -109,7 +110,8 @@ async def serve_mcp(
         )
         return
     try:
-        # The stand-in stops reading at its cap rather than take in the rest of an oversized message.
+        # The stand-in stops reading at its cap rather than take in
+        # the rest of an oversized message.
         raw = await read_body(asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False)
     except Disconnected:
         return
@@ -129,8 +131,8 @@ async def serve_mcp(
             400,
             _refusal(
                 INVALID_REQUEST,
-                f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level array); "
-                "send each message on its own",
+                f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level "
+                "array); send each message on its own",
             ),
         )
         return
@@ -150,7 +152,8 @@ async def serve_mcp(
 
 
 async def _push_stream(lane: Any, receive, send) -> None:
-    """The agent's server-push stream: the lane's notifications as SSE events, until either side ends it.
+    """The agent's server-push stream: the lane's notifications as SSE
+    events, until either side ends it.
 
     A second stream while one is open is ``409``. It ends when the agent
     goes away or the drive ends (the lane closes it).
@@ -201,7 +204,8 @@ async def _push_stream(lane: Any, receive, send) -> None:
 
 
 class FixedPortApp:
-    """The ASGI app of a stand-in on a fixed port (``port`` in the definition): one lane, at ``/mcp``.
+    """The ASGI app of a stand-in on a fixed port (``port`` in the
+    definition): one lane, at ``/mcp``.
 
     For an agent that dials a URL it was configured with and cannot be
     handed a variable. The path holds no capability, so any local process

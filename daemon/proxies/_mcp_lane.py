@@ -1,4 +1,5 @@
-"""A process run's MCP lanes: each request the agent sends a declared server, recorded or answered from the log.
+"""A process run's MCP lanes: each request the agent sends a declared server,
+recorded or answered from the log.
 
 One lane per declared server per drive. A request is matched by position
 within its lane (a ``ReplayLane``; ``_mcp_replay`` says how two requests
@@ -139,7 +140,8 @@ class McpLane:
 
     @property
     def session_id(self) -> str | None:
-        """The real server's ``Mcp-Session-Id``, handed to the agent as it is (None when there is none)."""
+        """The real server's ``Mcp-Session-Id``, handed to the agent as it
+        is (None when there is none)."""
         return self._live.remote_session_id if self._live is not None else None
 
     @property
@@ -269,7 +271,8 @@ class McpLane:
                 request_id,
                 RUN_ENDED,
                 (
-                    f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an open write"
+                    f"{self.replay.names.one} {self.position + 1} (recorded at "
+                    f"seq {call.seq}) is an open write"
                 ),
             )
         if step is Step.REPRODUCE:
@@ -306,7 +309,8 @@ class McpLane:
             self._asked = []
         wait = wait_event(output)
         with trio.CancelScope(shield=True):
-            # A wait its result asks for is recorded with the completion: no log ends between the two.
+            # A wait its result asks for is recorded with the
+            # completion: no log ends between the two.
             await self.ctx.record(
                 ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else [])
             )
@@ -318,7 +322,8 @@ class McpLane:
         return await self._answer(request_id, call)
 
     async def _answer(self, request_id: Any, call: LaneCall) -> dict:
-        """The agent's answer to a completed call; for one whose result parked the run, the run parks here.
+        """The agent's answer to a completed call; for one whose result
+        parked the run, the run parks here.
 
         A call whose wait has ended (the run was resumed, or woke) is
         answered with what the wait returned, as a tool result. One whose
@@ -354,19 +359,22 @@ class McpLane:
             request_id,
             RUN_ENDED,
             (
-                f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
-                f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
+                f"run {self.proxy.run_id} is {state}{until}: the result of "
+                f"{call.input.get('name')!r} asked salvor to park it (`_meta.salvor`); this agent "
+                "process is stopped and started again when the run "
                 f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"
             ),
         )
 
     async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
-        """A re-run's request past its own log, answered with the origin's ``call`` at this position."""
+        """A re-run's request past its own log, answered with the
+        origin's ``call`` at this position."""
         if wait_event(call.output) is not None and not call.woken()[0]:
             return await self._diverged(
                 request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message
             )
-        # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
+        # Nothing runs, so the copy is held and committed with the run's next event
+        # (as reproduced model calls are).
         seq = self.ctx.view.next_seq + self.ctx.held
         intent = ToolCallRequested(
             tool=lane_tool(self.name, method),
@@ -395,14 +403,16 @@ class McpLane:
     # -- the server's requests to the agent --------------------------------------
 
     async def _server_request(self, message: dict) -> dict:
-        """A request the real server sent during a live call: the agent's answer, recorded with the call."""
+        """A request the real server sent during a live call: the agent's
+        answer, recorded with the call."""
         answer = await self.agent.ask(message, self.spec.timeout)
         if len(self._asked) < MAX_CROSSED:
             self._asked.append({"after": self.position, "request": message, "answer": answer})
         return answer
 
     async def _ask_again(self, output: Any) -> None:
-        """Replay: ask the agent each request the server sent during this call (the answers are not matched)."""
+        """Replay: ask the agent each request the server sent during this call
+        (the answers are not matched)."""
         asked = output.get("server_requests") if isinstance(output, dict) else None
         for entry in asked if isinstance(asked, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
@@ -413,7 +423,8 @@ class McpLane:
     async def _execute(
         self, request_id: Any, method: str, params: dict, headers: Mapping[str, str], call: LaneCall
     ) -> Any:
-        """What the request is answered with (recorded as the call's output), retried as its effect allows.
+        """What the request is answered with (recorded as the call's
+        output), retried as its effect allows.
 
         Raises:
             OutcomeUnknown: a write went out and no answer came back.
@@ -453,7 +464,8 @@ class McpLane:
             except McpNoAnswer as exc:
                 if effect is Effect.WRITE:
                     raise OutcomeUnknown(
-                        f"{exc.message}; the write {params.get('name')!r} may or may not have happened"
+                        f"{exc.message}; the write "
+                        f"{params.get('name')!r} may or may not have happened"
                     ) from None
                 raise ToolFailed(exc.message) from None
             except McpUnavailable as exc:
@@ -483,7 +495,8 @@ class McpLane:
         return outcome
 
     async def _open(self, params: dict | None) -> McpSession:
-        """A new real session: with the agent's ``initialize`` params, else the lane's recorded ones (silently)."""
+        """A new real session: with the agent's ``initialize`` params, else the
+        lane's recorded ones (silently)."""
         if params is None:
             recorded = next(
                 (
@@ -527,18 +540,20 @@ class McpLane:
                 f"SALVOR_MCP_SERVER_{suffix}",
             )
         return (
-            f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
-            f"that server at ${first}, or at ${second}"
+            f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP "
+            f"configuration must point that server at ${first}, or at ${second}"
         )
 
     def shortfall(self, what_ended: str) -> str | None:
-        """Why a drive that ended before making every call of this lane it had to make again fails."""
+        """Why a drive that ended before making every call of this lane
+        it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
 
 
 def _request_key(request_id: Any) -> str | int | float | None:
-    """The key a live request is sent under: the agent's JSON-RPC id, when it is one (a string or a number)."""
+    """The key a live request is sent under: the agent's JSON-RPC id, when it is
+    one (a string or a number)."""
     if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
         return None
     return request_id
@@ -554,7 +569,8 @@ async def open_lanes(
     environ: Mapping[str, str],
     mark: Mapping[str, str],
 ) -> AsyncIterator[dict[str, McpLane]]:
-    """The lanes of one drive, mounted on ``proxy`` for the body; every real session is closed at its end."""
+    """The lanes of one drive, mounted on ``proxy`` for the body; every real
+    session is closed at its end."""
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         lanes = {

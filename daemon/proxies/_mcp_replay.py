@@ -74,7 +74,8 @@ def call_input(params: dict) -> dict:
 
 @dataclass(slots=True)
 class LaneCall:
-    """One recorded exchange of a lane: its intent's seq, what was asked, and the answer once there is one.
+    """One recorded exchange of a lane: its intent's seq, what was asked,
+    and the answer once there is one.
 
     ``seq``, ``completed`` and ``effect`` are what the replay lane's rules read (``Recorded``).
     """
@@ -90,7 +91,8 @@ class LaneCall:
     wait: list[Event] = field(default_factory=list)
 
     def woken(self) -> tuple[bool, Any]:
-        """Whether the wait this call parked the run in has ended, and what the call returns now that it has.
+        """Whether the wait this call parked the run in has ended, and what
+        the call returns now that it has.
 
         A suspension returns the input the run was resumed with; a sleep
         ``{"slept_until": ...}``, as a built-in agent's tool call does.
@@ -103,14 +105,16 @@ class LaneCall:
         return False, None
 
 
-# What may follow a parking call's completion: the event starting its wait, then the rest of the wait.
+# What may follow a parking call's completion: the event starting its
+# wait, then the rest of the wait.
 _WAIT_STARTS = (EventKind.SUSPENDED, EventKind.SLEEP_STARTED)
 _WAIT_GOES_ON = (EventKind.RESUMED, EventKind.NOW_OBSERVED, EventKind.SLEEP_COMPLETED)
 _WAIT_ENDS = (EventKind.RESUMED, EventKind.SLEEP_COMPLETED)
 
 
 def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
-    """The exchanges of ``server``'s lane in ``log``, in order, each with the wait it parked the run in."""
+    """The exchanges of ``server``'s lane in ``log``, in order, each with
+    the wait it parked the run in."""
     prefix = lane_tool(server, "")
     calls: list[LaneCall] = []
     by_seq: dict[int, LaneCall] = {}
@@ -147,7 +151,8 @@ def _path(base: str, key: Any) -> str:
 # Recursion: one frame per level; an agent's MCP message is at most MAX_NESTING (128) levels deep
 # (the stand-in parses it strictly), far under Python's limit of 1000.
 def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
-    """The path of the first field where ``asked`` differs from ``recorded``; None when they are equal.
+    """The path of the first field where ``asked`` differs from
+    ``recorded``; None when they are equal.
 
     Object keys are compared in sorted order, so the path is the same
     whatever order either side wrote its keys in.
@@ -214,7 +219,8 @@ def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
             return Mismatch(
                 DivergenceReason.REQUEST,
                 (
-                    f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"
+                    f"the agent called the tool {asked.get('name')!r} where the log "
+                    f"records {before.get('name')!r}"
                 ),
             )
         before, asked, where = before.get("arguments"), asked.get("arguments"), "arguments"
@@ -231,8 +237,8 @@ def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     return Mismatch(
         DivergenceReason.REQUEST,
         (
-            f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
-            f"{_shown(_at(before, path))}"
+            f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where "
+            f"the log records {_shown(_at(before, path))}"
         ),
     )
 

@@ -110,7 +110,10 @@ class Upstream:
     read_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
 
     def __repr__(self) -> str:
-        return f"Upstream(base_url={self.base_url!r}, api_key={'<redacted>' if self.api_key else None})"
+        return (
+            f"Upstream(base_url={self.base_url!r}, "
+            f"api_key={'<redacted>' if self.api_key else None})"
+        )
 
     @property
     def timeout(self) -> httpx.Timeout:
@@ -145,7 +148,8 @@ class Upstream:
 def resolve_upstream(
     environ: Mapping[str, str] = os.environ, *, key: str | None = None
 ) -> Upstream | None:
-    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or
+    ``SALVOR_MODEL_BASE_URL``; None when neither is set.
 
     ``key``: the upstream key the daemon read from a file at start
     (``SALVOR_AGENT_KEY_FILE``, systemd's ``agent-key`` credential); it wins
@@ -200,7 +204,8 @@ MODEL_CALLS = CallNames(one="model call", many="model calls")
 
 
 def model_match(asked: dict, request_hash: str, stream: bool) -> Callable[[_Call], Mismatch | None]:
-    """How a recorded call differs from a request (its hashed envelope ``asked``): the hash, then the streaming mode."""
+    """How a recorded call differs from a request (its hashed envelope ``asked``): the
+    hash, then the streaming mode."""
 
     def match(call: _Call) -> Mismatch | None:
         if call.request_hash != request_hash:
@@ -215,7 +220,8 @@ def model_match(asked: dict, request_hash: str, stream: bool) -> Callable[[_Call
             return Mismatch(
                 DivergenceReason.REQUEST,
                 (
-                    f"it was recorded {how}; the agent now asks {'with' if stream else 'without'} streaming"
+                    f"it was recorded {how}; the agent now asks "
+                    f"{'with' if stream else 'without'} streaming"
                 ),
             )
         return None
@@ -294,7 +300,8 @@ class ProxySession:
         # The store fault that stopped this drive, if one did (``_stop_on_store_fault``).
         self.store_fault: StoreUnavailable | None = None
         self._scopes: set[trio.CancelScope] = set()
-        # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
+        # The run's MCP stand-in lanes by server name (``_mcp_lane``),
+        # served under ``.../mcp/<name>``.
         self.mcp_lanes: Mapping[str, Any] = {}
 
     @property
@@ -412,7 +419,8 @@ class ProxySession:
             await reply.json(200, response["body"])
 
     async def _reproduce(self, wire, asked, request_hash, call: _Call, reply: Reply) -> None:
-        """A re-run's call past its own log, answered with the origin's ``call`` at this position."""
+        """A re-run's call past its own log, answered with the
+        origin's ``call`` at this position."""
         # Nothing is paid for and nothing goes upstream, so a reproduced call
         # need not be durable before the agent has its answer, nor on its
         # own: the copies are held and committed a batch at a time (and with
@@ -468,7 +476,8 @@ class ProxySession:
                         wire,
                         502,
                         "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                        "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs",
+                        "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or "
+                        "SALVOR_AGENT_KEY_FILE) where the daemon runs",
                     ),
                 )
                 return
@@ -484,7 +493,8 @@ class ProxySession:
                 error_body(
                     wire,
                     502,
-                    "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM",
+                    "salvor has no upstream to re-issue an open model "
+                    "call: set SALVOR_AGENT_UPSTREAM",
                 ),
             )
             return
@@ -512,7 +522,8 @@ class ProxySession:
             self.replay.advance()
 
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
-        """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
+        """Send the call upstream; the recorded response, or None when it did not
+        complete (the agent got the error)."""
         upstream = self.upstream
         url = endpoint_url(upstream.base_url, UPSTREAM_PATH[wire])
         out_headers = upstream.headers(wire, headers)
@@ -569,7 +580,8 @@ class ProxySession:
                 await reply.end()
                 if not stream_complete(wire, frames):
                     log.warning(
-                        "run %s: the upstream stream ended without a final answer; the call stays open",
+                        "run %s: the upstream stream ended without a "
+                        "final answer; the call stays open",
                         self.run_id,
                     )
                     return None

@@ -72,17 +72,19 @@ def envelope(request: dict) -> dict:
 
 
 def divergence_report(asked: dict, recorded: dict | None, recorded_model: str | None) -> str:
-    """How a model request differs from the recorded one, for the replay lane's divergence report."""
+    """How a model request differs from the recorded one, for the
+    replay lane's divergence report."""
     now = envelope(asked)
     if recorded is None:
         detail = (
-            f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
-            f"the call now asks for model {now['model']!r} with tools {now['tools']} and message roles {now['roles']}"
+            "the recording kept no request body (record_prompts is off), so only its hash is "
+            f"compared; the call now asks for model {now['model']!r} with tools {now['tools']} "
+            f"and message roles {now['roles']}"
         )
         if recorded_model is not None and recorded_model != now["model"]:
             detail = (
-                f"model {now['model']!r} where the recorded call was answered by {recorded_model!r}; "
-                + detail
+                f"model {now['model']!r} where the recorded call was "
+                f"answered by {recorded_model!r}; " + detail
             )
         return detail
     was = envelope(recorded)
@@ -94,7 +96,8 @@ def divergence_report(asked: dict, recorded: dict | None, recorded_model: str | 
             diffs.append(f"{what} {now[key]!r} where the recording has {was[key]!r}")
     if not diffs:
         diffs.append(
-            f"same model, tool names and message roles; the body differs at {_first_diff(asked, recorded)}"
+            "same model, tool names and message roles; the body differs at "
+            f"{_first_diff(asked, recorded)}"
         )
     return "; ".join(diffs)
 

@@ -1,4 +1,5 @@
-"""Refusals every surface that drives a run shares: a run id that is not one, a write left unsettled."""
+"""Refusals every surface that drives a run shares: a run id that is not
+one, a write left unsettled."""
 
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
 
 
 def wait_event(output: Any) -> Suspended | SleepStarted | None:
-    """The event that starts the wait a tool's recorded output asks for; None when it asks for none."""
+    """The event that starts the wait a tool's recorded output asks for;
+    None when it asks for none."""
     if not isinstance(output, dict):
         return None
     if TOOL_SUSPEND_KEY in output:
@@ -336,7 +337,8 @@ class RunContext:
         return True
 
     async def sleep_until_woken(self) -> None:
-        """Continue once the timer the run sleeps on is due; park sleeping before (``wake_when_due``)."""
+        """Continue once the timer the run sleeps on is due; park sleeping
+        before (``wake_when_due``)."""
         if not self.live:
             await self.now()
             await self.control(SleepCompleted())

@@ -117,7 +117,7 @@ class StoreAccess:
         why = "the store is closed"
         try:
             self._write_loop()
-        except BaseException as exc:
+        except BaseException as exc:  # whatever killed it, its callers must hear
             why = f"the store's writer thread died ({type(exc).__name__})"
             log.critical("%s: no append is committed until the daemon restarts", why, exc_info=True)
         try:
@@ -260,7 +260,8 @@ async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIter
 async def claim_to_settle(
     access: StoreAccess, run_id: str, seq: int, key: str | None
 ) -> str | None:
-    """The idempotency identity a completion at ``seq`` settles: only one this very intent claimed."""
+    """The idempotency identity a completion at ``seq`` settles: only
+    one this very intent claimed."""
     if key is None:
         return None
     claim = await access.read(access.store.get_claim, key)

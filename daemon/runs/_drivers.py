@@ -41,7 +41,8 @@ DRAIN_SECONDS = 10.0
 
 
 def launches_processes(agent: AgentDefinition) -> bool:
-    """Whether a drive of ``agent`` starts local processes: a process agent, or stdio MCP servers."""
+    """Whether a drive of ``agent`` starts local processes: a process
+    agent, or stdio MCP servers."""
     return agent.kind == "process" or any(
         server.command is not None for server in agent.mcp_servers
     )
@@ -117,7 +118,8 @@ class DriverSet:
         if run_id in self._scopes:
             self._again.add(run_id)
             return False
-        # Whoever starts it now (a resume, a wake, the healer itself), it is not waiting for the healer.
+        # Whoever starts it now (a resume, a wake, the healer itself), it
+        # is not waiting for the healer.
         self.healing.forget(run_id)
         scope = trio.CancelScope()
         self._scopes[run_id] = scope
@@ -199,7 +201,8 @@ class DriverSet:
         return scope
 
     def cancel_all(self, reason: str) -> None:
-        """Cancel every driver and task, and start no more; each run is left at its last durable event."""
+        """Cancel every driver and task, and start no more; each run is
+        left at its last durable event."""
         self._closed = True
         self._again.clear()
         for scope in [*self._scopes.values(), *self._tasks]:

@@ -102,8 +102,8 @@ class StoreHealing:
         if entry is None:
             entry = _Waiting(attempts=0, first_fault_at=now, due_at=now, reason=error.message)
             log.warning(
-                "run %s: its drive stopped on a store error (%s); it is driven again once the store "
-                "accepts writes",
+                "run %s: its drive stopped on a store error (%s); it is driven "
+                "again once the store accepts writes",
                 run_id,
                 error.message,
             )
@@ -215,8 +215,8 @@ class StoreHealing:
 
     def _give_up(self, run_id: str, entry: _Waiting) -> None:
         log.error(
-            "gave up re-driving run %s after a store error: %d attempts over %.0fs, the last refused "
-            "with: %s; `salvor resume %s` or a restart drives it again",
+            "gave up re-driving run %s after a store error: %d attempts over %.0fs, the last "
+            "refused with: %s; `salvor resume %s` or a restart drives it again",
             run_id,
             entry.attempts,
             self._clock() - entry.first_fault_at,

@@ -1,4 +1,5 @@
-"""The store and run locks (``salvor.store.open_locks``) for trio code: taken and released off the trio thread.
+"""The store and run locks (``salvor.store.open_locks``) for trio code: taken
+and released off the trio thread.
 
 Who takes what: ``salvor serve`` the store lock exclusively, before it
 sweeps, recovers or binds anything; ``salvor resume`` and ``wake`` the store

@@ -166,7 +166,8 @@ class Runtime:
         return await self.access.read(self.access.store.read_view, run_id)
 
     async def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        """The run's events from ``from_seq`` on; empty for an unknown run or a cursor at the end."""
+        """The run's events from ``from_seq`` on; empty for an unknown
+        run or a cursor at the end."""
         return await self.access.read(self.access.store.read_log, run_id, from_seq)
 
     async def list_agents(self) -> list:
@@ -177,7 +178,8 @@ class Runtime:
         return await self.access.read(self.access.store.get_agent, agent_def_hash)
 
     async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
-        """One page of run summaries (``EventStore.list_runs``'s filters) and the next page's cursor."""
+        """One page of run summaries (``EventStore.list_runs``'s filters)
+        and the next page's cursor."""
         return await self.access.read(lambda: self.access.store.list_runs(**filters))
 
     async def interrupted_runs(self) -> list[str]:
@@ -264,15 +266,17 @@ class Runtime:
         """
         if agent.kind == "builtin":
             raise bad_request(
-                "`replay_of` re-runs agent processes against their recorded model calls; this agent is a built-in "
-                "one, whose recorded runs `salvor replay --dry-run RUN` derives without executing anything"
+                "`replay_of` re-runs agent processes against their recorded model calls; this "
+                "agent is a built-in one, whose recorded runs `salvor replay --dry-run RUN` "
+                "derives without executing anything"
             )
         view = await self.view(origin)
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
                 "wrong_state",
                 409,
-                f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
+                f"run {origin} is {view.state.value}; only a completed run "
+                "has a whole trajectory to re-run",
                 details={"replay_of": origin, "state": view.state.value},
             )
         if view.driven_by == "client":
@@ -329,8 +333,8 @@ class Runtime:
             [
                 RunFailed(
                     error=(
-                        f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
-                        f"most {MAX_NESTING} levels"
+                        "the run's log holds a value nested too deeply to drive; input a caller "
+                        f"sends may nest at most {MAX_NESTING} levels"
                     )
                 )
             ],
@@ -357,8 +361,8 @@ class Runtime:
             raise OperationRefused(
                 "client_driven_run",
                 409,
-                f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
-                f"daemon never becomes a second writer against the client's lease",
+                f"run {run_id} is client-driven; its client resumes it by opening it again, so "
+                "this daemon never becomes a second writer against the client's lease",
             )
         state = view.state
         if view.terminal:
@@ -373,9 +377,9 @@ class Runtime:
                 raise OperationRefused(
                     "still_sleeping",
                     409,
-                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
-                    f"another {remaining}s; it is not waiting on input and continues when its deadline "
-                    f"passes and something wakes it (`salvor wake`)",
+                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be "
+                    f"resumed for another {remaining}s; it is not waiting on input and continues "
+                    "when its deadline passes and something wakes it (`salvor wake`)",
                     details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
                 )
         await self.load_agent(view.agent_def_hash)
@@ -418,8 +422,8 @@ class Runtime:
                     else f"`salvor resume {run_id}` finishes it"
                 )
                 raise wrong_state(
-                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
-                    f"at seq {view.pending.seq} is safe to perform again, so {then}"
+                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
+                    f"call at seq {view.pending.seq} is safe to perform again, so {then}"
                 )
             raise wrong_state(
                 f"run {run_id} has no dangling write to resolve (it is {view.state.value})"

@@ -200,7 +200,8 @@ async def serve(
     on_state: Callable[[ServerState], None] | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set). Reports started with the bound URLs.
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set).
+    Reports started with the bound URLs.
 
     ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
     begins the same graceful stop a signal does, and ``on_state`` is handed
@@ -281,8 +282,9 @@ async def serve(
                     raise OperationRefused(
                         "listen_failed",
                         503,
-                        f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
-                        "stop what holds it, or pick another address with --listen",
+                        f"cannot listen on {config.host}:{config.port} "
+                        f"({failed.strerror or failed}); stop what holds it, or "
+                        "pick another address with --listen",
                     ) from None
                 await trio.to_thread.run_sync(locks.announce, binds[0])
                 root.start_soon(_watch_signals, stop)
@@ -323,7 +325,8 @@ async def serve(
 
 
 def _bind_failure(exc: BaseException) -> OSError | None:
-    """The OSError a failed bind raised, out of the nurseries it came through; None for anything else."""
+    """The OSError a failed bind raised, out of the nurseries it came
+    through; None for anything else."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, OSError) else None

@@ -1,4 +1,5 @@
-"""The stdio stand-in an agent spawns in place of an MCP server: ``python -m salvor.daemon.standin URL``.
+"""The stdio stand-in an agent spawns in place of an MCP server: ``python
+-m salvor.daemon.standin URL``.
 
 ``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one request at
 a time and in order, each newline-delimited JSON-RPC request the agent writes
@@ -69,7 +70,8 @@ class Relay:
 
 
 def _failure(line: bytes, message: str) -> bytes | None:
-    """A JSON-RPC error for the request on ``line``; None when it was no request (nothing to answer)."""
+    """A JSON-RPC error for the request on ``line``; None when it was no
+    request (nothing to answer)."""
     try:
         sent = json.loads(line)
     except ValueError:
@@ -123,7 +125,8 @@ def _goes_at_once(line: bytes) -> bool:
 
 
 def _listen(relay: Relay, write) -> None:
-    """Write each message of the daemon's push stream (the server's requests to the agent) as a line."""
+    """Write each message of the daemon's push stream (the server's
+    requests to the agent) as a line."""
     try:
         connection = http.client.HTTPConnection(relay.host, relay.port)
         connection.request("GET", relay.path, headers={"accept": "text/event-stream"})

@@ -169,7 +169,9 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="send_email",
-                description="Email the customer. Duplicate deliveries under one idempotency key collapse.",
+                description=(
+                    "Email the customer. Duplicate deliveries under one idempotency key collapse."
+                ),
                 effect=Effect.IDEMPOTENT,
                 input_schema={
                     "type": "object",
@@ -184,7 +186,10 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="request_approval",
-                description="Pause the run until a person (or, with signal=true, an external system) approves.",
+                description=(
+                    "Pause the run until a person (or, with "
+                    "signal=true, an external system) approves."
+                ),
                 effect=Effect.READ,
                 input_schema={
                     "type": "object",
@@ -194,7 +199,9 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="wait_until",
-                description="Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds.",
+                description=(
+                    "Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds."
+                ),
                 effect=Effect.READ,
                 input_schema={
                     "type": "object",

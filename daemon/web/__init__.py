@@ -1,5 +1,5 @@
-"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its refusals,
-request values, outbound TLS.
+"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its
+refusals, request values, outbound TLS.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon.
 """

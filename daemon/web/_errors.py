@@ -32,7 +32,8 @@ def unknown_agent(agent: str) -> OperationRefused:
     return OperationRefused(
         "unknown_agent",
         404,
-        f"no agent {excerpt(agent)} is stored here; run it once with `salvor run AGENT_FILE` to register it",
+        f"no agent {excerpt(agent)} is stored here; run it once with `salvor "
+        "run AGENT_FILE` to register it",
     )
 
 
@@ -55,7 +56,8 @@ def port_held(port: int, holder: str) -> OperationRefused:
     return OperationRefused(
         "port_held",
         409,
-        f"the service agent's proxy port {port} is held by run {holder}, which this daemon is driving; a "
-        f"service's model calls can belong to one run at a time, so start this run once that one has ended",
+        f"the service agent's proxy port {port} is held by run {holder}, which this daemon is "
+        "driving; a service's model calls can belong to one run at a time, so start "
+        "this run once that one has ended",
         details={"port": port, "run": holder},
     )

@@ -94,7 +94,8 @@ def refusal_body(status: int) -> bytes:
 
 
 class ListenerConfig(Config):
-    """hypercorn's settings plus the bounds this module's connection keeps (all in seconds or bytes)."""
+    """hypercorn's settings plus the bounds this module's connection
+    keeps (all in seconds or bytes)."""
 
     keep_alive_timeout = KEEP_ALIVE_SECONDS
     # From a request's first byte to its last header; a fresh connection gets
@@ -118,7 +119,8 @@ class _Phase(enum.Enum):
 
 
 class _IdleConnections:
-    """One listener's idle connections, longest idle first; past the cap, the first one is closed."""
+    """One listener's idle connections, longest idle first; past the
+    cap, the first one is closed."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
@@ -137,7 +139,8 @@ class _IdleConnections:
 
 
 class _Limits:
-    """The bounds of ``ListenerConfig``, read once per listener (a plain ``Config`` gets the defaults)."""
+    """The bounds of ``ListenerConfig``, read once per listener (a plain
+    ``Config`` gets the defaults)."""
 
     def __init__(self, config: Config) -> None:
         defaults = ListenerConfig
@@ -150,7 +153,8 @@ class _Limits:
 
 
 class _Connection(HypercornConnection):
-    """One HTTP connection: hypercorn's protocol under a single watcher whose deadline follows the phase."""
+    """One HTTP connection: hypercorn's protocol under a single watcher whose
+    deadline follows the phase."""
 
     def __init__(
         self, limits: _Limits, idle: _IdleConnections, app, config, context, state, stream
@@ -204,7 +208,8 @@ class _Connection(HypercornConnection):
         self._deadline = self._watch.deadline = deadline
 
     def evict(self) -> None:
-        """Close this idle connection now (its listener keeps too many), unless a request is arriving."""
+        """Close this idle connection now (its listener keeps too many),
+        unless a request is arriving."""
         self._deadline = self._watch.deadline = -inf
 
     async def closing(self) -> None:
@@ -249,7 +254,8 @@ class _Connection(HypercornConnection):
         self._watch.cancel(reason="the connection ended")
 
     def _readable(self) -> bool:
-        """Whether bytes (or the client's end) wait in the socket, unread: polled, never blocking."""
+        """Whether bytes (or the client's end) wait in the socket,
+        unread: polled, never blocking."""
         poller = select.poll()
         poller.register(self.stream.socket.fileno(), select.POLLIN)
         return bool(poller.poll(0))
@@ -301,7 +307,8 @@ def _known_versions_only(app: Any) -> Any:
 
 
 def listener_config(bind: str, log_name: str, graceful_timeout: float) -> Config:
-    """The settings of one of the daemon's listeners: no access log, errors to ``log_name``, our bounds."""
+    """The settings of one of the daemon's listeners: no access log, errors
+    to ``log_name``, our bounds."""
     config = ListenerConfig()
     config.bind = [bind]
     config.graceful_timeout = graceful_timeout

@@ -15,8 +15,8 @@ from quart import Response, request
 from salvor.protocol import CodedError, MalformedJson, excerpt, parse_strict
 
 from ._errors import OperationRefused, bad_request
-from ._request_body import BODY_TIMEOUT_SECONDS as BODY_TIMEOUT_SECONDS
-from ._request_body import MAX_BODY_BYTES as MAX_BODY_BYTES
+from ._request_body import BODY_TIMEOUT_SECONDS as BODY_TIMEOUT_SECONDS  # noqa: PLC0414 -- the alias marks a re-export
+from ._request_body import MAX_BODY_BYTES as MAX_BODY_BYTES  # noqa: PLC0414 -- the alias marks a re-export
 from ._request_body import read_body
 
 _ABSENT: Any = object()
@@ -46,7 +46,8 @@ _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def whole_number(text: str) -> int | None:
-    """A query parameter or header as a non-negative integer; None when it is not ASCII digits (at most 18)."""
+    """A query parameter or header as a non-negative integer; None when it is
+    not ASCII digits (at most 18)."""
     return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
 
 
@@ -137,7 +138,8 @@ def object_from(
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise bad_request(
-            f"unknown field `{excerpt(unknown[0])}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}"
+            f"unknown field `{excerpt(unknown[0])}`; this endpoint takes "
+            f"{', '.join(sorted(allowed)) or 'no fields'}"
         )
     missing = sorted(required - set(body))
     if missing:

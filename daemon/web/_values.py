@@ -20,7 +20,8 @@ def header_placeholders(value: str) -> list[str]:
 
 
 def stray_placeholder(value: str) -> bool:
-    """Whether a ``${`` in ``value`` opens no well-formed ``${NAME}`` (a typo that would go out verbatim)."""
+    """Whether a ``${`` in ``value`` opens no well-formed ``${NAME}`` (a typo
+    that would go out verbatim)."""
     return "${" in PLACEHOLDER.sub("", value)
 
 

@@ -22,7 +22,8 @@ stack's own ceilings; and the store's raw rate for single-event appends
 
 Target: >= 2,000 events/s. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_client_runs.py [--runs 100] [--events 100] [--client-processes 2] [--store URL]
+    python tests/bench/bench_client_runs.py [--runs 100] [--events 100]
+    [--client-processes 2] [--store URL]
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def _envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
 
 
 class _Connection:
-    """A lean HTTP/1.1 keep-alive client (one request at a time), so the clients cost little next to the daemon.
+    """A lean HTTP/1.1 keep-alive client (one request at a time), so the clients
+    cost little next to the daemon.
 
     httpx spends about a millisecond of CPU per request; on a small machine that
     would measure the clients, not the daemon.
@@ -186,7 +188,8 @@ trio.run(serve, app, config)
 
 
 def _bare_http_rate(runs: int, events: int, processes: int, listener: str) -> float:
-    """Requests/s of the constant app behind ``listener``: "hypercorn" (its own serve) or "salvor" (the daemon's)."""
+    """Requests/s of the constant app behind ``listener``: "hypercorn" (its own serve)
+    or "salvor" (the daemon's)."""
     from tests.bench.bench_recover import free_port, wait_for_port
 
     port = free_port()

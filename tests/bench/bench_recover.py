@@ -20,7 +20,8 @@ Measured from the moment the process is spawned:
 
 Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_recover.py [--runs 10000] [--interrupted 1000] [--dir DIR] [--store URL]
+    python tests/bench/bench_recover.py [--runs 10000] [--interrupted
+    1000] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, seconds: float = 30) -> None:
-    """Until something accepts connections on the loopback ``port`` (raises OSError past ``seconds``)."""
+    """Until something accepts connections on the loopback ``port``
+    (raises OSError past ``seconds``)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -73,7 +75,8 @@ def wait_for_port(port: int, seconds: float = 30) -> None:
 
 
 class ServeProcess:
-    """``salvor serve`` as a subprocess on a free loopback port; ``start`` returns seconds to READY."""
+    """``salvor serve`` as a subprocess on a free loopback port;
+    ``start`` returns seconds to READY."""
 
     def __init__(self, store_url: str, scratch: Path, *extra: str, env: dict | None = None) -> None:
         self.port = free_port()

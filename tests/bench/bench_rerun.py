@@ -41,8 +41,16 @@ import json, os, sys, time
 import openai
 
 client = openai.OpenAI(max_retries=0)
-tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-          "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+tools = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        },
+    }
+]
 messages = [{"role": "user", "content": os.environ.get("SALVOR_PROMPT", "settle every invoice")}]
 stamps = []
 while True:
@@ -51,11 +59,19 @@ while True:
     message = reply.choices[0].message
     if not message.tool_calls:
         break
-    calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-             for c in message.tool_calls]
+    calls = [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.function.name, "arguments": c.function.arguments},
+        }
+        for c in message.tool_calls
+    ]
     messages.append({"role": "assistant", "content": message.content, "tool_calls": calls})
     for c in calls:
-        messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})})
+        messages.append(
+            {"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})}
+        )
 with open(os.environ["STAMPS"], "w") as out:
     json.dump({"first": stamps[0], "last": stamps[-1], "turns": len(stamps)}, out)
 """
@@ -86,7 +102,8 @@ with open(os.environ["STAMPS"], "w") as out:
 
 
 def _sdk_floor(turns: int) -> float:
-    """Turns/s of the agent's own SDK work alone: the same loop against an in-process, zero-cost transport."""
+    """Turns/s of the agent's own SDK work alone: the same loop against an
+    in-process, zero-cost transport."""
     import httpx
     import openai
 
@@ -223,7 +240,8 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
             f"{k} = {json.dumps(v)}\n" for k, v in {"STAMPS": str(stamps), **env}.items()
         )
         return parse_definition(
-            f'kind = "process"\ncommand = {json.dumps([sys.executable, str(path)])}\ntimeout = 600\n'
+            'kind = "process"\ncommand = '
+            f"{json.dumps([sys.executable, str(path)])}\ntimeout = 600\n"
             f"record_prompts = true\n[env]\n{table}",
             "toml",
         )

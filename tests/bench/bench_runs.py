@@ -26,7 +26,8 @@ batched per transaction at salvor's group size and at 256.
 
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
-    python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--providers 4] [--dir DIR] [--store URL]
+    python tests/bench/bench_runs.py [--runs 1000] [--steps 10]
+    [--providers 4] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ TARGET_RATIO = 0.5
 
 
 class GroupCommitCounter:
-    """Wraps ``EventStore.append_batch``: transactions, appends, events, time inside, runs completed."""
+    """Wraps ``EventStore.append_batch``: transactions, appends, events,
+    time inside, runs completed."""
 
     def __init__(self) -> None:
         self.transactions = 0

@@ -23,7 +23,8 @@ queues: the floor of the HTTP stack itself for one fan-out on this machine.
 
 Target: p99 <= 50 ms. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4] [--steps 20] [--dir DIR] [--store URL]
+    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4]
+    [--steps 20] [--dir DIR] [--store URL]
 
 ``--store postgresql://...`` runs the daemon on that server, in a schema of
 its own dropped at the end (default: a fresh SQLite file in the scratch dir).
@@ -232,11 +233,18 @@ subscribers, frames, pad = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 channels = []
 connected = trio.Event()
 
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         await answer_lifespan(receive, send)
         return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
     sender, receiver = trio.open_memory_channel(frames + 1)
     channels.append(sender)
     if len(channels) == subscribers:
@@ -244,6 +252,7 @@ async def app(scope, receive, send):
     async for frame in receiver:
         await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
 
 async def broadcast():
     await connected.wait()
@@ -257,6 +266,7 @@ async def broadcast():
     for sender in channels:
         sender.close()
 
+
 async def main():
     config = Config()
     config.bind = [sys.argv[1]]
@@ -265,6 +275,7 @@ async def main():
         nursery.start_soon(broadcast)
         await serve(app, config)
 
+
 trio.run(main)
 """
 
@@ -272,7 +283,8 @@ trio.run(main)
 def _bare_fan_out(
     subscribers: int, processes: int, frames: int, frame_bytes: int
 ) -> tuple[list[float], int]:
-    """The baseline's latencies and clean ends: ``frames`` constant frames of about ``frame_bytes``."""
+    """The baseline's latencies and clean ends: ``frames`` constant
+    frames of about ``frame_bytes``."""
     port = free_port()
     server = subprocess.Popen(
         [

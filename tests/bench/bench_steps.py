@@ -68,7 +68,8 @@ def raw_connection(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
     connection.execute(
-        "CREATE TABLE IF NOT EXISTS raw (run_id TEXT, seq INTEGER, payload TEXT, PRIMARY KEY (run_id, seq))"
+        "CREATE TABLE IF NOT EXISTS raw (run_id TEXT, seq INTEGER, payload "
+        "TEXT, PRIMARY KEY (run_id, seq))"
     )
     return connection
 
@@ -311,12 +312,17 @@ def main() -> None:
     parser.add_argument(
         "--provider-in-process",
         action="store_true",
-        help="run the scripted provider on a thread of this process instead of a process of its own",
+        help=(
+            "run the scripted provider on a thread of this process instead of a process of its own"
+        ),
     )
     parser.add_argument(
         "--forget-provider-calls",
         action="store_true",
-        help="count the provider's calls without keeping them (keeps the test double's heap out of GC)",
+        help=(
+            "count the provider's calls without keeping them (keeps "
+            "the test double's heap out of GC)"
+        ),
     )
     args = parser.parse_args()
 

@@ -75,8 +75,9 @@ def test_sigkill_with_an_mcp_call_in_flight(
         f"command = {fx.toml_command('--linger')}\n" if http is None else f'url = "{http.url}"\n'
     )
     definition = (
-        f'model = "scripted-model"\n[llm]\nprovider = "anthropic"\nbase_url = "{provider.base_url}"\nmax_retries = 0\n'
-        f'\n[[mcp_servers]]\nname = "fx"\n{location}effects = {{ lookup = "read", write_note = "write" }}\n'
+        'model = "scripted-model"\n[llm]\nprovider = "anthropic"\n'
+        f'base_url = "{provider.base_url}"\nmax_retries = 0\n\n[[mcp_servers]]\nname = "fx"\n'
+        f'{location}effects = {{ lookup = "read", write_note = "write" }}\n'
     )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.args += ["--allow-process-agents", "--model-endpoint", provider.base_url]

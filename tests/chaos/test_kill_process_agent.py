@@ -103,7 +103,8 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
             # The recovered run re-runs from its log with no upstream call at all ...
             rerun = client.post("/v1/runs", json={"replay_of": run_id}).json()["run"]
             assert wait_terminal(client, rerun)["status"] == body["status"]
-            # ... and an edited agent (its tool result changed) fails the re-run at its second call, named.
+            # ... and an edited agent (its tool result changed) fails the
+            # re-run at its second call, named.
             edited = client.post(
                 "/v1/agents",
                 content=definition.replace('RETRIES = "50"', 'AMOUNT = "43"'),
@@ -143,7 +144,8 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
 def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run(
     tmp_path: Path, store_url: str
 ) -> None:
-    """`salvor run` is killed mid-call; its agent dies with it; `salvor resume` finds no orphan and completes the run."""
+    """`salvor run` is killed mid-call; its agent dies with it; `salvor resume` finds no
+    orphan and completes the run."""
     release = threading.Event()
 
     def on_call(call) -> None:

@@ -261,7 +261,8 @@ class Daemon:
 
 @dataclass
 class Cuts:
-    """Calls a stop of the daemon left open after their effect started (each may happen once more)."""
+    """Calls a stop of the daemon left open after their effect started
+    (each may happen once more)."""
 
     model: Counter = field(default_factory=Counter)  # request hash (hex) -> cuts
     tool: Counter = field(default_factory=Counter)  # (run_id, seq) -> cuts
@@ -430,7 +431,8 @@ class Chaos:
     # -- generations ------------------------------------------------------------------
 
     def settle_stop(self) -> None:
-        """With the daemon gone: note every open intent whose effect started in the last generation."""
+        """With the daemon gone: note every open intent whose effect
+        started in the last generation."""
         assert not self.daemon.alive()
         # Requests already in the provider's socket buffers are still read and counted.
         time.sleep(0.4)
@@ -477,7 +479,8 @@ class Chaos:
         return remaining
 
     def finish(self) -> None:
-        """Start the daemon, approve and reconcile until every run completed, stop it with SIGTERM."""
+        """Start the daemon, approve and reconcile until every run
+        completed, stop it with SIGTERM."""
         self.daemon.start()
         remaining = self.operate_until(time.monotonic() + SETTLE_TIMEOUT, top_up=False)
         assert remaining == 0, (
@@ -531,8 +534,8 @@ class Chaos:
                 for request_hash in requested:
                     want = 1 + self.cuts.model[request_hash]
                     assert served[request_hash] == want, (
-                        f"{where}: model call {request_hash[:12]} served {served[request_hash]} times, "
-                        f"expected {want} ({self.cuts.model[request_hash]} cut by kills)"
+                        f"{where}: model call {request_hash[:12]} served {served[request_hash]} "
+                        f"times, expected {want} ({self.cuts.model[request_hash]} cut by kills)"
                     )
                     expected_calls += want
 
@@ -624,7 +627,8 @@ def chaos(tmp_path: Path, store_url: str):
 
 
 def test_random_kills(chaos: Chaos) -> None:
-    """SIGKILL the daemon KILLS times at random instants under 20 concurrent runs, restart each time."""
+    """SIGKILL the daemon KILLS times at random instants under 20
+    concurrent runs, restart each time."""
     began = time.monotonic()
     kill_rng = random.Random(SEED + 2)
     chaos.daemon.start()
@@ -677,7 +681,8 @@ def test_sigterm_mid_flight(chaos: Chaos) -> None:
     watcher.start()
     # Mid-flight: model calls are being served.
     chaos.provider.wait_for_calls(CONCURRENT_RUNS + 10, timeout=30)
-    # The stop is about a stream that is open: on a loaded machine the watcher may still be connecting.
+    # The stop is about a stream that is open: on a loaded machine the
+    # watcher may still be connecting.
     assert watching.wait(30), f"the watcher never received a frame: {frames}"
     running = chaos.listed("running") or []
     code, seconds = chaos.daemon.terminate()

@@ -98,9 +98,9 @@ def test_a_restart_answers_health_while_its_process_agents_are_still_being_recov
             _wait_for("every interrupted run being driven again", recovered, daemon)
             done = time.monotonic() - spawned
         print(
-            f"restart with {RUNS} process agents in flight: READY {ready:.2f}s, first health answer "
-            f"{answered:.2f}s (recovering {body['recovering']}, {started_then} agents started), "
-            f"all {RUNS} agents started again {done:.2f}s"
+            f"restart with {RUNS} process agents in flight: READY {ready:.2f}s, first health "
+            f"answer {answered:.2f}s (recovering {body['recovering']}, {started_then} agents "
+            f"started), all {RUNS} agents started again {done:.2f}s"
         )
     finally:
         if daemon.proc is not None and daemon.alive():

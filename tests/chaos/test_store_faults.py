@@ -1,4 +1,5 @@
-"""A store that stops taking writes under a live daemon, then takes them again: the runs heal by themselves.
+"""A store that stops taking writes under a live daemon, then takes them
+again: the runs heal by themselves.
 
 A real ``salvor serve`` keeps its SQLite store on a small tmpfs this test
 mounts (root only; skipped, naming why, elsewhere), or, for the immutable
@@ -150,7 +151,8 @@ def agent_toml(base_url: str) -> str:
     return (
         'name = "faults"\nmodel = "scripted"\nmax_response_tokens = 64\n'
         'system_prompt = "You answer at once."\n'
-        f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\nmax_retries = 0\ntimeout_seconds = 60\n'
+        f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\n'
+        "max_retries = 0\ntimeout_seconds = 60\n"
     )
 
 
@@ -210,7 +212,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
         )
         for run_id in run_ids:
             assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "awaiting_model"
-        # Health is answered from memory while the store refuses writes, and counts the runs waiting to heal.
+        # Health is answered from memory while the store refuses writes, and
+        # counts the runs waiting to heal.
         health = http.get("/v1/health")
         assert health.status_code == 200 and health.json() == {
             "status": "ok",
@@ -233,7 +236,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
             daemon,
         )
         print(
-            f"{fault.name}: all {RUNS} runs completed {time.monotonic() - began:.1f}s after the store healed"
+            f"{fault.name}: all {RUNS} runs completed "
+            f"{time.monotonic() - began:.1f}s after the store healed"
         )
         _wait_for(
             "health counting no run left to heal",
@@ -259,7 +263,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
 CALLER = """\
 import os, sys, httpx
 base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
-answer = httpx.post(base + "/v1/messages", timeout=120, headers={"x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")},
+answer = httpx.post(base + "/v1/messages", timeout=120,
+                    headers={"x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")},
                     json={"model": "scripted", "max_tokens": 64,
                           "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]})
 answer.raise_for_status()
@@ -270,7 +275,8 @@ print(answer.json()["content"][0]["text"])
 def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_not_failed(
     request, tmp_path: Path
 ) -> None:
-    """The agent's call fails because of the store, so its exit is the store's doing: no RunFailed."""
+    """The agent's call fails because of the store, so its exit is the
+    store's doing: no RunFailed."""
     held = threading.Event()
 
     def on_call(call: ProviderCall) -> None:

@@ -133,7 +133,8 @@ def test_the_depth_is_measured_without_recursion() -> None:
 
 def test_the_depth_scan_stays_linear_on_strings_that_never_close() -> None:
     # Over the fast path's bracket count, then 4 MB that a naive string pattern would rescan from
-    # every escaped quote (quadratic: hours). Both are measured in one pass and refused for their depth.
+    # every escaped quote (quadratic: hours). Both are measured in one
+    # pass and refused for their depth.
     brackets = "[" * (MAX_NESTING + 1)
     for text in (brackets + '"' + '\\"' * 2_000_000, brackets + '"' + "a" * 4_000_000 + "\\"):
         assert text_depth(text) == MAX_NESTING + 1

@@ -126,7 +126,8 @@ async def list_entry(server: Server, run_id: str) -> dict:
 
 
 class Gate:
-    """A provider hook that holds every model call until released (runs in the provider's thread)."""
+    """A provider hook that holds every model call until released
+    (runs in the provider's thread)."""
 
     def __init__(self) -> None:
         self.open = threading.Event()

@@ -70,7 +70,8 @@ class Server:
     _clients: list[httpx.AsyncClient] = field(default_factory=list)
 
     def new_client(self, **kwargs: Any) -> httpx.AsyncClient:
-        """Another client for this server (closed when the server stops); no auth header unless given."""
+        """Another client for this server (closed when the server stops);
+        no auth header unless given."""
         client = httpx.AsyncClient(base_url=self.url, timeout=30, **kwargs)
         self._clients.append(client)
         return client
@@ -92,7 +93,8 @@ class Server:
         return response.json()["run"]
 
     async def wait_resting(self, run_id: str, *, timeout: float = 30) -> dict:
-        """Poll ``GET /v1/runs/{id}`` until the run rests and no driver holds it; returns that body."""
+        """Poll ``GET /v1/runs/{id}`` until the run rests and no driver
+        holds it; returns that body."""
         with trio.fail_after(timeout):
             while True:
                 response = await self.client.get(f"/v1/runs/{run_id}")
@@ -116,7 +118,8 @@ ServerFactory = Callable[..., Awaitable[Server]]
 
 @dataclass
 class Declarations:
-    """The test is the operator: every scripted provider it starts is a model endpoint its daemons declared."""
+    """The test is the operator: every scripted provider it starts is a model
+    endpoint its daemons declared."""
 
     endpoints: list[str] = field(default_factory=list)
     origins: list[McpOrigin] = field(default_factory=list)

@@ -21,8 +21,8 @@ Tools:
   returns the answer it got.
 
 ``--notify`` makes a stdio server send a ``notifications/message`` before
-answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as a badly
-behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
+answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as
+a badly behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
 With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
 port; either is written to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and

@@ -1,4 +1,5 @@
-"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time, server-everything, server-filesystem.
+"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time,
+server-everything, server-filesystem.
 
 ``FixtureServer`` is a directory the fixture server writes its evidence to:
 ``starts`` (one record per process start) and ``ledger`` (one record per
@@ -28,7 +29,8 @@ NPM_SERVERS_INSTALL = (
 
 
 def time_server() -> str | None:
-    """The ``mcp-server-time`` console script beside this interpreter (the test extra installs it)."""
+    """The ``mcp-server-time`` console script beside this interpreter
+    (the test extra installs it)."""
     beside = Path(sys.executable).with_name("mcp-server-time")
     return str(beside) if beside.exists() else shutil.which("mcp-server-time")
 

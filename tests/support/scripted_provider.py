@@ -569,7 +569,8 @@ def _reasoning_item(index: int, body: JSON) -> JSON | None:
 
 
 def _responses_items(index: int, response: JSON, body: JSON) -> list[JSON]:
-    """The output items of a reply: reasoning if asked, a message for its text, one item per tool call."""
+    """The output items of a reply: reasoning if asked, a message for its
+    text, one item per tool call."""
     reasoning = _reasoning_item(index, body)
     items: list[JSON] = [reasoning] if reasoning else []
     texts = [b["text"] for b in response["content"] if b["type"] == "text"]

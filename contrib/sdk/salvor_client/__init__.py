@@ -73,7 +73,7 @@ class ClientRun:
         self._owns_client = client is None
         self._timeout = timeout
 
-    # -- the lease --------------------------------------------------------------------------------------
+    # -- the lease ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -115,7 +115,8 @@ class ClientRun:
 
     @asynccontextmanager
     async def keep_alive(self, every: float | None = None) -> AsyncIterator[None]:
-        """Heartbeat in the background for the body of the ``async with`` (a long tool, a long render)."""
+        """Heartbeat in the background for the body of the ``async with``
+        (a long tool, a long render)."""
         interval = every if every is not None else max(0.5, (await self.heartbeat()) / 3)
         async with anyio.create_task_group() as beats:
 
@@ -130,7 +131,7 @@ class ClientRun:
             finally:
                 beats.cancel_scope.cancel()
 
-    # -- the cursor ---------------------------------------------------------------------------------------
+    # -- the cursor --------------------------------------------------------------------------------
 
     @property
     def started(self) -> bool:
@@ -195,7 +196,7 @@ class ClientRun:
     async def fail(self, error: str) -> None:
         await self.append("RunFailed", {"error": error})
 
-    # -- steps ------------------------------------------------------------------------------------------
+    # -- steps -------------------------------------------------------------------------------------
 
     async def model_step(self, request: dict) -> dict:
         """The daemon calls the model (it holds the key); ``{"response", "usage"}``."""
@@ -214,9 +215,9 @@ class ClientRun:
     async def client_tool(
         self, tool: str, input: Any, perform: Callable[[Any, str], Awaitable[Any]]
     ) -> Any:
-        """A declared tool this process performs itself, write-ahead: ``perform(input, key)`` runs only
-        when the call is not already settled, under the key the daemon derived; a failure is recorded as
-        the call's error and raised again."""
+        """A declared tool this process performs itself, write-ahead: ``perform(input, key)`` runs
+        only when the call is not already settled, under the key the daemon derived; a failure is
+        recorded as the call's error and raised again."""
         seq = self.cursor
         opened = await self._post(
             f"/v1/client-runs/{self.run_id}/client-tool-intent",
@@ -248,7 +249,8 @@ class ClientRun:
         return answer
 
     async def _advance_past(self, seq: int) -> None:
-        """Move the cursor past the intent at ``seq`` and its completion, reading the log's tail when needed."""
+        """Move the cursor past the intent at ``seq`` and its completion, reading
+        the log's tail when needed."""
         if self._completion(seq) is None:
             tail = await self._get(
                 f"/v1/client-runs/{self.run_id}/log", {"from_seq": len(self.log)}
@@ -270,7 +272,7 @@ class ClientRun:
             )
         self.cursor = completion_at + 1
 
-    # -- HTTP ---------------------------------------------------------------------------------------------
+    # -- HTTP --------------------------------------------------------------------------------------
 
     async def _post(self, path: str, body: Any) -> dict:
         headers = dict(self._headers)

@@ -66,7 +66,8 @@ async def test_model_requests_and_mcp_messages_from_an_agent_are_parsed_strictly
 
 
 async def stalled(url: str) -> tuple[int, dict]:
-    """POST half of a body to ``url`` over a raw socket and wait; the (status, JSON body) answered."""
+    """POST half of a body to ``url`` over a raw socket and wait; the
+    (status, JSON body) answered."""
     parts = urlsplit(url)
     body = b'{"model": "m", "messages": []}'
     stream = await trio.open_tcp_stream(parts.hostname, parts.port)

@@ -52,7 +52,8 @@ def llm(provider="anthropic", base_url=None, base_url_env=None, api_key_env=None
             ("http://desk/v1/", "desk"),
         ),
         (daemon("http://desk"), llm(base_url="http://desk"), ("http://desk", None)),
-        # An agent file's endpoint nobody declared: only the key it names itself, never a default one.
+        # An agent file's endpoint nobody declared: only the key it
+        # names itself, never a default one.
         (daemon(), llm(base_url="http://elsewhere"), ("http://elsewhere", None)),
         (
             daemon(),

@@ -329,7 +329,10 @@ async def test_output_schema_answers_are_validated_before_they_are_recorded(
     provider = providers([use(0, {"verdict": 5}), use(1, {"verdict": "refund"})])
     agent = make_agent(
         provider,
-        extra='[output_schema]\ntype = "object"\nrequired = ["verdict"]\n[output_schema.properties.verdict]\ntype = "string"\n',
+        extra=(
+            '[output_schema]\ntype = "object"\nrequired = ["verdict"]\n'
+            '[output_schema.properties.verdict]\ntype = "string"\n'
+        ),
     )
     _, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "completed", "output": {"verdict": "refund"}}

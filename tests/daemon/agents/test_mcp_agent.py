@@ -156,7 +156,10 @@ async def test_a_stubbed_tool_is_answered_by_the_daemon_and_never_forwarded(
     runtime, providers, registry, fx, fx_server
 ):
     provider = providers(tool_loop_script([("delete_everything", {}), ("lookup", {"key": "k"})]))
-    stub = '[mcp_servers.results.delete_everything]\ncontent = [{ type = "text", text = "deleted (stub)" }]\n'
+    stub = (
+        "[mcp_servers.results.delete_everything]\ncontent = [{ type = "
+        '"text", text = "deleted (stub)" }]\n'
+    )
     agent = mcp_agent(
         provider,
         registry,
@@ -391,7 +394,8 @@ async def test_an_oversized_answer_is_refused(runtime, providers, registry, fx):
 
 @pytest.mark.parametrize("effect", ["write", "read", "idempotent"])
 async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry, fx, effect):
-    """A drive cut mid-call (its session killed with it): an open write parks, an open read or idempotent call runs again."""
+    """A drive cut mid-call (its session killed with it): an open write parks, an open read or
+    idempotent call runs again."""
     provider = providers(
         tool_loop_script([("write_note", {"text": "held", "hold": fx.hold("w")})], final_text="ok")
     )
@@ -468,7 +472,10 @@ async def test_mcp_server_time_over_stdio(runtime, providers, registry):
     provider = providers(
         tool_loop_script([("get_current_time", {"timezone": "UTC"})], final_text="told")
     )
-    servers = f'\n[[mcp_servers]]\nname = "time"\ncommand = ["{command}"]\neffects = {{ get_current_time = "read" }}\n'
+    servers = (
+        f'\n[[mcp_servers]]\nname = "time"\ncommand = ["{command}"]\neffects = {{ '
+        'get_current_time = "read" }\n'
+    )
     agent = mcp_agent(provider, registry, servers)
     run_id, view = await start_and_drive(runtime, agent)
 
@@ -482,7 +489,6 @@ async def test_mcp_server_time_over_stdio(runtime, providers, registry):
 
 @needs_everything
 async def test_server_everything_over_stdio(runtime, providers, registry, monkeypatch):
-    command = everything_server()
     monkeypatch.setenv("SALVOR_SECRET_FOR_TEST", "never-handed-to-a-server")
     plan = [
         ("echo", {"message": "hi"}),
@@ -552,7 +558,10 @@ async def test_a_server_on_the_official_sdk_over_streamable_http(
                 [("add", {"a": 2, "b": 3}), ("nap", {"until": wake_at})], final_text="ok"
             )
         )
-        servers = f'\n[[mcp_servers]]\nname = "sdk"\nurl = "{peer.url}"\neffects = {{ add = "read", nap = "read" }}\n'
+        servers = (
+            f'\n[[mcp_servers]]\nname = "sdk"\nurl = "{peer.url}"\neffects = {{ '
+            'add = "read", nap = "read" }\n'
+        )
         agent = mcp_agent(provider, registry, servers)
         run_id, view = await start_and_drive(runtime, agent)
         assert view.state is RunState.SLEEPING and view.status()["wake_at"] == wake_at

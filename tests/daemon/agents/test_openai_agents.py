@@ -68,10 +68,17 @@ if os.environ.get("STATELESS_REASONING"):
     from openai.types.shared import Reasoning
 
     settings["model_settings"] = ModelSettings(
-        reasoning=Reasoning(effort="low"), store=False, parallel_tool_calls=False,
+        reasoning=Reasoning(effort="low"),
+        store=False,
+        parallel_tool_calls=False,
         response_include=["reasoning.encrypted_content"],
     )
-clerk = Agent(name="clerk", instructions="Settle the invoices you are given.", tools=[lookup_invoice], **settings)
+clerk = Agent(
+    name="clerk",
+    instructions="Settle the invoices you are given.",
+    tools=[lookup_invoice],
+    **settings,
+)
 result = Runner.run_sync(clerk, os.environ["SALVOR_PROMPT"], hooks=DieOnce())
 print(result.final_output)
 '''

@@ -35,13 +35,18 @@ from pathlib import Path
 mode = sys.argv[1]
 Path(os.environ["PIDFILE"]).write_text(str(os.getpid()))
 prompt = os.environ["SALVOR_PROMPT"]
-model = Path(os.environ["MODELFILE"]).read_text().strip() if os.environ.get("MODELFILE") else "scripted-model"
+model = (
+    Path(os.environ["MODELFILE"]).read_text().strip()
+    if os.environ.get("MODELFILE")
+    else "scripted-model"
+)
 die_after = int(os.environ.get("DIE_AFTER", "0"))
 marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
 calls = 0
 exit_file = Path(os.environ.get("EXITFILE", "/nonexistent/exit"))
 exit_after = int(exit_file.read_text()) if exit_file.exists() else 0
 amount = int(os.environ.get("AMOUNT", "42"))  # what the (pretend) tool returns
+
 
 def after_call():
     global calls
@@ -52,18 +57,30 @@ def after_call():
         marker.write_text("died")
         os.kill(os.getpid(), signal.SIGKILL)
 
+
 if mode.startswith("openai-responses"):
     import openai
+
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"type": "function", "name": "lookup_invoice", "description": "Look up an invoice.",
-              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        }
+    ]
     items = [{"role": "user", "content": prompt}]
 
     def ask():
         """The output items of one model call; None when the model failed to answer."""
         if mode == "openai-responses":
             reply = client.responses.create(model=model, input=items, tools=tools)
-            return None if reply.status == "failed" else [o.model_dump(exclude_none=True) for o in reply.output]
+            return (
+                None
+                if reply.status == "failed"
+                else [o.model_dump(exclude_none=True) for o in reply.output]
+            )
         # Build the output items from the deltas, as a streaming agent would.
         acc = {}
         for ev in client.responses.create(model=model, input=items, tools=tools, stream=True):
@@ -88,28 +105,55 @@ if mode.startswith("openai-responses"):
         after_call()
         calls_ = [o for o in output if o["type"] == "function_call"]
         if not calls_:
-            print("".join(p["text"] for o in output if o["type"] == "message" for p in o["content"]))
+            print(
+                "".join(p["text"] for o in output if o["type"] == "message" for p in o["content"])
+            )
             break
         items += output
         for c in calls_:
-            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": amount})})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": c["call_id"],
+                    "output": json.dumps({"amount": amount}),
+                }
+            )
 elif mode.startswith("openai"):
     import openai
+
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup_invoice",
+                "description": "Look up an invoice.",
+                "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+            },
+        }
+    ]
     messages = [{"role": "user", "content": prompt}]
     while True:
         if mode == "openai":
             reply = client.chat.completions.create(model=model, messages=messages, tools=tools)
             message = reply.choices[0].message
             text = message.content or ""
-            calls_ = [{"id": c.id, "type": "function",
-                       "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                      for c in message.tool_calls or []]
+            calls_ = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in message.tool_calls or []
+            ]
         else:
-            stream = client.chat.completions.create(model=model, messages=messages, tools=tools, stream=True,
-                                                    stream_options={"include_usage": True})
+            stream = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                tools=tools,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             text, acc = "", {}
             for chunk in stream:
                 if not chunk.choices:
@@ -117,7 +161,10 @@ elif mode.startswith("openai"):
                 delta = chunk.choices[0].delta
                 text += delta.content or ""
                 for c in delta.tool_calls or []:
-                    e = acc.setdefault(c.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                    e = acc.setdefault(
+                        c.index,
+                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
                     if c.id:
                         e["id"] = c.id
                     if c.function and c.function.name:
@@ -131,18 +178,30 @@ elif mode.startswith("openai"):
             break
         messages.append({"role": "assistant", "content": text or None, "tool_calls": calls_})
         for c in calls_:
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": amount})})
+            messages.append(
+                {"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": amount})}
+            )
 else:
     import anthropic
+
     client = anthropic.Anthropic(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"name": "lookup_invoice", "description": "Look up an invoice.",
-              "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    tools = [
+        {
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        }
+    ]
     messages = [{"role": "user", "content": prompt}]
     while True:
         if mode == "anthropic":
-            reply = client.messages.create(model=model, max_tokens=256, messages=messages, tools=tools)
+            reply = client.messages.create(
+                model=model, max_tokens=256, messages=messages, tools=tools
+            )
         else:
-            with client.messages.stream(model=model, max_tokens=256, messages=messages, tools=tools) as stream:
+            with client.messages.stream(
+                model=model, max_tokens=256, messages=messages, tools=tools
+            ) as stream:
                 reply = stream.get_final_message()
         after_call()
         uses = [b for b in reply.content if b.type == "tool_use"]
@@ -156,8 +215,19 @@ else:
             else:
                 blocks.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.input})
         messages.append({"role": "assistant", "content": blocks})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": json.dumps({"amount": amount}),
+                    }
+                    for u in uses
+                ],
+            }
+        )
 '''
 
 MODES = [
@@ -183,7 +253,8 @@ def process_agent(
     env = {"PIDFILE": str(tmp_path / "agent.pid"), **(env or {})}
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in env.items())
     text = (
-        f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
+        'name = "proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(path), mode])}\n"
         f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}\n[env]\n{env_table}"
     )
     return parse_definition(text, "toml")
@@ -361,9 +432,9 @@ async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_
 async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_path, monkeypatch):
     script = (
         "import json, os\n"
-        "keys = ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_BASE', 'ANTHROPIC_BASE_URL', 'SALVOR_LLM_PROXY',\n"
-        "        'OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'SALVOR_PROMPT', 'SALVOR_INPUT', 'SALVOR_RUN_ID', 'EXTRA',\n"
-        "        'SALVOR_AGENT_KEY', 'SALVOR_STORE']\n"
+        "keys = ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_BASE', 'ANTHROPIC_BASE_URL', "
+        "'SALVOR_LLM_PROXY',\n        'OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'SALVOR_PROMPT', "
+        "'SALVOR_INPUT', 'SALVOR_RUN_ID', 'EXTRA',\n        'SALVOR_AGENT_KEY', 'SALVOR_STORE']\n"
         "open('seen.json', 'w').write(json.dumps({k: os.environ.get(k) for k in keys}))\n"
         "raise SystemExit(1)\n"
     )

@@ -359,7 +359,10 @@ async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorde
             "`headers` must be a table",
         ),
         (
-            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "Bearer ${TOKEN"\n',
+            (
+                'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n'
+                '[headers]\nA = "Bearer ${TOKEN"\n'
+            ),
             "well-formed",
         ),
         (

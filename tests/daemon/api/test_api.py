@@ -607,7 +607,8 @@ async def test_resume_refusals_and_finished_runs(server: Server, providers):
 
 
 def _registry_with_a_charge(executions: list) -> Any:
-    """The demo tools plus ``charge``, a write that hangs once it has acted (until the daemon stops)."""
+    """The demo tools plus ``charge``, a write that hangs once it has
+    acted (until the daemon stops)."""
     registry = demo_registry()
 
     async def charge(args: dict, call) -> dict:

@@ -36,7 +36,8 @@ def nested(depth: int, leaf: object = 1) -> object:
 
 
 def deep_text(depth: int) -> str:
-    """JSON text of arrays nested ``depth`` levels (json.dumps itself could not write one this deep)."""
+    """JSON text of arrays nested ``depth`` levels (json.dumps itself
+    could not write one this deep)."""
     return "[" * depth + "1" + "]" * depth
 
 
@@ -48,9 +49,11 @@ def with_deep(document: dict, depth: int) -> bytes:
 async def raw_exchange(
     server: Server, request: bytes, *, until_closed: bool = False
 ) -> tuple[int, dict, dict]:
-    """Send ``request`` over a fresh socket; the answer's (status, headers, JSON body), read within a bound.
+    """Send ``request`` over a fresh socket; the answer's (status, headers,
+    JSON body), read within a bound.
 
-    With ``until_closed``, the server must also close the connection after its answer (within the bound).
+    With ``until_closed``, the server must also close the connection after
+    its answer (within the bound).
     """
     host, port = server.url.split("://", 1)[1].rsplit(":", 1)
     stream = await trio.open_tcp_stream(host, int(port))
@@ -271,8 +274,10 @@ async def test_a_stored_input_too_deep_to_drive_fails_the_run_with_a_reason_inst
     rest = await server.wait_resting(run_id)
     assert rest["status"] == {
         "state": "failed",
-        "error": f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at most "
-        f"{MAX_NESTING} levels",
+        "error": (
+            "the run's log holds a value nested too deeply to drive; input a caller sends may "
+            f"nest at most {MAX_NESTING} levels"
+        ),
     }
     assert provider.call_count == 0
     # Resting for good: a second resume leaves it as it is.
@@ -373,8 +378,8 @@ async def test_refusals_quote_at_most_a_short_prefix_of_what_was_sent(server: Se
 async def test_a_connection_answered_before_its_body_arrived_serves_the_next_request(
     server: Server, providers, size: int, chunk: int
 ):
-    """An early refusal (a bad run id, here on the append front) while a large body is still arriving:
-    the body is drained and the next request on the connection is answered.
+    """An early refusal (a bad run id, here on the append front) while a large body is still
+    arriving: the body is drained and the next request on the connection is answered.
 
     The reader used to take the body's end while the answer's stream was being closed, then wait,
     paused, for a next cycle nobody started: the second request was never answered (the fuzz's
@@ -385,8 +390,8 @@ async def test_a_connection_answered_before_its_body_arrived_serves_the_next_req
     """
     host, port = server.url.split("://", 1)[1].rsplit(":", 1)
     head_bytes = (
-        f"POST /v1/client-runs/{uuid.uuid4()}/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {size}\r\n\r\n"
+        f"POST /v1/client-runs/{uuid.uuid4()}/events HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
     ).encode()
     for attempt in range(40):
         stream = await trio.open_tcp_stream(host, int(port))

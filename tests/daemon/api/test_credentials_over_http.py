@@ -32,7 +32,8 @@ ENDPOINT_HINT = "salvor serve --model-endpoint URL[,key_env=VAR|,key_file=PATH]"
 
 
 class CaptureServer:
-    """A loopback HTTP listener that counts every connection and answers each request with one canned reply."""
+    """A loopback HTTP listener that counts every connection and answers each
+    request with one canned reply."""
 
     def __init__(
         self, status: int = 200, body: bytes = b"{}", content_type: str = "application/json"
@@ -40,8 +41,8 @@ class CaptureServer:
         self.connections = 0
         self.requests: list[bytes] = []
         self._reply = (
-            f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n\r\n"
+            f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode() + body
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(0.2)
@@ -101,28 +102,43 @@ def llm_toml(llm: str) -> str:
 ATTACKS = {
     "a variable of the daemon's as the key": (
         'provider = "anthropic"\nbase_url = "{url}/x"\napi_key_env = "SALVOR_AGENT_KEY"',
-        "[llm] base_url '{url}/x' is not a model endpoint this daemon's operator declared; "
-        f"the operator allows one with `{ENDPOINT_HINT}`",
+        (
+            "[llm] base_url '{url}/x' is not a model endpoint this daemon's operator declared; "
+            f"the operator allows one with `{ENDPOINT_HINT}`"
+        ),
     ),
     "the provider's default key": (
         'provider = "anthropic"\nbase_url = "{url}"',
-        "[llm] base_url '{url}' is not a model endpoint this daemon's operator declared; "
-        f"the operator allows one with `{ENDPOINT_HINT}`",
+        (
+            "[llm] base_url '{url}' is not a model endpoint this daemon's operator declared; "
+            f"the operator allows one with `{ENDPOINT_HINT}`"
+        ),
     ),
     "the openai default key": (
         'provider = "openai"\nbase_url = "{url}/v1"',
-        "[llm] base_url '{url}/v1' is not a model endpoint this daemon's operator declared; "
-        f"the operator allows one with `{ENDPOINT_HINT}`",
+        (
+            "[llm] base_url '{url}/v1' is not a model endpoint this daemon's operator declared; "
+            f"the operator allows one with `{ENDPOINT_HINT}`"
+        ),
     ),
     "a URL from a variable": (
         'provider = "anthropic"\nbase_url_env = "SALVOR_TEST_AIM"',
-        "[llm] base_url_env makes the daemon read a variable of its own, so it is only honoured in agent files run "
-        f"with `salvor run`; over HTTP name an endpoint the operator declared with `{ENDPOINT_HINT}`",
+        (
+            "[llm] base_url_env makes the daemon read a variable of its own, so it is only "
+            "honoured in agent files run with `salvor run`; over HTTP name an endpoint the "
+            f"operator declared with `{ENDPOINT_HINT}`"
+        ),
     ),
     "another key for the public host": (
-        'provider = "anthropic"\nbase_url = "https://api.anthropic.com/v1"\napi_key_env = "SALVOR_AGENT_KEY"',
-        "[llm] api_key_env 'SALVOR_AGENT_KEY' is not the key the operator bound to 'https://api.anthropic.com'; "
-        f"leave it out (the endpoint's own key is used), or the operator binds it with `{ENDPOINT_HINT}`",
+        (
+            'provider = "anthropic"\nbase_url = "https://api.anthropic.com/v1"\n'
+            'api_key_env = "SALVOR_AGENT_KEY"'
+        ),
+        (
+            "[llm] api_key_env 'SALVOR_AGENT_KEY' is not the key the operator bound to "
+            "'https://api.anthropic.com'; leave it out (the endpoint's own key is used), or the "
+            f"operator binds it with `{ENDPOINT_HINT}`"
+        ),
     ),
 }
 
@@ -202,9 +218,9 @@ async def test_an_mcp_server_on_an_undeclared_origin_is_never_contacted(
     )
     error = assert_error(response, 400, "bad_request")
     assert error["message"] == (
-        f"the agent definition does not build: [[mcp_servers]] 'web': `url` '{listener.url}' is not an MCP origin this "
-        "daemon's operator declared, so it is not contacted; the operator allows one with "
-        "`salvor serve --mcp-origin ORIGIN[,header_env=VAR]`"
+        f"the agent definition does not build: [[mcp_servers]] 'web': `url` '{listener.url}' is "
+        "not an MCP origin this daemon's operator declared, so it is not contacted; the operator "
+        "allows one with `salvor serve --mcp-origin ORIGIN[,header_env=VAR]`"
     )
     assert listener.connections == 0 and await snapshot(server) == before
 
@@ -218,8 +234,10 @@ async def test_an_mcp_server_on_an_undeclared_origin_is_never_contacted(
         ),
         (
             {"status": 200, "body": f"not json {MARKER}".encode()},
-            "MCP server 'web' did not start a session: it answered initialize with a body that is not JSON, "
-            "so not a valid MCP initialize result",
+            (
+                "MCP server 'web' did not start a session: it answered initialize with a body that "
+                "is not JSON, so not a valid MCP initialize result"
+            ),
         ),
         (
             {
@@ -228,7 +246,10 @@ async def test_an_mcp_server_on_an_undeclared_origin_is_never_contacted(
                     {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": MARKER}}
                 ).encode(),
             },
-            "MCP server 'web' did not start a session: it answered initialize with a JSON-RPC error (code -32000)",
+            (
+                "MCP server 'web' did not start a session: it answered initialize with "
+                "a JSON-RPC error (code -32000)"
+            ),
         ),
     ],
 )
@@ -347,15 +368,16 @@ def test_an_unreadable_key_file_stops_the_start_in_one_sentence(tmp_path, store_
             "--model-endpoint",
             f"http://127.0.0.1:9,key_file={missing}",
         ],
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ, "SALVOR_AGENT_KEY_FILE": str(missing)},
     )
     assert result.returncode == 1
-    assert (
-        result.stderr
-        == f"salvor: cannot read the key_file of --model-endpoint '{missing}': No such file or directory\n"
+    assert result.stderr == (
+        "salvor: cannot read the key_file of --model-endpoint "
+        f"'{missing}': No such file or directory\n"
     )
 
 
@@ -380,6 +402,7 @@ def test_salvor_run_honours_base_url_and_api_key_env_of_an_agent_file(tmp_path, 
         }
         result = subprocess.run(
             [sys.executable, "-m", "salvor.daemon.cli", "run", str(path), "--input", '"go"'],
+            check=False,
             capture_output=True,
             text=True,
             timeout=120,
@@ -395,10 +418,19 @@ def test_salvor_run_honours_base_url_and_api_key_env_of_an_agent_file(tmp_path, 
 
 UPSTREAM_AGENT = r"""
 import json, os, urllib.request
-body = {"model": "scripted-model", "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]}
-request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
-                                 data=json.dumps(body).encode(), headers={"Content-Type": "application/json",
-                                 "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+
+body = {
+    "model": "scripted-model",
+    "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}],
+}
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+    data=json.dumps(body).encode(),
+    headers={
+        "Content-Type": "application/json",
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+    },
+)
 print(json.load(urllib.request.urlopen(request, timeout=60))["choices"][0]["message"]["content"])
 """
 

@@ -176,8 +176,9 @@ async def test_a_body_that_stops_arriving_is_a_408_and_one_cut_off_records_nothi
     run_id, token = opened["run"], opened["drive_token"]
     body = json.dumps({"events": [head(run_id)]}).encode()
     request_head = (
-        f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"X-Drive-Token: {token}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nX-Drive-Token: {token}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     # Half the body, then silence: the front gives up and says so.
     stream = await _raw_request(server.url, request_head + body[: len(body) // 2])

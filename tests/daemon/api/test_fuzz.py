@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -60,7 +61,7 @@ _BASE = "urn:salvor:openapi"
 _SERVING = re.compile(r"salvor serving on (http://127\.0\.0\.1:\d+)")
 
 
-# -- the custom check: the event stream's frames ----------------------------------------------------
+# -- the custom check: the event stream's frames ---------------------------------------------------
 
 
 def _validator(name: str) -> Draft202012Validator:
@@ -128,7 +129,7 @@ def event_stream_frames(ctx, response, case) -> bool | None:
     return True
 
 
-# -- custom formats: values the daemon accepts that JSON Schema alone cannot state -------------------
+# -- custom formats: values the daemon accepts that JSON Schema alone cannot state -----------------
 
 
 def _cursor(instant: str, run_id: str) -> str:
@@ -174,7 +175,7 @@ def before_call(ctx, case, kwargs) -> None:
         case.body.pop("replay_of", None)
 
 
-# -- the daemon ---------------------------------------------------------------------------------------
+# -- the daemon ------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -202,8 +203,9 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
                 TOKEN_ENV,
                 *flags,
             ],
-            # Nothing of the test's own environment: no provider key a generated agent could send anywhere.
-            # Any outbound contact a generated definition provokes goes to a closed loopback port.
+            # Nothing of the test's own environment: no provider key a generated agent could send
+            # anywhere. Any outbound contact a generated definition provokes
+            # goes to a closed loopback port.
             env={
                 "PATH": os.environ["PATH"],
                 "HOME": str(home),
@@ -248,15 +250,17 @@ def _config(**extra) -> schemathesis.Config:
     return schemathesis.Config.from_dict(
         {
             "seed": SEED,
-            # Keep-alive connections as any client's: an early refusal must leave its connection usable.
+            # Keep-alive connections as any client's: an early refusal
+            # must leave its connection usable.
             "headers": AUTH,
             "request-timeout": 20,
             "max-stream-events": 200,
-            # The strict parser refuses a NUL and a lone surrogate in any string of a caller's JSON (the store
-            # cannot keep either), and the document says so once, in `info.description`: JSON Schema has no
-            # way to say it of every string short of a `pattern` on each one. So the fuzz is told the same
-            # thing here: no U+0000, and the utf-8 codec (schemathesis's default, named so it stays), which
-            # leaves out the surrogate category. A NUL is still sent where the document refuses it anyway.
+            # The strict parser refuses a NUL and a lone surrogate in any string of a caller's JSON
+            # (the store cannot keep either), and the document says so once, in `info.description`:
+            # JSON Schema has no way to say it of every string short of a `pattern` on each one. So
+            # the fuzz is told the same thing here: no U+0000, and the utf-8 codec (schemathesis's
+            # default, named so it stays), which leaves out the surrogate category. A NUL is still
+            # sent where the document refuses it anyway.
             "generation": {
                 "max-examples": MAX_EXAMPLES,
                 "deterministic": True,
@@ -315,8 +319,8 @@ def served_schema(daemon: str, seeded: dict[str, str]):
         operations=[
             {
                 # Whether a resume input is valid is decided by the gate the run recorded (its
-                # input_schema), which no static document can state: a well-formed input a parked run's
-                # schema rejects is a 400 with `details.violations`, as documented.
+                # input_schema), which no static document can state: a well-formed input a parked
+                # run's schema rejects is a 400 with `details.violations`, as documented.
                 "include-operation-id": "resumeRun",
                 "checks": {
                     "positive_data_acceptance": {
@@ -356,7 +360,8 @@ def _fuzz_findings(served_schema) -> list[str]:
                         )
         elif isinstance(event, events.NonFatalError):
             findings.append(
-                f"[{event.phase.value if event.phase else '-'}] {event.label}: {event.info.format()}"
+                f"[{event.phase.value if event.phase else '-'}] "
+                f"{event.label}: {event.info.format()}"
             )
         elif isinstance(event, events.FatalError):
             raise event.exception
@@ -405,12 +410,15 @@ def test_event_stream_check_catches_a_bad_frame() -> None:
 
     class Fake:
         status_code = 200
-        headers = {"content-type": ["text/event-stream"]}
+        headers: ClassVar[dict[str, list[str]]] = {"content-type": ["text/event-stream"]}
         text = 'id: 0\ndata: {"seq": 0}\n\n'
 
     with pytest.raises(AssertionError, match="does not match the document"):
         event_stream_frames(None, Fake(), None)
-    Fake.text = 'event: end\ndata: {"status": {"state": "completed", "output": null}}\n\nid: 0\ndata: {}\n\n'
+    Fake.text = (
+        'event: end\ndata: {"status": {"state": "completed", "output": null}}\n\nid: 0\ndata: '
+        "{}\n\n"
+    )
     with pytest.raises(AssertionError, match="frames after the end frame"):
         event_stream_frames(None, Fake(), None)
 

@@ -105,11 +105,17 @@ async def test_an_http_server_on_a_declared_origin_needs_no_opt_in_without_heade
         ),
         (
             lambda fx, tmp: stdio_table(fx, name="one") + stdio_table(fx, name="two"),
-            "the tool 'lookup' of MCP server 'two' has the same name as the tool of MCP server 'one'",
+            (
+                "the tool 'lookup' of MCP server 'two' has the same name "
+                "as the tool of MCP server 'one'"
+            ),
         ),
         (
             lambda fx, tmp: stdio_table(fx, extra=("--extra-tool", "lookup_invoice")),
-            "the tool 'lookup_invoice' of MCP server 'fx' has the same name as the registry tool 'lookup_invoice'",
+            (
+                "the tool 'lookup_invoice' of MCP server 'fx' has the same name as the "
+                "registry tool 'lookup_invoice'"
+            ),
         ),
         (
             lambda fx, tmp: stdio_table(fx, extra=("--extra-tool", "files.read")),
@@ -117,7 +123,8 @@ async def test_an_http_server_on_a_declared_origin_needs_no_opt_in_without_heade
         ),
         (
             lambda fx, tmp: (
-                '\n[[mcp_servers]]\nname = "shy"\ncommand = ["sh", "-c", "echo starting; sleep 30"]\ntimeout = 2\n'
+                '\n[[mcp_servers]]\nname = "shy"\ncommand = ["sh", "-c", "echo '
+                'starting; sleep 30"]\ntimeout = 2\n'
             ),
             "MCP server 'shy' did not start a session: it wrote a line to stdout that is not JSON",
         ),
@@ -176,9 +183,9 @@ async def test_a_header_secret_over_http_needs_the_operator_to_bind_it(
     )
     error = assert_error(response, 400, "bad_request")
     assert error["message"] == (
-        "the agent definition does not build: [[mcp_servers]] 'web': the headers name ${ANTHROPIC_API_KEY}, which the "
-        "operator did not bind to https://tools.example.com:443; the operator binds it with "
-        "`salvor serve --mcp-origin ORIGIN[,header_env=VAR]`"
+        "the agent definition does not build: [[mcp_servers]] 'web': the headers name "
+        "${ANTHROPIC_API_KEY}, which the operator did not bind to https://tools.example.com:443; "
+        "the operator binds it with `salvor serve --mcp-origin ORIGIN[,header_env=VAR]`"
     )
 
 

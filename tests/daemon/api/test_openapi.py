@@ -63,10 +63,13 @@ GATED = {  # as JSON, with a name
     "llm": {"provider": "demo"},
     "tools": [{"name": "request_approval"}],
 }
-NAPPER = 'model = "demo-planner"\nsystem_prompt = "Nap."\n[llm]\nprovider = "demo"\n[[tools]]\nname = "nap"\n'
+NAPPER = (
+    'model = "demo-planner"\nsystem_prompt = "Nap."\n[llm]\nprovider = "demo"\n[[tools]]\n'
+    'name = "nap"\n'
+)
 TIGHT = (
-    'model = "demo-planner"\nsystem_prompt = "Look."\n[llm]\nprovider = "demo"\n[budgets]\nsteps = 1\n'
-    '[[tools]]\nname = "lookup_invoice"\n'
+    'model = "demo-planner"\nsystem_prompt = "Look."\n[llm]\nprovider = "demo"\n[budgets]\n'
+    'steps = 1\n[[tools]]\nname = "lookup_invoice"\n'
 )
 
 
@@ -112,7 +115,8 @@ class Contract:
         expect: int | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Send, check the status is documented (and ``expect`` when given), validate the body; returns it."""
+        """Send, check the status is documented (and ``expect`` when given),
+        validate the body; returns it."""
         path_params = {k: kwargs.pop(k) for k in ("run_id", "agent_hash") if k in kwargs}
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)
@@ -253,7 +257,8 @@ def _napper_registry():
 
 
 async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
-    """A run the CLI left with a dangling write (killed inside issue_refund), in the daemon's store."""
+    """A run the CLI left with a dangling write (killed inside
+    issue_refund), in the daemon's store."""
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK)
     result = await trio.run_process(
@@ -282,7 +287,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     api, contract = server.client, Contract()
     call = contract.call
 
-    # -- the document itself, capabilities, and auth on every route --------------------------------------
+    # -- the document itself, capabilities, and auth on every route --------------------------------
     served = openapi_document(
         tools=server.state.runtime.registry.names(),
         process_agents=False,
@@ -303,7 +308,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
                 agent_hash="sha256:0",
             )
 
-    # -- agents ------------------------------------------------------------------------------------------
+    # -- agents ------------------------------------------------------------------------------------
     toml = {"Content-Type": "application/toml"}
     refund = (await call(api, "POST", "/v1/agents", expect=201, content=REFUND_DESK, headers=toml))[
         "agent"
@@ -328,7 +333,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     ] == "gated"
     await call(api, "GET", "/v1/agents/{agent_hash}", expect=404, agent_hash="sha256:" + "0" * 64)
 
-    # -- runs into every state the demo tools reach --------------------------------------------------------
+    # -- runs into every state the demo tools reach ------------------------------------------------
     async def start(agent: str, **fields: Any) -> str:
         body = await call(api, "POST", "/v1/runs", expect=201, json={"agent": agent, **fields})
         return body["run"]
@@ -383,7 +388,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     )
     assert tail[0][1]["seq"] == 4
 
-    # -- listing -------------------------------------------------------------------------------------------
+    # -- listing -----------------------------------------------------------------------------------
     await call(api, "GET", "/v1/runs", expect=200)
     page = await call(api, "GET", "/v1/runs", expect=200, params={"limit": "2"})
     await call(
@@ -395,7 +400,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     await call(api, "GET", "/v1/runs", expect=400, params={"limit": "0"})
     await call(api, "GET", "/v1/runs", expect=400, params={"state": "completed"})
 
-    # -- verbs and their refusals ----------------------------------------------------------------------
+    # -- verbs and their refusals ------------------------------------------------------------------
     resume = "/v1/runs/{run_id}/resume"
     await call(api, "POST", resume, expect=200, run_id=completed)
     await call(api, "POST", resume, expect=400, run_id=suspended)  # no input
@@ -439,7 +444,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     listing = await call(api, "GET", "/v1/runs", expect=200)
     assert {entry["status"]["state"] for entry in listing["runs"]} >= {"completed", "abandoned"}
 
-    # -- client-driven runs --------------------------------------------------------------------------------
+    # -- client-driven runs ------------------------------------------------------------------------
     await call(api, "GET", "/v1/client-tools", expect=200)
     opened = await call(api, "POST", "/v1/client-runs", expect=201)
     client_run, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
@@ -532,7 +537,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     ] is True
     await call(api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run})
 
-    # -- oversized bodies, on every route that reads one -----------------------------------------------------
+    # -- oversized bodies, on every route that reads one -------------------------------------------
     retaken = await call(api, "POST", "/v1/client-runs", expect=201, json={"run_id": MISSING_RUN})
     for template, headers in (
         ("/v1/agents", toml),
@@ -554,7 +559,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
             headers={"Content-Type": "application/json", **headers},
         )
 
-    # The server-performed steps need a model executor; tests/daemon/client_runs/test_steps.py covers them.
+    # The server-performed steps need a model executor;
+    # tests/daemon/client_runs/test_steps.py covers them.
     unreached = {
         seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS
     }

@@ -17,7 +17,8 @@ def definition(tmp_path, mode: str) -> str:
     path = tmp_path / "agent.py"
     path.write_text(AGENT)
     return (
-        f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
+        'name = "proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(path), mode])}\n"
         f"timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / 'agent.pid'))}\n"
     )
 

@@ -176,7 +176,8 @@ class SpecClient:
         return response.json()["log"]
 
     async def stream(self) -> list[tuple[dict, str]]:
-        """Every frame of ``GET /v1/runs/{id}/events`` until the server closes it: (fields, raw block)."""
+        """Every frame of ``GET /v1/runs/{id}/events`` until the server
+        closes it: (fields, raw block)."""
         frames = []
         with trio.fail_after(WAIT):
             async with self.http.stream("GET", f"/v1/runs/{self.run_id}/events") as response:
@@ -195,7 +196,8 @@ class SpecClient:
 
 
 def check_envelopes(log: list[dict], run_id: str) -> None:
-    """Every envelope where the spec puts its fields; every intent names its own seq, every completion its intent's."""
+    """Every envelope where the spec puts its fields; every intent names its own seq,
+    every completion its intent's."""
     for seq, entry in enumerate(log):
         assert list(entry) == ["run_id", "seq", "schema_version", "recorded_at", "event"]
         assert entry["run_id"] == run_id and entry["seq"] == seq and entry["schema_version"] == 1
@@ -219,7 +221,8 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(
     calls: list[str] = []
     notify = tmp_path / "notify.toml"
     notify.write_text(
-        'name = "notify"\neffect = "idempotent"\ntrust_completion = true\n[input_schema]\ntype = "object"\n'
+        'name = "notify"\neffect = "idempotent"\ntrust_completion = true\n'
+        '[input_schema]\ntype = "object"\n'
     )
     server = await server_factory(
         registry=registry(calls), client_tools=load_declarations([str(notify)])
@@ -353,7 +356,8 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(
         "performed_by": "client",
     }
 
-    # A tool call the client performs: the key is derived from `{ run, seq, tool }`, a failure is a completion.
+    # A tool call the client performs: the key is derived from `{ run, seq, tool }`, a failure
+    # is a completion.
     declared = (await server.client.get("/v1/client-tools")).json()
     assert declared == {
         "client_tools": [
@@ -497,7 +501,8 @@ async def test_a_spec_written_client_drives_reads_and_streams_a_run(
         "labels": {"build": "42"},
         "driven_by": "client",
     }
-    # The stream: one `id: <seq>` / `data: <envelope>` frame per event, no `event:` field, then the end frame.
+    # The stream: one `id: <seq>` / `data: <envelope>` frame per event, no
+    # `event:` field, then the end frame.
     frames = await client.stream()
     assert [fields for fields, _ in frames[:-1]] == [
         {"id": str(e["seq"]), "data": json.dumps(e, ensure_ascii=False, separators=(",", ":"))}
@@ -562,7 +567,8 @@ async def rows_of(store_url: str, run_id: str) -> list[tuple[int, str, dict]]:
 
 
 async def as_written_before(store_url: str, run_id: str) -> int:
-    """Rewrite the run's intent rows to the shape stores held before intents named their seq; how many."""
+    """Rewrite the run's intent rows to the shape stores held before
+    intents named their seq; how many."""
     rows = [
         (seq, payload) for seq, kind, payload in await rows_of(store_url, run_id) if kind in INTENTS
     ]
@@ -589,7 +595,8 @@ async def test_a_log_written_before_intents_named_their_seq_still_folds_reads_an
         final_text="approved",
     )
     run_id, parked = await rested(first, agent)
-    # A crash mid model call, under an agent no daemon here holds: recovery leaves it exactly as it is.
+    # A crash mid model call, under an agent no daemon here holds:
+    # recovery leaves it exactly as it is.
     crashed = await seed_run(
         first, "sha256:" + "f" * 64, ModelCallRequested(request_hash="sha256:" + "0" * 64)
     )
@@ -619,7 +626,8 @@ async def test_a_log_written_before_intents_named_their_seq_still_folds_reads_an
     assert (
         provider.call_count == 2
     )  # the recorded model call was replayed from the old rows, not made again
-    # The old rows stay as they were (the log is append-only); the new ones name their seq; a reader sees it on both.
+    # The old rows stay as they were (the log is append-only); the new ones name their
+    # seq; a reader sees it on both.
     rows = await rows_of(store_url, run_id)
     assert rows[: len(old_rows)] == old_rows
     assert [payload["seq"] for seq, kind, payload in rows[len(old_rows) :] if kind in INTENTS] == [

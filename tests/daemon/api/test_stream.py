@@ -111,7 +111,8 @@ class Reading:
 async def read_stream(
     response: httpx.Response, *, stop_after: int | None = None, comments: int | None = None
 ) -> Reading:
-    """Read frames until the ``end`` frame (or ``stop_after`` envelope frames, or ``comments`` comments)."""
+    """Read frames until the ``end`` frame (or ``stop_after`` envelope
+    frames, or ``comments`` comments)."""
     reading = Reading([], None, [])
     # One frame iterator per response, so a stream can be read in several goes.
     frames = getattr(response, "sse_frames", None)
@@ -144,7 +145,7 @@ def check_against_log(frames: list[Frame], log) -> None:
         assert frame.data == encode_envelope(envelope)
 
 
-# -- a provider the test can hold mid-call ----------------------------------------------------------
+# -- a provider the test can hold mid-call ---------------------------------------------------------
 
 
 class Holds:
@@ -220,7 +221,7 @@ def curl_command(url: str, *headers: str) -> list[str]:
 needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 
 
-# -- replay of a finished run ------------------------------------------------------------------------
+# -- replay of a finished run ----------------------------------------------------------------------
 
 
 async def test_a_finished_run_replays_in_full_then_ends_with_its_status(daemon, providers):
@@ -263,7 +264,7 @@ async def test_curl_reads_the_same_bytes(daemon, providers):
     assert [frame.data for frame in frames[:-1]] == [encode_envelope(e) for e in log[3:]]
 
 
-# -- a live run ---------------------------------------------------------------------------------------
+# -- a live run ------------------------------------------------------------------------------------
 
 
 async def test_a_live_run_streams_as_it_happens(daemon, providers, holds):
@@ -407,7 +408,7 @@ async def test_an_unknown_run_is_404_and_a_malformed_id_400(daemon):
     assert daemon.state.hub.subscriber_count("6f1c1d1e-0000-4000-8000-000000000000") == 0
 
 
-# -- resting points that are not the end of the run ----------------------------------------------------
+# -- resting points that are not the end of the run ------------------------------------------------
 
 
 async def test_the_end_frame_of_a_sleeping_run_carries_wake_at(daemon, providers):
@@ -528,7 +529,7 @@ async def test_events_written_by_another_process_arrive_through_the_poll(
     assert after.end == {"status": {"state": "completed", "output": "from the cli"}}
 
 
-# -- fan-out ------------------------------------------------------------------------------------------
+# -- fan-out ---------------------------------------------------------------------------------------
 
 
 async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, providers, holds):

@@ -93,7 +93,8 @@ def test_the_agent_gets_the_injection_a_run_gets(tmp_path):
     seen = tmp_path / "env.json"
     script = (
         "import json, os, sys\n"
-        f"keys = {['OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL', 'OPENAI_API_KEY', 'SALVOR_PROMPT', 'SALVOR_INPUT', 'SALVOR_RUN_ID']!r}\n"
+        "keys = ['OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL', 'OPENAI_API_KEY', 'SALVOR_PROMPT', "
+        "'SALVOR_INPUT', 'SALVOR_RUN_ID']\n"
         f"open({str(seen)!r}, 'w').write(json.dumps({{k: os.environ.get(k) for k in keys}}))\n"
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)), "--input", "check the wiring")
@@ -151,21 +152,24 @@ def test_an_env_that_points_the_client_elsewhere_is_named(tmp_path):
 
 
 def test_an_agent_exiting_3_fails_with_its_code_and_stderr_tail(tmp_path):
-    script = "import sys\nprint('starting', file=sys.stderr)\nprint('fatal: no config file', file=sys.stderr)\nsys.exit(3)\n"
+    script = (
+        "import sys\nprint('starting', file=sys.stderr)\nprint('fatal: no config file', "
+        "file=sys.stderr)\nsys.exit(3)\n"
+    )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
     assert "process: exited with code 3" in result.stdout
     assert (
-        "diagnosis: the agent exited with code 3 before reaching the proxy; its stderr ended with:\n"
-        "    starting\n    fatal: no config file"
+        "diagnosis: the agent exited with code 3 before reaching the proxy; its stderr ended "
+        "with:\n    starting\n    fatal: no config file"
     ) in result.stdout
 
 
 def test_a_request_to_a_path_the_proxy_does_not_serve_is_named(tmp_path):
     script = (
         "import os, httpx\n"
-        "r = httpx.post(os.environ['OPENAI_BASE_URL'] + '/embeddings', json={'model': 'm', 'input': 'x'})\n"
-        "raise SystemExit(0 if r.status_code == 404 else 9)\n"
+        "r = httpx.post(os.environ['OPENAI_BASE_URL'] + '/embeddings', json={'model': 'm', "
+        "'input': 'x'})\nraise SystemExit(0 if r.status_code == 404 else 9)\n"
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
@@ -185,8 +189,8 @@ def test_a_body_the_proxy_cannot_read_is_named_with_its_status(tmp_path):
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
     assert (
-        "diagnosis: the proxy turned down POST /v1/chat/completions (400) before it became a model call"
-        in result.stdout
+        "diagnosis: the proxy turned down POST /v1/chat/completions "
+        "(400) before it became a model call" in result.stdout
     )
     assert "never honoured" not in result.stdout
 

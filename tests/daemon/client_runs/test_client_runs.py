@@ -183,7 +183,8 @@ async def test_append_refusals_write_nothing(server) -> None:
 
 
 async def test_a_model_or_tool_event_is_422_whatever_its_payload_holds(server) -> None:
-    # The kind is judged before the payload: a spec-written client learns "not here", never "malformed".
+    # The kind is judged before the payload: a spec-written client learns
+    # "not here", never "malformed".
     client = server.client
     opened = await open_run(client)
     run_id, token = opened["run"], opened["drive_token"]

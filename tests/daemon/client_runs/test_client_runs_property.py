@@ -1,4 +1,5 @@
-"""Property: two clients racing on one client-driven run never break its log, and a declared key never lands twice.
+"""Property: two clients racing on one client-driven run never break its log, and a
+declared key never lands twice.
 
 Hypothesis picks an interleaving of two clients' moves (open or re-open,
 take the next step of their loop, release the lease). Each client drives the
@@ -97,7 +98,8 @@ class Client:
             self.log = (await self.http.get(f"/v1/client-runs/{self.run_id}/log")).json()["log"]
 
     async def _charge(self, seq: int) -> httpx.Response:
-        """Open the charge at ``seq`` and, unless it is already settled, perform it (reported on a later step)."""
+        """Open the charge at ``seq`` and, unless it is already settled, perform it
+        (reported on a later step)."""
         reply = await self._post(
             f"/v1/client-runs/{self.run_id}/client-tool-intent",
             {"seq": seq, "tool": "charge", "input": {"order": "o-1"}},

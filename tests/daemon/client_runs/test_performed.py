@@ -32,7 +32,9 @@ require_equal = ["amount_cents"]
 [input_schema]
 type = "object"
 required = ["order_id", "amount_cents"]
-properties = { order_id = { type = "string", pattern = "^o-" }, amount_cents = { type = "integer", minimum = 1 } }
+[input_schema.properties]
+order_id = { type = "string", pattern = "^o-" }
+amount_cents = { type = "integer", minimum = 1 }
 [output_schema]
 type = "object"
 required = ["charge_id", "amount_cents"]
@@ -54,7 +56,8 @@ FETCH = (
 
 
 def canonical_hash(value) -> str:
-    """Any canonical-JSON SHA-256 will do for ASCII keys and plain values: the client can check the server."""
+    """Any canonical-JSON SHA-256 will do for ASCII keys and plain values: the
+    client can check the server."""
     return (
         "sha256:"
         + hashlib.sha256(
@@ -73,7 +76,8 @@ def declarations(tmp_path):
 
 
 class Driver:
-    """One client-driven run and the calls a client makes on it, each validated against the document."""
+    """One client-driven run and the calls a client makes on it, each
+    validated against the document."""
 
     def __init__(self, server, contract: Contract) -> None:
         self.api, self.contract = server.client, contract
@@ -188,7 +192,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
     await run.open()
     run_id = run.run_id
 
-    # -- a client tool: the key is derived by the daemon from the declared fields ------------------------
+    # -- a client tool: the key is derived by the daemon from the declared fields ------------------
     order = {"order_id": "o-1", "amount_cents": 500}
     opened = await run.post(
         "client-tool-intent", 200, {"seq": 1, "tool": "charge_card", "input": order}
@@ -248,7 +252,8 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
         "settled": True,
         "output": {"charge_id": "ch_1", "amount_cents": 500},
     }
-    # The same charge asked for again later in the run: the declared key dedupes, the client performs nothing.
+    # The same charge asked for again later in the run: the declared key
+    # dedupes, the client performs nothing.
     again = await run.post(
         "client-tool-intent", 200, {"seq": 3, "tool": "charge_card", "input": order}
     )
@@ -275,7 +280,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
         }
     }
 
-    # -- a client model call -----------------------------------------------------------------------------
+    # -- a client model call -----------------------------------------------------------------------
     request_hash = canonical_hash({"model": "m", "messages": []})
     intent = {
         "seq": 7,
@@ -346,7 +351,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
     await run.post("client-model-completion", 403, {**done, "seq": 9})
     await run.post("client-model-intent", 409, {"seq": 9, "request_hash": request_hash})
 
-    # -- a write the client may not complete: a person resolves it ----------------------------------------
+    # -- a write the client may not complete: a person resolves it ---------------------------------
     untrusted = Driver(server, contract)
     await untrusted.open()
     await untrusted.post(
@@ -386,7 +391,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
         },
     )
 
-    # -- the operator's resolve checks the declaration too, and drops the lease ----------------------------
+    # -- the operator's resolve checks the declaration too, and drops the lease --------------------
     third = Driver(server, contract)
     await third.open()
     await third.post(
@@ -402,7 +407,7 @@ async def test_client_performed_calls(server_factory, declarations, providers, m
     reopened = await third.api.post("/v1/client-runs", json={"run_id": third.run_id})
     assert reopened.status_code == 200, reopened.text
 
-    # -- the remaining statuses of the document ----------------------------------------------------------
+    # -- the remaining statuses of the document ----------------------------------------------------
     for name in (
         "client-tool-intent",
         "client-tool-completion",
@@ -514,7 +519,8 @@ def test_a_key_field_missing_from_the_input_is_named() -> None:
     from salvor.daemon.web._errors import OperationRefused
 
     tool = parse_declaration(
-        'name = "refund"\neffect = "write"\nidempotency_key = ["order_id"]\n[input_schema]\ntype = "object"\n',
+        'name = "refund"\neffect = "write"\nidempotency_key = ["order_id"]\n'
+        '[input_schema]\ntype = "object"\n',
         "toml",
     )
     with pytest.raises(OperationRefused) as caught:

@@ -25,7 +25,8 @@ ANY_OBJECT = {"type": "object"}
 
 
 class Counted:
-    """Tools whose executions are counted: a read, a write, a read that fails twice, a write that fails."""
+    """Tools whose executions are counted: a read, a write, a read that
+    fails twice, a write that fails."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
@@ -236,7 +237,8 @@ async def test_tool_steps_follow_the_effect_table(server_factory, counted) -> No
         assert code(await call(payload)) == expected, payload
     assert len(await log_of(client, run_id)) == 5 and len(counted.calls) == 2
 
-    # A read that keeps failing is retried within the step, then left open; the next step re-executes it.
+    # A read that keeps failing is retried within the step, then left
+    # open; the next step re-executes it.
     failed = await call({"seq": 5, "tool": "flaky_read", "input": {}})
     assert (
         code(failed) == (502, "tool_execution")
@@ -258,7 +260,8 @@ async def test_tool_steps_follow_the_effect_table(server_factory, counted) -> No
     assert [name for name, _ in counted.calls].count("broken_write") == 1
     state = (await client.get(f"/v1/runs/{run_id}")).json()
     assert state["status"]["state"] == "needs_reconciliation" and state["driver"] == "attached"
-    # The operator records what happened; the dead driver's lease goes with it, so a new driver opens at once.
+    # The operator records what happened; the dead driver's lease goes with it,
+    # so a new driver opens at once.
     resolved = await client.post(f"/v1/runs/{run_id}/resolve", json={"output": {"charged": False}})
     assert resolved.status_code == 200, resolved.text
     reopened = await open_run(client, run_id, expect=200)

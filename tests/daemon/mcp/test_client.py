@@ -1,4 +1,5 @@
-"""The MCP client against real servers: lifecycle, paging, both transports, and every way a server fails."""
+"""The MCP client against real servers: lifecycle, paging, both transports,
+and every way a server fails."""
 
 from __future__ import annotations
 
@@ -218,7 +219,8 @@ async def test_an_http_server_that_forgot_the_session_is_reconnected_once(fx):
         spec = parse_mcp_servers([{"name": "web", "url": server.url}])[0]
         async with open_connections((spec,), mark={}) as connections:
             await connections.call_tool("web", "lookup", {"key": "1"}, None)
-            # The server restarts and knows no session: the call is refused with 404, never performed.
+            # The server restarts and knows no session: the call is
+            # refused with 404, never performed.
             server.stop()
             server = HttpFixtureServer(fx, port=server.port)
             result = await connections.call_tool("web", "lookup", {"key": "2"}, None)

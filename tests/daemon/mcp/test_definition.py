@@ -15,8 +15,9 @@ def parse(servers: str, **kwargs):
 
 def test_a_stdio_and_an_http_server_parse():
     agent = parse(
-        '[[mcp_servers]]\nname = "fs"\ncommand = "npx -y server ./sandbox"\nenv = { A = "1" }\ncwd = "/tmp"\n'
-        'effects = { read_file = "read", pay = "idempotent" }\ntools = ["read_file", "pay", "wipe"]\n'
+        '[[mcp_servers]]\nname = "fs"\ncommand = "npx -y server ./sandbox"\nenv = { A = "1" }\n'
+        'cwd = "/tmp"\neffects = { read_file = "read", pay = "idempotent" }\ntools = '
+        '["read_file", "pay", "wipe"]\n'
         "results = { wipe = { ok = true } }\ntimeout = 5\n"
         '[[mcp_servers]]\nname = "web"\nurl = "https://tools.example.com/mcp"\n'
         'headers = { Authorization = "Bearer ${TOKEN}" }\n'
@@ -38,8 +39,9 @@ def test_a_stdio_and_an_http_server_parse():
 def test_the_reference_file_format_is_accepted():
     # The format DESIGN.md shows: no name, a program plus `args`, `effect_overrides`.
     agent = parse(
-        '[[mcp_servers]]\ncommand = "npx"\nargs = ["-y", "@modelcontextprotocol/server-filesystem", "./sandbox"]\n'
-        'env = { }\neffect_overrides = { read_text_file = "read", write_file = "write" }\n'
+        '[[mcp_servers]]\ncommand = "npx"\nargs = ["-y", '
+        '"@modelcontextprotocol/server-filesystem", "./sandbox"]\nenv = { }\neffect_overrides = { '
+        'read_text_file = "read", write_file = "write" }\n'
     )
     (server,) = agent.mcp_servers
     assert server.name == "server1"
@@ -70,7 +72,10 @@ def test_the_hash_covers_the_servers_as_written():
         ('[[mcp_servers]]\nname = "a"\n', "exactly one of `command`"),
         ('[[mcp_servers]]\nname = "a b"\ncommand = "x"\n', "`name` must be 1 to 64 letters"),
         (
-            '[[mcp_servers]]\nname = "a"\ncommand = "x"\n[[mcp_servers]]\nname = "a"\ncommand = "y"\n',
+            (
+                '[[mcp_servers]]\nname = "a"\ncommand = "x"\n'
+                '[[mcp_servers]]\nname = "a"\ncommand = "y"\n'
+            ),
             "two [[mcp_servers]] are named 'a'",
         ),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nport = 8931\n', "unknown field `port`"),
@@ -105,7 +110,10 @@ def test_the_hash_covers_the_servers_as_written():
             "well-formed `${NAME}`",
         ),
         (
-            '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nbearer_token_env = "T"\nheaders = { authorization = "x" }\n',
+            (
+                '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nbearer_token_env = "T"\n'
+                'headers = { authorization = "x" }\n'
+            ),
             "`bearer_token_env` or an `Authorization` header",
         ),
         (
@@ -113,7 +121,10 @@ def test_the_hash_covers_the_servers_as_written():
             "use read, idempotent or write",
         ),
         (
-            '[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "read" }\neffect_overrides = { t = "read" }\n',
+            (
+                '[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "read" }\n'
+                'effect_overrides = { t = "read" }\n'
+            ),
             "the same field",
         ),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nresults = 1\n', "`results` must be a table"),

@@ -109,11 +109,21 @@ def test_a_stdio_mcp_server_gets_the_allow_list_and_its_own_env_nothing_else():
 UNDUMPABLE = r"""
 import ctypes, subprocess, sys
 from salvor.daemon.processes._hardening import make_undumpable
+
 PR_GET_DUMPABLE = 3
 libc = ctypes.CDLL(None)
 made = make_undumpable()
-child = subprocess.run([sys.executable, "-I", "-S", "-c",
-                        "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"], capture_output=True, text=True)
+child = subprocess.run(
+    [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))",
+    ],
+    capture_output=True,
+    text=True,
+)
 print(made, libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), child.stdout.strip())
 """
 
@@ -171,7 +181,8 @@ def shared_dir():
 def _unprivileged() -> list[str]:
     if os.geteuid() != 0:
         pytest.skip(
-            "needs root to start the daemon as another, unprivileged user (root itself reads any /proc)"
+            "needs root to start the daemon as another, unprivileged "
+            "user (root itself reads any /proc)"
         )
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv (util-linux) to drop to an unprivileged user")
@@ -210,11 +221,15 @@ def _python_for(drop: list[str]) -> tuple[str, list[str]]:
     ).stdout.strip() == str(tuple(sys.version_info[:2]))
     if not (same and _runnable(drop, system)):
         pytest.skip(
-            "needs a Python the unprivileged user may run: this venv's lives where it cannot reach, "
-            f"and there is no python{sys.version_info.major}.{sys.version_info.minor} in /usr/bin"
+            "needs a Python the unprivileged user may run: this venv's lives where it cannot "
+            "reach, and there is no "
+            f"python{sys.version_info.major}.{sys.version_info.minor} in /usr/bin"
         )
     packages = next(p for p in sys.path if p.endswith("site-packages"))
-    boot = f"import site, sys; site.addsitedir({packages!r}); from salvor.daemon.cli import main; sys.exit(main())"
+    boot = (
+        f"import site, sys; site.addsitedir({packages!r}); from "
+        "salvor.daemon.cli import main; sys.exit(main())"
+    )
     return system, [system, "-S", "-c", boot]  # -S: none of the system's own packages
 
 
@@ -259,7 +274,10 @@ def test_a_same_user_agent_sees_no_daemon_secret_and_cannot_read_its_proc(shared
                 return False
 
         _wait(listening, "the daemon to listen", 60)
-        definition = f'kind = "process"\ncommand = {json.dumps([python, str(probe), str(found)])}\ntimeout = 30\n'
+        definition = (
+            f'kind = "process"\ncommand = {json.dumps([python, str(probe), str(found)])}\n'
+            "timeout = 30\n"
+        )
         headers = {"Authorization": f"Bearer {TOKEN}"}
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30

@@ -133,7 +133,8 @@ def start_time(pid: int) -> str:
 
 @pytest.fixture
 def owner():
-    """A live process standing in for another salvor over the same store (a `salvor run` in another terminal)."""
+    """A live process standing in for another salvor over the same store (a
+    `salvor run` in another terminal)."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     yield process
     process.kill()
@@ -156,7 +157,8 @@ async def test_an_agent_whose_owner_lives_is_spared_and_one_whose_owner_was_kill
 
 
 async def test_an_owner_mark_whose_pid_was_recycled_does_not_spare_the_agent(agents, owner):
-    # The pid lives, but it is not the process that started the agent: that one started at another instant.
+    # The pid lives, but it is not the process that started the agent: that
+    # one started at another instant.
     recycled = agents("recycled", owner=f"{owner.pid}:{int(start_time(owner.pid)) - 1}")
     unmarked = agents(
         "unmarked"
@@ -169,7 +171,8 @@ async def test_a_driven_process_agent_carries_the_mark_of_its_store(runtime, sto
     seen = tmp_path / "mark.txt"
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        f"Path({str(seen)!r}).write_text(' '.join(os.environ.get(v, '') for v in {(MARK_VAR, RUN_VAR, OWNER_VAR)!r}))\n"
+        f"Path({str(seen)!r}).write_text(' '.join(os.environ.get(v, '') for v in "
+        f"{(MARK_VAR, RUN_VAR, OWNER_VAR)!r}))\n"
     )
     # The definition's env cannot take the mark off: it is applied after it.
     agent = process_agent(tmp_path, script=script, env={MARK_VAR: "spoofed"})

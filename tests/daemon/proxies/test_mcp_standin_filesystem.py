@@ -1,4 +1,5 @@
-"""A real write through a stand-in: ``@modelcontextprotocol/server-filesystem`` on a temporary directory.
+"""A real write through a stand-in:
+``@modelcontextprotocol/server-filesystem`` on a temporary directory.
 
 The agent is the stand-in suite's (``mcp`` SDK client). It writes a file
 (``write_file``, declared a write), calls ``move_file`` (which the
@@ -23,7 +24,9 @@ from tests.support.scripted_provider import tool_loop_script
 
 pytestmark = pytest.mark.skipif(
     filesystem_server() is None,
-    reason=f"mcp-server-filesystem is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}",
+    reason=(
+        f"mcp-server-filesystem is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}"
+    ),
 )
 
 EFFECTS = 'effects = { write_file = "write", list_directory = "read" }\n'

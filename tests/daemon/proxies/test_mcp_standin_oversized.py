@@ -44,7 +44,8 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
     run_id = await runtime.start_run(agent, "send too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    # The agent was told why, and went on; the refused call left no trace in the log or at the server.
+    # The agent was told why, and went on; the refused call left no
+    # trace in the log or at the server.
     (refused,) = errors(tmp_path)
     assert f"over the {MAX_MESSAGE_BYTES}-byte cap" in refused, refused
     log = await runtime.log(run_id)

@@ -1,4 +1,5 @@
-"""A process agent's run parked by its MCP server: ``_meta.salvor`` on a ``tools/call`` result relayed by a stand-in.
+"""A process agent's run parked by its MCP server: ``_meta.salvor`` on a
+``tools/call`` result relayed by a stand-in.
 
 The agent is the stand-in suite's (``openai`` SDK against the scripted
 provider, ``mcp`` SDK client); the server is the fixture server, whose
@@ -34,7 +35,8 @@ def kinds(log) -> list[str]:
 
 
 def last_tool_result(provider) -> str:
-    """What the agent told the model its last tool call returned (the neutral request's last tool_result)."""
+    """What the agent told the model its last tool call returned (the neutral
+    request's last tool_result)."""
     blocks = [
         b
         for m in provider.calls[-1].request["messages"]
@@ -80,7 +82,8 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["reply"] == "refunded"
-    # The agent's call was answered with the resume input; the tool ran once, on the one server started.
+    # The agent's call was answered with the resume input; the tool ran
+    # once, on the one server started.
     assert json.loads(last_tool_result(provider)) == {"approved": True}
     assert [c["tool"] for c in fx.ledger] == ["park"] and len(fx.starts) == 1
     assert kinds(await runtime.log(run_id))[-5:] == [

@@ -1,4 +1,5 @@
-"""MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP servers, recorded in the run's log.
+"""MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP
+servers, recorded in the run's log.
 
 The agent is a script built on the ``openai`` SDK (the scripted provider is
 its model) and the ``mcp`` SDK client, which spawns ``$SALVOR_MCP_SERVER_FIX``
@@ -37,6 +38,7 @@ from pathlib import Path
 import openai
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+
 try:
     from mcp.client.streamable_http import streamable_http_client
 except ImportError:  # the SDK's older name
@@ -57,7 +59,9 @@ def die_now():
 async def main():
     model = openai.OpenAI(max_retries=0)
     if transport == "none":
-        model.chat.completions.create(model="scripted-model", messages=[{"role": "user", "content": "hi"}])
+        model.chat.completions.create(
+            model="scripted-model", messages=[{"role": "user", "content": "hi"}]
+        )
         return
     if transport == "stdio":
         argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
@@ -66,48 +70,95 @@ async def main():
         Path("dialed").write_text(os.environ[f"SALVOR_MCP_URL_{server}"])
         opened = streamable_http_client(os.environ[f"SALVOR_MCP_URL_{server}"])
     async with opened as streams:
+
         async def heard(params):
             with open("heard.jsonl", "a") as f:
                 f.write(json.dumps(params.data) + "\n")
 
         async def sample(context, params):
             with open("asked.jsonl", "a") as f:
-                f.write(json.dumps({"max_tokens": params.maxTokens if hasattr(params, "maxTokens") else params.max_tokens}) + "\n")
-            return types.CreateMessageResult(role="assistant", model="agent-model",
-                                             content=types.TextContent(type="text", text="sampled by the agent"))
+                f.write(
+                    json.dumps(
+                        {
+                            "max_tokens": params.maxTokens
+                            if hasattr(params, "maxTokens")
+                            else params.max_tokens
+                        }
+                    )
+                    + "\n"
+                )
+            return types.CreateMessageResult(
+                role="assistant",
+                model="agent-model",
+                content=types.TextContent(type="text", text="sampled by the agent"),
+            )
 
-        async with ClientSession(streams[0], streams[1], logging_callback=heard, sampling_callback=sample) as mcp:
+        async with ClientSession(
+            streams[0], streams[1], logging_callback=heard, sampling_callback=sample
+        ) as mcp:
             await mcp.initialize()
             listed = await mcp.list_tools()
-            tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                       "parameters": getattr(t, "input_schema", None) or t.inputSchema}} for t in listed.tools]
+            tools = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description or "",
+                        "parameters": getattr(t, "input_schema", None) or t.inputSchema,
+                    },
+                }
+                for t in listed.tools
+            ]
             messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
             done = 0
             while True:
-                reply = model.chat.completions.create(model="scripted-model", messages=messages, tools=tools)
+                reply = model.chat.completions.create(
+                    model="scripted-model", messages=messages, tools=tools
+                )
                 message = reply.choices[0].message
                 if not message.tool_calls:
                     print(message.content)
                     return
-                messages.append({"role": "assistant", "content": message.content, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name,
-                                                                  "arguments": c.function.arguments}}
-                    for c in message.tool_calls]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": message.content,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {
+                                    "name": c.function.name,
+                                    "arguments": c.function.arguments,
+                                },
+                            }
+                            for c in message.tool_calls
+                        ],
+                    }
+                )
                 for c in message.tool_calls:
                     arguments = json.loads(c.function.arguments or "{}")
                     if "text" in arguments:
                         arguments["text"] += suffix + "x" * int(os.environ.get("PAD_BYTES", "0"))
                     if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
-                        asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
+                        asyncio.get_running_loop().call_later(
+                            float(os.environ["DIE_DELAY"]), die_now
+                        )
                     if os.environ.get("SKIP_TOOLS"):
-                        messages.append({"role": "tool", "tool_call_id": c.id, "content": "skipped"})
+                        messages.append(
+                            {"role": "tool", "tool_call_id": c.id, "content": "skipped"}
+                        )
                         continue
                     try:
                         result = await mcp.call_tool(c.function.name, arguments)
-                    except Exception as exc:  # a JSON-RPC error: the model reads it, as a tool error
+                    except (
+                        Exception
+                    ) as exc:  # a JSON-RPC error: the model reads it, as a tool error
                         with open("errors.jsonl", "a") as f:
                             f.write(json.dumps(str(exc)) + "\n")
-                        messages.append({"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"})
+                        messages.append(
+                            {"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"}
+                        )
                         continue
                     done += 1
                     if die_after and done == die_after and not marker.exists():
@@ -145,7 +196,8 @@ def standin_agent(
     script.write_text(AGENT)
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
     text = (
-        f'name = "mcp-proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
+        'name = "mcp-proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script), transport])}\n"
         f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
         f'[[mcp_servers]]\nname = "fix"\n{server}'
         f"{effects}"
@@ -376,8 +428,8 @@ def test_port_belongs_to_a_url_server_and_names_share_no_variable(tmp_path):
     )
     assert agent.mcp_servers[0].port == 8931
     text = (
-        'name = "p"\nkind = "process"\ncommand = "x"\n[[mcp_servers]]\nname = "a-b"\ncommand = "y"\n'
-        '[[mcp_servers]]\nname = "a_b"\ncommand = "z"\n'
+        'name = "p"\nkind = "process"\ncommand = "x"\n[[mcp_servers]]\nname = "a-b"\n'
+        'command = "y"\n[[mcp_servers]]\nname = "a_b"\ncommand = "z"\n'
     )
     with pytest.raises(DefinitionError, match="SALVOR_MCP_SERVER_A_B"):
         parse_definition(text, "toml")
@@ -532,7 +584,9 @@ def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone
 
 @pytest.mark.skipif(
     everything_server() is None,
-    reason=f"mcp-server-everything is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}",
+    reason=(
+        f"mcp-server-everything is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}"
+    ),
 )
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
@@ -600,7 +654,10 @@ import httpx
 import openai
 
 url = os.environ["SALVOR_MCP_URL_FIX"]
-headers = {"Authorization": "Bearer agent-secret-7f3a", "Accept": "application/json, text/event-stream"}
+headers = {
+    "Authorization": "Bearer agent-secret-7f3a",
+    "Accept": "application/json, text/event-stream",
+}
 
 
 def rpc(client, message, session=None):
@@ -609,21 +666,35 @@ def rpc(client, message, session=None):
 
 
 with httpx.Client(timeout=30) as client:
-    opened = rpc(client, {"id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    opened = rpc(
+        client,
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+    )
     session = opened.headers["mcp-session-id"]
     rpc(client, {"method": "notifications/initialized"}, session)
-    answer = rpc(client, {"id": 2, "method": "tools/call", "params": {"name": "lookup", "arguments": {"key": "a"}}},
-                 session)
+    answer = rpc(
+        client,
+        {"id": 2, "method": "tools/call", "params": {"name": "lookup", "arguments": {"key": "a"}}},
+        session,
+    )
     Path("session.txt").write_text(session)
     Path("answer.txt").write_text(answer.text)
 reply = openai.OpenAI(max_retries=0).chat.completions.create(
-    model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}])
+    model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+)
 print(reply.choices[0].message.content)
 """
 
 
-async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_nor_a_session_id_is_stored(
+async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_nor_a_session_id_is_stored(  # noqa: E501 -- the name is the test's id
     runtime, providers, upstream_env, tmp_path, fx
 ):
     server = HttpFixtureServer(fx)
@@ -632,9 +703,11 @@ async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_n
         script = tmp_path / "raw_agent.py"
         script.write_text(RAW_HTTP_AGENT)
         agent = parse_definition(
-            f'name = "raw"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+            'name = "raw"\nkind = "process"\ncommand = '
+            f"{json.dumps([sys.executable, str(script)])}\n"
             f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
-            f'[[mcp_servers]]\nname = "fix"\nurl = "{server.url}"\neffects = {{ lookup = "read" }}\n',
+            f'[[mcp_servers]]\nname = "fix"\nurl = "{server.url}"\n'
+            'effects = { lookup = "read" }\n',
             "toml",
         )
         run_id = await runtime.start_run(agent, "look it up")

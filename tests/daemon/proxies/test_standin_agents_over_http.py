@@ -50,8 +50,8 @@ async def test_a_process_run_an_mcp_tool_parks_is_resumed_and_woken_over_the_api
     server_factory, providers, tmp_path, monkeypatch
 ):
     """``_meta.salvor`` on a stand-in's tool result under ``salvor serve``: a suspend waits for
-    ``POST /resume`` (a wrong input is refused, recording nothing); a ``sleep_until`` is woken by the
-    sweeper. The parking tool runs once either way."""
+    ``POST /resume`` (a wrong input is refused, recording nothing); a ``sleep_until`` is woken by
+    the sweeper. The parking tool runs once either way."""
     from datetime import UTC, datetime, timedelta
 
     from salvor.protocol import format_instant

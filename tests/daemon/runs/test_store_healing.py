@@ -1,4 +1,5 @@
-"""Store faults heal: which failures count as one, the backoff, and the driving set re-driving a run.
+"""Store faults heal: which failures count as one, the backoff, and
+the driving set re-driving a run.
 
 The faults are real: on SQLite the store's file, its WAL and their directory
 are made immutable (``chattr +i``, root on a filesystem that supports it;
@@ -28,7 +29,7 @@ from salvor.store._errors import passes_by_itself
 
 from tests.support.scripted_provider import text_reply
 
-# -- the backoff --------------------------------------------------------------------------------------
+# -- the backoff -----------------------------------------------------------------------------------
 
 BACKOFF_TABLE = [
     (1, 1.0),
@@ -61,7 +62,7 @@ def test_a_backoff_that_cannot_wait_is_refused() -> None:
         Backoff().nominal(0)
 
 
-# -- which failures are store faults -------------------------------------------------------------------
+# -- which failures are store faults ---------------------------------------------------------------
 
 
 def test_a_missing_table_or_a_constraint_is_no_store_fault() -> None:
@@ -72,7 +73,8 @@ def test_a_missing_table_or_a_constraint_is_no_store_fault() -> None:
     connection.execute("INSERT INTO t VALUES (1)")
     with pytest.raises(sqlite3.IntegrityError) as duplicate:
         connection.execute("INSERT INTO t VALUES (1)")
-    # SQLite names a missing table "operational": its result code tells it from a busy or full database.
+    # SQLite names a missing table "operational": its result code tells
+    # it from a busy or full database.
     assert not passes_by_itself(missing.value)
     assert not passes_by_itself(duplicate.value)
     assert not store_fault(StoreUnavailable("the store URL is empty"))
@@ -153,7 +155,8 @@ def test_a_store_that_refuses_writes_raises_a_store_fault_and_takes_writes_again
 
 
 class StandIn:
-    """A store whose write check refuses ``refusals`` times, and a start that notes each re-drive."""
+    """A store whose write check refuses ``refusals`` times, and a
+    start that notes each re-drive."""
 
     def __init__(self, refusals: int) -> None:
         self.refusals = refusals
@@ -271,7 +274,8 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
                 while len(healing):
                     await trio.sleep(0.02)
                 drivers.cancel_all("the test is over")
-    # The write check kept the re-drives from paying for a model call whose answer could not be kept.
+    # The write check kept the re-drives from paying for a model call
+    # whose answer could not be kept.
     assert provider.call_count == 1
     assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
     assert f"run {run_id}: re-driven after a store error, it got past the store" in caplog.text

@@ -91,7 +91,8 @@ def with_exec_start(unit: Path, executable: str) -> str:
 
 
 def expand_command(line: str, env: dict[str, str]) -> list[str]:
-    """systemd's ExecStart substitution: ``${X}`` is one word, a bare ``$X`` word splits on whitespace."""
+    """systemd's ExecStart substitution: ``${X}`` is one word, a bare
+    ``$X`` word splits on whitespace."""
     argv: list[str] = []
     for word in shlex.split(line):
         if re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", word):
@@ -109,7 +110,7 @@ def seconds(value: str) -> float:
     return int(match[1]) * (60 if match[2] == "min" else 1)
 
 
-# -- systemd -----------------------------------------------------------------------------------------
+# -- systemd ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("unit", ["salvor.service", "salvor-user.service"])
@@ -168,7 +169,8 @@ def test_system_unit_settings() -> None:
 async def running(
     argv: list[str], env: dict[str, str], log: Path, notify: NotifySocket | None = None
 ):
-    """A subprocess, killed on the way out if it is still alive; with ``notify``, entered once READY=1."""
+    """A subprocess, killed on the way out if it is still alive; with
+    ``notify``, entered once READY=1."""
     output = await trio.to_thread.run_sync(open, log, "wb")
     process = await trio.lowlevel.open_process(
         argv, env=env, cwd=REPO, stdout=output, stderr=output
@@ -261,7 +263,7 @@ async def test_system_unit_runs_the_daemon_as_systemd_would(mdwe: bool, tmp_path
         notify.close()
 
 
-# -- nginx -------------------------------------------------------------------------------------------
+# -- nginx -----------------------------------------------------------------------------------------
 
 
 def nginx_config(tmp_path: Path, *, listen_port: int, daemon_port: int) -> Path:
@@ -286,8 +288,9 @@ def nginx_config(tmp_path: Path, *, listen_port: int, daemon_port: int) -> Path:
     user = "user root root;\n" if os.geteuid() == 0 else ""
     conf = tmp_path / "nginx.conf"
     conf.write_text(
-        f"{user}pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'nginx-error.log'};\nevents {{}}\n"
-        f"http {{\n  access_log off;\n{temp_paths}  include {tmp_path / 'site.conf'};\n}}\n"
+        f"{user}pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'nginx-error.log'};\n"
+        f"events {{}}\nhttp {{\n  access_log off;\n{temp_paths}  include "
+        f"{tmp_path / 'site.conf'};\n}}\n"
     )
     return conf
 
@@ -315,7 +318,7 @@ def test_nginx_accepts_the_site(tmp_path: Path) -> None:
     assert "test is successful" in result.stderr
 
 
-# -- the curl walkthrough ----------------------------------------------------------------------------
+# -- the curl walkthrough --------------------------------------------------------------------------
 
 
 # A marker, not pytest.skip in the body: a skip raised inside a trio test loses its reason.

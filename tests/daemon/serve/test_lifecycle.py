@@ -64,7 +64,8 @@ class NotifySocket:
         return message
 
     async def wait_for(self, wanted: str, *, timeout: float = WAIT) -> list[str]:
-        """Read datagrams until ``wanted`` arrives; returns everything read meanwhile (it included)."""
+        """Read datagrams until ``wanted`` arrives; returns everything
+        read meanwhile (it included)."""
         seen = []
         with trio.fail_after(timeout):
             while True:
@@ -279,7 +280,7 @@ LOOKUP_EMAIL_PLAN = [
 ]
 
 
-# -- (a) restart recovery -------------------------------------------------------------------------------
+# -- (a) restart recovery --------------------------------------------------------------------------
 
 
 @pytest.mark.kill
@@ -344,7 +345,7 @@ async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(
     assert Counter(record["tool"] for record in ledger(effects))["issue_refund"] == 1
 
 
-# -- (b) graceful stop --------------------------------------------------------------------------------
+# -- (b) graceful stop -----------------------------------------------------------------------------
 
 
 async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_them(
@@ -414,7 +415,7 @@ async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
     assert any("did not drain within 1s" in text and run_id in text for text in messages), messages
 
 
-# -- (c) the wake sweeper ------------------------------------------------------------------------------
+# -- (c) the wake sweeper --------------------------------------------------------------------------
 
 
 def seed_runs(store_url: str) -> dict[str, str]:
@@ -465,7 +466,8 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
             client, await register(client, napper, ["wait_until", "lookup_invoice"])
         )
 
-        # Before its instant, a resume is refused with the deadline as evidence; nothing is recorded.
+        # Before its instant, a resume is refused with the deadline as
+        # evidence; nothing is recorded.
         body = await wait_state(client, long_run, "sleeping")
         length = len(await trio.to_thread.run_sync(read_log, store_url, long_run))
         response = await client.post(f"/v1/runs/{long_run}/resume")
@@ -506,7 +508,7 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
     assert seeded["client_sleeping"] not in daemon.output()
 
 
-# -- (d) systemd notify ---------------------------------------------------------------------------------
+# -- (d) systemd notify ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -533,7 +535,7 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
     assert await daemon.wait_exit() == 0, daemon.output()
 
 
-# -- (e) refusals at start ----------------------------------------------------------------------------
+# -- (e) refusals at start -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)

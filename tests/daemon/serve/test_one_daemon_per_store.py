@@ -1,4 +1,5 @@
-"""One daemon per store: real `salvor serve` and `salvor` processes over one real store (SQLite and PostgreSQL).
+"""One daemon per store: real `salvor serve` and `salvor` processes over one real
+store (SQLite and PostgreSQL).
 
 A second daemon, or a `salvor resume` beside a daemon, is refused in one
 sentence naming the first daemon, and touches nothing: the first daemon's
@@ -50,7 +51,8 @@ def sleeper_toml(tmp_path: Path) -> str:
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     return (
-        f'name = "sleeper"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+        'name = "sleeper"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script)])}\n"
         f"timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / 'agent.pids'))}\n"
         f"RELEASE = {json.dumps(str(tmp_path / 'release'))}\n"
     )

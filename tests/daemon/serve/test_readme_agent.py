@@ -63,7 +63,8 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
     daemon.env.update(SALVOR_AGENT_UPSTREAM=f"{provider.base_url}/v1", SALVOR_AGENT_KEY="sk-readme")
     daemon.args.append("--allow-process-agents")
     daemon.cwd = REPO
-    # The README's reader has .venv/bin on PATH, so the agent's `python3` is the one with openai in it.
+    # The README's reader has .venv/bin on PATH, so the agent's
+    # `python3` is the one with openai in it.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     daemon.env.update(PATH=path)
     try:

@@ -1,4 +1,5 @@
-"""The daemon's connections close when HTTP says so, and only then: raw sockets against a real daemon.
+"""The daemon's connections close when HTTP says so, and only then: raw
+sockets against a real daemon.
 
 Every case speaks bytes over ``socket.create_connection`` (in a thread: the
 daemon runs in the test's trio loop) to ``salvor serve`` on loopback, so
@@ -128,7 +129,8 @@ async def raw(server):
 
 @pytest.fixture
 def header_bound(monkeypatch) -> float:
-    """The header bound shortened, for a daemon started after this fixture (name it before ``raw``)."""
+    """The header bound shortened, for a daemon started after this
+    fixture (name it before ``raw``)."""
     monkeypatch.setattr(ListenerConfig, "header_timeout", 0.5)
     return 0.5
 
@@ -283,8 +285,8 @@ async def test_past_the_idle_cap_the_longest_idle_connection_is_closed(idle_cap,
         assert status(head) == 400
 
 
-# Each sent whole before the answer is read: 1 MB of header is still arriving when the server refuses
-# it, so the answer is readable only if the close lingers instead of resetting.
+# Each sent whole before the answer is read: 1 MB of header is still arriving when the server
+# refuses it, so the answer is readable only if the close lingers instead of resetting.
 REFUSALS = {
     "a malformed request line": (b"GARBAGE\r\n\r\n", 400, "bad_request"),
     "no Host header": (b"GET /v1/runs HTTP/1.1\r\n\r\n", 400, "bad_request"),
@@ -392,7 +394,8 @@ async def quart_index() -> str:
 
 @pytest.fixture(params=["salvor", "hypercorn"])
 async def behind(request, nursery):
-    """Serve apps behind our listener, or behind hypercorn's public ``serve`` with the same settings."""
+    """Serve apps behind our listener, or behind hypercorn's public
+    ``serve`` with the same settings."""
     stop = trio.Event()
     opened: list[Raw] = []
 

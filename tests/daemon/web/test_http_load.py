@@ -61,7 +61,8 @@ def saturated():
 
 @pytest.fixture
 async def scaled_daemon(monkeypatch, server_factory):
-    """The daemon, its listener's keep-alive timeout scaled by ``SCALE``; returns (server, that timeout)."""
+    """The daemon, its listener's keep-alive timeout scaled by ``SCALE``;
+    returns (server, that timeout)."""
     configured: list[float] = []
 
     def scaled(*args, **kwargs):
@@ -77,7 +78,8 @@ async def scaled_daemon(monkeypatch, server_factory):
 
 
 async def drive(url: str, expiry: float, requests: int, drops: Counter, statuses: Counter) -> None:
-    """``requests`` requests in bursts of ``BURST``, each burst after an idle spell just short of ``expiry``."""
+    """``requests`` requests in bursts of ``BURST``, each burst after an idle
+    spell just short of ``expiry``."""
     limits = httpx.Limits(
         max_connections=BURST, max_keepalive_connections=BURST, keepalive_expiry=expiry
     )

@@ -32,7 +32,8 @@ HOLDING = threading.Event()
 
 
 async def app(scope, receive, send) -> None:
-    """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``.
+    """``/slow?s`` answers after s seconds; ``/chunks`` streams three
+    chunks; anything else answers ``ok``.
 
     ``/hold?s`` holds the whole event loop for s seconds (what a saturated
     machine does to it), saying so through ``HOLDING`` first.
@@ -44,7 +45,8 @@ async def app(scope, receive, send) -> None:
         pass
     if scope["path"] == "/hold":
         HOLDING.set()
-        time.sleep(float(scope["query_string"]))
+        # Blocking on purpose: the whole loop stalls, as on a saturated machine.
+        time.sleep(float(scope["query_string"]))  # noqa: ASYNC251 -- the stall is the point
     if scope["path"] == "/chunks":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for chunk in (b"one,", b"two,", b"three"):
@@ -174,7 +176,8 @@ def answered(sock: socket.socket) -> bool:
 
 
 def answered_after_a_held_loop(port: int, connections: int) -> int:
-    """How many idle connections answer a request sent while the loop is held past their deadline."""
+    """How many idle connections answer a request sent while the loop
+    is held past their deadline."""
     idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(connections)]
     holder = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
