@@ -1,4 +1,5 @@
-"""The salvor daemon: everything that does I/O on top of the pure ``salvor.protocol`` and ``salvor.store``.
+"""The salvor daemon: everything that does I/O on top of the pure
+``salvor.protocol`` and ``salvor.store``.
 
 Each sub-package is one room with one job. They are layered one way, bottom first; a package
 imports only the packages listed before it, and only through their ``__init__`` (which re-exports
@@ -11,7 +12,8 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     mcp          the MCP client: server definitions, sessions over stdio and HTTP, MCP tools
     recording    a run's write-ahead record: store access and the run context
     proxies      the loopback model proxy and MCP stand-in endpoints a process agent talks to
-    agents       agent kinds: definitions, credentials, the built-in loop, process and service agents
+    agents       agent kinds: definitions, credentials, the built-in loop, process and
+                 service agents
     client_runs  client-driven runs: appends, steps, client-performed calls, leases
     runs         the Runtime and the drivers: start, resume, resolve, abandon, heal, live events
     api          the HTTP control plane: routes, event stream, OpenAPI document

@@ -47,9 +47,10 @@ def _number(value: float) -> str:
 
 
 # Recursion: one frame per level of nesting, bounded: every value a caller sends is at most
-# MAX_NESTING (128) levels deep (protocol/_strict_json.py), and what the daemon wraps around it adds a
-# few, far under Python's limit of 1000. A deeper value from a trusted peer (a model's answer, an MCP
-# server's result) raises RecursionError, which fails the run (Runtime.drive) instead of the daemon.
+# MAX_NESTING (128) levels deep (protocol/_strict_json.py), and what the daemon wraps around it adds
+# a few, far under Python's limit of 1000. A deeper value from a trusted peer (a model's answer, an
+# MCP server's result) raises RecursionError, which fails the run
+# (Runtime.drive) instead of the daemon.
 def _write(value: Any, out: list[str]) -> None:
     if value is None:
         out.append("null")
@@ -125,9 +126,10 @@ def _key_orders_alike(key: str) -> bool:
 
 
 # Recursion: as `_write`'s: every value a caller sends is at most
-# MAX_NESTING (128) levels deep (protocol/_strict_json.py), and what the daemon wraps around it adds a
-# few, far under Python's limit of 1000. A deeper value from a trusted peer (a model's answer, an MCP
-# server's result) raises RecursionError, which fails the run (Runtime.drive) instead of the daemon.
+# MAX_NESTING (128) levels deep (protocol/_strict_json.py), and what the daemon wraps around it adds
+# a few, far under Python's limit of 1000. A deeper value from a trusted peer (a model's answer, an
+# MCP server's result) raises RecursionError, which fails the run
+# (Runtime.drive) instead of the daemon.
 def _plain(value: Any) -> bool:
     """True when the C encoder writes the RFC 8785 text of ``value`` (see above)."""
     kind = type(value)

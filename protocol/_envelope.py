@@ -70,7 +70,11 @@ def decode_event(kind: Any, payload: Any, *, seq: int) -> Event:
     """
     event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if event_type is None:
-        raise MalformedEvent(f"unknown event kind {excerpt(kind)!r}" if isinstance(kind, str) else "an event kind must be a string")
+        raise MalformedEvent(
+            f"unknown event kind {excerpt(kind)!r}"
+            if isinstance(kind, str)
+            else "an event kind must be a string"
+        )
     return event_type.from_payload(payload, seq=seq)
 
 
@@ -108,7 +112,8 @@ def decode_envelope(data: str | bytes | dict) -> Envelope:
         raise MalformedEvent("envelope `schema_version` must be an integer")
     if version != SCHEMA_VERSION:
         raise MalformedEvent(
-            f"envelope schema_version {version} is not supported (this build reads {SCHEMA_VERSION})"
+            f"envelope schema_version {version} is not supported "
+            f"(this build reads {SCHEMA_VERSION})"
         )
     if not isinstance(recorded_at, str):
         raise MalformedEvent("envelope `recorded_at` must be a string")

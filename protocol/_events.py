@@ -174,7 +174,9 @@ class Event:
         if cls.positioned and "seq" in payload:
             _seq(cls.KIND, "seq", payload["seq"])
             if payload["seq"] != seq:
-                raise _fail(cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}")
+                raise _fail(
+                    cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}"
+                )
             payload = {key: value for key, value in payload.items() if key != "seq"}
         names = cls._field_names()
         for key in payload:

@@ -179,7 +179,8 @@ class RunView:
 
 
 def status_seen_at(status: dict, now: datetime) -> dict:
-    """A status object as seen at ``now``: a sleeping one past its ``wake_at`` also says how overdue it is.
+    """A status object as seen at ``now``: a sleeping one past its
+    ``wake_at`` also says how overdue it is.
 
     The fold itself reads no clock (a log means the same thing on every
     machine); this is the one step that does, for whoever reports a status.

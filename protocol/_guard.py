@@ -117,7 +117,9 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
     elif isinstance(event, ToolCallCompleted):
         if event.seq != view.pending.seq:
-            raise _refuse(view, envelope, f"it must name the open tool intent at seq {view.pending.seq}")
+            raise _refuse(
+                view, envelope, f"it must name the open tool intent at seq {view.pending.seq}"
+            )
     elif isinstance(event, Suspended):
         try:
             check_schema(event.input_schema)
@@ -136,7 +138,9 @@ def check_next(view: RunView, envelope: Envelope) -> None:
         )
         if event.unresolved_write != expected:
             if expected is None:
-                raise _refuse(view, envelope, "unresolved_write is only for a run parked at a write")
+                raise _refuse(
+                    view, envelope, "unresolved_write is only for a run parked at a write"
+                )
             raise _refuse(view, envelope, f"it must carry unresolved_write {expected}")
 
 

@@ -113,8 +113,8 @@ def validate(schema: dict, value: Any, *, what: str = "the input") -> None:
         # [1] from .1); the name is the path with "data" for the root, and the
         # message opens with it.
         name = exc.name or "data"
-        path = "$" + name[len("data"):] if name.startswith("data") else "$"
-        message = path + exc.message[len(name):] if exc.message.startswith(name) else exc.message
+        path = "$" + name[len("data") :] if name.startswith("data") else "$"
+        message = path + exc.message[len(name) :] if exc.message.startswith(name) else exc.message
         raise SchemaViolation(
             f"{what} does not satisfy the recorded schema: {message}",
             violations=[{"path": path, "message": message}],

@@ -41,8 +41,8 @@ MAX_EXACT_INTEGER = 2**53 - 1
 # Digits of MAX_EXACT_INTEGER: a longer integer is out of range, a shorter one within it.
 _EXACT_DIGITS = len(str(MAX_EXACT_INTEGER))
 # JSON has no leading zeros, so an integer out of range has at least that many digits in a row. A
-# text without such a run (digits mapped to "0", then one substring search: far cheaper than a regex)
-# is read by the C parser alone, without a Python call per integer (which costs 2-3x).
+# text without such a run (digits mapped to "0", then one substring search: far cheaper than a
+# regex) is read by the C parser alone, without a Python call per integer (which costs 2-3x).
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * _EXACT_DIGITS
 
@@ -55,7 +55,11 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BOM = b"\xef\xbb\xbf"
-_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
+_WIDE_BOMS = (
+    b"\xff\xfe",
+    b"\xfe\xff",
+    b"\x00\x00\xfe\xff",
+)  # UTF-16 LE/BE; UTF-32 LE starts as UTF-16 LE
 
 
 class MalformedJson(ProtocolError):
@@ -84,7 +88,8 @@ def _exact(value: int) -> bool:
 
 
 def _integer_reader(data: bytes, big_integers: bool):
-    """The reader of ``data``'s integers for ``json.loads``: ``int`` (None) when none is out of range."""
+    """The reader of ``data``'s integers for ``json.loads``: ``int``
+    (None) when none is out of range."""
     if big_integers or _LONG_RUN not in data.translate(_DIGITS_AS_ZERO):
         return None
     return _exact_integer
@@ -117,7 +122,8 @@ def text_depth(text: str, limit: int = MAX_NESTING) -> int:
 
 
 def value_depth(value: Any) -> int:
-    """How deeply the lists and dicts of a parsed value nest, walking it with a stack (no recursion)."""
+    """How deeply the lists and dicts of a parsed value nest, walking it
+    with a stack (no recursion)."""
     deepest = 0
     stack = [(value, 0)]
     while stack:
@@ -164,8 +170,10 @@ def _check_string(text: str, what: str) -> None:
         raise MalformedJson(f"{what} holds a NUL character (\\u0000), which the store cannot keep")
     found = _SURROGATE.search(text)
     if found:
-        raise MalformedJson(f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), "
-                            "which is not a Unicode character")
+        raise MalformedJson(
+            f"{what} holds a lone surrogate (\\u{ord(found.group()):04x}), "
+            "which is not a Unicode character"
+        )
 
 
 def _check_characters(value: Any, what: str) -> None:
@@ -197,8 +205,10 @@ def check_document(value: Any, what: str) -> None:
             if not math.isfinite(item):
                 raise MalformedJson(f"{what} holds {item}, which is not a JSON number")
         elif item is not None and kind is not bool:
-            raise MalformedJson(f"{what} holds {excerpt(item, 32)} (a {kind.__name__}), which JSON "
-                                "cannot carry; write it as a string")
+            raise MalformedJson(
+                f"{what} holds {excerpt(item, 32)} (a {kind.__name__}), which JSON "
+                "cannot carry; write it as a string"
+            )
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict:
@@ -232,19 +242,26 @@ def decode_text(data: bytes, what: str) -> str:
     if data.startswith(_BOM):
         raise MalformedJson(f"{what} starts with a byte-order mark; send UTF-8 without one")
     if data.startswith(_WIDE_BOMS):
-        raise MalformedJson(f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8")
+        raise MalformedJson(
+            f"{what} is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8"
+        )
     if b"\x00" in data:
         # UTF-16 and UTF-32 put NUL bytes beside every ASCII character; UTF-8 text never holds one.
         raise MalformedJson(f"{what} holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MalformedJson(f"{what} is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at "
-                            f"offset {exc.start}") from None
+        raise MalformedJson(
+            f"{what} is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at "
+            f"offset {exc.start}"
+        ) from None
 
 
 def parse_strict(
-    data: bytes | str, what: str = "the body", *, limit: int = MAX_NESTING,
+    data: bytes | str,
+    what: str = "the body",
+    *,
+    limit: int = MAX_NESTING,
     big_integers: bool = False,
 ) -> Any:
     """The value of a strict JSON text (see the module's rules); ``what`` names it in a refusal.
@@ -265,17 +282,25 @@ def parse_strict(
         raw, text = data.encode("utf-8", "surrogatepass"), data
     depth = text_depth(text, limit)
     if depth > limit:
-        raise MalformedJson(f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}")
+        raise MalformedJson(
+            f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}"
+        )
     try:
-        value = json.loads(text, object_pairs_hook=_unique, parse_constant=_constant,
-                           parse_float=_finite, parse_int=_integer_reader(raw, big_integers))
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique,
+            parse_constant=_constant,
+            parse_float=_finite,
+            parse_int=_integer_reader(raw, big_integers),
+        )
     except _InexactInteger as exc:
         raise _inexact_integer(what, exc.text) from None
     except RecursionError:  # unreachable under the limit; kept so no parse can ever escape as one
         raise MalformedJson(f"{what} is nested too deeply; the limit is {limit}") from None
     except ValueError as exc:
         raise MalformedJson(f"{what} is not valid JSON: {exc}") from None
-    # Escapes are the only way to a NUL or a lone surrogate in UTF-8 input; a str may carry raw ones.
+    # Escapes are the only way to a NUL or a lone surrogate in UTF-8
+    # input; a str may carry raw ones.
     if "\\u" in text or not isinstance(data, (bytes, bytearray)):
         _check_characters(value, what)
     return value

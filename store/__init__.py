@@ -9,8 +9,8 @@ from ._errors import ClaimHeld as ClaimHeld
 from ._errors import CorruptLog as CorruptLog
 from ._errors import SeqConflict as SeqConflict
 from ._errors import StoreError as StoreError
-from ._errors import StoreTooNew as StoreTooNew
 from ._errors import StoreOwned as StoreOwned
+from ._errors import StoreTooNew as StoreTooNew
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import store_fault as store_fault
 from ._event_store import AppendRequest as AppendRequest

@@ -289,7 +289,9 @@ def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list
             learns its own outcome.
     """
     try:
-        writes.insert_events.executemany(cursor, [row for prepared in batch for row in prepared.event_rows])
+        writes.insert_events.executemany(
+            cursor, [row for prepared in batch for row in prepared.event_rows]
+        )
         created = [prepared.run_row for prepared in batch if prepared.previous_count == 0]
         if created:
             writes.insert_run.executemany(cursor, created)
@@ -304,8 +306,10 @@ def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list
 
 def _group_conflict(batch: list[Prepared]) -> SeqConflict:
     runs = sorted({prepared.run_id for prepared in batch})
-    return SeqConflict(f"an append of the group for runs {', '.join(runs)} lost its seq to another writer; "
-                       "nothing of the group was written")
+    return SeqConflict(
+        f"an append of the group for runs {', '.join(runs)} lost its seq to another writer; "
+        "nothing of the group was written"
+    )
 
 
 def _settle_unclaimed(cursor: Any, writes: Writes, settle: dict) -> None:

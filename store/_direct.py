@@ -38,7 +38,8 @@ class DirectStatement:
         return cursor
 
     def executemany(self, cursor: Any, rows: Sequence[dict]) -> int:
-        """Run the statement once per row; the rows it touched in all (as the driver counts them)."""
+        """Run the statement once per row; the rows it touched in all
+        (as the driver counts them)."""
         params = self.params
         cursor.executemany(self.sql, [params(row) for row in rows])
         return cursor.rowcount

@@ -28,7 +28,9 @@ class StoreUnavailable(StoreError):
 
     code = ErrorCode.STORE_UNAVAILABLE
 
-    def __init__(self, message: str, *, transient: bool = False, details: dict | None = None) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, details: dict | None = None
+    ) -> None:
         super().__init__(message, details=details)
         self.transient = transient
 
@@ -76,7 +78,8 @@ class BadCursor(StoreError):
 
 
 class StoreOwned(StoreError):
-    """Another live salvor process holds the store (or the run) in a way this command may not share."""
+    """Another live salvor process holds the store (or the run) in a way
+    this command may not share."""
 
     code = ErrorCode.STORE_OWNED
 
@@ -108,5 +111,6 @@ def passes_by_itself(exc: BaseException) -> bool:
 
 
 def store_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is a store failure that may pass by itself (``StoreUnavailable`` marked transient)."""
+    """Whether ``exc`` is a store failure that may pass by itself
+    (``StoreUnavailable`` marked transient)."""
     return isinstance(exc, StoreUnavailable) and exc.transient

@@ -427,7 +427,11 @@ class EventStore:
             StoreUnavailable: the store refused the write (``transient`` when
                 the failure may pass by itself); nothing changed.
         """
-        statement = update(store_meta).where(store_meta.c.key == VERSION_KEY).values(value=-store_meta.c.value)
+        statement = (
+            update(store_meta)
+            .where(store_meta.c.key == VERSION_KEY)
+            .values(value=-store_meta.c.value)
+        )
         try:
             with self._engine.begin() as connection:
                 connection.execute(statement)

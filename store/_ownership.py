@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 from sqlalchemy import text
@@ -73,7 +74,8 @@ class Holder:
 
 
 def _key(*parts: str) -> int:
-    """A signed 64-bit key (the range of postgres's bigint advisory locks and of a file offset's half)."""
+    """A signed 64-bit key (the range of postgres's bigint advisory locks
+    and of a file offset's half)."""
     digest = hashlib.sha256("\0".join(parts).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -82,15 +84,23 @@ def _refusal(role: str, holders: list[Holder], run_hint: str) -> StoreOwned:
     serve = next((h for h in holders if h.command == SERVE), None)
     if role == SERVE and serve is not None:
         return StoreOwned(
-            f"another {serve.describe()} is serving this store; stop it, or give this one its own store with --store"
+            f"another {serve.describe()} is serving this store; stop it, or give this "
+            "one its own store with --store"
         )
     if role == SERVE:
         who = holders[0].describe() if holders else "another salvor command"
         return StoreOwned(
-            f"{who} is driving runs in this store; let it finish (or stop it), then start salvor serve again"
+            f"{who} is driving runs in this store; let it finish (or stop "
+            "it), then start salvor serve again"
         )
-    who = serve.describe() if serve is not None else (holders[0].describe() if holders else "salvor serve")
-    return StoreOwned(f"{who} is serving this store and drives its runs; {run_hint}, or stop it first")
+    who = (
+        serve.describe()
+        if serve is not None
+        else (holders[0].describe() if holders else "salvor serve")
+    )
+    return StoreOwned(
+        f"{who} is serving this store and drives its runs; {run_hint}, or stop it first"
+    )
 
 
 class StoreLocks:
@@ -141,7 +151,9 @@ def open_locks(url: str, command: str) -> StoreLocks:
 
 class _FileLocks(StoreLocks):
     def __init__(self, database: Path, command: str) -> None:
-        self.path = Path(os.path.realpath(database)).with_name(Path(os.path.realpath(database)).name + ".lock")
+        self.path = Path(os.path.realpath(database)).with_name(
+            Path(os.path.realpath(database)).name + ".lock"
+        )
         self.command = command
         self._shared = False
         try:
@@ -149,7 +161,9 @@ class _FileLocks(StoreLocks):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot open the store's lock file {self.path} ({exc.strerror or exc})") from None
+            raise StoreUnavailable(
+                f"cannot open the store's lock file {self.path} ({exc.strerror or exc})"
+            ) from None
         self._inode = os.fstat(self._fd).st_ino
 
     def claim(self, role: str, run_hint: str) -> None:
@@ -163,8 +177,12 @@ class _FileLocks(StoreLocks):
             self.announce("starting")
 
     def announce(self, listen: str) -> None:
-        record = {"pid": os.getpid(), "command": self.command, "listen": listen,
-                  "started_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        record = {
+            "pid": os.getpid(),
+            "command": self.command,
+            "listen": listen,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, json.dumps(record).encode("utf-8"), 0)
 
@@ -177,7 +195,9 @@ class _FileLocks(StoreLocks):
         except (OSError, ValueError):
             record = None
         if isinstance(record, dict) and record.get("pid") in pids:
-            holders.append(Holder(record["pid"], str(record.get("command", "")), record.get("listen")))
+            holders.append(
+                Holder(record["pid"], str(record.get("command", "")), record.get("listen"))
+            )
         for pid in sorted(pids - {h.pid for h in holders} - {os.getpid()}):
             holders.append(Holder(pid, _command_of(pid)))
         return holders
@@ -222,7 +242,8 @@ class _FileLocks(StoreLocks):
 
 
 def _lock_pids(inode: int, kind: str, start: int | None = None) -> set[int]:
-    """Pids holding a ``kind`` (FLOCK, POSIX) lock on the file with ``inode`` (at ``start``); Linux only."""
+    """Pids holding a ``kind`` (FLOCK, POSIX) lock on the file with ``inode``
+    (at ``start``); Linux only."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
@@ -247,7 +268,7 @@ def _command_of(pid: int) -> str:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
     except OSError:
         return ""
-    for before, word in zip(argv, argv[1:]):
+    for before, word in pairwise(argv):
         if before.endswith(("salvor", "salvor.daemon.cli")) and word and not word.startswith("-"):
             return word
     return ""
@@ -272,11 +293,14 @@ class _AdvisoryLocks(StoreLocks):
         self._engine = create_store_engine(url)
         try:
             self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            self._schema = self._conn.execute(text("SELECT current_schema()")).scalar_one() or "public"
+            self._schema = (
+                self._conn.execute(text("SELECT current_schema()")).scalar_one() or "public"
+            )
         except SQLAlchemyError as exc:
             self._engine.dispose()
             raise StoreUnavailable(
-                f"cannot reach the store at {display_url(url)} to lock it ({exc.__class__.__name__})"
+                f"cannot reach the store at {display_url(url)} to "
+                f"lock it ({exc.__class__.__name__})"
             ) from None
         self._store_key = _key("store", self._schema)
         self._runs: dict[str, int] = {}
@@ -291,18 +315,24 @@ class _AdvisoryLocks(StoreLocks):
         return bool(self._conn.execute(text(f"SELECT {fn}(:k)"), {"k": key}).scalar_one())
 
     def _holders(self, key: int) -> list[Holder]:
-        rows = self._conn.execute(text(
-            "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND l.classid::bigint = :hi AND l.objid::bigint = :lo AND a.pid <> pg_backend_pid()"
-        ), {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF}).all()
+        rows = self._conn.execute(
+            text(
+                "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid "
+                "= l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND l.classid::bigint = :hi AND l.objid::bigint = "
+                ":lo AND a.pid <> pg_backend_pid()"
+            ),
+            {"hi": (key >> 32) & 0xFFFFFFFF, "lo": key & 0xFFFFFFFF},
+        ).all()
         holders = []
         for backend_pid, name in rows:
             # "salvor serve 4242 http://127.0.0.1:8420", as _name set it.
             words = (name or "").split(" ", 3)
             if len(words) >= 3 and words[0] == "salvor" and words[2].isdigit():
-                holders.append(Holder(int(words[2]), words[1], words[3] if len(words) > 3 else None))
+                holders.append(
+                    Holder(int(words[2]), words[1], words[3] if len(words) > 3 else None)
+                )
             else:
                 holders.append(Holder(None, "", f"a database session, backend pid {backend_pid}"))
         return holders
@@ -337,11 +367,16 @@ class _AdvisoryLocks(StoreLocks):
 
     def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
         # One read of pg_locks, not a round trip per run: recovery may ask about thousands.
-        taken = set(self._conn.execute(text(
-            "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND objsubid = 1 AND pid <> pg_backend_pid() "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        )).tuples())
+        taken = set(
+            self._conn.execute(
+                text(
+                    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = "
+                    "'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() "
+                    "AND database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database())"
+                )
+            ).tuples()
+        )
         held = set()
         for run_id in run_ids:
             key = _key("run", self._schema, run_id)

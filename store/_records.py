@@ -133,12 +133,15 @@ def encode_cursor(summary: RunSummary) -> str:
 def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        # A caller sends it back: parsed strictly, so no crafted cursor can nest deep enough to crash a parse.
+        # A caller sends it back: parsed strictly, so no crafted cursor can
+        # nest deep enough to crash a parse.
         first, run_id = parse_strict(raw, "the cursor")
         if not isinstance(first, str) or not isinstance(run_id, str):
             raise TypeError(cursor)
     except (MalformedJson, ValueError, TypeError, binascii.Error):
-        raise BadCursor(f"the listing cursor {excerpt(cursor)!r} is not one this store issued") from None
+        raise BadCursor(
+            f"the listing cursor {excerpt(cursor)!r} is not one this store issued"
+        ) from None
     return first, run_id
 
 

@@ -148,7 +148,10 @@ def _views_learn_replay_of(connection: Connection) -> None:
     after = ""
     while True:
         page = connection.execute(
-            select(runs.c.run_id, runs.c.view).where(runs.c.run_id > after).order_by(runs.c.run_id).limit(_UPGRADE_PAGE)
+            select(runs.c.run_id, runs.c.view)
+            .where(runs.c.run_id > after)
+            .order_by(runs.c.run_id)
+            .limit(_UPGRADE_PAGE)
         ).all()
         if not page:
             return
@@ -159,7 +162,9 @@ def _views_learn_replay_of(connection: Connection) -> None:
                 continue
             if isinstance(view, dict) and "replay_of" not in view:
                 view["replay_of"] = None
-                connection.execute(update(runs).where(runs.c.run_id == run_id).values(view=dumps(view)))
+                connection.execute(
+                    update(runs).where(runs.c.run_id == run_id).values(view=dumps(view))
+                )
         after = page[-1][0]
 
 

@@ -30,13 +30,21 @@ def checkout_copy(tmp_path: Path) -> Path:
     for name in ("bootstrap", "pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, copy / name)
     for package in ("salvor_ns", "protocol", "store", "daemon"):
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     return copy
 
 
 def run_bootstrap(checkout: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(checkout / "bootstrap"), *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "SALVOR_BOOTSTRAP_WITHOUT_ENSUREPIP": "1", **env})
+    return subprocess.run(
+        [str(checkout / "bootstrap"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SALVOR_BOOTSTRAP_WITHOUT_ENSUREPIP": "1", **env},
+    )
 
 
 def pypi_reachable() -> bool:
@@ -49,11 +57,18 @@ def pypi_reachable() -> bool:
 
 def test_a_pip_wheel_whose_digest_is_not_pypis_is_refused_and_nothing_installed(tmp_path):
     wheel = b"not the wheel PyPI published"
-    release = {"urls": [{"filename": "pip-99.0-py3-none-any.whl", "url": "pip-99.0-py3-none-any.whl",
-                         "digests": {"sha256": hashlib.sha256(b"the published one").hexdigest()}}]}
+    release = {
+        "urls": [
+            {
+                "filename": "pip-99.0-py3-none-any.whl",
+                "url": "pip-99.0-py3-none-any.whl",
+                "digests": {"sha256": hashlib.sha256(b"the published one").hexdigest()},
+            }
+        ]
+    }
 
     class Index(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):  # http.server's name
             body = json.dumps(release).encode() if self.path.endswith("/json") else wheel
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -67,7 +82,11 @@ def test_a_pip_wheel_whose_digest_is_not_pypis_is_refused_and_nothing_installed(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         checkout = checkout_copy(tmp_path)
-        result = run_bootstrap(checkout, ".", SALVOR_BOOTSTRAP_PIP_JSON=f"http://127.0.0.1:{server.server_port}/pypi/pip/json")
+        result = run_bootstrap(
+            checkout,
+            ".",
+            SALVOR_BOOTSTRAP_PIP_JSON=f"http://127.0.0.1:{server.server_port}/pypi/pip/json",
+        )
     finally:
         server.shutdown()
     assert result.returncode != 0
@@ -82,11 +101,20 @@ def test_bootstrap_without_ensurepip_installs_pip_then_salvor_into_its_own_venv(
     assert result.returncode == 0, result.stderr
     assert "this Python has no ensurepip" in result.stderr
     venv = checkout / ".venv"
-    assert subprocess.run([str(venv / "bin/python"), "-m", "pip", "--version"],
-                          capture_output=True, check=True).stdout.startswith(b"pip ")
+    assert subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "--version"], capture_output=True, check=True
+    ).stdout.startswith(b"pip ")
     # The distribution landed in the venv (--no-deps keeps the test short, so nothing is imported).
-    found = subprocess.run([str(venv / "bin/python"), "-c", "import importlib.metadata as m; print(m.version('salvor'))"],
-                           capture_output=True, text=True, check=True).stdout
+    found = subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('salvor'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert found.strip() == "0.1.0"
     assert (venv / "bin/salvor").exists()
 
@@ -98,6 +126,8 @@ def test_a_venv_place_that_is_some_other_directory_is_refused_and_left_as_it_was
     (elsewhere / "keep.txt").write_text("not salvor's")
     result = run_bootstrap(checkout, ".", SALVOR_VENV=str(elsewhere))
     assert result.returncode == 1
-    assert result.stderr == (f"bootstrap: {elsewhere} exists and is not a virtual environment; "
-                             "name an empty or new directory in SALVOR_VENV\n")
+    assert result.stderr == (
+        f"bootstrap: {elsewhere} exists and is not a virtual environment; "
+        "name an empty or new directory in SALVOR_VENV\n"
+    )
     assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]

@@ -1,5 +1,5 @@
-"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process agents
-and service agents.
+"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process
+agents and service agents.
 
 Rule: imports only the packages below it; knows nothing of HTTP routes or client-driven runs.
 """

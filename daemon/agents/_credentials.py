@@ -33,7 +33,8 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class CredentialError(ValueError):
-    """An operator's declaration is malformed or its key file unreadable; one sentence, no key in it."""
+    """An operator's declaration is malformed or its key file unreadable;
+    one sentence, no key in it."""
 
 
 class Undeclared(ValueError):
@@ -95,7 +96,9 @@ class DeclaredEndpoint:
         """The variable whose key this endpoint gets (None: a file's key, or no key)."""
         return DEFAULT_KEY_ENV.get(provider) if self.provider_default else self.key_env
 
-    def key_for(self, provider: str, environ: Mapping[str, str], provider_keys: Mapping[str, str]) -> str | None:
+    def key_for(
+        self, provider: str, environ: Mapping[str, str], provider_keys: Mapping[str, str]
+    ) -> str | None:
         """The key sent to this endpoint.
 
         ``provider_keys``: variable name -> the key systemd's credential of
@@ -125,17 +128,26 @@ def parse_model_endpoint(text: str) -> DeclaredEndpoint:
     """
     url, *options = text.split(",")
     if not is_http_url(url):
-        raise CredentialError(f"--model-endpoint needs an http:// or https:// URL first, not {url[:80]!r}")
+        raise CredentialError(
+            f"--model-endpoint needs an http:// or https:// URL first, not {url[:80]!r}"
+        )
     found: dict[str, str] = {}
     for option in options:
         name, sep, value = option.partition("=")
         if not sep or name not in ("key_env", "key_file") or not value:
-            raise CredentialError(f"--model-endpoint takes key_env=VAR or key_file=PATH after the URL, not {option[:40]!r}")
+            raise CredentialError(
+                "--model-endpoint takes key_env=VAR or key_file=PATH "
+                f"after the URL, not {option[:40]!r}"
+            )
         found[name] = value
     if len(found) > 1 or len(options) > 1:
-        raise CredentialError("--model-endpoint takes one of key_env=VAR or key_file=PATH, not both")
+        raise CredentialError(
+            "--model-endpoint takes one of key_env=VAR or key_file=PATH, not both"
+        )
     if "key_file" in found:
-        return DeclaredEndpoint(base_url=url, key=read_key_file(found["key_file"], "the key_file of --model-endpoint"))
+        return DeclaredEndpoint(
+            base_url=url, key=read_key_file(found["key_file"], "the key_file of --model-endpoint")
+        )
     return DeclaredEndpoint(base_url=url, key_env=found.get("key_env"))
 
 
@@ -147,20 +159,31 @@ def parse_mcp_origin(text: str) -> McpOrigin:
     """
     origin, *options = text.split(",")
     parts = urlsplit(origin) if is_http_url(origin) else None
-    if parts is None or parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise CredentialError(f"--mcp-origin needs an origin such as https://tools.example.com, not {origin[:80]!r}")
+    if (
+        parts is None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username
+    ):
+        raise CredentialError(
+            f"--mcp-origin needs an origin such as https://tools.example.com, not {origin[:80]!r}"
+        )
     envs = set()
     for option in options:
         name, sep, value = option.partition("=")
         if not sep or name != "header_env" or not value:
-            raise CredentialError(f"--mcp-origin takes header_env=VAR after the origin, not {option[:40]!r}")
+            raise CredentialError(
+                f"--mcp-origin takes header_env=VAR after the origin, not {option[:40]!r}"
+            )
         envs.add(value)
     return McpOrigin(origin=origin_of(origin), header_envs=frozenset(envs))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmChoice:
-    """One endpoint a definition from HTTP may name for ``provider``, with the only ``api_key_env`` it may give.
+    """One endpoint a definition from HTTP may name for ``provider``, with the
+    only ``api_key_env`` it may give.
 
     ``default``: the endpoint ``provider`` reaches with no ``base_url``.
     ``key_env`` None: ``api_key_env`` must be left out.
@@ -199,19 +222,31 @@ class Credentials:
         # The daemon-wide variable and the public hosts are declared by being there.
         implicit = []
         if environ.get("SALVOR_MODEL_BASE_URL"):
-            implicit.append(DeclaredEndpoint(base_url=environ["SALVOR_MODEL_BASE_URL"], provider_default=True))
-        implicit += [DeclaredEndpoint(base_url=url, key_env=DEFAULT_KEY_ENV[p]) for p, url in PUBLIC_BASE_URLS.items()]
+            implicit.append(
+                DeclaredEndpoint(base_url=environ["SALVOR_MODEL_BASE_URL"], provider_default=True)
+            )
+        implicit += [
+            DeclaredEndpoint(base_url=url, key_env=DEFAULT_KEY_ENV[p])
+            for p, url in PUBLIC_BASE_URLS.items()
+        ]
         for endpoint in (*endpoints, *implicit):
             self.declare_endpoint(endpoint)
         for origin in mcp_origins:
             self.declare_origin(origin)
 
     def __repr__(self) -> str:
-        return f"Credentials(endpoints={list(self._endpoints)!r}, mcp_origins={list(self._origins)!r}, strict={self.strict})"
+        return (
+            f"Credentials(endpoints={list(self._endpoints)!r}, "
+            f"mcp_origins={list(self._origins)!r}, strict={self.strict})"
+        )
 
     @classmethod
     def for_daemon(
-        cls, model_endpoints=(), mcp_origins=(), *, environ: Mapping[str, str] = os.environ,
+        cls,
+        model_endpoints=(),
+        mcp_origins=(),
+        *,
+        environ: Mapping[str, str] = os.environ,
     ) -> Credentials:
         """The daemon's declarations from its flags and environment; every key file is read now.
 
@@ -229,17 +264,26 @@ class Credentials:
             for provider, name in PROVIDER_KEY_CREDENTIALS.items():
                 path = os.path.join(directory, name)
                 if os.path.exists(path):
-                    provider_keys[DEFAULT_KEY_ENV[provider]] = read_key_file(path, f"the credential {name}")
+                    provider_keys[DEFAULT_KEY_ENV[provider]] = read_key_file(
+                        path, f"the credential {name}"
+                    )
             path = os.path.join(directory, AGENT_KEY_CREDENTIAL)
             if os.path.exists(path):
                 upstream_key = read_key_file(path, f"the credential {AGENT_KEY_CREDENTIAL}")
         if environ.get("SALVOR_AGENT_KEY_FILE"):
             upstream_key = read_key_file(environ["SALVOR_AGENT_KEY_FILE"], "SALVOR_AGENT_KEY_FILE")
-        return cls(endpoints=endpoints, mcp_origins=origins, provider_keys=provider_keys,
-                   upstream_key=upstream_key, strict=True, environ=environ)
+        return cls(
+            endpoints=endpoints,
+            mcp_origins=origins,
+            provider_keys=provider_keys,
+            upstream_key=upstream_key,
+            strict=True,
+            environ=environ,
+        )
 
     def declare_endpoint(self, endpoint: DeclaredEndpoint) -> None:
-        """Add one declaration; the first one for an endpoint wins (flags before the implicit ones)."""
+        """Add one declaration; the first one for an endpoint wins
+        (flags before the implicit ones)."""
         self._endpoints.setdefault(normalise_endpoint(endpoint.base_url), endpoint)
 
     def declare_origin(self, origin: McpOrigin) -> None:
@@ -252,7 +296,8 @@ class Credentials:
             return None
 
     def llm_choices(self) -> tuple[LlmChoice, ...]:
-        """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may name, for the OpenAPI document.
+        """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may
+        name, for the OpenAPI document.
 
         Exactly what ``check_llm`` admits for a real provider, up to the
         spelling of a URL (a trailing ``/`` or ``/v1`` reaches the same one).
@@ -262,25 +307,41 @@ class Credentials:
             default = self.environ.get("SALVOR_MODEL_BASE_URL") or PUBLIC_BASE_URLS[provider]
             for endpoint in self._endpoints.values():
                 if not is_http_url(endpoint.base_url):
-                    continue  # a SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there
-                choices.append(LlmChoice(
-                    provider=provider, base_url=endpoint.base_url, key_env=endpoint.bound_env(provider),
-                    default=self.declared(default) is endpoint if is_http_url(default) else False))
+                    # A SALVOR_MODEL_BASE_URL that is no URL: check_llm admits no definition there.
+                    continue
+                choices.append(
+                    LlmChoice(
+                        provider=provider,
+                        base_url=endpoint.base_url,
+                        key_env=endpoint.bound_env(provider),
+                        default=self.declared(default) is endpoint
+                        if is_http_url(default)
+                        else False,
+                    )
+                )
         return tuple(choices)
 
     # -- what a definition from HTTP may name ----------------------------------------
 
-    def check_llm(self, *, provider: str, base_url: str | None, base_url_env: str | None,
-                  api_key_env: str | None) -> None:
-        """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a variable the operator did not bind.
+    def check_llm(
+        self,
+        *,
+        provider: str,
+        base_url: str | None,
+        base_url_env: str | None,
+        api_key_env: str | None,
+    ) -> None:
+        """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a
+        variable the operator did not bind.
 
         Raises:
             Undeclared: one sentence naming the field and the flag that allows it.
         """
         if base_url_env is not None:
             raise Undeclared(
-                "[llm] base_url_env makes the daemon read a variable of its own, so it is only honoured in agent files "
-                f"run with `salvor run`; over HTTP name an endpoint the operator declared with `{_ENDPOINT_HINT}`"
+                "[llm] base_url_env makes the daemon read a variable of its own, so it is only "
+                "honoured in agent files run with `salvor run`; over HTTP name an endpoint the "
+                f"operator declared with `{_ENDPOINT_HINT}`"
             )
         if provider == "demo":
             return
@@ -288,17 +349,21 @@ class Credentials:
         declared = self.declared(url) if is_http_url(url) else None
         if declared is None:
             raise Undeclared(
-                f"[llm] base_url {url[:80]!r} is not a model endpoint this daemon's operator declared; "
-                f"the operator allows one with `{_ENDPOINT_HINT}`"
+                f"[llm] base_url {url[:80]!r} is not a model endpoint this daemon's operator "
+                f"declared; the operator allows one with `{_ENDPOINT_HINT}`"
             )
         if api_key_env is not None and api_key_env != declared.bound_env(provider):
             raise Undeclared(
-                f"[llm] api_key_env {api_key_env[:64]!r} is not the key the operator bound to {declared.base_url[:80]!r}; "
-                f"leave it out (the endpoint's own key is used), or the operator binds it with `{_ENDPOINT_HINT}`"
+                f"[llm] api_key_env {api_key_env[:64]!r} is not the key the operator bound to "
+                f"{declared.base_url[:80]!r}; leave it out (the endpoint's own key is used), or "
+                f"the operator binds it with `{_ENDPOINT_HINT}`"
             )
 
-    def check_mcp_url(self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None) -> None:
-        """Refuse an MCP ``url`` server from HTTP on an undeclared origin, or naming an unbound variable.
+    def check_mcp_url(
+        self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None
+    ) -> None:
+        """Refuse an MCP ``url`` server from HTTP on an undeclared origin,
+        or naming an unbound variable.
 
         Raises:
             Undeclared: one sentence naming the server and the flag that allows it.
@@ -306,8 +371,9 @@ class Credentials:
         allowed = self._origins.get(origin_of(url))
         if allowed is None:
             raise Undeclared(
-                f"[[mcp_servers]] {server!r}: `url` {origin_of(url)[:80]!r} is not an MCP origin this daemon's operator "
-                f"declared, so it is not contacted; the operator allows one with `{_ORIGIN_HINT}`"
+                f"[[mcp_servers]] {server!r}: `url` {origin_of(url)[:80]!r} is not an MCP origin "
+                "this daemon's operator declared, so it is not contacted; the operator "
+                f"allows one with `{_ORIGIN_HINT}`"
             )
         named = [name for value in headers.values() for name in header_placeholders(value)]
         if bearer_token_env is not None:
@@ -315,14 +381,21 @@ class Credentials:
         unbound = next((name for name in named if name not in allowed.header_envs), None)
         if unbound is not None:
             raise Undeclared(
-                f"[[mcp_servers]] {server!r}: the headers name ${{{unbound[:64]}}}, which the operator did not bind "
-                f"to {allowed.origin}; the operator binds it with `{_ORIGIN_HINT}`"
+                f"[[mcp_servers]] {server!r}: the headers name ${{{unbound[:64]}}}, which the "
+                f"operator did not bind to {allowed.origin}; the operator "
+                f"binds it with `{_ORIGIN_HINT}`"
             )
 
     # -- what a drive sends ----------------------------------------------------
 
-    def endpoint_for(self, *, provider: str, base_url: str | None, base_url_env: str | None,
-                     api_key_env: str | None) -> ModelEndpoint:
+    def endpoint_for(
+        self,
+        *,
+        provider: str,
+        base_url: str | None,
+        base_url_env: str | None,
+        api_key_env: str | None,
+    ) -> ModelEndpoint:
         """The endpoint a definition reaches and the key that goes with it.
 
         Strict (the daemon): the URL resolves as it always has; a declared
@@ -330,8 +403,13 @@ class Credentials:
         the operator wrote) gets the key its ``api_key_env`` names, or none,
         never a provider's default key.
         """
-        resolved = resolve_endpoint(provider=provider, base_url=base_url, base_url_env=base_url_env,
-                                    api_key_env=api_key_env, environ=self.environ)
+        resolved = resolve_endpoint(
+            provider=provider,
+            base_url=base_url,
+            base_url_env=base_url_env,
+            api_key_env=api_key_env,
+            environ=self.environ,
+        )
         if resolved.provider == "demo" or not self.strict:
             return resolved
         declared = self.declared(resolved.base_url)

@@ -37,10 +37,29 @@ PROVIDERS = ("anthropic", "openai", "demo")
 DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
 
 _TOP = {
-    "name", "model", "system_prompt", "system_prompt_path", "max_response_tokens",
-    "record_prompts", "llm", "budgets", "pricing", "output_schema", "tools", "mcp_servers", "kind",
+    "name",
+    "model",
+    "system_prompt",
+    "system_prompt_path",
+    "max_response_tokens",
+    "record_prompts",
+    "llm",
+    "budgets",
+    "pricing",
+    "output_schema",
+    "tools",
+    "mcp_servers",
+    "kind",
 }
-_LLM = {"provider", "base_url", "base_url_env", "api_key_env", "max_retries", "timeout_seconds", "stream"}
+_LLM = {
+    "provider",
+    "base_url",
+    "base_url_env",
+    "api_key_env",
+    "max_retries",
+    "timeout_seconds",
+    "stream",
+}
 _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
@@ -61,8 +80,10 @@ _OPT_IN_REASONS = {
     "process": "process agents run a command on the daemon's machine",
     "service": "service agents make the daemon bind a loopback port and POST to a URL",
     "mcp_command": "an MCP server with `command` makes the daemon run a command on its machine",
-    "mcp_secret": "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the daemon's own "
-    "environment to a URL",
+    "mcp_secret": (
+        "an MCP server whose headers name `${VAR}` (or `bearer_token_env`) sends the "
+        "daemon's own environment to a URL"
+    ),
 }
 # The fields each table of a definition takes over HTTP, by table: what the OpenAPI document
 # describes (``api._openapi`` refuses to build when its schemas name other fields). A file on the
@@ -153,7 +174,11 @@ def _expect(cond: bool, message: str) -> None:
 def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
     _expect(isinstance(table, dict), f"`{where}` must be a table")
     unknown = sorted(set(table) - allowed)
-    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(allowed))}")
+    _expect(
+        not unknown,
+        f"unknown field `{unknown[0] if unknown else ''}` in {where}; "
+        f"allowed: {', '.join(sorted(allowed))}",
+    )
 
 
 def _whole(value: Any) -> bool:
@@ -205,7 +230,11 @@ def parse_definition(
         DefinitionError: with one sentence naming what is wrong.
     """
     try:
-        raw = tomllib.loads(text) if fmt == "toml" else parse_strict(text, "the definition", big_integers=stored)
+        raw = (
+            tomllib.loads(text)
+            if fmt == "toml"
+            else parse_strict(text, "the definition", big_integers=stored)
+        )
         # TOML nests through dotted keys and tables too, and carries what JSON cannot (dates, inf,
         # 64-bit integers): the parsed value is held to strict JSON's rules, by a stack (a stored
         # copy only to the depth bound it was accepted under).
@@ -215,7 +244,9 @@ def parse_definition(
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
     except RecursionError:  # tomllib's parser recurses on nested arrays and inline tables
-        raise DefinitionError(f"the definition nests too deeply; the limit is {MAX_NESTING} levels") from None
+        raise DefinitionError(
+            f"the definition nests too deeply; the limit is {MAX_NESTING} levels"
+        ) from None
     _expect(isinstance(raw, dict), "`the definition` must be a table")
     if "kind" in raw:
         kind = raw["kind"]
@@ -237,15 +268,23 @@ def parse_definition(
         if credentials is not None and server.url is not None:
             # Checked before anything contacts the server (registration probes it).
             try:
-                credentials.check_mcp_url(server.name, server.url, server.headers, server.bearer_token_env)
+                credentials.check_mcp_url(
+                    server.name, server.url, server.headers, server.bearer_token_env
+                )
             except Undeclared as exc:
                 raise DefinitionError(str(exc)) from None
             continue
-        reason = "mcp_command" if server.command is not None else "mcp_secret" if server.reads_environment() else None
+        reason = (
+            "mcp_command"
+            if server.command is not None
+            else "mcp_secret"
+            if server.reads_environment()
+            else None
+        )
         _expect(
             reason is None or allow_processes,
-            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so this daemon "
-            "accepts it over HTTP only when started with --allow-process-agents",
+            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so "
+            "this daemon accepts it over HTTP only when started with --allow-process-agents",
         )
     name = raw.get("name")
     if name is not None:
@@ -253,7 +292,10 @@ def parse_definition(
         _expect(name.strip() != "", "`name` must not be empty or all whitespace")
         _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
     model = raw.get("model")
-    _expect(isinstance(model, str) and model.strip() != "", "`model` is required and must be a non-empty string")
+    _expect(
+        isinstance(model, str) and model.strip() != "",
+        "`model` is required and must be a non-empty string",
+    )
     normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
     if "system_prompt_path" in raw:
         _expect(
@@ -261,20 +303,26 @@ def parse_definition(
             "`system_prompt_path` is only read from agent files on the daemon's own disk; "
             "send the prompt inline as `system_prompt`",
         )
-        _expect("system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both")
+        _expect(
+            "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both"
+        )
         path = Path(raw["system_prompt_path"])
         if not path.is_absolute():
             path = (base_dir or Path.cwd()) / path
         try:
             prompt = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise DefinitionError(f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}") from None
+            raise DefinitionError(
+                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}"
+            ) from None
         del normalised["system_prompt_path"]
         normalised["system_prompt"] = prompt
     prompt = normalised.get("system_prompt")
     _expect(prompt is None or isinstance(prompt, str), "`system_prompt` must be a string")
     max_tokens = raw.get("max_response_tokens", 1024)
-    _expect(_whole(max_tokens) and max_tokens > 0, "`max_response_tokens` must be a positive integer")
+    _expect(
+        _whole(max_tokens) and max_tokens > 0, "`max_response_tokens` must be a positive integer"
+    )
     max_tokens = int(max_tokens)
     record_prompts = raw.get("record_prompts", False)
     _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
@@ -284,9 +332,13 @@ def parse_definition(
     provider = llm_raw.get("provider", DEFAULT_PROVIDER)
     _expect(provider in PROVIDERS, f"[llm] provider must be one of {', '.join(PROVIDERS)}")
     for key in ("base_url", "base_url_env", "api_key_env"):
-        _expect(key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string")
+        _expect(
+            key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string"
+        )
     retries = llm_raw.get("max_retries", 4)
-    _expect(_whole(retries) and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20")
+    _expect(
+        _whole(retries) and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20"
+    )
     retries = int(retries)
     timeout = llm_raw.get("timeout_seconds", 120)
     _positive_number("[llm] timeout_seconds", timeout)
@@ -294,8 +346,12 @@ def parse_definition(
     _expect(isinstance(stream, bool), "[llm] stream must be true or false")
     if credentials is not None:
         try:
-            credentials.check_llm(provider=provider, base_url=llm_raw.get("base_url"),
-                                  base_url_env=llm_raw.get("base_url_env"), api_key_env=llm_raw.get("api_key_env"))
+            credentials.check_llm(
+                provider=provider,
+                base_url=llm_raw.get("base_url"),
+                base_url_env=llm_raw.get("base_url_env"),
+                api_key_env=llm_raw.get("api_key_env"),
+            )
         except Undeclared as exc:
             raise DefinitionError(str(exc)) from None
     llm = LlmSettings(
@@ -317,8 +373,14 @@ def parse_definition(
         _check_keys("[pricing]", pricing, _PRICING)
         for key in _PRICING:
             _expect(key in pricing, f"[pricing] needs {key}")
-            _expect(type(pricing[key]) in (int, float) and pricing[key] >= 0, f"[pricing] {key} must be a non-negative number")
-    _expect("cost_usd" not in budgets or pricing is not None, "a cost_usd budget needs a [pricing] table")
+            _expect(
+                type(pricing[key]) in (int, float) and pricing[key] >= 0,
+                f"[pricing] {key} must be a non-negative number",
+            )
+    _expect(
+        "cost_usd" not in budgets or pricing is not None,
+        "a cost_usd budget needs a [pricing] table",
+    )
 
     output_schema = raw.get("output_schema")
     if output_schema is not None:
@@ -334,7 +396,11 @@ def parse_definition(
         _check_keys("[[tools]]", entry, _TOOL)
         tool_name = entry.get("name")
         _expect(isinstance(tool_name, str) and tool_name, "every [[tools]] entry needs a `name`")
-        _expect(tool_name in known_tools, f"unknown tool {tool_name!r}; this daemon's registry holds: {', '.join(sorted(known_tools)) or 'nothing'}")
+        _expect(
+            tool_name in known_tools,
+            f"unknown tool {tool_name!r}; this daemon's registry holds: "
+            f"{', '.join(sorted(known_tools)) or 'nothing'}",
+        )
         _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice")
         tools.append(tool_name)
 
@@ -390,17 +456,25 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         except ValueError as exc:
             raise DefinitionError(f"`command` cannot be split into arguments: {exc}") from None
     elif isinstance(command, list):
-        _expect(all(isinstance(arg, str) for arg in command), "`command` must be an array of strings")
+        _expect(
+            all(isinstance(arg, str) for arg in command), "`command` must be an array of strings"
+        )
         argv = list(command)
     else:
-        raise DefinitionError("a process agent needs `command`: an array of strings, or one string split as a shell would")
+        raise DefinitionError(
+            "a process agent needs `command`: an array of strings, or "
+            "one string split as a shell would"
+        )
     _expect(bool(argv) and argv[0] != "", "`command` must name a program")
     cwd = raw.get("cwd")
     _expect(cwd is None or (isinstance(cwd, str) and cwd != ""), "`cwd` must be a non-empty string")
     env = raw.get("env", {})
     _expect(isinstance(env, dict), "`env` must be a table of strings")
     for key, value in env.items():
-        _expect(key != "" and "=" not in key and "\0" not in key, f"`env` key {key!r} is not a variable name")
+        _expect(
+            key != "" and "=" not in key and "\0" not in key,
+            f"`env` key {key!r} is not a variable name",
+        )
         _expect(isinstance(value, str), f"`env` value of {key} must be a string")
     return _outside_agent(raw, fmt, text, name, AgentKind.PROCESS, lambda timeout: ProcessSettings(
         command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout))
@@ -415,7 +489,9 @@ def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: Agent
     _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
     try:
         # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.
-        mcp_servers = parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
+        mcp_servers = (
+            parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
+        )
     except McpDefinitionError as exc:
         raise DefinitionError(str(exc)) from None
     normalised = {k: v for k, v in raw.items() if k != "name"}
@@ -440,7 +516,10 @@ def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: Agent
 
 
 def _check_placeholders(where: str, value: str) -> None:
-    _expect(not stray_placeholder(value), f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
+    _expect(
+        not stray_placeholder(value),
+        f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder",
+    )
 
 
 def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
@@ -448,19 +527,32 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _check_keys("a service agent", raw, _SERVICE_TOP)
     name = _name(raw)
     url = raw.get("url")
-    _expect(isinstance(url, str) and url != "", "a service agent needs `url`: the http(s) URL its trigger is POSTed to")
+    _expect(
+        isinstance(url, str) and url != "",
+        "a service agent needs `url`: the http(s) URL its trigger is POSTed to",
+    )
     _expect(is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
     proxy_port = raw.get("proxy_port")
-    _expect("proxy_port" in raw, "a service agent needs `proxy_port`: the loopback port its model calls go to")
-    _expect(_whole(proxy_port) and 1024 <= proxy_port <= 65535, "`proxy_port` must be an integer from 1024 to 65535")
+    _expect(
+        "proxy_port" in raw,
+        "a service agent needs `proxy_port`: the loopback port its model calls go to",
+    )
+    _expect(
+        _whole(proxy_port) and 1024 <= proxy_port <= 65535,
+        "`proxy_port` must be an integer from 1024 to 65535",
+    )
     proxy_port = int(proxy_port)
     headers = raw.get("headers", {})
     _expect(isinstance(headers, dict), "`headers` must be a table of strings")
     for key, value in headers.items():
-        _expect(bool(HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name")
+        _expect(
+            bool(HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name"
+        )
         _expect(isinstance(value, str), f"`headers` value of {key} must be a string")
-        _expect("\r" not in value and "\n" not in value and "\0" not in value,
-                f"`headers` value of {key} must be one line")
+        _expect(
+            "\r" not in value and "\n" not in value and "\0" not in value,
+            f"`headers` value of {key} must be one line",
+        )
         _check_placeholders(f"`headers` value of {key}", value)
     return _outside_agent(raw, fmt, text, name, AgentKind.SERVICE, lambda timeout: ServiceSettings(
         url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout))

@@ -49,15 +49,27 @@ SUBMIT_OUTPUT = "submit_output"
 
 
 def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    )
 
 
 def _tool_result(use_id: str, value: Any, *, mcp: bool = False) -> dict:
     if isinstance(value, dict) and TOOL_ERROR_KEY in value:
-        return {"type": "tool_result", "tool_use_id": use_id, "content": value[TOOL_ERROR_KEY]["message"], "is_error": True}
+        return {
+            "type": "tool_result",
+            "tool_use_id": use_id,
+            "content": value[TOOL_ERROR_KEY]["message"],
+            "is_error": True,
+        }
     if mcp:
         text, is_error = mcp_result_for_model(value)
-        return {"type": "tool_result", "tool_use_id": use_id, "content": text, **({"is_error": True} if is_error else {})}
+        return {
+            "type": "tool_result",
+            "tool_use_id": use_id,
+            "content": text,
+            **({"is_error": True} if is_error else {}),
+        }
     return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
 
 
@@ -97,7 +109,10 @@ class AgentLoop:
     """Drives one built-in agent run from its log to its next resting point."""
 
     def __init__(
-        self, agent: AgentDefinition, registry: ToolRegistry, gateway: ModelGateway,
+        self,
+        agent: AgentDefinition,
+        registry: ToolRegistry,
+        gateway: ModelGateway,
         mcp: McpConnections | None = None,
     ) -> None:
         self.agent = agent
@@ -113,13 +128,16 @@ class AgentLoop:
         return [
             {
                 "name": SUBMIT_OUTPUT,
-                "description": "Submit the final answer. Its input must match the required output shape.",
+                "description": (
+                    "Submit the final answer. Its input must match the required output shape."
+                ),
                 "input_schema": self.agent.output_schema,
             }
         ]
 
     async def _add_mcp_tools(self, ctx: RunContext) -> None:
-        """List each MCP server's tools through the log (a recorded read) and offer the exposed ones.
+        """List each MCP server's tools through the log (a recorded
+        read) and offer the exposed ones.
 
         A listing that no longer has what the definition names fails the run:
         the same check registration made, now against what the run was given.
@@ -128,11 +146,20 @@ class AgentLoop:
         for spec in self.agent.mcp_servers:
             listed = await ctx.tool_call(listing_tool(spec, self.mcp), {})
             if not (isinstance(listed, dict) and isinstance(listed.get("tools"), list)):
-                await ctx.control(RunFailed(error=f"the recorded tool listing of MCP server {spec.name!r} is not a list of tools"))
+                await ctx.control(
+                    RunFailed(
+                        error=(
+                            "the recorded tool listing of MCP server "
+                            f"{spec.name!r} is not a list of tools"
+                        )
+                    )
+                )
                 await ctx.park(RunState.FAILED)
             listings[spec.name] = listed["tools"]
         try:
-            exposed = exposed_tools(self.agent.mcp_servers, listings, offered_besides_mcp(self.agent))
+            exposed = exposed_tools(
+                self.agent.mcp_servers, listings, offered_besides_mcp(self.agent)
+            )
         except McpBuildError as exc:
             await ctx.control(RunFailed(error=f"the agent's MCP tools no longer build: {exc}"))
             await ctx.park(RunState.FAILED)
@@ -143,7 +170,10 @@ class AgentLoop:
             self.tool_specs.append(model_spec)
 
     def _request(self, messages: list[dict]) -> dict:
-        request: dict[str, Any] = {"model": self.agent.model, "max_tokens": self.agent.max_response_tokens}
+        request: dict[str, Any] = {
+            "model": self.agent.model,
+            "max_tokens": self.agent.max_response_tokens,
+        }
         if self.agent.system_prompt:
             request["system"] = self.agent.system_prompt
         request["messages"] = messages
@@ -153,7 +183,9 @@ class AgentLoop:
 
     def _cost(self, input_tokens: int, output_tokens: int) -> float:
         pricing = self.agent.pricing or {"input_per_mtok": 0, "output_per_mtok": 0}
-        return (input_tokens * pricing["input_per_mtok"] + output_tokens * pricing["output_per_mtok"]) / 1e6
+        return (
+            input_tokens * pricing["input_per_mtok"] + output_tokens * pricing["output_per_mtok"]
+        ) / 1e6
 
     async def run(self, ctx: RunContext) -> None:
         """Drive until the run rests. Raises Parked at every resting point."""
@@ -163,7 +195,9 @@ class AgentLoop:
         if self.agent.mcp_servers:
             await self._add_mcp_tools(ctx)
         self.tool_specs += self._submit_spec()
-        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}]
+        messages: list[dict] = [
+            {"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}
+        ]
         usage = {"input_tokens": 0, "output_tokens": 0}
         completed_calls = 0
         started_at = await ctx.now() if "wall_time_seconds" in self.agent.budgets else None
@@ -171,7 +205,9 @@ class AgentLoop:
         while True:
             await self._check_budgets(ctx, usage, completed_calls, started_at, budget_extensions)
             response, call_usage = await ctx.model_call(
-                self.gateway, self._request(list(messages)), record_prompts=self.agent.record_prompts
+                self.gateway,
+                self._request(list(messages)),
+                record_prompts=self.agent.record_prompts,
             )
             completed_calls += 1
             usage["input_tokens"] += call_usage["input_tokens"]
@@ -194,13 +230,17 @@ class AgentLoop:
                     await ctx.park(RunState.COMPLETED)
                 tool = self.tools.get(name)
                 if tool is None:
-                    results.append(_error_result(use_id, f"there is no tool named {name!r} in this agent"))
+                    results.append(
+                        _error_result(use_id, f"there is no tool named {name!r} in this agent")
+                    )
                     continue
                 value = await ctx.tool_call(tool, args)
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 
-    async def _check_budgets(self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict) -> None:
+    async def _check_budgets(
+        self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict
+    ) -> None:
         """Record BudgetExceeded and park when a budget is crossed; an extension lifts it."""
         budgets = self.agent.budgets
         while True:
@@ -223,7 +263,9 @@ class AgentLoop:
             if crossed is None:
                 return
             kind, limit, observed = crossed
-            await ctx.control(BudgetExceeded(budget={"kind": kind, "limit": limit}, observed=observed))
+            await ctx.control(
+                BudgetExceeded(budget={"kind": kind, "limit": limit}, observed=observed)
+            )
             extension = await ctx.await_resume(RunState.BUDGET_EXCEEDED)
             extensions[kind] = extensions.get(kind, 0) + extension["extend_by"]
 
@@ -236,7 +278,11 @@ class AgentLoop:
             answer = json.loads(text)
             validate(self.agent.output_schema, answer, what="the answer")
         except (ValueError, SchemaViolation) as exc:
-            await ctx.control(RunFailed(error=f"the model answered without an output matching output_schema: {exc}"))
+            await ctx.control(
+                RunFailed(
+                    error=f"the model answered without an output matching output_schema: {exc}"
+                )
+            )
             await ctx.park(RunState.FAILED)
         await ctx.control(RunCompleted(output=answer))
         await ctx.park(RunState.COMPLETED)
@@ -270,12 +316,20 @@ async def drive(
         # A local agent process: its model calls cross the loopback proxy
         # (one is started for this drive when the caller has none).
         return await drive_process(
-            access, run_id, agent, proxy=proxy, on_record=on_record, clock=clock, restarts=process_restarts
+            access,
+            run_id,
+            agent,
+            proxy=proxy,
+            on_record=on_record,
+            clock=clock,
+            restarts=process_restarts,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this
         # run's session on the agent's own loopback port (held in ``ports``).
-        return await drive_service(access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock)
+        return await drive_service(
+            access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock
+        )
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.idle:

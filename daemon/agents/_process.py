@@ -84,15 +84,24 @@ def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
         url = f"{base}/mcp/{spec.name}"
         suffix = variable_suffix(spec.name)
         # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
-        env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join([sys.executable, "-m", "salvor.daemon.standin", url])
-        env[f"SALVOR_MCP_URL_{suffix}"] = url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
+        env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join(
+            [sys.executable, "-m", "salvor.daemon.standin", url]
+        )
+        env[f"SALVOR_MCP_URL_{suffix}"] = (
+            url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
+        )
     return env
 
 
 def agent_environment(
-    agent: AgentDefinition, run_id: str, run_input: Any, base: str, environ: Mapping[str, str] = os.environ
+    agent: AgentDefinition,
+    run_id: str,
+    run_input: Any,
+    base: str,
+    environ: Mapping[str, str] = os.environ,
 ) -> dict[str, str]:
-    """The process's environment: the allow-list of the daemon's (``_child_env``), the injection, the definition's ``env``."""
+    """The process's environment: the allow-list of the daemon's (``_child_env``), the
+    injection, the definition's ``env``."""
     env = child_environment(environ)
     prompt = task_prompt(run_input)
     env.update(
@@ -159,8 +168,16 @@ async def drive_process(
     """
     if proxy is None:
         async with open_model_proxy() as own:
-            return await drive_process(access, run_id, agent, proxy=own, on_record=on_record, clock=clock,
-                                       environ=environ, restarts=restarts)
+            return await drive_process(
+                access,
+                run_id,
+                agent,
+                proxy=own,
+                on_record=on_record,
+                clock=clock,
+                environ=environ,
+                restarts=restarts,
+            )
     attempt = 0
     while True:
         try:
@@ -173,31 +190,56 @@ async def drive_process(
 
 
 async def open_session(
-    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    access: StoreAccess,
+    ctx: RunContext,
+    log: list[Envelope],
+    agent: AgentDefinition,
+    proxy: ModelProxy,
     environ: Mapping[str, str],
 ) -> ProxySession:
-    """The proxy session of one drive; a re-run's is bound to its origin's recorded calls (and no upstream)."""
+    """The proxy session of one drive; a re-run's is bound to its origin's
+    recorded calls (and no upstream)."""
     return (await open_session_with_origin(access, ctx, log, agent, proxy, environ))[0]
 
 
 async def open_session_with_origin(
-    access: StoreAccess, ctx: RunContext, log: list[Envelope], agent: AgentDefinition, proxy: ModelProxy,
+    access: StoreAccess,
+    ctx: RunContext,
+    log: list[Envelope],
+    agent: AgentDefinition,
+    proxy: ModelProxy,
     environ: Mapping[str, str],
 ) -> tuple[ProxySession, list[Envelope] | None]:
-    """The proxy session of one drive, and the origin's log for a re-run (its MCP lanes answer from it too)."""
+    """The proxy session of one drive, and the origin's log for a re-run (its
+    MCP lanes answer from it too)."""
     origin = log[0].event.replay_of
     if origin is None:
-        session = ProxySession(ctx, log, record_prompts=agent.record_prompts,
-                               upstream=resolve_upstream(environ, key=proxy.upstream_key), client=proxy.client)
+        session = ProxySession(
+            ctx,
+            log,
+            record_prompts=agent.record_prompts,
+            upstream=resolve_upstream(environ, key=proxy.upstream_key),
+            client=proxy.client,
+        )
         return session, None
     origin_log = await access.read(access.store.read_log, origin)
-    session = ProxySession(ctx, log, record_prompts=agent.record_prompts, upstream=None, client=proxy.client,
-                           origin=origin, origin_calls=recorded_calls(origin_log))
+    session = ProxySession(
+        ctx,
+        log,
+        record_prompts=agent.record_prompts,
+        upstream=None,
+        client=proxy.client,
+        origin=origin,
+        origin_calls=recorded_calls(origin_log),
+    )
     return session, origin_log
 
 
-async def supervise(process: trio.Process, timeout: float, *, until: trio.Event | None = None) -> tuple[bool, str]:
-    """Wait for an agent process to exit (or ``until`` to be set) within ``timeout``; then its whole group goes.
+async def supervise(
+    process: trio.Process, timeout: float, *, until: trio.Event | None = None
+) -> tuple[bool, str]:
+    """Wait for an agent process to exit (or ``until`` to be set) within
+    ``timeout``; then its whole group goes.
 
     Returns whether the timeout ran out, and the tail of its stderr. On every
     way out (a cancellation included) nothing of the group is left running.
@@ -245,16 +287,27 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.
         if not await ctx.wake_when_due():
             return ctx.view
-        log = await access.read(access.store.read_log, run_id)  # with the wake: the lane answers the call with it
+        log = await access.read(
+            access.store.read_log, run_id
+        )  # with the wake: the lane answers the call with it
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
-    async with open_lanes(session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark) as lanes:
+    async with open_lanes(
+        session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark
+    ) as lanes:
         return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
 
 
-async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, McpLane], agent: AgentDefinition,
-                       proxy: ModelProxy, environ, log: list[Envelope]) -> RunView:
+async def _run_process(
+    ctx: RunContext,
+    session: ProxySession,
+    lanes: dict[str, McpLane],
+    agent: AgentDefinition,
+    proxy: ModelProxy,
+    environ,
+    log: list[Envelope],
+) -> RunView:
     run_id = ctx.run_id
     access = ctx.access
     settings = agent.process
@@ -267,13 +320,25 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
     try:
         try:
             process = await open_tied_process(
-                settings.command, cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                settings.command,
+                cwd=settings.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as exc:
             await session.close()
             async with session.lock:
-                await ctx.record(RunFailed(error=f"the agent process could not be started ({settings.command[0]}): {exc.strerror or exc}"))
+                await ctx.record(
+                    RunFailed(
+                        error=(
+                            "the agent process could not be started "
+                            f"({settings.command[0]}): {exc.strerror or exc}"
+                        )
+                    )
+                )
             return ctx.view
         timed_out, stderr = await supervise(process, settings.timeout, until=session.rested)
     finally:
@@ -284,41 +349,63 @@ async def _run_process(ctx: RunContext, session: ProxySession, lanes: dict[str, 
         return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, stderr)
 
 
-async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, McpLane], agent: AgentDefinition,
-                  code: int, timed_out: bool, stderr: str) -> RunView:
+async def _settle(
+    ctx: RunContext,
+    session: ProxySession,
+    lanes: Mapping[str, McpLane],
+    agent: AgentDefinition,
+    code: int,
+    timed_out: bool,
+    stderr: str,
+) -> RunView:
     run_id = ctx.run_id
     if session.store_fault is not None:
         # The process ended because the store failed under its call, not by its own doing.
         raise session.store_fault
-    if session.rested.is_set() or ctx.view.terminal or ctx.view.state is RunState.NEEDS_RECONCILIATION:
+    if (
+        session.rested.is_set()
+        or ctx.view.terminal
+        or ctx.view.state is RunState.NEEDS_RECONCILIATION
+    ):
         # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
         return ctx.view
     tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
     if timed_out:
-        failure = f"the agent process ran past its timeout of {agent.process.timeout:g}s; its process group was killed"
+        failure = (
+            "the agent process ran past its timeout of "
+            f"{agent.process.timeout:g}s; its process group was killed"
+        )
     elif code < 0:
         raise DriveInterrupted(
-            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its log, and "
-            f"`salvor resume {run_id}` starts it again with the recorded model calls answered from the log"
+            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its "
+            f"log, and `salvor resume {run_id}` starts it again with the recorded "
+            "model calls answered from the log"
         )
     elif code != 0:
         when = " before any model call" if not session.calls else ""
         failure = f"the agent process exited with code {code}{when}{tail}"
     elif not session.calls:
         failure = (
-            "the agent process exited 0 without making any model call: its client never reached the salvor proxy. "
-            "Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients), which salvor "
-            "sets; or map them in the definition's `env` for a client that reads another variable"
+            "the agent process exited 0 without making any model call: its client never reached "
+            "the salvor proxy. Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL "
+            "(Anthropic clients), which salvor sets; or map them in the definition's `env` for a "
+            "client that reads another variable"
         )
     elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
         failure = short
-    elif (unreached := next((n for lane in lanes.values() if (n := lane.never_contacted())), None)) is not None:
+    elif (
+        unreached := next((n for lane in lanes.values() if (n := lane.never_contacted())), None)
+    ) is not None:
         failure = unreached
-    elif (short := next((n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None)):
+    elif short := next(
+        (n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None
+    ):
         failure = short
     else:
         reply = final_reply(session)
-        output: dict[str, Any] = {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
+        output: dict[str, Any] = (
+            {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
+        )
         await ctx.record(RunCompleted(output=output))
         return ctx.view
     await ctx.record(RunFailed(error=failure))
@@ -326,15 +413,16 @@ async def _settle(ctx: RunContext, session: ProxySession, lanes: Mapping[str, Mc
 
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
-    """Why a drive that ended before making every call it had to reproduce fails; None when it made them all."""
+    """Why a drive that ended before making every call it had to reproduce fails;
+    None when it made them all."""
     short = session.replay.shortfall(what_ended)
     return None if short is None else short.message
 
 
 def final_reply(session: ProxySession) -> str | None:
-    """The assistant text of the drive's last answered call; None when that turn called a tool (or none answered)."""
+    """The assistant text of the drive's last answered call; None when that turn
+    called a tool (or none answered)."""
     last = next((c for c in reversed(session.calls) if c.response is not None), None)
     if last is None:
         return None
     return final_text(last.response.get("wire"), last.response)
-

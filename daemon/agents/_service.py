@@ -64,7 +64,9 @@ def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> d
                 raise UnusableVariable(header, name, "is not set in the daemon's environment")
             if any(c in environ[name] for c in "\r\n\0"):
                 # Refused here, because the HTTP client's own refusal quotes the value.
-                raise UnusableVariable(header, name, "holds a line break or NUL, which no header value may carry")
+                raise UnusableVariable(
+                    header, name, "holds a line break or NUL, which no header value may carry"
+                )
             value = value.replace("${" + name + "}", environ[name])
         resolved[header] = value
     return resolved
@@ -73,8 +75,9 @@ def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> d
 def wiring_hint(port: int) -> str:
     """How to start a service so its model calls reach the proxy on ``port``."""
     return (
-        f"start the service with its model base URL at the salvor proxy: OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 "
-        f"(OpenAI clients) or ANTHROPIC_BASE_URL=http://127.0.0.1:{port} (Anthropic clients)"
+        "start the service with its model base URL at the salvor proxy: "
+        f"OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 (OpenAI clients) or "
+        f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port} (Anthropic clients)"
     )
 
 
@@ -116,7 +119,9 @@ def _bind(port: int) -> socket.socket:
     return sock
 
 
-async def _serve_port(app: _RootMount, sock: socket.socket, stop: trio.Event, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _serve_port(
+    app: _RootMount, sock: socket.socket, stop: trio.Event, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
     # hypercorn takes the bound socket over by descriptor (and closes it when done).
     config = listener_config(f"fd://{sock.detach()}", "salvor.service.http", graceful_timeout=1.0)
     await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
@@ -155,8 +160,16 @@ async def drive_service(
     """
     if proxy is None:
         async with open_model_proxy() as own:
-            return await drive_service(access, run_id, agent, proxy=own, ports=ports, on_record=on_record,
-                                       clock=clock, environ=environ)
+            return await drive_service(
+                access,
+                run_id,
+                agent,
+                proxy=own,
+                ports=ports,
+                on_record=on_record,
+                clock=clock,
+                environ=environ,
+            )
     ports = ports if ports is not None else PortClaims()
     async with ports.hold(agent.service.proxy_port, run_id):
         return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ)
@@ -177,10 +190,19 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     try:
         sock = _bind(settings.proxy_port)
     except OSError as exc:
-        why = "another program holds it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-        await ctx.record(RunFailed(
-            error=f"the proxy port {settings.proxy_port} of this service agent cannot be bound on 127.0.0.1: {why}; "
-                  f"nothing was sent to {settings.url}"))
+        why = (
+            "another program holds it"
+            if exc.errno == errno.EADDRINUSE
+            else (exc.strerror or str(exc))
+        )
+        await ctx.record(
+            RunFailed(
+                error=(
+                    f"the proxy port {settings.proxy_port} of this service agent cannot be bound "
+                    f"on 127.0.0.1: {why}; nothing was sent to {settings.url}"
+                )
+            )
+        )
         return ctx.view
     capability = proxy.attach(session)
     try:
@@ -192,7 +214,9 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
                 if sock.fileno() != -1:
                     sock.close()
                 raise
-            trigger = await _send_trigger(settings, task_prompt(log[0].event.input), headers, session)
+            trigger = await _send_trigger(
+                settings, task_prompt(log[0].event.input), headers, session
+            )
             stop.set()
             nursery.cancel_scope.cancel(reason="the trigger was answered; the proxy port closes")
     finally:
@@ -203,8 +227,11 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
         return await _settle(ctx, session, agent, trigger)
 
 
-async def _send_trigger(settings, prompt: str, headers: dict[str, str], session: ProxySession) -> _Trigger:
-    """POST the trigger and wait for its answer, the run's failure, or the timeout, whichever comes first."""
+async def _send_trigger(
+    settings, prompt: str, headers: dict[str, str], session: ProxySession
+) -> _Trigger:
+    """POST the trigger and wait for its answer, the run's failure, or the
+    timeout, whichever comes first."""
     trigger = _Trigger()
     # The service runs on this machine (its model calls reach a loopback
     # port), so the environment's HTTP proxies are not for this request.
@@ -215,7 +242,9 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
 
                 async def post() -> None:
                     try:
-                        answer = await client.post(settings.url, json={"prompt": prompt}, headers=headers)
+                        answer = await client.post(
+                            settings.url, json={"prompt": prompt}, headers=headers
+                        )
                         trigger.status = answer.status_code
                     except httpx.ConnectError as exc:
                         trigger.unreachable = str(exc) or type(exc).__name__
@@ -241,26 +270,38 @@ async def _send_trigger(settings, prompt: str, headers: dict[str, str], session:
     return trigger
 
 
-async def _settle(ctx: RunContext, session: ProxySession, agent: AgentDefinition, trigger: _Trigger) -> RunView:
+async def _settle(
+    ctx: RunContext, session: ProxySession, agent: AgentDefinition, trigger: _Trigger
+) -> RunView:
     settings = agent.service
     url, port = settings.url, settings.proxy_port
     if session.store_fault is not None:
-        # The store failed under one of its calls: the drive stops for the healer, the run stays as it was.
+        # The store failed under one of its calls: the drive stops for the
+        # healer, the run stays as it was.
         raise session.store_fault
     if session.rested.is_set() or ctx.view.terminal:
         return ctx.view
     if trigger.timed_out:
-        failure = f"the service at {url} did not answer its trigger within its timeout of {settings.timeout:g}s"
+        failure = (
+            f"the service at {url} did not answer its trigger within its "
+            f"timeout of {settings.timeout:g}s"
+        )
     elif trigger.unreachable is not None:
-        failure = f"the service at {url} could not be reached to trigger the run: {trigger.unreachable}"
+        failure = (
+            f"the service at {url} could not be reached to trigger the run: {trigger.unreachable}"
+        )
     elif trigger.broken is not None:
         failure = f"the trigger POST to {url} broke off before its answer: {trigger.broken}"
     elif not session.calls:
         failure = (
-            f"the service at {url} answered its trigger with HTTP {trigger.status} without making any model call "
-            f"through the salvor proxy on port {port}: {wiring_hint(port)}"
+            f"the service at {url} answered its trigger with HTTP {trigger.status} without making "
+            f"any model call through the salvor proxy on port {port}: {wiring_hint(port)}"
         )
-    elif (short := replay_shortfall(session, f"the service answered its trigger (HTTP {trigger.status})")) is not None:
+    elif (
+        short := replay_shortfall(
+            session, f"the service answered its trigger (HTTP {trigger.status})"
+        )
+    ) is not None:
         failure = f"{short}; {wiring_hint(port)}, and let no other caller reach it during the run"
     else:
         reply = final_reply(session)

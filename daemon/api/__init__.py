@@ -2,7 +2,8 @@
 append front, the OpenAPI document, and the typed declarations (request bodies, the run list's query,
 fixed-shape answers) that the handlers read and answer with and the document is built from.
 
-Rule: handlers talk to the Runtime, never to the store behind it; imports only the packages below it.
+Rule: handlers talk to the Runtime, never to the store behind it;
+imports only the packages below it.
 """
 
 from __future__ import annotations

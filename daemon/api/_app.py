@@ -78,12 +78,15 @@ _TERMINAL = {state.value for state in TERMINAL_STATES}
 
 
 async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
-    """Refuse (409 wrong_state, nothing recorded) to drive a run a live `salvor run` beside us drives."""
+    """Refuse (409 wrong_state, nothing recorded) to drive a run a live
+    `salvor run` beside us drives."""
     if state.driven_elsewhere is None:
         return
     if run_id in await trio.to_thread.run_sync(state.driven_elsewhere, [run_id]):
-        raise wrong_state(f"run {run_id} is being driven by another salvor process beside this daemon "
-                          "(a `salvor run`); let it finish, or stop it first, then resume it here")
+        raise wrong_state(
+            f"run {run_id} is being driven by another salvor process beside this daemon "
+            "(a `salvor run`); let it finish, or stop it first, then resume it here"
+        )
 
 
 @dataclass
@@ -102,7 +105,8 @@ class ServerState:
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).
     allow_process_agents: bool = False
-    # The model endpoints and MCP origins the operator declared: all a definition from HTTP may name.
+    # The model endpoints and MCP origins the operator declared: all a
+    # definition from HTTP may name.
     credentials: Credentials = field(default_factory=Credentials)
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
@@ -123,7 +127,8 @@ class ServerState:
         self.client_appends = ClientAppends(self.runtime.access, self.leases)
 
     def attached(self, run_id: str) -> bool:
-        """Whether something drives the run right now: a driver task here, or a client's current lease."""
+        """Whether something drives the run right now: a driver task here,
+        or a client's current lease."""
         return self.drivers.driving(run_id) or self.leases.holds(run_id)
 
     def driver(self, run_id: str, state: str | None) -> dict:
@@ -187,8 +192,12 @@ def create_app(state: ServerState) -> QuartTrio:
             raise bad_request("the definition is not UTF-8 text") from None
         try:
             agent = parse_definition(
-                text, fmt, known_tools=runtime.registry.names(), allow_paths=False,
-                allow_processes=state.allow_process_agents, credentials=state.credentials,
+                text,
+                fmt,
+                known_tools=runtime.registry.names(),
+                allow_paths=False,
+                allow_processes=state.allow_process_agents,
+                credentials=state.credentials,
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
@@ -200,7 +209,12 @@ def create_app(state: ServerState) -> QuartTrio:
     async def list_agents():
         stored = await runtime.list_agents()
         return json_response(
-            {"agents": [{"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})} for a in stored]}
+            {
+                "agents": [
+                    {"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})}
+                    for a in stored
+                ]
+            }
         )
 
     @app.get("/v1/agents/<agent_hash>")
@@ -208,7 +222,11 @@ def create_app(state: ServerState) -> QuartTrio:
         stored = await runtime.find_agent(agent_hash)
         if stored is None:
             raise unknown_agent(agent_hash)
-        body = {"agent": stored.agent_def_hash, "format": stored.format, "definition": stored.definition}
+        body = {
+            "agent": stored.agent_def_hash,
+            "format": stored.format,
+            "definition": stored.definition,
+        }
         if stored.name:
             body["name"] = stored.name
         return json_response(body)
@@ -230,7 +248,12 @@ def create_app(state: ServerState) -> QuartTrio:
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
         run_id = await runtime.start_run(
-            agent, body.get("input"), labels=labels, run_id=run_id, register=False, replay_of=replay_of
+            agent,
+            body.get("input"),
+            labels=labels,
+            run_id=run_id,
+            register=False,
+            replay_of=replay_of,
         )
         state.drivers.start(run_id, agent)
         return RUN_STARTED.respond(201, run=run_id, status="running", replay_of=replay_of)
@@ -262,7 +285,9 @@ def create_app(state: ServerState) -> QuartTrio:
             if not 1 <= limit <= MAX_PAGE:
                 raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
         cursor = args.get("cursor")
-        page, next_cursor = await runtime.list_runs(state=status, label=label, limit=limit, after=cursor)
+        page, next_cursor = await runtime.list_runs(
+            state=status, label=label, limit=limit, after=cursor
+        )
         body: dict = {"runs": [summary_json(s) for s in page]}
         if next_cursor is not None:
             body["next_cursor"] = next_cursor
@@ -336,9 +361,13 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.get("/v1/openapi.json")
     async def openapi():
-        return json_response(openapi_document(tools=runtime.registry.names(),
-                                              process_agents=state.allow_process_agents,
-                                              llm_choices=state.credentials.llm_choices()))
+        return json_response(
+            openapi_document(
+                tools=runtime.registry.names(),
+                process_agents=state.allow_process_agents,
+                llm_choices=state.credentials.llm_choices(),
+            )
+        )
 
     add_stream_route(app, state)
     add_client_run_routes(app, state)

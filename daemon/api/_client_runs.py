@@ -86,8 +86,12 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                 f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
-        token = leases.open(run_id, presented(), terminal=view is not None and view.terminal,
-                            record_prompts=body.get("record_prompts", False))
+        token = leases.open(
+            run_id,
+            presented(),
+            terminal=view is not None and view.terminal,
+            record_prompts=body.get("record_prompts", False),
+        )
         log = [] if view is None else await runtime.log(run_id)
         return CLIENT_RUN_OPENED.respond(201 if fresh else 200, run=run_id, drive_token=token,
                                          log=[e.to_json() for e in log])
@@ -126,13 +130,18 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
             return await stream_model_step(run_id, call)
         if call.answer is not None:
             return json_response(call.answer)
-        return json_response(await perform_model_step(runtime.access, run_id, call, state.model_executor))
+        return json_response(
+            await perform_model_step(runtime.access, run_id, call, state.model_executor)
+        )
 
     def wants_stream() -> bool:
-        return request.args.get("stream") == "1" or "text/event-stream" in request.headers.get("Accept", "")
+        return request.args.get("stream") == "1" or "text/event-stream" in request.headers.get(
+            "Accept", ""
+        )
 
     async def stream_model_step(run_id: str, call: ModelCall):
-        """The step as server-sent events: ``delta`` frames while it runs, then one ``complete`` (or ``error``)."""
+        """The step as server-sent events: ``delta`` frames while it runs, then one
+        ``complete`` (or ``error``)."""
         frames_out, frames_in = trio.open_memory_channel[bytes](256)
         if call.answer is not None:
             frames_out.send_nowait(step_frame("complete", call.answer))
@@ -146,8 +155,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
                         await frames_out.send(step_frame("delta", piece))
 
                     try:
-                        answer = await perform_model_step(runtime.access, run_id, call, state.model_executor,
-                                                          on_delta=delta)
+                        answer = await perform_model_step(
+                            runtime.access, run_id, call, state.model_executor, on_delta=delta
+                        )
                     except OperationRefused as exc:
                         await frames_out.send(step_frame("error", exc.to_json()["error"]))
                     else:
@@ -180,7 +190,13 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
 
     @app.get("/v1/client-tools")
     async def client_tools():
-        return json_response({"client_tools": [state.client_tools[name].to_json() for name in sorted(state.client_tools)]})
+        return json_response(
+            {
+                "client_tools": [
+                    state.client_tools[name].to_json() for name in sorted(state.client_tools)
+                ]
+            }
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-tool-intent")
     async def client_tool_intent(run_id: str):

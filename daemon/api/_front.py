@@ -42,7 +42,12 @@ def append_target(scope: dict) -> str | None:
     if scope["type"] != "http" or scope["method"] != "POST":
         return None
     parts = scope["path"].split("/")
-    if len(parts) == 5 and parts[:3] == ["", "v1", "client-runs"] and parts[4] == "events" and parts[3]:
+    if (
+        len(parts) == 5
+        and parts[:3] == ["", "v1", "client-runs"]
+        and parts[4] == "events"
+        and parts[3]
+    ):
         return parts[3]
     return None
 
@@ -70,9 +75,13 @@ class AppendFront:
             error = internal()
             status, body = error.status, error.to_json()
         payload = json.dumps(body, ensure_ascii=False).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ]
         if status == 408:
-            # The rest of a stalled body is still unread: the connection cannot carry another request.
+            # The rest of a stalled body is still unread: the
+            # connection cannot carry another request.
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
@@ -81,7 +90,9 @@ class AppendFront:
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.lower(), value)
-        if not bearer_matches(headers.get(b"authorization", b"").decode("latin-1"), self._state.auth_token):
+        if not bearer_matches(
+            headers.get(b"authorization", b"").decode("latin-1"), self._state.auth_token
+        ):
             raise unauthorized()
         appends = self._state.client_appends
         token = headers.get(b"x-drive-token")

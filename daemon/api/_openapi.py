@@ -73,8 +73,12 @@ _WHOLE = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
 _WHOLE_TEXT = {"type": "string", "pattern": "^[0-9]{1,18}$"}
 # Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
 _NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
-_NAME = {"type": "string", "maxLength": 64, "pattern": _NOT_BLANK,
-         "description": "A display label, excluded from the agent hash."}
+_NAME = {
+    "type": "string",
+    "maxLength": 64,
+    "pattern": _NOT_BLANK,
+    "description": "A display label, excluded from the agent hash.",
+}
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 # What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
 _SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
@@ -91,7 +95,11 @@ _NON_NEGATIVE = {"type": "number", "minimum": 0}
 # -- shared shapes -------------------------------------------------------------------------------------
 
 _PENDING_MODEL = _object(
-    {"kind": {"const": "model"}, "seq": _SEQ, "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}},
+    {
+        "kind": {"const": "model"},
+        "seq": _SEQ,
+        "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+    },
     ["kind", "seq", "request_hash"],
 )
 _PENDING_TOOL = _object(
@@ -114,31 +122,66 @@ def _states(*names: str) -> JSON:
 def _status_variants() -> list[JSON]:
     state = _states
     return [
-        _object({"state": state("not_started", "running", "awaiting_model", "awaiting_tool",
-                                "needs_reconciliation")}, ["state"]),
         _object(
-            {"state": state("suspended"), "reason": {"type": "string"},
-             "input_schema": {"type": ["object", "boolean"], "description": "The JSON Schema a resume input must satisfy."},
-             "kind": {"const": "signal", "description": "Present only when an external system, not a person, owes the input."}},
+            {
+                "state": state(
+                    "not_started",
+                    "running",
+                    "awaiting_model",
+                    "awaiting_tool",
+                    "needs_reconciliation",
+                )
+            },
+            ["state"],
+        ),
+        _object(
+            {
+                "state": state("suspended"),
+                "reason": {"type": "string"},
+                "input_schema": {
+                    "type": ["object", "boolean"],
+                    "description": "The JSON Schema a resume input must satisfy.",
+                },
+                "kind": {
+                    "const": "signal",
+                    "description": (
+                        "Present only when an external system, not a person, owes the input."
+                    ),
+                },
+            },
             ["state", "reason", "input_schema"],
         ),
         _object(
-            {"state": state("sleeping"), "wake_at": _INSTANT,
-             "overdue": {"const": True}, "overdue_seconds": {"type": "integer", "minimum": 0}},
+            {
+                "state": state("sleeping"),
+                "wake_at": _INSTANT,
+                "overdue": {"const": True},
+                "overdue_seconds": {"type": "integer", "minimum": 0},
+            },
             ["state", "wake_at"],
             dependentRequired={"overdue": ["overdue_seconds"], "overdue_seconds": ["overdue"]},
         ),
         _object(
-            {"state": state("budget_exceeded"),
-             "budget": _object({"kind": {"enum": list(BUDGET_KINDS)}, "limit": {"type": "number"}}, ["kind", "limit"]),
-             "observed": {"type": "number"}},
+            {
+                "state": state("budget_exceeded"),
+                "budget": _object(
+                    {"kind": {"enum": list(BUDGET_KINDS)}, "limit": {"type": "number"}},
+                    ["kind", "limit"],
+                ),
+                "observed": {"type": "number"},
+            },
             ["state", "budget", "observed"],
         ),
         _object({"state": state("completed"), "output": _ANY}, ["state", "output"]),
         _object({"state": state("failed"), "error": {"type": "string"}}, ["state", "error"]),
         _object(
-            {"state": state("abandoned"), "reason": {"type": "string"},
-             "unresolved_write": _object({"seq": _SEQ, "tool": {"type": "string"}}, ["seq", "tool"])},
+            {
+                "state": state("abandoned"),
+                "reason": {"type": "string"},
+                "unresolved_write": _object(
+                    {"seq": _SEQ, "tool": {"type": "string"}}, ["seq", "tool"]
+                ),
+            },
             ["state"],
         ),
     ]
@@ -146,7 +189,10 @@ def _status_variants() -> list[JSON]:
 
 # ``driver`` is present exactly when the status is present and not terminal.
 _DRIVER_RULE = {
-    "if": {"required": ["status"], "properties": {"status": {"properties": {"state": {"enum": TERMINAL}}}}},
+    "if": {
+        "required": ["status"],
+        "properties": {"status": {"properties": {"state": {"enum": TERMINAL}}}},
+    },
     "then": {"not": {"required": ["driver"]}},
     "else": {
         "if": {"required": ["status"]},
@@ -155,8 +201,12 @@ _DRIVER_RULE = {
     },
 }
 
-_DRIVER = {"enum": ["attached", "none"],
-           "description": "Whether a driver in this daemon is running the run now; absent for a terminal run."}
+_DRIVER = {
+    "enum": ["attached", "none"],
+    "description": (
+        "Whether a driver in this daemon is running the run now; absent for a terminal run."
+    ),
+}
 
 
 def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -> JSON:
@@ -174,77 +224,145 @@ def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -
 
 SCHEMAS: JSON = {
     "Error": {
-        "description": "The one error envelope. `details` is present only with structured evidence.",
-        **_object({"error": _object(
-            {"code": {"type": "string", "description": "A stable machine token."},
-             "message": {"type": "string", "description": "One human sentence."},
-             "details": {"type": "object"}},
-            ["code", "message"],
-        )}, ["error"]),
+        "description": (
+            "The one error envelope. `details` is present only with structured evidence."
+        ),
+        **_object(
+            {
+                "error": _object(
+                    {
+                        "code": {"type": "string", "description": "A stable machine token."},
+                        "message": {"type": "string", "description": "One human sentence."},
+                        "details": {"type": "object"},
+                    },
+                    ["code", "message"],
+                )
+            },
+            ["error"],
+        ),
     },
     "NeedsReconciliationError": _error_schema(
         ["needs_reconciliation"], _object({"intent": _ref("Intent")}, ["intent"])
     ),
     "StillSleepingError": _error_schema(
         ["still_sleeping"],
-        _object({"wake_at": _INSTANT, "remaining_seconds": {"type": "integer", "minimum": 0}},
-                ["wake_at", "remaining_seconds"]),
+        _object(
+            {"wake_at": _INSTANT, "remaining_seconds": {"type": "integer", "minimum": 0}},
+            ["wake_at", "remaining_seconds"],
+        ),
     ),
     "RunId": {"type": "string", "format": "uuid"},
-    "AgentHash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$",
-                  "description": "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."},
+    "AgentHash": {
+        "type": "string",
+        "pattern": "^sha256:[0-9a-f]{64}$",
+        "description": (
+            "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."
+        ),
+    },
     "Instant": _INSTANT,
-    "Usage": _object({"input_tokens": {"type": "integer", "minimum": 0},
-                      "output_tokens": {"type": "integer", "minimum": 0}},
-                     ["input_tokens", "output_tokens"]),
-    "Labels": {"type": "object", "maxProperties": 16,
-               # UTF-8 byte counts are beyond JSON Schema: the formats name them (tests/daemon/api/test_fuzz.py
-               # gives schemathesis a strategy for each).
-               "propertyNames": {"format": "salvor-label-key"},
-               "additionalProperties": {"type": "string", "format": "salvor-label-value"},
-               "description": "At most 16; keys 1 to 64 bytes of UTF-8, values at most 256 bytes."},
+    "Usage": _object(
+        {
+            "input_tokens": {"type": "integer", "minimum": 0},
+            "output_tokens": {"type": "integer", "minimum": 0},
+        },
+        ["input_tokens", "output_tokens"],
+    ),
+    "Labels": {
+        "type": "object",
+        "maxProperties": 16,
+        # UTF-8 byte counts are beyond JSON Schema: the formats name them
+        # (tests/daemon/api/test_fuzz.py gives schemathesis a strategy for each).
+        "propertyNames": {"format": "salvor-label-key"},
+        "additionalProperties": {"type": "string", "format": "salvor-label-value"},
+        "description": "At most 16; keys 1 to 64 bytes of UTF-8, values at most 256 bytes.",
+    },
     "Status": {"description": "`{state, ...that state's fields}`.", "oneOf": _status_variants()},
-    "Pending": {"description": "The run's one open intent.", "oneOf": [_PENDING_MODEL, _PENDING_TOOL]},
+    "Pending": {
+        "description": "The run's one open intent.",
+        "oneOf": [_PENDING_MODEL, _PENDING_TOOL],
+    },
     "Intent": {
         "description": "The pending object plus when its intent was recorded.",
-        "oneOf": [_extended(p, {"recorded_at": _INSTANT}, ["recorded_at"]) for p in (_PENDING_MODEL, _PENDING_TOOL)],
+        "oneOf": [
+            _extended(p, {"recorded_at": _INSTANT}, ["recorded_at"])
+            for p in (_PENDING_MODEL, _PENDING_TOOL)
+        ],
     },
     "RunSummary": {
-        "description": "A run in a listing. Every field but run, event_count and the instants is absent "
-                       "(never null) when the run's log cannot be read.",
+        "description": (
+            "A run in a listing. Every field but run, event_count and the instants is absent "
+            "(never null) when the run's log cannot be read."
+        ),
         **_object(
-            {"run": _ref("RunId"), "status": _ref("Status"), "event_count": {"type": "integer", "minimum": 0},
-             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "usage": _ref("Usage"),
-             "step_count": {"type": "integer", "minimum": 0}, "agent_def_hash": _ref("AgentHash"),
-             "labels": {"allOf": [_ref("Labels")], "minProperties": 1}, "driver": _DRIVER},
+            {
+                "run": _ref("RunId"),
+                "status": _ref("Status"),
+                "event_count": {"type": "integer", "minimum": 0},
+                "first_recorded_at": _INSTANT,
+                "last_recorded_at": _INSTANT,
+                "usage": _ref("Usage"),
+                "step_count": {"type": "integer", "minimum": 0},
+                "agent_def_hash": _ref("AgentHash"),
+                "labels": {"allOf": [_ref("Labels")], "minProperties": 1},
+                "driver": _DRIVER,
+            },
             ["run", "event_count", "first_recorded_at", "last_recorded_at"],
         ),
         **_DRIVER_RULE,
     },
     "RunList": _object(
-        {"runs": {"type": "array", "items": _ref("RunSummary")},
-         "next_cursor": {"type": "string", "description": "Present when there may be more: pass it as `cursor`."}},
+        {
+            "runs": {"type": "array", "items": _ref("RunSummary")},
+            "next_cursor": {
+                "type": "string",
+                "description": "Present when there may be more: pass it as `cursor`.",
+            },
+        },
         ["runs"],
     ),
     "Run": {
         **_object(
-            {"run": _ref("RunId"), "status": _ref("Status"), "event_count": {"type": "integer", "minimum": 0},
-             "usage": _ref("Usage"), "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
-             "first_recorded_at": _INSTANT, "last_recorded_at": _INSTANT, "driver": _DRIVER,
-             "replay_of": {**_ref("RunId"), "description": "Present on a re-run: the run it reproduces."}},
-            ["run", "status", "event_count", "usage", "pending", "first_recorded_at", "last_recorded_at"],
+            {
+                "run": _ref("RunId"),
+                "status": _ref("Status"),
+                "event_count": {"type": "integer", "minimum": 0},
+                "usage": _ref("Usage"),
+                "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
+                "first_recorded_at": _INSTANT,
+                "last_recorded_at": _INSTANT,
+                "driver": _DRIVER,
+                "replay_of": {
+                    **_ref("RunId"),
+                    "description": "Present on a re-run: the run it reproduces.",
+                },
+            },
+            [
+                "run",
+                "status",
+                "event_count",
+                "usage",
+                "pending",
+                "first_recorded_at",
+                "last_recorded_at",
+            ],
         ),
         **_DRIVER_RULE,
     },
     "Replay": _object(
-        {"status": _ref("Status"), "usage": _ref("Usage"), "next_seq": _SEQ,
-         "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]}},
+        {
+            "status": _ref("Status"),
+            "usage": _ref("Usage"),
+            "next_seq": _SEQ,
+            "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
+        },
         ["status", "usage", "next_seq", "pending"],
     ),
     "AgentDefinition": {
-        "description": "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
-                       "built-in agent, or (only on a daemon started with --allow-process-agents) a process "
-                       "or service agent.",
+        "description": (
+            "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
+            "built-in agent, or (only on a daemon started with "
+            "--allow-process-agents) a process or service agent."
+        ),
         "oneOf": [_ref("BuiltinAgent"), _ref("ProcessAgent"), _ref("ServiceAgent")],
     },
     "BuiltinAgent": {
@@ -278,7 +396,11 @@ SCHEMAS: JSON = {
         "if": {"required": ["budgets"], "properties": {"budgets": {"required": ["cost_usd"]}}},
         "then": {"required": ["pricing"], "properties": {"pricing": {"type": "object"}}},
     },
-    "ToolName": {"type": "string", "minLength": 1, "description": "A tool the daemon's registry holds."},
+    "ToolName": {
+        "type": "string",
+        "minLength": 1,
+        "description": "A tool the daemon's registry holds.",
+    },
     "ProcessAgent": {
         "description": "A local program the daemon starts for each run, its model calls and MCP servers "
                        "pointed at salvor's loopback proxies.",
@@ -313,11 +435,12 @@ SCHEMAS: JSON = {
     },
     "McpServer": {
         "description": (
-            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the daemon) or "
-            "`url` (streamable HTTP). Registration starts or reaches it, lists its tools and checks every name "
-            "given here. A tool's effect is its `effects` entry, else write; a tool in `results` is answered "
-            "with that value and never sent to the server. A process agent's servers are reached through "
-            "salvor's stand-ins (`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
+            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the "
+            "daemon) or `url` (streamable HTTP). Registration starts or reaches it, lists its "
+            "tools and checks every name given here. A tool's effect is its `effects` entry, else "
+            "write; a tool in `results` is answered with that value and never sent to the server. "
+            "A process agent's servers are reached through salvor's stand-ins "
+            "(`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
             "are not started at registration."
         ),
         **_object(_exactly("[[mcp_servers]]", SERVER_FIELDS | STAND_IN_FIELDS, {
@@ -343,14 +466,27 @@ SCHEMAS: JSON = {
         ),
     },
     "AgentList": _object(
-        {"agents": {"type": "array", "items": _object(
-            {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}}, ["agent"])}},
+        {
+            "agents": {
+                "type": "array",
+                "items": _object(
+                    {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}},
+                    ["agent"],
+                ),
+            }
+        },
         ["agents"],
     ),
     "Agent": _object(
-        {"agent": _ref("AgentHash"), "format": {"enum": ["toml", "json"]},
-         "definition": {"type": "string", "description": "The definition as registered, verbatim."},
-         "name": {"type": "string", "minLength": 1}},
+        {
+            "agent": _ref("AgentHash"),
+            "format": {"enum": ["toml", "json"]},
+            "definition": {
+                "type": "string",
+                "description": "The definition as registered, verbatim.",
+            },
+            "name": {"type": "string", "minLength": 1},
+        },
         ["agent", "format", "definition"],
     ),
     "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
@@ -358,34 +494,59 @@ SCHEMAS: JSON = {
     "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
     "ToolStepDone": _object({"output": _ANY}, ["output"]),
     "ClientTool": _object(
-        {"name": {"type": "string"}, "effect": {"enum": ["read", "idempotent", "write"]},
-         "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
-         "trust_completion": {"type": "boolean"},
-         "idempotency_key": {"type": "array", "items": {"type": "string"}},
-         "require_equal": {"type": "array", "items": {"type": "string"}}},
+        {
+            "name": {"type": "string"},
+            "effect": {"enum": ["read", "idempotent", "write"]},
+            "input_schema": {"type": "object"},
+            "output_schema": {"type": "object"},
+            "trust_completion": {"type": "boolean"},
+            "idempotency_key": {"type": "array", "items": {"type": "string"}},
+            "require_equal": {"type": "array", "items": {"type": "string"}},
+        },
         ["name", "effect", "input_schema", "trust_completion"],
     ),
     "ClientTools": _object({"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]),
     "ClientToolOpened": _object(
-        {"seq": _SEQ, "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
-         "effect": {"enum": ["read", "idempotent", "write"]}, "settled": {"type": "boolean"}, "output": _ANY},
+        {
+            "seq": _SEQ,
+            "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+            "effect": {"enum": ["read", "idempotent", "write"]},
+            "settled": {"type": "boolean"},
+            "output": _ANY,
+        },
         ["seq", "idempotency_key", "effect", "settled"],
     ),
     "Completed": _object({"seq": _SEQ, "completed": {"const": True}}, ["seq", "completed"]),
     "ClientModelOpened": _object(
-        {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")}, ["seq", "settled"],
+        {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")},
+        ["seq", "settled"],
+    ),
+    "ClientModelCompletion": _object(
+        {"seq": _SEQ, "response": _ANY, "usage": _ref("Usage")}, ["seq", "response", "usage"]
+    ),
+    "ClientResolved": _object(
+        {"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]
     ),
     "Envelope": _object(
-        {"run_id": _ref("RunId"), "seq": _SEQ, "schema_version": {"type": "integer", "minimum": 1},
-         "recorded_at": _INSTANT,
-         "event": _object({"kind": {"enum": [k.value for k in EventKind]}, "payload": {"type": "object"}},
-                          ["kind", "payload"])},
+        {
+            "run_id": _ref("RunId"),
+            "seq": _SEQ,
+            "schema_version": {"type": "integer", "minimum": 1},
+            "recorded_at": _INSTANT,
+            "event": _object(
+                {"kind": {"enum": [k.value for k in EventKind]}, "payload": {"type": "object"}},
+                ["kind", "payload"],
+            ),
+        },
         ["run_id", "seq", "schema_version", "recorded_at", "event"],
         description="One recorded event: the `data` of a stream frame, byte for byte what "
-                    "`salvor history --json` prints.",
+        "`salvor history --json` prints.",
     ),
     "EndFrame": _object(
-        {"status": _ref("Status"), "detached": {"const": True, "description": "No driver here is running the run."}},
+        {
+            "status": _ref("Status"),
+            "detached": {"const": True, "description": "No driver here is running the run."},
+        },
         ["status"],
         description="The `data` of the stream's final `event: end` frame.",
     ),
@@ -393,32 +554,65 @@ SCHEMAS: JSON = {
     **{body.name: body.schema() for body in BODIES},
     **{answer.name: answer.schema() for answer in ANSWERS},
     "StreamFrame": {
-        "description": "One frame of the event stream as an SSE client reads it (`event` defaults to "
-                       "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
-                       "`data: <Envelope>` with no `event:` line; the last frame is `event: end` with "
-                       "`data: <EndFrame>` and no `id:` line of its own.",
+        "description": (
+            "One frame of the event stream as an SSE client reads it (`event` defaults to "
+            "`message`; `id` carries over to the frames after it). An event is `id: <seq>` and "
+            "`data: <Envelope>` with no `event:` line; the last frame is `event: end` with "
+            "`data: <EndFrame>` and no `id:` line of its own."
+        ),
         "oneOf": [
-            _object({"event": {"const": "message"}, "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
-                     "data": {"type": "string", "contentMediaType": "application/json",
-                              "contentSchema": _ref("Envelope")}},
-                    ["event", "id", "data"]),
-            _object({"event": {"const": "end"}, "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
-                     "data": {"type": "string", "contentMediaType": "application/json",
-                              "contentSchema": _ref("EndFrame")}},
-                    ["event", "data"]),
+            _object(
+                {
+                    "event": {"const": "message"},
+                    "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": _ref("Envelope"),
+                    },
+                },
+                ["event", "id", "data"],
+            ),
+            _object(
+                {
+                    "event": {"const": "end"},
+                    "id": {"type": "string", "pattern": "^(0|[1-9][0-9]*)$"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": _ref("EndFrame"),
+                    },
+                },
+                ["event", "data"],
+            ),
         ],
     },
 }
 
-# -- parameters and refusals ------------------------------------------------------------------------
+# -- parameters and refusals -----------------------------------------------------------------------
 
 PARAMETERS: JSON = {
-    "DriveToken": {"name": "X-Drive-Token", "in": "header", "required": False, "schema": {"type": "string"},
-                   "description": "The run's drive token (its lease), as `POST /v1/client-runs` answered it."},
-    "RunId": {"name": "run_id", "in": "path", "required": True, "schema": _ref("RunId"),
-              "description": "A run id; anything that is not a UUID is a 400."},
-    "AgentHash": {"name": "agent_hash", "in": "path", "required": True, "schema": {"type": "string"},
-                  "description": "An agent hash as `POST /v1/agents` returned it."},
+    "DriveToken": {
+        "name": "X-Drive-Token",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "The run's drive token (its lease), as `POST /v1/client-runs` answered it.",
+    },
+    "RunId": {
+        "name": "run_id",
+        "in": "path",
+        "required": True,
+        "schema": _ref("RunId"),
+        "description": "A run id; anything that is not a UUID is a 400.",
+    },
+    "AgentHash": {
+        "name": "agent_hash",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "An agent hash as `POST /v1/agents` returned it.",
+    },
 }
 
 
@@ -430,25 +624,36 @@ CODE_STATUS = ERROR_STATUS
 
 
 def _error(description: str, *codes: str, schema: JSON | None = None) -> JSON:
-    return {"description": description,
-            "content": {"application/json": {"schema": schema or _error_schema(list(codes) or None)}}}
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": schema or _error_schema(list(codes) or None)}},
+    }
 
 
 RESPONSES: JSON = {
-    "BadRequest": _error("Malformed body or parameter, a bad run id, or an input a recorded schema rejects "
-                         "(`details.violations`). Nothing recorded.", "bad_request"),
-    "Unauthorized": _error("The server has a token and the request's bearer token is missing or wrong.",
-                           "unauthorized"),
+    "BadRequest": _error(
+        "Malformed body or parameter, a bad run id, or an input a recorded schema rejects "
+        "(`details.violations`). Nothing recorded.",
+        "bad_request",
+    ),
+    "Unauthorized": _error(
+        "The server has a token and the request's bearer token is missing or wrong.", "unauthorized"
+    ),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
     "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
-    "RequestTimeout": _error("The body did not arrive whole in time (60 s by default); nothing recorded, "
-                             "and the connection closes.", "request_timeout"),
+    "RequestTimeout": _error(
+        "The body did not arrive whole in time (60 s by default); nothing recorded, "
+        "and the connection closes.",
+        "request_timeout",
+    ),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
     # No operation answers these two: they are what a path or method outside `paths` gets.
     "NoRoute": _error("No route at that path (any method).", "not_found"),
     "MethodNotAllowed": {
         **_error("The path exists, the method does not.", "method_not_allowed"),
-        "headers": {"Allow": {"description": "The methods the path answers.", "schema": {"type": "string"}}},
+        "headers": {
+            "Allow": {"description": "The methods the path answers.", "schema": {"type": "string"}}
+        },
     },
 }
 
@@ -459,11 +664,18 @@ def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | Non
     they are; and 401 and 500, which every route can give."""
     responses: JSON = {}
     for status, (description, schema) in ok.items():
-        responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
+        responses[status] = {
+            "description": description,
+            "content": {"application/json": {"schema": schema}},
+        }
     if "PayloadTooLarge" in refusals:
         refusals = (*refusals, "RequestTimeout")
-    for status, name in (("400", "BadRequest"), ("404", "UnknownRun"), ("408", "RequestTimeout"),
-                         ("413", "PayloadTooLarge")):
+    for status, name in (
+        ("400", "BadRequest"),
+        ("404", "UnknownRun"),
+        ("408", "RequestTimeout"),
+        ("413", "PayloadTooLarge"),
+    ):
         if name in refusals:
             responses[status] = {"$ref": f"#/components/responses/{name}"}
     responses.update(extra or {})
@@ -478,8 +690,10 @@ def _body(body: Body) -> JSON:
 
 _RUN = [{"$ref": "#/components/parameters/RunId"}]
 _DRIVE_TOKEN = {"$ref": "#/components/parameters/DriveToken"}
-_DRIVE_MISSING = _error("No drive token, or (with --auth-token) no bearer token.",
-                        schema=_error_schema(["missing_drive_token", "unauthorized"]))
+_DRIVE_MISSING = _error(
+    "No drive token, or (with --auth-token) no bearer token.",
+    schema=_error_schema(["missing_drive_token", "unauthorized"]),
+)
 _DRIVE_FORBIDDEN = _error("The drive token is not the run's current lease.", "invalid_drive_token")
 _CONFLICT_OTHER = _error_schema(["client_driven_run", "divergence"])
 
@@ -489,22 +703,34 @@ PATHS: JSON = {
             "operationId": "registerAgent",
             "summary": "Register an agent definition (validated, stored, content-addressed)",
             "description": (
-                "The agent is built first: each MCP server it declares is started or reached, lists its tools "
-                "and is closed again. A definition that will not build is a 400 naming the server and why, "
-                "and nothing is stored."
+                "The agent is built first: each MCP server it declares is started or reached, "
+                "lists its tools and is closed again. A definition that will not build is a 400 "
+                "naming the server and why, and nothing is stored."
             ),
-            "requestBody": {"required": True, "content": {
-                "application/toml": {"schema": {"type": "string"}},
-                "application/json": {"schema": _ref("AgentDefinition")},
-            }},
-            "responses": _responses({"201": ("Registered; `created` is false when it already was.",
-                                             _ref("AgentCreated"))}, "BadRequest", "PayloadTooLarge"),
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/toml": {"schema": {"type": "string"}},
+                    "application/json": {"schema": _ref("AgentDefinition")},
+                },
+            },
+            "responses": _responses(
+                {
+                    "201": (
+                        "Registered; `created` is false when it already was.",
+                        _ref("AgentCreated"),
+                    )
+                },
+                "BadRequest",
+                "PayloadTooLarge",
+            ),
         },
         "get": {
             "operationId": "listAgents",
             "summary": "List the registered agents",
-            "responses": _responses({"200": ("The agents; `name` only when the definition has one.",
-                                             _ref("AgentList"))}),
+            "responses": _responses(
+                {"200": ("The agents; `name` only when the definition has one.", _ref("AgentList"))}
+            ),
         },
     },
     "/v1/agents/{agent_hash}": {
@@ -512,8 +738,10 @@ PATHS: JSON = {
             "operationId": "getAgent",
             "summary": "Read one registered definition back",
             "parameters": [{"$ref": "#/components/parameters/AgentHash"}],
-            "responses": _responses({"200": ("The definition, verbatim.", _ref("Agent"))},
-                                    extra={"404": _error("No agent under that hash.", "unknown_agent")}),
+            "responses": _responses(
+                {"200": ("The definition, verbatim.", _ref("Agent"))},
+                extra={"404": _error("No agent under that hash.", "unknown_agent")},
+            ),
         },
     },
     "/v1/runs": {
@@ -523,14 +751,25 @@ PATHS: JSON = {
             "requestBody": _body(START_RUN),
             "responses": _responses(
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
-                "BadRequest", "PayloadTooLarge",
-                extra={"404": _error("The agent is not registered, or the run named by replay_of does not exist.",
-                                     "unknown_agent", "unknown_run"),
-                        "409": _error("The chosen run_id already has history (`run_exists`), the run named by "
-                                      "replay_of has not completed (`wrong_state`), or the agent is a service whose "
-                                      "proxy port another live run of this daemon holds (`port_held`; "
-                                      "`details.port` and `details.run` name them). Nothing recorded.",
-                                      "run_exists", "wrong_state", "port_held")},
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "404": _error(
+                        "The agent is not registered, or the run "
+                        "named by replay_of does not exist.",
+                        "unknown_agent",
+                        "unknown_run",
+                    ),
+                    "409": _error(
+                        "The chosen run_id already has history (`run_exists`), the run named by "
+                        "replay_of has not completed (`wrong_state`), or the agent is a service "
+                        "whose proxy port another live run of this daemon holds (`port_held`; "
+                        "`details.port` and `details.run` name them). Nothing recorded.",
+                        "run_exists",
+                        "wrong_state",
+                        "port_held",
+                    ),
+                },
             ),
         },
         "get": {
@@ -553,33 +792,54 @@ PATHS: JSON = {
             "operationId": "replayRun",
             "summary": "Dry-run replay: the state folded from the log, executing nothing",
             "parameters": _RUN,
-            "responses": _responses({"200": ("The projection.", _ref("Replay"))}, "BadRequest", "UnknownRun"),
+            "responses": _responses(
+                {"200": ("The projection.", _ref("Replay"))}, "BadRequest", "UnknownRun"
+            ),
         },
     },
     "/v1/runs/{run_id}/events": {
         "get": {
             "operationId": "streamRunEvents",
-            "summary": "The run's events as server-sent events: replay from the cursor, then the live tail",
+            "summary": (
+                "The run's events as server-sent events: replay from the cursor, then the live tail"
+            ),
             "description": (
-                "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no `event:` "
-                "field. When the run rests, one frame `event: end` with `data: <EndFrame>` closes the "
-                "stream; `detached: true` when no driver here is running the run. Lines starting with "
-                "`:` are keep-alive comments. `Last-Event-ID` (wins) or `from_seq` set the cursor; "
-                "with neither the stream starts at seq 0."
+                "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no "
+                "`event:` field. When the run rests, one frame `event: end` with `data: "
+                "<EndFrame>` closes the stream; `detached: true` when no driver here is running "
+                "the run. Lines starting with `:` are keep-alive comments. `Last-Event-ID` (wins) "
+                "or `from_seq` set the cursor; with neither the stream starts at seq 0."
             ),
             "parameters": [
                 *_RUN,
                 {"name": "from_seq", "in": "query", "schema": _WHOLE},
-                {"name": "Last-Event-ID", "in": "header", "schema": _WHOLE_TEXT,
-                 "description": "The last seq this client received; the stream resumes after it."},
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "schema": _WHOLE_TEXT,
+                    "description": (
+                        "The last seq this client received; the stream resumes after it."
+                    ),
+                },
             ],
             "responses": _responses(
                 {},
-                "BadRequest", "UnknownRun",
-                extra={"200": {"description": "The stream.", "content": {"text/event-stream": {
-                    "schema": _ref("StreamFrame"),
-                    "x-frame-schemas": {"message": _ref("Envelope"), "end": _ref("EndFrame")},
-                }}}},
+                "BadRequest",
+                "UnknownRun",
+                extra={
+                    "200": {
+                        "description": "The stream.",
+                        "content": {
+                            "text/event-stream": {
+                                "schema": _ref("StreamFrame"),
+                                "x-frame-schemas": {
+                                    "message": _ref("Envelope"),
+                                    "end": _ref("EndFrame"),
+                                },
+                            }
+                        },
+                    }
+                },
             ),
         },
     },
@@ -590,18 +850,33 @@ PATHS: JSON = {
             "parameters": _RUN,
             "requestBody": _body(RESUME),
             "responses": _responses(
-                {"200": ("The run had already finished; left alone.", _ref("ResumeFinished")),
-                 "202": ("The run is driving again; open its stream to watch.", _ref("ResumeDriving"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                {
+                    "200": ("The run had already finished; left alone.", _ref("ResumeFinished")),
+                    "202": (
+                        "The run is driving again; open its stream to watch.",
+                        _ref("ResumeDriving"),
+                    ),
+                },
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
                 extra={
-                    "404": _error("No run under that id, or its agent is not registered here.",
-                                  "unknown_run", "unknown_agent"),
+                    "404": _error(
+                        "No run under that id, or its agent is not registered here.",
+                        "unknown_run",
+                        "unknown_agent",
+                    ),
                     "409": _error(
-                        "needs_reconciliation (`details.intent`: the dangling write), still_sleeping "
-                        "(`details.wake_at`, `details.remaining_seconds`), or client_driven_run. "
-                        "Nothing recorded.",
-                        schema={"oneOf": [_ref("NeedsReconciliationError"), _ref("StillSleepingError"),
-                                          _CONFLICT_OTHER]},
+                        "needs_reconciliation (`details.intent`: the dangling write), "
+                        "still_sleeping (`details.wake_at`, `details.remaining_seconds`), or "
+                        "client_driven_run. Nothing recorded.",
+                        schema={
+                            "oneOf": [
+                                _ref("NeedsReconciliationError"),
+                                _ref("StillSleepingError"),
+                                _CONFLICT_OTHER,
+                            ]
+                        },
                     ),
                 },
             ),
@@ -610,13 +885,20 @@ PATHS: JSON = {
     "/v1/runs/{run_id}/resolve": {
         "post": {
             "operationId": "resolveRun",
-            "summary": "Record by hand what a dangling write returned (settled_by: operator); drives nothing",
+            "summary": (
+                "Record by hand what a dangling write returned "
+                "(settled_by: operator); drives nothing"
+            ),
             "parameters": _RUN,
             "requestBody": _body(RESOLVE),
             "responses": _responses(
                 {"200": ("Recorded; resume the run to continue it.", _ref("Resolved"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"409": _error("The run has no dangling write.", "wrong_state", "divergence")},
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "409": _error("The run has no dangling write.", "wrong_state", "divergence")
+                },
             ),
         },
     },
@@ -627,9 +909,18 @@ PATHS: JSON = {
             "parameters": _RUN,
             "requestBody": _body(ABANDON),
             "responses": _responses(
-                {"200": ("Abandoned; an abandoned dangling write is named in `status.unresolved_write`.",
-                         _ref("Abandoned"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
+                {
+                    "200": (
+                        (
+                            "Abandoned; an abandoned dangling write is "
+                            "named in `status.unresolved_write`."
+                        ),
+                        _ref("Abandoned"),
+                    )
+                },
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
                 extra={"409": _error("The run is already terminal.", "wrong_state", "divergence")},
             ),
         },
@@ -637,33 +928,55 @@ PATHS: JSON = {
     "/v1/client-tools": {
         "get": {
             "operationId": "listClientTools",
-            "summary": "The client-performed tools the operator declared (salvor serve --client-tool)",
-            "responses": _responses({"200": ("The declarations; absent fields are omitted.", _ref("ClientTools"))}),
+            "summary": (
+                "The client-performed tools the operator declared (salvor serve --client-tool)"
+            ),
+            "responses": _responses(
+                {"200": ("The declarations; absent fields are omitted.", _ref("ClientTools"))}
+            ),
         },
     },
     "/v1/client-runs": {
         "post": {
             "operationId": "openClientRun",
-            "summary": "Open a client-driven run (201), or re-open one: its holder keeps its token, an unheld or "
-                       "adopted run gets a fresh lease (200)",
+            "summary": (
+                "Open a client-driven run (201), or re-open one: its holder keeps its token, an "
+                "unheld or adopted run gets a fresh lease (200)"
+            ),
             "parameters": [_DRIVE_TOKEN],
             "requestBody": _body(OPEN_CLIENT_RUN),
             "responses": _responses(
-                {"201": ("A fresh run: append its RunStarted at seq 0.", _ref("ClientRunOpened")),
-                 "200": ("A re-opened run with its recorded log.", _ref("ClientRunOpened"))},
-                "BadRequest", "PayloadTooLarge",
-                extra={"409": _error("Another driver's lease is current (`details.lapses_in_seconds`), or the id "
-                                     "is a server-driven run.", schema=_error_schema(["lease_held", "run_exists"]))},
+                {
+                    "201": (
+                        "A fresh run: append its RunStarted at seq 0.",
+                        _ref("ClientRunOpened"),
+                    ),
+                    "200": ("A re-opened run with its recorded log.", _ref("ClientRunOpened")),
+                },
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "409": _error(
+                        "Another driver's lease is current (`details.lapses_in_seconds`), or the "
+                        "id is a server-driven run.",
+                        schema=_error_schema(["lease_held", "run_exists"]),
+                    )
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/release": {
         "post": {
             "operationId": "releaseClientRun",
-            "summary": "Hand the lease back (idempotent: `released` is false when nothing was held)",
+            "summary": (
+                "Hand the lease back (idempotent: `released` is false when nothing was held)"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "responses": _responses({"200": ("Released, or nothing to release.", _ref("Released"))}, "BadRequest",
-                                    extra={"403": _DRIVE_FORBIDDEN}),
+            "responses": _responses(
+                {"200": ("Released, or nothing to release.", _ref("Released"))},
+                "BadRequest",
+                extra={"403": _DRIVE_FORBIDDEN},
+            ),
         },
     },
     "/v1/client-runs/{run_id}/heartbeat": {
@@ -671,91 +984,190 @@ PATHS: JSON = {
             "operationId": "heartbeatClientRun",
             "summary": "Refresh the lease without driving (for a driver inside a long body)",
             "parameters": [*_RUN, _DRIVE_TOKEN],
-            "responses": _responses({"200": ("The lease's whole TTL as of this beat.", _ref("LeaseLapse"))},
-                                    "BadRequest", "UnknownRun",
-                                    extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN}),
+            "responses": _responses(
+                {"200": ("The lease's whole TTL as of this beat.", _ref("LeaseLapse"))},
+                "BadRequest",
+                "UnknownRun",
+                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN},
+            ),
         },
     },
     "/v1/client-runs/{run_id}/log": {
         "get": {
             "operationId": "getClientRunLog",
-            "summary": "A client-driven run's recorded envelopes (`from_seq` for the tail); no token needed",
+            "summary": (
+                "A client-driven run's recorded envelopes (`from_seq` "
+                "for the tail); no token needed"
+            ),
             "parameters": [*_RUN, {"name": "from_seq", "in": "query", "schema": _WHOLE}],
-            "responses": _responses({"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"),
+            "responses": _responses(
+                {"200": ("The envelopes.", _ref("ClientLog"))}, "BadRequest", "UnknownRun"
+            ),
         },
     },
     "/v1/client-runs/{run_id}/model-step": {
         "post": {
             "operationId": "clientRunModelStep",
-            "summary": "The daemon performs the model call at `seq` (intent first); a retry of a completed step "
-                       "answers from the log, a dangling one is issued again",
+            "summary": (
+                "The daemon performs the model call at `seq` (intent first); a retry of a "
+                "completed step answers from the log, a dangling one is issued again"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(MODEL_STEP),
             "responses": _responses(
-                {"200": ("The completion (performed now, or recorded before).", _ref("ModelStepDone"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
-                       "409": _error("Another event or request at `seq`, or `seq` beyond the log.", "divergence"),
-                       "502": _error("The provider failed; the intent stays open and the same step retries it.",
-                                     "model_execution"),
-                       "503": _error("No model is configured; nothing recorded.", "model_executor_unavailable")},
+                {
+                    "200": (
+                        "The completion (performed now, or recorded before).",
+                        _ref("ModelStepDone"),
+                    )
+                },
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "409": _error(
+                        "Another event or request at `seq`, or `seq` beyond the log.", "divergence"
+                    ),
+                    "502": _error(
+                        "The provider failed; the intent stays open and the same step retries it.",
+                        "model_execution",
+                    ),
+                    "503": _error(
+                        "No model is configured; nothing recorded.", "model_executor_unavailable"
+                    ),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/tool-step": {
         "post": {
             "operationId": "clientRunToolStep",
-            "summary": "The daemon performs the registry tool call at `seq` with the registered effect; retries "
-                       "follow the effect table",
+            "summary": (
+                "The daemon performs the registry tool call at `seq` with the registered effect; "
+                "retries follow the effect table"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(TOOL_STEP),
             "responses": _responses(
-                {"200": ("The tool's output (performed now, or recorded before).", _ref("ToolStepDone"))},
-                "BadRequest", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
-                       "404": _error("No such client-driven run, or no such tool.", "unknown_run", "unknown_tool"),
-                       "409": _error("Another call at `seq`, or a dangling write (`details.intent`).",
-                                     "divergence", "needs_reconciliation"),
-                       "502": _error("Every attempt failed; the intent stays open.", "tool_execution")},
+                {
+                    "200": (
+                        "The tool's output (performed now, or recorded before).",
+                        _ref("ToolStepDone"),
+                    )
+                },
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "404": _error(
+                        "No such client-driven run, or no such tool.", "unknown_run", "unknown_tool"
+                    ),
+                    "409": _error(
+                        "Another call at `seq`, or a dangling write (`details.intent`).",
+                        "divergence",
+                        "needs_reconciliation",
+                    ),
+                    "502": _error("Every attempt failed; the intent stays open.", "tool_execution"),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/client-tool-intent": {
         "post": {
             "operationId": "clientToolIntent",
-            "summary": "Open a call the client performs itself: recorded write-ahead, its key derived by the daemon",
+            "summary": (
+                "Open a call the client performs itself: recorded "
+                "write-ahead, its key derived by the daemon"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(CLIENT_TOOL_INTENT),
             "responses": _responses(
-                {"200": ("Open (`settled` false) or already completed (`settled` true, with `output`).", _ref("ClientToolOpened"))},
-                "BadRequest", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "404": _error("No such client-driven run, or no such declared tool.", "unknown_run", "unknown_tool"), "409": _error("Another event at `seq`, `seq` beyond the log, or the declared key held by an open call.", "divergence")},
+                {
+                    "200": (
+                        (
+                            "Open (`settled` false) or already completed "
+                            "(`settled` true, with `output`)."
+                        ),
+                        _ref("ClientToolOpened"),
+                    )
+                },
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "404": _error(
+                        "No such client-driven run, or no such declared tool.",
+                        "unknown_run",
+                        "unknown_tool",
+                    ),
+                    "409": _error(
+                        "Another event at `seq`, `seq` beyond the log, or the "
+                        "declared key held by an open call.",
+                        "divergence",
+                    ),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/client-tool-completion": {
         "post": {
             "operationId": "clientToolCompletion",
-            "summary": "Record what the client's own call returned, or how it failed, once the declaration allows and accepts it",
+            "summary": (
+                "Record what the client's own call returned, or how it failed, once the "
+                "declaration allows and accepts it"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(CLIENT_TOOL_COMPLETION),
             "responses": _responses(
                 {"200": ("Recorded.", _ref("Completed"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a completion the declaration does not let the client record.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a tool intent at `seq`.", "divergence")},
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _error(
+                        "A bad drive token, or a completion the declaration "
+                        "does not let the client record.",
+                        "invalid_drive_token",
+                        "client_completion_refused",
+                    ),
+                    "409": _error("The log does not end at a tool intent at `seq`.", "divergence"),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/client-model-intent": {
         "post": {
             "operationId": "clientModelIntent",
-            "summary": "Open a model call the client makes with its own key (the hash is the client's claim)",
+            "summary": (
+                "Open a model call the client makes with its own key "
+                "(the hash is the client's claim)"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(CLIENT_MODEL_INTENT),
             "responses": _responses(
-                {"200": ("Open, or already completed (with `response` and `usage`).", _ref("ClientModelOpened"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("Another request or a salvor-performed call at `seq`, or `seq` beyond the log.", "divergence")},
+                {
+                    "200": (
+                        "Open, or already completed (with `response` and `usage`).",
+                        _ref("ClientModelOpened"),
+                    )
+                },
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "409": _error(
+                        "Another request or a salvor-performed call at "
+                        "`seq`, or `seq` beyond the log.",
+                        "divergence",
+                    ),
+                },
             ),
         },
     },
@@ -767,38 +1179,73 @@ PATHS: JSON = {
             "requestBody": _body(CLIENT_MODEL_COMPLETION),
             "responses": _responses(
                 {"200": ("Recorded.", _ref("Completed"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _error("A bad drive token, or a call salvor performed.", "invalid_drive_token", "client_completion_refused"), "409": _error("The log does not end at a model intent at `seq`.", "divergence")},
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _error(
+                        "A bad drive token, or a call salvor performed.",
+                        "invalid_drive_token",
+                        "client_completion_refused",
+                    ),
+                    "409": _error("The log does not end at a model intent at `seq`.", "divergence"),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/resolve": {
         "post": {
             "operationId": "clientResolve",
-            "summary": "The driver records what its dangling write did (checked against the declaration); it keeps its lease",
+            "summary": (
+                "The driver records what its dangling write did (checked against the "
+                "declaration); it keeps its lease"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(RESOLVE),
             "responses": _responses(
                 {"200": ("Recorded; the run is drivable again.", _ref("ClientResolved"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN, "409": _error("No dangling write to resolve.", "wrong_state", "divergence")},
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "409": _error("No dangling write to resolve.", "wrong_state", "divergence"),
+                },
             ),
         },
     },
     "/v1/client-runs/{run_id}/events": {
         "post": {
             "operationId": "appendClientRunEvents",
-            "summary": "The guarded append: control and context events the client's cursor produced, checked "
-                       "whole before anything is written",
+            "summary": (
+                "The guarded append: control and context events the client's cursor produced, "
+                "checked whole before anything is written"
+            ),
             "parameters": [*_RUN, _DRIVE_TOKEN],
             "requestBody": _body(APPEND_EVENTS),
             "responses": _responses(
-                {"200": ("Appended (a byte-identical retry is reported and changes nothing).", _ref("Appended"))},
-                "BadRequest", "UnknownRun", "PayloadTooLarge",
-                extra={"401": _DRIVE_MISSING, "403": _DRIVE_FORBIDDEN,
-                       "409": _error("Not the legal next event, or other bytes at a recorded seq.", "divergence"),
-                       "422": _error("A model or tool event: those have endpoints of their own.",
-                                     "unsupported_event_kind")},
+                {
+                    "200": (
+                        "Appended (a byte-identical retry is reported and changes nothing).",
+                        _ref("Appended"),
+                    )
+                },
+                "BadRequest",
+                "UnknownRun",
+                "PayloadTooLarge",
+                extra={
+                    "401": _DRIVE_MISSING,
+                    "403": _DRIVE_FORBIDDEN,
+                    "409": _error(
+                        "Not the legal next event, or other bytes at a recorded seq.", "divergence"
+                    ),
+                    "422": _error(
+                        "A model or tool event: those have endpoints of their own.",
+                        "unsupported_event_kind",
+                    ),
+                },
             ),
         },
     },
@@ -806,15 +1253,25 @@ PATHS: JSON = {
         "get": {
             "operationId": "getCapabilities",
             "summary": "What this server can do, and which build it is",
-            "responses": _responses({"200": ("Capabilities and the server's build.", _ref("Capabilities"))}),
+            "responses": _responses(
+                {"200": ("Capabilities and the server's build.", _ref("Capabilities"))}
+            ),
         },
     },
     "/v1/health": {
         "get": {
             "operationId": "getHealth",
-            "summary": "Whether the daemon answers, and how many runs it is still recovering or healing",
-            "responses": _responses({"200": ("The daemon answers (from memory: it never reads the store).",
-                                             _ref("Health"))}),
+            "summary": (
+                "Whether the daemon answers, and how many runs it is still recovering or healing"
+            ),
+            "responses": _responses(
+                {
+                    "200": (
+                        "The daemon answers (from memory: it never reads the store).",
+                        _ref("Health"),
+                    )
+                }
+            ),
         },
     },
     "/v1/openapi.json": {
@@ -829,22 +1286,48 @@ PATHS: JSON = {
 # The streamed model step (Accept: text/event-stream, or ?stream=1): ticker
 # frames while the call runs, then one complete (or error) frame.
 _MODEL_STEP = PATHS["/v1/client-runs/{run_id}/model-step"]["post"]
-_MODEL_STEP["parameters"].append({"name": "stream", "in": "query", "schema": {"const": "1"},
-                                  "description": "Answer as server-sent events (as `Accept: text/event-stream` does)."})
+_MODEL_STEP["parameters"].append(
+    {
+        "name": "stream",
+        "in": "query",
+        "schema": {"const": "1"},
+        "description": "Answer as server-sent events (as `Accept: text/event-stream` does).",
+    }
+)
 _MODEL_STEP["responses"]["200"]["content"]["text/event-stream"] = {
     "schema": {
-        "description": "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
-                       "(`x-frame-schemas` by event name); no `id:`.",
-        **_object({"event": {"enum": ["delta", "complete", "error"]},
-                   "data": {"type": "string", "contentMediaType": "application/json"}}, ["event", "data"]),
+        "description": (
+            "One frame as an SSE client reads it: `event:` names it, `data:` is its JSON "
+            "(`x-frame-schemas` by event name); no `id:`."
+        ),
+        **_object(
+            {
+                "event": {"enum": ["delta", "complete", "error"]},
+                "data": {"type": "string", "contentMediaType": "application/json"},
+            },
+            ["event", "data"],
+        ),
     },
     "x-frame-schemas": {
-        "delta": _object({"type": {"enum": ["text_delta", "thinking_delta", "usage"]}, "index": _SEQ,
-                          "text": {"type": "string"}, "thinking": {"type": "string"}, "usage": {"type": "object"}},
-                         ["type"]),
+        "delta": _object(
+            {
+                "type": {"enum": ["text_delta", "thinking_delta", "usage"]},
+                "index": _SEQ,
+                "text": {"type": "string"},
+                "thinking": {"type": "string"},
+                "usage": {"type": "object"},
+            },
+            ["type"],
+        ),
         "complete": _ref("ModelStepDone"),
-        "error": _object({"code": {"type": "string"}, "message": {"type": "string"}, "details": {"type": "object"}},
-                         ["code", "message"]),
+        "error": _object(
+            {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+            ["code", "message"],
+        ),
     },
 }
 
@@ -854,23 +1337,29 @@ DOCUMENT: JSON = {
     "info": {
         "title": "salvor control plane",
         "version": __version__,
-        "summary": "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream.",
-        "description": "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
-                       "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
-                       "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
-                       "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
-                       "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
-                       "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
-                       "501 `not_implemented` (a transfer-coding other than chunked), "
-                       "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
-                       "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
-                       "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
-                       "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
-                       "a string), else 400 `bad_request`; this holds for every string and number below "
-                       "and is stated once, here.",
+        "summary": (
+            "Durable execution for AI agent runs: agents, runs, their verbs, and the event stream."
+        ),
+        "description": (
+            "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
+            "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
+            "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
+            "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
+            "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
+            "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
+            "501 `not_implemented` (a transfer-coding other than chunked), "
+            "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
+            "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
+            "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
+            "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
+            "a string), else 400 `bad_request`; this holds for every string and number below "
+            "and is stated once, here."
+        ),
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
-    "servers": [{"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}],
+    "servers": [
+        {"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}
+    ],
     # Optional: only a server started with --auth-token checks it.
     "security": [{"bearer": []}, {}],
     "paths": PATHS,
@@ -878,10 +1367,15 @@ DOCUMENT: JSON = {
         "schemas": SCHEMAS,
         "parameters": PARAMETERS,
         "responses": RESPONSES,
-        "securitySchemes": {"bearer": {
-            "type": "http", "scheme": "bearer",
-            "description": "The token in the environment variable `salvor serve --auth-token` names.",
-        }},
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": (
+                    "The token in the environment variable `salvor serve --auth-token` names."
+                ),
+            }
+        },
     },
 }
 
@@ -924,22 +1418,32 @@ _check_codes()
 
 
 def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:
-    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per provider and declared endpoint."""
-    variants: list[JSON] = [{"required": ["provider"], "properties": {"provider": {"const": "demo"}}}]
+    """What ``Credentials.check_llm`` admits, one ``anyOf`` branch per
+    provider and declared endpoint."""
+    variants: list[JSON] = [
+        {"required": ["provider"], "properties": {"provider": {"const": "demo"}}}
+    ]
     for choice in choices:
         required = [] if choice.provider == DEFAULT_PROVIDER else ["provider"]
         if not choice.default:
             required.append("base_url")
-        variants.append({
-            "required": required,
-            "properties": {"provider": {"const": choice.provider}, "base_url": {"const": choice.base_url},
-                           "api_key_env": {"const": choice.key_env} if choice.key_env else {"not": {}}},
-        })
+        variants.append(
+            {
+                "required": required,
+                "properties": {
+                    "provider": {"const": choice.provider},
+                    "base_url": {"const": choice.base_url},
+                    "api_key_env": {"const": choice.key_env} if choice.key_env else {"not": {}},
+                },
+            }
+        )
     return variants
 
 
 @functools.cache
-def _served(tools: tuple[str, ...] | None, process_agents: bool, llm_choices: tuple[LlmChoice, ...] | None) -> JSON:
+def _served(
+    tools: tuple[str, ...] | None, process_agents: bool, llm_choices: tuple[LlmChoice, ...] | None
+) -> JSON:
     document = copy.deepcopy(DOCUMENT)
     schemas = document["components"]["schemas"]
     if llm_choices is not None:
@@ -948,15 +1452,21 @@ def _served(tools: tuple[str, ...] | None, process_agents: bool, llm_choices: tu
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
     if not process_agents:
         schemas["AgentDefinition"] = {
-            "description": "An agent as JSON: this daemon accepts built-in agents only over HTTP (process and "
-                           "service agents need --allow-process-agents).",
+            "description": (
+                "An agent as JSON: this daemon accepts built-in agents only over HTTP (process and "
+                "service agents need --allow-process-agents)."
+            ),
             "allOf": [_ref("BuiltinAgent")],
         }
     return document
 
 
-def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool = True,
-                     llm_choices: Iterable[LlmChoice] | None = None) -> JSON:
+def openapi_document(
+    *,
+    tools: Iterable[str] | None = None,
+    process_agents: bool = True,
+    llm_choices: Iterable[LlmChoice] | None = None,
+) -> JSON:
     """The document (shared: do not mutate it).
 
     Args:
@@ -972,5 +1482,8 @@ def openapi_document(*, tools: Iterable[str] | None = None, process_agents: bool
     """
     if tools is None and process_agents and llm_choices is None:
         return DOCUMENT
-    return _served(None if tools is None else tuple(sorted(tools)), process_agents,
-                   None if llm_choices is None else tuple(llm_choices))
+    return _served(
+        None if tools is None else tuple(sorted(tools)),
+        process_agents,
+        None if llm_choices is None else tuple(llm_choices),
+    )

@@ -50,7 +50,9 @@ def _cursor() -> int:
     if last_event_id is not None:
         last = whole_number(last_event_id)
         if last is None:
-            raise bad_request("Last-Event-ID must be the seq of an event this stream sent (ASCII digits only)")
+            raise bad_request(
+                "Last-Event-ID must be the seq of an event this stream sent (ASCII digits only)"
+            )
         return last + 1
     return seq
 
@@ -102,7 +104,10 @@ def add_stream_route(app: QuartTrio, state) -> None:
                     # A write's intent is recorded before the write runs, so
                     # the log folds to needs_reconciliation while a driver
                     # here is still executing it: that is not a resting point.
-                    in_flight = view.state is RunState.NEEDS_RECONCILIATION and state.drivers.driving(run_id)
+                    in_flight = (
+                        view.state is RunState.NEEDS_RECONCILIATION
+                        and state.drivers.driving(run_id)
+                    )
                     if view.resting and not in_flight:
                         yield end_frame({"status": view.status_at(runtime.clock())})
                         return
@@ -111,9 +116,14 @@ def add_stream_route(app: QuartTrio, state) -> None:
                         not state.attached(run_id)
                         and now - last_progress >= state.detach_grace_seconds
                     ):
-                        yield end_frame({"status": view.status_at(runtime.clock()), "detached": True})
+                        yield end_frame(
+                            {"status": view.status_at(runtime.clock()), "detached": True}
+                        )
                         return
-                    wait = min(state.stream_poll_seconds, max(0.0, last_beat + state.heartbeat_seconds - now))
+                    wait = min(
+                        state.stream_poll_seconds,
+                        max(0.0, last_beat + state.heartbeat_seconds - now),
+                    )
                     with trio.move_on_after(wait):
                         envelope = await subscription.receive.receive()
                         pending.append(envelope)

@@ -106,14 +106,18 @@ class Watch:
 
 
 class DoctorSession:
-    """Stands where a run's ``ProxySession`` stands: answers each call with canned text, records nothing."""
+    """Stands where a run's ``ProxySession`` stands: answers each call with
+    canned text, records nothing."""
 
     async def handle(self, wire: str, body: dict, headers: Mapping[str, str], reply) -> None:
         entry = _CURRENT.get()
         entry.wire, entry.model, entry.stream = wire, body.get("model"), bool(body.get("stream"))
         canned = CANNED.get(wire)
         if canned is None:
-            await reply.json(501, error_body(wire, 501, f"salvor doctor has no canned reply for the {wire} wire yet"))
+            await reply.json(
+                501,
+                error_body(wire, 501, f"salvor doctor has no canned reply for the {wire} wire yet"),
+            )
         elif entry.stream:
             await reply.start_stream(200)
             await reply.chunk(encode_frames(canned.frames(body)))
@@ -139,7 +143,9 @@ class Findings:
     prefix: str  # the capability path the injected base URLs carry
     ending: Ending
     requests: list[Request] = field(default_factory=list)
-    overridden: dict[str, str] = field(default_factory=dict)  # injected base URL variables the definition's env replaced
+    overridden: dict[str, str] = field(
+        default_factory=dict
+    )  # injected base URL variables the definition's env replaced
 
     @property
     def served(self) -> list[Request]:
@@ -152,36 +158,57 @@ class Findings:
 
     @property
     def rejected(self) -> list[Request]:
-        """Requests on a served path whose body the proxy could not take (not a JSON object, too large)."""
-        return [r for r in self.requests if r.wire is None and r.status is not None and r.status >= 400 and r.status != 404]
+        """Requests on a served path whose body the proxy could not take
+        (not a JSON object, too large)."""
+        return [
+            r
+            for r in self.requests
+            if r.wire is None and r.status is not None and r.status >= 400 and r.status != 404
+        ]
 
 
 async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float) -> Ending:
     settings = agent.process
     try:
         process = await open_tied_process(
-            settings.command, cwd=settings.cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            settings.command,
+            cwd=settings.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except OSError as exc:
         where = f" in {settings.cwd}" if settings.cwd else ""
-        return Ending(start_error=f"`{settings.command[0]}`{where} could not be started: {exc.strerror or exc}")
+        return Ending(
+            start_error=(
+                f"`{settings.command[0]}`{where} could not be started: {exc.strerror or exc}"
+            )
+        )
     timed_out, stderr = await supervise(process, timeout)
     if timed_out:
         return Ending(timed_out=True, stderr=stderr)
     return Ending(code=process.returncode, stderr=stderr)
 
 
-def _overridden(agent: AgentDefinition, env: Mapping[str, str], base: str, run_id: str, run_input: Any,
-                environ: Mapping[str, str]) -> dict[str, str]:
+def _overridden(
+    agent: AgentDefinition,
+    env: Mapping[str, str],
+    base: str,
+    run_id: str,
+    run_input: Any,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
     """The injected base URL variables whose value the definition's ``env`` replaced."""
     bare = dataclasses.replace(agent, process=dataclasses.replace(agent.process, env={}))
     injected = agent_environment(bare, run_id, run_input, base, environ)
     return {k: env.get(k, "") for k, v in injected.items() if base in v and env.get(k) != v}
 
 
-async def examine(agent: AgentDefinition, run_input: str, timeout: float,
-                  environ: Mapping[str, str] = os.environ) -> Findings:
+async def examine(
+    agent: AgentDefinition, run_input: str, timeout: float, environ: Mapping[str, str] = os.environ
+) -> Findings:
     """Start the agent once against a doctor proxy and collect what happened."""
     watch: Watch | None = None
 
@@ -199,9 +226,14 @@ async def examine(agent: AgentDefinition, run_input: str, timeout: float,
             ending = await _run_agent(agent, env, timeout)
         finally:
             proxy.detach(capability)
-    return Findings(agent=agent, timeout=timeout, prefix=f"/r/{capability}", ending=ending,
-                    requests=list(watch.requests) if watch else [],
-                    overridden=_overridden(agent, env, base, run_id, run_input, environ))
+    return Findings(
+        agent=agent,
+        timeout=timeout,
+        prefix=f"/r/{capability}",
+        ending=ending,
+        requests=list(watch.requests) if watch else [],
+        overridden=_overridden(agent, env, base, run_id, run_input, environ),
+    )
 
 
 # -- the report ----------------------------------------------------------------
@@ -213,7 +245,7 @@ def _plural(n: int, word: str) -> str:
 
 def _where(findings: Findings, request: Request) -> str:
     if request.path == findings.prefix or request.path.startswith(findings.prefix + "/"):
-        return f"{request.method} {request.path[len(findings.prefix):] or '/'}"
+        return f"{request.method} {request.path[len(findings.prefix) :] or '/'}"
     return f"{request.method} {request.path} (outside the injected base URL)"
 
 
@@ -227,7 +259,9 @@ def _traffic(findings: Findings) -> list[str]:
         return ["proxy: no model call reached it"]
     groups: dict[tuple, list[Request]] = {}
     for request in served:
-        groups.setdefault((request.wire, _where(findings, request), request.stream, request.status), []).append(request)
+        groups.setdefault(
+            (request.wire, _where(findings, request), request.stream, request.status), []
+        ).append(request)
     lines = [f"proxy: {_plural(len(served), 'model call')} reached it"]
     for (wire, where, stream, status), requests in groups.items():
         canned = CANNED.get(wire)
@@ -266,31 +300,45 @@ def _diagnosis(findings: Findings) -> list[str]:
     lines = []
     if findings.overridden:
         names = ", ".join(f"{k}={v!r}" for k, v in findings.overridden.items())
-        lines.append(f"diagnosis: the definition's `env` replaces the base URL salvor injects ({names}); "
-                     f"remove it from `env` so the client is pointed at the proxy")
+        lines.append(
+            f"diagnosis: the definition's `env` replaces the base URL salvor injects ({names}); "
+            f"remove it from `env` so the client is pointed at the proxy"
+        )
     if findings.refused:
         paths = ", ".join(sorted({_where(findings, r) for r in findings.refused}))
-        served = ", ".join(f"POST /{path} ({CANNED[wire].label if wire in CANNED else wire})"
-                           for path, wire in ROUTES.items())
-        lines.append(f"diagnosis: the agent asked the proxy for {paths}, which it does not serve; under the "
-                     f"injected base URL it serves {served}, so the agent's client builds another path from it")
+        served = ", ".join(
+            f"POST /{path} ({CANNED[wire].label if wire in CANNED else wire})"
+            for path, wire in ROUTES.items()
+        )
+        lines.append(
+            f"diagnosis: the agent asked the proxy for {paths}, which it does not serve; under the "
+            f"injected base URL it serves {served}, so the agent's "
+            "client builds another path from it"
+        )
     if findings.rejected:
-        paths = ", ".join(sorted({f"{_where(findings, r)} ({r.status})" for r in findings.rejected}))
-        lines.append(f"diagnosis: the proxy turned down {paths} before it became a model call: the body was not "
-                     f"a JSON object, or was too large")
+        paths = ", ".join(
+            sorted({f"{_where(findings, r)} ({r.status})" for r in findings.rejected})
+        )
+        lines.append(
+            f"diagnosis: the proxy turned down {paths} before it became a model call: the body was "
+            "not a JSON object, or was too large"
+        )
     if e.timed_out:
-        lines.append(f"diagnosis: the agent ran past the {findings.timeout:g}s timeout without a model call "
-                     f"reaching the proxy{_stderr(e)}")
+        lines.append(
+            f"diagnosis: the agent ran past the {findings.timeout:g}s timeout without a model call "
+            f"reaching the proxy{_stderr(e)}"
+        )
     elif e.code != 0:
         how = f"was killed by signal {-e.code}" if e.code < 0 else f"exited with code {e.code}"
         lines.append(f"diagnosis: the agent {how} before reaching the proxy{_stderr(e)}")
     elif not lines:
         # A clean exit with no request at all: the client went elsewhere, or nowhere.
         lines.append(
-            "diagnosis: the agent exited 0 without a model call, so its client never honoured OPENAI_BASE_URL "
-            "(OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients); if it reads another variable, set that "
-            "one from them when it starts, e.g. command = [\"sh\", \"-c\", "
-            "\"MY_LLM_URL=$OPENAI_BASE_URL exec ./my-agent\"], since the URL differs on every run"
+            "diagnosis: the agent exited 0 without a model call, so its client never honoured "
+            "OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL (Anthropic clients); if it "
+            "reads another variable, set that "
+            'one from them when it starts, e.g. command = ["sh", "-c", '
+            '"MY_LLM_URL=$OPENAI_BASE_URL exec ./my-agent"], since the URL differs on every run'
         )
     return lines
 
@@ -298,7 +346,9 @@ def _diagnosis(findings: Findings) -> list[str]:
 def report(findings: Findings) -> tuple[list[str], int]:
     """The report's lines and the exit status."""
     settings = findings.agent.process
-    lines = [f"agent: {shlex.join(settings.command)}" + (f" (in {settings.cwd})" if settings.cwd else "")]
+    lines = [
+        f"agent: {shlex.join(settings.command)}" + (f" (in {settings.cwd})" if settings.cwd else "")
+    ]
     lines += _traffic(findings)
     lines.append(_ending(findings))
     if findings.served:
@@ -317,18 +367,34 @@ def report(findings: Findings) -> tuple[list[str], int]:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("doctor", help="start a process agent once against a canned proxy: does its model traffic reach salvor?")
+    p = sub.add_parser(
+        "doctor",
+        help=(
+            "start a process agent once against a canned proxy: does "
+            "its model traffic reach salvor?"
+        ),
+    )
     p.add_argument("agent", metavar="AGENT", help='agent file (TOML or JSON) of kind = "process"')
-    p.add_argument("--input", metavar="TEXT", default=DEFAULT_INPUT,
-                   help=f"the task handed to the agent (default {DEFAULT_INPUT!r})")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"how long the agent may run (default: the definition's, at most {TIMEOUT_CAP:g})")
+    p.add_argument(
+        "--input",
+        metavar="TEXT",
+        default=DEFAULT_INPUT,
+        help=f"the task handed to the agent (default {DEFAULT_INPUT!r})",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"how long the agent may run (default: the definition's, at most {TIMEOUT_CAP:g})",
+    )
 
 
 async def _load(source: str) -> AgentDefinition:
     if source.startswith("sha256:"):
-        raise UsageError("doctor reads an agent file and opens no store; pass the TOML or JSON file the agent was "
-                         "registered from, not its sha256: hash")
+        raise UsageError(
+            "doctor reads an agent file and opens no store; pass the TOML or JSON file the agent "
+            "was registered from, not its sha256: hash"
+        )
     try:
         agent = await trio.to_thread.run_sync(load_definition, source)
     except DefinitionError as exc:
@@ -361,15 +427,21 @@ async def doctor_main(args: argparse.Namespace) -> int:
         findings = await examine(agent, args.input, timeout)
     except OSError as exc:
         # The agent's own start failure is a finding; this is doctor's proxy.
-        print(f"salvor: doctor could not open its loopback proxy on 127.0.0.1: {exc.strerror or exc}",
-              file=sys.stderr, flush=True)
+        print(
+            f"salvor: doctor could not open its loopback proxy on 127.0.0.1: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_NOT_REACHED
     except BaseException as exc:
         if not _interrupted(exc):
             raise
         # By now the agent's process group is gone (examine's cleanup ran).
-        print("salvor: doctor interrupted before the agent finished; its process group was killed",
-              file=sys.stderr, flush=True)
+        print(
+            "salvor: doctor interrupted before the agent finished; its process group was killed",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_NOT_REACHED
     lines, code = report(findings)
     print("\n".join(lines), flush=True)

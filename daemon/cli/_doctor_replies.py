@@ -24,7 +24,9 @@ from ..proxies import ANTHROPIC_MESSAGES, OPENAI_CHAT
 JSON = dict[str, Any]
 Frames = list[tuple[str | None, str]]
 
-REPLY_TEXT = "salvor doctor: your model call reached the salvor proxy (a canned reply; no model was called)."
+REPLY_TEXT = (
+    "salvor doctor: your model call reached the salvor proxy (a canned reply; no model was called)."
+)
 _ZERO_OPENAI_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 _ZERO_ANTHROPIC_USAGE = {"input_tokens": 0, "output_tokens": 0}
 
@@ -56,18 +58,35 @@ def _openai_body(request: JSON) -> JSON:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": _model(request),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": REPLY_TEXT},
-                     "finish_reason": "stop", "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": REPLY_TEXT},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
         "usage": dict(_ZERO_OPENAI_USAGE),
     }
 
 
 def _openai_frames(request: JSON) -> Frames:
-    head = {"id": "chatcmpl-salvor-doctor", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": _model(request)}
+    head = {
+        "id": "chatcmpl-salvor-doctor",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": _model(request),
+    }
 
     def chunk(delta: JSON, finish: str | None) -> str:
-        return _data({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+        return _data(
+            {
+                **head,
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                ],
+            }
+        )
 
     frames: Frames = [
         (None, chunk({"role": "assistant", "content": REPLY_TEXT}, None)),
@@ -85,8 +104,16 @@ def _openai_frames(request: JSON) -> Frames:
 
 
 def _anthropic_message(request: JSON, content: list, stop: str | None) -> JSON:
-    return {"id": "msg_salvor_doctor", "type": "message", "role": "assistant", "model": _model(request),
-            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": dict(_ZERO_ANTHROPIC_USAGE)}
+    return {
+        "id": "msg_salvor_doctor",
+        "type": "message",
+        "role": "assistant",
+        "model": _model(request),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": dict(_ZERO_ANTHROPIC_USAGE),
+    }
 
 
 def _anthropic_body(request: JSON) -> JSON:
@@ -97,10 +124,17 @@ def _anthropic_frames(request: JSON) -> Frames:
     events = [
         {"type": "message_start", "message": _anthropic_message(request, [], None)},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": REPLY_TEXT}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": REPLY_TEXT},
+        },
         {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-         "usage": {"output_tokens": 0}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 0},
+        },
         {"type": "message_stop"},
     ]
     return [(event["type"], _data(event)) for event in events]
@@ -112,20 +146,44 @@ OPENAI_RESPONSES = "openai.responses"  # the proxy's name for the v1/responses w
 
 
 def _responses_message(done: bool) -> JSON:
-    content = [{"type": "output_text", "text": REPLY_TEXT, "annotations": [], "logprobs": []}] if done else []
-    return {"type": "message", "id": "msg_salvor_doctor", "role": "assistant",
-            "status": "completed" if done else "in_progress", "content": content}
+    content = (
+        [{"type": "output_text", "text": REPLY_TEXT, "annotations": [], "logprobs": []}]
+        if done
+        else []
+    )
+    return {
+        "type": "message",
+        "id": "msg_salvor_doctor",
+        "role": "assistant",
+        "status": "completed" if done else "in_progress",
+        "content": content,
+    }
 
 
 def _responses_object(request: JSON, done: bool) -> JSON:
     return {
-        "id": "resp_salvor_doctor", "object": "response", "created_at": int(time.time()),
-        "status": "completed" if done else "in_progress", "error": None, "incomplete_details": None,
-        "instructions": request.get("instructions"), "model": _model(request),
+        "id": "resp_salvor_doctor",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed" if done else "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.get("instructions"),
+        "model": _model(request),
         "output": [_responses_message(True)] if done else [],
-        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "metadata": {},
-        "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0} if done else None,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "metadata": {},
+        "usage": {
+            "input_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 0,
+        }
+        if done
+        else None,
     }
 
 
@@ -139,7 +197,11 @@ def _responses_frames(request: JSON) -> Frames:
     events = [
         {"type": "response.created", "response": _responses_object(request, False)},
         {"type": "response.in_progress", "response": _responses_object(request, False)},
-        {"type": "response.output_item.added", "output_index": 0, "item": _responses_message(False)},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": _responses_message(False),
+        },
         {**at, "type": "response.content_part.added", "part": {**part, "text": ""}},
         {**at, "type": "response.output_text.delta", "delta": REPLY_TEXT, "logprobs": []},
         {**at, "type": "response.output_text.done", "text": REPLY_TEXT, "logprobs": []},

@@ -60,7 +60,7 @@ def _json_arg(flag: str, text: str) -> Any:
         return parse_strict(text, flag)
     except MalformedJson as exc:
         raise CliError(
-            f"{exc.message}; quote it for the shell, e.g. {flag} '{{\"invoice_id\": \"INV-1001\"}}'"
+            f'{exc.message}; quote it for the shell, e.g. {flag} \'{{"invoice_id": "INV-1001"}}\''
         ) from None
 
 
@@ -117,22 +117,28 @@ class Cli:
                 f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
             )
         if s is RunState.SLEEPING:
-            return f"run {run_id} sleeping until {d['wake_at']}; `salvor wake` continues it once that passes"
+            return (
+                f"run {run_id} sleeping until {d['wake_at']}; `salvor "
+                "wake` continues it once that passes"
+            )
         if s is RunState.BUDGET_EXCEEDED:
             b = d["budget"]
             return (
-                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of {b['limit']}); "
-                f"extend it with `salvor resume {run_id} --input '{{\"extend_by\": N}}'`"
+                f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of "
+                f"{b['limit']}); extend it with `salvor resume {run_id} "
+                "--input '{\"extend_by\": N}'`"
             )
         if s is RunState.NEEDS_RECONCILIATION:
             p = view.pending
             return (
-                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may not have "
-                f"happened; check, then `salvor resolve {run_id} --output JSON`"
+                f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may "
+                f"not have happened; check, then `salvor resolve {run_id} --output JSON`"
             )
         return f"run {run_id} is {s.value}"
 
-    async def _drive_and_report(self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None) -> int:
+    async def _drive_and_report(
+        self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None
+    ) -> int:
         view = await runtime.drive(run_id, agent=agent, on_record=self._on_record)
         return self._report(run_id, view)
 
@@ -145,7 +151,9 @@ class Cli:
         # meanwhile never sees it unlocked and interrupted.
         run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(agent, run_input, labels=_labels(self.args.label), run_id=run_id)
+            run_id = await runtime.start_run(
+                agent, run_input, labels=_labels(self.args.label), run_id=run_id
+            )
             if self.json:
                 _out({"run": run_id})
             else:
@@ -170,8 +178,9 @@ class Cli:
             agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(agent, None, labels=_labels(self.args.label), replay_of=origin,
-                                             run_id=run_id)
+            run_id = await runtime.start_run(
+                agent, None, labels=_labels(self.args.label), replay_of=origin, run_id=run_id
+            )
             if self.json:
                 _out({"run": run_id, "replay_of": origin})
             else:
@@ -180,7 +189,9 @@ class Cli:
 
     async def cmd_resume(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
-        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
+        run_input = (
+            _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
+        )
         async with driving_run(self.locks, run_id):
             decision = await runtime.resume(run_id, run_input)
             if decision.outcome is ResumeOutcome.FINISHED:
@@ -197,7 +208,9 @@ class Cli:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(f"run {run_id}: write resolved; `salvor resume {run_id}` continues it", flush=True)
+            print(
+                f"run {run_id}: write resolved; `salvor resume {run_id}` continues it", flush=True
+            )
         return EXIT_OK
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
@@ -242,14 +255,19 @@ class Cli:
             raise CliError(f"--limit must be a positive whole number of runs, not {limit[:40]!r}")
         state = self.args.state
         if state is not None and state not in RUN_STATES:
-            raise CliError(f"--state {state[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}")
+            raise CliError(
+                f"--state {state[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}"
+            )
         page, _ = await runtime.list_runs(state=state, label=label, limit=int(limit))
         if self.json:
             _out({"runs": [summary.to_json() for summary in page]})
             return EXIT_OK
         for summary in page:
             state = summary.state or "unreadable"
-            print(f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  last {summary.last_recorded_at}")
+            print(
+                f"{summary.run_id}  {state:<21} {summary.event_count:>6} events  "
+                f"last {summary.last_recorded_at}"
+            )
         return EXIT_OK
 
     async def cmd_history(self, runtime: Runtime) -> int:
@@ -278,40 +296,71 @@ class Cli:
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", metavar="URL", help="store URL or SQLite path (default: $SALVOR_STORE, else the state directory)")
+    common.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL or SQLite path (default: $SALVOR_STORE, else the state directory)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    parser = argparse.ArgumentParser(prog="salvor", description="Durable execution for AI agent runs.")
+    parser = argparse.ArgumentParser(
+        prog="salvor", description="Durable execution for AI agent runs."
+    )
     parser.add_argument("--version", action="version", version=f"salvor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", parents=[common], help="start a run of an agent and drive it")
-    p.add_argument("agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash")
+    p.add_argument(
+        "agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash"
+    )
     p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
-    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
+    p.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+    )
     p.add_argument("--run-id", metavar="UUID", help="choose the run id")
 
-    p = sub.add_parser("rerun", parents=[common],
-                       help="re-run a completed agent-process run against its recorded model calls (no upstream call)")
+    p = sub.add_parser(
+        "rerun",
+        parents=[common],
+        help=(
+            "re-run a completed agent-process run against its recorded "
+            "model calls (no upstream call)"
+        ),
+    )
     p.add_argument("run", metavar="RUN", help="the completed run to reproduce")
-    p.add_argument("--agent", metavar="AGENT", help="agent file or sha256: hash to run instead of the origin's own")
-    p.add_argument("--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)")
+    p.add_argument(
+        "--agent",
+        metavar="AGENT",
+        help="agent file or sha256: hash to run instead of the origin's own",
+    )
+    p.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+    )
 
     p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--input", metavar="JSON", help="the input a suspended run waits for, or a budget extension")
+    p.add_argument(
+        "--input", metavar="JSON", help="the input a suspended run waits for, or a budget extension"
+    )
 
     p = sub.add_parser("resolve", parents=[common], help="record by hand what a dangling write did")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--output", metavar="JSON", required=True, help="what the write returned")
-    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
-                   help="the declaration of the client tool whose write this is, to check the output "
-                        "against (as `salvor serve --client-tool` takes it; repeatable)")
+    p.add_argument(
+        "--client-tool",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the declaration of the client tool whose write this is, to check the output "
+        "against (as `salvor serve --client-tool` takes it; repeatable)",
+    )
 
     p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")
     p.add_argument("run", metavar="RUN")
     p.add_argument("--reason", metavar="TEXT")
 
-    sub.add_parser("wake", parents=[common], help="drive every sleeping run whose instant has passed")
+    sub.add_parser(
+        "wake", parents=[common], help="drive every sleeping run whose instant has passed"
+    )
 
     p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     p.add_argument("--state", metavar="STATE", help="only runs in this state")
@@ -319,37 +368,91 @@ def _parser() -> argparse.ArgumentParser:
     # Checked by the command, so a bad value is one sentence like every other refusal.
     p.add_argument("--limit", default="50", metavar="N", help="at most N runs (default 50)")
 
-    p = sub.add_parser("history", parents=[common], help="a run's recorded events (--json: pinned envelopes)")
+    p = sub.add_parser(
+        "history", parents=[common], help="a run's recorded events (--json: pinned envelopes)"
+    )
     p.add_argument("run", metavar="RUN")
 
     p = sub.add_parser("log", parents=[common], help="a run's events, readable")
     p.add_argument("run", metavar="RUN")
 
-    p = sub.add_parser("serve", parents=[common], help="run the daemon: the HTTP control plane, drivers, wake sweeper")
-    p.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8420", help="where to listen (default 127.0.0.1:8420)")
-    p.add_argument("--auth-token", metavar="ENV_VAR", help="name of the environment variable holding the bearer token")
-    p.add_argument("--wake-interval", type=float, default=60.0, metavar="SECONDS",
-                   help="how often the wake sweeper runs (default 60; 0 turns it off)")
-    p.add_argument("--demo-tools", action="store_true", help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)")
-    p.add_argument("--allow-process-agents", action="store_true",
-                   help="accept process agents (commands this daemon runs) and service agents (a loopback "
-                        "port it binds, a URL it POSTs to) through POST /v1/agents")
-    p.add_argument("--client-tool", action="append", default=[], metavar="FILE",
-                   help="declare a tool clients perform themselves (TOML or JSON; repeatable)")
-    p.add_argument("--proxy-port", type=int, default=0, metavar="PORT",
-                   help="the loopback port process agents' model calls go through (default: a free one)")
-    p.add_argument("--model-endpoint", action="append", default=[], metavar="URL[,key_env=VAR|,key_file=PATH]",
-                   help="a model endpoint agents registered over HTTP may name, and the one key it gets (repeatable)")
-    p.add_argument("--mcp-origin", action="append", default=[], metavar="ORIGIN[,header_env=VAR]",
-                   help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
-                        "may name (repeatable)")
+    p = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="run the daemon: the HTTP control plane, drivers, wake sweeper",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8420",
+        help="where to listen (default 127.0.0.1:8420)",
+    )
+    p.add_argument(
+        "--auth-token",
+        metavar="ENV_VAR",
+        help="name of the environment variable holding the bearer token",
+    )
+    p.add_argument(
+        "--wake-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often the wake sweeper runs (default 60; 0 turns it off)",
+    )
+    p.add_argument(
+        "--demo-tools",
+        action="store_true",
+        help="register the demo tools (lookup_invoice, issue_refund, send_email, ...)",
+    )
+    p.add_argument(
+        "--allow-process-agents",
+        action="store_true",
+        help="accept process agents (commands this daemon runs) and service agents (a loopback "
+        "port it binds, a URL it POSTs to) through POST /v1/agents",
+    )
+    p.add_argument(
+        "--client-tool",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="declare a tool clients perform themselves (TOML or JSON; repeatable)",
+    )
+    p.add_argument(
+        "--proxy-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="the loopback port process agents' model calls go through (default: a free one)",
+    )
+    p.add_argument(
+        "--model-endpoint",
+        action="append",
+        default=[],
+        metavar="URL[,key_env=VAR|,key_file=PATH]",
+        help=(
+            "a model endpoint agents registered over HTTP may name, and "
+            "the one key it gets (repeatable)"
+        ),
+    )
+    p.add_argument(
+        "--mcp-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN[,header_env=VAR]",
+        help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
+        "may name (repeatable)",
+    )
 
     # doctor opens no store, so it takes none of the common options.
     add_doctor_parser(sub)
 
-    p = sub.add_parser("replay", parents=[common], help="derive a run's state from its log, executing nothing")
+    p = sub.add_parser(
+        "replay", parents=[common], help="derive a run's state from its log, executing nothing"
+    )
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--dry-run", action="store_true", help="required: print the derived state as JSON")
+    p.add_argument(
+        "--dry-run", action="store_true", help="required: print the derived state as JSON"
+    )
     return parser
 
 
@@ -371,7 +474,9 @@ def _serve_config(args: argparse.Namespace, url: str):
     if args.auth_token:
         token = os.environ.get(args.auth_token)
         if not token:
-            raise CliError(f"--auth-token names {args.auth_token}, but that environment variable is not set")
+            raise CliError(
+                f"--auth-token names {args.auth_token}, but that environment variable is not set"
+            )
     if args.wake_interval < 0:
         raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
     if not 0 <= args.proxy_port <= 65535:
@@ -385,9 +490,19 @@ def _serve_config(args: argparse.Namespace, url: str):
         credentials = Credentials.for_daemon(args.model_endpoint, args.mcp_origin)
     except CredentialError as exc:
         raise CliError(str(exc)) from None
-    return ServeConfig(credentials=credentials, host=host.strip("[]"), port=int(port), store_url=url, auth_token=token, lease_ttl=ttl, client_tools=client_tools,
-                       wake_interval=args.wake_interval, demo_tools=args.demo_tools,
-                       proxy_port=args.proxy_port, allow_process_agents=args.allow_process_agents)
+    return ServeConfig(
+        credentials=credentials,
+        host=host.strip("[]"),
+        port=int(port),
+        store_url=url,
+        auth_token=token,
+        lease_ttl=ttl,
+        client_tools=client_tools,
+        wake_interval=args.wake_interval,
+        demo_tools=args.demo_tools,
+        proxy_port=args.proxy_port,
+        allow_process_agents=args.allow_process_agents,
+    )
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -405,19 +520,26 @@ async def _main(args: argparse.Namespace) -> int:
 
         config = _serve_config(args, url)
         await _check_resolves(config.host, config.port)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
         await serve(config)
         return EXIT_OK
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
             return await getattr(Cli(args), "cmd_" + args.command)(Runtime(access, demo_registry()))
-    hint = (f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
-            if args.command == "resume" else "it wakes sleeping runs itself")
+    hint = (
+        f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
+        if args.command == "resume"
+        else "it wakes sleeping runs itself"
+    )
     async with (
         own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
         open_store_access(url) as access,
     ):
-        return await getattr(Cli(args, locks), "cmd_" + args.command)(Runtime(access, demo_registry()))
+        return await getattr(Cli(args, locks), "cmd_" + args.command)(
+            Runtime(access, demo_registry())
+        )
 
 
 async def _check_resolves(host: str, port: int) -> None:
@@ -425,7 +547,9 @@ async def _check_resolves(host: str, port: int) -> None:
     try:
         await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except OSError as exc:
-        raise CliError(f"--listen host {host[:80]!r} does not resolve to an address ({exc.strerror or exc})") from None
+        raise CliError(
+            f"--listen host {host[:80]!r} does not resolve to an address ({exc.strerror or exc})"
+        ) from None
 
 
 def _sole(group: BaseExceptionGroup) -> BaseException:
@@ -456,4 +580,3 @@ def main(argv: list[str] | None = None) -> int:
         message = "interrupted; the run keeps its log and `salvor resume RUN` continues it"
     print(f"salvor: {message}", file=sys.stderr, flush=True)
     return EXIT_ERROR
-

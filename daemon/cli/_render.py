@@ -11,7 +11,9 @@ _MAX = 96
 
 
 def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    )
     return text if len(text) <= _MAX else text[: _MAX - 1] + "…"
 
 
@@ -27,13 +29,17 @@ def describe(envelope: Envelope) -> str:
     elif kind is EventKind.MODEL_CALL_REQUESTED:
         detail = payload["request_hash"][:19] + "…"
     elif kind is EventKind.MODEL_CALL_COMPLETED:
-        blocks = payload["response"].get("content", []) if isinstance(payload["response"], dict) else []
+        blocks = (
+            payload["response"].get("content", []) if isinstance(payload["response"], dict) else []
+        )
         said = [b.get("text", "") for b in blocks if b.get("type") == "text"]
         calls = [b.get("name") for b in blocks if b.get("type") == "tool_use"]
         usage = payload["usage"]
-        detail = f"for seq {payload['seq']}: " + (
-            f"calls {', '.join(calls)}" if calls else _short(" ".join(said))
-        ) + f" ({usage['input_tokens']} in / {usage['output_tokens']} out)"
+        detail = (
+            f"for seq {payload['seq']}: "
+            + (f"calls {', '.join(calls)}" if calls else _short(" ".join(said)))
+            + f" ({usage['input_tokens']} in / {usage['output_tokens']} out)"
+        )
     elif kind is EventKind.TOOL_CALL_REQUESTED:
         detail = f"{payload['tool']} ({payload['effect']}) {_short(payload['input'])}"
         if payload["idempotency_key"]:

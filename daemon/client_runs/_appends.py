@@ -35,13 +35,24 @@ from ..web import OperationRefused, bad_request, unknown_run
 from ._leases import LeaseRegistry
 
 # What the client's own cursor emits: no secret, no outside effect.
-APPENDABLE = frozenset({
-    EventKind.RUN_STARTED, EventKind.NOW_OBSERVED, EventKind.RANDOM_OBSERVED, EventKind.SUSPENDED,
-    EventKind.RESUMED, EventKind.SLEEP_STARTED, EventKind.SLEEP_COMPLETED, EventKind.BUDGET_EXCEEDED,
-    EventKind.RUN_COMPLETED, EventKind.RUN_FAILED,
-})
-_STEPS = ("model and tool events are recorded through the model-step, tool-step, client-tool and "
-          "client-model endpoints, never appended by hand")
+APPENDABLE = frozenset(
+    {
+        EventKind.RUN_STARTED,
+        EventKind.NOW_OBSERVED,
+        EventKind.RANDOM_OBSERVED,
+        EventKind.SUSPENDED,
+        EventKind.RESUMED,
+        EventKind.SLEEP_STARTED,
+        EventKind.SLEEP_COMPLETED,
+        EventKind.BUDGET_EXCEEDED,
+        EventKind.RUN_COMPLETED,
+        EventKind.RUN_FAILED,
+    }
+)
+_STEPS = (
+    "model and tool events are recorded through the model-step, tool-step, client-tool and "
+    "client-model endpoints, never appended by hand"
+)
 MAX_EVENTS_PER_APPEND = 1024
 # How many runs' last views are kept (a hint each; see ``ClientAppends``).
 LAST_VIEWS = 4096
@@ -60,8 +71,11 @@ def _stamped(envelope: Envelope) -> Envelope:
 
 # Where a kind the generic append never takes is recorded instead, for the refusal.
 _ABANDONED = "a run is abandoned by POST /v1/runs/{id}/abandon, never by an appended event"
-_NOT_APPENDABLE = {kind.value: _ABANDONED if kind is EventKind.RUN_ABANDONED else _STEPS
-                   for kind in EventKind if kind not in APPENDABLE}
+_NOT_APPENDABLE = {
+    kind.value: _ABANDONED if kind is EventKind.RUN_ABANDONED else _STEPS
+    for kind in EventKind
+    if kind not in APPENDABLE
+}
 
 
 def _refuse_unappendable(index: int, item: object) -> None:
@@ -98,7 +112,9 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
         except MalformedEvent as exc:
             raise bad_request(f"events[{index}]: {exc.message}") from None
         if envelope.run_id != run_id:
-            raise bad_request(f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}")
+            raise bad_request(
+                f"events[{index}] is for run {excerpt(envelope.run_id)}, not {run_id}"
+            )
         kind = envelope.event.KIND
         if kind is EventKind.RUN_STARTED:
             checked_labels(envelope.event.labels, f"events[{index}]: ")
@@ -135,7 +151,8 @@ class ClientAppends:
         return view is not None and view.driven_by == Actor.CLIENT
 
     async def driving(self, run_id: str, token: str | None) -> str:
-        """The canonical run id of a driving call, once its run and the presented drive token check out.
+        """The canonical run id of a driving call, once its run and the
+        presented drive token check out.
 
         Raises:
             OperationRefused: bad_request (not a run id), unknown_run (no client-driven run),
@@ -174,24 +191,29 @@ class ClientAppends:
         for envelope in batch:
             known = recorded.get(envelope.seq)
             if known is not None and not new:
-                # A retry of what is already recorded is a no-op; anything else there is a divergence.
-                if known.event.KIND is not envelope.event.KIND or encode_payload(known.event, seq=known.seq) != encode_payload(envelope.event, seq=envelope.seq):
+                # A retry of what is already recorded is a no-op;
+                # anything else there is a divergence.
+                if known.event.KIND is not envelope.event.KIND or encode_payload(
+                    known.event, seq=known.seq
+                ) != encode_payload(envelope.event, seq=envelope.seq):
                     raise GuardRefusal(
-                        f"seq {envelope.seq} of run {run_id} already holds a different {known.event.KIND.value}; "
-                        f"the log is append-only"
+                        f"seq {envelope.seq} of run {run_id} already holds a different "
+                        f"{known.event.KIND.value}; the log is append-only"
                     )
                 appended.append(envelope.seq)
                 continue
             expected = view.next_seq + len(new)
             if envelope.seq != expected:
                 raise GuardRefusal(
-                    f"events must be appended in order: seq {envelope.seq} is not the next position {expected} "
-                    f"of run {run_id}"
+                    f"events must be appended in order: seq {envelope.seq} is not the next "
+                    f"position {expected} of run {run_id}"
                 )
             new.append(envelope)
         if new:
             if new[0].event.KIND is not EventKind.RUN_STARTED and view.next_seq == 0:
-                raise GuardRefusal(f"run {run_id} has no head yet: its first event must be a RunStarted")
+                raise GuardRefusal(
+                    f"run {run_id} has no head yet: its first event must be a RunStarted"
+                )
             envelopes, view = await self._access.append(run_id, [e.event for e in new], view)
             appended.extend(e.seq for e in envelopes)
         if len(self._last_views) >= LAST_VIEWS:

@@ -32,15 +32,35 @@ from salvor.protocol import (
 
 from ..web import bad_request
 
-_FIELDS = {"name", "effect", "input_schema", "output_schema", "trust_completion", "idempotency_key", "require_equal"}
+_FIELDS = {
+    "name",
+    "effect",
+    "input_schema",
+    "output_schema",
+    "trust_completion",
+    "idempotency_key",
+    "require_equal",
+}
 _HONOURED = {
-    "type", "required", "properties", "items", "enum", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems",
+    "type",
+    "required",
+    "properties",
+    "items",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
 }
 
 
 class DeclarationError(ValueError):
-    """A declaration file that does not validate; the message is one sentence naming the file and field."""
+    """A declaration file that does not validate; the message is one
+    sentence naming the file and field."""
 
 
 def honoured(schema: Any) -> Any:
@@ -68,8 +88,13 @@ class ClientTool:
     require_equal: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """The declaration as ``GET /v1/client-tools`` lists it (absent fields omitted, never null)."""
-        body: dict[str, Any] = {"name": self.name, "effect": self.effect.value, "input_schema": self.input_schema}
+        """The declaration as ``GET /v1/client-tools`` lists it (absent
+        fields omitted, never null)."""
+        body: dict[str, Any] = {
+            "name": self.name,
+            "effect": self.effect.value,
+            "input_schema": self.input_schema,
+        }
         if self.output_schema is not None:
             body["output_schema"] = self.output_schema
         body["trust_completion"] = self.trust_completion
@@ -84,7 +109,8 @@ class ClientTool:
         _check(honoured(self.input_schema), tool_input, f"the input of client tool {self.name}")
 
     def check_output(self, output: Any, recorded_input: Any) -> None:
-        """A finished call's output against the declaration: its schema, then every ``require_equal`` field.
+        """A finished call's output against the declaration: its schema, then
+        every ``require_equal`` field.
 
         Raises:
             OperationRefused: bad_request naming the tool and what is wrong.
@@ -97,8 +123,9 @@ class ClientTool:
             if got is _MISSING or got != asked:
                 shown = "missing" if got is _MISSING else json.dumps(got)
                 raise bad_request(
-                    f"client tool {self.name}: the output's `{name}` is {shown}, but the recorded intent asked "
-                    f"for {json.dumps(asked)}; require_equal holds them to the same value"
+                    f"client tool {self.name}: the output's `{name}` is {shown}, but the recorded "
+                    f"intent asked for {json.dumps(asked)}; "
+                    "require_equal holds them to the same value"
                 )
 
     def key(self, run_id: str, seq: int, tool_input: Any) -> str:
@@ -112,13 +139,17 @@ class ClientTool:
         identity: dict[str, Any] = {"run": run_id, "tool": self.name}
         for name in self.idempotency_key:
             if not isinstance(tool_input, dict) or name not in tool_input:
-                raise bad_request(f"client tool {self.name} derives its idempotency key from `{name}`, which the input lacks")
+                raise bad_request(
+                    f"client tool {self.name} derives its idempotency key from "
+                    f"`{name}`, which the input lacks"
+                )
             identity[name] = tool_input[name]
         return sha256_hash(identity)
 
     @property
     def deduplicates(self) -> bool:
-        """A declared key dedupes a write or an idempotent call; a read never (a poll must see change)."""
+        """A declared key dedupes a write or an idempotent call; a read
+        never (a poll must see change)."""
         return bool(self.idempotency_key) and self.effect is not Effect.READ
 
 
@@ -135,13 +166,20 @@ def _check(schema: dict, value: Any, what: str) -> None:
 def _names(raw: Any, field: str, where: str) -> tuple[str, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw) or len(set(raw)) != len(raw):
+    if (
+        not isinstance(raw, list)
+        or not all(isinstance(n, str) and n for n in raw)
+        or len(set(raw)) != len(raw)
+    ):
         raise DeclarationError(f"{where}: `{field}` must be a list of distinct input field names")
     return tuple(raw)
 
 
-def check_resolution(tools: Mapping[str, ClientTool], tool: str, recorded_input: Any, output: Any) -> None:
-    """A hand-recorded output for a client's write must satisfy the tool's declaration (not its trust rule).
+def check_resolution(
+    tools: Mapping[str, ClientTool], tool: str, recorded_input: Any, output: Any
+) -> None:
+    """A hand-recorded output for a client's write must satisfy the tool's
+    declaration (not its trust rule).
 
     The client's call was never witnessed by salvor: the declaration is the
     only thing that says what a finished one looks like.
@@ -151,9 +189,11 @@ def check_resolution(tools: Mapping[str, ClientTool], tool: str, recorded_input:
     """
     declared = tools.get(tool)
     if declared is None:
-        raise bad_request(f"the dangling call is client tool {tool!r}, and no declaration of it is loaded "
-                          f"here; give its declaration with --client-tool (to `salvor serve`, or to "
-                          f"`salvor resolve`) so the output can be checked")
+        raise bad_request(
+            f"the dangling call is client tool {tool!r}, and no declaration of it is loaded "
+            f"here; give its declaration with --client-tool (to `salvor serve`, or to "
+            f"`salvor resolve`) so the output can be checked"
+        )
     declared.check_output(output, recorded_input)
 
 
@@ -171,33 +211,46 @@ def parse_declaration(text: str, fmt: str, *, where: str = "the declaration") ->
         raise DeclarationError(f"{where} must be a table of fields")
     unknown = sorted(set(raw) - _FIELDS)
     if unknown:
-        raise DeclarationError(f"{where}: unknown field `{unknown[0]}`; a declaration takes {', '.join(sorted(_FIELDS))}")
+        raise DeclarationError(
+            f"{where}: unknown field `{unknown[0]}`; a declaration "
+            f"takes {', '.join(sorted(_FIELDS))}"
+        )
     name = raw.get("name")
     if not isinstance(name, str) or not name or len(name) > 64:
         raise DeclarationError(f"{where}: `name` must be a tool name of 1 to 64 characters")
     try:
         effect = Effect(raw.get("effect"))
     except ValueError:
-        raise DeclarationError(f"{where}: `effect` must be one of read, idempotent, write") from None
+        raise DeclarationError(
+            f"{where}: `effect` must be one of read, idempotent, write"
+        ) from None
     schemas = {}
     for field in ("input_schema", "output_schema"):
         schema = raw.get(field)
         if schema is None:
             if field == "input_schema":
-                raise DeclarationError(f"{where}: `input_schema` is required (the tool's parameter schema)")
+                raise DeclarationError(
+                    f"{where}: `input_schema` is required (the tool's parameter schema)"
+                )
             continue
         try:
             check_schema(schema)
             check_schema(honoured(schema))
         except MalformedEvent as exc:
-            raise DeclarationError(f"{where}: `{field}` is not a usable JSON schema: {exc.message}") from None
+            raise DeclarationError(
+                f"{where}: `{field}` is not a usable JSON schema: {exc.message}"
+            ) from None
         schemas[field] = schema
     trust = raw.get("trust_completion", False)
     if not isinstance(trust, bool):
         raise DeclarationError(f"{where}: `trust_completion` must be true or false")
     return ClientTool(
-        name=name, effect=effect, input_schema=schemas["input_schema"], output_schema=schemas.get("output_schema"),
-        trust_completion=trust, idempotency_key=_names(raw.get("idempotency_key"), "idempotency_key", where),
+        name=name,
+        effect=effect,
+        input_schema=schemas["input_schema"],
+        output_schema=schemas.get("output_schema"),
+        trust_completion=trust,
+        idempotency_key=_names(raw.get("idempotency_key"), "idempotency_key", where),
         require_equal=_names(raw.get("require_equal"), "require_equal", where),
     )
 
@@ -215,7 +268,9 @@ def load_declarations(paths: Iterable[str]) -> dict[str, ClientTool]:
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
-            raise DeclarationError(f"--client-tool {path}: cannot read it ({exc.strerror or exc})") from None
+            raise DeclarationError(
+                f"--client-tool {path}: cannot read it ({exc.strerror or exc})"
+            ) from None
         tool = parse_declaration(text, fmt, where=f"--client-tool {path}")
         if tool.name in tools:
             raise DeclarationError(f"--client-tool {path}: tool {tool.name!r} is declared twice")

@@ -110,13 +110,16 @@ class LeaseRegistry:
 
     @staticmethod
     def _matches(lease: _Lease, presented: str | None) -> bool:
-        return presented is not None and hmac.compare_digest(presented.encode(), lease.token.encode())
+        return presented is not None and hmac.compare_digest(
+            presented.encode(), lease.token.encode()
+        )
 
     def _refresh(self, lease: _Lease) -> None:
         lease.expires_at = trio.current_time() + self.ttl
 
     def opened(self, run_id: str) -> bool:
-        """Whether the run was opened here under a lease still standing (a lapsed one is forgotten first)."""
+        """Whether the run was opened here under a lease still standing (a
+        lapsed one is forgotten first)."""
         self._current(run_id)
         return run_id in self._opened
 
@@ -125,12 +128,19 @@ class LeaseRegistry:
         return self._current(run_id) is not None
 
     def record_prompts(self, run_id: str) -> bool:
-        """What the current lease's open said of keeping model request bodies (False without one)."""
+        """What the current lease's open said of keeping model request
+        bodies (False without one)."""
         lease = self._current(run_id)
         return lease is not None and lease.record_prompts
 
-    def open(self, run_id: str, presented: str | None, *, terminal: bool = False,
-             record_prompts: bool = False) -> str:
+    def open(
+        self,
+        run_id: str,
+        presented: str | None,
+        *,
+        terminal: bool = False,
+        record_prompts: bool = False,
+    ) -> str:
         """The drive token for an open: the presented one back while it holds, else a fresh lease.
 
         A terminal run is never held: it takes no more appends, so it opens at once.

@@ -1,4 +1,5 @@
-"""Calls a client performs itself, with its own secrets: recorded write-ahead, completed on its report.
+"""Calls a client performs itself, with its own secrets: recorded
+write-ahead, completed on its report.
 
 The daemon never sees these calls happen. It records the intent before the
 client acts (``performed_by: "client"``), derives a client tool's
@@ -54,7 +55,9 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
     return tool
 
 
-async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: int, tool_input: Any) -> dict:
+async def tool_intent(
+    access: StoreAccess, tool: ClientTool, run_id: str, seq: int, tool_input: Any
+) -> dict:
     """Open (or find again) the client-performed call at ``seq``; what the client must do next."""
     tool.check_input(tool_input)
     key = tool.key(run_id, seq, tool_input)
@@ -64,10 +67,12 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     answer: dict[str, Any] = {"seq": seq, "idempotency_key": key, "effect": tool.effect.value, "settled": False}
     if found.intent is not None:
         recorded = found.intent.event
-        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(recorded, seq=seq) != encode_payload(intent, seq=seq):
+        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(
+            recorded, seq=seq
+        ) != encode_payload(intent, seq=seq):
             raise GuardRefusal(
-                f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this call; "
-                f"a retry must post the same tool and input to the same position"
+                f"seq {seq} of run {run_id} already holds a {recorded.KIND.value} that is not this "
+                "call; a retry must post the same tool and input to the same position"
             )
         if found.completion is not None:
             answer.update(settled=True, output=found.completion.event.output)
@@ -79,28 +84,37 @@ async def tool_intent(access: StoreAccess, tool: ClientTool, run_id: str, seq: i
     if claim is not None and claim.state == "settled":
         # The same call (by its declared key) already landed: copy its
         # completion here; the client performs nothing.
-        copied = ToolCallCompleted(seq=seq, output=claim.output,
-                                   deduplicated_from={"run_id": claim.run_id, "seq": claim.seq})
+        copied = ToolCallCompleted(
+            seq=seq,
+            output=claim.output,
+            deduplicated_from={"run_id": claim.run_id, "seq": claim.seq},
+        )
         await access.append(run_id, [intent, copied], found.view)
         answer.update(settled=True, output=claim.output)
         return answer
     if claim is not None:
         raise GuardRefusal(
-            f"the key of this {tool.name} call is held by the unfinished call at seq {claim.seq}; open it again "
-            f"once that one is settled"
+            f"the key of this {tool.name} call is held by the unfinished call at seq {claim.seq}; "
+            "open it again once that one is settled"
         )
     try:
         await access.append(run_id, [intent], found.view, claim=key)
     except ClaimHeld as exc:
-        raise GuardRefusal(f"the key of this {tool.name} call was just claimed by another call: {exc.message}") from None
+        raise GuardRefusal(
+            f"the key of this {tool.name} call was just claimed by another call: {exc.message}"
+        ) from None
     return answer
 
 
-async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int,
-                          body: dict) -> dict:
-    """Record what the client says its call at ``seq`` returned (``output``) or how it failed (``error``)."""
+async def tool_completion(
+    access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int, body: dict
+) -> dict:
+    """Record what the client says its call at ``seq`` returned (``output``)
+    or how it failed (``error``)."""
     if ("output" in body) == ("error" in body):
-        raise bad_request("give exactly one of `output` (what the call returned) and `error` (how it failed)")
+        raise bad_request(
+            "give exactly one of `output` (what the call returned) and `error` (how it failed)"
+        )
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.TOOL or pending.seq != seq:
@@ -111,22 +125,33 @@ async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run
                                  f"a client cannot complete it")
     tool = tools.get(intent.tool)
     if tool is None:
-        raise bad_request(f"client tool {intent.tool!r} is no longer declared here; declare it with --client-tool")
+        raise bad_request(
+            f"client tool {intent.tool!r} is no longer declared here; declare it with --client-tool"
+        )
     if not tool.trust_completion:
         raise completion_refused(
-            f"client tool {tool.name} is declared trust_completion = false: a person resolves its calls "
-            f"(POST /v1/runs/{run_id}/resolve), not the client that made them"
+            f"client tool {tool.name} is declared trust_completion = false: a person resolves its "
+            f"calls (POST /v1/runs/{run_id}/resolve), not the client that made them"
         )
     if "output" in body:
         if tool.output_schema is None:
-            raise completion_refused(f"client tool {tool.name} declares no output_schema, so a reported output "
-                                     f"could not be checked and is not recorded")
+            raise completion_refused(
+                f"client tool {tool.name} declares no output_schema, so a reported output "
+                f"could not be checked and is not recorded"
+            )
         tool.check_output(body["output"], intent.input)
         output = body["output"]
     else:
         error = body["error"]
-        if not isinstance(error, dict) or set(error) - {"message", "kind"} or not isinstance(error.get("message"), str):
-            raise bad_request("`error` must be {message: string, kind?: invalid_input|handler|output_serialization}")
+        if (
+            not isinstance(error, dict)
+            or set(error) - {"message", "kind"}
+            or not isinstance(error.get("message"), str)
+        ):
+            raise bad_request(
+                "`error` must be {message: string, kind?: "
+                "invalid_input|handler|output_serialization}"
+            )
         kind = error.get("kind", "handler")
         if kind not in ERROR_KINDS:
             raise bad_request(f"`error.kind` must be one of {', '.join(ERROR_KINDS)}")
@@ -136,11 +161,20 @@ async def tool_completion(access: StoreAccess, tools: dict[str, ClientTool], run
     return {"seq": seq, "completed": True}
 
 
-async def model_intent(access: StoreAccess, run_id: str, seq: int, request_hash: Any, request_body: Any,
-                       *, record_prompts: bool) -> dict:
+async def model_intent(
+    access: StoreAccess,
+    run_id: str,
+    seq: int,
+    request_hash: Any,
+    request_body: Any,
+    *,
+    record_prompts: bool,
+) -> dict:
     """Open (or find again) the client-performed model call at ``seq``."""
     if not isinstance(request_hash, str) or not _HASH.match(request_hash):
-        raise bad_request("`request_hash` must be sha256:<64 lower-case hex digits> of the canonical request")
+        raise bad_request(
+            "`request_hash` must be sha256:<64 lower-case hex digits> of the canonical request"
+        )
     found = await at_seq(access, run_id, seq)
     if found.intent is not None:
         recorded = found.intent.event
@@ -159,7 +193,9 @@ async def model_intent(access: StoreAccess, run_id: str, seq: int, request_hash:
     return {"seq": seq, "settled": False}
 
 
-async def model_completion(access: StoreAccess, run_id: str, seq: int, response: Any, usage: Any) -> dict:
+async def model_completion(
+    access: StoreAccess, run_id: str, seq: int, response: Any, usage: Any
+) -> dict:
     """Record what the client says its model call at ``seq`` returned."""
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None

@@ -48,7 +48,9 @@ MODEL_REQUEST_FIELDS = frozenset(_REQUEST_KEYS)
 
 
 @asynccontextmanager
-async def open_model_executor(environ: Mapping[str, str] = os.environ) -> AsyncIterator[ModelGateway | None]:
+async def open_model_executor(
+    environ: Mapping[str, str] = os.environ,
+) -> AsyncIterator[ModelGateway | None]:
     """The daemon's own model client for server-performed steps, or None when none is configured.
 
     It speaks the Messages wire to ``SALVOR_MODEL_BASE_URL`` (else the public
@@ -75,29 +77,41 @@ def check_model_request(request: Any) -> None:
         raise bad_request("`request` must be a model request object")
     unknown = sorted(set(request) - _REQUEST_KEYS)
     if unknown:
-        raise bad_request(f"`request` has an unknown field `{unknown[0]}`; it takes {', '.join(sorted(_REQUEST_KEYS))}")
+        raise bad_request(
+            f"`request` has an unknown field `{unknown[0]}`; it takes "
+            f"{', '.join(sorted(_REQUEST_KEYS))}"
+        )
     if not isinstance(request.get("model"), str) or not request["model"]:
         raise bad_request("`request.model` must be a non-empty string")
     if type(request.get("max_tokens")) is not int or request["max_tokens"] < 1:
         raise bad_request("`request.max_tokens` must be a positive integer")
     messages = request.get("messages")
-    if not isinstance(messages, list) or not messages or not all(
-        isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), (str, list))
-        for m in messages
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(
+            isinstance(m, dict)
+            and m.get("role") in ("user", "assistant")
+            and isinstance(m.get("content"), (str, list))
+            for m in messages
+        )
     ):
-        raise bad_request("`request.messages` must be a non-empty array of {role: user|assistant, content}")
+        raise bad_request(
+            "`request.messages` must be a non-empty array of {role: user|assistant, content}"
+        )
     if "system" in request and not isinstance(request["system"], (str, list)):
         raise bad_request("`request.system` must be a string or an array of blocks")
     if "tools" in request and not (
-        isinstance(request["tools"], list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
-                                                   for t in request["tools"])
+        isinstance(request["tools"], list)
+        and all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in request["tools"])
     ):
         raise bad_request("`request.tools` must be an array of tools, each with a `name`")
 
 
 @dataclass(slots=True)
 class _AtSeq:
-    """What the log holds at a step's position: nothing yet, or an intent and maybe its completion."""
+    """What the log holds at a step's position: nothing yet, or an
+    intent and maybe its completion."""
 
     view: RunView
     intent: Envelope | None = None
@@ -107,24 +121,34 @@ class _AtSeq:
 async def at_seq(access: StoreAccess, run_id: str, seq: int) -> _AtSeq:
     view = await access.read(access.store.read_view, run_id) or EMPTY_VIEW
     if seq > view.next_seq:
-        raise GuardRefusal(f"seq {seq} is beyond the end of run {run_id}'s log (its next position is {view.next_seq})")
+        raise GuardRefusal(
+            f"seq {seq} is beyond the end of run {run_id}'s log (its "
+            f"next position is {view.next_seq})"
+        )
     found = _AtSeq(view)
     if seq < view.next_seq:
         tail = await access.read(access.store.read_log, run_id, seq)
         found.intent = tail[0]
         found.completion = next(
-            (e for e in tail[1:] if e.event.KIND in (EventKind.MODEL_CALL_COMPLETED, EventKind.TOOL_CALL_COMPLETED)
-             and e.event.seq == seq),
+            (
+                e
+                for e in tail[1:]
+                if e.event.KIND in (EventKind.MODEL_CALL_COMPLETED, EventKind.TOOL_CALL_COMPLETED)
+                and e.event.seq == seq
+            ),
             None,
         )
     return found
 
 
 def _dangling(found: _AtSeq, run_id: str, seq: int) -> None:
-    """An intent without a completion may be performed again only while it is the run's open intent."""
+    """An intent without a completion may be performed again only while
+    it is the run's open intent."""
     pending = found.view.pending
     if pending is None or pending.seq != seq:
-        raise GuardRefusal(f"the intent at seq {seq} of run {run_id} is no longer open ({found.view.state.value})")
+        raise GuardRefusal(
+            f"the intent at seq {seq} of run {run_id} is no longer open ({found.view.state.value})"
+        )
 
 
 @dataclass(slots=True)
@@ -138,9 +162,16 @@ class ModelCall:
 
 
 async def open_model_step(
-    access: StoreAccess, run_id: str, seq: int, request: Any, *, record_prompts: bool, executor: ModelGateway | None,
+    access: StoreAccess,
+    run_id: str,
+    seq: int,
+    request: Any,
+    *,
+    record_prompts: bool,
+    executor: ModelGateway | None,
 ) -> ModelCall:
-    """Everything before the provider is called: the checks, and the intent recorded (or found open).
+    """Everything before the provider is called: the checks, and the
+    intent recorded (or found open).
 
     Raises:
         OperationRefused: bad_request (not a model request), model_executor_unavailable
@@ -155,12 +186,18 @@ async def open_model_step(
         event = found.intent.event
         if event.KIND is EventKind.MODEL_CALL_REQUESTED and event.performed_by == Actor.CLIENT:
             # Performing it here would witness a response the log attributes to the client.
-            raise GuardRefusal(f"the model call at seq {seq} of run {run_id} is the client's own; "
-                               f"complete it with client-model-completion")
+            raise GuardRefusal(
+                f"the model call at seq {seq} of run {run_id} is the client's own; "
+                f"complete it with client-model-completion"
+            )
         if event.KIND is not EventKind.MODEL_CALL_REQUESTED or event.request_hash != request_hash:
             raise GuardRefusal(
                 f"seq {seq} of run {run_id} holds a {event.KIND.value}"
-                + (" for a different request" if event.KIND is EventKind.MODEL_CALL_REQUESTED else "")
+                + (
+                    " for a different request"
+                    if event.KIND is EventKind.MODEL_CALL_REQUESTED
+                    else ""
+                )
                 + "; a retry must send the same request to the same position"
             )
         if found.completion is not None:
@@ -174,13 +211,20 @@ async def open_model_step(
             "or ANTHROPIC_API_KEY set; nothing was recorded",
         )
     if found.intent is None:
-        intent = ModelCallRequested(request_hash=request_hash, request_body=request if record_prompts else None)
+        intent = ModelCallRequested(
+            request_hash=request_hash, request_body=request if record_prompts else None
+        )
         _, view = await access.append(run_id, [intent], view)
     return ModelCall(seq, request, view)
 
 
 async def perform_model_step(
-    access: StoreAccess, run_id: str, call: ModelCall, executor: ModelGateway, *, on_delta: Delta | None = None,
+    access: StoreAccess,
+    run_id: str,
+    call: ModelCall,
+    executor: ModelGateway,
+    *,
+    on_delta: Delta | None = None,
 ) -> dict:
     """Call the provider for an opened step and record the completion; ``{"response", "usage"}``.
 
@@ -195,13 +239,22 @@ async def perform_model_step(
             f"the model call at seq {call.seq} failed: {exc.message}; its intent stays open and the same step "
             f"retries it",
         ) from None
-    await access.append(run_id, [ModelCallCompleted(seq=call.seq, response=result.response, usage=result.usage)],
-                        call.view)
+    await access.append(
+        run_id,
+        [ModelCallCompleted(seq=call.seq, response=result.response, usage=result.usage)],
+        call.view,
+    )
     return {"response": result.response, "usage": result.usage}
 
 
 async def tool_step(
-    access: StoreAccess, registry: ToolRegistry, run_id: str, seq: int, name: Any, tool_input: Any, key: Any,
+    access: StoreAccess,
+    registry: ToolRegistry,
+    run_id: str,
+    seq: int,
+    name: Any,
+    tool_input: Any,
+    key: Any,
 ) -> dict:
     """Perform (or answer from the log) the registry tool call at ``seq``; ``{"output"}``.
 
@@ -227,11 +280,16 @@ async def tool_step(
         raise bad_request(exc.message, details={"violations": exc.violations}) from None
     found = await at_seq(access, run_id, seq)
     view = found.view
-    intent = ToolCallRequested(tool=name, input=tool_input, effect=tool.effect.value, idempotency_key=key)
+    intent = ToolCallRequested(
+        tool=name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+    )
     if found.intent is not None:
         recorded = found.intent.event
         if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or (
-            recorded.tool, recorded.input, recorded.effect, recorded.idempotency_key
+            recorded.tool,
+            recorded.input,
+            recorded.effect,
+            recorded.idempotency_key,
         ) != (name, tool_input, tool.effect.value, key):
             raise GuardRefusal(
                 f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this call "

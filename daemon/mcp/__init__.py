@@ -1,4 +1,5 @@
-"""The MCP client: server definitions, sessions over stdio and streamable HTTP, MCP tools as registry tools.
+"""The MCP client: server definitions, sessions over stdio and streamable
+HTTP, MCP tools as registry tools.
 
 Rule: imports only ``web``, ``processes`` and ``tools``.
 """

@@ -27,14 +27,23 @@ from ._session import (
 from ._stdio_transport import open_stdio
 
 __all__ = [
-    "MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "McpError", "McpNoAnswer", "McpRemoteError", "McpSession",
-    "McpUnavailable", "open_session",
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "McpError",
+    "McpNoAnswer",
+    "McpRemoteError",
+    "McpSession",
+    "McpUnavailable",
+    "open_session",
 ]
 
 
 async def open_session(
-    spec: McpServerSpec, nursery: trio.Nursery, environ: Mapping[str, str] = os.environ,
-    mark: Mapping[str, str] | None = None, initialize: dict | None = None,
+    spec: McpServerSpec,
+    nursery: trio.Nursery,
+    environ: Mapping[str, str] = os.environ,
+    mark: Mapping[str, str] | None = None,
+    initialize: dict | None = None,
 ) -> McpSession:
     """Start or reach the server and initialise a session with it.
 
@@ -61,8 +70,11 @@ async def open_session(
     except McpError as exc:
         await session.aclose()
         # A JSON-RPC error's message is the remote's own text: a refusal never quotes it.
-        detail = exc.detail if getattr(exc, "error", None) is None else (
-            f"answered initialize with a JSON-RPC error (code {exc.code})")
+        detail = (
+            exc.detail
+            if getattr(exc, "error", None) is None
+            else (f"answered initialize with a JSON-RPC error (code {exc.code})")
+        )
         raise McpUnavailable(spec.name, f"did not start a session: it {detail}") from None
     except BaseException:
         await session.aclose()

@@ -27,8 +27,20 @@ DEFAULT_MCP_TIMEOUT = 60.0
 # for process agents, of a variable name: keep it to a safe alphabet.
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELDS = {
-    "name", "command", "args", "env", "cwd", "url", "headers", "bearer_token_env",
-    "effects", "effect_overrides", "results", "tools", "timeout", "idempotency_keys",
+    "name",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "bearer_token_env",
+    "effects",
+    "effect_overrides",
+    "results",
+    "tools",
+    "timeout",
+    "idempotency_keys",
 }
 # Only a process agent's servers, which it reaches through salvor's stand-ins.
 _STAND_IN_FIELDS = {"port"}
@@ -75,7 +87,9 @@ class McpServerSpec:
 
     def reads_environment(self) -> bool:
         """Whether connecting reads the daemon's environment (a header secret)."""
-        return self.bearer_token_env is not None or any(PLACEHOLDER.search(v) for v in self.headers.values())
+        return self.bearer_token_env is not None or any(
+            PLACEHOLDER.search(v) for v in self.headers.values()
+        )
 
 
 def _expect(cond: bool, message: str) -> None:
@@ -95,19 +109,32 @@ def _command(where: str, entry: dict) -> tuple[str, ...]:
     args = entry.get("args")
     if args is not None:
         # The reference's file format: a program in `command`, its arguments in `args`.
-        _expect(isinstance(command, str), f"{where} `command` must be one program name when `args` is given")
-        _expect(isinstance(args, list) and all(isinstance(a, str) for a in args), f"{where} `args` must be an array of strings")
+        _expect(
+            isinstance(command, str),
+            f"{where} `command` must be one program name when `args` is given",
+        )
+        _expect(
+            isinstance(args, list) and all(isinstance(a, str) for a in args),
+            f"{where} `args` must be an array of strings",
+        )
         argv = [command, *args]
     elif isinstance(command, str):
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise McpDefinitionError(f"{where} `command` cannot be split into arguments: {exc}") from None
+            raise McpDefinitionError(
+                f"{where} `command` cannot be split into arguments: {exc}"
+            ) from None
     elif isinstance(command, list):
-        _expect(all(isinstance(a, str) for a in command), f"{where} `command` must be an array of strings")
+        _expect(
+            all(isinstance(a, str) for a in command),
+            f"{where} `command` must be an array of strings",
+        )
         argv = list(command)
     else:
-        raise McpDefinitionError(f"{where} `command` must be an array of strings, or one string split as a shell would")
+        raise McpDefinitionError(
+            f"{where} `command` must be an array of strings, or one string split as a shell would"
+        )
     _expect(bool(argv) and argv[0] != "", f"{where} `command` must name a program")
     _expect(all("\0" not in a for a in argv), f"{where} `command` must not hold a NUL character")
     return tuple(argv)
@@ -116,17 +143,28 @@ def _command(where: str, entry: dict) -> tuple[str, ...]:
 def _headers(where: str, value: Any) -> dict:
     headers = _string_table(f"{where} `headers`", value)
     for key, item in headers.items():
-        _expect(bool(HEADER_NAME.fullmatch(key)), f"{where} `headers` key {key!r} is not an HTTP header name")
-        _expect("\r" not in item and "\n" not in item and "\0" not in item, f"{where} `headers` value of {key} must be one line")
+        _expect(
+            bool(HEADER_NAME.fullmatch(key)),
+            f"{where} `headers` key {key!r} is not an HTTP header name",
+        )
+        _expect(
+            "\r" not in item and "\n" not in item and "\0" not in item,
+            f"{where} `headers` value of {key} must be one line",
+        )
         # Every "${" must open a well-formed placeholder, or a typo goes out verbatim.
-        _expect(not stray_placeholder(item),
-                f"{where} `headers` value of {key} has a `${{` that is not a well-formed `${{NAME}}` placeholder")
+        _expect(
+            not stray_placeholder(item),
+            f"{where} `headers` value of {key} has a `${{` that is not a "
+            "well-formed `${NAME}` placeholder",
+        )
     return headers
 
 
 def _tool_names(where: str, value: Any) -> tuple[str, ...]:
-    _expect(isinstance(value, list) and all(isinstance(t, str) and t for t in value),
-            f"{where} `tools` must be an array of tool names")
+    _expect(
+        isinstance(value, list) and all(isinstance(t, str) and t for t in value),
+        f"{where} `tools` must be an array of tool names",
+    )
     duplicate = next((t for i, t in enumerate(value) if t in value[:i]), None)
     _expect(duplicate is None, f"{where} `tools` lists {duplicate!r} twice")
     return tuple(value)
@@ -137,21 +175,40 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     _expect(isinstance(entry, dict), f"{where} must be a table")
     fields = _FIELDS | _STAND_IN_FIELDS if stand_ins else _FIELDS
     unknown = sorted(set(entry) - fields)
-    _expect(not unknown, f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: {', '.join(sorted(fields - {'idempotency_keys'}))}")
+    _expect(
+        not unknown,
+        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: "
+        f"{', '.join(sorted(fields - {'idempotency_keys'}))}",
+    )
     # Unnamed servers (the reference's file format names none) are called by position.
     name = entry.get("name", f"server{index + 1}")
-    _expect(isinstance(name, str) and bool(_SERVER_NAME.fullmatch(name)),
-            f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`")
+    _expect(
+        isinstance(name, str) and bool(_SERVER_NAME.fullmatch(name)),
+        f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
+    )
     where = f"[[mcp_servers]] {name!r}:"
-    _expect("idempotency_keys" not in entry,
-            f"{where} `idempotency_keys` is not supported by this build yet; declare the tool `idempotent` in `effects`")
+    _expect(
+        "idempotency_keys" not in entry,
+        f"{where} `idempotency_keys` is not supported by this build yet; declare the "
+        "tool `idempotent` in `effects`",
+    )
     has_command, has_url = "command" in entry, "url" in entry
-    _expect(has_command != has_url, f"{where} give exactly one of `command` (a stdio server) or `url` (a streamable-HTTP server)")
+    _expect(
+        has_command != has_url,
+        f"{where} give exactly one of `command` (a stdio server) or "
+        "`url` (a streamable-HTTP server)",
+    )
     spec: dict[str, Any] = {"name": name}
     if "port" in entry:
-        _expect(has_url, f"{where} `port` belongs to a `url` server: a stdio server is spawned, not dialed")
+        _expect(
+            has_url,
+            f"{where} `port` belongs to a `url` server: a stdio server is spawned, not dialed",
+        )
         port = entry["port"]
-        _expect(type(port) is int and 1 <= port <= 65535, f"{where} `port` must be a port number from 1 to 65535")
+        _expect(
+            type(port) is int and 1 <= port <= 65535,
+            f"{where} `port` must be a port number from 1 to 65535",
+        )
         spec["port"] = port
     if has_command:
         for key in ("headers", "bearer_token_env"):
@@ -159,45 +216,79 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
         spec["command"] = _command(where, entry)
         env = _string_table(f"{where} `env`", entry.get("env", {}))
         for key in env:
-            _expect(key != "" and "=" not in key and "\0" not in key, f"{where} `env` key {key!r} is not a variable name")
-            _expect("\0" not in env[key], f"{where} `env` value of {key} must not hold a NUL character")
+            _expect(
+                key != "" and "=" not in key and "\0" not in key,
+                f"{where} `env` key {key!r} is not a variable name",
+            )
+            _expect(
+                "\0" not in env[key], f"{where} `env` value of {key} must not hold a NUL character"
+            )
         spec["env"] = env
         cwd = entry.get("cwd")
-        _expect(cwd is None or (isinstance(cwd, str) and cwd != ""), f"{where} `cwd` must be a non-empty string")
+        _expect(
+            cwd is None or (isinstance(cwd, str) and cwd != ""),
+            f"{where} `cwd` must be a non-empty string",
+        )
         spec["cwd"] = cwd
     else:
         for key in ("args", "env", "cwd"):
-            _expect(key not in entry, f"{where} `{key}` belongs to a stdio (`command`) server, not a `url` one")
+            _expect(
+                key not in entry,
+                f"{where} `{key}` belongs to a stdio (`command`) server, not a `url` one",
+            )
         url = entry["url"]
-        _expect(isinstance(url, str) and is_http_url(url), f"{where} `url` must be an http:// or https:// URL with a host")
+        _expect(
+            isinstance(url, str) and is_http_url(url),
+            f"{where} `url` must be an http:// or https:// URL with a host",
+        )
         spec["url"] = url
         spec["headers"] = _headers(where, entry.get("headers", {}))
         token_env = entry.get("bearer_token_env")
         if token_env is not None:
-            _expect(isinstance(token_env, str) and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env)),
-                    f"{where} `bearer_token_env` must name an environment variable")
-            _expect(all(k.lower() != "authorization" for k in spec["headers"]),
-                    f"{where} give `bearer_token_env` or an `Authorization` header, not both")
+            _expect(
+                isinstance(token_env, str)
+                and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env)),
+                f"{where} `bearer_token_env` must name an environment variable",
+            )
+            _expect(
+                all(k.lower() != "authorization" for k in spec["headers"]),
+                f"{where} give `bearer_token_env` or an `Authorization` header, not both",
+            )
             spec["bearer_token_env"] = token_env
-    _expect(not ("effects" in entry and "effect_overrides" in entry),
-            f"{where} `effects` and `effect_overrides` are the same field; give one")
+    _expect(
+        not ("effects" in entry and "effect_overrides" in entry),
+        f"{where} `effects` and `effect_overrides` are the same field; give one",
+    )
     effects_key = "effect_overrides" if "effect_overrides" in entry else "effects"
     effects = entry.get(effects_key, {})
-    _expect(isinstance(effects, dict), f"{where} `{effects_key}` must be a table of tool name -> effect")
+    _expect(
+        isinstance(effects, dict), f"{where} `{effects_key}` must be a table of tool name -> effect"
+    )
     for tool, effect in effects.items():
-        _expect(effect in _EFFECTS, f"{where} `{effects_key}` gives {tool!r} the effect {effect!r}; use read, idempotent or write")
+        _expect(
+            effect in _EFFECTS,
+            f"{where} `{effects_key}` gives {tool!r} the effect "
+            f"{effect!r}; use read, idempotent or write",
+        )
     spec["effects"] = dict(effects)
     results = entry.get("results", {})
-    _expect(isinstance(results, dict), f"{where} `results` must be a table of tool name -> the fixed result")
+    _expect(
+        isinstance(results, dict),
+        f"{where} `results` must be a table of tool name -> the fixed result",
+    )
     spec["results"] = dict(results)
     if "tools" in entry:
         spec["tools"] = _tool_names(where, entry["tools"])
         for table, names in ((effects_key, effects), ("results", results)):
             hidden = next((t for t in names if t not in spec["tools"]), None)
-            _expect(hidden is None, f"{where} `{table}` names {hidden!r}, which `tools` does not expose")
+            _expect(
+                hidden is None, f"{where} `{table}` names {hidden!r}, which `tools` does not expose"
+            )
     timeout = entry.get("timeout", DEFAULT_MCP_TIMEOUT)
-    _expect(type(timeout) in (int, float) and 0 < timeout and math.isfinite(timeout),
-            f"{where} `timeout` must be a positive, finite number of seconds")
+    _expect(
+        type(timeout) in (int, float) and 0 < timeout and math.isfinite(timeout),
+        f"{where} `timeout` must be a positive, finite number of seconds",
+    )
     spec["timeout"] = float(timeout)
     return McpServerSpec(**spec)
 
@@ -215,13 +306,20 @@ def parse_mcp_servers(value: Any, *, stand_ins: bool = False) -> tuple[McpServer
     servers = [_parse_entry(i, entry, stand_ins) for i, entry in enumerate(value)]
     names = [s.name for s in servers]
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    _expect(duplicate is None, f"two [[mcp_servers]] are named {duplicate!r}; a server's name must be unique")
+    _expect(
+        duplicate is None,
+        f"two [[mcp_servers]] are named {duplicate!r}; a server's name must be unique",
+    )
     if stand_ins:
-        # Each name becomes a variable suffix (upper-cased, `-` as `_`): two names must not share one.
+        # Each name becomes a variable suffix (upper-cased, `-` as
+        # `_`): two names must not share one.
         seen: dict[str, str] = {}
         for name in names:
             suffix = name.upper().replace("-", "_")
-            _expect(suffix not in seen, f"the [[mcp_servers]] {seen.get(suffix)!r} and {name!r} would share the "
-                                        f"variable SALVOR_MCP_SERVER_{suffix}; rename one")
+            _expect(
+                suffix not in seen,
+                f"the [[mcp_servers]] {seen.get(suffix)!r} and {name!r} would share the "
+                f"variable SALVOR_MCP_SERVER_{suffix}; rename one",
+            )
             seen[suffix] = name
     return tuple(servers)

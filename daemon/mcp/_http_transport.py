@@ -38,11 +38,17 @@ def resolve_headers(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str
         McpUnavailable: a named variable is unset or holds a line break; the
             message names the variable, never its value.
     """
+
     def read(header: str, name: str) -> str:
         if name not in environ:
-            raise McpUnavailable(spec.name, f"header {header} names ${{{name}}}, which the daemon's environment does not set")
+            raise McpUnavailable(
+                spec.name,
+                f"header {header} names ${{{name}}}, which the daemon's environment does not set",
+            )
         if any(c in environ[name] for c in "\r\n\0"):
-            raise McpUnavailable(spec.name, f"header {header} names ${{{name}}}, which holds a line break or NUL")
+            raise McpUnavailable(
+                spec.name, f"header {header} names ${{{name}}}, which holds a line break or NUL"
+            )
         return environ[name]
 
     resolved = {}
@@ -74,7 +80,11 @@ class HttpTransport(Transport):
             self.headers["Authorization"] = headers["authorization"]
 
     def _request_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **self.headers}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **self.headers,
+        }
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if self.protocol_version is not None:
@@ -85,26 +95,39 @@ class HttpTransport(Transport):
         method = message["method"]
         data = encode(message)
         if len(data) > MAX_MESSAGE_BYTES:
-            raise McpUnavailable(self.name, f"was not sent a {len(data)}-byte message: the cap is {MAX_MESSAGE_BYTES} bytes")
+            raise McpUnavailable(
+                self.name,
+                f"was not sent a {len(data)}-byte message: the cap is {MAX_MESSAGE_BYTES} bytes",
+            )
         try:
-            async with self.client.stream("POST", self.url, content=data, headers=self._request_headers()) as response:
+            async with self.client.stream(
+                "POST", self.url, content=data, headers=self._request_headers()
+            ) as response:
                 if method == "initialize" and "mcp-session-id" in response.headers:
                     self.session_id = response.headers["mcp-session-id"]
                 await self._read_answer(session, method, response, reply)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise McpUnavailable(self.name, f"could not be reached at {self.url}: {exc}") from None
         except httpx.HTTPError as exc:
-            raise McpNoAnswer(self.name, f"broke off its answer to {method}: {type(exc).__name__}: {exc}") from None
+            raise McpNoAnswer(
+                self.name, f"broke off its answer to {method}: {type(exc).__name__}: {exc}"
+            ) from None
         if reply is not None and not reply.done.is_set():
             raise McpNoAnswer(self.name, f"ended its answer to {method} without the response")
 
-    async def _read_answer(self, session: McpSession, method: str, response: httpx.Response, reply: Reply | None) -> None:
+    async def _read_answer(
+        self, session: McpSession, method: str, response: httpx.Response, reply: Reply | None
+    ) -> None:
         status = response.status_code
         if status == 404 and self.session_id is not None:
             session.fail(McpUnavailable(self.name, "no longer knows this session (HTTP 404)"))
-            raise McpUnavailable(self.name, f"no longer knows this session (HTTP 404 to {method}); it was not performed")
+            raise McpUnavailable(
+                self.name,
+                f"no longer knows this session (HTTP 404 to {method}); it was not performed",
+            )
         if 400 <= status < 500:
-            # The body is the remote's own text: never quoted, so a refusal cannot reflect it to whoever asked.
+            # The body is the remote's own text: never quoted, so a refusal
+            # cannot reflect it to whoever asked.
             raise McpRemoteError(self.name, f"refused {method} with HTTP {status}")
         if status >= 300:
             raise McpNoAnswer(self.name, f"answered {method} with HTTP {status}")
@@ -116,23 +139,32 @@ class HttpTransport(Transport):
             try:
                 message = json.loads(body)
             except (ValueError, RecursionError):
-                raise McpNoAnswer(self.name, f"answered {method} with a body that is not JSON, so not a valid MCP "
-                                             f"{method} result") from None
+                raise McpNoAnswer(
+                    self.name,
+                    f"answered {method} with a body that is not JSON, so not a valid MCP "
+                    f"{method} result",
+                ) from None
             await session.deliver(message)
         elif content_type == "text/event-stream":
             await self._read_events(session, response, reply)
         else:
-            raise McpNoAnswer(self.name, f"answered {method} with Content-Type {content_type or 'none'}")
+            raise McpNoAnswer(
+                self.name, f"answered {method} with Content-Type {content_type or 'none'}"
+            )
 
     async def _read_capped(self, response: httpx.Response, limit: int) -> bytes:
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
             if len(data) > limit:
-                raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
+                raise McpNoAnswer(
+                    self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"
+                )
         return bytes(data)
 
-    async def _read_events(self, session: McpSession, response: httpx.Response, reply: Reply) -> None:
+    async def _read_events(
+        self, session: McpSession, response: httpx.Response, reply: Reply
+    ) -> None:
         """Deliver each ``data:`` event of the stream until ``reply`` is answered."""
         decoder = SSEDecoder()
         async for chunk in response.aiter_bytes():
@@ -152,7 +184,9 @@ class HttpTransport(Transport):
 
     async def answer(self, session: McpSession, message: dict) -> None:
         try:
-            async with self.client.stream("POST", self.url, content=encode(message), headers=self._request_headers()):
+            async with self.client.stream(
+                "POST", self.url, content=encode(message), headers=self._request_headers()
+            ):
                 pass
         except httpx.HTTPError as exc:
             log.info("MCP server %r: could not send an answer: %s", self.name, exc)

@@ -65,7 +65,9 @@ class McpNoAnswer(McpError):
 class McpRemoteError(McpError):
     """The server answered the request with an error (JSON-RPC, or an HTTP refusal)."""
 
-    def __init__(self, server: str, detail: str, *, code: int | None = None, error: dict | None = None) -> None:
+    def __init__(
+        self, server: str, detail: str, *, code: int | None = None, error: dict | None = None
+    ) -> None:
         super().__init__(server, detail)
         self.code = code
         # The JSON-RPC error object as the server sent it (a stand-in hands it on unchanged).
@@ -122,7 +124,8 @@ class McpSession:
         return getattr(self._transport, "session_id", None)
 
     def pass_through(self, headers: Mapping[str, str]) -> None:
-        """Carry a client's own ``Authorization`` on later requests (a stand-in's pass-through; kept in memory only)."""
+        """Carry a client's own ``Authorization`` on later requests (a stand-in's
+        pass-through; kept in memory only)."""
         self._transport.pass_through(headers)
 
     # -- requests -------------------------------------------------------------
@@ -164,10 +167,15 @@ class McpSession:
         if "error" in answer:
             error = answer["error"]
             if not isinstance(error, dict):
-                raise McpNoAnswer(self.name, f"answered {method} with an error that is not an object")
+                raise McpNoAnswer(
+                    self.name, f"answered {method} with an error that is not an object"
+                )
             code = error.get("code") if type(error.get("code")) is int else None
             raise McpRemoteError(
-                self.name, f"answered {method} with error {code}: {error.get('message', '')}", code=code, error=error
+                self.name,
+                f"answered {method} with error {code}: {error.get('message', '')}",
+                code=code,
+                error=error,
             )
         result = answer.get("result")
         if not isinstance(result, dict):
@@ -175,7 +183,8 @@ class McpSession:
         return result
 
     async def cancel(self, key: Hashable, reason: str | None) -> bool:
-        """Tell the server the request sent under ``key`` was given up on; False when none is in flight.
+        """Tell the server the request sent under ``key`` was given up
+        on; False when none is in flight.
 
         The request itself still waits for its answer (or its deadline): a
         server may finish it anyway, and what it answered is what happened.
@@ -213,10 +222,13 @@ class McpSession:
             await self._transport.send(self, message, None)
 
     async def initialize(self, params: dict | None = None) -> dict:
-        """Open the session (``params``: another client's, for a stand-in; salvor's own by default); its result."""
+        """Open the session (``params``: another client's, for a stand-in; salvor's
+        own by default); its result."""
         result = await self.request(
             "initialize",
-            params if params is not None else {
+            params
+            if params is not None
+            else {
                 "protocolVersion": PROTOCOL_VERSION,
                 # No sampling, elicitation or roots: a built-in agent has no one to ask.
                 "capabilities": {},
@@ -227,7 +239,9 @@ class McpSession:
         if not isinstance(version, str) or not version:
             raise McpNoAnswer(self.name, "answered initialize without a protocolVersion")
         self.protocol_version = version
-        self.server_info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else None
+        self.server_info = (
+            result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else None
+        )
         self._transport.negotiated(version)
         await self.notify("notifications/initialized")
         return result
@@ -241,13 +255,17 @@ class McpSession:
             page = await self.request("tools/list", {} if cursor is None else {"cursor": cursor})
             entries = page.get("tools")
             if not isinstance(entries, list) or not all(isinstance(t, dict) for t in entries):
-                raise McpNoAnswer(self.name, "answered tools/list without a `tools` array of objects")
+                raise McpNoAnswer(
+                    self.name, "answered tools/list without a `tools` array of objects"
+                )
             tools.extend(entries)
             cursor = page.get("nextCursor")
             if cursor is None:
                 return tools
             if not isinstance(cursor, str) or cursor in seen:
-                raise McpNoAnswer(self.name, "answered tools/list with a nextCursor that is not a new string")
+                raise McpNoAnswer(
+                    self.name, "answered tools/list with a nextCursor that is not a new string"
+                )
             seen.add(cursor)
         raise McpNoAnswer(self.name, f"listed tools over more than {MAX_LIST_PAGES} pages")
 
@@ -266,7 +284,13 @@ class McpSession:
                 await self.deliver(item)
             return
         if not isinstance(message, dict):
-            self.fail(McpNoAnswer(self.name, f"sent a JSON-RPC message that is not an object: {excerpt(json.dumps(message))}"))
+            self.fail(
+                McpNoAnswer(
+                    self.name,
+                    "sent a JSON-RPC message that is not an object: "
+                    f"{excerpt(json.dumps(message))}",
+                )
+            )
             return
         request_id = message.get("id")
         if isinstance(message.get("method"), str):
@@ -274,7 +298,8 @@ class McpSession:
                 await self._answer_server_request(message)
             elif self.on_notification is not None:
                 self.on_notification(message)
-            # Otherwise a notification (progress, logging, list_changed): nothing a built-in agent acts on.
+            # Otherwise a notification (progress, logging, list_changed):
+            # nothing a built-in agent acts on.
             return
         if ("result" in message or "error" in message) and type(request_id) in (int, str):
             reply = self._pending.get(request_id) if type(request_id) is int else None
@@ -283,8 +308,13 @@ class McpSession:
                 reply.done.set()
             # Otherwise the answer to a request given up on (its deadline passed).
             return
-        self.fail(McpNoAnswer(self.name, f"sent a message that is no JSON-RPC request, notification or answer: "
-                                         f"{excerpt(json.dumps(message))}"))
+        self.fail(
+            McpNoAnswer(
+                self.name,
+                f"sent a message that is no JSON-RPC request, notification or answer: "
+                f"{excerpt(json.dumps(message))}",
+            )
+        )
 
     async def _answer_server_request(self, message: dict) -> None:
         method = message["method"]
@@ -322,7 +352,8 @@ class McpSession:
 
 
 class Transport:
-    """How a session's messages reach one server and its messages come back (``session.deliver``)."""
+    """How a session's messages reach one server and its messages come
+    back (``session.deliver``)."""
 
     async def send(self, session: McpSession, message: dict, reply: Reply | None) -> None:
         """Send a request (``reply`` is where its answer lands) or a notification (``reply`` None).

@@ -49,12 +49,17 @@ class StdioTransport(Transport):
     async def _write(self, message: dict) -> None:
         data = encode(message)
         if len(data) > MAX_MESSAGE_BYTES:
-            raise McpUnavailable(self.name, f"was not sent a {len(data)}-byte message: the cap is {MAX_MESSAGE_BYTES} bytes")
+            raise McpUnavailable(
+                self.name,
+                f"was not sent a {len(data)}-byte message: the cap is {MAX_MESSAGE_BYTES} bytes",
+            )
         async with self._write_lock:
             try:
                 await self.process.stdin.send_all(data + b"\n")
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise McpUnavailable(self.name, "has closed its stdin (its process has exited)") from None
+                raise McpUnavailable(
+                    self.name, "has closed its stdin (its process has exited)"
+                ) from None
 
     async def send(self, session: McpSession, message: dict, reply: Reply | None) -> None:
         await self._write(message)
@@ -82,18 +87,31 @@ class StdioTransport(Transport):
                     line = bytes(buffer[:end])
                     del buffer[: end + 1]
                     if len(line) > MAX_MESSAGE_BYTES:
-                        session.fail(McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"))
+                        session.fail(
+                            McpNoAnswer(
+                                self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"
+                            )
+                        )
                         return
                     if not line.strip():
                         continue
                     try:
                         message = json.loads(line)
                     except (ValueError, RecursionError):
-                        session.fail(McpNoAnswer(self.name, f"wrote a line to stdout that is not JSON: {excerpt(line)}"))
+                        session.fail(
+                            McpNoAnswer(
+                                self.name,
+                                f"wrote a line to stdout that is not JSON: {excerpt(line)}",
+                            )
+                        )
                         return
                     await session.deliver(message)
                 if len(buffer) > MAX_MESSAGE_BYTES:
-                    session.fail(McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"))
+                    session.fail(
+                        McpNoAnswer(
+                            self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"
+                        )
+                    )
                     return
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
@@ -102,7 +120,13 @@ class StdioTransport(Transport):
         with trio.move_on_after(1.0):
             await self.process.wait()
         code = self.process.returncode
-        how = "closed its stdout" if code is None else f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+        how = (
+            "closed its stdout"
+            if code is None
+            else f"exited with code {code}"
+            if code >= 0
+            else f"was killed by signal {-code}"
+        )
         tail = self.stderr_tail.decode("utf-8", errors="replace").strip()
         said = f"; its stderr ended with: {tail[-500:]}" if tail else ""
         session.fail(McpNoAnswer(self.name, f"{how}{said}"))
@@ -130,7 +154,8 @@ class StdioTransport(Transport):
 
 
 def server_environment(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """A stdio server's environment: the allow-list of the daemon's (``_child_env``), then the definition's ``env``."""
+    """A stdio server's environment: the allow-list of the daemon's (``_child_env``),
+    then the definition's ``env``."""
     env = child_environment(environ)
     env.update(spec.env)
     return env
@@ -148,9 +173,14 @@ def missing_program(spec: McpServerSpec, environ: Mapping[str, str]) -> str | No
     if "/" in program:
         found = os.path.join(spec.cwd or os.getcwd(), program)
         if not (os.path.isfile(found) and os.access(found, os.X_OK)):
-            return f"MCP server {spec.name!r}: its command {program[:120]!r} is not an executable file"
+            return (
+                f"MCP server {spec.name!r}: its command {program[:120]!r} is not an executable file"
+            )
         return None
-    if shutil.which(program, path=server_environment(spec, environ).get("PATH", os.defpath)) is None:
+    if (
+        shutil.which(program, path=server_environment(spec, environ).get("PATH", os.defpath))
+        is None
+    ):
         return f"MCP server {spec.name!r}: its command {program[:120]!r} is not found on PATH"
     return None
 
@@ -162,14 +192,23 @@ async def open_stdio(
     env = server_environment(spec, environ)
     env.update(mark)
     if mark:
-        env[OWNER_VAR] = owner_mark()  # a sweep by another salvor spares it while this process lives
+        env[OWNER_VAR] = (
+            owner_mark()
+        )  # a sweep by another salvor spares it while this process lives
     try:
         process = await open_tied_process(
-            spec.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=spec.cwd, env=env, start_new_session=True,
+            spec.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=env,
+            start_new_session=True,
         )
     except OSError as exc:
-        raise McpUnavailable(spec.name, f"could not be started ({spec.command[0]}): {exc.strerror or exc}") from None
+        raise McpUnavailable(
+            spec.name, f"could not be started ({spec.command[0]}): {exc.strerror or exc}"
+        ) from None
     transport = StdioTransport(spec.name, process, nursery)
     session = McpSession(spec, transport)
     nursery.start_soon(transport.drain_stderr)

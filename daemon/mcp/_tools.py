@@ -1,4 +1,5 @@
-"""A built-in agent's MCP servers as tools: connected on first use, listed, called with declared effects.
+"""A built-in agent's MCP servers as tools: connected on first use,
+listed, called with declared effects.
 
 ``McpConnections`` holds the sessions of one drive (or one build): a server
 is started or reached only when something first needs it, and every session
@@ -45,19 +46,25 @@ _MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class McpBuildError(ValueError):
-    """The agent's MCP servers do not add up to a buildable agent; the message says which and why."""
+    """The agent's MCP servers do not add up to a buildable agent; the
+    message says which and why."""
 
 
 def listing_tool_name(server: str) -> str:
-    """The name a server's recorded listing call carries in the log (no MCP tool name holds ``:``/``/``)."""
+    """The name a server's recorded listing call carries in the log (no MCP
+    tool name holds ``:``/``/``)."""
     return f"mcp:{server}/tools/list"
 
 
 class McpConnections:
-    """The MCP sessions of one drive: opened on first use, reopened after a failure, closed together."""
+    """The MCP sessions of one drive: opened on first use, reopened after
+    a failure, closed together."""
 
     def __init__(
-        self, servers: tuple[McpServerSpec, ...], nursery: trio.Nursery, environ: Mapping[str, str],
+        self,
+        servers: tuple[McpServerSpec, ...],
+        nursery: trio.Nursery,
+        environ: Mapping[str, str],
         mark: Mapping[str, str],
     ) -> None:
         self._specs = {spec.name: spec for spec in servers}
@@ -80,7 +87,9 @@ class McpConnections:
             if session is not None:
                 await session.aclose()
                 del self._sessions[server]
-            session = await open_session(self._specs[server], self._nursery, self._environ, self._mark)
+            session = await open_session(
+                self._specs[server], self._nursery, self._environ, self._mark
+            )
             self._sessions[server] = session
             return session
 
@@ -88,7 +97,8 @@ class McpConnections:
         return await (await self.session(server)).list_tools()
 
     async def call_tool(self, server: str, tool: str, arguments: Any, meta: dict | None) -> dict:
-        """One ``tools/call``; a request that never reached the server is sent once more on a new session."""
+        """One ``tools/call``; a request that never reached the server is sent
+        once more on a new session."""
         try:
             return await (await self.session(server)).call_tool(tool, arguments, meta)
         except McpUnavailable:
@@ -103,7 +113,10 @@ class McpConnections:
 
 @asynccontextmanager
 async def open_connections(
-    servers: tuple[McpServerSpec, ...], *, mark: Mapping[str, str], environ: Mapping[str, str] = os.environ
+    servers: tuple[McpServerSpec, ...],
+    *,
+    mark: Mapping[str, str],
+    environ: Mapping[str, str] = os.environ,
 ) -> AsyncIterator[McpConnections]:
     """MCP connections for the body of the ``async with``; every session is closed at its end.
 
@@ -128,7 +141,9 @@ async def open_connections(
 # -- building -----------------------------------------------------------------------
 
 
-def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, list], taken: Mapping[str, str]) -> list:
+def exposed_tools(
+    servers: tuple[McpServerSpec, ...], listings: Mapping[str, list], taken: Mapping[str, str]
+) -> list:
     """The (server, tool definition) pairs the model is offered, in declared order.
 
     ``taken`` maps names the agent already offers (registry tools,
@@ -149,7 +164,11 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
             if name in listed:
                 raise McpBuildError(f"MCP server {spec.name!r} lists the tool {name!r} twice")
             listed[name] = entry
-        declared = [("tools", spec.tools or ()), ("effects", spec.effects), ("results", spec.results)]
+        declared = [
+            ("tools", spec.tools or ()),
+            ("effects", spec.effects),
+            ("results", spec.results),
+        ]
         for table, names in declared:
             missing = next((n for n in names if n not in listed), None)
             if missing is not None:
@@ -162,21 +181,27 @@ def exposed_tools(servers: tuple[McpServerSpec, ...], listings: Mapping[str, lis
                 continue
             if not _MODEL_TOOL_NAME.fullmatch(name):
                 raise McpBuildError(
-                    f"the tool {name!r} of MCP server {spec.name!r} cannot be offered to a model (a tool name is "
-                    f"1 to 64 letters, digits, `_` or `-`); leave it out with the server's `tools`"
+                    f"the tool {name!r} of MCP server {spec.name!r} cannot be offered to a model "
+                    "(a tool name is 1 to 64 letters, digits, `_` or `-`); leave "
+                    "it out with the server's `tools`"
                 )
             if name in owners:
                 raise McpBuildError(
-                    f"the tool {name!r} of MCP server {spec.name!r} has the same name as {owners[name]}; "
-                    f"leave one out (a server's `tools` lists the ones it exposes)"
+                    f"the tool {name!r} of MCP server {spec.name!r} has the same name as "
+                    f"{owners[name]}; leave one out (a server's `tools` lists the ones it exposes)"
                 )
             owners[name] = f"the tool of MCP server {spec.name!r}"
             exposed.append((spec, entry))
     return exposed
 
 
-async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str, str], *,
-                          mark: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> None:
+async def check_buildable(
+    servers: tuple[McpServerSpec, ...],
+    taken: Mapping[str, str],
+    *,
+    mark: Mapping[str, str],
+    environ: Mapping[str, str] = os.environ,
+) -> None:
     """Start every server, list its tools, check what the definition names, and close them all.
 
     Raises:
@@ -191,10 +216,20 @@ async def check_buildable(servers: tuple[McpServerSpec, ...], taken: Mapping[str
                 listings[spec.name] = await connections.list_tools(spec.name)
             except McpRemoteError as exc:
                 # A JSON-RPC error's message is the remote's text: say what failed, quote nothing.
-                failed = exc.message if exc.error is None else f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
-                raise McpBuildError(f"{failed}; the agent cannot be built without its tools") from None
+                failed = (
+                    exc.message
+                    if exc.error is None
+                    else (
+                        f"MCP server {spec.name!r} answered with a JSON-RPC error (code {exc.code})"
+                    )
+                )
+                raise McpBuildError(
+                    f"{failed}; the agent cannot be built without its tools"
+                ) from None
             except McpError as exc:
-                raise McpBuildError(f"{exc.message}; the agent cannot be built without its tools") from None
+                raise McpBuildError(
+                    f"{exc.message}; the agent cannot be built without its tools"
+                ) from None
     exposed_tools(servers, listings, taken)
 
 
@@ -214,11 +249,17 @@ def listing_tool(spec: McpServerSpec, connections: McpConnections) -> Tool:
             return {"tools": await connections.list_tools(spec.name)}
         except McpError as exc:
             raise NotPerformed(
-                f"{exc.message}, so its tools could not be listed; `salvor resume {call.run_id}` tries again"
+                f"{exc.message}, so its tools could not be listed; `salvor "
+                f"resume {call.run_id}` tries again"
             ) from None
 
-    return Tool(name=listing_tool_name(spec.name), description=f"List the tools of MCP server {spec.name}.",
-                effect=Effect.READ, input_schema=_ARGUMENTS, handler=list_all)
+    return Tool(
+        name=listing_tool_name(spec.name),
+        description=f"List the tools of MCP server {spec.name}.",
+        effect=Effect.READ,
+        input_schema=_ARGUMENTS,
+        handler=list_all,
+    )
 
 
 def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> tuple[Tool, dict]:
@@ -226,8 +267,12 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
     name = entry["name"]
     model_spec = {
         "name": name,
-        "description": entry.get("description") if isinstance(entry.get("description"), str) else "",
-        "input_schema": entry.get("inputSchema") if isinstance(entry.get("inputSchema"), dict) else dict(_ARGUMENTS),
+        "description": entry.get("description")
+        if isinstance(entry.get("description"), str)
+        else "",
+        "input_schema": entry.get("inputSchema")
+        if isinstance(entry.get("inputSchema"), dict)
+        else dict(_ARGUMENTS),
     }
     if name in spec.results:
         fixed = spec.results[name]
@@ -237,8 +282,13 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
 
         # The daemon's own constant answer changes nothing anywhere, so the
         # call is recorded as a read: re-answering it after a crash is safe.
-        return Tool(name=name, description=model_spec["description"], effect=Effect.READ,
-                    input_schema=_ARGUMENTS, handler=stubbed), model_spec
+        return Tool(
+            name=name,
+            description=model_spec["description"],
+            effect=Effect.READ,
+            input_schema=_ARGUMENTS,
+            handler=stubbed,
+        ), model_spec
     effect = spec.effect_of(name)
 
     async def forward(arguments: Any, call: ToolCall) -> Any:
@@ -252,18 +302,26 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
             raise ToolFailed(exc.message, retryable=False) from None
         except McpNoAnswer as exc:
             if effect is Effect.WRITE:
-                raise OutcomeUnknown(f"{exc.message}; the write {name!r} may or may not have happened") from None
+                raise OutcomeUnknown(
+                    f"{exc.message}; the write {name!r} may or may not have happened"
+                ) from None
             raise ToolFailed(exc.message) from None
         except McpUnavailable as exc:
             raise ToolFailed(f"{exc.message}; the call was not performed") from None
         return salvor_outcome(spec.name, name, result)
 
-    return Tool(name=name, description=model_spec["description"], effect=effect,
-                input_schema=_ARGUMENTS, handler=forward), model_spec
+    return Tool(
+        name=name,
+        description=model_spec["description"],
+        effect=effect,
+        input_schema=_ARGUMENTS,
+        handler=forward,
+    ), model_spec
 
 
 def salvor_outcome(server: str, tool: str, result: dict) -> Any:
-    """The run's outcome of a tool result: ``Suspend``/``SleepUntil`` from ``_meta.salvor``, else the result.
+    """The run's outcome of a tool result: ``Suspend``/``SleepUntil`` from
+    ``_meta.salvor``, else the result.
 
     Raises:
         ToolFailed: never retryable, when ``_meta.salvor`` is malformed, names
@@ -276,8 +334,8 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
 
     def refuse(problem: str) -> ToolFailed:
         return ToolFailed(
-            f"MCP server {server!r} answered {tool!r} with a `_meta.salvor` request that {problem}; "
-            f"the run was not parked and the call is not retried",
+            f"MCP server {server!r} answered {tool!r} with a `_meta.salvor` request that "
+            f"{problem}; the run was not parked and the call is not retried",
             retryable=False,
         )
 
@@ -287,9 +345,16 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
         raise refuse("is not an object")
     unknown = sorted(set(request) - set(_SALVOR_KEYS))
     if unknown:
-        raise refuse(f"uses the key {unknown[0]!r}, which salvor does not know (it knows suspend and sleep_until)")
+        raise refuse(
+            f"uses the key {unknown[0]!r}, which salvor does not know (it "
+            "knows suspend and sleep_until)"
+        )
     if len(request) != 1:
-        raise refuse("names both suspend and sleep_until" if request else "names neither suspend nor sleep_until")
+        raise refuse(
+            "names both suspend and sleep_until"
+            if request
+            else "names neither suspend nor sleep_until"
+        )
     if "sleep_until" in request:
         try:
             return SleepUntil(wake_at=parse_instant(request["sleep_until"]))
@@ -316,12 +381,21 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
 
 
 def mcp_result_for_model(value: Any) -> tuple[str, bool]:
-    """What the model reads of an MCP tool's recorded output: its text, and whether it is an error."""
+    """What the model reads of an MCP tool's recorded output: its text,
+    and whether it is an error."""
     if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
-        return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)), False
+        return (
+            value
+            if isinstance(value, str)
+            else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        ), False
     parts = []
     for block in value["content"]:
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ):
             parts.append(block["text"])
         elif isinstance(block, dict):
             # Binary payloads (images, audio, blobs) are named, not pasted into the conversation.

@@ -1,5 +1,5 @@
-"""Model wire formats (Anthropic Messages, OpenAI chat) and the gateway that calls a provider, plus the
-demo model.
+"""Model wire formats (Anthropic Messages, OpenAI chat) and the gateway that calls a provider, plus
+the demo model.
 
 Rule: imports only ``web`` from the daemon.
 """

@@ -166,19 +166,24 @@ def demo_complete(request: JSON) -> tuple[JSON, JSON]:
 
     if pending:
         tool = pending[0]
-        content: list[JSON] = [{
-            "type": "tool_use",
-            "id": f"toolu_demo_{len(conversation.tool_uses)}",
-            "name": tool["name"],
-            "input": _arguments(tool, conversation),
-        }]
+        content: list[JSON] = [
+            {
+                "type": "tool_use",
+                "id": f"toolu_demo_{len(conversation.tool_uses)}",
+                "name": tool["name"],
+                "input": _arguments(tool, conversation),
+            }
+        ]
         stop_reason = "tool_use"
     else:
         content = [{"type": "text", "text": _summary(conversation)}]
         stop_reason = "end_turn"
 
-    response = {"model": request.get("model", "demo"), "content": content,
-                "stop_reason": stop_reason}
+    response = {
+        "model": request.get("model", "demo"),
+        "content": content,
+        "stop_reason": stop_reason,
+    }
     usage = {
         "input_tokens": max(1, len(_canonical(request)) // 4),
         "output_tokens": max(1, len(_canonical(response)) // 4),

@@ -62,8 +62,9 @@ class ModelEndpoint:
     def __repr__(self) -> str:
         # The dataclass repr would print the key into tracebacks and logs.
         key = "None" if self.api_key is None else "'<redacted>'"
-        return (f"ModelEndpoint(provider={self.provider!r}, base_url={self.base_url!r}, "
-                f"api_key={key})")
+        return (
+            f"ModelEndpoint(provider={self.provider!r}, base_url={self.base_url!r}, api_key={key})"
+        )
 
 
 def resolve_endpoint(
@@ -128,8 +129,7 @@ class ModelCallError(Exception):
       retryable: whether issuing the same request again may succeed.
     """
 
-    def __init__(self, message: str, *, status: int | None = None,
-                 retryable: bool = False) -> None:
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -179,7 +179,9 @@ class ModelGateway:
         if self._owns_client and self._client is not None:
             await self._client.aclose()
 
-    async def complete(self, request: dict[str, Any], *, on_delta: Delta | None = None) -> ModelResult:
+    async def complete(
+        self, request: dict[str, Any], *, on_delta: Delta | None = None
+    ) -> ModelResult:
         """Issue one neutral model request and return its neutral result.
 
         ``on_delta``: stream this call and hand every piece of ticker text
@@ -208,7 +210,9 @@ class ModelGateway:
 
         while True:
             try:
-                response, usage = await self._attempt(request, relay if on_delta is not None else None)
+                response, usage = await self._attempt(
+                    request, relay if on_delta is not None else None
+                )
                 return ModelResult(response=response, usage=usage)
             except ModelCallError as error:
                 if not error.retryable or attempt >= self._max_retries or sent[0]:
@@ -219,7 +223,9 @@ class ModelGateway:
             await trio.sleep(retry_delay(attempt, self._backoff))
             attempt += 1
 
-    async def _attempt(self, request: dict[str, Any], on_delta: Delta | None = None) -> tuple[dict, dict]:
+    async def _attempt(
+        self, request: dict[str, Any], on_delta: Delta | None = None
+    ) -> tuple[dict, dict]:
         provider = self._endpoint.provider
         wire = WIRES[provider]
         assert self._client is not None
@@ -233,8 +239,9 @@ class ModelGateway:
         try:
             if stream:
                 headers = {**headers, "accept": "text/event-stream"}
-                async with self._client.stream("POST", url, json=body, headers=headers,
-                                               timeout=self._timeout) as reply:
+                async with self._client.stream(
+                    "POST", url, json=body, headers=headers, timeout=self._timeout
+                ) as reply:
                     if reply.status_code >= 400:
                         await reply.aread()
                         raise self._status_error(reply)
@@ -248,14 +255,14 @@ class ModelGateway:
                     for event in decoder.close():
                         assembler.feed(event.event, event.data)
                     return assembler.finish()
-            reply = await self._client.post(url, json=body, headers=headers,
-                                            timeout=self._timeout)
+            reply = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
             if reply.status_code >= 400:
                 raise self._status_error(reply)
             return wire.decode(reply.json(), fallback_model=model)
         except httpx.TimeoutException:
-            raise ModelCallError(f"{provider} model call to {url} timed out",
-                                 retryable=True) from None
+            raise ModelCallError(
+                f"{provider} model call to {url} timed out", retryable=True
+            ) from None
         except httpx.TransportError as error:
             raise ModelCallError(
                 f"{provider} model call to {url} failed: {self._redact(str(error))}",

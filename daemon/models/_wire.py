@@ -120,8 +120,12 @@ def anthropic_decode(body: Any, *, fallback_model: str) -> tuple[JSON, JSON]:
             if not isinstance(block.get("input"), dict):
                 raise WireError("Anthropic tool_use block has no input object")
             content.append(
-                {"type": "tool_use", "id": block["id"], "name": block["name"],
-                 "input": block["input"]}
+                {
+                    "type": "tool_use",
+                    "id": block["id"],
+                    "name": block["name"],
+                    "input": block["input"],
+                }
             )
         # Thinking and other provider-only blocks are not part of the neutral
         # shape; dropping them keeps recorded hashes provider-independent.
@@ -133,8 +137,11 @@ def anthropic_decode(body: Any, *, fallback_model: str) -> tuple[JSON, JSON]:
         + int(usage.get("cache_creation_input_tokens") or 0)
         + int(usage.get("cache_read_input_tokens") or 0)
     )
-    response = {"model": body.get("model") or fallback_model, "content": content,
-                "stop_reason": stop}
+    response = {
+        "model": body.get("model") or fallback_model,
+        "content": content,
+        "stop_reason": stop,
+    }
     return response, _usage(input_tokens, usage.get("output_tokens"))
 
 
@@ -176,8 +183,9 @@ class AnthropicStream:
             # message_delta usage is cumulative: it supersedes message_start's.
             self._usage.update(payload.get("usage") or {})
         elif kind == "error":
-            raise StreamedError(error_message(payload) or "stream error",
-                                (payload.get("error") or {}).get("type"))
+            raise StreamedError(
+                error_message(payload) or "stream error", (payload.get("error") or {}).get("type")
+            )
         # ping, content_block_stop and message_stop carry nothing to keep.
 
     def finish(self) -> tuple[JSON, JSON]:
@@ -190,8 +198,9 @@ class AnthropicStream:
                 text = "".join(self._partial_json[index])
                 block["input"] = _loads(text) if text else (block.get("input") or {})
             content.append(block)
-        body = dict(self._message, content=content, stop_reason=self._stop_reason,
-                    usage=self._usage)
+        body = dict(
+            self._message, content=content, stop_reason=self._stop_reason, usage=self._usage
+        )
         return anthropic_decode(body, fallback_model=self._fallback_model)
 
 
@@ -234,8 +243,13 @@ def _openai_messages(request: JSON) -> list[JSON]:
                     texts = []
                 # OpenAI has no error flag on a tool message; the content
                 # itself must say what went wrong.
-                messages.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                                 "content": block["content"]})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": block["tool_use_id"],
+                        "content": block["content"],
+                    }
+                )
             elif block["type"] == "text":
                 texts.append(block["text"])
         if texts:
@@ -252,9 +266,13 @@ def _openai_user(texts: list[str]) -> JSON:
 def _openai_assistant(blocks: list[JSON]) -> JSON:
     text = "".join(b["text"] for b in blocks if b["type"] == "text")
     calls = [
-        {"id": b["id"], "type": "function",
-         "function": {"name": b["name"], "arguments": _arguments(b["input"])}}
-        for b in blocks if b["type"] == "tool_use"
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {"name": b["name"], "arguments": _arguments(b["input"])},
+        }
+        for b in blocks
+        if b["type"] == "tool_use"
     ]
     message: JSON = {"role": "assistant", "content": text or None}
     if calls:
@@ -264,13 +282,21 @@ def _openai_assistant(blocks: list[JSON]) -> JSON:
 
 def openai_body(request: JSON, *, stream: bool) -> JSON:
     """The Chat Completions body for a neutral request."""
-    body: JSON = {"model": request["model"], "max_tokens": request["max_tokens"],
-                  "messages": _openai_messages(request)}
+    body: JSON = {
+        "model": request["model"],
+        "max_tokens": request["max_tokens"],
+        "messages": _openai_messages(request),
+    }
     if "tools" in request:
         body["tools"] = [
-            {"type": "function",
-             "function": {"name": t["name"], "description": t.get("description", ""),
-                          "parameters": t["input_schema"]}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "parameters": t["input_schema"],
+                },
+            }
             for t in request["tools"]
         ]
     if stream:
@@ -294,16 +320,20 @@ def openai_decode(body: Any, *, fallback_model: str) -> tuple[JSON, JSON]:
         tool_input = _loads(arguments) if arguments else {}
         if not isinstance(tool_input, dict):
             raise WireError(f"OpenAI tool call {function.get('name')!r} has non-object arguments")
-        content.append({"type": "tool_use", "id": call["id"], "name": function["name"],
-                        "input": tool_input})
+        content.append(
+            {"type": "tool_use", "id": call["id"], "name": function["name"], "input": tool_input}
+        )
     stop = _OPENAI_STOP.get(choice.get("finish_reason") or "stop", "end_turn")
     # Some OpenAI-compatible servers report "stop" beside tool calls; the
     # calls are what the agent loop must act on.
     if stop == "end_turn" and any(b["type"] == "tool_use" for b in content):
         stop = "tool_use"
     usage = body.get("usage") or {}
-    response = {"model": body.get("model") or fallback_model, "content": content,
-                "stop_reason": stop}
+    response = {
+        "model": body.get("model") or fallback_model,
+        "content": content,
+        "stop_reason": stop,
+    }
     return response, _usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
 
 
@@ -325,8 +355,10 @@ class OpenAIStream:
         chunk = _loads(data)
         if "error" in chunk:
             error = chunk.get("error") or {}
-            raise StreamedError(error_message(chunk) or "stream error",
-                                error.get("type") if isinstance(error, dict) else None)
+            raise StreamedError(
+                error_message(chunk) or "stream error",
+                error.get("type") if isinstance(error, dict) else None,
+            )
         self._seen_chunk = True
         self._model = chunk.get("model") or self._model
         if chunk.get("usage"):
@@ -357,14 +389,18 @@ class OpenAIStream:
         message: JSON = {"role": "assistant", "content": "".join(self._text) or None}
         if self._calls:
             message["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": "".join(c["arguments"])}}
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": "".join(c["arguments"])},
+                }
                 for _, c in sorted(self._calls.items())
             ]
-        body = {"model": self._model,
-                "choices": [{"index": 0, "message": message,
-                             "finish_reason": self._finish_reason}],
-                "usage": self._usage}
+        body = {
+            "model": self._model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish_reason}],
+            "usage": self._usage,
+        }
         return openai_decode(body, fallback_model=self._fallback_model)
 
 
@@ -374,7 +410,8 @@ class OpenAIStream:
 
 
 def ticker(provider: str, event: str | None, data: str) -> JSON | None:
-    """The live-ticker part of one streamed provider event: text, thinking, or usage; None for the rest."""
+    """The live-ticker part of one streamed provider event: text, thinking,
+    or usage; None for the rest."""
     try:
         payload = json.loads(data)
     except ValueError:
@@ -385,9 +422,17 @@ def ticker(provider: str, event: str | None, data: str) -> JSON | None:
         kind = event or payload.get("type")
         delta = payload.get("delta") or {}
         if kind == "content_block_delta" and delta.get("type") == "text_delta":
-            return {"type": "text_delta", "index": payload.get("index", 0), "text": delta.get("text", "")}
+            return {
+                "type": "text_delta",
+                "index": payload.get("index", 0),
+                "text": delta.get("text", ""),
+            }
         if kind == "content_block_delta" and delta.get("type") == "thinking_delta":
-            return {"type": "thinking_delta", "index": payload.get("index", 0), "thinking": delta.get("thinking", "")}
+            return {
+                "type": "thinking_delta",
+                "index": payload.get("index", 0),
+                "thinking": delta.get("thinking", ""),
+            }
         if kind == "message_delta" and isinstance(payload.get("usage"), dict):
             return {"type": "usage", "usage": payload["usage"]}
         return None
@@ -412,8 +457,18 @@ class Wire:
 
 
 WIRES: dict[str, Wire] = {
-    "anthropic": Wire(path="messages", headers=anthropic_headers, body=anthropic_body,
-                      decode=anthropic_decode, stream=AnthropicStream),
-    "openai": Wire(path="chat/completions", headers=openai_headers, body=openai_body,
-                   decode=openai_decode, stream=OpenAIStream),
+    "anthropic": Wire(
+        path="messages",
+        headers=anthropic_headers,
+        body=anthropic_body,
+        decode=anthropic_decode,
+        stream=AnthropicStream,
+    ),
+    "openai": Wire(
+        path="chat/completions",
+        headers=openai_headers,
+        body=openai_body,
+        decode=openai_decode,
+        stream=OpenAIStream,
+    ),
 }

@@ -1,4 +1,5 @@
-"""The environment salvor gives a process it starts: an allow-list of the daemon's, never the daemon's minus a few names.
+"""The environment salvor gives a process it starts: an allow-list of the daemon's, never
+the daemon's minus a few names.
 
 Agents and stdio MCP servers run code the operator did not write line by
 line, so they get what a program needs to run and nothing else: whatever
@@ -15,15 +16,20 @@ from collections.abc import Mapping
 
 # Passed through from the daemon's environment, each because a program
 # needs it to run as it would in the operator's shell:
-PASSED_THROUGH = frozenset({
-    "PATH",  # finding the command and what it starts (python, node, npx)
-    "HOME",  # per-user config and caches (npm, pip, the SDKs' own files)
-    "USER", "LOGNAME",  # libraries that ask who they run as
-    "SHELL",  # tools that start a shell for a subcommand
-    "LANG", "LANGUAGE", "TZ",  # text encoding, messages and local time as the operator set them
-    "TMPDIR",  # where temporary files go
-    "TERM",  # programs that colour or size their output
-})
+PASSED_THROUGH = frozenset(
+    {
+        "PATH",  # finding the command and what it starts (python, node, npx)
+        "HOME",  # per-user config and caches (npm, pip, the SDKs' own files)
+        "USER",
+        "LOGNAME",  # libraries that ask who they run as
+        "SHELL",  # tools that start a shell for a subcommand
+        "LANG",
+        "LANGUAGE",
+        "TZ",  # text encoding, messages and local time as the operator set them
+        "TMPDIR",  # where temporary files go
+        "TERM",  # programs that colour or size their output
+    }
+)
 # And every LC_* (the locale's categories), for the same reason as LANG.
 PASSED_THROUGH_PREFIXES = ("LC_",)
 # Left out on purpose: HTTP(S)_PROXY and NO_PROXY (a proxy URL can carry a
@@ -43,6 +49,10 @@ TELEMETRY_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed part of ``environ``, with SDK telemetry switched off."""
-    env = {k: v for k, v in environ.items() if k in PASSED_THROUGH or k.startswith(PASSED_THROUGH_PREFIXES)}
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k in PASSED_THROUGH or k.startswith(PASSED_THROUGH_PREFIXES)
+    }
     env.update(TELEMETRY_OFF)
     return env

@@ -36,5 +36,8 @@ def make_undumpable() -> bool:
     except (OSError, AttributeError) as exc:
         log.debug("the process stays dumpable: %s", exc)
         return False
-    log.debug("the process is not dumpable: its environment and memory are closed to its user's other processes")
+    log.debug(
+        "the process is not dumpable: its environment and memory are "
+        "closed to its user's other processes"
+    )
     return True

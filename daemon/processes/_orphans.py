@@ -54,7 +54,8 @@ _PROC = Path("/proc")
 
 
 def _start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), None for a zombie or a gone process."""
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), None for
+    a zombie or a gone process."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
@@ -74,7 +75,8 @@ def owner_mark() -> str:
 
 
 def owner_alive(mark: str) -> bool:
-    """Whether the salvor process an owner mark names still runs (the same process, not a recycled pid)."""
+    """Whether the salvor process an owner mark names still runs (the same
+    process, not a recycled pid)."""
     pid, _, started = mark.partition(":")
     if not pid.isdigit() or not started:
         return False
@@ -82,7 +84,8 @@ def owner_alive(mark: str) -> bool:
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL the process group ``pid`` leads (our children run in groups of their own); gone already is fine."""
+    """SIGKILL the process group ``pid`` leads (our children run in groups of their
+    own); gone already is fine."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -108,7 +111,8 @@ def _environ(pid: int) -> Mapping[str, str] | None:
 
 
 def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tuple[int, str]]:
-    """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if given) whose owner is gone."""
+    """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if
+    given) whose owner is gone."""
     me = os.getpid()
     try:
         entries = list(_PROC.iterdir())
@@ -156,11 +160,14 @@ def kill_orphans(fingerprint: str, run_id: str | None = None) -> dict[str, list[
 
 
 async def sweep_orphans(store_url: str, run_id: str | None = None) -> dict[str, list[int]]:
-    """Kill what an earlier salvor left running for this store (for one run, if given); log one line per run."""
+    """Kill what an earlier salvor left running for this store (for one run, if
+    given); log one line per run."""
     killed = await trio.to_thread.run_sync(kill_orphans, store_fingerprint(store_url), run_id)
     for run, pids in sorted(killed.items()):
         log.warning(
-            "run %s: killed agent process %s (and its process group), left running by a salvor that died",
-            run or "<unknown>", ", ".join(map(str, sorted(pids))),
+            "run %s: killed agent process %s (and its process group), "
+            "left running by a salvor that died",
+            run or "<unknown>",
+            ", ".join(map(str, sorted(pids))),
         )
     return killed

@@ -46,7 +46,8 @@ class PortClaims:
 
     @asynccontextmanager
     async def hold(self, port: int, run_id: str) -> AsyncIterator[None]:
-        """Hold ``port`` for the body, first waiting for the run that holds it (if any) to end its drive.
+        """Hold ``port`` for the body, first waiting for the run that
+        holds it (if any) to end its drive.
 
         A recovered or resumed run can find its port held by another live
         run; it waits its turn rather than failing, so both keep their logs.

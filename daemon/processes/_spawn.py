@@ -21,23 +21,28 @@ TETHER = str(Path(__file__).with_name("_tether.py"))
 
 
 def _interpreter() -> str:
-    """The binary running this process: the tether needs no venv (it runs with ``-I -S``), and a venv's
-    ``sys.executable`` can be a link the daemon's user may not follow even though its target runs."""
+    """The binary running this process: the tether needs no venv (it runs with ``-I -S``), and a
+    venv's ``sys.executable`` can be a link the daemon's user may not follow
+    even though its target runs."""
     try:
         return os.readlink("/proc/self/exe")
     except OSError:
         return sys.executable
+
+
 _ERRNO_BYTES = 16
 
 
 def tethered(command: Sequence[str], errfd: int) -> list[str]:
-    """The command line that runs ``command`` through the tether, reporting a failed exec on ``errfd``."""
+    """The command line that runs ``command`` through the tether, reporting
+    a failed exec on ``errfd``."""
     # -I -S: no site, no user paths, nothing of salvor's: a bare interpreter starts in milliseconds.
     return [_interpreter(), "-I", "-S", TETHER, str(errfd), "--", *command]
 
 
 async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Process:
-    """Start ``command`` (options as for ``trio.lowlevel.open_process``) tied to this process's life.
+    """Start ``command`` (options as for
+    ``trio.lowlevel.open_process``) tied to this process's life.
 
     Raises:
         OSError: the command could not be started (the errno its exec failed
@@ -48,7 +53,9 @@ async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Proc
     read_end, write_end = os.pipe()
     try:
         process = await trio.lowlevel.open_process(
-            tethered(command, write_end), pass_fds=(*options.pop("pass_fds", ()), write_end), **options
+            tethered(command, write_end),
+            pass_fds=(*options.pop("pass_fds", ()), write_end),
+            **options,
         )
     except BaseException:
         os.close(read_end)
@@ -74,4 +81,6 @@ async def open_tied_process(command: Sequence[str], **options: Any) -> trio.Proc
         if stream is not None:
             await stream.aclose()
     code = int(report) if report.isdigit() else 0
-    raise OSError(code, os.strerror(code) if code else "the command could not be executed", command[0])
+    raise OSError(
+        code, os.strerror(code) if code else "the command could not be executed", command[0]
+    )

@@ -1,4 +1,5 @@
-"""Start a command that dies with the process that started it: ``python -I -S _tether.py ERRFD -- COMMAND...``.
+"""Start a command that dies with the process that started it: ``python -I -S
+_tether.py ERRFD -- COMMAND...``.
 
 The tether runs between the fork and the command's exec. It forks a small
 watcher and then exec's COMMAND in its own place (same pid, same process
@@ -36,7 +37,8 @@ import sys
 
 
 def _watch(daemon: int, command: int) -> None:
-    """In the watcher: wait for the daemon or the command to end; a daemon gone takes the group with it."""
+    """In the watcher: wait for the daemon or the command to end; a daemon
+    gone takes the group with it."""
     # Hold none of the command's pipes: the daemon reads them to their end.
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

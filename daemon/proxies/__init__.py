@@ -1,5 +1,5 @@
-"""The loopback proxies a process agent is pointed at: the model proxy and the MCP stand-in endpoints and
-lanes, which record or replay each call through ``recording``.
+"""The loopback proxies a process agent is pointed at: the model proxy and the MCP stand-in
+endpoints and lanes, which record or replay each call through ``recording``.
 
 Rule: imports only the packages below it.
 """

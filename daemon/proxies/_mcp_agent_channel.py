@@ -1,4 +1,5 @@
-"""What a stand-in sends its agent unasked: the server-push stream, and the server's requests awaiting answers.
+"""What a stand-in sends its agent unasked: the server-push stream, and the
+server's requests awaiting answers.
 
 A streamable-HTTP agent (or the stdio relay) holds the push stream open with
 a ``GET`` (``_mcp_endpoint``); at most one is open per lane. Notifications
@@ -61,9 +62,14 @@ class AgentChannel:
         """
         request_id = request.get("id")
         if self._push is None:
-            return error_answer(request_id, METHOD_NOT_FOUND, (
-                f"the agent has no server-push stream open to salvor's stand-in for {self.server!r}, so it "
-                f"cannot be asked {request.get('method')}"))
+            return error_answer(
+                request_id,
+                METHOD_NOT_FOUND,
+                (
+                    "the agent has no server-push stream open to salvor's stand-in for "
+                    f"{self.server!r}, so it cannot be asked {request.get('method')}"
+                ),
+            )
         key = json.dumps(request_id)
         sending, receiving = trio.open_memory_channel(1)
         self._awaiting[key] = sending
@@ -71,9 +77,14 @@ class AgentChannel:
             self.push([request])
             with trio.move_on_after(timeout):
                 answer = await receiving.receive()
-                return {k: v for k, v in answer.items() if k in ("jsonrpc", "id", "result", "error")}
-            return error_answer(request_id, INTERNAL_ERROR, f"the agent did not answer {request.get('method')} "
-                                                            f"within {timeout:g}s")
+                return {
+                    k: v for k, v in answer.items() if k in ("jsonrpc", "id", "result", "error")
+                }
+            return error_answer(
+                request_id,
+                INTERNAL_ERROR,
+                f"the agent did not answer {request.get('method')} within {timeout:g}s",
+            )
         finally:
             self._awaiting.pop(key, None)
 

@@ -1,4 +1,5 @@
-"""The loopback streamable-HTTP endpoint of a process run's MCP stand-ins (``.../r/<capability>/mcp/<server>``).
+"""The loopback streamable-HTTP endpoint of a process run's MCP stand-ins
+(``.../r/<capability>/mcp/<server>``).
 
 An agent's MCP client reaches it directly (``SALVOR_MCP_URL_<NAME>``), or
 through the stdio relay it spawns (``SALVOR_MCP_SERVER_<NAME>``,
@@ -42,8 +43,14 @@ REPLAY_SESSION_ID = "salvor-replay"
 RELAY_HEADER = "x-salvor-relay"
 
 
-async def _respond(send, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
-    payload = b"" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+async def _respond(
+    send, status: int, body: Any = None, headers: Mapping[str, str] | None = None
+) -> None:
+    payload = (
+        b""
+        if body is None
+        else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    )
     head = [(b"content-length", str(len(payload)).encode())]
     if body is not None:
         head.append((b"content-type", b"application/json"))
@@ -59,8 +66,15 @@ def _refusal(code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
-async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send, *,
-                    deadline: float | None = BODY_TIMEOUT_SECONDS) -> None:
+async def serve_mcp(
+    lanes: Mapping[str, Any],
+    server: str,
+    scope,
+    receive,
+    send,
+    *,
+    deadline: float | None = BODY_TIMEOUT_SECONDS,
+) -> None:
     """Answer one HTTP request to the stand-in of ``server`` (never a 5xx: every failure is named).
 
     ``deadline`` bounds how long the request's body may take to arrive whole.
@@ -68,7 +82,14 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
     lane = lanes.get(server)
     if lane is None:
         declared = ", ".join(sorted(lanes)) or "none"
-        await _respond(send, 404, _refusal(INVALID_REQUEST, f"this run declares no MCP server {server!r} (it declares: {declared})"))
+        await _respond(
+            send,
+            404,
+            _refusal(
+                INVALID_REQUEST,
+                f"this run declares no MCP server {server!r} (it declares: {declared})",
+            ),
+        )
         return
     method = scope["method"]
     if method == "DELETE":
@@ -79,11 +100,18 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
         await _push_stream(lane, receive, send)
         return
     if method != "POST":
-        await _respond(send, 405, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, "
-                                                            f"not {method}"), {"allow": "POST, GET, DELETE"})
+        await _respond(
+            send,
+            405,
+            _refusal(
+                INVALID_REQUEST, f"salvor's MCP stand-in answers POST, GET and DELETE, not {method}"
+            ),
+            {"allow": "POST, GET, DELETE"},
+        )
         return
     try:
-        # The stand-in stops reading at its cap rather than take in the rest of an oversized message.
+        # The stand-in stops reading at its cap rather than take in
+        # the rest of an oversized message.
         raw = await read_body(asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False)
     except Disconnected:
         return
@@ -98,9 +126,15 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
         await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
         return
     if isinstance(message, list):
-        await _respond(send, 400, _refusal(
-            INVALID_REQUEST, f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level array); "
-                             "send each message on its own"))
+        await _respond(
+            send,
+            400,
+            _refusal(
+                INVALID_REQUEST,
+                f"salvor's MCP stand-in for {server!r} does not take JSON-RPC batches (a top-level "
+                "array); send each message on its own",
+            ),
+        )
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     answer, notes = await lane.receive(message, headers)
@@ -118,19 +152,32 @@ async def serve_mcp(lanes: Mapping[str, Any], server: str, scope, receive, send,
 
 
 async def _push_stream(lane: Any, receive, send) -> None:
-    """The agent's server-push stream: the lane's notifications as SSE events, until either side ends it.
+    """The agent's server-push stream: the lane's notifications as SSE
+    events, until either side ends it.
 
     A second stream while one is open is ``409``. It ends when the agent
     goes away or the drive ends (the lane closes it).
     """
     notes = lane.agent.open_push()
     if notes is None:
-        await _respond(send, 409, _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"))
+        await _respond(
+            send,
+            409,
+            _refusal(INVALID_REQUEST, f"a server-push stream for {lane.name!r} is already open"),
+        )
         return
     try:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-            (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1"))]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1")),
+                ],
+            }
+        )
         async with trio.open_nursery() as nursery:
 
             async def until_gone() -> None:
@@ -151,7 +198,8 @@ async def _push_stream(lane: Any, receive, send) -> None:
 
 
 class FixedPortApp:
-    """The ASGI app of a stand-in on a fixed port (``port`` in the definition): one lane, at ``/mcp``.
+    """The ASGI app of a stand-in on a fixed port (``port`` in the
+    definition): one lane, at ``/mcp``.
 
     For an agent that dials a URL it was configured with and cannot be
     handed a variable. The path holds no capability, so any local process
@@ -168,7 +216,13 @@ class FixedPortApp:
         if scope["type"] != "http":
             return
         if scope["path"].rstrip("/") != "/mcp":
-            await _respond(send, 404, _refusal(INVALID_REQUEST, f"salvor's MCP stand-in for {self.lane.name!r} is at /mcp"))
+            await _respond(
+                send,
+                404,
+                _refusal(
+                    INVALID_REQUEST, f"salvor's MCP stand-in for {self.lane.name!r} is at /mcp"
+                ),
+            )
             return
         await serve_mcp({self.lane.name: self.lane}, self.lane.name, scope, receive, send)
 

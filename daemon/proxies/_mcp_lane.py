@@ -1,4 +1,5 @@
-"""A process run's MCP lanes: each request the agent sends a declared server, recorded or answered from the log.
+"""A process run's MCP lanes: each request the agent sends a declared server,
+recorded or answered from the log.
 
 One lane per declared server per drive. A request is matched by position
 within its lane (a ``ReplayLane``; ``_mcp_replay`` says how two requests
@@ -104,8 +105,14 @@ class McpLane:
     """The exchanges of one drive with one declared server."""
 
     def __init__(
-        self, spec: McpServerSpec, proxy: ProxySession, log: Sequence[Envelope], origin_log: Sequence[Envelope] | None,
-        nursery: trio.Nursery, environ: Mapping[str, str], mark: Mapping[str, str],
+        self,
+        spec: McpServerSpec,
+        proxy: ProxySession,
+        log: Sequence[Envelope],
+        origin_log: Sequence[Envelope] | None,
+        nursery: trio.Nursery,
+        environ: Mapping[str, str],
+        mark: Mapping[str, str],
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -113,8 +120,10 @@ class McpLane:
         self.ctx = proxy.ctx
         self.origin = proxy.origin
         self.replay = ReplayLane(
-            lane_calls(log, spec.name), lane_names(spec.name),
-            reference=lane_calls(origin_log, spec.name) if origin_log is not None else None, origin=proxy.origin,
+            lane_calls(log, spec.name),
+            lane_names(spec.name),
+            reference=lane_calls(origin_log, spec.name) if origin_log is not None else None,
+            origin=proxy.origin,
         )
         self.contacted = False
         self._live: McpSession | None = None
@@ -131,7 +140,8 @@ class McpLane:
 
     @property
     def session_id(self) -> str | None:
-        """The real server's ``Mcp-Session-Id``, handed to the agent as it is (None when there is none)."""
+        """The real server's ``Mcp-Session-Id``, handed to the agent as it
+        is (None when there is none)."""
         return self._live.remote_session_id if self._live is not None else None
 
     @property
@@ -152,7 +162,9 @@ class McpLane:
 
     # -- one message ------------------------------------------------------------
 
-    async def receive(self, message: Any, headers: Mapping[str, str]) -> tuple[dict | None, list[dict]]:
+    async def receive(
+        self, message: Any, headers: Mapping[str, str]
+    ) -> tuple[dict | None, list[dict]]:
         """One JSON-RPC message from the agent: the answer (None for a notification), and the
         server notifications to hand the agent before it."""
         answer = await self._receive(message, headers)
@@ -176,10 +188,14 @@ class McpLane:
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
-            return error_answer(request_id, INVALID_PARAMS, f"the params of {method} must be an object")
+            return error_answer(
+                request_id, INVALID_PARAMS, f"the params of {method} must be an object"
+            )
         answer = await self.proxy.exclusive(lambda: self._call(request_id, method, params, headers))
         if answer is None:
-            return error_answer(request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls")
+            return error_answer(
+                request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls"
+            )
         return answer
 
     async def _tell_server(self, method: str, params: Any) -> None:
@@ -205,12 +221,19 @@ class McpLane:
         try:
             if method == "notifications/cancelled":
                 reason = sent.get("reason") if sent is not None else None
-                await live.cancel(_request_key(sent.get("requestId") if sent else None),
-                                  reason if isinstance(reason, str) else None)
+                await live.cancel(
+                    _request_key(sent.get("requestId") if sent else None),
+                    reason if isinstance(reason, str) else None,
+                )
             else:
                 await live.notify(method, sent)
         except McpError as exc:
-            logger.info("MCP stand-in %r: the agent's %s did not reach the server: %s", self.name, method, exc.message)
+            logger.info(
+                "MCP stand-in %r: the agent's %s did not reach the server: %s",
+                self.name,
+                method,
+                exc.message,
+            )
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
@@ -223,11 +246,15 @@ class McpLane:
         await self.proxy.record_failure(message)
         return error_answer(request_id, RUN_ENDED, message)
 
-    async def _call(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]) -> dict:
+    async def _call(
+        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
+    ) -> dict:
         asked = call_input(params)
         pending = self.ctx.view.pending
         decision = self.replay.step(
-            lambda call: mismatch(call, method, asked), live=f"sends {method}", noun=method,
+            lambda call: mismatch(call, method, asked),
+            live=f"sends {method}",
+            noun=method,
             open_intent=None if pending is None else (pending.seq, pending.tool or "model"),
         )
         step, call = decision.step, decision.call
@@ -240,14 +267,25 @@ class McpLane:
             return await self._answer(request_id, call)
         if step is Step.PARK:
             # Never reached: a drive does not start at an open write.
-            return error_answer(request_id, RUN_ENDED, (
-                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an open write"))
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                (
+                    f"{self.replay.names.one} {self.position + 1} (recorded at "
+                    f"seq {call.seq}) is an open write"
+                ),
+            )
         if step is Step.REPRODUCE:
             return await self._reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
             effect = self._effect(method, params)
             key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
-            intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=effect.value, idempotency_key=key)
+            intent = ToolCallRequested(
+                tool=lane_tool(self.name, method),
+                input=asked,
+                effect=effect.value,
+                idempotency_key=key,
+            )
             seq = (await self.ctx.record(intent))[-1].seq
             call = LaneCall(seq, method, asked, effect.value, key)
             self.replay.record(call)
@@ -257,8 +295,12 @@ class McpLane:
         except OutcomeUnknown as exc:
             # The write's intent stays open: the run is parked in needs_reconciliation.
             self.proxy.rested.set()
-            return error_answer(request_id, RUN_ENDED, f"{exc.message}; run {self.proxy.run_id} waits for a person to "
-                                                       f"record what happened")
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
+                f"record what happened",
+            )
         if self._crossed and isinstance(output, dict):
             output = {**output, "notifications": self._crossed}
             self._crossed = []
@@ -267,8 +309,11 @@ class McpLane:
             self._asked = []
         wait = wait_event(output)
         with trio.CancelScope(shield=True):
-            # A wait its result asks for is recorded with the completion: no log ends between the two.
-            await self.ctx.record(ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else []))
+            # A wait its result asks for is recorded with the
+            # completion: no log ends between the two.
+            await self.ctx.record(
+                ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else [])
+            )
         call.output, call.completed = output, True
         if wait is not None:
             call.wait.append(wait)
@@ -277,7 +322,8 @@ class McpLane:
         return await self._answer(request_id, call)
 
     async def _answer(self, request_id: Any, call: LaneCall) -> dict:
-        """The agent's answer to a completed call; for one whose result parked the run, the run parks here.
+        """The agent's answer to a completed call; for one whose result
+        parked the run, the run parks here.
 
         A call whose wait has ended (the run was resumed, or woke) is
         answered with what the wait returned, as a tool result. One whose
@@ -298,27 +344,54 @@ class McpLane:
                 await self.ctx.record(wait)
             call.wait.append(wait)
         ended, value = call.woken()
-        if not ended and self.ctx.view.state is RunState.SLEEPING and await self.ctx.wake_when_due():
+        if (
+            not ended
+            and self.ctx.view.state is RunState.SLEEPING
+            and await self.ctx.wake_when_due()
+        ):
             ended, value = True, slept(wait.wake_at)
         if ended:
             return answer_of(request_id, {"result": stub_result(value)})
         self.proxy.rested.set()
         state = self.ctx.view.state.value
         until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
-        return error_answer(request_id, RUN_ENDED, (
-            f"run {self.proxy.run_id} is {state}{until}: the result of {call.input.get('name')!r} asked salvor to "
-            f"park it (`_meta.salvor`); this agent process is stopped and started again when the run "
-            f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"))
+        return error_answer(
+            request_id,
+            RUN_ENDED,
+            (
+                f"run {self.proxy.run_id} is {state}{until}: the result of "
+                f"{call.input.get('name')!r} asked salvor to park it (`_meta.salvor`); this agent "
+                "process is stopped and started again when the run "
+                f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"
+            ),
+        )
 
     async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
-        """A re-run's request past its own log, answered with the origin's ``call`` at this position."""
+        """A re-run's request past its own log, answered with the
+        origin's ``call`` at this position."""
         if wait_event(call.output) is not None and not call.woken()[0]:
-            return await self._diverged(request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message)
-        # Nothing runs, so the copy is held and committed with the run's next event (as reproduced model calls are).
+            return await self._diverged(
+                request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message
+            )
+        # Nothing runs, so the copy is held and committed with the run's next event
+        # (as reproduced model calls are).
         seq = self.ctx.view.next_seq + self.ctx.held
-        intent = ToolCallRequested(tool=lane_tool(self.name, method), input=asked, effect=call.effect,
-                                   idempotency_key=call.idempotency_key)
-        copy = LaneCall(seq, method, asked, call.effect, call.idempotency_key, call.output, True, list(call.wait))
+        intent = ToolCallRequested(
+            tool=lane_tool(self.name, method),
+            input=asked,
+            effect=call.effect,
+            idempotency_key=call.idempotency_key,
+        )
+        copy = LaneCall(
+            seq,
+            method,
+            asked,
+            call.effect,
+            call.idempotency_key,
+            call.output,
+            True,
+            list(call.wait),
+        )
         # The origin's wait is reproduced with the call: a re-run never waits.
         self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
         self.replay.record(copy)
@@ -330,14 +403,16 @@ class McpLane:
     # -- the server's requests to the agent --------------------------------------
 
     async def _server_request(self, message: dict) -> dict:
-        """A request the real server sent during a live call: the agent's answer, recorded with the call."""
+        """A request the real server sent during a live call: the agent's
+        answer, recorded with the call."""
         answer = await self.agent.ask(message, self.spec.timeout)
         if len(self._asked) < MAX_CROSSED:
             self._asked.append({"after": self.position, "request": message, "answer": answer})
         return answer
 
     async def _ask_again(self, output: Any) -> None:
-        """Replay: ask the agent each request the server sent during this call (the answers are not matched)."""
+        """Replay: ask the agent each request the server sent during this call
+        (the answers are not matched)."""
         asked = output.get("server_requests") if isinstance(output, dict) else None
         for entry in asked if isinstance(asked, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
@@ -345,9 +420,11 @@ class McpLane:
 
     # -- the real server ----------------------------------------------------------
 
-    async def _execute(self, request_id: Any, method: str, params: dict, headers: Mapping[str, str],
-                       call: LaneCall) -> Any:
-        """What the request is answered with (recorded as the call's output), retried as its effect allows.
+    async def _execute(
+        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str], call: LaneCall
+    ) -> Any:
+        """What the request is answered with (recorded as the call's
+        output), retried as its effect allows.
 
         Raises:
             OutcomeUnknown: a write went out and no answer came back.
@@ -360,23 +437,36 @@ class McpLane:
             try:
                 if method == "initialize":
                     return {"result": (await self._open(params)).initialized}
-                live = self._live if self._live is not None and self._live.broken is None else await self._open(None)
+                live = (
+                    self._live
+                    if self._live is not None and self._live.broken is None
+                    else await self._open(None)
+                )
                 live.pass_through(headers)
                 sent = call_input(params)
                 # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
                 meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
                 if attempt.idempotency_key is not None:
                     # A server may use the key to collapse a repeated execution.
-                    meta["salvor"] = {"idempotency_key": attempt.idempotency_key, "run_id": attempt.run_id}
+                    meta["salvor"] = {
+                        "idempotency_key": attempt.idempotency_key,
+                        "run_id": attempt.run_id,
+                    }
                 if meta:
                     sent["_meta"] = meta
                 result = await live.request(method, sent, key=_request_key(request_id))
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.
-                return {"error": exc.error or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}}
+                return {
+                    "error": exc.error
+                    or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}
+                }
             except McpNoAnswer as exc:
                 if effect is Effect.WRITE:
-                    raise OutcomeUnknown(f"{exc.message}; the write {params.get('name')!r} may or may not have happened") from None
+                    raise OutcomeUnknown(
+                        f"{exc.message}; the write "
+                        f"{params.get('name')!r} may or may not have happened"
+                    ) from None
                 raise ToolFailed(exc.message) from None
             except McpUnavailable as exc:
                 raise ToolFailed(f"{exc.message}; the call was not performed") from None
@@ -389,23 +479,41 @@ class McpLane:
                 return {"result": result}
             return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
 
-        tool = Tool(name=lane_tool(self.name, method), description="", effect=effect, input_schema={}, handler=forward)
+        tool = Tool(
+            name=lane_tool(self.name, method),
+            description="",
+            effect=effect,
+            input_schema={},
+            handler=forward,
+        )
         try:
-            outcome, _attempt = await dispatch(tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key)
+            outcome, _attempt = await dispatch(
+                tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key
+            )
         except DispatchFailed as failed:
             return tool_error("handler", failed.message, failed.attempts)
         return outcome
 
     async def _open(self, params: dict | None) -> McpSession:
-        """A new real session: with the agent's ``initialize`` params, else the lane's recorded ones (silently)."""
+        """A new real session: with the agent's ``initialize`` params, else the
+        lane's recorded ones (silently)."""
         if params is None:
-            recorded = next((c.input for c in self.calls if c.method == "initialize" and isinstance(c.input, dict)), None)
+            recorded = next(
+                (
+                    c.input
+                    for c in self.calls
+                    if c.method == "initialize" and isinstance(c.input, dict)
+                ),
+                None,
+            )
             params = recorded
         if self._live is not None:
             await self._live.aclose()
             self._live = None
         initialize = None if params is None else call_input(params)
-        self._live = await open_session(self.spec, self._nursery, self._environ, self._mark, initialize=initialize)
+        self._live = await open_session(
+            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
+        )
         self._live.on_notification = self._cross
         self._live.on_request = self._server_request
         return self._live
@@ -422,20 +530,30 @@ class McpLane:
             return None
         suffix = variable_suffix(self.name)
         if self.spec.command is not None:
-            first, second = f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)", f"SALVOR_MCP_URL_{suffix}"
+            first, second = (
+                f"SALVOR_MCP_SERVER_{suffix} (the command to spawn in place of the server)",
+                f"SALVOR_MCP_URL_{suffix}",
+            )
         else:
-            first, second = f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)", f"SALVOR_MCP_SERVER_{suffix}"
-        return (f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP configuration must point "
-                f"that server at ${first}, or at ${second}")
+            first, second = (
+                f"SALVOR_MCP_URL_{suffix} (the URL to dial in place of the server)",
+                f"SALVOR_MCP_SERVER_{suffix}",
+            )
+        return (
+            f"the agent never contacted salvor's MCP stand-in for {self.name!r}: its MCP "
+            f"configuration must point that server at ${first}, or at ${second}"
+        )
 
     def shortfall(self, what_ended: str) -> str | None:
-        """Why a drive that ended before making every call of this lane it had to make again fails."""
+        """Why a drive that ended before making every call of this lane
+        it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
 
 
 def _request_key(request_id: Any) -> str | int | float | None:
-    """The key a live request is sent under: the agent's JSON-RPC id, when it is one (a string or a number)."""
+    """The key a live request is sent under: the agent's JSON-RPC id, when it is
+    one (a string or a number)."""
     if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
         return None
     return request_id
@@ -443,13 +561,22 @@ def _request_key(request_id: Any) -> str | int | float | None:
 
 @asynccontextmanager
 async def open_lanes(
-    proxy: ProxySession, servers: Sequence[McpServerSpec], log: Sequence[Envelope],
-    origin_log: Sequence[Envelope] | None, *, environ: Mapping[str, str], mark: Mapping[str, str],
+    proxy: ProxySession,
+    servers: Sequence[McpServerSpec],
+    log: Sequence[Envelope],
+    origin_log: Sequence[Envelope] | None,
+    *,
+    environ: Mapping[str, str],
+    mark: Mapping[str, str],
 ) -> AsyncIterator[dict[str, McpLane]]:
-    """The lanes of one drive, mounted on ``proxy`` for the body; every real session is closed at its end."""
+    """The lanes of one drive, mounted on ``proxy`` for the body; every real
+    session is closed at its end."""
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        lanes = {spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark) for spec in servers}
+        lanes = {
+            spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark)
+            for spec in servers
+        }
         proxy.mcp_lanes = lanes
         try:
             for spec in servers:

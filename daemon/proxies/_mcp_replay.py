@@ -61,7 +61,10 @@ def lane_tool(server: str, method: str) -> str:
 
 def lane_names(server: str) -> CallNames:
     """How the replay lane of ``server`` names its calls in a divergence or a shortfall."""
-    return CallNames(one=f"MCP server {server!r} (lane {lane_tool(server, '')}), call", many=f"calls of MCP server {server!r}")
+    return CallNames(
+        one=f"MCP server {server!r} (lane {lane_tool(server, '')}), call",
+        many=f"calls of MCP server {server!r}",
+    )
 
 
 def call_input(params: dict) -> dict:
@@ -71,7 +74,8 @@ def call_input(params: dict) -> dict:
 
 @dataclass(slots=True)
 class LaneCall:
-    """One recorded exchange of a lane: its intent's seq, what was asked, and the answer once there is one.
+    """One recorded exchange of a lane: its intent's seq, what was asked,
+    and the answer once there is one.
 
     ``seq``, ``completed`` and ``effect`` are what the replay lane's rules read (``Recorded``).
     """
@@ -87,7 +91,8 @@ class LaneCall:
     wait: list[Event] = field(default_factory=list)
 
     def woken(self) -> tuple[bool, Any]:
-        """Whether the wait this call parked the run in has ended, and what the call returns now that it has.
+        """Whether the wait this call parked the run in has ended, and what
+        the call returns now that it has.
 
         A suspension returns the input the run was resumed with; a sleep
         ``{"slept_until": ...}``, as a built-in agent's tool call does.
@@ -100,14 +105,16 @@ class LaneCall:
         return False, None
 
 
-# What may follow a parking call's completion: the event starting its wait, then the rest of the wait.
+# What may follow a parking call's completion: the event starting its
+# wait, then the rest of the wait.
 _WAIT_STARTS = (EventKind.SUSPENDED, EventKind.SLEEP_STARTED)
 _WAIT_GOES_ON = (EventKind.RESUMED, EventKind.NOW_OBSERVED, EventKind.SLEEP_COMPLETED)
 _WAIT_ENDS = (EventKind.RESUMED, EventKind.SLEEP_COMPLETED)
 
 
 def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
-    """The exchanges of ``server``'s lane in ``log``, in order, each with the wait it parked the run in."""
+    """The exchanges of ``server``'s lane in ``log``, in order, each with
+    the wait it parked the run in."""
     prefix = lane_tool(server, "")
     calls: list[LaneCall] = []
     by_seq: dict[int, LaneCall] = {}
@@ -122,7 +129,9 @@ def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
                 continue
             waiting = None
         if event.KIND is EventKind.TOOL_CALL_REQUESTED and event.tool.startswith(prefix):
-            call = LaneCall(env.seq, event.tool[len(prefix):], event.input, event.effect, event.idempotency_key)
+            call = LaneCall(
+                env.seq, event.tool[len(prefix) :], event.input, event.effect, event.idempotency_key
+            )
             calls.append(call)
             by_seq[env.seq] = call
         elif event.KIND is EventKind.TOOL_CALL_COMPLETED and event.seq in by_seq:
@@ -142,7 +151,8 @@ def _path(base: str, key: Any) -> str:
 # Recursion: one frame per level; an agent's MCP message is at most MAX_NESTING (128) levels deep
 # (the stand-in parses it strictly), far under Python's limit of 1000.
 def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
-    """The path of the first field where ``asked`` differs from ``recorded``; None when they are equal.
+    """The path of the first field where ``asked`` differs from
+    ``recorded``; None when they are equal.
 
     Object keys are compared in sorted order, so the path is the same
     whatever order either side wrote its keys in.
@@ -165,8 +175,10 @@ def first_divergence(recorded: Any, asked: Any, path: str = "") -> str | None:
         return None
     # bool is an int to Python, never to JSON.
     same = type(recorded) is type(asked) or (
-        isinstance(recorded, int | float) and isinstance(asked, int | float)
-        and not isinstance(recorded, bool) and not isinstance(asked, bool)
+        isinstance(recorded, int | float)
+        and isinstance(asked, int | float)
+        and not isinstance(recorded, bool)
+        and not isinstance(asked, bool)
     )
     return None if same and recorded == asked else (path or "(the whole value)")
 
@@ -197,12 +209,20 @@ def _at(value: Any, path: str) -> Any:
 def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     """How a request differs from the recorded one at its position; None when it matches."""
     if recorded.method != method:
-        return Mismatch(DivergenceReason.KIND, f"the agent sent {method} where the log records {recorded.method}")
+        return Mismatch(
+            DivergenceReason.KIND,
+            f"the agent sent {method} where the log records {recorded.method}",
+        )
     before = recorded.input if isinstance(recorded.input, dict) else {}
     if method == "tools/call":
         if before.get("name") != asked.get("name"):
-            return Mismatch(DivergenceReason.REQUEST, (
-                f"the agent called the tool {asked.get('name')!r} where the log records {before.get('name')!r}"))
+            return Mismatch(
+                DivergenceReason.REQUEST,
+                (
+                    f"the agent called the tool {asked.get('name')!r} where the log "
+                    f"records {before.get('name')!r}"
+                ),
+            )
         before, asked, where = before.get("arguments"), asked.get("arguments"), "arguments"
     elif method == "initialize":
         before = {"protocolVersion": before.get("protocolVersion")}
@@ -214,9 +234,13 @@ def mismatch(recorded: LaneCall, method: str, asked: dict) -> Mismatch | None:
     path = first_divergence(before, asked)
     if path is None:
         return None
-    return Mismatch(DivergenceReason.REQUEST, (
-        f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where the log records "
-        f"{_shown(_at(before, path))}"))
+    return Mismatch(
+        DivergenceReason.REQUEST,
+        (
+            f"its {method} differs at `{path}`: the agent sent {_shown(_at(asked, path))} where "
+            f"the log records {_shown(_at(before, path))}"
+        ),
+    )
 
 
 def answer_of(request_id: Any, output: Any) -> dict:
@@ -227,9 +251,15 @@ def answer_of(request_id: Any, output: Any) -> dict:
     elif isinstance(output, dict) and isinstance(output.get("error"), dict):
         message["error"] = output["error"]
     elif isinstance(output, dict) and isinstance(output.get(TOOL_ERROR_KEY), dict):
-        message["error"] = {"code": INTERNAL_ERROR, "message": str(output[TOOL_ERROR_KEY].get("message", ""))}
+        message["error"] = {
+            "code": INTERNAL_ERROR,
+            "message": str(output[TOOL_ERROR_KEY].get("message", "")),
+        }
     else:
-        message["error"] = {"code": INTERNAL_ERROR, "message": "salvor recorded no usable answer for this request"}
+        message["error"] = {
+            "code": INTERNAL_ERROR,
+            "message": "salvor recorded no usable answer for this request",
+        }
     return message
 
 
@@ -238,7 +268,9 @@ def notifications_of(output: Any) -> list[dict]:
     notes = output.get("notifications") if isinstance(output, dict) else None
     if not isinstance(notes, list):
         return []
-    return [n["message"] for n in notes if isinstance(n, dict) and isinstance(n.get("message"), dict)]
+    return [
+        n["message"] for n in notes if isinstance(n, dict) and isinstance(n.get("message"), dict)
+    ]
 
 
 def error_answer(request_id: Any, code: int, message: str) -> dict:
@@ -249,7 +281,9 @@ def stub_result(fixed: Any) -> dict:
     """The ``tools/call`` result of a tool the definition answers itself (``results``)."""
     if isinstance(fixed, dict) and isinstance(fixed.get("content"), list):
         return fixed
-    text = fixed if isinstance(fixed, str) else json.dumps(fixed, ensure_ascii=False, sort_keys=True)
+    text = (
+        fixed if isinstance(fixed, str) else json.dumps(fixed, ensure_ascii=False, sort_keys=True)
+    )
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
     if isinstance(fixed, dict):
         result["structuredContent"] = fixed

@@ -111,7 +111,10 @@ class Upstream:
     read_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
 
     def __repr__(self) -> str:
-        return f"Upstream(base_url={self.base_url!r}, api_key={'<redacted>' if self.api_key else None})"
+        return (
+            f"Upstream(base_url={self.base_url!r}, "
+            f"api_key={'<redacted>' if self.api_key else None})"
+        )
 
     @property
     def timeout(self) -> httpx.Timeout:
@@ -143,8 +146,11 @@ class Upstream:
         return text
 
 
-def resolve_upstream(environ: Mapping[str, str] = os.environ, *, key: str | None = None) -> Upstream | None:
-    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+def resolve_upstream(
+    environ: Mapping[str, str] = os.environ, *, key: str | None = None
+) -> Upstream | None:
+    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or
+    ``SALVOR_MODEL_BASE_URL``; None when neither is set.
 
     ``key``: the upstream key the daemon read from a file at start
     (``SALVOR_AGENT_KEY_FILE``, systemd's ``agent-key`` credential); it wins
@@ -156,7 +162,13 @@ def resolve_upstream(environ: Mapping[str, str] = os.environ, *, key: str | None
     base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
     if not base:
         return None
-    key = key or environ.get("SALVOR_AGENT_KEY") or environ.get("ANTHROPIC_API_KEY") or environ.get("OPENAI_API_KEY") or None
+    key = (
+        key
+        or environ.get("SALVOR_AGENT_KEY")
+        or environ.get("ANTHROPIC_API_KEY")
+        or environ.get("OPENAI_API_KEY")
+        or None
+    )
     try:
         timeout = float(environ.get("SALVOR_AGENT_UPSTREAM_TIMEOUT", DEFAULT_UPSTREAM_TIMEOUT))
     except ValueError:
@@ -193,18 +205,26 @@ MODEL_CALLS = CallNames(one="model call", many="model calls")
 
 
 def model_match(asked: dict, request_hash: str, stream: bool) -> Callable[[_Call], Mismatch | None]:
-    """How a recorded call differs from a request (its hashed envelope ``asked``): the hash, then the streaming mode."""
+    """How a recorded call differs from a request (its hashed envelope ``asked``): the
+    hash, then the streaming mode."""
 
     def match(call: _Call) -> Mismatch | None:
         if call.request_hash != request_hash:
             recorded_model = None
             if call.response is not None and isinstance(call.response.get("body"), dict):
                 recorded_model = call.response["body"].get("model")
-            return Mismatch(DivergenceReason.REQUEST, divergence_report(asked, call.request, recorded_model))
+            return Mismatch(
+                DivergenceReason.REQUEST, divergence_report(asked, call.request, recorded_model)
+            )
         if call.response is not None and ("frames" in call.response) != stream:
             how = "as a stream" if "frames" in call.response else "without streaming"
-            return Mismatch(DivergenceReason.REQUEST, (
-                f"it was recorded {how}; the agent now asks {'with' if stream else 'without'} streaming"))
+            return Mismatch(
+                DivergenceReason.REQUEST,
+                (
+                    f"it was recorded {how}; the agent now asks "
+                    f"{'with' if stream else 'without'} streaming"
+                ),
+            )
         return None
 
     return match
@@ -267,8 +287,12 @@ class ProxySession:
         # A re-run: the origin's calls, which every call past this run's own
         # log must reproduce, answered from the origin and never sent upstream.
         self.origin = origin
-        self.replay = ReplayLane(recorded_calls(log_), MODEL_CALLS,
-                                 reference=origin_calls if origin is not None else None, origin=origin)
+        self.replay = ReplayLane(
+            recorded_calls(log_),
+            MODEL_CALLS,
+            reference=origin_calls if origin is not None else None,
+            origin=origin,
+        )
         self._flushed_at = trio.current_time()
         self.upstream_calls = 0
         self.lock = trio.Lock()
@@ -277,7 +301,8 @@ class ProxySession:
         # The store fault that stopped this drive, if one did (``_stop_on_store_fault``).
         self.store_fault: StoreUnavailable | None = None
         self._scopes: set[trio.CancelScope] = set()
-        # The run's MCP stand-in lanes by server name (``_mcp_lane``), served under ``.../mcp/<name>``.
+        # The run's MCP stand-in lanes by server name (``_mcp_lane``),
+        # served under ``.../mcp/<name>``.
         self.mcp_lanes: Mapping[str, Any] = {}
 
     @property
@@ -303,7 +328,10 @@ class ProxySession:
         try:
             request_hash = sha256_hash(asked)
         except ValueError as exc:
-            await reply.json(400, error_body(wire, 400, f"the request body holds a value JSON cannot carry: {exc}"))
+            await reply.json(
+                400,
+                error_body(wire, 400, f"the request body holds a value JSON cannot carry: {exc}"),
+            )
             return
         scope = trio.CancelScope()
         self._scopes.add(scope)
@@ -311,17 +339,27 @@ class ProxySession:
             with scope:
                 async with self.lock:
                     if self.closed or self.rested.is_set():
-                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} is no longer accepting model calls"))
+                        await reply.json(
+                            503,
+                            error_body(
+                                wire, 503, f"run {self.run_id} is no longer accepting model calls"
+                            ),
+                        )
                         return
                     try:
                         await self._call(wire, asked, request_hash, body, stream, headers, reply)
                     except StoreUnavailable as exc:
                         if not self._stop_on_store_fault(exc):
                             raise
-                        await reply.json(503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}"))
+                        await reply.json(
+                            503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}")
+                        )
                         return
             if scope.cancelled_caught:
-                await reply.json(503, error_body(wire, 503, "the run's drive stopped while this call was in flight"))
+                await reply.json(
+                    503,
+                    error_body(wire, 503, "the run's drive stopped while this call was in flight"),
+                )
         finally:
             self._scopes.discard(scope)
 
@@ -382,7 +420,8 @@ class ProxySession:
             await reply.json(200, response["body"])
 
     async def _reproduce(self, wire, asked, request_hash, call: _Call, reply: Reply) -> None:
-        """A re-run's call past its own log, answered with the origin's ``call`` at this position."""
+        """A re-run's call past its own log, answered with the
+        origin's ``call`` at this position."""
         # Nothing is paid for and nothing goes upstream, so a reproduced call
         # need not be durable before the agent has its answer, nor on its
         # own: the copies are held and committed a batch at a time (and with
@@ -390,20 +429,32 @@ class ProxySession:
         # answers from the origin again. The copy is taken before answering,
         # so an agent that exits the instant it has its answer is still
         # counted as having made the call.
-        intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+        intent = ModelCallRequested(
+            request_hash=request_hash, request_body=asked if self.record_prompts else None
+        )
         seq = self.ctx.view.next_seq + self.ctx.held
-        self.ctx.hold(intent, ModelCallCompleted(seq=seq, response=call.response, usage=usage_of(wire, call.response)))
+        self.ctx.hold(
+            intent,
+            ModelCallCompleted(
+                seq=seq, response=call.response, usage=usage_of(wire, call.response)
+            ),
+        )
         self.replay.record(_Call(seq, request_hash, intent.request_body, call.response))
         self.replay.advance()
         await self._answer_recorded(call.response, reply)
-        if self.ctx.held >= 2 * REPRODUCED_PER_COMMIT or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS:
+        if (
+            self.ctx.held >= 2 * REPRODUCED_PER_COMMIT
+            or trio.current_time() - self._flushed_at >= REPRODUCED_FLUSH_SECONDS
+        ):
             await self.ctx.flush()
             self._flushed_at = trio.current_time()
 
     async def _call(self, wire, asked, request_hash, body, stream, headers, reply: Reply) -> None:
         pending = self.ctx.view.pending
         decision = self.replay.step(
-            model_match(asked, request_hash, stream), live=f"asks for model {envelope(asked)['model']!r}", noun="model call",
+            model_match(asked, request_hash, stream),
+            live=f"asks for model {envelope(asked)['model']!r}",
+            noun="model call",
             # Another boundary's call (an MCP request) left open, which the agent went past.
             open_intent=None if pending is None else (pending.seq, pending.tool or "model"),
         )
@@ -420,16 +471,33 @@ class ProxySession:
             return
         if step is Step.LIVE:
             if self.upstream is None:
-                await reply.json(502, error_body(
-                    wire, 502, "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                               "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or SALVOR_AGENT_KEY_FILE) where the daemon runs"))
+                await reply.json(
+                    502,
+                    error_body(
+                        wire,
+                        502,
+                        "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
+                        "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or "
+                        "SALVOR_AGENT_KEY_FILE) where the daemon runs",
+                    ),
+                )
                 return
-            intent = ModelCallRequested(request_hash=request_hash, request_body=asked if self.record_prompts else None)
+            intent = ModelCallRequested(
+                request_hash=request_hash, request_body=asked if self.record_prompts else None
+            )
             seq = (await self.ctx.record(intent))[-1].seq
             call = _Call(seq, request_hash, intent.request_body, None)
             self.replay.record(call)
         if self.upstream is None:
-            await reply.json(502, error_body(wire, 502, "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"))
+            await reply.json(
+                502,
+                error_body(
+                    wire,
+                    502,
+                    "salvor has no upstream to re-issue an open model "
+                    "call: set SALVOR_AGENT_UPSTREAM",
+                ),
+            )
             return
         response = await self._forward(wire, body, stream, headers, reply)
         if response is None:
@@ -446,12 +514,17 @@ class ProxySession:
             # drive is stopping (the agent may have exited the moment it had
             # its answer), so a later drive never pays for it again.
             with trio.CancelScope(shield=True):
-                await self.ctx.record(ModelCallCompleted(seq=call.seq, response=response, usage=usage_of(wire, response)))
+                await self.ctx.record(
+                    ModelCallCompleted(
+                        seq=call.seq, response=response, usage=usage_of(wire, response)
+                    )
+                )
             call.response = response
             self.replay.advance()
 
     async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
-        """Send the call upstream; the recorded response, or None when it did not complete (the agent got the error)."""
+        """Send the call upstream; the recorded response, or None when it did not
+        complete (the agent got the error)."""
         upstream = self.upstream
         url = endpoint_url(upstream.base_url, UPSTREAM_PATH[wire])
         out_headers = upstream.headers(wire, headers)
@@ -459,23 +532,31 @@ class ProxySession:
         self.upstream_calls += 1
         try:
             if not stream:
-                answer = await self.client.post(url, content=content, headers=out_headers, timeout=upstream.timeout)
+                answer = await self.client.post(
+                    url, content=content, headers=out_headers, timeout=upstream.timeout
+                )
                 if answer.status_code >= 400:
                     await self._pass_error(wire, answer, reply)
                     return None
                 try:
                     parsed = answer.json()
                 except ValueError:
-                    await reply.json(502, error_body(wire, 502, "the upstream answered with a body that is not JSON"))
+                    await reply.json(
+                        502,
+                        error_body(wire, 502, "the upstream answered with a body that is not JSON"),
+                    )
                     return None
                 if not body_complete(wire, parsed):
                     # The agent sees the failure as the upstream sent it; the call stays open.
-                    await reply.json(answer.status_code, json.loads(upstream.redact(json.dumps(parsed))))
+                    await reply.json(
+                        answer.status_code, json.loads(upstream.redact(json.dumps(parsed)))
+                    )
                     return None
                 return {"wire": wire, "body": parsed}
             out_headers["accept"] = "text/event-stream"
-            async with self.client.stream("POST", url, content=content, headers=out_headers,
-                                          timeout=upstream.timeout) as answer:
+            async with self.client.stream(
+                "POST", url, content=content, headers=out_headers, timeout=upstream.timeout
+            ) as answer:
                 if answer.status_code >= 400:
                     await answer.aread()
                     await self._pass_error(wire, answer, reply)
@@ -489,20 +570,37 @@ class ProxySession:
                 frames.extend([event.event, event.data] for event in decoder.close())
                 await reply.end()
                 if not stream_complete(wire, frames):
-                    log.warning("run %s: the upstream stream ended without a final answer; the call stays open", self.run_id)
+                    log.warning(
+                        "run %s: the upstream stream ended without a "
+                        "final answer; the call stays open",
+                        self.run_id,
+                    )
                     return None
                 return {"wire": wire, "frames": frames}
         except httpx.TimeoutException:
-            await reply.json(504, error_body(wire, 504, f"the upstream model call to {url} timed out"))
+            await reply.json(
+                504, error_body(wire, 504, f"the upstream model call to {url} timed out")
+            )
         except httpx.TransportError as exc:
-            await reply.json(502, error_body(wire, 502, f"the upstream model call to {url} failed: {upstream.redact(str(exc))}"))
+            await reply.json(
+                502,
+                error_body(
+                    wire,
+                    502,
+                    f"the upstream model call to {url} failed: {upstream.redact(str(exc))}",
+                ),
+            )
         return None
 
     async def _pass_error(self, wire: str, answer: httpx.Response, reply: Reply) -> None:
         try:
             parsed = answer.json()
         except ValueError:
-            parsed = error_body(wire, answer.status_code, self.upstream.redact(answer.text[:500]) or "upstream error")
+            parsed = error_body(
+                wire,
+                answer.status_code,
+                self.upstream.redact(answer.text[:500]) or "upstream error",
+            )
         await reply.json(answer.status_code, json.loads(self.upstream.redact(json.dumps(parsed))))
 
 
@@ -531,14 +629,30 @@ class _AsgiReply(Reply):
             return
         payload = json.dumps(body, ensure_ascii=False).encode()
         self.started = True
-        await self._out({"type": "http.response.start", "status": status,
-                         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        await self._out(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
         await self._out({"type": "http.response.body", "body": payload, "more_body": False})
 
     async def start_stream(self, status: int) -> None:
         self.started = True
-        await self._out({"type": "http.response.start", "status": status,
-                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        await self._out(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
 
     async def chunk(self, data: bytes) -> None:
         await self._out({"type": "http.response.body", "body": data, "more_body": True})
@@ -586,16 +700,28 @@ class ModelProxy:
             await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
             return
         if rest.startswith("mcp/"):
-            await serve_mcp(session.mcp_lanes, rest[4:], scope, receive, send, deadline=self.body_timeout_seconds)
+            await serve_mcp(
+                session.mcp_lanes,
+                rest[4:],
+                scope,
+                receive,
+                send,
+                deadline=self.body_timeout_seconds,
+            )
             return
         if rest in ("v1/models", "models") and scope["method"] == "GET":
             await reply.json(200, {"object": "list", "data": []})
             return
         if rest not in ROUTES or scope["method"] != "POST":
-            await reply.json(404, error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"))
+            await reply.json(
+                404,
+                error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"),
+            )
             return
         try:
-            raw = await read_body(asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES)
+            raw = await read_body(
+                asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES
+            )
         except Disconnected:
             return
         except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)

@@ -25,7 +25,11 @@ ROUTES = {
     "v1/responses": OPENAI_RESPONSES,
     "v1/messages": ANTHROPIC_MESSAGES,
 }
-UPSTREAM_PATH = {OPENAI_CHAT: "chat/completions", OPENAI_RESPONSES: "responses", ANTHROPIC_MESSAGES: "messages"}
+UPSTREAM_PATH = {
+    OPENAI_CHAT: "chat/completions",
+    OPENAI_RESPONSES: "responses",
+    ANTHROPIC_MESSAGES: "messages",
+}
 
 # The Responses stream events that end a response, and the one of them that
 # means it was not produced at all.
@@ -40,7 +44,10 @@ _RESPONSES_BROKEN = ("response.failed", "error")
 
 def hashed_request(wire: str, body: dict) -> dict:
     """What a call's ``request_hash`` covers: the wire and the body minus stream knobs."""
-    return {"wire": wire, "body": {k: v for k, v in body.items() if k not in ("stream", "stream_options")}}
+    return {
+        "wire": wire,
+        "body": {k: v for k, v in body.items() if k not in ("stream", "stream_options")},
+    }
 
 
 def _roles(wire: str | None, body: dict) -> list:
@@ -60,20 +67,27 @@ def envelope(request: dict) -> dict:
     for tool in body.get("tools") or []:
         if isinstance(tool, dict):
             # Chat nests the name under "function"; a hosted Responses tool has only a type.
-            tools.append(tool.get("name") or (tool.get("function") or {}).get("name") or tool.get("type"))
+            tools.append(
+                tool.get("name") or (tool.get("function") or {}).get("name") or tool.get("type")
+            )
     return {"model": body.get("model"), "tools": tools, "roles": _roles(request.get("wire"), body)}
 
 
 def divergence_report(asked: dict, recorded: dict | None, recorded_model: str | None) -> str:
-    """How a model request differs from the recorded one, for the replay lane's divergence report."""
+    """How a model request differs from the recorded one, for the
+    replay lane's divergence report."""
     now = envelope(asked)
     if recorded is None:
         detail = (
-            f"the recording kept no request body (record_prompts is off), so only its hash is compared; "
-            f"the call now asks for model {now['model']!r} with tools {now['tools']} and message roles {now['roles']}"
+            "the recording kept no request body (record_prompts is off), so only its hash is "
+            f"compared; the call now asks for model {now['model']!r} with tools {now['tools']} "
+            f"and message roles {now['roles']}"
         )
         if recorded_model is not None and recorded_model != now["model"]:
-            detail = f"model {now['model']!r} where the recorded call was answered by {recorded_model!r}; " + detail
+            detail = (
+                f"model {now['model']!r} where the recorded call was "
+                f"answered by {recorded_model!r}; " + detail
+            )
         return detail
     was = envelope(recorded)
     diffs = []
@@ -83,7 +97,10 @@ def divergence_report(asked: dict, recorded: dict | None, recorded_model: str | 
         if now[key] != was[key]:
             diffs.append(f"{what} {now[key]!r} where the recording has {was[key]!r}")
     if not diffs:
-        diffs.append(f"same model, tool names and message roles; the body differs at {_first_diff(asked, recorded)}")
+        diffs.append(
+            "same model, tool names and message roles; the body differs at "
+            f"{_first_diff(asked, recorded)}"
+        )
     return "; ".join(diffs)
 
 
@@ -116,8 +133,14 @@ def _body_usage(wire: str, raw: Any) -> dict:
     if not isinstance(raw, dict):
         return {"input_tokens": 0, "output_tokens": 0}
     if wire == OPENAI_CHAT:
-        return {"input_tokens": _tokens(raw.get("prompt_tokens")), "output_tokens": _tokens(raw.get("completion_tokens"))}
-    return {"input_tokens": _tokens(raw.get("input_tokens")), "output_tokens": _tokens(raw.get("output_tokens"))}
+        return {
+            "input_tokens": _tokens(raw.get("prompt_tokens")),
+            "output_tokens": _tokens(raw.get("completion_tokens")),
+        }
+    return {
+        "input_tokens": _tokens(raw.get("input_tokens")),
+        "output_tokens": _tokens(raw.get("output_tokens")),
+    }
 
 
 def frame_values(response: dict) -> Iterator[tuple[str | None, dict]]:
@@ -188,10 +211,16 @@ def _anthropic_text(body: dict) -> str | None:
     blocks = body.get("content") or []
     if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
         return None
-    return "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    return "".join(
+        b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
 
 
-_BODY_TEXT = {OPENAI_CHAT: _chat_text, OPENAI_RESPONSES: _responses_text, ANTHROPIC_MESSAGES: _anthropic_text}
+_BODY_TEXT = {
+    OPENAI_CHAT: _chat_text,
+    OPENAI_RESPONSES: _responses_text,
+    ANTHROPIC_MESSAGES: _anthropic_text,
+}
 
 
 def final_text(wire: str, response: dict) -> str | None:
@@ -208,9 +237,15 @@ def final_text(wire: str, response: dict) -> str | None:
                 return None
             if isinstance(delta.get("content"), str):
                 parts.append(delta["content"])
-        elif data.get("type") == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
+        elif (
+            data.get("type") == "content_block_start"
+            and (data.get("content_block") or {}).get("type") == "tool_use"
+        ):
             return None
-        elif data.get("type") == "content_block_delta" and (data.get("delta") or {}).get("type") == "text_delta":
+        elif (
+            data.get("type") == "content_block_delta"
+            and (data.get("delta") or {}).get("type") == "text_delta"
+        ):
             parts.append(data["delta"].get("text", ""))
     return "".join(parts)
 
@@ -229,12 +264,16 @@ def stream_complete(wire: str, frames: list) -> bool:
     if wire == ANTHROPIC_MESSAGES:
         return any(event == "message_stop" for event, _ in frames)
     kinds = [event or data.get("type") for event, data in frame_values({"frames": frames})]
-    return not any(kind in _RESPONSES_BROKEN for kind in kinds) and any(kind in _RESPONSES_TERMINAL for kind in kinds)
+    return not any(kind in _RESPONSES_BROKEN for kind in kinds) and any(
+        kind in _RESPONSES_TERMINAL for kind in kinds
+    )
 
 
 def body_complete(wire: str, body: Any) -> bool:
     """Whether a plain answer is one to record (a failed Response is not: it is retried)."""
-    return not (wire == OPENAI_RESPONSES and isinstance(body, dict) and body.get("status") == "failed")
+    return not (
+        wire == OPENAI_RESPONSES and isinstance(body, dict) and body.get("status") == "failed"
+    )
 
 
 def encode_frames(frames: Sequence[Sequence]) -> bytes:
@@ -248,4 +287,6 @@ def error_body(wire: str, status: int, message: str) -> dict:
         kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
     # Both OpenAI wires share one error shape.
-    return {"error": {"message": message, "type": "salvor_proxy_error", "param": None, "code": status}}
+    return {
+        "error": {"message": message, "type": "salvor_proxy_error", "param": None, "code": status}
+    }

@@ -1,5 +1,5 @@
-"""A run's write-ahead record: the store access (one writer thread, batched appends) and the run context
-that records every call before it happens.
+"""A run's write-ahead record: the store access (one writer thread, batched appends) and the run
+context that records every call before it happens.
 
 Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``tools``).
 """

@@ -91,7 +91,9 @@ def utc_now() -> datetime:
 
 def tool_error(kind: str, message: str, attempts: int) -> dict:
     """The ``__salvor_error`` sentinel a failed tool call records as its output."""
-    return {TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}}
+    return {
+        TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}
+    }
 
 
 def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
@@ -111,12 +113,15 @@ def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
 
 
 def wait_event(output: Any) -> Suspended | SleepStarted | None:
-    """The event that starts the wait a tool's recorded output asks for; None when it asks for none."""
+    """The event that starts the wait a tool's recorded output asks for;
+    None when it asks for none."""
     if not isinstance(output, dict):
         return None
     if TOOL_SUSPEND_KEY in output:
         spec = output[TOOL_SUSPEND_KEY]
-        return Suspended(reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind"))
+        return Suspended(
+            reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind")
+        )
     if TOOL_SLEEP_KEY in output:
         return SleepStarted(wake_at=output[TOOL_SLEEP_KEY]["wake_at"])
     return None
@@ -212,7 +217,9 @@ class RunContext:
 
     # -- model calls --------------------------------------------------------
 
-    async def model_call(self, gateway: ModelGateway, request: dict, *, record_prompts: bool) -> tuple[dict, dict]:
+    async def model_call(
+        self, gateway: ModelGateway, request: dict, *, record_prompts: bool
+    ) -> tuple[dict, dict]:
         """One model call: answered from the log when completed there, else (re-)issued.
 
         Error handling: a provider failure that may pass leaves the intent open
@@ -226,10 +233,14 @@ class RunContext:
             event: ModelCallCompleted = recorded.completion.event
             return event.response, event.usage
         if step is Step.LIVE:
-            intent = ModelCallRequested(request_hash=request_hash, request_body=request if record_prompts else None)
+            intent = ModelCallRequested(
+                request_hash=request_hash, request_body=request if record_prompts else None
+            )
             seq = (await self.record(intent))[-1].seq
         else:
-            seq = recorded.seq  # an open intent: a model call has no effect to fear, it is issued again
+            seq = (
+                recorded.seq
+            )  # an open intent: a model call has no effect to fear, it is issued again
         try:
             result = await gateway.complete(request)
         except ModelCallError as exc:
@@ -268,7 +279,9 @@ class RunContext:
             if step is Step.PARK:
                 await self.park(RunState.NEEDS_RECONCILIATION)
             if step is Step.LIVE:
-                intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key)
+                intent = ToolCallRequested(
+                    tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+                )
                 seq = (await self.record(intent))[-1].seq
             else:
                 seq, key = recorded.seq, recorded.intent.event.idempotency_key
@@ -288,7 +301,9 @@ class RunContext:
         except SchemaViolation as exc:
             return tool_error("invalid_input", exc.message, 1)
         try:
-            outcome, attempt = await dispatch(tool, tool_input, run_id=self.run_id, seq=seq, key=key)
+            outcome, attempt = await dispatch(
+                tool, tool_input, run_id=self.run_id, seq=seq, key=key
+            )
         except DispatchFailed as failed:
             return tool_error("handler", failed.message, failed.attempts)
         return outcome_output(tool, outcome, attempt)
@@ -318,7 +333,8 @@ class RunContext:
         return True
 
     async def sleep_until_woken(self) -> None:
-        """Continue once the timer the run sleeps on is due; park sleeping before (``wake_when_due``)."""
+        """Continue once the timer the run sleeps on is due; park sleeping
+        before (``wake_when_due``)."""
         if not self.live:
             await self.now()
             await self.control(SleepCompleted())

@@ -64,7 +64,8 @@ def _unconfirmed(pending: _Pending, why: str) -> StoreUnavailable:
     if pending.taken:
         return StoreUnavailable(
             f"{why} while this append was being committed; whether it was committed is not known "
-            "to this process (the log says so on the next start)")
+            "to this process (the log says so on the next start)"
+        )
     return StoreUnavailable(f"{why} before this append was committed; nothing of it was written")
 
 
@@ -113,9 +114,11 @@ class StoreAccess:
         if self._writer_gone.is_set():
             await trio.to_thread.run_sync(self._thread.join)
         else:
-            log.error("the store's writer did not finish within %gs of the stop; the appends it "
-                      "holds are left to the database (the next start reads what was committed)",
-                      WRITER_STOP_SECONDS)
+            log.error(
+                "the store's writer did not finish within %gs of the stop; the appends it "
+                "holds are left to the database (the next start reads what was committed)",
+                WRITER_STOP_SECONDS,
+            )
             self.abandon("the daemon stopped")
 
     def _writer(self) -> None:
@@ -123,7 +126,7 @@ class StoreAccess:
         why = "the store is closed"
         try:
             self._write_loop()
-        except BaseException as exc:  # noqa: BLE001 -- whatever killed it, its callers must hear
+        except BaseException as exc:  # whatever killed it, its callers must hear
             why = f"the store's writer thread died ({type(exc).__name__})"
             log.critical("%s: no append is committed until the daemon restarts", why, exc_info=True)
         try:
@@ -208,7 +211,9 @@ class StoreAccess:
         if self._closed is not None or self._thread is None or not self._thread.is_alive():
             why = self._closed or "the store is closed"
             raise StoreUnavailable(f"{why}; nothing of this append was written")
-        pending = _Pending(AppendRequest(run_id=run_id, events=list(events), view=view, claim=claim, settle=settle))
+        pending = _Pending(
+            AppendRequest(run_id=run_id, events=list(events), view=view, claim=claim, settle=settle)
+        )
         with trio.CancelScope(shield=True):
             self._queue.put(pending)
             self._waiting.add(pending)
@@ -263,8 +268,11 @@ async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIter
                 await trio.to_thread.run_sync(store.close, abandon_on_cancel=True)
 
 
-async def claim_to_settle(access: StoreAccess, run_id: str, seq: int, key: str | None) -> str | None:
-    """The idempotency identity a completion at ``seq`` settles: only one this very intent claimed."""
+async def claim_to_settle(
+    access: StoreAccess, run_id: str, seq: int, key: str | None
+) -> str | None:
+    """The idempotency identity a completion at ``seq`` settles: only
+    one this very intent claimed."""
     if key is None:
         return None
     claim = await access.read(access.store.get_claim, key)

@@ -1,5 +1,5 @@
-"""Runs and their drivers: the Runtime (start, resume, resolve, abandon), the driver set, store healing,
-the live event hub, who owns a store.
+"""Runs and their drivers: the Runtime (start, resume, resolve, abandon), the driver set, store
+healing, the live event hub, who owns a store.
 
 Rule: imports only the packages below it.
 """

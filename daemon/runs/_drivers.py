@@ -20,6 +20,7 @@ still there past it is one a shielded wait holds, an append the writer
 never confirms: the log names the run, and the store's door abandons
 those appends, so the stop ends.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,8 +63,16 @@ class _LaunchSlot:
 class DriverSet:
     """Driver tasks, one per run, in a nursery owned by the server."""
 
-    def __init__(self, runtime: Runtime, nursery: trio.Nursery, *, concurrency: int = 64, launches: int = 2,
-                 launch_settle_seconds: float = 1.0, healing: StoreHealing | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        nursery: trio.Nursery,
+        *,
+        concurrency: int = 64,
+        launches: int = 2,
+        launch_settle_seconds: float = 1.0,
+        healing: StoreHealing | None = None,
+    ) -> None:
         self.runtime = runtime
         self._nursery = nursery
         self._scopes: dict[str, trio.CancelScope] = {}
@@ -94,7 +103,9 @@ class DriverSet:
         """How many runs recovery started that are still waiting for their drive to begin."""
         return len(self._recovering)
 
-    def start(self, run_id: str, agent: AgentDefinition | None = None, *, recovery: bool = False) -> bool:
+    def start(
+        self, run_id: str, agent: AgentDefinition | None = None, *, recovery: bool = False
+    ) -> bool:
         """Start driving ``run_id``; if a driver already is, it drives once more when it ends.
 
         Returns True when a new driver task was started (never once the set is stopping).
@@ -104,7 +115,8 @@ class DriverSet:
         if run_id in self._scopes:
             self._again.add(run_id)
             return False
-        # Whoever starts it now (a resume, a wake, the healer itself), it is not waiting for the healer.
+        # Whoever starts it now (a resume, a wake, the healer itself), it
+        # is not waiting for the healer.
         self.healing.forget(run_id)
         scope = trio.CancelScope()
         self._scopes[run_id] = scope
@@ -113,13 +125,17 @@ class DriverSet:
         self._nursery.start_soon(self._drive, run_id, agent, scope, name=f"drive {run_id}")
         return True
 
-    async def _drive(self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope) -> None:
+    async def _drive(
+        self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope
+    ) -> None:
         how = None  # stays None when the drive was cancelled: it proved nothing about the store
         try:
             with scope:
                 async with self._limiter:
                     if agent is None:
-                        agent = await self.runtime.load_agent((await self.runtime.view(run_id)).agent_def_hash)
+                        agent = await self.runtime.load_agent(
+                            (await self.runtime.view(run_id)).agent_def_hash
+                        )
                     view = await self._drive_paced(run_id, agent)
                 how = f"rested {view.state.value}"
                 log.info("run %s %s", run_id, how)
@@ -131,7 +147,9 @@ class DriverSet:
             log.warning("run %s: %s", run_id, how)
         except Exception:
             how = "drive crashed"
-            log.exception("run %s: drive crashed; its log is intact and a resume retries it", run_id)
+            log.exception(
+                "run %s: drive crashed; its log is intact and a resume retries it", run_id
+            )
         finally:
             self._recovering.discard(run_id)
             if how is not None and not self.healing.waiting(run_id):
@@ -180,7 +198,8 @@ class DriverSet:
         return scope
 
     def cancel_all(self, reason: str) -> None:
-        """Cancel every driver and task, and start no more; each run is left at its last durable event."""
+        """Cancel every driver and task, and start no more; each run is
+        left at its last durable event."""
         self._closed = True
         self._again.clear()
         for scope in [*self._scopes.values(), *self._tasks]:
@@ -205,9 +224,13 @@ class DriverSet:
             await self._drained.wait()
         left = sorted(self._scopes)
         if left:
-            log.warning("%d run(s) did not drain within %gs of the stop (held by a shielded wait, "
-                        "such as an append the store has not confirmed): %s; their unconfirmed "
-                        "appends are abandoned and the next start recovers them",
-                        len(left), drain_seconds, ", ".join(left))
+            log.warning(
+                "%d run(s) did not drain within %gs of the stop (held by a shielded wait, "
+                "such as an append the store has not confirmed): %s; their unconfirmed "
+                "appends are abandoned and the next start recovers them",
+                len(left),
+                drain_seconds,
+                ", ".join(left),
+            )
             self.runtime.access.abandon("the daemon stopped")
         return left

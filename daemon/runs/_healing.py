@@ -101,8 +101,12 @@ class StoreHealing:
         entry = self._trying.pop(run_id, None) or self._waiting.pop(run_id, None)
         if entry is None:
             entry = _Waiting(attempts=0, first_fault_at=now, due_at=now, reason=error.message)
-            log.warning("run %s: its drive stopped on a store error (%s); it is driven again once the store "
-                        "accepts writes", run_id, error.message)
+            log.warning(
+                "run %s: its drive stopped on a store error (%s); it is driven "
+                "again once the store accepts writes",
+                run_id,
+                error.message,
+            )
         entry.reason = error.message
         if now - entry.first_fault_at >= self.give_up_after:
             self._give_up(run_id, entry)
@@ -116,8 +120,12 @@ class StoreHealing:
         self._waiting.pop(run_id, None)
         entry = self._trying.pop(run_id, None)
         if entry is not None:
-            log.info("run %s: re-driven after a store error, it got past the store on attempt %d (%s)",
-                     run_id, entry.attempts, how)
+            log.info(
+                "run %s: re-driven after a store error, it got past the store on attempt %d (%s)",
+                run_id,
+                entry.attempts,
+                how,
+            )
 
     def forget(self, run_id: str) -> None:
         """Something else drives the run now (a resume, a wake): it is no longer this healer's."""
@@ -146,7 +154,9 @@ class StoreHealing:
                 await self._changed.wait()
             await self.heal_due(check_writable, start)
 
-    async def heal_due(self, check_writable: Callable[[], Awaitable[None]], start: Callable[[str], bool]) -> int:
+    async def heal_due(
+        self, check_writable: Callable[[], Awaitable[None]], start: Callable[[str], bool]
+    ) -> int:
         """One round: the runs due now are re-driven if the store takes a write, else wait longer.
 
         Returns how many drivers were started.
@@ -195,10 +205,21 @@ class StoreHealing:
             entry.due_at = now + delay
             waiting += 1
         if waiting:
-            log.warning("the store still refuses writes (%s); %d run(s) stopped by a store error are tried "
-                        "again in %.0fs", exc.message, waiting, delay)
+            log.warning(
+                "the store still refuses writes (%s); %d run(s) stopped by a store error are tried "
+                "again in %.0fs",
+                exc.message,
+                waiting,
+                delay,
+            )
 
     def _give_up(self, run_id: str, entry: _Waiting) -> None:
-        log.error("gave up re-driving run %s after a store error: %d attempts over %.0fs, the last refused "
-                  "with: %s; `salvor resume %s` or a restart drives it again",
-                  run_id, entry.attempts, self._clock() - entry.first_fault_at, entry.reason, run_id)
+        log.error(
+            "gave up re-driving run %s after a store error: %d attempts over %.0fs, the last "
+            "refused with: %s; `salvor resume %s` or a restart drives it again",
+            run_id,
+            entry.attempts,
+            self._clock() - entry.first_fault_at,
+            entry.reason,
+            run_id,
+        )

@@ -1,4 +1,5 @@
-"""The store and run locks (``salvor.store.open_locks``) for trio code: taken and released off the trio thread.
+"""The store and run locks (``salvor.store.open_locks``) for trio code: taken
+and released off the trio thread.
 
 Who takes what: ``salvor serve`` the store lock exclusively, before it
 sweeps, recovers or binds anything; ``salvor resume`` and ``wake`` the store
@@ -19,7 +20,9 @@ SERVE = "serve"
 
 
 @asynccontextmanager
-async def own_store(url: str, command: str, *, share: bool | None, run_hint: str = "") -> AsyncIterator[StoreLocks]:
+async def own_store(
+    url: str, command: str, *, share: bool | None, run_hint: str = ""
+) -> AsyncIterator[StoreLocks]:
     """Hold this process's locks on the store at ``url`` for the block.
 
     ``share`` False takes the store lock exclusively (``serve``), True
@@ -50,7 +53,9 @@ async def driving_run(locks: StoreLocks, run_id: str) -> AsyncIterator[None]:
     """
     holder = await trio.to_thread.run_sync(locks.hold_run, run_id)
     if holder is not None:
-        raise StoreOwned(f"run {run_id} is being driven by {holder.describe()}; let it finish, or stop it first")
+        raise StoreOwned(
+            f"run {run_id} is being driven by {holder.describe()}; let it finish, or stop it first"
+        )
     try:
         yield
     finally:

@@ -132,7 +132,9 @@ class Runtime:
             return
         try:
             await check_buildable(
-                agent.mcp_servers, offered_besides_mcp(agent), mark={MARK_VAR: store_fingerprint(self.access.store.url)}
+                agent.mcp_servers,
+                offered_besides_mcp(agent),
+                mark={MARK_VAR: store_fingerprint(self.access.store.url)},
             )
         except McpBuildError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
@@ -141,7 +143,10 @@ class Runtime:
         """Store the definition content-addressed; True when it was new."""
         return await self.access.read(
             lambda: self.access.store.put_agent(
-                agent.agent_def_hash, format=agent.stored_format, definition=agent.stored_text, name=agent.name
+                agent.agent_def_hash,
+                format=agent.stored_format,
+                definition=agent.stored_text,
+                name=agent.name,
             )
         )
 
@@ -156,10 +161,13 @@ class Runtime:
         if stored is None:
             raise unknown_agent(agent_def_hash)
         try:
-            return parse_definition(stored.definition, stored.format, known_tools=self.registry.names(),
-                                    stored=True)
+            return parse_definition(
+                stored.definition, stored.format, known_tools=self.registry.names(), stored=True
+            )
         except DefinitionError as exc:
-            raise bad_request(f"stored agent {agent_def_hash} no longer builds here: {exc}") from None
+            raise bad_request(
+                f"stored agent {agent_def_hash} no longer builds here: {exc}"
+            ) from None
 
     # -- reads ----------------------------------------------------------------
 
@@ -174,7 +182,8 @@ class Runtime:
         return await self.access.read(self.access.store.read_view, run_id)
 
     async def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        """The run's events from ``from_seq`` on; empty for an unknown run or a cursor at the end."""
+        """The run's events from ``from_seq`` on; empty for an unknown
+        run or a cursor at the end."""
         return await self.access.read(self.access.store.read_log, run_id, from_seq)
 
     async def list_agents(self) -> list:
@@ -185,7 +194,8 @@ class Runtime:
         return await self.access.read(self.access.store.get_agent, agent_def_hash)
 
     async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
-        """One page of run summaries (``EventStore.list_runs``'s filters) and the next page's cursor."""
+        """One page of run summaries (``EventStore.list_runs``'s filters)
+        and the next page's cursor."""
         return await self.access.read(lambda: self.access.store.list_runs(**filters))
 
     async def interrupted_runs(self) -> list[str]:
@@ -240,7 +250,12 @@ class Runtime:
         try:
             if register:
                 await self.register_agent(agent)
-            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels, replay_of=replay_of)
+            head = RunStarted(
+                agent_def_hash=agent.agent_def_hash,
+                input=run_input,
+                labels=labels,
+                replay_of=replay_of,
+            )
             # A run id with history fails the append itself (seq 0 is taken).
             try:
                 await self.access.append(run_id, [head], EMPTY_VIEW)
@@ -262,8 +277,9 @@ class Runtime:
         """
         if agent.kind is AgentKind.BUILTIN:
             raise bad_request(
-                "`replay_of` re-runs agent processes against their recorded model calls; this agent is a built-in "
-                "one, whose recorded runs `salvor replay --dry-run RUN` derives without executing anything"
+                "`replay_of` re-runs agent processes against their recorded model calls; this "
+                "agent is a built-in one, whose recorded runs `salvor replay --dry-run RUN` "
+                "derives without executing anything"
             )
         view = await self.view(origin)
         if view.state is not RunState.COMPLETED:
@@ -296,8 +312,16 @@ class Runtime:
             agent = await self.load_agent(view.agent_def_hash)
         try:
             return await drive(
-                self.access, run_id, agent, self.registry, on_record=on_record, clock=self.clock, proxy=self.proxy,
-                process_restarts=self.process_restarts, ports=self.ports, credentials=self.credentials,
+                self.access,
+                run_id,
+                agent,
+                self.registry,
+                on_record=on_record,
+                clock=self.clock,
+                proxy=self.proxy,
+                process_restarts=self.process_restarts,
+                ports=self.ports,
+                credentials=self.credentials,
             )
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
@@ -311,13 +335,24 @@ class Runtime:
         view = await self.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
-        _, view = await self.access.append(run_id, [RunFailed(error=(
-            f"the run's log holds a value nested too deeply to drive; input a caller sends may nest at "
-            f"most {MAX_NESTING} levels"))], view)
+        _, view = await self.access.append(
+            run_id,
+            [
+                RunFailed(
+                    error=(
+                        "the run's log holds a value nested too deeply to drive; input a caller "
+                        f"sends may nest at most {MAX_NESTING} levels"
+                    )
+                )
+            ],
+            view,
+        )
         log.warning("run %s failed: its log holds a value nested too deeply to drive", run_id)
         return view
 
-    async def resume(self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None) -> ResumeDecision:
+    async def resume(
+        self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None
+    ) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.
 
         Returns ``driving`` when the caller should now drive the run, or
@@ -368,7 +403,9 @@ class Runtime:
             _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
         return ResumeDecision(ResumeOutcome.DRIVING, view)
 
-    async def resolve(self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]) -> RunView:
+    async def resolve(
+        self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]
+    ) -> RunView:
         """Record by hand what a dangling write did. Records one event; drives nothing.
 
         A write a client performed is checked against its declaration in
@@ -386,10 +423,12 @@ class Runtime:
                     if view.driven_by == Actor.CLIENT else f"`salvor resume {run_id}` finishes it"
                 )
                 raise wrong_state(
-                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} call "
-                    f"at seq {view.pending.seq} is safe to perform again, so {then}"
+                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
+                    f"call at seq {view.pending.seq} is safe to perform again, so {then}"
                 )
-            raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")
+            raise wrong_state(
+                f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
+            )
         seq = view.pending.seq
         if view.pending.performed_by == Actor.CLIENT:
             check_resolution(client_tools, view.pending.tool, view.pending.input, output)
@@ -409,7 +448,9 @@ class Runtime:
         """
         view = await self.view(run_id)
         if view.terminal:
-            raise wrong_state(f"run {run_id} is already {view.state.value}; there is nothing left to abandon")
+            raise wrong_state(
+                f"run {run_id} is already {view.state.value}; there is nothing left to abandon"
+            )
         unresolved = None
         if view.state is RunState.NEEDS_RECONCILIATION:
             unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}

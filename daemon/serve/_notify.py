@@ -18,7 +18,9 @@ class Notifier:
         self._address = address or None
         watchdog_usec = environ.get("WATCHDOG_USEC")
         # Ping at half the interval systemd allows, as sd_watchdog_enabled advises.
-        self.watchdog_interval = int(watchdog_usec) / 2_000_000 if watchdog_usec and watchdog_usec.isdigit() else None
+        self.watchdog_interval = (
+            int(watchdog_usec) / 2_000_000 if watchdog_usec and watchdog_usec.isdigit() else None
+        )
 
     def send(self, message: str) -> None:
         if self._address is None:

@@ -104,8 +104,13 @@ async def build_commit() -> str | None:
 
     async def git(*args: str) -> str | None:
         try:
-            done = await trio.run_process(["git", "-C", str(root), *args], stdin=subprocess.DEVNULL,
-                                          capture_stdout=True, capture_stderr=True, check=False)
+            done = await trio.run_process(
+                ["git", "-C", str(root), *args],
+                stdin=subprocess.DEVNULL,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         except OSError:
             return None
         return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else None
@@ -180,11 +185,16 @@ async def _watchdog(notifier: Notifier) -> None:
         await trio.sleep(notifier.watchdog_interval)
 
 
-async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
-                stop: trio.Event | None = None,
-                on_state: Callable[[ServerState], None] | None = None,
-                task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set). Reports started with the bound URLs.
+async def serve(
+    config: ServeConfig,
+    *,
+    registry: ToolRegistry | None = None,
+    stop: trio.Event | None = None,
+    on_state: Callable[[ServerState], None] | None = None,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set).
+    Reports started with the bound URLs.
 
     ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
     begins the same graceful stop a signal does, and ``on_state`` is handed
@@ -206,34 +216,55 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
         await sweep_orphans(access.store.url)
         credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
         proxy.upstream_key = credentials.upstream_key
-        runtime = Runtime(access, registry, proxy=proxy, process_restarts=config.process_restarts,
-                          credentials=credentials)
+        runtime = Runtime(
+            access,
+            registry,
+            proxy=proxy,
+            process_restarts=config.process_restarts,
+            credentials=credentials,
+        )
         hub = EventHub()
         access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
             async with trio.open_nursery() as drivers_nursery:
-                drivers = DriverSet(runtime, drivers_nursery, concurrency=config.recovery_concurrency,
-                                    launches=config.process_launches,
-                                    launch_settle_seconds=config.launch_settle_seconds)
-                state = ServerState(runtime=runtime, drivers=drivers, hub=hub,
-                                    auth_token=config.auth_token, commit=await build_commit(),
-                                    stream_poll_seconds=config.stream_poll_seconds,
-                                    heartbeat_seconds=config.heartbeat_seconds,
-                                    detach_grace_seconds=config.detach_grace_seconds,
-                                    body_timeout_seconds=config.body_timeout_seconds,
-                                    allow_process_agents=config.allow_process_agents,
-                                    leases=LeaseRegistry(config.lease_ttl), model_executor=executor,
-                                    client_tools=dict(config.client_tools), credentials=credentials,
-                                    driven_elsewhere=locks.runs_held_elsewhere)
+                drivers = DriverSet(
+                    runtime,
+                    drivers_nursery,
+                    concurrency=config.recovery_concurrency,
+                    launches=config.process_launches,
+                    launch_settle_seconds=config.launch_settle_seconds,
+                )
+                state = ServerState(
+                    runtime=runtime,
+                    drivers=drivers,
+                    hub=hub,
+                    auth_token=config.auth_token,
+                    commit=await build_commit(),
+                    stream_poll_seconds=config.stream_poll_seconds,
+                    heartbeat_seconds=config.heartbeat_seconds,
+                    detach_grace_seconds=config.detach_grace_seconds,
+                    body_timeout_seconds=config.body_timeout_seconds,
+                    allow_process_agents=config.allow_process_agents,
+                    leases=LeaseRegistry(config.lease_ttl),
+                    model_executor=executor,
+                    client_tools=dict(config.client_tools),
+                    credentials=credentials,
+                    driven_elsewhere=locks.runs_held_elsewhere,
+                )
                 if on_state is not None:
                     on_state(state)
-                hyper = listener_config(f"{config.host}:{config.port}", "salvor.http",
-                                        graceful_timeout=config.shutdown_seconds)
+                hyper = listener_config(
+                    f"{config.host}:{config.port}",
+                    "salvor.http",
+                    graceful_timeout=config.shutdown_seconds,
+                )
                 in_flight = InFlight(AppendFront(create_app(state), state))
 
                 async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                    await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+                    await serve_asgi(
+                        in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status
+                    )
 
                 try:
                     binds = await root.start(serve_http)
@@ -254,10 +285,16 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 if notifier.watchdog_interval:
                     root.start_soon(_watchdog, notifier)
                 # Cancelled with the drivers: nothing is re-driven once a stop began.
-                drivers.spawn(lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
-                              name="store healing")
-                log.info("salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
-                         ", ".join(binds), proxy.url, len(interrupted))
+                drivers.spawn(
+                    lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
+                    name="store healing",
+                )
+                log.info(
+                    "salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
+                    ", ".join(binds),
+                    proxy.url,
+                    len(interrupted),
+                )
                 # READY before any run is driven again: recovery is paced behind
                 # it by the driving set's bounds and the server answers meanwhile.
                 notifier.send("READY=1")
@@ -268,7 +305,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
                 state.stopping.set()
                 await drivers.stop(
                     "salvor is stopping; each run keeps its log and resumes on the next start",
-                    drain_seconds=config.drain_seconds)
+                    drain_seconds=config.drain_seconds,
+                )
             # Responses in flight finish first (a stream sends its end frame
             # and closes cleanly), within the deadline. Idle keep-alive
             # connections are not waited for: they carry nothing.
@@ -278,7 +316,8 @@ async def serve(config: ServeConfig, *, registry: ToolRegistry | None = None,
 
 
 def _bind_failure(exc: BaseException) -> OSError | None:
-    """The OSError a failed bind raised, out of the nurseries it came through; None for anything else."""
+    """The OSError a failed bind raised, out of the nurseries it came
+    through; None for anything else."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, OSError) else None

@@ -1,4 +1,5 @@
-"""The stdio stand-in an agent spawns in place of an MCP server: ``python -m salvor.daemon.standin URL``.
+"""The stdio stand-in an agent spawns in place of an MCP server: ``python
+-m salvor.daemon.standin URL``.
 
 ``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one request at
 a time and in order, each newline-delimited JSON-RPC request the agent writes
@@ -26,14 +27,18 @@ from queue import Queue
 from urllib.parse import urlsplit
 
 UNREACHABLE = -32000
-RELAY_HEADER = "x-salvor-relay"  # the daemon then answers with every message due (notifications first)
+RELAY_HEADER = (
+    "x-salvor-relay"  # the daemon then answers with every message due (notifications first)
+)
 
 
 class Relay:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
-            raise SystemExit(f"salvor's MCP stand-in needs the http:// URL of its endpoint, not {url!r}")
+            raise SystemExit(
+                f"salvor's MCP stand-in needs the http:// URL of its endpoint, not {url!r}"
+            )
         self.url = url
         self.host, self.port, self.path = parts.hostname, parts.port or 80, parts.path
         self.connection: http.client.HTTPConnection | None = None
@@ -44,8 +49,16 @@ class Relay:
             if self.connection is None:
                 self.connection = http.client.HTTPConnection(self.host, self.port)
             try:
-                self.connection.request("POST", self.path, body=line, headers={
-                    "content-type": "application/json", "accept": "application/json", RELAY_HEADER: "1"})
+                self.connection.request(
+                    "POST",
+                    self.path,
+                    body=line,
+                    headers={
+                        "content-type": "application/json",
+                        "accept": "application/json",
+                        RELAY_HEADER: "1",
+                    },
+                )
                 response = self.connection.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException):
@@ -57,14 +70,19 @@ class Relay:
 
 
 def _failure(line: bytes, message: str) -> bytes | None:
-    """A JSON-RPC error for the request on ``line``; None when it was no request (nothing to answer)."""
+    """A JSON-RPC error for the request on ``line``; None when it was no
+    request (nothing to answer)."""
     try:
         sent = json.loads(line)
     except ValueError:
         sent = None
     if not (isinstance(sent, dict) and "id" in sent and isinstance(sent.get("method"), str)):
         return None
-    answer = {"jsonrpc": "2.0", "id": sent["id"], "error": {"code": UNREACHABLE, "message": message}}
+    answer = {
+        "jsonrpc": "2.0",
+        "id": sent["id"],
+        "error": {"code": UNREACHABLE, "message": message},
+    }
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
@@ -73,7 +91,11 @@ def _refusal_text(body: bytes) -> str | None:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
         return None
-    return error.get("message") if isinstance(error, dict) and isinstance(error.get("message"), str) else None
+    return (
+        error.get("message")
+        if isinstance(error, dict) and isinstance(error.get("message"), str)
+        else None
+    )
 
 
 def _messages(body: bytes | None) -> list[bytes]:
@@ -103,7 +125,8 @@ def _goes_at_once(line: bytes) -> bool:
 
 
 def _listen(relay: Relay, write) -> None:
-    """Write each message of the daemon's push stream (the server's requests to the agent) as a line."""
+    """Write each message of the daemon's push stream (the server's
+    requests to the agent) as a line."""
     try:
         connection = http.client.HTTPConnection(relay.host, relay.port)
         connection.request("GET", relay.path, headers={"accept": "text/event-stream"})
@@ -127,11 +150,19 @@ def _exchange(relay: Relay, line: bytes) -> list[bytes]:
     try:
         status, body = relay.post(line)
     except (OSError, http.client.HTTPException) as exc:
-        body = _failure(line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}")
+        body = _failure(
+            line, f"salvor's MCP stand-in could not reach the daemon at {relay.url}: {exc}"
+        )
     else:
         if status >= 400:
             # A refusal names no request id (e.g. an oversized line): answer the request it refused.
-            body = _failure(line, _refusal_text(body) or f"salvor's MCP stand-in was refused with HTTP {status}") or body
+            body = (
+                _failure(
+                    line,
+                    _refusal_text(body) or f"salvor's MCP stand-in was refused with HTTP {status}",
+                )
+                or body
+            )
     return _messages(body)
 
 

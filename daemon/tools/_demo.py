@@ -73,7 +73,9 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
 
     async def lookup_invoice(args: dict, call: ToolCall) -> dict:
         invoice_id = args["invoice_id"]
-        await ledger.record({"tool": "lookup_invoice", "input": args, "run_id": call.run_id, "seq": call.seq})
+        await ledger.record(
+            {"tool": "lookup_invoice", "input": args, "run_id": call.run_id, "seq": call.seq}
+        )
         kill_if_requested("lookup_invoice")
         return {
             "invoice_id": invoice_id,
@@ -85,20 +87,35 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
     async def issue_refund(args: dict, call: ToolCall) -> dict:
         if args["amount_cents"] <= 0:
             raise ToolFailed("a refund must be for a positive amount", retryable=False)
-        await ledger.record({"tool": "issue_refund", "input": args, "run_id": call.run_id, "seq": call.seq})
+        await ledger.record(
+            {"tool": "issue_refund", "input": args, "run_id": call.run_id, "seq": call.seq}
+        )
         kill_if_requested("issue_refund")
         refund_id = "rf_" + hashlib.sha256(f"{call.run_id}:{call.seq}".encode()).hexdigest()[:12]
-        return {"refund_id": refund_id, "invoice_id": args["invoice_id"], "amount_cents": args["amount_cents"]}
+        return {
+            "refund_id": refund_id,
+            "invoice_id": args["invoice_id"],
+            "amount_cents": args["amount_cents"],
+        }
 
     async def send_email(args: dict, call: ToolCall) -> dict:
         key = call.idempotency_key
         delivered = key not in await ledger.delivered_keys("send_email")
         await ledger.record(
-            {"tool": "send_email", "input": args, "idempotency_key": key, "delivered": delivered,
-             "run_id": call.run_id, "seq": call.seq}
+            {
+                "tool": "send_email",
+                "input": args,
+                "idempotency_key": key,
+                "delivered": delivered,
+                "run_id": call.run_id,
+                "seq": call.seq,
+            }
         )
         kill_if_requested("send_email")
-        return {"message_id": "msg_" + hashlib.sha256(key.encode()).hexdigest()[:12], "to": args["to"]}
+        return {
+            "message_id": "msg_" + hashlib.sha256(key.encode()).hexdigest()[:12],
+            "to": args["to"],
+        }
 
     async def request_approval(args: dict, call: ToolCall) -> Suspend:
         return Suspend(
@@ -116,7 +133,9 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             try:
                 return SleepUntil(wake_at=parse_instant(args["wake_at"]))
             except ValueError as exc:
-                raise ToolFailed(f"wake_at is not an RFC 3339 instant: {exc}", retryable=False) from None
+                raise ToolFailed(
+                    f"wake_at is not an RFC 3339 instant: {exc}", retryable=False
+                ) from None
         if "seconds" in args:
             return SleepUntil(wake_at=datetime.now(UTC) + timedelta(seconds=args["seconds"]))
         raise ToolFailed("give `wake_at` (an RFC 3339 instant) or `seconds`", retryable=False)
@@ -150,7 +169,9 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="send_email",
-                description="Email the customer. Duplicate deliveries under one idempotency key collapse.",
+                description=(
+                    "Email the customer. Duplicate deliveries under one idempotency key collapse."
+                ),
                 effect=Effect.IDEMPOTENT,
                 input_schema={
                     "type": "object",
@@ -165,7 +186,10 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="request_approval",
-                description="Pause the run until a person (or, with signal=true, an external system) approves.",
+                description=(
+                    "Pause the run until a person (or, with "
+                    "signal=true, an external system) approves."
+                ),
                 effect=Effect.READ,
                 input_schema={
                     "type": "object",
@@ -175,11 +199,16 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
             ),
             Tool(
                 name="wait_until",
-                description="Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds.",
+                description=(
+                    "Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds."
+                ),
                 effect=Effect.READ,
                 input_schema={
                     "type": "object",
-                    "properties": {"wake_at": {"type": "string"}, "seconds": {"type": "number", "minimum": 0}},
+                    "properties": {
+                        "wake_at": {"type": "string"},
+                        "seconds": {"type": "number", "minimum": 0},
+                    },
                 },
                 handler=wait_until,
             ),

@@ -90,7 +90,11 @@ class Tool:
 
     def spec(self) -> dict:
         """The tool as the model sees it."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
 
 # Attempts per effect class: a read or an idempotent call can be retried
@@ -127,7 +131,9 @@ class DispatchFailed(Exception):
         self.attempts = attempts
 
 
-async def dispatch(tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: str | None) -> tuple[Any, int]:
+async def dispatch(
+    tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: str | None
+) -> tuple[Any, int]:
     """Run a tool's handler, retried as its effect allows; the outcome and the attempt that gave it.
 
     A read or idempotent tool is tried up to three times (an idempotent one
@@ -142,7 +148,9 @@ async def dispatch(tool: Tool, tool_input: Any, *, run_id: str, seq: int, key: s
     attempts = ATTEMPTS[tool.effect]
     for attempt in range(1, attempts + 1):
         try:
-            outcome = await tool.handler(tool_input, ToolCall(run_id=run_id, seq=seq, idempotency_key=key, attempt=attempt))
+            outcome = await tool.handler(
+                tool_input, ToolCall(run_id=run_id, seq=seq, idempotency_key=key, attempt=attempt)
+            )
         except NotPerformed:
             raise
         except OutcomeUnknown as exc:

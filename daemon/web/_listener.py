@@ -96,7 +96,8 @@ def refusal_body(status: int) -> bytes:
 
 
 class ListenerConfig(Config):
-    """hypercorn's settings plus the bounds this module's connection keeps (all in seconds or bytes)."""
+    """hypercorn's settings plus the bounds this module's connection
+    keeps (all in seconds or bytes)."""
 
     keep_alive_timeout = KEEP_ALIVE_SECONDS
     # From a request's first byte to its last header; a fresh connection gets
@@ -112,15 +113,16 @@ class ListenerConfig(Config):
 
 
 class _Phase(enum.Enum):
-    IDLE = "idle"          # waiting for a request's first byte
-    HEADERS = "headers"    # a request head is arriving
-    BUSY = "busy"          # a request is in flight
+    IDLE = "idle"  # waiting for a request's first byte
+    HEADERS = "headers"  # a request head is arriving
+    BUSY = "busy"  # a request is in flight
     DRAINING = "draining"  # answered early; the request's body is read and dropped
-    CLOSING = "closing"    # FIN sent; reading what the client still sends until it ends
+    CLOSING = "closing"  # FIN sent; reading what the client still sends until it ends
 
 
 class _IdleConnections:
-    """One listener's idle connections, longest idle first; past the cap, the first one is closed."""
+    """One listener's idle connections, longest idle first; past the
+    cap, the first one is closed."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
@@ -139,7 +141,8 @@ class _IdleConnections:
 
 
 class _Limits:
-    """The bounds of ``ListenerConfig``, read once per listener (a plain ``Config`` gets the defaults)."""
+    """The bounds of ``ListenerConfig``, read once per listener (a plain
+    ``Config`` gets the defaults)."""
 
     def __init__(self, config: Config) -> None:
         defaults = ListenerConfig
@@ -152,12 +155,21 @@ class _Limits:
 
 
 class _Connection(HypercornConnection):
-    """One HTTP connection: hypercorn's protocol under a single watcher whose deadline follows the phase."""
+    """One HTTP connection: hypercorn's protocol under a single watcher whose
+    deadline follows the phase."""
 
-    def __init__(self, limits: _Limits, idle: _IdleConnections,
-                 app, config, context, state, stream) -> None:
-        super().__init__(app, config, context, state, stream, drain_bytes=limits.drain_bytes,
-                         refusal_body=refusal_body)
+    def __init__(
+        self, limits: _Limits, idle: _IdleConnections, app, config, context, state, stream
+    ) -> None:
+        super().__init__(
+            app,
+            config,
+            context,
+            state,
+            stream,
+            drain_bytes=limits.drain_bytes,
+            refusal_body=refusal_body,
+        )
         self._limits = limits
         self._idle = idle
         self._phase = _Phase.IDLE
@@ -198,7 +210,8 @@ class _Connection(HypercornConnection):
         self._deadline = self._watch.deadline = deadline
 
     def evict(self) -> None:
-        """Close this idle connection now (its listener keeps too many), unless a request is arriving."""
+        """Close this idle connection now (its listener keeps too many),
+        unless a request is arriving."""
         self._deadline = self._watch.deadline = -inf
 
     async def closing(self) -> None:
@@ -243,7 +256,8 @@ class _Connection(HypercornConnection):
         self._watch.cancel(reason="the connection ended")
 
     def _readable(self) -> bool:
-        """Whether bytes (or the client's end) wait in the socket, unread: polled, never blocking."""
+        """Whether bytes (or the client's end) wait in the socket,
+        unread: polled, never blocking."""
         poller = select.poll()
         poller.register(self.stream.socket.fileno(), select.POLLIN)
         return bool(poller.poll(0))
@@ -278,16 +292,25 @@ def _known_versions_only(app: Any) -> Any:
             await app(scope, receive, send)
             return
         body = refusal_body(505)
-        await send({"type": "http.response.start", "status": 505,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 505,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     return guarded
 
 
 def listener_config(bind: str, log_name: str, graceful_timeout: float) -> Config:
-    """The settings of one of the daemon's listeners: no access log, errors to ``log_name``, our bounds."""
+    """The settings of one of the daemon's listeners: no access log, errors
+    to ``log_name``, our bounds."""
     config = ListenerConfig()
     config.bind = [bind]
     config.graceful_timeout = graceful_timeout
@@ -314,5 +337,10 @@ async def serve(
         raise ValueError("salvor's HTTP listeners serve plain HTTP only (no certfile, no QUIC)")
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
-    await serve_connections(_known_versions_only(app), config, connection,
-                            shutdown_trigger=shutdown_trigger, task_status=task_status)
+    await serve_connections(
+        _known_versions_only(app),
+        config,
+        connection,
+        shutdown_trigger=shutdown_trigger,
+        task_status=task_status,
+    )

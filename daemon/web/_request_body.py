@@ -74,8 +74,13 @@ async def asgi_chunks(receive) -> AsyncIterator[bytes]:
             return
 
 
-async def read_body(chunks: AsyncIterator[bytes], deadline_seconds: float | None = BODY_TIMEOUT_SECONDS, *,
-                    cap: int = MAX_BODY_BYTES, drain: bool = True) -> bytes:
+async def read_body(
+    chunks: AsyncIterator[bytes],
+    deadline_seconds: float | None = BODY_TIMEOUT_SECONDS,
+    *,
+    cap: int = MAX_BODY_BYTES,
+    drain: bool = True,
+) -> bytes:
     """The whole body of a request from its chunks, under one deadline and the size cap.
 
     With ``drain`` the rest of an oversized body is read and dropped before

@@ -33,7 +33,9 @@ def error_response(error: CodedError) -> Response:
 
 
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+    return Response(
+        json.dumps(body, ensure_ascii=False), status=status, content_type="application/json"
+    )
 
 
 # ASCII digits only, and few enough for the store's 64-bit integers: int() alone would take
@@ -42,7 +44,8 @@ _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def whole_number(text: str) -> int | None:
-    """A query parameter or header as a non-negative integer; None when it is not ASCII digits (at most 18)."""
+    """A query parameter or header as a non-negative integer; None when it is
+    not ASCII digits (at most 18)."""
     return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
 
 
@@ -57,7 +60,9 @@ def bearer_matches(header: str, expected: str | None) -> bool:
     if expected is None:
         return True
     scheme, _, presented = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), expected.encode())
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        presented.strip().encode(), expected.encode()
+    )
 
 
 def check_bearer(expected: str | None) -> None:
@@ -90,19 +95,32 @@ def parse_json(data: bytes) -> Any:
         raise bad_request(exc.message) from None
 
 
-async def json_object(*, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False) -> dict:
+async def json_object(
+    *, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False
+) -> dict:
     """The request body as a JSON object with only ``allowed`` keys.
 
     Raises:
         OperationRefused: bad_request for a wrong content type, invalid JSON,
             a non-object, an unknown field or a missing one.
     """
-    return object_from(await body_bytes(), request.mimetype or "", allowed=allowed, required=required,
-                       optional_body=optional_body)
+    return object_from(
+        await body_bytes(),
+        request.mimetype or "",
+        allowed=allowed,
+        required=required,
+        optional_body=optional_body,
+    )
 
 
-def object_from(data: bytes, mimetype: str, *, allowed: set[str], required: set[str] = frozenset(),
-                optional_body: bool = False) -> dict:
+def object_from(
+    data: bytes,
+    mimetype: str,
+    *,
+    allowed: set[str],
+    required: set[str] = frozenset(),
+    optional_body: bool = False,
+) -> dict:
     """``json_object`` on a body already read, with its media type (lower case, no parameters)."""
     if not data.strip():
         if optional_body:
@@ -115,7 +133,10 @@ def object_from(data: bytes, mimetype: str, *, allowed: set[str], required: set[
         raise bad_request("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field `{excerpt(unknown[0])}`; this endpoint takes {', '.join(sorted(allowed)) or 'no fields'}")
+        raise bad_request(
+            f"unknown field `{excerpt(unknown[0])}`; this endpoint takes "
+            f"{', '.join(sorted(allowed)) or 'no fields'}"
+        )
     missing = sorted(required - set(body))
     if missing:
         raise bad_request(f"the body is missing `{missing[0]}`")

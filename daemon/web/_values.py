@@ -20,7 +20,8 @@ def header_placeholders(value: str) -> list[str]:
 
 
 def stray_placeholder(value: str) -> bool:
-    """Whether a ``${`` in ``value`` opens no well-formed ``${NAME}`` (a typo that would go out verbatim)."""
+    """Whether a ``${`` in ``value`` opens no well-formed ``${NAME}`` (a typo
+    that would go out verbatim)."""
     return "${" in PLACEHOLDER.sub("", value)
 
 
@@ -28,7 +29,14 @@ def is_http_url(url: str) -> bool:
     """An http:// or https:// URL with a host, a valid port when it has one, and no whitespace."""
     try:
         parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0  # reading .port refuses a non-numeric or out-of-range one
+        port_ok = (
+            parts.port is None or parts.port > 0
+        )  # reading .port refuses a non-numeric or out-of-range one
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok and not any(c.isspace() for c in url)
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and port_ok
+        and not any(c.isspace() for c in url)
+    )

@@ -22,7 +22,8 @@ stack's own ceilings; and the store's raw rate for single-event appends
 
 Target: >= 2,000 events/s. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_client_runs.py [--runs 100] [--events 100] [--client-processes 2] [--store URL]
+    python tests/bench/bench_client_runs.py [--runs 100] [--events 100]
+    [--client-processes 2] [--store URL]
 """
 
 from __future__ import annotations
@@ -49,12 +50,18 @@ AGENT = "sha256:" + "ab" * 32
 
 
 def _envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
-    return {"run_id": run_id, "seq": seq, "schema_version": 1, "recorded_at": "2026-01-01T00:00:00.000000Z",
-            "event": {"kind": kind, "payload": payload}}
+    return {
+        "run_id": run_id,
+        "seq": seq,
+        "schema_version": 1,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "event": {"kind": kind, "payload": payload},
+    }
 
 
 class _Connection:
-    """A lean HTTP/1.1 keep-alive client (one request at a time), so the clients cost little next to the daemon.
+    """A lean HTTP/1.1 keep-alive client (one request at a time), so the clients
+    cost little next to the daemon.
 
     httpx spends about a millisecond of CPU per request; on a small machine that
     would measure the clients, not the daemon.
@@ -63,9 +70,15 @@ class _Connection:
     def __init__(self, stream: trio.SocketStream, host: str) -> None:
         self.stream, self.host, self.buffer = stream, host, b""
 
-    async def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, bytes]:
+    async def request(
+        self, method: str, path: str, body: dict | None = None, headers: dict | None = None
+    ) -> tuple[int, bytes]:
         payload = json.dumps(body).encode() if body is not None else b""
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}", f"Content-Length: {len(payload)}"]
+        lines = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: {self.host}",
+            f"Content-Length: {len(payload)}",
+        ]
         if body is not None:
             lines.append("Content-Type: application/json")
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
@@ -74,8 +87,11 @@ class _Connection:
             self.buffer += await self.stream.receive_some(65536)
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         status = int(head.split(b" ", 2)[1])
-        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
         while len(self.buffer) < length:
             self.buffer += await self.stream.receive_some(65536)
         answer, self.buffer = self.buffer[:length], self.buffer[length:]
@@ -97,9 +113,12 @@ async def _drive(base_url: str, events: int) -> None:
         if seq == 0:
             event = _envelope(run_id, 0, "RunStarted", {"agent_def_hash": AGENT, "input": {"n": 1}})
         else:
-            event = _envelope(run_id, seq, "NowObserved", {"now": f"2026-11-29T10:00:{seq % 60:02d}.{seq:06d}Z"})
-        status, answer = await connection.request("POST", f"/v1/client-runs/{run_id}/events", {"events": [event]},
-                                                  headers)
+            event = _envelope(
+                run_id, seq, "NowObserved", {"now": f"2026-11-29T10:00:{seq % 60:02d}.{seq:06d}Z"}
+            )
+        status, answer = await connection.request(
+            "POST", f"/v1/client-runs/{run_id}/events", {"events": [event]}, headers
+        )
         if status != 200:
             raise SystemExit(f"append {seq} of {run_id}: {status} {answer[:300]!r}")
 
@@ -128,8 +147,11 @@ def _fan_out(base_url: str, runs: int, events: int, processes: int, mode: str) -
     """Seconds from the first client's start to the last client's end."""
     go, done = CONTEXT.Event(), CONTEXT.Queue()
     shares = [runs // processes + (1 if i < runs % processes else 0) for i in range(processes)]
-    workers = [CONTEXT.Process(target=_client, args=(base_url, share, events, mode, go, done))
-               for share in shares if share]
+    workers = [
+        CONTEXT.Process(target=_client, args=(base_url, share, events, mode, go, done))
+        for share in shares
+        if share
+    ]
     for worker in workers:
         worker.start()
     time.sleep(1.0)  # let every client import and connect
@@ -166,7 +188,8 @@ trio.run(serve, app, config)
 
 
 def _bare_http_rate(runs: int, events: int, processes: int, listener: str) -> float:
-    """Requests/s of the constant app behind ``listener``: "hypercorn" (its own serve) or "salvor" (the daemon's)."""
+    """Requests/s of the constant app behind ``listener``: "hypercorn" (its own serve)
+    or "salvor" (the daemon's)."""
     from tests.bench.bench_recover import free_port, wait_for_port
 
     port = free_port()
@@ -205,8 +228,12 @@ def main() -> None:
         daemon = ServeProcess(store_url, scratch)
         daemon.start()
         try:
-            seconds = _fan_out(daemon.base_url, args.runs, args.events, args.client_processes, "append")
-            ping_seconds = _fan_out(daemon.base_url, args.runs, args.events, args.client_processes, "ping")
+            seconds = _fan_out(
+                daemon.base_url, args.runs, args.events, args.client_processes, "append"
+            )
+            ping_seconds = _fan_out(
+                daemon.base_url, args.runs, args.events, args.client_processes, "ping"
+            )
         finally:
             daemon.stop()
         total = args.runs * args.events
@@ -214,16 +241,25 @@ def main() -> None:
     bare = _bare_http_rate(args.runs, args.events, args.client_processes, "hypercorn")
     bare_salvor = _bare_http_rate(args.runs, args.events, args.client_processes, "salvor")
     rate = total / seconds
-    print(json.dumps({
-        "runs": args.runs, "events_per_run": args.events, "client_processes": args.client_processes,
-        "store": "postgresql" if args.store else "sqlite",
-        "events": total, "seconds": round(seconds, 3), "events_per_s": round(rate, 1),
-        "baseline_capabilities_requests_per_s": round(total / ping_seconds, 1),
-        "baseline_bare_hypercorn_requests_per_s": round(bare, 1),
-        "baseline_bare_salvor_listener_requests_per_s": round(bare_salvor, 1),
-        "baseline_raw_single_appends_per_s": round(raw, 1),
-        "target_events_per_s": 2000,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "events_per_run": args.events,
+                "client_processes": args.client_processes,
+                "store": "postgresql" if args.store else "sqlite",
+                "events": total,
+                "seconds": round(seconds, 3),
+                "events_per_s": round(rate, 1),
+                "baseline_capabilities_requests_per_s": round(total / ping_seconds, 1),
+                "baseline_bare_hypercorn_requests_per_s": round(bare, 1),
+                "baseline_bare_salvor_listener_requests_per_s": round(bare_salvor, 1),
+                "baseline_raw_single_appends_per_s": round(raw, 1),
+                "target_events_per_s": 2000,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

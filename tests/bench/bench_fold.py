@@ -39,7 +39,9 @@ RUN_ID = "3f1c2a4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"
 
 def realistic_events(count: int) -> list:
     """RunStarted, then model/tool steps, with a clock or random read now and then."""
-    events = [RunStarted(agent_def_hash="sha256:" + "ab" * 32, input={"ticket": "refund INV-7 please"})]
+    events = [
+        RunStarted(agent_def_hash="sha256:" + "ab" * 32, input={"ticket": "refund INV-7 please"})
+    ]
     step = 0
     while len(events) < count:
         seq = len(events)
@@ -55,8 +57,12 @@ def realistic_events(count: int) -> list:
                     response={
                         "model": "claude-sonnet-4-5",
                         "content": [
-                            {"type": "tool_use", "id": f"toolu_{step}", "name": "lookup_invoice",
-                             "input": {"invoice_id": f"INV-{step}"}}
+                            {
+                                "type": "tool_use",
+                                "id": f"toolu_{step}",
+                                "name": "lookup_invoice",
+                                "input": {"invoice_id": f"INV-{step}"},
+                            }
                         ],
                         "stop_reason": "tool_use",
                     },
@@ -65,14 +71,21 @@ def realistic_events(count: int) -> list:
             )
             events.append(
                 ToolCallRequested(
-                    tool="lookup_invoice", input={"invoice_id": f"INV-{step}"}, effect="read", idempotency_key=None
+                    tool="lookup_invoice",
+                    input={"invoice_id": f"INV-{step}"},
+                    effect="read",
+                    idempotency_key=None,
                 )
             )
             events.append(
                 ToolCallCompleted(
                     seq=seq + 2,
-                    output={"invoice_id": f"INV-{step}", "amount_cents": 1234, "status": "paid",
-                            "customer_email": f"billing+inv-{step}@example.com"},
+                    output={
+                        "invoice_id": f"INV-{step}",
+                        "amount_cents": 1234,
+                        "status": "paid",
+                        "customer_email": f"billing+inv-{step}@example.com",
+                    },
                 )
             )
         step += 1

@@ -44,9 +44,18 @@ def build_store(url: str, runs: int) -> float:
         for first in range(0, runs, BULK):
             batch = []
             for n in range(first, min(runs, first + BULK)):
-                tail = ModelCallRequested(request_hash="sha256:" + "0" * 64) if n % 10 == 0 else RunCompleted(output="ok")
-                events = [RunStarted(agent_def_hash=AGENT, input={"n": n}, labels={"shard": str(n % 7)}), tail]
-                batch.append(AppendRequest(run_id=str(uuid.uuid4()), events=events, view=EMPTY_VIEW))
+                tail = (
+                    ModelCallRequested(request_hash="sha256:" + "0" * 64)
+                    if n % 10 == 0
+                    else RunCompleted(output="ok")
+                )
+                events = [
+                    RunStarted(agent_def_hash=AGENT, input={"n": n}, labels={"shard": str(n % 7)}),
+                    tail,
+                ]
+                batch.append(
+                    AppendRequest(run_id=str(uuid.uuid4()), events=events, view=EMPTY_VIEW)
+                )
             for result in store.append_batch(batch):
                 if isinstance(result, Exception):
                     raise result
@@ -96,8 +105,10 @@ def main() -> None:
     add_store_option(parser)
     args = parser.parse_args()
 
-    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-list-") as scratch,
-          bench_store_url(args.store, Path(scratch)) as url):
+    with (
+        tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-list-") as scratch,
+        bench_store_url(args.store, Path(scratch)) as url,
+    ):
         scratch_path = Path(scratch)
         build_seconds = build_store(url, args.runs)
         daemon = ServeProcess(url, scratch_path)
@@ -109,25 +120,34 @@ def main() -> None:
                 results = {
                     "first_page": timed(client, {"limit": 100}, args.requests),
                     "deep_page": timed(client, {"limit": 100, "cursor": deep}, args.requests),
-                    "status_filter": timed(client, {"limit": 100, "status": "awaiting_model"}, args.requests),
+                    "status_filter": timed(
+                        client, {"limit": 100, "status": "awaiting_model"}, args.requests
+                    ),
                     "status_filter_deep": timed(
-                        client, {"limit": 100, "status": "awaiting_model", "cursor": deep_filtered}, args.requests),
+                        client,
+                        {"limit": 100, "status": "awaiting_model", "cursor": deep_filtered},
+                        args.requests,
+                    ),
                 }
         finally:
             code = daemon.stop()
-    print(json.dumps({
-        **({} if args.store is None else {"backend": "postgresql"}),
-        "bench": "list",
-        "runs": args.runs,
-        "page": 100,
-        "requests_per_case": args.requests,
-        "store_build_seconds": round(build_seconds, 2),
-        **results,
-        "target_p50_ms": 50,
-        "meets_target": all(r["p50_ms"] <= 50 for r in results.values()),
-        "exit_code_after_sigterm": code,
-        "python": sys.version.split()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                **({} if args.store is None else {"backend": "postgresql"}),
+                "bench": "list",
+                "runs": args.runs,
+                "page": 100,
+                "requests_per_case": args.requests,
+                "store_build_seconds": round(build_seconds, 2),
+                **results,
+                "target_p50_ms": 50,
+                "meets_target": all(r["p50_ms"] <= 50 for r in results.values()),
+                "exit_code_after_sigterm": code,
+                "python": sys.version.split()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,10 +61,16 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
     command = json.dumps(fx.command())
     agent = parse_definition(
         f'kind = "process"\ncommand = "true"\n[[mcp_servers]]\nname = "fix"\ncommand = {command}\n'
-        'effects = { lookup = "read" }\n', "toml")
+        'effects = { lookup = "read" }\n',
+        "toml",
+    )
     direct_spec = McpServerSpec(name="direct", command=tuple(fx.command()))
     results: dict = {"calls": calls}
-    async with open_store_access(store_url) as access, open_model_proxy() as proxy, trio.open_nursery() as nursery:
+    async with (
+        open_store_access(store_url) as access,
+        open_model_proxy() as proxy,
+        trio.open_nursery() as nursery,
+    ):
         session = await open_session(direct_spec, nursery, os.environ)
         try:
             direct = await _timed_calls(session, calls)
@@ -73,11 +79,20 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
         runtime = Runtime(access, ToolRegistry(), proxy=proxy)
         run_id = await runtime.start_run(agent, "bench")
         log = await runtime.log(run_id)
-        proxied_session = ProxySession(RunContext(access, run_id, log), log, record_prompts=False, upstream=None,
-                                       client=proxy.client)
-        async with open_lanes(proxied_session, agent.mcp_servers, log, None, environ=os.environ, mark={}) as lanes:
+        proxied_session = ProxySession(
+            RunContext(access, run_id, log),
+            log,
+            record_prompts=False,
+            upstream=None,
+            client=proxy.client,
+        )
+        async with open_lanes(
+            proxied_session, agent.mcp_servers, log, None, environ=os.environ, mark={}
+        ) as lanes:
             url = f"{proxy.base(proxy.attach(proxied_session))}/mcp/fix"
-            relay = McpServerSpec(name="stand-in", command=(sys.executable, "-m", "salvor.daemon.standin", url))
+            relay = McpServerSpec(
+                name="stand-in", command=(sys.executable, "-m", "salvor.daemon.standin", url)
+            )
             session = await open_session(relay, nursery, os.environ)
             try:
                 through = await _timed_calls(session, calls)
@@ -85,13 +100,17 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
                 await session.aclose()
             recorded = lanes["fix"].position
         nursery.cancel_scope.cancel()
-    results.update({
-        "direct_p50_ms": _pct(direct, 50), "direct_p99_ms": _pct(direct, 99),
-        "standin_p50_ms": _pct(through, 50), "standin_p99_ms": _pct(through, 99),
-        "overhead_p50_ms": round(_pct(through, 50) - _pct(direct, 50), 3),
-        "overhead_p99_ms": round(_pct(through, 99) - _pct(direct, 99), 3),
-        "recorded_calls": recorded,
-    })
+    results.update(
+        {
+            "direct_p50_ms": _pct(direct, 50),
+            "direct_p99_ms": _pct(direct, 99),
+            "standin_p50_ms": _pct(through, 50),
+            "standin_p99_ms": _pct(through, 99),
+            "overhead_p50_ms": round(_pct(through, 50) - _pct(direct, 50), 3),
+            "overhead_p99_ms": round(_pct(through, 99) - _pct(direct, 99), 3),
+            "recorded_calls": recorded,
+        }
+    )
     return results
 
 

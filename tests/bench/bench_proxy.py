@@ -74,18 +74,29 @@ async def run(calls: int, store_url: str, provider_url: str) -> dict:
             for stream in (False, True):
                 run_id = await runtime.start_run(agent, "bench")
                 log = await runtime.log(run_id)
-                session = ProxySession(RunContext(access, run_id, log), log, record_prompts=False,
-                                       upstream=Upstream(base_url=provider_url, api_key="k"), client=proxy.client)
+                session = ProxySession(
+                    RunContext(access, run_id, log),
+                    log,
+                    record_prompts=False,
+                    upstream=Upstream(base_url=provider_url, api_key="k"),
+                    client=proxy.client,
+                )
                 base = proxy.base(proxy.attach(session))
                 direct, proxied = [], []
                 for i in range(calls):
                     body = {"model": "m", "messages": [{"role": "user", "content": f"call {i}"}]}
-                    direct.append(await _timed(client, f"{provider_url}/v1/chat/completions", body, stream))
-                    proxied.append(await _timed(client, f"{base}/v1/chat/completions", body, stream))
+                    direct.append(
+                        await _timed(client, f"{provider_url}/v1/chat/completions", body, stream)
+                    )
+                    proxied.append(
+                        await _timed(client, f"{base}/v1/chat/completions", body, stream)
+                    )
                 name = "stream_ttfb" if stream else "non_stream"
                 results[name] = {
-                    "direct_p50_ms": _pct(direct, 50), "direct_p99_ms": _pct(direct, 99),
-                    "proxy_p50_ms": _pct(proxied, 50), "proxy_p99_ms": _pct(proxied, 99),
+                    "direct_p50_ms": _pct(direct, 50),
+                    "direct_p99_ms": _pct(direct, 99),
+                    "proxy_p50_ms": _pct(proxied, 50),
+                    "proxy_p99_ms": _pct(proxied, 99),
                     "overhead_p50_ms": round(_pct(proxied, 50) - _pct(direct, 50), 3),
                     "overhead_p99_ms": round(_pct(proxied, 99) - _pct(direct, 99), 3),
                     "recorded_calls": len(session.calls),
@@ -102,7 +113,9 @@ def main() -> None:
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="bench_proxy_"))
     store_url = args.store or f"sqlite:///{scratch / 'salvor.db'}"
     queue = multiprocessing.get_context("spawn").Queue()
-    provider = multiprocessing.get_context("spawn").Process(target=_provider, args=(queue,), daemon=True)
+    provider = multiprocessing.get_context("spawn").Process(
+        target=_provider, args=(queue,), daemon=True
+    )
     provider.start()
     try:
         provider_url = queue.get(timeout=30)

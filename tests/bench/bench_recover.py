@@ -20,7 +20,8 @@ Measured from the moment the process is spawned:
 
 Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_recover.py [--runs 10000] [--interrupted 1000] [--dir DIR] [--store URL]
+    python tests/bench/bench_recover.py [--runs 10000] [--interrupted
+    1000] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, seconds: float = 30) -> None:
-    """Until something accepts connections on the loopback ``port`` (raises OSError past ``seconds``)."""
+    """Until something accepts connections on the loopback ``port``
+    (raises OSError past ``seconds``)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -73,15 +75,25 @@ def wait_for_port(port: int, seconds: float = 30) -> None:
 
 
 class ServeProcess:
-    """``salvor serve`` as a subprocess on a free loopback port; ``start`` returns seconds to READY."""
+    """``salvor serve`` as a subprocess on a free loopback port;
+    ``start`` returns seconds to READY."""
 
     def __init__(self, store_url: str, scratch: Path, *extra: str, env: dict | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.scratch = scratch
         self.notify_path = scratch / f"notify-{self.port}.sock"
-        self.args = [*SALVOR, "serve", "--listen", f"127.0.0.1:{self.port}", "--store", store_url,
-                     "--wake-interval", "0", *extra]
+        self.args = [
+            *SALVOR,
+            "serve",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--store",
+            store_url,
+            "--wake-interval",
+            "0",
+            *extra,
+        ]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "NOTIFY_"))}
         self.env.update(env or {}, NOTIFY_SOCKET=str(self.notify_path))
         self.proc: subprocess.Popen | None = None
@@ -93,7 +105,9 @@ class ServeProcess:
             notify.settimeout(timeout)
             with open(self.scratch / f"serve-{self.port}.log", "wb") as log:
                 self.spawned_at = time.perf_counter()
-                self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(
+                    self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT
+                )
             while b"READY=1" not in notify.recv(4096).split(b"\n"):
                 pass
             return time.perf_counter() - self.spawned_at
@@ -125,8 +139,12 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
     """Bulk-insert ``runs`` runs; the first ``interrupted`` are cut at their first model call."""
     registry = demo_registry(None)
     agent = parse_definition(agent_text, "toml", known_tools=registry.names())
-    store.put_agent(agent.agent_def_hash, format=agent.stored_format, definition=agent.stored_text,
-                    name=agent.name)
+    store.put_agent(
+        agent.agent_def_hash,
+        format=agent.stored_format,
+        definition=agent.stored_text,
+        name=agent.name,
+    )
     loop = AgentLoop(agent, registry, ModelGateway(resolve_endpoint(provider="demo", environ={})))
     cut: list[str] = []
     for first in range(0, runs, BULK):
@@ -136,7 +154,9 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
             run_input = {"task": f"case {n}"}
             events = [RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input)]
             if n < interrupted:
-                request = loop._request([{"role": "user", "content": [{"type": "text", "text": _as_text(run_input)}]}])
+                request = loop._request(
+                    [{"role": "user", "content": [{"type": "text", "text": _as_text(run_input)}]}]
+                )
                 events.append(ModelCallRequested(request_hash=sha256_hash(request)))
                 cut.append(run_id)
             else:
@@ -151,7 +171,9 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
 def landed(store: EventStore, run_ids: list[str]) -> int:
     """How many of ``run_ids`` have events beyond the two they were cut at."""
     with store._read() as connection:
-        rows = connection.execute(text("SELECT run_id FROM runs WHERE event_count > 2 AND state = 'completed'"))
+        rows = connection.execute(
+            text("SELECT run_id FROM runs WHERE event_count > 2 AND state = 'completed'")
+        )
         done = {row[0] for row in rows}
     return len(done.intersection(run_ids))
 
@@ -164,8 +186,10 @@ def main() -> None:
     add_store_option(parser)
     args = parser.parse_args()
 
-    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-recover-") as scratch,
-          bench_store_url(args.store, Path(scratch)) as url):
+    with (
+        tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-recover-") as scratch,
+        bench_store_url(args.store, Path(scratch)) as url,
+    ):
         scratch_path = Path(scratch)
         with ProviderProcess([]) as provider:
             store = EventStore.open(url)
@@ -189,21 +213,25 @@ def main() -> None:
             # The provider counts; the re-issue time is bounded by the landing time.
             reissued = served
             store.close()
-    print(json.dumps({
-        **({} if args.store is None else {"backend": "postgresql"}),
-        "bench": "recover",
-        "runs": args.runs,
-        "interrupted": args.interrupted,
-        "store_build_seconds": round(build_seconds, 2),
-        "ready_seconds": round(ready, 3),
-        "all_landed_seconds": None if landed_at is None else round(landed_at, 3),
-        "model_calls_reissued": reissued,
-        "target_ready_seconds": 1.0,
-        "target_all_driving_seconds": 10.0,
-        "meets_targets": ready <= 1.0 and landed_at is not None and landed_at <= 10.0,
-        "exit_code_after_sigterm": code,
-        "python": sys.version.split()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                **({} if args.store is None else {"backend": "postgresql"}),
+                "bench": "recover",
+                "runs": args.runs,
+                "interrupted": args.interrupted,
+                "store_build_seconds": round(build_seconds, 2),
+                "ready_seconds": round(ready, 3),
+                "all_landed_seconds": None if landed_at is None else round(landed_at, 3),
+                "model_calls_reissued": reissued,
+                "target_ready_seconds": 1.0,
+                "target_all_driving_seconds": 10.0,
+                "meets_targets": ready <= 1.0 and landed_at is not None and landed_at <= 10.0,
+                "exit_code_after_sigterm": code,
+                "python": sys.version.split()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -36,13 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import trio
 
-AGENT = r'''
+AGENT = r"""
 import json, os, sys, time
 import openai
 
 client = openai.OpenAI(max_retries=0)
-tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-          "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+tools = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        },
+    }
+]
 messages = [{"role": "user", "content": os.environ.get("SALVOR_PROMPT", "settle every invoice")}]
 stamps = []
 while True:
@@ -51,20 +59,28 @@ while True:
     message = reply.choices[0].message
     if not message.tool_calls:
         break
-    calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-             for c in message.tool_calls]
+    calls = [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.function.name, "arguments": c.function.arguments},
+        }
+        for c in message.tool_calls
+    ]
     messages.append({"role": "assistant", "content": message.content, "tool_calls": calls})
     for c in calls:
-        messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})})
+        messages.append(
+            {"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": 42})}
+        )
 with open(os.environ["STAMPS"], "w") as out:
     json.dump({"first": stamps[0], "last": stamps[-1], "turns": len(stamps)}, out)
-'''
+"""
 
 
 # The leanest client that still speaks HTTP to the proxy: it posts the
 # origin's recorded request bodies in order over one kept-alive connection,
 # so the re-run's rate is salvor's own cost per turn, not an SDK's.
-LEAN_AGENT = r'''
+LEAN_AGENT = r"""
 import http.client, json, os, time
 from urllib.parse import urlsplit
 
@@ -82,39 +98,94 @@ with open(os.environ["BODIES"]) as bodies:
         stamps.append(time.perf_counter())
 with open(os.environ["STAMPS"], "w") as out:
     json.dump({"first": stamps[0], "last": stamps[-1], "turns": len(stamps)}, out)
-'''
+"""
 
 
 def _sdk_floor(turns: int) -> float:
-    """Turns/s of the agent's own SDK work alone: the same loop against an in-process, zero-cost transport."""
+    """Turns/s of the agent's own SDK work alone: the same loop against an
+    in-process, zero-cost transport."""
     import httpx
     import openai
 
     def answer(request: httpx.Request) -> httpx.Response:
         asked = json.loads(request.content)
         done = sum(1 for m in asked["messages"] if m["role"] == "tool") >= turns - 1
-        message = ({"role": "assistant", "content": "all settled"} if done else
-                   {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {
-                       "name": "lookup_invoice", "arguments": "{}"}}]})
-        return httpx.Response(200, json={
-            "id": "x", "object": "chat.completion", "created": 0, "model": "scripted-model",
-            "choices": [{"index": 0, "finish_reason": "stop" if done else "tool_calls", "message": message}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        message = (
+            {"role": "assistant", "content": "all settled"}
+            if done
+            else {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "lookup_invoice", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "scripted-model",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop" if done else "tool_calls",
+                        "message": message,
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
 
-    client = openai.OpenAI(api_key="k", base_url="http://floor/v1", max_retries=0,
-                           http_client=httpx.Client(transport=httpx.MockTransport(answer)))
-    tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+    client = openai.OpenAI(
+        api_key="k",
+        base_url="http://floor/v1",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(answer)),
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup_invoice",
+                "description": "Look up an invoice.",
+                "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+            },
+        }
+    ]
     messages: list = [{"role": "user", "content": "settle every invoice"}]
     began = time.perf_counter()
     for _ in range(turns):
-        message = client.chat.completions.create(model="scripted-model", messages=messages, tools=tools).choices[0].message
+        message = (
+            client.chat.completions.create(model="scripted-model", messages=messages, tools=tools)
+            .choices[0]
+            .message
+        )
         if not message.tool_calls:
             break
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in message.tool_calls]})
-        messages.append({"role": "tool", "tool_call_id": "c", "content": json.dumps({"amount": 42})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
+                    for c in message.tool_calls
+                ],
+            }
+        )
+        messages.append(
+            {"role": "tool", "tool_call_id": "c", "content": json.dumps({"amount": 42})}
+        )
     return round(turns / (time.perf_counter() - began), 1)
 
 
@@ -152,7 +223,12 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
     results: dict = {"turns": turns, "store": store_url.split(":", 1)[0]}
 
     # The baseline: the same agent, straight to the provider.
-    env = {**os.environ, "OPENAI_BASE_URL": f"{provider_url}/v1", "OPENAI_API_KEY": "k", "STAMPS": str(stamps)}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": f"{provider_url}/v1",
+        "OPENAI_API_KEY": "k",
+        "STAMPS": str(stamps),
+    }
     began = time.perf_counter()
     await trio.run_process([sys.executable, str(script)], env=env)
     results["direct"] = _rates(turns, began, time.perf_counter(), stamps)
@@ -160,10 +236,15 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
     results["sdk_floor_turns_per_s"] = await trio.to_thread.run_sync(_sdk_floor, turns)
 
     def definition(path: Path, **env: str):
-        table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {"STAMPS": str(stamps), **env}.items())
+        table = "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in {"STAMPS": str(stamps), **env}.items()
+        )
         return parse_definition(
-            f'kind = "process"\ncommand = {json.dumps([sys.executable, str(path)])}\ntimeout = 600\n'
-            f'record_prompts = true\n[env]\n{table}', "toml")
+            'kind = "process"\ncommand = '
+            f"{json.dumps([sys.executable, str(path)])}\ntimeout = 600\n"
+            f"record_prompts = true\n[env]\n{table}",
+            "toml",
+        )
 
     agent = definition(script)
     os.environ["SALVOR_AGENT_UPSTREAM"] = provider_url
@@ -183,13 +264,21 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         view = await runtime.drive(rerun, agent=agent)
         results["rerun"] = _rates(turns, began, time.perf_counter(), stamps)
         results["rerun"]["state"] = view.state.value
-        completed = [e for e in await runtime.log(rerun) if e.event.KIND is EventKind.MODEL_CALL_COMPLETED]
+        completed = [
+            e for e in await runtime.log(rerun) if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
+        ]
         results["rerun"]["recorded_calls"] = len(completed)
 
         # The same re-run from the lean client: the origin's request bodies, in order.
         bodies = scratch / "bodies.jsonl"
-        requested = [e.event for e in await runtime.log(origin) if e.event.KIND is EventKind.MODEL_CALL_REQUESTED]
-        bodies.write_text("".join(json.dumps(event.request_body["body"]) + "\n" for event in requested))
+        requested = [
+            e.event
+            for e in await runtime.log(origin)
+            if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
+        ]
+        bodies.write_text(
+            "".join(json.dumps(event.request_body["body"]) + "\n" for event in requested)
+        )
         lean_script = scratch / "lean_agent.py"
         lean_script.write_text(LEAN_AGENT)
         lean = definition(lean_script, BODIES=str(bodies))
@@ -198,8 +287,12 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         view = await runtime.drive(rerun, agent=lean)
         results["rerun_lean_client"] = _rates(turns, began, time.perf_counter(), stamps)
         results["rerun_lean_client"]["state"] = view.state.value
-    results["rerun_vs_direct"] = round(results["rerun"]["turns_per_s"] / results["direct"]["turns_per_s"], 3)
-    results["rerun_vs_sdk_floor"] = round(results["rerun"]["turns_per_s_steady"] / results["sdk_floor_turns_per_s"], 3)
+    results["rerun_vs_direct"] = round(
+        results["rerun"]["turns_per_s"] / results["direct"]["turns_per_s"], 3
+    )
+    results["rerun_vs_sdk_floor"] = round(
+        results["rerun"]["turns_per_s_steady"] / results["sdk_floor_turns_per_s"], 3
+    )
     results["target_turns_per_s"] = 300
     return results
 

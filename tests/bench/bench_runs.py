@@ -26,7 +26,8 @@ batched per transaction at salvor's group size and at 256.
 
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
-    python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--providers 4] [--dir DIR] [--store URL]
+    python tests/bench/bench_runs.py [--runs 1000] [--steps 10]
+    [--providers 4] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ TARGET_RATIO = 0.5
 
 
 class GroupCommitCounter:
-    """Wraps ``EventStore.append_batch``: transactions, appends, events, time inside, runs completed."""
+    """Wraps ``EventStore.append_batch``: transactions, appends, events,
+    time inside, runs completed."""
 
     def __init__(self) -> None:
         self.transactions = 0
@@ -116,7 +118,10 @@ def raw_batched_rows_per_s(path: Path, rows: int, per_txn: int) -> float:
             connection.execute("BEGIN IMMEDIATE")
             connection.executemany(
                 "INSERT INTO raw (run_id, seq, payload) VALUES (?, ?, ?)",
-                [(f"run-{n % 1000}", n, RAW_PAYLOAD) for n in range(first, min(rows, first + per_txn))],
+                [
+                    (f"run-{n % 1000}", n, RAW_PAYLOAD)
+                    for n in range(first, min(rows, first + per_txn))
+                ],
             )
             connection.execute("COMMIT")
         return rows / (time.perf_counter() - start)
@@ -131,18 +136,33 @@ async def direct_model_calls(base_urls: list[str], calls: int, concurrency: int)
     httpx client of its own as a drive has, post the same Anthropic request
     to the scripted providers one after another until ``calls`` are answered.
     """
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 256, "system": "You look up invoices, one at a time.",
-            "messages": [{"role": "user", "content": "batch 0"}],
-            "tools": [{"name": "lookup_invoice", "description": "Look up an invoice.",
-                       "input_schema": {"type": "object", "properties": {"invoice_id": {"type": "string"}}}}]}
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 256,
+        "system": "You look up invoices, one at a time.",
+        "messages": [{"role": "user", "content": "batch 0"}],
+        "tools": [
+            {
+                "name": "lookup_invoice",
+                "description": "Look up an invoice.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"invoice_id": {"type": "string"}},
+                },
+            }
+        ],
+    }
     left = [calls]
 
     async def worker(base_url: str) -> None:
         async with httpx.AsyncClient(timeout=60) as client:
             while left[0] > 0:
                 left[0] -= 1
-                response = await client.post(f"{base_url}/v1/messages", json=body,
-                                             headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})
+                response = await client.post(
+                    f"{base_url}/v1/messages",
+                    json=body,
+                    headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"},
+                )
                 response.raise_for_status()
                 response.json()
 
@@ -163,16 +183,25 @@ def agent_toml(base_url: str, index: int) -> str:
 
 
 async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounter) -> dict:
-    config = ServeConfig(port=0, store_url=url, demo_tools=True, wake_interval=0,
-                         recovery_concurrency=args.drive_concurrency)
+    config = ServeConfig(
+        port=0,
+        store_url=url,
+        demo_tools=True,
+        wake_interval=0,
+        recovery_concurrency=args.drive_concurrency,
+    )
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve, config)
-        async with httpx.AsyncClient(base_url=binds[0], timeout=60,
-                                     limits=httpx.Limits(max_connections=64)) as client:
+        async with httpx.AsyncClient(
+            base_url=binds[0], timeout=60, limits=httpx.Limits(max_connections=64)
+        ) as client:
             agents = []
             for index, base_url in enumerate(base_urls):
-                response = await client.post("/v1/agents", content=agent_toml(base_url, index),
-                                             headers={"content-type": "application/toml"})
+                response = await client.post(
+                    "/v1/agents",
+                    content=agent_toml(base_url, index),
+                    headers={"content-type": "application/toml"},
+                )
                 response.raise_for_status()
                 agents.append(response.json()["agent"])
             events_before = counter.events
@@ -189,8 +218,10 @@ async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounte
 
             async def post_one(i: int) -> None:
                 began = time.perf_counter()
-                response = await client.post("/v1/runs", json={"agent": agents[i % len(agents)],
-                                                               "input": {"task": f"batch {i}"}})
+                response = await client.post(
+                    "/v1/runs",
+                    json={"agent": agents[i % len(agents)], "input": {"task": f"batch {i}"}},
+                )
                 response.raise_for_status()
                 post_latencies.append(time.perf_counter() - began)
 
@@ -201,7 +232,9 @@ async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounte
             while counter.completed < args.runs:
                 await trio.sleep(0.02)
             wall = time.perf_counter() - start
-            listed = (await client.get("/v1/runs", params={"status": "completed", "limit": 1000})).json()
+            listed = (
+                await client.get("/v1/runs", params={"status": "completed", "limit": 1000})
+            ).json()
         nursery.cancel_scope.cancel(reason="benchmark done")
     post_latencies.sort()
     return {
@@ -219,8 +252,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--providers", type=int, default=4, help="scripted provider processes")
-    parser.add_argument("--drive-concurrency", type=int, default=64,
-                        help="ServeConfig.recovery_concurrency: how many runs drive at once (default 64)")
+    parser.add_argument(
+        "--drive-concurrency",
+        type=int,
+        default=64,
+        help="ServeConfig.recovery_concurrency: how many runs drive at once (default 64)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     add_store_option(parser)
     args = parser.parse_args()
@@ -247,8 +284,12 @@ def main() -> None:
             for provider in direct:
                 provider.__enter__()
             try:
-                direct_rate = trio.run(direct_model_calls, [p.base_url for p in direct], model_calls,
-                                       args.drive_concurrency)
+                direct_rate = trio.run(
+                    direct_model_calls,
+                    [p.base_url for p in direct],
+                    model_calls,
+                    args.drive_concurrency,
+                )
             finally:
                 for provider in direct:
                     provider.stop()
@@ -257,7 +298,9 @@ def main() -> None:
             group = max(1, round(counter.events / counter.transactions))
             raw_rows = max(20_000, events)
             if args.store is None:
-                raw_matched = raw_batched_rows_per_s(scratch_path / "raw-matched.db", raw_rows, group)
+                raw_matched = raw_batched_rows_per_s(
+                    scratch_path / "raw-matched.db", raw_rows, group
+                )
                 raw_256 = raw_batched_rows_per_s(scratch_path / "raw-256.db", raw_rows, 256)
             else:
                 raw_single = raw_pg_commits_per_s(url, min(raw_rows, 5_000), RAW_PAYLOAD)
@@ -267,46 +310,58 @@ def main() -> None:
     events_per_s = events / result["wall"]
     raw = "raw_sqlite" if args.store is None else "raw_postgres"
     backend = {} if args.store is None else {"backend": "postgresql"}
-    print(json.dumps({
-        **backend,
-        "bench": "runs",
-        "runs": args.runs,
-        "steps_per_run": args.steps,
-        "provider_processes": args.providers,
-        "drive_concurrency": args.drive_concurrency,
-        "model_calls": model_calls,
-        "events": events,
-        "wall_seconds": round(result["wall"], 3),
-        "create_seconds": round(result["created_seconds"], 3),
-        "post_runs_p50_ms": round(result["post_p50_ms"], 2),
-        "post_runs_p99_ms": round(result["post_p99_ms"], 2),
-        "events_per_s": round(events_per_s, 1),
-        "group_commit": {
-            "transactions": counter.transactions,
-            "appends": counter.appends,
-            "appends_per_transaction": round(counter.appends / counter.transactions, 2),
-            "events_per_transaction": round(counter.events / counter.transactions, 2),
-            "largest_group": counter.largest,
-            "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
-        },
-        **({} if args.store is None else {"raw_postgres_commits_per_s_one_row": round(raw_single, 1)}),
-        f"{raw}_rows_per_s_at_salvor_group": round(raw_matched, 1),
-        f"{raw}_group_rows": group,
-        f"{raw}_rows_per_s_256_per_txn": round(raw_256, 1),
-        "ratio_vs_raw_at_salvor_group": round(events_per_s / raw_matched, 3),
-        "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
-        "target_ratio": TARGET_RATIO,
-        "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
-        "baseline_direct_model_calls_per_s": round(direct_rate, 1),
-        "events_per_model_call": round(events / model_calls, 2),
-        # What the model round trip alone allows, with salvor costing nothing.
-        "ceiling_events_per_s_from_model_calls": round(direct_rate * events / model_calls, 1),
-        "ratio_vs_model_call_ceiling": round(events_per_s / (direct_rate * events / model_calls), 3),
-        "listed_completed_page": result["listed_completed"],
-        **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                **backend,
+                "bench": "runs",
+                "runs": args.runs,
+                "steps_per_run": args.steps,
+                "provider_processes": args.providers,
+                "drive_concurrency": args.drive_concurrency,
+                "model_calls": model_calls,
+                "events": events,
+                "wall_seconds": round(result["wall"], 3),
+                "create_seconds": round(result["created_seconds"], 3),
+                "post_runs_p50_ms": round(result["post_p50_ms"], 2),
+                "post_runs_p99_ms": round(result["post_p99_ms"], 2),
+                "events_per_s": round(events_per_s, 1),
+                "group_commit": {
+                    "transactions": counter.transactions,
+                    "appends": counter.appends,
+                    "appends_per_transaction": round(counter.appends / counter.transactions, 2),
+                    "events_per_transaction": round(counter.events / counter.transactions, 2),
+                    "largest_group": counter.largest,
+                    "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
+                },
+                **(
+                    {}
+                    if args.store is None
+                    else {"raw_postgres_commits_per_s_one_row": round(raw_single, 1)}
+                ),
+                f"{raw}_rows_per_s_at_salvor_group": round(raw_matched, 1),
+                f"{raw}_group_rows": group,
+                f"{raw}_rows_per_s_256_per_txn": round(raw_256, 1),
+                "ratio_vs_raw_at_salvor_group": round(events_per_s / raw_matched, 3),
+                "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
+                "target_ratio": TARGET_RATIO,
+                "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
+                "baseline_direct_model_calls_per_s": round(direct_rate, 1),
+                "events_per_model_call": round(events / model_calls, 2),
+                # What the model round trip alone allows, with salvor costing nothing.
+                "ceiling_events_per_s_from_model_calls": round(
+                    direct_rate * events / model_calls, 1
+                ),
+                "ratio_vs_model_call_ceiling": round(
+                    events_per_s / (direct_rate * events / model_calls), 3
+                ),
+                "listed_completed_page": result["listed_completed"],
+                **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
+                "cpus": os.cpu_count(),
+                "python": sys.version.split()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

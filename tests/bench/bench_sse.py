@@ -23,7 +23,8 @@ queues: the floor of the HTTP stack itself for one fan-out on this machine.
 
 Target: p99 <= 50 ms. Prints one JSON object; never a timed assertion.
 
-    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4] [--steps 20] [--dir DIR] [--store URL]
+    python tests/bench/bench_sse.py [--subscribers 1000] [--client-processes 4]
+    [--steps 20] [--dir DIR] [--store URL]
 
 ``--store postgresql://...`` runs the daemon on that server, in a schema of
 its own dropped at the end (default: a fresh SQLite file in the scratch dir).
@@ -79,8 +80,10 @@ class StreamReader:
     async def open(cls, base_url: str, path: str) -> StreamReader:
         host, port = base_url.split("://", 1)[1].rsplit(":", 1)
         reader = cls(await trio.open_tcp_stream(host, int(port)))
-        await reader.stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                                     "Accept: text/event-stream\r\n\r\n".encode())
+        await reader.stream.send_all(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
         head = await reader._until(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         if status != 200:
@@ -108,7 +111,7 @@ class StreamReader:
                 return
             await self._fill(size + 2)
             self.body += self.buffer[:size]
-            self.buffer = self.buffer[size + 2:]
+            self.buffer = self.buffer[size + 2 :]
             *complete, self.body = self.body.split(b"\n\n")
             for frame in complete:
                 yield frame
@@ -121,7 +124,9 @@ def _data(frame: bytes) -> bytes | None:
     return None
 
 
-def _subscriber_child(base_url: str, path: str, streams: int, live_from: int, ready, results) -> None:
+def _subscriber_child(
+    base_url: str, path: str, streams: int, live_from: int, ready, results
+) -> None:
     """``streams`` subscribers of ``path``. With ``live_from`` >= 0 the frames are salvor's
     envelopes: each seq must arrive once, in order, and latency counts from ``recorded_at``
     for seqs from ``live_from`` on. With -1 they are the baseline's, stamped ``sent_at``."""
@@ -161,8 +166,14 @@ def _subscriber_child(base_url: str, path: str, streams: int, live_from: int, re
     trio.run(subscribe_all)
 
 
-def _subscribe_all(base_url: str, path: str, subscribers: int, processes: int, live_from: int,
-                   go: Callable[[], None]) -> tuple[list[float], int, float, int]:
+def _subscribe_all(
+    base_url: str,
+    path: str,
+    subscribers: int,
+    processes: int,
+    live_from: int,
+    go: Callable[[], None],
+) -> tuple[list[float], int, float, int]:
     """Start the subscriber processes, call ``go`` once every stream is open.
 
     Returns the sorted latencies, the streams that ended cleanly, the seconds to connect them all,
@@ -170,8 +181,14 @@ def _subscribe_all(base_url: str, path: str, subscribers: int, processes: int, l
     """
     ready, results = CONTEXT.Queue(), CONTEXT.Queue()
     shares = [subscribers // processes + (i < subscribers % processes) for i in range(processes)]
-    clients = [CONTEXT.Process(target=_subscriber_child, args=(base_url, path, n, live_from, ready, results),
-                               daemon=True) for n in shares]
+    clients = [
+        CONTEXT.Process(
+            target=_subscriber_child,
+            args=(base_url, path, n, live_from, ready, results),
+            daemon=True,
+        )
+        for n in shares
+    ]
     began = time.perf_counter()
     for process in clients:
         process.start()
@@ -196,7 +213,12 @@ def _percentiles(latencies: list[float]) -> dict:
     def at(q: float) -> float:
         return round(latencies[min(len(latencies) - 1, int(len(latencies) * q))] * 1000, 2)
 
-    return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": round(latencies[-1] * 1000, 2)}
+    return {
+        "p50_ms": at(0.5),
+        "p90_ms": at(0.9),
+        "p99_ms": at(0.99),
+        "max_ms": round(latencies[-1] * 1000, 2),
+    }
 
 
 # The HTTP stack's own floor: hypercorn on trio writing one constant frame to
@@ -211,11 +233,18 @@ subscribers, frames, pad = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 channels = []
 connected = trio.Event()
 
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         await answer_lifespan(receive, send)
         return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
     sender, receiver = trio.open_memory_channel(frames + 1)
     channels.append(sender)
     if len(channels) == subscribers:
@@ -223,6 +252,7 @@ async def app(scope, receive, send):
     async for frame in receiver:
         await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
 
 async def broadcast():
     await connected.wait()
@@ -236,6 +266,7 @@ async def broadcast():
     for sender in channels:
         sender.close()
 
+
 async def main():
     config = Config()
     config.bind = [sys.argv[1]]
@@ -244,19 +275,33 @@ async def main():
         nursery.start_soon(broadcast)
         await serve(app, config)
 
+
 trio.run(main)
 """
 
 
-def _bare_fan_out(subscribers: int, processes: int, frames: int, frame_bytes: int) -> tuple[list[float], int]:
-    """The baseline's latencies and clean ends: ``frames`` constant frames of about ``frame_bytes``."""
+def _bare_fan_out(
+    subscribers: int, processes: int, frames: int, frame_bytes: int
+) -> tuple[list[float], int]:
+    """The baseline's latencies and clean ends: ``frames`` constant
+    frames of about ``frame_bytes``."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", _BARE_FAN_OUT, f"127.0.0.1:{port}", str(subscribers),
-                               str(frames), str(max(0, frame_bytes - 60))])
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _BARE_FAN_OUT,
+            f"127.0.0.1:{port}",
+            str(subscribers),
+            str(frames),
+            str(max(0, frame_bytes - 60)),
+        ]
+    )
     try:
         wait_for_port(port)
-        latencies, completed, _, _ = _subscribe_all(f"http://127.0.0.1:{port}", "/", subscribers, processes, -1,
-                                                 lambda: None)
+        latencies, completed, _, _ = _subscribe_all(
+            f"http://127.0.0.1:{port}", "/", subscribers, processes, -1, lambda: None
+        )
         return latencies, completed
     finally:
         server.kill()
@@ -275,11 +320,15 @@ def main() -> None:
 
     go = CONTEXT.Event()
     parent_end, child_end = CONTEXT.Pipe()
-    provider = CONTEXT.Process(target=_provider_child, args=(args.steps, args.step_delay, go, child_end), daemon=True)
+    provider = CONTEXT.Process(
+        target=_provider_child, args=(args.steps, args.step_delay, go, child_end), daemon=True
+    )
     provider.start()
     provider_url = parent_end.recv()
-    with (tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-sse-") as scratch,
-          bench_store_url(args.store, Path(scratch)) as url):
+    with (
+        tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-sse-") as scratch,
+        bench_store_url(args.store, Path(scratch)) as url,
+    ):
         scratch_path = Path(scratch)
         daemon = ServeProcess(url, scratch_path, "--demo-tools")
         daemon.start()
@@ -290,16 +339,32 @@ def main() -> None:
                     f'[llm]\nprovider = "anthropic"\nbase_url = "{provider_url}"\nmax_retries = 0\n'
                     '[[tools]]\nname = "lookup_invoice"\n'
                 )
-                agent = client.post("/v1/agents", content=agent_text,
-                                    headers={"content-type": "application/toml"}).raise_for_status().json()["agent"]
-                run_id = client.post("/v1/runs", json={"agent": agent, "input": "look them up"}).raise_for_status().json()["run"]
+                agent = (
+                    client.post(
+                        "/v1/agents",
+                        content=agent_text,
+                        headers={"content-type": "application/toml"},
+                    )
+                    .raise_for_status()
+                    .json()["agent"]
+                )
+                run_id = (
+                    client.post("/v1/runs", json={"agent": agent, "input": "look them up"})
+                    .raise_for_status()
+                    .json()["run"]
+                )
                 # The head and the first model intent are recorded before the provider lets go.
                 while client.get(f"/v1/runs/{run_id}").json()["event_count"] < 2:
                     time.sleep(0.01)
                 live_from = 2
                 latencies, completed_streams, connect_seconds, frame_bytes = _subscribe_all(
-                    daemon.base_url, f"/v1/runs/{run_id}/events", args.subscribers, args.client_processes,
-                    live_from, go.set)
+                    daemon.base_url,
+                    f"/v1/runs/{run_id}/events",
+                    args.subscribers,
+                    args.client_processes,
+                    live_from,
+                    go.set,
+                )
                 events = client.get(f"/v1/runs/{run_id}").json()["event_count"]
         finally:
             code = daemon.stop()
@@ -307,28 +372,36 @@ def main() -> None:
             provider.join(timeout=10)
     bare, bare_completed = _bare_fan_out(args.subscribers, args.client_processes, 20, frame_bytes)
     salvor, floor = _percentiles(latencies), _percentiles(bare)
-    print(json.dumps({
-        **({} if args.store is None else {"backend": "postgresql"}),
-        "bench": "sse",
-        "subscribers": args.subscribers,
-        "client_processes": args.client_processes,
-        "streams_completed": completed_streams,
-        "events_in_run": events,
-        "live_events_per_subscriber": events - live_from,
-        "deliveries_measured": len(latencies),
-        "connect_all_seconds": round(connect_seconds, 3),
-        "latency_p50_ms": salvor["p50_ms"],
-        "latency_p90_ms": salvor["p90_ms"],
-        "latency_p99_ms": salvor["p99_ms"],
-        "latency_max_ms": salvor["max_ms"],
-        "frame_bytes_mean": frame_bytes,
-        "baseline_bare_hypercorn_one_frame_fan_out": {**floor, "frames": 20, "streams_completed": bare_completed},
-        "p99_vs_bare_p99": round(salvor["p99_ms"] / floor["p99_ms"], 2),
-        "target_p99_ms": 50,
-        "meets_target": salvor["p99_ms"] <= 50,
-        "exit_code_after_sigterm": code,
-        "python": sys.version.split()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                **({} if args.store is None else {"backend": "postgresql"}),
+                "bench": "sse",
+                "subscribers": args.subscribers,
+                "client_processes": args.client_processes,
+                "streams_completed": completed_streams,
+                "events_in_run": events,
+                "live_events_per_subscriber": events - live_from,
+                "deliveries_measured": len(latencies),
+                "connect_all_seconds": round(connect_seconds, 3),
+                "latency_p50_ms": salvor["p50_ms"],
+                "latency_p90_ms": salvor["p90_ms"],
+                "latency_p99_ms": salvor["p99_ms"],
+                "latency_max_ms": salvor["max_ms"],
+                "frame_bytes_mean": frame_bytes,
+                "baseline_bare_hypercorn_one_frame_fan_out": {
+                    **floor,
+                    "frames": 20,
+                    "streams_completed": bare_completed,
+                },
+                "p99_vs_bare_p99": round(salvor["p99_ms"] / floor["p99_ms"], 2),
+                "target_p99_ms": 50,
+                "meets_target": salvor["p99_ms"] <= 50,
+                "exit_code_after_sigterm": code,
+                "python": sys.version.split()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

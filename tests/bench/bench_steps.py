@@ -68,14 +68,17 @@ def raw_connection(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
     connection.execute(
-        "CREATE TABLE IF NOT EXISTS raw (run_id TEXT, seq INTEGER, payload TEXT, PRIMARY KEY (run_id, seq))"
+        "CREATE TABLE IF NOT EXISTS raw (run_id TEXT, seq INTEGER, payload "
+        "TEXT, PRIMARY KEY (run_id, seq))"
     )
     return connection
 
 
 def raw_commit(connection: sqlite3.Connection, seq: int) -> None:
     connection.execute("BEGIN IMMEDIATE")
-    connection.execute("INSERT INTO raw (run_id, seq, payload) VALUES (?, ?, ?)", ("raw", seq, RAW_PAYLOAD))
+    connection.execute(
+        "INSERT INTO raw (run_id, seq, payload) VALUES (?, ?, ?)", ("raw", seq, RAW_PAYLOAD)
+    )
     connection.execute("COMMIT")
 
 
@@ -126,7 +129,9 @@ class ForgetfulProvider(ScriptedProvider):
     def _record(self, wire, body, request, headers, peer=None) -> ProviderCall:
         index = self.served
         self.served += 1
-        return ProviderCall(index=index, wire=wire, body=body, request=request, headers=headers, peer=peer)
+        return ProviderCall(
+            index=index, wire=wire, body=body, request=request, headers=headers, peer=peer
+        )
 
     @property
     def call_count(self) -> int:
@@ -210,7 +215,9 @@ name = "lookup_invoice"
 """
 
 
-async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | None, in_process: bool = False) -> dict:
+async def run_steps(
+    url: str, steps: int, forget_calls: bool, paired: Path | None, in_process: bool = False
+) -> dict:
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(steps)]
     if in_process:
         provider_type = ForgetfulProvider if forget_calls else ScriptedProvider
@@ -258,7 +265,9 @@ async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | Non
             access.store.append_batch = counted_batch
 
             runtime = Runtime(access, demo_registry(None))
-            agent = parse_definition(agent_toml(provider.base_url), "toml", known_tools=runtime.registry.names())
+            agent = parse_definition(
+                agent_toml(provider.base_url), "toml", known_tools=runtime.registry.names()
+            )
             start = time.perf_counter()
             run_id = await runtime.start_run(agent, {"task": f"look up {steps} invoices"})
             view = await runtime.drive(run_id, agent=agent)
@@ -267,7 +276,9 @@ async def run_steps(url: str, steps: int, forget_calls: bool, paired: Path | Non
             if probe is not None:
                 probe.close()
     if view.state is not RunState.COMPLETED:
-        raise SystemExit(f"bench_steps: the run ended {view.state.value}, not completed: {view.status()}")
+        raise SystemExit(
+            f"bench_steps: the run ended {view.state.value}, not completed: {view.status()}"
+        )
     return {
         "view": view,
         "wall": wall,
@@ -283,8 +294,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--raw-rows", type=int, default=2000)
-    parser.add_argument("--dir", type=Path, default=None, help="where the scratch databases go (default: system temp)")
-    parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats of the run here")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the scratch databases go (default: system temp)",
+    )
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="write cProfile stats of the run here"
+    )
     parser.add_argument(
         "--paired",
         action="store_true",
@@ -294,12 +312,17 @@ def main() -> None:
     parser.add_argument(
         "--provider-in-process",
         action="store_true",
-        help="run the scripted provider on a thread of this process instead of a process of its own",
+        help=(
+            "run the scripted provider on a thread of this process instead of a process of its own"
+        ),
     )
     parser.add_argument(
         "--forget-provider-calls",
         action="store_true",
-        help="count the provider's calls without keeping them (keeps the test double's heap out of GC)",
+        help=(
+            "count the provider's calls without keeping them (keeps "
+            "the test double's heap out of GC)"
+        ),
     )
     args = parser.parse_args()
 
@@ -317,11 +340,25 @@ def main() -> None:
 
             profiler = cProfile.Profile()
             profiler.enable()
-            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired, args.provider_in_process)
+            result = trio.run(
+                run_steps,
+                url,
+                args.steps,
+                args.forget_provider_calls,
+                paired,
+                args.provider_in_process,
+            )
             profiler.disable()
             profiler.dump_stats(args.profile)
         else:
-            result = trio.run(run_steps, url, args.steps, args.forget_provider_calls, paired, args.provider_in_process)
+            result = trio.run(
+                run_steps,
+                url,
+                args.steps,
+                args.forget_provider_calls,
+                paired,
+                args.provider_in_process,
+            )
         gc.callbacks.remove(gc_clock)
         raw_rounds.append(raw_sqlite_commits_per_s(scratch_path / "raw-1.db", args.raw_rows))
         paced = raw_paced_commit_seconds(scratch_path / "raw-paced.db", result["append_gaps"])
@@ -334,7 +371,7 @@ def main() -> None:
     append_times = result["append_times"]
     if probes:
         # One run appends one batch at a time: probe i sits inside append i.
-        append_times = [t - p for t, p in zip(append_times, probes)] + append_times[len(probes):]
+        append_times = [t - p for t, p in zip(append_times, probes)] + append_times[len(probes) :]
     commits = len(append_times)
     append_total = sum(append_times)
     raw = max(raw_rounds)
@@ -369,12 +406,18 @@ def main() -> None:
                 # Inside the writer thread (guard, rows, SQL, commit, fsync),
                 # and what the hop to and from it adds per append.
                 "store_seconds_total": round(sum(result["store_times"]), 3),
-                "store_commits_per_s": round(len(result["store_times"]) / sum(result["store_times"]), 1),
-                "hop_overhead_ms_per_append": round((append_total - sum(result["store_times"])) / commits * 1000, 3),
+                "store_commits_per_s": round(
+                    len(result["store_times"]) / sum(result["store_times"]), 1
+                ),
+                "hop_overhead_ms_per_append": round(
+                    (append_total - sum(result["store_times"])) / commits * 1000, 3
+                ),
                 **(
                     {
                         "paired_raw_commits_per_s": round(len(probes) / sum(probes), 1),
-                        "ratio_appends_paired": round(append_per_s / (len(probes) / sum(probes)), 3),
+                        "ratio_appends_paired": round(
+                            append_per_s / (len(probes) / sum(probes)), 3
+                        ),
                     }
                     if probes
                     else {}

@@ -27,9 +27,11 @@ RAW_TABLE = "CREATE TABLE raw (run_id TEXT, seq BIGINT, payload TEXT, PRIMARY KE
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", default=None, metavar="URL",
+        "--store",
+        default=None,
+        metavar="URL",
         help="a postgresql:// URL (the bench makes and drops a schema of its own there); "
-             "default: a fresh SQLite file in the scratch directory",
+        "default: a fresh SQLite file in the scratch directory",
     )
 
 
@@ -85,8 +87,10 @@ def raw_pg_commits_per_s(url: str, rows: int, payload: str) -> float:
         start = time.perf_counter()
         for seq in range(rows):
             with connection.transaction():
-                connection.execute("INSERT INTO raw (run_id, seq, payload) VALUES (%s, %s, %s)",
-                                   ("raw", seq, payload))
+                connection.execute(
+                    "INSERT INTO raw (run_id, seq, payload) VALUES (%s, %s, %s)",
+                    ("raw", seq, payload),
+                )
         return rows / (time.perf_counter() - start)
 
 
@@ -98,7 +102,10 @@ def raw_pg_batched_rows_per_s(url: str, rows: int, per_txn: int, payload: str) -
             with connection.transaction(), connection.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO raw (run_id, seq, payload) VALUES (%s, %s, %s)",
-                    [(f"run-{n % 1000}", n, payload) for n in range(first, min(rows, first + per_txn))],
+                    [
+                        (f"run-{n % 1000}", n, payload)
+                        for n in range(first, min(rows, first + per_txn))
+                    ],
                 )
         return rows / (time.perf_counter() - start)
 
@@ -108,5 +115,7 @@ def pg_settings(url: str) -> dict:
     import psycopg
 
     with psycopg.connect(conninfo(url), autocommit=True, connect_timeout=5) as connection:
-        return {name: connection.execute(f"SHOW {name}").fetchone()[0]
-                for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")}
+        return {
+            name: connection.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+        }

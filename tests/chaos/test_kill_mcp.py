@@ -55,20 +55,29 @@ def wait_for(predicate, what: str, timeout: float = 30.0):
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize("effect", ["write", "read"])
-def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, transport: str, effect: str) -> None:
+def test_sigkill_with_an_mcp_call_in_flight(
+    tmp_path: Path, store_url: str, transport: str, effect: str
+) -> None:
     fx_dir = tmp_path / "fx"
     fx_dir.mkdir()
     fx = FixtureServer(fx_dir)
     held = "write_note" if effect == "write" else "lookup"
-    held_args = {"text": "held", "hold": fx.hold("h")} if effect == "write" else {"key": "held", "hold": fx.hold("h")}
+    held_args = (
+        {"text": "held", "hold": fx.hold("h")}
+        if effect == "write"
+        else {"key": "held", "hold": fx.hold("h")}
+    )
     plan = [("lookup", {"key": "before"}), (held, held_args), ("lookup", {"key": "after"})]
     provider = ScriptedProvider(tool_loop_script(plan, final_text="settled"))
     http = HttpFixtureServer(fx) if transport == "http" else None
     # A stdio server that ignores the end of its stdin: only its tether to the daemon ends it.
-    location = f"command = {fx.toml_command('--linger')}\n" if http is None else f'url = "{http.url}"\n'
+    location = (
+        f"command = {fx.toml_command('--linger')}\n" if http is None else f'url = "{http.url}"\n'
+    )
     definition = (
-        f'model = "scripted-model"\n[llm]\nprovider = "anthropic"\nbase_url = "{provider.base_url}"\nmax_retries = 0\n'
-        f'\n[[mcp_servers]]\nname = "fx"\n{location}effects = {{ lookup = "read", write_note = "write" }}\n'
+        'model = "scripted-model"\n[llm]\nprovider = "anthropic"\n'
+        f'base_url = "{provider.base_url}"\nmax_retries = 0\n\n[[mcp_servers]]\nname = "fx"\n'
+        f'{location}effects = {{ lookup = "read", write_note = "write" }}\n'
     )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.args += ["--allow-process-agents", "--model-endpoint", provider.base_url]
@@ -77,21 +86,33 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-            response = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
+            response = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            )
             assert response.status_code == 201, response.text
             agent = response.json()["agent"]
             run_id = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()["run"]
-            wait_for(lambda: any(e["arguments"].get("hold") for e in fx.ledger), "the held call to start")
+            wait_for(
+                lambda: any(e["arguments"].get("hold") for e in fx.ledger), "the held call to start"
+            )
             daemon.kill()
             fx.release("h")
             if http is None:
                 for pid in [s["pid"] for s in fx.starts]:
-                    wait_for(lambda pid=pid: not alive(pid), f"the server {pid} to die with the daemon", 5)
+                    wait_for(
+                        lambda pid=pid: not alive(pid),
+                        f"the server {pid} to die with the daemon",
+                        5,
+                    )
             daemon.start()
 
             def resting():
                 body = client.get(f"/v1/runs/{run_id}").json()
-                return body if body["status"]["state"] in ("completed", "failed", "needs_reconciliation") else None
+                return (
+                    body
+                    if body["status"]["state"] in ("completed", "failed", "needs_reconciliation")
+                    else None
+                )
 
             body = wait_for(resting, "the recovered run to rest")
             if effect == "write":
@@ -99,12 +120,16 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
                 assert body["pending"]["tool"] == "write_note"
                 # What the ledger shows happened is what the operator records.
                 assert len(fx.calls_of("write_note")) == 1
-                response = client.post(f"/v1/runs/{run_id}/resolve",
-                                       json={"output": {"content": [{"type": "text", "text": "noted held"}]}})
+                response = client.post(
+                    f"/v1/runs/{run_id}/resolve",
+                    json={"output": {"content": [{"type": "text", "text": "noted held"}]}},
+                )
                 assert response.status_code == 200, response.text
                 assert client.post(f"/v1/runs/{run_id}/resume").status_code == 202
-                body = wait_for(lambda: (b := resting()) and b["status"]["state"] == "completed" and b,
-                                "the resolved run to complete")
+                body = wait_for(
+                    lambda: (b := resting()) and b["status"]["state"] == "completed" and b,
+                    "the resolved run to complete",
+                )
             assert body["status"] == {"state": "completed", "output": "settled"}, body
         code, _ = daemon.terminate()
         assert code == 0
@@ -112,7 +137,12 @@ def test_sigkill_with_an_mcp_call_in_flight(tmp_path: Path, store_url: str, tran
         if effect == "write":
             assert keys == ["before", "held", "after"]  # the cut write never ran again
         else:
-            assert keys == ["before", "held", "held", "after"]  # the cut read ran once more, nothing else did
+            assert keys == [
+                "before",
+                "held",
+                "held",
+                "after",
+            ]  # the cut read ran once more, nothing else did
         assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1, 1]
     finally:
         fx.release("h")

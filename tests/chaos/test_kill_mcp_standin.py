@@ -40,8 +40,12 @@ def test_sigkill_of_the_daemon_mid_mcp_call_recovers_without_repeating_a_complet
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-            agent = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"}).json()["agent"]
-            run_id = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()["run"]
+            agent = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            ).json()["agent"]
+            run_id = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()[
+                "run"
+            ]
             deadline = time.monotonic() + 30
             while len(fx.ledger) < 2:
                 assert time.monotonic() < deadline, fx.ledger

@@ -73,8 +73,12 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-            agent = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"}).json()["agent"]
-            run_id = client.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()["run"]
+            agent = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            ).json()["agent"]
+            run_id = client.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()[
+                "run"
+            ]
             provider.wait_for_calls(2, 30)
             first_agent = int(pidfile.read_text())
             daemon.kill()
@@ -99,12 +103,20 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
             # The recovered run re-runs from its log with no upstream call at all ...
             rerun = client.post("/v1/runs", json={"replay_of": run_id}).json()["run"]
             assert wait_terminal(client, rerun)["status"] == body["status"]
-            # ... and an edited agent (its tool result changed) fails the re-run at its second call, named.
-            edited = client.post("/v1/agents", content=definition.replace('RETRIES = "50"', 'AMOUNT = "43"'),
-                                 headers={"Content-Type": "application/toml"}).json()["agent"]
-            failed = client.post("/v1/runs", json={"replay_of": run_id, "agent": edited}).json()["run"]
+            # ... and an edited agent (its tool result changed) fails the
+            # re-run at its second call, named.
+            edited = client.post(
+                "/v1/agents",
+                content=definition.replace('RETRIES = "50"', 'AMOUNT = "43"'),
+                headers={"Content-Type": "application/toml"},
+            ).json()["agent"]
+            failed = client.post("/v1/runs", json={"replay_of": run_id, "agent": edited}).json()[
+                "run"
+            ]
             status = wait_terminal(client, failed)["status"]
-            assert status["state"] == "failed" and status["error"].startswith("model call 2 "), status
+            assert status["state"] == "failed" and status["error"].startswith("model call 2 "), (
+                status
+            )
             assert f"origin run {run_id}" in status["error"]
         assert provider.call_count == served
         code, _ = daemon.terminate()
@@ -121,14 +133,19 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
             daemon.kill()
         if first_agent is not None:
             try:
-                os.kill(first_agent, signal.SIGKILL)  # an orphan of the killed daemon, if it outlived it
+                os.kill(
+                    first_agent, signal.SIGKILL
+                )  # an orphan of the killed daemon, if it outlived it
             except ProcessLookupError:
                 pass
         provider.stop()
 
 
-def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run(tmp_path: Path, store_url: str) -> None:
-    """`salvor run` is killed mid-call; its agent dies with it; `salvor resume` finds no orphan and completes the run."""
+def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run(
+    tmp_path: Path, store_url: str
+) -> None:
+    """`salvor run` is killed mid-call; its agent dies with it; `salvor resume` finds no
+    orphan and completes the run."""
     release = threading.Event()
 
     def on_call(call) -> None:
@@ -145,12 +162,18 @@ def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run
         f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(pidfile))}\nRETRIES = "50"\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
-    env.update(SALVOR_STORE=store_url, SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
+    env.update(
+        SALVOR_STORE=store_url, SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET
+    )
     run_id = "5a1f0000-0000-4000-8000-000000000001"
     cli = [sys.executable, "-m", "salvor.daemon.cli"]
     first_agent = None
-    driver = subprocess.Popen([*cli, "run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [*cli, "run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         provider.wait_for_calls(2, 30)
         first_agent = int(pidfile.read_text())

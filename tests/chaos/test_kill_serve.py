@@ -104,13 +104,25 @@ def draw_plan(rng: random.Random, case: int) -> list[list[Any]]:
         if kind == "lookup_invoice":
             steps.append(["lookup_invoice", {"invoice_id": f"{invoice}-{len(steps)}"}])
         else:
-            steps.append(["send_email", {"to": f"c{case}@example.com", "subject": f"step {len(steps)}",
-                                         "body": f"about {invoice}"}])
+            steps.append(
+                [
+                    "send_email",
+                    {
+                        "to": f"c{case}@example.com",
+                        "subject": f"step {len(steps)}",
+                        "body": f"about {invoice}",
+                    },
+                ]
+            )
     if rng.random() < 0.35:
-        steps.insert(rng.randint(1, len(steps)), ["request_approval", {"reason": f"refund {invoice}?"}])
+        steps.insert(
+            rng.randint(1, len(steps)), ["request_approval", {"reason": f"refund {invoice}?"}]
+        )
     if rng.random() < 0.6:
-        steps.insert(rng.randint(1, len(steps)),
-                     ["issue_refund", {"invoice_id": invoice, "amount_cents": 100 + case}])
+        steps.insert(
+            rng.randint(1, len(steps)),
+            ["issue_refund", {"invoice_id": invoice, "amount_cents": 100 + case}],
+        )
     if rng.random() < 0.15:
         steps.insert(rng.randint(1, len(steps)), ["wait_until", {"seconds": 1}])
     return steps
@@ -129,7 +141,9 @@ def plan_script(call: ProviderCall) -> Reply:
         content = [{"type": "text", "text": FINAL_TEXT}]
         stop = "end_turn"
     return {"model": request["model"], "content": content, "stop_reason": stop}, {
-        "input_tokens": 10 + k, "output_tokens": 5}
+        "input_tokens": 10 + k,
+        "output_tokens": 5,
+    }
 
 
 def agent_toml(base_url: str) -> str:
@@ -161,11 +175,27 @@ class Daemon:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.notify_path = tmp_path / "notify.sock"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "NOTIFY_", "WATCHDOG_"))}
-        self.env.update(SALVOR_DEMO_EFFECTS=str(effects), NOTIFY_SOCKET=str(self.notify_path),
-                        PYTHONUNBUFFERED="1")
-        self.args = [*SALVOR, "serve", "--listen", f"127.0.0.1:{self.port}", "--store", store_url,
-                     "--wake-interval", "1", "--demo-tools"]
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SALVOR_", "NOTIFY_", "WATCHDOG_"))
+        }
+        self.env.update(
+            SALVOR_DEMO_EFFECTS=str(effects),
+            NOTIFY_SOCKET=str(self.notify_path),
+            PYTHONUNBUFFERED="1",
+        )
+        self.args = [
+            *SALVOR,
+            "serve",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--store",
+            store_url,
+            "--wake-interval",
+            "1",
+            "--demo-tools",
+        ]
         self.proc: subprocess.Popen | None = None
         self.cwd: Path | None = None  # where the daemon runs (process agents' relative commands)
         self.starts = 0
@@ -179,7 +209,9 @@ class Daemon:
             notify.settimeout(0.2)
             with open(self.tmp_path / f"serve-{self.starts:03d}.log", "wb") as log:
                 began = time.monotonic()
-                self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
+                self.proc = subprocess.Popen(
+                    self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+                )
             self.starts += 1
             while True:
                 try:
@@ -188,9 +220,13 @@ class Daemon:
                 except TimeoutError:
                     pass
                 if self.proc.poll() is not None:
-                    raise AssertionError(f"salvor serve exited {self.proc.returncode} before READY\n{self.log()}")
+                    raise AssertionError(
+                        f"salvor serve exited {self.proc.returncode} before READY\n{self.log()}"
+                    )
                 if time.monotonic() - began > READY_TIMEOUT:
-                    raise AssertionError(f"salvor serve not READY within {READY_TIMEOUT}s\n{self.log()}")
+                    raise AssertionError(
+                        f"salvor serve not READY within {READY_TIMEOUT}s\n{self.log()}"
+                    )
             self.ready_seconds.append(time.monotonic() - began)
 
     def alive(self) -> bool:
@@ -225,7 +261,8 @@ class Daemon:
 
 @dataclass
 class Cuts:
-    """Calls a stop of the daemon left open after their effect started (each may happen once more)."""
+    """Calls a stop of the daemon left open after their effect started
+    (each may happen once more)."""
 
     model: Counter = field(default_factory=Counter)  # request hash (hex) -> cuts
     tool: Counter = field(default_factory=Counter)  # (run_id, seq) -> cuts
@@ -249,7 +286,9 @@ class Chaos:
         self.created: set[str] = set()  # runs whose 201 (or run_exists) we saw
         self.cuts = Cuts()
         self.ledger_mark = 0
-        self.resolved: dict[tuple[str, int], tuple[Any, bool]] = {}  # (run, seq) -> (output, ledger showed it)
+        self.resolved: dict[
+            tuple[str, int], tuple[Any, bool]
+        ] = {}  # (run, seq) -> (output, ledger showed it)
         self.gate_posts: Counter = Counter()  # gate resumes sent, per run
         self.resolve_resumes: Counter = Counter()
         self.transport_errors = 0
@@ -278,8 +317,11 @@ class Chaos:
             return None
 
     def register_agent(self) -> None:
-        response = self.http.post("/v1/agents", content=agent_toml(self.provider.base_url),
-                                  headers={"content-type": "application/toml"})
+        response = self.http.post(
+            "/v1/agents",
+            content=agent_toml(self.provider.base_url),
+            headers={"content-type": "application/toml"},
+        )
         assert response.status_code == 201, response.text
         self.agent = response.json()["agent"]
 
@@ -291,8 +333,12 @@ class Chaos:
     def post_runs(self) -> None:
         """Create every planned run not yet known to exist (the id makes a retry safe)."""
         for run_id in [r for r in self.plans if r not in self.created]:
-            body = {"agent": self.agent, "run_id": run_id, "labels": {"suite": "chaos"},
-                    "input": {"case": list(self.plans).index(run_id), "plan": self.plans[run_id]}}
+            body = {
+                "agent": self.agent,
+                "run_id": run_id,
+                "labels": {"suite": "chaos"},
+                "input": {"case": list(self.plans).index(run_id), "plan": self.plans[run_id]},
+            }
             response = self.call("POST", "/v1/runs", json=body)
             if response is None:
                 return
@@ -301,7 +347,9 @@ class Chaos:
             ):
                 self.created.add(run_id)
             else:
-                raise AssertionError(f"POST /v1/runs answered {response.status_code}: {response.text}")
+                raise AssertionError(
+                    f"POST /v1/runs answered {response.status_code}: {response.text}"
+                )
 
     def listed(self, status: str) -> list[dict] | None:
         response = self.call("GET", "/v1/runs", params={"status": status, "label": "suite:chaos"})
@@ -360,8 +408,10 @@ class Chaos:
         assert pending["kind"] == "tool" and pending["effect"] == "write", body
         assert pending["tool"] == "issue_refund", body
         seq = pending["seq"]
-        happened = any(r["run_id"] == run_id and r["seq"] == seq and r["tool"] == "issue_refund"
-                       for r in self.ledger())
+        happened = any(
+            r["run_id"] == run_id and r["seq"] == seq and r["tool"] == "issue_refund"
+            for r in self.ledger()
+        )
         if happened:
             output = {"refund_id": "rf_checked_by_hand", **pending["input"]}
         else:
@@ -381,24 +431,34 @@ class Chaos:
     # -- generations ------------------------------------------------------------------
 
     def settle_stop(self) -> None:
-        """With the daemon gone: note every open intent whose effect started in the last generation."""
+        """With the daemon gone: note every open intent whose effect
+        started in the last generation."""
         assert not self.daemon.alive()
         # Requests already in the provider's socket buffers are still read and counted.
         time.sleep(0.4)
         records = self.ledger()
-        fresh = Counter((r["run_id"], r["seq"]) for r in records[self.ledger_mark:])
-        served = {c.request_hash for c in self.provider.calls if self._served_in.get(c.index) == self.generation}
+        fresh = Counter((r["run_id"], r["seq"]) for r in records[self.ledger_mark :])
+        served = {
+            c.request_hash
+            for c in self.provider.calls
+            if self._served_in.get(c.index) == self.generation
+        }
         with EventStore.open(self.store_url) as store:
             for run_id in self.created | set(self.plans):
                 log = store.read_log(run_id)
                 if not log:
                     continue
                 view = assert_log_valid(log)
-                assert store.read_view(run_id) == view, f"run {run_id}: runs row and log disagree after a stop"
+                assert store.read_view(run_id) == view, (
+                    f"run {run_id}: runs row and log disagree after a stop"
+                )
                 pending = view.pending
                 if pending is None:
                     continue
-                if pending.kind == "model" and pending.request_hash.removeprefix("sha256:") in served:
+                if (
+                    pending.kind == "model"
+                    and pending.request_hash.removeprefix("sha256:") in served
+                ):
                     self.cuts.model[pending.request_hash.removeprefix("sha256:")] += 1
                 elif pending.kind == "tool" and fresh[(run_id, pending.seq)]:
                     assert fresh[(run_id, pending.seq)] == 1, (run_id, pending)
@@ -419,10 +479,13 @@ class Chaos:
         return remaining
 
     def finish(self) -> None:
-        """Start the daemon, approve and reconcile until every run completed, stop it with SIGTERM."""
+        """Start the daemon, approve and reconcile until every run
+        completed, stop it with SIGTERM."""
         self.daemon.start()
         remaining = self.operate_until(time.monotonic() + SETTLE_TIMEOUT, top_up=False)
-        assert remaining == 0, f"{remaining} runs did not complete\n{self.stuck()}\n{self.daemon.log()}"
+        assert remaining == 0, (
+            f"{remaining} runs did not complete\n{self.stuck()}\n{self.daemon.log()}"
+        )
         code, _ = self.daemon.terminate()
         assert code == 0, self.daemon.log()
         self.settle_stop()
@@ -445,8 +508,9 @@ class Chaos:
             records.setdefault((record["run_id"], record["seq"]), []).append(record)
         served = self.provider.count_by_request_hash()
         expected_calls = 0
-        delivered_per_key: Counter = Counter(r["idempotency_key"] for r in ledger
-                                             if r["tool"] == "send_email" and r["delivered"])
+        delivered_per_key: Counter = Counter(
+            r["idempotency_key"] for r in ledger if r["tool"] == "send_email" and r["delivered"]
+        )
         parked_writes = 0
         with EventStore.open(self.store_url) as store:
             for run_id, plan in self.plans.items():
@@ -461,21 +525,28 @@ class Chaos:
                 assert head.input["plan"] == plan, where
 
                 # Model calls: each once, plus once per kill that cut it.
-                requested = [e.request_hash.removeprefix("sha256:") for e in events
-                             if e.KIND is EventKind.MODEL_CALL_REQUESTED]
+                requested = [
+                    e.request_hash.removeprefix("sha256:")
+                    for e in events
+                    if e.KIND is EventKind.MODEL_CALL_REQUESTED
+                ]
                 assert len(requested) == len(set(requested)) == len(plan) + 1, where
                 for request_hash in requested:
                     want = 1 + self.cuts.model[request_hash]
                     assert served[request_hash] == want, (
-                        f"{where}: model call {request_hash[:12]} served {served[request_hash]} times, "
-                        f"expected {want} ({self.cuts.model[request_hash]} cut by kills)")
+                        f"{where}: model call {request_hash[:12]} served {served[request_hash]} "
+                        f"times, expected {want} ({self.cuts.model[request_hash]} cut by kills)"
+                    )
                     expected_calls += want
 
                 # Tool calls: one intent per planned step, in order, each completed.
                 intents = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED]
                 assert [e.event.tool for e in intents] == [name for name, _ in plan], where
-                completions = {e.event.seq: e.event for e in log
-                               if e.event.KIND is EventKind.TOOL_CALL_COMPLETED}
+                completions = {
+                    e.event.seq: e.event
+                    for e in log
+                    if e.event.KIND is EventKind.TOOL_CALL_COMPLETED
+                }
                 for intent in intents:
                     seq, tool = intent.seq, intent.event.tool
                     done = completions[seq]
@@ -491,7 +562,9 @@ class Chaos:
                         assert [r["delivered"] for r in ran] == [True] + [False] * cut, (where, ran)
                         assert delivered_per_key[key] == 1, (where, key)
                     elif tool == "issue_refund":
-                        assert len(ran) <= 1, f"{where}: refund at seq {seq} happened {len(ran)} times"
+                        assert len(ran) <= 1, (
+                            f"{where}: refund at seq {seq} happened {len(ran)} times"
+                        )
                         if done.settled_by == "operator":
                             output, happened = self.resolved[(run_id, seq)]
                             assert done.output == output, where
@@ -510,11 +583,16 @@ class Chaos:
                 assert all(e.input == GATE_INPUT for e in resumes), where
                 assert len(resumes) <= self.gate_posts[run_id], where
                 assert not any(e.KIND is EventKind.RUN_ABANDONED for e in events), where
-                assert all(e.settled_by is None or (run_id, e.seq) in self.resolved
-                           for e in completions.values()), where
+                assert all(
+                    e.settled_by is None or (run_id, e.seq) in self.resolved
+                    for e in completions.values()
+                ), where
 
         # Nothing was served that no log asked for.
-        assert self.provider.call_count == expected_calls, (self.provider.call_count, expected_calls)
+        assert self.provider.call_count == expected_calls, (
+            self.provider.call_count,
+            expected_calls,
+        )
         return {
             "runs": len(self.plans),
             "model_calls": self.provider.call_count,
@@ -549,7 +627,8 @@ def chaos(tmp_path: Path, store_url: str):
 
 
 def test_random_kills(chaos: Chaos) -> None:
-    """SIGKILL the daemon KILLS times at random instants under 20 concurrent runs, restart each time."""
+    """SIGKILL the daemon KILLS times at random instants under 20
+    concurrent runs, restart each time."""
     began = time.monotonic()
     kill_rng = random.Random(SEED + 2)
     chaos.daemon.start()
@@ -586,8 +665,11 @@ def test_sigterm_mid_flight(chaos: Chaos) -> None:
 
     def watch() -> None:
         try:
-            with httpx.stream("GET", f"{chaos.daemon.base_url}/v1/runs/{watched}/events",
-                              timeout=SHUTDOWN_DEADLINE + 20) as response:
+            with httpx.stream(
+                "GET",
+                f"{chaos.daemon.base_url}/v1/runs/{watched}/events",
+                timeout=SHUTDOWN_DEADLINE + 20,
+            ) as response:
                 for line in response.iter_lines():
                     frames.append(line)
                     watching.set()
@@ -599,7 +681,8 @@ def test_sigterm_mid_flight(chaos: Chaos) -> None:
     watcher.start()
     # Mid-flight: model calls are being served.
     chaos.provider.wait_for_calls(CONCURRENT_RUNS + 10, timeout=30)
-    # The stop is about a stream that is open: on a loaded machine the watcher may still be connecting.
+    # The stop is about a stream that is open: on a loaded machine the
+    # watcher may still be connecting.
     assert watching.wait(30), f"the watcher never received a frame: {frames}"
     running = chaos.listed("running") or []
     code, seconds = chaos.daemon.terminate()
@@ -615,5 +698,14 @@ def test_sigterm_mid_flight(chaos: Chaos) -> None:
     assert interrupted, "no run was mid-flight at SIGTERM"
     chaos.finish()
     figures = chaos.check()
-    print("sigterm:", json.dumps({**figures, "stop_seconds": round(seconds, 3),
-                                  "interrupted": len(interrupted), "listed_running": len(running)}))
+    print(
+        "sigterm:",
+        json.dumps(
+            {
+                **figures,
+                "stop_seconds": round(seconds, 3),
+                "interrupted": len(interrupted),
+                "listed_running": len(running),
+            }
+        ),
+    )

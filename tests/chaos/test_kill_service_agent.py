@@ -61,17 +61,29 @@ def test_sigkill_of_the_daemon_mid_trigger_recovers_the_service_run_by_replay(
     env = {"RELEASE": str(release)} if cut == "between_calls" else {}
     service = start_service(tmp_path, "anthropic", f"http://127.0.0.1:{port}", env=env)
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET, SERVICE_TOKEN=HEADER_SECRET)
+    daemon.env.update(
+        SALVOR_AGENT_UPSTREAM=provider.base_url,
+        SALVOR_AGENT_KEY=SECRET,
+        SERVICE_TOKEN=HEADER_SECRET,
+    )
     daemon.args.append("--allow-process-agents")
-    definition = service_definition(service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"})
+    definition = service_definition(
+        service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"}
+    )
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-            response = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
+            response = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            )
             assert response.status_code == 201, response.text
-            run_id = client.post("/v1/runs", json={"agent": response.json()["agent"], "input": "settle A-1"}).json()["run"]
+            run_id = client.post(
+                "/v1/runs", json={"agent": response.json()["agent"], "input": "settle A-1"}
+            ).json()["run"]
             if cut == "between_calls":
-                wait_until(lambda: service.entries("held"), "the service to pause after its first call")
+                wait_until(
+                    lambda: service.entries("held"), "the service to pause after its first call"
+                )
             else:
                 provider.wait_for_calls(2, 30)
             daemon.kill()

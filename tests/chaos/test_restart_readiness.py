@@ -47,7 +47,9 @@ def _wait_for(what: str, check, daemon: Daemon, seconds: float = BOUND) -> None:
         time.sleep(0.05)
 
 
-def test_a_restart_answers_health_while_its_process_agents_are_still_being_recovered(tmp_path: Path) -> None:
+def test_a_restart_answers_health_while_its_process_agents_are_still_being_recovered(
+    tmp_path: Path,
+) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     script = tmp_path / "sleeper.py"
@@ -56,15 +58,19 @@ def test_a_restart_answers_health_while_its_process_agents_are_still_being_recov
     daemon.args.append("--allow-process-agents")
     definition = (
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 600\n'
-        f'[env]\nMARKERS = {json.dumps(str(markers))}\n'
+        f"[env]\nMARKERS = {json.dumps(str(markers))}\n"
     )
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-            agent = client.post("/v1/agents", content=definition,
-                                headers={"Content-Type": "application/toml"}).json()["agent"]
+            agent = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            ).json()["agent"]
             for n in range(RUNS):
-                assert client.post("/v1/runs", json={"agent": agent, "input": f"case {n}"}).status_code == 201
+                assert (
+                    client.post("/v1/runs", json={"agent": agent, "input": f"case {n}"}).status_code
+                    == 201
+                )
             _wait_for("every agent process starting", lambda: _started(markers) == RUNS, daemon)
         daemon.kill()
         for marker in markers.iterdir():
@@ -85,13 +91,17 @@ def test_a_restart_answers_health_while_its_process_agents_are_still_being_recov
             assert started_then < RUNS
 
             def recovered() -> bool:
-                return _started(markers) == RUNS and client.get("/v1/health").json()["recovering"] == 0
+                return (
+                    _started(markers) == RUNS and client.get("/v1/health").json()["recovering"] == 0
+                )
 
             _wait_for("every interrupted run being driven again", recovered, daemon)
             done = time.monotonic() - spawned
-        print(f"restart with {RUNS} process agents in flight: READY {ready:.2f}s, first health answer "
-              f"{answered:.2f}s (recovering {body['recovering']}, {started_then} agents started), "
-              f"all {RUNS} agents started again {done:.2f}s")
+        print(
+            f"restart with {RUNS} process agents in flight: READY {ready:.2f}s, first health "
+            f"answer {answered:.2f}s (recovering {body['recovering']}, {started_then} agents "
+            f"started), all {RUNS} agents started again {done:.2f}s"
+        )
     finally:
         if daemon.proc is not None and daemon.alive():
             daemon.terminate()

@@ -1,4 +1,5 @@
-"""A store that stops taking writes under a live daemon, then takes them again: the runs heal by themselves.
+"""A store that stops taking writes under a live daemon, then takes them
+again: the runs heal by themselves.
 
 A real ``salvor serve`` keeps its SQLite store on a small tmpfs this test
 mounts (root only; skipped, naming why, elsewhere), or, for the immutable
@@ -53,13 +54,21 @@ def _wait_for(what: str, check, daemon: Daemon, seconds: float = BOUND):
 def small_disk(tmp_path: Path):
     """A 16 MiB tmpfs of the test's own, unmounted afterwards."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)")
+        pytest.skip(
+            "mounting a small tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)"
+        )
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        pytest.skip(f"this machine cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        pytest.skip(
+            f"this machine cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}"
+        )
     try:
         yield mount
     finally:
@@ -114,13 +123,21 @@ class Immutable:
         self.store_dir.mkdir()
         probe = self.store_dir / "probe"
         probe.touch()
-        done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["chattr", "+i", str(probe)], capture_output=True, text=True, check=False
+        )
         subprocess.run(["chattr", "-i", str(probe)], capture_output=True, check=False)
         probe.unlink()
         if done.returncode != 0:
-            pytest.skip(f"chattr +i is refused here (it needs root and a filesystem that supports it): "
-                        f"{done.stderr.strip()}")
-        self.paths = [self.store_dir / "salvor.db", self.store_dir / "salvor.db-wal", self.store_dir]
+            pytest.skip(
+                f"chattr +i is refused here (it needs root and a filesystem that supports it): "
+                f"{done.stderr.strip()}"
+            )
+        self.paths = [
+            self.store_dir / "salvor.db",
+            self.store_dir / "salvor.db-wal",
+            self.store_dir,
+        ]
         request.addfinalizer(self.end)
 
     def begin(self) -> None:
@@ -134,12 +151,15 @@ def agent_toml(base_url: str) -> str:
     return (
         'name = "faults"\nmodel = "scripted"\nmax_response_tokens = 64\n'
         'system_prompt = "You answer at once."\n'
-        f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\nmax_retries = 0\ntimeout_seconds = 60\n'
+        f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\n'
+        "max_retries = 0\ntimeout_seconds = 60\n"
     )
 
 
 @pytest.mark.parametrize("fault", [FullDisk, Immutable], ids=["full-disk", "immutable"])
-def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(request, tmp_path: Path, fault) -> None:
+def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
+    request, tmp_path: Path, fault
+) -> None:
     fault = fault(request, tmp_path)
     held = threading.Event()
     blocked: list[int] = []
@@ -151,14 +171,19 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
             held.wait(BOUND)
 
     provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
-    daemon = Daemon(tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    daemon = Daemon(
+        tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
+    )
     # The operator declares the provider, so an agent registered over HTTP may name it.
     daemon.args += ["--model-endpoint", provider.base_url]
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
         daemon.start()
-        registered = http.post("/v1/agents", content=agent_toml(provider.base_url),
-                               headers={"content-type": "application/toml"})
+        registered = http.post(
+            "/v1/agents",
+            content=agent_toml(provider.base_url),
+            headers={"content-type": "application/toml"},
+        )
         assert registered.status_code == 201, registered.text
         agent = registered.json()["agent"]
         run_ids = []
@@ -166,33 +191,64 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
             created = http.post("/v1/runs", json={"agent": agent, "input": {"case": n}})
             assert created.status_code == 201, created.text
             run_ids.append(created.json()["run"])
-        _wait_for("every run's first model call reaching the provider", lambda: len(blocked) == RUNS, daemon)
+        _wait_for(
+            "every run's first model call reaching the provider",
+            lambda: len(blocked) == RUNS,
+            daemon,
+        )
 
         fault.begin()
-        refused = http.post("/v1/runs", json={"agent": agent, "input": {"case": "during"}, "run_id": str(uuid.uuid4())})
+        refused = http.post(
+            "/v1/runs",
+            json={"agent": agent, "input": {"case": "during"}, "run_id": str(uuid.uuid4())},
+        )
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "store_unavailable"
         held.set()  # the answers arrive; recording them fails
-        _wait_for("every drive stopping on the store error",
-                  lambda: all(f"run {run_id}: drive stopped: " in daemon.log() for run_id in run_ids), daemon)
+        _wait_for(
+            "every drive stopping on the store error",
+            lambda: all(f"run {run_id}: drive stopped: " in daemon.log() for run_id in run_ids),
+            daemon,
+        )
         for run_id in run_ids:
             assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "awaiting_model"
-        # Health is answered from memory while the store refuses writes, and counts the runs waiting to heal.
+        # Health is answered from memory while the store refuses writes, and
+        # counts the runs waiting to heal.
         health = http.get("/v1/health")
-        assert health.status_code == 200 and health.json() == {"status": "ok", "recovering": 0, "healing": RUNS}
+        assert health.status_code == 200 and health.json() == {
+            "status": "ok",
+            "recovering": 0,
+            "healing": RUNS,
+        }
 
         fault.end()
 
         def completed() -> bool:
-            return all(http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed" for run_id in run_ids)
+            return all(
+                http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed"
+                for run_id in run_ids
+            )
 
         began = time.monotonic()
-        _wait_for(f"every run completing after the {fault.name} passed, with nobody resuming it", completed, daemon)
-        print(f"{fault.name}: all {RUNS} runs completed {time.monotonic() - began:.1f}s after the store healed")
-        _wait_for("health counting no run left to heal", lambda: http.get("/v1/health").json()["healing"] == 0, daemon)
+        _wait_for(
+            f"every run completing after the {fault.name} passed, with nobody resuming it",
+            completed,
+            daemon,
+        )
+        print(
+            f"{fault.name}: all {RUNS} runs completed "
+            f"{time.monotonic() - began:.1f}s after the store healed"
+        )
+        _wait_for(
+            "health counting no run left to heal",
+            lambda: http.get("/v1/health").json()["healing"] == 0,
+            daemon,
+        )
         log = daemon.log()
         for run_id in run_ids:
-            assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", log), log
+            assert re.search(
+                rf"re-driving run {run_id} after a store error \(attempt \d+\)", log
+            ), log
             assert f"run {run_id}: re-driven after a store error, it got past the store" in log, log
         # Each run's model call was paid once more (its answer was never recorded), and no more.
         assert provider.call_count == 2 * RUNS
@@ -207,7 +263,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(reques
 CALLER = """\
 import os, sys, httpx
 base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
-answer = httpx.post(base + "/v1/messages", timeout=120, headers={"x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")},
+answer = httpx.post(base + "/v1/messages", timeout=120,
+                    headers={"x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")},
                     json={"model": "scripted", "max_tokens": 64,
                           "messages": [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]})
 answer.raise_for_status()
@@ -218,7 +275,8 @@ print(answer.json()["content"][0]["text"])
 def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_not_failed(
     request, tmp_path: Path
 ) -> None:
-    """The agent's call fails because of the store, so its exit is the store's doing: no RunFailed."""
+    """The agent's call fails because of the store, so its exit is the
+    store's doing: no RunFailed."""
     held = threading.Event()
 
     def on_call(call: ProviderCall) -> None:
@@ -227,21 +285,33 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
 
     provider = ScriptedProvider(lambda call: text_reply("settled"), on_call=on_call)
     filler = FullDisk(request, tmp_path)
-    daemon = Daemon(tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl")
+    daemon = Daemon(
+        tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
+    )
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
     daemon.args.append("--allow-process-agents")
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
-    definition = f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    definition = (
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    )
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
         daemon.start()
-        agent = http.post("/v1/agents", content=definition, headers={"content-type": "application/toml"}).json()["agent"]
+        agent = http.post(
+            "/v1/agents", content=definition, headers={"content-type": "application/toml"}
+        ).json()["agent"]
         run_id = http.post("/v1/runs", json={"agent": agent, "input": "settle A-1"}).json()["run"]
-        _wait_for("the agent's model call reaching the provider", lambda: provider.call_count == 1, daemon)
+        _wait_for(
+            "the agent's model call reaching the provider", lambda: provider.call_count == 1, daemon
+        )
         filler.begin()
         held.set()
-        _wait_for("the drive stopping on the store error", lambda: f"run {run_id}: drive stopped: " in daemon.log(), daemon)
+        _wait_for(
+            "the drive stopping on the store error",
+            lambda: f"run {run_id}: drive stopped: " in daemon.log(),
+            daemon,
+        )
         assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] != "failed"
         filler.end()
 
@@ -249,8 +319,12 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
             state = http.get(f"/v1/runs/{run_id}").json()["status"]["state"]
             return state if state in ("completed", "failed") else ""
 
-        assert _wait_for("the run settling once the disk has room", settled, daemon) == "completed", daemon.log()
-        assert re.search(rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log())
+        assert (
+            _wait_for("the run settling once the disk has room", settled, daemon) == "completed"
+        ), daemon.log()
+        assert re.search(
+            rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log()
+        )
         assert provider.call_count == 2
     finally:
         held.set()

@@ -1,5 +1,6 @@
-"""Fixtures for every daemon test: an in-process Runtime over a test store (``tests/support/runtime.py``)
-and a whole daemon over loopback HTTP (``tests/support/api_server.py``).
+"""Fixtures for every daemon test: an in-process Runtime over a test store
+(``tests/support/runtime.py``) and a whole daemon over loopback HTTP
+(``tests/support/api_server.py``).
 
 ``providers`` is the daemon's: each scripted provider it starts is also declared as an operator
 model endpoint, which a Runtime-level test simply never asks about.

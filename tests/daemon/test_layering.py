@@ -23,7 +23,11 @@ def modules(package: str) -> list[Path]:
 
 
 def imports(path: Path) -> list[ast.ImportFrom | ast.Import]:
-    return [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.ImportFrom | ast.Import)]
+    return [
+        n
+        for n in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(n, ast.ImportFrom | ast.Import)
+    ]
 
 
 def test_every_module_lives_in_a_room() -> None:
@@ -33,7 +37,9 @@ def test_every_module_lives_in_a_room() -> None:
 
 
 @pytest.mark.parametrize("package", LAYERS)
-def test_a_package_imports_only_the_packages_below_it_through_their_front_door(package: str) -> None:
+def test_a_package_imports_only_the_packages_below_it_through_their_front_door(
+    package: str,
+) -> None:
     below = set(LAYERS[: LAYERS.index(package)])
     for path in modules(package):
         for node in imports(path):
@@ -44,10 +50,14 @@ def test_a_package_imports_only_the_packages_below_it_through_their_front_door(p
                 continue
             if node.level == 0:
                 # The daemon reaches its own packages relatively, so the layering is visible here.
-                assert not (node.module or "").startswith("salvor.daemon"), f"{where} imports {node.module}"
+                assert not (node.module or "").startswith("salvor.daemon"), (
+                    f"{where} imports {node.module}"
+                )
             elif node.level == 1:
                 # ``__main__`` starts the package through its front door; elsewhere name the module.
-                assert node.module or path.name == "__main__.py", f"{where}: `from . import` hides the module"
+                assert node.module or path.name == "__main__.py", (
+                    f"{where}: `from . import` hides the module"
+                )
             else:
                 assert node.level == 2 and node.module, where
                 target, _, private = node.module.partition(".")
@@ -58,7 +68,11 @@ def test_a_package_imports_only_the_packages_below_it_through_their_front_door(p
 def test_the_standin_uses_the_standard_library_only() -> None:
     for path in modules("standin"):
         for node in imports(path):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
             assert not getattr(node, "level", 0)
             for name in names:
                 assert name.split(".")[0] in sys.stdlib_module_names or name == "__future__", name
@@ -70,7 +84,9 @@ def test_each_front_door_states_its_rule_and_exports_exactly_what_it_lists(packa
     tree = ast.parse(init.read_text())
     doc = ast.get_docstring(tree) or ""
     assert "Rule:" in doc, f"{package}/__init__.py should open with its rule"
-    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    imported = {
+        a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names
+    }
     imported.discard("annotations")
     module = importlib.import_module(f"salvor.daemon.{package}")
     assert sorted(module.__all__) == sorted(imported), f"{package}: __all__ and its imports differ"
@@ -85,10 +101,14 @@ def test_every_name_a_package_takes_from_another_is_exported() -> None:
                 if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
                     exported = importlib.import_module(f"salvor.daemon.{node.module}").__all__
                     for alias in node.names:
-                        assert alias.name in exported, f"{package}/{path.name} takes {alias.name} from {node.module}"
+                        assert alias.name in exported, (
+                            f"{package}/{path.name} takes {alias.name} from {node.module}"
+                        )
 
 
 def test_route_handlers_talk_to_the_runtime_never_to_the_store_behind_it() -> None:
     for path in modules("api"):
         text = path.read_text()
-        assert "access.store" not in text, f"api/{path.name} reaches through the Runtime to its store"
+        assert "access.store" not in text, (
+            f"api/{path.name} reaches through the Runtime to its store"
+        )

@@ -22,9 +22,36 @@ from salvor.protocol._canonical import _plain, reference_canonical_json
 # above the surrogates, the private-use area, and supplementary characters,
 # whose UTF-16 lead unit sorts below U+E000..U+FFFF.
 _TRICKY = st.sampled_from(
-    ["\x00", "\x01", "\x08", "\t", "\n", "\x0c", "\r", "\x1f", '"', "\\", "/", "\x7f",
-     "\u2028", "\u2029", "\ud7ff", "\ue000", "\uf8ff", "\ufb33", "\uffee", "\uffff",
-     "\U00010000", "\U0001f600", "\U0010ffff", "a", "A", "0", "é", "€"]
+    [
+        "\x00",
+        "\x01",
+        "\x08",
+        "\t",
+        "\n",
+        "\x0c",
+        "\r",
+        "\x1f",
+        '"',
+        "\\",
+        "/",
+        "\x7f",
+        "\u2028",
+        "\u2029",
+        "\ud7ff",
+        "\ue000",
+        "\uf8ff",
+        "\ufb33",
+        "\uffee",
+        "\uffff",
+        "\U00010000",
+        "\U0001f600",
+        "\U0010ffff",
+        "a",
+        "A",
+        "0",
+        "é",
+        "€",
+    ]
 )
 _CHARS = st.one_of(_TRICKY, st.characters(exclude_categories=("Cs",)))
 _TEXT = st.text(_CHARS, max_size=8)
@@ -60,8 +87,14 @@ def test_canonical_json_equals_reference_on_any_json(value):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(st.sampled_from(["a", "\ue000", "\uffff", "\U00010000", "\U0001f600"]), max_size=3),
-                       st.integers(), min_size=2, max_size=6))
+@given(
+    st.dictionaries(
+        st.text(st.sampled_from(["a", "\ue000", "\uffff", "\U00010000", "\U0001f600"]), max_size=3),
+        st.integers(),
+        min_size=2,
+        max_size=6,
+    )
+)
 def test_member_order_is_utf16_order(value):
     text = canonical_json(value).decode()
     keys = list(json.loads(text))
@@ -72,7 +105,9 @@ def test_fast_path_is_taken_for_a_conversation():
     request = {
         "model": "m",
         "max_tokens": 10,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "héllo \U0001f600 \u2028"}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "héllo \U0001f600 \u2028"}]}
+        ],
         "tools": ({"name": "t", "input_schema": {"type": "object", "required": ["x"]}},),
     }
     assert _plain(request)
@@ -128,6 +163,10 @@ def test_big_integers_and_enum_subclasses():
         RED = "red"
 
     value = {"n": 2**80, "m": -(2**70), "level": Level.HIGH, "colour": Colour.RED, "t": (1, [2])}
-    assert canonical_json(value) == reference_canonical_json(value) == (
-        b'{"colour":"red","level":3,"m":-1180591620717411303424,"n":1208925819614629174706176,"t":[1,[2]]}'
+    assert (
+        canonical_json(value)
+        == reference_canonical_json(value)
+        == (
+            b'{"colour":"red","level":3,"m":-1180591620717411303424,"n":1208925819614629174706176,"t":[1,[2]]}'
+        )
     )

@@ -14,7 +14,9 @@ def test_an_instant_reads_back_in_utc() -> None:
     assert parse_instant("2026-11-29T10:00:00+02:00") == datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text", ["2026-11-29T10:00:00", "tomorrow", 7, None, ["2026-11-29T10:00:00Z"]])
+@pytest.mark.parametrize(
+    "text", ["2026-11-29T10:00:00", "tomorrow", 7, None, ["2026-11-29T10:00:00Z"]]
+)
 def test_anything_unreadable_is_a_value_error(text) -> None:
     # Callers (sleep_until, wait_until) turn exactly this into their refusal, whatever the type.
     with pytest.raises(ValueError, match="instant|UTC offset|isoformat|Invalid"):

@@ -194,8 +194,13 @@ MALFORMED: list[tuple[str, object]] = [
     ("null optional replay_of", _with((*PAYLOAD, "replay_of"), None)),
     ("empty replay_of", _with((*PAYLOAD, "replay_of"), "")),
     ("replay_of not a string", _with((*PAYLOAD, "replay_of"), 7)),
-    ("a client-driven re-run", _with((*PAYLOAD,), {"agent_def_hash": AGENT, "input": None,
-                                                    "driven_by": "client", "replay_of": "origin"})),
+    (
+        "a client-driven re-run",
+        _with(
+            (*PAYLOAD,),
+            {"agent_def_hash": AGENT, "input": None, "driven_by": "client", "replay_of": "origin"},
+        ),
+    ),
     ("payload not an object", _with(PAYLOAD, [])),
     ("unknown kind", _with(("event", "kind"), "RunExploded")),
     ("kind not a string", _with(("event", "kind"), 7)),
@@ -357,7 +362,9 @@ def test_an_intent_payload_names_its_position(kind: str, fields: dict) -> None:
 
 
 @pytest.mark.parametrize(("kind", "fields"), POSITIONED, ids=[k for k, _ in POSITIONED])
-def test_an_intent_payload_from_before_the_position_rule_still_reads(kind: str, fields: dict) -> None:
+def test_an_intent_payload_from_before_the_position_rule_still_reads(
+    kind: str, fields: dict
+) -> None:
     # Stores written before intents carried `seq` must still load; re-encoded, they gain it.
     event = decode_event(kind, dict(fields), seq=4)
     assert decode_event(kind, {"seq": 4, **fields}, seq=4) == event
@@ -376,7 +383,9 @@ def test_an_intent_payload_from_before_the_position_rule_still_reads(kind: str, 
         ]
     ],
 )
-def test_an_intent_payload_at_another_position_is_malformed(kind: str, fields: dict, seq, message: str) -> None:
+def test_an_intent_payload_at_another_position_is_malformed(
+    kind: str, fields: dict, seq, message: str
+) -> None:
     with pytest.raises(MalformedEvent) as caught:
         decode_event(kind, {"seq": seq, **fields}, seq=4)
     assert caught.value.message == f"{kind}: {message}"

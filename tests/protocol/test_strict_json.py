@@ -31,7 +31,7 @@ ACCEPTED = [
     ('{"a": 1}', {"a": 1}),
     ('"[[[[{{{{"', "[[[[{{{{"),  # brackets inside a string are no nesting
     ('["\\"[[[[", {"k\\\\": "]]"}]', ['"[[[[', {"k\\": "]]"}]),
-    ('"\\u00e9\\ud83d\\ude00"', "é\U0001F600"),  # an escaped surrogate pair is one character
+    ('"\\u00e9\\ud83d\\ude00"', "é\U0001f600"),  # an escaped surrogate pair is one character
     (arrays(MAX_NESTING), eval(arrays(MAX_NESTING))),
     ("-0.5e3", -500.0),
     # I-JSON's exact range, both ends included.
@@ -40,8 +40,14 @@ ACCEPTED = [
     ("9007199254740993.0", 2.0**53),  # likewise: rounded, as a double is
 ]
 REFUSED = [
-    (arrays(MAX_NESTING + 1), f"nests arrays and objects {MAX_NESTING + 1} levels deep; the limit is {MAX_NESTING}"),
-    ('{"s": "' + "[" * 500 + '", "d": ' + arrays(MAX_NESTING + 1) + "}", f"{MAX_NESTING + 2} levels deep"),
+    (
+        arrays(MAX_NESTING + 1),
+        f"nests arrays and objects {MAX_NESTING + 1} levels deep; the limit is {MAX_NESTING}",
+    ),
+    (
+        '{"s": "' + "[" * 500 + '", "d": ' + arrays(MAX_NESTING + 1) + "}",
+        f"{MAX_NESTING + 2} levels deep",
+    ),
     (arrays(100_000), "100000 levels deep"),
     ('{"a": 1, "a": 1}', "the key `a` appears twice in one object"),
     ('[{"k": {"x": 1, "y": 2, "x": 3}}]', "the key `x` appears twice"),
@@ -63,10 +69,19 @@ REFUSED = [
 ]
 REFUSED_BYTES = [
     (b'\xef\xbb\xbf{"a": 1}', "starts with a byte-order mark; send UTF-8 without one"),
-    ('{"a": 1}'.encode("utf-16"), "is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8"),
+    (
+        '{"a": 1}'.encode("utf-16"),
+        "is UTF-16 or UTF-32 (it starts with that byte-order mark); send UTF-8",
+    ),
     ('{"a": 1}'.encode("utf-32"), "is UTF-16 or UTF-32"),
-    ('{"a": 1}'.encode("utf-16-be"), "holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)"),
-    (b'{"a": "\xc3\x28"}', "is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at offset 7"),
+    (
+        '{"a": 1}'.encode("utf-16-be"),
+        "holds a NUL byte: send UTF-8 (UTF-16 and UTF-32 are refused)",
+    ),
+    (
+        b'{"a": "\xc3\x28"}',
+        "is not UTF-8 (UTF-16 and UTF-32 are refused): invalid byte at offset 7",
+    ),
     (b'"\xed\xa0\x80"', "is not UTF-8"),  # a surrogate encoded raw is not UTF-8 either
 ]
 
@@ -109,14 +124,17 @@ def test_the_depth_is_measured_without_recursion() -> None:
     for _ in range(depth):
         value = [value]
     assert value_depth(value) == depth
-    with pytest.raises(MalformedJson, match=f"nests {depth} levels deep; the limit is {MAX_NESTING}"):
+    with pytest.raises(
+        MalformedJson, match=f"nests {depth} levels deep; the limit is {MAX_NESTING}"
+    ):
         check_nesting(value, "the definition")
     check_nesting(parse_strict(arrays(MAX_NESTING)), "the definition")
 
 
 def test_the_depth_scan_stays_linear_on_strings_that_never_close() -> None:
     # Over the fast path's bracket count, then 4 MB that a naive string pattern would rescan from
-    # every escaped quote (quadratic: hours). Both are measured in one pass and refused for their depth.
+    # every escaped quote (quadratic: hours). Both are measured in one
+    # pass and refused for their depth.
     brackets = "[" * (MAX_NESTING + 1)
     for text in (brackets + '"' + '\\"' * 2_000_000, brackets + '"' + "a" * 4_000_000 + "\\"):
         assert text_depth(text) == MAX_NESTING + 1
@@ -126,8 +144,13 @@ def test_the_depth_scan_stays_linear_on_strings_that_never_close() -> None:
 
 def test_an_envelope_holding_a_limit_deep_input_reads_back() -> None:
     run_input = parse_strict(arrays(MAX_NESTING - 1))
-    envelope = Envelope(run_id="r", seq=0, schema_version=1, recorded_at="2026-01-01T00:00:00Z",
-                        event=RunStarted(agent_def_hash="sha256:" + "0" * 64, input=run_input))
+    envelope = Envelope(
+        run_id="r",
+        seq=0,
+        schema_version=1,
+        recorded_at="2026-01-01T00:00:00Z",
+        event=RunStarted(agent_def_hash="sha256:" + "0" * 64, input=run_input),
+    )
     assert decode_envelope(encode_envelope(envelope)) == envelope
 
 
@@ -143,10 +166,15 @@ def test_relayed_text_reads_big_integers_exactly() -> None:
 
 
 def test_an_envelope_holding_a_models_big_integer_reads_back() -> None:
-    event = ToolCallRequested(tool="lookup", input={"message_id": 1234567890123456789012},
-                              effect="read", idempotency_key="k")
-    envelope = Envelope(run_id="r", seq=3, schema_version=1, recorded_at="2026-01-01T00:00:00Z",
-                        event=event)
+    event = ToolCallRequested(
+        tool="lookup",
+        input={"message_id": 1234567890123456789012},
+        effect="read",
+        idempotency_key="k",
+    )
+    envelope = Envelope(
+        run_id="r", seq=3, schema_version=1, recorded_at="2026-01-01T00:00:00Z", event=event
+    )
     assert decode_envelope(encode_envelope(envelope)) == envelope
 
 
@@ -163,8 +191,9 @@ DOCUMENTS_REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("toml", "fragment"), DOCUMENTS_REFUSED,
-                         ids=[t for t, _ in DOCUMENTS_REFUSED])
+@pytest.mark.parametrize(
+    ("toml", "fragment"), DOCUMENTS_REFUSED, ids=[t for t, _ in DOCUMENTS_REFUSED]
+)
 def test_a_toml_document_is_held_to_the_json_rules(toml: str, fragment: str) -> None:
     with pytest.raises(MalformedJson) as refused:
         check_document(tomllib.loads(toml), "the definition")

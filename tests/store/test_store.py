@@ -278,14 +278,28 @@ def test_a_group_writes_the_same_rows_as_appends_one_by_one(store: EventStore) -
     views = {}
     for run_id in ("in-place", "moves", "sleeps"):
         _, views[run_id] = store.append(run_id, [started()], EMPTY_VIEW)
-    results = store.append_batch([
-        AppendRequest(run_id="in-place", events=[ModelCallRequested(request_hash="sha256:a")],
-                      view=views["in-place"]),
-        AppendRequest(run_id="moves", events=[Suspended(reason="approve?", input_schema={"type": "object"})],
-                      view=views["moves"]),
-        AppendRequest(run_id="new", events=[started({"k": "v"}), RunCompleted(output=7)], view=EMPTY_VIEW),
-        AppendRequest(run_id="sleeps", events=[SleepStarted(wake_at="2026-11-29T10:00:00Z")], view=views["sleeps"]),
-    ])
+    results = store.append_batch(
+        [
+            AppendRequest(
+                run_id="in-place",
+                events=[ModelCallRequested(request_hash="sha256:a")],
+                view=views["in-place"],
+            ),
+            AppendRequest(
+                run_id="moves",
+                events=[Suspended(reason="approve?", input_schema={"type": "object"})],
+                view=views["moves"],
+            ),
+            AppendRequest(
+                run_id="new", events=[started({"k": "v"}), RunCompleted(output=7)], view=EMPTY_VIEW
+            ),
+            AppendRequest(
+                run_id="sleeps",
+                events=[SleepStarted(wake_at="2026-11-29T10:00:00Z")],
+                view=views["sleeps"],
+            ),
+        ]
+    )
     assert all(isinstance(result, tuple) for result in results), results
     for run_id in ("in-place", "moves", "new", "sleeps"):
         assert_row_matches_log(store, run_id)
@@ -298,11 +312,15 @@ def test_a_group_one_of_whose_runs_moved_on_commits_the_others(store: EventStore
     _, first = store.append("x", [started()], EMPTY_VIEW)
     store.append("x", [ModelCallRequested(request_hash="sha256:x")], first)  # x moved on
     _, other = store.append("y", [started()], EMPTY_VIEW)
-    results = store.append_batch([
-        AppendRequest(run_id="y", events=[ModelCallRequested(request_hash="sha256:y")], view=other),
-        AppendRequest(run_id="x", events=[RunCompleted(output=1)], view=first),  # stale
-        AppendRequest(run_id="z", events=[started()], view=EMPTY_VIEW),
-    ])
+    results = store.append_batch(
+        [
+            AppendRequest(
+                run_id="y", events=[ModelCallRequested(request_hash="sha256:y")], view=other
+            ),
+            AppendRequest(run_id="x", events=[RunCompleted(output=1)], view=first),  # stale
+            AppendRequest(run_id="z", events=[started()], view=EMPTY_VIEW),
+        ]
+    )
     assert isinstance(results[1], SeqConflict)
     assert isinstance(results[0], tuple) and isinstance(results[2], tuple)
     for run_id in ("x", "y", "z"):
@@ -506,23 +524,40 @@ def test_a_corrupt_payload_names_its_run_and_seq(store: EventStore, store_url: s
     assert store.read_log("a", from_seq=2) == []
 
 
-def test_an_intent_row_names_its_seq_and_rows_from_before_that_still_read(store: EventStore, store_url: str) -> None:
+def test_an_intent_row_names_its_seq_and_rows_from_before_that_still_read(
+    store: EventStore, store_url: str
+) -> None:
     _, view = store.append("a", [started()], EMPTY_VIEW)
-    store.append("a", [ModelCallRequested(request_hash="sha256:a"),
-                       ModelCallCompleted(seq=1, response={}, usage={"input_tokens": 1, "output_tokens": 1})], view)
+    store.append(
+        "a",
+        [
+            ModelCallRequested(request_hash="sha256:a"),
+            ModelCallCompleted(seq=1, response={}, usage={"input_tokens": 1, "output_tokens": 1}),
+        ],
+        view,
+    )
     log = store.read_log("a")
     engine = create_engine(normalize_store_url(store_url))
     try:
         with engine.connect() as connection:
-            payload = connection.execute(text("SELECT payload FROM events WHERE run_id = 'a' AND seq = 1")).scalar()
+            payload = connection.execute(
+                text("SELECT payload FROM events WHERE run_id = 'a' AND seq = 1")
+            ).scalar()
     finally:
         engine.dispose()
     assert payload == '{"seq":1,"request_hash":"sha256:a"}'
     # What a store written before intents named their seq holds: the same event.
-    execute_sql(store_url, "UPDATE events SET payload = '{\"request_hash\": \"sha256:a\"}' WHERE seq = 1")
+    execute_sql(
+        store_url, 'UPDATE events SET payload = \'{"request_hash": "sha256:a"}\' WHERE seq = 1'
+    )
     assert store.read_log("a") == log
-    execute_sql(store_url, "UPDATE events SET payload = '{\"seq\": 2, \"request_hash\": \"sha256:a\"}' WHERE seq = 1")
-    with pytest.raises(CorruptLog, match=r"run a at seq 1 .*payload `seq` 2 is not the event's position 1"):
+    execute_sql(
+        store_url,
+        'UPDATE events SET payload = \'{"seq": 2, "request_hash": "sha256:a"}\' WHERE seq = 1',
+    )
+    with pytest.raises(
+        CorruptLog, match=r"run a at seq 1 .*payload `seq` 2 is not the event's position 1"
+    ):
         store.read_log("a")
 
 
@@ -646,7 +681,10 @@ def test_a_version_1_store_gains_replay_of_in_every_stored_view(store_url: str) 
         for run_id, stored in connection.execute(text("SELECT run_id, view FROM runs")).all():
             old = json.loads(stored)
             del old["replay_of"]
-            connection.execute(text("UPDATE runs SET view = :v WHERE run_id = :r"), {"v": json.dumps(old), "r": run_id})
+            connection.execute(
+                text("UPDATE runs SET view = :v WHERE run_id = :r"),
+                {"v": json.dumps(old), "r": run_id},
+            )
         connection.execute(text("UPDATE store_meta SET value = 1"))
     engine.dispose()
     with EventStore.open(store_url) as store:

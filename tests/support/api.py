@@ -47,7 +47,9 @@ async def snapshot(server: Server) -> tuple:
     store = server.state.runtime.access.store
     runs, _ = await server.state.runtime.access.read(store.list_runs)
     agents = await server.state.runtime.access.read(store.list_agents)
-    return sorted((r.run_id, r.event_count, r.last_recorded_at) for r in runs), [a.agent_def_hash for a in agents]
+    return sorted((r.run_id, r.event_count, r.last_recorded_at) for r in runs), [
+        a.agent_def_hash for a in agents
+    ]
 
 
 async def read_log_independently(store_url: str, run_id: str) -> list:
@@ -72,21 +74,37 @@ async def raw_sql(store_url: str, statement: str, **params: Any) -> None:
     await trio.to_thread.run_sync(run)
 
 
-async def register(server: Server, providers, plan=(), *, tools=None, final_text="done", extra="", name=None,
-                   script=None, **provider_kwargs):
+async def register(
+    server: Server,
+    providers,
+    plan=(),
+    *,
+    tools=None,
+    final_text="done",
+    extra="",
+    name=None,
+    script=None,
+    **provider_kwargs,
+):
     """An agent aimed at a fresh scripted provider; returns (agent hash, provider)."""
     provider = providers(script or tool_loop_script(plan, final_text=final_text), **provider_kwargs)
     tools = sorted({tool for tool, _ in plan}) if tools is None else tools
-    agent = await server.register_agent(agent_toml(provider.base_url, tools=tools, extra=extra, name=name))
+    agent = await server.register_agent(
+        agent_toml(provider.base_url, tools=tools, extra=extra, name=name)
+    )
     return agent, provider
 
 
-async def rested(server: Server, agent: str, run_input: Any = None, **fields: Any) -> tuple[str, dict]:
+async def rested(
+    server: Server, agent: str, run_input: Any = None, **fields: Any
+) -> tuple[str, dict]:
     run_id = await server.start_run(agent, run_input, **fields)
     return run_id, await server.wait_resting(run_id)
 
 
-async def seed_run(server: Server, agent: str, *events, run_id: str | None = None, **started: Any) -> str:
+async def seed_run(
+    server: Server, agent: str, *events, run_id: str | None = None, **started: Any
+) -> str:
     """Record a run's log without driving it: what a crashed daemon (or the CLI) leaves behind."""
     run_id = run_id or str(uuid.uuid4())
     events = (RunStarted(agent_def_hash=agent, input=None, **started), *events)
@@ -108,7 +126,8 @@ async def list_entry(server: Server, run_id: str) -> dict:
 
 
 class Gate:
-    """A provider hook that holds every model call until released (runs in the provider's thread)."""
+    """A provider hook that holds every model call until released
+    (runs in the provider's thread)."""
 
     def __init__(self) -> None:
         self.open = threading.Event()
@@ -121,5 +140,3 @@ class Gate:
     async def wait_arrived(self) -> None:
         await trio.to_thread.run_sync(self.arrived.wait, 30)
         assert self.arrived.is_set()
-
-

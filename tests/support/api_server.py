@@ -30,12 +30,22 @@ from tests.support.scripted_provider import ScriptedProvider
 
 # States a run rests at: nothing more happens until someone acts (or a timer).
 RESTING = frozenset(
-    {"completed", "failed", "abandoned", "suspended", "sleeping", "budget_exceeded", "needs_reconciliation"}
+    {
+        "completed",
+        "failed",
+        "abandoned",
+        "suspended",
+        "sleeping",
+        "budget_exceeded",
+        "needs_reconciliation",
+    }
 )
 TOKEN = "s3cret-test-token"
 
 
-def agent_toml(base_url: str, *, tools=(), name: str | None = None, wire: str = "anthropic", extra: str = "") -> str:
+def agent_toml(
+    base_url: str, *, tools=(), name: str | None = None, wire: str = "anthropic", extra: str = ""
+) -> str:
     """An agent definition aimed at a scripted provider, with demo tools by name."""
     head = f'name = "{name}"\n' if name is not None else ""
     tool_tables = "".join(f'\n[[tools]]\nname = "{tool}"\n' for tool in tools)
@@ -60,23 +70,31 @@ class Server:
     _clients: list[httpx.AsyncClient] = field(default_factory=list)
 
     def new_client(self, **kwargs: Any) -> httpx.AsyncClient:
-        """Another client for this server (closed when the server stops); no auth header unless given."""
+        """Another client for this server (closed when the server stops);
+        no auth header unless given."""
         client = httpx.AsyncClient(base_url=self.url, timeout=30, **kwargs)
         self._clients.append(client)
         return client
 
-    async def register_agent(self, definition: str, *, content_type: str = "application/toml") -> str:
-        response = await self.client.post("/v1/agents", content=definition, headers={"Content-Type": content_type})
+    async def register_agent(
+        self, definition: str, *, content_type: str = "application/toml"
+    ) -> str:
+        response = await self.client.post(
+            "/v1/agents", content=definition, headers={"Content-Type": content_type}
+        )
         assert response.status_code == 201, response.text
         return response.json()["agent"]
 
     async def start_run(self, agent: str, run_input: Any = None, **fields: Any) -> str:
-        response = await self.client.post("/v1/runs", json={"agent": agent, "input": run_input, **fields})
+        response = await self.client.post(
+            "/v1/runs", json={"agent": agent, "input": run_input, **fields}
+        )
         assert response.status_code == 201, response.text
         return response.json()["run"]
 
     async def wait_resting(self, run_id: str, *, timeout: float = 30) -> dict:
-        """Poll ``GET /v1/runs/{id}`` until the run rests and no driver holds it; returns that body."""
+        """Poll ``GET /v1/runs/{id}`` until the run rests and no driver
+        holds it; returns that body."""
         with trio.fail_after(timeout):
             while True:
                 response = await self.client.get(f"/v1/runs/{run_id}")
@@ -100,7 +118,8 @@ ServerFactory = Callable[..., Awaitable[Server]]
 
 @dataclass
 class Declarations:
-    """The test is the operator: every scripted provider it starts is a model endpoint its daemons declared."""
+    """The test is the operator: every scripted provider it starts is a model
+    endpoint its daemons declared."""
 
     endpoints: list[str] = field(default_factory=list)
     origins: list[McpOrigin] = field(default_factory=list)
@@ -145,22 +164,44 @@ async def server_factory(store_url: str, operator_declarations: Declarations) ->
         async def start(
             *, auth_token: str | None = None, registry: ToolRegistry | None = None, **overrides: Any
         ) -> Server:
-            settings = {"wake_interval": 0, "demo_tools": True, "shutdown_seconds": 5.0, **overrides}
-            settings["credentials"] = operator_declarations.daemon(settings.get("credentials") or Credentials.for_daemon())
-            config = ServeConfig(host="127.0.0.1", port=0, store_url=store_url, auth_token=auth_token, **settings)
+            settings = {
+                "wake_interval": 0,
+                "demo_tools": True,
+                "shutdown_seconds": 5.0,
+                **overrides,
+            }
+            settings["credentials"] = operator_declarations.daemon(
+                settings.get("credentials") or Credentials.for_daemon()
+            )
+            config = ServeConfig(
+                host="127.0.0.1", port=0, store_url=store_url, auth_token=auth_token, **settings
+            )
             stop, stopped = trio.Event(), trio.Event()
             states: list[ServerState] = []
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 try:
-                    await serve(config, registry=registry, stop=stop, on_state=states.append, task_status=task_status)
+                    await serve(
+                        config,
+                        registry=registry,
+                        stop=stop,
+                        on_state=states.append,
+                        task_status=task_status,
+                    )
                 finally:
                     stopped.set()
 
             binds = await nursery.start(run)
             url = next(b for b in binds if b.startswith("http://"))
-            server = Server(url=url, state=states[0], client=None, store_url=store_url,  # type: ignore[arg-type]
-                            auth_token=auth_token, _stop=stop, _stopped=stopped)
+            server = Server(
+                url=url,
+                state=states[0],
+                client=None,
+                store_url=store_url,  # type: ignore[arg-type]
+                auth_token=auth_token,
+                _stop=stop,
+                _stopped=stopped,
+            )
             headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
             server.client = server.new_client(headers=headers)
             started.append(server)

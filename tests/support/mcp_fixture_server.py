@@ -21,8 +21,8 @@ Tools:
   returns the answer it got.
 
 ``--notify`` makes a stdio server send a ``notifications/message`` before
-answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as a badly
-behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
+answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as
+a badly behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
 With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
 port; either is written to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and
@@ -46,8 +46,20 @@ PAGE = 4
 TOOLS = [
     ("lookup", "Look a key up.", {"key": {"type": "string"}}, ["key"], {"readOnlyHint": True}),
     ("write_note", "Append a note to the ledger.", {"text": {"type": "string"}}, ["text"], {}),
-    ("delete_everything", "Delete everything (stubbed by careful operators).", {}, [], {"destructiveHint": True}),
-    ("park", "Answer with a _meta.salvor request.", {"salvor": {}, "is_error": {"type": "boolean"}}, [], {}),
+    (
+        "delete_everything",
+        "Delete everything (stubbed by careful operators).",
+        {},
+        [],
+        {"destructiveHint": True},
+    ),
+    (
+        "park",
+        "Answer with a _meta.salvor request.",
+        {"salvor": {}, "is_error": {"type": "boolean"}},
+        [],
+        {},
+    ),
     ("fail_soft", "Answer with an isError result.", {}, [], {}),
     ("hang", "Never answer.", {}, [], {}),
     ("crash", "Exit in the middle of the call.", {}, [], {}),
@@ -71,12 +83,18 @@ class Fixture:
 
     def tool_list(self) -> list[dict]:
         tools = [
-            {"name": name, "description": text,
-             "inputSchema": {"type": "object", "properties": props, "required": required},
-             **({"annotations": notes} if notes else {})}
+            {
+                "name": name,
+                "description": text,
+                "inputSchema": {"type": "object", "properties": props, "required": required},
+                **({"annotations": notes} if notes else {}),
+            }
             for name, text, props, required, notes in TOOLS
         ]
-        tools += [{"name": n, "description": "An extra tool.", "inputSchema": {"type": "object"}} for n in self.extra]
+        tools += [
+            {"name": n, "description": "An extra tool.", "inputSchema": {"type": "object"}}
+            for n in self.extra
+        ]
         return tools
 
     def answer(self, message: dict, send, ask) -> dict | None:
@@ -95,25 +113,50 @@ class Fixture:
             return {"jsonrpc": "2.0", "id": rid, "result": result}
 
         if method == "initialize":
-            return ok({"protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                       "capabilities": {"tools": {}}, "serverInfo": {"name": "salvor-fixture", "version": "1"}})
+            return ok(
+                {
+                    "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "salvor-fixture", "version": "1"},
+                }
+            )
         if method == "ping":
             return ok({})
         if method == "tools/list":
             start = int(params.get("cursor") or 0)
             tools = self.tool_list()
-            page = {"tools": tools[start:start + PAGE]}
+            page = {"tools": tools[start : start + PAGE]}
             if start + PAGE < len(tools):
                 page["nextCursor"] = str(start + PAGE)
             return ok(page)
         if method == "tools/call":
             if params.get("name") not in [t["name"] for t in self.tool_list()]:
-                return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {params.get('name')}"}}
-            return ok(self.call(params.get("name"), params.get("arguments") or {}, params.get("_meta"), send, ask, rid))
-        return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}}
+                return {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "error": {"code": -32602, "message": f"unknown tool {params.get('name')}"},
+                }
+            return ok(
+                self.call(
+                    params.get("name"),
+                    params.get("arguments") or {},
+                    params.get("_meta"),
+                    send,
+                    ask,
+                    rid,
+                )
+            )
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "error": {"code": -32601, "message": f"no method {method}"},
+        }
 
     def call(self, name: str, args: dict, meta, send, ask, rid) -> dict:
-        self.note("ledger.jsonl", {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid(), "id": rid})
+        self.note(
+            "ledger.jsonl",
+            {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid(), "id": rid},
+        )
         if isinstance(args.get("hold"), str):
             while not os.path.exists(args["hold"]):
                 time.sleep(0.02)
@@ -126,7 +169,9 @@ class Fixture:
         if name == "write_note":
             return text(f"noted {args.get('text')}")
         if name == "park":
-            return text("parking", _meta={"salvor": args.get("salvor")}, isError=bool(args.get("is_error")))
+            return text(
+                "parking", _meta={"salvor": args.get("salvor")}, isError=bool(args.get("is_error"))
+            )
         if name == "fail_soft":
             return text("it went wrong", isError=True)
         if name == "hang":
@@ -141,8 +186,14 @@ class Fixture:
         if name == "big":
             return text("x" * int(args["size"]))
         if name == "ask_client":
-            answer = ask({"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage",
-                          "params": {"messages": [], "maxTokens": 5}})
+            answer = ask(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "s1",
+                    "method": "sampling/createMessage",
+                    "params": {"messages": [], "maxTokens": 5},
+                }
+            )
             return text(json.dumps(answer, sort_keys=True))
         return text(f"{name} done")
 
@@ -171,8 +222,16 @@ def serve_stdio(fixture: Fixture, linger: bool, notify: bool = False) -> None:
     def handle(message: dict) -> None:
         try:
             if notify and message.get("method") == "tools/call":
-                send_message({"jsonrpc": "2.0", "method": "notifications/message",
-                              "params": {"level": "info", "data": f"calling {message['params'].get('name')}"}})
+                send_message(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {
+                            "level": "info",
+                            "data": f"calling {message['params'].get('name')}",
+                        },
+                    }
+                )
             response = fixture.answer(message, send, ask)
         except BrokenPipeError:
             return
@@ -200,7 +259,9 @@ def serve_http(fixture: Fixture, port_file: Path, sse: bool, port: int) -> None:
         def log_message(self, *args) -> None:
             pass
 
-        def _plain(self, status: int, body: bytes = b"", content_type: str = "application/json", headers=()) -> None:
+        def _plain(
+            self, status: int, body: bytes = b"", content_type: str = "application/json", headers=()
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -217,9 +278,15 @@ def serve_http(fixture: Fixture, port_file: Path, sse: bool, port: int) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             message = json.loads(body)
             session = self.headers.get("Mcp-Session-Id")
-            fixture.note("http.jsonl", {"method": message.get("method"), "session": session,
-                                        "authorization": self.headers.get("Authorization"),
-                                        "protocol_version": self.headers.get("MCP-Protocol-Version")})
+            fixture.note(
+                "http.jsonl",
+                {
+                    "method": message.get("method"),
+                    "session": session,
+                    "authorization": self.headers.get("Authorization"),
+                    "protocol_version": self.headers.get("MCP-Protocol-Version"),
+                },
+            )
             headers = []
             if message.get("method") == "initialize":
                 session = uuid.uuid4().hex
@@ -242,8 +309,13 @@ def serve_http(fixture: Fixture, port_file: Path, sse: bool, port: int) -> None:
                     self.wfile.write(b"event: message\ndata: " + json.dumps(msg).encode() + b"\n\n")
                     self.wfile.flush()
 
-                event({"jsonrpc": "2.0", "method": "notifications/message",
-                       "params": {"level": "info", "data": "working on it"}})
+                event(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/message",
+                        "params": {"level": "info", "data": "working on it"},
+                    }
+                )
 
                 def ask(request: dict) -> dict | None:
                     event(request)
@@ -288,7 +360,9 @@ def main() -> None:
     parser.add_argument("--notify", action="store_true")
     args = parser.parse_args()
     fixture = Fixture(args.dir, args.extra_tool)
-    fixture.note("starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"})
+    fixture.note(
+        "starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"}
+    )
     if args.http:
         serve_http(fixture, args.port_file, args.sse, args.port)
     else:

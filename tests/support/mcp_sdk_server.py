@@ -23,7 +23,9 @@ def add(a: int, b: int) -> int:
 @server.tool()
 def nap(until: str) -> CallToolResult:
     """Park the calling salvor run until an instant."""
-    return CallToolResult(content=[TextContent(type="text", text="napping")], _meta={"salvor": {"sleep_until": until}})
+    return CallToolResult(
+        content=[TextContent(type="text", text="napping")], _meta={"salvor": {"sleep_until": until}}
+    )
 
 
 if __name__ == "__main__":

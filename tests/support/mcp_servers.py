@@ -1,4 +1,5 @@
-"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time, server-everything, server-filesystem.
+"""Real MCP servers for the tests: the fixture server (stdio or HTTP), mcp-server-time,
+server-everything, server-filesystem.
 
 ``FixtureServer`` is a directory the fixture server writes its evidence to:
 ``starts`` (one record per process start) and ``ledger`` (one record per
@@ -22,11 +23,14 @@ EVERYTHING = "mcp-server-everything"
 EVERYTHING_INSTALL = "npm install -g @modelcontextprotocol/server-everything"
 FILESYSTEM = "mcp-server-filesystem"
 # The line of .ci/run that installs the npm servers the tests drive.
-NPM_SERVERS_INSTALL = "npm install -g @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem"
+NPM_SERVERS_INSTALL = (
+    "npm install -g @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem"
+)
 
 
 def time_server() -> str | None:
-    """The ``mcp-server-time`` console script beside this interpreter (the test extra installs it)."""
+    """The ``mcp-server-time`` console script beside this interpreter
+    (the test extra installs it)."""
     beside = Path(sys.executable).with_name("mcp-server-time")
     return str(beside) if beside.exists() else shutil.which("mcp-server-time")
 
@@ -88,10 +92,13 @@ class HttpFixtureServer:
 
     def __init__(self, fixture: FixtureServer, *, sse: bool = False, port: int = 0) -> None:
         port_file = fixture.dir / f"port-{time.monotonic_ns()}"
-        args = [*fixture.command("--http", "--port-file", str(port_file), "--port", str(port)),
-                *(["--sse"] if sse else [])]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+        args = [
+            *fixture.command("--http", "--port-file", str(port_file), "--port", str(port)),
+            *(["--sse"] if sse else []),
+        ]
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 15
         while not port_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -116,8 +123,13 @@ class _ListeningServer:
     """A server subprocess listening on a loopback port, ready once the port accepts."""
 
     def __init__(self, args: list[str], port: int, env: dict | None = None) -> None:
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True, env=env)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
         self.url = f"http://127.0.0.1:{port}/mcp"
         deadline = time.monotonic() + 30
         while True:
@@ -141,7 +153,9 @@ class SdkHttpServer(_ListeningServer):
     def __init__(self, *, json_response: bool = False) -> None:
         port = _free_port()
         script = Path(__file__).with_name("mcp_sdk_server.py")
-        super().__init__([sys.executable, str(script), str(port), *(["--json"] if json_response else [])], port)
+        super().__init__(
+            [sys.executable, str(script), str(port), *(["--json"] if json_response else [])], port
+        )
 
 
 class EverythingHttpServer(_ListeningServer):

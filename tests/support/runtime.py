@@ -80,7 +80,9 @@ def providers():
         provider.stop()
 
 
-def agent_toml(base_url: str, *, tools=(), wire: str = "anthropic", extra: str = "", llm_extra: str = "") -> str:
+def agent_toml(
+    base_url: str, *, tools=(), wire: str = "anthropic", extra: str = "", llm_extra: str = ""
+) -> str:
     tool_tables = "".join(f'\n[[tools]]\nname = "{name}"\n' for name in tools)
     return (
         f'model = "scripted-model"\nsystem_prompt = "You settle refunds."\n{extra}\n'
@@ -92,11 +94,12 @@ def agent_toml(base_url: str, *, tools=(), wire: str = "anthropic", extra: str =
 @pytest.fixture
 def make_agent(registry):
     def make(provider: ScriptedProvider, *, tools=(), wire="anthropic", extra="", llm_extra=""):
-        text = agent_toml(provider.base_url, tools=tools, wire=wire, extra=extra, llm_extra=llm_extra)
+        text = agent_toml(
+            provider.base_url, tools=tools, wire=wire, extra=extra, llm_extra=llm_extra
+        )
         return parse_definition(text, "toml", known_tools=registry.names())
 
     return make
-
 
 
 @pytest.fixture

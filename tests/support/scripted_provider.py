@@ -109,12 +109,19 @@ def request_hash(request: JSON) -> str:
 # --------------------------------------------------------------------------
 
 
-def text_reply(text: str, *, model: str = "scripted-model", input_tokens: int = 10,
-               output_tokens: int = 5, stop_reason: str = "end_turn") -> tuple[JSON, JSON]:
+def text_reply(
+    text: str,
+    *,
+    model: str = "scripted-model",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    stop_reason: str = "end_turn",
+) -> tuple[JSON, JSON]:
     """A neutral text answer, for scripts given as a list."""
-    return ({"model": model, "content": [{"type": "text", "text": text}],
-             "stop_reason": stop_reason},
-            {"input_tokens": input_tokens, "output_tokens": output_tokens})
+    return (
+        {"model": model, "content": [{"type": "text", "text": text}], "stop_reason": stop_reason},
+        {"input_tokens": input_tokens, "output_tokens": output_tokens},
+    )
 
 
 def tool_loop_script(plan: Sequence[tuple[str, JSON]], *, final_text: str = "done") -> Script:
@@ -137,8 +144,7 @@ def tool_loop_script(plan: Sequence[tuple[str, JSON]], *, final_text: str = "don
         )
         if k < len(plan):
             name, tool_input = plan[k]
-            content = [{"type": "tool_use", "id": f"toolu_{k}", "name": name,
-                        "input": tool_input}]
+            content = [{"type": "tool_use", "id": f"toolu_{k}", "name": name, "input": tool_input}]
             stop = "tool_use"
         else:
             content = [{"type": "text", "text": final_text}]
@@ -165,11 +171,18 @@ def _neutral_block(block: JSON) -> JSON | None:
     if kind == "text":
         return {"type": "text", "text": block["text"]}
     if kind == "tool_use":
-        return {"type": "tool_use", "id": block["id"], "name": block["name"],
-                "input": block.get("input", {})}
+        return {
+            "type": "tool_use",
+            "id": block["id"],
+            "name": block["name"],
+            "input": block.get("input", {}),
+        }
     if kind == "tool_result":
-        out = {"type": "tool_result", "tool_use_id": block["tool_use_id"],
-               "content": _text_of(block.get("content", ""))}
+        out = {
+            "type": "tool_result",
+            "tool_use_id": block["tool_use_id"],
+            "content": _text_of(block.get("content", "")),
+        }
         if block.get("is_error"):
             out["is_error"] = True
         return out
@@ -190,8 +203,11 @@ def anthropic_to_neutral(body: JSON) -> JSON:
     request["messages"] = messages
     if body.get("tools"):
         request["tools"] = [
-            {"name": t["name"], "description": t.get("description", ""),
-             "input_schema": t.get("input_schema", {})}
+            {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "input_schema": t.get("input_schema", {}),
+            }
             for t in body["tools"]
         ]
     return request
@@ -227,11 +243,25 @@ def openai_to_neutral(body: JSON) -> JSON:
             if isinstance(content, str):
                 add("user", [{"type": "text", "text": content}])
             else:
-                add("user", [{"type": "text", "text": p["text"]}
-                             for p in content if p.get("type") == "text"])
+                add(
+                    "user",
+                    [
+                        {"type": "text", "text": p["text"]}
+                        for p in content
+                        if p.get("type") == "text"
+                    ],
+                )
         elif role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": message["tool_call_id"],
-                          "content": _text_of(message.get("content"))}])
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": message["tool_call_id"],
+                        "content": _text_of(message.get("content")),
+                    }
+                ],
+            )
         elif role == "assistant":
             blocks: list[JSON] = []
             text = _text_of(message.get("content"))
@@ -239,18 +269,25 @@ def openai_to_neutral(body: JSON) -> JSON:
                 blocks.append({"type": "text", "text": text})
             for call in message.get("tool_calls") or []:
                 arguments = call["function"].get("arguments") or "{}"
-                blocks.append({"type": "tool_use", "id": call["id"],
-                               "name": call["function"]["name"],
-                               "input": json.loads(arguments)})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["function"]["name"],
+                        "input": json.loads(arguments),
+                    }
+                )
             add("assistant", blocks)
     if systems:
         request["system"] = "\n\n".join(systems)
     request["messages"] = messages
     if body.get("tools"):
         request["tools"] = [
-            {"name": t["function"]["name"],
-             "description": t["function"].get("description", ""),
-             "input_schema": t["function"].get("parameters", {})}
+            {
+                "name": t["function"]["name"],
+                "description": t["function"].get("description", ""),
+                "input_schema": t["function"].get("parameters", {}),
+            }
             for t in body["tools"]
         ]
     return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
@@ -268,11 +305,28 @@ def _responses_turn(item: JSON, systems: list[str], add: Callable) -> None:
             add("assistant" if role == "assistant" else "user", [{"type": "text", "text": text}])
     elif kind == "function_call":
         arguments = item.get("arguments") or "{}"
-        add("assistant", [{"type": "tool_use", "id": item["call_id"], "name": item["name"],
-                           "input": json.loads(arguments)}])
+        add(
+            "assistant",
+            [
+                {
+                    "type": "tool_use",
+                    "id": item["call_id"],
+                    "name": item["name"],
+                    "input": json.loads(arguments),
+                }
+            ],
+        )
     elif kind == "function_call_output":
-        add("user", [{"type": "tool_result", "tool_use_id": item["call_id"],
-                      "content": _text_of(item.get("output"))}])
+        add(
+            "user",
+            [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": item["call_id"],
+                    "content": _text_of(item.get("output")),
+                }
+            ],
+        )
     elif kind != "reasoning":
         # Reasoning items carry nothing a script answers from; anything else
         # (hosted tool calls, images, files) this provider cannot stand in for.
@@ -302,8 +356,11 @@ def responses_to_neutral(body: JSON) -> JSON:
             if tool.get("type") != "function":
                 raise ValueError(f"tool of type {tool.get('type')!r} is not supported")
         request["tools"] = [
-            {"name": t["name"], "description": t.get("description") or "",
-             "input_schema": t.get("parameters") or {}}
+            {
+                "name": t["name"],
+                "description": t.get("description") or "",
+                "input_schema": t.get("parameters") or {},
+            }
             for t in body["tools"]
         ]
     return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
@@ -319,23 +376,33 @@ def _pieces(text: str, parts: int = 3) -> list[str]:
     if not text:
         return []
     size = max(1, -(-len(text) // parts))
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _anthropic_message(index: int, response: JSON, usage: JSON, model: str) -> JSON:
-    return {"id": f"msg_scripted_{index}", "type": "message", "role": "assistant",
-            "model": response.get("model") or model, "content": response["content"],
-            "stop_reason": response["stop_reason"], "stop_sequence": None,
-            "usage": {"input_tokens": usage["input_tokens"],
-                      "output_tokens": usage["output_tokens"]}}
+    return {
+        "id": f"msg_scripted_{index}",
+        "type": "message",
+        "role": "assistant",
+        "model": response.get("model") or model,
+        "content": response["content"],
+        "stop_reason": response["stop_reason"],
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]},
+    }
 
 
 def _anthropic_events(index: int, response: JSON, usage: JSON, model: str) -> list[tuple]:
     start = _anthropic_message(index, response, usage, model)
-    start.update(content=[], stop_reason=None,
-                 usage={"input_tokens": usage["input_tokens"], "output_tokens": 1})
-    events: list[tuple] = [("message_start", {"type": "message_start", "message": start}),
-                           ("ping", {"type": "ping"})]
+    start.update(
+        content=[],
+        stop_reason=None,
+        usage={"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    )
+    events: list[tuple] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
     for i, block in enumerate(response["content"]):
         if block["type"] == "text":
             first = {"type": "text", "text": ""}
@@ -343,17 +410,30 @@ def _anthropic_events(index: int, response: JSON, usage: JSON, model: str) -> li
         else:
             first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             arguments = json.dumps(block["input"], ensure_ascii=False)
-            deltas = [{"type": "input_json_delta", "partial_json": t}
-                      for t in [""] + _pieces(arguments)]
-        events.append(("content_block_start",
-                       {"type": "content_block_start", "index": i, "content_block": first}))
-        events += [("content_block_delta",
-                    {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas]
+            deltas = [
+                {"type": "input_json_delta", "partial_json": t} for t in [""] + _pieces(arguments)
+            ]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": first},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+            for d in deltas
+        ]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    events.append(("message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": response["stop_reason"], "stop_sequence": None},
-        "usage": {"output_tokens": usage["output_tokens"]}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": response["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -363,16 +443,27 @@ _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 
 def _openai_parts(response: JSON) -> tuple[str | None, list[JSON]]:
     text = "".join(b["text"] for b in response["content"] if b["type"] == "text")
-    calls = [{"id": b["id"], "type": "function",
-              "function": {"name": b["name"],
-                           "arguments": json.dumps(b["input"], ensure_ascii=False)}}
-             for b in response["content"] if b["type"] == "tool_use"]
+    calls = [
+        {
+            "id": b["id"],
+            "type": "function",
+            "function": {
+                "name": b["name"],
+                "arguments": json.dumps(b["input"], ensure_ascii=False),
+            },
+        }
+        for b in response["content"]
+        if b["type"] == "tool_use"
+    ]
     return text or None, calls
 
 
 def _openai_usage(usage: JSON) -> JSON:
-    return {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
-            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
+    return {
+        "prompt_tokens": usage["input_tokens"],
+        "completion_tokens": usage["output_tokens"],
+        "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+    }
 
 
 def _openai_completion(index: int, response: JSON, usage: JSON, model: str) -> JSON:
@@ -380,31 +471,64 @@ def _openai_completion(index: int, response: JSON, usage: JSON, model: str) -> J
     message: JSON = {"role": "assistant", "content": text, "refusal": None}
     if calls:
         message["tool_calls"] = calls
-    return {"id": f"chatcmpl-scripted-{index}", "object": "chat.completion", "created": 0,
-            "model": response.get("model") or model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": _FINISH[response["stop_reason"]]}],
-            "usage": _openai_usage(usage)}
+    return {
+        "id": f"chatcmpl-scripted-{index}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": response.get("model") or model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _FINISH[response["stop_reason"]],
+            }
+        ],
+        "usage": _openai_usage(usage),
+    }
 
 
-def _openai_chunks(index: int, response: JSON, usage: JSON, model: str,
-                   include_usage: bool) -> list[tuple]:
+def _openai_chunks(
+    index: int, response: JSON, usage: JSON, model: str, include_usage: bool
+) -> list[tuple]:
     text, calls = _openai_parts(response)
-    base = {"id": f"chatcmpl-scripted-{index}", "object": "chat.completion.chunk",
-            "created": 0, "model": response.get("model") or model}
+    base = {
+        "id": f"chatcmpl-scripted-{index}",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": response.get("model") or model,
+    }
 
     def chunk(delta: JSON, finish: str | None = None) -> tuple:
-        return (None, dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None,
-                                           "finish_reason": finish}]))
+        return (
+            None,
+            dict(
+                base,
+                choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            ),
+        )
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": t}) for t in _pieces(text or "")]
     for i, call in enumerate(calls):
-        chunks.append(chunk({"tool_calls": [{
-            "index": i, "id": call["id"], "type": "function",
-            "function": {"name": call["function"]["name"], "arguments": ""}}]}))
-        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": t}}]})
-                   for t in _pieces(call["function"]["arguments"])]
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        chunks += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": t}}]})
+            for t in _pieces(call["function"]["arguments"])
+        ]
     chunks.append(chunk({}, _FINISH[response["stop_reason"]]))
     if include_usage:
         chunks.append((None, dict(base, choices=[], usage=_openai_usage(usage))))
@@ -412,11 +536,16 @@ def _openai_chunks(index: int, response: JSON, usage: JSON, model: str,
 
 
 def _anthropic_error(status: int, message: str) -> JSON:
-    kinds = {400: "invalid_request_error", 401: "authentication_error",
-             403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-             429: "rate_limit_error", 529: "overloaded_error"}
-    return {"type": "error", "error": {"type": kinds.get(status, "api_error"),
-                                       "message": message}}
+    kinds = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        413: "request_too_large",
+        429: "rate_limit_error",
+        529: "overloaded_error",
+    }
+    return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
 
 
 def _openai_error(status: int, message: str) -> JSON:
@@ -440,46 +569,75 @@ def _reasoning_item(index: int, body: JSON) -> JSON | None:
 
 
 def _responses_items(index: int, response: JSON, body: JSON) -> list[JSON]:
-    """The output items of a reply: reasoning if asked, a message for its text, one item per tool call."""
+    """The output items of a reply: reasoning if asked, a message for its
+    text, one item per tool call."""
     reasoning = _reasoning_item(index, body)
     items: list[JSON] = [reasoning] if reasoning else []
     texts = [b["text"] for b in response["content"] if b["type"] == "text"]
     if texts:
-        items.append({"type": "message", "id": f"msg_scripted_{index}", "role": "assistant",
-                      "status": "completed",
-                      "content": [{"type": "output_text", "text": t, "annotations": [],
-                                   "logprobs": []} for t in texts]})
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_scripted_{index}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {"type": "output_text", "text": t, "annotations": [], "logprobs": []}
+                    for t in texts
+                ],
+            }
+        )
     for i, block in enumerate(b for b in response["content"] if b["type"] == "tool_use"):
-        items.append({"type": "function_call", "id": f"fc_scripted_{index}_{i}",
-                      "call_id": block["id"], "name": block["name"], "status": "completed",
-                      "arguments": json.dumps(block["input"], ensure_ascii=False)})
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_scripted_{index}_{i}",
+                "call_id": block["id"],
+                "name": block["name"],
+                "status": "completed",
+                "arguments": json.dumps(block["input"], ensure_ascii=False),
+            }
+        )
     return items
 
 
-def _responses_object(index: int, response: JSON, usage: JSON, body: JSON, *,
-                      done: bool = True) -> JSON:
+def _responses_object(
+    index: int, response: JSON, usage: JSON, body: JSON, *, done: bool = True
+) -> JSON:
     """A Response object; while streaming (``done`` false) it has no output or usage yet."""
     truncated = response["stop_reason"] == "max_tokens"
     status = ("incomplete" if truncated else "completed") if done else "in_progress"
     return {
-        "id": f"resp_scripted_{index}", "object": "response", "created_at": 0,
-        "status": status, "error": None,
+        "id": f"resp_scripted_{index}",
+        "object": "response",
+        "created_at": 0,
+        "status": status,
+        "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if done and truncated else None,
-        "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
         "model": response.get("model") or body.get("model", ""),
         "output": _responses_items(index, response, body) if done else [],
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "previous_response_id": None, "reasoning": body.get("reasoning"),
-        "store": body.get("store", True), "temperature": body.get("temperature"),
+        "previous_response_id": None,
+        "reasoning": body.get("reasoning"),
+        "store": body.get("store", True),
+        "temperature": body.get("temperature"),
         "text": body.get("text") or {"format": {"type": "text"}},
-        "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []),
-        "top_p": body.get("top_p"), "truncation": body.get("truncation", "disabled"),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools", []),
+        "top_p": body.get("top_p"),
+        "truncation": body.get("truncation", "disabled"),
         "metadata": body.get("metadata") or {},
-        "usage": {"input_tokens": usage["input_tokens"],
-                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                  "output_tokens": usage["output_tokens"],
-                  "output_tokens_details": {"reasoning_tokens": 0},
-                  "total_tokens": usage["input_tokens"] + usage["output_tokens"]} if done else None,
+        "usage": {
+            "input_tokens": usage["input_tokens"],
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": usage["output_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
+        }
+        if done
+        else None,
     }
 
 
@@ -488,26 +646,42 @@ def _responses_item_events(item: JSON, out: int) -> list[JSON]:
     base = {"item_id": item["id"], "output_index": out}
     empty = dict(item, status="in_progress")
     if item["type"] == "reasoning":
-        return [{"type": "response.output_item.added", "output_index": out, "item": item},
-                {"type": "response.output_item.done", "output_index": out, "item": item}]
+        return [
+            {"type": "response.output_item.added", "output_index": out, "item": item},
+            {"type": "response.output_item.done", "output_index": out, "item": item},
+        ]
     if item["type"] == "function_call":
         empty["arguments"] = ""
-        return ([{"type": "response.output_item.added", "output_index": out, "item": empty}]
-                + [dict(base, type="response.function_call_arguments.delta", delta=t)
-                   for t in _pieces(item["arguments"])]
-                + [dict(base, type="response.function_call_arguments.done",
-                        name=item["name"], arguments=item["arguments"]),
-                   {"type": "response.output_item.done", "output_index": out, "item": item}])
-    events = [{"type": "response.output_item.added", "output_index": out,
-               "item": dict(empty, content=[])}]
+        return (
+            [{"type": "response.output_item.added", "output_index": out, "item": empty}]
+            + [
+                dict(base, type="response.function_call_arguments.delta", delta=t)
+                for t in _pieces(item["arguments"])
+            ]
+            + [
+                dict(
+                    base,
+                    type="response.function_call_arguments.done",
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+                {"type": "response.output_item.done", "output_index": out, "item": item},
+            ]
+        )
+    events = [
+        {"type": "response.output_item.added", "output_index": out, "item": dict(empty, content=[])}
+    ]
     for c, part in enumerate(item["content"]):
         at = dict(base, content_index=c)
-        events.append(dict(at, type="response.content_part.added",
-                           part=dict(part, text="")))
-        events += [dict(at, type="response.output_text.delta", delta=t, logprobs=[])
-                   for t in _pieces(part["text"])]
-        events += [dict(at, type="response.output_text.done", text=part["text"], logprobs=[]),
-                   dict(at, type="response.content_part.done", part=part)]
+        events.append(dict(at, type="response.content_part.added", part=dict(part, text="")))
+        events += [
+            dict(at, type="response.output_text.delta", delta=t, logprobs=[])
+            for t in _pieces(part["text"])
+        ]
+        events += [
+            dict(at, type="response.output_text.done", text=part["text"], logprobs=[]),
+            dict(at, type="response.content_part.done", part=part),
+        ]
     events.append({"type": "response.output_item.done", "output_index": out, "item": item})
     return events
 
@@ -516,8 +690,10 @@ def _responses_events(index: int, response: JSON, usage: JSON, body: JSON) -> li
     """The SSE events of a streamed Response, each with its type and sequence number."""
     pending = _responses_object(index, response, usage, body, done=False)
     final = _responses_object(index, response, usage, body)
-    events = [{"type": "response.created", "response": pending},
-              {"type": "response.in_progress", "response": pending}]
+    events = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+    ]
     for out, item in enumerate(final["output"]):
         events += _responses_item_events(item, out)
     last = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
@@ -558,8 +734,14 @@ class ScriptedProvider:
     when its ``with`` block ends.
     """
 
-    def __init__(self, script: Script | Sequence[Reply], *, host: str = "127.0.0.1",
-                 on_call: Callable[[ProviderCall], None] | None = None, keep_alive: bool = False) -> None:
+    def __init__(
+        self,
+        script: Script | Sequence[Reply],
+        *,
+        host: str = "127.0.0.1",
+        on_call: Callable[[ProviderCall], None] | None = None,
+        keep_alive: bool = False,
+    ) -> None:
         self.keep_alive = keep_alive
         if callable(script):
             self._script: Script = script
@@ -568,8 +750,11 @@ class ScriptedProvider:
 
             def from_list(call: ProviderCall) -> Reply:
                 if call.index >= len(replies):
-                    return ErrorReply(500, f"scripted provider: no reply scripted for call "
-                                           f"{call.index} (the script has {len(replies)})")
+                    return ErrorReply(
+                        500,
+                        f"scripted provider: no reply scripted for call "
+                        f"{call.index} (the script has {len(replies)})",
+                    )
                 return replies[call.index]
 
             self._script = from_list
@@ -579,8 +764,9 @@ class ScriptedProvider:
         self._server.daemon_threads = True
         # serve_forever notices shutdown() only between polls; a short poll
         # keeps each test's teardown from costing half a second.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
-                                        name="scripted-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="scripted-provider", daemon=True
+        )
         self._thread.start()
         self._stopped = False
 
@@ -638,18 +824,33 @@ class ScriptedProvider:
           TimeoutError: fewer than ``n`` calls arrived within ``timeout``.
         """
         with self._state.condition:
-            if not self._state.condition.wait_for(lambda: len(self._state.calls) >= n,
-                                                  timeout=timeout):
-                raise TimeoutError(f"scripted provider: {len(self._state.calls)} of {n} calls "
-                                   f"arrived within {timeout}s")
+            if not self._state.condition.wait_for(
+                lambda: len(self._state.calls) >= n, timeout=timeout
+            ):
+                raise TimeoutError(
+                    f"scripted provider: {len(self._state.calls)} of {n} calls "
+                    f"arrived within {timeout}s"
+                )
 
     # -- serving (server threads) --------------------------------------------
 
-    def _record(self, wire: str, body: JSON, request: JSON,
-                headers: dict[str, str], peer: tuple[str, int] | None = None) -> ProviderCall:
+    def _record(
+        self,
+        wire: str,
+        body: JSON,
+        request: JSON,
+        headers: dict[str, str],
+        peer: tuple[str, int] | None = None,
+    ) -> ProviderCall:
         with self._state.condition:
-            call = ProviderCall(index=len(self._state.calls), wire=wire, body=body,
-                                request=request, headers=headers, peer=peer)
+            call = ProviderCall(
+                index=len(self._state.calls),
+                wire=wire,
+                body=body,
+                request=request,
+                headers=headers,
+                peer=peer,
+            )
             self._state.calls.append(call)
             self._state.condition.notify_all()
         return call
@@ -661,45 +862,68 @@ class ScriptedProvider:
         reply = self._script(call)
         error = _anthropic_error if call.wire == "anthropic" else _openai_error
         if isinstance(reply, ErrorReply):
-            return reply.status, "application/json", _json_bytes(error(reply.status,
-                                                                       reply.message))
+            return reply.status, "application/json", _json_bytes(error(reply.status, reply.message))
         if isinstance(reply, FailedResponse):
             return self._failed(call, reply.message)
         response, usage = reply
         model = call.body.get("model", "")
         if call.wire == "responses":
             if call.stream:
-                return 200, "text/event-stream", _sse(
-                    _responses_events(call.index, response, usage, call.body), named=True)
-            return 200, "application/json", _json_bytes(
-                _responses_object(call.index, response, usage, call.body))
+                return (
+                    200,
+                    "text/event-stream",
+                    _sse(_responses_events(call.index, response, usage, call.body), named=True),
+                )
+            return (
+                200,
+                "application/json",
+                _json_bytes(_responses_object(call.index, response, usage, call.body)),
+            )
         if call.wire == "anthropic":
             if call.stream:
-                return 200, "text/event-stream", _sse(
-                    _anthropic_events(call.index, response, usage, model), named=True)
-            return 200, "application/json", _json_bytes(
-                _anthropic_message(call.index, response, usage, model))
+                return (
+                    200,
+                    "text/event-stream",
+                    _sse(_anthropic_events(call.index, response, usage, model), named=True),
+                )
+            return (
+                200,
+                "application/json",
+                _json_bytes(_anthropic_message(call.index, response, usage, model)),
+            )
         if call.stream:
             include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
             chunks = _openai_chunks(call.index, response, usage, model, include_usage)
             return 200, "text/event-stream", _sse(chunks, named=False) + b"data: [DONE]\n\n"
-        return 200, "application/json", _json_bytes(
-            _openai_completion(call.index, response, usage, model))
+        return (
+            200,
+            "application/json",
+            _json_bytes(_openai_completion(call.index, response, usage, model)),
+        )
 
     def _failed(self, call: ProviderCall, message: str) -> tuple[int, str, bytes]:
         if call.wire != "responses":
             error = _anthropic_error if call.wire == "anthropic" else _openai_error
             return 500, "application/json", _json_bytes(error(500, message))
-        empty = ({"content": [], "stop_reason": "end_turn"}, {"input_tokens": 0, "output_tokens": 0})
+        empty = (
+            {"content": [], "stop_reason": "end_turn"},
+            {"input_tokens": 0, "output_tokens": 0},
+        )
         failed = _responses_object(call.index, *empty, call.body)
-        failed.update(status="failed", output=[], usage=None,
-                      error={"code": "server_error", "message": message})
+        failed.update(
+            status="failed",
+            output=[],
+            usage=None,
+            error={"code": "server_error", "message": message},
+        )
         if not call.stream:
             return 200, "application/json", _json_bytes(failed)
         pending = _responses_object(call.index, *empty, call.body, done=False)
-        events = [{"type": "response.created", "response": pending},
-                  {"type": "response.in_progress", "response": pending},
-                  {"type": "response.failed", "response": failed}]
+        events = [
+            {"type": "response.created", "response": pending},
+            {"type": "response.in_progress", "response": pending},
+            {"type": "response.failed", "response": failed},
+        ]
         return 200, "text/event-stream", _sse(_numbered(events), named=True)
 
 
@@ -717,9 +941,11 @@ def _sse(events: list[tuple], *, named: bool) -> bytes:
 
 
 def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
-    routes = {ANTHROPIC_PATH: ("anthropic", anthropic_to_neutral),
-              OPENAI_PATH: ("openai", openai_to_neutral),
-              RESPONSES_PATH: ("responses", responses_to_neutral)}
+    routes = {
+        ANTHROPIC_PATH: ("anthropic", anthropic_to_neutral),
+        OPENAI_PATH: ("openai", openai_to_neutral),
+        RESPONSES_PATH: ("responses", responses_to_neutral),
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -743,9 +969,13 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
 
         def _not_found(self) -> None:
             message = f"scripted provider: no route for {self.command} {self.path}"
-            self._send(404, "application/json",
-                       _json_bytes({"type": "error", "error": {"type": "not_found_error",
-                                                               "message": message}}))
+            self._send(
+                404,
+                "application/json",
+                _json_bytes(
+                    {"type": "error", "error": {"type": "not_found_error", "message": message}}
+                ),
+            )
 
         def do_GET(self) -> None:
             self._not_found()
@@ -765,8 +995,11 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw)
                 request = to_neutral(body)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                self._send(400, "application/json",
-                           _json_bytes(error(400, f"scripted provider: bad request: {exc!r}")))
+                self._send(
+                    400,
+                    "application/json",
+                    _json_bytes(error(400, f"scripted provider: bad request: {exc!r}")),
+                )
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             call = provider._record(wire, body, request, headers, tuple(self.client_address[:2]))
@@ -774,8 +1007,9 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 status, content_type, payload = provider._answer(call)
             except Exception as exc:  # noqa: BLE001 - a failing script must surface in the test
                 status, content_type = 500, "application/json"
-                payload = _json_bytes(error(500, f"scripted provider: script failed on call "
-                                                 f"{call.index}: {exc!r}"))
+                payload = _json_bytes(
+                    error(500, f"scripted provider: script failed on call {call.index}: {exc!r}")
+                )
             try:
                 self._send(status, content_type, payload)
             except OSError:

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVICE = r'''
+SERVICE = r"""
 import json, os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -55,24 +55,59 @@ def run_task(prompt):
     model = model_file.read_text().strip() if model_file else "scripted-model"
     if mode == "openai":
         import openai
+
         client = openai.OpenAI(max_retries=0)
-        tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-                  "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "lookup_invoice",
+                    "description": "Look up an invoice.",
+                    "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+                },
+            }
+        ]
         messages = [{"role": "user", "content": prompt}]
         while True:
-            message = client.chat.completions.create(model=model, messages=messages, tools=tools).choices[0].message
+            message = (
+                client.chat.completions.create(model=model, messages=messages, tools=tools)
+                .choices[0]
+                .message
+            )
             after_call()
             if not message.tool_calls:
                 return message.content or ""
-            messages.append({"role": "assistant", "content": message.content, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                for c in message.tool_calls]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": message.content,
+                    "tool_calls": [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {
+                                "name": c.function.name,
+                                "arguments": c.function.arguments,
+                            },
+                        }
+                        for c in message.tool_calls
+                    ],
+                }
+            )
             for c in message.tool_calls:
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"amount": 42})})
+                messages.append(
+                    {"role": "tool", "tool_call_id": c.id, "content": json.dumps({"amount": 42})}
+                )
     import anthropic
+
     client = anthropic.Anthropic(max_retries=0)
-    tools = [{"name": "lookup_invoice", "description": "Look up an invoice.",
-              "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    tools = [
+        {
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        }
+    ]
     messages = [{"role": "user", "content": prompt}]
     while True:
         reply = client.messages.create(model=model, max_tokens=256, messages=messages, tools=tools)
@@ -80,11 +115,30 @@ def run_task(prompt):
         uses = [b for b in reply.content if b.type == "tool_use"]
         if not uses:
             return "".join(b.text for b in reply.content if b.type == "text")
-        messages.append({"role": "assistant", "content": [
-            {"type": "text", "text": b.text} if b.type == "text" else
-            {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input} for b in reply.content]})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": 42})} for u in uses]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": b.text}
+                    if b.type == "text"
+                    else {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}
+                    for b in reply.content
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": json.dumps({"amount": 42}),
+                    }
+                    for u in uses
+                ],
+            }
+        )
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -93,8 +147,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-        note(event="trigger", path=self.path, prompt=body.get("prompt"),
-             headers={k.lower(): v for k, v in self.headers.items()})
+        note(
+            event="trigger",
+            path=self.path,
+            prompt=body.get("prompt"),
+            headers={k.lower(): v for k, v in self.headers.items()},
+        )
         try:
             status, answer = 200, {"reply": run_task(body["prompt"])}
         except Exception as exc:
@@ -114,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 print("ready", flush=True)
 server.serve_forever()
-'''
+"""
 
 
 def free_port() -> int:
@@ -161,21 +219,35 @@ def start_service(tmp_path: Path, mode: str, base_url: str, *, env: dict | None 
     port = free_port()
     variable = "OPENAI_BASE_URL" if mode == "openai" else "ANTHROPIC_BASE_URL"
     full_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "OPENAI_", "ANTHROPIC_"))},
-        variable: base_url, "OPENAI_API_KEY": "service-own-key", "ANTHROPIC_API_KEY": "service-own-key",
-        "JOURNAL": str(journal), **(env or {}),
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SALVOR_", "OPENAI_", "ANTHROPIC_"))
+        },
+        variable: base_url,
+        "OPENAI_API_KEY": "service-own-key",
+        "ANTHROPIC_API_KEY": "service-own-key",
+        "JOURNAL": str(journal),
+        **(env or {}),
     }
-    process = subprocess.Popen([sys.executable, str(script), mode, str(port)], env=full_env,
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(script), mode, str(port)],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()
     assert line.strip() == "ready", f"the service did not start: {line!r}"
     return Service(process=process, port=port, journal=journal)
 
 
-def service_definition(url: str, proxy_port: int, *, headers: dict | None = None, extra: str = "") -> str:
+def service_definition(
+    url: str, proxy_port: int, *, headers: dict | None = None, extra: str = ""
+) -> str:
     """A ``kind = "service"`` definition in TOML."""
     table = "".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in (headers or {}).items())
     return (
-        f'name = "svc"\nkind = "service"\nurl = {json.dumps(url)}\nproxy_port = {proxy_port}\ntimeout = 60\n'
+        f'name = "svc"\nkind = "service"\nurl = {json.dumps(url)}\nproxy_port '
+        f"= {proxy_port}\ntimeout = 60\n"
         f"{extra}\n[headers]\n{table}"
     )

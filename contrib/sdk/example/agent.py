@@ -25,12 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from salvor_client import ClientRun
 
 ORDERS = {"o-17": {"status": "shipped", "carrier": "DHL"}, "o-18": {"status": "packing"}}
-TOOLS = [{
-    "name": "lookup_order",
-    "description": "Look an order up by id.",
-    "input_schema": {"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}},
-}]
-AGENT = "sha256:" + "0" * 64  # this loop is not a registered definition; the hash names it in listings
+TOOLS = [
+    {
+        "name": "lookup_order",
+        "description": "Look an order up by id.",
+        "input_schema": {
+            "type": "object",
+            "required": ["order_id"],
+            "properties": {"order_id": {"type": "string"}},
+        },
+    }
+]
+AGENT = (
+    "sha256:" + "0" * 64
+)  # this loop is not a registered definition; the hash names it in listings
 
 
 async def lookup_order(tool_input: dict, key: str) -> dict:
@@ -38,25 +46,33 @@ async def lookup_order(tool_input: dict, key: str) -> dict:
     return ORDERS.get(tool_input["order_id"], {"status": "unknown"})
 
 
-async def drive(base_url: str, task: str, run_id: str | None = None, *, model: str = "claude-sonnet-4-5") -> dict:
+async def drive(
+    base_url: str, task: str, run_id: str | None = None, *, model: str = "claude-sonnet-4-5"
+) -> dict:
     """Drive the run to its end; returns its output. Safe to call again with the same run id."""
     async with ClientRun(base_url, run_id=run_id, auth_token=os.environ.get("SALVOR_TOKEN")) as run:
         print(f"run {run.run_id}", file=sys.stderr, flush=True)
         await run.start(agent=AGENT, input={"task": task})
         messages: list[dict] = [{"role": "user", "content": task}]
         while True:
-            answer = await run.model_step({"model": model, "max_tokens": 1024, "messages": messages, "tools": TOOLS})
+            answer = await run.model_step(
+                {"model": model, "max_tokens": 1024, "messages": messages, "tools": TOOLS}
+            )
             blocks = answer["response"]["content"]
             messages.append({"role": "assistant", "content": blocks})
             uses = [b for b in blocks if b.get("type") == "tool_use"]
             if not uses:
-                output = {"reply": "".join(b.get("text", "") for b in blocks if b.get("type") == "text")}
+                output = {
+                    "reply": "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+                }
                 await run.complete(output)
                 return output
             results = []
             for use in uses:
                 result = await run.client_tool(use["name"], use["input"], lookup_order)
-                results.append({"type": "tool_result", "tool_use_id": use["id"], "content": json.dumps(result)})
+                results.append(
+                    {"type": "tool_result", "tool_use_id": use["id"], "content": json.dumps(result)}
+                )
             messages.append({"role": "user", "content": results})
 
 

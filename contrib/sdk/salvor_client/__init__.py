@@ -54,8 +54,15 @@ class ClientRun:
       client: an ``httpx.AsyncClient`` to share (closed by its owner, not here).
     """
 
-    def __init__(self, base_url: str, *, run_id: str | None = None, auth_token: str | None = None,
-                 client: httpx.AsyncClient | None = None, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        run_id: str | None = None,
+        auth_token: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.run_id = run_id
         self.token: str | None = None
@@ -66,7 +73,7 @@ class ClientRun:
         self._owns_client = client is None
         self._timeout = timeout
 
-    # -- the lease --------------------------------------------------------------------------------------
+    # -- the lease ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -102,11 +109,14 @@ class ClientRun:
 
     async def heartbeat(self) -> int:
         """Say "still here" inside a long body; returns the seconds the lease now lasts."""
-        return (await self._post(f"/v1/client-runs/{self.run_id}/heartbeat", None))["lapses_in_seconds"]
+        return (await self._post(f"/v1/client-runs/{self.run_id}/heartbeat", None))[
+            "lapses_in_seconds"
+        ]
 
     @asynccontextmanager
     async def keep_alive(self, every: float | None = None) -> AsyncIterator[None]:
-        """Heartbeat in the background for the body of the ``async with`` (a long tool, a long render)."""
+        """Heartbeat in the background for the body of the ``async with``
+        (a long tool, a long render)."""
         interval = every if every is not None else max(0.5, (await self.heartbeat()) / 3)
         async with anyio.create_task_group() as beats:
 
@@ -121,7 +131,7 @@ class ClientRun:
             finally:
                 beats.cancel_scope.cancel()
 
-    # -- the cursor ---------------------------------------------------------------------------------------
+    # -- the cursor --------------------------------------------------------------------------------
 
     @property
     def started(self) -> bool:
@@ -132,15 +142,21 @@ class ClientRun:
         if self.cursor < len(self.log):
             envelope = self.log[self.cursor]
             if envelope["event"]["kind"] != kind:
-                raise SalvorError(409, "divergence", f"the loop asks for a {kind} where the log has "
-                                                      f"{envelope['event']['kind']} at seq {self.cursor}")
+                raise SalvorError(
+                    409,
+                    "divergence",
+                    f"the loop asks for a {kind} where the log has "
+                    f"{envelope['event']['kind']} at seq {self.cursor}",
+                )
             return envelope["event"]["payload"]
         return None
 
     def _completion(self, seq: int) -> dict | None:
-        for envelope in self.log[seq + 1:]:
-            if envelope["event"]["kind"] in ("ModelCallCompleted", "ToolCallCompleted") and \
-                    envelope["event"]["payload"]["seq"] == seq:
+        for envelope in self.log[seq + 1 :]:
+            if (
+                envelope["event"]["kind"] in ("ModelCallCompleted", "ToolCallCompleted")
+                and envelope["event"]["payload"]["seq"] == seq
+            ):
                 return envelope["event"]["payload"]
         return None
 
@@ -150,14 +166,21 @@ class ClientRun:
         if recorded is not None:
             self.cursor += 1
             return recorded
-        envelope = {"run_id": self.run_id, "seq": self.cursor, "schema_version": SCHEMA_VERSION,
-                    "recorded_at": _now(), "event": {"kind": kind, "payload": payload}}
+        envelope = {
+            "run_id": self.run_id,
+            "seq": self.cursor,
+            "schema_version": SCHEMA_VERSION,
+            "recorded_at": _now(),
+            "event": {"kind": kind, "payload": payload},
+        }
         await self._post(f"/v1/client-runs/{self.run_id}/events", {"events": [envelope]})
         self.log.append(envelope)
         self.cursor += 1
         return payload
 
-    async def start(self, *, agent: str, input: Any = None, labels: dict[str, str] | None = None) -> None:
+    async def start(
+        self, *, agent: str, input: Any = None, labels: dict[str, str] | None = None
+    ) -> None:
         payload: dict[str, Any] = {"agent_def_hash": agent, "input": input}
         if labels:
             payload["labels"] = labels
@@ -173,7 +196,7 @@ class ClientRun:
     async def fail(self, error: str) -> None:
         await self.append("RunFailed", {"error": error})
 
-    # -- steps ------------------------------------------------------------------------------------------
+    # -- steps -------------------------------------------------------------------------------------
 
     async def model_step(self, request: dict) -> dict:
         """The daemon calls the model (it holds the key); ``{"response", "usage"}``."""
@@ -181,16 +204,25 @@ class ClientRun:
 
     async def tool_step(self, tool: str, input: Any, idempotency_key: str | None = None) -> Any:
         """The daemon performs one of its registered tools; its output."""
-        body = {"seq": self.cursor, "tool": tool, "input": input, "idempotency_key": idempotency_key}
+        body = {
+            "seq": self.cursor,
+            "tool": tool,
+            "input": input,
+            "idempotency_key": idempotency_key,
+        }
         return (await self._step("tool-step", body))["output"]
 
-    async def client_tool(self, tool: str, input: Any, perform: Callable[[Any, str], Awaitable[Any]]) -> Any:
-        """A declared tool this process performs itself, write-ahead: ``perform(input, key)`` runs only
-        when the call is not already settled, under the key the daemon derived; a failure is recorded as
-        the call's error and raised again."""
+    async def client_tool(
+        self, tool: str, input: Any, perform: Callable[[Any, str], Awaitable[Any]]
+    ) -> Any:
+        """A declared tool this process performs itself, write-ahead: ``perform(input, key)`` runs
+        only when the call is not already settled, under the key the daemon derived; a failure is
+        recorded as the call's error and raised again."""
         seq = self.cursor
-        opened = await self._post(f"/v1/client-runs/{self.run_id}/client-tool-intent",
-                                  {"seq": seq, "tool": tool, "input": input})
+        opened = await self._post(
+            f"/v1/client-runs/{self.run_id}/client-tool-intent",
+            {"seq": seq, "tool": tool, "input": input},
+        )
         if opened["settled"]:
             await self._advance_past(seq)
             return opened["output"]
@@ -198,11 +230,15 @@ class ClientRun:
             async with self.keep_alive():
                 output = await perform(input, opened["idempotency_key"])
         except Exception as exc:
-            await self._post(f"/v1/client-runs/{self.run_id}/client-tool-completion",
-                             {"seq": seq, "error": {"message": f"{type(exc).__name__}: {exc}"}})
+            await self._post(
+                f"/v1/client-runs/{self.run_id}/client-tool-completion",
+                {"seq": seq, "error": {"message": f"{type(exc).__name__}: {exc}"}},
+            )
             await self._advance_past(seq)
             raise
-        await self._post(f"/v1/client-runs/{self.run_id}/client-tool-completion", {"seq": seq, "output": output})
+        await self._post(
+            f"/v1/client-runs/{self.run_id}/client-tool-completion", {"seq": seq, "output": output}
+        )
         await self._advance_past(seq)
         return output
 
@@ -213,21 +249,30 @@ class ClientRun:
         return answer
 
     async def _advance_past(self, seq: int) -> None:
-        """Move the cursor past the intent at ``seq`` and its completion, reading the log's tail when needed."""
+        """Move the cursor past the intent at ``seq`` and its completion, reading
+        the log's tail when needed."""
         if self._completion(seq) is None:
-            tail = await self._get(f"/v1/client-runs/{self.run_id}/log", {"from_seq": len(self.log)})
+            tail = await self._get(
+                f"/v1/client-runs/{self.run_id}/log", {"from_seq": len(self.log)}
+            )
             self.log.extend(tail["log"])
         completion_at = next(
-            (i for i, e in enumerate(self.log) if i > seq and e["event"]["kind"] in ("ModelCallCompleted",
-                                                                                   "ToolCallCompleted")
-             and e["event"]["payload"]["seq"] == seq),
+            (
+                i
+                for i, e in enumerate(self.log)
+                if i > seq
+                and e["event"]["kind"] in ("ModelCallCompleted", "ToolCallCompleted")
+                and e["event"]["payload"]["seq"] == seq
+            ),
             None,
         )
         if completion_at is None:
-            raise SalvorError(409, "divergence", f"the call at seq {seq} has no completion in the log")
+            raise SalvorError(
+                409, "divergence", f"the call at seq {seq} has no completion in the log"
+            )
         self.cursor = completion_at + 1
 
-    # -- HTTP ---------------------------------------------------------------------------------------------
+    # -- HTTP --------------------------------------------------------------------------------------
 
     async def _post(self, path: str, body: Any) -> dict:
         headers = dict(self._headers)
@@ -238,7 +283,9 @@ class ClientRun:
         return _answer(await self._client.post(self.base_url + path, json=body, headers=headers))
 
     async def _get(self, path: str, params: dict) -> dict:
-        return _answer(await self._client.get(self.base_url + path, params=params, headers=self._headers))
+        return _answer(
+            await self._client.get(self.base_url + path, params=params, headers=self._headers)
+        )
 
 
 def _answer(reply: httpx.Response) -> dict:
@@ -248,11 +295,14 @@ def _answer(reply: httpx.Response) -> dict:
         body = None
     if reply.status_code >= 400:
         error = (body or {}).get("error", {}) if isinstance(body, dict) else {}
-        raise SalvorError(reply.status_code, error.get("code", "http_error"), error.get("message", reply.text[:300]),
-                          error.get("details"))
+        raise SalvorError(
+            reply.status_code,
+            error.get("code", "http_error"),
+            error.get("message", reply.text[:300]),
+            error.get("details"),
+        )
     return body
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-

@@ -57,20 +57,40 @@ async def assert_log_is_sound(runtime, run_id):
 
 @pytest.mark.parametrize("wire", ["anthropic", "openai"])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_tool_loop_runs_to_completion_recording_every_call(runtime, providers, make_agent, effects_path, wire, stream):
+async def test_a_tool_loop_runs_to_completion_recording_every_call(
+    runtime, providers, make_agent, effects_path, wire, stream
+):
     provider = providers(tool_loop_script(REFUND_PLAN, final_text="refunded"))
-    agent = make_agent(provider, tools=["lookup_invoice", "issue_refund", "send_email"], wire=wire,
-                       llm_extra=f"stream = {str(stream).lower()}")
-    run_id, view = await start_and_drive(runtime, agent, {"invoice_id": "INV-7"}, labels={"env": "test"})
+    agent = make_agent(
+        provider,
+        tools=["lookup_invoice", "issue_refund", "send_email"],
+        wire=wire,
+        llm_extra=f"stream = {str(stream).lower()}",
+    )
+    run_id, view = await start_and_drive(
+        runtime, agent, {"invoice_id": "INV-7"}, labels={"env": "test"}
+    )
 
     assert view.status() == {"state": "completed", "output": "refunded"}
     log = await assert_log_is_sound(runtime, run_id)
     assert kinds(log) == [
         "RunStarted",
-        "ModelCallRequested", "ModelCallCompleted", "ToolCallRequested", "ToolCallCompleted",
-        "ModelCallRequested", "ModelCallCompleted", "ToolCallRequested", "ToolCallCompleted",
-        "ModelCallRequested", "ModelCallCompleted", "RandomObserved", "ToolCallRequested", "ToolCallCompleted",
-        "ModelCallRequested", "ModelCallCompleted", "RunCompleted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "ToolCallRequested",
+        "ToolCallCompleted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "ToolCallRequested",
+        "ToolCallCompleted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "RandomObserved",
+        "ToolCallRequested",
+        "ToolCallCompleted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "RunCompleted",
     ]
     assert provider.call_count == 4
     assert view.step_count == 4
@@ -79,13 +99,23 @@ async def test_a_tool_loop_runs_to_completion_recording_every_call(runtime, prov
     # The idempotency key is drawn from the recorded random value.
     random_value = log[11].event.value
     assert log[12].event.idempotency_key == "idem_" + random_value
-    assert [e.event.effect for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED] == ["read", "write", "idempotent"]
-    assert [r["tool"] for r in ledger(effects_path)] == ["lookup_invoice", "issue_refund", "send_email"]
+    assert [e.event.effect for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED] == [
+        "read",
+        "write",
+        "idempotent",
+    ]
+    assert [r["tool"] for r in ledger(effects_path)] == [
+        "lookup_invoice",
+        "issue_refund",
+        "send_email",
+    ]
     # The runs row is the fold of the log.
     assert await runtime.view(run_id) == view
 
 
-async def test_driving_a_finished_run_again_executes_nothing(runtime, providers, make_agent, effects_path):
+async def test_driving_a_finished_run_again_executes_nothing(
+    runtime, providers, make_agent, effects_path
+):
     provider = providers(tool_loop_script(REFUND_PLAN[:1]))
     agent = make_agent(provider, tools=["lookup_invoice"])
     run_id, first = await start_and_drive(runtime, agent)
@@ -97,7 +127,9 @@ async def test_driving_a_finished_run_again_executes_nothing(runtime, providers,
     assert len(ledger(effects_path)) == 1
 
 
-async def test_an_interrupted_run_recovers_without_repeating_completed_calls(runtime, providers, make_agent, effects_path):
+async def test_an_interrupted_run_recovers_without_repeating_completed_calls(
+    runtime, providers, make_agent, effects_path
+):
     plan = tool_loop_script(REFUND_PLAN[:1], final_text="ok")
     failing = {"on": True}
 
@@ -138,8 +170,14 @@ async def test_a_model_refusal_that_cannot_pass_fails_the_run(runtime, providers
     await assert_log_is_sound(runtime, run_id)
 
 
-async def test_a_gate_suspends_and_only_a_conforming_input_resumes_it(runtime, providers, make_agent):
-    provider = providers(tool_loop_script([("request_approval", {"reason": "refund over limit"})], final_text="approved"))
+async def test_a_gate_suspends_and_only_a_conforming_input_resumes_it(
+    runtime, providers, make_agent
+):
+    provider = providers(
+        tool_loop_script(
+            [("request_approval", {"reason": "refund over limit"})], final_text="approved"
+        )
+    )
     agent = make_agent(provider, tools=["request_approval"])
     run_id, view = await start_and_drive(runtime, agent)
     assert view.state is RunState.SUSPENDED
@@ -176,7 +214,9 @@ async def test_a_signal_wait_says_so(runtime, providers, make_agent):
 
 async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_agent, clock):
     wake_at = format_instant(clock.now.replace(hour=10))
-    provider = providers(tool_loop_script([("wait_until", {"wake_at": wake_at})], final_text="woke"))
+    provider = providers(
+        tool_loop_script([("wait_until", {"wake_at": wake_at})], final_text="woke")
+    )
     agent = make_agent(provider, tools=["wait_until"])
     run_id, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "sleeping", "wake_at": wake_at}
@@ -188,7 +228,12 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     assert refused.value.details == {"wake_at": wake_at, "remaining_seconds": 3600}
 
     clock.advance(3600 + 30)
-    assert view.status_at(clock.now) == {"state": "sleeping", "wake_at": wake_at, "overdue": True, "overdue_seconds": 30}
+    assert view.status_at(clock.now) == {
+        "state": "sleeping",
+        "wake_at": wake_at,
+        "overdue": True,
+        "overdue_seconds": 30,
+    }
     assert await runtime.due_runs() == [run_id]
     assert (await runtime.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id)
@@ -201,14 +246,20 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     assert await runtime.due_runs() == []
 
 
-async def test_a_timer_driven_early_records_nothing_and_stays_asleep(runtime, providers, make_agent, clock):
+async def test_a_timer_driven_early_records_nothing_and_stays_asleep(
+    runtime, providers, make_agent, clock
+):
     wake_at = format_instant(clock.now.replace(hour=10))
-    provider = providers(tool_loop_script([("wait_until", {"wake_at": wake_at})], final_text="woke"))
+    provider = providers(
+        tool_loop_script([("wait_until", {"wake_at": wake_at})], final_text="woke")
+    )
     agent = make_agent(provider, tools=["wait_until"])
     run_id, _ = await start_and_drive(runtime, agent)
     clock.advance(60)
     asleep = await runtime.view(run_id)
-    view = await runtime.drive(run_id, agent=agent)  # early: the deadline is enforced inside the run
+    view = await runtime.drive(
+        run_id, agent=agent
+    )  # early: the deadline is enforced inside the run
     assert view == asleep
     clock.advance(3600)
     view = await runtime.drive(run_id, agent=agent)
@@ -218,12 +269,18 @@ async def test_a_timer_driven_early_records_nothing_and_stays_asleep(runtime, pr
     assert provider.call_count == 2
 
 
-async def test_a_step_budget_parks_the_run_and_an_extension_lifts_it(runtime, providers, make_agent):
+async def test_a_step_budget_parks_the_run_and_an_extension_lifts_it(
+    runtime, providers, make_agent
+):
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(3)]
     provider = providers(tool_loop_script(plan, final_text="all looked up"))
     agent = make_agent(provider, tools=["lookup_invoice"], extra="[budgets]\nsteps = 2\n")
     run_id, view = await start_and_drive(runtime, agent)
-    assert view.status() == {"state": "budget_exceeded", "budget": {"kind": "steps", "limit": 2}, "observed": 2}
+    assert view.status() == {
+        "state": "budget_exceeded",
+        "budget": {"kind": "steps", "limit": 2},
+        "observed": 2,
+    }
     assert provider.call_count == 2
     before = view.event_count
     for bad in (MISSING, {}, {"extend_by": 0}, {"extend_by": -1}, {"extend_by": 1, "x": 1}, "more"):
@@ -244,21 +301,38 @@ async def test_a_token_budget_counts_recorded_usage(runtime, providers, make_age
     provider = providers(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-1"})]))
     agent = make_agent(provider, tools=["lookup_invoice"], extra="[budgets]\ntokens = 15\n")
     run_id, view = await start_and_drive(runtime, agent)
-    assert view.status() == {"state": "budget_exceeded", "budget": {"kind": "tokens", "limit": 15}, "observed": 15}
+    assert view.status() == {
+        "state": "budget_exceeded",
+        "budget": {"kind": "tokens", "limit": 15},
+        "observed": 15,
+    }
     await runtime.resume(run_id, {"extend_by": 100})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
 
 
-async def test_output_schema_answers_are_validated_before_they_are_recorded(runtime, providers, make_agent):
+async def test_output_schema_answers_are_validated_before_they_are_recorded(
+    runtime, providers, make_agent
+):
     def use(k, payload):
-        return ({"model": "m", "content": [{"type": "tool_use", "id": f"t{k}", "name": "submit_output", "input": payload}],
-                 "stop_reason": "tool_use"}, {"input_tokens": 1, "output_tokens": 1})
+        return (
+            {
+                "model": "m",
+                "content": [
+                    {"type": "tool_use", "id": f"t{k}", "name": "submit_output", "input": payload}
+                ],
+                "stop_reason": "tool_use",
+            },
+            {"input_tokens": 1, "output_tokens": 1},
+        )
 
     provider = providers([use(0, {"verdict": 5}), use(1, {"verdict": "refund"})])
     agent = make_agent(
         provider,
-        extra='[output_schema]\ntype = "object"\nrequired = ["verdict"]\n[output_schema.properties.verdict]\ntype = "string"\n',
+        extra=(
+            '[output_schema]\ntype = "object"\nrequired = ["verdict"]\n'
+            '[output_schema.properties.verdict]\ntype = "string"\n'
+        ),
     )
     _, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "completed", "output": {"verdict": "refund"}}
@@ -268,7 +342,9 @@ async def test_output_schema_answers_are_validated_before_they_are_recorded(runt
     assert rejected["is_error"] is True and "verdict" in rejected["content"]
 
 
-async def test_failed_tools_are_recorded_as_the_error_sentinel(runtime, providers, make_agent, effects_path):
+async def test_failed_tools_are_recorded_as_the_error_sentinel(
+    runtime, providers, make_agent, effects_path
+):
     plan = [
         ("issue_refund", {"invoice_id": "INV-1", "amount_cents": 0}),  # the tool refuses
         ("lookup_invoice", {}),  # input its schema rejects: never executed
@@ -280,8 +356,12 @@ async def test_failed_tools_are_recorded_as_the_error_sentinel(runtime, provider
     assert view.state is RunState.COMPLETED
     log = await assert_log_is_sound(runtime, run_id)
     outputs = [e.event.output for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
-    assert outputs[0][TOOL_ERROR_KEY] == {"is_error": True, "kind": "handler",
-                                          "message": "a refund must be for a positive amount", "attempts": 1}
+    assert outputs[0][TOOL_ERROR_KEY] == {
+        "is_error": True,
+        "kind": "handler",
+        "message": "a refund must be for a positive amount",
+        "attempts": 1,
+    }
     assert outputs[1][TOOL_ERROR_KEY]["kind"] == "invalid_input"
     assert len(outputs) == 2
     assert ledger(effects_path) == []
@@ -298,21 +378,39 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
             if attempts[name] < 3:
                 raise ToolFailed(f"{name} hiccup {attempts[name]}")
             return {"ok": attempts[name]}
+
         return handler
 
     schema = {"type": "object"}
-    registry = ToolRegistry([
-        Tool(name="flaky_read", description="", effect=Effect.READ, input_schema=schema, handler=flaky("flaky_read")),
-        Tool(name="flaky_write", description="", effect=Effect.WRITE, input_schema=schema, handler=flaky("flaky_write")),
-    ])
+    registry = ToolRegistry(
+        [
+            Tool(
+                name="flaky_read",
+                description="",
+                effect=Effect.READ,
+                input_schema=schema,
+                handler=flaky("flaky_read"),
+            ),
+            Tool(
+                name="flaky_write",
+                description="",
+                effect=Effect.WRITE,
+                input_schema=schema,
+                handler=flaky("flaky_write"),
+            ),
+        ]
+    )
     from salvor.daemon.agents._definition import parse_definition
     from salvor.daemon.runs._runtime import Runtime
 
     from tests.support.runtime import agent_toml
 
     provider = providers(tool_loop_script([("flaky_read", {}), ("flaky_write", {})]))
-    agent = parse_definition(agent_toml(provider.base_url, tools=["flaky_read", "flaky_write"]), "toml",
-                             known_tools=registry.names())
+    agent = parse_definition(
+        agent_toml(provider.base_url, tools=["flaky_read", "flaky_write"]),
+        "toml",
+        known_tools=registry.names(),
+    )
     own = Runtime(runtime.access, registry, clock=clock)
     run_id, view = await start_and_drive(own, agent)
     assert view.state is RunState.COMPLETED
@@ -331,16 +429,40 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     view = await runtime.view(run_id)
     from salvor.protocol import ModelCallCompleted, ModelCallRequested, sha256_hash
 
-    request = {"model": "scripted-model", "max_tokens": 1024, "system": "You settle refunds.",
-               "messages": [{"role": "user", "content": [{"type": "text", "text": "null"}]}],
-               "tools": [t.spec() for t in [runtime.registry.get("issue_refund")]]}
-    _, view = await runtime.access.append(run_id, [ModelCallRequested(request_hash=sha256_hash(request))], view)
-    response = {"model": "m", "content": [{"type": "tool_use", "id": "toolu_0", "name": "issue_refund",
-                                          "input": REFUND_PLAN[1][1]}], "stop_reason": "tool_use"}
-    _, view = await runtime.access.append(run_id, [
-        ModelCallCompleted(seq=1, response=response, usage={"input_tokens": 1, "output_tokens": 1}),
-        ToolCallRequested(tool="issue_refund", input=REFUND_PLAN[1][1], effect="write", idempotency_key=None),
-    ], view)
+    request = {
+        "model": "scripted-model",
+        "max_tokens": 1024,
+        "system": "You settle refunds.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "null"}]}],
+        "tools": [t.spec() for t in [runtime.registry.get("issue_refund")]],
+    }
+    _, view = await runtime.access.append(
+        run_id, [ModelCallRequested(request_hash=sha256_hash(request))], view
+    )
+    response = {
+        "model": "m",
+        "content": [
+            {
+                "type": "tool_use",
+                "id": "toolu_0",
+                "name": "issue_refund",
+                "input": REFUND_PLAN[1][1],
+            }
+        ],
+        "stop_reason": "tool_use",
+    }
+    _, view = await runtime.access.append(
+        run_id,
+        [
+            ModelCallCompleted(
+                seq=1, response=response, usage={"input_tokens": 1, "output_tokens": 1}
+            ),
+            ToolCallRequested(
+                tool="issue_refund", input=REFUND_PLAN[1][1], effect="write", idempotency_key=None
+            ),
+        ],
+        view,
+    )
     assert view.state is RunState.NEEDS_RECONCILIATION
 
     with pytest.raises(OperationRefused) as refused:
@@ -367,7 +489,9 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     await assert_log_is_sound(runtime, run_id)
 
 
-async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(runtime, providers, make_agent):
+async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
+    runtime, providers, make_agent
+):
     provider = providers(tool_loop_script([("request_approval", {})]))
     agent = make_agent(provider, tools=["request_approval"])
     run_id, _ = await start_and_drive(runtime, agent)
@@ -380,10 +504,16 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(runtim
 
     run_id = await runtime.start_run(agent, None)
     view = await runtime.view(run_id)
-    _, view = await runtime.access.append(run_id, [
-        ToolCallRequested(tool="issue_refund", input={}, effect="write", idempotency_key=None)], view)
+    _, view = await runtime.access.append(
+        run_id,
+        [ToolCallRequested(tool="issue_refund", input={}, effect="write", idempotency_key=None)],
+        view,
+    )
     _, view = await runtime.abandon(run_id)
-    assert view.status() == {"state": "abandoned", "unresolved_write": {"seq": 1, "tool": "issue_refund"}}
+    assert view.status() == {
+        "state": "abandoned",
+        "unresolved_write": {"seq": 1, "tool": "issue_refund"},
+    }
 
 
 async def test_refusals_record_nothing(runtime, providers, make_agent):
@@ -400,7 +530,11 @@ async def test_refusals_record_nothing(runtime, providers, make_agent):
         await runtime.start_run(agent, None, run_id=run_id)
     assert refused.value.code == "run_exists"
     nobody = "00000000-0000-4000-8000-000000000000"
-    for attempt in (runtime.resume(nobody), runtime.resolve(nobody, {}, {}), runtime.abandon(nobody)):
+    for attempt in (
+        runtime.resume(nobody),
+        runtime.resolve(nobody, {}, {}),
+        runtime.abandon(nobody),
+    ):
         with pytest.raises(OperationRefused) as refused:
             await attempt
         assert refused.value.code == "unknown_run"
@@ -419,6 +553,7 @@ async def test_credentials_never_reach_the_log(runtime, providers, make_agent, m
     assert "sk-test-do-not-record-4242" not in text
     # record_prompts keeps each request body, and it hashes to the recorded request_hash.
     from salvor.protocol import sha256_hash
+
     intents = [e.event for e in log if e.event.KIND is EventKind.MODEL_CALL_REQUESTED]
     assert all(sha256_hash(i.request_body) == i.request_hash for i in intents)
     assert intents[0].request_body == provider.calls[0].request

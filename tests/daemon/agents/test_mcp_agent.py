@@ -70,12 +70,22 @@ def fx_table(location: str, body: str = "", name: str = "fx") -> str:
 
 
 def tool_events(log, tool: str):
-    return [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == tool]
+    return [
+        e.event
+        for e in log
+        if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == tool
+    ]
 
 
 def completion_of(log, tool: str):
-    seqs = {e.seq for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == tool}
-    return [e.event.output for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq in seqs]
+    seqs = {
+        e.seq for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == tool
+    }
+    return [
+        e.event.output
+        for e in log
+        if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq in seqs
+    ]
 
 
 def tool_results_seen(provider) -> list[dict]:
@@ -89,12 +99,21 @@ async def start_and_drive(runtime, agent, run_input=None):
     return run_id, await runtime.drive(run_id, agent=agent)
 
 
-async def test_each_call_is_recorded_with_the_declared_effect(runtime, providers, registry, fx, fx_server):
-    plan = [("lookup", {"key": "a"}), ("write_note", {"text": "n1"}), ("delete_everything", {}),
-            ("lookup", {"key": "b"})]
+async def test_each_call_is_recorded_with_the_declared_effect(
+    runtime, providers, registry, fx, fx_server
+):
+    plan = [
+        ("lookup", {"key": "a"}),
+        ("write_note", {"text": "n1"}),
+        ("delete_everything", {}),
+        ("lookup", {"key": "b"}),
+    ]
     provider = providers(tool_loop_script(plan, final_text="all done"))
-    agent = mcp_agent(provider, registry, fx_table(
-        fx_server, 'effects = { lookup = "read", write_note = "idempotent" }\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(fx_server, 'effects = { lookup = "read", write_note = "idempotent" }\n'),
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "all done"}
@@ -103,33 +122,56 @@ async def test_each_call_is_recorded_with_the_declared_effect(runtime, providers
     assert kinds(log)[:3] == ["RunStarted", "ToolCallRequested", "ToolCallCompleted"]
     assert log[1].event.tool == LISTING and log[1].event.effect == "read"
     listed = [t["name"] for t in log[2].event.output["tools"]]
-    assert listed[:3] == ["lookup", "write_note", "delete_everything"] and len(listed) == 10  # three pages
-    effects = {e.tool: e.effect for e in tool_events(log, "lookup") + tool_events(log, "write_note")
-               + tool_events(log, "delete_everything")}
+    assert (
+        listed[:3] == ["lookup", "write_note", "delete_everything"] and len(listed) == 10
+    )  # three pages
+    effects = {
+        e.tool: e.effect
+        for e in tool_events(log, "lookup")
+        + tool_events(log, "write_note")
+        + tool_events(log, "delete_everything")
+    }
     # Declared effects are kept; a tool nobody declared (even with a destructive hint) is a write.
     assert effects == {"lookup": "read", "write_note": "idempotent", "delete_everything": "write"}
     assert completion_of(log, "lookup")[0] == {"content": [{"type": "text", "text": "value of a"}]}
     assert [e["tool"] for e in fx.ledger] == ["lookup", "write_note", "delete_everything", "lookup"]
     # An idempotent call carries its recorded key to the server.
     key = tool_events(log, "write_note")[0].idempotency_key
-    assert key and fx.calls_of("write_note")[0]["meta"] == {"salvor": {"idempotency_key": key, "run_id": run_id}}
+    assert key and fx.calls_of("write_note")[0]["meta"] == {
+        "salvor": {"idempotency_key": key, "run_id": run_id}
+    }
     # The model was offered the listed tools and read their text.
     offered = [t["name"] for t in provider.calls[0].request["tools"]]
     assert offered == listed
     assert [r["content"] for r in tool_results_seen(provider)] == [
-        "value of a", "noted n1", "delete_everything done", "value of b"]
+        "value of a",
+        "noted n1",
+        "delete_everything done",
+        "value of b",
+    ]
     assert len(fx.starts) == 1  # one session served the whole drive
 
 
-async def test_a_stubbed_tool_is_answered_by_the_daemon_and_never_forwarded(runtime, providers, registry, fx, fx_server):
+async def test_a_stubbed_tool_is_answered_by_the_daemon_and_never_forwarded(
+    runtime, providers, registry, fx, fx_server
+):
     provider = providers(tool_loop_script([("delete_everything", {}), ("lookup", {"key": "k"})]))
-    stub = '[mcp_servers.results.delete_everything]\ncontent = [{ type = "text", text = "deleted (stub)" }]\n'
-    agent = mcp_agent(provider, registry, fx_table(fx_server, 'effects = { delete_everything = "write" }\n') + stub)
+    stub = (
+        "[mcp_servers.results.delete_everything]\ncontent = [{ type = "
+        '"text", text = "deleted (stub)" }]\n'
+    )
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(fx_server, 'effects = { delete_everything = "write" }\n') + stub,
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
     log = await runtime.log(run_id)
-    assert completion_of(log, "delete_everything") == [{"content": [{"type": "text", "text": "deleted (stub)"}]}]
+    assert completion_of(log, "delete_everything") == [
+        {"content": [{"type": "text", "text": "deleted (stub)"}]}
+    ]
     # Answered by the daemon, so safe to answer again: recorded as a read.
     assert tool_events(log, "delete_everything")[0].effect == "read"
     assert [e["tool"] for e in fx.ledger] == ["lookup"]
@@ -138,22 +180,32 @@ async def test_a_stubbed_tool_is_answered_by_the_daemon_and_never_forwarded(runt
 
 async def test_an_allow_list_limits_what_the_model_is_offered(runtime, providers, registry, fx):
     provider = providers(tool_loop_script([("write_note", {"text": "x"})]))
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'tools = ["lookup"]\n'))
+    agent = mcp_agent(
+        provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'tools = ["lookup"]\n')
+    )
     _run_id, _view = await start_and_drive(runtime, agent)
 
     assert [t["name"] for t in provider.calls[0].request["tools"]] == ["lookup"]
     assert tool_results_seen(provider)[0] == {
-        "type": "tool_result", "tool_use_id": "toolu_0", "content": "there is no tool named 'write_note' in this agent",
-        "is_error": True}
+        "type": "tool_result",
+        "tool_use_id": "toolu_0",
+        "content": "there is no tool named 'write_note' in this agent",
+        "is_error": True,
+    }
     assert fx.ledger == []
 
 
 async def test_a_replay_only_drive_starts_no_server_and_a_live_call_after_it_starts_one(
-        runtime, providers, registry, fx, clock):
+    runtime, providers, registry, fx, clock
+):
     wake_at = format_instant(clock.now + timedelta(hours=1))
     plan = [("park", {"salvor": {"sleep_until": wake_at}}), ("lookup", {"key": "after"})]
     provider = providers(tool_loop_script(plan))
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'effects = { park = "read" }\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(f"command = {fx.toml_command()}\n", 'effects = { park = "read" }\n'),
+    )
     run_id, view = await start_and_drive(runtime, agent)
     assert view.state is RunState.SLEEPING and len(fx.starts) == 1
     # A parked run holds no MCP process: the drive closed its session.
@@ -177,15 +229,25 @@ async def test_a_replay_only_drive_starts_no_server_and_a_live_call_after_it_sta
     assert tool_results_seen(provider)[0]["content"] == json.dumps({"slept_until": wake_at})
 
 
-async def test_meta_salvor_suspend_parks_the_run_until_resumed(runtime, providers, registry, fx, fx_server):
-    schema = {"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}
-    request = {"suspend": {"reason": "approve the refund", "input_schema": schema, "kind": "signal"}}
+async def test_meta_salvor_suspend_parks_the_run_until_resumed(
+    runtime, providers, registry, fx, fx_server
+):
+    schema = {
+        "type": "object",
+        "required": ["approved"],
+        "properties": {"approved": {"type": "boolean"}},
+    }
+    request = {
+        "suspend": {"reason": "approve the refund", "input_schema": schema, "kind": "signal"}
+    }
     provider = providers(tool_loop_script([("park", {"salvor": request})], final_text="resumed"))
     agent = mcp_agent(provider, registry, fx_table(fx_server))
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.SUSPENDED
-    assert view.status()["reason"] == "approve the refund" and view.status()["input_schema"] == schema
+    assert (
+        view.status()["reason"] == "approve the refund" and view.status()["input_schema"] == schema
+    )
     log = await runtime.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "Suspended"]
     assert completion_of(log, "park") == [{TOOL_SUSPEND_KEY: request["suspend"]}]
@@ -194,58 +256,89 @@ async def test_meta_salvor_suspend_parks_the_run_until_resumed(runtime, provider
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "resumed"}
-    assert tool_results_seen(provider)[0]["content"] == json.dumps({"approved": True}, sort_keys=True)
+    assert tool_results_seen(provider)[0]["content"] == json.dumps(
+        {"approved": True}, sort_keys=True
+    )
     assert len(fx.calls_of("park")) == 1
 
 
 @pytest.mark.parametrize(
     ("salvor", "is_error", "problem"),
     [
-        ({"suspend": {"reason": "r", "input_schema": {}}, "sleep_until": "2030-01-01T00:00:00Z"}, False,
-         "names both suspend and sleep_until"),
+        (
+            {"suspend": {"reason": "r", "input_schema": {}}, "sleep_until": "2030-01-01T00:00:00Z"},
+            False,
+            "names both suspend and sleep_until",
+        ),
         ({"snooze": "1h"}, False, "uses the key 'snooze'"),
         ({"sleep_until": "tomorrow"}, False, "sleep_until that is not an RFC 3339 instant"),
         ({"sleep_until": "2030-01-01T00:00:00"}, False, "no UTC offset"),
         ({"suspend": {"input_schema": {}}}, False, "without a `reason`"),
         ({"suspend": {"reason": "r"}}, False, "without an `input_schema`"),
-        ({"suspend": {"reason": "r", "input_schema": {}, "kind": "person"}}, False, 'other than "signal"'),
+        (
+            {"suspend": {"reason": "r", "input_schema": {}, "kind": "person"}},
+            False,
+            'other than "signal"',
+        ),
         ("soon", False, "is not an object"),
         ({}, False, "names neither"),
         ({"sleep_until": "2030-01-01T00:00:00Z"}, True, "flagged isError"),
     ],
 )
 async def test_a_bad_meta_salvor_request_fails_the_call_once_and_never_parks(
-        runtime, providers, registry, fx, salvor, is_error, problem):
-    provider = providers(tool_loop_script([("park", {"salvor": salvor, "is_error": is_error})], final_text="went on"))
+    runtime, providers, registry, fx, salvor, is_error, problem
+):
+    provider = providers(
+        tool_loop_script([("park", {"salvor": salvor, "is_error": is_error})], final_text="went on")
+    )
     # Declared a read, so only the refusal's own rule keeps it from being retried.
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'effects = { park = "read" }\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(f"command = {fx.toml_command()}\n", 'effects = { park = "read" }\n'),
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "went on"}
     (output,) = completion_of(await runtime.log(run_id), "park")
     error = output[TOOL_ERROR_KEY]
-    assert "`_meta.salvor`" in error["message"] and problem in error["message"] and error["attempts"] == 1
+    assert (
+        "`_meta.salvor`" in error["message"]
+        and problem in error["message"]
+        and error["attempts"] == 1
+    )
     assert len(fx.calls_of("park")) == 1
     seen = tool_results_seen(provider)[0]
     assert seen["is_error"] is True and "`_meta.salvor`" in seen["content"]
 
 
-async def test_an_is_error_result_is_recorded_as_it_is_and_shown_as_an_error(runtime, providers, registry, fx, fx_server):
+async def test_an_is_error_result_is_recorded_as_it_is_and_shown_as_an_error(
+    runtime, providers, registry, fx, fx_server
+):
     provider = providers(tool_loop_script([("fail_soft", {})]))
     agent = mcp_agent(provider, registry, fx_table(fx_server))
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
     assert completion_of(await runtime.log(run_id), "fail_soft") == [
-        {"content": [{"type": "text", "text": "it went wrong"}], "isError": True}]
+        {"content": [{"type": "text", "text": "it went wrong"}], "isError": True}
+    ]
     assert tool_results_seen(provider)[0] == {
-        "type": "tool_result", "tool_use_id": "toolu_0", "content": "it went wrong", "is_error": True}
+        "type": "tool_result",
+        "tool_use_id": "toolu_0",
+        "content": "it went wrong",
+        "is_error": True,
+    }
 
 
 @pytest.mark.parametrize("tool", ["crash", "hang", "garbage"])
-async def test_a_write_that_gets_no_answer_parks_for_reconciliation(runtime, providers, registry, fx, tool):
+async def test_a_write_that_gets_no_answer_parks_for_reconciliation(
+    runtime, providers, registry, fx, tool
+):
     provider = providers(tool_loop_script([(tool, {})]))
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", "timeout = 1\n"))
+    agent = mcp_agent(
+        provider, registry, fx_table(f"command = {fx.toml_command()}\n", "timeout = 1\n")
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION
@@ -256,13 +349,25 @@ async def test_a_write_that_gets_no_answer_parks_for_reconciliation(runtime, pro
     assert provider.call_count == 1
 
 
-@pytest.mark.parametrize(("tool", "said"), [("crash", "exited with code 3; its stderr ended with: fixture crashing"),
-                                            ("hang", "did not answer tools/call within 0.5s"),
-                                            ("garbage", "wrote a line to stdout that is not JSON")])
-async def test_a_read_that_gets_no_answer_is_retried_then_recorded_as_failed(runtime, providers, registry, fx, tool, said):
+@pytest.mark.parametrize(
+    ("tool", "said"),
+    [
+        ("crash", "exited with code 3; its stderr ended with: fixture crashing"),
+        ("hang", "did not answer tools/call within 0.5s"),
+        ("garbage", "wrote a line to stdout that is not JSON"),
+    ],
+)
+async def test_a_read_that_gets_no_answer_is_retried_then_recorded_as_failed(
+    runtime, providers, registry, fx, tool, said
+):
     provider = providers(tool_loop_script([(tool, {})], final_text="coped"))
-    agent = mcp_agent(provider, registry, fx_table(
-        f"command = {fx.toml_command()}\n", f'timeout = 0.5\neffects = {{ {tool} = "read" }}\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(
+            f"command = {fx.toml_command()}\n", f'timeout = 0.5\neffects = {{ {tool} = "read" }}\n'
+        ),
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "coped"}
@@ -275,7 +380,11 @@ async def test_a_read_that_gets_no_answer_is_retried_then_recorded_as_failed(run
 
 async def test_an_oversized_answer_is_refused(runtime, providers, registry, fx):
     provider = providers(tool_loop_script([("big", {"size": 5 * 1024 * 1024})], final_text="coped"))
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'effects = { big = "read" }\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(f"command = {fx.toml_command()}\n", 'effects = { big = "read" }\n'),
+    )
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
@@ -285,10 +394,16 @@ async def test_an_oversized_answer_is_refused(runtime, providers, registry, fx):
 
 @pytest.mark.parametrize("effect", ["write", "read", "idempotent"])
 async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry, fx, effect):
-    """A drive cut mid-call (its session killed with it): an open write parks, an open read or idempotent call runs again."""
-    provider = providers(tool_loop_script([("write_note", {"text": "held", "hold": fx.hold("w")})], final_text="ok"))
-    agent = mcp_agent(provider, registry, fx_table(
-        f"command = {fx.toml_command()}\n", f'effects = {{ write_note = "{effect}" }}\n'))
+    """A drive cut mid-call (its session killed with it): an open write parks, an open read or
+    idempotent call runs again."""
+    provider = providers(
+        tool_loop_script([("write_note", {"text": "held", "hold": fx.hold("w")})], final_text="ok")
+    )
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(f"command = {fx.toml_command()}\n", f'effects = {{ write_note = "{effect}" }}\n'),
+    )
     run_id = await runtime.start_run(agent, None)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runtime.drive, run_id)
@@ -317,7 +432,11 @@ async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry,
 
 async def test_a_listing_that_lost_a_declared_tool_fails_the_run(runtime, providers, registry, fx):
     provider = providers(tool_loop_script([]))
-    agent = mcp_agent(provider, registry, fx_table(f"command = {fx.toml_command()}\n", 'effects = { vanished = "read" }\n'))
+    agent = mcp_agent(
+        provider,
+        registry,
+        fx_table(f"command = {fx.toml_command()}\n", 'effects = { vanished = "read" }\n'),
+    )
     _run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.FAILED
@@ -325,7 +444,9 @@ async def test_a_listing_that_lost_a_declared_tool_fails_the_run(runtime, provid
     assert provider.call_count == 0
 
 
-async def test_a_server_that_cannot_start_leaves_the_listing_open(runtime, providers, registry, tmp_path):
+async def test_a_server_that_cannot_start_leaves_the_listing_open(
+    runtime, providers, registry, tmp_path
+):
     provider = providers(tool_loop_script([]))
     agent = mcp_agent(provider, registry, fx_table(f'command = ["{tmp_path}/no-such-server"]\n'))
     run_id = await runtime.start_run(agent, None)
@@ -338,14 +459,23 @@ async def test_a_server_that_cannot_start_leaves_the_listing_open(runtime, provi
 
 # pytest.skip inside a trio test loses its reason; a marker keeps it.
 needs_everything = pytest.mark.skipif(
-    everything_server() is None, reason=f"@modelcontextprotocol/server-everything is not installed: {EVERYTHING_INSTALL}")
+    everything_server() is None,
+    reason=f"@modelcontextprotocol/server-everything is not installed: {EVERYTHING_INSTALL}",
+)
 
 
 async def test_mcp_server_time_over_stdio(runtime, providers, registry):
     command = time_server()
-    assert command is not None, "mcp-server-time is part of the test extra: pip install -e '.[test]'"
-    provider = providers(tool_loop_script([("get_current_time", {"timezone": "UTC"})], final_text="told"))
-    servers = f'\n[[mcp_servers]]\nname = "time"\ncommand = ["{command}"]\neffects = {{ get_current_time = "read" }}\n'
+    assert command is not None, (
+        "mcp-server-time is part of the test extra: pip install -e '.[test]'"
+    )
+    provider = providers(
+        tool_loop_script([("get_current_time", {"timezone": "UTC"})], final_text="told")
+    )
+    servers = (
+        f'\n[[mcp_servers]]\nname = "time"\ncommand = ["{command}"]\neffects = {{ '
+        'get_current_time = "read" }\n'
+    )
     agent = mcp_agent(provider, registry, servers)
     run_id, view = await start_and_drive(runtime, agent)
 
@@ -359,13 +489,19 @@ async def test_mcp_server_time_over_stdio(runtime, providers, registry):
 
 @needs_everything
 async def test_server_everything_over_stdio(runtime, providers, registry, monkeypatch):
-    command = everything_server()
     monkeypatch.setenv("SALVOR_SECRET_FOR_TEST", "never-handed-to-a-server")
-    plan = [("echo", {"message": "hi"}), ("get-sum", {"a": 2, "b": 3}), ("get-env", {}), ("get-tiny-image", {})]
+    plan = [
+        ("echo", {"message": "hi"}),
+        ("get-sum", {"a": 2, "b": 3}),
+        ("get-env", {}),
+        ("get-tiny-image", {}),
+    ]
     provider = providers(tool_loop_script(plan, final_text="ok"))
-    servers = ('\n[[mcp_servers]]\nname = "everything"\ncommand = ["mcp-server-everything"]\n'
-               'env = { EVERYTHING_MARK = "from-the-definition" }\n'
-               'effects = { echo = "read", get-sum = "read", get-env = "read", get-tiny-image = "read" }\n')
+    servers = (
+        '\n[[mcp_servers]]\nname = "everything"\ncommand = ["mcp-server-everything"]\n'
+        'env = { EVERYTHING_MARK = "from-the-definition" }\n'
+        'effects = { echo = "read", get-sum = "read", get-env = "read", get-tiny-image = "read" }\n'
+    )
     agent = mcp_agent(provider, registry, servers)
     run_id, view = await start_and_drive(runtime, agent)
 
@@ -379,12 +515,17 @@ async def test_server_everything_over_stdio(runtime, providers, registry, monkey
     assert '"mimeType": "image/png"' in seen[3] and len(seen[3]) < 2000
 
 
-def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(store_url, providers, fx, tmp_path):
+def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(
+    store_url, providers, fx, tmp_path
+):
     from tests.daemon.cli.test_cli import one_sentence, run_count, salvor
 
     provider = providers(tool_loop_script([("lookup", {"key": "cli"})], final_text="from the cli"))
     good = tmp_path / "agent.toml"
-    good.write_text(agent_toml(provider.base_url) + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lookup = "read" }\n'))
+    good.write_text(
+        agent_toml(provider.base_url)
+        + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lookup = "read" }\n')
+    )
     result = salvor(store_url, "run", str(good))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1].endswith('completed: "from the cli"')
@@ -392,19 +533,35 @@ def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(st
     assert len(fx.starts) == 2 and [e["tool"] for e in fx.ledger] == ["lookup"]
 
     bad = tmp_path / "bad.toml"
-    bad.write_text(agent_toml(provider.base_url) + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lokup = "read" }\n'))
+    bad.write_text(
+        agent_toml(provider.base_url)
+        + fx_table(f"command = {fx.toml_command()}\n", 'effects = { lokup = "read" }\n')
+    )
     before = run_count(store_url)
-    one_sentence(salvor(store_url, "run", str(bad)), "the agent definition does not build", "lists no tool 'lokup'")
+    one_sentence(
+        salvor(store_url, "run", str(bad)),
+        "the agent definition does not build",
+        "lists no tool 'lokup'",
+    )
     assert run_count(store_url) == before
 
 
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
-async def test_a_server_on_the_official_sdk_over_streamable_http(runtime, providers, registry, clock, json_response):
+async def test_a_server_on_the_official_sdk_over_streamable_http(
+    runtime, providers, registry, clock, json_response
+):
     peer = SdkHttpServer(json_response=json_response)
     try:
         wake_at = format_instant(clock.now + timedelta(minutes=5))
-        provider = providers(tool_loop_script([("add", {"a": 2, "b": 3}), ("nap", {"until": wake_at})], final_text="ok"))
-        servers = f'\n[[mcp_servers]]\nname = "sdk"\nurl = "{peer.url}"\neffects = {{ add = "read", nap = "read" }}\n'
+        provider = providers(
+            tool_loop_script(
+                [("add", {"a": 2, "b": 3}), ("nap", {"until": wake_at})], final_text="ok"
+            )
+        )
+        servers = (
+            f'\n[[mcp_servers]]\nname = "sdk"\nurl = "{peer.url}"\neffects = {{ '
+            'add = "read", nap = "read" }\n'
+        )
         agent = mcp_agent(provider, registry, servers)
         run_id, view = await start_and_drive(runtime, agent)
         assert view.state is RunState.SLEEPING and view.status()["wake_at"] == wake_at
@@ -420,8 +577,12 @@ async def test_a_server_on_the_official_sdk_over_streamable_http(runtime, provid
 
 
 async def test_mcp_tools_over_the_openai_wire(runtime, providers, registry, fx):
-    provider = providers(tool_loop_script([("lookup", {"key": "o"}), ("fail_soft", {})], final_text="ok"))
-    text = agent_toml(provider.base_url, wire="openai") + fx_table(f"command = {fx.toml_command()}\n")
+    provider = providers(
+        tool_loop_script([("lookup", {"key": "o"}), ("fail_soft", {})], final_text="ok")
+    )
+    text = agent_toml(provider.base_url, wire="openai") + fx_table(
+        f"command = {fx.toml_command()}\n"
+    )
     agent = parse_definition(text, "toml", known_tools=registry.names())
     _run_id, view = await start_and_drive(runtime, agent)
 
@@ -438,8 +599,10 @@ async def test_server_everything_over_streamable_http(runtime, providers, regist
     try:
         plan = [("echo", {"message": "over http"}), ("get-sum", {"a": 40, "b": 2})]
         provider = providers(tool_loop_script(plan, final_text="ok"))
-        servers = (f'\n[[mcp_servers]]\nname = "everything"\nurl = "{peer.url}"\n'
-                   'effects = { echo = "read", get-sum = "read" }\ntools = ["echo", "get-sum"]\n')
+        servers = (
+            f'\n[[mcp_servers]]\nname = "everything"\nurl = "{peer.url}"\n'
+            'effects = { echo = "read", get-sum = "read" }\ntools = ["echo", "get-sum"]\n'
+        )
         agent = mcp_agent(provider, registry, servers)
         _run_id, view = await start_and_drive(runtime, agent)
     finally:

@@ -68,10 +68,17 @@ if os.environ.get("STATELESS_REASONING"):
     from openai.types.shared import Reasoning
 
     settings["model_settings"] = ModelSettings(
-        reasoning=Reasoning(effort="low"), store=False, parallel_tool_calls=False,
+        reasoning=Reasoning(effort="low"),
+        store=False,
+        parallel_tool_calls=False,
         response_include=["reasoning.encrypted_content"],
     )
-clerk = Agent(name="clerk", instructions="Settle the invoices you are given.", tools=[lookup_invoice], **settings)
+clerk = Agent(
+    name="clerk",
+    instructions="Settle the invoices you are given.",
+    tools=[lookup_invoice],
+    **settings,
+)
 result = Runner.run_sync(clerk, os.environ["SALVOR_PROMPT"], hooks=DieOnce())
 print(result.final_output)
 '''
@@ -103,10 +110,14 @@ def check_sdk_requests(upstream, settings: str) -> None:
     bodies = [call.body for call in upstream.calls]
     assert {call.wire for call in upstream.calls} == {"responses"}
     assert all("include" in body and body["model"] and body["instructions"] for body in bodies)
-    sent_back = [[item["encrypted_content"] for item in body["input"] if item.get("type") == "reasoning"]
-                 for body in bodies]
+    sent_back = [
+        [item["encrypted_content"] for item in body["input"] if item.get("type") == "reasoning"]
+        for body in bodies
+    ]
     if settings == "stateless-reasoning":
-        assert all(body["store"] is False and body["parallel_tool_calls"] is False for body in bodies)
+        assert all(
+            body["store"] is False and body["parallel_tool_calls"] is False for body in bodies
+        )
         opaque = "scripted-opaque-reasoning-{}".format
         assert sent_back == [[], [opaque(0)], [opaque(0), opaque(1)]]
     else:
@@ -114,7 +125,9 @@ def check_sdk_requests(upstream, settings: str) -> None:
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-async def test_an_openai_agents_run_is_recorded_over_responses(runtime, upstream, tmp_path, store_url, settings):
+async def test_an_openai_agents_run_is_recorded_over_responses(
+    runtime, upstream, tmp_path, store_url, settings
+):
     agent = agents_process(tmp_path, settings)
     run_id = await runtime.start_run(agent, "settle invoices A-1 and B-2")
     view = await runtime.drive(run_id, agent=agent)
@@ -147,14 +160,18 @@ async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted
     assert upstream.call_count == 3
     assert sorted(upstream.count_by_request_hash().values()) == [1, 1, 1]
     assert tool_runs(tmp_path) == ["A-1", "B-2"]
-    check_sdk_requests(upstream, settings)  # call 1's reasoning, answered from the log, went on upstream
+    check_sdk_requests(
+        upstream, settings
+    )  # call 1's reasoning, answered from the log, went on upstream
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"
     await assert_no_secret(runtime, run_id, store_url)
 
 
-async def test_an_openai_agents_run_is_rerun_from_its_log_with_no_upstream_call(runtime, upstream, tmp_path):
+async def test_an_openai_agents_run_is_rerun_from_its_log_with_no_upstream_call(
+    runtime, upstream, tmp_path
+):
     agent = agents_process(tmp_path, "stateless-reasoning")
     origin = await runtime.start_run(agent, "settle invoices A-1 and B-2")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"

@@ -35,13 +35,18 @@ from pathlib import Path
 mode = sys.argv[1]
 Path(os.environ["PIDFILE"]).write_text(str(os.getpid()))
 prompt = os.environ["SALVOR_PROMPT"]
-model = Path(os.environ["MODELFILE"]).read_text().strip() if os.environ.get("MODELFILE") else "scripted-model"
+model = (
+    Path(os.environ["MODELFILE"]).read_text().strip()
+    if os.environ.get("MODELFILE")
+    else "scripted-model"
+)
 die_after = int(os.environ.get("DIE_AFTER", "0"))
 marker = Path(os.environ.get("MARKER", "/nonexistent/marker"))
 calls = 0
 exit_file = Path(os.environ.get("EXITFILE", "/nonexistent/exit"))
 exit_after = int(exit_file.read_text()) if exit_file.exists() else 0
 amount = int(os.environ.get("AMOUNT", "42"))  # what the (pretend) tool returns
+
 
 def after_call():
     global calls
@@ -52,18 +57,30 @@ def after_call():
         marker.write_text("died")
         os.kill(os.getpid(), signal.SIGKILL)
 
+
 if mode.startswith("openai-responses"):
     import openai
+
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"type": "function", "name": "lookup_invoice", "description": "Look up an invoice.",
-              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        }
+    ]
     items = [{"role": "user", "content": prompt}]
 
     def ask():
         """The output items of one model call; None when the model failed to answer."""
         if mode == "openai-responses":
             reply = client.responses.create(model=model, input=items, tools=tools)
-            return None if reply.status == "failed" else [o.model_dump(exclude_none=True) for o in reply.output]
+            return (
+                None
+                if reply.status == "failed"
+                else [o.model_dump(exclude_none=True) for o in reply.output]
+            )
         # Build the output items from the deltas, as a streaming agent would.
         acc = {}
         for ev in client.responses.create(model=model, input=items, tools=tools, stream=True):
@@ -88,28 +105,55 @@ if mode.startswith("openai-responses"):
         after_call()
         calls_ = [o for o in output if o["type"] == "function_call"]
         if not calls_:
-            print("".join(p["text"] for o in output if o["type"] == "message" for p in o["content"]))
+            print(
+                "".join(p["text"] for o in output if o["type"] == "message" for p in o["content"])
+            )
             break
         items += output
         for c in calls_:
-            items.append({"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"amount": amount})})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": c["call_id"],
+                    "output": json.dumps({"amount": amount}),
+                }
+            )
 elif mode.startswith("openai"):
     import openai
+
     client = openai.OpenAI(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"type": "function", "function": {"name": "lookup_invoice", "description": "Look up an invoice.",
-              "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup_invoice",
+                "description": "Look up an invoice.",
+                "parameters": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+            },
+        }
+    ]
     messages = [{"role": "user", "content": prompt}]
     while True:
         if mode == "openai":
             reply = client.chat.completions.create(model=model, messages=messages, tools=tools)
             message = reply.choices[0].message
             text = message.content or ""
-            calls_ = [{"id": c.id, "type": "function",
-                       "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                      for c in message.tool_calls or []]
+            calls_ = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in message.tool_calls or []
+            ]
         else:
-            stream = client.chat.completions.create(model=model, messages=messages, tools=tools, stream=True,
-                                                    stream_options={"include_usage": True})
+            stream = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                tools=tools,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             text, acc = "", {}
             for chunk in stream:
                 if not chunk.choices:
@@ -117,7 +161,10 @@ elif mode.startswith("openai"):
                 delta = chunk.choices[0].delta
                 text += delta.content or ""
                 for c in delta.tool_calls or []:
-                    e = acc.setdefault(c.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                    e = acc.setdefault(
+                        c.index,
+                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
                     if c.id:
                         e["id"] = c.id
                     if c.function and c.function.name:
@@ -131,18 +178,30 @@ elif mode.startswith("openai"):
             break
         messages.append({"role": "assistant", "content": text or None, "tool_calls": calls_})
         for c in calls_:
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": amount})})
+            messages.append(
+                {"role": "tool", "tool_call_id": c["id"], "content": json.dumps({"amount": amount})}
+            )
 else:
     import anthropic
+
     client = anthropic.Anthropic(max_retries=int(os.environ.get("RETRIES", "0")))
-    tools = [{"name": "lookup_invoice", "description": "Look up an invoice.",
-              "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}}}]
+    tools = [
+        {
+            "name": "lookup_invoice",
+            "description": "Look up an invoice.",
+            "input_schema": {"type": "object", "properties": {"invoice": {"type": "string"}}},
+        }
+    ]
     messages = [{"role": "user", "content": prompt}]
     while True:
         if mode == "anthropic":
-            reply = client.messages.create(model=model, max_tokens=256, messages=messages, tools=tools)
+            reply = client.messages.create(
+                model=model, max_tokens=256, messages=messages, tools=tools
+            )
         else:
-            with client.messages.stream(model=model, max_tokens=256, messages=messages, tools=tools) as stream:
+            with client.messages.stream(
+                model=model, max_tokens=256, messages=messages, tools=tools
+            ) as stream:
                 reply = stream.get_final_message()
         after_call()
         uses = [b for b in reply.content if b.type == "tool_use"]
@@ -156,21 +215,47 @@ else:
             else:
                 blocks.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.input})
         messages.append({"role": "assistant", "content": blocks})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u.id, "content": json.dumps({"amount": amount})} for u in uses]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": json.dumps({"amount": amount}),
+                    }
+                    for u in uses
+                ],
+            }
+        )
 '''
 
-MODES = ["openai", "openai-stream", "openai-responses", "openai-responses-stream", "anthropic", "anthropic-stream"]
+MODES = [
+    "openai",
+    "openai-stream",
+    "openai-responses",
+    "openai-responses-stream",
+    "anthropic",
+    "anthropic-stream",
+]
 
 
-def process_agent(tmp_path: Path, mode: str = "openai", *, env: dict | None = None, extra: str = "", script: str | None = None):
+def process_agent(
+    tmp_path: Path,
+    mode: str = "openai",
+    *,
+    env: dict | None = None,
+    extra: str = "",
+    script: str | None = None,
+):
     path = tmp_path / "agent.py"
     path.write_text(script if script is not None else AGENT)
     env = {"PIDFILE": str(tmp_path / "agent.pid"), **(env or {})}
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in env.items())
     text = (
-        f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
-        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}\n[env]\n{env_table}'
+        'name = "proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(path), mode])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}\n[env]\n{env_table}"
     )
     return parse_definition(text, "toml")
 
@@ -189,7 +274,9 @@ async def assert_no_secret(runtime, run_id: str, store_url: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_real_sdk_agent_is_recorded_and_completes(runtime, providers, upstream_env, tmp_path, store_url, mode):
+async def test_a_real_sdk_agent_is_recorded_and_completes(
+    runtime, providers, upstream_env, tmp_path, store_url, mode
+):
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     upstream_env(provider)
     agent = process_agent(tmp_path, mode)
@@ -204,7 +291,10 @@ async def test_a_real_sdk_agent_is_recorded_and_completes(runtime, providers, up
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
     assert log[-1] == "RunCompleted"
-    assert (view.input_tokens, view.output_tokens) == (60, 15)  # usage read from each wire's body or frames
+    assert (view.input_tokens, view.output_tokens) == (
+        60,
+        15,
+    )  # usage read from each wire's body or frames
     await assert_no_secret(runtime, run_id, store_url)
 
 
@@ -235,7 +325,9 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
     finally:
         release.set()
     view = await runtime.view(run_id)
-    assert view.state.value == "awaiting_model" and view.pending is not None  # the cut call's intent is open
+    assert (
+        view.state.value == "awaiting_model" and view.pending is not None
+    )  # the cut call's intent is open
     served_before = provider.call_count
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
@@ -249,7 +341,9 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
     await assert_no_secret(runtime, run_id, store_url)
 
 
-async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(runtime, providers, upstream_env, tmp_path):
+async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     model_file = tmp_path / "model.txt"
@@ -268,7 +362,9 @@ async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(
     assert provider.call_count == 2
 
 
-async def test_divergence_without_recorded_prompts_names_the_model_and_roles(runtime, providers, upstream_env, tmp_path):
+async def test_divergence_without_recorded_prompts_names_the_model_and_roles(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     model_file = tmp_path / "model.txt"
@@ -301,7 +397,9 @@ async def test_exit_zero_without_model_calls_fails_with_the_diagnosis(runtime, t
     run_id = await runtime.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
-    assert "OPENAI_BASE_URL" in view.detail["error"] and "ANTHROPIC_BASE_URL" in view.detail["error"]
+    assert (
+        "OPENAI_BASE_URL" in view.detail["error"] and "ANTHROPIC_BASE_URL" in view.detail["error"]
+    )
 
 
 async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_path):
@@ -334,9 +432,9 @@ async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_
 async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_path, monkeypatch):
     script = (
         "import json, os\n"
-        "keys = ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_BASE', 'ANTHROPIC_BASE_URL', 'SALVOR_LLM_PROXY',\n"
-        "        'OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'SALVOR_PROMPT', 'SALVOR_INPUT', 'SALVOR_RUN_ID', 'EXTRA',\n"
-        "        'SALVOR_AGENT_KEY', 'SALVOR_STORE']\n"
+        "keys = ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'OPENAI_BASE', 'ANTHROPIC_BASE_URL', "
+        "'SALVOR_LLM_PROXY',\n        'OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'SALVOR_PROMPT', "
+        "'SALVOR_INPUT', 'SALVOR_RUN_ID', 'EXTRA',\n        'SALVOR_AGENT_KEY', 'SALVOR_STORE']\n"
         "open('seen.json', 'w').write(json.dumps({k: os.environ.get(k) for k in keys}))\n"
         "raise SystemExit(1)\n"
     )
@@ -348,17 +446,28 @@ async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_p
     seen = json.loads((tmp_path / "seen.json").read_text())
     base = seen["ANTHROPIC_BASE_URL"]
     assert base.startswith("http://127.0.0.1:") and "/r/" in base
-    assert seen["OPENAI_BASE_URL"] == seen["OPENAI_API_BASE"] == seen["SALVOR_LLM_PROXY"] == base + "/v1"
+    assert (
+        seen["OPENAI_BASE_URL"]
+        == seen["OPENAI_API_BASE"]
+        == seen["SALVOR_LLM_PROXY"]
+        == base + "/v1"
+    )
     assert seen["OPENAI_BASE"] == "overridden" and seen["EXTRA"] == "x"
     assert seen["OPENAI_API_KEY"] == seen["ANTHROPIC_API_KEY"] == "salvor-placeholder"
-    assert json.loads(seen["SALVOR_PROMPT"]) == {"task": "refund"} == json.loads(seen["SALVOR_INPUT"])
+    assert (
+        json.loads(seen["SALVOR_PROMPT"]) == {"task": "refund"} == json.loads(seen["SALVOR_INPUT"])
+    )
     assert seen["SALVOR_RUN_ID"] == run_id
     assert seen["SALVOR_AGENT_KEY"] is None and seen["SALVOR_STORE"] is None
 
 
-async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtime, providers, upstream_env, tmp_path):
+async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(
+    runtime, providers, upstream_env, tmp_path
+):
     async with open_model_proxy() as proxy, httpx.AsyncClient() as client:
-        answer = await client.post(f"{proxy.url}/r/not-a-capability/v1/chat/completions", json={"model": "m"})
+        answer = await client.post(
+            f"{proxy.url}/r/not-a-capability/v1/chat/completions", json={"model": "m"}
+        )
         assert answer.status_code == 404 and "error" in answer.json()
         # A mounted session refuses a body that is not JSON, in the client's wire format.
         from salvor.daemon.proxies._model_proxy import ProxySession
@@ -367,7 +476,13 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(runtim
         agent = process_agent(tmp_path, script="pass\n")
         run_id = await runtime.start_run(agent, "x")
         log = await runtime.log(run_id)
-        session = ProxySession(RunContext(runtime.access, run_id, log), log, record_prompts=False, upstream=None, client=proxy.client)
+        session = ProxySession(
+            RunContext(runtime.access, run_id, log),
+            log,
+            record_prompts=False,
+            upstream=None,
+            client=proxy.client,
+        )
         cap = proxy.attach(session)
         answer = await client.post(f"{proxy.base(cap)}/v1/messages", content=b"not json")
         assert answer.status_code == 400 and answer.json()["type"] == "error"
@@ -397,11 +512,18 @@ def test_bad_process_definitions_are_refused(text, fragment):
 
 
 def test_a_process_definition_parses_and_hashes_without_its_name():
-    one = parse_definition('name = "a"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml")
-    two = parse_definition('name = "b"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml")
+    one = parse_definition(
+        'name = "a"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml"
+    )
+    two = parse_definition(
+        'name = "b"\nkind = "process"\ncommand = "python agent.py --fast"\n', "toml"
+    )
     assert one.kind == "process" and one.process.command == ("python", "agent.py", "--fast")
     assert one.process.timeout == 300 and one.agent_def_hash == two.agent_def_hash
-    listed = parse_definition('kind = "process"\ncommand = ["python", "agent.py"]\ncwd = "/tmp"\n[env]\nA = "1"\n', "json" if False else "toml")
+    listed = parse_definition(
+        'kind = "process"\ncommand = ["python", "agent.py"]\ncwd = "/tmp"\n[env]\nA = "1"\n',
+        "json" if False else "toml",
+    )
     assert listed.process.cwd == "/tmp" and listed.process.env == {"A": "1"}
 
 
@@ -412,11 +534,15 @@ def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, prov
     agent = process_agent(tmp_path, "anthropic-stream")
     (tmp_path / "agent.toml").write_text(agent.stored_text)
     env = {"SALVOR_AGENT_UPSTREAM": provider.base_url, "SALVOR_AGENT_KEY": SECRET}
-    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--input", '"settle A-1"', env=env)
+    result = salvor(
+        store_url, "run", str(tmp_path / "agent.toml"), "--input", '"settle A-1"', env=env
+    )
     assert result.returncode == 0, result.stderr
     assert provider.call_count == 3
     assert SECRET not in result.stdout + result.stderr
-    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env)
+    result = salvor(
+        store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle"', env=env
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -464,7 +590,9 @@ async def test_a_failed_response_is_not_recorded_and_its_retry_reissues_the_open
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
 
 
-async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(runtime, providers, upstream_env, tmp_path):
+async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(lambda call: ErrorReply(400, "model scripted-model does not exist"))
     upstream_env(provider)
     agent = process_agent(tmp_path, "anthropic")
@@ -500,7 +628,9 @@ async def test_an_agent_that_cannot_be_started_fails_naming_why(runtime, tmp_pat
     if where == "command":
         text = 'kind = "process"\ncommand = "/nonexistent/agent --go"\n'
     else:
-        text = f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
+        text = (
+            f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
+        )
     agent = parse_definition(text, "toml")
     run_id = await runtime.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)

@@ -34,8 +34,14 @@ async def record_origin(runtime, provider, upstream_env, tmp_path, mode: str = "
 async def model_calls(runtime, run_id: str) -> list[tuple[str, dict]]:
     """(request_hash, response) of each completed model call, in order."""
     log = await runtime.log(run_id)
-    hashes = {e.seq: e.event.request_hash for e in log if e.event.KIND is EventKind.MODEL_CALL_REQUESTED}
-    return [(hashes[e.event.seq], e.event.response) for e in log if e.event.KIND is EventKind.MODEL_CALL_COMPLETED]
+    hashes = {
+        e.seq: e.event.request_hash for e in log if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
+    }
+    return [
+        (hashes[e.event.seq], e.event.response)
+        for e in log
+        if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
+    ]
 
 
 async def store_run_count(runtime) -> int:
@@ -44,7 +50,9 @@ async def store_run_count(runtime) -> int:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(runtime, providers, upstream_env, tmp_path, mode):
+async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(
+    runtime, providers, upstream_env, tmp_path, mode
+):
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     agent, origin = await record_origin(runtime, provider, upstream_env, tmp_path, mode)
     served = provider.call_count
@@ -58,12 +66,19 @@ async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(runtim
     assert await model_calls(runtime, rerun) == await model_calls(runtime, origin)
     # The recorded usage is the origin's too: a re-run reports what the trajectory cost.
     origin_view = await runtime.view(origin)
-    assert (view.input_tokens, view.output_tokens) == (origin_view.input_tokens, origin_view.output_tokens)
+    assert (view.input_tokens, view.output_tokens) == (
+        origin_view.input_tokens,
+        origin_view.output_tokens,
+    )
 
 
-async def test_a_rerun_works_with_no_upstream_configured_at_all(runtime, providers, upstream_env, tmp_path, monkeypatch):
+async def test_a_rerun_works_with_no_upstream_configured_at_all(
+    runtime, providers, upstream_env, tmp_path, monkeypatch
+):
     provider = providers(tool_loop_script(PLAN))
-    agent, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "anthropic-stream")
+    agent, origin = await record_origin(
+        runtime, provider, upstream_env, tmp_path, "anthropic-stream"
+    )
     monkeypatch.delenv("SALVOR_AGENT_UPSTREAM")
     monkeypatch.delenv("SALVOR_AGENT_KEY")
     provider.stop()
@@ -76,7 +91,9 @@ async def test_changed_agent_code_fails_the_rerun_at_the_first_divergent_call_na
     runtime, providers, upstream_env, tmp_path
 ):
     provider = providers(tool_loop_script(PLAN))
-    _, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "openai", extra="record_prompts = true")
+    _, origin = await record_origin(
+        runtime, provider, upstream_env, tmp_path, "openai", extra="record_prompts = true"
+    )
     # New code: the tool result the agent threads back changed, so call 2's body differs.
     changed = process_agent(tmp_path, "openai", env={"AMOUNT": "43"}, extra="record_prompts = true")
     rerun = await runtime.start_run(changed, None, replay_of=origin)
@@ -84,13 +101,18 @@ async def test_changed_agent_code_fails_the_rerun_at_the_first_divergent_call_na
     assert view.state.value == "failed"
     error = view.detail["error"]
     assert error.startswith(f"model call 2 (recorded by origin run {origin} at seq "), error
-    assert "same model, tool names and message roles; the body differs at body.messages[2].content" in error
+    assert (
+        "same model, tool names and message roles; the body differs at body.messages[2].content"
+        in error
+    )
     assert provider.call_count == 3
     # The first call was reproduced and kept; nothing after the divergence was recorded.
     assert len(await model_calls(runtime, rerun)) == 1
 
 
-async def test_a_rerun_without_recorded_prompts_names_the_envelope_difference(runtime, providers, upstream_env, tmp_path):
+async def test_a_rerun_without_recorded_prompts_names_the_envelope_difference(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     _, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "anthropic")
     model_file = tmp_path / "model.txt"
@@ -105,7 +127,9 @@ async def test_a_rerun_without_recorded_prompts_names_the_envelope_difference(ru
     assert provider.call_count == 3
 
 
-async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(runtime, providers, upstream_env, tmp_path):
+async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(
+    runtime, providers, upstream_env, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     agent, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "openai")
     exit_file = tmp_path / "exit.txt"
@@ -116,13 +140,17 @@ async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(runtim
     assert f"after 1 of the 3 model calls origin run {origin} recorded" in view.detail["error"]
 
     # An origin that stopped after its first call (a tool call: no reply) ...
-    _, short = await record_origin(runtime, provider, upstream_env, tmp_path / "..", "openai",
-                                             env={"EXITFILE": str(exit_file)})
+    _, short = await record_origin(
+        runtime, provider, upstream_env, tmp_path / "..", "openai", env={"EXITFILE": str(exit_file)}
+    )
     assert (await runtime.view(short)).detail["output"] == {"exit_code": 0}
     # ... re-run by code that keeps going: its second call has no counterpart.
     view = await runtime.drive(await runtime.start_run(agent, None, replay_of=short), agent=agent)
     assert view.state.value == "failed"
-    assert f"model call 2 has no counterpart: origin run {short} recorded only 1 model calls" in view.detail["error"]
+    assert (
+        f"model call 2 has no counterpart: origin run {short} recorded only 1 model calls"
+        in view.detail["error"]
+    )
     assert provider.call_count == 4  # the two origins; the re-runs made none
 
 
@@ -135,7 +163,9 @@ async def test_a_rerun_killed_mid_way_recovers_from_its_own_log_then_the_origin(
     monkeypatch.setattr("salvor.daemon.proxies._model_proxy.REPRODUCED_PER_COMMIT", per_commit)
     provider = providers(tool_loop_script(PLAN))
     _, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "anthropic-stream")
-    dying = process_agent(tmp_path, "anthropic-stream", env={"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")})
+    dying = process_agent(
+        tmp_path, "anthropic-stream", env={"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")}
+    )
     rerun = await runtime.start_run(dying, None, replay_of=origin)
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(rerun, agent=dying)
@@ -180,7 +210,9 @@ def test_salvor_rerun_passes_then_fails_a_changed_agent(store_url, providers, tm
     agent = process_agent(tmp_path, "openai", extra="record_prompts = true")
     (tmp_path / "agent.toml").write_text(agent.stored_text)
     env = {"SALVOR_AGENT_UPSTREAM": provider.base_url, "SALVOR_AGENT_KEY": SECRET}
-    result = salvor(store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle A-1"', env=env)
+    result = salvor(
+        store_url, "run", str(tmp_path / "agent.toml"), "--json", "--input", '"settle A-1"', env=env
+    )
     assert result.returncode == 0, result.stderr
     origin = result.stdout.splitlines()[0].split('"')[3]
     result = salvor(store_url, "rerun", origin)

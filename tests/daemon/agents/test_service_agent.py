@@ -73,7 +73,9 @@ def store_bytes(store_url: str) -> bytes:
 
 
 @pytest.mark.parametrize("mode", ["openai", "anthropic"])
-async def test_a_service_run_completes_with_the_reply(runtime, providers, upstream_env, services, tmp_path, mode):
+async def test_a_service_run_completes_with_the_reply(
+    runtime, providers, upstream_env, services, tmp_path, mode
+):
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     upstream_env(provider)
     port = free_port()
@@ -94,7 +96,9 @@ async def test_a_service_run_completes_with_the_reply(runtime, providers, upstre
     assert runtime.ports.holder(port) is None  # the drive let the port go
 
 
-async def test_a_mispointed_service_fails_with_the_port_to_point_at(runtime, providers, upstream_env, services, tmp_path):
+async def test_a_mispointed_service_fails_with_the_port_to_point_at(
+    runtime, providers, upstream_env, services, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     port = free_port()
@@ -119,7 +123,9 @@ async def test_header_variables_reach_the_service_and_never_the_store(
     monkeypatch.setenv("SERVICE_TOKEN", HEADER_SECRET)
     port = free_port()
     service = services(tmp_path, "anthropic", proxy_base("anthropic", port))
-    agent = service_agent(service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}", "X-Desk": "refunds"})
+    agent = service_agent(
+        service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}", "X-Desk": "refunds"}
+    )
     assert "${SERVICE_TOKEN}" in agent.stored_text and HEADER_SECRET not in agent.stored_text
     run_id = await runtime.start_run(agent, "settle A-1")
     view = await runtime.drive(run_id, agent=agent)
@@ -133,7 +139,9 @@ async def test_header_variables_reach_the_service_and_never_the_store(
     assert HEADER_SECRET not in caplog.text
 
 
-async def test_a_missing_header_variable_fails_the_run_and_sends_nothing(runtime, services, tmp_path, monkeypatch):
+async def test_a_missing_header_variable_fails_the_run_and_sends_nothing(
+    runtime, services, tmp_path, monkeypatch
+):
     monkeypatch.delenv("SERVICE_TOKEN", raising=False)
     port = free_port()
     service = services(tmp_path, "openai", proxy_base("openai", port))
@@ -145,7 +153,9 @@ async def test_a_missing_header_variable_fails_the_run_and_sends_nothing(runtime
     assert service.entries() == []
 
 
-async def test_a_header_variable_with_a_line_break_fails_the_run_without_its_value(runtime, services, tmp_path, monkeypatch):
+async def test_a_header_variable_with_a_line_break_fails_the_run_without_its_value(
+    runtime, services, tmp_path, monkeypatch
+):
     monkeypatch.setenv("SERVICE_TOKEN", f"{HEADER_SECRET}\r\nX-Injected: 1")
     port = free_port()
     service = services(tmp_path, "openai", proxy_base("openai", port))
@@ -177,17 +187,26 @@ async def test_a_port_another_program_holds_fails_the_run_naming_it(runtime, ser
         run_id = await runtime.start_run(agent, "settle")
         view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
-    assert f"proxy port {port}" in view.detail["error"] and "another program holds it" in view.detail["error"]
+    assert (
+        f"proxy port {port}" in view.detail["error"]
+        and "another program holds it" in view.detail["error"]
+    )
     assert service.entries() == []
 
 
-async def test_a_service_past_its_timeout_fails_the_run(runtime, providers, upstream_env, services, tmp_path):
+async def test_a_service_past_its_timeout_fails_the_run(
+    runtime, providers, upstream_env, services, tmp_path
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     port = free_port()
     release = tmp_path / "release"
-    service = services(tmp_path, "openai", proxy_base("openai", port), env={"RELEASE": str(release)})
-    agent = parse_definition(service_definition(service.url, port).replace("timeout = 60", "timeout = 0.5"), "toml")
+    service = services(
+        tmp_path, "openai", proxy_base("openai", port), env={"RELEASE": str(release)}
+    )
+    agent = parse_definition(
+        service_definition(service.url, port).replace("timeout = 60", "timeout = 0.5"), "toml"
+    )
     run_id = await runtime.start_run(agent, "settle")
     try:
         view = await runtime.drive(run_id, agent=agent)
@@ -218,7 +237,9 @@ async def test_a_cut_drive_is_triggered_again_and_replays_the_recorded_prefix(
     upstream_env(provider)
     port = free_port()
     release = tmp_path / "release"
-    service = services(tmp_path, "anthropic", proxy_base("anthropic", port), env={"RELEASE": str(release)})
+    service = services(
+        tmp_path, "anthropic", proxy_base("anthropic", port), env={"RELEASE": str(release)}
+    )
     agent = service_agent(service.url, port)
     run_id = await runtime.start_run(agent, "settle A-1")
     await drive_until_held(runtime, agent, run_id, service)
@@ -243,8 +264,12 @@ async def test_a_service_that_answers_500_after_a_divergence_fails_by_its_trajec
     port = free_port()
     release, model_file = tmp_path / "release", tmp_path / "model.txt"
     model_file.write_text("scripted-model")
-    service = services(tmp_path, "openai", proxy_base("openai", port),
-                       env={"RELEASE": str(release), "MODELFILE": str(model_file)})
+    service = services(
+        tmp_path,
+        "openai",
+        proxy_base("openai", port),
+        env={"RELEASE": str(release), "MODELFILE": str(model_file)},
+    )
     agent = service_agent(service.url, port, extra="record_prompts = true")
     run_id = await runtime.start_run(agent, "settle A-1")
     await drive_until_held(runtime, agent, run_id, service)
@@ -256,11 +281,15 @@ async def test_a_service_that_answers_500_after_a_divergence_fails_by_its_trajec
     assert "model call 1" in view.detail["error"]
     assert "'another-model' where the recording has 'scripted-model'" in view.detail["error"]
     await wait_for(lambda: len(service.entries("finished")) == 2, "the second request to end")
-    assert service.entries("finished")[1]["status"] == 500  # the service swallowed the proxy's refusal
+    assert (
+        service.entries("finished")[1]["status"] == 500
+    )  # the service swallowed the proxy's refusal
     assert provider.call_count == 1
 
 
-async def test_a_rerun_of_a_service_run_is_answered_from_its_origin(runtime, providers, upstream_env, services, tmp_path):
+async def test_a_rerun_of_a_service_run_is_answered_from_its_origin(
+    runtime, providers, upstream_env, services, tmp_path
+):
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     upstream_env(provider)
     port = free_port()
@@ -276,7 +305,9 @@ async def test_a_rerun_of_a_service_run_is_answered_from_its_origin(runtime, pro
     assert [t["prompt"] for t in service.entries("trigger")] == ["settle A-1", "settle A-1"]
 
 
-async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorded(runtime, tmp_path):
+async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorded(
+    runtime, tmp_path
+):
     port = free_port()
     agent = service_agent("http://127.0.0.1:9/task", port)
     first = await runtime.start_run(agent, "one")
@@ -295,20 +326,65 @@ async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorde
         ('kind = "service"\nurl = "http://127.0.0.1:8088/task"\n', "needs `proxy_port`"),
         ('kind = "service"\nurl = "ftp://host/task"\nproxy_port = 4646\n', "`url` must be an http"),
         ('kind = "service"\nurl = "not a url"\nproxy_port = 4646\n', "`url` must be an http"),
-        ('kind = "service"\nurl = "http://host:99999/task"\nproxy_port = 4646\n', "`url` must be an http"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 80\n', "`proxy_port` must be an integer from 1024"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 70000\n', "`proxy_port` must be an integer from 1024"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = "4646"\n', "`proxy_port` must be an integer"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = true\n', "`proxy_port` must be an integer"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\ncommand = "x"\n', "unknown field `command`"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nX-N = 3\n', "`headers` value of X-N"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\nheaders = "x"\n', "`headers` must be a table"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "Bearer ${TOKEN"\n', "well-formed"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "${}"\n', "`headers` value of A"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "${1X}"\n', "well-formed"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\n"A B" = "x"\n', "not an HTTP header name"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\ntimeout = 0\n', "`timeout` must be a positive"),
-        ('kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\nrecord_prompts = 1\n', "`record_prompts`"),
+        (
+            'kind = "service"\nurl = "http://host:99999/task"\nproxy_port = 4646\n',
+            "`url` must be an http",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 80\n',
+            "`proxy_port` must be an integer from 1024",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 70000\n',
+            "`proxy_port` must be an integer from 1024",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = "4646"\n',
+            "`proxy_port` must be an integer",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = true\n',
+            "`proxy_port` must be an integer",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\ncommand = "x"\n',
+            "unknown field `command`",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nX-N = 3\n',
+            "`headers` value of X-N",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\nheaders = "x"\n',
+            "`headers` must be a table",
+        ),
+        (
+            (
+                'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n'
+                '[headers]\nA = "Bearer ${TOKEN"\n'
+            ),
+            "well-formed",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "${}"\n',
+            "`headers` value of A",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\nA = "${1X}"\n',
+            "well-formed",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\n[headers]\n"A B" = "x"\n',
+            "not an HTTP header name",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\ntimeout = 0\n',
+            "`timeout` must be a positive",
+        ),
+        (
+            'kind = "service"\nurl = "http://h/t"\nproxy_port = 4646\nrecord_prompts = 1\n',
+            "`record_prompts`",
+        ),
     ],
 )
 def test_bad_service_definitions_are_refused(text, fragment):
@@ -318,12 +394,21 @@ def test_bad_service_definitions_are_refused(text, fragment):
 
 
 def test_a_service_definition_parses_keeping_its_placeholders():
-    text = service_definition("https://localhost:8443/task", 4646, headers={"Authorization": "Bearer ${DEV_TOKEN}"})
+    text = service_definition(
+        "https://localhost:8443/task", 4646, headers={"Authorization": "Bearer ${DEV_TOKEN}"}
+    )
     agent = parse_definition(text, "toml")
     assert agent.kind == "service"
-    assert (agent.service.url, agent.service.proxy_port, agent.service.timeout) == ("https://localhost:8443/task", 4646, 60.0)
+    assert (agent.service.url, agent.service.proxy_port, agent.service.timeout) == (
+        "https://localhost:8443/task",
+        4646,
+        60.0,
+    )
     assert agent.service.headers == {"Authorization": "Bearer ${DEV_TOKEN}"}
-    assert parse_definition(text.replace('name = "svc"', 'name = "other"'), "toml").agent_def_hash == agent.agent_def_hash
+    assert (
+        parse_definition(text.replace('name = "svc"', 'name = "other"'), "toml").agent_def_hash
+        == agent.agent_def_hash
+    )
     with pytest.raises(DefinitionError, match="--allow-process-agents"):
         parse_definition(text, "toml", allow_processes=False)
 

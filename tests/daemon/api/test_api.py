@@ -50,45 +50,73 @@ from tests.support.scripted_provider import ErrorReply, tool_loop_script
 async def test_agents_register_list_and_read_back(server: Server, providers):
     provider = providers(tool_loop_script([]))
     plain = agent_toml(provider.base_url, tools=["lookup_invoice"])
-    response = await server.client.post("/v1/agents", content=plain, headers={"Content-Type": "application/toml"})
+    response = await server.client.post(
+        "/v1/agents", content=plain, headers={"Content-Type": "application/toml"}
+    )
     assert response.status_code == 201
     body = response.json()
     assert set(body) == {"agent", "created"} and body["created"] is True
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", body["agent"])
     anonymous = body["agent"]
 
-    again = await server.client.post("/v1/agents", content=plain, headers={"Content-Type": "application/toml"})
+    again = await server.client.post(
+        "/v1/agents", content=plain, headers={"Content-Type": "application/toml"}
+    )
     assert again.status_code == 201 and again.json() == {"agent": anonymous, "created": False}
 
     read = await server.client.get(f"/v1/agents/{anonymous}")
     assert read.status_code == 200
-    assert read.json() == {"agent": anonymous, "format": "toml", "definition": plain}  # no `name` key at all
+    assert read.json() == {
+        "agent": anonymous,
+        "format": "toml",
+        "definition": plain,
+    }  # no `name` key at all
 
     # The same fields as JSON, with a display name: the name plays no part in the hash.
-    fields = {"name": "support-triage", "model": "scripted-model", "system_prompt": "Triage.",
-              "llm": {"provider": "anthropic", "base_url": provider.base_url, "max_retries": 0}}
+    fields = {
+        "name": "support-triage",
+        "model": "scripted-model",
+        "system_prompt": "Triage.",
+        "llm": {"provider": "anthropic", "base_url": provider.base_url, "max_retries": 0},
+    }
     named_json = json.dumps(fields)
-    response = await server.client.post("/v1/agents", content=named_json, headers={"Content-Type": "application/json"})
+    response = await server.client.post(
+        "/v1/agents", content=named_json, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 201 and response.json()["created"] is True
     named = response.json()["agent"]
     renamed = json.dumps({**fields, "name": "another label"})
-    response = await server.client.post("/v1/agents", content=renamed, headers={"Content-Type": "application/json"})
+    response = await server.client.post(
+        "/v1/agents", content=renamed, headers={"Content-Type": "application/json"}
+    )
     assert response.json() == {"agent": named, "created": False}
     unnamed = json.dumps({k: v for k, v in fields.items() if k != "name"})
-    response = await server.client.post("/v1/agents", content=unnamed, headers={"Content-Type": "application/json"})
+    response = await server.client.post(
+        "/v1/agents", content=unnamed, headers={"Content-Type": "application/json"}
+    )
     assert response.json() == {"agent": named, "created": False}
 
     read = await server.client.get(f"/v1/agents/{named}")
-    assert read.json() == {"agent": named, "format": "json", "definition": named_json, "name": "support-triage"}
+    assert read.json() == {
+        "agent": named,
+        "format": "json",
+        "definition": named_json,
+        "name": "support-triage",
+    }
 
     listing = (await server.client.get("/v1/agents")).json()
     assert set(listing) == {"agents"}
     by_hash = {entry["agent"]: entry for entry in listing["agents"]}
-    assert by_hash == {anonymous: {"agent": anonymous}, named: {"agent": named, "name": "support-triage"}}
+    assert by_hash == {
+        anonymous: {"agent": anonymous},
+        named: {"agent": named, "name": "support-triage"},
+    }
 
     # A 64-character name is the longest allowed.
     response = await server.client.post(
-        "/v1/agents", content=agent_toml(provider.base_url, name="n" * 64), headers={"Content-Type": "application/toml"}
+        "/v1/agents",
+        content=agent_toml(provider.base_url, name="n" * 64),
+        headers={"Content-Type": "application/toml"},
     )
     assert response.status_code == 201
 
@@ -127,7 +155,9 @@ def _bad_definitions(base_url: str) -> list[tuple[str | None, bytes]]:
     ]
 
 
-async def test_agent_definitions_that_do_not_build_are_400_and_register_nothing(server: Server, providers):
+async def test_agent_definitions_that_do_not_build_are_400_and_register_nothing(
+    server: Server, providers
+):
     provider = providers(tool_loop_script([]))
     for content_type, body in _bad_definitions(provider.base_url):
         headers = {"Content-Type": content_type} if content_type else {}
@@ -140,12 +170,19 @@ async def test_agent_definitions_that_do_not_build_are_400_and_register_nothing(
 # -- starting runs -----------------------------------------------------------------
 
 
-async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver(server: Server, providers):
+async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver(
+    server: Server, providers
+):
     gate = Gate()
     agent, provider = await register(server, providers, [], final_text="finished", on_call=gate)
     try:
         response = await server.client.post(
-            "/v1/runs", json={"agent": agent, "input": {"invoice": "INV-1"}, "labels": {"build": "42", "env": "prod"}}
+            "/v1/runs",
+            json={
+                "agent": agent,
+                "input": {"invoice": "INV-1"},
+                "labels": {"build": "42", "env": "prod"},
+            },
         )
         assert response.status_code == 201
         body = response.json()
@@ -156,7 +193,10 @@ async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver
         # Read straight from the store, over a connection of our own: the head is already there.
         log = await read_log_independently(server.store_url, run_id)
         assert log[0].seq == 0 and log[0].event.KIND.value == "RunStarted"
-        assert log[0].event.input == {"invoice": "INV-1"} and log[0].event.labels == {"build": "42", "env": "prod"}
+        assert log[0].event.input == {"invoice": "INV-1"} and log[0].event.labels == {
+            "build": "42",
+            "env": "prod",
+        }
         assert log[0].event.agent_def_hash == agent
 
         # The driver is inside its first model call (held by the provider).
@@ -171,22 +211,37 @@ async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver
         assert live["event_count"] == 2
         entry = await list_entry(server, run_id)
         assert entry["driver"] == "attached" and entry["status"] == {"state": "awaiting_model"}
-        assert entry["step_count"] == 1 and entry["usage"] == {"input_tokens": 0, "output_tokens": 0}
-        assert entry["labels"] == {"build": "42", "env": "prod"} and entry["agent_def_hash"] == agent
+        assert entry["step_count"] == 1 and entry["usage"] == {
+            "input_tokens": 0,
+            "output_tokens": 0,
+        }
+        assert (
+            entry["labels"] == {"build": "42", "env": "prod"} and entry["agent_def_hash"] == agent
+        )
     finally:
         gate.open.set()
 
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "finished"}
     assert "driver" not in done and done["pending"] is None
-    assert set(done) == {"run", "status", "event_count", "usage", "pending", "first_recorded_at", "last_recorded_at"}
+    assert set(done) == {
+        "run",
+        "status",
+        "event_count",
+        "usage",
+        "pending",
+        "first_recorded_at",
+        "last_recorded_at",
+    }
     entry = await list_entry(server, run_id)
     assert "driver" not in entry
     assert entry["step_count"] == 1 and entry["usage"] == {"input_tokens": 10, "output_tokens": 5}
     assert provider.call_count == 1
 
 
-async def test_a_chosen_run_id_is_used_and_a_second_start_under_it_is_run_exists(server: Server, providers):
+async def test_a_chosen_run_id_is_used_and_a_second_start_under_it_is_run_exists(
+    server: Server, providers
+):
     agent, provider = await register(server, providers)
     chosen = "6F0C8A52-0D6E-4C1B-9A56-3F2A1B7C9D10"
     response = await server.client.post("/v1/runs", json={"agent": agent, "run_id": chosen})
@@ -194,7 +249,9 @@ async def test_a_chosen_run_id_is_used_and_a_second_start_under_it_is_run_exists
     await server.wait_resting(chosen.lower())
     before = await snapshot(server)
     for run_id in (chosen, chosen.lower()):
-        response = await server.client.post("/v1/runs", json={"agent": agent, "run_id": run_id, "input": "again"})
+        response = await server.client.post(
+            "/v1/runs", json={"agent": agent, "run_id": run_id, "input": "again"}
+        )
         assert_error(response, 409, "run_exists")
     assert await snapshot(server) == before
     assert provider.call_count == 1
@@ -207,7 +264,11 @@ async def test_start_refusals_create_nothing(server: Server, providers):
     refusals = [
         ({"agent": agent, "labels": too_many}, 400, "bad_request"),
         ({"agent": agent, "labels": {"k" * 65: "v"}}, 400, "bad_request"),
-        ({"agent": agent, "labels": {"é" * 33: "v"}}, 400, "bad_request"),  # 66 bytes, 33 characters
+        (
+            {"agent": agent, "labels": {"é" * 33: "v"}},
+            400,
+            "bad_request",
+        ),  # 66 bytes, 33 characters
         ({"agent": agent, "labels": {"k": "v" * 257}}, 400, "bad_request"),
         ({"agent": agent, "labels": {"k": "é" * 129}}, 400, "bad_request"),  # 258 bytes
         ({"agent": agent, "labels": {"": "v"}}, 400, "bad_request"),
@@ -251,9 +312,14 @@ async def test_a_run_never_driven_reports_true_zeros_and_no_driver(server: Serve
     listing = {e["run"]: e for e in (await server.client.get("/v1/runs")).json()["runs"]}
     entry = listing[fresh]
     assert entry == {
-        "run": fresh, "status": {"state": "running"}, "event_count": 1,
-        "first_recorded_at": body["first_recorded_at"], "last_recorded_at": body["last_recorded_at"],
-        "usage": {"input_tokens": 0, "output_tokens": 0}, "step_count": 0, "agent_def_hash": agent,
+        "run": fresh,
+        "status": {"state": "running"},
+        "event_count": 1,
+        "first_recorded_at": body["first_recorded_at"],
+        "last_recorded_at": body["last_recorded_at"],
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+        "step_count": 0,
+        "agent_def_hash": agent,
         "driver": "none",
     }
     assert "labels" not in listing[empty]  # an explicit {} is not asserted either
@@ -264,8 +330,12 @@ async def test_a_corrupt_runs_row_degrades_only_its_own_entry(server: Server, pr
     agent, _ = await register(server, providers)
     good, _ = await rested(server, agent, labels={"k": "v"})
     bad, _ = await rested(server, agent, labels={"k": "v"})
-    await raw_sql(server.store_url, "UPDATE runs SET status = :junk, labels = :junk WHERE run_id = :run_id",
-                  junk="{not json", run_id=bad)
+    await raw_sql(
+        server.store_url,
+        "UPDATE runs SET status = :junk, labels = :junk WHERE run_id = :run_id",
+        junk="{not json",
+        run_id=bad,
+    )
 
     response = await server.client.get("/v1/runs")
     assert response.status_code == 200
@@ -275,7 +345,9 @@ async def test_a_corrupt_runs_row_degrades_only_its_own_entry(server: Server, pr
     assert listing[good]["status"] == {"state": "completed", "output": "done"}
     assert listing[good]["labels"] == {"k": "v"} and listing[good]["step_count"] == 1
     # The degraded run is still a run: filters and pages skip or carry it, never fail.
-    assert (await server.client.get("/v1/runs", params={"label": "k:v"})).json()["runs"] == [listing[good]]
+    assert (await server.client.get("/v1/runs", params={"label": "k:v"})).json()["runs"] == [
+        listing[good]
+    ]
     page = await server.client.get("/v1/runs", params={"limit": 1})
     assert page.status_code == 200 and len(page.json()["runs"]) == 1
 
@@ -285,17 +357,25 @@ async def test_unknown_and_malformed_run_ids(server: Server):
     assert_error(await server.client.get(f"/v1/runs/{NOBODY}/replay"), 404, "unknown_run")
     assert_error(await server.client.get(f"/v1/runs/{NOBODY}/events"), 404, "unknown_run")
     for verb, body in (("resume", {}), ("resolve", {"output": 1}), ("abandon", {})):
-        assert_error(await server.client.post(f"/v1/runs/{NOBODY}/{verb}", json=body), 404, "unknown_run")
+        assert_error(
+            await server.client.post(f"/v1/runs/{NOBODY}/{verb}", json=body), 404, "unknown_run"
+        )
     for bad in ("not-a-uuid", "123", "6f0c8a52-0d6e-4c1b-9a56", "%20", NOBODY + "0"):
         for suffix in ("", "/replay", "/events"):
             assert_error(await server.client.get(f"/v1/runs/{bad}{suffix}"), 400, "bad_request")
         for verb in ("resume", "resolve", "abandon"):
-            assert_error(await server.client.post(f"/v1/runs/{bad}/{verb}", json={"output": 1}), 400, "bad_request")
+            assert_error(
+                await server.client.post(f"/v1/runs/{bad}/{verb}", json={"output": 1}),
+                400,
+                "bad_request",
+            )
     assert await snapshot(server) == ([], [])
 
 
 async def test_replay_is_the_fold_and_executes_nothing(server: Server, providers):
-    agent, provider = await register(server, providers, [("lookup_invoice", {"invoice_id": "INV-7"})])
+    agent, provider = await register(
+        server, providers, [("lookup_invoice", {"invoice_id": "INV-7"})]
+    )
     run_id, body = await rested(server, agent)
     response = await server.client.get(f"/v1/runs/{run_id}/replay")
     assert response.status_code == 200
@@ -321,7 +401,9 @@ async def test_capabilities_name_this_build(server: Server):
         commit = body["server"]["commit"]
         assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", commit)
         # A commit this checkout really has.
-        await trio.run_process(["git", "-C", str(root), "cat-file", "-e", commit.removesuffix("-dirty") + "^{commit}"])
+        await trio.run_process(
+            ["git", "-C", str(root), "cat-file", "-e", commit.removesuffix("-dirty") + "^{commit}"]
+        )
     else:
         assert "commit" not in body["server"]
 
@@ -330,13 +412,29 @@ async def test_capabilities_name_this_build(server: Server):
 
 
 async def test_resume_a_gate_needs_a_conforming_input(server: Server, providers):
-    agent, provider = await register(server, providers, [("request_approval", {"reason": "refund over 100"})],
-                                     final_text="approved")
+    agent, provider = await register(
+        server,
+        providers,
+        [("request_approval", {"reason": "refund over 100"})],
+        final_text="approved",
+    )
     run_id, body = await rested(server, agent)
-    assert body["status"] == {"state": "suspended", "reason": "refund over 100", "input_schema": APPROVAL_SCHEMA}
+    assert body["status"] == {
+        "state": "suspended",
+        "reason": "refund over 100",
+        "input_schema": APPROVAL_SCHEMA,
+    }
     assert body["driver"] == "none"
     before = await snapshot(server)
-    refusals = [None, b"", {}, {"input": None}, {"input": {"approved": "yes"}}, {"input": {}}, {"input": "ok"}]
+    refusals = [
+        None,
+        b"",
+        {},
+        {"input": None},
+        {"input": {"approved": "yes"}},
+        {"input": {}},
+        {"input": "ok"},
+    ]
     for payload in refusals:
         if payload is None:
             response = await server.client.post(f"/v1/runs/{run_id}/resume")
@@ -348,13 +446,17 @@ async def test_resume_a_gate_needs_a_conforming_input(server: Server, providers)
     assert await snapshot(server) == before
     assert provider.call_count == 1
 
-    response = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}}
+    )
     assert response.status_code == 202
     assert response.json() == {"run": run_id, "status": "running", "outcome": "driving"}
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "approved"}
 
-    response = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}}
+    )
     assert response.status_code == 200
     assert response.json() == {"run": run_id, "outcome": "completed", "status": done["status"]}
     assert provider.call_count == 2
@@ -362,26 +464,48 @@ async def test_resume_a_gate_needs_a_conforming_input(server: Server, providers)
 
 
 async def test_a_signal_wait_says_so(server: Server, providers):
-    agent, _ = await register(server, providers, [("request_approval", {"reason": "webhook", "signal": True})])
+    agent, _ = await register(
+        server, providers, [("request_approval", {"reason": "webhook", "signal": True})]
+    )
     _, body = await rested(server, agent)
-    assert body["status"] == {"state": "suspended", "reason": "webhook", "input_schema": APPROVAL_SCHEMA,
-                              "kind": "signal"}
+    assert body["status"] == {
+        "state": "suspended",
+        "reason": "webhook",
+        "input_schema": APPROVAL_SCHEMA,
+        "kind": "signal",
+    }
 
 
 async def test_resume_over_budget_needs_an_extension(server: Server, providers):
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(2)]
-    agent, provider = await register(server, providers, plan, final_text="all looked up",
-                                     extra="[budgets]\nsteps = 1\n")
+    agent, provider = await register(
+        server, providers, plan, final_text="all looked up", extra="[budgets]\nsteps = 1\n"
+    )
     run_id, body = await rested(server, agent)
-    assert body["status"] == {"state": "budget_exceeded", "budget": {"kind": "steps", "limit": 1}, "observed": 1}
+    assert body["status"] == {
+        "state": "budget_exceeded",
+        "budget": {"kind": "steps", "limit": 1},
+        "observed": 1,
+    }
     assert body["driver"] == "none"
     before = await snapshot(server)
-    for payload in ({}, {"input": None}, {"input": {}}, {"input": {"extend_by": 0}}, {"input": {"extend_by": -1}},
-                    {"input": {"extend_by": 1, "x": 1}}, {"input": "more"}):
-        assert_error(await server.client.post(f"/v1/runs/{run_id}/resume", json=payload), 400, "bad_request")
+    for payload in (
+        {},
+        {"input": None},
+        {"input": {}},
+        {"input": {"extend_by": 0}},
+        {"input": {"extend_by": -1}},
+        {"input": {"extend_by": 1, "x": 1}},
+        {"input": "more"},
+    ):
+        assert_error(
+            await server.client.post(f"/v1/runs/{run_id}/resume", json=payload), 400, "bad_request"
+        )
     assert await snapshot(server) == before
 
-    response = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"extend_by": 5}})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"extend_by": 5}}
+    )
     assert response.status_code == 202 and response.json()["outcome"] == "driving"
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "all looked up"}
@@ -404,7 +528,9 @@ async def test_resume_before_the_wake_instant_is_still_sleeping(server: Server, 
         assert set(details) == {"wake_at", "remaining_seconds"}
         assert details["wake_at"] == status["wake_at"]
         assert isinstance(details["remaining_seconds"], int)
-        expected = (parse_instant(FAR_WAKE) - parse_instant(body["last_recorded_at"])).total_seconds()
+        expected = (
+            parse_instant(FAR_WAKE) - parse_instant(body["last_recorded_at"])
+        ).total_seconds()
         assert -1 < expected - details["remaining_seconds"] < 600
     assert await snapshot(server) == before
     assert provider.call_count == 1
@@ -412,7 +538,9 @@ async def test_resume_before_the_wake_instant_is_still_sleeping(server: Server, 
 
 
 async def test_resume_after_the_wake_instant_wakes_the_run(server: Server, providers):
-    agent, provider = await register(server, providers, [("wait_until", {"seconds": 0.3})], final_text="woke")
+    agent, provider = await register(
+        server, providers, [("wait_until", {"seconds": 0.3})], final_text="woke"
+    )
     run_id, body = await rested(server, agent)
     assert body["status"]["state"] == "sleeping"
     wake_at = parse_instant(body["status"]["wake_at"])
@@ -430,9 +558,13 @@ async def test_resume_after_the_wake_instant_wakes_the_run(server: Server, provi
 
 
 async def test_resume_recovers_an_interrupted_run_and_ignores_an_input(server: Server, providers):
-    agent, provider = await register(server, providers, [("lookup_invoice", {"invoice_id": "INV-3"})])
+    agent, provider = await register(
+        server, providers, [("lookup_invoice", {"invoice_id": "INV-3"})]
+    )
     run_id = await seed_run(server, agent)  # a daemon died right after recording the head
-    response = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"ignored": True}})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"ignored": True}}
+    )
     assert response.status_code == 202
     assert response.json() == {"run": run_id, "status": "running", "outcome": "driving"}
     done = await server.wait_resting(run_id)
@@ -444,12 +576,16 @@ async def test_resume_recovers_an_interrupted_run_and_ignores_an_input(server: S
 
 async def test_resume_refusals_and_finished_runs(server: Server, providers):
     agent, _ = await register(server, providers)
-    failing, _ = await register(server, providers, script=lambda call: ErrorReply(400, "model not found"))
+    failing, _ = await register(
+        server, providers, script=lambda call: ErrorReply(400, "model not found")
+    )
     orphan = await seed_run(server, "sha256:" + "0" * 64)
     client_run = await seed_run(server, agent, driven_by="client")
     before = await snapshot(server)
     assert_error(await server.client.post(f"/v1/runs/{orphan}/resume"), 404, "unknown_agent")
-    error = assert_error(await server.client.post(f"/v1/runs/{client_run}/resume"), 409, "client_driven_run")
+    error = assert_error(
+        await server.client.post(f"/v1/runs/{client_run}/resume"), 409, "client_driven_run"
+    )
     assert "details" not in error
     assert await snapshot(server) == before
 
@@ -470,16 +606,23 @@ async def test_resume_refusals_and_finished_runs(server: Server, providers):
 
 
 def _registry_with_a_charge(executions: list) -> Any:
-    """The demo tools plus ``charge``, a write that hangs once it has acted (until the daemon stops)."""
+    """The demo tools plus ``charge``, a write that hangs once it has
+    acted (until the daemon stops)."""
     registry = demo_registry()
 
     async def charge(args: dict, call) -> dict:
         executions.append(args)
         await trio.sleep_forever()
 
-    registry.register(Tool(name="charge", description="Charge a card. Moves money.", effect=Effect.WRITE,
-                           input_schema={"type": "object", "properties": {"amount": {"type": "integer"}}},
-                           handler=charge))
+    registry.register(
+        Tool(
+            name="charge",
+            description="Charge a card. Moves money.",
+            effect=Effect.WRITE,
+            input_schema={"type": "object", "properties": {"amount": {"type": "integer"}}},
+            handler=charge,
+        )
+    )
     return registry
 
 
@@ -488,7 +631,9 @@ async def _a_run_cut_mid_write(server_factory, providers) -> tuple[Server, str, 
     executions: list = []
     registry = _registry_with_a_charge(executions)
     first = await server_factory(registry=registry)
-    agent, provider = await register(first, providers, [("charge", {"amount": 10})], final_text="charged")
+    agent, provider = await register(
+        first, providers, [("charge", {"amount": 10})], final_text="charged"
+    )
     run_id = await first.start_run(agent, "charge it")
     with trio.fail_after(10):
         while not executions:
@@ -501,7 +646,9 @@ async def _a_run_cut_mid_write(server_factory, providers) -> tuple[Server, str, 
     return second, agent, run_id, provider, executions
 
 
-async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves_past_it(server_factory, providers):
+async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves_past_it(
+    server_factory, providers
+):
     server, _, run_id, provider, executions = await _a_run_cut_mid_write(server_factory, providers)
     log = await read_log_independently(server.store_url, run_id)
     intent = log[-1]
@@ -509,31 +656,55 @@ async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves
 
     body = await get_run(server, run_id)
     assert body["status"] == {"state": "needs_reconciliation"} and body["driver"] == "none"
-    assert body["pending"] == {"kind": "tool", "seq": intent.seq, "tool": "charge", "input": {"amount": 10},
-                               "effect": "write", "idempotency_key": None}
+    assert body["pending"] == {
+        "kind": "tool",
+        "seq": intent.seq,
+        "tool": "charge",
+        "input": {"amount": 10},
+        "effect": "write",
+        "idempotency_key": None,
+    }
     replay = (await server.client.get(f"/v1/runs/{run_id}/replay")).json()
-    assert replay["status"] == {"state": "needs_reconciliation"} and replay["pending"] == body["pending"]
+    assert (
+        replay["status"] == {"state": "needs_reconciliation"}
+        and replay["pending"] == body["pending"]
+    )
 
     before = await snapshot(server)
     for payload in ({}, {"input": {"approved": True}}):
-        error = assert_error(await server.client.post(f"/v1/runs/{run_id}/resume", json=payload),
-                             409, "needs_reconciliation")
-        assert error["details"] == {"intent": {**body["pending"], "recorded_at": intent.recorded_at}}
+        error = assert_error(
+            await server.client.post(f"/v1/runs/{run_id}/resume", json=payload),
+            409,
+            "needs_reconciliation",
+        )
+        assert error["details"] == {
+            "intent": {**body["pending"], "recorded_at": intent.recorded_at}
+        }
     for bad in ({}, {"output": 1, "extra": 2}, [1]):
-        assert_error(await server.client.post(f"/v1/runs/{run_id}/resolve", json=bad), 400, "bad_request")
+        assert_error(
+            await server.client.post(f"/v1/runs/{run_id}/resolve", json=bad), 400, "bad_request"
+        )
     assert await snapshot(server) == before
     assert len(executions) == 1
 
-    response = await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": {"charge_id": "ch_by_hand"}})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resolve", json={"output": {"charge_id": "ch_by_hand"}}
+    )
     assert response.status_code == 200
     assert response.json() == {"run": run_id, "resolved": True, "status": {"state": "running"}}
     log = await read_log_independently(server.store_url, run_id)
     assert len(log) == intent.seq + 2
-    assert log[-1].event.KIND.value == "ToolCallCompleted" and log[-1].event.settled_by == "operator"
+    assert (
+        log[-1].event.KIND.value == "ToolCallCompleted" and log[-1].event.settled_by == "operator"
+    )
     assert log[-1].event.output == {"charge_id": "ch_by_hand"}
     # Resolve records one event and drives nothing.
     assert (await get_run(server, run_id))["driver"] == "none"
-    assert_error(await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}), 409, "wrong_state")
+    assert_error(
+        await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
+        409,
+        "wrong_state",
+    )
 
     response = await server.client.post(f"/v1/runs/{run_id}/resume")
     assert response.status_code == 202
@@ -541,7 +712,11 @@ async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves
     assert done["status"] == {"state": "completed", "output": "charged"}
     assert len(executions) == 1  # the write was never performed again
     assert provider.call_count == 2
-    assert_error(await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}), 409, "wrong_state")
+    assert_error(
+        await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
+        409,
+        "wrong_state",
+    )
 
 
 async def test_abandon_an_open_write_names_it(server_factory, providers):
@@ -550,7 +725,9 @@ async def test_abandon_an_open_write_names_it(server_factory, providers):
     response = await server.client.post(f"/v1/runs/{run_id}/abandon")
     assert response.status_code == 200
     assert response.json() == {
-        "run": run_id, "abandoned": True, "appended_seq": intent_seq + 1,
+        "run": run_id,
+        "abandoned": True,
+        "appended_seq": intent_seq + 1,
         "status": {"state": "abandoned", "unresolved_write": {"seq": intent_seq, "tool": "charge"}},
     }
     body = await get_run(server, run_id)
@@ -562,11 +739,21 @@ async def test_resolve_needs_a_dangling_write(server: Server, providers):
     agent, _ = await register(server, providers, [("request_approval", {})])
     suspended, _ = await rested(server, agent)
     interrupted = await seed_run(server, agent)
-    model_open = await seed_run(server, agent, ModelCallRequested(request_hash="sha256:" + "0" * 64))
+    model_open = await seed_run(
+        server, agent, ModelCallRequested(request_hash="sha256:" + "0" * 64)
+    )
     before = await snapshot(server)
     for run_id in (suspended, interrupted):
-        assert_error(await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 1}), 409, "wrong_state")
-    assert_error(await server.client.post(f"/v1/runs/{model_open}/resolve", json={"output": None}), 409, "wrong_state")
+        assert_error(
+            await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 1}),
+            409,
+            "wrong_state",
+        )
+    assert_error(
+        await server.client.post(f"/v1/runs/{model_open}/resolve", json={"output": None}),
+        409,
+        "wrong_state",
+    )
     assert await snapshot(server) == before
 
 
@@ -576,12 +763,21 @@ async def test_abandon_retires_a_run_once(server: Server, providers):
     sleeping_agent, _ = await register(server, providers, [("wait_until", {"wake_at": FAR_WAKE})])
 
     suspended, body = await rested(server, gate_agent)
-    response = await server.client.post(f"/v1/runs/{suspended}/abandon", json={"reason": "customer withdrew"})
+    response = await server.client.post(
+        f"/v1/runs/{suspended}/abandon", json={"reason": "customer withdrew"}
+    )
     assert response.status_code == 200
-    assert response.json() == {"run": suspended, "abandoned": True, "appended_seq": body["event_count"],
-                               "status": {"state": "abandoned", "reason": "customer withdrew"}}
+    assert response.json() == {
+        "run": suspended,
+        "abandoned": True,
+        "appended_seq": body["event_count"],
+        "status": {"state": "abandoned", "reason": "customer withdrew"},
+    }
     after = await get_run(server, suspended)
-    assert after["status"] == {"state": "abandoned", "reason": "customer withdrew"} and "driver" not in after
+    assert (
+        after["status"] == {"state": "abandoned", "reason": "customer withdrew"}
+        and "driver" not in after
+    )
     assert after["event_count"] == body["event_count"] + 1
 
     sleeping, _ = await rested(server, sleeping_agent)
@@ -595,16 +791,25 @@ async def test_abandon_retires_a_run_once(server: Server, providers):
     completed, _ = await rested(server, plain_agent)
     before = await snapshot(server)
     for run_id in (suspended, sleeping, interrupted, completed):
-        assert_error(await server.client.post(f"/v1/runs/{run_id}/abandon", json={"reason": "again"}),
-                     409, "wrong_state")
+        assert_error(
+            await server.client.post(f"/v1/runs/{run_id}/abandon", json={"reason": "again"}),
+            409,
+            "wrong_state",
+        )
     assert await snapshot(server) == before
     suspended_again, _ = await rested(server, gate_agent)
     before = await snapshot(server)
     for bad in ({"reason": 5}, {"reason": "x", "force": True}, [], {"why": "no"}):
-        assert_error(await server.client.post(f"/v1/runs/{suspended_again}/abandon", json=bad), 400, "bad_request")
+        assert_error(
+            await server.client.post(f"/v1/runs/{suspended_again}/abandon", json=bad),
+            400,
+            "bad_request",
+        )
     assert await snapshot(server) == before
     # Abandoned is terminal: a resume reports it and leaves it alone.
-    response = await server.client.post(f"/v1/runs/{suspended}/resume", json={"input": {"approved": True}})
+    response = await server.client.post(
+        f"/v1/runs/{suspended}/resume", json={"input": {"approved": True}}
+    )
     assert response.status_code == 200 and response.json()["outcome"] == "abandoned"
 
 
@@ -634,7 +839,11 @@ async def test_listing_pages_filters_and_refuses_bad_queries(server: Server, pro
         while True:
             runs = (await server.client.get("/v1/runs")).json()["runs"]
             states = [r["status"]["state"] for r in runs]
-            if states.count("completed") == 225 and states.count("suspended") == 25 and len(server.state.drivers) == 0:
+            if (
+                states.count("completed") == 225
+                and states.count("suspended") == 25
+                and len(server.state.drivers) == 0
+            ):
                 break
             await trio.sleep(0.05)
 
@@ -659,28 +868,52 @@ async def test_listing_pages_filters_and_refuses_bad_queries(server: Server, pro
 
     suspended = (await server.client.get("/v1/runs", params={"status": "suspended"})).json()
     assert len(suspended["runs"]) == 25 and "next_cursor" not in suspended
-    assert all(r["status"]["state"] == "suspended" and r["driver"] == "none" for r in suspended["runs"])
-    first = (await server.client.get("/v1/runs", params={"status": "completed", "limit": 200})).json()
-    rest = (await server.client.get("/v1/runs", params={"status": "completed", "limit": 200,
-                                                        "cursor": first["next_cursor"]})).json()
+    assert all(
+        r["status"]["state"] == "suspended" and r["driver"] == "none" for r in suspended["runs"]
+    )
+    first = (
+        await server.client.get("/v1/runs", params={"status": "completed", "limit": 200})
+    ).json()
+    rest = (
+        await server.client.get(
+            "/v1/runs", params={"status": "completed", "limit": 200, "cursor": first["next_cursor"]}
+        )
+    ).json()
     assert len(first["runs"]) == 200 and len(rest["runs"]) == 25 and "next_cursor" not in rest
     assert all("driver" not in r for r in first["runs"] + rest["runs"])
-    assert (await server.client.get("/v1/runs", params={"status": "running"})).json() == {"runs": []}
+    assert (await server.client.get("/v1/runs", params={"status": "running"})).json() == {
+        "runs": []
+    }
 
     gates = (await server.client.get("/v1/runs", params={"label": "batch:gate"})).json()["runs"]
     assert len(gates) == 25 and all(r["labels"]["batch"] == "gate" for r in gates)
-    paged = (await server.client.get("/v1/runs", params={"label": "batch:gate", "limit": 10})).json()
+    paged = (
+        await server.client.get("/v1/runs", params={"label": "batch:gate", "limit": 10})
+    ).json()
     assert len(paged["runs"]) == 10 and "next_cursor" in paged
     one = (await server.client.get("/v1/runs", params={"label": "n:7"})).json()["runs"]
     assert [r["labels"] for r in one] == [{"batch": "plain", "n": "7"}]
-    both = (await server.client.get("/v1/runs", params={"label": "batch:gate", "status": "completed"})).json()
+    both = (
+        await server.client.get("/v1/runs", params={"label": "batch:gate", "status": "completed"})
+    ).json()
     assert both == {"runs": []}
-    assert (await server.client.get("/v1/runs", params={"label": "batch:nope"})).json() == {"runs": []}
+    assert (await server.client.get("/v1/runs", params={"label": "batch:nope"})).json() == {
+        "runs": []
+    }
     assert (await server.client.get("/v1/runs", params={"label": "batch:"})).json() == {"runs": []}
 
-    for params in ({"status": "bogus"}, {"status": ""}, {"limit": "0"}, {"limit": "-1"}, {"limit": "abc"},
-                   {"limit": "1001"}, {"limit": "1.5"}, {"label": "nocolon"}, {"label": ":v"},
-                   {"cursor": "garbage"}, {"cursor": "W10"}, {"page": "2"}):
+    for params in (
+        {"status": "bogus"},
+        {"status": ""},
+        {"limit": "0"},
+        {"limit": "-1"},
+        {"limit": "abc"},
+        {"limit": "1001"},
+        {"limit": "1.5"},
+        {"label": "nocolon"},
+        {"label": ":v"},
+        {"cursor": "garbage"},
+        {"cursor": "W10"},
+        {"page": "2"},
+    ):
         assert_error(await server.client.get("/v1/runs", params=params), 400, "bad_request")
-
-

@@ -25,7 +25,10 @@ async def both(server, app_client, run_id: str, body: bytes, headers: dict[str, 
     path = f"/v1/client-runs/{run_id}/events"
     front = await server.client.post(path, content=body, headers=headers)
     route = await app_client.post(path, data=body, headers=headers)
-    return (front.status_code, front.json()), (route.status_code, json.loads(await route.get_data()))
+    return (front.status_code, front.json()), (
+        route.status_code,
+        json.loads(await route.get_data()),
+    )
 
 
 @pytest.fixture
@@ -33,14 +36,23 @@ def app_client(server):
     return create_app(server.state).test_client()
 
 
-async def test_every_refusal_is_the_same_through_the_front_and_the_route(server, app_client) -> None:
+async def test_every_refusal_is_the_same_through_the_front_and_the_route(
+    server, app_client
+) -> None:
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
     json_type = {"content-type": "application/json", "X-Drive-Token": token}
-    assert (await server.client.post(f"/v1/client-runs/{run_id}/events", json={"events": [head(run_id)]},
-                                     headers={"X-Drive-Token": token})).status_code == 200
+    assert (
+        await server.client.post(
+            f"/v1/client-runs/{run_id}/events",
+            json={"events": [head(run_id)]},
+            headers={"X-Drive-Token": token},
+        )
+    ).status_code == 200
     before = await snapshot(server)
-    later = json.dumps({"events": [envelope(run_id, 5, "NowObserved", {"now": "2026-11-29T10:00:00Z"})]}).encode()
+    later = json.dumps(
+        {"events": [envelope(run_id, 5, "NowObserved", {"now": "2026-11-29T10:00:00Z"})]}
+    ).encode()
     cases = {
         "no drive token": (run_id, later, {"content-type": "application/json"}, 401),
         "someone else's token": (run_id, later, {**json_type, "X-Drive-Token": "dt_nope"}, 403),
@@ -53,9 +65,20 @@ async def test_every_refusal_is_the_same_through_the_front_and_the_route(server,
         "an unknown field": (run_id, json.dumps({"events": [], "x": 1}).encode(), json_type, 400),
         "no events": (run_id, b"{}", json_type, 400),
         "a gap": (run_id, later, json_type, 409),
-        "a model event": (run_id, json.dumps({"events": [envelope(run_id, 1, "ModelCallRequested",
-                                                                             {"request_hash": "sha256:" + "0" * 64})]}).encode(),
-                          json_type, 422),
+        "a model event": (
+            run_id,
+            json.dumps(
+                {
+                    "events": [
+                        envelope(
+                            run_id, 1, "ModelCallRequested", {"request_hash": "sha256:" + "0" * 64}
+                        )
+                    ]
+                }
+            ).encode(),
+            json_type,
+            422,
+        ),
         "over 8 MB": (run_id, b'{"events": "' + b"x" * MAX_BODY_BYTES + b'"}', json_type, 413),
     }
     for name, (target, body, headers, status) in cases.items():
@@ -66,19 +89,27 @@ async def test_every_refusal_is_the_same_through_the_front_and_the_route(server,
     assert await snapshot(server) == before
 
 
-async def test_appends_and_retries_are_the_same_through_the_front_and_the_route(server, app_client) -> None:
+async def test_appends_and_retries_are_the_same_through_the_front_and_the_route(
+    server, app_client
+) -> None:
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
     headers = {"content-type": "application/json; charset=utf-8", "X-Drive-Token": token}
     first = json.dumps({"events": [head(run_id)]}).encode()
-    response = await server.client.post(f"/v1/client-runs/{run_id}/events", content=first, headers=headers)
+    response = await server.client.post(
+        f"/v1/client-runs/{run_id}/events", content=first, headers=headers
+    )
     assert (response.status_code, response.json()) == (200, {"appended": [0]})
     # The route sees what the front appended: the same batch is a no-op there, and back.
     assert await both(server, app_client, run_id, first, headers) == ((200, {"appended": [0]}),) * 2
-    second = json.dumps({"events": [envelope(run_id, 1, "NowObserved", {"now": "2026-11-29T10:00:00Z"})]}).encode()
+    second = json.dumps(
+        {"events": [envelope(run_id, 1, "NowObserved", {"now": "2026-11-29T10:00:00Z"})]}
+    ).encode()
     route = await app_client.post(f"/v1/client-runs/{run_id}/events", data=second, headers=headers)
     assert json.loads(await route.get_data()) == {"appended": [1]}
-    assert await both(server, app_client, run_id, second, headers) == ((200, {"appended": [1]}),) * 2
+    assert (
+        await both(server, app_client, run_id, second, headers) == ((200, {"appended": [1]}),) * 2
+    )
     log = (await server.client.get(f"/v1/client-runs/{run_id}/log")).json()["log"]
     assert [e["seq"] for e in log] == [0, 1]
 
@@ -88,8 +119,11 @@ async def test_the_front_checks_the_bearer_token_first(server_factory) -> None:
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
     bare = server.new_client()
-    response = await bare.post(f"/v1/client-runs/{run_id}/events", json={"events": [head(run_id)]},
-                               headers={"X-Drive-Token": token})
+    response = await bare.post(
+        f"/v1/client-runs/{run_id}/events",
+        json={"events": [head(run_id)]},
+        headers={"X-Drive-Token": token},
+    )
     assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthorized")
     assert (await server.client.get(f"/v1/client-runs/{run_id}/log")).json()["log"] == []
     # Other methods on the path are the app's: a 405 in the envelope.
@@ -97,7 +131,9 @@ async def test_the_front_checks_the_bearer_token_first(server_factory) -> None:
     assert (response.status_code, response.json()["error"]["code"]) == (405, "method_not_allowed")
 
 
-async def test_a_bug_behind_the_front_is_the_500_envelope_and_the_daemon_goes_on(server, monkeypatch, caplog) -> None:
+async def test_a_bug_behind_the_front_is_the_500_envelope_and_the_daemon_goes_on(
+    server, monkeypatch, caplog
+) -> None:
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
 
@@ -105,15 +141,23 @@ async def test_a_bug_behind_the_front_is_the_500_envelope_and_the_daemon_goes_on
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(server.state.client_appends, "append", broken)
-    response = await server.client.post(f"/v1/client-runs/{run_id}/events", json={"events": [head(run_id)]},
-                                        headers={"X-Drive-Token": token})
+    response = await server.client.post(
+        f"/v1/client-runs/{run_id}/events",
+        json={"events": [head(run_id)]},
+        headers={"X-Drive-Token": token},
+    )
     assert response.status_code == 500
-    assert response.json() == {"error": {"code": "internal", "message": "the server hit an unexpected error; see its log"}}
+    assert response.json() == {
+        "error": {"code": "internal", "message": "the server hit an unexpected error; see its log"}
+    }
     assert "RuntimeError: a bug" not in response.text
     assert any("unexpected error on POST" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
-    response = await server.client.post(f"/v1/client-runs/{run_id}/events", json={"events": [head(run_id)]},
-                                        headers={"X-Drive-Token": token})
+    response = await server.client.post(
+        f"/v1/client-runs/{run_id}/events",
+        json={"events": [head(run_id)]},
+        headers={"X-Drive-Token": token},
+    )
     assert response.json() == {"appended": [0]}
 
 
@@ -124,13 +168,18 @@ async def _raw_request(url: str, head_and_partial_body: bytes) -> trio.SocketStr
     return stream
 
 
-async def test_a_body_that_stops_arriving_is_a_408_and_one_cut_off_records_nothing(server_factory) -> None:
+async def test_a_body_that_stops_arriving_is_a_408_and_one_cut_off_records_nothing(
+    server_factory,
+) -> None:
     server = await server_factory(body_timeout_seconds=0.3)
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
     body = json.dumps({"events": [head(run_id)]}).encode()
-    request_head = (f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    f"X-Drive-Token: {token}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    request_head = (
+        f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nX-Drive-Token: {token}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     # Half the body, then silence: the front gives up and says so.
     stream = await _raw_request(server.url, request_head + body[: len(body) // 2])
     answer = b""
@@ -146,6 +195,9 @@ async def test_a_body_that_stops_arriving_is_a_408_and_one_cut_off_records_nothi
     await stream.aclose()
     await trio.sleep(0.5)
     assert (await server.client.get(f"/v1/client-runs/{run_id}/log")).json()["log"] == []
-    response = await server.client.post(f"/v1/client-runs/{run_id}/events", content=body,
-                                        headers={"content-type": "application/json", "X-Drive-Token": token})
+    response = await server.client.post(
+        f"/v1/client-runs/{run_id}/events",
+        content=body,
+        headers={"content-type": "application/json", "X-Drive-Token": token},
+    )
     assert response.json() == {"appended": [0]}

@@ -61,13 +61,19 @@ _BASE = "urn:salvor:openapi"
 _SERVING = re.compile(r"salvor serving on (http://127\.0\.0\.1:\d+)")
 
 
-# -- the custom check: the event stream's frames ----------------------------------------------------
+# -- the custom check: the event stream's frames ---------------------------------------------------
+
 
 def _validator(name: str) -> Draft202012Validator:
     document = openapi_document()
-    registry = Registry().with_resource(_BASE, Resource.from_contents(document, default_specification=DRAFT202012))
-    return Draft202012Validator({"$ref": f"{_BASE}#/components/schemas/{name}"}, registry=registry,
-                                format_checker=Draft202012Validator.FORMAT_CHECKER)
+    registry = Registry().with_resource(
+        _BASE, Resource.from_contents(document, default_specification=DRAFT202012)
+    )
+    return Draft202012Validator(
+        {"$ref": f"{_BASE}#/components/schemas/{name}"},
+        registry=registry,
+        format_checker=Draft202012Validator.FORMAT_CHECKER,
+    )
 
 
 _FRAME_DATA = {"message": _validator("Envelope"), "end": _validator("EndFrame")}
@@ -110,8 +116,12 @@ def event_stream_frames(ctx, response, case) -> bool | None:
         errors = [e.message for e in _FRAME_DATA[name].iter_errors(data)]
         assert not errors, f"frame {index} ({name}) does not match the document: {errors[:3]}"
         if name == "message":
-            assert frame.get("id") == str(data["seq"]), f"frame {index}: `id` is not the envelope's seq"
-            assert expected_seq is None or data["seq"] == expected_seq, f"frame {index}: seq out of order"
+            assert frame.get("id") == str(data["seq"]), (
+                f"frame {index}: `id` is not the envelope's seq"
+            )
+            assert expected_seq is None or data["seq"] == expected_seq, (
+                f"frame {index}: seq out of order"
+            )
             expected_seq = data["seq"] + 1
         else:
             assert "id" not in frame, "the end frame carries no id"
@@ -119,7 +129,8 @@ def event_stream_frames(ctx, response, case) -> bool | None:
     return True
 
 
-# -- custom formats: values the daemon accepts that JSON Schema alone cannot state -------------------
+# -- custom formats: values the daemon accepts that JSON Schema alone cannot state -----------------
+
 
 def _cursor(instant: str, run_id: str) -> str:
     # store/_records.py's encoding: opaque to clients, which only ever echo one back.
@@ -129,7 +140,8 @@ def _cursor(instant: str, run_id: str) -> str:
 
 def _within_bytes(limit: int, *, min_size: int = 0) -> st.SearchStrategy[str]:
     return st.text(st.characters(codec="utf-8"), min_size=min_size, max_size=limit).filter(
-        lambda text: len(text.encode()) <= limit)
+        lambda text: len(text.encode()) <= limit
+    )
 
 
 schemathesis.openapi.format(
@@ -172,7 +184,11 @@ def before_call(ctx, case, kwargs) -> None:
       this daemon does not accept over HTTP.
     """
     meta = case.meta
-    if meta is None or meta.generation.mode is not GenerationMode.POSITIVE or not isinstance(case.body, dict):
+    if (
+        meta is None
+        or meta.generation.mode is not GenerationMode.POSITIVE
+        or not isinstance(case.body, dict)
+    ):
         return
     case.body = _exact(case.body)
     if case.operation.path == "/v1/agents":
@@ -181,7 +197,8 @@ def before_call(ctx, case, kwargs) -> None:
         case.body.pop("replay_of", None)
 
 
-# -- the daemon ---------------------------------------------------------------------------------------
+# -- the daemon ------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
@@ -192,15 +209,39 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
     log_path = home / "serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "salvor.daemon.cli", "serve", "--store", str(home / "store.db"),
-             "--listen", "127.0.0.1:0", "--demo-tools", "--wake-interval", "0", "--auth-token", TOKEN_ENV,
-             *flags],
-            # Nothing of the test's own environment: no provider key a generated agent could send anywhere.
-            # Any outbound contact a generated definition provokes goes to a closed loopback port.
-            env={"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", TOKEN_ENV: TOKEN,
-                 **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")},
-                 "NO_PROXY": "127.0.0.1,localhost"},
-            stdout=log, stderr=subprocess.STDOUT, cwd=home,
+            [
+                sys.executable,
+                "-m",
+                "salvor.daemon.cli",
+                "serve",
+                "--store",
+                str(home / "store.db"),
+                "--listen",
+                "127.0.0.1:0",
+                "--demo-tools",
+                "--wake-interval",
+                "0",
+                "--auth-token",
+                TOKEN_ENV,
+                *flags,
+            ],
+            # Nothing of the test's own environment: no provider key a generated agent could send
+            # anywhere. Any outbound contact a generated definition provokes
+            # goes to a closed loopback port.
+            env={
+                "PATH": os.environ["PATH"],
+                "HOME": str(home),
+                "LANG": "C.UTF-8",
+                TOKEN_ENV: TOKEN,
+                **{
+                    name: "http://127.0.0.1:9"
+                    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+                },
+                "NO_PROXY": "127.0.0.1,localhost",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=home,
         )
     try:
         deadline = time.monotonic() + 60
@@ -228,21 +269,30 @@ def daemon(tmp_path_factory) -> Iterator[str]:
 
 
 def _config(**extra) -> schemathesis.Config:
-    return schemathesis.Config.from_dict({
-        "seed": SEED,
-        # Keep-alive connections as any client's: an early refusal must leave its connection usable.
-        "headers": AUTH,
-        "request-timeout": 20,
-        "max-stream-events": 200,
-        # The strict parser refuses a NUL and a lone surrogate in any string of a caller's JSON (the store
-        # cannot keep either), and the document says so once, in `info.description`: JSON Schema has no
-        # way to say it of every string short of a `pattern` on each one. So the fuzz is told the same
-        # thing here: no U+0000, and the utf-8 codec (schemathesis's default, named so it stays), which
-        # leaves out the surrogate category. A NUL is still sent where the document refuses it anyway.
-        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "allow-x00": False, "codec": "utf-8"},
-        "checks": {"enabled": True},
-        **extra,
-    })
+    return schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            # Keep-alive connections as any client's: an early refusal
+            # must leave its connection usable.
+            "headers": AUTH,
+            "request-timeout": 20,
+            "max-stream-events": 200,
+            # The strict parser refuses a NUL and a lone surrogate in any string of a caller's JSON
+            # (the store cannot keep either), and the document says so once, in `info.description`:
+            # JSON Schema has no way to say it of every string short of a `pattern` on each one. So
+            # the fuzz is told the same thing here: no U+0000, and the utf-8 codec (schemathesis's
+            # default, named so it stays), which leaves out the surrogate category. A NUL is still
+            # sent where the document refuses it anyway.
+            "generation": {
+                "max-examples": MAX_EXAMPLES,
+                "deterministic": True,
+                "allow-x00": False,
+                "codec": "utf-8",
+            },
+            "checks": {"enabled": True},
+            **extra,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -251,11 +301,19 @@ def seeded(daemon: str) -> dict[str, str]:
     with httpx.Client(base_url=daemon, headers=AUTH, timeout=30) as client:
         toml = {"Content-Type": "application/toml"}
         refund_desk = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
-        agents = {name: client.post("/v1/agents", content=text, headers=toml).json()["agent"]
-                  for name, text in (("refund", refund_desk), ("gated", GATED))}
+        agents = {
+            name: client.post("/v1/agents", content=text, headers=toml).json()["agent"]
+            for name, text in (("refund", refund_desk), ("gated", GATED))
+        }
         runs = {
-            "completed": client.post("/v1/runs", json={"agent": agents["refund"], "input": {"invoice_id": "INV-1"},
-                                                       "labels": {"env": "fuzz"}}).json()["run"],
+            "completed": client.post(
+                "/v1/runs",
+                json={
+                    "agent": agents["refund"],
+                    "input": {"invoice_id": "INV-1"},
+                    "labels": {"env": "fuzz"},
+                },
+            ).json()["run"],
             "suspended": client.post("/v1/runs", json={"agent": agents["gated"]}).json()["run"],
         }
         deadline = time.monotonic() + 60
@@ -271,21 +329,42 @@ def served_schema(daemon: str, seeded: dict[str, str]):
     config = _config(
         # Half the ids name something real, so the verbs reach past the 404: a finished run (which
         # no verb can change) and the registered agents.
-        dictionaries={"runs": {"values": [seeded["completed"]]},
-                      "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]}},
-        parameters={"path.run_id": {"dictionary": "runs", "probability": 0.5},
-                    "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
-                    "body.agent": {"dictionary": "agents", "probability": 0.5}},
-        operations=[{
-            # Whether a resume input is valid is decided by the gate the run recorded (its
-            # input_schema), which no static document can state: a well-formed input a parked run's
-            # schema rejects is a 400 with `details.violations`, as documented.
-            "include-operation-id": "resumeRun",
-            "checks": {"positive_data_acceptance": {
-                "expected-statuses": ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]}},
-        }],
+        dictionaries={
+            "runs": {"values": [seeded["completed"]]},
+            "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]},
+        },
+        parameters={
+            "path.run_id": {"dictionary": "runs", "probability": 0.5},
+            "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
+            "body.agent": {"dictionary": "agents", "probability": 0.5},
+        },
+        operations=[
+            {
+                # Whether a resume input is valid is decided by the gate the run recorded (its
+                # input_schema), which no static document can state: a well-formed input a parked
+                # run's schema rejects is a 400 with `details.violations`, as documented.
+                "include-operation-id": "resumeRun",
+                "checks": {
+                    "positive_data_acceptance": {
+                        "expected-statuses": [
+                            "2xx",
+                            "3xx",
+                            "400",
+                            "401",
+                            "403",
+                            "404",
+                            "409",
+                            "429",
+                            "5xx",
+                        ]
+                    }
+                },
+            }
+        ],
     )
-    return schemathesis.openapi.from_url(f"{daemon}/v1/openapi.json", config=config, headers=AUTH, timeout=20)
+    return schemathesis.openapi.from_url(
+        f"{daemon}/v1/openapi.json", config=config, headers=AUTH, timeout=20
+    )
 
 
 def _fuzz_findings(served_schema) -> list[str]:
@@ -297,10 +376,15 @@ def _fuzz_findings(served_schema) -> list[str]:
                 for check in checks:
                     if check.status is Status.FAILURE and check.failure_info is not None:
                         failure = check.failure_info.failure
-                        findings.append(f"[{event.phase.value}] {failure.operation}: {failure.title}\n"
-                                        f"{failure.message}\n{check.failure_info.code_sample}")
+                        findings.append(
+                            f"[{event.phase.value}] {failure.operation}: {failure.title}\n"
+                            f"{failure.message}\n{check.failure_info.code_sample}"
+                        )
         elif isinstance(event, events.NonFatalError):
-            findings.append(f"[{event.phase.value if event.phase else '-'}] {event.label}: {event.info.format()}")
+            findings.append(
+                f"[{event.phase.value if event.phase else '-'}] "
+                f"{event.label}: {event.info.format()}"
+            )
         elif isinstance(event, events.FatalError):
             raise event.exception
         elif isinstance(event, events.EngineFinished):
@@ -321,13 +405,17 @@ def test_fuzz_agent_registration_with_process_agents(tmp_path) -> None:
     run is started here.
     """
     with _salvor_serve(tmp_path, "--allow-process-agents") as url:
-        served = schemathesis.openapi.from_url(f"{url}/v1/openapi.json", config=_config(), headers=AUTH, timeout=20)
+        served = schemathesis.openapi.from_url(
+            f"{url}/v1/openapi.json", config=_config(), headers=AUTH, timeout=20
+        )
         assert served.raw_schema["components"]["schemas"]["AgentDefinition"]["oneOf"]
         findings = list(dict.fromkeys(_fuzz_findings(served.include(operation_id="registerAgent"))))
     assert not findings, f"{len(findings)} findings:\n\n" + "\n\n".join(findings[:20])
 
 
-@pytest.mark.parametrize("path", ["/v1/runs/{run_id}", "/v1/runs/{run_id}/replay", "/v1/runs/{run_id}/events"])
+@pytest.mark.parametrize(
+    "path", ["/v1/runs/{run_id}", "/v1/runs/{run_id}/replay", "/v1/runs/{run_id}/events"]
+)
 @pytest.mark.parametrize("run", ["completed", "suspended"])
 def test_seeded_runs_match_the_document(served_schema, seeded, path, run) -> None:
     case = served_schema[path]["GET"].Case(path_parameters={"run_id": seeded[run]})
@@ -349,7 +437,10 @@ def test_event_stream_check_catches_a_bad_frame() -> None:
 
     with pytest.raises(AssertionError, match="does not match the document"):
         event_stream_frames(None, Fake(), None)
-    Fake.text = 'event: end\ndata: {"status": {"state": "completed", "output": null}}\n\nid: 0\ndata: {}\n\n'
+    Fake.text = (
+        'event: end\ndata: {"status": {"state": "completed", "output": null}}\n\nid: 0\ndata: '
+        "{}\n\n"
+    )
     with pytest.raises(AssertionError, match="frames after the end frame"):
         event_stream_frames(None, Fake(), None)
 
@@ -365,11 +456,20 @@ def test_what_the_fuzz_found_stays_fixed(daemon: str, seeded) -> None:
         not_a_hash = client.post("/v1/client-runs", json={"agent": seeded["agent_refund"] + "*"})
         assert not_a_hash.status_code == 400, not_a_hash.text
         assert not_a_hash.json()["error"]["code"] == "bad_request"
-        stream = client.get(f"/v1/runs/{seeded['completed']}/events", params={"from_seq": "-1"},
-                            headers={"Last-Event-ID": "0"})
+        stream = client.get(
+            f"/v1/runs/{seeded['completed']}/events",
+            params={"from_seq": "-1"},
+            headers={"Last-Event-ID": "0"},
+        )
         assert stream.status_code == 400, stream.text
-        whole = client.post("/v1/agents", json={
-            "model": "demo-planner", "llm": {"provider": "demo", "max_retries": 1.0}, "max_response_tokens": 64.0})
+        whole = client.post(
+            "/v1/agents",
+            json={
+                "model": "demo-planner",
+                "llm": {"provider": "demo", "max_retries": 1.0},
+                "max_response_tokens": 64.0,
+            },
+        )
         assert whole.status_code == 201, whole.text
         served = client.get("/v1/openapi.json").json()["components"]["schemas"]
         tools = served["ToolName"]["enum"]

@@ -57,18 +57,32 @@ MISSING_RUN = "00000000-0000-4000-8000-000000000000"
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
 STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
 # Covered by tests/daemon/client_runs/test_performed.py (they need declared client tools).
-CLIENT_PERFORMED_PATHS = tuple(f"/v1/client-runs/{{run_id}}/{name}" for name in (
-    "client-tool-intent", "client-tool-completion", "client-model-intent", "client-model-completion", "resolve"))
+CLIENT_PERFORMED_PATHS = tuple(
+    f"/v1/client-runs/{{run_id}}/{name}"
+    for name in (
+        "client-tool-intent",
+        "client-tool-completion",
+        "client-model-intent",
+        "client-model-completion",
+        "resolve",
+    )
+)
 
 REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
 GATED = {  # as JSON, with a name
-    "name": "gated", "model": "demo-planner", "system_prompt": "Ask first.",
-    "llm": {"provider": "demo"}, "tools": [{"name": "request_approval"}],
+    "name": "gated",
+    "model": "demo-planner",
+    "system_prompt": "Ask first.",
+    "llm": {"provider": "demo"},
+    "tools": [{"name": "request_approval"}],
 }
-NAPPER = 'model = "demo-planner"\nsystem_prompt = "Nap."\n[llm]\nprovider = "demo"\n[[tools]]\nname = "nap"\n'
+NAPPER = (
+    'model = "demo-planner"\nsystem_prompt = "Nap."\n[llm]\nprovider = "demo"\n[[tools]]\n'
+    'name = "nap"\n'
+)
 TIGHT = (
-    'model = "demo-planner"\nsystem_prompt = "Look."\n[llm]\nprovider = "demo"\n[budgets]\nsteps = 1\n'
-    '[[tools]]\nname = "lookup_invoice"\n'
+    'model = "demo-planner"\nsystem_prompt = "Look."\n[llm]\nprovider = "demo"\n[budgets]\n'
+    'steps = 1\n[[tools]]\nname = "lookup_invoice"\n'
 )
 
 
@@ -106,7 +120,9 @@ class Contract:
 
     def errors(self, pointer: str, value: Any) -> list:
         validator = Draft202012Validator(
-            {"$ref": f"{BASE}#{pointer}"}, registry=self._registry, format_checker=Draft202012Validator.FORMAT_CHECKER
+            {"$ref": f"{BASE}#{pointer}"},
+            registry=self._registry,
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
         )
         return sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
 
@@ -165,9 +181,17 @@ class Contract:
             base = _pointer("paths", template, method, "responses", status)
         return base + _pointer("content", media, "schema")
 
-    async def call(self, client: httpx.AsyncClient, method: str, template: str, *, expect: int | None = None,
-                   **kwargs: Any) -> Any:
-        """Send, check the status is documented (and ``expect`` when given), validate the body; returns it."""
+    async def call(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        template: str,
+        *,
+        expect: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Send, check the status is documented (and ``expect`` when given),
+        validate the body; returns it."""
         path_params = {k: kwargs.pop(k) for k in ("run_id", "agent_hash") if k in kwargs}
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)
@@ -196,7 +220,9 @@ class Contract:
             name = fields.get("event", "message")
             data = json.loads(fields["data"])
             schema = {"message": "Envelope", "end": "EndFrame"}[name]
-            self.validate(_pointer("components", "schemas", schema), data, f"a stream frame ({name})")
+            self.validate(
+                _pointer("components", "schemas", schema), data, f"a stream frame ({name})"
+            )
             frames.append((name, data))
         return frames
 
@@ -221,25 +247,50 @@ def test_served_llm_table_is_what_registration_accepts() -> None:
     """The served `[llm]` schema admits a table exactly when ``check_llm`` does (issue 12: the
     declared endpoints and their bound key variables, no `base_url_env`)."""
     credentials = Credentials(
-        endpoints=(DeclaredEndpoint(base_url="http://10.0.0.5:8000/v1", key_env="LOCAL_KEY"),
-                   DeclaredEndpoint(base_url="http://10.0.0.6:8000")),
-        environ={"SALVOR_MODEL_BASE_URL": "https://gateway.example.com"}, strict=True)
+        endpoints=(
+            DeclaredEndpoint(base_url="http://10.0.0.5:8000/v1", key_env="LOCAL_KEY"),
+            DeclaredEndpoint(base_url="http://10.0.0.6:8000"),
+        ),
+        environ={"SALVOR_MODEL_BASE_URL": "https://gateway.example.com"},
+        strict=True,
+    )
     served = openapi_document(process_agents=False, llm_choices=credentials.llm_choices())
     validate(served, cls=OpenAPIV31SpecValidator)
-    registry = Registry().with_resource(BASE, Resource.from_contents(served, default_specification=DRAFT202012))
-    schema = Draft202012Validator({"$ref": f"{BASE}#/components/schemas/BuiltinAgent"}, registry=registry)
-    urls = [None, "http://10.0.0.5:8000/v1", "http://10.0.0.6:8000", "https://gateway.example.com",
-            "https://api.openai.com", "http://127.0.0.1:9999/x"]
+    registry = Registry().with_resource(
+        BASE, Resource.from_contents(served, default_specification=DRAFT202012)
+    )
+    schema = Draft202012Validator(
+        {"$ref": f"{BASE}#/components/schemas/BuiltinAgent"}, registry=registry
+    )
+    urls = [
+        None,
+        "http://10.0.0.5:8000/v1",
+        "http://10.0.0.6:8000",
+        "https://gateway.example.com",
+        "https://api.openai.com",
+        "http://127.0.0.1:9999/x",
+    ]
     keys = [None, "LOCAL_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SALVOR_AGENT_KEY"]
     admitted = 0
     for provider in (None, "anthropic", "openai", "demo"):
         for url in urls:
             for key in keys:
-                llm = {name: value for name, value in
-                       (("provider", provider), ("base_url", url), ("api_key_env", key)) if value is not None}
+                llm = {
+                    name: value
+                    for name, value in (
+                        ("provider", provider),
+                        ("base_url", url),
+                        ("api_key_env", key),
+                    )
+                    if value is not None
+                }
                 try:
-                    credentials.check_llm(provider=provider or "anthropic", base_url=url, base_url_env=None,
-                                          api_key_env=key)
+                    credentials.check_llm(
+                        provider=provider or "anthropic",
+                        base_url=url,
+                        base_url_env=None,
+                        api_key_env=key,
+                    )
                     accepted = True
                 except Undeclared:
                     accepted = False
@@ -256,7 +307,9 @@ async def test_every_route_is_documented(server) -> None:
         for rule in app.url_map.iter_rules()
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
-    documented = {(path, method) for path, operations in DOCUMENT["paths"].items() for method in operations}
+    documented = {
+        (path, method) for path, operations in DOCUMENT["paths"].items() for method in operations
+    }
     assert served == documented
 
 
@@ -266,19 +319,39 @@ def _napper_registry():
     async def nap(args: dict, call) -> SleepUntil:
         return SleepUntil(wake_at=datetime.now(UTC) + timedelta(hours=1))
 
-    registry.register(Tool(name="nap", description="Sleep for an hour.", effect=Effect.READ,
-                           input_schema={"type": "object", "properties": {}}, handler=nap))
+    registry.register(
+        Tool(
+            name="nap",
+            description="Sleep for an hour.",
+            effect=Effect.READ,
+            input_schema={"type": "object", "properties": {}},
+            handler=nap,
+        )
+    )
     return registry
 
 
 async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
-    """A run the CLI left with a dangling write (killed inside issue_refund), in the daemon's store."""
+    """A run the CLI left with a dangling write (killed inside
+    issue_refund), in the daemon's store."""
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK)
     result = await trio.run_process(
-        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url, "--json",
-         "--input", '{"invoice_id": "INV-5"}'],
-        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"}, capture_stdout=True, capture_stderr=True,
+        [
+            sys.executable,
+            "-m",
+            "salvor.daemon.cli",
+            "run",
+            str(agent),
+            "--store",
+            store_url,
+            "--json",
+            "--input",
+            '{"invoice_id": "INV-5"}',
+        ],
+        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
+        capture_stdout=True,
+        capture_stderr=True,
         check=False,
     )
     return json.loads(result.stdout.decode().splitlines()[0])["run"]
@@ -289,31 +362,53 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     api, contract = server.client, await Contract.served(server.client)
     call = contract.call
 
-    # -- the document itself, capabilities, and auth on every route --------------------------------------
-    served = openapi_document(tools=server.state.runtime.registry.names(), process_agents=False,
-                              llm_choices=server.state.credentials.llm_choices())
+    # -- the document itself, capabilities, and auth on every route --------------------------------
+    served = openapi_document(
+        tools=server.state.runtime.registry.names(),
+        process_agents=False,
+        llm_choices=server.state.credentials.llm_choices(),
+    )
     assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
     await call(api, "GET", "/v1/health", expect=200)
     anonymous = server.new_client()
     for path, operations in DOCUMENT["paths"].items():
         for method in operations:
-            await call(anonymous, method.upper(), path, expect=401, run_id=MISSING_RUN, agent_hash="sha256:0")
+            await call(
+                anonymous,
+                method.upper(),
+                path,
+                expect=401,
+                run_id=MISSING_RUN,
+                agent_hash="sha256:0",
+            )
 
-    # -- agents ------------------------------------------------------------------------------------------
+    # -- agents ------------------------------------------------------------------------------------
     toml = {"Content-Type": "application/toml"}
-    refund = (await call(api, "POST", "/v1/agents", expect=201, content=REFUND_DESK, headers=toml))["agent"]
-    assert (await call(api, "POST", "/v1/agents", expect=201, content=REFUND_DESK, headers=toml))["created"] is False
+    refund = (await call(api, "POST", "/v1/agents", expect=201, content=REFUND_DESK, headers=toml))[
+        "agent"
+    ]
+    assert (await call(api, "POST", "/v1/agents", expect=201, content=REFUND_DESK, headers=toml))[
+        "created"
+    ] is False
     gated = (await call(api, "POST", "/v1/agents", expect=201, json=GATED))["agent"]
-    napper = (await call(api, "POST", "/v1/agents", expect=201, content=NAPPER, headers=toml))["agent"]
-    tight = (await call(api, "POST", "/v1/agents", expect=201, content=TIGHT, headers=toml))["agent"]
+    napper = (await call(api, "POST", "/v1/agents", expect=201, content=NAPPER, headers=toml))[
+        "agent"
+    ]
+    tight = (await call(api, "POST", "/v1/agents", expect=201, content=TIGHT, headers=toml))[
+        "agent"
+    ]
     await call(api, "POST", "/v1/agents", expect=400, content="model = ", headers=toml)
-    await call(api, "POST", "/v1/agents", expect=400, json={**GATED, "budget": {}})  # a typo'd field
+    await call(
+        api, "POST", "/v1/agents", expect=400, json={**GATED, "budget": {}}
+    )  # a typo'd field
     await call(api, "GET", "/v1/agents", expect=200)
-    assert (await call(api, "GET", "/v1/agents/{agent_hash}", expect=200, agent_hash=gated))["name"] == "gated"
+    assert (await call(api, "GET", "/v1/agents/{agent_hash}", expect=200, agent_hash=gated))[
+        "name"
+    ] == "gated"
     await call(api, "GET", "/v1/agents/{agent_hash}", expect=404, agent_hash="sha256:" + "0" * 64)
 
-    # -- runs into every state the demo tools reach --------------------------------------------------------
+    # -- runs into every state the demo tools reach ------------------------------------------------
     async def start(agent: str, **fields: Any) -> str:
         body = await call(api, "POST", "/v1/runs", expect=201, json={"agent": agent, **fields})
         return body["run"]
@@ -325,7 +420,13 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     parked = await start(gated)
     await call(api, "POST", "/v1/runs", expect=409, json={"agent": refund, "run_id": completed})
     await call(api, "POST", "/v1/runs", expect=404, json={"agent": "sha256:" + "1" * 64})
-    await call(api, "POST", "/v1/runs", expect=400, json={"agent": refund, "labels": {f"k{i}": "v" for i in range(17)}})
+    await call(
+        api,
+        "POST",
+        "/v1/runs",
+        expect=400,
+        json={"agent": refund, "labels": {f"k{i}": "v" for i in range(17)}},
+    )
     await call(api, "POST", "/v1/runs", expect=400, json={"agent": refund, "colour": "red"})
     for run_id in (completed, suspended, sleeping, over_budget, parked):
         await server.wait_resting(run_id)
@@ -339,42 +440,76 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         await call(api, "GET", "/v1/runs/{run_id}/replay", expect=200, run_id=run_id)
         frames = await call(api, "GET", "/v1/runs/{run_id}/events", expect=200, run_id=run_id)
         assert frames[-1][0] == "end"
-    assert set(states) == {"completed", "suspended", "sleeping", "budget_exceeded", "needs_reconciliation"}
+    assert set(states) == {
+        "completed",
+        "suspended",
+        "sleeping",
+        "budget_exceeded",
+        "needs_reconciliation",
+    }
     for template in ("/v1/runs/{run_id}", "/v1/runs/{run_id}/replay", "/v1/runs/{run_id}/events"):
         await call(api, "GET", template, expect=404, run_id=MISSING_RUN)
         await call(api, "GET", template, expect=400, run_id="not-a-uuid")
-    await call(api, "GET", "/v1/runs/{run_id}/events", expect=400, run_id=completed, params={"from_seq": "-1"})
-    tail = await call(api, "GET", "/v1/runs/{run_id}/events", run_id=completed, headers={"Last-Event-ID": "3"})
+    await call(
+        api,
+        "GET",
+        "/v1/runs/{run_id}/events",
+        expect=400,
+        run_id=completed,
+        params={"from_seq": "-1"},
+    )
+    tail = await call(
+        api, "GET", "/v1/runs/{run_id}/events", run_id=completed, headers={"Last-Event-ID": "3"}
+    )
     assert tail[0][1]["seq"] == 4
 
-    # -- listing -------------------------------------------------------------------------------------------
+    # -- listing -----------------------------------------------------------------------------------
     await call(api, "GET", "/v1/runs", expect=200)
     page = await call(api, "GET", "/v1/runs", expect=200, params={"limit": "2"})
-    await call(api, "GET", "/v1/runs", expect=200, params={"limit": "2", "cursor": page["next_cursor"]})
-    await call(api, "GET", "/v1/runs", expect=200, params={"status": "suspended", "label": "env:test"})
+    await call(
+        api, "GET", "/v1/runs", expect=200, params={"limit": "2", "cursor": page["next_cursor"]}
+    )
+    await call(
+        api, "GET", "/v1/runs", expect=200, params={"status": "suspended", "label": "env:test"}
+    )
     await call(api, "GET", "/v1/runs", expect=400, params={"limit": "0"})
     await call(api, "GET", "/v1/runs", expect=400, params={"state": "completed"})
 
-    # -- verbs and their refusals ----------------------------------------------------------------------
+    # -- verbs and their refusals ------------------------------------------------------------------
     resume = "/v1/runs/{run_id}/resume"
     await call(api, "POST", resume, expect=200, run_id=completed)
     await call(api, "POST", resume, expect=400, run_id=suspended)  # no input
-    await call(api, "POST", resume, expect=400, run_id=suspended, json={"input": {"approved": "yes"}})
+    await call(
+        api, "POST", resume, expect=400, run_id=suspended, json={"input": {"approved": "yes"}}
+    )
     await call(api, "POST", resume, expect=409, run_id=dangling)
     await call(api, "POST", resume, expect=409, run_id=sleeping)
     await call(api, "POST", resume, expect=404, run_id=MISSING_RUN)
-    await call(api, "POST", resume, expect=202, run_id=suspended, json={"input": {"approved": True}})
-    await call(api, "POST", resume, expect=202, run_id=over_budget, json={"input": {"extend_by": 5}})
+    await call(
+        api, "POST", resume, expect=202, run_id=suspended, json={"input": {"approved": True}}
+    )
+    await call(
+        api, "POST", resume, expect=202, run_id=over_budget, json={"input": {"extend_by": 5}}
+    )
 
     resolve = "/v1/runs/{run_id}/resolve"
     await call(api, "POST", resolve, expect=409, run_id=completed, json={"output": {}})
     await call(api, "POST", resolve, expect=400, run_id=dangling, json={})
     await call(api, "POST", resolve, expect=404, run_id=MISSING_RUN, json={"output": {}})
-    await call(api, "POST", resolve, expect=200, run_id=dangling, json={"output": {"refund_id": "rf_by_hand"}})
+    await call(
+        api,
+        "POST",
+        resolve,
+        expect=200,
+        run_id=dangling,
+        json={"output": {"refund_id": "rf_by_hand"}},
+    )
 
     abandon = "/v1/runs/{run_id}/abandon"
     await call(api, "POST", abandon, expect=200, run_id=parked, json={"reason": "not needed"})
-    await call(api, "POST", abandon, expect=200, run_id=abandoned_write)  # status carries unresolved_write
+    await call(
+        api, "POST", abandon, expect=200, run_id=abandoned_write
+    )  # status carries unresolved_write
     await call(api, "POST", abandon, expect=409, run_id=completed)
     await call(api, "POST", abandon, expect=400, run_id=parked, json={"reason": 7})
     await call(api, "POST", abandon, expect=404, run_id=MISSING_RUN)
@@ -384,53 +519,126 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     listing = await call(api, "GET", "/v1/runs", expect=200)
     assert {entry["status"]["state"] for entry in listing["runs"]} >= {"completed", "abandoned"}
 
-    # -- client-driven runs --------------------------------------------------------------------------------
+    # -- client-driven runs ------------------------------------------------------------------------
     await call(api, "GET", "/v1/client-tools", expect=200)
     opened = await call(api, "POST", "/v1/client-runs", expect=201)
     client_run, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
-    head = {"run_id": client_run, "seq": 0, "schema_version": 1, "recorded_at": "2026-01-01T00:00:00.000000Z",
-            "event": {"kind": "RunStarted", "payload": {"agent_def_hash": refund, "input": None}}}
+    head = {
+        "run_id": client_run,
+        "seq": 0,
+        "schema_version": 1,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "event": {"kind": "RunStarted", "payload": {"agent_def_hash": refund, "input": None}},
+    }
     events = "/v1/client-runs/{run_id}/events"
     await call(api, "POST", events, expect=401, run_id=client_run, json={"events": [head]})
-    await call(api, "POST", events, expect=403, run_id=client_run, json={"events": [head]},
-               headers={"X-Drive-Token": "dt_wrong"})
-    await call(api, "POST", events, expect=422, run_id=client_run, headers=token, json={"events": [
-        {**head, "event": {"kind": "ModelCallRequested", "payload": {"request_hash": "sha256:" + "0" * 64}}}]})
-    await call(api, "POST", events, expect=409, run_id=client_run, headers=token,
-               json={"events": [{**head, "seq": 3}]})
-    await call(api, "POST", events, expect=400, run_id=client_run, headers=token, json={"events": []})
-    await call(api, "POST", events, expect=404, run_id=MISSING_RUN, headers=token, json={"events": [head]})
-    await call(api, "POST", events, expect=200, run_id=client_run, headers=token, json={"events": [head]})
+    await call(
+        api,
+        "POST",
+        events,
+        expect=403,
+        run_id=client_run,
+        json={"events": [head]},
+        headers={"X-Drive-Token": "dt_wrong"},
+    )
+    await call(
+        api,
+        "POST",
+        events,
+        expect=422,
+        run_id=client_run,
+        headers=token,
+        json={
+            "events": [
+                {
+                    **head,
+                    "event": {
+                        "kind": "ModelCallRequested",
+                        "payload": {"request_hash": "sha256:" + "0" * 64},
+                    },
+                }
+            ]
+        },
+    )
+    await call(
+        api,
+        "POST",
+        events,
+        expect=409,
+        run_id=client_run,
+        headers=token,
+        json={"events": [{**head, "seq": 3}]},
+    )
+    await call(
+        api, "POST", events, expect=400, run_id=client_run, headers=token, json={"events": []}
+    )
+    await call(
+        api, "POST", events, expect=404, run_id=MISSING_RUN, headers=token, json={"events": [head]}
+    )
+    await call(
+        api, "POST", events, expect=200, run_id=client_run, headers=token, json={"events": [head]}
+    )
     await call(api, "POST", "/v1/client-runs", expect=409, json={"run_id": client_run})
     await call(api, "POST", "/v1/client-runs", expect=409, json={"run_id": completed})
     await call(api, "POST", "/v1/client-runs", expect=400, json={"record_prompts": "yes"})
-    assert (await call(api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run},
-                       headers=token))["drive_token"] == token["X-Drive-Token"]
-    await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=200, run_id=client_run, params={"from_seq": "0"})
+    assert (
+        await call(
+            api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run}, headers=token
+        )
+    )["drive_token"] == token["X-Drive-Token"]
+    await call(
+        api,
+        "GET",
+        "/v1/client-runs/{run_id}/log",
+        expect=200,
+        run_id=client_run,
+        params={"from_seq": "0"},
+    )
     await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=404, run_id=completed)
     await call(api, "GET", "/v1/client-runs/{run_id}/log", expect=400, run_id="not-a-uuid")
     beat = "/v1/client-runs/{run_id}/heartbeat"
     await call(api, "POST", beat, expect=200, run_id=client_run, headers=token)
     await call(api, "POST", beat, expect=401, run_id=client_run)
-    await call(api, "POST", beat, expect=403, run_id=client_run, headers={"X-Drive-Token": "dt_wrong"})
+    await call(
+        api, "POST", beat, expect=403, run_id=client_run, headers={"X-Drive-Token": "dt_wrong"}
+    )
     await call(api, "POST", beat, expect=404, run_id=MISSING_RUN, headers=token)
     await call(api, "POST", beat, expect=400, run_id="not-a-uuid")
     release = "/v1/client-runs/{run_id}/release"
     await call(api, "POST", release, expect=403, run_id=client_run)
     await call(api, "POST", release, expect=400, run_id="not-a-uuid")
-    assert (await call(api, "POST", release, expect=200, run_id=client_run, headers=token))["released"] is True
+    assert (await call(api, "POST", release, expect=200, run_id=client_run, headers=token))[
+        "released"
+    ] is True
     await call(api, "POST", "/v1/client-runs", expect=200, json={"run_id": client_run})
 
-    # -- oversized bodies, on every route that reads one -----------------------------------------------------
+    # -- oversized bodies, on every route that reads one -------------------------------------------
     retaken = await call(api, "POST", "/v1/client-runs", expect=201, json={"run_id": MISSING_RUN})
-    for template, headers in (("/v1/agents", toml), ("/v1/runs", {}), (resume, {}), (resolve, {}), (abandon, {}),
-                              ("/v1/client-runs", {}), (events, {"X-Drive-Token": retaken["drive_token"]})):
+    for template, headers in (
+        ("/v1/agents", toml),
+        ("/v1/runs", {}),
+        (resume, {}),
+        (resolve, {}),
+        (abandon, {}),
+        ("/v1/client-runs", {}),
+        (events, {"X-Drive-Token": retaken["drive_token"]}),
+    ):
         run_id = MISSING_RUN if template == events else completed
-        await call(api, "POST", template, expect=413, run_id=run_id, content=OVERSIZED,
-                   headers={"Content-Type": "application/json", **headers})
+        await call(
+            api,
+            "POST",
+            template,
+            expect=413,
+            run_id=run_id,
+            content=OVERSIZED,
+            headers={"Content-Type": "application/json", **headers},
+        )
 
-    # The server-performed steps need a model executor; tests/daemon/client_runs/test_steps.py covers them.
-    unreached = {seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS}
+    # The server-performed steps need a model executor;
+    # tests/daemon/client_runs/test_steps.py covers them.
+    unreached = {
+        seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS
+    }
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     untaken = {(path, method) for path, operations in DOCUMENT["paths"].items() for method, operation in operations.items()
                if "requestBody" in operation and path not in STEP_PATHS + CLIENT_PERFORMED_PATHS} - contract.requests

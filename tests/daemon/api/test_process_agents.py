@@ -17,21 +17,26 @@ def definition(tmp_path, mode: str) -> str:
     path = tmp_path / "agent.py"
     path.write_text(AGENT)
     return (
-        f'name = "proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(path), mode])}\n'
-        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / "agent.pid"))}\n'
+        'name = "proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(path), mode])}\n"
+        f"timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / 'agent.pid'))}\n"
     )
 
 
 async def test_process_agents_over_http_need_the_operators_opt_in(server, tmp_path):
     response = await server.client.post(
-        "/v1/agents", content=definition(tmp_path, "openai"), headers={"Content-Type": "application/toml"}
+        "/v1/agents",
+        content=definition(tmp_path, "openai"),
+        headers={"Content-Type": "application/toml"},
     )
     assert response.status_code == 400
     assert "--allow-process-agents" in response.json()["error"]["message"]
     assert (await server.client.get("/v1/agents")).json() == {"agents": []}
 
 
-async def test_a_process_agent_runs_through_the_daemons_proxy(server_factory, providers, tmp_path, monkeypatch):
+async def test_a_process_agent_runs_through_the_daemons_proxy(
+    server_factory, providers, tmp_path, monkeypatch
+):
     server = await server_factory(allow_process_agents=True)
     provider = providers(tool_loop_script(PLAN, final_text="settled"))
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
@@ -68,7 +73,9 @@ async def test_a_stopped_daemon_leaves_the_run_to_the_next_one_which_replays_it(
     run_id = await first.start_run(agent, "settle A-1")
     try:
         await trio.to_thread.run_sync(provider.wait_for_calls, 2, 30)
-        await first.stop()  # cancels the drive: the agent's process group is killed, the intent stays open
+        await (
+            first.stop()
+        )  # cancels the drive: the agent's process group is killed, the intent stays open
     finally:
         release.set()
     second = await server_factory(allow_process_agents=True)
@@ -125,7 +132,9 @@ async def test_a_rerun_over_http_reproduces_a_completed_run_with_zero_upstream_c
     ]
     for body, status, code in refusals:
         response = await client.post("/v1/runs", json=body)
-        assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), (
+            response.text
+        )
     (tmp_path / "broken").mkdir()
     broken_path = tmp_path / "broken" / "agent.py"
     broken_path.write_text("import sys\nsys.exit(4)\n")
@@ -140,24 +149,39 @@ async def test_a_rerun_over_http_reproduces_a_completed_run_with_zero_upstream_c
     assert response.json()["error"]["details"] == {"replay_of": failed, "state": "failed"}
     listed = len((await client.get("/v1/runs")).json()["runs"])
 
-    response = await client.post("/v1/runs", json={"replay_of": origin, "labels": {"check": "nightly"}})
+    response = await client.post(
+        "/v1/runs", json={"replay_of": origin, "labels": {"check": "nightly"}}
+    )
     assert response.status_code == 201, response.text
     assert response.json()["replay_of"] == origin
     rerun = response.json()["run"]
     body = await server.wait_resting(rerun)
-    assert body["status"] == {"state": "completed", "output": {"reply": "settled", "exit_code": 0}}, body
+    assert body["status"] == {
+        "state": "completed",
+        "output": {"reply": "settled", "exit_code": 0},
+    }, body
     assert body["replay_of"] == origin
     assert provider.call_count == 3  # the origin's; the re-run made none
     assert len((await client.get("/v1/runs")).json()["runs"]) == listed + 1
 
 
-async def test_a_process_agent_whose_mcp_server_program_is_missing_is_a_400_at_registration(server_factory, tmp_path):
+async def test_a_process_agent_whose_mcp_server_program_is_missing_is_a_400_at_registration(
+    server_factory, tmp_path
+):
     server = await server_factory(allow_process_agents=True)
     text = definition(tmp_path, "openai").replace(
-        "[env]", '[[mcp_servers]]\nname = "notes"\ncommand = "salvor-no-such-mcp-server --stdio"\n[env]', 1)
-    response = await server.client.post("/v1/agents", content=text, headers={"Content-Type": "application/toml"})
+        "[env]",
+        '[[mcp_servers]]\nname = "notes"\ncommand = "salvor-no-such-mcp-server --stdio"\n[env]',
+        1,
+    )
+    response = await server.client.post(
+        "/v1/agents", content=text, headers={"Content-Type": "application/toml"}
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] == "bad_request"
-    assert "MCP server 'notes'" in error["message"] and "'salvor-no-such-mcp-server'" in error["message"]
+    assert (
+        "MCP server 'notes'" in error["message"]
+        and "'salvor-no-such-mcp-server'" in error["message"]
+    )
     assert (await server.client.get("/v1/agents")).json() == {"agents": []}

@@ -39,19 +39,22 @@ MALFORMED = [
     ("application/json", b'{"input": 1' + b"0" * 5000 + b"}"),
     ("text/plain", b'{"input": {"approved": true}}'),
     ("application/x-www-form-urlencoded", b"input=1"),
-    ("application/toml", b'input = 1'),
+    ("application/toml", b"input = 1"),
 ]
 
 
-async def test_malformed_bodies_are_400_on_every_strict_route_and_record_nothing(server: Server, providers):
+async def test_malformed_bodies_are_400_on_every_strict_route_and_record_nothing(
+    server: Server, providers
+):
     agent, provider = await register(server, providers, [("request_approval", {})])
     run_id, _ = await rested(server, agent)
     before = await snapshot(server)
     calls = provider.call_count
     for path, _ in STRICT_ROUTES:
         for content_type, body in MALFORMED:
-            response = await server.client.post(path.format(run=run_id), content=body,
-                                                headers={"Content-Type": content_type})
+            response = await server.client.post(
+                path.format(run=run_id), content=body, headers={"Content-Type": content_type}
+            )
             assert_error(response, 400, "bad_request")
     assert await snapshot(server) == before
     assert provider.call_count == calls
@@ -65,32 +68,52 @@ async def test_a_body_over_8_mb_is_413_and_records_nothing(server: Server, provi
     filler = "x" * (8 * 1024 * 1024)
     big_json = json.dumps({"agent": agent, "input": filler}).encode()
     for path, _ in STRICT_ROUTES:
-        response = await server.client.post(path.format(run=run_id), content=big_json,
-                                            headers={"Content-Type": "application/json"})
+        response = await server.client.post(
+            path.format(run=run_id), content=big_json, headers={"Content-Type": "application/json"}
+        )
         assert_error(response, 413, "payload_too_large")
     big_toml = f'model = "m"\nsystem_prompt = "{filler}"\n'.encode()
-    response = await server.client.post("/v1/agents", content=big_toml, headers={"Content-Type": "application/toml"})
+    response = await server.client.post(
+        "/v1/agents", content=big_toml, headers={"Content-Type": "application/toml"}
+    )
     assert_error(response, 413, "payload_too_large")
 
     async def chunked():  # no Content-Length: the cap holds as the body streams in
         for _ in range(32):
             yield b"y" * (1024 * 1024)
 
-    response = await server.client.post("/v1/runs", content=chunked(), headers={"Content-Type": "application/json"})
+    response = await server.client.post(
+        "/v1/runs", content=chunked(), headers={"Content-Type": "application/json"}
+    )
     assert_error(response, 413, "payload_too_large")
     assert await snapshot(server) == before
     # Just under the cap is an ordinary body.
-    response = await server.client.post(f"/v1/runs/{run_id}/abandon",
-                                        json={"reason": "r" * (8 * 1024 * 1024 - 100)})
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/abandon", json={"reason": "r" * (8 * 1024 * 1024 - 100)}
+    )
     assert response.status_code == 200
 
 
 async def test_unknown_routes_and_wrong_methods_get_the_envelope(server: Server):
-    for path in ("/", "/v1", "/v2/runs", "/v1/run", "/v1/runs/x/y/z", f"/v1/runs/{NOBODY}/graph", "/static/x"):
+    for path in (
+        "/",
+        "/v1",
+        "/v2/runs",
+        "/v1/run",
+        "/v1/runs/x/y/z",
+        f"/v1/runs/{NOBODY}/graph",
+        "/static/x",
+    ):
         assert_error(await server.client.get(path), 404, "not_found")
-    for method, path in (("DELETE", "/v1/runs"), ("PUT", "/v1/agents"), ("PATCH", f"/v1/runs/{NOBODY}"),
-                         ("GET", f"/v1/runs/{NOBODY}/resume"), ("POST", "/v1/capabilities"),
-                         ("POST", f"/v1/runs/{NOBODY}/events"), ("DELETE", "/v1/agents/sha256:00")):
+    for method, path in (
+        ("DELETE", "/v1/runs"),
+        ("PUT", "/v1/agents"),
+        ("PATCH", f"/v1/runs/{NOBODY}"),
+        ("GET", f"/v1/runs/{NOBODY}/resume"),
+        ("POST", "/v1/capabilities"),
+        ("POST", f"/v1/runs/{NOBODY}/events"),
+        ("DELETE", "/v1/agents/sha256:00"),
+    ):
         assert_error(await server.client.request(method, path), 405, "method_not_allowed")
     assert await snapshot(server) == ([], [])
 
@@ -133,8 +156,12 @@ async def test_every_route_needs_the_token_when_one_is_set(server_factory, provi
     body = json.dumps({"agent": agent, "input": None, "output": 1, "reason": "x"}).encode()
     for method, path in routes:
         for headers in wrong:
-            response = await anonymous.request(method, path, headers={"Content-Type": "application/json", **headers},
-                                               content=body if method == "POST" else None)
+            response = await anonymous.request(
+                method,
+                path,
+                headers={"Content-Type": "application/json", **headers},
+                content=body if method == "POST" else None,
+            )
             assert response.status_code == 401, (method, path, headers, response.text)
             if method != "HEAD":
                 assert_error(response, 401, "unauthorized")
@@ -143,21 +170,31 @@ async def test_every_route_needs_the_token_when_one_is_set(server_factory, provi
 
     # The right token opens every route (whatever the route then answers, it is not 401).
     for method, path in routes:
-        response = await server.client.request(method, path, headers={"Content-Type": "application/json"},
-                                               content=body if method == "POST" else None)
+        response = await server.client.request(
+            method,
+            path,
+            headers={"Content-Type": "application/json"},
+            content=body if method == "POST" else None,
+        )
         assert response.status_code != 401, (method, path, response.text)
         assert response.status_code < 500, (method, path, response.text)
     run_id, done = await rested(server, agent)
     assert done["status"]["state"] == "completed"
-    lowercase_scheme = await anonymous.get(f"/v1/runs/{run_id}", headers={"Authorization": f"bearer {TOKEN}"})
+    lowercase_scheme = await anonymous.get(
+        f"/v1/runs/{run_id}", headers={"Authorization": f"bearer {TOKEN}"}
+    )
     assert lowercase_scheme.status_code == 200
 
 
-async def test_an_agent_sent_over_http_cannot_make_the_daemon_read_its_files(server: Server, tmp_path):
+async def test_an_agent_sent_over_http_cannot_make_the_daemon_read_its_files(
+    server: Server, tmp_path
+):
     secret = tmp_path / "secret.txt"
     secret.write_text("do not leak")
     definition = f'model = "m"\nsystem_prompt_path = "{secret}"\n'
-    response = await server.client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
+    response = await server.client.post(
+        "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+    )
     assert response.status_code == 400
     body = response.json()["error"]
     assert body["code"] == "bad_request" and "system_prompt_path" in body["message"]

@@ -28,7 +28,8 @@ def services():
 
 async def test_service_agents_over_http_need_the_operators_opt_in(server):
     response = await server.client.post(
-        "/v1/agents", content=service_definition("http://127.0.0.1:8088/task", 4646),
+        "/v1/agents",
+        content=service_definition("http://127.0.0.1:8088/task", 4646),
         headers={"Content-Type": "application/toml"},
     )
     error = assert_error(response, 400, "bad_request")
@@ -45,7 +46,9 @@ async def test_a_second_run_on_a_held_port_is_refused_and_recorded_nowhere(
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
     port = free_port()
     release = tmp_path / "release"
-    service = services(tmp_path, "openai", f"http://127.0.0.1:{port}/v1", env={"RELEASE": str(release)})
+    service = services(
+        tmp_path, "openai", f"http://127.0.0.1:{port}/v1", env={"RELEASE": str(release)}
+    )
     agent = await server.register_agent(service_definition(service.url, port))
     first = await server.start_run(agent, "settle A-1")
     try:
@@ -53,8 +56,13 @@ async def test_a_second_run_on_a_held_port_is_refused_and_recorded_nowhere(
             while not service.entries("held"):
                 await trio.sleep(0.01)
         before = await snapshot(server)
-        body = await Contract().call(server.client, "POST", "/v1/runs", expect=409,
-                                     json={"agent": agent, "input": "settle B-2"})
+        body = await Contract().call(
+            server.client,
+            "POST",
+            "/v1/runs",
+            expect=409,
+            json={"agent": agent, "input": "settle B-2"},
+        )
         assert body["error"]["code"] == "port_held"
         assert body["error"]["details"] == {"port": port, "run": first}
         assert str(port) in body["error"]["message"] and first in body["error"]["message"]

@@ -80,7 +80,9 @@ def parse_block(block: str) -> Frame:
 
 
 def parse_sse(text: str) -> list[Frame]:
-    return [parse_block(block) for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()]
+    return [
+        parse_block(block) for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()
+    ]
 
 
 async def frames_of(response: httpx.Response) -> AsyncIterator[Frame]:
@@ -107,9 +109,11 @@ class Reading:
         return [frame.seq for frame in self.events]
 
 
-async def read_stream(response: httpx.Response, *, stop_after: int | None = None,
-                      comments: int | None = None) -> Reading:
-    """Read frames until the ``end`` frame (or ``stop_after`` envelope frames, or ``comments`` comments)."""
+async def read_stream(
+    response: httpx.Response, *, stop_after: int | None = None, comments: int | None = None
+) -> Reading:
+    """Read frames until the ``end`` frame (or ``stop_after`` envelope
+    frames, or ``comments`` comments)."""
     reading = Reading([], None, [])
     # One frame iterator per response, so a stream can be read in several goes.
     frames = getattr(response, "sse_frames", None)
@@ -133,12 +137,16 @@ async def read_stream(response: httpx.Response, *, stop_after: int | None = None
 
 def check_against_log(frames: list[Frame], log) -> None:
     """Every seq of the log exactly once, in order, each frame the pinned envelope JSON."""
-    assert [frame.seq for frame in frames] == [envelope.seq for envelope in log] == list(range(len(log)))
+    assert (
+        [frame.seq for frame in frames]
+        == [envelope.seq for envelope in log]
+        == list(range(len(log)))
+    )
     for frame, envelope in zip(frames, log):
         assert frame.data == encode_envelope(envelope)
 
 
-# -- a provider the test can hold mid-call ----------------------------------------------------------
+# -- a provider the test can hold mid-call ---------------------------------------------------------
 
 
 class Holds:
@@ -154,7 +162,9 @@ class Holds:
             self.released[call.index].wait(WAIT)
 
     async def wait_reached(self, index: int) -> None:
-        assert await trio.to_thread.run_sync(self.reached[index].wait, WAIT), f"call {index} never arrived"
+        assert await trio.to_thread.run_sync(self.reached[index].wait, WAIT), (
+            f"call {index} never arrived"
+        )
 
     def release(self, index: int) -> None:
         self.released[index].set()
@@ -181,8 +191,11 @@ def holds():
 @pytest.fixture
 async def daemon(server_factory, tmp_path):
     """The daemon with demo tools acting on a ledger in tmp, and a quick poll for other writers."""
-    return await server_factory(registry=demo_registry(str(tmp_path / "effects.jsonl")),
-                                stream_poll_seconds=0.05, detach_grace_seconds=WAIT)
+    return await server_factory(
+        registry=demo_registry(str(tmp_path / "effects.jsonl")),
+        stream_poll_seconds=0.05,
+        detach_grace_seconds=WAIT,
+    )
 
 
 async def lookup_agent(server: Server, provider: ScriptedProvider) -> str:
@@ -209,7 +222,7 @@ def curl_command(url: str, *headers: str) -> list[str]:
 needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 
 
-# -- replay of a finished run ------------------------------------------------------------------------
+# -- replay of a finished run ----------------------------------------------------------------------
 
 
 async def test_a_finished_run_replays_in_full_then_ends_with_its_status(daemon, providers):
@@ -252,7 +265,7 @@ async def test_curl_reads_the_same_bytes(daemon, providers):
     assert [frame.data for frame in frames[:-1]] == [encode_envelope(e) for e in log[3:]]
 
 
-# -- a live run ---------------------------------------------------------------------------------------
+# -- a live run ------------------------------------------------------------------------------------
 
 
 async def test_a_live_run_streams_as_it_happens(daemon, providers, holds):
@@ -288,7 +301,9 @@ async def test_curl_follows_a_live_run_to_its_end(daemon, providers, holds):
     results = []
 
     async def curl() -> None:
-        results.append(await trio.run_process(curl_command(url), capture_stdout=True, capture_stderr=True))
+        results.append(
+            await trio.run_process(curl_command(url), capture_stdout=True, capture_stderr=True)
+        )
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(curl)
@@ -301,7 +316,9 @@ async def test_curl_follows_a_live_run_to_its_end(daemon, providers, holds):
 
 
 @pytest.mark.parametrize("cursor", ["last_event_id", "from_seq"])
-async def test_a_dropped_stream_resumes_with_no_gap_and_no_duplicate(daemon, providers, holds, cursor):
+async def test_a_dropped_stream_resumes_with_no_gap_and_no_duplicate(
+    daemon, providers, holds, cursor
+):
     hold = holds(1, 2)
     provider = providers(tool_loop_script(PLAN[:2]), on_call=hold)
     run_id = await daemon.start_run(await lookup_agent(daemon, provider))
@@ -340,16 +357,20 @@ async def test_last_event_id_wins_over_from_seq(daemon, providers):
     await daemon.wait_resting(run_id)
     log = await store_log(daemon, run_id)
 
-    async with daemon.client.stream("GET", f"/v1/runs/{run_id}/events", params={"from_seq": 1},
-                                    headers={"Last-Event-ID": "3"}) as response:
+    async with daemon.client.stream(
+        "GET", f"/v1/runs/{run_id}/events", params={"from_seq": 1}, headers={"Last-Event-ID": "3"}
+    ) as response:
         reading = await read_stream(response)
     assert reading.seqs == list(range(4, len(log)))
 
     # from_seq alone starts at that seq; a cursor past the end sends only the end frame.
-    async with daemon.client.stream("GET", f"/v1/runs/{run_id}/events", params={"from_seq": 1}) as response:
+    async with daemon.client.stream(
+        "GET", f"/v1/runs/{run_id}/events", params={"from_seq": 1}
+    ) as response:
         assert (await read_stream(response)).seqs == list(range(1, len(log)))
-    async with daemon.client.stream("GET", f"/v1/runs/{run_id}/events",
-                                    headers={"Last-Event-ID": str(len(log) + 5)}) as response:
+    async with daemon.client.stream(
+        "GET", f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": str(len(log) + 5)}
+    ) as response:
         reading = await read_stream(response)
     assert reading.events == [] and reading.end["status"]["state"] == "completed"
 
@@ -388,7 +409,7 @@ async def test_an_unknown_run_is_404_and_a_malformed_id_400(daemon):
     assert subscriber_count(daemon.state.hub, "6f1c1d1e-0000-4000-8000-000000000000") == 0
 
 
-# -- resting points that are not the end of the run ----------------------------------------------------
+# -- resting points that are not the end of the run ------------------------------------------------
 
 
 async def test_the_end_frame_of_a_sleeping_run_carries_wake_at(daemon, providers):
@@ -407,14 +428,21 @@ async def test_the_end_frame_of_a_sleeping_run_carries_wake_at(daemon, providers
     assert "detached" not in reading.end
 
 
-async def test_a_run_nothing_drives_ends_detached_with_keep_alives_meanwhile(server_factory, store_url):
-    daemon = await server_factory(detach_grace_seconds=1.0, heartbeat_seconds=0.1, stream_poll_seconds=0.05)
+async def test_a_run_nothing_drives_ends_detached_with_keep_alives_meanwhile(
+    server_factory, store_url
+):
+    daemon = await server_factory(
+        detach_grace_seconds=1.0, heartbeat_seconds=0.1, stream_poll_seconds=0.05
+    )
     # Recorded straight into the store, as another process would: a head, then nothing.
     run_id = "0b0e6a3c-5d7e-4c1a-9f00-00000000d7ac"
     store = await trio.to_thread.run_sync(EventStore.open, store_url)
     try:
-        await trio.to_thread.run_sync(lambda: store.append(run_id, [RunStarted(agent_def_hash="sha256:" + "a" * 64,
-                                                                               input=None)], EMPTY_VIEW))
+        await trio.to_thread.run_sync(
+            lambda: store.append(
+                run_id, [RunStarted(agent_def_hash="sha256:" + "a" * 64, input=None)], EMPTY_VIEW
+            )
+        )
     finally:
         store.close()
 
@@ -425,9 +453,15 @@ async def test_a_run_nothing_drives_ends_detached_with_keep_alives_meanwhile(ser
     assert reading.comments and set(reading.comments) == {"keep-alive"}
 
 
-async def test_keep_alive_comments_while_a_driven_run_is_quiet(server_factory, providers, holds, tmp_path):
-    daemon = await server_factory(registry=demo_registry(str(tmp_path / "effects.jsonl")),
-                                  heartbeat_seconds=0.05, stream_poll_seconds=0.05, detach_grace_seconds=0.05)
+async def test_keep_alive_comments_while_a_driven_run_is_quiet(
+    server_factory, providers, holds, tmp_path
+):
+    daemon = await server_factory(
+        registry=demo_registry(str(tmp_path / "effects.jsonl")),
+        heartbeat_seconds=0.05,
+        stream_poll_seconds=0.05,
+        detach_grace_seconds=0.05,
+    )
     hold = holds(0)
     provider = providers(tool_loop_script([]), on_call=hold)
     run_id = await daemon.start_run(await lookup_agent(daemon, provider))
@@ -453,14 +487,18 @@ def cli(*args: str) -> list[str]:
 # `salvor run` is the one command line writer that drives beside a live
 # daemon: `salvor resume` there is refused (one daemon per store).
 @pytest.mark.parametrize("verb", ["run"])
-async def test_events_written_by_another_process_arrive_through_the_poll(daemon, providers, holds, tmp_path,
-                                                                          verb):
+async def test_events_written_by_another_process_arrive_through_the_poll(
+    daemon, providers, holds, tmp_path, verb
+):
     hold = holds(0)
     provider = providers(tool_loop_script(PLAN[:2], final_text="from the cli"), on_call=hold)
     definition = agent_toml(provider.base_url, tools=["lookup_invoice"])
     run_id = "5a1f0000-0000-4000-8000-00000000c11e"
-    env = {**os.environ, "SALVOR_DEMO_EFFECTS": str(tmp_path / "cli-effects.jsonl"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "SALVOR_DEMO_EFFECTS": str(tmp_path / "cli-effects.jsonl"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     agent_file = tmp_path / "agent.toml"
     agent_file.write_text(definition)
     command = cli(verb, str(agent_file), "--store", daemon.store_url, "--run-id", run_id, "--json")
@@ -468,8 +506,11 @@ async def test_events_written_by_another_process_arrive_through_the_poll(daemon,
     results = []
 
     async def run_cli() -> None:
-        results.append(await trio.run_process(command, env=env, capture_stdout=True, capture_stderr=True,
-                                              check=False))
+        results.append(
+            await trio.run_process(
+                command, env=env, capture_stdout=True, capture_stderr=True, check=False
+            )
+        )
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_cli)
@@ -489,7 +530,7 @@ async def test_events_written_by_another_process_arrive_through_the_poll(daemon,
     assert after.end == {"status": {"state": "completed", "output": "from the cli"}}
 
 
-# -- fan-out ------------------------------------------------------------------------------------------
+# -- fan-out ---------------------------------------------------------------------------------------
 
 
 async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, providers, holds):
@@ -501,7 +542,10 @@ async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, provi
     readings: list[Reading] = []
 
     async def subscribe(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with daemon.new_client() as client, client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        async with (
+            daemon.new_client() as client,
+            client.stream("GET", f"/v1/runs/{run_id}/events") as response,
+        ):
             assert response.status_code == 200
             task_status.started()
             readings.append(await read_stream(response))
@@ -527,8 +571,11 @@ async def test_graceful_stop_ends_open_streams(server_factory, providers, holds,
     run_id = await daemon.start_run(await lookup_agent(daemon, provider))
     await hold.wait_reached(0)
     # A client of its own: the fixture's stop closes the clients it made.
-    async with trio.open_nursery() as nursery, httpx.AsyncClient(base_url=daemon.url, timeout=WAIT) as client, \
-            client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+    async with (
+        trio.open_nursery() as nursery,
+        httpx.AsyncClient(base_url=daemon.url, timeout=WAIT) as client,
+        client.stream("GET", f"/v1/runs/{run_id}/events") as response,
+    ):
         first = await read_stream(response, stop_after=2)
         nursery.start_soon(daemon.stop)
         # The stream ends with its end frame, not a cut connection.

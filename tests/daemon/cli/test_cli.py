@@ -30,7 +30,12 @@ def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.Co
     full_env.pop("SALVOR_FAULT_KILL_AFTER_SEQ", None)
     return subprocess.run(
         [sys.executable, "-m", "salvor.daemon.cli", *args],
-        capture_output=True, text=True, env=full_env, timeout=120, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+        cwd=REPO,
+        check=False,
     )
 
 
@@ -58,16 +63,24 @@ def event_total(store_url: str) -> int:
 
 @pytest.fixture
 def agent_file(tmp_path: Path, providers):
-    provider = providers(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-9"}),
-                                           ("issue_refund", {"invoice_id": "INV-9", "amount_cents": 300})],
-                                          final_text="refunded"))
+    provider = providers(
+        tool_loop_script(
+            [
+                ("lookup_invoice", {"invoice_id": "INV-9"}),
+                ("issue_refund", {"invoice_id": "INV-9", "amount_cents": 300}),
+            ],
+            final_text="refunded",
+        )
+    )
     path = tmp_path / "agent.toml"
     path.write_text(agent_toml(provider.base_url, tools=["lookup_invoice", "issue_refund"]))
     return path
 
 
 def test_the_readme_first_command_runs_offline(store_url):
-    result = salvor(store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1001"}')
+    result = salvor(
+        store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1001"}'
+    )
     assert result.returncode == 0, result.stderr
     run_id, summary = result.stdout.splitlines()[0], result.stdout.splitlines()[1]
     assert summary.startswith(f"run {run_id} completed: ")
@@ -77,7 +90,16 @@ def test_the_readme_first_command_runs_offline(store_url):
 
 
 def test_run_prints_the_id_first_then_the_outcome_and_json_for_scripts(store_url, agent_file):
-    result = salvor(store_url, "run", str(agent_file), "--input", '{"invoice_id": "INV-9"}', "--label", "build=42", "--json")
+    result = salvor(
+        store_url,
+        "run",
+        str(agent_file),
+        "--input",
+        '{"invoice_id": "INV-9"}',
+        "--label",
+        "build=42",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     first, last = (json.loads(line) for line in result.stdout.splitlines())
     run_id = first["run"]
@@ -101,7 +123,10 @@ def test_run_prints_the_id_first_then_the_outcome_and_json_for_scripts(store_url
 
 
 def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, tmp_path):
-    env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund", "SALVOR_DEMO_EFFECTS": str(tmp_path / "fx.jsonl")}
+    env = {
+        "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund",
+        "SALVOR_DEMO_EFFECTS": str(tmp_path / "fx.jsonl"),
+    }
     run_id = "7d3f8a52-0d6e-4c1b-9a56-3f2a1b7c9d10"
     killed = salvor(store_url, "run", str(agent_file), "--run-id", run_id, env=env)
     assert killed.returncode == -9
@@ -121,7 +146,9 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     def script(call):
         if call.index == 0:  # decided at call time, so the instant is just ahead of now
             wake_at["at"] = format_instant(datetime.now(UTC) + timedelta(seconds=3))
-        return tool_loop_script([("wait_until", {"wake_at": wake_at["at"]})], final_text="woke")(call)
+        return tool_loop_script([("wait_until", {"wake_at": wake_at["at"]})], final_text="woke")(
+            call
+        )
 
     provider = providers(script)
     path = tmp_path / "sleeper.toml"
@@ -144,8 +171,14 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     ("args", "fragments"),
     [
         (["run", "AGENT", "--input", "{not json"], ["--input is not valid JSON"]),
-        (["run", "AGENT", "--input", "[" * 1000 + "]" * 1000], ["--input nests", "the limit is 128"]),
-        (["run", "AGENT", "--input", '{"a": 1, "a": 2}'], ["--input is not valid JSON", "appears twice"]),
+        (
+            ["run", "AGENT", "--input", "[" * 1000 + "]" * 1000],
+            ["--input nests", "the limit is 128"],
+        ),
+        (
+            ["run", "AGENT", "--input", '{"a": 1, "a": 2}'],
+            ["--input is not valid JSON", "appears twice"],
+        ),
         (["run", "AGENT", "--input", '"\\u0000"'], ["--input holds a NUL character"]),
         (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
         (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
@@ -153,7 +186,10 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
         (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),
         (["run", "missing-agent.toml"], ["cannot read agent file"]),
         (["run", "sha256:0000"], ["no agent sha256:0000 is stored here"]),
-        (["resume", "00000000-0000-4000-8000-000000000000"], ["no run 00000000-0000-4000-8000-000000000000"]),
+        (
+            ["resume", "00000000-0000-4000-8000-000000000000"],
+            ["no run 00000000-0000-4000-8000-000000000000"],
+        ),
         (["resolve", "00000000-0000-4000-8000-000000000000", "--output", "{}"], ["no run"]),
         (["abandon", "00000000-0000-4000-8000-000000000000"], ["no run"]),
         (["history", "00000000-0000-4000-8000-000000000000"], ["no run"]),
@@ -196,7 +232,9 @@ def test_verbs_in_the_wrong_state_are_refused_and_record_nothing(store_url, agen
     before = event_total(store_url)
     one_sentence(salvor(store_url, "resolve", run_id, "--output", "{}"), "no dangling write")
     one_sentence(salvor(store_url, "abandon", run_id), "already completed")
-    one_sentence(salvor(store_url, "resolve", run_id, "--output", "nope"), "--output is not valid JSON")
+    one_sentence(
+        salvor(store_url, "resolve", run_id, "--output", "nope"), "--output is not valid JSON"
+    )
     one_sentence(salvor(store_url, "replay", run_id), "--dry-run")
     assert event_total(store_url) == before
     finished = salvor(store_url, "resume", run_id)
@@ -223,7 +261,11 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
     env = {**os.environ, "SALVOR_STORE": store_url}
     process = subprocess.Popen(
         [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent_file)],
-        stdout=subprocess.PIPE, stderr=follower, env=env, cwd=REPO, text=True,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=env,
+        cwd=REPO,
+        text=True,
     )
     os.close(follower)
     stdout, _ = process.communicate(timeout=120)
@@ -256,7 +298,10 @@ def test_a_store_written_by_a_newer_salvor_is_refused_untouched(store_url):
     result = salvor(store_url, "run", "contrib/agents/refund-desk.toml")
     one_sentence(result, "upgrade salvor")
     with engine.begin() as connection:
-        assert connection.execute(text("SELECT value FROM store_meta")).scalar_one() == STORE_VERSION + 1
+        assert (
+            connection.execute(text("SELECT value FROM store_meta")).scalar_one()
+            == STORE_VERSION + 1
+        )
         assert connection.execute(text("SELECT count(*) FROM events")).scalar_one() == 0
     engine.dispose()
 
@@ -268,7 +313,9 @@ def test_a_resume_input_the_schema_rejects_is_refused(store_url, tmp_path, provi
     run_id = salvor(store_url, "run", str(path)).stdout.splitlines()[0]
     before = event_total(store_url)
     one_sentence(salvor(store_url, "resume", run_id), "resume it with an input matching")
-    one_sentence(salvor(store_url, "resume", run_id, "--input", '{"approved": "yes"}'), "$.approved")
+    one_sentence(
+        salvor(store_url, "resume", run_id, "--input", '{"approved": "yes"}'), "$.approved"
+    )
     one_sentence(salvor(store_url, "resume", run_id, "--input", "null"), "does not satisfy")
     assert event_total(store_url) == before
     done = salvor(store_url, "resume", run_id, "--input", '{"approved": true}')
@@ -287,7 +334,10 @@ def files_under(root: Path) -> set[Path]:
         (["history", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
         (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no store at"]),
         (["resume", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
-        (["serve", "--listen", "salvor-no-such-host.invalid:8420"], ["--listen host", "does not resolve"]),
+        (
+            ["serve", "--listen", "salvor-no-such-host.invalid:8420"],
+            ["--listen host", "does not resolve"],
+        ),
     ],
 )
 def test_a_command_on_a_store_path_that_does_not_exist_creates_nothing(tmp_path, args, fragments):
@@ -303,7 +353,10 @@ def test_a_command_on_a_store_path_that_does_not_exist_creates_nothing(tmp_path,
         (["runs", "--limit", "0"], ["--limit must be a positive whole number", "'0'"]),
         (["runs", "--limit", "ten"], ["--limit must be a positive whole number", "'ten'"]),
         (["runs", "--limit", "-3"], ["--limit must be a positive whole number"]),
-        (["runs", "--state", "bogus"], ["'bogus' is not a run state", "needs_reconciliation", "abandoned"]),
+        (
+            ["runs", "--state", "bogus"],
+            ["'bogus' is not a run state", "needs_reconciliation", "abandoned"],
+        ),
     ],
 )
 def test_a_bad_listing_option_is_one_sentence(store_url, args, fragments):
@@ -318,21 +371,35 @@ def test_serve_on_a_busy_port_is_one_sentence(tmp_path):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        result = salvor(f"sqlite:///{tmp_path / 'salvor.db'}", "serve", "--listen", f"127.0.0.1:{port}")
+        result = salvor(
+            f"sqlite:///{tmp_path / 'salvor.db'}", "serve", "--listen", f"127.0.0.1:{port}"
+        )
     one_sentence(result, f"cannot listen on 127.0.0.1:{port}", "--listen")
 
 
-def test_a_process_agent_whose_mcp_server_command_does_not_exist_is_refused_at_registration(store_url, tmp_path):
+def test_a_process_agent_whose_mcp_server_command_does_not_exist_is_refused_at_registration(
+    store_url, tmp_path
+):
     path = tmp_path / "agent.toml"
     path.write_text(
         f'name = "p"\nkind = "process"\ncommand = {json.dumps([sys.executable, "-c", "pass"])}\n'
         '[[mcp_servers]]\nname = "notes"\ncommand = ["salvor-no-such-mcp-server", "--stdio"]\n'
     )
-    one_sentence(salvor(store_url, "run", str(path)), "MCP server 'notes'", "'salvor-no-such-mcp-server'",
-                 "not found on PATH")
+    one_sentence(
+        salvor(store_url, "run", str(path)),
+        "MCP server 'notes'",
+        "'salvor-no-such-mcp-server'",
+        "not found on PATH",
+    )
     assert run_count(store_url) == 0
-    path.write_text(path.read_text().replace('"salvor-no-such-mcp-server"', json.dumps(str(tmp_path / "agent.toml"))))
-    one_sentence(salvor(store_url, "run", str(path)), "MCP server 'notes'", "is not an executable file")
+    path.write_text(
+        path.read_text().replace(
+            '"salvor-no-such-mcp-server"', json.dumps(str(tmp_path / "agent.toml"))
+        )
+    )
+    one_sentence(
+        salvor(store_url, "run", str(path)), "MCP server 'notes'", "is not an executable file"
+    )
     assert run_count(store_url) == 0
 
 
@@ -342,10 +409,14 @@ def immutable():
     marked: list[Path] = []
 
     def mark(path: Path) -> None:
-        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["chattr", "+i", str(path)], capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
-            pytest.skip(f"chattr +i is not available here ({done.stderr.strip() or 'not found'}); "
-                        "install e2fsprogs and run on a filesystem that supports it")
+            pytest.skip(
+                f"chattr +i is not available here ({done.stderr.strip() or 'not found'}); "
+                "install e2fsprogs and run on a filesystem that supports it"
+            )
         marked.append(path)
 
     yield mark
@@ -353,7 +424,9 @@ def immutable():
         subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
-def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_signal(tmp_path, immutable):
+def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_signal(
+    tmp_path, immutable
+):
     db = tmp_path / "salvor.db"
     # A salvor SIGKILLed with the store open leaves its -wal and -shm behind;
     # this test process never maps them itself (a write through its own
@@ -377,6 +450,12 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
 
 def test_a_first_run_creates_its_store_and_the_directories_above_it(tmp_path):
     db = tmp_path / "state" / "salvor" / "salvor.db"
-    result = salvor(f"sqlite:///{db}", "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1"}')
+    result = salvor(
+        f"sqlite:///{db}",
+        "run",
+        "contrib/agents/refund-desk.toml",
+        "--input",
+        '{"invoice_id": "INV-1"}',
+    )
     assert result.returncode == 0, result.stderr
     assert db.exists()

@@ -24,27 +24,42 @@ from tests.support.processes import wait_gone
 REPO = Path(__file__).resolve().parents[3]
 
 
-def doctor(tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def doctor(
+    tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
     env.update(extra_env or {})
     # Were doctor to open a store, this is where it would appear.
     env["SALVOR_STORE"] = str(tmp_path / "must-not-exist.db")
-    result = subprocess.run([sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
-                            capture_output=True, text=True, env=env, timeout=120, cwd=REPO, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
     # Never a traceback of doctor's own (an agent's shows, indented, in its stderr tail).
     assert "Traceback" not in result.stderr, result.stderr
-    assert not any(line.startswith("Traceback") for line in result.stdout.splitlines()), result.stdout
+    assert not any(line.startswith("Traceback") for line in result.stdout.splitlines()), (
+        result.stdout
+    )
     assert not (tmp_path / "must-not-exist.db").exists()
     return result
 
 
-def definition(tmp_path: Path, script: str, *args: str, env: dict | None = None, extra: str = "") -> Path:
+def definition(
+    tmp_path: Path, script: str, *args: str, env: dict | None = None, extra: str = ""
+) -> Path:
     path = tmp_path / "agent.py"
     path.write_text(script)
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
     toml = tmp_path / "agent.toml"
-    toml.write_text(f'kind = "process"\ncommand = {json.dumps([sys.executable, str(path), *args])}\n'
-                    f'cwd = {json.dumps(str(tmp_path))}\n{extra}\n[env]\n{env_table}')
+    toml.write_text(
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(path), *args])}\n'
+        f"cwd = {json.dumps(str(tmp_path))}\n{extra}\n[env]\n{env_table}"
+    )
     return toml
 
 
@@ -78,13 +93,16 @@ def test_the_agent_gets_the_injection_a_run_gets(tmp_path):
     seen = tmp_path / "env.json"
     script = (
         "import json, os, sys\n"
-        f"keys = {['OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL', 'OPENAI_API_KEY', 'SALVOR_PROMPT', 'SALVOR_INPUT', 'SALVOR_RUN_ID']!r}\n"
+        "keys = ['OPENAI_BASE_URL', 'ANTHROPIC_BASE_URL', 'OPENAI_API_KEY', 'SALVOR_PROMPT', "
+        "'SALVOR_INPUT', 'SALVOR_RUN_ID']\n"
         f"open({str(seen)!r}, 'w').write(json.dumps({{k: os.environ.get(k) for k in keys}}))\n"
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)), "--input", "check the wiring")
     assert result.returncode == 1
     env = json.loads(seen.read_text())
-    assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:") and env["OPENAI_BASE_URL"].endswith("/v1")
+    assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:") and env[
+        "OPENAI_BASE_URL"
+    ].endswith("/v1")
     assert env["ANTHROPIC_BASE_URL"] + "/v1" == env["OPENAI_BASE_URL"]
     assert env["OPENAI_API_KEY"] == "salvor-placeholder"
     assert (env["SALVOR_PROMPT"], env["SALVOR_INPUT"]) == ("check the wiring", '"check the wiring"')
@@ -95,10 +113,18 @@ def test_the_agent_gets_none_of_doctor_s_own_environment_beyond_the_allow_list(t
     seen = tmp_path / "env.json"
     script = f"import json, os\nopen({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
     secret = "sk-vendor-SECRET-d0c7"
-    doctor(tmp_path, str(definition(tmp_path, script)), extra_env={"VENDOR_BILLING_KEY": secret, "LC_TIME": "C"})
+    doctor(
+        tmp_path,
+        str(definition(tmp_path, script)),
+        extra_env={"VENDOR_BILLING_KEY": secret, "LC_TIME": "C"},
+    )
     env = json.loads(seen.read_text())
     assert "VENDOR_BILLING_KEY" not in env and secret not in json.dumps(env)
-    assert env["LC_TIME"] == "C" and env["PATH"] == os.environ["PATH"] and env["OPENAI_AGENTS_DISABLE_TRACING"] == "1"
+    assert (
+        env["LC_TIME"] == "C"
+        and env["PATH"] == os.environ["PATH"]
+        and env["OPENAI_AGENTS_DISABLE_TRACING"] == "1"
+    )
 
 
 def test_an_agent_that_exits_0_without_a_call_is_told_its_client_ignored_the_base_url(tmp_path):
@@ -106,7 +132,10 @@ def test_an_agent_that_exits_0_without_a_call_is_told_its_client_ignored_the_bas
     assert result.returncode == 1, result
     assert "proxy: no model call reached it" in result.stdout
     assert "process: exited with code 0" in result.stdout
-    assert "its client never honoured OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL" in result.stdout
+    assert (
+        "its client never honoured OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL"
+        in result.stdout
+    )
 
 
 def test_an_env_that_points_the_client_elsewhere_is_named(tmp_path):
@@ -114,30 +143,40 @@ def test_an_env_that_points_the_client_elsewhere_is_named(tmp_path):
     result = doctor(tmp_path, str(agent))
     assert result.returncode == 1, result
     assert "proxy: no model call reached it" in result.stdout
-    assert ("diagnosis: the definition's `env` replaces the base URL salvor injects "
-            "(OPENAI_BASE_URL='http://127.0.0.1:9/v1')") in result.stdout
+    assert (
+        "diagnosis: the definition's `env` replaces the base URL salvor injects "
+        "(OPENAI_BASE_URL='http://127.0.0.1:9/v1')"
+    ) in result.stdout
     assert "exited with code 1 before reaching the proxy" in result.stdout
     assert "APIConnectionError" in result.stdout  # the tail of its own traceback
 
 
 def test_an_agent_exiting_3_fails_with_its_code_and_stderr_tail(tmp_path):
-    script = "import sys\nprint('starting', file=sys.stderr)\nprint('fatal: no config file', file=sys.stderr)\nsys.exit(3)\n"
+    script = (
+        "import sys\nprint('starting', file=sys.stderr)\nprint('fatal: no config file', "
+        "file=sys.stderr)\nsys.exit(3)\n"
+    )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
     assert "process: exited with code 3" in result.stdout
-    assert ("diagnosis: the agent exited with code 3 before reaching the proxy; its stderr ended with:\n"
-            "    starting\n    fatal: no config file") in result.stdout
+    assert (
+        "diagnosis: the agent exited with code 3 before reaching the proxy; its stderr ended "
+        "with:\n    starting\n    fatal: no config file"
+    ) in result.stdout
 
 
 def test_a_request_to_a_path_the_proxy_does_not_serve_is_named(tmp_path):
     script = (
         "import os, httpx\n"
-        "r = httpx.post(os.environ['OPENAI_BASE_URL'] + '/embeddings', json={'model': 'm', 'input': 'x'})\n"
-        "raise SystemExit(0 if r.status_code == 404 else 9)\n"
+        "r = httpx.post(os.environ['OPENAI_BASE_URL'] + '/embeddings', json={'model': 'm', "
+        "'input': 'x'})\nraise SystemExit(0 if r.status_code == 404 else 9)\n"
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
-    assert "diagnosis: the agent asked the proxy for POST /v1/embeddings, which it does not serve" in result.stdout
+    assert (
+        "diagnosis: the agent asked the proxy for POST /v1/embeddings, which it does not serve"
+        in result.stdout
+    )
     assert "POST /v1/chat/completions (OpenAI chat completions)" in result.stdout
     assert "process: exited with code 0" in result.stdout
 
@@ -149,8 +188,10 @@ def test_a_body_the_proxy_cannot_read_is_named_with_its_status(tmp_path):
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
-    assert ("diagnosis: the proxy turned down POST /v1/chat/completions (400) before it became a model call"
-            in result.stdout)
+    assert (
+        "diagnosis: the proxy turned down POST /v1/chat/completions "
+        "(400) before it became a model call" in result.stdout
+    )
     assert "never honoured" not in result.stdout
 
 
@@ -163,10 +204,15 @@ def test_a_hung_agent_is_killed_at_the_timeout_with_its_whole_group(tmp_path):
         "time.sleep(120)\n"
     )
     # The definition allows five minutes; --timeout is what bounds the check.
-    result = doctor(tmp_path, str(definition(tmp_path, script, extra="timeout = 300")), "--timeout", "1.5")
+    result = doctor(
+        tmp_path, str(definition(tmp_path, script, extra="timeout = 300")), "--timeout", "1.5"
+    )
     assert result.returncode == 1, result
     assert "process: killed with its process group after the 1.5s timeout" in result.stdout
-    assert "diagnosis: the agent ran past the 1.5s timeout without a model call reaching the proxy" in result.stdout
+    assert (
+        "diagnosis: the agent ran past the 1.5s timeout without a model call reaching the proxy"
+        in result.stdout
+    )
     agent, child = map(int, pids.read_text().split())
     assert wait_gone(agent) and wait_gone(child)
 
@@ -177,10 +223,21 @@ def test_a_hung_agent_is_killed_at_the_timeout_with_its_whole_group(tmp_path):
         ('kind = "process"\n', (), "a process agent needs `command`"),
         ('kind = "process"\ncommand = ["true"]\nspeed = 3\n', (), "unknown field `speed`"),
         ('model = "m"\n', (), 'doctor checks process agents (kind = "process")'),
-        ('kind = "service"\nurl = "http://127.0.0.1:8088/task"\nproxy_port = 4646\n', (),
-         "is a service agent, which salvor does not start"),
-        ('kind = "process"\ncommand = ["true"]\n', ("--timeout", "0"), "--timeout 0 must be a positive number"),
-        ('kind = "process"\ncommand = ["true"]\n', ("--timeout", "nan"), "must be a positive number"),
+        (
+            'kind = "service"\nurl = "http://127.0.0.1:8088/task"\nproxy_port = 4646\n',
+            (),
+            "is a service agent, which salvor does not start",
+        ),
+        (
+            'kind = "process"\ncommand = ["true"]\n',
+            ("--timeout", "0"),
+            "--timeout 0 must be a positive number",
+        ),
+        (
+            'kind = "process"\ncommand = ["true"]\n',
+            ("--timeout", "nan"),
+            "must be a positive number",
+        ),
     ],
 )
 def test_a_bad_definition_or_option_is_one_sentence_and_exit_2(tmp_path, text, args, fragment):
@@ -190,7 +247,9 @@ def test_a_bad_definition_or_option_is_one_sentence_and_exit_2(tmp_path, text, a
     assert result.returncode == 2, result
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("salvor: ") and fragment in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("salvor: ") and fragment in lines[0], (
+        result.stderr
+    )
 
 
 def test_a_missing_file_and_a_stored_hash_are_refused_with_exit_2(tmp_path):
@@ -213,10 +272,18 @@ def test_ctrl_c_kills_the_agent_group_and_says_so_in_one_line(tmp_path):
     # A background process may inherit SIGINT ignored, where a terminal's
     # Ctrl-C is not: the wrapper restores it before it becomes salvor.
     argv = [sys.executable, "-m", "salvor.daemon.cli", "doctor", str(definition(tmp_path, script))]
-    wrapper = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-               f"os.execv(sys.executable, {argv!r})")
-    process = subprocess.Popen([sys.executable, "-c", wrapper], env=env, cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wrapper = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        f"os.execv(sys.executable, {argv!r})"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", wrapper],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (pids.exists() and pids.read_text()):
@@ -228,6 +295,9 @@ def test_ctrl_c_kills_the_agent_group_and_says_so_in_one_line(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 1
-    assert err.strip() == "salvor: doctor interrupted before the agent finished; its process group was killed"
+    assert (
+        err.strip()
+        == "salvor: doctor interrupted before the agent finished; its process group was killed"
+    )
     agent, child = map(int, pids.read_text().split())
     assert wait_gone(agent) and wait_gone(child)

@@ -17,7 +17,11 @@ import pytest
 from salvor.daemon.cli._doctor_replies import CANNED, OPENAI_RESPONSES, REPLY_TEXT
 from salvor.daemon.proxies._model_proxy import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
 
-PATHS = {"/v1/chat/completions": OPENAI_CHAT, "/v1/responses": OPENAI_RESPONSES, "/v1/messages": ANTHROPIC_MESSAGES}
+PATHS = {
+    "/v1/chat/completions": OPENAI_CHAT,
+    "/v1/responses": OPENAI_RESPONSES,
+    "/v1/messages": ANTHROPIC_MESSAGES,
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -56,8 +60,14 @@ def test_openai_chat(base):
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
     reply = client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}])
     assert (reply.choices[0].message.content, reply.model) == (REPLY_TEXT, "m1")
-    chunks = list(client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}],
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m1",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY_TEXT
     assert chunks[-1].usage is not None and not chunks[-1].choices
 
@@ -73,8 +83,12 @@ def test_openai_responses(base):
 
 def test_anthropic_messages(base):
     client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
-    reply = client.messages.create(model="m3", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    reply = client.messages.create(
+        model="m3", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
     assert ([b.text for b in reply.content], reply.stop_reason) == ([REPLY_TEXT], "end_turn")
-    with client.messages.stream(model="m3", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with client.messages.stream(
+        model="m3", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         final = stream.get_final_message()
     assert [b.text for b in final.content] == [REPLY_TEXT]

@@ -1,4 +1,5 @@
-"""Property: two clients racing on one client-driven run never break its log, and a declared key never lands twice.
+"""Property: two clients racing on one client-driven run never break its log, and a
+declared key never lands twice.
 
 Hypothesis picks an interleaving of two clients' moves (open or re-open,
 take the next step of their loop, release the lease). Each client drives the
@@ -43,7 +44,9 @@ class Client:
         self.token: str | None = None
         self.log: list[dict] = []
         self.statuses: list[int] = []
-        self.unreported: int | None = None  # the seq of a call it performed and has not reported yet
+        self.unreported: int | None = (
+            None  # the seq of a call it performed and has not reported yet
+        )
 
     async def _post(self, path: str, body=None) -> httpx.Response:
         headers = {"X-Drive-Token": self.token} if self.token else {}
@@ -64,13 +67,17 @@ class Client:
         last = self.log[-1]["event"] if self.log else None
         charges = sum(1 for e in self.log if e["event"]["kind"] == "ToolCallRequested")
         if not self.log:
-            reply = await self._append("RunStarted", {"agent_def_hash": AGENT, "input": {"order": "o-1"}})
+            reply = await self._append(
+                "RunStarted", {"agent_def_hash": AGENT, "input": {"order": "o-1"}}
+            )
         elif last["kind"] == "ToolCallRequested":
             intent_seq = seq - 1
             if self.unreported == intent_seq:
                 # It performed this call itself: report what came back.
-                reply = await self._post(f"/v1/client-runs/{self.run_id}/client-tool-completion",
-                                         {"seq": intent_seq, "output": {"charged": True}})
+                reply = await self._post(
+                    f"/v1/client-runs/{self.run_id}/client-tool-completion",
+                    {"seq": intent_seq, "output": {"charged": True}},
+                )
                 self.unreported = None
             else:
                 # An open charge someone else left (or this driver forgot): the same position gives
@@ -82,42 +89,67 @@ class Client:
             reply = await self._append("NowObserved", {"now": f"2026-11-29T10:00:00.{seq:06d}Z"})
         if reply.status_code != 200:
             # Refused: re-read the log, as a real client rebuilding its cursor would.
-            self.log = (await self.http.get(f"/v1/client-runs/{self.run_id}/log")).json().get("log", self.log)
+            self.log = (
+                (await self.http.get(f"/v1/client-runs/{self.run_id}/log"))
+                .json()
+                .get("log", self.log)
+            )
         else:
             self.log = (await self.http.get(f"/v1/client-runs/{self.run_id}/log")).json()["log"]
 
     async def _charge(self, seq: int) -> httpx.Response:
-        """Open the charge at ``seq`` and, unless it is already settled, perform it (reported on a later step)."""
-        reply = await self._post(f"/v1/client-runs/{self.run_id}/client-tool-intent",
-                                 {"seq": seq, "tool": "charge", "input": {"order": "o-1"}})
+        """Open the charge at ``seq`` and, unless it is already settled, perform it
+        (reported on a later step)."""
+        reply = await self._post(
+            f"/v1/client-runs/{self.run_id}/client-tool-intent",
+            {"seq": seq, "tool": "charge", "input": {"order": "o-1"}},
+        )
         if reply.status_code == 200 and not reply.json()["settled"]:
             self.performed.append(reply.json()["idempotency_key"])
             self.unreported = seq
         return reply
 
     async def _append(self, kind: str, payload: dict) -> httpx.Response:
-        envelope = {"run_id": self.run_id, "seq": len(self.log), "schema_version": 1,
-                    "recorded_at": "2026-01-01T00:00:00.000000Z", "event": {"kind": kind, "payload": payload}}
+        envelope = {
+            "run_id": self.run_id,
+            "seq": len(self.log),
+            "schema_version": 1,
+            "recorded_at": "2026-01-01T00:00:00.000000Z",
+            "event": {"kind": kind, "payload": payload},
+        }
         return await self._post(f"/v1/client-runs/{self.run_id}/events", {"events": [envelope]})
 
 
 # Mostly steps, so loops get far enough to charge twice; releases hand the run over.
-MOVES = st.lists(st.tuples(st.sampled_from([0, 0, 1]), st.sampled_from(["open", "release", *["step"] * 8])),
-                 min_size=30, max_size=80)
+MOVES = st.lists(
+    st.tuples(st.sampled_from([0, 0, 1]), st.sampled_from(["open", "release", *["step"] * 8])),
+    min_size=30,
+    max_size=80,
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(moves=MOVES)
 def test_two_racing_clients_never_break_the_log(tmp_path: Path, moves) -> None:
     trio.run(_scenario, tmp_path / f"{uuid.uuid4().hex}.db", moves)
 
 
 async def _scenario(db: Path, moves) -> None:
-    config = ServeConfig(host="127.0.0.1", port=0, store_url=f"sqlite:///{db}", wake_interval=0,
-                         shutdown_seconds=5.0, client_tools={"charge": CHARGE})
+    config = ServeConfig(
+        host="127.0.0.1",
+        port=0,
+        store_url=f"sqlite:///{db}",
+        wake_interval=0,
+        shutdown_seconds=5.0,
+        client_tools={"charge": CHARGE},
+    )
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: serve(config, stop=stop, task_status=task_status))
+        binds = await nursery.start(
+            lambda task_status: serve(config, stop=stop, task_status=task_status)
+        )
         url = next(b for b in binds if b.startswith("http://"))
         run_id = str(uuid.uuid4())
         performed: list[str] = []
@@ -127,10 +159,14 @@ async def _scenario(db: Path, moves) -> None:
                 await getattr(clients[who], move)()
             log = (await http.get(f"/v1/client-runs/{run_id}/log")).json().get("log", [])
         stop.set()
-    assert all(status < 500 for c in clients for status in c.statuses), [c.statuses for c in clients]
+    assert all(status < 500 for c in clients for status in c.statuses), [
+        c.statuses for c in clients
+    ]
     envelopes = [decode_envelope(e) for e in log]
     check_batch(EMPTY_VIEW, envelopes)  # the whole log is legal from its first event
-    landed = [e for e in envelopes if e.kind == "ToolCallCompleted" and e.event.deduplicated_from is None]
+    landed = [
+        e for e in envelopes if e.kind == "ToolCallCompleted" and e.event.deduplicated_from is None
+    ]
     keys = {e.seq: e.event.idempotency_key for e in envelopes if e.kind == "ToolCallRequested"}
     assert len({keys[e.event.seq] for e in landed}) == len(landed), json.dumps(log)[:3000]
     # Every performance used the one key the daemon derives for this order.

@@ -40,23 +40,37 @@ async def kinds(server, run_id: str) -> list[str]:
     return [e["event"]["kind"] for e in log]
 
 
-async def test_the_example_loop_runs_under_asyncio(server_factory, providers, declarations, monkeypatch) -> None:
+async def test_the_example_loop_runs_under_asyncio(
+    server_factory, providers, declarations, monkeypatch
+) -> None:
     provider = providers(tool_loop_script(PLAN, final_text="o-17 shipped with DHL"))
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
     server = await server_factory(client_tools=declarations)
     result = await trio.run_process(
         [sys.executable, str(SDK / "example" / "agent.py"), server.url, "Where is order o-17?"],
-        capture_stdout=True, capture_stderr=True, check=False, env={**os.environ},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ},
     )
     assert result.returncode == 0, result.stderr.decode()
     assert json.loads(result.stdout) == {"reply": "o-17 shipped with DHL"}
     run_id = result.stderr.decode().split("run ", 1)[1].split()[0]
     assert await kinds(server, run_id) == [
-        "RunStarted", "ModelCallRequested", "ModelCallCompleted", "ToolCallRequested", "ToolCallCompleted",
-        "ModelCallRequested", "ModelCallCompleted", "RunCompleted"]
+        "RunStarted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "ToolCallRequested",
+        "ToolCallCompleted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "RunCompleted",
+    ]
     assert provider.call_count == 2
     body = (await server.client.get(f"/v1/runs/{run_id}")).json()
-    assert body["status"]["state"] == "completed" and "driver" not in body  # released on the way out
+    assert (
+        body["status"]["state"] == "completed" and "driver" not in body
+    )  # released on the way out
 
 
 async def test_a_daemon_restart_mid_drive_is_adopted_and_the_client_finishes(
@@ -78,6 +92,7 @@ async def test_a_daemon_restart_mid_drive_is_adopted_and_the_client_finishes(
         return {"status": "shipped"}
 
     monkeypatch.setattr(example, "lookup_order", slow_lookup)
+
     async def first_drive() -> None:
         with pytest.raises(Exception):  # noqa: B017 -- whichever transport error the vanished daemon gives
             await drive(first.url, "Where is o-17?", model="scripted-model")

@@ -16,13 +16,19 @@ def refused(fn, *args, **kwargs) -> OperationRefused:
     return caught.value
 
 
-async def test_a_lease_holds_while_its_driver_is_alive_and_lapses_after_the_ttl(autojump_clock) -> None:
+async def test_a_lease_holds_while_its_driver_is_alive_and_lapses_after_the_ttl(
+    autojump_clock,
+) -> None:
     leases = LeaseRegistry(ttl=60)
     token = leases.open(RUN, None)
     assert token.startswith("dt_") and leases.holds(RUN)
     await trio.sleep(59)
     error = refused(leases.open, RUN, None)
-    assert (error.code, error.status, error.details) == ("lease_held", 409, {"lapses_in_seconds": 1})
+    assert (error.code, error.status, error.details) == (
+        "lease_held",
+        409,
+        {"lapses_in_seconds": 1},
+    )
     leases.check(RUN, token)  # a driving call refreshes the hold
     await trio.sleep(59)
     assert leases.holds(RUN) and refused(leases.open, RUN, None).details == {"lapses_in_seconds": 1}
@@ -35,7 +41,9 @@ async def test_a_lease_holds_while_its_driver_is_alive_and_lapses_after_the_ttl(
     assert (error.code, error.status) == ("invalid_drive_token", 403)
 
 
-async def test_the_holder_reopens_under_its_own_token_and_others_are_refused(autojump_clock) -> None:
+async def test_the_holder_reopens_under_its_own_token_and_others_are_refused(
+    autojump_clock,
+) -> None:
     leases = LeaseRegistry(ttl=10)
     token = leases.open(RUN, None)
     assert leases.open(RUN, token) == token
@@ -62,7 +70,9 @@ async def test_release_is_idempotent_and_only_for_the_holder(autojump_clock) -> 
     assert not leases.holds(RUN) and not leases.opened(RUN)
 
 
-async def test_record_prompts_is_said_at_the_open_and_kept_by_the_holders_reopen(autojump_clock) -> None:
+async def test_record_prompts_is_said_at_the_open_and_kept_by_the_holders_reopen(
+    autojump_clock,
+) -> None:
     leases = LeaseRegistry(ttl=10)
     assert leases.record_prompts(RUN) is False
     token = leases.open(RUN, None, record_prompts=True)
@@ -79,15 +89,17 @@ async def test_lapsed_leases_nobody_touches_again_are_swept(autojump_clock) -> N
 
     leases = LeaseRegistry(ttl=5)
     runs = [f"6f3c2b1a-0000-4000-8000-{n:012d}" for n in range(3 * _leases._SWEEP_FLOOR)]
-    for run_id in runs[:_leases._SWEEP_FLOOR]:
+    for run_id in runs[: _leases._SWEEP_FLOOR]:
         leases.open(run_id, None)
     await trio.sleep(6)  # every one of them lapses, untouched
-    for run_id in runs[_leases._SWEEP_FLOOR:]:
+    for run_id in runs[_leases._SWEEP_FLOOR :]:
         leases.open(run_id, None)
     # Only the live holds are kept, however many runs came and went.
-    assert len(leases._leases) <= 2 * _leases._SWEEP_FLOOR and len(leases._opened) == len(leases._leases)
-    assert not any(leases.opened(run_id) for run_id in runs[:_leases._SWEEP_FLOOR])
-    assert all(leases.holds(run_id) for run_id in runs[_leases._SWEEP_FLOOR:])
+    assert len(leases._leases) <= 2 * _leases._SWEEP_FLOOR and len(leases._opened) == len(
+        leases._leases
+    )
+    assert not any(leases.opened(run_id) for run_id in runs[: _leases._SWEEP_FLOOR])
+    assert all(leases.holds(run_id) for run_id in runs[_leases._SWEEP_FLOOR :])
 
 
 def test_the_ttl_comes_from_the_environment() -> None:

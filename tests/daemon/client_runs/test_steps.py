@@ -16,12 +16,17 @@ from salvor.protocol import Effect
 from tests.daemon.client_runs.test_client_runs import append, code, head, log_of, open_run
 from tests.support.scripted_provider import ErrorReply, text_reply
 
-REQUEST = {"model": "scripted-model", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}
+REQUEST = {
+    "model": "scripted-model",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hello"}],
+}
 ANY_OBJECT = {"type": "object"}
 
 
 class Counted:
-    """Tools whose executions are counted: a read, a write, a read that fails twice, a write that fails."""
+    """Tools whose executions are counted: a read, a write, a read that
+    fails twice, a write that fails."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
@@ -48,13 +53,38 @@ class Counted:
             raise ToolFailed("the card network hung up")
 
         schema = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
-        return ToolRegistry([
-            Tool(name="lookup", description="read", effect=Effect.READ, input_schema=schema, handler=lookup),
-            Tool(name="charge", description="write", effect=Effect.WRITE, input_schema=schema, handler=charge),
-            Tool(name="flaky_read", description="read", effect=Effect.READ, input_schema=ANY_OBJECT, handler=flaky_read),
-            Tool(name="broken_write", description="write", effect=Effect.WRITE, input_schema=ANY_OBJECT,
-                 handler=broken_write),
-        ])
+        return ToolRegistry(
+            [
+                Tool(
+                    name="lookup",
+                    description="read",
+                    effect=Effect.READ,
+                    input_schema=schema,
+                    handler=lookup,
+                ),
+                Tool(
+                    name="charge",
+                    description="write",
+                    effect=Effect.WRITE,
+                    input_schema=schema,
+                    handler=charge,
+                ),
+                Tool(
+                    name="flaky_read",
+                    description="read",
+                    effect=Effect.READ,
+                    input_schema=ANY_OBJECT,
+                    handler=flaky_read,
+                ),
+                Tool(
+                    name="broken_write",
+                    description="write",
+                    effect=Effect.WRITE,
+                    input_schema=ANY_OBJECT,
+                    handler=broken_write,
+                ),
+            ]
+        )
 
 
 async def started(client) -> tuple[str, dict]:
@@ -88,7 +118,10 @@ async def test_a_model_step_is_performed_once_and_answered_from_the_log_on_retry
     assert kinds == ["RunStarted", "ModelCallRequested", "ModelCallCompleted"]
     assert "request_body" not in (await log_of(client, run_id))[1]["event"]["payload"]
     refusals = [
-        ({"seq": 1, "request": {**REQUEST, "max_tokens": 65}}, (409, "divergence")),  # another request there
+        (
+            {"seq": 1, "request": {**REQUEST, "max_tokens": 65}},
+            (409, "divergence"),
+        ),  # another request there
         ({"seq": 0, "request": REQUEST}, (409, "divergence")),  # not a model event there
         ({"seq": 9, "request": REQUEST}, (409, "divergence")),  # beyond the end
         ({"seq": 3, "request": {**REQUEST, "temperature": 1}}, (400, "bad_request")),
@@ -98,7 +131,10 @@ async def test_a_model_step_is_performed_once_and_answered_from_the_log_on_retry
     ]
     for payload, expected in refusals:
         assert code(await client.post(step, json=payload, headers=token)) == expected, payload
-    assert code(await client.post(step, json={"seq": 3, "request": REQUEST})) == (401, "missing_drive_token")
+    assert code(await client.post(step, json={"seq": 3, "request": REQUEST})) == (
+        401,
+        "missing_drive_token",
+    )
     assert len(await log_of(client, run_id)) == 3 and provider.call_count == 1
 
 
@@ -112,25 +148,41 @@ async def test_a_failed_model_step_leaves_its_intent_open_and_the_retry_complete
     opened = (await client.post("/v1/client-runs", json={"record_prompts": True})).json()
     run_id, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
     # The holder's re-open keeps what the lease was opened with.
-    await client.post("/v1/client-runs", json={"run_id": run_id, "record_prompts": False}, headers=token)
+    await client.post(
+        "/v1/client-runs", json={"run_id": run_id, "record_prompts": False}, headers=token
+    )
     await append(client, run_id, opened["drive_token"], [head(run_id)])
     step = f"/v1/client-runs/{run_id}/model-step"
     failed = await client.post(step, json={"seq": 1, "request": REQUEST}, headers=token)
-    assert code(failed) == (502, "model_execution") and "warming up" in failed.json()["error"]["message"]
+    assert (
+        code(failed) == (502, "model_execution")
+        and "warming up" in failed.json()["error"]["message"]
+    )
     assert (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] == "awaiting_model"
     retried = await client.post(step, json={"seq": 1, "request": REQUEST}, headers=token)
-    assert retried.status_code == 200 and retried.json()["response"]["content"][0]["text"] == "ready"
+    assert (
+        retried.status_code == 200 and retried.json()["response"]["content"][0]["text"] == "ready"
+    )
     log = await log_of(client, run_id)
-    assert [e["event"]["kind"] for e in log] == ["RunStarted", "ModelCallRequested", "ModelCallCompleted"]
+    assert [e["event"]["kind"] for e in log] == [
+        "RunStarted",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+    ]
     assert log[2]["event"]["payload"]["seq"] == 1
-    assert log[1]["event"]["payload"]["request_body"] == REQUEST  # record_prompts kept from the open
+    assert (
+        log[1]["event"]["payload"]["request_body"] == REQUEST
+    )  # record_prompts kept from the open
 
 
-async def test_without_a_model_the_step_is_refused_before_anything_is_recorded(server, monkeypatch) -> None:
+async def test_without_a_model_the_step_is_refused_before_anything_is_recorded(
+    server, monkeypatch
+) -> None:
     client = server.client
     run_id, token = await started(client)
-    response = await client.post(f"/v1/client-runs/{run_id}/model-step", json={"seq": 1, "request": REQUEST},
-                                 headers=token)
+    response = await client.post(
+        f"/v1/client-runs/{run_id}/model-step", json={"seq": 1, "request": REQUEST}, headers=token
+    )
     assert code(response) == (503, "model_executor_unavailable")
     assert len(await log_of(client, run_id)) == 1
 
@@ -149,31 +201,55 @@ async def test_tool_steps_follow_the_effect_table(server_factory, counted) -> No
     async def call(payload: dict):
         return await client.post(step, json=payload, headers=token)
 
-    read = {"seq": 1, "tool": "lookup", "input": {"id": "INV-1"}, "idempotency_key": None, "effect": "write"}
+    read = {
+        "seq": 1,
+        "tool": "lookup",
+        "input": {"id": "INV-1"},
+        "idempotency_key": None,
+        "effect": "write",
+    }
     assert (await call(read)).json() == {"output": {"amount": 42, "key": None}}
     assert (await call(read)).json() == {"output": {"amount": 42, "key": None}}  # from the log
     log = await log_of(client, run_id)
     assert log[1]["event"]["payload"]["effect"] == "read"  # the registration's, not the client's
-    assert (await call({"seq": 3, "tool": "charge", "input": {"id": "o-1"}})).json() == {"output": {"charge_id": "ch_1"}}
-    assert (await call({"seq": 3, "tool": "charge", "input": {"id": "o-1"}})).json() == {"output": {"charge_id": "ch_1"}}
+    assert (await call({"seq": 3, "tool": "charge", "input": {"id": "o-1"}})).json() == {
+        "output": {"charge_id": "ch_1"}
+    }
+    assert (await call({"seq": 3, "tool": "charge", "input": {"id": "o-1"}})).json() == {
+        "output": {"charge_id": "ch_1"}
+    }
     assert counted.calls == [("lookup", {"id": "INV-1"}), ("charge", {"id": "o-1"})]
     refusals = [
         ({"seq": 3, "tool": "charge", "input": {"id": "o-2"}}, (409, "divergence")),
-        ({"seq": 1, "tool": "lookup", "input": {"id": "INV-1"}, "idempotency_key": "k"}, (409, "divergence")),
+        (
+            {"seq": 1, "tool": "lookup", "input": {"id": "INV-1"}, "idempotency_key": "k"},
+            (409, "divergence"),
+        ),
         ({"seq": 7, "tool": "lookup", "input": {"id": "x"}}, (409, "divergence")),
         ({"seq": 5, "tool": "teleport", "input": {}}, (404, "unknown_tool")),
         ({"seq": 5, "tool": "lookup", "input": {"id": 7}}, (400, "bad_request")),
-        ({"seq": 5, "tool": "lookup", "input": {"id": "x"}, "idempotency_key": ""}, (400, "bad_request")),
+        (
+            {"seq": 5, "tool": "lookup", "input": {"id": "x"}, "idempotency_key": ""},
+            (400, "bad_request"),
+        ),
     ]
     for payload, expected in refusals:
         assert code(await call(payload)) == expected, payload
     assert len(await log_of(client, run_id)) == 5 and len(counted.calls) == 2
 
-    # A read that keeps failing is retried within the step, then left open; the next step re-executes it.
+    # A read that keeps failing is retried within the step, then left
+    # open; the next step re-executes it.
     failed = await call({"seq": 5, "tool": "flaky_read", "input": {}})
-    assert code(failed) == (502, "tool_execution") and "the ledger is busy" in failed.json()["error"]["message"]
-    assert (await call({"seq": 5, "tool": "flaky_read", "input": {}})).json() == {"output": {"ok": True}}
-    assert [name for name, _ in counted.calls].count("flaky_read") == 6  # 3 + 3 attempts (the sixth succeeded)
+    assert (
+        code(failed) == (502, "tool_execution")
+        and "the ledger is busy" in failed.json()["error"]["message"]
+    )
+    assert (await call({"seq": 5, "tool": "flaky_read", "input": {}})).json() == {
+        "output": {"ok": True}
+    }
+    assert [name for name, _ in counted.calls].count(
+        "flaky_read"
+    ) == 6  # 3 + 3 attempts (the sixth succeeded)
 
     # A write that fails is tried once and then needs a person: it may have landed.
     failed = await call({"seq": 7, "tool": "broken_write", "input": {"amount": 5}})
@@ -184,23 +260,37 @@ async def test_tool_steps_follow_the_effect_table(server_factory, counted) -> No
     assert [name for name, _ in counted.calls].count("broken_write") == 1
     state = (await client.get(f"/v1/runs/{run_id}")).json()
     assert state["status"]["state"] == "needs_reconciliation" and state["driver"] == "attached"
-    # The operator records what happened; the dead driver's lease goes with it, so a new driver opens at once.
+    # The operator records what happened; the dead driver's lease goes with it,
+    # so a new driver opens at once.
     resolved = await client.post(f"/v1/runs/{run_id}/resolve", json={"output": {"charged": False}})
     assert resolved.status_code == 200, resolved.text
     reopened = await open_run(client, run_id, expect=200)
-    assert reopened["log"][-1]["event"]["payload"] == {"seq": 7, "output": {"charged": False}, "settled_by": "operator"}
+    assert reopened["log"][-1]["event"]["payload"] == {
+        "seq": 7,
+        "output": {"charged": False},
+        "settled_by": "operator",
+    }
     assert json.dumps(reopened["log"]).count("ToolCallCompleted") == 4
 
 
-async def test_step_responses_match_the_document(server_factory, providers, counted, monkeypatch) -> None:
+async def test_step_responses_match_the_document(
+    server_factory, providers, counted, monkeypatch
+) -> None:
     from tests.daemon.api.test_openapi import MISSING_RUN, OVERSIZED, STEP_PATHS, Contract
 
     contract = Contract()
     bare = await server_factory()  # no model configured
     run_id, token = await started(bare.client)
     model, tool = STEP_PATHS
-    await contract.call(bare.client, "POST", model, expect=503, run_id=run_id, headers=token,
-                        json={"seq": 1, "request": REQUEST})
+    await contract.call(
+        bare.client,
+        "POST",
+        model,
+        expect=503,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "request": REQUEST},
+    )
     await bare.stop()  # one daemon per store: the next one takes it over
 
     provider = providers([text_reply("hi"), ErrorReply(400, "no such model")])
@@ -209,31 +299,116 @@ async def test_step_responses_match_the_document(server_factory, providers, coun
     api = server.client
     run_id, token = await started(api)
     call = contract.call
-    await call(api, "POST", model, expect=200, run_id=run_id, headers=token, json={"seq": 1, "request": REQUEST})
-    await call(api, "POST", model, expect=409, run_id=run_id, headers=token, json={"seq": 0, "request": REQUEST})
-    await call(api, "POST", model, expect=400, run_id=run_id, headers=token, json={"seq": 3, "request": {}})
+    await call(
+        api,
+        "POST",
+        model,
+        expect=200,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "request": REQUEST},
+    )
+    await call(
+        api,
+        "POST",
+        model,
+        expect=409,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 0, "request": REQUEST},
+    )
+    await call(
+        api, "POST", model, expect=400, run_id=run_id, headers=token, json={"seq": 3, "request": {}}
+    )
     await call(api, "POST", model, expect=401, run_id=run_id, json={"seq": 3, "request": REQUEST})
-    await call(api, "POST", model, expect=403, run_id=run_id, headers={"X-Drive-Token": "dt_x"},
-               json={"seq": 3, "request": REQUEST})
-    await call(api, "POST", model, expect=404, run_id=MISSING_RUN, headers=token, json={"seq": 3, "request": REQUEST})
-    await call(api, "POST", model, expect=502, run_id=run_id, headers=token,
-               json={"seq": 3, "request": {**REQUEST, "model": "gone"}})
+    await call(
+        api,
+        "POST",
+        model,
+        expect=403,
+        run_id=run_id,
+        headers={"X-Drive-Token": "dt_x"},
+        json={"seq": 3, "request": REQUEST},
+    )
+    await call(
+        api,
+        "POST",
+        model,
+        expect=404,
+        run_id=MISSING_RUN,
+        headers=token,
+        json={"seq": 3, "request": REQUEST},
+    )
+    await call(
+        api,
+        "POST",
+        model,
+        expect=502,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 3, "request": {**REQUEST, "model": "gone"}},
+    )
     # That run now has a model intent open at seq 3; the tool steps take a run of their own.
     run_id, token = await started(api)
-    await call(api, "POST", tool, expect=200, run_id=run_id, headers=token,
-               json={"seq": 1, "tool": "lookup", "input": {"id": "a"}})
-    await call(api, "POST", tool, expect=409, run_id=run_id, headers=token,
-               json={"seq": 1, "tool": "lookup", "input": {"id": "b"}})
-    await call(api, "POST", tool, expect=400, run_id=run_id, headers=token, json={"seq": 3, "tool": "lookup"})
-    await call(api, "POST", tool, expect=404, run_id=run_id, headers=token, json={"seq": 3, "tool": "nope"})
+    await call(
+        api,
+        "POST",
+        tool,
+        expect=200,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "tool": "lookup", "input": {"id": "a"}},
+    )
+    await call(
+        api,
+        "POST",
+        tool,
+        expect=409,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "tool": "lookup", "input": {"id": "b"}},
+    )
+    await call(
+        api,
+        "POST",
+        tool,
+        expect=400,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 3, "tool": "lookup"},
+    )
+    await call(
+        api, "POST", tool, expect=404, run_id=run_id, headers=token, json={"seq": 3, "tool": "nope"}
+    )
     await call(api, "POST", tool, expect=401, run_id=run_id, json={"seq": 3, "tool": "lookup"})
-    await call(api, "POST", tool, expect=403, run_id=run_id, headers={"X-Drive-Token": "dt_x"},
-               json={"seq": 3, "tool": "lookup"})
-    await call(api, "POST", tool, expect=502, run_id=run_id, headers=token,
-               json={"seq": 3, "tool": "broken_write", "input": {}})
+    await call(
+        api,
+        "POST",
+        tool,
+        expect=403,
+        run_id=run_id,
+        headers={"X-Drive-Token": "dt_x"},
+        json={"seq": 3, "tool": "lookup"},
+    )
+    await call(
+        api,
+        "POST",
+        tool,
+        expect=502,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 3, "tool": "broken_write", "input": {}},
+    )
     for path in STEP_PATHS:
-        await call(api, "POST", path, expect=413, run_id=run_id, headers={**token, "Content-Type": "application/json"},
-                   content=OVERSIZED)
+        await call(
+            api,
+            "POST",
+            path,
+            expect=413,
+            run_id=run_id,
+            headers={**token, "Content-Type": "application/json"},
+            content=OVERSIZED,
+        )
     missed = {seen for seen in contract.unreached() if seen[0] in STEP_PATHS}
     assert not missed, f"documented but never answered: {sorted(missed)}"
 
@@ -241,7 +416,9 @@ async def test_step_responses_match_the_document(server_factory, providers, coun
 def frames_of(text: str) -> list[tuple[str, dict]]:
     frames = []
     for block in text.split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":"))
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if line and not line.startswith(":")
+        )
         if fields:
             frames.append((fields["event"], json.loads(fields["data"])))
     return frames
@@ -250,37 +427,67 @@ def frames_of(text: str) -> list[tuple[str, dict]]:
 async def test_a_streamed_model_step_ticks_then_completes_and_records_what_the_plain_one_does(
     server_factory, providers, monkeypatch
 ) -> None:
-    provider = providers([text_reply("the plan is simple"), text_reply("the plan is simple"), ErrorReply(400, "nope")])
+    provider = providers(
+        [
+            text_reply("the plan is simple"),
+            text_reply("the plan is simple"),
+            ErrorReply(400, "nope"),
+        ]
+    )
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
     server = await server_factory()
     client = server.client
     streamed_run, streamed = await started(client)
     plain_run, plain = await started(client)
     step = "/v1/client-runs/{}/model-step"
-    response = await client.post(step.format(streamed_run), json={"seq": 1, "request": REQUEST},
-                                 headers={**streamed, "Accept": "text/event-stream"})
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    response = await client.post(
+        step.format(streamed_run),
+        json={"seq": 1, "request": REQUEST},
+        headers={**streamed, "Accept": "text/event-stream"},
+    )
+    assert response.status_code == 200 and response.headers["content-type"].startswith(
+        "text/event-stream"
+    )
     frames = frames_of(response.text)
     deltas = [data for name, data in frames if name == "delta"]
     assert "".join(d["text"] for d in deltas if d["type"] == "text_delta") == "the plan is simple"
     assert len([d for d in deltas if d["type"] == "text_delta"]) > 1  # it ticked, not one lump
     assert [name for name, _ in frames][-1] == "complete"
     complete = frames[-1][1]
-    plain_answer = (await client.post(step.format(plain_run), json={"seq": 1, "request": REQUEST},
-                                      headers=plain)).json()
+    plain_answer = (
+        await client.post(
+            step.format(plain_run), json={"seq": 1, "request": REQUEST}, headers=plain
+        )
+    ).json()
     assert complete == plain_answer
     # Byte for byte the same completion, whichever way it was asked for.
-    assert (await log_of(client, streamed_run))[2]["event"] == (await log_of(client, plain_run))[2]["event"]
+    assert (await log_of(client, streamed_run))[2]["event"] == (await log_of(client, plain_run))[2][
+        "event"
+    ]
     # A replayed step streams one complete frame and calls nothing.
-    again = await client.post(step.format(streamed_run) + "?stream=1", json={"seq": 1, "request": REQUEST},
-                              headers=streamed)
+    again = await client.post(
+        step.format(streamed_run) + "?stream=1",
+        json={"seq": 1, "request": REQUEST},
+        headers=streamed,
+    )
     assert frames_of(again.text) == [("complete", complete)] and provider.call_count == 2
     # A provider failure is an error frame; the intent stays open for a retry.
-    failed = await client.post(step.format(streamed_run) + "?stream=1", headers=streamed,
-                               json={"seq": 3, "request": {**REQUEST, "model": "other"}})
-    assert frames_of(failed.text)[-1][0] == "error" and frames_of(failed.text)[-1][1]["code"] == "model_execution"
-    assert (await client.get(f"/v1/runs/{streamed_run}")).json()["status"]["state"] == "awaiting_model"
+    failed = await client.post(
+        step.format(streamed_run) + "?stream=1",
+        headers=streamed,
+        json={"seq": 3, "request": {**REQUEST, "model": "other"}},
+    )
+    assert (
+        frames_of(failed.text)[-1][0] == "error"
+        and frames_of(failed.text)[-1][1]["code"] == "model_execution"
+    )
+    assert (await client.get(f"/v1/runs/{streamed_run}")).json()["status"][
+        "state"
+    ] == "awaiting_model"
     # Refusals come before any stream, as the error envelope.
-    refused = await client.post(step.format(streamed_run) + "?stream=1", headers=streamed,
-                                json={"seq": 9, "request": REQUEST})
+    refused = await client.post(
+        step.format(streamed_run) + "?stream=1",
+        headers=streamed,
+        json={"seq": 9, "request": REQUEST},
+    )
     assert code(refused) == (409, "divergence")

@@ -1,4 +1,5 @@
-"""The MCP client against real servers: lifecycle, paging, both transports, and every way a server fails."""
+"""The MCP client against real servers: lifecycle, paging, both transports,
+and every way a server fails."""
 
 from __future__ import annotations
 
@@ -28,10 +29,14 @@ def fx_spec(request, fx: FixtureServer):
 
     def make(**fields):
         if request.param == "stdio":
-            return parse_mcp_servers([{"name": "fx", "command": fx.command(), "timeout": 2, **fields}])[0]
+            return parse_mcp_servers(
+                [{"name": "fx", "command": fx.command(), "timeout": 2, **fields}]
+            )[0]
         return parse_mcp_servers([{"name": "fx", "url": server.url, "timeout": 2, **fields}])[0]
 
-    server = None if request.param == "stdio" else HttpFixtureServer(fx, sse=request.param == "http-sse")
+    server = (
+        None if request.param == "stdio" else HttpFixtureServer(fx, sse=request.param == "http-sse")
+    )
     yield make
     if server is not None:
         server.stop()
@@ -44,7 +49,9 @@ async def test_a_session_initialises_lists_every_page_and_calls(fx_spec, nursery
         assert session.server_info == {"name": "salvor-fixture", "version": "1"}
         tools = await session.list_tools()
         assert len(tools) == 10 and tools[0]["name"] == "lookup"  # three pages of four
-        assert await session.call_tool("lookup", {"key": "k"}) == {"content": [{"type": "text", "text": "value of k"}]}
+        assert await session.call_tool("lookup", {"key": "k"}) == {
+            "content": [{"type": "text", "text": "value of k"}]
+        }
         with pytest.raises(McpRemoteError, match="error -32602: unknown tool nope") as refused:
             await session.call_tool("nope", {})
         assert refused.value.code == -32602
@@ -70,7 +77,9 @@ async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(f
     try:
         with pytest.raises(McpNoAnswer, match="did not answer tools/call within 2s"):
             await session.call_tool("hang", {})
-        assert (await session.call_tool("lookup", {"key": "again"}))["content"][0]["text"] == "value of again"
+        assert (await session.call_tool("lookup", {"key": "again"}))["content"][0][
+            "text"
+        ] == "value of again"
     finally:
         await session.aclose()
     assert [n["method"] for n in fx.notifications] == ["notifications/initialized", "notifications/cancelled"]
@@ -80,7 +89,9 @@ async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(f
 async def test_a_stdio_server_that_crashes_is_reported_with_its_stderr(fx, nursery):
     spec = parse_mcp_servers([{"name": "fx", "command": fx.command(), "timeout": 5}])[0]
     session = await open_session(spec, nursery)
-    with pytest.raises(McpNoAnswer, match="exited with code 3; its stderr ended with: fixture crashing on purpose"):
+    with pytest.raises(
+        McpNoAnswer, match="exited with code 3; its stderr ended with: fixture crashing on purpose"
+    ):
         await session.call_tool("crash", {})
     # Nothing more can be sent, and saying so claims nothing was performed.
     with pytest.raises(McpUnavailable, match="is no longer connected: it exited with code 3"):
@@ -91,7 +102,9 @@ async def test_a_stdio_server_that_crashes_is_reported_with_its_stderr(fx, nurse
 async def test_a_stdio_server_that_writes_garbage_ends_its_session(fx, nursery):
     spec = parse_mcp_servers([{"name": "fx", "command": fx.command(), "timeout": 5}])[0]
     session = await open_session(spec, nursery)
-    with pytest.raises(McpNoAnswer, match="wrote a line to stdout that is not JSON: 'this is not json'"):
+    with pytest.raises(
+        McpNoAnswer, match="wrote a line to stdout that is not JSON: 'this is not json'"
+    ):
         await session.call_tool("garbage", {})
     assert session.broken is not None
     await session.aclose()
@@ -114,17 +127,32 @@ async def test_oversized_messages_are_refused_both_ways(fx_spec, nursery):
 
 async def test_a_command_that_cannot_start_is_unavailable(tmp_path, nursery):
     spec = parse_mcp_servers([{"name": "gone", "command": [str(tmp_path / "no-such-server")]}])[0]
-    with pytest.raises(McpUnavailable, match=r"could not be started \(.*no-such-server\): No such file"):
+    with pytest.raises(
+        McpUnavailable, match=r"could not be started \(.*no-such-server\): No such file"
+    ):
         await open_session(spec, nursery)
 
 
 async def test_a_process_that_is_no_mcp_server_fails_initialize_without_hanging(nursery):
-    spec = parse_mcp_servers([{"name": "cat", "command": [sys.executable, "-c", "print('hello')"], "timeout": 5}])[0]
-    with pytest.raises(McpUnavailable, match="did not start a session: it wrote a line to stdout that is not JSON"):
+    spec = parse_mcp_servers(
+        [{"name": "cat", "command": [sys.executable, "-c", "print('hello')"], "timeout": 5}]
+    )[0]
+    with pytest.raises(
+        McpUnavailable, match="did not start a session: it wrote a line to stdout that is not JSON"
+    ):
         await open_session(spec, nursery)
-    spec = parse_mcp_servers([{"name": "sleepy", "command": [sys.executable, "-c", "import time; time.sleep(60)"],
-                               "timeout": 0.5}])[0]
-    with pytest.raises(McpUnavailable, match="did not start a session: it did not answer initialize within 0.5s"):
+    spec = parse_mcp_servers(
+        [
+            {
+                "name": "sleepy",
+                "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                "timeout": 0.5,
+            }
+        ]
+    )[0]
+    with pytest.raises(
+        McpUnavailable, match="did not start a session: it did not answer initialize within 0.5s"
+    ):
         await open_session(spec, nursery)
 
 
@@ -138,18 +166,27 @@ async def test_closing_kills_the_whole_process_group(fx, nursery):
         os.kill(pid, 0)
 
 
-async def test_http_carries_the_session_id_protocol_version_and_resolved_headers(fx, nursery, monkeypatch):
+async def test_http_carries_the_session_id_protocol_version_and_resolved_headers(
+    fx, nursery, monkeypatch
+):
     server = HttpFixtureServer(fx)
     monkeypatch.setenv("FIXTURE_TOKEN", "t0ken")
     try:
-        spec = parse_mcp_servers([{"name": "web", "url": server.url, "bearer_token_env": "FIXTURE_TOKEN"}])[0]
+        spec = parse_mcp_servers(
+            [{"name": "web", "url": server.url, "bearer_token_env": "FIXTURE_TOKEN"}]
+        )[0]
         session = await open_session(spec, nursery)
         await session.call_tool("lookup", {"key": "k"})
         await session.aclose()
     finally:
         server.stop()
     first, *rest = fx.http_requests
-    assert first == {"method": "initialize", "session": None, "authorization": "Bearer t0ken", "protocol_version": None}
+    assert first == {
+        "method": "initialize",
+        "session": None,
+        "authorization": "Bearer t0ken",
+        "protocol_version": None,
+    }
     assert {r["session"] for r in rest} == {fx.http_requests[1]["session"]} and rest[0]["session"]
     assert {r["protocol_version"] for r in rest} == {PROTOCOL_VERSION}
     assert [r["method"] for r in rest] == ["notifications/initialized", "tools/call"]
@@ -157,9 +194,19 @@ async def test_http_carries_the_session_id_protocol_version_and_resolved_headers
 
 async def test_an_unset_header_variable_is_named_and_nothing_is_sent(fx, nursery, monkeypatch):
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    spec = parse_mcp_servers([{"name": "web", "url": "http://127.0.0.1:9/mcp",
-                               "headers": {"X-Key": "k-${NOT_SET_ANYWHERE}"}}])[0]
-    with pytest.raises(McpUnavailable, match=r"header X-Key names \$\{NOT_SET_ANYWHERE\}, which the daemon's environment"):
+    spec = parse_mcp_servers(
+        [
+            {
+                "name": "web",
+                "url": "http://127.0.0.1:9/mcp",
+                "headers": {"X-Key": "k-${NOT_SET_ANYWHERE}"},
+            }
+        ]
+    )[0]
+    with pytest.raises(
+        McpUnavailable,
+        match=r"header X-Key names \$\{NOT_SET_ANYWHERE\}, which the daemon's environment",
+    ):
         await open_session(spec, nursery)
 
 
@@ -169,7 +216,8 @@ async def test_an_http_server_that_forgot_the_session_is_reconnected_once(fx):
         spec = parse_mcp_servers([{"name": "web", "url": server.url}])[0]
         async with open_connections((spec,), mark={}) as connections:
             await connections.call_tool("web", "lookup", {"key": "1"}, None)
-            # The server restarts and knows no session: the call is refused with 404, never performed.
+            # The server restarts and knows no session: the call is
+            # refused with 404, never performed.
             server.stop()
             server = HttpFixtureServer(fx, port=server.port)
             result = await connections.call_tool("web", "lookup", {"key": "2"}, None)

@@ -15,14 +15,19 @@ def parse(servers: str, **kwargs):
 
 def test_a_stdio_and_an_http_server_parse():
     agent = parse(
-        '[[mcp_servers]]\nname = "fs"\ncommand = "npx -y server ./sandbox"\nenv = { A = "1" }\ncwd = "/tmp"\n'
-        'effects = { read_file = "read", pay = "idempotent" }\ntools = ["read_file", "pay", "wipe"]\n'
-        'results = { wipe = { ok = true } }\ntimeout = 5\n'
+        '[[mcp_servers]]\nname = "fs"\ncommand = "npx -y server ./sandbox"\nenv = { A = "1" }\n'
+        'cwd = "/tmp"\neffects = { read_file = "read", pay = "idempotent" }\ntools = '
+        '["read_file", "pay", "wipe"]\n'
+        "results = { wipe = { ok = true } }\ntimeout = 5\n"
         '[[mcp_servers]]\nname = "web"\nurl = "https://tools.example.com/mcp"\n'
         'headers = { Authorization = "Bearer ${TOKEN}" }\n'
     )
     fs, web = agent.mcp_servers
-    assert fs.command == ("npx", "-y", "server", "./sandbox") and fs.env == {"A": "1"} and fs.cwd == "/tmp"
+    assert (
+        fs.command == ("npx", "-y", "server", "./sandbox")
+        and fs.env == {"A": "1"}
+        and fs.cwd == "/tmp"
+    )
     assert fs.transport == "stdio" and fs.timeout == 5.0 and fs.results == {"wipe": {"ok": True}}
     assert fs.effect_of("read_file") is Effect.READ and fs.effect_of("pay") is Effect.IDEMPOTENT
     assert fs.effect_of("anything_else") is Effect.WRITE
@@ -34,8 +39,9 @@ def test_a_stdio_and_an_http_server_parse():
 def test_the_reference_file_format_is_accepted():
     # The format DESIGN.md shows: no name, a program plus `args`, `effect_overrides`.
     agent = parse(
-        '[[mcp_servers]]\ncommand = "npx"\nargs = ["-y", "@modelcontextprotocol/server-filesystem", "./sandbox"]\n'
-        'env = { }\neffect_overrides = { read_text_file = "read", write_file = "write" }\n'
+        '[[mcp_servers]]\ncommand = "npx"\nargs = ["-y", '
+        '"@modelcontextprotocol/server-filesystem", "./sandbox"]\nenv = { }\neffect_overrides = { '
+        'read_text_file = "read", write_file = "write" }\n'
     )
     (server,) = agent.mcp_servers
     assert server.name == "server1"
@@ -47,8 +53,13 @@ def test_the_hash_covers_the_servers_as_written():
     base = '[[mcp_servers]]\nname = "w"\nurl = "http://127.0.0.1:1/mcp"\n'
     plain = parse(base)
     assert parse(base).agent_def_hash == plain.agent_def_hash
-    for change in ('headers = { X-Key = "${KEY}" }\n', 'effects = { t = "read" }\n', 'results = { t = 1 }\n',
-                   'tools = ["t"]\n', "timeout = 3\n"):
+    for change in (
+        'headers = { X-Key = "${KEY}" }\n',
+        'effects = { t = "read" }\n',
+        "results = { t = 1 }\n",
+        'tools = ["t"]\n',
+        "timeout = 3\n",
+    ):
         assert parse(base + change).agent_def_hash != plain.agent_def_hash, change
     # A placeholder is hashed unresolved: the variable's value is never part of it.
     assert parse(base + 'headers = { X-Key = "${KEY}" }\n').stored_text.count("${KEY}") == 1
@@ -60,23 +71,62 @@ def test_the_hash_covers_the_servers_as_written():
         ("mcp_servers = 3\n", "`mcp_servers` must be an array of tables"),
         ('[[mcp_servers]]\nname = "a"\n', "exactly one of `command`"),
         ('[[mcp_servers]]\nname = "a b"\ncommand = "x"\n', "`name` must be 1 to 64 letters"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\n[[mcp_servers]]\nname = "a"\ncommand = "y"\n',
-         "two [[mcp_servers]] are named 'a'"),
+        (
+            (
+                '[[mcp_servers]]\nname = "a"\ncommand = "x"\n'
+                '[[mcp_servers]]\nname = "a"\ncommand = "y"\n'
+            ),
+            "two [[mcp_servers]] are named 'a'",
+        ),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nport = 8931\n', "unknown field `port`"),
         ('[[mcp_servers]]\nname = "a"\ncommand = []\n', "`command` must name a program"),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x \'open"\n', "`command` cannot be split"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = ["x", 1]\n', "`command` must be an array of strings"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = ["x"]\nargs = ["y"]\n', "one program name when `args`"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nheaders = { A = "b" }\n', "`headers` belongs to a `url` server"),
-        ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nenv = { A = "b" }\n', "`env` belongs to a stdio"),
-        ('[[mcp_servers]]\nname = "a"\nurl = "ftp://h/mcp"\n', "`url` must be an http:// or https:// URL"),
-        ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { "A B" = "c" }\n', "is not an HTTP header name"),
-        ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { A = "${TOKEN" }\n', "well-formed `${NAME}`"),
-        ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nbearer_token_env = "T"\nheaders = { authorization = "x" }\n',
-         "`bearer_token_env` or an `Authorization` header"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "delete" }\n', "use read, idempotent or write"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "read" }\neffect_overrides = { t = "read" }\n',
-         "the same field"),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = ["x", 1]\n',
+            "`command` must be an array of strings",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = ["x"]\nargs = ["y"]\n',
+            "one program name when `args`",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nheaders = { A = "b" }\n',
+            "`headers` belongs to a `url` server",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nenv = { A = "b" }\n',
+            "`env` belongs to a stdio",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\nurl = "ftp://h/mcp"\n',
+            "`url` must be an http:// or https:// URL",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { "A B" = "c" }\n',
+            "is not an HTTP header name",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { A = "${TOKEN" }\n',
+            "well-formed `${NAME}`",
+        ),
+        (
+            (
+                '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nbearer_token_env = "T"\n'
+                'headers = { authorization = "x" }\n'
+            ),
+            "`bearer_token_env` or an `Authorization` header",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "delete" }\n',
+            "use read, idempotent or write",
+        ),
+        (
+            (
+                '[[mcp_servers]]\nname = "a"\ncommand = "x"\neffects = { t = "read" }\n'
+                'effect_overrides = { t = "read" }\n'
+            ),
+            "the same field",
+        ),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nresults = 1\n', "`results` must be a table"),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t", "t"]\n', "lists 't' twice"),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t"]\neffects = { u = "read" }\n',
@@ -99,7 +149,10 @@ def test_every_invalid_server_field_is_named(servers, fragment):
     ("servers", "allowed"),
     [
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\n', False),
-        ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { A = "${SECRET}" }\n', False),
+        (
+            '[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { A = "${SECRET}" }\n',
+            False,
+        ),
         ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nbearer_token_env = "SECRET"\n', False),
         ('[[mcp_servers]]\nname = "a"\nurl = "http://h/mcp"\nheaders = { A = "plain" }\n', True),
     ],

@@ -32,14 +32,20 @@ MODES = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
 LOOKUP = {
     "name": "lookup_invoice",
     "description": "Find an invoice by id.",
-    "input_schema": {"type": "object", "properties": {"invoice_id": {"type": "string"}},
-                     "required": ["invoice_id"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"invoice_id": {"type": "string"}},
+        "required": ["invoice_id"],
+    },
 }
 REFUND = {
     "name": "issue_refund",
     "description": "Refund an invoice.",
-    "input_schema": {"type": "object", "properties": {"amount": {"type": "number"}},
-                     "required": ["amount"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"amount": {"type": "number"}},
+        "required": ["amount"],
+    },
 }
 
 # A conversation in the middle of a tool loop: everything the neutral shape
@@ -50,15 +56,25 @@ MID_LOOP = {
     "system": "You settle refunds.",
     "messages": [
         {"role": "user", "content": [{"type": "text", "text": '{"invoice_id": "inv-7"}'}]},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Looking it up."},
-            {"type": "tool_use", "id": "toolu_0", "name": "lookup_invoice",
-             "input": {"invoice_id": "inv-7", "note": "naïve ✓"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_0", "content": '{"amount": 12.5}'},
-            {"type": "text", "text": "Carry on."},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking it up."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_0",
+                    "name": "lookup_invoice",
+                    "input": {"invoice_id": "inv-7", "note": "naïve ✓"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_0", "content": '{"amount": 12.5}'},
+                {"type": "text", "text": "Carry on."},
+            ],
+        },
     ],
     "tools": [LOOKUP, REFUND],
 }
@@ -69,26 +85,41 @@ FIRST_TURN = {
 }
 
 TOOL_ANSWER = (
-    {"model": "test-model",
-     "content": [{"type": "text", "text": "Refunding now."},
-                 {"type": "tool_use", "id": "toolu_1", "name": "issue_refund",
-                  "input": {"amount": 12.5, "reason": {"code": "dup", "tags": ["a", "b"]}}},
-                 {"type": "tool_use", "id": "toolu_2", "name": "lookup_invoice",
-                  "input": {}}],
-     "stop_reason": "tool_use"},
+    {
+        "model": "test-model",
+        "content": [
+            {"type": "text", "text": "Refunding now."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "issue_refund",
+                "input": {"amount": 12.5, "reason": {"code": "dup", "tags": ["a", "b"]}},
+            },
+            {"type": "tool_use", "id": "toolu_2", "name": "lookup_invoice", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+    },
     {"input_tokens": 321, "output_tokens": 45},
 )
 
 
-def gateway(provider: ScriptedProvider, wire: str, *, stream: bool = False,
-            api_key: str | None = "test-key", suffix: str = "", **options) -> ModelGateway:
+def gateway(
+    provider: ScriptedProvider,
+    wire: str,
+    *,
+    stream: bool = False,
+    api_key: str | None = "test-key",
+    suffix: str = "",
+    **options,
+) -> ModelGateway:
     endpoint = ModelEndpoint(provider=wire, base_url=provider.base_url + suffix, api_key=api_key)
     options.setdefault("retry_backoff_seconds", 0.0)
     return ModelGateway(endpoint, stream=stream, **options)
 
 
-async def complete_once(provider: ScriptedProvider, wire: str, request: dict,
-                        **options) -> ModelResult:
+async def complete_once(
+    provider: ScriptedProvider, wire: str, request: dict, **options
+) -> ModelResult:
     model = gateway(provider, wire, **options)
     try:
         return await model.complete(request)
@@ -101,11 +132,17 @@ async def complete_once(provider: ScriptedProvider, wire: str, request: dict,
 @pytest.mark.parametrize(
     "request_, reply",
     [
-        pytest.param(FIRST_TURN, text_reply("Hi there, ünïcode ✓", model="test-model",
-                                            input_tokens=7, output_tokens=3), id="text"),
+        pytest.param(
+            FIRST_TURN,
+            text_reply("Hi there, ünïcode ✓", model="test-model", input_tokens=7, output_tokens=3),
+            id="text",
+        ),
         pytest.param(MID_LOOP, TOOL_ANSWER, id="tool_use"),
-        pytest.param(FIRST_TURN, text_reply("cut", model="test-model",
-                                            stop_reason="max_tokens"), id="max_tokens"),
+        pytest.param(
+            FIRST_TURN,
+            text_reply("cut", model="test-model", stop_reason="max_tokens"),
+            id="max_tokens",
+        ),
     ],
 )
 async def test_round_trip_is_exact(wire, stream, request_, reply):
@@ -133,11 +170,23 @@ async def test_streaming_equals_non_streaming(wire):
 
 
 async def test_tool_result_error_flag_reaches_anthropic():
-    request = {**MID_LOOP, "messages": [
-        *MID_LOOP["messages"][:2],
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_0",
-                                      "content": "no such invoice", "is_error": True}]},
-    ]}
+    request = {
+        **MID_LOOP,
+        "messages": [
+            *MID_LOOP["messages"][:2],
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_0",
+                        "content": "no such invoice",
+                        "is_error": True,
+                    }
+                ],
+            },
+        ],
+    }
     with ScriptedProvider([text_reply("ok")]) as provider:
         await complete_once(provider, "anthropic", request)
     assert provider.calls[0].request == request
@@ -151,13 +200,23 @@ async def test_openai_body_uses_chat_completions_shapes(stream):
     assert body["max_tokens"] == 256
     assert body["messages"][0] == {"role": "system", "content": "You settle refunds."}
     assert body["messages"][2]["tool_calls"][0]["function"] == {
-        "name": "lookup_invoice", "arguments": '{"invoice_id":"inv-7","note":"naïve ✓"}'}
-    assert body["messages"][3] == {"role": "tool", "tool_call_id": "toolu_0",
-                                   "content": '{"amount": 12.5}'}
+        "name": "lookup_invoice",
+        "arguments": '{"invoice_id":"inv-7","note":"naïve ✓"}',
+    }
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "toolu_0",
+        "content": '{"amount": 12.5}',
+    }
     assert body["messages"][4] == {"role": "user", "content": "Carry on."}
-    assert body["tools"][0] == {"type": "function", "function": {
-        "name": "lookup_invoice", "description": "Find an invoice by id.",
-        "parameters": LOOKUP["input_schema"]}}
+    assert body["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "lookup_invoice",
+            "description": "Find an invoice by id.",
+            "parameters": LOOKUP["input_schema"],
+        },
+    }
     if stream:
         assert body["stream_options"] == {"include_usage": True}
     else:
@@ -176,8 +235,10 @@ async def test_base_url_with_or_without_v1(wire, suffix):
 @pytest.mark.parametrize("stream", MODES)
 @pytest.mark.parametrize(
     "wire, expected",
-    [("anthropic", {"x-api-key": "sk-test-123"}),
-     ("openai", {"authorization": "Bearer sk-test-123"})],
+    [
+        ("anthropic", {"x-api-key": "sk-test-123"}),
+        ("openai", {"authorization": "Bearer sk-test-123"}),
+    ],
 )
 async def test_key_is_sent_in_the_providers_header(wire, expected, stream):
     with ScriptedProvider([text_reply("ok")]) as provider:
@@ -257,12 +318,14 @@ async def test_connection_refused_is_retried_then_reported():
 
 async def test_a_stalled_provider_times_out():
     release = threading.Event()
-    with ScriptedProvider([text_reply("late")] * 2,
-                          on_call=lambda call: release.wait(10)) as provider:
+    with ScriptedProvider(
+        [text_reply("late")] * 2, on_call=lambda call: release.wait(10)
+    ) as provider:
         try:
             with pytest.raises(ModelCallError) as caught:
-                await complete_once(provider, "openai", FIRST_TURN, max_retries=1,
-                                    timeout_seconds=0.2)
+                await complete_once(
+                    provider, "openai", FIRST_TURN, max_retries=1, timeout_seconds=0.2
+                )
         finally:
             release.set()
     assert "timed out" in caught.value.message and caught.value.retryable
@@ -282,7 +345,9 @@ async def test_a_shared_client_is_left_open():
 async def test_gateways_share_one_verifying_tls_context():
     # A gateway is built per drive; loading the CA bundle for each one cost
     # ~20 ms of the trio thread (a thousand recovering runs: twenty seconds).
-    endpoint = resolve_endpoint(provider="anthropic", base_url="https://api.example.com", environ={})
+    endpoint = resolve_endpoint(
+        provider="anthropic", base_url="https://api.example.com", environ={}
+    )
     first, second = ModelGateway(endpoint), ModelGateway(endpoint)
     try:
         for model in (first, second):
@@ -326,16 +391,27 @@ async def test_gateway_runs_concurrent_calls_under_trio():
         ({}, {}, "https://api.anthropic.com"),
         ({"provider": "openai"}, {}, "https://api.openai.com"),
         ({}, {"SALVOR_MODEL_BASE_URL": "http://daemon-wide"}, "http://daemon-wide"),
-        ({"base_url": "http://agent"}, {"SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
-         "http://agent"),
-        ({"base_url": "http://agent", "base_url_env": "DEMO_URL"},
-         {"DEMO_URL": "http://from-env", "SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
-         "http://from-env"),
+        (
+            {"base_url": "http://agent"},
+            {"SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
+            "http://agent",
+        ),
+        (
+            {"base_url": "http://agent", "base_url_env": "DEMO_URL"},
+            {"DEMO_URL": "http://from-env", "SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
+            "http://from-env",
+        ),
         ({"base_url": "http://agent", "base_url_env": "DEMO_URL"}, {}, "http://agent"),
-        ({"base_url": "http://agent", "base_url_env": "DEMO_URL"}, {"DEMO_URL": ""},
-         "http://agent"),
-        ({"base_url_env": "DEMO_URL"}, {"SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
-         "http://daemon-wide"),
+        (
+            {"base_url": "http://agent", "base_url_env": "DEMO_URL"},
+            {"DEMO_URL": ""},
+            "http://agent",
+        ),
+        (
+            {"base_url_env": "DEMO_URL"},
+            {"SALVOR_MODEL_BASE_URL": "http://daemon-wide"},
+            "http://daemon-wide",
+        ),
     ],
 )
 def test_resolve_base_url_precedence(kwargs, environ, expected_url):
@@ -346,8 +422,11 @@ def test_resolve_base_url_precedence(kwargs, environ, expected_url):
     "kwargs, environ, expected_key",
     [
         ({}, {"ANTHROPIC_API_KEY": "a-key", "OPENAI_API_KEY": "o-key"}, "a-key"),
-        ({"provider": "openai"}, {"ANTHROPIC_API_KEY": "a-key", "OPENAI_API_KEY": "o-key"},
-         "o-key"),
+        (
+            {"provider": "openai"},
+            {"ANTHROPIC_API_KEY": "a-key", "OPENAI_API_KEY": "o-key"},
+            "o-key",
+        ),
         ({"api_key_env": "MY_KEY"}, {"ANTHROPIC_API_KEY": "a-key", "MY_KEY": "mine"}, "mine"),
         ({"api_key_env": "MY_KEY"}, {"ANTHROPIC_API_KEY": "a-key"}, None),
         ({}, {"ANTHROPIC_API_KEY": ""}, None),

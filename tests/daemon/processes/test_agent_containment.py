@@ -36,35 +36,67 @@ from salvor.daemon.processes._spawn import tethered
 
 from tests.support.processes import gone, wait_gone
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process hardening is Linux's prctl and /proc")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="process hardening is Linux's prctl and /proc"
+)
 
 SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 TOKEN_VAR, TOKEN = "DESK_API_TOKEN", "tok-DESK-5e1b77"
 OTHER_VAR, OTHER = "VENDOR_BILLING_KEY", "sk-vendor-SECRET-0c41"
 DAEMON_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/desk", "LANG": "C.UTF-8", "LC_TIME": "C",
-    TOKEN_VAR: TOKEN, OTHER_VAR: OTHER, "SALVOR_AGENT_KEY": "sk-upstream", "ANTHROPIC_AUTH_TOKEN": "sk-ant",
-    "AWS_SECRET_ACCESS_KEY": "aws", "HTTPS_PROXY": "http://user:pw@proxy:3128", "PYTHONPATH": "/elsewhere",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/home/desk",
+    "LANG": "C.UTF-8",
+    "LC_TIME": "C",
+    TOKEN_VAR: TOKEN,
+    OTHER_VAR: OTHER,
+    "SALVOR_AGENT_KEY": "sk-upstream",
+    "ANTHROPIC_AUTH_TOKEN": "sk-ant",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "HTTPS_PROXY": "http://user:pw@proxy:3128",
+    "PYTHONPATH": "/elsewhere",
 }
 
 
 def _agent(env: dict[str, str] | None = None, servers: str = "") -> object:
     table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
-    return parse_definition(f'kind = "process"\ncommand = ["agent"]\n{servers}[env]\n{table}', "toml")
+    return parse_definition(
+        f'kind = "process"\ncommand = ["agent"]\n{servers}[env]\n{table}', "toml"
+    )
 
 
 def test_an_agent_gets_the_allow_list_the_injection_and_its_own_env_nothing_else():
-    env = agent_environment(_agent({"EXTRA": "x"}), "run-1", {"task": 1}, "http://127.0.0.1:9/r/cap", DAEMON_ENV)
-    injected = {"OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_BASE", "ANTHROPIC_BASE_URL", "SALVOR_LLM_PROXY",
-                "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SALVOR_PROMPT", "SALVOR_INPUT", "SALVOR_RUN_ID"}
+    env = agent_environment(
+        _agent({"EXTRA": "x"}), "run-1", {"task": 1}, "http://127.0.0.1:9/r/cap", DAEMON_ENV
+    )
+    injected = {
+        "OPENAI_BASE_URL",
+        "OPENAI_API_BASE",
+        "OPENAI_BASE",
+        "ANTHROPIC_BASE_URL",
+        "SALVOR_LLM_PROXY",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "SALVOR_PROMPT",
+        "SALVOR_INPUT",
+        "SALVOR_RUN_ID",
+    }
     assert set(env) == {"PATH", "HOME", "LANG", "LC_TIME", "EXTRA", *injected, *TELEMETRY_OFF}
-    assert env["PATH"] == DAEMON_ENV["PATH"] and env["OPENAI_API_KEY"] == env["ANTHROPIC_API_KEY"] == "salvor-placeholder"
+    assert (
+        env["PATH"] == DAEMON_ENV["PATH"]
+        and env["OPENAI_API_KEY"] == env["ANTHROPIC_API_KEY"] == "salvor-placeholder"
+    )
     assert env["OPENAI_AGENTS_DISABLE_TRACING"] == "1"
 
 
 def test_a_definition_may_switch_tracing_back_on_and_replace_an_allowed_variable():
-    env = agent_environment(_agent({"OPENAI_AGENTS_DISABLE_TRACING": "0", "PATH": "/opt/bin"}), "r", "x",
-                            "http://127.0.0.1:9/r/cap", DAEMON_ENV)
+    env = agent_environment(
+        _agent({"OPENAI_AGENTS_DISABLE_TRACING": "0", "PATH": "/opt/bin"}),
+        "r",
+        "x",
+        "http://127.0.0.1:9/r/cap",
+        DAEMON_ENV,
+    )
     assert env["OPENAI_AGENTS_DISABLE_TRACING"] == "0" and env["PATH"] == "/opt/bin"
 
 
@@ -77,18 +109,30 @@ def test_a_stdio_mcp_server_gets_the_allow_list_and_its_own_env_nothing_else():
 UNDUMPABLE = r"""
 import ctypes, subprocess, sys
 from salvor.daemon.processes._hardening import make_undumpable
+
 PR_GET_DUMPABLE = 3
 libc = ctypes.CDLL(None)
 made = make_undumpable()
-child = subprocess.run([sys.executable, "-I", "-S", "-c",
-                        "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"], capture_output=True, text=True)
+child = subprocess.run(
+    [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))",
+    ],
+    capture_output=True,
+    text=True,
+)
 print(made, libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), child.stdout.strip())
 """
 
 
 def test_the_daemon_process_is_not_dumpable_and_what_it_execs_is_again():
     # In a process of its own: the flag would stay on pytest's process.
-    shown = subprocess.run([sys.executable, "-c", UNDUMPABLE], capture_output=True, text=True, check=True).stdout.split()
+    shown = subprocess.run(
+        [sys.executable, "-c", UNDUMPABLE], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert shown == ["True", "0", "1"]  # the orphan sweep reads a (dumpable) agent's environ
 
 
@@ -136,7 +180,10 @@ def shared_dir():
 
 def _unprivileged() -> list[str]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to start the daemon as another, unprivileged user (root itself reads any /proc)")
+        pytest.skip(
+            "needs root to start the daemon as another, unprivileged "
+            "user (root itself reads any /proc)"
+        )
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv (util-linux) to drop to an unprivileged user")
     try:
@@ -147,8 +194,12 @@ def _unprivileged() -> list[str]:
 
 
 def _runnable(drop: list[str], python: str) -> bool:
-    return subprocess.run([*drop, "/bin/sh", "-c", f'exec "{python}" -c pass'], capture_output=True,
-                          check=False).returncode == 0
+    return (
+        subprocess.run(
+            [*drop, "/bin/sh", "-c", f'exec "{python}" -c pass'], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 def _python_for(drop: list[str]) -> tuple[str, list[str]]:
@@ -162,13 +213,23 @@ def _python_for(drop: list[str]) -> tuple[str, list[str]]:
     if _runnable(drop, sys.executable):
         return sys.executable, [sys.executable, "-m", "salvor.daemon.cli"]
     system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
-    same = system and subprocess.run([system, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                                     text=True, check=False).stdout.strip() == str(tuple(sys.version_info[:2]))
+    same = system and subprocess.run(
+        [system, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip() == str(tuple(sys.version_info[:2]))
     if not (same and _runnable(drop, system)):
-        pytest.skip("needs a Python the unprivileged user may run: this venv's lives where it cannot reach, "
-                    f"and there is no python{sys.version_info.major}.{sys.version_info.minor} in /usr/bin")
+        pytest.skip(
+            "needs a Python the unprivileged user may run: this venv's lives where it cannot "
+            "reach, and there is no "
+            f"python{sys.version_info.major}.{sys.version_info.minor} in /usr/bin"
+        )
     packages = next(p for p in sys.path if p.endswith("site-packages"))
-    boot = f"import site, sys; site.addsitedir({packages!r}); from salvor.daemon.cli import main; sys.exit(main())"
+    boot = (
+        f"import site, sys; site.addsitedir({packages!r}); from "
+        "salvor.daemon.cli import main; sys.exit(main())"
+    )
     return system, [system, "-S", "-c", boot]  # -S: none of the system's own packages
 
 
@@ -183,11 +244,27 @@ def test_a_same_user_agent_sees_no_daemon_secret_and_cannot_read_its_proc(shared
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "NOTIFY_"))}
     env.update({TOKEN_VAR: TOKEN, OTHER_VAR: OTHER, "HOME": str(shared_dir)})
     daemon = subprocess.Popen(
-        [*drop, *salvor, "serve", "--listen", f"127.0.0.1:{port}", "--store", store_url, "--auth-token", TOKEN_VAR,
-         "--allow-process-agents", "--wake-interval", "0"],
-        env=env, cwd=shared_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            *drop,
+            *salvor,
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--store",
+            store_url,
+            "--auth-token",
+            TOKEN_VAR,
+            "--allow-process-agents",
+            "--wake-interval",
+            "0",
+        ],
+        env=env,
+        cwd=shared_dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
+
         def listening() -> bool:
             assert daemon.poll() is None, daemon.stderr.read().decode(errors="replace")
             try:
@@ -197,16 +274,27 @@ def test_a_same_user_agent_sees_no_daemon_secret_and_cannot_read_its_proc(shared
                 return False
 
         _wait(listening, "the daemon to listen", 60)
-        definition = f'kind = "process"\ncommand = {json.dumps([python, str(probe), str(found)])}\ntimeout = 30\n'
+        definition = (
+            f'kind = "process"\ncommand = {json.dumps([python, str(probe), str(found)])}\n'
+            "timeout = 30\n"
+        )
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as client:
-            answer = client.post("/v1/agents", content=definition, headers={"Content-Type": "application/toml"})
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30
+        ) as client:
+            answer = client.post(
+                "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
+            )
             assert answer.status_code == 201, answer.text
-            answer = client.post("/v1/runs", json={"agent": answer.json()["agent"], "input": "probe"})
+            answer = client.post(
+                "/v1/runs", json={"agent": answer.json()["agent"], "input": "probe"}
+            )
             assert answer.status_code in (200, 201, 202), answer.text
             run_id = answer.json()["run"]
             try:
-                seen = json.loads(_wait(lambda: found.exists() and found.read_text(), "the probe's findings", 60))
+                seen = json.loads(
+                    _wait(lambda: found.exists() and found.read_text(), "the probe's findings", 60)
+                )
             except AssertionError:
                 raise AssertionError(client.get(f"/v1/runs/{run_id}").text) from None
     finally:
@@ -214,12 +302,22 @@ def test_a_same_user_agent_sees_no_daemon_secret_and_cannot_read_its_proc(shared
         daemon.wait()
         daemon.stderr.close()
     assert seen["daemon"] == daemon.pid and seen["uid"] == pwd.getpwnam("nobody").pw_uid
-    leaked = sorted(k for k, v in seen["env"].items() if TOKEN in v or OTHER in v or k in (TOKEN_VAR, OTHER_VAR))
+    leaked = sorted(
+        k for k, v in seen["env"].items() if TOKEN in v or OTHER in v or k in (TOKEN_VAR, OTHER_VAR)
+    )
     # One comparison, so a failure shows every hole at once: no secret in the agent's
     # environment, tracing off, and the daemon's /proc closed to its own user.
-    assert {"leaked": leaked, "tracing off": seen["env"].get("OPENAI_AGENTS_DISABLE_TRACING"),
-            "open environ": seen["environ"], "open mem": seen["mem"]} == {
-        "leaked": [], "tracing off": "1", "open environ": "PermissionError", "open mem": "PermissionError"}
+    assert {
+        "leaked": leaked,
+        "tracing off": seen["env"].get("OPENAI_AGENTS_DISABLE_TRACING"),
+        "open environ": seen["environ"],
+        "open mem": seen["mem"],
+    } == {
+        "leaked": [],
+        "tracing off": "1",
+        "open environ": "PermissionError",
+        "open mem": "PermissionError",
+    }
 
 
 # -- agents die with the daemon --------------------------------------------------------------------
@@ -233,17 +331,32 @@ time.sleep(120)
 """
 
 
-def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_it(tmp_path, store_url):
+def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_it(
+    tmp_path, store_url
+):
     pids_file = tmp_path / "pids"
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "NOTIFY_"))}
     daemon = subprocess.Popen(
-        [*SALVOR, "serve", "--listen", f"127.0.0.1:{port}", "--store", store_url, "--allow-process-agents",
-         "--wake-interval", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            *SALVOR,
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--store",
+            store_url,
+            "--allow-process-agents",
+            "--wake-interval",
+            "0",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     pids: list[int] = []
     try:
+
         def listening() -> bool:
             assert daemon.poll() is None, "salvor serve exited before it listened"
             try:
@@ -255,10 +368,22 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
         _wait(listening, "the daemon to listen", 60)
         command = [sys.executable, str(tmp_path / "sleeper.py"), str(pids_file)]
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            agent = client.post("/v1/agents", content=f'kind = "process"\ncommand = {json.dumps(command)}\ntimeout = 120\n',
-                                headers={"Content-Type": "application/toml"}).json()["agent"]
-            assert client.post("/v1/runs", json={"agent": agent, "input": "sleep"}).status_code in (200, 201, 202)
-            pids = [int(p) for p in _wait(lambda: pids_file.exists() and pids_file.read_text(), "the agent", 60).split()]
+            agent = client.post(
+                "/v1/agents",
+                content=f'kind = "process"\ncommand = {json.dumps(command)}\ntimeout = 120\n',
+                headers={"Content-Type": "application/toml"},
+            ).json()["agent"]
+            assert client.post("/v1/runs", json={"agent": agent, "input": "sleep"}).status_code in (
+                200,
+                201,
+                202,
+            )
+            pids = [
+                int(p)
+                for p in _wait(
+                    lambda: pids_file.exists() and pids_file.read_text(), "the agent", 60
+                ).split()
+            ]
         assert not any(gone(pid) for pid in pids)
         daemon.kill()
         daemon.wait()
@@ -280,7 +405,9 @@ def test_a_tethered_process_outlives_the_thread_that_started_it(tmp_path):
     read_end, write_end = os.pipe()
 
     def start() -> None:
-        started.append(subprocess.Popen(tethered(["sleep", "60"], write_end), pass_fds=(write_end,)))
+        started.append(
+            subprocess.Popen(tethered(["sleep", "60"], write_end), pass_fds=(write_end,))
+        )
 
     thread = threading.Thread(target=start)
     thread.start()

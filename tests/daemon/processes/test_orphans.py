@@ -27,7 +27,9 @@ from salvor.daemon.processes._orphans import (
 from tests.daemon.agents.test_process_agent import process_agent
 from tests.support.processes import gone, wait_gone
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sweep reads /proc")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sweep reads /proc"
+)
 
 STORE = "sqlite:////var/lib/salvor/salvor.db"
 OTHER_STORE = "sqlite:////srv/other/salvor.db"
@@ -46,13 +48,16 @@ time.sleep(120)
 
 
 class Agent:
-    def __init__(self, tmp_path: Path, name: str, store: str, run_id: str, owner: str | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, name: str, store: str, run_id: str, owner: str | None = None
+    ) -> None:
         pidfile = tmp_path / f"{name}.child"
         env = {**os.environ, MARK_VAR: store_fingerprint(store), RUN_VAR: run_id}
         if owner is not None:
             env[OWNER_VAR] = owner
-        self.process = subprocess.Popen([sys.executable, "-c", PARENT, str(pidfile)], env=env,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PARENT, str(pidfile)], env=env, start_new_session=True
+        )
         deadline = time.monotonic() + 20
         while not pidfile.exists() or not pidfile.read_text():
             assert time.monotonic() < deadline, "the agent never started its child"
@@ -79,7 +84,9 @@ class Agent:
 def agents(tmp_path):
     started: list[Agent] = []
 
-    def start(name: str, store: str = STORE, run_id: str = RUN_A, owner: str | None = None) -> Agent:
+    def start(
+        name: str, store: str = STORE, run_id: str = RUN_A, owner: str | None = None
+    ) -> Agent:
         agent = Agent(tmp_path, name, store, run_id, owner)
         started.append(agent)
         return agent
@@ -89,12 +96,16 @@ def agents(tmp_path):
         agent.stop()
 
 
-async def test_the_sweep_kills_marked_agents_and_their_groups_and_spares_another_store(agents, caplog):
+async def test_the_sweep_kills_marked_agents_and_their_groups_and_spares_another_store(
+    agents, caplog
+):
     mine, other = agents("mine"), agents("other", store=OTHER_STORE)
     assert mine.alive() and other.alive()
     with caplog.at_level(logging.WARNING, logger="salvor.orphans"):
         killed = await sweep_orphans(STORE)
-    assert all(wait_gone(pid) for pid in mine.pids), "the marked agent or its child survived the sweep"
+    assert all(wait_gone(pid) for pid in mine.pids), (
+        "the marked agent or its child survived the sweep"
+    )
     assert other.alive(), "an agent of another store was killed"
     assert killed == {RUN_A: sorted(killed[RUN_A])} and set(killed[RUN_A]) <= set(mine.pids)
     lines = [r.getMessage() for r in caplog.records if r.name == "salvor.orphans"]
@@ -122,14 +133,17 @@ def start_time(pid: int) -> str:
 
 @pytest.fixture
 def owner():
-    """A live process standing in for another salvor over the same store (a `salvor run` in another terminal)."""
+    """A live process standing in for another salvor over the same store (a
+    `salvor run` in another terminal)."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     yield process
     process.kill()
     process.wait()
 
 
-async def test_an_agent_whose_owner_lives_is_spared_and_one_whose_owner_was_killed_is_not(agents, owner):
+async def test_an_agent_whose_owner_lives_is_spared_and_one_whose_owner_was_killed_is_not(
+    agents, owner
+):
     mark = f"{owner.pid}:{start_time(owner.pid)}"
     alive_owner = agents("alive-owner", owner=mark)
     await sweep_orphans(STORE)
@@ -137,13 +151,18 @@ async def test_an_agent_whose_owner_lives_is_spared_and_one_whose_owner_was_kill
     owner.kill()
     owner.wait()
     await sweep_orphans(STORE)
-    assert all(wait_gone(pid) for pid in alive_owner.pids), "the agent of a killed salvor survived the sweep"
+    assert all(wait_gone(pid) for pid in alive_owner.pids), (
+        "the agent of a killed salvor survived the sweep"
+    )
 
 
 async def test_an_owner_mark_whose_pid_was_recycled_does_not_spare_the_agent(agents, owner):
-    # The pid lives, but it is not the process that started the agent: that one started at another instant.
+    # The pid lives, but it is not the process that started the agent: that
+    # one started at another instant.
     recycled = agents("recycled", owner=f"{owner.pid}:{int(start_time(owner.pid)) - 1}")
-    unmarked = agents("unmarked")  # started by an older salvor: the store mark alone decides, as before
+    unmarked = agents(
+        "unmarked"
+    )  # started by an older salvor: the store mark alone decides, as before
     await sweep_orphans(STORE)
     assert all(wait_gone(pid) for pid in recycled.pids + unmarked.pids)
 
@@ -152,10 +171,13 @@ async def test_a_driven_process_agent_carries_the_mark_of_its_store(runtime, sto
     seen = tmp_path / "mark.txt"
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        f"Path({str(seen)!r}).write_text(' '.join(os.environ.get(v, '') for v in {(MARK_VAR, RUN_VAR, OWNER_VAR)!r}))\n"
+        f"Path({str(seen)!r}).write_text(' '.join(os.environ.get(v, '') for v in "
+        f"{(MARK_VAR, RUN_VAR, OWNER_VAR)!r}))\n"
     )
     # The definition's env cannot take the mark off: it is applied after it.
     agent = process_agent(tmp_path, script=script, env={MARK_VAR: "spoofed"})
     run_id = await runtime.start_run(agent, "hello")
     await runtime.drive(run_id, agent=agent)
-    assert seen.read_text() == f"{store_fingerprint(runtime.access.store.url)} {run_id} {owner_mark()}"
+    assert (
+        seen.read_text() == f"{store_fingerprint(runtime.access.store.url)} {run_id} {owner_mark()}"
+    )

@@ -21,7 +21,7 @@ from salvor.daemon.agents._definition import parse_definition
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import tool_loop_script
 
-AGENT = r'''
+AGENT = r"""
 import json, os, shlex, sys
 from pathlib import Path
 
@@ -29,6 +29,7 @@ import anyio
 import openai
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
 try:
     from mcp.client.streamable_http import streamable_http_client
 except ImportError:  # the SDK's older name
@@ -62,8 +63,9 @@ async def main():
     async with opened as streams:
         async with ClientSession(streams[0], streams[1]) as mcp:
             await mcp.initialize()
-            # Listed first: the SDK lists the tools once, to check a result's schema, after the first
-            # result it gets. The given-up call gets none live and one on a re-run, which would move it.
+            # Listed first: the SDK lists the tools once, to check a result's schema, after the
+            # first result it gets. The given-up call gets none live and one on a re-run, which
+            # would move it.
             await mcp.list_tools()
             await mcp.send_roots_list_changed()
             await mcp.send_progress_notification("agent-token", 0.5, 1.0)
@@ -79,20 +81,22 @@ async def main():
             # A progress token of the agent's own rides in the call's _meta to the server.
             await mcp.call_tool("write_note", {"text": "after"}, progress_callback=on_progress)
     reply = openai.OpenAI(max_retries=0).chat.completions.create(
-        model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}])
+        model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+    )
     print(reply.choices[0].message.content)
 
 
 anyio.run(main)
-'''
+"""
 
 
 def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
     script = tmp_path / "notifying_agent.py"
     script.write_text(AGENT)
     text = (
-        f'name = "notifier"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
-        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
+        'name = "notifier"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script), transport])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
         f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
         f'effects = {{ lookup = "read", write_note = "write" }}\n'
         f'[env]\nHOLD = {json.dumps(fx.hold("lookup"))}\nLEDGER = {json.dumps(str(fx.dir / "ledger.jsonl"))}\n'
@@ -112,8 +116,12 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     assert view.state.value == "completed", view.detail
 
     heard = {n["method"]: n.get("params") for n in fx.notifications}
-    assert sorted(heard) == ["notifications/cancelled", "notifications/initialized", "notifications/progress",
-                             "notifications/roots/list_changed"]
+    assert sorted(heard) == [
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    ]
     # salvor's own session said initialized once; the agent's was not sent again.
     assert [n["method"] for n in fx.notifications].count("notifications/initialized") == 1
     assert heard["notifications/progress"]["progressToken"] == "agent-token"
@@ -123,12 +131,15 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     (note,) = fx.calls_of("write_note")
     assert "progressToken" in note["meta"]
 
-    # None of them is a call in the log; the call the agent gave up on is recorded with the server's answer.
+    # None of them is a call in the log; the call the agent gave up on is
+    # recorded with the server's answer.
     log = await runtime.log(origin)
     calls = [e for e in log if e.kind == "ToolCallRequested"]
     assert not [e for e in calls if "notifications/" in e.event.tool]
     (given_up,) = [e.seq for e in calls if e.event.input.get("name") == "lookup"]
-    (answer,) = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == given_up]
+    (answer,) = [
+        e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == given_up
+    ]
     assert "value of a" in json.dumps(answer)
     assert not [e for e in calls if "_meta" in e.event.input]
 

@@ -35,16 +35,25 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
     plan = [("write_note", {"text": "big"}), ("lookup", {"key": "after"})]
     provider = providers(tool_loop_script(plan, final_text="carried on"))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport=transport,
-                          env={"PAD_BYTES": str(OVER)})
+    agent = standin_agent(
+        tmp_path,
+        f"command = {fx.toml_command()}\n",
+        transport=transport,
+        env={"PAD_BYTES": str(OVER)},
+    )
     run_id = await runtime.start_run(agent, "send too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    # The agent was told why, and went on; the refused call left no trace in the log or at the server.
+    # The agent was told why, and went on; the refused call left no
+    # trace in the log or at the server.
     (refused,) = errors(tmp_path)
     assert f"over the {MAX_MESSAGE_BYTES}-byte cap" in refused, refused
     log = await runtime.log(run_id)
-    called = [e.event.input.get("name") for e in log if e.kind == "ToolCallRequested" and e.event.tool == "mcp:fix/tools/call"]
+    called = [
+        e.event.input.get("name")
+        for e in log
+        if e.kind == "ToolCallRequested" and e.event.tool == "mcp:fix/tools/call"
+    ]
     assert called == ["lookup"]
     assert [c["tool"] for c in fx.ledger] == ["lookup"]
 
@@ -60,7 +69,9 @@ def fx_server(request, fx):
     server.stop()
 
 
-@pytest.mark.parametrize(("effect", "state"), [("read", "completed"), ("write", "needs_reconciliation")])
+@pytest.mark.parametrize(
+    ("effect", "state"), [("read", "completed"), ("write", "needs_reconciliation")]
+)
 async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
     runtime, providers, upstream_env, tmp_path, fx, fx_server, effect, state
 ):
@@ -72,8 +83,12 @@ async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == state, view.detail
     log = await runtime.log(run_id)
-    (intent,) = [e for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "big"]
-    completions = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == intent.seq]
+    (intent,) = [
+        e for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "big"
+    ]
+    completions = [
+        e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == intent.seq
+    ]
     if effect == "write":
         # It went out and no usable answer came back: never guessed, a person settles it.
         assert completions == [] and view.pending.seq == intent.seq

@@ -1,4 +1,5 @@
-"""MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP servers, recorded in the run's log.
+"""MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP
+servers, recorded in the run's log.
 
 The agent is a script built on the ``openai`` SDK (the scripted provider is
 its model) and the ``mcp`` SDK client, which spawns ``$SALVOR_MCP_SERVER_FIX``
@@ -30,13 +31,14 @@ from tests.support.mcp_servers import (
 )
 from tests.support.scripted_provider import tool_loop_script
 
-AGENT = r'''
+AGENT = r"""
 import asyncio, json, os, shlex, signal, sys
 from pathlib import Path
 
 import openai
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+
 try:
     from mcp.client.streamable_http import streamable_http_client
 except ImportError:  # the SDK's older name
@@ -57,7 +59,9 @@ def die_now():
 async def main():
     model = openai.OpenAI(max_retries=0)
     if transport == "none":
-        model.chat.completions.create(model="scripted-model", messages=[{"role": "user", "content": "hi"}])
+        model.chat.completions.create(
+            model="scripted-model", messages=[{"role": "user", "content": "hi"}]
+        )
         return
     if transport == "stdio":
         argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
@@ -66,48 +70,95 @@ async def main():
         Path("dialed").write_text(os.environ[f"SALVOR_MCP_URL_{server}"])
         opened = streamable_http_client(os.environ[f"SALVOR_MCP_URL_{server}"])
     async with opened as streams:
+
         async def heard(params):
             with open("heard.jsonl", "a") as f:
                 f.write(json.dumps(params.data) + "\n")
 
         async def sample(context, params):
             with open("asked.jsonl", "a") as f:
-                f.write(json.dumps({"max_tokens": params.maxTokens if hasattr(params, "maxTokens") else params.max_tokens}) + "\n")
-            return types.CreateMessageResult(role="assistant", model="agent-model",
-                                             content=types.TextContent(type="text", text="sampled by the agent"))
+                f.write(
+                    json.dumps(
+                        {
+                            "max_tokens": params.maxTokens
+                            if hasattr(params, "maxTokens")
+                            else params.max_tokens
+                        }
+                    )
+                    + "\n"
+                )
+            return types.CreateMessageResult(
+                role="assistant",
+                model="agent-model",
+                content=types.TextContent(type="text", text="sampled by the agent"),
+            )
 
-        async with ClientSession(streams[0], streams[1], logging_callback=heard, sampling_callback=sample) as mcp:
+        async with ClientSession(
+            streams[0], streams[1], logging_callback=heard, sampling_callback=sample
+        ) as mcp:
             await mcp.initialize()
             listed = await mcp.list_tools()
-            tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                       "parameters": getattr(t, "input_schema", None) or t.inputSchema}} for t in listed.tools]
+            tools = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description or "",
+                        "parameters": getattr(t, "input_schema", None) or t.inputSchema,
+                    },
+                }
+                for t in listed.tools
+            ]
             messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
             done = 0
             while True:
-                reply = model.chat.completions.create(model="scripted-model", messages=messages, tools=tools)
+                reply = model.chat.completions.create(
+                    model="scripted-model", messages=messages, tools=tools
+                )
                 message = reply.choices[0].message
                 if not message.tool_calls:
                     print(message.content)
                     return
-                messages.append({"role": "assistant", "content": message.content, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name,
-                                                                  "arguments": c.function.arguments}}
-                    for c in message.tool_calls]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": message.content,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {
+                                    "name": c.function.name,
+                                    "arguments": c.function.arguments,
+                                },
+                            }
+                            for c in message.tool_calls
+                        ],
+                    }
+                )
                 for c in message.tool_calls:
                     arguments = json.loads(c.function.arguments or "{}")
                     if "text" in arguments:
                         arguments["text"] += suffix + "x" * int(os.environ.get("PAD_BYTES", "0"))
                     if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
-                        asyncio.get_running_loop().call_later(float(os.environ["DIE_DELAY"]), die_now)
+                        asyncio.get_running_loop().call_later(
+                            float(os.environ["DIE_DELAY"]), die_now
+                        )
                     if os.environ.get("SKIP_TOOLS"):
-                        messages.append({"role": "tool", "tool_call_id": c.id, "content": "skipped"})
+                        messages.append(
+                            {"role": "tool", "tool_call_id": c.id, "content": "skipped"}
+                        )
                         continue
                     try:
                         result = await mcp.call_tool(c.function.name, arguments)
-                    except Exception as exc:  # a JSON-RPC error: the model reads it, as a tool error
+                    except (
+                        Exception
+                    ) as exc:  # a JSON-RPC error: the model reads it, as a tool error
                         with open("errors.jsonl", "a") as f:
                             f.write(json.dumps(str(exc)) + "\n")
-                        messages.append({"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"})
+                        messages.append(
+                            {"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"}
+                        )
                         continue
                     done += 1
                     if die_after and done == die_after and not marker.exists():
@@ -117,43 +168,69 @@ async def main():
 
 
 asyncio.run(main())
-'''
+"""
 
-PLAN = [("lookup", {"key": "a"}), ("write_note", {"text": "hi"}), ("lookup", {"key": "b"}), ("delete_everything", {})]
+PLAN = [
+    ("lookup", {"key": "a"}),
+    ("write_note", {"text": "hi"}),
+    ("lookup", {"key": "b"}),
+    ("delete_everything", {}),
+]
 
 
 EFFECTS = 'effects = { lookup = "read", write_note = "write" }\n'
-RESULTS = 'results = { delete_everything = { deleted = 0 } }\n'
+RESULTS = "results = { delete_everything = { deleted = 0 } }\n"
 
 
-def standin_agent(tmp_path: Path, server: str, *, transport: str = "stdio", env: dict | None = None,
-                  server_extra: str = "", effects: str = EFFECTS, results: str = RESULTS):
+def standin_agent(
+    tmp_path: Path,
+    server: str,
+    *,
+    transport: str = "stdio",
+    env: dict | None = None,
+    server_extra: str = "",
+    effects: str = EFFECTS,
+    results: str = RESULTS,
+):
     script = tmp_path / "mcp_agent.py"
     script.write_text(AGENT)
     env_table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in (env or {}).items())
     text = (
-        f'name = "mcp-proc"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script), transport])}\n'
-        f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
+        'name = "mcp-proc"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script), transport])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
         f'[[mcp_servers]]\nname = "fix"\n{server}'
-        f'{effects}'
-        f'{results}{server_extra}'
-        f'[env]\n{env_table}'
+        f"{effects}"
+        f"{results}{server_extra}"
+        f"[env]\n{env_table}"
     )
     return parse_definition(text, "toml")
 
 
 async def lane(runtime, run_id: str) -> list[tuple[str, object]]:
     """The run's MCP exchanges, in order: (tool, input)."""
-    return [(env.event.tool, env.event.input) for env in await runtime.log(run_id)
-            if env.kind == "ToolCallRequested"]
+    return [
+        (env.event.tool, env.event.input)
+        for env in await runtime.log(run_id)
+        if env.kind == "ToolCallRequested"
+    ]
 
 
 def lane_shape(calls) -> list[str]:
-    return [tool if tool != "mcp:fix/tools/call" else f"call:{tool_input['name']}" for tool, tool_input in calls]
+    return [
+        tool if tool != "mcp:fix/tools/call" else f"call:{tool_input['name']}"
+        for tool, tool_input in calls
+    ]
 
 
-EXPECTED = ["mcp:fix/initialize", "mcp:fix/tools/list", "call:lookup", "call:write_note", "call:lookup",
-            "call:delete_everything"]
+EXPECTED = [
+    "mcp:fix/initialize",
+    "mcp:fix/tools/list",
+    "call:lookup",
+    "call:write_note",
+    "call:lookup",
+    "call:delete_everything",
+]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -168,7 +245,9 @@ async def test_a_process_agent_records_its_mcp_calls_and_a_rerun_starts_no_serve
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["reply"] == "all done"
     assert lane_shape(await lane(runtime, origin)) == EXPECTED
-    effects = [env.event.effect for env in await runtime.log(origin) if env.kind == "ToolCallRequested"]
+    effects = [
+        env.event.effect for env in await runtime.log(origin) if env.kind == "ToolCallRequested"
+    ]
     assert effects == ["read", "read", "read", "write", "read", "read"]
     # The stubbed destructive tool was answered by salvor; the server never ran it.
     assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
@@ -204,7 +283,9 @@ async def test_a_killed_agent_recovers_without_running_a_completed_call_twice(
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1, 1, 1]
 
 
-async def test_an_mcp_write_cut_off_mid_call_parks_the_run(runtime, providers, upstream_env, tmp_path, fx):
+async def test_an_mcp_write_cut_off_mid_call_parks_the_run(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     plan = [("write_note", {"text": "hi", "hold": fx.hold("w")})]
     provider = providers(tool_loop_script(plan))
     upstream_env(provider)
@@ -248,14 +329,21 @@ async def test_a_recovered_agent_that_skips_its_open_mcp_call_fails_at_its_next_
     run_id = await runtime.start_run(agent, "look")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
-    skipping = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env={**env, "SKIP_TOOLS": "1"})
+    skipping = standin_agent(
+        tmp_path, f"command = {fx.toml_command()}\n", env={**env, "SKIP_TOOLS": "1"}
+    )
     view = await runtime.drive(run_id, agent=skipping)
     assert view.state.value == "failed"
-    assert "model call 2: the agent made a new model call while the mcp:fix/tools/call call" in view.detail["error"]
+    assert (
+        "model call 2: the agent made a new model call while the mcp:fix/tools/call call"
+        in view.detail["error"]
+    )
     assert provider.call_count == 1
 
 
-async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(runtime, providers, upstream_env, tmp_path, fx):
+async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n")
@@ -266,12 +354,16 @@ async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(runtime
     view = await runtime.drive(rerun, agent=changed)
     assert view.state.value == "failed"
     error = view.detail["error"]
-    assert "MCP server 'fix'" in error and "call 4" in error and f"origin run {origin}" in error, error
+    assert "MCP server 'fix'" in error and "call 4" in error and f"origin run {origin}" in error, (
+        error
+    )
     assert '`arguments.text`: the agent sent "hi!" where the log records "hi"' in error, error
     assert len(fx.starts) == 1 and len(fx.ledger) == 3
 
 
-async def test_a_declared_server_never_contacted_fails_naming_the_variable(runtime, providers, upstream_env, tmp_path, fx):
+async def test_a_declared_server_never_contacted_fails_naming_the_variable(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     provider = providers(tool_loop_script([]))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport="none")
@@ -283,7 +375,9 @@ async def test_a_declared_server_never_contacted_fails_naming_the_variable(runti
     assert fx.starts == []
 
 
-async def test_a_real_http_server_behind_the_stdio_stand_in(runtime, providers, upstream_env, tmp_path, fx):
+async def test_a_real_http_server_behind_the_stdio_stand_in(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     server = HttpFixtureServer(fx)
     try:
         provider = providers(tool_loop_script(PLAN))
@@ -298,12 +392,22 @@ async def test_a_real_http_server_behind_the_stdio_stand_in(runtime, providers, 
 
 
 @pytest.mark.skipif(time_server() is None, reason="mcp-server-time is not installed")
-async def test_mcp_server_time_is_recorded_and_rerun_without_it(runtime, providers, upstream_env, tmp_path):
-    plan = [("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"})]
+async def test_mcp_server_time_is_recorded_and_rerun_without_it(
+    runtime, providers, upstream_env, tmp_path
+):
+    plan = [
+        (
+            "convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"},
+        )
+    ]
     provider = providers(tool_loop_script(plan, final_text="13:00"))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {json.dumps([time_server(), '--local-timezone', 'UTC'])}\n",
-                          server_extra="")
+    agent = standin_agent(
+        tmp_path,
+        f"command = {json.dumps([time_server(), '--local-timezone', 'UTC'])}\n",
+        server_extra="",
+    )
     origin = await runtime.start_run(agent, "convert")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
@@ -319,10 +423,14 @@ async def test_mcp_server_time_is_recorded_and_rerun_without_it(runtime, provide
 def test_port_belongs_to_a_url_server_and_names_share_no_variable(tmp_path):
     with pytest.raises(DefinitionError, match="`port` belongs to a `url` server"):
         standin_agent(tmp_path, 'command = "x"\n', server_extra="port = 8931\n")
-    agent = standin_agent(tmp_path, 'url = "http://127.0.0.1:1/mcp"\n', server_extra="port = 8931\n")
+    agent = standin_agent(
+        tmp_path, 'url = "http://127.0.0.1:1/mcp"\n', server_extra="port = 8931\n"
+    )
     assert agent.mcp_servers[0].port == 8931
-    text = ('name = "p"\nkind = "process"\ncommand = "x"\n[[mcp_servers]]\nname = "a-b"\ncommand = "y"\n'
-            '[[mcp_servers]]\nname = "a_b"\ncommand = "z"\n')
+    text = (
+        'name = "p"\nkind = "process"\ncommand = "x"\n[[mcp_servers]]\nname = "a-b"\n'
+        'command = "y"\n[[mcp_servers]]\nname = "a_b"\ncommand = "z"\n'
+    )
     with pytest.raises(DefinitionError, match="SALVOR_MCP_SERVER_A_B"):
         parse_definition(text, "toml")
 
@@ -331,7 +439,11 @@ async def test_a_json_rpc_batch_is_a_named_400():
     sent = []
 
     async def receive():
-        return {"type": "http.request", "body": b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', "more_body": False}
+        return {
+            "type": "http.request",
+            "body": b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]',
+            "more_body": False,
+        }
 
     async def send(message):
         sent.append(message)
@@ -348,13 +460,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_a_url_server_with_a_fixed_port_is_stood_in_there(runtime, providers, upstream_env, tmp_path, fx):
+async def test_a_url_server_with_a_fixed_port_is_stood_in_there(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     server = HttpFixtureServer(fx)
     try:
         provider = providers(tool_loop_script(PLAN))
         upstream_env(provider)
         port = _free_port()
-        agent = standin_agent(tmp_path, f'url = "{server.url}"\n', transport="http", server_extra=f"port = {port}\n")
+        agent = standin_agent(
+            tmp_path, f'url = "{server.url}"\n', transport="http", server_extra=f"port = {port}\n"
+        )
         run_id = await runtime.start_run(agent, "tidy up")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
@@ -365,7 +481,9 @@ async def test_a_url_server_with_a_fixed_port_is_stood_in_there(runtime, provide
             taken.bind(("127.0.0.1", port))
             taken.listen()
             second = await runtime.start_run(agent, "again")
-            with pytest.raises(DriveInterrupted, match=f"could not listen on its fixed port {port}"):
+            with pytest.raises(
+                DriveInterrupted, match=f"could not listen on its fixed port {port}"
+            ):
                 await runtime.drive(second, agent=agent)
     finally:
         server.stop()
@@ -380,7 +498,9 @@ async def test_a_server_that_dies_mid_write_parks_the_run_and_the_agent_hears_wh
     run_id = await runtime.start_run(agent, "crash it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "needs_reconciliation", view.detail
-    assert view.pending.input == {"name": "crash", "arguments": {}} and view.pending.effect == "write"
+    assert (
+        view.pending.input == {"name": "crash", "arguments": {}} and view.pending.effect == "write"
+    )
     assert [c["tool"] for c in fx.ledger] == ["crash"]
 
 
@@ -390,14 +510,18 @@ async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
 ):
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {fx.toml_command('--notify')}\n", transport=transport)
+    agent = standin_agent(
+        tmp_path, f"command = {fx.toml_command('--notify')}\n", transport=transport
+    )
     origin = await runtime.start_run(agent, "tidy up")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     heard = tmp_path / "heard.jsonl"
     live = heard.read_text().splitlines()
     # One per executed call (the stubbed one never reached the server), each before its answer.
     assert live == ['"calling lookup"', '"calling write_note"', '"calling lookup"']
-    outputs = [env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"]
+    outputs = [
+        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+    ]
     assert [n["after"] for o in outputs for n in o.get("notifications", [])] == [2, 3, 4]
     heard.unlink()
     rerun = await runtime.start_run(agent, None, replay_of=origin)
@@ -425,10 +549,14 @@ async def test_a_second_push_stream_is_a_409():
     assert "already open" in json.loads(sent[1]["body"])["error"]["message"]
 
 
-async def test_a_server_that_never_answers_a_write_parks_the_run(runtime, providers, upstream_env, tmp_path, fx):
+async def test_a_server_that_never_answers_a_write_parks_the_run(
+    runtime, providers, upstream_env, tmp_path, fx
+):
     provider = providers(tool_loop_script([("hang", {})]))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", server_extra="timeout = 1\n")
+    agent = standin_agent(
+        tmp_path, f"command = {fx.toml_command()}\n", server_extra="timeout = 1\n"
+    )
     run_id = await runtime.start_run(agent, "hang")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "needs_reconciliation", view.detail
@@ -436,28 +564,49 @@ async def test_a_server_that_never_answers_a_write_parks_the_run(runtime, provid
 
 
 def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone():
-    request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "lookup", "arguments": {}},
+    }
     url = f"http://127.0.0.1:{_free_port()}/r/cap/mcp/fix"  # nobody listens there
-    done = subprocess.run([sys.executable, "-m", "salvor.daemon.standin", url], check=True,
-                          input=json.dumps(request).encode() + b"\n", capture_output=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "salvor.daemon.standin", url],
+        check=True,
+        input=json.dumps(request).encode() + b"\n",
+        capture_output=True,
+        timeout=30,
+    )
     answer = json.loads(done.stdout)
     assert answer["id"] == 7 and "could not reach the daemon" in answer["error"]["message"]
 
 
-@pytest.mark.skipif(everything_server() is None, reason=f"mcp-server-everything is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}")
+@pytest.mark.skipif(
+    everything_server() is None,
+    reason=(
+        f"mcp-server-everything is not installed; .ci/run installs it with: {NPM_SERVERS_INSTALL}"
+    ),
+)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
     runtime, providers, upstream_env, tmp_path, transport
 ):
     provider = providers(tool_loop_script([("echo", {"message": "hello"})], final_text="echoed"))
     upstream_env(provider)
-    agent = standin_agent(tmp_path, f"command = {json.dumps([everything_server(), 'stdio'])}\n", transport=transport)
+    agent = standin_agent(
+        tmp_path, f"command = {json.dumps([everything_server(), 'stdio'])}\n", transport=transport
+    )
     origin = await runtime.start_run(agent, "echo")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
-    outputs = [env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"]
+    outputs = [
+        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+    ]
     assert "hello" in json.dumps(outputs[-1])
-    missing = standin_agent(tmp_path, 'command = ["/nonexistent/server-everything"]\n', transport=transport)
+    missing = standin_agent(
+        tmp_path, 'command = ["/nonexistent/server-everything"]\n', transport=transport
+    )
     rerun = await runtime.start_run(missing, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=missing)
     assert view.state.value == "completed", view.detail
@@ -474,8 +623,14 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     log = await runtime.log(origin)
-    (intent,) = [e.seq for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "ask_client"]
-    (output,) = [e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == intent]
+    (intent,) = [
+        e.seq
+        for e in log
+        if e.kind == "ToolCallRequested" and e.event.input.get("name") == "ask_client"
+    ]
+    (output,) = [
+        e.event.output for e in log if e.kind == "ToolCallCompleted" and e.event.seq == intent
+    ]
     # The server got the agent's own answer, and the exchange is recorded with the call.
     assert "sampled by the agent" in json.dumps(output["result"])
     (asked,) = output["server_requests"]
@@ -485,11 +640,13 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     rerun = await runtime.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
-    assert len((tmp_path / "asked.jsonl").read_text().splitlines()) == 2  # asked again, with no server
+    assert (
+        len((tmp_path / "asked.jsonl").read_text().splitlines()) == 2
+    )  # asked again, with no server
     assert len(fx.starts) == 1 and len(fx.ledger) == 1
 
 
-RAW_HTTP_AGENT = r'''
+RAW_HTTP_AGENT = r"""
 import json, os
 from pathlib import Path
 
@@ -497,7 +654,10 @@ import httpx
 import openai
 
 url = os.environ["SALVOR_MCP_URL_FIX"]
-headers = {"Authorization": "Bearer agent-secret-7f3a", "Accept": "application/json, text/event-stream"}
+headers = {
+    "Authorization": "Bearer agent-secret-7f3a",
+    "Accept": "application/json, text/event-stream",
+}
 
 
 def rpc(client, message, session=None):
@@ -506,21 +666,35 @@ def rpc(client, message, session=None):
 
 
 with httpx.Client(timeout=30) as client:
-    opened = rpc(client, {"id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    opened = rpc(
+        client,
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+    )
     session = opened.headers["mcp-session-id"]
     rpc(client, {"method": "notifications/initialized"}, session)
-    answer = rpc(client, {"id": 2, "method": "tools/call", "params": {"name": "lookup", "arguments": {"key": "a"}}},
-                 session)
+    answer = rpc(
+        client,
+        {"id": 2, "method": "tools/call", "params": {"name": "lookup", "arguments": {"key": "a"}}},
+        session,
+    )
     Path("session.txt").write_text(session)
     Path("answer.txt").write_text(answer.text)
 reply = openai.OpenAI(max_retries=0).chat.completions.create(
-    model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}])
+    model="scripted-model", messages=[{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+)
 print(reply.choices[0].message.content)
-'''
+"""
 
 
-async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_nor_a_session_id_is_stored(
+async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_nor_a_session_id_is_stored(  # noqa: E501 -- the name is the test's id
     runtime, providers, upstream_env, tmp_path, fx
 ):
     server = HttpFixtureServer(fx)
@@ -529,9 +703,13 @@ async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_n
         script = tmp_path / "raw_agent.py"
         script.write_text(RAW_HTTP_AGENT)
         agent = parse_definition(
-            f'name = "raw"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
-            f'cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n'
-            f'[[mcp_servers]]\nname = "fix"\nurl = "{server.url}"\neffects = {{ lookup = "read" }}\n', "toml")
+            'name = "raw"\nkind = "process"\ncommand = '
+            f"{json.dumps([sys.executable, str(script)])}\n"
+            f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
+            f'[[mcp_servers]]\nname = "fix"\nurl = "{server.url}"\n'
+            'effects = { lookup = "read" }\n',
+            "toml",
+        )
         run_id = await runtime.start_run(agent, "look it up")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail

@@ -1,4 +1,5 @@
-"""An upstream that does not answer in time: the agent gets its own wire's 504, nothing is recorded as done."""
+"""An upstream that does not answer in time: the agent gets its own wire's 504,
+nothing is recorded as done."""
 
 from __future__ import annotations
 

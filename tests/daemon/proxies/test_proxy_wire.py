@@ -26,7 +26,12 @@ from salvor.daemon.proxies._wire import (
 )
 
 TOOLS = [
-    {"type": "function", "name": "lookup_invoice", "parameters": {"type": "object"}, "strict": True},
+    {
+        "type": "function",
+        "name": "lookup_invoice",
+        "parameters": {"type": "object"},
+        "strict": True,
+    },
     {"type": "web_search"},
 ]
 INPUT = [
@@ -36,18 +41,42 @@ INPUT = [
     {"type": "function_call", "call_id": "call_1", "name": "lookup_invoice", "arguments": "{}"},
     {"type": "function_call_output", "call_id": "call_1", "output": '{"amount": 42}'},
 ]
-MESSAGE = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-           "content": [{"type": "output_text", "text": "refund ", "annotations": []},
-                       {"type": "output_text", "text": "settled", "annotations": []}]}
-CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_2", "name": "lookup_invoice",
-        "arguments": '{"invoice": "B-2"}', "status": "completed"}
-USAGE = {"input_tokens": 30, "output_tokens": 7, "total_tokens": 37,
-         "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 2}}
+MESSAGE = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "status": "completed",
+    "content": [
+        {"type": "output_text", "text": "refund ", "annotations": []},
+        {"type": "output_text", "text": "settled", "annotations": []},
+    ],
+}
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_2",
+    "name": "lookup_invoice",
+    "arguments": '{"invoice": "B-2"}',
+    "status": "completed",
+}
+USAGE = {
+    "input_tokens": 30,
+    "output_tokens": 7,
+    "total_tokens": 37,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens_details": {"reasoning_tokens": 2},
+}
 
 
 def response(*output: dict, status: str = "completed") -> dict:
-    return {"id": "resp_1", "object": "response", "status": status, "model": "gpt-test",
-            "output": list(output), "usage": USAGE}
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "status": status,
+        "model": "gpt-test",
+        "output": list(output),
+        "usage": USAGE,
+    }
 
 
 def frames(*output: dict, last: str | None = "response.completed") -> list[list]:
@@ -56,9 +85,16 @@ def frames(*output: dict, last: str | None = "response.completed") -> list[list]
     for i, item in enumerate(output):
         events.append({"type": "response.output_item.added", "output_index": i, "item": item})
         if item["type"] == "message":
-            events += [{"type": "response.output_text.delta", "output_index": i, "content_index": c,
-                        "item_id": item["id"], "delta": part["text"]}
-                       for c, part in enumerate(item["content"])]
+            events += [
+                {
+                    "type": "response.output_text.delta",
+                    "output_index": i,
+                    "content_index": c,
+                    "item_id": item["id"],
+                    "delta": part["text"],
+                }
+                for c, part in enumerate(item["content"])
+            ]
         events.append({"type": "response.output_item.done", "output_index": i, "item": item})
     if last == "error":
         events.append({"type": "error", "code": "server_error", "message": "boom", "param": None})
@@ -75,10 +111,24 @@ def test_the_route_and_upstream_path():
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({"model": "gpt-test", "input": "hello"}, {"model": "gpt-test", "tools": [], "roles": ["user"]}),
-        ({"model": "gpt-test", "input": INPUT, "tools": TOOLS, "instructions": "x"},
-         {"model": "gpt-test", "tools": ["lookup_invoice", "web_search"],
-          "roles": ["developer", "user", "reasoning", "function_call", "function_call_output"]}),
+        (
+            {"model": "gpt-test", "input": "hello"},
+            {"model": "gpt-test", "tools": [], "roles": ["user"]},
+        ),
+        (
+            {"model": "gpt-test", "input": INPUT, "tools": TOOLS, "instructions": "x"},
+            {
+                "model": "gpt-test",
+                "tools": ["lookup_invoice", "web_search"],
+                "roles": [
+                    "developer",
+                    "user",
+                    "reasoning",
+                    "function_call",
+                    "function_call_output",
+                ],
+            },
+        ),
         ({"model": "gpt-test"}, {"model": "gpt-test", "tools": [], "roles": []}),
     ],
 )
@@ -88,7 +138,9 @@ def test_envelope_of_a_responses_request(body, expected):
 
 def test_the_stream_knobs_are_not_hashed():
     body = {"model": "m", "input": "x"}
-    assert hashed_request(OPENAI_RESPONSES, dict(body, stream=True)) == hashed_request(OPENAI_RESPONSES, body)
+    assert hashed_request(OPENAI_RESPONSES, dict(body, stream=True)) == hashed_request(
+        OPENAI_RESPONSES, body
+    )
     assert hashed_request(OPENAI_RESPONSES, body) != hashed_request(OPENAI_CHAT, body)
 
 
@@ -102,7 +154,11 @@ def test_the_stream_knobs_are_not_hashed():
         ({"frames": frames(MESSAGE)}, (30, 7), "refund settled"),
         ({"frames": frames(CALL)}, (30, 7), None),
         ({"frames": frames(MESSAGE, last="response.incomplete")}, (30, 7), "refund settled"),
-        ({"frames": [["response.created", "not json"], *frames(MESSAGE)]}, (30, 7), "refund settled"),
+        (
+            {"frames": [["response.created", "not json"], *frames(MESSAGE)]},
+            (30, 7),
+            "refund settled",
+        ),
     ],
 )
 def test_usage_and_final_text_of_a_recorded_response(recorded, usage, text):
@@ -136,14 +192,26 @@ def test_a_failed_plain_response_is_not_recorded():
 
 
 def test_divergence_names_the_item_roles_and_tools():
-    was = hashed_request(OPENAI_RESPONSES, {"model": "gpt-test", "input": INPUT[:2], "tools": TOOLS[:1]})
-    now = hashed_request(OPENAI_RESPONSES, {"model": "gpt-test", "input": INPUT[1:], "tools": TOOLS[:1]})
+    was = hashed_request(
+        OPENAI_RESPONSES, {"model": "gpt-test", "input": INPUT[:2], "tools": TOOLS[:1]}
+    )
+    now = hashed_request(
+        OPENAI_RESPONSES, {"model": "gpt-test", "input": INPUT[1:], "tools": TOOLS[:1]}
+    )
     report = divergence_report(now, was, None)
-    assert "message roles ['user', 'reasoning', 'function_call', 'function_call_output'] " \
-           "where the recording has ['developer', 'user']" in report
-    same_roles = hashed_request(OPENAI_RESPONSES, {"model": "gpt-test", "input": "hello", "tools": TOOLS[:1]})
-    other_text = hashed_request(OPENAI_RESPONSES, {"model": "gpt-test", "input": "bye", "tools": TOOLS[:1]})
-    assert divergence_report(other_text, same_roles, None).endswith("the body differs at body.input")
+    assert (
+        "message roles ['user', 'reasoning', 'function_call', 'function_call_output'] "
+        "where the recording has ['developer', 'user']" in report
+    )
+    same_roles = hashed_request(
+        OPENAI_RESPONSES, {"model": "gpt-test", "input": "hello", "tools": TOOLS[:1]}
+    )
+    other_text = hashed_request(
+        OPENAI_RESPONSES, {"model": "gpt-test", "input": "bye", "tools": TOOLS[:1]}
+    )
+    assert divergence_report(other_text, same_roles, None).endswith(
+        "the body differs at body.input"
+    )
     unrecorded = divergence_report(now, None, "gpt-other")
     assert "'gpt-test' where the recorded call was answered by 'gpt-other'" in unrecorded
     assert "'function_call_output'" in unrecorded
@@ -151,4 +219,6 @@ def test_divergence_names_the_item_roles_and_tools():
 
 def test_errors_on_the_responses_wire_are_in_the_openai_shape():
     body = error_body(OPENAI_RESPONSES, 409, "diverged")
-    assert body == {"error": {"message": "diverged", "type": "salvor_proxy_error", "param": None, "code": 409}}
+    assert body == {
+        "error": {"message": "diverged", "type": "salvor_proxy_error", "param": None, "code": 409}
+    }

@@ -22,7 +22,9 @@ def _wait_for_ledger(fx: FixtureServer, n: int, seconds: float = 30) -> None:
         time.sleep(0.02)
 
 
-async def test_a_stopped_daemon_leaves_an_open_mcp_read_to_the_next_one(server_factory, providers, tmp_path, monkeypatch):
+async def test_a_stopped_daemon_leaves_an_open_mcp_read_to_the_next_one(
+    server_factory, providers, tmp_path, monkeypatch
+):
     fx = FixtureServer(tmp_path / "fx")
     fx.dir.mkdir()
     plan = [("write_note", {"text": "hi"}), ("lookup", {"key": "a", "hold": fx.hold("r")})]
@@ -48,8 +50,8 @@ async def test_a_process_run_an_mcp_tool_parks_is_resumed_and_woken_over_the_api
     server_factory, providers, tmp_path, monkeypatch
 ):
     """``_meta.salvor`` on a stand-in's tool result under ``salvor serve``: a suspend waits for
-    ``POST /resume`` (a wrong input is refused, recording nothing); a ``sleep_until`` is woken by the
-    sweeper. The parking tool runs once either way."""
+    ``POST /resume`` (a wrong input is refused, recording nothing); a ``sleep_until`` is woken by
+    the sweeper. The parking tool runs once either way."""
     from datetime import UTC, datetime, timedelta
 
     from salvor.protocol import format_instant
@@ -68,20 +70,36 @@ async def test_a_process_run_an_mcp_tool_parks_is_resumed_and_woken_over_the_api
     agent = await server.register_agent(text)
     run_id = await server.start_run(agent, "refund it")
     body = await server.wait_resting(run_id)
-    assert body["status"] == {"state": "suspended", "reason": "approve the refund", "input_schema": APPROVAL}, body
+    assert body["status"] == {
+        "state": "suspended",
+        "reason": "approve the refund",
+        "input_schema": APPROVAL,
+    }, body
     count = body["event_count"]
-    refused = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"approved": "yes"}})
+    refused = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"approved": "yes"}}
+    )
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "bad_request")
     assert (await server.client.get(f"/v1/runs/{run_id}")).json()["event_count"] == count
-    resumed = await server.client.post(f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}})
+    resumed = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"approved": True}}
+    )
     assert resumed.status_code in (200, 202), resumed.text
     # The second park sleeps; the sweeper wakes it once due, and the run completes.
     with trio.fail_after(30):
-        while (body := (await server.client.get(f"/v1/runs/{run_id}")).json())["status"]["state"] != "completed":
+        while (body := (await server.client.get(f"/v1/runs/{run_id}")).json())["status"][
+            "state"
+        ] != "completed":
             # A write in flight folds to needs_reconciliation while its driver is attached.
-            assert body["status"]["state"] in ("running", "sleeping") or body.get("driver") == "attached", body
+            assert (
+                body["status"]["state"] in ("running", "sleeping")
+                or body.get("driver") == "attached"
+            ), body
             await trio.sleep(0.05)
     assert [c["tool"] for c in fx.ledger] == ["park", "park"]
     kinds = [e.kind for e in await read_log_independently(server.store_url, run_id)]
     assert ["Suspended", "Resumed", "SleepStarted", "NowObserved", "SleepCompleted"] == [
-        k for k in kinds if k in ("Suspended", "Resumed", "SleepStarted", "NowObserved", "SleepCompleted")]
+        k
+        for k in kinds
+        if k in ("Suspended", "Resumed", "SleepStarted", "NowObserved", "SleepCompleted")
+    ]

@@ -36,7 +36,7 @@ async def test_one_launch_slot_starts_one_agent_process_at_a_time(runtime, tmp_p
     notes = tmp_path / "notes.txt"
     agent = parse_definition(
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 60\n'
-        f'[env]\nNOTES = {json.dumps(str(notes))}\n',
+        f"[env]\nNOTES = {json.dumps(str(notes))}\n",
         "toml",
     )
     run_ids = [await runtime.start_run(agent, f"case {n}") for n in range(3)]

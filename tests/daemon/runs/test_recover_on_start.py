@@ -18,14 +18,19 @@ from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 from tests.support.scripted_provider import text_reply
 
 
-async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(runtime, providers, make_agent):
+async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(
+    runtime, providers, make_agent
+):
     provider = providers([text_reply("done")])
     agent = make_agent(provider)
     recovered = await runtime.start_run(agent, {"task": "one"})
     orphan = "00000000-0000-4000-8000-000000000001"
     await runtime.access.append(
         orphan,
-        [RunStarted(agent_def_hash="sha256:" + "f" * 64, input=None), ModelCallRequested(request_hash="sha256:" + "0" * 64)],
+        [
+            RunStarted(agent_def_hash="sha256:" + "f" * 64, input=None),
+            ModelCallRequested(request_hash="sha256:" + "0" * 64),
+        ],
         EMPTY_VIEW,
     )
     before = await runtime.log(orphan)

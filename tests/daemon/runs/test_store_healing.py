@@ -1,4 +1,5 @@
-"""Store faults heal: which failures count as one, the backoff, and the driving set re-driving a run.
+"""Store faults heal: which failures count as one, the backoff, and
+the driving set re-driving a run.
 
 The faults are real: on SQLite the store's file, its WAL and their directory
 are made immutable (``chattr +i``, root on a filesystem that supports it;
@@ -28,13 +29,25 @@ from salvor.store._errors import passes_by_itself
 
 from tests.support.scripted_provider import text_reply
 
-# -- the backoff --------------------------------------------------------------------------------------
+# -- the backoff -----------------------------------------------------------------------------------
 
-BACKOFF_TABLE = [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0), (6, 32.0), (7, 60.0), (8, 60.0), (10**6, 60.0)]
+BACKOFF_TABLE = [
+    (1, 1.0),
+    (2, 2.0),
+    (3, 4.0),
+    (4, 8.0),
+    (5, 16.0),
+    (6, 32.0),
+    (7, 60.0),
+    (8, 60.0),
+    (10**6, 60.0),
+]
 
 
 @pytest.mark.parametrize(("attempt", "nominal"), BACKOFF_TABLE)
-def test_backoff_doubles_from_one_second_to_a_minute_with_jitter_in_the_upper_half(attempt, nominal) -> None:
+def test_backoff_doubles_from_one_second_to_a_minute_with_jitter_in_the_upper_half(
+    attempt, nominal
+) -> None:
     backoff = Backoff()
     assert backoff.nominal(attempt) == nominal
     assert backoff.delay(attempt, 0.0) == nominal
@@ -49,7 +62,7 @@ def test_a_backoff_that_cannot_wait_is_refused() -> None:
         Backoff().nominal(0)
 
 
-# -- which failures are store faults -------------------------------------------------------------------
+# -- which failures are store faults ---------------------------------------------------------------
 
 
 def test_a_missing_table_or_a_constraint_is_no_store_fault() -> None:
@@ -60,7 +73,8 @@ def test_a_missing_table_or_a_constraint_is_no_store_fault() -> None:
     connection.execute("INSERT INTO t VALUES (1)")
     with pytest.raises(sqlite3.IntegrityError) as duplicate:
         connection.execute("INSERT INTO t VALUES (1)")
-    # SQLite names a missing table "operational": its result code tells it from a busy or full database.
+    # SQLite names a missing table "operational": its result code tells
+    # it from a busy or full database.
     assert not passes_by_itself(missing.value)
     assert not passes_by_itself(duplicate.value)
     assert not store_fault(StoreUnavailable("the store URL is empty"))
@@ -84,22 +98,31 @@ class Refusal:
 
     def begin(self, *run_ids: str) -> None:
         if self.sqlite:
-            done = subprocess.run(["chattr", "+i", *map(str, self.paths)], capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                ["chattr", "+i", *map(str, self.paths)], capture_output=True, text=True, check=False
+            )
             if done.returncode != 0:
-                pytest.skip(f"chattr +i is refused here (it needs root and a filesystem that supports it): "
-                            f"{done.stderr.strip()}")
+                pytest.skip(
+                    f"chattr +i is refused here (it needs root and a filesystem that supports it): "
+                    f"{done.stderr.strip()}"
+                )
             return
         import psycopg
 
-        self._locker = psycopg.connect(self.url.replace("postgresql+psycopg://", "postgresql://", 1)
-                                       .replace("-cstatement_timeout%3D300%20", "", 1))
+        self._locker = psycopg.connect(
+            self.url.replace("postgresql+psycopg://", "postgresql://", 1).replace(
+                "-cstatement_timeout%3D300%20", "", 1
+            )
+        )
         self._locker.execute("SELECT * FROM store_meta FOR UPDATE")
         for run_id in run_ids:
             self._locker.execute("SELECT * FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
 
     def end(self) -> None:
         if self.sqlite:
-            subprocess.run(["chattr", "-i", *map(str, self.paths)], capture_output=True, check=False)
+            subprocess.run(
+                ["chattr", "-i", *map(str, self.paths)], capture_output=True, check=False
+            )
         elif self._locker is not None:
             self._locker.close()
             self._locker = None
@@ -114,7 +137,9 @@ def refusal(store_url: str, tmp_path: Path):
         made.end()
 
 
-def test_a_store_that_refuses_writes_raises_a_store_fault_and_takes_writes_again(refusal: Refusal) -> None:
+def test_a_store_that_refuses_writes_raises_a_store_fault_and_takes_writes_again(
+    refusal: Refusal,
+) -> None:
     with EventStore.open(refusal.url) as store:
         store.check_writable()
         refusal.begin()
@@ -130,7 +155,8 @@ def test_a_store_that_refuses_writes_raises_a_store_fault_and_takes_writes_again
 
 
 class StandIn:
-    """A store whose write check refuses ``refusals`` times, and a start that notes each re-drive."""
+    """A store whose write check refuses ``refusals`` times, and a
+    start that notes each re-drive."""
 
     def __init__(self, refusals: int) -> None:
         self.refusals = refusals
@@ -140,18 +166,23 @@ class StandIn:
     async def check_writable(self) -> None:
         self.checks.append(trio.current_time())
         if len(self.checks) <= self.refusals:
-            raise StoreUnavailable("the store at test does not accept writes: database or disk is full",
-                                   transient=True)
+            raise StoreUnavailable(
+                "the store at test does not accept writes: database or disk is full", transient=True
+            )
 
     def start(self, run_id: str) -> bool:
         self.started.append((trio.current_time(), run_id))
         return True
 
 
-FAULT = StoreUnavailable("the store at test failed to commit an append: database or disk is full", transient=True)
+FAULT = StoreUnavailable(
+    "the store at test failed to commit an append: database or disk is full", transient=True
+)
 
 
-async def test_runs_are_re_driven_together_once_the_store_takes_a_write(autojump_clock, caplog) -> None:
+async def test_runs_are_re_driven_together_once_the_store_takes_a_write(
+    autojump_clock, caplog
+) -> None:
     caplog.set_level(logging.INFO, "salvor.healing")
     healing = StoreHealing(draw=lambda: 0.0)  # no jitter: the waits are the nominal ones
     store = StandIn(refusals=3)
@@ -171,13 +202,18 @@ async def test_runs_are_re_driven_together_once_the_store_takes_a_write(autojump
     assert "re-driving run run-a after a store error (attempt 4)" in caplog.text
     assert caplog.text.count("the store still refuses writes") == 3
     healing.settled("run-a", "rested completed")
-    assert "run run-a: re-driven after a store error, it got past the store on attempt 4" in caplog.text
+    assert (
+        "run run-a: re-driven after a store error, it got past the store on attempt 4"
+        in caplog.text
+    )
     # A run whose re-drive stops on the store again waits its next, longer, turn.
     healing.stopped("run-b", FAULT)
     assert healing.waiting("run-b") and len(healing) == 1
 
 
-async def test_a_run_the_store_keeps_refusing_is_given_up_after_the_bound(autojump_clock, caplog) -> None:
+async def test_a_run_the_store_keeps_refusing_is_given_up_after_the_bound(
+    autojump_clock, caplog
+) -> None:
     healing = StoreHealing(give_up_after=300, draw=lambda: 0.0)
     store = StandIn(refusals=10**6)
     async with trio.open_nursery() as nursery:
@@ -219,21 +255,27 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 drivers = DriverSet(runtime, nursery, healing=healing)
-                drivers.spawn(lambda: healing.heal_forever(access.check_writable, drivers.start), name="healing")
+                drivers.spawn(
+                    lambda: healing.heal_forever(access.check_writable, drivers.start),
+                    name="healing",
+                )
                 before = await runtime.view(run_id)
                 refusal.begin(run_id)
                 drivers.start(run_id, agent)
                 while not healing.waiting(run_id):
                     await trio.sleep(0.02)
                 assert not drivers.driving(run_id)
-                assert (await runtime.view(run_id)).next_seq == before.next_seq  # nothing of the drive landed
+                assert (
+                    await runtime.view(run_id)
+                ).next_seq == before.next_seq  # nothing of the drive landed
                 refusal.end()
                 while (await runtime.view(run_id)).state is not RunState.COMPLETED:
                     await trio.sleep(0.02)
                 while len(healing):
                     await trio.sleep(0.02)
                 drivers.cancel_all("the test is over")
-    # The write check kept the re-drives from paying for a model call whose answer could not be kept.
+    # The write check kept the re-drives from paying for a model call
+    # whose answer could not be kept.
     assert provider.call_count == 1
     assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
     assert f"run {run_id}: re-driven after a store error, it got past the store" in caplog.text
@@ -244,7 +286,10 @@ async def test_a_drive_stopped_for_another_reason_is_not_retried(runtime) -> Non
     orphan = "00000000-0000-4000-8000-000000000002"
     await runtime.access.append(
         orphan,
-        [RunStarted(agent_def_hash="sha256:" + "f" * 64, input=None), ModelCallRequested(request_hash="sha256:" + "0" * 64)],
+        [
+            RunStarted(agent_def_hash="sha256:" + "f" * 64, input=None),
+            ModelCallRequested(request_hash="sha256:" + "0" * 64),
+        ],
         EMPTY_VIEW,
     )
     healing = StoreHealing()

@@ -85,17 +85,22 @@ def service_settings(unit: Path) -> dict[str, list[str]]:
 
 def with_exec_start(unit: Path, executable: str) -> str:
     """The unit's text with ExecStart's program replaced by ``executable``."""
-    return re.sub(r"^ExecStart=\S+", lambda _: f"ExecStart={executable}", unit.read_text(), flags=re.MULTILINE)
+    return re.sub(
+        r"^ExecStart=\S+", lambda _: f"ExecStart={executable}", unit.read_text(), flags=re.MULTILINE
+    )
 
 
 def expand_command(line: str, env: dict[str, str]) -> list[str]:
-    """systemd's ExecStart substitution: ``${X}`` is one word, a bare ``$X`` word splits on whitespace."""
+    """systemd's ExecStart substitution: ``${X}`` is one word, a bare
+    ``$X`` word splits on whitespace."""
     argv: list[str] = []
     for word in shlex.split(line):
         if re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", word):
             argv.extend(env.get(word[1:], "").split())
         else:
-            argv.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m[1], ""), word))
+            argv.append(
+                re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m[1], ""), word)
+            )
     return argv
 
 
@@ -105,7 +110,7 @@ def seconds(value: str) -> float:
     return int(match[1]) * (60 if match[2] == "min" else 1)
 
 
-# -- systemd -----------------------------------------------------------------------------------------
+# -- systemd ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("unit", ["salvor.service", "salvor-user.service"])
@@ -121,7 +126,9 @@ def test_systemd_analyze_verify(unit: str, tmp_path: Path) -> None:
         (tmp_path / "runtime").mkdir(mode=0o700)
         env["XDG_RUNTIME_DIR"] = str(tmp_path / "runtime")  # the user manager wants one
         command.insert(1, "--user")
-    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=WAIT, env=env)
+    result = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=WAIT, env=env
+    )
     # verify exits 0 even for an unknown key or an unparsable value; it only
     # warns. So any output at all fails the test.
     assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
@@ -159,10 +166,15 @@ def test_system_unit_settings() -> None:
 
 
 @asynccontextmanager
-async def running(argv: list[str], env: dict[str, str], log: Path, notify: NotifySocket | None = None):
-    """A subprocess, killed on the way out if it is still alive; with ``notify``, entered once READY=1."""
+async def running(
+    argv: list[str], env: dict[str, str], log: Path, notify: NotifySocket | None = None
+):
+    """A subprocess, killed on the way out if it is still alive; with
+    ``notify``, entered once READY=1."""
     output = await trio.to_thread.run_sync(open, log, "wb")
-    process = await trio.lowlevel.open_process(argv, env=env, cwd=REPO, stdout=output, stderr=output)
+    process = await trio.lowlevel.open_process(
+        argv, env=env, cwd=REPO, stdout=output, stderr=output
+    )
     try:
         if notify is not None:
             async with trio.open_nursery() as nursery:
@@ -204,7 +216,14 @@ async def test_system_unit_runs_the_daemon_as_systemd_would(mdwe: bool, tmp_path
         HOME=str(tmp_path / "home"),
     )
     argv = expand_command(service["ExecStart"][-1], env)
-    assert argv[1:] == ["serve", "--listen", f"127.0.0.1:{port}", "--demo-tools", "--wake-interval", "0"]
+    assert argv[1:] == [
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--demo-tools",
+        "--wake-interval",
+        "0",
+    ]
     argv[0] = salvor_executable()
     if mdwe:
         argv[:1] = [sys.executable, "-c", MDWE_WRAPPER]
@@ -215,13 +234,24 @@ async def test_system_unit_runs_the_daemon_as_systemd_would(mdwe: bool, tmp_path
                 pytest.skip("this kernel has no PR_SET_MDWE (Linux 6.3+)")
             assert process.returncode is None, log.read_text()
             assert (state_directory / "salvor.db").exists()
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as client:
-                agent = (await client.post("/v1/agents", content=(REPO / "contrib/agents/refund-desk.toml").read_bytes(),
-                                           headers={"Content-Type": "application/toml"})).json()["agent"]
-                started = await client.post("/v1/runs", json={"agent": agent, "input": {"invoice_id": "INV-9"}})
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", timeout=WAIT
+            ) as client:
+                agent = (
+                    await client.post(
+                        "/v1/agents",
+                        content=(REPO / "contrib/agents/refund-desk.toml").read_bytes(),
+                        headers={"Content-Type": "application/toml"},
+                    )
+                ).json()["agent"]
+                started = await client.post(
+                    "/v1/runs", json={"agent": agent, "input": {"invoice_id": "INV-9"}}
+                )
                 run_id = started.json()["run"]
                 with trio.fail_after(WAIT):
-                    while (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] != "completed":
+                    while (await client.get(f"/v1/runs/{run_id}")).json()["status"][
+                        "state"
+                    ] != "completed":
                         await trio.sleep(0.02)
             with trio.fail_after(WAIT):
                 await notify.wait_for("WATCHDOG=1")
@@ -233,12 +263,14 @@ async def test_system_unit_runs_the_daemon_as_systemd_would(mdwe: bool, tmp_path
         notify.close()
 
 
-# -- nginx -------------------------------------------------------------------------------------------
+# -- nginx -----------------------------------------------------------------------------------------
 
 
 def nginx_config(tmp_path: Path, *, listen_port: int, daemon_port: int) -> Path:
     """A minimal nginx.conf around the site, its ports moved to the test's."""
-    nginx = shutil.which("nginx") or (Path("/usr/sbin/nginx") if Path("/usr/sbin/nginx").exists() else None)
+    nginx = shutil.which("nginx") or (
+        Path("/usr/sbin/nginx") if Path("/usr/sbin/nginx").exists() else None
+    )
     if nginx is None:
         pytest.skip("nginx is not installed (Debian: apt-get install nginx-light)")
     site = SITE.read_text()
@@ -248,37 +280,65 @@ def nginx_config(tmp_path: Path, *, listen_port: int, daemon_port: int) -> Path:
     (tmp_path / "site.conf").write_text(site)
     temp = tmp_path / "nginx-temp"
     temp.mkdir()
-    temp_paths = "".join(f"  {kind}_temp_path {temp / kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    temp_paths = "".join(
+        f"  {kind}_temp_path {temp / kind};\n"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     # Run as root, nginx's workers would switch to `nobody`, who cannot enter pytest's tmp_path.
     user = "user root root;\n" if os.geteuid() == 0 else ""
     conf = tmp_path / "nginx.conf"
     conf.write_text(
-        f"{user}pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'nginx-error.log'};\nevents {{}}\n"
-        f"http {{\n  access_log off;\n{temp_paths}  include {tmp_path / 'site.conf'};\n}}\n"
+        f"{user}pid {tmp_path / 'nginx.pid'};\nerror_log {tmp_path / 'nginx-error.log'};\n"
+        f"events {{}}\nhttp {{\n  access_log off;\n{temp_paths}  include "
+        f"{tmp_path / 'site.conf'};\n}}\n"
     )
     return conf
 
 
 def nginx_command(conf: Path, *extra: str) -> list[str]:
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    return [nginx, "-c", str(conf), "-p", str(conf.parent), "-e", str(conf.parent / "nginx-error.log"), *extra]
+    return [
+        nginx,
+        "-c",
+        str(conf),
+        "-p",
+        str(conf.parent),
+        "-e",
+        str(conf.parent / "nginx-error.log"),
+        *extra,
+    ]
 
 
 def test_nginx_accepts_the_site(tmp_path: Path) -> None:
     conf = nginx_config(tmp_path, listen_port=free_port(), daemon_port=8420)
-    result = subprocess.run(nginx_command(conf, "-t"), check=False, capture_output=True, text=True, timeout=WAIT)
+    result = subprocess.run(
+        nginx_command(conf, "-t"), check=False, capture_output=True, text=True, timeout=WAIT
+    )
     assert result.returncode == 0, result.stderr
     assert "test is successful" in result.stderr
 
 
-# -- the curl walkthrough ----------------------------------------------------------------------------
+# -- the curl walkthrough --------------------------------------------------------------------------
 
 
 # A marker, not pytest.skip in the body: a skip raised inside a trio test loses its reason.
-@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None,
-                    reason="the walkthrough needs curl and bash (Debian: apt-get install curl bash)")
-@pytest.mark.parametrize("via", ["direct", pytest.param("nginx", marks=pytest.mark.skipif(
-    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx is not installed (Debian: apt-get install nginx-light)"))])
+@pytest.mark.skipif(
+    shutil.which("curl") is None or shutil.which("bash") is None,
+    reason="the walkthrough needs curl and bash (Debian: apt-get install curl bash)",
+)
+@pytest.mark.parametrize(
+    "via",
+    [
+        "direct",
+        pytest.param(
+            "nginx",
+            marks=pytest.mark.skipif(
+                shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
+                reason="nginx is not installed (Debian: apt-get install nginx-light)",
+            ),
+        ),
+    ],
+)
 async def test_walkthrough(via: str, tmp_path: Path) -> None:
     salvor = salvor_executable()
     store = tmp_path / "salvor.db"
@@ -286,25 +346,48 @@ async def test_walkthrough(via: str, tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key != "NOTIFY_SOCKET"}
     env["SALVOR_TEST_TOKEN"] = TOKEN
     notify = NotifySocket()
-    serve = [salvor, "serve", "--listen", f"127.0.0.1:{daemon_port}", "--store", str(store), "--demo-tools",
-             "--wake-interval", "0", "--auth-token", "SALVOR_TEST_TOKEN"]
+    serve = [
+        salvor,
+        "serve",
+        "--listen",
+        f"127.0.0.1:{daemon_port}",
+        "--store",
+        str(store),
+        "--demo-tools",
+        "--wake-interval",
+        "0",
+        "--auth-token",
+        "SALVOR_TEST_TOKEN",
+    ]
     try:
-        async with running(serve, {**env, "NOTIFY_SOCKET": notify.path}, tmp_path / "daemon.log", notify) as daemon:
+        async with running(
+            serve, {**env, "NOTIFY_SOCKET": notify.path}, tmp_path / "daemon.log", notify
+        ) as daemon:
             assert daemon.returncode is None, (tmp_path / "daemon.log").read_text()
             url = f"http://127.0.0.1:{daemon_port}"
             if via == "nginx":
                 proxy_port = free_port()
                 conf = nginx_config(tmp_path, listen_port=proxy_port, daemon_port=daemon_port)
                 nginx = nginx_command(conf, "-g", "daemon off;")
-                proxy = await trio.lowlevel.open_process(nginx, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                proxy = await trio.lowlevel.open_process(
+                    nginx, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
                 url = f"http://127.0.0.1:{proxy_port}"
             try:
                 if via == "nginx":
                     await wait_listening(proxy_port, proxy)
                 result = await trio.run_process(
-                    ["bash", str(WALKTHROUGH)], capture_stdout=True, capture_stderr=True, check=False,
-                    env={**env, "SALVOR_URL": url, "SALVOR_TOKEN": TOKEN, "SALVOR_BIN": salvor,
-                         "SALVOR_STORE": str(store)},
+                    ["bash", str(WALKTHROUGH)],
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                    env={
+                        **env,
+                        "SALVOR_URL": url,
+                        "SALVOR_TOKEN": TOKEN,
+                        "SALVOR_BIN": salvor,
+                        "SALVOR_STORE": str(store),
+                    },
                 )
             finally:
                 if via == "nginx" and proxy.returncode is None:

@@ -64,7 +64,8 @@ class NotifySocket:
         return message
 
     async def wait_for(self, wanted: str, *, timeout: float = WAIT) -> list[str]:
-        """Read datagrams until ``wanted`` arrives; returns everything read meanwhile (it included)."""
+        """Read datagrams until ``wanted`` arrives; returns everything
+        read meanwhile (it included)."""
         seen = []
         with trio.fail_after(timeout):
             while True:
@@ -81,8 +82,15 @@ class NotifySocket:
 class Daemon:
     """One ``salvor serve`` subprocess; ``start`` returns once it has said READY=1."""
 
-    def __init__(self, store_url: str, tmp: Path, *, wake_interval: float = 0, effects: Path | None = None,
-                 endpoints=lambda: ()) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        tmp: Path,
+        *,
+        wake_interval: float = 0,
+        effects: Path | None = None,
+        endpoints=lambda: (),
+    ) -> None:
         self.store_url = store_url
         # The model endpoints each life declares (the test's providers so far).
         self.endpoints = endpoints
@@ -97,9 +105,20 @@ class Daemon:
         self._log = None
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "salvor.daemon.cli", "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--store", self.store_url, "--demo-tools", "--wake-interval", str(self.wake_interval),
-                *(arg for url in self.endpoints() for arg in ("--model-endpoint", url))]
+        return [
+            sys.executable,
+            "-m",
+            "salvor.daemon.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--store",
+            self.store_url,
+            "--demo-tools",
+            "--wake-interval",
+            str(self.wake_interval),
+            *(arg for url in self.endpoints() for arg in ("--model-endpoint", url)),
+        ]
 
     async def start(self, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> None:
         self.lives += 1
@@ -111,9 +130,12 @@ class Daemon:
         environment = {**os.environ, "NOTIFY_SOCKET": self.notify.path, **(env or {})}
         if self.effects is not None:
             environment["SALVOR_DEMO_EFFECTS"] = str(self.effects)
-        self._log = await trio.to_thread.run_sync(open, self.tmp / f"daemon-{self.port}-{self.lives}.log", "wb")
-        self.process = await trio.lowlevel.open_process(self.command(), env=environment, cwd=REPO,
-                                                        stdout=self._log, stderr=self._log)
+        self._log = await trio.to_thread.run_sync(
+            open, self.tmp / f"daemon-{self.port}-{self.lives}.log", "wb"
+        )
+        self.process = await trio.lowlevel.open_process(
+            self.command(), env=environment, cwd=REPO, stdout=self._log, stderr=self._log
+        )
         if wait_ready:
             await self.wait_ready()
 
@@ -160,8 +182,13 @@ async def daemons(store_url, tmp_path, providers):
     made: list[Daemon] = []
 
     def make(**kwargs) -> Daemon:
-        daemon = Daemon(store_url, tmp_path, effects=tmp_path / "effects.jsonl",
-                        endpoints=lambda: [p.base_url for p in providers.started], **kwargs)
+        daemon = Daemon(
+            store_url,
+            tmp_path,
+            effects=tmp_path / "effects.jsonl",
+            endpoints=lambda: [p.base_url for p in providers.started],
+            **kwargs,
+        )
         made.append(daemon)
         return daemon
 
@@ -197,8 +224,11 @@ def ledger(path: Path) -> list[dict]:
 
 
 async def register(client: httpx.AsyncClient, provider: ScriptedProvider, tools) -> str:
-    response = await client.post("/v1/agents", content=agent_toml(provider.base_url, tools=tools),
-                                 headers={"Content-Type": "application/toml"})
+    response = await client.post(
+        "/v1/agents",
+        content=agent_toml(provider.base_url, tools=tools),
+        headers={"Content-Type": "application/toml"},
+    )
     assert response.status_code in (200, 201), response.text
     return response.json()["agent"]
 
@@ -209,7 +239,9 @@ async def start_run(client: httpx.AsyncClient, agent: str, run_input=None) -> st
     return response.json()["run"]
 
 
-async def wait_state(client: httpx.AsyncClient, run_id: str, *states: str, timeout: float = WAIT) -> dict:
+async def wait_state(
+    client: httpx.AsyncClient, run_id: str, *states: str, timeout: float = WAIT
+) -> dict:
     """Poll until the run is in one of ``states`` and no driver holds it."""
     with trio.fail_after(timeout):
         while True:
@@ -236,7 +268,9 @@ def only_repeat_is(provider: ScriptedProvider, interrupted: set[str]) -> None:
     """Every request served once, except the calls that were cut mid-flight: twice."""
     counts = provider.count_by_request_hash()
     assert {h: n for h, n in counts.items() if h in interrupted} == dict.fromkeys(interrupted, 2)
-    assert {h: n for h, n in counts.items() if h not in interrupted} == dict.fromkeys(set(counts) - interrupted, 1)
+    assert {h: n for h, n in counts.items() if h not in interrupted} == dict.fromkeys(
+        set(counts) - interrupted, 1
+    )
 
 
 REFUND_PLAN = [("issue_refund", {"invoice_id": "INV-9", "amount_cents": 500})]
@@ -246,17 +280,20 @@ LOOKUP_EMAIL_PLAN = [
 ]
 
 
-# -- (a) restart recovery -------------------------------------------------------------------------------
+# -- (a) restart recovery --------------------------------------------------------------------------
 
 
 @pytest.mark.kill
-async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(daemons, providers, tmp_path,
-                                                                           store_url):
+async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(
+    daemons, providers, tmp_path, store_url
+):
     effects = tmp_path / "effects.jsonl"
     daemon = daemons()
     hold = Holds(1)
     refund_provider = providers(tool_loop_script(REFUND_PLAN, final_text="refunded"))
-    lookup_provider = providers(tool_loop_script(LOOKUP_EMAIL_PLAN, final_text="emailed"), hold=hold)
+    lookup_provider = providers(
+        tool_loop_script(LOOKUP_EMAIL_PLAN, final_text="emailed"), hold=hold
+    )
 
     # Life 1: the daemon dies (a real SIGKILL) inside issue_refund, after its effect.
     await daemon.start(env={"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"})
@@ -289,13 +326,18 @@ async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(daem
         only_repeat_is(lookup_provider, interrupted)
         assert refund_provider.call_count == 1  # the parked run asked the model nothing more
         assert Counter(record["tool"] for record in ledger(effects)) == {
-            "issue_refund": 1, "lookup_invoice": 1, "send_email": 1}
+            "issue_refund": 1,
+            "lookup_invoice": 1,
+            "send_email": 1,
+        }
         await sound_log(store_url, live)
         log = await sound_log(store_url, parked)
         assert log[-1].event.KIND.value == "ToolCallRequested"
 
         # A person records what the write did; the run then finishes without redoing it.
-        response = await client.post(f"/v1/runs/{parked}/resolve", json={"output": {"refund_id": "rf_by_hand"}})
+        response = await client.post(
+            f"/v1/runs/{parked}/resolve", json={"output": {"refund_id": "rf_by_hand"}}
+        )
         assert response.status_code == 200, response.text
         response = await client.post(f"/v1/runs/{parked}/resume")
         assert response.status_code == 202, response.text
@@ -303,10 +345,12 @@ async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(daem
     assert Counter(record["tool"] for record in ledger(effects))["issue_refund"] == 1
 
 
-# -- (b) graceful stop --------------------------------------------------------------------------------
+# -- (b) graceful stop -----------------------------------------------------------------------------
 
 
-async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_them(daemons, providers, store_url):
+async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_them(
+    daemons, providers, store_url
+):
     daemon = daemons()
     hold = Holds(0, 1, 2)
     provider = providers(tool_loop_script(LOOKUP_EMAIL_PLAN[:1], final_text="looked up"), hold=hold)
@@ -340,7 +384,8 @@ async def test_sigterm_with_runs_mid_flight_exits_0_and_the_restart_recovers_the
 
 
 async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
-        server_factory, operator_declarations, monkeypatch, caplog):
+    server_factory, operator_declarations, monkeypatch, caplog
+):
     # Short bounds, in real time: the daemon runs in the test's loop, its store behind threads.
     monkeypatch.setattr(store_access, "WRITER_STOP_SECONDS", 1.0)
     unreached = "http://127.0.0.1:9"  # the drive stops before its model call: nothing listens here
@@ -370,7 +415,7 @@ async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
     assert any("did not drain within 1s" in text and run_id in text for text in messages), messages
 
 
-# -- (c) the wake sweeper ------------------------------------------------------------------------------
+# -- (c) the wake sweeper --------------------------------------------------------------------------
 
 
 def seed_runs(store_url: str) -> dict[str, str]:
@@ -382,31 +427,47 @@ def seed_runs(store_url: str) -> dict[str, str]:
         "client_sleeping": "0a000000-0000-4000-8000-000000000003",
     }
     with EventStore.open(store_url) as store:
-        _, view = store.append(runs["orphan"], [RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)],
-                               EMPTY_VIEW)
+        _, view = store.append(
+            runs["orphan"],
+            [RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)],
+            EMPTY_VIEW,
+        )
         store.append(runs["orphan"], [SleepStarted(wake_at=past)], view)
-        store.append(runs["client_running"], [RunStarted(agent_def_hash="sha256:" + "1" * 64, input=None,
-                                                         driven_by="client")], EMPTY_VIEW)
-        _, view = store.append(runs["client_sleeping"], [RunStarted(agent_def_hash="sha256:" + "1" * 64,
-                                                                    input=None, driven_by="client")], EMPTY_VIEW)
+        store.append(
+            runs["client_running"],
+            [RunStarted(agent_def_hash="sha256:" + "1" * 64, input=None, driven_by="client")],
+            EMPTY_VIEW,
+        )
+        _, view = store.append(
+            runs["client_sleeping"],
+            [RunStarted(agent_def_hash="sha256:" + "1" * 64, input=None, driven_by="client")],
+            EMPTY_VIEW,
+        )
         store.append(runs["client_sleeping"], [SleepStarted(wake_at=past)], view)
     return runs
 
 
 async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, providers, store_url):
     seeded = await trio.to_thread.run_sync(seed_runs, store_url)
-    before = {name: len(await trio.to_thread.run_sync(read_log, store_url, run_id))
-              for name, run_id in seeded.items()}
+    before = {
+        name: len(await trio.to_thread.run_sync(read_log, store_url, run_id))
+        for name, run_id in seeded.items()
+    }
     daemon = daemons(wake_interval=0.5)
     hold = Holds(1)
-    napper = providers(tool_loop_script([("wait_until", {"seconds": 2})], final_text="awake"), hold=hold)
+    napper = providers(
+        tool_loop_script([("wait_until", {"seconds": 2})], final_text="awake"), hold=hold
+    )
     sleeper = providers(tool_loop_script([("wait_until", {"seconds": 3600})], final_text="never"))
     await daemon.start()
     async with daemon.client() as client:
         long_run = await start_run(client, await register(client, sleeper, ["wait_until"]))
-        nap_run = await start_run(client, await register(client, napper, ["wait_until", "lookup_invoice"]))
+        nap_run = await start_run(
+            client, await register(client, napper, ["wait_until", "lookup_invoice"])
+        )
 
-        # Before its instant, a resume is refused with the deadline as evidence; nothing is recorded.
+        # Before its instant, a resume is refused with the deadline as
+        # evidence; nothing is recorded.
         body = await wait_state(client, long_run, "sleeping")
         length = len(await trio.to_thread.run_sync(read_log, store_url, long_run))
         response = await client.post(f"/v1/runs/{long_run}/resume")
@@ -441,7 +502,9 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
 
         # The sweep kept going past the run it could not wake, and left the client's runs alone.
         for name, run_id in seeded.items():
-            assert len(await trio.to_thread.run_sync(read_log, store_url, run_id)) == before[name], name
+            assert (
+                len(await trio.to_thread.run_sync(read_log, store_url, run_id)) == before[name]
+            ), name
         orphan = (await client.get(f"/v1/runs/{seeded['orphan']}")).json()
         assert orphan["status"]["state"] == "sleeping" and orphan["driver"] == "none"
         assert (await client.get(f"/v1/runs/{long_run}")).json()["status"]["state"] == "sleeping"
@@ -450,7 +513,7 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
     assert seeded["client_sleeping"] not in daemon.output()
 
 
-# -- (d) systemd notify ---------------------------------------------------------------------------------
+# -- (d) systemd notify ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -477,7 +540,7 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
     assert await daemon.wait_exit() == 0, daemon.output()
 
 
-# -- (e) refusals at start ----------------------------------------------------------------------------
+# -- (e) refusals at start -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
@@ -487,18 +550,34 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
         (["--auth-token", "SALVOR_TEST_TOKEN_UNSET"], "SALVOR_TEST_TOKEN_UNSET"),
         (["--listen", "bad"], "--listen"),
         (["--listen", "127.0.0.1:99999"], "--listen"),
-        (["--model-endpoint", "api.example.com"], "--model-endpoint needs an http:// or https:// URL"),
-        (["--model-endpoint", "http://127.0.0.1:9,key_file=/nonexistent/key"], "cannot read the key_file"),
+        (
+            ["--model-endpoint", "api.example.com"],
+            "--model-endpoint needs an http:// or https:// URL",
+        ),
+        (
+            ["--model-endpoint", "http://127.0.0.1:9,key_file=/nonexistent/key"],
+            "cannot read the key_file",
+        ),
         (["--mcp-origin", "https://tools.example.com/mcp"], "--mcp-origin needs an origin"),
     ],
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
     env = {key: value for key, value in os.environ.items() if key != "SALVOR_TEST_TOKEN_UNSET"}
-    command = [sys.executable, "-m", "salvor.daemon.cli", "serve", "--store", store_url, "--listen",
-               f"127.0.0.1:{free_port()}", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "salvor.daemon.cli",
+        "serve",
+        "--store",
+        store_url,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        *args,
+    ]
     with trio.fail_after(WAIT):
-        result = await trio.run_process(command, env=env, cwd=REPO, capture_stdout=True, capture_stderr=True,
-                                        check=False)
+        result = await trio.run_process(
+            command, env=env, cwd=REPO, capture_stdout=True, capture_stderr=True, check=False
+        )
     stderr = result.stderr.decode()
     assert result.returncode == 1, stderr
     assert len(stderr.strip().splitlines()) == 1, stderr

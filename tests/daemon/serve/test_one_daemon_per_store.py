@@ -1,4 +1,5 @@
-"""One daemon per store: real `salvor serve` and `salvor` processes over one real store (SQLite and PostgreSQL).
+"""One daemon per store: real `salvor serve` and `salvor` processes over one real
+store (SQLite and PostgreSQL).
 
 A second daemon, or a `salvor resume` beside a daemon, is refused in one
 sentence naming the first daemon, and touches nothing: the first daemon's
@@ -50,9 +51,10 @@ def sleeper_toml(tmp_path: Path) -> str:
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     return (
-        f'name = "sleeper"\nkind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
-        f'timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / "agent.pids"))}\n'
-        f'RELEASE = {json.dumps(str(tmp_path / "release"))}\n'
+        'name = "sleeper"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script)])}\n"
+        f"timeout = 60\n[env]\nPIDFILE = {json.dumps(str(tmp_path / 'agent.pids'))}\n"
+        f"RELEASE = {json.dumps(str(tmp_path / 'release'))}\n"
     )
 
 
@@ -73,8 +75,15 @@ def cli_env(store_url: str) -> dict:
 
 
 def salvor(store_url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SALVOR, *args], capture_output=True, text=True, env=cli_env(store_url),
-                          timeout=60, cwd=REPO, check=False)
+    return subprocess.run(
+        [*SALVOR, *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(store_url),
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def one_sentence(result: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -100,8 +109,11 @@ def daemon(tmp_path: Path, store_url: str):
 
 def start_sleeping_run(daemon: Daemon, tmp_path: Path) -> str:
     with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
-        agent = client.post("/v1/agents", content=sleeper_toml(tmp_path),
-                            headers={"Content-Type": "application/toml"}).json()["agent"]
+        agent = client.post(
+            "/v1/agents",
+            content=sleeper_toml(tmp_path),
+            headers={"Content-Type": "application/toml"},
+        ).json()["agent"]
         return client.post("/v1/runs", json={"agent": agent, "input": "sleep"}).json()["run"]
 
 
@@ -111,12 +123,21 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
     daemon.start()
     run_id = start_sleeping_run(daemon, tmp_path)
     [agent] = agent_pids(tmp_path)
-    second = salvor(store_url, "serve", "--listen", f"127.0.0.1:{free_port()}", "--allow-process-agents")
-    one_sentence(second, f"another salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
-                 "is serving this store", "--store")
+    second = salvor(
+        store_url, "serve", "--listen", f"127.0.0.1:{free_port()}", "--allow-process-agents"
+    )
+    one_sentence(
+        second,
+        f"another salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
+        "is serving this store",
+        "--store",
+    )
     resume = salvor(store_url, "resume", run_id)
-    one_sentence(resume, f"salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
-                 f"POST /v1/runs/{run_id}/resume")
+    one_sentence(
+        resume,
+        f"salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
+        f"POST /v1/runs/{run_id}/resume",
+    )
     assert one_sentence(salvor(store_url, "wake"), f"pid {daemon.proc.pid}")
     assert not gone(agent), "a refused command killed the first daemon's agent"
     with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
@@ -132,7 +153,9 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
 
 def test_a_cli_run_beside_a_live_daemon_completes(daemon: Daemon, store_url: str) -> None:
     daemon.start()
-    result = salvor(store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-7"}')
+    result = salvor(
+        store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-7"}'
+    )
     assert result.returncode == 0, result.stderr
     run_id = result.stdout.splitlines()[0]
     with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
@@ -144,8 +167,14 @@ def test_a_daemon_starting_beside_a_cli_run_neither_kills_its_agent_nor_recovers
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path))
-    cli = subprocess.Popen([*SALVOR, "run", str(agent_file), "--input", '"sleep"'], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env=cli_env(store_url), cwd=REPO)
+    cli = subprocess.Popen(
+        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(store_url),
+        cwd=REPO,
+    )
     try:
         run_id = cli.stdout.readline().strip()
         [agent] = agent_pids(tmp_path)
@@ -159,7 +188,8 @@ def test_a_daemon_starting_beside_a_cli_run_neither_kills_its_agent_nor_recovers
             assert refused.status_code == 409, refused.text
             assert refused.json()["error"]["code"] == "wrong_state"
             assert refused.json()["error"]["message"].startswith(
-                f"run {run_id} is being driven by another salvor process beside this daemon")
+                f"run {run_id} is being driven by another salvor process beside this daemon"
+            )
             assert client.get(f"/v1/runs/{run_id}").json() == before
         (tmp_path / "release").touch()
         out, err = cli.communicate(timeout=60)
@@ -178,8 +208,14 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path))
-    cli = subprocess.Popen([*SALVOR, "run", str(agent_file), "--input", '"sleep"'], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, env=cli_env(store_url), cwd=REPO)
+    cli = subprocess.Popen(
+        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(store_url),
+        cwd=REPO,
+    )
     resume = None
     try:
         run_id = cli.stdout.readline().strip()
@@ -187,8 +223,14 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
         cli.send_signal(signal.SIGKILL)
         cli.wait()
         assert not gone(orphan)
-        resume = subprocess.Popen([*SALVOR, "resume", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=cli_env(store_url), cwd=REPO)
+        resume = subprocess.Popen(
+            [*SALVOR, "resume", run_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(store_url),
+            cwd=REPO,
+        )
         _, second = agent_pids(tmp_path, 2)
         assert wait_gone(orphan), "the agent of the SIGKILLed salvor run outlived the resume's sweep"
         refused = subprocess.run(daemon.args, capture_output=True, text=True, env=daemon.env, timeout=60, check=False)
@@ -205,15 +247,26 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
                 process.wait()
 
 
-def test_a_resume_of_a_run_a_live_cli_run_drives_is_refused_naming_it(tmp_path: Path, store_url: str) -> None:
+def test_a_resume_of_a_run_a_live_cli_run_drives_is_refused_naming_it(
+    tmp_path: Path, store_url: str
+) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path))
-    cli = subprocess.Popen([*SALVOR, "run", str(agent_file), "--input", '"sleep"'], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, env=cli_env(store_url), cwd=REPO)
+    cli = subprocess.Popen(
+        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(store_url),
+        cwd=REPO,
+    )
     try:
         run_id = cli.stdout.readline().strip()
         [agent] = agent_pids(tmp_path)
-        one_sentence(salvor(store_url, "resume", run_id), f"run {run_id} is being driven by salvor run (pid {cli.pid})")
+        one_sentence(
+            salvor(store_url, "resume", run_id),
+            f"run {run_id} is being driven by salvor run (pid {cli.pid})",
+        )
         assert not gone(agent), "the refused resume killed the live run's agent"
         (tmp_path / "release").touch()
         cli.communicate(timeout=60)

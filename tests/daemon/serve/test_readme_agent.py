@@ -29,48 +29,72 @@ def readme_blocks() -> tuple[str, list[str], list[str]]:
     """The `pick` helper, then the section's two sh blocks as lists of lines."""
     text = (REPO / "README.md").read_text()
     pick = next(line for line in text.splitlines() if line.startswith("pick() {"))
-    section = text[text.index(SECTION):]
+    section = text[text.index(SECTION) :]
     section = section[: section.index("\n## ", len(SECTION))]
-    blocks = [block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)]
+    blocks = [
+        block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    ]
     return pick, blocks[0], blocks[1]
 
 
 def shell(lines: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], check=False, env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "\n".join(lines)],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(tmp_path: Path, store_url: str) -> None:
+def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
+    tmp_path: Path, store_url: str
+) -> None:
     pick, commands, rerun = readme_blocks()
     assert len(commands) == 3 and "salvor serve --allow-process-agents" in commands[0]
-    provider = ScriptedProvider(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-1001"})],
-                                                 final_text="INV-1001 was paid twice."))
+    provider = ScriptedProvider(
+        tool_loop_script(
+            [("lookup_invoice", {"invoice_id": "INV-1001"})], final_text="INV-1001 was paid twice."
+        )
+    )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=f"{provider.base_url}/v1", SALVOR_AGENT_KEY="sk-readme")
     daemon.args.append("--allow-process-agents")
     daemon.cwd = REPO
-    # The README's reader has .venv/bin on PATH, so the agent's `python3` is the one with openai in it.
+    # The README's reader has .venv/bin on PATH, so the agent's
+    # `python3` is the one with openai in it.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     daemon.env.update(PATH=path)
     try:
         daemon.start()
         env = {**os.environ, "PATH": path, "S": daemon.base_url, "SALVOR_STORE": store_url}
-        env = {k: v for k, v in env.items() if k not in ("SALVOR_AGENT_UPSTREAM", "SALVOR_AGENT_KEY")}
+        env = {
+            k: v for k, v in env.items() if k not in ("SALVOR_AGENT_UPSTREAM", "SALVOR_AGENT_KEY")
+        }
         result = shell([pick, *commands[1:], 'echo "RUN=$RUN"'], env)
         assert result.returncode == 0, result.stderr
         run_id = result.stdout.rsplit("RUN=", 1)[1].strip()
         assert "event: end" in result.stdout and '"completed"' in result.stdout, result.stdout
         with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
             body = client.get(f"/v1/runs/{run_id}").json()
-            assert body["status"] == {"state": "completed",
-                                      "output": {"reply": "INV-1001 was paid twice.", "exit_code": 0}}, body
+            assert body["status"] == {
+                "state": "completed",
+                "output": {"reply": "INV-1001 was paid twice.", "exit_code": 0},
+            }, body
             served = provider.call_count
             assert served == 2
             # The re-run lines: the API one answers at once, the CLI one drives to the end.
             result = shell([pick, f"RUN={run_id}", *rerun], env)
             assert result.returncode == 0, result.stdout + result.stderr
-            assert f'"replay_of": "{run_id}"' in result.stdout or f'"replay_of":"{run_id}"' in result.stdout
-            assert 'completed: {"reply": "INV-1001 was paid twice.", "exit_code": 0}' in result.stdout
+            assert (
+                f'"replay_of": "{run_id}"' in result.stdout
+                or f'"replay_of":"{run_id}"' in result.stdout
+            )
+            assert (
+                'completed: {"reply": "INV-1001 was paid twice.", "exit_code": 0}' in result.stdout
+            )
             reruns = [r for r in client.get("/v1/runs").json()["runs"] if r["run"] != run_id]
             assert len(reruns) == 2
             deadline = time.monotonic() + 60

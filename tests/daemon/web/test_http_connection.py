@@ -1,4 +1,5 @@
-"""The daemon's connections close when HTTP says so, and only then: raw sockets against a real daemon.
+"""The daemon's connections close when HTTP says so, and only then: raw
+sockets against a real daemon.
 
 Every case speaks bytes over ``socket.create_connection`` (in a thread: the
 daemon runs in the test's trio loop) to ``salvor serve`` on loopback, so
@@ -47,7 +48,9 @@ class Raw:
         self.buffer = b""
 
     async def connect(self) -> Raw:
-        self.sock = await trio.to_thread.run_sync(socket.create_connection, ("127.0.0.1", self.port), WAIT)
+        self.sock = await trio.to_thread.run_sync(
+            socket.create_connection, ("127.0.0.1", self.port), WAIT
+        )
         self.sock.settimeout(WAIT)
         return self
 
@@ -126,7 +129,8 @@ async def raw(server):
 
 @pytest.fixture
 def header_bound(monkeypatch) -> float:
-    """The header bound shortened, for a daemon started after this fixture (name it before ``raw``)."""
+    """The header bound shortened, for a daemon started after this
+    fixture (name it before ``raw``)."""
     monkeypatch.setattr(ListenerConfig, "header_timeout", 0.5)
     return 0.5
 
@@ -142,10 +146,14 @@ def get(path: str, *headers: str, version: str = "1.1") -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-async def test_a_body_sent_after_an_early_answer_is_discarded_and_the_next_request_answered(raw) -> None:
+async def test_a_body_sent_after_an_early_answer_is_discarded_and_the_next_request_answered(
+    raw,
+) -> None:
     client = await raw()
-    await client.send(b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
-                      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+    await client.send(
+        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
     head, body = await client.response()  # answered before its body was sent
     assert status(head) == 400 and json.loads(body)["error"]["code"] == "bad_request"
     await client.send(b"x" * 100)
@@ -154,10 +162,14 @@ async def test_a_body_sent_after_an_early_answer_is_discarded_and_the_next_reque
     assert status(head) == 400 and json.loads(body)["error"]["code"] == "bad_request"
 
 
-async def test_an_early_answer_whose_body_exceeds_the_drain_bound_closes_the_connection(raw) -> None:
+async def test_an_early_answer_whose_body_exceeds_the_drain_bound_closes_the_connection(
+    raw,
+) -> None:
     client = await raw()
-    await client.send(b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
-                      b"Content-Length: 100000000\r\n\r\n")
+    await client.send(
+        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+        b"Content-Length: 100000000\r\n\r\n"
+    )
     head, _ = await client.response()
     assert status(head) == 400
     await client.send(b"x" * (ListenerConfig.drain_bytes + 65536))
@@ -183,13 +195,19 @@ async def test_an_http_1_0_request_is_answered_then_closed(raw) -> None:
 async def finished_run(server) -> str:
     opened = await open_run(server.client)
     run_id = opened["run"]
-    response = await append(server.client, run_id, opened["drive_token"],
-                            [head(run_id), envelope(run_id, 1, "RunCompleted", {"output": 7})])
+    response = await append(
+        server.client,
+        run_id,
+        opened["drive_token"],
+        [head(run_id), envelope(run_id, 1, "RunCompleted", {"output": 7})],
+    )
     assert response.status_code == 200, response.text
     return run_id
 
 
-async def test_an_http_1_0_event_stream_of_a_finished_run_ends_at_its_end_frame(server, raw) -> None:
+async def test_an_http_1_0_event_stream_of_a_finished_run_ends_at_its_end_frame(
+    server, raw
+) -> None:
     run_id = await finished_run(server)
     client = await raw()
     await client.send(get(f"/v1/runs/{run_id}/events", version="1.0"))
@@ -201,13 +219,26 @@ async def test_an_http_1_0_event_stream_of_a_finished_run_ends_at_its_end_frame(
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl (apt-get install curl)")
 async def test_curl_over_http_1_0_exits_after_the_end_frame(server) -> None:
     run_id = await finished_run(server)
-    done = await trio.run_process(["curl", "--http1.0", "-N", "-sS", "--max-time", str(WAIT),
-                                   f"{server.url}/v1/runs/{run_id}/events"], capture_stdout=True, check=False)
+    done = await trio.run_process(
+        [
+            "curl",
+            "--http1.0",
+            "-N",
+            "-sS",
+            "--max-time",
+            str(WAIT),
+            f"{server.url}/v1/runs/{run_id}/events",
+        ],
+        capture_stdout=True,
+        check=False,
+    )
     assert done.returncode == 0  # 28 would be curl giving up at --max-time on an open connection
     assert done.stdout.endswith(END_FRAME)
 
 
-async def test_a_request_head_that_trickles_is_closed_within_the_header_bound(header_bound, raw) -> None:
+async def test_a_request_head_that_trickles_is_closed_within_the_header_bound(
+    header_bound, raw
+) -> None:
     client = await raw()
     await client.send(b"GET /v1/runs HTTP/1.1\r\nHost: salvor\r\n")
 
@@ -222,7 +253,9 @@ async def test_a_request_head_that_trickles_is_closed_within_the_header_bound(he
         nursery.cancel_scope.cancel(reason="the server closed the connection")
 
 
-async def test_a_connection_that_sends_nothing_is_closed_within_the_header_bound(header_bound, raw) -> None:
+async def test_a_connection_that_sends_nothing_is_closed_within_the_header_bound(
+    header_bound, raw
+) -> None:
     client = await raw()
     await client.closed_within(WAIT / 2)  # well inside the default bound
 
@@ -231,7 +264,7 @@ async def test_a_request_head_within_the_bound_is_served(header_bound, raw) -> N
     client = await raw()
     request = get("/v1/runs/not-a-uuid")
     for index in range(0, len(request), 16):  # in pieces, but whole well within its bound
-        await client.send(request[index:index + 16])
+        await client.send(request[index : index + 16])
         await trio.sleep(header_bound / 100)
     head, _ = await client.response()
     assert status(head) == 400
@@ -239,7 +272,9 @@ async def test_a_request_head_within_the_bound_is_served(header_bound, raw) -> N
 
 async def test_past_the_idle_cap_the_longest_idle_connection_is_closed(idle_cap, raw) -> None:
     clients = []
-    for _ in range(idle_cap + 1):  # each answered, then idle in turn; the third idle one is one too many
+    for _ in range(
+        idle_cap + 1
+    ):  # each answered, then idle in turn; the third idle one is one too many
         clients.append(client := await raw())
         await client.send(get("/v1/runs/not-a-uuid"))
         await client.response()
@@ -250,15 +285,21 @@ async def test_past_the_idle_cap_the_longest_idle_connection_is_closed(idle_cap,
         assert status(head) == 400
 
 
-# Each sent whole before the answer is read: 1 MB of header is still arriving when the server refuses
-# it, so the answer is readable only if the close lingers instead of resetting.
+# Each sent whole before the answer is read: 1 MB of header is still arriving when the server
+# refuses it, so the answer is readable only if the close lingers instead of resetting.
 REFUSALS = {
     "a malformed request line": (b"GARBAGE\r\n\r\n", 400, "bad_request"),
     "no Host header": (b"GET /v1/runs HTTP/1.1\r\n\r\n", 400, "bad_request"),
-    "headers over the limit": (b"GET /v1/runs HTTP/1.1\r\nHost: salvor\r\nX-Pad: " + b"a" * 1_000_000, 431,
-                               "headers_too_large"),
+    "headers over the limit": (
+        b"GET /v1/runs HTTP/1.1\r\nHost: salvor\r\nX-Pad: " + b"a" * 1_000_000,
+        431,
+        "headers_too_large",
+    ),
     "an unknown transfer-coding": (
-        b"POST /v1/runs HTTP/1.1\r\nHost: salvor\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "not_implemented"),
+        b"POST /v1/runs HTTP/1.1\r\nHost: salvor\r\nTransfer-Encoding: gzip\r\n\r\n",
+        501,
+        "not_implemented",
+    ),
     "HTTP/1.2": (get("/v1/runs", version="1.2"), 505, "http_version_not_supported"),
     "HTTP/3.0": (get("/v1/runs", version="3.0"), 505, "http_version_not_supported"),
 }
@@ -279,7 +320,8 @@ async def test_the_http_layers_own_refusals_carry_the_envelope_then_close(raw, c
 
 
 async def test_a_pooled_client_whose_upload_was_refused_at_once_is_answered_next_on_that_connection(
-        server_factory) -> None:
+    server_factory,
+) -> None:
     server = await server_factory(auth_token="s3cret")
     # No token: every request is a 401, answered before its body is read;
     # one connection, so the next request goes where the refused body went.
@@ -291,21 +333,28 @@ async def test_a_pooled_client_whose_upload_was_refused_at_once_is_answered_next
             yield b"x" * 1000
 
     with trio.fail_after(WAIT):
-        refused = await client.post("/v1/runs", content=slow_body(), headers={"Content-Length": "5000"})
+        refused = await client.post(
+            "/v1/runs", content=slow_body(), headers={"Content-Length": "5000"}
+        )
         assert refused.status_code == 401
         following = await client.get("/v1/runs")
     assert following.status_code == 401 and following.json()["error"]["code"] == "unauthorized"
 
 
-async def test_an_upload_refused_at_once_and_past_the_drain_bound_still_reads_its_answer(raw) -> None:
+async def test_an_upload_refused_at_once_and_past_the_drain_bound_still_reads_its_answer(
+    raw,
+) -> None:
     # The whole body is written before the answer is read, as most clients
     # do: had the server closed without lingering, the rest of the body
     # would meet a reset, and the reset would take the unread answer with it.
     size = ListenerConfig.drain_bytes * 32
     client = await raw()
     try:
-        await client.send(f"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
-                          f"Content-Length: {size}\r\n\r\n".encode() + b"x" * size)
+        await client.send(
+            f"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+            f"Content-Length: {size}\r\n\r\n".encode()
+            + b"x" * size
+        )
     except OSError as error:
         pytest.fail(f"the server reset the connection under the body: {error}")
     head, body = await client.response()
@@ -325,8 +374,13 @@ async def bare_app(scope, receive, send) -> None:
         while (await receive()).get("more_body"):
             pass
     status_code, body = (401, b"no") if scope["path"] == "/early" else (200, b"ok")
-    await send({"type": "http.response.start", "status": status_code,
-                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status_code,
+            "headers": [(b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -340,7 +394,8 @@ async def quart_index() -> str:
 
 @pytest.fixture(params=["salvor", "hypercorn"])
 async def behind(request, nursery):
-    """Serve apps behind our listener, or behind hypercorn's public ``serve`` with the same settings."""
+    """Serve apps behind our listener, or behind hypercorn's public
+    ``serve`` with the same settings."""
     stop = trio.Event()
     opened: list[Raw] = []
 
@@ -396,13 +451,17 @@ async def test_an_early_answer_keeps_the_connection_where_hypercorn_closes_it(ba
     assert (status(head), body) == (200, b"ok")
 
 
-async def test_a_connection_close_answer_closes_at_once_where_hypercorn_leaves_it_open(behind) -> None:
+async def test_a_connection_close_answer_closes_at_once_where_hypercorn_leaves_it_open(
+    behind,
+) -> None:
     which, serve_app = behind
     client = await (await serve_app(quart_app))()
     await client.send(get("/", "Connection: close"))
     head, body = await client.response()
     assert (status(head), body) == (200, b"ok")
-    if which == "hypercorn":  # HypercornConnection.protocol_send's shielded close is needed while this holds
+    if (
+        which == "hypercorn"
+    ):  # HypercornConnection.protocol_send's shielded close is needed while this holds
         # quart-trio cancels the app task that sends hypercorn's close: the socket stays open.
         client.sock.settimeout(2.0)
         with pytest.raises(TimeoutError):

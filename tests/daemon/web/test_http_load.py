@@ -49,7 +49,10 @@ def store_url(tmp_path) -> str:
 @pytest.fixture
 def saturated():
     """A busy loop per core for the test's duration."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
     yield
     for loop in loops:
         loop.kill()
@@ -58,7 +61,8 @@ def saturated():
 
 @pytest.fixture
 async def scaled_daemon(monkeypatch, server_factory):
-    """The daemon, its listener's keep-alive timeout scaled by ``SCALE``; returns (server, that timeout)."""
+    """The daemon, its listener's keep-alive timeout scaled by ``SCALE``;
+    returns (server, that timeout)."""
     configured: list[float] = []
 
     def scaled(*args, **kwargs):
@@ -74,18 +78,25 @@ async def scaled_daemon(monkeypatch, server_factory):
 
 
 async def drive(url: str, expiry: float, requests: int, drops: Counter, statuses: Counter) -> None:
-    """``requests`` requests in bursts of ``BURST``, each burst after an idle spell just short of ``expiry``."""
-    limits = httpx.Limits(max_connections=BURST, max_keepalive_connections=BURST, keepalive_expiry=expiry)
+    """``requests`` requests in bursts of ``BURST``, each burst after an idle
+    spell just short of ``expiry``."""
+    limits = httpx.Limits(
+        max_connections=BURST, max_keepalive_connections=BURST, keepalive_expiry=expiry
+    )
     rng = random.Random(expiry)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
 
         async def one(index: int) -> None:
             try:
                 if index % 2:
-                    response = await client.post("/v1/runs/not-a-uuid/resume", json={"input": {"n": index}})
+                    response = await client.post(
+                        "/v1/runs/not-a-uuid/resume", json={"input": {"n": index}}
+                    )
                 else:
                     response = await client.get("/v1/runs/not-a-uuid")
-            except httpx.TransportError as error:  # the server closed under a request it had been sent
+            except (
+                httpx.TransportError
+            ) as error:  # the server closed under a request it had been sent
                 drops[type(error).__name__] += 1
             else:
                 statuses[response.status_code] += 1
@@ -99,7 +110,9 @@ async def drive(url: str, expiry: float, requests: int, drops: Counter, statuses
             await trio.sleep(expiry * rng.uniform(0.8, 1.0))
 
 
-async def test_thousands_of_pooled_requests_on_a_saturated_machine_lose_none(saturated, scaled_daemon) -> None:
+async def test_thousands_of_pooled_requests_on_a_saturated_machine_lose_none(
+    saturated, scaled_daemon
+) -> None:
     server, keep_alive = scaled_daemon
     drops: Counter = Counter()
     statuses: Counter = Counter()
@@ -112,6 +125,8 @@ async def test_thousands_of_pooled_requests_on_a_saturated_machine_lose_none(sat
             for expiry, count in clients:
                 nursery.start_soon(drive, server.url, expiry, count, drops, statuses)
     assert sum(count for _, count in clients) >= REQUESTS
-    assert not drops, f"{sum(drops.values())} requests dropped ({dict(drops)}) with the server's keep-alive " \
-                      f"at {keep_alive:.2f} s and clients' expiry at {HTTPX_EXPIRY * SCALE:.2f} s"
+    assert not drops, (
+        f"{sum(drops.values())} requests dropped ({dict(drops)}) with the server's keep-alive "
+        f"at {keep_alive:.2f} s and clients' expiry at {HTTPX_EXPIRY * SCALE:.2f} s"
+    )
     assert statuses == {400: sum(count for _, count in clients)}

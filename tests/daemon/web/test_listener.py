@@ -34,7 +34,8 @@ SLOW_ENTERED: list[trio.Event] = []
 
 
 async def app(scope, receive, send) -> None:
-    """``/slow?s`` answers after s seconds; ``/chunks`` streams three chunks; anything else answers ``ok``.
+    """``/slow?s`` answers after s seconds; ``/chunks`` streams three
+    chunks; anything else answers ``ok``.
 
     ``/hold?s`` holds the whole event loop for s seconds (what a saturated
     machine does to it), saying so through ``HOLDING`` first.
@@ -46,7 +47,8 @@ async def app(scope, receive, send) -> None:
         pass
     if scope["path"] == "/hold":
         HOLDING.set()
-        time.sleep(float(scope["query_string"]))
+        # Blocking on purpose: the whole loop stalls, as on a saturated machine.
+        time.sleep(float(scope["query_string"]))  # noqa: ASYNC251 -- the stall is the point
     if scope["path"] == "/chunks":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for chunk in (b"one,", b"two,", b"three"):
@@ -57,12 +59,16 @@ async def app(scope, receive, send) -> None:
         while SLOW_ENTERED:
             SLOW_ENTERED.pop().set()
         await trio.sleep(float(scope["query_string"]))
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
     await send({"type": "http.response.body", "body": b"ok"})
 
 
 class Listener:
-    def __init__(self, nursery: trio.Nursery, url: str, stop: trio.Event, finished: trio.Event) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, url: str, stop: trio.Event, finished: trio.Event
+    ) -> None:
         self.nursery, self.url, self.stop, self.finished = nursery, url, stop, finished
         self.port = int(url.rsplit(":", 1)[1])
 
@@ -102,8 +108,12 @@ async def request(stream: trio.SocketStream, path: str) -> tuple[bytes, bytes]:
             size = int(size_line, 16)
             if size == 0:
                 return head, body
-            body, remaining = body + remaining[:size], remaining[size + 2:]
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            body, remaining = body + remaining[:size], remaining[size + 2 :]
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
     while len(rest) < length:
         rest += await stream.receive_some(65536)
     return head, rest
@@ -135,9 +145,13 @@ async def test_a_connection_serves_many_requests_sized_and_chunked(listener) -> 
     await stream.aclose()
 
 
-async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_not_before(listener) -> None:
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout_and_not_before(
+    listener,
+) -> None:
     stream = await trio.open_tcp_stream("127.0.0.1", listener.port)
-    for _ in range(4):  # each request moves the deadline on: 4 × KEEP_ALIVE / 2 outlives one timeout
+    for _ in range(
+        4
+    ):  # each request moves the deadline on: 4 × KEEP_ALIVE / 2 outlives one timeout
         await request(stream, "/")
         await trio.sleep(KEEP_ALIVE / 2)
     assert await closed_by_server(stream, within=KEEP_ALIVE * 20)
@@ -166,7 +180,8 @@ def answered(sock: socket.socket) -> bool:
 
 
 def answered_after_a_held_loop(port: int, connections: int) -> int:
-    """How many idle connections answer a request sent while the loop is held past their deadline."""
+    """How many idle connections answer a request sent while the loop
+    is held past their deadline."""
     idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(connections)]
     holder = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
@@ -196,11 +211,14 @@ async def test_a_hung_up_client_ends_its_connection_without_waiting_for_the_time
     stop = trio.Event()
     config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=30.0)
     config.keep_alive_timeout = 3600  # hypercorn's own task would wait out this hour
-    binds = await nursery.start(lambda task_status: serve(app, config, shutdown_trigger=stop.wait,
-                                                          task_status=task_status))
+    binds = await nursery.start(
+        lambda task_status: serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+    )
     stream = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
     await request(stream, "/")
-    await trio.sleep(0.3)  # the server has recycled the connection: idle, its keep-alive timer running
+    await trio.sleep(
+        0.3
+    )  # the server has recycled the connection: idle, its keep-alive timer running
     assert connection_handlers() == 1
     await stream.aclose()
     with trio.fail_after(10):
@@ -209,7 +227,9 @@ async def test_a_hung_up_client_ends_its_connection_without_waiting_for_the_time
     stop.set()
 
 
-async def test_shutdown_closes_idle_connections_and_finishes_the_response_in_flight(listener) -> None:
+async def test_shutdown_closes_idle_connections_and_finishes_the_response_in_flight(
+    listener,
+) -> None:
     idle = await trio.open_tcp_stream("127.0.0.1", listener.port)
     await request(idle, "/")
     busy = await trio.open_tcp_stream("127.0.0.1", listener.port)
@@ -240,7 +260,9 @@ async def test_a_tls_bind_is_refused_with_nothing_listening(tmp_path) -> None:
         await serve(app, config)
 
 
-async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_done(listener) -> None:
+async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_done(
+    listener,
+) -> None:
     # Prior-knowledge HTTP/2 over the plain socket: hypercorn's h2 protocol
     # reports the connection idle only when no stream is open.
     async with httpx.AsyncClient(http1=False, http2=True, base_url=listener.url) as client:
@@ -250,12 +272,16 @@ async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_do
             answers.append(await client.get(path))
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(get, f"/slow?{KEEP_ALIVE * 3}")  # open longer than one keep-alive timeout
+            nursery.start_soon(
+                get, f"/slow?{KEEP_ALIVE * 3}"
+            )  # open longer than one keep-alive timeout
             for _ in range(5):
                 nursery.start_soon(get, "/chunks")
         assert sorted(response.text for response in answers) == ["ok"] + ["one,two,three"] * 5
         assert {response.http_version for response in answers} == {"HTTP/2"}
-        assert connection_handlers() == 1  # six streams, one connection, still open after the slow one
+        assert (
+            connection_handlers() == 1
+        )  # six streams, one connection, still open after the slow one
         with trio.fail_after(KEEP_ALIVE * 20):
             while connection_handlers():
                 await trio.sleep(0.05)
@@ -276,6 +302,9 @@ def test_hypercorns_private_api_is_used_in_the_seam_alone() -> None:
                 names = [node.module or ""]
             else:
                 continue
-            outside += [f"{path.name}: {name}" for name in names
-                        if name.split(".")[0] == "hypercorn" and name not in public]
+            outside += [
+                f"{path.name}: {name}"
+                for name in names
+                if name.split(".")[0] == "hypercorn" and name not in public
+            ]
     assert outside == []
