@@ -91,7 +91,11 @@ class Pending:
     def to_json(self) -> dict:
         """The spec's pending object."""
         if self.kind == PendingKind.MODEL:
-            return {"kind": PendingKind.MODEL.value, "seq": self.seq, "request_hash": self.request_hash}
+            return {
+                "kind": PendingKind.MODEL.value,
+                "seq": self.seq,
+                "request_hash": self.request_hash,
+            }
         return {
             "kind": PendingKind.TOOL.value,
             "seq": self.seq,

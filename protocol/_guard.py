@@ -61,6 +61,7 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.ABANDONED: frozenset(),
 }
 
+
 def check_resume_input(view: RunView, value: Any) -> None:
     """Check that ``value`` resumes ``view``: a suspended run's input against the ``input_schema`` it
     recorded, an over-budget run's budget extension. (Which states take a resume is ``LEGAL_NEXT``'s.)
@@ -114,7 +115,9 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             raise _refuse(view, envelope, exc.message) from None
     elif isinstance(event, ModelCallCompleted):
         if view.pending.kind != PendingKind.MODEL or event.seq != view.pending.seq:
-            raise _refuse(view, envelope, f"it must name the open model intent at seq {view.pending.seq}")
+            raise _refuse(
+                view, envelope, f"it must name the open model intent at seq {view.pending.seq}"
+            )
     elif isinstance(event, ToolCallCompleted):
         if event.seq != view.pending.seq:
             raise _refuse(

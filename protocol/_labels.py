@@ -22,7 +22,9 @@ NOT_A_LABEL_MAP = "`labels` must be an object of string values"
 
 def is_label_map(value: Any) -> bool:
     """Whether ``value`` has the shape of labels (bounds aside): an object of string values."""
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
 
 
 def check_labels(labels: Any) -> None:
@@ -45,6 +47,4 @@ def check_labels(labels: Any) -> None:
                 f"label key {excerpt(key)!r} must be 1 to {MAX_LABEL_KEY_BYTES} bytes"
             )
         if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-            raise SchemaViolation(
-                f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes"
-            )
+            raise SchemaViolation(f"label {key!r} has a value over {MAX_LABEL_VALUE_BYTES} bytes")

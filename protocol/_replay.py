@@ -514,4 +514,3 @@ class ReplayCursor:
             raise self._kind(kind.value, found)
         self.position += 1
         return found
-

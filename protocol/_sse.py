@@ -41,8 +41,14 @@ def _field(name: str, value: str) -> str:
     return f"{name}: {value}\n"
 
 
-def sse_frame(data: str | None = None, *, event: str | None = None, id: int | str | None = None,
-              retry: int | None = None, comment: str | None = None) -> bytes:
+def sse_frame(
+    data: str | None = None,
+    *,
+    event: str | None = None,
+    id: int | str | None = None,
+    retry: int | None = None,
+    comment: str | None = None,
+) -> bytes:
     """One frame, ended by its blank line: ``: comment``, ``event``, ``id``, ``retry``, then each ``data`` line.
 
     ``data`` is split at its line breaks, one ``data:`` line each; a frame of
@@ -116,7 +122,7 @@ class SSEDecoder:
         while (end := _LINE_END.search(buffer, start)) is not None:
             if end.group() == b"\r" and end.end() == len(buffer) and not final:
                 break  # the LF of a CRLF may be in the next chunk
-            events += self._line(bytes(buffer[start:end.start()]))
+            events += self._line(bytes(buffer[start : end.start()]))
             start = end.end()
         del buffer[:start]
         return events

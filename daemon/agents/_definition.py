@@ -64,6 +64,8 @@ _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
 _PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
+
+
 class AgentKind(enum.StrEnum):
     """What drives an agent's run: salvor's own loop, a local process, or a running service."""
 
@@ -250,7 +252,10 @@ def parse_definition(
     _expect(isinstance(raw, dict), "`the definition` must be a table")
     if "kind" in raw:
         kind = raw["kind"]
-        _expect(kind in KINDS, f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} (or absent for a built-in agent)")
+        _expect(
+            kind in KINDS,
+            f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} (or absent for a built-in agent)",
+        )
         _expect(
             allow_processes,
             f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
@@ -476,11 +481,21 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
             f"`env` key {key!r} is not a variable name",
         )
         _expect(isinstance(value, str), f"`env` value of {key} must be a string")
-    return _outside_agent(raw, fmt, text, name, AgentKind.PROCESS, lambda timeout: ProcessSettings(
-        command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout))
+    return _outside_agent(
+        raw,
+        fmt,
+        text,
+        name,
+        AgentKind.PROCESS,
+        lambda timeout: ProcessSettings(
+            command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout
+        ),
+    )
 
 
-def _outside_agent(raw: dict, fmt: str, text: str, name: str | None, kind: AgentKind, settings) -> AgentDefinition:
+def _outside_agent(
+    raw: dict, fmt: str, text: str, name: str | None, kind: AgentKind, settings
+) -> AgentDefinition:
     """What a process and a service definition share: the timeout, record_prompts, the hash."""
     timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
     _positive_number("timeout", timeout)
@@ -554,8 +569,16 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
             f"`headers` value of {key} must be one line",
         )
         _check_placeholders(f"`headers` value of {key}", value)
-    return _outside_agent(raw, fmt, text, name, AgentKind.SERVICE, lambda timeout: ServiceSettings(
-        url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout))
+    return _outside_agent(
+        raw,
+        fmt,
+        text,
+        name,
+        AgentKind.SERVICE,
+        lambda timeout: ServiceSettings(
+            url=url, proxy_port=proxy_port, headers=dict(headers), timeout=timeout
+        ),
+    )
 
 
 def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:

@@ -36,8 +36,11 @@ class Answer:
     def __post_init__(self) -> None:
         object.__setattr__(self, "allowed", frozenset(f.name for f in self.fields))
         object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
-        object.__setattr__(self, "_optional", frozenset(f.name for f in self.fields
-                                                        if not f.required and not f.nullable))
+        object.__setattr__(
+            self,
+            "_optional",
+            frozenset(f.name for f in self.fields if not f.required and not f.nullable),
+        )
 
     def respond(self, status: int = 200, /, **values: Any) -> Response:
         """The answer as JSON; an optional field given as None is left out.
@@ -45,14 +48,23 @@ class Answer:
         Raises:
             RuntimeError: a field the declaration lacks, or a required one missing (a bug).
         """
-        body = {name: value for name, value in values.items() if value is not None or name not in self._optional}
+        body = {
+            name: value
+            for name, value in values.items()
+            if value is not None or name not in self._optional
+        }
         if not (self.allowed.issuperset(body) and self.required.issubset(body)):
-            raise RuntimeError(f"the {self.name} answer was built with {sorted(body)}; it takes "
-                               f"{sorted(self.allowed)} and needs {sorted(self.required)}")
+            raise RuntimeError(
+                f"the {self.name} answer was built with {sorted(body)}; it takes "
+                f"{sorted(self.allowed)} and needs {sorted(self.required)}"
+            )
         return json_response(body, status)
 
     def schema(self) -> JSON:
-        return closed({f.name: f.described() for f in self.fields}, [f.name for f in self.fields if f.required])
+        return closed(
+            {f.name: f.described() for f in self.fields},
+            [f.name for f in self.fields if f.required],
+        )
 
 
 def _required(name: str, schema: JSON, description: str = "") -> Field:
@@ -63,36 +75,97 @@ _RUN = _required("run", ref("RunId"))
 _STATUS = _required("status", ref("Status"))
 _RUNNING = _required("status", {"const": "running"})
 
-AGENT_CREATED = Answer("AgentCreated", (_required("agent", ref("AgentHash")),
-                                        _required("created", {"type": "boolean"})))
+AGENT_CREATED = Answer(
+    "AgentCreated",
+    (_required("agent", ref("AgentHash")), _required("created", {"type": "boolean"})),
+)
 RUN_STARTED = Answer("RunStarted", (_RUN, _RUNNING, Field(name="replay_of", schema=ref("RunId"))))
-RESUME_DRIVING = Answer("ResumeDriving", (_RUN, _RUNNING, _required("outcome", {"const": "driving"})))
-RESUME_FINISHED = Answer("ResumeFinished", (_RUN, _required("outcome", {"enum": _TERMINAL}), _STATUS))
+RESUME_DRIVING = Answer(
+    "ResumeDriving", (_RUN, _RUNNING, _required("outcome", {"const": "driving"}))
+)
+RESUME_FINISHED = Answer(
+    "ResumeFinished", (_RUN, _required("outcome", {"enum": _TERMINAL}), _STATUS)
+)
 RESOLVED = Answer("Resolved", (_RUN, _required("resolved", {"const": True}), _STATUS))
-ABANDONED = Answer("Abandoned", (_RUN, _required("abandoned", {"const": True}), _required("appended_seq", SEQ),
-                                 _STATUS))
-HEALTH = Answer("Health", (
-    _required("status", {"const": "ok"}),
-    _required("recovering", {"type": "integer", "minimum": 0,
-                             "description": "Interrupted runs handed to recovery whose drive has not begun yet."}),
-    _required("healing", {"type": "integer", "minimum": 0, "description": "Runs a store fault stopped, waiting "
-                                                                          "to be driven again once it takes writes."}),
-))
-CAPABILITIES = Answer("Capabilities", (
-    _required("capabilities", {"type": "object", "additionalProperties": {"type": "boolean"},
-                               "description": "A capability is listed true only when this server has it."}),
-    _required("server", closed({"version": {"type": "string"},
-                                "commit": {"type": "string", "description": "Short git hash, `-dirty` with local "
-                                                                            "changes; absent when unknown."}},
-                               ["version"])),
-))
-CLIENT_RUN_OPENED = Answer("ClientRunOpened", (
-    _RUN, _required("drive_token", {"type": "string", "pattern": "^dt_"}),
-    _required("log", {"type": "array", "items": ref("Envelope")}),
-))
+ABANDONED = Answer(
+    "Abandoned",
+    (_RUN, _required("abandoned", {"const": True}), _required("appended_seq", SEQ), _STATUS),
+)
+HEALTH = Answer(
+    "Health",
+    (
+        _required("status", {"const": "ok"}),
+        _required(
+            "recovering",
+            {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Interrupted runs handed to recovery whose drive has not begun yet.",
+            },
+        ),
+        _required(
+            "healing",
+            {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Runs a store fault stopped, waiting "
+                "to be driven again once it takes writes.",
+            },
+        ),
+    ),
+)
+CAPABILITIES = Answer(
+    "Capabilities",
+    (
+        _required(
+            "capabilities",
+            {
+                "type": "object",
+                "additionalProperties": {"type": "boolean"},
+                "description": "A capability is listed true only when this server has it.",
+            },
+        ),
+        _required(
+            "server",
+            closed(
+                {
+                    "version": {"type": "string"},
+                    "commit": {
+                        "type": "string",
+                        "description": "Short git hash, `-dirty` with local "
+                        "changes; absent when unknown.",
+                    },
+                },
+                ["version"],
+            ),
+        ),
+    ),
+)
+CLIENT_RUN_OPENED = Answer(
+    "ClientRunOpened",
+    (
+        _RUN,
+        _required("drive_token", {"type": "string", "pattern": "^dt_"}),
+        _required("log", {"type": "array", "items": ref("Envelope")}),
+    ),
+)
 RELEASED = Answer("Released", (_required("released", {"type": "boolean"}),))
-LEASE_LAPSE = Answer("LeaseLapse", (_required("lapses_in_seconds", {"type": "integer", "minimum": 1}),))
+LEASE_LAPSE = Answer(
+    "LeaseLapse", (_required("lapses_in_seconds", {"type": "integer", "minimum": 1}),)
+)
 CLIENT_RESOLVED = Answer("ClientResolved", (_RUN, _required("resolved", {"const": True})))
 
-ANSWERS = (AGENT_CREATED, RUN_STARTED, RESUME_DRIVING, RESUME_FINISHED, RESOLVED, ABANDONED, HEALTH, CAPABILITIES,
-           CLIENT_RUN_OPENED, RELEASED, LEASE_LAPSE, CLIENT_RESOLVED)
+ANSWERS = (
+    AGENT_CREATED,
+    RUN_STARTED,
+    RESUME_DRIVING,
+    RESUME_FINISHED,
+    RESOLVED,
+    ABANDONED,
+    HEALTH,
+    CAPABILITIES,
+    CLIENT_RUN_OPENED,
+    RELEASED,
+    LEASE_LAPSE,
+    CLIENT_RESOLVED,
+)

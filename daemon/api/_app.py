@@ -72,8 +72,15 @@ from ._stream import add_stream_route
 log = logging.getLogger("salvor.api")
 
 # Quart's own refusals by status; any other is a bad_request (400), as the table has it.
-_HTTP_CODES = {code.status: code for code in (ErrorCode.NOT_FOUND, ErrorCode.METHOD_NOT_ALLOWED,
-                                              ErrorCode.REQUEST_TIMEOUT, ErrorCode.PAYLOAD_TOO_LARGE)}
+_HTTP_CODES = {
+    code.status: code
+    for code in (
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.REQUEST_TIMEOUT,
+        ErrorCode.PAYLOAD_TOO_LARGE,
+    )
+}
 _TERMINAL = {state.value for state in TERMINAL_STATES}
 
 
@@ -238,7 +245,9 @@ def create_app(state: ServerState) -> QuartTrio:
         body = await START_RUN.read()
         replay_of, run_id, labels = body.get("replay_of"), body.get("run_id"), body.get("labels")
         if replay_of is not None and "input" in body:
-            raise bad_request("a re-run takes its origin's input; leave `input` out when `replay_of` is given")
+            raise bad_request(
+                "a re-run takes its origin's input; leave `input` out when `replay_of` is given"
+            )
         if "agent" in body:
             agent = await runtime.load_agent(body["agent"])
         else:
@@ -324,7 +333,9 @@ def create_app(state: ServerState) -> QuartTrio:
         await refuse_if_driven_elsewhere(state, run_id)
         decision = await runtime.resume(run_id, body.get("input", MISSING))
         if decision.outcome is ResumeOutcome.FINISHED:
-            return RESUME_FINISHED.respond(run=run_id, outcome=decision.view.state.value, status=decision.view.status())
+            return RESUME_FINISHED.respond(
+                run=run_id, outcome=decision.view.state.value, status=decision.view.status()
+            )
         state.drivers.start(run_id)
         return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")
 
@@ -357,7 +368,9 @@ def create_app(state: ServerState) -> QuartTrio:
     async def health():
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
-        return HEALTH.respond(status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing))
+        return HEALTH.respond(
+            status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing)
+        )
 
     @app.get("/v1/openapi.json")
     async def openapi():

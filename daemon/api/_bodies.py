@@ -81,13 +81,20 @@ class Body:
             OperationRefused: bad_request (400), payload_too_large (413) or request_timeout
                 (408); nothing has been recorded.
         """
-        body = await json_object(allowed=self.allowed, required=self.required, optional_body=self.optional)
+        body = await json_object(
+            allowed=self.allowed, required=self.required, optional_body=self.optional
+        )
         return self.checked(body)
 
     def from_bytes(self, data: bytes, mimetype: str) -> dict:
         """``read`` on a body already read whole, with its media type (lower case, no parameters)."""
-        body = object_from(data, mimetype, allowed=self.allowed, required=self.required,
-                           optional_body=self.optional)
+        body = object_from(
+            data,
+            mimetype,
+            allowed=self.allowed,
+            required=self.required,
+            optional_body=self.optional,
+        )
         return self.checked(body)
 
     def checked(self, body: dict) -> dict:
@@ -102,8 +109,11 @@ class Body:
 
     def schema(self) -> JSON:
         """The body as a closed JSON Schema object, for ``components.schemas[name]``."""
-        described = closed({f.name: f.described() for f in self.fields},
-                           [f.name for f in self.fields if f.required], **self.rules)
+        described = closed(
+            {f.name: f.described() for f in self.fields},
+            [f.name for f in self.fields if f.required],
+            **self.rules,
+        )
         return {"description": self.description, **described} if self.description else described
 
 
@@ -146,7 +156,9 @@ def _agent_hash(value: Any) -> str:
 
 def _seq(value: Any) -> int:
     if type(value) is not int or value < 0:
-        raise bad_request("`seq` must be the non-negative log position the client reserved for the intent")
+        raise bad_request(
+            "`seq` must be the non-negative log position the client reserved for the intent"
+        )
     return value
 
 
@@ -159,95 +171,216 @@ def _agent_or_replay(body: dict) -> None:
 
 _HASH = {"type": "string", "pattern": HASH_PATTERN}
 _STEP_SEQ = Field(name="seq", schema=SEQ, required=True, check=_seq)
-_OUTPUT = Field(name="output", required=True,
-                schema={"description": "What the write returned, as the operator established."})
+_OUTPUT = Field(
+    name="output",
+    required=True,
+    schema={"description": "What the write returned, as the operator established."},
+)
 
 START_RUN = Body(
     "StartRun",
     (
-        Field(name="agent", schema=ref("AgentHash"), check=_string("`agent` must be an agent hash string")),
-        Field(name="replay_of", schema=ref("RunId"), nullable=True,
-              check=_run_id("`replay_of` must be a run id string"), description=(
-                  "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
-                  "the origin's, and every model call must reproduce the origin's call at its position, answered "
-                  "from the origin's log with no upstream call. The re-run fails at the first divergent call.")),
+        Field(
+            name="agent",
+            schema=ref("AgentHash"),
+            check=_string("`agent` must be an agent hash string"),
+        ),
+        Field(
+            name="replay_of",
+            schema=ref("RunId"),
+            nullable=True,
+            check=_run_id("`replay_of` must be a run id string"),
+            description=(
+                "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
+                "the origin's, and every model call must reproduce the origin's call at its position, answered "
+                "from the origin's log with no upstream call. The re-run fails at the first divergent call."
+            ),
+        ),
         Field(name="input", schema=ANY),
         Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
-        Field(name="run_id", schema=ref("RunId"), nullable=True, check=_run_id("`run_id` must be a UUID string")),
+        Field(
+            name="run_id",
+            schema=ref("RunId"),
+            nullable=True,
+            check=_run_id("`run_id` must be a UUID string"),
+        ),
     ),
     precheck=_agent_or_replay,
     rules={
-        "anyOf": [{"required": ["agent"]},
-                  {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}}],
+        "anyOf": [
+            {"required": ["agent"]},
+            {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}},
+        ],
         # A re-run takes its origin's input.
         "if": {"required": ["replay_of"], "properties": {"replay_of": {"type": "string"}}},
         "then": {"not": {"required": ["input"]}},
     },
 )
-RESUME = Body("ResumeInput", (
-    Field(name="input", schema={"description": "The input a suspended run waits for, or "
-                                               "`{\"extend_by\": N}` for a budget. Ignored otherwise."}),
-), optional=True)
+RESUME = Body(
+    "ResumeInput",
+    (
+        Field(
+            name="input",
+            schema={
+                "description": "The input a suspended run waits for, or "
+                '`{"extend_by": N}` for a budget. Ignored otherwise.'
+            },
+        ),
+    ),
+    optional=True,
+)
 RESOLVE = Body("ResolveOutput", (_OUTPUT,))
-ABANDON = Body("AbandonReason", (
-    Field(name="reason", schema={"type": "string"}, check=_string("`reason` must be a string")),
-), optional=True)
+ABANDON = Body(
+    "AbandonReason",
+    (Field(name="reason", schema={"type": "string"}, check=_string("`reason` must be a string")),),
+    optional=True,
+)
 
-OPEN_CLIENT_RUN = Body("OpenClientRun", (
-    Field(name="record_prompts", check=_boolean("`record_prompts` must be true or false"),
-          schema={"type": "boolean", "description": "Kept for the server-performed model step."}),
-    Field(name="agent", schema=ref("AgentHash"), check=_agent_hash),
-    Field(name="input", schema=ANY),
-    Field(name="run_id", schema=ref("RunId"), nullable=True, check=_run_id("`run_id` must be a UUID string")),
-), optional=True)
-APPEND_EVENTS = Body("AppendEvents", (
-    Field(name="events", required=True, schema={
-        "type": "array", "items": ref("Envelope"), "minItems": 1, "maxItems": 1024,
-        "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."}),
-))
-MODEL_STEP = Body("ModelStep", (
-    _STEP_SEQ,
-    # Checked whole by ``client_runs.open_model_step``, whose fields these are.
-    Field(name="request", required=True, schema=closed(exactly("a model step's request", MODEL_REQUEST_FIELDS, {
-        "model": {"type": "string", "minLength": 1}, "max_tokens": {"type": "integer", "minimum": 1},
-        "messages": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["role", "content"],
-            "properties": {"role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}},
-        "system": {"type": ["string", "array"]},
-        "tools": {"type": "array", "items": {"type": "object", "required": ["name"],
-                                             "properties": {"name": {"type": "string"}}}}}),
-        ["model", "max_tokens", "messages"])),
-))
-TOOL_STEP = Body("ToolStep", (
-    _STEP_SEQ,
-    Field(name="tool", required=True, schema={"type": "string", "minLength": 1}),
-    Field(name="input", schema=ANY),
-    Field(name="idempotency_key", schema={"type": ["string", "null"], "minLength": 1}),
-    # Taken for shape parity and ignored: the registration decides it.
-    Field(name="effect", schema={"description": "Accepted and ignored: the registration decides the effect."}),
-))
-CLIENT_TOOL_INTENT = Body("ClientToolIntent", (
-    _STEP_SEQ,
-    Field(name="tool", required=True, schema={"type": "string"}),
-    Field(name="input", schema=ANY),
-))
-CLIENT_TOOL_COMPLETION = Body("ClientToolCompletion", (
-    _STEP_SEQ,
-    Field(name="output", schema=ANY),
-    Field(name="error", schema=closed(
-        {"message": {"type": "string"}, "kind": {"enum": ["invalid_input", "handler", "output_serialization"]}},
-        ["message"])),
-))
-CLIENT_MODEL_INTENT = Body("ClientModelIntent", (
-    _STEP_SEQ,
-    Field(name="request_hash", required=True, schema=_HASH),
-    Field(name="request_body", schema=ANY),
-))
-CLIENT_MODEL_COMPLETION = Body("ClientModelCompletion", (
-    _STEP_SEQ,
-    Field(name="response", required=True, schema=ANY),
-    Field(name="usage", required=True, schema=ref("Usage")),
-))
+OPEN_CLIENT_RUN = Body(
+    "OpenClientRun",
+    (
+        Field(
+            name="record_prompts",
+            check=_boolean("`record_prompts` must be true or false"),
+            schema={"type": "boolean", "description": "Kept for the server-performed model step."},
+        ),
+        Field(name="agent", schema=ref("AgentHash"), check=_agent_hash),
+        Field(name="input", schema=ANY),
+        Field(
+            name="run_id",
+            schema=ref("RunId"),
+            nullable=True,
+            check=_run_id("`run_id` must be a UUID string"),
+        ),
+    ),
+    optional=True,
+)
+APPEND_EVENTS = Body(
+    "AppendEvents",
+    (
+        Field(
+            name="events",
+            required=True,
+            schema={
+                "type": "array",
+                "items": ref("Envelope"),
+                "minItems": 1,
+                "maxItems": 1024,
+                "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server.",
+            },
+        ),
+    ),
+)
+MODEL_STEP = Body(
+    "ModelStep",
+    (
+        _STEP_SEQ,
+        # Checked whole by ``client_runs.open_model_step``, whose fields these are.
+        Field(
+            name="request",
+            required=True,
+            schema=closed(
+                exactly(
+                    "a model step's request",
+                    MODEL_REQUEST_FIELDS,
+                    {
+                        "model": {"type": "string", "minLength": 1},
+                        "max_tokens": {"type": "integer", "minimum": 1},
+                        "messages": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "required": ["role", "content"],
+                                "properties": {
+                                    "role": {"enum": ["user", "assistant"]},
+                                    "content": {"type": ["string", "array"]},
+                                },
+                            },
+                        },
+                        "system": {"type": ["string", "array"]},
+                        "tools": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {"name": {"type": "string"}},
+                            },
+                        },
+                    },
+                ),
+                ["model", "max_tokens", "messages"],
+            ),
+        ),
+    ),
+)
+TOOL_STEP = Body(
+    "ToolStep",
+    (
+        _STEP_SEQ,
+        Field(name="tool", required=True, schema={"type": "string", "minLength": 1}),
+        Field(name="input", schema=ANY),
+        Field(name="idempotency_key", schema={"type": ["string", "null"], "minLength": 1}),
+        # Taken for shape parity and ignored: the registration decides it.
+        Field(
+            name="effect",
+            schema={"description": "Accepted and ignored: the registration decides the effect."},
+        ),
+    ),
+)
+CLIENT_TOOL_INTENT = Body(
+    "ClientToolIntent",
+    (
+        _STEP_SEQ,
+        Field(name="tool", required=True, schema={"type": "string"}),
+        Field(name="input", schema=ANY),
+    ),
+)
+CLIENT_TOOL_COMPLETION = Body(
+    "ClientToolCompletion",
+    (
+        _STEP_SEQ,
+        Field(name="output", schema=ANY),
+        Field(
+            name="error",
+            schema=closed(
+                {
+                    "message": {"type": "string"},
+                    "kind": {"enum": ["invalid_input", "handler", "output_serialization"]},
+                },
+                ["message"],
+            ),
+        ),
+    ),
+)
+CLIENT_MODEL_INTENT = Body(
+    "ClientModelIntent",
+    (
+        _STEP_SEQ,
+        Field(name="request_hash", required=True, schema=_HASH),
+        Field(name="request_body", schema=ANY),
+    ),
+)
+CLIENT_MODEL_COMPLETION = Body(
+    "ClientModelCompletion",
+    (
+        _STEP_SEQ,
+        Field(name="response", required=True, schema=ANY),
+        Field(name="usage", required=True, schema=ref("Usage")),
+    ),
+)
 
-BODIES = (START_RUN, RESUME, RESOLVE, ABANDON, OPEN_CLIENT_RUN, APPEND_EVENTS, MODEL_STEP, TOOL_STEP,
-          CLIENT_TOOL_INTENT, CLIENT_TOOL_COMPLETION, CLIENT_MODEL_INTENT, CLIENT_MODEL_COMPLETION)
+BODIES = (
+    START_RUN,
+    RESUME,
+    RESOLVE,
+    ABANDON,
+    OPEN_CLIENT_RUN,
+    APPEND_EVENTS,
+    MODEL_STEP,
+    TOOL_STEP,
+    CLIENT_TOOL_INTENT,
+    CLIENT_TOOL_COMPLETION,
+    CLIENT_MODEL_INTENT,
+    CLIENT_MODEL_COMPLETION,
+)

@@ -93,8 +93,9 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
             record_prompts=body.get("record_prompts", False),
         )
         log = [] if view is None else await runtime.log(run_id)
-        return CLIENT_RUN_OPENED.respond(201 if fresh else 200, run=run_id, drive_token=token,
-                                         log=[e.to_json() for e in log])
+        return CLIENT_RUN_OPENED.respond(
+            201 if fresh else 200, run=run_id, drive_token=token, log=[e.to_json() for e in log]
+        )
 
     @app.post("/v1/client-runs/<run_id>/release")
     async def release(run_id: str):
@@ -124,8 +125,14 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         body = await MODEL_STEP.read()
         # Every refusal comes before the stream starts, as the error envelope.
-        call = await open_model_step(runtime.access, run_id, body["seq"], body["request"],
-                                     record_prompts=leases.record_prompts(run_id), executor=state.model_executor)
+        call = await open_model_step(
+            runtime.access,
+            run_id,
+            body["seq"],
+            body["request"],
+            record_prompts=leases.record_prompts(run_id),
+            executor=state.model_executor,
+        )
         if wants_stream():
             return await stream_model_step(run_id, call)
         if call.answer is not None:
@@ -184,8 +191,15 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         # `effect` is taken for shape parity and ignored: the registration decides it.
         body = await TOOL_STEP.read()
-        answer = await tool_step(runtime.access, runtime.registry, run_id, body["seq"], body["tool"],
-                                 body.get("input"), body.get("idempotency_key"))
+        answer = await tool_step(
+            runtime.access,
+            runtime.registry,
+            run_id,
+            body["seq"],
+            body["tool"],
+            body.get("input"),
+            body.get("idempotency_key"),
+        )
         return json_response(answer)
 
     @app.get("/v1/client-tools")
@@ -203,27 +217,42 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         run_id = await driving(run_id)
         body = await CLIENT_TOOL_INTENT.read()
         tool = declared(state.client_tools, body["tool"])
-        return json_response(await tool_intent(runtime.access, tool, run_id, body["seq"], body.get("input")))
+        return json_response(
+            await tool_intent(runtime.access, tool, run_id, body["seq"], body.get("input"))
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-tool-completion")
     async def client_tool_completion(run_id: str):
         run_id = await driving(run_id)
         body = await CLIENT_TOOL_COMPLETION.read()
-        return json_response(await tool_completion(runtime.access, state.client_tools, run_id, body["seq"], body))
+        return json_response(
+            await tool_completion(runtime.access, state.client_tools, run_id, body["seq"], body)
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-model-intent")
     async def client_model_intent(run_id: str):
         run_id = await driving(run_id)
         body = await CLIENT_MODEL_INTENT.read()
-        return json_response(await model_intent(runtime.access, run_id, body["seq"], body["request_hash"],
-                                                body.get("request_body"), record_prompts=leases.record_prompts(run_id)))
+        return json_response(
+            await model_intent(
+                runtime.access,
+                run_id,
+                body["seq"],
+                body["request_hash"],
+                body.get("request_body"),
+                record_prompts=leases.record_prompts(run_id),
+            )
+        )
 
     @app.post("/v1/client-runs/<run_id>/client-model-completion")
     async def client_model_completion(run_id: str):
         run_id = await driving(run_id)
         body = await CLIENT_MODEL_COMPLETION.read()
-        return json_response(await model_completion(runtime.access, run_id, body["seq"], body["response"],
-                                                    body["usage"]))
+        return json_response(
+            await model_completion(
+                runtime.access, run_id, body["seq"], body["response"], body["usage"]
+            )
+        )
 
     @app.post("/v1/client-runs/<run_id>/resolve")
     async def client_resolve(run_id: str):
@@ -240,4 +269,3 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
     async def append(run_id: str):
         run_id = await driving(run_id)
         return json_response(await appends.append(run_id, await APPEND_EVENTS.read()))
-

@@ -98,5 +98,7 @@ class AppendFront:
         token = headers.get(b"x-drive-token")
         run_id = await appends.driving(run_id, None if token is None else token.decode("latin-1"))
         data = await read_body(asgi_chunks(receive), self._state.body_timeout_seconds)
-        mimetype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
+        mimetype = (
+            headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
+        )
         return await appends.append(run_id, APPEND_EVENTS.from_bytes(data, mimetype))

@@ -84,12 +84,13 @@ _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
 _SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 _PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 # No bracket in the user part either: urlsplit refuses a netloc holding one without the other.
-_HTTP_URL = (f"^[hH][tT][tT][pP][sS]?://([^/?#@\\[\\]{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
-             f"(:{_PORT})?([/?#][^{_SPACE}]*)?$")
+_HTTP_URL = (
+    f"^[hH][tT][tT][pP][sS]?://([^/?#@\\[\\]{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
+    f"(:{_PORT})?([/?#][^{_SPACE}]*)?$"
+)
 # One line, and every `${` opens a well-formed `${NAME}`.
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
-
 
 
 # -- shared shapes -------------------------------------------------------------------------------------
@@ -367,29 +368,69 @@ SCHEMAS: JSON = {
     },
     "BuiltinAgent": {
         "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
-                       "files on the daemon's disk, never over HTTP.",
-        **_object(_exactly("a built-in agent", HTTP_FIELDS["builtin"], {
-             "name": _nullable(_NAME), "model": {"type": "string", "pattern": _NOT_BLANK},
-             "system_prompt": _nullable({"type": "string"}), "max_response_tokens": {"type": "integer", "minimum": 1},
-             "record_prompts": {"type": "boolean"},
-             "llm": _object(_exactly(
-                 # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
-                 "[llm]", HTTP_FIELDS["llm"], {"provider": {"enum": list(PROVIDERS)},
-                  "base_url": {"type": "string", "description": "An endpoint the operator declared "
-                               "(the served document lists them); any with provider `demo`."},
-                  "api_key_env": {"type": "string", "description": "Absent, or the variable the operator "
-                                  "bound to the endpoint (the served document names it)."},
-                  "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-                  "timeout_seconds": _POSITIVE, "stream": {"type": "boolean"}})),
-             "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
-             "pricing": _nullable(_object(_exactly("[pricing]", HTTP_FIELDS["pricing"], {
-                 "input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE}),
-                 ["input_per_mtok", "output_per_mtok"])),
-             "output_schema": _nullable({"type": "object", "description": "A JSON Schema the answer must satisfy."}),
-             "tools": {"type": "array", "uniqueItems": True,
-                       "items": _object(_exactly("[[tools]]", HTTP_FIELDS["tools"], {
-                           "name": {"$ref": "#/components/schemas/ToolName"}}), ["name"])},
-             "mcp_servers": {"type": "array", "items": _ref("McpServer")}}),
+        "files on the daemon's disk, never over HTTP.",
+        **_object(
+            _exactly(
+                "a built-in agent",
+                HTTP_FIELDS["builtin"],
+                {
+                    "name": _nullable(_NAME),
+                    "model": {"type": "string", "pattern": _NOT_BLANK},
+                    "system_prompt": _nullable({"type": "string"}),
+                    "max_response_tokens": {"type": "integer", "minimum": 1},
+                    "record_prompts": {"type": "boolean"},
+                    "llm": _object(
+                        _exactly(
+                            # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
+                            "[llm]",
+                            HTTP_FIELDS["llm"],
+                            {
+                                "provider": {"enum": list(PROVIDERS)},
+                                "base_url": {
+                                    "type": "string",
+                                    "description": "An endpoint the operator declared "
+                                    "(the served document lists them); any with provider `demo`.",
+                                },
+                                "api_key_env": {
+                                    "type": "string",
+                                    "description": "Absent, or the variable the operator "
+                                    "bound to the endpoint (the served document names it).",
+                                },
+                                "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
+                                "timeout_seconds": _POSITIVE,
+                                "stream": {"type": "boolean"},
+                            },
+                        )
+                    ),
+                    "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
+                    "pricing": _nullable(
+                        _object(
+                            _exactly(
+                                "[pricing]",
+                                HTTP_FIELDS["pricing"],
+                                {"input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE},
+                            ),
+                            ["input_per_mtok", "output_per_mtok"],
+                        )
+                    ),
+                    "output_schema": _nullable(
+                        {"type": "object", "description": "A JSON Schema the answer must satisfy."}
+                    ),
+                    "tools": {
+                        "type": "array",
+                        "uniqueItems": True,
+                        "items": _object(
+                            _exactly(
+                                "[[tools]]",
+                                HTTP_FIELDS["tools"],
+                                {"name": {"$ref": "#/components/schemas/ToolName"}},
+                            ),
+                            ["name"],
+                        ),
+                    },
+                    "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                },
+            ),
             ["model"],
         ),
         # A cost budget is priced by the agent's own [pricing].
@@ -403,33 +444,65 @@ SCHEMAS: JSON = {
     },
     "ProcessAgent": {
         "description": "A local program the daemon starts for each run, its model calls and MCP servers "
-                       "pointed at salvor's loopback proxies.",
-        **_object(_exactly("a process agent", HTTP_FIELDS["process"], {
-             "name": _nullable(_NAME), "kind": {"const": "process"},
-             "command": {"oneOf": [
-                 {"type": "string", "pattern": _NOT_BLANK,
-                  "description": "Split into arguments as a POSIX shell would."},
-                 {"type": "array", "minItems": 1, "prefixItems": [{"type": "string", "minLength": 1}],
-                  "items": {"type": "string"}}]},
-             "cwd": _nullable({"type": "string", "minLength": 1}),
-             "env": {"type": "object", "propertyNames": {"pattern": "^[^=\\u0000]+$"},
-                     "additionalProperties": {"type": "string"}},
-             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"},
-             "mcp_servers": {"type": "array", "items": _ref("McpServer")}}),
+        "pointed at salvor's loopback proxies.",
+        **_object(
+            _exactly(
+                "a process agent",
+                HTTP_FIELDS["process"],
+                {
+                    "name": _nullable(_NAME),
+                    "kind": {"const": "process"},
+                    "command": {
+                        "oneOf": [
+                            {
+                                "type": "string",
+                                "pattern": _NOT_BLANK,
+                                "description": "Split into arguments as a POSIX shell would.",
+                            },
+                            {
+                                "type": "array",
+                                "minItems": 1,
+                                "prefixItems": [{"type": "string", "minLength": 1}],
+                                "items": {"type": "string"},
+                            },
+                        ]
+                    },
+                    "cwd": _nullable({"type": "string", "minLength": 1}),
+                    "env": {
+                        "type": "object",
+                        "propertyNames": {"pattern": "^[^=\\u0000]+$"},
+                        "additionalProperties": {"type": "string"},
+                    },
+                    "timeout": _POSITIVE,
+                    "record_prompts": {"type": "boolean"},
+                    "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                },
+            ),
             ["kind", "command"],
         ),
     },
     "ServiceAgent": {
         "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
-                       "model calls come to the loopback `proxy_port` the daemon binds for the run.",
-        **_object(_exactly("a service agent", HTTP_FIELDS["service"], {
-             "name": _nullable(_NAME), "kind": {"const": "service"},
-             "url": {"type": "string", "pattern": _HTTP_URL},
-             "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
-             "headers": {"type": "object", "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
-                         "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
-                         "description": "`${VAR}` is read from the daemon's environment when it POSTs."},
-             "timeout": _POSITIVE, "record_prompts": {"type": "boolean"}}),
+        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
+        **_object(
+            _exactly(
+                "a service agent",
+                HTTP_FIELDS["service"],
+                {
+                    "name": _nullable(_NAME),
+                    "kind": {"const": "service"},
+                    "url": {"type": "string", "pattern": _HTTP_URL},
+                    "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
+                    "headers": {
+                        "type": "object",
+                        "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
+                        "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
+                        "description": "`${VAR}` is read from the daemon's environment when it POSTs.",
+                    },
+                    "timeout": _POSITIVE,
+                    "record_prompts": {"type": "boolean"},
+                },
+            ),
             ["kind", "url", "proxy_port"],
         ),
     },
@@ -443,23 +516,47 @@ SCHEMAS: JSON = {
             "(`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
             "are not started at registration."
         ),
-        **_object(_exactly("[[mcp_servers]]", SERVER_FIELDS | STAND_IN_FIELDS, {
-             "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-             "command": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
-             "args": {"type": "array", "items": {"type": "string"}},
-             "env": {"type": "object", "additionalProperties": {"type": "string"}},
-             "cwd": {"type": "string", "minLength": 1},
-             "url": {"type": "string", "format": "uri"},
-             "headers": {"type": "object", "additionalProperties": {"type": "string"},
-                         "description": "`${VAR}` is read from the daemon's environment when it connects."},
-             "bearer_token_env": {"type": "string"},
-             "effects": {"type": "object", "additionalProperties": {"enum": ["read", "idempotent", "write"]}},
-             "effect_overrides": {"type": "object", "additionalProperties": {"enum": ["read", "idempotent", "write"]}},
-             "results": {"type": "object", "additionalProperties": _ANY},
-             "tools": {"type": "array", "items": {"type": "string"}},
-             "timeout": {"type": "number", "exclusiveMinimum": 0},
-             "port": {"type": "integer", "minimum": 1, "maximum": 65535,
-                      "description": "A process agent's `url` server only: the fixed loopback port of its stand-in."}}),
+        **_object(
+            _exactly(
+                "[[mcp_servers]]",
+                SERVER_FIELDS | STAND_IN_FIELDS,
+                {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "command": {
+                        "oneOf": [
+                            {"type": "string"},
+                            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        ]
+                    },
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "cwd": {"type": "string", "minLength": 1},
+                    "url": {"type": "string", "format": "uri"},
+                    "headers": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "description": "`${VAR}` is read from the daemon's environment when it connects.",
+                    },
+                    "bearer_token_env": {"type": "string"},
+                    "effects": {
+                        "type": "object",
+                        "additionalProperties": {"enum": ["read", "idempotent", "write"]},
+                    },
+                    "effect_overrides": {
+                        "type": "object",
+                        "additionalProperties": {"enum": ["read", "idempotent", "write"]},
+                    },
+                    "results": {"type": "object", "additionalProperties": _ANY},
+                    "tools": {"type": "array", "items": {"type": "string"}},
+                    "timeout": {"type": "number", "exclusiveMinimum": 0},
+                    "port": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 65535,
+                        "description": "A process agent's `url` server only: the fixed loopback port of its stand-in.",
+                    },
+                },
+            ),
             oneOf=[{"required": ["command"]}, {"required": ["url"]}],
             # Two names for one table: a server gives one of them.
             **{"not": {"required": ["effects", "effect_overrides"]}},
@@ -491,7 +588,9 @@ SCHEMAS: JSON = {
     ),
     "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
     "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
-    "ModelStepDone": _object({"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]),
+    "ModelStepDone": _object(
+        {"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]
+    ),
     "ToolStepDone": _object({"output": _ANY}, ["output"]),
     "ClientTool": _object(
         {
@@ -505,7 +604,9 @@ SCHEMAS: JSON = {
         },
         ["name", "effect", "input_schema", "trust_completion"],
     ),
-    "ClientTools": _object({"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]),
+    "ClientTools": _object(
+        {"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]
+    ),
     "ClientToolOpened": _object(
         {
             "seq": _SEQ,
@@ -685,7 +786,10 @@ def _responses(ok: dict[str, JSON], *refusals: str, extra: dict[str, JSON] | Non
 
 
 def _body(body: Body) -> JSON:
-    return {"required": not body.optional, "content": {"application/json": {"schema": _ref(body.name)}}}
+    return {
+        "required": not body.optional,
+        "content": {"application/json": {"schema": _ref(body.name)}},
+    }
 
 
 _RUN = [{"$ref": "#/components/parameters/RunId"}]
@@ -1407,11 +1511,16 @@ def _check_codes() -> None:
                 schema = response.get("content", {}).get("application/json", {}).get("schema")
                 if int(status) < 400 or schema is None:
                     continue
-                wrong += [f"{method.upper()} {path} {status}: {code}" for code in sorted(_codes(schema))
-                          if CODE_STATUS.get(code) != int(status)]
+                wrong += [
+                    f"{method.upper()} {path} {status}: {code}"
+                    for code in sorted(_codes(schema))
+                    if CODE_STATUS.get(code) != int(status)
+                ]
     if wrong:
-        raise RuntimeError(f"the OpenAPI document lists refusals under a status their code does not answer "
-                           f"with: {'; '.join(wrong)}")
+        raise RuntimeError(
+            f"the OpenAPI document lists refusals under a status their code does not answer "
+            f"with: {'; '.join(wrong)}"
+        )
 
 
 _check_codes()

@@ -41,19 +41,32 @@ class Query:
         """Raises: OperationRefused (bad_request) for the first name, in order, the query does not take."""
         unknown = sorted(set(given) - self.names)
         if unknown:
-            raise bad_request(f"unknown query parameter `{unknown[0]}`; use "
-                              f"{', '.join(p.name for p in self.parameters)}")
+            raise bad_request(
+                f"unknown query parameter `{unknown[0]}`; use "
+                f"{', '.join(p.name for p in self.parameters)}"
+            )
 
     def described(self) -> list[JSON]:
         return [p.described() for p in self.parameters]
 
 
-RUNS_QUERY = Query((
-    QueryParameter(name="status", schema={"enum": [s.value for s in RunState]}),
-    QueryParameter(name="label", schema={"type": "string", "pattern": "^[^:]+:"},
-                   description="`key:value`: only runs carrying that label."),
-    QueryParameter(name="limit", schema={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
-                   description="A page size; without it every matching run is listed."),
-    QueryParameter(name="cursor", schema={"type": "string", "format": "salvor-cursor"},
-                   description="The `next_cursor` of the previous page (opaque: anything else is a 400)."),
-))
+RUNS_QUERY = Query(
+    (
+        QueryParameter(name="status", schema={"enum": [s.value for s in RunState]}),
+        QueryParameter(
+            name="label",
+            schema={"type": "string", "pattern": "^[^:]+:"},
+            description="`key:value`: only runs carrying that label.",
+        ),
+        QueryParameter(
+            name="limit",
+            schema={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+            description="A page size; without it every matching run is listed.",
+        ),
+        QueryParameter(
+            name="cursor",
+            schema={"type": "string", "format": "salvor-cursor"},
+            description="The `next_cursor` of the previous page (opaque: anything else is a 400).",
+        ),
+    )
+)

@@ -12,7 +12,11 @@ JSON = dict[str, Any]
 
 SEQ: JSON = {"type": "integer", "minimum": 0}
 ANY: JSON = {"description": "Any JSON value."}
-INSTANT: JSON = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC, the store's clock."}
+INSTANT: JSON = {
+    "type": "string",
+    "format": "date-time",
+    "description": "RFC 3339, UTC, the store's clock.",
+}
 HASH_PATTERN = "^sha256:[0-9a-f]{64}$"
 
 
@@ -22,8 +26,13 @@ def ref(name: str) -> JSON:
 
 def closed(properties: JSON, required: list[str] | tuple[str, ...] = (), **extra: Any) -> JSON:
     """A closed object: the listed properties, nothing else."""
-    return {"type": "object", "properties": properties, "required": list(required),
-            "additionalProperties": False, **extra}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+        **extra,
+    }
 
 
 def nullable(schema: JSON) -> JSON:
@@ -39,6 +48,8 @@ def exactly(table: str, fields: frozenset[str], properties: JSON) -> JSON:
             document describes it.
     """
     if set(properties) != fields:
-        raise RuntimeError(f"the OpenAPI document describes {table} with {sorted(properties)}, but the "
-                           f"daemon takes {sorted(fields)}")
+        raise RuntimeError(
+            f"the OpenAPI document describes {table} with {sorted(properties)}, but the "
+            f"daemon takes {sorted(fields)}"
+        )
     return properties

@@ -400,11 +400,15 @@ async def _load(source: str) -> AgentDefinition:
     except DefinitionError as exc:
         raise UsageError(f"{source}: {exc}") from None
     if agent.kind is AgentKind.SERVICE:
-        raise UsageError(f'{source} is a service agent, which salvor does not start; doctor checks process agents '
-                         f'(kind = "process")')
+        raise UsageError(
+            f"{source} is a service agent, which salvor does not start; doctor checks process agents "
+            f'(kind = "process")'
+        )
     if agent.kind is not AgentKind.PROCESS:
-        raise UsageError(f'{source} is a built-in agent, which salvor drives itself; doctor checks process agents '
-                         f'(kind = "process")')
+        raise UsageError(
+            f"{source} is a built-in agent, which salvor drives itself; doctor checks process agents "
+            f'(kind = "process")'
+        )
     return agent
 
 

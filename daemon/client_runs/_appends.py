@@ -99,8 +99,10 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
     if not isinstance(raw, list) or not raw:
         raise bad_request("`events` must be a non-empty array of event envelopes")
     if len(raw) > MAX_EVENTS_PER_APPEND:
-        raise OperationRefused(ErrorCode.PAYLOAD_TOO_LARGE,
-                               f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}")
+        raise OperationRefused(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"a batch holds at most {MAX_EVENTS_PER_APPEND} events; this one has {len(raw)}",
+        )
     # Kinds are judged before any envelope is decoded: a model or tool event
     # is refused for what it is, whatever its payload or its neighbours hold.
     for index, item in enumerate(raw):

@@ -62,9 +62,19 @@ async def tool_intent(
     tool.check_input(tool_input)
     key = tool.key(run_id, seq, tool_input)
     found = await at_seq(access, run_id, seq)
-    intent = ToolCallRequested(tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key,
-                               performed_by=Actor.CLIENT)
-    answer: dict[str, Any] = {"seq": seq, "idempotency_key": key, "effect": tool.effect.value, "settled": False}
+    intent = ToolCallRequested(
+        tool=tool.name,
+        input=tool_input,
+        effect=tool.effect.value,
+        idempotency_key=key,
+        performed_by=Actor.CLIENT,
+    )
+    answer: dict[str, Any] = {
+        "seq": seq,
+        "idempotency_key": key,
+        "effect": tool.effect.value,
+        "settled": False,
+    }
     if found.intent is not None:
         recorded = found.intent.event
         if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(
@@ -118,11 +128,15 @@ async def tool_completion(
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.TOOL or pending.seq != seq:
-        raise GuardRefusal(f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete")
+        raise GuardRefusal(
+            f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete"
+        )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != Actor.CLIENT:
-        raise completion_refused(f"the call at seq {seq} was performed by salvor, which holds its real result; "
-                                 f"a client cannot complete it")
+        raise completion_refused(
+            f"the call at seq {seq} was performed by salvor, which holds its real result; "
+            f"a client cannot complete it"
+        )
     tool = tools.get(intent.tool)
     if tool is None:
         raise bad_request(
@@ -178,17 +192,27 @@ async def model_intent(
     found = await at_seq(access, run_id, seq)
     if found.intent is not None:
         recorded = found.intent.event
-        if recorded.KIND is not EventKind.MODEL_CALL_REQUESTED or recorded.request_hash != request_hash:
-            raise GuardRefusal(f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this request")
+        if (
+            recorded.KIND is not EventKind.MODEL_CALL_REQUESTED
+            or recorded.request_hash != request_hash
+        ):
+            raise GuardRefusal(
+                f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this request"
+            )
         if recorded.performed_by != Actor.CLIENT:
-            raise GuardRefusal(f"the model call at seq {seq} was performed by salvor; the client's cursor and the "
-                               f"log disagree about who owns it")
+            raise GuardRefusal(
+                f"the model call at seq {seq} was performed by salvor; the client's cursor and the "
+                f"log disagree about who owns it"
+            )
         if found.completion is not None:
             done = found.completion.event
             return {"seq": seq, "settled": True, "response": done.response, "usage": done.usage}
         return {"seq": seq, "settled": False}
-    intent = ModelCallRequested(request_hash=request_hash, request_body=request_body if record_prompts else None,
-                                performed_by=Actor.CLIENT)
+    intent = ModelCallRequested(
+        request_hash=request_hash,
+        request_body=request_body if record_prompts else None,
+        performed_by=Actor.CLIENT,
+    )
     await access.append(run_id, [intent], found.view)
     return {"seq": seq, "settled": False}
 
@@ -200,9 +224,13 @@ async def model_completion(
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.MODEL or pending.seq != seq:
-        raise GuardRefusal(f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete")
+        raise GuardRefusal(
+            f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete"
+        )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != Actor.CLIENT:
-        raise completion_refused(f"the model call at seq {seq} was performed by salvor, which holds its real response")
+        raise completion_refused(
+            f"the model call at seq {seq} was performed by salvor, which holds its real response"
+        )
     await access.append(run_id, [ModelCallCompleted(seq=seq, response=response, usage=usage)], view)
     return {"seq": seq, "completed": True}

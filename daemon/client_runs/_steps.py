@@ -273,7 +273,9 @@ async def tool_step(
     tool = registry.get(name)
     if tool is None:
         known = ", ".join(registry.names()) or "none"
-        raise OperationRefused(ErrorCode.UNKNOWN_TOOL, f"this daemon has no tool {name!r} (it has: {known})")
+        raise OperationRefused(
+            ErrorCode.UNKNOWN_TOOL, f"this daemon has no tool {name!r} (it has: {known})"
+        )
     try:
         validate(tool.input_schema, tool_input, what=f"the input of tool {name}")
     except SchemaViolation as exc:
@@ -308,7 +310,12 @@ async def tool_step(
         raise OperationRefused(
             ErrorCode.TOOL_EXECUTION,
             f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): {failed.message}; its intent "
-            f"stays open" + ("" if tool.effect.value != "write" else ", and as a write it now needs reconciliation"),
+            f"stays open"
+            + (
+                ""
+                if tool.effect.value != "write"
+                else ", and as a write it now needs reconciliation"
+            ),
         ) from None
     output = outcome_output(tool, outcome, attempt)
     await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view)

@@ -171,16 +171,22 @@ class HttpTransport(Transport):
             # An event's name, id and retry carry nothing a session needs: its data is the message.
             for event in decoder.feed(chunk):
                 if len(event.data.encode()) > MAX_MESSAGE_BYTES:
-                    raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
+                    raise McpNoAnswer(
+                        self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"
+                    )
                 try:
                     message = json.loads(event.data)
                 except (ValueError, RecursionError):
-                    raise McpNoAnswer(self.name, "sent an event that is not JSON, so not a valid MCP message") from None
+                    raise McpNoAnswer(
+                        self.name, "sent an event that is not JSON, so not a valid MCP message"
+                    ) from None
                 await session.deliver(message)
                 if reply.done.is_set():
                     return
             if decoder.pending > MAX_MESSAGE_BYTES:
-                raise McpNoAnswer(self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap")
+                raise McpNoAnswer(
+                    self.name, f"sent a message over the {MAX_MESSAGE_BYTES}-byte cap"
+                )
 
     async def answer(self, session: McpSession, message: dict) -> None:
         try:

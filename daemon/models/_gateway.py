@@ -250,7 +250,10 @@ class ModelGateway:
                     async for chunk in reply.aiter_bytes():
                         for event in decoder.feed(chunk):
                             assembler.feed(event.event, event.data)
-                            if on_delta is not None and (delta := ticker(provider, event.event, event.data)) is not None:
+                            if (
+                                on_delta is not None
+                                and (delta := ticker(provider, event.event, event.data)) is not None
+                            ):
                                 await on_delta(delta)
                     for event in decoder.close():
                         assembler.feed(event.event, event.data)

@@ -188,7 +188,13 @@ async def _push_stream(lane: Any, receive, send) -> None:
             nursery.start_soon(until_gone)
             async for note in notes:
                 data = json.dumps(note, ensure_ascii=False, separators=(",", ":"))
-                await send({"type": "http.response.body", "body": sse_frame(data, event="message"), "more_body": True})
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": sse_frame(data, event="message"),
+                        "more_body": True,
+                    }
+                )
             nursery.cancel_scope.cancel(reason="the lane closed its MCP push stream")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception as exc:  # noqa: BLE001 -- the agent went away; nothing recorded depends on the stream

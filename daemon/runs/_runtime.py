@@ -260,7 +260,9 @@ class Runtime:
             try:
                 await self.access.append(run_id, [head], EMPTY_VIEW)
             except SeqConflict:
-                raise OperationRefused(ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id") from None
+                raise OperationRefused(
+                    ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
+                ) from None
         except BaseException:
             if port is not None:
                 self.ports.release(port, run_id)
@@ -289,7 +291,9 @@ class Runtime:
                 details={"replay_of": origin, "state": view.state.value},
             )
         if view.driven_by == Actor.CLIENT:
-            raise bad_request(f"run {origin} was driven by a client; a re-run reproduces an agent process's run")
+            raise bad_request(
+                f"run {origin} was driven by a client; a re-run reproduces an agent process's run"
+            )
         return view
 
     async def drive(
@@ -420,7 +424,8 @@ class Runtime:
             if view.pending is not None:
                 then = (
                     "its client performs it again on its next drive, and it needs nobody"
-                    if view.driven_by == Actor.CLIENT else f"`salvor resume {run_id}` finishes it"
+                    if view.driven_by == Actor.CLIENT
+                    else f"`salvor resume {run_id}` finishes it"
                 )
                 raise wrong_state(
                     f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
@@ -436,7 +441,10 @@ class Runtime:
         # a later call under the same key copies this outcome.
         settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
         _, view = await self.access.append(
-            run_id, [ToolCallCompleted(seq=seq, output=output, settled_by=Actor.OPERATOR)], view, settle=settle
+            run_id,
+            [ToolCallCompleted(seq=seq, output=output, settled_by=Actor.OPERATOR)],
+            view,
+            settle=settle,
         )
         return view
 

@@ -42,8 +42,10 @@ def bad_request(message: str, *, details: dict | None = None) -> OperationRefuse
 
 def request_timeout(seconds: float | None) -> OperationRefused:
     """A body that stalled: the request is answered and dropped, and nothing of it was used."""
-    return OperationRefused(ErrorCode.REQUEST_TIMEOUT,
-                            f"the request body did not arrive whole within {seconds:g} seconds")
+    return OperationRefused(
+        ErrorCode.REQUEST_TIMEOUT,
+        f"the request body did not arrive whole within {seconds:g} seconds",
+    )
 
 
 def wrong_state(message: str) -> OperationRefused:

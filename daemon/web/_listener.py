@@ -79,11 +79,19 @@ KEEP_ALIVE_SECONDS = 120.0
 _REFUSALS = {
     code.status: (code, message)
     for code, message in (
-        (ErrorCode.BAD_REQUEST,
-         "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)"),
-        (ErrorCode.HEADERS_TOO_LARGE, "the request line and headers are larger than this server accepts"),
+        (
+            ErrorCode.BAD_REQUEST,
+            "the request is not well-formed HTTP/1.1 (its request line, headers or body framing)",
+        ),
+        (
+            ErrorCode.HEADERS_TOO_LARGE,
+            "the request line and headers are larger than this server accepts",
+        ),
         (ErrorCode.NOT_IMPLEMENTED, "this server implements no transfer-coding but chunked"),
-        (ErrorCode.HTTP_VERSION_NOT_SUPPORTED, "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only"),
+        (
+            ErrorCode.HTTP_VERSION_NOT_SUPPORTED,
+            "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only",
+        ),
     )
 }
 _HTTP_VERSIONS = frozenset({"1.0", "1.1", "2"})

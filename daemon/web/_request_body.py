@@ -55,7 +55,9 @@ class CappedBody:
     def whole(self) -> bytes:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
         if self._over:
-            raise OperationRefused(ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap")
+            raise OperationRefused(
+                ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap"
+            )
         return bytes(self._data)
 
 

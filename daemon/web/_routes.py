@@ -51,7 +51,8 @@ def whole_number(text: str) -> int | None:
 
 def unauthorized() -> OperationRefused:
     return OperationRefused(
-        ErrorCode.UNAUTHORIZED, "this server requires `Authorization: Bearer <token>`; the token was missing or wrong"
+        ErrorCode.UNAUTHORIZED,
+        "this server requires `Authorization: Bearer <token>`; the token was missing or wrong",
     )
 
 

@@ -181,8 +181,14 @@ def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run
         driver.wait()
         release.set()
         assert wait_gone(first_agent), "the first agent outlived its SIGKILLed `salvor run`"
-        resumed = subprocess.run([*cli, "resume", run_id], env=env, capture_output=True, text=True,
-                                 timeout=120, check=False)
+        resumed = subprocess.run(
+            [*cli, "resume", run_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert resumed.returncode == 0, resumed
         assert "killed agent process" not in resumed.stderr
         assert resumed.stdout.startswith(f"run {run_id} completed: "), resumed.stdout

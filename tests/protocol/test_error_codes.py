@@ -27,9 +27,13 @@ _ROW = re.compile(r"^\|\s*(\d{3})\s*\|\s*`([a-z_]+)`\s*\|")
 
 def spec_path() -> Path | None:
     named = os.environ.get("SALVOR_CONTROL_PLANE_SPEC")
-    candidates = [Path(named)] if named else [
-        up / "shared" / "spec" / "control-plane-api.md" for up in (ROOT.parent, ROOT.parents[1])
-    ]
+    candidates = (
+        [Path(named)]
+        if named
+        else [
+            up / "shared" / "spec" / "control-plane-api.md" for up in (ROOT.parent, ROOT.parents[1])
+        ]
+    )
     return next((p for p in candidates if p.is_file()), None)
 
 
@@ -49,15 +53,21 @@ def test_each_code_has_one_status_and_the_wire_sees_the_bare_token() -> None:
 def test_the_table_matches_the_spec_for_every_code_the_spec_names() -> None:
     path = spec_path()
     if path is None:
-        pytest.skip("the control-plane spec is not beside this checkout; set SALVOR_CONTROL_PLANE_SPEC")
+        pytest.skip(
+            "the control-plane spec is not beside this checkout; set SALVOR_CONTROL_PLANE_SPEC"
+        )
     named = spec_codes(path.read_text())
-    assert len(named) >= 20, f"found only {sorted(named)} in {path}: has the table's layout changed?"
+    assert len(named) >= 20, (
+        f"found only {sorted(named)} in {path}: has the table's layout changed?"
+    )
     ours = {code.value: code.status for code in ErrorCode}
     assert {code: ours.get(code) for code in named} == named
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == name]
+    return [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == name
+    ]
 
 
 def _is_member(node: ast.expr) -> bool:
@@ -69,19 +79,25 @@ def test_every_refusal_names_a_code_of_the_table_and_no_status_of_its_own(path: 
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
         if _is_member(node):
-            assert hasattr(ErrorCode, node.attr), f"{path.name}:{node.lineno}: no ErrorCode.{node.attr}"
+            assert hasattr(ErrorCode, node.attr), (
+                f"{path.name}:{node.lineno}: no ErrorCode.{node.attr}"
+            )
     for call in _calls(tree, "OperationRefused"):
         # A variable holding a member passes (the constructor refuses anything else at run time).
         assert call.args and not isinstance(call.args[0], ast.Constant), (
-            f"{path.name}:{call.lineno}: name the code as ErrorCode.X")
-        assert len(call.args) == 2, f"{path.name}:{call.lineno}: the status comes from the table, not the call"
+            f"{path.name}:{call.lineno}: name the code as ErrorCode.X"
+        )
+        assert len(call.args) == 2, (
+            f"{path.name}:{call.lineno}: the status comes from the table, not the call"
+        )
 
 
 def test_a_refusal_refuses_a_bare_string_for_its_code() -> None:
     with pytest.raises(TypeError, match="ErrorCode"):
         OperationRefused("run_exists", "run r already has history")  # type: ignore[arg-type]
     assert OperationRefused(ErrorCode.RUN_EXISTS, "r").to_json() == {
-        "error": {"code": "run_exists", "message": "r"}}
+        "error": {"code": "run_exists", "message": "r"}
+    }
     assert OperationRefused(ErrorCode.RUN_EXISTS, "r").status == 409
 
 
@@ -99,4 +115,6 @@ def test_every_error_class_carries_a_code_of_the_table() -> None:
     assert len(classes) >= 10
     for cls in classes:
         assert isinstance(cls.code, ErrorCode), cls
-        assert cls.status is CodedError.status, f"{cls.__name__} overrides the status the table gives its code"
+        assert cls.status is CodedError.status, (
+            f"{cls.__name__} overrides the status the table gives its code"
+        )

@@ -139,5 +139,3 @@ def test_divergence(position: int, call, needle: str) -> None:
     assert needle in caught.value.message
     # The cursor stays at the call it refused.
     assert cursor.position == position
-
-

@@ -405,7 +405,9 @@ async def test_a_connection_answered_before_its_body_arrived_serves_the_next_req
         assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
         await stream.send_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
         second = b""
-        with trio.move_on_after(30):  # the bug was a hang: a bound, not a guess at a busy machine's speed
+        with trio.move_on_after(
+            30
+        ):  # the bug was a hang: a bound, not a guess at a busy machine's speed
             while b"\r\n\r\n" not in second:
                 second += await stream.receive_some(65536)
         await stream.aclose()

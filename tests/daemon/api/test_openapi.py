@@ -91,7 +91,9 @@ def _pointer(*parts: str) -> str:
 
 
 # A refusal of a body's shape: a field the body does not take, or one of the wrong type (``_bodies``).
-_SHAPE_REFUSAL = re.compile(r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be ")
+_SHAPE_REFUSAL = re.compile(
+    r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be "
+)
 
 
 class Contract:
@@ -131,9 +133,11 @@ class Contract:
 
     def validate(self, pointer: str, value: Any, what: str) -> None:
         errors = self.errors(pointer, value)
-        assert not errors, f"{what} does not match {pointer}:\n" + "\n".join(
-            f"  at {list(e.absolute_path)}: {e.message}" for e in errors[:5]
-        ) + f"\nbody: {json.dumps(value)[:2000]}"
+        assert not errors, (
+            f"{what} does not match {pointer}:\n"
+            + "\n".join(f"  at {list(e.absolute_path)}: {e.message}" for e in errors[:5])
+            + f"\nbody: {json.dumps(value)[:2000]}"
+        )
 
     def request_body(self, template: str, method: str, kwargs: dict) -> tuple[str, Any] | None:
         """(schema pointer, the body as JSON) for a request that sends one; None for no body or one
@@ -141,7 +145,9 @@ class Contract:
         if "json" in kwargs:
             media, value = "application/json", kwargs["json"]
         elif kwargs.get("content"):
-            media = {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}.get("content-type", "")
+            media = {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}.get(
+                "content-type", ""
+            )
             try:
                 text = kwargs["content"]
                 text = text.decode() if isinstance(text, bytes) else text
@@ -156,7 +162,9 @@ class Contract:
         media = "application/json" if media == "application/toml" else media
         return _pointer("paths", template, method, "requestBody", "content", media, "schema"), value
 
-    def check_request(self, template: str, method: str, kwargs: dict, response: httpx.Response) -> None:
+    def check_request(
+        self, template: str, method: str, kwargs: dict, response: httpx.Response
+    ) -> None:
         what = f"{method.upper()} {template} -> {response.status_code}"
         operation = self.document["paths"][template][method]
         sent = self.request_body(template, method, kwargs)
@@ -168,10 +176,13 @@ class Contract:
         if response.is_success:
             self.validate(pointer, value, f"the request of {what}")
             self.requests.add((template, method))
-        elif response.status_code == 400 and _SHAPE_REFUSAL.match(response.json()["error"]["message"]):
+        elif response.status_code == 400 and _SHAPE_REFUSAL.match(
+            response.json()["error"]["message"]
+        ):
             assert not self.admits(pointer, value), (
                 f"{what} refused the body's shape ({response.json()['error']['message']}), yet the document "
-                f"admits it: {json.dumps(value)[:2000]}")
+                f"admits it: {json.dumps(value)[:2000]}"
+            )
 
     def response_pointer(self, template: str, method: str, status: str, media: str) -> str:
         response = self.document["paths"][template][method]["responses"][status]
@@ -196,7 +207,9 @@ class Contract:
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)
         what = f"{method} {template} -> {status}"
-        assert status in self.document["paths"][template][op]["responses"], f"undocumented: {what}: {response.text}"
+        assert status in self.document["paths"][template][op]["responses"], (
+            f"undocumented: {what}: {response.text}"
+        )
         if expect is not None:
             assert response.status_code == expect, f"{what}: {response.text}"
         self.seen.add((template, op, status))
@@ -640,8 +653,12 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS
     }
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
-    untaken = {(path, method) for path, operations in DOCUMENT["paths"].items() for method, operation in operations.items()
-               if "requestBody" in operation and path not in STEP_PATHS + CLIENT_PERFORMED_PATHS} - contract.requests
+    untaken = {
+        (path, method)
+        for path, operations in DOCUMENT["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation and path not in STEP_PATHS + CLIENT_PERFORMED_PATHS
+    } - contract.requests
     assert not untaken, f"no request body taken and checked against the document: {sorted(untaken)}"
 
 
@@ -653,32 +670,71 @@ def _agent_kinds(tmp_path: Path) -> dict[str, dict]:
     fixture.mkdir()
     stdio = FixtureServer(fixture).command()
     return {
-        "built-in": {**GATED, "max_response_tokens": 512, "record_prompts": True, "output_schema": None,
-                     "budgets": {"steps": 5, "cost_usd": 0.5}, "pricing": {"input_per_mtok": 1, "output_per_mtok": 2},
-                     "llm": {"provider": "demo", "max_retries": 1, "timeout_seconds": 30, "stream": False}},
+        "built-in": {
+            **GATED,
+            "max_response_tokens": 512,
+            "record_prompts": True,
+            "output_schema": None,
+            "budgets": {"steps": 5, "cost_usd": 0.5},
+            "pricing": {"input_per_mtok": 1, "output_per_mtok": 2},
+            "llm": {"provider": "demo", "max_retries": 1, "timeout_seconds": 30, "stream": False},
+        },
         "built-in with MCP servers": {
-            "model": "demo-planner", "llm": {"provider": "demo"}, "tools": [{"name": "lookup_invoice"}],
-            "mcp_servers": [{"name": "fx", "command": stdio[0], "args": stdio[1:], "env": {"FX": "1"},
-                             "cwd": str(tmp_path), "effects": {"lookup": "read"},
-                             "results": {"delete_everything": {"ok": True}}, "tools": ["lookup", "write_note", "delete_everything"],
-                             "timeout": 20},
-                            {"name": "fx2", "command": " ".join(stdio), "effect_overrides": {"hang": "idempotent"},
-                             "tools": ["hang"]}],
+            "model": "demo-planner",
+            "llm": {"provider": "demo"},
+            "tools": [{"name": "lookup_invoice"}],
+            "mcp_servers": [
+                {
+                    "name": "fx",
+                    "command": stdio[0],
+                    "args": stdio[1:],
+                    "env": {"FX": "1"},
+                    "cwd": str(tmp_path),
+                    "effects": {"lookup": "read"},
+                    "results": {"delete_everything": {"ok": True}},
+                    "tools": ["lookup", "write_note", "delete_everything"],
+                    "timeout": 20,
+                },
+                {
+                    "name": "fx2",
+                    "command": " ".join(stdio),
+                    "effect_overrides": {"hang": "idempotent"},
+                    "tools": ["hang"],
+                },
+            ],
         },
-        "process": {"kind": "process", "name": "p", "command": [sys.executable, "-c", "pass"], "cwd": str(tmp_path),
-                    "env": {"AGENT_MODE": "test"}, "timeout": 30, "record_prompts": False},
+        "process": {
+            "kind": "process",
+            "name": "p",
+            "command": [sys.executable, "-c", "pass"],
+            "cwd": str(tmp_path),
+            "env": {"AGENT_MODE": "test"},
+            "timeout": 30,
+            "record_prompts": False,
+        },
         "process with MCP servers": {
-            "kind": "process", "command": "python3 agent.py",
-            "mcp_servers": [{"name": "fx", "command": stdio},
-                            {"name": "web", "url": "http://127.0.0.1:9/mcp", "port": 47001}],
+            "kind": "process",
+            "command": "python3 agent.py",
+            "mcp_servers": [
+                {"name": "fx", "command": stdio},
+                {"name": "web", "url": "http://127.0.0.1:9/mcp", "port": 47001},
+            ],
         },
-        "service": {"kind": "service", "name": "s", "url": "http://127.0.0.1:9/trigger", "proxy_port": 47002,
-                    "headers": {"X-Team": "refunds"}, "timeout": 10, "record_prompts": True},
+        "service": {
+            "kind": "service",
+            "name": "s",
+            "url": "http://127.0.0.1:9/trigger",
+            "proxy_port": 47002,
+            "headers": {"X-Team": "refunds"},
+            "timeout": 10,
+            "record_prompts": True,
+        },
     }
 
 
-async def test_every_agent_kind_is_a_request_the_document_admits(server_factory, operator_declarations,
-                                                                  tmp_path) -> None:
+async def test_every_agent_kind_is_a_request_the_document_admits(
+    server_factory, operator_declarations, tmp_path
+) -> None:
     """Each kind registers (201) and the served document admits the very body; a daemon without
     --allow-process-agents serves a document that does not admit a process or service agent,
     and refuses them."""
@@ -689,14 +745,25 @@ async def test_every_agent_kind_is_a_request_the_document_admits(server_factory,
     for definition in kinds.values():
         await contract.call(server.client, "POST", "/v1/agents", expect=201, json=definition)
     # TOML says the same in another syntax, and is held to the same schema.
-    await contract.call(server.client, "POST", "/v1/agents", expect=201, content=REFUND_DESK,
-                        headers={"Content-Type": "application/toml"})
+    await contract.call(
+        server.client,
+        "POST",
+        "/v1/agents",
+        expect=201,
+        content=REFUND_DESK,
+        headers={"Content-Type": "application/toml"},
+    )
     assert contract.requests == {("/v1/agents", "post")}
     # `effects` and `effect_overrides` are one table under two names: the daemon takes one, and so
     # does the document.
-    pointer = _pointer("paths", "/v1/agents", "post", "requestBody", "content", "application/json", "schema")
-    both = {"model": "m", "llm": {"provider": "demo"},
-            "mcp_servers": [{"name": "fx", "command": ["fx"], "effects": {}, "effect_overrides": {}}]}
+    pointer = _pointer(
+        "paths", "/v1/agents", "post", "requestBody", "content", "application/json", "schema"
+    )
+    both = {
+        "model": "m",
+        "llm": {"provider": "demo"},
+        "mcp_servers": [{"name": "fx", "command": ["fx"], "effects": {}, "effect_overrides": {}}],
+    }
     assert not contract.admits(pointer, both)
     await contract.call(server.client, "POST", "/v1/agents", expect=400, json=both)
     await server.stop()  # one daemon per store
@@ -722,7 +789,9 @@ def _properties(document: dict, schema: dict) -> set[str]:
     return set(schema["properties"])
 
 
-async def _taken(client: httpx.AsyncClient, path: str, body: dict, pattern: re.Pattern, **kwargs: Any) -> set[str]:
+async def _taken(
+    client: httpx.AsyncClient, path: str, body: dict, pattern: re.Pattern, **kwargs: Any
+) -> set[str]:
     """The fields the handler takes, as its refusal of an unknown one names them."""
     response = await client.post(path, json=body, **kwargs)
     assert response.status_code == 400, f"{path}: {response.text}"
@@ -749,20 +818,30 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
             continue
         run_id = opened["run"] if template.startswith("/v1/client-runs/") else MISSING_RUN
         taken = await _taken(api, template.format(run_id=run_id), probe, _TAKES, headers=token)
-        assert taken == _properties(document, body["content"]["application/json"]["schema"]), template
+        assert taken == _properties(document, body["content"]["application/json"]["schema"]), (
+            template
+        )
         checked += 1
     assert checked == 13
     # A model step's request, checked whole by the step itself.
-    taken = await _taken(api, f"/v1/client-runs/{opened['run']}/model-step", {"seq": 0, "request": probe},
-                         re.compile(r"`request` has an unknown field `zz_undocumented`; it takes (.+)$"), headers=token)
+    taken = await _taken(
+        api,
+        f"/v1/client-runs/{opened['run']}/model-step",
+        {"seq": 0, "request": probe},
+        re.compile(r"`request` has an unknown field `zz_undocumented`; it takes (.+)$"),
+        headers=token,
+    )
     assert taken == set(schemas["ModelStep"]["properties"]["request"]["properties"])
     # The one query that refuses a name it does not take.
     response = await api.get("/v1/runs", params=probe)
     assert response.status_code == 400, response.text
-    taken = re.fullmatch(r"unknown query parameter `zz_undocumented`; use (.+)", response.json()["error"]["message"])
+    taken = re.fullmatch(
+        r"unknown query parameter `zz_undocumented`; use (.+)", response.json()["error"]["message"]
+    )
     assert taken, response.text
     assert set(taken.group(1).split(", ")) == {
-        p["name"] for p in document["paths"]["/v1/runs"]["get"]["parameters"] if p["in"] == "query"}
+        p["name"] for p in document["paths"]["/v1/runs"]["get"]["parameters"] if p["in"] == "query"
+    }
 
     agents = "/v1/agents"
     tables = {
@@ -771,24 +850,40 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
         "ServiceAgent": ({"kind": "service"}, set()),
     }
     for name, (head, besides) in tables.items():
-        assert await _taken(api, agents, {**head, **probe}, _ALLOWED) == set(schemas[name]["properties"]) | besides
+        assert (
+            await _taken(api, agents, {**head, **probe}, _ALLOWED)
+            == set(schemas[name]["properties"]) | besides
+        )
     builtin = schemas["BuiltinAgent"]["properties"]
     for field in ("llm", "budgets", "pricing"):
         taken = await _taken(api, agents, {"model": "m", field: probe}, _ALLOWED)
         assert taken - {"base_url_env"} == _properties(document, builtin[field]), field
     assert await _taken(api, agents, {"model": "m", "tools": [probe]}, _ALLOWED) == _properties(
-        document, builtin["tools"]["items"])
+        document, builtin["tools"]["items"]
+    )
     servers = _properties(document, schemas["McpServer"])
-    assert await _taken(api, agents, {"model": "m", "mcp_servers": [probe]}, _ALLOWED) == servers - {"port"}
-    assert await _taken(api, agents, {"kind": "process", "command": "x", "mcp_servers": [probe]}, _ALLOWED) == servers
+    assert await _taken(
+        api, agents, {"model": "m", "mcp_servers": [probe]}, _ALLOWED
+    ) == servers - {"port"}
+    assert (
+        await _taken(
+            api, agents, {"kind": "process", "command": "x", "mcp_servers": [probe]}, _ALLOWED
+        )
+        == servers
+    )
 
     # What the parser takes from a file but the document leaves out: HTTP refuses it.
     for definition, refusal in (
-        ({"model": "m", "system_prompt_path": "prompt.txt"}, "only read from agent files on the daemon's own disk"),
+        (
+            {"model": "m", "system_prompt_path": "prompt.txt"},
+            "only read from agent files on the daemon's own disk",
+        ),
         ({"model": "m", "llm": {"base_url_env": "HOME"}}, "only honoured in agent files"),
     ):
         response = await api.post(agents, json=definition)
-        assert response.status_code == 400 and refusal in response.json()["error"]["message"], response.text
+        assert response.status_code == 400 and refusal in response.json()["error"]["message"], (
+            response.text
+        )
 
 
 def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypatch) -> None:
@@ -814,12 +909,22 @@ async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
         assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1:9/trigger", "HTTPS://u:p@host:65535/x?y#z", "http://host:0", "http://host:65536",
-    "http://a[b@host", "http://a]b@host", "ftp://host", "http://", "http://ho st",
-    # Found by the fuzz: a bracket in the user part, which urlsplit refuses.
-    "htTP://\U000bcdea%©ß[Jh÷nê,@6ÀĄččéeù\x86ä\x87Ⱥ#昛ê",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/trigger",
+        "HTTPS://u:p@host:65535/x?y#z",
+        "http://host:0",
+        "http://host:65536",
+        "http://a[b@host",
+        "http://a]b@host",
+        "ftp://host",
+        "http://",
+        "http://ho st",
+        # Found by the fuzz: a bracket in the user part, which urlsplit refuses.
+        "htTP://\U000bcdea%©ß[Jh÷nê,@6ÀĄččéeù\x86ä\x87Ⱥ#昛ê",
+    ],
+)
 def test_a_service_url_the_document_admits_is_one_the_daemon_takes(url: str) -> None:
     pattern = DOCUMENT["components"]["schemas"]["ServiceAgent"]["properties"]["url"]["pattern"]
     assert bool(re.search(pattern, url)) is is_http_url(url)

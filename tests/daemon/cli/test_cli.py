@@ -432,9 +432,18 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
     # this test process never maps them itself (a write through its own
     # mapping would be its own SIGBUS).
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, time\nfrom salvor.store import EventStore\n"
-         f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True, cwd=REPO)
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom salvor.store import EventStore\n"
+                f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
     finally:

@@ -190,7 +190,10 @@ async def test_labels_are_refused_in_the_same_sentence_as_when_a_run_is_started(
         started = await client.post("/v1/runs", json={"agent": AGENT, "labels": labels})
         appended = await append(client, run_id, token, [head(run_id, labels=labels)])
         assert code(started) == code(appended) == (400, "bad_request")
-        assert appended.json()["error"]["message"] == "events[0]: " + started.json()["error"]["message"]
+        assert (
+            appended.json()["error"]["message"]
+            == "events[0]: " + started.json()["error"]["message"]
+        )
     assert await log_of(client, run_id) == []
 
 

@@ -70,7 +70,9 @@ async def test_a_server_request_is_answered_method_not_found(fx_spec, nursery):
     assert "sampling/createMessage" in answer["error"]["message"]
 
 
-async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(fx, fx_spec, nursery):
+async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(
+    fx, fx_spec, nursery
+):
     # The spec's timeout bounds every request, the initialize and the lookup after the hang too:
     # the fixture's own 2 s, not a half second a loaded machine's process start can overrun.
     session = await open_session(fx_spec(), nursery)
@@ -82,7 +84,10 @@ async def test_a_hung_call_times_out_is_cancelled_and_the_session_stays_usable(f
         ] == "value of again"
     finally:
         await session.aclose()
-    assert [n["method"] for n in fx.notifications] == ["notifications/initialized", "notifications/cancelled"]
+    assert [n["method"] for n in fx.notifications] == [
+        "notifications/initialized",
+        "notifications/cancelled",
+    ]
     assert fx.notifications[1]["params"] == {"requestId": 2, "reason": "no answer within 2s"}
 
 

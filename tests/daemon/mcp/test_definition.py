@@ -129,14 +129,26 @@ def test_the_hash_covers_the_servers_as_written():
         ),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nresults = 1\n', "`results` must be a table"),
         ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t", "t"]\n', "lists 't' twice"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t"]\neffects = { u = "read" }\n',
-         "`effects` names 'u', which `tools` does not expose"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t"]\nresults = { u = 1 }\n',
-         "`results` names 'u', which `tools` does not expose"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntimeout = 0\n', "`timeout` must be a positive, finite"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\ntimeout = inf\n', "holds inf, which is not a JSON number"),
-        ('[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "id" }\n',
-         "`idempotency_keys` is not supported by this build yet"),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t"]\neffects = { u = "read" }\n',
+            "`effects` names 'u', which `tools` does not expose",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\ntools = ["t"]\nresults = { u = 1 }\n',
+            "`results` names 'u', which `tools` does not expose",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\ntimeout = 0\n',
+            "`timeout` must be a positive, finite",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\ntimeout = inf\n',
+            "holds inf, which is not a JSON number",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "id" }\n',
+            "`idempotency_keys` is not supported by this build yet",
+        ),
     ],
 )
 def test_every_invalid_server_field_is_named(servers, fragment):

@@ -11,7 +11,9 @@ def test_no_hook_without_the_variable() -> None:
     assert kill_after_commit_hook({}) is None
 
 
-def test_the_hook_kills_only_for_the_batch_that_holds_the_seq(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hook_kills_only_for_the_batch_that_holds_the_seq(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     deaths: list[str] = []
     monkeypatch.setattr(_faults, "_die", lambda: deaths.append("killed"))
     hook = kill_after_commit_hook({"SALVOR_FAULT_KILL_AFTER_SEQ": "3"})
@@ -24,12 +26,15 @@ def test_the_hook_kills_only_for_the_batch_that_holds_the_seq(monkeypatch: pytes
 
 
 def test_a_seq_that_is_no_number_is_refused_when_the_hook_is_asked_for() -> None:
-    with pytest.raises(ValueError, match="SALVOR_FAULT_KILL_AFTER_SEQ must be a whole number, not 'x'"):
+    with pytest.raises(
+        ValueError, match="SALVOR_FAULT_KILL_AFTER_SEQ must be a whole number, not 'x'"
+    ):
         kill_after_commit_hook({"SALVOR_FAULT_KILL_AFTER_SEQ": "x"})
 
 
 async def test_the_store_access_installs_the_hook_only_when_asked(
-    store_url: str, monkeypatch: pytest.MonkeyPatch,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("SALVOR_FAULT_KILL_AFTER_SEQ", raising=False)
     async with open_store_access(store_url) as access:

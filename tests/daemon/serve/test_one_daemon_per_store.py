@@ -232,8 +232,12 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
             cwd=REPO,
         )
         _, second = agent_pids(tmp_path, 2)
-        assert wait_gone(orphan), "the agent of the SIGKILLed salvor run outlived the resume's sweep"
-        refused = subprocess.run(daemon.args, capture_output=True, text=True, env=daemon.env, timeout=60, check=False)
+        assert wait_gone(orphan), (
+            "the agent of the SIGKILLed salvor run outlived the resume's sweep"
+        )
+        refused = subprocess.run(
+            daemon.args, capture_output=True, text=True, env=daemon.env, timeout=60, check=False
+        )
         one_sentence(refused, f"salvor resume (pid {resume.pid})", "is driving runs in this store")
         assert not gone(second), "the refused daemon killed the resume's agent"
         (tmp_path / "release").touch()
