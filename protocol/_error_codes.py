@@ -20,7 +20,10 @@ from typing import Self
 
 
 class ErrorCode(enum.StrEnum):
-    """A stable machine token of the error envelope; ``status`` is the HTTP status it answers with."""
+    """A stable machine token of the error envelope.
+
+    ``status`` is the HTTP status it answers with.
+    """
 
     status: int
 
@@ -78,5 +81,6 @@ class ErrorCode(enum.StrEnum):
     LISTEN_FAILED = "listen_failed", 503
 
 
-# code -> status as a read-only mapping, for readers that want the whole table (the OpenAPI document).
+# code -> status as a read-only mapping, for readers that want the whole table (the OpenAPI
+# document).
 ERROR_STATUS: Mapping[ErrorCode, int] = MappingProxyType({code: code.status for code in ErrorCode})

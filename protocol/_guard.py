@@ -63,8 +63,10 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
 
 
 def check_resume_input(view: RunView, value: Any) -> None:
-    """Check that ``value`` resumes ``view``: a suspended run's input against the ``input_schema`` it
-    recorded, an over-budget run's budget extension. (Which states take a resume is ``LEGAL_NEXT``'s.)
+    """Check that ``value`` resumes ``view``.
+
+    A suspended run's input is checked against the ``input_schema`` it recorded, an over-budget
+    run's budget extension as one. (Which states take a resume is ``LEGAL_NEXT``'s.)
 
     Raises:
         SchemaViolation: naming every violation (maps to ``400 bad_request``).

@@ -28,7 +28,9 @@ def is_label_map(value: Any) -> bool:
 
 
 def check_labels(labels: Any) -> None:
-    """Enforce the labels' shape and bounds: an object of strings, at most 16, keys ≤ 64 bytes, values ≤ 256 bytes.
+    """Enforce the labels' shape and bounds.
+
+    An object of strings, at most 16, keys ≤ 64 bytes, values ≤ 256 bytes.
 
     None (no labels) passes.
 

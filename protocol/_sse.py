@@ -1,4 +1,4 @@
-"""Server-sent events (the WHATWG ``text/event-stream`` format): the one encoder and the one decoder.
+"""Server-sent events (the WHATWG ``text/event-stream`` format): one encoder, one decoder.
 
 Every stream the daemon writes (the run event stream, client-run steps, the
 model proxy's replayed frames, the MCP stand-in's pushes) is framed by
@@ -28,7 +28,10 @@ _BOM = b"\xef\xbb\xbf"
 
 @dataclass(frozen=True, slots=True)
 class ServerSentEvent:
-    """One dispatched event: its ``data`` lines joined, its ``event`` name (None when unnamed), the last id."""
+    """One dispatched event.
+
+    Its ``data`` lines joined, its ``event`` name (None when unnamed), the last id.
+    """
 
     data: str
     event: str | None = None
@@ -49,7 +52,9 @@ def sse_frame(
     retry: int | None = None,
     comment: str | None = None,
 ) -> bytes:
-    """One frame, ended by its blank line: ``: comment``, ``event``, ``id``, ``retry``, then each ``data`` line.
+    """One frame, ended by its blank line.
+
+    Its lines: ``: comment``, ``event``, ``id``, ``retry``, then each ``data`` line.
 
     ``data`` is split at its line breaks, one ``data:`` line each; a frame of
     a comment alone (``sse_frame(comment="keep-alive")``) is a keep-alive.
@@ -77,7 +82,7 @@ def sse_frame(
 
 
 class SSEDecoder:
-    """Turns the bytes (or text) of an event stream, fed in pieces of any size, into ``ServerSentEvent``s.
+    """Turns an event stream's bytes or text, fed in pieces of any size, into ``ServerSentEvent``s.
 
     ``retry`` is the last valid reconnection time the stream named (ms), and
     ``pending`` how many bytes it holds toward events not yet dispatched (a
@@ -109,7 +114,10 @@ class SSEDecoder:
         return self._lines(final=False)
 
     def close(self) -> list[ServerSentEvent]:
-        """The events still held when the stream ends: its last line, and an event whose blank line never came."""
+        """The events still held when the stream ends.
+
+        Its last line, and an event whose blank line never came.
+        """
         self._started = True
         events = self._lines(final=True)
         if self._buffer:

@@ -1,9 +1,9 @@
 """Errors the store raises, each one sentence a person can act on.
 
 Every error carries the control-plane ``code`` it maps to (its HTTP status is
-that code's in ``salvor.protocol.ErrorCode``), like the pure core's errors, so the API layer reports it without a second
-mapping. ``StoreError`` itself is never raised: raise the subclass that names
-what went wrong.
+that code's in ``salvor.protocol.ErrorCode``), like the pure core's errors, so
+the API layer reports it without a second mapping. ``StoreError`` itself is
+never raised: raise the subclass that names what went wrong.
 """
 
 from __future__ import annotations

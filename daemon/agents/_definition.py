@@ -254,7 +254,8 @@ def parse_definition(
         kind = raw["kind"]
         _expect(
             kind in KINDS,
-            f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} (or absent for a built-in agent)",
+            f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} "
+            "(or absent for a built-in agent)",
         )
         _expect(
             allow_processes,

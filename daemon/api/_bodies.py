@@ -87,7 +87,10 @@ class Body:
         return self.checked(body)
 
     def from_bytes(self, data: bytes, mimetype: str) -> dict:
-        """``read`` on a body already read whole, with its media type (lower case, no parameters)."""
+        """``read`` on a body already read whole, with its media type.
+
+        The media type is lower case, with no parameters.
+        """
         body = object_from(
             data,
             mimetype,
@@ -117,7 +120,7 @@ class Body:
         return {"description": self.description, **described} if self.description else described
 
 
-# -- field checks -----------------------------------------------------------------------------------------
+# -- field checks ----------------------------------------------------------------------------------
 
 
 def _string(message: str) -> Callable[[Any], str]:
@@ -167,7 +170,7 @@ def _agent_or_replay(body: dict) -> None:
         raise bad_request("the body is missing `agent`")
 
 
-# -- the bodies -------------------------------------------------------------------------------------------
+# -- the bodies ------------------------------------------------------------------------------------
 
 _HASH = {"type": "string", "pattern": HASH_PATTERN}
 _STEP_SEQ = Field(name="seq", schema=SEQ, required=True, check=_seq)
@@ -191,9 +194,10 @@ START_RUN = Body(
             nullable=True,
             check=_run_id("`replay_of` must be a run id string"),
             description=(
-                "Re-run this completed run of an agent process: its input is the origin's, `agent` defaults to "
-                "the origin's, and every model call must reproduce the origin's call at its position, answered "
-                "from the origin's log with no upstream call. The re-run fails at the first divergent call."
+                "Re-run this completed run of an agent process: its input is the origin's, "
+                "`agent` defaults to the origin's, and every model call must reproduce the "
+                "origin's call at its position, answered from the origin's log with no upstream "
+                "call. The re-run fails at the first divergent call."
             ),
         ),
         Field(name="input", schema=ANY),
@@ -266,7 +270,9 @@ APPEND_EVENTS = Body(
                 "items": ref("Envelope"),
                 "minItems": 1,
                 "maxItems": 1024,
-                "description": "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server.",
+                "description": (
+                    "Envelopes at consecutive seqs; `recorded_at` is overwritten by the server."
+                ),
             },
         ),
     ),

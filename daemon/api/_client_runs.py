@@ -83,7 +83,8 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         if view is not None and view.driven_by != Actor.CLIENT:
             raise OperationRefused(
                 ErrorCode.RUN_EXISTS,
-                f"run {run_id} already has history as a server-driven run; a client-driven run needs an id of its own",
+                f"run {run_id} already has history as a server-driven run; "
+                "a client-driven run needs an id of its own",
             )
         fresh = view is None and not leases.opened(run_id)
         token = leases.open(

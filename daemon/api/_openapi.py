@@ -93,7 +93,7 @@ _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
 
 
-# -- shared shapes -------------------------------------------------------------------------------------
+# -- shared shapes ---------------------------------------------------------------------------------
 
 _PENDING_MODEL = _object(
     {
@@ -367,8 +367,8 @@ SCHEMAS: JSON = {
         "oneOf": [_ref("BuiltinAgent"), _ref("ProcessAgent"), _ref("ServiceAgent")],
     },
     "BuiltinAgent": {
-        "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only from agent "
-        "files on the daemon's disk, never over HTTP.",
+        "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only "
+        "from agent files on the daemon's disk, never over HTTP.",
         **_object(
             _exactly(
                 "a built-in agent",
@@ -381,7 +381,8 @@ SCHEMAS: JSON = {
                     "record_prompts": {"type": "boolean"},
                     "llm": _object(
                         _exactly(
-                            # No `base_url_env` over HTTP: it would make the daemon read a variable a caller chose.
+                            # No `base_url_env` over HTTP: it would make the daemon read a
+                            # variable a caller chose.
                             "[llm]",
                             HTTP_FIELDS["llm"],
                             {
@@ -443,8 +444,8 @@ SCHEMAS: JSON = {
         "description": "A tool the daemon's registry holds.",
     },
     "ProcessAgent": {
-        "description": "A local program the daemon starts for each run, its model calls and MCP servers "
-        "pointed at salvor's loopback proxies.",
+        "description": "A local program the daemon starts for each run, its model calls and MCP "
+        "servers pointed at salvor's loopback proxies.",
         **_object(
             _exactly(
                 "a process agent",
@@ -482,8 +483,8 @@ SCHEMAS: JSON = {
         ),
     },
     "ServiceAgent": {
-        "description": "A service that is already running: each run POSTs its trigger to `url`, and its "
-        "model calls come to the loopback `proxy_port` the daemon binds for the run.",
+        "description": "A service that is already running: each run POSTs its trigger to `url`, "
+        "and its model calls come to the loopback `proxy_port` the daemon binds for the run.",
         **_object(
             _exactly(
                 "a service agent",
@@ -497,7 +498,9 @@ SCHEMAS: JSON = {
                         "type": "object",
                         "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
                         "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
-                        "description": "`${VAR}` is read from the daemon's environment when it POSTs.",
+                        "description": (
+                            "`${VAR}` is read from the daemon's environment when it POSTs."
+                        ),
                     },
                     "timeout": _POSITIVE,
                     "record_prompts": {"type": "boolean"},
@@ -535,7 +538,9 @@ SCHEMAS: JSON = {
                     "headers": {
                         "type": "object",
                         "additionalProperties": {"type": "string"},
-                        "description": "`${VAR}` is read from the daemon's environment when it connects.",
+                        "description": (
+                            "`${VAR}` is read from the daemon's environment when it connects."
+                        ),
                     },
                     "bearer_token_env": {"type": "string"},
                     "effects": {
@@ -553,7 +558,10 @@ SCHEMAS: JSON = {
                         "type": "integer",
                         "minimum": 1,
                         "maximum": 65535,
-                        "description": "A process agent's `url` server only: the fixed loopback port of its stand-in.",
+                        "description": (
+                            "A process agent's `url` server only: "
+                            "the fixed loopback port of its stand-in."
+                        ),
                     },
                 },
             ),
@@ -717,7 +725,7 @@ PARAMETERS: JSON = {
 }
 
 
-# -- the error-code table ---------------------------------------------------------------------------------
+# -- the error-code table --------------------------------------------------------------------------
 # The one table of codes and their statuses (``salvor.protocol.ErrorCode``): every refusal this
 # document lists is checked against it at import (``_check_codes``), so a route documented under a
 # status its code does not answer with fails every test.
@@ -851,7 +859,10 @@ PATHS: JSON = {
     "/v1/runs": {
         "post": {
             "operationId": "startRun",
-            "summary": "Start a run; answered once its head event is durable, then driven in the background",
+            "summary": (
+                "Start a run; answered once its head event is durable, "
+                "then driven in the background"
+            ),
             "requestBody": _body(START_RUN),
             "responses": _responses(
                 {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
@@ -1485,7 +1496,10 @@ DOCUMENT: JSON = {
 
 
 def _codes(schema: JSON) -> set[str]:
-    """The codes an error response's schema narrows ``error.code`` to (none for the bare envelope)."""
+    """The codes an error response's schema narrows ``error.code`` to.
+
+    None for the bare envelope.
+    """
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[1]
         return set() if name == "Error" else _codes(SCHEMAS[name])

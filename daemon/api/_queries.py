@@ -38,7 +38,11 @@ class Query:
         object.__setattr__(self, "names", frozenset(p.name for p in self.parameters))
 
     def refuse_unknown(self, given: Iterable[str]) -> None:
-        """Raises: OperationRefused (bad_request) for the first name, in order, the query does not take."""
+        """Refuse a name the query does not take.
+
+        Raises:
+            OperationRefused: bad_request, for the first name (in order) the query does not take.
+        """
         unknown = sorted(set(given) - self.names)
         if unknown:
             raise bad_request(

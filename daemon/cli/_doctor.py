@@ -401,13 +401,13 @@ async def _load(source: str) -> AgentDefinition:
         raise UsageError(f"{source}: {exc}") from None
     if agent.kind is AgentKind.SERVICE:
         raise UsageError(
-            f"{source} is a service agent, which salvor does not start; doctor checks process agents "
-            f'(kind = "process")'
+            f"{source} is a service agent, which salvor does not start; "
+            'doctor checks process agents (kind = "process")'
         )
     if agent.kind is not AgentKind.PROCESS:
         raise UsageError(
-            f"{source} is a built-in agent, which salvor drives itself; doctor checks process agents "
-            f'(kind = "process")'
+            f"{source} is a built-in agent, which salvor drives itself; "
+            'doctor checks process agents (kind = "process")'
         )
     return agent
 

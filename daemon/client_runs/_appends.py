@@ -89,7 +89,8 @@ def _refuse_unappendable(index: int, item: object) -> None:
     if isinstance(kind, str) and kind in _NOT_APPENDABLE:
         raise OperationRefused(
             ErrorCode.UNSUPPORTED_EVENT_KIND,
-            f"events[{index}] is a {kind}, which this endpoint never appends: {_NOT_APPENDABLE[kind]}",
+            f"events[{index}] is a {kind}, which this endpoint never appends: "
+            f"{_NOT_APPENDABLE[kind]}",
         )
 
 

@@ -48,16 +48,16 @@ def lease_ttl(environ: Mapping[str, str] = os.environ) -> float:
 def missing_token() -> OperationRefused:
     return OperationRefused(
         ErrorCode.MISSING_DRIVE_TOKEN,
-        "this call drives a client-driven run and needs its drive token in the X-Drive-Token header "
-        "(POST /v1/client-runs answers it)",
+        "this call drives a client-driven run and needs its drive token in the X-Drive-Token "
+        "header (POST /v1/client-runs answers it)",
     )
 
 
 def invalid_token(run_id: str) -> OperationRefused:
     return OperationRefused(
         ErrorCode.INVALID_DRIVE_TOKEN,
-        f"the drive token is not the current lease on run {run_id}: the lease lapsed or another driver holds it; "
-        f"re-open the run with POST /v1/client-runs to drive it again",
+        f"the drive token is not the current lease on run {run_id}: the lease lapsed or "
+        "another driver holds it; re-open the run with POST /v1/client-runs to drive it again",
     )
 
 
@@ -158,8 +158,8 @@ class LeaseRegistry:
             lapses = _whole_seconds(lease.expires_at - trio.current_time())
             raise OperationRefused(
                 ErrorCode.LEASE_HELD,
-                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that driver goes quiet, "
-                f"and re-opening works then (or as soon as the run finishes)",
+                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that "
+                "driver goes quiet, and re-opening works then (or as soon as the run finishes)",
                 details={"lapses_in_seconds": lapses},
             )
         if len(self._leases) >= self._sweep_at:

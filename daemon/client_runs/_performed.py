@@ -49,8 +49,8 @@ def declared(tools: dict[str, ClientTool], name: Any) -> ClientTool:
         known = ", ".join(sorted(tools)) or "none"
         raise OperationRefused(
             ErrorCode.UNKNOWN_TOOL,
-            f"no client tool {name!r} is declared on this daemon (declared: {known}); an operator declares one with "
-            f"`salvor serve --client-tool FILE`",
+            f"no client tool {name!r} is declared on this daemon (declared: {known}); "
+            "an operator declares one with `salvor serve --client-tool FILE`",
         )
     return tool
 
@@ -129,7 +129,8 @@ async def tool_completion(
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.TOOL or pending.seq != seq:
         raise GuardRefusal(
-            f"run {run_id}'s log does not end at a tool intent at seq {seq}; there is nothing to complete"
+            f"run {run_id}'s log does not end at a tool intent at seq {seq}; "
+            "there is nothing to complete"
         )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != Actor.CLIENT:
@@ -225,7 +226,8 @@ async def model_completion(
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.MODEL or pending.seq != seq:
         raise GuardRefusal(
-            f"run {run_id}'s log does not end at a model intent at seq {seq}; there is nothing to complete"
+            f"run {run_id}'s log does not end at a model intent at seq {seq}; "
+            "there is nothing to complete"
         )
     intent = (await access.read(access.store.read_log, run_id, seq))[0].event
     if intent.performed_by != Actor.CLIENT:

@@ -207,8 +207,8 @@ async def open_model_step(
     if executor is None:
         raise OperationRefused(
             ErrorCode.MODEL_EXECUTOR_UNAVAILABLE,
-            "this daemon has no model to call: start it with SALVOR_MODEL_BASE_URL (a Messages endpoint) "
-            "or ANTHROPIC_API_KEY set; nothing was recorded",
+            "this daemon has no model to call: start it with SALVOR_MODEL_BASE_URL "
+            "(a Messages endpoint) or ANTHROPIC_API_KEY set; nothing was recorded",
         )
     if found.intent is None:
         intent = ModelCallRequested(
@@ -236,8 +236,8 @@ async def perform_model_step(
     except ModelCallError as exc:
         raise OperationRefused(
             ErrorCode.MODEL_EXECUTION,
-            f"the model call at seq {call.seq} failed: {exc.message}; its intent stays open and the same step "
-            f"retries it",
+            f"the model call at seq {call.seq} failed: {exc.message}; "
+            "its intent stays open and the same step retries it",
         ) from None
     await access.append(
         run_id,
@@ -309,8 +309,8 @@ async def tool_step(
     except DispatchFailed as failed:
         raise OperationRefused(
             ErrorCode.TOOL_EXECUTION,
-            f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): {failed.message}; its intent "
-            f"stays open"
+            f"tool {name} at seq {seq} failed after {failed.attempts} attempt(s): "
+            f"{failed.message}; its intent stays open"
             + (
                 ""
                 if tool.effect.value != "write"

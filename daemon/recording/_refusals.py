@@ -1,5 +1,7 @@
-"""Refusals every surface that drives a run shares: a run id that is not one, labels out of bounds, a write
-left unsettled."""
+"""Refusals every surface that drives a run shares.
+
+A run id that is not one, labels out of bounds, a write left unsettled.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def checked_labels(labels: Any, where: str = "") -> dict[str, str] | None:
     """``labels`` when they pass the one label check (``salvor.protocol.check_labels``).
 
     Raises:
-        OperationRefused: bad_request with the check's sentence, after ``where`` (say ``"events[0]: "``).
+        OperationRefused: bad_request with the check's sentence, after ``where``
+            (say ``"events[0]: "``).
     """
     try:
         check_labels(labels)

@@ -41,7 +41,10 @@ DRAIN_SECONDS = 10.0
 
 
 def launches_processes(agent: AgentDefinition) -> bool:
-    """Whether a drive of ``agent`` starts local processes: a process agent, or stdio MCP servers."""
+    """Whether a drive of ``agent`` starts local processes.
+
+    It does for a process agent, or for stdio MCP servers.
+    """
     return agent.kind is AgentKind.PROCESS or any(
         server.command is not None for server in agent.mcp_servers
     )

@@ -287,7 +287,8 @@ class Runtime:
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
                 ErrorCode.WRONG_STATE,
-                f"run {origin} is {view.state.value}; only a completed run has a whole trajectory to re-run",
+                f"run {origin} is {view.state.value}; "
+                "only a completed run has a whole trajectory to re-run",
                 details={"replay_of": origin, "state": view.state.value},
             )
         if view.driven_by == Actor.CLIENT:
@@ -371,8 +372,8 @@ class Runtime:
         if view.driven_by == Actor.CLIENT:
             raise OperationRefused(
                 ErrorCode.CLIENT_DRIVEN_RUN,
-                f"run {run_id} is client-driven; its client resumes it by opening it again, so this "
-                f"daemon never becomes a second writer against the client's lease",
+                f"run {run_id} is client-driven; its client resumes it by opening it again, so "
+                "this daemon never becomes a second writer against the client's lease",
             )
         state = view.state
         if view.terminal:
@@ -386,9 +387,9 @@ class Runtime:
                 remaining = math.ceil((wake_at - now).total_seconds())
                 raise OperationRefused(
                     ErrorCode.STILL_SLEEPING,
-                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be resumed for "
-                    f"another {remaining}s; it is not waiting on input and continues when its deadline "
-                    f"passes and something wakes it (`salvor wake`)",
+                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be "
+                    f"resumed for another {remaining}s; it is not waiting on input and "
+                    "continues when its deadline passes and something wakes it (`salvor wake`)",
                     details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
                 )
         await self.load_agent(view.agent_def_hash)

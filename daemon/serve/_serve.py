@@ -274,7 +274,8 @@ async def serve(
                         raise
                     raise OperationRefused(
                         ErrorCode.LISTEN_FAILED,
-                        f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+                        f"cannot listen on {config.host}:{config.port} "
+                        f"({failed.strerror or failed}); "
                         "stop what holds it, or pick another address with --listen",
                     ) from None
                 await trio.to_thread.run_sync(locks.announce, binds[0])

@@ -1,6 +1,6 @@
-"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its refusals,
-request values, outbound TLS. ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is
-re-exported here for the HTTP layer.
+"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its
+refusals, request values, outbound TLS. ``ErrorCode`` (code -> status, defined in
+``salvor.protocol``) is re-exported here for the HTTP layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon.
 """

@@ -1,4 +1,6 @@
-"""Refusals of run operations, each naming its code from the one table (``salvor.protocol.ErrorCode``).
+"""Refusals of run operations, each naming its code from the one table.
+
+The table is ``salvor.protocol.ErrorCode``.
 
 The CLI prints ``message`` as one sentence and exits non-zero; the HTTP layer
 renders ``to_json()`` as the one error envelope. A refusal
@@ -11,7 +13,10 @@ from salvor.protocol import CodedError, ErrorCode, excerpt
 
 
 class OperationRefused(CodedError):
-    """A verb refused before it recorded anything; its code is per refusal, its status that code's."""
+    """A verb refused before it recorded anything.
+
+    Its code is per refusal, its status that code's.
+    """
 
     def __init__(self, code: ErrorCode, message: str, *, details: dict | None = None):
         if not isinstance(code, ErrorCode):
@@ -32,7 +37,8 @@ def unknown_run(run_id: str) -> OperationRefused:
 def unknown_agent(agent: str) -> OperationRefused:
     return OperationRefused(
         ErrorCode.UNKNOWN_AGENT,
-        f"no agent {excerpt(agent)} is stored here; run it once with `salvor run AGENT_FILE` to register it",
+        f"no agent {excerpt(agent)} is stored here; "
+        "run it once with `salvor run AGENT_FILE` to register it",
     )
 
 
@@ -55,7 +61,8 @@ def wrong_state(message: str) -> OperationRefused:
 def port_held(port: int, holder: str) -> OperationRefused:
     return OperationRefused(
         ErrorCode.PORT_HELD,
-        f"the service agent's proxy port {port} is held by run {holder}, which this daemon is driving; a "
-        f"service's model calls can belong to one run at a time, so start this run once that one has ended",
+        f"the service agent's proxy port {port} is held by run {holder}, which this daemon is "
+        "driving; a service's model calls can belong to one run at a time, so start this run once "
+        "that one has ended",
         details={"port": port, "run": holder},
     )

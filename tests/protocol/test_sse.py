@@ -142,5 +142,6 @@ def test_no_daemon_module_frames_or_parses_sse_by_hand() -> None:
                 n for n, line in enumerate(path.read_text().splitlines(), 1) if by_hand.search(line)
             ]
             assert not found, (
-                f"{path.relative_to(daemon)}:{found} frames SSE itself; use salvor.protocol.sse_frame"
+                f"{path.relative_to(daemon)}:{found} frames SSE itself; "
+                "use salvor.protocol.sse_frame"
             )

@@ -90,7 +90,8 @@ def _pointer(*parts: str) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
-# A refusal of a body's shape: a field the body does not take, or one of the wrong type (``_bodies``).
+# A refusal of a body's shape: a field the body does not take, or one of the wrong type
+# (``_bodies``).
 _SHAPE_REFUSAL = re.compile(
     r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be "
 )
@@ -99,7 +100,8 @@ _SHAPE_REFUSAL = re.compile(
 class Contract:
     """Validates requests and answers against a document, and remembers what it saw.
 
-    ``document`` is the one the daemon under test serves (``served``); by default the unnarrowed one.
+    ``document`` is the one the daemon under test serves (``served``); by default the unnarrowed
+    one.
     A request body the daemon took (2xx) must be one the document admits, and one it refused for
     its shape (an unknown field, a field of the wrong type) one the document does not admit. A
     TOML agent definition is held to the same schema as its JSON form: they take the same fields.
@@ -180,8 +182,8 @@ class Contract:
             response.json()["error"]["message"]
         ):
             assert not self.admits(pointer, value), (
-                f"{what} refused the body's shape ({response.json()['error']['message']}), yet the document "
-                f"admits it: {json.dumps(value)[:2000]}"
+                f"{what} refused the body's shape ({response.json()['error']['message']}), "
+                f"yet the document admits it: {json.dumps(value)[:2000]}"
             )
 
     def response_pointer(self, template: str, method: str, status: str, media: str) -> str:

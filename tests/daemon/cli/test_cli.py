@@ -437,7 +437,8 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
             "-c",
             (
                 "import sys, time\nfrom salvor.store import EventStore\n"
-                f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); print('open', flush=True); time.sleep(60)"
+                f"s = EventStore.open({f'sqlite:///{db}'!r}); s.list_runs(); "
+                "print('open', flush=True); time.sleep(60)"
             ),
         ],
         stdout=subprocess.PIPE,

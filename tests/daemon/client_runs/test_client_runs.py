@@ -345,7 +345,10 @@ async def test_the_two_modes_never_share_a_run(server, providers) -> None:
 
 
 async def sweeps_pass(server, count: int) -> None:
-    """Return once the server's wake sweep has run ``count`` whole times more (each asks for the due runs)."""
+    """Return once the server's wake sweep has run ``count`` whole times more.
+
+    Each sweep asks for the due runs.
+    """
     runtime = server.state.runtime
     due_runs = runtime.due_runs
     asked = 0

@@ -1,4 +1,7 @@
-"""The kill tests' commit hook is decided once, when the store's writer is set up, and is absent when off."""
+"""The kill tests' commit hook is decided once, when the store's writer is set up.
+
+It is absent when off.
+"""
 
 from __future__ import annotations
 

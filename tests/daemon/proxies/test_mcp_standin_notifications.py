@@ -99,7 +99,8 @@ def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
         f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
         f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
         f'effects = {{ lookup = "read", write_note = "write" }}\n'
-        f"[env]\nHOLD = {json.dumps(fx.hold('lookup'))}\nLEDGER = {json.dumps(str(fx.dir / 'ledger.jsonl'))}\n"
+        f"[env]\nHOLD = {json.dumps(fx.hold('lookup'))}\n"
+        f"LEDGER = {json.dumps(str(fx.dir / 'ledger.jsonl'))}\n"
     )
     return parse_definition(text, "toml")
 

@@ -487,7 +487,8 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
         for _ in range(2):
             response = await client.post(f"/v1/runs/{nap_run}/resume")
             assert response.status_code == 202, response.text
-        # Three more sweeps pass while the call is held: each one warns of the orphan it cannot wake.
+        # Three more sweeps pass while the call is held: each one warns of the orphan it cannot
+        # wake.
         unwoken = f"sleeping run {seeded['orphan']} not woken"
         sweeps = daemon.output().count(unwoken)
         with trio.fail_after(WAIT):
