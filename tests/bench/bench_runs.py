@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 import trio
+from salvor.daemon.agents import Credentials
 from salvor.daemon.serve._serve import ServeConfig, serve
 from salvor.protocol import EventKind
 from salvor.store import EventStore
@@ -189,6 +190,8 @@ async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounte
         demo_tools=True,
         wake_interval=0,
         recovery_concurrency=args.drive_concurrency,
+        # The operator declares the scripted providers, as `--model-endpoint` would.
+        credentials=Credentials.for_daemon(model_endpoints=base_urls),
     )
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve, config)

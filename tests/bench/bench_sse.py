@@ -330,7 +330,7 @@ def main() -> None:
         bench_store_url(args.store, Path(scratch)) as url,
     ):
         scratch_path = Path(scratch)
-        daemon = ServeProcess(url, scratch_path, "--demo-tools")
+        daemon = ServeProcess(url, scratch_path, "--demo-tools", "--model-endpoint", provider_url)
         daemon.start()
         try:
             with httpx.Client(base_url=daemon.base_url, timeout=60) as client:
