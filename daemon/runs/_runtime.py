@@ -172,7 +172,7 @@ class Runtime:
     # -- reads ----------------------------------------------------------------
 
     async def view(self, run_id: str) -> RunView:
-        view = await self.access.read(self.access.store.read_view, run_id)
+        view = await self.find_view(run_id)
         if view is None:
             raise unknown_run(run_id)
         return view
@@ -206,7 +206,7 @@ class Runtime:
         return self.access.store.url
 
     async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        log = await self.access.read(self.access.store.read_log, run_id, from_seq)
+        log = await self.read_log(run_id, from_seq)
         if not log and from_seq == 0:
             raise unknown_run(run_id)
         return log
