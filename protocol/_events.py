@@ -177,7 +177,8 @@ class Event:
                 raise _fail(
                     cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}"
                 )
-            payload = {key: value for key, value in payload.items() if key != "seq"}
+            payload = payload.copy()  # the caller's object stays as it was sent
+            del payload["seq"]
         names = cls._field_names()
         for key in payload:
             if key not in names:

@@ -87,10 +87,14 @@ def _exact(value: int) -> bool:
     return -MAX_EXACT_INTEGER <= value <= MAX_EXACT_INTEGER
 
 
-def _integer_reader(data: bytes, big_integers: bool):
+def _integer_reader(data: bytes | str, big_integers: bool):
     """The reader of ``data``'s integers for ``json.loads``: ``int``
     (None) when none is out of range."""
-    if big_integers or _LONG_RUN not in data.translate(_DIGITS_AS_ZERO):
+    if big_integers:
+        return None  # before any encoding: an envelope read back from the store pays nothing here
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if _LONG_RUN not in data.translate(_DIGITS_AS_ZERO):
         return None
     return _exact_integer
 
@@ -177,9 +181,21 @@ def _check_string(text: str, what: str) -> None:
 
 
 def _check_characters(value: Any, what: str) -> None:
-    for item in _leaves(value):
+    # Its own walk, strings only: the envelopes a fold reads go through here, so no generator of
+    # every leaf and no call per number.
+    stack = [value]
+    while stack:
+        item = stack.pop()
         if type(item) is str:
-            _check_string(item, what)
+            if "\x00" in item or _SURROGATE.search(item):
+                _check_string(item, what)
+        elif type(item) is dict:
+            for key in item:
+                if "\x00" in key or _SURROGATE.search(key):
+                    _check_string(key, what)
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
 
 
 def check_document(value: Any, what: str) -> None:
@@ -233,6 +249,19 @@ def _finite(text: str) -> float:
     return value
 
 
+# The two decoders ``parse_strict`` uses, built once (``json.loads`` with hooks builds one per
+# call): keyed by the integer reader, None for ``int``.
+_DECODERS = {
+    reader: json.JSONDecoder(
+        object_pairs_hook=_unique,
+        parse_constant=_constant,
+        parse_float=_finite,
+        parse_int=reader,
+    )
+    for reader in (None, _exact_integer)
+}
+
+
 def decode_text(data: bytes, what: str) -> str:
     """``data`` as UTF-8 text, refusing a BOM, UTF-16/32 and invalid UTF-8.
 
@@ -277,30 +306,25 @@ def parse_strict(
         MalformedJson: the text breaks a rule; nothing else has seen it.
     """
     if isinstance(data, (bytes, bytearray)):
-        raw, text = data, decode_text(data, what)
+        text = decode_text(data, what)
     else:
-        raw, text = data.encode("utf-8", "surrogatepass"), data
+        text = data
     depth = text_depth(text, limit)
     if depth > limit:
         raise MalformedJson(
             f"{what} nests arrays and objects {depth} levels deep; the limit is {limit}"
         )
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_unique,
-            parse_constant=_constant,
-            parse_float=_finite,
-            parse_int=_integer_reader(raw, big_integers),
-        )
+        value = _DECODERS[_integer_reader(data, big_integers)].decode(text)
     except _InexactInteger as exc:
         raise _inexact_integer(what, exc.text) from None
     except RecursionError:  # unreachable under the limit; kept so no parse can ever escape as one
         raise MalformedJson(f"{what} is nested too deeply; the limit is {limit}") from None
     except ValueError as exc:
         raise MalformedJson(f"{what} is not valid JSON: {exc}") from None
-    # Escapes are the only way to a NUL or a lone surrogate in UTF-8
-    # input; a str may carry raw ones.
-    if "\\u" in text or not isinstance(data, (bytes, bytearray)):
+    # Escapes are the only way to a NUL or a lone surrogate in UTF-8 input (a raw NUL in a JSON
+    # string is refused by the parser itself); a str may also carry raw surrogates, which one
+    # search of the text finds. Only text with an escape needs the walk of its strings.
+    if "\\u" in text or (text is data and _SURROGATE.search(text)):
         _check_characters(value, what)
     return value
