@@ -143,27 +143,31 @@ def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, t
 def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     wake_at = {}
 
-    def script(call):
-        if call.index == 0:  # decided at call time, so the instant is just ahead of now
-            wake_at["at"] = format_instant(datetime.now(UTC) + timedelta(seconds=3))
-        return tool_loop_script([("wait_until", {"wake_at": wake_at["at"]})], final_text="woke")(
-            call
-        )
+    def sleeper(name: str, ahead: timedelta):
+        def script(call):
+            if call.index == 0:  # decided at call time, so the instant is ahead of now
+                wake_at[name] = format_instant(datetime.now(UTC) + ahead)
+            return tool_loop_script(
+                [("wait_until", {"wake_at": wake_at[name]})], final_text="woke"
+            )(call)
 
-    provider = providers(script)
-    path = tmp_path / "sleeper.toml"
-    path.write_text(agent_toml(provider.base_url, tools=["wait_until"]))
-    result = salvor(store_url, "run", str(path))
-    assert result.returncode == 0 and "sleeping until" in result.stdout
-    run_id = result.stdout.splitlines()[0]
-    early = salvor(store_url, "resume", run_id, "--json")
+        path = tmp_path / f"{name}.toml"
+        path.write_text(agent_toml(providers(script).base_url, tools=["wait_until"]))
+        result = salvor(store_url, "run", str(path))
+        assert result.returncode == 0 and "sleeping until" in result.stdout
+        return result.stdout.splitlines()[0]
+
+    # One run due in a second, one in an hour: however slow the machine, the second is still
+    # asleep when the first is woken, and neither a resume nor `wake` may wake it early.
+    soon, later = sleeper("soon", timedelta(seconds=1)), sleeper("later", timedelta(hours=1))
+    early = salvor(store_url, "resume", later, "--json")
     assert early.returncode == 1
     assert json.loads(early.stdout)["error"]["code"] == "still_sleeping"
-    deadline = datetime.fromisoformat(wake_at["at"])
+    deadline = datetime.fromisoformat(wake_at["soon"])
     time.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05)
     woken = salvor(store_url, "wake")
     assert woken.returncode == 0, woken.stderr
-    assert f"run {run_id} completed" in woken.stdout
+    assert f"run {soon} completed" in woken.stdout and later not in woken.stdout
     assert salvor(store_url, "wake").stdout.strip() == "no sleeping run is due"
 
 
