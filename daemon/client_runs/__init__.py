@@ -9,6 +9,10 @@ from __future__ import annotations
 from ._appends import (
     ClientAppends,
 )
+from ._client_runs import (
+    ClientRuns,
+    OpenedRun,
+)
 from ._client_tools import (
     ClientTool,
     check_resolution,
@@ -39,9 +43,11 @@ __all__ = [
     "DEFAULT_TTL_SECONDS",
     "MODEL_REQUEST_FIELDS",
     "ClientAppends",
+    "ClientRuns",
     "ClientTool",
     "LeaseRegistry",
     "ModelCall",
+    "OpenedRun",
     "check_resolution",
     "declared",
     "lease_ttl",
