@@ -9,12 +9,14 @@ imports only the packages below it.
 from __future__ import annotations
 
 from ._app import (
-    ServerState,
     create_app,
-    refuse_if_driven_elsewhere,
 )
 from ._front import (
     AppendFront,
+)
+from ._state import (
+    ServerState,
+    refuse_if_driven_elsewhere,
 )
 
 __all__ = [
