@@ -28,10 +28,10 @@ from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
 from ._meta_routes import add_meta_routes
 from ._model_step_routes import add_model_step_routes
+from ._run_events_routes import add_run_events_route
 from ._run_verb_routes import add_run_verb_routes
 from ._runs_routes import add_run_routes
 from ._state import ServerState
-from ._stream import add_stream_route
 from ._tool_step_routes import add_tool_step_routes
 
 log = logging.getLogger("salvor.api")
@@ -68,7 +68,7 @@ def create_app(state: ServerState) -> QuartTrio:
     add_agent_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)
-    add_stream_route(app, state)
+    add_run_events_route(app, state)
     add_meta_routes(app, state)
     add_client_run_routes(app, state)
     add_model_step_routes(app, state)

@@ -18,8 +18,8 @@ from ..client_runs import ModelCall
 from ..web import OperationRefused, json_response
 from ._bodies import CLIENT_MODEL_COMPLETION, CLIENT_MODEL_INTENT, MODEL_STEP
 from ._client_run_routes import presented
+from ._run_events_routes import HEADERS as STREAM_HEADERS
 from ._state import ServerState
-from ._stream import HEADERS as STREAM_HEADERS
 
 
 def step_frame(event: str, data: dict) -> bytes:
