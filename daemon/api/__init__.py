@@ -1,20 +1,22 @@
-"""The HTTP control plane: the Quart app and its routes, the client-run routes, the event stream,
-the append front, the OpenAPI document, and the typed declarations (request bodies, the run list's
+"""The HTTP control plane: the Quart app, its routes one resource to a module (``_*_routes``), the
+append front, the OpenAPI document, and the typed declarations (request bodies, the run list's
 query, fixed-shape answers) that the handlers read and answer with and the document is built from.
 
-Rule: handlers talk to the Runtime, never to the store behind it;
+Rule: handlers talk to the services (the Runtime, ClientRuns), never to the store behind them;
 imports only the packages below it.
 """
 
 from __future__ import annotations
 
 from ._app import (
-    ServerState,
     create_app,
-    refuse_if_driven_elsewhere,
 )
 from ._front import (
     AppendFront,
+)
+from ._state import (
+    ServerState,
+    refuse_if_driven_elsewhere,
 )
 
 __all__ = [

@@ -31,8 +31,8 @@ from ..web import (
     read_body,
     unauthorized,
 )
-from ._app import ServerState
 from ._bodies import APPEND_EVENTS
+from ._state import ServerState
 
 log = logging.getLogger("salvor.api")
 
@@ -94,11 +94,13 @@ class AppendFront:
             headers.get(b"authorization", b"").decode("latin-1"), self._state.auth_token
         ):
             raise unauthorized()
-        appends = self._state.client_appends
+        client_runs = self._state.client_runs
         token = headers.get(b"x-drive-token")
-        run_id = await appends.driving(run_id, None if token is None else token.decode("latin-1"))
+        run_id = await client_runs.driving(
+            run_id, None if token is None else token.decode("latin-1")
+        )
         data = await read_body(asgi_chunks(receive), self._state.body_timeout_seconds)
         mimetype = (
             headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
         )
-        return await appends.append(run_id, APPEND_EVENTS.from_bytes(data, mimetype))
+        return await client_runs.append(run_id, APPEND_EVENTS.from_bytes(data, mimetype))

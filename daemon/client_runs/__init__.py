@@ -1,13 +1,16 @@
-"""Client-driven runs: the generic append, server-performed model and tool steps, client-performed
-calls, client tool declarations, drive leases.
+"""Client-driven runs: the service the client-run routes call (``ClientRuns``), and behind it the
+generic append, server-performed model and tool steps, client-performed calls, client tool
+declarations, drive leases.
 
-Rule: imports only the packages below it; never the agent loop.
+Rule: imports only the packages below it; never the agent loop. Callers above reach the store
+through ``ClientRuns``, never through the step functions behind it.
 """
 
 from __future__ import annotations
 
-from ._appends import (
-    ClientAppends,
+from ._client_runs import (
+    ClientRuns,
+    OpenedRun,
 )
 from ._client_tools import (
     ClientTool,
@@ -19,39 +22,22 @@ from ._leases import (
     LeaseRegistry,
     lease_ttl,
 )
-from ._performed import (
-    declared,
-    model_completion,
-    model_intent,
-    tool_completion,
-    tool_intent,
-)
 from ._steps import (
     MODEL_REQUEST_FIELDS,
     ModelCall,
     open_model_executor,
-    open_model_step,
-    perform_model_step,
-    tool_step,
 )
 
 __all__ = [
     "DEFAULT_TTL_SECONDS",
     "MODEL_REQUEST_FIELDS",
-    "ClientAppends",
+    "ClientRuns",
     "ClientTool",
     "LeaseRegistry",
     "ModelCall",
+    "OpenedRun",
     "check_resolution",
-    "declared",
     "lease_ttl",
     "load_declarations",
-    "model_completion",
-    "model_intent",
     "open_model_executor",
-    "open_model_step",
-    "perform_model_step",
-    "tool_completion",
-    "tool_intent",
-    "tool_step",
 ]

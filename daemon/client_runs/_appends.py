@@ -8,7 +8,7 @@ bytes at a recorded seq, a gap or an illegal event are a divergence, and a
 refused batch writes nothing.
 
 Both ways in share this: the Quart route and the ASGI front that answers
-the same path in ``salvor serve`` (``_api_front``).
+the same path in ``salvor serve`` (``api/_front.py``).
 """
 
 from __future__ import annotations

@@ -46,8 +46,9 @@ from ..agents import (
     offered_besides_mcp,
     parse_definition,
 )
-from ..client_runs import ClientTool, check_resolution
+from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
 from ..mcp import McpBuildError, check_buildable, missing_program
+from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import (
@@ -107,6 +108,23 @@ class Runtime:
         self.clock = clock
         # Which run holds each service agent's loopback port.
         self.ports = PortClaims()
+
+    def client_runs(
+        self,
+        *,
+        leases: LeaseRegistry,
+        client_tools: Mapping[str, ClientTool],
+        model_executor: ModelGateway | None,
+    ) -> ClientRuns:
+        """The client-driven runs' operations over this runtime's store, registry and resolve."""
+        return ClientRuns(
+            self.access,
+            self.registry,
+            leases=leases,
+            client_tools=client_tools,
+            model_executor=model_executor,
+            resolve=self.resolve,
+        )
 
     # -- agents -------------------------------------------------------------
 

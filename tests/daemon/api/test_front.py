@@ -140,7 +140,7 @@ async def test_a_bug_behind_the_front_is_the_500_envelope_and_the_daemon_goes_on
     async def broken(run_id: str, body: dict) -> dict:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(server.state.client_appends, "append", broken)
+    monkeypatch.setattr(server.state.client_runs, "append", broken)
     response = await server.client.post(
         f"/v1/client-runs/{run_id}/events",
         json={"events": [head(run_id)]},

@@ -1,0 +1,72 @@
+"""``/v1/agents``: register a definition, list the stored agents, read one back."""
+
+from __future__ import annotations
+
+from quart import request
+from quart_trio import QuartTrio
+
+from ..agents import DefinitionError, parse_definition
+from ..web import bad_request, body_bytes, json_response, unknown_agent
+from ._answers import AGENT_CREATED
+from ._state import ServerState
+
+_TOML = ("application/toml", "text/toml", "application/x-toml")
+
+
+def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
+    runtime = state.runtime
+
+    @app.post("/v1/agents")
+    async def register_agent():
+        mimetype = request.mimetype or ""
+        if mimetype in _TOML:
+            fmt = "toml"
+        elif mimetype == "application/json" or mimetype.endswith("+json"):
+            fmt = "json"
+        else:
+            raise bad_request("send the definition as application/toml or application/json")
+        data = await body_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad_request("the definition is not UTF-8 text") from None
+        try:
+            agent = parse_definition(
+                text,
+                fmt,
+                known_tools=runtime.registry.names(),
+                allow_paths=False,
+                allow_processes=state.allow_process_agents,
+                credentials=state.credentials,
+            )
+        except DefinitionError as exc:
+            raise bad_request(f"the agent definition does not build: {exc}") from None
+        await runtime.build_agent(agent)
+        created = await runtime.register_agent(agent)
+        return AGENT_CREATED.respond(201, agent=agent.agent_def_hash, created=created)
+
+    @app.get("/v1/agents")
+    async def list_agents():
+        stored = await runtime.list_agents()
+        return json_response(
+            {
+                "agents": [
+                    {"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})}
+                    for a in stored
+                ]
+            }
+        )
+
+    @app.get("/v1/agents/<agent_hash>")
+    async def get_agent(agent_hash: str):
+        stored = await runtime.find_agent(agent_hash)
+        if stored is None:
+            raise unknown_agent(agent_hash)
+        body = {
+            "agent": stored.agent_def_hash,
+            "format": stored.format,
+            "definition": stored.definition,
+        }
+        if stored.name:
+            body["name"] = stored.name
+        return json_response(body)

@@ -1,0 +1,155 @@
+"""``GET /v1/runs/{id}/events``: a run's log as server-sent events, replay then live tail.
+
+The stream subscribes to the in-process fan-out before it reads the store,
+so nothing committed in between is missed, and it sends each seq exactly
+once, in order (anything older than the cursor is skipped; a gap is read
+back from the store). Events another process writes into the same store
+(the CLI) arrive through a bounded poll. It ends with an ``end`` frame once
+the run rests, or once nothing drives it here and nothing has arrived for a
+grace period (``detached: true``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import trio
+from quart import request
+from quart_trio import QuartTrio
+from salvor.protocol import Envelope, RunState, fold, sse_frame, step
+
+from ..recording import parse_run_id
+from ..runs import LiveEvent, event_frame
+from ..web import bad_request, unknown_run, whole_number
+from ._state import ServerState
+
+HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    # nginx buffers proxied responses unless told not to.
+    "X-Accel-Buffering": "no",
+}
+
+
+KEEP_ALIVE = sse_frame(comment="keep-alive")
+
+
+def end_frame(body: dict) -> bytes:
+    return sse_frame(json.dumps(body, ensure_ascii=False), event="end")
+
+
+def _cursor() -> int:
+    # Both are checked, though Last-Event-ID wins: a malformed from_seq is a 400 either way.
+    from_seq = request.args.get("from_seq")
+    seq = 0
+    if from_seq is not None:
+        seq = whole_number(from_seq)
+        if seq is None:
+            raise bad_request("from_seq must be a whole number (ASCII digits only)")
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id is not None:
+        last = whole_number(last_event_id)
+        if last is None:
+            raise bad_request(
+                "Last-Event-ID must be the seq of an event this stream sent (ASCII digits only)"
+            )
+        return last + 1
+    return seq
+
+
+def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
+    runtime = state.runtime
+
+    @app.get("/v1/runs/<run_id>/events")
+    async def events(run_id: str):
+        run_id = parse_run_id(run_id)
+        start = _cursor()
+        # Subscribe before reading the store, so no commit falls in between.
+        subscription = state.hub.subscribe(run_id)
+        try:
+            log = await runtime.read_log(run_id, 0)
+            if not log and not state.attached(run_id):
+                raise unknown_run(run_id)
+        except BaseException:
+            subscription.close()
+            raise
+
+        frames = _frames(state, run_id, subscription, log, start)
+        response = await app.make_response((frames, 200, HEADERS))
+        response.timeout = None
+        return response
+
+
+async def _frames(
+    state: ServerState, run_id: str, subscription, log: list[Envelope], start: int
+) -> AsyncIterator[bytes]:
+    """The stream's frames: the log from ``start``, then the live tail, until an ``end`` frame."""
+    runtime = state.runtime
+    with subscription:
+        view = fold(log[:start])
+        next_seq = min(start, len(log))
+        pending = list(log[next_seq:])
+        last_progress = last_beat = trio.current_time()
+        while True:
+            # Everything at hand goes out as one chunk: with many
+            # subscribers, one write per burst instead of per event.
+            chunk: list[bytes] = []
+            for item in pending:
+                # Live items come with their frame and view worked out
+                # once at publish; store reads are folded here.
+                envelope = item.envelope if isinstance(item, LiveEvent) else item
+                if envelope.seq != next_seq:
+                    continue
+                if isinstance(item, LiveEvent):
+                    view, frame = item.view, item.frame
+                else:
+                    view, frame = step(view, envelope), None
+                next_seq += 1
+                if envelope.seq >= start:
+                    chunk.append(frame or event_frame(envelope))
+                last_progress = trio.current_time()
+            pending = []
+            if chunk:
+                yield b"".join(chunk)
+            # A write's intent is recorded before the write runs, so
+            # the log folds to needs_reconciliation while a driver
+            # here is still executing it: that is not a resting point.
+            in_flight = view.state is RunState.NEEDS_RECONCILIATION and state.drivers.driving(
+                run_id
+            )
+            if view.resting and not in_flight:
+                yield end_frame({"status": view.status_at(runtime.clock())})
+                return
+            now = trio.current_time()
+            if state.stopping.is_set() or (
+                not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
+            ):
+                yield end_frame({"status": view.status_at(runtime.clock()), "detached": True})
+                return
+            wait = min(
+                state.stream_poll_seconds,
+                max(0.0, last_beat + state.heartbeat_seconds - now),
+            )
+            with trio.move_on_after(wait):
+                envelope = await subscription.receive.receive()
+                pending.append(envelope)
+                # Take whatever else is already queued in one go.
+                while True:
+                    try:
+                        pending.append(subscription.receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            if pending and pending[0].envelope.seq == next_seq and not subscription.lagging:
+                continue
+            if pending and pending[0].envelope.seq < next_seq:
+                pending = [e for e in pending if e.envelope.seq >= next_seq]
+                if not pending or pending[0].envelope.seq == next_seq:
+                    continue
+            # A gap, a lagging queue, or a quiet spell: read the store
+            # (another process may be writing this run).
+            subscription.lagging = False
+            pending = await runtime.read_log(run_id, next_seq)
+            if not pending and trio.current_time() - last_beat >= state.heartbeat_seconds:
+                last_beat = trio.current_time()
+                yield KEEP_ALIVE

@@ -1,0 +1,107 @@
+"""``/v1/runs``: start a run (or a re-run), list runs, read one run's status and its replay."""
+
+from __future__ import annotations
+
+from quart import request
+from quart_trio import QuartTrio
+from salvor.protocol import RunState, fold, status_seen_at
+from salvor.store import RunSummary
+
+from ..recording import parse_run_id
+from ..web import bad_request, json_response, whole_number
+from ._answers import RUN_STARTED
+from ._bodies import START_RUN
+from ._queries import MAX_PAGE, RUNS_QUERY
+from ._state import ServerState
+
+
+def add_run_routes(app: QuartTrio, state: ServerState) -> None:
+    runtime = state.runtime
+
+    @app.post("/v1/runs")
+    async def start_run():
+        body = await START_RUN.read()
+        replay_of, run_id, labels = body.get("replay_of"), body.get("run_id"), body.get("labels")
+        if replay_of is not None and "input" in body:
+            raise bad_request(
+                "a re-run takes its origin's input; leave `input` out when `replay_of` is given"
+            )
+        if "agent" in body:
+            agent = await runtime.load_agent(body["agent"])
+        else:
+            # A re-run defaults to the origin's own agent (whose command may
+            # now run newer code: that is what a re-run checks).
+            agent = await runtime.load_agent((await runtime.view(replay_of)).agent_def_hash)
+        # The head is durable before we answer: a daemon killed right after
+        # the 201 still has the run, and recovery drives it.
+        run_id = await runtime.start_run(
+            agent,
+            body.get("input"),
+            labels=labels,
+            run_id=run_id,
+            register=False,
+            replay_of=replay_of,
+        )
+        state.drivers.start(run_id, agent)
+        return RUN_STARTED.respond(201, run=run_id, status="running", replay_of=replay_of)
+
+    @app.get("/v1/runs")
+    async def list_runs():
+        page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
+        body: dict = {"runs": [_summary_json(state, s) for s in page]}
+        if next_cursor is not None:
+            body["next_cursor"] = next_cursor
+        return json_response(body)
+
+    @app.get("/v1/runs/<run_id>")
+    async def get_run(run_id: str):
+        run_id = parse_run_id(run_id)
+        view = await runtime.view(run_id)
+        body = {
+            "run": run_id,
+            "status": view.status_at(runtime.clock()),
+            "event_count": view.event_count,
+            "usage": view.usage(),
+            "pending": view.pending.to_json() if view.pending else None,
+            "first_recorded_at": view.first_recorded_at,
+            "last_recorded_at": view.last_recorded_at,
+        }
+        if view.replay_of is not None:
+            body["replay_of"] = view.replay_of
+        body.update(state.driver(run_id, view.state.value))
+        return json_response(body)
+
+    @app.get("/v1/runs/<run_id>/replay")
+    async def replay(run_id: str):
+        # A pure fold of the recorded log, executing nothing.
+        view = fold(await runtime.log(parse_run_id(run_id)))
+        return json_response(view.replay_json())
+
+
+def _list_filters(args) -> dict:
+    """The store's filters for ``GET /v1/runs`` from its query (refused whole when one is bad)."""
+    RUNS_QUERY.refuse_unknown(args)
+    status = args.get("status")
+    if status is not None and status not in RunState.__members__.values():
+        raise bad_request(f"`status` must be one of {', '.join(s.value for s in RunState)}")
+    label = None
+    if "label" in args:
+        key, sep, value = args["label"].partition(":")
+        if not sep or not key:
+            raise bad_request("`label` must look like key:value")
+        label = (key, value)
+    limit = None
+    if "limit" in args:
+        limit = whole_number(args["limit"]) or 0
+        if not 1 <= limit <= MAX_PAGE:
+            raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
+    return {"state": status, "label": label, "limit": limit, "after": args.get("cursor")}
+
+
+def _summary_json(state: ServerState, summary: RunSummary) -> dict:
+    body = summary.to_json()
+    if "status" in body:
+        # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
+        body["status"] = status_seen_at(body["status"], state.runtime.clock())
+    body.update(state.driver(summary.run_id, summary.state))
+    return body

@@ -1,0 +1,83 @@
+"""What every route shares: the services (runs, client-driven runs), the driving set, the fan-out,
+and the daemon's settings for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+from salvor.protocol import TERMINAL_STATES
+
+from ..agents import Credentials
+from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
+from ..models import ModelGateway
+from ..runs import DriverSet, EventHub, Runtime
+from ..web import BODY_TIMEOUT_SECONDS, wrong_state
+
+_TERMINAL = {state.value for state in TERMINAL_STATES}
+
+
+async def refuse_if_driven_elsewhere(state: ServerState, run_id: str) -> None:
+    """Refuse (409 wrong_state, nothing recorded) to drive a run a live
+    `salvor run` beside us drives."""
+    if state.driven_elsewhere is None:
+        return
+    if run_id in await trio.to_thread.run_sync(state.driven_elsewhere, [run_id]):
+        raise wrong_state(
+            f"run {run_id} is being driven by another salvor process beside this daemon "
+            "(a `salvor run`); let it finish, or stop it first, then resume it here"
+        )
+
+
+@dataclass
+class ServerState:
+    """What the routes share: one runtime, one driving set, one fan-out."""
+
+    runtime: Runtime
+    drivers: DriverSet
+    hub: EventHub
+    auth_token: str | None = None
+    commit: str | None = None
+    stream_poll_seconds: float = 1.0
+    heartbeat_seconds: float = 15.0
+    detach_grace_seconds: float = 5.0
+    # How long any request body may take to arrive whole before it is answered 408.
+    body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
+    # Whether POST /v1/agents accepts process agents (commands this daemon runs).
+    allow_process_agents: bool = False
+    # The model endpoints and MCP origins the operator declared: all a
+    # definition from HTTP may name.
+    credentials: Credentials = field(default_factory=Credentials)
+    # Set when the daemon begins a graceful stop: open streams end at once.
+    stopping: trio.Event = field(default_factory=trio.Event)
+    # Drive-token holds on client-driven runs.
+    leases: LeaseRegistry = field(default_factory=LeaseRegistry)
+    # The model client that performs client-driven runs' model steps (None: not configured).
+    model_executor: ModelGateway | None = None
+    # Client-performed tools the operator declared (salvor serve --client-tool), by name.
+    client_tools: dict[str, ClientTool] = field(default_factory=dict)
+    # Which of the given runs another live salvor (a `salvor run` beside this
+    # daemon) is driving right now; None when nothing else can drive here.
+    # A blocking call (it asks the store's locks): run it in a thread.
+    driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+    # The operations on client-driven runs (shared by their routes and the ASGI front).
+    client_runs: ClientRuns = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client_runs = self.runtime.client_runs(
+            leases=self.leases,
+            client_tools=self.client_tools,
+            model_executor=self.model_executor,
+        )
+
+    def attached(self, run_id: str) -> bool:
+        """Whether something drives the run right now: a driver task here,
+        or a client's current lease."""
+        return self.drivers.driving(run_id) or self.leases.holds(run_id)
+
+    def driver(self, run_id: str, state: str | None) -> dict:
+        """The ``driver`` field: absent for a terminal or unreadable run."""
+        if state is None or state in _TERMINAL:
+            return {}
+        return {"driver": "attached" if self.attached(run_id) else "none"}
