@@ -55,6 +55,10 @@ async def test_a_second_run_on_a_held_port_is_refused_and_recorded_nowhere(
         with trio.fail_after(20):
             while not service.entries("held"):
                 await trio.sleep(0.01)
+            # The proxy answers the agent before it records the completion: the snapshot waits
+            # for that record, after which the held agent appends nothing until released.
+            while (await server.client.get(f"/v1/runs/{first}")).json()["pending"] is not None:
+                await trio.sleep(0.01)
         before = await snapshot(server)
         body = await Contract().call(
             server.client,
