@@ -40,7 +40,7 @@ from ..web import (
     unknown_run,
     whole_number,
 )
-from ._answers import CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
+from ._answers import CLIENT_LOG, CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
 from ._bodies import (
     APPEND_EVENTS,
     CLIENT_MODEL_COMPLETION,
@@ -119,7 +119,7 @@ def add_client_run_routes(app: QuartTrio, state) -> None:
         if not await client_driven(run_id):
             raise unknown_run(run_id)
         log = await runtime.read_log(run_id, from_seq)
-        return json_response({"log": [e.to_json() for e in log]})
+        return CLIENT_LOG.respond(log=[e.to_json() for e in log])
 
     @app.post("/v1/client-runs/<run_id>/model-step")
     async def model_step_route(run_id: str):

@@ -22,6 +22,7 @@ from salvor.protocol import RunState, fold, sse_frame, step
 from ..recording import parse_run_id
 from ..runs import LiveEvent, event_frame
 from ..web import bad_request, unknown_run, whole_number
+from ._answers import END_FRAME
 
 HEADERS = {
     "Content-Type": "text/event-stream",
@@ -109,7 +110,7 @@ def add_stream_route(app: QuartTrio, state) -> None:
                         and state.drivers.driving(run_id)
                     )
                     if view.resting and not in_flight:
-                        yield end_frame({"status": view.status_at(runtime.clock())})
+                        yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
                         return
                     now = trio.current_time()
                     if state.stopping.is_set() or (
@@ -117,7 +118,7 @@ def add_stream_route(app: QuartTrio, state) -> None:
                         and now - last_progress >= state.detach_grace_seconds
                     ):
                         yield end_frame(
-                            {"status": view.status_at(runtime.clock()), "detached": True}
+                            END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)
                         )
                         return
                     wait = min(

@@ -1,11 +1,14 @@
 """Client-driven runs: the generic append, server-performed model and tool steps, client-performed
-calls, client tool declarations, drive leases.
+calls, client tool declarations, drive leases, and the answers of their routes.
 
 Rule: imports only the packages below it; never the agent loop.
 """
 
 from __future__ import annotations
 
+from ._answers import (
+    CLIENT_RUN_ANSWERS,
+)
 from ._appends import (
     ClientAppends,
 )
@@ -36,6 +39,7 @@ from ._steps import (
 )
 
 __all__ = [
+    "CLIENT_RUN_ANSWERS",
     "DEFAULT_TTL_SECONDS",
     "MODEL_REQUEST_FIELDS",
     "ClientAppends",

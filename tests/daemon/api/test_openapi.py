@@ -42,10 +42,13 @@ from salvor.daemon.api import _openapi
 from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.client_runs import CLIENT_RUN_ANSWERS
+from salvor.daemon.client_runs._answers import CLIENT_TOOL_OPENED, COMPLETED
 from salvor.daemon.tools._demo import demo_registry
 from salvor.daemon.tools._registry import SleepUntil, Tool
 from salvor.daemon.web import is_http_url
-from salvor.protocol import Effect
+from salvor.protocol import STATUS_DETAIL, WIRE_SCHEMAS, Effect, RunState
+from salvor.store import SUMMARY_KEYS
 
 from tests.support.api_server import TOKEN
 from tests.support.contract import (
@@ -735,6 +738,47 @@ async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
         RUN_STARTED.respond(201, run=MISSING_RUN)
     for answer in ANSWERS:
         assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
+
+
+def test_the_document_describes_what_the_builders_build_from_their_own_declarations() -> None:
+    """Every domain shape under ``components`` is its builder's declaration, not a copy of it: the
+    core's (status, pending, envelope, replay, usage), the client-run answers, a run summary's
+    keys. The document names exactly those and no hand-written twin shadows one."""
+    schemas = DOCUMENT["components"]["schemas"]
+    for name, schema in WIRE_SCHEMAS.items():
+        assert schemas[name] == schema, name
+    for shape in CLIENT_RUN_ANSWERS:
+        assert schemas[shape.name] == shape.schema(), shape.name
+    assert set(schemas["RunSummary"]["properties"]) == SUMMARY_KEYS | {"driver"}
+    # A key the store's summary gains stops the document's build until it is described there.
+    with pytest.raises(RuntimeError, match=r"a run summary .*but the code uses .*'parent_run'"):
+        _openapi._run_summary(SUMMARY_KEYS | {"parent_run"})
+
+
+def test_every_run_state_has_a_status_variant_in_the_served_document() -> None:
+    """The served ``Status`` has one variant per ``RunState``, made from the fold's own table: the
+    state, and the fields of the event that enters it (``STATUS_DETAIL``)."""
+    variants = {
+        variant["properties"]["state"]["const"]: variant
+        for variant in DOCUMENT["components"]["schemas"]["Status"]["oneOf"]
+    }
+    assert set(variants) == {state.value for state in RunState}
+    for state in RunState:
+        detail = STATUS_DETAIL.get(state)
+        fields = set(detail._field_names()) if detail else set()
+        extra = {"overdue", "overdue_seconds"} if state is RunState.SLEEPING else set()
+        assert set(variants[state.value]["properties"]) == {"state"} | fields | extra, state
+
+
+def test_a_client_run_answer_built_with_a_field_its_shape_lacks_raises() -> None:
+    """The client-run builders answer through their shape; one that writes a field the document
+    does not describe, or drops a required one, is a bug that raises (the client gets the 500)."""
+    key = "sha256:" + "0" * 64
+    assert COMPLETED.build(seq=3, completed=True) == {"seq": 3, "completed": True}
+    with pytest.raises(RuntimeError, match="the Completed answer was built with"):
+        COMPLETED.build(seq=3, completed=True, at="now")
+    with pytest.raises(RuntimeError, match="needs"):
+        CLIENT_TOOL_OPENED.build(seq=3, idempotency_key=key, settled=False)
 
 
 @pytest.mark.parametrize(
