@@ -1,7 +1,8 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
 the append guard, the record-and-replay rules (a cursor over a whole log, a
 lane per boundary), schema checks, the strict JSON parser every caller's
-text goes through, the error-code table and the server-sent-event framing.
+text goes through, the error-code table, the server-sent-event framing, and
+the JSON Schemas of the shapes it emits, built from the tables its builders read.
 
 This package imports nothing outside the standard library and fastjsonschema,
 and does no IO.
@@ -53,7 +54,10 @@ from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallRequested as ToolCallRequested
 from ._fold import EMPTY_VIEW as EMPTY_VIEW
 from ._fold import IDLE_STATES as IDLE_STATES
+from ._fold import INTENT_FIELDS as INTENT_FIELDS
+from ._fold import PENDING_FIELDS as PENDING_FIELDS
 from ._fold import RESTING_STATES as RESTING_STATES
+from ._fold import STATUS_DETAIL as STATUS_DETAIL
 from ._fold import TERMINAL_STATES as TERMINAL_STATES
 from ._fold import Pending as Pending
 from ._fold import PendingKind as PendingKind
@@ -85,6 +89,16 @@ from ._schema import BUDGET_EXTENSION_SCHEMA as BUDGET_EXTENSION_SCHEMA
 from ._schema import check_schema as check_schema
 from ._schema import validate as validate
 from ._schema import validate_budget_extension as validate_budget_extension
+from ._shapes import ANY as ANY
+from ._shapes import HASH_PATTERN as HASH_PATTERN
+from ._shapes import INSTANT as INSTANT
+from ._shapes import JSON as JSON
+from ._shapes import SEQ as SEQ
+from ._shapes import Shape as Shape
+from ._shapes import closed as closed
+from ._shapes import exactly as exactly
+from ._shapes import nullable as nullable
+from ._shapes import ref as ref
 from ._sse import ServerSentEvent as ServerSentEvent
 from ._sse import SSEDecoder as SSEDecoder
 from ._sse import sse_frame as sse_frame
@@ -96,3 +110,5 @@ from ._strict_json import check_nesting as check_nesting
 from ._strict_json import decode_text as decode_text
 from ._strict_json import parse_strict as parse_strict
 from ._strict_json import value_depth as value_depth
+from ._wire_schemas import PAYLOADS as PAYLOADS
+from ._wire_schemas import WIRE_SCHEMAS as WIRE_SCHEMAS

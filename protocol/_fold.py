@@ -11,9 +11,10 @@ that this fold could not recompute.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from ._clock import parse_instant
@@ -21,6 +22,7 @@ from ._envelope import Envelope
 from ._events import (
     Actor,
     BudgetExceeded,
+    Event,
     ModelCallCompleted,
     ModelCallRequested,
     NowObserved,
@@ -66,12 +68,40 @@ RESTING_STATES = TERMINAL_STATES | {
 # its driver wakes it when the timer is due.
 IDLE_STATES = RESTING_STATES - {RunState.SLEEPING}
 
+# The states whose status object says more than ``state``, each with the event that enters it: the
+# status is ``{"state": ..., **that event's payload}``. The fold enters these states from this table
+# and the OpenAPI document's ``Status`` variants are built from it (``_wire_schemas``), so a field
+# an event gains shows in both or in neither. The other states have no fields of their own.
+STATUS_DETAIL: Mapping[RunState, type[Event]] = MappingProxyType(
+    {
+        RunState.SUSPENDED: Suspended,
+        RunState.SLEEPING: SleepStarted,
+        RunState.BUDGET_EXCEEDED: BudgetExceeded,
+        RunState.COMPLETED: RunCompleted,
+        RunState.FAILED: RunFailed,
+        RunState.ABANDONED: RunAbandoned,
+    }
+)
+_ENTERS = {event_type: state for state, event_type in STATUS_DETAIL.items()}
+
 
 class PendingKind(enum.StrEnum):
     """What a run's open intent asks for: a model call or a tool call."""
 
     MODEL = "model"
     TOOL = "tool"
+
+
+# The pending object of each kind: ``kind``, then these fields of ``Pending`` in this order. Its
+# builder reads this table and so does the OpenAPI document (``_wire_schemas``).
+PENDING_FIELDS: Mapping[PendingKind, tuple[str, ...]] = MappingProxyType(
+    {
+        PendingKind.MODEL: ("seq", "request_hash"),
+        PendingKind.TOOL: ("seq", "tool", "input", "effect", "idempotency_key"),
+    }
+)
+# What an intent (``details.intent`` of a needs_reconciliation refusal) adds to the pending object.
+INTENT_FIELDS = ("recorded_at",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,26 +119,17 @@ class Pending:
     performed_by: Actor | None = None
 
     def to_json(self) -> dict:
-        """The spec's pending object."""
-        if self.kind == PendingKind.MODEL:
-            return {
-                "kind": PendingKind.MODEL.value,
-                "seq": self.seq,
-                "request_hash": self.request_hash,
-            }
-        return {
-            "kind": PendingKind.TOOL.value,
-            "seq": self.seq,
-            "tool": self.tool,
-            "input": self.input,
-            "effect": self.effect,
-            "idempotency_key": self.idempotency_key,
-        }
+        """The spec's pending object (``PENDING_FIELDS``)."""
+        body: dict[str, Any] = {"kind": self.kind.value}
+        for name in PENDING_FIELDS[self.kind]:
+            body[name] = getattr(self, name)
+        return body
 
     def intent_json(self) -> dict:
         """The pending object plus when it was recorded (``details.intent``)."""
         body = self.to_json()
-        body["recorded_at"] = self.recorded_at
+        for name in INTENT_FIELDS:
+            body[name] = getattr(self, name)
         return body
 
 
@@ -222,6 +243,12 @@ class _Folder:
             self.first_recorded_at = envelope.recorded_at
         self.last_recorded_at = envelope.recorded_at
         self.next_seq = envelope.seq + 1
+        # The status of a STATUS_DETAIL state is its entering event's payload, whatever fields
+        # that event has: written nowhere else, so the document's Status cannot drift from it.
+        entered = _ENTERS.get(type(envelope.event))
+        if entered is not None:
+            self.state = entered
+            self.detail = envelope.event.to_payload()
         handler = _HANDLERS.get(type(envelope.event))
         if handler is not None:
             handler(self, envelope.seq, envelope.recorded_at, envelope.event)
@@ -287,13 +314,6 @@ class _Folder:
     def _random_observed(self, seq: int, at: str, event: RandomObserved) -> None:
         pass
 
-    def _suspended(self, seq: int, at: str, event: Suspended) -> None:
-        self.state = RunState.SUSPENDED
-        detail = {"reason": event.reason, "input_schema": event.input_schema}
-        if event.kind is not None:
-            detail["kind"] = event.kind
-        self.detail = detail
-
     def _resumed(self, seq: int, at: str, event: Resumed) -> None:
         if self.state is RunState.BUDGET_EXCEEDED:
             amount = event.input.get("extend_by") if isinstance(event.input, dict) else None
@@ -305,39 +325,17 @@ class _Folder:
         self.state = RunState.RUNNING
         self.detail = {}
 
-    def _sleep_started(self, seq: int, at: str, event: SleepStarted) -> None:
-        self.state = RunState.SLEEPING
-        self.detail = {"wake_at": event.wake_at}
-
     def _sleep_completed(self, seq: int, at: str, event: SleepCompleted) -> None:
         self.state = RunState.RUNNING
         self.detail = {}
 
-    def _budget_exceeded(self, seq: int, at: str, event: BudgetExceeded) -> None:
-        self.state = RunState.BUDGET_EXCEEDED
-        self.detail = {"budget": event.budget, "observed": event.observed}
-
-    def _run_completed(self, seq: int, at: str, event: RunCompleted) -> None:
-        self.state = RunState.COMPLETED
+    def _ended(self, seq: int, at: str, event: RunCompleted | RunFailed | RunAbandoned) -> None:
+        # The state and its status fields were entered from STATUS_DETAIL (``apply``).
         self.pending = None
-        self.detail = {"output": event.output}
-
-    def _run_failed(self, seq: int, at: str, event: RunFailed) -> None:
-        self.state = RunState.FAILED
-        self.pending = None
-        self.detail = {"error": event.error}
-
-    def _run_abandoned(self, seq: int, at: str, event: RunAbandoned) -> None:
-        self.state = RunState.ABANDONED
-        self.pending = None
-        detail = {}
-        if event.reason is not None:
-            detail["reason"] = event.reason
-        if event.unresolved_write is not None:
-            detail["unresolved_write"] = event.unresolved_write
-        self.detail = detail
 
 
+# What each kind does beyond entering a STATUS_DETAIL state (``apply``); Suspended, SleepStarted and
+# BudgetExceeded do nothing more.
 _HANDLERS = {
     RunStarted: _Folder._run_started,
     ModelCallRequested: _Folder._model_requested,
@@ -346,14 +344,11 @@ _HANDLERS = {
     ToolCallCompleted: _Folder._tool_completed,
     NowObserved: _Folder._now_observed,
     RandomObserved: _Folder._random_observed,
-    Suspended: _Folder._suspended,
     Resumed: _Folder._resumed,
-    SleepStarted: _Folder._sleep_started,
     SleepCompleted: _Folder._sleep_completed,
-    BudgetExceeded: _Folder._budget_exceeded,
-    RunCompleted: _Folder._run_completed,
-    RunFailed: _Folder._run_failed,
-    RunAbandoned: _Folder._run_abandoned,
+    RunCompleted: _Folder._ended,
+    RunFailed: _Folder._ended,
+    RunAbandoned: _Folder._ended,
 }
 
 EMPTY_VIEW = RunView()

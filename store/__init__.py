@@ -21,6 +21,8 @@ from ._location import sqlite_path as sqlite_path
 from ._ownership import Holder as Holder
 from ._ownership import StoreLocks as StoreLocks
 from ._ownership import open_locks as open_locks
+from ._records import SUMMARY_KEYS as SUMMARY_KEYS
+from ._records import SUMMARY_REQUIRED as SUMMARY_REQUIRED
 from ._records import Claim as Claim
 from ._records import RunSummary as RunSummary
 from ._records import StoredAgent as StoredAgent

@@ -18,6 +18,24 @@ from salvor.protocol import MalformedJson, excerpt, parse_strict
 from ._errors import BadCursor
 from ._view_codec import dumps
 
+# The keys of a ``GET /v1/runs`` entry, in the order written, each with the field it is read
+# from. ``to_json`` writes from this table; the OpenAPI document's ``RunSummary`` is checked
+# against it when it is built.
+SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("run", "run_id"),
+    ("status", "status"),
+    ("event_count", "event_count"),
+    ("first_recorded_at", "first_recorded_at"),
+    ("last_recorded_at", "last_recorded_at"),
+    ("usage", "usage"),
+    ("step_count", "step_count"),
+    ("agent_def_hash", "agent_def_hash"),
+    ("labels", "labels"),
+)
+SUMMARY_KEYS = frozenset(key for key, _ in SUMMARY_FIELDS)
+# Present in every entry, a degraded one too.
+SUMMARY_REQUIRED = ("run", "event_count", "first_recorded_at", "last_recorded_at")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSummary:
@@ -47,21 +65,13 @@ class RunSummary:
         return self.status is None
 
     def to_json(self) -> dict:
-        """The ``GET /v1/runs`` entry: unknown values are absent keys, never null."""
-        body: dict = {"run": self.run_id}
-        if self.status is not None:
-            body["status"] = self.status
-        body["event_count"] = self.event_count
-        body["first_recorded_at"] = self.first_recorded_at
-        body["last_recorded_at"] = self.last_recorded_at
-        if self.usage is not None:
-            body["usage"] = self.usage
-        if self.step_count is not None:
-            body["step_count"] = self.step_count
-        if self.agent_def_hash is not None:
-            body["agent_def_hash"] = self.agent_def_hash
-        if self.labels:
-            body["labels"] = self.labels
+        """The ``GET /v1/runs`` entry (``SUMMARY_FIELDS``): unknown values are absent keys, never
+        null, and so are no labels."""
+        body: dict = {}
+        for key, name in SUMMARY_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value != {}:
+                body[key] = value
         return body
 
 

@@ -1,11 +1,12 @@
 """The fixed-shape JSON answers of the control plane, each declared once as a typed ``Answer``.
 
-A handler answers with ``ANSWER.respond(status, **fields)``; the OpenAPI document's schema for it is
-``ANSWER.schema()``: the same fields, the same required set, closed. An answer that names a field
-the declaration lacks, or leaves out a required one, is a bug: it raises, and the client gets the
-500 envelope (the tests drive every answer, so it never ships). Answers whose shape is a domain
-type's own (a run, its summary, its replay, an envelope) are that type's ``to_json()`` and are
-described in ``_openapi`` next to the shapes they share.
+A handler answers with ``ANSWER.respond(status, **fields)`` (a stream frame's data with
+``ANSWER.body(**fields)``); the OpenAPI document's schema for it is ``ANSWER.schema()``: the same
+fields, the same required set, closed. An answer that names a field the declaration lacks, or
+leaves out a required one, is a bug: it raises, and the client gets the 500 envelope (the tests
+drive every answer, so it never ships). The shapes the pure core emits (a status, a pending call,
+an envelope, a replay) are its own (``salvor.protocol.WIRE_SCHEMAS``); a client-driven run's
+step answers are ``client_runs``'s.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quart import Response
-from salvor.protocol import RunState
+from salvor.protocol import TERMINAL_STATES, RunState, Shape
 
 from ..web import json_response
 from ._bodies import Field
 from ._schema import JSON, SEQ, closed, ref
 
-_TERMINAL = [state.value for state in (RunState.COMPLETED, RunState.FAILED, RunState.ABANDONED)]
+_TERMINAL = [state.value for state in RunState if state in TERMINAL_STATES]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,42 +30,49 @@ class Answer:
 
     name: str
     fields: tuple[Field, ...]
-    allowed: frozenset[str] = field(init=False)
-    required: frozenset[str] = field(init=False)
+    description: str = ""
+    rules: JSON = field(default_factory=dict)
+    shape: Shape = field(init=False)
     _optional: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "allowed", frozenset(f.name for f in self.fields))
-        object.__setattr__(self, "required", frozenset(f.name for f in self.fields if f.required))
+        object.__setattr__(
+            self,
+            "shape",
+            Shape(
+                self.name,
+                {f.name: f.described() for f in self.fields},
+                tuple(f.name for f in self.fields if f.required),
+                self.description,
+                self.rules,
+            ),
+        )
         object.__setattr__(
             self,
             "_optional",
             frozenset(f.name for f in self.fields if not f.required and not f.nullable),
         )
 
-    def respond(self, status: int = 200, /, **values: Any) -> Response:
-        """The answer as JSON; an optional field given as None is left out.
+    def body(self, **values: Any) -> dict:
+        """The answer's JSON object; an optional field given as None is left out.
 
         Raises:
             RuntimeError: a field the declaration lacks, or a required one missing (a bug).
         """
-        body = {
-            name: value
-            for name, value in values.items()
-            if value is not None or name not in self._optional
-        }
-        if not (self.allowed.issuperset(body) and self.required.issubset(body)):
-            raise RuntimeError(
-                f"the {self.name} answer was built with {sorted(body)}; it takes "
-                f"{sorted(self.allowed)} and needs {sorted(self.required)}"
-            )
-        return json_response(body, status)
+        return self.shape.check(
+            {
+                name: value
+                for name, value in values.items()
+                if value is not None or name not in self._optional
+            }
+        )
+
+    def respond(self, status: int = 200, /, **values: Any) -> Response:
+        """The answer as JSON (``body``)."""
+        return json_response(self.body(**values), status)
 
     def schema(self) -> JSON:
-        return closed(
-            {f.name: f.described() for f in self.fields},
-            [f.name for f in self.fields if f.required],
-        )
+        return self.shape.schema()
 
 
 def _required(name: str, schema: JSON, description: str = "") -> Field:
@@ -73,6 +81,63 @@ def _required(name: str, schema: JSON, description: str = "") -> Field:
 
 _RUN = _required("run", ref("RunId"))
 _STATUS = _required("status", ref("Status"))
+_INSTANT = ref("Instant")
+_COUNT = {"type": "integer", "minimum": 0}
+_PENDING = {"oneOf": [ref("Pending"), {"type": "null"}]}
+
+# Added by ``ServerState.driver`` to a run's answer and to each summary in a listing: present
+# exactly when the status is known and not terminal.
+DRIVER = Field(
+    name="driver",
+    schema={"enum": ["attached", "none"]},
+    description="Whether a driver in this daemon is running the run now; absent for a terminal "
+    "run.",
+)
+DRIVER_RULE: JSON = {
+    "if": {
+        "required": ["status"],
+        "properties": {"status": {"properties": {"state": {"enum": _TERMINAL}}}},
+    },
+    "then": {"not": {"required": ["driver"]}},
+    "else": {
+        "if": {"required": ["status"]},
+        "then": {"required": ["driver"]},
+        "else": {"not": {"required": ["driver"]}},
+    },
+}
+
+RUN = Answer(
+    "Run",
+    (
+        _RUN,
+        _STATUS,
+        _required("event_count", _COUNT),
+        _required("usage", ref("Usage")),
+        _required("pending", _PENDING),
+        _required("first_recorded_at", _INSTANT),
+        _required("last_recorded_at", _INSTANT),
+        DRIVER,
+        Field(
+            name="replay_of",
+            schema=ref("RunId"),
+            description="Present on a re-run: the run it reproduces.",
+        ),
+    ),
+    rules=DRIVER_RULE,
+)
+END_FRAME = Answer(
+    "EndFrame",
+    (
+        _STATUS,
+        Field(
+            name="detached",
+            schema={"const": True},
+            description="No driver here is running the run.",
+        ),
+    ),
+    description="The `data` of the stream's final `event: end` frame.",
+)
+CLIENT_LOG = Answer("ClientLog", (_required("log", {"type": "array", "items": ref("Envelope")}),))
 _RUNNING = _required("status", {"const": "running"})
 
 AGENT_CREATED = Answer(
@@ -156,6 +221,9 @@ LEASE_LAPSE = Answer(
 CLIENT_RESOLVED = Answer("ClientResolved", (_RUN, _required("resolved", {"const": True})))
 
 ANSWERS = (
+    RUN,
+    END_FRAME,
+    CLIENT_LOG,
     AGENT_CREATED,
     RUN_STARTED,
     RESUME_DRIVING,

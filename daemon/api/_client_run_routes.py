@@ -16,7 +16,7 @@ from quart_trio import QuartTrio
 
 from ..recording import parse_run_id
 from ..web import bad_request, json_response, whole_number
-from ._answers import CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
+from ._answers import CLIENT_LOG, CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
 from ._bodies import APPEND_EVENTS, OPEN_CLIENT_RUN, RESOLVE
 from ._state import ServerState
 
@@ -62,7 +62,7 @@ def add_client_run_routes(app: QuartTrio, state: ServerState) -> None:
         if from_seq is None:
             raise bad_request("`from_seq` must be a whole number (ASCII digits only)")
         log = await client_runs.read_log(run_id, from_seq)
-        return json_response({"log": [e.to_json() for e in log]})
+        return CLIENT_LOG.respond(log=[e.to_json() for e in log])
 
     @app.post("/v1/client-runs/<run_id>/resolve")
     async def client_resolve(run_id: str):

@@ -3,15 +3,18 @@
 It describes exactly the routes ``create_app`` registers. What a handler
 reads and answers with comes from the declarations it reads and answers
 with: the JSON request bodies (``_bodies``), the run list's query
-(``_queries``), the fixed-shape answers (``_answers``), and each table of an
-agent definition checked against the parser's own field lists
-(``agents.HTTP_FIELDS``, ``mcp.SERVER_FIELDS``: a mismatch stops the build).
-Written here: the shapes that are a domain type's ``to_json()``, every
-refusal (the one error envelope, narrowed to the codes that route can give,
-each checked against ``CODE_STATUS`` at import), and the event stream's frames.
-Shapes that several routes share (the status object, the pending object, a
-run's summary, the envelope) are written once under ``components`` and
-referenced. Built once, at import; plain data, no IO.
+(``_queries``), the fixed-shape answers (``_answers``, and
+``client_runs.CLIENT_RUN_ANSWERS`` for a client-driven run's steps), the
+shapes the pure core emits (``protocol.WIRE_SCHEMAS``: status, pending,
+envelope with each event kind's payload, replay), a run summary's keys
+(``store.SUMMARY_KEYS``), and each table of an agent definition checked
+against the parser's own field lists (``agents.HTTP_FIELDS``,
+``mcp.SERVER_FIELDS``): a mismatch stops the build. Written here: the agent
+definitions' field rules, every refusal (the one error envelope, narrowed to
+the codes that route can give, each checked against ``CODE_STATUS`` at
+import), the event stream's frames and the listings. Shapes that several
+routes share are written once under ``components`` and referenced. Built
+once, at import; plain data, no IO.
 
 tests/daemon/api/test_openapi.py checks the document against the OpenAPI 3.1
 schema and validates real responses of a real daemon against it, so a
@@ -25,11 +28,13 @@ import functools
 from collections.abc import Iterable
 
 from salvor import __version__
-from salvor.protocol import BUDGET_KINDS, ERROR_STATUS, EventKind
+from salvor.protocol import ERROR_STATUS, WIRE_SCHEMAS
+from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
 from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
+from ..client_runs import CLIENT_RUN_ANSWERS
 from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
-from ._answers import ANSWERS
+from ._answers import ANSWERS, DRIVER, DRIVER_RULE
 from ._bodies import (
     ABANDON,
     APPEND_EVENTS,
@@ -55,17 +60,6 @@ from ._schema import closed as _object
 from ._schema import exactly as _exactly
 from ._schema import nullable as _nullable
 from ._schema import ref as _ref
-
-TERMINAL = ["completed", "failed", "abandoned"]
-
-
-def _extended(schema: JSON, properties: JSON, required: list[str]) -> JSON:
-    """A closed object schema with more properties (closed schemas do not compose with allOf)."""
-    grown = copy.deepcopy(schema)
-    grown["properties"].update(properties)
-    grown["required"] = grown["required"] + required
-    return grown
-
 
 # An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
 # that no text a caller sends becomes an unbounded int; more digits are a 400.
@@ -95,120 +89,6 @@ _NON_NEGATIVE = {"type": "number", "minimum": 0}
 
 # -- shared shapes ---------------------------------------------------------------------------------
 
-_PENDING_MODEL = _object(
-    {
-        "kind": {"const": "model"},
-        "seq": _SEQ,
-        "request_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
-    },
-    ["kind", "seq", "request_hash"],
-)
-_PENDING_TOOL = _object(
-    {
-        "kind": {"const": "tool"},
-        "seq": _SEQ,
-        "tool": {"type": "string"},
-        "input": _ANY,
-        "effect": {"enum": ["read", "write", "idempotent"]},
-        "idempotency_key": {"type": ["string", "null"]},
-    },
-    ["kind", "seq", "tool", "input", "effect", "idempotency_key"],
-)
-
-
-def _states(*names: str) -> JSON:
-    return {"enum": list(names)} if len(names) > 1 else {"const": names[0]}
-
-
-def _status_variants() -> list[JSON]:
-    state = _states
-    return [
-        _object(
-            {
-                "state": state(
-                    "not_started",
-                    "running",
-                    "awaiting_model",
-                    "awaiting_tool",
-                    "needs_reconciliation",
-                )
-            },
-            ["state"],
-        ),
-        _object(
-            {
-                "state": state("suspended"),
-                "reason": {"type": "string"},
-                "input_schema": {
-                    "type": ["object", "boolean"],
-                    "description": "The JSON Schema a resume input must satisfy.",
-                },
-                "kind": {
-                    "const": "signal",
-                    "description": (
-                        "Present only when an external system, not a person, owes the input."
-                    ),
-                },
-            },
-            ["state", "reason", "input_schema"],
-        ),
-        _object(
-            {
-                "state": state("sleeping"),
-                "wake_at": _INSTANT,
-                "overdue": {"const": True},
-                "overdue_seconds": {"type": "integer", "minimum": 0},
-            },
-            ["state", "wake_at"],
-            dependentRequired={"overdue": ["overdue_seconds"], "overdue_seconds": ["overdue"]},
-        ),
-        _object(
-            {
-                "state": state("budget_exceeded"),
-                "budget": _object(
-                    {"kind": {"enum": list(BUDGET_KINDS)}, "limit": {"type": "number"}},
-                    ["kind", "limit"],
-                ),
-                "observed": {"type": "number"},
-            },
-            ["state", "budget", "observed"],
-        ),
-        _object({"state": state("completed"), "output": _ANY}, ["state", "output"]),
-        _object({"state": state("failed"), "error": {"type": "string"}}, ["state", "error"]),
-        _object(
-            {
-                "state": state("abandoned"),
-                "reason": {"type": "string"},
-                "unresolved_write": _object(
-                    {"seq": _SEQ, "tool": {"type": "string"}}, ["seq", "tool"]
-                ),
-            },
-            ["state"],
-        ),
-    ]
-
-
-# ``driver`` is present exactly when the status is present and not terminal.
-_DRIVER_RULE = {
-    "if": {
-        "required": ["status"],
-        "properties": {"status": {"properties": {"state": {"enum": TERMINAL}}}},
-    },
-    "then": {"not": {"required": ["driver"]}},
-    "else": {
-        "if": {"required": ["status"]},
-        "then": {"required": ["driver"]},
-        "else": {"not": {"required": ["driver"]}},
-    },
-}
-
-_DRIVER = {
-    "enum": ["attached", "none"],
-    "description": (
-        "Whether a driver in this daemon is running the run now; absent for a terminal run."
-    ),
-}
-
 
 def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -> JSON:
     """The envelope, its ``code`` narrowed to ``codes`` and its ``details`` to ``details``."""
@@ -221,6 +101,40 @@ def _error_schema(codes: list[str] | None = None, details: JSON | None = None) -
         inner["properties"]["details"] = details
         inner["required"] = ["details"]
     return {"allOf": [_ref("Error"), {"properties": {"error": inner}}]}
+
+
+def _run_summary(keys: frozenset[str]) -> JSON:
+    """A run in a listing: ``RunSummary.to_json()``'s ``keys`` and the ``driver`` beside them.
+
+    Raises:
+        RuntimeError: at import, when ``keys`` are not the ones described here.
+    """
+    return {
+        "description": (
+            "A run in a listing. Every field but run, event_count and the instants is absent "
+            "(never null) when the run's log cannot be read."
+        ),
+        **_object(
+            _exactly(
+                "a run summary (RunSummary.to_json() and its driver)",
+                keys | {DRIVER.name},
+                {
+                    "run": _ref("RunId"),
+                    "status": _ref("Status"),
+                    "event_count": {"type": "integer", "minimum": 0},
+                    "first_recorded_at": _ref("Instant"),
+                    "last_recorded_at": _ref("Instant"),
+                    "usage": _ref("Usage"),
+                    "step_count": {"type": "integer", "minimum": 0},
+                    "agent_def_hash": _ref("AgentHash"),
+                    "labels": {"allOf": [_ref("Labels")], "minProperties": 1},
+                    DRIVER.name: DRIVER.described(),
+                },
+            ),
+            SUMMARY_REQUIRED,
+        ),
+        **DRIVER_RULE,
+    }
 
 
 SCHEMAS: JSON = {
@@ -252,7 +166,6 @@ SCHEMAS: JSON = {
             ["wake_at", "remaining_seconds"],
         ),
     ),
-    "RunId": {"type": "string", "format": "uuid"},
     "AgentHash": {
         "type": "string",
         "pattern": "^sha256:[0-9a-f]{64}$",
@@ -260,57 +173,9 @@ SCHEMAS: JSON = {
             "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."
         ),
     },
-    "Instant": _INSTANT,
-    "Usage": _object(
-        {
-            "input_tokens": {"type": "integer", "minimum": 0},
-            "output_tokens": {"type": "integer", "minimum": 0},
-        },
-        ["input_tokens", "output_tokens"],
-    ),
-    "Labels": {
-        "type": "object",
-        "maxProperties": 16,
-        # UTF-8 byte counts are beyond JSON Schema: the formats name them
-        # (tests/daemon/api/test_fuzz.py gives schemathesis a strategy for each).
-        "propertyNames": {"format": "salvor-label-key"},
-        "additionalProperties": {"type": "string", "format": "salvor-label-value"},
-        "description": "At most 16; keys 1 to 64 bytes of UTF-8, values at most 256 bytes.",
-    },
-    "Status": {"description": "`{state, ...that state's fields}`.", "oneOf": _status_variants()},
-    "Pending": {
-        "description": "The run's one open intent.",
-        "oneOf": [_PENDING_MODEL, _PENDING_TOOL],
-    },
-    "Intent": {
-        "description": "The pending object plus when its intent was recorded.",
-        "oneOf": [
-            _extended(p, {"recorded_at": _INSTANT}, ["recorded_at"])
-            for p in (_PENDING_MODEL, _PENDING_TOOL)
-        ],
-    },
-    "RunSummary": {
-        "description": (
-            "A run in a listing. Every field but run, event_count and the instants is absent "
-            "(never null) when the run's log cannot be read."
-        ),
-        **_object(
-            {
-                "run": _ref("RunId"),
-                "status": _ref("Status"),
-                "event_count": {"type": "integer", "minimum": 0},
-                "first_recorded_at": _INSTANT,
-                "last_recorded_at": _INSTANT,
-                "usage": _ref("Usage"),
-                "step_count": {"type": "integer", "minimum": 0},
-                "agent_def_hash": _ref("AgentHash"),
-                "labels": {"allOf": [_ref("Labels")], "minProperties": 1},
-                "driver": _DRIVER,
-            },
-            ["run", "event_count", "first_recorded_at", "last_recorded_at"],
-        ),
-        **_DRIVER_RULE,
-    },
+    # The shapes the pure core emits (status, pending, envelope, ...), from its builders' tables.
+    **WIRE_SCHEMAS,
+    "RunSummary": _run_summary(SUMMARY_KEYS),
     "RunList": _object(
         {
             "runs": {"type": "array", "items": _ref("RunSummary")},
@@ -320,43 +185,6 @@ SCHEMAS: JSON = {
             },
         },
         ["runs"],
-    ),
-    "Run": {
-        **_object(
-            {
-                "run": _ref("RunId"),
-                "status": _ref("Status"),
-                "event_count": {"type": "integer", "minimum": 0},
-                "usage": _ref("Usage"),
-                "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
-                "first_recorded_at": _INSTANT,
-                "last_recorded_at": _INSTANT,
-                "driver": _DRIVER,
-                "replay_of": {
-                    **_ref("RunId"),
-                    "description": "Present on a re-run: the run it reproduces.",
-                },
-            },
-            [
-                "run",
-                "status",
-                "event_count",
-                "usage",
-                "pending",
-                "first_recorded_at",
-                "last_recorded_at",
-            ],
-        ),
-        **_DRIVER_RULE,
-    },
-    "Replay": _object(
-        {
-            "status": _ref("Status"),
-            "usage": _ref("Usage"),
-            "next_seq": _SEQ,
-            "pending": {"oneOf": [_ref("Pending"), {"type": "null"}]},
-        },
-        ["status", "usage", "next_seq", "pending"],
     ),
     "AgentDefinition": {
         "description": (
@@ -594,74 +422,13 @@ SCHEMAS: JSON = {
         },
         ["agent", "format", "definition"],
     ),
-    "ClientLog": _object({"log": {"type": "array", "items": _ref("Envelope")}}, ["log"]),
-    "Appended": _object({"appended": {"type": "array", "items": _SEQ}}, ["appended"]),
-    "ModelStepDone": _object(
-        {"response": {"type": "object"}, "usage": _ref("Usage")}, ["response", "usage"]
-    ),
-    "ToolStepDone": _object({"output": _ANY}, ["output"]),
-    "ClientTool": _object(
-        {
-            "name": {"type": "string"},
-            "effect": {"enum": ["read", "idempotent", "write"]},
-            "input_schema": {"type": "object"},
-            "output_schema": {"type": "object"},
-            "trust_completion": {"type": "boolean"},
-            "idempotency_key": {"type": "array", "items": {"type": "string"}},
-            "require_equal": {"type": "array", "items": {"type": "string"}},
-        },
-        ["name", "effect", "input_schema", "trust_completion"],
-    ),
     "ClientTools": _object(
         {"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]
-    ),
-    "ClientToolOpened": _object(
-        {
-            "seq": _SEQ,
-            "idempotency_key": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
-            "effect": {"enum": ["read", "idempotent", "write"]},
-            "settled": {"type": "boolean"},
-            "output": _ANY,
-        },
-        ["seq", "idempotency_key", "effect", "settled"],
-    ),
-    "Completed": _object({"seq": _SEQ, "completed": {"const": True}}, ["seq", "completed"]),
-    "ClientModelOpened": _object(
-        {"seq": _SEQ, "settled": {"type": "boolean"}, "response": _ANY, "usage": _ref("Usage")},
-        ["seq", "settled"],
-    ),
-    "ClientModelCompletion": _object(
-        {"seq": _SEQ, "response": _ANY, "usage": _ref("Usage")}, ["seq", "response", "usage"]
-    ),
-    "ClientResolved": _object(
-        {"run": _ref("RunId"), "resolved": {"const": True}}, ["run", "resolved"]
-    ),
-    "Envelope": _object(
-        {
-            "run_id": _ref("RunId"),
-            "seq": _SEQ,
-            "schema_version": {"type": "integer", "minimum": 1},
-            "recorded_at": _INSTANT,
-            "event": _object(
-                {"kind": {"enum": [k.value for k in EventKind]}, "payload": {"type": "object"}},
-                ["kind", "payload"],
-            ),
-        },
-        ["run_id", "seq", "schema_version", "recorded_at", "event"],
-        description="One recorded event: the `data` of a stream frame, byte for byte what "
-        "`salvor history --json` prints.",
-    ),
-    "EndFrame": _object(
-        {
-            "status": _ref("Status"),
-            "detached": {"const": True, "description": "No driver here is running the run."},
-        },
-        ["status"],
-        description="The `data` of the stream's final `event: end` frame.",
     ),
     # The request bodies and the fixed-shape answers: the handlers' own declarations.
     **{body.name: body.schema() for body in BODIES},
     **{answer.name: answer.schema() for answer in ANSWERS},
+    **{answer.name: answer.schema() for answer in CLIENT_RUN_ANSWERS},
     "StreamFrame": {
         "description": (
             "One frame of the event stream as an SSE client reads it (`event` defaults to "

@@ -22,6 +22,7 @@ from salvor.protocol import Envelope, RunState, fold, sse_frame, step
 from ..recording import parse_run_id
 from ..runs import LiveEvent, event_frame
 from ..web import bad_request, unknown_run, whole_number
+from ._answers import END_FRAME
 from ._state import ServerState
 
 HEADERS = {
@@ -119,13 +120,15 @@ async def _frames(
                 run_id
             )
             if view.resting and not in_flight:
-                yield end_frame({"status": view.status_at(runtime.clock())})
+                yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
                 return
             now = trio.current_time()
             if state.stopping.is_set() or (
                 not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
             ):
-                yield end_frame({"status": view.status_at(runtime.clock()), "detached": True})
+                yield end_frame(
+                    END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)
+                )
                 return
             wait = min(
                 state.stream_poll_seconds,

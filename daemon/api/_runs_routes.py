@@ -9,7 +9,7 @@ from salvor.store import RunSummary
 
 from ..recording import parse_run_id
 from ..web import bad_request, json_response, whole_number
-from ._answers import RUN_STARTED
+from ._answers import RUN, RUN_STARTED
 from ._bodies import START_RUN
 from ._queries import MAX_PAGE, RUNS_QUERY
 from ._state import ServerState
@@ -57,19 +57,17 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     async def get_run(run_id: str):
         run_id = parse_run_id(run_id)
         view = await runtime.view(run_id)
-        body = {
-            "run": run_id,
-            "status": view.status_at(runtime.clock()),
-            "event_count": view.event_count,
-            "usage": view.usage(),
-            "pending": view.pending.to_json() if view.pending else None,
-            "first_recorded_at": view.first_recorded_at,
-            "last_recorded_at": view.last_recorded_at,
-        }
-        if view.replay_of is not None:
-            body["replay_of"] = view.replay_of
-        body.update(state.driver(run_id, view.state.value))
-        return json_response(body)
+        return RUN.respond(
+            run=run_id,
+            status=view.status_at(runtime.clock()),
+            event_count=view.event_count,
+            usage=view.usage(),
+            pending=view.pending.to_json() if view.pending else None,
+            first_recorded_at=view.first_recorded_at,
+            last_recorded_at=view.last_recorded_at,
+            replay_of=view.replay_of,
+            **state.driver(run_id, view.state.value),
+        )
 
     @app.get("/v1/runs/<run_id>/replay")
     async def replay(run_id: str):

@@ -1,6 +1,6 @@
 """Client-driven runs: the service the client-run routes call (``ClientRuns``), and behind it the
 generic append, server-performed model and tool steps, client-performed calls, client tool
-declarations, drive leases.
+declarations, drive leases, and the answers of their routes.
 
 Rule: imports only the packages below it; never the agent loop. Callers above reach the store
 through ``ClientRuns``, never through the step functions behind it.
@@ -8,6 +8,9 @@ through ``ClientRuns``, never through the step functions behind it.
 
 from __future__ import annotations
 
+from ._answers import (
+    CLIENT_RUN_ANSWERS,
+)
 from ._client_runs import (
     ClientRuns,
     OpenedRun,
@@ -29,6 +32,7 @@ from ._steps import (
 )
 
 __all__ = [
+    "CLIENT_RUN_ANSWERS",
     "DEFAULT_TTL_SECONDS",
     "MODEL_REQUEST_FIELDS",
     "ClientRuns",

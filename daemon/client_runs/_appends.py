@@ -32,6 +32,7 @@ from salvor.store import SeqConflict
 
 from ..recording import StoreAccess, checked_labels, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
+from ._answers import APPENDED
 from ._leases import LeaseRegistry
 
 # What the client's own cursor emits: no secret, no outside effect.
@@ -222,4 +223,4 @@ class ClientAppends:
         if len(self._last_views) >= LAST_VIEWS:
             del self._last_views[next(iter(self._last_views))]
         self._last_views[run_id] = view
-        return {"appended": appended}
+        return APPENDED.build(appended=appended)

@@ -31,6 +31,7 @@ from salvor.protocol import (
 )
 
 from ..web import bad_request
+from ._answers import CLIENT_TOOL
 
 _FIELDS = {
     "name",
@@ -102,7 +103,7 @@ class ClientTool:
             body["idempotency_key"] = list(self.idempotency_key)
         if self.require_equal:
             body["require_equal"] = list(self.require_equal)
-        return body
+        return CLIENT_TOOL.check(body)
 
     def check_input(self, tool_input: Any) -> None:
         """Raises OperationRefused (bad_request) when the input fails the declared schema."""

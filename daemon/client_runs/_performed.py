@@ -30,6 +30,7 @@ from salvor.store import ClaimHeld
 
 from ..recording import StoreAccess, claim_to_settle, tool_error
 from ..web import OperationRefused, bad_request
+from ._answers import CLIENT_MODEL_OPENED, CLIENT_TOOL_OPENED, COMPLETED
 from ._client_tools import ClientTool
 from ._steps import at_seq
 
@@ -69,12 +70,9 @@ async def tool_intent(
         idempotency_key=key,
         performed_by=Actor.CLIENT,
     )
-    answer: dict[str, Any] = {
-        "seq": seq,
-        "idempotency_key": key,
-        "effect": tool.effect.value,
-        "settled": False,
-    }
+    answer = CLIENT_TOOL_OPENED.build(
+        seq=seq, idempotency_key=key, effect=tool.effect.value, settled=False
+    )
     if found.intent is not None:
         recorded = found.intent.event
         if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or encode_payload(
@@ -85,7 +83,9 @@ async def tool_intent(
                 "call; a retry must post the same tool and input to the same position"
             )
         if found.completion is not None:
-            answer.update(settled=True, output=found.completion.event.output)
+            return CLIENT_TOOL_OPENED.check(
+                {**answer, "settled": True, "output": found.completion.event.output}
+            )
         return answer
     if not tool.deduplicates:
         await access.append(run_id, [intent], found.view)
@@ -100,8 +100,7 @@ async def tool_intent(
             deduplicated_from={"run_id": claim.run_id, "seq": claim.seq},
         )
         await access.append(run_id, [intent, copied], found.view)
-        answer.update(settled=True, output=claim.output)
-        return answer
+        return CLIENT_TOOL_OPENED.check({**answer, "settled": True, "output": claim.output})
     if claim is not None:
         raise GuardRefusal(
             f"the key of this {tool.name} call is held by the unfinished call at seq {claim.seq}; "
@@ -173,7 +172,7 @@ async def tool_completion(
         output = tool_error(kind, error["message"], 1)
     settle = await claim_to_settle(access, run_id, seq, intent.idempotency_key)
     await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view, settle=settle)
-    return {"seq": seq, "completed": True}
+    return COMPLETED.build(seq=seq, completed=True)
 
 
 async def model_intent(
@@ -207,15 +206,17 @@ async def model_intent(
             )
         if found.completion is not None:
             done = found.completion.event
-            return {"seq": seq, "settled": True, "response": done.response, "usage": done.usage}
-        return {"seq": seq, "settled": False}
+            return CLIENT_MODEL_OPENED.build(
+                seq=seq, settled=True, response=done.response, usage=done.usage
+            )
+        return CLIENT_MODEL_OPENED.build(seq=seq, settled=False)
     intent = ModelCallRequested(
         request_hash=request_hash,
         request_body=request_body if record_prompts else None,
         performed_by=Actor.CLIENT,
     )
     await access.append(run_id, [intent], found.view)
-    return {"seq": seq, "settled": False}
+    return CLIENT_MODEL_OPENED.build(seq=seq, settled=False)
 
 
 async def model_completion(
@@ -235,4 +236,4 @@ async def model_completion(
             f"the model call at seq {seq} was performed by salvor, which holds its real response"
         )
     await access.append(run_id, [ModelCallCompleted(seq=seq, response=response, usage=usage)], view)
-    return {"seq": seq, "completed": True}
+    return COMPLETED.build(seq=seq, completed=True)

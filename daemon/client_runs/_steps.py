@@ -41,6 +41,7 @@ from ..models import Delta, ModelCallError, ModelGateway, resolve_endpoint
 from ..recording import StoreAccess, needs_reconciliation, outcome_output
 from ..tools import DispatchFailed, ToolRegistry, dispatch
 from ..web import OperationRefused, bad_request
+from ._answers import MODEL_STEP_DONE, TOOL_STEP_DONE
 
 _REQUEST_KEYS = {"model", "max_tokens", "messages", "system", "tools"}
 # What ``check_model_request`` takes, for the OpenAPI document's schema of a model step's request.
@@ -202,7 +203,9 @@ async def open_model_step(
             )
         if found.completion is not None:
             done = found.completion.event
-            return ModelCall(seq, request, view, {"response": done.response, "usage": done.usage})
+            return ModelCall(
+                seq, request, view, MODEL_STEP_DONE.build(response=done.response, usage=done.usage)
+            )
         _dangling(found, run_id, seq)
     if executor is None:
         raise OperationRefused(
@@ -244,7 +247,7 @@ async def perform_model_step(
         [ModelCallCompleted(seq=call.seq, response=result.response, usage=result.usage)],
         call.view,
     )
-    return {"response": result.response, "usage": result.usage}
+    return MODEL_STEP_DONE.build(response=result.response, usage=result.usage)
 
 
 async def tool_step(
@@ -298,7 +301,7 @@ async def tool_step(
                 f"(tool, input, effect and key must all match for a retry)"
             )
         if found.completion is not None:
-            return {"output": found.completion.event.output}
+            return TOOL_STEP_DONE.build(output=found.completion.event.output)
         _dangling(found, run_id, seq)
         if recorded.effect == "write":
             raise needs_reconciliation(run_id, view)
@@ -319,4 +322,4 @@ async def tool_step(
         ) from None
     output = outcome_output(tool, outcome, attempt)
     await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view)
-    return {"output": output}
+    return TOOL_STEP_DONE.build(output=output)

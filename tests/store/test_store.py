@@ -756,6 +756,8 @@ def test_public_names_are_exported() -> None:
         "Holder",
         "RunSummary",
         "STORE_VERSION",
+        "SUMMARY_KEYS",
+        "SUMMARY_REQUIRED",
         "SeqConflict",
         "StoreError",
         "StoreLocks",

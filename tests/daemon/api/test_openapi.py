@@ -25,7 +25,6 @@ import json
 import os
 import re
 import sys
-import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,31 +42,27 @@ from salvor.daemon.api import _openapi
 from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import create_app
 from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.client_runs import CLIENT_RUN_ANSWERS
+from salvor.daemon.client_runs._answers import CLIENT_TOOL_OPENED, COMPLETED
 from salvor.daemon.tools._demo import demo_registry
 from salvor.daemon.tools._registry import SleepUntil, Tool
 from salvor.daemon.web import is_http_url
-from salvor.protocol import Effect
+from salvor.protocol import STATUS_DETAIL, WIRE_SCHEMAS, Effect, RunState
+from salvor.store import SUMMARY_KEYS
 
 from tests.support.api_server import TOKEN
-
-REPO = Path(__file__).resolve().parents[3]
-DOCUMENT = openapi_document()
-BASE = "urn:salvor:openapi"
-MISSING_RUN = "00000000-0000-4000-8000-000000000000"
-OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
-STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
-# Covered by tests/daemon/client_runs/test_performed.py (they need declared client tools).
-CLIENT_PERFORMED_PATHS = tuple(
-    f"/v1/client-runs/{{run_id}}/{name}"
-    for name in (
-        "client-tool-intent",
-        "client-tool-completion",
-        "client-model-intent",
-        "client-model-completion",
-        "resolve",
-    )
+from tests.support.contract import (
+    BASE,
+    CLIENT_PERFORMED_PATHS,
+    DOCUMENT,
+    MISSING_RUN,
+    OVERSIZED,
+    STEP_PATHS,
+    Contract,
+    pointer,
 )
 
+REPO = Path(__file__).resolve().parents[3]
 REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
 GATED = {  # as JSON, with a name
     "name": "gated",
@@ -84,173 +79,6 @@ TIGHT = (
     'model = "demo-planner"\nsystem_prompt = "Look."\n[llm]\nprovider = "demo"\n[budgets]\n'
     'steps = 1\n[[tools]]\nname = "lookup_invoice"\n'
 )
-
-
-def _pointer(*parts: str) -> str:
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
-
-
-# A refusal of a body's shape: a field the body does not take, or one of the wrong type
-# (``_bodies``).
-_SHAPE_REFUSAL = re.compile(
-    r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be "
-)
-
-
-class Contract:
-    """Validates requests and answers against a document, and remembers what it saw.
-
-    ``document`` is the one the daemon under test serves (``served``); by default the unnarrowed
-    one.
-    A request body the daemon took (2xx) must be one the document admits, and one it refused for
-    its shape (an unknown field, a field of the wrong type) one the document does not admit. A
-    TOML agent definition is held to the same schema as its JSON form: they take the same fields.
-    """
-
-    def __init__(self, document: dict = DOCUMENT) -> None:
-        self.document = document
-        resource = Resource.from_contents(document, default_specification=DRAFT202012)
-        self._registry = Registry().with_resource(BASE, resource)
-        self.seen: set[tuple[str, str, str]] = set()
-        # (path, method) whose request body the daemon took and the document admitted.
-        self.requests: set[tuple[str, str]] = set()
-
-    @classmethod
-    async def served(cls, client: httpx.AsyncClient) -> Contract:
-        """A contract with the document this daemon serves (its tools, llm choices, agent kinds)."""
-        response = await client.get("/v1/openapi.json")
-        assert response.status_code == 200, response.text
-        return cls(response.json())
-
-    def errors(self, pointer: str, value: Any) -> list:
-        validator = Draft202012Validator(
-            {"$ref": f"{BASE}#{pointer}"},
-            registry=self._registry,
-            format_checker=Draft202012Validator.FORMAT_CHECKER,
-        )
-        return sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-
-    def admits(self, pointer: str, value: Any) -> bool:
-        return not self.errors(pointer, value)
-
-    def validate(self, pointer: str, value: Any, what: str) -> None:
-        errors = self.errors(pointer, value)
-        assert not errors, (
-            f"{what} does not match {pointer}:\n"
-            + "\n".join(f"  at {list(e.absolute_path)}: {e.message}" for e in errors[:5])
-            + f"\nbody: {json.dumps(value)[:2000]}"
-        )
-
-    def request_body(self, template: str, method: str, kwargs: dict) -> tuple[str, Any] | None:
-        """(schema pointer, the body as JSON) for a request that sends one; None for no body or one
-        that is not JSON or TOML at all (which no schema describes)."""
-        if "json" in kwargs:
-            media, value = "application/json", kwargs["json"]
-        elif kwargs.get("content"):
-            media = {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}.get(
-                "content-type", ""
-            )
-            try:
-                text = kwargs["content"]
-                text = text.decode() if isinstance(text, bytes) else text
-                value = tomllib.loads(text) if media == "application/toml" else json.loads(text)
-            except (UnicodeDecodeError, ValueError):
-                return None
-        else:
-            return None
-        operation = self.document["paths"][template][method]
-        assert "requestBody" in operation, f"{method} {template} takes no body, yet one was sent"
-        # The two agent-definition formats share one schema.
-        media = "application/json" if media == "application/toml" else media
-        return _pointer("paths", template, method, "requestBody", "content", media, "schema"), value
-
-    def check_request(
-        self, template: str, method: str, kwargs: dict, response: httpx.Response
-    ) -> None:
-        what = f"{method.upper()} {template} -> {response.status_code}"
-        operation = self.document["paths"][template][method]
-        sent = self.request_body(template, method, kwargs)
-        if sent is None:
-            if response.is_success and operation.get("requestBody", {}).get("required"):
-                raise AssertionError(f"{what} took no body, yet the document requires one")
-            return
-        pointer, value = sent
-        if response.is_success:
-            self.validate(pointer, value, f"the request of {what}")
-            self.requests.add((template, method))
-        elif response.status_code == 400 and _SHAPE_REFUSAL.match(
-            response.json()["error"]["message"]
-        ):
-            assert not self.admits(pointer, value), (
-                f"{what} refused the body's shape ({response.json()['error']['message']}), "
-                f"yet the document admits it: {json.dumps(value)[:2000]}"
-            )
-
-    def response_pointer(self, template: str, method: str, status: str, media: str) -> str:
-        response = self.document["paths"][template][method]["responses"][status]
-        if "$ref" in response:
-            base = response["$ref"][1:]
-        else:
-            base = _pointer("paths", template, method, "responses", status)
-        return base + _pointer("content", media, "schema")
-
-    async def call(
-        self,
-        client: httpx.AsyncClient,
-        method: str,
-        template: str,
-        *,
-        expect: int | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Send, check the status is documented (and ``expect`` when given),
-        validate the body; returns it."""
-        path_params = {k: kwargs.pop(k) for k in ("run_id", "agent_hash") if k in kwargs}
-        response = await client.request(method, template.format(**path_params), **kwargs)
-        op, status = method.lower(), str(response.status_code)
-        what = f"{method} {template} -> {status}"
-        assert status in self.document["paths"][template][op]["responses"], (
-            f"undocumented: {what}: {response.text}"
-        )
-        if expect is not None:
-            assert response.status_code == expect, f"{what}: {response.text}"
-        self.seen.add((template, op, status))
-        if status != "413":
-            self.check_request(template, op, kwargs, response)
-        if response.headers["content-type"].startswith("text/event-stream"):
-            return self.frames(response.text)
-        assert response.headers["content-type"] == "application/json", what
-        body = response.json()
-        self.validate(self.response_pointer(template, op, status, "application/json"), body, what)
-        return body
-
-    def frames(self, text: str) -> list[tuple[str, dict]]:
-        """An event stream's frames, each validated: (event name, data)."""
-        frames = []
-        for block in text.split("\n\n"):
-            lines = [line for line in block.splitlines() if line and not line.startswith(":")]
-            if not lines:
-                continue
-            fields = dict(line.split(": ", 1) for line in lines)
-            name = fields.get("event", "message")
-            data = json.loads(fields["data"])
-            schema = {"message": "Envelope", "end": "EndFrame"}[name]
-            self.validate(
-                _pointer("components", "schemas", schema), data, f"a stream frame ({name})"
-            )
-            frames.append((name, data))
-        return frames
-
-    def unreached(self) -> set[tuple[str, str, str]]:
-        documented = {
-            (path, method, status)
-            for path, operations in self.document["paths"].items()
-            for method, operation in operations.items()
-            for status in operation["responses"]
-            # 500 is never provoked; a stalled body (408) is the body-deadline tests' own.
-            if status not in ("500", "408")
-        }
-        return documented - self.seen
 
 
 def test_document_is_valid_openapi_3_1() -> None:
@@ -758,7 +586,7 @@ async def test_every_agent_kind_is_a_request_the_document_admits(
     assert contract.requests == {("/v1/agents", "post")}
     # `effects` and `effect_overrides` are one table under two names: the daemon takes one, and so
     # does the document.
-    pointer = _pointer(
+    schema_pointer = pointer(
         "paths", "/v1/agents", "post", "requestBody", "content", "application/json", "schema"
     )
     both = {
@@ -766,16 +594,16 @@ async def test_every_agent_kind_is_a_request_the_document_admits(
         "llm": {"provider": "demo"},
         "mcp_servers": [{"name": "fx", "command": ["fx"], "effects": {}, "effect_overrides": {}}],
     }
-    assert not contract.admits(pointer, both)
+    assert not contract.admits(schema_pointer, both)
     await contract.call(server.client, "POST", "/v1/agents", expect=400, json=both)
     await server.stop()  # one daemon per store
 
     plain = await server_factory()
     narrow = await Contract.served(plain.client)
     for kind in ("process", "service", "process with MCP servers"):
-        assert not narrow.admits(pointer, kinds[kind]), kind
+        assert not narrow.admits(schema_pointer, kinds[kind]), kind
         await narrow.call(plain.client, "POST", "/v1/agents", expect=400, json=kinds[kind])
-    assert narrow.admits(pointer, kinds["built-in"])
+    assert narrow.admits(schema_pointer, kinds["built-in"])
 
 
 _TAKES = re.compile(r"unknown field `zz_undocumented`; this endpoint takes (.+)$")
@@ -910,6 +738,47 @@ async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
         RUN_STARTED.respond(201, run=MISSING_RUN)
     for answer in ANSWERS:
         assert DOCUMENT["components"]["schemas"][answer.name] == answer.schema()
+
+
+def test_the_document_describes_what_the_builders_build_from_their_own_declarations() -> None:
+    """Every domain shape under ``components`` is its builder's declaration, not a copy of it: the
+    core's (status, pending, envelope, replay, usage), the client-run answers, a run summary's
+    keys. The document names exactly those and no hand-written twin shadows one."""
+    schemas = DOCUMENT["components"]["schemas"]
+    for name, schema in WIRE_SCHEMAS.items():
+        assert schemas[name] == schema, name
+    for shape in CLIENT_RUN_ANSWERS:
+        assert schemas[shape.name] == shape.schema(), shape.name
+    assert set(schemas["RunSummary"]["properties"]) == SUMMARY_KEYS | {"driver"}
+    # A key the store's summary gains stops the document's build until it is described there.
+    with pytest.raises(RuntimeError, match=r"a run summary .*but the code uses .*'parent_run'"):
+        _openapi._run_summary(SUMMARY_KEYS | {"parent_run"})
+
+
+def test_every_run_state_has_a_status_variant_in_the_served_document() -> None:
+    """The served ``Status`` has one variant per ``RunState``, made from the fold's own table: the
+    state, and the fields of the event that enters it (``STATUS_DETAIL``)."""
+    variants = {
+        variant["properties"]["state"]["const"]: variant
+        for variant in DOCUMENT["components"]["schemas"]["Status"]["oneOf"]
+    }
+    assert set(variants) == {state.value for state in RunState}
+    for state in RunState:
+        detail = STATUS_DETAIL.get(state)
+        fields = set(detail._field_names()) if detail else set()
+        extra = {"overdue", "overdue_seconds"} if state is RunState.SLEEPING else set()
+        assert set(variants[state.value]["properties"]) == {"state"} | fields | extra, state
+
+
+def test_a_client_run_answer_built_with_a_field_its_shape_lacks_raises() -> None:
+    """The client-run builders answer through their shape; one that writes a field the document
+    does not describe, or drops a required one, is a bug that raises (the client gets the 500)."""
+    key = "sha256:" + "0" * 64
+    assert COMPLETED.build(seq=3, completed=True) == {"seq": 3, "completed": True}
+    with pytest.raises(RuntimeError, match="the Completed answer was built with"):
+        COMPLETED.build(seq=3, completed=True, at="now")
+    with pytest.raises(RuntimeError, match="needs"):
+        CLIENT_TOOL_OPENED.build(seq=3, idempotency_key=key, settled=False)
 
 
 @pytest.mark.parametrize(

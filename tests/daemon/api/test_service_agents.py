@@ -6,8 +6,8 @@ import pytest
 import trio
 
 from tests.daemon.agents.test_process_agent import PLAN, SECRET
-from tests.daemon.api.test_openapi import Contract
 from tests.support.api import assert_error, snapshot
+from tests.support.contract import Contract
 from tests.support.scripted_provider import tool_loop_script
 from tests.support.service_agents import free_port, service_definition, start_service
 

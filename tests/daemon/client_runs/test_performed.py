@@ -19,8 +19,8 @@ from salvor.daemon.client_runs._client_tools import (
     parse_declaration,
 )
 
-from tests.daemon.api.test_openapi import CLIENT_PERFORMED_PATHS, MISSING_RUN, OVERSIZED, Contract
 from tests.daemon.client_runs.test_client_runs import head, log_of
+from tests.support.contract import CLIENT_PERFORMED_PATHS, MISSING_RUN, OVERSIZED, Contract
 from tests.support.scripted_provider import ErrorReply
 
 CHARGE = """

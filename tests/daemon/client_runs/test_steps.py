@@ -276,7 +276,7 @@ async def test_tool_steps_follow_the_effect_table(server_factory, counted) -> No
 async def test_step_responses_match_the_document(
     server_factory, providers, counted, monkeypatch
 ) -> None:
-    from tests.daemon.api.test_openapi import MISSING_RUN, OVERSIZED, STEP_PATHS, Contract
+    from tests.support.contract import MISSING_RUN, OVERSIZED, STEP_PATHS, Contract
 
     contract = Contract()
     bare = await server_factory()  # no model configured

@@ -1,0 +1,203 @@
+"""The OpenAPI contract a test holds the daemon to: requests and answers validated against the
+document the daemon serves, and a record of which documented statuses a suite reached.
+
+Used by every suite that drives routes (tests/daemon/api, tests/daemon/client_runs); a test module
+imports it from here, never from another test module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from typing import Any
+
+import httpx
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+from salvor.daemon.api._openapi import openapi_document
+
+DOCUMENT = openapi_document()
+BASE = "urn:salvor:openapi"
+MISSING_RUN = "00000000-0000-4000-8000-000000000000"
+OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
+STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
+# Covered by tests/daemon/client_runs/test_performed.py (they need declared client tools).
+CLIENT_PERFORMED_PATHS = tuple(
+    f"/v1/client-runs/{{run_id}}/{name}"
+    for name in (
+        "client-tool-intent",
+        "client-tool-completion",
+        "client-model-intent",
+        "client-model-completion",
+        "resolve",
+    )
+)
+
+
+def pointer(*parts: str) -> str:
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+# A refusal of a body's shape: a field the body does not take, or one of the wrong type
+# (``_bodies``).
+_SHAPE_REFUSAL = re.compile(
+    r"(the agent definition does not build: )?unknown field |`[a-z_]+` must be "
+)
+
+
+class Contract:
+    """Validates requests and answers against a document, and remembers what it saw.
+
+    ``document`` is the one the daemon under test serves (``served``); by default the unnarrowed
+    one.
+    A request body the daemon took (2xx) must be one the document admits, and one it refused for
+    its shape (an unknown field, a field of the wrong type) one the document does not admit. A
+    TOML agent definition is held to the same schema as its JSON form: they take the same fields.
+    """
+
+    def __init__(self, document: dict = DOCUMENT) -> None:
+        self.document = document
+        resource = Resource.from_contents(document, default_specification=DRAFT202012)
+        self._registry = Registry().with_resource(BASE, resource)
+        self.seen: set[tuple[str, str, str]] = set()
+        # (path, method) whose request body the daemon took and the document admitted.
+        self.requests: set[tuple[str, str]] = set()
+
+    @classmethod
+    async def served(cls, client: httpx.AsyncClient) -> Contract:
+        """A contract with the document this daemon serves (its tools, llm choices, agent kinds)."""
+        response = await client.get("/v1/openapi.json")
+        assert response.status_code == 200, response.text
+        return cls(response.json())
+
+    def errors(self, pointer: str, value: Any) -> list:
+        validator = Draft202012Validator(
+            {"$ref": f"{BASE}#{pointer}"},
+            registry=self._registry,
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
+        )
+        return sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+
+    def admits(self, pointer: str, value: Any) -> bool:
+        return not self.errors(pointer, value)
+
+    def validate(self, pointer: str, value: Any, what: str) -> None:
+        errors = self.errors(pointer, value)
+        assert not errors, (
+            f"{what} does not match {pointer}:\n"
+            + "\n".join(f"  at {list(e.absolute_path)}: {e.message}" for e in errors[:5])
+            + f"\nbody: {json.dumps(value)[:2000]}"
+        )
+
+    def request_body(self, template: str, method: str, kwargs: dict) -> tuple[str, Any] | None:
+        """(schema pointer, the body as JSON) for a request that sends one; None for no body or one
+        that is not JSON or TOML at all (which no schema describes)."""
+        if "json" in kwargs:
+            media, value = "application/json", kwargs["json"]
+        elif kwargs.get("content"):
+            media = {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}.get(
+                "content-type", ""
+            )
+            try:
+                text = kwargs["content"]
+                text = text.decode() if isinstance(text, bytes) else text
+                value = tomllib.loads(text) if media == "application/toml" else json.loads(text)
+            except (UnicodeDecodeError, ValueError):
+                return None
+        else:
+            return None
+        operation = self.document["paths"][template][method]
+        assert "requestBody" in operation, f"{method} {template} takes no body, yet one was sent"
+        # The two agent-definition formats share one schema.
+        media = "application/json" if media == "application/toml" else media
+        return pointer("paths", template, method, "requestBody", "content", media, "schema"), value
+
+    def check_request(
+        self, template: str, method: str, kwargs: dict, response: httpx.Response
+    ) -> None:
+        what = f"{method.upper()} {template} -> {response.status_code}"
+        operation = self.document["paths"][template][method]
+        sent = self.request_body(template, method, kwargs)
+        if sent is None:
+            if response.is_success and operation.get("requestBody", {}).get("required"):
+                raise AssertionError(f"{what} took no body, yet the document requires one")
+            return
+        pointer, value = sent
+        if response.is_success:
+            self.validate(pointer, value, f"the request of {what}")
+            self.requests.add((template, method))
+        elif response.status_code == 400 and _SHAPE_REFUSAL.match(
+            response.json()["error"]["message"]
+        ):
+            assert not self.admits(pointer, value), (
+                f"{what} refused the body's shape ({response.json()['error']['message']}), "
+                f"yet the document admits it: {json.dumps(value)[:2000]}"
+            )
+
+    def responsepointer(self, template: str, method: str, status: str, media: str) -> str:
+        response = self.document["paths"][template][method]["responses"][status]
+        if "$ref" in response:
+            base = response["$ref"][1:]
+        else:
+            base = pointer("paths", template, method, "responses", status)
+        return base + pointer("content", media, "schema")
+
+    async def call(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        template: str,
+        *,
+        expect: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Send, check the status is documented (and ``expect`` when given),
+        validate the body; returns it."""
+        path_params = {k: kwargs.pop(k) for k in ("run_id", "agent_hash") if k in kwargs}
+        response = await client.request(method, template.format(**path_params), **kwargs)
+        op, status = method.lower(), str(response.status_code)
+        what = f"{method} {template} -> {status}"
+        assert status in self.document["paths"][template][op]["responses"], (
+            f"undocumented: {what}: {response.text}"
+        )
+        if expect is not None:
+            assert response.status_code == expect, f"{what}: {response.text}"
+        self.seen.add((template, op, status))
+        if status != "413":
+            self.check_request(template, op, kwargs, response)
+        if response.headers["content-type"].startswith("text/event-stream"):
+            return self.frames(response.text)
+        assert response.headers["content-type"] == "application/json", what
+        body = response.json()
+        self.validate(self.responsepointer(template, op, status, "application/json"), body, what)
+        return body
+
+    def frames(self, text: str) -> list[tuple[str, dict]]:
+        """An event stream's frames, each validated: (event name, data)."""
+        frames = []
+        for block in text.split("\n\n"):
+            lines = [line for line in block.splitlines() if line and not line.startswith(":")]
+            if not lines:
+                continue
+            fields = dict(line.split(": ", 1) for line in lines)
+            name = fields.get("event", "message")
+            data = json.loads(fields["data"])
+            schema = {"message": "Envelope", "end": "EndFrame"}[name]
+            self.validate(
+                pointer("components", "schemas", schema), data, f"a stream frame ({name})"
+            )
+            frames.append((name, data))
+        return frames
+
+    def unreached(self) -> set[tuple[str, str, str]]:
+        documented = {
+            (path, method, status)
+            for path, operations in self.document["paths"].items()
+            for method, operation in operations.items()
+            for status in operation["responses"]
+            # 500 is never provoked; a stalled body (408) is the body-deadline tests' own.
+            if status not in ("500", "408")
+        }
+        return documented - self.seen
