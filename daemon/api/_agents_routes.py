@@ -6,8 +6,9 @@ from quart import request
 from quart_trio import QuartTrio
 
 from ..agents import DefinitionError, parse_definition
-from ..web import bad_request, body_bytes, json_response, unknown_agent
+from ..web import bad_request, unknown_agent
 from ._answers import AGENT_CREATED
+from ._http import body_bytes, json_response
 from ._state import ServerState
 
 _TOML = ("application/toml", "text/toml", "application/x-toml")

@@ -17,8 +17,8 @@ from typing import Any
 from quart import Response
 from salvor.protocol import TERMINAL_STATES, RunState, Shape
 
-from ..web import json_response
 from ._bodies import Field
+from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
 
 _TERMINAL = [state.value for state in RunState if state in TERMINAL_STATES]

@@ -23,9 +23,10 @@ from quart_trio import QuartTrio
 from salvor.protocol import CodedError, ErrorCode, excerpt
 from werkzeug.exceptions import HTTPException
 
-from ..web import OperationRefused, check_bearer, error_response, internal
+from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
+from ._http import check_bearer, error_response
 from ._meta_routes import add_meta_routes
 from ._model_step_routes import add_model_step_routes
 from ._run_events_routes import add_run_events_route

@@ -23,7 +23,8 @@ from typing import Any
 
 from ..client_runs import MODEL_REQUEST_FIELDS
 from ..recording import checked_labels, parse_run_id
-from ..web import bad_request, json_object, object_from
+from ..web import bad_request, object_from
+from ._http import json_object
 from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, exactly, nullable, ref
 
 _AGENT_HASH = re.compile(HASH_PATTERN[1:-1])

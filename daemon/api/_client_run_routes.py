@@ -15,9 +15,10 @@ from quart import request
 from quart_trio import QuartTrio
 
 from ..recording import parse_run_id
-from ..web import bad_request, json_response, whole_number
+from ..web import bad_request, whole_number
 from ._answers import CLIENT_LOG, CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
 from ._bodies import APPEND_EVENTS, OPEN_CLIENT_RUN, RESOLVE
+from ._http import json_response
 from ._state import ServerState
 
 TOKEN_HEADER = "X-Drive-Token"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from quart_trio import QuartTrio
 from salvor import __version__
 
-from ..web import json_response
 from ._answers import CAPABILITIES, HEALTH
+from ._http import json_response
 from ._openapi import openapi_document
 from ._state import ServerState
 

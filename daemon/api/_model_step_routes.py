@@ -15,9 +15,10 @@ from quart_trio import QuartTrio
 from salvor.protocol import sse_frame
 
 from ..client_runs import ModelCall
-from ..web import OperationRefused, json_response
+from ..web import OperationRefused
 from ._bodies import CLIENT_MODEL_COMPLETION, CLIENT_MODEL_INTENT, MODEL_STEP
 from ._client_run_routes import presented
+from ._http import json_response
 from ._run_events_routes import HEADERS as STREAM_HEADERS
 from ._state import ServerState
 

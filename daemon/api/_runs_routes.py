@@ -8,9 +8,10 @@ from salvor.protocol import RunState, fold, status_seen_at
 from salvor.store import RunSummary
 
 from ..recording import parse_run_id
-from ..web import bad_request, json_response, whole_number
+from ..web import bad_request, whole_number
 from ._answers import RUN, RUN_STARTED
 from ._bodies import START_RUN
+from ._http import json_response
 from ._queries import MAX_PAGE, RUNS_QUERY
 from ._state import ServerState
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from quart_trio import QuartTrio
 
-from ..web import json_response
 from ._bodies import CLIENT_TOOL_COMPLETION, CLIENT_TOOL_INTENT, TOOL_STEP
 from ._client_run_routes import presented
+from ._http import json_response
 from ._state import ServerState
 
 

@@ -1,8 +1,9 @@
-"""HTTP plumbing: the listener, ASGI helpers, the one body reader, the error envelope and its
-refusals, request values, outbound TLS. ``ErrorCode`` (code -> status, defined in
+"""HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
+envelope and its refusals, request values, outbound TLS. ``ErrorCode`` (code -> status, defined in
 ``salvor.protocol``) is re-exported here for the HTTP layer.
 
-Rule: knows HTTP, not runs. Imports nothing else from the daemon.
+Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
+the HTTP API's, so a CLI run never loads it).
 """
 
 from __future__ import annotations
@@ -29,14 +30,10 @@ from ._request_body import (
     asgi_chunks,
     read_body,
 )
-from ._routes import (
+from ._requests import (
     bearer_matches,
-    body_bytes,
-    check_bearer,
-    error_response,
-    json_object,
-    json_response,
     object_from,
+    parse_json,
     unauthorized,
     whole_number,
 )
@@ -61,16 +58,12 @@ __all__ = [
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
-    "body_bytes",
-    "check_bearer",
-    "error_response",
     "header_placeholders",
     "internal",
     "is_http_url",
-    "json_object",
-    "json_response",
     "listener_config",
     "object_from",
+    "parse_json",
     "port_held",
     "read_body",
     "serve",

@@ -1,42 +1,19 @@
-"""Request and response plumbing shared by every route: the one error envelope,
-bodies read under a deadline and a cap, strict JSON, bearer-token auth.
+"""A caller's request, read without a framework: strict JSON bodies as objects of known fields,
+whole-number parameters, the bearer token.
 
-A refusal here happens before any route runs, so it records nothing.
+Used by the Quart handlers (through ``api``) and by the raw ASGI routes below them alike, so both
+refuse the same input with the same words. A refusal here records nothing.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import re
 from typing import Any
 
-from quart import Response, request
-from salvor.protocol import CodedError, ErrorCode, MalformedJson, excerpt, parse_strict
+from salvor.protocol import ErrorCode, MalformedJson, excerpt, parse_strict
 
 from ._errors import OperationRefused, bad_request
-from ._request_body import read_body
-
-_ABSENT: Any = object()
-
-
-def error_response(error: CodedError) -> Response:
-    response = Response(
-        json.dumps(error.to_json(), ensure_ascii=False),
-        status=error.status,
-        content_type="application/json",
-    )
-    if error.status == 408:
-        # The rest of a stalled body is still unread: the connection cannot carry another request.
-        response.headers["Connection"] = "close"
-    return response
-
-
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(body, ensure_ascii=False), status=status, content_type="application/json"
-    )
-
 
 # ASCII digits only, and few enough for the store's 64-bit integers: int() alone would take
 # "+5", " 5", "5_000" and other scripts' digits ("١٢").
@@ -66,21 +43,6 @@ def bearer_matches(header: str, expected: str | None) -> bool:
     )
 
 
-def check_bearer(expected: str | None) -> None:
-    """Refuse unless the request carries the server's token."""
-    if not bearer_matches(request.headers.get("Authorization", ""), expected):
-        raise unauthorized()
-
-
-async def body_bytes() -> bytes:
-    """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
-
-    Raises:
-        OperationRefused: request_timeout (408) or payload_too_large (413).
-    """
-    return await read_body(request.body, request.body_timeout)
-
-
 def parse_json(data: bytes) -> Any:
     """A caller's JSON body by the strict, bounded parser (``salvor.protocol.parse_strict``).
 
@@ -94,24 +56,6 @@ def parse_json(data: bytes) -> Any:
         return parse_strict(data, "the body")
     except MalformedJson as exc:
         raise bad_request(exc.message) from None
-
-
-async def json_object(
-    *, allowed: set[str], required: set[str] = frozenset(), optional_body: bool = False
-) -> dict:
-    """The request body as a JSON object with only ``allowed`` keys.
-
-    Raises:
-        OperationRefused: bad_request for a wrong content type, invalid JSON,
-            a non-object, an unknown field or a missing one.
-    """
-    return object_from(
-        await body_bytes(),
-        request.mimetype or "",
-        allowed=allowed,
-        required=required,
-        optional_body=optional_body,
-    )
 
 
 def object_from(
