@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -140,3 +141,16 @@ def test_no_api_function_runs_over_a_hundred_lines() -> None:
                     f"api/{path.name}:{node.lineno} {node.name} runs {length} lines "
                     f"(at most {LONGEST_FUNCTION})"
                 )
+
+
+def test_the_command_line_loads_no_web_framework_until_it_serves() -> None:
+    # A `salvor run`, `resume` or `resolve` is a process started for one run: Quart (with Flask,
+    # Werkzeug and Jinja behind it) is the HTTP API's, imported only by `salvor serve`.
+    probe = (
+        "import sys, salvor.daemon.cli; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'quart', 'quart_trio', 'flask'}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout
