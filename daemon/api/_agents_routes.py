@@ -7,8 +7,8 @@ from quart_trio import QuartTrio
 
 from ..agents import DefinitionError, parse_definition
 from ..web import bad_request, unknown_agent
-from ._answers import AGENT_CREATED
-from ._http import body_bytes, json_response
+from ._answers import AGENT, AGENT_CREATED, AGENT_LIST, AGENT_SUMMARY
+from ._http import body_bytes
 from ._state import ServerState
 
 _TOML = ("application/toml", "text/toml", "application/x-toml")
@@ -49,13 +49,8 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
     @app.get("/v1/agents")
     async def list_agents():
         stored = await runtime.list_agents()
-        return json_response(
-            {
-                "agents": [
-                    {"agent": a.agent_def_hash, **({"name": a.name} if a.name else {})}
-                    for a in stored
-                ]
-            }
+        return AGENT_LIST.respond(
+            agents=[AGENT_SUMMARY.body(agent=a.agent_def_hash, name=a.name or None) for a in stored]
         )
 
     @app.get("/v1/agents/<agent_hash>")
@@ -63,11 +58,9 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
         stored = await runtime.find_agent(agent_hash)
         if stored is None:
             raise unknown_agent(agent_hash)
-        body = {
-            "agent": stored.agent_def_hash,
-            "format": stored.format,
-            "definition": stored.definition,
-        }
-        if stored.name:
-            body["name"] = stored.name
-        return json_response(body)
+        return AGENT.respond(
+            agent=stored.agent_def_hash,
+            format=stored.format,
+            definition=stored.definition,
+            name=stored.name or None,
+        )

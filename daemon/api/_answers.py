@@ -220,8 +220,50 @@ LEASE_LAPSE = Answer(
 )
 CLIENT_RESOLVED = Answer("ClientResolved", (_RUN, _required("resolved", {"const": True})))
 
+AGENT_SUMMARY = Answer(
+    "AgentSummary",
+    (
+        _required("agent", ref("AgentHash")),
+        Field(name="name", schema={"type": "string", "minLength": 1}),
+    ),
+    description="A registered agent in a listing; `name` only when the definition has one.",
+)
+AGENT_LIST = Answer(
+    "AgentList", (_required("agents", {"type": "array", "items": ref("AgentSummary")}),)
+)
+AGENT = Answer(
+    "Agent",
+    (
+        _required("agent", ref("AgentHash")),
+        _required("format", {"enum": ["toml", "json"]}),
+        _required(
+            "definition", {"type": "string"}, description="The definition as registered, verbatim."
+        ),
+        Field(name="name", schema={"type": "string", "minLength": 1}),
+    ),
+)
+RUN_LIST = Answer(
+    "RunList",
+    (
+        _required("runs", {"type": "array", "items": ref("RunSummary")}),
+        Field(
+            name="next_cursor",
+            schema={"type": "string"},
+            description="Present when there may be more: pass it as `cursor`.",
+        ),
+    ),
+)
+CLIENT_TOOLS = Answer(
+    "ClientTools", (_required("client_tools", {"type": "array", "items": ref("ClientTool")}),)
+)
+
 ANSWERS = (
     RUN,
+    RUN_LIST,
+    AGENT_SUMMARY,
+    AGENT_LIST,
+    AGENT,
+    CLIENT_TOOLS,
     END_FRAME,
     CLIENT_LOG,
     AGENT_CREATED,

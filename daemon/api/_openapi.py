@@ -176,16 +176,6 @@ SCHEMAS: JSON = {
     # The shapes the pure core emits (status, pending, envelope, ...), from its builders' tables.
     **WIRE_SCHEMAS,
     "RunSummary": _run_summary(SUMMARY_KEYS),
-    "RunList": _object(
-        {
-            "runs": {"type": "array", "items": _ref("RunSummary")},
-            "next_cursor": {
-                "type": "string",
-                "description": "Present when there may be more: pass it as `cursor`.",
-            },
-        },
-        ["runs"],
-    ),
     "AgentDefinition": {
         "description": (
             "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
@@ -398,33 +388,6 @@ SCHEMAS: JSON = {
             **{"not": {"required": ["effects", "effect_overrides"]}},
         ),
     },
-    "AgentList": _object(
-        {
-            "agents": {
-                "type": "array",
-                "items": _object(
-                    {"agent": _ref("AgentHash"), "name": {"type": "string", "minLength": 1}},
-                    ["agent"],
-                ),
-            }
-        },
-        ["agents"],
-    ),
-    "Agent": _object(
-        {
-            "agent": _ref("AgentHash"),
-            "format": {"enum": ["toml", "json"]},
-            "definition": {
-                "type": "string",
-                "description": "The definition as registered, verbatim.",
-            },
-            "name": {"type": "string", "minLength": 1},
-        },
-        ["agent", "format", "definition"],
-    ),
-    "ClientTools": _object(
-        {"client_tools": {"type": "array", "items": _ref("ClientTool")}}, ["client_tools"]
-    ),
     # The request bodies and the fixed-shape answers: the handlers' own declarations.
     **{body.name: body.schema() for body in BODIES},
     **{answer.name: answer.schema() for answer in ANSWERS},

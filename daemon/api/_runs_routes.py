@@ -9,7 +9,7 @@ from salvor.store import RunSummary
 
 from ..recording import parse_run_id
 from ..web import bad_request, whole_number
-from ._answers import RUN, RUN_STARTED
+from ._answers import RUN, RUN_LIST, RUN_STARTED
 from ._bodies import START_RUN
 from ._http import json_response
 from ._queries import MAX_PAGE, RUNS_QUERY
@@ -49,10 +49,9 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @app.get("/v1/runs")
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
-        body: dict = {"runs": [_summary_json(state, s) for s in page]}
-        if next_cursor is not None:
-            body["next_cursor"] = next_cursor
-        return json_response(body)
+        return RUN_LIST.respond(
+            runs=[_summary_json(state, s) for s in page], next_cursor=next_cursor
+        )
 
     @app.get("/v1/runs/<run_id>")
     async def get_run(run_id: str):

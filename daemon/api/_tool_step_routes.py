@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from quart_trio import QuartTrio
 
+from ._answers import CLIENT_TOOLS
 from ._bodies import CLIENT_TOOL_COMPLETION, CLIENT_TOOL_INTENT, TOOL_STEP
 from ._client_run_routes import presented
 from ._http import json_response
@@ -28,7 +29,7 @@ def add_tool_step_routes(app: QuartTrio, state: ServerState) -> None:
 
     @app.get("/v1/client-tools")
     async def client_tools():
-        return json_response({"client_tools": client_runs.declared_tools()})
+        return CLIENT_TOOLS.respond(client_tools=client_runs.declared_tools())
 
     @app.post("/v1/client-runs/<run_id>/client-tool-intent")
     async def client_tool_intent(run_id: str):
