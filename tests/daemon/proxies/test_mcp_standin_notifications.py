@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.daemon.agents._definition import parse_definition
 
 from tests.support.mcp_servers import FixtureServer
@@ -116,6 +117,12 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
 
+    # Notifications are relayed as they come, each on its own way to the server (over HTTP, a
+    # request of its own): the run can rest before the server has written the last one down.
+    expected = 4
+    with trio.move_on_after(20):  # then the assertion below names what never came
+        while len({n["method"] for n in fx.notifications}) < expected:
+            await trio.sleep(0.02)
     heard = {n["method"]: n.get("params") for n in fx.notifications}
     assert sorted(heard) == [
         "notifications/cancelled",
