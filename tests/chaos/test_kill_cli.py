@@ -7,8 +7,9 @@ kills it with SIGKILL at a chosen instant, and recovers the run the way a
 person would: ``salvor resume`` until it rests, and ``salvor resolve`` when a
 write was left with an unknown outcome. The instants:
 
-* after every commit boundary (``SALVOR_FAULT_KILL_AFTER_SEQ=N`` for every
-  seq N of the run),
+* after every commit boundary (``SALVOR_FAULT_KILL_AFTER_SEQ=N`` for the
+  first seq N of every commit of the run: a later seq of the same commit dies
+  at the same instant),
 * inside every model call (the provider kills the caller before answering),
 * inside every tool, after its side effect and before its completion is
   recorded (``SALVOR_FAULT_KILL_IN_TOOL``),
@@ -58,9 +59,25 @@ FINAL_TEXT = "INV-7 refunded and the customer told."
 RUN_INPUT = {"invoice_id": "INV-7"}
 MODEL_CALLS = len(PLAN) + 1
 
-# The number of events an uninterrupted run of PLAN records. Parametrisation
-# needs it at collection time; test_clean_run checks it against a real run.
-EVENT_COUNT = 17
+_STEP = (
+    EventKind.MODEL_CALL_REQUESTED,
+    EventKind.MODEL_CALL_COMPLETED,
+    EventKind.TOOL_CALL_REQUESTED,
+    EventKind.TOOL_CALL_COMPLETED,
+)
+# The event kinds an uninterrupted run of PLAN records (the refund's key is a random read).
+# Parametrisation needs them at collection time; test_clean_run checks them against a real run.
+CLEAN_KINDS = (
+    EventKind.RUN_STARTED,
+    *_STEP,
+    *_STEP,
+    *_STEP[:2],
+    EventKind.RANDOM_OBSERVED,
+    *_STEP[2:],
+    *_STEP[:2],
+    EventKind.RUN_COMPLETED,
+)
+EVENT_COUNT = len(CLEAN_KINDS)
 
 # The last event of a commit: completions and observations are held back and
 # committed together with the next intent (or the terminal event), so every
@@ -71,6 +88,11 @@ COMMIT_ENDS = {
     EventKind.TOOL_CALL_REQUESTED,
     EventKind.RUN_COMPLETED,
 }
+
+# Where a kill after seq N can land: the first seq of every commit. A kill after any later seq of
+# the same commit dies at the same instant (right after that commit), so it is the same scenario;
+# the first seq of a commit of several events also checks that the fault waits for the commit.
+KILL_POINTS = [n for n in range(EVENT_COUNT) if n == 0 or CLEAN_KINDS[n - 1] in COMMIT_ENDS]
 
 
 # --------------------------------------------------------------------------
@@ -457,16 +479,16 @@ def _commit_end(n: int, kinds: list[EventKind]) -> int:
 
 
 def test_clean_run(harness: Harness, clean_kinds: list[EventKind]) -> None:
-    """The baseline: an uninterrupted run, and the event count the seq scenarios cover."""
-    assert len(clean_kinds) == EVENT_COUNT, clean_kinds
+    """The baseline: an uninterrupted run, and the events the seq scenarios cover."""
+    assert clean_kinds == list(CLEAN_KINDS), clean_kinds
     proc = harness.start()
     assert proc.returncode == 0, str(proc)
     assert proc.stdout.splitlines()[0] == harness.run_id
     assert_invariants(harness, clean_kinds, Recovery())
 
 
-@pytest.mark.parametrize("n", range(EVENT_COUNT), ids=lambda n: f"seq-{n:02d}")
-def test_kill_after_every_seq(harness: Harness, clean_kinds: list[EventKind], n: int) -> None:
+@pytest.mark.parametrize("n", KILL_POINTS, ids=lambda n: f"seq-{n:02d}")
+def test_kill_after_every_commit(harness: Harness, clean_kinds: list[EventKind], n: int) -> None:
     """SIGKILL right after the commit that made seq n durable, then recover."""
     killed, log, recovery = run_scenario(harness, [after_seq(n)], clean_kinds)
     # The process died right after that commit: nothing later was recorded.
