@@ -43,13 +43,34 @@ while not release.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
 """
 
+# The sleeper again, but the part that stays is a child in a session of its own: the process
+# group the tether kills when its salvor dies does not hold it (as a daemonising agent, or one
+# whose tether was itself killed, escapes), so only the orphan sweep can end it. Its pid is the
+# one recorded. The parent waits for it, so the run still ends when the test lets it go.
+ESCAPER = r"""
+import os, sys, time
+from pathlib import Path
+child = os.fork()
+if child:
+    os.waitpid(child, 0)
+    sys.exit(0)
+os.setsid()
+with open(os.environ["PIDFILE"], "a") as pids:
+    pids.write(f"{os.getpid()}\n")
+release = Path(os.environ["RELEASE"])
+deadline = time.monotonic() + 60
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+os._exit(0)
+"""
+
 ENDED = "failed"
 NO_MODEL_CALL = "the agent process exited 0 without making any model call"
 
 
-def sleeper_toml(tmp_path: Path) -> str:
+def sleeper_toml(tmp_path: Path, script_text: str = SLEEPER) -> str:
     script = tmp_path / "sleeper.py"
-    script.write_text(SLEEPER)
+    script.write_text(script_text)
     return (
         'name = "sleeper"\nkind = "process"\ncommand = '
         f"{json.dumps([sys.executable, str(script)])}\n"
@@ -207,7 +228,7 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
     daemon: Daemon, tmp_path: Path, store_url: str
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
-    agent_file.write_text(sleeper_toml(tmp_path))
+    agent_file.write_text(sleeper_toml(tmp_path, ESCAPER))
     cli = subprocess.Popen(
         [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
         stdout=subprocess.PIPE,
@@ -222,7 +243,8 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
         [orphan] = agent_pids(tmp_path)
         cli.send_signal(signal.SIGKILL)
         cli.wait()
-        assert not gone(orphan)
+        # Out of the tether's reach (see ESCAPER): it outlives its salvor until a sweep.
+        assert not wait_gone(orphan, seconds=1.0)
         resume = subprocess.Popen(
             [*SALVOR, "resume", run_id],
             stdout=subprocess.PIPE,
