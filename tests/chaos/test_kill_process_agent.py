@@ -46,7 +46,14 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 60) -> dic
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("mode", MODES)
+# Every wire format on SQLite; on PostgreSQL one plain and one streamed: the store sees the same
+# appends whatever the format, and the formats' own replay is the SQLite half's to show.
+BACKEND_MODES = [("sqlite", mode) for mode in MODES] + [
+    ("postgres", mode) for mode in ("openai-responses", "anthropic-stream")
+]
+
+
+@pytest.mark.parametrize(("store_url", "mode"), BACKEND_MODES, indirect=["store_url"])
 def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     tmp_path: Path, store_url: str, mode: str
 ) -> None:

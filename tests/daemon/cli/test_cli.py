@@ -171,6 +171,8 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     assert salvor(store_url, "wake").stdout.strip() == "no sleeping run is due"
 
 
+# Refused before anything is written, the same way on either backend: SQLite alone.
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
@@ -211,6 +213,8 @@ def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, 
     assert run_count(store_url) == 0
 
 
+# Refused before anything is written, the same way on either backend: SQLite alone.
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("definition", "fragment"),
     [
