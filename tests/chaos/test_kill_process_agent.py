@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
-from tests.daemon.agents.test_process_agent import AGENT, MODES, PLAN, SECRET
+from tests.daemon.agents.test_process_agent import AGENT, BACKEND_MODES, PLAN, SECRET
 from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
@@ -44,13 +44,6 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 60) -> dic
             return body
         assert time.monotonic() < deadline, body
         time.sleep(0.05)
-
-
-# Every wire format on SQLite; on PostgreSQL one plain and one streamed: the store sees the same
-# appends whatever the format, and the formats' own replay is the SQLite half's to show.
-BACKEND_MODES = [("sqlite", mode) for mode in MODES] + [
-    ("postgres", mode) for mode in ("openai-responses", "anthropic-stream")
-]
 
 
 @pytest.mark.parametrize(("store_url", "mode"), BACKEND_MODES, indirect=["store_url"])

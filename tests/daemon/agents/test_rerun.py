@@ -17,7 +17,7 @@ from salvor.daemon.recording._run_context import DriveInterrupted
 from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import EventKind
 
-from tests.daemon.agents.test_process_agent import MODES, PLAN, SECRET, process_agent
+from tests.daemon.agents.test_process_agent import BACKEND_MODES, PLAN, SECRET, process_agent
 from tests.daemon.cli.test_cli import salvor
 from tests.support.scripted_provider import tool_loop_script
 
@@ -49,7 +49,7 @@ async def store_run_count(runtime) -> int:
     return len(page)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("store_url", "mode"), BACKEND_MODES, indirect=["store_url"])
 async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(
     runtime, providers, upstream_env, tmp_path, mode
 ):

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.load
 
 HTTPX_EXPIRY = 5.0  # httpx's default keepalive_expiry
 SCALE = 0.2 / HTTPX_EXPIRY
-REQUESTS = 4000
+REQUESTS = 2000
 BURST = 16  # concurrent requests per client, so each client keeps that many connections
 
 
