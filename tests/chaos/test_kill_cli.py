@@ -38,7 +38,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from salvor.protocol import EMPTY_VIEW, EventKind, RunState, check_batch, decode_envelope, fold
+from salvor.protocol import (
+    EMPTY_VIEW,
+    EventKind,
+    RunState,
+    check_batch,
+    decode_envelope,
+    fold,
+    sha256_hash,
+)
 from salvor.store import EventStore
 
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script
@@ -409,7 +417,9 @@ def assert_invariants(h: Harness, clean_kinds: list[EventKind], recovery: Recove
 
     emails = h.ledger("send_email")
     key = intents["send_email"].event.idempotency_key
-    assert key and key.startswith("idem_")
+    assert key == sha256_hash(
+        {"run": h.run_id, "seq": intents["send_email"].seq, "tool": "send_email"}
+    )
     assert len(emails) == 1 + h.kills_in("send_email"), emails
     assert all(r["idempotency_key"] == key for r in emails), (key, emails)
     assert [r["delivered"] for r in emails] == [True] + [False] * (len(emails) - 1)

@@ -36,6 +36,18 @@ def test_a_stdio_and_an_http_server_parse():
     assert web.reads_environment() and not fs.reads_environment()
 
 
+def test_idempotency_keys_parse_one_path_or_many_for_any_tool_name():
+    # DESIGN.md's agent-file example form, and an array of dotted paths; the
+    # server's tools are known only at run time, so no name is checked here.
+    (server,) = parse(
+        '[[mcp_servers]]\nname = "pay"\ncommand = "x"\n'
+        'idempotency_keys = { pay_claim = "claim_id", refund = ["invoice", "order.id"] }\n'
+    ).mcp_servers
+    assert server.key_paths("pay_claim") == ("claim_id",)
+    assert server.key_paths("refund") == ("invoice", "order.id")
+    assert server.key_paths("lookup") == ()
+
+
 def test_the_reference_file_format_is_accepted():
     # The format DESIGN.md shows: no name, a program plus `args`, `effect_overrides`.
     agent = parse(
@@ -146,8 +158,32 @@ def test_the_hash_covers_the_servers_as_written():
             "holds inf, which is not a JSON number",
         ),
         (
-            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "id" }\n',
-            "`idempotency_keys` is not supported by this build yet",
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = ["id"]\n',
+            "`idempotency_keys` must be a table of tool name",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = 3 }\n',
+            "`idempotency_keys` entry 'pay' must be a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = [] }\n',
+            "`idempotency_keys` entry 'pay' must be a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "a..b" }\n',
+            "`idempotency_keys` entry 'pay' holds 'a..b', which is not a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = [1] }\n',
+            "`idempotency_keys` entry 'pay' holds 1, which is not a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = ["a", "a"] }\n',
+            "`idempotency_keys` entry 'pay' names one path twice",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "tool" }\n',
+            "`idempotency_keys` entry 'pay' names 'tool'",
         ),
     ],
 )
