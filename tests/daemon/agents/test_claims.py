@@ -393,3 +393,35 @@ def note_calls(log):
         for e in log
         if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == "write_note"
     ]
+
+
+async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
+    # Before derived keys, an idempotent call recorded a RandomObserved ahead of its intent.
+    from salvor.daemon.recording import RunContext
+    from salvor.protocol import RandomObserved, ToolCallCompleted, ToolCallRequested
+
+    performed = []
+
+    async def send(tool_input, call):
+        performed.append(call)
+        return "sent again"
+
+    send_tool = Tool(
+        name="send", description="", effect=Effect.IDEMPOTENT, input_schema={}, handler=send
+    )
+    agent = refund_agent(providers, [])
+    run_id = await runtime.start_run(agent, None)
+    view = await runtime.view(run_id)
+    old = [
+        RandomObserved(value="ab" * 16),
+        ToolCallRequested(
+            tool="send", input={}, effect="idempotent", idempotency_key="idem_" + "ab" * 16
+        ),
+        ToolCallCompleted(seq=view.next_seq + 1, output="sent"),
+    ]
+    await runtime.access.append(run_id, old, view)
+    log = await runtime.log(run_id)
+    ctx = RunContext(runtime.access, run_id, log)
+    ctx.cursor.take(EventKind.RUN_STARTED)
+
+    assert await ctx.tool_call(send_tool, {}) == "sent" and ctx.live and performed == []
