@@ -81,6 +81,10 @@ class ToolCall:
 
     run_id: str
     seq: int
+    # The same on every attempt and every retry of the call: its identity when
+    # the tool names key fields, else (an idempotent call) its position's
+    # derived key; None for a read or an unkeyed write. Hand it to a provider
+    # that honours idempotency keys and it collapses a retry by itself.
     idempotency_key: str | None
     attempt: int
 

@@ -39,14 +39,7 @@ class CountingRefund:
         return {"refunded": tool_input["amount_cents"]}
 
     def tool(self) -> Tool:
-        return Tool(
-            name="refund",
-            description="Refund an invoice.",
-            effect=Effect.WRITE,
-            input_schema={"type": "object"},
-            handler=self.handler,
-            idempotency_keys=("invoice.id",),
-        )
+        return refund_tool(self.handler, Effect.WRITE)
 
 
 @pytest.fixture
@@ -57,6 +50,17 @@ def refund() -> CountingRefund:
 @pytest.fixture
 def registry(refund) -> ToolRegistry:
     return ToolRegistry([refund.tool()])
+
+
+def refund_tool(handler, effect: Effect, keys=("invoice.id",)) -> Tool:
+    return Tool(
+        name="refund",
+        description="",
+        effect=effect,
+        input_schema={"type": "object"},
+        handler=handler,
+        idempotency_keys=keys,
+    )
 
 
 def refund_agent(providers, plan):
@@ -208,14 +212,7 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
         seen.append(call.idempotency_key)
         return {"found": len(seen)}
 
-    lookup = Tool(
-        name="refund",
-        description="",
-        effect=Effect.READ,
-        input_schema={"type": "object"},
-        handler=look,
-        idempotency_keys=("invoice.id",),
-    )
+    lookup = refund_tool(look, Effect.READ)
     runtime.registry = ToolRegistry([lookup])
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
@@ -239,18 +236,7 @@ async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
             raise NotPerformed("the connection dropped")
         return {"refunded": 1}
 
-    runtime.registry = ToolRegistry(
-        [
-            Tool(
-                name="refund",
-                description="",
-                effect=Effect.IDEMPOTENT,
-                input_schema={"type": "object"},
-                handler=flaky,
-                idempotency_keys=("invoice.id",),
-            )
-        ]
-    )
+    runtime.registry = ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)])
     agent = refund_agent(providers, [("refund", REFUND)])
     run_id = await runtime.start_run(agent, None)
     with pytest.raises(Exception, match="the connection dropped"):
@@ -274,17 +260,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
             raise NotPerformed("not now")
         return "sent"
 
-    runtime.registry = ToolRegistry(
-        [
-            Tool(
-                name="refund",
-                description="",
-                effect=Effect.IDEMPOTENT,
-                input_schema={"type": "object"},
-                handler=send,
-            )
-        ]
-    )
+    runtime.registry = ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())])
     agent = refund_agent(providers, [("refund", REFUND)])
     run_id = await runtime.start_run(agent, None)
     with pytest.raises(Exception, match="not now"):
@@ -302,18 +278,7 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
         refund.calls.append(call)
         raise OutcomeUnknown("the payment API timed out")
 
-    runtime.registry = ToolRegistry(
-        [
-            Tool(
-                name="refund",
-                description="",
-                effect=Effect.WRITE,
-                input_schema={"type": "object"},
-                handler=lost,
-                idempotency_keys=("invoice.id",),
-            )
-        ]
-    )
+    runtime.registry = ToolRegistry([refund_tool(lost, Effect.WRITE)])
     agent_a = refund_agent(providers, [("refund", REFUND)])
     run_a = await runtime.start_run(agent_a, None)
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
