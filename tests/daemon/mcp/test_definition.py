@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.daemon.mcp import McpDefinitionError, parse_mcp_servers
 from salvor.protocol import Effect
 
 HEAD = 'model = "m"\n'
@@ -46,6 +47,14 @@ def test_idempotency_keys_parse_one_path_or_many_for_any_tool_name():
     assert server.key_paths("pay_claim") == ("claim_id",)
     assert server.key_paths("refund") == ("invoice", "order.id")
     assert server.key_paths("lookup") == ()
+
+
+def test_idempotency_keys_on_a_process_agents_servers_are_refused_naming_the_field():
+    # Its calls go through salvor's stand-ins, which claim nothing yet.
+    entry = {"name": "pay", "url": "http://h/mcp", "idempotency_keys": {"pay": "id"}}
+    with pytest.raises(McpDefinitionError, match="`idempotency_keys` is not supported for a"):
+        parse_mcp_servers([entry], stand_ins=True)
+    assert parse_mcp_servers([entry])[0].key_paths("pay") == ("id",)
 
 
 def test_the_reference_file_format_is_accepted():
