@@ -204,8 +204,10 @@ class RunContext:
         self.cursor = ReplayCursor(log)
         self.view: RunView = fold(log)
         self._held: list[Event] = []
-        # The identity the held-back completion settles in its append, if any.
+        # The identity the held-back completion settles (or, for a failed call,
+        # releases) in its append, if any.
         self._settle: str | None = None
+        self._release: str | None = None
         self._on_record = on_record
         self.claim_wait_seconds = claim_wait_seconds()
 
@@ -219,20 +221,23 @@ class RunContext:
         """Commit held-back events plus ``events`` in one append.
 
         ``claim``: an identity to claim for the batch's intent. A held-back
-        completion with an identity settles it in this same append.
+        completion with an identity settles it in this same append, or
+        releases it when the call failed.
 
         Raises:
             ClaimHeld: ``claim`` belongs to another call; nothing was written
                 and the held-back events are still held.
         """
         batch = self._held + list(events)
-        settle, self._held, self._settle = self._settle, [], None
+        settle, release = self._settle, self._release
+        self._held, self._settle, self._release = [], None, None
         try:
             envelopes, self.view = await self.access.append(
-                self.run_id, batch, self.view, claim=claim, settle=settle
+                self.run_id, batch, self.view, claim=claim, settle=settle, release=release
             )
         except ClaimHeld:
-            self._held, self._settle = batch[: len(batch) - len(events)], settle
+            self._held = batch[: len(batch) - len(events)]
+            self._settle, self._release = settle, release
             raise
         if self._on_record is not None:
             self._on_record(envelopes)
@@ -459,7 +464,12 @@ class RunContext:
         except NotPerformed as exc:
             raise DriveInterrupted(exc.message) from None
         self._held.append(ToolCallCompleted(seq=seq, output=output))
-        self._settle = settle
+        if isinstance(output, dict) and TOOL_ERROR_KEY in output:
+            # A failed call leaves no outcome to copy: the next caller of the
+            # identity performs it afresh rather than inherit this failure.
+            self._release = settle
+        else:
+            self._settle = settle
         return await self._after_tool(output)
 
     async def _execute(self, tool: Tool, tool_input: Any, seq: int, key: str | None) -> Any:

@@ -12,7 +12,14 @@ import trio
 from salvor.daemon.agents._definition import parse_definition
 from salvor.daemon.recording import CallInFlight, open_store_access
 from salvor.daemon.runs._runtime import Runtime
-from salvor.daemon.tools import NotPerformed, OutcomeUnknown, Tool, ToolCall, ToolRegistry
+from salvor.daemon.tools import (
+    NotPerformed,
+    OutcomeUnknown,
+    Tool,
+    ToolCall,
+    ToolFailed,
+    ToolRegistry,
+)
 from salvor.protocol import TOOL_ERROR_KEY, Effect, EventKind, RunState, sha256_hash
 
 from tests.daemon.agents.test_loop import assert_log_is_sound
@@ -390,3 +397,27 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
     ctx.cursor.take(EventKind.RUN_STARTED)
 
     assert await ctx.tool_call(send_tool, {}) == "sent" and ctx.live and performed == []
+
+
+async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, providers, refund):
+    async def declined(tool_input, call):
+        refund.calls.append(call)
+        if len(refund.calls) == 1:
+            raise ToolFailed("the bank declined", retryable=False)
+        return {"refunded": 1250}
+
+    runtime.registry = ToolRegistry([refund_tool(declined, Effect.WRITE)])
+    outcomes = []
+    for _ in range(2):
+        agent = refund_agent(providers, [("refund", REFUND)])
+        run_id = await runtime.start_run(agent, None)
+        assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
+        [(_, _, done)] = refund_calls(await runtime.log(run_id))
+        outcomes.append((run_id, done))
+    (first, failed), (second, performed) = outcomes
+    # The failure left nothing to copy: the second run performed the refund itself.
+    assert "the bank declined" in failed.output[TOOL_ERROR_KEY]["message"]
+    assert performed.deduplicated_from is None and performed.output == {"refunded": 1250}
+    assert [c.run_id for c in refund.calls] == [first, second]
+    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    assert (claim.run_id, claim.state) == (second, "settled")
