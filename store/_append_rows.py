@@ -26,7 +26,7 @@ from salvor.protocol import (
     format_instant,
     parse_instant,
 )
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 
 from ._direct import DirectStatement
 from ._errors import SeqConflict
@@ -74,6 +74,14 @@ _SETTLE_CLAIM = (
         updated_at=bindparam("w_updated_at"),
     )
 )
+# Only the claim this very intent holds, and only while open: a release never
+# touches a settled outcome or somebody else's claim.
+_RELEASE_CLAIM = delete(claims).where(
+    claims.c.identity == bindparam("w_identity"),
+    claims.c.run_id == bindparam("w_run_id"),
+    claims.c.seq == bindparam("w_seq"),
+    claims.c.state == bindparam("w_open"),
+)
 SELECT_CLAIM = select(
     claims.c.identity, claims.c.run_id, claims.c.seq, claims.c.state, claims.c.output
 ).where(claims.c.identity == bindparam("identity"))
@@ -96,6 +104,7 @@ class Prepared:
     run_row: dict
     claim: dict | None
     settle: dict | None
+    release: dict | None = None
 
 
 class IdentityTaken(Exception):
@@ -142,6 +151,7 @@ def prepare(
     view: RunView,
     claim: str | None,
     settle: str | None,
+    release: str | None = None,
 ) -> Prepared:
     """Build the envelopes, let the guard decide, and make the rows.
 
@@ -200,6 +210,17 @@ def prepare(
             "w_output": dumps(completion.event.output),
             "w_updated_at": recorded_at,
         }
+    release_row = None
+    if release is not None:
+        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
+        if completion is None or settle is not None:
+            raise ValueError(f"releasing {release!r} needs a ToolCallCompleted and no settle")
+        release_row = {
+            "w_identity": release,
+            "w_run_id": run_id,
+            "w_seq": completion.event.seq,
+            "w_open": "open",
+        }
     run_row = _run_row(new_view)
     run_row["w_run_id"] = run_id
     run_row["w_event_count"] = start
@@ -213,6 +234,7 @@ def prepare(
         run_row=run_row,
         claim=claim_row,
         settle=settle_row,
+        release=release_row,
     )
 
 
@@ -223,6 +245,7 @@ class Writes:
         "insert_claim",
         "insert_events",
         "insert_run",
+        "release_claim",
         "select_claim",
         "settle_claim",
         "update_run",
@@ -240,6 +263,7 @@ class Writes:
         )
         self.insert_claim = DirectStatement(_INSERT_CLAIM, dialect, keys=_CLAIM_KEYS)
         self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
+        self.release_claim = DirectStatement(_RELEASE_CLAIM, dialect)
         self.select_claim = DirectStatement(SELECT_CLAIM, dialect)
 
 
@@ -271,6 +295,9 @@ def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Pre
     settle = prepared.settle
     if settle is not None and writes.settle_claim.execute(cursor, settle).rowcount != 1:
         _settle_unclaimed(cursor, writes, settle)
+    if prepared.release is not None:
+        # Nothing to release (never claimed, or not this intent's) is not an error.
+        writes.release_claim.execute(cursor, prepared.release)
 
 
 def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list[Prepared]) -> None:
@@ -280,7 +307,7 @@ def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list
     event of the group goes in one ``executemany``, and so do the runs rows
     (new runs, then the moved ones, then those updated in place): a handful
     of driver calls (and, on a server, round trips) per group instead of two
-    or more per append. For appends without a claim or a settlement.
+    or more per append. For appends without a claim, a settlement or a release.
 
     Raises:
         SeqConflict: some append of the group lost its seq to another writer,

@@ -100,6 +100,7 @@ class AppendRequest:
     view: RunView
     claim: str | None = None
     settle: str | None = None
+    release: str | None = None
 
 
 # -- statements, built once ---------------------------------------------------
@@ -250,6 +251,7 @@ class EventStore:
         *,
         claim: str | None = None,
         settle: str | None = None,
+        release: str | None = None,
     ) -> tuple[list[Envelope], RunView]:
         """Append ``events`` to ``run_id``'s log after ``view``, durably, in one transaction.
 
@@ -261,6 +263,9 @@ class EventStore:
                 ``ToolCallRequested``.
             settle: an identity to mark settled with the output of the batch's
                 ``ToolCallCompleted``.
+            release: an identity to give up with the batch's ``ToolCallCompleted``
+                (a failed call: it leaves no outcome to copy), when that call's
+                intent holds it open; otherwise nothing happens to it.
 
         Returns:
             The recorded envelopes and the view after them.
@@ -270,11 +275,12 @@ class EventStore:
             SeqConflict: another writer appended at one of these seqs first.
             ClaimHeld: ``claim`` (or ``settle``) belongs to another intent.
             StoreUnavailable: the database failed.
-            ValueError: an empty batch, or ``claim``/``settle`` without its event.
+            ValueError: an empty batch, ``claim``/``settle``/``release`` without
+                its event, or both ``settle`` and ``release``.
 
         Every failure leaves the store as it was: nothing of the batch is written.
         """
-        prepared = prepare(run_id, events, view, claim, settle)
+        prepared = prepare(run_id, events, view, claim, settle, release)
         self._commit([prepared])
         return prepared.envelopes, prepared.view
 
@@ -297,7 +303,12 @@ class EventStore:
         for index, request in enumerate(requests):
             try:
                 prepared = prepare(
-                    request.run_id, request.events, request.view, request.claim, request.settle
+                    request.run_id,
+                    request.events,
+                    request.view,
+                    request.claim,
+                    request.settle,
+                    request.release,
                 )
             except (GuardRefusal, ValueError) as exc:
                 results[index] = exc
@@ -360,7 +371,9 @@ class EventStore:
         try:
             if self._begin is not None:
                 cursor.execute(self._begin)
-            if len(batch) > 1 and all(p.claim is None and p.settle is None for p in batch):
+            if len(batch) > 1 and all(
+                p.claim is None and p.settle is None and p.release is None for p in batch
+            ):
                 append_group(cursor, self._writes, self._integrity_error, batch)
             else:
                 for prepared in batch:

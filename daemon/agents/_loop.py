@@ -3,6 +3,16 @@
 The loop is deterministic given its log: the conversation, every request and
 every budget decision are rebuilt from recorded events, so re-running it from
 the top replays the recorded prefix exactly and continues live from the end.
+
+A call of a tool that names key fields (a native tool's ``idempotency_keys``,
+an MCP server's ``idempotency_keys`` table) is one identity across every run
+(``RunContext.tool_call``): a second call of it copies the first's outcome
+and performs nothing. Meeting that identity while another run's call of it is
+still open, the loop waits for it (bounded, cancellable) and copies what it
+recorded; still open past the bound, the drive stops with ``CallInFlight``
+and nothing of the call written (the model's answer asking for it is kept),
+and a later resume asks again. It never performs the call beside the open one: a run never
+charges a card twice.
 """
 
 from __future__ import annotations

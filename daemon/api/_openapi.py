@@ -371,6 +371,16 @@ SCHEMAS: JSON = {
                     },
                     "results": {"type": "object", "additionalProperties": _ANY},
                     "tools": {"type": "array", "items": {"type": "string"}},
+                    "idempotency_keys": {
+                        "type": "object",
+                        "additionalProperties": {
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                            ]
+                        },
+                        "description": "Tool name -> the dotted input paths of its identity.",
+                    },
                     "timeout": {"type": "number", "exclusiveMinimum": 0},
                     "port": {
                         "type": "integer",

@@ -20,6 +20,7 @@ from typing import Any
 
 from salvor.protocol import Effect
 
+from ..tools import check_key_paths
 from ..web import HEADER_NAME, PLACEHOLDER, is_http_url, stray_placeholder
 
 DEFAULT_MCP_TIMEOUT = 60.0
@@ -45,8 +46,8 @@ _FIELDS = {
 # Only a process agent's servers, which it reaches through salvor's stand-ins.
 _STAND_IN_FIELDS = {"port"}
 # What an entry may give, as the OpenAPI document describes it: `port` only for a process agent's
-# servers; `idempotency_keys` is refused by this build.
-SERVER_FIELDS = frozenset(_FIELDS - {"idempotency_keys"})
+# servers.
+SERVER_FIELDS = frozenset(_FIELDS)
 STAND_IN_FIELDS = frozenset(_STAND_IN_FIELDS)
 _EFFECTS = tuple(e.value for e in Effect)
 
@@ -70,6 +71,8 @@ class McpServerSpec:
     effects: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
     tools: tuple[str, ...] | None = None
+    # Tool name -> the dotted input paths its calls' identity is made of.
+    idempotency_keys: dict = field(default_factory=dict)
     timeout: float = DEFAULT_MCP_TIMEOUT
     # A process agent's url server only: the fixed loopback port its stand-in listens on.
     port: int | None = None
@@ -81,6 +84,10 @@ class McpServerSpec:
     def effect_of(self, tool: str) -> Effect:
         """The operator's declared effect; a tool nobody declared is a ``write``."""
         return Effect(self.effects.get(tool, Effect.WRITE.value))
+
+    def key_paths(self, tool: str) -> tuple[str, ...]:
+        """The declared key fields of ``tool`` (empty when it declares none)."""
+        return self.idempotency_keys.get(tool, ())
 
     def exposes(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
@@ -170,6 +177,26 @@ def _tool_names(where: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _idempotency_keys(where: str, value: Any) -> dict:
+    # A tool name the server may not list is fine here: its tools are known
+    # only when it runs, and a key of a tool never called is never used.
+    _expect(
+        isinstance(value, dict),
+        f"{where} `idempotency_keys` must be a table of tool name -> a dotted input path "
+        "or an array of them",
+    )
+    keys = {}
+    for tool, paths in value.items():
+        try:
+            keys[tool] = check_key_paths(
+                f"{where} `idempotency_keys` entry {tool!r}",
+                [paths] if isinstance(paths, str) else paths,
+            )
+        except ValueError as exc:
+            raise McpDefinitionError(str(exc)) from None
+    return keys
+
+
 def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     where = f"[[mcp_servers]] #{index + 1}"
     _expect(isinstance(entry, dict), f"{where} must be a table")
@@ -178,7 +205,7 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     _expect(
         not unknown,
         f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: "
-        f"{', '.join(sorted(fields - {'idempotency_keys'}))}",
+        f"{', '.join(sorted(fields))}",
     )
     # Unnamed servers (the reference's file format names none) are called by position.
     name = entry.get("name", f"server{index + 1}")
@@ -187,10 +214,12 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
         f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
     )
     where = f"[[mcp_servers]] {name!r}:"
+    # The stand-ins a process or service agent reaches its servers through
+    # claim nothing yet: accepting the table there would promise what no call keeps.
     _expect(
-        "idempotency_keys" not in entry,
-        f"{where} `idempotency_keys` is not supported by this build yet; declare the "
-        "tool `idempotent` in `effects`",
+        not (stand_ins and "idempotency_keys" in entry),
+        f"{where} `idempotency_keys` is not supported for a process or service agent's "
+        "servers by this build yet; declare the tool `idempotent` in `effects`",
     )
     has_command, has_url = "command" in entry, "url" in entry
     _expect(
@@ -277,6 +306,7 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
         f"{where} `results` must be a table of tool name -> the fixed result",
     )
     spec["results"] = dict(results)
+    spec["idempotency_keys"] = _idempotency_keys(where, entry.get("idempotency_keys", {}))
     if "tools" in entry:
         spec["tools"] = _tool_names(where, entry["tools"])
         for table, names in ((effects_key, effects), ("results", results)):

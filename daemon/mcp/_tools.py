@@ -316,6 +316,8 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
         effect=effect,
         input_schema=_ARGUMENTS,
         handler=forward,
+        idempotency_keys=spec.key_paths(name),
+        mcp_server=spec.name,
     ), model_spec
 
 

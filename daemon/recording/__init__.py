@@ -12,6 +12,7 @@ from ._refusals import (
     parse_run_id,
 )
 from ._run_context import (
+    CallInFlight,
     DriveInterrupted,
     Parked,
     RunContext,
@@ -28,6 +29,7 @@ from ._store_access import (
 )
 
 __all__ = [
+    "CallInFlight",
     "DriveInterrupted",
     "Parked",
     "RunContext",

@@ -10,15 +10,23 @@ Completions and clock/random observations are held back and committed
 together with the next intent (or the next resting event), so a step costs
 one commit. Nothing with an outside effect ever runs between holding one back
 and committing it, so an effect never starts before its intent is durable.
+
+A tool call with an identity (``Tool.claims``) claims it in the store in the
+intent's own append, and its completion settles it in the completion's own
+append; a second call of that identity, from any run, performs nothing (see
+``RunContext.tool_call``).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import trio
 from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
@@ -35,6 +43,7 @@ from salvor.protocol import (
     NowObserved,
     RandomObserved,
     ReplayCursor,
+    ReplayDivergence,
     RunFailed,
     RunState,
     RunView,
@@ -53,18 +62,30 @@ from salvor.protocol import (
     sha256_hash,
     validate,
 )
+from salvor.store import Claim, ClaimHeld
 
 from ..models import ModelCallError, ModelGateway
 from ..tools import (
     DispatchFailed,
+    MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
     SleepUntil,
     Suspend,
     Tool,
+    derived_key,
     dispatch,
 )
-from ._store_access import StoreAccess
+from ._store_access import StoreAccess, claim_to_settle
+
+# How long a call waits for another run's call of the same identity to
+# settle (``SALVOR_CLAIM_WAIT_SECONDS`` overrides it), and the polling backoff
+# while it waits (the holder may be another process over the same store, so
+# there is no event to wait on, only the row).
+CLAIM_WAIT_VAR = "SALVOR_CLAIM_WAIT_SECONDS"
+CLAIM_WAIT_SECONDS = 30.0
+CLAIM_POLL_FIRST = 0.01
+CLAIM_POLL_MAX = 0.5
 
 
 class Parked(Exception):
@@ -83,6 +104,39 @@ class DriveInterrupted(CodedError):
     """
 
     code = ErrorCode.MODEL_EXECUTION
+
+
+class CallInFlight(DriveInterrupted):
+    """A call's identity is claimed by another call that has not settled; nothing of it was written.
+
+    The drive stopped before this call's intent (what it already held back is
+    committed), so the run is recoverable: the next drive asks again, and
+    performs the call or copies the holder's outcome once the holder settled.
+    """
+
+    code = ErrorCode.CLAIM_HELD
+
+    def __init__(self, message: str, claim: Claim) -> None:
+        super().__init__(message)
+        self.claim = claim
+
+
+def claim_wait_seconds(environ: Mapping[str, str] = os.environ) -> float:
+    """How long a call waits on another call's open claim (``CLAIM_WAIT_VAR``, else the default).
+
+    Raises:
+        ValueError: the variable is set but is not a finite number of seconds, zero or more.
+    """
+    raw = environ.get(CLAIM_WAIT_VAR)
+    if raw is None:
+        return CLAIM_WAIT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"{CLAIM_WAIT_VAR} must be a number of seconds, 0 or more, not {raw!r}")
+    return seconds
 
 
 def utc_now() -> datetime:
@@ -150,7 +204,12 @@ class RunContext:
         self.cursor = ReplayCursor(log)
         self.view: RunView = fold(log)
         self._held: list[Event] = []
+        # The identity the held-back completion settles (or, for a failed call,
+        # releases) in its append, if any.
+        self._settle: str | None = None
+        self._release: str | None = None
         self._on_record = on_record
+        self.claim_wait_seconds = claim_wait_seconds()
 
     @property
     def live(self) -> bool:
@@ -158,11 +217,28 @@ class RunContext:
 
     # -- recording -------------------------------------------------------
 
-    async def record(self, *events: Event) -> list[Envelope]:
-        """Commit held-back events plus ``events`` in one append."""
+    async def record(self, *events: Event, claim: str | None = None) -> list[Envelope]:
+        """Commit held-back events plus ``events`` in one append.
+
+        ``claim``: an identity to claim for the batch's intent. A held-back
+        completion with an identity settles it in this same append, or
+        releases it when the call failed.
+
+        Raises:
+            ClaimHeld: ``claim`` belongs to another call; nothing was written
+                and the held-back events are still held.
+        """
         batch = self._held + list(events)
-        self._held = []
-        envelopes, self.view = await self.access.append(self.run_id, batch, self.view)
+        settle, release = self._settle, self._release
+        self._held, self._settle, self._release = [], None, None
+        try:
+            envelopes, self.view = await self.access.append(
+                self.run_id, batch, self.view, claim=claim, settle=settle, release=release
+            )
+        except ClaimHeld:
+            self._held = batch[: len(batch) - len(events)]
+            self._settle, self._release = settle, release
+            raise
         if self._on_record is not None:
             self._on_record(envelopes)
         return envelopes
@@ -260,39 +336,140 @@ class RunContext:
         """One tool call; returns the value the model is told (after any park and resume).
 
         A completed call is answered from the log. An open ``read`` or
-        ``idempotent`` intent is executed again under its recorded key; an
-        open ``write`` parks the run in needs_reconciliation, and so does a
-        write whose handler could not learn its outcome (``OutcomeUnknown``).
+        ``idempotent`` intent is executed again under its recorded key (and
+        settles the claim it holds); an open ``write`` parks the run in
+        needs_reconciliation (its claim stays open until ``resolve`` settles
+        it), and so does a write whose handler could not learn its outcome
+        (``OutcomeUnknown``).
+
+        Keys: a call of a tool with key fields (``Tool.claims``) presents its
+        identity (``Tool.call_identity``) as its key and claims it with its
+        intent; an ``idempotent`` call without key fields presents its
+        position's derived key (``derived_key``); a ``read``, none.
 
         Raises:
             DriveInterrupted: the handler could not perform the call now
                 (``NotPerformed``); its intent stays open for the next drive.
+            CallInFlight: another call holds the identity and did not settle
+                within ``claim_wait_seconds``; no intent was written.
         """
-        key = None
-        if tool.effect is Effect.IDEMPOTENT:
-            key = "idem_" + await self.random()
+        if tool.effect is Effect.IDEMPOTENT and not self.live:
+            self._skip_legacy_key()
         recorded = self.cursor.tool_call(tool.name, tool_input)
         step = resume_step(recorded)
         if step is Step.ANSWER:
-            output = recorded.completion.event.output
-        else:
-            if step is Step.PARK:
-                await self.park(RunState.NEEDS_RECONCILIATION)
-            if step is Step.LIVE:
-                intent = ToolCallRequested(
-                    tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+            return await self._after_tool(recorded.completion.event.output)
+        if step is Step.PARK:
+            await self.park(RunState.NEEDS_RECONCILIATION)
+        if step is Step.LIVE:
+            return await self._live_tool_call(tool, tool_input)
+        seq, key = recorded.seq, recorded.intent.event.idempotency_key
+        # Our own open claim (it names this run and seq) is ours to settle.
+        settle = await claim_to_settle(self.access, self.run_id, seq, key) if tool.claims else None
+        return await self._perform(tool, tool_input, seq, key, settle)
+
+    def _skip_legacy_key(self) -> None:
+        # Logs from before derived keys recorded a RandomObserved (the key's
+        # random part) ahead of each idempotent intent: consume it, so those
+        # logs replay; the intent's recorded key is what a re-execution uses.
+        try:
+            self.cursor.take(EventKind.RANDOM_OBSERVED)
+        except ReplayDivergence:
+            pass
+
+    async def _live_tool_call(self, tool: Tool, tool_input: Any) -> Any:
+        seq = self.view.next_seq + len(self._held)
+
+        def intent(key: str | None) -> ToolCallRequested:
+            return ToolCallRequested(
+                tool=tool.name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+            )
+
+        if not tool.claims:
+            key = None
+            if tool.effect is Effect.IDEMPOTENT:
+                key = derived_key(self.run_id, seq, tool.name)
+            await self.record(intent(key))
+            return await self._perform(tool, tool_input, seq, key, None)
+        try:
+            identity = tool.call_identity(tool_input)
+        except MissingKeyField as exc:
+            # Recorded, not raised: the model is told and may call again with the field.
+            output = tool_error("invalid_input", exc.message, 1)
+            await self.record(intent(None), ToolCallCompleted(seq=seq, output=output))
+            return output
+        holder = await self._claim(intent(identity), identity)
+        if holder is None:
+            return await self._perform(tool, tool_input, seq, identity, identity)
+        # The same identity already completed (in this run or another): its
+        # outcome is this call's; nothing is performed.
+        copied = ToolCallCompleted(
+            seq=seq,
+            output=holder.output,
+            deduplicated_from={"run_id": holder.run_id, "seq": holder.seq},
+        )
+        await self.record(intent(identity), copied)
+        return await self._after_tool(holder.output)
+
+    async def _claim(self, intent: ToolCallRequested, identity: str) -> Claim | None:
+        """Record ``intent`` claiming ``identity``: None once claimed, or the settled claim to copy.
+
+        A claim held open by another call is waited on, polling the store
+        with a backoff, for ``claim_wait_seconds`` at most: a call in flight
+        usually settles in moments, and waiting lets the second run copy its
+        outcome instead of stopping. A claim still open past the bound stops
+        the drive: its holder died mid-call or is parked on the unknown write
+        (the log cannot tell those from a call in flight; only the holder's
+        completion or ``resolve`` settles it).
+
+        Cancellation: the wait is cancellable; a cancelled wait wrote nothing.
+
+        Raises:
+            CallInFlight: still open past the bound; held-back events are
+                committed, the intent is not.
+        """
+        delay = CLAIM_POLL_FIRST
+        deadline = trio.current_time() + self.claim_wait_seconds
+        while True:
+            claim = await self.access.read(self.access.store.get_claim, identity)
+            if claim is None:
+                try:
+                    await self.record(intent, claim=identity)
+                except ClaimHeld:
+                    continue  # another call claimed it first: see what it became
+                return None
+            if claim.state == "settled":
+                return claim
+            if trio.current_time() + delay > deadline:
+                await self.flush()
+                raise CallInFlight(
+                    f"the {intent.tool} call's idempotency key is held by the unfinished call at "
+                    f"seq {claim.seq} of run {claim.run_id}; nothing of this call was written, "
+                    f"and `salvor resume {self.run_id}` asks again (it copies that call's outcome "
+                    "once it is recorded or resolved)",
+                    claim,
                 )
-                seq = (await self.record(intent))[-1].seq
-            else:
-                seq, key = recorded.seq, recorded.intent.event.idempotency_key
-            try:
-                output = await self._execute(tool, tool_input, seq, key)
-            except OutcomeUnknown:
-                # Sent and never answered: the open intent is the honest record.
-                await self.park(RunState.NEEDS_RECONCILIATION)
-            except NotPerformed as exc:
-                raise DriveInterrupted(exc.message) from None
-            self._held.append(ToolCallCompleted(seq=seq, output=output))
+            await trio.sleep(delay)
+            delay = min(delay * 2, CLAIM_POLL_MAX)
+
+    async def _perform(
+        self, tool: Tool, tool_input: Any, seq: int, key: str | None, settle: str | None
+    ) -> Any:
+        """Execute the call whose intent is recorded at ``seq``, and hold its completion back."""
+        try:
+            output = await self._execute(tool, tool_input, seq, key)
+        except OutcomeUnknown:
+            # Sent and never answered: the open intent is the honest record.
+            await self.park(RunState.NEEDS_RECONCILIATION)
+        except NotPerformed as exc:
+            raise DriveInterrupted(exc.message) from None
+        self._held.append(ToolCallCompleted(seq=seq, output=output))
+        if isinstance(output, dict) and TOOL_ERROR_KEY in output:
+            # A failed call leaves no outcome to copy: the next caller of the
+            # identity performs it afresh rather than inherit this failure.
+            self._release = settle
+        else:
+            self._settle = settle
         return await self._after_tool(output)
 
     async def _execute(self, tool: Tool, tool_input: Any, seq: int, key: str | None) -> Any:

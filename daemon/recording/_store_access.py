@@ -195,8 +195,11 @@ class StoreAccess:
         *,
         claim: str | None = None,
         settle: str | None = None,
+        release: str | None = None,
     ) -> tuple[list[Envelope], RunView]:
         """Append ``events`` after ``view`` durably; return the envelopes and the new view.
+
+        ``claim``, ``settle``, ``release``: as ``EventStore.append`` takes them.
 
         Raises:
             GuardRefusal: the batch is not legal next; nothing was written.
@@ -212,7 +215,14 @@ class StoreAccess:
             why = self._closed or "the store is closed"
             raise StoreUnavailable(f"{why}; nothing of this append was written")
         pending = _Pending(
-            AppendRequest(run_id=run_id, events=list(events), view=view, claim=claim, settle=settle)
+            AppendRequest(
+                run_id=run_id,
+                events=list(events),
+                view=view,
+                claim=claim,
+                settle=settle,
+                release=release,
+            )
         )
         with trio.CancelScope(shield=True):
             self._queue.put(pending)

@@ -10,6 +10,7 @@ from ._demo import (
 )
 from ._registry import (
     DispatchFailed,
+    MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
     SleepUntil,
@@ -18,11 +19,14 @@ from ._registry import (
     ToolCall,
     ToolFailed,
     ToolRegistry,
+    check_key_paths,
+    derived_key,
     dispatch,
 )
 
 __all__ = [
     "DispatchFailed",
+    "MissingKeyField",
     "NotPerformed",
     "OutcomeUnknown",
     "SleepUntil",
@@ -31,6 +35,8 @@ __all__ = [
     "ToolCall",
     "ToolFailed",
     "ToolRegistry",
+    "check_key_paths",
     "demo_registry",
+    "derived_key",
     "dispatch",
 ]

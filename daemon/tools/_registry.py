@@ -3,6 +3,10 @@
 A tool's effect decides what happens when its call is found open after a
 crash: ``read`` and ``idempotent`` calls are executed again (an idempotent
 one under its recorded key), a ``write`` parks the run for a person.
+
+A ``write`` or ``idempotent`` tool may name key fields (``idempotency_keys``,
+dotted paths into its input): the call's identity across runs is then those
+fields and the tool (``call_identity``), and the store lets one run perform it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,62 @@ from datetime import datetime
 from typing import Any
 
 import trio
-from salvor.protocol import Effect
+from salvor.protocol import Effect, sha256_hash
+
+# Keys of the identity document besides the key fields: a key path may not be one.
+_IDENTITY_NAMES = frozenset({"tool", "mcp_server"})
+
+
+def check_key_paths(where: str, value: Any) -> tuple[str, ...]:
+    """Validate declared key fields: dotted input paths such as ``"order.id"``.
+
+    Raises:
+        ValueError: one sentence naming ``where`` and the bad path.
+    """
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"{where} must be a dotted input path or a non-empty array of them")
+    for path in value:
+        if not isinstance(path, str) or not all(path.split(".")):
+            raise ValueError(
+                f"{where} holds {path!r}, which is not a dotted input path (like `order.id`)"
+            )
+        if path in _IDENTITY_NAMES:
+            raise ValueError(
+                f"{where} names {path!r}, which the call's identity uses for itself; "
+                "a key path cannot be `tool` or `mcp_server`"
+            )
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where} names one path twice")
+    return tuple(value)
+
+
+class MissingKeyField(Exception):
+    """A call's input lacks a field its tool's identity is made of; nothing was claimed."""
+
+    def __init__(self, tool: str, path: str) -> None:
+        super().__init__(
+            f"the input of tool {tool} has no `{path}`, a field its idempotency key is made of"
+        )
+        self.message = str(self)
+        self.path = path
+
+
+def _field(tool_input: Any, path: str) -> Any:
+    value = tool_input
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(path)
+        value = value[part]
+    return value
+
+
+def derived_key(run_id: str, seq: int, tool: str) -> str:
+    """The key of an ``idempotent`` call with no key fields: its position, as the spec derives it.
+
+    ``sha256`` over the canonical JSON of ``{"run": run_id, "seq": seq, "tool": tool}``:
+    every retry of the same position presents the same key; two positions are two calls.
+    """
+    return sha256_hash({"run": run_id, "seq": seq, "tool": tool})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +81,10 @@ class ToolCall:
 
     run_id: str
     seq: int
+    # The same on every attempt and every retry of the call: its identity when
+    # the tool names key fields, else (an idempotent call) its position's
+    # derived key; None for a read or an unkeyed write. Hand it to a provider
+    # that honours idempotency keys and it collapses a retry by itself.
     idempotency_key: str | None
     attempt: int
 
@@ -87,6 +150,43 @@ class Tool:
     effect: Effect
     input_schema: dict
     handler: Handler
+    # Dotted input paths the call's identity is made of (``check_key_paths``);
+    # empty: no identity across runs. Ignored on a ``read``, which never claims.
+    idempotency_keys: tuple[str, ...] = ()
+    # The MCP server that performs the call (None for a native tool): part of the
+    # identity, so two servers' same-named tools never share one.
+    mcp_server: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.idempotency_keys:
+            check_key_paths(f"the `idempotency_keys` of tool {self.name!r}", self.idempotency_keys)
+
+    @property
+    def claims(self) -> bool:
+        """Whether a call of this tool claims an identity across runs."""
+        return self.effect is not Effect.READ and bool(self.idempotency_keys)
+
+    def call_identity(self, tool_input: Any) -> str:
+        """The identity a call with ``tool_input`` claims, shared by every run.
+
+        ``sha256`` (as ``sha256:<hex>``) over the RFC 8785 canonical JSON of
+        ``{"tool": <name>, "<path>": <value>, ...}`` with one member per key
+        path (named by the dotted path as declared, its value taken from the
+        input), plus ``"mcp_server": <server name>`` for an MCP tool. No run id
+        and no seq: the same refund asked for by two runs is one identity.
+
+        Raises:
+            MissingKeyField: the input lacks one of the paths.
+        """
+        document: dict[str, Any] = {"tool": self.name}
+        if self.mcp_server is not None:
+            document["mcp_server"] = self.mcp_server
+        for path in self.idempotency_keys:
+            try:
+                document[path] = _field(tool_input, path)
+            except KeyError:
+                raise MissingKeyField(self.name, path) from None
+        return sha256_hash(document)
 
     def spec(self) -> dict:
         """The tool as the model sees it."""

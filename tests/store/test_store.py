@@ -378,11 +378,39 @@ def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventSto
     assert store.get_claim("pay:k").state == "open"
 
 
+def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> None:
+    _, view_a = store.append("a", [started()], EMPTY_VIEW)
+    _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
+    _, view_b = store.append("b", [started()], EMPTY_VIEW)
+    _, view_b = store.append("b", [pay("k")], view_b)
+    # Another run's completion naming the identity leaves the holder's claim alone.
+    _, view_b = store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, release="pay:k")
+    assert store.get_claim("pay:k").state == "open"
+
+    _, view_a = store.append("a", [ToolCallCompleted(seq=1, output=0)], view_a, release="pay:k")
+    assert store.get_claim("pay:k") is None
+    # Released, the identity is free for the next caller.
+    _, view_b = store.append("b", [pay("k")], view_b, claim="pay:k")
+    assert (store.get_claim("pay:k").run_id, store.get_claim("pay:k").seq) == ("b", 3)
+
+
+def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
+    _, view = store.append("a", [started()], EMPTY_VIEW)
+    _, view = store.append("a", [pay("k")], view, claim="pay:k")
+    _, view = store.append("a", [ToolCallCompleted(seq=1, output=7)], view, settle="pay:k")
+    _, view = store.append("a", [pay("k")], view)
+    store.append("a", [ToolCallCompleted(seq=3, output=0)], view, release="pay:k")
+    claim = store.get_claim("pay:k")
+    assert (claim.seq, claim.state, claim.output) == (1, "settled", 7)
+
+
 def test_claim_and_settle_need_their_events(store: EventStore) -> None:
     with pytest.raises(ValueError, match="ToolCallRequested"):
         store.append("a", [started()], EMPTY_VIEW, claim="x")
     with pytest.raises(ValueError, match="ToolCallCompleted"):
         store.append("a", [started()], EMPTY_VIEW, settle="x")
+    with pytest.raises(ValueError, match="ToolCallCompleted"):
+        store.append("a", [started()], EMPTY_VIEW, release="x")
     assert store.read_log("a") == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.daemon.mcp import McpDefinitionError, parse_mcp_servers
 from salvor.protocol import Effect
 
 HEAD = 'model = "m"\n'
@@ -34,6 +35,26 @@ def test_a_stdio_and_an_http_server_parse():
     assert fs.exposes("wipe") and not fs.exposes("format_disk")
     assert web.transport == "http" and web.headers == {"Authorization": "Bearer ${TOKEN}"}
     assert web.reads_environment() and not fs.reads_environment()
+
+
+def test_idempotency_keys_parse_one_path_or_many_for_any_tool_name():
+    # DESIGN.md's agent-file example form, and an array of dotted paths; the
+    # server's tools are known only at run time, so no name is checked here.
+    (server,) = parse(
+        '[[mcp_servers]]\nname = "pay"\ncommand = "x"\n'
+        'idempotency_keys = { pay_claim = "claim_id", refund = ["invoice", "order.id"] }\n'
+    ).mcp_servers
+    assert server.key_paths("pay_claim") == ("claim_id",)
+    assert server.key_paths("refund") == ("invoice", "order.id")
+    assert server.key_paths("lookup") == ()
+
+
+def test_idempotency_keys_on_a_process_agents_servers_are_refused_naming_the_field():
+    # Its calls go through salvor's stand-ins, which claim nothing yet.
+    entry = {"name": "pay", "url": "http://h/mcp", "idempotency_keys": {"pay": "id"}}
+    with pytest.raises(McpDefinitionError, match="`idempotency_keys` is not supported for a"):
+        parse_mcp_servers([entry], stand_ins=True)
+    assert parse_mcp_servers([entry])[0].key_paths("pay") == ("id",)
 
 
 def test_the_reference_file_format_is_accepted():
@@ -146,8 +167,32 @@ def test_the_hash_covers_the_servers_as_written():
             "holds inf, which is not a JSON number",
         ),
         (
-            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "id" }\n',
-            "`idempotency_keys` is not supported by this build yet",
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = ["id"]\n',
+            "`idempotency_keys` must be a table of tool name",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = 3 }\n',
+            "`idempotency_keys` entry 'pay' must be a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = [] }\n',
+            "`idempotency_keys` entry 'pay' must be a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "a..b" }\n',
+            "`idempotency_keys` entry 'pay' holds 'a..b', which is not a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = [1] }\n',
+            "`idempotency_keys` entry 'pay' holds 1, which is not a dotted input path",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = ["a", "a"] }\n',
+            "`idempotency_keys` entry 'pay' names one path twice",
+        ),
+        (
+            '[[mcp_servers]]\nname = "a"\ncommand = "x"\nidempotency_keys = { pay = "tool" }\n',
+            "`idempotency_keys` entry 'pay' names 'tool'",
         ),
     ],
 )
