@@ -47,22 +47,17 @@ while not release.exists() and time.monotonic() < deadline:
 # group the tether kills when its salvor dies does not hold it (as a daemonising agent, or one
 # whose tether was itself killed, escapes), so only the orphan sweep can end it. Its pid is the
 # one recorded. The parent waits for it, so the run still ends when the test lets it go.
-ESCAPER = r"""
-import os, sys, time
-from pathlib import Path
+ESCAPER = (
+    r"""
+import os, sys
 child = os.fork()
 if child:
     os.waitpid(child, 0)
     sys.exit(0)
 os.setsid()
-with open(os.environ["PIDFILE"], "a") as pids:
-    pids.write(f"{os.getpid()}\n")
-release = Path(os.environ["RELEASE"])
-deadline = time.monotonic() + 60
-while not release.exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
-os._exit(0)
 """
+    + SLEEPER
+)
 
 ENDED = "failed"
 NO_MODEL_CALL = "the agent process exited 0 without making any model call"
