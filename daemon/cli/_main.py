@@ -32,7 +32,7 @@ from salvor.store import StoreLocks, default_store_url, normalize_store_url, sql
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import checked_labels, open_store_access, parse_run_id
+from ..recording import checked_labels, claim_wait_seconds, open_store_access, parse_run_id
 from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
@@ -508,6 +508,10 @@ def _serve_config(args: argparse.Namespace, url: str):
 async def _main(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         return await doctor_main(args)
+    try:
+        claim_wait_seconds()  # read again by every drive: a bad value is refused here, once
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     url = normalize_store_url(args.store) if args.store else default_store_url()
     path = sqlite_path(url)
     if args.command not in CREATES_STORE and path is not None and not path.exists():

@@ -213,6 +213,15 @@ def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, 
     assert run_count(store_url) == 0
 
 
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+def test_a_bad_claim_wait_is_refused_before_any_run(store_url, agent_file, value):
+    EventStore.open(store_url).close()
+    result = salvor(store_url, "run", str(agent_file), env={"SALVOR_CLAIM_WAIT_SECONDS": value})
+    one_sentence(result, "SALVOR_CLAIM_WAIT_SECONDS must be a number of seconds", repr(value))
+    assert run_count(store_url) == 0
+
+
 # Refused before anything is written, the same way on either backend: SQLite alone.
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
