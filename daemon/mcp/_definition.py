@@ -197,6 +197,58 @@ def _idempotency_keys(where: str, value: Any) -> dict:
     return keys
 
 
+def _stdio_fields(where: str, entry: dict) -> dict[str, Any]:
+    """The fields of a stdio (``command``) server, checked."""
+    spec: dict[str, Any] = {}
+    for key in ("headers", "bearer_token_env"):
+        _expect(key not in entry, f"{where} `{key}` belongs to a `url` server, not a stdio one")
+    spec["command"] = _command(where, entry)
+    env = _string_table(f"{where} `env`", entry.get("env", {}))
+    for key in env:
+        _expect(
+            key != "" and "=" not in key and "\0" not in key,
+            f"{where} `env` key {key!r} is not a variable name",
+        )
+        _expect("\0" not in env[key], f"{where} `env` value of {key} must not hold a NUL character")
+    spec["env"] = env
+    cwd = entry.get("cwd")
+    _expect(
+        cwd is None or (isinstance(cwd, str) and cwd != ""),
+        f"{where} `cwd` must be a non-empty string",
+    )
+    spec["cwd"] = cwd
+    return spec
+
+
+def _url_fields(where: str, entry: dict) -> dict[str, Any]:
+    """The fields of a streamable-HTTP (``url``) server, checked."""
+    spec: dict[str, Any] = {}
+    for key in ("args", "env", "cwd"):
+        _expect(
+            key not in entry,
+            f"{where} `{key}` belongs to a stdio (`command`) server, not a `url` one",
+        )
+    url = entry["url"]
+    _expect(
+        isinstance(url, str) and is_http_url(url),
+        f"{where} `url` must be an http:// or https:// URL with a host",
+    )
+    spec["url"] = url
+    spec["headers"] = _headers(where, entry.get("headers", {}))
+    token_env = entry.get("bearer_token_env")
+    if token_env is not None:
+        _expect(
+            isinstance(token_env, str) and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env)),
+            f"{where} `bearer_token_env` must name an environment variable",
+        )
+        _expect(
+            all(k.lower() != "authorization" for k in spec["headers"]),
+            f"{where} give `bearer_token_env` or an `Authorization` header, not both",
+        )
+        spec["bearer_token_env"] = token_env
+    return spec
+
+
 def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     where = f"[[mcp_servers]] #{index + 1}"
     _expect(isinstance(entry, dict), f"{where} must be a table")
@@ -239,51 +291,7 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
             f"{where} `port` must be a port number from 1 to 65535",
         )
         spec["port"] = port
-    if has_command:
-        for key in ("headers", "bearer_token_env"):
-            _expect(key not in entry, f"{where} `{key}` belongs to a `url` server, not a stdio one")
-        spec["command"] = _command(where, entry)
-        env = _string_table(f"{where} `env`", entry.get("env", {}))
-        for key in env:
-            _expect(
-                key != "" and "=" not in key and "\0" not in key,
-                f"{where} `env` key {key!r} is not a variable name",
-            )
-            _expect(
-                "\0" not in env[key], f"{where} `env` value of {key} must not hold a NUL character"
-            )
-        spec["env"] = env
-        cwd = entry.get("cwd")
-        _expect(
-            cwd is None or (isinstance(cwd, str) and cwd != ""),
-            f"{where} `cwd` must be a non-empty string",
-        )
-        spec["cwd"] = cwd
-    else:
-        for key in ("args", "env", "cwd"):
-            _expect(
-                key not in entry,
-                f"{where} `{key}` belongs to a stdio (`command`) server, not a `url` one",
-            )
-        url = entry["url"]
-        _expect(
-            isinstance(url, str) and is_http_url(url),
-            f"{where} `url` must be an http:// or https:// URL with a host",
-        )
-        spec["url"] = url
-        spec["headers"] = _headers(where, entry.get("headers", {}))
-        token_env = entry.get("bearer_token_env")
-        if token_env is not None:
-            _expect(
-                isinstance(token_env, str)
-                and bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env)),
-                f"{where} `bearer_token_env` must name an environment variable",
-            )
-            _expect(
-                all(k.lower() != "authorization" for k in spec["headers"]),
-                f"{where} give `bearer_token_env` or an `Authorization` header, not both",
-            )
-            spec["bearer_token_env"] = token_env
+    spec.update(_stdio_fields(where, entry) if has_command else _url_fields(where, entry))
     _expect(
         not ("effects" in entry and "effect_overrides" in entry),
         f"{where} `effects` and `effect_overrides` are the same field; give one",
