@@ -145,6 +145,64 @@ def _run_row(view: RunView) -> dict:
     }
 
 
+def _first(envelopes: list[Envelope], kind: type) -> Envelope | None:
+    return next((e for e in envelopes if isinstance(e.event, kind)), None)
+
+
+def _claim_rows(
+    run_id: str,
+    envelopes: list[Envelope],
+    recorded_at: str,
+    claim: str | None,
+    settle: str | None,
+    release: str | None,
+) -> tuple[dict | None, dict | None, dict | None]:
+    """The claims-table rows of an append: the identity it claims, settles or releases.
+
+    Raises:
+        ValueError: ``claim`` without a ToolCallRequested, ``settle`` or ``release`` without a
+            ToolCallCompleted in the batch, or both ``settle`` and ``release``.
+    """
+    claim_row = settle_row = release_row = None
+    if claim is not None:
+        intent = _first(envelopes, ToolCallRequested)
+        if intent is None:
+            raise ValueError(f"claiming {claim!r} needs a ToolCallRequested in the batch")
+        claim_row = {
+            "identity": claim,
+            "run_id": run_id,
+            "seq": intent.seq,
+            "state": "open",
+            "output": None,
+            "updated_at": recorded_at,
+        }
+    # Looked for only when needed: most appends claim, settle and release nothing.
+    completion = (
+        None if settle is None and release is None else _first(envelopes, ToolCallCompleted)
+    )
+    if settle is not None:
+        if completion is None:
+            raise ValueError(f"settling {settle!r} needs a ToolCallCompleted in the batch")
+        settle_row = {
+            "w_state": "settled",
+            "w_identity": settle,
+            "w_run_id": run_id,
+            "w_seq": completion.event.seq,
+            "w_output": dumps(completion.event.output),
+            "w_updated_at": recorded_at,
+        }
+    if release is not None:
+        if completion is None or settle is not None:
+            raise ValueError(f"releasing {release!r} needs a ToolCallCompleted and no settle")
+        release_row = {
+            "w_identity": release,
+            "w_run_id": run_id,
+            "w_seq": completion.event.seq,
+            "w_open": "open",
+        }
+    return claim_row, settle_row, release_row
+
+
 def prepare(
     run_id: str,
     batch: Sequence[Event],
@@ -185,42 +243,9 @@ def prepare(
         }
         for envelope in envelopes
     ]
-    claim_row = settle_row = None
-    if claim is not None:
-        intent = next((e for e in envelopes if isinstance(e.event, ToolCallRequested)), None)
-        if intent is None:
-            raise ValueError(f"claiming {claim!r} needs a ToolCallRequested in the batch")
-        claim_row = {
-            "identity": claim,
-            "run_id": run_id,
-            "seq": intent.seq,
-            "state": "open",
-            "output": None,
-            "updated_at": recorded_at,
-        }
-    if settle is not None:
-        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
-        if completion is None:
-            raise ValueError(f"settling {settle!r} needs a ToolCallCompleted in the batch")
-        settle_row = {
-            "w_state": "settled",
-            "w_identity": settle,
-            "w_run_id": run_id,
-            "w_seq": completion.event.seq,
-            "w_output": dumps(completion.event.output),
-            "w_updated_at": recorded_at,
-        }
-    release_row = None
-    if release is not None:
-        completion = next((e for e in envelopes if isinstance(e.event, ToolCallCompleted)), None)
-        if completion is None or settle is not None:
-            raise ValueError(f"releasing {release!r} needs a ToolCallCompleted and no settle")
-        release_row = {
-            "w_identity": release,
-            "w_run_id": run_id,
-            "w_seq": completion.event.seq,
-            "w_open": "open",
-        }
+    claim_row, settle_row, release_row = _claim_rows(
+        run_id, envelopes, recorded_at, claim, settle, release
+    )
     run_row = _run_row(new_view)
     run_row["w_run_id"] = run_id
     run_row["w_event_count"] = start
