@@ -31,9 +31,9 @@ from salvor import __version__
 from salvor.protocol import ERROR_STATUS, WIRE_SCHEMAS
 from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
-from ..agents import DEFAULT_PROVIDER, HTTP_FIELDS, PROVIDERS, LlmChoice
+from ..agents import DEFAULT_PROVIDER, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
-from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
+from ._agent_schemas import AGENT_SCHEMAS
 from ._answers import ANSWERS, DRIVER, DRIVER_RULE
 from ._bodies import (
     ABANDON,
@@ -52,40 +52,17 @@ from ._bodies import (
     Body,
 )
 from ._queries import RUNS_QUERY
-from ._schema import ANY as _ANY
 from ._schema import INSTANT as _INSTANT
 from ._schema import JSON
 from ._schema import SEQ as _SEQ
 from ._schema import closed as _object
 from ._schema import exactly as _exactly
-from ._schema import nullable as _nullable
 from ._schema import ref as _ref
 
 # An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
 # that no text a caller sends becomes an unbounded int; more digits are a 400.
 _WHOLE = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
 _WHOLE_TEXT = {"type": "string", "pattern": "^[0-9]{1,18}$"}
-# Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
-_NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
-_NAME = {
-    "type": "string",
-    "maxLength": 64,
-    "pattern": _NOT_BLANK,
-    "description": "A display label, excluded from the agent hash.",
-}
-_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
-# What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
-_SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
-_PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-# No bracket in the user part either: urlsplit refuses a netloc holding one without the other.
-_HTTP_URL = (
-    f"^[hH][tT][tT][pP][sS]?://([^/?#@\\[\\]{_SPACE}]*@)?[^/?#@:\\[\\]{_SPACE}\\u0000-\\u001f]+"
-    f"(:{_PORT})?([/?#][^{_SPACE}]*)?$"
-)
-# One line, and every `${` opens a well-formed `${NAME}`.
-_HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
-_NON_NEGATIVE = {"type": "number", "minimum": 0}
-
 
 # -- shared shapes ---------------------------------------------------------------------------------
 
@@ -176,228 +153,7 @@ SCHEMAS: JSON = {
     # The shapes the pure core emits (status, pending, envelope, ...), from its builders' tables.
     **WIRE_SCHEMAS,
     "RunSummary": _run_summary(SUMMARY_KEYS),
-    "AgentDefinition": {
-        "description": (
-            "An agent as JSON: the same fields as the TOML file; unknown fields are refused. A "
-            "built-in agent, or (only on a daemon started with "
-            "--allow-process-agents) a process or service agent."
-        ),
-        "oneOf": [_ref("BuiltinAgent"), _ref("ProcessAgent"), _ref("ServiceAgent")],
-    },
-    "BuiltinAgent": {
-        "description": "An agent the daemon's own loop drives. `system_prompt_path` is read only "
-        "from agent files on the daemon's disk, never over HTTP.",
-        **_object(
-            _exactly(
-                "a built-in agent",
-                HTTP_FIELDS["builtin"],
-                {
-                    "name": _nullable(_NAME),
-                    "model": {"type": "string", "pattern": _NOT_BLANK},
-                    "system_prompt": _nullable({"type": "string"}),
-                    "max_response_tokens": {"type": "integer", "minimum": 1},
-                    "record_prompts": {"type": "boolean"},
-                    "llm": _object(
-                        _exactly(
-                            # No `base_url_env` over HTTP: it would make the daemon read a
-                            # variable a caller chose.
-                            "[llm]",
-                            HTTP_FIELDS["llm"],
-                            {
-                                "provider": {"enum": list(PROVIDERS)},
-                                "base_url": {
-                                    "type": "string",
-                                    "description": "An endpoint the operator declared "
-                                    "(the served document lists them); any with provider `demo`.",
-                                },
-                                "api_key_env": {
-                                    "type": "string",
-                                    "description": "Absent, or the variable the operator "
-                                    "bound to the endpoint (the served document names it).",
-                                },
-                                "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-                                "timeout_seconds": _POSITIVE,
-                                "stream": {"type": "boolean"},
-                            },
-                        )
-                    ),
-                    "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
-                    "pricing": _nullable(
-                        _object(
-                            _exactly(
-                                "[pricing]",
-                                HTTP_FIELDS["pricing"],
-                                {"input_per_mtok": _NON_NEGATIVE, "output_per_mtok": _NON_NEGATIVE},
-                            ),
-                            ["input_per_mtok", "output_per_mtok"],
-                        )
-                    ),
-                    "output_schema": _nullable(
-                        {"type": "object", "description": "A JSON Schema the answer must satisfy."}
-                    ),
-                    "tools": {
-                        "type": "array",
-                        "uniqueItems": True,
-                        "items": _object(
-                            _exactly(
-                                "[[tools]]",
-                                HTTP_FIELDS["tools"],
-                                {"name": {"$ref": "#/components/schemas/ToolName"}},
-                            ),
-                            ["name"],
-                        ),
-                    },
-                    "mcp_servers": {"type": "array", "items": _ref("McpServer")},
-                },
-            ),
-            ["model"],
-        ),
-        # A cost budget is priced by the agent's own [pricing].
-        "if": {"required": ["budgets"], "properties": {"budgets": {"required": ["cost_usd"]}}},
-        "then": {"required": ["pricing"], "properties": {"pricing": {"type": "object"}}},
-    },
-    "ToolName": {
-        "type": "string",
-        "minLength": 1,
-        "description": "A tool the daemon's registry holds.",
-    },
-    "ProcessAgent": {
-        "description": "A local program the daemon starts for each run, its model calls and MCP "
-        "servers pointed at salvor's loopback proxies.",
-        **_object(
-            _exactly(
-                "a process agent",
-                HTTP_FIELDS["process"],
-                {
-                    "name": _nullable(_NAME),
-                    "kind": {"const": "process"},
-                    "command": {
-                        "oneOf": [
-                            {
-                                "type": "string",
-                                "pattern": _NOT_BLANK,
-                                "description": "Split into arguments as a POSIX shell would.",
-                            },
-                            {
-                                "type": "array",
-                                "minItems": 1,
-                                "prefixItems": [{"type": "string", "minLength": 1}],
-                                "items": {"type": "string"},
-                            },
-                        ]
-                    },
-                    "cwd": _nullable({"type": "string", "minLength": 1}),
-                    "env": {
-                        "type": "object",
-                        "propertyNames": {"pattern": "^[^=\\u0000]+$"},
-                        "additionalProperties": {"type": "string"},
-                    },
-                    "timeout": _POSITIVE,
-                    "record_prompts": {"type": "boolean"},
-                    "mcp_servers": {"type": "array", "items": _ref("McpServer")},
-                },
-            ),
-            ["kind", "command"],
-        ),
-    },
-    "ServiceAgent": {
-        "description": "A service that is already running: each run POSTs its trigger to `url`, "
-        "and its model calls come to the loopback `proxy_port` the daemon binds for the run.",
-        **_object(
-            _exactly(
-                "a service agent",
-                HTTP_FIELDS["service"],
-                {
-                    "name": _nullable(_NAME),
-                    "kind": {"const": "service"},
-                    "url": {"type": "string", "pattern": _HTTP_URL},
-                    "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
-                    "headers": {
-                        "type": "object",
-                        "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
-                        "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
-                        "description": (
-                            "`${VAR}` is read from the daemon's environment when it POSTs."
-                        ),
-                    },
-                    "timeout": _POSITIVE,
-                    "record_prompts": {"type": "boolean"},
-                },
-            ),
-            ["kind", "url", "proxy_port"],
-        ),
-    },
-    "McpServer": {
-        "description": (
-            "An MCP server whose tools a built-in agent calls: `command` (stdio, spawned by the "
-            "daemon) or `url` (streamable HTTP). Registration starts or reaches it, lists its "
-            "tools and checks every name given here. A tool's effect is its `effects` entry, else "
-            "write; a tool in `results` is answered with that value and never sent to the server. "
-            "A process agent's servers are reached through salvor's stand-ins "
-            "(`SALVOR_MCP_SERVER_<NAME>`, `SALVOR_MCP_URL_<NAME>` in its environment) and "
-            "are not started at registration."
-        ),
-        **_object(
-            _exactly(
-                "[[mcp_servers]]",
-                SERVER_FIELDS | STAND_IN_FIELDS,
-                {
-                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                    "command": {
-                        "oneOf": [
-                            {"type": "string"},
-                            {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                        ]
-                    },
-                    "args": {"type": "array", "items": {"type": "string"}},
-                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "cwd": {"type": "string", "minLength": 1},
-                    "url": {"type": "string", "format": "uri"},
-                    "headers": {
-                        "type": "object",
-                        "additionalProperties": {"type": "string"},
-                        "description": (
-                            "`${VAR}` is read from the daemon's environment when it connects."
-                        ),
-                    },
-                    "bearer_token_env": {"type": "string"},
-                    "effects": {
-                        "type": "object",
-                        "additionalProperties": {"enum": ["read", "idempotent", "write"]},
-                    },
-                    "effect_overrides": {
-                        "type": "object",
-                        "additionalProperties": {"enum": ["read", "idempotent", "write"]},
-                    },
-                    "results": {"type": "object", "additionalProperties": _ANY},
-                    "tools": {"type": "array", "items": {"type": "string"}},
-                    "idempotency_keys": {
-                        "type": "object",
-                        "additionalProperties": {
-                            "oneOf": [
-                                {"type": "string"},
-                                {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                            ]
-                        },
-                        "description": "Tool name -> the dotted input paths of its identity.",
-                    },
-                    "timeout": {"type": "number", "exclusiveMinimum": 0},
-                    "port": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": 65535,
-                        "description": (
-                            "A process agent's `url` server only: "
-                            "the fixed loopback port of its stand-in."
-                        ),
-                    },
-                },
-            ),
-            oneOf=[{"required": ["command"]}, {"required": ["url"]}],
-            # Two names for one table: a server gives one of them.
-            **{"not": {"required": ["effects", "effect_overrides"]}},
-        ),
-    },
+    **AGENT_SCHEMAS,
     # The request bodies and the fixed-shape answers: the handlers' own declarations.
     **{body.name: body.schema() for body in BODIES},
     **{answer.name: answer.schema() for answer in ANSWERS},
