@@ -69,12 +69,14 @@ from ._errors import (
 from ._location import normalize_store_url
 from ._records import (
     Claim,
+    ParkedWrite,
     RunSummary,
     StoredAgent,
     agent_from_row,
     claim_from_row,
     decode_cursor,
     encode_cursor,
+    encode_position,
     summary_from_row,
 )
 from ._schema import VERSION_KEY, agents, ensure_schema, events, runs, store_meta
@@ -145,6 +147,12 @@ _DUE_RUNS = (
         runs.c.driven_by.is_(None),
     )
     .order_by(runs.c.wake_at, runs.c.run_id)
+)
+# Literal state, so both planners read ix_runs_unreconciled (a partial index) in its order.
+_PARKED_WRITES = (
+    select(runs.c.run_id, runs.c.last_recorded_at, runs.c.view)
+    .where(text("state = 'needs_reconciliation'"))
+    .order_by(runs.c.last_recorded_at, runs.c.run_id)
 )
 _INTERRUPTED_RUNS = (
     select(runs.c.run_id)
@@ -581,6 +589,51 @@ class EventStore:
             if len(rows) < chunk:
                 return
             position = (rows[-1].first_recorded_at, rows[-1].run_id)
+
+    def parked_writes(
+        self, *, limit: int | None = None, after: str | None = None
+    ) -> tuple[list[ParkedWrite], str | None]:
+        """Runs parked on a write of unknown outcome (``needs_reconciliation``), oldest write
+        first (by when its intent was recorded, then run id), one page at a time.
+
+        Read from the runs rows through their partial index; no log is folded unless a row's
+        view cannot be decoded (then that run's log is, as ``read_view`` does).
+
+        Args:
+            limit: at most this many runs (all when None).
+            after: the cursor a previous page returned.
+
+        Returns:
+            The page and the cursor of the next one (None when this was the last).
+
+        Raises:
+            BadCursor: ``after`` is not a cursor this store issued.
+            CorruptLog: a row's view and the log behind it are both unreadable.
+            StoreUnavailable: the database failed.
+        """
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        statement = _PARKED_WRITES
+        if after is not None:
+            since, run_id = decode_cursor(after)
+            statement = statement.where(
+                tuple_(runs.c.last_recorded_at, runs.c.run_id) > tuple_(since, run_id)
+            )
+        if limit is not None:
+            statement = statement.limit(limit + 1)
+        with self._reading("list parked writes"), self._read() as connection:
+            rows = connection.execute(statement).all()
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        page = [ParkedWrite(run_id=row.run_id, view=self._row_view(row)) for row in rows]
+        # The row's own ordering column, so the next page seeks exactly where this one ended.
+        return page, (encode_position(rows[-1].last_recorded_at, rows[-1].run_id) if more else None)
+
+    def _row_view(self, row: Any) -> RunView:
+        try:
+            return view_from_json(json.loads(row.view))
+        except (ValueError, TypeError, KeyError):
+            return fold(self.read_log(row.run_id))
 
     def due_runs(self, now: datetime) -> list[str]:
         """Server-driven sleeping runs whose ``wake_at`` is at or before ``now``, soonest first."""

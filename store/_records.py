@@ -1,4 +1,4 @@
-"""What the store's reads return: run summaries, stored agents, claims, and the
+"""What the store's reads return: run summaries, parked writes, stored agents, claims, and the
 listing cursor, each built from a row.
 
 A row whose JSON cannot be decoded gives a degraded summary, never an
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from salvor.protocol import MalformedJson, excerpt, parse_strict
+from salvor.protocol import MalformedJson, RunView, excerpt, parse_strict
 
 from ._errors import BadCursor
 from ._view_codec import dumps
@@ -73,6 +73,20 @@ class RunSummary:
             if value is not None and value != {}:
                 body[key] = value
         return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParkedWrite:
+    """A run in ``needs_reconciliation``: its view, whose ``pending`` is the write nobody
+    knows the outcome of."""
+
+    run_id: str
+    view: RunView
+
+    @property
+    def parked_since(self) -> str:
+        """When the write's intent was recorded."""
+        return self.view.pending.recorded_at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +150,12 @@ def summary_from_row(row: Any) -> RunSummary:
 
 
 def encode_cursor(summary: RunSummary) -> str:
-    raw = dumps([summary.first_recorded_at, summary.run_id]).encode()
+    return encode_position(summary.first_recorded_at, summary.run_id)
+
+
+def encode_position(instant: str, run_id: str) -> str:
+    """An opaque cursor for a listing ordered by an instant, then run id (``decode_cursor``)."""
+    raw = dumps([instant, run_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -39,7 +39,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 2
+STORE_VERSION = 3
 
 metadata = MetaData()
 
@@ -97,6 +97,18 @@ runs = Table(
     # last_recorded_at: nothing orders by it, and it changes on every append,
     # so it would cost a page in every commit.)
     Index("ix_runs_listing", "first_recorded_at", "run_id"),
+    # The reconciliation queue, oldest first. A run in this state has its
+    # open write as its last event (the guard admits only the completion or
+    # an abandonment after it), so last_recorded_at is when the intent was
+    # recorded and does not move while the run waits: an entry is written
+    # when a write's intent is and dropped when its completion is.
+    Index(
+        "ix_runs_unreconciled",
+        "last_recorded_at",
+        "run_id",
+        sqlite_where=text("state = 'needs_reconciliation'"),
+        postgresql_where=text("state = 'needs_reconciliation'"),
+    ),
 )
 
 agents = Table(
@@ -168,12 +180,20 @@ def _views_learn_replay_of(connection: Connection) -> None:
         after = page[-1][0]
 
 
+def _index_unreconciled_runs(connection: Connection) -> None:
+    """Version 3: the partial index the reconciliation queue is read from."""
+    for index in runs.indexes:
+        if index.name == "ix_runs_unreconciled":
+            index.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
 UPGRADES: dict[int, Callable[[Connection], None]] = {
     0: _create_missing,
     1: _views_learn_replay_of,
+    2: _index_unreconciled_runs,
 }
 
 

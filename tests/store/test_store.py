@@ -21,6 +21,7 @@ from salvor.protocol import (
     ModelCallRequested,
     NowObserved,
     Resumed,
+    RunAbandoned,
     RunCompleted,
     RunStarted,
     SleepCompleted,
@@ -49,7 +50,7 @@ from salvor.store import (
     view_from_json,
     view_to_json,
 )
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 USAGE = {"input_tokens": 10, "output_tokens": 3}
 
@@ -622,6 +623,82 @@ def test_due_and_interrupted_runs(store: EventStore) -> None:
     assert sorted(store.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
 
 
+def write(tool: str = "refund", key: str | None = None) -> ToolCallRequested:
+    return ToolCallRequested(tool=tool, input={"invoice": 1}, effect="write", idempotency_key=key)
+
+
+def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
+    store: EventStore, store_url: str
+) -> None:
+    views = {}
+    for run_id in ("p-late", "p-early", "p-tie-b", "p-tie-a", "read", "settled", "gone"):
+        _, views[run_id] = store.append(run_id, [started({"who": run_id})], EMPTY_VIEW)
+    for run_id in ("p-early", "settled", "read", "gone"):
+        tool = "lookup" if run_id == "read" else "refund"
+        batch = (
+            [write(tool, key="k")]
+            if tool == "refund"
+            else [ToolCallRequested(tool=tool, input=1, effect="read", idempotency_key=None)]
+        )
+        _, views[run_id] = store.append(run_id, batch, views[run_id])
+    results = store.append_batch(
+        [AppendRequest(run_id=r, events=[write()], view=views[r]) for r in ("p-tie-b", "p-tie-a")]
+    )
+    for run_id, (_, view) in zip(("p-tie-b", "p-tie-a"), results, strict=True):
+        views[run_id] = view
+    _, views["p-late"] = store.append("p-late", [write(key="late")], views["p-late"])
+    store.append("settled", [ToolCallCompleted(seq=1, output=1)], views["settled"])
+    abandon = RunAbandoned(unresolved_write={"seq": 1, "tool": "refund"})
+    store.append("gone", [abandon], views["gone"])
+
+    page, cursor = store.parked_writes()
+    assert cursor is None
+    assert [p.run_id for p in page] == ["p-early", "p-tie-b", "p-tie-a", "p-late"]
+    for parked in page:
+        assert parked.view == store.read_view(parked.run_id)
+        assert parked.parked_since == store.read_log(parked.run_id)[-1].recorded_at
+    assert page[3].view.pending.idempotency_key == "late"
+    assert page[0].view.labels == {"who": "p-early"}
+
+    seen, cursor = [], None
+    while True:
+        one, cursor = store.parked_writes(limit=1, after=cursor)
+        seen += [p.run_id for p in one]
+        if cursor is None:
+            break
+    assert seen == [p.run_id for p in page]
+    two, cursor = store.parked_writes(limit=2)
+    rest, end = store.parked_writes(limit=2, after=cursor)
+    assert [p.run_id for p in two + rest] == seen and end is None
+    with pytest.raises(BadCursor):
+        store.parked_writes(after="not-a-cursor")
+
+    # Two intents recorded at the same instant: the run id breaks the tie.
+    execute_sql(
+        store_url,
+        "UPDATE runs SET last_recorded_at = :at WHERE run_id IN ('p-tie-a', 'p-tie-b')",
+        at=page[1].parked_since,
+    )
+    tied = [p.run_id for p in store.parked_writes()[0]]
+    assert tied == ["p-early", "p-tie-a", "p-tie-b", "p-late"]
+
+    # A row whose view cannot be decoded still lists, from its log.
+    execute_sql(store_url, "UPDATE runs SET view = '{' WHERE run_id = 'p-late'")
+    assert store.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
+
+
+def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN")
+    from salvor.store._event_store import _PARKED_WRITES
+
+    query = str(_PARKED_WRITES.compile(compile_kwargs={"literal_binds": True}))
+    with store._read() as connection:
+        plan = connection.execute(text("EXPLAIN QUERY PLAN " + query)).all()
+    details = " ".join(row[-1] for row in plan)
+    assert "ix_runs_unreconciled" in details and "TEMP B-TREE" not in details
+
+
 # -- agents -----------------------------------------------------------------------
 
 
@@ -726,6 +803,19 @@ def test_a_version_1_store_gains_replay_of_in_every_stored_view(store_url: str) 
     assert all(view["replay_of"] is None for view in views) and len(views) == 2
 
 
+def test_a_version_2_store_gains_the_reconciliation_index(store_url: str) -> None:
+    EventStore.open(store_url).close()
+    execute_sql(store_url, "DROP INDEX ix_runs_unreconciled")
+    execute_sql(store_url, "UPDATE store_meta SET value = 2")
+    EventStore.open(store_url).close()
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        names = {index["name"] for index in inspect(connection).get_indexes("runs")}
+        version = connection.execute(text("SELECT value FROM store_meta")).scalar_one()
+    engine.dispose()
+    assert "ix_runs_unreconciled" in names and version == STORE_VERSION == 3
+
+
 def test_opening_a_newer_store_is_refused(store_url: str) -> None:
     EventStore.open(store_url).close()
     execute_sql(store_url, "UPDATE store_meta SET value = :v", v=STORE_VERSION + 1)
@@ -782,6 +872,7 @@ def test_public_names_are_exported() -> None:
         "CorruptLog",
         "EventStore",
         "Holder",
+        "ParkedWrite",
         "RunSummary",
         "STORE_VERSION",
         "SUMMARY_KEYS",
