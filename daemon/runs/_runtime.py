@@ -57,14 +57,23 @@ from ..recording import (
     claim_to_settle,
     needs_reconciliation,
     parse_run_id,
+    tool_error,
     utc_now,
 )
 from ..tools import ToolRegistry
 from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
+from ._reconciliations import Reconciliation, reconciliation
 
 log = logging.getLogger("salvor.runs")
 
 MISSING: Any = object()
+
+# The error kind of a write a person recorded as not landed, and what the model is told.
+NOT_LANDED = "not_landed"
+_NOT_LANDED_MESSAGE = (
+    "a person checked that this {tool} call did not happen, and nothing was performed; "
+    "calling it again performs it afresh under the same idempotency key"
+)
 
 
 class ResumeOutcome(enum.StrEnum):
@@ -215,6 +224,27 @@ class Runtime:
         """One page of run summaries (``EventStore.list_runs``'s filters)
         and the next page's cursor."""
         return await self.access.read(lambda: self.access.store.list_runs(**filters))
+
+    async def reconciliations(
+        self,
+        client_tools: Mapping[str, ClientTool],
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> tuple[list[Reconciliation], str | None]:
+        """One page of the reconciliation queue (every run parked on a write of unknown
+        outcome, oldest write first) and the next page's cursor. Reads only.
+
+        ``client_tools`` are the declarations a client-performed write's resolve is checked
+        against (the item says what they expect).
+
+        Raises:
+            BadCursor: ``after`` is not a cursor this store issued (400 bad_request).
+        """
+        page, cursor = await self.access.read(
+            lambda: self.access.store.parked_writes(limit=limit, after=after)
+        )
+        return [reconciliation(p.run_id, p.view, client_tools) for p in page], cursor
 
     async def interrupted_runs(self) -> list[str]:
         return await self.access.read(self.access.store.interrupted_runs)
@@ -427,16 +457,29 @@ class Runtime:
         return ResumeDecision(ResumeOutcome.DRIVING, view)
 
     async def resolve(
-        self, run_id: str, output: Any, client_tools: Mapping[str, ClientTool]
+        self,
+        run_id: str,
+        output: Any,
+        client_tools: Mapping[str, ClientTool],
+        *,
+        not_landed: bool = False,
     ) -> RunView:
         """Record by hand what a dangling write did. Records one event; drives nothing.
 
-        A write a client performed is checked against its declaration in
-        ``client_tools`` first; a write salvor performed is not (it witnessed it).
+        With an ``output``: the write happened and returned it. A write a client performed is
+        checked against its declaration in ``client_tools`` first; a write salvor performed is
+        not (it witnessed it). A write that claimed its idempotency identity settles it, so a
+        later call under the same key copies this outcome.
+
+        With ``not_landed`` (``output`` is then ignored): a person checked that the write did
+        not happen. It completes as a failed call (the ``not_landed`` error sentinel, which the
+        model is told) and gives up the identity it claimed, so the next call with that
+        identity, in this run or another, performs it afresh under the same key.
 
         Raises:
             OperationRefused: unknown_run, wrong_state when the run has no open write, or
-                bad_request when a client's write has no declaration here or the output fails it.
+                bad_request when a client's write has no declaration here or the output fails
+                it. Nothing is recorded.
         """
         view = await self.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
@@ -453,15 +496,24 @@ class Runtime:
             raise wrong_state(
                 f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
             )
-        seq = view.pending.seq
-        if view.pending.performed_by == Actor.CLIENT:
-            check_resolution(client_tools, view.pending.tool, view.pending.input, output)
-        # A write that claimed its idempotency identity is settled with it, so
-        # a later call under the same key copies this outcome.
-        settle = await claim_to_settle(self.access, run_id, seq, view.pending.idempotency_key)
+        pending = view.pending
+        if not_landed:
+            completion = ToolCallCompleted(
+                seq=pending.seq,
+                output=tool_error(NOT_LANDED, _NOT_LANDED_MESSAGE.format(tool=pending.tool), 1),
+                settled_by=Actor.OPERATOR,
+            )
+            # The store gives the identity up only when this very intent holds it open.
+            _, view = await self.access.append(
+                run_id, [completion], view, release=pending.idempotency_key
+            )
+            return view
+        if pending.performed_by == Actor.CLIENT:
+            check_resolution(client_tools, pending.tool, pending.input, output)
+        settle = await claim_to_settle(self.access, run_id, pending.seq, pending.idempotency_key)
         _, view = await self.access.append(
             run_id,
-            [ToolCallCompleted(seq=seq, output=output, settled_by=Actor.OPERATOR)],
+            [ToolCallCompleted(seq=pending.seq, output=output, settled_by=Actor.OPERATOR)],
             view,
             settle=settle,
         )
