@@ -253,6 +253,67 @@ RUN_LIST = Answer(
         ),
     ),
 )
+RECONCILIATION = Answer(
+    "Reconciliation",
+    (
+        _RUN,
+        _required(
+            "agent",
+            {"oneOf": [ref("AgentHash"), {"type": "null"}]},
+            description="The run's agent, as `GET /v1/runs` names it (`agent_def_hash`).",
+        ),
+        _required("labels", ref("Labels")),
+        _required("parked_since", _INSTANT, description="When the write's intent was recorded."),
+        _required(
+            "intent",
+            ref("Intent"),
+            description="The write, as the 409 `needs_reconciliation` refusal's `details.intent`.",
+        ),
+        _required("idempotency_key", {"type": ["string", "null"]}),
+        _required(
+            "probe",
+            {"oneOf": [{"type": "object"}, {"type": "null"}]},
+            description="The last answer of the write's probe; null when it has none.",
+        ),
+        _required(
+            "resolve",
+            closed(
+                {
+                    "path": {"type": "string", "pattern": "^/v1/runs/[^/]+/resolve$"},
+                    "performed_by": {
+                        "enum": ["salvor", "client"],
+                        "description": "Who performed the write: a client's output is checked "
+                        "against its declaration here.",
+                    },
+                    "output_schema": {
+                        "oneOf": [{"type": "object"}, {"type": "boolean"}, {"type": "null"}],
+                        "description": "The declared output schema of a client's write; null "
+                        "when salvor performed it or no declaration is loaded.",
+                    },
+                    "require_equal": {
+                        "type": "object",
+                        "description": "Fields the output must hold with these values (the "
+                        "recorded input's), for a client's declared write.",
+                    },
+                },
+                ["path", "performed_by", "output_schema", "require_equal"],
+            ),
+            description="What `POST /v1/runs/{id}/resolve` expects for this write.",
+        ),
+    ),
+    description="A run parked on a write of unknown outcome, and what settles it.",
+)
+RECONCILIATION_LIST = Answer(
+    "ReconciliationList",
+    (
+        _required("reconciliations", {"type": "array", "items": ref("Reconciliation")}),
+        Field(
+            name="next_cursor",
+            schema={"type": "string"},
+            description="Present when there may be more: pass it as `cursor`.",
+        ),
+    ),
+)
 CLIENT_TOOLS = Answer(
     "ClientTools", (_required("client_tools", {"type": "array", "items": ref("ClientTool")}),)
 )
@@ -260,6 +321,8 @@ CLIENT_TOOLS = Answer(
 ANSWERS = (
     RUN,
     RUN_LIST,
+    RECONCILIATION,
+    RECONCILIATION_LIST,
     AGENT_SUMMARY,
     AGENT_LIST,
     AGENT,

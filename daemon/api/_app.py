@@ -10,7 +10,9 @@ is an optional addition a spec-written client never has to send and may
 ignore: ``replay_of`` (a re-run) on ``POST /v1/runs`` and in its answer and
 on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``limit`` and ``cursor``
 query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
-whole, as the spec has it); ``GET /v1/health`` and ``GET /v1/openapi.json``.
+whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
+``GET /v1/reconciliations`` (the runs parked on an unknown write) and
+``not_landed`` on ``POST /v1/runs/{id}/resolve``.
 ``GET /v1/capabilities`` advertises ``fork: false``: forks are not built.
 """
 
@@ -29,6 +31,7 @@ from ._client_run_routes import add_client_run_routes
 from ._http import check_bearer, error_response
 from ._meta_routes import add_meta_routes
 from ._model_step_routes import add_model_step_routes
+from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import add_run_events_route
 from ._run_verb_routes import add_run_verb_routes
 from ._runs_routes import add_run_routes
@@ -69,6 +72,7 @@ def create_app(state: ServerState) -> QuartTrio:
     add_agent_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)
+    add_reconciliation_routes(app, state)
     add_run_events_route(app, state)
     add_meta_routes(app, state)
     add_client_run_routes(app, state)

@@ -235,6 +235,49 @@ RESUME = Body(
     optional=True,
 )
 RESOLVE = Body("ResolveOutput", (_OUTPUT,))
+
+
+def _output_or_not_landed(body: dict) -> None:
+    if "not_landed" in body:
+        body["not_landed"] = _boolean("`not_landed` must be true or false")(body["not_landed"])
+    if ("output" in body) == (body.get("not_landed") is True):
+        raise bad_request(
+            "give exactly one of `output` (what the write returned) and `not_landed: true` "
+            "(it did not happen)"
+        )
+
+
+# The operator's resolve: what the write returned, or that it did not land.
+RESOLVE_RUN = Body(
+    "ResolveRun",
+    (
+        Field(name="output", schema=_OUTPUT.schema),
+        Field(
+            name="not_landed",
+            schema={"type": "boolean"},
+            description=(
+                "true: a person checked that the write did not happen. It is recorded as a "
+                "failed call (error kind `not_landed`), the model is told, and its idempotency "
+                "identity is given up, so the next call with it performs the write afresh "
+                "under the same key."
+            ),
+        ),
+    ),
+    precheck=_output_or_not_landed,
+    rules={
+        "oneOf": [
+            {
+                "required": ["output"],
+                "not": {"required": ["not_landed"], "properties": {"not_landed": {"const": True}}},
+            },
+            {
+                "required": ["not_landed"],
+                "properties": {"not_landed": {"const": True}},
+                "not": {"required": ["output"]},
+            },
+        ]
+    },
+)
 ABANDON = Body(
     "AbandonReason",
     (Field(name="reason", schema={"type": "string"}, check=_string("`reason` must be a string")),),
@@ -381,6 +424,7 @@ BODIES = (
     START_RUN,
     RESUME,
     RESOLVE,
+    RESOLVE_RUN,
     ABANDON,
     OPEN_CLIENT_RUN,
     APPEND_EVENTS,

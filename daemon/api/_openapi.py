@@ -46,12 +46,13 @@ from ._bodies import (
     MODEL_STEP,
     OPEN_CLIENT_RUN,
     RESOLVE,
+    RESOLVE_RUN,
     RESUME,
     START_RUN,
     TOOL_STEP,
     Body,
 )
-from ._queries import RUNS_QUERY
+from ._queries import RECONCILIATIONS_QUERY, RUNS_QUERY
 from ._schema import INSTANT as _INSTANT
 from ._schema import JSON
 from ._schema import SEQ as _SEQ
@@ -497,11 +498,17 @@ PATHS: JSON = {
         "post": {
             "operationId": "resolveRun",
             "summary": (
-                "Record by hand what a dangling write returned "
+                "Record by hand what a dangling write returned, or that it did not land "
                 "(settled_by: operator); drives nothing"
             ),
+            "description": (
+                "`output`: the write happened and returned it (a client's write is checked "
+                "against its declaration). `not_landed: true`: it did not happen; it is recorded "
+                "as a failed call, its idempotency identity is given up, and the next call with "
+                "it performs the write afresh under the same key. Exactly one of the two."
+            ),
             "parameters": _RUN,
-            "requestBody": _body(RESOLVE),
+            "requestBody": _body(RESOLVE_RUN),
             "responses": _responses(
                 {"200": ("Recorded; resume the run to continue it.", _ref("Resolved"))},
                 "BadRequest",
@@ -510,6 +517,23 @@ PATHS: JSON = {
                 extra={
                     "409": _error("The run has no dangling write.", "wrong_state", "divergence")
                 },
+            ),
+        },
+    },
+    "/v1/reconciliations": {
+        "get": {
+            "operationId": "listReconciliations",
+            "summary": (
+                "The runs parked on a write of unknown outcome, oldest write first, with what "
+                "resolving each expects"
+            ),
+            "description": (
+                "Ordered by when the write's intent was recorded, then run id. A read: nothing "
+                "is driven or recorded."
+            ),
+            "parameters": RECONCILIATIONS_QUERY.described(),
+            "responses": _responses(
+                {"200": ("One page of the queue.", _ref("ReconciliationList"))}, "BadRequest"
             ),
         },
     },

@@ -1,5 +1,5 @@
-"""The query of ``GET /v1/runs``, declared once: the names its handler takes and the parameters the
-OpenAPI document lists.
+"""The queries of ``GET /v1/runs`` and ``GET /v1/reconciliations``, declared once: the names each
+handler takes and the parameters the OpenAPI document lists, and the paging both share.
 
 The handler refuses a name outside ``RUNS_QUERY`` (400 ``bad_request``, naming the ones it takes)
 and reads each value by its own rule; the document's ``parameters`` are ``RUNS_QUERY.described()``.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from salvor.protocol import RunState
 
-from ..web import bad_request
+from ..web import bad_request, whole_number
 from ._schema import JSON
 
 MAX_PAGE = 1000
@@ -54,6 +54,17 @@ class Query:
         return [p.described() for p in self.parameters]
 
 
+_LIMIT = QueryParameter(
+    name="limit",
+    schema={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    description="A page size; without it every matching run is listed.",
+)
+_CURSOR = QueryParameter(
+    name="cursor",
+    schema={"type": "string", "format": "salvor-cursor"},
+    description="The `next_cursor` of the previous page (opaque: anything else is a 400).",
+)
+
 RUNS_QUERY = Query(
     (
         QueryParameter(name="status", schema={"enum": [s.value for s in RunState]}),
@@ -62,15 +73,24 @@ RUNS_QUERY = Query(
             schema={"type": "string", "pattern": "^[^:]+:"},
             description="`key:value`: only runs carrying that label.",
         ),
-        QueryParameter(
-            name="limit",
-            schema={"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
-            description="A page size; without it every matching run is listed.",
-        ),
-        QueryParameter(
-            name="cursor",
-            schema={"type": "string", "format": "salvor-cursor"},
-            description="The `next_cursor` of the previous page (opaque: anything else is a 400).",
-        ),
+        _LIMIT,
+        _CURSOR,
     )
 )
+RECONCILIATIONS_QUERY = Query((_LIMIT, _CURSOR))
+
+
+def page_of(args) -> dict:
+    """A listing's ``limit`` and ``after`` (its cursor) from the query's ``limit`` and ``cursor``.
+
+    The cursor is the store's to judge (a foreign one is its 400 ``bad_request``).
+
+    Raises:
+        OperationRefused: bad_request when ``limit`` is not a whole number from 1 to ``MAX_PAGE``.
+    """
+    limit = None
+    if "limit" in args:
+        limit = whole_number(args["limit"]) or 0
+        if not 1 <= limit <= MAX_PAGE:
+            raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
+    return {"limit": limit, "after": args.get("cursor")}

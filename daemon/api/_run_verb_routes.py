@@ -8,7 +8,7 @@ from quart_trio import QuartTrio
 from ..recording import parse_run_id
 from ..runs import MISSING, ResumeOutcome
 from ._answers import ABANDONED, RESOLVED, RESUME_DRIVING, RESUME_FINISHED
-from ._bodies import ABANDON, RESOLVE, RESUME
+from ._bodies import ABANDON, RESOLVE_RUN, RESUME
 from ._state import ServerState, refuse_if_driven_elsewhere
 
 
@@ -31,8 +31,13 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
     @app.post("/v1/runs/<run_id>/resolve")
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
-        body = await RESOLVE.read()
-        view = await runtime.resolve(run_id, body["output"], state.client_tools)
+        body = await RESOLVE_RUN.read()
+        view = await runtime.resolve(
+            run_id,
+            body.get("output"),
+            state.client_tools,
+            not_landed=body.get("not_landed") is True,
+        )
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
         state.leases.drop(run_id)

@@ -8,11 +8,11 @@ from salvor.protocol import RunState, fold, status_seen_at
 from salvor.store import RunSummary
 
 from ..recording import parse_run_id
-from ..web import bad_request, whole_number
+from ..web import bad_request
 from ._answers import RUN, RUN_LIST, RUN_STARTED
 from ._bodies import START_RUN
 from ._http import json_response
-from ._queries import MAX_PAGE, RUNS_QUERY
+from ._queries import RUNS_QUERY, page_of
 from ._state import ServerState
 
 
@@ -88,12 +88,7 @@ def _list_filters(args) -> dict:
         if not sep or not key:
             raise bad_request("`label` must look like key:value")
         label = (key, value)
-    limit = None
-    if "limit" in args:
-        limit = whole_number(args["limit"]) or 0
-        if not 1 <= limit <= MAX_PAGE:
-            raise bad_request(f"`limit` must be a whole number from 1 to {MAX_PAGE}")
-    return {"state": status, "label": label, "limit": limit, "after": args.get("cursor")}
+    return {"state": status, "label": label, **page_of(args)}
 
 
 def _summary_json(state: ServerState, summary: RunSummary) -> dict:

@@ -317,6 +317,9 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     )
     await call(api, "GET", "/v1/runs", expect=400, params={"limit": "0"})
     await call(api, "GET", "/v1/runs", expect=400, params={"state": "completed"})
+    queue = await call(api, "GET", "/v1/reconciliations", expect=200, params={"limit": "1"})
+    assert [item["run"] for item in queue["reconciliations"]] == [dangling]
+    await call(api, "GET", "/v1/reconciliations", expect=400, params={"limit": "0"})
 
     # -- verbs and their refusals ------------------------------------------------------------------
     resume = "/v1/runs/{run_id}/resume"

@@ -1,0 +1,209 @@
+"""The reconciliation queue over HTTP (``GET /v1/reconciliations``) and the operator's
+``not_landed`` resolve, on a real daemon over a real store (SQLite, and PostgreSQL when set).
+
+The parked runs are real: a built-in run killed inside its write by the CLI
+(``SALVOR_FAULT_KILL_IN_TOOL``), and a client-driven run whose client recorded the intent of a
+write its declaration does not let it complete. Every answer is validated against the document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import trio
+from salvor.daemon.client_runs import load_declarations
+from salvor.protocol import TOOL_ERROR_KEY, EventKind
+
+from tests.support.api import assert_error, read_log_independently, snapshot
+from tests.support.api_server import TOKEN
+from tests.support.contract import MISSING_RUN, Contract
+
+REPO = Path(__file__).resolve().parents[3]
+REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
+PAYOUT = """
+name = "payout"
+effect = "write"
+idempotency_key = ["payout_ref"]
+require_equal = ["amount"]
+[input_schema]
+type = "object"
+required = ["amount", "payout_ref"]
+[output_schema]
+type = "object"
+required = ["payout_id"]
+"""
+QUEUE = "/v1/reconciliations"
+CLIENT_AGENT = "sha256:" + "c" * 64
+RESOLVE = "/v1/runs/{run_id}/resolve"
+
+
+async def killed_in_a_write(store_url: str, tmp_path: Path, invoice: str) -> str:
+    """A built-in run the CLI left with a dangling ``issue_refund`` (killed inside it)."""
+    agent = tmp_path / "refund-desk.toml"
+    agent.write_text(REFUND_DESK)
+    result = await trio.run_process(
+        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url]
+        + [
+            "--json",
+            "--label",
+            f"invoice={invoice}",
+            "--input",
+            json.dumps({"invoice_id": invoice}),
+        ],
+        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    return json.loads(result.stdout.decode().splitlines()[0])["run"]
+
+
+async def client_write_parked(api, contract: Contract) -> str:
+    """A client-driven run whose client recorded a payout's intent and may not complete it."""
+    opened = await contract.call(api, "POST", "/v1/client-runs", expect=201)
+    run_id, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
+    head = {
+        "run_id": run_id,
+        "seq": 0,
+        "schema_version": 1,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "event": {
+            "kind": "RunStarted",
+            "payload": {"agent_def_hash": CLIENT_AGENT, "input": None, "labels": {"desk": "pay"}},
+        },
+    }
+    await contract.call(
+        api,
+        "POST",
+        "/v1/client-runs/{run_id}/events",
+        expect=200,
+        run_id=run_id,
+        headers=token,
+        json={"events": [head]},
+    )
+    await contract.call(
+        api,
+        "POST",
+        "/v1/client-runs/{run_id}/client-tool-intent",
+        expect=200,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "tool": "payout", "input": {"amount": 70, "payout_ref": "po-1"}},
+    )
+    return run_id
+
+
+async def test_the_queue_lists_exactly_the_parked_runs_oldest_first(
+    server_factory, store_url, tmp_path
+) -> None:
+    payout = tmp_path / "payout.toml"
+    payout.write_text(PAYOUT)
+    server = await server_factory(auth_token=TOKEN, client_tools=load_declarations([str(payout)]))
+    api, contract = server.client, await Contract.served(server.client)
+    call = contract.call
+
+    first = await killed_in_a_write(store_url, tmp_path, "INV-5")
+    client = await client_write_parked(api, contract)
+    # Not parked: a run that completed, and one parked then resolved.
+    resolved = await killed_in_a_write(store_url, tmp_path, "INV-6")
+    await call(api, "POST", RESOLVE, expect=200, run_id=resolved, json={"output": {"ok": 1}})
+
+    queue = await call(api, "GET", QUEUE, expect=200)
+    assert "next_cursor" not in queue
+    items = queue["reconciliations"]
+    assert [item["run"] for item in items] == [first, client]
+
+    built_in, by_client = items
+    refused = await call(api, "POST", "/v1/runs/{run_id}/resume", expect=409, run_id=first)
+    assert built_in["intent"] == refused["error"]["details"]["intent"]
+    listed = {e["run"]: e for e in (await call(api, "GET", "/v1/runs", expect=200))["runs"]}
+    assert built_in == {
+        "run": first,
+        "agent": listed[first]["agent_def_hash"],
+        "labels": {"invoice": "INV-5"},
+        "parked_since": built_in["intent"]["recorded_at"],
+        "intent": built_in["intent"],
+        "idempotency_key": built_in["intent"]["idempotency_key"],
+        "probe": None,
+        "resolve": {
+            "path": f"/v1/runs/{first}/resolve",
+            "performed_by": "salvor",
+            "output_schema": None,
+            "require_equal": {},
+        },
+    }
+    assert built_in["intent"]["tool"] == "issue_refund"
+    assert built_in["intent"]["input"]["invoice_id"] == "INV-5"
+    run = await call(api, "GET", "/v1/runs/{run_id}", expect=200, run_id=client)
+    assert by_client["intent"] == {
+        **run["pending"],
+        "recorded_at": run["last_recorded_at"],
+    }
+    assert by_client["parked_since"] == run["last_recorded_at"] > built_in["parked_since"]
+    assert by_client["idempotency_key"] == run["pending"]["idempotency_key"] is not None
+    assert (by_client["labels"], by_client["agent"]) == ({"desk": "pay"}, CLIENT_AGENT)
+    assert by_client["resolve"] == {
+        "path": f"/v1/runs/{client}/resolve",
+        "performed_by": "client",
+        "output_schema": {"type": "object", "required": ["payout_id"]},
+        "require_equal": {"amount": 70},
+    }
+
+    # -- paging, as GET /v1/runs pages ------------------------------------------------------------
+    page = await call(api, "GET", QUEUE, expect=200, params={"limit": "1"})
+    assert [item["run"] for item in page["reconciliations"]] == [first]
+    rest = await call(
+        api, "GET", QUEUE, expect=200, params={"limit": "1", "cursor": page["next_cursor"]}
+    )
+    assert [item["run"] for item in rest["reconciliations"]] == [client]
+    assert "next_cursor" not in rest
+
+    # -- refusals: the one envelope, nothing changed ----------------------------------------------
+    before = await snapshot(server)
+    for params in (
+        {"limit": "0"},
+        {"limit": "1001"},
+        {"limit": "two"},
+        {"cursor": "not-a-cursor"},
+        {"status": "needs_reconciliation"},
+    ):
+        response = await api.get(QUEUE, params=params)
+        assert_error(response, 400, "bad_request")
+        await call(api, "GET", QUEUE, expect=400, params=params)
+    assert_error(await server.new_client().get(QUEUE), 401, "unauthorized")
+    assert await snapshot(server) == before
+
+
+async def test_an_http_resolve_records_that_a_write_did_not_land(
+    server_factory, store_url, tmp_path
+) -> None:
+    server = await server_factory()
+    api, contract = server.client, await Contract.served(server.client)
+    call = contract.call
+    dangling = await killed_in_a_write(store_url, tmp_path, "INV-7")
+    pending = (await call(api, "GET", "/v1/runs/{run_id}", run_id=dangling))["pending"]
+
+    before = await snapshot(server)
+    for body in ({}, {"not_landed": True, "output": {}}, {"not_landed": False}, {"not_landed": 1}):
+        response = await api.post(f"/v1/runs/{dangling}/resolve", json=body)
+        assert_error(response, 400, "bad_request")
+    await call(api, "POST", RESOLVE, expect=404, run_id=MISSING_RUN, json={"not_landed": True})
+    assert await snapshot(server) == before
+
+    answer = await call(
+        api, "POST", RESOLVE, expect=200, run_id=dangling, json={"not_landed": True}
+    )
+    assert answer["resolved"] is True and answer["status"]["state"] != "needs_reconciliation"
+    completion = (await read_log_independently(store_url, dangling))[-1].event
+    assert completion.KIND is EventKind.TOOL_CALL_COMPLETED
+    assert (completion.seq, completion.settled_by) == (pending["seq"], "operator")
+    error = completion.output[TOOL_ERROR_KEY]
+    assert error["kind"] == "not_landed" and "did not happen" in error["message"]
+    assert (await call(api, "GET", QUEUE, expect=200))["reconciliations"] == []
+    refused = await call(
+        api, "POST", RESOLVE, expect=409, run_id=dangling, json={"not_landed": True}
+    )
+    assert refused["error"]["code"] == "wrong_state"
