@@ -37,7 +37,7 @@ from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
-from ._render import describe
+from ._render import describe, describe_reconciliation
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 
@@ -205,13 +205,46 @@ class Cli:
         run_id = parse_run_id(self.args.run)
         output = _json_arg("--output", self.args.output)
         view = await runtime.resolve(run_id, output, _declarations(self.args.client_tool))
+        return self._resolved(run_id, view, "write resolved")
+
+    def _resolved(self, run_id: str, view: RunView, what: str) -> int:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(
-                f"run {run_id}: write resolved; `salvor resume {run_id}` continues it", flush=True
-            )
+            print(f"run {run_id}: {what}; `salvor resume {run_id}` continues it", flush=True)
         return EXIT_OK
+
+    async def cmd_reconcile(self, runtime: Runtime) -> int:
+        output, not_landed = self.args.output, self.args.not_landed
+        declarations = _declarations(self.args.client_tool)
+        if self.args.run is None:
+            if output is not None or not_landed:
+                raise CliError(
+                    "--output and --not-landed settle one run; name it: "
+                    "`salvor reconcile RUN --output JSON` or `salvor reconcile RUN --not-landed`"
+                )
+            page, _ = await runtime.reconciliations(declarations)
+            for item in page:
+                if self.json:
+                    _out(item.to_json())
+                else:
+                    print(describe_reconciliation(item.to_json()), end="\n\n", flush=True)
+            if not page and not self.json:
+                print("no run is parked on a write of unknown outcome", flush=True)
+            return EXIT_OK
+        run_id = parse_run_id(self.args.run)
+        if (output is None) == (not not_landed):
+            raise CliError(
+                f"give exactly one of --output JSON (what the write returned) and --not-landed "
+                f"(it did not happen) to settle run {run_id}"
+            )
+        if not_landed:
+            view = await runtime.resolve(run_id, MISSING, declarations, not_landed=True)
+            return self._resolved(
+                run_id, view, "the write is recorded as not landed, a failed call the model is told"
+            )
+        view = await runtime.resolve(run_id, _json_arg("--output", output), declarations)
+        return self._resolved(run_id, view, "write resolved")
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
         run_id = parse_run_id(self.args.run)
@@ -352,6 +385,28 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the declaration of the client tool whose write this is, to check the output "
         "against (as `salvor serve --client-tool` takes it; repeatable)",
+    )
+
+    p = sub.add_parser(
+        "reconcile",
+        parents=[common],
+        help="list the runs parked on a write of unknown outcome, or settle one",
+    )
+    p.add_argument("run", metavar="RUN", nargs="?", help="the parked run to settle")
+    p.add_argument("--output", metavar="JSON", help="the write happened and returned this")
+    p.add_argument(
+        "--not-landed",
+        action="store_true",
+        help="the write did not happen: record a failed call and free its idempotency key, so "
+        "calling it again performs it",
+    )
+    p.add_argument(
+        "--client-tool",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the declaration of a client tool whose writes are parked, to say (and check) what "
+        "its output must be (repeatable)",
     )
 
     p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")

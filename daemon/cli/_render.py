@@ -1,4 +1,5 @@
-"""Readable one-line renderings of recorded events, for `salvor log` and live progress."""
+"""Readable renderings: one line per recorded event, for `salvor log` and live progress, and
+one block per run of the reconciliation queue, for `salvor reconcile`."""
 
 from __future__ import annotations
 
@@ -62,3 +63,33 @@ def describe(envelope: Envelope) -> str:
     if payload.get("settled_by") == Actor.OPERATOR:
         tags += " [Operator]"
     return f"{envelope.seq:>5}  {envelope.recorded_at}  {kind.value:<19} {detail}{tags}".rstrip()
+
+
+def describe_reconciliation(item: dict) -> str:
+    """A ``GET /v1/reconciliations`` item as a block a person reads: which run and write, since
+    when, and the two ways to settle it."""
+    run, intent, resolve = item["run"], item["intent"], item["resolve"]
+    who = resolve["performed_by"]
+    labels = " ".join(f"{k}={v}" for k, v in sorted(item["labels"].items()))
+    lines = [
+        f"run {run}" + (f"  ({labels})" if labels else ""),
+        f"  agent   {item['agent'] or 'unknown'}",
+        f"  since   {item['parked_since']}",
+        f"  write   {intent['tool']} at seq {intent['seq']} (performed by {who})",
+        f"  input   {_short(intent['input'])}",
+        f"  key     {item['idempotency_key'] or 'none'}",
+    ]
+    if item["probe"] is not None:
+        lines.append(f"  probe   {_short(item['probe'])}")
+    expects = "what it returned"
+    if resolve["output_schema"] is not None:
+        expects += f", matching {_short(resolve['output_schema'])}"
+    if resolve["require_equal"]:
+        expects += ", holding " + ", ".join(
+            f"{name}={json.dumps(value)}" for name, value in resolve["require_equal"].items()
+        )
+    lines += [
+        f"  landed? `salvor reconcile {run} --output JSON` ({expects})",
+        f"  not?    `salvor reconcile {run} --not-landed` (a call that asks again performs it)",
+    ]
+    return "\n".join(lines)

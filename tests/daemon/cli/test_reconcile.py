@@ -1,0 +1,140 @@
+"""`salvor reconcile`: the reconciliation queue on the command line, listed and worked one run at
+a time, as real subprocesses over a real store (the scripted provider the only double).
+
+Each parked run is a real one: `salvor run` killed inside ``issue_refund``
+(``SALVOR_FAULT_KILL_IN_TOOL``), so its log ends at the write's open intent.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from salvor.protocol import TOOL_ERROR_KEY, EventKind
+from salvor.store import EventStore
+
+from tests.daemon.cli.test_cli import event_total, one_sentence, salvor
+from tests.support.runtime import agent_toml, ledger
+from tests.support.scripted_provider import tool_loop_script
+
+NOBODY = "00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def refund_file(tmp_path, providers):
+    provider = providers(
+        tool_loop_script(
+            [("issue_refund", {"invoice_id": "INV-9", "amount_cents": 300})],
+            final_text="settled",
+        )
+    )
+    path = tmp_path / "agent.toml"
+    path.write_text(agent_toml(provider.base_url, tools=["issue_refund"]))
+    return path
+
+
+@pytest.fixture
+def effects(tmp_path):
+    return tmp_path / "effects.jsonl"
+
+
+def killed_in_the_refund(store_url, refund_file, effects, *labels: str) -> str:
+    env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund", "SALVOR_DEMO_EFFECTS": str(effects)}
+    args = [a for label in labels for a in ("--label", label)]
+    killed = salvor(store_url, "run", str(refund_file), "--json", *args, env=env)
+    assert killed.returncode == -9, killed.stderr
+    return json.loads(killed.stdout.splitlines()[0])["run"]
+
+
+def last_event(store_url: str, run_id: str):
+    with EventStore.open(store_url) as store:
+        return store.read_log(run_id)[-1].event
+
+
+def test_the_queue_is_listed_oldest_first_readably_and_as_json_lines(
+    store_url, refund_file, effects
+):
+    assert salvor(store_url, "run", str(refund_file)).returncode == 0  # completes: not listed
+    first = killed_in_the_refund(store_url, refund_file, effects, "desk=eu")
+    second = killed_in_the_refund(store_url, refund_file, effects)
+
+    listed = salvor(store_url, "reconcile", "--json")
+    assert listed.returncode == 0, listed.stderr
+    items = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [item["run"] for item in items] == [first, second]
+    assert items[0]["labels"] == {"desk": "eu"} and items[0]["probe"] is None
+    assert items[0]["intent"]["tool"] == "issue_refund"
+    assert items[0]["resolve"] == {
+        "path": f"/v1/runs/{first}/resolve",
+        "performed_by": "salvor",
+        "output_schema": None,
+        "require_equal": {},
+    }
+    runs = {r["run"]: r for r in json.loads(salvor(store_url, "runs", "--json").stdout)["runs"]}
+    assert items[0]["agent"] == runs[first]["agent_def_hash"]
+
+    readable = salvor(store_url, "reconcile")
+    assert readable.returncode == 0, readable.stderr
+    blocks = readable.stdout.strip().split("\n\n")
+    assert [block.splitlines()[0].split()[1] for block in blocks] == [first, second]
+    block = blocks[0]
+    seq = items[0]["intent"]["seq"]
+    for fragment in (
+        "(desk=eu)",
+        f"since   {items[0]['parked_since']}",
+        f"issue_refund at seq {seq} (performed by salvor)",
+        '"invoice_id": "INV-9"',
+        f"salvor reconcile {first} --output JSON",
+        f"salvor reconcile {first} --not-landed",
+    ):
+        assert fragment in block, block
+
+
+def test_an_output_resolves_the_write_and_the_run_continues(store_url, refund_file, effects):
+    run_id = killed_in_the_refund(store_url, refund_file, effects)
+    done = salvor(store_url, "reconcile", run_id, "--output", '{"refund_id": "rf_1"}')
+    assert done.returncode == 0, done.stderr
+    assert "write resolved" in done.stdout and f"salvor resume {run_id}" in done.stdout
+    completion = last_event(store_url, run_id)
+    assert completion.output == {"refund_id": "rf_1"} and completion.settled_by == "operator"
+    assert salvor(store_url, "reconcile", "--json").stdout == ""
+    resumed = salvor(store_url, "resume", run_id)
+    assert resumed.returncode == 0 and "completed" in resumed.stdout
+    # The killed attempt is the only refund: resolving performed nothing.
+    assert len([e for e in ledger(effects) if e["tool"] == "issue_refund"]) == 1
+
+
+def test_not_landed_records_a_failed_call_the_model_is_told(store_url, refund_file, effects):
+    run_id = killed_in_the_refund(store_url, refund_file, effects)
+    seq = json.loads(salvor(store_url, "reconcile", "--json").stdout)["intent"]["seq"]
+    done = salvor(store_url, "reconcile", run_id, "--not-landed", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resolved"] is True
+    completion = last_event(store_url, run_id)
+    assert completion.KIND is EventKind.TOOL_CALL_COMPLETED and completion.seq == seq
+    assert completion.settled_by == "operator" and completion.deduplicated_from is None
+    error = completion.output[TOOL_ERROR_KEY]
+    assert error["kind"] == "not_landed" and "did not happen" in error["message"]
+    resumed = salvor(store_url, "resume", run_id)
+    assert resumed.returncode == 0 and "completed" in resumed.stdout
+    log = salvor(store_url, "log", run_id).stdout
+    assert "error: a person checked" in log and "[Operator]" in log
+
+
+def test_each_refusal_is_one_sentence_and_records_nothing(store_url, refund_file, effects):
+    run_id = killed_in_the_refund(store_url, refund_file, effects)
+    completed = salvor(store_url, "run", str(refund_file)).stdout.splitlines()[0]
+    before = event_total(store_url)
+    for args, fragments in (
+        ([run_id], ["exactly one of --output JSON", "--not-landed"]),
+        ([run_id, "--output", "{}", "--not-landed"], ["exactly one of --output JSON"]),
+        (["--not-landed"], ["name it"]),
+        (["--output", "{}"], ["name it"]),
+        ([run_id, "--output", "nope"], ["--output is not valid JSON"]),
+        ([completed, "--not-landed"], ["no dangling write to resolve", "completed"]),
+        ([completed, "--output", "{}"], ["no dangling write to resolve"]),
+        ([NOBODY, "--not-landed"], [f"no run {NOBODY}"]),
+        (["run-1", "--not-landed"], ["not a run id"]),
+    ):
+        one_sentence(salvor(store_url, "reconcile", *args), *fragments)
+    assert event_total(store_url) == before
