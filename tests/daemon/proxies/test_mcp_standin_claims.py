@@ -26,10 +26,10 @@ IDENTITY = sha256_hash({"tool": "write_note", "mcp_server": "fix", "text": NOTE}
 KEYED = 'idempotency_keys = { write_note = "text", fail_soft = "id" }\n'
 
 
-def keyed_agent(tmp_path, fx, *, effect="write", keys=KEYED, env=None):
+def keyed_agent(tmp_path, fx, *, effect="write", keys=KEYED, env=None, server_args=()):
     return standin_agent(
         tmp_path,
-        f"command = {fx.toml_command()}\n",
+        f"command = {fx.toml_command(*server_args)}\n",
         effects=f'effects = {{ write_note = "{effect}", fail_soft = "write" }}\n',
         server_extra=keys,
         env=env,
