@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+from salvor.daemon.proxies import _mcp_lane as lane_module
 from salvor.daemon.proxies._mcp_lane import call_failed
 from salvor.daemon.recording import CallInFlight, open_store_access, tool_error
 from salvor.daemon.recording._run_context import DriveInterrupted
@@ -297,3 +298,36 @@ async def test_a_keyed_call_missing_its_key_field_is_recorded_as_its_failure(
     [(_, intent, done)] = calls_of(await runtime.log(run_id), "write_note")
     assert intent.idempotency_key is None and "`text`" in str(done.output)
     assert fx.calls_of("write_note") == []
+
+
+async def test_an_open_idempotent_call_an_older_build_keyed_at_random_runs_again_under_that_key(
+    runtime, providers, upstream_env, tmp_path, fx, monkeypatch
+):
+    # Before derived keys the lane drew a random `idem_...` key; its log still recovers, and the
+    # re-execution presents the key the intent recorded, not one derived now.
+    old_key = "idem_" + "ab" * 16
+    monkeypatch.setattr(lane_module, "derived_key", lambda *_: old_key)
+    note = {"text": NOTE, "hold": fx.hold("w")}
+    env = {"DIE_IN": "write_note", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
+    run_id, agent, provider = await drive_one(
+        runtime,
+        providers,
+        tmp_path,
+        fx,
+        [("write_note", note)],
+        effect="idempotent",
+        keys="",
+        env=env,
+    )
+    upstream_env(provider)
+    with pytest.raises(DriveInterrupted, match="killed by signal 9"):
+        await runtime.drive(run_id, agent=agent)
+    monkeypatch.undo()
+    upstream_env(provider)
+    fx.release("w")
+
+    assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
+    assert [c["meta"]["salvor"]["idempotency_key"] for c in fx.calls_of("write_note")] == [
+        old_key,
+        old_key,
+    ]
