@@ -58,7 +58,7 @@ from ..proxies import (
     resolve_upstream,
     variable_suffix,
 )
-from ..recording import DriveInterrupted, RunContext, StoreAccess, utc_now
+from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
 from ._definition import AgentDefinition
 
 logger = logging.getLogger("salvor.process")
@@ -165,6 +165,9 @@ async def drive_process(
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
             ``restarts``); the run keeps its log and the next drive starts it again.
+        CallInFlight: an MCP call's identity stayed claimed by another run's
+            unfinished call past the wait; nothing of the call was written, the
+            process is stopped, and the next drive starts it again and asks again.
     """
     if proxy is None:
         async with open_model_proxy() as own:
@@ -183,7 +186,9 @@ async def drive_process(
         try:
             return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ)
         except DriveInterrupted as exc:
-            if attempt >= restarts:
+            # Restarts are for a process killed by a signal: an MCP call whose key another
+            # run holds has already waited its bound, and a restart would only wait again.
+            if attempt >= restarts or isinstance(exc, CallInFlight):
                 raise
             attempt += 1
             logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
@@ -362,6 +367,9 @@ async def _settle(
     if session.store_fault is not None:
         # The process ended because the store failed under its call, not by its own doing.
         raise session.store_fault
+    if session.interrupted is not None:
+        # A lane stopped the drive before its call was written (another run holds its key).
+        raise session.interrupted
     if (
         session.rested.is_set()
         or ctx.view.terminal

@@ -119,7 +119,12 @@ async def tool_completion(
     access: StoreAccess, tools: dict[str, ClientTool], run_id: str, seq: int, body: dict
 ) -> dict:
     """Record what the client says its call at ``seq`` returned (``output``)
-    or how it failed (``error``)."""
+    or how it failed (``error``).
+
+    The call's claim (a declared key) is settled by an ``output`` and
+    released by an ``error``, in the completion's own append; a refused
+    report records nothing and leaves the claim as it was.
+    """
     if ("output" in body) == ("error" in body):
         raise bad_request(
             "give exactly one of `output` (what the call returned) and `error` (how it failed)"
@@ -170,8 +175,17 @@ async def tool_completion(
         if kind not in ERROR_KINDS:
             raise bad_request(f"`error.kind` must be one of {', '.join(ERROR_KINDS)}")
         output = tool_error(kind, error["message"], 1)
-    settle = await claim_to_settle(access, run_id, seq, intent.idempotency_key)
-    await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view, settle=settle)
+    held = await claim_to_settle(access, run_id, seq, intent.idempotency_key)
+    # A reported failure leaves no outcome to copy: its claim is released, so a later call
+    # of the same key is performed afresh instead of inheriting the failure.
+    failed = "error" in body
+    await access.append(
+        run_id,
+        [ToolCallCompleted(seq=seq, output=output)],
+        view,
+        settle=None if failed else held,
+        release=held if failed else None,
+    )
     return COMPLETED.build(seq=seq, completed=True)
 
 

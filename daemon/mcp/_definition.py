@@ -266,13 +266,6 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
         f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
     )
     where = f"[[mcp_servers]] {name!r}:"
-    # The stand-ins a process or service agent reaches its servers through
-    # claim nothing yet: accepting the table there would promise what no call keeps.
-    _expect(
-        not (stand_ins and "idempotency_keys" in entry),
-        f"{where} `idempotency_keys` is not supported for a process or service agent's "
-        "servers by this build yet; declare the tool `idempotent` in `effects`",
-    )
     has_command, has_url = "command" in entry, "url" in entry
     _expect(
         has_command != has_url,

@@ -33,6 +33,17 @@ built-in agent's (the same check, ``salvor_outcome``): the agent process is
 stopped, and the drive that resumes or wakes the run starts it again and
 answers that call with what the wait returned (``McpLane._answer``).
 
+A ``tools/call`` of a write or idempotent tool the server's
+``idempotency_keys`` names key fields for claims its identity across runs
+with its intent, exactly as a built-in agent's call of that tool does
+(``RunContext.claim``), and carries it to the server as
+``_meta.salvor.idempotency_key``: an identity that already completed is
+answered with that call's result (``deduplicated_from``) and never forwarded;
+one still held past the wait stops the drive with nothing of the call written
+(``ProxySession.interrupt``). The completion settles the claim, or releases it
+when the call failed (``call_failed``). An idempotent call without key fields
+presents its position's derived key.
+
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
 """
@@ -40,13 +51,13 @@ one open-intent slot (``ProxySession.exclusive``).
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 from salvor.protocol import (
+    TOOL_ERROR_KEY,
     DivergenceReason,
     Effect,
     Envelope,
@@ -68,8 +79,26 @@ from ..mcp import (
     open_session,
     salvor_outcome,
 )
-from ..recording import DriveInterrupted, outcome_output, slept, tool_error, wait_event
-from ..tools import DispatchFailed, OutcomeUnknown, Tool, ToolCall, ToolFailed, dispatch
+from ..recording import (
+    CallInFlight,
+    DriveInterrupted,
+    claim_to_settle,
+    outcome_output,
+    slept,
+    tool_error,
+    wait_event,
+)
+from ..tools import (
+    DispatchFailed,
+    MissingKeyField,
+    OutcomeUnknown,
+    Tool,
+    ToolCall,
+    ToolFailed,
+    call_identity,
+    derived_key,
+    dispatch,
+)
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
@@ -278,17 +307,16 @@ class McpLane:
         if step is Step.REPRODUCE:
             return await self._reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
-            effect = self._effect(method, params)
-            key = "idem_" + secrets.token_hex(16) if effect is Effect.IDEMPOTENT else None
-            intent = ToolCallRequested(
-                tool=lane_tool(self.name, method),
-                input=asked,
-                effect=effect.value,
-                idempotency_key=key,
+            opened = await self._open_intent(request_id, method, params, asked)
+            if isinstance(opened, dict):
+                return opened
+            call, settle = opened
+        else:
+            # An open read or idempotent intent, executed again: a claim its
+            # intent took is its own to settle.
+            settle = await claim_to_settle(
+                self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
             )
-            seq = (await self.ctx.record(intent))[-1].seq
-            call = LaneCall(seq, method, asked, effect.value, key)
-            self.replay.record(call)
         self._asked = []
         try:
             output = await self._execute(request_id, method, params, headers, call)
@@ -308,11 +336,17 @@ class McpLane:
             output = {**output, "server_requests": self._asked}
             self._asked = []
         wait = wait_event(output)
+        # A failed call leaves no outcome to copy: its identity is released,
+        # and the next caller performs the call afresh.
+        failed = call_failed(output)
         with trio.CancelScope(shield=True):
             # A wait its result asks for is recorded with the
             # completion: no log ends between the two.
             await self.ctx.record(
-                ToolCallCompleted(seq=call.seq, output=output), *([wait] if wait else [])
+                ToolCallCompleted(seq=call.seq, output=output),
+                *([wait] if wait else []),
+                settle=None if failed else settle,
+                release=settle if failed else None,
             )
         call.output, call.completed = output, True
         if wait is not None:
@@ -320,6 +354,78 @@ class McpLane:
         self.replay.advance()
         self._outbox = notifications_of(output)
         return await self._answer(request_id, call)
+
+    async def _open_intent(
+        self, request_id: Any, method: str, params: dict, asked: dict
+    ) -> tuple[LaneCall, str | None] | dict:
+        """Record a live request's intent: the call and the identity it claimed, or the answer.
+
+        A ``tools/call`` of a write or idempotent tool with key fields claims
+        its identity (``call_identity``, as a built-in agent's call of that
+        server's tool does) in the intent's append, waiting on another call
+        holding it (``RunContext.claim``). An answer comes back instead of a
+        call to perform when the request is settled here: the identity had
+        completed (its outcome is copied, ``deduplicated_from``; the server
+        never sees the call), the input lacks a key field (recorded as the
+        call's failure), or the identity stayed held past the wait (nothing
+        written; the drive stops, recoverable, and the process with it).
+        """
+        effect = self._effect(method, params)
+        seq = self.ctx.view.next_seq + self.ctx.held
+        tool = lane_tool(self.name, method)
+
+        def intent(key: str | None) -> ToolCallRequested:
+            return ToolCallRequested(
+                tool=tool, input=asked, effect=effect.value, idempotency_key=key
+            )
+
+        name, arguments = params.get("name"), params.get("arguments")
+        paths = (
+            self.spec.key_paths(name) if method == "tools/call" and isinstance(name, str) else ()
+        )
+        if effect is Effect.READ or not paths:
+            # Without key fields an idempotent call presents its position's key.
+            key = derived_key(self.proxy.run_id, seq, tool) if effect is Effect.IDEMPOTENT else None
+            await self.ctx.record(intent(key))
+            return self._track(LaneCall(seq, method, asked, effect.value, key)), None
+        try:
+            identity = call_identity(name, paths, arguments, mcp_server=self.name)
+        except MissingKeyField as exc:
+            # Recorded, not raised: the agent is told and may call again with the field.
+            output = tool_error("invalid_input", exc.message, 1)
+            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=output))
+            return self._settled(
+                request_id, LaneCall(seq, method, asked, effect.value, None), output
+            )
+        try:
+            holder = await self.ctx.claim(intent(identity), identity)
+        except CallInFlight as exc:
+            self.proxy.interrupt(exc)
+            return error_answer(
+                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
+            )
+        call = LaneCall(seq, method, asked, effect.value, identity)
+        if holder is None:
+            return self._track(call), identity
+        output = copied_output(holder.output)
+        copied = ToolCallCompleted(
+            seq=seq,
+            output=output,
+            deduplicated_from={"run_id": holder.run_id, "seq": holder.seq},
+        )
+        await self.ctx.record(intent(identity), copied)
+        return self._settled(request_id, call, output)
+
+    def _track(self, call: LaneCall) -> LaneCall:
+        self.replay.record(call)
+        return call
+
+    def _settled(self, request_id: Any, call: LaneCall, output: Any) -> dict:
+        """The answer of a call whose completion was recorded with its intent."""
+        call.output, call.completed = output, True
+        self.replay.record(call)
+        self.replay.advance()
+        return answer_of(request_id, output)
 
     async def _answer(self, request_id: Any, call: LaneCall) -> dict:
         """The agent's answer to a completed call; for one whose result
@@ -549,6 +655,31 @@ class McpLane:
         it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
+
+
+def call_failed(output: Any) -> bool:
+    """Whether a lane call's recorded output is a failure: salvor's tool error,
+    the server's JSON-RPC error, or a result flagged ``isError``."""
+    if not isinstance(output, dict):
+        return False
+    result = output.get("result")
+    return (
+        TOOL_ERROR_KEY in output
+        or "error" in output
+        or (isinstance(result, dict) and result.get("isError") is True)
+    )
+
+
+def copied_output(recorded: Any) -> dict:
+    """What a call copying another call's settled outcome records: that call's result.
+
+    A lane records ``{"result": ...}`` (with the notifications and server
+    requests of its own exchange, which are not this call's); a built-in
+    agent's MCP call of the same identity records the result itself.
+    """
+    if isinstance(recorded, dict) and "result" in recorded:
+        return {"result": recorded["result"]}
+    return {"result": recorded}
 
 
 def _request_key(request_id: Any) -> str | int | float | None:

@@ -56,7 +56,7 @@ from salvor.protocol import (
 from salvor.store import StoreUnavailable
 
 from ..models import ANTHROPIC_VERSION, endpoint_url
-from ..recording import RunContext
+from ..recording import DriveInterrupted, RunContext
 from ..web import (
     BODY_TIMEOUT_SECONDS,
     Disconnected,
@@ -266,7 +266,9 @@ class ProxySession:
     Calls are serialised (the run has one open-intent slot). ``rested`` is
     set once the session has brought the run to rest, as its log says (a
     divergence failed it, a write cut off mid-call or an MCP tool's
-    ``_meta.salvor`` parked it); the driver then stops the process.
+    ``_meta.salvor`` parked it), or once it stopped the drive with the run
+    recoverable (``store_fault``, ``interrupted``); the driver then stops the
+    process.
     """
 
     def __init__(
@@ -300,6 +302,8 @@ class ProxySession:
         self.rested = trio.Event()
         # The store fault that stopped this drive, if one did (``_stop_on_store_fault``).
         self.store_fault: StoreUnavailable | None = None
+        # The recoverable stop that ended this drive, if one did (``interrupt``).
+        self.interrupted: DriveInterrupted | None = None
         self._scopes: set[trio.CancelScope] = set()
         # The run's MCP stand-in lanes by server name (``_mcp_lane``),
         # served under ``.../mcp/<name>``.
@@ -376,6 +380,16 @@ class ProxySession:
         self.store_fault = exc
         self.rested.set()
         return True
+
+    def interrupt(self, reason: DriveInterrupted) -> None:
+        """Stop the drive (its process too) with the run recoverable, as ``reason`` says.
+
+        Whatever the run's log holds stays as it is; the driver raises
+        ``interrupted`` instead of settling the run by the process's exit,
+        which this stop caused.
+        """
+        self.interrupted = reason
+        self.rested.set()
 
     async def _fail(self, wire: str, reply: Reply, message: str) -> None:
         await self.record_failure(message)

@@ -217,27 +217,42 @@ class RunContext:
 
     # -- recording -------------------------------------------------------
 
-    async def record(self, *events: Event, claim: str | None = None) -> list[Envelope]:
+    async def record(
+        self,
+        *events: Event,
+        claim: str | None = None,
+        settle: str | None = None,
+        release: str | None = None,
+    ) -> list[Envelope]:
         """Commit held-back events plus ``events`` in one append.
 
         ``claim``: an identity to claim for the batch's intent. A held-back
         completion with an identity settles it in this same append, or
-        releases it when the call failed.
+        releases it when the call failed. ``settle`` / ``release``: the
+        identity a completion among ``events`` settles, or (a failed call)
+        releases; a batch settles or releases one identity at most.
 
         Raises:
             ClaimHeld: ``claim`` belongs to another call; nothing was written
                 and the held-back events are still held.
         """
+        if (settle or release) and (self._settle or self._release):
+            raise AssertionError("a batch settles or releases one identity at most")
         batch = self._held + list(events)
-        settle, release = self._settle, self._release
+        held_settle, held_release = self._settle, self._release
         self._held, self._settle, self._release = [], None, None
         try:
             envelopes, self.view = await self.access.append(
-                self.run_id, batch, self.view, claim=claim, settle=settle, release=release
+                self.run_id,
+                batch,
+                self.view,
+                claim=claim,
+                settle=settle or held_settle,
+                release=release or held_release,
             )
         except ClaimHeld:
             self._held = batch[: len(batch) - len(events)]
-            self._settle, self._release = settle, release
+            self._settle, self._release = held_settle, held_release
             raise
         if self._on_record is not None:
             self._on_record(envelopes)
@@ -398,7 +413,7 @@ class RunContext:
             output = tool_error("invalid_input", exc.message, 1)
             await self.record(intent(None), ToolCallCompleted(seq=seq, output=output))
             return output
-        holder = await self._claim(intent(identity), identity)
+        holder = await self.claim(intent(identity), identity)
         if holder is None:
             return await self._perform(tool, tool_input, seq, identity, identity)
         # The same identity already completed (in this run or another): its
@@ -411,8 +426,13 @@ class RunContext:
         await self.record(intent(identity), copied)
         return await self._after_tool(holder.output)
 
-    async def _claim(self, intent: ToolCallRequested, identity: str) -> Claim | None:
+    async def claim(self, intent: ToolCallRequested, identity: str) -> Claim | None:
         """Record ``intent`` claiming ``identity``: None once claimed, or the settled claim to copy.
+
+        The one claim wait of every performed call: a built-in agent's
+        (``tool_call``) and a process agent's through an MCP stand-in.
+        With a settled claim returned, nothing was written: the caller
+        records ``intent`` with the copied outcome.
 
         A claim held open by another call is waited on, polling the store
         with a backoff, for ``claim_wait_seconds`` at most: a call in flight

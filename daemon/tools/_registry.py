@@ -11,7 +11,7 @@ fields and the tool (``call_identity``), and the store lets one run perform it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,6 +64,33 @@ def _field(tool_input: Any, path: str) -> Any:
             raise KeyError(path)
         value = value[part]
     return value
+
+
+def call_identity(
+    tool: str, key_paths: Sequence[str], tool_input: Any, *, mcp_server: str | None = None
+) -> str:
+    """The identity a call of ``tool`` with ``tool_input`` claims, shared by every run.
+
+    ``sha256`` (as ``sha256:<hex>``) over the RFC 8785 canonical JSON of
+    ``{"tool": <name>, "<path>": <value>, ...}`` with one member per key
+    path (named by the dotted path as declared, its value taken from the
+    input), plus ``"mcp_server": <server name>`` for an MCP tool. No run id
+    and no seq: the same refund asked for by two runs is one identity, and
+    a built-in agent's MCP call and a process agent's call of the same
+    server's tool through a stand-in are one identity too.
+
+    Raises:
+        MissingKeyField: the input lacks one of the paths.
+    """
+    document: dict[str, Any] = {"tool": tool}
+    if mcp_server is not None:
+        document["mcp_server"] = mcp_server
+    for path in key_paths:
+        try:
+            document[path] = _field(tool_input, path)
+        except KeyError:
+            raise MissingKeyField(tool, path) from None
+    return sha256_hash(document)
 
 
 def derived_key(run_id: str, seq: int, tool: str) -> str:
@@ -167,26 +194,14 @@ class Tool:
         return self.effect is not Effect.READ and bool(self.idempotency_keys)
 
     def call_identity(self, tool_input: Any) -> str:
-        """The identity a call with ``tool_input`` claims, shared by every run.
-
-        ``sha256`` (as ``sha256:<hex>``) over the RFC 8785 canonical JSON of
-        ``{"tool": <name>, "<path>": <value>, ...}`` with one member per key
-        path (named by the dotted path as declared, its value taken from the
-        input), plus ``"mcp_server": <server name>`` for an MCP tool. No run id
-        and no seq: the same refund asked for by two runs is one identity.
+        """The identity a call with ``tool_input`` claims (``call_identity`` of this tool).
 
         Raises:
             MissingKeyField: the input lacks one of the paths.
         """
-        document: dict[str, Any] = {"tool": self.name}
-        if self.mcp_server is not None:
-            document["mcp_server"] = self.mcp_server
-        for path in self.idempotency_keys:
-            try:
-                document[path] = _field(tool_input, path)
-            except KeyError:
-                raise MissingKeyField(self.name, path) from None
-        return sha256_hash(document)
+        return call_identity(
+            self.name, self.idempotency_keys, tool_input, mcp_server=self.mcp_server
+        )
 
     def spec(self) -> dict:
         """The tool as the model sees it."""

@@ -12,7 +12,10 @@ Tools:
 * ``lookup`` (key): a read. ``write_note`` (text): a write.
   ``delete_everything``: the destructive tool tests stub out.
   Any tool given ``hold`` (a file path) blocks after its ledger line until
-  that file exists: a test holds a call in flight with it.
+  that file exists: a test holds a call in flight with it. ``hold_before``
+  blocks the same way before the ledger line: the call has reached the
+  server (``DIR/received.jsonl`` has it, with its ``_meta``) and nothing of it
+  was performed yet.
 * ``park`` (salvor, is_error): a result whose ``_meta.salvor`` is ``salvor``.
 * ``fail_soft``: an ``isError`` result.
 * ``hang``: never answers. ``crash``: the process exits mid-call.
@@ -20,6 +23,8 @@ Tools:
 * ``ask_client``: sends the client a ``sampling/createMessage`` request and
   returns the answer it got.
 
+``--honour-keys`` makes the server honour ``_meta.salvor.idempotency_key`` as a payment API
+does: a key its ledger already holds is answered again and not performed (no ledger line).
 ``--notify`` makes a stdio server send a ``notifications/message`` before
 answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as
 a badly behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
@@ -70,9 +75,10 @@ TOOLS = [
 
 
 class Fixture:
-    def __init__(self, directory: Path, extra_tools: list[str]) -> None:
+    def __init__(self, directory: Path, extra_tools: list[str], honour_keys: bool = False) -> None:
         self.dir = directory
         self.extra = extra_tools
+        self.honour_keys = honour_keys
         self.lock = threading.Lock()
         self.client_answers: dict[str, dict] = {}
         self.answered = threading.Condition()
@@ -152,11 +158,30 @@ class Fixture:
             "error": {"code": -32601, "message": f"no method {method}"},
         }
 
-    def call(self, name: str, args: dict, meta, send, ask, rid) -> dict:
-        self.note(
-            "ledger.jsonl",
-            {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid(), "id": rid},
+    def performed_key(self, meta) -> bool:
+        """Whether the call's idempotency key is one this server's ledger already performed."""
+        salvor = meta.get("salvor") if isinstance(meta, dict) else None
+        key = salvor.get("idempotency_key") if isinstance(salvor, dict) else None
+        if not self.honour_keys or key is None or not (self.dir / "ledger.jsonl").exists():
+            return False
+        with self.lock:
+            lines = (self.dir / "ledger.jsonl").read_text().splitlines()
+        return any(
+            ((json.loads(line).get("meta") or {}).get("salvor") or {}).get("idempotency_key") == key
+            for line in lines
+            if line.strip()
         )
+
+    def call(self, name: str, args: dict, meta, send, ask, rid) -> dict:
+        self.note("received.jsonl", {"tool": name, "arguments": args, "meta": meta})
+        if isinstance(args.get("hold_before"), str):
+            while not os.path.exists(args["hold_before"]):
+                time.sleep(0.02)
+        if not self.performed_key(meta):
+            self.note(
+                "ledger.jsonl",
+                {"tool": name, "arguments": args, "meta": meta, "pid": os.getpid(), "id": rid},
+            )
         if isinstance(args.get("hold"), str):
             while not os.path.exists(args["hold"]):
                 time.sleep(0.02)
@@ -358,8 +383,9 @@ def main() -> None:
     parser.add_argument("--extra-tool", action="append", default=[])
     parser.add_argument("--linger", action="store_true")
     parser.add_argument("--notify", action="store_true")
+    parser.add_argument("--honour-keys", action="store_true")
     args = parser.parse_args()
-    fixture = Fixture(args.dir, args.extra_tool)
+    fixture = Fixture(args.dir, args.extra_tool, args.honour_keys)
     fixture.note(
         "starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"}
     )

@@ -68,6 +68,14 @@ class FixtureServer:
     def ledger(self) -> list[dict]:
         return _records(self.dir / "ledger.jsonl")
 
+    @property
+    def received(self) -> list[dict]:
+        """Every ``tools/call`` that reached the server, performed or not, with its ``_meta``."""
+        return _records(self.dir / "received.jsonl")
+
+    def received_of(self, tool: str) -> list[dict]:
+        return [entry for entry in self.received if entry["tool"] == tool]
+
     def calls_of(self, tool: str) -> list[dict]:
         return [entry for entry in self.ledger if entry["tool"] == tool]
 

@@ -18,6 +18,7 @@ from salvor.daemon.client_runs._client_tools import (
     load_declarations,
     parse_declaration,
 )
+from salvor.store import EventStore
 
 from tests.daemon.client_runs.test_client_runs import head, log_of
 from tests.support.contract import CLIENT_PERFORMED_PATHS, MISSING_RUN, OVERSIZED, Contract
@@ -526,3 +527,49 @@ def test_a_key_field_missing_from_the_input_is_named() -> None:
     with pytest.raises(OperationRefused) as caught:
         tool.key("run", 3, {"amount": 5})
     assert caught.value.code == "bad_request" and "`order_id`" in caught.value.message
+
+
+async def test_a_client_tool_completion_reporting_an_error_releases_its_declared_key(
+    server_factory, declarations
+) -> None:
+    contract = Contract()
+    server = await server_factory(client_tools=declarations)
+    run = Driver(server, contract)
+    await run.open()
+    order = {"order_id": "o-1", "amount_cents": 500}
+    opened = await run.post(
+        "client-tool-intent", 200, {"seq": 1, "tool": "charge_card", "input": order}
+    )
+    await run.post(
+        "client-tool-completion", 200, {"seq": 1, "error": {"message": "the card was declined"}}
+    )
+    key = opened["idempotency_key"]
+
+    async def claim():
+        def read():
+            with EventStore.open(server.store_url) as store:
+                return store.get_claim(key)
+
+        return await trio.to_thread.run_sync(read)
+
+    assert await claim() is None
+
+    # The same charge asked for again: the failure is not copied, the client performs it afresh.
+    again = await run.post(
+        "client-tool-intent", 200, {"seq": 3, "tool": "charge_card", "input": order}
+    )
+    assert again == {**opened, "seq": 3, "settled": False}
+    held = await claim()
+    assert (held.seq, held.state) == (3, "open")
+    charged = {"charge_id": "ch_1", "amount_cents": 500}
+    await run.post("client-tool-completion", 200, {"seq": 3, "output": charged})
+    settled = await claim()
+    assert (settled.seq, settled.state, settled.output) == (3, "settled", charged)
+    # A success is what a later call of the key copies.
+    copied = await run.post(
+        "client-tool-intent", 200, {"seq": 5, "tool": "charge_card", "input": order}
+    )
+    assert copied["settled"] is True and copied["output"] == charged
+    log = await log_of(run.api, run.run_id)
+    assert log[3]["event"]["payload"].get("deduplicated_from") is None
+    assert log[6]["event"]["payload"]["deduplicated_from"] == {"run_id": run.run_id, "seq": 3}

@@ -49,12 +49,18 @@ def test_idempotency_keys_parse_one_path_or_many_for_any_tool_name():
     assert server.key_paths("lookup") == ()
 
 
-def test_idempotency_keys_on_a_process_agents_servers_are_refused_naming_the_field():
-    # Its calls go through salvor's stand-ins, which claim nothing yet.
-    entry = {"name": "pay", "url": "http://h/mcp", "idempotency_keys": {"pay": "id"}}
-    with pytest.raises(McpDefinitionError, match="`idempotency_keys` is not supported for a"):
-        parse_mcp_servers([entry], stand_ins=True)
-    assert parse_mcp_servers([entry])[0].key_paths("pay") == ("id",)
+def test_idempotency_keys_on_a_process_agents_servers_are_accepted_and_checked():
+    # Its calls go through salvor's stand-ins, which claim the identity as a built-in call does.
+    agent = parse_definition(
+        'kind = "process"\ncommand = ["agent"]\n'
+        '[[mcp_servers]]\nname = "pay"\nurl = "http://h/mcp"\nport = 8123\n'
+        'effects = { pay = "write" }\nidempotency_keys = { pay = "invoice.id" }\n',
+        "toml",
+    )
+    assert agent.mcp_servers[0].key_paths("pay") == ("invoice.id",)
+    bad = {"name": "pay", "url": "http://h/mcp", "idempotency_keys": {"pay": "a..b"}}
+    with pytest.raises(McpDefinitionError, match="not a dotted input path"):
+        parse_mcp_servers([bad], stand_ins=True)
 
 
 def test_the_reference_file_format_is_accepted():
