@@ -93,8 +93,10 @@ class Refusal:
             path = Path(url.removeprefix("sqlite:///"))
             self.paths = [path, path.with_name(path.name + "-wal"), path.parent]
         else:
-            # The store's statements give up on a held lock within 300 ms, as on a busy server.
-            self.url = url.replace("options=", "options=-cstatement_timeout%3D300%20", 1)
+            # The store gives up waiting on a held lock within 300 ms, as on a busy server: a lock
+            # timeout, not a statement timeout, so a statement slowed by a loaded machine (not
+            # blocked by the lock) still runs to its end.
+            self.url = url.replace("options=", "options=-clock_timeout%3D300%20", 1)
 
     def begin(self, *run_ids: str) -> None:
         if self.sqlite:
@@ -111,7 +113,7 @@ class Refusal:
 
         self._locker = psycopg.connect(
             self.url.replace("postgresql+psycopg://", "postgresql://", 1).replace(
-                "-cstatement_timeout%3D300%20", "", 1
+                "-clock_timeout%3D300%20", "", 1
             )
         )
         self._locker.execute("SELECT * FROM store_meta FOR UPDATE")
