@@ -1,7 +1,8 @@
 """Shared fixtures: a store URL per backend, and an open store on it.
 
-The backend is a fixture parameter: ``sqlite`` (a real file in ``tmp_path``)
-always, ``postgres`` when ``SALVOR_TEST_POSTGRES_URL`` names a server. Each
+The backend is a parameter of ``store_url``: ``sqlite`` (a real file in ``tmp_path``)
+always, ``postgres`` when ``SALVOR_TEST_POSTGRES_URL`` names a server; a module
+narrows the list with ``STORE_BACKENDS`` (``tests/support/backends.py`` says when). Each
 postgres test gets a schema of its own (through ``search_path`` in the URL),
 dropped afterwards, so tests never see each other's rows.
 """
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 from salvor.store import EventStore, normalize_store_url
+
+from tests.support.backends import backends_of
 
 POSTGRES_ENV = "SALVOR_TEST_POSTGRES_URL"
 
@@ -33,9 +36,29 @@ def _postgres_schema_url(base: str) -> Iterator[str]:
             connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def _names(argnames: str | list | tuple) -> list[str]:
+    if isinstance(argnames, str):
+        return [name.strip() for name in argnames.split(",")]
+    return list(argnames)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that needs ``store_url`` once per backend its module names.
+
+    A test that parametrizes ``store_url`` itself keeps its own list, and a module
+    that defines its own ``store_url`` fixture its own URL.
+    """
+    if "store_url" not in metafunc.fixturenames or "store_url" in vars(metafunc.module):
+        return
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        if "store_url" in _names(marker.args[0]):
+            return
+    metafunc.parametrize("store_url", backends_of(metafunc.module), indirect=True)
+
+
+@pytest.fixture
 def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    """A URL for a new, empty store on each backend."""
+    """A URL for a new, empty store on the backend the test is parametrized with."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'salvor.db'}"
         return

@@ -27,6 +27,7 @@ from salvor.protocol import (
 )
 
 from tests.daemon.agents.test_loop import assert_log_is_sound, kinds
+from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import (
     EVERYTHING_INSTALL,
     EverythingHttpServer,
@@ -38,6 +39,9 @@ from tests.support.mcp_servers import (
 )
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is a built-in agent's MCP transports.
+STORE_BACKENDS = SQLITE_ONLY
 
 LISTING = "mcp:fx/tools/list"
 

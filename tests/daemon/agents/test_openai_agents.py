@@ -24,7 +24,12 @@ from tests.daemon.agents.test_process_agent import (
     kinds,
     process_agent,
 )
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is a real SDK agent through the model
+# proxy.
+STORE_BACKENDS = SQLITE_ONLY
 
 pytest.importorskip("agents", reason="the openai-agents SDK is in the test extra")
 

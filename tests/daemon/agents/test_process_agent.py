@@ -23,7 +23,12 @@ from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.daemon.proxies._model_proxy import open_model_proxy
 from salvor.daemon.recording._run_context import DriveInterrupted
 
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import ErrorReply, FailedResponse, tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is process agents through the model
+# proxy (BACKEND_MODES keeps two formats on PostgreSQL).
+STORE_BACKENDS = SQLITE_ONLY
 
 SECRET = "sk-upstream-SECRET-7f3a9c"
 PLAN = [("lookup_invoice", {"invoice": "A-1"}), ("lookup_invoice", {"invoice": "B-2"})]

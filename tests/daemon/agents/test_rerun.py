@@ -19,7 +19,12 @@ from salvor.protocol import EventKind
 
 from tests.daemon.agents.test_process_agent import BACKEND_MODES, PLAN, SECRET, process_agent
 from tests.daemon.cli.test_cli import salvor
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is re-runs answered from an origin's log
+# (BACKEND_MODES keeps PostgreSQL for the trajectory test).
+STORE_BACKENDS = SQLITE_ONLY
 
 
 async def record_origin(runtime, provider, upstream_env, tmp_path, mode: str = "openai", **kwargs):

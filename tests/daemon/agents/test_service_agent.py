@@ -21,8 +21,12 @@ from salvor.daemon.processes._port_claims import PortClaims
 from salvor.daemon.web._errors import OperationRefused
 
 from tests.daemon.agents.test_process_agent import PLAN, SECRET, kinds
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
 from tests.support.service_agents import free_port, service_definition, start_service
+
+# SQLite alone (tests/support/backends.py): what it tests is service agents' triggers and replies.
+STORE_BACKENDS = SQLITE_ONLY
 
 HEADER_SECRET = "svc-token-SECRET-91be"
 

@@ -24,7 +24,11 @@ from salvor.daemon.agents._credentials import Credentials
 
 from tests.support.api import assert_error, snapshot
 from tests.support.api_server import agent_toml
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import ScriptedProvider, text_reply
+
+# SQLite alone (tests/support/backends.py): what it tests is where credentials may and may not go.
+STORE_BACKENDS = SQLITE_ONLY
 
 SECRET = "sk-capture-me-7311"
 MARKER = "remote-body-marker-5521"

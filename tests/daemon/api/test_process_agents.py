@@ -10,7 +10,12 @@ import threading
 import trio
 
 from tests.daemon.agents.test_process_agent import AGENT, PLAN, SECRET
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is process agents' registration and runs
+# over HTTP.
+STORE_BACKENDS = SQLITE_ONLY
 
 
 def definition(tmp_path, mode: str) -> str:

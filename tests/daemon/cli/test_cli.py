@@ -19,8 +19,13 @@ import pytest
 from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope, format_instant
 from salvor.store import EventStore
 
+from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is the command line's sentences and
+# exits; the tests that drive runs on a store keep both backends.
+STORE_BACKENDS = SQLITE_ONLY
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -89,6 +94,7 @@ def test_the_readme_first_command_runs_offline(store_url):
     assert replay["pending"] is None
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 def test_run_prints_the_id_first_then_the_outcome_and_json_for_scripts(store_url, agent_file):
     result = salvor(
         store_url,
@@ -122,6 +128,7 @@ def test_run_prints_the_id_first_then_the_outcome_and_json_for_scripts(store_url
         assert history == [encode_envelope(e) for e in store.read_log(run_id)]
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, tmp_path):
     env = {
         "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund",
@@ -140,6 +147,7 @@ def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, t
     assert len(tagged) == 1 and "ToolCallCompleted" in tagged[0]
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     wake_at = {}
 
@@ -304,6 +312,7 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
     assert len(stdout.splitlines()) == 2
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 def test_a_store_written_by_a_newer_salvor_is_refused_untouched(store_url):
     from salvor.store import STORE_VERSION, normalize_store_url
     from sqlalchemy import create_engine, text

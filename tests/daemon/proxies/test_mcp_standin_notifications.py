@@ -19,8 +19,12 @@ import pytest
 import trio
 from salvor.daemon.agents._definition import parse_definition
 
+from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is notifications crossing a stand-in.
+STORE_BACKENDS = SQLITE_ONLY
 
 AGENT = r"""
 import json, os, shlex, sys

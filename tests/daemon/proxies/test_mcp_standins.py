@@ -23,6 +23,7 @@ from salvor.daemon.proxies._mcp_endpoint import serve_mcp
 from salvor.daemon.recording._run_context import DriveInterrupted
 from salvor.protocol import encode_envelope
 
+from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import (
     NPM_SERVERS_INSTALL,
     HttpFixtureServer,
@@ -31,6 +32,10 @@ from tests.support.mcp_servers import (
 )
 from tests.support.scripted_provider import tool_loop_script
 
+# SQLite alone (tests/support/backends.py): what it tests is the MCP stand-ins' recording and
+# replay.
+STORE_BACKENDS = SQLITE_ONLY
+
 AGENT = r"""
 import asyncio, json, os, shlex, signal, sys
 from pathlib import Path
@@ -38,6 +43,7 @@ from pathlib import Path
 import openai
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+
 
 try:
     from mcp.client.streamable_http import streamable_http_client
