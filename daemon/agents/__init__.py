@@ -24,6 +24,7 @@ from ._definition import (
 from ._loop import (
     drive,
     offered_besides_mcp,
+    probes_open_write,
 )
 from ._process import (
     agent_environment,
@@ -45,5 +46,6 @@ __all__ = [
     "load_definition",
     "offered_besides_mcp",
     "parse_definition",
+    "probes_open_write",
     "supervise",
 ]

@@ -45,6 +45,7 @@ from ..agents import (
     drive,
     offered_besides_mcp,
     parse_definition,
+    probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
 from ..mcp import McpBuildError, check_buildable, missing_program
@@ -378,8 +379,10 @@ class Runtime:
     ) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.
 
-        Returns ``driving`` when the caller should now drive the run, or
-        ``finished`` for a completed, failed or abandoned run (left alone).
+        Returns ``driving`` when the caller should now drive the run (a run
+        parked on a write whose tool declares a probe included: the drive
+        probes it), or ``finished`` for a completed, failed or abandoned run
+        (left alone).
 
         Raises:
             OperationRefused: unknown_run, client_driven_run, bad_request (a
@@ -397,7 +400,13 @@ class Runtime:
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
-            raise needs_reconciliation(run_id, view)
+            try:
+                agent = await self.load_agent(view.agent_def_hash)
+            except OperationRefused:
+                agent = None  # whatever else is wrong, the dangling write is what to say
+            if agent is None or not probes_open_write(agent, self.registry, view):
+                raise needs_reconciliation(run_id, view)
+            return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
             wake_at = parse_instant(view.detail["wake_at"])
             now = now or self.clock()
