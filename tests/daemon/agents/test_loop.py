@@ -107,8 +107,10 @@ async def test_a_tool_loop_runs_to_completion_recording_every_call(
         "write",
         "idempotent",
     ]
+    # The refund's request to the bank, then what the bank answered (the demo's probe reads both).
     assert [r["tool"] for r in ledger(effects_path)] == [
         "lookup_invoice",
+        "issue_refund:sent",
         "issue_refund",
         "send_email",
     ]

@@ -326,6 +326,7 @@ async def test_a_killed_daemon_restarts_and_its_runs_continue_by_themselves(
         only_repeat_is(lookup_provider, interrupted)
         assert refund_provider.call_count == 1  # the parked run asked the model nothing more
         assert Counter(record["tool"] for record in ledger(effects)) == {
+            "issue_refund:sent": 1,
             "issue_refund": 1,
             "lookup_invoice": 1,
             "send_email": 1,
