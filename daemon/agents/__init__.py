@@ -22,6 +22,7 @@ from ._definition import (
     parse_definition,
 )
 from ._loop import (
+    declares_probe,
     drive,
     offered_besides_mcp,
     probes_open_write,
@@ -42,6 +43,7 @@ __all__ = [
     "DefinitionError",
     "LlmChoice",
     "agent_environment",
+    "declares_probe",
     "drive",
     "load_definition",
     "offered_besides_mcp",

@@ -319,17 +319,23 @@ def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunV
     """
     pending = view.pending
     if (
-        agent.kind is not AgentKind.BUILTIN
-        or view.state is not RunState.NEEDS_RECONCILIATION
+        view.state is not RunState.NEEDS_RECONCILIATION
         or pending is None
         or pending.performed_by is not None
     ):
         return False
-    if pending.tool in agent.tools:
-        tool = registry.get(pending.tool)
+    return declares_probe(agent, registry, pending.tool)
+
+
+def declares_probe(agent: AgentDefinition, registry: ToolRegistry, tool_name: str) -> bool:
+    """Whether ``agent``'s write ``tool_name`` declares a probe this daemon can run."""
+    if agent.kind is not AgentKind.BUILTIN:
+        return False
+    if tool_name in agent.tools:
+        tool = registry.get(tool_name)
         return tool is not None and registry.probe_of(tool) is not None
     return any(
-        spec.probe_of(pending.tool) is not None and spec.exposes(pending.tool)
+        spec.probe_of(tool_name) is not None and spec.exposes(tool_name)
         for spec in agent.mcp_servers
     )
 

@@ -42,6 +42,7 @@ from ..agents import (
     AgentKind,
     Credentials,
     DefinitionError,
+    declares_probe,
     drive,
     offered_besides_mcp,
     parse_definition,
@@ -218,7 +219,35 @@ class Runtime:
         return await self.access.read(lambda: self.access.store.list_runs(**filters))
 
     async def interrupted_runs(self) -> list[str]:
-        return await self.access.read(self.access.store.interrupted_runs)
+        """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
+        a write whose tool declares a probe (their drive probes it first)."""
+        interrupted = await self.access.read(self.access.store.interrupted_runs)
+        return interrupted + await self.probed_writes()
+
+    async def probed_writes(self) -> list[str]:
+        """Runs parked in needs_reconciliation whose open write this daemon can probe.
+
+        One listing read, and one agent load per distinct agent; a run whose agent
+        is not stored here (or no longer builds) is left to a person.
+        """
+        parked, _ = await self.access.read(
+            lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
+        )
+        agents: dict[str, AgentDefinition | None] = {}
+        found = []
+        for summary in parked:
+            pending, digest = summary.pending, summary.agent_def_hash
+            if pending is None or digest is None or summary.driven_by == Actor.CLIENT:
+                continue
+            if digest not in agents:
+                try:
+                    agents[digest] = await self.load_agent(digest)
+                except OperationRefused:
+                    agents[digest] = None
+            agent = agents[digest]
+            if agent is not None and declares_probe(agent, self.registry, pending["tool"]):
+                found.append(summary.run_id)
+        return found
 
     @property
     def store_url(self) -> str:

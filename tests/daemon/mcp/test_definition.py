@@ -334,3 +334,29 @@ def test_servers_the_daemon_runs_or_hands_its_environment_need_the_opt_in(server
     with pytest.raises(DefinitionError, match="--allow-process-agents"):
         parse(servers, allow_processes=False)
     parse(servers, allow_processes=True)
+
+
+def test_a_probe_is_accepted_in_a_json_definition():
+    import json
+
+    definition = {
+        "model": "m",
+        "mcp_servers": [
+            {
+                "name": "pay",
+                "command": ["x"],
+                "effects": {"refund": "write", "find": "read"},
+                "probes": {
+                    "refund": {"tool": "find", "input": {"id": "invoice.id"}, "landed": "found"}
+                },
+            }
+        ],
+    }
+    (server,) = parse_definition(json.dumps(definition), "json").mcp_servers
+    probe = server.probe_of("refund")
+    assert (probe.tool, dict(probe.input), probe.landed, probe.output) == (
+        "find",
+        {"id": "invoice.id"},
+        "found",
+        None,
+    )
