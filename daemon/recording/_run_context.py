@@ -374,12 +374,12 @@ class RunContext:
             return await self._after_tool(recorded.completion.event.output)
         if step is Step.LIVE:
             return await self._live_tool_call(tool, tool_input, probe)
+        if step is Step.PARK and (tool.probe is None or probe is None):
+            await self.park(RunState.NEEDS_RECONCILIATION)
         seq, key = recorded.seq, recorded.intent.event.idempotency_key
         # Our own open claim (it names this run and seq) is ours to settle.
         settle = await claim_to_settle(self.access, self.run_id, seq, key) if tool.claims else None
         if step is Step.PARK:
-            if tool.probe is None or probe is None:
-                await self.park(RunState.NEEDS_RECONCILIATION)
             return await self._reconcile(tool, probe, tool_input, seq, key, settle)
         return await self._perform(tool, tool_input, seq, key, settle)
 

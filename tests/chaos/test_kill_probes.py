@@ -136,6 +136,9 @@ def test_a_write_and_its_probe_killed_in_turn_are_settled_once_by_the_next_probe
         assert completion.probe["tool"] == "lookup_refund"
         assert completion.probe["input"] == {"invoice_id": "INV-7"}
         assert answers[(first, intent.seq)].verdict == "landed"
+        tagged = [line for line in salvor("log", first).stdout.splitlines() if "[Probe" in line]
+        assert len(tagged) == 1 and "ToolCallCompleted" in tagged[0]
+        assert tagged[0].endswith("[Probe lookup_refund]")
 
         # Another run refunding the same invoice performs nothing: it copies the settled outcome.
         again = salvor("run", str(second_agent), "--run-id", second, SALVOR_DEMO_EFFECTS=effects)
