@@ -62,12 +62,14 @@ class Actor(enum.StrEnum):
     """Who, besides the daemon, did what a payload records (absent: the daemon did it).
 
     ``performed_by`` and ``driven_by`` name the client (it performed the call,
-    it drives the run); ``settled_by`` names the operator, who recorded a
-    write's outcome by hand.
+    it drives the run); ``settled_by`` names who recorded a write's outcome
+    after its intent was left open: the operator, by hand, or the write's
+    probe, which read the world and found it landed.
     """
 
     CLIENT = "client"
     OPERATOR = "operator"
+    PROBE = "probe"
 
 
 BUDGET_KINDS = ("steps", "tokens", "cost_usd", "wall_time_seconds")
@@ -82,13 +84,14 @@ def _fail(kind: str, message: str) -> MalformedEvent:
     return MalformedEvent(f"{kind}: {message}")
 
 
-def _actor(event: Event, name: str, allowed: Actor) -> None:
-    """Check an optional actor field is ``allowed`` or absent, and hold it as the member."""
+def _actor(event: Event, name: str, *allowed: Actor) -> None:
+    """Check an optional actor field is one of ``allowed`` or absent, and hold it as the member."""
     value = getattr(event, name)
     if value is not None:
-        if value != allowed:
-            raise _fail(event.KIND, f'`{name}` is "{allowed}" or absent')
-        object.__setattr__(event, name, allowed)
+        if value not in allowed:
+            named = ", ".join(f'"{actor}"' for actor in allowed)
+            raise _fail(event.KIND, f"`{name}` is {named} or absent")
+        object.__setattr__(event, name, Actor(value))
 
 
 def _str(kind: str, name: str, value: Any, *, allow_empty: bool = False) -> None:
@@ -272,21 +275,30 @@ class ToolCallRequested(Event):
 # The spec says a deduplicated completion names what it copied; this is the
 # shape we give that name: the run and seq of the intent whose completion was copied.
 _DEDUP_KEYS = frozenset({"run_id", "seq"})
+# The evidence a probe-settled completion carries: the read it ran and what it answered.
+PROBE_KEYS = frozenset({"tool", "input", "answer"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallCompleted(Event):
     KIND: ClassVar[EventKind] = EventKind.TOOL_CALL_COMPLETED
-    optional: ClassVar[frozenset[str]] = frozenset({"settled_by", "deduplicated_from"})
+    optional: ClassVar[frozenset[str]] = frozenset({"settled_by", "deduplicated_from", "probe"})
 
     seq: int
     output: Any
     settled_by: Actor | None = None
     deduplicated_from: dict | None = None
+    # With ``settled_by: "probe"`` only: the probe's own call, as evidence.
+    probe: dict | None = None
 
     def __post_init__(self) -> None:
         _seq(self.KIND, "seq", self.seq)
-        _actor(self, "settled_by", Actor.OPERATOR)
+        _actor(self, "settled_by", Actor.OPERATOR, Actor.PROBE)
+        if (self.probe is not None) != (self.settled_by == Actor.PROBE):
+            raise _fail(self.KIND, '`probe` is present exactly when `settled_by` is "probe"')
+        if self.probe is not None:
+            _exact_keys(self.KIND, "probe", self.probe, PROBE_KEYS)
+            _str(self.KIND, "probe.tool", self.probe["tool"])
         if self.deduplicated_from is not None:
             _exact_keys(self.KIND, "deduplicated_from", self.deduplicated_from, _DEDUP_KEYS)
             _str(self.KIND, "deduplicated_from.run_id", self.deduplicated_from["run_id"])

@@ -58,8 +58,10 @@ _COUNT: JSON = {"type": "integer", "minimum": 0}
 _AMOUNT: JSON = {"type": "number", "minimum": 0}
 
 
-def _by(actor: Actor) -> JSON:
-    return {"const": actor.value, "description": "Absent when the daemon did it."}
+def _by(*actors: Actor) -> JSON:
+    if len(actors) == 1:
+        return {"const": actors[0].value, "description": "Absent when the daemon did it."}
+    return {"enum": [a.value for a in actors], "description": "Absent when the daemon did it."}
 
 
 # Each event's payload fields, as the event class declares them (``exactly`` holds the two equal).
@@ -87,11 +89,18 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
     ToolCallCompleted: {
         "seq": SEQ,
         "output": ANY,
-        "settled_by": _by(Actor.OPERATOR),
+        "settled_by": _by(Actor.OPERATOR, Actor.PROBE),
         "deduplicated_from": closed(
             {"run_id": _TEXT, "seq": SEQ},
             ["run_id", "seq"],
             description="The call whose completion this one copies (same declared key).",
+        ),
+        "probe": closed(
+            {"tool": _TEXT, "input": ANY, "answer": ANY},
+            ["tool", "input", "answer"],
+            description=(
+                'With settled_by "probe": the read that found the write landed, and its answer.'
+            ),
         ),
     },
     NowObserved: {"now": _MOMENT},

@@ -25,6 +25,7 @@ from ._records import SUMMARY_KEYS as SUMMARY_KEYS
 from ._records import SUMMARY_REQUIRED as SUMMARY_REQUIRED
 from ._records import Claim as Claim
 from ._records import ParkedWrite as ParkedWrite
+from ._records import ProbeAnswer as ProbeAnswer
 from ._records import RunSummary as RunSummary
 from ._records import StoredAgent as StoredAgent
 from ._schema import STORE_VERSION as STORE_VERSION

@@ -46,6 +46,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from ._append_rows import (
@@ -70,6 +72,7 @@ from ._location import normalize_store_url
 from ._records import (
     Claim,
     ParkedWrite,
+    ProbeAnswer,
     RunSummary,
     StoredAgent,
     agent_from_row,
@@ -77,9 +80,18 @@ from ._records import (
     decode_cursor,
     encode_cursor,
     encode_position,
+    probe_answer_from_row,
     summary_from_row,
 )
-from ._schema import VERSION_KEY, agents, ensure_schema, events, runs, store_meta
+from ._schema import (
+    VERSION_KEY,
+    agents,
+    ensure_schema,
+    events,
+    probe_answers,
+    runs,
+    store_meta,
+)
 from ._view_codec import dumps, view_from_json
 
 _INTERRUPTED_STATES = (
@@ -695,6 +707,75 @@ class EventStore:
         with self._reading("read a claim"), self._read() as connection:
             row = connection.execute(SELECT_CLAIM, {"identity": identity}).first()
         return None if row is None else claim_from_row(row)
+
+    # -- probe answers ----------------------------------------------------------
+
+    def put_probe_answer(
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        tool: str,
+        probe_input: Any,
+        answer: Any,
+        error: str | None,
+        verdict: str,
+    ) -> None:
+        """Record the probe of the open write at ``seq`` of ``run_id``, replacing an earlier one.
+
+        ``answer`` is None when the probe gave none (``error`` then says why).
+        A failure leaves the earlier answer, if any, as it was.
+
+        Raises:
+            ValueError: ``verdict`` is not "landed", "not_landed" or "unknown".
+            StoreUnavailable: the database failed.
+        """
+        if verdict not in _VERDICTS:
+            raise ValueError(f"a probe's verdict is one of {sorted(_VERDICTS)}, not {verdict!r}")
+        row = {
+            "run_id": run_id,
+            "seq": seq,
+            "tool": tool,
+            "input": dumps(probe_input),
+            "answer": None if answer is None else dumps(answer),
+            "error": error,
+            "verdict": verdict,
+            "observed_at": now_instant(),
+        }
+        upsert = (sqlite_insert if self.dialect == "sqlite" else pg_insert)(probe_answers)
+        statement = upsert.values(row).on_conflict_do_update(
+            index_elements=[probe_answers.c.run_id, probe_answers.c.seq],
+            set_={k: v for k, v in row.items() if k not in ("run_id", "seq")},
+        )
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(statement)
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to record a probe's answer: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
+
+    def probe_answers(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ProbeAnswer]:
+        """The last probe answer of each ``(run_id, seq)`` that has one."""
+        found: dict[tuple[str, int], ProbeAnswer] = {}
+        pairs = list(dict.fromkeys(pairs))
+        for start in range(0, len(pairs), _PROBE_PAGE):
+            page = pairs[start : start + _PROBE_PAGE]
+            statement = select(*probe_answers.c).where(
+                tuple_(probe_answers.c.run_id, probe_answers.c.seq).in_(page)
+            )
+            with self._reading("read probe answers"), self._read() as connection:
+                for row in connection.execute(statement):
+                    answer = probe_answer_from_row(row)
+                    found[(answer.run_id, answer.seq)] = answer
+        return found
+
+
+_VERDICTS = frozenset({"landed", "not_landed", "unknown"})
+# Pairs per query: keeps a long queue's statement within both databases' parameter limits.
+_PROBE_PAGE = 400
 
 
 def _envelope(run_id: str, row: Any) -> Envelope:

@@ -1,5 +1,5 @@
-"""What the store's reads return: run summaries, parked writes, stored agents, claims, and the
-listing cursor, each built from a row.
+"""What the store's reads return: run summaries, parked writes, stored agents, claims, probe
+answers, and the listing cursor, each built from a row.
 
 A row whose JSON cannot be decoded gives a degraded summary, never an
 exception: one bad run must not fail a listing.
@@ -109,6 +109,37 @@ class Claim:
     seq: int
     state: str  # "open" | "settled"
     output: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeAnswer:
+    """The last probe of the open write at ``seq`` of ``run_id``: what it asked and was answered.
+
+    ``answer`` is None when the probe gave none (``error`` says why);
+    ``verdict`` is "landed", "not_landed" or "unknown".
+    """
+
+    run_id: str
+    seq: int
+    tool: str
+    input: Any
+    answer: Any
+    error: str | None
+    verdict: str
+    observed_at: str
+
+
+def probe_answer_from_row(row: Any) -> ProbeAnswer:
+    return ProbeAnswer(
+        run_id=row.run_id,
+        seq=row.seq,
+        tool=row.tool,
+        input=json.loads(row.input),
+        answer=loads_or_none(row.answer),
+        error=row.error,
+        verdict=row.verdict,
+        observed_at=row.observed_at,
+    )
 
 
 def loads_or_none(value: str | None) -> Any:

@@ -39,7 +39,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 3
+STORE_VERSION = 4
 
 metadata = MetaData()
 
@@ -133,6 +133,22 @@ claims = Table(
     Column("updated_at", Text, nullable=False),
 )
 
+# The last answer of each open write's probe (upserted per probe run): what the
+# reconciliation queue shows a person when the probe could not tell.
+probe_answers = Table(
+    "probe_answers",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("tool", Text, nullable=False),
+    Column("input", Text, nullable=False),
+    # JSON, or NULL when the probe gave no answer (``error`` says why).
+    Column("answer", Text),
+    Column("error", Text),
+    Column("verdict", Text, nullable=False),
+    Column("observed_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -187,6 +203,11 @@ def _index_unreconciled_runs(connection: Connection) -> None:
             index.create(connection, checkfirst=True)
 
 
+def _add_probe_answers(connection: Connection) -> None:
+    """Version 4: writes may be probed; their answers get a table of their own."""
+    probe_answers.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -194,6 +215,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     0: _create_missing,
     1: _views_learn_replay_of,
     2: _index_unreconciled_runs,
+    3: _add_probe_answers,
 }
 
 

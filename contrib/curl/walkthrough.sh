@@ -16,8 +16,9 @@
 #                 starts a run from the command line in that same store
 #
 # The four parts: a run start to finish, watched live; a run that stops at a
-# gate and a person approves it; a run whose write was cut short, which a
-# person resolves; and an error, to show the envelope.
+# gate and a person approves it; two runs whose write was cut short, one
+# settled by the write's probe, one its probe cannot tell, which a person
+# resolves; and an error, to show the envelope.
 set -euo pipefail
 
 URL="${SALVOR_URL:-http://127.0.0.1:8420}"
@@ -68,7 +69,9 @@ for line in sys.stdin:
             print(data["status"]["state"])
         else:
             event = data["event"]
-            print(f"   seq {data['seq']:>3}  {event['kind']}", event["payload"].get("tool", ""), file=sys.stderr)
+            payload = event["payload"]
+            by = f"settled by {payload['settled_by']}" if payload.get("settled_by") else ""
+            print(f"   seq {data['seq']:>3}  {event['kind']}", payload.get("tool", ""), by, file=sys.stderr)
     elif not line:
         kind = None
 PY
@@ -119,26 +122,46 @@ echo
 STATE=$(watch "$RUN" "$NEXT")
 expect "$STATE" completed
 
-say "3. A write cut short: the run parks until a person says what happened"
-# A write (issue_refund) whose process died after the refund went out but
-# before its result was recorded. The fault hook kills the `salvor run`
-# process at exactly that instant; it writes to the daemon's store.
-RUN=$(SALVOR_FAULT_KILL_IN_TOOL=issue_refund "$SALVOR_BIN" run "$AGENTS/refund-desk.toml" \
-  --input '{"invoice_id": "INV-3003"}' --json 2>/dev/null | head -n 1 | pick 'j["run"]') || true
+say "3. A write cut short: its probe settles it, or a person does"
+# A write (issue_refund) whose process died mid-call. The fault hook kills the
+# `salvor run` process at exactly that instant; it writes to the daemon's
+# store, and its demo tools to the same ledger as the daemon's (beside a SQLite
+# store, unless SALVOR_DEMO_EFFECTS names one). issue_refund declares a probe,
+# lookup_refund, which looks the invoice's refund up in that ledger. A fresh
+# invoice each time: a second refund of one invoice copies the first.
+killed_in() {
+  SALVOR_FAULT_KILL_IN_TOOL="$1" "$SALVOR_BIN" run "$AGENTS/refund-desk.toml" \
+    --input "{\"invoice_id\": \"$2\"}" --json 2>/dev/null | head -n 1 | pick 'j["run"]' || true
+}
+RUN=$(killed_in issue_refund "INV-3003-$RANDOM$RANDOM")
 if [[ -z "$RUN" ]]; then
   echo "walkthrough: could not start a run with $SALVOR_BIN; is it installed, and SALVOR_STORE the daemon's store?" >&2
   exit 1
 fi
-echo "run $RUN, killed inside issue_refund:"
+echo "run $RUN, killed inside issue_refund after the refund went out:"
+api GET "/v1/runs/$RUN" | pick '{"status": j["status"], "pending": j["pending"]}'
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+echo "resume: the probe finds the refund, and its answer becomes the write's output:"
+api POST "/v1/runs/$RUN/resume"
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" completed
+
+INVOICE="INV-3004-$RANDOM$RANDOM"
+RUN=$(killed_in issue_refund:sent "$INVOICE")
+echo "run $RUN, killed after the bank was sent the refund, before it answered:"
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+echo "resume: the probe cannot tell whether the refund went out, so the run waits for a person:"
+api POST "/v1/runs/$RUN/resume"
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" needs_reconciliation
 api GET "/v1/runs/$RUN" | pick '{"status": j["status"], "pending": j["pending"]}'
 AMOUNT=$(api GET "/v1/runs/$RUN" | pick 'j["pending"]["input"]["amount_cents"]')
-echo "resume refuses, showing the recorded intent:"
-api POST "/v1/runs/$RUN/resume" || true
-echo
 NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
 echo "having checked the payment provider: the refund went out. Record what it returned:"
 api POST "/v1/runs/$RUN/resolve" -H 'Content-Type: application/json' \
-  -d "{\"output\": {\"refund_id\": \"rf_checked_by_hand\", \"invoice_id\": \"INV-3003\", \"amount_cents\": $AMOUNT}}"
+  -d "{\"output\": {\"refund_id\": \"rf_checked_by_hand\", \"invoice_id\": \"$INVOICE\", \"amount_cents\": $AMOUNT}}"
 echo
 api POST "/v1/runs/$RUN/resume"
 echo

@@ -22,8 +22,10 @@ from ._definition import (
     parse_definition,
 )
 from ._loop import (
+    declares_probe,
     drive,
     offered_besides_mcp,
+    probes_open_write,
 )
 from ._process import (
     agent_environment,
@@ -41,9 +43,11 @@ __all__ = [
     "DefinitionError",
     "LlmChoice",
     "agent_environment",
+    "declares_probe",
     "drive",
     "load_definition",
     "offered_besides_mcp",
     "parse_definition",
+    "probes_open_write",
     "supervise",
 ]

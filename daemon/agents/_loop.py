@@ -13,6 +13,12 @@ recorded; still open past the bound, the drive stops with ``CallInFlight``
 and nothing of the call written (the model's answer asking for it is kept),
 and a later resume asks again. It never performs the call beside the open one: a run never
 charges a card twice.
+
+A write that declares a probe (a native tool's ``probe``, an MCP server's
+``probes`` table) is handed its read with every call, so a write found open,
+or one whose outcome its handler could not learn, is probed before the run
+parks for a person; and a run parked on such a write is driven again
+(``probes_open_write``), which is how recovery reaches it.
 """
 
 from __future__ import annotations
@@ -44,12 +50,13 @@ from ..mcp import (
     mcp_result_for_model,
     mcp_tool,
     open_connections,
+    probe_reader,
 )
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
-from ..tools import ToolRegistry
+from ..tools import Tool, ToolRegistry
 from ._credentials import Credentials
 from ._definition import AgentDefinition, AgentKind
 from ._process import drive_process
@@ -129,6 +136,10 @@ class AgentLoop:
         self.gateway = gateway
         self.mcp = mcp
         self.tools = {name: registry.get(name) for name in agent.tools}
+        # Write tool name -> the read that probes it.
+        self.probes: dict[str, Tool] = {
+            name: registry.probe_of(tool) for name, tool in self.tools.items() if tool.probe
+        }
         self.mcp_names: set[str] = set()
         self.tool_specs = [tool.spec() for tool in self.tools.values()]
 
@@ -176,6 +187,8 @@ class AgentLoop:
         for spec, entry in exposed:
             tool, model_spec = mcp_tool(spec, entry, self.mcp)
             self.tools[tool.name] = tool
+            if tool.probe is not None:
+                self.probes[tool.name] = probe_reader(spec, tool.probe.tool, self.mcp)
             self.mcp_names.add(tool.name)
             self.tool_specs.append(model_spec)
 
@@ -244,7 +257,7 @@ class AgentLoop:
                         _error_result(use_id, f"there is no tool named {name!r} in this agent")
                     )
                     continue
-                value = await ctx.tool_call(tool, args)
+                value = await ctx.tool_call(tool, args, probe=self.probes.get(name))
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 
@@ -298,6 +311,35 @@ class AgentLoop:
         await ctx.park(RunState.COMPLETED)
 
 
+def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunView) -> bool:
+    """Whether ``view`` is parked on an open write of ``agent`` that declares a probe.
+
+    Such a run is not only a person's to settle: a drive probes the write
+    first. (A process or service agent's writes are never probed.)
+    """
+    pending = view.pending
+    if (
+        view.state is not RunState.NEEDS_RECONCILIATION
+        or pending is None
+        or pending.performed_by is not None
+    ):
+        return False
+    return declares_probe(agent, registry, pending.tool)
+
+
+def declares_probe(agent: AgentDefinition, registry: ToolRegistry, tool_name: str) -> bool:
+    """Whether ``agent``'s write ``tool_name`` declares a probe this daemon can run."""
+    if agent.kind is not AgentKind.BUILTIN:
+        return False
+    if tool_name in agent.tools:
+        tool = registry.get(tool_name)
+        return tool is not None and registry.probe_of(tool) is not None
+    return any(
+        spec.probe_of(tool_name) is not None and spec.exposes(tool_name)
+        for spec in agent.mcp_servers
+    )
+
+
 async def drive(
     access: StoreAccess,
     run_id: str,
@@ -342,7 +384,7 @@ async def drive(
         )
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle:
+    if ctx.view.idle and not probes_open_write(agent, registry, ctx.view):
         return ctx.view
     own_gateway = gateway is None
     gateway = gateway or gateway_for(agent, credentials)

@@ -245,6 +245,30 @@ AGENT_SCHEMAS: JSON = {
                         },
                         "description": "Tool name -> the dotted input paths of its identity.",
                     },
+                    "probes": {
+                        "type": "object",
+                        "additionalProperties": {
+                            "type": "object",
+                            "properties": {
+                                "tool": {"type": "string", "minLength": 1},
+                                "input": {
+                                    "type": "object",
+                                    "additionalProperties": {"type": "string", "minLength": 1},
+                                },
+                                "landed": {"type": "string", "minLength": 1},
+                                "output": {"type": "string", "minLength": 1},
+                            },
+                            "required": ["tool", "input", "landed"],
+                            "additionalProperties": False,
+                        },
+                        "description": (
+                            "Write tool name -> the read of this server (declared `read`) that "
+                            "tells whether a call of it landed: `input` maps the read's fields "
+                            "to dotted paths into the write's input, `landed` is the dotted path "
+                            "of a boolean in its answer, `output` the part of the answer the "
+                            "write records (default: all of it). Built-in agents only."
+                        ),
+                    },
                     "timeout": {"type": "number", "exclusiveMinimum": 0},
                     "port": {
                         "type": "integer",

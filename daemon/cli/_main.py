@@ -586,7 +586,9 @@ async def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
-            return await getattr(Cli(args), "cmd_" + args.command)(Runtime(access, demo_registry()))
+            return await getattr(Cli(args), "cmd_" + args.command)(
+                Runtime(access, demo_registry(store_url=url))
+            )
     hint = (
         f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
         if args.command == "resume"
@@ -597,7 +599,7 @@ async def _main(args: argparse.Namespace) -> int:
         open_store_access(url) as access,
     ):
         return await getattr(Cli(args, locks), "cmd_" + args.command)(
-            Runtime(access, demo_registry())
+            Runtime(access, demo_registry(store_url=url))
         )
 
 

@@ -62,6 +62,8 @@ def describe(envelope: Envelope) -> str:
         tags += " [Client]"
     if payload.get("settled_by") == Actor.OPERATOR:
         tags += " [Operator]"
+    elif payload.get("settled_by") == Actor.PROBE:
+        tags += f" [Probe {payload['probe']['tool']}]"
     return f"{envelope.seq:>5}  {envelope.recorded_at}  {kind.value:<19} {detail}{tags}".rstrip()
 
 

@@ -36,6 +36,8 @@ from ._tools import (
     mcp_result_for_model,
     mcp_tool,
     open_connections,
+    probe_answer,
+    probe_reader,
     salvor_outcome,
 )
 
@@ -61,5 +63,7 @@ __all__ = [
     "open_connections",
     "open_session",
     "parse_mcp_servers",
+    "probe_answer",
+    "probe_reader",
     "salvor_outcome",
 ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from salvor.protocol import Effect
 
-from ..tools import check_key_paths
+from ..tools import Probe, check_key_paths, check_path
 from ..web import HEADER_NAME, PLACEHOLDER, is_http_url, stray_placeholder
 
 DEFAULT_MCP_TIMEOUT = 60.0
@@ -42,7 +42,9 @@ _FIELDS = {
     "tools",
     "timeout",
     "idempotency_keys",
+    "probes",
 }
+_PROBE_FIELDS = {"tool", "input", "landed", "output"}
 # Only a process agent's servers, which it reaches through salvor's stand-ins.
 _STAND_IN_FIELDS = {"port"}
 # What an entry may give, as the OpenAPI document describes it: `port` only for a process agent's
@@ -73,6 +75,8 @@ class McpServerSpec:
     tools: tuple[str, ...] | None = None
     # Tool name -> the dotted input paths its calls' identity is made of.
     idempotency_keys: dict = field(default_factory=dict)
+    # Write tool name -> the ``Probe`` (a read on this server) that tells whether it landed.
+    probes: dict = field(default_factory=dict)
     timeout: float = DEFAULT_MCP_TIMEOUT
     # A process agent's url server only: the fixed loopback port its stand-in listens on.
     port: int | None = None
@@ -88,6 +92,10 @@ class McpServerSpec:
     def key_paths(self, tool: str) -> tuple[str, ...]:
         """The declared key fields of ``tool`` (empty when it declares none)."""
         return self.idempotency_keys.get(tool, ())
+
+    def probe_of(self, tool: str) -> Probe | None:
+        """The declared probe of ``tool`` (None when it declares none)."""
+        return self.probes.get(tool)
 
     def exposes(self, tool: str) -> bool:
         return self.tools is None or tool in self.tools
@@ -197,6 +205,73 @@ def _idempotency_keys(where: str, value: Any) -> dict:
     return keys
 
 
+def _probe(where: str, value: Any) -> Probe:
+    _expect(
+        isinstance(value, dict),
+        f"{where} must be a table with `tool`, `input`, `landed` and optionally `output`",
+    )
+    unknown = sorted(set(value) - _PROBE_FIELDS)
+    _expect(
+        not unknown,
+        f"{where} has the unknown field `{unknown[0] if unknown else ''}`; "
+        "allowed: input, landed, output, tool",
+    )
+    missing = sorted({"tool", "input", "landed"} - set(value))
+    _expect(not missing, f"{where} needs `{missing[0] if missing else ''}`")
+    _expect(
+        isinstance(value["tool"], str) and value["tool"] != "",
+        f"{where} `tool` must name a tool of this server",
+    )
+    probe_input = value["input"]
+    _expect(
+        isinstance(probe_input, dict) and all(probe_input),
+        f"{where} `input` must be a table of probe input field -> a dotted path into the "
+        "write's input",
+    )
+    try:
+        for name, path in probe_input.items():
+            check_path(f"{where} `input` entry {name!r}", path)
+        check_path(f"{where} `landed`", value["landed"])
+        if "output" in value:
+            check_path(f"{where} `output`", value["output"])
+    except ValueError as exc:
+        raise McpDefinitionError(str(exc)) from None
+    return Probe(
+        tool=value["tool"],
+        input=dict(probe_input),
+        landed=value["landed"],
+        output=value.get("output"),
+    )
+
+
+def _probes(where: str, value: Any, effects: dict, tools: tuple[str, ...] | None) -> dict:
+    # Checked against the declarations, not the server: a probe must be a
+    # read the operator declared, on a write the operator declared.
+    _expect(
+        isinstance(value, dict),
+        f"{where} `probes` must be a table of write tool name -> its probe "
+        "([mcp_servers.probes.TOOL])",
+    )
+    probes = {}
+    for tool, table in value.items():
+        entry = f"{where} `probes.{tool}`"
+        _expect(
+            effects.get(tool) == "write",
+            f"{entry} probes a tool not declared `write` in `effects`; only a write has a probe",
+        )
+        probe = _probe(entry, table)
+        _expect(
+            tools is None or probe.tool in tools,
+            f"{entry} names the probe {probe.tool!r}, which `tools` does not expose",
+        )
+        _expect(
+            effects.get(probe.tool) == "read",
+            f"{entry} names the probe {probe.tool!r}, which is not declared `read` in `effects`",
+        )
+        probes[tool] = probe
+    return probes
+
+
 def _stdio_fields(where: str, entry: dict) -> dict[str, Any]:
     """The fields of a stdio (``command``) server, checked."""
     spec: dict[str, Any] = {}
@@ -266,6 +341,11 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
         f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
     )
     where = f"[[mcp_servers]] {name!r}:"
+    _expect(
+        not (stand_ins and "probes" in entry),
+        f"{where} `probes` is not supported for a process or service agent's servers by this "
+        "build yet: their writes' outcomes are recorded by the stand-ins, which probe nothing",
+    )
     has_command, has_url = "command" in entry, "url" in entry
     _expect(
         has_command != has_url,
@@ -315,6 +395,7 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
             _expect(
                 hidden is None, f"{where} `{table}` names {hidden!r}, which `tools` does not expose"
             )
+    spec["probes"] = _probes(where, entry.get("probes", {}), spec["effects"], spec.get("tools"))
     timeout = entry.get("timeout", DEFAULT_MCP_TIMEOUT)
     _expect(
         type(timeout) in (int, float) and 0 < timeout and math.isfinite(timeout),

@@ -31,7 +31,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from salvor.protocol import Effect, MalformedEvent, check_schema, parse_instant
+from salvor.protocol import (
+    Effect,
+    MalformedEvent,
+    MalformedJson,
+    check_schema,
+    parse_instant,
+    parse_strict,
+)
 
 from ..tools import NotPerformed, OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
 from ._client import McpError, McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
@@ -318,7 +325,64 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
         handler=forward,
         idempotency_keys=spec.key_paths(name),
         mcp_server=spec.name,
+        probe=spec.probe_of(name) if effect is Effect.WRITE else None,
     ), model_spec
+
+
+def probe_reader(spec: McpServerSpec, name: str, connections: McpConnections) -> Tool:
+    """The read tool ``name`` of ``spec``'s server as a probe: its answer is the result's data.
+
+    The answer is the result's ``structuredContent``, else its one text block
+    parsed as JSON. A result flagged ``isError``, or one with neither, is no
+    answer (``ToolFailed``, not retried); a call the server never answered is
+    retried as a read, each attempt bounded by the server's ``timeout``.
+    """
+
+    async def ask(arguments: Any, call: ToolCall) -> Any:
+        try:
+            result = await connections.call_tool(spec.name, name, arguments, None)
+        except McpRemoteError as exc:
+            raise ToolFailed(exc.message, retryable=False) from None
+        except (McpNoAnswer, McpUnavailable) as exc:
+            raise ToolFailed(exc.message) from None
+        return probe_answer(spec.name, name, result)
+
+    return Tool(
+        name=name,
+        description=f"The probe {name} of MCP server {spec.name}.",
+        effect=Effect.READ,
+        input_schema=_ARGUMENTS,
+        handler=ask,
+        mcp_server=spec.name,
+    )
+
+
+def probe_answer(server: str, tool: str, result: Any) -> Any:
+    """A probe's answer from its MCP tool result (see ``probe_reader``).
+
+    Raises:
+        ToolFailed: not retryable; the result carries no answer, and says why.
+    """
+    what = f"the probe {tool!r} of MCP server {server!r}"
+    if not isinstance(result, dict) or result.get("isError") is True:
+        raise ToolFailed(f"{what} answered with an error result", retryable=False)
+    if "structuredContent" in result:
+        return result["structuredContent"]
+    blocks = result.get("content")
+    texts = [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+    if (
+        len(texts) != 1
+        or texts[0].get("type") != "text"
+        or not isinstance(texts[0].get("text"), str)
+    ):
+        raise ToolFailed(
+            f"{what} answered with neither structuredContent nor one text block",
+            retryable=False,
+        )
+    try:
+        return parse_strict(texts[0]["text"].encode(), what, big_integers=True)
+    except MalformedJson:
+        raise ToolFailed(f"{what} answered with text that is not JSON", retryable=False) from None
 
 
 def salvor_outcome(server: str, tool: str, result: dict) -> Any:

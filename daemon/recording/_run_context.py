@@ -15,6 +15,11 @@ A tool call with an identity (``Tool.claims``) claims it in the store in the
 intent's own append, and its completion settles it in the completion's own
 append; a second call of that identity, from any run, performs nothing (see
 ``RunContext.tool_call``).
+
+A write whose outcome is unknown (its intent found open, or its handler
+raised ``OutcomeUnknown``) is probed first when it declares a probe: the
+probe is a read, so it writes nothing to the log before its verdict, and a
+drive killed mid-probe leaves the same open intent for the next one.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from salvor.protocol import (
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
     TOOL_SUSPEND_KEY,
+    Actor,
     CodedError,
     Effect,
     Envelope,
@@ -70,6 +76,8 @@ from ..tools import (
     MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
+    Probe,
+    ProbeVerdict,
     SleepUntil,
     Suspend,
     Tool,
@@ -86,6 +94,9 @@ CLAIM_WAIT_VAR = "SALVOR_CLAIM_WAIT_SECONDS"
 CLAIM_WAIT_SECONDS = 30.0
 CLAIM_POLL_FIRST = 0.01
 CLAIM_POLL_MAX = 0.5
+# How long a native probe may take, its read retries included. An MCP probe
+# is bounded by its server's `timeout` on each attempt instead.
+PROBE_SECONDS = 30.0
 
 
 class Parked(Exception):
@@ -347,15 +358,17 @@ class RunContext:
 
     # -- tool calls ---------------------------------------------------------
 
-    async def tool_call(self, tool: Tool, tool_input: Any) -> Any:
+    async def tool_call(self, tool: Tool, tool_input: Any, *, probe: Tool | None = None) -> Any:
         """One tool call; returns the value the model is told (after any park and resume).
 
         A completed call is answered from the log. An open ``read`` or
         ``idempotent`` intent is executed again under its recorded key (and
-        settles the claim it holds); an open ``write`` parks the run in
-        needs_reconciliation (its claim stays open until ``resolve`` settles
-        it), and so does a write whose handler could not learn its outcome
-        (``OutcomeUnknown``).
+        settles the claim it holds). An open ``write``, and a write whose
+        handler could not learn its outcome (``OutcomeUnknown``), is probed
+        when ``tool`` declares a probe and ``probe`` is its read
+        (``_reconcile``); otherwise, or when the probe cannot tell, the run
+        parks in needs_reconciliation (its claim stays open until ``resolve``
+        settles it).
 
         Keys: a call of a tool with key fields (``Tool.claims``) presents its
         identity (``Tool.call_identity``) as its key and claims it with its
@@ -374,13 +387,15 @@ class RunContext:
         step = resume_step(recorded)
         if step is Step.ANSWER:
             return await self._after_tool(recorded.completion.event.output)
-        if step is Step.PARK:
-            await self.park(RunState.NEEDS_RECONCILIATION)
         if step is Step.LIVE:
-            return await self._live_tool_call(tool, tool_input)
+            return await self._live_tool_call(tool, tool_input, probe)
+        if step is Step.PARK and (tool.probe is None or probe is None):
+            await self.park(RunState.NEEDS_RECONCILIATION)
         seq, key = recorded.seq, recorded.intent.event.idempotency_key
         # Our own open claim (it names this run and seq) is ours to settle.
         settle = await claim_to_settle(self.access, self.run_id, seq, key) if tool.claims else None
+        if step is Step.PARK:
+            return await self._reconcile(tool, probe, tool_input, seq, key, settle)
         return await self._perform(tool, tool_input, seq, key, settle)
 
     def _skip_legacy_key(self) -> None:
@@ -392,7 +407,7 @@ class RunContext:
         except ReplayDivergence:
             pass
 
-    async def _live_tool_call(self, tool: Tool, tool_input: Any) -> Any:
+    async def _live_tool_call(self, tool: Tool, tool_input: Any, probe: Tool | None) -> Any:
         seq = self.view.next_seq + len(self._held)
 
         def intent(key: str | None) -> ToolCallRequested:
@@ -405,7 +420,7 @@ class RunContext:
             if tool.effect is Effect.IDEMPOTENT:
                 key = derived_key(self.run_id, seq, tool.name)
             await self.record(intent(key))
-            return await self._perform(tool, tool_input, seq, key, None)
+            return await self._perform(tool, tool_input, seq, key, None, probe)
         try:
             identity = tool.call_identity(tool_input)
         except MissingKeyField as exc:
@@ -415,7 +430,7 @@ class RunContext:
             return output
         holder = await self.claim(intent(identity), identity)
         if holder is None:
-            return await self._perform(tool, tool_input, seq, identity, identity)
+            return await self._perform(tool, tool_input, seq, identity, identity, probe)
         # The same identity already completed (in this run or another): its
         # outcome is this call's; nothing is performed.
         copied = ToolCallCompleted(
@@ -473,12 +488,24 @@ class RunContext:
             delay = min(delay * 2, CLAIM_POLL_MAX)
 
     async def _perform(
-        self, tool: Tool, tool_input: Any, seq: int, key: str | None, settle: str | None
+        self,
+        tool: Tool,
+        tool_input: Any,
+        seq: int,
+        key: str | None,
+        settle: str | None,
+        probe: Tool | None = None,
     ) -> Any:
-        """Execute the call whose intent is recorded at ``seq``, and hold its completion back."""
+        """Execute the call whose intent is recorded at ``seq``, and hold its completion back.
+
+        ``probe``: the read that tells whether the write landed, asked when the
+        handler raises ``OutcomeUnknown``; without one that parks the run.
+        """
         try:
             output = await self._execute(tool, tool_input, seq, key)
         except OutcomeUnknown:
+            if tool.probe is not None and probe is not None:
+                return await self._reconcile(tool, probe, tool_input, seq, key, settle)
             # Sent and never answered: the open intent is the honest record.
             await self.park(RunState.NEEDS_RECONCILIATION)
         except NotPerformed as exc:
@@ -491,6 +518,97 @@ class RunContext:
         else:
             self._settle = settle
         return await self._after_tool(output)
+
+    async def _reconcile(
+        self,
+        tool: Tool,
+        reader: Tool,
+        tool_input: Any,
+        seq: int,
+        key: str | None,
+        settle: str | None,
+    ) -> Any:
+        """Finish the write at ``seq`` whose outcome is unknown, as its probe's answer says.
+
+        Landed: the completion (``settled_by: "probe"``, the probe's call as
+        evidence) is held back with the answer as output, and settles the
+        write's claim. Did not land: the write is performed again under its
+        recorded key, once; should that too end unknown, the run parks, so a
+        flaky provider never loops. Cannot tell: the run parks in
+        needs_reconciliation, as without a probe.
+
+        Every probe's answer is recorded first (``EventStore.put_probe_answer``)
+        for the reconciliation queue; the log gets nothing before the verdict.
+        """
+        verdict, output, evidence = await self._probe(tool.probe, reader, tool_input, seq)
+        if verdict is ProbeVerdict.LANDED:
+            self._held.append(
+                ToolCallCompleted(seq=seq, output=output, settled_by=Actor.PROBE, probe=evidence)
+            )
+            self._settle = settle
+            return await self._after_tool(output)
+        if verdict is ProbeVerdict.NOT_LANDED:
+            return await self._perform(tool, tool_input, seq, key, settle)
+        await self.park(RunState.NEEDS_RECONCILIATION)
+
+    async def _probe(
+        self, probe: Probe, reader: Tool, write_input: Any, seq: int
+    ) -> tuple[ProbeVerdict, Any, dict]:
+        """Run ``reader`` as ``probe`` says; the verdict, the write's output, and the evidence.
+
+        A probe is a read: it claims nothing, presents no key, and is retried
+        as ``dispatch`` retries a read, within ``PROBE_SECONDS`` for a native
+        one. Whatever keeps it from answering (a missing input field, a
+        failure, the bound) is recorded as its error and cannot tell.
+
+        Raises:
+            StoreUnavailable: the answer could not be recorded; nothing was
+                written and the write's intent is still open.
+        """
+        answer: Any = None
+        try:
+            probe_input = probe.probe_input(write_input)
+        except KeyError as missing:
+            probe_input = {}
+            error = (
+                f"the write's input has no `{missing.args[0]}`, which the probe "
+                f"{reader.name}'s input is taken from"
+            )
+        else:
+            answer, error = await self._ask_probe(reader, probe_input, seq)
+        verdict, output = (ProbeVerdict.UNKNOWN, None) if error else probe.verdict(answer)
+        await self.access.read(
+            lambda: self.access.store.put_probe_answer(
+                self.run_id,
+                seq,
+                tool=reader.name,
+                probe_input=probe_input,
+                answer=answer,
+                error=error,
+                verdict=verdict.value,
+            )
+        )
+        return verdict, output, {"tool": reader.name, "input": probe_input, "answer": answer}
+
+    async def _ask_probe(self, reader: Tool, probe_input: dict, seq: int) -> tuple[Any, str | None]:
+        """The probe's answer and None, or None and why it gave none."""
+        try:
+            validate(reader.input_schema, probe_input, what=f"the input of probe {reader.name}")
+        except SchemaViolation as exc:
+            return None, exc.message
+        bound = PROBE_SECONDS if reader.mcp_server is None else math.inf
+        try:
+            with trio.fail_after(bound):
+                outcome, _ = await dispatch(
+                    reader, probe_input, run_id=self.run_id, seq=seq, key=None
+                )
+        except trio.TooSlowError:
+            return None, f"the probe {reader.name} gave no answer within {bound:g}s"
+        except (DispatchFailed, NotPerformed) as failed:
+            return None, f"the probe {reader.name} failed: {failed.message}"
+        if isinstance(outcome, Suspend | SleepUntil):
+            return None, f"the probe {reader.name} asked to park the run, which a probe cannot do"
+        return outcome, None
 
     async def _execute(self, tool: Tool, tool_input: Any, seq: int, key: str | None) -> Any:
         try:

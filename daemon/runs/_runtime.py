@@ -42,9 +42,11 @@ from ..agents import (
     AgentKind,
     Credentials,
     DefinitionError,
+    declares_probe,
     drive,
     offered_besides_mcp,
     parse_definition,
+    probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
 from ..mcp import McpBuildError, check_buildable, missing_program
@@ -247,7 +249,35 @@ class Runtime:
         return [reconciliation(p.run_id, p.view, client_tools) for p in page], cursor
 
     async def interrupted_runs(self) -> list[str]:
-        return await self.access.read(self.access.store.interrupted_runs)
+        """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
+        a write whose tool declares a probe (their drive probes it first)."""
+        interrupted = await self.access.read(self.access.store.interrupted_runs)
+        return interrupted + await self.probed_writes()
+
+    async def probed_writes(self) -> list[str]:
+        """Runs parked in needs_reconciliation whose open write this daemon can probe.
+
+        One listing read, and one agent load per distinct agent; a run whose agent
+        is not stored here (or no longer builds) is left to a person.
+        """
+        parked, _ = await self.access.read(
+            lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
+        )
+        agents: dict[str, AgentDefinition | None] = {}
+        found = []
+        for summary in parked:
+            pending, digest = summary.pending, summary.agent_def_hash
+            if pending is None or digest is None or summary.driven_by == Actor.CLIENT:
+                continue
+            if digest not in agents:
+                try:
+                    agents[digest] = await self.load_agent(digest)
+                except OperationRefused:
+                    agents[digest] = None
+            agent = agents[digest]
+            if agent is not None and declares_probe(agent, self.registry, pending["tool"]):
+                found.append(summary.run_id)
+        return found
 
     @property
     def store_url(self) -> str:
@@ -408,8 +438,10 @@ class Runtime:
     ) -> ResumeDecision:
         """Decide how to continue a run, recording its Resumed event when it was parked.
 
-        Returns ``driving`` when the caller should now drive the run, or
-        ``finished`` for a completed, failed or abandoned run (left alone).
+        Returns ``driving`` when the caller should now drive the run (a run
+        parked on a write whose tool declares a probe included: the drive
+        probes it), or ``finished`` for a completed, failed or abandoned run
+        (left alone).
 
         Raises:
             OperationRefused: unknown_run, client_driven_run, bad_request (a
@@ -427,7 +459,13 @@ class Runtime:
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
-            raise needs_reconciliation(run_id, view)
+            try:
+                agent = await self.load_agent(view.agent_def_hash)
+            except OperationRefused:
+                agent = None  # whatever else is wrong, the dangling write is what to say
+            if agent is None or not probes_open_write(agent, self.registry, view):
+                raise needs_reconciliation(run_id, view)
+            return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
             wake_at = parse_instant(view.detail["wake_at"])
             now = now or self.clock()

@@ -201,7 +201,9 @@ async def serve(
     the routes' shared state once it exists.
     """
     notifier = Notifier()
-    registry = registry or (demo_registry() if config.demo_tools else ToolRegistry())
+    registry = registry or (
+        demo_registry(store_url=config.store_url) if config.demo_tools else ToolRegistry()
+    )
     async with (
         # First of all: while another live salvor serves this store (or a
         # command line drives its runs), this one touches nothing.

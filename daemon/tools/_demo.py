@@ -2,8 +2,16 @@
 
 ``lookup_invoice`` (read), ``issue_refund`` (write) and ``send_email``
 (idempotent) record every real execution in a side-effect ledger: a JSON-lines
-file named by ``SALVOR_DEMO_EFFECTS`` (fsynced before the tool returns), so a
-test can count what happened in the world across killed processes.
+file (fsynced before the tool returns), so a test can count what happened in
+the world across killed processes. ``SALVOR_DEMO_EFFECTS`` names it (set but
+empty: no ledger); unset, a SQLite store's demo tools share one beside the
+store file, so a `salvor run` and a daemon over the same store see one world.
+``issue_refund`` is keyed on its invoice (two runs refunding one invoice
+refund it once) and probed by ``lookup_refund``, a read of the refunds the
+ledger holds: found, the refund landed (with the refund it recorded); sent
+to the bank with no answer recorded (a process killed in that gap, the
+``issue_refund:sent`` fault point), or no ledger at all, it cannot tell;
+nothing, it did not land.
 ``send_email`` behaves like a provider that collapses duplicate idempotency
 keys: a repeat key is recorded as not delivered. ``request_approval`` suspends
 the run on a human gate (or a signal), ``wait_until`` puts it to sleep.
@@ -14,16 +22,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import trio
 from salvor.protocol import Effect, parse_instant
+from salvor.store import sqlite_path
 
 from ..processes import kill_if_requested
-from ._registry import SleepUntil, Suspend, Tool, ToolCall, ToolFailed, ToolRegistry
+from ._registry import Probe, SleepUntil, Suspend, Tool, ToolCall, ToolFailed, ToolRegistry
 
 EFFECTS_ENV = "SALVOR_DEMO_EFFECTS"
+# The ledger's name beside a SQLite store file, when ``EFFECTS_ENV`` is unset.
+BESIDE_STORE = ".demo-effects.jsonl"
+
+
+def effects_location(store_url: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Where the demo tools' ledger is: ``EFFECTS_ENV``, else beside a SQLite store, or nowhere."""
+    if EFFECTS_ENV in environ:
+        return environ[EFFECTS_ENV] or None
+    database = sqlite_path(store_url) if store_url is not None else None
+    return None if database is None else str(database.with_name(database.name + BESIDE_STORE))
 
 
 def _digest(text: str) -> int:
@@ -43,33 +63,36 @@ class EffectLedger:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _keys_sync(self, tool: str) -> set[str]:
+    def _records_sync(self, tool: str) -> list[dict]:
         try:
             lines = self._path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return set()
-        keys = set()
-        for line in lines:
-            record = json.loads(line)
-            if record["tool"] == tool and record.get("delivered"):
-                keys.add(record["idempotency_key"])
-        return keys
+            return []
+        return [r for r in map(json.loads, filter(None, lines)) if r["tool"] == tool]
+
+    @property
+    def configured(self) -> bool:
+        return self._path is not None
 
     async def record(self, record: dict) -> None:
         if self._path is not None:
             async with self._lock:
                 await trio.to_thread.run_sync(self._append_sync, record)
 
-    async def delivered_keys(self, tool: str) -> set[str]:
+    async def records(self, tool: str) -> list[dict]:
+        """What ``tool`` recorded, oldest first (nothing when no ledger is configured)."""
         if self._path is None:
-            return set()
+            return []
         async with self._lock:
-            return await trio.to_thread.run_sync(self._keys_sync, tool)
+            return await trio.to_thread.run_sync(self._records_sync, tool)
+
+    async def delivered_keys(self, tool: str) -> set[str]:
+        return {r["idempotency_key"] for r in await self.records(tool) if r.get("delivered")}
 
 
-def demo_registry(effects_path: str | None = None) -> ToolRegistry:
-    """The demo tools, acting on the ledger at ``effects_path`` (or ``$SALVOR_DEMO_EFFECTS``)."""
-    ledger = EffectLedger(effects_path if effects_path is not None else os.environ.get(EFFECTS_ENV))
+def demo_registry(effects_path: str | None = None, *, store_url: str | None = None) -> ToolRegistry:
+    """The demo tools, acting on the ledger at ``effects_path`` (else ``effects_location``)."""
+    ledger = EffectLedger(effects_path if effects_path is not None else effects_location(store_url))
 
     async def lookup_invoice(args: dict, call: ToolCall) -> dict:
         invoice_id = args["invoice_id"]
@@ -87,16 +110,64 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
     async def issue_refund(args: dict, call: ToolCall) -> dict:
         if args["amount_cents"] <= 0:
             raise ToolFailed("a refund must be for a positive amount", retryable=False)
-        await ledger.record(
-            {"tool": "issue_refund", "input": args, "run_id": call.run_id, "seq": call.seq}
-        )
-        kill_if_requested("issue_refund")
-        refund_id = "rf_" + hashlib.sha256(f"{call.run_id}:{call.seq}".encode()).hexdigest()[:12]
-        return {
-            "refund_id": refund_id,
+        # The key (the invoice's identity) names the refund, as a payment
+        # provider's idempotency key would: a retry refunds under the same id.
+        key = call.idempotency_key or f"{call.run_id}:{call.seq}"
+        refund = {
+            "refund_id": "rf_" + hashlib.sha256(key.encode()).hexdigest()[:12],
             "invoice_id": args["invoice_id"],
             "amount_cents": args["amount_cents"],
         }
+        # What the bank was sent, then what it answered: a kill between the
+        # two leaves a refund whose outcome nobody (its probe included) knows.
+        # (Its own tool name, so a count of refunds counts answered ones.)
+        await ledger.record(
+            {
+                "tool": "issue_refund:sent",
+                "input": args,
+                "run_id": call.run_id,
+                "seq": call.seq,
+                "idempotency_key": call.idempotency_key,
+            }
+        )
+        kill_if_requested("issue_refund:sent")
+        await ledger.record(
+            {
+                "tool": "issue_refund",
+                "input": args,
+                "run_id": call.run_id,
+                "seq": call.seq,
+                "idempotency_key": call.idempotency_key,
+                "refund": refund,
+            }
+        )
+        kill_if_requested("issue_refund")
+        return refund
+
+    async def lookup_refund(args: dict, call: ToolCall) -> dict:
+        invoice_id = args["invoice_id"]
+        kill_if_requested("lookup_refund")
+        if not ledger.configured:
+            return {
+                "invoice_id": invoice_id,
+                "found": None,
+                "note": "no effect ledger is configured, so no refund can be looked up",
+            }
+        refunds = [
+            r["refund"]
+            for r in await ledger.records("issue_refund")
+            if r["input"]["invoice_id"] == invoice_id
+        ]
+        if refunds:
+            return {"invoice_id": invoice_id, "found": True, "refund": refunds[-1]}
+        sent = await ledger.records("issue_refund:sent")
+        if any(r["input"]["invoice_id"] == invoice_id for r in sent):
+            return {
+                "invoice_id": invoice_id,
+                "found": None,
+                "note": "the bank was sent this refund and its answer was never recorded",
+            }
+        return {"invoice_id": invoice_id, "found": False}
 
     async def send_email(args: dict, call: ToolCall) -> dict:
         key = call.idempotency_key
@@ -154,6 +225,17 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
                 handler=lookup_invoice,
             ),
             Tool(
+                name="lookup_refund",
+                description="Look up the refund of an invoice, if one was issued.",
+                effect=Effect.READ,
+                input_schema={
+                    "type": "object",
+                    "required": ["invoice_id"],
+                    "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+                },
+                handler=lookup_refund,
+            ),
+            Tool(
                 name="issue_refund",
                 description="Refund part or all of an invoice to the customer's card. Moves money.",
                 effect=Effect.WRITE,
@@ -166,6 +248,13 @@ def demo_registry(effects_path: str | None = None) -> ToolRegistry:
                     },
                 },
                 handler=issue_refund,
+                idempotency_keys=("invoice_id",),
+                probe=Probe(
+                    tool="lookup_refund",
+                    input={"invoice_id": "invoice_id"},
+                    landed="found",
+                    output="refund",
+                ),
             ),
             Tool(
                 name="send_email",

@@ -7,13 +7,18 @@ one under its recorded key), a ``write`` parks the run for a person.
 A ``write`` or ``idempotent`` tool may name key fields (``idempotency_keys``,
 dotted paths into its input): the call's identity across runs is then those
 fields and the tool (``call_identity``), and the store lets one run perform it.
+
+A ``write`` may declare a ``Probe``: a read that tells whether the write
+landed, which recovery runs before it parks the run for a person.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import enum
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -55,6 +60,17 @@ class MissingKeyField(Exception):
         )
         self.message = str(self)
         self.path = path
+
+
+def check_path(where: str, value: Any) -> str:
+    """Validate one dotted path such as ``"refund.id"``.
+
+    Raises:
+        ValueError: one sentence naming ``where``.
+    """
+    if not isinstance(value, str) or not all(value.split(".")):
+        raise ValueError(f"{where} must be a dotted path (like `refund.id`), not {value!r}")
+    return value
 
 
 def _field(tool_input: Any, path: str) -> Any:
@@ -100,6 +116,78 @@ def derived_key(run_id: str, seq: int, tool: str) -> str:
     every retry of the same position presents the same key; two positions are two calls.
     """
     return sha256_hash({"run": run_id, "seq": seq, "tool": tool})
+
+
+class ProbeVerdict(enum.StrEnum):
+    """What a probe's answer says of its write."""
+
+    LANDED = "landed"
+    NOT_LANDED = "not_landed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """A read that tells whether a write landed, and which part of its answer is the write's output.
+
+    ``tool``: the read's name (a registered tool for a native write, a tool
+    of the same server for an MCP one). ``input``: probe input field -> a
+    dotted path into the write's recorded input. ``landed``: a dotted path
+    into the answer, ``true`` when the write landed, ``false`` when it did
+    not; anything else cannot tell. ``output``: a dotted path into the answer
+    that becomes the write's recorded output (None: the whole answer).
+    """
+
+    tool: str
+    input: Mapping[str, str]
+    landed: str
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool, str) or not self.tool:
+            raise ValueError("a probe's `tool` must name a read tool")
+        if not isinstance(self.input, Mapping) or not all(
+            isinstance(name, str) and name for name in self.input
+        ):
+            raise ValueError(
+                "a probe's `input` must be a table of probe input field -> a dotted path "
+                "into the write's input"
+            )
+        for name, path in self.input.items():
+            check_path(f"the probe's `input` entry {name!r}", path)
+        check_path("a probe's `landed`", self.landed)
+        if self.output is not None:
+            check_path("a probe's `output`", self.output)
+        object.__setattr__(self, "input", MappingProxyType(dict(self.input)))
+
+    def probe_input(self, write_input: Any) -> dict:
+        """The probe's input, taken from the write's recorded input.
+
+        Raises:
+            KeyError: the write's input lacks a path (named in the message).
+        """
+        return {name: _field(write_input, path) for name, path in self.input.items()}
+
+    def verdict(self, answer: Any) -> tuple[ProbeVerdict, Any]:
+        """What ``answer`` says, and (when landed) the write's output drawn from it.
+
+        A landed answer without its ``output`` path cannot tell either: the
+        write's outcome would be recorded without its output.
+        """
+        try:
+            landed = _field(answer, self.landed)
+        except KeyError:
+            return ProbeVerdict.UNKNOWN, None
+        if landed is False:
+            return ProbeVerdict.NOT_LANDED, None
+        if landed is not True:
+            return ProbeVerdict.UNKNOWN, None
+        if self.output is None:
+            return ProbeVerdict.LANDED, answer
+        try:
+            return ProbeVerdict.LANDED, _field(answer, self.output)
+        except KeyError:
+            return ProbeVerdict.UNKNOWN, None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,10 +271,17 @@ class Tool:
     # The MCP server that performs the call (None for a native tool): part of the
     # identity, so two servers' same-named tools never share one.
     mcp_server: str | None = None
+    # The read that tells whether a call landed (a ``write`` only).
+    probe: Probe | None = None
 
     def __post_init__(self) -> None:
         if self.idempotency_keys:
             check_key_paths(f"the `idempotency_keys` of tool {self.name!r}", self.idempotency_keys)
+        if self.probe is not None and self.effect is not Effect.WRITE:
+            raise ValueError(
+                f"tool {self.name!r} is {self.effect.value}, and only a write has a probe: "
+                "an open read or idempotent call is simply performed again"
+            )
 
     @property
     def claims(self) -> bool:
@@ -223,15 +318,40 @@ class ToolRegistry:
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools or ():
-            self.register(tool)
+            self._add(tool)
+        for tool in self._tools.values():
+            self._check_probe(tool)
 
-    def register(self, tool: Tool) -> None:
+    def _add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
 
+    def _check_probe(self, tool: Tool) -> None:
+        if tool.probe is None:
+            return
+        reader = self._tools.get(tool.probe.tool)
+        if reader is None or reader.effect is not Effect.READ:
+            raise ValueError(
+                f"the probe of tool {tool.name!r} names {tool.probe.tool!r}, which is not a "
+                "registered read tool"
+            )
+
+    def register(self, tool: Tool) -> None:
+        """Add ``tool``; its probe's read must be registered already.
+
+        Raises:
+            ValueError: the name is taken, or the probe names no registered read.
+        """
+        self._check_probe(tool)
+        self._add(tool)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def probe_of(self, tool: Tool) -> Tool | None:
+        """The read that probes ``tool`` (None when it declares no probe)."""
+        return None if tool.probe is None else self._tools.get(tool.probe.tool)
 
     def names(self) -> list[str]:
         return sorted(self._tools)

@@ -30,9 +30,11 @@ are the only calls allowed to happen again. At the end:
   hash of a log once, plus once per kill that cut it;
 * no completed tool call happened twice: a lookup ran once plus once per
   cut; an email was delivered once per idempotency key (a re-execution
-  under the same key after a cut is collapsed); a refund ran at most once,
-  and a refund cut by a kill was never re-executed but parked in
-  needs_reconciliation for the operator.
+  under the same key after a cut is collapsed); a refund ran at most once:
+  one cut by a kill was probed by the restarted daemon (found in the
+  ledger, its refund is the write's output; not there, it is performed once)
+  or, where the probe could not tell (cut between sending it and recording
+  the bank's answer), parked in needs_reconciliation for the operator.
 
 ``test_sigterm_mid_flight`` checks the graceful side: a SIGTERM with runs in
 flight exits 0 within the deadline and the next start recovers them.
@@ -392,9 +394,12 @@ class Chaos:
         return self.active()
 
     def ledger(self) -> list[dict]:
+        """What happened in the world (a refund's request to the bank, which its probe reads, is
+        left out: the refund is the bank's answer)."""
         if not self.effects.exists():
             return []
-        return [json.loads(line) for line in self.effects.read_text(encoding="utf-8").splitlines()]
+        records = map(json.loads, self.effects.read_text(encoding="utf-8").splitlines())
+        return [r for r in records if r["tool"] != "issue_refund:sent"]
 
     def reconcile(self, run_id: str) -> None:
         """What a person does with a dangling write: look in the world, record it, resume."""
@@ -570,6 +575,9 @@ class Chaos:
                             assert done.output == output, where
                             assert len(ran) == int(happened), (where, ran, happened)
                             parked_writes += 1
+                        elif done.settled_by == "probe":
+                            assert len(ran) == 1 and done.output == ran[0]["refund"], (where, ran)
+                            assert done.probe["tool"] == "lookup_refund", where
                         else:
                             assert done.settled_by is None and cut == 0, (where, seq, cut)
                             assert len(ran) == 1, (where, ran)
@@ -584,7 +592,7 @@ class Chaos:
                 assert len(resumes) <= self.gate_posts[run_id], where
                 assert not any(e.KIND is EventKind.RUN_ABANDONED for e in events), where
                 assert all(
-                    e.settled_by is None or (run_id, e.seq) in self.resolved
+                    e.settled_by in (None, "probe") or (run_id, e.seq) in self.resolved
                     for e in completions.values()
                 ), where
 

@@ -259,6 +259,23 @@ VIEW_CASES: list[ViewCase] = [
         extra={"tool_calls_completed": 1},
     ),
     ViewCase(
+        "running: a write its probe found landed",
+        [
+            *MODEL_STEP,
+            write(),
+            tool_done(
+                3,
+                {"charged": 10},
+                settled_by="probe",
+                probe={"tool": "find_charge", "input": {"id": 1}, "answer": {"found": True}},
+            ),
+        ],
+        {"state": "running"},
+        usage=(10, 5),
+        step_count=1,
+        extra={"tool_calls_completed": 1},
+    ),
+    ViewCase(
         "running: a deduplicated completion",
         [S, tool(), tool_done(1, deduplicated_from={"run_id": OTHER_RUN, "seq": 4})],
         {"state": "running"},

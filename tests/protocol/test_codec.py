@@ -78,6 +78,15 @@ SAMPLES: list[tuple[str, Event]] = [
             deduplicated_from={"run_id": "r0", "seq": 9},
         ),
     ),
+    (
+        "ToolCallCompleted settled by a probe",
+        ToolCallCompleted(
+            seq=3,
+            output={"refund_id": "rf_1"},
+            settled_by="probe",
+            probe={"tool": "lookup_refund", "input": {"invoice_id": "I"}, "answer": None},
+        ),
+    ),
     ("ToolCallCompleted minimal", ToolCallCompleted(seq=3, output=None)),
     ("NowObserved", NowObserved(now="2026-01-01T00:00:00.000000Z")),
     ("RandomObserved", RandomObserved(value="0.25")),
@@ -290,6 +299,36 @@ ILL_TYPED: list[tuple[str, str, dict]] = [
         {"tool": "", "input": 1, "effect": "read", "idempotency_key": None},
     ),
     ("ToolCallCompleted", "settled_by client", {"seq": 1, "output": 1, "settled_by": "client"}),
+    (
+        "ToolCallCompleted",
+        "settled_by probe without its probe",
+        {"seq": 1, "output": 1, "settled_by": "probe"},
+    ),
+    (
+        "ToolCallCompleted",
+        "a probe on an operator's settlement",
+        {
+            "seq": 1,
+            "output": 1,
+            "settled_by": "operator",
+            "probe": {"tool": "t", "input": {}, "answer": 1},
+        },
+    ),
+    (
+        "ToolCallCompleted",
+        "a probe missing its answer",
+        {"seq": 1, "output": 1, "settled_by": "probe", "probe": {"tool": "t", "input": {}}},
+    ),
+    (
+        "ToolCallCompleted",
+        "a probe with an empty tool",
+        {
+            "seq": 1,
+            "output": 1,
+            "settled_by": "probe",
+            "probe": {"tool": "", "input": {}, "answer": 1},
+        },
+    ),
     (
         "ToolCallCompleted",
         "deduplicated_from missing seq",

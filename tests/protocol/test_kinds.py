@@ -64,7 +64,7 @@ def test_a_decoded_actor_is_the_member_and_is_written_as_the_same_text() -> None
         ),
         (
             lambda: ToolCallCompleted(seq=1, output=1, settled_by="client"),
-            '`settled_by` is "operator" or absent',
+            '`settled_by` is "operator", "probe" or absent',
         ),
         (lambda: started(driven_by="operator"), '`driven_by` is "client" or absent'),
     ],

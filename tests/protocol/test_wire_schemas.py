@@ -169,3 +169,40 @@ def test_a_fixed_key_builder_that_writes_another_key_stops_the_build(monkeypatch
     monkeypatch.setattr(RunView, "usage", lambda view: {"input_tokens": 0, "output": 0})
     with pytest.raises(RuntimeError, match=r"RunView.usage\(\) is built with"):
         wire.check_builders()
+
+
+@pytest.mark.parametrize(
+    ("payload", "admitted"),
+    [
+        (
+            {
+                "seq": 3,
+                "output": {"refund_id": "rf_1"},
+                "settled_by": "probe",
+                "probe": {"tool": "lookup_refund", "input": {"invoice_id": "I"}, "answer": {}},
+            },
+            True,
+        ),
+        ({"seq": 3, "output": 1, "settled_by": "operator"}, True),
+        ({"seq": 3, "output": 1, "settled_by": "client"}, False),
+        (
+            {
+                "seq": 3,
+                "output": 1,
+                "settled_by": "probe",
+                "probe": {"tool": "t", "input": {}, "answer": 1, "verdict": "landed"},
+            },
+            False,
+        ),
+        ({"seq": 3, "output": 1, "settled_by": "probe", "probe": {"tool": "", "input": {}}}, False),
+    ],
+)
+def test_a_completion_names_its_probe_as_the_wire_schema_allows(payload, admitted) -> None:
+    body = {
+        "run_id": RUN_ID,
+        "seq": 4,
+        "schema_version": 1,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "event": {"kind": "ToolCallCompleted", "payload": payload},
+    }
+    assert _component("Envelope").is_valid(body) is admitted

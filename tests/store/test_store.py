@@ -813,7 +813,18 @@ def test_a_version_2_store_gains_the_reconciliation_index(store_url: str) -> Non
         names = {index["name"] for index in inspect(connection).get_indexes("runs")}
         version = connection.execute(text("SELECT value FROM store_meta")).scalar_one()
     engine.dispose()
-    assert "ix_runs_unreconciled" in names and version == STORE_VERSION == 3
+    assert "ix_runs_unreconciled" in names and version == STORE_VERSION
+
+
+def test_a_version_3_store_gains_the_probe_answers_table(store_url: str) -> None:
+    EventStore.open(store_url).close()
+    execute_sql(store_url, "DROP TABLE probe_answers")
+    execute_sql(store_url, "UPDATE store_meta SET value = 3")
+    with EventStore.open(store_url) as store:
+        store.put_probe_answer(
+            "a", 3, tool="look", probe_input={}, answer=None, error="x", verdict="unknown"
+        )
+        assert store.probe_answers([("a", 3)])[("a", 3)].error == "x"
 
 
 def test_opening_a_newer_store_is_refused(store_url: str) -> None:
@@ -873,6 +884,7 @@ def test_public_names_are_exported() -> None:
         "EventStore",
         "Holder",
         "ParkedWrite",
+        "ProbeAnswer",
         "RunSummary",
         "STORE_VERSION",
         "SUMMARY_KEYS",
@@ -905,3 +917,54 @@ def test_an_append_survives_the_server_dropping_its_connection(
     execute_sql(store_url, "SELECT pg_terminate_backend(:pid)", pid=writer_pid)
     _, view = store.append("a", [ModelCallRequested(request_hash="sha256:a")], view)
     assert store.read_view("a") == view
+
+
+# -- probe answers ----------------------------------------------------------------------
+
+
+def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: EventStore) -> None:
+    store.put_probe_answer(
+        "a",
+        3,
+        tool="lookup_refund",
+        probe_input={"invoice_id": "I"},
+        answer=None,
+        error="the lookup timed out",
+        verdict="unknown",
+    )
+    store.put_probe_answer(
+        "a",
+        3,
+        tool="lookup_refund",
+        probe_input={"invoice_id": "I"},
+        answer={"found": True, "refund": {"refund_id": "rf_1"}},
+        error=None,
+        verdict="landed",
+    )
+    store.put_probe_answer(
+        "b",
+        7,
+        tool="lookup_refund",
+        probe_input={"invoice_id": "J"},
+        answer={"found": None},
+        error=None,
+        verdict="unknown",
+    )
+    found = store.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
+    assert set(found) == {("a", 3), ("b", 7)}
+    latest = found[("a", 3)]
+    # The second probe of the same write replaced the first.
+    assert (latest.answer, latest.error, latest.verdict) == (
+        {"found": True, "refund": {"refund_id": "rf_1"}},
+        None,
+        "landed",
+    )
+    assert latest.tool == "lookup_refund" and latest.input == {"invoice_id": "I"}
+    assert latest.observed_at.endswith("Z")
+    assert found[("b", 7)].answer == {"found": None}
+    assert store.probe_answers([]) == {}
+    with pytest.raises(ValueError, match="verdict"):
+        store.put_probe_answer(
+            "a", 3, tool="t", probe_input={}, answer=None, error=None, verdict="maybe"
+        )
+    assert store.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"

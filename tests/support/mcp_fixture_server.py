@@ -29,6 +29,9 @@ does: a key its ledger already holds is answered again and not performed (no led
 answering each ``tools/call``. ``--linger`` keeps a stdio server running after its stdin closes (as
 a badly behaved server might). ``tools/list`` pages four tools at a time, so clients must follow
 ``nextCursor``. ``--extra-tool NAME`` adds a trivial tool of that name.
+``--find-note`` adds ``find_note`` (text), a read of the ledger for a probe:
+its ``structuredContent`` says whether a ``write_note`` of that text was
+called (``found``) and, when it was, the ``note`` it answered.
 With ``--http`` the server listens on 127.0.0.1 (``--port``, or an ephemeral
 port; either is written to ``--port-file``), hands out an ``Mcp-Session-Id`` on ``initialize`` and
 requires it after; ``--sse`` answers every request as an event stream, with
@@ -75,10 +78,17 @@ TOOLS = [
 
 
 class Fixture:
-    def __init__(self, directory: Path, extra_tools: list[str], honour_keys: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        extra_tools: list[str],
+        honour_keys: bool = False,
+        find_note: bool = False,
+    ) -> None:
         self.dir = directory
         self.extra = extra_tools
         self.honour_keys = honour_keys
+        self.find_note = find_note
         self.lock = threading.Lock()
         self.client_answers: dict[str, dict] = {}
         self.answered = threading.Condition()
@@ -101,6 +111,15 @@ class Fixture:
             {"name": n, "description": "An extra tool.", "inputSchema": {"type": "object"}}
             for n in self.extra
         ]
+        if self.find_note:
+            tools.append(
+                {
+                    "name": "find_note",
+                    "description": "Whether a note was written.",
+                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                    "annotations": {"readOnlyHint": True},
+                }
+            )
         return tools
 
     def answer(self, message: dict, send, ask) -> dict | None:
@@ -191,6 +210,16 @@ class Fixture:
 
         if name == "lookup":
             return text(f"value of {args.get('key')}")
+        if name == "find_note":
+            written = [
+                entry
+                for entry in map(json.loads, (self.dir / "ledger.jsonl").read_text().splitlines())
+                if entry["tool"] == "write_note" and entry["arguments"].get("text") == args["text"]
+            ]
+            found = {"found": bool(written)}
+            if written:
+                found["note"] = {"content": [{"type": "text", "text": f"noted {args['text']}"}]}
+            return text(json.dumps(found), structuredContent=found)
         if name == "write_note":
             return text(f"noted {args.get('text')}")
         if name == "park":
@@ -381,11 +410,14 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--extra-tool", action="append", default=[])
+    parser.add_argument("--find-note", action="store_true")
     parser.add_argument("--linger", action="store_true")
     parser.add_argument("--notify", action="store_true")
     parser.add_argument("--honour-keys", action="store_true")
     args = parser.parse_args()
-    fixture = Fixture(args.dir, args.extra_tool, args.honour_keys)
+    fixture = Fixture(
+        args.dir, args.extra_tool, honour_keys=args.honour_keys, find_note=args.find_note
+    )
     fixture.note(
         "starts.jsonl", {"pid": os.getpid(), "transport": "http" if args.http else "stdio"}
     )

@@ -8,6 +8,7 @@ actually served.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -106,8 +107,10 @@ async def test_a_tool_loop_runs_to_completion_recording_every_call(
         "write",
         "idempotent",
     ]
+    # The refund's request to the bank, then what the bank answered (the demo's probe reads both).
     assert [r["tool"] for r in ledger(effects_path)] == [
         "lookup_invoice",
+        "issue_refund:sent",
         "issue_refund",
         "send_email",
     ]
@@ -426,6 +429,9 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
 async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make_agent):
     provider = providers(tool_loop_script(REFUND_PLAN[1:2], final_text="refunded"))
     agent = make_agent(provider, tools=["issue_refund"])
+    # A write without a probe (the demo's has one: tests/daemon/agents/test_probes.py).
+    unprobed = dataclasses.replace(runtime.registry.get("issue_refund"), probe=None)
+    runtime.registry = ToolRegistry([unprobed])
     run_id = await runtime.start_run(agent, None)
     # A crash between the write's intent and its completion leaves exactly this log.
     view = await runtime.view(run_id)

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.client_runs import CLIENT_RUN_ANSWERS
 from salvor.daemon.client_runs._answers import CLIENT_TOOL_OPENED, COMPLETED
 from salvor.daemon.tools._demo import demo_registry
-from salvor.daemon.tools._registry import SleepUntil, Tool
+from salvor.daemon.tools._registry import SleepUntil, Tool, ToolRegistry
 from salvor.daemon.web import is_http_url
 from salvor.protocol import STATUS_DETAIL, WIRE_SCHEMAS, Effect, RunState
 from salvor.store import SUMMARY_KEYS
@@ -157,7 +158,17 @@ async def test_every_route_is_documented(server) -> None:
 
 
 def _napper_registry():
-    registry = demo_registry()
+    demo = demo_registry()
+    # The dangling write must stay a person's (a probed one is driven on resume), so the
+    # 409 needs_reconciliation of a resume is exercised: this daemon's refund has no probe.
+    registry = ToolRegistry(
+        [
+            dataclasses.replace(demo.get(name), probe=None)
+            if name == "issue_refund"
+            else demo.get(name)
+            for name in demo.names()
+        ]
+    )
 
     async def nap(args: dict, call) -> SleepUntil:
         return SleepUntil(wake_at=datetime.now(UTC) + timedelta(hours=1))

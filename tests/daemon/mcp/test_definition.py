@@ -63,6 +63,119 @@ def test_idempotency_keys_on_a_process_agents_servers_are_accepted_and_checked()
         parse_mcp_servers([bad], stand_ins=True)
 
 
+PAY = (
+    '[[mcp_servers]]\nname = "pay"\ncommand = "x"\n'
+    'effects = { refund = "write", find = "read", send = "idempotent" }\n'
+)
+
+
+def probes(table: str, effects: str = "") -> str:
+    return PAY + effects + table
+
+
+def test_a_probe_names_a_read_of_the_same_server_for_a_write():
+    (server,) = parse(
+        probes(
+            "[mcp_servers.probes.refund]\n"
+            'tool = "find"\ninput = { invoice = "order.invoice" }\nlanded = "found"\n'
+            'output = "refund"\n'
+        )
+    ).mcp_servers
+    probe = server.probe_of("refund")
+    assert (probe.tool, dict(probe.input), probe.landed, probe.output) == (
+        "find",
+        {"invoice": "order.invoice"},
+        "found",
+        "refund",
+    )
+    assert server.probe_of("find") is None
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ("probes = 3\n", "`probes` must be a table of write tool name"),
+        (
+            '[mcp_servers.probes.send]\ntool = "find"\ninput = {}\nlanded = "ok"\n',
+            "`probes.send` probes a tool not declared `write` in `effects`",
+        ),
+        (
+            '[mcp_servers.probes.other]\ntool = "find"\ninput = {}\nlanded = "ok"\n',
+            "`probes.other` probes a tool not declared `write`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "send"\ninput = {}\nlanded = "ok"\n',
+            "names the probe 'send', which is not declared `read` in `effects`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "refund"\ninput = {}\nlanded = "ok"\n',
+            "names the probe 'refund', which is not declared `read`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ninput = {}\nlanded = "ok"\n',
+            "`probes.refund` needs `tool`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\nlanded = "ok"\n',
+            "`probes.refund` needs `input`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = {}\n',
+            "`probes.refund` needs `landed`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = {}\nlanded = "ok"\nwhen = 1\n',
+            "`probes.refund` has the unknown field `when`",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = { id = 3 }\nlanded = "ok"\n',
+            "`input` entry 'id' must be a dotted path",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = ["id"]\nlanded = "ok"\n',
+            "`input` must be a table of probe input field",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = {}\nlanded = "a..b"\n',
+            "`landed` must be a dotted path",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = "find"\ninput = {}\nlanded = "ok"\noutput = 1\n',
+            "`output` must be a dotted path",
+        ),
+        (
+            '[mcp_servers.probes.refund]\ntool = ""\ninput = {}\nlanded = "ok"\n',
+            "`tool` must name a tool of this server",
+        ),
+        (
+            (
+                'tools = ["refund", "find", "send"]\n[mcp_servers.probes.refund]\ntool = "look"\n'
+                'input = {}\nlanded = "ok"\n'
+            ),
+            "names the probe 'look', which `tools` does not expose",
+        ),
+    ],
+)
+def test_every_invalid_probe_field_is_named_in_one_sentence(table, fragment):
+    with pytest.raises(DefinitionError) as refused:
+        parse(probes(table))
+    message = str(refused.value)
+    assert fragment in message and "[[mcp_servers]] 'pay':" in message
+    assert message.count(". ") == 0
+
+
+def test_probes_on_a_process_agents_servers_are_refused_naming_the_field():
+    entry = {
+        "name": "pay",
+        "url": "http://h/mcp",
+        "effects": {"refund": "write", "find": "read"},
+        "probes": {"refund": {"tool": "find", "input": {}, "landed": "ok"}},
+    }
+    with pytest.raises(McpDefinitionError, match="`probes` is not supported for a process"):
+        parse_mcp_servers([entry], stand_ins=True)
+    assert parse_mcp_servers([entry])[0].probe_of("refund").tool == "find"
+
+
 def test_the_reference_file_format_is_accepted():
     # The format DESIGN.md shows: no name, a program plus `args`, `effect_overrides`.
     agent = parse(
@@ -227,3 +340,29 @@ def test_servers_the_daemon_runs_or_hands_its_environment_need_the_opt_in(server
     with pytest.raises(DefinitionError, match="--allow-process-agents"):
         parse(servers, allow_processes=False)
     parse(servers, allow_processes=True)
+
+
+def test_a_probe_is_accepted_in_a_json_definition():
+    import json
+
+    definition = {
+        "model": "m",
+        "mcp_servers": [
+            {
+                "name": "pay",
+                "command": ["x"],
+                "effects": {"refund": "write", "find": "read"},
+                "probes": {
+                    "refund": {"tool": "find", "input": {"id": "invoice.id"}, "landed": "found"}
+                },
+            }
+        ],
+    }
+    (server,) = parse_definition(json.dumps(definition), "json").mcp_servers
+    probe = server.probe_of("refund")
+    assert (probe.tool, dict(probe.input), probe.landed, probe.output) == (
+        "find",
+        {"id": "invoice.id"},
+        "found",
+        None,
+    )
