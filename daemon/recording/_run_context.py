@@ -150,6 +150,16 @@ def claim_wait_seconds(environ: Mapping[str, str] = os.environ) -> float:
     return seconds
 
 
+def leaves_no_outcome(tool: Tool, output: Any) -> bool:
+    """Whether a call's recorded output is a failure no other caller may copy: salvor's tool
+    error, or an MCP server's result flagged ``isError`` (the server said the call failed)."""
+    if not isinstance(output, dict):
+        return False
+    return TOOL_ERROR_KEY in output or (
+        tool.mcp_server is not None and output.get("isError") is True
+    )
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -511,7 +521,7 @@ class RunContext:
         except NotPerformed as exc:
             raise DriveInterrupted(exc.message) from None
         self._held.append(ToolCallCompleted(seq=seq, output=output))
-        if isinstance(output, dict) and TOOL_ERROR_KEY in output:
+        if leaves_no_outcome(tool, output):
             # A failed call leaves no outcome to copy: the next caller of the
             # identity performs it afresh rather than inherit this failure.
             self._release = settle

@@ -358,12 +358,35 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
     assert done_b.deduplicated_from == {"run_id": run_a, "seq": seq_a}
 
 
+async def test_an_mcp_result_flagged_is_error_releases_its_identity(runtime, providers, fx):
+    # The server answered that the call failed: the next caller must perform it, not copy that.
+    plan = [("fail_soft", {"text": "refund INV-8"})]
+    for _ in range(2):
+        provider = providers(tool_loop_script(plan, final_text="tried"))
+        text = agent_toml(provider.base_url) + (
+            f'\n[[mcp_servers]]\nname = "fx"\ncommand = {fx.toml_command()}\n'
+            'effects = { fail_soft = "write" }\nidempotency_keys = { fail_soft = "text" }\n'
+        )
+        agent = parse_definition(text, "toml")
+        run_id = await runtime.start_run(agent, None)
+        assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
+        [(_, _, failed)] = note_calls_of(await runtime.log(run_id), "fail_soft")
+        assert failed.output["isError"] is True and failed.deduplicated_from is None
+    assert len(fx.calls_of("fail_soft")) == 2
+    identity = sha256_hash({"tool": "fail_soft", "mcp_server": "fx", "text": "refund INV-8"})
+    assert await runtime.access.read(runtime.access.store.get_claim, identity) is None
+
+
 def note_calls(log):
+    return note_calls_of(log, "write_note")
+
+
+def note_calls_of(log, tool):
     done = completions(log)
     return [
         (e.seq, e.event, done.get(e.seq))
         for e in log
-        if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == "write_note"
+        if e.event.KIND is EventKind.TOOL_CALL_REQUESTED and e.event.tool == tool
     ]
 
 
