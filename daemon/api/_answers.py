@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quart import Response
-from salvor.protocol import TERMINAL_STATES, RunState, Shape
+from salvor.protocol import TERMINAL_STATES, RunState, Shape, nullable
 
 from ._bodies import Field
 from ._http import json_response
@@ -272,8 +272,28 @@ RECONCILIATION = Answer(
         _required("idempotency_key", {"type": ["string", "null"]}),
         _required(
             "probe",
-            {"oneOf": [{"type": "object"}, {"type": "null"}]},
-            description="The last answer of the write's probe; null when it has none.",
+            nullable(
+                closed(
+                    {
+                        "tool": {"type": "string", "description": "The read the probe called."},
+                        "input": {"description": "What it was called with."},
+                        "answer": {"description": "What it answered; null when it gave none."},
+                        "error": {
+                            "type": ["string", "null"],
+                            "description": "Why it gave no answer (it failed or timed out).",
+                        },
+                        "verdict": {
+                            "enum": ["landed", "not_landed", "unknown"],
+                            "description": "What the answer said of the write; a parked "
+                            "write's last probe could not tell (`unknown`).",
+                        },
+                        "observed_at": _INSTANT,
+                    },
+                    ["tool", "input", "answer", "error", "verdict", "observed_at"],
+                )
+            ),
+            description="The last answer of the write's probe; null when its tool declares "
+            "none or it has not run.",
         ),
         _required(
             "resolve",

@@ -81,8 +81,17 @@ def describe_reconciliation(item: dict) -> str:
         f"  input   {_short(intent['input'])}",
         f"  key     {item['idempotency_key'] or 'none'}",
     ]
-    if item["probe"] is not None:
-        lines.append(f"  probe   {_short(item['probe'])}")
+    probe = item["probe"]
+    if probe is not None:
+        said = (
+            f"answered {_short(probe['answer'])}"
+            if probe["error"] is None
+            else f"failed: {probe['error']}"
+        )
+        lines.append(
+            f"  probe   {probe['tool']} {said} at {probe['observed_at']} "
+            f"({'could not tell' if probe['verdict'] == 'unknown' else probe['verdict']})"
+        )
     expects = "what it returned"
     if resolve["output_schema"] is not None:
         expects += f", matching {_short(resolve['output_schema'])}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from salvor.protocol import Actor, RunView
+from salvor.store import ProbeAnswer
 
 from ..client_runs import ClientTool
 
@@ -63,22 +64,30 @@ class Reconciliation:
         }
 
 
-def probe_member(run_id: str, view: RunView) -> dict | None:
-    """The ``probe`` member of a run's item: its write's probe's last answer, if any.
-
-    Always None in this build: no write declares a probe yet. Once probe answers are stored,
-    this is where the item reads the last one for ``view.pending``.
-    """
-    return None
+def probe_member(answer: ProbeAnswer | None) -> dict | None:
+    """The ``probe`` member of an item: the last answer of its write's probe, if it ran."""
+    if answer is None:
+        return None
+    return {
+        "tool": answer.tool,
+        "input": answer.input,
+        "answer": answer.answer,
+        "error": answer.error,
+        "verdict": answer.verdict,
+        "observed_at": answer.observed_at,
+    }
 
 
 def reconciliation(
-    run_id: str, view: RunView, client_tools: Mapping[str, ClientTool]
+    run_id: str,
+    view: RunView,
+    client_tools: Mapping[str, ClientTool],
+    probed: ProbeAnswer | None = None,
 ) -> Reconciliation:
-    """The queue's item for a run parked on ``view.pending``."""
+    """The queue's item for a run parked on ``view.pending`` (``probed``: its probe's answer)."""
     declared = None
     if view.pending.performed_by == Actor.CLIENT:
         declared = client_tools.get(view.pending.tool)
     return Reconciliation(
-        run_id=run_id, view=view, declaration=declared, probe=probe_member(run_id, view)
+        run_id=run_id, view=view, declaration=declared, probe=probe_member(probed)
     )

@@ -246,7 +246,13 @@ class Runtime:
         page, cursor = await self.access.read(
             lambda: self.access.store.parked_writes(limit=limit, after=after)
         )
-        return [reconciliation(p.run_id, p.view, client_tools) for p in page], cursor
+        positions = [(p.run_id, p.view.pending.seq) for p in page]
+        probed = await self.access.read(self.access.store.probe_answers, positions)
+        items = [
+            reconciliation(p.run_id, p.view, client_tools, probed.get(at))
+            for p, at in zip(page, positions, strict=True)
+        ]
+        return items, cursor
 
     async def interrupted_runs(self) -> list[str]:
         """Server-driven runs a restart drives again: those cut mid-flight, and those parked on

@@ -235,6 +235,18 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
     assert (await probe_answer(runtime, run_id, intent.seq)).answer == {"found": None}
     assert len(world.performed) == 1
 
+    # The reconciliation queue shows the person what the probe last said.
+    [item], _ = await runtime.reconciliations({})
+    probe = item.to_json()["probe"]
+    assert item.run_id == run_id and isinstance(probe["observed_at"], str)
+    assert {k: probe[k] for k in ("tool", "input", "answer", "error", "verdict")} == {
+        "tool": "find_refund",
+        "input": {"invoice": "INV-7"},
+        "answer": {"found": None},
+        "error": None,
+        "verdict": "unknown",
+    }
+
 
 async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, world, providers):
     world.lose = 1

@@ -1,8 +1,9 @@
 """`salvor reconcile`: the reconciliation queue on the command line, listed and worked one run at
 a time, as real subprocesses over a real store (the scripted provider the only double).
 
-Each parked run is a real one: `salvor run` killed inside ``issue_refund``
-(``SALVOR_FAULT_KILL_IN_TOOL``), so its log ends at the write's open intent.
+Each parked run is a real one: `salvor run` killed inside ``issue_refund`` once the refund was
+sent (``SALVOR_FAULT_KILL_IN_TOOL=issue_refund:sent``), so its log ends at the write's open
+intent and its probe cannot tell whether it landed.
 """
 
 from __future__ import annotations
@@ -14,23 +15,34 @@ from salvor.protocol import TOOL_ERROR_KEY, EventKind
 from salvor.store import EventStore
 
 from tests.daemon.cli.test_cli import event_total, one_sentence, salvor
+from tests.support.backends import SQLITE_ONLY
 from tests.support.runtime import agent_toml, ledger
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is the command's sentences and exits;
+# the queue's store query is tests/store's, on both backends.
+STORE_BACKENDS = SQLITE_ONLY
 
 NOBODY = "00000000-0000-4000-8000-000000000000"
 
 
 @pytest.fixture
 def refund_file(tmp_path, providers):
-    provider = providers(
-        tool_loop_script(
-            [("issue_refund", {"invoice_id": "INV-9", "amount_cents": 300})],
-            final_text="settled",
+    """An agent file refunding one invoice (each invoice is its own identity: a run refunding an
+    invoice another run refunded copies that refund instead of reaching the tool)."""
+
+    def made(invoice: str = "INV-9"):
+        provider = providers(
+            tool_loop_script(
+                [("issue_refund", {"invoice_id": invoice, "amount_cents": 300})],
+                final_text="settled",
+            )
         )
-    )
-    path = tmp_path / "agent.toml"
-    path.write_text(agent_toml(provider.base_url, tools=["issue_refund"]))
-    return path
+        path = tmp_path / f"agent-{invoice}.toml"
+        path.write_text(agent_toml(provider.base_url, tools=["issue_refund"]))
+        return path
+
+    return made
 
 
 @pytest.fixture
@@ -38,10 +50,12 @@ def effects(tmp_path):
     return tmp_path / "effects.jsonl"
 
 
-def killed_in_the_refund(store_url, refund_file, effects, *labels: str) -> str:
-    env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund", "SALVOR_DEMO_EFFECTS": str(effects)}
+def killed_in_the_refund(store_url, agent_file, effects, *labels: str) -> str:
+    # Killed once the bank was sent the refund, before it answered: the refund's probe
+    # (lookup_refund) cannot tell whether it landed, so the run stays parked for a person.
+    env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund:sent", "SALVOR_DEMO_EFFECTS": str(effects)}
     args = [a for label in labels for a in ("--label", label)]
-    killed = salvor(store_url, "run", str(refund_file), "--json", *args, env=env)
+    killed = salvor(store_url, "run", str(agent_file), "--json", *args, env=env)
     assert killed.returncode == -9, killed.stderr
     return json.loads(killed.stdout.splitlines()[0])["run"]
 
@@ -54,9 +68,10 @@ def last_event(store_url: str, run_id: str):
 def test_the_queue_is_listed_oldest_first_readably_and_as_json_lines(
     store_url, refund_file, effects
 ):
-    assert salvor(store_url, "run", str(refund_file)).returncode == 0  # completes: not listed
-    first = killed_in_the_refund(store_url, refund_file, effects, "desk=eu")
-    second = killed_in_the_refund(store_url, refund_file, effects)
+    completes = salvor(store_url, "run", str(refund_file("INV-1")))
+    assert completes.returncode == 0  # not listed
+    first = killed_in_the_refund(store_url, refund_file(), effects, "desk=eu")
+    second = killed_in_the_refund(store_url, refund_file("INV-10"), effects)
 
     listed = salvor(store_url, "reconcile", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -89,9 +104,18 @@ def test_the_queue_is_listed_oldest_first_readably_and_as_json_lines(
     ):
         assert fragment in block, block
 
+    # A resume probes the write first; the probe cannot tell, and the queue shows its answer.
+    resumed = salvor(store_url, "resume", first, env={"SALVOR_DEMO_EFFECTS": str(effects)})
+    assert resumed.returncode == 0 and "needs reconciliation" in resumed.stdout, resumed.stderr
+    listed = salvor(store_url, "reconcile", "--json")
+    probe = json.loads(listed.stdout.splitlines()[0])["probe"]
+    assert (probe["tool"], probe["verdict"]) == ("lookup_refund", "unknown"), probe
+    block = salvor(store_url, "reconcile").stdout.split("\n\n")[0]
+    assert "probe   lookup_refund answered" in block and "(could not tell)" in block, block
+
 
 def test_an_output_resolves_the_write_and_the_run_continues(store_url, refund_file, effects):
-    run_id = killed_in_the_refund(store_url, refund_file, effects)
+    run_id = killed_in_the_refund(store_url, refund_file(), effects)
     done = salvor(store_url, "reconcile", run_id, "--output", '{"refund_id": "rf_1"}')
     assert done.returncode == 0, done.stderr
     assert "write resolved" in done.stdout and f"salvor resume {run_id}" in done.stdout
@@ -100,12 +124,13 @@ def test_an_output_resolves_the_write_and_the_run_continues(store_url, refund_fi
     assert salvor(store_url, "reconcile", "--json").stdout == ""
     resumed = salvor(store_url, "resume", run_id)
     assert resumed.returncode == 0 and "completed" in resumed.stdout
-    # The killed attempt is the only refund: resolving performed nothing.
-    assert len([e for e in ledger(effects) if e["tool"] == "issue_refund"]) == 1
+    # The killed attempt reached the bank once and nothing answered it: resolving performed
+    # nothing more.
+    assert [e["tool"] for e in ledger(effects)] == ["issue_refund:sent"]
 
 
 def test_not_landed_records_a_failed_call_the_model_is_told(store_url, refund_file, effects):
-    run_id = killed_in_the_refund(store_url, refund_file, effects)
+    run_id = killed_in_the_refund(store_url, refund_file(), effects)
     seq = json.loads(salvor(store_url, "reconcile", "--json").stdout)["intent"]["seq"]
     done = salvor(store_url, "reconcile", run_id, "--not-landed", "--json")
     assert done.returncode == 0, done.stderr
@@ -122,8 +147,8 @@ def test_not_landed_records_a_failed_call_the_model_is_told(store_url, refund_fi
 
 
 def test_each_refusal_is_one_sentence_and_records_nothing(store_url, refund_file, effects):
-    run_id = killed_in_the_refund(store_url, refund_file, effects)
-    completed = salvor(store_url, "run", str(refund_file)).stdout.splitlines()[0]
+    run_id = killed_in_the_refund(store_url, refund_file(), effects)
+    completed = salvor(store_url, "run", str(refund_file("INV-1"))).stdout.splitlines()[0]
     before = event_total(store_url)
     for args, fragments in (
         ([run_id], ["exactly one of --output JSON", "--not-landed"]),
