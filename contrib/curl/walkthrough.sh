@@ -156,7 +156,8 @@ api POST "/v1/runs/$RUN/resume"
 echo
 STATE=$(watch "$RUN" "$NEXT")
 expect "$STATE" needs_reconciliation
-api GET "/v1/runs/$RUN" | pick '{"status": j["status"], "pending": j["pending"]}'
+echo "the reconciliation queue: the write, its key, and what the probe answered:"
+api GET "/v1/reconciliations" | pick '[{"run": i["run"], "tool": i["intent"]["tool"], "key": i["idempotency_key"], "probe": i["probe"]} for i in j["reconciliations"] if i["run"] == "'"$RUN"'"]'
 AMOUNT=$(api GET "/v1/runs/$RUN" | pick 'j["pending"]["input"]["amount_cents"]')
 NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
 echo "having checked the payment provider: the refund went out. Record what it returned:"

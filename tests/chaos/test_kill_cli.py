@@ -100,6 +100,19 @@ COMMIT_ENDS = {
 # the same commit dies at the same instant (right after that commit), so it is the same scenario;
 # the first seq of a commit of several events also checks that the fault waits for the commit.
 KILL_POINTS = [n for n in range(EVENT_COUNT) if n == 0 or CLEAN_KINDS[n - 1] in COMMIT_ENDS]
+# The commit that makes the refund's intent durable (with the model answer held back before it).
+_REFUND_INTENT = 1 + 4 * [tool for tool, _ in PLAN].index("issue_refund") + 2
+WRITE_COMMIT = max(n for n in KILL_POINTS if n <= _REFUND_INTENT)
+
+# Every kill point on SQLite; on PostgreSQL a sample (the head, the write's intent, the end; the
+# first and last model call). A commit is as durable on either backend, and what a kill between
+# two commits leaves behind is the recovery's to handle, which does not know the backend.
+COMMIT_KILLS = [("sqlite", n) for n in KILL_POINTS] + [
+    ("postgres", n) for n in (0, WRITE_COMMIT, KILL_POINTS[-1])
+]
+MODEL_KILLS = [("sqlite", k) for k in range(MODEL_CALLS)] + [
+    ("postgres", k) for k in (0, MODEL_CALLS - 1)
+]
 
 
 # --------------------------------------------------------------------------
@@ -512,7 +525,12 @@ def test_clean_run(harness: Harness, clean_kinds: list[EventKind]) -> None:
     assert_invariants(harness, clean_kinds, Recovery())
 
 
-@pytest.mark.parametrize("n", KILL_POINTS, ids=lambda n: f"seq-{n:02d}")
+@pytest.mark.parametrize(
+    ("store_url", "n"),
+    COMMIT_KILLS,
+    indirect=["store_url"],
+    ids=[f"{backend}-seq-{n:02d}" for backend, n in COMMIT_KILLS],
+)
 def test_kill_after_every_commit(harness: Harness, clean_kinds: list[EventKind], n: int) -> None:
     """SIGKILL right after the commit that made seq n durable, then recover."""
     killed, log, recovery = run_scenario(harness, [after_seq(n)], clean_kinds)
@@ -534,7 +552,12 @@ def test_kill_after_every_commit(harness: Harness, clean_kinds: list[EventKind],
     assert harness.cut_hashes == []  # no model call was in flight at a commit boundary
 
 
-@pytest.mark.parametrize("k", range(MODEL_CALLS), ids=lambda k: f"model-{k}")
+@pytest.mark.parametrize(
+    ("store_url", "k"),
+    MODEL_KILLS,
+    indirect=["store_url"],
+    ids=[f"{backend}-model-{k}" for backend, k in MODEL_KILLS],
+)
 def test_kill_inside_model_call(harness: Harness, clean_kinds: list[EventKind], k: int) -> None:
     """SIGKILL while model call k is in flight (the provider has it, the answer is lost)."""
     killed, log, recovery = run_scenario(harness, [in_model_call(k)], clean_kinds)

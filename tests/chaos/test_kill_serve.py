@@ -30,7 +30,10 @@ are the only calls allowed to happen again. At the end:
   hash of a log once, plus once per kill that cut it;
 * no completed tool call happened twice: a lookup ran once plus once per
   cut; an email was delivered once per idempotency key (a re-execution
-  under the same key after a cut is collapsed); a refund ran at most once:
+  under the same key after a cut is collapsed); refunds name one of a few
+  shared invoices (a refund's identity), and each invoice was refunded by one
+  run at most, every other run's refund of it copying that outcome
+  (``deduplicated_from``); a refund ran at most once:
   one cut by a kill was probed by the restarted daemon (found in the
   ledger, its refund is the write's output; not there, it is performed once)
   or, where the probe could not tell (cut between sending it and recording
@@ -58,7 +61,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,11 @@ pytestmark = pytest.mark.kill
 KILLS = int(os.environ.get("SALVOR_CHAOS_KILLS", "10"))
 SEED = int(os.environ.get("SALVOR_CHAOS_SEED", "20261129"))
 CONCURRENT_RUNS = 20
+# Refunds name one of this many invoices (a refund's identity): a dozen runs share each.
+SHARED_INVOICES = 5
+# A run whose refund's identity another run holds open waits for it to settle; the holder may be
+# parked until the operator resolves it, so the wait outlasts the operator's round.
+CLAIM_WAIT_SECONDS = "120"
 # Delay between READY and the kill, in seconds: short enough that a kill often
 # lands during recovery, long enough that runs make progress between kills.
 KILL_DELAY = (0.05, 2.5)
@@ -121,9 +129,12 @@ def draw_plan(rng: random.Random, case: int) -> list[list[Any]]:
             rng.randint(1, len(steps)), ["request_approval", {"reason": f"refund {invoice}?"}]
         )
     if rng.random() < 0.6:
+        # The refund's key is its invoice: runs share a few, so runs race on one identity
+        # across kills, and exactly one of them may perform it.
+        shared = f"INV-S{rng.randrange(SHARED_INVOICES)}"
         steps.insert(
             rng.randint(1, len(steps)),
-            ["issue_refund", {"invoice_id": invoice, "amount_cents": 100 + case}],
+            ["issue_refund", {"invoice_id": shared, "amount_cents": 100 + case}],
         )
     if rng.random() < 0.15:
         steps.insert(rng.randint(1, len(steps)), ["wait_until", {"seconds": 1}])
@@ -184,6 +195,7 @@ class Daemon:
         }
         self.env.update(
             SALVOR_DEMO_EFFECTS=str(effects),
+            SALVOR_CLAIM_WAIT_SECONDS=CLAIM_WAIT_SECONDS,
             NOTIFY_SOCKET=str(self.notify_path),
             PYTHONUNBUFFERED="1",
         )
@@ -517,6 +529,7 @@ class Chaos:
             r["idempotency_key"] for r in ledger if r["tool"] == "send_email" and r["delivered"]
         )
         parked_writes = 0
+        refunds: dict[str, list] = defaultdict(list)
         with EventStore.open(self.store_url) as store:
             for run_id, plan in self.plans.items():
                 log = store.read_log(run_id)
@@ -570,7 +583,13 @@ class Chaos:
                         assert len(ran) <= 1, (
                             f"{where}: refund at seq {seq} happened {len(ran)} times"
                         )
-                        if done.settled_by == "operator":
+                        invoice = intent.event.input["invoice_id"]
+                        assert intent.event.idempotency_key, (where, seq)
+                        refunds[invoice].append((run_id, seq, done, ran))
+                        if done.deduplicated_from is not None:
+                            # Another run's refund of this invoice: nothing performed here.
+                            assert ran == [] and cut == 0, (where, seq, ran, cut)
+                        elif done.settled_by == "operator":
                             output, happened = self.resolved[(run_id, seq)]
                             assert done.output == output, where
                             assert len(ran) == int(happened), (where, ran, happened)
@@ -596,6 +615,21 @@ class Chaos:
                     for e in completions.values()
                 ), where
 
+        # No identity performed twice: each invoice was refunded by one run at most, and every
+        # other run's refund of it copies that one's outcome.
+        copies = 0
+        for invoice, calls in refunds.items():
+            performed = [c for c in calls if c[2].deduplicated_from is None]
+            assert len(performed) == 1, (invoice, [(r, q, d) for r, q, d, _ in performed])
+            (holder_run, holder_seq, holder_done, _) = performed[0]
+            happened = [r for r in ledger if r["tool"] == "issue_refund"]
+            assert len([r for r in happened if r["input"]["invoice_id"] == invoice]) <= 1, invoice
+            for _, _, done, _ in calls:
+                if done.deduplicated_from is not None:
+                    assert done.deduplicated_from == {"run_id": holder_run, "seq": holder_seq}
+                    assert done.output == holder_done.output, invoice
+                    copies += 1
+
         # Nothing was served that no log asked for.
         assert self.provider.call_count == expected_calls, (
             self.provider.call_count,
@@ -607,6 +641,7 @@ class Chaos:
             "model_calls_cut": sum(self.cuts.model.values()),
             "tool_calls_cut": sum(self.cuts.tool.values()),
             "writes_reconciled": parked_writes,
+            "refunds_copied": copies,
             "gate_resumes": sum(self.gate_posts.values()),
             "daemon_starts": self.daemon.starts,
             "ready_seconds_max": round(max(self.daemon.ready_seconds), 3),

@@ -185,9 +185,9 @@ def _napper_registry():
     return registry
 
 
-async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
-    """A run the CLI left with a dangling write (killed inside
-    issue_refund), in the daemon's store."""
+async def _run_killed_in_a_write(store_url: str, tmp_path: Path, invoice: str) -> str:
+    """A run the CLI left with a dangling write (killed inside issue_refund), in the daemon's
+    store. One invoice per run: a second refund of an invoice waits on the first's open claim."""
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK)
     result = await trio.run_process(
@@ -201,7 +201,7 @@ async def _run_killed_in_a_write(store_url: str, tmp_path: Path) -> str:
             store_url,
             "--json",
             "--input",
-            '{"invoice_id": "INV-5"}',
+            json.dumps({"invoice_id": invoice}),
         ],
         env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
         capture_stdout=True,
@@ -284,8 +284,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     await call(api, "POST", "/v1/runs", expect=400, json={"agent": refund, "colour": "red"})
     for run_id in (completed, suspended, sleeping, over_budget, parked):
         await server.wait_resting(run_id)
-    dangling = await _run_killed_in_a_write(store_url, tmp_path)
-    abandoned_write = await _run_killed_in_a_write(store_url, tmp_path)
+    dangling = await _run_killed_in_a_write(store_url, tmp_path, "INV-5")
+    abandoned_write = await _run_killed_in_a_write(store_url, tmp_path, "INV-6")
 
     states = {}
     for run_id in (completed, suspended, sleeping, over_budget, dangling):

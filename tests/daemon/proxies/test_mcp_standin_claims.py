@@ -20,7 +20,12 @@ from salvor.daemon.tools import derived_key
 from salvor.protocol import EventKind, RunState, sha256_hash
 
 from tests.daemon.proxies.test_mcp_standins import standin_agent
+from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py), but for the race: two runs claiming one identity
+# at once is the store's behaviour, so that test keeps both backends.
+STORE_BACKENDS = SQLITE_ONLY
 
 NOTE = "refund INV-7"
 IDENTITY = sha256_hash({"tool": "write_note", "mcp_server": "fix", "text": NOTE})
@@ -104,6 +109,7 @@ async def test_two_process_runs_asking_for_one_keyed_write_perform_it_once(
     assert len(fx.calls_of("write_note")) == 1 and len(fx.starts) == 2
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once(
     store_url, registry, providers, upstream_env, tmp_path, fx, monkeypatch
 ):
