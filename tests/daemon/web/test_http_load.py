@@ -119,7 +119,7 @@ async def test_thousands_of_pooled_requests_on_a_saturated_machine_lose_none(
     # Most clients at httpx's default expiry; two at an expiry near the
     # server's timeout (Go's 90 s, scaled), reusing connections idle that long.
     near = 90.0 * SCALE
-    clients = [(HTTPX_EXPIRY * SCALE, 672)] * 6 + [(near, 2 * BURST)] * 2
+    clients = [(HTTPX_EXPIRY * SCALE, 336)] * 6 + [(near, 2 * BURST)] * 2
     with trio.fail_after(300):
         async with trio.open_nursery() as nursery:
             for expiry, count in clients:
