@@ -518,6 +518,24 @@ class Chaos:
 
     # -- the invariants ----------------------------------------------------------------
 
+    @staticmethod
+    def check_refunds(refunds: dict[str, list], ledger: list[dict]) -> int:
+        """No identity performed twice: each invoice was refunded by one run at most, and every
+        other run's refund of it copies that one's outcome. Returns how many copied."""
+        copies = 0
+        happened = [r for r in ledger if r["tool"] == "issue_refund"]
+        for invoice, calls in refunds.items():
+            performed = [c for c in calls if c[2].deduplicated_from is None]
+            assert len(performed) == 1, (invoice, [(r, q, d) for r, q, d, _ in performed])
+            (holder_run, holder_seq, holder_done, _) = performed[0]
+            assert len([r for r in happened if r["input"]["invoice_id"] == invoice]) <= 1, invoice
+            for _, _, done, _ in calls:
+                if done.deduplicated_from is not None:
+                    assert done.deduplicated_from == {"run_id": holder_run, "seq": holder_seq}
+                    assert done.output == holder_done.output, invoice
+                    copies += 1
+        return copies
+
     def check(self) -> dict:
         ledger = self.ledger()
         records: dict[tuple[str, int], list[dict]] = {}
@@ -615,20 +633,7 @@ class Chaos:
                     for e in completions.values()
                 ), where
 
-        # No identity performed twice: each invoice was refunded by one run at most, and every
-        # other run's refund of it copies that one's outcome.
-        copies = 0
-        for invoice, calls in refunds.items():
-            performed = [c for c in calls if c[2].deduplicated_from is None]
-            assert len(performed) == 1, (invoice, [(r, q, d) for r, q, d, _ in performed])
-            (holder_run, holder_seq, holder_done, _) = performed[0]
-            happened = [r for r in ledger if r["tool"] == "issue_refund"]
-            assert len([r for r in happened if r["input"]["invoice_id"] == invoice]) <= 1, invoice
-            for _, _, done, _ in calls:
-                if done.deduplicated_from is not None:
-                    assert done.deduplicated_from == {"run_id": holder_run, "seq": holder_seq}
-                    assert done.output == holder_done.output, invoice
-                    copies += 1
+        copies = self.check_refunds(refunds, ledger)
 
         # Nothing was served that no log asked for.
         assert self.provider.call_count == expected_calls, (
