@@ -3,8 +3,12 @@ reads that bypass the daemon, and short ways to register agents and start runs."
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +19,8 @@ from salvor.store import EventStore, normalize_store_url
 
 from tests.support.api_server import Server, agent_toml
 from tests.support.scripted_provider import tool_loop_script
+
+REFUND_DESK = Path(__file__).resolve().parents[2] / "contrib" / "agents" / "refund-desk.toml"
 
 NOBODY = "00000000-0000-4000-8000-000000000000"
 FAR_WAKE = "2099-01-01T00:00:00Z"
@@ -140,3 +146,23 @@ class Gate:
     async def wait_arrived(self) -> None:
         await trio.to_thread.run_sync(self.arrived.wait, 30)
         assert self.arrived.is_set()
+
+
+async def killed_in_a_write(
+    store_url: str, tmp_path: Path, invoice: str, labels: dict[str, str] | None = None
+) -> str:
+    """A built-in run the CLI left with a dangling ``issue_refund`` (killed inside it), in the
+    store at ``store_url``. One invoice per run: a second refund of an invoice waits on the
+    first's open claim."""
+    agent = tmp_path / "refund-desk.toml"
+    agent.write_text(REFUND_DESK.read_text())
+    flags = [a for key, value in (labels or {}).items() for a in ("--label", f"{key}={value}")]
+    result = await trio.run_process(
+        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url]
+        + ["--json", *flags, "--input", json.dumps({"invoice_id": invoice})],
+        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    return json.loads(result.stdout.decode().splitlines()[0])["run"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -32,7 +31,6 @@ from typing import Any
 
 import httpx
 import pytest
-import trio
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
@@ -51,6 +49,7 @@ from salvor.daemon.web import is_http_url
 from salvor.protocol import STATUS_DETAIL, WIRE_SCHEMAS, Effect, RunState
 from salvor.store import SUMMARY_KEYS
 
+from tests.support.api import killed_in_a_write
 from tests.support.api_server import TOKEN
 from tests.support.contract import (
     BASE,
@@ -185,32 +184,6 @@ def _napper_registry():
     return registry
 
 
-async def _run_killed_in_a_write(store_url: str, tmp_path: Path, invoice: str) -> str:
-    """A run the CLI left with a dangling write (killed inside issue_refund), in the daemon's
-    store. One invoice per run: a second refund of an invoice waits on the first's open claim."""
-    agent = tmp_path / "refund-desk.toml"
-    agent.write_text(REFUND_DESK)
-    result = await trio.run_process(
-        [
-            sys.executable,
-            "-m",
-            "salvor.daemon.cli",
-            "run",
-            str(agent),
-            "--store",
-            store_url,
-            "--json",
-            "--input",
-            json.dumps({"invoice_id": invoice}),
-        ],
-        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    return json.loads(result.stdout.decode().splitlines()[0])["run"]
-
-
 async def test_real_responses_match_the_document(server_factory, store_url, tmp_path) -> None:
     server = await server_factory(auth_token=TOKEN, registry=_napper_registry())
     api, contract = server.client, await Contract.served(server.client)
@@ -284,8 +257,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     await call(api, "POST", "/v1/runs", expect=400, json={"agent": refund, "colour": "red"})
     for run_id in (completed, suspended, sleeping, over_budget, parked):
         await server.wait_resting(run_id)
-    dangling = await _run_killed_in_a_write(store_url, tmp_path, "INV-5")
-    abandoned_write = await _run_killed_in_a_write(store_url, tmp_path, "INV-6")
+    dangling = await killed_in_a_write(store_url, tmp_path, "INV-5")
+    abandoned_write = await killed_in_a_write(store_url, tmp_path, "INV-6")
 
     states = {}
     for run_id in (completed, suspended, sleeping, over_budget, dangling):

@@ -8,21 +8,18 @@ write its declaration does not let it complete. Every answer is validated agains
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from pathlib import Path
-
-import trio
 from salvor.daemon.client_runs import load_declarations
 from salvor.protocol import TOOL_ERROR_KEY, EventKind
 
-from tests.support.api import assert_error, read_log_independently, snapshot
+from tests.support.api import (
+    assert_error,
+    killed_in_a_write,
+    read_log_independently,
+    snapshot,
+)
 from tests.support.api_server import TOKEN
 from tests.support.contract import MISSING_RUN, Contract
 
-REPO = Path(__file__).resolve().parents[3]
-REFUND_DESK = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
 PAYOUT = """
 name = "payout"
 effect = "write"
@@ -38,27 +35,6 @@ required = ["payout_id"]
 QUEUE = "/v1/reconciliations"
 CLIENT_AGENT = "sha256:" + "c" * 64
 RESOLVE = "/v1/runs/{run_id}/resolve"
-
-
-async def killed_in_a_write(store_url: str, tmp_path: Path, invoice: str) -> str:
-    """A built-in run the CLI left with a dangling ``issue_refund`` (killed inside it)."""
-    agent = tmp_path / "refund-desk.toml"
-    agent.write_text(REFUND_DESK)
-    result = await trio.run_process(
-        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url]
-        + [
-            "--json",
-            "--label",
-            f"invoice={invoice}",
-            "--input",
-            json.dumps({"invoice_id": invoice}),
-        ],
-        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    return json.loads(result.stdout.decode().splitlines()[0])["run"]
 
 
 async def client_write_parked(api, contract: Contract) -> str:
@@ -105,10 +81,10 @@ async def test_the_queue_lists_exactly_the_parked_runs_oldest_first(
     api, contract = server.client, await Contract.served(server.client)
     call = contract.call
 
-    first = await killed_in_a_write(store_url, tmp_path, "INV-5")
+    first = await killed_in_a_write(store_url, tmp_path, "INV-5", {"invoice": "INV-5"})
     client = await client_write_parked(api, contract)
     # Not parked: a run that completed, and one parked then resolved.
-    resolved = await killed_in_a_write(store_url, tmp_path, "INV-6")
+    resolved = await killed_in_a_write(store_url, tmp_path, "INV-6", {"invoice": "INV-6"})
     await call(api, "POST", RESOLVE, expect=200, run_id=resolved, json={"output": {"ok": 1}})
 
     queue = await call(api, "GET", QUEUE, expect=200)
@@ -185,7 +161,7 @@ async def test_an_http_resolve_records_that_a_write_did_not_land(
     server = await server_factory()
     api, contract = server.client, await Contract.served(server.client)
     call = contract.call
-    dangling = await killed_in_a_write(store_url, tmp_path, "INV-7")
+    dangling = await killed_in_a_write(store_url, tmp_path, "INV-7", {"invoice": "INV-7"})
     pending = (await call(api, "GET", "/v1/runs/{run_id}", run_id=dangling))["pending"]
 
     before = await snapshot(server)
