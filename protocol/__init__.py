@@ -38,8 +38,13 @@ from ._events import BudgetExceeded as BudgetExceeded
 from ._events import Effect as Effect
 from ._events import Event as Event
 from ._events import EventKind as EventKind
+from ._events import GraphRunStarted as GraphRunStarted
+from ._events import MapItemCompleted as MapItemCompleted
 from ._events import ModelCallCompleted as ModelCallCompleted
 from ._events import ModelCallRequested as ModelCallRequested
+from ._events import NodeEntered as NodeEntered
+from ._events import NodeExited as NodeExited
+from ._events import NodeSkipped as NodeSkipped
 from ._events import NowObserved as NowObserved
 from ._events import RandomObserved as RandomObserved
 from ._events import Resumed as Resumed

@@ -48,6 +48,12 @@ class EventKind(enum.StrEnum):
     RUN_COMPLETED = "RunCompleted"
     RUN_FAILED = "RunFailed"
     RUN_ABANDONED = "RunAbandoned"
+    # A graph run's head and the narration of its walk.
+    GRAPH_RUN_STARTED = "GraphRunStarted"
+    NODE_ENTERED = "NodeEntered"
+    NODE_EXITED = "NodeExited"
+    NODE_SKIPPED = "NodeSkipped"
+    MAP_ITEM_COMPLETED = "MapItemCompleted"
 
 
 class Effect(enum.StrEnum):
@@ -419,6 +425,107 @@ class RunAbandoned(Event):
             _str(self.KIND, "unresolved_write.tool", self.unresolved_write["tool"])
 
 
+# The origin a fork's head names: the run it was cut from, the last origin seq its prefix copies,
+# the node it re-walks from, the graph both share, and the origin writes the operator let re-fire.
+FORK_ORIGIN_KEYS = frozenset(
+    {"run_id", "through_seq", "from_node", "graph_hash", "acknowledged_writes"}
+)
+
+
+def _fork_origin(kind: str, origin: Any) -> None:
+    _exact_keys(kind, "forked_from", origin, FORK_ORIGIN_KEYS)
+    _str(kind, "forked_from.run_id", origin["run_id"])
+    _seq(kind, "forked_from.through_seq", origin["through_seq"])
+    _str(kind, "forked_from.from_node", origin["from_node"])
+    _str(kind, "forked_from.graph_hash", origin["graph_hash"])
+    writes = origin["acknowledged_writes"]
+    if not isinstance(writes, list):
+        raise _fail(kind, "`forked_from.acknowledged_writes` must be a list of seqs")
+    for seq in writes:
+        _seq(kind, "forked_from.acknowledged_writes[]", seq)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphRunStarted(Event):
+    """The head of a graph run: the graph it walks (by hash) and the run's input."""
+
+    KIND: ClassVar[EventKind] = EventKind.GRAPH_RUN_STARTED
+    optional: ClassVar[frozenset[str]] = frozenset({"labels", "forked_from"})
+
+    graph_hash: str
+    input: Any
+    labels: dict | None = None
+    forked_from: dict | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "graph_hash", self.graph_hash)
+        if self.labels is not None and not is_label_map(self.labels):
+            raise _fail(self.KIND, NOT_A_LABEL_MAP)
+        if self.forked_from is not None:
+            _fork_origin(self.KIND, self.forked_from)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeEntered(Event):
+    """The walk reached ``node``; ``input`` is what the node was given, resolved."""
+
+    KIND: ClassVar[EventKind] = EventKind.NODE_ENTERED
+
+    node: str
+    input: Any
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "node", self.node)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeExited(Event):
+    """``node`` finished with ``output``; a branch also names the case it took."""
+
+    KIND: ClassVar[EventKind] = EventKind.NODE_EXITED
+    optional: ClassVar[frozenset[str]] = frozenset({"branch_case"})
+
+    node: str
+    output: Any
+    branch_case: str | None = None
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "node", self.node)
+        if self.branch_case is not None:
+            _str(self.KIND, "branch_case", self.branch_case)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSkipped(Event):
+    """The walk passed ``node`` by: no live edge leads into it."""
+
+    KIND: ClassVar[EventKind] = EventKind.NODE_SKIPPED
+
+    node: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "node", self.node)
+        _str(self.KIND, "reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapItemCompleted(Event):
+    """Item ``index`` of the open ``map`` node finished in the child run ``run_id``."""
+
+    KIND: ClassVar[EventKind] = EventKind.MAP_ITEM_COMPLETED
+
+    node: str
+    index: int
+    run_id: str
+    output: Any
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "node", self.node)
+        _seq(self.KIND, "index", self.index)
+        _str(self.KIND, "run_id", self.run_id)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.KIND.value: cls
     for cls in (
@@ -437,5 +544,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunCompleted,
         RunFailed,
         RunAbandoned,
+        GraphRunStarted,
+        NodeEntered,
+        NodeExited,
+        NodeSkipped,
+        MapItemCompleted,
     )
 }

@@ -23,8 +23,11 @@ from ._events import (
     Actor,
     BudgetExceeded,
     Event,
+    GraphRunStarted,
     ModelCallCompleted,
     ModelCallRequested,
+    NodeEntered,
+    NodeExited,
     NowObserved,
     RandomObserved,
     Resumed,
@@ -159,6 +162,11 @@ class RunView:
     first_now: str | None = None
     last_now: str | None = None
     tool_calls_completed: int = 0
+    # A graph run: the graph it walks (its head is GraphRunStarted, and it has no
+    # agent_def_hash), the fork origin its head names, and the node entered and not yet exited.
+    graph_hash: str | None = None
+    forked_from: dict | None = None
+    open_node: str | None = None
 
     @property
     def event_count(self) -> int:
@@ -264,6 +272,20 @@ class _Folder:
         self.driven_by = event.driven_by
         self.replay_of = event.replay_of
 
+    def _graph_run_started(self, seq: int, at: str, event: GraphRunStarted) -> None:
+        self.state = RunState.RUNNING
+        self.detail = {}
+        self.graph_hash = event.graph_hash
+        self.input = event.input
+        self.labels = event.labels
+        self.forked_from = event.forked_from
+
+    def _node_entered(self, seq: int, at: str, event: NodeEntered) -> None:
+        self.open_node = event.node
+
+    def _node_exited(self, seq: int, at: str, event: NodeExited) -> None:
+        self.open_node = None
+
     def _model_requested(self, seq: int, at: str, event: ModelCallRequested) -> None:
         self.state = RunState.AWAITING_MODEL
         self.detail = {}
@@ -334,10 +356,14 @@ class _Folder:
         self.pending = None
 
 
-# What each kind does beyond entering a STATUS_DETAIL state (``apply``); Suspended, SleepStarted and
-# BudgetExceeded do nothing more.
+# What each kind does beyond entering a STATUS_DETAIL state (``apply``); Suspended, SleepStarted,
+# BudgetExceeded, NodeSkipped and MapItemCompleted do nothing more (the graph projection reads them
+# from the log).
 _HANDLERS = {
     RunStarted: _Folder._run_started,
+    GraphRunStarted: _Folder._graph_run_started,
+    NodeEntered: _Folder._node_entered,
+    NodeExited: _Folder._node_exited,
     ModelCallRequested: _Folder._model_requested,
     ModelCallCompleted: _Folder._model_completed,
     ToolCallRequested: _Folder._tool_requested,

@@ -16,7 +16,12 @@ from ._envelope import SCHEMA_VERSION, Envelope
 from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
 from ._events import (
     EventKind,
+    GraphRunStarted,
+    MapItemCompleted,
     ModelCallCompleted,
+    NodeEntered,
+    NodeExited,
+    NodeSkipped,
     Resumed,
     RunAbandoned,
     RunStarted,
@@ -32,8 +37,11 @@ S = RunState
 _ABANDON = {K.RUN_ABANDONED}
 _AFTER_INTENT = {K.RUN_FAILED, K.RUN_ABANDONED}
 
+# What narrates a graph run's walk: recorded between the node-level steps, never inside a call.
+_GRAPH_WALK = (K.NODE_ENTERED, K.NODE_EXITED, K.NODE_SKIPPED, K.MAP_ITEM_COMPLETED)
+
 LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
-    S.NOT_STARTED: frozenset({K.RUN_STARTED}),
+    S.NOT_STARTED: frozenset({K.RUN_STARTED, K.GRAPH_RUN_STARTED}),
     S.RUNNING: frozenset(
         {
             K.MODEL_CALL_REQUESTED,
@@ -46,6 +54,7 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
             K.RUN_COMPLETED,
             K.RUN_FAILED,
             K.RUN_ABANDONED,
+            *_GRAPH_WALK,
         }
     ),
     S.AWAITING_MODEL: frozenset({K.MODEL_CALL_COMPLETED} | _AFTER_INTENT),
@@ -83,6 +92,27 @@ def _refuse(view: RunView, envelope: Envelope, why: str) -> GuardRefusal:
     )
 
 
+def _check_walk(
+    view: RunView,
+    envelope: Envelope,
+    event: NodeEntered | NodeExited | NodeSkipped | MapItemCompleted,
+) -> None:
+    """A walk event belongs to a graph run and to the node the walk is at.
+
+    One node is open at a time (a map's items are child runs, not steps of this log): a node is
+    entered only when none is open, exited or given a map item only while it is the open one,
+    and skipped only between nodes.
+    """
+    if view.graph_hash is None:
+        raise _refuse(view, envelope, "only a graph run (GraphRunStarted) narrates nodes")
+    if isinstance(event, NodeEntered | NodeSkipped):
+        if view.open_node is not None:
+            raise _refuse(view, envelope, f"node {view.open_node!r} is entered and not exited")
+    elif event.node != view.open_node:
+        where = "no node is open" if view.open_node is None else f"{view.open_node!r} is open"
+        raise _refuse(view, envelope, f"it names node {event.node!r}, but {where}")
+
+
 def check_next(view: RunView, envelope: Envelope) -> None:
     """Accept ``envelope`` as the next event after ``view``, or refuse it.
 
@@ -98,7 +128,7 @@ def check_next(view: RunView, envelope: Envelope) -> None:
     kind = envelope.event.KIND
     if kind not in LEGAL_NEXT[view.state]:
         if view.state is S.NOT_STARTED:
-            why = "a log must open with RunStarted at seq 0"
+            why = "a log must open with RunStarted or GraphRunStarted at seq 0"
         elif view.terminal:
             why = "nothing may follow a terminal event"
         elif view.pending is not None and kind in (K.MODEL_CALL_REQUESTED, K.TOOL_CALL_REQUESTED):
@@ -110,11 +140,13 @@ def check_next(view: RunView, envelope: Envelope) -> None:
             why = f"the legal next kinds are {allowed}"
         raise _refuse(view, envelope, why)
     event = envelope.event
-    if isinstance(event, RunStarted):
+    if isinstance(event, RunStarted | GraphRunStarted):
         try:
             check_labels(event.labels)
         except SchemaViolation as exc:
             raise _refuse(view, envelope, exc.message) from None
+    elif isinstance(event, NodeEntered | NodeExited | NodeSkipped | MapItemCompleted):
+        _check_walk(view, envelope, event)
     elif isinstance(event, ModelCallCompleted):
         if view.pending.kind != PendingKind.MODEL or event.seq != view.pending.seq:
             raise _refuse(

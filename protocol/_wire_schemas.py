@@ -21,12 +21,18 @@ from ._events import (
     _USAGE_KEYS,
     BUDGET_KINDS,
     EVENT_TYPES,
+    FORK_ORIGIN_KEYS,
     Actor,
     BudgetExceeded,
     Effect,
     Event,
+    GraphRunStarted,
+    MapItemCompleted,
     ModelCallCompleted,
     ModelCallRequested,
+    NodeEntered,
+    NodeExited,
+    NodeSkipped,
     NowObserved,
     RandomObserved,
     Resumed,
@@ -135,7 +141,44 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
             description="The dangling write the run was abandoned with.",
         ),
     },
+    GraphRunStarted: {
+        "graph_hash": {"type": "string", "pattern": HASH_PATTERN},
+        "input": ANY,
+        "labels": ref("Labels"),
+        "forked_from": ref("ForkOrigin"),
+    },
+    NodeEntered: {"node": _TEXT, "input": {**ANY, "description": "The node's resolved input."}},
+    NodeExited: {
+        "node": _TEXT,
+        "output": ANY,
+        "branch_case": {**_TEXT, "description": "A branch node only: the case it took."},
+    },
+    NodeSkipped: {"node": _TEXT, "reason": _TEXT},
+    MapItemCompleted: {
+        "node": _TEXT,
+        "index": _COUNT,
+        "run_id": {**_TEXT, "description": "The child run that performed the item."},
+        "output": ANY,
+    },
 }
+
+# A fork's head names where it was cut from (``GraphRunStarted.forked_from``).
+FORK_ORIGIN = closed(
+    exactly(
+        "a fork origin",
+        FORK_ORIGIN_KEYS,
+        {
+            "run_id": _TEXT,
+            "through_seq": SEQ,
+            "from_node": _TEXT,
+            "graph_hash": {"type": "string", "pattern": HASH_PATTERN},
+            "acknowledged_writes": {"type": "array", "items": SEQ},
+        },
+    ),
+    sorted(FORK_ORIGIN_KEYS),
+    description="The origin run, the last origin seq the fork's prefix copies, the node it "
+    "re-walks from, the graph both walk, and the origin writes the operator let re-fire.",
+)
 
 
 def payload_properties(event_type: type[Event], fields: JSON) -> tuple[JSON, list[str]]:
@@ -306,6 +349,7 @@ WIRE_SCHEMAS: Mapping[str, JSON] = MappingProxyType(
             "oneOf": [_pending_variant(kind, *INTENT_FIELDS) for kind in PendingKind],
         },
         "Replay": REPLAY,
+        "ForkOrigin": FORK_ORIGIN,
         "Envelope": ENVELOPE,
     }
 )

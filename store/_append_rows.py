@@ -133,6 +133,7 @@ def _run_row(view: RunView) -> dict:
         "wake_at": _normal_wake_at(view),
         "driven_by": view.driven_by,
         "agent_def_hash": view.agent_def_hash,
+        "graph_hash": view.graph_hash,
         "labels": dumps(view.labels) if view.labels is not None else None,
         "input_tokens": view.input_tokens,
         "output_tokens": view.output_tokens,

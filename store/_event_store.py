@@ -138,6 +138,7 @@ _SUMMARY_COLUMNS = (
     runs.c.output_tokens,
     runs.c.step_count,
     runs.c.agent_def_hash,
+    runs.c.graph_hash,
     runs.c.labels,
     runs.c.driven_by,
     runs.c.wake_at,

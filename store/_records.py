@@ -30,6 +30,7 @@ SUMMARY_FIELDS: tuple[tuple[str, str], ...] = (
     ("usage", "usage"),
     ("step_count", "step_count"),
     ("agent_def_hash", "agent_def_hash"),
+    ("graph_hash", "graph_hash"),
     ("labels", "labels"),
 )
 SUMMARY_KEYS = frozenset(key for key, _ in SUMMARY_FIELDS)
@@ -55,6 +56,7 @@ class RunSummary:
     usage: dict | None = None
     step_count: int | None = None
     agent_def_hash: str | None = None
+    graph_hash: str | None = None
     labels: dict | None = None
     driven_by: str | None = None
     wake_at: str | None = None
@@ -173,6 +175,7 @@ def summary_from_row(row: Any) -> RunSummary:
         usage={"input_tokens": row.input_tokens, "output_tokens": row.output_tokens},
         step_count=row.step_count,
         agent_def_hash=row.agent_def_hash,
+        graph_hash=row.graph_hash,
         labels=labels,
         driven_by=row.driven_by,
         wake_at=row.wake_at,

@@ -39,7 +39,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 4
+STORE_VERSION = 5
 
 metadata = MetaData()
 
@@ -68,6 +68,8 @@ runs = Table(
     Column("wake_at", Text),
     Column("driven_by", Text),
     Column("agent_def_hash", Text),
+    # A graph run's graph (it has no agent_def_hash).
+    Column("graph_hash", Text),
     Column("labels", Text),
     Column("input_tokens", BigInteger, nullable=False),
     Column("output_tokens", BigInteger, nullable=False),
@@ -166,12 +168,11 @@ def _create_missing(connection: Connection) -> None:
 _UPGRADE_PAGE = 1000
 
 
-def _views_learn_replay_of(connection: Connection) -> None:
-    """Version 2: a RunView has ``replay_of``; every stored view gains it as null.
+def _views_learn(connection: Connection, defaults: dict) -> None:
+    """Every stored view gains the fields of ``defaults`` it lacks, with those values.
 
-    No run of a version-1 store can be a re-run, so null is exact and no log
-    needs folding again. A view that does not parse is left as it is: its
-    row already reads as degraded, and re-folding its log repairs it.
+    A view that does not parse is left as it is: its row already reads as
+    degraded, and re-folding its log repairs it.
     """
     after = ""
     while True:
@@ -188,12 +189,21 @@ def _views_learn_replay_of(connection: Connection) -> None:
                 view = json.loads(stored)
             except ValueError:
                 continue
-            if isinstance(view, dict) and "replay_of" not in view:
-                view["replay_of"] = None
+            if isinstance(view, dict) and not defaults.keys() <= view.keys():
+                view = {**defaults, **view}
                 connection.execute(
                     update(runs).where(runs.c.run_id == run_id).values(view=dumps(view))
                 )
         after = page[-1][0]
+
+
+def _views_learn_replay_of(connection: Connection) -> None:
+    """Version 2: a RunView has ``replay_of``; every stored view gains it as null.
+
+    No run of a version-1 store can be a re-run, so null is exact and no log
+    needs folding again.
+    """
+    _views_learn(connection, {"replay_of": None})
 
 
 def _index_unreconciled_runs(connection: Connection) -> None:
@@ -208,6 +218,15 @@ def _add_probe_answers(connection: Connection) -> None:
     probe_answers.create(connection, checkfirst=True)
 
 
+def _learn_graph_runs(connection: Connection) -> None:
+    """Version 5: runs may be graph runs; ``runs`` gains ``graph_hash`` and every stored view
+    the graph fields, all null (no run of an older store walked a graph, so null is exact)."""
+    # A store made new at version 0 has the column already (``_create_missing``).
+    if "graph_hash" not in {column["name"] for column in inspect(connection).get_columns("runs")}:
+        connection.execute(text("ALTER TABLE runs ADD COLUMN graph_hash TEXT"))
+    _views_learn(connection, {"graph_hash": None, "forked_from": None, "open_node": None})
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -216,6 +235,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     1: _views_learn_replay_of,
     2: _index_unreconciled_runs,
     3: _add_probe_answers,
+    4: _learn_graph_runs,
 }
 
 

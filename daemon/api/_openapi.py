@@ -105,6 +105,10 @@ def _run_summary(keys: frozenset[str]) -> JSON:
                     "usage": _ref("Usage"),
                     "step_count": {"type": "integer", "minimum": 0},
                     "agent_def_hash": _ref("AgentHash"),
+                    "graph_hash": {
+                        **_ref("GraphHash"),
+                        "description": "A graph run's graph (it has no agent_def_hash).",
+                    },
                     "labels": {"allOf": [_ref("Labels")], "minProperties": 1},
                     DRIVER.name: DRIVER.described(),
                 },
@@ -150,6 +154,11 @@ SCHEMAS: JSON = {
         "description": (
             "sha256 over the RFC 8785 canonical JSON of the definition (its `name` excluded)."
         ),
+    },
+    "GraphHash": {
+        "type": "string",
+        "pattern": "^sha256:[0-9a-f]{64}$",
+        "description": "sha256 over the RFC 8785 canonical JSON of the graph document.",
     },
     # The shapes the pure core emits (status, pending, envelope, ...), from its builders' tables.
     **WIRE_SCHEMAS,

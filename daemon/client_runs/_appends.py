@@ -72,8 +72,24 @@ def _stamped(envelope: Envelope) -> Envelope:
 
 # Where a kind the generic append never takes is recorded instead, for the refusal.
 _ABANDONED = "a run is abandoned by POST /v1/runs/{id}/abandon, never by an appended event"
+_GRAPH = "a client-driven run is an agent run; only the daemon's graph walker narrates a graph"
+_GRAPH_KINDS = frozenset(
+    {
+        EventKind.GRAPH_RUN_STARTED,
+        EventKind.NODE_ENTERED,
+        EventKind.NODE_EXITED,
+        EventKind.NODE_SKIPPED,
+        EventKind.MAP_ITEM_COMPLETED,
+    }
+)
 _NOT_APPENDABLE = {
-    kind.value: _ABANDONED if kind is EventKind.RUN_ABANDONED else _STEPS
+    kind.value: (
+        _ABANDONED
+        if kind is EventKind.RUN_ABANDONED
+        else _GRAPH
+        if kind in _GRAPH_KINDS
+        else _STEPS
+    )
     for kind in EventKind
     if kind not in APPENDABLE
 }

@@ -16,8 +16,13 @@ from salvor.protocol import (
     BudgetExceeded,
     Envelope,
     Event,
+    GraphRunStarted,
+    MapItemCompleted,
     ModelCallCompleted,
     ModelCallRequested,
+    NodeEntered,
+    NodeExited,
+    NodeSkipped,
     NowObserved,
     RandomObserved,
     Resumed,
@@ -40,6 +45,7 @@ OTHER_RUN = "run-2"
 AGENT = "sha256:" + "a" * 64
 REQUEST = "sha256:" + "b" * 64
 REQUEST_2 = "sha256:" + "c" * 64
+GRAPH = "sha256:" + "d" * 64
 WAKE_AT = "2026-08-14T09:00:00Z"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -82,6 +88,10 @@ def wrap(events: list[Event], *, run_id: str = RUN) -> list[Envelope]:
 
 def started(**fields: Any) -> RunStarted:
     return RunStarted(**{"agent_def_hash": AGENT, "input": {"claim": "C-7"}} | fields)
+
+
+def graph_started(**fields: Any) -> GraphRunStarted:
+    return GraphRunStarted(**{"graph_hash": GRAPH, "input": {"topic": "tides"}, **fields})
 
 
 def model(**fields: Any) -> ModelCallRequested:
@@ -444,6 +454,73 @@ VIEW_CASES: list[ViewCase] = [
     ),
 ]
 
+GS = graph_started()
+FORK_ORIGIN = {
+    "run_id": "origin",
+    "through_seq": 3,
+    "from_node": "publish",
+    "graph_hash": GRAPH,
+    "acknowledged_writes": [2],
+}
+VIEW_CASES += [
+    ViewCase(
+        "running: a graph run just started",
+        [graph_started(labels={"build": "7"})],
+        {"state": "running"},
+        extra={
+            "graph_hash": GRAPH,
+            "agent_def_hash": None,
+            "input": {"topic": "tides"},
+            "labels": {"build": "7"},
+            "open_node": None,
+        },
+    ),
+    ViewCase(
+        "running: a fork names its origin",
+        [graph_started(forked_from=FORK_ORIGIN)],
+        {"state": "running"},
+        extra={"forked_from": FORK_ORIGIN},
+    ),
+    ViewCase(
+        "running: a graph run inside an agent node's model call",
+        [GS, NodeEntered(node="research", input="tides"), model()],
+        {"state": "awaiting_model"},
+        pending=pending_model(2),
+        step_count=1,
+        extra={"open_node": "research"},
+    ),
+    ViewCase(
+        "running: a graph run between nodes",
+        [
+            GS,
+            NodeEntered(node="route", input=True),
+            NodeExited(node="route", output=True, branch_case="true"),
+            NodeSkipped(node="reject", reason="another case was taken"),
+            NodeEntered(node="each", input=[1, 2]),
+            MapItemCompleted(node="each", index=1, run_id="child-1", output=2),
+        ],
+        {"state": "running"},
+        extra={"open_node": "each"},
+    ),
+    ViewCase(
+        "suspended: a graph run at a gate",
+        [GS, NodeEntered(node="approve", input=None), gate()],
+        {"state": "suspended", "reason": "approve the refund", "input_schema": APPROVAL_SCHEMA},
+        extra={"open_node": "approve"},
+    ),
+    ViewCase(
+        "completed: a graph run",
+        [
+            GS,
+            NodeEntered(node="research", input="tides"),
+            NodeExited(node="research", output="notes"),
+            RunCompleted(output={"research": "notes"}),
+        ],
+        {"state": "completed", "output": {"research": "notes"}},
+        extra={"open_node": None},
+    ),
+]
+
 # Every state of the status table has at least one case.
 COVERED_STATES = {case.status["state"] for case in VIEW_CASES}
 
@@ -773,4 +850,48 @@ REFUSALS: list[Refusal] = [
         gate({"$ref": "#/definitions/missing"}),
         "input_schema is unusable",
     ),
+    # A graph run's walk: one node open at a time, and only a graph run narrates nodes.
+    Refusal(
+        "NodeEntered in an agent run",
+        [S],
+        NodeEntered(node="research", input=None),
+        "only a graph run (GraphRunStarted) narrates nodes",
+    ),
+    Refusal(
+        "NodeEntered while a node is open",
+        [GS, NodeEntered(node="research", input=None)],
+        NodeEntered(node="draft", input=None),
+        "node 'research' is entered and not exited",
+    ),
+    Refusal(
+        "NodeSkipped while a node is open",
+        [GS, NodeEntered(node="research", input=None)],
+        NodeSkipped(node="reject", reason="x"),
+        "node 'research' is entered and not exited",
+    ),
+    Refusal(
+        "NodeExited of another node",
+        [GS, NodeEntered(node="research", input=None)],
+        NodeExited(node="draft", output=None),
+        "it names node 'draft', but 'research' is open",
+    ),
+    Refusal(
+        "NodeExited with no node open",
+        [GS],
+        NodeExited(node="draft", output=None),
+        "it names node 'draft', but no node is open",
+    ),
+    Refusal(
+        "MapItemCompleted of a node that is not open",
+        [GS, NodeEntered(node="each", input=[1])],
+        MapItemCompleted(node="other", index=0, run_id="c", output=1),
+        "it names node 'other', but 'each' is open",
+    ),
+    Refusal(
+        "NodeExited inside a model call",
+        [GS, NodeEntered(node="research", input=None), model()],
+        NodeExited(node="research", output=None),
+        "the model intent at seq 2 must complete first",
+    ),
+    Refusal("GraphRunStarted mid-run", [GS], graph_started(), LEGAL_KINDS),
 ]

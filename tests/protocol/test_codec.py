@@ -9,9 +9,14 @@ from salvor.protocol import (
     EVENT_TYPES,
     BudgetExceeded,
     Event,
+    GraphRunStarted,
     MalformedEvent,
+    MapItemCompleted,
     ModelCallCompleted,
     ModelCallRequested,
+    NodeEntered,
+    NodeExited,
+    NodeSkipped,
     NowObserved,
     RandomObserved,
     Resumed,
@@ -104,6 +109,27 @@ SAMPLES: list[tuple[str, Event]] = [
         RunAbandoned(reason="gone", unresolved_write={"seq": 4, "tool": "charge"}),
     ),
     ("RunAbandoned minimal", RunAbandoned()),
+    (
+        "GraphRunStarted forked",
+        GraphRunStarted(
+            graph_hash=AGENT,
+            input={"topic": "tides"},
+            labels={"env": "prod"},
+            forked_from={
+                "run_id": "origin-run",
+                "through_seq": 3,
+                "from_node": "publish",
+                "graph_hash": AGENT,
+                "acknowledged_writes": [4],
+            },
+        ),
+    ),
+    ("GraphRunStarted minimal", GraphRunStarted(graph_hash=AGENT, input=None)),
+    ("NodeEntered", NodeEntered(node="research", input={"topic": "tides"})),
+    ("NodeExited branch", NodeExited(node="route", output=True, branch_case="true")),
+    ("NodeExited minimal", NodeExited(node="research", output=None)),
+    ("NodeSkipped", NodeSkipped(node="reject", reason="an upstream branch took another case")),
+    ("MapItemCompleted", MapItemCompleted(node="each", index=2, run_id="child", output=[1])),
 ]
 samples = pytest.mark.parametrize("event", [e for _, e in SAMPLES], ids=[n for n, _ in SAMPLES])
 

@@ -21,6 +21,8 @@ def test_a_whole_summary_writes_every_key_of_the_table_in_its_order() -> None:
         usage={"input_tokens": 1, "output_tokens": 2},
         step_count=1,
         agent_def_hash="sha256:" + "a" * 64,
+        # (No run has both: the table's order is what this pins.)
+        graph_hash="sha256:" + "c" * 64,
         labels={"env": "test"},
         driven_by="client",
         wake_at=None,

@@ -827,6 +827,34 @@ def test_a_version_3_store_gains_the_probe_answers_table(store_url: str) -> None
         assert store.probe_answers([("a", 3)])[("a", 3)].error == "x"
 
 
+def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        _, view = store.append("a", [started()], EMPTY_VIEW)
+        store.append("a", [pay("k")], view)
+        before = store.read_view("a")
+    # What version 4 stored: no graph_hash column, views without the graph fields.
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.begin() as connection:
+        (stored,) = connection.execute(text("SELECT view FROM runs")).one()
+        old = {k: v for k, v in json.loads(stored).items() if k not in GRAPH_FIELDS}
+        connection.execute(text("UPDATE runs SET view = :v"), {"v": json.dumps(old)})
+        connection.execute(text("ALTER TABLE runs DROP COLUMN graph_hash"))
+        connection.execute(text("UPDATE store_meta SET value = 4"))
+    engine.dispose()
+    with EventStore.open(store_url) as store:
+        assert store.read_view("a") == before
+        (summary,), _ = store.list_runs()
+        assert summary.graph_hash is None and summary.agent_def_hash is not None
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        (stored,) = connection.execute(text("SELECT view FROM runs")).one()
+    engine.dispose()
+    assert {k: json.loads(stored)[k] for k in GRAPH_FIELDS} == dict.fromkeys(GRAPH_FIELDS)
+
+
+GRAPH_FIELDS = ("graph_hash", "forked_from", "open_node")
+
+
 def test_opening_a_newer_store_is_refused(store_url: str) -> None:
     EventStore.open(store_url).close()
     execute_sql(store_url, "UPDATE store_meta SET value = :v", v=STORE_VERSION + 1)
