@@ -134,6 +134,7 @@ def _run_row(view: RunView) -> dict:
         "driven_by": view.driven_by,
         "agent_def_hash": view.agent_def_hash,
         "graph_hash": view.graph_hash,
+        "forked_from": view.forked_from["run_id"] if view.forked_from is not None else None,
         "labels": dumps(view.labels) if view.labels is not None else None,
         "input_tokens": view.input_tokens,
         "output_tokens": view.output_tokens,

@@ -68,8 +68,10 @@ runs = Table(
     Column("wake_at", Text),
     Column("driven_by", Text),
     Column("agent_def_hash", Text),
-    # A graph run's graph (it has no agent_def_hash).
+    # A graph run's graph (it has no agent_def_hash), and for a fork the run it was cut from
+    # (the derived index of a run's forks is read from it).
     Column("graph_hash", Text),
+    Column("forked_from", Text),
     Column("labels", Text),
     Column("input_tokens", BigInteger, nullable=False),
     Column("output_tokens", BigInteger, nullable=False),
@@ -99,6 +101,13 @@ runs = Table(
     # last_recorded_at: nothing orders by it, and it changes on every append,
     # so it would cost a page in every commit.)
     Index("ix_runs_listing", "first_recorded_at", "run_id"),
+    # The forks of a run (``GET /v1/runs/{id}/forks``); only forks have the column set.
+    Index(
+        "ix_runs_forked_from",
+        "forked_from",
+        sqlite_where=text("forked_from IS NOT NULL"),
+        postgresql_where=text("forked_from IS NOT NULL"),
+    ),
     # The reconciliation queue, oldest first. A run in this state has its
     # open write as its last event (the guard admits only the completion or
     # an abandonment after it), so last_recorded_at is when the intent was
@@ -219,11 +228,17 @@ def _add_probe_answers(connection: Connection) -> None:
 
 
 def _learn_graph_runs(connection: Connection) -> None:
-    """Version 5: runs may be graph runs; ``runs`` gains ``graph_hash`` and every stored view
-    the graph fields, all null (no run of an older store walked a graph, so null is exact)."""
-    # A store made new at version 0 has the column already (``_create_missing``).
-    if "graph_hash" not in {column["name"] for column in inspect(connection).get_columns("runs")}:
-        connection.execute(text("ALTER TABLE runs ADD COLUMN graph_hash TEXT"))
+    """Version 5: runs may be graph runs; ``runs`` gains ``graph_hash`` and ``forked_from`` (and
+    the index forks are found by), every stored view the graph fields, all null (no run of an
+    older store walked a graph, so null is exact)."""
+    # A store made new at version 0 has the columns already (``_create_missing``).
+    present = {column["name"] for column in inspect(connection).get_columns("runs")}
+    for name in ("graph_hash", "forked_from"):
+        if name not in present:
+            connection.execute(text(f"ALTER TABLE runs ADD COLUMN {name} TEXT"))
+    for index in runs.indexes:
+        if index.name == "ix_runs_forked_from":
+            index.create(connection, checkfirst=True)
     _views_learn(connection, {"graph_hash": None, "forked_from": None, "open_node": None})
 
 

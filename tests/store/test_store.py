@@ -838,7 +838,9 @@ def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
         (stored,) = connection.execute(text("SELECT view FROM runs")).one()
         old = {k: v for k, v in json.loads(stored).items() if k not in GRAPH_FIELDS}
         connection.execute(text("UPDATE runs SET view = :v"), {"v": json.dumps(old)})
+        connection.execute(text("DROP INDEX ix_runs_forked_from"))
         connection.execute(text("ALTER TABLE runs DROP COLUMN graph_hash"))
+        connection.execute(text("ALTER TABLE runs DROP COLUMN forked_from"))
         connection.execute(text("UPDATE store_meta SET value = 4"))
     engine.dispose()
     with EventStore.open(store_url) as store:
@@ -848,8 +850,10 @@ def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
     engine = create_engine(normalize_store_url(store_url))
     with engine.connect() as connection:
         (stored,) = connection.execute(text("SELECT view FROM runs")).one()
+        indexes = {index["name"] for index in inspect(connection).get_indexes("runs")}
     engine.dispose()
     assert {k: json.loads(stored)[k] for k in GRAPH_FIELDS} == dict.fromkeys(GRAPH_FIELDS)
+    assert "ix_runs_forked_from" in indexes
 
 
 GRAPH_FIELDS = ("graph_hash", "forked_from", "open_node")
