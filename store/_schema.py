@@ -39,7 +39,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 4
+STORE_VERSION = 5
 
 metadata = MetaData()
 
@@ -149,6 +149,21 @@ probe_answers = Table(
     Column("observed_at", Text, nullable=False),
 )
 
+# Graph documents, content-addressed: the document as submitted (parsed, re-serialised) under
+# its hash, and the shape summary a listing answers with, so a listing reads no document.
+graphs = Table(
+    "graphs",
+    metadata,
+    Column("graph_hash", Text, primary_key=True),
+    Column("document", Text, nullable=False),
+    Column("node_count", Integer, nullable=False),
+    Column("edge_count", Integer, nullable=False),
+    # JSON arrays of node ids, in document order.
+    Column("entry_nodes", Text, nullable=False),
+    Column("terminal_nodes", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -208,6 +223,11 @@ def _add_probe_answers(connection: Connection) -> None:
     probe_answers.create(connection, checkfirst=True)
 
 
+def _add_graphs(connection: Connection) -> None:
+    """Version 5: graph documents are stored; they get a table of their own."""
+    graphs.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -216,6 +236,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     1: _views_learn_replay_of,
     2: _index_unreconciled_runs,
     3: _add_probe_answers,
+    4: _add_graphs,
 }
 
 
