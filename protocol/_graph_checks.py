@@ -162,7 +162,7 @@ def _missing_case_edges(found: _Structure) -> None:
 
 def _components(members: list[str], targets: dict[str, list[str]]) -> list[list[str]]:
     """The strongly connected components of ``members`` with more than one node (Tarjan's,
-    by an explicit stack), each in the order its nodes were first reached."""
+    by an explicit stack)."""
     inside = set(members)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -237,10 +237,15 @@ def _structure_errors(found: _Structure) -> list[str]:
     ordered = set(order)
     on_cycle: set[str] = set()
     position = {node_id: i for i, node_id in enumerate(ids)}
-    for component in _components([i for i in ids if i not in ordered], targets):
+    components = [
+        sorted(component, key=position.__getitem__)
+        for component in _components([i for i in ids if i not in ordered], targets)
+    ]
+    # Each cycle starts at its first node in document order, and cycles come in that order.
+    for component in sorted(components, key=lambda members: position[members[0]]):
         members = set(component)
         on_cycle |= members
-        cycle = _cycle_through(min(component, key=position.__getitem__), members, targets)
+        cycle = _cycle_through(component[0], members, targets)
         shown = " -> ".join(excerpt(node_id, 32) for node_id in [*cycle, cycle[0]])
         found.errors.append(
             GraphError(
@@ -250,20 +255,16 @@ def _structure_errors(found: _Structure) -> list[str]:
                 extra={"nodes": cycle},
             )
         )
-    reached = {node_id for node_id in ids if node_id not in has_inbound}
-    queue = deque(reached)
-    while queue:
-        for target in targets[queue.popleft()]:
-            if target not in reached:
-                reached.add(target)
-                queue.append(target)
+    # A node every inbound edge of which leaves a cycle can never run. Nodes further down are not
+    # reported: they follow from it, and fixing the cycle fixes them.
+    fed_from_outside = {edge.target for edge in found.edges if edge.source not in on_cycle}
     for node_id in ids:
-        if node_id not in reached and node_id not in on_cycle:
+        if node_id in has_inbound and node_id not in on_cycle | fed_from_outside:
             found.errors.append(
                 GraphError(
                     code="unreachable_node",
-                    message=f"node {excerpt(node_id, 32)!r} is fed only through a cycle, so no "
-                    "walk from an entry node reaches it",
+                    message=f"node {excerpt(node_id, 32)!r} is fed only by nodes on a cycle, so "
+                    "no walk from an entry node reaches it",
                     node=node_id,
                 )
             )

@@ -303,7 +303,7 @@ def _map_body(value: Any, where: str, node_id: str, shape: Shape) -> GraphNode |
 def _fold(value: dict, where: str, node_id: str, shape: Shape) -> dict:
     over = _reference_field(value, "over", where)
     reducer = value["reducer"]
-    if reducer not in set(Reducer):
+    if not isinstance(reducer, str) or reducer not in set(Reducer):
         reducers = ", ".join(reducer.value for reducer in Reducer)
         raise Malformed(f"{where}.reducer must be one of {reducers}")
     path = value.get("field")

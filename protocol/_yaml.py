@@ -11,6 +11,7 @@ document and its JSON twin are the same value and hash alike):
 * Booleans are only ``true`` and ``false`` (any case pyyaml accepts for
   them); ``yes``, ``no``, ``on`` and ``off`` stay strings, so a branch's
   ``on:`` key is the text ``"on"``, not ``True``.
+* A number with an exponent is a number as in JSON (``1e3``, ``2.5E-1``).
 * One document per text.
 
 Every refusal is a ``MalformedYaml`` whose message names the line and column
@@ -35,7 +36,23 @@ class MalformedYaml(ProtocolError):
     code = ErrorCode.BAD_REQUEST
 
 
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_REPLACED = frozenset({_BOOL_TAG, _FLOAT_TAG})
+# Only true and false: YAML 1.1 also reads yes/no/on/off as booleans.
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+# pyyaml's YAML 1.1 floats need a dot and a signed exponent, so `1e3` would be the text "1e3"
+# where JSON reads a number; these are JSON's numbers with a dot or an exponent, and the YAML 1.1
+# forms pyyaml knows (1_000.5, sexagesimal 1:30.5, and .inf/.nan, which are then refused).
+_FLOAT = re.compile(
+    r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.VERBOSE,
+)
 
 
 def _refuse(what: str):
@@ -50,9 +67,9 @@ def _refuse(what: str):
 class _StrictLoader(yaml.SafeLoader):
     """pyyaml's safe loader with the rules of this module."""
 
-    # Implicit resolvers without YAML 1.1's yes/no/on/off booleans, then only true/false.
+    # The safe loader's implicit resolvers but its booleans and floats, which come back below.
     yaml_implicit_resolvers: ClassVar[dict] = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _REPLACED]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -100,11 +117,9 @@ class _StrictLoader(yaml.SafeLoader):
         return value
 
 
-for _first in "tTfF":
-    _StrictLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
-        0, ("tag:yaml.org,2002:bool", _BOOL)
-    )
-_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+_StrictLoader.add_implicit_resolver(_BOOL_TAG, _BOOL, list("tTfF"))
+_StrictLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
+_StrictLoader.add_constructor(_FLOAT_TAG, _StrictLoader.construct_yaml_float)
 for _tag, _what in (
     ("timestamp", "a timestamp or date"),
     ("binary", "binary data"),
