@@ -180,3 +180,14 @@ async def test_every_graph_route_needs_the_bearer_token(server_factory) -> None:
         assert_error(response, 401, "unauthorized")
     assert await stored_graphs(server) == []
     assert (await server.client.post("/v1/graphs", json=every_kind())).status_code == 201
+
+
+async def test_validate_is_a_verb_not_a_graph(server: Server) -> None:
+    response = await server.client.get("/v1/graphs/validate")
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == "POST"
+    options = await server.client.options("/v1/graphs/validate")
+    assert "GET" not in options.headers["Allow"] and "POST" in options.headers["Allow"]
+    # A hash that merely starts with the word is looked up like any other.
+    assert_error(await server.client.get("/v1/graphs/validated"), 404, "unknown_graph")
+    assert_error(await server.client.delete("/v1/graphs"), 405, "method_not_allowed")
