@@ -311,7 +311,6 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
     position = {node_id: index for index, node_id in enumerate(found.by_id)}
     ancestors: dict[str, int] | None = None
     for node in found.by_id.values():
-        where = f"node {excerpt(node.id, 32)!r}"
         for template, in_body in _templates(node):
             for text in _reference_strings(template):
                 try:
@@ -323,7 +322,8 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
                 if reference.root in MAP_ROOTS and not in_body:
                     error = GraphError(
                         code="misplaced_reference",
-                        message=f"{where}: {excerpt(text, 48)} means something only inside a "
+                        message=f"node {node.id!r}: {excerpt(text, 48)} means something only "
+                        "inside a "
                         "map's body",
                         node=node.id,
                         extra={"reference": text},
@@ -331,7 +331,8 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
                 elif reference.root is ReferenceRoot.NODES and reference.node not in found.by_id:
                     error = GraphError(
                         code="unknown_reference",
-                        message=f"{where}: {excerpt(text, 48)} names no node of this graph",
+                        message=f"node {node.id!r}: {excerpt(text, 48)} names no node of this "
+                        "graph",
                         node=node.id,
                         suggestion=_nearest(reference.node, found.by_id),
                         extra={"reference": text},
@@ -343,7 +344,8 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
                     if bits is not None and not bits >> position[reference.node] & 1:
                         error = GraphError(
                             code="reference_not_upstream",
-                            message=f"{where}: {excerpt(text, 48)} names a node no path leads "
+                            message=f"node {node.id!r}: {excerpt(text, 48)} names a node no path "
+                            "leads "
                             "from, so its output is not there when this node runs",
                             node=node.id,
                             extra={"reference": text},
@@ -356,10 +358,17 @@ def _malformed(message: str) -> GraphError:
     return GraphError(code="malformed_document", message=message)
 
 
-def _validate(value: Any) -> tuple[list[GraphError], Shape | None, str | None]:
-    """Every error of ``value``, its shape (None when malformed) and its hash (when it has one)."""
+def _validate(
+    value: Any, *, strict_json: bool = False
+) -> tuple[list[GraphError], Shape | None, str | None]:
+    """Every error of ``value``, its shape (None when malformed) and its hash (when it has one).
+
+    ``strict_json`` says ``parse_strict`` read the value, so its rules already hold (a walk of
+    the whole document saved).
+    """
     try:
-        check_document(value, "the graph document")
+        if not strict_json:
+            check_document(value, "the graph document")
         digest = sha256_hash(value)
     except MalformedJson as exc:
         return [_malformed(exc.message)], None, None
@@ -410,7 +419,11 @@ def graph_from_value(value: Any) -> Graph:
     Raises:
         InvalidGraph: listing every error; nothing is built.
     """
-    errors, shape, digest = _validate(value)
+    return _graph_of(value, strict_json=False)
+
+
+def _graph_of(value: Any, *, strict_json: bool) -> Graph:
+    errors, shape, digest = _validate(value, strict_json=strict_json)
     if errors:
         raise InvalidGraph(errors)
     assert shape is not None and digest is not None
@@ -433,7 +446,7 @@ def parse_graph_json(text: str | bytes) -> Graph:
         value = parse_strict(text, "the graph document")
     except MalformedJson as exc:
         raise InvalidGraph([_malformed(exc.message)]) from None
-    return graph_from_value(value)
+    return _graph_of(value, strict_json=True)
 
 
 def parse_graph_yaml(text: str | bytes) -> Graph:

@@ -57,6 +57,7 @@ _KIND_REQUIRED = {
     NodeKind.DELAY: (),
 }
 _BODY_KINDS = (NodeKind.AGENT, NodeKind.TOOL)
+_KINDS = {str(kind): kind for kind in NodeKind}
 
 
 class Malformed(Exception):
@@ -93,10 +94,10 @@ def _require(ok: bool, where: str, what: str, value: Any) -> None:
 
 def _fields(value: Any, where: str, allowed: frozenset, required: tuple) -> dict:
     _require(isinstance(value, dict), where, "an object", value)
-    unknown = sorted(key for key in value if key not in allowed)
-    if unknown:
+    if not value.keys() <= allowed:
+        unknown = sorted(str(key) for key in value.keys() - allowed)
         raise Malformed(
-            f"{where} has an unknown field {excerpt(str(unknown[0]), 32)!r} "
+            f"{where} has an unknown field {excerpt(unknown[0], 32)!r} "
             f"(allowed: {', '.join(sorted(allowed))})"
         )
     for name in required:
@@ -143,11 +144,10 @@ def _read_node(value: Any, where: str, shape: Shape) -> GraphNode:
     node_id, kind_text = value.get("id"), value.get("kind")
     _require(isinstance(node_id, str), f"{where}.id", "a string", node_id)
     where = f"{where} ({excerpt(node_id, 32)!r})"
-    try:
-        kind = NodeKind(kind_text)
-    except ValueError:
+    kind = _KINDS.get(kind_text) if isinstance(kind_text, str) else None
+    if kind is None:
         kinds = ", ".join(kind.value for kind in NodeKind)
-        raise Malformed(f"{where}.kind must be one of {kinds}") from None
+        raise Malformed(f"{where}.kind must be one of {kinds}")
     required = ("id", "kind", *_KIND_REQUIRED[kind])
     _fields(value, where, _COMMON_FIELDS | _KIND_FIELDS[kind], required)
     if not NODE_ID.match(node_id):
