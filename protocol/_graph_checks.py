@@ -1,4 +1,4 @@
-"""Validation of a graph document, every error at once, and the entry points that build a Graph.
+"""Validation of a graph document whose shape read: every error at once.
 
 Rules:
 * Once the shape reads (``_graph_shape.py``), every check runs and every
@@ -9,25 +9,34 @@ Rules:
   nodes a topological pass could not order, and "is this node upstream" is
   one pass over that order with an integer bitset per node, built only when
   a reference names a node.
-* A suggestion is the nearest existing node id (``difflib``), or null.
+* A suggestion is the nearest existing node id, or null. Its cost is
+  bounded whatever the document: ``difflib`` over at most
+  ``DIFFLIB_CHOICES`` ids, ids one edit away in a larger graph, and at most
+  ``MAX_SUGGESTIONS`` distinct words (of at most 128 characters) looked up
+  per document; the rest get null.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._canonical import sha256_hash
 from ._errors import excerpt
-from ._graph import Graph, GraphEdge, GraphError, GraphNode, InvalidGraph, NodeKind
+from ._graph import GraphEdge, GraphError, GraphNode, NodeKind
 from ._graph import topological_order as _order
-from ._graph_shape import Malformed, Shape, read_shape
-from ._strict_json import MalformedJson, check_document, decode_text, parse_strict
+from ._graph_shape import Shape
 from ._templates import MAP_ROOTS, ReferenceRoot, TemplateError, parse_reference
 from ._templates import reference_strings as _reference_strings
-from ._yaml import MalformedYaml, load_yaml
+
+DIFFLIB_CHOICES = 500
+MAX_SUGGESTIONS = 32
+# What a node id is made of: the alphabet of the one-edit neighbours tried in a large graph.
+_ID_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_LONGEST_ID = 64
+# No suggestion for a longer word: difflib's cost grows with the square of the lengths.
+_LONGEST_SUGGESTED = 2 * _LONGEST_ID
 
 
 def _nearest(word: str, choices: Any) -> str | None:
@@ -35,11 +44,51 @@ def _nearest(word: str, choices: Any) -> str | None:
     return found[0] if found else None
 
 
+def _one_edit_away(word: str, ids: dict[str, int]) -> str | None:
+    """The earliest id (by ``ids``' positions) one deletion, transposition, replacement or
+    insertion away from ``word``."""
+    if len(word) > _LONGEST_ID + 1:
+        return None
+    splits = [(word[:cut], word[cut:]) for cut in range(len(word) + 1)]
+    near = {left + right[1:] for left, right in splits if right}
+    near |= {left + right[1] + right[0] + right[2:] for left, right in splits if len(right) > 1}
+    for left, right in splits:
+        for char in _ID_CHARACTERS:
+            near.add(left + char + right)
+            if right:
+                near.add(left + char + right[1:])
+    hits = [candidate for candidate in near if candidate in ids and candidate != word]
+    return min(hits, key=ids.__getitem__) if hits else None
+
+
+class _Suggester:
+    """The nearest node id to a misspelt one, within the bounds the module states."""
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[str, str], str | None] = {}
+
+    def __call__(self, word: str, choices: Any, pool: str = "nodes") -> str | None:
+        """The nearest of ``choices`` (ids or cases, in document order) to ``word``; answers are
+        kept per ``pool`` (what the choices are)."""
+        key = (pool, word)
+        if key in self._answers:
+            return self._answers[key]
+        if len(self._answers) >= MAX_SUGGESTIONS or len(word) > _LONGEST_SUGGESTED:
+            return None
+        if len(choices) <= DIFFLIB_CHOICES:
+            found = _nearest(word, choices)
+        else:
+            found = _one_edit_away(word, {choice: i for i, choice in enumerate(choices)})
+        self._answers[key] = found
+        return found
+
+
 @dataclass
 class _Structure:
     """The sound part of a document: unique nodes and the edges both of whose ends exist."""
 
     by_id: dict[str, GraphNode]
+    suggest: _Suggester
     edges: list[GraphEdge] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
 
@@ -85,7 +134,7 @@ def _sound_edges(edges: list[GraphEdge], found: _Structure) -> None:
                     f"{where}: there is no node {excerpt(end, 32)!r}",
                     edge,
                     missing=end,
-                    suggestion=_nearest(end, found.by_id),
+                    suggestion=found.suggest(end, found.by_id),
                 )
             )
         if missing:
@@ -135,7 +184,7 @@ def _check_case(edge: GraphEdge, where: str, found: _Structure) -> None:
                 f"({', '.join(source.cases)})",
                 edge,
                 case=edge.case,
-                suggestion=_nearest(edge.case, source.cases),
+                suggestion=found.suggest(edge.case, source.cases, f"cases of {source.id}"),
             )
         )
 
@@ -334,7 +383,7 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
                         message=f"node {node.id!r}: {excerpt(text, 48)} names no node of this "
                         "graph",
                         node=node.id,
-                        suggestion=_nearest(reference.node, found.by_id),
+                        suggestion=found.suggest(reference.node, found.by_id),
                         extra={"reference": text},
                     )
                 elif reference.root is ReferenceRoot.NODES:
@@ -354,112 +403,13 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
                     found.errors.append(error)
 
 
-def _malformed(message: str) -> GraphError:
-    return GraphError(code="malformed_document", message=message)
-
-
-def _validate(
-    value: Any, *, strict_json: bool = False
-) -> tuple[list[GraphError], Shape | None, str | None]:
-    """Every error of ``value``, its shape (None when malformed) and its hash (when it has one).
-
-    ``strict_json`` says ``parse_strict`` read the value, so its rules already hold (a walk of
-    the whole document saved).
-    """
-    try:
-        if not strict_json:
-            check_document(value, "the graph document")
-        digest = sha256_hash(value)
-    except MalformedJson as exc:
-        return [_malformed(exc.message)], None, None
-    except (TypeError, ValueError) as exc:
-        return [_malformed(f"the graph document is not a JSON value: {exc}")], None, None
-    try:
-        shape = read_shape(value)
-    except Malformed as exc:
-        return [_malformed(f"the graph document is malformed: {exc}")], None, None
-    found = _Structure(by_id=_unique_nodes(shape.nodes, shape.errors))
-    found.errors = shape.errors
+def run_checks(shape: Shape) -> list[GraphError]:
+    """Every error of a document whose shape read: the field errors ``shape`` collected, then
+    those of its ids, edges, cases, structure and references, in that order."""
+    found = _Structure(by_id=_unique_nodes(shape.nodes, shape.errors), suggest=_Suggester())
+    found.errors = list(shape.errors)
     _sound_edges(shape.edges, found)
     _missing_case_edges(found)
     order = _structure_errors(found)
     _reference_errors(found, order)
-    return found.errors, shape, digest
-
-
-def check_graph(value: Any) -> list[GraphError]:
-    """Every validation error of a parsed graph document; ``[]`` when it is valid. Never raises."""
-    return _validate(value)[0]
-
-
-def _with_default_inputs(shape: Shape) -> list[GraphNode]:
-    sources: dict[str, list[str]] = {}
-    for edge in shape.edges:
-        targets = sources.setdefault(edge.target, [])
-        if edge.source not in targets:
-            targets.append(edge.source)
-    nodes = []
-    for node in shape.nodes:
-        if node.id in shape.default_input:
-            found = sources.get(node.id, [])
-            if not found:
-                template: Any = "$input"
-            elif len(found) == 1:
-                template = f"$nodes.{found[0]}"
-            else:
-                template = {source: f"$nodes.{source}" for source in found}
-            node = replace(node, input=template)
-        nodes.append(node)
-    return nodes
-
-
-def graph_from_value(value: Any) -> Graph:
-    """The validated graph of a parsed document (a JSON value).
-
-    Raises:
-        InvalidGraph: listing every error; nothing is built.
-    """
-    return _graph_of(value, strict_json=False)
-
-
-def _graph_of(value: Any, *, strict_json: bool) -> Graph:
-    errors, shape, digest = _validate(value, strict_json=strict_json)
-    if errors:
-        raise InvalidGraph(errors)
-    assert shape is not None and digest is not None
-    return Graph(
-        document=value,
-        hash=digest,
-        nodes=tuple(_with_default_inputs(shape)),
-        edges=tuple(shape.edges),
-    )
-
-
-def parse_graph_json(text: str | bytes) -> Graph:
-    """The validated graph of a JSON text (strict JSON: ``parse_strict``'s rules).
-
-    Raises:
-        InvalidGraph: the text is not strict JSON (one ``malformed_document``)
-            or the document fails validation (every error).
-    """
-    try:
-        value = parse_strict(text, "the graph document")
-    except MalformedJson as exc:
-        raise InvalidGraph([_malformed(exc.message)]) from None
-    return _graph_of(value, strict_json=True)
-
-
-def parse_graph_yaml(text: str | bytes) -> Graph:
-    """The validated graph of a YAML text (``_yaml.py``'s strict rules).
-
-    Raises:
-        InvalidGraph: the text is not strict YAML (one ``malformed_document``
-            naming line and column) or the document fails validation.
-    """
-    try:
-        if isinstance(text, (bytes, bytearray)):
-            text = decode_text(bytes(text), "the graph document")
-        value = load_yaml(text, "the graph document")
-    except (MalformedJson, MalformedYaml) as exc:
-        raise InvalidGraph([_malformed(exc.message)]) from None
-    return graph_from_value(value)
+    return found.errors
