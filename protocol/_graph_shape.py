@@ -2,7 +2,8 @@
 
 Rules:
 * A document that is not the shape (a wrong type, a missing or unknown
-  field, an unknown kind, ``schema_version`` other than 1, no nodes) is
+  field, an unknown kind, ``schema_version`` other than 1, no nodes or more
+  than ``MAX_NODES``) is
   ``malformed_document``: one error, naming the path of the first problem,
   and nothing else is checked.
 * Within the shape, a field's value may still be wrong in a way that has its
@@ -26,6 +27,10 @@ from ._shapes import HASH_PATTERN
 from ._templates import Reducer, is_reference
 
 NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# The upstream check keeps a bitset of ancestors per node, n * n / 2 bits at worst (25 MB here); a
+# body of 8 MB could otherwise hold 150,000 nodes and ask for 3 GB. A map fans out over data, so
+# no real graph comes near this.
+MAX_NODES = 20_000
 MAX_NAME_CHARS = 64
 MAX_CONCURRENCY = 64
 DEFAULT_CONCURRENCY = 8
@@ -121,6 +126,8 @@ def read_shape(document: Any) -> Shape:
     _require(isinstance(edges, list), "edges", "a list", edges)
     if not nodes:
         raise Malformed("nodes is empty: a graph has at least one node")
+    if len(nodes) > MAX_NODES:
+        raise Malformed(f"nodes holds {len(nodes)} nodes; a graph has at most {MAX_NODES}")
     shape = Shape()
     for index, value in enumerate(nodes):
         shape.nodes.append(_read_node(value, f"nodes[{index}]", shape))

@@ -401,6 +401,7 @@ def _shape_errors() -> list[tuple[Any, str]]:
         (doc(tool, schema_version=True), "schema_version must be 1"),
         (doc(tool, schema_version=1.0), "schema_version must be 1"),
         (doc(), "nodes is empty"),
+        (doc(*[tool] * 20_001), "nodes holds 20001 nodes; a graph has at most 20000"),
         (doc(tool) | {"nodes": {"a": tool}}, "nodes must be a list, not an object"),
         (doc(tool) | {"edges": None}, "edges must be a list, not null"),
         (doc("a"), "nodes[0] must be an object, not a string"),
