@@ -9,16 +9,11 @@ Rules:
   nodes a topological pass could not order, and "is this node upstream" is
   one pass over that order with an integer bitset per node, built only when
   a reference names a node.
-* A suggestion is the nearest existing node id, or null. Its cost is
-  bounded whatever the document: ``difflib`` over at most
-  ``DIFFLIB_CHOICES`` ids, ids one edit away in a larger graph, and at most
-  ``MAX_SUGGESTIONS`` distinct words (of at most 128 characters) looked up
-  per document; the rest get null.
+* A suggestion is the nearest existing node id (``_suggestions.py``), or null.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,60 +22,9 @@ from ._errors import excerpt
 from ._graph import GraphEdge, GraphError, GraphNode, NodeKind
 from ._graph import topological_order as _order
 from ._graph_shape import Shape
+from ._suggestions import Suggester, nearest
 from ._templates import MAP_ROOTS, ReferenceRoot, TemplateError, parse_reference
 from ._templates import reference_strings as _reference_strings
-
-DIFFLIB_CHOICES = 500
-MAX_SUGGESTIONS = 32
-# What a node id is made of: the alphabet of the one-edit neighbours tried in a large graph.
-_ID_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
-_LONGEST_ID = 64
-# No suggestion for a longer word: difflib's cost grows with the square of the lengths.
-_LONGEST_SUGGESTED = 2 * _LONGEST_ID
-
-
-def _nearest(word: str, choices: Any) -> str | None:
-    found = difflib.get_close_matches(word, choices, n=1)
-    return found[0] if found else None
-
-
-def _one_edit_away(word: str, ids: dict[str, int]) -> str | None:
-    """The earliest id (by ``ids``' positions) one deletion, transposition, replacement or
-    insertion away from ``word``."""
-    if len(word) > _LONGEST_ID + 1:
-        return None
-    splits = [(word[:cut], word[cut:]) for cut in range(len(word) + 1)]
-    near = {left + right[1:] for left, right in splits if right}
-    near |= {left + right[1] + right[0] + right[2:] for left, right in splits if len(right) > 1}
-    for left, right in splits:
-        for char in _ID_CHARACTERS:
-            near.add(left + char + right)
-            if right:
-                near.add(left + char + right[1:])
-    hits = [candidate for candidate in near if candidate in ids and candidate != word]
-    return min(hits, key=ids.__getitem__) if hits else None
-
-
-class _Suggester:
-    """The nearest node id to a misspelt one, within the bounds the module states."""
-
-    def __init__(self) -> None:
-        self._answers: dict[tuple[str, str], str | None] = {}
-
-    def __call__(self, word: str, choices: Any, pool: str = "nodes") -> str | None:
-        """The nearest of ``choices`` (ids or cases, in document order) to ``word``; answers are
-        kept per ``pool`` (what the choices are)."""
-        key = (pool, word)
-        if key in self._answers:
-            return self._answers[key]
-        if len(self._answers) >= MAX_SUGGESTIONS or len(word) > _LONGEST_SUGGESTED:
-            return None
-        if len(choices) <= DIFFLIB_CHOICES:
-            found = _nearest(word, choices)
-        else:
-            found = _one_edit_away(word, {choice: i for i, choice in enumerate(choices)})
-        self._answers[key] = found
-        return found
 
 
 @dataclass
@@ -88,7 +32,7 @@ class _Structure:
     """The sound part of a document: unique nodes and the edges both of whose ends exist."""
 
     by_id: dict[str, GraphNode]
-    suggest: _Suggester
+    suggest: Suggester
     edges: list[GraphEdge] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
 
@@ -345,8 +289,8 @@ def _ancestors(order: list[str], edges: list[GraphEdge], position: dict[str, int
 
 def _malformed_reference(node_id: str, text: str, exc: TemplateError) -> GraphError:
     root, dot, rest = text[1:].partition(".")
-    nearest = _nearest(root, [str(root) for root in ReferenceRoot])
-    suggestion = None if nearest is None or nearest == root else f"${nearest}{dot}{rest}"
+    root_near = nearest(root, [str(root) for root in ReferenceRoot])
+    suggestion = None if root_near in (None, root) else f"${root_near}{dot}{rest}"
     return GraphError(
         code="unknown_reference",
         message=f"node {excerpt(node_id, 32)!r}: {exc.message}",
@@ -356,49 +300,63 @@ def _malformed_reference(node_id: str, text: str, exc: TemplateError) -> GraphEr
     )
 
 
+def _reference_error(
+    node: GraphNode, text: str, in_body: bool, found: _Structure, ancestors: _Ancestors
+) -> GraphError | None:
+    """What is wrong with the reference ``text`` of ``node``, or None."""
+    try:
+        reference = parse_reference(text)
+    except TemplateError as exc:
+        return _malformed_reference(node.id, text, exc)
+    where = f"node {excerpt(node.id, 32)!r}: {excerpt(text, 48)}"
+    extra = {"reference": text}
+    if reference.root in MAP_ROOTS and not in_body:
+        message = f"{where} means something only inside a map's body"
+        return GraphError(code="misplaced_reference", message=message, node=node.id, extra=extra)
+    if reference.root is not ReferenceRoot.NODES:
+        return None
+    if reference.node not in found.by_id:
+        return GraphError(
+            code="unknown_reference",
+            message=f"{where} names no node of this graph",
+            node=node.id,
+            suggestion=found.suggest(reference.node, found.by_id),
+            extra=extra,
+        )
+    if ancestors.upstream(reference.node, of=node.id) is False:
+        return GraphError(
+            code="reference_not_upstream",
+            message=f"{where} names a node no path leads from, so its output is not there "
+            "when this node runs",
+            node=node.id,
+            extra=extra,
+        )
+    return None
+
+
+class _Ancestors:
+    """Whether one node is upstream of another, from bitsets built on the first question."""
+
+    def __init__(self, order: list[str], found: _Structure) -> None:
+        self._order, self._found = order, found
+        self._position = {node_id: index for index, node_id in enumerate(found.by_id)}
+        self._bits: dict[str, int] | None = None
+
+    def upstream(self, node_id: str, *, of: str) -> bool | None:
+        """True when ``node_id`` is an ancestor of ``of``; None when ``of`` sits on or behind a
+        cycle (it has no ancestors to speak of, and the cycle is reported already)."""
+        if self._bits is None:
+            self._bits = _ancestors(self._order, self._found.edges, self._position)
+        bits = self._bits.get(of)
+        return None if bits is None else bool(bits >> self._position[node_id] & 1)
+
+
 def _reference_errors(found: _Structure, order: list[str]) -> None:
-    position = {node_id: index for index, node_id in enumerate(found.by_id)}
-    ancestors: dict[str, int] | None = None
+    ancestors = _Ancestors(order, found)
     for node in found.by_id.values():
         for template, in_body in _templates(node):
             for text in _reference_strings(template):
-                try:
-                    reference = parse_reference(text)
-                except TemplateError as exc:
-                    found.errors.append(_malformed_reference(node.id, text, exc))
-                    continue
-                error = None
-                if reference.root in MAP_ROOTS and not in_body:
-                    error = GraphError(
-                        code="misplaced_reference",
-                        message=f"node {node.id!r}: {excerpt(text, 48)} means something only "
-                        "inside a "
-                        "map's body",
-                        node=node.id,
-                        extra={"reference": text},
-                    )
-                elif reference.root is ReferenceRoot.NODES and reference.node not in found.by_id:
-                    error = GraphError(
-                        code="unknown_reference",
-                        message=f"node {node.id!r}: {excerpt(text, 48)} names no node of this "
-                        "graph",
-                        node=node.id,
-                        suggestion=found.suggest(reference.node, found.by_id),
-                        extra={"reference": text},
-                    )
-                elif reference.root is ReferenceRoot.NODES:
-                    if ancestors is None:
-                        ancestors = _ancestors(order, found.edges, position)
-                    bits = ancestors.get(node.id)
-                    if bits is not None and not bits >> position[reference.node] & 1:
-                        error = GraphError(
-                            code="reference_not_upstream",
-                            message=f"node {node.id!r}: {excerpt(text, 48)} names a node no path "
-                            "leads "
-                            "from, so its output is not there when this node runs",
-                            node=node.id,
-                            extra={"reference": text},
-                        )
+                error = _reference_error(node, text, in_body, found, ancestors)
                 if error is not None:
                     found.errors.append(error)
 
@@ -406,8 +364,8 @@ def _reference_errors(found: _Structure, order: list[str]) -> None:
 def run_checks(shape: Shape) -> list[GraphError]:
     """Every error of a document whose shape read: the field errors ``shape`` collected, then
     those of its ids, edges, cases, structure and references, in that order."""
-    found = _Structure(by_id=_unique_nodes(shape.nodes, shape.errors), suggest=_Suggester())
-    found.errors = list(shape.errors)
+    errors = list(shape.errors)
+    found = _Structure(_unique_nodes(shape.nodes, errors), Suggester(), errors=errors)
     _sound_edges(shape.edges, found)
     _missing_case_edges(found)
     order = _structure_errors(found)

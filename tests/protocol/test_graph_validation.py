@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from salvor.protocol import InvalidGraph, check_graph, graph_from_value, parse_graph_json
-from salvor.protocol._graph_checks import DIFFLIB_CHOICES, MAX_SUGGESTIONS
+from salvor.protocol._suggestions import DIFFLIB_CHOICES, MAX_SUGGESTIONS
 
 from tests.protocol.graphs import AGENT, chain, node_of, publishing
 
