@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from salvor.protocol import InvalidGraph, MalformedYaml, load_yaml, parse_graph_yaml
+from salvor.protocol._yaml import LOADER, PURE_LOADER, load_with
 
 BRANCH = """\
 schema_version: 1
@@ -88,7 +89,9 @@ def malformed(text: str | bytes) -> str:
         ("1: a\n", "line 1, column 1: a mapping key must be a string, not 1"),
         ("x:\n  true: a\n", "line 2, column 3: a mapping key must be a string, not True"),
         ("? [a]\n: b\n", "line 1, column 3: a mapping key must be a string"),
-        ("a: &x 1\nb: *x\n", "line 1, column 4: an anchor (&x) is not allowed"),
+        ("a: &x 1\nb: *x\n", "line 1, column 4: a value anchored here is used again"),
+        ("a: &x [1]\nb: [*x, *x]\n", "line 1, column 4: a value anchored here is used again"),
+        ("a: {b: 1}\nc: {<<: {b: 2}}\n", "line 2, column 5: a merge key (<<) is not JSON"),
         ("a: *x\n", "line 1, column 4"),
         ("x: !!python/object:os.system ls\n", "line 1, column 4"),
         ("a: [1, 2\nb: 3\n", "line 2, column 2"),
@@ -101,6 +104,18 @@ def test_yaml_outside_json_is_refused_at_its_line_and_column(text: str, message:
     found = malformed(text)
     assert found.startswith("the graph document is not valid at line ")
     assert message in found
+    # The same place whichever parser pyyaml has: libyaml's (when built with it) or its own
+    # (a syntax error's wording is each parser's own; the rules' refusals are the same text).
+    for loader in (LOADER, PURE_LOADER):
+        with pytest.raises(MalformedYaml) as caught:
+            load_with(loader, text, "the graph document")
+        assert caught.value.message.split(": ")[0] == found.split(": ")[0]
+        assert message.partition(": ")[2] in caught.value.message
+
+
+def test_both_loaders_read_a_graph_alike() -> None:
+    assert load_with(PURE_LOADER, BRANCH, "it") == load_with(LOADER, BRANCH, "it")
+    assert load_with(PURE_LOADER, "a: &unused 1\n", "it") == {"a": 1}
 
 
 def test_what_strict_json_refuses_yaml_cannot_carry_either() -> None:
