@@ -85,6 +85,14 @@ class _StrictRules:
             )
         return super().construct_object(node, deep=deep)
 
+    def construct_yaml_map(self, node: yaml.MappingNode) -> Any:
+        # As the safe loader's, and noting the line of each mapping: a graph error then names
+        # the line of the node or edge it is about.
+        data: dict = {}
+        self.__dict__.setdefault("mapping_lines", {})[id(data)] = node.start_mark.line + 1
+        yield data
+        data.update(self.construct_mapping(node))
+
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if not isinstance(node, yaml.MappingNode):
             return super().construct_mapping(node, deep=deep)
@@ -126,6 +134,7 @@ def _strict(base: type) -> type:
     loader.add_implicit_resolver(_BOOL_TAG, _BOOL, list("tTfF"))
     loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
     loader.add_constructor(_FLOAT_TAG, loader.construct_yaml_float)
+    loader.add_constructor("tag:yaml.org,2002:map", loader.construct_yaml_map)
     for tag, what in (
         ("timestamp", "a timestamp or date"),
         ("binary", "binary data"),
@@ -157,15 +166,28 @@ def load_yaml(text: str, what: str = "the YAML document") -> Any:
         MalformedYaml: the text is not YAML, or breaks a rule; the message
             names the line and column.
     """
+    return load_with(LOADER, text, what)[0]
+
+
+def load_yaml_lines(text: str, what: str = "the YAML document") -> tuple[Any, dict[int, int]]:
+    """``load_yaml``'s value, and the line (1-based) of each of its objects by ``id()``.
+
+    The ids are those of the returned value's objects, so they hold while it lives.
+
+    Raises:
+        MalformedYaml: as ``load_yaml``.
+    """
     return load_with(LOADER, text, what)
 
 
-def load_with(loader: type, text: str, what: str) -> Any:
-    """``load_yaml`` through one of this module's loaders (``LOADER`` or ``PURE_LOADER``)."""
+def load_with(loader: type, text: str, what: str) -> tuple[Any, dict[int, int]]:
+    """``load_yaml_lines`` through one of this module's loaders (``LOADER`` or ``PURE_LOADER``)."""
     if loader not in (LOADER, PURE_LOADER):
         raise ValueError("load_with takes one of this module's strict loaders")
+    reader = loader(text)
     try:
-        return yaml.load(text, Loader=loader)  # a safe loader, made stricter
+        value = reader.get_single_data()
+        return value, reader.__dict__.get("mapping_lines", {})
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or exc.context or "it cannot be read"
         raise MalformedYaml(f"{what} is not valid at {_where(exc)}: {problem}") from None
@@ -173,3 +195,5 @@ def load_with(loader: type, text: str, what: str) -> Any:
         raise MalformedYaml(f"{what} cannot be read: {exc}") from None
     except RecursionError:
         raise MalformedYaml(f"{what} is nested too deeply") from None
+    finally:
+        reader.dispose()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from salvor.protocol import InvalidGraph, MalformedYaml, load_yaml, parse_graph_yaml
+from salvor.protocol import InvalidGraph, MalformedYaml, check_graph, load_yaml, parse_graph_yaml
 from salvor.protocol._yaml import LOADER, PURE_LOADER, load_with
 
 BRANCH = """\
@@ -114,8 +114,43 @@ def test_yaml_outside_json_is_refused_at_its_line_and_column(text: str, message:
 
 
 def test_both_loaders_read_a_graph_alike() -> None:
-    assert load_with(PURE_LOADER, BRANCH, "it") == load_with(LOADER, BRANCH, "it")
-    assert load_with(PURE_LOADER, "a: &unused 1\n", "it") == {"a": 1}
+    assert load_with(PURE_LOADER, BRANCH, "it")[0] == load_with(LOADER, BRANCH, "it")[0]
+    assert load_with(PURE_LOADER, "a: &unused 1\n", "it")[0] == {"a": 1}
+
+
+DEFECTIVE = """\
+schema_version: 1
+nodes:
+  - {id: ask, kind: gate, prompt: "Go on?"}
+  - id: route
+    kind: branch
+    on: $nodes.ask.go
+    cases: [yes, no]
+    name: "   "
+  - {id: go, kind: tool, tool: echo, input: $nodes.og}
+  - {id: ask, kind: tool, tool: echo}
+edges:
+  - {from: ask, to: route}
+  - {from: route, to: go, case: yes}
+  - from: route
+    to: gone
+    case: no
+"""
+
+
+def test_a_yaml_document_s_errors_name_the_line_of_their_node_or_edge() -> None:
+    with pytest.raises(InvalidGraph) as caught:
+        parse_graph_yaml(DEFECTIVE)
+    placed = [(e["code"], e.get("node"), e.get("line")) for e in caught.value.details["errors"]]
+    assert placed == [
+        ("blank_node_name", "route", 4),
+        ("duplicate_node_id", "ask", 10),
+        ("dangling_edge", None, 14),
+        ("missing_case_edge", "route", 4),
+        ("unknown_reference", "go", 9),
+    ]
+    # JSON carries no lines: the same document read as a value has none.
+    assert all(error.line is None for error in check_graph(load_yaml(DEFECTIVE)))
 
 
 def test_what_strict_json_refuses_yaml_cannot_carry_either() -> None:
