@@ -143,3 +143,4 @@ from ._wire_schemas import PAYLOADS as PAYLOADS
 from ._wire_schemas import WIRE_SCHEMAS as WIRE_SCHEMAS
 from ._yaml import MalformedYaml as MalformedYaml
 from ._yaml import load_yaml as load_yaml
+from ._yaml import load_yaml_lines as load_yaml_lines

@@ -80,7 +80,9 @@ class GraphError:
     """One validation error: a code, a sentence, where it is, and a fix when one is obvious.
 
     ``edge`` is ``(from, to)``; ``extra`` holds the code's own fields
-    (``missing``, ``nodes``, ``case``, ``reference``, ``index``).
+    (``missing``, ``nodes``, ``case``, ``reference``, ``index``). ``line`` is
+    the line (1-based) of the node or edge the error is about, for a document
+    read from YAML.
     """
 
     code: str
@@ -89,15 +91,18 @@ class GraphError:
     edge: tuple[str, str] | None = None
     suggestion: str | None = None
     extra: dict = field(default_factory=dict)
+    line: int | None = None
 
     def to_json(self) -> dict:
-        """``{code, message, node?, edge?: {from, to}, suggestion, ...extra}``."""
+        """``{code, message, node?, edge?: {from, to}, suggestion, line?, ...extra}``."""
         body: dict = {"code": self.code, "message": self.message}
         if self.node is not None:
             body["node"] = self.node
         if self.edge is not None:
             body["edge"] = {"from": self.edge[0], "to": self.edge[1]}
         body["suggestion"] = self.suggestion
+        if self.line is not None:
+            body["line"] = self.line
         body.update(self.extra)
         return body
 

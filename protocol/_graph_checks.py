@@ -15,13 +15,13 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._errors import excerpt
 from ._graph import GraphEdge, GraphError, GraphNode, NodeKind
 from ._graph import topological_order as _order
-from ._graph_shape import Shape
+from ._graph_shape import Shape, edge_line, node_line
 from ._suggestions import Suggester, nearest
 from ._templates import MAP_ROOTS, ReferenceRoot, TemplateError, parse_reference
 from ._templates import reference_strings as _reference_strings
@@ -66,36 +66,46 @@ def _edge_error(code: str, message: str, edge: GraphEdge, **extra: Any) -> Graph
     )
 
 
-def _sound_edges(edges: list[GraphEdge], found: _Structure) -> None:
+def _sound_edges(shape: Shape, found: _Structure) -> None:
     seen: set[tuple[str, str, str | None]] = set()
-    for index, edge in enumerate(edges):
-        where = f"edges[{index}] ({excerpt(edge.source, 32)} -> {excerpt(edge.target, 32)})"
-        missing = [end for end in (edge.source, edge.target) if end not in found.by_id]
-        for end in dict.fromkeys(missing):
-            found.errors.append(
-                _edge_error(
-                    "dangling_edge",
-                    f"{where}: there is no node {excerpt(end, 32)!r}",
-                    edge,
-                    missing=end,
-                    suggestion=found.suggest(end, found.by_id),
-                )
+    for index, edge in enumerate(shape.edges):
+        reported = len(found.errors)
+        _check_edge(index, edge, seen, found)
+        line = edge_line(shape, index)
+        if line is not None and len(found.errors) > reported:
+            found.errors[reported:] = [replace(e, line=line) for e in found.errors[reported:]]
+
+
+def _check_edge(index: int, edge: GraphEdge, seen: set, found: _Structure) -> None:
+    """Report what is wrong with one edge; keep it in the structure when both ends exist and it
+    is neither a self edge nor a repeat."""
+    where = f"edges[{index}] ({excerpt(edge.source, 32)} -> {excerpt(edge.target, 32)})"
+    missing = [end for end in (edge.source, edge.target) if end not in found.by_id]
+    for end in dict.fromkeys(missing):
+        found.errors.append(
+            _edge_error(
+                "dangling_edge",
+                f"{where}: there is no node {excerpt(end, 32)!r}",
+                edge,
+                missing=end,
+                suggestion=found.suggest(end, found.by_id),
             )
-        if missing:
-            continue
-        if edge.source == edge.target:
-            message = f"{where}: a node cannot feed itself"
-            found.errors.append(_edge_error("self_edge", message, edge))
-            continue
-        key = (edge.source, edge.target, edge.case)
-        if key in seen:
-            found.errors.append(
-                _edge_error("duplicate_edge", f"{where}: the same edge appears earlier", edge)
-            )
-            continue
-        seen.add(key)
-        found.edges.append(edge)
-        _check_case(edge, where, found)
+        )
+    if missing:
+        return
+    if edge.source == edge.target:
+        message = f"{where}: a node cannot feed itself"
+        found.errors.append(_edge_error("self_edge", message, edge))
+        return
+    key = (edge.source, edge.target, edge.case)
+    if key in seen:
+        found.errors.append(
+            _edge_error("duplicate_edge", f"{where}: the same edge appears earlier", edge)
+        )
+        return
+    seen.add(key)
+    found.edges.append(edge)
+    _check_case(edge, where, found)
 
 
 def _check_case(edge: GraphEdge, where: str, found: _Structure) -> None:
@@ -366,8 +376,22 @@ def run_checks(shape: Shape) -> list[GraphError]:
     those of its ids, edges, cases, structure and references, in that order."""
     errors = list(shape.errors)
     found = _Structure(_unique_nodes(shape.nodes, errors), Suggester(), errors=errors)
-    _sound_edges(shape.edges, found)
+    _sound_edges(shape, found)
     _missing_case_edges(found)
     order = _structure_errors(found)
     _reference_errors(found, order)
+    if shape.node_lines:
+        _place_on_lines(shape, found)
     return found.errors
+
+
+def _place_on_lines(shape: Shape, found: _Structure) -> None:
+    """Give each error about a node the YAML line of that node (a repeated id: of the repeat)."""
+    first: dict[str, int] = {}
+    for index, node in enumerate(shape.nodes):
+        first.setdefault(node.id, index)
+    for position, error in enumerate(found.errors):
+        if error.line is not None or error.node is None:
+            continue
+        index = error.extra["index"] if error.code == "duplicate_node_id" else first[error.node]
+        found.errors[position] = replace(error, line=node_line(shape, index))

@@ -19,7 +19,7 @@ from ._graph import Graph, GraphError, GraphNode, InvalidGraph
 from ._graph_checks import run_checks
 from ._graph_shape import Malformed, Shape, read_shape
 from ._strict_json import MalformedJson, check_document, decode_text, parse_strict
-from ._yaml import MalformedYaml, load_yaml
+from ._yaml import MalformedYaml, load_yaml_lines
 
 
 def _malformed(message: str) -> GraphError:
@@ -27,12 +27,12 @@ def _malformed(message: str) -> GraphError:
 
 
 def _validate(
-    value: Any, *, strict_json: bool = False
+    value: Any, *, strict_json: bool = False, lines: dict[int, int] | None = None
 ) -> tuple[list[GraphError], Shape | None, str | None]:
     """Every error of ``value``, its shape (None when malformed) and its hash (when it has one).
 
     ``strict_json`` says ``parse_strict`` read the value, so its rules already hold (a walk of
-    the whole document saved).
+    the whole document saved); ``lines`` are a YAML document's lines (``load_yaml_lines``).
     """
     try:
         if not strict_json:
@@ -43,7 +43,7 @@ def _validate(
     except (TypeError, ValueError) as exc:
         return [_malformed(f"the graph document is not a JSON value: {exc}")], None, None
     try:
-        shape = read_shape(value)
+        shape = read_shape(value, lines)
     except Malformed as exc:
         return [_malformed(f"the graph document is malformed: {exc}")], None, None
     return run_checks(shape), shape, digest
@@ -84,8 +84,8 @@ def graph_from_value(value: Any) -> Graph:
     return _graph_of(value, strict_json=False)
 
 
-def _graph_of(value: Any, *, strict_json: bool) -> Graph:
-    errors, shape, digest = _validate(value, strict_json=strict_json)
+def _graph_of(value: Any, *, strict_json: bool, lines: dict[int, int] | None = None) -> Graph:
+    errors, shape, digest = _validate(value, strict_json=strict_json, lines=lines)
     if errors:
         raise InvalidGraph(errors)
     assert shape is not None and digest is not None
@@ -116,12 +116,13 @@ def parse_graph_yaml(text: str | bytes) -> Graph:
 
     Raises:
         InvalidGraph: the text is not strict YAML (one ``malformed_document``
-            naming line and column) or the document fails validation.
+            naming line and column) or the document fails validation (every
+            error, each about a node or an edge with the ``line`` of it).
     """
     try:
         if isinstance(text, (bytes, bytearray)):
             text = decode_text(bytes(text), "the graph document")
-        value = load_yaml(text, "the graph document")
+        value, lines = load_yaml_lines(text, "the graph document")
     except (MalformedJson, MalformedYaml) as exc:
         raise InvalidGraph([_malformed(exc.message)]) from None
-    return graph_from_value(value)
+    return _graph_of(value, strict_json=False, lines=lines)

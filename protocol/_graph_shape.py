@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._clock import parse_instant
@@ -78,6 +79,9 @@ class Shape:
     errors: list[GraphError] = field(default_factory=list)
     # Ids of agent and tool nodes whose input was omitted (the default depends on the edges).
     default_input: set[str] = field(default_factory=set)
+    # The line of each node's and each edge's mapping, for a document read from YAML.
+    node_lines: list[int | None] = field(default_factory=list)
+    edge_lines: list[int | None] = field(default_factory=list)
 
 
 def _kind_name(value: Any) -> str:
@@ -111,8 +115,11 @@ def _fields(value: Any, where: str, allowed: frozenset, required: tuple) -> dict
     return value
 
 
-def read_shape(document: Any) -> Shape:
+def read_shape(document: Any, lines: Mapping[int, int] | None = None) -> Shape:
     """Read ``document`` into nodes and edges, collecting the errors of field values.
+
+    ``lines`` maps ``id()`` of each object of a YAML document to its line; an
+    error about a node or an edge then carries the line of its mapping.
 
     Raises:
         Malformed: the document is not the shape (the one ``malformed_document``).
@@ -129,11 +136,28 @@ def read_shape(document: Any) -> Shape:
     if len(nodes) > MAX_NODES:
         raise Malformed(f"nodes holds {len(nodes)} nodes; a graph has at most {MAX_NODES}")
     shape = Shape()
+    if lines is not None:
+        shape.node_lines = [lines.get(id(value)) for value in nodes]
+        shape.edge_lines = [lines.get(id(value)) for value in edges]
     for index, value in enumerate(nodes):
+        found = len(shape.errors)
         shape.nodes.append(_read_node(value, f"nodes[{index}]", shape))
+        if lines is not None and len(shape.errors) > found:
+            line = shape.node_lines[index]
+            shape.errors[found:] = [replace(error, line=line) for error in shape.errors[found:]]
     for index, value in enumerate(edges):
         shape.edges.append(_read_edge(value, f"edges[{index}]"))
     return shape
+
+
+def node_line(shape: Shape, index: int) -> int | None:
+    """The YAML line of node ``index`` (None for a document that did not come from YAML)."""
+    return shape.node_lines[index] if shape.node_lines else None
+
+
+def edge_line(shape: Shape, index: int) -> int | None:
+    """The YAML line of edge ``index`` (None for a document that did not come from YAML)."""
+    return shape.edge_lines[index] if shape.edge_lines else None
 
 
 def _read_edge(value: Any, where: str) -> GraphEdge:

@@ -5,9 +5,9 @@ document and its JSON twin are the same value and hash alike):
 * A mapping key appears once; keys are strings.
 * No timestamps or dates, binary, sets, ordered maps or pairs: each is
   refused, naming where it is (quote a date to keep it as text).
-* No ``.inf`` or ``.nan``; no anchors or aliases (an alias shares one
-  value between places, and a chain of them expands exponentially when the
-  value is walked).
+* No ``.inf`` or ``.nan``; no aliases and no merge keys (an alias shares
+  one value between places, and a chain of them expands exponentially when
+  the value is walked).
 * Booleans are only ``true`` and ``false`` (any case pyyaml accepts for
   them); ``yes``, ``no``, ``on`` and ``off`` stay strings, so a branch's
   ``on:`` key is the text ``"on"``, not ``True``.
@@ -64,8 +64,8 @@ def _refuse(what: str):
     return construct
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """pyyaml's safe loader with the rules of this module."""
+class _StrictRules:
+    """The rules of this module, over either of pyyaml's safe loaders (see ``_strict``)."""
 
     # The safe loader's implicit resolvers but its booleans and floats, which come back below.
     yaml_implicit_resolvers: ClassVar[dict] = {
@@ -73,40 +73,51 @@ class _StrictLoader(yaml.SafeLoader):
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "an alias (*name) is not allowed", event.start_mark
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # An alias is the same node met a second time (libyaml's composer resolves aliases before
+        # any Python sees them, so this is where both parsers can tell).
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                "a value anchored here is used again through an alias (*name); write it out",
+                node.start_mark,
             )
-        event = self.peek_event()
-        anchor = getattr(event, "anchor", None)
-        if anchor is not None:
-            raise yaml.composer.ComposerError(
-                None, None, f"an anchor (&{anchor}) is not allowed", event.start_mark
-            )
-        return super().compose_node(parent, index)
+        return super().construct_object(node, deep=deep)
+
+    def construct_yaml_map(self, node: yaml.MappingNode) -> Any:
+        # As the safe loader's, and noting the line of each mapping: a graph error then names
+        # the line of the node or edge it is about.
+        data: dict = {}
+        self.__dict__.setdefault("mapping_lines", {})[id(data)] = node.start_mark.line + 1
+        yield data
+        data.update(self.construct_mapping(node))
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if not isinstance(node, yaml.MappingNode):
             return super().construct_mapping(node, deep=deep)
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
+        mapping: dict[str, Any] = {}
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a merge key (<<) is not JSON", key_node.start_mark
+                )
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"a mapping key must be a string, not {key!r}", key_node.start_mark
                 )
-            if key in seen:
-                first = seen[key].start_mark.line + 1
+            if key in mapping:
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"the key {key!r} appears twice in one mapping (first on line {first})",
+                    f"the key {key!r} appears twice in one mapping (first on line {lines[key]})",
                     key_node.start_mark,
                 )
-            seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+            lines[key] = key_node.start_mark.line + 1
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
 
     def construct_yaml_float(self, node: yaml.Node) -> float:
         value = super().construct_yaml_float(node)
@@ -117,17 +128,28 @@ class _StrictLoader(yaml.SafeLoader):
         return value
 
 
-_StrictLoader.add_implicit_resolver(_BOOL_TAG, _BOOL, list("tTfF"))
-_StrictLoader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
-_StrictLoader.add_constructor(_FLOAT_TAG, _StrictLoader.construct_yaml_float)
-for _tag, _what in (
-    ("timestamp", "a timestamp or date"),
-    ("binary", "binary data"),
-    ("set", "a set"),
-    ("omap", "an ordered map"),
-    ("pairs", "a list of pairs"),
-):
-    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse(_what))
+def _strict(base: type) -> type:
+    """``base`` (a safe loader) with the rules of this module."""
+    loader = type(f"Strict{base.__name__}", (_StrictRules, base), {})
+    loader.add_implicit_resolver(_BOOL_TAG, _BOOL, list("tTfF"))
+    loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
+    loader.add_constructor(_FLOAT_TAG, loader.construct_yaml_float)
+    loader.add_constructor("tag:yaml.org,2002:map", loader.construct_yaml_map)
+    for tag, what in (
+        ("timestamp", "a timestamp or date"),
+        ("binary", "binary data"),
+        ("set", "a set"),
+        ("omap", "an ordered map"),
+        ("pairs", "a list of pairs"),
+    ):
+        loader.add_constructor(f"tag:yaml.org,2002:{tag}", _refuse(what))
+    return loader
+
+
+PURE_LOADER = _strict(yaml.SafeLoader)
+# libyaml's parser (C) when pyyaml was built with it: several times faster on a large document;
+# the construction, where every rule of this module is enforced, is the same Python either way.
+LOADER = _strict(yaml.CSafeLoader) if getattr(yaml, "__with_libyaml__", False) else PURE_LOADER
 
 
 def _where(exc: yaml.MarkedYAMLError) -> str:
@@ -144,8 +166,28 @@ def load_yaml(text: str, what: str = "the YAML document") -> Any:
         MalformedYaml: the text is not YAML, or breaks a rule; the message
             names the line and column.
     """
+    return load_with(LOADER, text, what)[0]
+
+
+def load_yaml_lines(text: str, what: str = "the YAML document") -> tuple[Any, dict[int, int]]:
+    """``load_yaml``'s value, and the line (1-based) of each of its objects by ``id()``.
+
+    The ids are those of the returned value's objects, so they hold while it lives.
+
+    Raises:
+        MalformedYaml: as ``load_yaml``.
+    """
+    return load_with(LOADER, text, what)
+
+
+def load_with(loader: type, text: str, what: str) -> tuple[Any, dict[int, int]]:
+    """``load_yaml_lines`` through one of this module's loaders (``LOADER`` or ``PURE_LOADER``)."""
+    if loader not in (LOADER, PURE_LOADER):
+        raise ValueError("load_with takes one of this module's strict loaders")
+    reader = loader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+        value = reader.get_single_data()
+        return value, reader.__dict__.get("mapping_lines", {})
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or exc.context or "it cannot be read"
         raise MalformedYaml(f"{what} is not valid at {_where(exc)}: {problem}") from None
@@ -153,3 +195,5 @@ def load_yaml(text: str, what: str = "the YAML document") -> Any:
         raise MalformedYaml(f"{what} cannot be read: {exc}") from None
     except RecursionError:
         raise MalformedYaml(f"{what} is nested too deeply") from None
+    finally:
+        reader.dispose()

@@ -210,3 +210,41 @@ def test_the_readme_graph_is_valid_and_its_defaults_are_as_the_readme_says() -> 
     assert graph.order == ("research", "draft", "approve", "route", "publish", "shelve")
     assert graph.node("draft").input == "$nodes.research"
     assert graph.node("approve").approval_schema == {"type": "object"}
+
+
+def test_the_graph_api_of_the_design_is_exported_from_salvor_protocol() -> None:
+    import salvor.protocol
+
+    names = [
+        "GRAPH_SCHEMA_VERSION",
+        "NodeKind",
+        "GraphNode",
+        "GraphEdge",
+        "Graph",
+        "GraphError",
+        "InvalidGraph",
+        "graph_from_value",
+        "parse_graph_json",
+        "parse_graph_yaml",
+        "check_graph",
+        "TemplateError",
+        "resolve_template",
+        "references",
+        "Reference",
+        "fold_values",
+        "pick_case",
+        "MISSING",
+    ]
+    missing = [name for name in names if not hasattr(salvor.protocol, name)]
+    assert missing == []
+    assert salvor.protocol.GRAPH_SCHEMA_VERSION == 1
+    assert [str(kind) for kind in NodeKind] == [
+        "agent",
+        "tool",
+        "gate",
+        "branch",
+        "map",
+        "fold",
+        "delay",
+    ]
+    assert InvalidGraph([]).code == "invalid_graph"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from salvor.protocol import InvalidGraph, MalformedYaml, load_yaml, parse_graph_yaml
+from salvor.protocol import InvalidGraph, MalformedYaml, check_graph, load_yaml, parse_graph_yaml
+from salvor.protocol._yaml import LOADER, PURE_LOADER, load_with
 
 BRANCH = """\
 schema_version: 1
@@ -88,7 +89,9 @@ def malformed(text: str | bytes) -> str:
         ("1: a\n", "line 1, column 1: a mapping key must be a string, not 1"),
         ("x:\n  true: a\n", "line 2, column 3: a mapping key must be a string, not True"),
         ("? [a]\n: b\n", "line 1, column 3: a mapping key must be a string"),
-        ("a: &x 1\nb: *x\n", "line 1, column 4: an anchor (&x) is not allowed"),
+        ("a: &x 1\nb: *x\n", "line 1, column 4: a value anchored here is used again"),
+        ("a: &x [1]\nb: [*x, *x]\n", "line 1, column 4: a value anchored here is used again"),
+        ("a: {b: 1}\nc: {<<: {b: 2}}\n", "line 2, column 5: a merge key (<<) is not JSON"),
         ("a: *x\n", "line 1, column 4"),
         ("x: !!python/object:os.system ls\n", "line 1, column 4"),
         ("a: [1, 2\nb: 3\n", "line 2, column 2"),
@@ -101,6 +104,53 @@ def test_yaml_outside_json_is_refused_at_its_line_and_column(text: str, message:
     found = malformed(text)
     assert found.startswith("the graph document is not valid at line ")
     assert message in found
+    # The same place whichever parser pyyaml has: libyaml's (when built with it) or its own
+    # (a syntax error's wording is each parser's own; the rules' refusals are the same text).
+    for loader in (LOADER, PURE_LOADER):
+        with pytest.raises(MalformedYaml) as caught:
+            load_with(loader, text, "the graph document")
+        assert caught.value.message.split(": ")[0] == found.split(": ")[0]
+        assert message.partition(": ")[2] in caught.value.message
+
+
+def test_both_loaders_read_a_graph_alike() -> None:
+    assert load_with(PURE_LOADER, BRANCH, "it")[0] == load_with(LOADER, BRANCH, "it")[0]
+    assert load_with(PURE_LOADER, "a: &unused 1\n", "it")[0] == {"a": 1}
+
+
+DEFECTIVE = """\
+schema_version: 1
+nodes:
+  - {id: ask, kind: gate, prompt: "Go on?"}
+  - id: route
+    kind: branch
+    on: $nodes.ask.go
+    cases: [yes, no]
+    name: "   "
+  - {id: go, kind: tool, tool: echo, input: $nodes.og}
+  - {id: ask, kind: tool, tool: echo}
+edges:
+  - {from: ask, to: route}
+  - {from: route, to: go, case: yes}
+  - from: route
+    to: gone
+    case: no
+"""
+
+
+def test_a_yaml_document_s_errors_name_the_line_of_their_node_or_edge() -> None:
+    with pytest.raises(InvalidGraph) as caught:
+        parse_graph_yaml(DEFECTIVE)
+    placed = [(e["code"], e.get("node"), e.get("line")) for e in caught.value.details["errors"]]
+    assert placed == [
+        ("blank_node_name", "route", 4),
+        ("duplicate_node_id", "ask", 10),
+        ("dangling_edge", None, 14),
+        ("missing_case_edge", "route", 4),
+        ("unknown_reference", "go", 9),
+    ]
+    # JSON carries no lines: the same document read as a value has none.
+    assert all(error.line is None for error in check_graph(load_yaml(DEFECTIVE)))
 
 
 def test_what_strict_json_refuses_yaml_cannot_carry_either() -> None:
