@@ -160,6 +160,21 @@ probe_answers = Table(
     Column("observed_at", Text, nullable=False),
 )
 
+# Graph documents, content-addressed: the document as submitted (parsed, re-serialised) under
+# its hash, and the shape summary a listing answers with, so a listing reads no document.
+graphs = Table(
+    "graphs",
+    metadata,
+    Column("graph_hash", Text, primary_key=True),
+    Column("document", Text, nullable=False),
+    Column("node_count", Integer, nullable=False),
+    Column("edge_count", Integer, nullable=False),
+    # JSON arrays of node ids, in document order.
+    Column("entry_nodes", Text, nullable=False),
+    Column("terminal_nodes", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -240,6 +255,8 @@ def _learn_graph_runs(connection: Connection) -> None:
         if index.name == "ix_runs_forked_from":
             index.create(connection, checkfirst=True)
     _views_learn(connection, {"graph_hash": None, "forked_from": None, "open_node": None})
+    # Version 5 also stores graph documents, in a table of their own.
+    graphs.create(connection, checkfirst=True)
 
 
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
