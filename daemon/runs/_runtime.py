@@ -621,6 +621,9 @@ class Runtime:
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
+            if view.graph_hash is not None:
+                # A graph run's open write is a person's: its drive does not probe it.
+                raise needs_reconciliation(run_id, view)
             try:
                 agent = await self.load_agent(view.agent_def_hash)
             except OperationRefused:

@@ -103,6 +103,10 @@ async def test_a_graph_run_walks_to_a_gate_and_completes_once_approved(
     assert (await kinds(server, run_id)).count("ToolCallRequested") == 1
     assert provider.call_count == 1
 
+    stream = await server.client.get(f"/v1/runs/{run_id}/events")
+    assert stream.text.count("event: end") == 1 and '"GraphRunStarted"' in stream.text
+    assert stream.text.count('"NodeExited"') == 4
+
     (entry,) = [e for e in (await server.client.get("/v1/runs")).json()["runs"]]
     assert entry["run"] == run_id and entry["graph_hash"] == graph
     assert "agent_def_hash" not in entry and entry["labels"] == {"team": "docs"}

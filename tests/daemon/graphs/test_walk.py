@@ -19,7 +19,7 @@ from salvor.protocol import (
 )
 
 from tests.support.runtime import ledger
-from tests.support.scripted_provider import ErrorReply, text_reply
+from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
 STORE_BACKENDS = ("sqlite", "postgres")
 
@@ -366,3 +366,40 @@ async def test_a_graph_that_does_not_resolve_starts_no_run(runtime, node, code):
     assert refused.value.code is code and refused.value.details["node"] == "x"
     runs, _ = await runtime.list_runs()
     assert runs == []
+
+
+async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph_run(
+    runtime, providers, make_agent
+):
+    # One model call each: a run-wide budget of one step would stop the second node.
+    talker = make_agent(providers(echo), extra="[budgets]\nsteps = 1")
+    looper = make_agent(
+        providers(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-1"})])),
+        tools=["lookup_invoice"],
+        extra="[budgets]\nsteps = 1",
+    )
+    for agent in (talker, looper):
+        await runtime.register_agent(agent)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "a", "kind": "agent", "agent": talker.agent_def_hash},
+                {"id": "b", "kind": "agent", "agent": talker.agent_def_hash},
+                {"id": "c", "kind": "agent", "agent": looper.agent_def_hash},
+            ],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, "go")
+    view = await runtime.drive(run_id)
+    # c's second call (after its tool) crosses its budget of one step.
+    assert view.state is RunState.BUDGET_EXCEEDED and view.open_node == "c"
+    with pytest.raises(OperationRefused) as refused:
+        await runtime.resume(run_id, {"extend_by": "x"})
+    assert refused.value.code is ErrorCode.BAD_REQUEST  # a budget is not a gate
+    await runtime.resume(run_id, {"extend_by": 1})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED and view.detail["output"] == {"c": "done"}
+    await sound_log(runtime, run_id)
