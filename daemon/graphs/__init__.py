@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._walk import (
     MAP_ITEMS,
+    MAP_OF_LABEL,
     GraphWalk,
     drive_graph,
     map_child_id,
@@ -15,6 +16,7 @@ from ._walk import (
 
 __all__ = [
     "MAP_ITEMS",
+    "MAP_OF_LABEL",
     "GraphWalk",
     "drive_graph",
     "map_child_id",

@@ -39,6 +39,7 @@ from salvor.protocol import (
     EMPTY_VIEW,
     MISSING,
     TOOL_ERROR_KEY,
+    CodedError,
     EventKind,
     Graph,
     GraphNode,
@@ -62,7 +63,7 @@ from salvor.protocol import (
     pick_case,
     resolve_template,
 )
-from salvor.store import SeqConflict
+from salvor.store import SeqConflict, store_fault
 
 from ..agents import AgentDefinition, AgentLoop, Credentials, drive, gateway_for
 from ..mcp import open_connections
@@ -73,6 +74,8 @@ from ..tools import ToolRegistry, graph_call_key
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
 MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
+# The label a map child carries: the graph run whose walk drives it (its recovery is the walk's).
+MAP_OF_LABEL = "salvor.map_of"
 
 # A child in one of these states fails its map node (and the graph run).
 _CHILD_FAILED = (RunState.FAILED, RunState.ABANDONED)
@@ -105,6 +108,7 @@ class GraphWalk:
         self.clock = clock
         self.credentials = credentials
         self.run_input: Any = None
+        self._run_id = ""
         # Node id -> its recorded output; a branch's case; the nodes passed by.
         self.outputs: dict[str, Any] = {}
         self.cases: dict[str, str] = {}
@@ -123,6 +127,7 @@ class GraphWalk:
         if head is None:
             raise DriveInterrupted(f"run {ctx.run_id} has no GraphRunStarted head")
         self.run_input = head.event.input
+        self._run_id = ctx.run_id
         for node_id in self.graph.order:
             reason = self._dead_because(node_id)
             if reason is not None:
@@ -387,7 +392,11 @@ class GraphWalk:
     ) -> None:
         """Start ``child`` durably (once: its id is derived) and drive it; send how it rested."""
         async with send, slots:
-            head = RunStarted(agent_def_hash=agent.agent_def_hash, input=child_input)
+            head = RunStarted(
+                agent_def_hash=agent.agent_def_hash,
+                input=child_input,
+                labels={MAP_OF_LABEL: self._run_id},
+            )
             try:
                 with contextlib.suppress(SeqConflict):  # a killed walk started it already
                     await self.access.append(child, [head], EMPTY_VIEW)
@@ -399,7 +408,11 @@ class GraphWalk:
                     clock=self.clock,
                     credentials=self.credentials,
                 )
-            except DriveInterrupted as exc:
+            except CodedError as exc:
+                if store_fault(exc):
+                    raise
+                # Stopped short (a call that may pass, another writer at its seq): the next
+                # walk drives it again.
                 rested = exc.message
             await send.send((index, child, rested))
 

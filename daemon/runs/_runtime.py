@@ -55,7 +55,7 @@ from ..agents import (
     probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
-from ..graphs import drive_graph
+from ..graphs import MAP_OF_LABEL, drive_graph
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
@@ -352,7 +352,19 @@ class Runtime:
         """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
         a write whose tool declares a probe (their drive probes it first)."""
         interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return interrupted + await self.probed_writes()
+        return await self._without_walked_children(interrupted) + await self.probed_writes()
+
+    async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
+        """``interrupted`` less the map children whose graph run is interrupted too: that run's
+        walk drives them, and a second driver of the same child would race it for each seq."""
+        store = self.access.store
+        views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
+        walked = set(interrupted)
+        return [
+            run
+            for run, view in zip(interrupted, views, strict=True)
+            if view is None or (view.labels or {}).get(MAP_OF_LABEL) not in walked
+        ]
 
     async def probed_writes(self) -> list[str]:
         """Runs parked in needs_reconciliation whose open write this daemon can probe.

@@ -309,6 +309,11 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
         map_child_id(run_id, "each", 2),
     }
 
+    # Recovery drives the graph run, whose walk drives the interrupted child (not a second driver).
+    child = map_child_id(run_id, "each", 1)
+    assert (await runtime.view(child)).state is RunState.AWAITING_MODEL
+    assert await runtime.interrupted_runs() == [run_id]
+
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     outputs = [f'seen {{"n": {n}, "ticket": "{t}"}}' for n, t in enumerate("abc")]
