@@ -8,8 +8,9 @@ import threading
 
 import pytest
 import trio
+from salvor.daemon.graphs import map_child_id
 
-from tests.support.api import assert_error, register, snapshot
+from tests.support.api import assert_error, get_run, register, snapshot
 from tests.support.api_server import TOKEN, Server
 from tests.support.contract import GRAPH_RUN_PATHS, OVERSIZED, Contract
 from tests.support.scripted_provider import text_reply
@@ -18,6 +19,14 @@ APPROVAL = {
     "type": "object",
     "required": ["approved"],
     "properties": {"approved": {"type": "boolean"}},
+}
+
+
+# What the demo tool request_approval asks for.
+APPROVAL_TOOL_SCHEMA = {
+    "type": "object",
+    "required": ["approved"],
+    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
 }
 
 
@@ -271,3 +280,48 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
     unreached = {seen for seen in contract.unreached() if seen[0] in GRAPH_RUN_PATHS}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     assert ("/v1/graph-runs", "post") in contract.requests
+
+
+async def test_a_map_item_parked_on_a_person_walks_its_graph_on_once_resumed(
+    server: Server, providers
+) -> None:
+    """A child whose agent asks for approval parks; the graph run's walk records the other items
+    and stops; resuming the child over HTTP completes it, and its graph run walks on by itself."""
+    asker, _ = await register(
+        server, providers, [("request_approval", {"reason": "ok?"})], final_text="asked"
+    )
+    teller, _ = await register(server, providers, final_text="told")
+    graph = await submit(
+        server,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "ask",
+                    "kind": "map",
+                    "over": "$input",
+                    "body": {"kind": "agent", "agent": asker},
+                },
+                {"id": "tell", "kind": "agent", "agent": teller},
+            ],
+            "edges": [{"from": "ask", "to": "tell"}],
+        },
+    )
+    run_id = await start(server, graph, ["only"])
+    child = map_child_id(run_id, "ask", 0)
+    with trio.fail_after(30):
+        # The child exists once the walk started it; the walk stops once it parked.
+        while (await server.client.get(f"/v1/runs/{child}")).json().get("status") != {
+            "state": "suspended",
+            "reason": "ok?",
+            "input_schema": APPROVAL_TOOL_SCHEMA,
+        } or server.state.drivers.driving(run_id):
+            await trio.sleep(0.02)
+    assert (await get_run(server, run_id))["status"]["state"] == "running"
+
+    response = await server.client.post(
+        f"/v1/runs/{child}/resume", json={"input": {"approved": True}}
+    )
+    assert response.status_code == 202, response.text
+    body = await server.wait_resting(run_id)
+    assert body["status"] == {"state": "completed", "output": {"tell": "told"}}
