@@ -344,21 +344,43 @@ class GraphWalk:
         send, receive = trio.open_memory_channel[tuple[int, str, RunView | str]](math.inf)
         slots = trio.Semaphore(node.concurrency or 8)
         stopped: tuple[int, str, RunView | str] | None = None
+        unrecorded: CodedError | None = None
         async with trio.open_nursery() as nursery:
-            for index in remaining:
-                child = map_child_id(ctx.run_id, node.id, index)
-                nursery.start_soon(
-                    self._drive_child, child, agent, inputs[index], index, slots, send.clone()
-                )
-            send.close()
+
+            async def start_in_item_order() -> None:
+                # A slot is taken before an item's task exists, so items start in item order.
+                async with send:
+                    for index in remaining:
+                        await slots.acquire()
+                        child = map_child_id(ctx.run_id, node.id, index)
+                        nursery.start_soon(
+                            self._drive_child,
+                            child,
+                            agent,
+                            inputs[index],
+                            index,
+                            slots,
+                            send.clone(),
+                        )
+
+            nursery.start_soon(start_in_item_order)
             async with receive:
                 async for index, child, rested in receive:
                     if isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
                         output = rested.detail.get("output")
                         outputs[index] = output
-                        await ctx.record(
-                            MapItemCompleted(node=node.id, index=index, run_id=child, output=output)
-                        )
+                        try:
+                            await ctx.record(
+                                MapItemCompleted(
+                                    node=node.id, index=index, run_id=child, output=output
+                                )
+                            )
+                        except CodedError as exc:
+                            # Raised after the nursery, as itself (a store fault stays one the
+                            # driving set can heal), once the other children are cancelled.
+                            unrecorded = exc
+                            nursery.cancel_scope.cancel(reason="a map item was not recorded")
+                            break
                         continue
                     if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
                         stopped = (index, child, rested)
@@ -367,6 +389,8 @@ class GraphWalk:
                     # Resting short of an output: the other items still finish and are
                     # recorded, so the next walk drives only the ones left.
                     stopped = stopped or (index, child, rested)
+        if unrecorded is not None:
+            raise unrecorded
         if stopped is None:
             return
         index, child, rested = stopped
@@ -390,8 +414,11 @@ class GraphWalk:
         slots: trio.Semaphore,
         send: trio.MemorySendChannel,
     ) -> None:
-        """Start ``child`` durably (once: its id is derived) and drive it; send how it rested."""
-        async with send, slots:
+        """Start ``child`` durably (once: its id is derived) and drive it; send how it rested.
+
+        ``slots``: the one the starter took for this item, given back when the drive ends.
+        """
+        async with send:
             head = RunStarted(
                 agent_def_hash=agent.agent_def_hash,
                 input=child_input,
@@ -414,7 +441,15 @@ class GraphWalk:
                 # Stopped short (a call that may pass, another writer at its seq): the next
                 # walk drives it again.
                 rested = exc.message
-            await send.send((index, child, rested))
+            except BaseException:
+                slots.release()
+                raise
+            # The walk stops listening once an item failed the map; the rest are cancelled.
+            with contextlib.suppress(trio.BrokenResourceError):
+                await send.send((index, child, rested))
+            # Given back once the walk can hear how it ended, so a failed item is usually
+            # heard before the next item starts.
+            slots.release()
 
 
 async def drive_graph(

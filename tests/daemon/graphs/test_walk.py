@@ -408,3 +408,38 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED and view.detail["output"] == {"c": "done"}
     await sound_log(runtime, run_id)
+
+
+async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child(
+    runtime, providers, make_agent
+):
+    def script(call):
+        if '"b"' in task_of(call):
+            return ErrorReply(400, "no such model")  # will not pass: the child fails
+        return echo(call)
+
+    agent = await agent_hash(runtime, make_agent, providers(script))
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 1,
+                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
+                },
+            ],
+            "edges": [],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    view = await runtime.drive(run_id)
+    child = map_child_id(run_id, "each", 1)
+    assert view.state is RunState.FAILED
+    assert view.detail["error"].startswith(f"node 'each': map item 1 (child run {child}) failed:")
+    log = await sound_log(runtime, run_id)
+    # One item at a time, in item order: the item before the failed one was recorded.
+    assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
