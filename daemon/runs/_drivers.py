@@ -31,6 +31,7 @@ from salvor.protocol import CodedError
 from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
+from ..graphs import MAP_OF_LABEL
 from ._healing import StoreHealing
 from ._runtime import Runtime
 
@@ -138,12 +139,22 @@ class DriverSet:
             with scope:
                 async with self._limiter:
                     if agent is None:
-                        agent = await self.runtime.load_agent(
-                            (await self.runtime.view(run_id)).agent_def_hash
-                        )
-                    view = await self._drive_paced(run_id, agent)
+                        view = await self.runtime.view(run_id)
+                        if view.graph_hash is None:
+                            agent = await self.runtime.load_agent(view.agent_def_hash)
+                    if agent is None:
+                        # A graph run: its agent nodes are built-in (no process to pace).
+                        self._recovering.discard(run_id)
+                        view = await self.runtime.drive(run_id)
+                    else:
+                        view = await self._drive_paced(run_id, agent)
                 how = f"rested {view.state.value}"
                 log.info("run %s %s", run_id, how)
+            walker = (view.labels or {}).get(MAP_OF_LABEL)
+            if walker is not None and view.terminal:
+                # A map item its graph run's walk left parked has ended here (resumed by a
+                # person, woken): the walk records it and goes on.
+                self.start(walker)
         except CodedError as exc:
             if store_fault(exc):
                 self.healing.stopped(run_id, exc)
