@@ -1,5 +1,7 @@
 """``salvor graph``: graph documents on the command line. ``salvor graph validate FILE`` checks
 one here, with no store and no server, and says every error the way ``POST /v1/graphs`` would.
+``salvor graph run FILE`` stores the document (and the agent files it is given) in the local
+store, starts a graph run of it and drives it to where it rests, as ``salvor run`` does an agent.
 
 Exit status of ``validate``: 0 when the document is valid, 1 when it is not (every error, one a
 line, on stdout: they are the answer asked for), 2 when the file cannot be read (one sentence on
@@ -21,9 +23,12 @@ EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 _BY_SUFFIX = {".json": parse_graph_json, ".yaml": parse_graph_yaml, ".yml": parse_graph_yaml}
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("graph", help="graph documents: `salvor graph validate FILE`")
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "graph", help="graph documents: `salvor graph validate FILE`, `salvor graph run FILE`"
+    )
     verbs = p.add_subparsers(dest="graph_command", required=True, metavar="VERB")
+    _add_run(verbs, common)
     v = verbs.add_parser(
         "validate",
         help="check a graph document (JSON or YAML) and print every error it has",
@@ -39,6 +44,40 @@ def add_parser(sub) -> None:
     v.add_argument(
         "--json", action="store_true", help="print the answer POST /v1/graphs/validate gives"
     )
+
+
+def _add_run(verbs, common: argparse.ArgumentParser) -> None:
+    r = verbs.add_parser(
+        "run",
+        parents=[common],
+        help="start a run of a graph document in the local store and drive it",
+        description="Stores FILE and the --agent files, starts a graph run and drives it until "
+        "it completes, fails or waits (a gate, a delay); `salvor resume RUN` continues it.",
+    )
+    r.add_argument("file", metavar="FILE", help="the graph document (JSON or YAML)")
+    r.add_argument("--input", metavar="JSON", help="the run's input (default null)")
+    r.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an agent file a node names by its hash (repeatable; agents already stored need none)",
+    )
+    r.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+    )
+    r.add_argument("--run-id", metavar="UUID", help="choose the run id")
+
+
+async def read_graph(path: str) -> Graph:
+    """The graph document in ``path``, parsed and validated off the trio thread.
+
+    Raises:
+        OSError: the file cannot be read.
+        InvalidGraph: it is not a valid document (every error in it).
+    """
+    data = await trio.Path(path).read_bytes()
+    return await trio.to_thread.run_sync(_parser_for(path, data), data)
 
 
 def _parser_for(path: str, data: bytes):
@@ -72,21 +111,18 @@ def _count(number: int, what: str) -> str:
     return f"{number} {what}" if number == 1 else f"{number} {what}s"
 
 
+def unreadable(path: str, exc: OSError) -> str:
+    return f"cannot read graph file {path!r}: {exc.strerror or exc}"
+
+
 async def validate_main(args: argparse.Namespace) -> int:
-    try:
-        data = await trio.Path(args.file).read_bytes()
-    except OSError as exc:
-        print(
-            f"salvor: cannot read graph file {args.file!r}: {exc.strerror or exc}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return EXIT_UNREADABLE
-    parse = _parser_for(args.file, data)
     graph, errors = None, []
     try:
         # Off the trio thread, as the daemon does: a large document takes a while to check.
-        graph = await trio.to_thread.run_sync(parse, data)
+        graph = await read_graph(args.file)
+    except OSError as exc:
+        print(f"salvor: {unreadable(args.file, exc)}", file=sys.stderr, flush=True)
+        return EXIT_UNREADABLE
     except InvalidGraph as exc:
         errors = exc.errors
     if args.json:

@@ -21,6 +21,7 @@ import trio
 from salvor import __version__
 from salvor.protocol import (
     CodedError,
+    InvalidGraph,
     MalformedJson,
     RunState,
     RunView,
@@ -38,6 +39,7 @@ from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
 from ._graph import add_parser as add_graph_parser
+from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
 from ._render import describe, describe_reconciliation
 
@@ -48,8 +50,8 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 # serve`), the ones that start a new run take only that run's lock (they work
 # beside a daemon), the rest take none (reads, and single appends the store's
 # seq guard keeps safe). Only `run` and `serve` may create a store.
-SHARES_STORE = {"resume": True, "wake": True, "run": None, "rerun": None}
-CREATES_STORE = ("run", "serve")
+SHARES_STORE = {"resume": True, "wake": True, "run": None, "rerun": None, "graph": None}
+CREATES_STORE = ("run", "serve", "graph")
 RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
 
 
@@ -161,6 +163,32 @@ class Cli:
             else:
                 print(run_id, flush=True)
             return await self._drive_and_report(runtime, run_id, agent)
+
+    async def cmd_graph(self, runtime: Runtime) -> int:
+        """``salvor graph run``: the document and its agents stored, the run started and driven."""
+        try:
+            graph = await read_graph(self.args.file)
+        except OSError as exc:
+            raise CliError(unreadable(self.args.file, exc)) from None
+        except InvalidGraph as exc:
+            raise CliError(
+                f"{self.args.file} is not a valid graph document ({len(exc.errors)} error(s)); "
+                f"`salvor graph validate {self.args.file}` lists them"
+            ) from None
+        for source in self.args.agent:
+            await runtime.register_agent(await self._agent_from(runtime, source))
+        await runtime.register_graph(graph)
+        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
+        run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.start_graph_run(
+                graph, run_input, labels=_labels(self.args.label), run_id=run_id
+            )
+            if self.json:
+                _out({"run": run_id})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id)
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):
@@ -502,8 +530,8 @@ def _parser() -> argparse.ArgumentParser:
 
     # doctor opens no store, so it takes none of the common options.
     add_doctor_parser(sub)
-    # Nor does `graph validate`: it checks a document on this machine.
-    add_graph_parser(sub)
+    # `graph validate` checks a document on this machine and takes none either; `graph run` does.
+    add_graph_parser(sub, common)
 
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"
