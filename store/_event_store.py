@@ -46,7 +46,6 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
@@ -821,7 +820,13 @@ class EventStore:
             "verdict": verdict,
             "observed_at": now_instant(),
         }
-        upsert = (sqlite_insert if self.dialect == "sqlite" else pg_insert)(probe_answers)
+        if self.dialect == "sqlite":
+            upsert = sqlite_insert(probe_answers)
+        else:
+            # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            upsert = pg_insert(probe_answers)
         statement = upsert.values(row).on_conflict_do_update(
             index_elements=[probe_answers.c.run_id, probe_answers.c.seq],
             set_={k: v for k, v in row.items() if k not in ("run_id", "seq")},

@@ -8,6 +8,10 @@ the HTTP API's, so a CLI run never loads it).
 
 from __future__ import annotations
 
+import typing
+
+import trio
+
 from ._asgi import (
     answer_lifespan,
 )
@@ -20,10 +24,6 @@ from ._errors import (
     unknown_graph,
     unknown_run,
     wrong_state,
-)
-from ._listener import (
-    listener_config,
-    serve,
 )
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
@@ -48,6 +48,39 @@ from ._values import (
     is_http_url,
     stray_placeholder,
 )
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from typing import Any
+
+    from hypercorn.config import Config
+
+
+# The listener is hypercorn's protocol stack (h11, h2, wsproto): ~90 ms of imports that a `salvor
+# run` of a built-in agent, a `resume` or a `log` never uses. It loads with the first listener.
+def listener_config(bind: str, log_name: str, graceful_timeout: float) -> Config:
+    """The settings of one of the daemon's listeners (``_listener.listener_config``)."""
+    from ._listener import listener_config as settings
+
+    return settings(bind, log_name, graceful_timeout)
+
+
+async def serve(
+    app: Any,
+    config: Config,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns.
+
+    ``_listener.serve`` says the rest: what it reports, and that a failure to bind leaves nothing
+    listening.
+    """
+    from ._listener import serve as serve_app
+
+    await serve_app(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+
 
 __all__ = [
     "BODY_TIMEOUT_SECONDS",

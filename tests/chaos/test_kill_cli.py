@@ -53,11 +53,16 @@ from salvor.protocol import (
 )
 from salvor.store import EventStore
 
+from tests.support.cli import salvor_in_process
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill
 
 SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
+# Commands no fault is aimed at, whose answer is what the test reads (the log, the replay, a
+# person's resolve): main(argv) in this process (tests/support/cli). Every run and resume, the
+# processes that are killed and the ones that recover, is a process of its own.
+READS_AND_RECORDS = ("history", "replay", "resolve")
 TIMEOUT = 60  # seconds a single salvor process may take before the test gives up on it
 
 PLAN = [
@@ -241,6 +246,10 @@ class Harness:
     # -- salvor processes -------------------------------------------------------
 
     def salvor(self, *args: str, fault: Fault | None = None) -> Proc:
+        if args[0] in READS_AND_RECORDS:
+            assert fault is None, f"a fault is for a process of its own, not `salvor {args[0]}`"
+            done = salvor_in_process(*args, env=self.env)
+            return Proc(list(args), done.returncode, done.stdout, done.stderr)
         env = dict(self.env)
         if fault is not None and fault.where == "seq":
             env["SALVOR_FAULT_KILL_AFTER_SEQ"] = str(fault.at)

@@ -864,6 +864,47 @@ def test_a_version_2_store_gains_the_reconciliation_index(store_url: str) -> Non
     assert "ix_runs_unreconciled" in names and version == STORE_VERSION
 
 
+# The state each partial index of the runs table covers, and the one that covers every row.
+PARTIAL_INDEXES = {
+    "ix_runs_active": "awaiting_tool",
+    "ix_runs_sleeping_wake_at": "sleeping",
+    "ix_runs_unreconciled": "needs_reconciliation",
+}
+
+
+def _runs_indexes(store_url: str) -> dict[str, str]:
+    """Each index of the runs table as its database wrote it down."""
+    engine = create_engine(normalize_store_url(store_url))
+    if engine.dialect.name == "sqlite":
+        query = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'"
+    else:
+        query = (
+            "SELECT indexname, indexdef FROM pg_indexes"
+            " WHERE tablename = 'runs' AND schemaname = current_schema()"
+        )
+    with engine.connect() as connection:
+        indexes = {name: sql or "" for name, sql in connection.execute(text(query)).all()}
+    engine.dispose()
+    return indexes
+
+
+def test_the_state_indexes_are_partial_on_either_database_created_or_upgraded(
+    store_url: str,
+) -> None:
+    # PostgreSQL's clause is attached as each index is created (store/_schema._partial_index), so
+    # both ways an index comes to be are checked: a new store, and an upgrade that adds one.
+    EventStore.open(store_url).close()
+    created = _runs_indexes(store_url)
+    execute_sql(store_url, "DROP INDEX ix_runs_unreconciled")
+    execute_sql(store_url, "UPDATE store_meta SET value = 2")
+    EventStore.open(store_url).close()
+    upgraded = _runs_indexes(store_url)
+    for indexes in (created, upgraded):
+        for name, state in PARTIAL_INDEXES.items():
+            assert " WHERE " in indexes[name].upper() and state in indexes[name], indexes[name]
+        assert " WHERE " not in indexes["ix_runs_listing"].upper()
+
+
 def test_a_version_3_store_gains_the_probe_answers_table(store_url: str) -> None:
     EventStore.open(store_url).close()
     execute_sql(store_url, "DROP TABLE probe_answers")

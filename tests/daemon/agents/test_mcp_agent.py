@@ -522,7 +522,8 @@ async def test_server_everything_over_stdio(runtime, providers, registry, monkey
 def test_salvor_run_builds_the_agent_file_and_refuses_one_that_will_not_build(
     store_url, providers, fx, tmp_path
 ):
-    from tests.daemon.cli.test_cli import one_sentence, run_count, salvor
+    from tests.daemon.cli.test_cli import one_sentence, run_count
+    from tests.daemon.cli.test_cli import salvor_process as salvor
 
     provider = providers(tool_loop_script([("lookup", {"key": "cli"})], final_text="from the cli"))
     good = tmp_path / "agent.toml"

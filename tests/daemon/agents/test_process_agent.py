@@ -539,7 +539,7 @@ def test_a_process_definition_parses_and_hashes_without_its_name():
 
 
 def test_salvor_run_drives_a_process_agent_through_its_own_proxy(store_url, providers, tmp_path):
-    from tests.daemon.cli.test_cli import salvor
+    from tests.daemon.cli.test_cli import salvor_process as salvor
 
     provider = providers(tool_loop_script(PLAN, final_text="settled"))
     agent = process_agent(tmp_path, "anthropic-stream")

@@ -18,7 +18,7 @@ from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import EventKind
 
 from tests.daemon.agents.test_process_agent import BACKEND_MODES, PLAN, SECRET, process_agent
-from tests.daemon.cli.test_cli import salvor
+from tests.daemon.cli.test_cli import salvor_process as salvor
 from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import tool_loop_script
 

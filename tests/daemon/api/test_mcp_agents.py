@@ -16,8 +16,13 @@ from salvor.protocol import EventKind
 
 from tests.support.api import assert_error, read_log_independently, snapshot
 from tests.support.api_server import agent_toml
+from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import FixtureServer, HttpFixtureServer
 from tests.support.scripted_provider import tool_loop_script
+
+# SQLite alone (tests/support/backends.py): what it tests is registration building the agent
+# from its servers and a run calling them; the log they record is the store's on either backend.
+STORE_BACKENDS = SQLITE_ONLY
 
 
 @pytest.fixture(autouse=True)

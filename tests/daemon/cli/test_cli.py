@@ -1,5 +1,6 @@
-"""The `salvor` command line as a person and a script use it: real subprocesses
-over a real store, the scripted provider as the only double.
+"""The `salvor` command line as a person and a script use it, over a real store, the scripted
+provider as the only double. A command's answer is read from ``main(argv)`` in this process
+(``tests/support/cli``); a killed run, a listener and a terminal are real subprocesses.
 
 Every refusal is one sentence on stderr with a non-zero exit, and leaves the
 store exactly as it was.
@@ -20,6 +21,7 @@ from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope, format_ins
 from salvor.store import EventStore
 
 from tests.support.backends import BOTH, SQLITE_ONLY
+from tests.support.cli import salvor_in_process
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import tool_loop_script
 
@@ -30,14 +32,30 @@ STORE_BACKENDS = SQLITE_ONLY
 REPO = Path(__file__).resolve().parents[3]
 
 
-def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _environment(store_url: str, env: dict | None) -> dict[str, str]:
     full_env = {**os.environ, "SALVOR_STORE": store_url, **(env or {})}
     full_env.pop("SALVOR_FAULT_KILL_AFTER_SEQ", None)
+    return full_env
+
+
+def salvor(store_url: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A command's answer (exit status, stdout, stderr), run in this process (tests/support/cli);
+    ``serve`` in a process of its own, since a start that is not refused does not return."""
+    if args[0] == "serve":
+        return salvor_process(store_url, *args, env=env)
+    return salvor_in_process(*args, env=_environment(store_url, env), cwd=REPO)
+
+
+def salvor_process(
+    store_url: str, *args: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """A command in a process of its own: for a fault that kills it, for ``serve``, and for a
+    process agent or MCP server whose own output must land in the captured stderr."""
     return subprocess.run(
         [sys.executable, "-m", "salvor.daemon.cli", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=_environment(store_url, env),
         timeout=120,
         cwd=REPO,
         check=False,
@@ -135,7 +153,7 @@ def test_a_resolved_write_is_tagged_operator_in_the_log(store_url, agent_file, t
         "SALVOR_DEMO_EFFECTS": str(tmp_path / "fx.jsonl"),
     }
     run_id = "7d3f8a52-0d6e-4c1b-9a56-3f2a1b7c9d10"
-    killed = salvor(store_url, "run", str(agent_file), "--run-id", run_id, env=env)
+    killed = salvor_process(store_url, "run", str(agent_file), "--run-id", run_id, env=env)
     assert killed.returncode == -9
     # This resume has no ledger to look the refund up in (set but empty): its probe cannot
     # tell, and the run parks again for a person, saying so.

@@ -1,5 +1,6 @@
 """`salvor reconcile`: the reconciliation queue on the command line, listed and worked one run at
-a time, as real subprocesses over a real store (the scripted provider the only double).
+a time, over a real store (the scripted provider the only double): each command's answer read
+from ``main(argv)`` in the test's process, each killed run a real subprocess.
 
 Each parked run is a real one: `salvor run` killed inside ``issue_refund`` once the refund was
 sent (``SALVOR_FAULT_KILL_IN_TOOL=issue_refund:sent``), so its log ends at the write's open
@@ -14,7 +15,7 @@ import pytest
 from salvor.protocol import TOOL_ERROR_KEY, EventKind
 from salvor.store import EventStore
 
-from tests.daemon.cli.test_cli import event_total, one_sentence, salvor
+from tests.daemon.cli.test_cli import event_total, one_sentence, salvor, salvor_process
 from tests.support.backends import SQLITE_ONLY
 from tests.support.runtime import agent_toml, ledger
 from tests.support.scripted_provider import tool_loop_script
@@ -55,7 +56,7 @@ def killed_in_the_refund(store_url, agent_file, effects, *labels: str) -> str:
     # (lookup_refund) cannot tell whether it landed, so the run stays parked for a person.
     env = {"SALVOR_FAULT_KILL_IN_TOOL": "issue_refund:sent", "SALVOR_DEMO_EFFECTS": str(effects)}
     args = [a for label in labels for a in ("--label", label)]
-    killed = salvor(store_url, "run", str(agent_file), "--json", *args, env=env)
+    killed = salvor_process(store_url, "run", str(agent_file), "--json", *args, env=env)
     assert killed.returncode == -9, killed.stderr
     return json.loads(killed.stdout.splitlines()[0])["run"]
 

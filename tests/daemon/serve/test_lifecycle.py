@@ -442,10 +442,12 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
         name: len(await trio.to_thread.run_sync(read_log, store_url, run_id))
         for name, run_id in seeded.items()
     }
-    daemon = daemons(wake_interval=0.5)
+    # A sweep every quarter second and a one-second nap: the order below is held by the held
+    # model call and the counted warnings, not by how long either takes.
+    daemon = daemons(wake_interval=0.25)
     hold = Holds(1)
     napper = providers(
-        tool_loop_script([("wait_until", {"seconds": 2})], final_text="awake"), hold=hold
+        tool_loop_script([("wait_until", {"seconds": 1})], final_text="awake"), hold=hold
     )
     sleeper = providers(tool_loop_script([("wait_until", {"seconds": 3600})], final_text="never"))
     await daemon.start()

@@ -19,9 +19,13 @@ from pathlib import Path
 import httpx
 
 from tests.chaos.test_kill_serve import Daemon
+from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 REPO = Path(__file__).resolve().parents[3]
+# SQLite alone (tests/support/backends.py): the README's lines run as written, over the SQLite
+# store its commands create.
+STORE_BACKENDS = SQLITE_ONLY
 SECTION = "## Your own agent, durable in three commands"
 
 

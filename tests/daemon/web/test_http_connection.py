@@ -34,6 +34,11 @@ from salvor.daemon.web._listener import ListenerConfig, listener_config
 from salvor.daemon.web._listener import serve as serve_listener
 
 from tests.daemon.client_runs.test_client_runs import append, envelope, head, open_run
+from tests.support.backends import SQLITE_ONLY
+
+# SQLite alone (tests/support/backends.py): what it tests is the connection, bytes on a socket;
+# the requests behind it reach the store through the same calls on either backend.
+STORE_BACKENDS = SQLITE_ONLY
 
 END_FRAME = b'event: end\ndata: {"status": {"state": "completed", "output": 7}}\n\n'
 WAIT = 10.0  # the bound on any one read: a hang fails the test instead of holding it
