@@ -150,11 +150,11 @@ class DriverSet:
                         view = await self._drive_paced(run_id, agent)
                 how = f"rested {view.state.value}"
                 log.info("run %s %s", run_id, how)
-            walker = (view.labels or {}).get(MAP_OF_LABEL)
-            if walker is not None and view.terminal:
-                # A map item its graph run's walk left parked has ended here (resumed by a
-                # person, woken): the walk records it and goes on.
-                self.start(walker)
+                walker = (view.labels or {}).get(MAP_OF_LABEL)
+                if walker is not None and view.terminal:
+                    # A map item its graph run's walk left parked has ended here (resumed by
+                    # a person, woken): the walk records it and goes on.
+                    self.start(walker)
         except CodedError as exc:
             if store_fault(exc):
                 self.healing.stopped(run_id, exc)

@@ -18,10 +18,14 @@ from salvor.protocol import (
     graph_from_value,
 )
 
+from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.runtime import ledger
 from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
-STORE_BACKENDS = ("sqlite", "postgres")
+# The walk reaches the store through the same RunContext calls an agent run does; the map's
+# concurrent children (several runs appending at once) keep both backends, as does the HTTP
+# module (tests/daemon/api/test_graph_runs.py).
+STORE_BACKENDS = SQLITE_ONLY
 
 
 def kinds(log) -> list[str]:
@@ -263,6 +267,7 @@ async def test_a_missing_reference_fails_the_run_naming_node_and_reference(runti
     assert kinds(await sound_log(runtime, run_id)) == ["GraphRunStarted", "RunFailed"]
 
 
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
 async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the_rest(
     runtime, providers, make_agent
 ):
