@@ -114,12 +114,7 @@ runs = Table(
     # so it would cost a page in every commit.)
     Index("ix_runs_listing", "first_recorded_at", "run_id"),
     # The forks of a run (``GET /v1/runs/{id}/forks``); only forks have the column set.
-    Index(
-        "ix_runs_forked_from",
-        "forked_from",
-        sqlite_where=text("forked_from IS NOT NULL"),
-        postgresql_where=text("forked_from IS NOT NULL"),
-    ),
+    _partial_index("ix_runs_forked_from", "forked_from", where="forked_from IS NOT NULL"),
     # The reconciliation queue, oldest first. A run in this state has its
     # open write as its last event (the guard admits only the completion or
     # an abandonment after it), so last_recorded_at is when the intent was
