@@ -1,11 +1,13 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
 the append guard, the record-and-replay rules (a cursor over a whole log, a
 lane per boundary), schema checks, the strict JSON parser every caller's
-text goes through, the error-code table, the server-sent-event framing, and
-the JSON Schemas of the shapes it emits, built from the tables its builders read.
+text goes through (and its strict YAML twin), graph documents (their
+validation, references and the pure data steps of a walk), the error-code
+table, the server-sent-event framing, and the JSON Schemas of the shapes it
+emits, built from the tables its builders read.
 
-This package imports nothing outside the standard library and fastjsonschema,
-and does no IO.
+This package imports nothing outside the standard library, fastjsonschema
+and PyYAML (graph documents in YAML), and does no IO.
 """
 
 from ._canonical import canonical_json as canonical_json
@@ -71,6 +73,17 @@ from ._fold import RunView as RunView
 from ._fold import fold as fold
 from ._fold import status_seen_at as status_seen_at
 from ._fold import step as step
+from ._graph import GRAPH_SCHEMA_VERSION as GRAPH_SCHEMA_VERSION
+from ._graph import Graph as Graph
+from ._graph import GraphEdge as GraphEdge
+from ._graph import GraphError as GraphError
+from ._graph import GraphNode as GraphNode
+from ._graph import InvalidGraph as InvalidGraph
+from ._graph import NodeKind as NodeKind
+from ._graph_checks import check_graph as check_graph
+from ._graph_checks import graph_from_value as graph_from_value
+from ._graph_checks import parse_graph_json as parse_graph_json
+from ._graph_checks import parse_graph_yaml as parse_graph_yaml
 from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
 from ._guard import check_next as check_next
@@ -115,5 +128,18 @@ from ._strict_json import check_nesting as check_nesting
 from ._strict_json import decode_text as decode_text
 from ._strict_json import parse_strict as parse_strict
 from ._strict_json import value_depth as value_depth
+from ._templates import MISSING as MISSING
+from ._templates import Reducer as Reducer
+from ._templates import Reference as Reference
+from ._templates import ReferenceRoot as ReferenceRoot
+from ._templates import TemplateError as TemplateError
+from ._templates import case_text as case_text
+from ._templates import fold_values as fold_values
+from ._templates import parse_reference as parse_reference
+from ._templates import pick_case as pick_case
+from ._templates import references as references
+from ._templates import resolve_template as resolve_template
 from ._wire_schemas import PAYLOADS as PAYLOADS
 from ._wire_schemas import WIRE_SCHEMAS as WIRE_SCHEMAS
+from ._yaml import MalformedYaml as MalformedYaml
+from ._yaml import load_yaml as load_yaml

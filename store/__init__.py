@@ -1,4 +1,4 @@
-"""salvor's store: run logs, their materialised folds, agents and idempotency
+"""salvor's store: run logs, their materialised folds, agents, graphs and idempotency
 claims in SQLite (the default) or PostgreSQL, through synchronous SQLAlchemy
 Core. The only code in salvor that talks to a database; the daemon calls it
 from threads.
@@ -21,13 +21,16 @@ from ._location import sqlite_path as sqlite_path
 from ._ownership import Holder as Holder
 from ._ownership import StoreLocks as StoreLocks
 from ._ownership import open_locks as open_locks
+from ._records import GRAPH_SUMMARY_KEYS as GRAPH_SUMMARY_KEYS
 from ._records import SUMMARY_KEYS as SUMMARY_KEYS
 from ._records import SUMMARY_REQUIRED as SUMMARY_REQUIRED
 from ._records import Claim as Claim
+from ._records import GraphSummary as GraphSummary
 from ._records import ParkedWrite as ParkedWrite
 from ._records import ProbeAnswer as ProbeAnswer
 from ._records import RunSummary as RunSummary
 from ._records import StoredAgent as StoredAgent
+from ._records import StoredGraph as StoredGraph
 from ._schema import STORE_VERSION as STORE_VERSION
 from ._view_codec import view_from_json as view_from_json
 from ._view_codec import view_to_json as view_to_json

@@ -70,16 +70,21 @@ from ._errors import (
 )
 from ._location import normalize_store_url
 from ._records import (
+    GRAPH_SUMMARY_KEYS,
     Claim,
+    GraphSummary,
     ParkedWrite,
     ProbeAnswer,
     RunSummary,
     StoredAgent,
+    StoredGraph,
     agent_from_row,
     claim_from_row,
     decode_cursor,
     encode_cursor,
     encode_position,
+    graph_from_row,
+    graph_summary_from_row,
     probe_answer_from_row,
     summary_from_row,
 )
@@ -88,6 +93,7 @@ from ._schema import (
     agents,
     ensure_schema,
     events,
+    graphs,
     probe_answers,
     runs,
     store_meta,
@@ -151,6 +157,19 @@ _AGENT_COLUMNS = (
     agents.c.name,
     agents.c.created_at,
 )
+_GRAPH_SUMMARY_COLUMNS = (
+    graphs.c.graph_hash,
+    graphs.c.node_count,
+    graphs.c.edge_count,
+    graphs.c.entry_nodes,
+    graphs.c.terminal_nodes,
+    graphs.c.created_at,
+)
+_SELECT_GRAPH = select(graphs.c.graph_hash, graphs.c.document, graphs.c.created_at).where(
+    graphs.c.graph_hash == bindparam("graph_hash")
+)
+# Oldest first, as the agents are listed; the document itself is not read.
+_LIST_GRAPHS = select(*_GRAPH_SUMMARY_COLUMNS).order_by(graphs.c.created_at, graphs.c.graph_hash)
 # Literal state so SQLite's planner can use the partial index on sleeping runs.
 _DUE_RUNS = (
     select(runs.c.run_id)
@@ -701,6 +720,65 @@ class EventStore:
         statement = select(*_AGENT_COLUMNS).order_by(agents.c.created_at, agents.c.agent_def_hash)
         with self._reading("list agents"), self._read() as connection:
             return [agent_from_row(row) for row in connection.execute(statement)]
+
+    # -- graphs ---------------------------------------------------------------
+
+    def put_graph(self, graph_hash: str, *, document: Any, summary: dict) -> bool:
+        """Store a validated graph document under its hash, with its shape summary.
+
+        The document is kept as submitted (the parsed JSON value, its keys in
+        the order they came); a second submission of the same hash keeps the
+        first one's row untouched.
+
+        Args:
+            graph_hash: ``Graph.hash``.
+            document: ``Graph.document``.
+            summary: ``Graph.summary()`` (``GRAPH_SUMMARY_KEYS``).
+
+        Returns:
+            True when it was stored now, False when that hash was already stored.
+
+        Raises:
+            ValueError: ``summary`` does not hold exactly ``GRAPH_SUMMARY_KEYS``;
+                nothing was written.
+            StoreUnavailable: the database failed; nothing was written.
+        """
+        if set(summary) != set(GRAPH_SUMMARY_KEYS):
+            raise ValueError(
+                f"a graph's summary holds {sorted(GRAPH_SUMMARY_KEYS)}, not {sorted(summary)}"
+            )
+        row = {
+            "graph_hash": graph_hash,
+            "document": dumps(document),
+            "node_count": summary["node_count"],
+            "edge_count": summary["edge_count"],
+            "entry_nodes": dumps(list(summary["entry_nodes"])),
+            "terminal_nodes": dumps(list(summary["terminal_nodes"])),
+            "created_at": now_instant(),
+        }
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(insert(graphs), row)
+        except IntegrityError:
+            return False
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to store a graph: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
+        return True
+
+    def get_graph(self, graph_hash: str) -> StoredGraph | None:
+        """The graph document stored under ``graph_hash``, or None."""
+        with self._reading("read a graph"), self._read() as connection:
+            row = connection.execute(_SELECT_GRAPH, {"graph_hash": graph_hash}).first()
+        return None if row is None else graph_from_row(row)
+
+    def list_graphs(self) -> list[GraphSummary]:
+        """Every stored graph's hash and shape, oldest first; no document is read."""
+        with self._reading("list graphs"), self._read() as connection:
+            return [graph_summary_from_row(row) for row in connection.execute(_LIST_GRAPHS)]
 
     # -- claims ---------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""What the store's reads return: run summaries, parked writes, stored agents, claims, probe
-answers, and the listing cursor, each built from a row.
+"""What the store's reads return: run summaries, parked writes, stored agents and graphs, claims,
+probe answers, and the listing cursor, each built from a row.
 
 A row whose JSON cannot be decoded gives a degraded summary, never an
 exception: one bad run must not fail a listing.
@@ -99,6 +99,40 @@ class StoredAgent:
     format: str
     definition: str
     name: str | None
+    created_at: str
+
+
+# The shape summary of a stored graph, as ``Graph.summary()`` gives it and a listing reports it.
+GRAPH_SUMMARY_KEYS = ("node_count", "edge_count", "entry_nodes", "terminal_nodes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphSummary:
+    """A stored graph as a listing reports it: its hash and its shape, not its document."""
+
+    graph_hash: str
+    node_count: int
+    edge_count: int
+    entry_nodes: tuple[str, ...]
+    terminal_nodes: tuple[str, ...]
+    created_at: str
+
+    def summary(self) -> dict:
+        """The shape summary (``GRAPH_SUMMARY_KEYS``), as ``Graph.summary()`` gives it."""
+        return {
+            "node_count": self.node_count,
+            "edge_count": self.edge_count,
+            "entry_nodes": list(self.entry_nodes),
+            "terminal_nodes": list(self.terminal_nodes),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredGraph:
+    """A graph document as submitted (the parsed JSON value), under its hash."""
+
+    graph_hash: str
+    document: Any
     created_at: str
 
 
@@ -225,4 +259,21 @@ def claim_from_row(row: Any) -> Claim:
         seq=row.seq,
         state=row.state,
         output=loads_or_none(row.output),
+    )
+
+
+def graph_summary_from_row(row: Any) -> GraphSummary:
+    return GraphSummary(
+        graph_hash=row.graph_hash,
+        node_count=row.node_count,
+        edge_count=row.edge_count,
+        entry_nodes=tuple(json.loads(row.entry_nodes)),
+        terminal_nodes=tuple(json.loads(row.terminal_nodes)),
+        created_at=row.created_at,
+    )
+
+
+def graph_from_row(row: Any) -> StoredGraph:
+    return StoredGraph(
+        graph_hash=row.graph_hash, document=json.loads(row.document), created_at=row.created_at
     )

@@ -160,6 +160,21 @@ probe_answers = Table(
     Column("observed_at", Text, nullable=False),
 )
 
+# Graph documents, content-addressed: the document as submitted (parsed, re-serialised) under
+# its hash, and the shape summary a listing answers with, so a listing reads no document.
+graphs = Table(
+    "graphs",
+    metadata,
+    Column("graph_hash", Text, primary_key=True),
+    Column("document", Text, nullable=False),
+    Column("node_count", Integer, nullable=False),
+    Column("edge_count", Integer, nullable=False),
+    # JSON arrays of node ids, in document order.
+    Column("entry_nodes", Text, nullable=False),
+    Column("terminal_nodes", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -227,10 +242,12 @@ def _add_probe_answers(connection: Connection) -> None:
     probe_answers.create(connection, checkfirst=True)
 
 
-def _learn_graph_runs(connection: Connection) -> None:
-    """Version 5: runs may be graph runs; ``runs`` gains ``graph_hash`` and ``forked_from`` (and
-    the index forks are found by), every stored view the graph fields, all null (no run of an
-    older store walked a graph, so null is exact)."""
+def _learn_graphs(connection: Connection) -> None:
+    """Version 5: graph documents are stored, in a table of their own, and runs may be graph
+    runs: ``runs`` gains ``graph_hash`` and ``forked_from`` (and the index forks are found by),
+    every stored view the graph fields, all null (no run of an older store walked a graph, so
+    null is exact)."""
+    graphs.create(connection, checkfirst=True)
     # A store made new at version 0 has the columns already (``_create_missing``).
     present = {column["name"] for column in inspect(connection).get_columns("runs")}
     for name in ("graph_hash", "forked_from"):
@@ -250,7 +267,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     1: _views_learn_replay_of,
     2: _index_unreconciled_runs,
     3: _add_probe_answers,
-    4: _learn_graph_runs,
+    4: _learn_graphs,
 }
 
 

@@ -18,11 +18,11 @@ from ._schema import nullable as _nullable
 from ._schema import ref as _ref
 
 # Python's str.strip() and JSON Schema's \\s disagree at the edges; a visible character settles it.
-_NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
+NOT_BLANK = "[^\\s\\u001c-\\u001f\\u0085]"
 _NAME = {
     "type": "string",
     "maxLength": 64,
-    "pattern": _NOT_BLANK,
+    "pattern": NOT_BLANK,
     "description": "A display label, excluded from the agent hash.",
 }
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
@@ -57,7 +57,7 @@ AGENT_SCHEMAS: JSON = {
                 HTTP_FIELDS["builtin"],
                 {
                     "name": _nullable(_NAME),
-                    "model": {"type": "string", "pattern": _NOT_BLANK},
+                    "model": {"type": "string", "pattern": NOT_BLANK},
                     "system_prompt": _nullable({"type": "string"}),
                     "max_response_tokens": {"type": "integer", "minimum": 1},
                     "record_prompts": {"type": "boolean"},
@@ -139,7 +139,7 @@ AGENT_SCHEMAS: JSON = {
                         "oneOf": [
                             {
                                 "type": "string",
-                                "pattern": _NOT_BLANK,
+                                "pattern": NOT_BLANK,
                                 "description": "Split into arguments as a POSIX shell would.",
                             },
                             {

@@ -52,6 +52,7 @@ from ._bodies import (
     TOOL_STEP,
     Body,
 )
+from ._graph_schemas import GRAPH_ANSWERS, GRAPH_SCHEMAS
 from ._queries import RECONCILIATIONS_QUERY, RUNS_QUERY
 from ._schema import INSTANT as _INSTANT
 from ._schema import JSON
@@ -168,6 +169,15 @@ SCHEMAS: JSON = {
     **{body.name: body.schema() for body in BODIES},
     **{answer.name: answer.schema() for answer in ANSWERS},
     **{answer.name: answer.schema() for answer in CLIENT_RUN_ANSWERS},
+    # -- graphs (issue 15): the document, its errors, the answers of /v1/graphs* --
+    **GRAPH_SCHEMAS,
+    **{answer.name: answer.schema() for answer in GRAPH_ANSWERS},
+    "InvalidGraphError": _error_schema(
+        ["invalid_graph"],
+        _object(
+            {"errors": {"type": "array", "minItems": 1, "items": _ref("GraphError")}}, ["errors"]
+        ),
+    ),
     "StreamFrame": {
         "description": (
             "One frame of the event stream as an SSE client reads it (`event` defaults to "
@@ -227,6 +237,13 @@ PARAMETERS: JSON = {
         "required": True,
         "schema": {"type": "string"},
         "description": "An agent hash as `POST /v1/agents` returned it.",
+    },
+    "GraphHash": {
+        "name": "graph_hash",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "A graph hash as `POST /v1/graphs` returned it; any other text is a 404.",
     },
 }
 
@@ -315,6 +332,97 @@ _DRIVE_MISSING = _error(
 _DRIVE_FORBIDDEN = _error("The drive token is not the run's current lease.", "invalid_drive_token")
 _CONFLICT_OTHER = _error_schema(["client_driven_run", "divergence"])
 
+# -- graphs (issue 15): documents stored and served ------------------------------------------------
+
+# A YAML body is described by the JSON value it parses to: YAML is another spelling of the same
+# document, read with JSON's values only (no timestamps, sets, binary, non-string or duplicate
+# keys), and it hashes as that JSON does.
+_GRAPH_BODY = {
+    "required": True,
+    "content": {
+        media: {"schema": _ref("GraphDocument")}
+        for media in ("application/json", "application/yaml", "text/yaml")
+    },
+}
+# validate answers whatever it is sent, an empty body too (`valid: false`).
+_ANY_DOCUMENT = {
+    "schema": {
+        "description": "Any value: whatever it is, the answer says whether it is a valid graph "
+        "document."
+    }
+}
+_NOT_A_DOCUMENT_TYPE = _error_schema(["bad_request"])
+GRAPH_PATHS: JSON = {
+    "/v1/graphs": {
+        "post": {
+            "operationId": "submitGraph",
+            "summary": "Submit a graph document: validated whole, stored content-addressed",
+            "requestBody": _GRAPH_BODY,
+            "responses": _responses(
+                {
+                    "201": (
+                        "Stored; `created` is false when the identical document already was.",
+                        _ref("GraphCreated"),
+                    )
+                },
+                "PayloadTooLarge",
+                extra={
+                    "400": _error(
+                        "`invalid_graph` with every error in `details.errors` (a body that is "
+                        "not a document at all is one `malformed_document`), or `bad_request` "
+                        "for a media type that is neither JSON nor YAML. Nothing stored.",
+                        schema={"oneOf": [_ref("InvalidGraphError"), _NOT_A_DOCUMENT_TYPE]},
+                    )
+                },
+            ),
+        },
+        "get": {
+            "operationId": "listGraphs",
+            "summary": "List the stored graphs with their shape, oldest first",
+            "responses": _responses({"200": ("The graphs.", _ref("GraphList"))}),
+        },
+    },
+    "/v1/graphs/validate": {
+        "post": {
+            "operationId": "validateGraph",
+            "summary": "Validate a graph document without storing it",
+            "requestBody": {
+                "required": False,
+                "content": {
+                    media: _ANY_DOCUMENT
+                    for media in ("application/json", "application/yaml", "text/yaml")
+                },
+            },
+            "responses": _responses(
+                {
+                    "200": (
+                        "The answer, valid or not (with every error); nothing is stored.",
+                        {"oneOf": [_ref("GraphValid"), _ref("GraphInvalid")]},
+                    )
+                },
+                "PayloadTooLarge",
+                extra={
+                    "400": _error(
+                        "A media type that is neither JSON nor YAML.",
+                        schema=_NOT_A_DOCUMENT_TYPE,
+                    )
+                },
+            ),
+        },
+    },
+    "/v1/graphs/{graph_hash}": {
+        "get": {
+            "operationId": "getGraph",
+            "summary": "Read one stored graph document back, as submitted",
+            "parameters": [{"$ref": "#/components/parameters/GraphHash"}],
+            "responses": _responses(
+                {"200": ("The document.", _ref("Graph"))},
+                extra={"404": _error("No graph stored under that hash.", "unknown_graph")},
+            ),
+        },
+    },
+}
+
 PATHS: JSON = {
     "/v1/agents": {
         "post": {
@@ -362,6 +470,7 @@ PATHS: JSON = {
             ),
         },
     },
+    **GRAPH_PATHS,
     "/v1/runs": {
         "post": {
             "operationId": "startRun",

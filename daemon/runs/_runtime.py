@@ -1,4 +1,5 @@
-"""The verbs on runs: start, drive, resume, resolve, abandon, wake.
+"""The verbs on runs: start, drive, resume, resolve, abandon, wake; and the agents and graphs
+they run, as this store holds them.
 
 Shared by the CLI and the HTTP layer. Each verb checks everything it can
 before it records anything: a refusal (``OperationRefused``) leaves the store
@@ -24,6 +25,7 @@ from salvor.protocol import (
     Actor,
     Envelope,
     ErrorCode,
+    Graph,
     Resumed,
     RunAbandoned,
     RunFailed,
@@ -35,7 +37,7 @@ from salvor.protocol import (
     check_resume_input,
     parse_instant,
 )
-from salvor.store import RunSummary, SeqConflict
+from salvor.store import GraphSummary, RunSummary, SeqConflict, StoredGraph
 
 from ..agents import (
     AgentDefinition,
@@ -197,6 +199,31 @@ class Runtime:
             raise bad_request(
                 f"stored agent {agent_def_hash} no longer builds here: {exc}"
             ) from None
+
+    # -- graphs -------------------------------------------------------------
+
+    async def register_graph(self, graph: Graph) -> bool:
+        """Store a validated graph content-addressed; True when it was new.
+
+        Its document is kept as submitted, with its shape summary beside it. A
+        failure leaves nothing stored.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        return await self.access.read(
+            lambda: self.access.store.put_graph(
+                graph.hash, document=graph.document, summary=graph.summary()
+            )
+        )
+
+    async def find_graph(self, graph_hash: str) -> StoredGraph | None:
+        """The graph document stored under ``graph_hash``, or None."""
+        return await self.access.read(self.access.store.get_graph, graph_hash)
+
+    async def list_graphs(self) -> list[GraphSummary]:
+        """Every stored graph's hash and shape summary, oldest first."""
+        return await self.access.read(self.access.store.list_graphs)
 
     # -- reads ----------------------------------------------------------------
 

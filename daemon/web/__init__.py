@@ -17,6 +17,7 @@ from ._errors import (
     internal,
     port_held,
     unknown_agent,
+    unknown_graph,
     unknown_run,
     wrong_state,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "tls_context",
     "unauthorized",
     "unknown_agent",
+    "unknown_graph",
     "unknown_run",
     "whole_number",
     "wrong_state",

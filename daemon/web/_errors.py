@@ -42,6 +42,13 @@ def unknown_agent(agent: str) -> OperationRefused:
     )
 
 
+def unknown_graph(graph: str) -> OperationRefused:
+    return OperationRefused(
+        ErrorCode.UNKNOWN_GRAPH,
+        f"no graph {excerpt(graph)} is stored here; submit its document with POST /v1/graphs",
+    )
+
+
 def bad_request(message: str, *, details: dict | None = None) -> OperationRefused:
     return OperationRefused(ErrorCode.BAD_REQUEST, message, details=details)
 

@@ -716,6 +716,54 @@ def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
         store.put_agent("sha256:4", format="yaml", definition="", name=None)
 
 
+# -- graphs -------------------------------------------------------------------------
+
+GRAPH_DOCUMENT = {
+    # Keys out of canonical order: the store must keep the order they came in.
+    "schema_version": 1,
+    "nodes": [{"kind": "tool", "id": "look", "tool": "lookup"}, {"id": "tell", "kind": "delay"}],
+    "edges": [{"to": "tell", "from": "look"}],
+}
+GRAPH_SUMMARY = {
+    "node_count": 2,
+    "edge_count": 1,
+    "entry_nodes": ["look"],
+    "terminal_nodes": ["tell"],
+}
+
+
+def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
+    assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+    assert not store.put_graph(
+        "sha256:g1", document={"other": True}, summary={**GRAPH_SUMMARY, "node_count": 9}
+    )
+    other = {**GRAPH_SUMMARY, "entry_nodes": ["a", "b"], "terminal_nodes": []}
+    assert store.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
+    stored = store.get_graph("sha256:g1")
+    assert stored.document == GRAPH_DOCUMENT
+    assert json.dumps(stored.document) == json.dumps(GRAPH_DOCUMENT)  # key order too
+    assert store.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
+    assert store.get_graph("sha256:g3") is None
+    listed = store.list_graphs()
+    assert [g.graph_hash for g in listed] == ["sha256:g1", "sha256:g2"]
+    assert [g.summary() for g in listed] == [GRAPH_SUMMARY, other]
+    assert listed[0].created_at == stored.created_at
+
+
+def test_a_graph_with_a_summary_of_another_shape_is_a_misuse(store: EventStore) -> None:
+    with pytest.raises(ValueError, match="entry_nodes"):
+        store.put_graph("sha256:g1", document={}, summary={"node_count": 1})
+    assert store.list_graphs() == []
+
+
+def test_graphs_survive_reopening_the_store(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+    with EventStore.open(store_url) as store:
+        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        assert [g.summary() for g in store.list_graphs()] == [GRAPH_SUMMARY]
+
+
 # -- the view codec -----------------------------------------------------------------
 
 
@@ -859,6 +907,23 @@ def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
 GRAPH_FIELDS = ("graph_hash", "forked_from", "open_node")
 
 
+def test_a_version_4_store_gains_the_graphs_table(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        store.append("a", [started()], EMPTY_VIEW)
+    execute_sql(store_url, "DROP TABLE graphs")
+    execute_sql(store_url, "UPDATE store_meta SET value = 4")
+    with EventStore.open(store_url) as store:
+        assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        # What the older store held is untouched.
+        assert store.read_view("a").next_seq == 1
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        version = connection.execute(text("SELECT value FROM store_meta")).scalar_one()
+    engine.dispose()
+    assert version == STORE_VERSION == 5
+
+
 def test_opening_a_newer_store_is_refused(store_url: str) -> None:
     EventStore.open(store_url).close()
     execute_sql(store_url, "UPDATE store_meta SET value = :v", v=STORE_VERSION + 1)
@@ -914,6 +979,8 @@ def test_public_names_are_exported() -> None:
         "ClaimHeld",
         "CorruptLog",
         "EventStore",
+        "GRAPH_SUMMARY_KEYS",
+        "GraphSummary",
         "Holder",
         "ParkedWrite",
         "ProbeAnswer",
@@ -928,6 +995,7 @@ def test_public_names_are_exported() -> None:
         "StoreTooNew",
         "StoreUnavailable",
         "StoredAgent",
+        "StoredGraph",
         "default_store_url",
         "normalize_store_url",
         "open_locks",

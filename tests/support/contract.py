@@ -13,6 +13,7 @@ import tomllib
 from typing import Any
 
 import httpx
+import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
@@ -34,6 +35,16 @@ CLIENT_PERFORMED_PATHS = tuple(
         "resolve",
     )
 )
+
+# Bodies in another format that a document's JSON schema describes all the same (an agent
+# definition as TOML, a graph document as YAML).
+_PARSERS = {
+    "application/toml": tomllib.loads,
+    "application/yaml": yaml.safe_load,
+    "text/yaml": yaml.safe_load,
+}
+# Covered by tests/daemon/api/test_openapi_graphs.py.
+GRAPH_PATHS = ("/v1/graphs", "/v1/graphs/validate", "/v1/graphs/{graph_hash}")
 
 
 def pointer(*parts: str) -> str:
@@ -93,7 +104,7 @@ class Contract:
 
     def request_body(self, template: str, method: str, kwargs: dict) -> tuple[str, Any] | None:
         """(schema pointer, the body as JSON) for a request that sends one; None for no body or one
-        that is not JSON or TOML at all (which no schema describes)."""
+        that is not JSON, TOML or YAML at all (which no schema describes)."""
         if "json" in kwargs:
             media, value = "application/json", kwargs["json"]
         elif kwargs.get("content"):
@@ -103,15 +114,15 @@ class Contract:
             try:
                 text = kwargs["content"]
                 text = text.decode() if isinstance(text, bytes) else text
-                value = tomllib.loads(text) if media == "application/toml" else json.loads(text)
-            except (UnicodeDecodeError, ValueError):
+                value = _PARSERS.get(media, json.loads)(text)
+            except (UnicodeDecodeError, ValueError, yaml.YAMLError):
                 return None
         else:
             return None
         operation = self.document["paths"][template][method]
         assert "requestBody" in operation, f"{method} {template} takes no body, yet one was sent"
-        # The two agent-definition formats share one schema.
-        media = "application/json" if media == "application/toml" else media
+        # An agent definition's two formats share one schema, and so do a graph document's.
+        media = "application/json" if media in _PARSERS else media
         return pointer("paths", template, method, "requestBody", "content", media, "schema"), value
 
     def check_request(
@@ -155,7 +166,9 @@ class Contract:
     ) -> Any:
         """Send, check the status is documented (and ``expect`` when given),
         validate the body; returns it."""
-        path_params = {k: kwargs.pop(k) for k in ("run_id", "agent_hash") if k in kwargs}
+        path_params = {
+            k: kwargs.pop(k) for k in ("run_id", "agent_hash", "graph_hash") if k in kwargs
+        }
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)
         what = f"{method} {template} -> {status}"

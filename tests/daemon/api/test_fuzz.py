@@ -46,6 +46,8 @@ from salvor.daemon.api._openapi import openapi_document
 from schemathesis import GenerationMode
 from schemathesis.engine import Status, StopReason, events
 
+from tests.support.graph_documents import every_kind
+
 REPO = Path(__file__).resolve().parents[3]
 TOKEN_ENV = "SALVOR_FUZZ_TOKEN"
 TOKEN = "fuzz-token-not-a-secret"
@@ -300,7 +302,8 @@ def _config(**extra) -> schemathesis.Config:
 
 @pytest.fixture(scope="module")
 def seeded(daemon: str) -> dict[str, str]:
-    """Runs for the fuzz to find: one completed, one parked on its gate; the agent hashes."""
+    """Runs for the fuzz to find: one completed, one parked on its gate; the agent hashes; a
+    stored graph's hash."""
     with httpx.Client(base_url=daemon, headers=AUTH, timeout=30) as client:
         toml = {"Content-Type": "application/toml"}
         refund_desk = (REPO / "contrib" / "agents" / "refund-desk.toml").read_text()
@@ -324,21 +327,28 @@ def seeded(daemon: str) -> dict[str, str]:
             while (body := client.get(f"/v1/runs/{run_id}").json())["status"]["state"] != state:
                 assert time.monotonic() < deadline, f"run {run_id} never reached {state}: {body}"
                 time.sleep(0.05)
-        return {**runs, **{f"agent_{name}": agent for name, agent in agents.items()}}
+        graph = client.post("/v1/graphs", json=every_kind()).json()["graph"]
+        return {
+            **runs,
+            **{f"agent_{name}": agent for name, agent in agents.items()},
+            "graph": graph,
+        }
 
 
 @pytest.fixture(scope="module")
 def served_schema(daemon: str, seeded: dict[str, str]):
     config = _config(
         # Half the ids name something real, so the verbs reach past the 404: a finished run (which
-        # no verb can change) and the registered agents.
+        # no verb can change), the registered agents and the stored graph.
         dictionaries={
             "runs": {"values": [seeded["completed"]]},
             "agents": {"values": [seeded["agent_refund"], seeded["agent_gated"]]},
+            "graphs": {"values": [seeded["graph"]]},
         },
         parameters={
             "path.run_id": {"dictionary": "runs", "probability": 0.5},
             "path.agent_hash": {"dictionary": "agents", "probability": 0.5},
+            "path.graph_hash": {"dictionary": "graphs", "probability": 0.5},
             "body.agent": {"dictionary": "agents", "probability": 0.5},
         },
         operations=[
@@ -362,7 +372,19 @@ def served_schema(daemon: str, seeded: dict[str, str]):
                         ]
                     }
                 },
-            }
+            },
+            {
+                # Whether a graph document is valid is decided across its nodes (an edge to an id
+                # no node has, a cycle, a reference to a node that is not upstream), which a
+                # schema cannot state: a document of the documented shape may still be a 400
+                # `invalid_graph` with every such error in `details.errors`, as documented.
+                "include-operation-id": "submitGraph",
+                "checks": {
+                    "positive_data_acceptance": {
+                        "expected-statuses": ["2xx", "400", "401", "404", "409", "429", "5xx"]
+                    }
+                },
+            },
         ],
     )
     return schemathesis.openapi.from_url(

@@ -55,6 +55,7 @@ from tests.support.contract import (
     BASE,
     CLIENT_PERFORMED_PATHS,
     DOCUMENT,
+    GRAPH_PATHS,
     MISSING_RUN,
     OVERSIZED,
     STEP_PATHS,
@@ -208,6 +209,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
                 expect=401,
                 run_id=MISSING_RUN,
                 agent_hash="sha256:0",
+                graph_hash="sha256:0",
             )
 
     # -- agents ------------------------------------------------------------------------------------
@@ -466,15 +468,14 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
     # The server-performed steps need a model executor;
     # tests/daemon/client_runs/test_steps.py covers them.
-    unreached = {
-        seen for seen in contract.unreached() if seen[0] not in STEP_PATHS + CLIENT_PERFORMED_PATHS
-    }
+    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS
+    unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     untaken = {
         (path, method)
         for path, operations in DOCUMENT["paths"].items()
         for method, operation in operations.items()
-        if "requestBody" in operation and path not in STEP_PATHS + CLIENT_PERFORMED_PATHS
+        if "requestBody" in operation and path not in elsewhere
     } - contract.requests
     assert not untaken, f"no request body taken and checked against the document: {sorted(untaken)}"
 
@@ -631,7 +632,8 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
     checked = 0
     for template, operations in document["paths"].items():
         body = operations.get("post", {}).get("requestBody")
-        if template == "/v1/agents" or body is None:
+        # A graph document's fields are the validator's (tests/daemon/api/test_openapi_graphs.py).
+        if template in ("/v1/agents", *GRAPH_PATHS) or body is None:
             continue
         run_id = opened["run"] if template.startswith("/v1/client-runs/") else MISSING_RUN
         taken = await _taken(api, template.format(run_id=run_id), probe, _TAKES, headers=token)

@@ -1,0 +1,452 @@
+"""Validation of a graph document, every error at once, and the entry points that build a Graph.
+
+Rules:
+* Once the shape reads (``_graph_shape.py``), every check runs and every
+  error is reported; no check stops the others. Checks that need a sound
+  structure work on what is sound: an edge with a missing end, a self edge or
+  a duplicate is reported and left out of the structure the later checks see.
+* Cost stays near linear in the document: the cycle search visits only the
+  nodes a topological pass could not order, and "is this node upstream" is
+  one pass over that order with an integer bitset per node, built only when
+  a reference names a node.
+* A suggestion is the nearest existing node id (``difflib``), or null.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ._canonical import sha256_hash
+from ._errors import excerpt
+from ._graph import Graph, GraphEdge, GraphError, GraphNode, InvalidGraph, NodeKind
+from ._graph import topological_order as _order
+from ._graph_shape import Malformed, Shape, read_shape
+from ._strict_json import MalformedJson, check_document, decode_text, parse_strict
+from ._templates import MAP_ROOTS, ReferenceRoot, TemplateError, parse_reference
+from ._templates import reference_strings as _reference_strings
+from ._yaml import MalformedYaml, load_yaml
+
+
+def _nearest(word: str, choices: Any) -> str | None:
+    found = difflib.get_close_matches(word, choices, n=1)
+    return found[0] if found else None
+
+
+@dataclass
+class _Structure:
+    """The sound part of a document: unique nodes and the edges both of whose ends exist."""
+
+    by_id: dict[str, GraphNode]
+    edges: list[GraphEdge] = field(default_factory=list)
+    errors: list[GraphError] = field(default_factory=list)
+
+
+def _unique_nodes(nodes: list[GraphNode], errors: list[GraphError]) -> dict[str, GraphNode]:
+    by_id: dict[str, GraphNode] = {}
+    for index, node in enumerate(nodes):
+        if node.id in by_id:
+            errors.append(
+                GraphError(
+                    code="duplicate_node_id",
+                    message=f"nodes[{index}]: the id {excerpt(node.id, 32)!r} is used by an "
+                    "earlier node",
+                    node=node.id,
+                    extra={"index": index},
+                )
+            )
+        else:
+            by_id[node.id] = node
+    return by_id
+
+
+def _edge_error(code: str, message: str, edge: GraphEdge, **extra: Any) -> GraphError:
+    suggestion = extra.pop("suggestion", None)
+    return GraphError(
+        code=code,
+        message=message,
+        edge=(edge.source, edge.target),
+        suggestion=suggestion,
+        extra=extra,
+    )
+
+
+def _sound_edges(edges: list[GraphEdge], found: _Structure) -> None:
+    seen: set[tuple[str, str, str | None]] = set()
+    for index, edge in enumerate(edges):
+        where = f"edges[{index}] ({excerpt(edge.source, 32)} -> {excerpt(edge.target, 32)})"
+        missing = [end for end in (edge.source, edge.target) if end not in found.by_id]
+        for end in dict.fromkeys(missing):
+            found.errors.append(
+                _edge_error(
+                    "dangling_edge",
+                    f"{where}: there is no node {excerpt(end, 32)!r}",
+                    edge,
+                    missing=end,
+                    suggestion=_nearest(end, found.by_id),
+                )
+            )
+        if missing:
+            continue
+        if edge.source == edge.target:
+            message = f"{where}: a node cannot feed itself"
+            found.errors.append(_edge_error("self_edge", message, edge))
+            continue
+        key = (edge.source, edge.target, edge.case)
+        if key in seen:
+            found.errors.append(
+                _edge_error("duplicate_edge", f"{where}: the same edge appears earlier", edge)
+            )
+            continue
+        seen.add(key)
+        found.edges.append(edge)
+        _check_case(edge, where, found)
+
+
+def _check_case(edge: GraphEdge, where: str, found: _Structure) -> None:
+    source = found.by_id[edge.source]
+    if source.kind is not NodeKind.BRANCH:
+        if edge.case is not None:
+            found.errors.append(
+                _edge_error(
+                    "case_on_non_branch",
+                    f"{where}: only an edge out of a branch carries a case "
+                    f"({excerpt(edge.source, 32)!r} is a {source.kind})",
+                    edge,
+                    case=edge.case,
+                )
+            )
+    elif edge.case is None:
+        found.errors.append(
+            _edge_error(
+                "branch_edge_without_case",
+                f"{where}: an edge out of a branch names the case it is taken on",
+                edge,
+                suggestion=source.cases[0] if len(source.cases) == 1 else None,
+            )
+        )
+    elif edge.case not in source.cases:
+        found.errors.append(
+            _edge_error(
+                "unknown_case",
+                f"{where}: {excerpt(edge.case, 32)!r} is not one of the branch's cases "
+                f"({', '.join(source.cases)})",
+                edge,
+                case=edge.case,
+                suggestion=_nearest(edge.case, source.cases),
+            )
+        )
+
+
+def _missing_case_edges(found: _Structure) -> None:
+    taken: dict[str, set[str | None]] = {}
+    for edge in found.edges:
+        taken.setdefault(edge.source, set()).add(edge.case)
+    for node in found.by_id.values():
+        if node.kind is not NodeKind.BRANCH:
+            continue
+        for case in node.cases:
+            if case not in taken.get(node.id, ()):
+                found.errors.append(
+                    GraphError(
+                        code="missing_case_edge",
+                        message=f"branch {excerpt(node.id, 32)!r}: no edge is taken on the "
+                        f"case {excerpt(case, 32)!r}",
+                        node=node.id,
+                        extra={"case": case},
+                    )
+                )
+
+
+def _components(members: list[str], targets: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of ``members`` with more than one node (Tarjan's,
+    by an explicit stack)."""
+    inside = set(members)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in members:
+        if root in index:
+            continue
+        work = [(root, iter(targets[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, pending = work[-1]
+            step = next((t for t in pending if t in inside), None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(targets[step])))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component[::-1])
+    return found
+
+
+def _cycle_through(start: str, members: set[str], targets: dict[str, list[str]]) -> list[str]:
+    """The shortest cycle from ``start`` back to itself inside ``members`` (breadth first)."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for target in targets[node]:
+            if target == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return path[::-1]
+            if target in members and target not in parent:
+                parent[target] = node
+                queue.append(target)
+    return [start]  # unreachable for a member of a strongly connected component
+
+
+def _structure_errors(found: _Structure) -> list[str]:
+    """Cycles and unreachable nodes; returns the topological order of the nodes it could order."""
+    ids = list(found.by_id)
+    order = _order(ids, found.edges)
+    if len(order) == len(ids):
+        return list(order)
+    targets: dict[str, list[str]] = {node_id: [] for node_id in ids}
+    has_inbound: set[str] = set()
+    for edge in found.edges:
+        targets[edge.source].append(edge.target)
+        has_inbound.add(edge.target)
+    ordered = set(order)
+    on_cycle: set[str] = set()
+    position = {node_id: i for i, node_id in enumerate(ids)}
+    components = [
+        sorted(component, key=position.__getitem__)
+        for component in _components([i for i in ids if i not in ordered], targets)
+    ]
+    # Each cycle starts at its first node in document order, and cycles come in that order.
+    for component in sorted(components, key=lambda members: position[members[0]]):
+        members = set(component)
+        on_cycle |= members
+        cycle = _cycle_through(component[0], members, targets)
+        shown = " -> ".join(excerpt(node_id, 32) for node_id in [*cycle, cycle[0]])
+        found.errors.append(
+            GraphError(
+                code="cycle",
+                message=f"the edges {shown} form a cycle; a graph is acyclic",
+                node=cycle[0],
+                extra={"nodes": cycle},
+            )
+        )
+    # A node every inbound edge of which leaves a cycle can never run. Nodes further down are not
+    # reported: they follow from it, and fixing the cycle fixes them.
+    fed_from_outside = {edge.target for edge in found.edges if edge.source not in on_cycle}
+    for node_id in ids:
+        if node_id in has_inbound and node_id not in on_cycle | fed_from_outside:
+            found.errors.append(
+                GraphError(
+                    code="unreachable_node",
+                    message=f"node {excerpt(node_id, 32)!r} is fed only by nodes on a cycle, so "
+                    "no walk from an entry node reaches it",
+                    node=node_id,
+                )
+            )
+    return list(order)
+
+
+def _templates(node: GraphNode) -> list[tuple[Any, bool]]:
+    """The templates of ``node`` as (template, inside a map body)."""
+    if node.kind in (NodeKind.AGENT, NodeKind.TOOL):
+        return [(node.input, False)]
+    if node.kind is NodeKind.MAP:
+        return [(node.over, False)] + ([(node.body.input, True)] if node.body else [])
+    return [(value, False) for value in (node.on, node.over, node.until) if value is not None]
+
+
+def _ancestors(order: list[str], edges: list[GraphEdge], position: dict[str, int]) -> dict:
+    """Each ordered node's ancestors as an integer with bit ``position[id]`` set for each."""
+    sources: dict[str, list[str]] = {}
+    for edge in edges:
+        sources.setdefault(edge.target, []).append(edge.source)
+    ancestors: dict[str, int] = {}
+    for node_id in order:
+        bits = 0
+        for source in sources.get(node_id, ()):
+            bits |= ancestors[source] | (1 << position[source])
+        ancestors[node_id] = bits
+    return ancestors
+
+
+def _malformed_reference(node_id: str, text: str, exc: TemplateError) -> GraphError:
+    root, dot, rest = text[1:].partition(".")
+    nearest = _nearest(root, [str(root) for root in ReferenceRoot])
+    suggestion = None if nearest is None or nearest == root else f"${nearest}{dot}{rest}"
+    return GraphError(
+        code="unknown_reference",
+        message=f"node {excerpt(node_id, 32)!r}: {exc.message}",
+        node=node_id,
+        suggestion=suggestion,
+        extra={"reference": text},
+    )
+
+
+def _reference_errors(found: _Structure, order: list[str]) -> None:
+    position = {node_id: index for index, node_id in enumerate(found.by_id)}
+    ancestors: dict[str, int] | None = None
+    for node in found.by_id.values():
+        where = f"node {excerpt(node.id, 32)!r}"
+        for template, in_body in _templates(node):
+            for text in _reference_strings(template):
+                try:
+                    reference = parse_reference(text)
+                except TemplateError as exc:
+                    found.errors.append(_malformed_reference(node.id, text, exc))
+                    continue
+                error = None
+                if reference.root in MAP_ROOTS and not in_body:
+                    error = GraphError(
+                        code="misplaced_reference",
+                        message=f"{where}: {excerpt(text, 48)} means something only inside a "
+                        "map's body",
+                        node=node.id,
+                        extra={"reference": text},
+                    )
+                elif reference.root is ReferenceRoot.NODES and reference.node not in found.by_id:
+                    error = GraphError(
+                        code="unknown_reference",
+                        message=f"{where}: {excerpt(text, 48)} names no node of this graph",
+                        node=node.id,
+                        suggestion=_nearest(reference.node, found.by_id),
+                        extra={"reference": text},
+                    )
+                elif reference.root is ReferenceRoot.NODES:
+                    if ancestors is None:
+                        ancestors = _ancestors(order, found.edges, position)
+                    bits = ancestors.get(node.id)
+                    if bits is not None and not bits >> position[reference.node] & 1:
+                        error = GraphError(
+                            code="reference_not_upstream",
+                            message=f"{where}: {excerpt(text, 48)} names a node no path leads "
+                            "from, so its output is not there when this node runs",
+                            node=node.id,
+                            extra={"reference": text},
+                        )
+                if error is not None:
+                    found.errors.append(error)
+
+
+def _malformed(message: str) -> GraphError:
+    return GraphError(code="malformed_document", message=message)
+
+
+def _validate(value: Any) -> tuple[list[GraphError], Shape | None, str | None]:
+    """Every error of ``value``, its shape (None when malformed) and its hash (when it has one)."""
+    try:
+        check_document(value, "the graph document")
+        digest = sha256_hash(value)
+    except MalformedJson as exc:
+        return [_malformed(exc.message)], None, None
+    except (TypeError, ValueError) as exc:
+        return [_malformed(f"the graph document is not a JSON value: {exc}")], None, None
+    try:
+        shape = read_shape(value)
+    except Malformed as exc:
+        return [_malformed(f"the graph document is malformed: {exc}")], None, None
+    found = _Structure(by_id=_unique_nodes(shape.nodes, shape.errors))
+    found.errors = shape.errors
+    _sound_edges(shape.edges, found)
+    _missing_case_edges(found)
+    order = _structure_errors(found)
+    _reference_errors(found, order)
+    return found.errors, shape, digest
+
+
+def check_graph(value: Any) -> list[GraphError]:
+    """Every validation error of a parsed graph document; ``[]`` when it is valid. Never raises."""
+    return _validate(value)[0]
+
+
+def _with_default_inputs(shape: Shape) -> list[GraphNode]:
+    sources: dict[str, list[str]] = {}
+    for edge in shape.edges:
+        targets = sources.setdefault(edge.target, [])
+        if edge.source not in targets:
+            targets.append(edge.source)
+    nodes = []
+    for node in shape.nodes:
+        if node.id in shape.default_input:
+            found = sources.get(node.id, [])
+            if not found:
+                template: Any = "$input"
+            elif len(found) == 1:
+                template = f"$nodes.{found[0]}"
+            else:
+                template = {source: f"$nodes.{source}" for source in found}
+            node = replace(node, input=template)
+        nodes.append(node)
+    return nodes
+
+
+def graph_from_value(value: Any) -> Graph:
+    """The validated graph of a parsed document (a JSON value).
+
+    Raises:
+        InvalidGraph: listing every error; nothing is built.
+    """
+    errors, shape, digest = _validate(value)
+    if errors:
+        raise InvalidGraph(errors)
+    assert shape is not None and digest is not None
+    return Graph(
+        document=value,
+        hash=digest,
+        nodes=tuple(_with_default_inputs(shape)),
+        edges=tuple(shape.edges),
+    )
+
+
+def parse_graph_json(text: str | bytes) -> Graph:
+    """The validated graph of a JSON text (strict JSON: ``parse_strict``'s rules).
+
+    Raises:
+        InvalidGraph: the text is not strict JSON (one ``malformed_document``)
+            or the document fails validation (every error).
+    """
+    try:
+        value = parse_strict(text, "the graph document")
+    except MalformedJson as exc:
+        raise InvalidGraph([_malformed(exc.message)]) from None
+    return graph_from_value(value)
+
+
+def parse_graph_yaml(text: str | bytes) -> Graph:
+    """The validated graph of a YAML text (``_yaml.py``'s strict rules).
+
+    Raises:
+        InvalidGraph: the text is not strict YAML (one ``malformed_document``
+            naming line and column) or the document fails validation.
+    """
+    try:
+        if isinstance(text, (bytes, bytearray)):
+            text = decode_text(bytes(text), "the graph document")
+        value = load_yaml(text, "the graph document")
+    except (MalformedJson, MalformedYaml) as exc:
+        raise InvalidGraph([_malformed(exc.message)]) from None
+    return graph_from_value(value)
