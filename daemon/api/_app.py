@@ -14,7 +14,7 @@ whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
 on ``POST /v1/graphs`` and ``/v1/graphs/validate``.
-``GET /v1/capabilities`` advertises ``fork: false``: forks are not built.
+``GET /v1/capabilities`` advertises ``fork: true``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
+from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
 from ._http import check_bearer, error_response
 from ._meta_routes import add_meta_routes
@@ -74,6 +75,7 @@ def create_app(state: ServerState) -> QuartTrio:
     add_agent_routes(app, state)
     # Graph documents (issue 15): stored and served.
     add_graph_routes(app, state)
+    add_fork_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)
     add_reconciliation_routes(app, state)

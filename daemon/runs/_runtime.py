@@ -66,6 +66,7 @@ from ..recording import (
 )
 from ..tools import ToolRegistry
 from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
+from ._forks import Forks
 from ._reconciliations import Reconciliation, reconciliation
 
 log = logging.getLogger("salvor.runs")
@@ -95,8 +96,9 @@ class ResumeDecision:
     view: RunView
 
 
-class Runtime:
-    """Run operations over one store and one tool registry."""
+class Runtime(Forks):
+    """Run operations over one store and one tool registry (a graph run's projection and forks
+    are ``Forks``')."""
 
     def __init__(
         self,

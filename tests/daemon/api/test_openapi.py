@@ -55,6 +55,7 @@ from tests.support.contract import (
     BASE,
     CLIENT_PERFORMED_PATHS,
     DOCUMENT,
+    FORK_PATHS,
     GRAPH_PATHS,
     MISSING_RUN,
     OVERSIZED,
@@ -468,7 +469,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
     # The server-performed steps need a model executor;
     # tests/daemon/client_runs/test_steps.py covers them.
-    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS
+    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS + FORK_PATHS
     unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     untaken = {
@@ -641,7 +642,7 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
             template
         )
         checked += 1
-    assert checked == 13
+    assert checked == 14
     # A model step's request, checked whole by the step itself.
     taken = await _taken(
         api,
