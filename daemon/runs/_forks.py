@@ -16,6 +16,7 @@ from salvor.protocol import (
     EMPTY_VIEW,
     ErrorCode,
     ForkPlan,
+    Graph,
     GraphRunStarted,
     InvalidGraph,
     RunView,
@@ -27,7 +28,7 @@ from salvor.protocol import (
 from salvor.store import EventStore, SeqConflict
 
 from ..recording import parse_run_id
-from ..web import OperationRefused, unknown_graph, unknown_run
+from ..web import OperationRefused, bad_request, unknown_graph, unknown_run
 
 if TYPE_CHECKING:
     from ..recording import StoreAccess
@@ -53,28 +54,47 @@ class Forks:
         return await self.access.read(_projection, store, run_id)
 
     async def plan_fork(
-        self, origin: str, from_node: str, acknowledged: Iterable[int] = ()
+        self,
+        origin: str,
+        from_node: str,
+        acknowledged: Iterable[int] = (),
+        *,
+        document: Graph | None = None,
     ) -> ForkPlan:
         """Plan forking ``origin`` from ``from_node`` (``protocol.plan_fork``). Reads only.
 
+        ``document``: the origin's graph supplied again (``salvor fork --graph``); it must hash
+        as the one the origin recorded, and then this store need not hold it (``fork`` stores it
+        with the child).
+
         Raises:
-            OperationRefused: unknown_run; unknown_graph when this store no longer holds the
-                origin's graph (after every refusal of the plan itself).
+            OperationRefused: unknown_run; bad_request when ``document`` is another graph;
+                unknown_graph when this store no longer holds the origin's graph and it was not
+                supplied (both after every refusal of the plan itself).
             ForkRefused: not_a_graph_run, origin_needs_reconciliation, invalid_fork_node, or
                 bad_request for an acknowledged seq that is not a write of the re-walked segment.
         """
         store, acknowledged = self.access.store, list(acknowledged)
         plan = await self.access.read(_planned, store, origin, from_node, acknowledged)
-        if await self.access.read(store.get_graph, plan.graph_hash) is None:
+        if document is not None:
+            if document.hash != plan.graph_hash:
+                raise bad_request(
+                    f"the graph supplied hashes to {document.hash}, but run {origin} walks "
+                    f"{plan.graph_hash}; a fork reuses its origin's graph unchanged"
+                )
+        elif await self.access.read(store.get_graph, plan.graph_hash) is None:
             raise unknown_graph(plan.graph_hash)
         return plan
 
-    async def fork(self, plan: ForkPlan, *, run_id: str | None = None) -> tuple[str, RunView]:
+    async def fork(
+        self, plan: ForkPlan, *, run_id: str | None = None, document: Graph | None = None
+    ) -> tuple[str, RunView]:
         """Record the child of ``plan``: its head and the origin's prefix, in ONE append.
 
         Once this returns the child exists durably, between two nodes, with nothing open; it is
         driven like any graph run interrupted there (the caller starts that). The origin is not
-        touched.
+        touched. ``document`` (the graph ``plan_fork`` was given) is stored first, so the child's
+        graph is there to drive it by; stored content-addressed, it changes nothing that was.
 
         Raises:
             ForkRefused: write_replay_hazard while a write of the segment is unacknowledged.
@@ -83,6 +103,12 @@ class Forks:
         """
         plan.check_proceeds()
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        if document is not None:
+            await self.access.read(
+                lambda: self.access.store.put_graph(
+                    document.hash, document=document.document, summary=document.summary()
+                )
+            )
         try:
             _, view = await self.access.append(run_id, fork_head(plan), EMPTY_VIEW)
         except SeqConflict:
