@@ -29,12 +29,22 @@ def _from_node(value: Any) -> str:
 
 
 def _acknowledged(value: Any) -> list[int]:
-    if not isinstance(value, list) or any(type(seq) is not int or seq < 0 for seq in value):
+    if not isinstance(value, list):
+        value = [None]
+    seqs = [_seq(seq) for seq in value]
+    if None in seqs:
         raise bad_request(
             "`acknowledge_writes` must be a list of the origin's log positions (non-negative "
             "integers) of the writes that may fire again"
         )
-    return value
+    return seqs
+
+
+def _seq(value: Any) -> int | None:
+    # JSON has one number type: 4.0 is the integer 4 to JSON Schema, and to this check.
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= 2**53:
+        return int(value)
+    return value if type(value) is int and value >= 0 else None
 
 
 def _dry_run(value: Any) -> bool:

@@ -100,7 +100,8 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         FORK,
         expect=409,
         run_id=origin,
-        json={"from_node": "research", "acknowledge_writes": [DRAFT_WRITE]},
+        # 8.0 is the integer 8 to JSON (and to the document's schema).
+        json={"from_node": "research", "acknowledge_writes": [float(DRAFT_WRITE)]},
     )
     assert [w["seq"] for w in narrowed["error"]["details"]["writes"]] == [PUBLISH_WRITE]
     refusals = [
@@ -113,6 +114,8 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         (MISSING_RUN, {"from_node": "publish"}, 404, "unknown_run"),
         (origin, {"from_node": "publish", "acknowledge_writes": [DRAFT_WRITE]}, 400, "bad_request"),
         (origin, {"from_node": "publish", "acknowledge_writes": [-1]}, 400, "bad_request"),
+        (origin, {"from_node": "publish", "acknowledge_writes": [20.5]}, 400, "bad_request"),
+        (origin, {"from_node": "publish", "acknowledge_writes": 20}, 400, "bad_request"),
         (origin, {"from_node": 7}, 400, "bad_request"),
         (origin, {"from_node": "publish", "dry_run": "yes"}, 400, "bad_request"),
         (origin, {"acknowledge_writes": []}, 400, "bad_request"),
