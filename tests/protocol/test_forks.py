@@ -15,9 +15,11 @@ from salvor.protocol import (
     Envelope,
     ErrorCode,
     ForkRefused,
+    GraphRunStarted,
     NodeEntered,
     RunAbandoned,
     RunState,
+    ToolCallRequested,
     check_next,
     fold,
     fork_head,
@@ -36,6 +38,7 @@ from tests.support.graph_runs import (
     agent_run,
     legal,
     published,
+    wrap,
 )
 
 ORIGIN = legal(published())
@@ -263,3 +266,19 @@ def test_a_fork_of_a_fork_names_its_own_origin() -> None:
     grandchild = fork_head(plan_fork(legal(child, "child"), "route"))
     assert grandchild[0].forked_from["run_id"] == "child"
     assert fold(legal(grandchild, "grandchild")).forked_from["from_node"] == "route"
+
+
+def test_a_log_not_between_nodes_at_the_cut_is_not_forked() -> None:
+    # Not a log the guard lets through (a node entered while a read is open): forking it would
+    # hand the child an open intent inside its prefix, so it is refused instead.
+    log = wrap(
+        [
+            GraphRunStarted(graph_hash=GRAPH, input=None),
+            ToolCallRequested(tool="lookup", input={}, effect="read", idempotency_key=None),
+            NodeEntered(node="research", input=None),
+        ]
+    )
+    with pytest.raises(ForkRefused) as refused:
+        plan_fork(log, "research")
+    assert refused.value.code is ErrorCode.DIVERGENCE
+    assert "not between two nodes at seq 1" in refused.value.message
