@@ -86,10 +86,10 @@ from ._graph import GraphError as GraphError
 from ._graph import GraphNode as GraphNode
 from ._graph import InvalidGraph as InvalidGraph
 from ._graph import NodeKind as NodeKind
-from ._graph_checks import check_graph as check_graph
-from ._graph_checks import graph_from_value as graph_from_value
-from ._graph_checks import parse_graph_json as parse_graph_json
-from ._graph_checks import parse_graph_yaml as parse_graph_yaml
+from ._graph_parse import check_graph as check_graph
+from ._graph_parse import graph_from_value as graph_from_value
+from ._graph_parse import parse_graph_json as parse_graph_json
+from ._graph_parse import parse_graph_yaml as parse_graph_yaml
 from ._graph_projection import NodeState as NodeState
 from ._graph_projection import project_graph as project_graph
 from ._guard import LEGAL_NEXT as LEGAL_NEXT

@@ -1,4 +1,4 @@
-"""Validation of a graph document, every error at once, and the entry points that build a Graph.
+"""Validation of a graph document whose shape read: every error at once.
 
 Rules:
 * Once the shape reads (``_graph_shape.py``), every check runs and every
@@ -9,30 +9,22 @@ Rules:
   nodes a topological pass could not order, and "is this node upstream" is
   one pass over that order with an integer bitset per node, built only when
   a reference names a node.
-* A suggestion is the nearest existing node id (``difflib``), or null.
+* A suggestion is the nearest existing node id (``_suggestions.py``), or null.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._canonical import sha256_hash
 from ._errors import excerpt
-from ._graph import Graph, GraphEdge, GraphError, GraphNode, InvalidGraph, NodeKind
+from ._graph import GraphEdge, GraphError, GraphNode, NodeKind
 from ._graph import topological_order as _order
-from ._graph_shape import Malformed, Shape, read_shape
-from ._strict_json import MalformedJson, check_document, decode_text, parse_strict
+from ._graph_shape import Shape
+from ._suggestions import Suggester, nearest
 from ._templates import MAP_ROOTS, ReferenceRoot, TemplateError, parse_reference
 from ._templates import reference_strings as _reference_strings
-from ._yaml import MalformedYaml, load_yaml
-
-
-def _nearest(word: str, choices: Any) -> str | None:
-    found = difflib.get_close_matches(word, choices, n=1)
-    return found[0] if found else None
 
 
 @dataclass
@@ -40,6 +32,7 @@ class _Structure:
     """The sound part of a document: unique nodes and the edges both of whose ends exist."""
 
     by_id: dict[str, GraphNode]
+    suggest: Suggester
     edges: list[GraphEdge] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
 
@@ -85,7 +78,7 @@ def _sound_edges(edges: list[GraphEdge], found: _Structure) -> None:
                     f"{where}: there is no node {excerpt(end, 32)!r}",
                     edge,
                     missing=end,
-                    suggestion=_nearest(end, found.by_id),
+                    suggestion=found.suggest(end, found.by_id),
                 )
             )
         if missing:
@@ -135,7 +128,7 @@ def _check_case(edge: GraphEdge, where: str, found: _Structure) -> None:
                 f"({', '.join(source.cases)})",
                 edge,
                 case=edge.case,
-                suggestion=_nearest(edge.case, source.cases),
+                suggestion=found.suggest(edge.case, source.cases, f"cases of {source.id}"),
             )
         )
 
@@ -296,8 +289,8 @@ def _ancestors(order: list[str], edges: list[GraphEdge], position: dict[str, int
 
 def _malformed_reference(node_id: str, text: str, exc: TemplateError) -> GraphError:
     root, dot, rest = text[1:].partition(".")
-    nearest = _nearest(root, [str(root) for root in ReferenceRoot])
-    suggestion = None if nearest is None or nearest == root else f"${nearest}{dot}{rest}"
+    root_near = nearest(root, [str(root) for root in ReferenceRoot])
+    suggestion = None if root_near in (None, root) else f"${root_near}{dot}{rest}"
     return GraphError(
         code="unknown_reference",
         message=f"node {excerpt(node_id, 32)!r}: {exc.message}",
@@ -307,146 +300,74 @@ def _malformed_reference(node_id: str, text: str, exc: TemplateError) -> GraphEr
     )
 
 
+def _reference_error(
+    node: GraphNode, text: str, in_body: bool, found: _Structure, ancestors: _Ancestors
+) -> GraphError | None:
+    """What is wrong with the reference ``text`` of ``node``, or None."""
+    try:
+        reference = parse_reference(text)
+    except TemplateError as exc:
+        return _malformed_reference(node.id, text, exc)
+    where = f"node {excerpt(node.id, 32)!r}: {excerpt(text, 48)}"
+    extra = {"reference": text}
+    if reference.root in MAP_ROOTS and not in_body:
+        message = f"{where} means something only inside a map's body"
+        return GraphError(code="misplaced_reference", message=message, node=node.id, extra=extra)
+    if reference.root is not ReferenceRoot.NODES:
+        return None
+    if reference.node not in found.by_id:
+        return GraphError(
+            code="unknown_reference",
+            message=f"{where} names no node of this graph",
+            node=node.id,
+            suggestion=found.suggest(reference.node, found.by_id),
+            extra=extra,
+        )
+    if ancestors.upstream(reference.node, of=node.id) is False:
+        return GraphError(
+            code="reference_not_upstream",
+            message=f"{where} names a node no path leads from, so its output is not there "
+            "when this node runs",
+            node=node.id,
+            extra=extra,
+        )
+    return None
+
+
+class _Ancestors:
+    """Whether one node is upstream of another, from bitsets built on the first question."""
+
+    def __init__(self, order: list[str], found: _Structure) -> None:
+        self._order, self._found = order, found
+        self._position = {node_id: index for index, node_id in enumerate(found.by_id)}
+        self._bits: dict[str, int] | None = None
+
+    def upstream(self, node_id: str, *, of: str) -> bool | None:
+        """True when ``node_id`` is an ancestor of ``of``; None when ``of`` sits on or behind a
+        cycle (it has no ancestors to speak of, and the cycle is reported already)."""
+        if self._bits is None:
+            self._bits = _ancestors(self._order, self._found.edges, self._position)
+        bits = self._bits.get(of)
+        return None if bits is None else bool(bits >> self._position[node_id] & 1)
+
+
 def _reference_errors(found: _Structure, order: list[str]) -> None:
-    position = {node_id: index for index, node_id in enumerate(found.by_id)}
-    ancestors: dict[str, int] | None = None
+    ancestors = _Ancestors(order, found)
     for node in found.by_id.values():
-        where = f"node {excerpt(node.id, 32)!r}"
         for template, in_body in _templates(node):
             for text in _reference_strings(template):
-                try:
-                    reference = parse_reference(text)
-                except TemplateError as exc:
-                    found.errors.append(_malformed_reference(node.id, text, exc))
-                    continue
-                error = None
-                if reference.root in MAP_ROOTS and not in_body:
-                    error = GraphError(
-                        code="misplaced_reference",
-                        message=f"{where}: {excerpt(text, 48)} means something only inside a "
-                        "map's body",
-                        node=node.id,
-                        extra={"reference": text},
-                    )
-                elif reference.root is ReferenceRoot.NODES and reference.node not in found.by_id:
-                    error = GraphError(
-                        code="unknown_reference",
-                        message=f"{where}: {excerpt(text, 48)} names no node of this graph",
-                        node=node.id,
-                        suggestion=_nearest(reference.node, found.by_id),
-                        extra={"reference": text},
-                    )
-                elif reference.root is ReferenceRoot.NODES:
-                    if ancestors is None:
-                        ancestors = _ancestors(order, found.edges, position)
-                    bits = ancestors.get(node.id)
-                    if bits is not None and not bits >> position[reference.node] & 1:
-                        error = GraphError(
-                            code="reference_not_upstream",
-                            message=f"{where}: {excerpt(text, 48)} names a node no path leads "
-                            "from, so its output is not there when this node runs",
-                            node=node.id,
-                            extra={"reference": text},
-                        )
+                error = _reference_error(node, text, in_body, found, ancestors)
                 if error is not None:
                     found.errors.append(error)
 
 
-def _malformed(message: str) -> GraphError:
-    return GraphError(code="malformed_document", message=message)
-
-
-def _validate(value: Any) -> tuple[list[GraphError], Shape | None, str | None]:
-    """Every error of ``value``, its shape (None when malformed) and its hash (when it has one)."""
-    try:
-        check_document(value, "the graph document")
-        digest = sha256_hash(value)
-    except MalformedJson as exc:
-        return [_malformed(exc.message)], None, None
-    except (TypeError, ValueError) as exc:
-        return [_malformed(f"the graph document is not a JSON value: {exc}")], None, None
-    try:
-        shape = read_shape(value)
-    except Malformed as exc:
-        return [_malformed(f"the graph document is malformed: {exc}")], None, None
-    found = _Structure(by_id=_unique_nodes(shape.nodes, shape.errors))
-    found.errors = shape.errors
+def run_checks(shape: Shape) -> list[GraphError]:
+    """Every error of a document whose shape read: the field errors ``shape`` collected, then
+    those of its ids, edges, cases, structure and references, in that order."""
+    errors = list(shape.errors)
+    found = _Structure(_unique_nodes(shape.nodes, errors), Suggester(), errors=errors)
     _sound_edges(shape.edges, found)
     _missing_case_edges(found)
     order = _structure_errors(found)
     _reference_errors(found, order)
-    return found.errors, shape, digest
-
-
-def check_graph(value: Any) -> list[GraphError]:
-    """Every validation error of a parsed graph document; ``[]`` when it is valid. Never raises."""
-    return _validate(value)[0]
-
-
-def _with_default_inputs(shape: Shape) -> list[GraphNode]:
-    sources: dict[str, list[str]] = {}
-    for edge in shape.edges:
-        targets = sources.setdefault(edge.target, [])
-        if edge.source not in targets:
-            targets.append(edge.source)
-    nodes = []
-    for node in shape.nodes:
-        if node.id in shape.default_input:
-            found = sources.get(node.id, [])
-            if not found:
-                template: Any = "$input"
-            elif len(found) == 1:
-                template = f"$nodes.{found[0]}"
-            else:
-                template = {source: f"$nodes.{source}" for source in found}
-            node = replace(node, input=template)
-        nodes.append(node)
-    return nodes
-
-
-def graph_from_value(value: Any) -> Graph:
-    """The validated graph of a parsed document (a JSON value).
-
-    Raises:
-        InvalidGraph: listing every error; nothing is built.
-    """
-    errors, shape, digest = _validate(value)
-    if errors:
-        raise InvalidGraph(errors)
-    assert shape is not None and digest is not None
-    return Graph(
-        document=value,
-        hash=digest,
-        nodes=tuple(_with_default_inputs(shape)),
-        edges=tuple(shape.edges),
-    )
-
-
-def parse_graph_json(text: str | bytes) -> Graph:
-    """The validated graph of a JSON text (strict JSON: ``parse_strict``'s rules).
-
-    Raises:
-        InvalidGraph: the text is not strict JSON (one ``malformed_document``)
-            or the document fails validation (every error).
-    """
-    try:
-        value = parse_strict(text, "the graph document")
-    except MalformedJson as exc:
-        raise InvalidGraph([_malformed(exc.message)]) from None
-    return graph_from_value(value)
-
-
-def parse_graph_yaml(text: str | bytes) -> Graph:
-    """The validated graph of a YAML text (``_yaml.py``'s strict rules).
-
-    Raises:
-        InvalidGraph: the text is not strict YAML (one ``malformed_document``
-            naming line and column) or the document fails validation.
-    """
-    try:
-        if isinstance(text, (bytes, bytearray)):
-            text = decode_text(bytes(text), "the graph document")
-        value = load_yaml(text, "the graph document")
-    except (MalformedJson, MalformedYaml) as exc:
-        raise InvalidGraph([_malformed(exc.message)]) from None
-    return graph_from_value(value)
+    return found.errors

@@ -2,7 +2,8 @@
 
 Rules:
 * A document that is not the shape (a wrong type, a missing or unknown
-  field, an unknown kind, ``schema_version`` other than 1, no nodes) is
+  field, an unknown kind, ``schema_version`` other than 1, no nodes or more
+  than ``MAX_NODES``) is
   ``malformed_document``: one error, naming the path of the first problem,
   and nothing else is checked.
 * Within the shape, a field's value may still be wrong in a way that has its
@@ -26,6 +27,10 @@ from ._shapes import HASH_PATTERN
 from ._templates import Reducer, is_reference
 
 NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# The upstream check keeps a bitset of ancestors per node, n * n / 2 bits at worst (25 MB here); a
+# body of 8 MB could otherwise hold 150,000 nodes and ask for 3 GB. A map fans out over data, so
+# no real graph comes near this.
+MAX_NODES = 20_000
 MAX_NAME_CHARS = 64
 MAX_CONCURRENCY = 64
 DEFAULT_CONCURRENCY = 8
@@ -57,6 +62,7 @@ _KIND_REQUIRED = {
     NodeKind.DELAY: (),
 }
 _BODY_KINDS = (NodeKind.AGENT, NodeKind.TOOL)
+_KINDS = {str(kind): kind for kind in NodeKind}
 
 
 class Malformed(Exception):
@@ -93,10 +99,10 @@ def _require(ok: bool, where: str, what: str, value: Any) -> None:
 
 def _fields(value: Any, where: str, allowed: frozenset, required: tuple) -> dict:
     _require(isinstance(value, dict), where, "an object", value)
-    unknown = sorted(key for key in value if key not in allowed)
-    if unknown:
+    if not value.keys() <= allowed:
+        unknown = sorted(str(key) for key in value.keys() - allowed)
         raise Malformed(
-            f"{where} has an unknown field {excerpt(str(unknown[0]), 32)!r} "
+            f"{where} has an unknown field {excerpt(unknown[0], 32)!r} "
             f"(allowed: {', '.join(sorted(allowed))})"
         )
     for name in required:
@@ -120,6 +126,8 @@ def read_shape(document: Any) -> Shape:
     _require(isinstance(edges, list), "edges", "a list", edges)
     if not nodes:
         raise Malformed("nodes is empty: a graph has at least one node")
+    if len(nodes) > MAX_NODES:
+        raise Malformed(f"nodes holds {len(nodes)} nodes; a graph has at most {MAX_NODES}")
     shape = Shape()
     for index, value in enumerate(nodes):
         shape.nodes.append(_read_node(value, f"nodes[{index}]", shape))
@@ -143,11 +151,10 @@ def _read_node(value: Any, where: str, shape: Shape) -> GraphNode:
     node_id, kind_text = value.get("id"), value.get("kind")
     _require(isinstance(node_id, str), f"{where}.id", "a string", node_id)
     where = f"{where} ({excerpt(node_id, 32)!r})"
-    try:
-        kind = NodeKind(kind_text)
-    except ValueError:
+    kind = _KINDS.get(kind_text) if isinstance(kind_text, str) else None
+    if kind is None:
         kinds = ", ".join(kind.value for kind in NodeKind)
-        raise Malformed(f"{where}.kind must be one of {kinds}") from None
+        raise Malformed(f"{where}.kind must be one of {kinds}")
     required = ("id", "kind", *_KIND_REQUIRED[kind])
     _fields(value, where, _COMMON_FIELDS | _KIND_FIELDS[kind], required)
     if not NODE_ID.match(node_id):

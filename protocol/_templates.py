@@ -17,7 +17,7 @@ Rules:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ class ReferenceRoot(enum.StrEnum):
     INDEX = "index"
 
 
+_ROOTS = {str(root): root for root in ReferenceRoot}
 # Roots that only mean something inside a map's body.
 MAP_ROOTS = frozenset({ReferenceRoot.ITEM, ReferenceRoot.INDEX})
 
@@ -84,12 +85,11 @@ def parse_reference(text: str) -> Reference:
     root_text, *segments = text[1:].split(".")
     if any(segment == "" for segment in segments):
         raise TemplateError(f"the reference {excerpt(text)!r} has an empty path segment")
-    try:
-        root = ReferenceRoot(root_text)
-    except ValueError:
+    root = _ROOTS.get(root_text)
+    if root is None:
         raise TemplateError(
             f"the reference {excerpt(text)!r} starts with neither $input, $nodes, $item nor $index"
-        ) from None
+        )
     node = None
     if root is ReferenceRoot.NODES:
         if not segments:
@@ -100,19 +100,22 @@ def parse_reference(text: str) -> Reference:
     return Reference(text=text, root=root, node=node, path=tuple(segments))
 
 
-# Recursion: one frame per level; a template comes from a document, which is at most MAX_NESTING
-# (128) levels deep (checked when it is parsed), far under Python's limit of 1000.
-def reference_strings(template: Any) -> Iterator[str]:
+def reference_strings(template: Any) -> list[str]:
     """Every string of ``template`` that reads as a reference, in document order."""
-    if isinstance(template, str):
-        if is_reference(template):
-            yield template
-    elif isinstance(template, dict):
-        for value in template.values():
-            yield from reference_strings(value)
-    elif isinstance(template, list):
-        for value in template:
-            yield from reference_strings(value)
+    if isinstance(template, str):  # most templates are one reference: no walk for them
+        return [template] if is_reference(template) else []
+    found = []
+    stack = [template]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if value.startswith("$") and not value.startswith("$$"):
+                found.append(value)
+        elif isinstance(value, dict):
+            stack.extend(reversed(value.values()))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return found
 
 
 def references(template: Any) -> list[Reference]:

@@ -242,12 +242,10 @@ def _add_probe_answers(connection: Connection) -> None:
     probe_answers.create(connection, checkfirst=True)
 
 
-def _learn_graphs(connection: Connection) -> None:
-    """Version 5: graph documents are stored, in a table of their own, and runs may be graph
-    runs: ``runs`` gains ``graph_hash`` and ``forked_from`` (and the index forks are found by),
-    every stored view the graph fields, all null (no run of an older store walked a graph, so
-    null is exact)."""
-    graphs.create(connection, checkfirst=True)
+def _learn_graph_runs(connection: Connection) -> None:
+    """Version 5: runs may be graph runs; ``runs`` gains ``graph_hash`` and ``forked_from`` (and
+    the index forks are found by), every stored view the graph fields, all null (no run of an
+    older store walked a graph, so null is exact)."""
     # A store made new at version 0 has the columns already (``_create_missing``).
     present = {column["name"] for column in inspect(connection).get_columns("runs")}
     for name in ("graph_hash", "forked_from"):
@@ -257,6 +255,8 @@ def _learn_graphs(connection: Connection) -> None:
         if index.name == "ix_runs_forked_from":
             index.create(connection, checkfirst=True)
     _views_learn(connection, {"graph_hash": None, "forked_from": None, "open_node": None})
+    # Version 5 also stores graph documents, in a table of their own.
+    graphs.create(connection, checkfirst=True)
 
 
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
@@ -267,7 +267,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     1: _views_learn_replay_of,
     2: _index_unreconciled_runs,
     3: _add_probe_answers,
-    4: _learn_graphs,
+    4: _learn_graph_runs,
 }
 
 

@@ -14,6 +14,7 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor.protocol import Graph, InvalidGraph, parse_graph_json, parse_graph_yaml
+from werkzeug.routing import BaseConverter
 
 from ..web import bad_request, unknown_graph
 from ._graph_schemas import (
@@ -28,6 +29,13 @@ from ._http import body_bytes
 from ._state import ServerState
 
 YAML_TYPES = ("application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml")
+
+
+class _GraphHashConverter(BaseConverter):
+    """A graph hash in a path: any segment but ``validate``, the verb that sits beside them, so
+    that ``GET /v1/graphs/validate`` is a 405 naming POST rather than a lookup of a graph."""
+
+    regex = "(?!validate$)[^/]+"
 
 
 def _parser(mimetype: str):
@@ -63,6 +71,7 @@ async def read_graph() -> Graph:
 
 def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
+    app.url_map.converters["graph"] = _GraphHashConverter
 
     @app.post("/v1/graphs")
     async def submit_graph():
@@ -77,7 +86,7 @@ def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
             graphs=[GRAPH_SUMMARY.body(graph=g.graph_hash, **g.summary()) for g in stored]
         )
 
-    @app.get("/v1/graphs/<graph_hash>")
+    @app.get("/v1/graphs/<graph:graph_hash>")
     async def get_graph(graph_hash: str):
         # Any text is looked up: a hash this store never issued is simply not stored here.
         stored = await runtime.find_graph(graph_hash)

@@ -1224,8 +1224,9 @@ DOCUMENT: JSON = {
             "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
             "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
             "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "
-            "a string), else 400 `bad_request`; this holds for every string and number below "
-            "and is stated once, here."
+            "a string), else 400 `bad_request` (a graph document that breaks them is the "
+            "`malformed_document` of its `invalid_graph`); this holds for every string and "
+            "number below and is stated once, here."
         ),
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },

@@ -1,4 +1,5 @@
-"""The command line: ``salvor serve|run|resume|resolve|...``, rendering, ``salvor doctor``.
+"""The command line: ``salvor serve|run|resume|resolve|...``, rendering, ``salvor doctor``,
+``salvor graph validate``.
 
 Rule: the top; nothing imports it.
 """

@@ -43,6 +43,8 @@ from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
+from ._graph import add_parser as add_graph_parser
+from ._graph import validate_main as graph_validate_main
 from ._render import describe, describe_reconciliation
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
@@ -553,6 +555,8 @@ def _parser() -> argparse.ArgumentParser:
 
     # doctor opens no store, so it takes none of the common options.
     add_doctor_parser(sub)
+    # Nor does `graph validate`: it checks a document on this machine.
+    add_graph_parser(sub)
     _add_fork_parser(sub, common)
 
     p = sub.add_parser(
@@ -669,6 +673,8 @@ def _serve_config(args: argparse.Namespace, url: str):
 async def _main(args: argparse.Namespace) -> int:
     if args.command == "doctor":
         return await doctor_main(args)
+    if args.command == "graph" and args.graph_command == "validate":
+        return await graph_validate_main(args)
     try:
         claim_wait_seconds()  # read again by every drive: a bad value is refused here, once
     except ValueError as exc:

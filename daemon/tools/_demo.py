@@ -13,7 +13,9 @@ to the bank with no answer recorded (a process killed in that gap, the
 ``issue_refund:sent`` fault point), or no ledger at all, it cannot tell;
 nothing, it did not land.
 ``send_email`` behaves like a provider that collapses duplicate idempotency
-keys: a repeat key is recorded as not delivered. ``request_approval`` suspends
+keys: a repeat key is recorded as not delivered; ``publish_post`` is a write
+with no key at all (the graph examples publish with it, and a fork that would
+publish again is refused until someone acknowledges it). ``request_approval`` suspends
 the run on a human gate (or a signal), ``wait_until`` puts it to sleep.
 """
 
@@ -90,13 +92,15 @@ class EffectLedger:
         return {r["idempotency_key"] for r in await self.records(tool) if r.get("delivered")}
 
 
-def demo_registry(effects_path: str | None = None, *, store_url: str | None = None) -> ToolRegistry:
-    """The demo tools, acting on the ledger at ``effects_path`` (else ``effects_location``)."""
-    ledger = EffectLedger(effects_path if effects_path is not None else effects_location(store_url))
+class _DemoWorld:
+    """The demo tools' handlers, acting on one ledger."""
 
-    async def lookup_invoice(args: dict, call: ToolCall) -> dict:
+    def __init__(self, ledger: EffectLedger) -> None:
+        self.ledger = ledger
+
+    async def lookup_invoice(self, args: dict, call: ToolCall) -> dict:
         invoice_id = args["invoice_id"]
-        await ledger.record(
+        await self.ledger.record(
             {"tool": "lookup_invoice", "input": args, "run_id": call.run_id, "seq": call.seq}
         )
         kill_if_requested("lookup_invoice")
@@ -107,7 +111,7 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             "status": "paid",
         }
 
-    async def issue_refund(args: dict, call: ToolCall) -> dict:
+    async def issue_refund(self, args: dict, call: ToolCall) -> dict:
         if args["amount_cents"] <= 0:
             raise ToolFailed("a refund must be for a positive amount", retryable=False)
         # The key (the invoice's identity) names the refund, as a payment
@@ -121,7 +125,7 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
         # What the bank was sent, then what it answered: a kill between the
         # two leaves a refund whose outcome nobody (its probe included) knows.
         # (Its own tool name, so a count of refunds counts answered ones.)
-        await ledger.record(
+        await self.ledger.record(
             {
                 "tool": "issue_refund:sent",
                 "input": args,
@@ -131,7 +135,7 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             }
         )
         kill_if_requested("issue_refund:sent")
-        await ledger.record(
+        await self.ledger.record(
             {
                 "tool": "issue_refund",
                 "input": args,
@@ -144,10 +148,10 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
         kill_if_requested("issue_refund")
         return refund
 
-    async def lookup_refund(args: dict, call: ToolCall) -> dict:
+    async def lookup_refund(self, args: dict, call: ToolCall) -> dict:
         invoice_id = args["invoice_id"]
         kill_if_requested("lookup_refund")
-        if not ledger.configured:
+        if not self.ledger.configured:
             return {
                 "invoice_id": invoice_id,
                 "found": None,
@@ -155,12 +159,12 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             }
         refunds = [
             r["refund"]
-            for r in await ledger.records("issue_refund")
+            for r in await self.ledger.records("issue_refund")
             if r["input"]["invoice_id"] == invoice_id
         ]
         if refunds:
             return {"invoice_id": invoice_id, "found": True, "refund": refunds[-1]}
-        sent = await ledger.records("issue_refund:sent")
+        sent = await self.ledger.records("issue_refund:sent")
         if any(r["input"]["invoice_id"] == invoice_id for r in sent):
             return {
                 "invoice_id": invoice_id,
@@ -169,10 +173,10 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             }
         return {"invoice_id": invoice_id, "found": False}
 
-    async def send_email(args: dict, call: ToolCall) -> dict:
+    async def send_email(self, args: dict, call: ToolCall) -> dict:
         key = call.idempotency_key
-        delivered = key not in await ledger.delivered_keys("send_email")
-        await ledger.record(
+        delivered = key not in await self.ledger.delivered_keys("send_email")
+        await self.ledger.record(
             {
                 "tool": "send_email",
                 "input": args,
@@ -188,7 +192,7 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             "to": args["to"],
         }
 
-    async def request_approval(args: dict, call: ToolCall) -> Suspend:
+    async def request_approval(self, args: dict, call: ToolCall) -> Suspend:
         return Suspend(
             reason=args.get("reason") or "a person must approve before the run goes on",
             input_schema={
@@ -199,7 +203,7 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             kind="signal" if args.get("signal") else None,
         )
 
-    async def wait_until(args: dict, call: ToolCall) -> SleepUntil:
+    async def wait_until(self, args: dict, call: ToolCall) -> SleepUntil:
         if "wake_at" in args:
             try:
                 return SleepUntil(wake_at=parse_instant(args["wake_at"]))
@@ -211,95 +215,140 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
             return SleepUntil(wake_at=datetime.now(UTC) + timedelta(seconds=args["seconds"]))
         raise ToolFailed("give `wake_at` (an RFC 3339 instant) or `seconds`", retryable=False)
 
-    return ToolRegistry(
-        [
-            Tool(
-                name="lookup_invoice",
-                description="Look up an invoice by id: amount, customer email and status.",
-                effect=Effect.READ,
-                input_schema={
-                    "type": "object",
-                    "required": ["invoice_id"],
-                    "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+    async def publish_post(self, args: dict, call: ToolCall) -> dict:
+        # No key: the post is named by the call that made it, so every execution is a new post.
+        post_id = "post_" + hashlib.sha256(f"{call.run_id}:{call.seq}".encode()).hexdigest()[:12]
+        await self.ledger.record(
+            {
+                "tool": "publish_post",
+                "input": args,
+                "run_id": call.run_id,
+                "seq": call.seq,
+                "post_id": post_id,
+            }
+        )
+        kill_if_requested("publish_post")
+        return {"post_id": post_id, "title": args["title"]}
+
+
+def _refund_tools(world: _DemoWorld) -> list[Tool]:
+    """The invoice desk: look an invoice up, refund it (keyed, probed), find the refund."""
+    return [
+        Tool(
+            name="lookup_invoice",
+            description="Look up an invoice by id: amount, customer email and status.",
+            effect=Effect.READ,
+            input_schema={
+                "type": "object",
+                "required": ["invoice_id"],
+                "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+            },
+            handler=world.lookup_invoice,
+        ),
+        Tool(
+            name="lookup_refund",
+            description="Look up the refund of an invoice, if one was issued.",
+            effect=Effect.READ,
+            input_schema={
+                "type": "object",
+                "required": ["invoice_id"],
+                "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+            },
+            handler=world.lookup_refund,
+        ),
+        Tool(
+            name="issue_refund",
+            description="Refund part or all of an invoice to the customer's card. Moves money.",
+            effect=Effect.WRITE,
+            input_schema={
+                "type": "object",
+                "required": ["invoice_id", "amount_cents"],
+                "properties": {
+                    "invoice_id": {"type": "string", "minLength": 1},
+                    "amount_cents": {"type": "integer"},
                 },
-                handler=lookup_invoice,
+            },
+            handler=world.issue_refund,
+            idempotency_keys=("invoice_id",),
+            probe=Probe(
+                tool="lookup_refund",
+                input={"invoice_id": "invoice_id"},
+                landed="found",
+                output="refund",
             ),
-            Tool(
-                name="lookup_refund",
-                description="Look up the refund of an invoice, if one was issued.",
-                effect=Effect.READ,
-                input_schema={
-                    "type": "object",
-                    "required": ["invoice_id"],
-                    "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+        ),
+    ]
+
+
+def _messaging_tools(world: _DemoWorld) -> list[Tool]:
+    """What reaches people: an email (duplicates collapse) and a post (they do not)."""
+    return [
+        Tool(
+            name="send_email",
+            description=(
+                "Email the customer. Duplicate deliveries under one idempotency key collapse."
+            ),
+            effect=Effect.IDEMPOTENT,
+            input_schema={
+                "type": "object",
+                "required": ["to", "subject", "body"],
+                "properties": {
+                    "to": {"type": "string"},
+                    "subject": {"type": "string"},
+                    "body": {"type": "string"},
                 },
-                handler=lookup_refund,
+            },
+            handler=world.send_email,
+        ),
+        Tool(
+            name="publish_post",
+            description="Publish a post. A write with no key: publishing twice posts twice.",
+            effect=Effect.WRITE,
+            input_schema={
+                "type": "object",
+                "required": ["title", "body"],
+                "properties": {"title": {"type": "string"}, "body": {"type": "string"}},
+            },
+            handler=world.publish_post,
+        ),
+    ]
+
+
+def _waiting_tools(world: _DemoWorld) -> list[Tool]:
+    """What makes a run wait: a gate for a person (or a signal) and a timer."""
+    return [
+        Tool(
+            name="request_approval",
+            description=(
+                "Pause the run until a person (or, with signal=true, an external system) approves."
             ),
-            Tool(
-                name="issue_refund",
-                description="Refund part or all of an invoice to the customer's card. Moves money.",
-                effect=Effect.WRITE,
-                input_schema={
-                    "type": "object",
-                    "required": ["invoice_id", "amount_cents"],
-                    "properties": {
-                        "invoice_id": {"type": "string", "minLength": 1},
-                        "amount_cents": {"type": "integer"},
-                    },
+            effect=Effect.READ,
+            input_schema={
+                "type": "object",
+                "properties": {"reason": {"type": "string"}, "signal": {"type": "boolean"}},
+            },
+            handler=world.request_approval,
+        ),
+        Tool(
+            name="wait_until",
+            description=(
+                "Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds."
+            ),
+            effect=Effect.READ,
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "wake_at": {"type": "string"},
+                    "seconds": {"type": "number", "minimum": 0},
                 },
-                handler=issue_refund,
-                idempotency_keys=("invoice_id",),
-                probe=Probe(
-                    tool="lookup_refund",
-                    input={"invoice_id": "invoice_id"},
-                    landed="found",
-                    output="refund",
-                ),
-            ),
-            Tool(
-                name="send_email",
-                description=(
-                    "Email the customer. Duplicate deliveries under one idempotency key collapse."
-                ),
-                effect=Effect.IDEMPOTENT,
-                input_schema={
-                    "type": "object",
-                    "required": ["to", "subject", "body"],
-                    "properties": {
-                        "to": {"type": "string"},
-                        "subject": {"type": "string"},
-                        "body": {"type": "string"},
-                    },
-                },
-                handler=send_email,
-            ),
-            Tool(
-                name="request_approval",
-                description=(
-                    "Pause the run until a person (or, with "
-                    "signal=true, an external system) approves."
-                ),
-                effect=Effect.READ,
-                input_schema={
-                    "type": "object",
-                    "properties": {"reason": {"type": "string"}, "signal": {"type": "boolean"}},
-                },
-                handler=request_approval,
-            ),
-            Tool(
-                name="wait_until",
-                description=(
-                    "Sleep durably until an RFC 3339 instant (wake_at) or for a number of seconds."
-                ),
-                effect=Effect.READ,
-                input_schema={
-                    "type": "object",
-                    "properties": {
-                        "wake_at": {"type": "string"},
-                        "seconds": {"type": "number", "minimum": 0},
-                    },
-                },
-                handler=wait_until,
-            ),
-        ]
-    )
+            },
+            handler=world.wait_until,
+        ),
+    ]
+
+
+def demo_registry(effects_path: str | None = None, *, store_url: str | None = None) -> ToolRegistry:
+    """The demo tools, acting on the ledger at ``effects_path`` (else ``effects_location``)."""
+    ledger = EffectLedger(effects_path if effects_path is not None else effects_location(store_url))
+    world = _DemoWorld(ledger)
+    return ToolRegistry([*_refund_tools(world), *_messaging_tools(world), *_waiting_tools(world)])

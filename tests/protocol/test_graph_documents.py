@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from salvor.protocol import (
@@ -198,3 +200,13 @@ def test_an_invalid_document_raises_invalid_graph_with_the_envelope_the_api_send
         }
     }
     assert [e.code for e in error.errors] == ["dangling_edge"]
+
+
+def test_the_readme_graph_is_valid_and_its_defaults_are_as_the_readme_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Graphs") :]
+    example = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    graph = parse_graph_yaml(example.replace("<64 hex>", "a" * 64))
+    assert graph.order == ("research", "draft", "approve", "route", "publish", "shelve")
+    assert graph.node("draft").input == "$nodes.research"
+    assert graph.node("approve").approval_schema == {"type": "object"}

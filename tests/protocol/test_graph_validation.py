@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from salvor.protocol import InvalidGraph, check_graph, graph_from_value, parse_graph_json
+from salvor.protocol._suggestions import DIFFLIB_CHOICES, MAX_SUGGESTIONS
 
 from tests.protocol.graphs import AGENT, chain, node_of, publishing
 
@@ -400,6 +401,7 @@ def _shape_errors() -> list[tuple[Any, str]]:
         (doc(tool, schema_version=True), "schema_version must be 1"),
         (doc(tool, schema_version=1.0), "schema_version must be 1"),
         (doc(), "nodes is empty"),
+        (doc(*[tool] * 20_001), "nodes holds 20001 nodes; a graph has at most 20000"),
         (doc(tool) | {"nodes": {"a": tool}}, "nodes must be a list, not an object"),
         (doc(tool) | {"edges": None}, "edges must be a list, not null"),
         (doc("a"), "nodes[0] must be an object, not a string"),
@@ -453,3 +455,41 @@ def test_malformed_json_text_is_one_malformed_document() -> None:
         with pytest.raises(InvalidGraph) as caught:
             parse_graph_json(text)
         assert [error.code for error in caught.value.errors] == ["malformed_document"]
+
+
+def test_a_misspelt_id_in_a_large_graph_is_suggested_from_the_ids_one_edit_away() -> None:
+    document = chain(DIFFLIB_CHOICES + 100)
+    document["edges"] += [
+        {"from": "n7", "to": "n7x"},  # an insertion
+        {"from": "n7", "to": "n-19"},  # a deletion (n19) or a replacement (n119, n219, ...)
+        {"from": "n7", "to": "zz"},  # nothing one edit away
+    ]
+    assert [(error[0], error[3]) for error in found(document)] == [
+        ("dangling_edge", "n7"),
+        ("dangling_edge", "n19"),  # the earliest in document order
+        ("dangling_edge", None),
+    ]
+
+
+def test_suggestions_are_bounded_but_every_error_is_still_reported(monkeypatch) -> None:
+    import difflib
+
+    asked = []
+    close_matches = difflib.get_close_matches
+
+    def counting(word, choices, *args, **kwargs):
+        asked.append(len(choices))
+        return close_matches(word, choices, *args, **kwargs)
+
+    monkeypatch.setattr(difflib, "get_close_matches", counting)
+    document = chain(20)
+    misspelt = [f"n{i}x" for i in range(MAX_SUGGESTIONS + 10)]
+    document["edges"] += [{"from": "n0", "to": word} for word in misspelt]
+    document["edges"].append({"from": "n0", "to": "n3x"})  # asked before: answered again
+    document["edges"].append({"from": "n1", "to": "n" * 200})  # too long to compare
+    errors = found(document)
+    assert [error[0] for error in errors] == ["dangling_edge"] * (len(misspelt) + 2)
+    suggestions = [error[3] for error in errors]
+    assert suggestions[:20] == [f"n{i}" for i in range(20)]
+    assert suggestions[MAX_SUGGESTIONS:] == [None] * 10 + ["n3", None]
+    assert len(asked) == MAX_SUGGESTIONS and max(asked) <= DIFFLIB_CHOICES

@@ -1,4 +1,5 @@
-"""A client for salvor's client-driven runs: your loop, salvor's durable log.
+"""A client for salvor: client-driven runs (your loop, salvor's durable log), and the control
+plane's graph documents.
 
 The loop lives in your process; the daemon keeps the log, checks every
 append, performs the steps that need its keys (``model_step``,
@@ -19,6 +20,11 @@ Works under trio and asyncio alike (httpx and anyio underneath)::
 
 Leaving the ``async with`` (normally or by an exception) hands the lease
 back, so the next process can pick the run up at once.
+
+``Salvor`` holds the calls that are not one run's, such as the graph documents::
+
+    async with Salvor("http://127.0.0.1:8420") as salvor:
+        graph = (await salvor.submit_graph(Path("publish.yaml").read_text()))["graph"]
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
+from urllib.parse import quote
 
 import anyio
 import httpx
 
-__all__ = ["ClientRun", "SalvorError"]
+__all__ = ["ClientRun", "Salvor", "SalvorError"]
 
 SCHEMA_VERSION = 1
 
@@ -286,6 +293,86 @@ class ClientRun:
         return _answer(
             await self._client.get(self.base_url + path, params=params, headers=self._headers)
         )
+
+
+class Salvor:
+    """The daemon's calls that belong to no one run: graph documents.
+
+    Args:
+      base_url: the daemon, e.g. ``http://127.0.0.1:8420``.
+      auth_token: the daemon's bearer token, when it was started with ``--auth-token``.
+      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here).
+
+    Every call raises ``SalvorError`` (the envelope's status, code, message and details) when the
+    daemon refuses it.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth_token: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+        self._owns_client = client is None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    # -- graphs ------------------------------------------------------------------------------------
+
+    async def submit_graph(self, document: Any) -> dict:
+        """Store a graph document: ``{"graph": "sha256:...", "created": bool}``.
+
+        ``document`` is the parsed document (sent as JSON), or the text of a document file
+        (``str``, sent as YAML: a JSON text is YAML too). ``created`` is False when the same
+        document was already stored. An invalid one raises ``SalvorError`` with code
+        ``invalid_graph`` and every error in ``details["errors"]``.
+        """
+        return await self._send("/v1/graphs", document)
+
+    async def validate_graph(self, document: Any) -> dict:
+        """Check a document without storing it (as ``submit_graph`` takes it):
+        ``{"valid": True, "graph", "summary"}`` or ``{"valid": False, "errors": [...]}``."""
+        return await self._send("/v1/graphs/validate", document)
+
+    async def list_graphs(self) -> list[dict]:
+        """Every stored graph, oldest first: its ``graph`` hash, ``node_count``, ``edge_count``,
+        ``entry_nodes`` and ``terminal_nodes``."""
+        return (await self._get("/v1/graphs"))["graphs"]
+
+    async def get_graph(self, graph_hash: str) -> dict:
+        """A stored graph, ``{"graph", "document"}`` (the document as it was submitted); an
+        unknown hash raises ``SalvorError`` with code ``unknown_graph``."""
+        return await self._get(f"/v1/graphs/{quote(graph_hash, safe=':')}")
+
+    # -- HTTP --------------------------------------------------------------------------------------
+
+    async def _send(self, path: str, document: Any) -> dict:
+        if isinstance(document, str):
+            headers = {**self._headers, "Content-Type": "application/yaml"}
+            reply = await self._client.post(
+                self.base_url + path, content=document.encode("utf-8"), headers=headers
+            )
+        else:
+            reply = await self._client.post(
+                self.base_url + path, json=document, headers=self._headers
+            )
+        return _answer(reply)
+
+    async def _get(self, path: str) -> dict:
+        return _answer(await self._client.get(self.base_url + path, headers=self._headers))
 
 
 def _answer(reply: httpx.Response) -> dict:

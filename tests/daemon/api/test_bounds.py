@@ -92,6 +92,8 @@ async def test_a_stalled_body_on_any_route_is_408_request_timeout_and_the_connec
         (f"/v1/runs/{run_id}/resolve", "application/json", ""),
         (f"/v1/runs/{run_id}/abandon", "application/json", ""),
         ("/v1/client-runs", "application/json", ""),
+        ("/v1/graphs", "application/json", ""),
+        ("/v1/graphs/validate", "application/yaml", ""),
         # The append front answers this one ahead of Quart.
         (
             f"/v1/client-runs/{opened['run']}/events",
@@ -114,6 +116,7 @@ async def test_a_stalled_body_on_any_route_is_408_request_timeout_and_the_connec
         # The rest of the body is unread, so the connection cannot carry another request.
         assert headers.get("connection", "").lower() == "close", path
     assert await snapshot(server) == before
+    assert (await server.client.get("/v1/graphs")).json() == {"graphs": []}
     # A body that does arrive whole, slowly but within the deadline, is an ordinary request.
     assert (await server.client.post(f"/v1/runs/{run_id}/abandon", json={})).status_code == 200
 

@@ -123,16 +123,6 @@ async def test_a_body_that_is_no_document_is_one_malformed_document(server: Serv
     assert await stored_graphs(server) == []
 
 
-async def test_a_media_type_that_is_neither_json_nor_yaml_is_a_bad_request(server: Server) -> None:
-    for path in ("/v1/graphs", "/v1/graphs/validate"):
-        response = await server.client.post(
-            path, content=json.dumps(every_kind()), headers={"Content-Type": "text/plain"}
-        )
-        error = assert_error(response, 400, "bad_request")
-        assert "application/json or application/yaml" in error["message"]
-    assert await stored_graphs(server) == []
-
-
 async def test_validate_never_stores(server: Server) -> None:
     response = await server.client.post("/v1/graphs/validate", json=every_kind())
     assert response.status_code == 200
@@ -144,12 +134,6 @@ async def test_validate_never_stores(server: Server) -> None:
     assert await stored_graphs(server) == []
     missing = await server.client.get(f"/v1/graphs/{response.json()['graph']}")
     assert_error(missing, 404, "unknown_graph")
-
-
-async def test_an_unknown_or_malformed_hash_is_an_unknown_graph(server: Server) -> None:
-    for text in ("sha256:" + "0" * 64, "nothing-like-a-hash", "sha256:" + "x" * 300):
-        error = assert_error(await server.client.get(f"/v1/graphs/{text}"), 404, "unknown_graph")
-        assert text[:64] in error["message"] and len(error["message"]) < 200
 
 
 async def test_a_graph_survives_a_restart_of_the_daemon(server_factory) -> None:
@@ -180,3 +164,28 @@ async def test_every_graph_route_needs_the_bearer_token(server_factory) -> None:
         assert_error(response, 401, "unauthorized")
     assert await stored_graphs(server) == []
     assert (await server.client.post("/v1/graphs", json=every_kind())).status_code == 201
+
+
+async def test_what_is_not_a_document_question_is_refused_as_http_would(server: Server) -> None:
+    """A media type that is neither JSON nor YAML, a hash nothing is stored under (or no hash at
+    all: any text is looked up), and validate taken for a hash; none stores anything."""
+    for path in ("/v1/graphs", "/v1/graphs/validate"):
+        response = await server.client.post(
+            path, content=json.dumps(every_kind()), headers={"Content-Type": "text/plain"}
+        )
+        error = assert_error(response, 400, "bad_request")
+        assert "application/json or application/yaml" in error["message"]
+
+    for text in ("sha256:" + "0" * 64, "nothing-like-a-hash", "sha256:" + "x" * 300):
+        error = assert_error(await server.client.get(f"/v1/graphs/{text}"), 404, "unknown_graph")
+        assert text[:64] in error["message"] and len(error["message"]) < 200
+
+    response = await server.client.get("/v1/graphs/validate")
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == "POST"
+    options = await server.client.options("/v1/graphs/validate")
+    assert "GET" not in options.headers["Allow"] and "POST" in options.headers["Allow"]
+    # A hash that merely starts with the word is looked up like any other.
+    assert_error(await server.client.get("/v1/graphs/validated"), 404, "unknown_graph")
+    assert_error(await server.client.delete("/v1/graphs"), 405, "method_not_allowed")
+    assert await stored_graphs(server) == []

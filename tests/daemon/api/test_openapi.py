@@ -148,7 +148,7 @@ def test_served_llm_table_is_what_registration_accepts() -> None:
 async def test_every_route_is_documented(server) -> None:
     app = create_app(server.state)  # a second app over the same state: only its routes are read
     served = {
-        (rule.rule.replace("<", "{").replace(">", "}"), method.lower())
+        (re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule), method.lower())
         for rule in app.url_map.iter_rules()
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }

@@ -124,7 +124,11 @@ async def test_unknown_routes_and_wrong_methods_get_the_envelope(server: Server)
 def _routes(server: Server) -> list[tuple[str, str]]:
     """Every (method, path) the app serves, parameters filled in: a new route cannot escape."""
     app = create_app(server.state)
-    fill = {"run_id": NOBODY, "agent_hash": "sha256:" + "0" * 64}
+    fill = {
+        "run_id": NOBODY,
+        "agent_hash": "sha256:" + "0" * 64,
+        "graph_hash": "sha256:" + "0" * 64,
+    }
     routes = []
     for rule in app.url_map.iter_rules():
         assert rule.rule.startswith("/v1/"), f"{rule.rule} is not under /v1"
