@@ -14,6 +14,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     proxies      the loopback model proxy and MCP stand-in endpoints a process agent talks to
     agents       agent kinds: definitions, credentials, the built-in loop, process and
                  service agents
+    graphs       graph runs: the walker that drives a graph's nodes through the run context
     client_runs  client-driven runs: appends, steps, client-performed calls, leases
     runs         the Runtime and the drivers: start, resume, resolve, abandon, heal, live events
     api          the HTTP control plane: routes, event stream, OpenAPI document
@@ -32,6 +33,7 @@ LAYERS = (
     "recording",
     "proxies",
     "agents",
+    "graphs",
     "client_runs",
     "runs",
     "api",

@@ -22,8 +22,10 @@ from ._definition import (
     parse_definition,
 )
 from ._loop import (
+    AgentLoop,
     declares_probe,
     drive,
+    gateway_for,
     offered_besides_mcp,
     probes_open_write,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "PROVIDERS",
     "AgentDefinition",
     "AgentKind",
+    "AgentLoop",
     "CredentialError",
     "Credentials",
     "DefinitionError",
@@ -45,6 +48,7 @@ __all__ = [
     "agent_environment",
     "declares_probe",
     "drive",
+    "gateway_for",
     "load_definition",
     "offered_besides_mcp",
     "parse_definition",

@@ -215,11 +215,27 @@ class AgentLoop:
         head = ctx.cursor.take(EventKind.RUN_STARTED)
         if head is None:
             raise DriveInterrupted(f"run {ctx.run_id} has no RunStarted head")
+        output = await self.converse(ctx, head.event.input)
+        await ctx.control(RunCompleted(output=output))
+        await ctx.park(RunState.COMPLETED)
+
+    async def converse(self, ctx: RunContext, task: Any) -> Any:
+        """Hold the agent's conversation about ``task`` in ``ctx``'s log; return its final output.
+
+        The caller records how the output ends the conversation: ``run`` with
+        RunCompleted, a graph's agent node with NodeExited. Budgets count this
+        conversation's calls only (a graph run's agent nodes each start from
+        zero), and a crossing parks the run as it parks an agent run.
+
+        Raises:
+            Parked: the run rests before there is an output (a budget, a gate,
+                a write to reconcile, or a RunFailed the log already holds).
+        """
         if self.agent.mcp_servers:
             await self._add_mcp_tools(ctx)
         self.tool_specs += self._submit_spec()
         messages: list[dict] = [
-            {"role": "user", "content": [{"type": "text", "text": _as_text(head.event.input)}]}
+            {"role": "user", "content": [{"type": "text", "text": _as_text(task)}]}
         ]
         usage = {"input_tokens": 0, "output_tokens": 0}
         completed_calls = 0
@@ -239,7 +255,7 @@ class AgentLoop:
             messages.append({"role": "assistant", "content": content})
             uses = [block for block in content if block.get("type") == "tool_use"]
             if not uses:
-                await self._finish_with_text(ctx, content)
+                return await self._answer_from_text(ctx, content)
             results = []
             for use in uses:
                 name, use_id, args = use.get("name"), use.get("id"), use.get("input")
@@ -249,8 +265,7 @@ class AgentLoop:
                     except SchemaViolation as exc:
                         results.append(_error_result(use_id, exc.message))
                         continue
-                    await ctx.control(RunCompleted(output=args))
-                    await ctx.park(RunState.COMPLETED)
+                    return args
                 tool = self.tools.get(name)
                 if tool is None:
                     results.append(
@@ -292,11 +307,15 @@ class AgentLoop:
             extension = await ctx.await_resume(RunState.BUDGET_EXCEEDED)
             extensions[kind] = extensions.get(kind, 0) + extension["extend_by"]
 
-    async def _finish_with_text(self, ctx: RunContext, content: list) -> None:
+    async def _answer_from_text(self, ctx: RunContext, content: list) -> Any:
+        """The output a text answer gives: the text, or (with output_schema) the JSON it holds.
+
+        Raises:
+            Parked: the text holds no output matching output_schema; RunFailed is recorded.
+        """
         text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
         if self.agent.output_schema is None:
-            await ctx.control(RunCompleted(output=text))
-            await ctx.park(RunState.COMPLETED)
+            return text
         try:
             answer = json.loads(text)
             validate(self.agent.output_schema, answer, what="the answer")
@@ -307,8 +326,7 @@ class AgentLoop:
                 )
             )
             await ctx.park(RunState.FAILED)
-        await ctx.control(RunCompleted(output=answer))
-        await ctx.park(RunState.COMPLETED)
+        return answer
 
 
 def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunView) -> bool:

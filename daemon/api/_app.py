@@ -31,6 +31,7 @@ from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
 from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
+from ._graph_run_routes import add_graph_run_routes
 from ._http import check_bearer, error_response
 from ._meta_routes import add_meta_routes
 from ._model_step_routes import add_model_step_routes
@@ -75,6 +76,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_agent_routes(app, state)
     # Graph documents (issue 15): stored and served.
     add_graph_routes(app, state)
+    # Graph runs (issue 15): started here, then driven, resumed and watched as every run is.
+    add_graph_run_routes(app, state)
     add_fork_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)

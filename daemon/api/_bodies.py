@@ -221,6 +221,19 @@ START_RUN = Body(
         "then": {"not": {"required": ["input"]}},
     },
 )
+START_GRAPH_RUN = Body(
+    "StartGraphRun",
+    (
+        Field(
+            name="graph_hash",
+            schema=ref("GraphHash"),
+            required=True,
+            check=_string("`graph_hash` must be a graph hash string"),
+        ),
+        Field(name="input", schema=ANY, description="The run's input; null when left out."),
+        Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
+    ),
+)
 RESUME = Body(
     "ResumeInput",
     (
@@ -422,6 +435,7 @@ CLIENT_MODEL_COMPLETION = Body(
 
 BODIES = (
     START_RUN,
+    START_GRAPH_RUN,
     RESUME,
     RESOLVE,
     RESOLVE_RUN,

@@ -48,6 +48,7 @@ from ._bodies import (
     RESOLVE,
     RESOLVE_RUN,
     RESUME,
+    START_GRAPH_RUN,
     START_RUN,
     TOOL_STEP,
     Body,
@@ -457,6 +458,46 @@ GRAPH_PATHS: JSON = {
     },
 }
 
+# -- graph runs (issue 15): a stored graph started as a run ----------------------------------------
+
+GRAPH_RUN_PATHS: JSON = {
+    "/v1/graph-runs": {
+        "post": {
+            "operationId": "startGraphRun",
+            "summary": (
+                "Start a run of a stored graph; answered once its head event is durable, "
+                "then walked in the background"
+            ),
+            "description": (
+                "Every agent and tool the graph's nodes name is resolved first, so a run is "
+                "started only when all of it resolves. Its events, status, stream, resume and "
+                "abandon are an ordinary run's (a gate parks it as `suspended`)."
+            ),
+            "requestBody": _body(START_GRAPH_RUN),
+            "responses": _responses(
+                {"201": ("The run exists; watch it on its event stream.", _ref("RunStarted"))},
+                "PayloadTooLarge",
+                extra={
+                    "400": _error(
+                        "Malformed body or labels over the bounds, or a node naming a process "
+                        "or service agent (`details.node`; agent nodes run built-in agents). "
+                        "Nothing recorded.",
+                        "bad_request",
+                    ),
+                    "404": _error(
+                        "No graph stored under `graph_hash` (`unknown_graph`), or a node names "
+                        "an agent that is not registered or a tool this daemon lacks "
+                        "(`unknown_agent` / `unknown_tool`, `details.node`). Nothing recorded.",
+                        "unknown_graph",
+                        "unknown_agent",
+                        "unknown_tool",
+                    ),
+                },
+            ),
+        },
+    },
+}
+
 # -- graph runs' projection and forks (issue 15) ---------------------------------------------------
 
 _NOT_A_GRAPH_RUN = _error_schema(["not_a_graph_run"])
@@ -589,6 +630,7 @@ PATHS: JSON = {
         },
     },
     **GRAPH_PATHS,
+    **GRAPH_RUN_PATHS,
     "/v1/runs": {
         "post": {
             "operationId": "startRun",
@@ -705,14 +747,23 @@ PATHS: JSON = {
                         _ref("ResumeDriving"),
                     ),
                 },
-                "BadRequest",
                 "UnknownRun",
                 "PayloadTooLarge",
                 extra={
+                    "400": _error(
+                        "Malformed body, a bad run id, or an input the run's recorded schema "
+                        "rejects (`bad_request`, `details.violations`); a graph run parked at a "
+                        "gate answers an approval its `approval_schema` rejects with "
+                        "`approval_schema_violation` (`details.node`, `details.violations`). "
+                        "Nothing recorded.",
+                        "bad_request",
+                        "approval_schema_violation",
+                    ),
                     "404": _error(
-                        "No run under that id, or its agent is not registered here.",
+                        "No run under that id, or its agent (or graph) is not registered here.",
                         "unknown_run",
                         "unknown_agent",
+                        "unknown_graph",
                     ),
                     "409": _error(
                         "needs_reconciliation (`details.intent`: the dangling write), "

@@ -368,7 +368,9 @@ class RunContext:
 
     # -- tool calls ---------------------------------------------------------
 
-    async def tool_call(self, tool: Tool, tool_input: Any, *, probe: Tool | None = None) -> Any:
+    async def tool_call(
+        self, tool: Tool, tool_input: Any, *, probe: Tool | None = None, key: str | None = None
+    ) -> Any:
         """One tool call; returns the value the model is told (after any park and resume).
 
         A completed call is answered from the log. An open ``read`` or
@@ -382,7 +384,8 @@ class RunContext:
 
         Keys: a call of a tool with key fields (``Tool.claims``) presents its
         identity (``Tool.call_identity``) as its key and claims it with its
-        intent; an ``idempotent`` call without key fields presents its
+        intent; an ``idempotent`` call without key fields presents ``key``
+        when given (a graph's tool node passes ``graph_call_key``), else its
         position's derived key (``derived_key``); a ``read``, none.
 
         Raises:
@@ -398,7 +401,7 @@ class RunContext:
         if step is Step.ANSWER:
             return await self._after_tool(recorded.completion.event.output)
         if step is Step.LIVE:
-            return await self._live_tool_call(tool, tool_input, probe)
+            return await self._live_tool_call(tool, tool_input, probe, key)
         if step is Step.PARK and (tool.probe is None or probe is None):
             await self.park(RunState.NEEDS_RECONCILIATION)
         seq, key = recorded.seq, recorded.intent.event.idempotency_key
@@ -417,7 +420,9 @@ class RunContext:
         except ReplayDivergence:
             pass
 
-    async def _live_tool_call(self, tool: Tool, tool_input: Any, probe: Tool | None) -> Any:
+    async def _live_tool_call(
+        self, tool: Tool, tool_input: Any, probe: Tool | None, given_key: str | None = None
+    ) -> Any:
         seq = self.view.next_seq + len(self._held)
 
         def intent(key: str | None) -> ToolCallRequested:
@@ -428,7 +433,7 @@ class RunContext:
         if not tool.claims:
             key = None
             if tool.effect is Effect.IDEMPOTENT:
-                key = derived_key(self.run_id, seq, tool.name)
+                key = given_key or derived_key(self.run_id, seq, tool.name)
             await self.record(intent(key))
             return await self._perform(tool, tool_input, seq, key, None, probe)
         try:

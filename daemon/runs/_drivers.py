@@ -138,10 +138,15 @@ class DriverSet:
             with scope:
                 async with self._limiter:
                     if agent is None:
-                        agent = await self.runtime.load_agent(
-                            (await self.runtime.view(run_id)).agent_def_hash
-                        )
-                    view = await self._drive_paced(run_id, agent)
+                        view = await self.runtime.view(run_id)
+                        if view.graph_hash is None:
+                            agent = await self.runtime.load_agent(view.agent_def_hash)
+                    if agent is None:
+                        # A graph run: its agent nodes are built-in (no process to pace).
+                        self._recovering.discard(run_id)
+                        view = await self.runtime.drive(run_id)
+                    else:
+                        view = await self._drive_paced(run_id, agent)
                 how = f"rested {view.state.value}"
                 log.info("run %s %s", run_id, how)
         except CodedError as exc:

@@ -26,6 +26,8 @@ from salvor.protocol import (
     Envelope,
     ErrorCode,
     Graph,
+    GraphRunStarted,
+    NodeKind,
     Resumed,
     RunAbandoned,
     RunFailed,
@@ -35,6 +37,8 @@ from salvor.protocol import (
     SchemaViolation,
     ToolCallCompleted,
     check_resume_input,
+    excerpt,
+    graph_from_value,
     parse_instant,
 )
 from salvor.store import GraphSummary, RunSummary, SeqConflict, StoredGraph
@@ -51,6 +55,7 @@ from ..agents import (
     probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
+from ..graphs import MAP_OF_LABEL, drive_graph
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
@@ -65,7 +70,15 @@ from ..recording import (
     utc_now,
 )
 from ..tools import ToolRegistry
-from ..web import OperationRefused, bad_request, port_held, unknown_agent, unknown_run, wrong_state
+from ..web import (
+    OperationRefused,
+    bad_request,
+    port_held,
+    unknown_agent,
+    unknown_graph,
+    unknown_run,
+    wrong_state,
+)
 from ._forks import Forks
 from ._reconciliations import Reconciliation, reconciliation
 
@@ -227,6 +240,60 @@ class Runtime(Forks):
         """Every stored graph's hash and shape summary, oldest first."""
         return await self.access.read(self.access.store.list_graphs)
 
+    async def load_graph(self, graph_hash: str) -> Graph:
+        """Rebuild a stored graph.
+
+        Raises:
+            OperationRefused: unknown_graph when it is not stored.
+        """
+        stored = await self.find_graph(graph_hash)
+        if stored is None:
+            raise unknown_graph(graph_hash)
+        # Stored only after it validated, so it validates again (InvalidGraph would be a bug).
+        return graph_from_value(stored.document)
+
+    async def graph_agents(self, graph: Graph) -> dict[str, AgentDefinition]:
+        """Every agent ``graph``'s nodes name, by hash, once each tool node's tool is known too.
+
+        Resolved before a graph run is started (so a run starts only when all of it
+        resolves) and before each drive.
+
+        Raises:
+            OperationRefused: unknown_agent or unknown_tool naming the node
+                (``details.node``), or bad_request naming a node whose agent is a process or
+                service agent (a graph's agent nodes run the built-in loop inline).
+        """
+        agents: dict[str, AgentDefinition] = {}
+        for node in graph.nodes:
+            call = node.body if node.kind is NodeKind.MAP else node
+            if call is None:
+                continue
+            if call.kind is NodeKind.TOOL and self.registry.get(call.tool) is None:
+                raise OperationRefused(
+                    ErrorCode.UNKNOWN_TOOL,
+                    f"node {node.id!r} calls the tool {excerpt(call.tool)!r}, which this "
+                    "daemon's registry does not hold",
+                    details={"node": node.id, "tool": call.tool},
+                )
+            if call.kind is not NodeKind.AGENT or call.agent in agents:
+                continue
+            try:
+                agent = await self.load_agent(call.agent)
+            except OperationRefused as exc:
+                raise OperationRefused(
+                    exc.code,
+                    f"node {node.id!r}: {exc.message}",
+                    details={**(exc.details or {}), "node": node.id, "agent": call.agent},
+                ) from None
+            if agent.kind is not AgentKind.BUILTIN:
+                raise bad_request(
+                    f"node {node.id!r} names a {agent.kind.value} agent; a graph's agent nodes "
+                    "run built-in agents only (their loop runs inline in the graph run's log)",
+                    details={"node": node.id, "agent": call.agent},
+                )
+            agents[call.agent] = agent
+        return agents
+
     # -- reads ----------------------------------------------------------------
 
     async def view(self, run_id: str) -> RunView:
@@ -287,7 +354,19 @@ class Runtime(Forks):
         """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
         a write whose tool declares a probe (their drive probes it first)."""
         interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return interrupted + await self.probed_writes()
+        return await self._without_walked_children(interrupted) + await self.probed_writes()
+
+    async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
+        """``interrupted`` less the map children whose graph run is interrupted too: that run's
+        walk drives them, and a second driver of the same child would race it for each seq."""
+        store = self.access.store
+        views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
+        walked = set(interrupted)
+        return [
+            run
+            for run, view in zip(interrupted, views, strict=True)
+            if view is None or (view.labels or {}).get(MAP_OF_LABEL) not in walked
+        ]
 
     async def probed_writes(self) -> list[str]:
         """Runs parked in needs_reconciliation whose open write this daemon can probe.
@@ -382,6 +461,34 @@ class Runtime(Forks):
             raise
         return run_id
 
+    async def start_graph_run(
+        self,
+        graph: Graph,
+        run_input: Any,
+        *,
+        labels: dict[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new graph run's head (GraphRunStarted); once this returns the run exists
+        durably. Check its agents and tools first (``graph_agents``): nothing is written for a
+        graph that does not resolve.
+
+        Raises:
+            OperationRefused: bad_request for labels over the bounds, run_exists when
+                ``run_id`` already has history, and what ``graph_agents`` raises.
+        """
+        checked_labels(labels)
+        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        await self.graph_agents(graph)
+        head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
+        try:
+            await self.access.append(run_id, [head], EMPTY_VIEW)
+        except SeqConflict:
+            raise OperationRefused(
+                ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
+            ) from None
+        return run_id
+
     async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
         """The view of the run a re-run of ``agent`` would reproduce, once it is known to be one.
 
@@ -427,6 +534,8 @@ class Runtime(Forks):
         """
         if agent is None:
             view = await self.view(run_id)
+            if view.graph_hash is not None:
+                return await self.drive_graph(run_id, view.graph_hash, on_record=on_record)
             agent = await self.load_agent(view.agent_def_hash)
         try:
             return await drive(
@@ -447,6 +556,38 @@ class Runtime(Forks):
             if agent.service is not None:
                 # The claim start_run took, should the drive end before it held the port.
                 self.ports.release(agent.service.proxy_port, run_id)
+        return await self._fail_too_deep(run_id)
+
+    async def drive_graph(
+        self,
+        run_id: str,
+        graph_hash: str,
+        *,
+        on_record: Callable[[list[Envelope]], None] | None = None,
+    ) -> RunView:
+        """Drive a graph run to its next resting point: its graph and agents are loaded from
+        the store by the hash its head records, and whatever log it holds is walked on (a fork's
+        copied prefix included).
+
+        Raises:
+            OperationRefused: unknown_graph, or an agent or tool of the graph this daemon no
+                longer resolves; nothing was recorded.
+        """
+        graph = await self.load_graph(graph_hash)
+        agents = await self.graph_agents(graph)
+        try:
+            return await drive_graph(
+                self.access,
+                run_id,
+                graph,
+                agents,
+                self.registry,
+                on_record=on_record,
+                clock=self.clock,
+                credentials=self.credentials,
+            )
+        except* RecursionError:
+            pass  # answered below, outside the handler (an except* clause cannot return)
         return await self._fail_too_deep(run_id)
 
     async def _fail_too_deep(self, run_id: str) -> RunView:
@@ -494,6 +635,9 @@ class Runtime(Forks):
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
+            if view.graph_hash is not None:
+                # A graph run's open write is a person's: its drive does not probe it.
+                raise needs_reconciliation(run_id, view)
             try:
                 agent = await self.load_agent(view.agent_def_hash)
             except OperationRefused:
@@ -513,7 +657,15 @@ class Runtime(Forks):
                     "continues when its deadline passes and something wakes it (`salvor wake`)",
                     details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
                 )
-        await self.load_agent(view.agent_def_hash)
+        gate = None
+        if view.graph_hash is not None:
+            graph = await self.load_graph(view.graph_hash)
+            await self.graph_agents(graph)
+            if state is RunState.SUSPENDED and view.open_node is not None:
+                node = graph.node(view.open_node)
+                gate = node.id if node.kind is NodeKind.GATE else None
+        else:
+            await self.load_agent(view.agent_def_hash)
         if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
             if run_input is MISSING:
                 what = (
@@ -525,6 +677,13 @@ class Runtime(Forks):
             try:
                 check_resume_input(view, run_input)
             except SchemaViolation as exc:
+                if gate is not None:
+                    # Parked at a gate (its Suspended recorded the approval_schema).
+                    raise OperationRefused(
+                        ErrorCode.APPROVAL_SCHEMA_VIOLATION,
+                        f"gate {gate!r} refuses this approval: {exc.message}",
+                        details={"node": gate, "violations": exc.violations},
+                    ) from None
                 raise bad_request(exc.message, details={"violations": exc.violations}) from None
             _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
         return ResumeDecision(ResumeOutcome.DRIVING, view)

@@ -26,6 +26,7 @@ from ._registry import (
     check_path,
     derived_key,
     dispatch,
+    graph_call_key,
 )
 
 __all__ = [
@@ -47,4 +48,5 @@ __all__ = [
     "demo_registry",
     "derived_key",
     "dispatch",
+    "graph_call_key",
 ]

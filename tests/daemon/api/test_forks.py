@@ -6,9 +6,9 @@ The origins are graph-run logs appended by hand through the daemon's own store a
 against the OpenAPI document and every status it lists for these paths is reached. A refusal
 records nothing: no run appears, and the origin's log is byte for byte what it was.
 
-The child of a fork is checked through its log and status only: the walker that drives a graph
-run from its fork node is another module's (until it is in, the driver the fork starts stops at
-once, having recorded nothing).
+The first test's children are checked through their log and status only (their graph names
+agents this daemon does not hold, so the drive the fork starts stops at once, recording nothing);
+the second forks a run the walker drove, and the walker drives each child on from its node.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import uuid
 from salvor.protocol import EMPTY_VIEW, encode_envelope
 
 from tests.protocol.graphs import publishing
+from tests.support.api import register
 from tests.support.api_server import TOKEN
 from tests.support.contract import FORK_PATHS, MISSING_RUN, OVERSIZED, Contract
 from tests.support.graph_runs import (
@@ -233,3 +234,87 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
     unreached = {seen for seen in contract.unreached() if seen[0] in FORK_PATHS}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     assert (FORK, "post") in contract.requests
+
+
+def _refund_graph(agent: str) -> dict:
+    return {
+        "schema_version": 1,
+        "nodes": [
+            {"id": "draft", "kind": "agent", "agent": agent, "input": "$input.invoice"},
+            {
+                "id": "refund",
+                "kind": "tool",
+                "tool": "issue_refund",
+                "input": {"invoice_id": "$input.invoice", "amount_cents": 300},
+            },
+            {
+                "id": "mail",
+                "kind": "tool",
+                "tool": "send_email",
+                "input": {"to": "a@example.com", "subject": "Refund", "body": "$nodes.draft"},
+            },
+        ],
+        "edges": [{"from": "draft", "to": "refund"}, {"from": "refund", "to": "mail"}],
+    }
+
+
+async def _calls(server, run_id: str) -> list[tuple[str, str]]:
+    """(kind, what) of each model and tool intent in the run's log."""
+    return [
+        (e.event.KIND.value, getattr(e.event, "tool", "model"))
+        for e in await server.state.runtime.read_log(run_id)
+        if e.event.KIND.value in ("ModelCallRequested", "ToolCallRequested")
+    ]
+
+
+async def test_a_walked_run_forked_walks_on_from_its_node(server, providers) -> None:
+    """The walker drives the child from the fork node: nothing of the prefix runs again, the
+    re-walked segment does, and its write only once acknowledged."""
+    agent, provider = await register(server, providers, final_text="a refund note")
+    graph = (await server.client.post("/v1/graphs", json=_refund_graph(agent))).json()["graph"]
+    response = await server.client.post(
+        "/v1/graph-runs", json={"graph_hash": graph, "input": {"invoice": "INV-4"}}
+    )
+    origin = response.json()["run"]
+    assert (await server.wait_resting(origin))["status"]["state"] == "completed"
+    assert await _calls(server, origin) == [
+        ("ModelCallRequested", "model"),
+        ("ToolCallRequested", "issue_refund"),
+        ("ToolCallRequested", "send_email"),
+    ]
+    assert provider.call_count == 1
+
+    # From the last node: no write after it, so no acknowledgement; only the email runs again.
+    response = await server.client.post(f"/v1/runs/{origin}/fork", json={"from_node": "mail"})
+    assert response.status_code == 201, response.text
+    child = response.json()["run"]
+    body = await server.wait_resting(child)
+    assert body["status"]["state"] == "completed", body
+    assert await _calls(server, child) == await _calls(server, origin)
+    assert provider.call_count == 1  # the draft came with the prefix
+    child_log = await server.state.runtime.read_log(child)
+    sent = [e.event for e in child_log if getattr(e.event, "tool", None) == "send_email"]
+    origin_log = await server.state.runtime.read_log(origin)
+    (origin_sent,) = [e.event for e in origin_log if getattr(e.event, "tool", None) == "send_email"]
+    # The idempotent call presents its origin's key: the provider collapses the duplicate.
+    assert [e.idempotency_key for e in sent] == [origin_sent.idempotency_key]
+
+    # From the write's node: refused until the write is acknowledged, then walked.
+    (write,) = [e for e in origin_log if getattr(e.event, "tool", None) == "issue_refund"]
+    response = await server.client.post(f"/v1/runs/{origin}/fork", json={"from_node": "refund"})
+    assert response.status_code == 409, response.text
+    assert [w["seq"] for w in response.json()["error"]["details"]["writes"]] == [write.seq]
+    response = await server.client.post(
+        f"/v1/runs/{origin}/fork", json={"from_node": "refund", "acknowledge_writes": [write.seq]}
+    )
+    assert response.status_code == 201, response.text
+    again = response.json()["run"]
+    assert (await server.wait_resting(again))["status"]["state"] == "completed"
+    assert [what for _, what in await _calls(server, again)] == [
+        "model",
+        "issue_refund",
+        "send_email",
+    ]
+    assert provider.call_count == 1
+    forks = (await server.client.get(f"/v1/runs/{origin}/forks")).json()["forks"]
+    assert [(f["run"], f["from_node"]) for f in forks] == [(child, "mail"), (again, "refund")]

@@ -3,9 +3,10 @@ proceeds, and ``--graph`` checked against the hash the origin recorded.
 
 In-process (``main`` with the standard streams captured): a spawned ``salvor`` costs a second of
 CPU, and what is tested here is the verb's sentences, exits and what it records. The origins are
-hand-written graph-run logs (``tests.support.graph_runs``). The walker that drives a fork's child
-from its node is another module's; until it is in, ``Runtime.drive`` is replaced here by one that
-records nothing and answers the child's view, so the verb is seen handing its child to the drive.
+hand-written graph-run logs (``tests.support.graph_runs``) of a graph whose agents this store
+does not hold, so ``Runtime.drive`` is replaced here by one that records nothing and answers the
+child's view: the verb is seen handing its child to the drive. The walk of a fork's child is the
+walker's, tested over HTTP (``tests/daemon/api/test_forks.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,23 @@
+"""Graph runs: the walker that drives a graph document's nodes, replay first, through the same
+run context an agent run is driven through (agent nodes are the built-in loop, inline).
+
+Rule: imports only the packages below it; knows nothing of HTTP routes or of how a run is started.
+"""
+
+from __future__ import annotations
+
+from ._walk import (
+    MAP_ITEMS,
+    MAP_OF_LABEL,
+    GraphWalk,
+    drive_graph,
+    map_child_id,
+)
+
+__all__ = [
+    "MAP_ITEMS",
+    "MAP_OF_LABEL",
+    "GraphWalk",
+    "drive_graph",
+    "map_child_id",
+]

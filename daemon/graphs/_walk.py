@@ -1,0 +1,453 @@
+"""The graph walker: a graph run driven from its log, replay first, through a RunContext.
+
+A graph run's log narrates its walk (``NodeEntered``, ``NodeExited``,
+``NodeSkipped``, ``MapItemCompleted``) between the calls its nodes make, and
+those calls are recorded exactly as an agent run records them (an agent node
+is the built-in loop, inline in this log). Every drive walks ``Graph.order``
+from the top: a step the log holds is taken from the replay cursor (a
+completed call is never made again), and past the end of the log the walk
+goes live and records. The walk is a pure function of the log, so re-walking
+it replays it.
+
+Narration is held back and committed with the next append (a call's intent,
+a park, the next node's narration): a node costs no append of its own, and a
+drive killed before that append loses only what the next drive derives again
+from the same recorded facts.
+
+A map's items are child runs (ordinary agent runs of the body agent) whose
+ids derive from the graph run, the node and the index (``map_child_id``), so
+a re-walk after a crash finds the children a killed drive started instead of
+starting second ones. A child's head is durable before the child is driven;
+up to the node's ``concurrency`` children drive at once, each through the
+agent drive every run uses, and each finished child is recorded here as
+``MapItemCompleted`` in finishing order (one task, the walker, writes this
+log; the children only write their own). A re-walk takes the recorded items
+and drives only the children not yet recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import trio
+from salvor.protocol import (
+    EMPTY_VIEW,
+    MISSING,
+    TOOL_ERROR_KEY,
+    CodedError,
+    EventKind,
+    Graph,
+    GraphNode,
+    MapItemCompleted,
+    NodeEntered,
+    NodeExited,
+    NodeKind,
+    NodeSkipped,
+    ReplayDivergence,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    RunState,
+    RunView,
+    SleepStarted,
+    Suspended,
+    TemplateError,
+    fold_values,
+    format_instant,
+    parse_instant,
+    pick_case,
+    resolve_template,
+)
+from salvor.store import SeqConflict, store_fault
+
+from ..agents import AgentDefinition, AgentLoop, Credentials, drive, gateway_for
+from ..mcp import open_connections
+from ..models import ModelGateway
+from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
+from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept, utc_now
+from ..tools import ToolRegistry, graph_call_key
+
+# The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
+MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
+# The label a map child carries: the graph run whose walk drives it (its recovery is the walk's).
+MAP_OF_LABEL = "salvor.map_of"
+
+# A child in one of these states fails its map node (and the graph run).
+_CHILD_FAILED = (RunState.FAILED, RunState.ABANDONED)
+
+_Narration = NodeEntered | NodeExited | NodeSkipped | MapItemCompleted
+
+
+def map_child_id(run_id: str, node: str, index: int) -> str:
+    """The run id of item ``index`` of map ``node`` in graph run ``run_id``: the same every walk."""
+    return str(uuid.uuid5(MAP_ITEMS, f"{run_id}/{node}/{index}"))
+
+
+class GraphWalk:
+    """One drive's walk of one graph run: the recorded outputs so far and the agents' gateways."""
+
+    def __init__(
+        self,
+        access: StoreAccess,
+        graph: Graph,
+        agents: Mapping[str, AgentDefinition],
+        registry: ToolRegistry,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.access = access
+        self.graph = graph
+        self.agents = agents
+        self.registry = registry
+        self.clock = clock
+        self.credentials = credentials
+        self.run_input: Any = None
+        self._run_id = ""
+        # Node id -> its recorded output; a branch's case; the nodes passed by.
+        self.outputs: dict[str, Any] = {}
+        self.cases: dict[str, str] = {}
+        self.skipped: set[str] = set()
+        self._gateways: dict[str, ModelGateway] = {}
+
+    async def aclose(self) -> None:
+        for gateway in self._gateways.values():
+            await gateway.aclose()
+
+    # -- the walk -------------------------------------------------------------
+
+    async def run(self, ctx: RunContext) -> None:
+        """Walk from the head to the run's next resting point. Raises Parked at every one."""
+        head = ctx.cursor.take(EventKind.GRAPH_RUN_STARTED)
+        if head is None:
+            raise DriveInterrupted(f"run {ctx.run_id} has no GraphRunStarted head")
+        self.run_input = head.event.input
+        self._run_id = ctx.run_id
+        for node_id in self.graph.order:
+            reason = self._dead_because(node_id)
+            if reason is not None:
+                await self._narrate(ctx, NodeSkipped(node=node_id, reason=reason))
+                self.skipped.add(node_id)
+                continue
+            await self._walk_node(ctx, self.graph.node(node_id))
+        terminals = self.graph.terminal_nodes
+        output = {node: self.outputs[node] for node in terminals if node in self.outputs}
+        await ctx.control(RunCompleted(output=output))
+        await ctx.park(RunState.COMPLETED)
+
+    def _dead_because(self, node_id: str) -> str | None:
+        """Why ``node_id`` is dead (every inbound edge is), or None when it is live."""
+        inbound = self.graph.predecessors(node_id)
+        if not inbound:
+            return None
+        why = []
+        for edge in inbound:
+            if edge.source in self.skipped:
+                why.append(f"`{edge.source}` was skipped")
+            elif edge.case is not None and self.cases.get(edge.source) != edge.case:
+                why.append(
+                    f"branch `{edge.source}` took case `{self.cases.get(edge.source)}`, "
+                    f"not `{edge.case}`"
+                )
+            else:
+                return None
+        return "no live inbound edge: " + "; ".join(why)
+
+    async def _narrate(self, ctx: RunContext, event: _Narration) -> None:
+        """Hold ``event`` for the next append when live; in replay, take the recorded one.
+
+        Raises:
+            ReplayDivergence: the log narrates another step here (the graph is not the one
+                the log walked, or the log was not written by this walk).
+        """
+        if ctx.live:
+            ctx.hold(event)
+            return
+        at = ctx.cursor.position
+        try:
+            found = ctx.cursor.take(event.KIND)
+        except ReplayDivergence:
+            found = None
+        if found is None or found.event.node != event.node:
+            raise ReplayDivergence(
+                f"run {ctx.run_id}: at position {at} the walk of graph {self.graph.hash} is at "
+                f"{event.KIND.value} of node {event.node!r}, which the log does not record there"
+            )
+        if isinstance(found.event, NodeExited):
+            # The recorded output is the node's (an agent's answer is the log's, not a new one).
+            self.outputs[event.node] = found.event.output
+
+    async def _fail(self, ctx: RunContext, node: GraphNode, message: str) -> None:
+        """Fail the run naming ``node``; raises Parked (or takes the recorded RunFailed)."""
+        await ctx.control(RunFailed(error=f"node {node.id!r}: {message}"))
+        await ctx.park(RunState.FAILED)
+
+    async def _resolve(
+        self,
+        ctx: RunContext,
+        node: GraphNode,
+        template: Any,
+        *,
+        item: Any = MISSING,
+        index: int | None = None,
+    ) -> Any:
+        try:
+            return resolve_template(
+                template, run_input=self.run_input, outputs=self.outputs, item=item, index=index
+            )
+        except TemplateError as exc:
+            await self._fail(ctx, node, exc.message)
+
+    async def _exit(self, ctx: RunContext, node: GraphNode, output: Any, **case: str) -> None:
+        self.outputs[node.id] = output
+        await self._narrate(ctx, NodeExited(node=node.id, output=output, **case))
+
+    async def _walk_node(self, ctx: RunContext, node: GraphNode) -> None:
+        kind = node.kind
+        if kind is NodeKind.AGENT:
+            task = await self._resolve(ctx, node, node.input)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=task))
+            await self._exit(ctx, node, await self._converse(ctx, self.agents[node.agent], task))
+        elif kind is NodeKind.TOOL:
+            tool_input = await self._resolve(ctx, node, node.input)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=tool_input))
+            await self._exit(ctx, node, await self._tool_call(ctx, node, node, tool_input, 0))
+        elif kind is NodeKind.GATE:
+            await self._narrate(ctx, NodeEntered(node=node.id, input=None))
+            await ctx.control(Suspended(reason=node.prompt, input_schema=node.approval_schema))
+            await self._exit(ctx, node, await ctx.await_resume(RunState.SUSPENDED))
+        elif kind is NodeKind.BRANCH:
+            value = await self._resolve(ctx, node, node.on)
+            try:
+                case = pick_case(node, value)
+            except TemplateError as exc:
+                await self._fail(ctx, node, exc.message)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=value))
+            self.cases[node.id] = case
+            await self._exit(ctx, node, value, branch_case=case)
+        elif kind is NodeKind.FOLD:
+            items = await self._resolve(ctx, node, node.over)
+            try:
+                output = fold_values(node.reducer, items, node.field)
+            except TemplateError as exc:
+                await self._fail(ctx, node, exc.message)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=items))
+            await self._exit(ctx, node, output)
+        elif kind is NodeKind.DELAY:
+            await self._delay(ctx, node)
+        else:
+            await self._map(ctx, node)
+
+    # -- the node kinds that act --------------------------------------------
+
+    def _gateway(self, agent: AgentDefinition) -> ModelGateway:
+        gateway = self._gateways.get(agent.agent_def_hash)
+        if gateway is None:
+            gateway = self._gateways[agent.agent_def_hash] = gateway_for(agent, self.credentials)
+        return gateway
+
+    async def _converse(self, ctx: RunContext, agent: AgentDefinition, task: Any) -> Any:
+        """The agent's loop, inline in this log, about ``task``; its final output."""
+        mark = {MARK_VAR: store_fingerprint(self.access.store.url), RUN_VAR: ctx.run_id}
+        # MCP servers are started only when the conversation first needs one live.
+        async with open_connections(agent.mcp_servers, mark=mark) as mcp:
+            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp)
+            return await loop.converse(ctx, task)
+
+    async def _tool_call(
+        self, ctx: RunContext, node: GraphNode, call: GraphNode, tool_input: Any, index: int
+    ) -> Any:
+        """One call of ``call``'s tool (a tool node, or a map's tool body) at ``index``.
+
+        A call whose recorded output is a tool error fails the run: a graph has no model
+        to tell, so the error is the node's end.
+        """
+        tool = self.registry.get(call.tool)
+        probe = self.registry.probe_of(tool) if tool.probe else None
+        key = graph_call_key(self.graph.hash, node.id, index, tool.name)
+        output = await ctx.tool_call(tool, tool_input, probe=probe, key=key)
+        if isinstance(output, dict) and TOOL_ERROR_KEY in output:
+            error = output[TOOL_ERROR_KEY]
+            await self._fail(ctx, node, f"the {tool.name} call failed: {error.get('message')}")
+        return output
+
+    async def _delay(self, ctx: RunContext, node: GraphNode) -> None:
+        if node.seconds is not None:
+            await self._narrate(ctx, NodeEntered(node=node.id, input={"seconds": node.seconds}))
+            wake_at: datetime = await ctx.now() + timedelta(seconds=node.seconds)
+        else:
+            until = await self._resolve(ctx, node, node.until)
+            try:
+                wake_at = parse_instant(until)
+            except ValueError:
+                await self._fail(ctx, node, f"`until` is {until!r}, not an RFC 3339 instant")
+            await self._narrate(ctx, NodeEntered(node=node.id, input={"until": until}))
+        when = format_instant(wake_at)
+        await ctx.control(SleepStarted(wake_at=when))
+        await ctx.sleep_until_woken()
+        await self._exit(ctx, node, slept(when))
+
+    async def _map(self, ctx: RunContext, node: GraphNode) -> None:
+        items = await self._resolve(ctx, node, node.over)
+        if not isinstance(items, list):
+            await self._fail(ctx, node, f"`over` ({node.over}) is not a list")
+        await self._narrate(ctx, NodeEntered(node=node.id, input=items))
+        body = node.body
+        outputs: dict[int, Any] = {}
+        if body.kind is NodeKind.TOOL:
+            # Inline, one after another: each call is a step of this log.
+            for index, item in enumerate(items):
+                call_input = await self._resolve(ctx, node, body.input, item=item, index=index)
+                output = await self._tool_call(ctx, node, body, call_input, index)
+                outputs[index] = output
+                await self._narrate(
+                    ctx,
+                    MapItemCompleted(node=node.id, index=index, run_id=ctx.run_id, output=output),
+                )
+        else:
+            await self._map_children(ctx, node, items, outputs)
+        await self._exit(ctx, node, [outputs[index] for index in range(len(items))])
+
+    async def _map_children(
+        self, ctx: RunContext, node: GraphNode, items: list, outputs: dict[int, Any]
+    ) -> None:
+        """Fill ``outputs`` from the recorded items, then from children driven now.
+
+        Raises:
+            Parked: a child failed (the run fails naming node, index and child).
+            DriveInterrupted: a child rests short of an output (parked on a gate, a budget,
+                a write to reconcile, a timer) or its drive stopped; every other item is
+                driven and recorded first, and a later drive of this run drives the rest.
+        """
+        while not ctx.live:
+            try:
+                found = ctx.cursor.take(EventKind.MAP_ITEM_COMPLETED)
+            except ReplayDivergence:
+                break  # the map's NodeExited (or a divergence _narrate reports)
+            outputs[found.event.index] = found.event.output
+        remaining = [index for index in range(len(items)) if index not in outputs]
+        if not remaining:
+            return
+        # The NodeEntered (and what else is held) is durable before any child exists.
+        await ctx.flush()
+        agent = self.agents[node.body.agent]
+        inputs = {}
+        for index in remaining:
+            inputs[index] = await self._resolve(
+                ctx, node, node.body.input, item=items[index], index=index
+            )
+        send, receive = trio.open_memory_channel[tuple[int, str, RunView | str]](math.inf)
+        slots = trio.Semaphore(node.concurrency or 8)
+        stopped: tuple[int, str, RunView | str] | None = None
+        async with trio.open_nursery() as nursery:
+            for index in remaining:
+                child = map_child_id(ctx.run_id, node.id, index)
+                nursery.start_soon(
+                    self._drive_child, child, agent, inputs[index], index, slots, send.clone()
+                )
+            send.close()
+            async with receive:
+                async for index, child, rested in receive:
+                    if isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
+                        output = rested.detail.get("output")
+                        outputs[index] = output
+                        await ctx.record(
+                            MapItemCompleted(node=node.id, index=index, run_id=child, output=output)
+                        )
+                        continue
+                    if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
+                        stopped = (index, child, rested)
+                        nursery.cancel_scope.cancel(reason=f"map item {index} {rested.state}")
+                        break
+                    # Resting short of an output: the other items still finish and are
+                    # recorded, so the next walk drives only the ones left.
+                    stopped = stopped or (index, child, rested)
+        if stopped is None:
+            return
+        index, child, rested = stopped
+        if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
+            error = rested.detail.get("error") or rested.detail.get("reason") or ""
+            await self._fail(
+                ctx, node, f"map item {index} (child run {child}) {rested.state.value}: {error}"
+            )
+        what = rested.state.value if isinstance(rested, RunView) else f"stopped: {rested}"
+        raise DriveInterrupted(
+            f"map node {node.id!r}: item {index} (child run {child}) is {what}; once it "
+            f"completes, `salvor resume {ctx.run_id}` walks on"
+        )
+
+    async def _drive_child(
+        self,
+        child: str,
+        agent: AgentDefinition,
+        child_input: Any,
+        index: int,
+        slots: trio.Semaphore,
+        send: trio.MemorySendChannel,
+    ) -> None:
+        """Start ``child`` durably (once: its id is derived) and drive it; send how it rested."""
+        async with send, slots:
+            head = RunStarted(
+                agent_def_hash=agent.agent_def_hash,
+                input=child_input,
+                labels={MAP_OF_LABEL: self._run_id},
+            )
+            try:
+                with contextlib.suppress(SeqConflict):  # a killed walk started it already
+                    await self.access.append(child, [head], EMPTY_VIEW)
+                rested: RunView | str = await drive(
+                    self.access,
+                    child,
+                    agent,
+                    self.registry,
+                    clock=self.clock,
+                    credentials=self.credentials,
+                )
+            except CodedError as exc:
+                if store_fault(exc):
+                    raise
+                # Stopped short (a call that may pass, another writer at its seq): the next
+                # walk drives it again.
+                rested = exc.message
+            await send.send((index, child, rested))
+
+
+async def drive_graph(
+    access: StoreAccess,
+    run_id: str,
+    graph: Graph,
+    agents: Mapping[str, AgentDefinition],
+    registry: ToolRegistry,
+    *,
+    on_record: Callable | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    credentials: Credentials | None = None,
+) -> RunView:
+    """Drive a graph run to its next resting point and return its view there.
+
+    ``agents``: every agent the graph's nodes name, by hash (built-in agents).
+    Whatever log it finds is walked: a fork's child, whose log holds a copied
+    prefix, continues from the end of that prefix.
+
+    Raises:
+        DriveInterrupted: the drive stopped with the run recoverable (a model
+            call that may succeed later, a map item that has not completed).
+        ReplayDivergence: the log does not narrate this graph's walk; nothing was recorded.
+    """
+    log = await access.read(access.store.read_log, run_id)
+    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+    if ctx.view.idle:
+        return ctx.view
+    walk = GraphWalk(access, graph, agents, registry, clock=clock, credentials=credentials)
+    try:
+        await walk.run(ctx)
+    except Parked:
+        pass
+    finally:
+        await walk.aclose()
+    return ctx.view

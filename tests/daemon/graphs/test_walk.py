@@ -1,0 +1,410 @@
+"""Graph runs walked through the Runtime over a real store, the scripted provider as the model and
+the demo tools as the world: each test checks the recorded log, the derived state, and what the
+provider and the tools really served."""
+
+from __future__ import annotations
+
+import pytest
+from salvor.daemon.graphs import map_child_id
+from salvor.daemon.recording import DriveInterrupted
+from salvor.daemon.tools import graph_call_key
+from salvor.daemon.web import OperationRefused
+from salvor.protocol import (
+    EMPTY_VIEW,
+    ErrorCode,
+    EventKind,
+    RunState,
+    check_batch,
+    graph_from_value,
+)
+
+from tests.support.runtime import ledger
+from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
+
+STORE_BACKENDS = ("sqlite", "postgres")
+
+
+def kinds(log) -> list[str]:
+    return [envelope.event.KIND.value for envelope in log]
+
+
+def task_of(call) -> str:
+    return call.request["messages"][0]["content"][0]["text"]
+
+
+def echo(call):
+    return text_reply(f"seen {task_of(call)}")
+
+
+async def stored(runtime, document: dict):
+    graph = graph_from_value(document)
+    await runtime.register_graph(graph)
+    return graph
+
+
+async def agent_hash(runtime, make_agent, provider) -> str:
+    agent = make_agent(provider)
+    await runtime.register_agent(agent)
+    return agent.agent_def_hash
+
+
+async def sound_log(runtime, run_id):
+    log = await runtime.log(run_id)
+    check_batch(EMPTY_VIEW, log)
+    return log
+
+
+def approval_graph(agent: str) -> dict:
+    return {
+        "schema_version": 1,
+        "nodes": [
+            {"id": "draft", "kind": "agent", "agent": agent, "input": {"topic": "$input.topic"}},
+            {
+                "id": "approve",
+                "kind": "gate",
+                "prompt": "Send it?",
+                "approval_schema": {
+                    "type": "object",
+                    "required": ["approved"],
+                    "properties": {"approved": {"type": "boolean"}},
+                },
+            },
+            {
+                "id": "route",
+                "kind": "branch",
+                "on": "$nodes.approve.approved",
+                "cases": ["true", "false"],
+            },
+            {
+                "id": "send",
+                "kind": "tool",
+                "tool": "send_email",
+                "input": {"to": "$input.to", "subject": "Draft", "body": "$nodes.draft"},
+            },
+            {"id": "shelve", "kind": "delay", "seconds": 60},
+        ],
+        "edges": [
+            {"from": "draft", "to": "approve"},
+            {"from": "approve", "to": "route"},
+            {"from": "route", "to": "send", "case": "true"},
+            {"from": "route", "to": "shelve", "case": "false"},
+        ],
+    }
+
+
+async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
+    runtime, providers, make_agent, effects_path
+):
+    provider = providers(echo)
+    graph = await stored(runtime, approval_graph(await agent_hash(runtime, make_agent, provider)))
+    run_id = await runtime.start_graph_run(
+        graph, {"topic": "tides", "to": "a@example.com"}, labels={"env": "test"}
+    )
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.SUSPENDED and view.open_node == "approve"
+    assert view.detail["reason"] == "Send it?"
+
+    # A refused approval is answered before anything is recorded.
+    before = await runtime.log(run_id)
+    with pytest.raises(OperationRefused) as refused:
+        await runtime.resume(run_id, {"approved": "yes"})
+    assert refused.value.code is ErrorCode.APPROVAL_SCHEMA_VIOLATION
+    assert refused.value.details["node"] == "approve"
+    assert [v["path"] for v in refused.value.details["violations"]] == ["$.approved"]
+    assert await runtime.log(run_id) == before
+
+    await runtime.resume(run_id, {"approved": True})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED
+    send = {"message_id": view.detail["output"]["send"]["message_id"], "to": "a@example.com"}
+    assert view.detail["output"] == {"send": send}  # the skipped terminal is absent
+    log = await sound_log(runtime, run_id)
+    assert kinds(log) == [
+        "GraphRunStarted",
+        "NodeEntered",
+        "ModelCallRequested",
+        "ModelCallCompleted",
+        "NodeExited",
+        "NodeEntered",
+        "Suspended",
+        "Resumed",
+        "NodeExited",
+        "NodeEntered",
+        "NodeExited",
+        "NodeEntered",
+        "ToolCallRequested",
+        "ToolCallCompleted",
+        "NodeExited",
+        "NodeSkipped",
+        "RunCompleted",
+    ]
+    assert log[1].event.input == {"topic": "tides"}
+    assert log[4].event.output == 'seen {"topic": "tides"}'
+    assert log[10].event.branch_case == "true"
+    assert log[12].event.input["body"] == 'seen {"topic": "tides"}'
+    assert log[12].event.idempotency_key == graph_call_key(graph.hash, "send", 0, "send_email")
+    assert log[15].event.reason == (
+        "no live inbound edge: branch `route` took case `true`, not `false`"
+    )
+    assert provider.call_count == 1
+    assert [r["tool"] for r in ledger(effects_path)] == ["send_email"]
+
+    # Driving it again replays nothing new: the log is the walk.
+    assert (await runtime.drive(run_id)).state is RunState.COMPLETED
+    assert provider.call_count == 1 and len(ledger(effects_path)) == 1
+
+
+async def test_a_recovered_walk_repeats_no_completed_call(
+    runtime, providers, make_agent, effects_path
+):
+    # The second agent node's first call fails in a way that may pass: the drive stops there.
+    answered = []
+
+    def script(call):
+        answered.append(task_of(call))
+        if task_of(call).startswith("seen") and answered.count(task_of(call)) == 1:
+            return ErrorReply(503, "busy")
+        return echo(call)
+
+    provider = providers(script)
+    agent = await agent_hash(runtime, make_agent, provider)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "first", "kind": "agent", "agent": agent},
+                {
+                    "id": "mail",
+                    "kind": "tool",
+                    "tool": "send_email",
+                    "input": {"to": "b@example.com", "subject": "s", "body": "$nodes.first"},
+                },
+                {"id": "second", "kind": "agent", "agent": agent, "input": "$nodes.first"},
+            ],
+            "edges": [{"from": "first", "to": "mail"}, {"from": "mail", "to": "second"}],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, "go")
+    with pytest.raises(DriveInterrupted):
+        await runtime.drive(run_id)
+    view = await runtime.view(run_id)
+    assert view.state is RunState.AWAITING_MODEL and view.open_node == "second"
+    assert run_id in await runtime.interrupted_runs()
+
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED
+    assert view.detail["output"] == {"second": "seen seen go"}
+    # first answered once, second's call twice (the failed one re-issued), the mail sent once.
+    assert answered == ["go", "seen go", "seen go"]
+    assert len(ledger(effects_path)) == 1
+    await sound_log(runtime, run_id)
+
+
+async def test_a_delay_sleeps_until_its_instant_and_the_wake_path_walks_on(runtime, clock):
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "cool_off", "kind": "delay", "seconds": 30},
+                {"id": "count", "kind": "fold", "over": "$input", "reducer": "sum"},
+            ],
+            "edges": [{"from": "cool_off", "to": "count"}],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, [1, 2, 3])
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.SLEEPING
+    assert view.detail["wake_at"] == "2026-11-29T09:00:30.000000Z"
+    assert await runtime.due_runs() == []
+    with pytest.raises(OperationRefused) as early:
+        await runtime.resume(run_id)
+    assert early.value.code is ErrorCode.STILL_SLEEPING
+
+    clock.advance(31)
+    assert await runtime.due_runs() == [run_id]
+    await runtime.resume(run_id)  # what the wake sweeper does with a due run
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED
+    assert view.detail["output"] == {"count": 6}
+    log = await sound_log(runtime, run_id)
+    assert kinds(log)[:7] == [
+        "GraphRunStarted",
+        "NodeEntered",
+        "NowObserved",
+        "SleepStarted",
+        "NowObserved",
+        "SleepCompleted",
+        "NodeExited",
+    ]
+
+
+async def test_a_missing_reference_fails_the_run_naming_node_and_reference(runtime):
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "mail",
+                    "kind": "tool",
+                    "tool": "lookup_invoice",
+                    "input": {"invoice_id": "$input.invoice"},
+                }
+            ],
+            "edges": [],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, {"invoce": "INV-1"})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.FAILED
+    assert view.detail["error"].startswith("node 'mail': $input.invoice: 'invoice' is not in")
+    assert kinds(await sound_log(runtime, run_id)) == ["GraphRunStarted", "RunFailed"]
+
+
+async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the_rest(
+    runtime, providers, make_agent
+):
+    # Item 1's child fails once in a way that may pass.
+    answered = []
+
+    def script(call):
+        answered.append(task_of(call))
+        if task_of(call) == '{"n": 1, "ticket": "b"}' and answered.count(task_of(call)) == 1:
+            return ErrorReply(503, "busy")
+        return echo(call)
+
+    provider = providers(script)
+    agent = await agent_hash(runtime, make_agent, provider)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input.tickets",
+                    "concurrency": 2,
+                    "body": {
+                        "kind": "agent",
+                        "agent": agent,
+                        "input": {"ticket": "$item", "n": "$index"},
+                    },
+                },
+                {"id": "tally", "kind": "fold", "over": "$nodes.each", "reducer": "count"},
+            ],
+            "edges": [{"from": "each", "to": "tally"}],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
+    with pytest.raises(DriveInterrupted, match="item 1"):
+        await runtime.drive(run_id)
+    log = await runtime.log(run_id)
+    recorded = [e.event for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
+    assert sorted(item.index for item in recorded) == [0, 2]
+    assert {item.run_id for item in recorded} == {
+        map_child_id(run_id, "each", 0),
+        map_child_id(run_id, "each", 2),
+    }
+
+    # Recovery drives the graph run, whose walk drives the interrupted child (not a second driver).
+    child = map_child_id(run_id, "each", 1)
+    assert (await runtime.view(child)).state is RunState.AWAITING_MODEL
+    assert await runtime.interrupted_runs() == [run_id]
+
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED
+    outputs = [f'seen {{"n": {n}, "ticket": "{t}"}}' for n, t in enumerate("abc")]
+    assert view.detail["output"] == {"tally": 3}
+    assert log[-1].event.KIND is EventKind.MAP_ITEM_COMPLETED
+    log = await sound_log(runtime, run_id)
+    exited = [e.event for e in log if e.event.KIND is EventKind.NODE_EXITED]
+    assert exited[0].output == outputs  # item order, whatever order they finished in
+    # Items 0 and 2 were answered once; item 1 twice (its failed call re-issued).
+    tasks = [f'{{"n": {n}, "ticket": "{t}"}}' for n, t in enumerate("abc")]
+    assert sorted(answered) == sorted([*tasks, tasks[1]])
+    child = await runtime.view(map_child_id(run_id, "each", 1))
+    assert child.state is RunState.COMPLETED and child.input == {"ticket": "b", "n": 1}
+
+
+async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, effects_path):
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "mail",
+                    "kind": "map",
+                    "over": "$input",
+                    "body": {
+                        "kind": "tool",
+                        "tool": "send_email",
+                        "input": {"to": "$item", "subject": "s", "body": "b"},
+                    },
+                },
+            ],
+            "edges": [],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, ["x@example.com", "y@example.com"])
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED
+    assert [o["to"] for o in view.detail["output"]["mail"]] == ["x@example.com", "y@example.com"]
+    keys = [r["idempotency_key"] for r in ledger(effects_path)]
+    assert keys == [graph_call_key(graph.hash, "mail", i, "send_email") for i in (0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("node", "code"),
+    [
+        ({"id": "x", "kind": "agent", "agent": "sha256:" + "0" * 64}, ErrorCode.UNKNOWN_AGENT),
+        ({"id": "x", "kind": "tool", "tool": "no_such_tool"}, ErrorCode.UNKNOWN_TOOL),
+    ],
+)
+async def test_a_graph_that_does_not_resolve_starts_no_run(runtime, node, code):
+    graph = await stored(runtime, {"schema_version": 1, "nodes": [node], "edges": []})
+    with pytest.raises(OperationRefused) as refused:
+        await runtime.start_graph_run(graph, None)
+    assert refused.value.code is code and refused.value.details["node"] == "x"
+    runs, _ = await runtime.list_runs()
+    assert runs == []
+
+
+async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph_run(
+    runtime, providers, make_agent
+):
+    # One model call each: a run-wide budget of one step would stop the second node.
+    talker = make_agent(providers(echo), extra="[budgets]\nsteps = 1")
+    looper = make_agent(
+        providers(tool_loop_script([("lookup_invoice", {"invoice_id": "INV-1"})])),
+        tools=["lookup_invoice"],
+        extra="[budgets]\nsteps = 1",
+    )
+    for agent in (talker, looper):
+        await runtime.register_agent(agent)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "a", "kind": "agent", "agent": talker.agent_def_hash},
+                {"id": "b", "kind": "agent", "agent": talker.agent_def_hash},
+                {"id": "c", "kind": "agent", "agent": looper.agent_def_hash},
+            ],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, "go")
+    view = await runtime.drive(run_id)
+    # c's second call (after its tool) crosses its budget of one step.
+    assert view.state is RunState.BUDGET_EXCEEDED and view.open_node == "c"
+    with pytest.raises(OperationRefused) as refused:
+        await runtime.resume(run_id, {"extend_by": "x"})
+    assert refused.value.code is ErrorCode.BAD_REQUEST  # a budget is not a gate
+    await runtime.resume(run_id, {"extend_by": 1})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED and view.detail["output"] == {"c": "done"}
+    await sound_log(runtime, run_id)
