@@ -11,6 +11,12 @@ Rules of this module:
   performs it again. ``read`` calls have no effect and ``idempotent`` ones are
   keyed by their place in the graph, so the child presents its origin's key
   and the claim store collapses the duplicate: neither is ever listed.
+* A map node's items run in child runs of their own, whose ids derive from
+  the graph run's, so a fork's walk starts new ones: a write an item of a map
+  in the segment recorded fires again too. It is listed under the seq of that
+  map node's ``NodeEntered`` (the origin position the fan-out starts at),
+  naming the item's run and its seq there; acknowledging that seq lets every
+  item write of that map fire again.
 * Refuse, then record: a plan names every unacknowledged write, and a fork
   proceeds only when the operator acknowledged all of them (``check_proceeds``).
 * The prefix ends between nodes by construction (a node is entered only
@@ -23,7 +29,7 @@ Rules of this module:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,15 +57,22 @@ class RecordedWrite:
     input: Any
     idempotency_key: str | None
     recorded_at: str
+    # A map item's write: the child run that recorded it, and its seq there (``seq`` is then the
+    # map node's entry in the origin).
+    run: str | None = None
+    run_seq: int | None = None
 
     def to_json(self) -> dict:
-        return {
+        body = {
             "seq": self.seq,
             "tool": self.tool,
             "input": self.input,
             "idempotency_key": self.idempotency_key,
             "recorded_at": self.recorded_at,
         }
+        if self.run is not None:
+            body["run"], body["run_seq"] = self.run, self.run_seq
+        return body
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,9 +143,18 @@ class ForkPlan:
 
 
 def plan_fork(
-    origin_envelopes: Sequence[Envelope], from_node: str, acknowledged: Iterable[int] = ()
+    origin_envelopes: Sequence[Envelope],
+    from_node: str,
+    acknowledged: Iterable[int] = (),
+    *,
+    map_items: Mapping[int, Sequence[Sequence[Envelope]]] | None = None,
 ) -> ForkPlan:
     """Plan forking the run whose whole log is ``origin_envelopes`` from ``from_node``.
+
+    ``map_items``: the logs of the child runs a map node's items ran in, by the
+    origin seq of that node's ``NodeEntered`` (an item not started yet has an
+    empty log, or none). Those of a map in the re-walked segment add their
+    writes to the hazards; the others are ignored.
 
     A plan with unacknowledged writes is returned, not refused: a dry run
     reports it, and ``ForkPlan.check_proceeds`` refuses it.
@@ -187,8 +209,25 @@ def plan_fork(
             recorded_at=e.recorded_at,
         )
         for e in log[entry:]
-        if isinstance(e.event, ToolCallRequested) and e.event.effect == Effect.WRITE
+        if _is_write(e)
     )
+    items = sorted((seq, logs) for seq, logs in (map_items or {}).items() if seq >= entry)
+    item_writes = tuple(
+        RecordedWrite(
+            seq=seq,
+            tool=e.event.tool,
+            input=e.event.input,
+            idempotency_key=e.event.idempotency_key,
+            recorded_at=e.recorded_at,
+            run=e.run_id,
+            run_seq=e.seq,
+        )
+        for seq, logs in items
+        for item_log in logs
+        for e in item_log
+        if _is_write(e)
+    )
+    writes = tuple(sorted(writes + item_writes, key=lambda w: (w.seq, w.run or "", w.run_seq or 0)))
     acked = sorted(set(acknowledged))
     segment = {write.seq for write in writes}
     stray = [seq for seq in acked if seq not in segment]
@@ -210,6 +249,11 @@ def plan_fork(
         writes=writes,
         acknowledged=tuple(acked),
     )
+
+
+def _is_write(envelope: Envelope) -> bool:
+    event = envelope.event
+    return isinstance(event, ToolCallRequested) and event.effect == Effect.WRITE
 
 
 def _check_between_nodes(prefix_view: Any, origin: str, through_seq: int) -> None:

@@ -119,9 +119,17 @@ RECORDED_WRITE = closed(
         "input": ANY,
         "idempotency_key": {"type": ["string", "null"]},
         "recorded_at": ref("Instant"),
+        "run": {
+            **ref("RunId"),
+            "description": "A map item's write: the item's own run, which recorded it (`seq` is "
+            "then the map node's entry in the origin, the seq that acknowledges it).",
+        },
+        "run_seq": {**SEQ, "description": "A map item's write: its seq in `run`."},
     },
     ["seq", "tool", "input", "idempotency_key", "recorded_at"],
-    description="A write intent of the re-walked segment, as the origin recorded it.",
+    description="A write intent of the re-walked segment, as the origin (or, for a map item, "
+    "the item's run) recorded it.",
+    dependentRequired={"run": ["run_seq"], "run_seq": ["run"]},
 )
 
 RUN_GRAPH = Answer(

@@ -26,6 +26,7 @@ from salvor.protocol import (
     Graph,
     InvalidGraph,
     MalformedJson,
+    RecordedWrite,
     RunState,
     RunView,
     encode_envelope,
@@ -338,10 +339,7 @@ class Cli:
             return self._fork_plan(plan)
         if not plan.would_proceed and not self.json:
             for write in plan.unacknowledged:
-                print(
-                    f"seq {write.seq}: {write.tool} {json.dumps(write.input, ensure_ascii=False)}",
-                    file=sys.stderr,
-                )
+                print(_write_line(write), file=sys.stderr)
         plan.check_proceeds()
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
@@ -364,11 +362,7 @@ class Cli:
         pending = {write.seq for write in plan.unacknowledged}
         for write in plan.writes:
             said = "NOT acknowledged" if write.seq in pending else "acknowledged"
-            print(
-                f"  seq {write.seq}: {write.tool} {json.dumps(write.input, ensure_ascii=False)} "
-                f"({said})",
-                flush=True,
-            )
+            print(f"  {_write_line(write)} ({said})", flush=True)
         print("it would proceed" if plan.would_proceed else "it would be refused", flush=True)
         return EXIT_OK
 
@@ -594,6 +588,13 @@ def _add_fork_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan (and what it would re-fire) only"
     )
+
+
+def _write_line(write: RecordedWrite) -> str:
+    where = f"seq {write.seq}"
+    if write.run is not None:
+        where += f" (a map item: run {write.run}, seq {write.run_seq})"
+    return f"{where}: {write.tool} {json.dumps(write.input, ensure_ascii=False)}"
 
 
 def _acknowledged(text: str) -> tuple[int, ...] | None:

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING
 
 from salvor.protocol import (
     EMPTY_VIEW,
+    Envelope,
     ErrorCode,
     ForkPlan,
     Graph,
     GraphRunStarted,
     InvalidGraph,
+    NodeEntered,
+    NodeKind,
     RunView,
     fork_head,
     graph_from_value,
@@ -27,6 +30,7 @@ from salvor.protocol import (
 )
 from salvor.store import EventStore, SeqConflict
 
+from ..graphs import map_child_id
 from ..recording import parse_run_id
 from ..web import OperationRefused, bad_request, unknown_graph, unknown_run
 
@@ -75,7 +79,7 @@ class Forks:
                 bad_request for an acknowledged seq that is not a write of the re-walked segment.
         """
         store, acknowledged = self.access.store, list(acknowledged)
-        plan = await self.access.read(_planned, store, origin, from_node, acknowledged)
+        plan = await self.access.read(_planned, store, origin, from_node, acknowledged, document)
         if document is not None:
             if document.hash != plan.graph_hash:
                 raise bad_request(
@@ -139,20 +143,60 @@ def _projection(store: EventStore, run_id: str) -> dict:
             ErrorCode.NOT_A_GRAPH_RUN,
             f"run {run_id} is an agent run, not a graph run; it has no per-node projection",
         )
-    stored = store.get_graph(head.graph_hash)
-    graph = None
-    if stored is not None:
-        try:
-            graph = graph_from_value(stored.document)
-        except InvalidGraph:
-            # Stored under an older build's rules and refused by this one's: the log alone
-            # still projects.
-            graph = None
-    return project_graph(head.graph_hash, log, graph=graph)
+    return project_graph(head.graph_hash, log, graph=_stored_graph(store, head.graph_hash))
 
 
-def _planned(store: EventStore, origin: str, from_node: str, acknowledged: list[int]) -> ForkPlan:
+def _stored_graph(store: EventStore, graph_hash: str) -> Graph | None:
+    stored = store.get_graph(graph_hash)
+    if stored is None:
+        return None
+    try:
+        return graph_from_value(stored.document)
+    except InvalidGraph:
+        # Stored under an older build's rules and refused by this one's: what needs the
+        # document (map progress, map items) is left out rather than guessed.
+        return None
+
+
+def _planned(
+    store: EventStore,
+    origin: str,
+    from_node: str,
+    acknowledged: list[int],
+    document: Graph | None,
+) -> ForkPlan:
     log = store.read_log(origin)
     if not log:
         raise unknown_run(origin)
-    return plan_fork(log, from_node, acknowledged)
+    return plan_fork(
+        log, from_node, acknowledged, map_items=_map_items(store, log, from_node, document)
+    )
+
+
+def _map_items(
+    store: EventStore, log: list[Envelope], from_node: str, document: Graph | None
+) -> dict[int, list[list[Envelope]]]:
+    """The logs of the child runs of every map node the origin entered from ``from_node`` on,
+    by that node's entry seq (``plan_fork``'s ``map_items``). Each item's run id is the one the
+    walker derives, so an item not started yet reads as an empty log."""
+    head = log[0].event
+    if not isinstance(head, GraphRunStarted):
+        return {}
+    entry = next(
+        (e.seq for e in log if isinstance(e.event, NodeEntered) and e.event.node == from_node),
+        None,
+    )
+    graph = document if document is not None else _stored_graph(store, head.graph_hash)
+    if entry is None or graph is None or graph.hash != head.graph_hash:
+        return {}  # the plan's own refusal, or unknown_graph, is what to say
+    maps = {node.id for node in graph.nodes if node.kind is NodeKind.MAP}
+    return {
+        e.seq: [
+            store.read_log(map_child_id(e.run_id, e.event.node, index))
+            for index in range(len(e.event.input))
+        ]
+        for e in log[entry:]
+        if isinstance(e.event, NodeEntered)
+        and e.event.node in maps
+        and isinstance(e.event.input, list)
+    }

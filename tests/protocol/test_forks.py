@@ -18,7 +18,9 @@ from salvor.protocol import (
     GraphRunStarted,
     NodeEntered,
     RunAbandoned,
+    RunStarted,
     RunState,
+    ToolCallCompleted,
     ToolCallRequested,
     check_next,
     fold,
@@ -282,3 +284,57 @@ def test_a_log_not_between_nodes_at_the_cut_is_not_forked() -> None:
         plan_fork(log, "research")
     assert refused.value.code is ErrorCode.DIVERGENCE
     assert "not between two nodes at seq 1" in refused.value.message
+
+
+def _item_logs() -> list[list[Envelope]]:
+    """The two items of ``each``: the first wrote, the second only read."""
+    wrote = [
+        RunStarted(agent_def_hash="sha256:" + "a" * 64, input={"minutes": 3}),
+        ToolCallRequested(tool="log_minutes", input={"n": 3}, effect="write", idempotency_key=None),
+        ToolCallCompleted(seq=1, output={"ok": True}),
+    ]
+    read = [
+        RunStarted(agent_def_hash="sha256:" + "a" * 64, input={"minutes": 4}),
+        ToolCallRequested(tool="lookup", input={}, effect="read", idempotency_key=None),
+        ToolCallCompleted(seq=1, output={}),
+    ]
+    return [legal(wrote, "item-0"), legal(read, "item-1")]
+
+
+EACH = ENTERED_AT["each"]
+MAP_ITEMS = {EACH: _item_logs()}
+
+
+@pytest.mark.parametrize(
+    ("from_node", "acknowledged", "writes", "unacknowledged"),
+    [
+        ("research", (), (8, 20, EACH), (8, 20, EACH)),
+        ("research", (8, 20), (8, 20, EACH), (EACH,)),
+        ("each", (), (EACH,), (EACH,)),
+        ("each", (EACH,), (EACH,), ()),
+        ("tally", (), (), ()),
+    ],
+)
+def test_a_map_item_s_write_is_a_hazard_under_its_map_s_entry(
+    from_node: str, acknowledged: tuple, writes: tuple, unacknowledged: tuple
+) -> None:
+    plan = plan_fork(ORIGIN, from_node, acknowledged, map_items=MAP_ITEMS)
+    assert tuple(w.seq for w in plan.writes) == writes
+    assert tuple(w.seq for w in plan.unacknowledged) == unacknowledged
+
+
+def test_a_map_item_s_write_names_its_run() -> None:
+    (item,) = plan_fork(ORIGIN, "each", map_items=MAP_ITEMS).writes
+    assert item.to_json() == {
+        "seq": EACH,
+        "tool": "log_minutes",
+        "input": {"n": 3},
+        "idempotency_key": None,
+        "recorded_at": MAP_ITEMS[EACH][0][1].recorded_at,
+        "run": "item-0",
+        "run_seq": 1,
+    }
+    # A map copied with the prefix is not walked again: its entry acknowledges nothing.
+    with pytest.raises(ForkRefused) as refused:
+        plan_fork(ORIGIN, "tally", [EACH], map_items=MAP_ITEMS)
+    assert refused.value.code is ErrorCode.BAD_REQUEST

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import uuid
 
-from salvor.protocol import EMPTY_VIEW, encode_envelope
+from salvor.daemon.graphs import map_child_id
+from salvor.protocol import (
+    EMPTY_VIEW,
+    RunStarted,
+    ToolCallCompleted,
+    ToolCallRequested,
+    encode_envelope,
+)
 
 from tests.protocol.graphs import publishing
 from tests.support.api import register
@@ -23,12 +30,19 @@ from tests.support.api_server import TOKEN
 from tests.support.contract import FORK_PATHS, MISSING_RUN, OVERSIZED, Contract
 from tests.support.graph_runs import (
     DRAFT_WRITE,
+    ENTERED_AT,
     PUBLISH_WRITE,
     SKIP_REASON,
     agent_run,
     published,
 )
 
+ITEM_WITH_A_WRITE = [
+    RunStarted(agent_def_hash="sha256:" + "a" * 64, input={"minutes": 3}),
+    ToolCallRequested(tool="log_minutes", input={"n": 3}, effect="write", idempotency_key=None),
+    ToolCallCompleted(seq=1, output={"ok": True}),
+]
+EACH = ENTERED_AT["each"]
 FORK = "/v1/runs/{run_id}/fork"
 GRAPH = "/v1/runs/{run_id}/graph"
 FORKS = "/v1/runs/{run_id}/forks"
@@ -53,6 +67,9 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
     agent = await _record(server, agent_run())
     parked = await _record(server, published(graph_hash)[: PUBLISH_WRITE + 1])
     orphan = await _record(server, published("sha256:" + "e" * 64))
+    # The first item of the map `each` wrote, in a run of its own (under the walker's id for it).
+    item = map_child_id(origin, "each", 0)
+    await server.state.runtime.access.append(item, ITEM_WITH_A_WRITE, EMPTY_VIEW)
     assert (await call(api, "GET", "/v1/capabilities", expect=200))["capabilities"]["fork"] is True
 
     # -- the projection ------------------------------------------------------------------------
@@ -86,15 +103,17 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
     bare = await call(api, "POST", FORK, expect=409, run_id=origin, json={"from_node": "publish"})
     assert bare["error"]["code"] == "write_replay_hazard"
     recorded = (await server.state.runtime.read_log(origin))[PUBLISH_WRITE]
-    assert bare["error"]["details"]["writes"] == [
-        {
-            "seq": PUBLISH_WRITE,
-            "tool": "publish_post",
-            "input": {"text": "draft one"},
-            "idempotency_key": None,
-            "recorded_at": recorded.recorded_at,
-        }
-    ]
+    publish_write, item_write = bare["error"]["details"]["writes"]
+    assert publish_write == {
+        "seq": PUBLISH_WRITE,
+        "tool": "publish_post",
+        "input": {"text": "draft one"},
+        "idempotency_key": None,
+        "recorded_at": recorded.recorded_at,
+    }
+    # The map `each` is walked again too, and its first item wrote.
+    assert item_write["seq"] == EACH and item_write["tool"] == "log_minutes"
+    assert (item_write["run"], item_write["run_seq"]) == (item, 1)
     narrowed = await call(
         api,
         "POST",
@@ -104,7 +123,7 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         # 8.0 is the integer 8 to JSON (and to the document's schema).
         json={"from_node": "research", "acknowledge_writes": [float(DRAFT_WRITE)]},
     )
-    assert [w["seq"] for w in narrowed["error"]["details"]["writes"]] == [PUBLISH_WRITE]
+    assert [w["seq"] for w in narrowed["error"]["details"]["writes"]] == [PUBLISH_WRITE, EACH]
     refusals = [
         (origin, {"from_node": "ghost"}, 409, "invalid_fork_node"),
         (origin, {"from_node": "cool_off", "dry_run": True}, 409, "invalid_fork_node"),
@@ -138,7 +157,19 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         headers={"Content-Type": "application/json"},
     )
 
+    each = await call(api, "POST", FORK, expect=409, run_id=origin, json={"from_node": "each"})
+    assert each["error"]["details"]["writes"] == [item_write]
+
     # -- a dry run plans, and creates nothing ---------------------------------------------------
+    each = await call(
+        api,
+        "POST",
+        FORK,
+        expect=200,
+        run_id=origin,
+        json={"from_node": "each", "acknowledge_writes": [EACH], "dry_run": True},
+    )
+    assert each["writes"] == [item_write] and each["would_proceed"] is True
     plan = await call(
         api,
         "POST",
@@ -155,12 +186,13 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         "graph_hash": graph_hash,
         "prefix_event_count": 7,
         "writes": plan["writes"],
-        "unacknowledged_writes": [PUBLISH_WRITE],
+        "unacknowledged_writes": [PUBLISH_WRITE, EACH],
         "would_proceed": False,
     }
     assert [(w["seq"], w["tool"]) for w in plan["writes"]] == [
         (DRAFT_WRITE, "save_draft"),
         (PUBLISH_WRITE, "publish_post"),
+        (EACH, "log_minutes"),
     ]
     assert (await api.get("/v1/runs")).json()["runs"] == runs_before
     assert await _log_bytes(server, origin) == origin_before
@@ -173,7 +205,7 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         FORK,
         expect=201,
         run_id=origin,
-        json={"from_node": "publish", "acknowledge_writes": [PUBLISH_WRITE]},
+        json={"from_node": "publish", "acknowledge_writes": [PUBLISH_WRITE, EACH]},
     )
     child = created["run"]
     assert created["status"] == "running"
@@ -182,7 +214,7 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         "through_seq": 18,
         "from_node": "publish",
         "graph_hash": graph_hash,
-        "acknowledged_writes": [PUBLISH_WRITE],
+        "acknowledged_writes": [PUBLISH_WRITE, EACH],
     }
     assert await _log_bytes(server, origin) == origin_before
     origin_log = await server.state.runtime.read_log(origin)
@@ -212,7 +244,7 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
                 "run": child,
                 "from_node": "publish",
                 "through_seq": 18,
-                "acknowledged_writes": [PUBLISH_WRITE],
+                "acknowledged_writes": [PUBLISH_WRITE, EACH],
             },
             {
                 "run": later["run"],
