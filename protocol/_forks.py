@@ -37,7 +37,7 @@ from ._envelope import Envelope
 from ._error_codes import ErrorCode
 from ._errors import ProtocolError, excerpt
 from ._events import Effect, Event, GraphRunStarted, NodeEntered, ToolCallRequested
-from ._fold import RunState, fold
+from ._fold import RunState, RunView, fold
 
 
 class ForkRefused(ProtocolError):
@@ -256,7 +256,7 @@ def _is_write(envelope: Envelope) -> bool:
     return isinstance(event, ToolCallRequested) and event.effect == Effect.WRITE
 
 
-def _check_between_nodes(prefix_view: Any, origin: str, through_seq: int) -> None:
+def _check_between_nodes(prefix_view: RunView, origin: str, through_seq: int) -> None:
     # A legal log enters a node only while running with nothing open; a log that says otherwise
     # was not written through the guard, and copying it would give the child a broken start.
     if (
