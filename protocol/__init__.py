@@ -2,7 +2,8 @@
 the append guard, the record-and-replay rules (a cursor over a whole log, a
 lane per boundary), schema checks, the strict JSON parser every caller's
 text goes through (and its strict YAML twin), graph documents (their
-validation, references and the pure data steps of a walk), the error-code
+validation, references and the pure data steps of a walk), a graph run's
+per-node projection and the planning of its forks, the error-code
 table, the server-sent-event framing, and the JSON Schemas of the shapes it
 emits, built from the tables its builders read.
 
@@ -73,6 +74,11 @@ from ._fold import RunView as RunView
 from ._fold import fold as fold
 from ._fold import status_seen_at as status_seen_at
 from ._fold import step as step
+from ._forks import ForkPlan as ForkPlan
+from ._forks import ForkRefused as ForkRefused
+from ._forks import RecordedWrite as RecordedWrite
+from ._forks import fork_head as fork_head
+from ._forks import plan_fork as plan_fork
 from ._graph import GRAPH_SCHEMA_VERSION as GRAPH_SCHEMA_VERSION
 from ._graph import Graph as Graph
 from ._graph import GraphEdge as GraphEdge
@@ -84,6 +90,8 @@ from ._graph_parse import check_graph as check_graph
 from ._graph_parse import graph_from_value as graph_from_value
 from ._graph_parse import parse_graph_json as parse_graph_json
 from ._graph_parse import parse_graph_yaml as parse_graph_yaml
+from ._graph_projection import NodeState as NodeState
+from ._graph_projection import project_graph as project_graph
 from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
 from ._guard import check_next as check_next

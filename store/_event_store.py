@@ -170,6 +170,11 @@ _SELECT_GRAPH = select(graphs.c.graph_hash, graphs.c.document, graphs.c.created_
 # Oldest first, as the agents are listed; the document itself is not read.
 _LIST_GRAPHS = select(*_GRAPH_SUMMARY_COLUMNS).order_by(graphs.c.created_at, graphs.c.graph_hash)
 # Literal state so SQLite's planner can use the partial index on sleeping runs.
+_SELECT_FORKS = (
+    select(runs.c.run_id, runs.c.view)
+    .where(runs.c.forked_from == bindparam("origin"))
+    .order_by(runs.c.first_recorded_at, runs.c.run_id)
+)
 _DUE_RUNS = (
     select(runs.c.run_id)
     .where(
@@ -659,6 +664,21 @@ class EventStore:
         page = [ParkedWrite(run_id=row.run_id, view=self._row_view(row)) for row in rows]
         # The row's own ordering column, so the next page seeks exactly where this one ended.
         return page, (encode_position(rows[-1].last_recorded_at, rows[-1].run_id) if more else None)
+
+    def list_forks(self, run_id: str) -> list[RunView]:
+        """The views of the runs forked from ``run_id`` (their head's ``forked_from`` names it),
+        oldest first; [] when it has none, or is no run.
+
+        Read through the partial index on ``runs.forked_from``: no log is read unless a row's
+        view cannot be decoded (then that run's log is folded, as ``read_view`` does).
+
+        Raises:
+            CorruptLog: a row's view and the log behind it are both unreadable.
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("list a run's forks"), self._read() as connection:
+            rows = connection.execute(_SELECT_FORKS, {"origin": run_id}).all()
+        return [self._row_view(row) for row in rows]
 
     def _row_view(self, row: Any) -> RunView:
         try:

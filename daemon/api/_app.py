@@ -14,7 +14,7 @@ whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
 on ``POST /v1/graphs`` and ``/v1/graphs/validate``.
-``GET /v1/capabilities`` advertises ``fork: false``: forks are not built.
+``GET /v1/capabilities`` advertises ``fork: true``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
+from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
 from ._graph_run_routes import add_graph_run_routes
 from ._http import check_bearer, error_response
@@ -77,6 +78,7 @@ def create_app(state: ServerState) -> QuartTrio:
     add_graph_routes(app, state)
     # Graph runs (issue 15): started here, then driven, resumed and watched as every run is.
     add_graph_run_routes(app, state)
+    add_fork_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)
     add_reconciliation_routes(app, state)

@@ -18,8 +18,8 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
         server = {"version": __version__}
         if state.commit:
             server["commit"] = state.commit
-        # Advertised only when it exists on this server: forks are not built yet.
-        return CAPABILITIES.respond(capabilities={"fork": False}, server=server)
+        # Advertised only when it exists on this server (POST /v1/runs/{id}/fork).
+        return CAPABILITIES.respond(capabilities={"fork": True}, server=server)
 
     @app.get("/v1/health")
     async def health():

@@ -53,6 +53,7 @@ from ._bodies import (
     TOOL_STEP,
     Body,
 )
+from ._fork_schemas import FORK, FORK_ANSWERS, FORK_SCHEMAS
 from ._graph_schemas import GRAPH_ANSWERS, GRAPH_SCHEMAS
 from ._queries import RECONCILIATIONS_QUERY, RUNS_QUERY
 from ._schema import INSTANT as _INSTANT
@@ -177,6 +178,39 @@ SCHEMAS: JSON = {
         ["invalid_graph"],
         _object(
             {"errors": {"type": "array", "minItems": 1, "items": _ref("GraphError")}}, ["errors"]
+        ),
+    ),
+    # -- graph runs' projection and forks (issue 15): /v1/runs/{id}/graph, /fork, /forks --
+    **FORK_SCHEMAS,
+    **{answer.name: answer.schema() for answer in FORK_ANSWERS},
+    "WriteReplayHazardError": _error_schema(
+        ["write_replay_hazard"],
+        _object(
+            {
+                "writes": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _ref("RecordedWrite"),
+                    "description": "Exactly the writes still needing acknowledgement.",
+                }
+            },
+            ["writes"],
+        ),
+    ),
+    "OriginNeedsReconciliationError": _error_schema(
+        ["origin_needs_reconciliation"], _object({"intent": _ref("Intent")}, ["intent"])
+    ),
+    "InvalidForkNodeError": _error_schema(
+        ["invalid_fork_node"],
+        _object(
+            {
+                "entered": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The nodes the origin did enter, in walk order.",
+                }
+            },
+            ["entered"],
         ),
     ),
     "StreamFrame": {
@@ -459,6 +493,90 @@ GRAPH_RUN_PATHS: JSON = {
                         "unknown_tool",
                     ),
                 },
+            ),
+        },
+    },
+}
+
+# -- graph runs' projection and forks (issue 15) ---------------------------------------------------
+
+_NOT_A_GRAPH_RUN = _error_schema(["not_a_graph_run"])
+FORK_PATHS: JSON = {
+    "/v1/runs/{run_id}/graph": {
+        "get": {
+            "operationId": "getRunGraph",
+            "summary": "A graph run's per-node projection: the nodes its walk reached, and how",
+            "description": (
+                "Read from the run's log. A node not reached is absent (not `skipped`); "
+                "`current_node` only while a node is entered and not exited; `branch_case`, "
+                "`map` and `forked_from` only when recorded."
+            ),
+            "parameters": _RUN,
+            "responses": _responses(
+                {"200": ("The projection.", _ref("RunGraph"))},
+                "BadRequest",
+                "UnknownRun",
+                extra={
+                    "409": _error(
+                        "The run is an agent run (its log opens with RunStarted).",
+                        schema=_NOT_A_GRAPH_RUN,
+                    )
+                },
+            ),
+        },
+    },
+    "/v1/runs/{run_id}/fork": {
+        "post": {
+            "operationId": "forkRun",
+            "summary": (
+                "Fork a graph run from a node into a new run, refusing to re-fire a recorded "
+                "write nobody acknowledged"
+            ),
+            "description": (
+                "The child's log is the origin's below the fork node's entry, under the child's "
+                "own head (`forked_from`), written in one append; the origin is untouched. The "
+                "child is then driven from the fork node like a recovered graph run. Every "
+                "refusal applies under `dry_run` too, and records nothing."
+            ),
+            "parameters": _RUN,
+            "requestBody": _body(FORK),
+            "responses": _responses(
+                {
+                    "200": ("`dry_run`: the plan; nothing was created.", _ref("ForkPlan")),
+                    "201": ("The child exists durably and is driving.", _ref("ForkCreated")),
+                },
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "404": _error(
+                        "No run under that id, or the origin's graph is no longer stored.",
+                        "unknown_run",
+                        "unknown_graph",
+                    ),
+                    "409": _error(
+                        "write_replay_hazard (`details.writes`), origin_needs_reconciliation "
+                        "(`details.intent`), invalid_fork_node (`details.entered`), or "
+                        "not_a_graph_run. Nothing recorded.",
+                        schema={
+                            "oneOf": [
+                                _ref("WriteReplayHazardError"),
+                                _ref("OriginNeedsReconciliationError"),
+                                _ref("InvalidForkNodeError"),
+                                _NOT_A_GRAPH_RUN,
+                            ]
+                        },
+                    ),
+                },
+            ),
+        },
+    },
+    "/v1/runs/{run_id}/forks": {
+        "get": {
+            "operationId": "listRunForks",
+            "summary": "The runs forked from a run, oldest first: a derived index",
+            "parameters": _RUN,
+            "responses": _responses(
+                {"200": ("The forks.", _ref("ForkList"))}, "BadRequest", "UnknownRun"
             ),
         },
     },
@@ -1085,6 +1203,7 @@ PATHS: JSON = {
             "responses": _responses({"200": ("The OpenAPI 3.1 document.", {"type": "object"})}),
         },
     },
+    **FORK_PATHS,
 }
 
 # The streamed model step (Accept: text/event-stream, or ?stream=1): ticker

@@ -9,6 +9,7 @@ error (one sentence on stderr, nothing recorded), 2 for a usage error.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -21,11 +22,16 @@ import trio
 from salvor import __version__
 from salvor.protocol import (
     CodedError,
+    ForkPlan,
+    Graph,
     InvalidGraph,
     MalformedJson,
+    RecordedWrite,
     RunState,
     RunView,
     encode_envelope,
+    parse_graph_json,
+    parse_graph_yaml,
     parse_strict,
 )
 from salvor.store import StoreLocks, default_store_url, normalize_store_url, sqlite_path
@@ -49,8 +55,15 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 # runs a daemon may be driving share it (so they refuse beside `salvor
 # serve`), the ones that start a new run take only that run's lock (they work
 # beside a daemon), the rest take none (reads, and single appends the store's
-# seq guard keeps safe). Only `run` and `serve` may create a store.
-SHARES_STORE = {"resume": True, "wake": True, "run": None, "rerun": None, "graph": None}
+# seq guard keeps safe). Only `run`, `graph run` and `serve` may create a store.
+SHARES_STORE = {
+    "resume": True,
+    "wake": True,
+    "run": None,
+    "rerun": None,
+    "graph": None,
+    "fork": None,
+}
 CREATES_STORE = ("run", "serve", "graph")
 RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
 
@@ -347,6 +360,46 @@ class Cli:
         print(self._sentence(run_id, view))
         return EXIT_OK
 
+    async def cmd_fork(self, runtime: Runtime) -> int:
+        origin = parse_run_id(self.args.run)
+        graph = await _graph_file(self.args.graph) if self.args.graph is not None else None
+        acknowledged = self.args.acknowledge_writes
+        plan = await runtime.plan_fork(
+            origin, self.args.from_node, acknowledged or (), document=graph
+        )
+        if acknowledged is None:
+            plan = dataclasses.replace(plan, acknowledged=tuple(w.seq for w in plan.writes))
+        if self.args.dry_run:
+            return self._fork_plan(plan)
+        if not plan.would_proceed and not self.json:
+            for write in plan.unacknowledged:
+                print(_write_line(write), file=sys.stderr)
+        plan.check_proceeds()
+        run_id = str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id, _ = await runtime.fork(plan, run_id=run_id, document=graph)
+            if self.json:
+                _out({"run": run_id, "forked_from": plan.forked_from})
+            else:
+                print(run_id, flush=True)
+            return await self._drive_and_report(runtime, run_id)
+
+    def _fork_plan(self, plan: ForkPlan) -> int:
+        if self.json:
+            _out(plan.dry_run_json())
+            return EXIT_OK
+        print(
+            f"forking run {plan.origin} from node {plan.from_node!r} copies seq "
+            f"0..{plan.through_seq} ({len(plan.prefix)} events) and re-walks the rest",
+            flush=True,
+        )
+        pending = {write.seq for write in plan.unacknowledged}
+        for write in plan.writes:
+            said = "NOT acknowledged" if write.seq in pending else "acknowledged"
+            print(f"  {_write_line(write)} ({said})", flush=True)
+        print("it would proceed" if plan.would_proceed else "it would be refused", flush=True)
+        return EXIT_OK
+
     async def cmd_replay(self, runtime: Runtime) -> int:
         if not self.args.dry_run:
             raise CliError("replay only runs as --dry-run (derive the state, execute nothing)")
@@ -532,6 +585,7 @@ def _parser() -> argparse.ArgumentParser:
     add_doctor_parser(sub)
     # `graph validate` checks a document on this machine and takes none either; `graph run` does.
     add_graph_parser(sub, common)
+    _add_fork_parser(sub, common)
 
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"
@@ -541,6 +595,65 @@ def _parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="required: print the derived state as JSON"
     )
     return parser
+
+
+def _add_fork_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "fork",
+        parents=[common],
+        help="start a new run re-walking a graph run from a node, refusing to re-fire a recorded "
+        "write until it is acknowledged",
+    )
+    p.add_argument("run", metavar="RUN", help="the graph run to fork")
+    p.add_argument("--from-node", required=True, metavar="ID", help="the node to re-walk from")
+    p.add_argument(
+        "--graph",
+        metavar="FILE",
+        help="the run's graph document (JSON, or YAML by a .yaml/.yml name), checked against the "
+        "hash the run recorded (default: the document this store holds)",
+    )
+    p.add_argument(
+        "--acknowledge-writes",
+        type=_acknowledged,
+        default=(),
+        metavar="SEQ,...|all",
+        help="the origin seqs of the re-walked writes that may fire again, or all of them",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (and what it would re-fire) only"
+    )
+
+
+def _write_line(write: RecordedWrite) -> str:
+    where = f"seq {write.seq}"
+    if write.run is not None:
+        where += f" (a map item: run {write.run}, seq {write.run_seq})"
+    return f"{where}: {write.tool} {json.dumps(write.input, ensure_ascii=False)}"
+
+
+def _acknowledged(text: str) -> tuple[int, ...] | None:
+    """``--acknowledge-writes``: seqs, or None for ``all``."""
+    if text.strip() == "all":
+        return None
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() and len(part) <= 18 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} must be log positions such as 4,9 (or all)"
+        )
+    return tuple(int(part) for part in parts)
+
+
+async def _graph_file(path: str) -> Graph:
+    try:
+        text = await trio.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--graph {path}: cannot read it ({exc})") from None
+    parse = parse_graph_yaml if path.endswith((".yaml", ".yml")) else parse_graph_json
+    try:
+        return parse(text)
+    except InvalidGraph as exc:
+        errors = "; ".join(error["message"] for error in exc.details["errors"])
+        raise CliError(f"--graph {path}: {exc.message}: {errors}") from None
 
 
 def _declarations(paths: list[str]) -> dict[str, ClientTool]:

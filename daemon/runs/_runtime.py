@@ -79,6 +79,7 @@ from ..web import (
     unknown_run,
     wrong_state,
 )
+from ._forks import Forks
 from ._reconciliations import Reconciliation, reconciliation
 
 log = logging.getLogger("salvor.runs")
@@ -108,8 +109,9 @@ class ResumeDecision:
     view: RunView
 
 
-class Runtime:
-    """Run operations over one store and one tool registry."""
+class Runtime(Forks):
+    """Run operations over one store and one tool registry (a graph run's projection and forks
+    are ``Forks``')."""
 
     def __init__(
         self,

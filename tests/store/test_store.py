@@ -16,6 +16,7 @@ import pytest
 import salvor.store
 from salvor.protocol import (
     EMPTY_VIEW,
+    GraphRunStarted,
     GuardRefusal,
     ModelCallCompleted,
     ModelCallRequested,
@@ -31,7 +32,9 @@ from salvor.protocol import (
     ToolCallRequested,
     encode_envelope,
     fold,
+    fork_head,
     format_instant,
+    plan_fork,
 )
 from salvor.store import (
     STORE_VERSION,
@@ -51,6 +54,8 @@ from salvor.store import (
     view_to_json,
 )
 from sqlalchemy import create_engine, inspect, text
+
+from tests.support.graph_runs import PUBLISH_WRITE, published
 
 USAGE = {"input_tokens": 10, "output_tokens": 3}
 
@@ -1109,3 +1114,21 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
             "a", 3, tool="t", probe_input={}, answer=None, error=None, verdict="maybe"
         )
     assert store.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
+
+
+def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        origin, _ = store.append("origin", published(), EMPTY_VIEW)
+        for child, node, acknowledged in (("f1", "publish", [PUBLISH_WRITE]), ("f2", "each", [])):
+            store.append(child, fork_head(plan_fork(origin, node, acknowledged)), EMPTY_VIEW)
+        # A fork of a fork names its own origin, not the first one.
+        store.append("f3", fork_head(plan_fork(store.read_log("f1"), "route")), EMPTY_VIEW)
+        store.append(
+            "plain", [GraphRunStarted(graph_hash="sha256:" + "d" * 64, input=None)], EMPTY_VIEW
+        )
+        forks = store.list_forks("origin")
+        assert [view.run_id for view in forks] == ["f1", "f2"]
+        assert [view.forked_from["from_node"] for view in forks] == ["publish", "each"]
+        assert forks[0].forked_from["acknowledged_writes"] == [PUBLISH_WRITE]
+        assert [view.run_id for view in store.list_forks("f1")] == ["f3"]
+        assert store.list_forks("plain") == store.list_forks("nobody") == []

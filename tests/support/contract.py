@@ -47,6 +47,8 @@ _PARSERS = {
 GRAPH_PATHS = ("/v1/graphs", "/v1/graphs/validate", "/v1/graphs/{graph_hash}")
 # Covered by tests/daemon/api/test_graph_runs.py.
 GRAPH_RUN_PATHS = ("/v1/graph-runs",)
+# Covered by tests/daemon/api/test_forks.py.
+FORK_PATHS = ("/v1/runs/{run_id}/graph", "/v1/runs/{run_id}/fork", "/v1/runs/{run_id}/forks")
 
 
 def pointer(*parts: str) -> str:

@@ -56,6 +56,7 @@ from tests.support.contract import (
     BASE,
     CLIENT_PERFORMED_PATHS,
     DOCUMENT,
+    FORK_PATHS,
     GRAPH_PATHS,
     GRAPH_RUN_PATHS,
     MISSING_RUN,
@@ -474,7 +475,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
     # The server-performed steps need a model executor;
     # tests/daemon/client_runs/test_steps.py covers them.
-    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS + GRAPH_RUN_PATHS
+    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS + GRAPH_RUN_PATHS + FORK_PATHS
     unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     untaken = {
@@ -647,7 +648,7 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
             template
         )
         checked += 1
-    assert checked == 14
+    assert checked == 15
     # A model step's request, checked whole by the step itself.
     taken = await _taken(
         api,
