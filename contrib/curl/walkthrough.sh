@@ -15,16 +15,19 @@
 #   SALVOR_STORE  the daemon's store, when it is not the default one: part 3
 #                 starts a run from the command line in that same store
 #
-# The four parts: a run start to finish, watched live; a run that stops at a
+# The five parts: a run start to finish, watched live; a run that stops at a
 # gate and a person approves it; two runs whose write was cut short, one
 # settled by the write's probe, one its probe cannot tell, which a person
-# resolves; and an error, to show the envelope.
+# resolves; a graph run (research, draft, approve, publish) and a fork of it
+# that may publish again only once someone says so; and an error, to show
+# the envelope.
 set -euo pipefail
 
 URL="${SALVOR_URL:-http://127.0.0.1:8420}"
 SALVOR_BIN="${SALVOR_BIN:-salvor}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 AGENTS="$HERE/../agents"
+GRAPHS="$HERE/../graphs"
 
 AUTH=()
 if [[ -n "${SALVOR_TOKEN:-}" ]]; then
@@ -169,7 +172,43 @@ echo
 STATE=$(watch "$RUN" "$NEXT")
 expect "$STATE" completed
 
-say "4. Every error has one shape"
+say "4. A graph: research, draft, an editor approves, publish; then a fork from publish"
+for name in researcher drafter; do
+  api POST /v1/agents -H 'Content-Type: application/toml' --data-binary @"$AGENTS/$name.toml" >/dev/null
+done
+GRAPH=$(api POST /v1/graphs -H 'Content-Type: application/json' --data-binary @"$GRAPHS/publish.json" | pick 'j["graph"]')
+echo "graph $GRAPH"
+RUN=$(api POST /v1/graph-runs -H 'Content-Type: application/json' \
+  -d "{\"graph_hash\": \"$GRAPH\", \"input\": $(cat "$GRAPHS/publish.input.json")}" | pick 'j["run"]')
+echo "graph run $RUN, its events, live:"
+STATE=$(watch "$RUN")
+expect "$STATE" suspended
+echo "where the walk is:"
+api GET "/v1/runs/$RUN/graph" | pick '{"current_node": j["current_node"], "nodes": [(n["node"], n["state"]) for n in j["nodes"]]}'
+echo "an approval the gate's approval_schema rejects is refused, and nothing is recorded:"
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' -d '{"input": {"approved": "yes"}}' || true
+echo
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' -d '{"input": {"approved": true}}'
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" completed
+api GET "/v1/runs/$RUN/graph" | pick '[(n["node"], n["state"], n.get("branch_case") or n.get("reason", "")) for n in j["nodes"]]'
+echo "fork it from publish: the fork would publish again (publish_post is a write with no key), so it is refused:"
+api POST "/v1/runs/$RUN/fork" -H 'Content-Type: application/json' -d '{"from_node": "publish"}' || true
+echo
+WRITES=$(api POST "/v1/runs/$RUN/fork" -H 'Content-Type: application/json' \
+  -d '{"from_node": "publish", "dry_run": true}' | pick 'j["unacknowledged_writes"]')
+echo "acknowledge the writes at $WRITES, and the fork runs from publish (the prefix is copied, nothing in it runs again):"
+CHILD=$(api POST "/v1/runs/$RUN/fork" -H 'Content-Type: application/json' \
+  -d "{\"from_node\": \"publish\", \"acknowledge_writes\": $WRITES}" | pick 'j["run"]')
+STATE=$(watch "$CHILD")
+expect "$STATE" completed
+echo "the origin's forks (derived from the forks' own heads):"
+api GET "/v1/runs/$RUN/forks"
+echo
+
+say "5. Every error has one shape"
 api GET /v1/runs/00000000-0000-4000-8000-000000000000 || true
 echo
 echo
