@@ -25,12 +25,16 @@ import pytest
 from salvor.protocol import EventKind, RunState, sha256_hash
 from salvor.store import EventStore
 
+from tests.support.cli import salvor_in_process
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill
 
 SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
+# What the test reads or records as a person would (the log, a resolve), no fault aimed at it:
+# main(argv) in this process (tests/support/cli). Every run and resume is a process of its own.
+READS_AND_RECORDS = ("log", "resolve")
 TIMEOUT = 60
 NOTE = "refund INV-7"
 IDENTITY = sha256_hash({"tool": "write_note", "mcp_server": "fx", "text": NOTE})
@@ -73,6 +77,8 @@ def test_a_second_run_never_performs_a_write_whose_first_was_killed_mid_call(
     env.update(SALVOR_STORE=store_url, PYTHONUNBUFFERED="1", SALVOR_CLAIM_WAIT_SECONDS="0.3")
 
     def salvor(*args: str) -> subprocess.CompletedProcess:
+        if args[0] in READS_AND_RECORDS:
+            return salvor_in_process(*args, env=env)
         return subprocess.run(
             [*SALVOR, *args], check=False, env=env, capture_output=True, text=True, timeout=TIMEOUT
         )

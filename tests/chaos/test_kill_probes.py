@@ -28,12 +28,16 @@ import pytest
 from salvor.protocol import EventKind, RunState, sha256_hash
 from salvor.store import EventStore
 
+from tests.support.cli import salvor_in_process
 from tests.support.runtime import ledger as read_ledger
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill
 
 SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
+# What the test reads or records as a person would (the log, a resolve), no fault aimed at it:
+# main(argv) in this process (tests/support/cli). Every run and resume is a process of its own.
+READS_AND_RECORDS = ("log", "resolve")
 TIMEOUT = 60
 
 
@@ -79,6 +83,8 @@ def salvor(store_url, tmp_path):
     base.update(SALVOR_STORE=store_url, PYTHONUNBUFFERED="1", SALVOR_CLAIM_WAIT_SECONDS="0.3")
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+        if args[0] in READS_AND_RECORDS:
+            return salvor_in_process(*args, env={**base, **env})
         return subprocess.run(
             [*SALVOR, *args],
             check=False,

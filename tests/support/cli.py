@@ -16,6 +16,7 @@ import io
 import logging
 import os
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from unittest import mock
@@ -51,13 +52,22 @@ def _warnings_to(stream: io.StringIO) -> Iterator[None]:
 
 
 def salvor_in_process(
-    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120.0,
 ) -> subprocess.CompletedProcess[str]:
     """``salvor ARGS`` as a finished process would report it: exit status, stdout, stderr.
 
     ``env`` replaces the environment for the command and ``cwd`` the working directory (the
     test's own come back after); a usage error's exit 2 is caught from argparse as a process's
     status would be. A fault variable in ``env`` is refused: it would kill the test runner.
+
+    Raises:
+        AssertionError: the command did not return within ``timeout`` seconds (it runs on a
+            thread of its own, as a subprocess would run under ``subprocess.run(timeout=)``,
+            so a command that should have been refused and drives instead fails the test
+            rather than holding it; the thread is left to the interpreter's exit).
     """
     env = dict(os.environ if env is None else env)
     faults = sorted(name for name in env if name.startswith("SALVOR_FAULT_"))
@@ -74,10 +84,29 @@ def salvor_in_process(
         # test runner's, which must stay as it was.
         mock.patch.object(_main, "make_undumpable", lambda: False),
     ):
-        try:
-            code = cli.main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+        code = _main_on_a_thread(list(args), timeout)
     return subprocess.CompletedProcess(
         ["salvor", *args], code, stdout.getvalue(), stderr.getvalue()
     )
+
+
+def _main_on_a_thread(argv: list[str], timeout: float) -> int:
+    outcome: list[int | BaseException] = []
+
+    def command() -> None:
+        try:
+            outcome.append(cli.main(argv))
+        except SystemExit as exc:
+            outcome.append(exc.code if isinstance(exc.code, int) else 1)
+        except BaseException as exc:  # noqa: BLE001 (handed to the test's thread, raised there)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=command, name=f"salvor {argv[0]}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise AssertionError(f"`salvor {' '.join(argv)}` did not return within {timeout:g} s")
+    (result,) = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result

@@ -1,6 +1,7 @@
 """`salvor doctor AGENT`: a real process agent, started once against a canned proxy.
 
-Everything is real: the CLI as a subprocess, the agents as scripts on the
+Everything is real: the CLI as a subprocess (a refusal before any agent starts is read from
+``main(argv)`` in the test's process), the agents as scripts on the
 real openai and anthropic SDKs (the same AGENT the process-run tests use).
 No model and no store are involved; the assertions are on the exit status
 and the report's text.
@@ -19,27 +20,33 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.agents.test_process_agent import AGENT, MODES
+from tests.support.cli import salvor_in_process
 from tests.support.processes import wait_gone
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def doctor(
-    tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None
+    tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None, refused: bool = False
 ) -> subprocess.CompletedProcess:
+    """``salvor doctor ARGS`` as a subprocess; one expected to be ``refused`` before it starts an
+    agent runs in this process instead (tests/support/cli), its answer being all there is."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
     env.update(extra_env or {})
     # Were doctor to open a store, this is where it would appear.
     env["SALVOR_STORE"] = str(tmp_path / "must-not-exist.db")
-    result = subprocess.run(
-        [sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=REPO,
-        check=False,
-    )
+    if refused:
+        result = salvor_in_process("doctor", *args, env=env, cwd=REPO)
+    else:
+        result = subprocess.run(
+            [sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=REPO,
+            check=False,
+        )
     # Never a traceback of doctor's own (an agent's shows, indented, in its stderr tail).
     assert "Traceback" not in result.stderr, result.stderr
     assert not any(line.startswith("Traceback") for line in result.stdout.splitlines()), (
@@ -243,7 +250,7 @@ def test_a_hung_agent_is_killed_at_the_timeout_with_its_whole_group(tmp_path):
 def test_a_bad_definition_or_option_is_one_sentence_and_exit_2(tmp_path, text, args, fragment):
     path = tmp_path / "agent.toml"
     path.write_text(text)
-    result = doctor(tmp_path, str(path), *args)
+    result = doctor(tmp_path, str(path), *args, refused=True)
     assert result.returncode == 2, result
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -253,9 +260,9 @@ def test_a_bad_definition_or_option_is_one_sentence_and_exit_2(tmp_path, text, a
 
 
 def test_a_missing_file_and_a_stored_hash_are_refused_with_exit_2(tmp_path):
-    missing = doctor(tmp_path, str(tmp_path / "nope.toml"))
+    missing = doctor(tmp_path, str(tmp_path / "nope.toml"), refused=True)
     assert missing.returncode == 2 and "cannot read agent file" in missing.stderr
-    stored = doctor(tmp_path, "sha256:" + "0" * 64)
+    stored = doctor(tmp_path, "sha256:" + "0" * 64, refused=True)
     assert stored.returncode == 2 and "opens no store" in stored.stderr
     assert len(stored.stderr.strip().splitlines()) == 1
 

@@ -1,8 +1,8 @@
 """A process agent's run parked by its MCP server: ``_meta.salvor`` on a
 ``tools/call`` result relayed by a stand-in.
 
-The agent is the stand-in suite's (``openai`` SDK against the scripted
-provider, ``mcp`` SDK client); the server is the fixture server, whose
+The agent is the stand-in suite's (the scripted provider in the OpenAI chat
+format, the ``mcp`` SDK client); the server is the fixture server, whose
 ``park`` tool answers with the ``_meta.salvor`` it is given and whose ledger
 counts every execution. A parked run stops its agent process; a resume (or
 the timer) starts it again, and the recorded prefix, the parking call

@@ -1,8 +1,9 @@
 """MCP stand-ins for process agents: real agents on the ``mcp`` SDK, real MCP
 servers, recorded in the run's log.
 
-The agent is a script built on the ``openai`` SDK (the scripted provider is
-its model) and the ``mcp`` SDK client, which spawns ``$SALVOR_MCP_SERVER_FIX``
+The agent is a script built on the ``mcp`` SDK client (its model the scripted provider,
+reached through the daemon's proxy in the OpenAI chat format by a plain POST; the ``openai`` SDK
+agents are ``tests/daemon/agents/test_process_agent``'s), which spawns ``$SALVOR_MCP_SERVER_FIX``
 (stdio) or dials ``$SALVOR_MCP_URL_FIX`` (streamable HTTP). The real server
 is the fixture server: its ledger counts each tool execution and its start
 records each process it ran, so a test proves what was executed, and that a
@@ -37,10 +38,9 @@ from tests.support.scripted_provider import tool_loop_script
 STORE_BACKENDS = SQLITE_ONLY
 
 AGENT = r"""
-import asyncio, json, os, shlex, signal, sys
+import asyncio, json, os, shlex, signal, sys, urllib.request
 from pathlib import Path
 
-import openai
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
@@ -62,12 +62,31 @@ def die_now():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# The model is reached as an OpenAI client reaches it, at the proxy's $OPENAI_BASE_URL with its
+# $OPENAI_API_KEY, by a plain POST: the openai SDK would cost half a second of imports at every
+# agent start, and the SDK agents are tests/daemon/agents/test_process_agent's subject.
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def complete(messages, tools=None):
+    body = {"model": "scripted-model", "messages": messages}
+    if tools is not None:
+        body["tools"] = tools
+    request = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+        },
+    )
+    with _no_proxy.open(request, timeout=600) as response:
+        return json.loads(response.read())["choices"][0]["message"]
+
+
 async def main():
-    model = openai.OpenAI(max_retries=0)
     if transport == "none":
-        model.chat.completions.create(
-            model="scripted-model", messages=[{"role": "user", "content": "hi"}]
-        )
+        complete([{"role": "user", "content": "hi"}])
         return
     if transport == "stdio":
         argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
@@ -118,59 +137,58 @@ async def main():
             messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
             done = 0
             while True:
-                reply = model.chat.completions.create(
-                    model="scripted-model", messages=messages, tools=tools
-                )
-                message = reply.choices[0].message
-                if not message.tool_calls:
-                    print(message.content)
+                message = complete(messages, tools)
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    print(message.get("content"))
                     return
                 messages.append(
                     {
                         "role": "assistant",
-                        "content": message.content,
+                        "content": message.get("content"),
                         "tool_calls": [
                             {
-                                "id": c.id,
+                                "id": c["id"],
                                 "type": "function",
                                 "function": {
-                                    "name": c.function.name,
-                                    "arguments": c.function.arguments,
+                                    "name": c["function"]["name"],
+                                    "arguments": c["function"]["arguments"],
                                 },
                             }
-                            for c in message.tool_calls
+                            for c in calls
                         ],
                     }
                 )
-                for c in message.tool_calls:
-                    arguments = json.loads(c.function.arguments or "{}")
+                for c in calls:
+                    name = c["function"]["name"]
+                    arguments = json.loads(c["function"]["arguments"] or "{}")
                     if "text" in arguments:
                         arguments["text"] += suffix + "x" * int(os.environ.get("PAD_BYTES", "0"))
-                    if os.environ.get("DIE_IN") == c.function.name and not marker.exists():
+                    if os.environ.get("DIE_IN") == name and not marker.exists():
                         asyncio.get_running_loop().call_later(
                             float(os.environ["DIE_DELAY"]), die_now
                         )
                     if os.environ.get("SKIP_TOOLS"):
                         messages.append(
-                            {"role": "tool", "tool_call_id": c.id, "content": "skipped"}
+                            {"role": "tool", "tool_call_id": c["id"], "content": "skipped"}
                         )
                         continue
                     try:
-                        result = await mcp.call_tool(c.function.name, arguments)
+                        result = await mcp.call_tool(name, arguments)
                     except (
                         Exception
                     ) as exc:  # a JSON-RPC error: the model reads it, as a tool error
                         with open("errors.jsonl", "a") as f:
                             f.write(json.dumps(str(exc)) + "\n")
                         messages.append(
-                            {"role": "tool", "tool_call_id": c.id, "content": f"error: {exc}"}
+                            {"role": "tool", "tool_call_id": c["id"], "content": f"error: {exc}"}
                         )
                         continue
                     done += 1
                     if die_after and done == die_after and not marker.exists():
                         die_now()
                     text = "".join(b.text for b in result.content if b.type == "text")
-                    messages.append({"role": "tool", "tool_call_id": c.id, "content": text})
+                    messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
 
 
 asyncio.run(main())

@@ -1,5 +1,6 @@
 """One daemon per store: real `salvor serve` and `salvor` processes over one real
-store (SQLite and PostgreSQL).
+store (SQLite and PostgreSQL); a command refused beside them is read from ``main(argv)`` in the
+test's process, holding the store's locks as any other process would.
 
 A second daemon, or a `salvor resume` beside a daemon, is refused in one
 sentence naming the first daemon, and touches nothing: the first daemon's
@@ -24,6 +25,7 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import SALVOR, Daemon, free_port
+from tests.support.cli import salvor_in_process
 from tests.support.processes import gone, wait_gone
 
 REPO = Path(__file__).resolve().parents[3]
@@ -102,6 +104,12 @@ def salvor(store_url: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def refused(store_url: str, *args: str) -> subprocess.CompletedProcess:
+    """A command expected to be refused beside a live owner: read from main(argv) in this process
+    (tests/support/cli), which takes the store's locks as a process of its own would."""
+    return salvor_in_process(*args, env=cli_env(store_url), cwd=REPO, timeout=60)
+
+
 def one_sentence(result: subprocess.CompletedProcess, *fragments: str) -> str:
     assert result.returncode != 0, result
     lines = result.stderr.strip().splitlines()
@@ -148,13 +156,13 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
         "is serving this store",
         "--store",
     )
-    resume = salvor(store_url, "resume", run_id)
+    resume = refused(store_url, "resume", run_id)
     one_sentence(
         resume,
         f"salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
         f"POST /v1/runs/{run_id}/resume",
     )
-    assert one_sentence(salvor(store_url, "wake"), f"pid {daemon.proc.pid}")
+    assert one_sentence(refused(store_url, "wake"), f"pid {daemon.proc.pid}")
     assert not gone(agent), "a refused command killed the first daemon's agent"
     with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
         assert client.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "running"
@@ -285,7 +293,7 @@ def test_a_resume_of_a_run_a_live_cli_run_drives_is_refused_naming_it(
         run_id = cli.stdout.readline().strip()
         [agent] = agent_pids(tmp_path)
         one_sentence(
-            salvor(store_url, "resume", run_id),
+            refused(store_url, "resume", run_id),
             f"run {run_id} is being driven by salvor run (pid {cli.pid})",
         )
         assert not gone(agent), "the refused resume killed the live run's agent"
