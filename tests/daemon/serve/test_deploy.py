@@ -400,8 +400,11 @@ async def test_walkthrough(via: str, tmp_path: Path) -> None:
     assert result.returncode == 0, output
     assert "done:" in output
     # Each part's run was watched to its end over the stream: part 3 has two, one settled by
-    # its probe, one its probe could not tell (no ledger in this daemon), resolved by hand.
-    assert output.count('end: {"state": "completed"') == 4, output
+    # its probe, one its probe could not tell (no ledger in this daemon), resolved by hand; part
+    # 4 a graph run and its fork, refused first for its write, then acknowledged.
+    assert output.count('end: {"state": "completed"') == 6, output
+    assert '"code": "approval_schema_violation"' in output, output
+    assert '"code": "write_replay_hazard"' in output and '"derived": true' in output, output
     assert output.count("settled by probe") == 1 and "settled by operator" in output, output
     assert output.count('end: {"state": "needs_reconciliation"') == 1, output
 
