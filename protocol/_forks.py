@@ -175,7 +175,27 @@ def plan_fork(
             ErrorCode.NOT_A_GRAPH_RUN,
             f"run {origin} is an agent run, not a graph run; only a graph run forks from a node",
         )
-    view = fold(log)
+    _check_reconciled(fold(log), origin)
+    entry = _entry_of(log, from_node, origin)
+    through_seq = entry - 1
+    prefix = tuple(log[:entry])
+    _check_between_nodes(fold(prefix), origin, through_seq)
+    writes = _rewalked_writes(log, entry, map_items or {})
+    acked = sorted(set(acknowledged))
+    _check_acknowledged(acked, writes, from_node, through_seq)
+    return ForkPlan(
+        origin=origin,
+        from_node=from_node,
+        graph_hash=head.graph_hash,
+        through_seq=through_seq,
+        prefix=prefix,
+        writes=writes,
+        acknowledged=tuple(acked),
+    )
+
+
+def _check_reconciled(view: RunView, origin: str) -> None:
+    """Refuse an origin parked at a write nobody knows the outcome of (its prefix may hold it)."""
     if view.state is RunState.NEEDS_RECONCILIATION:
         intent = view.pending.intent_json()
         raise ForkRefused(
@@ -185,50 +205,56 @@ def plan_fork(
             "then fork",
             details={"intent": intent},
         )
-    entry = next(
-        (e.seq for e in log if isinstance(e.event, NodeEntered) and e.event.node == from_node),
-        None,
+
+
+def _entry_of(log: list[Envelope], from_node: str, origin: str) -> int:
+    """The seq of ``from_node``'s first ``NodeEntered``, or the refusal naming what was entered."""
+    for envelope in log:
+        if isinstance(envelope.event, NodeEntered) and envelope.event.node == from_node:
+            return envelope.seq
+    entered = list(dict.fromkeys(e.event.node for e in log if isinstance(e.event, NodeEntered)))
+    raise ForkRefused(
+        ErrorCode.INVALID_FORK_NODE,
+        f"run {origin} never entered node {excerpt(from_node)!r}; it entered "
+        + (", ".join(repr(node) for node in entered) if entered else "no node yet"),
+        details={"entered": entered},
     )
-    if entry is None:
-        entered = list(dict.fromkeys(e.event.node for e in log if isinstance(e.event, NodeEntered)))
-        raise ForkRefused(
-            ErrorCode.INVALID_FORK_NODE,
-            f"run {origin} never entered node {excerpt(from_node)!r}; it entered "
-            + (", ".join(repr(node) for node in entered) if entered else "no node yet"),
-            details={"entered": entered},
-        )
-    through_seq = entry - 1
-    prefix = tuple(log[:entry])
-    _check_between_nodes(fold(prefix), origin, through_seq)
-    writes = tuple(
-        RecordedWrite(
-            seq=e.seq,
-            tool=e.event.tool,
-            input=e.event.input,
-            idempotency_key=e.event.idempotency_key,
-            recorded_at=e.recorded_at,
-        )
-        for e in log[entry:]
-        if _is_write(e)
+
+
+def _recorded_write(envelope: Envelope, seq: int, *, in_child: bool) -> RecordedWrite:
+    event = envelope.event
+    return RecordedWrite(
+        seq=seq,
+        tool=event.tool,
+        input=event.input,
+        idempotency_key=event.idempotency_key,
+        recorded_at=envelope.recorded_at,
+        run=envelope.run_id if in_child else None,
+        run_seq=envelope.seq if in_child else None,
     )
-    items = sorted((seq, logs) for seq, logs in (map_items or {}).items() if seq >= entry)
-    item_writes = tuple(
-        RecordedWrite(
-            seq=seq,
-            tool=e.event.tool,
-            input=e.event.input,
-            idempotency_key=e.event.idempotency_key,
-            recorded_at=e.recorded_at,
-            run=e.run_id,
-            run_seq=e.seq,
-        )
-        for seq, logs in items
-        for item_log in logs
-        for e in item_log
-        if _is_write(e)
-    )
-    writes = tuple(sorted(writes + item_writes, key=lambda w: (w.seq, w.run or "", w.run_seq or 0)))
-    acked = sorted(set(acknowledged))
+
+
+def _rewalked_writes(
+    log: list[Envelope], entry: int, map_items: Mapping[int, Sequence[Sequence[Envelope]]]
+) -> tuple[RecordedWrite, ...]:
+    """The writes from ``entry`` on: the log's own, and those of the child runs of a map entered
+    there (listed under that map's entry seq), in seq order."""
+    writes = [_recorded_write(e, e.seq, in_child=False) for e in log[entry:] if _is_write(e)]
+    for seq, logs in map_items.items():
+        if seq >= entry:
+            writes += [
+                _recorded_write(e, seq, in_child=True)
+                for item_log in logs
+                for e in item_log
+                if _is_write(e)
+            ]
+    return tuple(sorted(writes, key=lambda w: (w.seq, w.run or "", w.run_seq or 0)))
+
+
+def _check_acknowledged(
+    acked: list[int], writes: tuple[RecordedWrite, ...], from_node: str, through_seq: int
+) -> None:
+    """Refuse an acknowledgement of a seq that is no write the fork re-walks."""
     segment = {write.seq for write in writes}
     stray = [seq for seq in acked if seq not in segment]
     if stray:
@@ -240,15 +266,6 @@ def plan_fork(
             f"{through_seq} are at seq {held})",
             details={"not_writes": stray},
         )
-    return ForkPlan(
-        origin=origin,
-        from_node=from_node,
-        graph_hash=head.graph_hash,
-        through_seq=through_seq,
-        prefix=prefix,
-        writes=writes,
-        acknowledged=tuple(acked),
-    )
 
 
 def _is_write(envelope: Envelope) -> bool:
