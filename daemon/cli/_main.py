@@ -424,6 +424,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"salvor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_run_verbs(sub, common)
+    _add_read_verbs(sub, common)
+    _add_serve_parser(sub, common)
+
+    # doctor opens no store, so it takes none of the common options.
+    add_doctor_parser(sub)
+    # `graph validate` checks a document on this machine and takes none either; `graph run` does.
+    add_graph_parser(sub, common)
+    _add_fork_parser(sub, common)
+
+    p = sub.add_parser(
+        "replay", parents=[common], help="derive a run's state from its log, executing nothing"
+    )
+    p.add_argument("run", metavar="RUN")
+    p.add_argument(
+        "--dry-run", action="store_true", help="required: print the derived state as JSON"
+    )
+    return parser
+
+
+def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
+    """The verbs that start, continue, settle or retire runs."""
     p = sub.add_parser("run", parents=[common], help="start a run of an agent and drive it")
     p.add_argument(
         "agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash"
@@ -500,6 +522,9 @@ def _parser() -> argparse.ArgumentParser:
         "wake", parents=[common], help="drive every sleeping run whose instant has passed"
     )
 
+
+def _add_read_verbs(sub, common: argparse.ArgumentParser) -> None:
+    """The verbs that read runs without changing them."""
     p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
     p.add_argument("--state", metavar="STATE", help="only runs in this state")
     p.add_argument("--label", metavar="K=V", help="only runs with this label")
@@ -514,6 +539,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("log", parents=[common], help="a run's events, readable")
     p.add_argument("run", metavar="RUN")
 
+
+def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
+    """`salvor serve` and its options."""
     p = sub.add_parser(
         "serve",
         parents=[common],
@@ -580,21 +608,6 @@ def _parser() -> argparse.ArgumentParser:
         help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
         "may name (repeatable)",
     )
-
-    # doctor opens no store, so it takes none of the common options.
-    add_doctor_parser(sub)
-    # `graph validate` checks a document on this machine and takes none either; `graph run` does.
-    add_graph_parser(sub, common)
-    _add_fork_parser(sub, common)
-
-    p = sub.add_parser(
-        "replay", parents=[common], help="derive a run's state from its log, executing nothing"
-    )
-    p.add_argument("run", metavar="RUN")
-    p.add_argument(
-        "--dry-run", action="store_true", help="required: print the derived state as JSON"
-    )
-    return parser
 
 
 def _add_fork_parser(sub: Any, common: argparse.ArgumentParser) -> None:
