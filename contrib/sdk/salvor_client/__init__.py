@@ -29,7 +29,7 @@ back, so the next process can pick the run up at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
@@ -296,7 +296,8 @@ class ClientRun:
 
 
 class Salvor:
-    """The daemon's calls that belong to no one run: graph documents.
+    """The daemon's calls that belong to no one client-driven run: graph documents, graph runs
+    and their forks.
 
     Args:
       base_url: the daemon, e.g. ``http://127.0.0.1:8420``.
@@ -357,7 +358,58 @@ class Salvor:
         unknown hash raises ``SalvorError`` with code ``unknown_graph``."""
         return await self._get(f"/v1/graphs/{quote(graph_hash, safe=':')}")
 
+    # -- graph runs --------------------------------------------------------------------------------
+
+    async def start_graph_run(
+        self, graph_hash: str, input: Any = None, labels: dict[str, str] | None = None
+    ) -> str:
+        """Start a run of a stored graph; returns the new run's id (the daemon walks it on its
+        own). An unknown graph raises ``SalvorError`` with code ``unknown_graph``; nothing is
+        started then."""
+        body: dict[str, Any] = {"graph_hash": graph_hash, "input": input}
+        if labels:
+            body["labels"] = labels
+        return (await self._post("/v1/graph-runs", body))["run"]
+
+    async def graph_projection(self, run: str) -> dict:
+        """A graph run's per-node projection: ``{"run", "graph_hash", "nodes": [...]}``, with
+        ``current_node`` while a node is open and ``forked_from`` on a fork."""
+        return await self._get(f"/v1/runs/{quote(run, safe='')}/graph")
+
+    async def fork(
+        self,
+        run: str,
+        from_node: str,
+        acknowledge_writes: Iterable[int] = (),
+        dry_run: bool = False,
+    ) -> dict:
+        """Fork a graph run from ``from_node``: ``{"run", "status", "forked_from"}``, or with
+        ``dry_run`` the plan (``writes``, ``unacknowledged_writes``, ``would_proceed``) and
+        nothing created.
+
+        A re-walked write not in ``acknowledge_writes`` (the origin seqs) raises ``SalvorError``
+        with code ``write_replay_hazard`` and the writes in ``details["writes"]``; the origin is
+        unchanged and no run is created.
+        """
+        body: dict[str, Any] = {"from_node": from_node}
+        acknowledged = list(acknowledge_writes)
+        if acknowledged:
+            body["acknowledge_writes"] = acknowledged
+        if dry_run:
+            body["dry_run"] = True
+        return await self._post(f"/v1/runs/{quote(run, safe='')}/fork", body)
+
+    async def forks(self, run: str) -> list[dict]:
+        """The forks of ``run``, oldest first: each one's ``run``, ``from_node``, ``through_seq``
+        and ``acknowledged_writes``."""
+        return (await self._get(f"/v1/runs/{quote(run, safe='')}/forks"))["forks"]
+
     # -- HTTP --------------------------------------------------------------------------------------
+
+    async def _post(self, path: str, body: Any) -> dict:
+        return _answer(
+            await self._client.post(self.base_url + path, json=body, headers=self._headers)
+        )
 
     async def _send(self, path: str, document: Any) -> dict:
         if isinstance(document, str):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.api import register
 from tests.support.api_server import TOKEN
 from tests.support.backends import SQLITE_ONLY
 from tests.support.graph_documents import EVERY_KIND_YAML, SUMMARY, every_kind, three_defects
@@ -53,3 +54,65 @@ async def test_the_sdk_submits_validates_lists_and_reads_graphs(server_factory) 
         with pytest.raises(SalvorError) as unauthorized:
             await anonymous.list_graphs()
         assert (unauthorized.value.status, unauthorized.value.code) == (401, "unauthorized")
+
+
+def _refund_graph(agent: str) -> dict:
+    """An agent, then a write (``issue_refund``), then an email: a fork from the write's node
+    re-walks the write."""
+    return {
+        "schema_version": 1,
+        "nodes": [
+            {"id": "draft", "kind": "agent", "agent": agent, "input": "$input.invoice"},
+            {
+                "id": "refund",
+                "kind": "tool",
+                "tool": "issue_refund",
+                "input": {"invoice_id": "$input.invoice", "amount_cents": 300},
+            },
+        ],
+        "edges": [{"from": "draft", "to": "refund"}],
+    }
+
+
+async def test_the_sdk_starts_projects_and_forks_a_graph_run(server, providers) -> None:
+    agent, provider = await register(server, providers, final_text="a refund note")
+    async with Salvor(server.url) as salvor:
+        graph = (await salvor.submit_graph(_refund_graph(agent)))["graph"]
+        origin = await salvor.start_graph_run(
+            graph, {"invoice": "INV-4"}, labels={"team": "billing"}
+        )
+        assert (await server.wait_resting(origin))["status"]["state"] == "completed"
+
+        projection = await salvor.graph_projection(origin)
+        assert projection["graph_hash"] == graph
+        assert [(n["node"], n["state"]) for n in projection["nodes"]] == [
+            ("draft", "exited"),
+            ("refund", "exited"),
+        ]
+        assert await salvor.forks(origin) == []
+
+        # The write re-walks: refused with every unacknowledged write, and nothing created.
+        with pytest.raises(SalvorError) as hazard:
+            await salvor.fork(origin, "refund")
+        assert (hazard.value.status, hazard.value.code) == (409, "write_replay_hazard")
+        (write,) = hazard.value.details["writes"]
+        assert write["tool"] == "issue_refund"
+        plan = await salvor.fork(origin, "refund", dry_run=True)
+        assert (plan["dry_run"], plan["would_proceed"]) == (True, False)
+        assert plan["unacknowledged_writes"] == [write["seq"]]
+        assert await salvor.forks(origin) == []
+
+        child = await salvor.fork(origin, "refund", acknowledge_writes=[write["seq"]])
+        assert child["status"] == "running"
+        assert child["forked_from"]["run_id"] == origin
+        assert (await server.wait_resting(child["run"]))["status"]["state"] == "completed"
+        assert (await salvor.graph_projection(child["run"]))["forked_from"]["from_node"] == "refund"
+        assert provider.call_count == 1  # the draft came with the prefix
+        forks = await salvor.forks(origin)
+        assert [(f["run"], f["from_node"], f["acknowledged_writes"]) for f in forks] == [
+            (child["run"], "refund", [write["seq"]])
+        ]
+
+        with pytest.raises(SalvorError) as missing:
+            await salvor.start_graph_run("sha256:" + "0" * 64)
+        assert (missing.value.status, missing.value.code) == (404, "unknown_graph")
