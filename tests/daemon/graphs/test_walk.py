@@ -448,3 +448,43 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
     log = await sound_log(runtime, run_id)
     # One item at a time, in item order: the item before the failed one was recorded.
     assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
+
+
+async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempotent_call(
+    runtime, providers, make_agent, effects_path
+):
+    mail = {"to": "c@example.com", "subject": "s", "body": "b"}
+    provider = providers(tool_loop_script([("send_email", mail)], final_text="mailed"))
+    agent = make_agent(provider, tools=("send_email",))
+    await runtime.register_agent(agent)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "start", "kind": "fold", "over": "$input", "reducer": "count"},
+                {"id": "notify", "kind": "agent", "agent": agent.agent_def_hash},
+            ],
+            "edges": [{"from": "start", "to": "notify"}],
+        },
+    )
+    origin = await runtime.start_graph_run(graph, [1, 2])
+    assert (await runtime.drive(origin)).state is RunState.COMPLETED
+
+    child_id, _ = await runtime.fork(await runtime.plan_fork(origin, "notify"))
+    assert (await runtime.drive(child_id)).state is RunState.COMPLETED
+    key = graph_call_key(graph.hash, "notify", 0, "send_email")
+    for run_id in (origin, child_id):
+        (intent,) = [
+            e.event
+            for e in await sound_log(runtime, run_id)
+            if e.event.KIND is EventKind.TOOL_CALL_REQUESTED
+        ]
+        assert intent.idempotency_key == key
+    # The re-walked conversation asked again (the segment is the fork's), the email went once.
+    assert provider.call_count == 4
+    records = ledger(effects_path)
+    assert [(r["run_id"], r["idempotency_key"], r["delivered"]) for r in records] == [
+        (origin, key, True),
+        (child_id, key, False),
+    ]
