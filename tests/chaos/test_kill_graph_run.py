@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
-from salvor.protocol import EventKind
+from salvor.protocol import EventKind, parse_instant
 from salvor.store import EventStore
 
 from tests.chaos.test_kill_serve import Daemon, assert_log_valid
@@ -271,9 +272,12 @@ def test_a_graph_run_killed_inside_a_delay_is_woken_after_the_restart_and_comple
                 if node["kind"] == "agent":
                     node["agent"] = agent
             run_id = start_graph_run(client, document, "go")
-            wait_state(client, run_id, "sleeping")
+            wake_at = parse_instant(wait_state(client, run_id, "sleeping")["status"]["wake_at"])
             daemon.kill()
-            daemon.start()  # the instant passes while it is down or starting; the sweeper wakes it
+            # Down until the instant has passed (the wake is the wall clock's, in another
+            # process: nothing to wait on but the clock), so the restarted daemon finds it due.
+            time.sleep(max(0.0, (wake_at - datetime.now(UTC)).total_seconds()))
+            daemon.start()
             body = wait_state(client, run_id, "completed")
             client.close()
         finally:
