@@ -4,6 +4,9 @@ provider and the tools really served."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 import pytest
 from salvor.daemon.graphs import map_child_id
 from salvor.daemon.recording import DriveInterrupted
@@ -488,3 +491,15 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
         (origin, key, True),
         (child_id, key, False),
     ]
+
+    # A log recorded before agent nodes had graph keys: its open intent is executed again under
+    # the key it recorded, not under the one a new walk would present.
+    legacy = await runtime.log(origin)
+    at = next(i for i, e in enumerate(legacy) if e.event.KIND is EventKind.TOOL_CALL_REQUESTED)
+    old = dataclasses.replace(legacy[at].event, idempotency_key="sha256:" + "e" * 64)
+    older = str(uuid.uuid4())
+    await runtime.access.append(older, [e.event for e in legacy[:at]] + [old], EMPTY_VIEW)
+    assert (await runtime.drive(older)).state is RunState.COMPLETED
+    last = ledger(effects_path)[-1]
+    assert (last["run_id"], last["idempotency_key"]) == (older, old.idempotency_key)
+    await sound_log(runtime, older)
