@@ -219,13 +219,21 @@ class AgentLoop:
         await ctx.control(RunCompleted(output=output))
         await ctx.park(RunState.COMPLETED)
 
-    async def converse(self, ctx: RunContext, task: Any) -> Any:
+    async def converse(
+        self, ctx: RunContext, task: Any, *, call_key: Callable[[int, str], str] | None = None
+    ) -> Any:
         """Hold the agent's conversation about ``task`` in ``ctx``'s log; return its final output.
 
         The caller records how the output ends the conversation: ``run`` with
         RunCompleted, a graph's agent node with NodeExited. Budgets count this
         conversation's calls only (a graph run's agent nodes each start from
         zero), and a crossing parks the run as it parks an agent run.
+
+        ``call_key(index, tool)``: the key the conversation's tool call number ``index``
+        (0-based, every call the model asks for that reaches a tool) presents when it is an
+        ``idempotent`` call without key fields (``RunContext.tool_call``); None: its position's
+        derived key. A graph's agent node passes ``graph_call_key``, so a fork presents the
+        keys its origin recorded.
 
         Raises:
             Parked: the run rests before there is an output (a budget, a gate,
@@ -241,6 +249,7 @@ class AgentLoop:
         completed_calls = 0
         started_at = await ctx.now() if "wall_time_seconds" in self.agent.budgets else None
         budget_extensions: dict[str, float] = {}
+        calls = 0
         while True:
             await self._check_budgets(ctx, usage, completed_calls, started_at, budget_extensions)
             response, call_usage = await ctx.model_call(
@@ -272,7 +281,9 @@ class AgentLoop:
                         _error_result(use_id, f"there is no tool named {name!r} in this agent")
                     )
                     continue
-                value = await ctx.tool_call(tool, args, probe=self.probes.get(name))
+                key = call_key(calls, name) if call_key is not None else None
+                calls += 1
+                value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 

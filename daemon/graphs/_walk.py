@@ -212,7 +212,8 @@ class GraphWalk:
         if kind is NodeKind.AGENT:
             task = await self._resolve(ctx, node, node.input)
             await self._narrate(ctx, NodeEntered(node=node.id, input=task))
-            await self._exit(ctx, node, await self._converse(ctx, self.agents[node.agent], task))
+            output = await self._converse(ctx, node, self.agents[node.agent], task)
+            await self._exit(ctx, node, output)
         elif kind is NodeKind.TOOL:
             tool_input = await self._resolve(ctx, node, node.input)
             await self._narrate(ctx, NodeEntered(node=node.id, input=tool_input))
@@ -251,13 +252,24 @@ class GraphWalk:
             gateway = self._gateways[agent.agent_def_hash] = gateway_for(agent, self.credentials)
         return gateway
 
-    async def _converse(self, ctx: RunContext, agent: AgentDefinition, task: Any) -> Any:
-        """The agent's loop, inline in this log, about ``task``; its final output."""
+    async def _converse(
+        self, ctx: RunContext, node: GraphNode, agent: AgentDefinition, task: Any
+    ) -> Any:
+        """The agent's loop, inline in this log, about ``task``; its final output.
+
+        Its idempotent calls without key fields are keyed by (graph hash, node id, the call's
+        index within the node), not by their seq, so a fork re-walking the node presents the
+        keys its origin recorded and the provider collapses the repeats.
+        """
         mark = {MARK_VAR: store_fingerprint(self.access.store.url), RUN_VAR: ctx.run_id}
+
+        def call_key(index: int, tool: str) -> str:
+            return graph_call_key(self.graph.hash, node.id, index, tool)
+
         # MCP servers are started only when the conversation first needs one live.
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp)
-            return await loop.converse(ctx, task)
+            return await loop.converse(ctx, task, call_key=call_key)
 
     async def _tool_call(
         self, ctx: RunContext, node: GraphNode, call: GraphNode, tool_input: Any, index: int

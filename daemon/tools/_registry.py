@@ -122,9 +122,10 @@ def graph_call_key(graph_hash: str, node: str, index: int, tool: str) -> str:
     """The key of an ``idempotent`` graph tool call with no key fields: its place in the graph.
 
     ``sha256`` over the canonical JSON of ``{"graph": graph_hash, "node": node, "call": index,
-    "tool": tool}`` (``index``: 0 for a tool node, the item's index in a map's tool body). No run
-    id and no seq, so every run of the graph that reaches the call, a fork included, presents the
-    same key, and a provider that collapses repeated keys performs it once.
+    "tool": tool}`` (``index``: 0 for a tool node, the item's index in a map's tool body, the
+    call's index among an agent node's tool calls). No run id and no seq, so every run of the
+    graph that reaches the call, a fork included, presents the same key, and a provider that
+    collapses repeated keys performs it once.
     """
     return sha256_hash({"graph": graph_hash, "node": node, "call": index, "tool": tool})
 

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import trio
+from salvor.daemon.agents import parse_definition
 from salvor.daemon.graphs import map_child_id
 
 from tests.support.api import assert_error, get_run, register, snapshot
@@ -157,6 +158,35 @@ async def test_a_graph_run_that_does_not_resolve_is_refused_with_nothing_recorde
     ]
     details = [assert_error(r, status, code).get("details") for r, status, code in refusals]
     assert details[1]["node"] == "draft" and details[2]["node"] == "mail"
+    assert await snapshot(server) == before
+
+
+async def test_a_process_or_service_agent_in_an_agent_node_is_refused_naming_the_node(
+    server: Server,
+) -> None:
+    # Registered past the HTTP opt-in: the refusal is the graph run's, whatever let them in.
+    definitions = {
+        "process": 'name = "proc"\nkind = "process"\ncommand = ["true"]\n',
+        "service": (
+            'name = "svc"\nkind = "service"\nurl = "http://127.0.0.1:9/run"\nproxy_port = 47999\n'
+        ),
+    }
+    graphs = {}
+    for kind, text in definitions.items():
+        agent = parse_definition(text, "toml")
+        await server.state.runtime.register_agent(agent)
+        node = {"id": f"by_{kind}", "kind": "agent", "agent": agent.agent_def_hash}
+        graphs[kind] = (
+            agent.agent_def_hash,
+            await submit(server, {"schema_version": 1, "nodes": [node], "edges": []}),
+        )
+    before = await snapshot(server)
+    for kind, (agent, graph) in graphs.items():
+        response = await server.client.post("/v1/graph-runs", json={"graph_hash": graph})
+        details = assert_error(response, 400, "bad_request")["details"]
+        assert details == {"node": f"by_{kind}", "agent": agent}
+        message = response.json()["error"]["message"]
+        assert f"node 'by_{kind}' names a {kind} agent" in message
     assert await snapshot(server) == before
 
 

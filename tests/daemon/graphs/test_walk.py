@@ -4,6 +4,9 @@ provider and the tools really served."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 import pytest
 from salvor.daemon.graphs import map_child_id
 from salvor.daemon.recording import DriveInterrupted
@@ -448,3 +451,55 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
     log = await sound_log(runtime, run_id)
     # One item at a time, in item order: the item before the failed one was recorded.
     assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
+
+
+async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempotent_call(
+    runtime, providers, make_agent, effects_path
+):
+    mail = {"to": "c@example.com", "subject": "s", "body": "b"}
+    provider = providers(tool_loop_script([("send_email", mail)], final_text="mailed"))
+    agent = make_agent(provider, tools=("send_email",))
+    await runtime.register_agent(agent)
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "start", "kind": "fold", "over": "$input", "reducer": "count"},
+                {"id": "notify", "kind": "agent", "agent": agent.agent_def_hash},
+            ],
+            "edges": [{"from": "start", "to": "notify"}],
+        },
+    )
+    origin = await runtime.start_graph_run(graph, [1, 2])
+    assert (await runtime.drive(origin)).state is RunState.COMPLETED
+
+    child_id, _ = await runtime.fork(await runtime.plan_fork(origin, "notify"))
+    assert (await runtime.drive(child_id)).state is RunState.COMPLETED
+    key = graph_call_key(graph.hash, "notify", 0, "send_email")
+    for run_id in (origin, child_id):
+        (intent,) = [
+            e.event
+            for e in await sound_log(runtime, run_id)
+            if e.event.KIND is EventKind.TOOL_CALL_REQUESTED
+        ]
+        assert intent.idempotency_key == key
+    # The re-walked conversation asked again (the segment is the fork's), the email went once.
+    assert provider.call_count == 4
+    records = ledger(effects_path)
+    assert [(r["run_id"], r["idempotency_key"], r["delivered"]) for r in records] == [
+        (origin, key, True),
+        (child_id, key, False),
+    ]
+
+    # A log recorded before agent nodes had graph keys: its open intent is executed again under
+    # the key it recorded, not under the one a new walk would present.
+    legacy = await runtime.log(origin)
+    at = next(i for i, e in enumerate(legacy) if e.event.KIND is EventKind.TOOL_CALL_REQUESTED)
+    old = dataclasses.replace(legacy[at].event, idempotency_key="sha256:" + "e" * 64)
+    older = str(uuid.uuid4())
+    await runtime.access.append(older, [e.event for e in legacy[:at]] + [old], EMPTY_VIEW)
+    assert (await runtime.drive(older)).state is RunState.COMPLETED
+    last = ledger(effects_path)[-1]
+    assert (last["run_id"], last["idempotency_key"]) == (older, old.idempotency_key)
+    await sound_log(runtime, older)
