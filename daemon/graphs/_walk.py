@@ -88,6 +88,24 @@ def map_child_id(run_id: str, node: str, index: int) -> str:
     return str(uuid.uuid5(MAP_ITEMS, f"{run_id}/{node}/{index}"))
 
 
+# Forks of forks deeper than this are keyed from the deepest origin reached (ids are fresh, so no
+# chain loops; the bound only keeps a damaged store from walking forever).
+MAX_LINEAGE = 1000
+
+
+async def lineage_root(access: StoreAccess, run_id: str, forked_from: dict | None) -> str:
+    """The run a graph run's forks descend from: ``run_id`` itself unless it is a fork, else the
+    root its origin descends from (each origin's ``forked_from``, one ``runs`` row each)."""
+    root = run_id
+    for _ in range(MAX_LINEAGE):
+        if forked_from is None:
+            return root
+        root = forked_from["run_id"]
+        view = await access.read(access.store.read_view, root)
+        forked_from = view.forked_from if view is not None else None
+    return root
+
+
 class GraphWalk:
     """One drive's walk of one graph run: the recorded outputs so far and the agents' gateways."""
 
@@ -109,6 +127,8 @@ class GraphWalk:
         self.credentials = credentials
         self.run_input: Any = None
         self._run_id = ""
+        # The run this one's forks descend from (itself unless it is a fork): its calls' keys.
+        self.lineage = ""
         # Node id -> its recorded output; a branch's case; the nodes passed by.
         self.outputs: dict[str, Any] = {}
         self.cases: dict[str, str] = {}
@@ -128,6 +148,7 @@ class GraphWalk:
             raise DriveInterrupted(f"run {ctx.run_id} has no GraphRunStarted head")
         self.run_input = head.event.input
         self._run_id = ctx.run_id
+        self.lineage = await lineage_root(self.access, ctx.run_id, head.event.forked_from)
         for node_id in self.graph.order:
             reason = self._dead_because(node_id)
             if reason is not None:
@@ -257,14 +278,14 @@ class GraphWalk:
     ) -> Any:
         """The agent's loop, inline in this log, about ``task``; its final output.
 
-        Its idempotent calls without key fields are keyed by (graph hash, node id, the call's
-        index within the node), not by their seq, so a fork re-walking the node presents the
-        keys its origin recorded and the provider collapses the repeats.
+        Its idempotent calls without key fields are keyed by (lineage, graph hash, node id, the
+        call's index within the node), not by their seq, so a fork re-walking the node presents
+        the keys its origin recorded and the provider collapses the repeats.
         """
         mark = {MARK_VAR: store_fingerprint(self.access.store.url), RUN_VAR: ctx.run_id}
 
         def call_key(index: int, tool: str) -> str:
-            return graph_call_key(self.graph.hash, node.id, index, tool)
+            return graph_call_key(self.lineage, self.graph.hash, node.id, index, tool)
 
         # MCP servers are started only when the conversation first needs one live.
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
@@ -281,7 +302,7 @@ class GraphWalk:
         """
         tool = self.registry.get(call.tool)
         probe = self.registry.probe_of(tool) if tool.probe else None
-        key = graph_call_key(self.graph.hash, node.id, index, tool.name)
+        key = graph_call_key(self.lineage, self.graph.hash, node.id, index, tool.name)
         output = await ctx.tool_call(tool, tool_input, probe=probe, key=key)
         if isinstance(output, dict) and TOOL_ERROR_KEY in output:
             error = output[TOOL_ERROR_KEY]

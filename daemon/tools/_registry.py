@@ -118,16 +118,19 @@ def derived_key(run_id: str, seq: int, tool: str) -> str:
     return sha256_hash({"run": run_id, "seq": seq, "tool": tool})
 
 
-def graph_call_key(graph_hash: str, node: str, index: int, tool: str) -> str:
+def graph_call_key(lineage: str, graph_hash: str, node: str, index: int, tool: str) -> str:
     """The key of an ``idempotent`` graph tool call with no key fields: its place in the graph.
 
-    ``sha256`` over the canonical JSON of ``{"graph": graph_hash, "node": node, "call": index,
-    "tool": tool}`` (``index``: 0 for a tool node, the item's index in a map's tool body, the
-    call's index among an agent node's tool calls). No run id and no seq, so every run of the
-    graph that reaches the call, a fork included, presents the same key, and a provider that
-    collapses repeated keys performs it once.
+    ``sha256`` over the canonical JSON of ``{"lineage": lineage, "graph": graph_hash, "node":
+    node, "call": index, "tool": tool}`` (``index``: 0 for a tool node, the item's index in a
+    map's tool body, the call's index among an agent node's tool calls; ``lineage``: the run
+    its forks descend from, ``lineage_root``). No seq, so a fork re-walking the call presents
+    its origin's key and a provider that collapses repeated keys performs it once; the lineage,
+    so two unrelated runs of one graph (another author, another input) are two calls.
     """
-    return sha256_hash({"graph": graph_hash, "node": node, "call": index, "tool": tool})
+    return sha256_hash(
+        {"lineage": lineage, "graph": graph_hash, "node": node, "call": index, "tool": tool}
+    )
 
 
 class ProbeVerdict(enum.StrEnum):

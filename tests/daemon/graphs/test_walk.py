@@ -149,7 +149,9 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
     assert log[4].event.output == 'seen {"topic": "tides"}'
     assert log[10].event.branch_case == "true"
     assert log[12].event.input["body"] == 'seen {"topic": "tides"}'
-    assert log[12].event.idempotency_key == graph_call_key(graph.hash, "send", 0, "send_email")
+    assert log[12].event.idempotency_key == graph_call_key(
+        run_id, graph.hash, "send", 0, "send_email"
+    )
     assert log[15].event.reason == (
         "no live inbound edge: branch `route` took case `true`, not `false`"
     )
@@ -362,7 +364,7 @@ async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, e
     assert view.state is RunState.COMPLETED
     assert [o["to"] for o in view.detail["output"]["mail"]] == ["x@example.com", "y@example.com"]
     keys = [r["idempotency_key"] for r in ledger(effects_path)]
-    assert keys == [graph_call_key(graph.hash, "mail", i, "send_email") for i in (0, 1)]
+    assert keys == [graph_call_key(run_id, graph.hash, "mail", i, "send_email") for i in (0, 1)]
 
 
 @pytest.mark.parametrize(
@@ -476,8 +478,14 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
 
     child_id, _ = await runtime.fork(await runtime.plan_fork(origin, "notify"))
     assert (await runtime.drive(child_id)).state is RunState.COMPLETED
-    key = graph_call_key(graph.hash, "notify", 0, "send_email")
-    for run_id in (origin, child_id):
+    # A fork of the fork descends from the same origin, and presents the same key again.
+    grandchild, _ = await runtime.fork(await runtime.plan_fork(child_id, "notify"))
+    assert (await runtime.drive(grandchild)).state is RunState.COMPLETED
+    # Another run of the same graph is another call: its own key, its email delivered.
+    other = await runtime.start_graph_run(graph, [3])
+    assert (await runtime.drive(other)).state is RunState.COMPLETED
+    key = graph_call_key(origin, graph.hash, "notify", 0, "send_email")
+    for run_id in (origin, child_id, grandchild):
         (intent,) = [
             e.event
             for e in await sound_log(runtime, run_id)
@@ -485,11 +493,14 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
         ]
         assert intent.idempotency_key == key
     # The re-walked conversation asked again (the segment is the fork's), the email went once.
-    assert provider.call_count == 4
+    assert provider.call_count == 8
     records = ledger(effects_path)
+    other_key = graph_call_key(other, graph.hash, "notify", 0, "send_email")
     assert [(r["run_id"], r["idempotency_key"], r["delivered"]) for r in records] == [
         (origin, key, True),
         (child_id, key, False),
+        (grandchild, key, False),
+        (other, other_key, True),
     ]
 
     # A log recorded before agent nodes had graph keys: its open intent is executed again under
