@@ -101,7 +101,7 @@ async def test_unknown_routes_and_wrong_methods_get_the_envelope(server: Server)
         "/v2/runs",
         "/v1/run",
         "/v1/runs/x/y/z",
-        f"/v1/runs/{NOBODY}/graph",
+        f"/v1/runs/{NOBODY}/canvas",
         "/static/x",
     ):
         assert_error(await server.client.get(path), 404, "not_found")
