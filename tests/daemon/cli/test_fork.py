@@ -22,11 +22,9 @@ from salvor.protocol import EMPTY_VIEW, graph_from_value
 from salvor.store import EventStore
 
 from tests.protocol.graphs import chain, publishing
-from tests.support.backends import SQLITE_ONLY
 from tests.support.graph_runs import DRAFT_WRITE, PUBLISH_WRITE, agent_run, published
 
-# SQLite alone: the verb reaches the store through the Runtime, whose fork tests run on both.
-STORE_BACKENDS = SQLITE_ONLY
+# Both backends: `salvor fork` works on whichever store it is pointed at.
 
 ORIGIN = "6f1c2a52-6a7e-4d0e-9a52-3f7c2a9e0d11"
 AGENT_RUN = "0b5c1a52-6a7e-4d0e-9a52-3f7c2a9e0d12"

@@ -13,53 +13,54 @@ from salvor.daemon.tools import demo_registry
 from salvor.protocol import EventKind, parse_graph_json
 from salvor.store import EventStore
 
-from tests.support.backends import SQLITE_ONLY
 from tests.support.cli import salvor_in_process
 
-STORE_BACKENDS = SQLITE_ONLY  # the command drives a local SQLite store; the walk is tested on both
 CONTRIB = Path(__file__).resolve().parents[3] / "contrib"
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, store_url: str) -> dict[str, str]:
+    # Both backends: the command drives whichever store it is pointed at.
     return {
-        "SALVOR_STORE": str(tmp_path / "salvor.db"),
+        "SALVOR_STORE": store_url,
         "SALVOR_DEMO_EFFECTS": str(tmp_path / "effects.jsonl"),
         "PATH": "/usr/bin:/bin",
     }
 
 
-def _graph_run(tmp_path: Path, name: str, *agents: str) -> tuple[str, str]:
+def _graph_run(tmp_path: Path, store_url: str, name: str, *agents: str) -> tuple[str, str]:
     graph = CONTRIB / "graphs" / f"{name}.json"
     run_input = (CONTRIB / "graphs" / f"{name}.input.json").read_text()
     flags = [arg for agent in agents for arg in ("--agent", str(CONTRIB / "agents" / agent))]
     done = salvor_in_process(
-        "graph", "run", str(graph), "--input", run_input, *flags, env=_env(tmp_path)
+        "graph", "run", str(graph), "--input", run_input, *flags, env=_env(tmp_path, store_url)
     )
     assert done.returncode == 0, done.stderr
     run_id, sentence = done.stdout.splitlines()
     return run_id, sentence
 
 
-def _kinds(tmp_path: Path, run_id: str) -> list[str]:
-    with EventStore.open(f"sqlite:///{tmp_path / 'salvor.db'}") as store:
+def _kinds(store_url: str, run_id: str) -> list[str]:
+    with EventStore.open(store_url) as store:
         return [envelope.kind for envelope in store.read_log(run_id)]
 
 
-def test_the_publishing_graph_waits_at_its_gate_and_publishes_once_approved(tmp_path: Path):
-    run_id, sentence = _graph_run(tmp_path, "publish", "researcher.toml", "drafter.toml")
+def test_the_publishing_graph_waits_at_its_gate_and_publishes_once_approved(
+    tmp_path: Path, store_url: str
+) -> None:
+    run_id, sentence = _graph_run(tmp_path, store_url, "publish", "researcher.toml", "drafter.toml")
     assert "suspended, waiting on a person: Publish this post?" in sentence
 
     refused = salvor_in_process(
-        "resume", run_id, "--input", '{"approved": "yes"}', env=_env(tmp_path)
+        "resume", run_id, "--input", '{"approved": "yes"}', env=_env(tmp_path, store_url)
     )
     assert refused.returncode != 0 and "gate 'approve'" in refused.stderr
     approved = salvor_in_process(
-        "resume", run_id, "--input", '{"approved": true}', env=_env(tmp_path)
+        "resume", run_id, "--input", '{"approved": true}', env=_env(tmp_path, store_url)
     )
     assert approved.returncode == 0, approved.stderr
     assert f"run {run_id} completed" in approved.stdout and '"publish"' in approved.stdout
 
-    kinds = _kinds(tmp_path, run_id)
+    kinds = _kinds(store_url, run_id)
     assert kinds[0] == EventKind.GRAPH_RUN_STARTED and kinds[-1] == EventKind.RUN_COMPLETED
     assert kinds.count(EventKind.RESUMED) == 1  # the refused approval recorded nothing
     assert kinds.count(EventKind.NODE_SKIPPED) == 1  # tell_author: the other case
@@ -67,13 +68,15 @@ def test_the_publishing_graph_waits_at_its_gate_and_publishes_once_approved(tmp_
     assert [json.loads(line)["tool"] for line in posts] == ["publish_post"]
 
 
-def test_the_ticket_graph_maps_its_agent_over_every_ticket_and_folds_the_answers(tmp_path: Path):
-    run_id, sentence = _graph_run(tmp_path, "tickets", "ticket-triage.toml")
+def test_the_ticket_graph_maps_its_agent_over_every_ticket_and_folds_the_answers(
+    tmp_path: Path, store_url: str
+) -> None:
+    run_id, sentence = _graph_run(tmp_path, store_url, "tickets", "ticket-triage.toml")
     tickets = json.loads((CONTRIB / "graphs" / "tickets.input.json").read_text())["tickets"]
     # The demo model estimates every ticket at 1 minute (its placeholder for an integer).
     expected = {"minutes": len(tickets), "tickets": len(tickets)}
     assert sentence == f"run {run_id} completed: {json.dumps(expected)}"
-    kinds = _kinds(tmp_path, run_id)
+    kinds = _kinds(store_url, run_id)
     assert kinds.count(EventKind.MAP_ITEM_COMPLETED) == len(tickets)
 
 
