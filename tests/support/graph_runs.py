@@ -44,6 +44,45 @@ APPROVAL = {
     "required": ["approved"],
     "properties": {"approved": {"type": "boolean"}},
 }
+
+
+def approval_graph(agent: str, *, draft_input: Any = None) -> dict:
+    """draft (``agent``) -> approve (a gate) -> route: "true" sends an email, "false" shelves the
+    draft for a minute. ``draft_input``: the draft node's input (default ``{"topic":
+    "$input.topic"}``)."""
+    return {
+        "schema_version": 1,
+        "nodes": [
+            {
+                "id": "draft",
+                "kind": "agent",
+                "agent": agent,
+                "input": {"topic": "$input.topic"} if draft_input is None else draft_input,
+            },
+            {"id": "approve", "kind": "gate", "prompt": "Send it?", "approval_schema": APPROVAL},
+            {
+                "id": "route",
+                "kind": "branch",
+                "on": "$nodes.approve.approved",
+                "cases": ["true", "false"],
+            },
+            {
+                "id": "send",
+                "kind": "tool",
+                "tool": "send_email",
+                "input": {"to": "$input.to", "subject": "Draft", "body": "$nodes.draft"},
+            },
+            {"id": "shelve", "kind": "delay", "seconds": 60},
+        ],
+        "edges": [
+            {"from": "draft", "to": "approve"},
+            {"from": "approve", "to": "route"},
+            {"from": "route", "to": "send", "case": "true"},
+            {"from": "route", "to": "shelve", "case": "false"},
+        ],
+    }
+
+
 SKIP_REASON = "no live inbound edge: an upstream branch routed to another case"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

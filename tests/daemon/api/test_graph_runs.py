@@ -14,6 +14,7 @@ from salvor.daemon.graphs import map_child_id
 from tests.support.api import assert_error, get_run, register, snapshot
 from tests.support.api_server import TOKEN, Server
 from tests.support.contract import GRAPH_RUN_PATHS, OVERSIZED, Contract
+from tests.support.graph_runs import approval_graph
 from tests.support.scripted_provider import text_reply
 
 APPROVAL = {
@@ -29,35 +30,6 @@ APPROVAL_TOOL_SCHEMA = {
     "required": ["approved"],
     "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
 }
-
-
-def approval_graph(agent: str) -> dict:
-    return {
-        "schema_version": 1,
-        "nodes": [
-            {"id": "draft", "kind": "agent", "agent": agent, "input": "$input.topic"},
-            {"id": "approve", "kind": "gate", "prompt": "Send it?", "approval_schema": APPROVAL},
-            {
-                "id": "route",
-                "kind": "branch",
-                "on": "$nodes.approve.approved",
-                "cases": ["true", "false"],
-            },
-            {
-                "id": "send",
-                "kind": "tool",
-                "tool": "send_email",
-                "input": {"to": "$input.to", "subject": "Draft", "body": "$nodes.draft"},
-            },
-            {"id": "shelve", "kind": "delay", "seconds": 60},
-        ],
-        "edges": [
-            {"from": "draft", "to": "approve"},
-            {"from": "approve", "to": "route"},
-            {"from": "route", "to": "send", "case": "true"},
-            {"from": "route", "to": "shelve", "case": "false"},
-        ],
-    }
 
 
 async def submit(server: Server, document: dict) -> str:
@@ -83,7 +55,7 @@ async def test_a_graph_run_walks_to_a_gate_and_completes_once_approved(
     server: Server, providers
 ) -> None:
     agent, provider = await register(server, providers, final_text="a draft")
-    graph = await submit(server, approval_graph(agent))
+    graph = await submit(server, approval_graph(agent, draft_input="$input.topic"))
     run_id = await start(
         server, graph, {"topic": "tides", "to": "a@example.com"}, labels={"team": "docs"}
     )
@@ -128,7 +100,7 @@ async def test_a_graph_run_that_does_not_resolve_is_refused_with_nothing_recorde
     agent, _ = await register(server, providers)
     missing_agent = "sha256:" + "1" * 64
     graphs = {
-        "agent": await submit(server, approval_graph(missing_agent)),
+        "agent": await submit(server, approval_graph(missing_agent, draft_input="$input.topic")),
         "tool": await submit(
             server,
             {
@@ -137,7 +109,7 @@ async def test_a_graph_run_that_does_not_resolve_is_refused_with_nothing_recorde
                 "edges": [],
             },
         ),
-        "ok": await submit(server, approval_graph(agent)),
+        "ok": await submit(server, approval_graph(agent, draft_input="$input.topic")),
     }
     before = await snapshot(server)
     post = server.client.post
@@ -192,7 +164,11 @@ async def test_a_process_or_service_agent_in_an_agent_node_is_refused_naming_the
 
 async def test_a_graph_run_parked_at_its_gate_is_abandoned(server: Server, providers) -> None:
     agent, _ = await register(server, providers)
-    run_id = await start(server, await submit(server, approval_graph(agent)), {"topic": "t"})
+    run_id = await start(
+        server,
+        await submit(server, approval_graph(agent, draft_input="$input.topic")),
+        {"topic": "t"},
+    )
     await server.wait_resting(run_id)
     response = await server.client.post(f"/v1/runs/{run_id}/abandon", json={"reason": "no"})
     assert response.status_code == 200, response.text
@@ -277,7 +253,7 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
     api, contract = server.client, await Contract.served(server.client)
     call = contract.call
     agent, _ = await register(server, providers)
-    graph = await submit(server, approval_graph(agent))
+    graph = await submit(server, approval_graph(agent, draft_input="$input.topic"))
     started = await call(
         api,
         "POST",

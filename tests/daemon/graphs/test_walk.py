@@ -22,6 +22,7 @@ from salvor.protocol import (
 )
 
 from tests.support.backends import BOTH, SQLITE_ONLY
+from tests.support.graph_runs import approval_graph
 from tests.support.runtime import ledger
 from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
@@ -59,44 +60,6 @@ async def sound_log(runtime, run_id):
     log = await runtime.log(run_id)
     check_batch(EMPTY_VIEW, log)
     return log
-
-
-def approval_graph(agent: str) -> dict:
-    return {
-        "schema_version": 1,
-        "nodes": [
-            {"id": "draft", "kind": "agent", "agent": agent, "input": {"topic": "$input.topic"}},
-            {
-                "id": "approve",
-                "kind": "gate",
-                "prompt": "Send it?",
-                "approval_schema": {
-                    "type": "object",
-                    "required": ["approved"],
-                    "properties": {"approved": {"type": "boolean"}},
-                },
-            },
-            {
-                "id": "route",
-                "kind": "branch",
-                "on": "$nodes.approve.approved",
-                "cases": ["true", "false"],
-            },
-            {
-                "id": "send",
-                "kind": "tool",
-                "tool": "send_email",
-                "input": {"to": "$input.to", "subject": "Draft", "body": "$nodes.draft"},
-            },
-            {"id": "shelve", "kind": "delay", "seconds": 60},
-        ],
-        "edges": [
-            {"from": "draft", "to": "approve"},
-            {"from": "approve", "to": "route"},
-            {"from": "route", "to": "send", "case": "true"},
-            {"from": "route", "to": "shelve", "case": "false"},
-        ],
-    }
 
 
 async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
