@@ -698,6 +698,25 @@ class EventStore:
 
     # -- agents ---------------------------------------------------------------
 
+    def _insert_once(self, table: Any, row: dict, doing: str) -> bool:
+        """Insert a content-addressed row; False when its key was already there (kept as it was).
+
+        Raises:
+            StoreUnavailable: the database failed (``doing`` names what); nothing was written.
+        """
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(insert(table), row)
+        except IntegrityError:
+            return False
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
+        return True
+
     def put_agent(
         self, agent_def_hash: str, *, format: str, definition: str, name: str | None
     ) -> bool:
@@ -715,18 +734,7 @@ class EventStore:
             "name": name,
             "created_at": now_instant(),
         }
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(insert(agents), row)
-        except IntegrityError:
-            return False
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to register an agent: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
-        return True
+        return self._insert_once(agents, row, "register an agent")
 
     def get_agent(self, agent_def_hash: str) -> StoredAgent | None:
         statement = select(*_AGENT_COLUMNS).where(agents.c.agent_def_hash == agent_def_hash)
@@ -775,18 +783,7 @@ class EventStore:
             "terminal_nodes": dumps(list(summary["terminal_nodes"])),
             "created_at": now_instant(),
         }
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(insert(graphs), row)
-        except IntegrityError:
-            return False
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to store a graph: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
-        return True
+        return self._insert_once(graphs, row, "store a graph")
 
     def get_graph(self, graph_hash: str) -> StoredGraph | None:
         """The graph document stored under ``graph_hash``, or None."""

@@ -106,6 +106,18 @@ async def lineage_root(access: StoreAccess, run_id: str, forked_from: dict | Non
     return root
 
 
+def _recorded_items(ctx: RunContext) -> dict[int, Any]:
+    """The map items the log already records (taken from the cursor), by index."""
+    outputs: dict[int, Any] = {}
+    while not ctx.live:
+        try:
+            found = ctx.cursor.take(EventKind.MAP_ITEM_COMPLETED)
+        except ReplayDivergence:
+            break  # the map's NodeExited (or a divergence _narrate reports)
+        outputs[found.event.index] = found.event.output
+    return outputs
+
+
 class GraphWalk:
     """One drive's walk of one graph run: the recorded outputs so far and the agents' gateways."""
 
@@ -357,12 +369,7 @@ class GraphWalk:
                 a write to reconcile, a timer) or its drive stopped; every other item is
                 driven and recorded first, and a later drive of this run drives the rest.
         """
-        while not ctx.live:
-            try:
-                found = ctx.cursor.take(EventKind.MAP_ITEM_COMPLETED)
-            except ReplayDivergence:
-                break  # the map's NodeExited (or a divergence _narrate reports)
-            outputs[found.event.index] = found.event.output
+        outputs.update(_recorded_items(ctx))
         remaining = [index for index in range(len(items)) if index not in outputs]
         if not remaining:
             return
@@ -424,9 +431,14 @@ class GraphWalk:
                     stopped = stopped or (index, child, rested)
         if unrecorded is not None:
             raise unrecorded
-        if stopped is None:
-            return
-        index, child, rested = stopped
+        if stopped is not None:
+            await self._map_stopped(ctx, node, *stopped)
+
+    async def _map_stopped(
+        self, ctx: RunContext, node: GraphNode, index: int, child: str, rested: RunView | str
+    ) -> None:
+        """Where a map ends short of its outputs: a failed child fails the run, any other stop
+        interrupts the drive (``_map_children``)."""
         if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
             error = rested.detail.get("error") or rested.detail.get("reason") or ""
             await self._fail(

@@ -113,13 +113,23 @@ class Forks:
                     document.hash, document=document.document, summary=document.summary()
                 )
             )
+        return run_id, await self.open_log(run_id, fork_head(plan))
+
+    async def open_log(self, run_id: str, events: list) -> RunView:
+        """Record a new run's first events from seq 0, in one append: once this returns the
+        run exists durably (an agent run's or a graph run's head, a fork's copied prefix).
+
+        Raises:
+            OperationRefused: run_exists when ``run_id`` already has history (seq 0 is taken,
+                so the append itself fails); nothing was written.
+        """
         try:
-            _, view = await self.access.append(run_id, fork_head(plan), EMPTY_VIEW)
+            _, view = await self.access.append(run_id, events, EMPTY_VIEW)
         except SeqConflict:
             raise OperationRefused(
                 ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
             ) from None
-        return run_id, view
+        return view
 
     async def list_forks(self, run_id: str) -> list[RunView]:
         """The views of the runs forked from ``run_id``, oldest first. Reads only.

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 from salvor.protocol import (
-    EMPTY_VIEW,
     MAX_NESTING,
     TERMINAL_STATES,
     Actor,
@@ -41,7 +40,7 @@ from salvor.protocol import (
     graph_from_value,
     parse_instant,
 )
-from salvor.store import GraphSummary, RunSummary, SeqConflict, StoredGraph
+from salvor.store import GraphSummary, RunSummary, StoredGraph
 
 from ..agents import (
     AgentDefinition,
@@ -448,13 +447,7 @@ class Runtime(Forks):
                 labels=labels,
                 replay_of=replay_of,
             )
-            # A run id with history fails the append itself (seq 0 is taken).
-            try:
-                await self.access.append(run_id, [head], EMPTY_VIEW)
-            except SeqConflict:
-                raise OperationRefused(
-                    ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
-                ) from None
+            await self.open_log(run_id, [head])
         except BaseException:
             if port is not None:
                 self.ports.release(port, run_id)
@@ -481,12 +474,7 @@ class Runtime(Forks):
         run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         await self.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
-        try:
-            await self.access.append(run_id, [head], EMPTY_VIEW)
-        except SeqConflict:
-            raise OperationRefused(
-                ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
-            ) from None
+        await self.open_log(run_id, [head])
         return run_id
 
     async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
