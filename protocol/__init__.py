@@ -1,11 +1,12 @@
 """salvor's pure core: events, their wire codec, canonical hashing, the fold,
 the append guard, the record-and-replay rules (a cursor over a whole log, a
-lane per boundary), schema checks, the strict JSON parser every caller's
-text goes through (and its strict YAML twin), graph documents (their
-validation, references and the pure data steps of a walk), a graph run's
-per-node projection and the planning of its forks, the error-code
-table, the server-sent-event framing, and the JSON Schemas of the shapes it
-emits, built from the tables its builders read.
+lane per boundary), the flow tools' shapes (sessions, questions, finish),
+schema checks, the strict JSON parser every caller's text goes through (and
+its strict YAML twin), graph documents (their validation, references and the
+pure data steps of a walk), a graph run's per-node projection and the
+planning of its forks, the error-code table, the server-sent-event framing,
+and the JSON Schemas of the shapes it emits, built from the tables its
+builders read.
 
 This package imports nothing outside the standard library, fastjsonschema
 and PyYAML (graph documents in YAML), and does no IO.
@@ -60,6 +61,35 @@ from ._events import SleepStarted as SleepStarted
 from ._events import Suspended as Suspended
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallRequested as ToolCallRequested
+from ._flow_tools import ASK_USER_SCHEMA as ASK_USER_SCHEMA
+from ._flow_tools import AUTHORING_TOOLS as AUTHORING_TOOLS
+from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION
+from ._flow_tools import FLOW_AGENTS_SCHEMA as FLOW_AGENTS_SCHEMA
+from ._flow_tools import FLOW_RESULTS_SCHEMA as FLOW_RESULTS_SCHEMA
+from ._flow_tools import FLOW_WRITE_SCHEMA as FLOW_WRITE_SCHEMA
+from ._flow_tools import OUTPUT_TYPES as OUTPUT_TYPES
+from ._flow_tools import SESSION_TOOLS as SESSION_TOOLS
+from ._flow_tools import SUBAGENT_SCHEMA as SUBAGENT_SCHEMA
+from ._flow_tools import TOOL_SHAPES as TOOL_SHAPES
+from ._flow_tools import BadDeclaration as BadDeclaration
+from ._flow_tools import BadQuestion as BadQuestion
+from ._flow_tools import DeclaredInput as DeclaredInput
+from ._flow_tools import DeclaredOutput as DeclaredOutput
+from ._flow_tools import Diagnostic as Diagnostic
+from ._flow_tools import FinishStatus as FinishStatus
+from ._flow_tools import FlowTool as FlowTool
+from ._flow_tools import QuestionType as QuestionType
+from ._flow_tools import ResultsAction as ResultsAction
+from ._flow_tools import Session as Session
+from ._flow_tools import Severity as Severity
+from ._flow_tools import check_finish as check_finish
+from ._flow_tools import finish_schema as finish_schema
+from ._flow_tools import is_finish_result as is_finish_result
+from ._flow_tools import offered_flow_tools as offered_flow_tools
+from ._flow_tools import parse_inputs as parse_inputs
+from ._flow_tools import parse_outputs as parse_outputs
+from ._flow_tools import question_schema as question_schema
+from ._flow_tools import text_result as text_result
 from ._fold import EMPTY_VIEW as EMPTY_VIEW
 from ._fold import IDLE_STATES as IDLE_STATES
 from ._fold import INTENT_FIELDS as INTENT_FIELDS

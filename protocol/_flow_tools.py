@@ -1,0 +1,485 @@
+"""The flow tools' shapes, pure: what each tool takes, which session offers it, what a question
+asks of a person and how its answer is checked, and what a ``finish`` carries.
+
+The tools themselves (``salvor.daemon.flows``) run in the daemon; everything here is data and
+checks, shared by the built-in loop, the ``salvor`` MCP server a process agent reaches, graph
+agent nodes and the authoring checks.
+
+Sessions: a top-level run is the *main* session; a run something else started for its own ends
+(a subagent's child, a graph's agent node, a map item) is a *child* session. Which tools a run
+sees is the agent's opt-in intersected with its session's row (``offered_flow_tools``).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import SchemaViolation
+from ._schema import validate
+
+
+class FlowTool(enum.StrEnum):
+    """The tools a flow offers its agents."""
+
+    ASK_USER = "ask_user"
+    SUBAGENT = "subagent"
+    FINISH = "finish"
+    FLOW_RESULTS = "flow_results"
+    FLOW_AGENTS = "flow_agents"
+    FLOW_WRITE = "flow_write"
+
+
+class Session(enum.StrEnum):
+    """Where a run stands in its tree: the run a person started, or one started for another."""
+
+    MAIN = "main"
+    CHILD = "child"
+
+
+# The availability matrix: what each session may be offered.
+SESSION_TOOLS: dict[Session, frozenset[FlowTool]] = {
+    Session.MAIN: frozenset(
+        {
+            FlowTool.ASK_USER,
+            FlowTool.SUBAGENT,
+            FlowTool.FLOW_RESULTS,
+            FlowTool.FLOW_AGENTS,
+            FlowTool.FLOW_WRITE,
+        }
+    ),
+    Session.CHILD: frozenset({FlowTool.ASK_USER, FlowTool.FINISH}),
+}
+# Offered only while the operator has edit mode on.
+AUTHORING_TOOLS = frozenset({FlowTool.FLOW_AGENTS, FlowTool.FLOW_WRITE})
+
+
+def offered_flow_tools(
+    opted_in: Iterable[FlowTool], session: Session, *, edit_mode: bool
+) -> list[FlowTool]:
+    """The flow tools a run of an agent that opted into ``opted_in`` sees, in ``FlowTool`` order."""
+    wanted = set(opted_in) & SESSION_TOOLS[session]
+    if not edit_mode:
+        wanted -= AUTHORING_TOOLS
+    return [tool for tool in FlowTool if tool in wanted]
+
+
+# -- declared inputs and outputs ----------------------------------------------------------------
+
+OUTPUT_TYPES = ("string", "number", "boolean", "object", "array")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# Names a finish reserves for itself: an output may not take one.
+_FINISH_FIELDS = frozenset({"status", "summary", "branch", "outputs"})
+
+
+class BadDeclaration(ValueError):
+    """Declared inputs or outputs that do not parse; the message names the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredInput:
+    """An input an agent takes by name (a subagent call's ``inputs`` entry)."""
+
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredOutput:
+    """A typed output an agent's ``finish`` carries; required when its status is ``complete``."""
+
+    name: str
+    type: str = "string"
+    description: str | None = None
+    required: bool = True
+
+    def schema(self) -> dict:
+        schema: dict[str, Any] = {"type": self.type}
+        if self.description:
+            schema["description"] = self.description
+        return schema
+
+
+def _name(where: str, value: Any, reserved: frozenset[str] = frozenset()) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadDeclaration(
+            f"{where} needs a name of letters, digits and `_` (up to 64, not starting with a "
+            f"digit), not {value!r}"
+        )
+    if value in reserved:
+        raise BadDeclaration(f"{where} is named {value!r}, which finish uses for itself")
+    return value
+
+
+def _description(where: str, entry: dict) -> str | None:
+    description = entry.get("description")
+    if description is not None and not isinstance(description, str):
+        raise BadDeclaration(f"{where}: `description` must be a string")
+    return description
+
+
+def _entries(where: str, value: Any) -> list:
+    if not isinstance(value, list):
+        raise BadDeclaration(f"`{where}` must be an array of names or of tables with a `name`")
+    return value
+
+
+def parse_inputs(value: Any, where: str = "inputs") -> tuple[DeclaredInput, ...]:
+    """Declared inputs: an array of names, or of ``{name, description?}`` tables.
+
+    Raises:
+        BadDeclaration: one sentence naming the entry.
+    """
+    found: list[DeclaredInput] = []
+    for index, entry in enumerate(_entries(where, value)):
+        at = f"`{where}` entry {index + 1}"
+        if isinstance(entry, str):
+            found.append(DeclaredInput(_name(at, entry)))
+            continue
+        if not isinstance(entry, dict) or set(entry) - {"name", "description"}:
+            raise BadDeclaration(f"{at} must be a name or a table of `name` and `description`")
+        found.append(DeclaredInput(_name(at, entry.get("name")), _description(at, entry)))
+    _unique(where, found)
+    return tuple(found)
+
+
+def parse_outputs(value: Any, where: str = "outputs") -> tuple[DeclaredOutput, ...]:
+    """Declared outputs: an array of names (strings), or of ``{name, type?, description?,
+    required?}`` tables; ``type`` is one of ``OUTPUT_TYPES`` (default ``string``).
+
+    Raises:
+        BadDeclaration: one sentence naming the entry.
+    """
+    found: list[DeclaredOutput] = []
+    for index, entry in enumerate(_entries(where, value)):
+        at = f"`{where}` entry {index + 1}"
+        if isinstance(entry, str):
+            found.append(DeclaredOutput(_name(at, entry, _FINISH_FIELDS)))
+            continue
+        if not isinstance(entry, dict) or set(entry) - {"name", "type", "description", "required"}:
+            raise BadDeclaration(
+                f"{at} must be a name or a table of `name`, `type`, `description` and `required`"
+            )
+        kind = entry.get("type", "string")
+        if kind not in OUTPUT_TYPES:
+            raise BadDeclaration(
+                f"{at}: `type` must be one of {', '.join(OUTPUT_TYPES)}, not {kind!r}"
+            )
+        required = entry.get("required", True)
+        if not isinstance(required, bool):
+            raise BadDeclaration(f"{at}: `required` must be true or false")
+        found.append(
+            DeclaredOutput(
+                _name(at, entry.get("name"), _FINISH_FIELDS),
+                kind,
+                _description(at, entry),
+                required,
+            )
+        )
+    _unique(where, found)
+    return tuple(found)
+
+
+def _unique(where: str, entries: Sequence[DeclaredInput | DeclaredOutput]) -> None:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name in seen:
+            raise BadDeclaration(f"`{where}` names {entry.name!r} twice")
+        seen.add(entry.name)
+
+
+# -- ask_user -------------------------------------------------------------------------------------
+
+
+class QuestionType(enum.StrEnum):
+    INPUT = "input"
+    SELECT = "select"
+    CONFIRM = "confirm"
+
+
+ASK_USER_DESCRIPTION = (
+    "Ask the person who runs this flow a question and wait for the answer: free text (`input`), "
+    "a choice among `options` (`select`, several with `multiSelect`, any text with "
+    "`allowCustom`), or yes/no (`confirm`). The run waits, durably, until someone answers."
+)
+ASK_USER_SCHEMA = {
+    "type": "object",
+    "required": ["question", "type"],
+    "additionalProperties": False,
+    "properties": {
+        "question": {"type": "string", "minLength": 1, "description": "The question text"},
+        "type": {"enum": [t.value for t in QuestionType], "description": "Interaction type"},
+        "options": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "description": "Choices for select",
+        },
+        "multiSelect": {"type": "boolean", "description": "Allow several (select only)"},
+        "allowCustom": {"type": "boolean", "description": "Accept any text too (select only)"},
+        "defaultValue": {"type": "string", "description": "Pre-filled default (input only)"},
+    },
+}
+
+
+class BadQuestion(ValueError):
+    """An ``ask_user`` call that asks nothing answerable; the message says what to change."""
+
+
+def question_schema(args: Any) -> dict:
+    """The ``input_schema`` a person's answer to ``args`` is checked against: ``{"answer": ...}``
+    typed as the question asks (a string, one of the options, an array of them, a boolean).
+
+    The answer object is exactly what the ``ask_user`` call returns, so the resume input is the
+    tool's result.
+
+    Raises:
+        BadQuestion: ``args`` breaks the tool's schema or combines fields that mean nothing
+            together (options on a confirm, a default on a select, a select without options).
+    """
+    try:
+        validate(ASK_USER_SCHEMA, args, what="the ask_user call")
+    except SchemaViolation as exc:
+        raise BadQuestion(exc.message) from None
+    kind = QuestionType(args["type"])
+    options = args.get("options")
+    for field in ("options", "multiSelect", "allowCustom"):
+        if field in args and kind is not QuestionType.SELECT:
+            raise BadQuestion(f"`{field}` belongs to a select question, not to {kind.value!r}")
+    if "defaultValue" in args and kind is not QuestionType.INPUT:
+        raise BadQuestion(f"`defaultValue` belongs to an input question, not to {kind.value!r}")
+    answer: dict[str, Any]
+    if kind is QuestionType.INPUT:
+        answer = {"type": "string"}
+        if "defaultValue" in args:
+            answer["default"] = args["defaultValue"]
+    elif kind is QuestionType.CONFIRM:
+        answer = {"type": "boolean"}
+    else:
+        if not options:
+            raise BadQuestion("a select question needs `options`")
+        if len(set(options)) != len(options):
+            raise BadQuestion("a select question lists one option twice")
+        choice: dict[str, Any] = (
+            {"type": "string", "examples": list(options)}
+            if args.get("allowCustom")
+            else {"type": "string", "enum": list(options)}
+        )
+        answer = (
+            {"type": "array", "items": choice, "minItems": 1, "uniqueItems": True}
+            if args.get("multiSelect")
+            else choice
+        )
+    answer["description"] = args["question"]
+    return {
+        "type": "object",
+        "required": ["answer"],
+        "additionalProperties": False,
+        "properties": {"answer": answer},
+    }
+
+
+# -- finish ---------------------------------------------------------------------------------------
+
+
+class FinishStatus(enum.StrEnum):
+    COMPLETE = "complete"
+    ERROR = "error"
+    BLOCKED = "blocked"
+
+
+FINISH_DESCRIPTION = (
+    "Submit your final result and end your work: `status`, a brief `summary`, and the outputs "
+    "your definition declares. Call it last; no tool can be called after it."
+)
+
+
+def finish_schema(
+    outputs: Sequence[DeclaredOutput] = (), branches: Sequence[str] | None = None
+) -> dict:
+    """The ``finish`` tool's input schema for an agent declaring ``outputs``; with ``branches``
+    (an agent-decision step), ``branch`` is required and one of them.
+
+    Declared outputs appear as typed top-level fields; which are required depends on the status
+    (``check_finish``), so the schema lists them without requiring them.
+    """
+    properties: dict[str, Any] = {
+        "status": {"enum": [s.value for s in FinishStatus]},
+        "summary": {"type": "string", "description": "What was done, or what went wrong"},
+    }
+    required = ["status", "summary"]
+    if branches is not None:
+        properties["branch"] = {
+            "type": "string",
+            "enum": list(branches),
+            "description": "Which way the flow goes on from here",
+        }
+        required.append("branch")
+    for output in outputs:
+        properties[output.name] = output.schema()
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def check_finish(
+    args: Any, outputs: Sequence[DeclaredOutput] = (), branches: Sequence[str] | None = None
+) -> dict:
+    """The result a ``finish`` call records: ``{status, summary, outputs, branch?}`` with each
+    declared output under ``outputs`` in its JSON type.
+
+    Raises:
+        SchemaViolation: ``args`` breaks the finish schema, or a ``complete`` finish lacks a
+            required output (the message names it); nothing is a result.
+    """
+    validate(finish_schema(outputs, branches), args, what="the finish call")
+    if args["status"] == FinishStatus.COMPLETE:
+        missing = [o.name for o in outputs if o.required and o.name not in args]
+        if missing:
+            message = (
+                f"a complete finish needs the output{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(f'`{name}`' for name in missing)}"
+            )
+            raise SchemaViolation(
+                f"the finish call does not satisfy the recorded schema: {message}",
+                violations=[{"path": "$", "message": message}],
+            )
+    result: dict[str, Any] = {
+        "status": args["status"],
+        "summary": args["summary"],
+        "outputs": {o.name: args[o.name] for o in outputs if o.name in args},
+    }
+    if "branch" in args:
+        result["branch"] = args["branch"]
+    return result
+
+
+def is_finish_result(value: Any) -> bool:
+    """Whether ``value`` has the shape ``check_finish`` returns (a child run's recorded output)."""
+    return (
+        isinstance(value, dict)
+        and value.get("status") in set(FinishStatus)
+        and isinstance(value.get("summary"), str)
+        and isinstance(value.get("outputs"), dict)
+    )
+
+
+def text_result(text: str) -> dict:
+    """The result of a child that answered in text without calling finish: complete, its text as
+    the summary, no outputs."""
+    return {"status": FinishStatus.COMPLETE.value, "summary": text, "outputs": {}}
+
+
+# -- the other tools' inputs ----------------------------------------------------------------------
+
+SUBAGENT_DESCRIPTION = (
+    "Hand a task to another registered agent and wait for its result (status, summary and its "
+    "typed outputs). The child is a durable run of its own; it is started once."
+)
+SUBAGENT_SCHEMA = {
+    "type": "object",
+    "required": ["agent", "task"],
+    "additionalProperties": False,
+    "properties": {
+        "agent": {"type": "string", "minLength": 1, "description": "Agent name (in the catalog)"},
+        "task": {"type": "string", "description": "Task description"},
+        "inputs": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Named inputs (key -> value)",
+        },
+    },
+}
+
+
+class ResultsAction(enum.StrEnum):
+    LIST = "list"
+    SUMMARY = "summary"
+    AGENT = "agent"
+    RUNS = "runs"
+
+
+FLOW_RESULTS_DESCRIPTION = (
+    "Read, never change, what this run's flows did: `list` the finished results, a flow's per-step "
+    "`summary`, one `agent` step in full, or the `runs` with their per-node state."
+)
+FLOW_RESULTS_SCHEMA = {
+    "type": "object",
+    "required": ["action"],
+    "additionalProperties": False,
+    "properties": {
+        "action": {"enum": [a.value for a in ResultsAction]},
+        "flow": {"type": "string", "description": "Required for summary and agent"},
+        "agent": {"type": "string", "description": "Required for agent"},
+    },
+}
+FLOW_AGENTS_DESCRIPTION = (
+    "List the agent catalog (`op: list`), or validate and register an agent file (`op: write`, "
+    "its markdown `content`); answers with the diagnostics, and writes nothing on an error."
+)
+FLOW_AGENTS_SCHEMA = {
+    "type": "object",
+    "required": ["op"],
+    "additionalProperties": False,
+    "properties": {
+        "op": {"enum": ["list", "write"]},
+        "content": {"type": "string", "description": "The agent file (op: write)"},
+    },
+}
+FLOW_WRITE_DESCRIPTION = (
+    "Validate and store a graph document (YAML or JSON `content`) under `namespace`/`name`; "
+    "answers with the diagnostics, and stores nothing on an error."
+)
+FLOW_WRITE_SCHEMA = {
+    "type": "object",
+    "required": ["name", "content"],
+    "additionalProperties": False,
+    "properties": {
+        "namespace": {"type": "string", "description": 'Flow namespace (default "custom")'},
+        "name": {"type": "string", "minLength": 1},
+        "content": {"type": "string"},
+    },
+}
+
+# What the model sees of each tool besides finish (whose schema is the agent's own).
+TOOL_SHAPES: dict[FlowTool, tuple[str, dict]] = {
+    FlowTool.ASK_USER: (ASK_USER_DESCRIPTION, ASK_USER_SCHEMA),
+    FlowTool.SUBAGENT: (SUBAGENT_DESCRIPTION, SUBAGENT_SCHEMA),
+    FlowTool.FLOW_RESULTS: (FLOW_RESULTS_DESCRIPTION, FLOW_RESULTS_SCHEMA),
+    FlowTool.FLOW_AGENTS: (FLOW_AGENTS_DESCRIPTION, FLOW_AGENTS_SCHEMA),
+    FlowTool.FLOW_WRITE: (FLOW_WRITE_DESCRIPTION, FLOW_WRITE_SCHEMA),
+}
+
+
+# -- authoring diagnostics ------------------------------------------------------------------------
+
+
+class Severity(enum.StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding of an authoring check, at a 1-based line of the text checked."""
+
+    line: int
+    severity: Severity
+    message: str
+    suggestion: str | None = None
+
+    def to_json(self) -> dict:
+        body: dict[str, Any] = {
+            "line": self.line,
+            "severity": self.severity.value,
+            "message": self.message,
+        }
+        if self.suggestion is not None:
+            body["suggestion"] = self.suggestion
+        return body
