@@ -11,6 +11,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     tools        the tool registry and the demo tools
     mcp          the MCP client: server definitions, sessions over stdio and HTTP, MCP tools
     recording    a run's write-ahead record: store access and the run context
+    flows        the flow tools agents call (ask_user, subagent, finish, flow_results, authoring)
     proxies      the loopback model proxy and MCP stand-in endpoints a process agent talks to
     agents       agent kinds: definitions, credentials, the built-in loop, process and
                  service agents
@@ -31,6 +32,7 @@ LAYERS = (
     "tools",
     "mcp",
     "recording",
+    "flows",
     "proxies",
     "agents",
     "graphs",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ._walk import (
     MAP_ITEMS,
-    MAP_OF_LABEL,
     GraphWalk,
     drive_graph,
     map_child_id,
@@ -16,7 +15,6 @@ from ._walk import (
 
 __all__ = [
     "MAP_ITEMS",
-    "MAP_OF_LABEL",
     "GraphWalk",
     "drive_graph",
     "map_child_id",

@@ -66,6 +66,7 @@ from salvor.protocol import (
 from salvor.store import SeqConflict, store_fault
 
 from ..agents import AgentDefinition, AgentLoop, Credentials, drive, gateway_for
+from ..flows import MAP_OF_LABEL
 from ..mcp import open_connections
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
@@ -74,8 +75,6 @@ from ..tools import ToolRegistry, graph_call_key
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
 MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
-# The label a map child carries: the graph run whose walk drives it (its recovery is the walk's).
-MAP_OF_LABEL = "salvor.map_of"
 
 # A child in one of these states fails its map node (and the graph run).
 _CHILD_FAILED = (RunState.FAILED, RunState.ABANDONED)

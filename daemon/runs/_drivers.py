@@ -31,7 +31,7 @@ from salvor.protocol import CodedError
 from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
-from ..graphs import MAP_OF_LABEL
+from ..flows import MAP_OF_LABEL
 from ._healing import StoreHealing
 from ._runtime import Runtime
 

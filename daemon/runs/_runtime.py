@@ -54,7 +54,8 @@ from ..agents import (
     probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
-from ..graphs import MAP_OF_LABEL, drive_graph
+from ..flows import MAP_OF_LABEL
+from ..graphs import drive_graph
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint

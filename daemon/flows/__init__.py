@@ -1,0 +1,44 @@
+"""The flow tools agents call (``ask_user``, ``subagent``, ``finish``, ``flow_results``,
+``flow_agents``, ``flow_write``): one implementation as ``Tool``s bound to a run's flow session,
+offered to built-in agents, graph agent nodes and (through the ``salvor`` MCP server) process
+agents; and the labels that mark a run tree.
+
+Rule: imports only the packages below it; what needs the daemon above (child runs, the catalog,
+the store's settings) is asked of the session's ``FlowHost``.
+"""
+
+from __future__ import annotations
+
+from ._session import (
+    AUTONOMOUS_LABEL,
+    DAEMON_LABELS,
+    MAP_OF_LABEL,
+    PARENT_LABEL,
+    FlowHost,
+    FlowSession,
+    inherited_labels,
+    is_autonomous,
+    session_of,
+)
+from ._tools import (
+    AUTONOMOUS_REFUSAL,
+    flow_tool,
+    flow_tools,
+    offered,
+)
+
+__all__ = [
+    "AUTONOMOUS_LABEL",
+    "AUTONOMOUS_REFUSAL",
+    "DAEMON_LABELS",
+    "MAP_OF_LABEL",
+    "PARENT_LABEL",
+    "FlowHost",
+    "FlowSession",
+    "flow_tool",
+    "flow_tools",
+    "inherited_labels",
+    "is_autonomous",
+    "offered",
+    "session_of",
+]

@@ -1,0 +1,102 @@
+"""A run's flow session: where it stands in its tree, what its agent opted into, and the host
+that carries out what a tool cannot do alone (start a child run, read the run tree, register).
+
+Labels mark the tree, written by the daemon when it starts a child: ``salvor.parent`` (a
+subagent's child names its parent run), ``salvor.map_of`` (a map item names its graph run), and
+``salvor.autonomous`` (``"true"``: nobody answers questions in this tree; set by whoever starts the
+top-level run, inherited by every child the daemon starts for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from salvor.protocol import DeclaredOutput, FlowTool, Session
+
+# A subagent's child run names its parent here; the parent's drive drives it.
+PARENT_LABEL = "salvor.parent"
+# A map item names the graph run whose walk drives it.
+MAP_OF_LABEL = "salvor.map_of"
+# "true" on a run tree nobody answers questions in: ask_user is refused in its child sessions.
+AUTONOMOUS_LABEL = "salvor.autonomous"
+# The labels only the daemon writes; a caller may set AUTONOMOUS_LABEL, never these.
+DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL})
+
+
+def session_of(labels: Mapping[str, str] | None, *, graph_node: bool = False) -> Session:
+    """The session a run's conversation holds: a child when something else started the run for
+    its own ends (a parent's subagent call, a map) or it is a graph's agent node."""
+    labels = labels or {}
+    if graph_node or PARENT_LABEL in labels or MAP_OF_LABEL in labels:
+        return Session.CHILD
+    return Session.MAIN
+
+
+def is_autonomous(labels: Mapping[str, str] | None) -> bool:
+    return (labels or {}).get(AUTONOMOUS_LABEL) == "true"
+
+
+def inherited_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """What a child run the daemon starts takes from the run that starts it."""
+    return {AUTONOMOUS_LABEL: "true"} if is_autonomous(labels) else {}
+
+
+class FlowHost(Protocol):
+    """What the flow tools ask of the daemon above them (the Runtime implements it).
+
+    Every method may raise ``ToolFailed`` (``retryable=False`` when asking again cannot help):
+    the tool call records it as its error and the model is told.
+    """
+
+    async def edit_mode(self) -> bool:
+        """Whether the operator has authoring on; read afresh at every agent turn."""
+        ...
+
+    async def run_child(
+        self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]
+    ) -> dict:
+        """Start (once: its id derives from ``parent`` and ``seq``) and drive a child run of the
+        catalog agent ``agent``; its finish result (``status``, ``summary``, ``outputs``).
+
+        Raises:
+            NotPerformed: the child rests short of a result (waiting on a person, a timer, a
+                write to reconcile); the parent's call stays open and is asked again when the
+                child ends.
+        """
+        ...
+
+    async def flow_results(self, session: FlowSession, args: Mapping[str, Any]) -> Any:
+        """A read-only view of ``session``'s run tree (``flow_results``'s actions)."""
+        ...
+
+    async def agent_catalog(self) -> list[dict]:
+        """The agent catalog, one entry per name (``flow_agents`` ``list``)."""
+        ...
+
+    async def write_agent(self, content: str) -> dict:
+        """Validate and register an agent file: ``{written, diagnostics}``."""
+        ...
+
+    async def write_graph(self, namespace: str, name: str, content: str) -> dict:
+        """Validate and store a graph document: ``{written, diagnostics}``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowSession:
+    """One run's view of the flow tools: who it is, what it may call, what its finish carries.
+
+    ``branches``: the names a graph agent node's finish must choose among (an agent-decision
+    step), else None. ``host``: None where no daemon stands behind the run (a ``salvor run`` of
+    one agent file): the tools that need one are then not offered.
+    """
+
+    run_id: str
+    session: Session
+    autonomous: bool = False
+    opted_in: tuple[FlowTool, ...] = ()
+    outputs: tuple[DeclaredOutput, ...] = ()
+    branches: Sequence[str] | None = None
+    host: FlowHost | None = None
