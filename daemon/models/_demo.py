@@ -5,11 +5,14 @@ README's first command and the demos run with no network and no API key, and
 it is only ever used when an agent chooses ``provider = "demo"``.
 
 Given a neutral model request it calls each offered tool once, in the order
-the tools are listed, one call per answer; a tool named ``submit_output`` is
-kept for last. Arguments are filled from the run input, then from earlier
-tool results, then from placeholders chosen by the schema's types. When
-every tool has been called it calls ``submit_output`` if offered, else
-answers with a text summary of what the tools returned.
+the tools are listed, one call per answer; a tool that ends the work
+(``submit_output``, a flow's ``finish``) is kept for last. Arguments are
+filled from the run input, then from earlier tool results, then from
+placeholders chosen by the schema's types (a required field always; an
+optional one only when the run input names it); a ``finish`` summary the
+input does not give is the text summary of what the tools returned. When
+every tool has been called it calls the closing tool if offered, else
+answers with that text summary.
 
 The answer is a pure function of the request: the same request gives the
 same (response, usage) every time, which is what lets a recovered run re-issue
@@ -24,6 +27,9 @@ from typing import Any
 JSON = dict[str, Any]
 
 SUBMIT_OUTPUT = "submit_output"
+FINISH = "finish"
+# The tools that end the work: called last, once every other tool was.
+_CLOSING = (SUBMIT_OUTPUT, FINISH)
 
 _PLACEHOLDERS: dict[str, Any] = {
     "string": "demo",
@@ -125,10 +131,19 @@ def _placeholder(schema: Any) -> Any:
 def _arguments(tool: JSON, conversation: _Conversation) -> JSON:
     schema = tool.get("input_schema") or {}
     properties = schema.get("properties") or {}
+    required = schema.get("required") or []
     arguments: JSON = {}
-    for key in schema.get("required") or []:
+    for key in required:
         found, value = conversation.value_for(key)
-        arguments[key] = value if found else _placeholder(properties.get(key))
+        if found:
+            arguments[key] = value
+        elif key == "summary" and tool["name"] == FINISH:
+            arguments[key] = _summary(conversation)
+        else:
+            arguments[key] = _placeholder(properties.get(key))
+    for key in properties:
+        if key not in arguments and key in conversation.run_input:
+            arguments[key] = conversation.run_input[key]
     return arguments
 
 
@@ -159,10 +174,10 @@ def demo_complete(request: JSON) -> tuple[JSON, JSON]:
     conversation = _Conversation(request.get("messages") or [])
     called = conversation.called()
 
-    pending = [t for t in tools if t["name"] != SUBMIT_OUTPUT and t["name"] not in called]
-    submit = next((t for t in tools if t["name"] == SUBMIT_OUTPUT), None)
-    if not pending and submit is not None and SUBMIT_OUTPUT not in called:
-        pending = [submit]
+    pending = [t for t in tools if t["name"] not in _CLOSING and t["name"] not in called]
+    closing = next((t for t in tools if t["name"] in _CLOSING), None)
+    if not pending and closing is not None and closing["name"] not in called:
+        pending = [closing]
 
     if pending:
         tool = pending[0]

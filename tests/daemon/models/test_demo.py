@@ -182,3 +182,33 @@ def test_output_is_plain_json():
     request = request_for('{"invoice_id": "inv-7"}', [LOOKUP, SUBMIT])
     response, usage = demo_complete(request)
     assert json.loads(json.dumps([response, usage])) == [response, usage]
+
+
+FINISH = tool(
+    "finish",
+    {"status": {"enum": ["complete", "error"]}, "summary": {"type": "string"}},
+)
+
+
+def test_finish_comes_last_with_the_summary_of_what_the_tools_returned():
+    responses = run_to_end(
+        request_for('{"invoice_id": "INV-1"}', [FINISH, LOOKUP]),
+        {"lookup_invoice": ('{"amount": 5}', False), "finish": ("done", False)},
+    )
+    calls = [r["content"][0] for r in responses if r["stop_reason"] == "tool_use"]
+    assert [c["name"] for c in calls] == ["lookup_invoice", "finish"]
+    assert calls[1]["input"]["status"] == "complete"
+    assert calls[1]["input"]["summary"].startswith("Demo model: called 1 tool(s).")
+
+
+def test_an_optional_field_is_filled_only_when_the_run_input_names_it():
+    ask = tool(
+        "ask_user",
+        {"question": {"type": "string"}, "type": {"type": "string"}, "options": {"type": "array"}},
+        required=["question", "type"],
+    )
+    given = {"question": "Which plan?", "type": "select", "options": ["basic", "pro"]}
+    with_options, _ = demo_complete(request_for(json.dumps(given), [ask]))
+    assert with_options["content"][0]["input"] == given
+    bare, _ = demo_complete(request_for('{"question": "Ok?"}', [ask]))
+    assert bare["content"][0]["input"] == {"question": "Ok?", "type": "demo"}
