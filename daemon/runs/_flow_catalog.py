@@ -59,7 +59,8 @@ _TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState
 class FlowCatalog:
     """Edit mode, ``flow_results``, the catalog and authoring, over ``self.runtime``."""
 
-    runtime: Runtime
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     async def edit_mode(self) -> bool:
         """Whether the operator has authoring on (``Runtime.edit_mode``: read afresh each time)."""
@@ -76,6 +77,18 @@ class FlowCatalog:
         """
         access = self.runtime.access
         return await access.read(_results, access.store, session.run_id, dict(args))
+
+    # Until the authoring checks (agent and graph diagnostics) are here, each refuses the call
+    # as a tool error that retrying cannot help.
+
+    async def agent_catalog(self) -> list[dict]:
+        raise ToolFailed("the agent catalog is not built yet", retryable=False)
+
+    async def write_agent(self, content: str) -> dict:
+        raise ToolFailed("writing agents is not built yet", retryable=False)
+
+    async def write_graph(self, namespace: str, name: str, content: str) -> dict:
+        raise ToolFailed("writing graphs is not built yet", retryable=False)
 
 
 # -- the tree, read on a reader thread ------------------------------------------------------------

@@ -70,11 +70,6 @@ def _flow_write(seq: int, name: str, graph: str) -> list:
     ]
 
 
-class Host(FlowCatalog):
-    def __init__(self, runtime) -> None:
-        self.runtime = runtime
-
-
 @pytest.fixture
 async def tree(runtime):
     reviewer, writer, main = _agent("reviewer"), _agent("writer"), _agent("main")
@@ -117,10 +112,10 @@ async def tree(runtime):
     }
     for run_id, events in logs.items():
         await runtime.access.append(run_id, events, EMPTY_VIEW)
-    return Host(runtime)
+    return FlowCatalog(runtime)
 
 
-async def _results(host: Host, **args):
+async def _results(host: FlowCatalog, **args):
     session = FlowSession(run_id=MAIN, session=Session.MAIN, host=host)
     return await host.flow_results(session, args)
 
