@@ -122,6 +122,15 @@ RUN = Answer(
             schema=ref("RunId"),
             description="Present on a re-run: the run it reproduces.",
         ),
+        Field(
+            name="parent",
+            schema=ref("RunId"),
+            description=(
+                "An extension: present on a subagent's child run, the run whose subagent call "
+                "started it (its `salvor.parent` label). The parent's children are "
+                "`GET /v1/runs/{id}/children`."
+            ),
+        ),
     ),
     rules=DRIVER_RULE,
 )
@@ -253,6 +262,22 @@ RUN_LIST = Answer(
         ),
     ),
 )
+CHILD_LIST = Answer(
+    "ChildList",
+    (
+        _RUN,
+        _required(
+            "derived",
+            {"const": True},
+            description="Read from the children's own labels, not from the parent's log.",
+        ),
+        _required(
+            "children",
+            {"type": "array", "items": ref("RunSummary")},
+            description="The runs its subagent calls started, oldest first.",
+        ),
+    ),
+)
 RECONCILIATION = Answer(
     "Reconciliation",
     (
@@ -341,6 +366,7 @@ CLIENT_TOOLS = Answer(
 ANSWERS = (
     RUN,
     RUN_LIST,
+    CHILD_LIST,
     RECONCILIATION,
     RECONCILIATION_LIST,
     AGENT_SUMMARY,

@@ -677,6 +677,19 @@ PATHS: JSON = {
             "responses": _responses({"200": ("The run.", _ref("Run"))}, "BadRequest", "UnknownRun"),
         },
     },
+    "/v1/runs/{run_id}/children": {
+        "get": {
+            "operationId": "listRunChildren",
+            "summary": (
+                "An extension: the child runs a run's subagent calls started, oldest first "
+                "(a derived index, as `GET /v1/runs?label=salvor.parent:{run_id}` lists them)"
+            ),
+            "parameters": _RUN,
+            "responses": _responses(
+                {"200": ("The children.", _ref("ChildList"))}, "BadRequest", "UnknownRun"
+            ),
+        },
+    },
     "/v1/runs/{run_id}/replay": {
         "get": {
             "operationId": "replayRun",
