@@ -1,5 +1,5 @@
-"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process
-agents and service agents.
+"""Agent kinds: definitions (TOML, JSON, markdown) and their hashes, operator credentials, the
+built-in loop, process agents and service agents.
 
 Rule: imports only the packages below it; knows nothing of HTTP routes or client-driven runs.
 """
@@ -13,14 +13,18 @@ from ._credentials import (
 )
 from ._definition import (
     DEFAULT_PROVIDER,
+    FORMATS,
     HTTP_FIELDS,
+    MAX_DESCRIPTION_CHARS,
+    OUTPUT_SOURCES,
     PROVIDERS,
     AgentDefinition,
     AgentKind,
-    DefinitionError,
+    format_of,
     load_definition,
     parse_definition,
 )
+from ._definition_error import DefinitionError
 from ._loop import (
     AgentLoop,
     declares_probe,
@@ -36,7 +40,10 @@ from ._process import (
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "FORMATS",
     "HTTP_FIELDS",
+    "MAX_DESCRIPTION_CHARS",
+    "OUTPUT_SOURCES",
     "PROVIDERS",
     "AgentDefinition",
     "AgentKind",
@@ -48,6 +55,7 @@ __all__ = [
     "agent_environment",
     "declares_probe",
     "drive",
+    "format_of",
     "gateway_for",
     "load_definition",
     "offered_besides_mcp",

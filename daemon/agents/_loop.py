@@ -99,6 +99,7 @@ def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
     taken = {name: f"the registry tool {name!r}" for name in agent.tools}
     if agent.output_schema is not None:
         taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
+    taken |= {tool.value: f"the flow tool {tool.value!r}" for tool in agent.offerable_flow_tools}
     return taken
 
 
