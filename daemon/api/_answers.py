@@ -17,6 +17,7 @@ from typing import Any
 from quart import Response
 from salvor.protocol import TERMINAL_STATES, RunState, Shape, nullable
 
+from ..agents import FORMATS
 from ._bodies import Field
 from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
@@ -244,7 +245,7 @@ AGENT = Answer(
     "Agent",
     (
         _required("agent", ref("AgentHash")),
-        _required("format", {"enum": ["toml", "json"]}),
+        _required("format", {"enum": list(FORMATS)}),
         _required(
             "definition", {"type": "string"}, description="The definition as registered, verbatim."
         ),

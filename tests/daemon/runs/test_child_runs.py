@@ -16,7 +16,7 @@ from salvor.daemon.recording import DriveInterrupted
 from salvor.daemon.runs import DriverSet
 from salvor.protocol import EMPTY_VIEW, EventKind, ModelCallRequested, RunStarted, RunState
 
-from tests.support.flows import tool_use, with_flows
+from tests.support.flows import tool_use
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import text_reply
 
@@ -45,7 +45,7 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
     provider = providers(
         [tool_use("subagent", {"agent": "approver", "task": "t"}), text_reply("parent done")]
     )
-    parent = with_flows(make_agent(provider), flow_tools=["subagent"])
+    parent = make_agent(provider, extra='flow_tools = ["subagent"]')
     run_id = await runtime.start_run(parent, "go")
     with pytest.raises(DriveInterrupted, match="suspended"):
         await runtime.drive(run_id, agent=parent)
@@ -64,7 +64,6 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
 
     # A person answers the child; its driver ends it and starts the parent, which completes.
     await runtime.resume(child, {"approved": True})
-    runtime.load_agent = _also(runtime.load_agent, parent)
     async with trio.open_nursery() as nursery:
         drivers = DriverSet(runtime, nursery)
         drivers.start(child)
@@ -72,18 +71,6 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
     view = await runtime.view(run_id)
     assert view.status() == {"state": "completed", "output": "parent done"}
     assert provider.call_count == 2 and child_provider.call_count == 2
-
-
-def _also(load_agent, agent):
-    """``load_agent`` that also knows ``agent`` in full (its flow fields are not in the store's
-    text until definitions carry them)."""
-
-    async def load(agent_def_hash: str):
-        if agent_def_hash == agent.agent_def_hash:
-            return agent
-        return await load_agent(agent_def_hash)
-
-    return load
 
 
 async def test_recovery_leaves_a_child_to_its_interrupted_parents_drive(runtime):
