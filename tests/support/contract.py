@@ -51,6 +51,8 @@ GRAPH_RUN_PATHS = ("/v1/graph-runs",)
 FORK_PATHS = ("/v1/runs/{run_id}/graph", "/v1/runs/{run_id}/fork", "/v1/runs/{run_id}/forks")
 # Covered by tests/daemon/api/test_settings.py.
 SETTINGS_PATHS = ("/v1/settings/edit-mode",)
+# Covered by tests/daemon/api/test_children.py.
+CHILD_PATHS = ("/v1/runs/{run_id}/children",)
 
 
 def pointer(*parts: str) -> str:
