@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import trio
 from salvor.protocol import (
+    Diagnostic,
     Envelope,
     Graph,
     InvalidGraph,
@@ -31,18 +34,29 @@ from salvor.protocol import (
     NodeSkipped,
     ResultsAction,
     RunState,
+    Severity,
     ToolCallCompleted,
     ToolCallRequested,
     excerpt,
     graph_from_value,
     is_finish_result,
+    parse_graph_json,
+    parse_graph_yaml,
     project_graph,
     text_result,
 )
-from salvor.store import EventStore, RunSummary
+from salvor.store import EventStore, RunSummary, StoredAgent
 
+from ..agents import (
+    AgentDefinition,
+    DefinitionError,
+    agent_diagnostics,
+    graph_diagnostics,
+    parse_definition,
+)
 from ..flows import PARENT_LABEL, FlowSession
 from ..tools import ToolFailed
+from ..web import OperationRefused
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -78,17 +92,185 @@ class FlowCatalog:
         access = self.runtime.access
         return await access.read(_results, access.store, session.run_id, dict(args))
 
-    # Until the authoring checks (agent and graph diagnostics) are here, each refuses the call
-    # as a tool error that retrying cannot help.
-
     async def agent_catalog(self) -> list[dict]:
-        raise ToolFailed("the agent catalog is not built yet", retryable=False)
+        """The catalog ``flow_agents list`` answers: one entry per agent name, the newest
+        registration of each (ordered by it, oldest first), as ``catalog_entry`` describes it.
+        An agent registered without a name is reached by its hash only and is not listed."""
+        access = self.runtime.access
+        return await access.read(_catalog, access.store, self.runtime.registry.names())
 
     async def write_agent(self, content: str) -> dict:
-        raise ToolFailed("writing agents is not built yet", retryable=False)
+        """Check a markdown agent file and register it: ``{written, diagnostics}``, and when
+        written the agent's hash, its name and whether it was new (``created``).
+
+        The file is held to what an HTTP caller may send (no file of the daemon's disk, no
+        command to run, only the model endpoints and MCP origins the operator declared), and it
+        is built as ``POST /v1/agents`` builds one. Any error diagnostic, from the checks or the
+        build, leaves the store as it was (``written: false``).
+        """
+        runtime = self.runtime
+        known = runtime.registry.names()
+        # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
+        diagnostics, agent = await trio.to_thread.run_sync(
+            _checked_agent, content, known, runtime.credentials
+        )
+        if agent is not None:
+            try:
+                await runtime.build_agent(agent)
+            except OperationRefused as exc:
+                diagnostics.append(Diagnostic(1, Severity.ERROR, exc.message))
+                agent = None
+        if agent is None:
+            return _answer(False, diagnostics)
+        created = await runtime.register_agent(agent)
+        return {
+            **_answer(True, diagnostics),
+            "agent": agent.agent_def_hash,
+            "name": agent.name,
+            "created": created,
+        }
 
     async def write_graph(self, namespace: str, name: str, content: str) -> dict:
-        raise ToolFailed("writing graphs is not built yet", retryable=False)
+        """Check a graph document (YAML, or JSON) and store it content-addressed:
+        ``{written, diagnostics}``, and when written its hash (``graph``), the name it was given
+        (``flow``: ``namespace/name``) and whether it was new (``created``).
+
+        The name is remembered by the run's log, which records this answer as the call's
+        output (``flow_results`` reads it there). Any error diagnostic leaves the store as it
+        was (``written: false``).
+
+        Raises:
+            ToolFailed: (retryable=False) ``namespace`` or ``name`` is not a name.
+        """
+        for field, value in (("namespace", namespace), ("name", name)):
+            if not _FLOW_NAME.fullmatch(value):
+                raise ToolFailed(
+                    f"`{field}` must be 1 to 64 letters, digits, `_`, `-` or `.` (starting with a "
+                    f"letter or digit), not {excerpt(value, 80)!r}",
+                    retryable=False,
+                )
+        access = self.runtime.access
+        known = self.runtime.registry.names()
+        diagnostics, graph = await access.read(_checked_graph, access.store, content, known)
+        if graph is None:
+            return _answer(False, diagnostics)
+        created = await self.runtime.register_graph(graph)
+        return {
+            **_answer(True, diagnostics),
+            "graph": graph.hash,
+            "flow": f"{namespace}/{name}",
+            "created": created,
+        }
+
+
+# -- authoring: checks on a worker thread ---------------------------------------------------------
+
+_FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _answer(written: bool, diagnostics: list[Diagnostic]) -> dict:
+    return {"written": written, "diagnostics": [d.to_json() for d in diagnostics]}
+
+
+def _errors(diagnostics: list[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diagnostics)
+
+
+def _checked_agent(
+    content: str, known_tools: Any, credentials: Any
+) -> tuple[list[Diagnostic], AgentDefinition | None]:
+    """The diagnostics of a markdown agent file, and the definition when it has no error."""
+    # What an HTTP caller may send, no more: a model's file is no more trusted than a caller.
+    rules = {
+        "known_tools": known_tools,
+        "allow_processes": False,
+        "credentials": credentials,
+    }
+    diagnostics = agent_diagnostics(content, "md", **rules)
+    if _errors(diagnostics):
+        return diagnostics, None
+    return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
+
+
+def _checked_graph(
+    store: EventStore, content: str, known_tools: Any
+) -> tuple[list[Diagnostic], Graph | None]:
+    """The diagnostics of a graph document (its agents read from ``store``, so a node naming
+    one that is not registered, or not wiring an input it declares, is warned of), and the
+    graph when it has no error."""
+    parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
+    try:
+        graph = parse(content)
+    except InvalidGraph:
+        return graph_diagnostics(content), None  # every error, each on its line
+    diagnostics = graph_diagnostics(content, _graph_agents(store, graph, known_tools))
+    return diagnostics, None if _errors(diagnostics) else graph
+
+
+def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str, AgentDefinition]:
+    """The registered agents ``graph``'s agent nodes name, by hash (the ones that still build)."""
+    found: dict[str, AgentDefinition] = {}
+    for node in graph.nodes:
+        target = node.body if node.body is not None else node
+        if target.agent is None or target.agent in found:
+            continue
+        stored = store.get_agent(target.agent)
+        if stored is None:
+            continue
+        try:
+            found[target.agent] = parse_definition(
+                stored.definition, stored.format, known_tools=known_tools, stored=True
+            )
+        except DefinitionError:
+            continue  # no longer builds here: warned of as not registered
+    return found
+
+
+def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
+    newest: dict[str, StoredAgent] = {}
+    for stored in store.list_agents():
+        if stored.name:
+            newest.pop(stored.name, None)  # re-inserted last: the newest registration wins
+            newest[stored.name] = stored
+    entries = []
+    # In the order of each name's newest registration, oldest first.
+    for stored in newest.values():
+        try:
+            agent = parse_definition(
+                stored.definition, stored.format, known_tools=known_tools, stored=True
+            )
+        except DefinitionError:
+            continue  # it no longer builds here (a tool this daemon lacks): nothing can run it
+        entries.append(catalog_entry(agent))
+    return entries
+
+
+def catalog_entry(agent: AgentDefinition) -> dict:
+    """An agent as the catalog lists it: ``name``, ``description``, ``tools`` (its registry
+    tools and the flow tools it opted into), ``inputs`` (names), ``outputs`` (name, type and
+    description), ``source_type`` ("local": registered in this store), ``agent`` (its hash),
+    ``kind``, and a markdown file's ``card`` and ``architect`` when it has them."""
+    outputs = []
+    for output in agent.outputs:
+        declared = {"name": output.name, "type": output.type}
+        if output.description:
+            declared["description"] = output.description
+        outputs.append(declared)
+    entry = {
+        "name": agent.name,
+        "description": agent.description or "",
+        "tools": [*agent.tools, *(tool.value for tool in agent.flow_tools)],
+        "inputs": [declared.name for declared in agent.inputs],
+        "outputs": outputs,
+        "source_type": "local",
+        "agent": agent.agent_def_hash,
+        "kind": agent.kind.value,
+    }
+    # A markdown file's display metadata, when it has some.
+    for key in ("card", "architect"):
+        if getattr(agent, key) is not None:
+            entry[key] = getattr(agent, key)
+    return entry
 
 
 # -- the tree, read on a reader thread ------------------------------------------------------------
