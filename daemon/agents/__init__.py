@@ -1,5 +1,5 @@
-"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process
-agents and service agents.
+"""Agent kinds: definitions (TOML, JSON, markdown) and their hashes, operator credentials, the
+built-in loop, process agents and service agents.
 
 Rule: imports only the packages below it; knows nothing of HTTP routes or client-driven runs.
 """
@@ -13,18 +13,29 @@ from ._credentials import (
 )
 from ._definition import (
     DEFAULT_PROVIDER,
+    FORMATS,
     HTTP_FIELDS,
+    MAX_DESCRIPTION_CHARS,
+    OUTPUT_SOURCES,
     PROVIDERS,
     AgentDefinition,
     AgentKind,
-    DefinitionError,
+    format_of,
     load_definition,
     parse_definition,
 )
+from ._definition_error import DefinitionError
+from ._diagnostics import (
+    agent_diagnostics,
+    graph_diagnostics,
+)
 from ._loop import (
+    FINISH_REMINDER,
+    FINISH_REMINDERS,
     AgentLoop,
     declares_probe,
     drive,
+    flow_session,
     gateway_for,
     offered_besides_mcp,
     probes_open_write,
@@ -36,7 +47,12 @@ from ._process import (
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "FINISH_REMINDER",
+    "FINISH_REMINDERS",
+    "FORMATS",
     "HTTP_FIELDS",
+    "MAX_DESCRIPTION_CHARS",
+    "OUTPUT_SOURCES",
     "PROVIDERS",
     "AgentDefinition",
     "AgentKind",
@@ -45,10 +61,14 @@ __all__ = [
     "Credentials",
     "DefinitionError",
     "LlmChoice",
+    "agent_diagnostics",
     "agent_environment",
     "declares_probe",
     "drive",
+    "flow_session",
+    "format_of",
     "gateway_for",
+    "graph_diagnostics",
     "load_definition",
     "offered_besides_mcp",
     "parse_definition",
