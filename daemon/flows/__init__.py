@@ -9,6 +9,9 @@ the store's settings) is asked of the session's ``FlowHost``.
 
 from __future__ import annotations
 
+from ._caller_labels import (
+    caller_labels,
+)
 from ._session import (
     AUTONOMOUS_LABEL,
     DAEMON_LABELS,
@@ -35,6 +38,7 @@ __all__ = [
     "PARENT_LABEL",
     "FlowHost",
     "FlowSession",
+    "caller_labels",
     "flow_tool",
     "flow_tools",
     "inherited_labels",
