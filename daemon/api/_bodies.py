@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client_runs import MODEL_REQUEST_FIELDS
-from ..recording import checked_labels, parse_run_id
+from ..flows import caller_labels
+from ..recording import parse_run_id
 from ..web import bad_request, object_from
 from ._http import json_object
 from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, exactly, nullable, ref
@@ -140,7 +141,7 @@ def _run_id(message: str) -> Callable[[Any], str]:
 
 def _labels(value: Any) -> dict[str, str]:
     # The one label check every door uses (a run started here, a client run's RunStarted, the CLI).
-    return checked_labels(value)
+    return caller_labels(value)
 
 
 def _boolean(message: str) -> Callable[[Any], bool]:

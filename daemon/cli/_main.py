@@ -38,8 +38,9 @@ from salvor.store import StoreLocks, default_store_url, normalize_store_url, sql
 
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
+from ..flows import caller_labels
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import checked_labels, claim_wait_seconds, open_store_access, parse_run_id
+from ..recording import claim_wait_seconds, open_store_access, parse_run_id
 from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._doctor import add_parser as add_doctor_parser
@@ -90,8 +91,9 @@ def _labels(pairs: list[str]) -> dict[str, str] | None:
         if not sep:
             raise CliError(f"--label {pair!r} must look like key=value")
         labels[key] = value
-    # Their bounds (an empty key among them) are the one label check's, in the API's words.
-    return checked_labels(labels)
+    # Their bounds (an empty key among them) and the flow labels' rules are the one label check's,
+    # in the API's words.
+    return caller_labels(labels)
 
 
 def _out(obj: Any) -> None:
@@ -162,15 +164,14 @@ class Cli:
     # -- commands -------------------------------------------------------------
 
     async def cmd_run(self, runtime: Runtime) -> int:
+        labels = _labels(self.args.label)
         agent = await self._agent_from(runtime, self.args.agent)
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
         # The run lock is taken before the run exists: a daemon starting
         # meanwhile never sees it unlocked and interrupted.
         run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(
-                agent, run_input, labels=_labels(self.args.label), run_id=run_id
-            )
+            run_id = await runtime.start_run(agent, run_input, labels=labels, run_id=run_id)
             if self.json:
                 _out({"run": run_id})
             else:
@@ -179,6 +180,8 @@ class Cli:
 
     async def cmd_graph(self, runtime: Runtime) -> int:
         """``salvor graph run``: the document and its agents stored, the run started and driven."""
+        # Checked before anything is stored: a refused label leaves the store as it was.
+        labels = _labels(self.args.label)
         try:
             graph = await read_graph(self.args.file)
         except OSError as exc:
@@ -194,9 +197,7 @@ class Cli:
         run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
         run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_graph_run(
-                graph, run_input, labels=_labels(self.args.label), run_id=run_id
-            )
+            run_id = await runtime.start_graph_run(graph, run_input, labels=labels, run_id=run_id)
             if self.json:
                 _out({"run": run_id})
             else:
@@ -214,6 +215,7 @@ class Cli:
         return agent
 
     async def cmd_rerun(self, runtime: Runtime) -> int:
+        labels = _labels(self.args.label)
         origin = parse_run_id(self.args.run)
         if self.args.agent is not None:
             agent = await self._agent_from(runtime, self.args.agent)
@@ -222,7 +224,7 @@ class Cli:
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
             run_id = await runtime.start_run(
-                agent, None, labels=_labels(self.args.label), replay_of=origin, run_id=run_id
+                agent, None, labels=labels, replay_of=origin, run_id=run_id
             )
             if self.json:
                 _out({"run": run_id, "replay_of": origin})

@@ -30,7 +30,8 @@ from salvor.protocol import (
 )
 from salvor.store import SeqConflict
 
-from ..recording import StoreAccess, checked_labels, parse_run_id
+from ..flows import caller_labels
+from ..recording import StoreAccess, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._answers import APPENDED
 from ._leases import LeaseRegistry
@@ -137,7 +138,7 @@ def read_batch(body: dict, run_id: str) -> list[Envelope]:
             )
         kind = envelope.event.KIND
         if kind is EventKind.RUN_STARTED:
-            checked_labels(envelope.event.labels, f"events[{index}]: ")
+            caller_labels(envelope.event.labels, f"events[{index}]: ")
         batch.append(_stamped(envelope))
     return batch
 

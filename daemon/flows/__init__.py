@@ -9,6 +9,9 @@ the store's settings) is asked of the session's ``FlowHost``.
 
 from __future__ import annotations
 
+from ._caller_labels import (
+    caller_labels,
+)
 from ._session import (
     AUTONOMOUS_LABEL,
     DAEMON_LABELS,
@@ -38,6 +41,7 @@ __all__ = [
     "SUBAGENTS",
     "FlowHost",
     "FlowSession",
+    "caller_labels",
     "child_run_id",
     "flow_tool",
     "flow_tools",

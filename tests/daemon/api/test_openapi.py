@@ -513,6 +513,13 @@ def _agent_kinds(tmp_path: Path) -> dict[str, dict]:
             "budgets": {"steps": 5, "cost_usd": 0.5},
             "pricing": {"input_per_mtok": 1, "output_per_mtok": 2},
             "llm": {"provider": "demo", "max_retries": 1, "timeout_seconds": 30, "stream": False},
+            "description": "Settles refunds.",
+            "flow_tools": ["ask_user", "finish"],
+            "inputs": ["invoice_id", {"name": "reason", "description": "Why"}],
+            "outputs": [
+                "verdict",
+                {"name": "amount", "type": "number", "description": "Cents", "required": False},
+            ],
         },
         "built-in with MCP servers": {
             "model": "demo-planner",
@@ -546,6 +553,11 @@ def _agent_kinds(tmp_path: Path) -> dict[str, dict]:
             "env": {"AGENT_MODE": "test"},
             "timeout": 30,
             "record_prompts": False,
+            "description": "A local agent.",
+            "inputs": ["task"],
+            "outputs": [{"name": "answer", "type": "object"}],
+            "salvor_mcp": False,
+            "output_from": "stdout",
         },
         "process with MCP servers": {
             "kind": "process",
@@ -601,6 +613,23 @@ async def test_every_agent_kind_is_a_request_the_document_admits(
     }
     assert not contract.admits(schema_pointer, both)
     await contract.call(server.client, "POST", "/v1/agents", expect=400, json=both)
+    # The flow fields' enums and names are the parser's: what it refuses, the document does not
+    # admit.
+    for flow_field in (
+        {"flow_tools": ["ask_usr"]},
+        {"flow_tools": ["finish", "finish"]},
+        {"outputs": [{"name": "a", "type": "date"}]},
+        {"outputs": ["summary"]},
+        {"inputs": ["not a name"]},
+        {"description": "x" * 1025},
+    ):
+        refused = {"model": "m", "llm": {"provider": "demo"}, **flow_field}
+        assert not contract.admits(schema_pointer, refused), flow_field
+        await contract.call(server.client, "POST", "/v1/agents", expect=400, json=refused)
+    for process_field in ({"output_from": "stdin"}, {"salvor_mcp": "no"}):
+        refused = {"kind": "process", "command": ["true"], **process_field}
+        assert not contract.admits(schema_pointer, refused), process_field
+        await contract.call(server.client, "POST", "/v1/agents", expect=400, json=refused)
     await server.stop()  # one daemon per store
 
     plain = await server_factory()

@@ -218,6 +218,15 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
         (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
         (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
         (["run", "AGENT", "--label", "=v"], ["label key '' must be 1 to 64 bytes"]),
+        (
+            ["run", "AGENT", "--label", "salvor.parent=00000000-0000-4000-8000-000000000000"],
+            ["the label `salvor.parent` is written by the daemon alone"],
+        ),
+        (["run", "AGENT", "--label", "salvor.autonomous=on"], ['`salvor.autonomous` is "true"']),
+        (
+            ["rerun", "00000000-0000-4000-8000-000000000000", "--label", "salvor.map_of=g"],
+            ["`salvor.map_of`"],
+        ),
         (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),
         (["run", "missing-agent.toml"], ["cannot read agent file"]),
         (["run", "sha256:0000"], ["no agent sha256:0000 is stored here"]),

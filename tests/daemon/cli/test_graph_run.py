@@ -92,3 +92,24 @@ def test_the_example_graphs_name_the_example_agents_as_they_are_now() -> None:
         named = {node.agent for node in graph.nodes if node.agent is not None}
         named |= {node.body.agent for node in graph.nodes if node.body is not None}
         assert named - {None} <= hashes, path.name
+
+
+def test_a_graph_run_with_a_label_only_the_daemon_writes_is_refused_before_anything_is_stored(
+    tmp_path: Path, store_url: str
+) -> None:
+    EventStore.open(store_url).close()
+    refused = salvor_in_process(
+        "graph",
+        "run",
+        str(CONTRIB / "graphs" / "tickets.json"),
+        "--agent",
+        str(CONTRIB / "agents" / "ticket-triage.toml"),
+        "--label",
+        "salvor.map_of=someone-elses-graph",
+        env=_env(tmp_path, store_url),
+    )
+    assert refused.returncode == 1
+    assert "`salvor.map_of` is written by the daemon alone" in refused.stderr
+    with EventStore.open(store_url) as store:
+        assert store.list_agents() == [] and store.list_graphs() == []
+        assert store.list_runs(limit=10)[0] == []
