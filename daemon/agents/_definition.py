@@ -29,6 +29,7 @@ from salvor.protocol import (
 )
 
 from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
+from ..proxies import variable_suffix
 from ..web import HEADER_NAME, is_http_url, stray_placeholder
 from ._credentials import Credentials, Undeclared
 
@@ -510,6 +511,15 @@ def _outside_agent(
         )
     except McpDefinitionError as exc:
         raise DefinitionError(str(exc)) from None
+    reserved = next((s.name for s in mcp_servers if variable_suffix(s.name) == "SALVOR"), None)
+    # salvor serves its own `salvor` server to every process run: a second would share its lane
+    # and its variables.
+    _expect(
+        reserved is None,
+        f"[[mcp_servers]] {reserved!r}: salvor offers every process agent its own MCP server "
+        "named `salvor` (SALVOR_MCP_URL_SALVOR, SALVOR_MCP_SERVER_SALVOR); give this one "
+        "another name",
+    )
     normalised = {k: v for k, v in raw.items() if k != "name"}
     try:
         agent_def_hash = sha256_hash(normalised)
