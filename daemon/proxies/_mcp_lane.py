@@ -286,6 +286,10 @@ class McpLane:
         self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
     ) -> dict:
         asked = call_input(params)
+        if method == "tools/call" and self.proxy.finished is not None:
+            # After a good finish the run's work is done: nothing more is performed or recorded
+            # (so a replay or a re-run refuses it the same way), and the model reads why.
+            return answer_of(request_id, {"result": after_finish(asked.get("name"))})
         pending = self.ctx.view.pending
         decision = self.replay.step(
             lambda call: mismatch(call, method, asked),
@@ -314,10 +318,6 @@ class McpLane:
         if step is Step.REPRODUCE:
             return await self._reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
-            if method == "tools/call" and self.proxy.finished is not None:
-                # After a good finish the run's work is done: nothing more is performed or
-                # recorded, and the agent's model reads why as the tool's error.
-                return answer_of(request_id, {"result": after_finish(asked.get("name"))})
             opened = await self._open_intent(request_id, method, params, asked)
             if isinstance(opened, dict):
                 return opened

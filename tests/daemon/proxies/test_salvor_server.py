@@ -1,0 +1,227 @@
+"""The ``salvor`` MCP server a process agent reaches: the flow tools through a stand-in lane.
+
+The agent is the stand-in suite's script on the real ``mcp`` SDK client
+(``tests.daemon.proxies.test_mcp_standins.AGENT``), pointed at ``$SALVOR_MCP_SERVER_SALVOR``
+(stdio, through the relay) or ``$SALVOR_MCP_URL_SALVOR`` (streamable HTTP); its model is the
+scripted provider, whose answers depend only on the conversation so far (what a tool call
+returned is what the next answer is built from).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from salvor.daemon.agents._definition import DefinitionError, parse_definition
+from salvor.protocol import question_schema
+
+from tests.daemon.proxies.test_mcp_standins import AGENT
+from tests.support.backends import SQLITE_ONLY
+from tests.support.scripted_provider import ProviderCall
+
+# SQLite alone (tests/support/backends.py): what it tests is the salvor server's lane; the kill
+# test of tests/chaos/test_kill_salvor_server runs on both backends.
+STORE_BACKENDS = SQLITE_ONLY
+
+QUESTION = {"question": "Which colour?", "type": "select", "options": ["red", "blue"]}
+
+
+def salvor_agent(tmp_path: Path, *, transport: str = "stdio", extra: str = "", env=None):
+    """A process agent on the ``mcp`` SDK whose only MCP server is salvor's own."""
+    script = tmp_path / "mcp_agent.py"
+    script.write_text(AGENT)
+    env_table = "".join(
+        f"{k} = {json.dumps(v)}\n" for k, v in {"SERVER": "SALVOR", **(env or {})}.items()
+    )
+    text = (
+        'name = "asker"\nkind = "process"\ncommand = '
+        f"{json.dumps([sys.executable, str(script), transport])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n{extra}"
+        f"[env]\n{env_table}"
+    )
+    return parse_definition(text, "toml")
+
+
+def tool_results(call: ProviderCall) -> list[str]:
+    """What the agent told the model its tool calls returned, in order."""
+    found = []
+    for message in call.request["messages"]:
+        for block in message["content"]:
+            if block["type"] == "tool_result":
+                content = block["content"]
+                found.append(content if isinstance(content, str) else json.dumps(content))
+    return found
+
+
+def steps_script(*steps):
+    """A script whose answer k is ``steps[k](results)`` (a tool call ``(name, input)`` or the
+    final text), ``results`` being the tool results the conversation holds."""
+
+    def script(call: ProviderCall):
+        results = tool_results(call)
+        step = steps[len(results)](results)
+        if isinstance(step, str):
+            content, stop = [{"type": "text", "text": step}], "end_turn"
+        else:
+            name, tool_input = step
+            content = [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{len(results)}",
+                    "name": name,
+                    "input": tool_input,
+                }
+            ]
+            stop = "tool_use"
+        reply = {"model": call.request["model"], "content": content, "stop_reason": stop}
+        return reply, {"input_tokens": 10, "output_tokens": 5}
+
+    return script
+
+
+def lane(log) -> list[str]:
+    return [
+        env.event.tool
+        if env.event.tool != "mcp:salvor/tools/call"
+        else f"call:{env.event.input['name']}"
+        for env in log
+        if env.kind == "ToolCallRequested"
+    ]
+
+
+def kinds(log) -> list[str]:
+    return [env.kind for env in log]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ask_user_parks_the_process_run_and_the_resumed_process_gets_the_answer(
+    server_factory, providers, tmp_path, monkeypatch, transport
+):
+    from tests.daemon.agents.test_process_agent import SECRET
+
+    provider = providers(
+        steps_script(
+            lambda _: ("ask_user", QUESTION),
+            lambda results: f"the person chose {json.loads(results[0])['answer']}",
+        )
+    )
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    server = await server_factory(allow_process_agents=True)
+    agent = await server.register_agent(salvor_agent(tmp_path, transport=transport).stored_text)
+    run_id = await server.start_run(agent, "pick a colour")
+    body = await server.wait_resting(run_id)
+    assert body["status"] == {
+        "state": "suspended",
+        "reason": "Which colour?",
+        "input_schema": question_schema(QUESTION),
+    }, body
+    served = provider.call_count
+
+    wrong = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"answer": "green"}}
+    )
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (400, "bad_request")
+    after = (await server.client.get(f"/v1/runs/{run_id}")).json()
+    assert after["status"]["state"] == "suspended" and after["event_count"] == body["event_count"]
+
+    right = await server.client.post(
+        f"/v1/runs/{run_id}/resume", json={"input": {"answer": "blue"}}
+    )
+    assert right.status_code in (200, 202), right.text
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "completed", body
+    assert body["status"]["output"] == {"reply": "the person chose blue", "exit_code": 0}
+    # The resumed process was answered from the log: the model was asked once more, with the
+    # answer as the call's result (its JSON text; the SDK also had it as structuredContent).
+    assert provider.call_count == served + 1
+    assert json.loads(tool_results(provider.calls[-1])[0]) == {"answer": "blue"}
+    log = await server.state.runtime.log(run_id)
+    assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list", "call:ask_user"]
+    assert kinds(log).count("Suspended") == 1 and kinds(log).count("Resumed") == 1
+
+
+async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_called_after_it(
+    runtime, providers, upstream_env, tmp_path
+):
+    provider = providers(
+        steps_script(
+            lambda _: ("finish", {"status": "complete"}),
+            lambda _: ("finish", {"status": "done", "summary": "painted"}),
+            lambda _: ("finish", {"status": "complete", "summary": "painted it blue"}),
+            lambda _: ("ask_user", QUESTION),
+            lambda _: ("finish", {"status": "error", "summary": "again"}),
+            lambda _: "all done",
+        )
+    )
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+    run_id = await runtime.start_run(agent, "paint it")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"] == {
+        "status": "complete",
+        "summary": "painted it blue",
+        "outputs": {},
+    }
+    results = tool_results(provider.calls[-1])
+    # The two bad finishes were answered with what is wrong, as the tool's error.
+    assert "summary" in results[0] and "status" in results[1]
+    assert json.loads(results[2]) == view.detail["output"]
+    # After the good finish nothing is performed or recorded; the model reads why.
+    assert all("no tool can be called after finish" in text for text in results[3:])
+    log = await runtime.log(run_id)
+    assert lane(log) == [
+        "mcp:salvor/initialize",
+        "mcp:salvor/tools/list",
+        "call:finish",
+        "call:finish",
+        "call:finish",
+    ]
+    assert "Suspended" not in kinds(log)
+    refused = [
+        env.event.output["result"]
+        for env in log
+        if env.kind == "ToolCallCompleted" and env.event.output["result"].get("isError")
+    ]
+    assert len(refused) == 2
+
+    # A re-run reproduces the finish from the log, and refuses the same calls after it.
+    rerun = await runtime.start_run(agent, None, replay_of=run_id)
+    view = await runtime.drive(rerun, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"]["summary"] == "painted it blue"
+    assert lane(await runtime.log(rerun)) == lane(log)
+
+
+async def test_the_tools_a_process_run_is_offered_follow_its_session(
+    runtime, providers, upstream_env, tmp_path
+):
+    """A top-level run with no daemon behind it: ask_user and finish (subagent and the read and
+    authoring tools need a host)."""
+    provider = providers(steps_script(lambda _: "nothing to do"))
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+    run_id = await runtime.start_run(agent, "look around")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    listed = next(
+        env.event.output["result"]
+        for env in await runtime.log(run_id)
+        if env.kind == "ToolCallCompleted" and "tools" in env.event.output.get("result", {})
+    )
+    assert [tool["name"] for tool in listed["tools"]] == ["ask_user", "finish"]
+    # What the model was offered is what the server listed.
+    assert [t["name"] for t in provider.calls[0].request["tools"]] == ["ask_user", "finish"]
+
+
+@pytest.mark.parametrize("name", ["salvor", "Salvor", "SALVOR"])
+def test_a_process_agent_declaring_a_server_named_salvor_is_refused(name):
+    text = (
+        'kind = "process"\ncommand = ["agent"]\n'
+        f'[[mcp_servers]]\nname = "{name}"\nurl = "https://mcp.example/mcp"\n'
+    )
+    with pytest.raises(DefinitionError, match="its own MCP server named `salvor`"):
+        parse_definition(text, "toml")
