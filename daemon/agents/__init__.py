@@ -22,9 +22,13 @@ from ._definition import (
     parse_definition,
 )
 from ._loop import (
+    FINISH_REMINDER,
+    FINISH_REMINDERS,
     AgentLoop,
+    declared_outputs,
     declares_probe,
     drive,
+    flow_session,
     gateway_for,
     offered_besides_mcp,
     probes_open_write,
@@ -36,6 +40,8 @@ from ._process import (
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "FINISH_REMINDER",
+    "FINISH_REMINDERS",
     "HTTP_FIELDS",
     "PROVIDERS",
     "AgentDefinition",
@@ -46,8 +52,10 @@ __all__ = [
     "DefinitionError",
     "LlmChoice",
     "agent_environment",
+    "declared_outputs",
     "declares_probe",
     "drive",
+    "flow_session",
     "gateway_for",
     "load_definition",
     "offered_besides_mcp",

@@ -19,6 +19,13 @@ A write that declares a probe (a native tool's ``probe``, an MCP server's
 or one whose outcome its handler could not learn, is probed before the run
 parks for a person; and a run parked on such a write is driven again
 (``probes_open_write``), which is how recovery reaches it.
+
+Flow tools (``salvor.daemon.flows``) are offered beside the registry's and the MCP servers' as the
+run's ``FlowSession`` allows: ``ask_user``, ``subagent`` and the read and authoring tools go
+through ``RunContext.tool_call`` like any tool (a question's suspension parks the run, and the
+answer comes back as the call's result); ``finish`` is the loop's own, like ``submit_output``: a
+good one ends the conversation with its result as the output, and nothing after it in the same
+response is performed.
 """
 
 from __future__ import annotations
@@ -29,19 +36,27 @@ from datetime import datetime
 from typing import Any
 
 from salvor.protocol import (
+    AUTHORING_TOOLS,
     BUDGET_KINDS,
     TOOL_ERROR_KEY,
     BudgetExceeded,
+    DeclaredOutput,
     Envelope,
     EventKind,
+    FlowTool,
+    ReplayDivergence,
     RunCompleted,
     RunFailed,
     RunState,
     RunView,
     SchemaViolation,
+    Session,
+    check_finish,
+    text_result,
     validate,
 )
 
+from ..flows import FlowHost, FlowSession, flow_tools, is_autonomous, session_of
 from ..mcp import (
     McpBuildError,
     McpConnections,
@@ -63,6 +78,58 @@ from ._process import drive_process
 from ._service import drive_service
 
 SUBMIT_OUTPUT = "submit_output"
+FINISH = FlowTool.FINISH.value
+# What a child session that must finish is told when it answers in text instead, and how often:
+# past the bound the run fails rather than loop on a model that never calls it.
+FINISH_REMINDER = (
+    "You answered without calling `finish`. Call `finish` now with your status, a summary and "
+    "your declared outputs; nothing else ends this task."
+)
+FINISH_REMINDERS = 2
+
+
+def opted_in(agent: AgentDefinition) -> tuple[FlowTool, ...]:
+    """The flow tools ``agent`` opted into (none for a definition without the field)."""
+    return tuple(getattr(agent, "flow_tools", ()))
+
+
+def declared_outputs(agent: AgentDefinition) -> tuple[DeclaredOutput, ...]:
+    return tuple(getattr(agent, "outputs", ()))
+
+
+def flow_session(
+    agent: AgentDefinition,
+    run_id: str,
+    labels: dict[str, str] | None,
+    host: FlowHost | None,
+    *,
+    graph_node: bool = False,
+    branches: list[str] | None = None,
+) -> FlowSession:
+    """The flow session a conversation of ``agent`` in run ``run_id`` holds.
+
+    In a child session ``finish`` is offered when the agent opted into it, declares outputs, or
+    must choose a branch (``branches``: a graph node a branch node routes on): a child must be
+    able to return its typed result.
+    """
+    session = session_of(labels, graph_node=graph_node)
+    chosen = opted_in(agent)
+    outputs = declared_outputs(agent)
+    if (
+        session is Session.CHILD
+        and FlowTool.FINISH not in chosen
+        and (outputs or branches is not None)
+    ):
+        chosen += (FlowTool.FINISH,)
+    return FlowSession(
+        run_id=run_id,
+        session=session,
+        autonomous=is_autonomous(labels),
+        opted_in=chosen,
+        outputs=outputs,
+        branches=branches,
+        host=host,
+    )
 
 
 def _as_text(value: Any) -> str:
@@ -90,6 +157,19 @@ def _tool_result(use_id: str, value: Any, *, mcp: bool = False) -> dict:
     return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
 
 
+def _text_of(content: list) -> str:
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+
+
+def _child_usage(value: Any) -> dict | None:
+    """The child's usage a subagent call's output carries, when it is well-formed."""
+    usage = value.get("usage") if isinstance(value, dict) else None
+    keys = ("input_tokens", "output_tokens", "steps")
+    if isinstance(usage, dict) and all(type(usage.get(key)) is int for key in keys):
+        return usage
+    return None
+
+
 def _error_result(use_id: str, message: str) -> dict:
     return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
 
@@ -97,6 +177,8 @@ def _error_result(use_id: str, message: str) -> dict:
 def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
     """The tool names an agent offers besides its MCP tools, each with what offers it."""
     taken = {name: f"the registry tool {name!r}" for name in agent.tools}
+    for tool in opted_in(agent):
+        taken[tool.value] = f"the flow tool {tool.value!r}"
     if agent.output_schema is not None:
         taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
     return taken
@@ -131,10 +213,12 @@ class AgentLoop:
         registry: ToolRegistry,
         gateway: ModelGateway,
         mcp: McpConnections | None = None,
+        flows: FlowSession | None = None,
     ) -> None:
         self.agent = agent
         self.gateway = gateway
         self.mcp = mcp
+        self.flows = flows
         self.tools = {name: registry.get(name) for name in agent.tools}
         # Write tool name -> the read that probes it.
         self.probes: dict[str, Tool] = {
@@ -142,6 +226,52 @@ class AgentLoop:
         }
         self.mcp_names: set[str] = set()
         self.tool_specs = [tool.spec() for tool in self.tools.values()]
+        # The flow tools offered now (finish aside: the loop answers it itself), and the edit
+        # mode they were built for (None until the first build).
+        self.flow_tools: dict[str, Tool] = {}
+        self.edit_mode: bool | None = None
+        self.finish_spec: dict | None = None
+
+    @property
+    def finishes(self) -> bool:
+        """Whether this conversation ends with a ``finish`` call (a child session offered it)."""
+        return self.finish_spec is not None
+
+    @property
+    def must_finish(self) -> bool:
+        """Whether a text answer cannot stand for the finish (required outputs, or a branch)."""
+        flows = self.flows
+        return self.finishes and (
+            flows.branches is not None or any(output.required for output in flows.outputs)
+        )
+
+    @property
+    def watches_edit_mode(self) -> bool:
+        """Whether the edit mode decides what this conversation is offered (a main session of an
+        agent that opted into an authoring tool, with a host to ask)."""
+        flows = self.flows
+        return (
+            flows is not None
+            and flows.host is not None
+            and flows.session is Session.MAIN
+            and any(tool in AUTHORING_TOOLS for tool in flows.opted_in)
+        )
+
+    def _offer_flow_tools(self, edit_mode: bool) -> None:
+        """Build the flow tools the session sees with ``edit_mode``; finish is only a spec."""
+        self.edit_mode = edit_mode
+        self.flow_tools, self.finish_spec = {}, None
+        if self.flows is None:
+            return
+        for tool in flow_tools(self.flows, edit_mode=edit_mode):
+            if tool.name == FINISH:
+                self.finish_spec = tool.spec()
+            else:
+                self.flow_tools[tool.name] = tool
+
+    def _flow_specs(self) -> list[dict]:
+        specs = [tool.spec() for tool in self.flow_tools.values()]
+        return specs + ([self.finish_spec] if self.finish_spec is not None else [])
 
     def _submit_spec(self) -> list[dict]:
         if self.agent.output_schema is None:
@@ -200,8 +330,9 @@ class AgentLoop:
         if self.agent.system_prompt:
             request["system"] = self.agent.system_prompt
         request["messages"] = messages
-        if self.tool_specs:
-            request["tools"] = self.tool_specs
+        tools = self.tool_specs + self._flow_specs() + self._submit_spec()
+        if tools:
+            request["tools"] = tools
         return request
 
     def _cost(self, input_tokens: int, output_tokens: int) -> float:
@@ -241,7 +372,7 @@ class AgentLoop:
         """
         if self.agent.mcp_servers:
             await self._add_mcp_tools(ctx)
-        self.tool_specs += self._submit_spec()
+        self._offer_flow_tools(False)
         messages: list[dict] = [
             {"role": "user", "content": [{"type": "text", "text": _as_text(task)}]}
         ]
@@ -250,13 +381,10 @@ class AgentLoop:
         started_at = await ctx.now() if "wall_time_seconds" in self.agent.budgets else None
         budget_extensions: dict[str, float] = {}
         calls = 0
+        reminders = 0
         while True:
             await self._check_budgets(ctx, usage, completed_calls, started_at, budget_extensions)
-            response, call_usage = await ctx.model_call(
-                self.gateway,
-                self._request(list(messages)),
-                record_prompts=self.agent.record_prompts,
-            )
+            response, call_usage = await self._model_call(ctx, messages)
             completed_calls += 1
             usage["input_tokens"] += call_usage["input_tokens"]
             usage["output_tokens"] += call_usage["output_tokens"]
@@ -264,7 +392,26 @@ class AgentLoop:
             messages.append({"role": "assistant", "content": content})
             uses = [block for block in content if block.get("type") == "tool_use"]
             if not uses:
-                return await self._answer_from_text(ctx, content)
+                if not self.finishes:
+                    return await self._answer_from_text(ctx, content)
+                if not self.must_finish:
+                    return text_result(_text_of(content))
+                if reminders == FINISH_REMINDERS:
+                    await ctx.control(
+                        RunFailed(
+                            error=(
+                                f"the agent answered in text {reminders + 1} times without "
+                                "calling finish, which its declared outputs (or the branch it "
+                                "must choose) need"
+                            )
+                        )
+                    )
+                    await ctx.park(RunState.FAILED)
+                reminders += 1
+                messages.append(
+                    {"role": "user", "content": [{"type": "text", "text": FINISH_REMINDER}]}
+                )
+                continue
             results = []
             for use in uses:
                 name, use_id, args = use.get("name"), use.get("id"), use.get("input")
@@ -275,7 +422,14 @@ class AgentLoop:
                         results.append(_error_result(use_id, exc.message))
                         continue
                     return args
-                tool = self.tools.get(name)
+                if name == FINISH and self.finishes:
+                    try:
+                        return check_finish(args, self.flows.outputs, self.flows.branches)
+                    except SchemaViolation as exc:
+                        # Told to the model, never recorded as a call: only a good finish counts.
+                        results.append(_error_result(use_id, exc.message))
+                        continue
+                tool = self.tools.get(name) or self.flow_tools.get(name)
                 if tool is None:
                     results.append(
                         _error_result(use_id, f"there is no tool named {name!r} in this agent")
@@ -284,8 +438,47 @@ class AgentLoop:
                 key = call_key(calls, name) if call_key is not None else None
                 calls += 1
                 value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
+                child = _child_usage(value) if name == FlowTool.SUBAGENT else None
+                if child is not None:
+                    # The child's calls count toward this conversation's budgets (as recorded
+                    # in the call's output, so a replay counts the same).
+                    usage["input_tokens"] += child["input_tokens"]
+                    usage["output_tokens"] += child["output_tokens"]
+                    completed_calls += child["steps"]
+                    value = {k: v for k, v in value.items() if k != "usage"}
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
+
+    async def _model_call(self, ctx: RunContext, messages: list[dict]) -> tuple[dict, dict]:
+        """The next model call, offered the tools the session sees now.
+
+        A main session watching the edit mode asks the host before a live call and rebuilds its
+        flow tools when the answer changed. In replay the recorded request decides: a call
+        recorded while the mode stood otherwise is matched with the other tool set (the request
+        hash names which it offered), so a change made since never diverges the replay.
+
+        Raises:
+            ReplayDivergence: the recorded call matches neither tool set.
+        """
+        if self.watches_edit_mode and ctx.live:
+            edit_mode = await self.flows.host.edit_mode()
+            if edit_mode != self.edit_mode:
+                self._offer_flow_tools(edit_mode)
+        try:
+            return await self._call_model(ctx, messages)
+        except ReplayDivergence as first:
+            if not self.watches_edit_mode or ctx.live:
+                raise
+            self._offer_flow_tools(not self.edit_mode)
+            try:
+                return await self._call_model(ctx, messages)
+            except ReplayDivergence:
+                raise first from None
+
+    async def _call_model(self, ctx: RunContext, messages: list[dict]) -> tuple[dict, dict]:
+        return await ctx.model_call(
+            self.gateway, self._request(list(messages)), record_prompts=self.agent.record_prompts
+        )
 
     async def _check_budgets(
         self, ctx: RunContext, usage: dict, completed_calls: int, started_at, extensions: dict
@@ -324,7 +517,7 @@ class AgentLoop:
         Raises:
             Parked: the text holds no output matching output_schema; RunFailed is recorded.
         """
-        text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+        text = _text_of(content)
         if self.agent.output_schema is None:
             return text
         try:
@@ -382,10 +575,13 @@ async def drive(
     process_restarts: int = 0,
     ports: PortClaims | None = None,
     credentials: Credentials | None = None,
+    flows: FlowHost | None = None,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
-    ``credentials``: which key goes to which model endpoint (``gateway_for``).
+    ``credentials``: which key goes to which model endpoint (``gateway_for``). ``flows``: the
+    host behind the flow tools a built-in agent opted into (None: only those that need no host,
+    ``ask_user`` and ``finish``); the run's session comes from its labels (``flow_session``).
 
     Raises:
         DriveInterrupted: the drive stopped with the run recoverable (a model
@@ -421,7 +617,8 @@ async def drive(
         # MCP servers are started only when the run first needs one live.
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
-            await AgentLoop(agent, registry, gateway, mcp).run(ctx)
+            session = flow_session(agent, run_id, ctx.view.labels, flows)
+            await AgentLoop(agent, registry, gateway, mcp, session).run(ctx)
     except Parked:
         pass
     finally:

@@ -9,6 +9,7 @@ top-level run, inherited by every child the daemon starts for it).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,6 +24,14 @@ MAP_OF_LABEL = "salvor.map_of"
 AUTONOMOUS_LABEL = "salvor.autonomous"
 # The labels only the daemon writes; a caller may set AUTONOMOUS_LABEL, never these.
 DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL})
+# The namespace of subagent children's run ids (uuid5 over "<parent run>/<call seq>").
+SUBAGENTS = uuid.UUID("3b8e2f64-1c7d-5a09-8e4f-6d2a9c1b7e53")
+
+
+def child_run_id(parent: str, seq: int) -> str:
+    """The run id of the child a subagent call at ``seq`` of run ``parent`` starts: the same on
+    every re-execution of that call, so a crash never starts a second child."""
+    return str(uuid.uuid5(SUBAGENTS, f"{parent}/{seq}"))
 
 
 def session_of(labels: Mapping[str, str] | None, *, graph_node: bool = False) -> Session:

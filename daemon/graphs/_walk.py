@@ -65,8 +65,8 @@ from salvor.protocol import (
 )
 from salvor.store import SeqConflict, store_fault
 
-from ..agents import AgentDefinition, AgentLoop, Credentials, drive, gateway_for
-from ..flows import MAP_OF_LABEL
+from ..agents import AgentDefinition, AgentLoop, Credentials, drive, flow_session, gateway_for
+from ..flows import MAP_OF_LABEL, FlowHost, inherited_labels
 from ..mcp import open_connections
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
@@ -129,6 +129,7 @@ class GraphWalk:
         *,
         clock: Callable[[], datetime] = utc_now,
         credentials: Credentials | None = None,
+        flows: FlowHost | None = None,
     ) -> None:
         self.access = access
         self.graph = graph
@@ -136,6 +137,8 @@ class GraphWalk:
         self.registry = registry
         self.clock = clock
         self.credentials = credentials
+        self.flows = flows
+        self.labels: dict[str, str] | None = None
         self.run_input: Any = None
         self._run_id = ""
         # The run this one's forks descend from (itself unless it is a fork): its calls' keys.
@@ -158,6 +161,7 @@ class GraphWalk:
         if head is None:
             raise DriveInterrupted(f"run {ctx.run_id} has no GraphRunStarted head")
         self.run_input = head.event.input
+        self.labels = head.event.labels
         self._run_id = ctx.run_id
         self.lineage = await lineage_root(self.access, ctx.run_id, head.event.forked_from)
         for node_id in self.graph.order:
@@ -284,6 +288,14 @@ class GraphWalk:
             gateway = self._gateways[agent.agent_def_hash] = gateway_for(agent, self.credentials)
         return gateway
 
+    def branches_on(self, node: GraphNode) -> list[str] | None:
+        """The cases of the branch node that routes on ``node``'s finish branch, if one does."""
+        reference = f"$nodes.{node.id}.branch"
+        for other in self.graph.nodes:
+            if other.kind is NodeKind.BRANCH and other.on == reference:
+                return list(other.cases)
+        return None
+
     async def _converse(
         self, ctx: RunContext, node: GraphNode, agent: AgentDefinition, task: Any
     ) -> Any:
@@ -298,9 +310,17 @@ class GraphWalk:
         def call_key(index: int, tool: str) -> str:
             return graph_call_key(self.lineage, self.graph.hash, node.id, index, tool)
 
+        session = flow_session(
+            agent,
+            ctx.run_id,
+            self.labels,
+            self.flows,
+            graph_node=True,
+            branches=self.branches_on(node),
+        )
         # MCP servers are started only when the conversation first needs one live.
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
-            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp)
+            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp, session)
             return await loop.converse(ctx, task, call_key=call_key)
 
     async def _tool_call(
@@ -466,7 +486,7 @@ class GraphWalk:
             head = RunStarted(
                 agent_def_hash=agent.agent_def_hash,
                 input=child_input,
-                labels={MAP_OF_LABEL: self._run_id},
+                labels={MAP_OF_LABEL: self._run_id, **inherited_labels(self.labels)},
             )
             try:
                 with contextlib.suppress(SeqConflict):  # a killed walk started it already
@@ -478,6 +498,7 @@ class GraphWalk:
                     self.registry,
                     clock=self.clock,
                     credentials=self.credentials,
+                    flows=self.flows,
                 )
             except CodedError as exc:
                 if store_fault(exc):
@@ -506,10 +527,12 @@ async def drive_graph(
     on_record: Callable | None = None,
     clock: Callable[[], datetime] = utc_now,
     credentials: Credentials | None = None,
+    flows: FlowHost | None = None,
 ) -> RunView:
     """Drive a graph run to its next resting point and return its view there.
 
-    ``agents``: every agent the graph's nodes name, by hash (built-in agents).
+    ``agents``: every agent the graph's nodes name, by hash (built-in agents). ``flows``: the
+    host behind its agents' flow tools (``AgentLoop``).
     Whatever log it finds is walked: a fork's child, whose log holds a copied
     prefix, continues from the end of that prefix.
 
@@ -522,7 +545,9 @@ async def drive_graph(
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.idle:
         return ctx.view
-    walk = GraphWalk(access, graph, agents, registry, clock=clock, credentials=credentials)
+    walk = GraphWalk(
+        access, graph, agents, registry, clock=clock, credentials=credentials, flows=flows
+    )
     try:
         await walk.run(ctx)
     except Parked:

@@ -14,6 +14,13 @@ from ._event_hub import (
     LiveEvent,
     event_frame,
 )
+from ._flow_catalog import (
+    FlowCatalog,
+)
+from ._flow_host import (
+    RunFlows,
+    child_result,
+)
 from ._ownership import (
     SERVE,
     driving_run,
@@ -30,9 +37,12 @@ __all__ = [
     "SERVE",
     "DriverSet",
     "EventHub",
+    "FlowCatalog",
     "LiveEvent",
     "ResumeOutcome",
+    "RunFlows",
     "Runtime",
+    "child_result",
     "driving_run",
     "event_frame",
     "own_store",

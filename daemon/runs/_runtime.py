@@ -79,6 +79,7 @@ from ..web import (
     unknown_run,
     wrong_state,
 )
+from ._flow_host import RunFlows
 from ._forks import Forks
 from ._reconciliations import Reconciliation, reconciliation
 
@@ -136,6 +137,8 @@ class Runtime(Forks):
         self.clock = clock
         # Which run holds each service agent's loopback port.
         self.ports = PortClaims()
+        # What the flow tools of every run this runtime drives ask of it (child runs, the catalog).
+        self.flows = RunFlows(self)
 
     def client_runs(
         self,
@@ -538,6 +541,7 @@ class Runtime(Forks):
                 process_restarts=self.process_restarts,
                 ports=self.ports,
                 credentials=self.credentials,
+                flows=self.flows,
             )
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
@@ -574,6 +578,7 @@ class Runtime(Forks):
                 on_record=on_record,
                 clock=self.clock,
                 credentials=self.credentials,
+                flows=self.flows,
             )
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)

@@ -1,0 +1,147 @@
+"""The flow tools' host over a Runtime: a subagent call's child run, started once and driven
+inline by the parent's call (``run_child``); the read and authoring side is ``FlowCatalog``'s.
+
+A child's id derives from its parent's run and the call's seq (``child_run_id``), and its head
+is appended once: a parent re-executing its open call after a crash finds the child the killed
+drive started and drives it on from its log, so no second child ever exists. The head names the
+parent (``salvor.parent``) and carries what a child inherits (``salvor.autonomous``).
+
+The call's result is the child's: its finish result when its RunCompleted output is one, else its
+answer as a text result; a failed or abandoned child answers with an ``error`` result, so the
+parent's model decides what to do. A child resting short of an end (a question, a budget, a
+write to reconcile, a timer) leaves the parent's call open (``NotPerformed``); the driver set
+starts the parent again when the child ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+from collections.abc import Mapping
+
+from salvor.protocol import (
+    EMPTY_VIEW,
+    CodedError,
+    FinishStatus,
+    RunStarted,
+    RunState,
+    RunView,
+    is_finish_result,
+    text_result,
+)
+from salvor.store import SeqConflict, StoredAgent
+
+from ..flows import (
+    AUTONOMOUS_LABEL,
+    PARENT_LABEL,
+    FlowSession,
+    child_run_id,
+    inherited_labels,
+)
+from ..tools import NotPerformed, ToolFailed
+from ..web import OperationRefused
+from ._flow_catalog import FlowCatalog
+
+HASH_PREFIX = "sha256:"
+
+
+def child_result(view: RunView) -> dict:
+    """The subagent call's result for a child resting at ``view``, with the child's usage.
+
+    Raises:
+        NotPerformed: the child has not ended (it waits on a person, a timer, a budget, a
+            write to reconcile); nothing of the parent's call is recorded.
+    """
+    if view.state is RunState.COMPLETED:
+        output = view.detail.get("output")
+        if is_finish_result(output):
+            result = dict(output)
+        else:
+            text = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
+            result = text_result(text)
+    elif view.state in (RunState.FAILED, RunState.ABANDONED):
+        why = view.detail.get("error") or view.detail.get("reason") or view.state.value
+        result = {
+            "status": FinishStatus.ERROR.value,
+            "summary": f"the child run {view.run_id} {view.state.value}: {why}",
+            "outputs": {},
+        }
+    else:
+        raise NotPerformed(
+            f"the child run {view.run_id} is {view.state.value}; this call completes once it "
+            "ends (its parent is driven again then)"
+        )
+    usage = view.usage()
+    result["usage"] = {**usage, "steps": view.step_count}
+    return result
+
+
+class RunFlows(FlowCatalog):
+    """The ``FlowHost`` every drive of a Runtime is given."""
+
+    async def run_child(
+        self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]
+    ) -> dict:
+        """Start (once) and drive the child of the subagent call at ``seq`` of ``parent``.
+
+        A child that exists already is continued under the agent its head records, whatever
+        the catalog's name means now.
+
+        Raises:
+            ToolFailed: no registered agent answers to ``agent`` (retryable=False; the message
+                names the known ones); nothing was started.
+            NotPerformed: the child rests short of an end, or its drive stopped (a model call
+                that may pass, another writer, the store); the parent's call stays open.
+        """
+        runtime = self.runtime
+        child = child_run_id(parent.run_id, seq)
+        view = await runtime.find_view(child)
+        if view is None:
+            found = await self.catalog_agent(agent)
+            labels = {PARENT_LABEL: parent.run_id}
+            labels.update(inherited_labels({AUTONOMOUS_LABEL: "true"} if parent.autonomous else {}))
+            head = RunStarted(
+                agent_def_hash=found.agent_def_hash,
+                input={"task": task, "inputs": dict(inputs)},
+                labels=labels,
+            )
+            with contextlib.suppress(SeqConflict):  # another drive of this call started it
+                await runtime.access.append(child, [head], EMPTY_VIEW)
+            view = await runtime.view(child)
+        try:
+            definition = await runtime.load_agent(view.agent_def_hash)
+            view = await runtime.drive(child, agent=definition)
+        except OperationRefused as exc:
+            raise ToolFailed(
+                f"the child run {child} cannot be driven here: {exc.message}", retryable=False
+            ) from None
+        except CodedError as exc:
+            raise NotPerformed(
+                f"the drive of the child run {child} stopped ({exc.message}); this call is "
+                "asked again when the parent is driven again"
+            ) from None
+        return child_result(view)
+
+    async def catalog_agent(self, agent: str) -> StoredAgent:
+        """The registered agent ``agent`` names: a hash, or a name (its newest registration).
+
+        Raises:
+            ToolFailed: none does (retryable=False), naming the known names and the nearest.
+        """
+        runtime = self.runtime
+        if agent.startswith(HASH_PREFIX):
+            stored = await runtime.find_agent(agent)
+            if stored is not None:
+                return stored
+        registered = await runtime.list_agents()
+        named = [stored for stored in registered if stored.name == agent]
+        if named:
+            return named[-1]  # oldest first: the last is the newest registration
+        names = sorted({stored.name for stored in registered if stored.name})
+        message = f"no registered agent is named {agent!r}"
+        message += f"; the known ones: {', '.join(names)}" if names else "; none is registered"
+        nearest = difflib.get_close_matches(agent, names, n=1)
+        if nearest:
+            message += f" (did you mean {nearest[0]!r}?)"
+        raise ToolFailed(message, retryable=False)

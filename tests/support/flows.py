@@ -1,0 +1,67 @@
+"""Agents with flow tools for the suites, and the scripted replies their conversations need.
+
+``with_flows`` gives a parsed definition the flow fields (``flow_tools``, ``outputs``) a
+definition file declares, for tests that drive a definition in-process; a run started over
+HTTP or loaded from the store gets them from its file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from salvor.daemon.agents import AgentDefinition
+from salvor.protocol import FlowTool, parse_outputs
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _FlowAgent(AgentDefinition):
+    # Stands in for the definition fields until every branch has them.
+    flow_tools: tuple[FlowTool, ...] = ()
+    outputs: tuple = ()
+
+
+def with_flows(
+    agent: AgentDefinition, *, flow_tools: Sequence[str] = (), outputs: Any = ()
+) -> AgentDefinition:
+    """``agent`` opting into ``flow_tools`` and declaring ``outputs`` (``parse_outputs``'s)."""
+    chosen = tuple(FlowTool(name) for name in flow_tools)
+    declared = parse_outputs(list(outputs))
+    names = {f.name for f in dataclasses.fields(AgentDefinition)}
+    if "flow_tools" in names:
+        return dataclasses.replace(agent, flow_tools=chosen, outputs=declared)
+    values = {name: getattr(agent, name) for name in names}
+    return _FlowAgent(**values, flow_tools=chosen, outputs=declared)
+
+
+def tool_use(name: str, tool_input: Any, *, use_id: str = "toolu_0", tokens: int = 10):
+    """A scripted reply calling ``name`` (``ScriptedProvider``'s neutral shape)."""
+    return tool_uses([(name, tool_input)], use_id=use_id, tokens=tokens)
+
+
+def tool_uses(uses: Sequence[tuple[str, Any]], *, use_id: str = "toolu_0", tokens: int = 10):
+    """A scripted reply calling each of ``uses`` in order, in one response."""
+    content = [
+        {"type": "tool_use", "id": f"{use_id}_{index}", "name": name, "input": tool_input}
+        for index, (name, tool_input) in enumerate(uses)
+    ]
+    return (
+        {"model": "scripted-model", "content": content, "stop_reason": "tool_use"},
+        {"input_tokens": tokens, "output_tokens": 5},
+    )
+
+
+def offered_tools(call) -> list[str]:
+    """The tool names a provider call offered the model."""
+    return [tool["name"] for tool in call.request.get("tools") or []]
+
+
+def tool_results(call) -> list[dict]:
+    """The tool results the conversation of ``call`` holds, oldest first."""
+    return [
+        block
+        for message in call.request["messages"]
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
