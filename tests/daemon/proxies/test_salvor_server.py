@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
-from salvor.protocol import question_schema
+from salvor.daemon.flows import PARENT_LABEL, child_run_id
+from salvor.protocol import question_schema, text_result
 
 from tests.daemon.proxies.test_mcp_standins import AGENT
 from tests.support.backends import SQLITE_ONLY
-from tests.support.scripted_provider import ProviderCall
+from tests.support.runtime import agent_toml
+from tests.support.scripted_provider import ProviderCall, text_reply
 
 # SQLite alone (tests/support/backends.py): what it tests is the salvor server's lane; the kill
 # test of tests/chaos/test_kill_salvor_server runs on both backends.
@@ -225,3 +227,128 @@ def test_a_process_agent_declaring_a_server_named_salvor_is_refused(name):
     )
     with pytest.raises(DefinitionError, match="its own MCP server named `salvor`"):
         parse_definition(text, "toml")
+
+
+def helper_agent(runtime, provider, *, tools=()):
+    """The built-in child a subagent call names, ``helper``, on its own scripted provider."""
+    text = 'name = "helper"\n' + agent_toml(provider.base_url, tools=tools)
+    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+
+
+def delegating_script(finished: bool = True):
+    """The parent's model: delegate to ``helper``, then finish with the child's summary."""
+    return steps_script(
+        lambda _: (
+            "subagent",
+            {"agent": "helper", "task": "find the colour", "inputs": {"k": "v"}},
+        ),
+        lambda results: (
+            "finish",
+            {"status": "complete", "summary": f"helper said: {json.loads(results[0])['summary']}"},
+        ),
+        lambda _: "done",
+    )
+
+
+async def children(runtime, parent: str) -> list[str]:
+    page, _ = await runtime.list_runs(label=(PARENT_LABEL, parent))
+    return [summary.run_id for summary in page]
+
+
+def subagent_seq(log) -> int:
+    return next(
+        env.seq
+        for env in log
+        if env.kind == "ToolCallRequested"
+        and env.event.tool == "mcp:salvor/tools/call"
+        and env.event.input["name"] == "subagent"
+    )
+
+
+async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_its_result(
+    runtime, providers, upstream_env, tmp_path
+):
+    child_provider = providers([text_reply("blue", input_tokens=7, output_tokens=3)])
+    await runtime.register_agent(helper_agent(runtime, child_provider))
+    provider = providers(delegating_script())
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+    run_id = await runtime.start_run(agent, "delegate it")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"] == {
+        "status": "complete",
+        "summary": "helper said: blue",
+        "outputs": {},
+    }
+    log = await runtime.log(run_id)
+    # With a daemon behind the run, subagent and flow_results are offered too.
+    assert [t["name"] for t in provider.calls[0].request["tools"]] == [
+        "ask_user",
+        "subagent",
+        "finish",
+        "flow_results",
+    ]
+    (child,) = await children(runtime, run_id)
+    assert child == child_run_id(run_id, subagent_seq(log))
+    child_view = await runtime.view(child)
+    assert child_view.input == {"task": "find the colour", "inputs": {"k": "v"}}
+    assert child_view.status() == {"state": "completed", "output": "blue"}
+    answered = json.loads(tool_results(provider.calls[1])[0])
+    assert answered == {
+        **text_result("blue"),
+        "usage": {"input_tokens": 7, "output_tokens": 3, "steps": 1},
+    }
+    assert child_provider.call_count == 1
+
+
+async def test_a_child_resting_short_stops_the_process_parent_until_the_child_ends(
+    runtime, providers, upstream_env, tmp_path
+):
+    child_provider = providers(
+        [
+            (
+                {
+                    "model": "scripted-model",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_0",
+                            "name": "request_approval",
+                            "input": {},
+                        }
+                    ],
+                    "stop_reason": "tool_use",
+                },
+                {"input_tokens": 7, "output_tokens": 3},
+            ),
+            text_reply("blue"),
+        ]
+    )
+    await runtime.register_agent(helper_agent(runtime, child_provider, tools=("request_approval",)))
+    provider = providers(delegating_script())
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+    run_id = await runtime.start_run(agent, "delegate it")
+    view = await runtime.drive(run_id, agent=agent)
+    # The child waits on a person: the parent's call stays open, its process is stopped, and the
+    # parent waits on the call (nothing of its completion is recorded).
+    (child,) = await children(runtime, run_id)
+    assert (await runtime.view(child)).state.value == "suspended"
+    assert view.state.value == "awaiting_tool", view.detail
+    assert view.pending.tool == "mcp:salvor/tools/call" and view.pending.input["name"] == "subagent"
+    served = provider.call_count
+    assert served == 1
+
+    assert (await runtime.resume(child, {"approved": True})).outcome == "driving"
+    assert (await runtime.drive(child)).state.value == "completed"
+    # Driven again, the parent's process starts from the top: its first model call is answered
+    # from the log, the open subagent call finds its child's result, and no second child exists.
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"]["summary"] == "helper said: blue"
+    assert await children(runtime, run_id) == [child]
+    # (the finish and the answer after it are the two new calls; none was asked twice)
+    assert provider.call_count == served + 2
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1]
+    assert child_provider.call_count == 2
