@@ -106,6 +106,8 @@ _INTERRUPTED_STATES = (
 )
 # Scan size when a label filter has to look past rows the SQL prefilter let through.
 _LABEL_SCAN_CHUNK = 200
+# The texts an agent definition is kept in: TOML, JSON, or a markdown agent file.
+AGENT_FORMATS = ("toml", "json", "md")
 # Any constant works: it only has to be the same in every salvor process.
 _PG_SCHEMA_LOCK = 0x5A1F0
 
@@ -725,8 +727,8 @@ class EventStore:
         Returns:
             True when it was stored now, False when that hash was already registered.
         """
-        if format not in ("toml", "json"):
-            raise ValueError(f'an agent definition is "toml" or "json", not {format!r}')
+        if format not in AGENT_FORMATS:
+            raise ValueError(f'an agent definition is "toml", "json" or "md", not {format!r}')
         row = {
             "agent_def_hash": agent_def_hash,
             "format": format,

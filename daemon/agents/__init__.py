@@ -1,5 +1,5 @@
-"""Agent kinds: definitions and their hashes, operator credentials, the built-in loop, process
-agents and service agents.
+"""Agent kinds: definitions (TOML, JSON, markdown) and their hashes, operator credentials, the
+built-in loop, process agents and service agents.
 
 Rule: imports only the packages below it; knows nothing of HTTP routes or client-driven runs.
 """
@@ -13,19 +13,22 @@ from ._credentials import (
 )
 from ._definition import (
     DEFAULT_PROVIDER,
+    FORMATS,
     HTTP_FIELDS,
+    MAX_DESCRIPTION_CHARS,
+    OUTPUT_SOURCES,
     PROVIDERS,
     AgentDefinition,
     AgentKind,
-    DefinitionError,
+    format_of,
     load_definition,
     parse_definition,
 )
+from ._definition_error import DefinitionError
 from ._loop import (
     FINISH_REMINDER,
     FINISH_REMINDERS,
     AgentLoop,
-    declared_outputs,
     declares_probe,
     drive,
     flow_session,
@@ -42,7 +45,10 @@ __all__ = [
     "DEFAULT_PROVIDER",
     "FINISH_REMINDER",
     "FINISH_REMINDERS",
+    "FORMATS",
     "HTTP_FIELDS",
+    "MAX_DESCRIPTION_CHARS",
+    "OUTPUT_SOURCES",
     "PROVIDERS",
     "AgentDefinition",
     "AgentKind",
@@ -52,10 +58,10 @@ __all__ = [
     "DefinitionError",
     "LlmChoice",
     "agent_environment",
-    "declared_outputs",
     "declares_probe",
     "drive",
     "flow_session",
+    "format_of",
     "gateway_for",
     "load_definition",
     "offered_besides_mcp",

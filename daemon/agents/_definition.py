@@ -1,9 +1,11 @@
-"""Built-in agent definitions: TOML or JSON files that are pure data.
+"""Built-in agent definitions: TOML, JSON or markdown files that are pure data.
 
 A definition is validated strictly (an unknown field is a loud error, not a
 silently dropped budget) and identified by ``agent_def_hash``: sha256 over the
 canonical JSON of the normalised definition, with the display ``name`` left
-out so renaming an agent never mints a new identity.
+out so renaming an agent never mints a new identity. A field the text does not
+give is absent from the normalised definition, so a field this module gains
+never changes the hash of a definition written before it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from typing import Any
 from salvor.protocol import (
     BUDGET_KINDS,
     MAX_NESTING,
+    BadDeclaration,
+    DeclaredInput,
+    DeclaredOutput,
+    FlowTool,
     MalformedEvent,
     MalformedJson,
     check_document,
     check_nesting,
     check_schema,
+    parse_inputs,
+    parse_outputs,
     parse_strict,
     sha256_hash,
 )
@@ -32,10 +40,18 @@ from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
 from ..proxies import variable_suffix
 from ..web import HEADER_NAME, is_http_url, stray_placeholder
 from ._credentials import Credentials, Undeclared
+from ._definition_error import DefinitionError, did_you_mean, suggest
+from ._markdown import MarkdownAgent, read_markdown
 
 MAX_NAME_CHARS = 64
+MAX_DESCRIPTION_CHARS = 1024
 PROVIDERS = ("anthropic", "openai", "demo")
 DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
+# Where a process agent's result comes from when it calls no finish.
+OUTPUT_SOURCES = ("model", "stdout")
+# The formats a definition's text comes in (and the store keeps).
+FORMATS = ("toml", "json", "md")
+FLOW_TOOL_NAMES = tuple(tool.value for tool in FlowTool)
 
 _TOP = {
     "name",
@@ -51,6 +67,10 @@ _TOP = {
     "tools",
     "mcp_servers",
     "kind",
+    "description",
+    "flow_tools",
+    "inputs",
+    "outputs",
 }
 _LLM = {
     "provider",
@@ -63,7 +83,21 @@ _LLM = {
 }
 _PRICING = {"input_per_mtok", "output_per_mtok"}
 _TOOL = {"name"}
-_PROCESS_TOP = {"name", "kind", "command", "cwd", "env", "timeout", "record_prompts", "mcp_servers"}
+_PROCESS_TOP = {
+    "name",
+    "kind",
+    "command",
+    "cwd",
+    "env",
+    "timeout",
+    "record_prompts",
+    "mcp_servers",
+    "description",
+    "inputs",
+    "outputs",
+    "salvor_mcp",
+    "output_from",
+}
 _SERVICE_TOP = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 
 
@@ -100,10 +134,6 @@ HTTP_FIELDS: dict[str, frozenset[str]] = {
     "process": frozenset(_PROCESS_TOP),
     "service": frozenset(_SERVICE_TOP),
 }
-
-
-class DefinitionError(ValueError):
-    """The definition does not validate; the message is one sentence naming the field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,21 +197,50 @@ class AgentDefinition:
     service: ServiceSettings | None = None
     # The MCP servers whose tools a built-in agent calls, in declared order.
     mcp_servers: tuple[McpServerSpec, ...] = ()
+    # What the catalog says of the agent (a subagent's caller picks by it).
+    description: str | None = None
+    # The flow tools a built-in agent opted into, as listed; its session decides which it sees.
+    flow_tools: tuple[FlowTool, ...] = ()
+    # The named inputs a subagent call passes, and the typed outputs its finish carries.
+    inputs: tuple[DeclaredInput, ...] = ()
+    outputs: tuple[DeclaredOutput, ...] = ()
+    # A process agent: whether the `salvor` MCP server is offered, and where its result comes
+    # from when it calls no finish ("model": its last answer; "stdout": what it printed).
+    salvor_mcp: bool = True
+    output_from: str = "model"
+    # A markdown file's display metadata (pi-flows' `card` and `architect`): shown by the catalog,
+    # kept out of the hash like the name.
+    card: dict | None = None
+    architect: dict | None = None
+
+    @property
+    def offerable_flow_tools(self) -> tuple[FlowTool, ...]:
+        """Every flow tool some session of this agent may be offered: its opt-in, and ``finish``
+        when it declares outputs (a child session returns them through it)."""
+        extra = (
+            (FlowTool.FINISH,) if self.outputs and FlowTool.FINISH not in self.flow_tools else ()
+        )
+        return (*self.flow_tools, *extra)
 
 
-def _expect(cond: bool, message: str) -> None:
+def _expect(
+    cond: bool, message: str, at: tuple[str | int, ...] = (), suggestion: str | None = None
+) -> None:
     if not cond:
-        raise DefinitionError(message)
+        raise DefinitionError(message, at=at, suggestion=suggestion)
 
 
-def _check_keys(where: str, table: Any, allowed: set[str]) -> None:
-    _expect(isinstance(table, dict), f"`{where}` must be a table")
+def _check_keys(where: str, table: Any, allowed: set[str], at: tuple[str | int, ...] = ()) -> None:
+    _expect(isinstance(table, dict), f"`{where}` must be a table", at)
     unknown = sorted(set(table) - allowed)
-    _expect(
-        not unknown,
-        f"unknown field `{unknown[0] if unknown else ''}` in {where}; "
-        f"allowed: {', '.join(sorted(allowed))}",
-    )
+    if unknown:
+        near = suggest(unknown[0], allowed)
+        raise DefinitionError(
+            f"unknown field `{unknown[0]}` in {where}{did_you_mean(near)}; "
+            f"allowed: {', '.join(sorted(allowed))}",
+            at=(*at, unknown[0]),
+            suggestion=near,
+        )
 
 
 def _whole(value: Any) -> bool:
@@ -189,8 +248,39 @@ def _whole(value: Any) -> bool:
     return type(value) is int or (type(value) is float and value.is_integer())
 
 
-def _positive_number(where: str, value: Any) -> None:
-    _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number")
+def _positive_number(where: str, value: Any, at: tuple[str | int, ...]) -> None:
+    _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number", at)
+
+
+def _document(text: str, fmt: str, stored: bool) -> tuple[dict, MarkdownAgent | None]:
+    """The definition's table as its text holds it (a markdown file's: its front matter read as
+    the TOML fields it stands for), held to strict JSON's rules."""
+    _expect(fmt in FORMATS, f"an agent definition is TOML, JSON or markdown, not {fmt!r}")
+    markdown = None
+    try:
+        if fmt == "md":
+            markdown = read_markdown(text)
+            raw: Any = markdown.fields
+        elif fmt == "toml":
+            raw = tomllib.loads(text)
+        else:
+            raw = parse_strict(text, "the definition", big_integers=stored)
+        # TOML nests through dotted keys and tables too, and carries what JSON cannot (dates, inf,
+        # 64-bit integers): the parsed value is held to strict JSON's rules, by a stack (a stored
+        # copy only to the depth bound it was accepted under).
+        (check_nesting if stored else check_document)(raw, "the definition")
+    except MalformedJson as exc:
+        raise DefinitionError(exc.message) from None
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        if isinstance(exc, DefinitionError):
+            raise
+        raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
+    except RecursionError:  # tomllib's parser recurses on nested arrays and inline tables
+        raise DefinitionError(
+            f"the definition nests too deeply; the limit is {MAX_NESTING} levels"
+        ) from None
+    _expect(isinstance(raw, dict), "`the definition` must be a table")
+    return raw, markdown
 
 
 def parse_definition(
@@ -208,7 +298,9 @@ def parse_definition(
 
     Args:
         text: the file's contents.
-        fmt: ``"toml"`` or ``"json"``.
+        fmt: ``"toml"``, ``"json"`` or ``"md"`` (a markdown agent file: YAML front matter, the
+            body its system prompt; it stands for the TOML definition of the same fields, and
+            hashes as that one does).
         base_dir: where ``system_prompt_path`` is resolved from.
         known_tools: names the daemon's tool registry holds.
         allow_paths: whether ``system_prompt_path`` may name a file. A
@@ -230,38 +322,23 @@ def parse_definition(
             the runs recorded against it still resume, under the same hash.
 
     Raises:
-        DefinitionError: with one sentence naming what is wrong.
+        DefinitionError: with one sentence naming what is wrong, and ``at`` the field it is
+            about.
     """
-    try:
-        raw = (
-            tomllib.loads(text)
-            if fmt == "toml"
-            else parse_strict(text, "the definition", big_integers=stored)
-        )
-        # TOML nests through dotted keys and tables too, and carries what JSON cannot (dates, inf,
-        # 64-bit integers): the parsed value is held to strict JSON's rules, by a stack (a stored
-        # copy only to the depth bound it was accepted under).
-        (check_nesting if stored else check_document)(raw, "the definition")
-    except MalformedJson as exc:
-        raise DefinitionError(exc.message) from None
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        raise DefinitionError(f"the definition is not valid {fmt.upper()}: {exc}") from None
-    except RecursionError:  # tomllib's parser recurses on nested arrays and inline tables
-        raise DefinitionError(
-            f"the definition nests too deeply; the limit is {MAX_NESTING} levels"
-        ) from None
-    _expect(isinstance(raw, dict), "`the definition` must be a table")
+    raw, markdown = _document(text, fmt, stored)
     if "kind" in raw:
         kind = raw["kind"]
         _expect(
             kind in KINDS,
             f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} "
             "(or absent for a built-in agent)",
+            ("kind",),
         )
         _expect(
             allow_processes,
             f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
             "HTTP only when started with --allow-process-agents",
+            ("kind",),
         )
         if kind == AgentKind.SERVICE:
             return _parse_service(raw, fmt, text)
@@ -270,8 +347,9 @@ def parse_definition(
     try:
         mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
     except McpDefinitionError as exc:
-        raise DefinitionError(str(exc)) from None
-    for server in mcp_servers:
+        raise DefinitionError(str(exc), at=("mcp_servers",)) from None
+    for index, server in enumerate(mcp_servers):
+        at = ("mcp_servers", index)
         if credentials is not None and server.url is not None:
             # Checked before anything contacts the server (registration probes it).
             try:
@@ -279,7 +357,7 @@ def parse_definition(
                     server.name, server.url, server.headers, server.bearer_token_env
                 )
             except Undeclared as exc:
-                raise DefinitionError(str(exc)) from None
+                raise DefinitionError(str(exc), at=at) from None
             continue
         reason = (
             "mcp_command"
@@ -292,26 +370,27 @@ def parse_definition(
             reason is None or allow_processes,
             f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so "
             "this daemon accepts it over HTTP only when started with --allow-process-agents",
+            at,
         )
-    name = raw.get("name")
-    if name is not None:
-        _expect(isinstance(name, str), "`name` must be a string")
-        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
-        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+    name = _name(raw)
     model = raw.get("model")
     _expect(
         isinstance(model, str) and model.strip() != "",
-        "`model` is required and must be a non-empty string",
+        "`model` is required and must be a non-empty string"
+        + (": a built-in agent names the model its loop calls" if markdown is not None else ""),
+        ("model",),
     )
     normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
     if "system_prompt_path" in raw:
+        at = ("system_prompt_path",)
         _expect(
             allow_paths,
             "`system_prompt_path` is only read from agent files on the daemon's own disk; "
             "send the prompt inline as `system_prompt`",
+            at,
         )
         _expect(
-            "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both"
+            "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both", at
         )
         path = Path(raw["system_prompt_path"])
         if not path.is_absolute():
@@ -320,73 +399,44 @@ def parse_definition(
             prompt = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise DefinitionError(
-                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}"
+                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}", at=at
             ) from None
         del normalised["system_prompt_path"]
         normalised["system_prompt"] = prompt
     prompt = normalised.get("system_prompt")
-    _expect(prompt is None or isinstance(prompt, str), "`system_prompt` must be a string")
+    _expect(
+        prompt is None or isinstance(prompt, str),
+        "`system_prompt` must be a string",
+        ("system_prompt",),
+    )
     max_tokens = raw.get("max_response_tokens", 1024)
     _expect(
-        _whole(max_tokens) and max_tokens > 0, "`max_response_tokens` must be a positive integer"
+        _whole(max_tokens) and max_tokens > 0,
+        "`max_response_tokens` must be a positive integer",
+        ("max_response_tokens",),
     )
     max_tokens = int(max_tokens)
-    record_prompts = raw.get("record_prompts", False)
-    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
-
-    llm_raw = raw.get("llm", {})
-    _check_keys("[llm]", llm_raw, _LLM)
-    provider = llm_raw.get("provider", DEFAULT_PROVIDER)
-    _expect(provider in PROVIDERS, f"[llm] provider must be one of {', '.join(PROVIDERS)}")
-    for key in ("base_url", "base_url_env", "api_key_env"):
-        _expect(
-            key not in llm_raw or isinstance(llm_raw[key], str), f"[llm] {key} must be a string"
-        )
-    retries = llm_raw.get("max_retries", 4)
-    _expect(
-        _whole(retries) and 0 <= retries <= 20, "[llm] max_retries must be an integer from 0 to 20"
-    )
-    retries = int(retries)
-    timeout = llm_raw.get("timeout_seconds", 120)
-    _positive_number("[llm] timeout_seconds", timeout)
-    stream = llm_raw.get("stream", False)
-    _expect(isinstance(stream, bool), "[llm] stream must be true or false")
-    if credentials is not None:
-        try:
-            credentials.check_llm(
-                provider=provider,
-                base_url=llm_raw.get("base_url"),
-                base_url_env=llm_raw.get("base_url_env"),
-                api_key_env=llm_raw.get("api_key_env"),
-            )
-        except Undeclared as exc:
-            raise DefinitionError(str(exc)) from None
-    llm = LlmSettings(
-        provider=provider,
-        base_url=llm_raw.get("base_url"),
-        base_url_env=llm_raw.get("base_url_env"),
-        api_key_env=llm_raw.get("api_key_env"),
-        max_retries=retries,
-        timeout_seconds=float(timeout),
-        stream=stream,
-    )
+    record_prompts = _record_prompts(raw)
+    llm = _llm(raw.get("llm", {}), credentials)
 
     budgets = raw.get("budgets", {})
-    _check_keys("[budgets]", budgets, set(BUDGET_KINDS))
+    _check_keys("[budgets]", budgets, set(BUDGET_KINDS), ("budgets",))
     for kind, limit in budgets.items():
-        _positive_number(f"[budgets] {kind}", limit)
+        _positive_number(f"[budgets] {kind}", limit, ("budgets", kind))
     pricing = raw.get("pricing")
     if pricing is not None:
-        _check_keys("[pricing]", pricing, _PRICING)
-        for key in _PRICING:
-            _expect(key in pricing, f"[pricing] needs {key}")
+        _check_keys("[pricing]", pricing, _PRICING, ("pricing",))
+        for key in sorted(_PRICING):
+            _expect(key in pricing, f"[pricing] needs {key}", ("pricing",))
             _expect(
                 type(pricing[key]) in (int, float) and pricing[key] >= 0,
                 f"[pricing] {key} must be a non-negative number",
+                ("pricing", key),
             )
     _expect(
         "cost_usd" not in budgets or pricing is not None,
         "a cost_usd budget needs a [pricing] table",
+        ("budgets", "cost_usd"),
     )
 
     output_schema = raw.get("output_schema")
@@ -394,39 +444,24 @@ def parse_definition(
         try:
             check_schema(output_schema)
         except MalformedEvent as exc:
-            raise DefinitionError(f"[output_schema] {exc.message}") from None
+            raise DefinitionError(f"[output_schema] {exc.message}", at=("output_schema",)) from None
 
-    tools_raw = raw.get("tools", [])
-    _expect(isinstance(tools_raw, list), "`tools` must be an array of tables")
-    tools = []
-    for entry in tools_raw:
-        _check_keys("[[tools]]", entry, _TOOL)
-        tool_name = entry.get("name")
-        _expect(isinstance(tool_name, str) and tool_name, "every [[tools]] entry needs a `name`")
-        _expect(
-            tool_name in known_tools,
-            f"unknown tool {tool_name!r}; this daemon's registry holds: "
-            f"{', '.join(sorted(known_tools)) or 'nothing'}",
-        )
-        _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice")
-        tools.append(tool_name)
+    tools = _registry_tools(raw.get("tools", []), known_tools)
+    flow_tools = _flow_tools(raw)
+    description, inputs, outputs = _declarations(raw)
 
     uses_path = "system_prompt_path" in raw
     if uses_path:
         # The prompt file may not exist where the run is resumed: keep the
         # normalised definition, prompt inlined, as the stored copy.
-        stored = dict(normalised)
+        stored_copy = dict(normalised)
         if name is not None:
-            stored["name"] = name
-        stored_format, stored_text = "json", json.dumps(stored, indent=2, ensure_ascii=False)
+            stored_copy["name"] = name
+        stored_format, stored_text = "json", json.dumps(stored_copy, indent=2, ensure_ascii=False)
     else:
         stored_format, stored_text = fmt, text
-    try:
-        agent_def_hash = sha256_hash(normalised)
-    except ValueError as exc:  # NaN, an infinity, a lone surrogate: nothing canonical JSON carries
-        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
     return AgentDefinition(
-        agent_def_hash=agent_def_hash,
+        agent_def_hash=_hash(normalised),
         name=name,
         model=model,
         system_prompt=prompt,
@@ -440,15 +475,174 @@ def parse_definition(
         stored_format=stored_format,
         stored_text=stored_text,
         mcp_servers=mcp_servers,
+        description=description,
+        flow_tools=flow_tools,
+        inputs=inputs,
+        outputs=outputs,
+        card=markdown.card if markdown is not None else None,
+        architect=markdown.architect if markdown is not None else None,
     )
+
+
+def _hash(normalised: dict) -> str:
+    try:
+        return sha256_hash(normalised)
+    except ValueError as exc:  # NaN, an infinity, a lone surrogate: nothing canonical JSON carries
+        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
+
+
+def _record_prompts(raw: dict) -> bool:
+    record_prompts = raw.get("record_prompts", False)
+    _expect(
+        isinstance(record_prompts, bool),
+        "`record_prompts` must be true or false",
+        ("record_prompts",),
+    )
+    return record_prompts
+
+
+def _llm(llm_raw: Any, credentials: Credentials | None) -> LlmSettings:
+    """The ``[llm]`` table: which wire format, which endpoint (a declared one over HTTP)."""
+    _check_keys("[llm]", llm_raw, _LLM, ("llm",))
+    provider = llm_raw.get("provider", DEFAULT_PROVIDER)
+    _expect(
+        provider in PROVIDERS,
+        f"[llm] provider must be one of {', '.join(PROVIDERS)}",
+        ("llm", "provider"),
+        suggest(provider, PROVIDERS) if isinstance(provider, str) else None,
+    )
+    for key in ("base_url", "base_url_env", "api_key_env"):
+        _expect(
+            key not in llm_raw or isinstance(llm_raw[key], str),
+            f"[llm] {key} must be a string",
+            ("llm", key),
+        )
+    retries = llm_raw.get("max_retries", 4)
+    _expect(
+        _whole(retries) and 0 <= retries <= 20,
+        "[llm] max_retries must be an integer from 0 to 20",
+        ("llm", "max_retries"),
+    )
+    timeout = llm_raw.get("timeout_seconds", 120)
+    _positive_number("[llm] timeout_seconds", timeout, ("llm", "timeout_seconds"))
+    stream = llm_raw.get("stream", False)
+    _expect(isinstance(stream, bool), "[llm] stream must be true or false", ("llm", "stream"))
+    if credentials is not None:
+        try:
+            credentials.check_llm(
+                provider=provider,
+                base_url=llm_raw.get("base_url"),
+                base_url_env=llm_raw.get("base_url_env"),
+                api_key_env=llm_raw.get("api_key_env"),
+            )
+        except Undeclared as exc:
+            raise DefinitionError(str(exc), at=("llm",)) from None
+    return LlmSettings(
+        provider=provider,
+        base_url=llm_raw.get("base_url"),
+        base_url_env=llm_raw.get("base_url_env"),
+        api_key_env=llm_raw.get("api_key_env"),
+        max_retries=int(retries),
+        timeout_seconds=float(timeout),
+        stream=stream,
+    )
+
+
+def _registry_tools(tools_raw: Any, known_tools) -> list[str]:
+    """The ``[[tools]]`` entries: each a tool of the daemon's registry, listed once, and none
+    named as a flow tool is (the model would see two tools of one name)."""
+    _expect(isinstance(tools_raw, list), "`tools` must be an array of tables", ("tools",))
+    tools: list[str] = []
+    for index, entry in enumerate(tools_raw):
+        at = ("tools", index)
+        _check_keys("[[tools]]", entry, _TOOL, at)
+        tool_name = entry.get("name")
+        _expect(
+            isinstance(tool_name, str) and bool(tool_name),
+            "every [[tools]] entry needs a `name`",
+            at,
+        )
+        _expect(
+            tool_name not in FLOW_TOOL_NAMES,
+            f"{tool_name!r} is a flow tool: list it in `flow_tools`, not [[tools]] (a registry "
+            "tool of a flow tool's name would be ambiguous)",
+            (*at, "name"),
+        )
+        # A misspelt flow tool in a markdown file's `tools` lands here too.
+        near = suggest(tool_name, [*known_tools, *FLOW_TOOL_NAMES])
+        _expect(
+            tool_name in known_tools,
+            f"unknown tool {tool_name!r}{did_you_mean(near)}; this daemon's registry holds: "
+            f"{', '.join(sorted(known_tools)) or 'nothing'}",
+            (*at, "name"),
+            near,
+        )
+        _expect(tool_name not in tools, f"tool {tool_name!r} is listed twice", (*at, "name"))
+        tools.append(tool_name)
+    return tools
+
+
+def _flow_tools(raw: dict) -> tuple[FlowTool, ...]:
+    """``flow_tools``: the flow tools the agent opts into, each named once."""
+    if "flow_tools" not in raw:
+        return ()
+    names = raw["flow_tools"]
+    _expect(
+        isinstance(names, list),
+        f"`flow_tools` must be an array of flow tool names ({', '.join(FLOW_TOOL_NAMES)})",
+        ("flow_tools",),
+    )
+    chosen: list[FlowTool] = []
+    for index, name in enumerate(names):
+        at = ("flow_tools", index)
+        _expect(isinstance(name, str), "`flow_tools` must be an array of strings", at)
+        near = suggest(name, FLOW_TOOL_NAMES)
+        _expect(
+            name in FLOW_TOOL_NAMES,
+            f"unknown flow tool {name!r}{did_you_mean(near)}; the flow tools are "
+            f"{', '.join(FLOW_TOOL_NAMES)}",
+            at,
+            near,
+        )
+        _expect(FlowTool(name) not in chosen, f"flow tool {name!r} is listed twice", at)
+        chosen.append(FlowTool(name))
+    return tuple(chosen)
+
+
+def _declarations(
+    raw: dict,
+) -> tuple[str | None, tuple[DeclaredInput, ...], tuple[DeclaredOutput, ...]]:
+    """What a built-in and a process agent both declare for the catalog: ``description``,
+    ``inputs``, ``outputs``."""
+    description = raw.get("description")
+    if description is not None:
+        _expect(isinstance(description, str), "`description` must be a string", ("description",))
+        _expect(
+            len(description) <= MAX_DESCRIPTION_CHARS,
+            f"`description` must be at most {MAX_DESCRIPTION_CHARS} characters",
+            ("description",),
+        )
+    try:
+        inputs = parse_inputs(raw["inputs"]) if "inputs" in raw else ()
+    except BadDeclaration as exc:
+        raise DefinitionError(str(exc), at=("inputs",)) from None
+    try:
+        outputs = parse_outputs(raw["outputs"]) if "outputs" in raw else ()
+    except BadDeclaration as exc:
+        raise DefinitionError(str(exc), at=("outputs",)) from None
+    return description, inputs, outputs
 
 
 def _name(raw: dict) -> str | None:
     name = raw.get("name")
     if name is not None:
-        _expect(isinstance(name, str), "`name` must be a string")
-        _expect(name.strip() != "", "`name` must not be empty or all whitespace")
-        _expect(len(name) <= MAX_NAME_CHARS, f"`name` must be at most {MAX_NAME_CHARS} characters")
+        _expect(isinstance(name, str), "`name` must be a string", ("name",))
+        _expect(name.strip() != "", "`name` must not be empty or all whitespace", ("name",))
+        _expect(
+            len(name) <= MAX_NAME_CHARS,
+            f"`name` must be at most {MAX_NAME_CHARS} characters",
+            ("name",),
+        )
     return name
 
 
@@ -457,32 +651,53 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _check_keys("a process agent", raw, _PROCESS_TOP)
     name = _name(raw)
     command = raw.get("command")
+    at = ("command",)
     if isinstance(command, str):
         try:
             argv = shlex.split(command)
         except ValueError as exc:
-            raise DefinitionError(f"`command` cannot be split into arguments: {exc}") from None
+            raise DefinitionError(
+                f"`command` cannot be split into arguments: {exc}", at=at
+            ) from None
     elif isinstance(command, list):
         _expect(
-            all(isinstance(arg, str) for arg in command), "`command` must be an array of strings"
+            all(isinstance(arg, str) for arg in command),
+            "`command` must be an array of strings",
+            at,
         )
         argv = list(command)
     else:
         raise DefinitionError(
             "a process agent needs `command`: an array of strings, or "
-            "one string split as a shell would"
+            "one string split as a shell would",
+            at=at,
         )
-    _expect(bool(argv) and argv[0] != "", "`command` must name a program")
+    _expect(bool(argv) and argv[0] != "", "`command` must name a program", at)
     cwd = raw.get("cwd")
-    _expect(cwd is None or (isinstance(cwd, str) and cwd != ""), "`cwd` must be a non-empty string")
+    _expect(
+        cwd is None or (isinstance(cwd, str) and cwd != ""),
+        "`cwd` must be a non-empty string",
+        ("cwd",),
+    )
     env = raw.get("env", {})
-    _expect(isinstance(env, dict), "`env` must be a table of strings")
+    _expect(isinstance(env, dict), "`env` must be a table of strings", ("env",))
     for key, value in env.items():
         _expect(
             key != "" and "=" not in key and "\0" not in key,
             f"`env` key {key!r} is not a variable name",
+            ("env", key),
         )
-        _expect(isinstance(value, str), f"`env` value of {key} must be a string")
+        _expect(isinstance(value, str), f"`env` value of {key} must be a string", ("env", key))
+    salvor_mcp = raw.get("salvor_mcp", True)
+    _expect(isinstance(salvor_mcp, bool), "`salvor_mcp` must be true or false", ("salvor_mcp",))
+    output_from = raw.get("output_from", "model")
+    _expect(
+        output_from in OUTPUT_SOURCES,
+        f"`output_from` must be one of {', '.join(repr(s) for s in OUTPUT_SOURCES)}",
+        ("output_from",),
+        suggest(output_from, OUTPUT_SOURCES) if isinstance(output_from, str) else None,
+    )
+    description, inputs, outputs = _declarations(raw)
     return _outside_agent(
         raw,
         fmt,
@@ -492,41 +707,46 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
         lambda timeout: ProcessSettings(
             command=tuple(argv), cwd=cwd, env=dict(env), timeout=timeout
         ),
+        description=description,
+        inputs=inputs,
+        outputs=outputs,
+        salvor_mcp=salvor_mcp,
+        output_from=output_from,
     )
 
 
 def _outside_agent(
-    raw: dict, fmt: str, text: str, name: str | None, kind: AgentKind, settings
+    raw: dict, fmt: str, text: str, name: str | None, kind: AgentKind, settings, **declared
 ) -> AgentDefinition:
-    """What a process and a service definition share: the timeout, record_prompts, the hash."""
+    """What a process and a service definition share: the timeout, record_prompts, the hash.
+
+    ``declared``: the process agent's flow fields (its description, inputs, outputs, the
+    ``salvor`` MCP server and its result's source).
+    """
     timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
-    _positive_number("timeout", timeout)
-    _expect(timeout != float("inf"), "`timeout` must be finite")
-    record_prompts = raw.get("record_prompts", False)
-    _expect(isinstance(record_prompts, bool), "`record_prompts` must be true or false")
+    _positive_number("timeout", timeout, ("timeout",))
+    _expect(timeout != float("inf"), "`timeout` must be finite", ("timeout",))
+    record_prompts = _record_prompts(raw)
     try:
         # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.
         mcp_servers = (
             parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
         )
     except McpDefinitionError as exc:
-        raise DefinitionError(str(exc)) from None
-    reserved = next((s.name for s in mcp_servers if variable_suffix(s.name) == "SALVOR"), None)
-    # salvor serves its own `salvor` server to every process run: a second would share its lane
-    # and its variables.
-    _expect(
-        reserved is None,
-        f"[[mcp_servers]] {reserved!r}: salvor offers every process agent its own MCP server "
-        "named `salvor` (SALVOR_MCP_URL_SALVOR, SALVOR_MCP_SERVER_SALVOR); give this one "
-        "another name",
-    )
+        raise DefinitionError(str(exc), at=("mcp_servers",)) from None
+    for index, server in enumerate(mcp_servers):
+        # salvor serves its own `salvor` server to every process run: a second would share its
+        # lane and its variables.
+        _expect(
+            variable_suffix(server.name) != "SALVOR",
+            f"[[mcp_servers]] {server.name!r}: salvor offers every process agent its own MCP "
+            "server named `salvor` (SALVOR_MCP_URL_SALVOR, SALVOR_MCP_SERVER_SALVOR); give this "
+            "one another name",
+            ("mcp_servers", index),
+        )
     normalised = {k: v for k, v in raw.items() if k != "name"}
-    try:
-        agent_def_hash = sha256_hash(normalised)
-    except ValueError as exc:
-        raise DefinitionError(f"the definition holds a value JSON cannot carry: {exc}") from None
     return AgentDefinition(
-        agent_def_hash=agent_def_hash,
+        agent_def_hash=_hash(normalised),
         name=name,
         model="",
         system_prompt=None,
@@ -538,13 +758,15 @@ def _outside_agent(
         kind=kind,
         mcp_servers=mcp_servers,
         **{kind.value: settings(float(timeout))},
+        **declared,
     )
 
 
-def _check_placeholders(where: str, value: str) -> None:
+def _check_placeholders(where: str, value: str, at: tuple[str | int, ...]) -> None:
     _expect(
         not stray_placeholder(value),
         f"{where} has a `${{` that is not a well-formed `${{NAME}}` placeholder",
+        at,
     )
 
 
@@ -556,8 +778,13 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _expect(
         isinstance(url, str) and url != "",
         "a service agent needs `url`: the http(s) URL its trigger is POSTed to",
+        ("url",),
     )
-    _expect(is_http_url(url), f"`url` must be an http:// or https:// URL with a host, not {url!r}")
+    _expect(
+        is_http_url(url),
+        f"`url` must be an http:// or https:// URL with a host, not {url!r}",
+        ("url",),
+    )
     proxy_port = raw.get("proxy_port")
     _expect(
         "proxy_port" in raw,
@@ -566,20 +793,25 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     _expect(
         _whole(proxy_port) and 1024 <= proxy_port <= 65535,
         "`proxy_port` must be an integer from 1024 to 65535",
+        ("proxy_port",),
     )
     proxy_port = int(proxy_port)
     headers = raw.get("headers", {})
-    _expect(isinstance(headers, dict), "`headers` must be a table of strings")
+    _expect(isinstance(headers, dict), "`headers` must be a table of strings", ("headers",))
     for key, value in headers.items():
+        at = ("headers", key)
         _expect(
-            bool(HEADER_NAME.fullmatch(key)), f"`headers` key {key!r} is not an HTTP header name"
+            bool(HEADER_NAME.fullmatch(key)),
+            f"`headers` key {key!r} is not an HTTP header name",
+            at,
         )
-        _expect(isinstance(value, str), f"`headers` value of {key} must be a string")
+        _expect(isinstance(value, str), f"`headers` value of {key} must be a string", at)
         _expect(
             "\r" not in value and "\n" not in value and "\0" not in value,
             f"`headers` value of {key} must be one line",
+            at,
         )
-        _check_placeholders(f"`headers` value of {key}", value)
+        _check_placeholders(f"`headers` value of {key}", value, at)
     return _outside_agent(
         raw,
         fmt,
@@ -592,8 +824,14 @@ def _parse_service(raw: dict, fmt: str, text: str) -> AgentDefinition:
     )
 
 
+def format_of(path: str | Path) -> str:
+    """The format an agent file's name says: ``.json`` is JSON, ``.md`` markdown, else TOML."""
+    suffix = Path(path).suffix.lower()
+    return {".json": "json", ".md": "md", ".markdown": "md"}.get(suffix, "toml")
+
+
 def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
-    """Read a definition file (``.json`` is JSON, anything else TOML).
+    """Read a definition file (``.json`` is JSON, ``.md`` markdown, anything else TOML).
 
     Raises:
         DefinitionError: the file cannot be read or does not validate.
@@ -603,5 +841,4 @@ def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DefinitionError(f"cannot read agent file {str(path)!r}: {exc.strerror}") from None
-    fmt = "json" if path.suffix.lower() == ".json" else "toml"
-    return parse_definition(text, fmt, base_dir=path.parent, known_tools=known_tools)
+    return parse_definition(text, format_of(path), base_dir=path.parent, known_tools=known_tools)

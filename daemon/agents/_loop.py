@@ -40,7 +40,6 @@ from salvor.protocol import (
     BUDGET_KINDS,
     TOOL_ERROR_KEY,
     BudgetExceeded,
-    DeclaredOutput,
     Envelope,
     EventKind,
     FlowTool,
@@ -88,15 +87,6 @@ FINISH_REMINDER = (
 FINISH_REMINDERS = 2
 
 
-def opted_in(agent: AgentDefinition) -> tuple[FlowTool, ...]:
-    """The flow tools ``agent`` opted into (none for a definition without the field)."""
-    return tuple(getattr(agent, "flow_tools", ()))
-
-
-def declared_outputs(agent: AgentDefinition) -> tuple[DeclaredOutput, ...]:
-    return tuple(getattr(agent, "outputs", ()))
-
-
 def flow_session(
     agent: AgentDefinition,
     run_id: str,
@@ -113,8 +103,8 @@ def flow_session(
     able to return its typed result.
     """
     session = session_of(labels, graph_node=graph_node)
-    chosen = opted_in(agent)
-    outputs = declared_outputs(agent)
+    chosen = agent.flow_tools
+    outputs = agent.outputs
     if (
         session is Session.CHILD
         and FlowTool.FINISH not in chosen
@@ -177,10 +167,9 @@ def _error_result(use_id: str, message: str) -> dict:
 def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
     """The tool names an agent offers besides its MCP tools, each with what offers it."""
     taken = {name: f"the registry tool {name!r}" for name in agent.tools}
-    for tool in opted_in(agent):
-        taken[tool.value] = f"the flow tool {tool.value!r}"
     if agent.output_schema is not None:
         taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
+    taken |= {tool.value: f"the flow tool {tool.value!r}" for tool in agent.offerable_flow_tools}
     return taken
 
 

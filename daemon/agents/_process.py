@@ -91,7 +91,7 @@ def task_prompt(run_input: Any) -> str:
 
 def offers_salvor(agent: AgentDefinition) -> bool:
     """Whether a run of ``agent`` is offered the ``salvor`` MCP server (unless turned off)."""
-    return getattr(agent, "salvor_mcp", True)
+    return agent.salvor_mcp
 
 
 def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
@@ -354,7 +354,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, f
 def _salvor_server(ctx: RunContext, agent: AgentDefinition, flows) -> FlowServer | None:
     if not offers_salvor(agent):
         return None
-    return salvor_server(ctx.run_id, ctx.view.labels, getattr(agent, "outputs", ()), flows)
+    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows)
 
 
 async def _run_process(
@@ -477,7 +477,7 @@ async def _settle(
 
 def answers_on_stdout(agent: AgentDefinition) -> bool:
     """Whether ``agent``'s answer is what it prints (``output_from = "stdout"``)."""
-    return getattr(agent, "output_from", "model") == "stdout"
+    return agent.output_from == "stdout"
 
 
 def run_output(session: ProxySession, stdout: _Tail | None) -> Any:

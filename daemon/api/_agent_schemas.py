@@ -8,7 +8,9 @@ the schema describes it. Plain data, built at import.
 
 from __future__ import annotations
 
-from ..agents import HTTP_FIELDS, PROVIDERS
+from salvor.protocol import OUTPUT_TYPES, FlowTool
+
+from ..agents import HTTP_FIELDS, MAX_DESCRIPTION_CHARS, OUTPUT_SOURCES, PROVIDERS
 from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
 from ._schema import ANY as _ANY
 from ._schema import JSON
@@ -37,6 +39,21 @@ _HTTP_URL = (
 # One line, and every `${` opens a well-formed `${NAME}`.
 _HEADER_VALUE = "^([^\\r\\n\\u0000$]|\\$(?!\\{)|\\$\\{[A-Za-z_][A-Za-z0-9_]*\\})*$"
 _NON_NEGATIVE = {"type": "number", "minimum": 0}
+_DESCRIPTION = {
+    "type": "string",
+    "maxLength": MAX_DESCRIPTION_CHARS,
+    "description": "What the agent does, for the catalog a subagent call picks from.",
+}
+# What an agent declares for the flow tools, built-in and process agents alike.
+_DECLARED = {
+    "description": _DESCRIPTION,
+    "inputs": _ref("DeclaredInputs"),
+    "outputs": _ref("DeclaredOutputs"),
+}
+# A declared input's or output's name (``protocol.parse_inputs``).
+_DECLARED_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$"}
+# The names a finish keeps for itself, which no output may take.
+_OUTPUT_NAME = {**_DECLARED_NAME, "not": {"enum": ["status", "summary", "branch", "outputs"]}}
 
 
 AGENT_SCHEMAS: JSON = {
@@ -112,6 +129,15 @@ AGENT_SCHEMAS: JSON = {
                         ),
                     },
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                    "flow_tools": {
+                        "type": "array",
+                        "uniqueItems": True,
+                        "items": {"enum": [tool.value for tool in FlowTool]},
+                        "description": "The flow tools the agent opts into; a run sees those its "
+                        "session offers (ask_user, subagent, flow_results and the authoring "
+                        "tools in a top-level run; ask_user and finish in a child run).",
+                    },
+                    **_DECLARED,
                 },
             ),
             ["model"],
@@ -119,6 +145,35 @@ AGENT_SCHEMAS: JSON = {
         # A cost budget is priced by the agent's own [pricing].
         "if": {"required": ["budgets"], "properties": {"budgets": {"required": ["cost_usd"]}}},
         "then": {"required": ["pricing"], "properties": {"pricing": {"type": "object"}}},
+    },
+    "DeclaredInputs": {
+        "type": "array",
+        "description": "The named inputs a subagent call passes the agent.",
+        "items": {
+            "oneOf": [
+                _DECLARED_NAME,
+                _object({"name": _DECLARED_NAME, "description": {"type": "string"}}, ["name"]),
+            ]
+        },
+    },
+    "DeclaredOutputs": {
+        "type": "array",
+        "description": "The typed outputs the agent's finish carries (required ones when its "
+        "status is complete).",
+        "items": {
+            "oneOf": [
+                _OUTPUT_NAME,
+                _object(
+                    {
+                        "name": _OUTPUT_NAME,
+                        "type": {"enum": list(OUTPUT_TYPES), "default": "string"},
+                        "description": {"type": "string"},
+                        "required": {"type": "boolean", "default": True},
+                    },
+                    ["name"],
+                ),
+            ]
+        },
     },
     "ToolName": {
         "type": "string",
@@ -159,6 +214,17 @@ AGENT_SCHEMAS: JSON = {
                     "timeout": _POSITIVE,
                     "record_prompts": {"type": "boolean"},
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                    "salvor_mcp": {
+                        "type": "boolean",
+                        "description": "Whether the `salvor` MCP server (the flow tools) is "
+                        "offered to the process; default true.",
+                    },
+                    "output_from": {
+                        "enum": list(OUTPUT_SOURCES),
+                        "description": "The run's output when the process calls no finish: its "
+                        "last model answer (`model`, the default) or what it printed (`stdout`).",
+                    },
+                    **_DECLARED,
                 },
             ),
             ["kind", "command"],

@@ -12,6 +12,8 @@ from ._http import body_bytes
 from ._state import ServerState
 
 _TOML = ("application/toml", "text/toml", "application/x-toml")
+# A markdown agent file: front matter, then the system prompt.
+MARKDOWN = ("text/markdown", "text/x-markdown")
 
 
 def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
@@ -24,8 +26,12 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
             fmt = "toml"
         elif mimetype == "application/json" or mimetype.endswith("+json"):
             fmt = "json"
+        elif mimetype in MARKDOWN:
+            fmt = "md"
         else:
-            raise bad_request("send the definition as application/toml or application/json")
+            raise bad_request(
+                "send the definition as application/toml, application/json or text/markdown"
+            )
         data = await body_bytes()
         try:
             text = data.decode("utf-8")

@@ -17,6 +17,7 @@ from typing import Any
 from quart import Response
 from salvor.protocol import TERMINAL_STATES, RunState, Shape, nullable
 
+from ..agents import FORMATS
 from ._bodies import Field
 from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
@@ -121,6 +122,15 @@ RUN = Answer(
             name="replay_of",
             schema=ref("RunId"),
             description="Present on a re-run: the run it reproduces.",
+        ),
+        Field(
+            name="parent",
+            schema=ref("RunId"),
+            description=(
+                "An extension: present on a subagent's child run, the run whose subagent call "
+                "started it (its `salvor.parent` label). The parent's children are "
+                "`GET /v1/runs/{id}/children`."
+            ),
         ),
     ),
     rules=DRIVER_RULE,
@@ -235,7 +245,7 @@ AGENT = Answer(
     "Agent",
     (
         _required("agent", ref("AgentHash")),
-        _required("format", {"enum": ["toml", "json"]}),
+        _required("format", {"enum": list(FORMATS)}),
         _required(
             "definition", {"type": "string"}, description="The definition as registered, verbatim."
         ),
@@ -250,6 +260,22 @@ RUN_LIST = Answer(
             name="next_cursor",
             schema={"type": "string"},
             description="Present when there may be more: pass it as `cursor`.",
+        ),
+    ),
+)
+CHILD_LIST = Answer(
+    "ChildList",
+    (
+        _RUN,
+        _required(
+            "derived",
+            {"const": True},
+            description="Read from the children's own labels, not from the parent's log.",
+        ),
+        _required(
+            "children",
+            {"type": "array", "items": ref("RunSummary")},
+            description="The runs its subagent calls started, oldest first.",
         ),
     ),
 )
@@ -341,6 +367,7 @@ CLIENT_TOOLS = Answer(
 ANSWERS = (
     RUN,
     RUN_LIST,
+    CHILD_LIST,
     RECONCILIATION,
     RECONCILIATION_LIST,
     AGENT_SUMMARY,

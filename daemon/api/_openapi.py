@@ -597,6 +597,20 @@ PATHS: JSON = {
                 "content": {
                     "application/toml": {"schema": {"type": "string"}},
                     "application/json": {"schema": _ref("AgentDefinition")},
+                    "text/markdown": {
+                        "schema": {
+                            "type": "string",
+                            "description": (
+                                "A markdown agent file: YAML front matter between `---` lines "
+                                "(`name`, `model`, `description`, `tools` — flow tools and "
+                                "registry tools alike —, `inputs`, `outputs`, and the built-in "
+                                "agent's `llm`, `budgets`, `pricing`, `max_response_tokens`, "
+                                "`record_prompts`, `mcp_servers`; `card` and `architect` are "
+                                "display metadata), the body its system prompt. It hashes as "
+                                "the TOML definition of the same fields."
+                            ),
+                        }
+                    },
                 },
             },
             "responses": _responses(
@@ -675,6 +689,19 @@ PATHS: JSON = {
             "summary": "One run's derived state",
             "parameters": _RUN,
             "responses": _responses({"200": ("The run.", _ref("Run"))}, "BadRequest", "UnknownRun"),
+        },
+    },
+    "/v1/runs/{run_id}/children": {
+        "get": {
+            "operationId": "listRunChildren",
+            "summary": (
+                "An extension: the child runs a run's subagent calls started, oldest first "
+                "(a derived index, as `GET /v1/runs?label=salvor.parent:{run_id}` lists them)"
+            ),
+            "parameters": _RUN,
+            "responses": _responses(
+                {"200": ("The children.", _ref("ChildList"))}, "BadRequest", "UnknownRun"
+            ),
         },
     },
     "/v1/runs/{run_id}/replay": {

@@ -1,4 +1,5 @@
-"""``/v1/runs``: start a run (or a re-run), list runs, read one run's status and its replay."""
+"""``/v1/runs``: start a run (or a re-run), list runs, read one run's status (a subagent's child
+names its ``parent``), its children and its replay."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from quart_trio import QuartTrio
 from salvor.protocol import RunState, fold, status_seen_at
 from salvor.store import RunSummary
 
+from ..flows import PARENT_LABEL
 from ..recording import parse_run_id
 from ..web import bad_request
-from ._answers import RUN, RUN_LIST, RUN_STARTED
+from ._answers import CHILD_LIST, RUN, RUN_LIST, RUN_STARTED
 from ._bodies import START_RUN
 from ._http import json_response
 from ._queries import RUNS_QUERY, page_of
@@ -66,7 +68,16 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             first_recorded_at=view.first_recorded_at,
             last_recorded_at=view.last_recorded_at,
             replay_of=view.replay_of,
+            parent=(view.labels or {}).get(PARENT_LABEL),
             **state.driver(run_id, view.state.value),
+        )
+
+    @app.get("/v1/runs/<run_id>/children")
+    async def run_children(run_id: str):
+        run_id = parse_run_id(run_id)
+        children = await runtime.list_children(run_id)
+        return CHILD_LIST.respond(
+            run=run_id, derived=True, children=[_summary_json(state, s) for s in children]
         )
 
     @app.get("/v1/runs/<run_id>/replay")

@@ -448,7 +448,9 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
     """The verbs that start, continue, settle or retire runs."""
     p = sub.add_parser("run", parents=[common], help="start a run of an agent and drive it")
     p.add_argument(
-        "agent", metavar="AGENT", help="agent file (TOML or JSON) or a stored sha256: hash"
+        "agent",
+        metavar="AGENT",
+        help="agent file (TOML, JSON or markdown) or a stored sha256: hash",
     )
     p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
     p.add_argument(

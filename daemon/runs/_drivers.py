@@ -31,9 +31,8 @@ from salvor.protocol import CodedError
 from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
-from ..flows import MAP_OF_LABEL
 from ._healing import StoreHealing
-from ._runtime import Runtime
+from ._runtime import Runtime, driver_of
 
 log = logging.getLogger("salvor.drivers")
 
@@ -150,11 +149,12 @@ class DriverSet:
                         view = await self._drive_paced(run_id, agent)
                 how = f"rested {view.state.value}"
                 log.info("run %s %s", run_id, how)
-                walker = (view.labels or {}).get(MAP_OF_LABEL)
-                if walker is not None and view.terminal:
-                    # A map item its graph run's walk left parked has ended here (resumed by
-                    # a person, woken): the walk records it and goes on.
-                    self.start(walker)
+                waiting = driver_of(view)
+                if waiting is not None and view.terminal:
+                    # A child the drive of its parent left parked (a map item, a subagent's
+                    # child) has ended here (resumed by a person, woken): the parent's drive
+                    # records it and goes on.
+                    self.start(waiting)
         except CodedError as exc:
             if store_fault(exc):
                 self.healing.stopped(run_id, exc)

@@ -54,7 +54,7 @@ from ..agents import (
     probes_open_write,
 )
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
-from ..flows import MAP_OF_LABEL
+from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import drive_graph
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
@@ -108,6 +108,12 @@ class ResumeDecision:
 
     outcome: ResumeOutcome
     view: RunView
+
+
+def driver_of(view: RunView) -> str | None:
+    """The run whose drive drives this one inline (a map item's graph run, a subagent's parent)."""
+    labels = view.labels or {}
+    return labels.get(MAP_OF_LABEL) or labels.get(PARENT_LABEL)
 
 
 class Runtime(Forks):
@@ -326,6 +332,16 @@ class Runtime(Forks):
         and the next page's cursor."""
         return await self.access.read(lambda: self.access.store.list_runs(**filters))
 
+    async def list_children(self, run_id: str) -> list[RunSummary]:
+        """The runs ``run_id``'s subagent calls started, oldest first. Reads only.
+
+        Raises:
+            OperationRefused: unknown_run.
+        """
+        await self.view(run_id)
+        children, _ = await self.list_runs(label=(PARENT_LABEL, run_id))
+        return children[::-1]
+
     async def reconciliations(
         self,
         client_tools: Mapping[str, ClientTool],
@@ -360,15 +376,16 @@ class Runtime(Forks):
         return await self._without_walked_children(interrupted) + await self.probed_writes()
 
     async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
-        """``interrupted`` less the map children whose graph run is interrupted too: that run's
-        walk drives them, and a second driver of the same child would race it for each seq."""
+        """``interrupted`` less the children whose driver is interrupted too (a map item's graph
+        run, a subagent's parent): that run's drive drives them, and a second driver of the same
+        child would race it for each seq."""
         store = self.access.store
         views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
         walked = set(interrupted)
         return [
             run
             for run, view in zip(interrupted, views, strict=True)
-            if view is None or (view.labels or {}).get(MAP_OF_LABEL) not in walked
+            if view is None or driver_of(view) not in walked
         ]
 
     async def probed_writes(self) -> list[str]:
@@ -748,6 +765,10 @@ class Runtime(Forks):
     async def abandon(self, run_id: str, reason: str | None = None) -> tuple[int, RunView]:
         """Retire a run by hand with a terminal RunAbandoned; returns (appended seq, view).
 
+        Its subagent children that have not ended are abandoned after it, and theirs after them,
+        each saying why. A failure partway (the store) leaves the run abandoned and the children
+        not yet reached as they were; abandoning a child by hand finishes the job.
+
         Raises:
             OperationRefused: unknown_run, or wrong_state for a terminal run.
         """
@@ -762,7 +783,19 @@ class Runtime(Forks):
         envelopes, view = await self.access.append(
             run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
         )
+        await self._abandon_children(run_id)
         return envelopes[-1].seq, view
+
+    async def _abandon_children(self, parent: str) -> None:
+        """Abandon the subagent children of ``parent`` that have not ended (``abandon``)."""
+        children, _ = await self.list_runs(label=(PARENT_LABEL, parent))
+        for child in children:
+            if child.state is None or RunState(child.state) in TERMINAL_STATES:
+                continue
+            try:
+                await self.abandon(child.run_id, f"its parent run {parent} was abandoned")
+            except OperationRefused:
+                pass  # it ended between the listing and now: nothing left to abandon
 
     async def due_runs(self, now: datetime | None = None) -> list[str]:
         return await self.access.read(self.access.store.due_runs, now or self.clock())

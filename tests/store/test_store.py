@@ -712,11 +712,17 @@ def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
     assert store.put_agent("sha256:1", format="toml", definition=definition, name="triage")
     assert not store.put_agent("sha256:1", format="toml", definition="other", name=None)
     assert store.put_agent("sha256:2", format="json", definition='{"model":"m"}', name=None)
+    markdown = "---\nname: triage\nmodel: m\n---\nTriage.\n"
+    assert store.put_agent("sha256:5", format="md", definition=markdown, name="triage")
+    assert (store.get_agent("sha256:5").format, store.get_agent("sha256:5").definition) == (
+        "md",
+        markdown,
+    )
     agent = store.get_agent("sha256:1")
     assert (agent.format, agent.definition, agent.name) == ("toml", definition, "triage")
     assert store.get_agent("sha256:2").name is None
     assert store.get_agent("sha256:3") is None
-    assert [a.agent_def_hash for a in store.list_agents()] == ["sha256:1", "sha256:2"]
+    assert [a.agent_def_hash for a in store.list_agents()] == ["sha256:1", "sha256:2", "sha256:5"]
     with pytest.raises(ValueError, match="toml"):
         store.put_agent("sha256:4", format="yaml", definition="", name=None)
 

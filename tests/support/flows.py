@@ -1,8 +1,7 @@
 """Agents with flow tools for the suites, and the scripted replies their conversations need.
 
-``with_flows`` gives a parsed definition the flow fields (``flow_tools``, ``outputs``) a
-definition file declares, for tests that drive a definition in-process; a run started over
-HTTP or loaded from the store gets them from its file.
+``with_flows`` gives a parsed definition other flow fields (``flow_tools``, ``outputs``), for
+tests that drive a definition in-process (its hash stays the one parsed).
 """
 
 from __future__ import annotations
@@ -15,24 +14,12 @@ from salvor.daemon.agents import AgentDefinition
 from salvor.protocol import FlowTool, parse_outputs
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _FlowAgent(AgentDefinition):
-    # Stands in for the definition fields until every branch has them.
-    flow_tools: tuple[FlowTool, ...] = ()
-    outputs: tuple = ()
-
-
 def with_flows(
     agent: AgentDefinition, *, flow_tools: Sequence[str] = (), outputs: Any = ()
 ) -> AgentDefinition:
     """``agent`` opting into ``flow_tools`` and declaring ``outputs`` (``parse_outputs``'s)."""
     chosen = tuple(FlowTool(name) for name in flow_tools)
-    declared = parse_outputs(list(outputs))
-    names = {f.name for f in dataclasses.fields(AgentDefinition)}
-    if "flow_tools" in names:
-        return dataclasses.replace(agent, flow_tools=chosen, outputs=declared)
-    values = {name: getattr(agent, name) for name in names}
-    return _FlowAgent(**values, flow_tools=chosen, outputs=declared)
+    return dataclasses.replace(agent, flow_tools=chosen, outputs=parse_outputs(list(outputs)))
 
 
 def tool_use(name: str, tool_input: Any, *, use_id: str = "toolu_0", tokens: int = 10):

@@ -4,10 +4,13 @@ that ignores the display name."""
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
+from salvor.daemon.agents import offered_besides_mcp
 from salvor.daemon.agents._definition import DefinitionError, load_definition, parse_definition
-from salvor.protocol import sha256_hash
+from salvor.daemon.mcp import McpBuildError, exposed_tools, parse_mcp_servers
+from salvor.protocol import DeclaredInput, DeclaredOutput, FlowTool, sha256_hash
 
 TOOLS = ["lookup_invoice", "issue_refund", "send_email"]
 TOML = """
@@ -141,3 +144,202 @@ def test_every_invalid_field_is_named(text, fragment):
 def test_invalid_json_is_refused():
     with pytest.raises(DefinitionError, match="not valid JSON"):
         parse_definition("{", "json")
+
+
+# -- the flow fields ------------------------------------------------------------------------------
+
+FLOW_AGENT = """
+name = "reviewer"
+model = "m"
+description = "Reviews a change and says whether it may land."
+flow_tools = ["ask_user", "subagent"]
+inputs = ["diff", {name = "ticket", description = "The ticket it answers"}]
+outputs = ["verdict", {name = "score", type = "number", required = false}]
+[llm]
+provider = "demo"
+"""
+
+
+def test_a_built_in_agent_takes_the_flow_fields_and_they_are_part_of_the_hash():
+    agent = parse_definition(FLOW_AGENT, "toml")
+    assert agent.description == "Reviews a change and says whether it may land."
+    assert agent.flow_tools == (FlowTool.ASK_USER, FlowTool.SUBAGENT)
+    assert agent.inputs == (DeclaredInput("diff"), DeclaredInput("ticket", "The ticket it answers"))
+    assert agent.outputs == (
+        DeclaredOutput("verdict"),
+        DeclaredOutput("score", "number", required=False),
+    )
+    # finish is offerable too: a child session returns the declared outputs through it.
+    assert agent.offerable_flow_tools == (FlowTool.ASK_USER, FlowTool.SUBAGENT, FlowTool.FINISH)
+    raw = tomllib.loads(FLOW_AGENT)
+    del raw["name"]
+    assert agent.agent_def_hash == sha256_hash(raw)
+
+
+def test_each_flow_field_changes_the_hash_and_none_is_defaulted_into_it():
+    plain = parse_definition('model = "m"\n', "toml")
+    assert (plain.description, plain.flow_tools, plain.inputs, plain.outputs) == (None, (), (), ())
+    assert plain.agent_def_hash == sha256_hash({"model": "m"})
+    hashes = {plain.agent_def_hash}
+    for extra in (
+        'description = "d"',
+        'flow_tools = ["ask_user"]',
+        'inputs = ["a"]',
+        'outputs = ["a"]',
+        "flow_tools = []",
+    ):
+        hashes.add(parse_definition(f'model = "m"\n{extra}\n', "toml").agent_def_hash)
+    assert len(hashes) == 6
+
+
+# Definitions written before the flow fields existed, with the hash main's parser (before it knew
+# them) registered each under: a field the parser gains must never move them, since runs recorded
+# against them resume by hash.
+_PINNED = [
+    (
+        'model = "m"\n',
+        "toml",
+        "sha256:548f58d1c36c715b44f0863472074a97c448d5b8d18164b92adf55592b127f86",
+    ),
+    (TOML, "toml", "sha256:9b3692501b71615db4c2eea70abf818b0d6d8dbaaa7d95459844e7b088fb7398"),
+    (
+        'kind = "process"\ncommand = ["python", "agent.py"]\ntimeout = 60\n',
+        "toml",
+        "sha256:665287db18059f67834c9d6db8abddfae817fadb04ca45c604aa4e4eee0e1cc7",
+    ),
+    (
+        'kind = "service"\nurl = "http://127.0.0.1:9/go"\nproxy_port = 4100\n',
+        "toml",
+        "sha256:7b952ad3d77757c87af356e98233e30a8662b7bd6cd8e467795f2cc766c51e01",
+    ),
+    (
+        '{"model": "m", "llm": {"provider": "demo"}, "budgets": {"steps": 3}}',
+        "json",
+        "sha256:01480ca4384c73ed973f450f5da9ac1ae94061c07fdb70b49af9f98fbace1a42",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "fmt", "recorded"), _PINNED)
+def test_an_existing_definitions_hash_is_unchanged(text, fmt, recorded):
+    agent = parse_definition(text, fmt, known_tools=TOOLS)
+    assert agent.agent_def_hash == recorded
+    assert (agent.description, agent.flow_tools, agent.inputs, agent.outputs) == (None, (), (), ())
+    assert (agent.salvor_mcp, agent.output_from) == (True, "model")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment", "at", "suggestion"),
+    [
+        (
+            'flow_tools = ["ask_usr"]',
+            "unknown flow tool 'ask_usr' (did you mean `ask_user`?)",
+            ("flow_tools", 0),
+            "ask_user",
+        ),
+        (
+            'flow_tools = ["finish", "finish"]',
+            "flow tool 'finish' is listed twice",
+            ("flow_tools", 1),
+            None,
+        ),
+        ('flow_tools = "ask_user"', "`flow_tools` must be an array", ("flow_tools",), None),
+        ("flow_tools = [3]", "`flow_tools` must be an array of strings", ("flow_tools", 0), None),
+        ("description = 3", "`description` must be a string", ("description",), None),
+        (f'description = "{"x" * 1025}"', "at most 1024 characters", ("description",), None),
+        ('inputs = ["a", "a"]', "`inputs` names 'a' twice", ("inputs",), None),
+        ('inputs = "a"', "`inputs` must be an array", ("inputs",), None),
+        ('outputs = [{name = "v", type = "date"}]', "`type` must be one of", ("outputs",), None),
+        ('outputs = ["status"]', "which finish uses for itself", ("outputs",), None),
+        (
+            '[[tools]]\nname = "finish"',
+            "'finish' is a flow tool: list it in `flow_tools`",
+            ("tools", 0, "name"),
+            None,
+        ),
+        (
+            '[[tools]]\nname = "lookup_invoic"',
+            "unknown tool 'lookup_invoic' (did you mean `lookup_invoice`?)",
+            ("tools", 0, "name"),
+            "lookup_invoice",
+        ),
+        (
+            "salvor_mcp = false",
+            "unknown field `salvor_mcp` in the definition",
+            ("salvor_mcp",),
+            None,
+        ),
+        (
+            '[llm]\nprovidr = "demo"',
+            "unknown field `providr` in [llm] (did you mean `provider`?)",
+            ("llm", "providr"),
+            "provider",
+        ),
+    ],
+)
+def test_a_refused_flow_field_names_itself_and_where_it_is(text, fragment, at, suggestion):
+    with pytest.raises(DefinitionError) as refused:
+        parse_definition(f'model = "m"\n{text}\n', "toml", known_tools=[*TOOLS, "finish"])
+    assert fragment in str(refused.value)
+    assert refused.value.at == at
+    assert refused.value.suggestion == suggestion
+
+
+PROCESS = 'kind = "process"\ncommand = ["python", "agent.py"]\n'
+
+
+def test_a_process_agent_takes_its_flow_fields():
+    agent = parse_definition(
+        PROCESS + 'description = "d"\ninputs = ["task"]\noutputs = ["answer"]\n'
+        'salvor_mcp = false\noutput_from = "stdout"\n',
+        "toml",
+    )
+    assert (agent.description, agent.salvor_mcp, agent.output_from) == ("d", False, "stdout")
+    assert agent.inputs == (DeclaredInput("task"),)
+    assert agent.outputs == (DeclaredOutput("answer"),)
+    plain = parse_definition(PROCESS, "toml")
+    assert (plain.salvor_mcp, plain.output_from) == (True, "model")
+    assert plain.agent_def_hash == sha256_hash(tomllib.loads(PROCESS))
+    assert parse_definition(PROCESS + "salvor_mcp = true\n", "toml").agent_def_hash != (
+        plain.agent_def_hash
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment", "at"),
+    [
+        ('salvor_mcp = "no"', "`salvor_mcp` must be true or false", ("salvor_mcp",)),
+        (
+            'output_from = "stdin"',
+            "`output_from` must be one of 'model', 'stdout'",
+            ("output_from",),
+        ),
+        (
+            'flow_tools = ["ask_user"]',
+            "unknown field `flow_tools` in a process agent",
+            ("flow_tools",),
+        ),
+        ('outputs = [{name = "a", kind = "x"}]', "`outputs` entry 1 must be", ("outputs",)),
+    ],
+)
+def test_a_process_agents_flow_fields_are_checked(text, fragment, at):
+    with pytest.raises(DefinitionError) as refused:
+        parse_definition(PROCESS + text + "\n", "toml")
+    assert fragment in str(refused.value)
+    assert refused.value.at == at
+
+
+def test_a_service_agent_takes_no_flow_fields():
+    service = 'kind = "service"\nurl = "http://127.0.0.1:9/go"\nproxy_port = 4100\n'
+    with pytest.raises(DefinitionError, match="unknown field `salvor_mcp` in a service agent"):
+        parse_definition(service + "salvor_mcp = false\n", "toml")
+
+
+def test_the_flow_tools_an_agent_may_be_offered_collide_with_its_mcp_tools():
+    agent = parse_definition(FLOW_AGENT, "toml")
+    taken = offered_besides_mcp(agent)
+    assert {"ask_user", "subagent", "finish"} <= set(taken)
+    assert "flow_results" not in taken
+    server = parse_mcp_servers([{"name": "people", "command": ["people"]}])
+    with pytest.raises(McpBuildError, match="'ask_user' of MCP server 'people' has the same name"):
+        exposed_tools(server, {"people": [{"name": "ask_user", "inputSchema": {}}]}, taken)

@@ -273,6 +273,50 @@ def test_a_definition_that_does_not_validate_is_refused(store_url, tmp_path, def
     assert run_count(store_url) == 0
 
 
+# contrib/agents/refund-desk.toml as a markdown agent file: the same agent, field for field.
+REFUND_DESK_MD = """---
+name: refund-desk
+model: demo-planner
+max_response_tokens: 1024
+llm:
+  provider: demo
+budgets:
+  steps: 12
+tools: lookup_invoice, issue_refund, send_email
+---
+You settle refund requests: look the invoice up, refund it, and tell the customer.
+"""
+
+
+@pytest.mark.parametrize("store_url", BOTH, indirect=True)
+def test_run_takes_a_markdown_agent_file(store_url, tmp_path):
+    path = tmp_path / "refund-desk.md"
+    path.write_text(REFUND_DESK_MD)
+    result = salvor(store_url, "run", str(path), "--input", '{"invoice_id": "INV-1001"}', "--json")
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert last["status"]["state"] == "completed"
+    # Its TOML twin is the same agent: the store keeps the first registration, the markdown file.
+    toml = salvor(
+        store_url, "run", "contrib/agents/refund-desk.toml", "--input", '{"invoice_id": "INV-1001"}'
+    )
+    assert toml.returncode == 0, toml.stderr
+    with EventStore.open(store_url) as store:
+        (agent,) = store.list_agents()
+        page, _ = store.list_runs(limit=10)
+    assert (agent.format, agent.definition, agent.name) == ("md", REFUND_DESK_MD, "refund-desk")
+    assert {run.agent_def_hash for run in page} == {agent.agent_def_hash}
+    assert len(page) == 2
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_markdown_agent_file_that_does_not_validate_is_one_sentence(store_url, tmp_path):
+    path = tmp_path / "bad.md"
+    path.write_text(REFUND_DESK_MD.replace("tools:", "tool:"))
+    one_sentence(salvor(store_url, "run", str(path)), "unknown key `tool`", "`tools`")
+    assert run_count(store_url) == 0
+
+
 def test_verbs_in_the_wrong_state_are_refused_and_record_nothing(store_url, agent_file):
     run_id = salvor(store_url, "run", str(agent_file)).stdout.splitlines()[0]
     before = event_total(store_url)
