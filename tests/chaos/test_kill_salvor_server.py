@@ -6,12 +6,11 @@ The parent is the stand-in suite's ``mcp`` SDK agent on ``$SALVOR_MCP_SERVER_SAL
 model call is held until the daemon is killed. The next daemon recovers the parent, whose
 process is started again and answered from its log up to its open call; the call finds the one
 child the killed daemon started and drives it on; the parent then finishes with the child's
-result. On both backends: the child's id and its single head are the store's to keep.
+typed outputs. On both backends: the child's id and its single head are the store's to keep.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
@@ -23,9 +22,10 @@ from salvor.store import EventStore
 from tests.chaos.test_kill_process_agent import wait_terminal
 from tests.chaos.test_kill_serve import Daemon, assert_log_valid
 from tests.daemon.agents.test_process_agent import SECRET
-from tests.daemon.proxies.test_salvor_server import salvor_agent, steps_script
+from tests.daemon.proxies.test_salvor_server import OUTPUTS, delegating_script, salvor_agent
 from tests.support.api_server import agent_toml
-from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text_reply
+from tests.support.flows import tool_use
+from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 
 pytestmark = pytest.mark.kill
 
@@ -40,17 +40,11 @@ def is_parent(call: ProviderCall) -> bool:
 def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_result(
     tmp_path: Path, store_url: str
 ) -> None:
-    parent_script = steps_script(
-        lambda _: ("subagent", {"agent": "helper", "task": "find the colour"}),
-        lambda results: (
-            "finish",
-            {"status": "complete", "summary": f"helper said: {json.loads(results[0])['summary']}"},
-        ),
-        lambda _: "done",
-    )
+    parent_script = delegating_script()
+    child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
 
     def answer(call: ProviderCall):
-        return parent_script(call) if is_parent(call) else text_reply("blue")
+        return parent_script(call) if is_parent(call) else tool_use("finish", child_finish)
 
     in_child, release = threading.Event(), threading.Event()
 
@@ -72,8 +66,8 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
             daemon.start()
             with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
                 for text in (
-                    'name = "helper"\n' + agent_toml(provider.base_url),
-                    salvor_agent(tmp_path).stored_text,
+                    agent_toml(provider.base_url, name="helper", extra=OUTPUTS),
+                    salvor_agent(tmp_path, extra=OUTPUTS).stored_text,
                 ):
                     registered = client.post(
                         "/v1/agents", content=text, headers={"Content-Type": "application/toml"}
@@ -90,16 +84,22 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
                 daemon.start()  # recovery re-drives the parent, which drives its child on
                 body = wait_terminal(client, run_id, timeout=SETTLE_SECONDS)
                 assert body["status"]["state"] == "completed", body
+                # The child's typed outputs, handed on by the parent's own finish.
                 assert body["status"]["output"] == {
                     "status": "complete",
-                    "summary": "helper said: blue",
-                    "outputs": {},
+                    "summary": "helper said: found it",
+                    "outputs": {"colour": "blue", "count": 3},
                 }
                 listed = client.get("/v1/runs", params={"label": f"{PARENT_LABEL}:{run_id}"})
                 (child,) = [entry["run"] for entry in listed.json()["runs"]]
-                assert client.get(f"/v1/runs/{child}").json()["status"] == {
+                child_status = client.get(f"/v1/runs/{child}").json()["status"]
+                assert child_status == {
                     "state": "completed",
-                    "output": "blue",
+                    "output": {
+                        "status": "complete",
+                        "summary": "found it",
+                        "outputs": {"colour": "blue", "count": 3},
+                    },
                 }
             code, _ = daemon.terminate()
             assert code == 0

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
-from salvor.daemon.flows import PARENT_LABEL, child_run_id
-from salvor.protocol import question_schema, text_result
+from salvor.daemon.flows import AUTONOMOUS_LABEL, AUTONOMOUS_REFUSAL, PARENT_LABEL, child_run_id
+from salvor.protocol import RunStarted, question_schema
 
 from tests.daemon.proxies.test_mcp_standins import AGENT
 from tests.support.backends import SQLITE_ONLY
+from tests.support.flows import tool_use
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import ProviderCall, text_reply
 
@@ -145,78 +147,112 @@ async def test_ask_user_parks_the_process_run_and_the_resumed_process_gets_the_a
     assert kinds(log).count("Suspended") == 1 and kinds(log).count("Resumed") == 1
 
 
+OUTPUTS = 'outputs = ["colour", { name = "count", type = "number" }]\n'
+GOOD = {"status": "complete", "summary": "painted it", "colour": "blue", "count": 3}
+
+
 async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_called_after_it(
     runtime, providers, upstream_env, tmp_path
 ):
     provider = providers(
         steps_script(
-            lambda _: ("finish", {"status": "complete"}),
-            lambda _: ("finish", {"status": "done", "summary": "painted"}),
-            lambda _: ("finish", {"status": "complete", "summary": "painted it blue"}),
+            lambda _: ("finish", {"status": "complete", "summary": "painted it", "count": 3}),
+            lambda _: ("finish", {**GOOD, "count": "three"}),
+            lambda _: ("finish", {**GOOD, "status": "done"}),
+            lambda _: ("finish", GOOD),
             lambda _: ("ask_user", QUESTION),
             lambda _: ("finish", {"status": "error", "summary": "again"}),
             lambda _: "all done",
         )
     )
     upstream_env(provider)
-    agent = salvor_agent(tmp_path)
+    agent = salvor_agent(tmp_path, extra=OUTPUTS)
     run_id = await runtime.start_run(agent, "paint it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    assert view.detail["output"] == {
+    # The typed outputs, in their JSON types, under `outputs`.
+    finished = {
         "status": "complete",
-        "summary": "painted it blue",
-        "outputs": {},
+        "summary": "painted it",
+        "outputs": {"colour": "blue", "count": 3},
     }
+    assert view.detail["output"] == finished
+    # The finish schema the model was offered carries the declared outputs.
+    (schema,) = [t for t in provider.calls[0].request["tools"] if t["name"] == "finish"]
+    assert schema["input_schema"]["properties"]["count"] == {"type": "number"}
     results = tool_results(provider.calls[-1])
-    # The two bad finishes were answered with what is wrong, as the tool's error.
-    assert "summary" in results[0] and "status" in results[1]
-    assert json.loads(results[2]) == view.detail["output"]
+    # The bad finishes (a missing required output, a wrong type, a status finish does not know)
+    # were answered with what is wrong, as the tool's error.
+    assert "`colour`" in results[0]
+    assert "count" in results[1] and "status" in results[2]
+    assert json.loads(results[3]) == finished
     # After the good finish nothing is performed or recorded; the model reads why.
-    assert all("no tool can be called after finish" in text for text in results[3:])
+    assert all("no tool can be called after finish" in text for text in results[4:])
     log = await runtime.log(run_id)
-    assert lane(log) == [
-        "mcp:salvor/initialize",
-        "mcp:salvor/tools/list",
-        "call:finish",
-        "call:finish",
-        "call:finish",
-    ]
+    assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list"] + ["call:finish"] * 4
     assert "Suspended" not in kinds(log)
     refused = [
         env.event.output["result"]
         for env in log
         if env.kind == "ToolCallCompleted" and env.event.output["result"].get("isError")
     ]
-    assert len(refused) == 2
+    assert len(refused) == 3
 
     # A re-run reproduces the finish from the log, and refuses the same calls after it.
     rerun = await runtime.start_run(agent, None, replay_of=run_id)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
-    assert view.detail["output"]["summary"] == "painted it blue"
+    assert view.detail["output"] == finished
     assert lane(await runtime.log(rerun)) == lane(log)
 
 
 async def test_the_tools_a_process_run_is_offered_follow_its_session(
     runtime, providers, upstream_env, tmp_path
 ):
-    """A top-level run with no daemon behind it: ask_user and finish (subagent and the read and
-    authoring tools need a host)."""
-    provider = providers(steps_script(lambda _: "nothing to do"))
+    """A top-level run sees ask_user, subagent, finish and flow_results (authoring waits for edit
+    mode); a child of an autonomous tree sees ask_user and finish, and its question is refused as
+    the tool's error, never a suspension."""
+    as_child = steps_script(
+        lambda _: ("ask_user", {"question": "Go on?", "type": "confirm"}),
+        lambda _: ("finish", {"status": "complete", "summary": "went on alone"}),
+        lambda _: "done",
+    )
+
+    def script(call: ProviderCall):
+        offered = [tool["name"] for tool in call.request["tools"]]
+        return (
+            steps_script(lambda _: "nothing to do")(call)
+            if "subagent" in offered
+            else as_child(call)
+        )
+
+    provider = providers(script)
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
-    run_id = await runtime.start_run(agent, "look around")
-    view = await runtime.drive(run_id, agent=agent)
-    assert view.state.value == "completed", view.detail
-    listed = next(
-        env.event.output["result"]
-        for env in await runtime.log(run_id)
-        if env.kind == "ToolCallCompleted" and "tools" in env.event.output.get("result", {})
-    )
-    assert [tool["name"] for tool in listed["tools"]] == ["ask_user", "finish"]
+    await runtime.register_agent(agent)
+
+    async def listed(labels) -> tuple[list[str], object]:
+        run_id = str(uuid.uuid4())
+        head = RunStarted(agent_def_hash=agent.agent_def_hash, input="go", labels=labels)
+        await runtime.open_log(run_id, [head])
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+        log = await runtime.log(run_id)
+        tools = next(
+            env.event.output["result"]["tools"]
+            for env in log
+            if env.kind == "ToolCallCompleted" and "tools" in env.event.output.get("result", {})
+        )
+        return [tool["name"] for tool in tools], view
+
+    main, _ = await listed(None)
+    assert main == ["ask_user", "subagent", "finish", "flow_results"]
     # What the model was offered is what the server listed.
-    assert [t["name"] for t in provider.calls[0].request["tools"]] == ["ask_user", "finish"]
+    assert [t["name"] for t in provider.calls[0].request["tools"]] == main
+    child, view = await listed({PARENT_LABEL: str(uuid.uuid4()), AUTONOMOUS_LABEL: "true"})
+    assert child == ["ask_user", "finish"]
+    assert view.detail["output"]["summary"] == "went on alone"
+    assert AUTONOMOUS_REFUSAL in tool_results(provider.calls[-1])[0]
 
 
 @pytest.mark.parametrize("name", ["salvor", "Salvor", "SALVOR"])
@@ -229,23 +265,27 @@ def test_a_process_agent_declaring_a_server_named_salvor_is_refused(name):
         parse_definition(text, "toml")
 
 
-def helper_agent(runtime, provider, *, tools=()):
+def helper_agent(runtime, provider, *, tools=(), extra: str = ""):
     """The built-in child a subagent call names, ``helper``, on its own scripted provider."""
-    text = 'name = "helper"\n' + agent_toml(provider.base_url, tools=tools)
+    text = 'name = "helper"\n' + agent_toml(provider.base_url, tools=tools, extra=extra)
     return parse_definition(text, "toml", known_tools=runtime.registry.names())
 
 
-def delegating_script(finished: bool = True):
-    """The parent's model: delegate to ``helper``, then finish with the child's summary."""
+def handed_on(result: str) -> dict:
+    """The parent's finish after its subagent call answered ``result``: the child's summary,
+    and its typed outputs as the parent's own."""
+    child = json.loads(result)
+    return {"status": "complete", "summary": f"helper said: {child['summary']}", **child["outputs"]}
+
+
+def delegating_script():
+    """The parent's model: delegate to ``helper``, then finish with what the child returned."""
     return steps_script(
         lambda _: (
             "subagent",
             {"agent": "helper", "task": "find the colour", "inputs": {"k": "v"}},
         ),
-        lambda results: (
-            "finish",
-            {"status": "complete", "summary": f"helper said: {json.loads(results[0])['summary']}"},
-        ),
+        lambda results: ("finish", handed_on(results[0])),
         lambda _: "done",
     )
 
@@ -268,18 +308,20 @@ def subagent_seq(log) -> int:
 async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_its_result(
     runtime, providers, upstream_env, tmp_path
 ):
-    child_provider = providers([text_reply("blue", input_tokens=7, output_tokens=3)])
-    await runtime.register_agent(helper_agent(runtime, child_provider))
+    child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
+    child_provider = providers([tool_use("finish", child_finish, tokens=7)])
+    await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
     provider = providers(delegating_script())
     upstream_env(provider)
-    agent = salvor_agent(tmp_path)
+    agent = salvor_agent(tmp_path, extra=OUTPUTS)
     run_id = await runtime.start_run(agent, "delegate it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
+    # The parent completes with the child's typed outputs, handed on through its own finish.
     assert view.detail["output"] == {
         "status": "complete",
-        "summary": "helper said: blue",
-        "outputs": {},
+        "summary": "helper said: found it",
+        "outputs": {"colour": "blue", "count": 3},
     }
     log = await runtime.log(run_id)
     # With a daemon behind the run, subagent and flow_results are offered too.
@@ -293,11 +335,17 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
     assert child == child_run_id(run_id, subagent_seq(log))
     child_view = await runtime.view(child)
     assert child_view.input == {"task": "find the colour", "inputs": {"k": "v"}}
-    assert child_view.status() == {"state": "completed", "output": "blue"}
+    child_result = {
+        "status": "complete",
+        "summary": "found it",
+        "outputs": {"colour": "blue", "count": 3},
+    }
+    assert child_view.status() == {"state": "completed", "output": child_result}
+    # The call's answer is the child's finish result, with the child's usage.
     answered = json.loads(tool_results(provider.calls[1])[0])
     assert answered == {
-        **text_result("blue"),
-        "usage": {"input_tokens": 7, "output_tokens": 3, "steps": 1},
+        **child_result,
+        "usage": {"input_tokens": 7, "output_tokens": 5, "steps": 1},
     }
     assert child_provider.call_count == 1
 
