@@ -44,6 +44,15 @@ one still held past the wait stops the drive with nothing of the call written
 when the call failed (``call_failed``). An idempotent call without key fields
 presents its position's derived key.
 
+The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
+and replayed alike; only its live half differs: its server answers in this
+process and is never started (``in_process``), and an agent that never reaches
+it has done nothing wrong. A call it cannot perform now (``NotPerformed``: a
+subagent's child rests short of a result) leaves its intent open and stops the
+process, as a park does; the next drive asks it again. Once the run's good
+``finish`` was answered (live or from the log), every later ``tools/call`` on
+any lane is answered with an MCP tool error and neither performed nor recorded.
+
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
 """

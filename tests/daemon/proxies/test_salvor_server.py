@@ -400,3 +400,40 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
     assert provider.call_count == served + 2
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1]
     assert child_provider.call_count == 2
+
+
+async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typed_outputs(
+    runtime, providers, upstream_env, make_agent, tmp_path
+):
+    """The other way round: a built-in parent's subagent call starts a process child, whose
+    salvor server is a child session's (ask_user and finish only)."""
+    child_provider = providers(steps_script(lambda _: ("finish", GOOD), lambda _: "done"))
+    upstream_env(child_provider)
+    await runtime.register_agent(salvor_agent(tmp_path, extra=OUTPUTS))
+    provider = providers(
+        [
+            tool_use("subagent", {"agent": "asker", "task": "paint it"}),
+            text_reply("the child painted it"),
+        ]
+    )
+    parent = make_agent(provider, extra='flow_tools = ["subagent"]\n')
+    run_id = await runtime.start_run(parent, "delegate")
+    view = await runtime.drive(run_id, agent=parent)
+    assert view.status() == {"state": "completed", "output": "the child painted it"}, view.detail
+    (child,) = await children(runtime, run_id)
+    child_log = await runtime.log(child)
+    listed = next(
+        env.event.output["result"]["tools"]
+        for env in child_log
+        if env.kind == "ToolCallCompleted" and "tools" in env.event.output.get("result", {})
+    )
+    assert [tool["name"] for tool in listed] == ["ask_user", "finish"]
+    result = {
+        "status": "complete",
+        "summary": "painted it",
+        "outputs": {"colour": "blue", "count": 3},
+    }
+    assert (await runtime.view(child)).status() == {"state": "completed", "output": result}
+    # The parent's model read the child's finish result as the call's answer.
+    answered = json.loads(tool_results(provider.calls[1])[0])
+    assert {k: answered[k] for k in result} == result
