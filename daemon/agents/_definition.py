@@ -37,6 +37,7 @@ from salvor.protocol import (
 )
 
 from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
+from ..proxies import variable_suffix
 from ..web import HEADER_NAME, is_http_url, stray_placeholder
 from ._credentials import Credentials, Undeclared
 from ._definition_error import DefinitionError, did_you_mean, suggest
@@ -733,6 +734,16 @@ def _outside_agent(
         )
     except McpDefinitionError as exc:
         raise DefinitionError(str(exc), at=("mcp_servers",)) from None
+    for index, server in enumerate(mcp_servers):
+        # salvor serves its own `salvor` server to every process run: a second would share its
+        # lane and its variables.
+        _expect(
+            variable_suffix(server.name) != "SALVOR",
+            f"[[mcp_servers]] {server.name!r}: salvor offers every process agent its own MCP "
+            "server named `salvor` (SALVOR_MCP_URL_SALVOR, SALVOR_MCP_SERVER_SALVOR); give this "
+            "one another name",
+            ("mcp_servers", index),
+        )
     normalised = {k: v for k, v in raw.items() if k != "name"}
     return AgentDefinition(
         agent_def_hash=_hash(normalised),

@@ -589,6 +589,7 @@ async def drive(
             on_record=on_record,
             clock=clock,
             restarts=process_restarts,
+            flows=flows,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this

@@ -8,15 +8,25 @@ its timeout). The proxy records every call; after a crash the next drive
 starts the process again with the same task and the proxy answers the
 recorded prefix from the log, so nothing completed is paid for again.
 
-Outcomes: exit 0 completes the run with the final assistant message of the
+Outcomes: exit 0 completes the run with its result: the agent's good ``finish``
+on the ``salvor`` MCP server when it made one (exactly the checked result), else
+its standard output when the definition says ``output_from = "stdout"`` (stripped,
+its last ``STDOUT_TAIL_BYTES``), else the final assistant message of the
 trajectory; a non-zero exit fails it with the exit code and the tail of its
 stderr; an exit 0 with no model call at all fails with the diagnosis that
 the client never honoured the injected base URL; a timeout kills the whole
 process group and fails the run. A process killed by a signal leaves the run
 recoverable (``DriveInterrupted``): the next drive starts it again.
 
-A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``) has its
-process stopped once the wait is recorded, and holds nothing while it waits.
+Every process run is offered the ``salvor`` MCP server (the flow tools,
+``proxies._flow_server``) beside its declared servers, unless its definition says
+``salvor_mcp = false``.
+
+A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``; the ``salvor``
+server's ``ask_user`` parks it the same way) has its process stopped once the
+wait is recorded, and holds nothing while it waits; so has one whose subagent's
+child rests short of a result (the call's intent stays open, and the run is
+driven again when the child ends).
 A drive of a suspended run starts nothing; one of a sleeping run starts
 nothing before its ``wake_at``, and after it records the wake first. Either
 way the process then starts from the top of its log, as after a crash.
@@ -37,6 +47,8 @@ from typing import Any
 import trio
 from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
 
+from ..flows import FlowHost
+from ..mcp import McpServerSpec
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
@@ -48,6 +60,8 @@ from ..processes import (
     store_fingerprint,
 )
 from ..proxies import (
+    SALVOR_SERVER,
+    FlowServer,
     McpLane,
     ModelProxy,
     ProxySession,
@@ -56,6 +70,7 @@ from ..proxies import (
     open_model_proxy,
     recorded_calls,
     resolve_upstream,
+    salvor_server,
     variable_suffix,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
@@ -64,6 +79,9 @@ from ._definition import AgentDefinition
 logger = logging.getLogger("salvor.process")
 PLACEHOLDER_KEY = "salvor-placeholder"
 STDERR_TAIL_BYTES = 2000
+# What a run answering on its standard output keeps of it: the end, where an agent prints its
+# answer after whatever it logged on the way.
+STDOUT_TAIL_BYTES = 64 * 1024
 
 
 def task_prompt(run_input: Any) -> str:
@@ -71,16 +89,29 @@ def task_prompt(run_input: Any) -> str:
     return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
 
 
+def offers_salvor(agent: AgentDefinition) -> bool:
+    """Whether a run of ``agent`` is offered the ``salvor`` MCP server (unless turned off)."""
+    return agent.salvor_mcp
+
+
+def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
+    """The servers a run of ``agent`` reaches through stand-ins: its own, then ``salvor``."""
+    if not offers_salvor(agent):
+        return agent.mcp_servers
+    return (*agent.mcp_servers, McpServerSpec(name=SALVOR_SERVER))
+
+
 def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
-    """One pair of variables per declared MCP server, each naming that server's stand-in.
+    """One pair of variables per MCP server the run reaches, each naming that server's stand-in.
 
     ``SALVOR_MCP_SERVER_<NAME>``: a shell-quoted command line the agent's MCP
     configuration spawns in place of the server (the stdio relay);
     ``SALVOR_MCP_URL_<NAME>``: the streamable-HTTP endpoint it may dial
-    instead. Both reach the same lane, whatever the real server speaks.
+    instead. Both reach the same lane, whatever the real server speaks (the
+    ``salvor`` server's answers in this process).
     """
     env = {}
-    for spec in agent.mcp_servers:
+    for spec in standin_servers(agent):
         url = f"{base}/mcp/{spec.name}"
         suffix = variable_suffix(spec.name)
         # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
@@ -155,12 +186,15 @@ async def drive_process(
     clock: Callable[[], datetime] = utc_now,
     environ: Mapping[str, str] = os.environ,
     restarts: int = 0,
+    flows: FlowHost | None = None,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
     ``restarts``: how many times this drive starts the process again, from
     the top of its log, after it was killed by a signal (the daemon passes a
-    few; a bare ``Runtime`` none, so a caller sees each death).
+    few; a bare ``Runtime`` none, so a caller sees each death). ``flows``: the
+    host behind the ``salvor`` server's tools that need the daemon (a subagent,
+    the run tree, authoring); without one those tools are not offered.
 
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
@@ -180,11 +214,12 @@ async def drive_process(
                 clock=clock,
                 environ=environ,
                 restarts=restarts,
+                flows=flows,
             )
     attempt = 0
     while True:
         try:
-            return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ)
+            return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows)
         except DriveInterrupted as exc:
             # Restarts are for a process killed by a signal: an MCP call whose key another
             # run holds has already waited its bound, and a restart would only wait again.
@@ -241,18 +276,25 @@ async def open_session_with_origin(
 
 
 async def supervise(
-    process: trio.Process, timeout: float, *, until: trio.Event | None = None
+    process: trio.Process,
+    timeout: float,
+    *,
+    until: trio.Event | None = None,
+    stdout: _Tail | None = None,
 ) -> tuple[bool, str]:
     """Wait for an agent process to exit (or ``until`` to be set) within
     ``timeout``; then its whole group goes.
 
-    Returns whether the timeout ran out, and the tail of its stderr. On every
-    way out (a cancellation included) nothing of the group is left running.
+    Returns whether the timeout ran out, and the tail of its stderr; ``stdout``,
+    when given, keeps the tail of its standard output (a pipe). On every way out
+    (a cancellation included) nothing of the group is left running.
     """
     tail = _Tail(STDERR_TAIL_BYTES)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tail.drain, process.stderr)
+            if stdout is not None:
+                nursery.start_soon(stdout.drain, process.stdout)
             with trio.move_on_after(timeout) as timer:
                 async with trio.open_nursery() as waiters:
 
@@ -273,6 +315,8 @@ async def supervise(
             await process.wait()
             with trio.move_on_after(2):
                 await tail.done.wait()
+                if stdout is not None:
+                    await stdout.done.wait()
             nursery.cancel_scope.cancel(reason="the agent process is gone; its stderr tail is read")
     finally:
         if process.returncode is None:
@@ -280,10 +324,12 @@ async def supervise(
             with trio.CancelScope(shield=True):
                 await process.wait()
         await process.stderr.aclose()
+        if stdout is not None:
+            await process.stdout.aclose()
     return timer.cancelled_caught, tail.text()
 
 
-async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -> RunView:
+async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.idle:
@@ -298,10 +344,17 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
+    salvor = _salvor_server(ctx, agent, flows)
     async with open_lanes(
-        session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark
+        session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
     ) as lanes:
         return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
+
+
+def _salvor_server(ctx: RunContext, agent: AgentDefinition, flows) -> FlowServer | None:
+    if not offers_salvor(agent):
+        return None
+    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows)
 
 
 async def _run_process(
@@ -322,6 +375,7 @@ async def _run_process(
     # agent's, and a restarted salvor finds an orphan of this drive by it.
     env[MARK_VAR] = store_fingerprint(access.store.url)
     env[OWNER_VAR] = owner_mark()
+    stdout = _Tail(STDOUT_TAIL_BYTES) if answers_on_stdout(agent) else None
     try:
         try:
             process = await open_tied_process(
@@ -329,7 +383,7 @@ async def _run_process(
                 cwd=settings.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL if stdout is None else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
@@ -345,13 +399,17 @@ async def _run_process(
                     )
                 )
             return ctx.view
-        timed_out, stderr = await supervise(process, settings.timeout, until=session.rested)
+        timed_out, stderr = await supervise(
+            process, settings.timeout, until=session.rested, stdout=stdout
+        )
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
         proxy.detach(capability)
     async with session.lock:
-        return await _settle(ctx, session, lanes, agent, process.returncode, timed_out, stderr)
+        return await _settle(
+            ctx, session, lanes, agent, process.returncode, timed_out, stderr, stdout
+        )
 
 
 async def _settle(
@@ -362,6 +420,7 @@ async def _settle(
     code: int,
     timed_out: bool,
     stderr: str,
+    stdout: _Tail | None = None,
 ) -> RunView:
     run_id = ctx.run_id
     if session.store_fault is not None:
@@ -410,14 +469,29 @@ async def _settle(
     ):
         failure = short
     else:
-        reply = final_reply(session)
-        output: dict[str, Any] = (
-            {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
-        )
-        await ctx.record(RunCompleted(output=output))
+        await ctx.record(RunCompleted(output=run_output(session, stdout)))
         return ctx.view
     await ctx.record(RunFailed(error=failure))
     return ctx.view
+
+
+def answers_on_stdout(agent: AgentDefinition) -> bool:
+    """Whether ``agent``'s answer is what it prints (``output_from = "stdout"``)."""
+    return agent.output_from == "stdout"
+
+
+def run_output(session: ProxySession, stdout: _Tail | None) -> Any:
+    """What a process run that exited 0 completes with.
+
+    Its good ``finish`` when it made one (the checked result, as a child's
+    parent reads it); else ``{"reply": <text>, "exit_code": 0}``, the text being
+    its standard output when it answers there (``stdout``), else the final
+    assistant message; ``{"exit_code": 0}`` when there is no text.
+    """
+    if session.finished is not None:
+        return session.finished
+    reply = final_reply(session) if stdout is None else (stdout.text() or None)
+    return {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
 
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:

@@ -1,11 +1,17 @@
 """The loopback proxies a process agent is pointed at: the model proxy and the MCP stand-in
-endpoints and lanes, which record or replay each call through ``recording``.
+endpoints and lanes, which record or replay each call through ``recording``, the ``salvor``
+server's among them (the flow tools, answered in process).
 
 Rule: imports only the packages below it.
 """
 
 from __future__ import annotations
 
+from ._flow_server import (
+    SALVOR_SERVER,
+    FlowServer,
+    salvor_server,
+)
 from ._mcp_lane import (
     McpLane,
     open_lanes,
@@ -31,6 +37,8 @@ __all__ = [
     "ANTHROPIC_MESSAGES",
     "OPENAI_CHAT",
     "ROUTES",
+    "SALVOR_SERVER",
+    "FlowServer",
     "McpLane",
     "ModelProxy",
     "ProxySession",
@@ -41,5 +49,6 @@ __all__ = [
     "open_model_proxy",
     "recorded_calls",
     "resolve_upstream",
+    "salvor_server",
     "variable_suffix",
 ]

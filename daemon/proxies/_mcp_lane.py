@@ -44,6 +44,15 @@ one still held past the wait stops the drive with nothing of the call written
 when the call failed (``call_failed``). An idempotent call without key fields
 presents its position's derived key.
 
+The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
+and replayed alike; only its live half differs: its server answers in this
+process and is never started (``in_process``), and an agent that never reaches
+it has done nothing wrong. A call it cannot perform now (``NotPerformed``: a
+subagent's child rests short of a result) leaves its intent open and stops the
+process, as a park does; the next drive asks it again. Once the run's good
+``finish`` was answered (live or from the log), every later ``tools/call`` on
+any lane is answered with an MCP tool error and neither performed nor recorded.
+
 Requests of one run are serialised with its model calls through the run's
 one open-intent slot (``ProxySession.exclusive``).
 """
@@ -91,6 +100,7 @@ from ..recording import (
 from ..tools import (
     DispatchFailed,
     MissingKeyField,
+    NotPerformed,
     OutcomeUnknown,
     Tool,
     ToolCall,
@@ -99,6 +109,7 @@ from ..tools import (
     derived_key,
     dispatch,
 )
+from ._flow_server import FlowServer, finish_of
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
@@ -142,8 +153,11 @@ class McpLane:
         nursery: trio.Nursery,
         environ: Mapping[str, str],
         mark: Mapping[str, str],
+        in_process: FlowServer | None = None,
     ) -> None:
         self.spec = spec
+        # The ``salvor`` server's lane: its server answers in this process, never started.
+        self.in_process = in_process
         self.name = spec.name
         self.proxy = proxy
         self.ctx = proxy.ctx
@@ -155,7 +169,7 @@ class McpLane:
             origin=proxy.origin,
         )
         self.contacted = False
-        self._live: McpSession | None = None
+        self._live: McpSession | FlowServer | None = None
         # Server notifications since the last answer, and those due to the agent with the next one.
         self._crossed: list[dict] = []
         self._outbox: list[dict] = []
@@ -266,6 +280,8 @@ class McpLane:
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
+        if method == "tools/call" and self.in_process is not None:
+            return self.in_process.effect_of(tool)
         if method != "tools/call" or tool in self.spec.results:
             # Listing, pinging, reading: no effect. A stubbed tool is salvor's own constant answer.
             return Effect.READ
@@ -279,6 +295,10 @@ class McpLane:
         self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
     ) -> dict:
         asked = call_input(params)
+        if method == "tools/call" and self.proxy.finished is not None:
+            # After a good finish the run's work is done: nothing more is performed or recorded
+            # (so a replay or a re-run refuses it the same way), and the model reads why.
+            return answer_of(request_id, {"result": after_finish(asked.get("name"))})
         pending = self.ctx.view.pending
         decision = self.replay.step(
             lambda call: mismatch(call, method, asked),
@@ -328,6 +348,17 @@ class McpLane:
                 RUN_ENDED,
                 f"{exc.message}; run {self.proxy.run_id} waits for a person to "
                 f"record what happened",
+            )
+        except NotPerformed as exc:
+            # Nothing of it happened and its intent stays open (a subagent's child waits on a
+            # person or a timer): the process is stopped, and the run is driven again, from the
+            # top of its log, when what it waits on ends; this call is then asked again.
+            self.proxy.rested.set()
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{exc.message}; this agent process is stopped and started again when it can "
+                "go on, and this call is then made again",
             )
         if self._crossed and isinstance(output, dict):
             output = {**output, "notifications": self._crossed}
@@ -442,6 +473,8 @@ class McpLane:
         again.
         """
         wait = wait_event(call.output)
+        if self.in_process is not None and (finished := finish_of(call)) is not None:
+            self.proxy.finished = finished
         if wait is None:
             return answer_of(request_id, call.output)
         if not call.wait:
@@ -560,7 +593,7 @@ class McpLane:
                     }
                 if meta:
                     sent["_meta"] = meta
-                result = await live.request(method, sent, key=_request_key(request_id))
+                result = await self._send(live, method, sent, _request_key(request_id), attempt)
             except McpRemoteError as exc:
                 # Settled by the server: the agent gets its error as it was sent.
                 return {
@@ -617,12 +650,32 @@ class McpLane:
             await self._live.aclose()
             self._live = None
         initialize = None if params is None else call_input(params)
-        self._live = await open_session(
-            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
-        )
+        self._live = await self._connect(initialize)
         self._live.on_notification = self._cross
         self._live.on_request = self._server_request
         return self._live
+
+    async def _connect(self, initialize: dict | None) -> McpSession | FlowServer:
+        """An initialised session with the server itself (started here, or dialled; the
+        ``salvor`` server is in this process)."""
+        if self.in_process is not None:
+            return self.in_process.opened(initialize)
+        return await open_session(
+            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
+        )
+
+    async def _send(
+        self, live: McpSession | FlowServer, method: str, params: dict, key: Any, call: ToolCall
+    ) -> Any:
+        """One request to the live server, sent under ``key``; its result.
+
+        Raises:
+            McpError: as ``McpSession.request`` does.
+            NotPerformed: the ``salvor`` server could not perform the call now.
+        """
+        if isinstance(live, FlowServer):
+            return await live.request(method, params, call=call)
+        return await live.request(method, params, key=key)
 
     def _cross(self, message: dict) -> None:
         if len(self._crossed) < MAX_CROSSED:
@@ -632,8 +685,8 @@ class McpLane:
 
     def never_contacted(self) -> str | None:
         """Why the run fails when the agent never reached this stand-in; None when it did."""
-        if self.contacted:
-            return None
+        if self.contacted or self.in_process is not None:
+            return None  # the agent may never need the ``salvor`` server
         suffix = variable_suffix(self.name)
         if self.spec.command is not None:
             first, second = (
@@ -655,6 +708,15 @@ class McpLane:
         it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
+
+
+def after_finish(tool: Any) -> dict:
+    """The MCP error result of a ``tools/call`` made after the run's good finish."""
+    text = (
+        f"the run has finished (its finish was recorded), so {tool!r} is not called: no tool "
+        "can be called after finish"
+    )
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def call_failed(output: Any) -> bool:
@@ -699,15 +761,21 @@ async def open_lanes(
     *,
     environ: Mapping[str, str],
     mark: Mapping[str, str],
+    salvor: FlowServer | None = None,
 ) -> AsyncIterator[dict[str, McpLane]]:
     """The lanes of one drive, mounted on ``proxy`` for the body; every real
-    session is closed at its end."""
+    session is closed at its end. ``salvor``: the in-process server of the ``salvor`` lane,
+    when the run is offered one."""
     failure: BaseException | None = None
     async with trio.open_nursery() as nursery:
         lanes = {
             spec.name: McpLane(spec, proxy, log, origin_log, nursery, environ, mark)
             for spec in servers
         }
+        if salvor is not None:
+            lanes[salvor.spec.name] = McpLane(
+                salvor.spec, proxy, log, origin_log, nursery, environ, mark, in_process=salvor
+            )
         proxy.mcp_lanes = lanes
         try:
             for spec in servers:

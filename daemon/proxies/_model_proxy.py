@@ -308,6 +308,9 @@ class ProxySession:
         # The run's MCP stand-in lanes by server name (``_mcp_lane``),
         # served under ``.../mcp/<name>``.
         self.mcp_lanes: Mapping[str, Any] = {}
+        # The result of the run's good ``finish`` on the ``salvor`` lane, once it was answered
+        # (live or from the log): every later ``tools/call`` of the run is refused.
+        self.finished: dict | None = None
 
     @property
     def run_id(self) -> str:

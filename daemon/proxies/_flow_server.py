@@ -1,0 +1,229 @@
+"""The ``salvor`` MCP server a process agent reaches: the flow tools, answered in this process.
+
+A process run is offered it beside its declared servers, through the same stand-in variables
+(``SALVOR_MCP_URL_SALVOR``, ``SALVOR_MCP_SERVER_SALVOR``) and the same kind of lane
+(``_mcp_lane``): every request is recorded, replayed and parked as any server's is. Only the
+live half differs: where a lane would start or dial a server, it asks a ``FlowServer``, which
+answers ``initialize``, ``ping``, ``tools/list`` and ``tools/call`` as an MCP server would, from
+``salvor.daemon.flows.flow_tools`` bound to the run's flow session.
+
+What the tools do over MCP:
+
+* ``ask_user`` answers with a ``_meta.salvor`` suspend (the question as its ``reason``, the
+  answer's schema as its ``input_schema``), so the lane parks the run exactly as it does for
+  any server asking that: the process is stopped, and once a person resumes the run it is
+  started again and the call is answered with the resume input, ``{"answer": ...}``, as a text
+  block holding its JSON and as ``structuredContent``.
+* ``finish`` answers with the checked result (text and ``structuredContent``); the lane notes a
+  good one on the proxy session, and from then on refuses every ``tools/call`` of the run on any
+  lane; the run's output is that result.
+* ``subagent`` asks the host for the child's result; a child resting short raises
+  ``NotPerformed`` through the lane, which stops the process with the call's intent open.
+* A refusal (a bad question, a bad finish, an unknown tool, an argument its schema rejects) is an
+  MCP tool error: a result flagged ``isError`` whose text the agent's model reads.
+
+A process agent sees every flow tool its session's row offers (the server is its opt-in;
+``salvor_mcp = false`` turns it off), and ``finish`` in either session: it is how a process agent
+hands back a typed result, a top-level one included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from salvor import __version__
+from salvor.protocol import (
+    DeclaredOutput,
+    Effect,
+    FlowTool,
+    SchemaViolation,
+    Session,
+    is_finish_result,
+    validate,
+)
+
+from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
+from ..mcp import McpRemoteError, McpServerSpec
+from ..tools import Suspend, Tool, ToolCall, ToolFailed
+from ._mcp_replay import LaneCall, stub_result
+
+SALVOR_SERVER = "salvor"
+METHOD_NOT_FOUND = -32601
+# The MCP revisions this server speaks; an agent asking for another is answered with the newest.
+PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
+
+
+def tool_error_result(message: str) -> dict:
+    """An MCP tool error: the agent's model reads ``message``; nothing parks or fails the run."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def finish_of(call: LaneCall) -> dict | None:
+    """The result of ``call`` when it is a good ``finish`` on the ``salvor`` lane; else None."""
+    if call.method != "tools/call" or not isinstance(call.input, dict):
+        return None
+    if call.input.get("name") != FlowTool.FINISH.value or not isinstance(call.output, dict):
+        return None
+    result = call.output.get("result")
+    if not isinstance(result, dict) or result.get("isError") is True:
+        return None
+    checked = result.get("structuredContent")
+    return checked if is_finish_result(checked) else None
+
+
+class FlowServer:
+    """The live half of the ``salvor`` lane: one run's flow tools as an MCP server answers them.
+
+    It has what a lane reads of a live ``McpSession`` (``initialized``, ``broken``,
+    ``remote_session_id``, the notification and request hooks, ``notify``, ``cancel``,
+    ``pass_through``, ``aclose``) and answers every request in this process.
+    """
+
+    remote_session_id: str | None = None
+    broken: str | None = None
+
+    def __init__(self, session: FlowSession) -> None:
+        self.session = session
+        self.spec = McpServerSpec(
+            name=SALVOR_SERVER,
+            effects={name.value: flow_tool(session, name).effect.value for name in FlowTool},
+        )
+        self.initialized: dict | None = None
+        # A lane sets these on any session; this server sends nothing unasked.
+        self.on_notification = None
+        self.on_request = None
+
+    def opened(self, initialize: dict | None) -> FlowServer:
+        """This server, initialised with the agent's ``initialize`` (or the recorded one)."""
+        asked = (initialize or {}).get("protocolVersion")
+        self.initialized = {
+            "protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": SALVOR_SERVER, "version": __version__},
+            "instructions": (
+                "salvor's flow tools: ask the person running this a question, hand a task to "
+                "another agent, and finish with your result"
+            ),
+        }
+        return self
+
+    def effect_of(self, tool: Any) -> Effect:
+        """A flow tool's effect; a name salvor does not offer is refused unperformed (a read)."""
+        try:
+            return flow_tool(self.session, FlowTool(tool)).effect
+        except ValueError:
+            return Effect.READ
+
+    def pass_through(self, headers: Mapping[str, str]) -> None:
+        return None
+
+    async def notify(self, method: str, params: dict | None = None) -> None:
+        return None
+
+    async def cancel(self, key: Any, reason: str | None) -> bool:
+        # A flow tool is not cut by the agent's cancellation: what it recorded stays recorded.
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+    async def offered(self) -> list[Tool]:
+        """The tools the run sees now: its session's row, and ``finish`` (``FlowTool`` order)."""
+        tools = flow_tools(self.session, edit_mode=await self._edit_mode())
+        if not any(tool.name == FlowTool.FINISH for tool in tools):
+            tools.append(flow_tool(self.session, FlowTool.FINISH))
+        order = list(FlowTool)
+        return sorted(tools, key=lambda tool: order.index(FlowTool(tool.name)))
+
+    async def _edit_mode(self) -> bool:
+        host = self.session.host
+        if host is None or self.session.session is not Session.MAIN:
+            return False
+        try:
+            return await host.edit_mode()
+        except ToolFailed:
+            return False  # a setting that cannot be read keeps authoring off
+
+    async def request(self, method: str, params: dict, *, call: ToolCall) -> dict:
+        """The result of one request (``call``: the lane's recorded call it belongs to).
+
+        Raises:
+            McpRemoteError: a method this server does not answer (settled: asking again is the
+                same).
+            ToolFailed: a retryable failure of a tool (the lane tries again as its effect allows).
+            NotPerformed: the tool could not be performed now (a subagent's child rests short).
+        """
+        if method == "initialize":
+            return self.opened(params).initialized
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return {
+                "tools": [
+                    {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "inputSchema": tool.input_schema,
+                    }
+                    for tool in await self.offered()
+                ]
+            }
+        if method == "tools/call":
+            return await self._call(params, call)
+        message = f"salvor's MCP server does not answer {method}"
+        raise McpRemoteError(
+            SALVOR_SERVER,
+            f"does not answer {method}",
+            code=METHOD_NOT_FOUND,
+            error={"code": METHOD_NOT_FOUND, "message": message},
+        )
+
+    async def _call(self, params: dict, call: ToolCall) -> dict:
+        name, arguments = params.get("name"), params.get("arguments", {})
+        tools = {tool.name: tool for tool in await self.offered()}
+        tool = tools.get(name)
+        if tool is None:
+            offered = ", ".join(tools) or "none"
+            return tool_error_result(
+                f"salvor's MCP server offers no tool {name!r} to this run (it offers: {offered})"
+            )
+        try:
+            validate(tool.input_schema, arguments, what=f"the {name} call")
+            outcome = await tool.handler(arguments, call)
+        except SchemaViolation as exc:
+            return tool_error_result(exc.message)
+        except ToolFailed as exc:
+            if exc.retryable:
+                raise
+            return tool_error_result(exc.message)
+        if isinstance(outcome, Suspend):
+            # The same request any MCP server makes to park its run: the lane parks it.
+            return {
+                "content": [{"type": "text", "text": f"waiting for an answer: {outcome.reason}"}],
+                "_meta": {
+                    "salvor": {
+                        "suspend": {"reason": outcome.reason, "input_schema": outcome.input_schema}
+                    }
+                },
+            }
+        return stub_result(outcome)
+
+
+def salvor_server(
+    run_id: str,
+    labels: Mapping[str, str] | None,
+    outputs: Sequence[DeclaredOutput],
+    host: FlowHost | None,
+) -> FlowServer:
+    """The ``salvor`` server of a process run: its flow session from its labels (a child of a
+    parent's subagent call or a map is a child session), every flow tool opted into."""
+    session = FlowSession(
+        run_id=run_id,
+        session=session_of(labels),
+        autonomous=is_autonomous(labels),
+        opted_in=tuple(FlowTool),
+        outputs=tuple(outputs),
+        host=host,
+    )
+    return FlowServer(session)
