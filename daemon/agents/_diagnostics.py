@@ -94,11 +94,14 @@ def agent_diagnostics(
 
 def _line_of(text: str, fmt: str, refusal: DefinitionError) -> int:
     message = str(refusal)
-    for pattern in (_TOML_AT, _JSON_AT, _YAML_AT):
-        if (found := pattern.search(message)) is not None:
-            return int(found[1])
-    if "(at end of document)" in message:
-        return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+    # Only a refusal of the whole text (its syntax) is placed by its parser's words: a field's
+    # refusal may quote the field's value, which could say anything.
+    if not refusal.at:
+        for pattern in (_TOML_AT, _JSON_AT, _YAML_AT):
+            if (found := pattern.search(message)) is not None:
+                return int(found[1])
+        if "(at end of document)" in message:
+            return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
     if fmt == "md":
         return markdown_line(text, refusal.at)
     if fmt == "json":
@@ -258,7 +261,12 @@ def graph_diagnostics(
 
 def _graph_error(error: GraphError, node_lines: Mapping[str, int]) -> Diagnostic:
     line = error.line
-    if line is None and (found := _YAML_AT.search(error.message) or _JSON_AT.search(error.message)):
+    syntax = error.code == "malformed_document"
+    if (
+        line is None
+        and syntax
+        and (found := _YAML_AT.search(error.message) or _JSON_AT.search(error.message))
+    ):
         line = int(found[1])
     if line is None and error.node is not None:
         line = node_lines.get(error.node)

@@ -28,6 +28,8 @@ TOML_CASES = [
     ('model = "m"\nb = = 1\n', 2, "not valid TOML", None),
     ('model = "m"\nsystem_prompt = """\nmodel = 3\n"""\noutputs = "x"\n', 5, "`outputs`", None),
     ('model = "m"\nllm.provider = "zzz"\n', 2, "[llm] provider", None),
+    # A value that reads like a parser's position is the field's, not where the fault is.
+    ('model = "m"\n\n[[tools]]\nname = "at line 1, column 2"\n', 4, "unknown tool", None),
 ]
 
 
