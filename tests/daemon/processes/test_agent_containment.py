@@ -80,6 +80,9 @@ def test_an_agent_gets_the_allow_list_the_injection_and_its_own_env_nothing_else
         "SALVOR_PROMPT",
         "SALVOR_INPUT",
         "SALVOR_RUN_ID",
+        # The daemon's own MCP server (the flow tools), reached like any declared one.
+        "SALVOR_MCP_URL_SALVOR",
+        "SALVOR_MCP_SERVER_SALVOR",
     }
     assert set(env) == {"PATH", "HOME", "LANG", "LC_TIME", "EXTRA", *injected, *TELEMETRY_OFF}
     assert (
