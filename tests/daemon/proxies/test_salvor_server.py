@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.daemon.flows import AUTONOMOUS_LABEL, AUTONOMOUS_REFUSAL, PARENT_LABEL, child_run_id
 from salvor.protocol import RunStarted, question_schema
@@ -437,3 +438,54 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
     # The parent's model read the child's finish result as the call's answer.
     answered = json.loads(tool_results(provider.calls[1])[0])
     assert {k: answered[k] for k in result} == result
+
+
+async def listed_children(server, parent: str) -> list[str]:
+    listed = await server.client.get("/v1/runs", params={"label": f"{PARENT_LABEL}:{parent}"})
+    return [entry["run"] for entry in listed.json()["runs"]]
+
+
+async def test_under_serve_a_child_resumed_by_a_person_starts_its_process_parent_again(
+    server_factory, providers, tmp_path, monkeypatch
+):
+    from tests.daemon.agents.test_process_agent import SECRET
+
+    child_provider = providers(
+        [tool_use("request_approval", {"reason": "may I?"}), text_reply("blue")]
+    )
+    provider = providers(delegating_script())
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    server = await server_factory(allow_process_agents=True)
+    await server.register_agent(
+        'name = "helper"\n' + agent_toml(child_provider.base_url, tools=("request_approval",))
+    )
+    agent = await server.register_agent(salvor_agent(tmp_path).stored_text)
+    run_id = await server.start_run(agent, "delegate it")
+    with trio.fail_after(30):
+        while not (listed := await listed_children(server, run_id)):
+            await trio.sleep(0.02)
+    (child,) = listed
+    assert (await server.wait_resting(child))["status"]["state"] == "suspended"
+    # The parent waits on its open call with no driver and no process.
+    with trio.fail_after(30):
+        while (parent := (await server.client.get(f"/v1/runs/{run_id}")).json()).get(
+            "driver"
+        ) == "attached":
+            await trio.sleep(0.02)
+    assert parent["status"]["state"] == "awaiting_tool", parent
+    resumed = await server.client.post(
+        f"/v1/runs/{child}/resume", json={"input": {"approved": True}}
+    )
+    assert resumed.status_code in (200, 202), resumed.text
+    # The child completes under its own driver, which then starts the parent again.
+    with trio.fail_after(30):
+        while (body := await server.wait_resting(run_id))["status"]["state"] != "completed":
+            await trio.sleep(0.02)
+    assert body["status"]["output"] == {
+        "status": "complete",
+        "summary": "helper said: blue",
+        "outputs": {},
+    }
+    assert await listed_children(server, run_id) == [child]
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1]
