@@ -489,3 +489,105 @@ async def test_under_serve_a_child_resumed_by_a_person_starts_its_process_parent
     }
     assert await listed_children(server, run_id) == [child]
     assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1]
+
+
+TWO_SERVERS = r"""
+import asyncio, json, os, shlex, urllib.request
+from contextlib import AsyncExitStack
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def complete(messages, tools):
+    body = {"model": "scripted-model", "messages": messages, "tools": tools}
+    request = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer x"},
+    )
+    with _no_proxy.open(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["message"]
+
+
+async def main():
+    async with AsyncExitStack() as stack:
+        owner, tools = {}, []
+        for server in ("SALVOR", "FIX"):
+            argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
+            streams = await stack.enter_async_context(
+                stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+            )
+            session = await stack.enter_async_context(ClientSession(*streams))
+            await session.initialize()
+            for tool in (await session.list_tools()).tools:
+                owner[tool.name] = session
+                schema = getattr(tool, "input_schema", None) or tool.inputSchema
+                tools.append(
+                    {"type": "function", "function": {"name": tool.name, "parameters": schema}}
+                )
+        messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+        while True:
+            message = complete(messages, tools)
+            calls = message.get("tool_calls") or []
+            if not calls:
+                print(message.get("content"))
+                return
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": message.get("content"),
+                    "tool_calls": [
+                        {"id": c["id"], "type": "function", "function": c["function"]}
+                        for c in calls
+                    ],
+                }
+            )
+            for c in calls:
+                name = c["function"]["name"]
+                result = await owner[name].call_tool(name, json.loads(c["function"]["arguments"]))
+                text = "".join(b.text for b in result.content if b.type == "text")
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+
+
+asyncio.run(main())
+"""
+
+
+async def test_after_finish_no_tool_of_any_server_is_called(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    provider = providers(
+        steps_script(
+            lambda _: ("lookup", {"key": "a"}),
+            lambda _: ("finish", {"status": "complete", "summary": "looked it up"}),
+            lambda _: ("write_note", {"text": "after the end"}),
+            lambda _: "done",
+        )
+    )
+    upstream_env(provider)
+    script = tmp_path / "two_servers.py"
+    script.write_text(TWO_SERVERS)
+    agent = parse_definition(
+        'kind = "process"\n'
+        f"command = {json.dumps([sys.executable, str(script)])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
+        f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
+        'effects = { lookup = "read", write_note = "write" }\n',
+        "toml",
+    )
+    run_id = await runtime.start_run(agent, "look it up")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"]["summary"] == "looked it up"
+    # The declared server's write after the finish never reached it and left nothing in the log.
+    assert [call["tool"] for call in fx.ledger] == ["lookup"]
+    assert "no tool can be called after finish" in tool_results(provider.calls[-1])[2]
+    calls = [
+        (env.event.tool, env.event.input.get("name"))
+        for env in await runtime.log(run_id)
+        if env.kind == "ToolCallRequested" and env.event.tool.endswith("tools/call")
+    ]
+    assert calls == [("mcp:fix/tools/call", "lookup"), ("mcp:salvor/tools/call", "finish")]
