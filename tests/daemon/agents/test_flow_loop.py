@@ -44,8 +44,8 @@ def child_labels(**more) -> dict:
     return {PARENT_LABEL: str(uuid.uuid4()), **more}
 
 
-def named_agent(runtime, provider, name: str):
-    text = f'name = "{name}"\n' + agent_toml(provider.base_url)
+def named_agent(runtime, provider, name: str, extra: str = ""):
+    text = f'name = "{name}"\n' + agent_toml(provider.base_url, extra=extra)
     return parse_definition(text, "toml", known_tools=runtime.registry.names())
 
 
@@ -228,6 +228,27 @@ async def test_a_subagent_call_runs_one_child_and_completes_with_its_result(
     }
     # The model is told the result; the usage is the loop's to count.
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == result
+
+
+async def test_a_subagent_call_completes_with_its_childs_typed_outputs(
+    runtime, providers, make_agent
+):
+    finish = {"status": "complete", "summary": "checked", "verdict": "refund", "amount": 3}
+    child_provider = providers([tool_use("finish", finish)])
+    outputs = 'outputs = [{ name = "verdict" }, { name = "amount", type = "number" }]'
+    await runtime.register_agent(named_agent(runtime, child_provider, "checker", outputs))
+    provider = providers(
+        [tool_use("subagent", {"agent": "checker", "task": "t"}), text_reply("parent done")]
+    )
+    parent = make_agent(provider, extra='flow_tools = ["subagent"]')
+    run_id = await start(runtime, parent)
+    assert (await runtime.drive(run_id, agent=parent)).state is RunState.COMPLETED
+    assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {
+        "status": "complete",
+        "summary": "checked",
+        "outputs": {"verdict": "refund", "amount": 3},
+    }
+    assert offered_tools(child_provider.calls[0]) == ["finish"]
 
 
 async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
