@@ -166,6 +166,7 @@ _GRAPH_SUMMARY_COLUMNS = (
     graphs.c.terminal_nodes,
     graphs.c.created_at,
 )
+_SELECT_SETTING = select(store_meta.c.value).where(store_meta.c.key == bindparam("key"))
 _SELECT_GRAPH = select(graphs.c.graph_hash, graphs.c.document, graphs.c.created_at).where(
     graphs.c.graph_hash == bindparam("graph_hash")
 )
@@ -798,6 +799,55 @@ class EventStore:
         with self._reading("list graphs"), self._read() as connection:
             return [graph_summary_from_row(row) for row in connection.execute(_LIST_GRAPHS)]
 
+    # -- settings ---------------------------------------------------------------
+
+    def get_setting(self, key: str) -> int | None:
+        """The operator setting ``key`` as ``put_setting`` last wrote it, or None when never set.
+
+        Raises:
+            ValueError: ``key`` is the schema version's row, which is no setting.
+            StoreUnavailable: the database failed.
+        """
+        _setting_key(key)
+        with self._reading("read a setting"), self._read() as connection:
+            return connection.execute(_SELECT_SETTING, {"key": key}).scalar_one_or_none()
+
+    def put_setting(self, key: str, value: int) -> None:
+        """Set the operator setting ``key`` to ``value`` (a row of ``store_meta``), replacing it.
+
+        A failure leaves the earlier value, if any, as it was.
+
+        Raises:
+            ValueError: ``key`` is the schema version's row (or empty), or ``value`` is not an
+                int; nothing was written.
+            StoreUnavailable: the database failed; nothing was written.
+        """
+        _setting_key(key)
+        if type(value) is not int:
+            raise ValueError(f"a setting's value is an int, not {type(value).__name__}")
+        statement = self._upsert(store_meta).values(key=key, value=value)
+        statement = statement.on_conflict_do_update(
+            index_elements=[store_meta.c.key], set_={"value": value}
+        )
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(statement)
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to write the setting {key!r}: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
+
+    def _upsert(self, table: Any) -> Any:
+        """An ``INSERT`` of this dialect that can say ``ON CONFLICT DO UPDATE``."""
+        if self.dialect == "sqlite":
+            return sqlite_insert(table)
+        # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+
     # -- claims ---------------------------------------------------------------
 
     def get_claim(self, identity: str) -> Claim | None:
@@ -839,16 +889,13 @@ class EventStore:
             "verdict": verdict,
             "observed_at": now_instant(),
         }
-        if self.dialect == "sqlite":
-            upsert = sqlite_insert(probe_answers)
-        else:
-            # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            upsert = pg_insert(probe_answers)
-        statement = upsert.values(row).on_conflict_do_update(
-            index_elements=[probe_answers.c.run_id, probe_answers.c.seq],
-            set_={k: v for k, v in row.items() if k not in ("run_id", "seq")},
+        statement = (
+            self._upsert(probe_answers)
+            .values(row)
+            .on_conflict_do_update(
+                index_elements=[probe_answers.c.run_id, probe_answers.c.seq],
+                set_={k: v for k, v in row.items() if k not in ("run_id", "seq")},
+            )
         )
         try:
             with self._engine.begin() as connection:
@@ -877,6 +924,14 @@ class EventStore:
 
 
 _VERDICTS = frozenset({"landed", "not_landed", "unknown"})
+
+
+def _setting_key(key: str) -> None:
+    # The version row shares the table; a setting written over it would mis-describe the schema.
+    if not isinstance(key, str) or not key or key == VERSION_KEY:
+        raise ValueError(f"{key!r} is not a setting's key")
+
+
 # Pairs per query: keeps a long queue's statement within both databases' parameter limits.
 _PROBE_PAGE = 400
 

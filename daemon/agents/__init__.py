@@ -25,6 +25,10 @@ from ._definition import (
     parse_definition,
 )
 from ._definition_error import DefinitionError
+from ._diagnostics import (
+    agent_diagnostics,
+    graph_diagnostics,
+)
 from ._loop import (
     FINISH_REMINDER,
     FINISH_REMINDERS,
@@ -57,12 +61,14 @@ __all__ = [
     "Credentials",
     "DefinitionError",
     "LlmChoice",
+    "agent_diagnostics",
     "agent_environment",
     "declares_probe",
     "drive",
     "flow_session",
     "format_of",
     "gateway_for",
+    "graph_diagnostics",
     "load_definition",
     "offered_besides_mcp",
     "parse_definition",

@@ -123,6 +123,18 @@ def _key_lines(
     return lines, nested
 
 
+def markdown_line(text: str, at: tuple[str | int, ...]) -> int:
+    """The line of the definition field ``at`` in a markdown agent file, read only as far as its
+    lines (the file need not validate); 1 when it has no front matter or the key is not written."""
+    try:
+        lines, closing = _fence_lines(text)
+    except DefinitionError:
+        return 1
+    key_lines, nested = _key_lines(lines[1:closing])
+    _, body_line = _body(lines, closing + 1)
+    return MarkdownAgent({}, key_lines, body_line, nested_lines=nested).line_of(at)
+
+
 def _display(key: str, value: Any, line: int) -> dict:
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()

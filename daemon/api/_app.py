@@ -13,7 +13,8 @@ query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
 whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
-on ``POST /v1/graphs`` and ``/v1/graphs/validate``.
+on ``POST /v1/graphs`` and ``/v1/graphs/validate``; ``GET``/``PUT /v1/settings/edit-mode``
+(the flow authoring tools' switch).
 ``GET /v1/capabilities`` advertises ``fork: true``.
 """
 
@@ -39,6 +40,7 @@ from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import add_run_events_route
 from ._run_verb_routes import add_run_verb_routes
 from ._runs_routes import add_run_routes
+from ._settings_routes import add_settings_routes
 from ._state import ServerState
 from ._tool_step_routes import add_tool_step_routes
 
@@ -84,6 +86,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_reconciliation_routes(app, state)
     add_run_events_route(app, state)
     add_meta_routes(app, state)
+    # Operator settings (issue 16): edit mode.
+    add_settings_routes(app, state)
     add_client_run_routes(app, state)
     add_model_step_routes(app, state)
     add_tool_step_routes(app, state)

@@ -62,6 +62,7 @@ from ._schema import SEQ as _SEQ
 from ._schema import closed as _object
 from ._schema import exactly as _exactly
 from ._schema import ref as _ref
+from ._settings_schemas import EDIT_MODE, SETTINGS_ANSWERS, SETTINGS_SCHEMAS
 
 # An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
 # that no text a caller sends becomes an unbounded int; more digits are a 400.
@@ -180,6 +181,9 @@ SCHEMAS: JSON = {
             {"errors": {"type": "array", "minItems": 1, "items": _ref("GraphError")}}, ["errors"]
         ),
     ),
+    # -- operator settings (issue 16): /v1/settings/edit-mode --
+    **SETTINGS_SCHEMAS,
+    **{answer.name: answer.schema() for answer in SETTINGS_ANSWERS},
     # -- graph runs' projection and forks (issue 15): /v1/runs/{id}/graph, /fork, /forks --
     **FORK_SCHEMAS,
     **{answer.name: answer.schema() for answer in FORK_ANSWERS},
@@ -577,6 +581,35 @@ FORK_PATHS: JSON = {
             "parameters": _RUN,
             "responses": _responses(
                 {"200": ("The forks.", _ref("ForkList"))}, "BadRequest", "UnknownRun"
+            ),
+        },
+    },
+}
+
+# -- operator settings (issue 16) ------------------------------------------------------------------
+
+SETTINGS_PATHS: JSON = {
+    "/v1/settings/edit-mode": {
+        "get": {
+            "operationId": "getEditMode",
+            "summary": "Whether the flow authoring tools are offered (edit mode); off by default",
+            "responses": _responses(
+                {"200": ("Edit mode, as the store holds it.", _ref("EditMode"))}
+            ),
+        },
+        "put": {
+            "operationId": "setEditMode",
+            "summary": "Turn edit mode on or off for every run of the store",
+            "description": (
+                "Kept in the store, so every daemon on it and `salvor edit-mode` see the same "
+                "value. A live run of an agent that opted into an authoring tool sees the change "
+                "at its next model call, without a restart."
+            ),
+            "requestBody": _body(EDIT_MODE),
+            "responses": _responses(
+                {"200": ("The setting now.", _ref("EditMode"))},
+                "BadRequest",
+                "PayloadTooLarge",
             ),
         },
     },
@@ -1231,6 +1264,7 @@ PATHS: JSON = {
         },
     },
     **FORK_PATHS,
+    **SETTINGS_PATHS,
 }
 
 # The streamed model step (Accept: text/event-stream, or ?stream=1): ticker

@@ -400,6 +400,17 @@ class Cli:
         print("it would proceed" if plan.would_proceed else "it would be refused", flush=True)
         return EXIT_OK
 
+    async def cmd_edit_mode(self, runtime: Runtime) -> int:
+        """``salvor edit-mode [on|off]``: set edit mode when told to, then say what it is."""
+        if self.args.state is not None:
+            await runtime.set_edit_mode(self.args.state == "on")
+        enabled = await runtime.edit_mode()
+        if self.json:
+            _out({"enabled": enabled})
+        else:
+            print(f"edit mode is {'on' if enabled else 'off'}", flush=True)
+        return EXIT_OK
+
     async def cmd_replay(self, runtime: Runtime) -> int:
         if not self.args.dry_run:
             raise CliError("replay only runs as --dry-run (derive the state, execute nothing)")
@@ -433,6 +444,14 @@ def _parser() -> argparse.ArgumentParser:
     # `graph validate` checks a document on this machine and takes none either; `graph run` does.
     add_graph_parser(sub, common)
     _add_fork_parser(sub, common)
+
+    p = sub.add_parser(
+        "edit-mode",
+        parents=[common],
+        help="say whether agents are offered the flow authoring tools, or turn that on or off "
+        "(for every run of the store, from its next model call)",
+    )
+    p.add_argument("state", nargs="?", choices=("on", "off"), help="turn it on or off")
 
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"
@@ -748,7 +767,7 @@ async def _main(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
-            return await getattr(Cli(args), "cmd_" + args.command)(
+            return await getattr(Cli(args), _verb(args.command))(
                 Runtime(access, demo_registry(store_url=url))
             )
     hint = (
@@ -760,9 +779,14 @@ async def _main(args: argparse.Namespace) -> int:
         own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
         open_store_access(url) as access,
     ):
-        return await getattr(Cli(args, locks), "cmd_" + args.command)(
+        return await getattr(Cli(args, locks), _verb(args.command))(
             Runtime(access, demo_registry(store_url=url))
         )
+
+
+def _verb(command: str) -> str:
+    """The ``Cli`` method a command runs (``edit-mode`` is ``cmd_edit_mode``)."""
+    return "cmd_" + command.replace("-", "_")
 
 
 async def _check_resolves(host: str, port: int) -> None:

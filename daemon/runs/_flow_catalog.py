@@ -1,40 +1,621 @@
-"""The flow host's read and authoring side: ``flow_results``, the agent catalog, and registering
-agents and graphs written by an agent (``flow_agents``, ``flow_write``), over a Runtime.
+"""What the flow tools ask of the daemon besides child runs: edit mode, the read-only views of a
+run's tree (``flow_results``), the agent catalog, and registering what an agent authors
+(``flow_agents`` write, ``flow_write``).
 
-PLACEHOLDER: the ``flowread`` branch replaces this module. Until then each method refuses the
-call as a tool error (retrying cannot help), and edit mode stays off, its default.
+A part of the flow host (the class that carries out a run's flow tools inherits it), kept apart
+because none of it drives anything. ``flow_results`` reads only: every action runs on a reader
+thread and writes nothing, whatever it is asked. The authoring calls check first and record
+second: a definition or a graph with an error diagnostic leaves the store as it was.
+
+The run tree is read from labels: a run's children are the runs labelled ``salvor.parent`` with
+its id (the subagents it started, and any graph run it started). The graphs a run wrote with
+``flow_write`` are read back from its own log, where each write's recorded answer names the
+graph's hash and its ``namespace/name``: the log is where the name was given, so no other table
+has to remember it.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..flows import FlowSession
+import trio
+from salvor.protocol import (
+    Diagnostic,
+    Envelope,
+    Graph,
+    InvalidGraph,
+    NodeEntered,
+    NodeExited,
+    NodeSkipped,
+    ResultsAction,
+    RunState,
+    Severity,
+    ToolCallCompleted,
+    ToolCallRequested,
+    excerpt,
+    graph_from_value,
+    is_finish_result,
+    parse_graph_json,
+    parse_graph_yaml,
+    project_graph,
+    text_result,
+)
+from salvor.store import EventStore, RunSummary, StoredAgent
+
+from ..agents import (
+    AgentDefinition,
+    DefinitionError,
+    agent_diagnostics,
+    graph_diagnostics,
+    parse_definition,
+)
+from ..flows import PARENT_LABEL, FlowSession
 from ..tools import ToolFailed
+from ..web import OperationRefused
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
+# How much of a summary a listing shows; ``agent`` shows it whole.
+SUMMARY_CHARS = 500
+# The tool whose recorded answers name the graphs a run wrote.
+_FLOW_WRITE = "flow_write"
+# How a node or a run stands, as flow_results reports it.
+PENDING, RUNNING, FINISHED = "pending", "running", "finished"
+_TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value})
+
 
 class FlowCatalog:
-    """What the flow tools read of a store's runs and agents, and what they register in it."""
+    """Edit mode, ``flow_results``, the catalog and authoring, over ``self.runtime``."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
     async def edit_mode(self) -> bool:
-        """Whether the operator has authoring on (off: no setting is stored yet)."""
-        return False
+        """Whether the operator has authoring on (``Runtime.edit_mode``: read afresh each time)."""
+        return await self.runtime.edit_mode()
 
-    async def flow_results(self, session: FlowSession, args: Mapping[str, Any]) -> Any:
-        raise ToolFailed("flow_results is not built yet", retryable=False)
+    async def flow_results(self, session: FlowSession, args: Mapping[str, Any]) -> dict:
+        """A read-only view of ``session``'s run tree; ``args`` is the tool's input
+        (``{action, flow?, agent?}``, already checked against its schema).
+
+        Raises:
+            ToolFailed: (retryable=False) ``flow`` or ``agent`` names nothing in the tree (the
+                message lists what does), or an action lacks the field it needs. Nothing is
+                written on any path.
+        """
+        access = self.runtime.access
+        return await access.read(_results, access.store, session.run_id, dict(args))
 
     async def agent_catalog(self) -> list[dict]:
-        raise ToolFailed("the agent catalog is not built yet", retryable=False)
+        """The catalog ``flow_agents list`` answers: one entry per agent name, the newest
+        registration of each (ordered by it, oldest first), as ``catalog_entry`` describes it.
+        An agent registered without a name is reached by its hash only and is not listed."""
+        access = self.runtime.access
+        return await access.read(_catalog, access.store, self.runtime.registry.names())
 
     async def write_agent(self, content: str) -> dict:
-        raise ToolFailed("writing agents is not built yet", retryable=False)
+        """Check a markdown agent file and register it: ``{written, diagnostics}``, and when
+        written the agent's hash, its name and whether it was new (``created``).
+
+        The file is held to what an HTTP caller may send (no file of the daemon's disk, no
+        command to run, only the model endpoints and MCP origins the operator declared), and it
+        is built as ``POST /v1/agents`` builds one. Any error diagnostic, from the checks or the
+        build, leaves the store as it was (``written: false``).
+        """
+        runtime = self.runtime
+        known = runtime.registry.names()
+        # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
+        diagnostics, agent = await trio.to_thread.run_sync(
+            _checked_agent, content, known, runtime.credentials
+        )
+        if agent is not None:
+            try:
+                await runtime.build_agent(agent)
+            except OperationRefused as exc:
+                diagnostics.append(Diagnostic(1, Severity.ERROR, exc.message))
+                agent = None
+        if agent is None:
+            return _answer(False, diagnostics)
+        created = await runtime.register_agent(agent)
+        return {
+            **_answer(True, diagnostics),
+            "agent": agent.agent_def_hash,
+            "name": agent.name,
+            "created": created,
+        }
 
     async def write_graph(self, namespace: str, name: str, content: str) -> dict:
-        raise ToolFailed("writing graphs is not built yet", retryable=False)
+        """Check a graph document (YAML, or JSON) and store it content-addressed:
+        ``{written, diagnostics}``, and when written its hash (``graph``), the name it was given
+        (``flow``: ``namespace/name``) and whether it was new (``created``).
+
+        The name is remembered by the run's log, which records this answer as the call's
+        output (``flow_results`` reads it there). Any error diagnostic leaves the store as it
+        was (``written: false``).
+
+        Raises:
+            ToolFailed: (retryable=False) ``namespace`` or ``name`` is not a name.
+        """
+        for field, value in (("namespace", namespace), ("name", name)):
+            if not _FLOW_NAME.fullmatch(value):
+                raise ToolFailed(
+                    f"`{field}` must be 1 to 64 letters, digits, `_`, `-` or `.` (starting with a "
+                    f"letter or digit), not {excerpt(value, 80)!r}",
+                    retryable=False,
+                )
+        access = self.runtime.access
+        known = self.runtime.registry.names()
+        diagnostics, graph = await access.read(_checked_graph, access.store, content, known)
+        if graph is None:
+            return _answer(False, diagnostics)
+        created = await self.runtime.register_graph(graph)
+        return {
+            **_answer(True, diagnostics),
+            "graph": graph.hash,
+            "flow": f"{namespace}/{name}",
+            "created": created,
+        }
+
+
+# -- authoring: checks on a worker thread ---------------------------------------------------------
+
+_FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _answer(written: bool, diagnostics: list[Diagnostic]) -> dict:
+    return {"written": written, "diagnostics": [d.to_json() for d in diagnostics]}
+
+
+def _errors(diagnostics: list[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diagnostics)
+
+
+def _checked_agent(
+    content: str, known_tools: Any, credentials: Any
+) -> tuple[list[Diagnostic], AgentDefinition | None]:
+    """The diagnostics of a markdown agent file, and the definition when it has no error."""
+    # What an HTTP caller may send, no more: a model's file is no more trusted than a caller.
+    rules = {
+        "known_tools": known_tools,
+        "allow_processes": False,
+        "credentials": credentials,
+    }
+    diagnostics = agent_diagnostics(content, "md", **rules)
+    if _errors(diagnostics):
+        return diagnostics, None
+    return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
+
+
+def _checked_graph(
+    store: EventStore, content: str, known_tools: Any
+) -> tuple[list[Diagnostic], Graph | None]:
+    """The diagnostics of a graph document (its agents read from ``store``, so a node naming
+    one that is not registered, or not wiring an input it declares, is warned of), and the
+    graph when it has no error."""
+    parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
+    try:
+        graph = parse(content)
+    except InvalidGraph:
+        return graph_diagnostics(content), None  # every error, each on its line
+    diagnostics = graph_diagnostics(content, _graph_agents(store, graph, known_tools))
+    return diagnostics, None if _errors(diagnostics) else graph
+
+
+def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str, AgentDefinition]:
+    """The registered agents ``graph``'s agent nodes name, by hash (the ones that still build)."""
+    found: dict[str, AgentDefinition] = {}
+    for node in graph.nodes:
+        target = node.body if node.body is not None else node
+        if target.agent is None or target.agent in found:
+            continue
+        stored = store.get_agent(target.agent)
+        if stored is None:
+            continue
+        try:
+            found[target.agent] = parse_definition(
+                stored.definition, stored.format, known_tools=known_tools, stored=True
+            )
+        except DefinitionError:
+            continue  # no longer builds here: warned of as not registered
+    return found
+
+
+def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
+    newest: dict[str, StoredAgent] = {}
+    for stored in store.list_agents():
+        if stored.name:
+            newest.pop(stored.name, None)  # re-inserted last: the newest registration wins
+            newest[stored.name] = stored
+    entries = []
+    # In the order of each name's newest registration, oldest first.
+    for stored in newest.values():
+        try:
+            agent = parse_definition(
+                stored.definition, stored.format, known_tools=known_tools, stored=True
+            )
+        except DefinitionError:
+            continue  # it no longer builds here (a tool this daemon lacks): nothing can run it
+        entries.append(catalog_entry(agent))
+    return entries
+
+
+def catalog_entry(agent: AgentDefinition) -> dict:
+    """An agent as the catalog lists it: ``name``, ``description``, ``tools`` (its registry
+    tools and the flow tools it opted into), ``inputs`` (names), ``outputs`` (name, type and
+    description), ``source_type`` ("local": registered in this store), ``agent`` (its hash),
+    ``kind``, and a markdown file's ``card`` and ``architect`` when it has them."""
+    outputs = []
+    for output in agent.outputs:
+        declared = {"name": output.name, "type": output.type}
+        if output.description:
+            declared["description"] = output.description
+        outputs.append(declared)
+    entry = {
+        "name": agent.name,
+        "description": agent.description or "",
+        "tools": [*agent.tools, *(tool.value for tool in agent.flow_tools)],
+        "inputs": [declared.name for declared in agent.inputs],
+        "outputs": outputs,
+        "source_type": "local",
+        "agent": agent.agent_def_hash,
+        "kind": agent.kind.value,
+    }
+    # A markdown file's display metadata, when it has some.
+    for key in ("card", "architect"):
+        if getattr(agent, key) is not None:
+            entry[key] = getattr(agent, key)
+    return entry
+
+
+# -- the tree, read on a reader thread ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    """One run's tree as ``flow_results`` sees it: its children, and the names it can use."""
+
+    store: EventStore
+    run_id: str
+    # Newest first, as the store lists them.
+    children: list[RunSummary]
+    # Agent hash -> name, for the agents the children run.
+    names: dict[str, str]
+    # "namespace/name" -> graph hash, the graphs this run wrote (the newest write of a name).
+    flows: dict[str, str]
+
+    def label(self, child: RunSummary) -> dict:
+        """What a child runs: ``agent`` (its name, else its hash), or ``graph`` (and ``flow``)."""
+        if child.graph_hash is not None:
+            body = {"graph": child.graph_hash}
+            named = [name for name, graph in self.flows.items() if graph == child.graph_hash]
+            if named:
+                body["flow"] = named[-1]
+            return body
+        if child.agent_def_hash is None:
+            return {}
+        return {"agent": self.names.get(child.agent_def_hash) or child.agent_def_hash}
+
+    def known(self) -> list[str]:
+        """Every word ``flow`` may be: the children's ids, their agents' names, the flows."""
+        words = [child.run_id for child in self.children]
+        words += sorted({self.names[c.agent_def_hash] for c in self.children if self._named(c)})
+        return words + list(self.flows)
+
+    def _named(self, child: RunSummary) -> bool:
+        return child.agent_def_hash is not None and child.agent_def_hash in self.names
+
+    def find(self, flow: str) -> RunSummary:
+        """The child ``flow`` names: its run id, an agent's name (its newest child), a flow's
+        ``namespace/name`` or its graph hash (its newest graph run).
+
+        Raises:
+            ToolFailed: nothing in the tree answers to ``flow``.
+        """
+        graph = self.flows.get(flow, flow)
+        for child in self.children:
+            if flow in (child.run_id, child.agent_def_hash) or child.graph_hash == graph:
+                return child
+            if self._named(child) and self.names[child.agent_def_hash] == flow:
+                return child
+        raise _unknown(f"no run in this run's tree answers to `flow` {flow!r}", flow, self.known())
+
+
+def _unknown(message: str, word: str, known: list[str]) -> ToolFailed:
+    if not known:
+        return ToolFailed(f"{message}: it has started no runs yet", retryable=False)
+    shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+    # difflib's cost grows with the square of the lengths: no guess for a long word.
+    close = difflib.get_close_matches(word, known, n=1) if len(word) <= 128 else []
+    guess = close[0] if close else None
+    hint = f"; did you mean {guess!r}?" if guess else ""
+    return ToolFailed(f"{message}; it has: {shown}{hint}", retryable=False)
+
+
+def _tree(store: EventStore, run_id: str) -> _Tree:
+    children, _ = store.list_runs(label=(PARENT_LABEL, run_id))
+    wanted = {child.agent_def_hash for child in children if child.agent_def_hash is not None}
+    names = {
+        agent.agent_def_hash: agent.name
+        for agent in store.list_agents()
+        if agent.agent_def_hash in wanted and agent.name
+    }
+    return _Tree(store, run_id, children, names, _flows_written(store.read_log(run_id)))
+
+
+def _flows_written(log: list[Envelope]) -> dict[str, str]:
+    """The graphs a run stored with ``flow_write``, by the name each write gave (newest wins)."""
+    writes = {
+        envelope.seq
+        for envelope in log
+        if isinstance(envelope.event, ToolCallRequested) and envelope.event.tool == _FLOW_WRITE
+    }
+    flows: dict[str, str] = {}
+    for envelope in log:
+        event = envelope.event
+        if not isinstance(event, ToolCallCompleted) or event.seq not in writes:
+            continue
+        output = event.output
+        if isinstance(output, dict) and output.get("written") is True:
+            flow, graph = output.get("flow"), output.get("graph")
+            if isinstance(flow, str) and isinstance(graph, str):
+                flows.pop(flow, None)  # re-inserted last: the newest write of a name
+                flows[flow] = graph
+    return flows
+
+
+def _results(store: EventStore, run_id: str, args: dict) -> dict:
+    tree = _tree(store, run_id)
+    action = ResultsAction(args["action"])
+    if action is ResultsAction.LIST:
+        return _list(tree)
+    if action is ResultsAction.RUNS and "flow" not in args:
+        return _runs(tree)
+    if "flow" not in args:
+        raise ToolFailed(f"action `{action.value}` needs `flow`", retryable=False)
+    child = tree.find(args["flow"])
+    if action is ResultsAction.SUMMARY:
+        return _summary(tree, child)
+    if action is ResultsAction.RUNS:
+        return _run_state(tree, child)
+    if "agent" not in args:
+        raise ToolFailed("action `agent` needs `agent` as well as `flow`", retryable=False)
+    return _agent(tree, child, args["agent"])
+
+
+# -- results: what a finished run or node came to ------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _result(output: Any) -> dict:
+    """A run's or a node's output as a finish result (``status``, ``summary``, ``outputs``,
+    ``branch``?): itself when it is one, else complete with the output as its summary."""
+    return output if is_finish_result(output) else text_result(_text(output))
+
+
+def _run_result(summary: RunSummary) -> dict | None:
+    """What a child came to, None while it has not finished (or its row cannot be read)."""
+    status = summary.status or {}
+    state = status.get("state")
+    if state == RunState.COMPLETED.value:
+        return _result(status.get("output"))
+    if state == RunState.FAILED.value:
+        return {"status": "error", "summary": str(status.get("error")), "outputs": {}}
+    if state == RunState.ABANDONED.value:
+        return {
+            "status": "error",
+            "summary": str(status.get("reason") or "abandoned"),
+            "outputs": {},
+        }
+    return None
+
+
+def _brief(result: dict | None) -> dict:
+    """A result as a listing shows it: status, a bounded summary, the names of the outputs."""
+    if result is None:
+        return {}
+    body = {
+        "status": result["status"],
+        "summary": excerpt(result["summary"], SUMMARY_CHARS),
+        "outputs": sorted(result["outputs"]),
+    }
+    if "branch" in result:
+        body["branch"] = result["branch"]
+    return body
+
+
+def _progress(state: str | None) -> str:
+    return FINISHED if state in _TERMINAL else RUNNING
+
+
+def _entry(tree: _Tree, child: RunSummary) -> dict:
+    return {"run": child.run_id, **tree.label(child), "state": child.state or "unreadable"}
+
+
+def _list(tree: _Tree) -> dict:
+    results = [
+        {**_entry(tree, child), **_brief(_run_result(child))}
+        for child in tree.children
+        if child.state in _TERMINAL
+    ]
+    flows = [{"flow": flow, "graph": graph} for flow, graph in tree.flows.items()]
+    return {"results": results, "flows": flows}
+
+
+# -- a graph run's nodes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    node: str
+    state: str
+    name: str | None = None
+    input: Any = None
+    result: dict | None = None
+    branch_case: str | None = None
+    reason: str | None = None
+
+    def brief(self) -> dict:
+        body: dict[str, Any] = {"node": self.node}
+        if self.name:
+            body["name"] = self.name
+        body["state"] = self.state
+        if self.reason is not None:
+            body["status"] = "skipped"
+            body["summary"] = excerpt(self.reason, SUMMARY_CHARS)
+        body.update(_brief(self.result))
+        return body
+
+
+def _graph_of(store: EventStore, graph_hash: str) -> Graph | None:
+    stored = store.get_graph(graph_hash)
+    if stored is None:
+        return None
+    try:
+        return graph_from_value(stored.document)
+    except InvalidGraph:
+        return None  # stored only once valid; a document this build refuses shows no pending nodes
+
+
+def _nodes(store: EventStore, child: RunSummary) -> list[_Node]:
+    """A graph run's nodes in walk order, then the ones its walk has not reached (``pending``),
+    each with the result its ``NodeExited`` recorded."""
+    log = store.read_log(child.run_id)
+    graph = _graph_of(store, child.graph_hash)
+    names = {node.id: node.name for node in graph.nodes} if graph else {}
+    projection = project_graph(child.graph_hash, log, graph=graph)
+    entered: dict[str, Any] = {}
+    exited: dict[str, NodeExited] = {}
+    skipped: dict[str, str] = {}
+    for envelope in log:
+        event = envelope.event
+        if isinstance(event, NodeEntered):
+            entered[event.node] = event.input
+        elif isinstance(event, NodeExited):
+            exited[event.node] = event
+        elif isinstance(event, NodeSkipped):
+            skipped[event.node] = event.reason
+    nodes = []
+    for entry in projection["nodes"]:
+        node_id = entry["node"]
+        done = exited.get(node_id)
+        nodes.append(
+            _Node(
+                node=node_id,
+                state=RUNNING if entry["state"] == "entered" else FINISHED,
+                name=names.get(node_id),
+                input=entered.get(node_id),
+                result=_result(done.output) if done is not None else None,
+                branch_case=done.branch_case if done is not None else None,
+                reason=skipped.get(node_id),
+            )
+        )
+    reached = {node.node for node in nodes}
+    ordered = graph.order if graph else ()
+    nodes += [
+        _Node(node_id, PENDING, names.get(node_id)) for node_id in ordered if node_id not in reached
+    ]
+    return nodes
+
+
+# -- the actions ----------------------------------------------------------------------------------
+
+
+def _summary(tree: _Tree, child: RunSummary) -> dict:
+    """``summary``: each step of ``child`` (a graph run's nodes; an agent run is one step)."""
+    if child.graph_hash is not None:
+        steps = [node.brief() for node in _nodes(tree.store, child) if node.state != PENDING]
+    else:
+        steps = [
+            {
+                "step": tree.label(child).get("agent"),
+                "state": _progress(child.state),
+                **_brief(_run_result(child)),
+            }
+        ]
+    return {**_entry(tree, child), "steps": steps}
+
+
+def _agent(tree: _Tree, child: RunSummary, agent: str) -> dict:
+    """``agent``: one node of a graph run (by id or name), or an agent run's own step, in full
+    under ``step``."""
+    if child.graph_hash is not None:
+        nodes = _nodes(tree.store, child)
+        for node in nodes:
+            if agent in (node.node, node.name):
+                return {**_entry(tree, child), "step": _full_node(node)}
+        known = [node.node for node in nodes] + [node.name for node in nodes if node.name]
+        raise _unknown(f"graph run {child.run_id} has no node {agent!r}", agent, known)
+    named = tree.label(child).get("agent")
+    if agent not in (named, child.agent_def_hash):
+        raise _unknown(
+            f"run {child.run_id} runs the agent {named!r}, not {agent!r}", agent, [named]
+        )
+    view = tree.store.read_view(child.run_id)
+    step: dict[str, Any] = {
+        "step": named,
+        "state": _progress(child.state),
+        "input": view.input if view else None,
+    }
+    step.update(_run_result(child) or {})
+    step["usage"] = child.usage
+    step["step_count"] = child.step_count
+    return {**_entry(tree, child), "step": step}
+
+
+def _full_node(node: _Node) -> dict:
+    body: dict[str, Any] = {"node": node.node}
+    if node.name:
+        body["name"] = node.name
+    body["state"] = node.state
+    if node.state != PENDING:
+        body["input"] = node.input
+    if node.reason is not None:
+        body.update(status="skipped", summary=node.reason, outputs={})
+    if node.result is not None:
+        body.update(node.result)
+    if node.branch_case is not None:
+        body["branch_case"] = node.branch_case
+    return body
+
+
+def _counts(states: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state] = counts.get(state, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _runs(tree: _Tree) -> dict:
+    """``runs`` with no flow: every child, live or finished, and how many are in each state;
+    a graph run with its nodes counted by state too."""
+    runs = []
+    for child in tree.children:
+        entry = _entry(tree, child)
+        if child.graph_hash is not None:
+            entry["nodes"] = _counts([node.state for node in _nodes(tree.store, child)])
+        runs.append(entry)
+    return {"runs": runs, "counts": _counts([entry["state"] for entry in runs])}
+
+
+def _run_state(tree: _Tree, child: RunSummary) -> dict:
+    """``runs`` with a flow: that run's per-node state (an agent run is one node)."""
+    if child.graph_hash is not None:
+        nodes = [node.brief() for node in _nodes(tree.store, child)]
+    else:
+        nodes = [
+            {
+                "node": tree.label(child).get("agent"),
+                "state": _progress(child.state),
+                **_brief(_run_result(child)),
+            }
+        ]
+    return {**_entry(tree, child), "nodes": nodes}

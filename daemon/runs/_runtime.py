@@ -87,6 +87,9 @@ log = logging.getLogger("salvor.runs")
 
 MISSING: Any = object()
 
+# The store setting behind edit mode (0 or 1; never set reads as off).
+EDIT_MODE_KEY = "flows.edit_mode"
+
 # The error kind of a write a person recorded as not landed, and what the model is told.
 NOT_LANDED = "not_landed"
 _NOT_LANDED_MESSAGE = (
@@ -162,6 +165,24 @@ class Runtime(Forks):
             model_executor=model_executor,
             resolve=self.resolve,
         )
+
+    # -- settings -----------------------------------------------------------
+
+    async def edit_mode(self) -> bool:
+        """Whether the operator has flow authoring on (off until it is turned on).
+
+        Read from the store each time, never cached: a ``salvor edit-mode`` beside a daemon, or a
+        second daemon on the same store, is seen at the next read.
+        """
+        return bool(await self.access.read(self.access.store.get_setting, EDIT_MODE_KEY))
+
+    async def set_edit_mode(self, enabled: bool) -> None:
+        """Turn flow authoring on or off for every run of this store, from its next agent turn.
+
+        Raises:
+            StoreUnavailable: the database failed; the setting is as it was.
+        """
+        await self.access.read(self.access.store.put_setting, EDIT_MODE_KEY, int(enabled))
 
     # -- agents -------------------------------------------------------------
 

@@ -49,6 +49,8 @@ GRAPH_PATHS = ("/v1/graphs", "/v1/graphs/validate", "/v1/graphs/{graph_hash}")
 GRAPH_RUN_PATHS = ("/v1/graph-runs",)
 # Covered by tests/daemon/api/test_forks.py.
 FORK_PATHS = ("/v1/runs/{run_id}/graph", "/v1/runs/{run_id}/fork", "/v1/runs/{run_id}/forks")
+# Covered by tests/daemon/api/test_settings.py.
+SETTINGS_PATHS = ("/v1/settings/edit-mode",)
 # Covered by tests/daemon/api/test_children.py.
 CHILD_PATHS = ("/v1/runs/{run_id}/children",)
 

@@ -62,6 +62,7 @@ from tests.support.contract import (
     GRAPH_RUN_PATHS,
     MISSING_RUN,
     OVERSIZED,
+    SETTINGS_PATHS,
     STEP_PATHS,
     Contract,
     pointer,
@@ -476,7 +477,14 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
     # The server-performed steps need a model executor;
     # tests/daemon/client_runs/test_steps.py covers them.
-    elsewhere = STEP_PATHS + CLIENT_PERFORMED_PATHS + GRAPH_PATHS + GRAPH_RUN_PATHS + FORK_PATHS
+    elsewhere = (
+        STEP_PATHS
+        + CLIENT_PERFORMED_PATHS
+        + GRAPH_PATHS
+        + GRAPH_RUN_PATHS
+        + FORK_PATHS
+        + SETTINGS_PATHS
+    )
     elsewhere += CHILD_PATHS
     unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"

@@ -1,0 +1,321 @@
+"""Authoring diagnostics: every problem of an agent definition or a graph document, each at the
+1-based line of the text it is about, with a severity, a sentence and (when one is near) a
+suggestion — what ``flow_agents write`` and ``flow_write`` answer with.
+
+An agent definition stops at its first refusal (the parser's ``DefinitionError``), placed on the
+line of the key it names: TOML's key or table line, JSON's key line, a markdown file's
+front-matter line (its body for the system prompt), line 1 when the key is not written at all.
+A graph document gets every validation error (a YAML document's carry their line; a JSON
+document's are placed on the line of the node or edge they are about) and warnings: an agent
+node whose agent declares inputs the node's input does not wire, an agent that is not registered.
+
+Pure functions of the text (and the agents given); nothing is read from disk or stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from salvor.protocol import (
+    Diagnostic,
+    GraphError,
+    InvalidGraph,
+    MalformedYaml,
+    Severity,
+    load_yaml_lines,
+    parse_graph_json,
+    parse_graph_yaml,
+)
+
+from ._credentials import Credentials
+from ._definition import AgentDefinition, parse_definition
+from ._definition_error import DefinitionError
+from ._markdown import markdown_line
+
+Path = tuple[str | int, ...]
+
+# Where a parser's own syntax error says it stopped.
+_TOML_AT = re.compile(r"\(at line (\d+), column \d+\)")
+_JSON_AT = re.compile(r": line (\d+) column \d+ \(char \d+\)")
+_YAML_AT = re.compile(r"\bat line (\d+), column \d+")
+# A graph entry named by its position, as a malformed document's message names it.
+_ENTRY = re.compile(r"\b(?:nodes|edges)\[\d+\]")
+
+
+def agent_diagnostics(
+    text: str,
+    fmt: str,
+    *,
+    known_tools=(),
+    allow_processes: bool = False,
+    credentials: Credentials | None = None,
+) -> list[Diagnostic]:
+    """What is wrong with an agent definition's text (``"toml"``, ``"json"`` or ``"md"``), by line.
+
+    Held to the rules a definition from outside the operator's disk meets (``parse_definition``
+    with ``allow_paths=False``; processes only with ``allow_processes``). ``[]`` plus warnings
+    for one that would register: a markdown agent without a ``description`` (the catalog a
+    subagent caller picks from shows nothing of it).
+    """
+    try:
+        agent = parse_definition(
+            text,
+            fmt,
+            known_tools=known_tools,
+            allow_paths=False,
+            allow_processes=allow_processes,
+            credentials=credentials,
+        )
+    except DefinitionError as exc:
+        return [
+            Diagnostic(
+                line=_line_of(text, fmt, exc),
+                severity=Severity.ERROR,
+                message=str(exc),
+                suggestion=exc.suggestion,
+            )
+        ]
+    found = []
+    if fmt == "md" and agent.description is None:
+        found.append(
+            Diagnostic(
+                line=markdown_line(text, ("name",)),
+                severity=Severity.WARNING,
+                message="the agent has no `description`: the catalog shows nothing of what it "
+                "does, so a subagent call has nothing to choose it by",
+                suggestion="description: <one sentence on what it does and when to use it>",
+            )
+        )
+    return found
+
+
+def _line_of(text: str, fmt: str, refusal: DefinitionError) -> int:
+    message = str(refusal)
+    for pattern in (_TOML_AT, _JSON_AT, _YAML_AT):
+        if (found := pattern.search(message)) is not None:
+            return int(found[1])
+    if "(at end of document)" in message:
+        return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+    if fmt == "md":
+        return markdown_line(text, refusal.at)
+    if fmt == "json":
+        return _nearest(json_lines(text), refusal.at)
+    return _nearest(toml_lines(text), refusal.at)
+
+
+def _nearest(lines: Mapping[Path, int], at: Path) -> int:
+    """The line of ``at``, else of the nearest enclosing field written, else 1."""
+    for cut in range(len(at), 0, -1):
+        if at[:cut] in lines:
+            return lines[at[:cut]]
+    return 1
+
+
+# -- where a field is written ---------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*(.+?)\s*\]\]?\s*(?:#.*)?$")
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
+
+
+def _key_parts(key: str) -> list[str]:
+    return [part.strip().strip("\"'") for part in key.split(".")]
+
+
+def toml_lines(text: str) -> dict[Path, int]:
+    """The line of each table and key of a TOML text, by its path (an array of tables' entries
+    by index: ``("tools", 0, "name")``); the first when a path repeats. Lines inside a
+    multi-line string are skipped."""
+    lines: dict[Path, int] = {}
+    table: Path = ()
+    entries: dict[Path, int] = {}  # an array of tables -> the index of its last entry
+    in_string = False
+    for number, line in enumerate(text.split("\n"), start=1):
+        fences = line.count('"""') + line.count("'''")
+        if in_string:
+            in_string = fences % 2 == 0
+            continue
+        if fences % 2 == 1:
+            in_string = True
+        if (header := _HEADER.match(line)) is not None and "=" not in line.split("]")[0]:
+            parts = _key_parts(header[2])
+            path: list[str | int] = []
+            for part in parts[:-1]:
+                path.append(part)
+                if tuple(path) in entries:
+                    path.append(entries[tuple(path)])
+            path.append(parts[-1])
+            if header[1] == "[[":
+                key = tuple(path)
+                entries[key] = entries.get(key, -1) + 1
+                path.append(entries[key])
+            table = tuple(path)
+            lines.setdefault(table, number)
+            continue
+        if (assignment := _ASSIGNMENT.match(line)) is not None:
+            lines.setdefault((*table, *_key_parts(assignment[1])), number)
+    return lines
+
+
+def json_lines(text: str) -> dict[Path, int]:
+    """The line of each value of a JSON text, by its path (keys, and array indexes); an object
+    or array is at the line it opens on, a key's value at the key's line."""
+    lines: dict[Path, int] = {}
+    stack: list[list[Any]] = []  # [container kind, current key or index]
+    line, index, end = 1, 0, len(text)
+    pending_key: str | None = None
+
+    def path() -> Path:
+        return tuple(frame[1] for frame in stack if frame[1] is not None)
+
+    while index < end:
+        char = text[index]
+        if char == "\n":
+            line += 1
+        elif char == '"':
+            close = index + 1
+            while close < end and text[close] != '"':
+                close += 2 if text[close] == "\\" else 1
+            raw = text[index : close + 1]
+            rest = text[close + 1 :].lstrip(" \t\r\n")
+            if stack and stack[-1][0] == "{" and rest.startswith(":"):
+                try:
+                    pending_key = json.loads(raw)
+                except ValueError:
+                    pending_key = raw.strip('"')
+                stack[-1][1] = pending_key
+                lines.setdefault(path(), line)
+            line += raw.count("\n")
+            index = close
+        elif char in "{[":
+            if stack and stack[-1][0] == "[":
+                stack[-1][1] += 1
+                lines.setdefault(path(), line)
+            stack.append([char, -1 if char == "[" else None])
+        elif char in "}]" and stack:
+            stack.pop()
+        index += 1
+    return lines
+
+
+# -- graphs ---------------------------------------------------------------------------------------
+
+
+def graph_diagnostics(
+    text: str, agents: Mapping[str, AgentDefinition] | None = None
+) -> list[Diagnostic]:
+    """What is wrong with a graph document (JSON when it opens with ``{``, else YAML), by line.
+
+    ``agents``: the registered agents by hash. Each validation error is an error; with the
+    document valid, an agent node (or a map's agent body) gets a warning for each input its
+    agent declares that the node's input (an object) does not name, and one when its agent is
+    not among ``agents`` (the graph cannot run until it is registered).
+    """
+    is_json = text.lstrip().startswith("{")
+    try:
+        graph = parse_graph_json(text) if is_json else parse_graph_yaml(text)
+    except InvalidGraph as refused:
+        node_lines = _graph_lines(text, is_json)
+        return [_graph_error(error, node_lines) for error in refused.errors]
+    node_lines = _graph_lines(text, is_json)
+    found: list[Diagnostic] = []
+    for node in graph.nodes:
+        target = node.body if node.body is not None else node
+        if target.agent is None:
+            continue
+        line = node_lines.get(node.id, 1)
+        agent = (agents or {}).get(target.agent)
+        if agent is None:
+            found.append(
+                Diagnostic(
+                    line=line,
+                    severity=Severity.WARNING,
+                    message=f"agent node {node.id!r} names the agent {target.agent}, which is not "
+                    "registered here: the graph cannot run until it is",
+                )
+            )
+            continue
+        # A template passing a whole value on (not an object) wires nothing by name.
+        if not isinstance(target.input, dict):
+            continue
+        wired = set(target.input)
+        label = agent.name or agent.agent_def_hash
+        for declared in agent.inputs:
+            if declared.name not in wired:
+                found.append(
+                    Diagnostic(
+                        line=line,
+                        severity=Severity.WARNING,
+                        message=f"agent node {node.id!r} does not wire the declared input "
+                        f"{declared.name!r} of agent {label!r}",
+                        suggestion=f'input: {{"{declared.name}": "$input.{declared.name}"}}',
+                    )
+                )
+    return found
+
+
+def _graph_error(error: GraphError, node_lines: Mapping[str, int]) -> Diagnostic:
+    line = error.line
+    if line is None and (found := _YAML_AT.search(error.message) or _JSON_AT.search(error.message)):
+        line = int(found[1])
+    if line is None and error.node is not None:
+        line = node_lines.get(error.node)
+    if line is None and error.edge is not None:
+        line = node_lines.get(f"{error.edge[0]}->{error.edge[1]}")
+    if line is None and (found := _ENTRY.search(error.message)) is not None:
+        line = node_lines.get(found[0])  # a malformed entry, named by its position
+    return Diagnostic(
+        line=line or 1,
+        severity=Severity.ERROR,
+        message=error.message,
+        suggestion=error.suggestion,
+    )
+
+
+def _graph_lines(text: str, is_json: bool) -> dict[str, int]:
+    """The line of each node by id and by position (``nodes[2]``), and of each edge as
+    ``"from->to"`` and by position: a JSON document's from its text, a YAML one's from its
+    mappings; ``{}`` for a text neither reads."""
+    try:
+        if is_json:
+            document = json.loads(text)
+            lines = json_lines(text)
+            node_line = {index: lines.get(("nodes", index)) for index in range(_count(document))}
+            edge_line = {
+                index: lines.get(("edges", index)) for index in range(_count(document, "edges"))
+            }
+        else:
+            document, mapping_lines = load_yaml_lines(text, "the graph document")
+            node_line = {
+                index: mapping_lines.get(id(node))
+                for index, node in enumerate(_entries(document, "nodes"))
+            }
+            edge_line = {
+                index: mapping_lines.get(id(edge))
+                for index, edge in enumerate(_entries(document, "edges"))
+            }
+    except (ValueError, MalformedYaml, RecursionError):  # its one error is its syntax's
+        return {}
+    found: dict[str, int] = {}
+    for index, node in enumerate(_entries(document, "nodes")):
+        if node_line.get(index):
+            found[f"nodes[{index}]"] = node_line[index]
+            if isinstance(node, dict) and isinstance(node.get("id"), str):
+                found.setdefault(node["id"], node_line[index])
+    for index, edge in enumerate(_entries(document, "edges")):
+        if edge_line.get(index):
+            found[f"edges[{index}]"] = edge_line[index]
+            if isinstance(edge, dict):
+                found.setdefault(f"{edge.get('from')}->{edge.get('to')}", edge_line[index])
+    return found
+
+
+def _entries(document: Any, key: str) -> list:
+    value = document.get(key) if isinstance(document, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def _count(document: Any, key: str = "nodes") -> int:
+    return len(_entries(document, key))

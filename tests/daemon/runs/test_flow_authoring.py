@@ -1,0 +1,186 @@
+"""The flow host's authoring side over a real store, on both backends: the catalog (one entry per
+name, the newest registration), an agent file checked then registered, a graph checked then
+stored, and every refusal leaving the agents and graphs as they were.
+
+An authored agent is held to what an HTTP caller may send: no command to run, no file of the
+daemon's disk, only the model endpoints the operator declared.
+"""
+
+from __future__ import annotations
+
+import pytest
+from salvor.daemon.agents import parse_definition
+from salvor.daemon.runs import FlowCatalog
+from salvor.daemon.tools import ToolFailed
+
+HELPER = """---
+name: helper
+description: Says whether a refund is owed.
+model: scripted-model
+tools: lookup_invoice, ask_user
+inputs: [invoice]
+outputs:
+  - name: verdict
+  - name: amount
+    type: number
+    description: What is owed.
+llm:
+  provider: demo
+---
+You help.
+"""
+UNKNOWN = "sha256:" + "a" * 64
+GRAPH = """schema_version: 1
+nodes:
+  - id: ask
+    kind: gate
+    prompt: Ready?
+edges: []
+"""
+
+
+@pytest.fixture
+def host(runtime) -> FlowCatalog:
+    return FlowCatalog(runtime)
+
+
+async def _stored(runtime) -> tuple[list, list]:
+    agents = await runtime.list_agents()
+    graphs = await runtime.list_graphs()
+    return [a.agent_def_hash for a in agents], [g.graph_hash for g in graphs]
+
+
+async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) -> None:
+    written = await host.write_agent(HELPER)
+    assert (written["written"], written["diagnostics"], written["name"]) == (True, [], "helper")
+    assert written["created"] is True
+    again = await host.write_agent(HELPER)
+    assert (again["agent"], again["created"]) == (written["agent"], False)
+    assert await host.agent_catalog() == [
+        {
+            "name": "helper",
+            "description": "Says whether a refund is owed.",
+            "tools": ["lookup_invoice", "ask_user"],
+            "inputs": ["invoice"],
+            "outputs": [
+                {"name": "verdict", "type": "string"},
+                {"name": "amount", "type": "number", "description": "What is owed."},
+            ],
+            "source_type": "local",
+            "agent": written["agent"],
+            "kind": "builtin",
+        }
+    ]
+
+
+async def test_the_catalog_holds_the_newest_registration_of_each_name(host, runtime) -> None:
+    first = await host.write_agent(HELPER)
+    newer = await host.write_agent(HELPER.replace("You help.", "You help, briefly."))
+    # Named agents only: one registered without a name is reached by its hash alone.
+    unnamed = 'model = "m"\nsystem_prompt = "x"\n[llm]\nprovider = "demo"\n'
+    await runtime.register_agent(parse_definition(unnamed, "toml"))
+    catalog = await host.agent_catalog()
+    assert [(entry["name"], entry["agent"]) for entry in catalog] == [("helper", newer["agent"])]
+    assert newer["agent"] != first["agent"]
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (HELPER.replace("model: scripted-model", "modle: scripted-model"), 4),
+        (HELPER.replace("name: helper\n", ""), 1),
+        (HELPER.replace("tools: lookup_invoice, ask_user", "tools: lookup_invoise"), 5),
+    ],
+)
+async def test_an_agent_file_with_an_error_is_answered_by_line_and_registers_nothing(
+    host, runtime, content, line
+) -> None:
+    before = await _stored(runtime)
+    answer = await host.write_agent(content)
+    assert answer["written"] is False and set(answer) == {"written", "diagnostics"}
+    errors = [d for d in answer["diagnostics"] if d["severity"] == "error"]
+    assert errors and errors[0]["line"] == line, answer
+    assert await _stored(runtime) == before
+
+
+@pytest.mark.parametrize(
+    ("change", "to", "says"),
+    [
+        # Only the endpoints the operator declared: this runtime declared none.
+        (
+            "  provider: demo",
+            "  provider: anthropic\n  base_url: https://models.example",
+            "is not a model endpoint this daemon's operator declared",
+        ),
+        # No command the daemon would run (a stdio MCP server).
+        (
+            "llm:\n",
+            "mcp_servers:\n  - name: shell\n    command: sh\nllm:\n",
+            "makes the daemon run a command on its machine",
+        ),
+    ],
+)
+async def test_an_authored_agent_is_held_to_what_an_http_caller_may_send(
+    host, runtime, change, to, says
+) -> None:
+    before = await _stored(runtime)
+    answer = await host.write_agent(HELPER.replace(change, to))
+    assert answer["written"] is False, answer
+    (error,) = answer["diagnostics"]
+    assert error["severity"] == "error" and says in error["message"], answer
+    assert await _stored(runtime) == before
+
+
+async def test_a_graph_is_checked_then_stored_under_its_name(host, runtime) -> None:
+    before = await _stored(runtime)
+    dangling = GRAPH.replace("edges: []", "edges:\n  - from: ask\n    to: gohst")
+    broken = await host.write_graph("custom", "check", dangling)
+    assert broken == {
+        "written": False,
+        "diagnostics": [
+            {
+                "line": 7,
+                "severity": "error",
+                "message": "edges[0] (ask -> gohst): there is no node 'gohst'",
+            }
+        ],
+    }
+    assert await _stored(runtime) == before
+    # A node naming an agent this store does not hold is a warning: it may be registered later.
+    unknown = GRAPH.replace(
+        "prompt: Ready?", "prompt: Ready?\n  - id: w\n    kind: agent\n    agent: " + UNKNOWN
+    )
+    warned = await host.write_graph("custom", "later", unknown)
+    assert warned["written"] is True
+    assert [(d["line"], d["severity"]) for d in warned["diagnostics"]] == [(6, "warning")]
+
+    written = await host.write_graph("team", "check", GRAPH)
+    assert (written["written"], written["flow"], written["created"]) == (True, "team/check", True)
+    assert written["graph"] in [g.graph_hash for g in await runtime.list_graphs()]
+    as_json = await host.write_graph(
+        "team",
+        "check-json",
+        '{"schema_version": 1, "nodes": '
+        '[{"id": "ask", "kind": "gate", "prompt": "Ready?"}], '
+        '"edges": []}',
+    )
+    assert (as_json["graph"], as_json["created"]) == (written["graph"], False)
+
+
+@pytest.mark.parametrize(("namespace", "name"), [("", "x"), ("custom", "a/b"), ("custom", "")])
+async def test_a_graph_name_that_is_no_name_is_refused(host, runtime, namespace, name) -> None:
+    with pytest.raises(ToolFailed) as refused:
+        await host.write_graph(namespace, name, GRAPH)
+    assert refused.value.retryable is False
+    assert await runtime.list_graphs() == []
+
+
+async def test_a_graph_is_warned_of_a_registered_agents_input_it_does_not_wire(host) -> None:
+    helper = (await host.write_agent(HELPER))["agent"]
+    node = "  - id: w\n    kind: agent\n    agent: " + helper + "\n    input: {note: $input.x}"
+    answer = await host.write_graph(
+        "custom", "wired", GRAPH.replace("edges: []", "") + node + "\nedges: []\n"
+    )
+    assert answer["written"] is True, answer
+    (warning,) = answer["diagnostics"]
+    assert warning["severity"] == "warning" and "'invoice'" in warning["message"], answer
