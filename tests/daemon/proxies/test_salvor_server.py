@@ -591,3 +591,38 @@ async def test_after_finish_no_tool_of_any_server_is_called(
         if env.kind == "ToolCallRequested" and env.event.tool.endswith("tools/call")
     ]
     assert calls == [("mcp:fix/tools/call", "lookup"), ("mcp:salvor/tools/call", "finish")]
+
+
+async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
+    runtime, providers, upstream_env, tmp_path
+):
+    provider = providers(
+        steps_script(lambda _: ("flow_agents", {"op": "list"}), lambda _: "looked")
+    )
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+
+    async def drive_one() -> tuple[list[str], str]:
+        run_id = await runtime.start_run(agent, "look at the catalog")
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+        offered = [t["name"] for t in provider.calls[-2].request["tools"]]
+        return offered, tool_results(provider.calls[-1])[0]
+
+    offered, answer = await drive_one()
+    assert offered == ["ask_user", "subagent", "finish", "flow_results"]
+    assert "offers no tool 'flow_agents'" in answer
+
+    # The setting is read afresh, no restart: the next run's listing has the authoring tools, and
+    # its call of one is performed.
+    await runtime.set_edit_mode(True)
+    offered, answer = await drive_one()
+    assert offered == [
+        "ask_user",
+        "subagent",
+        "finish",
+        "flow_results",
+        "flow_agents",
+        "flow_write",
+    ]
+    assert "asker" in [entry["name"] for entry in json.loads(answer)]
