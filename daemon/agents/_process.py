@@ -89,14 +89,9 @@ def task_prompt(run_input: Any) -> str:
     return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
 
 
-def offers_salvor(agent: AgentDefinition) -> bool:
-    """Whether a run of ``agent`` is offered the ``salvor`` MCP server (unless turned off)."""
-    return agent.salvor_mcp
-
-
 def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
     """The servers a run of ``agent`` reaches through stand-ins: its own, then ``salvor``."""
-    if not offers_salvor(agent):
+    if not agent.salvor_mcp:
         return agent.mcp_servers
     return (*agent.mcp_servers, McpServerSpec(name=SALVOR_SERVER))
 
@@ -352,7 +347,7 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, f
 
 
 def _salvor_server(ctx: RunContext, agent: AgentDefinition, flows) -> FlowServer | None:
-    if not offers_salvor(agent):
+    if not agent.salvor_mcp:
         return None
     return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows)
 
@@ -375,7 +370,7 @@ async def _run_process(
     # agent's, and a restarted salvor finds an orphan of this drive by it.
     env[MARK_VAR] = store_fingerprint(access.store.url)
     env[OWNER_VAR] = owner_mark()
-    stdout = _Tail(STDOUT_TAIL_BYTES) if answers_on_stdout(agent) else None
+    stdout = _Tail(STDOUT_TAIL_BYTES) if agent.output_from == "stdout" else None
     try:
         try:
             process = await open_tied_process(
@@ -473,11 +468,6 @@ async def _settle(
         return ctx.view
     await ctx.record(RunFailed(error=failure))
     return ctx.view
-
-
-def answers_on_stdout(agent: AgentDefinition) -> bool:
-    """Whether ``agent``'s answer is what it prints (``output_from = "stdout"``)."""
-    return agent.output_from == "stdout"
 
 
 def run_output(session: ProxySession, stdout: _Tail | None) -> Any:

@@ -109,7 +109,7 @@ from ..tools import (
     derived_key,
     dispatch,
 )
-from ._flow_server import FlowServer, finish_of
+from ._flow_server import FlowServer, finish_of, tool_error_result
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
@@ -712,11 +712,10 @@ class McpLane:
 
 def after_finish(tool: Any) -> dict:
     """The MCP error result of a ``tools/call`` made after the run's good finish."""
-    text = (
+    return tool_error_result(
         f"the run has finished (its finish was recorded), so {tool!r} is not called: no tool "
         "can be called after finish"
     )
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def call_failed(output: Any) -> bool:

@@ -5,8 +5,12 @@ graph run's autonomy reaches its agent nodes and its map children.
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from salvor.daemon.flows import AUTONOMOUS_LABEL, MAP_OF_LABEL
 from salvor.daemon.graphs import map_child_id
+from salvor.daemon.web import OperationRefused
 from salvor.protocol import EventKind, RunState, graph_from_value
 
 from tests.support.backends import SQLITE_ONLY
@@ -136,3 +140,30 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
     assert child.labels == {MAP_OF_LABEL: run_id, AUTONOMOUS_LABEL: "true"}
     assert child.status()["output"]["summary"] == "guessed"
     assert view.detail["output"]["each"][0]["outputs"] == {"priority": "p3"}
+
+
+async def test_an_agent_nodes_question_parks_the_graph_run_until_it_is_answered(
+    runtime, providers, make_agent
+):
+    finish = {"status": "complete", "summary": "asked", "branch": "later", "priority": "p2"}
+    provider = providers(
+        lambda call: (
+            tool_use("ask_user", {"question": "How bad?", "type": "input"})
+            if not tool_results(call)
+            else tool_use("finish", finish)
+        )
+    )
+    agent = make_agent(provider, extra=TRIAGE)
+    await runtime.register_agent(agent)
+    graph = await stored(runtime, triage_graph(agent.agent_def_hash))
+    run_id = await runtime.start_graph_run(graph, "something broke")
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.SUSPENDED and view.open_node == "triage"
+    assert view.detail["reason"] == "How bad?"
+    with pytest.raises(OperationRefused) as refused:
+        await runtime.resume(run_id, {"answer": 3})
+    assert refused.value.code == "bad_request"
+    await runtime.resume(run_id, {"answer": "not very"})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.SLEEPING  # routed `later`: the shelve delay
+    assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "not very"}

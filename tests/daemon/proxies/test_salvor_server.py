@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.daemon.flows import AUTONOMOUS_LABEL, AUTONOMOUS_REFUSAL, PARENT_LABEL, child_run_id
 from salvor.protocol import RunStarted, question_schema
@@ -437,3 +438,191 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
     # The parent's model read the child's finish result as the call's answer.
     answered = json.loads(tool_results(provider.calls[1])[0])
     assert {k: answered[k] for k in result} == result
+
+
+async def listed_children(server, parent: str) -> list[str]:
+    listed = await server.client.get("/v1/runs", params={"label": f"{PARENT_LABEL}:{parent}"})
+    return [entry["run"] for entry in listed.json()["runs"]]
+
+
+async def test_under_serve_a_child_resumed_by_a_person_starts_its_process_parent_again(
+    server_factory, providers, tmp_path, monkeypatch
+):
+    from tests.daemon.agents.test_process_agent import SECRET
+
+    child_provider = providers(
+        [tool_use("request_approval", {"reason": "may I?"}), text_reply("blue")]
+    )
+    provider = providers(delegating_script())
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
+    server = await server_factory(allow_process_agents=True)
+    await server.register_agent(
+        'name = "helper"\n' + agent_toml(child_provider.base_url, tools=("request_approval",))
+    )
+    agent = await server.register_agent(salvor_agent(tmp_path).stored_text)
+    run_id = await server.start_run(agent, "delegate it")
+    with trio.fail_after(30):
+        while not (listed := await listed_children(server, run_id)):
+            await trio.sleep(0.02)
+    (child,) = listed
+    assert (await server.wait_resting(child))["status"]["state"] == "suspended"
+    # The parent waits on its open call with no driver and no process.
+    with trio.fail_after(30):
+        while (parent := (await server.client.get(f"/v1/runs/{run_id}")).json()).get(
+            "driver"
+        ) == "attached":
+            await trio.sleep(0.02)
+    assert parent["status"]["state"] == "awaiting_tool", parent
+    resumed = await server.client.post(
+        f"/v1/runs/{child}/resume", json={"input": {"approved": True}}
+    )
+    assert resumed.status_code in (200, 202), resumed.text
+    # The child completes under its own driver, which then starts the parent again.
+    with trio.fail_after(30):
+        while (body := await server.wait_resting(run_id))["status"]["state"] != "completed":
+            await trio.sleep(0.02)
+    assert body["status"]["output"] == {
+        "status": "complete",
+        "summary": "helper said: blue",
+        "outputs": {},
+    }
+    assert await listed_children(server, run_id) == [child]
+    assert sorted(provider.count_by_request_hash().values()) == [1, 1, 1]
+
+
+TWO_SERVERS = r"""
+import asyncio, json, os, shlex, urllib.request
+from contextlib import AsyncExitStack
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def complete(messages, tools):
+    body = {"model": "scripted-model", "messages": messages, "tools": tools}
+    request = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer x"},
+    )
+    with _no_proxy.open(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["message"]
+
+
+async def main():
+    async with AsyncExitStack() as stack:
+        owner, tools = {}, []
+        for server in ("SALVOR", "FIX"):
+            argv = shlex.split(os.environ[f"SALVOR_MCP_SERVER_{server}"])
+            streams = await stack.enter_async_context(
+                stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]))
+            )
+            session = await stack.enter_async_context(ClientSession(*streams))
+            await session.initialize()
+            for tool in (await session.list_tools()).tools:
+                owner[tool.name] = session
+                schema = getattr(tool, "input_schema", None) or tool.inputSchema
+                tools.append(
+                    {"type": "function", "function": {"name": tool.name, "parameters": schema}}
+                )
+        messages = [{"role": "user", "content": os.environ["SALVOR_PROMPT"]}]
+        while True:
+            message = complete(messages, tools)
+            calls = message.get("tool_calls") or []
+            if not calls:
+                print(message.get("content"))
+                return
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": message.get("content"),
+                    "tool_calls": [
+                        {"id": c["id"], "type": "function", "function": c["function"]}
+                        for c in calls
+                    ],
+                }
+            )
+            for c in calls:
+                name = c["function"]["name"]
+                result = await owner[name].call_tool(name, json.loads(c["function"]["arguments"]))
+                text = "".join(b.text for b in result.content if b.type == "text")
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": text})
+
+
+asyncio.run(main())
+"""
+
+
+async def test_after_finish_no_tool_of_any_server_is_called(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    provider = providers(
+        steps_script(
+            lambda _: ("lookup", {"key": "a"}),
+            lambda _: ("finish", {"status": "complete", "summary": "looked it up"}),
+            lambda _: ("write_note", {"text": "after the end"}),
+            lambda _: "done",
+        )
+    )
+    upstream_env(provider)
+    script = tmp_path / "two_servers.py"
+    script.write_text(TWO_SERVERS)
+    agent = parse_definition(
+        'kind = "process"\n'
+        f"command = {json.dumps([sys.executable, str(script)])}\n"
+        f"cwd = {json.dumps(str(tmp_path))}\ntimeout = 60\n"
+        f'[[mcp_servers]]\nname = "fix"\ncommand = {fx.toml_command()}\n'
+        'effects = { lookup = "read", write_note = "write" }\n',
+        "toml",
+    )
+    run_id = await runtime.start_run(agent, "look it up")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"]["summary"] == "looked it up"
+    # The declared server's write after the finish never reached it and left nothing in the log.
+    assert [call["tool"] for call in fx.ledger] == ["lookup"]
+    assert "no tool can be called after finish" in tool_results(provider.calls[-1])[2]
+    calls = [
+        (env.event.tool, env.event.input.get("name"))
+        for env in await runtime.log(run_id)
+        if env.kind == "ToolCallRequested" and env.event.tool.endswith("tools/call")
+    ]
+    assert calls == [("mcp:fix/tools/call", "lookup"), ("mcp:salvor/tools/call", "finish")]
+
+
+async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
+    runtime, providers, upstream_env, tmp_path
+):
+    provider = providers(
+        steps_script(lambda _: ("flow_agents", {"op": "list"}), lambda _: "looked")
+    )
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+
+    async def drive_one() -> tuple[list[str], str]:
+        run_id = await runtime.start_run(agent, "look at the catalog")
+        view = await runtime.drive(run_id, agent=agent)
+        assert view.state.value == "completed", view.detail
+        offered = [t["name"] for t in provider.calls[-2].request["tools"]]
+        return offered, tool_results(provider.calls[-1])[0]
+
+    offered, answer = await drive_one()
+    assert offered == ["ask_user", "subagent", "finish", "flow_results"]
+    assert "offers no tool 'flow_agents'" in answer
+
+    # The setting is read afresh, no restart: the next run's listing has the authoring tools, and
+    # its call of one is performed.
+    await runtime.set_edit_mode(True)
+    offered, answer = await drive_one()
+    assert offered == [
+        "ask_user",
+        "subagent",
+        "finish",
+        "flow_results",
+        "flow_agents",
+        "flow_write",
+    ]
+    assert "asker" in [entry["name"] for entry in json.loads(answer)]
