@@ -115,10 +115,12 @@ def _name(where: str, value: Any, reserved: frozenset[str] = frozenset()) -> str
 
 
 def _description(where: str, entry: dict) -> str | None:
-    description = entry.get("description")
-    if description is not None and not isinstance(description, str):
+    # Absent is no description; a null is refused like any other non-string (as JSON Schema says).
+    if "description" not in entry:
+        return None
+    if not isinstance(entry["description"], str):
         raise BadDeclaration(f"{where}: `description` must be a string")
-    return description
+    return entry["description"]
 
 
 def _entries(where: str, value: Any) -> list:

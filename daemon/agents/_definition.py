@@ -614,8 +614,9 @@ def _declarations(
 ) -> tuple[str | None, tuple[DeclaredInput, ...], tuple[DeclaredOutput, ...]]:
     """What a built-in and a process agent both declare for the catalog: ``description``,
     ``inputs``, ``outputs``."""
+    # Absent is none; a null is refused as any other non-string (the document says a string).
     description = raw.get("description")
-    if description is not None:
+    if "description" in raw:
         _expect(isinstance(description, str), "`description` must be a string", ("description",))
         _expect(
             len(description) <= MAX_DESCRIPTION_CHARS,

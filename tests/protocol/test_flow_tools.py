@@ -68,6 +68,7 @@ def test_outputs_parse_from_names_and_tables():
         (["9lives"], "needs a name"),
         ([{"name": "x", "colour": "red"}], "must be a name or a table"),
         ([{"name": "x", "required": "yes"}], "`required` must be true or false"),
+        ([{"name": "x", "description": None}], "`description` must be a string"),
     ],
 )
 def test_bad_outputs_are_refused_in_one_sentence(value, says):

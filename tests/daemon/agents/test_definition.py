@@ -343,3 +343,23 @@ def test_the_flow_tools_an_agent_may_be_offered_collide_with_its_mcp_tools():
     server = parse_mcp_servers([{"name": "people", "command": ["people"]}])
     with pytest.raises(McpBuildError, match="'ask_user' of MCP server 'people' has the same name"):
         exposed_tools(server, {"people": [{"name": "ask_user", "inputSchema": {}}]}, taken)
+
+
+@pytest.mark.parametrize(
+    ("field", "says"),
+    [
+        ("description", "`description` must be a string"),
+        ("outputs", "`outputs` must be an array"),
+        ("inputs", "`inputs` must be an array"),
+        ("flow_tools", "`flow_tools` must be an array"),
+    ],
+)
+def test_a_null_flow_field_is_refused_not_read_as_absent(field, says):
+    # JSON can say null where TOML cannot; the document describes each of these as non-nullable.
+    text = json.dumps({"model": "m", "llm": {"provider": "demo"}, field: None})
+    with pytest.raises(DefinitionError, match=says):
+        parse_definition(text, "json")
+    nested = {"model": "m", "llm": {"provider": "demo"}, "outputs": [{"name": "v", field: None}]}
+    if field == "description":
+        with pytest.raises(DefinitionError, match="`description` must be a string"):
+            parse_definition(json.dumps(nested), "json")
