@@ -15,11 +15,12 @@
 #   SALVOR_STORE  the daemon's store, when it is not the default one: part 3
 #                 starts a run from the command line in that same store
 #
-# The five parts: a run start to finish, watched live; a run that stops at a
+# The six parts: a run start to finish, watched live; a run that stops at a
 # gate and a person approves it; two runs whose write was cut short, one
 # settled by the write's probe, one its probe cannot tell, which a person
 # resolves; a graph run (research, draft, approve, publish) and a fork of it
-# that may publish again only once someone says so; and an error, to show
+# that may publish again only once someone says so; an agent asking a person
+# a question, and one handing a task to a child agent; and an error, to show
 # the envelope.
 set -euo pipefail
 
@@ -208,7 +209,36 @@ echo "the origin's forks (derived from the forks' own heads):"
 api GET "/v1/runs/$RUN/forks"
 echo
 
-say "5. Every error has one shape"
+say "5. Flow tools: an agent asks a person a question, and one hands a task to another"
+ASK=$(api POST /v1/agents -H 'Content-Type: application/toml' --data-binary @"$AGENTS/ask-operator.toml" | pick 'j["agent"]')
+RUN=$(api POST /v1/runs -H 'Content-Type: application/json' \
+  -d "{\"agent\": \"$ASK\", \"input\": {\"question\": \"Which rollout should the migration use?\", \"type\": \"select\", \"options\": [\"blue-green\", \"rolling\"]}}" \
+  | pick 'j["run"]')
+STATE=$(watch "$RUN")
+expect "$STATE" suspended
+echo "the question, and the answer's schema:"
+api GET "/v1/runs/$RUN" | pick '{"reason": j["status"]["reason"], "answer": j["status"]["input_schema"]["properties"]["answer"]}'
+echo "an answer that is not one of the options is refused, and nothing is recorded:"
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' -d '{"input": {"answer": "canary"}}' || true
+echo
+NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+api POST "/v1/runs/$RUN/resume" -H 'Content-Type: application/json' -d '{"input": {"answer": "rolling"}}'
+echo
+STATE=$(watch "$RUN" "$NEXT")
+expect "$STATE" completed
+echo "a child agent (a markdown file, typed outputs) and a parent that delegates to it:"
+api POST /v1/agents -H 'Content-Type: text/markdown' --data-binary @"$AGENTS/fact-checker.md" >/dev/null
+CHIEF=$(api POST /v1/agents -H 'Content-Type: application/toml' --data-binary @"$AGENTS/editor-in-chief.toml" | pick 'j["agent"]')
+RUN=$(api POST /v1/runs -H 'Content-Type: application/json' \
+  -d "{\"agent\": \"$CHIEF\", \"input\": {\"agent\": \"fact-checker\", \"task\": \"Check this claim.\", \"inputs\": {\"claim\": \"Tides follow the Moon.\"}}}" \
+  | pick 'j["run"]')
+STATE=$(watch "$RUN")
+expect "$STATE" completed
+CHILD=$(api GET "/v1/runs/$RUN/children" | pick 'j["children"][0]["run"]')
+echo "its one child, $CHILD, names its parent and finished with typed outputs:"
+api GET "/v1/runs/$CHILD" | pick '{"parent": j["parent"], "output": j["status"]["output"]}'
+
+say "6. Every error has one shape"
 api GET /v1/runs/00000000-0000-4000-8000-000000000000 || true
 echo
 echo

@@ -9,8 +9,10 @@ the tools are listed, one call per answer; a tool that ends the work
 (``submit_output``, a flow's ``finish``) is kept for last. Arguments are
 filled from the run input, then from earlier tool results, then from
 placeholders chosen by the schema's types (a required field always; an
-optional one only when the run input names it); a ``finish`` summary the
-input does not give is the text summary of what the tools returned. When
+optional one only when the run input names it; every field of a
+``finish``, whose declared outputs a complete finish needs); a ``finish``
+summary the input does not give is the text summary of what the tools
+returned. When
 every tool has been called it calls the closing tool if offered, else
 answers with that text summary.
 
@@ -132,6 +134,10 @@ def _arguments(tool: JSON, conversation: _Conversation) -> JSON:
     schema = tool.get("input_schema") or {}
     properties = schema.get("properties") or {}
     required = schema.get("required") or []
+    if tool["name"] == FINISH:
+        # A finish's declared outputs are required only when it is complete (checked past the
+        # schema), and the demo finishes complete: it fills every field finish offers.
+        required = [*required, *(key for key in properties if key not in required)]
     arguments: JSON = {}
     for key in required:
         found, value = conversation.value_for(key)

@@ -186,7 +186,12 @@ def test_output_is_plain_json():
 
 FINISH = tool(
     "finish",
-    {"status": {"enum": ["complete", "error"]}, "summary": {"type": "string"}},
+    {
+        "status": {"enum": ["complete", "error"]},
+        "summary": {"type": "string"},
+        "score": {"type": "number"},
+    },
+    required=["status", "summary"],
 )
 
 
@@ -199,6 +204,7 @@ def test_finish_comes_last_with_the_summary_of_what_the_tools_returned():
     assert [c["name"] for c in calls] == ["lookup_invoice", "finish"]
     assert calls[1]["input"]["status"] == "complete"
     assert calls[1]["input"]["summary"].startswith("Demo model: called 1 tool(s).")
+    assert calls[1]["input"]["score"] == 1  # a declared output, filled though not required
 
 
 def test_an_optional_field_is_filled_only_when_the_run_input_names_it():

@@ -401,8 +401,12 @@ async def test_walkthrough(via: str, tmp_path: Path) -> None:
     assert "done:" in output
     # Each part's run was watched to its end over the stream: part 3 has two, one settled by
     # its probe, one its probe could not tell (no ledger in this daemon), resolved by hand; part
-    # 4 a graph run and its fork, refused first for its write, then acknowledged.
-    assert output.count('end: {"state": "completed"') == 6, output
+    # 4 a graph run and its fork, refused first for its write, then acknowledged; part 5 a
+    # question answered (a wrong answer refused first) and a parent whose one child finished.
+    assert output.count('end: {"state": "completed"') == 8, output
+    assert output.count('end: {"state": "suspended"') == 3, output
+    assert "$.answer must be one of" in output and '"parent": ' in output, output
+    assert '"outputs": {"verdict": "demo", "confidence": 1}' in output, output
     assert '"code": "approval_schema_violation"' in output, output
     assert '"code": "write_replay_hazard"' in output and '"derived": true' in output, output
     assert output.count("settled by probe") == 1 and "settled by operator" in output, output
