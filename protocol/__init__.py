@@ -89,6 +89,7 @@ from ._flow_tools import offered_flow_tools as offered_flow_tools
 from ._flow_tools import parse_inputs as parse_inputs
 from ._flow_tools import parse_outputs as parse_outputs
 from ._flow_tools import question_schema as question_schema
+from ._flow_tools import run_result as run_result
 from ._flow_tools import text_result as text_result
 from ._fold import EMPTY_VIEW as EMPTY_VIEW
 from ._fold import IDLE_STATES as IDLE_STATES

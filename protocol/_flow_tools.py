@@ -13,12 +13,14 @@ sees is the agent's opt-in intersected with its session's row (``offered_flow_to
 from __future__ import annotations
 
 import enum
+import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import SchemaViolation
+from ._fold import RunState
 from ._schema import validate
 
 
@@ -376,6 +378,32 @@ def text_result(text: str) -> dict:
     """The result of a child that answered in text without calling finish: complete, its text as
     the summary, no outputs."""
     return {"status": FinishStatus.COMPLETE.value, "summary": text, "outputs": {}}
+
+
+def run_result(state: RunState, detail: Mapping[str, Any]) -> dict | None:
+    """What a run resting in ``state`` came to, as a finish result; None while it has not ended.
+
+    ``detail`` is its fold's detail (its terminal event's payload). A completed run's output is
+    its result when it is a finish result (a copy: a caller may add to it), else a complete one
+    whose summary is the output's text (JSON for a non-string, keys sorted so one output always
+    reads the same, its letters as they are); a failed or an abandoned run is an ``error``
+    result whose summary is why (its error, its reason). The subagent call's answer and
+    ``flow_results`` both read a child through this, so they never disagree.
+    """
+    if state is RunState.COMPLETED:
+        output = detail.get("output")
+        if is_finish_result(output):
+            return dict(output)
+        text = (
+            output
+            if isinstance(output, str)
+            else json.dumps(output, ensure_ascii=False, sort_keys=True)
+        )
+        return text_result(text)
+    if state in (RunState.FAILED, RunState.ABANDONED):
+        why = detail.get("error") or detail.get("reason") or state.value
+        return {"status": FinishStatus.ERROR.value, "summary": str(why), "outputs": {}}
+    return None
 
 
 # -- the other tools' inputs ----------------------------------------------------------------------

@@ -17,7 +17,6 @@ has to remember it.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,11 +38,10 @@ from salvor.protocol import (
     ToolCallRequested,
     excerpt,
     graph_from_value,
-    is_finish_result,
     parse_graph_json,
     parse_graph_yaml,
     project_graph,
-    text_result,
+    run_result,
 )
 from salvor.store import EventStore, RunSummary, StoredAgent
 
@@ -391,31 +389,19 @@ def _results(store: EventStore, run_id: str, args: dict) -> dict:
 # -- results: what a finished run or node came to ------------------------------------------------
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def _result(output: Any) -> dict:
-    """A run's or a node's output as a finish result (``status``, ``summary``, ``outputs``,
-    ``branch``?): itself when it is one, else complete with the output as its summary."""
-    return output if is_finish_result(output) else text_result(_text(output))
+    """A node's output as a finish result: what a run completed with it would come to."""
+    return run_result(RunState.COMPLETED, {"output": output})
 
 
 def _run_result(summary: RunSummary) -> dict | None:
     """What a child came to, None while it has not finished (or its row cannot be read)."""
     status = summary.status or {}
-    state = status.get("state")
-    if state == RunState.COMPLETED.value:
-        return _result(status.get("output"))
-    if state == RunState.FAILED.value:
-        return {"status": "error", "summary": str(status.get("error")), "outputs": {}}
-    if state == RunState.ABANDONED.value:
-        return {
-            "status": "error",
-            "summary": str(status.get("reason") or "abandoned"),
-            "outputs": {},
-        }
-    return None
+    try:
+        state = RunState(status.get("state"))
+    except ValueError:
+        return None
+    return run_result(state, status)
 
 
 def _brief(result: dict | None) -> dict:

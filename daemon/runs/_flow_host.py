@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import json
 from collections.abc import Mapping
 
 from salvor.protocol import (
     EMPTY_VIEW,
     CodedError,
-    FinishStatus,
     RunStarted,
     RunState,
     RunView,
-    is_finish_result,
-    text_result,
+    run_result,
 )
 from salvor.store import SeqConflict, StoredAgent
 
@@ -53,25 +50,15 @@ def child_result(view: RunView) -> dict:
         NotPerformed: the child has not ended (it waits on a person, a timer, a budget, a
             write to reconcile); nothing of the parent's call is recorded.
     """
-    if view.state is RunState.COMPLETED:
-        output = view.detail.get("output")
-        if is_finish_result(output):
-            result = dict(output)
-        else:
-            text = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
-            result = text_result(text)
-    elif view.state in (RunState.FAILED, RunState.ABANDONED):
-        why = view.detail.get("error") or view.detail.get("reason") or view.state.value
-        result = {
-            "status": FinishStatus.ERROR.value,
-            "summary": f"the child run {view.run_id} {view.state.value}: {why}",
-            "outputs": {},
-        }
-    else:
+    result = run_result(view.state, view.detail)
+    if result is None:
         raise NotPerformed(
             f"the child run {view.run_id} is {view.state.value}; this call completes once it "
             "ends (its parent is driven again then)"
         )
+    if view.state is not RunState.COMPLETED:
+        # The parent's model reads this as its call's answer: say which child ended how.
+        result["summary"] = f"the child run {view.run_id} {view.state.value}: {result['summary']}"
     usage = view.usage()
     result["usage"] = {**usage, "steps": view.step_count}
     return result

@@ -8,6 +8,7 @@ from salvor.protocol import (
     BadQuestion,
     DeclaredOutput,
     FlowTool,
+    RunState,
     SchemaViolation,
     Session,
     check_finish,
@@ -17,6 +18,7 @@ from salvor.protocol import (
     parse_inputs,
     parse_outputs,
     question_schema,
+    run_result,
     text_result,
     validate,
 )
@@ -167,3 +169,53 @@ def test_a_decision_step_must_name_one_of_its_branches():
 def test_a_text_answer_is_a_complete_result_without_outputs():
     assert text_result("all done") == {"status": "complete", "summary": "all done", "outputs": {}}
     assert not is_finish_result({"status": "complete"})
+
+
+FINISHED = {"status": "blocked", "summary": "two of three", "outputs": {"n": "2"}, "branch": "b"}
+
+
+@pytest.mark.parametrize(
+    ("state", "detail", "result"),
+    [
+        # A finish result is the result as it was recorded, its branch with it.
+        (RunState.COMPLETED, {"output": FINISHED}, FINISHED),
+        (RunState.COMPLETED, {"output": "all done"}, text_result("all done")),
+        # Any other output reads as its JSON text, keys sorted, so one output reads one way.
+        (RunState.COMPLETED, {"output": {"b": 1, "a": [2]}}, text_result('{"a": [2], "b": 1}')),
+        (RunState.COMPLETED, {"output": None}, text_result("null")),
+        (RunState.COMPLETED, {"output": ["größe", 1.5]}, text_result('["größe", 1.5]')),
+        # A dict short of a finish result's shape is output like any other.
+        (
+            RunState.COMPLETED,
+            {"output": {"status": "done", "summary": "x", "outputs": {}}},
+            text_result('{"outputs": {}, "status": "done", "summary": "x"}'),
+        ),
+        (
+            RunState.FAILED,
+            {"error": "the model refused", "code": "x"},
+            {"status": "error", "summary": "the model refused", "outputs": {}},
+        ),
+        (
+            RunState.ABANDONED,
+            {"reason": "its parent run r was abandoned"},
+            {"status": "error", "summary": "its parent run r was abandoned", "outputs": {}},
+        ),
+        (RunState.ABANDONED, {}, {"status": "error", "summary": "abandoned", "outputs": {}}),
+        (RunState.FAILED, {"error": None}, {"status": "error", "summary": "failed", "outputs": {}}),
+    ],
+)
+def test_a_finished_runs_result(state, detail, result) -> None:
+    assert run_result(state, detail) == result
+
+
+@pytest.mark.parametrize(
+    "state", sorted(set(RunState) - {RunState.COMPLETED, RunState.FAILED, RunState.ABANDONED})
+)
+def test_a_run_that_has_not_ended_has_no_result(state) -> None:
+    assert run_result(state, {"output": FINISHED, "error": "x"}) is None
+
+
+def test_a_result_is_a_copy_the_caller_may_extend() -> None:
+    output = dict(FINISHED)
+    run_result(RunState.COMPLETED, {"output": output})["usage"] = {}
+    assert output == FINISHED
