@@ -825,9 +825,30 @@ class EventStore:
         _setting_key(key)
         if type(value) is not int:
             raise ValueError(f"a setting's value is an int, not {type(value).__name__}")
-        statement = self._upsert(store_meta).values(key=key, value=value)
-        statement = statement.on_conflict_do_update(
-            index_elements=[store_meta.c.key], set_={"value": value}
+        self._upsert(
+            store_meta, {"key": key, "value": value}, ("key",), f"write the setting {key!r}"
+        )
+
+    def _upsert(self, table: Any, row: dict, keys: tuple[str, ...], doing: str) -> None:
+        """Insert ``row`` into ``table``, or replace the other columns of the row its ``keys``
+        name, in one transaction of its own (this dialect's ``ON CONFLICT DO UPDATE``).
+
+        Raises:
+            StoreUnavailable: the database failed; ``doing`` says what was being done, and the
+                row is as it was.
+        """
+        if self.dialect == "sqlite":
+            insert = sqlite_insert
+        else:
+            # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
+            from sqlalchemy.dialects.postgresql import insert
+        statement = (
+            insert(table)
+            .values(row)
+            .on_conflict_do_update(
+                index_elements=[table.c[key] for key in keys],
+                set_={k: v for k, v in row.items() if k not in keys},
+            )
         )
         try:
             with self._engine.begin() as connection:
@@ -835,18 +856,9 @@ class EventStore:
         except SQLAlchemyError as exc:
             self._forget_connections_after(exc)
             raise StoreUnavailable(
-                f"the store at {self.url} failed to write the setting {key!r}: {_reason(exc)}",
+                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
                 transient=passes_by_itself(exc),
             ) from None
-
-    def _upsert(self, table: Any) -> Any:
-        """An ``INSERT`` of this dialect that can say ``ON CONFLICT DO UPDATE``."""
-        if self.dialect == "sqlite":
-            return sqlite_insert(table)
-        # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(table)
 
     # -- claims ---------------------------------------------------------------
 
@@ -889,23 +901,7 @@ class EventStore:
             "verdict": verdict,
             "observed_at": now_instant(),
         }
-        statement = (
-            self._upsert(probe_answers)
-            .values(row)
-            .on_conflict_do_update(
-                index_elements=[probe_answers.c.run_id, probe_answers.c.seq],
-                set_={k: v for k, v in row.items() if k not in ("run_id", "seq")},
-            )
-        )
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(statement)
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to record a probe's answer: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
+        self._upsert(probe_answers, row, ("run_id", "seq"), "record a probe's answer")
 
     def probe_answers(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ProbeAnswer]:
         """The last probe answer of each ``(run_id, seq)`` that has one."""

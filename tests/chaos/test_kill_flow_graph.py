@@ -29,7 +29,7 @@ from tests.chaos.test_kill_graph_run import (
     wait_state,
 )
 from tests.chaos.test_kill_serve import Daemon
-from tests.support.flows import tool_results, tool_use
+from tests.support.flows import tool_results, tool_use, triage_graph
 from tests.support.runtime import ledger
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 
@@ -55,37 +55,6 @@ def one_node(agent: str) -> dict:
         "schema_version": 1,
         "nodes": [{"id": "order", "kind": "agent", "agent": agent, "input": "$input"}],
         "edges": [],
-    }
-
-
-def triage(agent: str) -> dict:
-    return {
-        "schema_version": 1,
-        "nodes": [
-            {"id": "triage", "kind": "agent", "agent": agent, "input": "$input"},
-            {
-                "id": "route",
-                "kind": "branch",
-                "on": "$nodes.triage.branch",
-                "cases": ["urgent", "later"],
-            },
-            {
-                "id": "page",
-                "kind": "tool",
-                "tool": "send_email",
-                "input": {
-                    "to": "oncall@example.com",
-                    "subject": "$nodes.triage.outputs.priority",
-                    "body": "$nodes.triage.summary",
-                },
-            },
-            {"id": "shelve", "kind": "delay", "seconds": 60},
-        ],
-        "edges": [
-            {"from": "triage", "to": "route"},
-            {"from": "route", "to": "page", "case": "urgent"},
-            {"from": "route", "to": "shelve", "case": "later"},
-        ],
     }
 
 
@@ -156,7 +125,7 @@ def test_an_agent_node_killed_mid_call_finishes_once_down_the_branch_it_named(
         try:
             client = httpx.Client(base_url=daemon.base_url, timeout=30)
             agent = register(client, provider, TRIAGED)
-            run_id = start_graph_run(client, triage(agent), "the disk is full")
+            run_id = start_graph_run(client, triage_graph(agent), "the disk is full")
 
             assert in_triage.wait(SETTLE_SECONDS)
             daemon.kill()

@@ -52,3 +52,37 @@ def tool_results(call) -> list[dict]:
         for block in message["content"]
         if block.get("type") == "tool_result"
     ]
+
+
+def triage_graph(agent: str) -> dict:
+    """An agent-decision graph: ``triage`` (the agent) finishes with a ``branch`` the ``route``
+    node routes on, ``urgent`` to ``page`` (a send_email of its typed ``priority`` and summary),
+    ``later`` to ``shelve`` (a delay)."""
+    return {
+        "schema_version": 1,
+        "nodes": [
+            {"id": "triage", "kind": "agent", "agent": agent, "input": "$input"},
+            {
+                "id": "route",
+                "kind": "branch",
+                "on": "$nodes.triage.branch",
+                "cases": ["urgent", "later"],
+            },
+            {
+                "id": "page",
+                "kind": "tool",
+                "tool": "send_email",
+                "input": {
+                    "to": "oncall@example.com",
+                    "subject": "$nodes.triage.outputs.priority",
+                    "body": "$nodes.triage.summary",
+                },
+            },
+            {"id": "shelve", "kind": "delay", "seconds": 60},
+        ],
+        "edges": [
+            {"from": "triage", "to": "route"},
+            {"from": "route", "to": "page", "case": "urgent"},
+            {"from": "route", "to": "shelve", "case": "later"},
+        ],
+    }

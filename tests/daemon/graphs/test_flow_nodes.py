@@ -14,7 +14,7 @@ from salvor.daemon.web import OperationRefused
 from salvor.protocol import EventKind, RunState, graph_from_value
 
 from tests.support.backends import SQLITE_ONLY
-from tests.support.flows import offered_tools, tool_results, tool_use
+from tests.support.flows import offered_tools, tool_results, tool_use, triage_graph
 from tests.support.runtime import ledger
 
 # Above the store: the walk reaches it through the RunContext calls every run makes.
@@ -27,37 +27,6 @@ async def stored(runtime, document: dict):
     graph = graph_from_value(document)
     await runtime.register_graph(graph)
     return graph
-
-
-def triage_graph(agent: str) -> dict:
-    return {
-        "schema_version": 1,
-        "nodes": [
-            {"id": "triage", "kind": "agent", "agent": agent, "input": "$input"},
-            {
-                "id": "route",
-                "kind": "branch",
-                "on": "$nodes.triage.branch",
-                "cases": ["urgent", "later"],
-            },
-            {
-                "id": "page",
-                "kind": "tool",
-                "tool": "send_email",
-                "input": {
-                    "to": "oncall@example.com",
-                    "subject": "$nodes.triage.outputs.priority",
-                    "body": "$nodes.triage.summary",
-                },
-            },
-            {"id": "shelve", "kind": "delay", "seconds": 60},
-        ],
-        "edges": [
-            {"from": "triage", "to": "route"},
-            {"from": "route", "to": "page", "case": "urgent"},
-            {"from": "route", "to": "shelve", "case": "later"},
-        ],
-    }
 
 
 async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
