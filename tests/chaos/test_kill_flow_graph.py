@@ -21,7 +21,7 @@ import httpx
 import pytest
 from salvor.protocol import EventKind
 
-from tests.chaos.test_kill_flow_tools import register
+from tests.chaos.test_kill_flow_tools import answer_across_a_kill, register
 from tests.chaos.test_kill_graph_run import (
     SETTLE_SECONDS,
     start_graph_run,
@@ -75,17 +75,7 @@ def test_an_agent_nodes_question_survives_a_kill_and_its_answer_completes_the_gr
             assert schema["required"] == ["answer"]
             assert schema["properties"]["answer"]["enum"] == ["S", "M"]
 
-            wrong = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "XL"}})
-            assert wrong.status_code == 400, wrong.text
-            assert wrong.json()["error"]["code"] == "bad_request"
-            assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
-
-            daemon.kill()
-            daemon.start()
-            assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
-            right = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "M"}})
-            assert right.status_code == 202, right.text
-            body = wait_state(client, run_id, "completed")
+            body = answer_across_a_kill(daemon, client, run_id, waiting, wrong="XL", right="M")
             client.close()
         finally:
             daemon.kill()

@@ -50,6 +50,27 @@ def start_run(client: httpx.Client, agent: str, run_input) -> str:
     return started.json()["run"]
 
 
+def answer_across_a_kill(
+    daemon: Daemon, client: httpx.Client, run_id: str, waiting: dict, *, wrong: str, right: str
+) -> dict:
+    """Answer a run waiting on a question ``wrong`` (refused, still waiting), SIGKILL the daemon
+    while it waits, restart it, answer ``right``; the run's body once it completed.
+
+    The question survives the kill exactly: the status after the restart is the one before.
+    """
+    refused = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": wrong}})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "bad_request"
+    assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
+
+    daemon.kill()
+    daemon.start()
+    assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
+    resumed = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": right}})
+    assert resumed.status_code == 202, resumed.text
+    return wait_state(client, run_id, "completed")
+
+
 def echo_the_result(first):
     """A script: ``first`` until the conversation holds a tool result, then that result's text."""
 
@@ -137,17 +158,7 @@ def test_a_question_survives_a_kill_and_only_a_fitting_answer_resumes_it(
             schema = waiting["status"]["input_schema"]
             assert schema["properties"]["answer"]["enum"] == ["S", "M"]
 
-            wrong = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "XL"}})
-            assert wrong.status_code == 400, wrong.text
-            assert wrong.json()["error"]["code"] == "bad_request"
-            assert client.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "suspended"
-
-            daemon.kill()
-            daemon.start()
-            assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
-            right = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "M"}})
-            assert right.status_code == 202, right.text
-            body = wait_state(client, run_id, "completed")
+            body = answer_across_a_kill(daemon, client, run_id, waiting, wrong="XL", right="M")
             client.close()
         finally:
             daemon.kill()

@@ -10,8 +10,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy
 from salvor.daemon.agents import AgentDefinition
 from salvor.protocol import FlowTool, parse_outputs
+from salvor.store import normalize_store_url
 
 
 def with_flows(
@@ -86,3 +88,24 @@ def triage_graph(agent: str) -> dict:
             {"from": "route", "to": "shelve", "case": "later"},
         ],
     }
+
+
+# Every table of the store: what a read-only operation must leave exactly as it was.
+STORE_TABLES = ("events", "runs", "agents", "graphs", "claims", "probe_answers", "store_meta")
+
+
+def store_tables(store_url: str) -> dict[str, list]:
+    """Every row of every table of the store at ``store_url``, sorted (blocking: call it in a
+    thread from trio)."""
+    engine = sqlalchemy.create_engine(normalize_store_url(store_url))
+    try:
+        with engine.connect() as connection:
+            return {
+                table: sorted(
+                    tuple(row)
+                    for row in connection.execute(sqlalchemy.text(f"SELECT * FROM {table}"))
+                )
+                for table in STORE_TABLES
+            }
+    finally:
+        engine.dispose()

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import json
 
-import sqlalchemy
 import trio
 from salvor.daemon.flows import FlowSession
 from salvor.daemon.tools import ToolFailed
 from salvor.protocol import Session
-from salvor.store import normalize_store_url
 
 from tests.support.api_server import agent_toml
-from tests.support.flows import offered_tools, tool_results, tool_use
+from tests.support.flows import offered_tools, store_tables, tool_results, tool_use
 from tests.support.scripted_provider import text_reply
 
 EDIT_MODE = "/v1/settings/edit-mode"
 MAIN_TOOLS = ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write"]
-TABLES = ("events", "runs", "agents", "graphs", "claims", "probe_answers", "store_meta")
 
 BROKEN_AGENT = """---
 name: broken
@@ -96,21 +93,6 @@ def main_script(base_url: str):
 def _answer(call, index: int) -> tuple[dict, bool]:
     result = tool_results(call)[index]
     return json.loads(result["content"]), bool(result.get("is_error"))
-
-
-def _tables(store_url: str) -> dict[str, list]:
-    engine = sqlalchemy.create_engine(normalize_store_url(store_url))
-    try:
-        with engine.connect() as connection:
-            return {
-                table: sorted(
-                    tuple(row)
-                    for row in connection.execute(sqlalchemy.text(f"SELECT * FROM {table}"))
-                )
-                for table in TABLES
-            }
-    finally:
-        engine.dispose()
 
 
 async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_call(
@@ -186,7 +168,7 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
     # Every action over the finished tree, answered or refused, leaves the store as it was.
     host = server.state.runtime.flows
     session = FlowSession(run_id=run_id, session=Session.MAIN, host=host)
-    before = await trio.to_thread.run_sync(_tables, store_url)
+    before = await trio.to_thread.run_sync(store_tables, store_url)
     for args in (
         {"action": "list"},
         {"action": "runs"},
@@ -201,4 +183,4 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
         except ToolFailed:
             pass
     await host.agent_catalog()
-    assert await trio.to_thread.run_sync(_tables, store_url) == before
+    assert await trio.to_thread.run_sync(store_tables, store_url) == before

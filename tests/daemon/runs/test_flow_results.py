@@ -11,7 +11,6 @@ parked at its gate), beside runs of another tree that must not show.
 from __future__ import annotations
 
 import pytest
-import sqlalchemy
 import trio
 from salvor.daemon.agents import parse_definition
 from salvor.daemon.flows import PARENT_LABEL, FlowSession
@@ -28,9 +27,9 @@ from salvor.protocol import (
     ToolCallRequested,
     graph_from_value,
 )
-from salvor.store import normalize_store_url
 
 from tests.protocol.graphs import chain, publishing
+from tests.support.flows import store_tables
 from tests.support.graph_runs import APPROVAL, SKIP_REASON, published
 
 MAIN = "10000000-0000-4000-8000-000000000001"
@@ -45,7 +44,6 @@ STRANGERS_CHILD = "10000000-0000-4000-8000-000000000008"
 PUBLISHING = graph_from_value(publishing())
 CHAIN = graph_from_value(chain(2))
 VERDICT = {"status": "complete", "summary": "the refund is owed", "outputs": {"verdict": "pay"}}
-TABLES = ("events", "runs", "agents", "graphs", "claims", "probe_answers", "store_meta")
 
 
 def _agent(name: str):
@@ -281,23 +279,8 @@ async def test_a_name_nothing_answers_to_is_refused_naming_what_is_there(tree, a
     assert says in refused.value.message
 
 
-def _tables(store_url: str) -> dict[str, list]:
-    engine = sqlalchemy.create_engine(normalize_store_url(store_url))
-    try:
-        with engine.connect() as connection:
-            return {
-                table: sorted(
-                    tuple(row)
-                    for row in connection.execute(sqlalchemy.text(f"SELECT * FROM {table}"))
-                )
-                for table in TABLES
-            }
-    finally:
-        engine.dispose()
-
-
 async def test_no_action_changes_any_row_of_the_store(tree, store_url) -> None:
-    before = await trio.to_thread.run_sync(_tables, store_url)
+    before = await trio.to_thread.run_sync(store_tables, store_url)
     assert all(before[table] for table in ("events", "runs", "agents", "graphs", "store_meta"))
     asked = [
         {"action": "list"},
@@ -314,4 +297,4 @@ async def test_no_action_changes_any_row_of_the_store(tree, store_url) -> None:
             await _results(tree, **args)
         except ToolFailed:
             pass
-    assert await trio.to_thread.run_sync(_tables, store_url) == before
+    assert await trio.to_thread.run_sync(store_tables, store_url) == before
