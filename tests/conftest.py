@@ -21,6 +21,7 @@ from tests.support.backends import backends_of
 POSTGRES_ENV = "SALVOR_TEST_POSTGRES_URL"
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: two workers per core the process may run on.
 
