@@ -21,19 +21,6 @@ from tests.support.backends import backends_of
 POSTGRES_ENV = "SALVOR_TEST_POSTGRES_URL"
 
 
-@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) has no such hook
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: two workers per core the process may run on.
-
-    Many tests spend their time waiting on a process of their own (a daemon, a CLI, an agent, an
-    MCP server) or on a socket, so one worker per core left a third of the cores idle. The
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` variable still names the count (xdist's own hook reads it).
-    """
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return 2 * len(os.sched_getaffinity(0))
-
-
 def _postgres_schema_url(base: str) -> Iterator[str]:
     import psycopg
 
