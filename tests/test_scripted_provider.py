@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
-import anthropic
 import httpx
-import openai
 import pytest
 import trio
 
@@ -30,12 +29,22 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 PLAN = [("get_weather", {"city": "Zürich", "units": ["c"]})]
 NEUTRAL_TOOL = {"name": "get_weather", "description": "Weather now.", "input_schema": SCHEMA}
 
+# The SDKs are imported by the tests that speak through them, not at collection: anthropic's and
+# openai's imports take about 2.5 CPU-seconds, paid by every xdist worker that collects this file.
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
 
 def anthropic_client(provider: ScriptedProvider, key: str = "sk-ant-test") -> anthropic.Anthropic:
+    import anthropic
+
     return anthropic.Anthropic(base_url=provider.base_url, api_key=key, max_retries=0)
 
 
 def openai_client(provider: ScriptedProvider, key: str = "sk-oai-test") -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=provider.base_url + "/v1", api_key=key, max_retries=0)
 
 
@@ -165,6 +174,8 @@ def test_anthropic_sdk_streams_text():
 
 
 def test_anthropic_sdk_sees_error_replies():
+    import anthropic
+
     with ScriptedProvider([ErrorReply(429, "slow down"), ErrorReply(400, "bad input")]) as p:
         client = anthropic_client(p)
         kwargs = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
@@ -267,6 +278,8 @@ def test_openai_sdk_streams_text():
 
 
 def test_openai_sdk_sees_error_replies():
+    import openai
+
     with ScriptedProvider([ErrorReply(500, "melted")]) as provider:
         client = openai_client(provider)
         with pytest.raises(openai.InternalServerError, match="melted"):
@@ -417,6 +430,8 @@ def test_responses_reasoning_items_come_first_and_are_ignored_on_the_way_back():
 
 
 def test_a_failed_response_is_a_200_with_status_failed_and_ends_a_stream():
+    import openai
+
     failed = FailedResponse("the model crashed")
     with ScriptedProvider([failed, failed, failed]) as provider:
         client = openai_client(provider)
@@ -446,6 +461,8 @@ def test_responses_max_tokens_is_an_incomplete_response():
 
 
 def test_responses_sees_error_replies_and_refuses_what_it_cannot_script():
+    import openai
+
     with ScriptedProvider([ErrorReply(429, "slow down")]) as provider:
         client = openai_client(provider)
         with pytest.raises(openai.RateLimitError, match="slow down"):
@@ -461,6 +478,8 @@ def test_responses_sees_error_replies_and_refuses_what_it_cannot_script():
 
 
 def test_list_script_past_its_end_answers_500():
+    import anthropic
+
     with ScriptedProvider([text_reply("only one")]) as provider:
         client = anthropic_client(provider)
         kwargs = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}

@@ -118,6 +118,13 @@ COMMIT_KILLS = [("sqlite", n) for n in KILL_POINTS] + [
 MODEL_KILLS = [("sqlite", k) for k in range(MODEL_CALLS)] + [
     ("postgres", k) for k in (0, MODEL_CALLS - 1)
 ]
+# Inside a tool: every tool on SQLite; on PostgreSQL the write's two (its probe finds the refund;
+# its probe cannot tell and the run parks): those read and settle a claim and a probe answer in
+# the store, where a read's or an idempotent call's cut is recovered like a model call's.
+TOOL_FAULTS = [*TOOLS, "issue_refund:sent"]
+TOOL_KILLS = [("sqlite", t) for t in TOOL_FAULTS] + [
+    ("postgres", t) for t in ("issue_refund", "issue_refund:sent")
+]
 
 
 # --------------------------------------------------------------------------
@@ -580,7 +587,12 @@ def test_kill_inside_model_call(harness: Harness, clean_kinds: list[EventKind], 
     assert recovery.reconciliations == [] and recovery.resumes == 1
 
 
-@pytest.mark.parametrize("tool", [*TOOLS, "issue_refund:sent"], ids=lambda t: f"tool-{t}")
+@pytest.mark.parametrize(
+    ("store_url", "tool"),
+    TOOL_KILLS,
+    indirect=["store_url"],
+    ids=[f"{backend}-tool-{t}" for backend, t in TOOL_KILLS],
+)
 def test_kill_inside_tool(harness: Harness, clean_kinds: list[EventKind], tool: str) -> None:
     """SIGKILL inside a tool, after its effect and before its completion is recorded."""
     h = harness
@@ -633,7 +645,21 @@ COMPOUND = [
 ]
 
 
-@pytest.mark.parametrize("faults", COMPOUND, ids=lambda fs: "+".join(f.label for f in fs))
+# Every sequence on SQLite; on PostgreSQL the two that kill the most processes in turn: three
+# kills of three kinds, and the probe's own process killed inside the probe (its answer is the
+# store's to keep across the kill).
+_ON_POSTGRES = (1, 4)
+COMPOUND_KILLS = [("sqlite", faults) for faults in COMPOUND] + [
+    ("postgres", COMPOUND[i]) for i in _ON_POSTGRES
+]
+
+
+@pytest.mark.parametrize(
+    ("store_url", "faults"),
+    COMPOUND_KILLS,
+    indirect=["store_url"],
+    ids=[f"{backend}-" + "+".join(f.label for f in fs) for backend, fs in COMPOUND_KILLS],
+)
 def test_kills_during_recovery(
     harness: Harness, clean_kinds: list[EventKind], faults: list[Fault]
 ) -> None:

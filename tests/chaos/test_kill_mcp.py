@@ -53,8 +53,19 @@ def wait_for(predicate, what: str, timeout: float = 30.0):
     return value
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
-@pytest.mark.parametrize("effect", ["write", "read"])
+# Every effect and transport on SQLite; on PostgreSQL each effect once and each transport once:
+# the store sees a parked write or a re-executed read the same whichever way the call travelled.
+KILLS = [
+    ("sqlite", effect, transport) for effect in ("write", "read") for transport in ("stdio", "http")
+] + [("postgres", "write", "stdio"), ("postgres", "read", "http")]
+
+
+@pytest.mark.parametrize(
+    ("store_url", "effect", "transport"),
+    KILLS,
+    indirect=["store_url"],
+    ids=["-".join(kill) for kill in KILLS],
+)
 def test_sigkill_with_an_mcp_call_in_flight(
     tmp_path: Path, store_url: str, transport: str, effect: str
 ) -> None:

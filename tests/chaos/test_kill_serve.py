@@ -42,7 +42,7 @@ are the only calls allowed to happen again. At the end:
 ``test_sigterm_mid_flight`` checks the graceful side: a SIGTERM with runs in
 flight exits 0 within the deadline and the next start recovers them.
 
-CI runs a short variant (10 kills per backend). The issue's long variant:
+CI runs a short variant (10 kills on SQLite, 5 on PostgreSQL). The issue's long variant:
 
     SALVOR_CHAOS_KILLS=50 python -m pytest tests/chaos/test_kill_serve.py -k kills
 
@@ -77,6 +77,10 @@ from tests.support.scripted_provider import ProviderCall, Reply, ScriptedProvide
 pytestmark = pytest.mark.kill
 
 KILLS = int(os.environ.get("SALVOR_CHAOS_KILLS", "10"))
+# On PostgreSQL half as many unless asked: a kill lands at the same random instants of the same
+# daemon there, and what PostgreSQL adds (its commits, claims and locks across a dead process)
+# each kill exercises alike; the SQLite run keeps the full count for the spread of instants.
+PG_KILLS = int(os.environ.get("SALVOR_CHAOS_KILLS", str(KILLS // 2)))
 SEED = int(os.environ.get("SALVOR_CHAOS_SEED", "20261129"))
 CONCURRENT_RUNS = 20
 # Refunds name one of this many invoices (a refund's identity): a dozen runs share each.
@@ -679,9 +683,10 @@ def test_random_kills(chaos: Chaos) -> None:
     concurrent runs, restart each time."""
     began = time.monotonic()
     kill_rng = random.Random(SEED + 2)
+    kills = KILLS if chaos.store_url.startswith("sqlite") else PG_KILLS
     chaos.daemon.start()
     chaos.register_agent()
-    for _ in range(KILLS):
+    for _ in range(kills):
         if not chaos.daemon.alive():
             chaos.daemon.start()
         # The kill comes from another thread, so it may land inside any request
@@ -694,7 +699,7 @@ def test_random_kills(chaos: Chaos) -> None:
         chaos.settle_stop()
     chaos.finish()
     figures = chaos.check()
-    figures.update(kills=KILLS, seed=SEED, seconds=round(time.monotonic() - began, 1))
+    figures.update(kills=kills, seed=SEED, seconds=round(time.monotonic() - began, 1))
     print("chaos:", json.dumps(figures))
 
 

@@ -12,6 +12,7 @@ of a recorded run is answered from its log alone.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,10 @@ from tests.support.scripted_provider import tool_loop_script
 # proxy.
 STORE_BACKENDS = SQLITE_ONLY
 
-pytest.importorskip("agents", reason="the openai-agents SDK is in the test extra")
+# Looked up, not imported: the SDK runs in the agent's process, and importing it here (about two
+# CPU-seconds) would be paid at collection by every xdist worker.
+if importlib.util.find_spec("agents") is None:
+    pytest.skip("the openai-agents SDK is in the test extra", allow_module_level=True)
 
 AGENTS_AGENT = r'''
 import json, os, signal

@@ -2,7 +2,8 @@
 
 A plain HTTP server in a thread serves each wire's canned body or stream at
 its path, so the check does not depend on which wires the proxy routes yet
-(the OpenAI Responses entry waits for the proxy's v1/responses route).
+(the OpenAI Responses entry waits for the proxy's v1/responses route). Each test imports its
+SDK itself: at collection every xdist worker would pay for both (about 2.5 CPU-seconds).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import anthropic
-import openai
 import pytest
 from salvor.daemon.cli._doctor_replies import CANNED, OPENAI_RESPONSES, REPLY_TEXT
 from salvor.daemon.proxies._model_proxy import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
@@ -57,6 +56,8 @@ def test_every_wire_the_proxy_may_route_has_a_canned_reply():
 
 
 def test_openai_chat(base):
+    import openai
+
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
     reply = client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}])
     assert (reply.choices[0].message.content, reply.model) == (REPLY_TEXT, "m1")
@@ -73,6 +74,8 @@ def test_openai_chat(base):
 
 
 def test_openai_responses(base):
+    import openai
+
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
     reply = client.responses.create(model="m2", input="hi")
     assert (reply.output_text, reply.model, reply.status) == (REPLY_TEXT, "m2", "completed")
@@ -82,6 +85,8 @@ def test_openai_responses(base):
 
 
 def test_anthropic_messages(base):
+    import anthropic
+
     client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
     reply = client.messages.create(
         model="m3", max_tokens=16, messages=[{"role": "user", "content": "hi"}]

@@ -128,8 +128,11 @@ MOVES = st.lists(
 )
 
 
+# Each example is a daemon and some 50 moves over HTTP (about a third of a CPU-second). At 60
+# examples every refusal it reports but a 404 was reached in two thirds of them or more, and a
+# deduplicated repeat in four fifths: 30 miss one of those with a chance below 1e-14.
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(moves=MOVES)
 def test_two_racing_clients_never_break_the_log(tmp_path: Path, moves) -> None:
