@@ -85,6 +85,8 @@ FINISH_REMINDER = (
     "your declared outputs; nothing else ends this task."
 )
 FINISH_REMINDERS = 2
+# What ``_text_answer`` gives when the agent is to be reminded instead of answered.
+_REMINDED: Any = object()
 
 
 def flow_session(
@@ -151,13 +153,17 @@ def _text_of(content: list) -> str:
     return "".join(block.get("text", "") for block in content if block.get("type") == "text")
 
 
-def _child_usage(value: Any) -> dict | None:
-    """The child's usage a subagent call's output carries, when it is well-formed."""
-    usage = value.get("usage") if isinstance(value, dict) else None
+def _counted_child(value: Any, usage: dict) -> tuple[Any, int]:
+    """A subagent call's output less the child's usage it carries, which is added to ``usage``;
+    and the child's model calls. The child's calls count toward this conversation's budgets as
+    the call's output recorded them, so a replay counts the same."""
+    child = value.get("usage") if isinstance(value, dict) else None
     keys = ("input_tokens", "output_tokens", "steps")
-    if isinstance(usage, dict) and all(type(usage.get(key)) is int for key in keys):
-        return usage
-    return None
+    if not (isinstance(child, dict) and all(type(child.get(key)) is int for key in keys)):
+        return value, 0
+    usage["input_tokens"] += child["input_tokens"]
+    usage["output_tokens"] += child["output_tokens"]
+    return {k: v for k, v in value.items() if k != "usage"}, child["steps"]
 
 
 def _error_result(use_id: str, message: str) -> dict:
@@ -344,10 +350,9 @@ class AgentLoop:
     ) -> Any:
         """Hold the agent's conversation about ``task`` in ``ctx``'s log; return its final output.
 
-        The caller records how the output ends the conversation: ``run`` with
-        RunCompleted, a graph's agent node with NodeExited. Budgets count this
-        conversation's calls only (a graph run's agent nodes each start from
-        zero), and a crossing parks the run as it parks an agent run.
+        The caller records how the output ends the conversation: ``run`` with RunCompleted, a
+        graph's agent node with NodeExited. Budgets count this conversation's calls only (a graph
+        run's agent nodes each start from zero); a crossing parks the run as in an agent run.
 
         ``call_key(index, tool)``: the key the conversation's tool call number ``index``
         (0-based, every call the model asks for that reaches a tool) presents when it is an
@@ -381,21 +386,9 @@ class AgentLoop:
             messages.append({"role": "assistant", "content": content})
             uses = [block for block in content if block.get("type") == "tool_use"]
             if not uses:
-                if not self.finishes:
-                    return await self._answer_from_text(ctx, content)
-                if not self.must_finish:
-                    return text_result(_text_of(content))
-                if reminders == FINISH_REMINDERS:
-                    await ctx.control(
-                        RunFailed(
-                            error=(
-                                f"the agent answered in text {reminders + 1} times without "
-                                "calling finish, which its declared outputs (or the branch it "
-                                "must choose) need"
-                            )
-                        )
-                    )
-                    await ctx.park(RunState.FAILED)
+                answer = await self._text_answer(ctx, content, reminders)
+                if answer is not _REMINDED:
+                    return answer
                 reminders += 1
                 messages.append(
                     {"role": "user", "content": [{"type": "text", "text": FINISH_REMINDER}]}
@@ -427,16 +420,35 @@ class AgentLoop:
                 key = call_key(calls, name) if call_key is not None else None
                 calls += 1
                 value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
-                child = _child_usage(value) if name == FlowTool.SUBAGENT else None
-                if child is not None:
-                    # The child's calls count toward this conversation's budgets (as recorded
-                    # in the call's output, so a replay counts the same).
-                    usage["input_tokens"] += child["input_tokens"]
-                    usage["output_tokens"] += child["output_tokens"]
-                    completed_calls += child["steps"]
-                    value = {k: v for k, v in value.items() if k != "usage"}
+                if name == FlowTool.SUBAGENT:
+                    value, steps = _counted_child(value, usage)
+                    completed_calls += steps
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
+
+    async def _text_answer(self, ctx: RunContext, content: list, reminders: int) -> Any:
+        """What a response without a tool call gives: the conversation's output, or
+        ``_REMINDED`` when a child that must finish is to be told to (``reminders`` so far).
+
+        Raises:
+            Parked: the reminders are spent (RunFailed is recorded), or the text holds no
+                output matching output_schema.
+        """
+        if not self.finishes:
+            return await self._answer_from_text(ctx, content)
+        if not self.must_finish:
+            return text_result(_text_of(content))
+        if reminders == FINISH_REMINDERS:
+            await ctx.control(
+                RunFailed(
+                    error=(
+                        f"the agent answered in text {reminders + 1} times without calling "
+                        "finish, which its declared outputs (or the branch it must choose) need"
+                    )
+                )
+            )
+            await ctx.park(RunState.FAILED)
+        return _REMINDED
 
     async def _model_call(self, ctx: RunContext, messages: list[dict]) -> tuple[dict, dict]:
         """The next model call, offered the tools the session sees now.
