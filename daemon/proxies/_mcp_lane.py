@@ -338,28 +338,9 @@ class McpLane:
                 self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
             )
         self._asked = []
-        try:
-            output = await self._execute(request_id, method, params, headers, call)
-        except OutcomeUnknown as exc:
-            # The write's intent stays open: the run is parked in needs_reconciliation.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
-                f"record what happened",
-            )
-        except NotPerformed as exc:
-            # Nothing of it happened and its intent stays open (a subagent's child waits on a
-            # person or a timer): the process is stopped, and the run is driven again, from the
-            # top of its log, when what it waits on ends; this call is then asked again.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; this agent process is stopped and started again when it can "
-                "go on, and this call is then made again",
-            )
+        stopped, output = await self._perform(request_id, method, params, headers, call)
+        if stopped is not None:
+            return stopped
         if self._crossed and isinstance(output, dict):
             output = {**output, "notifications": self._crossed}
             self._crossed = []
@@ -385,6 +366,39 @@ class McpLane:
         self.replay.advance()
         self._outbox = notifications_of(output)
         return await self._answer(request_id, call)
+
+    async def _perform(
+        self,
+        request_id: Any,
+        method: str,
+        params: dict,
+        headers: Mapping[str, str],
+        call: LaneCall,
+    ) -> tuple[dict | None, Any]:
+        """Execute the call whose intent is open: ``(None, output)``, or the answer that stops
+        the agent (its intent left open, the run resting) and no output."""
+        try:
+            return None, await self._execute(request_id, method, params, headers, call)
+        except OutcomeUnknown as exc:
+            # The write's intent stays open: the run is parked in needs_reconciliation.
+            self.proxy.rested.set()
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
+                f"record what happened",
+            ), None
+        except NotPerformed as exc:
+            # Nothing of it happened and its intent stays open (a subagent's child waits on a
+            # person or a timer): the process is stopped, and the run is driven again, from the
+            # top of its log, when what it waits on ends; this call is then asked again.
+            self.proxy.rested.set()
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{exc.message}; this agent process is stopped and started again when it can "
+                "go on, and this call is then made again",
+            ), None
 
     async def _open_intent(
         self, request_id: Any, method: str, params: dict, asked: dict
