@@ -1,8 +1,10 @@
-"""A process agent delegating through the ``salvor`` MCP server under a real `salvor serve` that is
-SIGKILLed while the child works.
+"""A process agent asking a person and then delegating through the ``salvor`` MCP server under a
+real `salvor serve` that is SIGKILLed while the child works.
 
-The parent is the stand-in suite's ``mcp`` SDK agent on ``$SALVOR_MCP_SERVER_SALVOR``; its
-``subagent`` call starts a built-in child on the scripted provider (in this process), whose
+The parent is the stand-in suite's ``mcp`` SDK agent on ``$SALVOR_MCP_SERVER_SALVOR``. Its
+``ask_user`` call parks the run (the process stopped) until the test answers over HTTP, a wrong
+answer refused first; the process, started again and answered from its log, then makes a
+``subagent`` call that starts a built-in child on the scripted provider (in this process), whose
 model call is held until the daemon is killed. The next daemon recovers the parent, whose
 process is started again and answered from its log up to its open call; the call finds the one
 child the killed daemon started and drives it on; the parent then finishes with the child's
@@ -11,6 +13,7 @@ typed outputs. On both backends: the child's id and its single head are the stor
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -19,10 +22,11 @@ import pytest
 from salvor.daemon.flows import PARENT_LABEL, child_run_id
 from salvor.store import EventStore
 
+from tests.chaos.test_kill_graph_run import wait_state
 from tests.chaos.test_kill_process_agent import wait_terminal
 from tests.chaos.test_kill_serve import Daemon, assert_log_valid
 from tests.daemon.agents.test_process_agent import SECRET
-from tests.daemon.proxies.test_salvor_server import OUTPUTS, delegating_script, salvor_agent
+from tests.daemon.proxies.test_salvor_server import OUTPUTS, handed_on, salvor_agent, steps_script
 from tests.support.api_server import agent_toml
 from tests.support.flows import tool_use
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
@@ -30,6 +34,25 @@ from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 pytestmark = pytest.mark.kill
 
 SETTLE_SECONDS = 60.0
+QUESTION = {"question": "Which colour?", "type": "select", "options": ["blue", "green"]}
+
+
+def asking_then_delegating_script():
+    """The parent's model: ask which colour, hand the answer to ``helper``, then finish with what
+    the child returned."""
+    return steps_script(
+        lambda _: ("ask_user", QUESTION),
+        lambda results: (
+            "subagent",
+            {
+                "agent": "helper",
+                "task": f"find the {json.loads(results[0])['answer']} one",
+                "inputs": {"k": "v"},
+            },
+        ),
+        lambda results: ("finish", handed_on(results[1])),
+        lambda _: "done",
+    )
 
 
 def is_parent(call: ProviderCall) -> bool:
@@ -40,7 +63,7 @@ def is_parent(call: ProviderCall) -> bool:
 def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_result(
     tmp_path: Path, store_url: str
 ) -> None:
-    parent_script = delegating_script()
+    parent_script = asking_then_delegating_script()
     child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
 
     def answer(call: ProviderCall):
@@ -77,6 +100,14 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
                 started = client.post("/v1/runs", json={"agent": parent_hash, "input": "go"})
                 assert started.status_code == 201, started.text
                 run_id = started.json()["run"]
+
+                waiting = wait_state(client, run_id, "suspended")
+                assert waiting["status"]["reason"] == "Which colour?"
+                wrong = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "red"}})
+                assert wrong.status_code == 400, wrong.text
+                assert client.get(f"/v1/runs/{run_id}").json()["status"] == waiting["status"]
+                right = client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "blue"}})
+                assert right.status_code == 202, right.text
 
                 assert in_child.wait(SETTLE_SECONDS)
                 daemon.kill()
@@ -121,7 +152,9 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
     )
     assert child == child_run_id(run_id, subagent.seq)
     assert [env.kind for env in child_log].count("RunStarted") == 1
-    # The parent's model calls were each served once (the first answered from the log after the
-    # restart); the child's one call was asked again only because the kill cut it.
-    assert len(parent_calls) == len(set(parent_calls)) == 3
+    assert child_log[0].event.input["task"] == "find the blue one"  # the answer it was given
+    # The parent's model calls were each served once (its process, started again after the
+    # answer and after the restart, was answered from the log up to its open call); the child's
+    # one call was asked again only because the kill cut it.
+    assert len(parent_calls) == len(set(parent_calls)) == 4
     assert len(child_calls) == 2 and len(set(child_calls)) == 1
