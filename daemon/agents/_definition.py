@@ -327,51 +327,9 @@ def parse_definition(
     """
     raw, markdown = _document(text, fmt, stored)
     if "kind" in raw:
-        kind = raw["kind"]
-        _expect(
-            kind in KINDS,
-            f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} "
-            "(or absent for a built-in agent)",
-            ("kind",),
-        )
-        _expect(
-            allow_processes,
-            f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
-            "HTTP only when started with --allow-process-agents",
-            ("kind",),
-        )
-        if kind == AgentKind.SERVICE:
-            return _parse_service(raw, fmt, text)
-        return _parse_process(raw, fmt, text)
+        return _outside_kind(raw, fmt, text, allow_processes)
     _check_keys("the definition", raw, _TOP)
-    try:
-        mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
-    except McpDefinitionError as exc:
-        raise DefinitionError(str(exc), at=("mcp_servers",)) from None
-    for index, server in enumerate(mcp_servers):
-        at = ("mcp_servers", index)
-        if credentials is not None and server.url is not None:
-            # Checked before anything contacts the server (registration probes it).
-            try:
-                credentials.check_mcp_url(
-                    server.name, server.url, server.headers, server.bearer_token_env
-                )
-            except Undeclared as exc:
-                raise DefinitionError(str(exc), at=at) from None
-            continue
-        reason = (
-            "mcp_command"
-            if server.command is not None
-            else "mcp_secret"
-            if server.reads_environment()
-            else None
-        )
-        _expect(
-            reason is None or allow_processes,
-            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so "
-            "this daemon accepts it over HTTP only when started with --allow-process-agents",
-            at,
-        )
+    mcp_servers = _builtin_mcp_servers(raw, credentials, allow_processes)
     name = _name(raw)
     model = raw.get("model")
     _expect(
@@ -381,85 +339,20 @@ def parse_definition(
         ("model",),
     )
     normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
-    if "system_prompt_path" in raw:
-        at = ("system_prompt_path",)
-        _expect(
-            allow_paths,
-            "`system_prompt_path` is only read from agent files on the daemon's own disk; "
-            "send the prompt inline as `system_prompt`",
-            at,
-        )
-        _expect(
-            "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both", at
-        )
-        path = Path(raw["system_prompt_path"])
-        if not path.is_absolute():
-            path = (base_dir or Path.cwd()) / path
-        try:
-            prompt = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DefinitionError(
-                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}", at=at
-            ) from None
-        del normalised["system_prompt_path"]
-        normalised["system_prompt"] = prompt
-    prompt = normalised.get("system_prompt")
-    _expect(
-        prompt is None or isinstance(prompt, str),
-        "`system_prompt` must be a string",
-        ("system_prompt",),
-    )
-    max_tokens = raw.get("max_response_tokens", 1024)
-    _expect(
-        _whole(max_tokens) and max_tokens > 0,
-        "`max_response_tokens` must be a positive integer",
-        ("max_response_tokens",),
-    )
-    max_tokens = int(max_tokens)
+    prompt = _prompt(raw, normalised, allow_paths, base_dir)
+    max_tokens = _max_response_tokens(raw)
     record_prompts = _record_prompts(raw)
     llm = _llm(raw.get("llm", {}), credentials)
 
-    budgets = raw.get("budgets", {})
-    _check_keys("[budgets]", budgets, set(BUDGET_KINDS), ("budgets",))
-    for kind, limit in budgets.items():
-        _positive_number(f"[budgets] {kind}", limit, ("budgets", kind))
-    pricing = raw.get("pricing")
-    if pricing is not None:
-        _check_keys("[pricing]", pricing, _PRICING, ("pricing",))
-        for key in sorted(_PRICING):
-            _expect(key in pricing, f"[pricing] needs {key}", ("pricing",))
-            _expect(
-                type(pricing[key]) in (int, float) and pricing[key] >= 0,
-                f"[pricing] {key} must be a non-negative number",
-                ("pricing", key),
-            )
-    _expect(
-        "cost_usd" not in budgets or pricing is not None,
-        "a cost_usd budget needs a [pricing] table",
-        ("budgets", "cost_usd"),
-    )
+    budgets, pricing = _budgets_and_pricing(raw)
 
-    output_schema = raw.get("output_schema")
-    if output_schema is not None:
-        try:
-            check_schema(output_schema)
-        except MalformedEvent as exc:
-            raise DefinitionError(f"[output_schema] {exc.message}", at=("output_schema",)) from None
+    output_schema = _output_schema(raw)
 
     tools = _registry_tools(raw.get("tools", []), known_tools)
     flow_tools = _flow_tools(raw)
     description, inputs, outputs = _declarations(raw)
 
-    uses_path = "system_prompt_path" in raw
-    if uses_path:
-        # The prompt file may not exist where the run is resumed: keep the
-        # normalised definition, prompt inlined, as the stored copy.
-        stored_copy = dict(normalised)
-        if name is not None:
-            stored_copy["name"] = name
-        stored_format, stored_text = "json", json.dumps(stored_copy, indent=2, ensure_ascii=False)
-    else:
-        stored_format, stored_text = fmt, text
+    stored_format, stored_text = _stored_copy(raw, normalised, name, fmt, text)
     return AgentDefinition(
         agent_def_hash=_hash(normalised),
         name=name,
@@ -632,6 +525,156 @@ def _declarations(
     except BadDeclaration as exc:
         raise DefinitionError(str(exc), at=("outputs",)) from None
     return description, inputs, outputs
+
+
+def _outside_kind(raw: dict, fmt: str, text: str, allow_processes: bool) -> AgentDefinition:
+    """A definition with ``kind``: a process or a service agent, if the operator opted in."""
+    kind = raw["kind"]
+    _expect(
+        kind in KINDS,
+        f"`kind` must be one of {', '.join(repr(k.value) for k in KINDS)} "
+        "(or absent for a built-in agent)",
+        ("kind",),
+    )
+    _expect(
+        allow_processes,
+        f"{_OPT_IN_REASONS[kind]}, so this daemon accepts them over "
+        "HTTP only when started with --allow-process-agents",
+        ("kind",),
+    )
+    if kind == AgentKind.SERVICE:
+        return _parse_service(raw, fmt, text)
+    return _parse_process(raw, fmt, text)
+
+
+def _max_response_tokens(raw: dict) -> int:
+    max_tokens = raw.get("max_response_tokens", 1024)
+    _expect(
+        _whole(max_tokens) and max_tokens > 0,
+        "`max_response_tokens` must be a positive integer",
+        ("max_response_tokens",),
+    )
+    return int(max_tokens)
+
+
+def _output_schema(raw: dict) -> dict | None:
+    output_schema = raw.get("output_schema")
+    if output_schema is not None:
+        try:
+            check_schema(output_schema)
+        except MalformedEvent as exc:
+            raise DefinitionError(f"[output_schema] {exc.message}", at=("output_schema",)) from None
+    return output_schema
+
+
+def _builtin_mcp_servers(
+    raw: dict, credentials: Credentials | None, allow_processes: bool
+) -> tuple[McpServerSpec, ...]:
+    """A built-in agent's ``[[mcp_servers]]``, each held to the operator's declarations (an HTTP
+    caller's) or to the process opt-in (a command, a header reading the environment)."""
+    try:
+        mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
+    except McpDefinitionError as exc:
+        raise DefinitionError(str(exc), at=("mcp_servers",)) from None
+    for index, server in enumerate(mcp_servers):
+        at = ("mcp_servers", index)
+        if credentials is not None and server.url is not None:
+            # Checked before anything contacts the server (registration probes it).
+            try:
+                credentials.check_mcp_url(
+                    server.name, server.url, server.headers, server.bearer_token_env
+                )
+            except Undeclared as exc:
+                raise DefinitionError(str(exc), at=at) from None
+            continue
+        reason = (
+            "mcp_command"
+            if server.command is not None
+            else "mcp_secret"
+            if server.reads_environment()
+            else None
+        )
+        _expect(
+            reason is None or allow_processes,
+            f"[[mcp_servers]] {server.name!r}: {_OPT_IN_REASONS[reason] if reason else ''}, so "
+            "this daemon accepts it over HTTP only when started with --allow-process-agents",
+            at,
+        )
+    return mcp_servers
+
+
+def _prompt(raw: dict, normalised: dict, allow_paths: bool, base_dir: Path | None) -> str | None:
+    """The system prompt, inline or read from ``system_prompt_path`` (then inlined into
+    ``normalised``, so the hash covers the text, not the path)."""
+    if "system_prompt_path" in raw:
+        at = ("system_prompt_path",)
+        _expect(
+            allow_paths,
+            "`system_prompt_path` is only read from agent files on the daemon's own disk; "
+            "send the prompt inline as `system_prompt`",
+            at,
+        )
+        _expect(
+            "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both", at
+        )
+        path = Path(raw["system_prompt_path"])
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        try:
+            prompt = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionError(
+                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}", at=at
+            ) from None
+        del normalised["system_prompt_path"]
+        normalised["system_prompt"] = prompt
+    prompt = normalised.get("system_prompt")
+    _expect(
+        prompt is None or isinstance(prompt, str),
+        "`system_prompt` must be a string",
+        ("system_prompt",),
+    )
+    return prompt
+
+
+def _budgets_and_pricing(raw: dict) -> tuple[dict, dict | None]:
+    """``[budgets]`` (each a positive number) and ``[pricing]`` (which a cost budget needs)."""
+    budgets = raw.get("budgets", {})
+    _check_keys("[budgets]", budgets, set(BUDGET_KINDS), ("budgets",))
+    for kind, limit in budgets.items():
+        _positive_number(f"[budgets] {kind}", limit, ("budgets", kind))
+    pricing = raw.get("pricing")
+    if pricing is not None:
+        _check_keys("[pricing]", pricing, _PRICING, ("pricing",))
+        for key in sorted(_PRICING):
+            _expect(key in pricing, f"[pricing] needs {key}", ("pricing",))
+            _expect(
+                type(pricing[key]) in (int, float) and pricing[key] >= 0,
+                f"[pricing] {key} must be a non-negative number",
+                ("pricing", key),
+            )
+    _expect(
+        "cost_usd" not in budgets or pricing is not None,
+        "a cost_usd budget needs a [pricing] table",
+        ("budgets", "cost_usd"),
+    )
+    return budgets, pricing
+
+
+def _stored_copy(
+    raw: dict, normalised: dict, name: str | None, fmt: str, text: str
+) -> tuple[str, str]:
+    """What the store keeps: the text as sent, or, when the prompt came from a file, the
+    normalised definition with the prompt inlined (the file may not exist where a run resumes)."""
+    uses_path = "system_prompt_path" in raw
+    if uses_path:
+        # The prompt file may not exist where the run is resumed: keep the
+        # normalised definition, prompt inlined, as the stored copy.
+        stored_copy = dict(normalised)
+        if name is not None:
+            stored_copy["name"] = name
+        return "json", json.dumps(stored_copy, indent=2, ensure_ascii=False)
+    return fmt, text
 
 
 def _name(raw: dict) -> str | None:
