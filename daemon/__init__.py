@@ -5,6 +5,7 @@ Each sub-package is one room with one job. They are layered one way, bottom firs
 imports only the packages listed before it, and only through their ``__init__`` (which re-exports
 the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
 
+    metrics      the daemon's Prometheus registry and the instruments every room counts into
     web          HTTP plumbing: the listener, body reader, error envelope, request values, TLS
     processes    child processes and this one: spawn, tether, env allow-list, orphans, ports, faults
     models       model wire formats and the gateway that calls a provider; the demo model
@@ -18,6 +19,8 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     graphs       graph runs: the walker that drives a graph's nodes through the run context
     client_runs  client-driven runs: appends, steps, client-performed calls, leases
     runs         the Runtime and the drivers: start, resume, resolve, abandon, heal, live events
+    notify       notifications: delivering the store's outbox to the operator's webhook or command
+    dashboard    the web page's files (HTML, ES modules, CSS) and how to read one
     api          the HTTP control plane: routes, event stream, OpenAPI document
     serve        the ``salvor serve`` lifetime
     cli          the command line
@@ -26,6 +29,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
 """
 
 LAYERS = (
+    "metrics",
     "web",
     "processes",
     "models",
@@ -38,6 +42,8 @@ LAYERS = (
     "graphs",
     "client_runs",
     "runs",
+    "notify",
+    "dashboard",
     "api",
     "serve",
     "cli",

@@ -80,6 +80,10 @@ class ErrorCode(enum.StrEnum):
     STORE_TOO_NEW = "store_too_new", 503
     LISTEN_FAILED = "listen_failed", 503
 
+    # Ours: the page's session (a cookie-authenticated change without its CSRF token, or from
+    # another origin).
+    FORBIDDEN = "forbidden", 403
+
 
 # code -> status as a read-only mapping, for readers that want the whole table (the OpenAPI
 # document).

@@ -1,0 +1,8 @@
+"""The web page ``salvor serve`` answers at ``/``: its files and how to read one.
+
+Rule: plain files shipped in the package (HTML, ES modules, CSS), nothing built
+or fetched at install or at run time. The page talks to the daemon through the
+public API and the WebSocket only; it holds no data of its own.
+"""
+
+__all__: list[str] = []
