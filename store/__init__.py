@@ -1,7 +1,7 @@
-"""salvor's store: run logs, their materialised folds, agents, graphs and idempotency
-claims in SQLite (the default) or PostgreSQL, through synchronous SQLAlchemy
-Core. The only code in salvor that talks to a database; the daemon calls it
-from threads.
+"""salvor's store: run logs, their materialised folds, agents, graphs, idempotency
+claims and the operator's notification outbox in SQLite (the default) or
+PostgreSQL, through synchronous SQLAlchemy Core. The only code in salvor that
+talks to a database; the daemon calls it from threads.
 """
 
 from ._errors import BadCursor as BadCursor
@@ -18,6 +18,9 @@ from ._event_store import EventStore as EventStore
 from ._location import default_store_url as default_store_url
 from ._location import normalize_store_url as normalize_store_url
 from ._location import sqlite_path as sqlite_path
+from ._notifications import Notice as Notice
+from ._notifications import NotificationKind as NotificationKind
+from ._notifications import notice_of as notice_of
 from ._ownership import Holder as Holder
 from ._ownership import StoreLocks as StoreLocks
 from ._ownership import open_locks as open_locks
@@ -26,6 +29,7 @@ from ._records import SUMMARY_KEYS as SUMMARY_KEYS
 from ._records import SUMMARY_REQUIRED as SUMMARY_REQUIRED
 from ._records import Claim as Claim
 from ._records import GraphSummary as GraphSummary
+from ._records import Notification as Notification
 from ._records import ParkedWrite as ParkedWrite
 from ._records import ProbeAnswer as ProbeAnswer
 from ._records import RunSummary as RunSummary

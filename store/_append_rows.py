@@ -30,7 +30,8 @@ from sqlalchemy import bindparam, delete, insert, select, update
 
 from ._direct import DirectStatement
 from ._errors import SeqConflict
-from ._schema import claims, events, runs
+from ._notifications import notice_of, notification_row
+from ._schema import claims, events, notifications, runs
 from ._view_codec import dumps, view_to_json
 
 # -- statements, built once ---------------------------------------------------
@@ -52,6 +53,17 @@ _MUTABLE_RUN_KEYS = _PLACE_KEYS + (
     "view",
 )
 _CLAIM_KEYS = ("identity", "run_id", "seq", "state", "output", "updated_at")
+_NOTIFICATION_KEYS = (
+    "run_id",
+    "seq",
+    "kind",
+    "body",
+    "created_at",
+    "attempts",
+    "next_attempt_at",
+    "delivered_at",
+)
+_INSERT_NOTIFICATION = insert(notifications)
 _INSERT_EVENTS = insert(events)
 _INSERT_RUN = insert(runs)
 # The WHERE pins the run to the seq the caller's view was at, so a stale or
@@ -105,6 +117,8 @@ class Prepared:
     claim: dict | None
     settle: dict | None
     release: dict | None = None
+    # The outbox row this append writes (a store opened with notifications on), or None.
+    notification: dict | None = None
 
 
 class IdentityTaken(Exception):
@@ -212,8 +226,12 @@ def prepare(
     claim: str | None,
     settle: str | None,
     release: str | None = None,
+    *,
+    notify: bool = False,
 ) -> Prepared:
     """Build the envelopes, let the guard decide, and make the rows.
+
+    ``notify``: also make the outbox row the batch calls for, if any (``notice_of``).
 
     Raises:
         GuardRefusal: the batch is not legal after ``view``.
@@ -249,6 +267,7 @@ def prepare(
         run_id, envelopes, recorded_at, claim, settle, release
     )
     run_row = _run_row(new_view)
+    notice = notice_of(view, envelopes, new_view) if notify else None
     run_row["w_run_id"] = run_id
     run_row["w_event_count"] = start
     return Prepared(
@@ -262,6 +281,7 @@ def prepare(
         claim=claim_row,
         settle=settle_row,
         release=release_row,
+        notification=None if notice is None else notification_row(notice, new_view, recorded_at),
     )
 
 
@@ -271,6 +291,7 @@ class Writes:
     __slots__ = (
         "insert_claim",
         "insert_events",
+        "insert_notification",
         "insert_run",
         "release_claim",
         "select_claim",
@@ -292,6 +313,9 @@ class Writes:
         self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
         self.release_claim = DirectStatement(_RELEASE_CLAIM, dialect)
         self.select_claim = DirectStatement(SELECT_CLAIM, dialect)
+        self.insert_notification = DirectStatement(
+            _INSERT_NOTIFICATION, dialect, keys=_NOTIFICATION_KEYS
+        )
 
 
 def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Prepared) -> None:
@@ -325,6 +349,8 @@ def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Pre
     if prepared.release is not None:
         # Nothing to release (never claimed, or not this intent's) is not an error.
         writes.release_claim.execute(cursor, prepared.release)
+    if prepared.notification is not None:
+        writes.insert_notification.execute(cursor, prepared.notification)
 
 
 def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list[Prepared]) -> None:
@@ -334,7 +360,8 @@ def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list
     event of the group goes in one ``executemany``, and so do the runs rows
     (new runs, then the moved ones, then those updated in place): a handful
     of driver calls (and, on a server, round trips) per group instead of two
-    or more per append. For appends without a claim, a settlement or a release.
+    or more per append, the group's outbox rows last. For appends without a
+    claim, a settlement or a release.
 
     Raises:
         SeqConflict: some append of the group lost its seq to another writer,
@@ -356,6 +383,10 @@ def append_group(cursor: Any, writes: Writes, integrity_error: type, batch: list
         # A runs row moved on by someone else matches nothing: fewer rows than appends.
         if rows and statement.executemany(cursor, rows) != len(rows):
             raise _group_conflict(batch)
+    outbox = [p.notification for p in batch if p.notification is not None]
+    if outbox:
+        # Its seq is one of the group's own events, inserted above: a conflict here cannot be.
+        writes.insert_notification.executemany(cursor, outbox)
 
 
 def _group_conflict(batch: list[Prepared]) -> SeqConflict:

@@ -35,11 +35,14 @@ from salvor.protocol import (
     decode_event,
     fold,
     format_instant,
+    parse_instant,
 )
 from sqlalchemy import (
     Connection,
     Engine,
     bindparam,
+    delete,
+    func,
     insert,
     select,
     text,
@@ -72,6 +75,7 @@ from ._records import (
     GRAPH_SUMMARY_KEYS,
     Claim,
     GraphSummary,
+    Notification,
     ParkedWrite,
     ProbeAnswer,
     RunSummary,
@@ -84,6 +88,7 @@ from ._records import (
     encode_position,
     graph_from_row,
     graph_summary_from_row,
+    notification_from_row,
     probe_answer_from_row,
     summary_from_row,
 )
@@ -93,6 +98,7 @@ from ._schema import (
     ensure_schema,
     events,
     graphs,
+    notifications,
     probe_answers,
     runs,
     store_meta,
@@ -193,6 +199,16 @@ _PARKED_WRITES = (
     .where(text("state = 'needs_reconciliation'"))
     .order_by(runs.c.last_recorded_at, runs.c.run_id)
 )
+# Literal condition, so both planners read ix_notifications_due (a partial index) in its order.
+_DUE_NOTIFICATIONS = (
+    select(*notifications.c)
+    .where(text("delivered_at IS NULL"), notifications.c.next_attempt_at <= bindparam("now"))
+    .order_by(notifications.c.next_attempt_at, notifications.c.id)
+    .limit(bindparam("limit"))
+)
+_NEXT_NOTIFICATION_DUE = select(func.min(notifications.c.next_attempt_at)).where(
+    text("delivered_at IS NULL")
+)
 _INTERRUPTED_RUNS = (
     select(runs.c.run_id)
     .where(runs.c.state.in_(_INTERRUPTED_STATES), runs.c.driven_by.is_(None))
@@ -219,9 +235,11 @@ class EventStore:
     nothing behind.
     """
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(self, engine: Engine, url: str, *, notifications: bool = False) -> None:
         """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
         self._engine = engine
+        # Whether appends write the outbox rows they call for (``open``'s ``notifications``).
+        self.notifications = notifications
         self._reader = engine.execution_options(**{READ_OPTION: True})
         self.url = display_url(url)
         self.dialect = engine.dialect.name
@@ -239,13 +257,19 @@ class EventStore:
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str, *, synchronous: str = "FULL") -> EventStore:
+    def open(
+        cls, url: str, *, synchronous: str = "FULL", notifications: bool = False
+    ) -> EventStore:
         """Open (creating or upgrading) the store at ``url``.
 
         Args:
             url: a file path, ``sqlite:///PATH`` or ``postgresql://...``.
             synchronous: SQLite's ``synchronous`` pragma, FULL (the default:
                 a commit survives power loss), NORMAL or OFF.
+            notifications: every append that makes a run start waiting on a
+                person, or fail, writes its outbox row (``notifications``) in
+                its own transaction. Only a daemon that delivers them opens a
+                store so; anything else writes none.
 
         Raises:
             StoreUnavailable: the store cannot be created, reached or read.
@@ -269,7 +293,7 @@ class EventStore:
             raise StoreUnavailable(
                 f"cannot open the store at {display_url(url)}: {_reason(exc)}"
             ) from None
-        return cls(engine, url)
+        return cls(engine, url, notifications=notifications)
 
     def close(self) -> None:
         """Release every connection. The store must not be used afterwards."""
@@ -327,7 +351,7 @@ class EventStore:
 
         Every failure leaves the store as it was: nothing of the batch is written.
         """
-        prepared = prepare(run_id, events, view, claim, settle, release)
+        prepared = prepare(run_id, events, view, claim, settle, release, notify=self.notifications)
         self._commit([prepared])
         return prepared.envelopes, prepared.view
 
@@ -356,6 +380,7 @@ class EventStore:
                     request.claim,
                     request.settle,
                     request.release,
+                    notify=self.notifications,
                 )
             except (GuardRefusal, ValueError) as exc:
                 results[index] = exc
@@ -917,6 +942,108 @@ class EventStore:
                     answer = probe_answer_from_row(row)
                     found[(answer.run_id, answer.seq)] = answer
         return found
+
+    # -- the notification outbox -------------------------------------------------
+
+    def due_notifications(self, now: datetime, *, limit: int = 50) -> list[Notification]:
+        """Undelivered notifications due at or before ``now``, the longest due first, at most
+        ``limit`` (the oldest of equally due ones first).
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        params = {"now": format_instant(now), "limit": limit}
+        with self._reading("read due notifications"), self._read() as connection:
+            return [
+                notification_from_row(r) for r in connection.execute(_DUE_NOTIFICATIONS, params)
+            ]
+
+    def next_notification_due(self) -> datetime | None:
+        """When the soonest undelivered notification is due; None when every one is delivered.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("read the outbox"), self._read() as connection:
+            due = connection.execute(_NEXT_NOTIFICATION_DUE).scalar_one_or_none()
+        return None if due is None else parse_instant(due)
+
+    def list_notifications(self, run_id: str | None = None) -> list[Notification]:
+        """Every notification (of ``run_id`` when given), delivered or not, in the order written."""
+        statement = select(*notifications.c).order_by(notifications.c.id)
+        if run_id is not None:
+            statement = statement.where(notifications.c.run_id == run_id)
+        with self._reading("list notifications"), self._read() as connection:
+            return [notification_from_row(row) for row in connection.execute(statement)]
+
+    def mark_notification_delivered(self, notification_id: int) -> None:
+        """Record that notification ``notification_id`` was delivered (now); it is never due again.
+
+        Raises:
+            StoreUnavailable: the database failed; the row is as it was (still due).
+        """
+        self._write_outbox(
+            update(notifications)
+            .where(notifications.c.id == notification_id)
+            .values(delivered_at=now_instant()),
+            "mark a notification delivered",
+        )
+
+    def notification_failed(self, notification_id: int, next_attempt_at: datetime) -> None:
+        """Count a failed delivery of ``notification_id`` and make it due again at
+        ``next_attempt_at``.
+
+        Raises:
+            StoreUnavailable: the database failed; the row is as it was (due as before).
+        """
+        self._write_outbox(
+            update(notifications)
+            .where(notifications.c.id == notification_id)
+            .values(
+                attempts=notifications.c.attempts + 1,
+                next_attempt_at=format_instant(next_attempt_at),
+            ),
+            "record a failed notification",
+        )
+
+    def postpone_notification(self, notification_id: int, until: datetime) -> None:
+        """Make ``notification_id`` due at ``until`` without counting an attempt (it was not
+        sent: its moment has not come yet).
+
+        Raises:
+            StoreUnavailable: the database failed; the row is as it was.
+        """
+        self._write_outbox(
+            update(notifications)
+            .where(notifications.c.id == notification_id)
+            .values(next_attempt_at=format_instant(until)),
+            "postpone a notification",
+        )
+
+    def withdraw_notification(self, notification_id: int) -> None:
+        """Remove ``notification_id`` unsent: what it would announce did not come to be (a write
+        whose outcome turned out known before anyone had to be told).
+
+        Raises:
+            StoreUnavailable: the database failed; the row is as it was.
+        """
+        self._write_outbox(
+            delete(notifications).where(notifications.c.id == notification_id),
+            "withdraw a notification",
+        )
+
+    def _write_outbox(self, statement: Any, doing: str) -> None:
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(statement)
+        except SQLAlchemyError as exc:
+            self._forget_connections_after(exc)
+            raise StoreUnavailable(
+                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
+                transient=passes_by_itself(exc),
+            ) from None
 
 
 _VERDICTS = frozenset({"landed", "not_landed", "unknown"})

@@ -1,5 +1,5 @@
 """What the store's reads return: run summaries, parked writes, stored agents and graphs, claims,
-probe answers, and the listing cursor, each built from a row.
+probe answers, outbox notifications, and the listing cursor, each built from a row.
 
 A row whose JSON cannot be decoded gives a degraded summary, never an
 exception: one bad run must not fail a listing.
@@ -276,4 +276,36 @@ def graph_summary_from_row(row: Any) -> GraphSummary:
 def graph_from_row(row: Any) -> StoredGraph:
     return StoredGraph(
         graph_hash=row.graph_hash, document=json.loads(row.document), created_at=row.created_at
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification:
+    """One row of the outbox: what the operator is to be told, and how its delivery went.
+
+    ``body`` is the JSON text delivered byte for byte (a webhook's signature is over it).
+    """
+
+    id: int
+    run_id: str
+    seq: int
+    kind: str
+    body: str
+    created_at: str
+    attempts: int
+    next_attempt_at: str
+    delivered_at: str | None
+
+
+def notification_from_row(row: Any) -> Notification:
+    return Notification(
+        id=row.id,
+        run_id=row.run_id,
+        seq=row.seq,
+        kind=row.kind,
+        body=row.body,
+        created_at=row.created_at,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        delivered_at=row.delivered_at,
     )

@@ -28,6 +28,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    UniqueConstraint,
     delete,
     event,
     insert,
@@ -40,7 +41,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 5
+STORE_VERSION = 6
 
 metadata = MetaData()
 
@@ -178,6 +179,26 @@ graphs = Table(
     Column("created_at", Text, nullable=False),
 )
 
+# The operator's outbox: one row per moment a run starts waiting on a person (or fails), written
+# in the transaction of the append that caused it when the store was opened with notifications on,
+# and delivered at least once by the daemon's notify room. ``body`` is the JSON sent as it is.
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Text, nullable=False),
+    Column("delivered_at", Text),
+    UniqueConstraint("run_id", "seq", "kind", name="uq_notifications_cause"),
+    # What the deliverer reads: the undelivered rows, soonest due first. Delivered rows leave it.
+    _partial_index("ix_notifications_due", "next_attempt_at", "id", where="delivered_at IS NULL"),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -262,6 +283,11 @@ def _learn_graph_runs(connection: Connection) -> None:
     graphs.create(connection, checkfirst=True)
 
 
+def _add_notifications(connection: Connection) -> None:
+    """Version 6: the notification outbox, a table of its own (empty: no older daemon wrote one)."""
+    notifications.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -271,6 +297,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     2: _index_unreconciled_runs,
     3: _add_probe_answers,
     4: _learn_graph_runs,
+    5: _add_notifications,
 }
 
 
