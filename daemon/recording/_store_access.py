@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore, StoreUnavailable
+from salvor.store import AppendRequest, EventStore, StoreUnavailable, notice_of
 
 from ..processes import kill_after_commit_hook
 
@@ -98,6 +98,9 @@ class StoreAccess:
         # Called on the trio thread with every batch of envelopes once durable,
         # and the run's view before the batch (the stream fan-out listens here).
         self.on_commit: list[Callable[[list[Envelope], RunView], None]] = []
+        # Called on the trio thread once an append that wrote an outbox row is durable (a store
+        # opened with notifications on): the deliverer's poke, so a row waits for no timer.
+        self.on_notification: list[Callable[[], None]] = []
 
     def _start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -238,6 +241,15 @@ class StoreAccess:
             self.post_commit(envelopes[0].seq, envelopes[-1].seq)
         for listener in self.on_commit:
             listener(envelopes, view)
+        # The same pure decision the store made inside the transaction, so nothing travels back
+        # from the writer thread for it; a store without notifications skips it.
+        if (
+            self.on_notification
+            and self.store.notifications
+            and notice_of(view, envelopes, new_view) is not None
+        ):
+            for poke in self.on_notification:
+                poke()
         return envelopes, new_view
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -257,14 +269,21 @@ class StoreAccess:
 
 
 @asynccontextmanager
-async def open_store_access(url: str, *, synchronous: str = "FULL") -> AsyncIterator[StoreAccess]:
+async def open_store_access(
+    url: str, *, synchronous: str = "FULL", notifications: bool = False
+) -> AsyncIterator[StoreAccess]:
     """Open the store at ``url`` and its writer thread for the life of the block.
+
+    ``notifications``: appends write the outbox rows they call for (``EventStore.open``); only
+    a daemon that delivers them asks for it.
 
     Raises:
         StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
     """
     post_commit = kill_after_commit_hook()
-    store = await trio.to_thread.run_sync(lambda: EventStore.open(url, synchronous=synchronous))
+    store = await trio.to_thread.run_sync(
+        lambda: EventStore.open(url, synchronous=synchronous, notifications=notifications)
+    )
     access = StoreAccess(store, post_commit=post_commit)
     access._start()
     try:
