@@ -73,6 +73,10 @@ class CliError(Exception):
     """A command-line mistake, reported as one sentence."""
 
 
+class UsageError(CliError):
+    """A flag the command cannot start with, reported as one sentence; exit status 2."""
+
+
 def _json_arg(flag: str, text: str) -> Any:
     try:
         return parse_strict(text, flag)
@@ -631,6 +635,23 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
         "may name (repeatable)",
     )
+    p.add_argument(
+        "--notify-webhook",
+        metavar="URL",
+        help="POST a JSON notification here when a run starts waiting on a person or fails",
+    )
+    p.add_argument(
+        "--notify-command",
+        metavar="CMD",
+        help="run this command line (split as a shell would, run without one) with each "
+        "notification on its stdin",
+    )
+    p.add_argument(
+        "--notify-secret-env",
+        metavar="ENV_VAR",
+        help="name of the environment variable whose value signs each webhook body "
+        "(X-Salvor-Signature)",
+    )
 
 
 def _add_fork_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -701,6 +722,7 @@ def _declarations(paths: list[str]) -> dict[str, ClientTool]:
 
 def _serve_config(args: argparse.Namespace, url: str):
     from ..client_runs import lease_ttl
+    from ..notify import NotifyConfig
     from ..serve import ServeConfig
 
     host, sep, port = args.listen.rpartition(":")
@@ -726,7 +748,14 @@ def _serve_config(args: argparse.Namespace, url: str):
         credentials = Credentials.for_daemon(args.model_endpoint, args.mcp_origin)
     except CredentialError as exc:
         raise CliError(str(exc)) from None
+    try:
+        notify = NotifyConfig.from_flags(
+            args.notify_webhook, args.notify_command, args.notify_secret_env
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return ServeConfig(
+        notify=notify,
         credentials=credentials,
         host=host.strip("[]"),
         port=int(port),
@@ -823,6 +852,9 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.message
         if getattr(args, "json", False):
             _out(exc.to_json())
+    except UsageError as exc:
+        print(f"salvor: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     except (CliError, DefinitionError) as exc:
         message = str(exc)
     except KeyboardInterrupt:

@@ -4,7 +4,8 @@ Lifetimes, outermost first: the store lock (``_store_owner``: taken before
 anything else, so a second daemon over the same store touches nothing), the
 store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
-watcher and the watchdog. Each service reports started only once it is bound
+watcher, the watchdog and, when the operator named a target, the
+notification deliverer. Each service reports started only once it is bound
 or loaded; systemd hears READY=1 after all of them. Recovery comes after
 READY: the interrupted runs go to the driving set, which paces them (so many
 drive at once, so few start processes at once) while the server answers.
@@ -32,6 +33,7 @@ from salvor.protocol import CodedError, ErrorCode
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
+from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import open_model_proxy
 from ..recording import open_store_access
@@ -84,6 +86,9 @@ class ServeConfig:
     # The operator's model endpoints, MCP origins and key files
     # (--model-endpoint, --mcp-origin); None: only the implicit ones.
     credentials: Credentials | None = None
+    # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
+    # outbox rows are written at all.
+    notify: NotifyConfig | None = None
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -208,7 +213,7 @@ async def serve(
         # First of all: while another live salvor serves this store (or a
         # command line drives its runs), this one touches nothing.
         own_store(config.store_url, SERVE, share=False) as locks,
-        open_store_access(config.store_url) as access,
+        open_store_access(config.store_url, notifications=config.notify is not None) as access,
         open_model_proxy(config.proxy_port) as proxy,
         open_model_executor() as executor,
     ):
@@ -281,6 +286,17 @@ async def serve(
                         "stop what holds it, or pick another address with --listen",
                     ) from None
                 await trio.to_thread.run_sync(locks.announce, binds[0])
+                if config.notify is not None:
+                    # Before recovery drives anything: a run that parks again gets its poke.
+                    deliverer = Deliverer(
+                        access,
+                        config.notify,
+                        in_flight=lambda run_id: (
+                            drivers.driving(run_id) or state.leases.holds(run_id)
+                        ),
+                    )
+                    access.on_notification.append(deliverer.poke)
+                    await root.start(deliverer.serve)
                 root.start_soon(_watch_signals, stop)
                 interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
                 if config.wake_interval > 0:
