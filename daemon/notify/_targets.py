@@ -122,6 +122,7 @@ class Webhook:
     def __init__(self, url: str, secret: bytes | None, timeout: float) -> None:
         self.url = url
         self._secret = secret
+        self._timeout = timeout
         # No redirects: the operator named this URL, and a receiver must not send the body on.
         # No proxy variables from the environment either (trust_env), as for every call the
         # daemon makes on the operator's behalf.
@@ -136,10 +137,15 @@ class Webhook:
         headers = {"Content-Type": "application/json", "User-Agent": f"salvor/{__version__}"}
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = signature(self._secret, body)
-        try:
-            response = await self._client.post(self.url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return f"the webhook could not be reached ({type(exc).__name__}: {exc})"
+        # httpx bounds each phase (connect, each read); this bounds the whole exchange, so a
+        # receiver trickling bytes cannot hold a delivery slot for longer.
+        with trio.move_on_after(self._timeout) as bounded:
+            try:
+                response = await self._client.post(self.url, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                return f"the webhook could not be reached ({type(exc).__name__}: {exc})"
+        if bounded.cancelled_caught:
+            return f"the webhook did not answer within {self._timeout:g}s"
         if 200 <= response.status_code < 300:
             return None
         return f"the webhook answered HTTP {response.status_code}"

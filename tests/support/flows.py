@@ -91,7 +91,16 @@ def triage_graph(agent: str) -> dict:
 
 
 # Every table of the store: what a read-only operation must leave exactly as it was.
-STORE_TABLES = ("events", "runs", "agents", "graphs", "claims", "probe_answers", "store_meta")
+STORE_TABLES = (
+    "events",
+    "runs",
+    "agents",
+    "graphs",
+    "claims",
+    "probe_answers",
+    "notifications",
+    "store_meta",
+)
 
 
 def store_tables(store_url: str) -> dict[str, list]:

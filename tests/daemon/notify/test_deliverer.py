@@ -323,3 +323,19 @@ def test_no_flag_is_no_config_and_a_command_is_split_as_a_shell_would() -> None:
     assert NotifyConfig.from_flags(None, None, None, {}) is None
     config = NotifyConfig.from_flags(None, "page-me --team 'on call'", None, {})
     assert config.command == ("page-me", "--team", "on call") and config.webhook is None
+
+
+async def test_a_webhook_that_never_answers_is_a_failed_attempt_within_its_timeout(access) -> None:
+    await gate(access)
+    with WebhookReceiver([200]) as receiver:
+        receiver.hold()
+        deliverer = Deliverer(
+            access, NotifyConfig(webhook=receiver.url, timeout=0.5), clock=later_clock()
+        )
+        try:
+            with trio.fail_after(20):
+                assert await deliverer.deliver_due() == 0
+        finally:
+            await deliverer.aclose()
+    (row,) = await rows(access)
+    assert row.attempts == 1 and row.delivered_at is None

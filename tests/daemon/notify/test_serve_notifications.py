@@ -14,6 +14,8 @@ from pathlib import Path
 
 import trio
 from salvor.daemon.notify import NotifyConfig
+from salvor.daemon.tools import OutcomeUnknown, Tool, ToolRegistry
+from salvor.protocol import Effect
 from salvor.store import EventStore
 
 from tests.support.api_server import agent_toml
@@ -174,3 +176,64 @@ def test_the_flags_make_the_config_and_the_secret_stays_in_memory(monkeypatch) -
     unset = _serve_config(_parser().parse_args(["serve"]), "sqlite:///unused.db")
     assert unset.notify is None
     assert json.dumps(vars(args)).count("hunter2") == 0
+
+
+def write_tools(release: trio.Event) -> ToolRegistry:
+    """A write that hangs until ``release`` and then loses its answer, and one that lands."""
+
+    async def wire(args: dict, call) -> dict:
+        await release.wait()
+        raise OutcomeUnknown("the bank hung up")
+
+    async def note(args: dict, call) -> dict:
+        return {"noted": True}
+
+    schema = {"type": "object", "properties": {}}
+    return ToolRegistry(
+        [
+            Tool(
+                name="wire", description="", effect=Effect.WRITE, input_schema=schema, handler=wire
+            ),
+            Tool(
+                name="note", description="", effect=Effect.WRITE, input_schema=schema, handler=note
+            ),
+        ]
+    )
+
+
+async def test_an_unknown_write_is_told_once_its_run_parks_and_a_landed_one_never(
+    server_factory, providers, store_url: str
+) -> None:
+    release = trio.Event()
+    provider = providers(tool_loop_script([("note", {}), ("wire", {})]))
+    with WebhookReceiver([200]) as receiver:
+        server = await server_factory(
+            registry=write_tools(release), notify=NotifyConfig(webhook=receiver.url)
+        )
+        agent = await server.register_agent(agent_toml(provider.base_url, tools=["note", "wire"]))
+        run_id = await server.start_run(agent, "pay INV-3")
+        # The wire's intent is recorded and its handler holds: the log says needs_reconciliation,
+        # but its driver is performing it. The deliverer looks, and postpones.
+        with trio.fail_after(20):
+            while True:
+                rows = await trio.to_thread.run_sync(outbox, store_url)
+                wires = [r for r in rows if r.kind == "unknown_write" and r.seq > 2]
+                if wires and wires[0].next_attempt_at > wires[0].created_at:
+                    break
+                await trio.sleep(0.01)
+        assert receiver.requests == []
+        release.set()
+        parked = await server.wait_resting(run_id)
+        assert parked["status"]["state"] == "needs_reconciliation"
+        assert await trio.to_thread.run_sync(lambda: receiver.wait_for(1, 20.0, answered=True))
+        # The note's row comes due with its recheck too: its write landed, so it is withdrawn.
+        with trio.fail_after(20):
+            while len(await trio.to_thread.run_sync(outbox, store_url)) > 1:
+                await trio.sleep(0.01)
+        await server.stop()
+    (request,) = receiver.requests
+    body = request.json()
+    (row,) = outbox(store_url)
+    assert (body["kind"], body["run"], body["seq"]) == ("unknown_write", run_id, row.seq)
+    assert body["status"] == {"state": "needs_reconciliation"}
+    assert row.delivered_at is not None and row.attempts == 0
