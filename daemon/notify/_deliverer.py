@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import trio
 from salvor.protocol import RunState
@@ -108,6 +109,14 @@ class Deliverer:
         Cancellation: a delivery cut mid-way leaves its row due as it was (or, if the cut came
         between a receiver's answer and the mark, delivered again later: at least once).
         """
+        targets = []
+        if self._config.webhook:
+            parts = urlsplit(self._config.webhook)
+            # The origin only: a webhook's path often carries a token of its own.
+            targets.append(f"the webhook at {parts.scheme}://{parts.netloc.rpartition('@')[2]}")
+        if self._config.command:
+            targets.append(f"the command {self._config.command[0]}")
+        log.info("notifications go to %s", " and ".join(targets))
         try:
             task_status.started()
             while True:
@@ -175,6 +184,18 @@ class Deliverer:
             outcomes.append(await self._handle(row))
         except StoreError as exc:
             failures.append(exc)
+        except Exception:  # a bug here must not end the daemon's nursery
+            log.exception("notification %d could not be delivered (a bug in salvor)", row.id)
+            # Backed off as a refusal is, so the row neither spins nor is lost.
+            delay = retry_delay(row.attempts + 1, base=self._backoff_base)
+            try:
+                await trio.to_thread.run_sync(
+                    self._access.store.notification_failed,
+                    row.id,
+                    self._clock() + timedelta(seconds=delay),
+                )
+            except StoreError as exc:
+                failures.append(exc)
 
     async def _handle(self, row: Notification) -> bool:
         """Deliver one row and mark how it went; whether it was delivered."""

@@ -61,7 +61,10 @@ class WebhookReceiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_port}/hook"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll, so closing (which waits for the serving loop to look) is quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
 
     def hold(self) -> None:

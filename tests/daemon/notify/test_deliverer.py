@@ -217,7 +217,7 @@ async def test_a_command_that_fails_is_retried(access, tmp_path: Path) -> None:
 async def test_a_command_past_its_timeout_is_killed_and_retried(access, tmp_path: Path) -> None:
     await gate(access)
     config = NotifyConfig(
-        command=(sys.executable, "-c", "import time; time.sleep(60)"), timeout=0.5
+        command=(sys.executable, "-c", "import time; time.sleep(60)"), timeout=0.2
     )
     deliverer = Deliverer(access, config, clock=later_clock())
     with trio.fail_after(20):
@@ -330,7 +330,7 @@ async def test_a_webhook_that_never_answers_is_a_failed_attempt_within_its_timeo
     with WebhookReceiver([200]) as receiver:
         receiver.hold()
         deliverer = Deliverer(
-            access, NotifyConfig(webhook=receiver.url, timeout=0.5), clock=later_clock()
+            access, NotifyConfig(webhook=receiver.url, timeout=0.2), clock=later_clock()
         )
         try:
             with trio.fail_after(20):
@@ -339,3 +339,30 @@ async def test_a_webhook_that_never_answers_is_a_failed_attempt_within_its_timeo
             await deliverer.aclose()
     (row,) = await rows(access)
     assert row.attempts == 1 and row.delivered_at is None
+
+
+async def test_a_bug_in_a_delivery_backs_its_row_off_and_the_deliverer_goes_on(
+    access, caplog
+) -> None:
+    await gate(access, "run-1")
+    await gate(access, "run-2")
+
+    class Broken:
+        calls = 0
+
+        async def deliver(self, body: bytes) -> str | None:
+            Broken.calls += 1
+            if Broken.calls == 1:
+                raise RuntimeError("a bug")
+            return None
+
+    deliverer = Deliverer(access, NotifyConfig(command=("unused",)), clock=later_clock())
+    deliverer._targets = [Broken()]
+    with caplog.at_level(logging.ERROR, logger="salvor.notify"):
+        assert await deliverer.deliver_due() == 1
+    by_run = {row.run_id: row for row in await rows(access)}
+    assert sorted((r.attempts, r.delivered_at is None) for r in by_run.values()) == [
+        (0, False),
+        (1, True),
+    ]
+    assert "a bug in salvor" in caplog.text
