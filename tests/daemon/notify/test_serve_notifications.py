@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import trio
 from salvor.daemon.notify import NotifyConfig
 from salvor.daemon.tools import OutcomeUnknown, Tool, ToolRegistry
@@ -19,14 +20,16 @@ from salvor.protocol import Effect
 from salvor.store import EventStore
 
 from tests.support.api_server import agent_toml
-from tests.support.backends import SQLITE_ONLY
+from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.cli import salvor_in_process
 from tests.support.flows import tool_use
 from tests.support.scripted_provider import text_reply, tool_loop_script
 from tests.support.webhook_receiver import WebhookReceiver
 
-# The outbox's writes are the store's, tested on both backends there and in the kill test.
+# The outbox's writes are the store's, tested on both backends there and in the kill test;
+# whether a daemon without a target, or `salvor run`, writes any is checked on both here too.
 STORE_BACKENDS = SQLITE_ONLY
+EVERY_BACKEND = pytest.mark.parametrize("store_url", BOTH, indirect=True)
 
 REPO = Path(__file__).resolve().parents[3]
 QUESTION = {"question": "Which size?", "type": "select", "options": ["S", "M"]}
@@ -91,6 +94,7 @@ async def test_an_ask_user_question_is_told_as_a_question(
     assert row.delivered_at is not None
 
 
+@EVERY_BACKEND
 async def test_a_daemon_without_a_target_writes_no_row(server, providers, store_url) -> None:
     provider = providers(tool_loop_script([("request_approval", {})]))
     agent = await server.register_agent(agent_toml(provider.base_url, tools=["request_approval"]))
@@ -110,6 +114,7 @@ async def test_nothing_over_http_names_notifications(server) -> None:
         assert word not in rules and word not in document, word
 
 
+@EVERY_BACKEND
 def test_salvor_run_writes_no_row(store_url: str, tmp_path: Path, providers) -> None:
     provider = providers(tool_loop_script([("request_approval", {})]))
     path = tmp_path / "gate.toml"
