@@ -3,7 +3,8 @@
 Rules of this module:
 
 * An append is one transaction: the batch's events, the run's ``runs`` row
-  (the fold after the batch) and any idempotency claim change commit
+  (the fold after the batch), any idempotency claim change and the outbox
+  row the batch calls for (a store opened with notifications on) commit
   together or not at all. A refused, conflicting or failed append leaves the
   store exactly as it was.
 * The guard runs before the transaction: nothing the pure core refuses is
