@@ -108,6 +108,19 @@ async def test_every_status_of_the_session_routes_is_answered_as_documented(guar
     await call(browser, "GET", SESSION, expect=403, headers={"Origin": "http://evil.example"})
     await call(browser, "DELETE", SESSION, expect=403)
     await call(guarded.client, "GET", SESSION, expect=200)
+    # Every guarded route documents the cookie's 403, a drive-token route beside its own code.
+    await call(browser, "POST", "/v1/agents", expect=403, content=AGENT, headers=TOML)
+    await call(browser, "GET", "/v1/runs", expect=403, headers={"Origin": "http://evil.example"})
+    opened = await open_run(guarded.client)
+    await call(
+        browser,
+        "POST",
+        "/v1/client-runs/{run_id}/events",
+        expect=403,
+        run_id=opened["run"],
+        json={"events": [head(opened["run"])]},
+        headers={"X-Drive-Token": opened["drive_token"]},
+    )
     assert (
         await call(browser, "DELETE", SESSION, expect=200, headers={"X-Salvor-CSRF": body["csrf"]})
     ) == {"ended": True}
