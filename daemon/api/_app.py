@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import logging
 
-from quart import request
+from quart import request, websocket
 from quart_trio import QuartTrio
 from salvor.protocol import CodedError, ErrorCode, excerpt
 from werkzeug.exceptions import HTTPException
 
-from ..web import OperationRefused, internal
+from ..web import OperationRefused, bearer_matches, internal, unauthorized
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
 from ._fork_routes import add_fork_routes
@@ -43,6 +43,7 @@ from ._runs_routes import add_run_routes
 from ._settings_routes import add_settings_routes
 from ._state import ServerState
 from ._tool_step_routes import add_tool_step_routes
+from ._ws_routes import add_ws_route
 
 log = logging.getLogger("salvor.api")
 
@@ -71,6 +72,12 @@ def create_app(state: ServerState) -> QuartTrio:
     async def authenticate() -> None:
         check_bearer(state.auth_token)
 
+    @app.before_websocket
+    async def authenticate_handshake() -> None:
+        # Raised before the upgrade: the handshake is answered with the error envelope instead.
+        if not bearer_matches(websocket.headers.get("Authorization", ""), state.auth_token):
+            raise unauthorized()
+
     app.register_error_handler(CodedError, _coded)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
@@ -85,6 +92,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_run_verb_routes(app, state)
     add_reconciliation_routes(app, state)
     add_run_events_route(app, state)
+    # The live WebSocket (issue 17): runs and the run list on one connection.
+    add_ws_route(app, state)
     add_meta_routes(app, state)
     # Operator settings (issue 16): edit mode.
     add_settings_routes(app, state)
