@@ -298,6 +298,10 @@ async def serve(
                     access.on_notification.append(deliverer.poke)
                     await root.start(deliverer.serve)
                 root.start_soon(_watch_signals, stop)
+                # Events a `salvor run` beside us commits reach the streams through it.
+                root.start_soon(
+                    hub.poll_forever, runtime.read_log, state.attached, config.stream_poll_seconds
+                )
                 interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
                 if config.wake_interval > 0:
                     root.start_soon(_sweep_forever, state, config.wake_interval)
@@ -343,7 +347,8 @@ def _bind_failure(exc: BaseException) -> OSError | None:
 
 
 class InFlight:
-    """ASGI wrapper counting HTTP requests in progress, so a stop can wait for them alone."""
+    """ASGI wrapper counting HTTP requests and WebSockets in progress, so a stop can wait for them
+    alone."""
 
     def __init__(self, app) -> None:
         self._app = app
@@ -352,7 +357,9 @@ class InFlight:
         self._idle.set()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        # A WebSocket counts too: it closes (1001) as the stop begins, and its close frame must
+        # go out before the listener is torn down.
+        if scope["type"] not in ("http", "websocket"):
             await self._app(scope, receive, send)
             return
         if self._count == 0:
