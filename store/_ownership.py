@@ -367,16 +367,16 @@ class _AdvisoryLocks(StoreLocks):
 
     def runs_held_elsewhere(self, run_ids: Iterable[str]) -> set[str]:
         # One read of pg_locks, not a round trip per run: recovery may ask about thousands.
-        taken = set(
-            self._conn.execute(
-                text(
-                    "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = "
-                    "'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() "
-                    "AND database = (SELECT oid FROM pg_database "
-                    "WHERE datname = current_database())"
-                )
-            ).tuples()
+        rows = self._conn.execute(
+            text(
+                "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = "
+                "'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid() "
+                "AND database = (SELECT oid FROM pg_database "
+                "WHERE datname = current_database())"
+            )
         )
+        # Each row as a plain pair (SQLAlchemy 2.1 deprecates ``Result.tuples()``).
+        taken = {(classid, objid) for classid, objid in rows}
         held = set()
         for run_id in run_ids:
             key = _key("run", self._schema, run_id)
