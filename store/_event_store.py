@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -40,6 +41,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     bindparam,
+    func,
     insert,
     select,
     text,
@@ -90,6 +92,7 @@ from ._records import (
 from ._schema import (
     VERSION_KEY,
     agents,
+    claims,
     ensure_schema,
     events,
     graphs,
@@ -193,6 +196,9 @@ _PARKED_WRITES = (
     .where(text("state = 'needs_reconciliation'"))
     .order_by(runs.c.last_recorded_at, runs.c.run_id)
 )
+# The operator's counts (``census``): runs per state, and the identities some intent holds open.
+_RUNS_BY_STATE = select(runs.c.state, func.count()).group_by(runs.c.state)
+_OPEN_CLAIMS = select(func.count()).select_from(claims).where(claims.c.state == "open")
 _INTERRUPTED_RUNS = (
     select(runs.c.run_id)
     .where(runs.c.state.in_(_INTERRUPTED_STATES), runs.c.driven_by.is_(None))
@@ -219,7 +225,13 @@ class EventStore:
     nothing behind.
     """
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        url: str,
+        *,
+        commit_observer: Callable[[int, float], None] | None = None,
+    ) -> None:
         """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
         self._engine = engine
         self._reader = engine.execution_options(**{READ_OPTION: True})
@@ -235,17 +247,31 @@ class EventStore:
         # the statements.
         self._write_lock = threading.Lock()
         self._writer: Any = None
+        # Told of every committed append transaction (its events, its seconds), on the
+        # committing thread: the daemon counts commits here without the store knowing it.
+        self._commit_observer = commit_observer
 
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str, *, synchronous: str = "FULL") -> EventStore:
+    def open(
+        cls,
+        url: str,
+        *,
+        synchronous: str = "FULL",
+        commit_observer: Callable[[int, float], None] | None = None,
+    ) -> EventStore:
         """Open (creating or upgrading) the store at ``url``.
 
         Args:
             url: a file path, ``sqlite:///PATH`` or ``postgresql://...``.
             synchronous: SQLite's ``synchronous`` pragma, FULL (the default:
                 a commit survives power loss), NORMAL or OFF.
+            commit_observer: called after each append transaction commits, on
+                the thread that committed it, with the number of events it
+                wrote and how many seconds it took from BEGIN to COMMIT. It
+                must be quick and must not raise: an exception from it reaches
+                the appender although its rows are durable.
 
         Raises:
             StoreUnavailable: the store cannot be created, reached or read.
@@ -269,7 +295,7 @@ class EventStore:
             raise StoreUnavailable(
                 f"cannot open the store at {display_url(url)}: {_reason(exc)}"
             ) from None
-        return cls(engine, url)
+        return cls(engine, url, commit_observer=commit_observer)
 
     def close(self) -> None:
         """Release every connection. The store must not be used afterwards."""
@@ -390,6 +416,7 @@ class EventStore:
         with self._write_lock:
             for attempt in (1, 2):
                 connection = self._writer_connection()
+                began = time.perf_counter()
                 try:
                     self._append_all(connection, batch, may_retry=attempt == 1)
                 except IdentityTaken as taken:
@@ -397,6 +424,11 @@ class EventStore:
                     break
                 except _StaleConnection:
                     continue
+                if self._commit_observer is not None:
+                    self._commit_observer(
+                        sum(len(prepared.envelopes) for prepared in batch),
+                        time.perf_counter() - began,
+                    )
                 return
         # Outside the lock: naming the holder is a read.
         raise self._claim_held(identity)
@@ -693,6 +725,20 @@ class EventStore:
         """Server-driven sleeping runs whose ``wake_at`` is at or before ``now``, soonest first."""
         with self._reading("find due runs"), self._read() as connection:
             return list(connection.execute(_DUE_RUNS, {"now": format_instant(now)}).scalars())
+
+    def census(self) -> tuple[dict[str, int], int]:
+        """How many runs are in each state (states with none left out), and how many
+        idempotency identities an intent holds open (claimed, not yet settled).
+
+        Two aggregate reads of the ``runs`` and ``claims`` tables; no log is read.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("count runs and claims"), self._read() as connection:
+            by_state = {state: count for state, count in connection.execute(_RUNS_BY_STATE)}
+            held = connection.execute(_OPEN_CLAIMS).scalar_one()
+        return by_state, held
 
     def interrupted_runs(self) -> list[str]:
         """Server-driven runs whose log stops mid-flight (running, awaiting a model or a tool)."""
