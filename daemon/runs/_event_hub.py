@@ -87,6 +87,10 @@ class EventHub:
             for event in events:
                 subscription._offer(event)
 
+    def subscriber_counts(self) -> dict[str, int]:
+        """Live subscriptions by transport (``/metrics``): every one is an SSE stream's today."""
+        return {"sse": sum(len(subscribers) for subscribers in self._subscribers.values())}
+
     def subscribe(self, run_id: str) -> Subscription:
         subscription = Subscription(self, run_id)
         self._subscribers.setdefault(run_id, set()).add(subscription)

@@ -53,6 +53,8 @@ FORK_PATHS = ("/v1/runs/{run_id}/graph", "/v1/runs/{run_id}/fork", "/v1/runs/{ru
 SETTINGS_PATHS = ("/v1/settings/edit-mode",)
 # Covered by tests/daemon/api/test_children.py.
 CHILD_PATHS = ("/v1/runs/{run_id}/children",)
+# Answered in the Prometheus text format, not JSON: tests/daemon/api/test_metrics.py reads it.
+METRICS_PATHS = ("/metrics",)
 
 
 def pointer(*parts: str) -> str:
