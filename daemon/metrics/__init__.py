@@ -16,13 +16,21 @@ from ._instruments import (
     current_metrics,
     stop_counting,
 )
+from ._log_lines import (
+    JsonLines,
+    concerning_run,
+    run_of,
+)
 
 __all__ = [
     "MCP_TRANSPORTS",
     "STREAM_TRANSPORTS",
     "DaemonMetrics",
+    "JsonLines",
     "Readings",
+    "concerning_run",
     "counting_into",
     "current_metrics",
+    "run_of",
     "stop_counting",
 ]

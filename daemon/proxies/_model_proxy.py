@@ -593,6 +593,7 @@ class ProxySession:
                         "run %s: the upstream stream ended without a "
                         "final answer; the call stays open",
                         self.run_id,
+                        extra={"run": self.run_id},
                     )
                     return None
                 return {"wire": wire, "frames": frames}

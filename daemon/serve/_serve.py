@@ -167,7 +167,7 @@ async def sweep_once(state: ServerState) -> int:
             decision = await state.runtime.resume(run_id)
         except CodedError as exc:
             # One bad run does not stop the sweep; it stays due.
-            log.warning("sleeping run %s not woken: %s", run_id, exc.message)
+            log.warning("sleeping run %s not woken: %s", run_id, exc.message, extra={"run": run_id})
             continue
         if decision.outcome is ResumeOutcome.DRIVING:
             woken += state.drivers.start(run_id)
