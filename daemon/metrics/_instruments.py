@@ -18,7 +18,7 @@ Rules of this module:
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -60,7 +60,7 @@ class _ScrapeTime:
 
     def describe(self) -> list[Metric]:
         # The names alone, so registering reads nothing.
-        return [family for family in self._families(Readings())]
+        return list(self._families(Readings()))
 
     def collect(self) -> Iterator[Metric]:
         if self.readings is not None:
@@ -151,7 +151,7 @@ class DaemonMetrics:
         self.group_commit_events.observe(events)
         self.commit_seconds.observe(seconds)
 
-    def proxy_wires(self, wires: Iterator[str] | tuple[str, ...] | frozenset[str]) -> None:
+    def proxy_wires(self, wires: Iterable[str]) -> None:
         """Name the wire formats the proxy speaks: the only ``wire`` label values it counts."""
         for wire in wires:
             self._proxy_by_wire[wire] = self.proxy_call_seconds.labels(wire=wire)
