@@ -1,22 +1,25 @@
-"""The daemon's log as JSON lines: the formatter on its own, then a real ``salvor serve
---log-format json`` whose every stderr line parses, names the run it concerns, and holds no
-secret the daemon was given."""
+"""The daemon's log as JSON lines: the formatter on its own, then a daemon's own records (``serve``
+in process) through it: every line parses, names the run it concerns, and holds no secret the
+daemon was given; and the ``--log-format`` flag that puts them on stderr. A real ``salvor serve
+--log-format json`` killed and restarted is tests/chaos/test_kill_process_agent.py's."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
-import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import pytest
 import trio
+from salvor.daemon.cli import _main
 from salvor.daemon.metrics import JsonLines, concerning_run
 
-from tests.daemon.serve.test_lifecycle import Daemon
 from tests.support.backends import SQLITE_ONLY
+from tests.support.cli import salvor_in_process
 
 # What is tested is the log's shape, which no backend changes.
 STORE_BACKENDS = SQLITE_ONLY
@@ -77,43 +80,57 @@ def test_an_exception_is_the_error_field() -> None:
     )
 
 
-class JsonDaemon(Daemon):
-    def command(self) -> list[str]:
-        return [*super().command(), "--log-format", "json", "--auth-token", "SALVOR_TEST_TOKEN"]
-
-
-async def test_serve_logs_json_lines_with_run_ids_and_no_secret(store_url, tmp_path) -> None:
-    daemon = JsonDaemon(store_url, tmp_path)
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """What the daemon's loggers write, as ``--log-format json`` writes it, while the test runs."""
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(JsonLines())
+    salvor = logging.getLogger("salvor")
+    level = salvor.level
+    salvor.addHandler(handler)
+    salvor.setLevel(logging.INFO)
     try:
-        await daemon.start(env={"SALVOR_TEST_TOKEN": TOKEN, "ANTHROPIC_API_KEY": UPSTREAM_KEY})
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with httpx.AsyncClient(base_url=daemon.url, timeout=WAIT, headers=headers) as client:
-            agent = (
-                await client.post(
-                    "/v1/agents", content=REFUND_DESK, headers={"Content-Type": "application/toml"}
-                )
-            ).json()["agent"]
-            run_id = (
-                await client.post("/v1/runs", json={"agent": agent, "input": {"invoice_id": "I-1"}})
-            ).json()["run"]
-            with trio.fail_after(WAIT):
-                while (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] != (
-                    "completed"
-                ):
-                    await trio.sleep(0.02)
-            refused = await client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}x"})
-            assert refused.status_code == 401
-        daemon.process.send_signal(signal.SIGTERM)
-        assert await daemon.wait_exit() == 0
-        output = daemon.output()
+        yield lines
     finally:
-        await daemon.cleanup()
+        salvor.removeHandler(handler)
+        salvor.setLevel(level)
+
+
+async def test_a_daemons_lines_name_the_run_and_hold_no_secret(
+    server_factory, json_log, monkeypatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", UPSTREAM_KEY)
+    server = await server_factory(auth_token=TOKEN)
+    agent = await server.register_agent(REFUND_DESK)
+    run_id = await server.start_run(agent, {"invoice_id": "I-1"})
+    assert (await server.wait_resting(run_id))["status"]["state"] == "completed"
+    refused = await server.new_client(headers={"Authorization": f"Bearer {TOKEN}x"}).get("/metrics")
+    assert refused.status_code == 401
+    await server.stop()
+    output = json_log.getvalue()
     lines = [json.loads(text) for text in output.splitlines()]
     assert lines, output
     for line in lines:
         assert {"time", "level", "logger", "message"} <= line.keys() <= KEYS, line
         assert RFC3339_UTC.fullmatch(line["time"]), line
     about_run = [line for line in lines if run_id in line["message"]]
-    assert about_run and all(line.get("run") == run_id for line in about_run), about_run
-    assert any("rested completed" in line["message"] for line in about_run), about_run
+    # The drive says how the run rested: a line of the drive's task, marked with its run.
+    assert any("rested completed" in line["message"] for line in about_run), lines
+    assert all(line.get("run") == run_id for line in about_run), about_run
     assert TOKEN not in output and UPSTREAM_KEY not in output
+
+
+def test_serve_takes_text_or_json_and_json_puts_json_lines_on_stderr(monkeypatch) -> None:
+    parse = _main._parser().parse_args
+    assert parse(["serve"]).log_format == "text"
+    assert parse(["serve", "--log-format", "json"]).log_format == "json"
+    refused = salvor_in_process("serve", "--log-format", "xml")
+    assert refused.returncode == 2 and "invalid choice: 'xml'" in refused.stderr
+    # What `salvor serve` sets up before it serves, on a process with no logging set up yet.
+    monkeypatch.setattr(logging.root, "handlers", [])
+    monkeypatch.setattr(logging.root, "level", logging.WARNING)
+    _main._log_to_stderr("json")
+    (handler,) = logging.root.handlers
+    assert isinstance(handler.formatter, JsonLines) and handler.stream is sys.stderr
+    assert logging.root.level == logging.INFO
