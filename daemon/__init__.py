@@ -5,7 +5,7 @@ Each sub-package is one room with one job. They are layered one way, bottom firs
 imports only the packages listed before it, and only through their ``__init__`` (which re-exports
 the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
 
-    metrics      the daemon's Prometheus registry and the instruments every room counts into
+    metrics      what operators watch: the Prometheus registry every room counts into, log lines
     web          HTTP plumbing: the listener, body reader, error envelope, request values, TLS
     processes    child processes and this one: spawn, tether, env allow-list, orphans, ports, faults
     models       model wire formats and the gateway that calls a provider; the demo model

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -96,6 +97,7 @@ from ._records import (
 from ._schema import (
     VERSION_KEY,
     agents,
+    claims,
     ensure_schema,
     events,
     graphs,
@@ -210,6 +212,9 @@ _DUE_NOTIFICATIONS = (
 _NEXT_NOTIFICATION_DUE = select(func.min(notifications.c.next_attempt_at)).where(
     text("delivered_at IS NULL")
 )
+# The operator's counts (``census``): runs per state, and the identities some intent holds open.
+_RUNS_BY_STATE = select(runs.c.state, func.count()).group_by(runs.c.state)
+_OPEN_CLAIMS = select(func.count()).select_from(claims).where(claims.c.state == "open")
 _INTERRUPTED_RUNS = (
     select(runs.c.run_id)
     .where(runs.c.state.in_(_INTERRUPTED_STATES), runs.c.driven_by.is_(None))
@@ -236,7 +241,14 @@ class EventStore:
     nothing behind.
     """
 
-    def __init__(self, engine: Engine, url: str, *, notifications: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        url: str,
+        *,
+        notifications: bool = False,
+        commit_observer: Callable[[int, float], None] | None = None,
+    ) -> None:
         """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
         self._engine = engine
         # Whether appends write the outbox rows they call for (``open``'s ``notifications``).
@@ -254,12 +266,20 @@ class EventStore:
         # the statements.
         self._write_lock = threading.Lock()
         self._writer: Any = None
+        # Told of every committed append transaction (its events, its seconds), on the
+        # committing thread: the daemon counts commits here without the store knowing it.
+        self._commit_observer = commit_observer
 
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
     def open(
-        cls, url: str, *, synchronous: str = "FULL", notifications: bool = False
+        cls,
+        url: str,
+        *,
+        synchronous: str = "FULL",
+        notifications: bool = False,
+        commit_observer: Callable[[int, float], None] | None = None,
     ) -> EventStore:
         """Open (creating or upgrading) the store at ``url``.
 
@@ -271,6 +291,11 @@ class EventStore:
                 person, or fail, writes its outbox row (``notifications``) in
                 its own transaction. Only a daemon that delivers them opens a
                 store so; anything else writes none.
+            commit_observer: called after each append transaction commits, on
+                the thread that committed it, with the number of events it
+                wrote and how many seconds it took from BEGIN to COMMIT. It
+                must be quick and must not raise: an exception from it reaches
+                the appender although its rows are durable.
 
         Raises:
             StoreUnavailable: the store cannot be created, reached or read.
@@ -294,7 +319,7 @@ class EventStore:
             raise StoreUnavailable(
                 f"cannot open the store at {display_url(url)}: {_reason(exc)}"
             ) from None
-        return cls(engine, url, notifications=notifications)
+        return cls(engine, url, notifications=notifications, commit_observer=commit_observer)
 
     def close(self) -> None:
         """Release every connection. The store must not be used afterwards."""
@@ -416,6 +441,7 @@ class EventStore:
         with self._write_lock:
             for attempt in (1, 2):
                 connection = self._writer_connection()
+                began = time.perf_counter()
                 try:
                     self._append_all(connection, batch, may_retry=attempt == 1)
                 except IdentityTaken as taken:
@@ -423,6 +449,11 @@ class EventStore:
                     break
                 except _StaleConnection:
                     continue
+                if self._commit_observer is not None:
+                    self._commit_observer(
+                        sum(len(prepared.envelopes) for prepared in batch),
+                        time.perf_counter() - began,
+                    )
                 return
         # Outside the lock: naming the holder is a read.
         raise self._claim_held(identity)
@@ -719,6 +750,20 @@ class EventStore:
         """Server-driven sleeping runs whose ``wake_at`` is at or before ``now``, soonest first."""
         with self._reading("find due runs"), self._read() as connection:
             return list(connection.execute(_DUE_RUNS, {"now": format_instant(now)}).scalars())
+
+    def census(self) -> tuple[dict[str, int], int]:
+        """How many runs are in each state (states with none left out), and how many
+        idempotency identities an intent holds open (claimed, not yet settled).
+
+        Two aggregate reads of the ``runs`` and ``claims`` tables; no log is read.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        with self._reading("count runs and claims"), self._read() as connection:
+            by_state = {state: count for state, count in connection.execute(_RUNS_BY_STATE)}
+            held = connection.execute(_OPEN_CLAIMS).scalar_one()
+        return by_state, held
 
     def interrupted_runs(self) -> list[str]:
         """Server-driven runs whose log stops mid-flight (running, awaiting a model or a tool)."""

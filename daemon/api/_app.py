@@ -46,6 +46,7 @@ from ._http import (
     error_response,
 )
 from ._meta_routes import add_meta_routes
+from ._metrics_routes import add_metrics_route
 from ._model_step_routes import add_model_step_routes
 from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import add_run_events_route
@@ -78,7 +79,7 @@ _HTTP_CODES = {
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    # No static folder: every path this server answers is under /v1.
+    # No static folder: every path this server answers is under /v1 (and /metrics).
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
@@ -120,6 +121,8 @@ def create_app(state: ServerState) -> QuartTrio:
     # The live WebSocket (issue 17): runs and the run list on one connection.
     add_ws_route(app, state)
     add_meta_routes(app, state)
+    # The operator's numbers (issue 17): GET /metrics, behind the same bearer check.
+    add_metrics_route(app, state)
     # Operator settings (issue 16): edit mode.
     add_settings_routes(app, state)
     # The page's login (issue 17): the session cookie and its CSRF token.

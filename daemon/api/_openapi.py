@@ -1363,6 +1363,30 @@ PATHS: JSON = {
             ),
         },
     },
+    "/metrics": {
+        "get": {
+            "operationId": "getMetrics",
+            "summary": "The daemon's numbers in the Prometheus text format",
+            "description": (
+                "Runs by state, appends and commits, events per group commit, commit latency, "
+                "drivers live, stream subscribers, proxy and MCP call latency, claims held, "
+                "reconciliations open. Behind the same auth as the `/v1` routes; the runs by "
+                "state are read from the store at each scrape."
+            ),
+            "responses": {
+                "200": {
+                    "description": "The exposition (`prometheus_client`'s text format).",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                "401": {"$ref": "#/components/responses/Unauthorized"},
+                "500": {"$ref": "#/components/responses/Internal"},
+                "503": _error(
+                    "The store cannot be read now (its runs by state are part of every scrape).",
+                    "store_unavailable",
+                ),
+            },
+        },
+    },
     "/v1/openapi.json": {
         "get": {
             "operationId": "getOpenApi",

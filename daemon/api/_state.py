@@ -11,6 +11,7 @@ from salvor.protocol import TERMINAL_STATES
 
 from ..agents import Credentials
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
+from ..metrics import DaemonMetrics
 from ..models import ModelGateway
 from ..runs import OUTBOX_LIMIT, DriverSet, EventHub, Runtime
 from ..web import BODY_TIMEOUT_SECONDS, Sessions, wrong_state
@@ -65,6 +66,8 @@ class ServerState:
     # daemon) is driving right now; None when nothing else can drive here.
     # A blocking call (it asks the store's locks): run it in a thread.
     driven_elsewhere: Callable[[list[str]], set[str]] | None = None
+    # This daemon's Prometheus registry and instruments (GET /metrics renders it).
+    metrics: DaemonMetrics = field(default_factory=DaemonMetrics)
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
 

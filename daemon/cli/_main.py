@@ -39,6 +39,7 @@ from salvor.store import StoreLocks, default_store_url, normalize_store_url, sql
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..flows import caller_labels
+from ..metrics import JsonLines
 from ..processes import make_undumpable, sweep_orphans
 from ..recording import claim_wait_seconds, open_store_access, parse_run_id
 from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
@@ -586,6 +587,13 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="name of the environment variable holding the bearer token",
     )
     p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the daemon's log on stderr: text lines (the default), or one JSON object per line "
+        "(time, level, logger, message, run when the record concerns one, error)",
+    )
+    p.add_argument(
         "--wake-interval",
         type=float,
         default=60.0,
@@ -791,9 +799,7 @@ async def _main(args: argparse.Namespace) -> int:
 
         config = _serve_config(args, url)
         await _check_resolves(config.host, config.port)
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-        )
+        _log_to_stderr(args.log_format)
         await serve(config)
         return EXIT_OK
     if args.command not in SHARES_STORE:
@@ -813,6 +819,17 @@ async def _main(args: argparse.Namespace) -> int:
         return await getattr(Cli(args, locks), _verb(args.command))(
             Runtime(access, demo_registry(store_url=url))
         )
+
+
+def _log_to_stderr(log_format: str) -> None:
+    """The daemon's log on stderr, as text lines or as JSON lines (``--log-format``)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonLines()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    )
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 def _verb(command: str) -> str:

@@ -1,7 +1,7 @@
 """The MCP client: server definitions, sessions over stdio and streamable
 HTTP, MCP tools as registry tools.
 
-Rule: imports only ``web``, ``processes`` and ``tools``.
+Rule: imports only ``metrics``, ``web``, ``processes`` and ``tools``.
 """
 
 from __future__ import annotations

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import trio
 from salvor import __version__
 
+from ..metrics import current_metrics
 from ._definition import McpServerSpec
 
 log = logging.getLogger("salvor.mcp")
@@ -119,6 +121,11 @@ class McpSession:
         self._keyed: dict[Hashable, int] = {}
 
     @property
+    def transport(self) -> str:
+        """How the server is reached: ``stdio`` (a child process) or ``http``."""
+        return "stdio" if self.spec.command is not None else "http"
+
+    @property
     def remote_session_id(self) -> str | None:
         """The ``Mcp-Session-Id`` a streamable-HTTP server handed out (None over stdio)."""
         return getattr(self._transport, "session_id", None)
@@ -150,6 +157,10 @@ class McpSession:
         if key is not None:
             self._keyed[key] = request_id
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        # A tool call's seconds count into the daemon this task belongs to (none outside one):
+        # a built-in agent's call and a stand-in's relayed one alike.
+        metrics = current_metrics() if method == "tools/call" else None
+        began = time.perf_counter()
         try:
             with trio.move_on_after(self.spec.timeout) as deadline:
                 await self._transport.send(self, message, reply)
@@ -158,6 +169,8 @@ class McpSession:
             self._pending.pop(request_id, None)
             if key is not None and self._keyed.get(key) == request_id:
                 del self._keyed[key]
+            if metrics is not None:
+                metrics.observe_mcp_call(self.transport, time.perf_counter() - began)
         if deadline.cancelled_caught:
             await self._cancel(request_id, f"no answer within {self.spec.timeout:g}s")
             raise McpNoAnswer(self.name, f"did not answer {method} within {self.spec.timeout:g}s")

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from salvor.protocol import (
 )
 from salvor.store import StoreUnavailable
 
+from ..metrics import DaemonMetrics
 from ..models import ANTHROPIC_VERSION, endpoint_url
 from ..recording import DriveInterrupted, RunContext
 from ..web import (
@@ -591,6 +593,7 @@ class ProxySession:
                         "run %s: the upstream stream ended without a "
                         "final answer; the call stays open",
                         self.run_id,
+                        extra={"run": self.run_id},
                     )
                     return None
                 return {"wire": wire, "frames": frames}
@@ -681,8 +684,12 @@ class _AsgiReply(Reply):
 class ModelProxy:
     """The ASGI app and the session table of one loopback listener."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, metrics: DaemonMetrics | None = None) -> None:
         self.client = client
+        # Where each model call's seconds are counted, by wire (None: not counted).
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.proxy_wires(frozenset(ROUTES.values()))
         self.url = ""
         # The live calls' upstream key when the daemon read one from a file (``resolve_upstream``).
         self.upstream_key: str | None = None
@@ -755,21 +762,32 @@ class ModelProxy:
             await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        await session.handle(wire, body, headers, reply)
+        began = time.perf_counter()
+        try:
+            await session.handle(wire, body, headers, reply)
+        finally:
+            # Every call the run's session took, answered from the log, upstream, or refused.
+            if self.metrics is not None:
+                self.metrics.observe_proxy_call(wire, time.perf_counter() - began)
 
 
 @asynccontextmanager
 async def open_model_proxy(
-    port: int = 0, *, host: str = "127.0.0.1", wrap: Callable[[ModelProxy], Any] | None = None
+    port: int = 0,
+    *,
+    host: str = "127.0.0.1",
+    wrap: Callable[[ModelProxy], Any] | None = None,
+    metrics: DaemonMetrics | None = None,
 ) -> AsyncIterator[ModelProxy]:
     """Run a loopback proxy listener for the body of the ``async with``.
 
     ``wrap`` turns the proxy into the ASGI app actually served, for a caller
     that watches every request (``salvor doctor`` names the paths it refused).
+    ``metrics``: the daemon's instruments, which count each model call's seconds by wire.
     """
     timeout = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
     async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
-        proxy = ModelProxy(client)
+        proxy = ModelProxy(client, metrics)
         stop = trio.Event()
         # The body's own exception leaves as itself, not wrapped in the nursery's group.
         failure: BaseException | None = None

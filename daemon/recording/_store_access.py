@@ -270,19 +270,30 @@ class StoreAccess:
 
 @asynccontextmanager
 async def open_store_access(
-    url: str, *, synchronous: str = "FULL", notifications: bool = False
+    url: str,
+    *,
+    synchronous: str = "FULL",
+    notifications: bool = False,
+    commit_observer: Callable[[int, float], None] | None = None,
 ) -> AsyncIterator[StoreAccess]:
     """Open the store at ``url`` and its writer thread for the life of the block.
 
     ``notifications``: appends write the outbox rows they call for (``EventStore.open``); only
-    a daemon that delivers them asks for it.
+    a daemon that delivers them asks for it. ``commit_observer``: told of each group commit on
+    the writer thread, with its events and seconds (``EventStore.open``); the daemon's metrics
+    count there.
 
     Raises:
         StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
     """
     post_commit = kill_after_commit_hook()
     store = await trio.to_thread.run_sync(
-        lambda: EventStore.open(url, synchronous=synchronous, notifications=notifications)
+        lambda: EventStore.open(
+            url,
+            synchronous=synchronous,
+            notifications=notifications,
+            commit_observer=commit_observer,
+        )
     )
     access = StoreAccess(store, post_commit=post_commit)
     access._start()

@@ -31,6 +31,7 @@ from salvor.protocol import CodedError
 from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
+from ..metrics import concerning_run
 from ._healing import StoreHealing
 from ._runtime import Runtime, driver_of
 
@@ -134,6 +135,8 @@ class DriverSet:
         self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope
     ) -> None:
         how = None  # stays None when the drive was cancelled: it proved nothing about the store
+        # This task is the drive's own: what it (and every task it starts) logs concerns the run.
+        concerning_run(run_id)
         try:
             with scope:
                 async with self._limiter:

@@ -177,7 +177,12 @@ class StoreHealing:
                 continue  # settled or forgotten while the write check ran
             entry.attempts += 1
             self._trying[run_id] = entry
-            log.info("re-driving run %s after a store error (attempt %d)", run_id, entry.attempts)
+            log.info(
+                "re-driving run %s after a store error (attempt %d)",
+                run_id,
+                entry.attempts,
+                extra={"run": run_id},
+            )
             if start(run_id):
                 started += 1
             else:
@@ -222,4 +227,5 @@ class StoreHealing:
             self._clock() - entry.first_fault_at,
             entry.reason,
             run_id,
+            extra={"run": run_id},
         )

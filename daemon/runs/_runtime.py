@@ -818,5 +818,14 @@ class Runtime(Forks):
             except OperationRefused:
                 pass  # it ended between the listing and now: nothing left to abandon
 
+    async def census(self) -> tuple[dict[str, int], int]:
+        """Runs per state and the idempotency identities held open (``EventStore.census``), read
+        on a reader thread.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        return await self.access.read(self.access.store.census)
+
     async def due_runs(self, now: datetime | None = None) -> list[str]:
         return await self.access.read(self.access.store.due_runs, now or self.clock())

@@ -33,6 +33,7 @@ from salvor.protocol import CodedError, ErrorCode
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
+from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import open_model_proxy
@@ -171,7 +172,7 @@ async def sweep_once(state: ServerState) -> int:
             decision = await state.runtime.resume(run_id)
         except CodedError as exc:
             # One bad run does not stop the sweep; it stays due.
-            log.warning("sleeping run %s not woken: %s", run_id, exc.message)
+            log.warning("sleeping run %s not woken: %s", run_id, exc.message, extra={"run": run_id})
             continue
         if decision.outcome is ResumeOutcome.DRIVING:
             woken += state.drivers.start(run_id)
@@ -205,16 +206,38 @@ async def serve(
     begins the same graceful stop a signal does, and ``on_state`` is handed
     the routes' shared state once it exists.
     """
-    notifier = Notifier()
     registry = registry or (
         demo_registry(store_url=config.store_url) if config.demo_tools else ToolRegistry()
     )
+    # This daemon's own instruments, made current before any task starts so that every task
+    # (the proxy's handlers, the drives, the MCP sessions they open) counts into them.
+    metrics = DaemonMetrics()
+    counting = counting_into(metrics)
+    try:
+        await _serve(config, registry, metrics, stop, on_state, task_status)
+    finally:
+        stop_counting(counting)
+
+
+async def _serve(
+    config: ServeConfig,
+    registry: ToolRegistry,
+    metrics: DaemonMetrics,
+    stop: trio.Event | None,
+    on_state: Callable[[ServerState], None] | None,
+    task_status,
+) -> None:
+    notifier = Notifier()
     async with (
         # First of all: while another live salvor serves this store (or a
         # command line drives its runs), this one touches nothing.
         own_store(config.store_url, SERVE, share=False) as locks,
-        open_store_access(config.store_url, notifications=config.notify is not None) as access,
-        open_model_proxy(config.proxy_port) as proxy,
+        open_store_access(
+            config.store_url,
+            notifications=config.notify is not None,
+            commit_observer=metrics.observe_commit,
+        ) as access,
+        open_model_proxy(config.proxy_port, metrics=metrics) as proxy,
         open_model_executor() as executor,
     ):
         # Before anything can drive a run: the agents an earlier daemon over
@@ -258,6 +281,7 @@ async def serve(
                     client_tools=dict(config.client_tools),
                     credentials=credentials,
                     driven_elsewhere=locks.runs_held_elsewhere,
+                    metrics=metrics,
                 )
                 if on_state is not None:
                     on_state(state)

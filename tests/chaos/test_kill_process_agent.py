@@ -36,10 +36,11 @@ from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 # What a kill tests is the daemon's recovery, which past the model proxy does not know the wire
 # format: one plain and one streamed format on SQLite, a third on PostgreSQL. Each format's own
 # recording and replay after a restart of its agent is tests/daemon/agents/test_process_agent.py's.
+# The third daemon logs JSON lines (--log-format json): the key reaches neither format's log.
 KILL_MODES = [
-    ("sqlite", "openai"),
-    ("sqlite", "anthropic-stream"),
-    ("postgres", "openai-responses"),
+    ("sqlite", "openai", "text"),
+    ("sqlite", "anthropic-stream", "text"),
+    ("postgres", "openai-responses", "json"),
 ]
 
 pytestmark = pytest.mark.kill
@@ -55,9 +56,9 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 60) -> dic
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize(("store_url", "mode"), KILL_MODES, indirect=["store_url"])
+@pytest.mark.parametrize(("store_url", "mode", "log_format"), KILL_MODES, indirect=["store_url"])
 def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
-    tmp_path: Path, store_url: str, mode: str
+    tmp_path: Path, store_url: str, mode: str, log_format: str
 ) -> None:
     release = threading.Event()
 
@@ -68,7 +69,7 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     provider = ScriptedProvider(tool_loop_script(PLAN, final_text="settled"), on_call=on_call)
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
-    daemon.args.append("--allow-process-agents")
+    daemon.args += ["--allow-process-agents", "--log-format", log_format]
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     pidfile = tmp_path / "agent.pid"
@@ -132,6 +133,12 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
         assert code == 0
         for index in range(daemon.starts):
             assert SECRET not in daemon.log(index)
+        if log_format == "json":
+            logs = [tmp_path / f"serve-{index:03d}.log" for index in range(daemon.starts)]
+            lines = [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+            assert all(line.keys() >= {"time", "level", "logger", "message"} for line in lines)
+            # The restarted daemon's drive of the recovered run says how it rested, naming it.
+            assert any(line.get("run") == run_id for line in lines), lines
         if store_url.startswith("sqlite:///"):
             db = Path(store_url.removeprefix("sqlite:///"))
             for path in db.parent.glob(db.name + "*"):

@@ -1142,3 +1142,57 @@ def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
         assert forks[0].forked_from["acknowledged_writes"] == [PUBLISH_WRITE]
         assert [view.run_id for view in store.list_forks("f1")] == ["f3"]
         assert store.list_forks("plain") == store.list_forks("nobody") == []
+
+
+# -- what the daemon counts ----------------------------------------------------------
+
+
+def test_the_commit_observer_hears_each_committed_transaction_once(store_url: str) -> None:
+    heard: list[tuple[int, float]] = []
+    store = EventStore.open(store_url, commit_observer=lambda events, s: heard.append((events, s)))
+    try:
+        _, view_a = store.append("a", [started()], EMPTY_VIEW)
+        assert [events for events, _ in heard] == [1]
+        _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
+        # One group: two runs' batches (1 + 2 events) and a refused one, in one transaction.
+        store.append_batch(
+            [
+                AppendRequest(run_id="b", events=[started()], view=EMPTY_VIEW),
+                AppendRequest(
+                    run_id="c", events=[started(), RunCompleted(output=1)], view=EMPTY_VIEW
+                ),
+                AppendRequest(run_id="d", events=[RunCompleted(output=1)], view=EMPTY_VIEW),
+            ]
+        )
+        assert [events for events, _ in heard] == [1, 1, 3]
+        # Nothing committed, nothing heard: a claim another run holds, a stale view.
+        _, view_e = store.append("e", [started()], EMPTY_VIEW)
+        heard.clear()
+        with pytest.raises(ClaimHeld):
+            store.append("e", [pay("k")], view_e, claim="pay:k")
+        stale = fold(store.read_log("a")[:1])  # "a" has moved on since its head
+        with pytest.raises(SeqConflict):
+            store.append("a", [RunCompleted(output=1)], stale)
+        assert heard == []
+        # A group one of whose runs moved on is committed again one transaction per request.
+        store.append_batch(
+            [
+                AppendRequest(run_id="f", events=[started()], view=EMPTY_VIEW),
+                AppendRequest(run_id="a", events=[RunCompleted(output=1)], view=stale),
+            ]
+        )
+        assert [events for events, _ in heard] == [1]
+        assert all(seconds >= 0 for _, seconds in heard)
+    finally:
+        store.close()
+
+
+def test_the_census_counts_runs_by_state_and_the_claims_held_open(store: EventStore) -> None:
+    assert store.census() == ({}, 0)
+    _, view_a = store.append("a", [started()], EMPTY_VIEW)
+    _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
+    store.append("b", [started(), RunCompleted(output=1)], EMPTY_VIEW)
+    store.append("c", [started(), Suspended(reason="ok?", input_schema={})], EMPTY_VIEW)
+    assert store.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
+    store.append("a", [ToolCallCompleted(seq=1, output=7)], view_a, settle="pay:k")
+    assert store.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)

@@ -55,6 +55,8 @@ SETTINGS_PATHS = ("/v1/settings/edit-mode",)
 SESSION_PATHS = ("/v1/session",)
 # Covered by tests/daemon/api/test_children.py.
 CHILD_PATHS = ("/v1/runs/{run_id}/children",)
+# Answered in the Prometheus text format, not JSON: tests/daemon/api/test_metrics.py reads it.
+METRICS_PATHS = ("/metrics",)
 
 
 def pointer(*parts: str) -> str:

@@ -60,6 +60,7 @@ from tests.support.contract import (
     FORK_PATHS,
     GRAPH_PATHS,
     GRAPH_RUN_PATHS,
+    METRICS_PATHS,
     MISSING_RUN,
     OVERSIZED,
     SESSION_PATHS,
@@ -489,7 +490,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         + SETTINGS_PATHS
         + SESSION_PATHS
     )
-    elsewhere += CHILD_PATHS
+    elsewhere += CHILD_PATHS + METRICS_PATHS
     # The WebSocket's upgrade (101): tests/daemon/api/test_ws.py.
     elsewhere += ("/v1/ws",)
     unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}

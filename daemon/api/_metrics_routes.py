@@ -1,0 +1,33 @@
+"""``GET /metrics``: the daemon's numbers in the Prometheus text format, for a scraper.
+
+Behind the same auth as the ``/v1`` routes (the app's ``before_request`` check covers every path
+it serves). What only a scrape can know is read here: the store's runs by state and open claims on
+a reader thread (never the trio thread), the drivers and the fan-out's subscribers from memory;
+the registry renders them with every counter the daemon has kept since it started.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from quart import Response
+from quart_trio import QuartTrio
+
+from ..metrics import Readings
+from ._state import ServerState
+
+
+def add_metrics_route(app: QuartTrio, state: ServerState) -> None:
+    @app.get("/metrics")
+    async def metrics():
+        # A store that cannot be read answers 503 store_unavailable (the envelope): a scrape
+        # that silently dropped the runs would read as every run gone.
+        runs_by_state, claims_held = await state.runtime.census()
+        readings = Readings(
+            runs_by_state=runs_by_state,
+            claims_held=claims_held,
+            drivers_live=len(state.drivers),
+            stream_subscribers=state.hub.subscriber_counts(),
+        )
+        return Response(
+            state.metrics.exposition(readings), status=200, content_type=CONTENT_TYPE_LATEST
+        )

@@ -1,0 +1,206 @@
+"""One daemon's Prometheus registry: the counters and histograms rooms count into while the daemon
+works, and the values only a scrape reads (``Readings``).
+
+Rules of this module:
+
+* One ``CollectorRegistry`` per ``DaemonMetrics``, never the library's process-wide ``REGISTRY``:
+  two daemons in one interpreter (the tests) keep their counts apart.
+* Label values are this daemon's own bounded vocabulary (run states, wire formats, MCP
+  transports), never a string a caller or a server sent: no run id, no server name.
+* Counting is a call on a pre-built child (``observe_*``): no label lookup by caller text, no
+  allocation a commit would pay for. The store's writer thread counts too; prometheus_client's
+  values are safe to touch from any thread.
+* What the daemon can only read at scrape time (runs per state, claims, drivers, subscribers) is
+  handed to ``exposition`` by the scraper, which read it off the trio thread where it blocks:
+  the collector itself reads nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from salvor.protocol import RunState
+
+# Events per group commit: one append is a few events, a group at most 256 appends.
+GROUP_EVENT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+# One transaction from BEGIN to COMMIT, fsync included: sub-millisecond on a warm SQLite in
+# memory, tens of milliseconds on a slow disk or a remote PostgreSQL.
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# A model call through the proxy is answered from the log in a millisecond or takes the
+# provider's minutes; an MCP call spans the same range.
+CALL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# How the daemon reaches an MCP server: a child process's stdio, or streamable HTTP.
+MCP_TRANSPORTS = ("stdio", "http")
+# The fan-out's two kinds of subscriber.
+STREAM_TRANSPORTS = ("sse", "ws")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Readings:
+    """What one scrape read of the daemon's state just before rendering."""
+
+    # Runs per state as the store's ``runs`` table has them; a state left out has none.
+    runs_by_state: Mapping[str, int] = field(default_factory=dict)
+    # Idempotency identities an intent holds open.
+    claims_held: int = 0
+    drivers_live: int = 0
+    # Live subscriptions of the fan-out, by transport ("sse", "ws").
+    stream_subscribers: Mapping[str, int] = field(default_factory=dict)
+
+
+class _ScrapeTime:
+    """The families whose values a scrape hands in (``Readings``); empty between scrapes."""
+
+    def __init__(self) -> None:
+        self.readings: Readings | None = None
+
+    def describe(self) -> list[Metric]:
+        # The names alone, so registering reads nothing.
+        return list(self._families(Readings()))
+
+    def collect(self) -> Iterator[Metric]:
+        if self.readings is not None:
+            yield from self._families(self.readings)
+
+    @staticmethod
+    def _families(readings: Readings) -> Iterator[Metric]:
+        runs = GaugeMetricFamily(
+            "salvor_runs", "Runs in the store by state (its runs table).", labels=["state"]
+        )
+        for state in RunState:
+            # Every state, so a series drops to 0 instead of vanishing; a stored string that is no
+            # state (none is) is not a label value this daemon chose, and is left out.
+            runs.add_metric([state.value], readings.runs_by_state.get(state.value, 0))
+        yield runs
+        yield GaugeMetricFamily(
+            "salvor_reconciliations_open",
+            "Runs parked on a write whose outcome nobody knows (needs_reconciliation).",
+            value=readings.runs_by_state.get(RunState.NEEDS_RECONCILIATION.value, 0),
+        )
+        yield GaugeMetricFamily(
+            "salvor_claims_held",
+            "Idempotency identities an open intent holds (claimed, not settled).",
+            value=readings.claims_held,
+        )
+        yield GaugeMetricFamily(
+            "salvor_drivers_live", "Runs a driver in this daemon drives now.", readings.drivers_live
+        )
+        subscribers = GaugeMetricFamily(
+            "salvor_stream_subscribers",
+            "Live event subscriptions of this daemon's fan-out, by transport.",
+            labels=["transport"],
+        )
+        for transport in STREAM_TRANSPORTS:
+            subscribers.add_metric([transport], readings.stream_subscribers.get(transport, 0))
+        yield subscribers
+
+
+class DaemonMetrics:
+    """One daemon's instruments and the registry ``GET /metrics`` renders."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.appends = Counter("salvor_appends", "Events committed to run logs.", registry=registry)
+        self.commits = Counter(
+            "salvor_commits", "Store transactions that committed appends.", registry=registry
+        )
+        self.group_commit_events = Histogram(
+            "salvor_group_commit_events",
+            "Events per committed append transaction (group commit).",
+            buckets=GROUP_EVENT_BUCKETS,
+            registry=registry,
+        )
+        self.commit_seconds = Histogram(
+            "salvor_commit_seconds",
+            "Seconds per committed append transaction, BEGIN to COMMIT.",
+            buckets=COMMIT_BUCKETS,
+            registry=registry,
+        )
+        self.proxy_call_seconds = Histogram(
+            "salvor_proxy_call_seconds",
+            "Seconds per model call a process agent made through the loopback proxy, by wire.",
+            labelnames=["wire"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+        self.mcp_call_seconds = Histogram(
+            "salvor_mcp_call_seconds",
+            "Seconds per MCP tools/call the daemon sent a server, by transport.",
+            labelnames=["transport"],
+            buckets=CALL_BUCKETS,
+            registry=registry,
+        )
+        # Children made now, so each transport shows (at 0) before its first call.
+        self._mcp_by_transport = {
+            transport: self.mcp_call_seconds.labels(transport=transport)
+            for transport in MCP_TRANSPORTS
+        }
+        self._proxy_by_wire: dict[str, Histogram] = {}
+        self._scrape = _ScrapeTime()
+        registry.register(self._scrape)
+
+    def observe_commit(self, events: int, seconds: float) -> None:
+        """One append transaction committed (the store's ``commit_observer``; any thread)."""
+        self.appends.inc(events)
+        self.commits.inc()
+        self.group_commit_events.observe(events)
+        self.commit_seconds.observe(seconds)
+
+    def proxy_wires(self, wires: Iterable[str]) -> None:
+        """Name the wire formats the proxy speaks: the only ``wire`` label values it counts."""
+        for wire in wires:
+            self._proxy_by_wire[wire] = self.proxy_call_seconds.labels(wire=wire)
+
+    def observe_proxy_call(self, wire: str, seconds: float) -> None:
+        """One model call through the proxy, answered (from the log or upstream) or refused."""
+        child = self._proxy_by_wire.get(wire)
+        if child is not None:  # a wire nobody named is not a label value
+            child.observe(seconds)
+
+    def observe_mcp_call(self, transport: str, seconds: float) -> None:
+        """One ``tools/call`` to an MCP server, answered or not."""
+        child = self._mcp_by_transport.get(transport)
+        if child is not None:
+            child.observe(seconds)
+
+    def exposition(self, readings: Readings) -> bytes:
+        """The registry in the Prometheus text format, with ``readings`` as the scrape-time values.
+
+        Synchronous and reads nothing itself; call it on the trio thread (the ``Readings`` must
+        come from the same thread, so two scrapes never mix theirs).
+        """
+        self._scrape.readings = readings
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._scrape.readings = None
+
+
+_COUNTING_INTO: contextvars.ContextVar[DaemonMetrics | None] = contextvars.ContextVar(
+    "salvor_metrics", default=None
+)
+
+
+def counting_into(metrics: DaemonMetrics | None) -> contextvars.Token:
+    """Make ``metrics`` the instruments of the current task and every task it starts from now on
+    (trio copies the context at spawn). Returns the token ``stop_counting`` takes back.
+
+    For code too deep in a drive to be handed the instruments (an MCP session a built-in agent's
+    tool opens): the daemon sets it once, at the root of its tasks, so two daemons in one
+    interpreter each count into their own.
+    """
+    return _COUNTING_INTO.set(metrics)
+
+
+def stop_counting(token: contextvars.Token) -> None:
+    _COUNTING_INTO.reset(token)
+
+
+def current_metrics() -> DaemonMetrics | None:
+    """The instruments of the daemon this task belongs to; None outside one (a CLI run)."""
+    return _COUNTING_INTO.get()
