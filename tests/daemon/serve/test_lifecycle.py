@@ -122,6 +122,11 @@ class Daemon:
 
     async def start(self, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> None:
         self.lives += 1
+        if self.lives > 1:
+            # A fresh port for each life: between lives the old one is free, and another test's
+            # process may bind it first (a restart would then fail to listen, not to recover).
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
         if self.notify is not None:
             self.notify.close()  # the previous life's socket and log
         if self._log is not None:
