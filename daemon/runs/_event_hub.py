@@ -235,9 +235,6 @@ class EventHub:
                 del self._subscribers[listener.run_id]
                 self._feeds.pop(listener.run_id, None)
 
-    # Kept for callers of the previous name.
-    _remove = remove
-
     def seed(self, run_id: str, next_seq: int, view: RunView) -> None:
         """What a subscriber read of the store: the shared poll reads from there on (so an event
         another process commits after that read reaches it)."""
