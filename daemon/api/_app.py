@@ -15,7 +15,8 @@ whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
 on ``POST /v1/graphs`` and ``/v1/graphs/validate``; ``GET``/``PUT /v1/settings/edit-mode``
 (the flow authoring tools' switch).
-``GET /v1/capabilities`` advertises ``fork: true``.
+``GET /v1/capabilities`` advertises ``fork: true``. Beside the API, the page (``GET /``,
+``GET /ui/<name>``: ``_dashboard_routes``) is served without auth and is not in the document.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from werkzeug.exceptions import HTTPException
 from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
+from ._dashboard_routes import add_dashboard_routes, is_page_path
 from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
 from ._graph_run_routes import add_graph_run_routes
@@ -59,7 +61,7 @@ _HTTP_CODES = {
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    # No static folder: every path this server answers is under /v1.
+    # No static folder: the page's files are served by its own routes, with its headers.
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
@@ -69,7 +71,9 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.before_request
     async def authenticate() -> None:
-        check_bearer(state.auth_token)
+        # The page's shell holds no data; what it shows it asks /v1 for, authenticated there.
+        if not is_page_path(request.path):
+            check_bearer(state.auth_token)
 
     app.register_error_handler(CodedError, _coded)
     app.register_error_handler(HTTPException, _http_error)
@@ -91,6 +95,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_client_run_routes(app, state)
     add_model_step_routes(app, state)
     add_tool_step_routes(app, state)
+    # The page (issue 17): its files, at / and /ui/<name>.
+    add_dashboard_routes(app)
     return app
 
 
