@@ -8,8 +8,8 @@ or a tool. Every refusal is the one error envelope and records nothing.
 Bodies are the control-plane spec's, field for field. Where we say more, it
 is an optional addition a spec-written client never has to send and may
 ignore: ``replay_of`` (a re-run) on ``POST /v1/runs`` and in its answer and
-on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``limit`` and ``cursor``
-query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
+on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``agent``, ``graph``, ``limit`` and
+``cursor`` query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
 whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
