@@ -22,6 +22,9 @@ const GAP_Y = 64;
 const WAYPOINT_WIDTH = 16;
 const MARGIN = 16;
 const SWEEPS = 8;
+// Counting crossings compares every pair of links between two rows; past this many links the
+// order stays the document's rather than stall the page on a graph no one reads edge by edge.
+const MAX_COUNTED_LINKS = 4000;
 const ALIGN_SWEEPS = 6;
 const ARROW = 8;
 const ID_CHARS = 24;
@@ -87,7 +90,7 @@ function kindText(node) {
 
 // -- layout ------------------------------------------------------------------------------------
 
-// Layer of each node: the longest path from an entry node (Kahn's order, ties by document order).
+// Layer of each node: the longest path from an entry node, over Kahn's order.
 // A node on a cycle (never in a valid document) goes one layer below everything else.
 function layersOf(nodes, edges) {
   const index = new Map(nodes.map((node, i) => [node.id, i]));
@@ -101,9 +104,9 @@ function layersOf(nodes, edges) {
   const ready = [];
   waiting.forEach((count, i) => count === 0 && ready.push(i));
   const placed = new Set();
+  // The longest path does not depend on the order nodes leave the queue, so a stack will do.
   while (ready.length > 0) {
-    ready.sort((a, b) => a - b);
-    const i = ready.shift();
+    const i = ready.pop();
     placed.add(i);
     for (const target of targets[i]) {
       layer[target] = Math.max(layer[target], layer[i] + 1);
@@ -215,7 +218,7 @@ function layout(nodes, edges) {
   // Barycentre sweeps, down then up: each vertex moves to the mean position of its neighbours in
   // the row just swept; the order with the fewest crossings seen is kept.
   let best = rows.map((row) => [...row]);
-  let fewest = crossings(best, links);
+  let fewest = links.length > MAX_COUNTED_LINKS ? 0 : crossings(best, links);
   for (let sweep = 0; sweep < SWEEPS && fewest > 0; sweep += 1) {
     const downward = sweep % 2 === 0;
     const sequence = downward ? rows.keys() : [...rows.keys()].reverse();
@@ -371,6 +374,7 @@ export function drawGraph(container, graphDocument) {
   const edgeViews = picture.routes.map(({ edge, chain }) => {
     const group = svg("g", {
       class: "sg-edge",
+      "data-test": "graph-edge",
       "data-edge": `${edge.from}->${edge.to}`,
       "data-from": edge.from,
       "data-to": edge.to,
@@ -408,6 +412,7 @@ export function drawGraph(container, graphDocument) {
       "g",
       {
         class: `sg-node sg-kind-${String(node.kind)} sg-pending`,
+        "data-test": "graph-node",
         "data-node": node.id,
         "data-kind": String(node.kind),
         "data-state": "pending",
@@ -446,7 +451,13 @@ export function drawGraph(container, graphDocument) {
   container.replaceChildren(root);
 
   return {
-    /** Show `nodeStates` (a projection, its nodes list, or {id: state}); unnamed nodes are pending. */
+    /**
+     * Show `nodeStates`, a whole picture (a node not named is pending again), one of:
+     * the projection GET /v1/runs/{id}/graph answers, with the run's state beside it as
+     * `run_state` or `status: {state}` (a node entered while the run waits is "waiting", while
+     * it failed "failed"); its `nodes` list alone; or {id: state}, a state being the
+     * projection's (entered, exited, skipped) or the picture's (STATES).
+     */
     update(nodeStates) {
       const states = nodeStatesOf(nodeStates);
       for (const [id, view] of nodeViews) {

@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 from salvor.daemon.web import OperationRefused, bad_request
-from salvor.protocol import ErrorCode, SchemaViolation, question_schema, validate
+from salvor.protocol import (
+    BUDGET_EXTENSION_SCHEMA,
+    ErrorCode,
+    SchemaViolation,
+    question_schema,
+    validate,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -312,11 +318,15 @@ def test_each_ask_user_question_is_answered_as_the_daemon_checks_it(
     validate(schema, got)
 
 
-def test_a_gate_form_answers_its_approval_schema_and_the_default_schema_as_json(page):
+def test_a_gate_and_a_budget_form_answer_their_schemas_and_the_default_gate_takes_json(page):
     render(page, APPROVAL)
     control(page, "/approved").click()
     type_into(page, "/note", "ship it")
     assert value(page) == {"approved": True, "note": "ship it"}
+    # The inbox's other form: how much more of a crossed budget to allow.
+    render(page, BUDGET_EXTENSION_SCHEMA)
+    type_into(page, "/extend_by", "2500")
+    assert value(page) == {"extend_by": 2500}
     # A gate without an approval_schema asks for any object: JSON text, starting at {}.
     render(page, {"type": "object"})
     assert control(page, "").get_attribute("value") == "{}"
