@@ -414,3 +414,26 @@ def test_a_message_without_details_still_names_its_field(page):
     )
     assert field_error(page, "/kind") is None
     assert field_error(page, "/count") == "must be bigger than or equal to 1"
+
+
+def test_property_names_with_a_slash_a_dot_or_a_space_are_their_own_fields(page):
+    # The pointer escapes "/" (RFC 6901); the daemon's "$.x.y" spelling cannot tell a dot in a
+    # name from a level, so the form matches it against its own fields' spellings instead.
+    odd = {
+        "type": "object",
+        "properties": {
+            "a/b": {"type": "integer", "maximum": 1},
+            "c.d": {"type": "object", "properties": {"e f": {"type": "integer", "maximum": 1}}},
+        },
+    }
+    render(page, odd)
+    type_into(page, "/a~1b", "2")
+    type_into(page, "/c.d/e f", "3")
+    assert value(page) == {"a/b": 2, "c.d": {"e f": 3}}
+    envelope = _refusal_of(odd, value(page), gate=None)
+    show_errors(page, envelope)
+    assert field_error(page, "/a~1b") == "must be smaller than or equal to 1"
+    type_into(page, "/a~1b", "1")
+    show_errors(page, _refusal_of(odd, value(page), gate=None))
+    assert field_error(page, "/c.d/e f") == "must be smaller than or equal to 1"
+    assert field_error(page, "/c.d") is None
