@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 from salvor.daemon.web import OperationRefused, bad_request
-from salvor.protocol import ErrorCode, SchemaViolation, question_schema, validate
+from salvor.protocol import (
+    BUDGET_EXTENSION_SCHEMA,
+    ErrorCode,
+    SchemaViolation,
+    question_schema,
+    validate,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -312,11 +318,15 @@ def test_each_ask_user_question_is_answered_as_the_daemon_checks_it(
     validate(schema, got)
 
 
-def test_a_gate_form_answers_its_approval_schema_and_the_default_schema_as_json(page):
+def test_a_gate_and_a_budget_form_answer_their_schemas_and_the_default_gate_takes_json(page):
     render(page, APPROVAL)
     control(page, "/approved").click()
     type_into(page, "/note", "ship it")
     assert value(page) == {"approved": True, "note": "ship it"}
+    # The inbox's other form: how much more of a crossed budget to allow.
+    render(page, BUDGET_EXTENSION_SCHEMA)
+    type_into(page, "/extend_by", "2500")
+    assert value(page) == {"extend_by": 2500}
     # A gate without an approval_schema asks for any object: JSON text, starting at {}.
     render(page, {"type": "object"})
     assert control(page, "").get_attribute("value") == "{}"
@@ -404,3 +414,26 @@ def test_a_message_without_details_still_names_its_field(page):
     )
     assert field_error(page, "/kind") is None
     assert field_error(page, "/count") == "must be bigger than or equal to 1"
+
+
+def test_property_names_with_a_slash_a_dot_or_a_space_are_their_own_fields(page):
+    # The pointer escapes "/" (RFC 6901); the daemon's "$.x.y" spelling cannot tell a dot in a
+    # name from a level, so the form matches it against its own fields' spellings instead.
+    odd = {
+        "type": "object",
+        "properties": {
+            "a/b": {"type": "integer", "maximum": 1},
+            "c.d": {"type": "object", "properties": {"e f": {"type": "integer", "maximum": 1}}},
+        },
+    }
+    render(page, odd)
+    type_into(page, "/a~1b", "2")
+    type_into(page, "/c.d/e f", "3")
+    assert value(page) == {"a/b": 2, "c.d": {"e f": 3}}
+    envelope = _refusal_of(odd, value(page), gate=None)
+    show_errors(page, envelope)
+    assert field_error(page, "/a~1b") == "must be smaller than or equal to 1"
+    type_into(page, "/a~1b", "1")
+    show_errors(page, _refusal_of(odd, value(page), gate=None))
+    assert field_error(page, "/c.d/e f") == "must be smaller than or equal to 1"
+    assert field_error(page, "/c.d") is None
