@@ -1,4 +1,4 @@
-"""The control-plane HTTP app (quart-trio): its configuration, its error envelope, its bearer
+"""The control-plane HTTP app (quart-trio): its configuration, its error envelope, its caller
 check, and the routes of each resource composed onto it.
 
 Handlers do the fast part (validate, refuse a bad state, record the head or
@@ -14,16 +14,22 @@ whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
 on ``POST /v1/graphs`` and ``/v1/graphs/validate``; ``GET``/``PUT /v1/settings/edit-mode``
-(the flow authoring tools' switch).
-``GET /v1/capabilities`` advertises ``fork: true``. Beside the API, the page (``GET /``,
-``GET /ui/<name>``: ``_dashboard_routes``) is served without auth and is not in the document.
+(the flow authoring tools' switch); ``POST``, ``GET`` and ``DELETE /v1/session`` (the page's login,
+with its cookie and CSRF token).
+``GET /v1/capabilities`` advertises ``fork: true``.
+
+Every ``/v1`` path (routed or not), ``/metrics`` and every WebSocket handshake under them pass the
+caller check first (``_http.authenticate``: the bearer token or a live session cookie), except the
+login itself, which only has its Origin checked. Other paths (the page's shell) are left to their
+routes: the page (``GET /``, ``GET /ui/<name>``: ``_dashboard_routes``) is served
+without auth and is not in the document.
 """
 
 from __future__ import annotations
 
 import logging
 
-from quart import request
+from quart import g, request, websocket
 from quart_trio import QuartTrio
 from salvor.protocol import CodedError, ErrorCode, excerpt
 from werkzeug.exceptions import HTTPException
@@ -31,22 +37,34 @@ from werkzeug.exceptions import HTTPException
 from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
-from ._dashboard_routes import add_dashboard_routes, is_page_path
+from ._dashboard_routes import add_dashboard_routes
 from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
 from ._graph_run_routes import add_graph_run_routes
-from ._http import check_bearer, error_response
+from ._http import (
+    authenticate,
+    authenticate_handshake,
+    check_request_origin,
+    error_response,
+)
 from ._meta_routes import add_meta_routes
 from ._model_step_routes import add_model_step_routes
 from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import add_run_events_route
 from ._run_verb_routes import add_run_verb_routes
 from ._runs_routes import add_run_routes
+from ._session_routes import LOGIN_PATH, add_session_routes
 from ._settings_routes import add_settings_routes
 from ._state import ServerState
 from ._tool_step_routes import add_tool_step_routes
 
 log = logging.getLogger("salvor.api")
+
+
+def guarded(path: str) -> bool:
+    """Whether a path needs the caller check: the API and the metrics, not the page's shell."""
+    return path == "/v1" or path.startswith("/v1/") or path == "/metrics"
+
 
 # Quart's own refusals by status; any other is a bad_request (400), as the table has it.
 _HTTP_CODES = {
@@ -70,10 +88,20 @@ def create_app(state: ServerState) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = state.body_timeout_seconds
 
     @app.before_request
-    async def authenticate() -> None:
-        # The page's shell holds no data; what it shows it asks /v1 for, authenticated there.
-        if not is_page_path(request.path):
-            check_bearer(state.auth_token)
+    async def admit_caller() -> None:
+        if not guarded(request.path):
+            return
+        if request.path == LOGIN_PATH and request.method == "POST":
+            # The login is how a caller without a session gets one; a page of another origin
+            # must not be able to log its visitor in.
+            check_request_origin()
+            return
+        g.session = authenticate(state.auth_token, state.sessions)
+
+    @app.before_websocket
+    async def admit_handshake() -> None:
+        if guarded(websocket.path):
+            g.session = authenticate_handshake(state.auth_token, state.sessions)
 
     app.register_error_handler(CodedError, _coded)
     app.register_error_handler(HTTPException, _http_error)
@@ -92,6 +120,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_meta_routes(app, state)
     # Operator settings (issue 16): edit mode.
     add_settings_routes(app, state)
+    # The page's login (issue 17): the session cookie and its CSRF token.
+    add_session_routes(app, state)
     add_client_run_routes(app, state)
     add_model_step_routes(app, state)
     add_tool_step_routes(app, state)

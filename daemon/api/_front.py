@@ -8,7 +8,9 @@ context); answered here, about 0.56 ms behind hypercorn's own connection
 handler and about 0.4 ms behind the daemon's listener (``_http_server.py``),
 most of it the HTTP stack's (measured with ``tests/bench/bench_client_runs.py``).
 
-It answers exactly as the Quart route would: the bearer token first, then
+It answers exactly as the Quart route would: the caller check first (the bearer token, or the
+page's session cookie with its CSRF token and its own Origin: ``web.admit``, as the app's hook
+applies it), then
 the run and its drive token, then the body (the same reader, so the same
 deadline and 8 MB cap; strict JSON; an object with only ``events``), the
 same error envelope, and a bug as the same 500. Every other request passes
@@ -24,12 +26,12 @@ from typing import Any
 from salvor.protocol import CodedError
 
 from ..web import (
+    Caller,
     Disconnected,
+    admit,
     asgi_chunks,
-    bearer_matches,
     internal,
     read_body,
-    unauthorized,
 )
 from ._bodies import APPEND_EVENTS
 from ._state import ServerState
@@ -90,10 +92,14 @@ class AppendFront:
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.lower(), value)
-        if not bearer_matches(
-            headers.get(b"authorization", b"").decode("latin-1"), self._state.auth_token
-        ):
-            raise unauthorized()
+        if self._state.auth_token is not None:
+
+            def header(name: str) -> str | None:
+                value = headers.get(name.lower().encode("latin-1"))
+                return None if value is None else value.decode("latin-1")
+
+            caller = Caller.of("POST", scope.get("scheme", "http"), header)
+            admit(caller, self._state.auth_token, self._state.sessions)
         client_runs = self._state.client_runs
         token = headers.get(b"x-drive-token")
         run_id = await client_runs.driving(

@@ -1,8 +1,8 @@
 """The Quart side of the handlers' plumbing: the error envelope and JSON as responses, the body of
-the request in hand (under the app's deadline and cap), the bearer check.
+the request in hand (under the app's deadline and cap), the caller check.
 
-The parsing itself is ``web``'s (``object_from``, ``bearer_matches``): this module only binds it to
-Quart's request, so nothing below the HTTP API imports Quart (the CLI's runs do not load it).
+The parsing itself is ``web``'s (``object_from``, ``admit``): this module only binds it to Quart's
+request, so nothing below the HTTP API imports Quart (the CLI's runs do not load it).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from quart import Response, request
+from quart import Response, request, websocket
 from salvor.protocol import CodedError
 
-from ..web import bearer_matches, object_from, read_body, unauthorized
+from ..web import Caller, Session, Sessions, admit, check_origin, object_from, read_body
 
 
 def error_response(error: CodedError) -> Response:
@@ -34,10 +34,40 @@ def json_response(body: Any, status: int = 200) -> Response:
     )
 
 
-def check_bearer(expected: str | None) -> None:
-    """Refuse unless the request carries the server's token."""
-    if not bearer_matches(request.headers.get("Authorization", ""), expected):
-        raise unauthorized()
+def request_caller() -> Caller:
+    """The Quart request in hand, as the caller check reads it."""
+    return Caller.of(request.method, request.scheme, request.headers.get)
+
+
+def authenticate(token: str | None, sessions: Sessions) -> Session | None:
+    """Admit the Quart request in hand by the bearer token or a live session cookie (``web.admit``:
+    a cookie's state-changing request also needs its CSRF token and its own Origin); returns the
+    session that admitted it, None for the bearer token or a server without one.
+
+    Raises:
+        OperationRefused: unauthorized (401) or forbidden (403); nothing has been read or recorded.
+    """
+    return admit(request_caller(), token, sessions)
+
+
+def authenticate_handshake(token: str | None, sessions: Sessions) -> Session | None:
+    """``authenticate`` for the WebSocket handshake in hand: by cookie, its Origin must be sent and
+    be the daemon's own.
+
+    Raises:
+        OperationRefused: unauthorized (401) or forbidden (403); the connection is not upgraded.
+    """
+    caller = Caller.of("GET", websocket.scheme, websocket.headers.get, handshake=True)
+    return admit(caller, token, sessions)
+
+
+def check_request_origin() -> None:
+    """Refuse the Quart request in hand when it sends an ``Origin`` other than the daemon's own.
+
+    Raises:
+        OperationRefused: forbidden (403).
+    """
+    check_origin(request_caller())
 
 
 async def body_bytes() -> bytes:

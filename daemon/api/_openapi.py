@@ -33,6 +33,7 @@ from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
 from ..agents import DEFAULT_PROVIDER, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
+from ..web import CSRF_HEADER, SESSION_COOKIE
 from ._agent_schemas import AGENT_SCHEMAS
 from ._answers import ANSWERS, DRIVER, DRIVER_RULE
 from ._bodies import (
@@ -62,6 +63,7 @@ from ._schema import SEQ as _SEQ
 from ._schema import closed as _object
 from ._schema import exactly as _exactly
 from ._schema import ref as _ref
+from ._session_schemas import LOGIN, SESSION, SESSION_ANSWERS, SESSION_ENDED, SESSION_SCHEMAS
 from ._settings_schemas import EDIT_MODE, SETTINGS_ANSWERS, SETTINGS_SCHEMAS
 
 # An integer in a query or a header is ASCII digits, at most 18 of them (``_http.whole_number``), so
@@ -184,6 +186,9 @@ SCHEMAS: JSON = {
     # -- operator settings (issue 16): /v1/settings/edit-mode --
     **SETTINGS_SCHEMAS,
     **{answer.name: answer.schema() for answer in SETTINGS_ANSWERS},
+    # -- the page's login (issue 17): /v1/session --
+    **SESSION_SCHEMAS,
+    **{answer.name: answer.schema() for answer in SESSION_ANSWERS},
     # -- graph runs' projection and forks (issue 15): /v1/runs/{id}/graph, /fork, /forks --
     **FORK_SCHEMAS,
     **{answer.name: answer.schema() for answer in FORK_ANSWERS},
@@ -256,6 +261,17 @@ SCHEMAS: JSON = {
 # -- parameters and refusals -----------------------------------------------------------------------
 
 PARAMETERS: JSON = {
+    "Csrf": {
+        "name": CSRF_HEADER,
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": (
+            "The session's csrf token (as `POST` or `GET /v1/session` answered it). Required on "
+            "a state-changing request the session cookie authenticates; a bearer request needs "
+            "none."
+        ),
+    },
     "DriveToken": {
         "name": "X-Drive-Token",
         "in": "header",
@@ -610,6 +626,72 @@ SETTINGS_PATHS: JSON = {
                 {"200": ("The setting now.", _ref("EditMode"))},
                 "BadRequest",
                 "PayloadTooLarge",
+            ),
+        },
+    },
+}
+
+# -- the page's login (issue 17) ------------------------------------------------------------------
+
+_FORBIDDEN = _error(
+    "Sent from a page of another origin (an `Origin` that is not the daemon's own), or, by the "
+    f"session cookie, without the session's `{CSRF_HEADER}`. Nothing changed.",
+    "forbidden",
+)
+_NO_SESSION = _error(
+    "The daemon has a token and the request carries neither the bearer token nor a live session "
+    "cookie (none, ended, or expired).",
+    "unauthorized",
+)
+_CSRF = {"$ref": "#/components/parameters/Csrf"}
+
+SESSION_PATHS: JSON = {
+    "/v1/session": {
+        "post": {
+            "operationId": "logIn",
+            "summary": "Log in with the daemon's token: a session cookie and its csrf token",
+            "description": (
+                f"The token goes in the body, never in the URL (any query string is a 400). The "
+                f"answer sets `{SESSION_COOKIE}` (HttpOnly, SameSite=Strict, Path=/, Max-Age of "
+                "12 hours, Secure over TLS); a session cookie the request still carried is ended. "
+                "Sessions live in the daemon's memory (a restart ends them), at most 1,024 (a "
+                "login past that ends the oldest). Needs no authentication, but an `Origin`, if "
+                "sent, must be the daemon's own. Without --auth-token there is no session: any "
+                "token answers nulls and no cookie."
+            ),
+            "security": [{}],
+            "requestBody": _body(LOGIN),
+            "responses": _responses(
+                {"200": ("The session (and `Set-Cookie`).", _ref(SESSION.name))},
+                "BadRequest",
+                "PayloadTooLarge",
+                extra={
+                    "401": _error(
+                        "That is not the daemon's token. No session, no cookie.", "unauthorized"
+                    ),
+                    "403": _FORBIDDEN,
+                },
+            ),
+        },
+        "get": {
+            "operationId": "getSession",
+            "summary": "The session the cookie names, so a reloaded page gets its csrf token back",
+            "description": (
+                "A bearer caller (or any caller of a daemon without --auth-token) needs no "
+                "session: it is answered nulls."
+            ),
+            "responses": _responses(
+                {"200": ("The session.", _ref(SESSION.name))},
+                extra={"401": _NO_SESSION, "403": _FORBIDDEN},
+            ),
+        },
+        "delete": {
+            "operationId": "logOut",
+            "summary": "End the session the cookie names, and clear the cookie",
+            "parameters": [_CSRF],
+            "responses": _responses(
+                {"200": ("Whether a session was ended.", _ref(SESSION_ENDED.name))},
+                extra={"401": _NO_SESSION, "403": _FORBIDDEN},
             ),
         },
     },
@@ -1265,6 +1347,7 @@ PATHS: JSON = {
     },
     **FORK_PATHS,
     **SETTINGS_PATHS,
+    **SESSION_PATHS,
 }
 
 # The streamed model step (Accept: text/event-stream, or ?stream=1): ticker
@@ -1327,8 +1410,11 @@ DOCUMENT: JSON = {
         "description": (
             "Every refusal is the one error envelope with a precise 4xx. A path outside `paths` "
             "is `NoRoute` (404 `not_found`), a method a path does not list is `MethodNotAllowed` "
-            "(405 `method_not_allowed`, with `Allow`); with --auth-token every route is 401 "
-            "`unauthorized` without the bearer token. Refusals of the HTTP layer itself carry the "
+            "(405 `method_not_allowed`, with `Allow`); with --auth-token every route but the "
+            "login is 401 `unauthorized` without the bearer token or a live session cookie "
+            f"(`{SESSION_COOKIE}`, from `POST /v1/session`), and a state-changing request the "
+            f"cookie authenticates is 403 `forbidden` without its session's `{CSRF_HEADER}` or "
+            "from another origin. Refusals of the HTTP layer itself carry the "
             "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
             "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
             "501 `not_implemented` (a transfer-coding other than chunked), "
@@ -1346,7 +1432,7 @@ DOCUMENT: JSON = {
         {"url": "http://127.0.0.1:8420", "description": "`salvor serve` on its default address"}
     ],
     # Optional: only a server started with --auth-token checks it.
-    "security": [{"bearer": []}, {}],
+    "security": [{"bearer": []}, {"session": []}, {}],
     "paths": PATHS,
     "components": {
         "schemas": SCHEMAS,
@@ -1359,7 +1445,19 @@ DOCUMENT: JSON = {
                 "description": (
                     "The token in the environment variable `salvor serve --auth-token` names."
                 ),
-            }
+            },
+            "session": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": SESSION_COOKIE,
+                "description": (
+                    "The page's session, from `POST /v1/session`. A state-changing request (POST, "
+                    f"PUT, PATCH, DELETE) it authenticates must send `{CSRF_HEADER}` (the "
+                    "`Csrf` parameter) with the session's csrf token, and an `Origin`, if sent, "
+                    "must be the daemon's own (a WebSocket handshake must send one); else 403 "
+                    "`forbidden`."
+                ),
+            },
         },
     },
 }

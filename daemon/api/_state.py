@@ -13,7 +13,7 @@ from ..agents import Credentials
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
 from ..models import ModelGateway
 from ..runs import DriverSet, EventHub, Runtime
-from ..web import BODY_TIMEOUT_SECONDS, wrong_state
+from ..web import BODY_TIMEOUT_SECONDS, Sessions, wrong_state
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
 
@@ -38,6 +38,8 @@ class ServerState:
     drivers: DriverSet
     hub: EventHub
     auth_token: str | None = None
+    # The page's login sessions (only used with an auth token): in memory, so a restart ends them.
+    sessions: Sessions = field(default_factory=Sessions)
     commit: str | None = None
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0

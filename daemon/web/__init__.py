@@ -1,5 +1,6 @@
 """HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
-envelope and its refusals, request values, outbound TLS. ``ErrorCode`` (code -> status, defined in
+envelope and its refusals, request values, outbound TLS, the caller check (bearer token or the
+page's session cookie) and the sessions behind it. ``ErrorCode`` (code -> status, defined in
 ``salvor.protocol``) is re-exported here for the HTTP layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
@@ -14,6 +15,12 @@ import trio
 
 from ._asgi import (
     answer_lifespan,
+)
+from ._callers import (
+    CSRF_HEADER,
+    Caller,
+    admit,
+    check_origin,
 )
 from ._errors import (
     OperationRefused,
@@ -35,8 +42,14 @@ from ._requests import (
     bearer_matches,
     object_from,
     parse_json,
+    token_matches,
     unauthorized,
     whole_number,
+)
+from ._sessions import (
+    SESSION_COOKIE,
+    Session,
+    Sessions,
 )
 from ._tls import (
     tls_context,
@@ -84,14 +97,21 @@ async def serve(
 
 __all__ = [
     "BODY_TIMEOUT_SECONDS",
+    "CSRF_HEADER",
     "HEADER_NAME",
     "PLACEHOLDER",
+    "SESSION_COOKIE",
+    "Caller",
     "Disconnected",
     "OperationRefused",
+    "Session",
+    "Sessions",
+    "admit",
     "answer_lifespan",
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
+    "check_origin",
     "header_placeholders",
     "internal",
     "is_http_url",
@@ -103,6 +123,7 @@ __all__ = [
     "serve",
     "stray_placeholder",
     "tls_context",
+    "token_matches",
     "unauthorized",
     "unknown_agent",
     "unknown_graph",

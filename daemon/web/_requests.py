@@ -29,7 +29,8 @@ def whole_number(text: str) -> int | None:
 def unauthorized() -> OperationRefused:
     return OperationRefused(
         ErrorCode.UNAUTHORIZED,
-        "this server requires `Authorization: Bearer <token>`; the token was missing or wrong",
+        "this server requires `Authorization: Bearer <token>` or a live session cookie (log in "
+        "with POST /v1/session); the token was missing or wrong, or the session has ended",
     )
 
 
@@ -38,9 +39,12 @@ def bearer_matches(header: str, expected: str | None) -> bool:
     if expected is None:
         return True
     scheme, _, presented = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        presented.strip().encode(), expected.encode()
-    )
+    return scheme.lower() == "bearer" and token_matches(presented.strip(), expected)
+
+
+def token_matches(presented: str, expected: str) -> bool:
+    """Whether ``presented`` is the server's token (constant-time compare)."""
+    return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode())
 
 
 def parse_json(data: bytes) -> Any:

@@ -51,6 +51,8 @@ GRAPH_RUN_PATHS = ("/v1/graph-runs",)
 FORK_PATHS = ("/v1/runs/{run_id}/graph", "/v1/runs/{run_id}/fork", "/v1/runs/{run_id}/forks")
 # Covered by tests/daemon/api/test_settings.py.
 SETTINGS_PATHS = ("/v1/settings/edit-mode",)
+# The page's login: tests/daemon/api/test_session.py answers every status it documents.
+SESSION_PATHS = ("/v1/session",)
 # Covered by tests/daemon/api/test_children.py.
 CHILD_PATHS = ("/v1/runs/{run_id}/children",)
 

@@ -149,7 +149,9 @@ async def test_every_route_needs_the_token_when_one_is_set(server_factory, provi
     server = await server_factory(auth_token=TOKEN)
     agent, provider = await register(server, providers)
     before = await snapshot(server)
-    routes = _routes(server) + [("GET", "/nowhere"), ("DELETE", "/v1/runs")]
+    # The login is the one route open without a token (tests/daemon/api/test_session.py).
+    routes = [route for route in _routes(server) if route != ("POST", "/v1/session")]
+    routes += [("GET", "/v1/nowhere"), ("DELETE", "/v1/runs")]
     anonymous = server.new_client()
     wrong = [
         {},

@@ -1,0 +1,137 @@
+"""Who may call the daemon: the bearer token, or a live session cookie with its CSRF token.
+
+One rule for every guarded request (each ``/v1`` route, ``/metrics``, the WebSocket handshake and
+the append front), whatever answers it:
+
+* Without a server token, every caller is admitted and nothing below is checked.
+* An ``Authorization`` header decides alone: the right bearer token admits the request, anything
+  else is 401 ``unauthorized`` (a cookie beside a wrong header does not rescue it). A header is
+  not ambient, so a bearer request needs no CSRF token and no Origin.
+* Otherwise the ``salvor_session`` cookie must name a live session (else 401). A browser sends a
+  cookie with any request to the daemon's host, whoever wrote the page, so a cookie alone proves
+  little: an ``Origin``, when sent, must be the daemon's own (scheme and ``Host``); a WebSocket
+  handshake must send one (browsers always do); and a state-changing request (POST, PUT, PATCH,
+  DELETE) must carry ``X-Salvor-CSRF`` equal to the session's token. Else 403 ``forbidden``.
+
+A refusal here happens before anything reads the body or the store: it records nothing. No message
+quotes what the caller sent (a mistyped token would otherwise land in a client's logs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from salvor.protocol import ErrorCode
+
+from ._errors import OperationRefused
+from ._requests import bearer_matches, unauthorized
+from ._sessions import SESSION_COOKIE, Session, Sessions
+
+CSRF_HEADER = "X-Salvor-CSRF"
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# A browser sends one cookie per (name, domain, path); a few more are another page's doing.
+_MAX_SESSION_COOKIES = 4
+# A WebSocket handshake's scheme as the page that opened it names its own origin.
+_PAGE_SCHEMES = {"ws": "http", "wss": "https"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """What the caller check reads of a request (each header None when it was not sent)."""
+
+    method: str
+    # The ASGI scope's: http, https, ws or wss.
+    scheme: str
+    host: str | None = None
+    authorization: str | None = None
+    cookie: str | None = None
+    csrf: str | None = None
+    origin: str | None = None
+    handshake: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        method: str,
+        scheme: str,
+        header: Callable[[str], str | None],
+        *,
+        handshake: bool = False,
+    ) -> Caller:
+        """A caller from a request's method, scheme and a header getter (case-insensitive)."""
+        return cls(
+            method=method.upper(),
+            scheme=scheme,
+            host=header("Host"),
+            authorization=header("Authorization"),
+            cookie=header("Cookie"),
+            csrf=header(CSRF_HEADER),
+            origin=header("Origin"),
+            handshake=handshake,
+        )
+
+    def own_origin(self) -> str | None:
+        """The daemon's origin as this request reached it (None without a ``Host``)."""
+        if not self.host:
+            return None
+        return f"{_PAGE_SCHEMES.get(self.scheme, self.scheme)}://{self.host}".lower()
+
+    def session_ids(self) -> list[str]:
+        """The ``salvor_session`` values of the ``Cookie`` header, at most a few."""
+        ids = []
+        for part in (self.cookie or "").split(";"):
+            name, found, value = part.strip().partition("=")
+            if found and name == SESSION_COOKIE and value:
+                ids.append(value.strip('"'))
+        return ids[:_MAX_SESSION_COOKIES]
+
+
+def forbidden(message: str) -> OperationRefused:
+    return OperationRefused(ErrorCode.FORBIDDEN, message)
+
+
+def check_origin(caller: Caller, *, required: bool = False) -> None:
+    """Refuse an ``Origin`` that is not the daemon's own (and a missing one when ``required``).
+
+    Raises:
+        OperationRefused: forbidden (403).
+    """
+    if caller.origin is None and not required:
+        return
+    own = caller.own_origin()
+    if caller.origin is None or own is None or caller.origin.strip().lower() != own:
+        raise forbidden(
+            "this request came from a page of another origin (its `Origin` is not this "
+            "daemon's own); the session cookie is only honoured from the daemon's own page"
+        )
+
+
+def admit(caller: Caller, token: str | None, sessions: Sessions) -> Session | None:
+    """Admit the caller or refuse it; returns the session that admitted it (None for the bearer
+    token, or when the server has no token).
+
+    Raises:
+        OperationRefused: unauthorized (401) without the right token or a live session;
+            forbidden (403) for a session request from another origin or, when it changes
+            state, without its CSRF token.
+    """
+    if token is None:
+        return None
+    if caller.authorization is not None:
+        if bearer_matches(caller.authorization, token):
+            return None
+        raise unauthorized()
+    session = next(
+        (found for found in map(sessions.find, caller.session_ids()) if found is not None), None
+    )
+    if session is None:
+        raise unauthorized()
+    check_origin(caller, required=caller.handshake)
+    if caller.method in STATE_CHANGING and not session.csrf_matches(caller.csrf):
+        raise forbidden(
+            f"a request that changes state with the session cookie must carry `{CSRF_HEADER}` "
+            "with its session's csrf token (as POST or GET /v1/session answered it); it was "
+            "missing or wrong"
+        )
+    return session
