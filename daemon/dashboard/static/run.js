@@ -43,6 +43,7 @@ export function showRun(container, run, { live }) {
     renderSummary();
     renderWaiting();
     renderActions();
+    if (graph) graph.drawing.update(pictured(graph.projection));
   }
   const refreshSoon = coalesce(refresh, 150);
 
@@ -210,7 +211,7 @@ export function showRun(container, run, { live }) {
       const canvas = h("div", { class: "canvas", "data-test": "graph-canvas" });
       clear(graphBox, h("h2", {}, "Graph"), canvas);
       graph = { projection, drawing: drawGraph(canvas, stored.document) };
-      graph.drawing.update(nodeStates(projection));
+      graph.drawing.update(pictured(projection));
       if (current) renderActions();
     } catch (refusal) {
       graphBox.hidden = false;
@@ -218,11 +219,17 @@ export function showRun(container, run, { live }) {
     }
   }
 
+  // The projection with the run's state beside it: a node entered while the run waits on a
+  // person is drawn waiting, not running.
+  function pictured(projection) {
+    return current ? { ...projection, run_state: current.status.state } : projection;
+  }
+
   const refreshGraph = coalesce(async () => {
     if (!graph) return loadGraph();
     try {
       graph.projection = await get(runPath(run, "/graph"));
-      graph.drawing.update(nodeStates(graph.projection));
+      graph.drawing.update(pictured(graph.projection));
     } catch {
       // The next node event tries again.
     }
@@ -236,6 +243,7 @@ export function showRun(container, run, { live }) {
     },
     onStatus() {
       refreshSoon();
+      if (graph) refreshGraph();
     },
     onError(refusal) {
       error.textContent = refusal.message;
@@ -250,9 +258,6 @@ function runLink(run, name) {
   return h("a", { href: `#/runs/${encodeURIComponent(run)}`, title: run, "data-test": `${name}-link` }, shortId(run));
 }
 
-function nodeStates(projection) {
-  return Object.fromEntries((projection.nodes ?? []).map((node) => [node.node, node.state]));
-}
 
 function pendingText(pending) {
   if (pending.kind === "model") return `model call at seq ${pending.seq}`;

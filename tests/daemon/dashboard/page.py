@@ -62,7 +62,9 @@ class Page:
         return self.daemon.base_url
 
     def open(self, hash_route: str) -> None:
-        """Load the page at ``hash_route`` (a fresh load, not a hash change)."""
+        """Load the page at ``hash_route``: a fresh document, even when the browser is there
+        already (going to the URL it shows would change nothing but the hash)."""
+        self.driver.get("about:blank")
         self.driver.get(f"{self.url}/{hash_route}")
 
     def wait(self, condition: Callable[[WebDriver], Any], what: str, seconds: float = WAIT_SECONDS):
