@@ -11,7 +11,6 @@ synchronous httpx client.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,6 +94,23 @@ class Page:
         assert response.status_code in (200, 201), response.text
         return response.json()["agent"]
 
+    def start_run(self, agent_file: Path, run_input: Any, **fields: Any) -> str:
+        body = {"agent": self.register(agent_file), "input": run_input, **fields}
+        return self.call("POST", "/v1/runs", 201, json=body)["run"]
+
+    def start_graph_run(self, document: dict, run_input: Any = None) -> str:
+        stored = self.api.post("/v1/graphs", json=document)
+        assert stored.status_code in (200, 201), stored.text
+        body = {"graph_hash": stored.json()["graph"], "input": run_input}
+        return self.call("POST", "/v1/graph-runs", 201, json=body)["run"]
+
+    def mark_the_document(self) -> None:
+        """A mark on the document shown: still there later means the page was never reloaded."""
+        self.driver.execute_script("window.__notReloaded = true")
+
+    def still_the_same_document(self) -> bool:
+        return self.driver.execute_script("return window.__notReloaded === true")
+
     def status(self, run_id: str) -> dict:
         return self.call("GET", f"/v1/runs/{run_id}")["status"]
 
@@ -164,7 +180,3 @@ def parked_client_write(page: Page, payout_ref: str) -> str:
         json={"seq": 1, "tool": "payout", "input": {"amount": 70, "payout_ref": payout_ref}},
     )
     return run_id
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value)

@@ -1,0 +1,103 @@
+"""The inbox in a real browser against a real daemon: a gate answered through its form (a wrong
+value refused with the API's own message first), an unknown write resolved with its output.
+
+One ``salvor serve`` (demo model and tools, a client-tool declaration, no token) and one headless
+Chromium serve every test of this module. Each test sets its runs up over the API, then drives the
+page as a person would, waiting on DOM conditions; what the page did is checked over the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.daemon.dashboard.page import (
+    Page,
+    page_on_a_daemon,
+    parked_client_write,
+)
+
+# A gate whose approval names a ticket: a person can type a wrong one.
+TICKET_GATE = {
+    "schema_version": 1,
+    "nodes": [
+        {
+            "id": "close",
+            "kind": "gate",
+            "name": "Close the ticket",
+            "prompt": "Which ticket does this close?",
+            "approval_schema": {
+                "type": "object",
+                "required": ["ticket"],
+                "properties": {"ticket": {"type": "string", "pattern": "^T-[0-9]+$"}},
+            },
+        }
+    ],
+    "edges": [],
+}
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    with page_on_a_daemon(tmp_path_factory.mktemp("page")) as opened:
+        yield opened
+
+
+def test_a_gate_form_refuses_a_wrong_value_with_the_apis_message_then_completes(
+    page: Page,
+) -> None:
+    run_id = page.start_graph_run(TICKET_GATE)
+    page.wait_state(run_id, "suspended")
+    # What the API says of the wrong value, asked directly (a refused resume records nothing).
+    refused = page.api.post(f"/v1/runs/{run_id}/resume", json={"input": {"ticket": "closed"}})
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+
+    page.open("#/inbox")
+    card = f'[data-test=inbox-item][data-run="{run_id}"]'
+    page.find(f"{card}[data-kind=gate]", "the gate's card")
+    assert "Which ticket does this close?" in page.text_of(card)
+    field = page.find(f'{card} [data-field="/ticket"] [data-test=input]')
+    field.send_keys("closed")
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=answer-submit]").click()
+    page.wait(
+        lambda d: page.text_of(f"{card} [data-test=form-error]") == message,
+        "the API's message beside the form",
+    )
+    assert page.status(run_id)["state"] == "suspended"
+    page.screenshot("inbox")
+
+    field.clear()
+    field.send_keys("T-42")
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=answer-submit]").click()
+    page.wait_state(run_id, "completed")
+    page.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, card), "the card leaving the inbox")
+
+
+def test_an_unknown_write_is_resolved_from_the_inbox(page: Page) -> None:
+    run_id = parked_client_write(page, "po-page-1")
+    page.open("#/inbox")
+    card = f'[data-test=inbox-item][data-run="{run_id}"]'
+    page.find(f"{card}[data-kind=unknown_write]", "the unknown write's card")
+    assert page.text_of(f"{card} [data-test=write-tool]") == "payout"
+    assert "po-page-1" in page.text_of(f"{card} [data-test=write-intent]")
+    # The declaration's output schema is the form: too short an id is the API's refusal.
+    field = page.find(f'{card} [data-field="/payout_id"] [data-test=input]')
+    field.send_keys("p1")
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=resolve-submit]").click()
+    page.wait(lambda d: page.text_of(f"{card} [data-test=form-error]"), "the refusal")
+    assert page.call("GET", "/v1/reconciliations")["reconciliations"][0]["run"] == run_id
+
+    field.clear()
+    field.send_keys("pay-9001")
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=resolve-submit]").click()
+    page.wait(lambda d: page.text_of(f"{card} [data-test=action-done]") == "Resolved.", "resolved")
+    queue = page.call("GET", "/v1/reconciliations")["reconciliations"]
+    assert run_id not in [item["run"] for item in queue]
+    log = page.call("GET", f"/v1/client-runs/{run_id}/log")
+    completion = log["log"][-1]["event"]
+    assert completion["kind"] == "ToolCallCompleted"
+    assert completion["payload"]["output"] == {"payout_id": "pay-9001"}
+    assert completion["payload"]["settled_by"] == "operator"
