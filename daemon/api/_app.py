@@ -57,6 +57,7 @@ from ._session_routes import LOGIN_PATH, add_session_routes
 from ._settings_routes import add_settings_routes
 from ._state import ServerState
 from ._tool_step_routes import add_tool_step_routes
+from ._ws_routes import add_ws_route
 
 log = logging.getLogger("salvor.api")
 
@@ -117,6 +118,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_run_verb_routes(app, state)
     add_reconciliation_routes(app, state)
     add_run_events_route(app, state)
+    # The live WebSocket (issue 17): runs and the run list on one connection.
+    add_ws_route(app, state)
     add_meta_routes(app, state)
     # Operator settings (issue 16): edit mode.
     add_settings_routes(app, state)

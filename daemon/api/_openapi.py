@@ -875,6 +875,23 @@ PATHS: JSON = {
             ),
         },
     },
+    "/v1/ws": {
+        "get": {
+            "operationId": "liveWebSocket",
+            "summary": "One WebSocket carrying any number of runs' events and the run list",
+            "description": (
+                "Upgrades to a WebSocket (salvor's own protocol; text frames, one JSON object "
+                "each). Requests: `subscribe` (`run`, `from_seq`), `unsubscribe` (`run`), "
+                "`watch_runs`, `unwatch_runs`. Messages: `event` (the Envelope, as the stream "
+                "sends it), `status`, `run` (a run-list entry) and `error` (the error envelope's "
+                "body). Closes 1013 when its outgoing buffer is full, 1001 when the daemon stops, "
+                "1008 for a message that is not a JSON object or exceeds 64 KiB."
+            ),
+            "responses": _responses(
+                {}, extra={"101": {"description": "Switching to the WebSocket protocol."}}
+            ),
+        },
+    },
     "/v1/runs/{run_id}/resume": {
         "post": {
             "operationId": "resumeRun",

@@ -4,7 +4,8 @@ The stream subscribes to the in-process fan-out before it reads the store,
 so nothing committed in between is missed, and it sends each seq exactly
 once, in order (anything older than the cursor is skipped; a gap is read
 back from the store). Events another process writes into the same store
-(the CLI) arrive through a bounded poll. It ends with an ``end`` frame once
+(the CLI) arrive through the hub's shared poll, one store read per run per
+interval however many streams watch it. It ends with an ``end`` frame once
 the run rests, or once nothing drives it here and nothing has arrived for a
 grace period (``detached: true``).
 """
@@ -92,6 +93,7 @@ async def _frames(
         next_seq = min(start, len(log))
         pending = list(log[next_seq:])
         last_progress = last_beat = trio.current_time()
+        seeded = False
         while True:
             # Everything at hand goes out as one chunk: with many
             # subscribers, one write per burst instead of per event.
@@ -111,6 +113,10 @@ async def _frames(
                     chunk.append(frame or event_frame(envelope))
                 last_progress = trio.current_time()
             pending = []
+            if not seeded:
+                # From here on the shared poll reads what another process commits.
+                subscription.seed(next_seq, view)
+                seeded = True
             if chunk:
                 yield b"".join(chunk)
             # A write's intent is recorded before the write runs, so
@@ -143,16 +149,17 @@ async def _frames(
                         pending.append(subscription.receive.receive_nowait())
                     except trio.WouldBlock:
                         break
-            if pending and pending[0].envelope.seq == next_seq and not subscription.lagging:
-                continue
-            if pending and pending[0].envelope.seq < next_seq:
-                pending = [e for e in pending if e.envelope.seq >= next_seq]
-                if not pending or pending[0].envelope.seq == next_seq:
+            if not subscription.lagging:
+                if pending and pending[0].envelope.seq < next_seq:
+                    pending = [e for e in pending if e.envelope.seq >= next_seq]
+                if not pending:
+                    # A quiet spell: what another process writes comes through the hub's poll.
+                    if trio.current_time() - last_beat >= state.heartbeat_seconds:
+                        last_beat = trio.current_time()
+                        yield KEEP_ALIVE
                     continue
-            # A gap, a lagging queue, or a quiet spell: read the store
-            # (another process may be writing this run).
+                if pending[0].envelope.seq == next_seq:
+                    continue
+            # A gap or a lagging queue: read what is missing from the store.
             subscription.lagging = False
             pending = await runtime.read_log(run_id, next_seq)
-            if not pending and trio.current_time() - last_beat >= state.heartbeat_seconds:
-                last_beat = trio.current_time()
-                yield KEEP_ALIVE

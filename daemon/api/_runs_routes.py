@@ -54,7 +54,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
         return RUN_LIST.respond(
-            runs=[_summary_json(state, s) for s in page], next_cursor=next_cursor
+            runs=[summary_json(state, s) for s in page], next_cursor=next_cursor
         )
 
     @app.get("/v1/runs/<run_id>")
@@ -79,7 +79,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         children = await runtime.list_children(run_id)
         return CHILD_LIST.respond(
-            run=run_id, derived=True, children=[_summary_json(state, s) for s in children]
+            run=run_id, derived=True, children=[summary_json(state, s) for s in children]
         )
 
     @app.get("/v1/runs/<run_id>/replay")
@@ -110,7 +110,8 @@ def _list_filters(args) -> dict:
     return {"state": status, "label": label, **hashes, **page_of(args)}
 
 
-def _summary_json(state: ServerState, summary: RunSummary) -> dict:
+def summary_json(state: ServerState, summary: RunSummary) -> dict:
+    """One ``GET /v1/runs`` entry (the live connection's ``run`` rows too)."""
     body = summary.to_json()
     if "status" in body:
         # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.

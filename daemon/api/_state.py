@@ -12,7 +12,7 @@ from salvor.protocol import TERMINAL_STATES
 from ..agents import Credentials
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
 from ..models import ModelGateway
-from ..runs import DriverSet, EventHub, Runtime
+from ..runs import OUTBOX_LIMIT, DriverSet, EventHub, Runtime
 from ..web import BODY_TIMEOUT_SECONDS, Sessions, wrong_state
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
@@ -44,6 +44,8 @@ class ServerState:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
+    # How many messages a /v1/ws connection may have unsent before it is closed (1013).
+    ws_outbox_limit: int = OUTBOX_LIMIT
     # How long any request body may take to arrive whole before it is answered 408.
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).

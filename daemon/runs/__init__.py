@@ -1,5 +1,5 @@
 """Runs and their drivers: the Runtime (start, resume, resolve, abandon), the driver set, store
-healing, the live event hub, who owns a store.
+healing, the live event hub and its WebSocket connections, who owns a store.
 
 Rule: imports only the packages below it.
 """
@@ -12,7 +12,10 @@ from ._drivers import (
 from ._event_hub import (
     EventHub,
     LiveEvent,
+    RunChange,
+    Subscription,
     event_frame,
+    event_message,
 )
 from ._flow_catalog import (
     FlowCatalog,
@@ -20,6 +23,12 @@ from ._flow_catalog import (
 from ._flow_host import (
     RunFlows,
     child_result,
+)
+from ._live_connection import (
+    MAX_MESSAGE_BYTES,
+    OUTBOX_LIMIT,
+    LiveConnection,
+    Outbox,
 )
 from ._ownership import (
     SERVE,
@@ -33,17 +42,24 @@ from ._runtime import (
 )
 
 __all__ = [
+    "MAX_MESSAGE_BYTES",
     "MISSING",
+    "OUTBOX_LIMIT",
     "SERVE",
     "DriverSet",
     "EventHub",
     "FlowCatalog",
+    "LiveConnection",
     "LiveEvent",
+    "Outbox",
     "ResumeOutcome",
+    "RunChange",
     "RunFlows",
     "Runtime",
+    "Subscription",
     "child_result",
     "driving_run",
     "event_frame",
+    "event_message",
     "own_store",
 ]

@@ -1,20 +1,34 @@
-"""In-process fan-out: each durable envelope reaches every live subscriber of its run.
+"""In-process fan-out: each durable envelope reaches every live subscriber of its run, and each
+change of a run's status reaches every watcher of the run list.
 
 The writer publishes right after a commit, on the trio thread, so a stream in
-this daemon sees an event as soon as it is durable. A subscriber that falls
-behind is not allowed to hold memory without bound: its queue is capped and,
-once full, it is marked ``lagging`` and reads the gap back from the store.
+this daemon sees an event as soon as it is durable. Publishing works out each
+envelope's view once and hands the same ``LiveEvent`` to every subscriber,
+whatever its transport; the encodings a transport sends (the SSE frame, the
+WebSocket message) are made on first use and kept on the event, so a frame is
+encoded once however many streams carry it. Publishing never waits: a
+subscriber that cannot take an event now is told so at once (an SSE stream
+reads the gap back from the store, a WebSocket connection is closed).
+
+Events another process writes into the store (a ``salvor run`` beside the
+daemon) never pass through ``publish``; ``poll_forever`` reads them, once per
+run per interval, for the runs somebody listens to and nothing here drives.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Self
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, Self
 
 import trio
-from salvor.protocol import Envelope, RunView, encode_envelope, sse_frame, step
+from salvor.protocol import EMPTY_VIEW, Envelope, RunView, encode_envelope, sse_frame, step
+from salvor.store import StoreError
 
 QUEUE_LIMIT = 1024
+
+log = logging.getLogger("salvor.runs")
 
 
 def event_frame(envelope: Envelope) -> bytes:
@@ -22,23 +36,94 @@ def event_frame(envelope: Envelope) -> bytes:
     return sse_frame(encode_envelope(envelope), id=envelope.seq)
 
 
-@dataclass(frozen=True, slots=True)
-class LiveEvent:
-    """A durable envelope as published: its frame and the run's view after it,
-    worked out once for every subscriber."""
+def event_message(envelope: Envelope) -> str:
+    """The WebSocket ``event`` message: the envelope is byte for byte the SSE frame's data."""
+    return f'{{"type":"event","run":{_json(envelope.run_id)},"event":{encode_envelope(envelope)}}}'
 
-    envelope: Envelope
-    frame: bytes
-    view: RunView
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class LiveEvent:
+    """A durable envelope as published: the run's view after it, whether it changed the run's
+    status, and its encodings, each worked out once for every subscriber."""
+
+    __slots__ = ("_frame", "_message", "envelope", "extra", "status_changed", "view")
+
+    def __init__(self, envelope: Envelope, view: RunView, *, status_changed: bool) -> None:
+        self.envelope = envelope
+        self.view = view
+        self.status_changed = status_changed
+        self._frame: bytes | None = None
+        self._message: str | None = None
+        # Encodings a transport derives from this event (a status message), by name.
+        self.extra: dict[str, Any] = {}
+
+    @property
+    def frame(self) -> bytes:
+        """The SSE frame (``event_frame``)."""
+        if self._frame is None:
+            self._frame = event_frame(self.envelope)
+        return self._frame
+
+    @property
+    def message(self) -> str:
+        """The WebSocket ``event`` message: the envelope is byte for byte the SSE frame's data."""
+        if self._message is None:
+            self._message = event_message(self.envelope)
+        return self._message
+
+
+class RunChange:
+    """A run whose state or status a commit changed: its view after the commit. A watcher's
+    encoding of it is made once (``encoded``) and shared."""
+
+    __slots__ = ("_encoded", "run_id", "view")
+
+    def __init__(self, view: RunView) -> None:
+        self.run_id = view.run_id
+        self.view = view
+        self._encoded: str | None = None
+
+    def encoded(self, encode: Callable[[RunView], str]) -> str:
+        if self._encoded is None:
+            self._encoded = encode(self.view)
+        return self._encoded
+
+
+class Listener(Protocol):
+    """A subscriber of one run's events: takes each at once, or notes that it could not."""
+
+    transport: str
+    run_id: str
+
+    def _offer(self, event: LiveEvent) -> None: ...
+
+
+class Watcher(Protocol):
+    """A subscriber of the run list: takes each change at once, or notes that it could not."""
+
+    transport: str
+
+    def _offer_change(self, change: RunChange) -> None: ...
+
+
+def status_changed(before: RunView, after: RunView) -> bool:
+    return before.state is not after.state or before.detail != after.detail
 
 
 class Subscription:
-    """Live envelopes of one run, in commit order; registered until closed.
+    """Live envelopes of one run, in commit order, for one SSE stream; registered until closed.
 
     Use as a context manager (``with hub.subscribe(run_id) as sub``) or call
     ``close``: registration happens at subscribe time, so a caller can
     subscribe first and read the store second without missing a commit.
+    Once its queue is full it is marked ``lagging`` and its reader reads the
+    gap back from the store.
     """
+
+    transport = "sse"
 
     def __init__(self, hub: EventHub, run_id: str) -> None:
         self._hub = hub
@@ -61,40 +146,159 @@ class Subscription:
         except trio.ClosedResourceError:
             pass
 
+    def seed(self, next_seq: int, view: RunView) -> None:
+        """What this subscriber read of the store (``EventHub.seed``)."""
+        self._hub.seed(self.run_id, next_seq, view)
+
     def close(self) -> None:
-        self._hub._remove(self)
+        self._hub.remove(self)
         self._send.close()
 
 
-class EventHub:
-    """Subscribers per run; ``publish`` is cheap when nobody listens."""
+class _RunFeed:
+    """What the hub knows of one listened-to run: the last view it published or polled, so the
+    shared poll reads only what is new."""
+
+    __slots__ = ("next_seq", "view")
 
     def __init__(self) -> None:
-        self._subscribers: dict[str, set[Subscription]] = {}
+        self.next_seq = 0
+        self.view: RunView | None = None
+
+
+ReadLog = Callable[[str, int], Awaitable[list[Envelope]]]
+
+
+class EventHub:
+    """Subscribers per run, and watchers of the run list; ``publish`` is cheap when nobody
+    listens."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, set[Listener]] = {}
+        self._feeds: dict[str, _RunFeed] = {}
+        self._watchers: set[Watcher] = set()
 
     def publish(self, envelopes: list[Envelope], view_before: RunView) -> None:
+        """Hand the envelopes of one commit, in order, to the run's subscribers, and each status
+        change to the run-list watchers. Never waits, never raises for a subscriber."""
         if not envelopes:
             return
-        subscribers = self._subscribers.get(envelopes[0].run_id)
-        if not subscribers:
+        run_id = envelopes[0].run_id
+        subscribers = self._subscribers.get(run_id)
+        if not subscribers and not self._watchers:
             return
         view = view_before
         events = []
         for envelope in envelopes:
-            view = step(view, envelope)
-            events.append(LiveEvent(envelope, event_frame(envelope), view))
-        for subscription in subscribers:
+            before, view = view, step(view, envelope)
+            events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
+        self._deliver(run_id, events)
+
+    def _deliver(self, run_id: str, events: list[LiveEvent]) -> None:
+        feed = self._feeds.get(run_id)
+        if feed is not None and events[-1].envelope.seq >= feed.next_seq:
+            feed.next_seq, feed.view = events[-1].envelope.seq + 1, events[-1].view
+        # Copies: a subscriber may close (and so leave the set) while it is offered an event.
+        for subscription in list(self._subscribers.get(run_id, ())):
             for event in events:
                 subscription._offer(event)
+        if self._watchers:
+            changes = [RunChange(e.view) for e in events if e.status_changed]
+            for watcher in list(self._watchers):
+                for change in changes:
+                    watcher._offer_change(change)
 
     def subscribe(self, run_id: str) -> Subscription:
+        """An SSE stream's subscription to one run."""
         subscription = Subscription(self, run_id)
-        self._subscribers.setdefault(run_id, set()).add(subscription)
+        self.add(subscription)
         return subscription
 
-    def _remove(self, subscription: Subscription) -> None:
-        subscribers = self._subscribers.get(subscription.run_id)
+    def add(self, listener: Listener) -> None:
+        """Register ``listener`` for its run's events from now on."""
+        self._subscribers.setdefault(listener.run_id, set()).add(listener)
+        self._feeds.setdefault(listener.run_id, _RunFeed())
+
+    def remove(self, listener: Listener) -> None:
+        subscribers = self._subscribers.get(listener.run_id)
         if subscribers is not None:
-            subscribers.discard(subscription)
+            subscribers.discard(listener)
             if not subscribers:
-                del self._subscribers[subscription.run_id]
+                del self._subscribers[listener.run_id]
+                self._feeds.pop(listener.run_id, None)
+
+    # Kept for callers of the previous name.
+    _remove = remove
+
+    def seed(self, run_id: str, next_seq: int, view: RunView) -> None:
+        """What a subscriber read of the store: the shared poll reads from there on (so an event
+        another process commits after that read reaches it)."""
+        feed = self._feeds.get(run_id)
+        if feed is not None and next_seq > feed.next_seq:
+            feed.next_seq, feed.view = next_seq, view
+
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.add(watcher)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers.discard(watcher)
+
+    def subscriber_counts(self) -> dict[str, int]:
+        """Live subscriptions by transport: ``{"sse": streams, "ws": a connection's runs and its
+        watch of the run list, each one}``."""
+        counts = {"sse": 0, "ws": 0}
+        for subscribers in self._subscribers.values():
+            for listener in subscribers:
+                counts[listener.transport] = counts.get(listener.transport, 0) + 1
+        for watcher in self._watchers:
+            counts[watcher.transport] = counts.get(watcher.transport, 0) + 1
+        return counts
+
+    async def poll(self, read_log: ReadLog, driven_here: Callable[[str], bool]) -> None:
+        """One round of the shared poll: for each run somebody listens to and nothing here
+        drives, one store read of what is new, published as a commit here would be.
+
+        Error handling: a failed read is logged and left to the next round.
+        """
+        runs = [run_id for run_id in self._feeds if not driven_here(run_id)]
+        if not runs:
+            return
+        async with trio.open_nursery() as nursery:
+            for run_id in runs:
+                nursery.start_soon(self._poll_run, read_log, run_id)
+
+    async def _poll_run(self, read_log: ReadLog, run_id: str) -> None:
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            return
+        start = feed.next_seq if feed.view is not None else 0
+        try:
+            envelopes = await read_log(run_id, start)
+        except StoreError as error:
+            log.warning("polling run %s for events another process wrote failed: %s", run_id, error)
+            return
+        feed = self._feeds.get(run_id)
+        if feed is None or not envelopes:
+            return
+        view = feed.view if feed.view is not None and start == feed.next_seq else None
+        if view is None:
+            if start != 0:
+                return  # published meanwhile from another seq; the next round reads from there
+            view = EMPTY_VIEW
+        events = []
+        for envelope in envelopes:
+            before, view = view, step(view, envelope)
+            if envelope.seq >= feed.next_seq:
+                events.append(
+                    LiveEvent(envelope, view, status_changed=status_changed(before, view))
+                )
+        if events and events[0].envelope.seq == feed.next_seq:
+            self._deliver(run_id, events)
+
+    async def poll_forever(
+        self, read_log: ReadLog, driven_here: Callable[[str], bool], interval: float
+    ) -> None:
+        """The shared poll, every ``interval`` seconds, until cancelled."""
+        while True:
+            await trio.sleep(interval)
+            await self.poll(read_log, driven_here)

@@ -282,6 +282,10 @@ async def serve(
                     ) from None
                 await trio.to_thread.run_sync(locks.announce, binds[0])
                 root.start_soon(_watch_signals, stop)
+                # Events a `salvor run` beside us commits reach the streams through it.
+                root.start_soon(
+                    hub.poll_forever, runtime.read_log, state.attached, config.stream_poll_seconds
+                )
                 interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
                 if config.wake_interval > 0:
                     root.start_soon(_sweep_forever, state, config.wake_interval)
@@ -327,7 +331,8 @@ def _bind_failure(exc: BaseException) -> OSError | None:
 
 
 class InFlight:
-    """ASGI wrapper counting HTTP requests in progress, so a stop can wait for them alone."""
+    """ASGI wrapper counting HTTP requests and WebSockets in progress, so a stop can wait for them
+    alone."""
 
     def __init__(self, app) -> None:
         self._app = app
@@ -336,7 +341,9 @@ class InFlight:
         self._idle.set()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        # A WebSocket counts too: it closes (1001) as the stop begins, and its close frame must
+        # go out before the listener is torn down.
+        if scope["type"] not in ("http", "websocket"):
             await self._app(scope, receive, send)
             return
         if self._count == 0:

@@ -25,12 +25,15 @@ back, so the next process can pick the run up at once.
 
     async with Salvor("http://127.0.0.1:8420") as salvor:
         graph = (await salvor.submit_graph(Path("publish.yaml").read_text()))["graph"]
+
+``open_live`` (or ``Salvor.live``) is the live WebSocket: runs' events and the run list on one
+connection, resumed by cursor after a drop. It alone is trio only (``trio-websocket``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
 from urllib.parse import quote
@@ -38,17 +41,12 @@ from urllib.parse import quote
 import anyio
 import httpx
 
-__all__ = ["ClientRun", "Salvor", "SalvorError"]
+from ._errors import SalvorError
+from ._live import Live, open_live
+
+__all__ = ["ClientRun", "Live", "Salvor", "SalvorError", "open_live"]
 
 SCHEMA_VERSION = 1
-
-
-class SalvorError(Exception):
-    """The daemon refused a call: ``status``, ``code`` and ``details`` are its error envelope's."""
-
-    def __init__(self, status: int, code: str, message: str, details: dict | None = None) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message, self.details = status, code, message, details or {}
 
 
 class ClientRun:
@@ -317,6 +315,7 @@ class Salvor:
         timeout: float = 120.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._auth_token = auth_token
         self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
         self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
         self._owns_client = client is None
@@ -330,6 +329,15 @@ class Salvor:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+
+    def live(self, **options: Any) -> AbstractAsyncContextManager[Live]:
+        """The daemon's live WebSocket, with this client's token (``open_live``; trio only)::
+
+        async with salvor.live() as live:
+            await live.subscribe(run)
+            async for message in live: ...
+        """
+        return open_live(self.base_url, auth_token=self._auth_token, **options)
 
     # -- graphs ------------------------------------------------------------------------------------
 

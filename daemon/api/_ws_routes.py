@@ -1,0 +1,79 @@
+"""``GET /v1/ws``: one WebSocket carrying any number of runs and the run list (salvor's own
+protocol; ``salvor.daemon.runs.LiveConnection`` holds its rules).
+
+The route only moves messages: each text message received goes to the connection, and what the
+connection's outbox gives is written out by one sender, which closes with the outbox's code
+(1013 for a full buffer, 1008 for a bad message, 1001 when the daemon stops). The handshake's
+auth is the app's ``before_websocket`` check: a refused one is answered with the error envelope
+and never upgrades.
+"""
+
+from __future__ import annotations
+
+import trio
+from quart import websocket
+from quart_trio import QuartTrio
+from salvor.protocol import RunView
+from salvor.store import RunSummary
+
+from ..runs import LiveConnection
+from ._runs_routes import summary_json
+from ._state import ServerState
+
+
+def run_summary(view: RunView) -> RunSummary:
+    """The ``runs`` row the store writes for ``view``, as a listing reads it back."""
+    return RunSummary(
+        run_id=view.run_id,
+        event_count=view.next_seq,
+        first_recorded_at=view.first_recorded_at,
+        last_recorded_at=view.last_recorded_at,
+        status=view.status(),
+        state=view.state.value,
+        usage=view.usage(),
+        step_count=view.step_count,
+        agent_def_hash=view.agent_def_hash,
+        graph_hash=view.graph_hash,
+        labels=view.labels,
+    )
+
+
+def add_ws_route(app: QuartTrio, state: ServerState) -> None:
+    runtime = state.runtime
+
+    def run_row(view: RunView) -> dict:
+        return summary_json(state, run_summary(view))
+
+    @app.websocket("/v1/ws")
+    async def live() -> None:
+        await websocket.accept()
+        async with trio.open_nursery() as nursery:
+            connection = LiveConnection(
+                state.hub,
+                nursery,
+                read_log=runtime.read_log,
+                attached=state.attached,
+                clock=runtime.clock,
+                run_row=run_row,
+                outbox_limit=state.ws_outbox_limit,
+            )
+            nursery.start_soon(_receive, connection)
+            nursery.start_soon(_stop_with, state.stopping, connection)
+            try:
+                outbox = connection.outbox
+                while (message := await outbox.get()) is not None:
+                    await websocket.send(message)
+                await websocket.close(outbox.close_code, outbox.close_reason)
+            finally:
+                connection.end()
+                nursery.cancel_scope.cancel(reason="the WebSocket closed")
+
+
+async def _receive(connection: LiveConnection) -> None:
+    while True:
+        connection.handle(await websocket.receive())
+
+
+async def _stop_with(stopping: trio.Event, connection: LiveConnection) -> None:
+    await stopping.wait()
+    connection.stop()

@@ -1,0 +1,362 @@
+"""``/v1/ws`` against the real daemon, over a real WebSocket (trio-websocket).
+
+The runs are client-driven: the test appends their events itself, so it decides when each event
+is committed and what it carries. What every test checks in the end is the same thing: the
+``event`` messages a connection got for a run are its log, each seq exactly once and in order,
+each envelope byte for byte ``encode_envelope`` of the store's rows (the SSE frame's data).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from salvor.protocol import encode_envelope
+from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
+
+from tests.support.api import read_log_independently
+from tests.support.api_server import TOKEN, Server
+
+SDK = Path(__file__).resolve().parents[3] / "contrib" / "sdk"
+sys.path.insert(0, str(SDK))
+
+from salvor_client import SalvorError, open_live
+
+AGENT = "sha256:" + "cd" * 32
+# Bounds on every wait: a failure is a hang, never a slow pass.
+WAIT = 20
+
+
+def envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
+    return {
+        "run_id": run_id,
+        "seq": seq,
+        "schema_version": 1,
+        "recorded_at": "1970-01-01T00:00:00.000000Z",
+        "event": {"kind": kind, "payload": payload},
+    }
+
+
+def head(run_id: str) -> dict:
+    return envelope(run_id, 0, "RunStarted", {"agent_def_hash": AGENT, "input": {"task": "t"}})
+
+
+def observed(run_id: str, seq: int, value: str = "ab12") -> dict:
+    return envelope(run_id, seq, "RandomObserved", {"value": value})
+
+
+class ClientRun:
+    """A client-driven run the test appends to."""
+
+    def __init__(self, server: Server, run_id: str, token: str) -> None:
+        self.server, self.run_id, self.token, self.next_seq = server, run_id, token, 0
+
+    @classmethod
+    async def open(cls, server: Server) -> ClientRun:
+        response = await server.client.post("/v1/client-runs", json={})
+        assert response.status_code == 201, response.text
+        body = response.json()
+        return cls(server, body["run"], body["drive_token"])
+
+    async def append(self, *events: dict) -> None:
+        response = await self.server.client.post(
+            f"/v1/client-runs/{self.run_id}/events",
+            json={"events": list(events)},
+            headers={"X-Drive-Token": self.token},
+        )
+        assert response.status_code == 200, response.text
+        self.next_seq += len(events)
+
+    async def observe(self, count: int = 1, value: str = "ab12") -> None:
+        await self.append(*(observed(self.run_id, self.next_seq + i, value) for i in range(count)))
+
+
+async def open_runs(server: Server, count: int) -> list[ClientRun]:
+    runs: list[ClientRun] = []
+
+    async def one(_: int, __: None) -> None:
+        runs.append(await ClientRun.open(server))
+
+    await each(one, [None] * count)
+    return runs
+
+
+async def each(act, items: list) -> None:
+    """``act(index, item)`` for every item, 16 at a time (httpx's pool slows down past that)."""
+    limiter = trio.CapacityLimiter(16)
+
+    async def one(index: int, item) -> None:
+        async with limiter:
+            await act(index, item)
+
+    async with trio.open_nursery() as nursery:
+        for index, item in enumerate(items):
+            nursery.start_soon(one, index, item)
+
+
+def ws_url(server: Server) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/ws"
+
+
+def bearer() -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {TOKEN}".encode())]
+
+
+async def send(ws, **body) -> None:
+    await ws.send_message(json.dumps(body))
+
+
+async def receive(ws) -> tuple[dict, str]:
+    with trio.fail_after(WAIT):
+        text = await ws.get_message()
+    return json.loads(text), text
+
+
+async def assert_log_delivered(server: Server, run_id: str, texts: list[str]) -> None:
+    """``texts`` are the run's ``event`` messages: its whole log, in order, byte for byte."""
+    log = await read_log_independently(server.store_url, run_id)
+    assert texts == [
+        f'{{"type":"event","run":"{run_id}","event":{encode_envelope(e)}}}' for e in log
+    ]
+
+
+async def test_two_hundred_runs_on_one_connection_each_event_once_in_order(
+    server: Server,
+) -> None:
+    runs = await open_runs(server, 200)
+
+    async def history(index: int, run: ClientRun) -> None:
+        # Half have history before the subscription; the other half are attached, not started.
+        if index % 2 == 0:
+            await run.append(head(run.run_id), observed(run.run_id, 1))
+
+    await each(history, runs)
+    got: dict[str, list[str]] = {run.run_id: [] for run in runs}
+    statuses: dict[str, list[str]] = {run.run_id: [] for run in runs}
+    async with open_websocket_url(ws_url(server)) as ws:
+        for run in runs:
+            await send(ws, op="subscribe", run=run.run_id)
+        # Every run's catch-up ends with its status: then the rest is live.
+        caught_up = 0
+        while caught_up < len(runs):
+            message, text = await receive(ws)
+            if message["type"] == "event":
+                got[message["run"]].append(text)
+            else:
+                assert message["type"] == "status", message
+                statuses[message["run"]].append(message["status"]["state"])
+                caught_up += 1
+
+        async def live(index: int, run: ClientRun) -> None:
+            # One commit each: its events arrive in order, each status change after its event.
+            first = [head(run.run_id)] if index % 2 == 1 else []
+            seq = run.next_seq + len(first)
+            await run.append(
+                *first,
+                observed(run.run_id, seq),
+                observed(run.run_id, seq + 1),
+                envelope(run.run_id, seq + 2, "RunCompleted", {"output": 1}),
+            )
+
+        # Concurrently: commits of many runs share a transaction, as they do in a busy daemon.
+        await each(live, runs)
+        # Until every event is in and every run's completion has been reported.
+        while sum(len(texts) for texts in got.values()) < sum(run.next_seq for run in runs) or any(
+            states[-1] != "completed" for states in statuses.values()
+        ):
+            message, text = await receive(ws)
+            if message["type"] == "event":
+                got[message["run"]].append(text)
+            else:
+                statuses[message["run"]].append(message["status"]["state"])
+    for index, run in enumerate(runs):
+        await assert_log_delivered(server, run.run_id, got[run.run_id])
+        # The catch-up's status, then one per change (an event that changes none sends none).
+        expected = ["running"] if index % 2 == 0 else ["not_started", "running"]
+        assert statuses[run.run_id] == [*expected, "completed"]
+
+
+async def test_the_sdk_resumes_a_dropped_connection_from_its_cursors(server: Server) -> None:
+    runs = [await ClientRun.open(server) for _ in range(3)]
+    for run in runs:
+        await run.append(head(run.run_id))
+    seen: dict[str, list[int]] = {run.run_id: [] for run in runs}
+    async with open_live(server.url, backoff=0.01) as live:
+        for run in runs:
+            await live.subscribe(run.run_id)
+
+        async def commit() -> None:
+            for step in range(8):
+                for run in runs:
+                    await run.observe()
+                if step == 3:
+                    # The socket closes under the client mid-stream (no close frame): the
+                    # daemon keeps committing while the SDK reconnects.
+                    await live._socket._stream.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(commit)
+            with trio.fail_after(WAIT):
+                async for message in live:
+                    if message["type"] == "event":
+                        seen[message["run"]].append(message["event"]["seq"])
+                    if all(len(seqs) >= 9 for seqs in seen.values()):
+                        break
+        assert live.connections == 2
+        assert live.cursors == {run.run_id: 8 for run in runs}
+    for run in runs:
+        assert seen[run.run_id] == list(range(9))
+
+
+async def test_watch_runs_sees_each_change_of_state(server: Server) -> None:
+    async with open_websocket_url(ws_url(server)) as ws:
+        await send(ws, op="watch_runs")
+        run = await ClientRun.open(server)
+        await run.append(head(run.run_id))
+        await run.observe(2)  # no change of status: no row
+        schema = {"type": "object", "required": ["ok"]}
+        await run.append(
+            envelope(run.run_id, 3, "Suspended", {"reason": "ok?", "input_schema": schema})
+        )
+        await run.append(
+            envelope(run.run_id, 4, "Resumed", {"input": {"ok": True}}),
+            envelope(run.run_id, 5, "RunCompleted", {"output": {"answer": 42}}),
+        )
+        rows = []
+        while len(rows) < 4:
+            message, _ = await receive(ws)
+            assert message["type"] == "run" and message["run"] == run.run_id, message
+            rows.append(message["row"])
+    assert [row["status"]["state"] for row in rows] == [
+        "running",
+        "suspended",
+        "running",
+        "completed",
+    ]
+    assert [row["event_count"] for row in rows] == [1, 4, 5, 6]
+    # The last row is the run list's entry, field for field.
+    listed = (await server.client.get("/v1/runs")).json()["runs"]
+    assert rows[-1] == next(entry for entry in listed if entry["run"] == run.run_id)
+
+
+async def test_a_slow_consumer_is_closed_and_nobody_else_waits(server: Server) -> None:
+    server.state.ws_outbox_limit = 16
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    big = "x" * 60_000
+    async with (
+        open_websocket_url(ws_url(server)) as slow,
+        open_websocket_url(ws_url(server)) as fast,
+    ):
+        for ws in (slow, fast):
+            await send(ws, op="subscribe", run=run.run_id)
+            assert (await receive(ws))[0]["type"] == "event"
+            assert (await receive(ws))[0]["type"] == "status"
+        hub = server.state.hub
+        assert hub.subscriber_counts() == {"sse": 0, "ws": 2}
+        fast_got = 1
+        # The slow one reads nothing more; the daemon commits on until it has let it go.
+        with trio.fail_after(WAIT):
+            while hub.subscriber_counts()["ws"] == 2:
+                await run.observe(5, big)
+                while fast_got < run.next_seq:
+                    message, _ = await receive(fast)
+                    assert message["event"]["seq"] == fast_got
+                    fast_got += 1
+        await run.observe(3)
+        while fast_got < run.next_seq:
+            message, _ = await receive(fast)
+            assert message["event"]["seq"] == fast_got
+            fast_got += 1
+        # It reads again: what was on the wire, then the close naming the cause.
+        seqs = []
+        with pytest.raises(ConnectionClosed) as closed, trio.fail_after(WAIT):
+            while True:
+                message, _ = await receive(slow)
+                seqs.append(message["event"]["seq"])
+        assert closed.value.reason.code == 1013
+        assert "outgoing buffer full" in closed.value.reason.reason
+        assert seqs == list(range(1, 1 + len(seqs))) and len(seqs) < run.next_seq - 1
+
+
+async def test_bad_requests_are_answered_and_bad_messages_close(server: Server) -> None:
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    nobody = "00000000-0000-4000-8000-000000000000"
+    async with open_websocket_url(ws_url(server)) as ws:
+        refusals = [
+            ({"op": "dance"}, "bad_request"),
+            ({"run": run.run_id}, "bad_request"),
+            ({"op": "subscribe"}, "bad_request"),
+            ({"op": "subscribe", "run": "not-a-uuid"}, "bad_request"),
+            ({"op": "subscribe", "run": run.run_id, "from_seq": -1}, "bad_request"),
+            ({"op": "subscribe", "run": run.run_id, "from_seq": "1"}, "bad_request"),
+            ({"op": "subscribe", "run": run.run_id, "from_seq": True}, "bad_request"),
+            ({"op": "subscribe", "run": run.run_id, "since": 1}, "bad_request"),
+            ({"op": "subscribe", "run": nobody}, "unknown_run"),
+        ]
+        for body, code in refusals:
+            await ws.send_message(json.dumps(body))
+            message, _ = await receive(ws)
+            assert message["type"] == "error" and message["error"]["code"] == code, message
+            assert message["error"]["message"]
+            assert message.get("op") == body.get("op") if isinstance(body.get("op"), str) else True
+        # None of them subscribed anything: the next event is the one subscription's own.
+        assert server.state.hub.subscriber_counts() == {"sse": 0, "ws": 0}
+        await send(ws, op="subscribe", run=run.run_id, from_seq=1)
+        await run.observe()
+        message, _ = await receive(ws)
+        assert message["type"] == "status"  # nothing from seq 1 in the store yet
+        message, _ = await receive(ws)
+        assert message["event"]["seq"] == 1
+        # An unsubscribed run sends nothing more.
+        await send(ws, op="unsubscribe", run=run.run_id)
+        await send(ws, op="dance")
+        await run.observe()
+        assert (await receive(ws))[0]["type"] == "error"
+        await ws.send_message("[1, 2]")
+        with pytest.raises(ConnectionClosed) as closed:
+            await receive(ws)
+        assert closed.value.reason.code == 1008
+    async with open_websocket_url(ws_url(server), max_message_size=2**20) as ws:
+        await ws.send_message(json.dumps({"op": "watch_runs", "pad": "x" * 70_000}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await receive(ws)
+        assert closed.value.reason.code == 1008
+    assert server.state.hub.subscriber_counts() == {"sse": 0, "ws": 0}
+
+
+async def test_the_handshake_needs_the_token(server_factory) -> None:
+    server = await server_factory(auth_token=TOKEN)
+    with pytest.raises(ConnectionRejected) as rejected:
+        async with open_websocket_url(ws_url(server)):
+            pass
+    assert rejected.value.status_code == 401
+    assert json.loads(rejected.value.body)["error"]["code"] == "unauthorized"
+    with pytest.raises(SalvorError) as refused:
+        async with open_live(server.url) as live:
+            async for _ in live:
+                pass
+    assert refused.value.status == 401
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    async with open_websocket_url(ws_url(server), extra_headers=bearer()) as ws:
+        await send(ws, op="subscribe", run=run.run_id)
+        assert (await receive(ws))[0]["event"]["seq"] == 0
+
+
+async def test_the_daemon_stopping_closes_with_going_away(server: Server) -> None:
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    async with open_websocket_url(ws_url(server)) as ws:
+        await send(ws, op="subscribe", run=run.run_id)
+        assert (await receive(ws))[0]["type"] == "event"
+        assert (await receive(ws))[0]["type"] == "status"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.stop)
+            with pytest.raises(ConnectionClosed) as closed:
+                await receive(ws)
+    assert closed.value.reason.code == 1001
