@@ -51,7 +51,10 @@ export function showRun(container, run, { live }) {
     const status = current.status;
     const detail = [];
     if (status.state === "failed") detail.push(h("p", { class: "error", "data-test": "run-failure" }, status.error));
-    if (status.state === "completed") detail.push(h("pre", { "data-test": "run-output" }, pretty(status.output)));
+    if (status.state === "completed") {
+      const output = typeof status.output === "string" ? status.output : pretty(status.output);
+      detail.push(h("pre", { "data-test": "run-output" }, output));
+    }
     if (status.state === "sleeping") detail.push(h("p", {}, `until ${status.wake_at}`));
     if (status.state === "abandoned" && status.reason) detail.push(h("p", {}, status.reason));
     const pending = current.pending;

@@ -76,8 +76,17 @@ class Page:
         return self.wait(lambda d: _first(d, css), what or f"an element {css}")
 
     def text_of(self, css: str) -> str:
-        found = _first(self.driver, css)
-        return found.text if found is not None else ""
+        """The text shown in the first element ``css`` matches, "" when none does (read in the
+        page, so an element the page has just replaced is never a stale reference)."""
+        return self.driver.execute_script(
+            "return document.querySelector(arguments[0])?.innerText ?? ''", css
+        )
+
+    def data(self, css: str, name: str) -> str | None:
+        """The ``data-<name>`` of the first element ``css`` matches (None when none does)."""
+        return self.driver.execute_script(
+            "return document.querySelector(arguments[0])?.dataset[arguments[1]] ?? null", css, name
+        )
 
     def screenshot(self, name: str) -> Path:
         return screenshot(self.driver, self.shots, name)

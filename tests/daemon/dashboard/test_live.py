@@ -1,0 +1,110 @@
+"""The page live in a real browser against a real daemon: the run list's rows and a run's
+timeline change as the daemon commits, and a graph run's nodes change state on its canvas, all
+over the one WebSocket and without a reload.
+
+One ``salvor serve`` (demo model and tools, no token) and one headless Chromium serve every test
+of this module; each test sets its runs up over the API and waits on DOM conditions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.daemon.dashboard.page import AGENTS, GRAPHS, REPO, Page, page_on_a_daemon
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    with page_on_a_daemon(tmp_path_factory.mktemp("live")) as opened:
+        yield opened
+
+
+def timeline_kinds(page: Page) -> list[str]:
+    return page.driver.execute_script(
+        "return [...document.querySelectorAll('[data-test=event]')].map(e => e.dataset.kind)"
+    )
+
+
+def test_a_runs_events_and_the_run_list_change_live_without_a_reload(page: Page) -> None:
+    gated = page.start_run(REPO / "contrib/curl/refund-with-approval.toml", {"invoice_id": "INV-7"})
+    page.wait_state(gated, "suspended")
+
+    # The list: a run started now appears and moves on without a reload.
+    page.open("#/runs")
+    page.find(f'[data-test=run-row][data-run="{gated}"]')
+    page.mark_the_document()
+    other = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-8"}, labels={"k": "v"})
+    row = f'[data-test=run-row][data-run="{other}"]'
+    page.find(row, "the new run's row")
+    page.wait(
+        lambda d: page.data(row, "state") == "completed",
+        "the new run's row reaching completed",
+    )
+    assert "k: v" in page.text_of(row)
+    page.screenshot("runs")
+
+    # A run's page: the recorded events, then the ones a resume records, as they land.
+    page.open(f"#/runs/{gated}")
+    page.wait(lambda d: "Suspended" in timeline_kinds(page), "the timeline up to the gate")
+    page.mark_the_document()
+    before = timeline_kinds(page)
+    assert before[0] == "RunStarted" and before[-1] == "Suspended"
+    assert "ModelCallCompleted" in before and "ToolCallRequested" in before
+    page.call("POST", f"/v1/runs/{gated}/resume", 202, json={"input": {"approved": True}})
+    page.wait(lambda d: "RunCompleted" in timeline_kinds(page), "the run's completion, live")
+    after = timeline_kinds(page)
+    assert after[: len(before)] == before and after[len(before)] == "Resumed"
+    seqs = page.driver.execute_script(
+        "return [...document.querySelectorAll('[data-test=event]')].map(e => +e.dataset.seq)"
+    )
+    assert seqs == list(range(len(seqs)))  # each event once, in order
+    page.wait(
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, "[data-test=run-status]").get_attribute("data-state")
+            == "completed"
+        ),
+        "the status reaching completed",
+    )
+    # A tool call shows its effect and key; a model call its usage.
+    tools = page.text_of('[data-test=event][data-kind="ToolCallRequested"]')
+    assert "read" in tools or "write" in tools
+    assert " in / " in page.text_of('[data-test=event][data-kind="ModelCallCompleted"]')
+    assert page.still_the_same_document()
+    page.screenshot("run")
+
+
+def node_states(page: Page) -> dict[str, str]:
+    return page.driver.execute_script(
+        "const nodes = document.querySelectorAll('[data-test=run-graph] [data-node]');"
+        "return Object.fromEntries([...nodes].map(g => [g.dataset.node, g.dataset.state]))"
+    )
+
+
+def test_a_graph_runs_nodes_change_state_on_the_canvas(page: Page) -> None:
+    for name in ("researcher.toml", "drafter.toml"):
+        page.register(AGENTS / name)
+    document = json.loads((GRAPHS / "publish.json").read_text())
+    run_input = json.loads((GRAPHS / "publish.input.json").read_text())
+    run_id = page.start_graph_run(document, run_input)
+    page.wait_state(run_id, "suspended")
+
+    page.open(f"#/runs/{run_id}")
+    page.wait(lambda d: node_states(page).get("approve") == "waiting", "the gate waiting")
+    page.mark_the_document()
+    states = node_states(page)
+    assert set(states) == {node["id"] for node in document["nodes"]}
+    assert states["research"] == states["draft"] == "completed"
+    assert states["publish"] == states["route"] == "pending"
+    page.driver.execute_script("document.querySelector('[data-test=run-graph]').scrollIntoView()")
+    page.screenshot("graph")
+
+    page.call("POST", f"/v1/runs/{run_id}/resume", 202, json={"input": {"approved": True}})
+    page.wait(lambda d: node_states(page).get("publish") == "completed", "publish done, live")
+    states = node_states(page)
+    assert states["approve"] == states["route"] == "completed"
+    assert states["tell_author"] == "skipped"
+    assert page.still_the_same_document()
