@@ -8,12 +8,14 @@ page as a person would, waiting on DOM conditions; what the page did is checked 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
 
 from tests.daemon.dashboard.page import (
+    AGENTS,
     Page,
     page_on_a_daemon,
     parked_client_write,
@@ -101,3 +103,47 @@ def test_an_unknown_write_is_resolved_from_the_inbox(page: Page) -> None:
     assert completion["kind"] == "ToolCallCompleted"
     assert completion["payload"]["output"] == {"payout_id": "pay-9001"}
     assert completion["payload"]["settled_by"] == "operator"
+
+
+def test_a_budget_crossing_is_extended_from_the_inbox(page: Page, tmp_path) -> None:
+    agent = tmp_path / "refund-desk-short.toml"
+    agent.write_text((AGENTS / "refund-desk.toml").read_text().replace("steps = 12", "steps = 1"))
+    run_id = page.start_run(agent, {"invoice_id": "INV-B1"})
+    crossed = page.wait_state(run_id, "budget_exceeded")
+    assert crossed["budget"] == {"kind": "steps", "limit": 1}
+
+    page.open("#/inbox")
+    card = f'[data-test=inbox-item][data-run="{run_id}"]'
+    page.find(f"{card}[data-kind=budget]", "the budget's card")
+    assert "steps budget of 1" in page.text_of(f"{card} [data-test=wait-reason]")
+    page.find(f"{card} [data-test=extend-by]").send_keys("20")
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=extend-submit]").click()
+    page.wait_state(run_id, "completed")
+    log_kinds = [e["event"]["kind"] for e in _log(page, run_id)]
+    assert log_kinds.count("BudgetExceeded") == 1 and "Resumed" in log_kinds
+
+
+def test_a_question_is_answered_from_its_options(page: Page) -> None:
+    question = {"question": "Which rollout?", "type": "select", "options": ["blue", "rolling"]}
+    run_id = page.start_run(AGENTS / "ask-operator.toml", question)
+    page.wait_state(run_id, "suspended")
+    page.open("#/inbox")
+    card = f'[data-test=inbox-item][data-run="{run_id}"]'
+    page.find(f"{card}[data-kind=question]", "the question's card")
+    assert page.text_of(f"{card} [data-test=wait-reason]") == "Which rollout?"
+    select = page.find(f'{card} [data-field="/answer"] select')
+    select.find_element(By.CSS_SELECTOR, "option:nth-child(3)").click()
+    page.driver.find_element(By.CSS_SELECTOR, f"{card} [data-test=answer-submit]").click()
+    page.wait_state(run_id, "completed")
+    resumed = [e for e in _log(page, run_id) if e["event"]["kind"] == "Resumed"]
+    assert [e["event"]["payload"]["input"] for e in resumed] == [{"answer": "rolling"}]
+
+
+def _log(page: Page, run_id: str) -> list[dict]:
+    """The run's recorded envelopes, read from its SSE stream to its end frame."""
+    events = []
+    with page.api.stream("GET", f"/v1/runs/{run_id}/events") as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: ") and '"seq"' in line:
+                events.append(json.loads(line[len("data: ") :]))
+    return events
