@@ -107,8 +107,13 @@ export function showRun(container, run, { live }) {
     }, label);
   }
 
+  let actionsFor = "";
   function renderActions() {
     const state = current.status.state;
+    // Drawn again only when what they offer changes: a button is never swapped under a click.
+    const key = `${state}:${graph ? "graph" : "agent"}`;
+    if (key === actionsFor) return;
+    actionsFor = key;
     clear(actions,
       // A run waiting on a person resumes with what the person gives (the card above).
       !TERMINAL.has(state) && !WAITING.has(state) ? act("resume", "Resume", async () => {

@@ -143,14 +143,8 @@ def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> I
     require_chromium()
     payout = directory / "payout.toml"
     payout.write_text(PAYOUT)
-    daemon = Daemon(directory, f"sqlite:///{directory / 'salvor.db'}", directory / "effects.jsonl")
-    daemon.args += ["--client-tool", str(payout), *args]
-    headers = {}
-    if token is not None:
-        daemon.args += ["--auth-token", "SALVOR_PAGE_TOKEN"]
-        daemon.env["SALVOR_PAGE_TOKEN"] = token
-        headers["Authorization"] = f"Bearer {token}"
-    daemon.start()
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    daemon = _started(directory, ["--client-tool", str(payout), *args], token)
     try:
         with (
             httpx.Client(base_url=daemon.base_url, headers=headers, timeout=30) as api,
@@ -160,6 +154,26 @@ def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> I
     finally:
         code, _ = daemon.terminate()
         assert code == 0, daemon.log()
+
+
+def _started(directory: Path, args: list[str], token: str | None) -> Daemon:
+    """A started daemon; on a port another process took between its choice and the bind (the
+    machine runs other suites), once more on another."""
+    for attempt in range(3):
+        daemon = Daemon(
+            directory, f"sqlite:///{directory / 'salvor.db'}", directory / "effects.jsonl"
+        )
+        daemon.args += args
+        if token is not None:
+            daemon.args += ["--auth-token", "SALVOR_PAGE_TOKEN"]
+            daemon.env["SALVOR_PAGE_TOKEN"] = token
+        try:
+            daemon.start()
+            return daemon
+        except AssertionError as failure:
+            if "Address already in use" not in str(failure) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def parked_client_write(page: Page, payout_ref: str) -> str:

@@ -63,10 +63,7 @@ def test_a_runs_events_and_the_run_list_change_live_without_a_reload(page: Page)
     )
     assert seqs == list(range(len(seqs)))  # each event once, in order
     page.wait(
-        lambda d: (
-            d.find_element(By.CSS_SELECTOR, "[data-test=run-status]").get_attribute("data-state")
-            == "completed"
-        ),
+        lambda d: page.data("[data-test=run-status]", "state") == "completed",
         "the status reaching completed",
     )
     # A tool call shows its effect and key; a model call its usage.
@@ -108,3 +105,54 @@ def test_a_graph_runs_nodes_change_state_on_the_canvas(page: Page) -> None:
     assert states["approve"] == states["route"] == "completed"
     assert states["tell_author"] == "skipped"
     assert page.still_the_same_document()
+
+
+def test_a_fork_shows_its_write_hazard_and_needs_each_write_acknowledged(page: Page) -> None:
+    for name in ("researcher.toml", "drafter.toml"):
+        page.register(AGENTS / name)
+    document = json.loads((GRAPHS / "publish.json").read_text())
+    run_input = json.loads((GRAPHS / "publish.input.json").read_text())
+    origin = page.start_graph_run(document, run_input)
+    page.wait_state(origin, "suspended")
+    page.call("POST", f"/v1/runs/{origin}/resume", 202, json={"input": {"approved": True}})
+    page.wait_state(origin, "completed")
+    # What the daemon says of a fork that would publish again unacknowledged (it creates nothing).
+    refused = page.api.post(f"/v1/runs/{origin}/fork", json={"from_node": "publish"})
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["error"]["message"]
+
+    page.open(f"#/runs/{origin}")
+    page.find("[data-test=action-fork]", "the fork action").click()
+    select = page.find("[data-test=fork-node]")
+    select.find_element(By.CSS_SELECTOR, 'option[value="publish"]').click()
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-preview]").click()
+    page.find("[data-test=fork-write]", "the write the fork would fire again")
+    assert "publish_post" in page.text_of("[data-test=fork-hazard]")
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-confirm]").click()
+    page.wait(lambda d: page.text_of("[data-test=action-error]") == message, "the refusal")
+    assert page.call("GET", f"/v1/runs/{origin}/forks")["forks"] == []
+
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-ack]").click()
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-confirm]").click()
+    (fork,) = page.wait(lambda d: page.call("GET", f"/v1/runs/{origin}/forks")["forks"], "the fork")
+    page.wait(lambda d: d.current_url.endswith(f"#/runs/{fork['run']}"), "the fork's page")
+    page.wait_state(fork["run"], "completed")
+    assert fork["from_node"] == "publish" and fork["acknowledged_writes"]
+
+
+def test_a_refused_action_shows_the_daemons_message_as_is(page: Page) -> None:
+    origin = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-R1"})
+    page.wait_state(origin, "completed")
+    # A re-run replays a process agent's recorded calls; a built-in agent's is refused.
+    refused = page.api.post("/v1/runs", json={"replay_of": origin})
+    assert refused.status_code == 400, refused.text
+    before = page.call("GET", "/v1/runs")["runs"]
+
+    page.open(f"#/runs/{origin}")
+    page.find("[data-test=action-rerun]", "the re-run action").click()
+    page.wait(
+        lambda d: page.text_of("[data-test=action-error]") == refused.json()["error"]["message"],
+        "the refusal, word for word",
+    )
+    assert page.driver.current_url.endswith(f"#/runs/{origin}")
+    assert page.call("GET", "/v1/runs")["runs"] == before
