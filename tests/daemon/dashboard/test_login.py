@@ -58,6 +58,10 @@ def test_the_page_shows_nothing_before_the_login_and_keeps_the_token_nowhere(pag
     page.find("[data-test=login-token]").send_keys(TOKEN)
     page.driver.find_element(By.CSS_SELECTOR, "[data-test=login-submit]").click()
     page.find(f'[data-test=run-row][data-run="{run_id}"]', "the runs, after the login")
+    # The socket's handshake goes by the cookie too: a run started now shows up live.
+    page.wait(lambda d: page.data("[data-test=live-state]", "state") == "live", "the socket")
+    later = page.call("POST", "/v1/runs", 201, json=body)["run"]
+    page.find(f'[data-test=run-row][data-run="{later}"]', "a run started after the login, live")
     found = page.driver.execute_script(WHERE_IT_COULD_BE)
     assert all(TOKEN not in value for value in found.values()), found
     assert "salvor_session" not in found["cookie"]  # HttpOnly: no script reads it
