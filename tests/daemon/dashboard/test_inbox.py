@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 
 from tests.daemon.dashboard.page import (
     AGENTS,
+    REPO,
     Page,
     page_on_a_daemon,
     parked_client_write,
@@ -69,7 +70,7 @@ def test_a_gate_form_refuses_a_wrong_value_with_the_apis_message_then_completes(
         "the API's message beside the form",
     )
     assert page.status(run_id)["state"] == "suspended"
-    page.screenshot("inbox")
+    page.screenshot("gate")
 
     field.clear()
     field.send_keys("T-42")
@@ -137,6 +138,37 @@ def test_a_question_is_answered_from_its_options(page: Page) -> None:
     page.wait_state(run_id, "completed")
     resumed = [e for e in _log(page, run_id) if e["event"]["kind"] == "Resumed"]
     assert [e["event"]["payload"]["input"] for e in resumed] == [{"answer": "rolling"}]
+
+
+def test_the_inbox_lists_every_wait_on_a_person_and_no_signal_wait(page: Page, tmp_path) -> None:
+    short = tmp_path / "refund-desk-short.toml"
+    short.write_text((AGENTS / "refund-desk.toml").read_text().replace("steps = 12", "steps = 1"))
+    approval = REPO / "contrib/curl/refund-with-approval.toml"
+    waits = {
+        page.start_run(approval, {"invoice_id": "INV-W1"}): "gate",
+        page.start_run(
+            AGENTS / "ask-operator.toml",
+            {"question": "Ship on Friday?", "type": "confirm"},
+        ): "question",
+        parked_client_write(page, "po-overview"): "unknown_write",
+        page.start_run(short, {"invoice_id": "INV-W2"}): "budget",
+    }
+    # A wait for an external system (a signal) is nobody's task.
+    signal = page.start_run(approval, {"invoice_id": "INV-W3", "signal": True})
+    for run_id, kind in waits.items():
+        if kind != "unknown_write":
+            page.wait_state(run_id, "budget_exceeded" if kind == "budget" else "suspended")
+    assert page.wait_state(signal, "suspended")["kind"] == "signal"
+
+    page.open("#/inbox")
+    for run_id, kind in waits.items():
+        page.find(f'[data-test=inbox-item][data-run="{run_id}"][data-kind={kind}]', kind)
+    shown = page.driver.execute_script(
+        "return [...document.querySelectorAll('[data-test=inbox-item]')].map(e => e.dataset.run)"
+    )
+    assert sorted(shown) == sorted(waits) and signal not in shown
+    page.wait(lambda d: page.text_of("[data-test=inbox-count]") == str(len(waits)), "the count")
+    page.screenshot("inbox")
 
 
 def _log(page: Page, run_id: str) -> list[dict]:
