@@ -2,7 +2,7 @@
 // paged by next_cursor; rows change live from the socket's run list (watch_runs).
 
 import { get, query } from "./api.js";
-import { age, clear, h, labelChips, shortId, statePill, usageText } from "./dom.js";
+import { age, clear, coalesce, h, labelChips, shortId, statePill, usageText } from "./dom.js";
 
 const STATES = [
   "running", "awaiting_model", "awaiting_tool", "suspended", "sleeping", "budget_exceeded",
@@ -15,7 +15,8 @@ export function showRuns(container, { live, params }) {
   const filters = Object.fromEntries(FILTERS.map((name) => [name, params.get(name) ?? ""]));
   const cursors = [null]; // the cursor of each page shown so far; the last is this page's
   const names = { agents: new Map(), graphs: new Map() };
-  const rows = new Map();
+  const rows = new Map(); // run -> its <tr>
+  const shownRows = new Map(); // run -> the row it was drawn from
   const body = h("tbody", { "data-test": "run-rows" });
   const error = h("p", { class: "error", "data-test": "runs-error", role: "alert" });
   const pager = h("div", { class: "pager" });
@@ -65,6 +66,7 @@ export function showRuns(container, { live, params }) {
   }
 
   function put(row, { prepend = false } = {}) {
+    shownRows.set(row.run, row);
     const element = rowElement(row);
     const old = rows.get(row.run);
     rows.set(row.run, element);
@@ -91,6 +93,7 @@ export function showRuns(container, { live, params }) {
     try {
       const page = await get(`/v1/runs${query({ ...filters, limit: PAGE, cursor })}`);
       rows.clear();
+      shownRows.clear();
       body.replaceChildren();
       for (const row of page.runs) put(row);
       if (!page.runs.length) body.append(h("tr", { "data-test": "no-runs" }, h("td", { colspan: 9 }, "No runs.")));
@@ -107,6 +110,8 @@ export function showRuns(container, { live, params }) {
       const [agents, graphs] = await Promise.all([get("/v1/agents"), get("/v1/graphs")]);
       for (const agent of agents.agents) names.agents.set(agent.agent, agent.name ?? shortId(agent.agent.replace("sha256:", "")));
       for (const graph of graphs.graphs) names.graphs.set(graph.graph, (graph.entry_nodes ?? []).join(", ") || shortId(graph.graph.replace("sha256:", "")));
+      clear(agentSelect, h("option", { value: "" }, "any agent"));
+      clear(graphSelect, h("option", { value: "" }, "any graph"));
       for (const [hash, name] of names.agents) agentSelect.append(h("option", { value: hash }, name));
       for (const [hash, name] of names.graphs) graphSelect.append(h("option", { value: hash }, `from ${name}`));
       // A filter by a hash the lists do not hold (a link from elsewhere) is still shown.
@@ -119,7 +124,15 @@ export function showRuns(container, { live, params }) {
     }
   }
 
+  // A run of an agent or graph stored after the names were read: read them again, once.
+  const reloadNames = coalesce(async () => {
+    await loadNames();
+    for (const row of [...shownRows.values()]) put(row);
+  }, 300);
+
   const unwatch = live.watchRuns((row) => {
+    const hash = row.agent_def_hash ?? row.graph_hash;
+    if (hash && !names.agents.has(hash) && !names.graphs.has(hash)) reloadNames();
     if (rows.has(row.run)) {
       if (matches(row)) put(row);
       else rows.get(row.run).dataset.state = row.status?.state ?? "";

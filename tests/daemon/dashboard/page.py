@@ -12,6 +12,7 @@ synchronous httpx client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,21 +140,28 @@ def _first(driver: WebDriver, css: str):
 
 @contextmanager
 def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> Iterator[Page]:
-    """A daemon started with ``args`` (and ``--auth-token`` when ``token``), and a browser."""
+    """A daemon started with ``args`` (and ``--auth-token`` when ``token``), and a browser.
+
+    The two start side by side (each is a second or two of process start), the daemon on a
+    thread of its own; it is stopped with SIGTERM at the end and must exit 0."""
     require_chromium()
     payout = directory / "payout.toml"
     payout.write_text(PAYOUT)
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    daemon = _started(directory, ["--client-tool", str(payout), *args], token)
-    try:
-        with (
-            httpx.Client(base_url=daemon.base_url, headers=headers, timeout=30) as api,
-            open_browser(directory / "profile") as driver,
-        ):
-            yield Page(daemon=daemon, driver=driver, api=api, shots=directory / "screenshots")
-    finally:
-        code, _ = daemon.terminate()
-        assert code == 0, daemon.log()
+    with ThreadPoolExecutor(1, thread_name_prefix="salvor-serve") as starting:
+        daemon_started = starting.submit(
+            _started, directory, ["--client-tool", str(payout), *args], token
+        )
+        with open_browser(directory / "profile") as driver:
+            daemon = daemon_started.result()
+            try:
+                with httpx.Client(base_url=daemon.base_url, headers=headers, timeout=30) as api:
+                    yield Page(
+                        daemon=daemon, driver=driver, api=api, shots=directory / "screenshots"
+                    )
+            finally:
+                code, _ = daemon.terminate()
+                assert code == 0, daemon.log()
 
 
 def _started(directory: Path, args: list[str], token: str | None) -> Daemon:

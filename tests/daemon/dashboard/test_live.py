@@ -45,7 +45,7 @@ def test_a_runs_events_and_the_run_list_change_live_without_a_reload(page: Page)
         "the new run's row reaching completed",
     )
     assert "k: v" in page.text_of(row)
-    page.screenshot("runs")
+    page.screenshot("runs-live")
 
     # A run's page: the recorded events, then the ones a resume records, as they land.
     page.open(f"#/runs/{gated}")
@@ -156,3 +156,43 @@ def test_a_refused_action_shows_the_daemons_message_as_is(page: Page) -> None:
     )
     assert page.driver.current_url.endswith(f"#/runs/{origin}")
     assert page.call("GET", "/v1/runs")["runs"] == before
+
+
+def test_the_run_list_filters_by_agent_status_and_label_through_the_api(page: Page) -> None:
+    # The module's runs so far (agents, graphs, a fork) and one more of each kind wanted here.
+    desk = page.register(AGENTS / "refund-desk.toml")
+    labelled = page.start_run(
+        AGENTS / "refund-desk.toml", {"invoice_id": "INV-F1"}, labels={"desk": "eu"}
+    )
+    page.wait_state(labelled, "completed")
+    waiting = page.start_run(
+        REPO / "contrib/curl/refund-with-approval.toml", {"invoice_id": "INV-F2"}
+    )
+    page.wait_state(waiting, "suspended")
+    page.open("#/runs")
+    page.find(f'[data-test=run-row][data-run="{labelled}"]')
+    page.wait(
+        lambda d: "refund-desk" in page.text_of(f'[data-run="{labelled}"]'), "its agent's name"
+    )
+    page.screenshot("runs")
+
+    def shown() -> list[str]:
+        return page.driver.execute_script(
+            "return [...document.querySelectorAll('[data-test=run-row]')].map(e => e.dataset.run)"
+        )
+
+    def listed(**query) -> list[str]:
+        return [r["run"] for r in page.call("GET", "/v1/runs", params=query)["runs"]]
+
+    page.find(f'[data-test=filter-agent] option[value="{desk}"]').click()
+    page.find('[data-test=filter-status] option[value="completed"]').click()
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=filter-apply]").click()
+    expected = listed(agent=desk, status="completed")
+    assert len(expected) >= 2
+    page.wait(lambda d: shown() == expected, "the agent's completed runs")
+    assert "agent=" in page.driver.current_url  # the filter is in the hash: a link keeps it
+
+    label = page.find("[data-test=filter-label]")
+    label.send_keys("desk:eu")
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=filter-apply]").click()
+    page.wait(lambda d: shown() == [labelled], "the one labelled run")
