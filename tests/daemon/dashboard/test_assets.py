@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from salvor.daemon.dashboard import CONTENT_TYPES, INDEX, read_asset
 from salvor.daemon.dashboard._assets import STATIC
@@ -58,3 +61,12 @@ def test_a_link_in_the_folder_is_not_followed(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(_assets, "STATIC", folder)
     assert read_asset("leak.js") is None
     assert read_asset("real.js").body == b"export {};"
+
+
+def test_the_readme_shows_a_committed_screenshot_of_each_screen() -> None:
+    repo = STATIC.parents[2]
+    readme = (repo / "README.md").read_text()
+    shown = re.findall(r"!\[[^\]]*\]\((docs/screenshots/[^)]+)\)", readme)
+    assert {Path(path).stem for path in shown} >= {"runs", "run", "inbox", "graph"}
+    for path in shown:
+        assert (repo / path).read_bytes().startswith(b"\x89PNG"), path
