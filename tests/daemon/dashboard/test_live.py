@@ -196,3 +196,30 @@ def test_the_run_list_filters_by_agent_status_and_label_through_the_api(page: Pa
     label.send_keys("desk:eu")
     page.driver.find_element(By.CSS_SELECTOR, "[data-test=filter-apply]").click()
     page.wait(lambda d: shown() == [labelled], "the one labelled run")
+
+
+def test_after_the_daemon_restarts_the_page_resumes_each_run_from_its_cursor(page: Page) -> None:
+    gated = page.start_run(
+        REPO / "contrib/curl/refund-with-approval.toml", {"invoice_id": "INV-D1"}
+    )
+    page.wait_state(gated, "suspended")
+    page.open(f"#/runs/{gated}")
+    page.wait(lambda d: "Suspended" in timeline_kinds(page), "the timeline up to the gate")
+    page.wait(lambda d: page.data("[data-test=live-state]", "state") == "live", "the socket")
+    page.mark_the_document()
+    before = timeline_kinds(page)
+
+    # The daemon stops (closing the socket) and starts again on the same port and store.
+    code, _ = page.daemon.terminate()
+    assert code == 0
+    page.wait(lambda d: page.data("[data-test=live-state]", "state") != "live", "the drop")
+    page.daemon.start()
+    page.wait(lambda d: page.data("[data-test=live-state]", "state") == "live", "the reconnect")
+    page.call("POST", f"/v1/runs/{gated}/resume", 202, json={"input": {"approved": True}})
+    page.wait(lambda d: "RunCompleted" in timeline_kinds(page), "the events after the restart")
+    seqs = page.driver.execute_script(
+        "return [...document.querySelectorAll('[data-test=event]')].map(e => +e.dataset.seq)"
+    )
+    assert seqs == list(range(len(seqs)))  # no gap, no event twice
+    assert timeline_kinds(page)[: len(before)] == before
+    assert page.still_the_same_document()
