@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from salvor.protocol import encode_envelope
+from salvor.protocol import EMPTY_VIEW, RandomObserved, RunStarted, encode_envelope, fold
+from salvor.store import EventStore
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from tests.support.api import read_log_independently
 from tests.support.api_server import TOKEN, Server
 
 SDK = Path(__file__).resolve().parents[3] / "contrib" / "sdk"
@@ -115,12 +115,20 @@ async def receive(ws) -> tuple[dict, str]:
     return json.loads(text), text
 
 
-async def assert_log_delivered(server: Server, run_id: str, texts: list[str]) -> None:
-    """``texts`` are the run's ``event`` messages: its whole log, in order, byte for byte."""
-    log = await read_log_independently(server.store_url, run_id)
-    assert texts == [
-        f'{{"type":"event","run":"{run_id}","event":{encode_envelope(e)}}}' for e in log
-    ]
+async def assert_logs_delivered(server: Server, got: dict[str, list[str]]) -> None:
+    """``got[run]`` are the run's ``event`` messages: its whole log, in order, byte for byte as
+    the store's rows encode (read through a store handle of the test's own)."""
+
+    def read() -> dict[str, list]:
+        with EventStore.open(server.store_url) as store:
+            return {run_id: store.read_log(run_id) for run_id in got}
+
+    logs = await trio.to_thread.run_sync(read)
+    for run_id, texts in got.items():
+        assert texts == [
+            f'{{"type":"event","run":"{run_id}","event":{encode_envelope(e)}}}'
+            for e in logs[run_id]
+        ]
 
 
 async def test_two_hundred_runs_on_one_connection_each_event_once_in_order(
@@ -172,8 +180,8 @@ async def test_two_hundred_runs_on_one_connection_each_event_once_in_order(
                 got[message["run"]].append(text)
             else:
                 statuses[message["run"]].append(message["status"]["state"])
+    await assert_logs_delivered(server, got)
     for index, run in enumerate(runs):
-        await assert_log_delivered(server, run.run_id, got[run.run_id])
         # The catch-up's status, then one per change (an event that changes none sends none).
         expected = ["running"] if index % 2 == 0 else ["not_started", "running"]
         assert statuses[run.run_id] == [*expected, "completed"]
@@ -360,3 +368,66 @@ async def test_the_daemon_stopping_closes_with_going_away(server: Server) -> Non
             with pytest.raises(ConnectionClosed) as closed:
                 await receive(ws)
     assert closed.value.reason.code == 1001
+
+
+async def test_what_another_process_writes_is_read_once_per_run_for_every_stream(
+    server_factory,
+) -> None:
+    server = await server_factory(stream_poll_seconds=0.05, detach_grace_seconds=WAIT)
+    run_id = "0b0e6a3c-5d7e-4c1a-9f00-0000000000a1"
+    store = await trio.to_thread.run_sync(EventStore.open, server.store_url)
+    try:
+        # Recorded straight into the store, as a `salvor run` beside the daemon would.
+        await trio.to_thread.run_sync(
+            lambda: store.append(run_id, [RunStarted(agent_def_hash=AGENT, input=None)], EMPTY_VIEW)
+        )
+        streams, access = 10, server.state.runtime.access
+        # Who read the log while the run was quiet: the hub's poll, or a stream for itself.
+        readers: list[str] = []
+        read = access.read
+
+        async def counted(fn, *args):
+            if fn == access.store.read_log:
+                readers.append(trio.lowlevel.current_task().name)
+            return await read(fn, *args)
+
+        async with trio.open_nursery() as nursery, open_websocket_url(ws_url(server)) as ws:
+            seen = trio.Semaphore(0)
+
+            async def stream(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                async with server.client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+                    task_status.started()
+                    async for line in response.aiter_lines():
+                        if line == "id: 1":
+                            seen.release()
+                            return
+
+            for _ in range(streams):
+                await nursery.start(stream)
+            await send(ws, op="subscribe", run=run_id)
+            assert (await receive(ws))[0]["event"]["seq"] == 0
+            assert (await receive(ws))[0]["type"] == "status"
+            with trio.fail_after(WAIT):
+                while server.state.hub.subscriber_counts() != {"sse": streams, "ws": 1}:
+                    await trio.sleep(0.01)
+            view = fold(await server.state.runtime.log(run_id))
+            access.read = counted
+            try:
+                with trio.fail_after(WAIT):
+                    # Five rounds of the poll (one read each) while nothing happens.
+                    while len(readers) < 5:
+                        await trio.sleep(0.01)
+                await trio.to_thread.run_sync(
+                    lambda: store.append(run_id, [RandomObserved(value="ab")], view)
+                )
+                message, _ = await receive(ws)
+                assert message["event"]["seq"] == 1
+                with trio.fail_after(WAIT):
+                    for _ in range(streams):
+                        await seen.acquire()
+            finally:
+                access.read = read
+    finally:
+        store.close()
+    # Every read was the hub's poll, for all eleven subscribers; none a stream's own.
+    assert {name.rsplit(".", 1)[-1] for name in readers} <= {"poll_forever", "_poll_run"}, readers

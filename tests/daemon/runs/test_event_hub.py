@@ -1,0 +1,154 @@
+"""The fan-out itself, in virtual time: one publish per commit for every subscriber whatever its
+transport, each encoding made once, and one shared poll per run for what another process writes.
+
+The store here is a dict of logs behind a ``read_log`` that counts its calls: the hub's contract
+with the store is that one function.
+"""
+
+from __future__ import annotations
+
+import trio
+from salvor.daemon.runs import EventHub, LiveEvent, RunChange
+from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
+
+from tests.protocol.logs import envelope, started
+
+RUN_A = "11111111-1111-4111-8111-111111111111"
+RUN_B = "22222222-2222-4222-8222-222222222222"
+
+
+class Store:
+    """Logs by run, and how many times each was read."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, list] = {}
+        self.reads: dict[str, int] = {}
+
+    def commit(self, run_id: str, *events) -> list:
+        log = self.logs.setdefault(run_id, [])
+        envelopes = [envelope(len(log) + i, e, run_id=run_id) for i, e in enumerate(events)]
+        log.extend(envelopes)
+        return envelopes
+
+    async def read_log(self, run_id: str, from_seq: int) -> list:
+        self.reads[run_id] = self.reads.get(run_id, 0) + 1
+        await trio.lowlevel.checkpoint()
+        return self.logs.get(run_id, [])[from_seq:]
+
+
+class WsListener:
+    transport = "ws"
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.got: list[LiveEvent] = []
+
+    def _offer(self, event: LiveEvent) -> None:
+        self.got.append(event)
+
+
+class Watcher:
+    transport = "ws"
+
+    def __init__(self) -> None:
+        self.changes: list[RunChange] = []
+
+    def _offer_change(self, change: RunChange) -> None:
+        self.changes.append(change)
+
+
+def drain(subscription) -> list[LiveEvent]:
+    got = []
+    while True:
+        try:
+            got.append(subscription.receive.receive_nowait())
+        except trio.WouldBlock:
+            return got
+
+
+def test_one_publish_reaches_every_transport_with_each_encoding_made_once() -> None:
+    hub, store = EventHub(), Store()
+    streams = [hub.subscribe(RUN_A) for _ in range(3)]
+    listeners = [WsListener(RUN_A) for _ in range(2)]
+    for listener in listeners:
+        hub.add(listener)
+    watcher = Watcher()
+    hub.watch(watcher)
+    assert hub.subscriber_counts() == {"sse": 3, "ws": 3}
+    envelopes = store.commit(RUN_A, started(), RandomObserved(value="ab"))
+    hub.publish(envelopes, EMPTY_VIEW)
+    got = [drain(s) for s in streams] + [listener.got for listener in listeners]
+    # The same objects for every subscriber: nothing was worked out per subscriber.
+    assert all([id(e) for e in events] == [id(e) for e in got[0]] for events in got)
+    first = got[0][0]
+    assert first.frame is first.frame and first.message is first.message
+    assert [e.envelope.seq for e in got[0]] == [0, 1]
+    assert [e.status_changed for e in got[0]] == [True, False]
+    assert got[0][1].view == fold(envelopes)
+    # The run list hears of the change of state (not_started to running), once.
+    assert [c.view.state.value for c in watcher.changes] == ["running"]
+    assert watcher.changes[0].encoded(str) is watcher.changes[0].encoded(repr)
+    for stream in streams:
+        stream.close()
+    for listener in listeners:
+        hub.remove(listener)
+    hub.unwatch(watcher)
+    assert hub.subscriber_counts() == {"sse": 0, "ws": 0}
+    assert hub._feeds == {} and hub._subscribers == {}
+
+
+async def test_the_poll_reads_each_run_once_however_many_listen(autojump_clock) -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    store.commit(RUN_B, started())
+    a_streams = [hub.subscribe(RUN_A) for _ in range(50)]
+    b_listener = WsListener(RUN_B)
+    hub.add(b_listener)
+    # What each subscriber read of the store before it went live.
+    for stream in a_streams:
+        stream.seed(1, fold(store.logs[RUN_A]))
+    hub.seed(RUN_B, 1, fold(store.logs[RUN_B]))
+    driven_here = {RUN_B}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.poll_forever, store.read_log, driven_here.__contains__, 1.0)
+        await trio.sleep(3.5)
+        # Three rounds: one read of A each (not fifty), none of B (its commits are published).
+        assert store.reads == {RUN_A: 3}
+        store.commit(RUN_A, RandomObserved(value="cd"), RunCompleted(output=1))
+        await trio.sleep(1.0)
+        assert store.reads == {RUN_A: 4}
+        for stream in a_streams:
+            assert [(e.envelope.seq, e.view.state.value) for e in drain(stream)] == [
+                (1, "running"),
+                (2, "completed"),
+            ]
+        # Once nobody listens to A, it is read no more.
+        for stream in a_streams:
+            stream.close()
+        driven_here.clear()
+        store.commit(RUN_B, RandomObserved(value="ef"))
+        await trio.sleep(1.0)
+        assert store.reads == {RUN_A: 4, RUN_B: 1}
+        assert [e.envelope.seq for e in b_listener.got] == [1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_poll_racing_a_publish_hands_each_seq_over_once(autojump_clock) -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    listener = WsListener(RUN_A)
+    hub.add(listener)
+    hub.seed(RUN_A, 1, fold(store.logs[RUN_A]))
+
+    published = store.commit(RUN_A, RandomObserved(value="ab"))
+    view_before = fold(store.logs[RUN_A][:1])
+
+    async def read_then_publish(run_id: str, from_seq: int) -> list:
+        log = await store.read_log(run_id, from_seq)
+        # The commit is published while the poll's read is on its way back.
+        hub.publish(published, view_before)
+        return log
+
+    await hub.poll(read_then_publish, lambda run_id: False)
+    await hub.poll(store.read_log, lambda run_id: False)
+    assert [e.envelope.seq for e in listener.got] == [1]
