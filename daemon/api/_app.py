@@ -101,6 +101,7 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.before_websocket
     async def admit_handshake() -> None:
+        # Raised before the upgrade: the handshake is answered with the error envelope instead.
         if guarded(websocket.path):
             g.session = authenticate_handshake(state.auth_token, state.sessions)
 

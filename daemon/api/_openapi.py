@@ -317,6 +317,12 @@ def _error(description: str, *codes: str, schema: JSON | None = None) -> JSON:
     }
 
 
+_FORBIDDEN_WHY = (
+    "a request the session cookie authenticates from a page of another origin (an `Origin` that "
+    f"is not the daemon's own), or one that changes state without the session's `{CSRF_HEADER}`. "
+    "Nothing changed; a bearer request never gets it."
+)
+
 RESPONSES: JSON = {
     "BadRequest": _error(
         "Malformed body or parameter, a bad run id, or an input a recorded schema rejects "
@@ -334,6 +340,9 @@ RESPONSES: JSON = {
         "request_timeout",
     ),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
+    # What a session-cookie caller hears (``web.admit``); added to every guarded operation by
+    # ``_add_forbidden``.
+    "Forbidden": _error(f"With --auth-token: {_FORBIDDEN_WHY}", "forbidden"),
     # No operation answers these two: they are what a path or method outside `paths` gets.
     "NoRoute": _error("No route at that path (any method).", "not_found"),
     "MethodNotAllowed": {
@@ -633,9 +642,9 @@ SETTINGS_PATHS: JSON = {
 
 # -- the page's login (issue 17) ------------------------------------------------------------------
 
-_FORBIDDEN = _error(
-    "Sent from a page of another origin (an `Origin` that is not the daemon's own), or, by the "
-    f"session cookie, without the session's `{CSRF_HEADER}`. Nothing changed.",
+_FOREIGN_LOGIN = _error(
+    "Sent from a page of another origin (an `Origin` that is not the daemon's own). No session, "
+    "no cookie.",
     "forbidden",
 )
 _NO_SESSION = _error(
@@ -669,7 +678,7 @@ SESSION_PATHS: JSON = {
                     "401": _error(
                         "That is not the daemon's token. No session, no cookie.", "unauthorized"
                     ),
-                    "403": _FORBIDDEN,
+                    "403": _FOREIGN_LOGIN,
                 },
             ),
         },
@@ -681,8 +690,7 @@ SESSION_PATHS: JSON = {
                 "session: it is answered nulls."
             ),
             "responses": _responses(
-                {"200": ("The session.", _ref(SESSION.name))},
-                extra={"401": _NO_SESSION, "403": _FORBIDDEN},
+                {"200": ("The session.", _ref(SESSION.name))}, extra={"401": _NO_SESSION}
             ),
         },
         "delete": {
@@ -691,7 +699,7 @@ SESSION_PATHS: JSON = {
             "parameters": [_CSRF],
             "responses": _responses(
                 {"200": ("Whether a session was ended.", _ref(SESSION_ENDED.name))},
-                extra={"401": _NO_SESSION, "403": _FORBIDDEN},
+                extra={"401": _NO_SESSION},
             ),
         },
     },
@@ -1522,6 +1530,32 @@ def _check_codes() -> None:
         )
 
 
+def _add_forbidden() -> None:
+    """List 403 ``forbidden`` on every operation the caller check guards (all but the login, which
+    lists its own); an operation that already answers 403 for its own reason lists both codes."""
+    forbidden = {"$ref": "#/components/responses/Forbidden"}
+    for operations in PATHS.values():
+        for operation in operations.values():
+            if operation.get("security") == [{}]:
+                continue
+            responses = operation["responses"]
+            given = responses.get("403")
+            if given is None:
+                responses["403"] = forbidden
+            elif "$ref" not in given:
+                schema = given["content"]["application/json"]["schema"]
+                codes = _codes(schema)
+                if "forbidden" not in codes:
+                    # A new object: one response can be shared by several operations.
+                    responses["403"] = _error(
+                        f"{given['description']} With --auth-token, also `forbidden`: "
+                        f"{_FORBIDDEN_WHY}",
+                        *sorted(codes | {"forbidden"}),
+                    )
+            operation["responses"] = dict(sorted(responses.items()))
+
+
+_add_forbidden()
 _check_codes()
 
 

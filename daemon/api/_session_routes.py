@@ -28,8 +28,6 @@ LOGIN_PATH = "/v1/session"
 
 
 def add_session_routes(app: QuartTrio, state: ServerState) -> None:
-    sessions = state.sessions
-
     def answer(session: Session | None) -> Response:
         if session is None:
             response = SESSION.respond(csrf=None, expires_at=None)
@@ -66,10 +64,10 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
             )
         # A login from a browser that still holds a session replaces it rather than piling up.
         for session_id in request_caller().session_ids():
-            sessions.end(session_id)
-        session = sessions.open()
+            state.sessions.end(session_id)
+        session = state.sessions.open()
         response = answer(session)
-        cookie(response, session.id, int(sessions.seconds))
+        cookie(response, session.id, int(state.sessions.seconds))
         return response
 
     @app.get(LOGIN_PATH)
@@ -81,7 +79,7 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
     @app.delete(LOGIN_PATH)
     async def log_out():
         session = g.get("session")
-        ended = session is not None and sessions.end(session.id)
+        ended = session is not None and state.sessions.end(session.id)
         response = SESSION_ENDED.respond(ended=ended)
         if session is not None:
             cookie(response, "", 0)

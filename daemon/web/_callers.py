@@ -9,7 +9,7 @@ the append front), whatever answers it:
   not ambient, so a bearer request needs no CSRF token and no Origin.
 * Otherwise the ``salvor_session`` cookie must name a live session (else 401). A browser sends a
   cookie with any request to the daemon's host, whoever wrote the page, so a cookie alone proves
-  little: an ``Origin``, when sent, must be the daemon's own (scheme and ``Host``); a WebSocket
+  little: an ``Origin``, when sent, must name the daemon's own ``Host``; a WebSocket
   handshake must send one (browsers always do); and a state-changing request (POST, PUT, PATCH,
   DELETE) must carry ``X-Salvor-CSRF`` equal to the session's token. Else 403 ``forbidden``.
 
@@ -32,8 +32,6 @@ CSRF_HEADER = "X-Salvor-CSRF"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A browser sends one cookie per (name, domain, path); a few more are another page's doing.
 _MAX_SESSION_COOKIES = 4
-# A WebSocket handshake's scheme as the page that opened it names its own origin.
-_PAGE_SCHEMES = {"ws": "http", "wss": "https"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,11 +69,16 @@ class Caller:
             handshake=handshake,
         )
 
-    def own_origin(self) -> str | None:
-        """The daemon's origin as this request reached it (None without a ``Host``)."""
-        if not self.host:
-            return None
-        return f"{_PAGE_SCHEMES.get(self.scheme, self.scheme)}://{self.host}".lower()
+    def from_own_page(self) -> bool:
+        """Whether the ``Origin`` names the host (and port) this request was sent to.
+
+        The scheme is not compared: behind a proxy that ends TLS (``contrib/nginx``) the page is
+        https while the daemon is reached over http, and a page of the same host on the other
+        scheme is no cross-site caller. The port is: another port is another origin."""
+        if not self.host or not self.origin:
+            return False
+        scheme, found, authority = self.origin.strip().lower().partition("://")
+        return bool(found and scheme in ("http", "https")) and authority == self.host.lower()
 
     def session_ids(self) -> list[str]:
         """The ``salvor_session`` values of the ``Cookie`` header, at most a few."""
@@ -99,8 +102,7 @@ def check_origin(caller: Caller, *, required: bool = False) -> None:
     """
     if caller.origin is None and not required:
         return
-    own = caller.own_origin()
-    if caller.origin is None or own is None or caller.origin.strip().lower() != own:
+    if not caller.from_own_page():
         raise forbidden(
             "this request came from a page of another origin (its `Origin` is not this "
             "daemon's own); the session cookie is only honoured from the daemon's own page"

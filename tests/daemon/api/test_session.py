@@ -24,9 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from quart import websocket
 from salvor.daemon.api._app import create_app
-from salvor.daemon.serve import _serve
 from salvor.daemon.web import Sessions
 from trio_websocket import ConnectionRejected, open_websocket_url
 
@@ -108,6 +106,19 @@ async def test_every_status_of_the_session_routes_is_answered_as_documented(guar
     await call(browser, "GET", SESSION, expect=403, headers={"Origin": "http://evil.example"})
     await call(browser, "DELETE", SESSION, expect=403)
     await call(guarded.client, "GET", SESSION, expect=200)
+    # Every guarded route documents the cookie's 403, a drive-token route beside its own code.
+    await call(browser, "POST", "/v1/agents", expect=403, content=AGENT, headers=TOML)
+    await call(browser, "GET", "/v1/runs", expect=403, headers={"Origin": "http://evil.example"})
+    opened = await open_run(guarded.client)
+    await call(
+        browser,
+        "POST",
+        "/v1/client-runs/{run_id}/events",
+        expect=403,
+        run_id=opened["run"],
+        json={"events": [head(opened["run"])]},
+        headers={"X-Drive-Token": opened["drive_token"]},
+    )
     assert (
         await call(browser, "DELETE", SESSION, expect=200, headers={"X-Salvor-CSRF": body["csrf"]})
     ) == {"ended": True}
@@ -164,6 +175,7 @@ REFUSED_LOGINS = [
     ({"json": {"token": TOKEN}, "params": {"token": TOKEN}}, 400, "bad_request"),
     ({"json": {"token": TOKEN}, "headers": {"Origin": "http://127.0.0.1:1"}}, 403, "forbidden"),
     ({"json": {"token": TOKEN}, "headers": {"Origin": "null"}}, 403, "forbidden"),
+    ({"json": {"token": TOKEN}, "headers": {"Origin": "file://"}}, 403, "forbidden"),
 ]
 
 
@@ -174,11 +186,13 @@ async def test_a_refused_login_opens_no_session_and_sets_no_cookie(guarded) -> N
         assert "set-cookie" not in response.headers, request_kwargs
         assert TOKEN not in error["message"]
     assert len(guarded.state.sessions) == 0
-    # From the daemon's own page, the Origin check passes.
-    response = await guarded.new_client().post(
-        SESSION, json={"token": TOKEN}, headers={"Origin": guarded.url}
-    )
-    assert response.status_code == 200, response.text
+    # From the daemon's own page, the Origin check passes; so it does from the same host's https
+    # page, as behind a proxy that ends TLS and passes the Host on (contrib/nginx).
+    for origin in (guarded.url, guarded.url.replace("http://", "https://")):
+        response = await guarded.new_client().post(
+            SESSION, json={"token": TOKEN}, headers={"Origin": origin}
+        )
+        assert response.status_code == 200, (origin, response.text)
 
 
 # -- the cookie on the API ---------------------------------------------------------------------
@@ -294,12 +308,21 @@ async def test_the_append_front_follows_the_same_rules(guarded) -> None:
     body = {"events": [head(run_id)]}
     anonymous = guarded.new_client(headers={"X-Drive-Token": drive})
     assert_error(await anonymous.post(path, json=body), 401, "unauthorized")
+    # The route behind the front (Quart's test client on the same state) answers the same.
+    route = create_app(guarded.state).test_client()
     for headers in (
         {},
         {"X-Salvor-CSRF": "nope"},
         {"X-Salvor-CSRF": csrf, "Origin": "http://evil.example"},
     ):
-        assert_error(await browser.post(path, json=body, headers=headers), 403, "forbidden")
+        front = await browser.post(path, json=body, headers=headers)
+        assert_error(front, 403, "forbidden")
+        behind = await route.post(
+            path,
+            json=body,
+            headers={"Cookie": f"salvor_session={cookie}", "X-Drive-Token": drive, **headers},
+        )
+        assert (behind.status_code, await behind.get_json()) == (403, front.json())
     assert (await guarded.client.get(f"/v1/client-runs/{run_id}/log")).json()["log"] == []
     response = await browser.post(
         path, json=body, headers={"X-Salvor-CSRF": csrf, "Origin": guarded.url}
@@ -310,42 +333,24 @@ async def test_the_append_front_follows_the_same_rules(guarded) -> None:
 # -- the WebSocket handshake -------------------------------------------------------------------
 
 
-@pytest.fixture
-def probe_socket(monkeypatch):
-    """The daemon's app with a WebSocket route of the test's own under /v1 (it echoes)."""
-    real = _serve.create_app
-
-    def with_probe(state):
-        app = real(state)
-
-        @app.websocket("/v1/probe")
-        async def probe():
-            await websocket.accept()
-            await websocket.send(await websocket.receive())
-
-        return app
-
-    monkeypatch.setattr(_serve, "create_app", with_probe)
-
-
-async def handshake(server, headers: dict[str, str]) -> tuple[int, dict | str]:
-    """Open ``/v1/probe`` with ``headers``: (101, the echo) if it upgrades, else (status, body)."""
-    url = server.url.replace("http://", "ws://", 1) + "/v1/probe"
+async def handshake(server, headers: dict[str, str]) -> tuple[int, dict]:
+    """Open ``/v1/ws`` with ``headers``: (101, the answer to an unknown op) when it upgrades, else
+    (the status, the refusal's body)."""
+    url = server.url.replace("http://", "ws://", 1) + "/v1/ws"
     try:
         with trio.fail_after(10):
             async with open_websocket_url(url, extra_headers=list(headers.items())) as socket:
-                await socket.send_message("ping")
-                return 101, await socket.get_message()
+                await socket.send_message(json.dumps({"op": "ping"}))
+                return 101, json.loads(await socket.get_message())
     except ConnectionRejected as rejected:
         return rejected.status_code, json.loads(rejected.body)
 
 
-async def test_a_cookie_handshake_upgrades_only_from_the_daemons_own_origin(
-    probe_socket, guarded
-) -> None:
+async def test_a_cookie_handshake_upgrades_only_from_the_daemons_own_origin(guarded) -> None:
     cookie, _ = await log_in(guarded)
     jar = {"Cookie": f"salvor_session={cookie}"}
-    assert await handshake(guarded, {**jar, "Origin": guarded.url}) == (101, "ping")
+    upgraded, answer = await handshake(guarded, {**jar, "Origin": guarded.url})
+    assert (upgraded, answer["type"], answer["op"]) == (101, "error", "ping")
     for headers, status, code in (
         ({**jar, "Origin": "http://evil.example"}, 403, "forbidden"),
         (jar, 403, "forbidden"),  # a browser always sends one: a cookie without it is not a page
@@ -355,7 +360,7 @@ async def test_a_cookie_handshake_upgrades_only_from_the_daemons_own_origin(
         answered, body = await handshake(guarded, headers)
         assert (answered, body["error"]["code"]) == (status, code), body
     # The bearer token needs no Origin (a header is not ambient).
-    assert await handshake(guarded, {"Authorization": f"Bearer {TOKEN}"}) == (101, "ping")
+    assert (await handshake(guarded, {"Authorization": f"Bearer {TOKEN}"}))[0] == 101
 
 
 # -- the token kept out of everything ----------------------------------------------------------
