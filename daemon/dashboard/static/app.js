@@ -4,7 +4,7 @@
 
 import { ApiError, get, setCsrf, whenUnauthorized } from "./api.js";
 import { clear, coalesce, h } from "./dom.js";
-import { countWaiting, showInbox } from "./inbox.js";
+import { movesTheInbox, showInbox, waitingRuns } from "./inbox.js";
 import { Live } from "./live.js";
 import { showLogin } from "./login.js";
 import { showRun } from "./run.js";
@@ -44,10 +44,12 @@ function render() {
   else leave = showRuns(view, context);
 }
 
+let waiting = new Set();
+
 const refreshCount = coalesce(async () => {
   try {
-    const count = await countWaiting();
-    inboxCount.textContent = count ? String(count) : "";
+    waiting = await waitingRuns();
+    inboxCount.textContent = waiting.size ? String(waiting.size) : "";
   } catch {
     // The count is a hint; the inbox itself shows the error.
   }
@@ -60,7 +62,10 @@ function enter() {
     liveState.dataset.state = state;
   });
   live.start();
-  unwatch = live.watchRuns(() => refreshCount());
+  // The count is read again only when a changed run can change it.
+  unwatch = live.watchRuns((row) => {
+    if (movesTheInbox(row, waiting)) refreshCount();
+  });
   window.addEventListener("hashchange", render);
   refreshCount();
   render();

@@ -25,8 +25,16 @@ export async function waitingItems() {
   return items;
 }
 
-export async function countWaiting() {
-  return (await waitingItems()).length;
+// The runs the inbox lists now.
+export async function waitingRuns() {
+  return new Set((await waitingItems()).map((item) => item.run));
+}
+
+// Whether a changed run-list row can change what the inbox lists: it waits now, or it did.
+export function movesTheInbox(row, waiting) {
+  const state = row.status?.state;
+  const waitsNow = state === "suspended" || state === "budget_exceeded" || state === "needs_reconciliation";
+  return waitsNow || waiting.has(row.run);
 }
 
 // An ask_user question's schema is the tool's answer object, {answer: ...}; any other is a gate.
@@ -72,7 +80,9 @@ export function showInbox(container, { live, refreshCount }) {
     }
   }
   const reload = coalesce(load, 200);
-  const unwatch = live.watchRuns(() => reload());
+  const unwatch = live.watchRuns((row) => {
+    if (movesTheInbox(row, new Set(shown.keys()))) reload();
+  });
   load();
   return unwatch;
 }

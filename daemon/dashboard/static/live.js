@@ -6,7 +6,8 @@
 // dropped here.
 
 const MIN_BACKOFF_MS = 250;
-const MAX_BACKOFF_MS = 8000;
+// A local daemon restarts in seconds: a page waiting longer than this between tries looks dead.
+const MAX_BACKOFF_MS = 3000;
 
 export class Live {
   constructor(onState = () => {}) {
