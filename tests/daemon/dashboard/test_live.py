@@ -2,25 +2,24 @@
 timeline change as the daemon commits, and a graph run's nodes change state on its canvas, all
 over the one WebSocket and without a reload.
 
-One ``salvor serve`` (demo model and tools, no token) and one headless Chromium serve every test
-of this module; each test sets its runs up over the API and waits on DOM conditions.
+The daemon (demo model and tools, no token) and the headless Chromium are the package's
+(conftest.py); each test sets its runs up over the API and waits on DOM conditions.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.daemon.dashboard.page import AGENTS, GRAPHS, REPO, Page, page_on_a_daemon
+from tests.daemon.dashboard.page import AGENTS, GRAPHS, REPO, Page
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
-    with page_on_a_daemon(tmp_path_factory.mktemp("live")) as opened:
-        yield opened
+@pytest.fixture
+def page(shared_page: Page) -> Page:
+    """The package's daemon and browser (conftest.py)."""
+    return shared_page
 
 
 def timeline_kinds(page: Page) -> list[str]:
