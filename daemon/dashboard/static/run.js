@@ -47,7 +47,12 @@ export function showRun(container, run, { live }) {
   }
   const refreshSoon = coalesce(refresh, 150);
 
+  let summaryOf = "";
   function renderSummary() {
+    // Drawn again only when the run changed: a link is not swapped under a click for nothing.
+    const drawn = JSON.stringify(current);
+    if (drawn === summaryOf) return;
+    summaryOf = drawn;
     const status = current.status;
     const detail = [];
     if (status.state === "failed") detail.push(h("p", { class: "error", "data-test": "run-failure" }, status.error));

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -68,9 +69,25 @@ class Page:
         self.driver.get(f"{self.url}/{hash_route}")
 
     def wait(self, condition: Callable[[WebDriver], Any], what: str, seconds: float = WAIT_SECONDS):
-        return WebDriverWait(self.driver, seconds, poll_frequency=0.05).until(
-            condition, message=f"{what} (waited {seconds:g} s)"
-        )
+        # The page redraws what changed: an element found a moment ago may have been replaced.
+        return WebDriverWait(
+            self.driver,
+            seconds,
+            poll_frequency=0.05,
+            ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+        ).until(condition, message=f"{what} (waited {seconds:g} s)")
+
+    def click(self, css: str, what: str | None = None) -> None:
+        """Click the first element ``css`` matches, once it is there (again if it was replaced)."""
+
+        def clicked(driver: WebDriver) -> bool:
+            found = _first(driver, css)
+            if found is None:
+                return False
+            found.click()
+            return True
+
+        self.wait(clicked, what or f"a click on {css}")
 
     def find(self, css: str, what: str | None = None):
         """The element ``css`` matches, once it is there."""

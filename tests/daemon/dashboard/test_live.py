@@ -222,3 +222,22 @@ def test_after_the_daemon_restarts_the_page_resumes_each_run_from_its_cursor(pag
     assert seqs == list(range(len(seqs)))  # no gap, no event twice
     assert timeline_kinds(page)[: len(before)] == before
     assert page.still_the_same_document()
+
+
+def test_a_run_links_its_children_and_a_child_its_parent(page: Page) -> None:
+    page.register(AGENTS / "fact-checker.md", "text/markdown")
+    task = {
+        "agent": "fact-checker",
+        "task": "Check it.",
+        "inputs": {"claim": "Tides follow the Moon."},
+    }
+    parent = page.start_run(AGENTS / "editor-in-chief.toml", task)
+    page.wait_state(parent, "completed")
+    (child,) = [c["run"] for c in page.call("GET", f"/v1/runs/{parent}/children")["children"]]
+
+    page.open(f"#/runs/{parent}")
+    page.click("[data-test=children] [data-test=child-link]", "the child's link")
+    page.wait(lambda d: d.current_url.endswith(f"#/runs/{child}"), "the child's page")
+    page.wait(lambda d: page.text_of("[data-test=run-id]") == child, "the child's page drawn")
+    page.click("[data-test=parent-link]", "the link back to the parent")
+    page.wait(lambda d: page.text_of("[data-test=run-id]") == parent, "the parent's page again")
