@@ -64,11 +64,14 @@ export function showInbox(container, { live, refreshCount }) {
       }
       for (const item of items) {
         const existing = shown.get(item.run);
-        if (existing && existing.dataset.kind === item.kind) continue;
+        // A card being filled in stays; a run that has moved on to another wait gets a new one.
+        const since = item.row?.last_recorded_at ?? item.item?.parked_since ?? "";
+        if (existing && existing.dataset.kind === item.kind && existing.dataset.since === since) continue;
         const card = waitingCard(item, () => {
           refreshCount();
           reload();
         });
+        card.dataset.since = since;
         if (existing) existing.replaceWith(card);
         else list.append(card);
         shown.set(item.run, card);

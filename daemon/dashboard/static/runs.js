@@ -13,10 +13,13 @@ const FILTERS = ["status", "label", "agent", "graph"];
 
 export function showRuns(container, { live, params }) {
   const filters = Object.fromEntries(FILTERS.map((name) => [name, params.get(name) ?? ""]));
+  // The page size may be set in the hash too (#/runs?limit=20), within what the API takes.
+  const size = Math.min(Math.max(Number.parseInt(params.get("limit"), 10) || PAGE, 1), 1000);
   const cursors = [null]; // the cursor of each page shown so far; the last is this page's
   const names = { agents: new Map(), graphs: new Map() };
   const rows = new Map(); // run -> its <tr>
   const shownRows = new Map(); // run -> the row it was drawn from
+  let newest = ""; // the first run's first_recorded_at on the first page
   const body = h("tbody", { "data-test": "run-rows" });
   const error = h("p", { class: "error", "data-test": "runs-error", role: "alert" });
   const pager = h("div", { class: "pager" });
@@ -33,7 +36,7 @@ export function showRuns(container, { live, params }) {
     h("button", { type: "submit", "data-test": "filter-apply" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const chosen = { status: statusSelect.value, label: labelInput.value.trim(), agent: agentSelect.value, graph: graphSelect.value };
+    const chosen = { status: statusSelect.value, label: labelInput.value.trim(), agent: agentSelect.value, graph: graphSelect.value, limit: params.get("limit") };
     location.hash = `#/runs${query(chosen)}`;
   });
 
@@ -91,11 +94,12 @@ export function showRuns(container, { live, params }) {
     error.textContent = "";
     const cursor = cursors[cursors.length - 1];
     try {
-      const page = await get(`/v1/runs${query({ ...filters, limit: PAGE, cursor })}`);
+      const page = await get(`/v1/runs${query({ ...filters, limit: size, cursor })}`);
       rows.clear();
       shownRows.clear();
       body.replaceChildren();
       for (const row of page.runs) put(row);
+      newest = page.runs[0]?.first_recorded_at ?? "";
       if (!page.runs.length) body.append(h("tr", { "data-test": "no-runs" }, h("td", { colspan: 9 }, "No runs.")));
       clear(pager,
         cursors.length > 1 ? h("button", { type: "button", "data-test": "page-first", onclick: () => { cursors.length = 1; load(); } }, "First page") : null,
@@ -136,7 +140,8 @@ export function showRuns(container, { live, params }) {
     if (rows.has(row.run)) {
       if (matches(row)) put(row);
       else rows.get(row.run).dataset.state = row.status?.state ?? "";
-    } else if (cursors.length === 1 && matches(row)) {
+    } else if (cursors.length === 1 && matches(row) && row.first_recorded_at >= newest) {
+      // A run started since the list was read (an older one not shown belongs to a later page).
       body.querySelector("[data-test=no-runs]")?.remove();
       put(row, { prepend: true });
     }

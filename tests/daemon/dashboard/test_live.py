@@ -241,3 +241,25 @@ def test_a_run_links_its_children_and_a_child_its_parent(page: Page) -> None:
     page.wait(lambda d: page.text_of("[data-test=run-id]") == child, "the child's page drawn")
     page.click("[data-test=parent-link]", "the link back to the parent")
     page.wait(lambda d: page.text_of("[data-test=run-id]") == parent, "the parent's page again")
+
+
+def test_the_run_list_pages_by_the_apis_cursor(page: Page) -> None:
+    started = [
+        page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": f"INV-P{n}"}) for n in range(3)
+    ]
+    for run_id in started:
+        page.wait_state(run_id, "completed")
+    first = page.call("GET", "/v1/runs", params={"limit": 2})
+    second = page.call("GET", "/v1/runs", params={"limit": 2, "cursor": first["next_cursor"]})
+
+    def shown() -> list[str]:
+        return page.driver.execute_script(
+            "return [...document.querySelectorAll('[data-test=run-row]')].map(e => e.dataset.run)"
+        )
+
+    page.open("#/runs?limit=2")
+    page.wait(lambda d: shown() == [r["run"] for r in first["runs"]], "the first page")
+    page.click("[data-test=page-next]")
+    page.wait(lambda d: shown() == [r["run"] for r in second["runs"]], "the second page")
+    page.click("[data-test=page-first]")
+    page.wait(lambda d: shown() == [r["run"] for r in first["runs"]], "the first page again")
