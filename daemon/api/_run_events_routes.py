@@ -21,7 +21,7 @@ from quart_trio import QuartTrio
 from salvor.protocol import Envelope, RunState, fold, sse_frame, step
 
 from ..recording import parse_run_id
-from ..runs import LiveEvent, event_frame
+from ..runs import LiveEvent, Subscription, event_frame
 from ..web import bad_request, unknown_run, whole_number
 from ._answers import END_FRAME
 from ._state import ServerState
@@ -84,7 +84,7 @@ def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
 
 
 async def _frames(
-    state: ServerState, run_id: str, subscription, log: list[Envelope], start: int
+    state: ServerState, run_id: str, subscription: Subscription, log: list[Envelope], start: int
 ) -> AsyncIterator[bytes]:
     """The stream's frames: the log from ``start``, then the live tail, until an ``end`` frame."""
     runtime = state.runtime
@@ -93,6 +93,7 @@ async def _frames(
         next_seq = min(start, len(log))
         pending = list(log[next_seq:])
         last_progress = last_beat = trio.current_time()
+        progress_seq = next_seq
         seeded = False
         while True:
             # Everything at hand goes out as one chunk: with many
@@ -111,7 +112,8 @@ async def _frames(
                 next_seq += 1
                 if envelope.seq >= start:
                     chunk.append(frame or event_frame(envelope))
-                last_progress = trio.current_time()
+            if next_seq > progress_seq:
+                progress_seq, last_progress = next_seq, trio.current_time()
             pending = []
             if not seeded:
                 # From here on the shared poll reads what another process commits.
@@ -136,19 +138,17 @@ async def _frames(
                     END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)
                 )
                 return
-            wait = min(
-                state.stream_poll_seconds,
-                max(0.0, last_beat + state.heartbeat_seconds - now),
-            )
-            with trio.move_on_after(wait):
-                envelope = await subscription.receive.receive()
-                pending.append(envelope)
-                # Take whatever else is already queued in one go.
-                while True:
-                    try:
-                        pending.append(subscription.receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
+            # What the hub queued while the last chunk was written goes out at once; only an
+            # empty queue waits (a timer per wait is most of a busy stream's own cost).
+            pending = _queued(subscription)
+            if not pending:
+                wait = min(
+                    state.stream_poll_seconds,
+                    max(0.0, last_beat + state.heartbeat_seconds - now),
+                )
+                with trio.move_on_after(wait):
+                    pending.append(await subscription.receive.receive())
+                pending += _queued(subscription)
             if not subscription.lagging:
                 if pending and pending[0].envelope.seq < next_seq:
                     pending = [e for e in pending if e.envelope.seq >= next_seq]
@@ -163,3 +163,13 @@ async def _frames(
             # A gap or a lagging queue: read what is missing from the store.
             subscription.lagging = False
             pending = await runtime.read_log(run_id, next_seq)
+
+
+def _queued(subscription: Subscription) -> list[LiveEvent]:
+    """Everything the hub has queued for ``subscription``, without waiting."""
+    taken = []
+    while True:
+        try:
+            taken.append(subscription.receive.receive_nowait())
+        except trio.WouldBlock:
+            return taken

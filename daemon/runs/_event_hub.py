@@ -23,7 +23,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, Self
 
 import trio
-from salvor.protocol import EMPTY_VIEW, Envelope, RunView, encode_envelope, sse_frame, step
+from salvor.protocol import (
+    EMPTY_VIEW,
+    TERMINAL_STATES,
+    Envelope,
+    RunView,
+    encode_envelope,
+    sse_frame,
+    step,
+)
 from salvor.store import StoreError
 
 QUEUE_LIMIT = 1024
@@ -255,12 +263,19 @@ class EventHub:
         return counts
 
     async def poll(self, read_log: ReadLog, driven_here: Callable[[str], bool]) -> None:
-        """One round of the shared poll: for each run somebody listens to and nothing here
-        drives, one store read of what is new, published as a commit here would be.
+        """One round of the shared poll: for each run somebody listens to, nothing here drives
+        and that has not ended, one store read of what is new, published as a commit here would
+        be.
 
         Error handling: a failed read is logged and left to the next round.
         """
-        runs = [run_id for run_id in self._feeds if not driven_here(run_id)]
+        runs = [
+            run_id
+            for run_id, feed in self._feeds.items()
+            # A terminal run takes no more events, from anyone.
+            if not (feed.view is not None and feed.view.state in TERMINAL_STATES)
+            and not driven_here(run_id)
+        ]
         if not runs:
             return
         async with trio.open_nursery() as nursery:

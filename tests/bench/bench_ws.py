@@ -84,36 +84,54 @@ def open_runs(base_url: str, count: int) -> dict[str, str]:
 
 
 class Appender:
-    """One keep-alive HTTP/1.1 connection that posts appends and reads their answers (a lean
-    client: httpx would spend more CPU per request than the daemon does)."""
+    """Keep-alive HTTP/1.1 connections that post appends and read their answers, one at a time
+    (a lean client: httpx would spend more CPU per request than the daemon does). hypercorn
+    closes a connection after its 1,000th request (``Connection: close``); the next opens anew."""
 
-    def __init__(self, stream: trio.SocketStream, host: str) -> None:
-        self.stream, self.host, self.buffer = stream, host, b""
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.stream: trio.SocketStream | None = None
+        self.buffer = b""
+
+    async def _receive(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise EOFError("the daemon closed the connection mid-answer")
+        self.buffer += data
 
     async def append(self, run_id: str, token: str, seq: int) -> None:
+        if self.stream is None:
+            self.stream, self.buffer = await trio.open_tcp_stream(self.host, self.port), b""
         event = {"kind": "RandomObserved", "payload": {"value": f"{seq:08x}"}}
         body = json.dumps({"events": [_envelope(run_id, seq, event)]}).encode()
         await self.stream.send_all(
             (
-                f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: {self.host}\r\n"
+                f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\n"
+                f"Host: {self.host}:{self.port}\r\n"
                 f"X-Drive-Token: {token}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n"
             ).encode()
             + body
         )
         while b"\r\n\r\n" not in self.buffer:
-            self.buffer += await self.stream.receive_some(65536)
+            await self._receive()
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         if not head.startswith(b"HTTP/1.1 200"):
             raise AssertionError(head.decode(errors="replace"))
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
+        fields = dict(
+            line.lower().split(b":", 1) for line in head.split(b"\r\n")[1:] if b":" in line
         )
+        length = int(fields[b"content-length"])
         while len(self.buffer) < length:
-            self.buffer += await self.stream.receive_some(65536)
+            await self._receive()
         self.buffer = self.buffer[length:]
+        if fields.get(b"connection", b"").strip() == b"close":
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
 
 
 def drive(base_url: str, runs: dict[str, str], rounds: int, interval: float) -> float:
@@ -122,10 +140,7 @@ def drive(base_url: str, runs: dict[str, str], rounds: int, interval: float) -> 
 
     async def main() -> float:
         host, port = base_url.split("://", 1)[1].rsplit(":", 1)
-        appenders = [
-            Appender(await trio.open_tcp_stream(host, int(port)), f"{host}:{port}")
-            for _ in range(DRIVER_CONNECTIONS)
-        ]
+        appenders = [Appender(host, int(port)) for _ in range(DRIVER_CONNECTIONS)]
         items = list(runs.items())
         took = 0.0
         for round_index in range(rounds):
@@ -142,7 +157,7 @@ def drive(base_url: str, runs: dict[str, str], rounds: int, interval: float) -> 
             took += trio.current_time() - began
             await trio.sleep(max(0.0, interval - (trio.current_time() - began)))
         for appender in appenders:
-            await appender.stream.aclose()
+            await appender.aclose()
         return took / rounds
 
     return trio.run(main)

@@ -122,6 +122,9 @@ async def test_the_poll_reads_each_run_once_however_many_listen(autojump_clock) 
                 (1, "running"),
                 (2, "completed"),
             ]
+        # A run that has ended is read no more, though its subscribers stay.
+        await trio.sleep(2.0)
+        assert store.reads == {RUN_A: 4}
         # Once nobody listens to A, it is read no more.
         for stream in a_streams:
             stream.close()
