@@ -80,6 +80,11 @@ def test_a_gate_form_refuses_a_wrong_value_with_the_apis_message_then_completes(
 
 def test_an_unknown_write_is_resolved_from_the_inbox(page: Page) -> None:
     run_id = parked_client_write(page, "po-page-1")
+    # The run's own page shows the write as its pending call, and the same card.
+    page.open(f"#/runs/{run_id}")
+    page.find("[data-test=run-waiting] [data-test=inbox-item][data-kind=unknown_write]")
+    pending = page.text_of("[data-test=pending]")
+    assert pending.startswith("payout (write, key sha256:") and pending.endswith("at seq 1")
     page.open("#/inbox")
     card = f'[data-test=inbox-item][data-run="{run_id}"]'
     page.find(f"{card}[data-kind=unknown_write]", "the unknown write's card")
