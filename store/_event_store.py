@@ -620,6 +620,8 @@ class EventStore:
         *,
         state: str | None = None,
         label: tuple[str, str] | None = None,
+        agent_def_hash: str | None = None,
+        graph_hash: str | None = None,
         limit: int | None = None,
         after: str | None = None,
     ) -> tuple[list[RunSummary], str | None]:
@@ -628,6 +630,8 @@ class EventStore:
         Args:
             state: only runs in this state.
             label: only runs whose labels hold this ``(key, value)``.
+            agent_def_hash: only the runs of this agent (as their head recorded it).
+            graph_hash: only the runs of this graph (its forks too: they run the same graph).
             limit: at most this many runs (all when None).
             after: the cursor a previous page returned.
 
@@ -643,6 +647,10 @@ class EventStore:
         base = select(*_SUMMARY_COLUMNS)
         if state is not None:
             base = base.where(runs.c.state == state)
+        if agent_def_hash is not None:
+            base = base.where(runs.c.agent_def_hash == agent_def_hash)
+        if graph_hash is not None:
+            base = base.where(runs.c.graph_hash == graph_hash)
         if label is not None:
             key, value = label
             # A superset in SQL (the labels text holds `"key":"value"`), exact in Python.

@@ -8,8 +8,8 @@ or a tool. Every refusal is the one error envelope and records nothing.
 Bodies are the control-plane spec's, field for field. Where we say more, it
 is an optional addition a spec-written client never has to send and may
 ignore: ``replay_of`` (a re-run) on ``POST /v1/runs`` and in its answer and
-on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``limit`` and ``cursor``
-query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
+on ``GET /v1/runs/{id}``; the ``status``, ``label``, ``agent``, ``graph``, ``limit`` and
+``cursor`` query of ``GET /v1/runs`` with its ``next_cursor`` (without them the list is
 whole, as the spec has it); ``GET /v1/health``, ``GET /v1/openapi.json``,
 ``GET /v1/reconciliations`` (the runs parked on an unknown write) and
 ``not_landed`` on ``POST /v1/runs/{id}/resolve``; YAML graph documents (``application/yaml``)
@@ -21,7 +21,8 @@ with its cookie and CSRF token).
 Every ``/v1`` path (routed or not), ``/metrics`` and every WebSocket handshake under them pass the
 caller check first (``_http.authenticate``: the bearer token or a live session cookie), except the
 login itself, which only has its Origin checked. Other paths (the page's shell) are left to their
-routes.
+routes: the page (``GET /``, ``GET /ui/<name>``: ``_dashboard_routes``) is served
+without auth and is not in the document.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from werkzeug.exceptions import HTTPException
 from ..web import OperationRefused, internal
 from ._agents_routes import add_agent_routes
 from ._client_run_routes import add_client_run_routes
+from ._dashboard_routes import add_dashboard_routes
 from ._fork_routes import add_fork_routes
 from ._graph_routes import add_graph_routes
 from ._graph_run_routes import add_graph_run_routes
@@ -79,7 +81,7 @@ _HTTP_CODES = {
 
 
 def create_app(state: ServerState) -> QuartTrio:
-    # No static folder: every path this server answers is under /v1 (and /metrics).
+    # No static folder: the page's files are served by its own routes, with its headers.
     app = QuartTrio("salvor", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # checked by the routes, as the envelope
     app.config["RESPONSE_TIMEOUT"] = None  # streams stay open as long as the run is live
@@ -130,6 +132,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_client_run_routes(app, state)
     add_model_step_routes(app, state)
     add_tool_step_routes(app, state)
+    # The page (issue 17): its files, at / and /ui/<name>.
+    add_dashboard_routes(app)
     return app
 
 

@@ -16,6 +16,8 @@ from ..web import bad_request, whole_number
 from ._schema import JSON
 
 MAX_PAGE = 1000
+# An agent's or a graph's content hash, as the API names both.
+HASH_PATTERN = "^sha256:[0-9a-f]{64}$"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +74,16 @@ RUNS_QUERY = Query(
             name="label",
             schema={"type": "string", "pattern": "^[^:]+:"},
             description="`key:value`: only runs carrying that label.",
+        ),
+        QueryParameter(
+            name="agent",
+            schema={"type": "string", "pattern": HASH_PATTERN},
+            description="An agent's hash: only the runs of that agent.",
+        ),
+        QueryParameter(
+            name="graph",
+            schema={"type": "string", "pattern": HASH_PATTERN},
+            description="A graph's hash: only the runs of that graph (and their forks).",
         ),
         _LIMIT,
         _CURSOR,

@@ -3,6 +3,8 @@ names its ``parent``), its children and its replay."""
 
 from __future__ import annotations
 
+import re
+
 from quart import request
 from quart_trio import QuartTrio
 from salvor.protocol import RunState, fold, status_seen_at
@@ -14,7 +16,7 @@ from ..web import bad_request
 from ._answers import CHILD_LIST, RUN, RUN_LIST, RUN_STARTED
 from ._bodies import START_RUN
 from ._http import json_response
-from ._queries import RUNS_QUERY, page_of
+from ._queries import HASH_PATTERN, RUNS_QUERY, page_of
 from ._state import ServerState
 
 
@@ -99,7 +101,13 @@ def _list_filters(args) -> dict:
         if not sep or not key:
             raise bad_request("`label` must look like key:value")
         label = (key, value)
-    return {"state": status, "label": label, **page_of(args)}
+    hashes = {}
+    for name, column in (("agent", "agent_def_hash"), ("graph", "graph_hash")):
+        if name in args:
+            if not re.fullmatch(HASH_PATTERN, args[name]):
+                raise bad_request(f"`{name}` must be a hash like sha256:<64 hex digits>")
+            hashes[column] = args[name]
+    return {"state": status, "label": label, **hashes, **page_of(args)}
 
 
 def summary_json(state: ServerState, summary: RunSummary) -> dict:

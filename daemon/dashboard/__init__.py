@@ -2,7 +2,21 @@
 
 Rule: plain files shipped in the package (HTML, ES modules, CSS), nothing built
 or fetched at install or at run time. The page talks to the daemon through the
-public API and the WebSocket only; it holds no data of its own.
+public API and the WebSocket only; it holds no data of its own. Imports no other room.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from ._assets import (
+    CONTENT_TYPES,
+    INDEX,
+    Asset,
+    read_asset,
+)
+
+__all__ = [
+    "CONTENT_TYPES",
+    "INDEX",
+    "Asset",
+    "read_asset",
+]

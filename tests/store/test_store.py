@@ -483,6 +483,33 @@ def test_list_runs_filters_by_state_and_label(store: EventStore) -> None:
     assert store.list_runs(label=("batch", "9")) == ([], None)
 
 
+def test_list_runs_filters_by_agent_and_by_graph(store: EventStore) -> None:
+    refunds, triage = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    publish = "sha256:" + "d" * 64
+    heads = {
+        "r1": RunStarted(agent_def_hash=refunds, input=1),
+        "t1": RunStarted(agent_def_hash=triage, input=2),
+        "g1": GraphRunStarted(graph_hash=publish, input=None),
+        "r2": RunStarted(agent_def_hash=refunds, input=3),
+        "g2": GraphRunStarted(graph_hash="sha256:" + "e" * 64, input=None),
+    }
+    for run_id, head in heads.items():
+        store.append(
+            run_id, [head, *([RunCompleted(output=3)] if run_id == "r2" else [])], EMPTY_VIEW
+        )
+
+    def listed(**filters) -> set[str]:
+        return set(page_through(store, limit=1, **filters))
+
+    assert listed(agent_def_hash=refunds) == {"r1", "r2"}
+    assert listed(agent_def_hash=refunds, state="running") == {"r1"}
+    assert listed(graph_hash=publish) == {"g1"}
+    # An agent's hash is not a graph's: the two filters read their own column.
+    assert listed(graph_hash=refunds) == set() and listed(agent_def_hash=publish) == set()
+    assert listed(agent_def_hash=refunds, graph_hash=publish) == set()
+    assert page_through(store, agent_def_hash=refunds) == newest_first(store, ["r1", "r2"])
+
+
 def test_label_filter_takes_sql_wildcards_literally(store: EventStore) -> None:
     store.append("a", [started({"k": "50%_off"})], EMPTY_VIEW)
     store.append("b", [started({"k": "50xxoff"})], EMPTY_VIEW)
