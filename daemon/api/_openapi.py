@@ -896,7 +896,14 @@ PATHS: JSON = {
                 "1008 for a message that is not a JSON object or exceeds 64 KiB."
             ),
             "responses": _responses(
-                {}, extra={"101": {"description": "Switching to the WebSocket protocol."}}
+                {},
+                extra={
+                    "101": {"description": "Switching to the WebSocket protocol."},
+                    "400": _error(
+                        "A plain HTTP request, not a WebSocket handshake (`bad_request`).",
+                        "bad_request",
+                    ),
+                },
             ),
         },
     },

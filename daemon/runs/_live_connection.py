@@ -281,7 +281,7 @@ class LiveConnection:
     def unsubscribe(self, run_id: str) -> None:
         stream = self._streams.pop(run_id, None)
         if stream is not None:
-            stream.scope.cancel()
+            stream.scope.cancel(reason=f"the client unsubscribed from run {run_id}")
             self._hub.remove(stream)
 
     # -- delivery ------------------------------------------------------------------------------

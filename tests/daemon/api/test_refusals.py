@@ -136,7 +136,7 @@ def _routes(server: Server) -> list[tuple[str, str]]:
     for rule in app.url_map.iter_rules():
         if rule.rule in PAGE_RULES:
             continue  # the page's shell holds no data: served without auth
-        assert rule.rule.startswith("/v1/"), f"{rule.rule} is not under /v1"
+        assert rule.rule.startswith("/v1/") or rule.rule == "/metrics", f"{rule.rule} is unguarded"
         path = rule.rule
         for argument in rule.arguments:
             path = re.sub(rf"<(?:[^:<>]+:)?{argument}>", fill[argument], path)

@@ -18,6 +18,7 @@ from salvor.protocol import EMPTY_VIEW, RandomObserved, RunStarted, encode_envel
 from salvor.store import EventStore
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
+from tests.support.api import assert_error
 from tests.support.api_server import TOKEN, Server
 
 SDK = Path(__file__).resolve().parents[3] / "contrib" / "sdk"
@@ -315,15 +316,20 @@ async def test_bad_requests_are_answered_and_bad_messages_close(server: Server) 
         # None of them subscribed anything: the next event is the one subscription's own.
         assert server.state.hub.subscriber_counts() == {"sse": 0, "ws": 0}
         await send(ws, op="subscribe", run=run.run_id, from_seq=1)
-        await run.observe()
+        # Caught up (nothing from seq 1 in the store yet) before seq 1 is appended: appended
+        # sooner, the catch-up could read it and send it ahead of the status.
         message, _ = await receive(ws)
-        assert message["type"] == "status"  # nothing from seq 1 in the store yet
+        assert message["type"] == "status"
+        await run.observe()
         message, _ = await receive(ws)
         assert message["event"]["seq"] == 1
-        # An unsubscribed run sends nothing more.
+        # An unsubscribed run sends nothing more: the answer to a bad op sent after the next
+        # append is the next message (an event of the run would be queued ahead of it).
         await send(ws, op="unsubscribe", run=run.run_id)
         await send(ws, op="dance")
+        assert (await receive(ws))[0]["type"] == "error"
         await run.observe()
+        await send(ws, op="dance")
         assert (await receive(ws))[0]["type"] == "error"
         await ws.send_message("[1, 2]")
         with pytest.raises(ConnectionClosed) as closed:
@@ -335,6 +341,11 @@ async def test_bad_requests_are_answered_and_bad_messages_close(server: Server) 
             await receive(ws)
         assert closed.value.reason.code == 1008
     assert server.state.hub.subscriber_counts() == {"sse": 0, "ws": 0}
+
+
+async def test_a_plain_request_of_the_socket_is_the_400_envelope(server: Server) -> None:
+    response = await server.client.get("/v1/ws")
+    assert_error(response, 400, "bad_request")
 
 
 async def test_the_handshake_needs_the_token(server_factory) -> None:
