@@ -20,10 +20,16 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
 from salvor.protocol import RunState
+
+# prometheus_client is imported where a daemon builds or renders its instruments, not where a
+# room imports this one: every `salvor` command imports the rooms (a tenth of a second of CPU
+# for the library) and only `salvor serve` counts.
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
+    from prometheus_client.core import Metric
 
 # Events per group commit: one append is a few events, a group at most 256 appends.
 GROUP_EVENT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -68,6 +74,8 @@ class _ScrapeTime:
 
     @staticmethod
     def _families(readings: Readings) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
         runs = GaugeMetricFamily(
             "salvor_runs", "Runs in the store by state (its runs table).", labels=["state"]
         )
@@ -103,6 +111,8 @@ class DaemonMetrics:
     """One daemon's instruments and the registry ``GET /metrics`` renders."""
 
     def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
         self.registry = CollectorRegistry()
         registry = self.registry
         self.appends = Counter("salvor_appends", "Events committed to run logs.", registry=registry)
@@ -174,6 +184,8 @@ class DaemonMetrics:
         Synchronous and reads nothing itself; call it on the trio thread (the ``Readings`` must
         come from the same thread, so two scrapes never mix theirs).
         """
+        from prometheus_client import generate_latest
+
         self._scrape.readings = readings
         try:
             return generate_latest(self.registry)
