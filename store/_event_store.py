@@ -929,15 +929,7 @@ class EventStore:
                 set_={k: v for k, v in row.items() if k not in keys},
             )
         )
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(statement)
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
+        self._execute_alone(statement, doing)
 
     # -- claims ---------------------------------------------------------------
 
@@ -1038,7 +1030,7 @@ class EventStore:
         Raises:
             StoreUnavailable: the database failed; the row is as it was (still due).
         """
-        self._write_outbox(
+        self._execute_alone(
             update(notifications)
             .where(notifications.c.id == notification_id)
             .values(delivered_at=now_instant()),
@@ -1052,7 +1044,7 @@ class EventStore:
         Raises:
             StoreUnavailable: the database failed; the row is as it was (due as before).
         """
-        self._write_outbox(
+        self._execute_alone(
             update(notifications)
             .where(notifications.c.id == notification_id)
             .values(
@@ -1069,7 +1061,7 @@ class EventStore:
         Raises:
             StoreUnavailable: the database failed; the row is as it was.
         """
-        self._write_outbox(
+        self._execute_alone(
             update(notifications)
             .where(notifications.c.id == notification_id)
             .values(next_attempt_at=format_instant(until)),
@@ -1083,12 +1075,18 @@ class EventStore:
         Raises:
             StoreUnavailable: the database failed; the row is as it was.
         """
-        self._write_outbox(
+        self._execute_alone(
             delete(notifications).where(notifications.c.id == notification_id),
             "withdraw a notification",
         )
 
-    def _write_outbox(self, statement: Any, doing: str) -> None:
+    def _execute_alone(self, statement: Any, doing: str) -> None:
+        """Run one write in a transaction of its own.
+
+        Raises:
+            StoreUnavailable: the database failed; ``doing`` says what was being done, and
+                nothing was written.
+        """
         try:
             with self._engine.begin() as connection:
                 connection.execute(statement)

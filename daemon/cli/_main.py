@@ -643,6 +643,11 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
         "may name (repeatable)",
     )
+    _add_notify_options(p)
+
+
+def _add_notify_options(p: argparse.ArgumentParser) -> None:
+    """`salvor serve`'s notification flags (the command line is the only place they are set)."""
     p.add_argument(
         "--notify-webhook",
         metavar="URL",

@@ -265,77 +265,19 @@ async def _serve(
                     launches=config.process_launches,
                     launch_settle_seconds=config.launch_settle_seconds,
                 )
-                state = ServerState(
-                    runtime=runtime,
-                    drivers=drivers,
-                    hub=hub,
-                    auth_token=config.auth_token,
-                    commit=await build_commit(),
-                    stream_poll_seconds=config.stream_poll_seconds,
-                    heartbeat_seconds=config.heartbeat_seconds,
-                    detach_grace_seconds=config.detach_grace_seconds,
-                    body_timeout_seconds=config.body_timeout_seconds,
-                    allow_process_agents=config.allow_process_agents,
-                    leases=LeaseRegistry(config.lease_ttl),
-                    model_executor=executor,
-                    client_tools=dict(config.client_tools),
-                    credentials=credentials,
-                    driven_elsewhere=locks.runs_held_elsewhere,
-                    metrics=metrics,
+                state = await _server_state(
+                    config, runtime, drivers, hub, executor, credentials, locks, metrics
                 )
                 if on_state is not None:
                     on_state(state)
-                hyper = listener_config(
-                    f"{config.host}:{config.port}",
-                    "salvor.http",
-                    graceful_timeout=config.shutdown_seconds,
-                )
-                in_flight = InFlight(AppendFront(create_app(state), state))
-
-                async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                    await serve_asgi(
-                        in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status
-                    )
-
-                try:
-                    binds = await root.start(serve_http)
-                except (OSError, BaseExceptionGroup) as exc:
-                    failed = _bind_failure(exc)
-                    if failed is None:
-                        raise
-                    raise OperationRefused(
-                        ErrorCode.LISTEN_FAILED,
-                        f"cannot listen on {config.host}:{config.port} "
-                        f"({failed.strerror or failed}); "
-                        "stop what holds it, or pick another address with --listen",
-                    ) from None
+                binds, in_flight = await _listen(root, config, state, stop)
                 await trio.to_thread.run_sync(locks.announce, binds[0])
                 if config.notify is not None:
                     # Before recovery drives anything: a run that parks again gets its poke.
-                    deliverer = Deliverer(
-                        access,
-                        config.notify,
-                        in_flight=lambda run_id: (
-                            drivers.driving(run_id) or state.leases.holds(run_id)
-                        ),
-                    )
-                    access.on_notification.append(deliverer.poke)
-                    await root.start(deliverer.serve)
+                    await _start_deliverer(root, config.notify, access, state)
                 root.start_soon(_watch_signals, stop)
-                # Events a `salvor run` beside us commits reach the streams through it.
-                root.start_soon(
-                    hub.poll_forever, runtime.read_log, state.attached, config.stream_poll_seconds
-                )
                 interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
-                if config.wake_interval > 0:
-                    root.start_soon(_sweep_forever, state, config.wake_interval)
-                if notifier.watchdog_interval:
-                    root.start_soon(_watchdog, notifier)
-                # Cancelled with the drivers: nothing is re-driven once a stop began.
-                drivers.spawn(
-                    lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
-                    name="store healing",
-                )
+                _start_keepers(root, config, state, notifier)
                 log.info(
                     "salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
                     ", ".join(binds),
@@ -348,18 +290,122 @@ async def _serve(
                 task_status.started(binds)
                 recover(state, interrupted)
                 await stop.wait()
-                notifier.send("STOPPING=1")
-                state.stopping.set()
-                await drivers.stop(
-                    "salvor is stopping; each run keeps its log and resumes on the next start",
-                    drain_seconds=config.drain_seconds,
-                )
+                await _stop_driving(state, config, notifier)
             # Responses in flight finish first (a stream sends its end frame
             # and closes cleanly), within the deadline. Idle keep-alive
             # connections are not waited for: they carry nothing.
             with trio.move_on_after(config.shutdown_seconds):
                 await in_flight.wait_idle()
             root.cancel_scope.cancel(reason="salvor stopped")
+
+
+def _start_keepers(
+    root: trio.Nursery, config: ServeConfig, state: ServerState, notifier: Notifier
+) -> None:
+    """The tasks that keep a serving daemon well: the fan-out's poll, the wake sweeper, the
+    watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
+    stop began)."""
+    # Events a `salvor run` beside us commits reach the streams through the poll.
+    root.start_soon(
+        state.hub.poll_forever,
+        state.runtime.read_log,
+        state.attached,
+        config.stream_poll_seconds,
+    )
+    if config.wake_interval > 0:
+        root.start_soon(_sweep_forever, state, config.wake_interval)
+    if notifier.watchdog_interval:
+        root.start_soon(_watchdog, notifier)
+    drivers, access = state.drivers, state.runtime.access
+    drivers.spawn(
+        lambda: drivers.healing.heal_forever(access.check_writable, drivers.start),
+        name="store healing",
+    )
+
+
+async def _stop_driving(state: ServerState, config: ServeConfig, notifier: Notifier) -> None:
+    """Tell systemd and the open streams that the daemon stops, then stop the drivers within
+    the drain deadline (a run still held past it keeps its log and resumes next start)."""
+    notifier.send("STOPPING=1")
+    state.stopping.set()
+    await state.drivers.stop(
+        "salvor is stopping; each run keeps its log and resumes on the next start",
+        drain_seconds=config.drain_seconds,
+    )
+
+
+async def _server_state(
+    config: ServeConfig,
+    runtime: Runtime,
+    drivers: DriverSet,
+    hub: EventHub,
+    executor,
+    credentials: Credentials,
+    locks,
+    metrics: DaemonMetrics,
+) -> ServerState:
+    """What every route shares, from the daemon's configuration and its services."""
+    return ServerState(
+        runtime=runtime,
+        drivers=drivers,
+        hub=hub,
+        auth_token=config.auth_token,
+        commit=await build_commit(),
+        stream_poll_seconds=config.stream_poll_seconds,
+        heartbeat_seconds=config.heartbeat_seconds,
+        detach_grace_seconds=config.detach_grace_seconds,
+        body_timeout_seconds=config.body_timeout_seconds,
+        allow_process_agents=config.allow_process_agents,
+        leases=LeaseRegistry(config.lease_ttl),
+        model_executor=executor,
+        client_tools=dict(config.client_tools),
+        credentials=credentials,
+        driven_elsewhere=locks.runs_held_elsewhere,
+        metrics=metrics,
+    )
+
+
+async def _listen(
+    root: trio.Nursery, config: ServeConfig, state: ServerState, stop: trio.Event
+) -> tuple[list[str], InFlight]:
+    """Start the HTTP server in ``root``; the addresses it bound and its in-flight counter.
+
+    Raises:
+        OperationRefused: listen_failed, the address could not be bound (nothing was served).
+    """
+    hyper = listener_config(
+        f"{config.host}:{config.port}", "salvor.http", graceful_timeout=config.shutdown_seconds
+    )
+    in_flight = InFlight(AppendFront(create_app(state), state))
+
+    async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+
+    try:
+        binds = await root.start(serve_http)
+    except (OSError, BaseExceptionGroup) as exc:
+        failed = _bind_failure(exc)
+        if failed is None:
+            raise
+        raise OperationRefused(
+            ErrorCode.LISTEN_FAILED,
+            f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+            "stop what holds it, or pick another address with --listen",
+        ) from None
+    return binds, in_flight
+
+
+async def _start_deliverer(
+    root: trio.Nursery, notify: NotifyConfig, access, state: ServerState
+) -> None:
+    """Start delivering the outbox in ``root``; each append that writes a row pokes it."""
+    deliverer = Deliverer(
+        access,
+        notify,
+        in_flight=lambda run_id: state.drivers.driving(run_id) or state.leases.holds(run_id),
+    )
+    access.on_notification.append(deliverer.poke)
+    await root.start(deliverer.serve)
 
 
 def _bind_failure(exc: BaseException) -> OSError | None:
