@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from salvor.store import EventStore, normalize_store_url
@@ -19,6 +20,7 @@ from salvor.store import EventStore, normalize_store_url
 from tests.support.backends import backends_of
 
 POSTGRES_ENV = "SALVOR_TEST_POSTGRES_URL"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _postgres_schema_url(base: str) -> Iterator[str]:
@@ -40,6 +42,23 @@ def _names(argnames: str | list | tuple) -> list[str]:
     if isinstance(argnames, str):
         return [name.strip() for name in argnames.split(",")]
     return list(argnames)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the checkout's bytecode once, before any worker starts.
+
+    The suite starts hundreds of real processes (daemons, the command line, agents, MCP servers),
+    each importing the package and tests/support; where PYTHONDONTWRITEBYTECODE is set, as in CI's
+    containers, each would compile those sources again (a quarter of a second of CPU per process,
+    most of the suite's being CPU). Up-to-date files cost a stat each; an edited one is compiled
+    afresh here.
+    """
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller has done it
+    import compileall
+
+    for directory in ("salvor_ns", "protocol", "store", "daemon", "tests", "contrib"):
+        compileall.compile_dir(REPO / directory, quiet=1)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
