@@ -72,6 +72,7 @@ from salvor.protocol import EMPTY_VIEW, EventKind, RunState, check_batch
 from salvor.store import EventStore
 
 from tests.chaos.test_kill_cli import _tool_results
+from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, Reply, ScriptedProvider
 
 pytestmark = pytest.mark.kill
@@ -176,12 +177,6 @@ def agent_toml(base_url: str) -> str:
 # --------------------------------------------------------------------------
 # The daemon: a real `salvor serve` process, READY heard on NOTIFY_SOCKET
 # --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Daemon:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.ports import free_port
 
 SERVICE = r"""
 import json, os, sys, threading, time
@@ -173,13 +174,6 @@ server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 print("ready", flush=True)
 server.serve_forever()
 """
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (bound to 0 and given back)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -32,17 +32,12 @@ from salvor.store import EventStore
 
 from tests.daemon.api.test_stream import Holds, read_stream
 from tests.support.api_server import agent_toml
+from tests.support.ports import free_port
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 30
 SIGKILLED = -signal.SIGKILL
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class NotifySocket:
