@@ -18,6 +18,7 @@ from tests.support.api import (
     snapshot,
 )
 from tests.support.api_server import TOKEN
+from tests.support.client_events import run_started
 from tests.support.contract import MISSING_RUN, Contract
 
 PAYOUT = """
@@ -41,16 +42,7 @@ async def client_write_parked(api, contract: Contract) -> str:
     """A client-driven run whose client recorded a payout's intent and may not complete it."""
     opened = await contract.call(api, "POST", "/v1/client-runs", expect=201)
     run_id, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
-    head = {
-        "run_id": run_id,
-        "seq": 0,
-        "schema_version": 1,
-        "recorded_at": "2026-01-01T00:00:00.000000Z",
-        "event": {
-            "kind": "RunStarted",
-            "payload": {"agent_def_hash": CLIENT_AGENT, "input": None, "labels": {"desk": "pay"}},
-        },
-    }
+    head = run_started(run_id, CLIENT_AGENT, {"desk": "pay"})
     await contract.call(
         api,
         "POST",

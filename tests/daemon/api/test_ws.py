@@ -20,6 +20,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from tests.support.api import assert_error
 from tests.support.api_server import TOKEN, Server
+from tests.support.client_events import envelope
 
 SDK = Path(__file__).resolve().parents[3] / "contrib" / "sdk"
 sys.path.insert(0, str(SDK))
@@ -29,16 +30,6 @@ from salvor_client import SalvorError, open_live
 AGENT = "sha256:" + "cd" * 32
 # Bounds on every wait: a failure is a hang, never a slow pass.
 WAIT = 20
-
-
-def envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
-    return {
-        "run_id": run_id,
-        "seq": seq,
-        "schema_version": 1,
-        "recorded_at": "1970-01-01T00:00:00.000000Z",
-        "event": {"kind": kind, "payload": payload},
-    }
 
 
 def head(run_id: str) -> dict:

@@ -11,18 +11,9 @@ import uuid
 
 import trio
 
+from tests.support.client_events import envelope
+
 AGENT = "sha256:" + "ab" * 32
-
-
-def envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
-    # recorded_at is the client's to send and the server's to overwrite.
-    return {
-        "run_id": run_id,
-        "seq": seq,
-        "schema_version": 1,
-        "recorded_at": "1970-01-01T00:00:00.000000Z",
-        "event": {"kind": kind, "payload": payload},
-    }
 
 
 def head(run_id: str, **payload) -> dict:

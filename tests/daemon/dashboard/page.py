@@ -26,6 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.support.browser import open_browser, require_chromium, screenshot
+from tests.support.client_events import run_started
 
 REPO = Path(__file__).resolve().parents[3]
 AGENTS = REPO / "contrib" / "agents"
@@ -214,20 +215,7 @@ def parked_client_write(page: Page, payout_ref: str) -> str:
     the run waits for a person to say what the payout did."""
     opened = page.call("POST", "/v1/client-runs", 201)
     run_id, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
-    head = {
-        "run_id": run_id,
-        "seq": 0,
-        "schema_version": 1,
-        "recorded_at": "2026-01-01T00:00:00.000000Z",
-        "event": {
-            "kind": "RunStarted",
-            "payload": {
-                "agent_def_hash": "sha256:" + "c" * 64,
-                "input": None,
-                "labels": {"desk": "payouts"},
-            },
-        },
-    }
+    head = run_started(run_id, "sha256:" + "c" * 64, {"desk": "payouts"})
     page.call("POST", f"/v1/client-runs/{run_id}/events", headers=token, json={"events": [head]})
     page.call(
         "POST",
