@@ -117,6 +117,10 @@ def test_bootstrap_without_ensurepip_installs_pip_then_salvor_into_its_own_venv(
     ).stdout
     assert found.strip() == "0.1.0"
     assert (venv / "bin/salvor").exists()
+    # The checkout's own sources are compiled (checkout_copy leaves every __pycache__ out), so a
+    # process that runs them need not compile them again where PYTHONDONTWRITEBYTECODE is set.
+    for package in ("salvor_ns", "protocol", "store", "daemon/cli"):
+        assert list((checkout / package / "__pycache__").glob("*.pyc")), package
 
 
 def test_a_venv_place_that_is_some_other_directory_is_refused_and_left_as_it_was(tmp_path):
