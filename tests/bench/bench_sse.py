@@ -75,6 +75,9 @@ class StreamReader:
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream, self.buffer, self.body = stream, b"", b""
+        # Body chunks read: one per write the server made (hypercorn sends one chunk per
+        # ASGI body message), so this counts the server's writes to this stream.
+        self.chunks = 0
 
     @classmethod
     async def open(cls, base_url: str, path: str) -> StreamReader:
@@ -109,6 +112,7 @@ class StreamReader:
             size = int((await self._until(b"\r\n")).split(b";")[0], 16)
             if size == 0:
                 return
+            self.chunks += 1
             await self._fill(size + 2)
             self.body += self.buffer[:size]
             self.buffer = self.buffer[size + 2 :]
@@ -133,10 +137,10 @@ def _subscriber_child(
 
     async def subscribe_all() -> None:
         latencies: list[float] = []
-        completed = frame_bytes = 0
+        completed = frame_bytes = chunks = 0
 
         async def subscribe() -> None:
-            nonlocal completed, frame_bytes
+            nonlocal completed, frame_bytes, chunks
             expected = 0
             reader = await StreamReader.open(base_url, path)
             ready.put(1)
@@ -157,11 +161,12 @@ def _subscriber_child(
                     if body["seq"] >= live_from:
                         latencies.append(now - _epoch(body["recorded_at"]))
             completed += 1
+            chunks += reader.chunks
 
         async with trio.open_nursery() as nursery:
             for _ in range(streams):
                 nursery.start_soon(subscribe)
-        results.put((latencies, completed, frame_bytes))
+        results.put((latencies, completed, frame_bytes, chunks))
 
     trio.run(subscribe_all)
 
@@ -173,11 +178,11 @@ def _subscribe_all(
     processes: int,
     live_from: int,
     go: Callable[[], None],
-) -> tuple[list[float], int, float, int]:
+) -> tuple[list[float], int, float, int, float]:
     """Start the subscriber processes, call ``go`` once every stream is open.
 
     Returns the sorted latencies, the streams that ended cleanly, the seconds to connect them all,
-    and the mean size of a measured frame.
+    the mean size of a measured frame, and the mean body chunks (server writes) per stream.
     """
     ready, results = CONTEXT.Queue(), CONTEXT.Queue()
     shares = [subscribers // processes + (i < subscribers % processes) for i in range(processes)]
@@ -197,16 +202,18 @@ def _subscribe_all(
     connect_seconds = time.perf_counter() - began
     go()
     latencies: list[float] = []
-    completed = frame_bytes = 0
+    completed = frame_bytes = chunks = 0
     for _ in clients:
-        got, ok, size = results.get(timeout=600)
+        got, ok, size, written = results.get(timeout=600)
         latencies.extend(got)
         completed += ok
         frame_bytes += size
+        chunks += written
     for process in clients:
         process.join(timeout=30)
     latencies.sort()
-    return latencies, completed, connect_seconds, frame_bytes // max(1, len(latencies))
+    per_frame = frame_bytes // max(1, len(latencies))
+    return latencies, completed, connect_seconds, per_frame, chunks / max(1, subscribers)
 
 
 def _percentiles(latencies: list[float]) -> dict:
@@ -299,7 +306,7 @@ def _bare_fan_out(
     )
     try:
         wait_for_port(port)
-        latencies, completed, _, _ = _subscribe_all(
+        latencies, completed, _, _, _ = _subscribe_all(
             f"http://127.0.0.1:{port}", "/", subscribers, processes, -1, lambda: None
         )
         return latencies, completed
@@ -357,7 +364,7 @@ def main() -> None:
                 while client.get(f"/v1/runs/{run_id}").json()["event_count"] < 2:
                     time.sleep(0.01)
                 live_from = 2
-                latencies, completed_streams, connect_seconds, frame_bytes = _subscribe_all(
+                latencies, completed_streams, connect_seconds, frame_bytes, writes = _subscribe_all(
                     daemon.base_url,
                     f"/v1/runs/{run_id}/events",
                     args.subscribers,
@@ -389,6 +396,7 @@ def main() -> None:
                 "latency_p99_ms": salvor["p99_ms"],
                 "latency_max_ms": salvor["max_ms"],
                 "frame_bytes_mean": frame_bytes,
+                "server_writes_per_subscriber": round(writes, 1),
                 "baseline_bare_hypercorn_one_frame_fan_out": {
                     **floor,
                     "frames": 20,
