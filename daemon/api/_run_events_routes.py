@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import trio
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import Envelope, RunState, fold, sse_frame, step
+from salvor.protocol import Envelope, RunState, RunView, fold, sse_frame, step
 
 from ..recording import parse_run_id
 from ..runs import LiveEvent, Subscription, event_frame
@@ -121,15 +121,14 @@ async def _frames(
                 seeded = True
             if chunk:
                 yield b"".join(chunk)
-            # A write's intent is recorded before the write runs, so
-            # the log folds to needs_reconciliation while a driver
-            # here is still executing it: that is not a resting point.
-            in_flight = view.state is RunState.NEEDS_RECONCILIATION and state.drivers.driving(
-                run_id
-            )
-            if view.resting and not in_flight:
-                yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
-                return
+            if view.resting:
+                later = await _after_rest(state, run_id, view, next_seq)
+                if later is None:
+                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
+                    return
+                if later:
+                    pending = later
+                    continue
             now = trio.current_time()
             if state.stopping.is_set() or (
                 not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
@@ -163,6 +162,26 @@ async def _frames(
             # A gap or a lagging queue: read what is missing from the store.
             subscription.lagging = False
             pending = await runtime.read_log(run_id, next_seq)
+
+
+async def _after_rest(
+    state: ServerState, run_id: str, view: RunView, next_seq: int
+) -> list[Envelope] | None:
+    """None when the run rests where ``view`` says; else what to go on with.
+
+    A write's intent is recorded before the write runs, so the log folds to
+    needs_reconciliation while a driver here is still executing it: not a resting point
+    (an empty list: wait for what comes). And what this stream folded was read before
+    the driver was asked about: one that finished the write and ended in between has
+    committed what follows, so the store is read once more (from ``next_seq``) before the
+    stream says the run rests there.
+    """
+    if view.state is not RunState.NEEDS_RECONCILIATION:
+        return None
+    if state.drivers.driving(run_id):
+        return []
+    later = await state.runtime.read_log(run_id, next_seq)
+    return later or None
 
 
 def _queued(subscription: Subscription) -> list[LiveEvent]:

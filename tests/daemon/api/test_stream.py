@@ -26,8 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from salvor.daemon.api._run_events_routes import _frames
 from salvor.daemon.tools._demo import demo_registry
-from salvor.protocol import EMPTY_VIEW, RunStarted, encode_envelope
+from salvor.daemon.tools._registry import Tool, ToolRegistry
+from salvor.protocol import EMPTY_VIEW, Effect, RunStarted, encode_envelope
 from salvor.store import EventStore
 
 from tests.support.api_server import Server, agent_toml
@@ -562,6 +564,51 @@ async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, provi
         check_against_log(reading.events, log)
         assert reading.end == {"status": {"state": "completed", "output": "done"}}
     assert subscriber_count(daemon.state.hub, run_id) == 0
+
+
+async def test_a_write_finished_between_a_read_and_the_rest_check_is_not_the_end(
+    server_factory, providers
+):
+    # The stream folds a write's intent (needs_reconciliation, not a resting point while a driver
+    # here executes it); before it asks the driving set, the driver finishes the write and the
+    # run. Driving the stream's frames by hand holds it exactly there: it must read on to where
+    # the run ended, not end on the intent (as once in CI's walkthrough, on a graph's publish).
+    reached, release = trio.Event(), trio.Event()
+
+    async def post(args: dict, call) -> dict:
+        reached.set()
+        await release.wait()
+        return {"posted": True}
+
+    tool = Tool(
+        name="post",
+        description="Post it.",
+        effect=Effect.WRITE,
+        input_schema={"type": "object"},
+        handler=post,
+    )
+    daemon = await server_factory(registry=ToolRegistry([tool]))
+    provider = providers(tool_loop_script([("post", {})]))
+    run_id = await daemon.start_run(
+        await daemon.register_agent(agent_toml(provider.base_url, tools=["post"]))
+    )
+    with trio.fail_after(WAIT):
+        await reached.wait()
+    state = daemon.state
+    subscription = state.hub.subscribe(run_id)
+    frames = _frames(state, run_id, subscription, await state.runtime.read_log(run_id, 0), 0)
+    first = parse_sse((await frames.__anext__()).decode())
+    assert json.loads(first[-1].data)["event"]["kind"] == "ToolCallRequested"
+
+    release.set()
+    with trio.fail_after(WAIT):
+        while state.drivers.driving(run_id):
+            await trio.sleep(0.01)
+    rest = parse_sse(b"".join([chunk async for chunk in frames]).decode())
+
+    check_against_log(first + rest[:-1], await store_log(daemon, run_id))
+    assert rest[-1].event == "end"
+    assert rest[-1].json() == {"status": {"state": "completed", "output": "done"}}
 
 
 async def test_graceful_stop_ends_open_streams(server_factory, providers, holds, store_url):
