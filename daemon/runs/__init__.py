@@ -10,6 +10,7 @@ from ._drivers import (
     DriverSet,
 )
 from ._event_hub import (
+    Batching,
     EventHub,
     LiveEvent,
     RunChange,
@@ -46,6 +47,7 @@ __all__ = [
     "MISSING",
     "OUTBOX_LIMIT",
     "SERVE",
+    "Batching",
     "DriverSet",
     "EventHub",
     "FlowCatalog",

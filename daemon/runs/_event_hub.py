@@ -10,6 +10,15 @@ encoded once however many streams carry it. Publishing never waits: a
 subscriber that cannot take an event now is told so at once (an SSE stream
 reads the gap back from the store, a WebSocket connection is closed).
 
+A run's commits come in bursts (a model call answered and its tool requested, the
+tool done and the next model call requested: two commits a few milliseconds apart),
+and with many subscribers each delivery is a write per stream. So a hub given a
+``Batching`` holds a run's events until the run waits on the world (a model call, a
+person, a timer: ``waits_on_the_world``), or the first held is at its age limit,
+then delivers what it holds at once: one write per stream per burst.
+``deliver_forever`` is the task that releases a hold at its limit; a hub without a
+``Batching`` (tests of the fan-out itself) delivers at publish.
+
 Events another process writes into the store (a ``salvor run`` beside the
 daemon) never pass through ``publish``; ``poll_forever`` reads them, once per
 run per interval, for the runs somebody listens to and nothing here drives.
@@ -19,7 +28,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 import trio
@@ -27,6 +38,7 @@ from salvor.protocol import (
     EMPTY_VIEW,
     TERMINAL_STATES,
     Envelope,
+    PendingKind,
     RunView,
     encode_envelope,
     sse_frame,
@@ -177,14 +189,43 @@ class _RunFeed:
 ReadLog = Callable[[str, int], Awaitable[list[Envelope]]]
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How a run's published events are held for the rest of their burst: until the run waits
+    on a model call or rests, and never past ``limit_seconds`` after the first held one."""
+
+    limit_seconds: float = 0.05
+
+
+def waits_on_the_world(view: RunView) -> bool:
+    """Whether a run at ``view`` waits for something that takes a while (a model's answer, a
+    person, a timer), rather than going on to its next commit at once."""
+    return view.resting or (view.pending is not None and view.pending.kind is PendingKind.MODEL)
+
+
+class _Held:
+    """A run's events published and not yet delivered, and when they are due at the latest."""
+
+    __slots__ = ("due", "events")
+
+    def __init__(self, events: list[LiveEvent], due: float) -> None:
+        self.events = events
+        self.due = due
+
+
 class EventHub:
     """Subscribers per run, and watchers of the run list; ``publish`` is cheap when nobody
     listens."""
 
-    def __init__(self) -> None:
+    def __init__(self, batching: Batching | None = None) -> None:
         self._subscribers: dict[str, set[Listener]] = {}
         self._feeds: dict[str, _RunFeed] = {}
         self._watchers: set[Watcher] = set()
+        # With batching: what each run has published and not yet delivered (deliver_forever
+        # releases it), and the event that wakes that task when a run starts being held.
+        self._batching = batching
+        self._held: dict[str, _Held] = {}
+        self._stirred = trio.Event()
 
     def publish(self, envelopes: list[Envelope], view_before: RunView) -> None:
         """Hand the envelopes of one commit, in order, to the run's subscribers, and each status
@@ -200,12 +241,48 @@ class EventHub:
         for envelope in envelopes:
             before, view = view, step(view, envelope)
             events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
-        self._deliver(run_id, events)
+        # Known to the shared poll from now on, delivered or held: it never reads them again.
+        self._advance(run_id, events)
+        if self._batching is None or waits_on_the_world(events[-1].view):
+            self._deliver(run_id, self._take_held(run_id, events))
+            return
+        held = self._held.get(run_id)
+        if held is not None:
+            held.events += events
+        else:
+            self._held[run_id] = _Held(events, trio.current_time() + self._batching.limit_seconds)
+            self._stirred.set()
 
-    def _deliver(self, run_id: str, events: list[LiveEvent]) -> None:
+    async def deliver_forever(self) -> None:
+        """Deliver what a run holds once it is at its limit (``Batching``), until cancelled; what
+        is still held then is delivered on the way out (an open stream's last view is current).
+        """
+        assert self._batching is not None, "a hub without batching delivers at publish"
+        try:
+            while True:
+                due = min((held.due for held in self._held.values()), default=math.inf)
+                with trio.move_on_at(due):
+                    await self._stirred.wait()
+                self._stirred = trio.Event()
+                now = trio.current_time()
+                for run_id, held in list(self._held.items()):
+                    if held.due <= now:
+                        self._deliver(run_id, self._take_held(run_id))
+        finally:
+            for run_id in list(self._held):
+                self._deliver(run_id, self._take_held(run_id))
+
+    def _take_held(self, run_id: str, then: list[LiveEvent] = ()) -> list[LiveEvent]:
+        """What ``run_id`` holds, released, followed by ``then``."""
+        held = self._held.pop(run_id, None)
+        return [*held.events, *then] if held is not None else list(then)
+
+    def _advance(self, run_id: str, events: list[LiveEvent]) -> None:
         feed = self._feeds.get(run_id)
         if feed is not None and events[-1].envelope.seq >= feed.next_seq:
             feed.next_seq, feed.view = events[-1].envelope.seq + 1, events[-1].view
+
+    def _deliver(self, run_id: str, events: list[LiveEvent]) -> None:
         # Copies: a subscriber may close (and so leave the set) while it is offered an event.
         for subscription in list(self._subscribers.get(run_id, ())):
             for event in events:
@@ -305,7 +382,9 @@ class EventHub:
                     LiveEvent(envelope, view, status_changed=status_changed(before, view))
                 )
         if events and events[0].envelope.seq == feed.next_seq:
-            self._deliver(run_id, events)
+            self._advance(run_id, events)
+            # After anything still held of the run, so each subscriber gets it in seq order.
+            self._deliver(run_id, self._take_held(run_id, events))
 
     async def poll_forever(
         self, read_log: ReadLog, driven_here: Callable[[str], bool], interval: float

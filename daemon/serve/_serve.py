@@ -38,7 +38,7 @@ from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import open_model_proxy
 from ..recording import open_store_access
-from ..runs import SERVE, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
+from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
 from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
 from ..web import serve as serve_asgi
@@ -253,7 +253,8 @@ async def _serve(
             process_restarts=config.process_restarts,
             credentials=credentials,
         )
-        hub = EventHub()
+        # A burst of a run's commits goes out as one write per stream (``Batching``).
+        hub = EventHub(Batching())
         access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
@@ -305,6 +306,7 @@ def _start_keepers(
     """The tasks that keep a serving daemon well: the fan-out's poll, the wake sweeper, the
     watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
     stop began)."""
+    root.start_soon(state.hub.deliver_forever)
     # Events a `salvor run` beside us commits reach the streams through the poll.
     root.start_soon(
         state.hub.poll_forever,

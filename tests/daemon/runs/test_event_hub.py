@@ -8,10 +8,10 @@ with the store is that one function.
 from __future__ import annotations
 
 import trio
-from salvor.daemon.runs import EventHub, LiveEvent, RunChange
+from salvor.daemon.runs import Batching, EventHub, LiveEvent, RunChange
 from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
 
-from tests.protocol.logs import envelope, started
+from tests.protocol.logs import envelope, model, model_done, started, tool, tool_done
 
 RUN_A = "11111111-1111-4111-8111-111111111111"
 RUN_B = "22222222-2222-4222-8222-222222222222"
@@ -155,3 +155,82 @@ async def test_a_poll_racing_a_publish_hands_each_seq_over_once(autojump_clock) 
     await hub.poll(read_then_publish, lambda run_id: False)
     await hub.poll(store.read_log, lambda run_id: False)
     assert [e.envelope.seq for e in listener.got] == [1]
+
+
+# -- batching: a burst of a run's commits is one delivery ------------------------------------------
+
+
+def commit(hub: EventHub, store: Store, run_id: str, *events) -> None:
+    """Commit ``events`` to the store and publish them, as the writer does."""
+    before = fold(store.logs.get(run_id, []))
+    hub.publish(store.commit(run_id, *events), before)
+
+
+async def test_a_burst_is_held_until_the_run_waits_on_its_model(autojump_clock) -> None:
+    hub, store = EventHub(Batching(limit_seconds=0.05)), Store()
+    stream = hub.subscribe(RUN_A)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.deliver_forever)
+        commit(hub, store, RUN_A, started())
+        await trio.sleep(0.01)
+        commit(hub, store, RUN_A, model())
+        commit(hub, store, RUN_A, model_done(1), tool())
+        await trio.sleep(0.01)
+        # The run goes on to its tool: held, however long it has been since the model call.
+        assert [e.envelope.seq for e in drain(stream)] == [0, 1]
+        commit(hub, store, RUN_A, tool_done(3), model())
+        # It waits on its model again: what was held goes out with it, in one delivery.
+        assert [e.envelope.seq for e in drain(stream)] == [2, 3, 4, 5]
+        nursery.cancel_scope.cancel()
+    assert hub._held == {}
+
+
+async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
+    hub, store = EventHub(Batching(limit_seconds=0.05)), Store()
+    stream = hub.subscribe(RUN_A)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.deliver_forever)
+        commit(hub, store, RUN_A, started(), model(), model_done(1), tool())
+        await trio.sleep(0.049)
+        assert drain(stream) == []
+        await trio.sleep(0.002)
+        assert [e.envelope.seq for e in drain(stream)] == [0, 1, 2, 3]
+        # A tool that takes long: each further commit waits no longer than the limit either.
+        commit(hub, store, RUN_A, tool_done(3), model(), model_done(5), tool())
+        await trio.sleep(0.051)
+        assert [e.envelope.seq for e in drain(stream)] == [4, 5, 6, 7]
+        nursery.cancel_scope.cancel()
+
+
+async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -> None:
+    hub, store = EventHub(Batching(limit_seconds=60)), Store()
+    stream = hub.subscribe(RUN_A)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.deliver_forever)
+        commit(hub, store, RUN_A, started())
+        # Then another process writes to the run (its driver here has ended).
+        store.commit(RUN_A, RandomObserved(value="ab"))
+        await hub.poll(store.read_log, lambda run_id: False)
+        assert [e.envelope.seq for e in drain(stream)] == [0, 1]
+        # The poll read only what the hub had not seen, held or delivered.
+        assert store.reads == {RUN_A: 1}
+        nursery.cancel_scope.cancel()
+
+
+async def test_what_is_held_is_delivered_when_the_hub_stops(autojump_clock) -> None:
+    hub, store = EventHub(Batching(limit_seconds=60)), Store()
+    stream, watcher = hub.subscribe(RUN_A), Watcher()
+    hub.watch(watcher)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.deliver_forever)
+        commit(hub, store, RUN_A, started(), model(), model_done(1), tool())
+        await trio.sleep(1)
+        assert drain(stream) == [] and watcher.changes == []
+        nursery.cancel_scope.cancel()
+    assert [e.envelope.seq for e in drain(stream)] == [0, 1, 2, 3]
+    assert [c.view.state.value for c in watcher.changes] == [
+        "running",
+        "awaiting_model",
+        "running",
+        "awaiting_tool",
+    ]
