@@ -800,11 +800,12 @@ async def _main(args: argparse.Namespace) -> int:
             "(`salvor run` or `salvor serve` creates a new one)"
         )
     if args.command == "serve":
-        from ..serve import serve
+        from ..serve import serve, settle_collector
 
         config = _serve_config(args, url)
         await _check_resolves(config.host, config.port)
         _log_to_stderr(args.log_format)
+        settle_collector()
         await serve(config)
         return EXIT_OK
     if args.command not in SHARES_STORE:
