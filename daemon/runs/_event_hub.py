@@ -13,8 +13,9 @@ reads the gap back from the store, a WebSocket connection is closed).
 A run's commits come in bursts (a model call answered and its tool requested, the
 tool done and the next model call requested: two commits a few milliseconds apart),
 and with many subscribers each delivery is a write per stream. So a hub given a
-``Batching`` holds a run's events until the run waits on the world (a model call, a
-person, a timer: ``waits_on_the_world``), or the first held is at its age limit,
+``Batching`` holds the events of a run a driver here goes on with until the run waits
+on the world (a model call, a person, a timer: ``waits_on_the_world``), or the first
+held is at its age limit,
 then delivers what it holds at once: one write per stream per burst.
 ``deliver_forever`` is the task that releases a hold at its limit; a hub without a
 ``Batching`` (tests of the fan-out itself) delivers at publish.
@@ -191,9 +192,12 @@ ReadLog = Callable[[str, int], Awaitable[list[Envelope]]]
 
 @dataclass(frozen=True)
 class Batching:
-    """How a run's published events are held for the rest of their burst: until the run waits
-    on a model call or rests, and never past ``limit_seconds`` after the first held one."""
+    """How a run's published events are held for the rest of their burst: only while a driver
+    in this process goes on with the run (``driven_here``: its next commit comes at once; a
+    client-driven run's comes when its client sends it), until the run waits on a model call or
+    rests, and never past ``limit_seconds`` after the first held one."""
 
+    driven_here: Callable[[str], bool]
     limit_seconds: float = 0.05
 
 
@@ -243,7 +247,11 @@ class EventHub:
             events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
         # Known to the shared poll from now on, delivered or held: it never reads them again.
         self._advance(run_id, events)
-        if self._batching is None or waits_on_the_world(events[-1].view):
+        if (
+            self._batching is None
+            or waits_on_the_world(events[-1].view)
+            or not self._batching.driven_here(run_id)
+        ):
             self._deliver(run_id, self._take_held(run_id, events))
             return
         held = self._held.get(run_id)

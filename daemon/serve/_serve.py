@@ -253,9 +253,6 @@ async def _serve(
             process_restarts=config.process_restarts,
             credentials=credentials,
         )
-        # A burst of a run's commits goes out as one write per stream (``Batching``).
-        hub = EventHub(Batching())
-        access.on_commit.append(hub.publish)
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
             async with trio.open_nursery() as drivers_nursery:
@@ -266,6 +263,9 @@ async def _serve(
                     launches=config.process_launches,
                     launch_settle_seconds=config.launch_settle_seconds,
                 )
+                # A burst of a run's commits goes out as one write per stream (``Batching``).
+                hub = EventHub(Batching(driven_here=drivers.driving))
+                access.on_commit.append(hub.publish)
                 state = await _server_state(
                     config, runtime, drivers, hub, executor, credentials, locks, metrics
                 )

@@ -160,6 +160,11 @@ async def test_a_poll_racing_a_publish_hands_each_seq_over_once(autojump_clock) 
 # -- batching: a burst of a run's commits is one delivery ------------------------------------------
 
 
+def driving_a(run_id: str) -> bool:
+    """The driving set of these tests: a driver here goes on with run A only."""
+    return run_id == RUN_A
+
+
 def commit(hub: EventHub, store: Store, run_id: str, *events) -> None:
     """Commit ``events`` to the store and publish them, as the writer does."""
     before = fold(store.logs.get(run_id, []))
@@ -167,7 +172,7 @@ def commit(hub: EventHub, store: Store, run_id: str, *events) -> None:
 
 
 async def test_a_burst_is_held_until_the_run_waits_on_its_model(autojump_clock) -> None:
-    hub, store = EventHub(Batching(limit_seconds=0.05)), Store()
+    hub, store = EventHub(Batching(driving_a, limit_seconds=0.05)), Store()
     stream = hub.subscribe(RUN_A)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.deliver_forever)
@@ -185,8 +190,20 @@ async def test_a_burst_is_held_until_the_run_waits_on_its_model(autojump_clock) 
     assert hub._held == {}
 
 
+async def test_a_run_no_driver_here_goes_on_with_is_never_held(autojump_clock) -> None:
+    # A client-driven run's next commit comes when its client sends it: nothing to wait for.
+    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
+    stream = hub.subscribe(RUN_B)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.deliver_forever)
+        commit(hub, store, RUN_B, started())
+        commit(hub, store, RUN_B, RandomObserved(value="ab"))
+        assert [e.envelope.seq for e in drain(stream)] == [0, 1]
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
-    hub, store = EventHub(Batching(limit_seconds=0.05)), Store()
+    hub, store = EventHub(Batching(driving_a, limit_seconds=0.05)), Store()
     stream = hub.subscribe(RUN_A)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.deliver_forever)
@@ -203,7 +220,7 @@ async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
 
 
 async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -> None:
-    hub, store = EventHub(Batching(limit_seconds=60)), Store()
+    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
     stream = hub.subscribe(RUN_A)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.deliver_forever)
@@ -218,7 +235,7 @@ async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -
 
 
 async def test_what_is_held_is_delivered_when_the_hub_stops(autojump_clock) -> None:
-    hub, store = EventHub(Batching(limit_seconds=60)), Store()
+    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
     stream, watcher = hub.subscribe(RUN_A), Watcher()
     hub.watch(watcher)
     async with trio.open_nursery() as nursery:
