@@ -386,6 +386,13 @@ class _AdvisoryLocks(StoreLocks):
 
     def close(self) -> None:
         try:
+            try:
+                # Released now: left to the connection's end, they last until the server has
+                # noticed it closed, and a taker in this same process (a daemon started again)
+                # finds them held by a live pid, its own.
+                self._conn.execute(text("SELECT pg_advisory_unlock_all()"))
+            except SQLAlchemyError:
+                pass  # the connection is already gone, and its locks with its session
             self._conn.close()
         finally:
             self._engine.dispose()
