@@ -7,6 +7,9 @@ with the store is that one function.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import trio
 from salvor.daemon.runs import Batching, EventHub, LiveEvent, RunChange
 from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
@@ -171,42 +174,45 @@ def commit(hub: EventHub, store: Store, run_id: str, *events) -> None:
     hub.publish(store.commit(run_id, *events), before)
 
 
-async def test_a_burst_is_held_until_the_run_waits_on_its_model(autojump_clock) -> None:
-    hub, store = EventHub(Batching(driving_a, limit_seconds=0.05)), Store()
-    stream = hub.subscribe(RUN_A)
+@asynccontextmanager
+async def delivering(limit_seconds: float) -> AsyncIterator[tuple[EventHub, Store]]:
+    """A batching hub (a driver here goes on with run A only) and its store, with the hub's
+    delivery task running for the block (cancelled at its end)."""
+    hub = EventHub(Batching(driving_a, limit_seconds=limit_seconds))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.deliver_forever)
+        yield hub, Store()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_burst_is_held_until_the_run_waits_on_its_model(autojump_clock) -> None:
+    async with delivering(0.05) as (hub, store):
+        stream = hub.subscribe(RUN_A)
         commit(hub, store, RUN_A, started())
         await trio.sleep(0.01)
         commit(hub, store, RUN_A, model())
         commit(hub, store, RUN_A, model_done(1), tool())
         await trio.sleep(0.01)
-        # The run goes on to its tool: held, however long it has been since the model call.
+        # The model call went out at once; the run goes on to its tool: that is held.
         assert [e.envelope.seq for e in drain(stream)] == [0, 1]
         commit(hub, store, RUN_A, tool_done(3), model())
         # It waits on its model again: what was held goes out with it, in one delivery.
         assert [e.envelope.seq for e in drain(stream)] == [2, 3, 4, 5]
-        nursery.cancel_scope.cancel()
     assert hub._held == {}
 
 
 async def test_a_run_no_driver_here_goes_on_with_is_never_held(autojump_clock) -> None:
     # A client-driven run's next commit comes when its client sends it: nothing to wait for.
-    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
-    stream = hub.subscribe(RUN_B)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(hub.deliver_forever)
+    async with delivering(60) as (hub, store):
+        stream = hub.subscribe(RUN_B)
         commit(hub, store, RUN_B, started())
         commit(hub, store, RUN_B, RandomObserved(value="ab"))
         assert [e.envelope.seq for e in drain(stream)] == [0, 1]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
-    hub, store = EventHub(Batching(driving_a, limit_seconds=0.05)), Store()
-    stream = hub.subscribe(RUN_A)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(hub.deliver_forever)
+    async with delivering(0.05) as (hub, store):
+        stream = hub.subscribe(RUN_A)
         commit(hub, store, RUN_A, started(), model(), model_done(1), tool())
         await trio.sleep(0.049)
         assert drain(stream) == []
@@ -216,14 +222,11 @@ async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
         commit(hub, store, RUN_A, tool_done(3), model(), model_done(5), tool())
         await trio.sleep(0.051)
         assert [e.envelope.seq for e in drain(stream)] == [4, 5, 6, 7]
-        nursery.cancel_scope.cancel()
 
 
 async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -> None:
-    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
-    stream = hub.subscribe(RUN_A)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(hub.deliver_forever)
+    async with delivering(60) as (hub, store):
+        stream = hub.subscribe(RUN_A)
         commit(hub, store, RUN_A, started())
         # Then another process writes to the run (its driver here has ended).
         store.commit(RUN_A, RandomObserved(value="ab"))
@@ -231,19 +234,15 @@ async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -
         assert [e.envelope.seq for e in drain(stream)] == [0, 1]
         # The poll read only what the hub had not seen, held or delivered.
         assert store.reads == {RUN_A: 1}
-        nursery.cancel_scope.cancel()
 
 
 async def test_what_is_held_is_delivered_when_the_hub_stops(autojump_clock) -> None:
-    hub, store = EventHub(Batching(driving_a, limit_seconds=60)), Store()
-    stream, watcher = hub.subscribe(RUN_A), Watcher()
-    hub.watch(watcher)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(hub.deliver_forever)
+    async with delivering(60) as (hub, store):
+        stream, watcher = hub.subscribe(RUN_A), Watcher()
+        hub.watch(watcher)
         commit(hub, store, RUN_A, started(), model(), model_done(1), tool())
         await trio.sleep(1)
         assert drain(stream) == [] and watcher.changes == []
-        nursery.cancel_scope.cancel()
     assert [e.envelope.seq for e in drain(stream)] == [0, 1, 2, 3]
     assert [c.view.state.value for c in watcher.changes] == [
         "running",
