@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable, Mapping
 
 AFTER_SEQ_VAR = "SALVOR_FAULT_KILL_AFTER_SEQ"
-_IN_TOOL = os.environ.get("SALVOR_FAULT_KILL_IN_TOOL")
+IN_TOOL_VAR = "SALVOR_FAULT_KILL_IN_TOOL"
 
 
 def _die() -> None:
@@ -47,7 +47,9 @@ def kill_after_commit_hook(
     return kill_after_commit
 
 
-def kill_if_requested(tool: str) -> None:
+def kill_if_requested(tool: str, environ: Mapping[str, str] = os.environ) -> None:
     """Called by a tool after its effect happened, before it returns."""
-    if _IN_TOOL == tool:
+    # Read at the call, not at import: the test suite forks its salvor processes from an
+    # interpreter that imported the package before their environment was known.
+    if environ.get(IN_TOOL_VAR) == tool:
         _die()
