@@ -33,7 +33,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 from collections import Counter
@@ -55,10 +54,10 @@ from salvor.store import EventStore
 
 from tests.support.cli import salvor_in_process
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script
+from tests.support.spawn import salvor_process
 
 pytestmark = pytest.mark.kill
 
-SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 # Commands no fault is aimed at, whose answer is what the test reads (the log, the replay, a
 # person's resolve): main(argv) in this process (tests/support/cli). Every run and resume, the
 # processes that are killed and the ones that recover, is a process of its own.
@@ -265,8 +264,8 @@ class Harness:
         elif fault is not None:
             self._model_fault = fault.at
         with self._lock:
-            self._child = subprocess.Popen(
-                [*SALVOR, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            self._child = salvor_process(
+                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         child = self._child
         try:
