@@ -57,7 +57,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -74,6 +73,7 @@ from salvor.store import EventStore
 from tests.chaos.test_kill_cli import _tool_results
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, Reply, ScriptedProvider
+from tests.support.spawn import salvor_process
 
 pytestmark = pytest.mark.kill
 
@@ -98,7 +98,6 @@ READY_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 180.0
 # The daemon's graceful stop deadline (ServeConfig.shutdown_seconds).
 SHUTDOWN_DEADLINE = 10.0
-SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 
 GATE_INPUT = {"approved": True, "note": "approved by the chaos operator"}
 FINAL_TEXT = "all done"
@@ -198,8 +197,7 @@ class Daemon:
             NOTIFY_SOCKET=str(self.notify_path),
             PYTHONUNBUFFERED="1",
         )
-        self.args = [
-            *SALVOR,
+        self.args = [  # salvor's: the process is tests/support/spawn's
             "serve",
             "--listen",
             f"127.0.0.1:{self.port}",
@@ -222,7 +220,7 @@ class Daemon:
             notify.settimeout(0.2)
             with open(self.tmp_path / f"serve-{self.starts:03d}.log", "wb") as log:
                 began = time.monotonic()
-                self.proc = subprocess.Popen(
+                self.proc = salvor_process(
                     self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
                 )
             self.starts += 1

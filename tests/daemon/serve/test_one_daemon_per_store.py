@@ -24,11 +24,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.chaos.test_kill_serve import SALVOR, Daemon, free_port
+from tests.chaos.test_kill_serve import Daemon, free_port
 from tests.support.cli import salvor_in_process
 from tests.support.processes import gone, wait_gone
 
 REPO = Path(__file__).resolve().parents[3]
+SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 
 # A process agent that records its pid and sleeps until the test lets it go
 # (bounded), then ends without a model call: its run then rests failed (a
