@@ -1,6 +1,6 @@
 """A real ``salvor serve`` process: restart recovery, graceful stop, the wake sweeper, systemd.
 
-Every daemon here is ``python -m salvor.daemon.cli serve`` in a subprocess on a
+Every daemon here is a ``salvor serve`` process of its own (tests/support/spawn) on a
 free loopback port, over real SQLite (and PostgreSQL when configured). Each
 one is started with ``NOTIFY_SOCKET`` pointing at a datagram socket this test
 owns, so "the daemon is ready" is the daemon's own ``READY=1``, not a guess.
@@ -11,12 +11,12 @@ call was repeated" is counted in the world, across killed processes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 from collections import Counter
@@ -34,6 +34,7 @@ from tests.daemon.api.test_stream import Holds, read_stream
 from tests.support.api_server import agent_toml
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+from tests.support.spawn import CLI, ForkedTrioProcess, open_salvor_process, run_salvor
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 30
@@ -94,16 +95,14 @@ class Daemon:
         self.url = f"http://127.0.0.1:{self.port}"
         self.wake_interval = wake_interval
         self.effects = effects
-        self.process: trio.Process | None = None
+        self.process: trio.Process | ForkedTrioProcess | None = None
         self.notify: NotifySocket | None = None
         self.lives = 0
         self._log = None
 
     def command(self) -> list[str]:
+        """The daemon's salvor arguments (tests/support/spawn starts the process)."""
         return [
-            sys.executable,
-            "-m",
-            "salvor.daemon.cli",
             "serve",
             "--listen",
             f"127.0.0.1:{self.port}",
@@ -115,7 +114,11 @@ class Daemon:
             *(arg for url in self.endpoints() for arg in ("--model-endpoint", url)),
         ]
 
-    async def start(self, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> None:
+    async def start(
+        self, *, env: dict[str, str] | None = None, wait_ready: bool = True, exec_d: bool = False
+    ) -> None:
+        """Start a life of the daemon; ``exec_d`` for a test of what systemd sees of the process
+        (a fresh interpreter, not a child of the fork server)."""
         self.lives += 1
         if self.lives > 1:
             # A fresh port for each life: between lives the old one is free, and another test's
@@ -133,9 +136,12 @@ class Daemon:
         self._log = await trio.to_thread.run_sync(
             open, self.tmp / f"daemon-{self.port}-{self.lives}.log", "wb"
         )
-        self.process = await trio.lowlevel.open_process(
-            self.command(), env=environment, cwd=REPO, stdout=self._log, stderr=self._log
+        opened = (
+            functools.partial(trio.lowlevel.open_process, [*CLI, *self.command()])
+            if exec_d
+            else functools.partial(open_salvor_process, self.command())
         )
+        self.process = await opened(env=environment, cwd=REPO, stdout=self._log, stderr=self._log)
         if wait_ready:
             await self.wait_ready()
 
@@ -511,7 +517,7 @@ async def test_the_wake_sweeper_wakes_due_runs_and_leaves_the_rest(daemons, prov
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stopping(daemons):
     daemon = daemons()
-    await daemon.start(env={"WATCHDOG_USEC": "200000"}, wait_ready=False)
+    await daemon.start(env={"WATCHDOG_USEC": "200000"}, wait_ready=False, exec_d=True)
     seen = await daemon.wait_ready()
     # READY=1 means the port accepts connections now: no retry, no wait.
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=5):
@@ -555,22 +561,12 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
     env = {key: value for key, value in os.environ.items() if key != "SALVOR_TEST_TOKEN_UNSET"}
-    command = [
-        sys.executable,
-        "-m",
-        "salvor.daemon.cli",
-        "serve",
-        "--store",
-        store_url,
-        "--listen",
-        f"127.0.0.1:{free_port()}",
-        *args,
-    ]
-    with trio.fail_after(WAIT):
-        result = await trio.run_process(
-            command, env=env, cwd=REPO, capture_stdout=True, capture_stderr=True, check=False
-        )
-    stderr = result.stderr.decode()
+    command = ["serve", "--store", store_url, "--listen", f"127.0.0.1:{free_port()}", *args]
+    run = functools.partial(
+        run_salvor, command, env=env, cwd=REPO, capture_output=True, text=True, timeout=WAIT
+    )
+    result = await trio.to_thread.run_sync(run)
+    stderr = result.stderr
     assert result.returncode == 1, stderr
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("salvor: ") and names in stderr
