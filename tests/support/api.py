@@ -3,9 +3,9 @@ reads that bypass the daemon, and short ways to register agents and start runs."
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -19,6 +19,7 @@ from salvor.store import EventStore, normalize_store_url
 
 from tests.support.api_server import Server, agent_toml
 from tests.support.scripted_provider import tool_loop_script
+from tests.support.spawn import run_salvor
 
 REFUND_DESK = Path(__file__).resolve().parents[2] / "contrib" / "agents" / "refund-desk.toml"
 
@@ -157,12 +158,13 @@ async def killed_in_a_write(
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK.read_text())
     flags = [a for key, value in (labels or {}).items() for a in ("--label", f"{key}={value}")]
-    result = await trio.run_process(
-        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent), "--store", store_url]
-        + ["--json", *flags, "--input", json.dumps({"invoice_id": invoice})],
+    run = functools.partial(
+        run_salvor,
+        ["run", str(agent), "--store", store_url, "--json", *flags]
+        + ["--input", json.dumps({"invoice_id": invoice})],
         env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
+        capture_output=True,
+        text=True,
     )
-    return json.loads(result.stdout.decode().splitlines()[0])["run"]
+    result = await trio.to_thread.run_sync(run)
+    return json.loads(result.stdout.splitlines()[0])["run"]
