@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -28,10 +27,10 @@ from salvor.store import EventStore
 from tests.support.cli import salvor_in_process
 from tests.support.mcp_servers import FixtureServer
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+from tests.support.spawn import run_salvor, salvor_process
 
 pytestmark = pytest.mark.kill
 
-SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 # What the test reads or records as a person would (the log, a resolve), no fault aimed at it:
 # main(argv) in this process (tests/support/cli). Every run and resume is a process of its own.
 READS_AND_RECORDS = ("log", "resolve")
@@ -79,9 +78,7 @@ def test_a_second_run_never_performs_a_write_whose_first_was_killed_mid_call(
     def salvor(*args: str) -> subprocess.CompletedProcess:
         if args[0] in READS_AND_RECORDS:
             return salvor_in_process(*args, env=env)
-        return subprocess.run(
-            [*SALVOR, *args], check=False, env=env, capture_output=True, text=True, timeout=TIMEOUT
-        )
+        return run_salvor(args, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
     first_provider = ScriptedProvider(
         tool_loop_script([("write_note", {"text": NOTE, "hold": fx.hold("w")})], final_text="a")
@@ -95,8 +92,8 @@ def test_a_second_run_never_performs_a_write_whose_first_was_killed_mid_call(
         second_agent = agent_file(tmp_path / "second.toml", second_provider, fx)
 
         # The first run's write lands on the server; the run dies before recording it.
-        child = subprocess.Popen(
-            [*SALVOR, "run", str(first_agent), "--run-id", first],
+        child = salvor_process(
+            ["run", str(first_agent), "--run-id", first],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
