@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -31,10 +30,10 @@ from salvor.store import EventStore
 from tests.support.cli import salvor_in_process
 from tests.support.runtime import ledger as read_ledger
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+from tests.support.spawn import run_salvor
 
 pytestmark = pytest.mark.kill
 
-SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 # What the test reads or records as a person would (the log, a resolve), no fault aimed at it:
 # main(argv) in this process (tests/support/cli). Every run and resume is a process of its own.
 READS_AND_RECORDS = ("log", "resolve")
@@ -85,9 +84,8 @@ def salvor(store_url, tmp_path):
     def run(*args: str, **env: str) -> subprocess.CompletedProcess:
         if args[0] in READS_AND_RECORDS:
             return salvor_in_process(*args, env={**base, **env})
-        return subprocess.run(
-            [*SALVOR, *args],
-            check=False,
+        return run_salvor(
+            args,
             env={**base, **env},
             capture_output=True,
             text=True,
