@@ -32,6 +32,7 @@ from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.agents.test_process_agent import AGENT, PLAN, SECRET
 from tests.support.processes import gone, wait_gone
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
+from tests.support.spawn import run_salvor, salvor_process
 
 # What a kill tests is the daemon's recovery, which past the model proxy does not know the wire
 # format: one plain and one streamed format on SQLite, a third on PostgreSQL. Each format's own
@@ -182,10 +183,9 @@ def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run
         SALVOR_STORE=store_url, SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET
     )
     run_id = "5a1f0000-0000-4000-8000-000000000001"
-    cli = [sys.executable, "-m", "salvor.daemon.cli"]
     first_agent = None
-    driver = subprocess.Popen(
-        [*cli, "run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
+    driver = salvor_process(
+        ["run", str(agent_file), "--input", '"settle A-1"', "--run-id", run_id],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -197,13 +197,8 @@ def test_an_agent_dies_with_its_sigkilled_cli_drive_and_resume_completes_the_run
         driver.wait()
         release.set()
         assert wait_gone(first_agent), "the first agent outlived its SIGKILLed `salvor run`"
-        resumed = subprocess.run(
-            [*cli, "resume", run_id],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        resumed = run_salvor(
+            ["resume", run_id], env=env, capture_output=True, text=True, timeout=120
         )
         assert resumed.returncode == 0, resumed
         assert "killed agent process" not in resumed.stderr
