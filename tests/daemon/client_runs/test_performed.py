@@ -6,10 +6,10 @@ that every documented status of these routes was reached.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
-import sys
 
 import pytest
 import trio
@@ -23,6 +23,7 @@ from salvor.store import EventStore
 from tests.daemon.client_runs.test_client_runs import head, log_of
 from tests.support.contract import CLIENT_PERFORMED_PATHS, MISSING_RUN, OVERSIZED, Contract
 from tests.support.scripted_provider import ErrorReply
+from tests.support.spawn import run_salvor
 
 CHARGE = """
 name = "charge_card"
@@ -138,11 +139,8 @@ def test_declarations_are_strict() -> None:
 
 def test_salvor_serve_refuses_a_bad_declaration_in_one_sentence(tmp_path) -> None:
     (tmp_path / "bad.toml").write_text('name = "x"\neffect = "delete"\n[input_schema]\n')
-    result = subprocess.run(
+    result = run_salvor(
         [
-            sys.executable,
-            "-m",
-            "salvor.daemon.cli",
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -156,7 +154,6 @@ def test_salvor_serve_refuses_a_bad_declaration_in_one_sentence(tmp_path) -> Non
         capture_output=True,
         text=True,
         timeout=60,
-        check=False,
     )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "bad.toml: `effect` must be one of" in result.stderr
@@ -477,25 +474,11 @@ async def test_a_client_never_closes_salvors_call_and_an_undeclared_tool_is_not_
     ] == "needs_reconciliation"
 
     # `salvor resolve` from a shell holds the same line: no declaration, no hand-recorded output.
-    async def cli_resolve(output: dict, *declared: str) -> trio.CompletedProcess:
+    async def cli_resolve(output: dict, *declared: str) -> subprocess.CompletedProcess:
         flags = [arg for path in declared for arg in ("--client-tool", str(tmp_path / path))]
-        return await trio.run_process(
-            [
-                sys.executable,
-                "-m",
-                "salvor.daemon.cli",
-                "resolve",
-                other.run_id,
-                "--store",
-                bare.store_url,
-                "--output",
-                json.dumps(output),
-                *flags,
-            ],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        args = ["resolve", other.run_id, "--store", bare.store_url, "--output", json.dumps(output)]
+        run = functools.partial(run_salvor, [*args, *flags], capture_output=True)
+        return await trio.to_thread.run_sync(run)
 
     for output, declared, fragment in (
         ({"payout_id": "p", "amount": 5}, (), "--client-tool"),
