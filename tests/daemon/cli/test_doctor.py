@@ -22,6 +22,7 @@ import pytest
 from tests.daemon.agents.test_process_agent import AGENT, MODES
 from tests.support.cli import salvor_in_process
 from tests.support.processes import wait_gone
+from tests.support.spawn import run_salvor
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -38,14 +39,8 @@ def doctor(
     if refused:
         result = salvor_in_process("doctor", *args, env=env, cwd=REPO)
     else:
-        result = subprocess.run(
-            [sys.executable, "-m", "salvor.daemon.cli", "doctor", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            cwd=REPO,
-            check=False,
+        result = run_salvor(
+            ["doctor", *args], capture_output=True, text=True, env=env, timeout=120, cwd=REPO
         )
     # Never a traceback of doctor's own (an agent's shows, indented, in its stderr tail).
     assert "Traceback" not in result.stderr, result.stderr
@@ -277,7 +272,8 @@ def test_ctrl_c_kills_the_agent_group_and_says_so_in_one_line(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
     # A background process may inherit SIGINT ignored, where a terminal's
-    # Ctrl-C is not: the wrapper restores it before it becomes salvor.
+    # Ctrl-C is not: the wrapper restores it before it becomes salvor (an exec'd one, then: what
+    # it tests is the disposition a process starts with).
     argv = [sys.executable, "-m", "salvor.daemon.cli", "doctor", str(definition(tmp_path, script))]
     wrapper = (
         "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
