@@ -20,10 +20,12 @@ import pytest
 from salvor.protocol import EMPTY_VIEW, check_batch, decode_envelope, format_instant
 from salvor.store import EventStore
 
+from tests.support import spawn
 from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.cli import salvor_in_process
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import tool_loop_script
+from tests.support.spawn import run_salvor
 
 # SQLite alone (tests/support/backends.py): what it tests is the command line's sentences and
 # exits; the tests that drive runs on a store keep both backends.
@@ -51,14 +53,13 @@ def salvor_process(
 ) -> subprocess.CompletedProcess:
     """A command in a process of its own: for a fault that kills it, for ``serve``, and for a
     process agent or MCP server whose own output must land in the captured stderr."""
-    return subprocess.run(
-        [sys.executable, "-m", "salvor.daemon.cli", *args],
+    return run_salvor(
+        args,
         capture_output=True,
         text=True,
         env=_environment(store_url, env),
         timeout=120,
         cwd=REPO,
-        check=False,
     )
 
 
@@ -358,8 +359,8 @@ def test_progress_is_shown_on_a_terminal(store_url, agent_file):
 
     leader, follower = pty.openpty()
     env = {**os.environ, "SALVOR_STORE": store_url}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "salvor.daemon.cli", "run", str(agent_file)],
+    process = spawn.salvor_process(
+        ["run", str(agent_file)],
         stdout=subprocess.PIPE,
         stderr=follower,
         env=env,
