@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.support.api import assert_error, snapshot
 from tests.support.api_server import agent_toml
 from tests.support.backends import SQLITE_ONLY
 from tests.support.scripted_provider import ScriptedProvider, text_reply
+from tests.support.spawn import run_salvor
 
 # SQLite alone (tests/support/backends.py): what it tests is where credentials may and may not go.
 STORE_BACKENDS = SQLITE_ONLY
@@ -359,11 +359,8 @@ def test_keys_from_a_file_and_from_credentials_directory_reach_only_their_endpoi
 
 def test_an_unreadable_key_file_stops_the_start_in_one_sentence(tmp_path, store_url):
     missing = tmp_path / "nope.key"
-    result = subprocess.run(
+    result = run_salvor(
         [
-            sys.executable,
-            "-m",
-            "salvor.daemon.cli",
             "serve",
             "--store",
             store_url,
@@ -372,7 +369,6 @@ def test_an_unreadable_key_file_stops_the_start_in_one_sentence(tmp_path, store_
             "--model-endpoint",
             f"http://127.0.0.1:9,key_file={missing}",
         ],
-        check=False,
         capture_output=True,
         text=True,
         timeout=60,
@@ -404,9 +400,8 @@ def test_salvor_run_honours_base_url_and_api_key_env_of_an_agent_file(tmp_path, 
             "CLI_AIM": provider.base_url,
             "CLI_KEY": "sk-cli-6060",
         }
-        result = subprocess.run(
-            [sys.executable, "-m", "salvor.daemon.cli", "run", str(path), "--input", '"go"'],
-            check=False,
+        result = run_salvor(
+            ["run", str(path), "--input", '"go"'],
             capture_output=True,
             text=True,
             timeout=120,
