@@ -28,7 +28,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +46,7 @@ from schemathesis import GenerationMode
 from schemathesis.engine import Status, StopReason, events
 
 from tests.support.graph_documents import every_kind
+from tests.support.spawn import salvor_process
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN_ENV = "SALVOR_FUZZ_TOKEN"
@@ -213,11 +213,8 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
     """
     log_path = home / "serve.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(
+        process = salvor_process(
             [
-                sys.executable,
-                "-m",
-                "salvor.daemon.cli",
                 "serve",
                 "--store",
                 str(home / "store.db"),
