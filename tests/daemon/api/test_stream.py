@@ -14,10 +14,10 @@ of the store's rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
-import sys
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from salvor.store import EventStore
 from tests.support.api_server import Server, agent_toml
 from tests.support.event_hub import subscriber_count
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, tool_loop_script
+from tests.support.spawn import run_salvor
 
 REPO = Path(__file__).resolve().parents[3]
 PLAN = [
@@ -482,10 +483,6 @@ async def test_keep_alive_comments_while_a_driven_run_is_quiet(
 # -- writers in another process --------------------------------------------------------------------
 
 
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "salvor.daemon.cli", *args]
-
-
 # `salvor run` is the one command line writer that drives beside a live
 # daemon: `salvor resume` there is refused (one daemon per store).
 @pytest.mark.parametrize("verb", ["run"])
@@ -503,16 +500,13 @@ async def test_events_written_by_another_process_arrive_through_the_poll(
     }
     agent_file = tmp_path / "agent.toml"
     agent_file.write_text(definition)
-    command = cli(verb, str(agent_file), "--store", daemon.store_url, "--run-id", run_id, "--json")
+    command = [verb, str(agent_file), "--store", daemon.store_url, "--run-id", run_id, "--json"]
 
     results = []
 
     async def run_cli() -> None:
-        results.append(
-            await trio.run_process(
-                command, env=env, capture_stdout=True, capture_stderr=True, check=False
-            )
-        )
+        run = functools.partial(run_salvor, command, env=env, capture_output=True, timeout=120)
+        results.append(await trio.to_thread.run_sync(run))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_cli)
