@@ -27,9 +27,9 @@ import pytest
 from tests.chaos.test_kill_serve import Daemon, free_port
 from tests.support.cli import salvor_in_process
 from tests.support.processes import gone, wait_gone
+from tests.support.spawn import run_salvor, salvor_process
 
 REPO = Path(__file__).resolve().parents[3]
-SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
 
 # A process agent that records its pid and sleeps until the test lets it go
 # (bounded), then ends without a model call: its run then rests failed (a
@@ -94,14 +94,8 @@ def cli_env(store_url: str) -> dict:
 
 
 def salvor(store_url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*SALVOR, *args],
-        capture_output=True,
-        text=True,
-        env=cli_env(store_url),
-        timeout=60,
-        cwd=REPO,
-        check=False,
+    return run_salvor(
+        args, capture_output=True, text=True, env=cli_env(store_url), timeout=60, cwd=REPO
     )
 
 
@@ -192,8 +186,8 @@ def test_a_daemon_starting_beside_a_cli_run_neither_kills_its_agent_nor_recovers
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path))
-    cli = subprocess.Popen(
-        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+    cli = salvor_process(
+        ["run", str(agent_file), "--input", '"sleep"'],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -233,8 +227,8 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path, ESCAPER))
-    cli = subprocess.Popen(
-        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+    cli = salvor_process(
+        ["run", str(agent_file), "--input", '"sleep"'],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -249,8 +243,8 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
         cli.wait()
         # Out of the tether's reach (see ESCAPER): it outlives its salvor until a sweep.
         assert not wait_gone(orphan, seconds=1.0)
-        resume = subprocess.Popen(
-            [*SALVOR, "resume", run_id],
+        resume = salvor_process(
+            ["resume", run_id],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -261,8 +255,8 @@ def test_a_daemon_is_refused_while_a_resume_drives_which_first_killed_the_dead_c
         assert wait_gone(orphan), (
             "the agent of the SIGKILLed salvor run outlived the resume's sweep"
         )
-        refused = subprocess.run(
-            daemon.args, capture_output=True, text=True, env=daemon.env, timeout=60, check=False
+        refused = run_salvor(
+            daemon.args, capture_output=True, text=True, env=daemon.env, timeout=60
         )
         one_sentence(refused, f"salvor resume (pid {resume.pid})", "is driving runs in this store")
         assert not gone(second), "the refused daemon killed the resume's agent"
@@ -282,8 +276,8 @@ def test_a_resume_of_a_run_a_live_cli_run_drives_is_refused_naming_it(
 ) -> None:
     agent_file = tmp_path / "sleeper.toml"
     agent_file.write_text(sleeper_toml(tmp_path))
-    cli = subprocess.Popen(
-        [*SALVOR, "run", str(agent_file), "--input", '"sleep"'],
+    cli = salvor_process(
+        ["run", str(agent_file), "--input", '"sleep"'],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
