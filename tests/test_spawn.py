@@ -146,6 +146,16 @@ def test_a_signal_ends_the_child_as_it_ends_an_exec_d_one(mode, stuck, sig, code
     process.stderr.close()
 
 
+def test_a_run_past_its_timeout_is_killed_and_raises(mode, stuck):
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_salvor(stuck.run_args(), capture_output=True, timeout=5)
+    stuck.wait_for_call()  # it had got as far as its model call
+    call = stuck.calls[0]
+    call.settimeout(TIMEOUT)
+    while call.recv(65536):  # the request, then EOF: the child's end closed when it was killed
+        pass
+
+
 @pytest.mark.parametrize("new_session", [False, True])
 def test_a_new_session_leads_its_own_group(mode, stuck, new_session):
     process = salvor_process(stuck.run_args(), start_new_session=new_session)

@@ -262,9 +262,9 @@ def run_salvor(
     with salvor_process(args, **options) as process:
         try:
             out, err = process.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
+        except subprocess.TimeoutExpired:
             process.kill()
-            exc.stdout, exc.stderr = process.communicate()
+            process.wait()  # not communicate: an agent the command started may hold its pipes
             raise
         except BaseException:
             process.kill()
