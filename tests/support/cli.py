@@ -6,7 +6,8 @@ of a read such as ``history`` or ``replay --dry-run``), not what becomes of a pr
 stderr captured. A subprocess costs a second of CPU in imports alone; this costs the command.
 
 A test that kills the process, sends it a signal, reads a terminal, or needs the command to own
-a store lock beside another process of its own still spawns ``python -m salvor.daemon.cli``.
+a store lock beside another process of its own starts a real process instead, through
+``tests/support/spawn`` (forked from an interpreter that has imported the package, or exec'd).
 """
 
 from __future__ import annotations
