@@ -156,6 +156,22 @@ def test_a_run_past_its_timeout_is_killed_and_raises(mode, stuck):
         pass
 
 
+def test_proc_reads_the_child_s_command_line_and_environment(mode, stuck):
+    # The store names a lock's holder from its command line; the orphan sweep reads environments.
+    env = {**os.environ, "SPAWN_TEST_MARK": "the child's"}
+    process = salvor_process(stuck.run_args(), env=env)
+    try:
+        stuck.wait_for_call()
+        cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
+        assert [arg.decode() for arg in cmdline if arg] == process.args
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        assert b"SPAWN_TEST_MARK=the child's" in environ
+        assert not any(entry.startswith(b"ZYGOTE_ROOM=") for entry in environ)
+    finally:
+        process.kill()
+        process.wait()
+
+
 @pytest.mark.parametrize("new_session", [False, True])
 def test_a_new_session_leads_its_own_group(mode, stuck, new_session):
     process = salvor_process(stuck.run_args(), start_new_session=new_session)
