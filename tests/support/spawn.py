@@ -60,8 +60,9 @@ class _Zygote:
             )
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
         if not ready or self.process.stdout.readline() != b"ready\n":
-            self.close()
-            raise RuntimeError(f"the fork server did not start; see {self.directory}/server.log")
+            log = Path(self.directory, "server.log").read_text(errors="replace")[-2000:]
+            self.close()  # the directory, its log with it, goes
+            raise RuntimeError(f"the fork server did not start:\n{log}")
 
     def fork(self, request: dict, fds: list[int]) -> tuple[socket.socket, int]:
         """Ask for a child; its connection (the exit status comes on it) and pid."""
