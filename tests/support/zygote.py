@@ -48,8 +48,9 @@ import threading
 
 from tests.support import forked_child
 
-# What a `serve` and a `run` import (from `-X importtime` of each): the command line, and the
-# daemon's HTTP side that `serve` imports when it starts.
+# What a `serve` and a `run` import (from `-X importtime` of each): the command line, the
+# daemon's HTTP side that `serve` imports when it starts, and what the model gateway's first
+# call imports (httpx's transport, anyio; stringprep for an IDNA host name).
 PRELOAD = (
     "salvor.daemon.cli",
     "salvor.daemon.serve",
@@ -65,6 +66,8 @@ PRELOAD = (
     "certifi",
     "wsproto",
     "prometheus_client.core",
+    "anyio",
+    "stringprep",
 )
 MAX_FDS = 64
 REQUEST_BYTES = 1 << 20  # an environment and an argv, in one message
@@ -165,7 +168,10 @@ def _send(connection: socket.socket, message: dict) -> None:
 def main(argv: list[str]) -> None:
     path = argv[1]
     for name in PRELOAD:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # an optional dependency not installed here: the child goes without, as exec'd
     forked_child.remember_startup_path()
     # Ctrl-C in a terminal reaches the whole process group; the children take it as a fresh
     # `python` would, and the server lives until the pytest process closes its stdin.
