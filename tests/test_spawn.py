@@ -262,7 +262,13 @@ def _dead(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"  # exited, not yet reaped by its new parent
 
 
-def test_a_server_that_dies_takes_its_children_and_their_clients_hear(stuck):
+@pytest.fixture
+def forking(monkeypatch) -> None:
+    """The fork server's own tests fork, even in a run that asks for exec."""
+    monkeypatch.delenv(spawn.SPAWN_ENV, raising=False)
+
+
+def test_a_server_that_dies_takes_its_children_and_their_clients_hear(forking, stuck):
     process = salvor_process(stuck.run_args())
     started_as("fork", process)
     stuck.wait_for_call()
@@ -272,7 +278,7 @@ def test_a_server_that_dies_takes_its_children_and_their_clients_hear(stuck):
     assert run_salvor(["--version"], stdout=subprocess.DEVNULL).returncode == 0  # a new server
 
 
-def test_a_client_that_leaves_early_leaves_the_server_serving(stuck):
+def test_a_client_that_leaves_early_leaves_the_server_serving(forking, stuck):
     server = spawn._server()
     request = {
         "argv": stuck.run_args(),
