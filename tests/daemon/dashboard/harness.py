@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import salvor.daemon.dashboard
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.browser import open_browser
 
@@ -44,6 +46,12 @@ def _asset(path: str) -> Path | None:
     return None
 
 
+class _Server(ThreadingHTTPServer):
+    # The browser opens several connections at once for the page's modules; socketserver's
+    # backlog of 5 can drop one under load, and the page then waits on a SYN retried seconds on.
+    request_queue_size = 64
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         found = _asset(self.path.split("?", 1)[0])
@@ -68,16 +76,22 @@ class _Handler(BaseHTTPRequestHandler):
 @contextmanager
 def harness_page(profile: Path) -> Iterator:
     """A browser on the harness page, its server on a loopback port; both stopped on leaving."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = _Server(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, name="page-parts-harness", daemon=True)
     thread.start()
     try:
         with open_browser(profile) as driver:
             driver.get(f"http://127.0.0.1:{server.server_address[1]}/harness/index.html")
-            # Module scripts run before the load event selenium waits for.
-            assert driver.execute_script("return typeof window.harness") == "object", (
-                "the harness did not load form.js and graph.js"
-            )
+            # Module scripts run before the load event selenium waits for; a loaded machine is
+            # given a moment more, and a module that failed says so in the browser's log.
+            try:
+                WebDriverWait(driver, 15).until(
+                    lambda d: d.execute_script("return typeof window.harness") == "object"
+                )
+            except TimeoutException:
+                raise AssertionError(
+                    f"the harness did not load form.js and graph.js: {driver.get_log('browser')}"
+                ) from None
             yield driver
     finally:
         server.shutdown()

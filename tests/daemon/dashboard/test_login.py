@@ -73,7 +73,18 @@ def test_a_reload_keeps_the_session_and_its_csrf_without_the_token(page: Page) -
     run_id = page.call("POST", "/v1/runs", 201, json={"agent": agent, "input": question})["run"]
     page.wait_state(run_id, "suspended")
 
-    # The module's first test logged in; a fresh load asks for no token.
+    # A login of its own (this module's tests may run on different workers, each with its own
+    # browser): from no session at all to one.
+    page.open("#/runs")
+    page.driver.delete_all_cookies()
+    page.open("#/runs")
+    page.find("[data-test=login-token]", "the login").send_keys(TOKEN)
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=login-submit]").click()
+    page.wait(
+        lambda d: d.find_element(By.CSS_SELECTOR, "[data-test=nav]").is_displayed(),
+        "the page, after the login",
+    )
+    # A fresh load asks for no token.
     page.open(f"#/runs/{run_id}")
     page.find("[data-test=action-abandon]", "the run's actions, without a login").click()
     page.find("[data-test=abandon-reason]").send_keys("asked by mistake")
