@@ -65,8 +65,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one worker more than the cores this process may use.
 
     Much of the suite waits (on a process starting, a timer, a kill's aftermath) with its core
-    idle; a worker more fills those waits. Measured on two cores: 635 s with three workers,
-    about 700 s with two. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still names the count.
+    idle; a worker more fills those waits. Measured on two cores, with the fork server: 402 s
+    with three workers, 507 s with two. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still names the count.
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own reading of it

@@ -14,11 +14,10 @@ A run's commits come in bursts (a model call answered and its tool requested, th
 tool done and the next model call requested: two commits a few milliseconds apart),
 and with many subscribers each delivery is a write per stream. So a hub given a
 ``Batching`` holds the events of a run a driver here goes on with until the run waits
-on the world (a model call, a person, a timer: ``waits_on_the_world``), or the first
-held is at its age limit,
-then delivers what it holds at once: one write per stream per burst.
-``deliver_forever`` is the task that releases a hold at its limit; a hub without a
-``Batching`` (tests of the fan-out itself) delivers at publish.
+on the world (a model call, a person, a timer: ``waits_on_the_world``) or the first
+held is at its age limit, then delivers what it holds at once: one write per stream
+per burst. ``deliver_forever`` is the task that releases a hold at its limit; a hub
+without a ``Batching`` (tests of the fan-out itself) delivers at publish.
 
 Events another process writes into the store (a ``salvor run`` beside the
 daemon) never pass through ``publish``; ``poll_forever`` reads them, once per

@@ -560,6 +560,42 @@ async def test_many_subscribers_on_one_run_each_get_every_seq_once(daemon, provi
     assert subscriber_count(daemon.state.hub, run_id) == 0
 
 
+async def test_a_tool_that_takes_long_is_seen_requested_while_it_runs(server_factory, providers):
+    # The daemon holds a run's events while its driver goes on (the tool's result comes next,
+    # most often at once), but no longer than the hold's limit: a tool still running well
+    # past it has been seen requested, live, on the stream.
+    reached, release = trio.Event(), trio.Event()
+
+    async def look(args: dict, call) -> dict:
+        reached.set()
+        await release.wait()
+        return {"found": True}
+
+    tool = Tool(
+        name="look",
+        description="Look it up.",
+        effect=Effect.READ,
+        input_schema={"type": "object"},
+        handler=look,
+    )
+    daemon = await server_factory(registry=ToolRegistry([tool]))
+    provider = providers(tool_loop_script([("look", {})]))
+    run_id = await daemon.start_run(
+        await daemon.register_agent(agent_toml(provider.base_url, tools=["look"]))
+    )
+    async with daemon.client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        with trio.fail_after(WAIT):
+            await reached.wait()
+            seen = []
+            while "ToolCallRequested" not in [frame.json()["event"]["kind"] for frame in seen]:
+                seen += (await read_stream(response, stop_after=1)).events
+        assert not release.is_set()
+        release.set()
+        rest = await read_stream(response)
+    check_against_log(seen + rest.events, await store_log(daemon, run_id))
+    assert rest.end == {"status": {"state": "completed", "output": "done"}}
+
+
 async def test_a_write_finished_between_a_read_and_the_rest_check_is_not_the_end(
     server_factory, providers
 ):
