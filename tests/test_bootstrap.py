@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import salvor
 
 REPO = Path(__file__).resolve().parent.parent
 PYPI_PIP = "https://pypi.org/pypi/pip/json"
@@ -27,7 +28,7 @@ PYPI_PIP = "https://pypi.org/pypi/pip/json"
 def checkout_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "checkout"
     copy.mkdir()
-    for name in ("bootstrap", "pyproject.toml", "README.md"):
+    for name in ("bootstrap", "pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, copy / name)
     for package in ("salvor_ns", "protocol", "store", "daemon"):
         shutil.copytree(
@@ -115,7 +116,7 @@ def test_bootstrap_without_ensurepip_installs_pip_then_salvor_into_its_own_venv(
         text=True,
         check=True,
     ).stdout
-    assert found.strip() == "0.1.0"
+    assert found.strip() == salvor.__version__
     assert (venv / "bin/salvor").exists()
     # The checkout's own sources are compiled (checkout_copy leaves every __pycache__ out), so a
     # process that runs them need not compile them again where PYTHONDONTWRITEBYTECODE is set.
