@@ -133,7 +133,10 @@ def test_an_uncaught_exception_exits_1_with_its_traceback(mode, tmp_path):
     ("sig", "code"), [(signal.SIGKILL, -9), (signal.SIGTERM, -15), (signal.SIGINT, 1)]
 )
 def test_a_signal_ends_the_child_as_it_ends_an_exec_d_one(mode, stuck, sig, code):
-    process = salvor_process(stuck.run_args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with spawn.sigint_as_a_terminal_gives_it():  # pytest may run as a background job
+        process = salvor_process(
+            stuck.run_args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
     started_as(mode, process)
     stuck.wait_for_call()
     assert process.poll() is None

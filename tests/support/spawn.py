@@ -18,6 +18,7 @@ could not start.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,22 @@ class ForkedPopen(subprocess.Popen):
     def fileno(self) -> int:
         """The connection the exit status comes on (readable once it has), for a trio wait."""
         return self._connection.fileno() if self._connection is not None else -1
+
+
+@contextlib.contextmanager
+def sigint_as_a_terminal_gives_it() -> Iterator[None]:
+    """Start children with SIGINT at its default, as a shell gives its foreground job.
+
+    A process of a background job (``pytest &``, or a non-interactive shell's ``&``) inherits
+    SIGINT ignored and passes that on to every child, exec'd or forked, and such a child never
+    hears Ctrl-C. A test of what Ctrl-C does starts its child inside this block; it runs on the
+    main thread (``signal.signal``'s rule) and leaves this process's own disposition as it was.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def salvor_process(
