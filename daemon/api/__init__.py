@@ -1,6 +1,7 @@
-"""The HTTP control plane: the Quart app, its routes one resource to a module (``_*_routes``), the
-append front, the OpenAPI document, and the typed declarations (request bodies, the run list's
-query, fixed-shape answers) that the handlers read and answer with and the document is built from.
+"""The HTTP control plane: the Quart app, its routes one resource to a module (``_*_routes``, each
+handler registered with its own ``Operation`` declaration), the append front, the OpenAPI document
+built from those declarations, and the typed declarations (request bodies, the run list's query,
+fixed-shape answers) that the handlers read and answer with and the document refers to.
 
 Rule: handlers talk to the services (the Runtime, ClientRuns), never to the store behind them;
 imports only the packages below it.

@@ -9,17 +9,72 @@ from ..agents import DefinitionError, parse_definition
 from ..web import bad_request, unknown_agent
 from ._answers import AGENT, AGENT_CREATED, AGENT_LIST, AGENT_SUMMARY
 from ._http import body_bytes
+from ._operation import Operation, error, parameter, route
 from ._state import ServerState
 
 _TOML = ("application/toml", "text/toml", "application/x-toml")
 # A markdown agent file: front matter, then the system prompt.
 MARKDOWN = ("text/markdown", "text/x-markdown")
 
+REGISTER = Operation(
+    method="post",
+    rule="/v1/agents",
+    operation_id="registerAgent",
+    tag="agents",
+    summary="Register an agent definition (validated, stored, content-addressed)",
+    description=(
+        "The agent is built first: each MCP server it declares is started or reached, lists its "
+        "tools and is closed again. A definition that will not build is a 400 naming the server "
+        "and why, and nothing is stored."
+    ),
+    body={
+        "required": True,
+        "content": {
+            "application/toml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/AgentDefinition"}},
+            "text/markdown": {
+                "schema": {
+                    "type": "string",
+                    "description": (
+                        "A markdown agent file: YAML front matter between `---` lines (`name`, "
+                        "`model`, `description`, `tools` — flow tools and registry tools alike —, "
+                        "`inputs`, `outputs`, and the built-in agent's `llm`, `budgets`, "
+                        "`pricing`, `max_response_tokens`, `record_prompts`, `mcp_servers`; `card` "
+                        "and `architect` are display metadata), the body its system prompt. It "
+                        "hashes as the TOML definition of the same fields."
+                    ),
+                }
+            },
+        },
+    },
+    answers={"201": ("Registered; `created` is false when it already was.", AGENT_CREATED)},
+    refusals=("BadRequest", "PayloadTooLarge"),
+)
+LIST = Operation(
+    method="get",
+    rule="/v1/agents",
+    operation_id="listAgents",
+    tag="agents",
+    summary="List the registered agents",
+    answers={"200": ("The agents; `name` only when the definition has one.", AGENT_LIST)},
+)
+READ = Operation(
+    method="get",
+    rule="/v1/agents/<agent_hash>",
+    operation_id="getAgent",
+    tag="agents",
+    summary="Read one registered definition back",
+    parameters=(parameter("AgentHash"),),
+    answers={"200": ("The definition, verbatim.", AGENT)},
+    responses={"404": error("No agent under that hash.", "unknown_agent")},
+)
+OPERATIONS = (REGISTER, LIST, READ)
+
 
 def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.post("/v1/agents")
+    @route(app, REGISTER)
     async def register_agent():
         mimetype = request.mimetype or ""
         if mimetype in _TOML:
@@ -52,14 +107,14 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
         created = await runtime.register_agent(agent)
         return AGENT_CREATED.respond(201, agent=agent.agent_def_hash, created=created)
 
-    @app.get("/v1/agents")
+    @route(app, LIST)
     async def list_agents():
         stored = await runtime.list_agents()
         return AGENT_LIST.respond(
             agents=[AGENT_SUMMARY.body(agent=a.agent_def_hash, name=a.name or None) for a in stored]
         )
 
-    @app.get("/v1/agents/<agent_hash>")
+    @route(app, READ)
     async def get_agent(agent_hash: str):
         stored = await runtime.find_agent(agent_hash)
         if stored is None:

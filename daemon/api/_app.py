@@ -35,11 +35,16 @@ from salvor.protocol import CodedError, ErrorCode, excerpt
 from werkzeug.exceptions import HTTPException
 
 from ..web import OperationRefused, internal
+from ._agents_routes import OPERATIONS as AGENTS_OPERATIONS
 from ._agents_routes import add_agent_routes
+from ._client_run_routes import OPERATIONS as CLIENT_RUN_OPERATIONS
 from ._client_run_routes import add_client_run_routes
 from ._dashboard_routes import add_dashboard_routes
+from ._fork_routes import OPERATIONS as FORK_OPERATIONS
 from ._fork_routes import add_fork_routes
+from ._graph_routes import OPERATIONS as GRAPH_OPERATIONS
 from ._graph_routes import add_graph_routes
+from ._graph_run_routes import OPERATIONS as GRAPH_RUN_OPERATIONS
 from ._graph_run_routes import add_graph_run_routes
 from ._http import (
     authenticate,
@@ -47,25 +52,56 @@ from ._http import (
     check_request_origin,
     error_response,
 )
+from ._meta_routes import OPERATIONS as META_OPERATIONS
 from ._meta_routes import add_meta_routes
+from ._metrics_routes import OPERATIONS as METRICS_OPERATIONS
 from ._metrics_routes import add_metrics_route
+from ._model_step_routes import OPERATIONS as MODEL_STEP_OPERATIONS
 from ._model_step_routes import add_model_step_routes
+from ._openapi import openapi_document
+from ._operation import documented, operations_of
+from ._reconciliation_routes import OPERATIONS as RECONCILIATION_OPERATIONS
 from ._reconciliation_routes import add_reconciliation_routes
+from ._run_events_routes import OPERATIONS as RUN_EVENTS_OPERATIONS
 from ._run_events_routes import add_run_events_route
+from ._run_verb_routes import OPERATIONS as RUN_VERB_OPERATIONS
 from ._run_verb_routes import add_run_verb_routes
+from ._runs_routes import OPERATIONS as RUNS_OPERATIONS
 from ._runs_routes import add_run_routes
 from ._session_routes import LOGIN_PATH, add_session_routes
+from ._session_routes import OPERATIONS as SESSION_OPERATIONS
+from ._settings_routes import OPERATIONS as SETTINGS_OPERATIONS
 from ._settings_routes import add_settings_routes
 from ._state import ServerState
+from ._tool_step_routes import OPERATIONS as TOOL_STEP_OPERATIONS
 from ._tool_step_routes import add_tool_step_routes
+from ._ws_routes import OPERATIONS as WS_OPERATIONS
 from ._ws_routes import add_ws_route
 
 log = logging.getLogger("salvor.api")
 
 
-def guarded(path: str) -> bool:
-    """Whether a path needs the caller check: the API and the metrics, not the page's shell."""
-    return path == "/v1" or path.startswith("/v1/") or path == "/metrics"
+# Every route ``create_app`` registers under ``/v1`` and ``/metrics``, as the route modules declare
+# them: the document without an app (``_reference``; tests/daemon/api/test_openapi.py holds it to
+# the one read from the URL map).
+API_OPERATIONS = (
+    *AGENTS_OPERATIONS,
+    *GRAPH_OPERATIONS,
+    *GRAPH_RUN_OPERATIONS,
+    *FORK_OPERATIONS,
+    *RUNS_OPERATIONS,
+    *RUN_VERB_OPERATIONS,
+    *RECONCILIATION_OPERATIONS,
+    *RUN_EVENTS_OPERATIONS,
+    *WS_OPERATIONS,
+    *META_OPERATIONS,
+    *METRICS_OPERATIONS,
+    *SETTINGS_OPERATIONS,
+    *SESSION_OPERATIONS,
+    *CLIENT_RUN_OPERATIONS,
+    *MODEL_STEP_OPERATIONS,
+    *TOOL_STEP_OPERATIONS,
+)
 
 
 # Quart's own refusals by status; any other is a bad_request (400), as the table has it.
@@ -91,7 +127,8 @@ def create_app(state: ServerState) -> QuartTrio:
 
     @app.before_request
     async def admit_caller() -> None:
-        if not guarded(request.path):
+        # The API and the metrics (the declared routes) need it; the page's shell does not.
+        if not documented(request.path):
             return
         if request.path == LOGIN_PATH and request.method == "POST":
             # The login is how a caller without a session gets one; a page of another origin
@@ -103,7 +140,7 @@ def create_app(state: ServerState) -> QuartTrio:
     @app.before_websocket
     async def admit_handshake() -> None:
         # Raised before the upgrade: the handshake is answered with the error envelope instead.
-        if guarded(websocket.path):
+        if documented(websocket.path):
             g.session = authenticate_handshake(state.auth_token, state.sessions)
 
     app.register_error_handler(CodedError, _coded)
@@ -134,6 +171,9 @@ def create_app(state: ServerState) -> QuartTrio:
     add_tool_step_routes(app, state)
     # The page (issue 17): its files, at / and /ui/<name>.
     add_dashboard_routes(app)
+    # Built now rather than at the first request: a route registered without a declaration, or a
+    # declaration that lists a refusal under the wrong status, stops the app from being made.
+    openapi_document(operations_of(app))
     return app
 
 

@@ -1,10 +1,11 @@
-"""The page: ``GET /`` (its ``index.html``) and ``GET /ui/<name>`` (its other files).
+"""The page: ``GET /`` (its ``index.html``), ``GET /docs`` (the API reference, ``docs.html``) and
+``GET /ui/<name>`` (their other files).
 
 No auth: the shell holds no data (everything it shows it asks ``/v1`` for, with the caller's
-credentials). Every answer, the 404 envelope for a name the page has no file for too, carries
-the page's security headers: scripts, styles and connections from this origin only, nothing
-inline, no framing, no sniffing, no referrer. These routes are not API and are not in the
-OpenAPI document, which describes ``/v1``.
+credentials; the reference reads ``/v1/openapi.json`` under that route's own rule). Every answer,
+the 404 envelope for a name the page has no file for too, carries the page's security headers:
+scripts, styles and connections from this origin only, nothing inline, no framing, no sniffing, no
+referrer. These routes are not API and are not in the OpenAPI document, which describes ``/v1``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from salvor.protocol import ErrorCode, excerpt
 
-from ..dashboard import INDEX, read_asset
+from ..dashboard import INDEX, REFERENCE, read_asset
 from ..web import OperationRefused
 from ._http import error_response
 
@@ -29,11 +30,12 @@ PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 ASSET_PREFIX = "/ui/"
+REFERENCE_PATH = "/docs"
 
 
 def is_page_path(path: str) -> bool:
     """Whether ``path`` is one of the page's (answered without auth)."""
-    return path == "/" or path.startswith(ASSET_PREFIX)
+    return path in ("/", REFERENCE_PATH) or path.startswith(ASSET_PREFIX)
 
 
 def add_dashboard_routes(app: QuartTrio) -> None:
@@ -48,6 +50,10 @@ def add_dashboard_routes(app: QuartTrio) -> None:
     @app.get("/")
     async def index():
         return await _asset(INDEX)
+
+    @app.get(REFERENCE_PATH)
+    async def reference():
+        return await _asset(REFERENCE)
 
     @app.get(ASSET_PREFIX + "<name>")
     async def asset(name: str):

@@ -26,6 +26,8 @@ from ._graph_schemas import (
     GRAPH_VALID,
 )
 from ._http import body_bytes
+from ._operation import Operation, error, error_schema, parameter, route
+from ._schema import ref
 from ._state import ServerState
 
 YAML_TYPES = ("application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml")
@@ -69,24 +71,107 @@ async def read_graph() -> Graph:
     return await trio.to_thread.run_sync(parse, data)
 
 
+# A YAML body is described by the JSON value it parses to: YAML is another spelling of the same
+# document, read with JSON's values only (no timestamps, sets, binary, non-string or duplicate
+# keys), and it hashes as that JSON does.
+_DOCUMENT_TYPES = ("application/json", "application/yaml", "text/yaml")
+_NOT_A_DOCUMENT_TYPE = error_schema(["bad_request"])
+
+SUBMIT = Operation(
+    method="post",
+    rule="/v1/graphs",
+    operation_id="submitGraph",
+    tag="graphs",
+    summary="Submit a graph document: validated whole, stored content-addressed",
+    body={
+        "required": True,
+        "content": {media: {"schema": ref("GraphDocument")} for media in _DOCUMENT_TYPES},
+    },
+    answers={
+        "201": (
+            "Stored; `created` is false when the identical document already was.",
+            GRAPH_CREATED,
+        )
+    },
+    refusals=("PayloadTooLarge",),
+    responses={
+        "400": error(
+            "`invalid_graph` with every error in `details.errors` (a body that is not a document "
+            "at all is one `malformed_document`), or `bad_request` for a media type that is "
+            "neither JSON nor YAML. Nothing stored.",
+            schema={"oneOf": [ref("InvalidGraphError"), _NOT_A_DOCUMENT_TYPE]},
+        )
+    },
+)
+LIST = Operation(
+    method="get",
+    rule="/v1/graphs",
+    operation_id="listGraphs",
+    tag="graphs",
+    summary="List the stored graphs with their shape, oldest first",
+    answers={"200": ("The graphs.", GRAPH_LIST)},
+)
+VALIDATE = Operation(
+    method="post",
+    rule="/v1/graphs/validate",
+    operation_id="validateGraph",
+    tag="graphs",
+    summary="Validate a graph document without storing it",
+    # It answers whatever it is sent, an empty body too (`valid: false`).
+    body={
+        "required": False,
+        "content": {
+            media: {
+                "schema": {
+                    "description": "Any value: whatever it is, the answer says whether it is a "
+                    "valid graph document."
+                }
+            }
+            for media in _DOCUMENT_TYPES
+        },
+    },
+    answers={
+        "200": (
+            "The answer, valid or not (with every error); nothing is stored.",
+            {"oneOf": [ref(GRAPH_VALID.name), ref(GRAPH_INVALID.name)]},
+        )
+    },
+    refusals=("PayloadTooLarge",),
+    responses={
+        "400": error("A media type that is neither JSON nor YAML.", schema=_NOT_A_DOCUMENT_TYPE)
+    },
+)
+READ = Operation(
+    method="get",
+    rule="/v1/graphs/<graph:graph_hash>",
+    operation_id="getGraph",
+    tag="graphs",
+    summary="Read one stored graph document back, as submitted",
+    parameters=(parameter("GraphHash"),),
+    answers={"200": ("The document.", GRAPH)},
+    responses={"404": error("No graph stored under that hash.", "unknown_graph")},
+)
+OPERATIONS = (SUBMIT, LIST, READ, VALIDATE)
+
+
 def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
     app.url_map.converters["graph"] = _GraphHashConverter
 
-    @app.post("/v1/graphs")
+    @route(app, SUBMIT)
     async def submit_graph():
         graph = await read_graph()
         created = await runtime.register_graph(graph)
         return GRAPH_CREATED.respond(201, graph=graph.hash, created=created)
 
-    @app.get("/v1/graphs")
+    @route(app, LIST)
     async def list_graphs():
         stored = await runtime.list_graphs()
         return GRAPH_LIST.respond(
             graphs=[GRAPH_SUMMARY.body(graph=g.graph_hash, **g.summary()) for g in stored]
         )
 
-    @app.get("/v1/graphs/<graph:graph_hash>")
+    @route(app, READ)
     async def get_graph(graph_hash: str):
         # Any text is looked up: a hash this store never issued is simply not stored here.
         stored = await runtime.find_graph(graph_hash)
@@ -94,7 +179,7 @@ def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
             raise unknown_graph(graph_hash)
         return GRAPH.respond(graph=stored.graph_hash, document=stored.document)
 
-    @app.post("/v1/graphs/validate")
+    @route(app, VALIDATE)
     async def validate_graph():
         try:
             graph = await read_graph()

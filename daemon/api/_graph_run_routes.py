@@ -13,13 +13,49 @@ from quart_trio import QuartTrio
 
 from ._answers import RUN_STARTED
 from ._bodies import START_GRAPH_RUN
+from ._operation import Operation, error, route
 from ._state import ServerState
+
+START = Operation(
+    method="post",
+    rule="/v1/graph-runs",
+    operation_id="startGraphRun",
+    tag="graphs",
+    summary=(
+        "Start a run of a stored graph; answered once its head event is durable, then walked in "
+        "the background"
+    ),
+    description=(
+        "Every agent and tool the graph's nodes name is resolved first, so a run is started only "
+        "when all of it resolves. Its events, status, stream, resume and abandon are an ordinary "
+        "run's (a gate parks it as `suspended`)."
+    ),
+    body=START_GRAPH_RUN,
+    answers={"201": ("The run exists; watch it on its event stream.", RUN_STARTED)},
+    refusals=("PayloadTooLarge",),
+    responses={
+        "400": error(
+            "Malformed body or labels over the bounds, or a node naming a process or service "
+            "agent (`details.node`; agent nodes run built-in agents). Nothing recorded.",
+            "bad_request",
+        ),
+        "404": error(
+            "No graph stored under `graph_hash` (`unknown_graph`), or a node names an agent that "
+            "is not registered or a tool this daemon lacks (`unknown_agent` / `unknown_tool`, "
+            "`details.node`). Nothing recorded.",
+            "unknown_graph",
+            "unknown_agent",
+            "unknown_tool",
+        ),
+    },
+)
+OPERATIONS = (START,)
 
 
 def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.post("/v1/graph-runs")
+    @route(app, START)
     async def start_graph_run():
         body = await START_GRAPH_RUN.read()
         graph = await runtime.load_graph(body["graph_hash"])

@@ -1,5 +1,5 @@
 """What the server says about itself: ``GET /v1/capabilities``, ``/v1/health`` and
-``/v1/openapi.json``."""
+``/v1/openapi.json`` (the document built from the declarations of the routes this app has)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,38 @@ from salvor import __version__
 from ._answers import CAPABILITIES, HEALTH
 from ._http import json_response
 from ._openapi import openapi_document
+from ._operation import Operation, operations_of, route
 from ._state import ServerState
+
+CAPABILITIES_READ = Operation(
+    method="get",
+    rule="/v1/capabilities",
+    operation_id="getCapabilities",
+    tag="server",
+    summary="What this server can do, and which build it is",
+    answers={"200": ("Capabilities and the server's build.", CAPABILITIES)},
+)
+HEALTH_READ = Operation(
+    method="get",
+    rule="/v1/health",
+    operation_id="getHealth",
+    tag="server",
+    summary="Whether the daemon answers, and how many runs it is still recovering or healing",
+    answers={"200": ("The daemon answers (from memory: it never reads the store).", HEALTH)},
+)
+DOCUMENT_READ = Operation(
+    method="get",
+    rule="/v1/openapi.json",
+    operation_id="getOpenApi",
+    tag="server",
+    summary="This document",
+    answers={"200": ("The OpenAPI 3.1 document.", {"type": "object"})},
+)
+OPERATIONS = (CAPABILITIES_READ, HEALTH_READ, DOCUMENT_READ)
 
 
 def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
-    @app.get("/v1/capabilities")
+    @route(app, CAPABILITIES_READ)
     async def capabilities():
         server = {"version": __version__}
         if state.commit:
@@ -21,7 +48,7 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
         # Advertised only when it exists on this server (POST /v1/runs/{id}/fork).
         return CAPABILITIES.respond(capabilities={"fork": True}, server=server)
 
-    @app.get("/v1/health")
+    @route(app, HEALTH_READ)
     async def health():
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
@@ -29,10 +56,12 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
             status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing)
         )
 
-    @app.get("/v1/openapi.json")
+    @route(app, DOCUMENT_READ)
     async def openapi():
+        # Read at the first request, when every route is registered (the URL map is the truth).
         return json_response(
             openapi_document(
+                operations_of(app),
                 tools=state.runtime.registry.names(),
                 process_agents=state.allow_process_agents,
                 llm_choices=state.credentials.llm_choices(),

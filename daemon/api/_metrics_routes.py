@@ -13,11 +13,37 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from ..metrics import Readings
+from ._operation import Operation, error, route
 from ._state import ServerState
+
+METRICS = Operation(
+    method="get",
+    rule="/metrics",
+    operation_id="getMetrics",
+    tag="server",
+    summary="The daemon's numbers in the Prometheus text format",
+    description=(
+        "Runs by state, appends and commits, events per group commit, commit latency, drivers "
+        "live, stream subscribers, proxy and MCP call latency, claims held, reconciliations open. "
+        "Behind the same auth as the `/v1` routes; the runs by state are read from the store at "
+        "each scrape."
+    ),
+    responses={
+        "200": {
+            "description": "The exposition (`prometheus_client`'s text format).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        "503": error(
+            "The store cannot be read now (its runs by state are part of every scrape).",
+            "store_unavailable",
+        ),
+    },
+)
+OPERATIONS = (METRICS,)
 
 
 def add_metrics_route(app: QuartTrio, state: ServerState) -> None:
-    @app.get("/metrics")
+    @route(app, METRICS)
     async def metrics():
         # A store that cannot be read answers 503 store_unavailable (the envelope): a scrape
         # that silently dropped the runs would read as every run gone.

@@ -10,14 +10,34 @@ from quart import request
 from quart_trio import QuartTrio
 
 from ._answers import RECONCILIATION, RECONCILIATION_LIST
+from ._operation import Operation, route
 from ._queries import RECONCILIATIONS_QUERY, page_of
 from ._state import ServerState
+
+LIST = Operation(
+    method="get",
+    rule="/v1/reconciliations",
+    operation_id="listReconciliations",
+    tag="runs",
+    summary=(
+        "The runs parked on a write of unknown outcome, oldest write first, with what resolving "
+        "each expects"
+    ),
+    description=(
+        "Ordered by when the write's intent was recorded, then run id. A read: nothing is driven "
+        "or recorded."
+    ),
+    parameters=tuple(RECONCILIATIONS_QUERY.described()),
+    answers={"200": ("One page of the queue.", RECONCILIATION_LIST)},
+    refusals=("BadRequest",),
+)
+OPERATIONS = (LIST,)
 
 
 def add_reconciliation_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.get("/v1/reconciliations")
+    @route(app, LIST)
     async def list_reconciliations():
         RECONCILIATIONS_QUERY.refuse_unknown(request.args)
         page, next_cursor = await runtime.reconciliations(

@@ -24,6 +24,8 @@ from ..recording import parse_run_id
 from ..runs import LiveEvent, Subscription, event_frame
 from ..web import bad_request, unknown_run, whole_number
 from ._answers import END_FRAME
+from ._operation import RUN_ID, WHOLE, WHOLE_TEXT, Operation, route
+from ._schema import ref
 from ._state import ServerState
 
 HEADERS = {
@@ -33,6 +35,43 @@ HEADERS = {
     "X-Accel-Buffering": "no",
 }
 
+STREAM = Operation(
+    method="get",
+    rule="/v1/runs/<run_id>/events",
+    operation_id="streamRunEvents",
+    tag="runs",
+    summary="The run's events as server-sent events: replay from the cursor, then the live tail",
+    description=(
+        "Each recorded event is one frame, `id: <seq>` and `data: <Envelope>`, with no `event:` "
+        "field. When the run rests, one frame `event: end` with `data: <EndFrame>` closes the "
+        "stream; `detached: true` when no driver here is running the run. Lines starting with `:` "
+        "are keep-alive comments. `Last-Event-ID` (wins) or `from_seq` set the cursor; with "
+        "neither the stream starts at seq 0."
+    ),
+    parameters=(
+        *RUN_ID,
+        {"name": "from_seq", "in": "query", "schema": WHOLE},
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "schema": WHOLE_TEXT,
+            "description": "The last seq this client received; the stream resumes after it.",
+        },
+    ),
+    refusals=("BadRequest", "UnknownRun"),
+    responses={
+        "200": {
+            "description": "The stream.",
+            "content": {
+                "text/event-stream": {
+                    "schema": ref("StreamFrame"),
+                    "x-frame-schemas": {"message": ref("Envelope"), "end": ref(END_FRAME.name)},
+                }
+            },
+        }
+    },
+)
+OPERATIONS = (STREAM,)
 
 KEEP_ALIVE = sse_frame(comment="keep-alive")
 
@@ -63,7 +102,7 @@ def _cursor() -> int:
 def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.get("/v1/runs/<run_id>/events")
+    @route(app, STREAM)
     async def events(run_id: str):
         run_id = parse_run_id(run_id)
         start = _cursor()

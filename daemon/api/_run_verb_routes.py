@@ -9,13 +9,99 @@ from ..recording import parse_run_id
 from ..runs import MISSING, ResumeOutcome
 from ._answers import ABANDONED, RESOLVED, RESUME_DRIVING, RESUME_FINISHED
 from ._bodies import ABANDON, RESOLVE_RUN, RESUME
+from ._operation import RUN_ID, Operation, error, error_schema, route
+from ._schema import ref
 from ._state import ServerState, refuse_if_driven_elsewhere
+
+_WRONG_STATE = ("wrong_state", "divergence")
+
+RESUME_RUN = Operation(
+    method="post",
+    rule="/v1/runs/<run_id>/resume",
+    operation_id="resumeRun",
+    tag="runs",
+    summary="Continue a run: a parked one with an input, an interrupted one without",
+    parameters=RUN_ID,
+    body=RESUME,
+    answers={
+        "200": ("The run had already finished; left alone.", RESUME_FINISHED),
+        "202": ("The run is driving again; open its stream to watch.", RESUME_DRIVING),
+    },
+    refusals=("UnknownRun", "PayloadTooLarge"),
+    responses={
+        "400": error(
+            "Malformed body, a bad run id, or an input the run's recorded schema rejects "
+            "(`bad_request`, `details.violations`); a graph run parked at a gate answers an "
+            "approval its `approval_schema` rejects with `approval_schema_violation` "
+            "(`details.node`, `details.violations`). Nothing recorded.",
+            "bad_request",
+            "approval_schema_violation",
+        ),
+        "404": error(
+            "No run under that id, or its agent (or graph) is not registered here.",
+            "unknown_run",
+            "unknown_agent",
+            "unknown_graph",
+        ),
+        "409": error(
+            "needs_reconciliation (`details.intent`: the dangling write), still_sleeping "
+            "(`details.wake_at`, `details.remaining_seconds`), or client_driven_run. Nothing "
+            "recorded.",
+            schema={
+                "oneOf": [
+                    ref("NeedsReconciliationError"),
+                    ref("StillSleepingError"),
+                    error_schema(["client_driven_run", "divergence"]),
+                ]
+            },
+        ),
+    },
+)
+RESOLVE_WRITE = Operation(
+    method="post",
+    rule="/v1/runs/<run_id>/resolve",
+    operation_id="resolveRun",
+    tag="runs",
+    summary=(
+        "Record by hand what a dangling write returned, or that it did not land (settled_by: "
+        "operator); drives nothing"
+    ),
+    description=(
+        "`output`: the write happened and returned it (a client's write is checked against its "
+        "declaration). `not_landed: true`: it did not happen; it is recorded as a failed call, "
+        "its idempotency identity is given up, and the next call with it performs the write "
+        "afresh under the same key. Exactly one of the two."
+    ),
+    parameters=RUN_ID,
+    body=RESOLVE_RUN,
+    answers={"200": ("Recorded; resume the run to continue it.", RESOLVED)},
+    refusals=("BadRequest", "UnknownRun", "PayloadTooLarge"),
+    responses={"409": error("The run has no dangling write.", *_WRONG_STATE)},
+)
+ABANDON_RUN = Operation(
+    method="post",
+    rule="/v1/runs/<run_id>/abandon",
+    operation_id="abandonRun",
+    tag="runs",
+    summary="Retire an unfinished run with a terminal RunAbandoned",
+    parameters=RUN_ID,
+    body=ABANDON,
+    answers={
+        "200": (
+            "Abandoned; an abandoned dangling write is named in `status.unresolved_write`.",
+            ABANDONED,
+        )
+    },
+    refusals=("BadRequest", "UnknownRun", "PayloadTooLarge"),
+    responses={"409": error("The run is already terminal.", *_WRONG_STATE)},
+)
+OPERATIONS = (RESUME_RUN, RESOLVE_WRITE, ABANDON_RUN)
 
 
 def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.post("/v1/runs/<run_id>/resume")
+    @route(app, RESUME_RUN)
     async def resume(run_id: str):
         run_id = parse_run_id(run_id)
         body = await RESUME.read()
@@ -28,7 +114,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         state.drivers.start(run_id)
         return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")
 
-    @app.post("/v1/runs/<run_id>/resolve")
+    @route(app, RESOLVE_WRITE)
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
         body = await RESOLVE_RUN.read()
@@ -43,7 +129,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         state.leases.drop(run_id)
         return RESOLVED.respond(run=run_id, resolved=True, status=view.status())
 
-    @app.post("/v1/runs/<run_id>/abandon")
+    @route(app, ABANDON_RUN)
     async def abandon(run_id: str):
         run_id = parse_run_id(run_id)
         body = await ABANDON.read()

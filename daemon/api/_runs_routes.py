@@ -16,14 +16,87 @@ from ..web import bad_request
 from ._answers import CHILD_LIST, RUN, RUN_LIST, RUN_STARTED
 from ._bodies import START_RUN
 from ._http import json_response
+from ._operation import RUN_ID, Operation, error, route
 from ._queries import HASH_PATTERN, RUNS_QUERY, page_of
+from ._schema import ref
 from ._state import ServerState
+
+START = Operation(
+    method="post",
+    rule="/v1/runs",
+    operation_id="startRun",
+    tag="runs",
+    summary="Start a run; answered once its head event is durable, then driven in the background",
+    body=START_RUN,
+    answers={"201": ("The run exists; watch it on its event stream.", RUN_STARTED)},
+    refusals=("BadRequest", "PayloadTooLarge"),
+    responses={
+        "404": error(
+            "The agent is not registered, or the run named by replay_of does not exist.",
+            "unknown_agent",
+            "unknown_run",
+        ),
+        "409": error(
+            "The chosen run_id already has history (`run_exists`), the run named by replay_of has "
+            "not completed (`wrong_state`), or the agent is a service whose proxy port another "
+            "live run of this daemon holds (`port_held`; `details.port` and `details.run` name "
+            "them). Nothing recorded.",
+            "run_exists",
+            "wrong_state",
+            "port_held",
+        ),
+    },
+)
+LIST = Operation(
+    method="get",
+    rule="/v1/runs",
+    operation_id="listRuns",
+    tag="runs",
+    summary="List runs, newest first, with their folded status",
+    parameters=tuple(RUNS_QUERY.described()),
+    answers={"200": ("One page of runs.", RUN_LIST)},
+    refusals=("BadRequest",),
+)
+READ = Operation(
+    method="get",
+    rule="/v1/runs/<run_id>",
+    operation_id="getRun",
+    tag="runs",
+    summary="One run's derived state",
+    parameters=RUN_ID,
+    answers={"200": ("The run.", RUN)},
+    refusals=("BadRequest", "UnknownRun"),
+)
+CHILDREN = Operation(
+    method="get",
+    rule="/v1/runs/<run_id>/children",
+    operation_id="listRunChildren",
+    tag="runs",
+    summary=(
+        "An extension: the child runs a run's subagent calls started, oldest first (a derived "
+        "index, as `GET /v1/runs?label=salvor.parent:{run_id}` lists them)"
+    ),
+    parameters=RUN_ID,
+    answers={"200": ("The children.", CHILD_LIST)},
+    refusals=("BadRequest", "UnknownRun"),
+)
+REPLAY = Operation(
+    method="get",
+    rule="/v1/runs/<run_id>/replay",
+    operation_id="replayRun",
+    tag="runs",
+    summary="Dry-run replay: the state folded from the log, executing nothing",
+    parameters=RUN_ID,
+    answers={"200": ("The projection.", ref("Replay"))},
+    refusals=("BadRequest", "UnknownRun"),
+)
+OPERATIONS = (START, LIST, READ, CHILDREN, REPLAY)
 
 
 def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
-    @app.post("/v1/runs")
+    @route(app, START)
     async def start_run():
         body = await START_RUN.read()
         replay_of, run_id, labels = body.get("replay_of"), body.get("run_id"), body.get("labels")
@@ -50,14 +123,14 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         state.drivers.start(run_id, agent)
         return RUN_STARTED.respond(201, run=run_id, status="running", replay_of=replay_of)
 
-    @app.get("/v1/runs")
+    @route(app, LIST)
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
         return RUN_LIST.respond(
             runs=[summary_json(state, s) for s in page], next_cursor=next_cursor
         )
 
-    @app.get("/v1/runs/<run_id>")
+    @route(app, READ)
     async def get_run(run_id: str):
         run_id = parse_run_id(run_id)
         view = await runtime.view(run_id)
@@ -74,7 +147,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             **state.driver(run_id, view.state.value),
         )
 
-    @app.get("/v1/runs/<run_id>/children")
+    @route(app, CHILDREN)
     async def run_children(run_id: str):
         run_id = parse_run_id(run_id)
         children = await runtime.list_children(run_id)
@@ -82,7 +155,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             run=run_id, derived=True, children=[summary_json(state, s) for s in children]
         )
 
-    @app.get("/v1/runs/<run_id>/replay")
+    @route(app, REPLAY)
     async def replay(run_id: str):
         # A pure fold of the recorded log, executing nothing.
         view = fold(await runtime.log(parse_run_id(run_id)))

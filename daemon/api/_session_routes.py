@@ -21,10 +21,68 @@ from salvor.protocol import ErrorCode
 
 from ..web import SESSION_COOKIE, OperationRefused, Session, bad_request, token_matches
 from ._http import request_caller
+from ._operation import Operation, error, parameter, route
 from ._session_schemas import LOGIN, SESSION, SESSION_ENDED
 from ._state import ServerState
 
 LOGIN_PATH = "/v1/session"
+
+_NO_SESSION = error(
+    "The daemon has a token and the request carries neither the bearer token nor a live session "
+    "cookie (none, ended, or expired).",
+    "unauthorized",
+)
+LOG_IN = Operation(
+    method="post",
+    rule=LOGIN_PATH,
+    operation_id="logIn",
+    tag="session",
+    summary="Log in with the daemon's token: a session cookie and its csrf token",
+    description=(
+        f"The token goes in the body, never in the URL (any query string is a 400). The answer "
+        f"sets `{SESSION_COOKIE}` (HttpOnly, SameSite=Strict, Path=/, Max-Age of 12 hours, Secure "
+        "over TLS); a session cookie the request still carried is ended. Sessions live in the "
+        "daemon's memory (a restart ends them), at most 1,024 (a login past that ends the "
+        "oldest). Needs no authentication, but an `Origin`, if sent, must be the daemon's own. "
+        "Without --auth-token there is no session: any token answers nulls and no cookie."
+    ),
+    open=True,
+    body=LOGIN,
+    answers={"200": ("The session (and `Set-Cookie`).", SESSION)},
+    refusals=("BadRequest", "PayloadTooLarge"),
+    responses={
+        "401": error("That is not the daemon's token. No session, no cookie.", "unauthorized"),
+        "403": error(
+            "Sent from a page of another origin (an `Origin` that is not the daemon's own). No "
+            "session, no cookie.",
+            "forbidden",
+        ),
+    },
+)
+READ_SESSION = Operation(
+    method="get",
+    rule=LOGIN_PATH,
+    operation_id="getSession",
+    tag="session",
+    summary="The session the cookie names, so a reloaded page gets its csrf token back",
+    description=(
+        "A bearer caller (or any caller of a daemon without --auth-token) needs no session: it is "
+        "answered nulls."
+    ),
+    answers={"200": ("The session.", SESSION)},
+    responses={"401": _NO_SESSION},
+)
+LOG_OUT = Operation(
+    method="delete",
+    rule=LOGIN_PATH,
+    operation_id="logOut",
+    tag="session",
+    summary="End the session the cookie names, and clear the cookie",
+    parameters=(parameter("Csrf"),),
+    answers={"200": ("Whether a session was ended.", SESSION_ENDED)},
+    responses={"401": _NO_SESSION},
+)
+OPERATIONS = (LOG_IN, READ_SESSION, LOG_OUT)
 
 
 def add_session_routes(app: QuartTrio, state: ServerState) -> None:
@@ -48,7 +106,7 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
             secure=request.scheme == "https",
         )
 
-    @app.post(LOGIN_PATH)
+    @route(app, LOG_IN)
     async def log_in():
         if request.query_string:
             # A URL is written down by proxies, logs and histories: the token has no place there.
@@ -70,13 +128,13 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
         cookie(response, session.id, int(state.sessions.seconds))
         return response
 
-    @app.get(LOGIN_PATH)
+    @route(app, READ_SESSION)
     async def current_session():
         # Admitted already (the caller check): by its cookie, or by the bearer token, which needs
         # no session and no csrf token (the nulls).
         return answer(g.get("session"))
 
-    @app.delete(LOGIN_PATH)
+    @route(app, LOG_OUT)
     async def log_out():
         session = g.get("session")
         ended = session is not None and state.sessions.end(session.id)

@@ -17,8 +17,33 @@ from salvor.protocol import RunView
 from salvor.store import RunSummary
 
 from ..runs import LiveConnection
+from ._operation import Operation, error, route
 from ._runs_routes import summary_json
 from ._state import ServerState
+
+LIVE = Operation(
+    method="get",
+    rule="/v1/ws",
+    operation_id="liveWebSocket",
+    tag="live",
+    summary="One WebSocket carrying any number of runs' events and the run list",
+    description=(
+        "Upgrades to a WebSocket (salvor's own protocol; text frames, one JSON object each). "
+        "Requests: `subscribe` (`run`, `from_seq`), `unsubscribe` (`run`), `watch_runs`, "
+        "`unwatch_runs`. Messages: `event` (the Envelope, as the stream sends it), `status`, "
+        "`run` (a run-list entry) and `error` (the error envelope's body). Closes 1013 when its "
+        "outgoing buffer is full, 1001 when the daemon stops, 1008 for a message that is not a "
+        "JSON object or exceeds 64 KiB."
+    ),
+    responses={
+        "101": {"description": "Switching to the WebSocket protocol."},
+        "400": error(
+            "A plain HTTP request, not a WebSocket handshake (`bad_request`).", "bad_request"
+        ),
+    },
+    websocket=True,
+)
+OPERATIONS = (LIVE,)
 
 
 def run_summary(view: RunView) -> RunSummary:
@@ -44,7 +69,7 @@ def add_ws_route(app: QuartTrio, state: ServerState) -> None:
     def run_row(view: RunView) -> dict:
         return summary_json(state, run_summary(view))
 
-    @app.websocket("/v1/ws")
+    @route(app, LIVE)
     async def live() -> None:
         await websocket.accept()
         async with trio.open_nursery() as nursery:

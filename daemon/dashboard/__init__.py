@@ -1,4 +1,5 @@
-"""The web page ``salvor serve`` answers at ``/``: its files and how to read one.
+"""The web pages ``salvor serve`` answers at ``/`` (the dashboard) and ``/docs`` (the API
+reference): their files and how to read one.
 
 Rule: plain files shipped in the package (HTML, ES modules, CSS), nothing built
 or fetched at install or at run time. The page talks to the daemon through the
@@ -10,6 +11,7 @@ from __future__ import annotations
 from ._assets import (
     CONTENT_TYPES,
     INDEX,
+    REFERENCE,
     Asset,
     read_asset,
 )
@@ -17,6 +19,7 @@ from ._assets import (
 __all__ = [
     "CONTENT_TYPES",
     "INDEX",
+    "REFERENCE",
     "Asset",
     "read_asset",
 ]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 STATIC = Path(__file__).resolve().parent / "static"
 INDEX = "index.html"
+# The API reference, drawn from the daemon's OpenAPI document (``GET /docs``).
+REFERENCE = "docs.html"
 
 # What the page is made of; a file of any other kind in the folder is not served.
 CONTENT_TYPES = {

@@ -17,9 +17,10 @@ import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from salvor.daemon.api._app import API_OPERATIONS
 from salvor.daemon.api._openapi import openapi_document
 
-DOCUMENT = openapi_document()
+DOCUMENT = openapi_document(API_OPERATIONS)
 BASE = "urn:salvor:openapi"
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)

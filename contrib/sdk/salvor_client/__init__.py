@@ -12,8 +12,8 @@ carries on live where the log ends.
 Works under trio and asyncio alike (httpx and anyio underneath)::
 
     async with ClientRun("http://127.0.0.1:8420") as run:
-        if not run.started:
-            await run.start(agent="sha256:...", input={"task": "..."})
+        # Every call, this one too, is answered from the log when it is already recorded.
+        await run.start(agent="sha256:...", input={"task": "..."})
         answer = await run.model_step({"model": "...", "max_tokens": 512, "messages": [...]})
         ...
         await run.complete({"reply": "..."})

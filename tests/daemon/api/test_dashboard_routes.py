@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from salvor.daemon.dashboard._assets import STATIC
 
@@ -56,3 +58,31 @@ async def test_a_name_the_page_has_no_file_for_is_the_404_envelope(server_factor
 async def test_the_page_is_not_in_the_api_document(server) -> None:
     document = (await server.client.get("/v1/openapi.json")).json()
     assert [p for p in document["paths"] if not p.startswith("/v1/") and p != "/metrics"] == []
+
+
+@pytest.mark.parametrize("token", [None, TOKEN])
+async def test_the_reference_is_served_as_the_page_is_and_its_document_keeps_its_rule(
+    server_factory, token
+) -> None:
+    """``/docs`` is a shell like ``/`` (no auth, the page's headers, files from the package); the
+    document it draws is ``/v1/openapi.json``, which still needs the token when the daemon has
+    one."""
+    server = await server_factory(auth_token=token)
+    anonymous = server.new_client()
+    shell = await anonymous.get("/docs")
+    assert shell.status_code == 200 and shell.headers["content-type"].startswith("text/html")
+    assert shell.content == (STATIC / "docs.html").read_bytes()
+    assert_page_headers(shell)
+    assert b'<script type="module" src="/ui/docs.js">' in shell.content
+    for name in ("docs.html", "docs.js", "docs.css"):
+        # Everything it loads is the daemon's own: no CDN, no font or script from elsewhere.
+        assert not re.search(rb"(https?:)?//[a-z0-9]", (STATIC / name).read_bytes()), name
+    for name in ("docs.js", "docs.css", "dom.js", "login.js", "api.js"):
+        response = await anonymous.get(f"/ui/{name}")
+        assert response.status_code == 200 and response.content == (STATIC / name).read_bytes()
+    document = await anonymous.get("/v1/openapi.json")
+    if token is None:
+        assert document.status_code == 200 and "/v1/runs" in document.json()["paths"]
+    else:
+        assert_error(document, 401, "unauthorized")
+        assert (await server.client.get("/v1/openapi.json")).status_code == 200

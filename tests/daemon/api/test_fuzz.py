@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from salvor.daemon.api._app import API_OPERATIONS
 from salvor.daemon.api._openapi import openapi_document
 from schemathesis import GenerationMode
 from schemathesis.engine import Status, StopReason, events
@@ -67,7 +68,7 @@ _SERVING = re.compile(r"salvor serving on (http://127\.0\.0\.1:\d+)")
 
 
 def _validator(name: str) -> Draft202012Validator:
-    document = openapi_document()
+    document = openapi_document(API_OPERATIONS)
     registry = Registry().with_resource(
         _BASE, Resource.from_contents(document, default_specification=DRAFT202012)
     )

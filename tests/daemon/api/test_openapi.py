@@ -39,8 +39,9 @@ from referencing.jsonschema import DRAFT202012
 from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
 from salvor.daemon.api import _openapi
 from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
-from salvor.daemon.api._app import create_app
+from salvor.daemon.api._app import API_OPERATIONS, create_app
 from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.api._operation import operations_of
 from salvor.daemon.client_runs import CLIENT_RUN_ANSWERS
 from salvor.daemon.client_runs._answers import CLIENT_TOOL_OPENED, COMPLETED
 from salvor.daemon.tools._demo import demo_registry
@@ -109,7 +110,9 @@ def test_served_llm_table_is_what_registration_accepts() -> None:
         environ={"SALVOR_MODEL_BASE_URL": "https://gateway.example.com"},
         strict=True,
     )
-    served = openapi_document(process_agents=False, llm_choices=credentials.llm_choices())
+    served = openapi_document(
+        API_OPERATIONS, process_agents=False, llm_choices=credentials.llm_choices()
+    )
     validate(served, cls=OpenAPIV31SpecValidator)
     registry = Registry().with_resource(
         BASE, Resource.from_contents(served, default_specification=DRAFT202012)
@@ -156,11 +159,15 @@ def test_served_llm_table_is_what_registration_accepts() -> None:
 
 
 async def test_every_route_is_documented(server) -> None:
+    """The document's paths are the app's routes: read from the declarations its URL map holds,
+    each registered once, and the same as the route modules' tables (``API_OPERATIONS``, the
+    document without an app): a declaration no handler registers is missing from the URL map."""
     app = create_app(server.state)  # a second app over the same state: only its routes are read
     served = {
         (re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule), method.lower())
         for rule in app.url_map.iter_rules()
-        # The page (/, /ui/<name>) is not API: the document describes /v1 and /metrics.
+        # The page (/, /ui/<name>) and the reference (/docs) are not API: the document describes
+        # /v1 and /metrics.
         if rule.rule.startswith("/v1/") or rule.rule == "/metrics"
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
@@ -168,6 +175,23 @@ async def test_every_route_is_documented(server) -> None:
         (path, method) for path, operations in DOCUMENT["paths"].items() for method in operations
     }
     assert served == documented
+    declared = operations_of(app)
+    assert len(set(declared)) == len(declared)
+    assert set(declared) == set(API_OPERATIONS), "a module's OPERATIONS and its handlers differ"
+    assert {(o.path, o.method) for o in declared} == served
+
+
+async def test_a_route_without_a_declaration_stops_the_document(server) -> None:
+    """A handler registered the plain Quart way under /v1 has no declaration: the document (and
+    so ``create_app``, which builds it) refuses, naming the route; the page's routes need none."""
+    app = create_app(server.state)
+
+    @app.get("/v1/undeclared/<run_id>")
+    async def undeclared(run_id: str):
+        return ""
+
+    with pytest.raises(RuntimeError, match=r"without a declaration .*GET /v1/undeclared/<run_id>"):
+        operations_of(app)
 
 
 def _napper_registry():
@@ -205,6 +229,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
 
     # -- the document itself, capabilities, and auth on every route --------------------------------
     served = openapi_document(
+        API_OPERATIONS,
         tools=server.state.runtime.registry.names(),
         process_agents=False,
         llm_choices=server.state.credentials.llm_choices(),
@@ -763,11 +788,11 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
 def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypatch) -> None:
     """The document is checked against the code -> status table when it is built; a code the table
     gives another status than the one the document lists it under stops the build, naming it."""
-    _openapi._check_codes()
+    _openapi._check_codes(DOCUMENT["paths"])
     # The table itself is read-only: the check is pointed at a copy that disagrees once.
     monkeypatch.setattr(_openapi, "CODE_STATUS", {**_openapi.CODE_STATUS, "lease_held": 423})
     with pytest.raises(RuntimeError, match=r"POST /v1/client-runs 409: lease_held"):
-        _openapi._check_codes()
+        _openapi._check_codes(DOCUMENT["paths"])
 
 
 async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:

@@ -14,7 +14,7 @@ from tests.support.api import NOBODY, assert_error, get_run, register, rested, s
 from tests.support.api_server import TOKEN, Server
 
 # The page's routes (tests/daemon/api/test_dashboard_routes.py checks they answer without auth).
-PAGE_RULES = frozenset({"/", "/ui/<name>"})
+PAGE_RULES = frozenset({"/", "/docs", "/ui/<name>"})
 
 # -- bad input, everywhere ------------------------------------------------------------------
 
