@@ -41,8 +41,9 @@ class GraphNode:
     """One node; only its kind's fields are set, the others are None.
 
     ``input`` is the node's template with the default applied (agent and tool
-    nodes, and a map's body): ``$input`` with no predecessor, ``$nodes.<p>``
-    with one, an object of them with several; ``$item`` in a map body. A map's
+    nodes, and a map's body; a gate always has the default, what it holds up
+    for approval): ``$input`` with no predecessor, ``$nodes.<p>`` with one, an
+    object of them with several; ``$item`` in a map body. A map's
     ``body`` is a node of kind agent or tool carrying the map's id.
     """
 

@@ -194,7 +194,8 @@ def _read_node(value: Any, where: str, shape: Shape) -> GraphNode:
         _require(isinstance(name, str), f"{where}.name", "a string", name)
         _check_name(name, node_id, where, shape.errors)
     fields = _KIND_READERS[kind](value, where, node_id, shape)
-    if kind in _BODY_KINDS and "input" not in value:
+    # A gate has no input field: what it holds up for approval is what flows into it.
+    if (kind in _BODY_KINDS and "input" not in value) or kind is NodeKind.GATE:
         shape.default_input.add(node_id)
     return GraphNode(id=node_id, kind=kind, name=name, **fields)
 

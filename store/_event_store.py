@@ -804,8 +804,16 @@ class EventStore:
     ) -> bool:
         """Register an agent definition under its hash.
 
+        ``name`` is no part of the hash: registering a registered definition under
+        another name renames it (its stored text becomes the one that names it); one
+        that names nothing leaves the name it has.
+
         Returns:
             True when it was stored now, False when that hash was already registered.
+
+        Raises:
+            StoreUnavailable: the database failed; nothing was written (a rename either
+                happened whole or not at all).
         """
         if format not in AGENT_FORMATS:
             raise ValueError(f'an agent definition is "toml", "json" or "md", not {format!r}')
@@ -816,7 +824,19 @@ class EventStore:
             "name": name,
             "created_at": now_instant(),
         }
-        return self._insert_once(agents, row, "register an agent")
+        if self._insert_once(agents, row, "register an agent"):
+            return True
+        if name is not None:
+            self._execute_alone(
+                update(agents)
+                .where(
+                    agents.c.agent_def_hash == agent_def_hash,
+                    agents.c.name.is_distinct_from(name),
+                )
+                .values(format=format, definition=definition, name=name),
+                "rename an agent",
+            )
+        return False
 
     def get_agent(self, agent_def_hash: str) -> StoredAgent | None:
         statement = select(*_AGENT_COLUMNS).where(agents.c.agent_def_hash == agent_def_hash)

@@ -11,17 +11,27 @@ step answers are ``client_runs``'s.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from quart import Response
-from salvor.protocol import TERMINAL_STATES, RunState, Shape, nullable
+from salvor.protocol import (
+    TERMINAL_STATES,
+    Envelope,
+    RunState,
+    Shape,
+    encode_envelope,
+    nullable,
+)
 
 from ..agents import FORMATS
 from ._bodies import Field
 from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
 
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _TERMINAL = [state.value for state in RunState if state in TERMINAL_STATES]
 
 
@@ -71,6 +81,19 @@ class Answer:
     def respond(self, status: int = 200, /, **values: Any) -> Response:
         """The answer as JSON (``body``)."""
         return json_response(self.body(**values), status)
+
+    def respond_with_log(self, status: int, log: Sequence[Envelope], /, **values: Any) -> Response:
+        """The answer as compact JSON, its ``log`` field the envelopes in their wire bytes.
+
+        A log is the same bytes wherever it is read (the event stream, these answers,
+        ``salvor history --json``), so each envelope is spliced in as ``encode_envelope``
+        wrote it rather than encoded a second time.
+        """
+        fields = self.body(**values, log=[])
+        del fields["log"]
+        head = _compact(fields)[:-1] + ("," if fields else "")
+        text = head + '"log":[' + ",".join(map(encode_envelope, log)) + "]}"
+        return Response(text, status=status, content_type="application/json")
 
     def schema(self) -> JSON:
         return self.shape.schema()

@@ -156,11 +156,11 @@ def add_client_run_routes(app: QuartTrio, state: ServerState) -> None:
         opened = await client_runs.open(
             body.get("run_id"), presented(), record_prompts=body.get("record_prompts", False)
         )
-        return CLIENT_RUN_OPENED.respond(
+        return CLIENT_RUN_OPENED.respond_with_log(
             201 if opened.fresh else 200,
+            opened.log,
             run=opened.run_id,
             drive_token=opened.drive_token,
-            log=[e.to_json() for e in opened.log],
         )
 
     @route(app, RELEASE)
@@ -181,7 +181,7 @@ def add_client_run_routes(app: QuartTrio, state: ServerState) -> None:
         if from_seq is None:
             raise bad_request("`from_seq` must be a whole number (ASCII digits only)")
         log = await client_runs.read_log(run_id, from_seq)
-        return CLIENT_LOG.respond(log=[e.to_json() for e in log])
+        return CLIENT_LOG.respond_with_log(200, log)
 
     @route(app, RESOLVE_WRITE)
     async def client_resolve(run_id: str):

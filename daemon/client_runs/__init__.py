@@ -29,6 +29,7 @@ from ._steps import (
     MODEL_REQUEST_FIELDS,
     ModelCall,
     open_model_executor,
+    registry_unavailable,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "lease_ttl",
     "load_declarations",
     "open_model_executor",
+    "registry_unavailable",
 ]

@@ -250,6 +250,16 @@ async def perform_model_step(
     return MODEL_STEP_DONE.build(response=result.response, usage=result.usage)
 
 
+def registry_unavailable(doing: str, *, details: dict | None = None) -> OperationRefused:
+    """The refusal of a tool asked of a daemon whose host wired no tool registry (503)."""
+    return OperationRefused(
+        ErrorCode.TOOL_REGISTRY_UNAVAILABLE,
+        f"this daemon has no tool registry (its host wired none), so it cannot {doing}; "
+        "nothing was recorded",
+        details=details,
+    )
+
+
 async def tool_step(
     access: StoreAccess,
     registry: ToolRegistry,
@@ -265,7 +275,8 @@ async def tool_step(
 
     Raises:
         OperationRefused: bad_request (input the tool's schema rejects), unknown_tool
-            (404), needs_reconciliation (a dangling write), tool_execution (502;
+            (404), tool_registry_unavailable (503: the host wired no registry; nothing
+            recorded), needs_reconciliation (a dangling write), tool_execution (502;
             the intent stays open).
         GuardRefusal: divergence at ``seq``.
     """
@@ -273,6 +284,8 @@ async def tool_step(
         raise bad_request("`tool` must be a tool name")
     if key is not None and (not isinstance(key, str) or not key):
         raise bad_request("`idempotency_key` must be a non-empty string or null")
+    if not registry.wired:
+        raise registry_unavailable(f"perform the tool {name!r}")
     tool = registry.get(name)
     if tool is None:
         known = ", ".join(registry.names()) or "none"

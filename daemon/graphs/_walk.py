@@ -255,7 +255,8 @@ class GraphWalk:
             await self._narrate(ctx, NodeEntered(node=node.id, input=tool_input))
             await self._exit(ctx, node, await self._tool_call(ctx, node, node, tool_input, 0))
         elif kind is NodeKind.GATE:
-            await self._narrate(ctx, NodeEntered(node=node.id, input=None))
+            held_up = await self._resolve(ctx, node, node.input)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=held_up))
             await ctx.control(Suspended(reason=node.prompt, input_schema=node.approval_schema))
             await self._exit(ctx, node, await ctx.await_resume(RunState.SUSPENDED))
         elif kind is NodeKind.BRANCH:

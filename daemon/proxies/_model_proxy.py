@@ -151,25 +151,32 @@ class Upstream:
 def resolve_upstream(
     environ: Mapping[str, str] = os.environ, *, key: str | None = None
 ) -> Upstream | None:
-    """The upstream from ``SALVOR_AGENT_UPSTREAM`` or
-    ``SALVOR_MODEL_BASE_URL``; None when neither is set.
+    """The upstream from ``SALVOR_AGENT_UPSTREAM``, else ``SALVOR_MODEL_BASE_URL``,
+    else an ``OPENAI_BASE_URL`` already set; None when none is.
+
+    ``environ`` is the daemon's own (the operator's): an agent definition's
+    ``env`` goes to its process and never picks where the daemon connects.
 
     ``key``: the upstream key the daemon read from a file at start
     (``SALVOR_AGENT_KEY_FILE``, systemd's ``agent-key`` credential); it wins
-    over ``SALVOR_AGENT_KEY`` and the providers' variables.
+    over ``SALVOR_AGENT_KEY`` and the providers' variables. An upstream found
+    only in ``OPENAI_BASE_URL`` is OpenAI's wire, so it is never sent
+    ``ANTHROPIC_API_KEY``.
 
     ``SALVOR_AGENT_UPSTREAM_TIMEOUT`` (seconds, default 600) bounds the wait
     for an answer; a value that is not a positive number keeps the default.
     """
     base = environ.get("SALVOR_AGENT_UPSTREAM") or environ.get("SALVOR_MODEL_BASE_URL")
+    providers_keys = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+    if not base:
+        base = environ.get("OPENAI_BASE_URL")
+        providers_keys = ("OPENAI_API_KEY",)
     if not base:
         return None
     key = (
         key
         or environ.get("SALVOR_AGENT_KEY")
-        or environ.get("ANTHROPIC_API_KEY")
-        or environ.get("OPENAI_API_KEY")
-        or None
+        or next((environ[name] for name in providers_keys if environ.get(name)), None)
     )
     try:
         timeout = float(environ.get("SALVOR_AGENT_UPSTREAM_TIMEOUT", DEFAULT_UPSTREAM_TIMEOUT))
@@ -496,8 +503,8 @@ class ProxySession:
                         wire,
                         502,
                         "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                        "(or SALVOR_MODEL_BASE_URL) and SALVOR_AGENT_KEY (or "
-                        "SALVOR_AGENT_KEY_FILE) where the daemon runs",
+                        "(or SALVOR_MODEL_BASE_URL, or OPENAI_BASE_URL) and SALVOR_AGENT_KEY "
+                        "(or SALVOR_AGENT_KEY_FILE) where the daemon runs",
                     ),
                 )
                 return

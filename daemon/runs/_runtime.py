@@ -53,7 +53,13 @@ from ..agents import (
     parse_definition,
     probes_open_write,
 )
-from ..client_runs import ClientRuns, ClientTool, LeaseRegistry, check_resolution
+from ..client_runs import (
+    ClientRuns,
+    ClientTool,
+    LeaseRegistry,
+    check_resolution,
+    registry_unavailable,
+)
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import drive_graph
 from ..mcp import McpBuildError, check_buildable, missing_program
@@ -290,7 +296,8 @@ class Runtime(Forks):
 
         Raises:
             OperationRefused: unknown_agent or unknown_tool naming the node
-                (``details.node``), or bad_request naming a node whose agent is a process or
+                (``details.node``), tool_registry_unavailable naming a tool node when the host
+                wired no registry, or bad_request naming a node whose agent is a process or
                 service agent (a graph's agent nodes run the built-in loop inline).
         """
         agents: dict[str, AgentDefinition] = {}
@@ -298,6 +305,11 @@ class Runtime(Forks):
             call = node.body if node.kind is NodeKind.MAP else node
             if call is None:
                 continue
+            if call.kind is NodeKind.TOOL and not self.registry.wired:
+                raise registry_unavailable(
+                    f"run node {node.id!r}'s tool {excerpt(call.tool)!r}",
+                    details={"node": node.id, "tool": call.tool},
+                )
             if call.kind is NodeKind.TOOL and self.registry.get(call.tool) is None:
                 raise OperationRefused(
                     ErrorCode.UNKNOWN_TOOL,

@@ -202,6 +202,11 @@ async def serve(
     """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set).
     Reports started with the bound URLs.
 
+    ``registry`` is the embedding host's tools; None gives ``salvor serve``'s (the demo
+    tools with ``config.demo_tools``, else an empty registry). A host that wires no
+    registry at all passes ``ToolRegistry.unwired()``: its tool steps and graph tool nodes
+    are refused as unavailable (503) instead of unknown (404).
+
     ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
     begins the same graceful stop a signal does, and ``on_state`` is handed
     the routes' shared state once it exists.

@@ -328,9 +328,15 @@ ATTEMPTS = {Effect.READ: 3, Effect.IDEMPOTENT: 3, Effect.WRITE: 1}
 
 
 class ToolRegistry:
-    """The named tools a daemon can execute."""
+    """The named tools a daemon can execute.
+
+    ``wired`` is False only for ``unwired()``: a host that gives the daemon no
+    registry at all, which is not the same as an empty one (``salvor serve``'s):
+    a tool asked of an empty registry is unknown, of an unwired one unavailable.
+    """
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
+        self.wired = True
         self._tools: dict[str, Tool] = {}
         for tool in tools or ():
             self._add(tool)
@@ -352,12 +358,22 @@ class ToolRegistry:
                 "registered read tool"
             )
 
+    @classmethod
+    def unwired(cls) -> ToolRegistry:
+        """The stand-in for no registry: it holds no tools and takes none."""
+        registry = cls()
+        registry.wired = False
+        return registry
+
     def register(self, tool: Tool) -> None:
         """Add ``tool``; its probe's read must be registered already.
 
         Raises:
-            ValueError: the name is taken, or the probe names no registered read.
+            ValueError: the name is taken, the probe names no registered read, or this is
+                ``unwired()``'s (a registry that is not there takes no tools).
         """
+        if not self.wired:
+            raise ValueError(f"tool {tool.name!r} cannot be registered: no registry is wired")
         self._check_probe(tool)
         self._add(tool)
 

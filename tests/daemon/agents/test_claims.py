@@ -7,6 +7,8 @@ happened; the logs say which call performed and which copied its outcome.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import trio
 from salvor.daemon.agents._definition import parse_definition
@@ -15,6 +17,7 @@ from salvor.daemon.runs._runtime import Runtime
 from salvor.daemon.tools import (
     NotPerformed,
     OutcomeUnknown,
+    SleepUntil,
     Tool,
     ToolCall,
     ToolFailed,
@@ -444,3 +447,46 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
     assert [c.run_id for c in refund.calls] == [first, second]
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.state) == (second, "settled")
+
+
+async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that_write(
+    runtime, providers, refund, clock, monkeypatch
+):
+    async def sleeps(tool_input, call):
+        refund.calls.append(call)
+        return SleepUntil(wake_at=clock.now + timedelta(hours=1))
+
+    runtime.registry = ToolRegistry([refund_tool(sleeps, Effect.WRITE)])
+    access = runtime.access
+    appends = []
+    append = access.append
+
+    async def observed(run_id, events, view, **claims):
+        appends.append(([event.KIND for event in events], claims))
+        return await append(run_id, events, view, **claims)
+
+    monkeypatch.setattr(access, "append", observed)
+    # A claim left open would stop the next caller within this bound, not let it copy.
+    monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
+    agent = refund_agent(providers, [("refund", REFUND)])
+    first = await runtime.start_run(agent, None)
+    assert (await runtime.drive(first, agent=agent)).state is RunState.SLEEPING
+
+    (asleep,) = [(kinds, claims) for kinds, claims in appends if EventKind.SLEEP_STARTED in kinds]
+    assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
+    assert asleep[1]["settle"] == IDENTITY and not asleep[1].get("release")
+    claim = await access.read(access.store.get_claim, IDENTITY)
+    [(seq, _, done)] = refund_calls(await runtime.log(first))
+    assert (claim.run_id, claim.seq, claim.state, claim.output) == (
+        first,
+        seq,
+        "settled",
+        done.output,
+    )
+
+    agent = refund_agent(providers, [("refund", REFUND)])
+    second = await runtime.start_run(agent, None)
+    assert (await runtime.drive(second, agent=agent)).state is RunState.SLEEPING
+    [(_, _, copied)] = refund_calls(await runtime.log(second))
+    assert copied.deduplicated_from == {"run_id": first, "seq": seq}
+    assert copied.output == done.output and len(refund.calls) == 1

@@ -309,6 +309,26 @@ async def test_a_real_sdk_agent_is_recorded_and_completes(
     await assert_no_secret(runtime, run_id, store_url)
 
 
+async def test_with_no_upstream_named_the_daemons_own_openai_base_url_is_the_upstream(
+    runtime, providers, tmp_path, monkeypatch
+):
+    provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
+    for name in ("SALVOR_AGENT_UPSTREAM", "SALVOR_MODEL_BASE_URL", "SALVOR_AGENT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    # The provider is reachable through this variable alone.
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.base_url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-for-another-host")
+    agent = process_agent(tmp_path, "openai")
+    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
+    assert provider.call_count == 3
+    # An OpenAI endpoint is sent the OpenAI key, never the Anthropic one beside it.
+    assert {call.api_key for call in provider.calls} == {SECRET}
+
+
 @pytest.mark.parametrize(("store_url", "mode"), BACKEND_MODES, indirect=["store_url"])
 async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_calls(
     runtime, providers, upstream_env, tmp_path, store_url, mode

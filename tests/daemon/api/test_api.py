@@ -85,11 +85,23 @@ async def test_agents_register_list_and_read_back(server: Server, providers):
     )
     assert response.status_code == 201 and response.json()["created"] is True
     named = response.json()["agent"]
-    renamed = json.dumps({**fields, "name": "another label"})
-    response = await server.client.post(
-        "/v1/agents", content=renamed, headers={"Content-Type": "application/json"}
+    read = await server.client.get(f"/v1/agents/{named}")
+    assert read.json() == {
+        "agent": named,
+        "format": "json",
+        "definition": named_json,
+        "name": "support-triage",
+    }
+    # The same definition under another name: the same identity, renamed (its stored text is
+    # the one that names it). One that names nothing leaves the name as it is.
+    renamed = (
+        'name = "billing desk"\nmodel = "scripted-model"\nsystem_prompt = "Triage."\n[llm]\n'
+        f'provider = "anthropic"\nbase_url = "{provider.base_url}"\nmax_retries = 0\n'
     )
-    assert response.json() == {"agent": named, "created": False}
+    response = await server.client.post(
+        "/v1/agents", content=renamed, headers={"Content-Type": "application/toml"}
+    )
+    assert response.status_code == 201 and response.json() == {"agent": named, "created": False}
     unnamed = json.dumps({k: v for k, v in fields.items() if k != "name"})
     response = await server.client.post(
         "/v1/agents", content=unnamed, headers={"Content-Type": "application/json"}
@@ -99,18 +111,17 @@ async def test_agents_register_list_and_read_back(server: Server, providers):
     read = await server.client.get(f"/v1/agents/{named}")
     assert read.json() == {
         "agent": named,
-        "format": "json",
-        "definition": named_json,
-        "name": "support-triage",
+        "format": "toml",
+        "definition": renamed,
+        "name": "billing desk",
     }
 
     listing = (await server.client.get("/v1/agents")).json()
     assert set(listing) == {"agents"}
-    by_hash = {entry["agent"]: entry for entry in listing["agents"]}
-    assert by_hash == {
-        anonymous: {"agent": anonymous},
-        named: {"agent": named, "name": "support-triage"},
-    }
+    assert listing["agents"] == [
+        {"agent": anonymous},
+        {"agent": named, "name": "billing desk"},
+    ]  # still in the order they were first registered
 
     # A 64-character name is the longest allowed.
     response = await server.client.post(

@@ -4,6 +4,7 @@ the sweeper, and recovered by a restarted daemon without repeating a completed c
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -88,6 +89,18 @@ async def test_a_graph_run_walks_to_a_gate_and_completes_once_approved(
     stream = await server.client.get(f"/v1/runs/{run_id}/events")
     assert stream.text.count("event: end") == 1 and '"GraphRunStarted"' in stream.text
     assert stream.text.count('"NodeExited"') == 4
+    # The gate recorded what it held up for approval: the draft flowing into it.
+    narrated = {
+        (event["kind"], event["payload"]["node"]): event["payload"]
+        for event in (
+            json.loads(line.removeprefix("data: ")).get("event")
+            for line in stream.text.splitlines()
+            if line.startswith("data: {")
+        )
+        if event and event["kind"] in ("NodeEntered", "NodeExited")
+    }
+    drafted = narrated["NodeExited", "draft"]["output"]
+    assert drafted and narrated["NodeEntered", "approve"]["input"] == drafted
 
     (entry,) = [e for e in (await server.client.get("/v1/runs")).json()["runs"]]
     assert entry["run"] == run_id and entry["graph_hash"] == graph

@@ -446,3 +446,49 @@ async def test_appends_see_what_other_writers_recorded_in_between(server) -> Non
         "2026-11-29T10:00:03.000000Z",
         "2026-11-29T10:00:04.000000Z",
     ]
+
+
+def stream_data(raw: bytes) -> list[bytes]:
+    """The data bytes of each envelope frame of a finished event stream (not its ``end``)."""
+    frames = [block for block in raw.replace(b"\r\n", b"\n").split(b"\n\n") if block.strip()]
+    data = []
+    for frame in frames:
+        lines = frame.split(b"\n")
+        if b"event: end" in lines:
+            continue
+        data.append(
+            b"\n".join(line[len(b"data: ") :] for line in lines if line.startswith(b"data:"))
+        )
+    return data
+
+
+async def test_every_log_the_api_returns_is_the_event_streams_bytes(server) -> None:
+    client = server.client
+    opened = await open_run(client)
+    run_id, token = opened["run"], opened["drive_token"]
+    schema = {"type": "object", "required": ["ok"]}
+    events = [
+        head(run_id, labels={"desk": "café"}),
+        envelope(run_id, 1, "NowObserved", {"now": "2026-11-29T10:00:00.000000Z"}),
+        envelope(run_id, 2, "Suspended", {"reason": "approve the refund?", "input_schema": schema}),
+    ]
+    assert (await append(client, run_id, token, events)).status_code == 200
+    # The run rests (suspended), so its stream ends by itself after the last envelope.
+    stream = await client.get(f"/v1/runs/{run_id}/events")
+    frames = stream_data(stream.content)
+    assert len(frames) == 3 and "café".encode() in frames[0]
+    log = b"[" + b",".join(frames) + b"]"
+
+    read = await client.get(f"/v1/client-runs/{run_id}/log")
+    assert read.content == b'{"log":' + log + b"}"
+    tail = await client.get(f"/v1/client-runs/{run_id}/log", params={"from_seq": "1"})
+    assert tail.content == b'{"log":[' + b",".join(frames[1:]) + b"]}"
+    assert (
+        await client.post(f"/v1/client-runs/{run_id}/release", headers={"X-Drive-Token": token})
+    ).json() == {"released": True}
+    reopened = await client.post("/v1/client-runs", json={"run_id": run_id})
+    assert reopened.status_code == 200, reopened.text
+    again = reopened.json()
+    assert reopened.content == (
+        f'{{"run":"{run_id}","drive_token":"{again["drive_token"]}","log":'.encode() + log + b"}"
+    )

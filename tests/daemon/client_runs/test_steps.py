@@ -14,6 +14,7 @@ from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
 from salvor.protocol import Effect
 
 from tests.daemon.client_runs.test_client_runs import append, code, head, log_of, open_run
+from tests.support.api import snapshot
 from tests.support.scripted_provider import ErrorReply, text_reply
 
 REQUEST = {
@@ -185,6 +186,40 @@ async def test_without_a_model_the_step_is_refused_before_anything_is_recorded(
     )
     assert code(response) == (503, "model_executor_unavailable")
     assert len(await log_of(client, run_id)) == 1
+
+
+async def test_a_daemon_wired_with_no_tool_registry_refuses_tools_as_unavailable(
+    server_factory,
+) -> None:
+    """Empty (``salvor serve``'s) and absent are two answers: the tool is unknown to the one,
+    and the other has no tools to ask; neither records anything."""
+    lookup = {"seq": 1, "tool": "lookup_invoice", "input": {"invoice": "INV-1"}}
+    graph = {
+        "schema_version": 1,
+        "nodes": [{"id": "look", "kind": "tool", "tool": "lookup_invoice", "input": "$input"}],
+        "edges": [],
+    }
+    answers = []
+    for registry in (ToolRegistry.unwired(), None):
+        server = await server_factory(registry=registry, demo_tools=False)
+        client = server.client
+        run_id, token = await started(client)
+        step = await client.post(f"/v1/client-runs/{run_id}/tool-step", json=lookup, headers=token)
+        assert len(await log_of(client, run_id)) == 1
+        submitted = await client.post("/v1/graphs", json=graph)
+        before = await snapshot(server)
+        started_graph = await client.post(
+            "/v1/graph-runs", json={"graph_hash": submitted.json()["graph"], "input": {}}
+        )
+        assert await snapshot(server) == before
+        answers.append((code(step), code(started_graph), started_graph.json()["error"]))
+        await server.stop()
+    (unwired_step, unwired_graph, why), (empty_step, empty_graph, _) = answers
+    assert unwired_step == unwired_graph == (503, "tool_registry_unavailable")
+    assert why["details"] == {"node": "look", "tool": "lookup_invoice"}
+    assert empty_step == empty_graph == (404, "unknown_tool")
+    with pytest.raises(ValueError, match="no registry is wired"):
+        ToolRegistry.unwired().register(Counted().registry().get("lookup"))
 
 
 @pytest.fixture

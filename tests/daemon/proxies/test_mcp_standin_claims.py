@@ -337,3 +337,46 @@ async def test_an_open_idempotent_call_an_older_build_keyed_at_random_runs_again
         old_key,
         old_key,
     ]
+
+
+async def test_a_keyed_call_whose_result_puts_its_run_to_sleep_settles_its_claim_in_that_write(
+    runtime, providers, upstream_env, tmp_path, fx, monkeypatch
+):
+    wake_at = "2026-11-29T10:00:00Z"  # an hour after the test clock's start
+    park = ("park", {"salvor": {"sleep_until": wake_at}})
+    identity = sha256_hash({"tool": "park", "mcp_server": "fix", "salvor.sleep_until": wake_at})
+    access = runtime.access
+    appends = []
+    append = access.append
+
+    async def observed(run_id, events, view, **claims):
+        appends.append(([event.KIND for event in events], claims))
+        return await append(run_id, events, view, **claims)
+
+    monkeypatch.setattr(access, "append", observed)
+    # A claim left open would stop the next caller within this bound, not let it copy.
+    monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
+    runs = []
+    for _ in range(2):
+        provider = providers(tool_loop_script([park], final_text="woke"))
+        upstream_env(provider)
+        agent = standin_agent(
+            tmp_path,
+            f"command = {fx.toml_command()}\n",
+            effects='effects = { park = "write" }\n',
+            server_extra='idempotency_keys = { park = "salvor.sleep_until" }\n',
+        )
+        run_id = await runtime.start_run(agent, "wait an hour")
+        runs.append((run_id, (await runtime.drive(run_id, agent=agent)).state))
+        if len(runs) == 1:
+            (asleep,) = [(k, c) for k, c in appends if EventKind.SLEEP_STARTED in k]
+            assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
+            assert asleep[1]["settle"] == identity and not asleep[1].get("release")
+            claim = await access.read(access.store.get_claim, identity)
+            assert (claim.run_id, claim.state) == (run_id, "settled")
+    (first, slept), (second, _) = runs
+    assert slept is RunState.SLEEPING
+    [(seq, _, _)] = calls_of(await runtime.log(first), "park")
+    [(_, _, copied)] = calls_of(await runtime.log(second), "park")
+    assert copied.deduplicated_from == {"run_id": first, "seq": seq}
+    assert [c["tool"] for c in fx.ledger] == ["park"]
