@@ -47,6 +47,11 @@ START = Operation(
             "unknown_agent",
             "unknown_tool",
         ),
+        "503": error(
+            "A node calls a tool and this daemon's host wired no tool registry "
+            "(`details.node`, `details.tool`). Nothing recorded.",
+            "tool_registry_unavailable",
+        ),
     },
 )
 OPERATIONS = (START,)

@@ -55,6 +55,11 @@ RESUME_RUN = Operation(
                 ]
             },
         ),
+        "503": error(
+            "A graph run's node calls a tool and this daemon's host wired no tool registry "
+            "(`details.node`, `details.tool`). Nothing recorded.",
+            "tool_registry_unavailable",
+        ),
     },
 )
 RESOLVE_WRITE = Operation(

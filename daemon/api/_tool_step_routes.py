@@ -41,6 +41,10 @@ TOOL_STEP_CALL = Operation(
             "needs_reconciliation",
         ),
         "502": error("Every attempt failed; the intent stays open.", "tool_execution"),
+        "503": error(
+            "This daemon's host wired no tool registry; nothing recorded.",
+            "tool_registry_unavailable",
+        ),
     },
 )
 CLIENT_TOOLS_LIST = Operation(

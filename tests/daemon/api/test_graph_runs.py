@@ -11,6 +11,7 @@ import pytest
 import trio
 from salvor.daemon.agents import parse_definition
 from salvor.daemon.graphs import map_child_id
+from salvor.daemon.tools import ToolRegistry
 
 from tests.support.api import assert_error, get_run, register, snapshot
 from tests.support.api_server import TOKEN, Server
@@ -295,6 +296,23 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
         json={"input": {}},
     )
     assert refused["error"]["code"] == "approval_schema_violation"
+
+    # A host that wired no tool registry: the graph's tool node (`send`) cannot run there, so
+    # neither a new run of it nor a resume of the one parked at its gate is taken.
+    await server.stop()  # one daemon per store: the next one takes it over
+    unwired = await server_factory(
+        auth_token=TOKEN, registry=ToolRegistry.unwired(), demo_tools=False
+    )
+    body = {"graph_hash": graph, "input": {"topic": "t"}}
+    await call(unwired.client, "POST", "/v1/graph-runs", expect=503, json=body)
+    await call(
+        unwired.client,
+        "POST",
+        "/v1/runs/{run_id}/resume",
+        expect=503,
+        run_id=started["run"],
+        json={"input": {"approved": True}},
+    )
 
     unreached = {seen for seen in contract.unreached() if seen[0] in GRAPH_RUN_PATHS}
     assert not unreached, f"documented but never answered: {sorted(unreached)}"

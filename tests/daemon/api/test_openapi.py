@@ -521,6 +521,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     # The WebSocket's upgrade (101): tests/daemon/api/test_ws.py.
     elsewhere += ("/v1/ws",)
     unreached = {seen for seen in contract.unreached() if seen[0] not in elsewhere}
+    # A graph run's resume on a host that wired no tool registry: test_graph_runs.py.
+    unreached.discard((resume, "post", "503"))
     assert not unreached, f"documented but never answered: {sorted(unreached)}"
     untaken = {
         (path, method)

@@ -328,6 +328,19 @@ async def test_step_responses_match_the_document(
     )
     await bare.stop()  # one daemon per store: the next one takes it over
 
+    unwired = await server_factory(registry=ToolRegistry.unwired(), demo_tools=False)
+    run_id, token = await started(unwired.client)
+    await contract.call(
+        unwired.client,
+        "POST",
+        tool,
+        expect=503,
+        run_id=run_id,
+        headers=token,
+        json={"seq": 1, "tool": "lookup_invoice", "input": {"invoice": "INV-1"}},
+    )
+    await unwired.stop()
+
     provider = providers([text_reply("hi"), ErrorReply(400, "no such model")])
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
     server = await server_factory(registry=counted.registry())
