@@ -41,6 +41,7 @@ from ._loop import (
     probes_open_write,
 )
 from ._process import (
+    agent_command,
     agent_environment,
     supervise,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "Credentials",
     "DefinitionError",
     "LlmChoice",
+    "agent_command",
     "agent_diagnostics",
     "agent_environment",
     "declares_probe",

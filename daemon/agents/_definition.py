@@ -47,6 +47,8 @@ MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
 PROVIDERS = ("anthropic", "openai", "demo")
 DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
+# A `command` element that a run replaces with its prompt, as one argument.
+PROMPT_PLACEHOLDER = "{prompt}"
 # Where a process agent's result comes from when it calls no finish.
 OUTPUT_SOURCES = ("model", "stdout")
 # The formats a definition's text comes in (and the store keeps).
@@ -716,7 +718,19 @@ def _parse_process(raw: dict, fmt: str, text: str) -> AgentDefinition:
             "one string split as a shell would",
             at=at,
         )
-    _expect(bool(argv) and argv[0] != "", "`command` must name a program", at)
+    _expect(
+        bool(argv) and argv[0] not in ("", PROMPT_PLACEHOLDER), "`command` must name a program", at
+    )
+    for index, arg in enumerate(argv):
+        # Replaced only whole: inside a longer argument (`sh -c "llm {prompt}"`) the task's
+        # text would be parsed by whatever reads that argument, a shell among them.
+        _expect(
+            arg == PROMPT_PLACEHOLDER or PROMPT_PLACEHOLDER not in arg,
+            f"`command` argument {index} holds {PROMPT_PLACEHOLDER} inside other text; it is "
+            "replaced only as a whole argument (the prompt becomes exactly one argument, never "
+            "shell text): give it an element of its own",
+            (*at, index),
+        )
     cwd = raw.get("cwd")
     _expect(
         cwd is None or (isinstance(cwd, str) and cwd != ""),

@@ -8,15 +8,22 @@ its timeout). The proxy records every call; after a crash the next drive
 starts the process again with the same task and the proxy answers the
 recorded prefix from the log, so nothing completed is paid for again.
 
+The task also reaches the program as an argument where ``command`` has a
+``{prompt}`` element (``agent_command``): one argv element, never through a
+shell, for a CLI such as ``llm`` that takes its prompt there.
+
 Outcomes: exit 0 completes the run with its result: the agent's good ``finish``
-on the ``salvor`` MCP server when it made one (exactly the checked result), else
-its standard output when the definition says ``output_from = "stdout"`` (stripped,
-its last ``STDOUT_TAIL_BYTES``), else the final assistant message of the
-trajectory; a non-zero exit fails it with the exit code and the tail of its
-stderr; an exit 0 with no model call at all fails with the diagnosis that
-the client never honoured the injected base URL; a timeout kills the whole
-process group and fails the run. A process killed by a signal leaves the run
-recoverable (``DriveInterrupted``): the next drive starts it again.
+on the ``salvor`` MCP server when it made one (exactly the checked result, with
+or without a model call), else its standard output when the definition says
+``output_from = "stdout"`` (stripped, its last ``STDOUT_TAIL_BYTES``), else the
+final answer of the trajectory (``final_answer``: its text, or the tool calls it
+ended on); a non-zero exit fails it with the exit code and the tail of its
+stderr; an exit 0 with no model call and no finish fails with the diagnosis that
+the client never honoured the injected base URL, and one whose model calls never
+carried the run's prompt (a text input) fails saying the task never reached the
+model; a timeout kills the whole process group and fails the run. A process
+killed by a signal leaves the run recoverable (``DriveInterrupted``): the next
+drive starts it again.
 
 Every process run is offered the ``salvor`` MCP server (the flow tools,
 ``proxies._flow_server``) beside its declared servers, unless its definition says
@@ -66,6 +73,7 @@ from ..proxies import (
     ModelProxy,
     ProxySession,
     final_text,
+    final_tool_calls,
     open_lanes,
     open_model_proxy,
     recorded_calls,
@@ -74,7 +82,7 @@ from ..proxies import (
     variable_suffix,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
-from ._definition import AgentDefinition
+from ._definition import PROMPT_PLACEHOLDER, AgentDefinition
 
 logger = logging.getLogger("salvor.process")
 PLACEHOLDER_KEY = "salvor-placeholder"
@@ -87,6 +95,26 @@ STDOUT_TAIL_BYTES = 64 * 1024
 def task_prompt(run_input: Any) -> str:
     """The task as an agent reads it: the run input when it is a string, else its JSON."""
     return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
+
+
+def agent_command(agent: AgentDefinition, run_input: Any) -> tuple[str, ...]:
+    """The argv a run of ``agent`` starts: its ``command`` with each ``{prompt}`` element
+    replaced by the task (``task_prompt``), which stays one argument whatever it holds.
+
+    The task is data, not a secret, but an argument is readable by every local user
+    (``/proc/<pid>/cmdline``); ``SALVOR_PROMPT`` carries it without that.
+    """
+    prompt = task_prompt(run_input)
+    return tuple(prompt if arg == PROMPT_PLACEHOLDER else arg for arg in agent.process.command)
+
+
+def checked_task(run_input: Any) -> str | None:
+    """The text a model request must carry for a run's task to count as having reached the
+    model: a text input, stripped; None (nothing checked) for a structured input, which an
+    agent may well present to its model in its own words, or a blank one."""
+    if not isinstance(run_input, str) or not run_input.strip():
+        return None
+    return run_input.strip()
 
 
 def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
@@ -364,8 +392,10 @@ async def _run_process(
     run_id = ctx.run_id
     access = ctx.access
     settings = agent.process
+    run_input = log[0].event.input
+    session.task = checked_task(run_input)
     capability = proxy.attach(session)
-    env = agent_environment(agent, run_id, log[0].event.input, proxy.base(capability), environ)
+    env = agent_environment(agent, run_id, run_input, proxy.base(capability), environ)
     # The mark goes on after the definition's env: it is ours, not the
     # agent's, and a restarted salvor finds an orphan of this drive by it.
     env[MARK_VAR] = store_fingerprint(access.store.url)
@@ -374,7 +404,7 @@ async def _run_process(
     try:
         try:
             process = await open_tied_process(
-                settings.command,
+                agent_command(agent, run_input),
                 cwd=settings.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -446,12 +476,12 @@ async def _settle(
     elif code != 0:
         when = " before any model call" if not session.calls else ""
         failure = f"the agent process exited with code {code}{when}{tail}"
-    elif not session.calls:
+    elif not session.calls and session.finished is None:
         failure = (
-            "the agent process exited 0 without making any model call: its client never reached "
-            "the salvor proxy. Point it at OPENAI_BASE_URL (OpenAI clients) or ANTHROPIC_BASE_URL "
-            "(Anthropic clients), which salvor sets; or map them in the definition's `env` for a "
-            "client that reads another variable"
+            "the agent process exited 0 without making any model call or calling `finish`: its "
+            "client never reached the salvor proxy. Point it at OPENAI_BASE_URL (OpenAI clients) "
+            "or ANTHROPIC_BASE_URL (Anthropic clients), which salvor sets; or map them in the "
+            "definition's `env` for a client that reads another variable"
         )
     elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
         failure = short
@@ -463,6 +493,15 @@ async def _settle(
         (n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None
     ):
         failure = short
+    elif session.finished is None and session.task is not None and not session.task_reached:
+        count = len(session.calls)
+        failure = (
+            f"the agent process exited 0, but none of its {count} model "
+            f"{'call' if count == 1 else 'calls'} carried the run's prompt: the task never "
+            "reached its model, so what it answered is not an answer to it. Give the program its "
+            "prompt: a `{prompt}` element in `command` becomes the prompt as one argument, and "
+            "SALVOR_PROMPT holds it in the environment"
+        )
     else:
         await ctx.record(RunCompleted(output=run_output(session, stdout)))
         return ctx.view
@@ -474,14 +513,35 @@ def run_output(session: ProxySession, stdout: _Tail | None) -> Any:
     """What a process run that exited 0 completes with.
 
     Its good ``finish`` when it made one (the checked result, as a child's
-    parent reads it); else ``{"reply": <text>, "exit_code": 0}``, the text being
-    its standard output when it answers there (``stdout``), else the final
-    assistant message; ``{"exit_code": 0}`` when there is no text.
+    parent reads it); else, with ``"exit_code": 0``, its standard output as
+    ``"reply"`` when it answers there (``stdout``, nothing when it printed
+    nothing), else its ``final_answer``.
     """
     if session.finished is not None:
         return session.finished
-    reply = final_reply(session) if stdout is None else (stdout.text() or None)
+    if stdout is None:
+        return {**final_answer(session), "exit_code": 0}
+    reply = stdout.text() or None
     return {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
+
+
+def final_answer(session: ProxySession) -> dict[str, Any]:
+    """What the drive's last answered model call answered, as a run's output holds it.
+
+    ``{"reply": <text>}`` when it answered in text; ``{"tool_calls": [{"name",
+    "arguments"}, ...]}`` when it called tools, in the model's order, each call's
+    arguments parsed from their JSON: a framework that ends on a tool call (smolagents'
+    ``final_answer``) answers there, and the model never hears back; ``{}`` when no
+    call was answered.
+    """
+    last = next((c for c in reversed(session.calls) if c.response is not None), None)
+    if last is None:
+        return {}
+    wire = last.response.get("wire")
+    if calls := final_tool_calls(wire, last.response):
+        return {"tool_calls": calls}
+    text = final_text(wire, last.response)
+    return {} if text is None else {"reply": text}
 
 
 def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
@@ -489,12 +549,3 @@ def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
     None when it made them all."""
     short = session.replay.shortfall(what_ended)
     return None if short is None else short.message
-
-
-def final_reply(session: ProxySession) -> str | None:
-    """The assistant text of the drive's last answered call; None when that turn
-    called a tool (or none answered)."""
-    last = next((c for c in reversed(session.calls) if c.response is not None), None)
-    if last is None:
-        return None
-    return final_text(last.response.get("wire"), last.response)

@@ -38,7 +38,7 @@ from ..recording import RunContext, StoreAccess, utc_now
 from ..web import header_placeholders, listener_config, tls_context
 from ..web import serve as serve_asgi
 from ._definition import AgentDefinition
-from ._process import final_reply, open_session, replay_shortfall, task_prompt
+from ._process import final_answer, open_session, replay_shortfall, task_prompt
 
 logger = logging.getLogger("salvor.service")
 
@@ -304,10 +304,7 @@ async def _settle(
     ) is not None:
         failure = f"{short}; {wiring_hint(port)}, and let no other caller reach it during the run"
     else:
-        reply = final_reply(session)
-        output: dict[str, Any] = {"trigger_status": trigger.status}
-        if reply is not None:
-            output = {"reply": reply, "trigger_status": trigger.status}
+        output: dict[str, Any] = {**final_answer(session), "trigger_status": trigger.status}
         await ctx.record(RunCompleted(output=output))
         return ctx.view
     await ctx.record(RunFailed(error=failure))

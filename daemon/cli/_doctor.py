@@ -42,6 +42,7 @@ from ..agents import (
     AgentDefinition,
     AgentKind,
     DefinitionError,
+    agent_command,
     agent_environment,
     load_definition,
     supervise,
@@ -167,11 +168,13 @@ class Findings:
         ]
 
 
-async def _run_agent(agent: AgentDefinition, env: dict[str, str], timeout: float) -> Ending:
+async def _run_agent(
+    agent: AgentDefinition, run_input: str, env: dict[str, str], timeout: float
+) -> Ending:
     settings = agent.process
     try:
         process = await open_tied_process(
-            settings.command,
+            agent_command(agent, run_input),
             cwd=settings.cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -223,7 +226,7 @@ async def examine(
         base = proxy.base(capability)
         env = agent_environment(agent, run_id, run_input, base, environ)
         try:
-            ending = await _run_agent(agent, env, timeout)
+            ending = await _run_agent(agent, run_input, env, timeout)
         finally:
             proxy.detach(capability)
     return Findings(

@@ -38,17 +38,52 @@ PASSED_THROUGH_PREFIXES = ("LC_",)
 # and DBUS_SESSION_BUS_ADDRESS (the user's session services). A definition
 # that needs one sets it in its own `env`.
 
-# SDK telemetry that posts to a fixed public host: an agent's traffic goes
-# to salvor or nowhere. openai-agents' tracer sends every trace to
-# api.openai.com with whatever key the process holds (salvor's placeholder)
-# and holds the process's exit for seconds flushing it. The openai and
-# anthropic SDKs themselves send nothing of the kind. A definition's `env`
-# may switch it back on.
-TELEMETRY_OFF = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
+# SDK telemetry and tracing that posts to a fixed public host, switched off: an
+# agent's traffic goes to salvor or nowhere. Each switch is the one its
+# package reads (checked against its source); a package that is not installed
+# ignores its own. A definition's `env` is applied after these, so an operator
+# may switch any of them back on. The openai and anthropic SDKs, smolagents and
+# the `llm` CLI send nothing of the kind.
+TELEMETRY_OFF = {
+    # openai-agents: its tracer sends every trace to api.openai.com with whatever
+    # key the process holds (salvor's placeholder), and holds the exit for seconds
+    # flushing them.
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",
+    # LangSmith (and LangChain through it): tracing to smith.langchain.com; it reads
+    # both prefixes, with and without _V2, and only the exact "true" turns it on.
+    "LANGSMITH_TRACING": "false",
+    "LANGSMITH_TRACING_V2": "false",
+    "LANGCHAIN_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
+    # agno: posts each run's model and events to its own API, on by default.
+    "AGNO_TELEMETRY": "false",
+    # CrewAI: anonymous OpenTelemetry spans to its collector, on by default (it
+    # stops for any of the three below), and its opt-in trace upload and
+    # first-run prompt.
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "CREWAI_DISABLE_TRACKING": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    # The OpenTelemetry SDK (CrewAI's telemetry rides on it, and so does any
+    # instrumentation a framework sets up by itself).
+    "OTEL_SDK_DISABLED": "true",
+    # litellm: fetches its model price map from GitHub when imported; its bundled
+    # copy serves instead. (Its callbacks are set in code, never from the environment.)
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    # huggingface_hub (smolagents depends on it): usage pings to the Hub.
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    # The shared convention (huggingface_hub, and CLI tools that honour it).
+    "DO_NOT_TRACK": "1",
+    # Chroma (a vector store many agent frameworks embed): PostHog usage events.
+    "ANONYMIZED_TELEMETRY": "False",
+    # mem0 (agent memory): PostHog usage events, on by default.
+    "MEM0_TELEMETRY": "False",
+    # Haystack: PostHog usage events, on by default.
+    "HAYSTACK_TELEMETRY_ENABLED": "False",
+}
 
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed part of ``environ``, with SDK telemetry switched off."""
+    """The allow-listed part of ``environ``, with SDK telemetry switched off (``TELEMETRY_OFF``)."""
     env = {
         k: v
         for k, v in environ.items()

@@ -31,6 +31,7 @@ from ._wire import (
     encode_frames,
     error_body,
     final_text,
+    final_tool_calls,
 )
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "encode_frames",
     "error_body",
     "final_text",
+    "final_tool_calls",
     "open_lanes",
     "open_model_proxy",
     "recorded_calls",

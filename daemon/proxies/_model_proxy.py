@@ -77,6 +77,7 @@ from ._wire import (
     ROUTES,
     UPSTREAM_PATH,
     body_complete,
+    carries_text,
     divergence_report,
     encode_frames,
     envelope,
@@ -320,6 +321,10 @@ class ProxySession:
         # The result of the run's good ``finish`` on the ``salvor`` lane, once it was answered
         # (live or from the log): every later ``tools/call`` of the run is refused.
         self.finished: dict | None = None
+        # The run's task as text, when the drive checks that it reached the model
+        # (``agents._process``), and whether a request of this drive carried it yet.
+        self.task: str | None = None
+        self.task_reached = False
 
     @property
     def run_id(self) -> str:
@@ -339,6 +344,8 @@ class ProxySession:
             pass
 
     async def handle(self, wire: str, body: dict, headers: Mapping[str, str], reply: Reply) -> None:
+        if self.task is not None and not self.task_reached:
+            self.task_reached = carries_text(body, self.task)
         stream = bool(body.get("stream"))
         asked = hashed_request(wire, body)
         try:

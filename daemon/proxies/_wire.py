@@ -250,6 +250,95 @@ def final_text(wire: str, response: dict) -> str | None:
     return "".join(parts)
 
 
+def _arguments(raw: Any) -> Any:
+    """A tool call's arguments as the model meant them: the parsed object when they are JSON
+    text (the OpenAI wires send a string), else as sent (a malformed string stays a string)."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _chat_calls(body: dict) -> list[dict]:
+    message = ((body.get("choices") or [{}])[0] or {}).get("message") or {}
+    return [
+        {"name": fn.get("name"), "arguments": _arguments(fn.get("arguments"))}
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict) and isinstance(fn := call.get("function"), dict)
+    ]
+
+
+def _responses_calls(body: dict) -> list[dict]:
+    return [
+        {"name": item.get("name"), "arguments": _arguments(item.get("arguments"))}
+        for item in body.get("output") or []
+        if isinstance(item, dict) and item.get("type") == "function_call"
+    ]
+
+
+def _anthropic_calls(body: dict) -> list[dict]:
+    return [
+        {"name": block.get("name"), "arguments": block.get("input")}
+        for block in body.get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+
+
+_BODY_CALLS = {
+    OPENAI_CHAT: _chat_calls,
+    OPENAI_RESPONSES: _responses_calls,
+    ANTHROPIC_MESSAGES: _anthropic_calls,
+}
+
+
+def final_tool_calls(wire: str, response: dict) -> list[dict]:
+    """The tool calls a recorded response made, in order, each ``{"name", "arguments"}``;
+    empty when the turn called none. A stream's calls are put together from its deltas."""
+    if "body" in response:
+        body = response["body"]
+        return _BODY_CALLS[wire](body if isinstance(body, dict) else {})
+    if wire == OPENAI_RESPONSES:
+        return _responses_calls(_final_response(response) or {})
+    calls: dict[int, dict] = {}
+    for _, data in frame_values(response):
+        if wire == OPENAI_CHAT:
+            delta = ((data.get("choices") or [{}])[0] or {}).get("delta") or {}
+            for part in delta.get("tool_calls") or []:
+                if not isinstance(part, dict):
+                    continue
+                call = calls.setdefault(part.get("index", 0), {"name": "", "arguments": ""})
+                fn = part.get("function") or {}
+                call["name"] += fn.get("name") or ""
+                call["arguments"] += fn.get("arguments") or ""
+        elif data.get("type") == "content_block_start":
+            block = data.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                calls[data.get("index", 0)] = {"name": block.get("name"), "arguments": ""}
+        elif data.get("type") == "content_block_delta" and data.get("index", 0) in calls:
+            delta = data.get("delta") or {}
+            if delta.get("type") == "input_json_delta":
+                calls[data.get("index", 0)]["arguments"] += delta.get("partial_json") or ""
+    # An Anthropic tool call with no input deltas took no arguments.
+    return [
+        {"name": c["name"], "arguments": _arguments(c["arguments"] or "{}")}
+        for _, c in sorted(calls.items())
+    ]
+
+
+def carries_text(value: Any, text: str) -> bool:
+    """Whether some string inside a request body (a message, an instruction, a part) holds
+    ``text``: the body is walked as JSON, so escaping on the wire does not hide it."""
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, dict):
+        return any(carries_text(v, text) for v in value.values())
+    if isinstance(value, list):
+        return any(carries_text(v, text) for v in value)
+    return False
+
+
 def stream_complete(wire: str, frames: list) -> bool:
     """Whether a stream reached the event that makes its answer final.
 

@@ -4,7 +4,8 @@
 The agent answers as smolagents does: its model ends with a ``final_answer`` tool call the
 framework performs itself (the model never hears back, so the trajectory has no final assistant
 text), and the program prints its step log and then the answer. With ``output_from = "stdout"``
-the run keeps that; by default (the final assistant message) it would keep nothing.
+the run keeps that; by default it keeps the tool call the trajectory ended on
+(tests/daemon/agents/test_real_agents.py runs the real smolagents).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from salvor.daemon.agents._definition import parse_definition
 from salvor.daemon.agents._process import STDOUT_TAIL_BYTES
 
+from tests.daemon.agents.test_process_agent import MODES, PLAN, process_agent
 from tests.support.backends import SQLITE_ONLY
 from tests.support.flows import tool_use
+from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py): what it tests is what a process run records as its
 # output.
@@ -86,8 +90,12 @@ async def test_an_agent_answering_on_stdout_completes_with_what_it_printed(
     by_default = smol_agent(tmp_path)
     run_id = await runtime.start_run(by_default, "what is six times seven?")
     view = await runtime.drive(run_id, agent=by_default)
-    # The last model turn called a tool: there is no assistant text to keep.
-    assert view.status() == {"state": "completed", "output": {"exit_code": 0}}
+    # The last model turn called a tool: its call is the answer.
+    answer = {"name": "final_answer", "arguments": {"answer": "42"}}
+    assert view.status() == {
+        "state": "completed",
+        "output": {"tool_calls": [answer], "exit_code": 0},
+    }
 
     on_stdout = smol_agent(tmp_path, 'output_from = "stdout"\n')
     run_id = await runtime.start_run(on_stdout, "what is six times seven?")
@@ -118,3 +126,25 @@ async def test_salvor_mcp_false_offers_no_salvor_server(runtime, providers, upst
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert "stand-ins: []" in view.detail["output"]["reply"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_agent_that_ends_on_a_tool_call_keeps_it_on_every_wire(
+    runtime, providers, upstream_env, tmp_path, mode
+):
+    """The real SDK agent of test_process_agent, stopped after its first answer (a tool call),
+    plain and streamed on each wire: the call is put together from the stream's deltas."""
+    provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
+    upstream_env(provider)
+    exit_file = tmp_path / "exit_after"
+    exit_file.write_text("1")
+    agent = process_agent(tmp_path, mode, env={"EXITFILE": str(exit_file)})
+    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.status() == {
+        "state": "completed",
+        "output": {
+            "tool_calls": [{"name": "lookup_invoice", "arguments": {"invoice": "A-1"}}],
+            "exit_code": 0,
+        },
+    }

@@ -144,11 +144,14 @@ async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(
     assert view.state.value == "failed"
     assert f"after 1 of the 3 model calls origin run {origin} recorded" in view.detail["error"]
 
-    # An origin that stopped after its first call (a tool call: no reply) ...
+    # An origin that stopped after its first call (a tool call, kept as its answer) ...
     _, short = await record_origin(
         runtime, provider, upstream_env, tmp_path / "..", "openai", env={"EXITFILE": str(exit_file)}
     )
-    assert (await runtime.view(short)).detail["output"] == {"exit_code": 0}
+    assert (await runtime.view(short)).detail["output"] == {
+        "tool_calls": [{"name": "lookup_invoice", "arguments": {"invoice": "A-1"}}],
+        "exit_code": 0,
+    }
     # ... re-run by code that keeps going: its second call has no counterpart.
     view = await runtime.drive(await runtime.start_run(agent, None, replay_of=short), agent=agent)
     assert view.state.value == "failed"
