@@ -60,7 +60,9 @@ export async function runOrigin({ agent_def_hash: agent, graph_hash: graph, labe
     parts.push(h("span", { "data-test": "origin-graph", title: graph }, graphName(graph)));
     if (node) parts.push(h("span", { "data-test": "origin-node" }, `at node ${node}`));
   } else if (agent) {
-    parts.push(h("span", { "data-test": "origin-agent", title: agent }, agentName(agent, await agentOf(agent))));
+    // A client-driven run's agent hash is its client's word, for no agent the daemon holds.
+    const held = drivenBy === "client" ? null : await agentOf(agent);
+    parts.push(h("span", { "data-test": "origin-agent", title: agent }, agentName(agent, held)));
   }
   if (drivenBy === "client") parts.push(h("span", { "data-test": "origin-client" }, "driven by a client"));
   const mapOf = labels?.[MAP_OF];

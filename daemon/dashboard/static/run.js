@@ -47,7 +47,8 @@ export function showRun(container, run, { live }) {
       error.textContent = refusal.message;
       return;
     }
-    if (current.agent_def_hash && !agentAsked) {
+    // A client-driven run's agent hash is its client's word, for no agent the daemon holds.
+    if (current.agent_def_hash && current.driven_by !== "client" && !agentAsked) {
       agentAsked = true;
       agentOf(current.agent_def_hash).then((found) => {
         agent = found ?? {};

@@ -81,6 +81,14 @@ def test_a_non_graph_runs_page_asks_for_no_graph(page: Page) -> None:
     assert page.driver.find_element("css selector", "[data-test=run-graph]").get_attribute("hidden")
     assert failed_requests(page) == []
 
+    # Nor a client's run, whose agent hash names no agent the daemon holds.
+    client = parked_client_write(page, "po-quiet")
+    page.open(f"#/runs/{client}")
+    summary_drawn(page, client, "needs_reconciliation")
+    page.find("[data-test=run-waiting] [data-test=card-origin][data-ready]", "the card's origin")
+    assert page.text_of("[data-test=run-what]") == "agent cccccccc…, driven by a client"
+    assert failed_requests(page) == []
+
 
 def process_agent(tmp_path: Path) -> Path:
     """A program agent that makes one model call (the package's scripted provider answers it) and
@@ -233,6 +241,7 @@ def test_an_inbox_card_says_which_run_and_node_waits(page: Page) -> None:
         "the map's item waiting on its question",
     )
 
+    failed_requests(page)  # what earlier tests left in the log
     page.open("#/inbox")
     gate_graph = graph_name(page.call("GET", f"/v1/runs/{gated}")["graph_hash"])
     assert card_origin(page, gated) == f"{gate_graph} · at node Close the ticket (close)"
@@ -249,4 +258,6 @@ def test_an_inbox_card_says_which_run_and_node_waits(page: Page) -> None:
     for run_id in (gated, approval, item, client):
         link = f'[data-test=inbox-item][data-run="{run_id}"] [data-test=inbox-run]'
         assert page.find(link).get_attribute("href").endswith(f"#/runs/{run_id}")
+    # Finding all that out asked the daemon nothing it refused.
+    assert failed_requests(page) == []
     page.screenshot("inbox-origins")
