@@ -511,19 +511,24 @@ class NodeSkipped(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MapItemCompleted(Event):
-    """Item ``index`` of the open ``map`` node finished in the child run ``run_id``."""
+    """Item ``index`` of the open ``map`` node finished in the child run ``run_id``; ``usage`` is
+    what that child's model calls used (an agent item's), counted into the graph run's own."""
 
     KIND: ClassVar[EventKind] = EventKind.MAP_ITEM_COMPLETED
+    optional: ClassVar[frozenset[str]] = frozenset({"usage"})
 
     node: str
     index: int
     run_id: str
     output: Any
+    usage: dict | None = None
 
     def __post_init__(self) -> None:
         _str(self.KIND, "node", self.node)
         _seq(self.KIND, "index", self.index)
         _str(self.KIND, "run_id", self.run_id)
+        if self.usage is not None:
+            check_usage(self.KIND, self.usage)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -24,6 +24,7 @@ from ._events import (
     BudgetExceeded,
     Event,
     GraphRunStarted,
+    MapItemCompleted,
     ModelCallCompleted,
     ModelCallRequested,
     NodeEntered,
@@ -305,6 +306,12 @@ class _Folder:
         self.input_tokens += usage["input_tokens"]
         self.output_tokens += usage["output_tokens"]
 
+    def _map_item_completed(self, seq: int, at: str, event: MapItemCompleted) -> None:
+        # A map's agent items run in child logs: their calls are this graph run's cost too.
+        if event.usage is not None:
+            self.input_tokens += event.usage["input_tokens"]
+            self.output_tokens += event.usage["output_tokens"]
+
     def _tool_requested(self, seq: int, at: str, event: ToolCallRequested) -> None:
         # A write with no completion as the log's last word is exactly what
         # needs_reconciliation means: it may or may not have landed.
@@ -357,8 +364,7 @@ class _Folder:
 
 
 # What each kind does beyond entering a STATUS_DETAIL state (``apply``); Suspended, SleepStarted,
-# BudgetExceeded, NodeSkipped and MapItemCompleted do nothing more (the graph projection reads them
-# from the log).
+# BudgetExceeded and NodeSkipped do nothing more (the graph projection reads them from the log).
 _HANDLERS = {
     RunStarted: _Folder._run_started,
     GraphRunStarted: _Folder._graph_run_started,
@@ -366,6 +372,7 @@ _HANDLERS = {
     NodeExited: _Folder._node_exited,
     ModelCallRequested: _Folder._model_requested,
     ModelCallCompleted: _Folder._model_completed,
+    MapItemCompleted: _Folder._map_item_completed,
     ToolCallRequested: _Folder._tool_requested,
     ToolCallCompleted: _Folder._tool_completed,
     NowObserved: _Folder._now_observed,

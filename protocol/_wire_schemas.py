@@ -159,6 +159,10 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
         "index": _COUNT,
         "run_id": {**_TEXT, "description": "The child run that performed the item."},
         "output": ANY,
+        "usage": {
+            **ref("Usage"),
+            "description": "An agent item's: its child's model calls, counted into this run's.",
+        },
     },
 }
 

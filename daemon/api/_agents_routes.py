@@ -119,9 +119,16 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
         stored = await runtime.find_agent(agent_hash)
         if stored is None:
             raise unknown_agent(agent_hash)
+        try:
+            kind = parse_definition(
+                stored.definition, stored.format, known_tools=runtime.registry.names(), stored=True
+            ).kind.value
+        except DefinitionError:
+            kind = None  # stored under another daemon's tools: its text is still the answer
         return AGENT.respond(
             agent=stored.agent_def_hash,
             format=stored.format,
             definition=stored.definition,
             name=stored.name or None,
+            kind=kind,
         )

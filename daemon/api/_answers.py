@@ -26,7 +26,7 @@ from salvor.protocol import (
     nullable,
 )
 
-from ..agents import FORMATS
+from ..agents import FORMATS, AgentKind
 from ._bodies import Field
 from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
@@ -155,6 +155,29 @@ RUN = Answer(
                 "`GET /v1/runs/{id}/children`."
             ),
         ),
+        # What a listing's entry says of the run, under the same absence rules, so a client
+        # holding only the run's id needs no listing to tell an agent run from a graph run.
+        Field(
+            name="agent_def_hash",
+            schema=ref("AgentHash"),
+            description="An agent run's agent, as its head recorded it.",
+        ),
+        Field(
+            name="graph_hash",
+            schema=ref("GraphHash"),
+            description="A graph run's graph (it has no agent_def_hash).",
+        ),
+        Field(
+            name="labels",
+            schema={"allOf": [ref("Labels")], "minProperties": 1},
+            description="The labels its head recorded; absent when it recorded none.",
+        ),
+        Field(
+            name="driven_by",
+            schema={"const": "client"},
+            description="Present on a client-driven run (its head says so): the daemon never "
+            "drives it, and it cannot be re-run.",
+        ),
     ),
     rules=DRIVER_RULE,
 )
@@ -273,6 +296,13 @@ AGENT = Answer(
             "definition", {"type": "string"}, description="The definition as registered, verbatim."
         ),
         Field(name="name", schema={"type": "string", "minLength": 1}),
+        Field(
+            name="kind",
+            schema={"enum": list(AgentKind)},
+            description="What drives its runs: salvor's own loop (`builtin`), a local program "
+            "(`process`) or a running service (`service`); only these last two can be re-run "
+            "(`replay_of`). Absent when the stored definition no longer builds here.",
+        ),
     ),
 )
 RUN_LIST = Answer(

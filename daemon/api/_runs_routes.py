@@ -144,6 +144,10 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             last_recorded_at=view.last_recorded_at,
             replay_of=view.replay_of,
             parent=(view.labels or {}).get(PARENT_LABEL),
+            agent_def_hash=view.agent_def_hash,
+            graph_hash=view.graph_hash,
+            labels=view.labels or None,
+            driven_by=view.driven_by and view.driven_by.value,
             **state.driver(run_id, view.state.value),
         )
 

@@ -20,8 +20,9 @@ a re-walk after a crash finds the children a killed drive started instead of
 starting second ones. A child's head is durable before the child is driven;
 up to the node's ``concurrency`` children drive at once, each through the
 agent drive every run uses, and each finished child is recorded here as
-``MapItemCompleted`` in finishing order (one task, the walker, writes this
-log; the children only write their own). A re-walk takes the recorded items
+``MapItemCompleted`` in finishing order, with the child's usage (so the graph
+run's usage counts its items' model calls), by one task, the walker, that
+writes this log; the children only write their own. A re-walk takes the recorded items
 and drives only the children not yet recorded.
 """
 
@@ -432,7 +433,11 @@ class GraphWalk:
                         try:
                             await ctx.record(
                                 MapItemCompleted(
-                                    node=node.id, index=index, run_id=child, output=output
+                                    node=node.id,
+                                    index=index,
+                                    run_id=child,
+                                    output=output,
+                                    usage=rested.usage(),
                                 )
                             )
                         except CodedError as exc:

@@ -130,6 +130,16 @@ SAMPLES: list[tuple[str, Event]] = [
     ("NodeExited minimal", NodeExited(node="research", output=None)),
     ("NodeSkipped", NodeSkipped(node="reject", reason="an upstream branch took another case")),
     ("MapItemCompleted", MapItemCompleted(node="each", index=2, run_id="child", output=[1])),
+    (
+        "MapItemCompleted with its child's usage",
+        MapItemCompleted(
+            node="each",
+            index=0,
+            run_id="child",
+            output=None,
+            usage={"input_tokens": 3, "output_tokens": 4},
+        ),
+    ),
 ]
 samples = pytest.mark.parametrize("event", [e for _, e in SAMPLES], ids=[n for n, _ in SAMPLES])
 
@@ -305,6 +315,11 @@ ILL_TYPED: list[tuple[str, str, dict]] = [
         "ModelCallCompleted",
         "boolean seq",
         {"seq": True, "response": None, "usage": {"input_tokens": 1, "output_tokens": 1}},
+    ),
+    (
+        "MapItemCompleted",
+        "usage with a missing count",
+        {"node": "each", "index": 0, "run_id": "c", "output": 1, "usage": {"input_tokens": 1}},
     ),
     ("ModelCallRequested", "performed_by server", {"request_hash": "h", "performed_by": "server"}),
     ("ModelCallRequested", "null request_body", {"request_hash": "h", "request_body": None}),

@@ -1,11 +1,13 @@
 // Inbox: every run waiting on a person. Gates and ask_user questions get a form from the
 // recorded input_schema (form.js) and resume with its value; unknown writes show their intent
 // and take a resolve (the output, or "did not land"); budget crossings take an extension. A
-// refusal's envelope is shown beside the form as the daemon worded it.
+// refusal's envelope is shown beside the form as the daemon worded it. Each card says which run
+// waits: its id, the agent or graph (and node) it runs, and whose map item or subagent it is.
 
 import { get, post, query, runPath } from "./api.js";
 import { age, clear, coalesce, h, labelChips, pretty, shortId } from "./dom.js";
 import { FormInputError, renderForm } from "./form.js";
+import { ownLabels, runOrigin } from "./names.js";
 
 // Everything the inbox lists, as cards: [{kind, run, ...}].
 export async function waitingItems() {
@@ -93,16 +95,32 @@ export function showInbox(container, { live, refreshCount }) {
 // One waiting run as a card with its action. `done` is called once the daemon took the action.
 export function waitingCard(item, done = () => {}) {
   const row = item.row ?? {};
+  const origin = h("span", { class: "origin", "data-test": "card-origin" });
   const card = h("article", { class: `card card-${item.kind}`, "data-test": "inbox-item", "data-run": item.run, "data-kind": item.kind },
     h("header", {},
       h("span", { class: "kind" }, TITLES[item.kind]),
-      h("a", { href: `#/runs/${encodeURIComponent(item.run)}`, title: item.run, "data-test": "inbox-run" }, shortId(item.run)),
-      labelChips(row.labels ?? item.item?.labels),
+      h("span", {}, "run ", h("a", { href: `#/runs/${encodeURIComponent(item.run)}`, title: item.run, "data-test": "inbox-run" }, shortId(item.run))),
+      origin,
+      labelChips(ownLabels(row.labels ?? item.item?.labels)),
       row.last_recorded_at ? h("span", { class: "age", title: row.last_recorded_at }, `waiting ${age(row.last_recorded_at)}`) : null));
+  showOrigin(origin, item);
   if (item.kind === "unknown_write") card.append(...resolveParts(item, done));
   else if (item.kind === "budget") card.append(...extendParts(item, done));
   else card.append(...answerParts(item, done));
   return card;
+}
+
+// What the run runs and where it stands (names.js), once read; a listing's row says what it runs,
+// a parked write's entry may not (a graph run's tool node), and then the run is read.
+async function showOrigin(element, item) {
+  try {
+    const row = item.row?.agent_def_hash || item.row?.graph_hash ? item.row : await get(runPath(item.run), { quiet: true });
+    const parts = await runOrigin(row, item.run);
+    element.replaceChildren(...parts.flatMap((part, i) => (i ? [" · ", part] : [part])));
+    element.dataset.ready = "";
+  } catch {
+    // The card's action does not depend on it.
+  }
 }
 
 function answered(message) {

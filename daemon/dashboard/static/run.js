@@ -1,16 +1,21 @@
 // A run: its status, pending call, labels, parent, children and forks; its timeline of events,
 // live over the socket; what waits on a person (the inbox's card); the actions resume, abandon,
-// re-run and, for a graph run, fork from a node (its write hazard shown and acknowledged first);
-// and a graph run's graph with its nodes' states, live.
+// re-run (offered only where the daemon can re-run) and, for a graph run, fork from a node (its
+// write hazard shown, and every write acknowledged before the fork is offered); and a graph run's
+// graph with its nodes' states, live.
 
 import { ApiError, get, post, runPath } from "./api.js";
 import { age, clear, coalesce, h, labelChips, pretty, short, shortId, statePill, usageText } from "./dom.js";
 import { drawGraph } from "./graph.js";
 import { waitingCard } from "./inbox.js";
+import { agentName, agentOf, graphName } from "./names.js";
 
 const WAITING = new Set(["suspended", "budget_exceeded", "needs_reconciliation"]);
 const TERMINAL = new Set(["completed", "failed", "abandoned"]);
 const NODE_EVENTS = new Set(["NodeEntered", "NodeExited", "NodeSkipped", "GraphRunStarted"]);
+// The agents a re-run can reproduce: a program's recorded model calls are answered from its log.
+// A built-in agent's run is derived again without running anything (`salvor replay --dry-run`).
+const RERUN_KINDS = new Set(["process", "service"]);
 
 export function showRun(container, run, { live }) {
   const summary = h("div", { class: "summary", "data-test": "run-summary" });
@@ -31,6 +36,8 @@ export function showRun(container, run, { live }) {
   let current = null; // GET /v1/runs/{id}
   let graph = null; // {document, drawing, projection}
   let waitingFor = "";
+  let agent = null; // an agent run's agent (GET /v1/agents/{hash}), once read
+  let agentAsked = false;
 
   async function refresh() {
     try {
@@ -40,10 +47,34 @@ export function showRun(container, run, { live }) {
       error.textContent = refusal.message;
       return;
     }
+    // A client-driven run's agent hash is its client's word, for no agent the daemon holds.
+    if (current.agent_def_hash && current.driven_by !== "client" && !agentAsked) {
+      agentAsked = true;
+      agentOf(current.agent_def_hash).then((found) => {
+        agent = found ?? {};
+        summaryOf = "";
+        renderSummary();
+        renderActions();
+      });
+    }
     renderSummary();
     renderWaiting();
     renderActions();
     if (graph) graph.drawing.update(pictured(graph.projection));
+  }
+
+  function whatItRuns() {
+    if (current.graph_hash) return h("span", { title: current.graph_hash }, graphName(current.graph_hash));
+    if (!current.agent_def_hash) return "";
+    const name = agentName(current.agent_def_hash, agent);
+    return h("span", { title: current.agent_def_hash }, current.driven_by === "client" ? `${name}, driven by a client` : name);
+  }
+
+  // A re-run reproduces a completed run of a program agent from its log; anything else the daemon
+  // refuses, so it is not offered.
+  function rerunnable() {
+    return current.status.state === "completed" && !current.graph_hash && current.driven_by !== "client"
+      && RERUN_KINDS.has(agent?.kind);
   }
   const refreshSoon = coalesce(refresh, 150);
 
@@ -65,11 +96,12 @@ export function showRun(container, run, { live }) {
     const pending = current.pending;
     clear(summary,
       h("dl", {},
+        h("dt", {}, "runs"), h("dd", { "data-test": "run-what" }, whatItRuns()),
         h("dt", {}, "status"), h("dd", { "data-test": "run-status", "data-state": status.state }, statePill(status), " ", current.driver ? `driver ${current.driver}` : ""),
         h("dt", {}, "usage"), h("dd", { "data-test": "run-usage" }, usageText(current.usage)),
         h("dt", {}, "events"), h("dd", { "data-test": "event-count" }, current.event_count),
         h("dt", {}, "started"), h("dd", { title: current.first_recorded_at }, `${age(current.first_recorded_at)} ago`),
-        h("dt", {}, "labels"), h("dd", {}, labelChips(current.labels ?? {})),
+        h("dt", {}, "labels"), h("dd", { "data-test": "run-labels" }, labelChips(current.labels ?? {})),
         current.parent ? [h("dt", {}, "parent"), h("dd", {}, runLink(current.parent, "parent"))] : null,
         current.replay_of ? [h("dt", {}, "re-run of"), h("dd", {}, runLink(current.replay_of, "replay-of"))] : null,
         h("dt", {}, "pending"), h("dd", { "data-test": "pending" }, pending ? pendingText(pending) : "nothing")),
@@ -116,7 +148,7 @@ export function showRun(container, run, { live }) {
   function renderActions() {
     const state = current.status.state;
     // Drawn again only when what they offer changes: a button is never swapped under a click.
-    const key = `${state}:${graph ? "graph" : "agent"}`;
+    const key = `${state}:${graph ? "graph" : "agent"}:${rerunnable()}`;
     if (key === actionsFor) return;
     actionsFor = key;
     clear(actions,
@@ -126,10 +158,10 @@ export function showRun(container, run, { live }) {
         refreshSoon();
       }) : null,
       !TERMINAL.has(state) ? act("abandon", "Abandon…", async () => abandonPanel()) : null,
-      graph ? null : act("rerun", "Re-run", async () => {
+      rerunnable() ? act("rerun", "Re-run", async () => {
         const started = await post("/v1/runs", { replay_of: run });
         location.hash = `#/runs/${encodeURIComponent(started.run)}`;
-      }),
+      }) : null,
       graph ? act("fork", "Fork from node…", async () => forkPanel()) : null);
   }
 
@@ -176,12 +208,13 @@ export function showRun(container, run, { live }) {
   }
 
   function showHazard(hazard, fromNode, plan) {
-    const boxes = (plan.writes ?? []).map((write) => {
-      const box = h("input", { type: "checkbox", value: String(write.seq), "data-test": "fork-ack" });
-      return h("li", { "data-test": "fork-write" }, h("label", {}, box,
-        ` seq ${write.seq}: ${write.tool} ${short(write.input)} (recorded ${write.recorded_at})`));
-    });
-    const go = h("button", { type: "button", "data-test": "fork-confirm" }, "Fork");
+    const writes = plan.writes ?? [];
+    // Forking fires each listed write again: the button waits for every one to be accepted.
+    const go = h("button", { type: "button", "data-test": "fork-confirm", disabled: writes.length > 0 }, "Fork");
+    const ticks = writes.map((write) => h("input", { type: "checkbox", value: String(write.seq), "data-test": "fork-ack" }));
+    for (const box of ticks) box.addEventListener("change", () => { go.disabled = !ticks.every((tick) => tick.checked); });
+    const boxes = writes.map((write, i) => h("li", { "data-test": "fork-write" }, h("label", {}, ticks[i],
+      ` seq ${write.seq}: ${write.tool} ${short(write.input)} (recorded ${write.recorded_at})`)));
     go.addEventListener("click", async () => {
       actionError.textContent = "";
       const acknowledged = [...hazard.querySelectorAll("[data-test=fork-ack]:checked")].map((box) => Number(box.value));
@@ -239,7 +272,7 @@ export function showRun(container, run, { live }) {
   }
 
   const refreshGraph = coalesce(async () => {
-    if (!graph) return loadGraph();
+    if (!graph) return current?.graph_hash ? loadGraph() : undefined;
     try {
       graph.projection = await get(runPath(run, "/graph"));
       graph.drawing.update(pictured(graph.projection));
@@ -262,7 +295,8 @@ export function showRun(container, run, { live }) {
       error.textContent = refusal.message;
     },
   });
-  refresh().then(loadGraph);
+  // Only a graph run has a graph to ask for (any other run's answer is a refusal).
+  refresh().then(() => current?.graph_hash && loadGraph());
   loadRelations();
   return unsubscribe;
 }

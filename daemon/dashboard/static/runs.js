@@ -3,6 +3,7 @@
 
 import { get, query } from "./api.js";
 import { age, clear, coalesce, h, labelChips, shortId, statePill, usageText } from "./dom.js";
+import { graphName } from "./names.js";
 
 const STATES = [
   "running", "awaiting_model", "awaiting_tool", "suspended", "sleeping", "budget_exceeded",
@@ -51,7 +52,7 @@ export function showRuns(container, { live, params }) {
 
   function whatItRuns(row) {
     if (row.agent_def_hash) return names.agents.get(row.agent_def_hash) ?? shortId(row.agent_def_hash.replace("sha256:", ""));
-    if (row.graph_hash) return `graph ${names.graphs.get(row.graph_hash) ?? shortId(row.graph_hash.replace("sha256:", ""))}`;
+    if (row.graph_hash) return h("span", { title: row.graph_hash }, graphName(row.graph_hash));
     return "";
   }
 
@@ -60,7 +61,7 @@ export function showRuns(container, { live, params }) {
       h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(row.run)}`, "data-test": "run-link", title: row.run }, shortId(row.run))),
       h("td", {}, statePill(row.status)),
       h("td", {}, labelChips(row.labels)),
-      h("td", {}, whatItRuns(row)),
+      h("td", { "data-test": "run-what" }, whatItRuns(row)),
       h("td", { "data-test": "run-usage" }, usageText(row.usage)),
       h("td", {}, row.step_count ?? ""),
       h("td", { title: row.first_recorded_at }, age(row.first_recorded_at)),
@@ -113,14 +114,14 @@ export function showRuns(container, { live, params }) {
     try {
       const [agents, graphs] = await Promise.all([get("/v1/agents"), get("/v1/graphs")]);
       for (const agent of agents.agents) names.agents.set(agent.agent, agent.name ?? shortId(agent.agent.replace("sha256:", "")));
-      for (const graph of graphs.graphs) names.graphs.set(graph.graph, (graph.entry_nodes ?? []).join(", ") || shortId(graph.graph.replace("sha256:", "")));
+      for (const graph of graphs.graphs) names.graphs.set(graph.graph, `${graphName(graph.graph)} (${graph.node_count} nodes)`);
       clear(agentSelect, h("option", { value: "" }, "any agent"));
       clear(graphSelect, h("option", { value: "" }, "any graph"));
       for (const [hash, name] of names.agents) agentSelect.append(h("option", { value: hash }, name));
-      for (const [hash, name] of names.graphs) graphSelect.append(h("option", { value: hash }, `from ${name}`));
+      for (const [hash, name] of names.graphs) graphSelect.append(h("option", { value: hash }, name));
       // A filter by a hash the lists do not hold (a link from elsewhere) is still shown.
       if (filters.agent && !names.agents.has(filters.agent)) agentSelect.append(h("option", { value: filters.agent }, shortId(filters.agent)));
-      if (filters.graph && !names.graphs.has(filters.graph)) graphSelect.append(h("option", { value: filters.graph }, shortId(filters.graph)));
+      if (filters.graph && !names.graphs.has(filters.graph)) graphSelect.append(h("option", { value: filters.graph }, graphName(filters.graph)));
       agentSelect.value = filters.agent;
       graphSelect.value = filters.graph;
     } catch (refusal) {

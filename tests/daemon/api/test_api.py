@@ -70,6 +70,7 @@ async def test_agents_register_list_and_read_back(server: Server, providers):
         "agent": anonymous,
         "format": "toml",
         "definition": plain,
+        "kind": "builtin",
     }  # no `name` key at all
 
     # The same fields as JSON, with a display name: the name plays no part in the hash.
@@ -114,6 +115,7 @@ async def test_agents_register_list_and_read_back(server: Server, providers):
         "format": "toml",
         "definition": renamed,
         "name": "billing desk",
+        "kind": "builtin",
     }
 
     listing = (await server.client.get("/v1/agents")).json()
@@ -235,6 +237,7 @@ async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "finished"}
     assert "driver" not in done and done["pending"] is None
+    # What a listing's entry says of the run, beside its pending call (and no graph, no client).
     assert set(done) == {
         "run",
         "status",
@@ -243,7 +246,10 @@ async def test_a_201_means_the_head_is_durable_and_a_live_run_reports_its_driver
         "pending",
         "first_recorded_at",
         "last_recorded_at",
+        "agent_def_hash",
+        "labels",
     }
+    assert done["agent_def_hash"] == agent and done["labels"] == {"build": "42", "env": "prod"}
     entry = await list_entry(server, run_id)
     assert "driver" not in entry
     assert entry["step_count"] == 1 and entry["usage"] == {"input_tokens": 10, "output_tokens": 5}
@@ -335,6 +341,9 @@ async def test_a_run_never_driven_reports_true_zeros_and_no_driver(server: Serve
     }
     assert "labels" not in listing[empty]  # an explicit {} is not asserted either
     assert listing[labelled]["labels"] == {"env": "prod"}
+    # The run's own answer says the same of its labels.
+    assert "labels" not in body and "labels" not in await get_run(server, empty)
+    assert (await get_run(server, labelled))["labels"] == {"env": "prod"}
 
 
 async def test_a_corrupt_runs_row_degrades_only_its_own_entry(server: Server, providers):

@@ -106,6 +106,9 @@ async def test_a_graph_run_walks_to_a_gate_and_completes_once_approved(
     (entry,) = [e for e in (await server.client.get("/v1/runs")).json()["runs"]]
     assert entry["run"] == run_id and entry["graph_hash"] == graph
     assert "agent_def_hash" not in entry and entry["labels"] == {"team": "docs"}
+    # The run's own answer says the same.
+    assert body["graph_hash"] == graph and body["labels"] == {"team": "docs"}
+    assert "agent_def_hash" not in body and "driven_by" not in body
 
 
 async def test_a_graph_run_that_does_not_resolve_is_refused_with_nothing_recorded(
@@ -362,3 +365,16 @@ async def test_a_map_item_parked_on_a_person_walks_its_graph_on_once_resumed(
     assert response.status_code == 202, response.text
     body = await server.wait_resting(run_id)
     assert body["status"] == {"state": "completed", "output": {"tell": "told"}}
+    # The graph run's usage is its own node's model call and its map item's child's calls.
+    spent = (await get_run(server, child))["usage"]
+    assert spent["input_tokens"] > 0
+    log = await server.state.runtime.log(run_id)
+    (item,) = [e.event for e in log if e.event.KIND.value == "MapItemCompleted"]
+    assert item.usage == spent
+    own = [e.event.usage for e in log if e.event.KIND.value == "ModelCallCompleted"]
+    assert len(own) == 1
+    assert body["usage"] == {key: spent[key] + own[0][key] for key in spent}
+    (entry,) = [
+        e for e in (await server.client.get("/v1/runs")).json()["runs"] if e["run"] == run_id
+    ]
+    assert entry["usage"] == body["usage"]

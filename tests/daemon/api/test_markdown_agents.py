@@ -45,7 +45,13 @@ async def test_a_markdown_agent_registers_reads_back_and_runs(server: Server, pr
     assert response.status_code == 201, response.text
     agent = response.json()["agent"]
     read = await server.client.get(f"/v1/agents/{agent}")
-    assert read.json() == {"agent": agent, "format": "md", "definition": text, "name": "reviewer"}
+    assert read.json() == {
+        "agent": agent,
+        "format": "md",
+        "definition": text,
+        "name": "reviewer",
+        "kind": "builtin",
+    }
     # Its TOML twin is the same agent: registering it stores nothing new.
     twin = await server.client.post(
         "/v1/agents",

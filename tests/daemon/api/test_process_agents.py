@@ -47,6 +47,8 @@ async def test_a_process_agent_runs_through_the_daemons_proxy(
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
     agent = await server.register_agent(definition(tmp_path, "openai-stream"))
+    # Its kind says a re-run of its runs can work.
+    assert (await server.client.get(f"/v1/agents/{agent}")).json()["kind"] == "process"
     run_id = await server.start_run(agent, "settle A-1")
     body = await server.wait_resting(run_id)
     assert body["status"]["state"] == "completed", body

@@ -164,6 +164,13 @@ class SpecClient:
                 "first_recorded_at",
                 "last_recorded_at",
                 "driver",
+                # The additive facts GET /v1/runs gives each entry, under the same absence
+                # rules, and the head's own driven_by ("client"): a client holding one run's id
+                # needs no listing to read them.
+                "agent_def_hash",
+                "graph_hash",
+                "labels",
+                "driven_by",
             }
         )
         assert body["run"] == self.run_id and body["event_count"] == self.next_seq

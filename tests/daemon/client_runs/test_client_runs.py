@@ -61,6 +61,7 @@ async def test_a_client_drives_a_run_through_the_guarded_append(server) -> None:
     assert log[0]["recorded_at"] != "1970-01-01T00:00:00.000000Z"
     body = (await client.get(f"/v1/runs/{run_id}")).json()
     assert body["status"] == {"state": "running"} and body["driver"] == "attached"
+    assert body["driven_by"] == "client" and body["labels"] == {"tab": "1"}
     schema = {"type": "object", "required": ["ok"]}
     response = await append(
         client,

@@ -11,7 +11,7 @@ synchronous httpx client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -157,8 +157,11 @@ def _first(driver: WebDriver, css: str):
 
 
 @contextmanager
-def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> Iterator[Page]:
-    """A daemon started with ``args`` (and ``--auth-token`` when ``token``), and a browser.
+def page_on_a_daemon(
+    directory: Path, *args: str, token: str | None = None, env: Mapping[str, str] | None = None
+) -> Iterator[Page]:
+    """A daemon started with ``args`` and ``env`` (and ``--auth-token`` when ``token``), and a
+    browser.
 
     The two start side by side (each is a second or two of process start), the daemon on a
     thread of its own; it is stopped with SIGTERM at the end and must exit 0."""
@@ -168,7 +171,7 @@ def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> I
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     with ThreadPoolExecutor(1, thread_name_prefix="salvor-serve") as starting:
         daemon_started = starting.submit(
-            _started, directory, ["--client-tool", str(payout), *args], token
+            _started, directory, ["--client-tool", str(payout), *args], token, env or {}
         )
         with open_browser(directory / "profile") as driver:
             daemon = daemon_started.result()
@@ -190,7 +193,7 @@ def page_on_a_daemon(directory: Path, *args: str, token: str | None = None) -> I
                 assert code == 0, daemon.log()
 
 
-def _started(directory: Path, args: list[str], token: str | None) -> Daemon:
+def _started(directory: Path, args: list[str], token: str | None, env: Mapping[str, str]) -> Daemon:
     """A started daemon; on a port another process took between its choice and the bind (the
     machine runs other suites), once more on another."""
     for attempt in range(3):
@@ -198,6 +201,7 @@ def _started(directory: Path, args: list[str], token: str | None) -> Daemon:
             directory, f"sqlite:///{directory / 'salvor.db'}", directory / "effects.jsonl"
         )
         daemon.args += args
+        daemon.env.update(env)
         if token is not None:
             daemon.args += ["--auth-token", "SALVOR_PAGE_TOKEN"]
             daemon.env["SALVOR_PAGE_TOKEN"] = token

@@ -9,11 +9,19 @@ The daemon (demo model and tools, no token) and the headless Chromium are the pa
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from selenium.webdriver.common.by import By
 
 from tests.daemon.dashboard.page import AGENTS, GRAPHS, REPO, Page
+
+# A graph run that sleeps for an hour.
+NAP = {
+    "schema_version": 1,
+    "nodes": [{"id": "nap", "kind": "delay", "seconds": 3600}],
+    "edges": [],
+}
 
 
 @pytest.fixture
@@ -115,10 +123,9 @@ def test_a_fork_shows_its_write_hazard_and_needs_each_write_acknowledged(page: P
     page.wait_state(origin, "suspended")
     page.call("POST", f"/v1/runs/{origin}/resume", 202, json={"input": {"approved": True}})
     page.wait_state(origin, "completed")
-    # What the daemon says of a fork that would publish again unacknowledged (it creates nothing).
+    # The daemon refuses a fork that would publish again unacknowledged (it creates nothing).
     refused = page.api.post(f"/v1/runs/{origin}/fork", json={"from_node": "publish"})
     assert refused.status_code == 409, refused.text
-    message = refused.json()["error"]["message"]
 
     page.open(f"#/runs/{origin}")
     page.find("[data-test=action-fork]", "the fork action").click()
@@ -127,12 +134,20 @@ def test_a_fork_shows_its_write_hazard_and_needs_each_write_acknowledged(page: P
     page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-preview]").click()
     page.find("[data-test=fork-write]", "the write the fork would fire again")
     assert "publish_post" in page.text_of("[data-test=fork-hazard]")
-    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-confirm]").click()
-    page.wait(lambda d: page.text_of("[data-test=action-error]") == message, "the refusal")
-    assert page.call("GET", f"/v1/runs/{origin}/forks")["forks"] == []
-
-    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-ack]").click()
-    page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-confirm]").click()
+    # So the page offers no fork until every write it lists is ticked.
+    confirm = page.driver.find_element(By.CSS_SELECTOR, "[data-test=fork-confirm]")
+    assert not confirm.is_enabled()
+    page.screenshot("fork-hazard")
+    ticks = page.driver.find_elements(By.CSS_SELECTOR, "[data-test=fork-ack]")
+    assert ticks
+    for tick in ticks:
+        assert not confirm.is_enabled()
+        tick.click()
+    assert confirm.is_enabled()
+    ticks[0].click()
+    assert not confirm.is_enabled()
+    ticks[0].click()
+    confirm.click()
     (fork,) = page.wait(lambda d: page.call("GET", f"/v1/runs/{origin}/forks")["forks"], "the fork")
     page.wait(lambda d: d.current_url.endswith(f"#/runs/{fork['run']}"), "the fork's page")
     page.wait_state(fork["run"], "completed")
@@ -140,26 +155,34 @@ def test_a_fork_shows_its_write_hazard_and_needs_each_write_acknowledged(page: P
 
 
 def test_a_refused_action_shows_the_daemons_message_as_is(page: Page) -> None:
-    origin = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-R1"})
-    page.wait_state(origin, "completed")
-    # A re-run replays a process agent's recorded calls; a built-in agent's is refused.
-    refused = page.api.post("/v1/runs", json={"replay_of": origin})
-    assert refused.status_code == 400, refused.text
-    before = page.call("GET", "/v1/runs")["runs"]
+    napping = page.start_graph_run(NAP)
+    page.wait_state(napping, "sleeping")
+    # A resume before the timer is due is refused, and records nothing.
+    refused = page.api.post(f"/v1/runs/{napping}/resume")
+    assert refused.status_code == 409, refused.text
+    events = page.call("GET", f"/v1/runs/{napping}")["event_count"]
 
-    page.open(f"#/runs/{origin}")
-    page.find("[data-test=action-rerun]", "the re-run action").click()
+    page.open(f"#/runs/{napping}")
+    page.click("[data-test=action-resume]", "the resume action")
+    # Word for word, but for the seconds left, which count down between the two asks.
+    message = re.sub(r"another \d+s", "another …", refused.json()["error"]["message"])
+    assert message != refused.json()["error"]["message"]
     page.wait(
-        lambda d: page.text_of("[data-test=action-error]") == refused.json()["error"]["message"],
+        lambda d: (
+            re.sub(r"another \d+s", "another …", page.text_of("[data-test=action-error]"))
+            == message
+        ),
         "the refusal, word for word",
     )
-    assert page.driver.current_url.endswith(f"#/runs/{origin}")
-    assert page.call("GET", "/v1/runs")["runs"] == before
+    assert page.call("GET", f"/v1/runs/{napping}")["event_count"] == events
+    page.call("POST", f"/v1/runs/{napping}/abandon", json={})
 
 
 def test_the_run_list_filters_by_agent_status_and_label_through_the_api(page: Page) -> None:
-    # The module's runs so far (agents, graphs, a fork) and one more of each kind wanted here.
+    # The package's runs so far (agents, graphs, a fork) and the ones of each kind wanted here.
     desk = page.register(AGENTS / "refund-desk.toml")
+    unlabelled = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-F0"})
+    page.wait_state(unlabelled, "completed")
     labelled = page.start_run(
         AGENTS / "refund-desk.toml", {"invoice_id": "INV-F1"}, labels={"desk": "eu"}
     )
