@@ -50,6 +50,7 @@ from ._graph import add_parser as add_graph_parser
 from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
 from ._render import describe, describe_reconciliation
+from ._wording import CLI_WORDING
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 
@@ -319,7 +320,11 @@ class Cli:
                     )
             except CodedError as exc:
                 # One bad run does not stop the sweep.
-                print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
+                print(
+                    f"salvor: run {run_id} not woken: {exc.sentence(CLI_WORDING)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 code = EXIT_ERROR
             worst = max(worst, code)
         if not due and not self.json:
@@ -872,9 +877,9 @@ def main(argv: list[str] | None = None) -> int:
             # it is still one sentence.
             raise _sole(group) from None
     except CodedError as exc:
-        message = exc.message
+        message = exc.sentence(CLI_WORDING)
         if getattr(args, "json", False):
-            _out(exc.to_json())
+            _out(exc.to_json(CLI_WORDING))
     except UsageError as exc:
         print(f"salvor: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
