@@ -646,7 +646,7 @@ async def _a_run_cut_mid_write(server_factory, providers) -> tuple[Server, str, 
     return second, agent, run_id, provider, executions
 
 
-async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves_past_it(
+async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_drives_past_it(
     server_factory, providers
 ):
     server, _, run_id, provider, executions = await _a_run_cut_mid_write(server_factory, providers)
@@ -692,26 +692,19 @@ async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves
     )
     assert response.status_code == 200
     assert response.json() == {"run": run_id, "resolved": True, "status": {"state": "running"}}
-    log = await read_log_independently(server.store_url, run_id)
-    assert len(log) == intent.seq + 2
-    assert (
-        log[-1].event.KIND.value == "ToolCallCompleted" and log[-1].event.settled_by == "operator"
-    )
-    assert log[-1].event.output == {"charge_id": "ch_by_hand"}
-    # Resolve records one event and drives nothing.
-    assert (await get_run(server, run_id))["driver"] == "none"
-    assert_error(
-        await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
-        409,
-        "wrong_state",
-    )
-
-    response = await server.client.post(f"/v1/runs/{run_id}/resume")
-    assert response.status_code == 202
+    # The resolve settled the write the run was parked on, so the daemon drives it on by itself:
+    # no resume, no restart, and the write is never performed again.
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "charged"}
-    assert len(executions) == 1  # the write was never performed again
+    log = await read_log_independently(server.store_url, run_id)
+    resolved = log[intent.seq + 1].event
+    assert resolved.KIND.value == "ToolCallCompleted" and resolved.settled_by == "operator"
+    assert resolved.output == {"charge_id": "ch_by_hand"}
+    assert len(executions) == 1
     assert provider.call_count == 2
+    # A caller that resumes after its resolve (as it had to before) is told the run finished.
+    response = await server.client.post(f"/v1/runs/{run_id}/resume")
+    assert response.status_code == 200 and response.json()["outcome"] == "completed"
     assert_error(
         await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
         409,
