@@ -13,8 +13,9 @@ from salvor.protocol import NextStep, StepKind, Wording
 def _await_wake(step: NextStep) -> str:
     return (
         f"it is not waiting on input, and this daemon's wake sweeper drives it by itself once "
-        f"{step.wake_at} passes (when the daemon holds the agent or graph the run recorded); "
-        f"from that instant on POST /v1/runs/{step.run}/resume wakes it at once"
+        f"{step.wake_at} passes (when the daemon holds the agent or graph the run recorded, and "
+        f"unless its operator turned the sweeper off); from that instant on "
+        f"POST /v1/runs/{step.run}/resume wakes it at once"
     )
 
 
