@@ -2,14 +2,20 @@
 
 The table is ``salvor.protocol.ErrorCode``.
 
-The CLI prints ``message`` as one sentence and exits non-zero; the HTTP layer
-renders ``to_json()`` as the one error envelope. A refusal
-always means nothing was recorded.
+The CLI prints its one sentence and exits non-zero; the HTTP layer renders
+``to_json()`` as the one error envelope. Each words a refusal's next step as
+its own action (``HTTP_WORDING`` here, the CLI's own). A refusal always means
+nothing was recorded.
 """
 
 from __future__ import annotations
 
-from salvor.protocol import CodedError, ErrorCode, NextStep, StepKind, excerpt
+import re
+
+from salvor.protocol import HASH_PATTERN, CodedError, ErrorCode, NextStep, StepKind, excerpt
+
+# A well-formed agent hash is quoted whole (it is what the caller copies); anything else is cut.
+_AGENT_HASH = re.compile(HASH_PATTERN)
 
 
 class OperationRefused(CodedError):
@@ -44,8 +50,7 @@ def unknown_run(run_id: str) -> OperationRefused:
 def unknown_agent(agent: str) -> OperationRefused:
     return OperationRefused(
         ErrorCode.UNKNOWN_AGENT,
-        # Room for a whole agent hash ("sha256:" and 64 hex digits): it is what the caller copies.
-        f"no agent {excerpt(agent, 80)} is stored here",
+        f"no agent {agent if _AGENT_HASH.match(str(agent)) else excerpt(agent)} is stored here",
         next_step=NextStep(kind=StepKind.REGISTER_AGENT),
     )
 
