@@ -262,7 +262,11 @@ class Cli:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(f"run {run_id}: {what}; `salvor resume {run_id}` continues it", flush=True)
+            print(
+                f"run {run_id}: {what}; `salvor resume {run_id}` continues it (as a daemon "
+                "serving this store does when it next starts)",
+                flush=True,
+            )
         return EXIT_OK
 
     async def cmd_reconcile(self, runtime: Runtime) -> int:
