@@ -24,12 +24,16 @@ from ._envelope import encode_envelope as encode_envelope
 from ._envelope import encode_payload as encode_payload
 from ._error_codes import ERROR_STATUS as ERROR_STATUS
 from ._error_codes import ErrorCode as ErrorCode
+from ._errors import PLAIN_WORDING as PLAIN_WORDING
 from ._errors import CodedError as CodedError
 from ._errors import GuardRefusal as GuardRefusal
 from ._errors import MalformedEvent as MalformedEvent
+from ._errors import NextStep as NextStep
 from ._errors import ProtocolError as ProtocolError
 from ._errors import ReplayDivergence as ReplayDivergence
 from ._errors import SchemaViolation as SchemaViolation
+from ._errors import StepKind as StepKind
+from ._errors import Wording as Wording
 from ._errors import abstract_error as abstract_error
 from ._errors import excerpt as excerpt
 from ._events import BUDGET_KINDS as BUDGET_KINDS

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._envelope import Envelope
 from ._error_codes import ErrorCode
-from ._errors import ProtocolError, excerpt
+from ._errors import NextStep, ProtocolError, StepKind, excerpt
 from ._events import Effect, Event, GraphRunStarted, NodeEntered, ToolCallRequested
 from ._fold import RunState, RunView, fold
 
@@ -43,8 +43,15 @@ from ._fold import RunState, RunView, fold
 class ForkRefused(ProtocolError):
     """A fork that is not made: its code says why (the spec's fork refusals, or bad_request)."""
 
-    def __init__(self, code: ErrorCode, message: str, *, details: dict | None = None) -> None:
-        super().__init__(message, details=details)
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        details: dict | None = None,
+        next_step: NextStep | None = None,
+    ) -> None:
+        super().__init__(message, details=details, next_step=next_step)
         self.code = code
 
 
@@ -201,9 +208,9 @@ def _check_reconciled(view: RunView, origin: str) -> None:
         raise ForkRefused(
             ErrorCode.ORIGIN_NEEDS_RECONCILIATION,
             f"run {origin} is parked at a write of unknown outcome ({intent['tool']} at seq "
-            f"{intent['seq']}); resolve it first (`salvor resolve {origin} --output JSON`), "
-            "then fork",
+            f"{intent['seq']})",
             details={"intent": intent},
+            next_step=NextStep(kind=StepKind.RESOLVE_THEN_FORK, run=origin),
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from salvor.protocol import CodedError
 
 from ..web import (
+    HTTP_WORDING,
     Caller,
     Disconnected,
     admit,
@@ -71,7 +72,7 @@ class AppendFront:
         except Disconnected:
             return
         except CodedError as error:
-            status, body = error.status, error.to_json()
+            status, body = error.status, error.to_json(HTTP_WORDING)
         except Exception:
             log.exception("unexpected error on POST %s", scope["path"])
             error = internal()

@@ -13,12 +13,21 @@ from typing import Any
 from quart import Response, request, websocket
 from salvor.protocol import CodedError
 
-from ..web import Caller, Session, Sessions, admit, check_origin, object_from, read_body
+from ..web import (
+    HTTP_WORDING,
+    Caller,
+    Session,
+    Sessions,
+    admit,
+    check_origin,
+    object_from,
+    read_body,
+)
 
 
 def error_response(error: CodedError) -> Response:
     response = Response(
-        json.dumps(error.to_json(), ensure_ascii=False),
+        json.dumps(error.to_json(HTTP_WORDING), ensure_ascii=False),
         status=error.status,
         content_type="application/json",
     )

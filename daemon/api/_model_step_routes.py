@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 from salvor.protocol import sse_frame
 
 from ..client_runs import ModelCall
-from ..web import OperationRefused
+from ..web import HTTP_WORDING, OperationRefused
 from ._bodies import CLIENT_MODEL_COMPLETION, CLIENT_MODEL_INTENT, MODEL_STEP
 from ._client_run_routes import presented
 from ._http import json_response
@@ -214,7 +214,7 @@ async def stream_model_step(app: QuartTrio, state: ServerState, run_id: str, cal
                         run_id, call, on_delta=delta
                     )
                 except OperationRefused as exc:
-                    await frames_out.send(step_frame("error", exc.to_json()["error"]))
+                    await frames_out.send(step_frame("error", exc.to_json(HTTP_WORDING)["error"]))
                 else:
                     await frames_out.send(step_frame("complete", answer))
 

@@ -1,17 +1,53 @@
 """The verbs a person (or a client) applies to a run: ``POST /v1/runs/{id}/resume``, ``/resolve``
-and ``/abandon``."""
+and ``/abandon``.
+
+A resolve settles the write a run was parked on, which leaves the run exactly where an interrupted
+one is: the daemon drives it on at once, as its recovery would at the next start, rather than
+leave it ``running`` with no driver until someone resumes it or the daemon restarts.
+"""
 
 from __future__ import annotations
 
+import logging
+
+import trio
 from quart_trio import QuartTrio
+from salvor.protocol import Actor, RunView
 
 from ..recording import parse_run_id
 from ..runs import MISSING, ResumeOutcome
+from ..web import OperationRefused
 from ._answers import ABANDONED, RESOLVED, RESUME_DRIVING, RESUME_FINISHED
 from ._bodies import ABANDON, RESOLVE_RUN, RESUME
 from ._operation import RUN_ID, Operation, error, error_schema, route
 from ._schema import ref
 from ._state import ServerState, refuse_if_driven_elsewhere
+
+log = logging.getLogger("salvor.api")
+
+
+async def drive_on_after_resolve(state: ServerState, run_id: str, view: RunView) -> None:
+    """Drive a server-driven run on once a resolve has settled its write.
+
+    A client-driven run is its client's to drive (it re-opens the run), and a run another live
+    ``salvor`` beside this daemon drives goes on there. A run this daemon cannot drive (its agent
+    or graph is not stored here) stays as recovery would leave it: ``running``, no driver, and a
+    ``POST /v1/runs/{id}/resume`` says what is missing. Either way the resolve stands.
+    """
+    if view.driven_by == Actor.CLIENT or view.terminal:
+        return
+    if state.driven_elsewhere is not None and run_id in await trio.to_thread.run_sync(
+        state.driven_elsewhere, [run_id]
+    ):
+        return
+    try:
+        decision = await state.runtime.resume(run_id)
+    except OperationRefused as refused:
+        log.warning("run %s resolved, not driven on here: %s", run_id, refused.message)
+        return
+    if decision.outcome is ResumeOutcome.DRIVING:
+        state.drivers.start(run_id)
+
 
 _WRONG_STATE = ("wrong_state", "divergence")
 
@@ -69,17 +105,19 @@ RESOLVE_WRITE = Operation(
     tag="runs",
     summary=(
         "Record by hand what a dangling write returned, or that it did not land (settled_by: "
-        "operator); drives nothing"
+        "operator); a server-driven run is then driven on"
     ),
     description=(
         "`output`: the write happened and returned it (a client's write is checked against its "
         "declaration). `not_landed: true`: it did not happen; it is recorded as a failed call, "
         "its idempotency identity is given up, and the next call with it performs the write "
-        "afresh under the same key. Exactly one of the two."
+        "afresh under the same key. Exactly one of the two. A server-driven run this daemon "
+        "holds the agent (or graph) of is then driven on, as recovery would drive it; a client's "
+        "run waits for its client."
     ),
     parameters=RUN_ID,
     body=RESOLVE_RUN,
-    answers={"200": ("Recorded; resume the run to continue it.", RESOLVED)},
+    answers={"200": ("Recorded; a server-driven run goes on by itself.", RESOLVED)},
     refusals=("BadRequest", "UnknownRun", "PayloadTooLarge"),
     responses={"409": error("The run has no dangling write.", *_WRONG_STATE)},
 )
@@ -132,6 +170,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
         state.leases.drop(run_id)
+        await drive_on_after_resolve(state, run_id, view)
         return RESOLVED.respond(run=run_id, resolved=True, status=view.status())
 
     @route(app, ABANDON_RUN)

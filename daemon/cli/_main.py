@@ -50,6 +50,7 @@ from ._graph import add_parser as add_graph_parser
 from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
 from ._render import describe, describe_reconciliation
+from ._wording import CLI_WORDING
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 
@@ -261,7 +262,11 @@ class Cli:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(f"run {run_id}: {what}; `salvor resume {run_id}` continues it", flush=True)
+            print(
+                f"run {run_id}: {what}; `salvor resume {run_id}` continues it (as a daemon "
+                "serving this store does when it next starts)",
+                flush=True,
+            )
         return EXIT_OK
 
     async def cmd_reconcile(self, runtime: Runtime) -> int:
@@ -319,7 +324,11 @@ class Cli:
                     )
             except CodedError as exc:
                 # One bad run does not stop the sweep.
-                print(f"salvor: run {run_id} not woken: {exc.message}", file=sys.stderr, flush=True)
+                print(
+                    f"salvor: run {run_id} not woken: {exc.sentence(CLI_WORDING)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 code = EXIT_ERROR
             worst = max(worst, code)
         if not due and not self.json:
@@ -872,9 +881,9 @@ def main(argv: list[str] | None = None) -> int:
             # it is still one sentence.
             raise _sole(group) from None
     except CodedError as exc:
-        message = exc.message
+        message = exc.sentence(CLI_WORDING)
         if getattr(args, "json", False):
-            _out(exc.to_json())
+            _out(exc.to_json(CLI_WORDING))
     except UsageError as exc:
         print(f"salvor: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE

@@ -56,6 +56,19 @@ _STEPS = (
     "client-model endpoints, never appended by hand"
 )
 MAX_EVENTS_PER_APPEND = 1024
+
+
+def server_driven(run_id: str) -> OperationRefused:
+    """A client-run route asked about a run the daemon drives: there is no lease to beat or log
+    to rebuild a cursor from, so it says where that run is read instead."""
+    return OperationRefused(
+        ErrorCode.UNKNOWN_RUN,
+        f"run {run_id} is server-driven (salvor drives it itself, not a client), and the "
+        f"/v1/client-runs routes serve only runs a client drives; read it with "
+        f"GET /v1/runs/{run_id} and its events with GET /v1/runs/{run_id}/events",
+    )
+
+
 # How many runs' last views are kept (a hint each; see ``ClientAppends``).
 LAST_VIEWS = 4096
 
@@ -164,12 +177,21 @@ class ClientAppends:
     def _forget(self, envelopes: list[Envelope], _view: RunView) -> None:
         self._last_views.pop(envelopes[0].run_id, None)
 
-    async def client_driven(self, run_id: str) -> bool:
-        """Whether the run is a client's: opened here, or its head says so."""
+    async def check_client_driven(self, run_id: str) -> None:
+        """Refuse a run that is not a client's (opened here, or its head says so).
+
+        Raises:
+            OperationRefused: unknown_run, naming a run this daemon drives as such (the
+                client-run routes serve no other kind, and the spec answers the other kind with
+                the same code as no run at all).
+        """
         if self._leases.opened(run_id):
-            return True
+            return
         view = await self._access.read(self._access.store.read_view, run_id)
-        return view is not None and view.driven_by == Actor.CLIENT
+        if view is None:
+            raise unknown_run(run_id)
+        if view.driven_by != Actor.CLIENT:
+            raise server_driven(run_id)
 
     async def driving(self, run_id: str, token: str | None) -> str:
         """The canonical run id of a driving call, once its run and the
@@ -180,8 +202,7 @@ class ClientAppends:
                 or the lease's refusal (missing or wrong token).
         """
         run_id = parse_run_id(run_id)
-        if not await self.client_driven(run_id):
-            raise unknown_run(run_id)
+        await self.check_client_driven(run_id)
         self._leases.check(run_id, token)
         return run_id
 

@@ -20,7 +20,7 @@ from salvor.protocol import Actor, Envelope, ErrorCode
 from ..models import Delta, ModelGateway
 from ..recording import StoreAccess
 from ..tools import ToolRegistry
-from ..web import OperationRefused, unknown_run
+from ..web import OperationRefused
 from ._appends import ClientAppends
 from ._client_tools import ClientTool
 from ._leases import LeaseRegistry
@@ -223,8 +223,7 @@ class ClientRuns:
     # -- helpers ------------------------------------------------------------------------
 
     async def _known(self, run_id: str) -> None:
-        if not await self._appends.client_driven(run_id):
-            raise unknown_run(run_id)
+        await self._appends.check_client_driven(run_id)
 
     async def _read_log(self, run_id: str, from_seq: int) -> list[Envelope]:
         return await self._access.read(self._access.store.read_log, run_id, from_seq)

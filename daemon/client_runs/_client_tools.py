@@ -24,7 +24,9 @@ from typing import Any
 from salvor.protocol import (
     Effect,
     MalformedEvent,
+    NextStep,
     SchemaViolation,
+    StepKind,
     check_schema,
     sha256_hash,
     validate,
@@ -177,7 +179,7 @@ def _names(raw: Any, field: str, where: str) -> tuple[str, ...]:
 
 
 def check_resolution(
-    tools: Mapping[str, ClientTool], tool: str, recorded_input: Any, output: Any
+    tools: Mapping[str, ClientTool], run_id: str, tool: str, recorded_input: Any, output: Any
 ) -> None:
     """A hand-recorded output for a client's write must satisfy the tool's
     declaration (not its trust rule).
@@ -191,9 +193,9 @@ def check_resolution(
     declared = tools.get(tool)
     if declared is None:
         raise bad_request(
-            f"the dangling call is client tool {tool!r}, and no declaration of it is loaded "
-            f"here; give its declaration with --client-tool (to `salvor serve`, or to "
-            f"`salvor resolve`) so the output can be checked"
+            f"the dangling call of run {run_id} is client tool {tool!r}, and no declaration of "
+            "it is loaded here, so the output cannot be checked",
+            next_step=NextStep(kind=StepKind.DECLARE_CLIENT_TOOL, run=run_id, tool=tool),
         )
     declared.check_output(output, recorded_input)
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from salvor.protocol import ErrorCode, RunView, SchemaViolation, check_labels, excerpt
+from salvor.protocol import (
+    ErrorCode,
+    NextStep,
+    RunView,
+    SchemaViolation,
+    StepKind,
+    check_labels,
+    excerpt,
+)
 
 from ..web import OperationRefused, bad_request
 
@@ -44,7 +52,7 @@ def needs_reconciliation(run_id: str, view: RunView) -> OperationRefused:
     return OperationRefused(
         ErrorCode.NEEDS_RECONCILIATION,
         f"run {run_id} needs reconciliation: a write ({intent['tool']} at seq {intent['seq']}) was "
-        f"recorded but never completed, so it may or may not have happened; check it, then record "
-        f"what it returned with `salvor resolve {run_id} --output JSON`",
+        f"recorded but never completed, so it may or may not have happened",
         details={"intent": intent},
+        next_step=NextStep(kind=StepKind.RESOLVE_WRITE, run=run_id),
     )

@@ -31,7 +31,7 @@ import trio
 from salvor.protocol import EMPTY_VIEW, CodedError, Envelope, RunView, excerpt, step
 
 from ..recording import parse_run_id
-from ..web import bad_request, internal, unknown_run
+from ..web import HTTP_WORDING, bad_request, internal, unknown_run
 from ._event_hub import EventHub, LiveEvent, RunChange, event_message
 
 log = logging.getLogger("salvor.runs")
@@ -234,7 +234,9 @@ class LiveConnection:
         except CodedError as error:
             reply = {"type": "error", "op": op if isinstance(op, str) else None, "run": run}
             reply = {key: value for key, value in reply.items() if value is not None}
-            if not self.outbox.offer(_json({**reply, "error": error.to_json()["error"]})):
+            if not self.outbox.offer(
+                _json({**reply, "error": error.to_json(HTTP_WORDING)["error"]})
+            ):
                 self.end()
 
     def _perform(self, op: Any, request: dict) -> None:
@@ -351,7 +353,7 @@ class LiveConnection:
         if self._streams.get(stream.run_id) is stream:
             self.unsubscribe(stream.run_id)
         reply = {"type": "error", "op": "subscribe", "run": stream.run_id}
-        self.outbox.force(_json({**reply, "error": error.to_json()["error"]}))
+        self.outbox.force(_json({**reply, "error": error.to_json(HTTP_WORDING)["error"]}))
 
     def status_message(self, event: LiveEvent) -> str:
         """The ``status`` message after ``event``, made once for every connection."""

@@ -26,6 +26,7 @@ from salvor.protocol import (
     ErrorCode,
     Graph,
     GraphRunStarted,
+    NextStep,
     NodeKind,
     Resumed,
     RunAbandoned,
@@ -34,6 +35,7 @@ from salvor.protocol import (
     RunState,
     RunView,
     SchemaViolation,
+    StepKind,
     ToolCallCompleted,
     check_resume_input,
     excerpt,
@@ -697,9 +699,11 @@ class Runtime(Forks):
                 raise OperationRefused(
                     ErrorCode.STILL_SLEEPING,
                     f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be "
-                    f"resumed for another {remaining}s; it is not waiting on input and "
-                    "continues when its deadline passes and something wakes it (`salvor wake`)",
+                    f"resumed for another {remaining}s",
                     details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
+                    next_step=NextStep(
+                        kind=StepKind.AWAIT_WAKE, run=run_id, wake_at=view.detail["wake_at"]
+                    ),
                 )
         gate = None
         if view.graph_hash is not None:
@@ -760,15 +764,16 @@ class Runtime(Forks):
         view = await self.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
             if view.pending is not None:
-                then = (
-                    "its client performs it again on its next drive, and it needs nobody"
-                    if view.driven_by == Actor.CLIENT
-                    else f"`salvor resume {run_id}` finishes it"
-                )
-                raise wrong_state(
+                fault = (
                     f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
-                    f"call at seq {view.pending.seq} is safe to perform again, so {then}"
+                    f"call at seq {view.pending.seq} is safe to perform again"
                 )
+                if view.driven_by == Actor.CLIENT:
+                    raise wrong_state(
+                        f"{fault}, so its client performs it again on its next drive, "
+                        "and it needs nobody"
+                    )
+                raise wrong_state(fault, next_step=NextStep(kind=StepKind.RESUME_RUN, run=run_id))
             raise wrong_state(
                 f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
             )
@@ -785,7 +790,7 @@ class Runtime(Forks):
             )
             return view
         if pending.performed_by == Actor.CLIENT:
-            check_resolution(client_tools, pending.tool, pending.input, output)
+            check_resolution(client_tools, run_id, pending.tool, pending.input, output)
         settle = await claim_to_settle(self.access, run_id, pending.seq, pending.idempotency_key)
         _, view = await self.access.append(
             run_id,

@@ -1,7 +1,8 @@
 """HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
-envelope and its refusals, request values, outbound TLS, the caller check (bearer token or the
-page's session cookie) and the sessions behind it. ``ErrorCode`` (code -> status, defined in
-``salvor.protocol``) is re-exported here for the HTTP layer.
+envelope and its refusals (their next steps in an HTTP caller's words), request values, outbound
+TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it.
+``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
+layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
 the HTTP API's, so a CLI run never loads it).
@@ -61,6 +62,9 @@ from ._values import (
     is_http_url,
     stray_placeholder,
 )
+from ._wording import (
+    HTTP_WORDING,
+)
 
 if typing.TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -99,6 +103,7 @@ __all__ = [
     "BODY_TIMEOUT_SECONDS",
     "CSRF_HEADER",
     "HEADER_NAME",
+    "HTTP_WORDING",
     "PLACEHOLDER",
     "SESSION_COOKIE",
     "Caller",

@@ -2,14 +2,20 @@
 
 The table is ``salvor.protocol.ErrorCode``.
 
-The CLI prints ``message`` as one sentence and exits non-zero; the HTTP layer
-renders ``to_json()`` as the one error envelope. A refusal
-always means nothing was recorded.
+The CLI prints its one sentence and exits non-zero; the HTTP layer renders
+``to_json()`` as the one error envelope. Each words a refusal's next step as
+its own action (``HTTP_WORDING`` here, the CLI's own). A refusal always means
+nothing was recorded.
 """
 
 from __future__ import annotations
 
-from salvor.protocol import CodedError, ErrorCode, excerpt
+import re
+
+from salvor.protocol import HASH_PATTERN, CodedError, ErrorCode, NextStep, StepKind, excerpt
+
+# A well-formed agent hash is quoted whole (it is what the caller copies); anything else is cut.
+_AGENT_HASH = re.compile(HASH_PATTERN)
 
 
 class OperationRefused(CodedError):
@@ -18,10 +24,17 @@ class OperationRefused(CodedError):
     Its code is per refusal, its status that code's.
     """
 
-    def __init__(self, code: ErrorCode, message: str, *, details: dict | None = None):
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        details: dict | None = None,
+        next_step: NextStep | None = None,
+    ):
         if not isinstance(code, ErrorCode):
             raise TypeError(f"a refusal names its code as an ErrorCode member, not {code!r}")
-        super().__init__(message, details=details)
+        super().__init__(message, details=details, next_step=next_step)
         self.code = code
 
 
@@ -37,8 +50,8 @@ def unknown_run(run_id: str) -> OperationRefused:
 def unknown_agent(agent: str) -> OperationRefused:
     return OperationRefused(
         ErrorCode.UNKNOWN_AGENT,
-        f"no agent {excerpt(agent)} is stored here; "
-        "run it once with `salvor run AGENT_FILE` to register it",
+        f"no agent {agent if _AGENT_HASH.match(str(agent)) else excerpt(agent)} is stored here",
+        next_step=NextStep(kind=StepKind.REGISTER_AGENT),
     )
 
 
@@ -49,8 +62,10 @@ def unknown_graph(graph: str) -> OperationRefused:
     )
 
 
-def bad_request(message: str, *, details: dict | None = None) -> OperationRefused:
-    return OperationRefused(ErrorCode.BAD_REQUEST, message, details=details)
+def bad_request(
+    message: str, *, details: dict | None = None, next_step: NextStep | None = None
+) -> OperationRefused:
+    return OperationRefused(ErrorCode.BAD_REQUEST, message, details=details, next_step=next_step)
 
 
 def request_timeout(seconds: float | None) -> OperationRefused:
@@ -61,8 +76,8 @@ def request_timeout(seconds: float | None) -> OperationRefused:
     )
 
 
-def wrong_state(message: str) -> OperationRefused:
-    return OperationRefused(ErrorCode.WRONG_STATE, message)
+def wrong_state(message: str, *, next_step: NextStep | None = None) -> OperationRefused:
+    return OperationRefused(ErrorCode.WRONG_STATE, message, next_step=next_step)
 
 
 def port_held(port: int, holder: str) -> OperationRefused:

@@ -300,15 +300,13 @@ ANSWER_OF = {
 
 def resolve_from_ledger(client: httpx.Client, effects: Path, run_id: str, tool: str) -> None:
     """As a person would: the run is parked on ``tool``'s open write, which the world shows
-    happened once; record what it answered and resume the walk."""
+    happened once; record what it answered, and the daemon walks on by itself."""
     body = wait_state(client, run_id, "needs_reconciliation")
     assert body["pending"]["tool"] == tool, body
     (record,) = [r for r in ledger(effects) if r["tool"] == tool]
     assert record["seq"] == body["pending"]["seq"]
     resolved = client.post(f"/v1/runs/{run_id}/resolve", json={"output": ANSWER_OF[tool](record)})
     assert resolved.status_code == 200, resolved.text
-    resumed = client.post(f"/v1/runs/{run_id}/resume")
-    assert resumed.status_code == 202, resumed.text
 
 
 POST = {"title": "refunded", "body": "INV-7 is refunded"}

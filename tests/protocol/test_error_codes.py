@@ -18,7 +18,7 @@ import pytest
 import salvor.daemon
 import salvor.store
 from salvor.daemon.web import OperationRefused
-from salvor.protocol import ERROR_STATUS, CodedError, ErrorCode
+from salvor.protocol import ERROR_STATUS, PLAIN_WORDING, CodedError, ErrorCode, NextStep, StepKind
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(p for top in ("protocol", "store", "daemon") for p in (ROOT / top).rglob("*.py"))
@@ -118,3 +118,47 @@ def test_every_error_class_carries_a_code_of_the_table() -> None:
         assert cls.status is CodedError.status, (
             f"{cls.__name__} overrides the status the table gives its code"
         )
+
+
+# -- a refusal's next step: data, worded by each surface ------------------------------------------
+
+
+def test_a_next_step_needs_what_its_kind_acts_on() -> None:
+    with pytest.raises(TypeError, match="needs run"):
+        NextStep(kind=StepKind.RESOLVE_WRITE)
+    with pytest.raises(TypeError, match="needs run, wake_at"):
+        NextStep(kind=StepKind.AWAIT_WAKE)
+    assert NextStep(kind=StepKind.REGISTER_AGENT).run is None
+
+
+def test_a_refusal_words_its_next_step_as_each_surface_asks() -> None:
+    step = NextStep(kind=StepKind.RESUME_RUN, run="r-1")
+    refusal = OperationRefused(
+        ErrorCode.WRONG_STATE, "run r-1 has no dangling write", next_step=step
+    )
+    shout = {kind: (lambda s: f"DO {s.kind} TO {s.run}") for kind in StepKind}
+    assert refusal.sentence(shout) == "run r-1 has no dangling write; DO resume_run TO r-1"
+    assert refusal.to_json(shout)["error"]["message"] == refusal.sentence(shout)
+    # Without a surface: plain words, in ``message`` and the default envelope alike.
+    assert refusal.message == refusal.sentence(PLAIN_WORDING) == str(refusal)
+    assert refusal.to_json()["error"]["message"] == refusal.message
+    assert refusal.message.startswith("run r-1 has no dangling write; ")
+    bare = OperationRefused(ErrorCode.WRONG_STATE, "nothing to do")
+    assert bare.sentence(shout) == bare.message == "nothing to do"
+
+
+def test_every_wording_words_every_kind_of_step() -> None:
+    from salvor.daemon.cli._wording import CLI_WORDING
+    from salvor.daemon.web import HTTP_WORDING
+
+    steps = [
+        NextStep(kind=kind, run="r-1", wake_at="2099-01-01T00:00:00Z", tool="charge")
+        for kind in StepKind
+    ]
+    for wording in (PLAIN_WORDING, HTTP_WORDING, CLI_WORDING):
+        assert set(wording) == set(StepKind)
+        for step in steps:
+            assert wording[step.kind](step).strip()
+    for step in steps:
+        assert "salvor " not in HTTP_WORDING[step.kind](step)
+        assert "/v1/" not in CLI_WORDING[step.kind](step)

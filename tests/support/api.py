@@ -150,11 +150,16 @@ class Gate:
 
 
 async def killed_in_a_write(
-    store_url: str, tmp_path: Path, invoice: str, labels: dict[str, str] | None = None
+    store_url: str,
+    tmp_path: Path,
+    invoice: str,
+    labels: dict[str, str] | None = None,
+    *,
+    kill_in: str = "issue_refund",
 ) -> str:
-    """A built-in run the CLI left with a dangling ``issue_refund`` (killed inside it), in the
-    store at ``store_url``. One invoice per run: a second refund of an invoice waits on the
-    first's open claim."""
+    """A built-in run the CLI left with a dangling ``issue_refund`` (killed inside it, at the
+    fault point ``kill_in``), in the store at ``store_url``. One invoice per run: a second refund
+    of an invoice waits on the first's open claim."""
     agent = tmp_path / "refund-desk.toml"
     agent.write_text(REFUND_DESK.read_text())
     flags = [a for key, value in (labels or {}).items() for a in ("--label", f"{key}={value}")]
@@ -162,7 +167,7 @@ async def killed_in_a_write(
         run_salvor,
         ["run", str(agent), "--store", store_url, "--json", *flags]
         + ["--input", json.dumps({"invoice_id": invoice})],
-        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": "issue_refund"},
+        env={**os.environ, "SALVOR_FAULT_KILL_IN_TOOL": kill_in},
         capture_output=True,
         text=True,
     )

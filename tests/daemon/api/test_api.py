@@ -666,7 +666,7 @@ async def _a_run_cut_mid_write(server_factory, providers) -> tuple[Server, str, 
     return second, agent, run_id, provider, executions
 
 
-async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves_past_it(
+async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_drives_past_it(
     server_factory, providers
 ):
     server, _, run_id, provider, executions = await _a_run_cut_mid_write(server_factory, providers)
@@ -712,31 +712,74 @@ async def test_resume_of_an_open_write_is_needs_reconciliation_and_resolve_moves
     )
     assert response.status_code == 200
     assert response.json() == {"run": run_id, "resolved": True, "status": {"state": "running"}}
+    # The resolve settled the write the run was parked on, so the daemon drives it on by itself:
+    # no resume, no restart, and the write is never performed again.
+    done = await server.wait_resting(run_id)
+    assert done["status"] == {"state": "completed", "output": "charged"}
     log = await read_log_independently(server.store_url, run_id)
-    assert len(log) == intent.seq + 2
-    assert (
-        log[-1].event.KIND.value == "ToolCallCompleted" and log[-1].event.settled_by == "operator"
-    )
-    assert log[-1].event.output == {"charge_id": "ch_by_hand"}
-    # Resolve records one event and drives nothing.
-    assert (await get_run(server, run_id))["driver"] == "none"
+    resolved = log[intent.seq + 1].event
+    assert resolved.KIND.value == "ToolCallCompleted" and resolved.settled_by == "operator"
+    assert resolved.output == {"charge_id": "ch_by_hand"}
+    assert len(executions) == 1
+    assert provider.call_count == 2
+    # A caller that resumes after its resolve (as it had to before) is told the run finished.
+    response = await server.client.post(f"/v1/runs/{run_id}/resume")
+    assert response.status_code == 200 and response.json()["outcome"] == "completed"
     assert_error(
         await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
         409,
         "wrong_state",
     )
 
-    response = await server.client.post(f"/v1/runs/{run_id}/resume")
-    assert response.status_code == 202
+
+async def test_a_write_resolved_while_its_call_still_hangs_is_driven_on_once_it_returns(
+    server_factory, providers
+):
+    """The person records the write's outcome while this daemon's own call is still out; when
+    that call comes back its completion loses to the person's, and the run goes on from the
+    recorded output: the write was performed once, and the run is not left without a driver."""
+    executions: list = []
+    answered = trio.Event()
+    registry = demo_registry()
+
+    async def charge(args: dict, call) -> dict:
+        executions.append(args)
+        await answered.wait()
+        return {"charge_id": "ch_late"}
+
+    registry.register(
+        Tool(
+            name="charge",
+            description="Charge a card. Moves money.",
+            effect=Effect.WRITE,
+            input_schema={"type": "object", "properties": {"amount": {"type": "integer"}}},
+            handler=charge,
+        )
+    )
+    server = await server_factory(registry=registry)
+    agent, provider = await register(
+        server, providers, [("charge", {"amount": 10})], final_text="charged"
+    )
+    run_id = await server.start_run(agent, "charge it")
+    with trio.fail_after(10):
+        while not executions:
+            await trio.sleep(0.01)
+    live = await get_run(server, run_id)
+    assert live["status"] == {"state": "needs_reconciliation"} and live["driver"] == "attached"
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/resolve", json={"output": {"charge_id": "ch_by_hand"}}
+    )
+    assert response.status_code == 200, response.text
+    answered.set()
     done = await server.wait_resting(run_id)
     assert done["status"] == {"state": "completed", "output": "charged"}
-    assert len(executions) == 1  # the write was never performed again
+    assert len(executions) == 1
+    log = await read_log_independently(server.store_url, run_id)
+    completions = [e.event for e in log if e.event.KIND.value == "ToolCallCompleted"]
+    assert [(c.output, c.settled_by) for c in completions] == [
+        ({"charge_id": "ch_by_hand"}, "operator")
+    ]
     assert provider.call_count == 2
-    assert_error(
-        await server.client.post(f"/v1/runs/{run_id}/resolve", json={"output": 2}),
-        409,
-        "wrong_state",
-    )
 
 
 async def test_abandon_an_open_write_names_it(server_factory, providers):

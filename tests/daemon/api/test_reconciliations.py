@@ -8,7 +8,11 @@ write its declaration does not let it complete. Every answer is validated agains
 
 from __future__ import annotations
 
+import functools
+
+import trio
 from salvor.daemon.client_runs import load_declarations
+from salvor.daemon.tools._demo import EFFECTS_ENV, EffectLedger
 from salvor.protocol import TOOL_ERROR_KEY, EventKind
 
 from tests.support.api import (
@@ -20,6 +24,7 @@ from tests.support.api import (
 from tests.support.api_server import TOKEN
 from tests.support.client_events import run_started
 from tests.support.contract import MISSING_RUN, Contract
+from tests.support.spawn import run_salvor
 
 PAYOUT = """
 name = "payout"
@@ -78,6 +83,8 @@ async def test_the_queue_lists_exactly_the_parked_runs_oldest_first(
     # Not parked: a run that completed, and one parked then resolved.
     resolved = await killed_in_a_write(store_url, tmp_path, "INV-6", {"invoice": "INV-6"})
     await call(api, "POST", RESOLVE, expect=200, run_id=resolved, json={"output": {"ok": 1}})
+    # The daemon drives the resolved run on by itself; it leaves the queue for good once it rests.
+    assert (await server.wait_resting(resolved))["status"]["state"] == "completed"
 
     queue = await call(api, "GET", QUEUE, expect=200)
     assert "next_cursor" not in queue
@@ -167,7 +174,9 @@ async def test_an_http_resolve_records_that_a_write_did_not_land(
         api, "POST", RESOLVE, expect=200, run_id=dangling, json={"not_landed": True}
     )
     assert answer["resolved"] is True and answer["status"]["state"] != "needs_reconciliation"
-    completion = (await read_log_independently(store_url, dangling))[-1].event
+    # The daemon drives it on (the model is told the refund did not happen) to where it rests.
+    assert (await server.wait_resting(dangling))["status"]["state"] == "completed"
+    completion = (await read_log_independently(store_url, dangling))[pending["seq"] + 1].event
     assert completion.KIND is EventKind.TOOL_CALL_COMPLETED
     assert (completion.seq, completion.settled_by) == (pending["seq"], "operator")
     error = completion.output[TOOL_ERROR_KEY]
@@ -177,3 +186,53 @@ async def test_an_http_resolve_records_that_a_write_did_not_land(
         api, "POST", RESOLVE, expect=409, run_id=dangling, json={"not_landed": True}
     )
     assert refused["error"]["code"] == "wrong_state"
+
+
+async def test_a_resolved_run_is_driven_on_at_once_and_its_write_is_never_performed_again(
+    server_factory, store_url, tmp_path, monkeypatch
+) -> None:
+    """Resolving never leaves a run `running` with no driver: a resolve over HTTP is followed by
+    the served daemon's own drive, and a resolve from a shell (no daemon) by the next start's."""
+    ledger = EffectLedger(str(tmp_path / "effects.jsonl"))
+    monkeypatch.setenv(EFFECTS_ENV, str(tmp_path / "effects.jsonl"))
+    # Killed after the bank was sent each refund and before it answered: their probe cannot tell.
+    offline, served = [
+        await killed_in_a_write(store_url, tmp_path, invoice, kill_in="issue_refund:sent")
+        for invoice in ("INV-8", "INV-9")
+    ]
+    resolve = functools.partial(
+        run_salvor,
+        ["resolve", offline, "--store", store_url, "--output", '{"refund_id": "rf_by_hand"}'],
+        capture_output=True,
+        text=True,
+    )
+    by_shell = await trio.to_thread.run_sync(resolve)
+    assert by_shell.returncode == 0, by_shell
+    # It says what takes the run on: a resume, or the next start of a daemon on this store.
+    assert f"`salvor resume {offline}`" in by_shell.stdout and "next starts" in by_shell.stdout
+
+    server = await server_factory()
+    api, contract = server.client, await Contract.served(server.client)
+    # The start drives the one the shell resolved; the other is parked by its probe.
+    assert (await server.wait_resting(offline))["status"]["state"] == "completed"
+    parked = await server.wait_resting(served)
+    assert parked["status"] == {"state": "needs_reconciliation"} and parked["driver"] == "none"
+    queue = await contract.call(api, "GET", QUEUE, expect=200)
+    assert [item["run"] for item in queue["reconciliations"]] == [served]
+
+    answer = await contract.call(
+        api, "POST", RESOLVE, expect=200, run_id=served, json={"output": {"refund_id": "rf_2"}}
+    )
+    assert answer["status"] == {"state": "running"}
+    # No resume, no restart: this daemon drives it on to the end.
+    done = await server.wait_resting(served)
+    assert done["status"]["state"] == "completed" and "driver" not in done
+    assert (await contract.call(api, "GET", QUEUE, expect=200))["reconciliations"] == []
+    for run_id in (offline, served):
+        log = await read_log_independently(store_url, run_id)
+        settled = [e.event for e in log if getattr(e.event, "settled_by", None) == "operator"]
+        assert len(settled) == 1, run_id
+    # Each refund was sent to the bank once, and neither was sent again after its resolve.
+    sent = [r["input"]["invoice_id"] for r in await ledger.records("issue_refund:sent")]
+    assert sorted(sent) == ["INV-8", "INV-9"]
+    assert await ledger.records("issue_refund") == []
