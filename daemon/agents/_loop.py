@@ -589,7 +589,44 @@ async def drive(
             call that may succeed later); the message says how to continue.
         ReplayDivergence: the log does not match what this definition does;
             nothing was recorded.
+
+    Concurrency:
+        The drive holds the run (``access.driving``) from before it reads the log until it
+        returns: a drive of a run another drive holds waits for that one to end, then goes on
+        from the log it left.
     """
+    async with access.driving.hold(run_id):
+        return await _drive_held(
+            access,
+            run_id,
+            agent,
+            registry,
+            gateway=gateway,
+            on_record=on_record,
+            clock=clock,
+            proxy=proxy,
+            process_restarts=process_restarts,
+            ports=ports,
+            credentials=credentials,
+            flows=flows,
+        )
+
+
+async def _drive_held(
+    access: StoreAccess,
+    run_id: str,
+    agent: AgentDefinition,
+    registry: ToolRegistry,
+    *,
+    gateway: ModelGateway | None,
+    on_record: Callable[[list[Envelope]], None] | None,
+    clock: Callable[[], datetime],
+    proxy: ModelProxy | None,
+    process_restarts: int,
+    ports: PortClaims | None,
+    credentials: Credentials | None,
+    flows: FlowHost | None,
+) -> RunView:
     if agent.kind is AgentKind.PROCESS:
         # A local agent process: its model calls cross the loopback proxy
         # (one is started for this drive when the caller has none).

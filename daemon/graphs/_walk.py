@@ -546,11 +546,28 @@ async def drive_graph(
         DriveInterrupted: the drive stopped with the run recoverable (a model
             call that may succeed later, a map item that has not completed).
         ReplayDivergence: the log does not narrate this graph's walk; nothing was recorded.
+
+    Concurrency:
+        The walk holds the run (``access.driving``) as ``agents.drive`` holds an agent run.
     """
-    log = await access.read(access.store.read_log, run_id)
-    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle:
-        return ctx.view
+    async with access.driving.hold(run_id):  # one drive at a time (``agents.drive`` says why)
+        log = await access.read(access.store.read_log, run_id)
+        ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+        if ctx.view.idle:
+            return ctx.view
+        return await _walk(ctx, access, graph, agents, registry, clock, credentials, flows)
+
+
+async def _walk(
+    ctx: RunContext,
+    access: StoreAccess,
+    graph: Graph,
+    agents: Mapping[str, AgentDefinition],
+    registry: ToolRegistry,
+    clock: Callable[[], datetime],
+    credentials: Credentials | None,
+    flows: FlowHost | None,
+) -> RunView:
     walk = GraphWalk(
         access, graph, agents, registry, clock=clock, credentials=credentials, flows=flows
     )

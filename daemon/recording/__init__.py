@@ -6,6 +6,7 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 
 from __future__ import annotations
 
+from ._driving import InProcessDriving, RunDriving
 from ._refusals import (
     checked_labels,
     needs_reconciliation,
@@ -32,8 +33,10 @@ from ._store_access import (
 __all__ = [
     "CallInFlight",
     "DriveInterrupted",
+    "InProcessDriving",
     "Parked",
     "RunContext",
+    "RunDriving",
     "StoreAccess",
     "checked_labels",
     "claim_to_settle",

@@ -32,6 +32,7 @@ from salvor.protocol import Envelope, Event, RunView
 from salvor.store import AppendRequest, EventStore, StoreUnavailable, notice_of
 
 from ..processes import kill_after_commit_hook
+from ._driving import InProcessDriving, RunDriving
 
 log = logging.getLogger("salvor.store")
 
@@ -80,6 +81,8 @@ class StoreAccess:
         post_commit: Callable[[int, int], None] | None = None,
     ) -> None:
         self.store = store
+        # Who drives which run in this process: every drive holds its run here (``_driving``).
+        self.driving: RunDriving = InProcessDriving()
         # The kill tests' fault hook, or None: decided once here, so an append
         # with faults off makes no call and reads no environment.
         self.post_commit = post_commit

@@ -138,8 +138,10 @@ class DriverSet:
         # This task is the drive's own: what it (and every task it starts) logs concerns the run.
         concerning_run(run_id)
         try:
+            # The run is held before a pacing slot is taken: a drive waiting for another drive
+            # of the same run (its parent's walk driving it inline) waits without a slot.
             with scope:
-                async with self._limiter:
+                async with self.runtime.access.driving.hold(run_id), self._limiter:
                     if agent is None:
                         view = await self.runtime.view(run_id)
                         if view.graph_hash is None:

@@ -408,12 +408,12 @@ class Runtime(Forks):
         """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
         a write whose tool declares a probe (their drive probes it first)."""
         interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return await self._without_walked_children(interrupted) + await self.probed_writes()
+        return await self._without_walked_children(interrupted + await self.probed_writes())
 
     async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
-        """``interrupted`` less the children whose driver is interrupted too (a map item's graph
-        run, a subagent's parent): that run's drive drives them, and a second driver of the same
-        child would race it for each seq."""
+        """``interrupted`` less the children whose driver is in it too (a map item's graph run, a
+        subagent's parent): recovery of a tree starts at its root, whose drive drives them. (A
+        second drive of such a child would wait for the first: ``StoreAccess.driving``.)"""
         store = self.access.store
         views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
         walked = set(interrupted)

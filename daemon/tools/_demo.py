@@ -116,6 +116,9 @@ class _DemoWorld:
             raise ToolFailed("a refund must be for a positive amount", retryable=False)
         # The key (the invoice's identity) names the refund, as a payment
         # provider's idempotency key would: a retry refunds under the same id.
+        # Its intent is durable and nothing was sent: a kill here leaves a write that did not
+        # land, which a probe finds out (the fault point of the composed-run kill tests).
+        kill_if_requested("issue_refund:before")
         key = call.idempotency_key or f"{call.run_id}:{call.seq}"
         refund = {
             "refund_id": "rf_" + hashlib.sha256(key.encode()).hexdigest()[:12],
