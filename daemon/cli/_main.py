@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +34,7 @@ from salvor.protocol import (
     parse_graph_json,
     parse_graph_yaml,
 )
-from salvor.store import StoreLocks, default_store_url, normalize_store_url, sqlite_path
+from salvor.store import Holder, StoreLocks, default_store_url, normalize_store_url, sqlite_path
 
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
@@ -60,6 +61,7 @@ from ._doctor import doctor_main
 from ._graph import add_parser as add_graph_parser
 from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
+from ._hints import UNKNOWN_ADDRESS, resume_hint, serving_daemon, wake_hint
 from ._pipes import readers_may_leave
 from ._render import describe, describe_reconciliation
 
@@ -79,6 +81,8 @@ SHARES_STORE = {
     "fork": None,
 }
 CREATES_STORE = ("run", "serve", "graph")
+# The resting states a sentence names the next step for.
+_PARKED = (RunState.SUSPENDED, RunState.SLEEPING, RunState.BUDGET_EXCEEDED)
 
 
 class CliError(Exception):
@@ -109,28 +113,36 @@ def _out(obj: Any) -> None:
 
 
 class Cli:
-    def __init__(self, args: argparse.Namespace, locks: StoreLocks | None = None) -> None:
+    def __init__(self, args: argparse.Namespace, url: str, locks: StoreLocks | None = None) -> None:
         self.args = args
+        self.url = url
         self.locks = locks
         self.json = getattr(args, "json", False)
         self.progress = sys.stderr.isatty() and not self.json
+
+    async def _daemon(self) -> str | None:
+        """The daemon serving the store now (``serving_daemon``), for the next step a sentence
+        names; asked when a sentence needs it, since a daemon may start while a run drives."""
+        return await serving_daemon(self.url, self.locks)
 
     def _on_record(self, envelopes) -> None:
         if self.progress:
             for envelope in envelopes:
                 print(describe(envelope), file=sys.stderr, flush=True)
 
-    def _report(self, run_id: str, view: RunView) -> int:
+    async def _report(self, run_id: str, view: RunView) -> int:
         status = view.status_at(datetime.now(UTC))
         if self.json:
             _out({"run": run_id, **view.replay_json(), "status": status})
         else:
-            print(self._sentence(run_id, view), flush=True)
+            print(await self._sentence(run_id, view), flush=True)
         return EXIT_RUN_FAILED if view.state is RunState.FAILED else EXIT_OK
 
-    @staticmethod
-    def _sentence(run_id: str, view: RunView) -> str:
+    async def _sentence(self, run_id: str, view: RunView) -> str:
+        """Where the run rests, and for a parked run the step that continues it from here."""
         d, s = view.detail, view.state
+        if s in _PARKED:
+            daemon = await self._daemon()
         if s is RunState.COMPLETED:
             return f"run {run_id} completed: {json.dumps(d['output'], ensure_ascii=False)}"
         if s is RunState.FAILED:
@@ -141,19 +153,17 @@ class Cli:
             who = "an external signal" if d.get("kind") == "signal" else "a person"
             return (
                 f"run {run_id} suspended, waiting on {who}: {d['reason']}; resume it with "
-                f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
+                f"{resume_hint(run_id, daemon, 'JSON')}, the JSON matching "
+                f"{json.dumps(d['input_schema'])}"
             )
         if s is RunState.SLEEPING:
-            return (
-                f"run {run_id} sleeping until {d['wake_at']}; `salvor "
-                "wake` continues it once that passes"
-            )
+            return f"run {run_id} sleeping until {d['wake_at']}; {wake_hint(run_id, daemon)}"
         if s is RunState.BUDGET_EXCEEDED:
             b = d["budget"]
+            extend = resume_hint(run_id, daemon, '{"extend_by": N}')
             return (
                 f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of "
-                f"{b['limit']}); extend it with `salvor resume {run_id} "
-                "--input '{\"extend_by\": N}'`"
+                f"{b['limit']}); extend it with {extend}"
             )
         if s is RunState.NEEDS_RECONCILIATION:
             p = view.pending
@@ -167,7 +177,7 @@ class Cli:
         self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None
     ) -> int:
         view = await runtime.drive(run_id, agent=agent, on_record=self._on_record)
-        return self._report(run_id, view)
+        return await self._report(run_id, view)
 
     # -- commands -------------------------------------------------------------
 
@@ -245,7 +255,7 @@ class Cli:
         async with driving_run(self.locks, run_id):
             decision = await runtime.resume(run_id, self.args.input)
             if decision.outcome is ResumeOutcome.FINISHED:
-                return self._report(run_id, decision.view)
+                return await self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
             # was killed) must not run on beside the copy this drive starts.
             await sweep_orphans(runtime.store_url, run_id)
@@ -254,13 +264,14 @@ class Cli:
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = self.args.run
         view = await runtime.resolve(run_id, self.args.output, _declarations(self.args.client_tool))
-        return self._resolved(run_id, view, "write resolved")
+        return await self._resolved(run_id, view, "write resolved")
 
-    def _resolved(self, run_id: str, view: RunView, what: str) -> int:
+    async def _resolved(self, run_id: str, view: RunView, what: str) -> int:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(f"run {run_id}: {what}; `salvor resume {run_id}` continues it", flush=True)
+            hint = resume_hint(run_id, await self._daemon())
+            print(f"run {run_id}: {what}; {hint} continues it", flush=True)
         return EXIT_OK
 
     async def cmd_reconcile(self, runtime: Runtime) -> int:
@@ -289,11 +300,11 @@ class Cli:
             )
         if not_landed:
             view = await runtime.resolve(run_id, MISSING, declarations, not_landed=True)
-            return self._resolved(
+            return await self._resolved(
                 run_id, view, "the write is recorded as not landed, a failed call the model is told"
             )
         view = await runtime.resolve(run_id, output, declarations)
-        return self._resolved(run_id, view, "write resolved")
+        return await self._resolved(run_id, view, "write resolved")
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
         run_id = self.args.run
@@ -301,7 +312,7 @@ class Cli:
         if self.json:
             _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
         else:
-            print(self._sentence(run_id, view), flush=True)
+            print(await self._sentence(run_id, view), flush=True)
         return EXIT_OK
 
     async def cmd_wake(self, runtime: Runtime) -> int:
@@ -314,7 +325,7 @@ class Cli:
                     code = (
                         await self._drive_and_report(runtime, run_id)
                         if decision.outcome is ResumeOutcome.DRIVING
-                        else self._report(run_id, decision.view)
+                        else await self._report(run_id, decision.view)
                     )
             except CodedError as exc:
                 # One bad run does not stop the sweep.
@@ -367,7 +378,7 @@ class Cli:
         if self.json:
             _out({"run": run_id, "status": view.status_at(datetime.now(UTC))})
         else:
-            print(self._sentence(run_id, view))
+            print(await self._sentence(run_id, view))
         return EXIT_OK
 
     async def cmd_fork(self, runtime: Runtime) -> int:
@@ -829,21 +840,33 @@ async def _main(args: argparse.Namespace) -> int:
         return await _serve(args, url)
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
-            return await getattr(Cli(args), _verb(args.command))(
+            return await getattr(Cli(args, url), _verb(args.command))(
                 Runtime(access, demo_registry(store_url=url))
             )
-    hint = (
-        f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
-        if args.command == "resume"
-        else "it wakes sleeping runs itself"
-    )
     async with (
-        own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
+        own_store(
+            url, args.command, share=SHARES_STORE[args.command], run_hint=_beside(args)
+        ) as locks,
         open_store_access(url) as access,
     ):
-        return await getattr(Cli(args, locks), _verb(args.command))(
+        return await getattr(Cli(args, url, locks), _verb(args.command))(
             Runtime(access, demo_registry(store_url=url))
         )
+
+
+def _beside(args: argparse.Namespace) -> Callable[[Holder | None], str]:
+    """What a command refused beside a daemon serving its store does instead (``resume`` asks
+    that daemon, with the input it was given; ``wake`` need not)."""
+    if args.command != "resume":
+        return lambda daemon: "it wakes sleeping runs itself"
+    run_input = None if args.input is MISSING else json.dumps(args.input, ensure_ascii=False)
+
+    def hint(daemon: Holder | None) -> str:
+        listen = (daemon.listen or "") if daemon is not None else ""
+        address = listen.rstrip("/") if listen.startswith("http") else UNKNOWN_ADDRESS
+        return "resume the run through it: " + resume_hint(args.run, address, run_input)
+
+    return hint
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -862,15 +885,19 @@ def _store_url(args: argparse.Namespace) -> str:
     path = sqlite_path(url)
     if path is None or path.exists():
         return url
+    missing_directory = named and not path.parent.is_dir()
     if args.command not in CREATES_STORE:
+        creates = "`salvor run` or `salvor serve` creates a new one"
+        if missing_directory:
+            creates = f"`mkdir -p {path.parent}`, then {creates}"
         raise CliError(
             f"no store at {path}; name the store that holds your runs with --store or SALVOR_STORE "
-            "(`salvor run` or `salvor serve` creates a new one)"
+            f"({creates})"
         )
-    if named and not path.parent.is_dir():
+    if missing_directory:
         raise CliError(
             f"no directory {path.parent} for the store {path}; create it first "
-            f"(mkdir -p {path.parent}) or correct the --store path"
+            f"(`mkdir -p {path.parent}`) or correct the --store path"
         )
     return url
 
@@ -951,6 +978,9 @@ def _command(argv: list[str] | None) -> int:
     except (CliError, DefinitionError) as exc:
         message = str(exc)
     except KeyboardInterrupt:
-        message = "interrupted; the run keeps its log and `salvor resume RUN` continues it"
+        message = (
+            "interrupted; the run keeps its log and `salvor resume RUN` continues it (beside a "
+            "daemon serving this store, POST /v1/runs/RUN/resume to that daemon)"
+        )
     print(f"salvor: {message}", file=sys.stderr, flush=True)
     return EXIT_ERROR
