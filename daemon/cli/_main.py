@@ -620,6 +620,8 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         "serve",
         parents=[common],
         help="run the daemon: the HTTP control plane, drivers, wake sweeper",
+        description="Runs until SIGTERM or SIGINT. With --json it prints one line on stdout "
+        'once it listens, {"listening": [URL, ...], "pid": N}, and logs JSON lines on stderr.',
     )
     p.add_argument(
         "--listen",
