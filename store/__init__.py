@@ -22,6 +22,7 @@ from ._notifications import Notice as Notice
 from ._notifications import NotificationKind as NotificationKind
 from ._notifications import notice_of as notice_of
 from ._ownership import Holder as Holder
+from ._ownership import RunHint as RunHint
 from ._ownership import StoreLocks as StoreLocks
 from ._ownership import open_locks as open_locks
 from ._records import GRAPH_SUMMARY_KEYS as GRAPH_SUMMARY_KEYS

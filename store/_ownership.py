@@ -35,7 +35,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -80,7 +80,12 @@ def _key(*parts: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _refusal(role: str, holders: list[Holder], run_hint: str) -> StoreOwned:
+# What a refused command may do instead while a daemon serves the store: a sentence, or one
+# made from that daemon (its address says where to send the request).
+RunHint = str | Callable[[Holder | None], str]
+
+
+def _refusal(role: str, holders: list[Holder], run_hint: RunHint) -> StoreOwned:
     serve = next((h for h in holders if h.command == SERVE), None)
     if role == SERVE and serve is not None:
         return StoreOwned(
@@ -98,9 +103,8 @@ def _refusal(role: str, holders: list[Holder], run_hint: str) -> StoreOwned:
         if serve is not None
         else (holders[0].describe() if holders else "salvor serve")
     )
-    return StoreOwned(
-        f"{who} is serving this store and drives its runs; {run_hint}, or stop it first"
-    )
+    hint = run_hint(serve) if callable(run_hint) else run_hint
+    return StoreOwned(f"{who} is serving this store and drives its runs; {hint}, or stop it first")
 
 
 class StoreLocks:
@@ -110,7 +114,7 @@ class StoreLocks:
     before it as they were; ``close`` releases all of them.
     """
 
-    def claim(self, role: str, run_hint: str) -> None:
+    def claim(self, role: str, run_hint: RunHint) -> None:
         """Take the store lock: exclusive for ``serve``, shared for any other command.
 
         Raises:
@@ -120,6 +124,11 @@ class StoreLocks:
 
     def announce(self, listen: str) -> None:
         """Record where the daemon holding the store lock listens, for the next refusal to name."""
+        raise NotImplementedError
+
+    def serving(self) -> Holder | None:
+        """The live ``salvor serve`` holding the store lock now, if one does; nothing is taken
+        (a command that holds no store lock asks, to say what works beside that daemon)."""
         raise NotImplementedError
 
     def hold_run(self, run_id: str) -> Holder | None:
@@ -166,7 +175,7 @@ class _FileLocks(StoreLocks):
             ) from None
         self._inode = os.fstat(self._fd).st_ino
 
-    def claim(self, role: str, run_hint: str) -> None:
+    def claim(self, role: str, run_hint: RunHint) -> None:
         self._shared = role != SERVE
         mode = fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX
         try:
@@ -185,6 +194,9 @@ class _FileLocks(StoreLocks):
         }
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, json.dumps(record).encode("utf-8"), 0)
+
+    def serving(self) -> Holder | None:
+        return next((h for h in self._holders() if h.command == SERVE), None)
 
     def _holders(self) -> list[Holder]:
         """Who holds the flock: the daemon's own record first, then the pids in /proc/locks."""
@@ -337,7 +349,7 @@ class _AdvisoryLocks(StoreLocks):
                 holders.append(Holder(None, "", f"a database session, backend pid {backend_pid}"))
         return holders
 
-    def claim(self, role: str, run_hint: str) -> None:
+    def claim(self, role: str, run_hint: RunHint) -> None:
         deadline = time.monotonic() + _DEAD_HOLDER_GRACE
         while not self._try(self._store_key, shared=role != SERVE):
             holders = self._holders(self._store_key)
@@ -351,6 +363,9 @@ class _AdvisoryLocks(StoreLocks):
 
     def announce(self, listen: str) -> None:
         self._name(f"salvor {self.command} {os.getpid()} {listen}")
+
+    def serving(self) -> Holder | None:
+        return next((h for h in self._holders(self._store_key) if h.command == SERVE), None)
 
     def hold_run(self, run_id: str) -> Holder | None:
         key = _key("run", self._schema, run_id)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import dataclasses
+import json
 import math
 import os
 import shlex
@@ -390,6 +391,12 @@ def add_parser(sub) -> None:
         metavar="SECONDS",
         help=f"how long the agent may run (default: the definition's, at most {TIMEOUT_CAP:g})",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the findings as one JSON object (reached, requests, process, and report: the "
+        "lines the text answer prints)",
+    )
 
 
 async def _load(source: str) -> AgentDefinition:
@@ -451,8 +458,36 @@ async def doctor_main(args: argparse.Namespace) -> int:
         )
         return EXIT_NOT_REACHED
     lines, code = report(findings)
-    print("\n".join(lines), flush=True)
+    if args.json:
+        print(json.dumps(findings_json(findings, lines, code), ensure_ascii=False), flush=True)
+    else:
+        print("\n".join(lines), flush=True)
     return code
+
+
+def findings_json(findings: Findings, lines: list[str], code: int) -> dict[str, Any]:
+    """``doctor --json``'s answer: what the text report says, as fields."""
+    e = findings.ending
+    return {
+        "reached": code == EXIT_REACHED,
+        "requests": [
+            {
+                # As the report names it: under the injected base URL, its capability prefix off.
+                "request": _where(findings, r),
+                "status": r.status,
+                "wire": r.wire,
+                "model": r.model,
+                "stream": r.stream,
+            }
+            for r in findings.requests
+        ],
+        "process": {
+            "exit_code": e.code,
+            "timed_out": e.timed_out,
+            "start_error": e.start_error,
+        },
+        "report": lines,
+    }
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -18,6 +18,8 @@ from pathlib import Path
 import trio
 from salvor.protocol import Graph, GraphError, InvalidGraph, parse_graph_json, parse_graph_yaml
 
+from ._arguments import caller_label, json_value, run_uuid
+
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
 _BY_SUFFIX = {".json": parse_graph_json, ".yaml": parse_graph_yaml, ".yml": parse_graph_yaml}
@@ -55,7 +57,9 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         "it completes, fails or waits (a gate, a delay); `salvor resume RUN` continues it.",
     )
     r.add_argument("file", metavar="FILE", help="the graph document (JSON or YAML)")
-    r.add_argument("--input", metavar="JSON", help="the run's input (default null)")
+    r.add_argument(
+        "--input", metavar="JSON", type=json_value("--input"), help="the run's input (default null)"
+    )
     r.add_argument(
         "--agent",
         action="append",
@@ -64,9 +68,14 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         help="an agent file a node names by its hash (repeatable; agents already stored need none)",
     )
     r.add_argument(
-        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+        "--label",
+        action="append",
+        default=[],
+        type=caller_label,
+        metavar="K=V",
+        help="correlation tag (repeatable)",
     )
-    r.add_argument("--run-id", metavar="UUID", help="choose the run id")
+    r.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
 
 async def read_graph(path: str) -> Graph:

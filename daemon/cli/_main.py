@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,30 +27,42 @@ from salvor.protocol import (
     ForkPlan,
     Graph,
     InvalidGraph,
-    MalformedJson,
     RecordedWrite,
     RunState,
     RunView,
     encode_envelope,
     parse_graph_json,
     parse_graph_yaml,
-    parse_strict,
 )
-from salvor.store import StoreLocks, default_store_url, normalize_store_url, sqlite_path
+from salvor.store import Holder, StoreLocks, default_store_url, normalize_store_url, sqlite_path
 
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..flows import caller_labels
 from ..metrics import JsonLines
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import claim_wait_seconds, open_store_access, parse_run_id
+from ..recording import claim_wait_seconds, open_store_access
 from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
+from ._arguments import (
+    Parser,
+    caller_label,
+    json_value,
+    key_value,
+    listen_address,
+    port_number,
+    run_limit,
+    run_state,
+    run_uuid,
+    wake_interval,
+)
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
 from ._graph import add_parser as add_graph_parser
 from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
+from ._hints import UNKNOWN_ADDRESS, resume_hint, serving_daemon, wake_hint
+from ._pipes import readers_may_leave
 from ._render import describe, describe_reconciliation
 from ._wording import CLI_WORDING
 
@@ -68,7 +82,8 @@ SHARES_STORE = {
     "fork": None,
 }
 CREATES_STORE = ("run", "serve", "graph")
-RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
+# The resting states a sentence names the next step for.
+_PARKED = (RunState.SUSPENDED, RunState.SLEEPING, RunState.BUDGET_EXCEEDED)
 
 
 class CliError(Exception):
@@ -79,27 +94,19 @@ class UsageError(CliError):
     """A flag the command cannot start with, reported as one sentence; exit status 2."""
 
 
-def _json_arg(flag: str, text: str) -> Any:
-    try:
-        return parse_strict(text, flag)
-    except MalformedJson as exc:
-        raise CliError(
-            f'{exc.message}; quote it for the shell, e.g. {flag} \'{{"invoice_id": "INV-1001"}}\''
-        ) from None
+def _labels(pairs: list[tuple[str, str]]) -> dict[str, str] | None:
+    """The ``--label`` pairs as a run's labels; each was checked alone as it was parsed, the
+    set (how many, how large together) is checked here, in the API's words.
 
-
-def _labels(pairs: list[str]) -> dict[str, str] | None:
+    Raises:
+        UsageError: the set breaks the label rules; nothing was recorded.
+    """
     if not pairs:
         return None
-    labels = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise CliError(f"--label {pair!r} must look like key=value")
-        labels[key] = value
-    # Their bounds (an empty key among them) and the flow labels' rules are the one label check's,
-    # in the API's words.
-    return caller_labels(labels)
+    try:
+        return caller_labels(dict(pairs))
+    except CodedError as exc:
+        raise UsageError(exc.message) from None
 
 
 def _out(obj: Any) -> None:
@@ -107,28 +114,36 @@ def _out(obj: Any) -> None:
 
 
 class Cli:
-    def __init__(self, args: argparse.Namespace, locks: StoreLocks | None = None) -> None:
+    def __init__(self, args: argparse.Namespace, url: str, locks: StoreLocks | None = None) -> None:
         self.args = args
+        self.url = url
         self.locks = locks
         self.json = getattr(args, "json", False)
         self.progress = sys.stderr.isatty() and not self.json
+
+    async def _daemon(self) -> str | None:
+        """The daemon serving the store now (``serving_daemon``), for the next step a sentence
+        names; asked when a sentence needs it, since a daemon may start while a run drives."""
+        return await serving_daemon(self.url, self.locks)
 
     def _on_record(self, envelopes) -> None:
         if self.progress:
             for envelope in envelopes:
                 print(describe(envelope), file=sys.stderr, flush=True)
 
-    def _report(self, run_id: str, view: RunView) -> int:
+    async def _report(self, run_id: str, view: RunView) -> int:
         status = view.status_at(datetime.now(UTC))
         if self.json:
             _out({"run": run_id, **view.replay_json(), "status": status})
         else:
-            print(self._sentence(run_id, view), flush=True)
+            print(await self._sentence(run_id, view), flush=True)
         return EXIT_RUN_FAILED if view.state is RunState.FAILED else EXIT_OK
 
-    @staticmethod
-    def _sentence(run_id: str, view: RunView) -> str:
+    async def _sentence(self, run_id: str, view: RunView) -> str:
+        """Where the run rests, and for a parked run the step that continues it from here."""
         d, s = view.detail, view.state
+        if s in _PARKED:
+            daemon = await self._daemon()
         if s is RunState.COMPLETED:
             return f"run {run_id} completed: {json.dumps(d['output'], ensure_ascii=False)}"
         if s is RunState.FAILED:
@@ -139,19 +154,17 @@ class Cli:
             who = "an external signal" if d.get("kind") == "signal" else "a person"
             return (
                 f"run {run_id} suspended, waiting on {who}: {d['reason']}; resume it with "
-                f"`salvor resume {run_id} --input JSON` matching {json.dumps(d['input_schema'])}"
+                f"{resume_hint(run_id, daemon, 'JSON')}, the JSON matching "
+                f"{json.dumps(d['input_schema'])}"
             )
         if s is RunState.SLEEPING:
-            return (
-                f"run {run_id} sleeping until {d['wake_at']}; `salvor "
-                "wake` continues it once that passes"
-            )
+            return f"run {run_id} sleeping until {d['wake_at']}; {wake_hint(run_id, daemon)}"
         if s is RunState.BUDGET_EXCEEDED:
             b = d["budget"]
+            extend = resume_hint(run_id, daemon, '{"extend_by": N}')
             return (
                 f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of "
-                f"{b['limit']}); extend it with `salvor resume {run_id} "
-                "--input '{\"extend_by\": N}'`"
+                f"{b['limit']}); extend it with {extend}"
             )
         if s is RunState.NEEDS_RECONCILIATION:
             p = view.pending
@@ -165,19 +178,18 @@ class Cli:
         self, runtime: Runtime, run_id: str, agent: AgentDefinition | None = None
     ) -> int:
         view = await runtime.drive(run_id, agent=agent, on_record=self._on_record)
-        return self._report(run_id, view)
+        return await self._report(run_id, view)
 
     # -- commands -------------------------------------------------------------
 
     async def cmd_run(self, runtime: Runtime) -> int:
         labels = _labels(self.args.label)
         agent = await self._agent_from(runtime, self.args.agent)
-        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
         # The run lock is taken before the run exists: a daemon starting
         # meanwhile never sees it unlocked and interrupted.
-        run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
+        run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(agent, run_input, labels=labels, run_id=run_id)
+            run_id = await runtime.start_run(agent, self.args.input, labels=labels, run_id=run_id)
             if self.json:
                 _out({"run": run_id})
             else:
@@ -200,10 +212,11 @@ class Cli:
         for source in self.args.agent:
             await runtime.register_agent(await self._agent_from(runtime, source))
         await runtime.register_graph(graph)
-        run_input = _json_arg("--input", self.args.input) if self.args.input is not None else None
-        run_id = parse_run_id(self.args.run_id) if self.args.run_id else str(uuid.uuid4())
+        run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_graph_run(graph, run_input, labels=labels, run_id=run_id)
+            run_id = await runtime.start_graph_run(
+                graph, self.args.input, labels=labels, run_id=run_id
+            )
             if self.json:
                 _out({"run": run_id})
             else:
@@ -222,7 +235,7 @@ class Cli:
 
     async def cmd_rerun(self, runtime: Runtime) -> int:
         labels = _labels(self.args.label)
-        origin = parse_run_id(self.args.run)
+        origin = self.args.run
         if self.args.agent is not None:
             agent = await self._agent_from(runtime, self.args.agent)
         else:
@@ -239,42 +252,35 @@ class Cli:
             return await self._drive_and_report(runtime, run_id, agent)
 
     async def cmd_resume(self, runtime: Runtime) -> int:
-        run_id = parse_run_id(self.args.run)
-        run_input = (
-            _json_arg("--input", self.args.input) if self.args.input is not None else MISSING
-        )
+        run_id = self.args.run
         async with driving_run(self.locks, run_id):
-            decision = await runtime.resume(run_id, run_input)
+            decision = await runtime.resume(run_id, self.args.input)
             if decision.outcome is ResumeOutcome.FINISHED:
-                return self._report(run_id, decision.view)
+                return await self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
             # was killed) must not run on beside the copy this drive starts.
             await sweep_orphans(runtime.store_url, run_id)
             return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
-        run_id = parse_run_id(self.args.run)
-        output = _json_arg("--output", self.args.output)
-        view = await runtime.resolve(run_id, output, _declarations(self.args.client_tool))
-        return self._resolved(run_id, view, "write resolved")
+        run_id = self.args.run
+        view = await runtime.resolve(run_id, self.args.output, _declarations(self.args.client_tool))
+        return await self._resolved(run_id, view, "write resolved")
 
-    def _resolved(self, run_id: str, view: RunView, what: str) -> int:
+    async def _resolved(self, run_id: str, view: RunView, what: str) -> int:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            print(
-                f"run {run_id}: {what}; `salvor resume {run_id}` continues it (as a daemon "
-                "serving this store does when it next starts)",
-                flush=True,
-            )
+            hint = resume_hint(run_id, await self._daemon())
+            print(f"run {run_id}: {what}; {hint} continues it", flush=True)
         return EXIT_OK
 
     async def cmd_reconcile(self, runtime: Runtime) -> int:
         output, not_landed = self.args.output, self.args.not_landed
         declarations = _declarations(self.args.client_tool)
         if self.args.run is None:
-            if output is not None or not_landed:
-                raise CliError(
+            if output is not MISSING or not_landed:
+                raise UsageError(
                     "--output and --not-landed settle one run; name it: "
                     "`salvor reconcile RUN --output JSON` or `salvor reconcile RUN --not-landed`"
                 )
@@ -287,27 +293,27 @@ class Cli:
             if not page and not self.json:
                 print("no run is parked on a write of unknown outcome", flush=True)
             return EXIT_OK
-        run_id = parse_run_id(self.args.run)
-        if (output is None) == (not not_landed):
-            raise CliError(
+        run_id = self.args.run
+        if (output is MISSING) == (not not_landed):
+            raise UsageError(
                 f"give exactly one of --output JSON (what the write returned) and --not-landed "
                 f"(it did not happen) to settle run {run_id}"
             )
         if not_landed:
             view = await runtime.resolve(run_id, MISSING, declarations, not_landed=True)
-            return self._resolved(
+            return await self._resolved(
                 run_id, view, "the write is recorded as not landed, a failed call the model is told"
             )
-        view = await runtime.resolve(run_id, _json_arg("--output", output), declarations)
-        return self._resolved(run_id, view, "write resolved")
+        view = await runtime.resolve(run_id, output, declarations)
+        return await self._resolved(run_id, view, "write resolved")
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
-        run_id = parse_run_id(self.args.run)
+        run_id = self.args.run
         seq, view = await runtime.abandon(run_id, self.args.reason)
         if self.json:
             _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
         else:
-            print(self._sentence(run_id, view), flush=True)
+            print(await self._sentence(run_id, view), flush=True)
         return EXIT_OK
 
     async def cmd_wake(self, runtime: Runtime) -> int:
@@ -320,7 +326,7 @@ class Cli:
                     code = (
                         await self._drive_and_report(runtime, run_id)
                         if decision.outcome is ResumeOutcome.DRIVING
-                        else self._report(run_id, decision.view)
+                        else await self._report(run_id, decision.view)
                     )
             except CodedError as exc:
                 # One bad run does not stop the sweep.
@@ -336,21 +342,9 @@ class Cli:
         return worst
 
     async def cmd_runs(self, runtime: Runtime) -> int:
-        label = None
-        if self.args.label:
-            key, sep, value = self.args.label.partition("=")
-            if not sep:
-                raise CliError("--label must look like key=value")
-            label = (key, value)
-        limit = self.args.limit
-        if not (limit.isascii() and limit.isdigit() and int(limit) > 0):
-            raise CliError(f"--limit must be a positive whole number of runs, not {limit[:40]!r}")
-        state = self.args.state
-        if state is not None and state not in RUN_STATES:
-            raise CliError(
-                f"--state {state[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}"
-            )
-        page, _ = await runtime.list_runs(state=state, label=label, limit=int(limit))
+        page, _ = await runtime.list_runs(
+            state=self.args.state, label=self.args.label, limit=self.args.limit
+        )
         if self.json:
             _out({"runs": [summary.to_json() for summary in page]})
             return EXIT_OK
@@ -363,21 +357,37 @@ class Cli:
         return EXIT_OK
 
     async def cmd_history(self, runtime: Runtime) -> int:
-        for envelope in await runtime.log(parse_run_id(self.args.run)):
+        for envelope in await runtime.log(self.args.run):
             print(encode_envelope(envelope) if self.json else describe(envelope))
         return EXIT_OK
 
     async def cmd_log(self, runtime: Runtime) -> int:
-        run_id = parse_run_id(self.args.run)
+        """``salvor log RUN``: a line per event, then where the run rests; with ``--json``, an
+        object per event (seq, recorded_at, kind, its line), then the run's status."""
+        run_id = self.args.run
         log = await runtime.log(run_id)
         for envelope in log:
-            print(describe(envelope))
+            line = describe(envelope)
+            if self.json:
+                _out(
+                    {
+                        "seq": envelope.seq,
+                        "recorded_at": envelope.recorded_at,
+                        "kind": envelope.event.KIND.value,
+                        "line": line,
+                    }
+                )
+            else:
+                print(line)
         view = await runtime.view(run_id)
-        print(self._sentence(run_id, view))
+        if self.json:
+            _out({"run": run_id, "status": view.status_at(datetime.now(UTC))})
+        else:
+            print(await self._sentence(run_id, view))
         return EXIT_OK
 
     async def cmd_fork(self, runtime: Runtime) -> int:
-        origin = parse_run_id(self.args.run)
+        origin = self.args.run
         graph = await _graph_file(self.args.graph) if self.args.graph is not None else None
         acknowledged = self.args.acknowledge_writes
         plan = await runtime.plan_fork(
@@ -429,25 +439,23 @@ class Cli:
 
     async def cmd_replay(self, runtime: Runtime) -> int:
         if not self.args.dry_run:
-            raise CliError("replay only runs as --dry-run (derive the state, execute nothing)")
+            raise UsageError("replay only runs as --dry-run (derive the state, execute nothing)")
         from salvor.protocol import fold
 
-        view = fold(await runtime.log(parse_run_id(self.args.run)))
+        view = fold(await runtime.log(self.args.run))
         _out(view.replay_json())
         return EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--store",
         metavar="URL",
         help="store URL or SQLite path (default: $SALVOR_STORE, else the state directory)",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    parser = argparse.ArgumentParser(
-        prog="salvor", description="Durable execution for AI agent runs."
-    )
+    parser = Parser(prog="salvor", description="Durable execution for AI agent runs.")
     parser.add_argument("--version", action="version", version=f"salvor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -472,7 +480,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"
     )
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", type=run_uuid)
     p.add_argument(
         "--dry-run", action="store_true", help="required: print the derived state as JSON"
     )
@@ -487,11 +495,18 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
         metavar="AGENT",
         help="agent file (TOML, JSON or markdown) or a stored sha256: hash",
     )
-    p.add_argument("--input", metavar="JSON", help="the run's input (default null)")
     p.add_argument(
-        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+        "--input", metavar="JSON", type=json_value("--input"), help="the run's input (default null)"
     )
-    p.add_argument("--run-id", metavar="UUID", help="choose the run id")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        type=caller_label,
+        metavar="K=V",
+        help="correlation tag (repeatable)",
+    )
+    p.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
     p = sub.add_parser(
         "rerun",
@@ -501,25 +516,40 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
             "model calls (no upstream call)"
         ),
     )
-    p.add_argument("run", metavar="RUN", help="the completed run to reproduce")
+    p.add_argument("run", metavar="RUN", type=run_uuid, help="the completed run to reproduce")
     p.add_argument(
         "--agent",
         metavar="AGENT",
         help="agent file or sha256: hash to run instead of the origin's own",
     )
     p.add_argument(
-        "--label", action="append", default=[], metavar="K=V", help="correlation tag (repeatable)"
+        "--label",
+        action="append",
+        default=[],
+        type=caller_label,
+        metavar="K=V",
+        help="correlation tag (repeatable)",
     )
 
     p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", type=run_uuid)
     p.add_argument(
-        "--input", metavar="JSON", help="the input a suspended run waits for, or a budget extension"
+        "--input",
+        metavar="JSON",
+        type=json_value("--input"),
+        default=MISSING,
+        help="the input a suspended run waits for, or a budget extension",
     )
 
     p = sub.add_parser("resolve", parents=[common], help="record by hand what a dangling write did")
-    p.add_argument("run", metavar="RUN")
-    p.add_argument("--output", metavar="JSON", required=True, help="what the write returned")
+    p.add_argument("run", metavar="RUN", type=run_uuid)
+    p.add_argument(
+        "--output",
+        metavar="JSON",
+        type=json_value("--output"),
+        required=True,
+        help="what the write returned",
+    )
     p.add_argument(
         "--client-tool",
         action="append",
@@ -534,8 +564,14 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="list the runs parked on a write of unknown outcome, or settle one",
     )
-    p.add_argument("run", metavar="RUN", nargs="?", help="the parked run to settle")
-    p.add_argument("--output", metavar="JSON", help="the write happened and returned this")
+    p.add_argument("run", metavar="RUN", nargs="?", type=run_uuid, help="the parked run to settle")
+    p.add_argument(
+        "--output",
+        metavar="JSON",
+        type=json_value("--output"),
+        default=MISSING,
+        help="the write happened and returned this",
+    )
     p.add_argument(
         "--not-landed",
         action="store_true",
@@ -552,7 +588,7 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
     )
 
     p = sub.add_parser("abandon", parents=[common], help="retire a run by hand")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", type=run_uuid)
     p.add_argument("--reason", metavar="TEXT")
 
     sub.add_parser(
@@ -563,18 +599,24 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
 def _add_read_verbs(sub, common: argparse.ArgumentParser) -> None:
     """The verbs that read runs without changing them."""
     p = sub.add_parser("runs", parents=[common], help="list runs, newest first")
-    p.add_argument("--state", metavar="STATE", help="only runs in this state")
-    p.add_argument("--label", metavar="K=V", help="only runs with this label")
-    # Checked by the command, so a bad value is one sentence like every other refusal.
-    p.add_argument("--limit", default="50", metavar="N", help="at most N runs (default 50)")
+    p.add_argument("--state", metavar="STATE", type=run_state, help="only runs in this state")
+    p.add_argument("--label", metavar="K=V", type=key_value, help="only runs with this label")
+    p.add_argument(
+        "--limit", default=50, type=run_limit, metavar="N", help="at most N runs (default 50)"
+    )
 
     p = sub.add_parser(
         "history", parents=[common], help="a run's recorded events (--json: pinned envelopes)"
     )
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", type=run_uuid)
 
-    p = sub.add_parser("log", parents=[common], help="a run's events, readable")
-    p.add_argument("run", metavar="RUN")
+    p = sub.add_parser(
+        "log",
+        parents=[common],
+        help="a run's events, readable, then where it rests (--json: an object per event, then "
+        "the run's status)",
+    )
+    p.add_argument("run", metavar="RUN", type=run_uuid)
 
 
 def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
@@ -583,10 +625,13 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         "serve",
         parents=[common],
         help="run the daemon: the HTTP control plane, drivers, wake sweeper",
+        description="Runs until SIGTERM or SIGINT. With --json it prints one line on stdout "
+        'once it listens, {"listening": [URL, ...], "pid": N}, and logs JSON lines on stderr.',
     )
     p.add_argument(
         "--listen",
         metavar="HOST:PORT",
+        type=listen_address,
         default="127.0.0.1:8420",
         help="where to listen (default 127.0.0.1:8420)",
     )
@@ -600,11 +645,13 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         choices=("text", "json"),
         default="text",
         help="the daemon's log on stderr: text lines (the default), or one JSON object per line "
-        "(time, level, logger, message, run when the record concerns one, error)",
+        "(time, level, logger, message, run when the record concerns one, error); --json "
+        "makes it json, and also prints one JSON object on stdout once the daemon listens "
+        '({"listening": [URL, ...], "pid": N})',
     )
     p.add_argument(
         "--wake-interval",
-        type=float,
+        type=wake_interval,
         default=60.0,
         metavar="SECONDS",
         help="how often the wake sweeper runs (default 60; 0 turns it off)",
@@ -629,7 +676,7 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--proxy-port",
-        type=int,
+        type=port_number,
         default=0,
         metavar="PORT",
         help="the loopback port process agents' model calls go through (default: a free one)",
@@ -683,7 +730,7 @@ def _add_fork_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="start a new run re-walking a graph run from a node, refusing to re-fire a recorded "
         "write until it is acknowledged",
     )
-    p.add_argument("run", metavar="RUN", help="the graph run to fork")
+    p.add_argument("run", metavar="RUN", type=run_uuid, help="the graph run to fork")
     p.add_argument("--from-node", required=True, metavar="ID", help="the node to re-walk from")
     p.add_argument(
         "--graph",
@@ -747,9 +794,7 @@ def _serve_config(args: argparse.Namespace, url: str):
     from ..notify import NotifyConfig
     from ..serve import ServeConfig
 
-    host, sep, port = args.listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise CliError(f"--listen {args.listen!r} must look like HOST:PORT, e.g. 127.0.0.1:8420")
+    host, port = args.listen
     token = None
     if args.auth_token:
         token = os.environ.get(args.auth_token)
@@ -757,10 +802,6 @@ def _serve_config(args: argparse.Namespace, url: str):
             raise CliError(
                 f"--auth-token names {args.auth_token}, but that environment variable is not set"
             )
-    if args.wake_interval < 0:
-        raise CliError("--wake-interval must be 0 (off) or a positive number of seconds")
-    if not 0 <= args.proxy_port <= 65535:
-        raise CliError(f"--proxy-port {args.proxy_port} must be a port number from 0 to 65535")
     try:
         ttl = lease_ttl()
     except ValueError as exc:
@@ -779,8 +820,8 @@ def _serve_config(args: argparse.Namespace, url: str):
     return ServeConfig(
         notify=notify,
         credentials=credentials,
-        host=host.strip("[]"),
-        port=int(port),
+        host=host,
+        port=port,
         store_url=url,
         auth_token=token,
         lease_ttl=ttl,
@@ -801,39 +842,87 @@ async def _main(args: argparse.Namespace) -> int:
         claim_wait_seconds()  # read again by every drive: a bad value is refused here, once
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    url = normalize_store_url(args.store) if args.store else default_store_url()
-    path = sqlite_path(url)
-    if args.command not in CREATES_STORE and path is not None and not path.exists():
-        raise CliError(
-            f"no store at {path}; name the store that holds your runs with --store or SALVOR_STORE "
-            "(`salvor run` or `salvor serve` creates a new one)"
-        )
+    url = _store_url(args)
     if args.command == "serve":
-        from ..serve import serve, settle_collector
-
-        config = _serve_config(args, url)
-        await _check_resolves(config.host, config.port)
-        _log_to_stderr(args.log_format)
-        settle_collector()
-        await serve(config)
-        return EXIT_OK
+        return await _serve(args, url)
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
-            return await getattr(Cli(args), _verb(args.command))(
+            return await getattr(Cli(args, url), _verb(args.command))(
                 Runtime(access, demo_registry(store_url=url))
             )
-    hint = (
-        f"resume the run through it (POST /v1/runs/{getattr(args, 'run', 'RUN')[:40]}/resume)"
-        if args.command == "resume"
-        else "it wakes sleeping runs itself"
-    )
     async with (
-        own_store(url, args.command, share=SHARES_STORE[args.command], run_hint=hint) as locks,
+        own_store(
+            url, args.command, share=SHARES_STORE[args.command], run_hint=_beside(args)
+        ) as locks,
         open_store_access(url) as access,
     ):
-        return await getattr(Cli(args, locks), _verb(args.command))(
+        return await getattr(Cli(args, url, locks), _verb(args.command))(
             Runtime(access, demo_registry(store_url=url))
         )
+
+
+def _beside(args: argparse.Namespace) -> Callable[[Holder | None], str]:
+    """What a command refused beside a daemon serving its store does instead (``resume`` asks
+    that daemon, with the input it was given; ``wake`` need not)."""
+    if args.command != "resume":
+        return lambda daemon: "it wakes sleeping runs itself"
+    run_input = None if args.input is MISSING else json.dumps(args.input, ensure_ascii=False)
+
+    def hint(daemon: Holder | None) -> str:
+        listen = (daemon.listen or "") if daemon is not None else ""
+        address = listen.rstrip("/") if listen.startswith("http") else UNKNOWN_ADDRESS
+        return "resume the run through it: " + resume_hint(args.run, address, run_input)
+
+    return hint
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    """The store the command works on, refused when no store can be there.
+
+    A command that only reads or continues runs never creates a store. One that may create
+    one (``run``, ``graph run``, ``serve``) creates the directories above it only for the
+    default store in the state directory: a store named by ``--store`` or ``SALVOR_STORE`` in
+    a directory that does not exist is a typo far more often than a wish.
+
+    Raises:
+        CliError: no store at the path, or no directory for it; nothing was created.
+    """
+    named = args.store or os.environ.get("SALVOR_STORE")
+    url = normalize_store_url(args.store) if args.store else default_store_url()
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return url
+    missing_directory = named and not path.parent.is_dir()
+    if args.command not in CREATES_STORE:
+        creates = "`salvor run` or `salvor serve` creates a new one"
+        if missing_directory:
+            creates = f"`mkdir -p {path.parent}`, then {creates}"
+        raise CliError(
+            f"no store at {path}; name the store that holds your runs with --store or SALVOR_STORE "
+            f"({creates})"
+        )
+    if missing_directory:
+        raise CliError(
+            f"no directory {path.parent} for the store {path}; create it first "
+            f"(`mkdir -p {path.parent}`) or correct the --store path"
+        )
+    return url
+
+
+async def _serve(args: argparse.Namespace, url: str) -> int:
+    """``salvor serve``: the daemon, until SIGTERM or SIGINT; with ``--json`` one line on stdout
+    once it listens."""
+    from ..serve import serve, settle_collector
+
+    config = _serve_config(args, url)
+    await _check_resolves(config.host, config.port)
+    _log_to_stderr("json" if args.json else args.log_format)
+    settle_collector()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(functools.partial(serve, config))
+        if args.json:
+            _out({"listening": binds, "pid": os.getpid()})
+    return EXIT_OK
 
 
 def _log_to_stderr(log_format: str) -> None:
@@ -871,6 +960,12 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``salvor`` command: its exit status (the module's docstring lists them)."""
+    with readers_may_leave():
+        return _command(argv)
+
+
+def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     make_undumpable()  # before any secret is read: the same user's processes cannot read ours
     try:
@@ -890,6 +985,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, DefinitionError) as exc:
         message = str(exc)
     except KeyboardInterrupt:
-        message = "interrupted; the run keeps its log and `salvor resume RUN` continues it"
+        message = (
+            "interrupted; the run keeps its log and `salvor resume RUN` continues it (beside a "
+            "daemon serving this store, POST /v1/runs/RUN/resume to that daemon)"
+        )
     print(f"salvor: {message}", file=sys.stderr, flush=True)
     return EXIT_ERROR

@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from salvor.store import StoreLocks, StoreOwned, open_locks
+from salvor.store import RunHint, StoreLocks, StoreOwned, open_locks
 
 SERVE = "serve"
 
 
 @asynccontextmanager
 async def own_store(
-    url: str, command: str, *, share: bool | None, run_hint: str = ""
+    url: str, command: str, *, share: bool | None, run_hint: RunHint = ""
 ) -> AsyncIterator[StoreLocks]:
     """Hold this process's locks on the store at ``url`` for the block.
 

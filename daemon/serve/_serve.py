@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executo
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
-from ..proxies import open_model_proxy
+from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
@@ -242,7 +243,7 @@ async def _serve(
             notifications=config.notify is not None,
             commit_observer=metrics.observe_commit,
         ) as access,
-        open_model_proxy(config.proxy_port, metrics=metrics) as proxy,
+        _model_proxy(config.proxy_port, metrics) as proxy,
         open_model_executor() as executor,
     ):
         # Before anything can drive a run: the agents an earlier daemon over
@@ -400,6 +401,31 @@ async def _listen(
             "stop what holds it, or pick another address with --listen",
         ) from None
     return binds, in_flight
+
+
+@asynccontextmanager
+async def _model_proxy(port: int, metrics: DaemonMetrics) -> AsyncIterator[ModelProxy]:
+    """The loopback model proxy on ``port`` (0: a free one), for the block.
+
+    Raises:
+        OperationRefused: listen_failed, the port could not be bound (nothing was served); a
+            failure inside the block leaves as itself.
+    """
+    entered = False
+    try:
+        async with open_model_proxy(port, metrics=metrics) as proxy:
+            entered = True
+            yield proxy
+    except (OSError, BaseExceptionGroup) as exc:
+        failed = None if entered else _bind_failure(exc)
+        if failed is None:
+            raise
+        raise OperationRefused(
+            ErrorCode.LISTEN_FAILED,
+            f"the model proxy cannot listen on 127.0.0.1:{port} ({failed.strerror or failed}); "
+            "stop what holds that port, or give salvor serve another --proxy-port (0 picks a "
+            "free one)",
+        ) from None
 
 
 async def _start_deliverer(

@@ -63,8 +63,10 @@ def salvor_process(
     )
 
 
-def one_sentence(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert result.returncode == 1, result
+def one_sentence(result: subprocess.CompletedProcess, *fragments: str, exit: int = 1) -> None:
+    """A refusal (exit 1) or a usage error (``exit=2``): one line on stderr naming each
+    fragment, no traceback."""
+    assert result.returncode == exit, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("salvor: ")
@@ -201,34 +203,41 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
     assert salvor(store_url, "wake").stdout.strip() == "no sleeping run is due"
 
 
+# A value its flag cannot take is a usage error, refused while the arguments are parsed.
+USAGE = 2
+
+
 # Refused before anything is written, the same way on either backend: SQLite alone.
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["run", "AGENT", "--input", "{not json"], ["--input is not valid JSON"]),
+        (["run", "AGENT", "--input", "{not json"], ["--input is not valid JSON", USAGE]),
         (
             ["run", "AGENT", "--input", "[" * 1000 + "]" * 1000],
-            ["--input nests", "the limit is 128"],
+            ["--input nests", "the limit is 128", USAGE],
         ),
         (
             ["run", "AGENT", "--input", '{"a": 1, "a": 2}'],
-            ["--input is not valid JSON", "appears twice"],
+            ["--input is not valid JSON", "appears twice", USAGE],
         ),
-        (["run", "AGENT", "--input", '"\\u0000"'], ["--input holds a NUL character"]),
-        (["run", "AGENT", "--label", "nokey"], ["--label", "key=value"]),
-        (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes"]),
-        (["run", "AGENT", "--label", "=v"], ["label key '' must be 1 to 64 bytes"]),
+        (["run", "AGENT", "--input", '"\\u0000"'], ["--input holds a NUL character", USAGE]),
+        (["run", "AGENT", "--label", "nokey"], ["--label", "key=value", USAGE]),
+        (["run", "AGENT", "--label", "k=" + "v" * 257], ["over 256 bytes", USAGE]),
+        (["run", "AGENT", "--label", "=v"], ["label key '' must be 1 to 64 bytes", USAGE]),
         (
             ["run", "AGENT", "--label", "salvor.parent=00000000-0000-4000-8000-000000000000"],
-            ["the label `salvor.parent` is written by the daemon alone"],
+            ["the label `salvor.parent` is written by the daemon alone", USAGE],
         ),
-        (["run", "AGENT", "--label", "salvor.autonomous=on"], ['`salvor.autonomous` is "true"']),
+        (
+            ["run", "AGENT", "--label", "salvor.autonomous=on"],
+            ['`salvor.autonomous` is "true"', USAGE],
+        ),
         (
             ["rerun", "00000000-0000-4000-8000-000000000000", "--label", "salvor.map_of=g"],
-            ["`salvor.map_of`"],
+            ["`salvor.map_of`", USAGE],
         ),
-        (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id"]),
+        (["run", "AGENT", "--run-id", "not-a-uuid"], ["not a run id", USAGE]),
         (["run", "missing-agent.toml"], ["cannot read agent file"]),
         (["run", "sha256:0000"], ["no agent sha256:0000 is stored here"]),
         (
@@ -240,7 +249,9 @@ def test_a_sleeping_run_is_woken_by_salvor_wake(store_url, tmp_path, providers):
         (["history", "00000000-0000-4000-8000-000000000000"], ["no run"]),
         (["log", "00000000-0000-4000-8000-000000000000"], ["no run"]),
         (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no run"]),
-        (["resume", "run-1"], ["not a run id"]),
+        (["resume", "run-1"], ["not a run id", USAGE]),
+        (["history", "run-1"], ["not a run id", USAGE]),
+        (["resume", "00000000-0000-4000-8000-000000000000", "--input", "{"], ["--input", USAGE]),
     ],
 )
 def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, args, fragments):
@@ -248,7 +259,8 @@ def test_bad_input_gets_one_sentence_and_changes_nothing(store_url, agent_file, 
     # An existing, empty store: a missing one is refused before any of these checks.
     EventStore.open(store_url).close()
     result = salvor(store_url, *args)
-    one_sentence(result, *fragments)
+    exit = USAGE if USAGE in fragments else 1
+    one_sentence(result, *[f for f in fragments if f != USAGE], exit=exit)
     assert run_count(store_url) == 0
 
 
@@ -333,9 +345,11 @@ def test_verbs_in_the_wrong_state_are_refused_and_record_nothing(store_url, agen
     one_sentence(salvor(store_url, "resolve", run_id, "--output", "{}"), "no dangling write")
     one_sentence(salvor(store_url, "abandon", run_id), "already completed")
     one_sentence(
-        salvor(store_url, "resolve", run_id, "--output", "nope"), "--output is not valid JSON"
+        salvor(store_url, "resolve", run_id, "--output", "nope"),
+        "--output is not valid JSON",
+        exit=2,
     )
-    one_sentence(salvor(store_url, "replay", run_id), "--dry-run")
+    one_sentence(salvor(store_url, "replay", run_id), "--dry-run", exit=2)
     assert event_total(store_url) == before
     finished = salvor(store_url, "resume", run_id)
     assert finished.returncode == 0 and "completed" in finished.stdout
@@ -435,9 +449,12 @@ def files_under(root: Path) -> set[Path]:
         (["history", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
         (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no store at"]),
         (["resume", "00000000-0000-4000-8000-000000000000"], ["no store at"]),
+        # The commands that may create a store create none in a directory that is not there.
+        (["serve"], ["no directory", "nothing-here", "mkdir -p"]),
+        (["run", "contrib/agents/refund-desk.toml"], ["no directory", "nothing-here", "mkdir"]),
         (
-            ["serve", "--listen", "salvor-no-such-host.invalid:8420"],
-            ["--listen host", "does not resolve"],
+            ["graph", "run", "contrib/graphs/publish.json"],
+            ["no directory", "nothing-here", "mkdir"],
         ),
     ],
 )
@@ -445,6 +462,21 @@ def test_a_command_on_a_store_path_that_does_not_exist_creates_nothing(tmp_path,
     missing = tmp_path / "nothing-here" / "salvor.db"
     before = files_under(tmp_path)
     one_sentence(salvor(f"sqlite:///{missing}", *args), *fragments)
+    assert files_under(tmp_path) == before, "a refused command created files"
+
+
+def test_serve_on_a_host_that_does_not_resolve_is_one_sentence(tmp_path):
+    before = files_under(tmp_path)
+    one_sentence(
+        salvor(
+            f"sqlite:///{tmp_path / 'salvor.db'}",
+            "serve",
+            "--listen",
+            "salvor-no-such-host.invalid:8420",
+        ),
+        "--listen host",
+        "does not resolve",
+    )
     assert files_under(tmp_path) == before, "a refused command created files"
 
 
@@ -460,9 +492,9 @@ def test_a_command_on_a_store_path_that_does_not_exist_creates_nothing(tmp_path,
         ),
     ],
 )
-def test_a_bad_listing_option_is_one_sentence(store_url, args, fragments):
+def test_a_bad_listing_option_is_a_usage_error(store_url, args, fragments):
     EventStore.open(store_url).close()
-    one_sentence(salvor(store_url, *args), *fragments)
+    one_sentence(salvor(store_url, *args), *fragments, exit=2)
 
 
 def test_serve_on_a_busy_port_is_one_sentence(tmp_path):
@@ -559,14 +591,18 @@ def test_serve_over_a_store_whose_shm_it_cannot_write_is_one_sentence_not_a_sign
     one_sentence(result, f"{shm} is not writable")
 
 
-def test_a_first_run_creates_its_store_and_the_directories_above_it(tmp_path):
-    db = tmp_path / "state" / "salvor" / "salvor.db"
-    result = salvor(
-        f"sqlite:///{db}",
+def test_a_first_run_creates_the_default_store_and_the_directories_above_it(tmp_path):
+    # The README's first command on a fresh machine: no --store, no SALVOR_STORE, a state
+    # directory nobody has made yet.
+    env = {k: v for k, v in os.environ.items() if k not in ("SALVOR_STORE", "STATE_DIRECTORY")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    result = salvor_in_process(
         "run",
         "contrib/agents/refund-desk.toml",
         "--input",
         '{"invoice_id": "INV-1"}',
+        env=env,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
-    assert db.exists()
+    assert (tmp_path / "state" / "salvor" / "salvor.db").exists()

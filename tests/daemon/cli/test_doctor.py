@@ -91,6 +91,21 @@ def test_a_real_sdk_agent_passes_with_its_wire_path_and_model_named(tmp_path, mo
     assert result.stderr == ""
 
 
+def test_json_says_the_same_as_fields(tmp_path):
+    agent = str(sdk_agent(tmp_path, MODES[0]))
+    text = doctor(tmp_path, agent)
+    result = doctor(tmp_path, agent, "--json")
+    assert result.returncode == 0 and result.stderr == "", result
+    (line,) = result.stdout.splitlines()
+    answer = json.loads(line)
+    assert answer["reached"] is True
+    assert answer["process"] == {"exit_code": 0, "timed_out": False, "start_error": None}
+    (request,) = answer["requests"]
+    assert request["model"] == "scripted-model" and request["status"] == 200, request
+    assert request["request"].startswith("POST /v1/"), request
+    assert answer["report"] == text.stdout.splitlines()
+
+
 def test_the_agent_gets_the_injection_a_run_gets(tmp_path):
     seen = tmp_path / "env.json"
     script = (

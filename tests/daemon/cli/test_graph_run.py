@@ -108,7 +108,7 @@ def test_a_graph_run_with_a_label_only_the_daemon_writes_is_refused_before_anyth
         "salvor.map_of=someone-elses-graph",
         env=_env(tmp_path, store_url),
     )
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "`salvor.map_of` is written by the daemon alone" in refused.stderr
     with EventStore.open(store_url) as store:
         assert store.list_agents() == [] and store.list_graphs() == []

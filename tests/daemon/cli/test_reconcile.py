@@ -151,16 +151,17 @@ def test_each_refusal_is_one_sentence_and_records_nothing(store_url, refund_file
     run_id = killed_in_the_refund(store_url, refund_file(), effects)
     completed = salvor(store_url, "run", str(refund_file("INV-1"))).stdout.splitlines()[0]
     before = event_total(store_url)
-    for args, fragments in (
-        ([run_id], ["exactly one of --output JSON", "--not-landed"]),
-        ([run_id, "--output", "{}", "--not-landed"], ["exactly one of --output JSON"]),
-        (["--not-landed"], ["name it"]),
-        (["--output", "{}"], ["name it"]),
-        ([run_id, "--output", "nope"], ["--output is not valid JSON"]),
-        ([completed, "--not-landed"], ["no dangling write to resolve", "completed"]),
-        ([completed, "--output", "{}"], ["no dangling write to resolve"]),
-        ([NOBODY, "--not-landed"], [f"no run {NOBODY}"]),
-        (["run-1", "--not-landed"], ["not a run id"]),
+    usage = 2  # a flag the command cannot start with
+    for args, fragments, exit in (
+        ([run_id], ["exactly one of --output JSON", "--not-landed"], usage),
+        ([run_id, "--output", "{}", "--not-landed"], ["exactly one of --output JSON"], usage),
+        (["--not-landed"], ["name it"], usage),
+        (["--output", "{}"], ["name it"], usage),
+        ([run_id, "--output", "nope"], ["--output is not valid JSON"], usage),
+        ([completed, "--not-landed"], ["no dangling write to resolve", "completed"], 1),
+        ([completed, "--output", "{}"], ["no dangling write to resolve"], 1),
+        ([NOBODY, "--not-landed"], [f"no run {NOBODY}"], 1),
+        (["run-1", "--not-landed"], ["not a run id"], usage),
     ):
-        one_sentence(salvor(store_url, "reconcile", *args), *fragments)
+        one_sentence(salvor(store_url, "reconcile", *args), *fragments, exit=exit)
     assert event_total(store_url) == before
