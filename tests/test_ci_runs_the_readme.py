@@ -8,18 +8,17 @@ blocks and checks that each is what CI runs.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
+
+from tests.support.readme import sh_blocks
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def readme_commands() -> list[str]:
     """The shell blocks of the README's "Two commands" section, in order."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("\n## Two commands\n", 1)[1].split("\n## ", 1)[0]
-    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)]
+    return sh_blocks("## Two commands")
 
 
 def ci_assignment(script: str, name: str) -> str:

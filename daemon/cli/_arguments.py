@@ -68,6 +68,18 @@ def caller_label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def add_label_option(parser: argparse.ArgumentParser) -> None:
+    """``--label K=V``, repeatable: the labels a new run is started with."""
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        type=caller_label,
+        metavar="K=V",
+        help="correlation tag (repeatable)",
+    )
+
+
 def run_uuid(text: str) -> str:
     """A run id, in its canonical form."""
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 from salvor.protocol import Graph, GraphError, InvalidGraph, parse_graph_json, parse_graph_yaml
 
-from ._arguments import caller_label, json_value, run_uuid
+from ._arguments import add_label_option, json_value, run_uuid
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -67,14 +67,7 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="an agent file a node names by its hash (repeatable; agents already stored need none)",
     )
-    r.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        type=caller_label,
-        metavar="K=V",
-        help="correlation tag (repeatable)",
-    )
+    add_label_option(r)
     r.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
 

@@ -46,7 +46,7 @@ from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
 from ..tools import demo_registry
 from ._arguments import (
     Parser,
-    caller_label,
+    add_label_option,
     json_value,
     key_value,
     listen_address,
@@ -498,14 +498,7 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input", metavar="JSON", type=json_value("--input"), help="the run's input (default null)"
     )
-    p.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        type=caller_label,
-        metavar="K=V",
-        help="correlation tag (repeatable)",
-    )
+    add_label_option(p)
     p.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
     p = sub.add_parser(
@@ -522,14 +515,7 @@ def _add_run_verbs(sub, common: argparse.ArgumentParser) -> None:
         metavar="AGENT",
         help="agent file or sha256: hash to run instead of the origin's own",
     )
-    p.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        type=caller_label,
-        metavar="K=V",
-        help="correlation tag (repeatable)",
-    )
+    add_label_option(p)
 
     p = sub.add_parser("resume", parents=[common], help="continue a parked or interrupted run")
     p.add_argument("run", metavar="RUN", type=run_uuid)

@@ -92,6 +92,7 @@ async def test_agents_register_list_and_read_back(server: Server, providers):
         "format": "json",
         "definition": named_json,
         "name": "support-triage",
+        "kind": "builtin",
     }
     # The same definition under another name: the same identity, renamed (its stored text is
     # the one that names it). One that names nothing leaves the name as it is.

@@ -10,7 +10,6 @@ with `salvor rerun`, both with zero upstream calls.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ import httpx
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.support.backends import SQLITE_ONLY
+from tests.support.readme import pick_helper, sh_blocks
+from tests.support.readme import shell as readme_shell
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,26 +32,12 @@ SECTION = "## Your own agent, durable in three commands"
 
 def readme_blocks() -> tuple[str, list[str], list[str]]:
     """The `pick` helper, then the section's two sh blocks as lists of lines."""
-    text = (REPO / "README.md").read_text()
-    pick = next(line for line in text.splitlines() if line.startswith("pick() {"))
-    section = text[text.index(SECTION) :]
-    section = section[: section.index("\n## ", len(SECTION))]
-    blocks = [
-        block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    ]
-    return pick, blocks[0], blocks[1]
+    blocks = [block.splitlines() for block in sh_blocks(SECTION)]
+    return pick_helper(), blocks[0], blocks[1]
 
 
 def shell(lines: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", "\n".join(lines)],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return readme_shell(lines, env, timeout=120)
 
 
 def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(

@@ -22,6 +22,8 @@ import httpx
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.support.backends import SQLITE_ONLY
+from tests.support.readme import pick_helper, sh_blocks
+from tests.support.readme import shell as readme_shell
 
 REPO = Path(__file__).resolve().parents[3]
 # SQLite alone (tests/support/backends.py): the README's lines run as written, over the SQLite
@@ -32,27 +34,13 @@ SECTION = "### Running a graph"
 
 def readme_blocks() -> tuple[str, list[str], list[str]]:
     """The `pick` helper, then the section's curl block and command line block, as lines."""
-    text = (REPO / "README.md").read_text()
-    pick = next(line for line in text.splitlines() if line.startswith("pick() {"))
-    section = text[text.index(SECTION) :]
-    section = section[: section.index("\n### ", len(SECTION))]
-    blocks = [
-        block.strip().splitlines() for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    ]
+    blocks = [block.splitlines() for block in sh_blocks(SECTION)]
     assert len(blocks) == 2, blocks
-    return pick, blocks[0], blocks[1]
+    return pick_helper(), blocks[0], blocks[1]
 
 
 def shell(lines: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", "\n".join(lines)],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return readme_shell(lines, env, timeout=180)
 
 
 def reader_env(store_url: str, **more: str) -> dict[str, str]:
