@@ -271,8 +271,17 @@ class Cli:
         if self.json:
             _out({"run": run_id, "resolved": True, "status": view.status()})
         else:
-            hint = resume_hint(run_id, await self._daemon())
-            print(f"run {run_id}: {what}; {hint} continues it", flush=True)
+            daemon = await self._daemon()
+            # With no daemon on the store now, the next one to start drives it on by itself.
+            later = (
+                ""
+                if daemon is not None
+                else " (as a daemon serving this store does when it next starts)"
+            )
+            print(
+                f"run {run_id}: {what}; {resume_hint(run_id, daemon)} continues it{later}",
+                flush=True,
+            )
         return EXIT_OK
 
     async def cmd_reconcile(self, runtime: Runtime) -> int:

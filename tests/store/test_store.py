@@ -1066,6 +1066,7 @@ def test_public_names_are_exported() -> None:
         "NotificationKind",
         "ParkedWrite",
         "ProbeAnswer",
+        "RunHint",
         "RunSummary",
         "STORE_VERSION",
         "SUMMARY_KEYS",

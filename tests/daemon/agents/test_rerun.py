@@ -232,5 +232,5 @@ def test_salvor_rerun_passes_then_fails_a_changed_agent(store_url, providers, tm
     assert result.returncode == 3, result.stdout + result.stderr
     assert "failed: model call 2" in result.stdout
     result = salvor(store_url, "rerun", "not-a-run")
-    assert result.returncode == 1 and "is not a run id" in result.stderr
+    assert result.returncode == 2 and "is not a run id" in result.stderr  # a usage error
     assert provider.call_count == 3

@@ -155,7 +155,7 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
     one_sentence(
         resume,
         f"salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
-        f"POST /v1/runs/{run_id}/resume",
+        f"{daemon.base_url}/v1/runs/{run_id}/resume",
     )
     assert one_sentence(refused(store_url, "wake"), f"pid {daemon.proc.pid}")
     assert not gone(agent), "a refused command killed the first daemon's agent"
