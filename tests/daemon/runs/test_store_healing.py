@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,14 @@ from salvor.protocol import (
 from salvor.store import EventStore, StoreUnavailable, store_fault
 from salvor.store._errors import passes_by_itself
 
+from tests.daemon.proxies.test_salvor_server import (
+    OUTPUTS,
+    children,
+    delegating_script,
+    helper_agent,
+    salvor_agent,
+    subagent_seq,
+)
 from tests.support.flows import tool_results, tool_use
 from tests.support.runtime import agent_toml, ledger
 from tests.support.scripted_provider import text_reply
@@ -356,15 +365,17 @@ async def fault_under_a_child(
     refusal: Refusal,
     runtime: Runtime,
     root: str,
-    child: str,
+    find_child: Callable[[], Awaitable[str]],
     held: list[int],
     release: threading.Event,
     agent=None,
-) -> None:
+) -> str:
     """Drive ``root`` until ``child``'s answer is held at the provider, make the store refuse
     writes, let the answer through, and check the tree waits to heal as its root (the child's
     drive is its root's, so only the root is counted); then let the store take writes again and
-    wait for the healer to bring the root to completion, with nobody resuming anything."""
+    wait for the healer to bring the root to completion, with nobody resuming anything.
+
+    Returns the child's run id (``find_child``'s, asked once the child's answer is held)."""
     access = runtime.access
     healing = StoreHealing(backoff=Backoff(first=0.05, ceiling=0.2))
     async with trio.open_nursery() as nursery:
@@ -381,6 +392,7 @@ async def fault_under_a_child(
             return healing.waiting(root)
 
         await until("the child's answer reaching the provider", answer_held)
+        child = await find_child()
         refusal.begin(root, child)
         release.set()
         await until(
@@ -396,6 +408,7 @@ async def fault_under_a_child(
 
         await until("the root completing once the store takes writes", healed)
         drivers.cancel_all("the test is over")
+    return child
 
 
 def refunds(effects_path: Path) -> list[str]:
@@ -436,8 +449,11 @@ async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
             await runtime.register_graph(graph)
             items = [{"invoice_id": "INV-1"}, {"invoice_id": "INV-2"}]
             run_id = await runtime.start_graph_run(graph, items)
-            child = map_child_id(run_id, "each", 1)
-            await fault_under_a_child(refusal, runtime, run_id, child, held, release)
+
+            async def item_1() -> str:
+                return map_child_id(run_id, "each", 1)
+
+            await fault_under_a_child(refusal, runtime, run_id, item_1, held, release)
             view = await runtime.view(run_id)
             assert view.detail["output"] == {"tally": 2}
             for index in (0, 1):
@@ -478,8 +494,13 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
             runtime = Runtime(access, registry, clock=clock)
             await runtime.register_agent(refunder)
             run_id = await runtime.start_run(parent, "refund what is owed")
-            child = child_run_id(run_id, 3)
-            await fault_under_a_child(refusal, runtime, run_id, child, held, release, parent)
+
+            async def the_child() -> str:
+                return child_run_id(run_id, 3)
+
+            child = await fault_under_a_child(
+                refusal, runtime, run_id, the_child, held, release, parent
+            )
             assert (await runtime.view(run_id)).status() == {"state": "completed", "output": "done"}
             assert (await runtime.view(child)).state is RunState.COMPLETED
             log = await runtime.log(run_id)
@@ -494,5 +515,55 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
         release.set()
     assert refunds(effects_path) == ["INV-3"]
     assert provider.call_count == 2 and child_provider.call_count == 3
+    assert "drive crashed" not in caplog.text
+    assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_parent(
+    refusal: Refusal, registry, clock, providers, upstream_env, tmp_path, caplog
+) -> None:
+    """The subagent call crosses salvor's MCP server (a process agent's lane): the fault under
+    the child stops the process and its drive as a store fault, and the healer starts both again."""
+    caplog.set_level(logging.INFO, "salvor")
+    held: list[int] = []
+    release = threading.Event()
+    child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
+
+    def hold(call) -> None:
+        held.append(call.index)
+        release.wait(BOUND)
+
+    child_provider = providers(lambda call: tool_use("finish", child_finish), on_call=hold)
+    provider = providers(delegating_script())
+    upstream_env(provider)
+    parent = salvor_agent(tmp_path, extra=OUTPUTS)
+    try:
+        async with open_store_access(refusal.url) as access:
+            runtime = Runtime(access, registry, clock=clock)
+            await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+            run_id = await runtime.start_run(parent, "delegate it")
+
+            async def the_child() -> str:
+                (found,) = await children(runtime, run_id)
+                return found
+
+            child = await fault_under_a_child(
+                refusal, runtime, run_id, the_child, held, release, parent
+            )
+            view = await runtime.view(run_id)
+            assert view.detail["output"]["summary"] == "helper said: found it"
+            assert (await runtime.view(child)).state is RunState.COMPLETED
+            log = await runtime.log(run_id)
+            check_batch(EMPTY_VIEW, log)
+            assert child == child_run_id(run_id, subagent_seq(log))
+            completions = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
+            called = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED]
+            # Each call of the lane completed once, none of them with an error.
+            assert len(completions) == len(called)
+            assert not any(TOOL_ERROR_KEY in c.output for c in completions)
+    finally:
+        release.set()
+    assert child_provider.call_count == 2
     assert "drive crashed" not in caplog.text
     assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
