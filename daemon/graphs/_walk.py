@@ -405,10 +405,15 @@ class GraphWalk:
         """Fill ``outputs`` from the recorded items, then from children driven now.
 
         Raises:
-            Parked: a child failed (the run fails naming node, index and child).
+            Parked: a child failed (the run fails naming node, index and child); no item after
+                it was started, and the items in flight were cancelled.
             DriveInterrupted: a child rests short of an output (parked on a gate, a budget,
                 a write to reconcile, a timer) or its drive stopped; every other item is
                 driven and recorded first, and a later drive of this run drives the rest.
+            StoreUnavailable: the store failed under a child, or under this walk recording an
+                item (``store_fault``), raised as itself; the items in flight were cancelled,
+                each child is left at its last durable event, and a later drive of this run
+                drives them on.
         """
         outputs.update(_recorded_items(ctx))
         remaining = [index for index in range(len(items)) if index not in outputs]
