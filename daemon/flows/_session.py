@@ -73,6 +73,8 @@ class FlowHost(Protocol):
             NotPerformed: the child rests short of a result (waiting on a person, a timer, a
                 write to reconcile); the parent's call stays open and is asked again when the
                 child ends.
+            StoreUnavailable: the store failed under the child (a ``store_fault``); the
+                parent's drive stops on it as its own, and is healed from the tree's root.
         """
         ...
 

@@ -24,6 +24,11 @@ agent drive every run uses, and each finished child is recorded here as
 run's usage counts its items' model calls), by one task, the walker, that
 writes this log; the children only write their own. A re-walk takes the recorded items
 and drives only the children not yet recorded.
+
+A failed item ends the map before any later item starts (no head is written for it), and the
+items in flight are cancelled. A store fault under an item is raised by the walk as itself, not
+as a group of its children's errors: the drive of the tree's root stops on it, and the healer
+drives the root again, whose walk drives the child on.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import contextlib
 import math
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -81,6 +87,20 @@ MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
 _CHILD_FAILED = (RunState.FAILED, RunState.ABANDONED)
 
 _Narration = NodeEntered | NodeExited | NodeSkipped | MapItemCompleted
+
+# How a map item's drive ended: the child's view at rest, why its drive stopped short, or the
+# store fault it stopped on.
+_ItemEnd = RunView | str | CodedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ItemStart:
+    """What a map item's task is given: its slot (given back when it ends), where it says how it
+    ended, and the flag that says the map is ending (set by the item that ends it)."""
+
+    slots: trio.Semaphore
+    send: trio.MemorySendChannel
+    ending: trio.Event
 
 
 def map_child_id(run_id: str, node: str, index: int) -> str:
@@ -385,10 +405,15 @@ class GraphWalk:
         """Fill ``outputs`` from the recorded items, then from children driven now.
 
         Raises:
-            Parked: a child failed (the run fails naming node, index and child).
+            Parked: a child failed (the run fails naming node, index and child); no item after
+                it was started, and the items in flight were cancelled.
             DriveInterrupted: a child rests short of an output (parked on a gate, a budget,
                 a write to reconcile, a timer) or its drive stopped; every other item is
                 driven and recorded first, and a later drive of this run drives the rest.
+            StoreUnavailable: the store failed under a child, or under this walk recording an
+                item (``store_fault``), raised as itself; the items in flight were cancelled,
+                each child is left at its last durable event, and a later drive of this run
+                drives them on.
         """
         outputs.update(_recorded_items(ctx))
         remaining = [index for index in range(len(items)) if index not in outputs]
@@ -402,10 +427,13 @@ class GraphWalk:
             inputs[index] = await self._resolve(
                 ctx, node, node.body.input, item=items[index], index=index
             )
-        send, receive = trio.open_memory_channel[tuple[int, str, RunView | str]](math.inf)
+        send, receive = trio.open_memory_channel[tuple[int, str, _ItemEnd]](math.inf)
         slots = trio.Semaphore(node.concurrency or 8)
+        # Set by whatever ends the map short (a failed item, a store fault): from then on no
+        # further item is started, so no child exists that nothing will drive.
+        ending = trio.Event()
         stopped: tuple[int, str, RunView | str] | None = None
-        unrecorded: CodedError | None = None
+        fault: CodedError | None = None
         async with trio.open_nursery() as nursery:
 
             async def start_in_item_order() -> None:
@@ -413,6 +441,9 @@ class GraphWalk:
                 async with send:
                     for index in remaining:
                         await slots.acquire()
+                        if ending.is_set():
+                            slots.release()
+                            return
                         child = map_child_id(ctx.run_id, node.id, index)
                         nursery.start_soon(
                             self._drive_child,
@@ -420,13 +451,21 @@ class GraphWalk:
                             agent,
                             inputs[index],
                             index,
-                            slots,
-                            send.clone(),
+                            _ItemStart(slots=slots, send=send.clone(), ending=ending),
                         )
 
             nursery.start_soon(start_in_item_order)
             async with receive:
                 async for index, child, rested in receive:
+                    if isinstance(rested, CodedError):
+                        # The store failed under the child: raised below as itself, so the drive
+                        # of this run's root stops on a store fault and the healer re-drives the
+                        # tree, this walk driving the child on from its log.
+                        fault = rested
+                        nursery.cancel_scope.cancel(
+                            reason=f"the store failed under map item {index}"
+                        )
+                        break
                     if isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
                         output = rested.detail.get("output")
                         outputs[index] = output
@@ -443,7 +482,8 @@ class GraphWalk:
                         except CodedError as exc:
                             # Raised after the nursery, as itself (a store fault stays one the
                             # driving set can heal), once the other children are cancelled.
-                            unrecorded = exc
+                            ending.set()
+                            fault = exc
                             nursery.cancel_scope.cancel(reason="a map item was not recorded")
                             break
                         continue
@@ -454,8 +494,8 @@ class GraphWalk:
                     # Resting short of an output: the other items still finish and are
                     # recorded, so the next walk drives only the ones left.
                     stopped = stopped or (index, child, rested)
-        if unrecorded is not None:
-            raise unrecorded
+        if fault is not None:
+            raise fault
         if stopped is not None:
             await self._map_stopped(ctx, node, *stopped)
 
@@ -481,14 +521,20 @@ class GraphWalk:
         agent: AgentDefinition,
         child_input: Any,
         index: int,
-        slots: trio.Semaphore,
-        send: trio.MemorySendChannel,
+        start: _ItemStart,
     ) -> None:
-        """Start ``child`` durably (once: its id is derived) and drive it; send how it rested.
+        """Start ``child`` durably (once: its id is derived) and drive it; send how it ended.
 
-        ``slots``: the one the starter took for this item, given back when the drive ends.
+        ``start.slots``: the slot the starter took for this item, given back when the drive
+        ends. An item whose map is ending already (``start.ending``) is not started at all: no
+        head is written. A child that failed, or whose drive stopped on a store fault, ends the
+        map (``start.ending`` is set before its slot is given back, so no later item starts).
         """
-        async with send:
+        slots = start.slots
+        async with start.send:
+            if start.ending.is_set():
+                slots.release()
+                return
             head = RunStarted(
                 agent_def_hash=agent.agent_def_hash,
                 input=child_input,
@@ -497,7 +543,7 @@ class GraphWalk:
             try:
                 with contextlib.suppress(SeqConflict):  # a killed walk started it already
                     await self.access.append(child, [head], EMPTY_VIEW)
-                rested: RunView | str = await drive(
+                rested: _ItemEnd = await drive(
                     self.access,
                     child,
                     agent,
@@ -507,19 +553,20 @@ class GraphWalk:
                     flows=self.flows,
                 )
             except CodedError as exc:
-                if store_fault(exc):
-                    raise
-                # Stopped short (a call that may pass, another writer at its seq): the next
-                # walk drives it again.
-                rested = exc.message
+                # A store fault is the walk's to raise (``_map_children``); any other stop is
+                # short of an output (a call that may pass, another writer at its seq): the
+                # next walk drives it again.
+                rested = exc if store_fault(exc) else exc.message
             except BaseException:
                 slots.release()
                 raise
-            # The walk stops listening once an item failed the map; the rest are cancelled.
+            if isinstance(rested, CodedError) or (
+                isinstance(rested, RunView) and rested.state in _CHILD_FAILED
+            ):
+                start.ending.set()
+            # The walk stops listening once an item ended the map; the rest are cancelled.
             with contextlib.suppress(trio.BrokenResourceError):
-                await send.send((index, child, rested))
-            # Given back once the walk can hear how it ended, so a failed item is usually
-            # heard before the next item starts.
+                await start.send.send((index, child, rested))
             slots.release()
 
 

@@ -10,7 +10,8 @@ The call's result is the child's: its finish result when its RunCompleted output
 answer as a text result; a failed or abandoned child answers with an ``error`` result, so the
 parent's model decides what to do. A child resting short of an end (a question, a budget, a
 write to reconcile, a timer) leaves the parent's call open (``NotPerformed``); the driver set
-starts the parent again when the child ends.
+starts the parent again when the child ends. A store fault under the child is raised as itself:
+the parent's drive stops on it, and the healer re-drives the tree from its root.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from salvor.protocol import (
     RunView,
     run_result,
 )
-from salvor.store import SeqConflict, StoredAgent
+from salvor.store import SeqConflict, StoredAgent, store_fault
 
 from ..flows import (
     AUTONOMOUS_LABEL,
@@ -79,7 +80,9 @@ class RunFlows(FlowCatalog):
             ToolFailed: no registered agent answers to ``agent`` (retryable=False; the message
                 names the known ones); nothing was started.
             NotPerformed: the child rests short of an end, or its drive stopped (a model call
-                that may pass, another writer, the store); the parent's call stays open.
+                that may pass, another writer); the parent's call stays open.
+            StoreUnavailable: the store failed under the child (``store_fault``); nothing of
+                the parent's call is recorded, and its drive stops on the fault as its own.
         """
         runtime = self.runtime
         child = child_run_id(parent.run_id, seq)
@@ -104,6 +107,11 @@ class RunFlows(FlowCatalog):
                 f"the child run {child} cannot be driven here: {exc.message}", retryable=False
             ) from None
         except CodedError as exc:
+            if store_fault(exc):
+                # The store failed under the child: it is the tree's fault, healed from the
+                # root (the parent's drive stops on it, and re-driving the parent drives the
+                # child on), never this call's answer.
+                raise
             raise NotPerformed(
                 f"the drive of the child run {child} stopped ({exc.message}); this call is "
                 "asked again when the parent is driven again"

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 from salvor.protocol import Effect, sha256_hash
+from salvor.store import store_fault
 
 # Keys of the identity document besides the key fields: a key path may not be one.
 _IDENTITY_NAMES = frozenset({"tool", "mcp_server"})
@@ -410,6 +411,8 @@ async def dispatch(
         DispatchFailed: the last attempt failed (or a failure said retrying cannot help).
         OutcomeUnknown: a write's handler sent it and got no answer.
         NotPerformed: the handler could not perform the call now.
+        StoreUnavailable: the daemon's store failed under the handler (``store_fault``: a
+            subagent's child could not record); not retried, and nothing of it is the tool's.
     """
     attempts = ATTEMPTS[tool.effect]
     for attempt in range(1, attempts + 1):
@@ -427,7 +430,12 @@ async def dispatch(
         except ToolFailed as exc:
             if not exc.retryable or attempt == attempts:
                 raise DispatchFailed(exc.message, attempt) from None
-        except Exception as exc:  # noqa: BLE001 -- a tool's own bug is its failure, never a crash of the caller
+        except Exception as exc:  # a tool's own bug is its failure, never a crash of the caller
+            if store_fault(exc):
+                # The daemon's own store failed under a tool it hosts (a subagent's child run):
+                # that is no failure of the tool's to record, and no retry can help before the
+                # store heals; the drive stops with the call's intent open, and is healed.
+                raise
             if attempt == attempts:
                 raise DispatchFailed(f"{type(exc).__name__}: {exc}", attempt) from None
         else:

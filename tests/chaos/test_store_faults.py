@@ -13,6 +13,10 @@ refused with ``503 store_unavailable``. Once the space is freed (or the
 files are mutable again) every run goes on to completion with nobody
 resuming it, and the daemon's log says it re-drove each one. Before the
 healer, the runs stayed in awaiting_model until a resume or a restart.
+
+Composed runs (graph runs mapping over items, subagent parents) heal the same
+way, from their roots: a child is driven by its root's drive, so the fault
+under it stops the root's, which the healer drives again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
+from tests.support.flows import offered_tools, tool_results, tool_use
+from tests.support.runtime import ledger
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text_reply
 
 RUNS = 3
@@ -326,6 +332,158 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
             rf"re-driving run {run_id} after a store error \(attempt \d+\)", daemon.log()
         )
         assert provider.call_count == 2
+    finally:
+        held.set()
+        if daemon.proc is not None and daemon.alive():
+            daemon.terminate()
+        http.close()
+        provider.stop()
+
+
+REFUNDER = """\
+name = "refunder"
+model = "scripted"
+max_response_tokens = 64
+system_prompt = "You refund the invoice you are given."
+[[tools]]
+name = "issue_refund"
+"""
+DELEGATOR = """\
+name = "delegator"
+model = "scripted"
+max_response_tokens = 64
+system_prompt = "You hand refunds to the refunder."
+flow_tools = ["subagent"]
+"""
+INVOICE = re.compile(r"INV-\d+")
+
+
+def composed_agent(toml: str, base_url: str) -> str:
+    return (
+        toml
+        + f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\nmax_retries = 0\n'
+        + "timeout_seconds = 60\n"
+    )
+
+
+def test_graph_runs_and_subagent_trees_stopped_by_a_full_disk_heal_from_their_roots(
+    request, tmp_path: Path
+) -> None:
+    """Map items' children and subagents' children are mid-call when the disk fills; their
+    store faults stop their roots' drives as store faults, ``healing`` counts the roots, and
+    once the disk has room every tree completes with no restart and no resume, each invoice
+    refunded once. Before, a map child's fault reached the driving set as an exception group
+    (a crashed drive) and a subagent child's as a stopped call: nothing healed, ``healing``
+    said 0, and the trees waited for a restart."""
+    disk = FullDisk(request, tmp_path)
+    held = threading.Event()
+    blocked: list[int] = []
+
+    def script(call: ProviderCall):
+        invoice = INVOICE.search(json.dumps(call.request["messages"][0])).group(0)
+        if "subagent" in offered_tools(call):
+            if not tool_results(call):
+                return tool_use("subagent", {"agent": "refunder", "task": f"refund {invoice}"})
+            return text_reply("delegated")
+        if not tool_results(call):
+            return tool_use("issue_refund", {"invoice_id": invoice, "amount_cents": 700})
+        return text_reply(f"refunded {invoice}")
+
+    def on_call(call: ProviderCall) -> None:
+        # Every refunder's answer after its refund waits until the disk is full.
+        if "subagent" not in offered_tools(call) and tool_results(call):
+            blocked.append(call.index)
+            held.wait(BOUND)
+
+    provider = ScriptedProvider(script, on_call=on_call)
+    effects = tmp_path / "effects.jsonl"
+    daemon = Daemon(tmp_path, f"sqlite:///{disk.store_dir / 'salvor.db'}", effects)
+    daemon.args += ["--model-endpoint", provider.base_url]
+    http = httpx.Client(base_url=daemon.base_url, timeout=30)
+    try:
+        daemon.start()
+        agents = {}
+        for toml in (REFUNDER, DELEGATOR):
+            registered = http.post(
+                "/v1/agents",
+                content=composed_agent(toml, provider.base_url),
+                headers={"content-type": "application/toml"},
+            )
+            assert registered.status_code == 201, registered.text
+            agents[toml] = registered.json()["agent"]
+        document = {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 2,
+                    "body": {"kind": "agent", "agent": agents[REFUNDER], "input": "$item"},
+                },
+                {"id": "tally", "kind": "fold", "over": "$nodes.each", "reducer": "count"},
+            ],
+            "edges": [{"from": "each", "to": "tally"}],
+        }
+        graph = http.post("/v1/graphs", json=document)
+        assert graph.status_code in (200, 201), graph.text
+        roots, invoices = [], []
+        for batch in (["INV-101", "INV-102"], ["INV-111", "INV-112"]):
+            items = [{"invoice_id": invoice} for invoice in batch]
+            started = http.post(
+                "/v1/graph-runs", json={"graph_hash": graph.json()["graph"], "input": items}
+            )
+            assert started.status_code == 201, started.text
+            roots.append(started.json()["run"])
+            invoices += batch
+        for invoice in ("INV-201", "INV-202"):
+            started = http.post(
+                "/v1/runs", json={"agent": agents[DELEGATOR], "input": f"refund {invoice}"}
+            )
+            assert started.status_code == 201, started.text
+            roots.append(started.json()["run"])
+            invoices.append(invoice)
+        _wait_for(
+            "every child's answer after its refund reaching the provider",
+            lambda: len(blocked) == len(invoices),
+            daemon,
+        )
+
+        disk.begin()
+        held.set()  # the answers arrive; recording them fails
+        # Health counts the trees waiting to heal by their roots (a child is its root's drive).
+        _wait_for(
+            "health counting every root as healing",
+            lambda: http.get("/v1/health").json()["healing"] == len(roots),
+            daemon,
+        )
+        for run_id in roots:
+            assert http.get(f"/v1/runs/{run_id}").json()["status"]["state"] != "completed"
+        disk.end()
+
+        def completed() -> bool:
+            return all(
+                http.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed"
+                for run_id in roots
+            )
+
+        _wait_for("every tree completing with nobody resuming it", completed, daemon)
+        _wait_for(
+            "health counting no run left to heal",
+            lambda: http.get("/v1/health").json()["healing"] == 0,
+            daemon,
+        )
+        listed = http.get("/v1/runs", params={"limit": 100}).json()["runs"]
+        assert len(listed) == len(roots) + len(invoices)
+        assert {run["status"]["state"] for run in listed} == {"completed"}, listed
+        log = daemon.log()
+        assert "drive crashed" not in log, log
+        for run_id in roots:
+            assert re.search(rf"re-driving run {run_id} after a store error", log), log
+        refunded = sorted(
+            r["input"]["invoice_id"] for r in ledger(effects) if r["tool"] == "issue_refund"
+        )
+        assert refunded == sorted(invoices)
     finally:
         held.set()
         if daemon.proc is not None and daemon.alive():

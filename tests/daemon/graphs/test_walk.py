@@ -416,6 +416,48 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
     log = await sound_log(runtime, run_id)
     # One item at a time, in item order: the item before the failed one was recorded.
     assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
+    # The item after it never started: no child exists that nothing would drive.
+    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+
+
+async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_agent):
+    """One item at a time; item 1 fails, and the items after it get no head.
+
+    Before, the failed item handed its slot on as it ended, so the next child's head was often
+    written before the walker heard of the failure; that child stayed ``running`` with no driver
+    until a restart recovered it as an ordinary run. Several graph runs, since which task the
+    scheduler ran first decided it."""
+
+    def script(call):
+        if '"b"' in task_of(call):
+            return ErrorReply(400, "no such model")
+        return echo(call)
+
+    agent = await agent_hash(runtime, make_agent, providers(script))
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 1,
+                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
+                },
+            ],
+            "edges": [],
+        },
+    )
+    for _ in range(8):
+        run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d", "e"])
+        view = await runtime.drive(run_id)
+        assert view.state is RunState.FAILED
+        assert "map item 1" in view.detail["error"]
+        for index in (2, 3, 4):
+            later = map_child_id(run_id, "each", index)
+            assert await runtime.find_view(later) is None, (index, await runtime.view(later))
 
 
 async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempotent_call(

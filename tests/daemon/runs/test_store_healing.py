@@ -12,21 +12,46 @@ refuses a given number of write checks.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sqlite3
 import subprocess
+import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
+from salvor.daemon.agents import parse_definition
+from salvor.daemon.flows import child_run_id
+from salvor.daemon.graphs import map_child_id
 from salvor.daemon.recording._store_access import open_store_access
 from salvor.daemon.runs._drivers import DriverSet
 from salvor.daemon.runs._healing import Backoff, StoreHealing
 from salvor.daemon.runs._runtime import Runtime
-from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
+from salvor.protocol import (
+    EMPTY_VIEW,
+    TOOL_ERROR_KEY,
+    EventKind,
+    ModelCallRequested,
+    RunStarted,
+    RunState,
+    check_batch,
+    graph_from_value,
+)
 from salvor.store import EventStore, StoreUnavailable, store_fault
 from salvor.store._errors import passes_by_itself
 
+from tests.daemon.proxies.test_salvor_server import (
+    OUTPUTS,
+    children,
+    delegating_script,
+    helper_agent,
+    salvor_agent,
+    subagent_seq,
+)
+from tests.support.flows import tool_results, tool_use
+from tests.support.runtime import agent_toml, ledger
 from tests.support.scripted_provider import text_reply
 
 # -- the backoff -----------------------------------------------------------------------------------
@@ -299,3 +324,246 @@ async def test_a_drive_stopped_for_another_reason_is_not_retried(runtime) -> Non
         drivers = DriverSet(runtime, nursery, healing=healing)
         drivers.start(orphan)
     assert not drivers.driving(orphan) and len(healing) == 0
+
+
+# -- composed runs: the tree heals from its root ---------------------------------------------------
+
+BOUND = 30.0  # seconds any one wait of a composed test may take before it fails
+
+
+async def until(what: str, check) -> None:
+    with trio.move_on_after(BOUND):
+        while not await check():
+            await trio.sleep(0.02)
+        return
+    raise AssertionError(f"{what} did not happen within {BOUND:g}s")
+
+
+def refunder_script(held: list[int], release: threading.Event, hold: str):
+    """A refunder's model: refund the invoice its task names, then say so. Its answer after the
+    refund of invoice ``hold`` waits for ``release`` (the store is made to refuse writes meanwhile),
+    so the refunder's drive stops on the store fault recording it."""
+
+    def task(call) -> str:
+        return call.request["messages"][0]["content"][0]["text"]
+
+    def script(call):
+        invoice = re.search(r"INV-\d+", task(call)).group(0)
+        if not tool_results(call):
+            return tool_use("issue_refund", {"invoice_id": invoice, "amount_cents": 500})
+        return text_reply(f"refunded {invoice}")
+
+    def on_call(call) -> None:
+        if tool_results(call) and hold in task(call):
+            held.append(call.index)
+            release.wait(BOUND)
+
+    return script, on_call
+
+
+async def fault_under_a_child(
+    refusal: Refusal,
+    runtime: Runtime,
+    root: str,
+    find_child: Callable[[], Awaitable[str]],
+    held: list[int],
+    release: threading.Event,
+    agent=None,
+) -> str:
+    """Drive ``root`` until ``child``'s answer is held at the provider, make the store refuse
+    writes, let the answer through, and check the tree waits to heal as its root (the child's
+    drive is its root's, so only the root is counted); then let the store take writes again and
+    wait for the healer to bring the root to completion, with nobody resuming anything.
+
+    Returns the child's run id (``find_child``'s, asked once the child's answer is held)."""
+    access = runtime.access
+    healing = StoreHealing(backoff=Backoff(first=0.05, ceiling=0.2))
+    async with trio.open_nursery() as nursery:
+        drivers = DriverSet(runtime, nursery, healing=healing)
+        drivers.spawn(
+            lambda: healing.heal_forever(access.check_writable, drivers.start), name="healing"
+        )
+        drivers.start(root, agent)
+
+        async def answer_held() -> bool:
+            return bool(held)
+
+        async def root_waits_to_heal() -> bool:
+            return healing.waiting(root)
+
+        await until("the child's answer reaching the provider", answer_held)
+        child = await find_child()
+        refusal.begin(root, child)
+        release.set()
+        await until(
+            "the root's drive stopping on the store fault, to be healed", root_waits_to_heal
+        )
+        assert len(healing) == 1 and not healing.waiting(child)
+        assert not drivers.driving(root) and not drivers.driving(child)
+        refusal.end()
+
+        async def healed() -> bool:
+            view = await runtime.view(root)
+            return view.state is RunState.COMPLETED and not len(healing)
+
+        await until("the root completing once the store takes writes", healed)
+        drivers.cancel_all("the test is over")
+    return child
+
+
+def refunds(effects_path: Path) -> list[str]:
+    return sorted(
+        r["input"]["invoice_id"] for r in ledger(effects_path) if r["tool"] == "issue_refund"
+    )
+
+
+async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
+    refusal: Refusal, registry, clock, providers, make_agent, effects_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, "salvor")
+    held: list[int] = []
+    release = threading.Event()
+    script, on_call = refunder_script(held, release, hold="INV-2")
+    provider = providers(script, on_call=on_call)
+    agent = make_agent(provider, tools=["issue_refund"])
+    graph = graph_from_value(
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 1,
+                    "body": {"kind": "agent", "agent": agent.agent_def_hash, "input": "$item"},
+                },
+                {"id": "tally", "kind": "fold", "over": "$nodes.each", "reducer": "count"},
+            ],
+            "edges": [{"from": "each", "to": "tally"}],
+        }
+    )
+    try:
+        async with open_store_access(refusal.url) as access:
+            runtime = Runtime(access, registry, clock=clock)
+            await runtime.register_agent(agent)
+            await runtime.register_graph(graph)
+            items = [{"invoice_id": "INV-1"}, {"invoice_id": "INV-2"}]
+            run_id = await runtime.start_graph_run(graph, items)
+
+            async def item_1() -> str:
+                return map_child_id(run_id, "each", 1)
+
+            await fault_under_a_child(refusal, runtime, run_id, item_1, held, release)
+            view = await runtime.view(run_id)
+            assert view.detail["output"] == {"tally": 2}
+            for index in (0, 1):
+                item = await runtime.view(map_child_id(run_id, "each", index))
+                assert item.state is RunState.COMPLETED
+            log = await runtime.log(run_id)
+            check_batch(EMPTY_VIEW, log)
+            recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
+            assert sorted(recorded) == [0, 1]
+    finally:
+        release.set()
+    # Each invoice refunded once; only the answer the store refused was asked for again.
+    assert refunds(effects_path) == ["INV-1", "INV-2"]
+    assert provider.call_count == 5
+    assert "drive crashed" not in caplog.text
+    assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
+
+
+async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_records_no_error(
+    refusal: Refusal, registry, clock, providers, make_agent, effects_path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, "salvor")
+    held: list[int] = []
+    release = threading.Event()
+    script, on_call = refunder_script(held, release, hold="INV-3")
+    child_provider = providers(script, on_call=on_call)
+    refunder = parse_definition(
+        'name = "refunder"\n' + agent_toml(child_provider.base_url, tools=["issue_refund"]),
+        "toml",
+        known_tools=registry.names(),
+    )
+    provider = providers(
+        [tool_use("subagent", {"agent": "refunder", "task": "refund INV-3"}), text_reply("done")]
+    )
+    parent = make_agent(provider, extra='flow_tools = ["subagent"]')
+    try:
+        async with open_store_access(refusal.url) as access:
+            runtime = Runtime(access, registry, clock=clock)
+            await runtime.register_agent(refunder)
+            run_id = await runtime.start_run(parent, "refund what is owed")
+
+            async def the_child() -> str:
+                return child_run_id(run_id, 3)
+
+            child = await fault_under_a_child(
+                refusal, runtime, run_id, the_child, held, release, parent
+            )
+            assert (await runtime.view(run_id)).status() == {"state": "completed", "output": "done"}
+            assert (await runtime.view(child)).state is RunState.COMPLETED
+            log = await runtime.log(run_id)
+            check_batch(EMPTY_VIEW, log)
+            # The subagent call completed once, with the child's answer: the store fault under
+            # the child was never recorded as the call's error.
+            completions = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
+            assert [c.seq for c in completions] == [3]
+            assert TOOL_ERROR_KEY not in completions[0].output
+            assert completions[0].output["summary"] == "refunded INV-3"
+    finally:
+        release.set()
+    assert refunds(effects_path) == ["INV-3"]
+    assert provider.call_count == 2 and child_provider.call_count == 3
+    assert "drive crashed" not in caplog.text
+    assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_parent(
+    refusal: Refusal, registry, clock, providers, upstream_env, tmp_path, caplog
+) -> None:
+    """The subagent call crosses salvor's MCP server (a process agent's lane): the fault under
+    the child stops the process and its drive as a store fault, and the healer starts both again."""
+    caplog.set_level(logging.INFO, "salvor")
+    held: list[int] = []
+    release = threading.Event()
+    child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
+
+    def hold(call) -> None:
+        held.append(call.index)
+        release.wait(BOUND)
+
+    child_provider = providers(lambda call: tool_use("finish", child_finish), on_call=hold)
+    provider = providers(delegating_script())
+    upstream_env(provider)
+    parent = salvor_agent(tmp_path, extra=OUTPUTS)
+    try:
+        async with open_store_access(refusal.url) as access:
+            runtime = Runtime(access, registry, clock=clock)
+            await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+            run_id = await runtime.start_run(parent, "delegate it")
+
+            async def the_child() -> str:
+                (found,) = await children(runtime, run_id)
+                return found
+
+            child = await fault_under_a_child(
+                refusal, runtime, run_id, the_child, held, release, parent
+            )
+            view = await runtime.view(run_id)
+            assert view.detail["output"]["summary"] == "helper said: found it"
+            assert (await runtime.view(child)).state is RunState.COMPLETED
+            log = await runtime.log(run_id)
+            check_batch(EMPTY_VIEW, log)
+            assert child == child_run_id(run_id, subagent_seq(log))
+            completions = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
+            called = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED]
+            # Each call of the lane completed once, none of them with an error.
+            assert len(completions) == len(called)
+            assert not any(TOOL_ERROR_KEY in c.output for c in completions)
+    finally:
+        release.set()
+    assert child_provider.call_count == 2
+    assert "drive crashed" not in caplog.text
+    assert f"re-driving run {run_id} after a store error (attempt" in caplog.text
