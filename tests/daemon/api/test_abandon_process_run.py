@@ -1,0 +1,128 @@
+"""Abandoning a process run ends its process: the group it leads, children included, is killed
+and waited for, nothing is recorded after ``RunAbandoned``, and a late call from a process the
+kill did not reach is refused in its wire's error shape, never answered with a 500."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import trio
+from salvor.protocol import EventKind
+
+from tests.support.backends import SQLITE_ONLY
+from tests.support.processes import gone
+from tests.support.scripted_provider import text_reply
+
+# SQLite alone (tests/support/backends.py): what it tests is a drive's end, above the store.
+STORE_BACKENDS = SQLITE_ONLY
+
+# A process agent that asks its model once, starts a child of its own in its process group
+# (``sleep 300``) and, in mode "escape", a helper in a session of its own (out of the group's
+# reach, as a program that daemonizes would be), writes their pids, and waits for GO. Then, in mode
+# "group", it asks its model again itself; in mode "escape" the helper asks the model and the
+# ``salvor`` MCP stand-in while the agent keeps waiting. LATE gets what the late calls heard.
+AGENT = r"""
+import json, os, subprocess, sys, time, urllib.error, urllib.request
+from pathlib import Path
+
+
+def post(url, body):
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return {"status": answer.status, "body": json.loads(answer.read() or b"null")}
+    except urllib.error.HTTPError as refused:
+        return {"status": refused.code, "body": json.loads(refused.read() or b"null")}
+
+
+def ask(text):
+    body = {"model": "scripted-model", "messages": [{"role": "user", "content": text}]}
+    return post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", body)
+
+
+def write(name, value):
+    path = Path(os.environ[name])
+    path.with_suffix(".tmp").write_text(json.dumps(value))
+    path.with_suffix(".tmp").rename(path)
+
+
+def wait_for_go():
+    go, deadline = Path(os.environ["GO"]), time.monotonic() + 300
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+mode = sys.argv[1]
+if mode == "helper":
+    wait_for_go()
+    model = ask("and then?")
+    mcp = post(os.environ["SALVOR_MCP_URL_SALVOR"], {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    write("LATE", {"model": model, "mcp": mcp})
+    sys.exit(0)
+ask(os.environ["SALVOR_PROMPT"])
+pids = [os.getpid(), subprocess.Popen(["sleep", "300"]).pid]
+if mode == "escape":
+    helper = subprocess.Popen([sys.executable, sys.argv[0], "helper"], start_new_session=True)
+    pids.append(helper.pid)
+write("PIDS", pids)
+wait_for_go()
+if mode == "group":
+    write("LATE", {"model": ask("and then?")})
+else:
+    time.sleep(300)
+"""
+
+
+def definition(tmp_path, mode: str) -> str:
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    env = {name: str(tmp_path / name.lower()) for name in ("PIDS", "GO", "LATE")}
+    command = json.dumps([sys.executable, str(script), mode])
+    return (
+        f'name = "sleeper"\nkind = "process"\ncommand = {command}\ntimeout = 600\n[env]\n'
+        + "".join(f"{name} = {json.dumps(value)}\n" for name, value in env.items())
+    )
+
+
+async def started_agent(
+    server, providers, monkeypatch, tmp_path, mode: str = "group"
+) -> tuple[str, list[int]]:
+    """A run of the sleeping agent, once its first call is answered and its child started."""
+    provider = providers([text_reply("first"), text_reply("second")])
+    monkeypatch.setenv("SALVOR_AGENT_UPSTREAM", provider.base_url)
+    agent = await server.register_agent(definition(tmp_path, mode))
+    run_id = await server.start_run(agent, "wait for me")
+    with trio.fail_after(60):
+        while not (tmp_path / "pids").exists():
+            await trio.sleep(0.02)
+    return run_id, json.loads((tmp_path / "pids").read_text())
+
+
+async def test_abandon_kills_the_process_group_of_a_driven_process_run(
+    server_factory, providers, monkeypatch, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO)
+    server = await server_factory(allow_process_agents=True)
+    run_id, pids = await started_agent(server, providers, monkeypatch, tmp_path)
+    assert not any(gone(pid) for pid in pids)
+
+    response = await server.client.post(f"/v1/runs/{run_id}/abandon", json={"reason": "enough"})
+    assert response.status_code == 200, response.text
+    (tmp_path / "go").write_text("go")  # a process still there now makes its late call
+
+    with trio.fail_after(30):  # a bound for a process that never goes, not a guess at the time
+        while not all(gone(pid) for pid in pids):
+            await trio.sleep(0.02)
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "abandoned", body
+    assert body["status"]["reason"] == "enough"
+    access = server.state.runtime.access
+    log = await access.read(access.store.read_log, run_id)
+    assert log[-1].event.KIND is EventKind.RUN_ABANDONED, log[-3:]
+    assert not (tmp_path / "late").exists()
+    assert "Traceback" not in caplog.text
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
