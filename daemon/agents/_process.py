@@ -454,6 +454,16 @@ async def _settle(
     if session.interrupted is not None:
         # A lane stopped the drive before its call was written (another run holds its key).
         raise session.interrupted
+    if session.superseded is not None:
+        # Another writer appended under this drive: the log, not the process's exit, says where
+        # the run is. An ended run (abandoned beside this daemon) stays as that writer left it.
+        view = await ctx.access.read(ctx.access.store.read_view, run_id)
+        if view is not None and view.terminal:
+            return view
+        raise DriveInterrupted(
+            f"another writer appended to run {run_id} while this drive ran; the run keeps its "
+            f"log, and `salvor resume {run_id}` goes on from it"
+        )
     if (
         session.rested.is_set()
         or ctx.view.terminal

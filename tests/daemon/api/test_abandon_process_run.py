@@ -4,12 +4,15 @@ kill did not reach is refused in its wire's error shape, never answered with a 5
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
 
 import trio
-from salvor.protocol import EventKind
+from salvor.protocol import EventKind, RunAbandoned
 
 from tests.support.backends import SQLITE_ONLY
 from tests.support.processes import gone
@@ -125,4 +128,82 @@ async def test_abandon_kills_the_process_group_of_a_driven_process_run(
     assert log[-1].event.KIND is EventKind.RUN_ABANDONED, log[-3:]
     assert not (tmp_path / "late").exists()
     assert "Traceback" not in caplog.text
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+async def wait_gone(pids: list[int]) -> None:
+    with trio.fail_after(30):  # a bound for a process that never goes, not a guess at the time
+        while not all(gone(pid) for pid in pids):
+            await trio.sleep(0.02)
+
+
+async def late_calls(tmp_path) -> dict:
+    """Let the helper make its late calls; what they heard."""
+    (tmp_path / "go").write_text("go")
+    with trio.fail_after(60):
+        while not (tmp_path / "late").exists():
+            await trio.sleep(0.02)
+    return json.loads((tmp_path / "late").read_text())
+
+
+def kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_process_that_left_the_group_is_refused_in_its_wires_shape_after_the_abandon(
+    server_factory, providers, monkeypatch, tmp_path, caplog
+):
+    server = await server_factory(allow_process_agents=True)
+    run_id, (agent, child, helper) = await started_agent(
+        server, providers, monkeypatch, tmp_path, "escape"
+    )
+    try:
+        response = await server.client.post(f"/v1/runs/{run_id}/abandon", json={})
+        assert response.status_code == 200, response.text
+        await wait_gone([agent, child])
+        assert not gone(helper)  # out of the group's reach, as a daemonized program is
+        late = await late_calls(tmp_path)
+    finally:
+        kill(helper)
+    # Its drive has ended: the capability names no run any more, and each lane says so its way.
+    assert late["model"]["status"] == 404, late
+    assert "the drive it was issued to has ended" in late["model"]["body"]["error"]["message"]
+    assert late["mcp"]["status"] == 404, late
+    assert late["mcp"]["body"]["jsonrpc"] == "2.0" and "error" in late["mcp"]["body"], late
+    access = server.state.runtime.access
+    log = await access.read(access.store.read_log, run_id)
+    assert log[-1].event.KIND is EventKind.RUN_ABANDONED
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+async def test_a_run_ended_by_another_writer_refuses_its_process_and_ends_the_drive(
+    server_factory, providers, monkeypatch, tmp_path, caplog
+):
+    """Another writer of the store (a ``salvor`` process beside the daemon) abandons the run
+    under the daemon's drive: the next call of its process meets the run's end, is refused with
+    a 410 in its wire's shape (not a 500), and the drive ends, its process group with it."""
+    server = await server_factory(allow_process_agents=True)
+    run_id, (agent, child, helper) = await started_agent(
+        server, providers, monkeypatch, tmp_path, "escape"
+    )
+    access = server.state.runtime.access
+    try:
+        # The first call's answer is recorded once the agent has it: wait until it is.
+        with trio.fail_after(30):
+            while (view := await access.read(access.store.read_view, run_id)).pending:
+                await trio.sleep(0.02)
+        await access.append(run_id, [RunAbandoned(reason="from the shell")], view)
+        late = await late_calls(tmp_path)
+        await wait_gone([agent, child])
+    finally:
+        kill(helper)
+    assert late["model"]["status"] == 410, late
+    assert "takes no more calls" in late["model"]["body"]["error"]["message"], late
+    assert late["mcp"]["status"] in (200, 404), late  # refused by the lane, or once unmounted
+    assert "error" in late["mcp"]["body"], late
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "abandoned", body
+    log = await access.read(access.store.read_log, run_id)
+    assert log[-1].event.KIND is EventKind.RUN_ABANDONED
     assert not [r for r in caplog.records if r.exc_info], caplog.text
