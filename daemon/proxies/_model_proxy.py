@@ -314,8 +314,8 @@ class ProxySession:
         self.store_fault: StoreUnavailable | None = None
         # The recoverable stop that ended this drive, if one did (``interrupt``).
         self.interrupted: DriveInterrupted | None = None
-        # Another writer's append that this drive's call met, if one did (``_stop_superseded``).
-        self.superseded: SeqConflict | None = None
+        # Why another writer's append stopped this drive, if one did (``supersede``).
+        self.superseded: str | None = None
         self._scopes: set[trio.CancelScope] = set()
         # The run's MCP stand-in lanes by server name (``_mcp_lane``),
         # served under ``.../mcp/<name>``.
@@ -408,11 +408,16 @@ class ProxySession:
         return True
 
     def _stop_superseded(self, exc: SeqConflict) -> None:
-        """Another writer appended to the run under this drive (a ``salvor`` process beside this
-        one abandoned it): the drive stops, its process too, and nothing of the refused call was
-        recorded. The driver reads the log again (``superseded``) rather than settle the run
-        by the process's exit."""
-        self.superseded = exc
+        """A call met another writer's append to the run (``supersede``); nothing of it was
+        recorded."""
+        self.supersede(exc.message)
+
+    def supersede(self, why: str) -> None:
+        """Stop the drive, its process too: another writer appended to the run under it (a
+        ``salvor abandon`` beside this daemon ended it). The driver reads the log again
+        (``superseded`` says why) rather than settle the run by the process's exit."""
+        if self.superseded is None:
+            self.superseded = why
         self.rested.set()
 
     @property

@@ -15,6 +15,7 @@ import trio
 from salvor.protocol import EventKind, RunAbandoned
 
 from tests.support.backends import SQLITE_ONLY
+from tests.support.cli import salvor_in_process
 from tests.support.processes import gone
 from tests.support.scripted_provider import text_reply
 
@@ -204,6 +205,31 @@ async def test_a_run_ended_by_another_writer_refuses_its_process_and_ends_the_dr
     assert "error" in late["mcp"]["body"], late
     body = await server.wait_resting(run_id)
     assert body["status"]["state"] == "abandoned", body
+    log = await access.read(access.store.read_log, run_id)
+    assert log[-1].event.KIND is EventKind.RUN_ABANDONED
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+
+
+async def test_salvor_abandon_beside_the_daemon_ends_the_process_it_drives(
+    server_factory, providers, monkeypatch, tmp_path, caplog, store_url
+):
+    """``salvor abandon`` works beside a daemon (it takes no lock); the daemon's drive of the run
+    reads that the run ended and stops, its process group with it, though the process never
+    calls again."""
+    server = await server_factory(allow_process_agents=True)
+    run_id, pids = await started_agent(server, providers, monkeypatch, tmp_path)
+    access = server.state.runtime.access
+    with trio.fail_after(30):  # the first call's answer is recorded once the agent has it
+        while (await access.read(access.store.read_view, run_id)).pending:
+            await trio.sleep(0.02)
+    done = await trio.to_thread.run_sync(
+        lambda: salvor_in_process("abandon", "--store", store_url, run_id, "--reason", "shell")
+    )
+    assert done.returncode == 0, done.stderr
+    await wait_gone(pids)  # GO is never written: the agent would have waited 300 s
+    body = await server.wait_resting(run_id)
+    assert body["status"]["state"] == "abandoned", body
+    assert body["status"]["reason"] == "shell"
     log = await access.read(access.store.read_log, run_id)
     assert log[-1].event.KIND is EventKind.RUN_ABANDONED
     assert not [r for r in caplog.records if r.exc_info], caplog.text
