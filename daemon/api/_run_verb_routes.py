@@ -127,6 +127,13 @@ ABANDON_RUN = Operation(
     operation_id="abandonRun",
     tag="runs",
     summary="Retire an unfinished run with a terminal RunAbandoned",
+    description=(
+        "A drive of the run in this daemon is stopped first: a process agent's process group is "
+        "killed and waited for, and what the drive records on its way out lands before "
+        "RunAbandoned, the run's last event. Its subagent children that have not ended are "
+        "abandoned after it. A later call from a process of the run (one that left its group) is "
+        "refused in its wire's error shape."
+    ),
     parameters=RUN_ID,
     body=ABANDON,
     answers={
