@@ -808,9 +808,10 @@ class Runtime(Forks):
         drive records on its way out (a paid model call's answer) lands before ``RunAbandoned``.
         The run is then held while ``RunAbandoned`` is appended, so nothing is recorded after it.
 
-        Its subagent children that have not ended are abandoned after it, and theirs after them,
-        each saying why. A failure partway (the store) leaves the run abandoned and the children
-        not yet reached as they were; abandoning a child by hand finishes the job.
+        Its subagent children and map items that have not ended are abandoned after it, and
+        theirs after them, each saying why. A failure partway (the store) leaves the run abandoned
+        and the children not yet reached as they were; abandoning a child by hand finishes the
+        job.
 
         Raises:
             OperationRefused: unknown_run, or wrong_state for a terminal run.
@@ -839,15 +840,21 @@ class Runtime(Forks):
             )
 
     async def _abandon_children(self, parent: str) -> None:
-        """Abandon the subagent children of ``parent`` that have not ended (``abandon``)."""
-        children, _ = await self.list_runs(label=(PARENT_LABEL, parent))
-        for child in children:
-            if child.state is None or RunState(child.state) in TERMINAL_STATES:
-                continue
-            try:
-                await self.abandon(child.run_id, f"its parent run {parent} was abandoned")
-            except OperationRefused:
-                pass  # it ended between the listing and now: nothing left to abandon
+        """Abandon the children of ``parent`` that have not ended (``abandon``): its subagents'
+        and, for a graph run, its map items', whose drive was its walk's (left alone, the next
+        start would recover them as runs of their own and finish work nobody wants)."""
+        for label, why in (
+            (PARENT_LABEL, f"its parent run {parent} was abandoned"),
+            (MAP_OF_LABEL, f"its graph run {parent} was abandoned"),
+        ):
+            children, _ = await self.list_runs(label=(label, parent))
+            for child in children:
+                if child.state is None or RunState(child.state) in TERMINAL_STATES:
+                    continue
+                try:
+                    await self.abandon(child.run_id, why)
+                except OperationRefused:
+                    pass  # it ended between the listing and now: nothing left to abandon
 
     async def census(self) -> tuple[dict[str, int], int]:
         """Runs per state and the idempotency identities held open (``EventStore.census``), read
