@@ -114,6 +114,17 @@ class AgentKind(enum.StrEnum):
 # The kinds a definition names with ``kind``; absent, it is a built-in agent.
 KINDS = (AgentKind.PROCESS, AgentKind.SERVICE)
 DEFAULT_PROCESS_TIMEOUT = 300.0
+# The longest each duration a definition sets may be, in seconds, with how a refusal says it. A
+# bound refuses nonsense (1e300 passes every positivity check and overflows the first timer or
+# date it reaches), not a policy: each lies far past what its field needs.
+# One life of a process or service agent's process (one drive): a run that waits on a person or
+# a timer has its process stopped, so this times work alone, and a week is past any agent's
+# single stretch of it.
+MAX_PROCESS_TIMEOUT = (7 * 86400.0, "7 days")
+# One model call, a streamed answer included.
+MAX_LLM_TIMEOUT = (3600.0, "1 hour")
+# A run's whole life, its sleeps and its waits on people included (leave the budget out for none).
+MAX_WALL_TIME_BUDGET = (365 * 86400.0, "365 days")
 # Why each kind needs the operator's opt-in before it is accepted over HTTP.
 _OPT_IN_REASONS = {
     "process": "process agents run a command on the daemon's machine",
@@ -252,6 +263,16 @@ def _whole(value: Any) -> bool:
 
 def _positive_number(where: str, value: Any, at: tuple[str | int, ...]) -> None:
     _expect(type(value) in (int, float) and value > 0, f"`{where}` must be a positive number", at)
+
+
+def _duration(where: str, value: Any, at: tuple[str | int, ...], bound: tuple[float, str]) -> None:
+    """A positive number of seconds no longer than ``bound`` (seconds, and how to say them)."""
+    most, said = bound
+    _expect(
+        type(value) in (int, float) and 0 < value <= most,
+        f"`{where}` must be a positive number of seconds, at most {most:.0f} ({said})",
+        at,
+    )
 
 
 def _document(text: str, fmt: str, stored: bool) -> tuple[dict, MarkdownAgent | None]:
@@ -419,7 +440,7 @@ def _llm(llm_raw: Any, credentials: Credentials | None) -> LlmSettings:
         ("llm", "max_retries"),
     )
     timeout = llm_raw.get("timeout_seconds", 120)
-    _positive_number("[llm] timeout_seconds", timeout, ("llm", "timeout_seconds"))
+    _duration("[llm] timeout_seconds", timeout, ("llm", "timeout_seconds"), MAX_LLM_TIMEOUT)
     stream = llm_raw.get("stream", False)
     _expect(isinstance(stream, bool), "[llm] stream must be true or false", ("llm", "stream"))
     if credentials is not None:
@@ -644,7 +665,10 @@ def _budgets_and_pricing(raw: dict) -> tuple[dict, dict | None]:
     budgets = raw.get("budgets", {})
     _check_keys("[budgets]", budgets, set(BUDGET_KINDS), ("budgets",))
     for kind, limit in budgets.items():
-        _positive_number(f"[budgets] {kind}", limit, ("budgets", kind))
+        if kind == "wall_time_seconds":
+            _duration(f"[budgets] {kind}", limit, ("budgets", kind), MAX_WALL_TIME_BUDGET)
+        else:
+            _positive_number(f"[budgets] {kind}", limit, ("budgets", kind))
     pricing = raw.get("pricing")
     if pricing is not None:
         _check_keys("[pricing]", pricing, _PRICING, ("pricing",))
@@ -782,8 +806,7 @@ def _outside_agent(
     ``salvor`` MCP server and its result's source).
     """
     timeout = raw.get("timeout", DEFAULT_PROCESS_TIMEOUT)
-    _positive_number("timeout", timeout, ("timeout",))
-    _expect(timeout != float("inf"), "`timeout` must be finite", ("timeout",))
+    _duration("timeout", timeout, ("timeout",), MAX_PROCESS_TIMEOUT)
     record_prompts = _record_prompts(raw)
     try:
         # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.

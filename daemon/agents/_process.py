@@ -52,7 +52,7 @@ from datetime import datetime
 from typing import Any
 
 import trio
-from salvor.protocol import Envelope, RunCompleted, RunFailed, RunState, RunView
+from salvor.protocol import CodedError, Envelope, RunCompleted, RunFailed, RunState, RunView
 
 from ..flows import FlowHost
 from ..mcp import McpServerSpec
@@ -90,6 +90,9 @@ STDERR_TAIL_BYTES = 2000
 # What a run answering on its standard output keeps of it: the end, where an agent prints its
 # answer after whatever it logged on the way.
 STDOUT_TAIL_BYTES = 64 * 1024
+# How often a running agent's drive reads whether its run was ended by another writer (a
+# `salvor abandon` beside the daemon): the longest such a process runs on.
+END_WATCH_SECONDS = 2.0
 
 
 def task_prompt(run_input: Any) -> str:
@@ -352,6 +355,27 @@ async def supervise(
     return timer.cancelled_caught, tail.text()
 
 
+async def watch_for_an_end(
+    access: StoreAccess, run_id: str, session: ProxySession, every: float = END_WATCH_SECONDS
+) -> None:
+    """Stop the drive (``session.supersede``) once the store says the run has ended under it.
+
+    Another writer of the store may end a run this daemon drives: ``salvor abandon`` works beside
+    a daemon. Its process must not run on until its next call meets the end, so its run's row is
+    read every ``every`` seconds while it runs (one indexed read, on a reader thread). A read
+    that fails is skipped: a store fault is for the run's own appends to meet.
+    """
+    while not session.rested.is_set():
+        await trio.sleep(every)
+        try:
+            view = await access.read(access.store.read_view, run_id)
+        except CodedError:
+            continue
+        if view is not None and view.terminal:
+            session.supersede(f"run {run_id} {view.state.value} by another writer of the store")
+            return
+
+
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
@@ -424,9 +448,12 @@ async def _run_process(
                     )
                 )
             return ctx.view
-        timed_out, stderr = await supervise(
-            process, settings.timeout, until=session.rested, stdout=stdout
-        )
+        async with trio.open_nursery() as watching:
+            watching.start_soon(watch_for_an_end, access, run_id, session)
+            timed_out, stderr = await supervise(
+                process, settings.timeout, until=session.rested, stdout=stdout
+            )
+            watching.cancel_scope.cancel(reason="the agent process is gone")
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
@@ -454,6 +481,16 @@ async def _settle(
     if session.interrupted is not None:
         # A lane stopped the drive before its call was written (another run holds its key).
         raise session.interrupted
+    if session.superseded is not None:
+        # Another writer appended under this drive: the log, not the process's exit, says where
+        # the run is. An ended run (abandoned beside this daemon) stays as that writer left it.
+        view = await ctx.access.read(ctx.access.store.read_view, run_id)
+        if view is not None and view.terminal:
+            return view
+        raise DriveInterrupted(
+            f"another writer appended to run {run_id} while this drive ran; the run keeps its "
+            f"log, and `salvor resume {run_id}` goes on from it"
+        )
     if (
         session.rested.is_set()
         or ctx.view.terminal

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from salvor.protocol import OUTPUT_TYPES, FlowTool
 
-from ..agents import HTTP_FIELDS, MAX_DESCRIPTION_CHARS, OUTPUT_SOURCES, PROVIDERS
-from ..mcp import SERVER_FIELDS, STAND_IN_FIELDS
+from ..agents import (
+    HTTP_FIELDS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_LLM_TIMEOUT,
+    MAX_PROCESS_TIMEOUT,
+    MAX_WALL_TIME_BUDGET,
+    OUTPUT_SOURCES,
+    PROVIDERS,
+)
+from ..mcp import MAX_MCP_TIMEOUT, SERVER_FIELDS, STAND_IN_FIELDS
 from ._schema import ANY as _ANY
 from ._schema import JSON
 from ._schema import closed as _object
@@ -28,6 +36,19 @@ _NAME = {
     "description": "A display label, excluded from the agent hash.",
 }
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+
+
+def _seconds(most: float, said: str) -> JSON:
+    """A positive number of seconds, at most ``most`` (``said``, as a refusal words it)."""
+    return {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": int(most),
+        "description": f"Seconds, at most {most:.0f} ({said}).",
+    }
+
+
+_PROCESS_TIMEOUT = _seconds(*MAX_PROCESS_TIMEOUT)
 # What Python's str.isspace() calls whitespace, which an http(s) URL here must not hold anywhere.
 _SPACE = "\\s\\u001c-\\u001f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 _PORT = "0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
@@ -97,12 +118,19 @@ AGENT_SCHEMAS: JSON = {
                                     "bound to the endpoint (the served document names it).",
                                 },
                                 "max_retries": {"type": "integer", "minimum": 0, "maximum": 20},
-                                "timeout_seconds": _POSITIVE,
+                                "timeout_seconds": _seconds(*MAX_LLM_TIMEOUT),
                                 "stream": {"type": "boolean"},
                             },
                         )
                     ),
-                    "budgets": _object({kind: _POSITIVE for kind in HTTP_FIELDS["budgets"]}),
+                    "budgets": _object(
+                        {
+                            kind: _seconds(*MAX_WALL_TIME_BUDGET)
+                            if kind == "wall_time_seconds"
+                            else _POSITIVE
+                            for kind in HTTP_FIELDS["budgets"]
+                        }
+                    ),
                     "pricing": _nullable(
                         _object(
                             _exactly(
@@ -211,7 +239,7 @@ AGENT_SCHEMAS: JSON = {
                         "propertyNames": {"pattern": "^[^=\\u0000]+$"},
                         "additionalProperties": {"type": "string"},
                     },
-                    "timeout": _POSITIVE,
+                    "timeout": _PROCESS_TIMEOUT,
                     "record_prompts": {"type": "boolean"},
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
                     "salvor_mcp": {
@@ -250,7 +278,7 @@ AGENT_SCHEMAS: JSON = {
                             "`${VAR}` is read from the daemon's environment when it POSTs."
                         ),
                     },
-                    "timeout": _POSITIVE,
+                    "timeout": _PROCESS_TIMEOUT,
                     "record_prompts": {"type": "boolean"},
                 },
             ),
@@ -335,7 +363,7 @@ AGENT_SCHEMAS: JSON = {
                             "write records (default: all of it). Built-in agents only."
                         ),
                     },
-                    "timeout": {"type": "number", "exclusiveMinimum": 0},
+                    "timeout": _seconds(MAX_MCP_TIMEOUT, "1 day"),
                     "port": {
                         "type": "integer",
                         "minimum": 1,

@@ -3,7 +3,8 @@ and ``/abandon``.
 
 A resolve settles the write a run was parked on, which leaves the run exactly where an interrupted
 one is: the daemon drives it on at once, as its recovery would at the next start, rather than
-leave it ``running`` with no driver until someone resumes it or the daemon restarts.
+leave it ``running`` with no driver until someone resumes it or the daemon restarts. An abandoned
+child leaves the run waiting on it the same way, and it is driven on the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from quart_trio import QuartTrio
 from salvor.protocol import Actor, RunView
 
 from ..recording import parse_run_id
-from ..runs import MISSING, ResumeOutcome
+from ..runs import MISSING, ResumeOutcome, driver_of
 from ..web import OperationRefused
 from ._answers import ABANDONED, RESOLVED, RESUME_DRIVING, RESUME_FINISHED
 from ._bodies import ABANDON, RESOLVE_RUN, RESUME
@@ -27,7 +28,8 @@ log = logging.getLogger("salvor.api")
 
 
 async def drive_on_after_resolve(state: ServerState, run_id: str, view: RunView) -> None:
-    """Drive a server-driven run on once a resolve has settled its write.
+    """Drive a server-driven run on once a resolve has settled its write (or a child it waits
+    on was abandoned).
 
     A client-driven run is its client's to drive (it re-opens the run), and a run another live
     ``salvor`` beside this daemon drives goes on there. A run this daemon cannot drive (its agent
@@ -127,6 +129,14 @@ ABANDON_RUN = Operation(
     operation_id="abandonRun",
     tag="runs",
     summary="Retire an unfinished run with a terminal RunAbandoned",
+    description=(
+        "A drive of the run in this daemon is stopped first: a process agent's process group is "
+        "killed and waited for, and what the drive records on its way out lands before "
+        "RunAbandoned, the run's last event. Its subagent children and map items that have not "
+        "ended are abandoned after it, and a run waiting on it (a subagent's parent, a map "
+        "item's graph run) is driven on, hearing how it ended. A later call from a process of "
+        "the run (one that left its group) is refused in its wire's error shape."
+    ),
     parameters=RUN_ID,
     body=ABANDON,
     answers={
@@ -178,4 +188,10 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         body = await ABANDON.read()
         seq, view = await runtime.abandon(run_id, body.get("reason"))
+        # A child's end is the next step of the run that waits on it (a subagent's parent, a map
+        # item's graph run), whose walk the abandon may have stopped: it goes on and hears it.
+        parent = driver_of(view)
+        found = None if parent is None else await runtime.find_view(parent)
+        if found is not None:
+            await drive_on_after_resolve(state, parent, found)
         return ABANDONED.respond(run=run_id, abandoned=True, appended_seq=seq, status=view.status())

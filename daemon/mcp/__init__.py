@@ -10,6 +10,7 @@ from ._client import (
     open_session,
 )
 from ._definition import (
+    MAX_MCP_TIMEOUT,
     SERVER_FIELDS,
     STAND_IN_FIELDS,
     McpDefinitionError,
@@ -42,6 +43,7 @@ from ._tools import (
 )
 
 __all__ = [
+    "MAX_MCP_TIMEOUT",
     "MAX_MESSAGE_BYTES",
     "SERVER_FIELDS",
     "STAND_IN_FIELDS",

@@ -12,7 +12,6 @@ headers as written and a secret is never part of a stored definition.
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -24,6 +23,10 @@ from ..tools import Probe, check_key_paths, check_path
 from ..web import HEADER_NAME, PLACEHOLDER, is_http_url, stray_placeholder
 
 DEFAULT_MCP_TIMEOUT = 60.0
+# The longest a server's `timeout` may be, in seconds: a bound against nonsense (1e300 overflows
+# the first timer it reaches), far past one tool call; work longer than a day is a job a tool
+# starts and another polls.
+MAX_MCP_TIMEOUT = 86400.0
 # A server's name becomes part of a tool-listing call's name in the log and,
 # for process agents, of a variable name: keep it to a safe alphabet.
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -398,8 +401,9 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     spec["probes"] = _probes(where, entry.get("probes", {}), spec["effects"], spec.get("tools"))
     timeout = entry.get("timeout", DEFAULT_MCP_TIMEOUT)
     _expect(
-        type(timeout) in (int, float) and 0 < timeout and math.isfinite(timeout),
-        f"{where} `timeout` must be a positive, finite number of seconds",
+        type(timeout) in (int, float) and 0 < timeout <= MAX_MCP_TIMEOUT,
+        f"{where} `timeout` must be a positive, finite number of seconds, at most "
+        f"{MAX_MCP_TIMEOUT:.0f} (1 day)",
     )
     spec["timeout"] = float(timeout)
     return McpServerSpec(**spec)

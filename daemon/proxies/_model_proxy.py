@@ -54,7 +54,7 @@ from salvor.protocol import (
     parse_strict,
     sha256_hash,
 )
-from salvor.store import StoreUnavailable
+from salvor.store import SeqConflict, StoreUnavailable
 
 from ..metrics import DaemonMetrics
 from ..models import ANTHROPIC_VERSION, endpoint_url
@@ -70,7 +70,7 @@ from ..web import (
     tls_context,
 )
 from ..web import serve as serve_asgi
-from ._mcp_endpoint import serve_mcp
+from ._mcp_endpoint import INVALID_REQUEST, serve_mcp
 from ._wire import (
     ANTHROPIC_MESSAGES,
     OPENAI_CHAT,
@@ -314,6 +314,8 @@ class ProxySession:
         self.store_fault: StoreUnavailable | None = None
         # The recoverable stop that ended this drive, if one did (``interrupt``).
         self.interrupted: DriveInterrupted | None = None
+        # Why another writer's append stopped this drive, if one did (``supersede``).
+        self.superseded: str | None = None
         self._scopes: set[trio.CancelScope] = set()
         # The run's MCP stand-in lanes by server name (``_mcp_lane``),
         # served under ``.../mcp/<name>``.
@@ -378,6 +380,11 @@ class ProxySession:
                             503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}")
                         )
                         return
+                    except SeqConflict as exc:
+                        self._stop_superseded(exc)
+                        # 410: the SDKs retry a 409 or a 503, and this run takes no more calls.
+                        await reply.json(410, error_body(wire, 410, self.superseded_message))
+                        return
             if scope.cancelled_caught:
                 await reply.json(
                     503,
@@ -399,6 +406,26 @@ class ProxySession:
         self.store_fault = exc
         self.rested.set()
         return True
+
+    def _stop_superseded(self, exc: SeqConflict) -> None:
+        """A call met another writer's append to the run (``supersede``); nothing of it was
+        recorded."""
+        self.supersede(exc.message)
+
+    def supersede(self, why: str) -> None:
+        """Stop the drive, its process too: another writer appended to the run under it (a
+        ``salvor abandon`` beside this daemon ended it). The driver reads the log again
+        (``superseded`` says why) rather than settle the run by the process's exit."""
+        if self.superseded is None:
+            self.superseded = why
+        self.rested.set()
+
+    @property
+    def superseded_message(self) -> str:
+        return (
+            f"run {self.run_id} was ended or moved on by another writer while this process ran; "
+            "it takes no more calls from it"
+        )
 
     def interrupt(self, reason: DriveInterrupted) -> None:
         """Stop the drive (its process too) with the run recoverable, as ``reason`` says.
@@ -438,6 +465,9 @@ class ProxySession:
                     except StoreUnavailable as exc:
                         if not self._stop_on_store_fault(exc):
                             raise
+                        return None
+                    except SeqConflict as exc:
+                        self._stop_superseded(exc)
                         return None
             return None
         finally:
@@ -735,7 +765,23 @@ class ModelProxy:
         wire = ROUTES.get(rest, OPENAI_CHAT)
         session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
         if session is None:
-            await reply.json(404, error_body(wire, 404, "no run is mounted at this path"))
+            # A capability lasts as long as the drive it was issued to: a process that outlived
+            # its run's drive (one that left its process group) is told so, in its lane's shape.
+            gone = (
+                "no run is mounted at this path: the drive it was issued to has ended (a run's "
+                "proxy path lasts as long as one drive of it)"
+            )
+            if rest.startswith("mcp/"):
+                await reply.json(
+                    404,
+                    {
+                        "jsonrpc": "2.0",
+                        "id": None,
+                        "error": {"code": INVALID_REQUEST, "message": gone},
+                    },
+                )
+            else:
+                await reply.json(404, error_body(wire, 404, gone))
             return
         if rest.startswith("mcp/"):
             await serve_mcp(

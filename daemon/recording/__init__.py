@@ -6,7 +6,7 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 
 from __future__ import annotations
 
-from ._driving import InProcessDriving, RunDriving
+from ._driving import DriveStopped, InProcessDriving, RunDriving
 from ._refusals import (
     checked_labels,
     needs_reconciliation,
@@ -33,6 +33,7 @@ from ._store_access import (
 __all__ = [
     "CallInFlight",
     "DriveInterrupted",
+    "DriveStopped",
     "InProcessDriving",
     "Parked",
     "RunContext",

@@ -9,6 +9,11 @@ the first to end, then reads the log the first left and goes on from there (usua
 run already at rest). Nobody drives a run without holding it: ``agents.drive`` and
 ``graphs.drive_graph`` take the hold themselves.
 
+A drive can also be stopped from outside (``stop``): abandoning a run ends whatever drive holds
+it, and the drives waiting for it, before ``RunAbandoned`` is appended, so the drive's process is
+gone and nothing it would still record lands after the run's end. A stopped drive raises
+``DriveStopped`` out of its hold.
+
 This is the in-process answer. The question is the interface (``RunDriving``): several processes
 over one store answer it with a row in the store (an owner and an epoch) behind the same calls.
 """
@@ -20,6 +25,17 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 import trio
+from salvor.protocol import CodedError, ErrorCode
+
+
+class DriveStopped(CodedError):
+    """A drive was stopped from outside its task (``RunDriving.stop``), with the reason given.
+
+    Everything the drive recorded before it stopped stays recorded; its effects in flight were
+    cancelled (a process it started was killed with its group), leaving their intents open.
+    """
+
+    code = ErrorCode.WRONG_STATE
 
 
 class RunDriving(Protocol):
@@ -35,16 +51,30 @@ class RunDriving(Protocol):
         Held again by the task that holds it, it is held once (a drive whose caller took the
         hold first, such as the driving set's task waiting before it takes a pacing slot).
         A cancelled wait takes nothing.
+
+        Raises:
+            DriveStopped: ``stop`` stopped this drive (while it held the run, or waited for it).
+        """
+        ...
+
+    def stop(self, run_id: str, reason: str) -> int:
+        """Stop the drive that holds ``run_id`` and those waiting for it; returns how many.
+
+        Each of them is cancelled and leaves its hold with ``DriveStopped`` saying ``reason``.
+        A drive that holds the run afterwards is not affected: a caller that must be sure no
+        drive goes on takes the hold itself next.
         """
         ...
 
 
 class _Hold:
-    __slots__ = ("lock", "users")
+    __slots__ = ("lock", "stops", "users")
 
     def __init__(self) -> None:
         self.lock = trio.Lock()  # FIFO: drives waiting on one run go in the order they came
         self.users = 0  # the holder and those waiting: the entry goes when the last one leaves
+        # Each user's cancel scope, by which ``stop`` ends it, and the reason it was stopped.
+        self.stops: dict[trio.CancelScope, str | None] = {}
 
 
 class InProcessDriving:
@@ -66,10 +96,25 @@ class InProcessDriving:
         if hold is None:
             hold = self._holds[run_id] = _Hold()
         hold.users += 1
+        scope = trio.CancelScope()
+        hold.stops[scope] = None
         try:
-            async with hold.lock:
-                yield
+            with scope:
+                async with hold.lock:
+                    yield
         finally:
+            reason = hold.stops.pop(scope)
             hold.users -= 1
             if hold.users == 0:
                 del self._holds[run_id]
+        if scope.cancelled_caught:
+            raise DriveStopped(f"the drive of run {run_id} was stopped: {reason}")
+
+    def stop(self, run_id: str, reason: str) -> int:
+        hold = self._holds.get(run_id)
+        if hold is None:
+            return 0
+        for scope in hold.stops:
+            hold.stops[scope] = reason
+            scope.cancel(reason=reason)
+        return len(hold.stops)

@@ -40,6 +40,7 @@ from ._runtime import (
     MISSING,
     ResumeOutcome,
     Runtime,
+    driver_of,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "Runtime",
     "Subscription",
     "child_result",
+    "driver_of",
     "driving_run",
     "event_frame",
     "event_message",

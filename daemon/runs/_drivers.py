@@ -32,6 +32,7 @@ from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
 from ..metrics import concerning_run
+from ..recording import DriveStopped
 from ._healing import StoreHealing
 from ._runtime import Runtime, driver_of
 
@@ -160,6 +161,10 @@ class DriverSet:
                     # child) has ended here (resumed by a person, woken): the parent's drive
                     # records it and goes on.
                     self.start(waiting)
+        except DriveStopped as exc:
+            # Stopped on purpose (an abandon): whoever stopped it says what happens next.
+            how = exc.message
+            log.info("run %s: %s", run_id, how)
         except CodedError as exc:
             if store_fault(exc):
                 self.healing.stopped(run_id, exc)

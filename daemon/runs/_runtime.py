@@ -803,37 +803,58 @@ class Runtime(Forks):
     async def abandon(self, run_id: str, reason: str | None = None) -> tuple[int, RunView]:
         """Retire a run by hand with a terminal RunAbandoned; returns (appended seq, view).
 
-        Its subagent children that have not ended are abandoned after it, and theirs after them,
-        each saying why. A failure partway (the store) leaves the run abandoned and the children
-        not yet reached as they were; abandoning a child by hand finishes the job.
+        A drive of the run in this process is stopped first (``RunDriving.stop``), and those
+        waiting to drive it with it: its process group is killed and waited for, and whatever the
+        drive records on its way out (a paid model call's answer) lands before ``RunAbandoned``.
+        The run is then held while ``RunAbandoned`` is appended, so nothing is recorded after it.
+
+        Its subagent children and map items that have not ended are abandoned after it, and
+        theirs after them, each saying why. A failure partway (the store) leaves the run abandoned
+        and the children not yet reached as they were; abandoning a child by hand finishes the
+        job.
 
         Raises:
             OperationRefused: unknown_run, or wrong_state for a terminal run.
         """
         view = await self.view(run_id)
-        if view.terminal:
-            raise wrong_state(
-                f"run {run_id} is already {view.state.value}; there is nothing left to abandon"
+        self._refuse_terminal(view)
+        self.access.driving.stop(run_id, "the run is being abandoned")
+        async with self.access.driving.hold(run_id):
+            # The stopped drive may have recorded on its way out, or ended the run.
+            view = await self.view(run_id)
+            self._refuse_terminal(view)
+            unresolved = None
+            if view.state is RunState.NEEDS_RECONCILIATION:
+                unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}
+            envelopes, view = await self.access.append(
+                run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
             )
-        unresolved = None
-        if view.state is RunState.NEEDS_RECONCILIATION:
-            unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}
-        envelopes, view = await self.access.append(
-            run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
-        )
         await self._abandon_children(run_id)
         return envelopes[-1].seq, view
 
+    @staticmethod
+    def _refuse_terminal(view: RunView) -> None:
+        if view.terminal:
+            raise wrong_state(
+                f"run {view.run_id} is already {view.state.value}; there is nothing left to abandon"
+            )
+
     async def _abandon_children(self, parent: str) -> None:
-        """Abandon the subagent children of ``parent`` that have not ended (``abandon``)."""
-        children, _ = await self.list_runs(label=(PARENT_LABEL, parent))
-        for child in children:
-            if child.state is None or RunState(child.state) in TERMINAL_STATES:
-                continue
-            try:
-                await self.abandon(child.run_id, f"its parent run {parent} was abandoned")
-            except OperationRefused:
-                pass  # it ended between the listing and now: nothing left to abandon
+        """Abandon the children of ``parent`` that have not ended (``abandon``): its subagents'
+        and, for a graph run, its map items', whose drive was its walk's (left alone, the next
+        start would recover them as runs of their own and finish work nobody wants)."""
+        for label, why in (
+            (PARENT_LABEL, f"its parent run {parent} was abandoned"),
+            (MAP_OF_LABEL, f"its graph run {parent} was abandoned"),
+        ):
+            children, _ = await self.list_runs(label=(label, parent))
+            for child in children:
+                if child.state is None or RunState(child.state) in TERMINAL_STATES:
+                    continue
+                try:
+                    await self.abandon(child.run_id, why)
+                except OperationRefused:
+                    pass  # it ended between the listing and now: nothing left to abandon
 
     async def census(self) -> tuple[dict[str, int], int]:
         """Runs per state and the idempotency identities held open (``EventStore.census``), read

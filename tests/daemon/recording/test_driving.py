@@ -1,12 +1,13 @@
 """The one answer to "who drives this run" in a process: a drive of a held run waits for the one
 holding it, then goes on; the same task holding it again holds it once; a cancelled wait takes
-nothing; a run nobody holds or waits for leaves no entry behind."""
+nothing; a run nobody holds or waits for leaves no entry behind; a stop ends the holder and those
+waiting, not the drive that comes after it."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
-from salvor.daemon.recording import InProcessDriving
+from salvor.daemon.recording import DriveStopped, InProcessDriving
 
 
 async def test_a_second_drive_of_a_held_run_waits_for_the_first_to_end(autojump_clock):
@@ -64,4 +65,32 @@ async def test_a_cancelled_wait_takes_nothing_and_leaves_nothing(autojump_clock)
         assert driving._holds["run"].users == 2
         waited.cancel(reason="the test gives up waiting")
     assert waited.cancelled_caught
+    assert driving._holds == {}
+
+
+async def test_a_stop_ends_the_holder_and_those_waiting_and_leaves_the_next_one_be(autojump_clock):
+    driving = InProcessDriving()
+    ended: dict[str, str] = {}
+
+    async def drive(name: str) -> None:
+        try:
+            async with driving.hold("run"):
+                await trio.sleep(100)
+            ended[name] = "rested"
+        except DriveStopped as exc:
+            ended[name] = exc.message
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drive, "holder")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(drive, "waiting")
+        await trio.testing.wait_all_tasks_blocked()
+        assert driving.stop("run", "the run is being abandoned") == 2
+        assert driving.stop("another", "nobody drives it") == 0
+        # The stopper holds the run next: a drive that comes after it is not stopped.
+        async with driving.hold("run"):
+            nursery.start_soon(drive, "after")
+            await trio.testing.wait_all_tasks_blocked()
+    stopped = "the drive of run run was stopped: the run is being abandoned"
+    assert ended == {"holder": stopped, "waiting": stopped, "after": "rested"}
     assert driving._holds == {}

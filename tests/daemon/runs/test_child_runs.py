@@ -1,7 +1,7 @@
 """Subagent children and their parents in the runs layer: a parked child leaves its parent's
 call open (resuming the parent then is harmless), the child ending starts the parent again,
 recovery leaves a child to its interrupted parent's drive, and abandoning a parent abandons
-its children, theirs too.
+its children, theirs too (a graph run's map items among them).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 import pytest
 import trio
 from salvor.daemon.agents import parse_definition
-from salvor.daemon.flows import PARENT_LABEL, child_run_id
+from salvor.daemon.flows import MAP_OF_LABEL, PARENT_LABEL, child_run_id
 from salvor.daemon.recording import DriveInterrupted
 from salvor.daemon.runs import DriverSet
 from salvor.protocol import EMPTY_VIEW, EventKind, ModelCallRequested, RunStarted, RunState
@@ -104,3 +104,20 @@ async def test_abandoning_a_parent_abandons_its_open_children_and_theirs(runtime
     assert await runtime.log(ended) == ended_log
     kinds = [e.event.KIND for e in await runtime.log(open_child)]
     assert kinds.count(EventKind.RUN_ABANDONED) == 1
+
+
+async def test_abandoning_a_graph_run_abandons_its_open_map_items(runtime):
+    graph_run, open_item, ended_item = (str(uuid.uuid4()) for _ in range(3))
+    await head(runtime, graph_run)
+    await head(runtime, open_item, {MAP_OF_LABEL: graph_run})
+    await head(runtime, ended_item, {MAP_OF_LABEL: graph_run})
+    await runtime.abandon(ended_item, "done with it")
+
+    await runtime.abandon(graph_run, "not needed")
+    view = await runtime.view(open_item)
+    assert view.state is RunState.ABANDONED
+    assert view.detail["reason"] == f"its graph run {graph_run} was abandoned"
+    assert (await runtime.view(ended_item)).detail["reason"] == "done with it"
+    # Nothing is left for the next start to recover as a run of its own.
+    assert graph_run not in await runtime.interrupted_runs()
+    assert open_item not in await runtime.interrupted_runs()
