@@ -63,7 +63,7 @@ from ..client_runs import (
     registry_unavailable,
 )
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
-from ..graphs import drive_graph, graph_declares_probe
+from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
@@ -462,6 +462,19 @@ class Runtime(Forks):
                     found.append(summary.run_id)
         return found
 
+    async def _probes_open_write(self, view: RunView) -> bool:
+        """Whether a drive of the parked run ``view`` probes its open write (an agent run's or a
+        graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
+        graph, the dangling write is what a refusal says."""
+        if view.graph_hash is not None:
+            loaded = await self._graph_and_agents(view.graph_hash)
+            return loaded is not None and graph_probes_open_write(*loaded, self.registry, view)
+        try:
+            agent = await self.load_agent(view.agent_def_hash)
+        except OperationRefused:
+            return False
+        return probes_open_write(agent, self.registry, view)
+
     async def _graph_and_agents(
         self, graph_hash: str
     ) -> tuple[Graph, list[AgentDefinition]] | None:
@@ -705,14 +718,7 @@ class Runtime(Forks):
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
-            if view.graph_hash is not None:
-                # A graph run's open write is a person's: its drive does not probe it.
-                raise needs_reconciliation(run_id, view)
-            try:
-                agent = await self.load_agent(view.agent_def_hash)
-            except OperationRefused:
-                agent = None  # whatever else is wrong, the dangling write is what to say
-            if agent is None or not probes_open_write(agent, self.registry, view):
+            if not await self._probes_open_write(view):
                 raise needs_reconciliation(run_id, view)
             return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
