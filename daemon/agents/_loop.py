@@ -11,8 +11,9 @@ and performs nothing. Meeting that identity while another run's call of it is
 still open, the loop waits for it (bounded, cancellable) and copies what it
 recorded; still open past the bound, the drive stops with ``CallInFlight``
 and nothing of the call written (the model's answer asking for it is kept),
-and a later resume asks again. It never performs the call beside the open one: a run never
-charges a card twice.
+and the daemon's driving set drives the run again once the holder settles (``ClaimWaits``),
+or a resume does. It never performs the call beside the open one: a run never charges a card
+twice.
 
 A write that declares a probe (a native tool's ``probe``, an MCP server's
 ``probes`` table) is handed its read with every call, so a write found open,

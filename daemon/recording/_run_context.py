@@ -495,8 +495,9 @@ class RunContext:
                 raise CallInFlight(
                     f"the {intent.tool} call's idempotency key is held by the unfinished call at "
                     f"seq {claim.seq} of run {claim.run_id}; nothing of this call was written, "
-                    f"and `salvor resume {self.run_id}` asks again (it copies that call's outcome "
-                    "once it is recorded or resolved)",
+                    "and it is asked again (copying that call's outcome) once that call is "
+                    "recorded or resolved: a daemon serving this store drives the run on by "
+                    f"itself, else `salvor resume {self.run_id}` does",
                     claim,
                 )
             await trio.sleep(delay)
