@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from salvor.protocol import Graph, NodeKind, RunState, RunView
+from salvor.protocol import Graph, NodeKind, RunView
 
-from ..agents import AgentDefinition, declares_probe
+from ..agents import AgentDefinition, declares_probe, parked_write
 from ..tools import ToolRegistry
 
 
@@ -37,11 +37,5 @@ def graph_probes_open_write(
 ) -> bool:
     """Whether the graph run ``view`` is parked on an open write its walk probes first
     (``probes_open_write``'s rule for a graph run)."""
-    pending = view.pending
-    if (
-        view.state is not RunState.NEEDS_RECONCILIATION
-        or pending is None
-        or pending.performed_by is not None
-    ):
-        return False
-    return graph_declares_probe(graph, agents, registry, pending.tool)
+    pending = parked_write(view)
+    return pending is not None and graph_declares_probe(graph, agents, registry, pending.tool)

@@ -450,7 +450,9 @@ class Runtime(Forks):
                     except OperationRefused:
                         agents[digest] = None
                 agent = agents[digest]
-                if agent is not None and declares_probe(agent, self.registry, pending["tool"]):
+                if agent is not None and declares_probe(
+                    agent, self.registry, pending["tool"], pending.get("input")
+                ):
                     found.append(summary.run_id)
             elif summary.graph_hash is not None:
                 digest = summary.graph_hash
