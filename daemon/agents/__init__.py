@@ -46,6 +46,7 @@ from ._loop import (
 from ._process import (
     agent_command,
     agent_environment,
+    parked_write,
     supervise,
 )
 
@@ -79,6 +80,7 @@ __all__ = [
     "graph_diagnostics",
     "load_definition",
     "offered_besides_mcp",
+    "parked_write",
     "parse_definition",
     "probes_open_write",
     "supervise",

@@ -811,7 +811,9 @@ def _outside_agent(
     try:
         # Reached through salvor's stand-ins (``_mcp_standin``), never by the agent itself.
         mcp_servers = (
-            parse_mcp_servers(raw["mcp_servers"], stand_ins=True) if "mcp_servers" in raw else ()
+            parse_mcp_servers(raw["mcp_servers"], stand_ins=True, probes=kind is AgentKind.PROCESS)
+            if "mcp_servers" in raw
+            else ()
         )
     except McpDefinitionError as exc:
         raise DefinitionError(str(exc), at=("mcp_servers",)) from None

@@ -11,8 +11,9 @@ and performs nothing. Meeting that identity while another run's call of it is
 still open, the loop waits for it (bounded, cancellable) and copies what it
 recorded; still open past the bound, the drive stops with ``CallInFlight``
 and nothing of the call written (the model's answer asking for it is kept),
-and a later resume asks again. It never performs the call beside the open one: a run never
-charges a card twice.
+and the daemon's driving set drives the run again once the holder settles (``ClaimWaits``),
+or a resume does. It never performs the call beside the open one: a run never charges a card
+twice.
 
 A write that declares a probe (a native tool's ``probe``, an MCP server's
 ``probes`` table) is handed its read with every call, so a write found open,
@@ -68,12 +69,12 @@ from ..mcp import (
 )
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
-from ..proxies import ModelProxy
+from ..proxies import ModelProxy, lane_probe
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
 from ..tools import Tool, ToolRegistry
 from ._credentials import Credentials
 from ._definition import AgentDefinition, AgentKind
-from ._process import drive_process
+from ._process import drive_process, parked_write
 from ._service import drive_service
 
 SUBMIT_OUTPUT = "submit_output"
@@ -538,20 +539,23 @@ def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunV
     """Whether ``view`` is parked on an open write of ``agent`` that declares a probe.
 
     Such a run is not only a person's to settle: a drive probes the write
-    first. (A process or service agent's writes are never probed.)
+    first (a process agent's, over the server's stand-in lane: ``McpLane``).
+    A service agent's writes are never probed.
     """
-    pending = view.pending
-    if (
-        view.state is not RunState.NEEDS_RECONCILIATION
-        or pending is None
-        or pending.performed_by is not None
-    ):
-        return False
-    return declares_probe(agent, registry, pending.tool)
+    pending = parked_write(view)
+    return pending is not None and declares_probe(agent, registry, pending.tool, pending.input)
 
 
-def declares_probe(agent: AgentDefinition, registry: ToolRegistry, tool_name: str) -> bool:
-    """Whether ``agent``'s write ``tool_name`` declares a probe this daemon can run."""
+def declares_probe(
+    agent: AgentDefinition, registry: ToolRegistry, tool_name: str, tool_input: Any = None
+) -> bool:
+    """Whether ``agent``'s write ``tool_name`` declares a probe this daemon can run.
+
+    ``tool_input``: the write's recorded input; a process agent's MCP call is recorded as its
+    server's lane (``mcp:<server>/tools/call``) with the tool's name in its input.
+    """
+    if agent.kind is AgentKind.PROCESS:
+        return lane_probe(agent.mcp_servers, tool_name, tool_input) is not None
     if agent.kind is not AgentKind.BUILTIN:
         return False
     if tool_name in agent.tools:

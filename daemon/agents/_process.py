@@ -52,7 +52,15 @@ from datetime import datetime
 from typing import Any
 
 import trio
-from salvor.protocol import CodedError, Envelope, RunCompleted, RunFailed, RunState, RunView
+from salvor.protocol import (
+    CodedError,
+    Envelope,
+    Pending,
+    RunCompleted,
+    RunFailed,
+    RunState,
+    RunView,
+)
 
 from ..flows import FlowHost
 from ..mcp import McpServerSpec
@@ -74,6 +82,7 @@ from ..proxies import (
     ProxySession,
     final_text,
     final_tool_calls,
+    lane_probe,
     open_lanes,
     open_model_proxy,
     recorded_calls,
@@ -376,10 +385,35 @@ async def watch_for_an_end(
             return
 
 
+def parked_write(view: RunView) -> Pending | None:
+    """The open write ``view`` is parked on, unless a client performed it (its client settles
+    it); None when the run is not parked on one."""
+    pending = view.pending
+    if (
+        view.state is not RunState.NEEDS_RECONCILIATION
+        or pending is None
+        or pending.performed_by is not None
+    ):
+        return None
+    return pending
+
+
+def probed_write(agent: AgentDefinition, view: RunView) -> bool:
+    """Whether the process run ``view`` is parked on a write its server declares a probe for.
+
+    Its drive starts the agent as any drive does; the agent's replay reaches that call, and the
+    server's lane probes it while the agent waits (``McpLane``).
+    """
+    pending = parked_write(view)
+    return pending is not None and (
+        lane_probe(agent.mcp_servers, pending.tool, pending.input) is not None
+    )
+
+
 async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle:
+    if ctx.view.idle and not probed_write(agent, ctx.view):
         return ctx.view
     if ctx.view.state is RunState.SLEEPING:
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.

@@ -6,6 +6,7 @@ Rule: imports only the packages below it; knows nothing of HTTP routes or of how
 
 from __future__ import annotations
 
+from ._probes import graph_declares_probe, graph_probes_open_write
 from ._walk import (
     MAP_ITEMS,
     GraphWalk,
@@ -17,5 +18,7 @@ __all__ = [
     "MAP_ITEMS",
     "GraphWalk",
     "drive_graph",
+    "graph_declares_probe",
+    "graph_probes_open_write",
     "map_child_id",
 ]

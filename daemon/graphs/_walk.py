@@ -79,6 +79,7 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept, utc_now
 from ..tools import ToolRegistry, graph_call_key
+from ._probes import graph_probes_open_write
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
 MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
@@ -600,7 +601,9 @@ async def drive_graph(
     async with access.driving.hold(run_id):  # one drive at a time (``agents.drive`` says why)
         log = await access.read(access.store.read_log, run_id)
         ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-        if ctx.view.idle:
+        if ctx.view.idle and not graph_probes_open_write(
+            graph, agents.values(), registry, ctx.view
+        ):
             return ctx.view
         return await _walk(ctx, access, graph, agents, registry, clock, credentials, flows)
 

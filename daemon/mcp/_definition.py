@@ -327,7 +327,7 @@ def _url_fields(where: str, entry: dict) -> dict[str, Any]:
     return spec
 
 
-def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
+def _parse_entry(index: int, entry: Any, stand_ins: bool, probes: bool) -> McpServerSpec:
     where = f"[[mcp_servers]] #{index + 1}"
     _expect(isinstance(entry, dict), f"{where} must be a table")
     fields = _FIELDS | _STAND_IN_FIELDS if stand_ins else _FIELDS
@@ -345,9 +345,9 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     )
     where = f"[[mcp_servers]] {name!r}:"
     _expect(
-        not (stand_ins and "probes" in entry),
-        f"{where} `probes` is not supported for a process or service agent's servers by this "
-        "build yet: their writes' outcomes are recorded by the stand-ins, which probe nothing",
+        probes or "probes" not in entry,
+        f"{where} `probes` is not supported for a service agent's servers by this build yet: "
+        "a service's calls reach its servers through stand-ins that probe nothing",
     )
     has_command, has_url = "command" in entry, "url" in entry
     _expect(
@@ -409,17 +409,20 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool) -> McpServerSpec:
     return McpServerSpec(**spec)
 
 
-def parse_mcp_servers(value: Any, *, stand_ins: bool = False) -> tuple[McpServerSpec, ...]:
+def parse_mcp_servers(
+    value: Any, *, stand_ins: bool = False, probes: bool = True
+) -> tuple[McpServerSpec, ...]:
     """Validate the ``mcp_servers`` array of a definition.
 
     ``stand_ins``: the servers of a process agent, which reaches them through
     salvor's stand-ins (and so may fix a `url` server's stand-in ``port``).
+    ``probes``: whether the servers may declare ``probes`` (a service agent's may not).
 
     Raises:
         McpDefinitionError: one sentence naming the entry and the field.
     """
     _expect(isinstance(value, list), "`mcp_servers` must be an array of tables ([[mcp_servers]])")
-    servers = [_parse_entry(i, entry, stand_ins) for i, entry in enumerate(value)]
+    servers = [_parse_entry(i, entry, stand_ins, probes) for i, entry in enumerate(value)]
     names = [s.name for s in servers]
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
     _expect(

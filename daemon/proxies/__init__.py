@@ -17,6 +17,7 @@ from ._mcp_lane import (
     open_lanes,
     variable_suffix,
 )
+from ._mcp_replay import lane_probe
 from ._model_proxy import (
     ModelProxy,
     ProxySession,
@@ -47,6 +48,7 @@ __all__ = [
     "error_body",
     "final_text",
     "final_tool_calls",
+    "lane_probe",
     "open_lanes",
     "open_model_proxy",
     "recorded_calls",

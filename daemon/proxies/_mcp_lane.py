@@ -44,6 +44,12 @@ one still held past the wait stops the drive with nothing of the call written
 when the call failed (``call_failed``). An idempotent call without key fields
 presents its position's derived key.
 
+A run parked on an open ``write`` whose server declares a probe (``probes``)
+is driven like any other: the agent's replay reaches that call, and while
+the agent waits on it the lane asks the probe (a read of the same server,
+over the lane's own session) and settles the write by its answer
+(``McpLane._probe``); a write with no probe is never performed again here.
+
 The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
 and replayed alike; only its live half differs: its server answers in this
 process and is never started (``in_process``), and an agent that never reaches
@@ -59,6 +65,7 @@ one open-intent slot (``ProxySession.exclusive``).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -67,6 +74,7 @@ from typing import Any
 import trio
 from salvor.protocol import (
     TOOL_ERROR_KEY,
+    Actor,
     DivergenceReason,
     Effect,
     Envelope,
@@ -86,6 +94,7 @@ from ..mcp import (
     McpSession,
     McpUnavailable,
     open_session,
+    probe_answer,
     salvor_outcome,
 )
 from ..recording import (
@@ -102,6 +111,7 @@ from ..tools import (
     MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
+    ProbeVerdict,
     Tool,
     ToolCall,
     ToolFailed,
@@ -120,6 +130,7 @@ from ._mcp_replay import (
     error_answer,
     lane_calls,
     lane_names,
+    lane_probe,
     lane_tool,
     mismatch,
     notifications_of,
@@ -315,15 +326,10 @@ class McpLane:
             await self._ask_again(call.output)
             return await self._answer(request_id, call)
         if step is Step.PARK:
-            # Never reached: a drive does not start at an open write.
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                (
-                    f"{self.replay.names.one} {self.position + 1} (recorded at "
-                    f"seq {call.seq}) is an open write"
-                ),
-            )
+            probed = await self._probe(request_id, call)
+            if probed is not None:
+                return probed
+            # It did not land: performed again under its recorded key, below.
         if step is Step.REPRODUCE:
             return await self._reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
@@ -332,8 +338,8 @@ class McpLane:
                 return opened
             call, settle = opened
         else:
-            # An open read or idempotent intent, executed again: a claim its
-            # intent took is its own to settle.
+            # An open read or idempotent intent, or a write its probe found did not land,
+            # executed again: a claim its intent took is its own to settle.
             settle = await claim_to_settle(
                 self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
             )
@@ -365,6 +371,83 @@ class McpLane:
             call.wait.append(wait)
         self.replay.advance()
         self._outbox = notifications_of(output)
+        return await self._answer(request_id, call)
+
+    async def _probe(self, request_id: Any, call: LaneCall) -> dict | None:
+        """Probe the open write ``call`` (the drive starts at a run parked on it only when its
+        server declares a probe, ``probed_write``) while the agent waits on it.
+
+        The probe is a read the daemon sends the same server over this lane's own live session
+        (started, or dialled, from the operator's declaration exactly as a forwarded call is,
+        initialised with the lane's recorded ``initialize``): no origin the operator did not
+        declare is contacted, no secret goes anywhere a forwarded call's does not, and the
+        probe's exchange is not one of the lane's calls (it is kept as the probe's answer,
+        ``RunContext.probe_write``). Landed: the write's completion is recorded with the
+        answer's ``output`` as an MCP tool result (``settled_by: "probe"``, settling its
+        claim) and the agent is answered with it. Did not land: None, and the caller performs
+        the write again under its recorded key, once. Cannot tell: the run stays parked and
+        the agent is stopped.
+        """
+        probe = lane_probe([self.spec], lane_tool(self.name, call.method), call.input)
+        if probe is None:
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an "
+                "open write its server declares no probe for; a person records what it did",
+            )
+
+        async def ask(arguments: Any, attempt: ToolCall) -> Any:
+            try:
+                live = (
+                    self._live
+                    if self._live is not None and self._live.broken is None
+                    else await self._open(None)
+                )
+                result = await self._send(
+                    live, "tools/call", {"name": probe.tool, "arguments": arguments}, None, attempt
+                )
+            except McpRemoteError as exc:
+                raise ToolFailed(exc.message, retryable=False) from None
+            except (McpNoAnswer, McpUnavailable) as exc:
+                raise ToolFailed(exc.message) from None
+            return probe_answer(self.name, probe.tool, result)
+
+        reader = Tool(
+            name=probe.tool,
+            description=f"The probe {probe.tool} of MCP server {self.name}.",
+            effect=Effect.READ,
+            input_schema={},
+            handler=ask,
+            mcp_server=self.name,
+        )
+        verdict, output, evidence = await self.ctx.probe_write(
+            probe, reader, call.input.get("arguments"), call.seq
+        )
+        if verdict is ProbeVerdict.NOT_LANDED:
+            return None
+        if verdict is not ProbeVerdict.LANDED:
+            self.proxy.rested.set()
+            return error_answer(
+                request_id,
+                RUN_ENDED,
+                f"the probe {probe.tool} could not tell whether the write at seq {call.seq} "
+                f"landed; run {self.proxy.run_id} waits for a person to record what happened",
+            )
+        answer = {"result": probed_result(output)}
+        settle = await claim_to_settle(
+            self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
+        )
+        with trio.CancelScope(shield=True):
+            await self.ctx.record(
+                ToolCallCompleted(
+                    seq=call.seq, output=answer, settled_by=Actor.PROBE, probe=evidence
+                ),
+                settle=settle,
+            )
+        call.output, call.completed = answer, True
+        self.replay.advance()
+        self._outbox = []
         return await self._answer(request_id, call)
 
     async def _perform(
@@ -730,6 +813,14 @@ def after_finish(tool: Any) -> dict:
         f"the run has finished (its finish was recorded), so {tool!r} is not called: no tool "
         "can be called after finish"
     )
+
+
+def probed_result(output: Any) -> dict:
+    """The MCP tool result an agent is answered with for a write its probe found landed: the
+    probe's ``output`` when it is one (it has ``content``), else that value as JSON text."""
+    if isinstance(output, dict) and isinstance(output.get("content"), list):
+        return output
+    return {"content": [{"type": "text", "text": json.dumps(output)}]}
 
 
 def call_failed(output: Any) -> bool:

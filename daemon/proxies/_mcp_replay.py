@@ -49,7 +49,9 @@ from salvor.protocol import (
     SleepStarted,
 )
 
+from ..mcp import McpServerSpec
 from ..recording import slept, wait_event
+from ..tools import Probe
 
 INTERNAL_ERROR = -32603
 
@@ -57,6 +59,18 @@ INTERNAL_ERROR = -32603
 def lane_tool(server: str, method: str) -> str:
     """The tool name a request of ``method`` to ``server`` carries in the log."""
     return f"mcp:{server}/{method}"
+
+
+def lane_probe(specs: Sequence[McpServerSpec], tool: str | None, tool_input: Any) -> Probe | None:
+    """The probe a process agent's server declares for the lane call recorded as ``tool`` with
+    ``tool_input`` (a ``tools/call`` of one of its writes), or None."""
+    name = tool_input.get("name") if isinstance(tool_input, dict) else None
+    if not isinstance(name, str):
+        return None
+    for spec in specs:
+        if tool == lane_tool(spec.name, "tools/call"):
+            return spec.probe_of(name) if spec.exposes(name) else None
+    return None
 
 
 def lane_names(server: str) -> CallNames:

@@ -495,8 +495,9 @@ class RunContext:
                 raise CallInFlight(
                     f"the {intent.tool} call's idempotency key is held by the unfinished call at "
                     f"seq {claim.seq} of run {claim.run_id}; nothing of this call was written, "
-                    f"and `salvor resume {self.run_id}` asks again (it copies that call's outcome "
-                    "once it is recorded or resolved)",
+                    "and it is asked again (copying that call's outcome) once that call is "
+                    "recorded or resolved: a daemon serving this store drives the run on by "
+                    f"itself, else `salvor resume {self.run_id}` does",
                     claim,
                 )
             await trio.sleep(delay)
@@ -555,7 +556,7 @@ class RunContext:
         Every probe's answer is recorded first (``EventStore.put_probe_answer``)
         for the reconciliation queue; the log gets nothing before the verdict.
         """
-        verdict, output, evidence = await self._probe(tool.probe, reader, tool_input, seq)
+        verdict, output, evidence = await self.probe_write(tool.probe, reader, tool_input, seq)
         if verdict is ProbeVerdict.LANDED:
             self._held.append(
                 ToolCallCompleted(seq=seq, output=output, settled_by=Actor.PROBE, probe=evidence)
@@ -566,10 +567,11 @@ class RunContext:
             return await self._perform(tool, tool_input, seq, key, settle)
         await self.park(RunState.NEEDS_RECONCILIATION)
 
-    async def _probe(
+    async def probe_write(
         self, probe: Probe, reader: Tool, write_input: Any, seq: int
     ) -> tuple[ProbeVerdict, Any, dict]:
-        """Run ``reader`` as ``probe`` says; the verdict, the write's output, and the evidence.
+        """Run ``reader`` as ``probe`` says of the open write at ``seq``; the verdict, the write's
+        output, and the evidence (``_reconcile``'s, and a process agent's MCP lane's).
 
         A probe is a read: it claims nothing, presents no key, and is retried
         as ``dispatch`` retries a read, within ``PROBE_SECONDS`` for a native

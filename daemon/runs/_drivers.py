@@ -12,7 +12,9 @@ run records something, its drive ends, or ``launch_settle_seconds`` pass:
 an interpreter that starts costs a core for a while, and after a restart
 dozens of them starting at once starve the server's own thread. A drive
 that stops on a store fault is handed to ``healing``, which drives it again
-once the store accepts writes.
+once the store accepts writes; one that stops on ``CallInFlight`` (another
+run's unfinished call holds its call's identity) to ``claim_waits``, which
+drives it again once that holder settles.
 
 A stop cancels every driver with a reason and waits for them within a
 deadline (``DRAIN_SECONDS`` unless the server says otherwise). A driver
@@ -32,7 +34,8 @@ from salvor.store import store_fault
 
 from ..agents import AgentDefinition, AgentKind
 from ..metrics import concerning_run
-from ..recording import DriveStopped
+from ..recording import CallInFlight, DriveStopped
+from ._claim_waits import FALLBACK_POLL_SECONDS, ClaimWaits
 from ._healing import StoreHealing
 from ._runtime import Runtime, driver_of
 
@@ -40,6 +43,19 @@ log = logging.getLogger("salvor.drivers")
 
 # How long a stop waits for cancelled drivers to end before it gives up on them.
 DRAIN_SECONDS = 10.0
+
+
+def in_flight(exc: BaseException) -> CallInFlight | None:
+    """The ``CallInFlight`` that stopped a drive, found in an exception group too (a graph walk's
+    nursery wraps what its nodes raise); None when it is not one."""
+    if isinstance(exc, CallInFlight):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = in_flight(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def launches_processes(agent: AgentDefinition) -> bool:
@@ -79,6 +95,7 @@ class DriverSet:
         launches: int = 2,
         launch_settle_seconds: float = 1.0,
         healing: StoreHealing | None = None,
+        claim_poll_seconds: float = FALLBACK_POLL_SECONDS,
     ) -> None:
         self.runtime = runtime
         self._nursery = nursery
@@ -95,6 +112,9 @@ class DriverSet:
         # Runs recovery handed over whose drive has not begun yet (waiting for a slot).
         self._recovering: set[str] = set()
         self.healing = healing if healing is not None else StoreHealing()
+        self.claim_waits = ClaimWaits(
+            runtime.access, drive=self.start, spawn=self.spawn, poll_seconds=claim_poll_seconds
+        )
         self._closed = False
         # Set once the set is stopping and the last driver or task has ended.
         self._drained = trio.Event()
@@ -123,8 +143,9 @@ class DriverSet:
             self._again.add(run_id)
             return False
         # Whoever starts it now (a resume, a wake, the healer itself), it
-        # is not waiting for the healer.
+        # is not waiting for the healer, nor for another run's claim.
         self.healing.forget(run_id)
+        self.claim_waits.forget(run_id)
         scope = trio.CancelScope()
         self._scopes[run_id] = scope
         if recovery:
@@ -136,6 +157,7 @@ class DriverSet:
         self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope
     ) -> None:
         how = None  # stays None when the drive was cancelled: it proved nothing about the store
+        held: CallInFlight | None = None  # the claim wait that stopped the drive, if one did
         # This task is the drive's own: what it (and every task it starts) logs concerns the run.
         concerning_run(run_id)
         try:
@@ -171,17 +193,26 @@ class DriverSet:
             # The run keeps its log; the failure is this drive's, not the daemon's.
             how = f"drive stopped: {exc.message}"
             log.warning("run %s: %s", run_id, how)
-        except Exception:
-            how = "drive crashed"
-            log.exception(
-                "run %s: drive crashed; its log is intact and a resume retries it", run_id
-            )
+            held = in_flight(exc)
+        except Exception as exc:
+            held = in_flight(exc)
+            if held is not None:
+                how = f"drive stopped: {held.message}"
+                log.warning("run %s: %s", run_id, how)
+            else:
+                how = "drive crashed"
+                log.exception(
+                    "run %s: drive crashed; its log is intact and a resume retries it", run_id
+                )
         finally:
             self._recovering.discard(run_id)
             if how is not None and not self.healing.waiting(run_id):
                 self.healing.settled(run_id, how)
             if self._scopes.get(run_id) is scope:
                 del self._scopes[run_id]
+                if held is not None and not self._closed:
+                    # Nobody need resume it: driven again once the holder settles.
+                    self.claim_waits.wait(run_id, held.claim)
                 if run_id in self._again and not scope.cancel_called:
                     self._again.discard(run_id)
                     self.start(run_id, agent)

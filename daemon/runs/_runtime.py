@@ -63,7 +63,7 @@ from ..client_runs import (
     registry_unavailable,
 )
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
-from ..graphs import drive_graph
+from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
@@ -426,27 +426,66 @@ class Runtime(Forks):
     async def probed_writes(self) -> list[str]:
         """Runs parked in needs_reconciliation whose open write this daemon can probe.
 
-        One listing read, and one agent load per distinct agent; a run whose agent
-        is not stored here (or no longer builds) is left to a person.
+        An agent run's write is probed when its agent declares the probe; a graph run's when
+        one of its graph's agent nodes does, or a tool node calls the write and the registry
+        holds its probe (the walk probes it exactly as an agent run's loop does). One listing
+        read, and one load per distinct agent or graph; a run whose agent or graph is not
+        stored here (or no longer builds) is left to a person.
         """
         parked, _ = await self.access.read(
             lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
         )
         agents: dict[str, AgentDefinition | None] = {}
+        graphs: dict[str, tuple[Graph, list[AgentDefinition]] | None] = {}
         found = []
         for summary in parked:
-            pending, digest = summary.pending, summary.agent_def_hash
-            if pending is None or digest is None or summary.driven_by == Actor.CLIENT:
+            pending = summary.pending
+            if pending is None or summary.driven_by == Actor.CLIENT:
                 continue
-            if digest not in agents:
-                try:
-                    agents[digest] = await self.load_agent(digest)
-                except OperationRefused:
-                    agents[digest] = None
-            agent = agents[digest]
-            if agent is not None and declares_probe(agent, self.registry, pending["tool"]):
-                found.append(summary.run_id)
+            if summary.agent_def_hash is not None:
+                digest = summary.agent_def_hash
+                if digest not in agents:
+                    try:
+                        agents[digest] = await self.load_agent(digest)
+                    except OperationRefused:
+                        agents[digest] = None
+                agent = agents[digest]
+                if agent is not None and declares_probe(
+                    agent, self.registry, pending["tool"], pending.get("input")
+                ):
+                    found.append(summary.run_id)
+            elif summary.graph_hash is not None:
+                digest = summary.graph_hash
+                if digest not in graphs:
+                    graphs[digest] = await self._graph_and_agents(digest)
+                if graphs[digest] is not None and graph_declares_probe(
+                    *graphs[digest], self.registry, pending["tool"]
+                ):
+                    found.append(summary.run_id)
         return found
+
+    async def _probes_open_write(self, view: RunView) -> bool:
+        """Whether a drive of the parked run ``view`` probes its open write (an agent run's or a
+        graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
+        graph, the dangling write is what a refusal says."""
+        if view.graph_hash is not None:
+            loaded = await self._graph_and_agents(view.graph_hash)
+            return loaded is not None and graph_probes_open_write(*loaded, self.registry, view)
+        try:
+            agent = await self.load_agent(view.agent_def_hash)
+        except OperationRefused:
+            return False
+        return probes_open_write(agent, self.registry, view)
+
+    async def _graph_and_agents(
+        self, graph_hash: str
+    ) -> tuple[Graph, list[AgentDefinition]] | None:
+        """The stored graph and its agents, or None when either does not load here."""
+        try:
+            graph = await self.load_graph(graph_hash)
+            return graph, list((await self.graph_agents(graph)).values())
+        except OperationRefused:
+            return None
 
     @property
     def store_url(self) -> str:
@@ -681,14 +720,7 @@ class Runtime(Forks):
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
-            if view.graph_hash is not None:
-                # A graph run's open write is a person's: its drive does not probe it.
-                raise needs_reconciliation(run_id, view)
-            try:
-                agent = await self.load_agent(view.agent_def_hash)
-            except OperationRefused:
-                agent = None  # whatever else is wrong, the dangling write is what to say
-            if agent is None or not probes_open_write(agent, self.registry, view):
+            if not await self._probes_open_write(view):
                 raise needs_reconciliation(run_id, view)
             return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:

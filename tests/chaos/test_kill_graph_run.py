@@ -4,9 +4,11 @@ fan-out, inside a delay, mid-write in an agent node, and then a fork of the reco
 
 The scripted provider (in this process) counts every call it serves and the demo tools' ledger
 every effect. Every time: the log re-folds through the append guard, no completed model or tool
-call is executed again, a write cut mid-call is parked for a person (never performed twice),
-and the graph run completes. The new scenarios run on SQLite: the store's own kill safety is the
-other chaos modules' subject; these are about the walk.
+call is executed again, a write cut mid-call is probed on restart when its tool declares a probe
+(settled from the world if it landed, performed once if it did not) and parked for a person
+when it declares none (never performed twice), and the graph run completes. The new scenarios
+run on SQLite: the store's own kill safety is the other chaos modules' subject; these are about
+the walk.
 """
 
 from __future__ import annotations
@@ -312,11 +314,8 @@ def resolve_from_ledger(client: httpx.Client, effects: Path, run_id: str, tool: 
 POST = {"title": "refunded", "body": "INV-7 is refunded"}
 
 
-@SQLITE
-def test_writes_cut_mid_call_in_an_agent_node_are_parked_and_a_fork_of_the_run_repeats_none(
-    tmp_path: Path, store_url: str
-) -> None:
-    writes = tool_loop_script([("issue_refund", REFUND), ("publish_post", POST)], final_text="ok")
+def writes_then_tell(writes):
+    """The script and graph of a run whose node `write` makes ``writes`` and `tell` answers."""
 
     def script(call: ProviderCall):
         # Node `write` is asked about the run's input; node `tell` about write's answer.
@@ -330,6 +329,15 @@ def test_writes_cut_mid_call_in_an_agent_node_are_parked_and_a_fork_of_the_run_r
         ],
         "edges": [{"from": "write", "to": "tell"}],
     }
+    return script, document
+
+
+@SQLITE
+def test_writes_cut_mid_call_in_an_agent_node_are_probed_or_parked_and_a_fork_repeats_none(
+    tmp_path: Path, store_url: str
+) -> None:
+    writes = tool_loop_script([("issue_refund", REFUND), ("publish_post", POST)], final_text="ok")
+    script, document = writes_then_tell(writes)
     effects = tmp_path / "effects.jsonl"
     daemon = Daemon(tmp_path, store_url, effects)
     with ScriptedProvider(script) as provider:
@@ -344,11 +352,11 @@ def test_writes_cut_mid_call_in_an_agent_node_are_parked_and_a_fork_of_the_run_r
                 node["agent"] = agent
             run_id = start_graph_run(client, document, "go")
             daemon.proc.wait(timeout=SETTLE_SECONDS)
-            # The refund's intent is open: parked for a person, who finds it in the ledger.
+            # The refund's intent is open: the restart probes it (no person), finds it landed,
+            # records the bank's answer and walks on, to die inside the post (a write with no
+            # probe at all).
             daemon.env["SALVOR_FAULT_KILL_IN_TOOL"] = "publish_post"
             daemon.start()
-            resolve_from_ledger(client, effects, run_id, "issue_refund")
-            # Walked on, it dies inside the post (a write with no probe at all).
             daemon.proc.wait(timeout=SETTLE_SECONDS)
             del daemon.env["SALVOR_FAULT_KILL_IN_TOOL"]
             daemon.start()
@@ -380,7 +388,9 @@ def test_writes_cut_mid_call_in_an_agent_node_are_parked_and_a_fork_of_the_run_r
     ]
     origin_log = stored_log(store_url, run_id)
     settled = [e.event for e in origin_log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
-    assert [event.settled_by for event in settled] == ["operator", "operator"]
+    assert [event.settled_by for event in settled] == ["probe", "operator"]
+    (refund,) = [r for r in ledger(effects) if r["tool"] == "issue_refund"]
+    assert settled[0].output == refund["refund"]
     child_log = stored_log(store_url, child)
     assert no_open_intent(child_log)
     entered_tell = next(
@@ -394,3 +404,48 @@ def test_writes_cut_mid_call_in_an_agent_node_are_parked_and_a_fork_of_the_run_r
         if e.event.KIND is EventKind.TOOL_CALL_REQUESTED
     ]
     assert prefix_tools == ["issue_refund", "publish_post"]
+
+
+@SQLITE
+def test_a_refund_cut_before_it_was_sent_in_an_agent_node_is_probed_and_performed_once(
+    tmp_path: Path, store_url: str
+) -> None:
+    script, document = writes_then_tell(
+        tool_loop_script([("issue_refund", REFUND)], final_text="ok")
+    )
+    effects = tmp_path / "effects.jsonl"
+    daemon = Daemon(tmp_path, store_url, effects)
+    with ScriptedProvider(script) as provider:
+        daemon.env["SALVOR_MODEL_BASE_URL"] = provider.base_url
+        # Killed with the refund's intent durable and nothing sent to the bank.
+        daemon.env["SALVOR_FAULT_KILL_IN_TOOL"] = "issue_refund:before"
+        daemon.start()
+        try:
+            client = httpx.Client(base_url=daemon.base_url, timeout=30)
+            agent = register_agent(client, provider, ("issue_refund",))
+            for node in document["nodes"]:
+                node["agent"] = agent
+            run_id = start_graph_run(client, document, "go")
+            daemon.proc.wait(timeout=SETTLE_SECONDS)
+            assert ledger(effects) == []
+            # The restart probes the open refund (no person): not landed, so it is sent once.
+            del daemon.env["SALVOR_FAULT_KILL_IN_TOOL"]
+            daemon.start()
+            body = wait_state(client, run_id, "completed")
+            client.close()
+        finally:
+            daemon.kill()
+
+    assert body["status"]["output"] == {"tell": "after ok"}
+    (refund,) = [r for r in ledger(effects) if r["tool"] == "issue_refund"]
+    log = stored_log(store_url, run_id)
+    (completion,) = [
+        e.event
+        for e in log
+        if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq == refund["seq"]
+    ]
+    assert completion.output == refund["refund"] and completion.settled_by is None
+    assert no_open_intent(log)
+    with EventStore.open(store_url) as store:
+        answer = store.probe_answers([(run_id, refund["seq"])])[(run_id, refund["seq"])]
+    assert (answer.tool, answer.verdict) == ("lookup_refund", "not_landed")

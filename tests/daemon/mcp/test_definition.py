@@ -164,15 +164,17 @@ def test_every_invalid_probe_field_is_named_in_one_sentence(table, fragment):
     assert message.count(". ") == 0
 
 
-def test_probes_on_a_process_agents_servers_are_refused_naming_the_field():
+def test_probes_on_a_service_agents_servers_are_refused_naming_the_field():
     entry = {
         "name": "pay",
         "url": "http://h/mcp",
         "effects": {"refund": "write", "find": "read"},
         "probes": {"refund": {"tool": "find", "input": {}, "landed": "ok"}},
     }
-    with pytest.raises(McpDefinitionError, match="`probes` is not supported for a process"):
-        parse_mcp_servers([entry], stand_ins=True)
+    with pytest.raises(McpDefinitionError, match="`probes` is not supported for a service"):
+        parse_mcp_servers([entry], stand_ins=True, probes=False)
+    # A process agent's servers (stand-ins) and a built-in agent's take them.
+    assert parse_mcp_servers([entry], stand_ins=True)[0].probe_of("refund").tool == "find"
     assert parse_mcp_servers([entry])[0].probe_of("refund").tool == "find"
 
 
