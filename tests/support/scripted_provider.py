@@ -717,6 +717,14 @@ class _State:
     condition: threading.Condition = field(default_factory=threading.Condition)
 
 
+class _ProviderServer(ThreadingHTTPServer):
+    # Dozens of drivers call at once in the load tests, one connection per call: socketserver's
+    # listen backlog of 5 overflowed on a loaded machine and a call's connection was reset, which
+    # stops its run's drive with the intent open (a test then waits for a run that never ends).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ScriptedProvider:
     """A model provider on a loopback port, answering from a script.
 
@@ -760,8 +768,7 @@ class ScriptedProvider:
             self._script = from_list
         self.on_call = on_call
         self._state = _State()
-        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _ProviderServer((host, 0), _handler_for(self))
         # serve_forever notices shutdown() only between polls; a short poll
         # keeps each test's teardown from costing half a second.
         self._thread = threading.Thread(
