@@ -81,7 +81,14 @@ SETTLE_SECONDS = 180.0
 SLOW_SECONDS = 30.0
 # The settling ends early once nothing moved this long: what is left is parked, or stuck.
 QUIET_SECONDS = 15.0
-KILL_KINDS = ("random", "sigterm", "double")
+KILL_KINDS = ("random", "sigterm", "double", "in_write")
+# Where the daemon kills itself inside a refund (the demo tools' fault points): after the intent
+# is durable and before anything was sent; after the bank answered, before the call returned;
+# between sending it and recording the bank's answer (its probe cannot tell).
+IN_TOOL_VAR = "SALVOR_FAULT_KILL_IN_TOOL"
+WRITE_POINTS = ("issue_refund:before", "issue_refund", "issue_refund:sent")
+# How long a daemon started with a fault point may take to reach a refund, in seconds.
+WRITE_WAIT = 20.0
 
 
 # --------------------------------------------------------------------------
@@ -224,6 +231,8 @@ class Composed(Chaos):
         self.slow: list[str] = []  # roots still unsettled SLOW_SECONDS into the settling
         self.settle_seconds = 0.0
         self.parked_at: dict[str, str] = {}  # run -> the stop after which it was first parked
+        self.writes_cut: set[tuple[str, int]] = set()  # refunds open at some stop
+        self.settled_by_probe: Counter = Counter()  # the probe's "found" -> refunds it settled
 
     # -- set-up and the workload's own actions -----------------------------------------
 
@@ -347,7 +356,7 @@ class Composed(Chaos):
             else:
                 self.tally.graceful += 1
                 self._stopped(f"SIGTERM {delay:.2f}s after READY, done within {grace:.2f}s", None)
-        else:
+        elif kind == "double":
             delay, again = rng.uniform(*KILL_DELAY), rng.uniform(0, DOUBLE_KILL_WITHIN)
             self._under_load(delay, self.daemon.kill)
             self._stopped(f"SIGKILL {delay:.2f}s after READY (first of two)", kind)
@@ -355,6 +364,26 @@ class Composed(Chaos):
             time.sleep(again)
             self.daemon.kill()
             self._stopped(f"second SIGKILL {again:.2f}s after the restart's READY", kind)
+        else:
+            delay = rng.uniform(*KILL_DELAY)
+            self._under_load(delay, self.daemon.kill)
+            self._stopped(f"SIGKILL {delay:.2f}s after READY (before a kill in a refund)", "random")
+            point = rng.choices(WRITE_POINTS, (4, 4, 1))[0]
+            self.daemon.env[IN_TOOL_VAR] = point
+            try:
+                self.daemon.start()
+            except AssertionError:
+                # The fault point fired in recovery, before READY.
+                if self.daemon.proc.returncode != -signal.SIGKILL:
+                    raise
+            finally:
+                del self.daemon.env[IN_TOOL_VAR]
+            self.operate_until(time.monotonic() + WRITE_WAIT, top_up=True)
+            if self.daemon.alive():
+                self.daemon.kill()
+                self._stopped(f"SIGKILL after {WRITE_WAIT}s with no refund reached", "random")
+            else:
+                self._stopped(f"the daemon's own SIGKILL in a refund, at {point}", kind)
 
     def _under_load(self, delay: float, stopper) -> None:
         # From another thread, so the stop may land inside any request the workload has open.
@@ -429,11 +458,13 @@ class Composed(Chaos):
             for case, members in self.trees(store, roots).items():
                 complete = True
                 for member in members:
-                    complete &= self._check_run(store, member, refunds)
+                    complete &= self._check_run(store, member, refunds, final=final)
                 if complete:
                     self.final.add(case)
 
-    def _check_run(self, store: EventStore, member: Member, refunds: Counter) -> bool:
+    def _check_run(
+        self, store: EventStore, member: Member, refunds: Counter, *, final: bool
+    ) -> bool:
         """One run's invariants; whether it completed."""
         where = f"{member.role} {member.run_id}"
         try:
@@ -445,6 +476,9 @@ class Composed(Chaos):
             self.violation(f"{where}: the runs row and the log disagree")
         if view.state is RunState.NEEDS_RECONCILIATION:
             self.parked_at.setdefault(member.run_id, self.stop_named)
+        pending = view.pending
+        if pending is not None and pending.kind == "tool" and pending.tool == "issue_refund":
+            self.writes_cut.add((member.run_id, pending.seq))
         log = member.log
         done = {e.event.seq: e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED}
         for envelope in log:
@@ -454,6 +488,8 @@ class Composed(Chaos):
                 completion = done.get(envelope.seq)
                 if completion is None:
                     continue
+                if completion.settled_by == "probe" and final:
+                    self.settled_by_probe[completion.probe["answer"].get("found")] += 1
                 if completion.deduplicated_from is not None:
                     self.violation(
                         f"{where}: the refund of {invoice} copied another run's "
@@ -583,12 +619,28 @@ class Composed(Chaos):
                     if pending is not None:
                         what += f", pending {pending.kind} at seq {pending.seq}"
                         what += f" ({pending.tool})" if pending.kind == "tool" else ""
+                        if pending.kind == "tool" and pending.tool == "issue_refund":
+                            what += ", " + self._bank_saw(member.run_id, pending.seq)
                     if member.run_id in self.parked_at:
                         what += f", parked since {self.parked_at[member.run_id]}"
                     hands.append(f"{member.role} {member.run_id} of {case}: {what}")
                 if not members and self.roots[case].run_id is not None:
                     hands.append(f"{self.roots[case].kind} {case}: no log")
         return hands
+
+    def _bank_saw(self, run_id: str, seq: int) -> str:
+        """What the ledger shows of the refund at ``seq`` of ``run_id``."""
+        lines = (
+            self.effects.read_text(encoding="utf-8").splitlines() if self.effects.exists() else []
+        )
+        records = [
+            r["tool"] for r in map(json.loads, lines) if r["run_id"] == run_id and r["seq"] == seq
+        ]
+        if "issue_refund" in records:
+            return "the bank holds its refund"
+        if "issue_refund:sent" in records:
+            return "the bank was sent it and never answered"
+        return "the bank was never sent it"
 
     @staticmethod
     def _probe_cannot_tell(store: EventStore, run_id: str, seq: int) -> bool:
@@ -609,6 +661,8 @@ class Composed(Chaos):
             "sigterms_finished_first": self.tally.graceful,
             "gate_answers": self.tally.gate_answers,
             "daemon_starts": self.daemon.starts,
+            "refunds_cut_open": len(self.writes_cut),
+            "refunds_settled_by_probe": {str(k): n for k, n in self.settled_by_probe.items()},
             "settle_seconds": round(self.settle_seconds, 1),
             "unsettled_after_30s": self.slow,
         }
@@ -623,7 +677,7 @@ def run_composed(harness: Composed, kinds: list[str], *, kills: int, seconds: fl
     harness.register()
     schedule = list(kinds)
     while harness.kills < kills and time.monotonic() - began < seconds:
-        kind = schedule.pop(0) if schedule else rng.choices(KILL_KINDS, (3, 1, 1))[0]
+        kind = schedule.pop(0) if schedule else rng.choices(KILL_KINDS, (3, 1, 1, 1))[0]
         if not harness.daemon.alive():
             harness.daemon.start()
         harness.stop(kind, rng)
@@ -635,15 +689,18 @@ def test_composed_runs_killed_at_random_instants_perform_each_refund_once(
 ) -> None:
     began = time.monotonic()
     sqlite = store_url.startswith("sqlite")
-    kinds = ["random"] * (8 if sqlite else 4) + ["sigterm"] * 2 + ["double"] * (2 if sqlite else 1)
+    kinds = ["random"] * (8 if sqlite else 4) + ["sigterm", "sigterm", "double", "in_write"]
+    kinds += ["double", "in_write"] if sqlite else []
     random.Random(SEED).shuffle(kinds)
     harness = Composed(tmp_path, store_url, SEED)
     try:
-        run_composed(harness, kinds, kills=len(kinds) + kinds.count("double"), seconds=600)
+        # A double stop and a kill in a refund land two SIGKILLs each.
+        kills = len(kinds) + kinds.count("double") + kinds.count("in_write")
+        run_composed(harness, kinds, kills=kills, seconds=600)
     finally:
         harness.close()
     figures = harness.figures(began)
     print("composed chaos:", json.dumps(figures))
     assert figures["violations"] == [], "\n".join(figures["violations"])
     assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
-    assert figures["kills_by_kind"].get("double") and figures["kills_by_kind"].get("random")
+    assert all(figures["kills_by_kind"].get(kind) for kind in ("random", "double", "in_write"))
