@@ -15,9 +15,11 @@ share an invoice, so every write a kill interrupts is a real one):
 The model is the scripted provider of ``test_kill_serve`` (answering after a short random delay,
 so calls are in flight when kills land), walking a script read from each run's first message;
 the demo tools' ledger counts every refund that reached the bank. The daemon is stopped at random
-instants in one of three ways: a SIGKILL; a SIGTERM, then a SIGKILL while it shuts down; a
-SIGKILL, a restart, and a second SIGKILL within half a second of READY. Nothing acts on the runs
-but the workload: no resume but a gate's answer, no resolve, no abandon.
+instants in one of four ways: a SIGKILL; a SIGTERM, then a SIGKILL while it shuts down; a
+SIGKILL, a restart, and a second SIGKILL within half a second of READY; a SIGKILL, then a restart
+that kills itself inside its next refund (the demo tools' fault points: before the refund is
+sent, between sending it and the bank's answer, after the answer). Nothing acts on the runs but
+the workload: no resume but a gate's answer, no resolve, no abandon.
 
 After every stop (daemon dead) and at the end, over every run of every tree:
 
@@ -34,7 +36,7 @@ At the end, once the last restart had time to settle: every tree completed, or r
 parked whose probe could not tell (the bank was sent the refund, its answer never recorded) and
 every other unfinished run of the tree waiting on it. Anything else is a run needing a hand.
 
-CI runs a short schedule here (a dozen stops on SQLite, half on PostgreSQL). The long run is a
+CI runs a short schedule here (14 stops on SQLite, 8 on PostgreSQL). The long run is a
 script a person starts (``python -m tests.chaos.composed_chaos --kills 500``), printing one JSON
 line; ``SALVOR_CHAOS_SEED`` picks the seed here.
 """
