@@ -234,6 +234,7 @@ class Composed(Chaos):
         self.settle_seconds = 0.0
         self.parked_at: dict[str, str] = {}  # run -> the stop after which it was first parked
         self.writes_cut: set[tuple[str, int]] = set()  # refunds open at some stop
+        self.parked_roots: set[str] = set()  # roots with a run of their tree parked once
         self.settled_by_probe: Counter = Counter()  # the probe's "found" -> refunds it settled
 
     # -- set-up and the workload's own actions -----------------------------------------
@@ -316,7 +317,7 @@ class Composed(Chaos):
         if active < 0:
             return -1
         if top_up:
-            for _ in range(IN_FLIGHT - active):
+            for _ in range(IN_FLIGHT - self.in_flight()):
                 self.new_root()
         self.start_roots()
         by_id = {root.run_id: root for root in self.roots.values()}
@@ -335,6 +336,12 @@ class Composed(Chaos):
             return -1
         finished = {r["run"] for r in done}
         return len([r for r in self.roots.values() if r.run_id not in finished])
+
+    def in_flight(self) -> int:
+        """Roots going (-1 when the daemon did not answer): a tree resting on a parked write
+        makes room for another, or the load would dwindle over a long run."""
+        active = self.active()
+        return active if active < 0 else active - len(self.parked_roots)
 
     # -- stops ------------------------------------------------------------------------
 
@@ -461,6 +468,8 @@ class Composed(Chaos):
                 complete = True
                 for member in members:
                     complete &= self._check_run(store, member, refunds, final=final)
+                    if member.run_id in self.parked_at:
+                        self.parked_roots.add(case)
                 if complete:
                     self.final.add(case)
 
