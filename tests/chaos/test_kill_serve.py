@@ -61,6 +61,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,13 +164,17 @@ def plan_script(call: ProviderCall) -> Reply:
     }
 
 
-def agent_toml(base_url: str) -> str:
-    tools = "".join(f'\n[[tools]]\nname = "{name}"\n' for name in TOOLS)
+def agent_toml(
+    base_url: str, name: str = "chaos", tools: Sequence[str] = TOOLS, flow_tools: Sequence[str] = ()
+) -> str:
+    """A built-in agent on the scripted provider at ``base_url``, offered ``tools``."""
+    tables = "".join(f'\n[[tools]]\nname = "{tool}"\n' for tool in tools)
     return (
-        'name = "chaos"\nmodel = "scripted"\nmax_response_tokens = 256\n'
+        f'name = "{name}"\nmodel = "scripted"\nmax_response_tokens = 256\n'
+        f"flow_tools = {json.dumps(list(flow_tools))}\n"
         'system_prompt = "You settle refund requests."\n'
         f'[llm]\nprovider = "anthropic"\nbase_url = "{base_url}"\nmax_retries = 0\n'
-        f"timeout_seconds = 30\n{tools}"
+        f"timeout_seconds = 30\n{tables}"
     )
 
 
@@ -280,7 +285,9 @@ class Cuts:
 
 
 class Chaos:
-    def __init__(self, tmp_path: Path, store_url: str, seed: int) -> None:
+    def __init__(
+        self, tmp_path: Path, store_url: str, seed: int, script: Callable = plan_script
+    ) -> None:
         self.store_url = store_url
         self.rng = random.Random(seed)
         self.effects = tmp_path / "effects.jsonl"
@@ -288,7 +295,7 @@ class Chaos:
         self._served_in: dict[int, int] = {}  # provider call index -> generation
         self._delay_rng = random.Random(seed + 1)
         self._delay_lock = threading.Lock()
-        self.provider = ScriptedProvider(plan_script, on_call=self._on_call)
+        self.provider = ScriptedProvider(script, on_call=self._on_call)
         self.daemon = Daemon(tmp_path, store_url, self.effects)
         self.daemon.args += ["--model-endpoint", self.provider.base_url]
         self.http = httpx.Client(base_url=self.daemon.base_url, timeout=10)
