@@ -61,8 +61,13 @@ from salvor.daemon.graphs import map_child_id
 from salvor.protocol import EventKind, GuardRefusal, RunState
 from salvor.store import EventStore
 
-from tests.chaos.test_kill_cli import _tool_results
-from tests.chaos.test_kill_serve import KILL_DELAY, Chaos, agent_toml, assert_log_valid
+from tests.chaos.test_kill_serve import (
+    KILL_DELAY,
+    Chaos,
+    agent_toml,
+    assert_log_valid,
+    step_reply,
+)
 from tests.support.scripted_provider import ProviderCall, Reply
 
 pytestmark = pytest.mark.kill
@@ -133,18 +138,7 @@ def composed_script(call: ProviderCall) -> Reply:
             ["lookup_invoice", {"invoice_id": invoice}],
             ["issue_refund", {"invoice_id": invoice, "amount_cents": refund_amount(invoice)}],
         ]
-    k = _tool_results(call)
-    if k < len(steps):
-        name, tool_input = steps[k]
-        content = [{"type": "tool_use", "id": f"toolu_{k}", "name": name, "input": tool_input}]
-        stop = "tool_use"
-    else:
-        content = [{"type": "text", "text": FINAL_TEXT}]
-        stop = "end_turn"
-    return {"model": request["model"], "content": content, "stop_reason": stop}, {
-        "input_tokens": 10 + k,
-        "output_tokens": 5,
-    }
+    return step_reply(call, steps, final=FINAL_TEXT)
 
 
 def composed_graph(refunder: str) -> dict:

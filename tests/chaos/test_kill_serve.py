@@ -148,17 +148,22 @@ def draw_plan(rng: random.Random, case: int) -> list[list[Any]]:
 
 def plan_script(call: ProviderCall) -> Reply:
     """Walk the plan in the run's input: with k tool results so far, call step k, else answer."""
-    request = call.request
-    plan = json.loads(request["messages"][0]["content"][0]["text"])["plan"]
+    plan = json.loads(call.request["messages"][0]["content"][0]["text"])["plan"]
+    return step_reply(call, plan)
+
+
+def step_reply(call: ProviderCall, steps: list, *, final: str = FINAL_TEXT) -> Reply:
+    """With k tool results in the conversation so far: call ``steps[k]`` (a tool name and its
+    input), or answer ``final`` once every step has its result."""
     k = _tool_results(call)
-    if k < len(plan):
-        name, tool_input = plan[k]
+    if k < len(steps):
+        name, tool_input = steps[k]
         content = [{"type": "tool_use", "id": f"toolu_{k}", "name": name, "input": tool_input}]
         stop = "tool_use"
     else:
-        content = [{"type": "text", "text": FINAL_TEXT}]
+        content = [{"type": "text", "text": final}]
         stop = "end_turn"
-    return {"model": request["model"], "content": content, "stop_reason": stop}, {
+    return {"model": call.request["model"], "content": content, "stop_reason": stop}, {
         "input_tokens": 10 + k,
         "output_tokens": 5,
     }
