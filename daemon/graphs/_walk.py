@@ -407,7 +407,7 @@ class GraphWalk:
 
         Raises:
             Parked: a child failed (the run fails naming node, index and child); no item after
-                it was started, and the items in flight were cancelled.
+                it was started, and the items in flight were driven to their rest first.
             DriveInterrupted: a child rests short of an output (parked on a gate, a budget,
                 a write to reconcile, a timer) or its drive stopped; every other item is
                 driven and recorded first, and a later drive of this run drives the rest.
@@ -433,6 +433,7 @@ class GraphWalk:
         # Set by whatever ends the map short (a failed item, a store fault): from then on no
         # further item is started, so no child exists that nothing will drive.
         ending = trio.Event()
+        failed: tuple[int, str, RunView] | None = None
         stopped: tuple[int, str, RunView | str] | None = None
         fault: CodedError | None = None
         async with trio.open_nursery() as nursery:
@@ -489,16 +490,19 @@ class GraphWalk:
                             break
                         continue
                     if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
-                        stopped = (index, child, rested)
-                        nursery.cancel_scope.cancel(reason=f"map item {index} {rested.state}")
-                        break
+                        # No later item starts (its task set ``ending``); the items in flight
+                        # are driven to their rest and recorded, not cancelled: a cancel would
+                        # cut a write mid-call and leave their children running with nothing
+                        # to drive them once this run fails.
+                        failed = failed or (index, child, rested)
+                        continue
                     # Resting short of an output: the other items still finish and are
                     # recorded, so the next walk drives only the ones left.
                     stopped = stopped or (index, child, rested)
         if fault is not None:
             raise fault
-        if stopped is not None:
-            await self._map_stopped(ctx, node, *stopped)
+        if failed is not None or stopped is not None:
+            await self._map_stopped(ctx, node, *(failed or stopped))
 
     async def _map_stopped(
         self, ctx: RunContext, node: GraphNode, index: int, child: str, rested: RunView | str
@@ -565,7 +569,7 @@ class GraphWalk:
                 isinstance(rested, RunView) and rested.state in _CHILD_FAILED
             ):
                 start.ending.set()
-            # The walk stops listening once an item ended the map; the rest are cancelled.
+            # The walk stops listening once a store fault ended the map; the rest are cancelled.
             with contextlib.suppress(trio.BrokenResourceError):
                 await start.send.send((index, child, rested))
             slots.release()

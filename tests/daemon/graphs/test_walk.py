@@ -5,6 +5,7 @@ provider and the tools really served."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 
 import pytest
@@ -458,6 +459,51 @@ async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_a
         for index in (2, 3, 4):
             later = map_child_id(run_id, "each", index)
             assert await runtime.find_view(later) is None, (index, await runtime.view(later))
+
+
+async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_fails(
+    runtime, providers, make_agent
+):
+    """Three items at a time; item 1 fails at once while items 0 and 2 are mid-call. Their
+    children are driven to completion and recorded before the graph run fails, and item 3 never
+    starts. Before, the failure cancelled them mid-call: their children stayed ``running`` with
+    nothing to drive them (their parent had failed) until a restart drove them as runs of
+    their own."""
+
+    def script(call):
+        if '"b"' in task_of(call):
+            return ErrorReply(400, "no such model")
+        time.sleep(0.3)  # the provider's thread: items 0 and 2 are in flight when 1 fails
+        return echo(call)
+
+    agent = await agent_hash(runtime, make_agent, providers(script))
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 3,
+                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
+                },
+            ],
+            "edges": [],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d"])
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.FAILED
+    assert "map item 1" in view.detail["error"]
+    for index in (0, 2):
+        sibling = await runtime.view(map_child_id(run_id, "each", index))
+        assert sibling.state is RunState.COMPLETED, (index, sibling)
+    log = await sound_log(runtime, run_id)
+    recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
+    assert sorted(recorded) == [0, 2]
+    assert await runtime.find_view(map_child_id(run_id, "each", 3)) is None
 
 
 async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempotent_call(
