@@ -385,6 +385,24 @@ async def watch_for_an_end(
             return
 
 
+async def superseded_view(ctx: RunContext) -> RunView:
+    """Where the run is after another writer appended under this drive (``session.superseded``):
+    the log says, not the agent's exit. An ended run (abandoned beside this daemon) is returned
+    as that writer left it.
+
+    Raises:
+        DriveInterrupted: the run did not end; it keeps its log, for a later drive to go on from.
+    """
+    run_id = ctx.run_id
+    view = await ctx.access.read(ctx.access.store.read_view, run_id)
+    if view is not None and view.terminal:
+        return view
+    raise DriveInterrupted(
+        f"another writer appended to run {run_id} while this drive ran; the run keeps its "
+        f"log, and `salvor resume {run_id}` goes on from it"
+    )
+
+
 def parked_write(view: RunView) -> Pending | None:
     """The open write ``view`` is parked on, unless a client performed it (its client settles
     it); None when the run is not parked on one."""
@@ -516,15 +534,7 @@ async def _settle(
         # A lane stopped the drive before its call was written (another run holds its key).
         raise session.interrupted
     if session.superseded is not None:
-        # Another writer appended under this drive: the log, not the process's exit, says where
-        # the run is. An ended run (abandoned beside this daemon) stays as that writer left it.
-        view = await ctx.access.read(ctx.access.store.read_view, run_id)
-        if view is not None and view.terminal:
-            return view
-        raise DriveInterrupted(
-            f"another writer appended to run {run_id} while this drive ran; the run keeps its "
-            f"log, and `salvor resume {run_id}` goes on from it"
-        )
+        return await superseded_view(ctx)
     if (
         session.rested.is_set()
         or ctx.view.terminal

@@ -38,7 +38,14 @@ from ..recording import RunContext, StoreAccess, utc_now
 from ..web import header_placeholders, listener_config, tls_context
 from ..web import serve as serve_asgi
 from ._definition import AgentDefinition
-from ._process import final_answer, open_session, replay_shortfall, task_prompt
+from ._process import (
+    final_answer,
+    open_session,
+    replay_shortfall,
+    superseded_view,
+    task_prompt,
+    watch_for_an_end,
+)
 
 logger = logging.getLogger("salvor.service")
 
@@ -214,6 +221,9 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
                 if sock.fileno() != -1:
                     sock.close()
                 raise
+            # A run ended beside this daemon (``salvor abandon``) stops the wait for the trigger
+            # within seconds, though the service never calls again.
+            nursery.start_soon(watch_for_an_end, access, run_id, session)
             trigger = await _send_trigger(
                 settings, task_prompt(log[0].event.input), headers, session
             )
@@ -279,6 +289,8 @@ async def _settle(
         # The store failed under one of its calls: the drive stops for the
         # healer, the run stays as it was.
         raise session.store_fault
+    if session.superseded is not None:
+        return await superseded_view(ctx)
     if session.rested.is_set() or ctx.view.terminal:
         return ctx.view
     if trigger.timed_out:

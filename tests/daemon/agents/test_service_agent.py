@@ -19,6 +19,7 @@ import trio.testing
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.daemon.processes._port_claims import PortClaims
 from salvor.daemon.web._errors import OperationRefused
+from salvor.protocol import EventKind, RunAbandoned
 
 from tests.daemon.agents.test_process_agent import PLAN, SECRET, kinds
 from tests.support.backends import SQLITE_ONLY
@@ -218,6 +219,45 @@ async def test_a_service_past_its_timeout_fails_the_run(
         release.write_text("go")
     assert view.state.value == "failed"
     assert "did not answer its trigger within its timeout of 0.5s" in view.detail["error"]
+
+
+async def test_a_service_run_ended_by_another_writer_ends_its_drive_though_the_service_never_calls(
+    runtime, providers, upstream_env, services, tmp_path
+):
+    """Another writer of the store (``salvor abandon`` beside the daemon) ends the run while the
+    service is paused between its model calls: the drive reads the end within seconds and
+    returns the run as that writer left it. Before, the drive waited on the trigger until the
+    service's next call met the end, and then settled the run from its stale view."""
+    provider = providers(tool_loop_script(PLAN))
+    upstream_env(provider)
+    port = free_port()
+    release = tmp_path / "release"
+    service = services(
+        tmp_path, "openai", proxy_base("openai", port), env={"RELEASE": str(release)}
+    )
+    agent = service_agent(service.url, port)
+    run_id = await runtime.start_run(agent, "settle")
+    access = runtime.access
+    try:
+        async with trio.open_nursery() as nursery:
+            ended = []
+
+            async def drive() -> None:
+                ended.append(await runtime.drive(run_id, agent=agent))
+
+            nursery.start_soon(drive)
+            await wait_for(lambda: service.entries("held"), "the service to pause")
+            with trio.fail_after(20):
+                while (view := await access.read(access.store.read_view, run_id)).pending:
+                    await trio.sleep(0.02)
+            await access.append(run_id, [RunAbandoned(reason="from the shell")], view)
+            # The service holds its request up to 30 s; the drive must not wait for it.
+            await wait_for(lambda: ended, "the drive to end", timeout=15)
+    finally:
+        release.write_text("go")
+    assert ended[0].state.value == "abandoned", ended[0]
+    log = await access.read(access.store.read_log, run_id)
+    assert log[-1].event.KIND is EventKind.RUN_ABANDONED
 
 
 async def drive_until_held(runtime, agent, run_id: str, service) -> None:
