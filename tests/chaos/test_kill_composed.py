@@ -43,6 +43,7 @@ line; ``SALVOR_CHAOS_SEED`` picks the seed here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -68,6 +69,7 @@ from tests.chaos.test_kill_serve import (
     assert_log_valid,
     step_reply,
 )
+from tests.support.disk import Filler, TmpfsRefused, tmpfs
 from tests.support.scripted_provider import ProviderCall, Reply
 
 pytestmark = pytest.mark.kill
@@ -96,6 +98,12 @@ IN_TOOL_VAR = "SALVOR_FAULT_KILL_IN_TOOL"
 WRITE_POINTS = ("issue_refund:before", "issue_refund", "issue_refund:sent")
 # How long a daemon started with a fault point may take to reach a refund, in seconds.
 WRITE_WAIT = 20.0
+# A disk-full cycle: how long the disk stays full under the load, then how long the load runs on
+# the freed disk before the next cycle, in seconds.
+FULL_FOR = (0.3, 4.0)
+FREED_FOR = (1.0, 6.0)
+# Status codes a start may answer while the store refuses writes: tried again on the next round.
+STORE_REFUSED = frozenset({503, 507})
 
 
 # --------------------------------------------------------------------------
@@ -230,6 +238,9 @@ class Composed(Chaos):
         self.writes_cut: set[tuple[str, int]] = set()  # refunds open at some stop
         self.parked_roots: set[str] = set()  # roots with a run of their tree parked once
         self.settled_by_probe: Counter = Counter()  # the probe's "found" -> refunds it settled
+        self.disk_cycles = 0  # the disk filled and freed under the load
+        self.cycles_that_bit = 0  # cycles during which /v1/health counted a run healing
+        self.healing_seen = 0  # the most runs /v1/health counted healing at once
 
     # -- set-up and the workload's own actions -----------------------------------------
 
@@ -301,6 +312,8 @@ class Composed(Chaos):
                 self.created.add(root.case)
             elif response.status_code == 409 and response.json()["error"]["code"] == "run_exists":
                 self.created.add(root.case)
+            elif response.status_code in STORE_REFUSED and self.disk_full:
+                return  # the store refused its head: started again once it takes writes
             else:
                 raise AssertionError(f"starting {root.kind} {root.case}: {response.text}")
 
@@ -333,9 +346,20 @@ class Composed(Chaos):
 
     def in_flight(self) -> int:
         """Roots going (-1 when the daemon did not answer): a tree resting on a parked write
-        makes room for another, or the load would dwindle over a long run."""
-        active = self.active()
-        return active if active < 0 else active - len(self.parked_roots)
+        makes room for another, or the load would dwindle over a long run. A tree parked once
+        and finished since counts as neither (counting it as parked for ever let a long run top
+        up hundreds of roots over its IN_FLIGHT, all recovered at once by its last restart)."""
+        done = self.listed("completed")
+        if done is None:
+            return -1
+        finished = {r["run"] for r in done}
+        return len(
+            [
+                r
+                for r in self.roots.values()
+                if r.run_id not in finished and r.case not in self.parked_roots
+            ]
+        )
 
     # -- stops ------------------------------------------------------------------------
 
@@ -387,6 +411,36 @@ class Composed(Chaos):
                 self._stopped(f"SIGKILL after {WRITE_WAIT}s with no refund reached", "random")
             else:
                 self._stopped(f"the daemon's own SIGKILL in a refund, at {point}", kind)
+
+    disk_full = False  # a disk-full cycle has the disk full now
+
+    def disk_full_cycle(self, disk: Filler, rng: random.Random) -> None:
+        """Under the load, fill the store's disk at a random instant, keep it full a while (the
+        load goes on: starts the store refuses are tried again), free it, and let the load run
+        on. The daemon is not restarted: what the full disk stopped must heal by itself."""
+        self.operate_until(time.monotonic() + rng.uniform(*KILL_DELAY), top_up=True)
+        disk.begin()
+        self.disk_full = True
+        self.disk_cycles += 1
+        self.stop_named = f"disk-full cycle {self.disk_cycles}"
+        bit = False
+        try:
+            deadline = time.monotonic() + rng.uniform(*FULL_FOR)
+            while time.monotonic() < deadline:
+                self.operate(top_up=False)
+                healing = self._healing()
+                bit |= healing > 0
+                self.healing_seen = max(self.healing_seen, healing)
+                time.sleep(0.05)
+        finally:
+            disk.end()
+            self.disk_full = False
+        self.cycles_that_bit += bit
+        self.operate_until(time.monotonic() + rng.uniform(*FREED_FOR), top_up=True)
+
+    def _healing(self) -> int:
+        response = self.call("GET", "/v1/health")
+        return 0 if response is None else response.json()["healing"]
 
     def _under_load(self, delay: float, stopper) -> None:
         # From another thread, so the stop may land inside any request the workload has open.
@@ -670,7 +724,27 @@ class Composed(Chaos):
             "refunds_settled_by_probe": {str(k): n for k, n in self.settled_by_probe.items()},
             "settle_seconds": round(self.settle_seconds, 1),
             "unsettled_after_30s": self.slow,
+            "disk_full_cycles": self.disk_cycles,
+            "disk_full_cycles_that_stopped_a_run": self.cycles_that_bit,
+            "most_runs_healing_at_once": self.healing_seen,
         }
+
+
+def run_disk_full_cycles(harness: Composed, disk: Filler, *, cycles: int, seconds: float) -> None:
+    """Fill and free the store's disk ``cycles`` times under the load (or until ``seconds``
+    passed), with one daemon that is never restarted, then settle."""
+    rng = random.Random(harness.seed + 3)
+    began = time.monotonic()
+    harness.daemon.start()
+    harness.register()
+    while harness.disk_cycles < cycles and time.monotonic() - began < seconds:
+        harness.disk_full_cycle(disk, rng)
+        if not harness.daemon.alive():
+            harness.violation("the daemon died")
+            return
+    harness.settle()
+    if harness.daemon.starts != 1:
+        harness.violation(f"the daemon was started {harness.daemon.starts} times")
 
 
 def run_composed(harness: Composed, kinds: list[str], *, kills: int, seconds: float) -> None:
@@ -709,3 +783,23 @@ def test_composed_runs_killed_at_random_instants_perform_each_refund_once(
     assert figures["violations"] == [], "\n".join(figures["violations"])
     assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
     assert all(figures["kills_by_kind"].get(kind) for kind in ("random", "double", "in_write"))
+
+
+def test_composed_runs_through_disk_full_cycles_heal_with_no_restart(tmp_path: Path) -> None:
+    """The composed load on a SQLite store whose disk fills and frees again and again: every
+    tree completes on the one daemon (no restart, no resume but a gate's answer), each refund
+    once, and at least one cycle stopped a run (``/v1/health`` counted it healing)."""
+    began = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        try:
+            disk = Filler(stack.enter_context(tmpfs(tmp_path / "disk", "64m")))
+        except TmpfsRefused as refused:
+            pytest.skip(str(refused))
+        harness = Composed(tmp_path, f"sqlite:///{disk.store_dir / 'salvor.db'}", SEED)
+        stack.callback(harness.close)  # before the unmount: the daemon holds the store open
+        run_disk_full_cycles(harness, disk, cycles=6, seconds=600)
+    figures = harness.figures(began)
+    print("composed disk-full cycles:", json.dumps(figures))
+    assert figures["violations"] == [], "\n".join(figures["violations"])
+    assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
+    assert figures["disk_full_cycles_that_stopped_a_run"] > 0, figures

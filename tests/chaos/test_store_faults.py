@@ -21,9 +21,7 @@ under it stops the root's, which the healer drives again.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -37,6 +35,7 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
+from tests.support.disk import Filler, TmpfsRefused, tmpfs
 from tests.support.flows import offered_tools, tool_results, tool_use
 from tests.support.runtime import ledger
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text_reply
@@ -59,62 +58,16 @@ def _wait_for(what: str, check, daemon: Daemon, seconds: float = BOUND):
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 16 MiB tmpfs of the test's own, unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip(
-            "mounting a small tmpfs needs root (run as root, or in a container with CAP_SYS_ADMIN)"
-        )
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(
-            f"this machine cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}"
-        )
     try:
-        yield mount
-    finally:
-        subprocess.run(["chattr", "-R", "-i", str(mount)], capture_output=True, check=False)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        with tmpfs(tmp_path / "disk", "16m") as mount:
+            yield mount
+    except TmpfsRefused as refused:
+        pytest.skip(str(refused))
 
 
-def fill(path: Path) -> None:
-    """Write ``path`` until the filesystem under it has no byte left."""
-    chunk = b"\0" * (1 << 16)
-    with open(path, "wb", buffering=0) as filler:
-        while True:
-            try:
-                filler.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-    # What a 64 KiB chunk could not take, byte pages can.
-    with open(path, "ab", buffering=0) as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 512)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-
-
-class FullDisk:
-    name = "full disk"
-
+class FullDisk(Filler):
     def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-        self.store_dir = request.getfixturevalue("small_disk")
-        self.filler = self.store_dir / "filler"
-
-    def begin(self) -> None:
-        fill(self.filler)
-
-    def end(self) -> None:
-        self.filler.unlink()
+        super().__init__(request.getfixturevalue("small_disk"))
 
 
 class Immutable:
