@@ -412,9 +412,9 @@ class GraphWalk:
                 a write to reconcile, a timer) or its drive stopped; every other item is
                 driven and recorded first, and a later drive of this run drives the rest.
             StoreUnavailable: the store failed under a child, or under this walk recording an
-                item (``store_fault``), raised as itself; the items in flight were cancelled,
-                each child is left at its last durable event, and a later drive of this run
-                drives them on.
+                item (``store_fault``), raised as itself once the items in flight reached their
+                rest; each child is left at its last durable event, and a later drive of this
+                run drives them on.
         """
         outputs.update(_recorded_items(ctx))
         remaining = [index for index in range(len(items)) if index not in outputs]
@@ -457,48 +457,29 @@ class GraphWalk:
                         )
 
             nursery.start_soon(start_in_item_order)
+            # Whatever ends the map short (a failed item, a store fault) starts no later item
+            # (its task set ``ending``), and cancels none in flight: a cancel would cut a write
+            # mid-call (its outcome then unknown, for a person to settle) and leave its child
+            # running with nothing to drive it. Each item in flight reaches its rest first.
             async with receive:
                 async for index, child, rested in receive:
+                    if fault is not None:
+                        continue  # the next walk records what the items in flight did
                     if isinstance(rested, CodedError):
-                        # The store failed under the child: raised below as itself, so the drive
-                        # of this run's root stops on a store fault and the healer re-drives the
-                        # tree, this walk driving the child on from its log.
+                        # The store failed under the child: raised below as itself, so the root's
+                        # drive stops on a store fault and the healer re-drives the tree.
                         fault = rested
-                        nursery.cancel_scope.cancel(
-                            reason=f"the store failed under map item {index}"
-                        )
-                        break
-                    if isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
-                        output = rested.detail.get("output")
-                        outputs[index] = output
-                        try:
-                            await ctx.record(
-                                MapItemCompleted(
-                                    node=node.id,
-                                    index=index,
-                                    run_id=child,
-                                    output=output,
-                                    usage=rested.usage(),
-                                )
-                            )
-                        except CodedError as exc:
-                            # Raised after the nursery, as itself (a store fault stays one the
-                            # driving set can heal), once the other children are cancelled.
+                    elif isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
+                        outputs[index] = rested.detail.get("output")
+                        fault = await _record_item(ctx, node, index, child, rested)
+                        if fault is not None:
                             ending.set()
-                            fault = exc
-                            nursery.cancel_scope.cancel(reason="a map item was not recorded")
-                            break
-                        continue
-                    if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
-                        # No later item starts (its task set ``ending``); the items in flight
-                        # are driven to their rest and recorded, not cancelled: a cancel would
-                        # cut a write mid-call and leave their children running with nothing
-                        # to drive them once this run fails.
+                    elif isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
                         failed = failed or (index, child, rested)
-                        continue
-                    # Resting short of an output: the other items still finish and are
-                    # recorded, so the next walk drives only the ones left.
-                    stopped = stopped or (index, child, rested)
+                    else:
+                        # Resting short of an output: the other items still finish and are
+                        # recorded, so the next walk drives only the ones left.
+                        stopped = stopped or (index, child, rested)
         if fault is not None:
             raise fault
         if failed is not None or stopped is not None:
@@ -569,10 +550,29 @@ class GraphWalk:
                 isinstance(rested, RunView) and rested.state in _CHILD_FAILED
             ):
                 start.ending.set()
-            # The walk stops listening once a store fault ended the map; the rest are cancelled.
             with contextlib.suppress(trio.BrokenResourceError):
                 await start.send.send((index, child, rested))
             slots.release()
+
+
+async def _record_item(
+    ctx: RunContext, node: GraphNode, index: int, child: str, rested: RunView
+) -> CodedError | None:
+    """Record map item ``index`` of ``node`` as ``child`` completed it; the error that stopped
+    the record, if one did (a store fault stays one the driving set can heal)."""
+    try:
+        await ctx.record(
+            MapItemCompleted(
+                node=node.id,
+                index=index,
+                run_id=child,
+                output=rested.detail.get("output"),
+                usage=rested.usage(),
+            )
+        )
+    except CodedError as exc:
+        return exc
+    return None
 
 
 async def drive_graph(

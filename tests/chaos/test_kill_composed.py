@@ -98,9 +98,11 @@ IN_TOOL_VAR = "SALVOR_FAULT_KILL_IN_TOOL"
 WRITE_POINTS = ("issue_refund:before", "issue_refund", "issue_refund:sent")
 # How long a daemon started with a fault point may take to reach a refund, in seconds.
 WRITE_WAIT = 20.0
-# A disk-full cycle: how long the disk stays full under the load, then how long the load runs on
-# the freed disk before the next cycle, in seconds.
-FULL_FOR = (0.3, 4.0)
+# A disk-full cycle: the disk stays full until a drive stopped on it (SQLite writes into the
+# room its WAL file already has, so a fill may take a while to bite), then this much longer, at
+# most FULL_AT_MOST; then the load runs on the freed disk this long before the next cycle.
+FULL_AFTER_A_STOP = (0.0, 3.0)
+FULL_AT_MOST = 30.0
 FREED_FOR = (1.0, 6.0)
 # Status codes a start may answer while the store refuses writes: tried again on the next round.
 STORE_REFUSED = frozenset({503, 507})
@@ -415,9 +417,10 @@ class Composed(Chaos):
     disk_full = False  # a disk-full cycle has the disk full now
 
     def disk_full_cycle(self, disk: Filler, rng: random.Random) -> None:
-        """Under the load, fill the store's disk at a random instant, keep it full a while (the
-        load goes on: starts the store refuses are tried again), free it, and let the load run
-        on. The daemon is not restarted: what the full disk stopped must heal by itself."""
+        """Under the load, fill the store's disk at a random instant, keep it full until a drive
+        stopped on it and a little longer (the load goes on: starts the store refuses are tried
+        again), free it, and let the load run on. The daemon is not restarted: what the full
+        disk stopped must heal by itself."""
         self.operate_until(time.monotonic() + rng.uniform(*KILL_DELAY), top_up=True)
         disk.begin()
         self.disk_full = True
@@ -425,11 +428,13 @@ class Composed(Chaos):
         self.stop_named = f"disk-full cycle {self.disk_cycles}"
         bit = False
         try:
-            deadline = time.monotonic() + rng.uniform(*FULL_FOR)
+            deadline = time.monotonic() + FULL_AT_MOST
             while time.monotonic() < deadline:
-                self.operate(top_up=False)
+                self.operate(top_up=True)
                 healing = self._healing()
-                bit |= healing > 0
+                if healing and not bit:
+                    bit = True
+                    deadline = min(deadline, time.monotonic() + rng.uniform(*FULL_AFTER_A_STOP))
                 self.healing_seen = max(self.healing_seen, healing)
                 time.sleep(0.05)
         finally:

@@ -21,6 +21,7 @@ from salvor.protocol import (
     check_batch,
     graph_from_value,
 )
+from salvor.store import StoreUnavailable
 
 from tests.support.backends import BOTH, SQLITE_ONLY
 from tests.support.graph_runs import approval_graph
@@ -504,6 +505,59 @@ async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_
     recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
     assert sorted(recorded) == [0, 2]
     assert await runtime.find_view(map_child_id(run_id, "each", 3)) is None
+
+
+async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_their_rest(
+    runtime, providers, make_agent, monkeypatch
+):
+    """Two items at a time; the store refuses item 0's model answer while item 1 is mid-call.
+    The walk raises the store fault (the healer's to handle) only once item 1 reached its rest:
+    its call answered and recorded, not cut. Before, the fault cancelled item 1 mid-call: a
+    write cut that way has an outcome nobody knows, for a person to settle."""
+
+    def script(call):
+        if '"b"' in task_of(call):
+            time.sleep(0.3)  # the provider's thread: item 1 is mid-call when item 0's answer fails
+        return echo(call)
+
+    agent = await agent_hash(runtime, make_agent, providers(script))
+    graph = await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": 2,
+                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
+                },
+            ],
+            "edges": [],
+        },
+    )
+    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    first = map_child_id(run_id, "each", 0)
+    append = runtime.access.append
+
+    async def refusing(child, events, view, **kwargs):
+        if child == first and any(e.KIND is EventKind.MODEL_CALL_COMPLETED for e in events):
+            raise StoreUnavailable(
+                "the disk is full (a test's refusal); nothing was written", transient=True
+            )
+        return await append(child, events, view, **kwargs)
+
+    monkeypatch.setattr(runtime.access, "append", refusing)
+    with pytest.raises(StoreUnavailable):
+        await runtime.drive(run_id)
+    second = await runtime.view(map_child_id(run_id, "each", 1))
+    assert second.state is RunState.COMPLETED, second
+    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+    monkeypatch.setattr(runtime.access, "append", append)
+    view = await runtime.drive(run_id)  # the healer's drive: item 0 answered again, all recorded
+    assert view.state is RunState.COMPLETED, view
+    await sound_log(runtime, run_id)
 
 
 async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempotent_call(
