@@ -243,6 +243,7 @@ class Composed(Chaos):
         self.disk_cycles = 0  # the disk filled and freed under the load
         self.cycles_that_bit = 0  # cycles during which /v1/health counted a run healing
         self.healing_seen = 0  # the most runs /v1/health counted healing at once
+        self.unfinished = -1  # roots not completed when the settling ended
 
     # -- set-up and the workload's own actions -----------------------------------------
 
@@ -622,6 +623,7 @@ class Composed(Chaos):
                 self.slow = self._unsettled()
             time.sleep(0.2)
         self.settle_seconds = time.monotonic() - began
+        self.unfinished = self.active()
         code, _ = self.daemon.terminate()
         self.stop_named = "the final SIGTERM"
         if code != 0:
@@ -728,6 +730,7 @@ class Composed(Chaos):
             "refunds_cut_open": len(self.writes_cut),
             "refunds_settled_by_probe": {str(k): n for k, n in self.settled_by_probe.items()},
             "settle_seconds": round(self.settle_seconds, 1),
+            "roots_unfinished_at_the_end": self.unfinished,
             "unsettled_after_30s": self.slow,
             "disk_full_cycles": self.disk_cycles,
             "disk_full_cycles_that_stopped_a_run": self.cycles_that_bit,
@@ -808,3 +811,5 @@ def test_composed_runs_through_disk_full_cycles_heal_with_no_restart(tmp_path: P
     assert figures["violations"] == [], "\n".join(figures["violations"])
     assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
     assert figures["disk_full_cycles_that_stopped_a_run"] > 0, figures
+    # No kill cut a write: every tree completed, none rests on a parked write.
+    assert figures["roots_unfinished_at_the_end"] == 0, figures
