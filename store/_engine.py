@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ._errors import StoreUnavailable
+from ._file_modes import create_database_file, make_store_directory
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "OFF")
 BUSY_TIMEOUT_MS = 5000
@@ -94,12 +95,19 @@ def _sqlite_engine(url: str, database: str | None, synchronous: str) -> Engine:
         )
     path = Path(database)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_store_directory(path.parent)
     except OSError as exc:
         raise StoreUnavailable(
             f"cannot create the store directory {path.parent} ({exc.strerror or exc})"
         ) from None
     _check_writable(path)
+    try:
+        # 0600 from its first byte: SQLite gives its -wal, -shm and -journal the same mode.
+        create_database_file(path)
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"cannot create the store file {path} ({exc.strerror or exc})"
+        ) from None
     engine = create_engine(url)
     pragmas = (
         f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",

@@ -47,6 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ._engine import create_store_engine, display_url
 from ._errors import StoreOwned, StoreUnavailable
+from ._file_modes import make_store_directory
 
 SERVE = "serve"
 # How long a PostgreSQL lock whose every holder is a dead local process is
@@ -167,7 +168,7 @@ class _FileLocks(StoreLocks):
         self._shared = False
         try:
             # Only a command that may create the store gets here with no directory yet.
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_store_directory(self.path.parent)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreUnavailable(

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from salvor.protocol import CodedError, MalformedJson, RunState, parse_strict
 
 from ..flows import caller_labels
 from ..recording import parse_run_id
 
+# sun_path holds 108 bytes on Linux, its terminating NUL among them.
+MAX_SOCKET_PATH_BYTES = 107
 RUN_STATES = tuple(state.value for state in RunState if state is not RunState.NOT_STARTED)
 
 
@@ -88,14 +91,37 @@ def run_uuid(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (an IPv6 host in brackets): the host without them, and the port."""
+class ListenAddress(NamedTuple):
+    """Where ``salvor serve`` listens: ``host`` and ``port``, or a Unix socket's path."""
+
+    host: str = ""
+    port: int = 0
+    unix_socket: str | None = None
+
+
+def listen_address(text: str) -> ListenAddress:
+    """``HOST:PORT`` (an IPv6 host in brackets: the host without them, and the port), or
+    ``unix:PATH`` (the path made absolute)."""
+    if text.startswith("unix:"):
+        path = text.removeprefix("unix:")
+        if not path:
+            raise argparse.ArgumentTypeError(
+                "--listen unix: must name the socket's path, e.g. "
+                "--listen unix:$XDG_RUNTIME_DIR/salvor.sock"
+            )
+        path = os.path.abspath(os.path.expanduser(path))
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise argparse.ArgumentTypeError(
+                f"--listen unix:{path[:80]} is longer than the {MAX_SOCKET_PATH_BYTES} bytes a "
+                "Unix socket's path may have; pick a shorter one"
+            )
+        return ListenAddress(unix_socket=path)
     host, sep, port = text.rpartition(":")
     if not sep or not host or not _port_text(port):
         raise argparse.ArgumentTypeError(
-            f"--listen {text[:80]!r} must look like HOST:PORT, e.g. 127.0.0.1:8420"
+            f"--listen {text[:80]!r} must look like HOST:PORT, e.g. 127.0.0.1:8420, or unix:PATH"
         )
-    return host.strip("[]"), int(port)
+    return ListenAddress(host.strip("[]"), int(port))
 
 
 def port_number(text: str) -> int:

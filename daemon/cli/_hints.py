@@ -32,12 +32,28 @@ async def serving_daemon(url: str, locks: StoreLocks | None) -> str | None:
         if holder is None:
             return None
         listen = holder.listen or ""
-        return listen.rstrip("/") if listen.startswith(("http://", "https://")) else UNKNOWN_ADDRESS
+        return daemon_address(listen)
 
     try:
         return await trio.to_thread.run_sync(ask)
     except StoreError:
         return None  # a hint is not worth a refusal: the salvor command it names says why
+
+
+def daemon_address(listen: str) -> str:
+    """A daemon's announced address (an ``http://`` URL or ``unix:PATH``) as a hint names it;
+    ``UNKNOWN_ADDRESS`` while it starts."""
+    if listen.startswith(("http://", "https://", "unix:")):
+        return listen.rstrip("/")
+    return UNKNOWN_ADDRESS
+
+
+def _curl_target(daemon: str, path: str) -> str:
+    """What ``curl`` is given to reach ``path`` on ``daemon``: a Unix socket is named with
+    ``--unix-socket`` (curl then sends ``Host: localhost``)."""
+    if daemon.startswith("unix:"):
+        return f"--unix-socket {shlex.quote(daemon.removeprefix('unix:'))} http://localhost{path}"
+    return f"{daemon}{path}"
 
 
 def resume_hint(run_id: str, daemon: str | None, run_input: str | None = None) -> str:
@@ -51,12 +67,10 @@ def resume_hint(run_id: str, daemon: str | None, run_input: str | None = None) -
     if daemon == UNKNOWN_ADDRESS:
         with_body = f" with {body}" if body else ""
         return f"POST /v1/runs/{run_id}/resume{with_body} to the daemon serving this store"
+    target = _curl_target(daemon, f"/v1/runs/{run_id}/resume")
     if not body:
-        return f"`curl -s -X POST {daemon}/v1/runs/{run_id}/resume`"
-    return (
-        f"`curl -s {daemon}/v1/runs/{run_id}/resume -H 'Content-Type: application/json' "
-        f"-d {shlex.quote(body)}`"
-    )
+        return f"`curl -s -X POST {target}`"
+    return f"`curl -s {target} -H 'Content-Type: application/json' -d {shlex.quote(body)}`"
 
 
 def wake_hint(run_id: str, daemon: str | None) -> str:

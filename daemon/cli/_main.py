@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import ipaddress
 import json
 import logging
 import os
@@ -61,7 +62,13 @@ from ._doctor import doctor_main
 from ._graph import add_parser as add_graph_parser
 from ._graph import read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
-from ._hints import UNKNOWN_ADDRESS, resume_hint, serving_daemon, wake_hint
+from ._hints import (
+    UNKNOWN_ADDRESS,
+    daemon_address,
+    resume_hint,
+    serving_daemon,
+    wake_hint,
+)
 from ._pipes import readers_may_leave
 from ._render import describe, describe_reconciliation
 from ._wording import CLI_WORDING
@@ -625,10 +632,11 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--listen",
-        metavar="HOST:PORT",
+        metavar="HOST:PORT|unix:PATH",
         type=listen_address,
         default="127.0.0.1:8420",
-        help="where to listen (default 127.0.0.1:8420)",
+        help="where to listen (default 127.0.0.1:8420), or a Unix socket only your user can "
+        "open (mode 0600; no token needed); an address other machines reach needs --auth-token",
     )
     p.add_argument(
         "--auth-token",
@@ -660,7 +668,8 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         "--allow-process-agents",
         action="store_true",
         help="accept process agents (commands this daemon runs) and service agents (a loopback "
-        "port it binds, a URL it POSTs to) through POST /v1/agents",
+        "port it binds, a URL it POSTs to) through POST /v1/agents, and run stored ones; on TCP "
+        "it needs --auth-token (or use --listen unix:PATH)",
     )
     p.add_argument(
         "--client-tool",
@@ -789,7 +798,7 @@ def _serve_config(args: argparse.Namespace, url: str):
     from ..notify import NotifyConfig
     from ..serve import ServeConfig
 
-    host, port = args.listen
+    listen = args.listen
     token = None
     if args.auth_token:
         token = os.environ.get(args.auth_token)
@@ -815,8 +824,11 @@ def _serve_config(args: argparse.Namespace, url: str):
     return ServeConfig(
         notify=notify,
         credentials=credentials,
-        host=host,
-        port=port,
+        **(
+            {"unix_socket": listen.unix_socket}
+            if listen.unix_socket
+            else {"host": listen.host, "port": listen.port}
+        ),
         store_url=url,
         auth_token=token,
         lease_ttl=ttl,
@@ -864,8 +876,7 @@ def _beside(args: argparse.Namespace) -> Callable[[Holder | None], str]:
     run_input = None if args.input is MISSING else json.dumps(args.input, ensure_ascii=False)
 
     def hint(daemon: Holder | None) -> str:
-        listen = (daemon.listen or "") if daemon is not None else ""
-        address = listen.rstrip("/") if listen.startswith("http") else UNKNOWN_ADDRESS
+        address = daemon_address(daemon.listen or "") if daemon is not None else UNKNOWN_ADDRESS
         return "resume the run through it: " + resume_hint(args.run, address, run_input)
 
     return hint
@@ -910,7 +921,8 @@ async def _serve(args: argparse.Namespace, url: str) -> int:
     from ..serve import serve, settle_collector
 
     config = _serve_config(args, url)
-    await _check_resolves(config.host, config.port)
+    if config.unix_socket is None:
+        _refuse_tcp_exposure(config, await _check_resolves(config.host, config.port))
     _log_to_stderr("json" if args.json else args.log_format)
     settle_collector()
     async with trio.open_nursery() as nursery:
@@ -936,14 +948,53 @@ def _verb(command: str) -> str:
     return "cmd_" + command.replace("-", "_")
 
 
-async def _check_resolves(host: str, port: int) -> None:
-    """Refuse a --listen host that names no address, before anything is opened."""
+async def _check_resolves(host: str, port: int) -> list[str]:
+    """The addresses a --listen host names; refused when it names none, before anything is
+    opened."""
     try:
-        await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        found = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
     except OSError as exc:
         raise CliError(
             f"--listen host {host[:80]!r} does not resolve to an address ({exc.strerror or exc})"
         ) from None
+    return [str(sockaddr[0]) for *_, sockaddr in found]
+
+
+# -- other local users (issue 29, item 2) --
+_TOKEN_WAYS = (
+    "put a token in an environment variable and name it with --auth-token ENV_VAR, or listen "
+    "on a Unix socket only your user can open with --listen unix:PATH"
+)
+
+
+def _refuse_tcp_exposure(config, addresses: list[str]) -> None:
+    """Refuse a TCP listener without a token where others could drive the daemon: one that may
+    start programs (anyone on the machine could make it run one as this user), or one reachable
+    from other machines. Loopback without process agents stays open (the first command of the
+    README).
+
+    Raises:
+        UsageError: the flags make such a listener; nothing was opened.
+    """
+    if config.auth_token is not None:
+        return
+    if config.allow_process_agents:
+        raise UsageError(
+            f"--allow-process-agents lets whoever reaches {config.listen} run programs as your "
+            f"user, so on TCP it needs a token: {_TOKEN_WAYS}"
+        )
+    if not all(_loopback(address) for address in addresses):
+        raise UsageError(
+            f"--listen {config.listen} is reachable from other machines, so it needs a token: "
+            f"{_TOKEN_WAYS}, or on a loopback address such as 127.0.0.1"
+        )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def _sole(group: BaseExceptionGroup) -> BaseException:

@@ -140,8 +140,12 @@ class Runtime(Forks):
         proxy: ModelProxy | None = None,
         process_restarts: int = 0,
         credentials: Credentials | None = None,
+        allow_process_agents: bool = True,
     ) -> None:
         self.access = access
+        # Whether a drive may run a process or service agent at all (a daemon started without
+        # --allow-process-agents may not, even one already in its store; the command line may).
+        self.allow_process_agents = allow_process_agents
         # Which key goes to which model endpoint; the command line's by default.
         self.credentials = credentials or Credentials()
         # The loopback model proxy process agents are driven through; None
@@ -621,6 +625,8 @@ class Runtime(Forks):
                 return await self.drive_graph(run_id, view.graph_hash, on_record=on_record)
             agent = await self.load_agent(view.agent_def_hash)
         try:
+            if agent.kind is not AgentKind.BUILTIN and not self.allow_process_agents:
+                return await self._fail_not_allowed(run_id, agent)
             return await drive(
                 self.access,
                 run_id,
@@ -674,6 +680,28 @@ class Runtime(Forks):
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         return await self._fail_too_deep(run_id)
+
+    async def _fail_not_allowed(self, run_id: str, agent: AgentDefinition) -> RunView:
+        """Fail a run of a process or service agent this daemon may not run; nothing is started.
+
+        A terminal run is left as it is.
+        """
+        view = await self.view(run_id)
+        if view.state in TERMINAL_STATES:
+            return view
+        what = (
+            "a program it would start as its user"
+            if agent.kind is AgentKind.PROCESS
+            else "a service it would bind a loopback port for and send the task to"
+        )
+        error = (
+            f"this daemon runs no {agent.kind.value} agent ({what}): it was started without "
+            "--allow-process-agents; start it with that flag (and --auth-token, or on "
+            "--listen unix:PATH) to run such agents"
+        )
+        _, view = await self.access.append(run_id, [RunFailed(error=error)], view)
+        log.warning("run %s failed: %s", run_id, error, extra={"run": run_id})
+        return view
 
     async def _fail_too_deep(self, run_id: str) -> RunView:
         view = await self.view(run_id)

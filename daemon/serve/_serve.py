@@ -41,7 +41,13 @@ from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
-from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
+from ..web import (
+    BODY_TIMEOUT_SECONDS,
+    OperationRefused,
+    UnixSocketRefused,
+    claim_unix_socket,
+    listener_config,
+)
 from ..web import serve as serve_asgi
 from ._notify import Notifier
 
@@ -91,6 +97,14 @@ class ServeConfig:
     # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
     # outbox rows are written at all.
     notify: NotifyConfig | None = None
+    # -- other local users (issue 29, item 2) --
+    # ``--listen unix:PATH``: serve on this Unix socket (mode 0600) instead of host:port.
+    unix_socket: str | None = None
+
+    @property
+    def listen(self) -> str:
+        """Where the API listens, as ``--listen`` spells it."""
+        return f"unix:{self.unix_socket}" if self.unix_socket else f"{self.host}:{self.port}"
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -258,6 +272,7 @@ async def _serve(
             proxy=proxy,
             process_restarts=config.process_restarts,
             credentials=credentials,
+            allow_process_agents=config.allow_process_agents,
         )
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
@@ -381,13 +396,26 @@ async def _listen(
     Raises:
         OperationRefused: listen_failed, the address could not be bound (nothing was served).
     """
-    hyper = listener_config(
-        f"{config.host}:{config.port}", "salvor.http", graceful_timeout=config.shutdown_seconds
-    )
+    unix_socket = None
+    bind = f"{config.host}:{config.port}"
+    if config.unix_socket is not None:
+        try:
+            unix_socket = await trio.to_thread.run_sync(claim_unix_socket, config.unix_socket)
+        except UnixSocketRefused as exc:
+            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
+        bind = unix_socket.bind_spec()
+    hyper = listener_config(bind, "salvor.http", graceful_timeout=config.shutdown_seconds)
     in_flight = InFlight(AppendFront(create_app(state), state))
 
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+        try:
+            await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+        finally:
+            if unix_socket is not None:
+                # A clean stop leaves no socket file behind (a kill leaves one the next start
+                # finds stale and removes).
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(unix_socket.release)
 
     try:
         binds = await root.start(serve_http)
@@ -397,7 +425,7 @@ async def _listen(
             raise
         raise OperationRefused(
             ErrorCode.LISTEN_FAILED,
-            f"cannot listen on {config.host}:{config.port} ({failed.strerror or failed}); "
+            f"cannot listen on {config.listen} ({failed.strerror or failed}); "
             "stop what holds it, or pick another address with --listen",
         ) from None
     return binds, in_flight

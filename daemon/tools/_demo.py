@@ -52,6 +52,10 @@ def _digest(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 class EffectLedger:
     """The world the demo tools act on: an append-only JSON-lines file, or nothing."""
 
@@ -60,7 +64,8 @@ class EffectLedger:
         self._lock = trio.Lock()
 
     def _append_sync(self, record: dict) -> None:
-        with open(self._path, "a", encoding="utf-8") as handle:
+        # Its user's alone from creation, as the store beside it (the refunds it records).
+        with open(self._path, "a", encoding="utf-8", opener=_private) as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

@@ -1,8 +1,8 @@
-"""HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
-envelope and its refusals (their next steps in an HTTP caller's words), request values, outbound
-TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it.
-``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
-layer.
+"""HTTP plumbing: the listener (and the Unix socket it may serve on), ASGI helpers, the one body
+reader, strict JSON bodies, the error envelope and its refusals (their next steps in an HTTP
+caller's words), request values, outbound TLS, the caller check (bearer token or the page's
+session cookie) and the sessions behind it. ``ErrorCode`` (code -> status, defined in
+``salvor.protocol``) is re-exported here for the HTTP layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
 the HTTP API's, so a CLI run never loads it).
@@ -54,6 +54,11 @@ from ._sessions import (
 )
 from ._tls import (
     tls_context,
+)
+from ._unix_socket import (
+    UnixSocket,
+    UnixSocketRefused,
+    claim_unix_socket,
 )
 from ._values import (
     HEADER_NAME,
@@ -111,12 +116,15 @@ __all__ = [
     "OperationRefused",
     "Session",
     "Sessions",
+    "UnixSocket",
+    "UnixSocketRefused",
     "admit",
     "answer_lifespan",
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
     "check_origin",
+    "claim_unix_socket",
     "header_placeholders",
     "internal",
     "is_http_url",

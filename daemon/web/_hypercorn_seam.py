@@ -334,6 +334,14 @@ class HypercornConnection(TCPServer):
             await super().protocol_send(event)
 
 
+def _bind_address(sock) -> str:
+    """What a listener reports it is bound to: an ``http://`` URL, or ``unix:PATH`` for a Unix
+    socket (the form ``--listen`` and the clients take; hypercorn would say ``http://unix:...``)."""
+    if sock.family == trio.socket.AF_UNIX:
+        return f"unix:{sock.getsockname()}"
+    return f"http://{repr_socket_addr(sock.family, sock.getsockname())}"
+
+
 async def serve_connections(
     app: Any,
     config: Config,
@@ -363,7 +371,7 @@ async def serve_connections(
             for sock in sockets.insecure_sockets:
                 sock.listen(config.backlog)
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+                binds.append(_bind_address(sock))
             task_status.started(binds)
 
             state = ConnectionState(lifespan_state.copy())

@@ -23,7 +23,6 @@ import signal
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
@@ -91,12 +90,13 @@ def test_sigkill_with_an_mcp_call_in_flight(
         f'{location}effects = {{ lookup = "read", write_note = "write" }}\n'
     )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.args += ["--allow-process-agents", "--model-endpoint", provider.base_url]
+    daemon.allow_process_agents()
+    daemon.args += ["--model-endpoint", provider.base_url]
     if http is not None:
         daemon.args += ["--mcp-origin", f"http://127.0.0.1:{http.port}"]
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             response = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
             )

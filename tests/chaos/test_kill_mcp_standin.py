@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_process_agent import wait_terminal
@@ -35,11 +34,11 @@ def test_sigkill_of_the_daemon_mid_mcp_call_recovers_without_repeating_a_complet
     provider = ScriptedProvider(tool_loop_script(plan, final_text="noted"))
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     definition = standin_agent(tmp_path, f"command = {fx.toml_command()}\n").stored_text
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
             ).json()["agent"]

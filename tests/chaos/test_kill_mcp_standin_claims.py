@@ -63,7 +63,7 @@ class Setup:
             SALVOR_AGENT_KEY=SECRET,
             SALVOR_CLAIM_WAIT_SECONDS="0.3",
         )
-        self.daemon.args.append("--allow-process-agents")
+        self.daemon.allow_process_agents()
         self.definition = keyed_agent(
             tmp_path, self.fx, effect=effect, server_args=("--honour-keys",)
         ).stored_text
@@ -113,7 +113,7 @@ def test_a_keyed_idempotent_call_killed_mid_call_is_performed_once_under_its_ide
     fx, daemon = setup.fx, setup.daemon
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = setup.register(client)
             first = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()["run"]
             if window == "intent-effect":
@@ -158,7 +158,7 @@ def test_a_keyed_write_killed_after_its_effect_parks_and_holds_off_a_second_run(
     fx, daemon = setup.fx, setup.daemon
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = setup.register(client)
             first = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()["run"]
             wait_for(lambda: fx.calls_of("write_note"), "the server to perform the write")

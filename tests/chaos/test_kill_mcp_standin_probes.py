@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 from salvor.protocol import EventKind
 from salvor.store import EventStore
@@ -71,7 +70,7 @@ def test_a_write_killed_after_its_effect_is_settled_by_its_probe_on_restart(
     fx, daemon = setup.fx, setup.daemon
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = setup.register(client)
             run = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()["run"]
             wait_for(lambda: fx.calls_of("write_note"), "the server to perform the write")
@@ -106,7 +105,7 @@ def test_a_write_killed_before_its_effect_is_sent_again_once_when_its_probe_find
     fx, daemon = setup.fx, setup.daemon
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = setup.register(client)
             run = client.post("/v1/runs", json={"agent": agent, "input": "note it"}).json()["run"]
             wait_for(lambda: fx.received_of("write_note"), "the write to reach the server")

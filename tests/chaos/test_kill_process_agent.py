@@ -70,7 +70,8 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     provider = ScriptedProvider(tool_loop_script(PLAN, final_text="settled"), on_call=on_call)
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_AGENT_KEY=SECRET)
-    daemon.args += ["--allow-process-agents", "--log-format", log_format]
+    daemon.allow_process_agents()
+    daemon.args += ["--log-format", log_format]
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     pidfile = tmp_path / "agent.pid"
@@ -83,7 +84,7 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
     first_agent = None
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
             ).json()["agent"]
@@ -110,7 +111,7 @@ def test_sigkill_of_the_daemon_mid_call_recovers_the_process_run_by_replay(
         assert sorted(provider.count_by_request_hash().values()) == [1, 1, 2]
         assert {call.api_key for call in provider.calls} == {SECRET}
         served = provider.call_count
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             # The recovered run re-runs from its log with no upstream call at all ...
             rerun = client.post("/v1/runs", json={"replay_of": run_id}).json()["run"]
             assert wait_terminal(client, rerun)["status"] == body["status"]

@@ -17,7 +17,6 @@ import json
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 from salvor.daemon.flows import PARENT_LABEL, child_run_id
 from salvor.store import EventStore
@@ -78,7 +77,7 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
             release.wait(timeout=SETTLE_SECONDS)
 
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     with ScriptedProvider(answer, on_call=hold_the_child) as provider:
         daemon.env.update(
             SALVOR_MODEL_BASE_URL=provider.base_url,
@@ -87,7 +86,7 @@ def test_sigkill_mid_child_leaves_one_child_and_the_parent_completes_with_its_re
         )
         try:
             daemon.start()
-            with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            with daemon.client(timeout=30) as client:
                 for text in (
                     agent_toml(provider.base_url, name="helper", extra=OUTPUTS),
                     salvor_agent(tmp_path, extra=OUTPUTS).stored_text,

@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -188,6 +189,10 @@ def agent_toml(
 # --------------------------------------------------------------------------
 
 
+# The variable ``Daemon.allow_process_agents`` names with --auth-token.
+TOKEN_VAR = "SALVOR_TEST_TOKEN"
+
+
 class Daemon:
     """One `salvor serve` at a time on a fixed port; every start is a new generation."""
 
@@ -219,8 +224,33 @@ class Daemon:
         ]
         self.proc: subprocess.Popen | None = None
         self.cwd: Path | None = None  # where the daemon runs (process agents' relative commands)
+        # What ``client`` sends with every request (the token, once the daemon has one).
+        self.headers: dict[str, str] = {}
+        self.unix_socket: Path | None = None  # where it listens instead of the port, if set
         self.starts = 0
         self.ready_seconds: list[float] = []
+
+    def listen_on(self, unix_socket: Path) -> None:
+        """Listen on a Unix socket instead of the port (``client`` speaks it)."""
+        self.unix_socket = unix_socket
+        self.args[self.args.index("--listen") + 1] = f"unix:{unix_socket}"
+        self.base_url = "http://localhost"
+
+    def allow_process_agents(self) -> None:
+        """``--allow-process-agents``, which a daemon on TCP takes only with a token: the daemon
+        gets one, and ``client`` sends it (on a Unix socket it needs none)."""
+        self.args.append("--allow-process-agents")
+        if self.unix_socket is None:
+            token = secrets.token_urlsafe(24)
+            self.env[TOKEN_VAR] = token
+            self.args += ["--auth-token", TOKEN_VAR]
+            self.headers = {"Authorization": f"Bearer {token}"}
+
+    def client(self, **options: Any) -> httpx.Client:
+        """An HTTP client of this daemon (with its token, when it has one)."""
+        if self.unix_socket is not None:
+            options["transport"] = httpx.HTTPTransport(uds=str(self.unix_socket))
+        return httpx.Client(base_url=self.base_url, headers=self.headers, **options)
 
     def start(self) -> None:
         """Start the daemon and wait for READY=1 (it has recovered its interrupted runs by then)."""

@@ -25,7 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
@@ -73,13 +72,13 @@ def test_sigkill_of_the_daemon_mid_trigger_recovers_the_service_run_by_replay(
         SALVOR_AGENT_KEY=SECRET,
         SERVICE_TOKEN=HEADER_SECRET,
     )
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     definition = service_definition(
         service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"}
     )
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             response = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
             )

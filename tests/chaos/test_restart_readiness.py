@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
@@ -56,14 +55,14 @@ def test_a_restart_answers_health_while_its_process_agents_are_still_being_recov
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     daemon = Daemon(tmp_path, f"sqlite:///{tmp_path / 'salvor.db'}", tmp_path / "effects.jsonl")
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     definition = (
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 600\n'
         f"[env]\nMARKERS = {json.dumps(str(markers))}\n"
     )
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             agent = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/toml"}
             ).json()["agent"]
@@ -80,7 +79,7 @@ def test_a_restart_answers_health_while_its_process_agents_are_still_being_recov
         spawned = time.monotonic()
         daemon.start()
         ready = time.monotonic() - spawned
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             health = client.get("/v1/health")
             answered = time.monotonic() - spawned
             started_then = _started(markers)

@@ -31,7 +31,6 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
@@ -135,7 +134,7 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
     )
     # The operator declares the provider, so an agent registered over HTTP may name it.
     daemon.args += ["--model-endpoint", provider.base_url]
-    http = httpx.Client(base_url=daemon.base_url, timeout=30)
+    http = daemon.client(timeout=30)
     try:
         daemon.start()
         registered = http.post(
@@ -248,13 +247,13 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
         tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
     )
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
     definition = (
         f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
     )
-    http = httpx.Client(base_url=daemon.base_url, timeout=30)
+    http = daemon.client(timeout=30)
     try:
         daemon.start()
         agent = http.post(
@@ -352,7 +351,7 @@ def test_graph_runs_and_subagent_trees_stopped_by_a_full_disk_heal_from_their_ro
     effects = tmp_path / "effects.jsonl"
     daemon = Daemon(tmp_path, f"sqlite:///{disk.store_dir / 'salvor.db'}", effects)
     daemon.args += ["--model-endpoint", provider.base_url]
-    http = httpx.Client(base_url=daemon.base_url, timeout=30)
+    http = daemon.client(timeout=30)
     try:
         daemon.start()
         agents = {}

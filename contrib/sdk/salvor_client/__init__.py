@@ -9,7 +9,8 @@ that crashed simply runs again from the top: every step already recorded is
 answered from the log (nothing is paid for or performed twice) and the loop
 carries on live where the log ends.
 
-Works under trio and asyncio alike (httpx and anyio underneath)::
+Works under trio and asyncio alike (httpx and anyio underneath). A daemon is named by its URL,
+or by ``unix:PATH`` when it listens on a Unix socket (``salvor serve --listen unix:PATH``)::
 
     async with ClientRun("http://127.0.0.1:8420") as run:
         # Every call, this one too, is answered from the log when it is already recorded.
@@ -41,6 +42,7 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from ._address import async_client, http_origin
 from ._errors import SalvorError
 from ._live import Live, open_live
 
@@ -53,10 +55,12 @@ class ClientRun:
     """One client-driven run, driven through one lease.
 
     Args:
-      base_url: the daemon, e.g. ``http://127.0.0.1:8420``.
+      base_url: the daemon, e.g. ``http://127.0.0.1:8420``, or ``unix:/run/user/1000/salvor.sock``
+        for one listening on a Unix socket.
       run_id: a run to open again (after a crash or a restart); None mints a new one.
       auth_token: the daemon's bearer token, when it was started with ``--auth-token``.
-      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here).
+      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here; for a Unix
+        socket it must carry the socket's transport itself).
     """
 
     def __init__(
@@ -68,7 +72,8 @@ class ClientRun:
         client: httpx.AsyncClient | None = None,
         timeout: float = 120.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.daemon = base_url
+        self.base_url = http_origin(base_url)
         self.run_id = run_id
         self.token: str | None = None
         self.log: list[dict] = []
@@ -95,7 +100,7 @@ class ClientRun:
     async def open(self, *, record_prompts: bool = False) -> list[dict]:
         """Open (or adopt) the run and rebuild the cursor from its recorded log; returns the log."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._client = async_client(self.daemon, self._timeout)
         body: dict[str, Any] = {"record_prompts": record_prompts}
         if self.run_id is not None:
             body["run_id"] = self.run_id
@@ -298,9 +303,11 @@ class Salvor:
     and their forks.
 
     Args:
-      base_url: the daemon, e.g. ``http://127.0.0.1:8420``.
+      base_url: the daemon, e.g. ``http://127.0.0.1:8420``, or ``unix:/run/user/1000/salvor.sock``
+        for one listening on a Unix socket.
       auth_token: the daemon's bearer token, when it was started with ``--auth-token``.
-      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here).
+      client: an ``httpx.AsyncClient`` to share (closed by its owner, not here; for a Unix
+        socket it must carry the socket's transport itself).
 
     Every call raises ``SalvorError`` (the envelope's status, code, message and details) when the
     daemon refuses it.
@@ -314,10 +321,11 @@ class Salvor:
         client: httpx.AsyncClient | None = None,
         timeout: float = 120.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.daemon = base_url
+        self.base_url = http_origin(base_url)
         self._auth_token = auth_token
         self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout)
+        self._client = client if client is not None else async_client(base_url, timeout)
         self._owns_client = client is None
 
     async def __aenter__(self) -> Self:
@@ -337,7 +345,7 @@ class Salvor:
             await live.subscribe(run)
             async for message in live: ...
         """
-        return open_live(self.base_url, auth_token=self._auth_token, **options)
+        return open_live(self.daemon, auth_token=self._auth_token, **options)
 
     # -- graphs ------------------------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ from trio_websocket import (
     HandshakeError,
     WebSocketConnection,
     connect_websocket_url,
+    wrap_client_stream,
 )
 
+from ._address import unix_socket_of
 from ._errors import SalvorError
 
 # What the daemon's close codes mean to a client: 1013 (it could not keep up), 1001 (the daemon
@@ -53,8 +55,10 @@ class Live:
         backoff: float,
         max_backoff: float,
         buffer: int,
+        unix_socket: str | None = None,
     ) -> None:
         self._url = url
+        self._unix_socket = unix_socket
         self._headers = headers
         self._backoff, self._max_backoff = backoff, max_backoff
         self.cursors: dict[str, int] = {}
@@ -131,7 +135,13 @@ class Live:
         return outcome
 
     async def _session(self, nursery: trio.Nursery) -> tuple[bool, BaseException | None]:
-        socket = await connect_websocket_url(nursery, self._url, extra_headers=self._headers)
+        if self._unix_socket is not None:
+            stream = await trio.open_unix_socket(self._unix_socket)
+            socket = await wrap_client_stream(
+                nursery, stream, "localhost", "/v1/ws", extra_headers=self._headers
+            )
+        else:
+            socket = await connect_websocket_url(nursery, self._url, extra_headers=self._headers)
         try:
             await self._resume(socket)
             await self._read(socket)
@@ -179,8 +189,8 @@ async def open_live(
     max_backoff: float = 5.0,
     buffer: int = 256,
 ) -> AsyncIterator[Live]:
-    """A ``Live`` connection to the daemon at ``base_url`` (``http://`` or ``https://``), open
-    for the block. trio only.
+    """A ``Live`` connection to the daemon at ``base_url`` (``http://``, ``https://``, or
+    ``unix:PATH`` for a daemon on a Unix socket), open for the block. trio only.
 
     Args:
       auth_token: the daemon's bearer token, when it was started with ``--auth-token``.
@@ -188,10 +198,21 @@ async def open_live(
       buffer: messages held for the reader; a reader slower than that stops the connection's
         reading, and the daemon (which never waits on a reader) closes it: it is then resumed.
     """
-    scheme, rest = base_url.rstrip("/").split("://", 1)
-    url = f"{'wss' if scheme == 'https' else 'ws'}://{rest}/v1/ws"
+    unix_socket = unix_socket_of(base_url)
+    if unix_socket is not None:
+        url = "ws://localhost/v1/ws"
+    else:
+        scheme, rest = base_url.rstrip("/").split("://", 1)
+        url = f"{'wss' if scheme == 'https' else 'ws'}://{rest}/v1/ws"
     headers = [(b"authorization", f"Bearer {auth_token}".encode())] if auth_token else []
-    live = Live(url, headers=headers, backoff=backoff, max_backoff=max_backoff, buffer=buffer)
+    live = Live(
+        url,
+        headers=headers,
+        backoff=backoff,
+        max_backoff=max_backoff,
+        buffer=buffer,
+        unix_socket=unix_socket,
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(live._run)

@@ -17,7 +17,6 @@ import sys
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 from salvor.daemon.agents._credentials import Credentials
 
@@ -320,7 +319,7 @@ def test_keys_from_a_file_and_from_credentials_directory_reach_only_their_endpoi
     daemon.args += ["--model-endpoint", f"{flagged.base_url},key_file={key_file}"]
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             runs = []
             for llm in (f'base_url = "{flagged.base_url}"', ""):
                 response = client.post(
@@ -452,11 +451,11 @@ def test_the_process_agents_upstream_key_comes_from_a_file(tmp_path, store_url, 
             source: str(key_path if source == "SALVOR_AGENT_KEY_FILE" else credentials),
         }
     )
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     definition = json.dumps({"kind": "process", "command": [sys.executable, str(script)]})
     try:
         daemon.start()
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             response = client.post(
                 "/v1/agents", content=definition, headers={"Content-Type": "application/json"}
             )

@@ -193,6 +193,17 @@ def page_on_a_daemon(
                 assert code == 0, daemon.log()
 
 
+def log_in(page: Page, token: str) -> None:
+    """Log the page's browser in with ``token`` (its daemon was started with it)."""
+    page.open("#/runs")
+    page.find("[data-test=login-token]", "the login").send_keys(token)
+    page.driver.find_element(By.CSS_SELECTOR, "[data-test=login-submit]").click()
+    page.wait(
+        lambda d: d.find_element(By.CSS_SELECTOR, "[data-test=nav]").is_displayed(),
+        "the page, after the login",
+    )
+
+
 def _started(directory: Path, args: list[str], token: str | None, env: Mapping[str, str]) -> Daemon:
     """A started daemon; on a port another process took between its choice and the bind (the
     machine runs other suites), once more on another."""

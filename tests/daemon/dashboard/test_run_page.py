@@ -3,26 +3,57 @@ labels; the re-run offered only where the daemon can re-run; a graph run named b
 costed with its map's children; an inbox card that says which run and node waits; and a page that
 asks the daemon nothing it must refuse.
 
-The daemon (demo model and tools, process agents allowed, no token) and the headless Chromium are
-the package's (conftest.py); each test sets its runs up over the API and waits on DOM conditions.
+The daemon (demo model and tools, no token) and the headless Chromium are the package's
+(conftest.py); each test sets its runs up over the API and waits on DOM conditions. The re-run
+test needs process agents, which a daemon on TCP takes only with a token: it has a daemon of its
+own, with one, and logs its browser in first.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.daemon.dashboard.page import AGENTS, GRAPHS, REPO, Page, parked_client_write
+from tests.daemon.dashboard.page import (
+    AGENTS,
+    GRAPHS,
+    REPO,
+    Page,
+    log_in,
+    page_on_a_daemon,
+    parked_client_write,
+)
 from tests.daemon.dashboard.test_inbox import TICKET_GATE
+from tests.support.scripted_provider import ScriptedProvider, text_reply
+
+# The token of the re-run test's daemon (it runs process agents).
+TOKEN = "page-process-token-7c41d9e2"
 
 
 @pytest.fixture
 def page(shared_page: Page) -> Page:
     """The package's daemon and browser (conftest.py)."""
     return shared_page
+
+
+@pytest.fixture(scope="module")
+def process_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """A daemon that takes process agents (so a token), their model calls answered by the
+    scripted provider, and a browser logged in to it."""
+    with ScriptedProvider(lambda call: text_reply("stamped")) as provider:
+        upstream = {"SALVOR_AGENT_UPSTREAM": provider.base_url, "SALVOR_AGENT_KEY": "page-key"}
+        with page_on_a_daemon(
+            tmp_path_factory.mktemp("page-process"),
+            "--allow-process-agents",
+            token=TOKEN,
+            env=upstream,
+        ) as opened:
+            log_in(opened, TOKEN)
+            yield opened
 
 
 def summary_drawn(page: Page, run_id: str, state: str) -> None:
@@ -110,7 +141,8 @@ def process_agent(tmp_path: Path) -> Path:
     return definition
 
 
-def test_re_run_is_offered_only_where_the_daemon_can_re_run(page: Page, tmp_path) -> None:
+def test_re_run_is_offered_only_where_the_daemon_can_re_run(process_page: Page, tmp_path) -> None:
+    page = process_page
     # A built-in agent's completed run: the daemon refuses a re-run of it.
     built_in = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-R2"})
     page.wait_state(built_in, "completed")

@@ -341,6 +341,7 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SALVOR_", "NOTIFY_"))}
+    env[TOKEN_VAR] = TOKEN  # a daemon that runs programs listens on TCP only with a token
     daemon = subprocess.Popen(
         [
             *SALVOR,
@@ -349,6 +350,8 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
             f"127.0.0.1:{port}",
             "--store",
             store_url,
+            "--auth-token",
+            TOKEN_VAR,
             "--allow-process-agents",
             "--wake-interval",
             "0",
@@ -370,7 +373,10 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
 
         _wait(listening, "the daemon to listen", 60)
         command = [sys.executable, str(tmp_path / "sleeper.py"), str(pids_file)]
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30
+        ) as client:
             agent = client.post(
                 "/v1/agents",
                 content=f'kind = "process"\ncommand = {json.dumps(command)}\ntimeout = 120\n',

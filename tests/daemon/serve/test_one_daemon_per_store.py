@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon, free_port
@@ -117,7 +116,7 @@ def one_sentence(result: subprocess.CompletedProcess, *fragments: str) -> str:
 @pytest.fixture
 def daemon(tmp_path: Path, store_url: str):
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.args.append("--allow-process-agents")
+    daemon.allow_process_agents()
     try:
         yield daemon
     finally:
@@ -127,7 +126,7 @@ def daemon(tmp_path: Path, store_url: str):
 
 
 def start_sleeping_run(daemon: Daemon, tmp_path: Path) -> str:
-    with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+    with daemon.client(timeout=30) as client:
         agent = client.post(
             "/v1/agents",
             content=sleeper_toml(tmp_path),
@@ -142,9 +141,7 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
     daemon.start()
     run_id = start_sleeping_run(daemon, tmp_path)
     [agent] = agent_pids(tmp_path)
-    second = salvor(
-        store_url, "serve", "--listen", f"127.0.0.1:{free_port()}", "--allow-process-agents"
-    )
+    second = salvor(store_url, "serve", "--listen", f"127.0.0.1:{free_port()}")
     one_sentence(
         second,
         f"another salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
@@ -159,7 +156,7 @@ def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_liv
     )
     assert one_sentence(refused(store_url, "wake"), f"pid {daemon.proc.pid}")
     assert not gone(agent), "a refused command killed the first daemon's agent"
-    with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+    with daemon.client(timeout=30) as client:
         assert client.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "running"
         (tmp_path / "release").touch()
         deadline = time.monotonic() + 30
@@ -177,7 +174,7 @@ def test_a_cli_run_beside_a_live_daemon_completes(daemon: Daemon, store_url: str
     )
     assert result.returncode == 0, result.stderr
     run_id = result.stdout.splitlines()[0]
-    with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+    with daemon.client(timeout=30) as client:
         assert client.get(f"/v1/runs/{run_id}").json()["status"]["state"] == "completed"
 
 
@@ -201,7 +198,7 @@ def test_a_daemon_starting_beside_a_cli_run_neither_kills_its_agent_nor_recovers
         assert not gone(agent), "the starting daemon killed the CLI run's agent"
         assert "(0 interrupted runs to recover)" in daemon.log()
         # Nor does a resume over HTTP drive it a second time: refused, nothing recorded.
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             before = client.get(f"/v1/runs/{run_id}").json()
             refused = client.post(f"/v1/runs/{run_id}/resume")
             assert refused.status_code == 409, refused.text

@@ -1,10 +1,10 @@
 """The README's "three commands" for an SDK agent, run as written.
 
-A real `salvor serve --allow-process-agents` (the README's first command,
-with the scripted provider as the upstream instead of api.openai.com), then
-the README's own shell lines: register `contrib/agents/openai-sdk`, start a
-run, follow its stream to the end. Then its re-run lines: over the API and
-with `salvor rerun`, both with zero upstream calls.
+A real `salvor serve --allow-process-agents` on the Unix socket the README's first command names
+(with the scripted provider as the upstream instead of api.openai.com), then the README's own
+shell lines, its `curl` speaking that socket: register `contrib/agents/openai-sdk`, start a run,
+follow its stream to the end. Then its re-run lines: over the API and with `salvor rerun`, both
+with zero upstream calls.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import httpx
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.support.backends import SQLITE_ONLY
@@ -44,7 +42,11 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
     tmp_path: Path, store_url: str
 ) -> None:
     pick, commands, rerun = readme_blocks()
-    assert len(commands) == 3 and "salvor serve --allow-process-agents" in commands[0]
+    assert len(commands) == 4 and commands[0].endswith(
+        "salvor serve --allow-process-agents --listen unix:$XDG_RUNTIME_DIR/salvor.sock"
+    )
+    runtime_dir = tmp_path / "run"
+    runtime_dir.mkdir(mode=0o700)
     provider = ScriptedProvider(
         tool_loop_script(
             [("lookup_invoice", {"invoice_id": "INV-1001"})], final_text="INV-1001 was paid twice."
@@ -52,7 +54,8 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
     )
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
     daemon.env.update(SALVOR_AGENT_UPSTREAM=f"{provider.base_url}/v1", SALVOR_AGENT_KEY="sk-readme")
-    daemon.args.append("--allow-process-agents")
+    daemon.listen_on(runtime_dir / "salvor.sock")
+    daemon.allow_process_agents()
     daemon.cwd = REPO
     # The README's reader has .venv/bin on PATH, so the agent's
     # `python3` is the one with openai in it.
@@ -60,7 +63,12 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
     daemon.env.update(PATH=path)
     try:
         daemon.start()
-        env = {**os.environ, "PATH": path, "S": daemon.base_url, "SALVOR_STORE": store_url}
+        env = {
+            **os.environ,
+            "PATH": path,
+            "XDG_RUNTIME_DIR": str(runtime_dir),
+            "SALVOR_STORE": store_url,
+        }
         env = {
             k: v for k, v in env.items() if k not in ("SALVOR_AGENT_UPSTREAM", "SALVOR_AGENT_KEY")
         }
@@ -68,7 +76,7 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
         assert result.returncode == 0, result.stderr
         run_id = result.stdout.rsplit("RUN=", 1)[1].strip()
         assert "event: end" in result.stdout and '"completed"' in result.stdout, result.stdout
-        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+        with daemon.client(timeout=30) as client:
             body = client.get(f"/v1/runs/{run_id}").json()
             assert body["status"] == {
                 "state": "completed",
@@ -77,7 +85,8 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
             served = provider.call_count
             assert served == 2
             # The re-run lines: the API one answers at once, the CLI one drives to the end.
-            result = shell([pick, f"RUN={run_id}", *rerun], env)
+            # The same shell as the reader's: its `curl` speaks the socket.
+            result = shell([pick, commands[1], f"RUN={run_id}", *rerun], env)
             assert result.returncode == 0, result.stdout + result.stderr
             assert (
                 f'"replay_of": "{run_id}"' in result.stdout
