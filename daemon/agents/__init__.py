@@ -38,10 +38,12 @@ from ._loop import (
     AgentLoop,
     declares_probe,
     drive,
+    fail_unreachable,
     flow_session,
     gateway_for,
     offered_besides_mcp,
     probes_open_write,
+    reach_refusal,
 )
 from ._process import (
     agent_command,
@@ -74,6 +76,7 @@ __all__ = [
     "agent_environment",
     "declares_probe",
     "drive",
+    "fail_unreachable",
     "flow_session",
     "format_of",
     "gateway_for",
@@ -83,5 +86,6 @@ __all__ = [
     "parked_write",
     "parse_definition",
     "probes_open_write",
+    "reach_refusal",
     "supervise",
 ]

@@ -73,7 +73,11 @@ def test_sigkill_of_the_daemon_mid_trigger_recovers_the_service_run_by_replay(
         SALVOR_AGENT_KEY=SECRET,
         SERVICE_TOKEN=HEADER_SECRET,
     )
-    daemon.args.append("--allow-process-agents")
+    daemon.args += [
+        "--allow-process-agents",
+        "--service-origin",
+        f"{service.url.removesuffix('/task')},header_env=SERVICE_TOKEN",
+    ]
     definition = service_definition(
         service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"}
     )
