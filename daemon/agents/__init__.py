@@ -49,6 +49,7 @@ from ._process import (
     agent_command,
     agent_environment,
     parked_write,
+    standin_relays,
     supervise,
 )
 
@@ -87,5 +88,6 @@ __all__ = [
     "parse_definition",
     "probes_open_write",
     "reach_refusal",
+    "standin_relays",
     "supervise",
 ]
