@@ -196,16 +196,14 @@ def reach_refusal(agent: AgentDefinition, credentials: Credentials | None) -> st
 async def fail_unreachable(ctx: RunContext, refusal: str) -> RunView:
     """Fail the run of ``ctx`` with ``refusal`` (``reach_refusal``) instead of driving it.
 
-    A run with nothing to drive is left as it is; so is one whose open intent is a write that
-    may have landed (a person settles it, and the next drive fails the run). A sleeping run is
-    woken when its timer is due, then failed; before then, left asleep.
+    A run with nothing to drive is left as it is, one parked on a write that may have landed
+    among them (a person settles it, and the next drive fails the run; its probe is not run,
+    since that would dial what the refusal forbids). A sleeping run is woken when its timer
+    is due, then failed; before then, left asleep.
     """
     if ctx.view.state is RunState.SLEEPING and not await ctx.wake_when_due():
         return ctx.view
-    pending = ctx.view.pending
-    if ctx.view.idle or (
-        pending is not None and pending.effect == "write" and pending.performed_by is None
-    ):
+    if ctx.view.idle:
         return ctx.view
     await ctx.record(RunFailed(error=refusal))
     return ctx.view

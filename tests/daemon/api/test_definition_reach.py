@@ -225,3 +225,31 @@ async def test_the_command_line_still_drives_what_its_own_file_names(capture, mo
     assert Credentials().strict is False
     with pytest.raises(Exception, match="service origin"):
         Credentials.for_daemon().check_reach(agent)
+
+
+async def test_a_graph_run_whose_agent_names_an_undeclared_endpoint_fails_unsent(
+    server_factory, capture, secrets
+):
+    server = await server_factory()
+    text, message = _stored(capture.url, "")[
+        "a built-in agent's key sent to an undeclared endpoint"
+    ]
+    agent = parse_definition(text, "toml")
+    await server.state.runtime.register_agent(agent)
+    document = {
+        "schema_version": 1,
+        "nodes": [{"id": "ask", "kind": "agent", "agent": agent.agent_def_hash}],
+        "edges": [],
+    }
+    response = await server.client.post("/v1/graphs", json=document)
+    assert response.status_code == 201, response.text
+    response = await server.client.post(
+        "/v1/graph-runs", json={"graph_hash": response.json()["graph"], "input": "settle it"}
+    )
+    assert response.status_code == 201, response.text
+
+    body = await server.wait_resting(response.json()["run"])
+
+    assert body["status"]["state"] == "failed", body
+    assert message in body["status"]["error"] and SECRET not in body["status"]["error"]
+    assert capture.connections == 0 and capture.seen == b""
