@@ -4,7 +4,9 @@
 a real process agent, which spawns its MCP stand-in from ``SALVOR_MCP_SERVER_SALVOR`` as an MCP
 client does (a scrubbed environment, the command line as given) and starts a session through
 it. While both live, every ``/proc/*/cmdline`` on the machine is read, by root and by a second,
-unprivileged user: neither finds the run's capability or the daemon's token anywhere.
+unprivileged user: neither finds the run's capability or the daemon's token anywhere. The
+stand-in read its endpoint from a relay file only the daemon's user may open, removed when the
+drive ends.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 standin.stdin.write((json.dumps(hello) + "\n").encode())
 standin.stdin.flush()
 answer = json.loads(standin.stdout.readline())
-(out / "ready.json").write_text(json.dumps(
-    {"answer": answer, "base": os.environ["OPENAI_BASE_URL"], "standin": standin.pid}
-))
+relay = argv[-1]
+(out / "ready.json").write_text(json.dumps({
+    "answer": answer, "base": os.environ["OPENAI_BASE_URL"], "standin": standin.pid,
+    "relay": relay, "modes": [os.stat(relay).st_mode & 0o777,
+                              os.stat(os.path.dirname(relay)).st_mode & 0o777],
+}))
 deadline = time.monotonic() + 60
 while not (out / "go").exists() and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -58,8 +63,15 @@ standin.wait(10)
 # Reads its needles from stdin (an argument would put them on a command line itself).
 SCAN = r"""
 import json, os, sys
-needles = json.loads(sys.stdin.read())
-found, read = [], []
+asked = json.loads(sys.stdin.read())
+needles = asked["needles"]
+found, read, opened = [], [], {}
+for path in asked["files"]:
+    try:
+        open(path, "rb").close()
+        opened[path] = "opened"
+    except OSError as exc:
+        opened[path] = type(exc).__name__
 for pid in os.listdir("/proc"):
     if not pid.isdigit():
         continue
@@ -70,14 +82,14 @@ for pid in os.listdir("/proc"):
         continue
     read.append(int(pid))
     found += [[int(pid), needle, line] for needle in needles if needle in line]
-print(json.dumps({"found": found, "read": read}))
+print(json.dumps({"found": found, "read": read, "opened": opened}))
 """
 
 
-async def _scan(needles: list[str], as_user: list[str]) -> dict:
+async def _scan(needles: list[str], files: list[str], as_user: list[str]) -> dict:
     done = await trio.run_process(
         [*as_user, "/usr/bin/python3" if as_user else sys.executable, "-I", "-S", "-c", SCAN],
-        stdin=json.dumps(needles).encode(),
+        stdin=json.dumps({"needles": needles, "files": files}).encode(),
         capture_stdout=True,
         check=True,
     )
@@ -102,8 +114,8 @@ async def test_no_capability_or_token_is_on_any_command_line(server_factory, tmp
     capability = seen["base"].split("/r/", 1)[1].split("/", 1)[0]
     try:
         needles = [capability, TOKEN]
-        by_root = await _scan(needles, [])
-        by_nobody = await _scan(needles, nobody)
+        by_root = await _scan(needles, [], [])
+        by_nobody = await _scan(needles, [seen["relay"]], nobody)
     finally:
         (tmp_path / "go").write_text("")
     body = await server.wait_resting(run, timeout=60)
@@ -114,3 +126,7 @@ async def test_no_capability_or_token_is_on_any_command_line(server_factory, tmp
     assert seen["standin"] in by_root["read"] and seen["standin"] in by_nobody["read"]
     assert {"root": by_root["found"], "nobody": by_nobody["found"]} == {"root": [], "nobody": []}
     assert body["status"]["state"] in ("completed", "failed"), body
+    # Where the endpoint was instead: the daemon user's alone, and gone with the drive.
+    assert seen["modes"] == [0o600, 0o700]
+    assert by_nobody["opened"] == {seen["relay"]: "PermissionError"}
+    assert not Path(seen["relay"]).exists()
