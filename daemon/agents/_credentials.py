@@ -367,7 +367,7 @@ class Credentials:
         parsers). A built-in agent's ``[llm]`` must name a declared model endpoint and only the
         key bound to it; a service agent's ``url`` a declared service origin and its
         ``headers`` only the variables bound to it; every ``url`` MCP server (a built-in's,
-        a process's, a service's) a declared MCP origin and only its variables. A stdio
+        a process's) a declared MCP origin and only its variables. A stdio
         server's ``command`` and ``env`` and a process agent's ``env`` are passed as written:
         salvor fills nothing in from its own environment, so they name nothing.
 
