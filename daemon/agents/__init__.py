@@ -38,15 +38,18 @@ from ._loop import (
     AgentLoop,
     declares_probe,
     drive,
+    fail_unreachable,
     flow_session,
     gateway_for,
     offered_besides_mcp,
     probes_open_write,
+    reach_refusal,
 )
 from ._process import (
     agent_command,
     agent_environment,
     parked_write,
+    standin_relays,
     supervise,
 )
 
@@ -74,6 +77,7 @@ __all__ = [
     "agent_environment",
     "declares_probe",
     "drive",
+    "fail_unreachable",
     "flow_session",
     "format_of",
     "gateway_for",
@@ -83,5 +87,7 @@ __all__ = [
     "parked_write",
     "parse_definition",
     "probes_open_write",
+    "reach_refusal",
+    "standin_relays",
     "supervise",
 ]

@@ -1,12 +1,20 @@
-"""Where the daemon's credentials may go: the endpoints and MCP origins the operator declared.
+"""Where the daemon's credentials may go: the one rule for what a definition may name.
 
 A credential is bound to an endpoint by the operator (``salvor serve
---model-endpoint``, ``--mcp-origin``, the providers' public hosts, the
-daemon's ``SALVOR_MODEL_BASE_URL``). A definition that arrives over HTTP may
-only *name* one of those endpoints: it never picks a URL, a variable or a
-file, and the key sent with a request is always the one bound to the
-endpoint the request goes to. Agent files the operator runs from the command
-line are trusted and resolve as they always have (``resolve_endpoint``).
+--model-endpoint``, ``--mcp-origin``, ``--service-origin``, the providers'
+public hosts, the daemon's ``SALVOR_MODEL_BASE_URL``). A definition the
+daemon holds may only *name* one of those endpoints: it never picks a URL, a
+variable or a file, and the key sent with a request is always the one bound
+to the endpoint the request goes to. ``Credentials.check_reach`` is that
+rule, for every field of every kind that names a URL, a header variable or a
+key (a built-in agent's ``[llm]``, a service agent's ``url`` and
+``headers``, every ``url`` MCP server's origin, headers and
+``bearer_token_env``); a stdio server's and a process agent's ``env`` are
+passed as written and name nothing of the daemon's. The daemon applies it
+when a definition is registered and again before each drive, so a definition
+stored before the operator changed the flags is never dialled with a secret.
+Agent files the operator runs from the command line (``salvor run``) are
+trusted and resolve as they always have (``resolve_endpoint``).
 
 Keys held in files (``key_file=``, ``SALVOR_AGENT_KEY_FILE``,
 ``$CREDENTIALS_DIRECTORY``) are read once, at start; a key never appears in a
@@ -19,6 +27,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..models import DEFAULT_KEY_ENV, PUBLIC_BASE_URLS, ModelEndpoint, resolve_endpoint
@@ -28,7 +37,10 @@ from ..web import header_placeholders, is_http_url
 AGENT_KEY_CREDENTIAL = "agent-key"
 PROVIDER_KEY_CREDENTIALS = {"anthropic": "anthropic-api-key", "openai": "openai-api-key"}
 _ENDPOINT_HINT = "salvor serve --model-endpoint URL[,key_env=VAR|,key_file=PATH]"
-_ORIGIN_HINT = "salvor serve --mcp-origin ORIGIN[,header_env=VAR]"
+_ORIGIN_HINTS = {
+    "mcp": "salvor serve --mcp-origin ORIGIN[,header_env=VAR]",
+    "service": "salvor serve --service-origin ORIGIN[,header_env=VAR]",
+}
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -38,7 +50,15 @@ class CredentialError(ValueError):
 
 
 class Undeclared(ValueError):
-    """A definition from HTTP names an endpoint, variable or origin the operator did not declare."""
+    """A definition names an endpoint, variable or origin the operator did not declare.
+
+    ``at``: the field it is about, as ``DefinitionError.at`` says it. The message
+    names the field and the flag that allows it, never a variable's value.
+    """
+
+    def __init__(self, message: str, *, at: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.at = at
 
 
 def _host_port(url: str) -> tuple[str, str, int]:
@@ -113,11 +133,16 @@ class DeclaredEndpoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class McpOrigin:
-    """An MCP origin the operator allowed, and the variables its headers may name."""
+class DeclaredOrigin:
+    """An origin the operator allowed definitions to dial (an MCP server's, a service's
+    trigger), and the variables its headers may name."""
 
     origin: str
     header_envs: frozenset[str] = frozenset()
+
+
+# The name `--mcp-origin`'s declarations had first.
+McpOrigin = DeclaredOrigin
 
 
 def parse_model_endpoint(text: str) -> DeclaredEndpoint:
@@ -151,8 +176,9 @@ def parse_model_endpoint(text: str) -> DeclaredEndpoint:
     return DeclaredEndpoint(base_url=url, key_env=found.get("key_env"))
 
 
-def parse_mcp_origin(text: str) -> McpOrigin:
-    """``ORIGIN[,header_env=VAR]...`` as ``--mcp-origin`` takes it.
+def parse_mcp_origin(text: str, flag: str = "--mcp-origin") -> DeclaredOrigin:
+    """``ORIGIN[,header_env=VAR]...`` as ``--mcp-origin`` (or ``flag``: ``--service-origin``)
+    takes it.
 
     Raises:
         CredentialError: one sentence naming what is wrong.
@@ -167,17 +193,17 @@ def parse_mcp_origin(text: str) -> McpOrigin:
         or parts.username
     ):
         raise CredentialError(
-            f"--mcp-origin needs an origin such as https://tools.example.com, not {origin[:80]!r}"
+            f"{flag} needs an origin such as https://tools.example.com, not {origin[:80]!r}"
         )
     envs = set()
     for option in options:
         name, sep, value = option.partition("=")
         if not sep or name != "header_env" or not value:
             raise CredentialError(
-                f"--mcp-origin takes header_env=VAR after the origin, not {option[:40]!r}"
+                f"{flag} takes header_env=VAR after the origin, not {option[:40]!r}"
             )
         envs.add(value)
-    return McpOrigin(origin=origin_of(origin), header_envs=frozenset(envs))
+    return DeclaredOrigin(origin=origin_of(origin), header_envs=frozenset(envs))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,7 +233,8 @@ class Credentials:
         self,
         *,
         endpoints: tuple[DeclaredEndpoint, ...] = (),
-        mcp_origins: tuple[McpOrigin, ...] = (),
+        mcp_origins: tuple[DeclaredOrigin, ...] = (),
+        service_origins: tuple[DeclaredOrigin, ...] = (),
         provider_keys: Mapping[str, str] | None = None,
         upstream_key: str | None = None,
         strict: bool = False,
@@ -218,7 +245,8 @@ class Credentials:
         self.upstream_key = upstream_key
         self._provider_keys = dict(provider_keys or {})
         self._endpoints: dict[str, DeclaredEndpoint] = {}
-        self._origins: dict[str, McpOrigin] = {}
+        # What dials an origin ("mcp", "service") -> origin -> its declaration.
+        self._origins: dict[str, dict[str, DeclaredOrigin]] = {"mcp": {}, "service": {}}
         # The daemon-wide variable and the public hosts are declared by being there.
         implicit = []
         if environ.get("SALVOR_MODEL_BASE_URL"):
@@ -233,11 +261,14 @@ class Credentials:
             self.declare_endpoint(endpoint)
         for origin in mcp_origins:
             self.declare_origin(origin)
+        for origin in service_origins:
+            self.declare_origin(origin, dialled_by="service")
 
     def __repr__(self) -> str:
         return (
             f"Credentials(endpoints={list(self._endpoints)!r}, "
-            f"mcp_origins={list(self._origins)!r}, strict={self.strict})"
+            f"mcp_origins={list(self._origins['mcp'])!r}, "
+            f"service_origins={list(self._origins['service'])!r}, strict={self.strict})"
         )
 
     @classmethod
@@ -245,6 +276,7 @@ class Credentials:
         cls,
         model_endpoints=(),
         mcp_origins=(),
+        service_origins=(),
         *,
         environ: Mapping[str, str] = os.environ,
     ) -> Credentials:
@@ -256,6 +288,7 @@ class Credentials:
         """
         endpoints = tuple(parse_model_endpoint(text) for text in model_endpoints)
         origins = tuple(parse_mcp_origin(text) for text in mcp_origins)
+        services = tuple(parse_mcp_origin(text, "--service-origin") for text in service_origins)
         directory = environ.get("CREDENTIALS_DIRECTORY")
         provider_keys = {}
         upstream_key = None
@@ -275,6 +308,7 @@ class Credentials:
         return cls(
             endpoints=endpoints,
             mcp_origins=origins,
+            service_origins=services,
             provider_keys=provider_keys,
             upstream_key=upstream_key,
             strict=True,
@@ -286,8 +320,10 @@ class Credentials:
         (flags before the implicit ones)."""
         self._endpoints.setdefault(normalise_endpoint(endpoint.base_url), endpoint)
 
-    def declare_origin(self, origin: McpOrigin) -> None:
-        self._origins.setdefault(origin.origin, origin)
+    def declare_origin(self, origin: DeclaredOrigin, dialled_by: str = "mcp") -> None:
+        """Allow definitions to dial ``origin`` as an MCP server (``"mcp"``) or a service's
+        trigger (``"service"``)."""
+        self._origins[dialled_by].setdefault(origin.origin, origin)
 
     def declared(self, url: str) -> DeclaredEndpoint | None:
         try:
@@ -321,7 +357,42 @@ class Credentials:
                 )
         return tuple(choices)
 
-    # -- what a definition from HTTP may name ----------------------------------------
+    # -- what a definition may name: the one rule ---------------------------------------
+
+    def check_reach(self, agent: Any) -> None:
+        """Refuse a definition that names a URL, a header variable or a key the operator did
+        not declare, in any field of any kind.
+
+        ``agent``: an ``AgentDefinition`` (read by its fields, so this module needs none of the
+        parsers). A built-in agent's ``[llm]`` must name a declared model endpoint and only the
+        key bound to it; a service agent's ``url`` a declared service origin and its
+        ``headers`` only the variables bound to it; every ``url`` MCP server (a built-in's,
+        a process's) a declared MCP origin and only its variables. A stdio
+        server's ``command`` and ``env`` and a process agent's ``env`` are passed as written:
+        salvor fills nothing in from its own environment, so they name nothing.
+
+        Raises:
+            Undeclared: one sentence naming the field and the flag that allows it; ``at`` is
+                the field.
+        """
+        if agent.kind == "builtin":
+            llm = agent.llm
+            self.check_llm(
+                provider=llm.provider,
+                base_url=llm.base_url,
+                base_url_env=llm.base_url_env,
+                api_key_env=llm.api_key_env,
+            )
+        if agent.service is not None:
+            self.check_service(agent.service.url, agent.service.headers)
+        for index, server in enumerate(agent.mcp_servers):
+            if server.url is not None:
+                try:
+                    self.check_mcp_url(
+                        server.name, server.url, server.headers, server.bearer_token_env
+                    )
+                except Undeclared as exc:
+                    raise Undeclared(str(exc), at=("mcp_servers", index)) from None
 
     def check_llm(
         self,
@@ -331,8 +402,8 @@ class Credentials:
         base_url_env: str | None,
         api_key_env: str | None,
     ) -> None:
-        """Refuse an ``[llm]`` table from HTTP that picks an endpoint or a
-        variable the operator did not bind.
+        """Refuse an ``[llm]`` table that picks an endpoint or a variable the operator did not
+        bind.
 
         Raises:
             Undeclared: one sentence naming the field and the flag that allows it.
@@ -341,7 +412,8 @@ class Credentials:
             raise Undeclared(
                 "[llm] base_url_env makes the daemon read a variable of its own, so it is only "
                 "honoured in agent files run with `salvor run`; over HTTP name an endpoint the "
-                f"operator declared with `{_ENDPOINT_HINT}`"
+                f"operator declared with `{_ENDPOINT_HINT}`",
+                at=("llm",),
             )
         if provider == "demo":
             return
@@ -350,40 +422,77 @@ class Credentials:
         if declared is None:
             raise Undeclared(
                 f"[llm] base_url {url[:80]!r} is not a model endpoint this daemon's operator "
-                f"declared; the operator allows one with `{_ENDPOINT_HINT}`"
+                f"declared; the operator allows one with `{_ENDPOINT_HINT}`",
+                at=("llm",),
             )
         if api_key_env is not None and api_key_env != declared.bound_env(provider):
             raise Undeclared(
                 f"[llm] api_key_env {api_key_env[:64]!r} is not the key the operator bound to "
                 f"{declared.base_url[:80]!r}; leave it out (the endpoint's own key is used), or "
-                f"the operator binds it with `{_ENDPOINT_HINT}`"
+                f"the operator binds it with `{_ENDPOINT_HINT}`",
+                at=("llm",),
             )
 
     def check_mcp_url(
         self, server: str, url: str, headers: Mapping[str, str], bearer_token_env: str | None
     ) -> None:
-        """Refuse an MCP ``url`` server from HTTP on an undeclared origin,
-        or naming an unbound variable.
+        """Refuse an MCP ``url`` server on an undeclared origin, or naming an unbound variable.
 
         Raises:
             Undeclared: one sentence naming the server and the flag that allows it.
         """
-        allowed = self._origins.get(origin_of(url))
-        if allowed is None:
-            raise Undeclared(
-                f"[[mcp_servers]] {server!r}: `url` {origin_of(url)[:80]!r} is not an MCP origin "
-                "this daemon's operator declared, so it is not contacted; the operator "
-                f"allows one with `{_ORIGIN_HINT}`"
-            )
         named = [name for value in headers.values() for name in header_placeholders(value)]
         if bearer_token_env is not None:
             named.append(bearer_token_env)
+        where = f"[[mcp_servers]] {server!r}:"
+        self._check_origin("mcp", url, f"{where} `url`", named, f"{where} the headers")
+
+    def check_service(self, url: str, headers: Mapping[str, str]) -> None:
+        """Refuse a service agent's trigger ``url`` on an undeclared origin, or ``headers``
+        naming an unbound variable.
+
+        Raises:
+            Undeclared: one sentence naming the field and the flag that allows it.
+        """
+        self._check_origin("service", url, "`url`", [], "", at=("url",))
+        for header, value in headers.items():
+            self._check_origin(
+                "service",
+                url,
+                "`url`",
+                header_placeholders(value),
+                f"`headers` value of {header}",
+                at=("headers", header),
+            )
+
+    def _check_origin(
+        self,
+        dialled_by: str,
+        url: str,
+        url_field: str,
+        named: list[str],
+        headers_field: str,
+        at: tuple[str | int, ...] = (),
+    ) -> None:
+        """May a definition make the daemon dial ``url``, sending the variables ``named``?
+        Only on an origin the operator declared for ``dialled_by`` (``"mcp"``, ``"service"``),
+        and only the variables the operator bound to that origin."""
+        hint = _ORIGIN_HINTS[dialled_by]
+        what = "an MCP origin" if dialled_by == "mcp" else "a service origin"
+        allowed = self._origins[dialled_by].get(origin_of(url)) if is_http_url(url) else None
+        if allowed is None:
+            raise Undeclared(
+                f"{url_field} {origin_of(url)[:80]!r} is not {what} this daemon's operator "
+                f"declared, so it is not contacted; the operator allows one with `{hint}`",
+                at=at,
+            )
         unbound = next((name for name in named if name not in allowed.header_envs), None)
         if unbound is not None:
             raise Undeclared(
-                f"[[mcp_servers]] {server!r}: the headers name ${{{unbound[:64]}}}, which the "
-                f"operator did not bind to {allowed.origin}; the operator "
-                f"binds it with `{_ORIGIN_HINT}`"
+                f"{headers_field} name{'s' if dialled_by == 'service' else ''} "
+                f"${{{unbound[:64]}}}, which the operator did not bind to {allowed.origin}; the "
+                f"operator binds it with `{hint}`",
+                at=at,
             )
 
     # -- what a drive sends ----------------------------------------------------
@@ -399,9 +508,9 @@ class Credentials:
         """The endpoint a definition reaches and the key that goes with it.
 
         Strict (the daemon): the URL resolves as it always has; a declared
-        endpoint gets its own bound key; one nobody declared (an agent file
-        the operator wrote) gets the key its ``api_key_env`` names, or none,
-        never a provider's default key.
+        endpoint gets its own bound key; one nobody declared gets no key at all
+        (``check_reach`` fails such a run before its drive asks for one; this is
+        the second lock on the same door).
         """
         resolved = resolve_endpoint(
             provider=provider,
@@ -413,8 +522,7 @@ class Credentials:
         if resolved.provider == "demo" or not self.strict:
             return resolved
         declared = self.declared(resolved.base_url)
+        key = None
         if declared is not None and api_key_env in (None, declared.bound_env(provider)):
             key = declared.key_for(provider, self.environ, self._provider_keys)
-        else:
-            key = (self.environ.get(api_key_env) or None) if api_key_env is not None else None
         return ModelEndpoint(provider=provider, base_url=resolved.base_url, api_key=key)

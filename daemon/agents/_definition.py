@@ -336,9 +336,11 @@ def parse_definition(
             daemon's environment. Over HTTP only when the operator started
             the daemon with ``--allow-process-agents``.
         credentials: the operator's declarations a definition from HTTP is
-            held to: its ``[llm]`` names a declared model endpoint (never a
-            variable), each MCP ``url`` server a declared origin and only the
-            variables bound to it. None for an agent file the operator runs.
+            held to (``Credentials.check_reach``, one rule for every kind): its
+            ``[llm]`` names a declared model endpoint (never a variable), a service
+            agent's ``url`` a declared service origin, each MCP ``url`` server a
+            declared MCP origin, and headers only the variables bound to those
+            origins. None for an agent file the operator runs.
         stored: the daemon's own stored copy (``Runtime.load_agent``), read
             by the rules it was accepted under: integers beyond 2**53 (and,
             in TOML, a ``\\u0000``) that a new definition is refused for, so
@@ -350,7 +352,7 @@ def parse_definition(
     """
     raw, markdown = _document(text, fmt, stored)
     if "kind" in raw:
-        return _outside_kind(raw, fmt, text, allow_processes)
+        return _reached(_outside_kind(raw, fmt, text, allow_processes), credentials)
     _check_keys("the definition", raw, _TOP)
     mcp_servers = _builtin_mcp_servers(raw, credentials, allow_processes)
     name = _name(raw)
@@ -365,7 +367,7 @@ def parse_definition(
     prompt = _prompt(raw, normalised, allow_paths, base_dir)
     max_tokens = _max_response_tokens(raw)
     record_prompts = _record_prompts(raw)
-    llm = _llm(raw.get("llm", {}), credentials)
+    llm = _llm(raw.get("llm", {}))
 
     budgets, pricing = _budgets_and_pricing(raw)
 
@@ -376,7 +378,7 @@ def parse_definition(
     description, inputs, outputs = _declarations(raw)
 
     stored_format, stored_text = _stored_copy(raw, normalised, name, fmt, text)
-    return AgentDefinition(
+    agent = AgentDefinition(
         agent_def_hash=_hash(normalised),
         name=name,
         model=model,
@@ -398,6 +400,18 @@ def parse_definition(
         card=markdown.card if markdown is not None else None,
         architect=markdown.architect if markdown is not None else None,
     )
+    return _reached(agent, credentials)
+
+
+def _reached(agent: AgentDefinition, credentials: Credentials | None) -> AgentDefinition:
+    """``agent``, once the operator's declarations allow every URL, variable and key it names
+    (``Credentials.check_reach``, the one rule for every kind); no check without them."""
+    if credentials is not None:
+        try:
+            credentials.check_reach(agent)
+        except Undeclared as exc:
+            raise DefinitionError(str(exc), at=exc.at) from None
+    return agent
 
 
 def _hash(normalised: dict) -> str:
@@ -417,8 +431,9 @@ def _record_prompts(raw: dict) -> bool:
     return record_prompts
 
 
-def _llm(llm_raw: Any, credentials: Credentials | None) -> LlmSettings:
-    """The ``[llm]`` table: which wire format, which endpoint (a declared one over HTTP)."""
+def _llm(llm_raw: Any) -> LlmSettings:
+    """The ``[llm]`` table: which wire format, which endpoint (over HTTP a declared one:
+    ``check_reach``)."""
     _check_keys("[llm]", llm_raw, _LLM, ("llm",))
     provider = llm_raw.get("provider", DEFAULT_PROVIDER)
     _expect(
@@ -443,16 +458,6 @@ def _llm(llm_raw: Any, credentials: Credentials | None) -> LlmSettings:
     _duration("[llm] timeout_seconds", timeout, ("llm", "timeout_seconds"), MAX_LLM_TIMEOUT)
     stream = llm_raw.get("stream", False)
     _expect(isinstance(stream, bool), "[llm] stream must be true or false", ("llm", "stream"))
-    if credentials is not None:
-        try:
-            credentials.check_llm(
-                provider=provider,
-                base_url=llm_raw.get("base_url"),
-                base_url_env=llm_raw.get("base_url_env"),
-                api_key_env=llm_raw.get("api_key_env"),
-            )
-        except Undeclared as exc:
-            raise DefinitionError(str(exc), at=("llm",)) from None
     return LlmSettings(
         provider=provider,
         base_url=llm_raw.get("base_url"),
@@ -594,7 +599,8 @@ def _builtin_mcp_servers(
     raw: dict, credentials: Credentials | None, allow_processes: bool
 ) -> tuple[McpServerSpec, ...]:
     """A built-in agent's ``[[mcp_servers]]``, each held to the operator's declarations (an HTTP
-    caller's) or to the process opt-in (a command, a header reading the environment)."""
+    caller's: ``check_reach``) or to the process opt-in (a command, a header reading the
+    environment)."""
     try:
         mcp_servers = parse_mcp_servers(raw["mcp_servers"]) if "mcp_servers" in raw else ()
     except McpDefinitionError as exc:
@@ -602,13 +608,8 @@ def _builtin_mcp_servers(
     for index, server in enumerate(mcp_servers):
         at = ("mcp_servers", index)
         if credentials is not None and server.url is not None:
-            # Checked before anything contacts the server (registration probes it).
-            try:
-                credentials.check_mcp_url(
-                    server.name, server.url, server.headers, server.bearer_token_env
-                )
-            except Undeclared as exc:
-                raise DefinitionError(str(exc), at=at) from None
+            # The operator's declarations decide (``check_reach``), before registration
+            # contacts the server.
             continue
         reason = (
             "mcp_command"

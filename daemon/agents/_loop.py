@@ -72,7 +72,7 @@ from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy, lane_probe
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
 from ..tools import Tool, ToolRegistry
-from ._credentials import Credentials
+from ._credentials import Credentials, Undeclared
 from ._definition import AgentDefinition, AgentKind
 from ._process import drive_process, parked_write
 from ._service import drive_service
@@ -178,6 +178,35 @@ def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
         taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
     taken |= {tool.value: f"the flow tool {tool.value!r}" for tool in agent.offerable_flow_tools}
     return taken
+
+
+def reach_refusal(agent: AgentDefinition, credentials: Credentials | None) -> str | None:
+    """Why the daemon may not drive ``agent`` with the operator's declarations as they are now
+    (``Credentials.check_reach``: a definition stored before the flags changed is held to
+    today's); None when it may, or outside the daemon (the command line trusts its files)."""
+    if credentials is None or not credentials.strict:
+        return None
+    try:
+        credentials.check_reach(agent)
+    except Undeclared as exc:
+        return f"the run's agent names what this daemon's operator has not declared: {exc}"
+    return None
+
+
+async def fail_unreachable(ctx: RunContext, refusal: str) -> RunView:
+    """Fail the run of ``ctx`` with ``refusal`` (``reach_refusal``) instead of driving it.
+
+    A run with nothing to drive is left as it is, one parked on a write that may have landed
+    among them (a person settles it, and the next drive fails the run; its probe is not run,
+    since that would dial what the refusal forbids). A sleeping run is woken when its timer
+    is due, then failed; before then, left asleep.
+    """
+    if ctx.view.state is RunState.SLEEPING and not await ctx.wake_when_due():
+        return ctx.view
+    if ctx.view.idle:
+        return ctx.view
+    await ctx.record(RunFailed(error=refusal))
+    return ctx.view
 
 
 def gateway_for(agent: AgentDefinition, credentials: Credentials | None = None) -> ModelGateway:
@@ -631,6 +660,11 @@ async def _drive_held(
     credentials: Credentials | None,
     flows: FlowHost | None,
 ) -> RunView:
+    refusal = reach_refusal(agent, credentials)
+    if refusal is not None:
+        log = await access.read(access.store.read_log, run_id)
+        ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+        return await fail_unreachable(ctx, refusal)
     if agent.kind is AgentKind.PROCESS:
         # A local agent process: its model calls cross the loopback proxy
         # (one is started for this drive when the caller has none).

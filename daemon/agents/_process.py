@@ -45,9 +45,12 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -136,23 +139,57 @@ def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
     return (*agent.mcp_servers, McpServerSpec(name=SALVOR_SERVER))
 
 
-def standin_environment(agent: AgentDefinition, base: str) -> dict[str, str]:
+def write_relays(agent: AgentDefinition, base: str) -> tuple[str, dict[str, str]]:
+    """A private directory (0700) with one relay file (0600) per stand-in of a run of
+    ``agent``, each holding its endpoint's URL; the directory and each server's file.
+
+    The URL is a capability of the run (``base``): it goes where only the daemon's user reads
+    it, never on a command line. Blocking: call it off the trio thread.
+    """
+    directory = tempfile.mkdtemp(prefix="salvor-relay-")
+    files = {}
+    for spec in standin_servers(agent):
+        path = os.path.join(directory, variable_suffix(spec.name))
+        held = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(held, "w", encoding="utf-8") as out:
+            out.write(f"{base}/mcp/{spec.name}\n")
+        files[spec.name] = path
+    return directory, files
+
+
+@asynccontextmanager
+async def standin_relays(agent: AgentDefinition, base: str) -> AsyncIterator[dict[str, str]]:
+    """The relay files of one drive's stand-ins (``write_relays``), removed when it ends."""
+    directory, files = await trio.to_thread.run_sync(write_relays, agent, base)
+    try:
+        yield files
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+
+
+def standin_environment(
+    agent: AgentDefinition, base: str, relays: Mapping[str, str]
+) -> dict[str, str]:
     """One pair of variables per MCP server the run reaches, each naming that server's stand-in.
 
     ``SALVOR_MCP_SERVER_<NAME>``: a shell-quoted command line the agent's MCP
-    configuration spawns in place of the server (the stdio relay);
+    configuration spawns in place of the server (the stdio relay, given the
+    file in ``relays`` that holds its endpoint: MCP clients spawn servers with a
+    scrubbed environment, and a command line is no place for a capability);
     ``SALVOR_MCP_URL_<NAME>``: the streamable-HTTP endpoint it may dial
     instead. Both reach the same lane, whatever the real server speaks (the
-    ``salvor`` server's answers in this process).
+    ``salvor`` server's answers in this process). A server with no relay file
+    gets no ``SALVOR_MCP_SERVER_<NAME>``.
     """
     env = {}
     for spec in standin_servers(agent):
         url = f"{base}/mcp/{spec.name}"
         suffix = variable_suffix(spec.name)
-        # The URL rides on the command line: MCP clients spawn servers with a scrubbed environment.
-        env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join(
-            [sys.executable, "-m", "salvor.daemon.standin", url]
-        )
+        if spec.name in relays:
+            env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join(
+                [sys.executable, "-m", "salvor.daemon.standin", relays[spec.name]]
+            )
         env[f"SALVOR_MCP_URL_{suffix}"] = (
             url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
         )
@@ -165,9 +202,11 @@ def agent_environment(
     run_input: Any,
     base: str,
     environ: Mapping[str, str] = os.environ,
+    relays: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The process's environment: the allow-list of the daemon's (``_child_env``), the
-    injection, the definition's ``env``."""
+    injection, the definition's ``env``. ``relays``: each stand-in's relay file
+    (``standin_relays``)."""
     env = child_environment(environ)
     prompt = task_prompt(run_input)
     env.update(
@@ -184,7 +223,7 @@ def agent_environment(
             "SALVOR_RUN_ID": run_id,
         }
     )
-    env.update(standin_environment(agent, base))
+    env.update(standin_environment(agent, base, relays or {}))
     env.update(agent.process.env)
     return env
 
@@ -467,45 +506,24 @@ async def _run_process(
 ) -> RunView:
     run_id = ctx.run_id
     access = ctx.access
-    settings = agent.process
     run_input = log[0].event.input
     session.task = checked_task(run_input)
     capability = proxy.attach(session)
-    env = agent_environment(agent, run_id, run_input, proxy.base(capability), environ)
-    # The mark goes on after the definition's env: it is ours, not the
-    # agent's, and a restarted salvor finds an orphan of this drive by it.
-    env[MARK_VAR] = store_fingerprint(access.store.url)
-    env[OWNER_VAR] = owner_mark()
     stdout = _Tail(STDOUT_TAIL_BYTES) if agent.output_from == "stdout" else None
     try:
-        try:
-            process = await open_tied_process(
-                agent_command(agent, run_input),
-                cwd=settings.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL if stdout is None else subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
+        async with standin_relays(agent, proxy.base(capability)) as relays:
+            env = agent_environment(
+                agent, run_id, run_input, proxy.base(capability), environ, relays
             )
-        except OSError as exc:
-            await session.close()
-            async with session.lock:
-                await ctx.record(
-                    RunFailed(
-                        error=(
-                            "the agent process could not be started "
-                            f"({settings.command[0]}): {exc.strerror or exc}"
-                        )
-                    )
-                )
-            return ctx.view
-        async with trio.open_nursery() as watching:
-            watching.start_soon(watch_for_an_end, access, run_id, session)
-            timed_out, stderr = await supervise(
-                process, settings.timeout, until=session.rested, stdout=stdout
+            # The mark goes on after the definition's env: it is ours, not the
+            # agent's, and a restarted salvor finds an orphan of this drive by it.
+            env[MARK_VAR] = store_fingerprint(access.store.url)
+            env[OWNER_VAR] = owner_mark()
+            process, timed_out, stderr = await _start_and_supervise(
+                ctx, session, agent, run_input, env, stdout
             )
-            watching.cancel_scope.cancel(reason="the agent process is gone")
+            if process is None:
+                return ctx.view
     finally:
         with trio.CancelScope(shield=True):
             await session.close()
@@ -514,6 +532,50 @@ async def _run_process(
         return await _settle(
             ctx, session, lanes, agent, process.returncode, timed_out, stderr, stdout
         )
+
+
+async def _start_and_supervise(
+    ctx: RunContext,
+    session: ProxySession,
+    agent: AgentDefinition,
+    run_input: Any,
+    env: dict[str, str],
+    stdout: _Tail | None,
+) -> tuple[trio.Process | None, bool, str]:
+    """Start the agent's process and wait for it to end (``supervise``): the process, whether
+    it ran past its timeout, its stderr's tail; no process when it could not be started (the
+    run then failed, saying why)."""
+    settings = agent.process
+    access, run_id = ctx.access, ctx.run_id
+    try:
+        process = await open_tied_process(
+            agent_command(agent, run_input),
+            cwd=settings.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if stdout is None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        await session.close()
+        async with session.lock:
+            await ctx.record(
+                RunFailed(
+                    error=(
+                        "the agent process could not be started "
+                        f"({settings.command[0]}): {exc.strerror or exc}"
+                    )
+                )
+            )
+        return None, False, ""
+    async with trio.open_nursery() as watching:
+        watching.start_soon(watch_for_an_end, access, run_id, session)
+        timed_out, stderr = await supervise(
+            process, settings.timeout, until=session.rested, stdout=stdout
+        )
+        watching.cancel_scope.cancel(reason="the agent process is gone")
+    return process, timed_out, stderr
 
 
 async def _settle(

@@ -35,7 +35,7 @@ from salvor.protocol import Envelope, RunCompleted, RunFailed, RunView
 from ..processes import PortClaims
 from ..proxies import ModelProxy, ProxySession, open_model_proxy
 from ..recording import RunContext, StoreAccess, utc_now
-from ..web import header_placeholders, listener_config, tls_context
+from ..web import UnfillableHeader, fill_headers, listener_config, tls_context
 from ..web import serve as serve_asgi
 from ._definition import AgentDefinition
 from ._process import (
@@ -48,35 +48,6 @@ from ._process import (
 )
 
 logger = logging.getLogger("salvor.service")
-
-
-class UnusableVariable(Exception):
-    """A header names a variable that cannot go into it; the message never holds its value."""
-
-    def __init__(self, header: str, name: str, why: str) -> None:
-        super().__init__(f"header {header} of the trigger names ${{{name}}}, which {why}")
-
-
-def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """The trigger's headers with each ``${NAME}`` replaced by the daemon's variable.
-
-    Raises:
-        UnusableVariable: a named variable is not set, or holds a line break
-            (it would end the header); nothing is sent.
-    """
-    resolved = {}
-    for header, value in headers.items():
-        for name in header_placeholders(value):
-            if name not in environ:
-                raise UnusableVariable(header, name, "is not set in the daemon's environment")
-            if any(c in environ[name] for c in "\r\n\0"):
-                # Refused here, because the HTTP client's own refusal quotes the value.
-                raise UnusableVariable(
-                    header, name, "holds a line break or NUL, which no header value may carry"
-                )
-            value = value.replace("${" + name + "}", environ[name])
-        resolved[header] = value
-    return resolved
 
 
 def wiring_hint(port: int) -> str:
@@ -189,8 +160,8 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ) -
     if ctx.view.idle:
         return ctx.view
     try:
-        headers = resolve_headers(settings.headers, environ)
-    except UnusableVariable as exc:
+        headers = fill_headers(settings.headers, environ)
+    except UnfillableHeader as exc:
         await ctx.record(RunFailed(error=f"{exc}; nothing was sent to {settings.url}"))
         return ctx.view
     session = await open_session(access, ctx, log, agent, proxy, environ)

@@ -268,14 +268,21 @@ AGENT_SCHEMAS: JSON = {
                 {
                     "name": _nullable(_NAME),
                     "kind": {"const": "service"},
-                    "url": {"type": "string", "pattern": _HTTP_URL},
+                    "url": {
+                        "type": "string",
+                        "pattern": _HTTP_URL,
+                        "description": "On an origin the operator declared "
+                        "(`salvor serve --service-origin ORIGIN`).",
+                    },
                     "proxy_port": {"type": "integer", "minimum": 1024, "maximum": 65535},
                     "headers": {
                         "type": "object",
                         "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
                         "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
                         "description": (
-                            "`${VAR}` is read from the daemon's environment when it POSTs."
+                            "`${VAR}` names only a variable the operator bound to the url's "
+                            "origin (`--service-origin ORIGIN,header_env=VAR`); it is read from "
+                            "the daemon's environment when it POSTs."
                         ),
                     },
                     "timeout": _PROCESS_TIMEOUT,
@@ -315,7 +322,9 @@ AGENT_SCHEMAS: JSON = {
                         "type": "object",
                         "additionalProperties": {"type": "string"},
                         "description": (
-                            "`${VAR}` is read from the daemon's environment when it connects."
+                            "`${VAR}` names only a variable the operator bound to the url's "
+                            "origin (`--mcp-origin ORIGIN,header_env=VAR`); it is read from the "
+                            "daemon's environment when it connects."
                         ),
                     },
                     "bearer_token_env": {"type": "string"},

@@ -46,6 +46,7 @@ from ..agents import (
     agent_command,
     agent_environment,
     load_definition,
+    standin_relays,
     supervise,
 )
 from ..processes import open_tied_process
@@ -225,9 +226,10 @@ async def examine(
     async with open_model_proxy(wrap=wrap) as proxy:
         capability = proxy.attach(DoctorSession())
         base = proxy.base(capability)
-        env = agent_environment(agent, run_id, run_input, base, environ)
         try:
-            ending = await _run_agent(agent, run_input, env, timeout)
+            async with standin_relays(agent, base) as relays:
+                env = agent_environment(agent, run_id, run_input, base, environ, relays)
+                ending = await _run_agent(agent, run_input, env, timeout)
         finally:
             proxy.detach(capability)
     return Findings(

@@ -703,6 +703,15 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
         "may name (repeatable)",
     )
+    # Issue 29 item 3 (secrets): a service agent's trigger is held to the same rule.
+    p.add_argument(
+        "--service-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN[,header_env=VAR]",
+        help="an origin a service agent's trigger `url` may be on, and the variables its "
+        "`headers` may name (repeatable)",
+    )
     _add_notify_options(p)
 
 
@@ -812,7 +821,9 @@ def _serve_config(args: argparse.Namespace, url: str):
         raise CliError(str(exc)) from None
     client_tools = _declarations(args.client_tool)
     try:
-        credentials = Credentials.for_daemon(args.model_endpoint, args.mcp_origin)
+        credentials = Credentials.for_daemon(
+            args.model_endpoint, args.mcp_origin, args.service_origin
+        )
     except CredentialError as exc:
         raise CliError(str(exc)) from None
     try:

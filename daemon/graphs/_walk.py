@@ -72,7 +72,16 @@ from salvor.protocol import (
 )
 from salvor.store import SeqConflict, store_fault
 
-from ..agents import AgentDefinition, AgentLoop, Credentials, drive, flow_session, gateway_for
+from ..agents import (
+    AgentDefinition,
+    AgentLoop,
+    Credentials,
+    drive,
+    fail_unreachable,
+    flow_session,
+    gateway_for,
+    reach_refusal,
+)
 from ..flows import MAP_OF_LABEL, FlowHost, inherited_labels
 from ..mcp import open_connections
 from ..models import ModelGateway
@@ -605,6 +614,12 @@ async def drive_graph(
     async with access.driving.hold(run_id):  # one drive at a time (``agents.drive`` says why)
         log = await access.read(access.store.read_log, run_id)
         ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+        # Every agent the walk may reach, held to the operator's declarations as they are now.
+        refusal = next(
+            (r for agent in agents.values() if (r := reach_refusal(agent, credentials))), None
+        )
+        if refusal is not None:
+            return await fail_unreachable(ctx, refusal)
         if ctx.view.idle and not graph_probes_open_write(
             graph, agents.values(), registry, ctx.view
         ):

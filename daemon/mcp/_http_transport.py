@@ -16,7 +16,7 @@ import httpx
 import trio
 from salvor.protocol import SSEDecoder
 
-from ..web import header_placeholders, tls_context
+from ..web import UnfillableHeader, fill_headers, tls_context
 from ._definition import McpServerSpec
 from ._session import (
     MAX_MESSAGE_BYTES,
@@ -32,33 +32,20 @@ from ._session import (
 
 
 def resolve_headers(spec: McpServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """The server's headers with each ``${NAME}`` read from the daemon's environment now.
+    """The server's headers (and its ``bearer_token_env`` as ``Authorization``) with each
+    ``${NAME}`` read from the daemon's environment now (``web.fill_headers``).
 
     Raises:
         McpUnavailable: a named variable is unset or holds a line break; the
             message names the variable, never its value.
     """
-
-    def read(header: str, name: str) -> str:
-        if name not in environ:
-            raise McpUnavailable(
-                spec.name,
-                f"header {header} names ${{{name}}}, which the daemon's environment does not set",
-            )
-        if any(c in environ[name] for c in "\r\n\0"):
-            raise McpUnavailable(
-                spec.name, f"header {header} names ${{{name}}}, which holds a line break or NUL"
-            )
-        return environ[name]
-
-    resolved = {}
-    for header, value in spec.headers.items():
-        for name in header_placeholders(value):
-            value = value.replace("${" + name + "}", read(header, name))
-        resolved[header] = value
+    headers = dict(spec.headers)
     if spec.bearer_token_env is not None:
-        resolved["Authorization"] = "Bearer " + read("Authorization", spec.bearer_token_env)
-    return resolved
+        headers["Authorization"] = "Bearer ${" + spec.bearer_token_env + "}"
+    try:
+        return fill_headers(headers, environ)
+    except UnfillableHeader as exc:
+        raise McpUnavailable(spec.name, str(exc)) from None
 
 
 class HttpTransport(Transport):

@@ -1,10 +1,15 @@
 """The stdio stand-in an agent spawns in place of an MCP server: ``python
--m salvor.daemon.standin URL``.
+-m salvor.daemon.standin RELAY_FILE``.
 
-``SALVOR_MCP_SERVER_<NAME>`` is this command line. It relays, one request at
+``SALVOR_MCP_SERVER_<NAME>`` is this command line. ``RELAY_FILE`` holds the URL
+of the run's stand-in endpoint on the daemon's loopback listener
+(``_mcp_endpoint``), a capability: it is never on the command line, which
+every local user can read in ``/proc/<pid>/cmdline``, and the file is the
+daemon user's alone (0600, in a 0700 directory that lives as long as the
+drive). Nor does it come in the environment: MCP clients spawn their servers
+with a scrubbed one. It relays, one request at
 a time and in order, each newline-delimited JSON-RPC request the agent writes
-to its stdin as a POST to ``URL`` (the run's stand-in endpoint on the
-daemon's loopback listener, ``_mcp_endpoint``) and writes what comes back
+to its stdin as a POST to that URL and writes what comes back
 (the server notifications due, then the answer) to its stdout, a line each.
 A request the real server sends the agent (sampling, elicitation, roots)
 comes over the endpoint's push stream (a ``GET`` held open) and is written
@@ -37,7 +42,7 @@ class Relay:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise SystemExit(
-                f"salvor's MCP stand-in needs the http:// URL of its endpoint, not {url!r}"
+                "salvor's MCP stand-in needs the http:// URL of its endpoint in its relay file"
             )
         self.url = url
         self.host, self.port, self.path = parts.hostname, parts.port or 80, parts.path
@@ -166,11 +171,30 @@ def _exchange(relay: Relay, line: bytes) -> list[bytes]:
     return _messages(body)
 
 
+def endpoint_of(relay_file: str) -> str:
+    """The endpoint URL ``relay_file`` holds.
+
+    Raises:
+        SystemExit: a URL given in place of the file, or a file that cannot be read.
+    """
+    if "://" in relay_file:
+        raise SystemExit(
+            "salvor's MCP stand-in takes the file holding its endpoint's URL, never the URL "
+            "itself: a command line is readable by every local user"
+        )
+    try:
+        with open(relay_file, encoding="utf-8") as held:
+            return held.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"salvor's MCP stand-in cannot read its relay file: {exc}") from None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m salvor.daemon.standin URL", file=sys.stderr)
+        print("usage: python -m salvor.daemon.standin RELAY_FILE", file=sys.stderr)
         return 2
-    calls, answers = Relay(argv[1]), Relay(argv[1])
+    url = endpoint_of(argv[1])
+    calls, answers = Relay(url), Relay(url)
     out = sys.stdout.buffer
     lock = threading.Lock()
 

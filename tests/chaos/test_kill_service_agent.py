@@ -73,6 +73,10 @@ def test_sigkill_of_the_daemon_mid_trigger_recovers_the_service_run_by_replay(
         SERVICE_TOKEN=HEADER_SECRET,
     )
     daemon.allow_process_agents()
+    daemon.args += [
+        "--service-origin",
+        f"{service.url.removesuffix('/task')},header_env=SERVICE_TOKEN",
+    ]
     definition = service_definition(
         service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"}
     )

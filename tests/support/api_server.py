@@ -123,6 +123,7 @@ class Declarations:
 
     endpoints: list[str] = field(default_factory=list)
     origins: list[McpOrigin] = field(default_factory=list)
+    service_origins: list[McpOrigin] = field(default_factory=list)
     daemons: list[Credentials] = field(default_factory=list)
 
     def provider(self, base_url: str) -> None:
@@ -137,11 +138,20 @@ class Declarations:
         for credentials in self.daemons:
             credentials.declare_origin(origin)
 
+    def service_origin(self, url: str, *header_envs: str) -> None:
+        """What ``--service-origin`` declares, for every daemon of the test."""
+        origin = McpOrigin(origin=origin_of(url), header_envs=frozenset(header_envs))
+        self.service_origins.append(origin)
+        for credentials in self.daemons:
+            credentials.declare_origin(origin, dialled_by="service")
+
     def daemon(self, credentials: Credentials) -> Credentials:
         for base_url in self.endpoints:
             credentials.declare_endpoint(DeclaredEndpoint(base_url=base_url))
         for origin in self.origins:
             credentials.declare_origin(origin)
+        for origin in self.service_origins:
+            credentials.declare_origin(origin, dialled_by="service")
         self.daemons.append(credentials)
         return credentials
 

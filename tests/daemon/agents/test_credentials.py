@@ -52,13 +52,13 @@ def llm(provider="anthropic", base_url=None, base_url_env=None, api_key_env=None
             ("http://desk/v1/", "desk"),
         ),
         (daemon("http://desk"), llm(base_url="http://desk"), ("http://desk", None)),
-        # An agent file's endpoint nobody declared: only the key it
-        # names itself, never a default one.
+        # An endpoint nobody declared gets no key in the daemon, not even one the definition
+        # names (its drive is refused before it asks: ``check_reach``; this is the second lock).
         (daemon(), llm(base_url="http://elsewhere"), ("http://elsewhere", None)),
         (
             daemon(),
             llm(base_url="http://elsewhere", api_key_env="DESK_KEY"),
-            ("http://elsewhere", "desk"),
+            ("http://elsewhere", None),
         ),
         (daemon(AIM="http://aimed"), llm(base_url_env="AIM"), ("http://aimed", None)),
         (daemon(), llm("demo", base_url="http://x"), (None, None)),

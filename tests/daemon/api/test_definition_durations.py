@@ -48,8 +48,9 @@ async def register(server, text: str, content_type: str = "application/toml"):
 
 @pytest.mark.parametrize(("field", "bound", "said", "toml"), FIELDS, ids=IDS)
 async def test_a_duration_past_its_bound_is_a_400_naming_the_field_and_the_bound(
-    server_factory, field, bound, said, toml
+    server_factory, operator_declarations, field, bound, said, toml
 ):
+    operator_declarations.service_origin("http://127.0.0.1:9")  # the service agent's trigger
     server = await server_factory(allow_process_agents=True)
     for value in ("1e300", str(bound + 1), f"{bound}.001"):
         response = await register(server, toml.replace("X", value))

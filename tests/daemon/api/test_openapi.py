@@ -622,6 +622,7 @@ async def test_every_agent_kind_is_a_request_the_document_admits(
     --allow-process-agents serves a document that does not admit a process or service agent,
     and refuses them."""
     operator_declarations.mcp_origin("http://127.0.0.1:9")
+    operator_declarations.service_origin("http://127.0.0.1:9")
     kinds = _agent_kinds(tmp_path)
     server = await server_factory(allow_process_agents=True)
     contract = await Contract.served(server.client)

@@ -13,12 +13,15 @@ from tests.support.service_agents import free_port, service_definition, start_se
 
 
 @pytest.fixture
-def services():
+def services(operator_declarations):
+    """Start services; the test, as the operator, declares each one's origin
+    (``--service-origin``)."""
     started = []
 
     def start(*args, **kwargs):
         service = start_service(*args, **kwargs)
         started.append(service)
+        operator_declarations.service_origin(service.url)
         return service
 
     yield start

@@ -67,7 +67,12 @@ def _agent(env: dict[str, str] | None = None, servers: str = "") -> object:
 
 def test_an_agent_gets_the_allow_list_the_injection_and_its_own_env_nothing_else():
     env = agent_environment(
-        _agent({"EXTRA": "x"}), "run-1", {"task": 1}, "http://127.0.0.1:9/r/cap", DAEMON_ENV
+        _agent({"EXTRA": "x"}),
+        "run-1",
+        {"task": 1},
+        "http://127.0.0.1:9/r/cap",
+        DAEMON_ENV,
+        {"salvor": "/run/relays/SALVOR"},
     )
     injected = {
         "OPENAI_BASE_URL",

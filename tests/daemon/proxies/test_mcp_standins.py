@@ -587,16 +587,17 @@ async def test_a_server_that_never_answers_a_write_parks_the_run(
     assert view.pending.input["name"] == "hang"
 
 
-def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone():
+def test_the_relay_answers_each_request_under_its_own_id_when_the_daemon_is_gone(tmp_path):
     request = {
         "jsonrpc": "2.0",
         "id": 7,
         "method": "tools/call",
         "params": {"name": "lookup", "arguments": {}},
     }
-    url = f"http://127.0.0.1:{_free_port()}/r/cap/mcp/fix"  # nobody listens there
+    relay = tmp_path / "FIX"
+    relay.write_text(f"http://127.0.0.1:{_free_port()}/r/cap/mcp/fix\n")  # nobody listens there
     done = subprocess.run(
-        [sys.executable, "-m", "salvor.daemon.standin", url],
+        [sys.executable, "-m", "salvor.daemon.standin", str(relay)],
         check=True,
         input=json.dumps(request).encode() + b"\n",
         capture_output=True,

@@ -556,6 +556,10 @@ async def test_systemd_hears_ready_after_the_port_accepts_then_watchdog_and_stop
             "cannot read the key_file",
         ),
         (["--mcp-origin", "https://tools.example.com/mcp"], "--mcp-origin needs an origin"),
+        (
+            ["--service-origin", "http://127.0.0.1:8765/task"],
+            "--service-origin needs an origin",
+        ),
     ],
 )
 async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
