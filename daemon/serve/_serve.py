@@ -32,14 +32,24 @@ import trio
 from salvor.protocol import CodedError, ErrorCode
 
 from ..agents import Credentials
-from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
+from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
-from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
+from ..runs import (
+    BUFFER_BYTES,
+    MAX_STREAMS_PER_CLIENT,
+    SERVE,
+    Batching,
+    DriverSet,
+    EventHub,
+    ResumeOutcome,
+    Runtime,
+    own_store,
+)
 from ..tools import ToolRegistry, demo_registry
 from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
 from ..web import serve as serve_asgi
@@ -91,6 +101,10 @@ class ServeConfig:
     # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
     # outbox rows are written at all.
     notify: NotifyConfig | None = None
+    # Streaming bounds (issue 29): what one stream or WebSocket may hold unsent, in bytes, and how
+    # many of them one client (peer address) may hold open (0: no cap).
+    stream_buffer_bytes: int = BUFFER_BYTES
+    max_streams_per_client: int = MAX_STREAMS_PER_CLIENT
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -316,7 +330,7 @@ def _start_keepers(
     # Events a `salvor run` beside us commits reach the streams through the poll.
     root.start_soon(
         state.hub.poll_forever,
-        state.runtime.read_log,
+        state.runtime.read_page,
         state.attached,
         config.stream_poll_seconds,
     )
@@ -370,6 +384,9 @@ async def _server_state(
         credentials=credentials,
         driven_elsewhere=locks.runs_held_elsewhere,
         metrics=metrics,
+        # Streaming bounds (issue 29).
+        stream_buffer_bytes=config.stream_buffer_bytes,
+        stream_slots=StreamSlots(config.max_streams_per_client),
     )
 
 

@@ -61,12 +61,7 @@ class Watcher:
 
 
 def drain(subscription) -> list[LiveEvent]:
-    got = []
-    while True:
-        try:
-            got.append(subscription.receive.receive_nowait())
-        except trio.WouldBlock:
-            return got
+    return subscription.take()
 
 
 def test_one_publish_reaches_every_transport_with_each_encoding_made_once() -> None:
