@@ -105,6 +105,9 @@ class ServeConfig:
     # many of them one client (peer address) may hold open (0: no cap).
     stream_buffer_bytes: int = BUFFER_BYTES
     max_streams_per_client: int = MAX_STREAMS_PER_CLIENT
+    # How long a WebSocket on which nothing arrives (no message, no pong) stays open; None: the
+    # listener's default (60 s). The server pings at a third of it at most.
+    ws_idle_seconds: float | None = None
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -401,6 +404,11 @@ async def _listen(
     hyper = listener_config(
         f"{config.host}:{config.port}", "salvor.http", graceful_timeout=config.shutdown_seconds
     )
+    if config.ws_idle_seconds is not None:
+        hyper.websocket_idle_timeout = config.ws_idle_seconds
+        hyper.websocket_ping_interval = min(
+            hyper.websocket_ping_interval, config.ws_idle_seconds / 3
+        )
     in_flight = InFlight(AppendFront(create_app(state), state))
 
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:

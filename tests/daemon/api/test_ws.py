@@ -359,6 +359,69 @@ async def test_the_handshake_needs_the_token(server_factory) -> None:
         assert (await receive(ws))[0]["event"]["seq"] == 0
 
 
+async def test_a_socket_that_answers_no_ping_is_closed_after_its_idle_deadline(
+    server_factory,
+) -> None:
+    server = await server_factory(ws_idle_seconds=1.0)
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    host, port = server.url.removeprefix("http://").split(":")
+    # A peer that upgrades and then neither sends nor answers anything: the daemon's pings go
+    # unanswered, and at the deadline it lets the socket go (the client reads its end).
+    silent = trio.socket.socket()
+    await silent.connect((host, int(port)))
+    await silent.send(
+        f"GET /v1/ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    # A client whose library answers the pings stays, past several deadlines, quiet as it is.
+    async with open_websocket_url(ws_url(server)) as lively:
+        received = b""
+        with trio.fail_after(WAIT):
+            while chunk := await silent.recv(65536):
+                received += chunk
+        silent.close()
+        assert received.startswith(b"HTTP/1.1 101"), received[:200]
+        # The server pinged it (opcode 0x9) before it gave up on it.
+        assert b"\x89" in received.partition(b"\r\n\r\n")[2]
+        await trio.sleep(3.0)
+        await send(lively, op="subscribe", run=run.run_id)
+        assert (await receive(lively))[0]["event"]["seq"] == 0
+
+
+async def test_a_client_over_its_cap_of_streams_is_refused_before_anything_opens(
+    server_factory,
+) -> None:
+    server = await server_factory(max_streams_per_client=2)
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    events = f"/v1/runs/{run.run_id}/events"
+    async with open_websocket_url(ws_url(server)) as first:
+        async with server.client.stream("GET", events) as second:
+            assert second.status_code == 200
+            # A third, of either kind, is the 429 envelope with a Retry-After, and never upgrades.
+            with pytest.raises(ConnectionRejected) as rejected:
+                async with open_websocket_url(ws_url(server)):
+                    pass
+            assert rejected.value.status_code == 429
+            assert json.loads(rejected.value.body)["error"]["code"] == "too_many_requests"
+            assert dict(rejected.value.headers)[b"retry-after"] == b"5"
+            response = await server.client.get(events)
+            assert_error(response, 429, "too_many_requests")
+            assert response.headers["Retry-After"] == "5"
+            assert "--max-streams-per-client" in response.json()["error"]["message"]
+            assert server.state.hub.subscriber_counts() == {"sse": 1, "ws": 0}
+        # The stream closed: its place is free again (once the daemon has seen it go).
+        with trio.fail_after(WAIT):
+            while server.state.stream_slots.open_count("127.0.0.1") > 1:
+                await trio.sleep(0.01)
+        async with open_websocket_url(ws_url(server)) as third:
+            for ws in (first, third):
+                await send(ws, op="subscribe", run=run.run_id)
+                assert (await receive(ws))[0]["event"]["seq"] == 0
+
+
 async def test_the_daemon_stopping_closes_with_going_away(server: Server) -> None:
     run = await ClientRun.open(server)
     await run.append(head(run.run_id))
