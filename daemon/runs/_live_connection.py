@@ -159,11 +159,12 @@ class _RunStream:
 
     def hold(self, event: LiveEvent) -> None:
         self.held.append(event)
-        self.held_bytes += event.weight
+        # Weighed as the outbox weighs it: the message this connection will send.
+        self.held_bytes += len(event.message)
 
     def release(self) -> LiveEvent:
         event = self.held.popleft()
-        self.held_bytes -= event.weight
+        self.held_bytes -= len(event.message)
         return event
 
     def _offer(self, event: LiveEvent) -> None:
