@@ -160,7 +160,9 @@ async def _frames(
     runtime = state.runtime
     with subscription:
         view, next_seq = EMPTY_VIEW, 0
-        pending: list[Envelope | LiveEvent] = list(page)
+        # Not kept under its argument's name: a stream holds one page at a time.
+        pending: list[Envelope | LiveEvent] = page
+        del page
         # Whether ``pending`` is a page read from the store: the next page follows until one
         # comes back empty (the prefix before ``start`` is folded, not sent).
         paging = True
@@ -189,9 +191,12 @@ async def _frames(
                 progress_seq, last_progress = next_seq, trio.current_time()
             pending = []
             if chunk:
-                # Written before the next page is read: a reader that does not read holds this.
-                yield b"".join(chunk)
+                # Written before the next page is read: a reader that does not read holds this
+                # (and only this: the frames it was joined from are let go first).
+                data = b"".join(chunk)
                 del chunk
+                yield data
+                del data
             if paging and next_seq > seq_before:
                 pending = await runtime.read_page(run_id, next_seq)
                 continue
