@@ -68,6 +68,8 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
     REQUEST_TIMEOUT = "request_timeout", 408
     HEADERS_TOO_LARGE = "headers_too_large", 431
+    # A client over a per-client cap (its open streams); the answer says when to try again.
+    TOO_MANY_REQUESTS = "too_many_requests", 429
     NOT_IMPLEMENTED = "not_implemented", 501
     HTTP_VERSION_NOT_SUPPORTED = "http_version_not_supported", 505
 

@@ -42,7 +42,9 @@ from salvor.protocol import (
 from sqlalchemy import (
     Connection,
     Engine,
+    LargeBinary,
     bindparam,
+    cast,
     delete,
     func,
     insert,
@@ -142,6 +144,29 @@ _SELECT_LOG = (
     .where(events.c.run_id == bindparam("run_id"), events.c.seq >= bindparam("from_seq"))
     .order_by(events.c.seq)
 )
+# A page of the log: at most ``limit`` events, and (with ``upto``) none past that seq.
+_SELECT_LOG_PAGE = _SELECT_LOG.limit(bindparam("limit"))
+_SELECT_LOG_UPTO = _SELECT_LOG.where(events.c.seq <= bindparam("upto"))
+
+
+def _payload_sizes(dialect: str):
+    """Each event's seq and stored payload size in bytes, from a cursor, ``limit`` at most.
+
+    PostgreSQL's ``octet_length`` reads a long value's size without fetching it; SQLite (3.40
+    has no ``octet_length``) counts the bytes of the value cast to a blob.
+    """
+    if dialect == "postgresql":
+        size = func.octet_length(events.c.payload)
+    else:
+        size = func.length(cast(events.c.payload, LargeBinary))
+    return (
+        select(events.c.seq, size.label("size"))
+        .where(events.c.run_id == bindparam("run_id"), events.c.seq >= bindparam("from_seq"))
+        .order_by(events.c.seq)
+        .limit(bindparam("limit"))
+    )
+
+
 _SELECT_VIEW = select(runs.c.view).where(runs.c.run_id == bindparam("run_id"))
 _SUMMARY_COLUMNS = (
     runs.c.run_id,
@@ -257,6 +282,7 @@ class EventStore:
         self.url = display_url(url)
         self.dialect = engine.dialect.name
         self._writes = Writes(engine.dialect)
+        self._select_sizes = _payload_sizes(self.dialect)
         self._dbapi_error = engine.dialect.loaded_dbapi.Error
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # SQLite's driver was told not to begin transactions (see _engine).
@@ -582,15 +608,45 @@ class EventStore:
     def _reading(self, what: str):
         return _ReadErrors(self.url, what)
 
-    def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
+    def read_log(
+        self,
+        run_id: str,
+        from_seq: int = 0,
+        *,
+        limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[Envelope]:
         """The run's envelopes from ``from_seq`` on, ordered by seq ([] for an unknown run).
+
+        Args:
+            limit: at most this many envelopes (all when None).
+            max_bytes: no more envelopes than fit in this many bytes of stored payload (the
+                first is read whatever its size, so a reader paging through always moves on).
+                Needs ``limit``: the page's sizes are read first, then the envelopes that fit.
 
         Raises:
             CorruptLog: a stored envelope cannot be decoded (names run and seq).
             StoreUnavailable: the database failed.
         """
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        if max_bytes is not None and limit is None:
+            raise ValueError("max_bytes needs a limit")
+        params: dict[str, Any] = {"run_id": run_id, "from_seq": from_seq}
         with self._reading("read a run's log"), self._read() as connection:
-            rows = connection.execute(_SELECT_LOG, {"run_id": run_id, "from_seq": from_seq}).all()
+            if limit is None:
+                rows = connection.execute(_SELECT_LOG, params).all()
+            elif max_bytes is None:
+                rows = connection.execute(_SELECT_LOG_PAGE, {**params, "limit": limit}).all()
+            else:
+                upto = _last_within(
+                    connection.execute(self._select_sizes, {**params, "limit": limit}), max_bytes
+                )
+                rows = (
+                    []
+                    if upto is None
+                    else connection.execute(_SELECT_LOG_UPTO, {**params, "upto": upto}).all()
+                )
         return [_envelope(run_id, row) for row in rows]
 
     def read_view(self, run_id: str) -> RunView | None:
@@ -1129,6 +1185,18 @@ def _setting_key(key: str) -> None:
 
 # Pairs per query: keeps a long queue's statement within both databases' parameter limits.
 _PROBE_PAGE = 400
+
+
+def _last_within(sizes: Any, max_bytes: int) -> int | None:
+    """The last seq of ``(seq, size)`` rows whose sizes, summed from the first, stay within
+    ``max_bytes`` (the first row's seq whatever its size); None for no rows."""
+    last, total = None, 0
+    for seq, size in sizes:
+        total += size or 0
+        if last is not None and total > max_bytes:
+            break
+        last = seq
+    return last
 
 
 def _envelope(run_id: str, row: Any) -> Envelope:

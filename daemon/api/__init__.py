@@ -19,10 +19,14 @@ from ._state import (
     ServerState,
     refuse_if_driven_elsewhere,
 )
+from ._stream_slots import (
+    StreamSlots,
+)
 
 __all__ = [
     "AppendFront",
     "ServerState",
+    "StreamSlots",
     "create_app",
     "refuse_if_driven_elsewhere",
 ]

@@ -3,9 +3,13 @@
 The stream subscribes to the in-process fan-out before it reads the store,
 so nothing committed in between is missed, and it sends each seq exactly
 once, in order (anything older than the cursor is skipped; a gap is read
-back from the store). Events another process writes into the same store
-(the CLI) arrive through the hub's shared poll, one store read per run per
-interval however many streams watch it. It ends with an ``end`` frame once
+back from the store). The store is read a page at a time, and each page is
+written out before the next is read: a client that does not read holds
+about one page here (the write waits on it), however long the log; its
+live queue is bounded in bytes, and what overflows it is read back later.
+Events another process writes into the same store (the CLI) arrive through
+the hub's shared poll, one store read per run per interval however many
+streams watch it. It ends with an ``end`` frame once
 the run rests, or once nothing drives it here and nothing has arrived for a
 grace period (``detached: true``).
 """
@@ -13,12 +17,13 @@ grace period (``detached: true``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import trio
 from quart import request
+from quart.wrappers.response import IterableBody
 from quart_trio import QuartTrio
-from salvor.protocol import Envelope, RunState, RunView, fold, sse_frame, step
+from salvor.protocol import EMPTY_VIEW, Envelope, RunState, RunView, sse_frame, step
 
 from ..recording import parse_run_id
 from ..runs import LiveEvent, Subscription, event_frame
@@ -27,6 +32,7 @@ from ._answers import END_FRAME
 from ._operation import RUN_ID, WHOLE, WHOLE_TEXT, Operation, route
 from ._schema import ref
 from ._state import ServerState
+from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
 
 HEADERS = {
     "Content-Type": "text/event-stream",
@@ -60,6 +66,7 @@ STREAM = Operation(
     ),
     refusals=("BadRequest", "UnknownRun"),
     responses={
+        "429": TOO_MANY_STREAMS,
         "200": {
             "description": "The stream.",
             "content": {
@@ -68,7 +75,7 @@ STREAM = Operation(
                     "x-frame-schemas": {"message": ref("Envelope"), "end": ref(END_FRAME.name)},
                 }
             },
-        }
+        },
     },
 )
 OPERATIONS = (STREAM,)
@@ -106,31 +113,59 @@ def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
     async def events(run_id: str):
         run_id = parse_run_id(run_id)
         start = _cursor()
+        slot = state.stream_slots.take(request.remote_addr)
+        if not isinstance(slot, StreamSlot):
+            return slot
         # Subscribe before reading the store, so no commit falls in between.
-        subscription = state.hub.subscribe(run_id)
+        subscription = state.hub.subscribe(run_id, state.stream_buffer_bytes)
         try:
-            log = await runtime.read_log(run_id, 0)
-            if not log and not state.attached(run_id):
+            page = await runtime.read_page(run_id, 0)
+            if not page and not state.attached(run_id):
                 raise unknown_run(run_id)
         except BaseException:
             subscription.close()
+            slot.release()
             raise
 
-        frames = _frames(state, run_id, subscription, log, start)
-        response = await app.make_response((frames, 200, HEADERS))
+        frames = _StreamBody(_frames(state, run_id, subscription, page, start), subscription, slot)
+        response = app.response_class(frames, status=200, headers=HEADERS)
         response.timeout = None
         return response
 
 
+class _StreamBody(IterableBody):
+    """The frames of one stream as a response body, and what the stream holds (its subscription,
+    its slot) let go when the body is closed, whether or not it was ever iterated."""
+
+    def __init__(
+        self, frames: AsyncGenerator[bytes], subscription: Subscription, slot: StreamSlot
+    ) -> None:
+        super().__init__(frames)
+        self._subscription = subscription
+        self._slot = slot
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await super().__aexit__(*exc_info)
+        finally:
+            self._subscription.close()
+            self._slot.release()
+
+
 async def _frames(
-    state: ServerState, run_id: str, subscription: Subscription, log: list[Envelope], start: int
+    state: ServerState, run_id: str, subscription: Subscription, page: list[Envelope], start: int
 ) -> AsyncIterator[bytes]:
-    """The stream's frames: the log from ``start``, then the live tail, until an ``end`` frame."""
+    """The stream's frames: the log from ``start`` (``page`` is its first page from seq 0), then
+    the live tail, until an ``end`` frame."""
     runtime = state.runtime
     with subscription:
-        view = fold(log[:start])
-        next_seq = min(start, len(log))
-        pending = list(log[next_seq:])
+        view, next_seq = EMPTY_VIEW, 0
+        # Not kept under its argument's name: a stream holds one page at a time.
+        pending: list[Envelope | LiveEvent] = page
+        del page
+        # Whether ``pending`` is a page read from the store: the next page follows until one
+        # comes back empty (the prefix before ``start`` is folded, not sent).
+        paging = True
         last_progress = last_beat = trio.current_time()
         progress_seq = next_seq
         seeded = False
@@ -138,6 +173,7 @@ async def _frames(
             # Everything at hand goes out as one chunk: with many
             # subscribers, one write per burst instead of per event.
             chunk: list[bytes] = []
+            seq_before = next_seq
             for item in pending:
                 # Live items come with their frame and view worked out
                 # once at publish; store reads are folded here.
@@ -154,19 +190,28 @@ async def _frames(
             if next_seq > progress_seq:
                 progress_seq, last_progress = next_seq, trio.current_time()
             pending = []
+            if chunk:
+                # Written before the next page is read: a reader that does not read holds this
+                # (and only this: the frames it was joined from are let go first).
+                data = b"".join(chunk)
+                del chunk
+                yield data
+                del data
+            if paging and next_seq > seq_before:
+                pending = await runtime.read_page(run_id, next_seq)
+                continue
+            paging = False
             if not seeded:
                 # From here on the shared poll reads what another process commits.
                 subscription.seed(next_seq, view)
                 seeded = True
-            if chunk:
-                yield b"".join(chunk)
             if view.resting:
                 later = await _after_rest(state, run_id, view, next_seq)
                 if later is None:
                     yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
                     return
                 if later:
-                    pending = later
+                    pending, paging = later, True
                     continue
             now = trio.current_time()
             if state.stopping.is_set() or (
@@ -178,15 +223,15 @@ async def _frames(
                 return
             # What the hub queued while the last chunk was written goes out at once; only an
             # empty queue waits (a timer per wait is most of a busy stream's own cost).
-            pending = _queued(subscription)
+            pending = subscription.take()
             if not pending:
                 wait = min(
                     state.stream_poll_seconds,
                     max(0.0, last_beat + state.heartbeat_seconds - now),
                 )
                 with trio.move_on_after(wait):
-                    pending.append(await subscription.receive.receive())
-                pending += _queued(subscription)
+                    await subscription.wait()
+                pending = subscription.take()
             if not subscription.lagging:
                 if pending and pending[0].envelope.seq < next_seq:
                     pending = [e for e in pending if e.envelope.seq >= next_seq]
@@ -198,9 +243,9 @@ async def _frames(
                     continue
                 if pending[0].envelope.seq == next_seq:
                     continue
-            # A gap or a lagging queue: read what is missing from the store.
+            # A gap or a lagging queue: read what is missing from the store, page by page.
             subscription.lagging = False
-            pending = await runtime.read_log(run_id, next_seq)
+            pending, paging = await runtime.read_page(run_id, next_seq), True
 
 
 async def _after_rest(
@@ -219,15 +264,5 @@ async def _after_rest(
         return None
     if state.drivers.driving(run_id):
         return []
-    later = await state.runtime.read_log(run_id, next_seq)
+    later = await state.runtime.read_page(run_id, next_seq)
     return later or None
-
-
-def _queued(subscription: Subscription) -> list[LiveEvent]:
-    """Everything the hub has queued for ``subscription``, without waiting."""
-    taken = []
-    while True:
-        try:
-            taken.append(subscription.receive.receive_nowait())
-        except trio.WouldBlock:
-            return taken

@@ -13,8 +13,9 @@ from ..agents import Credentials
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
 from ..metrics import DaemonMetrics
 from ..models import ModelGateway
-from ..runs import OUTBOX_LIMIT, DriverSet, EventHub, Runtime
+from ..runs import BUFFER_BYTES, DriverSet, EventHub, Runtime
 from ..web import BODY_TIMEOUT_SECONDS, Sessions, wrong_state
+from ._stream_slots import StreamSlots
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
 
@@ -45,8 +46,12 @@ class ServerState:
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
     detach_grace_seconds: float = 5.0
-    # How many messages a /v1/ws connection may have unsent before it is closed (1013).
-    ws_outbox_limit: int = OUTBOX_LIMIT
+    # -- streaming bounds (issue 29, item 4 and item 6's WebSocket bullet) --
+    # What one SSE stream or /v1/ws connection may hold queued and unsent, in bytes: a WebSocket
+    # past it is closed (1013), a stream reads what overflowed back from the store.
+    stream_buffer_bytes: int = BUFFER_BYTES
+    # Open SSE streams and WebSockets per client (peer address), capped (--max-streams-per-client).
+    stream_slots: StreamSlots = field(default_factory=StreamSlots)
     # How long any request body may take to arrive whole before it is answered 408.
     body_timeout_seconds: float = BODY_TIMEOUT_SECONDS
     # Whether POST /v1/agents accepts process agents (commands this daemon runs).

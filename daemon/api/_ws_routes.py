@@ -5,7 +5,9 @@ The route only moves messages: each text message received goes to the connection
 connection's outbox gives is written out by one sender, which closes with the outbox's code
 (1013 for a full buffer, 1008 for a bad message, 1001 when the daemon stops). The handshake's
 auth is the app's ``before_websocket`` check: a refused one is answered with the error envelope
-and never upgrades.
+and never upgrades; so is a client over its cap of open streams (429). The listener closes a
+message over 64 KiB with 1009 and a socket on which nothing arrives, not even a pong, after its
+idle deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..runs import LiveConnection
 from ._operation import Operation, error, route
 from ._runs_routes import summary_json
 from ._state import ServerState
+from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
 
 LIVE = Operation(
     method="get",
@@ -32,14 +35,16 @@ LIVE = Operation(
         "Requests: `subscribe` (`run`, `from_seq`), `unsubscribe` (`run`), `watch_runs`, "
         "`unwatch_runs`. Messages: `event` (the Envelope, as the stream sends it), `status`, "
         "`run` (a run-list entry) and `error` (the error envelope's body). Closes 1013 when its "
-        "outgoing buffer is full, 1001 when the daemon stops, 1008 for a message that is not a "
-        "JSON object or exceeds 64 KiB."
+        "outgoing buffer (1 MiB by default) is full, 1001 when the daemon stops, 1008 for a "
+        "message that is not a JSON object, 1009 for one over 64 KiB; the server pings, and a "
+        "socket on which nothing arrives (not even a pong) for 60 s is closed."
     ),
     responses={
         "101": {"description": "Switching to the WebSocket protocol."},
         "400": error(
             "A plain HTTP request, not a WebSocket handshake (`bad_request`).", "bad_request"
         ),
+        "429": TOO_MANY_STREAMS,
     },
     websocket=True,
 )
@@ -70,28 +75,35 @@ def add_ws_route(app: QuartTrio, state: ServerState) -> None:
         return summary_json(state, run_summary(view))
 
     @route(app, LIVE)
-    async def live() -> None:
-        await websocket.accept()
-        async with trio.open_nursery() as nursery:
-            connection = LiveConnection(
-                state.hub,
-                nursery,
-                read_log=runtime.read_log,
-                attached=state.attached,
-                clock=runtime.clock,
-                run_row=run_row,
-                outbox_limit=state.ws_outbox_limit,
-            )
-            nursery.start_soon(_receive, connection)
-            nursery.start_soon(_stop_with, state.stopping, connection)
-            try:
-                outbox = connection.outbox
-                while (message := await outbox.get()) is not None:
-                    await websocket.send(message)
-                await websocket.close(outbox.close_code, outbox.close_reason)
-            finally:
-                connection.end()
-                nursery.cancel_scope.cancel(reason="the WebSocket closed")
+    async def live():
+        slot = state.stream_slots.take(websocket.remote_addr)
+        if not isinstance(slot, StreamSlot):
+            return slot  # refused before the upgrade
+        try:
+            await websocket.accept()
+            async with trio.open_nursery() as nursery:
+                connection = LiveConnection(
+                    state.hub,
+                    nursery,
+                    read_page=runtime.read_page,
+                    attached=state.attached,
+                    clock=runtime.clock,
+                    run_row=run_row,
+                    outbox_limit=state.stream_buffer_bytes,
+                )
+                nursery.start_soon(_receive, connection)
+                nursery.start_soon(_stop_with, state.stopping, connection)
+                try:
+                    outbox = connection.outbox
+                    while (message := await outbox.get()) is not None:
+                        await websocket.send(message)
+                    await websocket.close(outbox.close_code, outbox.close_reason)
+                finally:
+                    connection.end()
+                    nursery.cancel_scope.cancel(reason="the WebSocket closed")
+        finally:
+            slot.release()
+        return None
 
 
 async def _receive(connection: LiveConnection) -> None:

@@ -150,6 +150,27 @@ def wake_interval(text: str) -> float:
     return seconds
 
 
+# -- streaming bounds (issue 29): --stream-buffer-bytes, --max-streams-per-client --
+
+
+def stream_buffer_bytes(text: str) -> int:
+    """What one stream or WebSocket may hold unsent: a whole number of bytes, at least 64 KiB."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 12 and int(text) >= 65536):
+        raise argparse.ArgumentTypeError(
+            f"--stream-buffer-bytes {text[:40]!r} must be a whole number of bytes, at least 65536"
+        )
+    return int(text)
+
+
+def streams_per_client(text: str) -> int:
+    """Open streams per client: a whole number, 0 for no cap."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise argparse.ArgumentTypeError(
+            f"--max-streams-per-client {text[:40]!r} must be a whole number (0: no cap)"
+        )
+    return int(text)
+
+
 def run_limit(text: str) -> int:
     """How many runs a listing shows: a positive whole number."""
     if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0):

@@ -43,7 +43,15 @@ from ..flows import caller_labels
 from ..metrics import JsonLines
 from ..processes import make_undumpable, sweep_orphans
 from ..recording import claim_wait_seconds, open_store_access
-from ..runs import MISSING, ResumeOutcome, Runtime, driving_run, own_store
+from ..runs import (
+    BUFFER_BYTES,
+    MAX_STREAMS_PER_CLIENT,
+    MISSING,
+    ResumeOutcome,
+    Runtime,
+    driving_run,
+    own_store,
+)
 from ..tools import demo_registry
 from ._arguments import (
     Parser,
@@ -55,6 +63,8 @@ from ._arguments import (
     run_limit,
     run_state,
     run_uuid,
+    stream_buffer_bytes,
+    streams_per_client,
     wake_interval,
 )
 from ._doctor import add_parser as add_doctor_parser
@@ -712,6 +722,23 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an origin a service agent's trigger `url` may be on, and the variables its "
         "`headers` may name (repeatable)",
     )
+    # Streaming bounds (issue 29): what a reader of the live streams may make the daemon hold.
+    p.add_argument(
+        "--stream-buffer-bytes",
+        type=stream_buffer_bytes,
+        default=BUFFER_BYTES,
+        metavar="BYTES",
+        help="what one event stream or WebSocket may hold queued and unsent (default 1048576); "
+        "a WebSocket past it is closed 1013, a stream reads what it missed back from the store",
+    )
+    p.add_argument(
+        "--max-streams-per-client",
+        type=streams_per_client,
+        default=MAX_STREAMS_PER_CLIENT,
+        metavar="N",
+        help="open event streams and WebSockets per client address, past which a new one is "
+        f"refused 429 (default {MAX_STREAMS_PER_CLIENT}; 0: no cap)",
+    )
     _add_notify_options(p)
 
 
@@ -848,6 +875,9 @@ def _serve_config(args: argparse.Namespace, url: str):
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
+        # Streaming bounds (issue 29).
+        stream_buffer_bytes=args.stream_buffer_bytes,
+        max_streams_per_client=args.max_streams_per_client,
     )
 
 

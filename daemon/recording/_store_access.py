@@ -25,6 +25,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -255,8 +256,10 @@ class StoreAccess:
                 poke()
         return envelopes, new_view
 
-    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a read-only store method on a reader thread."""
+        if kwargs:
+            fn = partial(fn, **kwargs)
         return await trio.to_thread.run_sync(fn, *args, limiter=self._readers)
 
     async def check_writable(self) -> None:

@@ -10,6 +10,10 @@ from ._drivers import (
     DriverSet,
 )
 from ._event_hub import (
+    BUFFER_BYTES,
+    MAX_STREAMS_PER_CLIENT,
+    PAGE_BYTES,
+    PAGE_EVENTS,
     Batching,
     EventHub,
     LiveEvent,
@@ -27,7 +31,6 @@ from ._flow_host import (
 )
 from ._live_connection import (
     MAX_MESSAGE_BYTES,
-    OUTBOX_LIMIT,
     LiveConnection,
     Outbox,
 )
@@ -44,9 +47,12 @@ from ._runtime import (
 )
 
 __all__ = [
+    "BUFFER_BYTES",
     "MAX_MESSAGE_BYTES",
+    "MAX_STREAMS_PER_CLIENT",
     "MISSING",
-    "OUTBOX_LIMIT",
+    "PAGE_BYTES",
+    "PAGE_EVENTS",
     "SERVE",
     "Batching",
     "DriverSet",

@@ -22,6 +22,12 @@ without a ``Batching`` (tests of the fan-out itself) delivers at publish.
 Events another process writes into the store (a ``salvor run`` beside the
 daemon) never pass through ``publish``; ``poll_forever`` reads them, once per
 run per interval, for the runs somebody listens to and nothing here drives.
+
+Memory is bounded in bytes, not in events: a store read takes one page (``PAGE_EVENTS`` events,
+about ``PAGE_BYTES`` of payload), never a whole log, and a subscriber queues at most
+``BUFFER_BYTES`` of encoded events (the events themselves are shared by every subscriber); past
+that it is told it lags. A reader that does not read holds about a page and a buffer, however
+long the log.
 """
 
 from __future__ import annotations
@@ -29,13 +35,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 import trio
 from salvor.protocol import (
-    EMPTY_VIEW,
     TERMINAL_STATES,
     Envelope,
     PendingKind,
@@ -46,7 +52,16 @@ from salvor.protocol import (
 )
 from salvor.store import StoreError
 
-QUEUE_LIMIT = 1024
+# One store read of a stream, the hub's poll or a WebSocket's catch-up: at most this many events,
+# and no more than fit in about this many bytes of payload (the first is read whatever its size).
+PAGE_EVENTS = 256
+PAGE_BYTES = 256 * 1024
+# What one subscriber (an SSE stream, a WebSocket connection) may hold queued and unsent, in bytes
+# of encoded events (``salvor serve --stream-buffer-bytes``).
+BUFFER_BYTES = 1024 * 1024
+# How many SSE streams and WebSockets one client (peer address) may hold open at once
+# (``salvor serve --max-streams-per-client``; 0: no cap).
+MAX_STREAMS_PER_CLIENT = 128
 
 log = logging.getLogger("salvor.runs")
 
@@ -86,6 +101,11 @@ class LiveEvent:
         if self._frame is None:
             self._frame = event_frame(self.envelope)
         return self._frame
+
+    @property
+    def weight(self) -> int:
+        """About what a queued encoding of it weighs, in bytes (the envelope's JSON dominates)."""
+        return len(self.frame)
 
     @property
     def message(self) -> str:
@@ -139,16 +159,21 @@ class Subscription:
     Use as a context manager (``with hub.subscribe(run_id) as sub``) or call
     ``close``: registration happens at subscribe time, so a caller can
     subscribe first and read the store second without missing a commit.
-    Once its queue is full it is marked ``lagging`` and its reader reads the
-    gap back from the store.
+    Its queue holds at most ``limit_bytes`` of encoded events (one event past an empty queue,
+    whatever its size); an event that does not fit is dropped and the subscription marked
+    ``lagging``, and its reader reads the gap back from the store.
     """
 
     transport = "sse"
 
-    def __init__(self, hub: EventHub, run_id: str) -> None:
+    def __init__(self, hub: EventHub, run_id: str, limit_bytes: int = BUFFER_BYTES) -> None:
         self._hub = hub
         self.run_id = run_id
-        self._send, self.receive = trio.open_memory_channel[LiveEvent](QUEUE_LIMIT)
+        self._limit_bytes = limit_bytes
+        self._queue: deque[LiveEvent] = deque()
+        self._queued_bytes = 0
+        self._arrived = trio.lowlevel.ParkingLot()
+        self._closed = False
         self.lagging = False
 
     def __enter__(self) -> Self:
@@ -158,13 +183,27 @@ class Subscription:
         self.close()
 
     def _offer(self, event: LiveEvent) -> None:
-        try:
-            self._send.send_nowait(event)
-        except trio.WouldBlock:
+        if self._closed:
+            return
+        if self._queue and self._queued_bytes + event.weight > self._limit_bytes:
             # The reader is slow; it will read what it missed from the store.
             self.lagging = True
-        except trio.ClosedResourceError:
-            pass
+            return
+        self._queue.append(event)
+        self._queued_bytes += event.weight
+        self._arrived.unpark_all()
+
+    def take(self) -> list[LiveEvent]:
+        """Everything queued, without waiting."""
+        taken = list(self._queue)
+        self._queue.clear()
+        self._queued_bytes = 0
+        return taken
+
+    async def wait(self) -> None:
+        """Until something is queued (at once if something is)."""
+        if not self._queue and not self._closed:
+            await self._arrived.park()
 
     def seed(self, next_seq: int, view: RunView) -> None:
         """What this subscriber read of the store (``EventHub.seed``)."""
@@ -172,7 +211,10 @@ class Subscription:
 
     def close(self) -> None:
         self._hub.remove(self)
-        self._send.close()
+        self._closed = True
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._arrived.unpark_all()
 
 
 class _RunFeed:
@@ -300,9 +342,9 @@ class EventHub:
                 for change in changes:
                     watcher._offer_change(change)
 
-    def subscribe(self, run_id: str) -> Subscription:
-        """An SSE stream's subscription to one run."""
-        subscription = Subscription(self, run_id)
+    def subscribe(self, run_id: str, limit_bytes: int = BUFFER_BYTES) -> Subscription:
+        """An SSE stream's subscription to one run, queueing at most ``limit_bytes``."""
+        subscription = Subscription(self, run_id, limit_bytes)
         self.add(subscription)
         return subscription
 
@@ -323,7 +365,7 @@ class EventHub:
         """What a subscriber read of the store: the shared poll reads from there on (so an event
         another process commits after that read reaches it)."""
         feed = self._feeds.get(run_id)
-        if feed is not None and next_seq > feed.next_seq:
+        if feed is not None and (next_seq > feed.next_seq or feed.view is None):
             feed.next_seq, feed.view = next_seq, view
 
     def watch(self, watcher: Watcher) -> None:
@@ -343,10 +385,14 @@ class EventHub:
             counts[watcher.transport] = counts.get(watcher.transport, 0) + 1
         return counts
 
-    async def poll(self, read_log: ReadLog, driven_here: Callable[[str], bool]) -> None:
-        """One round of the shared poll: for each run somebody listens to, nothing here drives
-        and that has not ended, one store read of what is new, published as a commit here would
-        be.
+    async def poll(self, read_page: ReadLog, driven_here: Callable[[str], bool]) -> None:
+        """One round of the shared poll: for each run somebody listens to, nothing here drives,
+        that has not ended and that a subscriber has read from the store (``seed``), what is
+        new, read a page at a time (while pages come back full) and published as a commit here
+        would be.
+
+        A run no subscriber has finished reading is left alone: its subscribers read the store
+        themselves, and the one that finishes seeds the poll.
 
         Error handling: a failed read is logged and left to the next round.
         """
@@ -354,49 +400,54 @@ class EventHub:
             run_id
             for run_id, feed in self._feeds.items()
             # A terminal run takes no more events, from anyone.
-            if not (feed.view is not None and feed.view.state in TERMINAL_STATES)
+            if feed.view is not None
+            and feed.view.state not in TERMINAL_STATES
             and not driven_here(run_id)
         ]
         if not runs:
             return
         async with trio.open_nursery() as nursery:
             for run_id in runs:
-                nursery.start_soon(self._poll_run, read_log, run_id)
+                nursery.start_soon(self._poll_run, read_page, run_id)
 
-    async def _poll_run(self, read_log: ReadLog, run_id: str) -> None:
-        feed = self._feeds.get(run_id)
-        if feed is None:
-            return
-        start = feed.next_seq if feed.view is not None else 0
-        try:
-            envelopes = await read_log(run_id, start)
-        except StoreError as error:
-            log.warning("polling run %s for events another process wrote failed: %s", run_id, error)
-            return
-        feed = self._feeds.get(run_id)
-        if feed is None or not envelopes:
-            return
-        view = feed.view if feed.view is not None and start == feed.next_seq else None
-        if view is None:
-            if start != 0:
-                return  # published meanwhile from another seq; the next round reads from there
-            view = EMPTY_VIEW
-        events = []
-        for envelope in envelopes:
-            before, view = view, step(view, envelope)
-            if envelope.seq >= feed.next_seq:
+    async def _poll_run(self, read_page: ReadLog, run_id: str) -> None:
+        while True:
+            feed = self._feeds.get(run_id)
+            if feed is None or feed.view is None:
+                return
+            start, view = feed.next_seq, feed.view
+            try:
+                envelopes = await read_page(run_id, start)
+            except StoreError as error:
+                log.warning(
+                    "polling run %s for events another process wrote failed: %s", run_id, error
+                )
+                return
+            feed = self._feeds.get(run_id)
+            if feed is None or not envelopes or feed.next_seq != start:
+                return  # gone, nothing new, or published meanwhile: the next round goes on
+            events = []
+            for envelope in envelopes:
+                if envelope.seq != view.next_seq:
+                    continue
+                before, view = view, step(view, envelope)
                 events.append(
                     LiveEvent(envelope, view, status_changed=status_changed(before, view))
                 )
-        if events and events[0].envelope.seq == feed.next_seq:
+            if not events or events[0].envelope.seq != start:
+                return
             self._advance(run_id, events)
             # After anything still held of the run, so each subscriber gets it in seq order.
             self._deliver(run_id, self._take_held(run_id, events))
+            if len(envelopes) < PAGE_EVENTS:
+                # Most likely the end (a page of large events stops short): the next round reads
+                # on, so a quiet run costs one read per round.
+                return
 
     async def poll_forever(
-        self, read_log: ReadLog, driven_here: Callable[[str], bool], interval: float
+        self, read_page: ReadLog, driven_here: Callable[[str], bool], interval: float
     ) -> None:
         """The shared poll, every ``interval`` seconds, until cancelled."""
         while True:
             await trio.sleep(interval)
-            await self.poll(read_log, driven_here)
+            await self.poll(read_page, driven_here)

@@ -9,13 +9,17 @@ here:
   between), sends each seq from ``from_seq`` exactly once, in order, then a ``status`` message,
   then each live event and each change of status. A gap in what the hub hands over is read back
   from the store.
-* The outbox is bounded. What the hub hands over is offered without waiting (the hub never
-  waits on a reader); when the buffer is full the connection ends with 1013, its subscriptions
-  gone, and the client resumes from its cursors. Catching up from the store is the connection's
-  own work and waits for room instead.
-* A message that is not a JSON object, or over 64 KiB, ends the connection with 1008. A request
-  of a bad shape, an unknown op or an unknown run is answered with an ``error`` message and
-  changes nothing.
+* The outbox is bounded in bytes (``BUFFER_BYTES``, ``salvor serve --stream-buffer-bytes``).
+  What the hub hands over is offered without waiting (the hub never waits on a reader, so one
+  slow connection cannot hold up a commit's fan-out); when it does not fit, the connection ends
+  with 1013 and a reason, its subscriptions gone, and the client resumes from its cursors: a
+  clear end beats a silent one, and the client knows its cursors. Catching up from the store is
+  the connection's own work: it reads a page at a time and waits for room before queueing more,
+  so a client that does not read holds about a buffer and a page here, however long the log.
+* A message that is not a JSON object, or over 64 KiB, ends the connection with 1008 (the
+  listener closes one over its frame limit with 1009 before it gets here). A request of a bad
+  shape, an unknown op or an unknown run is answered with an ``error`` message and changes
+  nothing.
 """
 
 from __future__ import annotations
@@ -32,12 +36,11 @@ from salvor.protocol import EMPTY_VIEW, CodedError, Envelope, RunView, excerpt, 
 
 from ..recording import parse_run_id
 from ..web import HTTP_WORDING, bad_request, internal, unknown_run
-from ._event_hub import EventHub, LiveEvent, RunChange, event_message
+from ._event_hub import BUFFER_BYTES, EventHub, LiveEvent, RunChange, event_message
 
 log = logging.getLogger("salvor.runs")
 
 MAX_MESSAGE_BYTES = 64 * 1024
-OUTBOX_LIMIT = 4096
 
 # Close codes (RFC 6455 and IANA's registry).
 GOING_AWAY = 1001
@@ -58,15 +61,18 @@ def _json(value: Any) -> str:
 
 
 class Outbox:
-    """The connection's outgoing messages, bounded; closed once with a code and a reason.
+    """The connection's outgoing messages, bounded in bytes; closed once with a code and a reason.
 
+    A message's weight is its length (the JSON text; a character is a byte for all but the rare
+    non-ASCII ones). One message past an empty outbox is always taken, whatever its size.
     Closing drops what is still queued: a client that is closed on re-subscribes from its own
     cursors, so nothing it did not receive is lost to it.
     """
 
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
         self._items: deque[str] = deque()
+        self._bytes = 0
         self._ready = trio.lowlevel.ParkingLot()
         self._room = trio.lowlevel.ParkingLot()
         self.close_code: int | None = None
@@ -76,15 +82,18 @@ class Outbox:
     def closed(self) -> bool:
         return self.close_code is not None
 
+    def _fits(self, message: str) -> bool:
+        return not self._items or self._bytes + len(message) <= self._limit
+
     def offer(self, message: str) -> bool:
-        """Queue ``message`` now, or close (1013) when the buffer is full; whether it was queued."""
+        """Queue ``message`` now, or close (1013) when it does not fit; whether it was queued."""
         if self.closed:
             return False
-        if len(self._items) >= self._limit:
+        if not self._fits(message):
             # A close reason is at most 123 bytes.
             self.close(
                 TRY_AGAIN_LATER,
-                f"outgoing buffer full ({self._limit} messages unsent); "
+                f"outgoing buffer full ({self._bytes} bytes unsent); "
                 "reconnect and resume from your cursors",
             )
             return False
@@ -97,14 +106,15 @@ class Outbox:
             self._push(message)
 
     async def put(self, message: str) -> None:
-        """Queue ``message`` once there is room (a no-op once closed)."""
-        while len(self._items) >= self._limit and not self.closed:
+        """Queue ``message`` once it fits (a no-op once closed)."""
+        while not self._fits(message) and not self.closed:
             await self._room.park()
         if not self.closed:
             self._push(message)
 
     def _push(self, message: str) -> None:
         self._items.append(message)
+        self._bytes += len(message)
         self._ready.unpark_all()
 
     async def get(self) -> str | None:
@@ -114,8 +124,8 @@ class Outbox:
         if self.closed:
             return None
         message = self._items.popleft()
-        if len(self._items) < self._limit:
-            self._room.unpark()
+        self._bytes -= len(message)
+        self._room.unpark_all()
         return message
 
     def close(self, code: int, reason: str) -> None:
@@ -124,6 +134,7 @@ class Outbox:
             return
         self.close_code, self.close_reason = code, reason
         self._items.clear()
+        self._bytes = 0
         self._ready.unpark_all()
         self._room.unpark_all()
 
@@ -141,13 +152,25 @@ class _RunStream:
         self.next_seq = 0
         self.view: RunView | None = None
         self.catching_up = True
+        # Live events held back while catching up, and their weight (bounded like the outbox).
         self.held: deque[LiveEvent] = deque()
+        self.held_bytes = 0
         self.scope = trio.CancelScope()
+
+    def hold(self, event: LiveEvent) -> None:
+        self.held.append(event)
+        # Weighed as the outbox weighs it: the message this connection will send.
+        self.held_bytes += len(event.message)
+
+    def release(self) -> LiveEvent:
+        event = self.held.popleft()
+        self.held_bytes -= len(event.message)
+        return event
 
     def _offer(self, event: LiveEvent) -> None:
         if self.catching_up:
-            self.held.append(event)
-            if len(self.held) > self.connection.outbox_limit:
+            self.hold(event)
+            if len(self.held) > 1 and self.held_bytes > self.connection.outbox_limit:
                 self.connection.outbox.close(
                     TRY_AGAIN_LATER, f"run {self.run_id} outran the connection's catch-up"
                 )
@@ -159,7 +182,7 @@ class _RunStream:
         if seq > self.next_seq:
             # Something between us and the hub was missed: read it back from the store.
             self.catching_up = True
-            self.held.append(event)
+            self.hold(event)
             self.connection.spawn_catch_up(self)
             return
         self.next_seq, self.view = seq + 1, event.view
@@ -177,12 +200,13 @@ class LiveConnection:
     Args:
         hub: the fan-out it subscribes to.
         nursery: where its catch-ups run (the connection's own).
-        read_log: the store read (``Runtime.read_log``).
+        read_page: the store read, a page at a time (``Runtime.read_page``).
         attached: whether something drives a run here (a run not yet started but attached is
             not unknown).
         clock: the daemon's clock, for a status as seen now.
         run_row: a run's entry as ``GET /v1/runs`` lists it, from its view.
-        outbox_limit: the bound on queued messages.
+        outbox_limit: the bound on queued messages, in bytes (and on live events held back
+            while a run catches up).
     """
 
     def __init__(
@@ -190,15 +214,15 @@ class LiveConnection:
         hub: EventHub,
         nursery: trio.Nursery,
         *,
-        read_log: Callable[[str, int], Awaitable[list[Envelope]]],
+        read_page: Callable[[str, int], Awaitable[list[Envelope]]],
         attached: Callable[[str], bool],
         clock: Callable[[], datetime],
         run_row: Callable[[RunView], dict],
-        outbox_limit: int = OUTBOX_LIMIT,
+        outbox_limit: int = BUFFER_BYTES,
     ) -> None:
         self._hub = hub
         self._nursery = nursery
-        self._read_log = read_log
+        self._read_page = read_page
         self._attached = attached
         self._clock = clock
         self._run_row = run_row
@@ -316,31 +340,34 @@ class LiveConnection:
                 self.outbox.force(self._status_text(stream.run_id, view))
 
     async def _read_back(self, stream: _RunStream) -> None:
-        """Send what the store holds from the stream's cursor, then what the hub held back,
-        reading the store again for any gap; returns with nothing held back."""
+        """Send what the store holds from the stream's cursor, a page at a time, then what the
+        hub held back, reading the store again for any gap; returns with nothing held back."""
         run_id = stream.run_id
         while True:
-            start = stream.next_seq
-            envelopes = await self._read_log(run_id, start)
-            if stream.view is None:
-                if not envelopes and not self._attached(run_id):
-                    raise unknown_run(run_id)
-                stream.view = EMPTY_VIEW
-            for envelope in envelopes:
-                if envelope.seq != stream.next_seq:
-                    continue
-                stream.view = step(stream.view, envelope)
-                stream.next_seq += 1
-                if envelope.seq >= stream.from_seq:
-                    await self.outbox.put(event_message(envelope))
-            if start == 0:
-                self._hub.seed(run_id, stream.next_seq, stream.view)
+            while True:
+                start = stream.next_seq
+                envelopes = await self._read_page(run_id, start)
+                if stream.view is None:
+                    if not envelopes and not self._attached(run_id):
+                        raise unknown_run(run_id)
+                    stream.view = EMPTY_VIEW
+                for envelope in envelopes:
+                    if envelope.seq != stream.next_seq:
+                        continue
+                    stream.view = step(stream.view, envelope)
+                    stream.next_seq += 1
+                    if envelope.seq >= stream.from_seq:
+                        await self.outbox.put(event_message(envelope))
+                del envelopes
+                if stream.next_seq == start:
+                    break  # the store has nothing more: level with it
+            self._hub.seed(run_id, stream.next_seq, stream.view)
             while stream.held:
                 event = stream.held[0]
                 seq = event.envelope.seq
                 if seq > stream.next_seq:
                     break  # a gap: read the store again
-                stream.held.popleft()
+                stream.release()
                 if seq < stream.next_seq:
                     continue
                 stream.view, stream.next_seq = event.view, seq + 1

@@ -87,6 +87,7 @@ from ..web import (
     unknown_run,
     wrong_state,
 )
+from ._event_hub import PAGE_BYTES, PAGE_EVENTS
 from ._flow_host import RunFlows
 from ._forks import Forks
 from ._reconciliations import Reconciliation, reconciliation
@@ -358,6 +359,14 @@ class Runtime(Forks):
         """The run's events from ``from_seq`` on; empty for an unknown
         run or a cursor at the end."""
         return await self.access.read(self.access.store.read_log, run_id, from_seq)
+
+    async def read_page(self, run_id: str, from_seq: int) -> list[Envelope]:
+        """One page of the run's events from ``from_seq``: at most ``PAGE_EVENTS``, about
+        ``PAGE_BYTES`` of payload (a stream reads a log so, never whole); empty for an unknown
+        run or a cursor at the end."""
+        return await self.access.read(
+            self.access.store.read_log, run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES
+        )
 
     async def list_agents(self) -> list:
         return await self.access.read(self.access.store.list_agents)

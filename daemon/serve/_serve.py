@@ -32,14 +32,24 @@ import trio
 from salvor.protocol import CodedError, ErrorCode
 
 from ..agents import Credentials
-from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
+from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
-from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
+from ..runs import (
+    BUFFER_BYTES,
+    MAX_STREAMS_PER_CLIENT,
+    SERVE,
+    Batching,
+    DriverSet,
+    EventHub,
+    ResumeOutcome,
+    Runtime,
+    own_store,
+)
 from ..tools import ToolRegistry, demo_registry
 from ..web import (
     BODY_TIMEOUT_SECONDS,
@@ -105,6 +115,14 @@ class ServeConfig:
     def listen(self) -> str:
         """Where the API listens, as ``--listen`` spells it."""
         return f"unix:{self.unix_socket}" if self.unix_socket else f"{self.host}:{self.port}"
+
+    # Streaming bounds (issue 29): what one stream or WebSocket may hold unsent, in bytes, and how
+    # many of them one client (peer address) may hold open (0: no cap).
+    stream_buffer_bytes: int = BUFFER_BYTES
+    max_streams_per_client: int = MAX_STREAMS_PER_CLIENT
+    # How long a WebSocket on which nothing arrives (no message, no pong) stays open; None: the
+    # listener's default (60 s). The server pings at a third of it at most.
+    ws_idle_seconds: float | None = None
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -331,7 +349,7 @@ def _start_keepers(
     # Events a `salvor run` beside us commits reach the streams through the poll.
     root.start_soon(
         state.hub.poll_forever,
-        state.runtime.read_log,
+        state.runtime.read_page,
         state.attached,
         config.stream_poll_seconds,
     )
@@ -385,6 +403,9 @@ async def _server_state(
         credentials=credentials,
         driven_elsewhere=locks.runs_held_elsewhere,
         metrics=metrics,
+        # Streaming bounds (issue 29).
+        stream_buffer_bytes=config.stream_buffer_bytes,
+        stream_slots=StreamSlots(config.max_streams_per_client),
     )
 
 
@@ -405,6 +426,11 @@ async def _listen(
             raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
         bind = unix_socket.bind_spec()
     hyper = listener_config(bind, "salvor.http", graceful_timeout=config.shutdown_seconds)
+    if config.ws_idle_seconds is not None:
+        hyper.websocket_idle_timeout = config.ws_idle_seconds
+        hyper.websocket_ping_interval = min(
+            hyper.websocket_ping_interval, config.ws_idle_seconds / 3
+        )
     in_flight = InFlight(AppendFront(create_app(state), state))
 
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:

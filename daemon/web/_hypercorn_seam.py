@@ -52,6 +52,7 @@ from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.task_group import TaskGroup, _handle
@@ -270,6 +271,11 @@ class HypercornConnection(TCPServer):
 
     def speaks_http1(self) -> bool:
         return isinstance(self.protocol.protocol, H11Protocol)
+
+    def serves_websocket(self) -> bool:
+        """Whether this HTTP/1 connection was upgraded to a WebSocket (hypercorn's ``WSStream``)."""
+        protocol = self.protocol.protocol
+        return isinstance(protocol, H11Protocol) and isinstance(protocol.stream, WSStream)
 
     def client_mid_request(self) -> bool:
         """Whether the client is mid-request on HTTP/1: sending a body, or bytes h11 refused."""

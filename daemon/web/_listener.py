@@ -38,6 +38,12 @@ around it is ours, for speed and so that it never drops a request or hangs:
   request is served; past either bound the connection closes.
 * The HTTP layer's own refusals (h11's 400, 431 and 501, and 505 for an HTTP
   version other than 1.0, 1.1 and 2) carry the daemon's error envelope.
+* A WebSocket is pinged every ``websocket_ping_interval`` and closed once
+  nothing at all (a message, a pong) has arrived on it for
+  ``websocket_idle_timeout``: a live client's library answers the pings, a
+  peer that vanished or stopped reading does not, and its connection (and
+  what the daemon queued for it) is let go. A message over
+  ``websocket_max_message_size`` is closed with 1009 by hypercorn.
 
 What this needs of hypercorn's internals (its ``TCPServer``, ``H11Protocol``,
 task group and worker) is in ``_hypercorn_seam`` alone; this module uses its
@@ -72,6 +78,12 @@ MAX_RECV = 2**16
 # Go 90 s (requests/urllib3 keep connections with no expiry and check them
 # for a close before reuse). hypercorn's 5 s equals httpx's and raced it.
 KEEP_ALIVE_SECONDS = 120.0
+# WebSockets (issue 29, streaming bounds): the largest message a client may send (salvor's
+# requests are small JSON objects), how often the server pings, and how long a socket on which
+# nothing arrives (no message, no pong) stays open.
+WEBSOCKET_MAX_MESSAGE_BYTES = 64 * 1024
+WEBSOCKET_PING_SECONDS = 20.0
+WEBSOCKET_IDLE_SECONDS = 60.0
 
 # status -> (code, message) of the refusals the HTTP layer gives before any
 # route sees the request. Fixed sentences: h11's own reasons can quote the
@@ -118,6 +130,9 @@ class ListenerConfig(Config):
     # timeout: a quarter of the process's limit keeps the rest for the
     # store, agents and busy connections.
     max_idle_connections = max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4)
+    websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
+    websocket_ping_interval = WEBSOCKET_PING_SECONDS
+    websocket_idle_timeout = WEBSOCKET_IDLE_SECONDS
 
 
 class _Phase(enum.Enum):
@@ -160,6 +175,9 @@ class _Limits:
         self.drain_bytes = getattr(config, "drain_bytes", defaults.drain_bytes)
         self.linger = getattr(config, "linger_timeout", defaults.linger_timeout)
         self.max_idle = getattr(config, "max_idle_connections", defaults.max_idle_connections)
+        self.websocket_idle = getattr(
+            config, "websocket_idle_timeout", defaults.websocket_idle_timeout
+        )
 
 
 class _Connection(HypercornConnection):
@@ -255,6 +273,11 @@ class _Connection(HypercornConnection):
             await self.feed(bytes(data))
             if not data:
                 break
+            if self._phase is _Phase.BUSY and self.serves_websocket():
+                # Anything the client sends (a message, a pong) shows it is there.
+                self._deadline = self._watch.deadline = (
+                    trio.current_time() + self._limits.websocket_idle
+                )
         await self.feed_closed()
         self._end_watch()  # the client hung up, or its close was read: nothing left to time out
 

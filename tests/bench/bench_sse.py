@@ -377,7 +377,16 @@ def main() -> None:
         bench_store_url(args.store, Path(scratch)) as url,
     ):
         scratch_path = Path(scratch)
-        daemon = ServeProcess(url, scratch_path, "--demo-tools", "--model-endpoint", provider_url)
+        daemon = ServeProcess(
+            url,
+            scratch_path,
+            "--demo-tools",
+            "--model-endpoint",
+            provider_url,
+            # Every subscriber is on loopback: one client, past the default cap of open streams.
+            "--max-streams-per-client",
+            "0",
+        )
         daemon.start()
         try:
             with httpx.Client(base_url=daemon.base_url, timeout=60) as client:

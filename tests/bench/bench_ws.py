@@ -239,7 +239,8 @@ def _sse_child(base_url: str, run_ids: list[str], events: int, ready, results) -
 def measure(transport: str, args, scratch: Path) -> dict:
     """One daemon, one store, ``args.runs`` runs watched over ``transport``; the figures."""
     with bench_store_url(args.store, scratch, f"{transport}.db") as url:
-        daemon = ServeProcess(url, scratch)
+        # Every subscriber is on loopback: one client, past the default cap of open streams.
+        daemon = ServeProcess(url, scratch, "--max-streams-per-client", "0")
         daemon.start()
         try:
             runs = open_runs(daemon.base_url, args.runs)

@@ -127,6 +127,37 @@ def test_append_reads_back_byte_identical_envelopes(store: EventStore) -> None:
     assert run_summary(store, "nobody") is None
 
 
+def test_a_log_is_read_in_pages_bounded_by_count_and_by_bytes(store: EventStore) -> None:
+    # Model calls answered with texts of 1 KiB, then 4 KiB, then 1 KiB: pages by payload bytes.
+    view = store.append("r1", [started()], EMPTY_VIEW)[1]
+    for size in (1024, 4096, 1024):
+        _, view = store.append("r1", [ModelCallRequested(request_hash="sha256:req")], view)
+        completed = ModelCallCompleted(
+            seq=view.next_seq - 1, response={"text": "é" * size}, usage=USAGE
+        )
+        _, view = store.append("r1", [completed], view)
+    whole = [encode_envelope(e) for e in store.read_log("r1")]
+    assert len(whole) == 7
+
+    def pages(**bounds: int) -> list[list[int]]:
+        read, seq = [], 0
+        while page := store.read_log("r1", seq, **bounds):
+            read.append([e.seq for e in page])
+            assert [encode_envelope(e) for e in page] == whole[seq : seq + len(page)]
+            seq = page[-1].seq + 1
+        return read
+
+    assert pages(limit=3) == [[0, 1, 2], [3, 4, 5], [6]]
+    # "é" is two bytes stored: the 1 KiB text is over 2,048 bytes, the 4 KiB one over 8,192.
+    assert pages(limit=100, max_bytes=3000) == [[0, 1, 2, 3], [4], [5, 6]]
+    # The first event of a page is read whatever its size: a reader always moves on.
+    assert pages(limit=100, max_bytes=10) == [[0], [1], [2], [3], [4], [5], [6]]
+    assert store.read_log("r1", 7, limit=5, max_bytes=10) == []
+    assert store.read_log("nobody", 0, limit=5, max_bytes=10) == []
+    with pytest.raises(ValueError):
+        store.read_log("r1", 0, max_bytes=10)
+
+
 def test_the_runs_row_is_the_fold_of_the_log_after_every_append(store: EventStore) -> None:
     wake_at = (datetime.now(UTC) + timedelta(hours=1)).astimezone().isoformat()
     batches = [

@@ -21,8 +21,9 @@ from ._address import unix_socket_of
 from ._errors import SalvorError
 
 # What the daemon's close codes mean to a client: 1013 (it could not keep up), 1001 (the daemon
-# stopped) and 1006 (the connection dropped) are worth a reconnect; 1008 (a bad message) is not.
-_GIVE_UP = frozenset({1008})
+# stopped) and 1006 (the connection dropped) are worth a reconnect; 1008 (a bad message) and 1009
+# (a message over the daemon's 64 KiB limit) are not: the same message would be refused again.
+_GIVE_UP = frozenset({1008, 1009})
 
 
 class Live:
@@ -43,8 +44,9 @@ class Live:
     ``cursors`` maps each subscribed run to the last seq handed over (-1 before the first).
 
     Error handling: a refused handshake (a wrong token) raises ``SalvorError`` from the
-    iteration; a close for a bad message (1008) raises ``ConnectionClosed``; anything else that
-    ends the connection is retried, waiting ``backoff`` seconds, doubling up to ``max_backoff``.
+    iteration; a close for a bad or oversized message (1008, 1009) raises ``ConnectionClosed``;
+    anything else that ends the connection is retried, waiting ``backoff`` seconds, doubling up
+    to ``max_backoff``.
     """
 
     def __init__(

@@ -331,6 +331,13 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         api, "GET", "/v1/runs/{run_id}/events", run_id=completed, headers={"Last-Event-ID": "3"}
     )
     assert tail[0][1]["seq"] == 4
+    # A client at its cap of open streams is refused before anything is read (429).
+    slots = server.state.stream_slots
+    cap, slots.cap = slots.cap, 1
+    held = slots.take("127.0.0.1")
+    await call(api, "GET", "/v1/runs/{run_id}/events", expect=429, run_id=completed)
+    held.release()
+    slots.cap = cap
 
     # -- listing -----------------------------------------------------------------------------------
     await call(api, "GET", "/v1/runs", expect=200)

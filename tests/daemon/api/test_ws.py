@@ -243,7 +243,7 @@ async def test_watch_runs_sees_each_change_of_state(server: Server) -> None:
 
 
 async def test_a_slow_consumer_is_closed_and_nobody_else_waits(server: Server) -> None:
-    server.state.ws_outbox_limit = 16
+    server.state.stream_buffer_bytes = 16 * 60_000
     run = await ClientRun.open(server)
     await run.append(head(run.run_id))
     big = "x" * 60_000
@@ -326,11 +326,12 @@ async def test_bad_requests_are_answered_and_bad_messages_close(server: Server) 
         with pytest.raises(ConnectionClosed) as closed:
             await receive(ws)
         assert closed.value.reason.code == 1008
+    # A message over the 64 KiB frame limit is closed by the listener itself: 1009, too big.
     async with open_websocket_url(ws_url(server), max_message_size=2**20) as ws:
         await ws.send_message(json.dumps({"op": "watch_runs", "pad": "x" * 70_000}))
         with pytest.raises(ConnectionClosed) as closed:
             await receive(ws)
-        assert closed.value.reason.code == 1008
+        assert closed.value.reason.code == 1009
     assert server.state.hub.subscriber_counts() == {"sse": 0, "ws": 0}
 
 
@@ -356,6 +357,69 @@ async def test_the_handshake_needs_the_token(server_factory) -> None:
     async with open_websocket_url(ws_url(server), extra_headers=bearer()) as ws:
         await send(ws, op="subscribe", run=run.run_id)
         assert (await receive(ws))[0]["event"]["seq"] == 0
+
+
+async def test_a_socket_that_answers_no_ping_is_closed_after_its_idle_deadline(
+    server_factory,
+) -> None:
+    server = await server_factory(ws_idle_seconds=1.0)
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    host, port = server.url.removeprefix("http://").split(":")
+    # A peer that upgrades and then neither sends nor answers anything: the daemon's pings go
+    # unanswered, and at the deadline it lets the socket go (the client reads its end).
+    silent = trio.socket.socket()
+    await silent.connect((host, int(port)))
+    await silent.send(
+        f"GET /v1/ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
+    # A client whose library answers the pings stays, past several deadlines, quiet as it is.
+    async with open_websocket_url(ws_url(server)) as lively:
+        received = b""
+        with trio.fail_after(WAIT):
+            while chunk := await silent.recv(65536):
+                received += chunk
+        silent.close()
+        assert received.startswith(b"HTTP/1.1 101"), received[:200]
+        # The server pinged it (opcode 0x9) before it gave up on it.
+        assert b"\x89" in received.partition(b"\r\n\r\n")[2]
+        await trio.sleep(3.0)
+        await send(lively, op="subscribe", run=run.run_id)
+        assert (await receive(lively))[0]["event"]["seq"] == 0
+
+
+async def test_a_client_over_its_cap_of_streams_is_refused_before_anything_opens(
+    server_factory,
+) -> None:
+    server = await server_factory(max_streams_per_client=2)
+    run = await ClientRun.open(server)
+    await run.append(head(run.run_id))
+    events = f"/v1/runs/{run.run_id}/events"
+    async with open_websocket_url(ws_url(server)) as first:
+        async with server.client.stream("GET", events) as second:
+            assert second.status_code == 200
+            # A third, of either kind, is the 429 envelope with a Retry-After, and never upgrades.
+            with pytest.raises(ConnectionRejected) as rejected:
+                async with open_websocket_url(ws_url(server)):
+                    pass
+            assert rejected.value.status_code == 429
+            assert json.loads(rejected.value.body)["error"]["code"] == "too_many_requests"
+            assert dict(rejected.value.headers)[b"retry-after"] == b"5"
+            response = await server.client.get(events)
+            assert_error(response, 429, "too_many_requests")
+            assert response.headers["Retry-After"] == "5"
+            assert "--max-streams-per-client" in response.json()["error"]["message"]
+            assert server.state.hub.subscriber_counts() == {"sse": 1, "ws": 0}
+        # The stream closed: its place is free again (once the daemon has seen it go).
+        with trio.fail_after(WAIT):
+            while server.state.stream_slots.open_count("127.0.0.1") > 1:
+                await trio.sleep(0.01)
+        async with open_websocket_url(ws_url(server)) as third:
+            for ws in (first, third):
+                await send(ws, op="subscribe", run=run.run_id)
+                assert (await receive(ws))[0]["event"]["seq"] == 0
 
 
 async def test_the_daemon_stopping_closes_with_going_away(server: Server) -> None:
@@ -388,10 +452,10 @@ async def test_what_another_process_writes_is_read_once_per_run_for_every_stream
         readers: list[str] = []
         read = access.read
 
-        async def counted(fn, *args):
+        async def counted(fn, *args, **kwargs):
             if fn == access.store.read_log:
                 readers.append(trio.lowlevel.current_task().name)
-            return await read(fn, *args)
+            return await read(fn, *args, **kwargs)
 
         async with trio.open_nursery() as nursery, open_websocket_url(ws_url(server)) as ws:
             seen = trio.Semaphore(0)

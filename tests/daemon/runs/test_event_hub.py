@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from salvor.daemon.runs import Batching, EventHub, LiveEvent, RunChange
+from salvor.daemon.runs import PAGE_EVENTS, Batching, EventHub, LiveEvent, RunChange
 from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
 
 from tests.protocol.logs import envelope, model, model_done, started, tool, tool_done
@@ -61,12 +61,7 @@ class Watcher:
 
 
 def drain(subscription) -> list[LiveEvent]:
-    got = []
-    while True:
-        try:
-            got.append(subscription.receive.receive_nowait())
-        except trio.WouldBlock:
-            return got
+    return subscription.take()
 
 
 def test_one_publish_reaches_every_transport_with_each_encoding_made_once() -> None:
@@ -250,3 +245,52 @@ async def test_what_is_held_is_delivered_when_the_hub_stops(autojump_clock) -> N
         "running",
         "awaiting_tool",
     ]
+
+
+def test_a_stream_queues_at_most_its_bytes_then_lags() -> None:
+    hub, store = EventHub(), Store()
+    big = "x" * 10_000
+    slow = hub.subscribe(RUN_A, limit_bytes=25_000)
+    hub.publish(store.commit(RUN_A, started()), EMPTY_VIEW)
+    view = fold(store.logs[RUN_A])
+    for _ in range(5):
+        envelopes = store.commit(RUN_A, RandomObserved(value=big))
+        hub.publish(envelopes, view)
+        view = fold(store.logs[RUN_A])
+    # The head and two of the large events fit; the rest were dropped, and the stream knows it
+    # lags (its reader reads them back from the store).
+    taken = slow.take()
+    assert [e.envelope.seq for e in taken] == [0, 1, 2]
+    assert sum(e.weight for e in taken) <= 25_000 and slow.lagging
+    # Taking empties the queue: what comes next fits again.
+    slow.lagging = False
+    hub.publish(store.commit(RUN_A, RandomObserved(value=big)), view)
+    assert [e.envelope.seq for e in slow.take()] == [6] and not slow.lagging
+    # One event larger than the whole budget still reaches an empty queue.
+    huge = store.commit(RUN_A, RandomObserved(value="y" * 60_000))
+    hub.publish(huge, fold(store.logs[RUN_A][:-1]))
+    assert [e.envelope.seq for e in slow.take()] == [7]
+    slow.close()
+
+
+async def test_the_poll_reads_a_page_at_a_time_and_only_runs_a_subscriber_has_read() -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started(), *(RandomObserved(value=str(n)) for n in range(599)))
+    listener = WsListener(RUN_A)
+    hub.add(listener)
+    pages: list[tuple[int, int]] = []
+
+    async def read_page(run_id: str, from_seq: int) -> list:
+        page = (await store.read_log(run_id, from_seq))[:PAGE_EVENTS]
+        pages.append((from_seq, len(page)))
+        return page
+
+    # Nobody has read the run yet: its subscribers read it themselves, the poll does not.
+    await hub.poll(read_page, lambda run_id: False)
+    assert pages == [] and listener.got == []
+    hub.seed(RUN_A, 10, fold(store.logs[RUN_A][:10]))
+    await hub.poll(read_page, lambda run_id: False)
+    # Page after page while they come back full; the short one ends the round.
+    assert pages == [(10, PAGE_EVENTS), (10 + PAGE_EVENTS, PAGE_EVENTS), (522, 78)]
+    assert [e.envelope.seq for e in listener.got] == list(range(10, 600))
+    hub.remove(listener)
