@@ -54,6 +54,7 @@ from ._arguments import (
     run_limit,
     run_state,
     run_uuid,
+    trusted_proxy,
     wake_interval,
 )
 from ._doctor import add_parser as add_doctor_parser
@@ -82,6 +83,8 @@ SHARES_STORE = {
     "fork": None,
 }
 CREATES_STORE = ("run", "serve", "graph")
+# The shortest token `salvor serve --auth-token` starts with (issue 29): 128 bits at the least.
+MIN_TOKEN_BYTES = 16
 # The resting states a sentence names the next step for.
 _PARKED = (RunState.SUSPENDED, RunState.SLEEPING, RunState.BUDGET_EXCEEDED)
 
@@ -695,6 +698,27 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         "may name (repeatable)",
     )
     _add_notify_options(p)
+    _add_hardening_options(p)
+
+
+def _add_hardening_options(p: argparse.ArgumentParser) -> None:
+    """`salvor serve`'s flags of issue 29's smaller holes (a proxy in front, HTTP/2)."""
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        type=trusted_proxy,
+        metavar="ADDRESS",
+        help="a TLS-terminating proxy (an address or network) whose X-Forwarded-Proto and "
+        "X-Forwarded-For are believed: https there makes the session cookie Secure (repeatable; "
+        "default: none, the headers are ignored)",
+    )
+    p.add_argument(
+        "--http2",
+        action="store_true",
+        help="also speak cleartext HTTP/2 (prior knowledge, h2c) on the API listener; off by "
+        "default (an HTTP/2 client can flood a server with stream resets)",
+    )
 
 
 def _add_notify_options(p: argparse.ArgumentParser) -> None:
@@ -797,6 +821,14 @@ def _serve_config(args: argparse.Namespace, url: str):
             raise CliError(
                 f"--auth-token names {args.auth_token}, but that environment variable is not set"
             )
+        if len(token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES:
+            # A short token can be guessed, however slowly wrong tries are answered. The token
+            # itself is never quoted: this sentence goes to a terminal and to logs.
+            raise UsageError(
+                f"--auth-token names {args.auth_token}, whose token is shorter than "
+                f"{MIN_TOKEN_BYTES} bytes; make a good one with: python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'"
+            )
     try:
         ttl = lease_ttl()
     except ValueError as exc:
@@ -825,6 +857,8 @@ def _serve_config(args: argparse.Namespace, url: str):
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
+        trusted_proxies=tuple(args.trusted_proxy),
+        http2=args.http2,
     )
 
 

@@ -41,7 +41,7 @@ from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
-from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
+from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, TrustedProxies, listener_config
 from ..web import serve as serve_asgi
 from ._notify import Notifier
 
@@ -91,6 +91,11 @@ class ServeConfig:
     # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
     # outbox rows are written at all.
     notify: NotifyConfig | None = None
+    # Issue 29, the smaller holes: the TLS-terminating proxies whose X-Forwarded-Proto and
+    # X-Forwarded-For are believed (--trusted-proxy; none by default), and whether the API
+    # listener speaks cleartext HTTP/2 (--http2; off, against rapid-reset floods).
+    trusted_proxies: tuple[str, ...] = ()
+    http2: bool = False
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -384,7 +389,10 @@ async def _listen(
     hyper = listener_config(
         f"{config.host}:{config.port}", "salvor.http", graceful_timeout=config.shutdown_seconds
     )
-    in_flight = InFlight(AppendFront(create_app(state), state))
+    hyper.http2 = config.http2
+    in_flight = InFlight(
+        TrustedProxies(AppendFront(create_app(state), state), config.trusted_proxies)
+    )
 
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
         await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)

@@ -1,6 +1,7 @@
 """HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
 envelope and its refusals (their next steps in an HTTP caller's words), request values, outbound
-TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it.
+TLS, the caller check (bearer token or the page's session cookie), the sessions behind it, the
+count of wrong tokens per client, and what a trusted proxy forwards.
 ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
 layer.
 
@@ -22,6 +23,7 @@ from ._callers import (
     Caller,
     admit,
     check_origin,
+    peer_of,
 )
 from ._errors import (
     OperationRefused,
@@ -32,6 +34,10 @@ from ._errors import (
     unknown_graph,
     unknown_run,
     wrong_state,
+)
+from ._forwarded import (
+    TrustedProxies,
+    trusted_network,
 )
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
@@ -51,6 +57,12 @@ from ._sessions import (
     SESSION_COOKIE,
     Session,
     Sessions,
+)
+from ._throttle import (
+    FAILED_TRIES,
+    WINDOW_SECONDS,
+    FailedTries,
+    TooManyTries,
 )
 from ._tls import (
     tls_context,
@@ -102,15 +114,20 @@ async def serve(
 __all__ = [
     "BODY_TIMEOUT_SECONDS",
     "CSRF_HEADER",
+    "FAILED_TRIES",
     "HEADER_NAME",
     "HTTP_WORDING",
     "PLACEHOLDER",
     "SESSION_COOKIE",
+    "WINDOW_SECONDS",
     "Caller",
     "Disconnected",
+    "FailedTries",
     "OperationRefused",
     "Session",
     "Sessions",
+    "TooManyTries",
+    "TrustedProxies",
     "admit",
     "answer_lifespan",
     "asgi_chunks",
@@ -123,12 +140,14 @@ __all__ = [
     "listener_config",
     "object_from",
     "parse_json",
+    "peer_of",
     "port_held",
     "read_body",
     "serve",
     "stray_placeholder",
     "tls_context",
     "token_matches",
+    "trusted_network",
     "unauthorized",
     "unknown_agent",
     "unknown_graph",
