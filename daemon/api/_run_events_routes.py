@@ -30,7 +30,8 @@ from ._state import ServerState
 
 HEADERS = {
     "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
+    # A run's events are for this reader alone: no cache between it and the daemon keeps them.
+    "Cache-Control": "no-store",
     # nginx buffers proxied responses unless told not to.
     "X-Accel-Buffering": "no",
 }
