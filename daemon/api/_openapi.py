@@ -302,9 +302,10 @@ RESPONSES: JSON = {
     # tokens per client (``web._throttle``).
     "TooManyRequests": {
         **_error(
-            f"With --auth-token: this client gave {FAILED_TRIES} wrong tokens (login or bearer) "
-            f"within {WINDOW_SECONDS:g} seconds of the first; every try of a token from it is "
-            "refused, uncompared, until those seconds have passed. Nothing changed.",
+            "With --auth-token: this client gave --token-tries wrong tokens (default "
+            f"{FAILED_TRIES}; login or bearer) within {WINDOW_SECONDS:g} seconds of the first; "
+            "every try of a token from it is refused, uncompared, until those seconds have "
+            "passed. Nothing changed.",
             "too_many_requests",
         ),
         "headers": {

@@ -54,6 +54,7 @@ from ._arguments import (
     run_limit,
     run_state,
     run_uuid,
+    token_tries,
     trusted_proxy,
     wake_interval,
 )
@@ -702,7 +703,9 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _add_hardening_options(p: argparse.ArgumentParser) -> None:
-    """`salvor serve`'s flags of issue 29's smaller holes (a proxy in front, HTTP/2)."""
+    """`salvor serve`'s flags of issue 29's smaller holes: proxy in front, wrong tokens, HTTP/2."""
+    from ..web import FAILED_TRIES, WINDOW_SECONDS
+
     p.add_argument(
         "--trusted-proxy",
         action="append",
@@ -712,6 +715,14 @@ def _add_hardening_options(p: argparse.ArgumentParser) -> None:
         help="a TLS-terminating proxy (an address or network) whose X-Forwarded-Proto and "
         "X-Forwarded-For are believed: https there makes the session cookie Secure (repeatable; "
         "default: none, the headers are ignored)",
+    )
+    p.add_argument(
+        "--token-tries",
+        type=token_tries,
+        default=FAILED_TRIES,
+        metavar="N",
+        help=f"wrong tokens (login or bearer) a client may give within {WINDOW_SECONDS:g} s "
+        f"before its tries are refused 429 until then (default {FAILED_TRIES}; 0: no limit)",
     )
     p.add_argument(
         "--http2",
@@ -858,6 +869,7 @@ def _serve_config(args: argparse.Namespace, url: str):
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
         trusted_proxies=tuple(args.trusted_proxy),
+        token_tries=args.token_tries,
         http2=args.http2,
     )
 

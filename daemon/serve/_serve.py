@@ -41,7 +41,14 @@ from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
-from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, TrustedProxies, listener_config
+from ..web import (
+    BODY_TIMEOUT_SECONDS,
+    FAILED_TRIES,
+    FailedTries,
+    OperationRefused,
+    TrustedProxies,
+    listener_config,
+)
 from ..web import serve as serve_asgi
 from ._notify import Notifier
 
@@ -96,6 +103,9 @@ class ServeConfig:
     # listener speaks cleartext HTTP/2 (--http2; off, against rapid-reset floods).
     trusted_proxies: tuple[str, ...] = ()
     http2: bool = False
+    # Wrong tokens a client may give per window before its tries are refused (--token-tries; 0:
+    # no limit).
+    token_tries: int = FAILED_TRIES
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -363,6 +373,7 @@ async def _server_state(
         drivers=drivers,
         hub=hub,
         auth_token=config.auth_token,
+        failed_tries=FailedTries(limit=config.token_tries),
         commit=await build_commit(),
         stream_poll_seconds=config.stream_poll_seconds,
         heartbeat_seconds=config.heartbeat_seconds,

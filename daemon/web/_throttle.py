@@ -9,9 +9,12 @@ is compared. Comparing it anyway would limit nothing: the one right guess would 
 apart from the wrong ones. A right token counts nothing, so a client that only ever sends the right
 one is never slowed, and a page's session cookie is not a try of the token at all.
 
-Constants rather than flags: a token is at least 16 bytes (``salvor serve`` refuses a shorter one),
-so guessing is hopeless at any rate; the limit is here to keep a guesser from costing the daemon
-work and its log noise, and no operator has a reason to tune that.
+The window is a constant and the count a flag (``salvor serve --token-tries``, default
+``FAILED_TRIES``; 0 turns the limit off): a token is at least 16 bytes (``salvor serve`` refuses a
+shorter one), so guessing is hopeless at any rate and the limit is here to keep a guesser from
+costing the daemon work; but many honest clients behind one address the daemon cannot see past (a
+NAT, a proxy it does not trust) or a harness that probes every route with a wrong token on purpose
+(a fuzzer) need more tries, and only the operator knows that.
 
 At most ``MAX_CLIENTS`` windows are kept; past that the ended ones go, then the oldest, so a caller
 with many addresses costs a bounded amount of memory (and at worst frees its own window early).
@@ -100,6 +103,8 @@ class FailedTries:
         Raises:
             TooManyTries: 429, with the seconds until the window ends.
         """
+        if self.limit <= 0:
+            return
         key = client_key(client)
         window = self._windows.get(key)
         if window is None:
@@ -111,7 +116,9 @@ class FailedTries:
             raise TooManyTries(max(1, math.ceil(left)))
 
     def failed(self, client: str | None) -> None:
-        """Count one wrong token from ``client``."""
+        """Count one wrong token from ``client`` (nothing is kept without a limit)."""
+        if self.limit <= 0:
+            return
         key = client_key(client)
         now = self.clock()
         window = self._windows.get(key)

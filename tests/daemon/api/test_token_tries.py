@@ -11,7 +11,7 @@ behind a proxy the operator trusts, by the address it forwards. What is pinned:
   slowed; the window's end lifts it (an injected clock).
 * ``X-Forwarded-For`` picks the client only from a trusted proxy: from anyone else it is ignored,
   so a guesser cannot escape the count by writing a new one on each try.
-* The table of clients stays bounded.
+* ``--token-tries`` sets the count (0: no limit); the table of clients stays bounded.
 """
 
 from __future__ import annotations
@@ -157,6 +157,21 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_tries(
     await spend(stranger, **{"X-Forwarded-For": "203.0.113.9"})
     response = await stranger.get("/v1/runs", headers={**WRONG, "X-Forwarded-For": "203.0.113.10"})
     assert_slowed(response, WINDOW_SECONDS)
+
+
+@pytest.mark.parametrize("tries", [2, 0])
+async def test_the_operator_sets_how_many_wrong_tokens_a_client_may_give(
+    server_factory, tries
+) -> None:
+    server = await server_factory(auth_token=TOKEN, token_tries=tries)
+    server.state.failed_tries.clock = lambda: 1000.0
+    guesser = server.new_client()
+    for _ in range(tries or FAILED_TRIES * 2):  # 0: no limit at all
+        assert_error(await guesser.get("/v1/runs", headers=WRONG), 401, "unauthorized")
+    if tries:
+        assert_slowed(await guesser.get("/v1/runs", headers=WRONG), WINDOW_SECONDS)
+    else:
+        assert len(server.state.failed_tries) == 0
 
 
 def test_the_table_of_clients_is_bounded_and_ipv6_counts_by_its_64() -> None:
