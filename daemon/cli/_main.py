@@ -84,8 +84,6 @@ SHARES_STORE = {
     "fork": None,
 }
 CREATES_STORE = ("run", "serve", "graph")
-# The shortest token `salvor serve --auth-token` starts with (issue 29): 128 bits at the least.
-MIN_TOKEN_BYTES = 16
 # The resting states a sentence names the next step for.
 _PARKED = (RunState.SUSPENDED, RunState.SLEEPING, RunState.BUDGET_EXCEEDED)
 
@@ -823,6 +821,7 @@ def _serve_config(args: argparse.Namespace, url: str):
     from ..client_runs import lease_ttl
     from ..notify import NotifyConfig
     from ..serve import ServeConfig
+    from ..web import MIN_TOKEN_BYTES
 
     host, port = args.listen
     token = None

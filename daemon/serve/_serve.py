@@ -44,6 +44,7 @@ from ..tools import ToolRegistry, demo_registry
 from ..web import (
     BODY_TIMEOUT_SECONDS,
     FAILED_TRIES,
+    MIN_TOKEN_BYTES,
     FailedTries,
     OperationRefused,
     TrustedProxies,
@@ -106,6 +107,12 @@ class ServeConfig:
     # Wrong tokens a client may give per window before its tries are refused (--token-tries; 0:
     # no limit).
     token_tries: int = FAILED_TRIES
+
+    def __post_init__(self) -> None:
+        # The command line refuses a short token in its own words first; this holds for every
+        # other way in.
+        if self.auth_token is not None and len(self.auth_token.encode()) < MIN_TOKEN_BYTES:
+            raise ValueError(f"the auth token must be at least {MIN_TOKEN_BYTES} bytes")
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a

@@ -46,6 +46,7 @@ from ._request_body import (
     read_body,
 )
 from ._requests import (
+    MIN_TOKEN_BYTES,
     bearer_matches,
     object_from,
     parse_json,
@@ -117,6 +118,7 @@ __all__ = [
     "FAILED_TRIES",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "MIN_TOKEN_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",
     "WINDOW_SECONDS",

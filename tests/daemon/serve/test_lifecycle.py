@@ -27,6 +27,7 @@ import httpx
 import pytest
 import trio
 from salvor.daemon.recording import _store_access as store_access
+from salvor.daemon.serve._serve import ServeConfig
 from salvor.protocol import EMPTY_VIEW, RunStarted, SleepStarted, check_batch, format_instant
 from salvor.store import EventStore
 
@@ -603,3 +604,11 @@ async def test_a_weak_or_malformed_setting_is_a_usage_error(store_url, args, nam
     assert stderr.startswith("salvor: ") and names in stderr
     assert SHORT_TOKEN not in stderr + result.stdout
     assert "Traceback" not in stderr
+
+
+def test_a_short_token_is_refused_by_the_config_as_well() -> None:
+    # Every way into serve() (an embedding, a test), not only the command line.
+    with pytest.raises(ValueError, match="at least 16 bytes") as refused:
+        ServeConfig(store_url="sqlite:///unused.db", auth_token=SHORT_TOKEN)
+    assert SHORT_TOKEN not in str(refused.value)
+    assert ServeConfig(store_url="sqlite:///unused.db", auth_token=SHORT_TOKEN + "!").auth_token
