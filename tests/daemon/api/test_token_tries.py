@@ -22,6 +22,7 @@ import httpx
 import pytest
 from salvor.daemon.web import FAILED_TRIES, WINDOW_SECONDS, FailedTries, TooManyTries
 
+from tests.daemon.api.test_session import handshake
 from tests.support.api import assert_error
 from tests.support.api_server import TOKEN
 from tests.support.backends import SQLITE_ONLY
@@ -80,6 +81,9 @@ async def test_wrong_bearer_tokens_past_the_limit_are_429_until_the_window_ends(
         headers=RIGHT,
     )
     assert_slowed(front, WINDOW_SECONDS - 12.5)
+    # The WebSocket handshake too: refused before the upgrade.
+    status, answer = await handshake(guarded, RIGHT)
+    assert (status, answer["error"]["code"]) == (429, "too_many_requests")
     guarded.clock[0] += WINDOW_SECONDS - 12.5
     assert (await guesser.get("/v1/runs", headers=RIGHT)).status_code == 200
     assert_error(await guesser.get("/v1/runs", headers=WRONG), 401, "unauthorized")
