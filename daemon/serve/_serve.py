@@ -111,7 +111,10 @@ class ServeConfig:
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
         # other way in.
-        if self.auth_token is not None and len(self.auth_token.encode()) < MIN_TOKEN_BYTES:
+        if (
+            self.auth_token is not None
+            and len(self.auth_token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES
+        ):
             raise ValueError(f"the auth token must be at least {MIN_TOKEN_BYTES} bytes")
 
 
