@@ -86,6 +86,9 @@ class ErrorCode(enum.StrEnum):
     # another origin).
     FORBIDDEN = "forbidden", 403
 
+    # Ours: a client that has given a wrong token too often lately (login and bearer checks).
+    TOO_MANY_REQUESTS = "too_many_requests", 429
+
 
 # code -> status as a read-only mapping, for readers that want the whole table (the OpenAPI
 # document).

@@ -135,13 +135,13 @@ def create_app(state: ServerState) -> QuartTrio:
             # must not be able to log its visitor in.
             check_request_origin()
             return
-        g.session = authenticate(state.auth_token, state.sessions)
+        g.session = authenticate(state.auth_token, state.sessions, state.failed_tries)
 
     @app.before_websocket
     async def admit_handshake() -> None:
         # Raised before the upgrade: the handshake is answered with the error envelope instead.
         if documented(websocket.path):
-            g.session = authenticate_handshake(state.auth_token, state.sessions)
+            g.session = authenticate_handshake(state.auth_token, state.sessions, state.failed_tries)
 
     app.register_error_handler(CodedError, _coded)
     app.register_error_handler(HTTPException, _http_error)

@@ -29,9 +29,11 @@ from ..web import (
     HTTP_WORDING,
     Caller,
     Disconnected,
+    TooManyTries,
     admit,
     asgi_chunks,
     internal,
+    peer_of,
     read_body,
 )
 from ._bodies import APPEND_EVENTS
@@ -67,10 +69,14 @@ class AppendFront:
         if run_id is None:
             await self._app(scope, receive, send)
             return
+        retry_after = None
         try:
             status, body = 200, await self._append(scope, receive, run_id)
         except Disconnected:
             return
+        except TooManyTries as error:
+            status, body = error.status, error.to_json(HTTP_WORDING)
+            retry_after = error.retry_after
         except CodedError as error:
             status, body = error.status, error.to_json(HTTP_WORDING)
         except Exception:
@@ -86,6 +92,8 @@ class AppendFront:
             # The rest of a stalled body is still unread: the
             # connection cannot carry another request.
             headers.append((b"connection", b"close"))
+        if retry_after is not None:
+            headers.append((b"retry-after", str(retry_after).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
@@ -99,8 +107,8 @@ class AppendFront:
                 value = headers.get(name.lower().encode("latin-1"))
                 return None if value is None else value.decode("latin-1")
 
-            caller = Caller.of("POST", scope.get("scheme", "http"), header)
-            admit(caller, self._state.auth_token, self._state.sessions)
+            caller = Caller.of("POST", scope.get("scheme", "http"), header, client=peer_of(scope))
+            admit(caller, self._state.auth_token, self._state.sessions, self._state.failed_tries)
         client_runs = self._state.client_runs
         token = headers.get(b"x-drive-token")
         run_id = await client_runs.driving(

@@ -16,11 +16,14 @@ from salvor.protocol import CodedError
 from ..web import (
     HTTP_WORDING,
     Caller,
+    FailedTries,
     Session,
     Sessions,
+    TooManyTries,
     admit,
     check_origin,
     object_from,
+    peer_of,
     read_body,
 )
 
@@ -34,6 +37,8 @@ def error_response(error: CodedError) -> Response:
     if error.status == 408:
         # The rest of a stalled body is still unread: the connection cannot carry another request.
         response.headers["Connection"] = "close"
+    if isinstance(error, TooManyTries):
+        response.headers["Retry-After"] = str(error.retry_after)
     return response
 
 
@@ -45,29 +50,43 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 def request_caller() -> Caller:
     """The Quart request in hand, as the caller check reads it."""
-    return Caller.of(request.method, request.scheme, request.headers.get)
+    return Caller.of(
+        request.method, request.scheme, request.headers.get, client=peer_of(request.scope)
+    )
 
 
-def authenticate(token: str | None, sessions: Sessions) -> Session | None:
+def authenticate(
+    token: str | None, sessions: Sessions, tries: FailedTries | None = None
+) -> Session | None:
     """Admit the Quart request in hand by the bearer token or a live session cookie (``web.admit``:
     a cookie's state-changing request also needs its CSRF token and its own Origin); returns the
     session that admitted it, None for the bearer token or a server without one.
 
     Raises:
-        OperationRefused: unauthorized (401) or forbidden (403); nothing has been read or recorded.
+        OperationRefused: unauthorized (401), forbidden (403) or too_many_requests (429); nothing
+            has been read or recorded.
     """
-    return admit(request_caller(), token, sessions)
+    return admit(request_caller(), token, sessions, tries)
 
 
-def authenticate_handshake(token: str | None, sessions: Sessions) -> Session | None:
+def authenticate_handshake(
+    token: str | None, sessions: Sessions, tries: FailedTries | None = None
+) -> Session | None:
     """``authenticate`` for the WebSocket handshake in hand: by cookie, its Origin must be sent and
     be the daemon's own.
 
     Raises:
-        OperationRefused: unauthorized (401) or forbidden (403); the connection is not upgraded.
+        OperationRefused: unauthorized (401), forbidden (403) or too_many_requests (429); the
+            connection is not upgraded.
     """
-    caller = Caller.of("GET", websocket.scheme, websocket.headers.get, handshake=True)
-    return admit(caller, token, sessions)
+    caller = Caller.of(
+        "GET",
+        websocket.scheme,
+        websocket.headers.get,
+        handshake=True,
+        client=peer_of(websocket.scope),
+    )
+    return admit(caller, token, sessions, tries)
 
 
 def check_request_origin() -> None:

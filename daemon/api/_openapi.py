@@ -32,7 +32,7 @@ from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
 from ..agents import DEFAULT_PROVIDER, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
-from ..web import CSRF_HEADER, SESSION_COOKIE
+from ..web import CSRF_HEADER, FAILED_TRIES, SESSION_COOKIE, WINDOW_SECONDS
 from ._agent_schemas import AGENT_SCHEMAS
 from ._answers import ANSWERS, DRIVER, DRIVER_RULE
 from ._bodies import BODIES
@@ -298,6 +298,23 @@ RESPONSES: JSON = {
         "request_timeout",
     ),
     "Internal": _error("An unexpected failure; the daemon's log has the rest.", "internal"),
+    # Every operation can answer it (``Operation._responses``): the caller check counts wrong
+    # tokens per client (``web._throttle``).
+    "TooManyRequests": {
+        **_error(
+            "With --auth-token: this client gave --token-tries wrong tokens (default "
+            f"{FAILED_TRIES}; login or bearer) within {WINDOW_SECONDS:g} seconds of the first; "
+            "every try of a token from it is refused, uncompared, until those seconds have "
+            "passed. Nothing changed.",
+            "too_many_requests",
+        ),
+        "headers": {
+            "Retry-After": {
+                "description": "Whole seconds until the client may try a token again.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+    },
     # What a session-cookie caller hears (``web.admit``); added to every guarded operation by
     # ``_add_forbidden``.
     "Forbidden": _error(f"With --auth-token: {_FORBIDDEN_WHY}", "forbidden"),
@@ -356,11 +373,15 @@ SKELETON: JSON = {
             "login is 401 `unauthorized` without the bearer token or a live session cookie "
             f"(`{SESSION_COOKIE}`, from `POST /v1/session`), and a state-changing request the "
             f"cookie authenticates is 403 `forbidden` without its session's `{CSRF_HEADER}` or "
-            "from another origin. Refusals of the HTTP layer itself carry the "
-            "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP), "
+            "from another origin; a client that gave too many wrong tokens lately is 429 "
+            "`too_many_requests` (`TooManyRequests`). Refusals of the HTTP layer itself carry the "
+            "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP, or "
+            "both Content-Length and Transfer-Encoding), "
             "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
             "501 `not_implemented` (a transfer-coding other than chunked), "
-            "505 `http_version_not_supported`. A JSON body is strict: UTF-8 without a BOM, no "
+            "505 `http_version_not_supported` (HTTP/2 too, unless the daemon runs with --http2). "
+            "Every answer carries `X-Content-Type-Options: nosniff` and, but for the page's own "
+            "files, `Cache-Control: no-store`. A JSON body is strict: UTF-8 without a BOM, no "
             "duplicate key, at most 128 levels of nesting, and no string or key anywhere holding "
             "U+0000 or a lone surrogate (the store cannot keep either), and no integer beyond "
             "±9007199254740991 (2**53 - 1; RFC 8785 hashing has no exact form for one: send it as "

@@ -94,8 +94,9 @@ class Operation:
     ``refusals``: the shared ones by name (``BadRequest``, ``UnknownRun``, ``PayloadTooLarge``; a
     route that reads a body, and so names PayloadTooLarge, can also time out reading it: 408).
     ``responses``: any other response object, by status, as it is. Every operation can also answer
-    401 and 500; ``_openapi`` adds the 403 of a session-cookie caller to every one but an ``open``
-    operation (the login), which needs no credentials.
+    401, 429 (a client that gave too many wrong tokens) and 500; ``_openapi`` adds the 403 of a
+    session-cookie caller to every one but an ``open`` operation (the login), which needs no
+    credentials.
 
     Compared and hashed by identity: a declaration is one object, made once at import.
     """
@@ -157,6 +158,7 @@ class Operation:
                 responses[status] = {"$ref": f"#/components/responses/{name}"}
         responses.update(self.responses)
         responses.setdefault("401", {"$ref": "#/components/responses/Unauthorized"})
+        responses.setdefault("429", {"$ref": "#/components/responses/TooManyRequests"})
         responses["500"] = {"$ref": "#/components/responses/Internal"}
         return dict(sorted(responses.items()))
 

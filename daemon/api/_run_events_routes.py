@@ -36,7 +36,8 @@ from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
 
 HEADERS = {
     "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
+    # A run's events are for this reader alone: no cache between it and the daemon keeps them.
+    "Cache-Control": "no-store",
     # nginx buffers proxied responses unless told not to.
     "X-Accel-Buffering": "no",
 }

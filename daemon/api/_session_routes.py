@@ -5,7 +5,8 @@ logout).
 The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict``, ``Path=/``, with the
 session's lifetime as ``Max-Age``, and ``Secure`` when the request came over TLS. The token is
 compared and forgotten: it is in no answer, log line, message or store. A refused login opens no
-session and sets no cookie.
+session and sets no cookie. A wrong token counts against the client's tries (``web._throttle``);
+once they are spent, a login is 429 before its token is compared.
 
 Without ``--auth-token`` there is nothing to log in to and the page works directly: the three routes
 answer as for a caller that needs no session (``csrf`` and ``expires_at`` null, no cookie), so the
@@ -19,7 +20,7 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 from salvor.protocol import ErrorCode
 
-from ..web import SESSION_COOKIE, OperationRefused, Session, bad_request, token_matches
+from ..web import SESSION_COOKIE, OperationRefused, Session, bad_request, peer_of, token_matches
 from ._http import request_caller
 from ._operation import Operation, error, parameter, route
 from ._session_schemas import LOGIN, SESSION, SESSION_ENDED
@@ -44,7 +45,9 @@ LOG_IN = Operation(
         "over TLS); a session cookie the request still carried is ended. Sessions live in the "
         "daemon's memory (a restart ends them), at most 1,024 (a login past that ends the "
         "oldest). Needs no authentication, but an `Origin`, if sent, must be the daemon's own. "
-        "Without --auth-token there is no session: any token answers nulls and no cookie."
+        "Without --auth-token there is no session: any token answers nulls and no cookie. "
+        "A wrong token counts against the client's tries (429 `too_many_requests` once they "
+        "are spent)."
     ),
     open=True,
     body=LOGIN,
@@ -116,7 +119,10 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
         body = await LOGIN.read()
         if state.auth_token is None:
             return answer(None)
+        client = peer_of(request.scope)
+        state.failed_tries.check(client)
         if not token_matches(body["token"], state.auth_token):
+            state.failed_tries.failed(client)
             raise OperationRefused(
                 ErrorCode.UNAUTHORIZED, "that is not this daemon's token; no session was opened"
             )

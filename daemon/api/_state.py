@@ -14,7 +14,7 @@ from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
 from ..metrics import DaemonMetrics
 from ..models import ModelGateway
 from ..runs import BUFFER_BYTES, DriverSet, EventHub, Runtime
-from ..web import BODY_TIMEOUT_SECONDS, Sessions, wrong_state
+from ..web import BODY_TIMEOUT_SECONDS, FailedTries, Sessions, wrong_state
 from ._stream_slots import StreamSlots
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
@@ -42,6 +42,8 @@ class ServerState:
     auth_token: str | None = None
     # The page's login sessions (only used with an auth token): in memory, so a restart ends them.
     sessions: Sessions = field(default_factory=Sessions)
+    # Issue 29, the token's rate limit: each client's recent wrong tokens (login and bearer).
+    failed_tries: FailedTries = field(default_factory=FailedTries)
     commit: str | None = None
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0

@@ -133,6 +133,26 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def token_tries(text: str) -> int:
+    """``--token-tries``: wrong tokens a client may give per window; 0 turns the limit off."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise argparse.ArgumentTypeError(
+            f"--token-tries {text[:40]!r} must be a whole number of wrong tokens (0 turns the "
+            "limit off)"
+        )
+    return int(text)
+
+
+def trusted_proxy(text: str) -> str:
+    """``--trusted-proxy``: an IP address or network, normalised (``127.0.0.1/32``)."""
+    from ..web import trusted_network
+
+    try:
+        return str(trusted_network(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _port_text(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= 65535
 

@@ -65,6 +65,8 @@ from ._arguments import (
     run_uuid,
     stream_buffer_bytes,
     streams_per_client,
+    token_tries,
+    trusted_proxy,
     wake_interval,
 )
 from ._doctor import add_parser as add_doctor_parser
@@ -740,6 +742,37 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         f"refused 429 (default {MAX_STREAMS_PER_CLIENT}; 0: no cap)",
     )
     _add_notify_options(p)
+    _add_hardening_options(p)
+
+
+def _add_hardening_options(p: argparse.ArgumentParser) -> None:
+    """`salvor serve`'s flags of issue 29's smaller holes: proxy in front, wrong tokens, HTTP/2."""
+    from ..web import FAILED_TRIES, WINDOW_SECONDS
+
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        type=trusted_proxy,
+        metavar="ADDRESS",
+        help="a TLS-terminating proxy (an address or network) whose X-Forwarded-Proto and "
+        "X-Forwarded-For are believed: https there makes the session cookie Secure (repeatable; "
+        "default: none, the headers are ignored)",
+    )
+    p.add_argument(
+        "--token-tries",
+        type=token_tries,
+        default=FAILED_TRIES,
+        metavar="N",
+        help=f"wrong tokens (login or bearer) a client may give within {WINDOW_SECONDS:g} s "
+        f"before its tries are refused 429 until then (default {FAILED_TRIES}; 0: no limit)",
+    )
+    p.add_argument(
+        "--http2",
+        action="store_true",
+        help="also speak cleartext HTTP/2 (prior knowledge, h2c) on the API listener; off by "
+        "default (an HTTP/2 client can flood a server with stream resets)",
+    )
 
 
 def _add_notify_options(p: argparse.ArgumentParser) -> None:
@@ -833,6 +866,7 @@ def _serve_config(args: argparse.Namespace, url: str):
     from ..client_runs import lease_ttl
     from ..notify import NotifyConfig
     from ..serve import ServeConfig
+    from ..web import MIN_TOKEN_BYTES
 
     listen = args.listen
     token = None
@@ -841,6 +875,14 @@ def _serve_config(args: argparse.Namespace, url: str):
         if not token:
             raise CliError(
                 f"--auth-token names {args.auth_token}, but that environment variable is not set"
+            )
+        if len(token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES:
+            # A short token can be guessed, however slowly wrong tries are answered. The token
+            # itself is never quoted: this sentence goes to a terminal and to logs.
+            raise UsageError(
+                f"--auth-token names {args.auth_token}, whose token is shorter than "
+                f"{MIN_TOKEN_BYTES} bytes; make a good one with: python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'"
             )
     try:
         ttl = lease_ttl()
@@ -878,6 +920,9 @@ def _serve_config(args: argparse.Namespace, url: str):
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         max_streams_per_client=args.max_streams_per_client,
+        trusted_proxies=tuple(args.trusted_proxy),
+        token_tries=args.token_tries,
+        http2=args.http2,
     )
 
 

@@ -173,7 +173,7 @@ async def _push_stream(lane: Any, receive, send) -> None:
                 "status": 200,
                 "headers": [
                     (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
+                    (b"cache-control", b"no-store"),
                     (b"mcp-session-id", (lane.session_id or REPLAY_SESSION_ID).encode("latin-1")),
                 ],
             }

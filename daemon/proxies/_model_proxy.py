@@ -713,7 +713,7 @@ class _AsgiReply(Reply):
                 "status": status,
                 "headers": [
                     (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
+                    (b"cache-control", b"no-store"),
                 ],
             }
         )

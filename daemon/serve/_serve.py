@@ -53,7 +53,11 @@ from ..runs import (
 from ..tools import ToolRegistry, demo_registry
 from ..web import (
     BODY_TIMEOUT_SECONDS,
+    FAILED_TRIES,
+    MIN_TOKEN_BYTES,
+    FailedTries,
     OperationRefused,
+    TrustedProxies,
     UnixSocketRefused,
     claim_unix_socket,
     listener_config,
@@ -123,6 +127,23 @@ class ServeConfig:
     # How long a WebSocket on which nothing arrives (no message, no pong) stays open; None: the
     # listener's default (60 s). The server pings at a third of it at most.
     ws_idle_seconds: float | None = None
+    # Issue 29, the smaller holes: the TLS-terminating proxies whose X-Forwarded-Proto and
+    # X-Forwarded-For are believed (--trusted-proxy; none by default), and whether the API
+    # listener speaks cleartext HTTP/2 (--http2; off, against rapid-reset floods).
+    trusted_proxies: tuple[str, ...] = ()
+    http2: bool = False
+    # Wrong tokens a client may give per window before its tries are refused (--token-tries; 0:
+    # no limit).
+    token_tries: int = FAILED_TRIES
+
+    def __post_init__(self) -> None:
+        # The command line refuses a short token in its own words first; this holds for every
+        # other way in.
+        if (
+            self.auth_token is not None
+            and len(self.auth_token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES
+        ):
+            raise ValueError(f"the auth token must be at least {MIN_TOKEN_BYTES} bytes")
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -391,6 +412,7 @@ async def _server_state(
         drivers=drivers,
         hub=hub,
         auth_token=config.auth_token,
+        failed_tries=FailedTries(limit=config.token_tries),
         commit=await build_commit(),
         stream_poll_seconds=config.stream_poll_seconds,
         heartbeat_seconds=config.heartbeat_seconds,
@@ -431,7 +453,10 @@ async def _listen(
         hyper.websocket_ping_interval = min(
             hyper.websocket_ping_interval, config.ws_idle_seconds / 3
         )
-    in_flight = InFlight(AppendFront(create_app(state), state))
+    hyper.http2 = config.http2
+    in_flight = InFlight(
+        TrustedProxies(AppendFront(create_app(state), state), config.trusted_proxies)
+    )
 
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:

@@ -1,8 +1,9 @@
 """HTTP plumbing: the listener (and the Unix socket it may serve on), ASGI helpers, the one body
 reader, strict JSON bodies, the error envelope and its refusals (their next steps in an HTTP
 caller's words), request values, outbound TLS, the caller check (bearer token or the page's
-session cookie) and the sessions behind it. ``ErrorCode`` (code -> status, defined in
-``salvor.protocol``) is re-exported here for the HTTP layer.
+session cookie), the sessions behind it, the count of wrong tokens per client, and what a trusted
+proxy forwards. ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here
+for the HTTP layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
 the HTTP API's, so a CLI run never loads it).
@@ -22,6 +23,7 @@ from ._callers import (
     Caller,
     admit,
     check_origin,
+    peer_of,
 )
 from ._errors import (
     OperationRefused,
@@ -33,6 +35,10 @@ from ._errors import (
     unknown_run,
     wrong_state,
 )
+from ._forwarded import (
+    TrustedProxies,
+    trusted_network,
+)
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
     Disconnected,
@@ -40,6 +46,7 @@ from ._request_body import (
     read_body,
 )
 from ._requests import (
+    MIN_TOKEN_BYTES,
     bearer_matches,
     object_from,
     parse_json,
@@ -51,6 +58,12 @@ from ._sessions import (
     SESSION_COOKIE,
     Session,
     Sessions,
+)
+from ._throttle import (
+    FAILED_TRIES,
+    WINDOW_SECONDS,
+    FailedTries,
+    TooManyTries,
 )
 from ._tls import (
     tls_context,
@@ -109,15 +122,21 @@ async def serve(
 __all__ = [
     "BODY_TIMEOUT_SECONDS",
     "CSRF_HEADER",
+    "FAILED_TRIES",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "MIN_TOKEN_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",
+    "WINDOW_SECONDS",
     "Caller",
     "Disconnected",
+    "FailedTries",
     "OperationRefused",
     "Session",
     "Sessions",
+    "TooManyTries",
+    "TrustedProxies",
     "UnfillableHeader",
     "UnixSocket",
     "UnixSocketRefused",
@@ -135,12 +154,14 @@ __all__ = [
     "listener_config",
     "object_from",
     "parse_json",
+    "peer_of",
     "port_held",
     "read_body",
     "serve",
     "stray_placeholder",
     "tls_context",
     "token_matches",
+    "trusted_network",
     "unauthorized",
     "unknown_agent",
     "unknown_graph",

@@ -12,6 +12,8 @@ the append front), whatever answers it:
   little: an ``Origin``, when sent, must name the daemon's own ``Host``; a WebSocket
   handshake must send one (browsers always do); and a state-changing request (POST, PUT, PATCH,
   DELETE) must carry ``X-Salvor-CSRF`` equal to the session's token. Else 403 ``forbidden``.
+* A client that has given too many wrong bearer tokens lately is refused 429 ``too_many_requests``
+  before its header is compared (``_throttle``); a cookie is no try of the token and is not counted.
 
 A refusal here happens before anything reads the body or the store: it records nothing. No message
 quotes what the caller sent (a mistyped token would otherwise land in a client's logs).
@@ -27,6 +29,7 @@ from salvor.protocol import ErrorCode
 from ._errors import OperationRefused
 from ._requests import bearer_matches, unauthorized
 from ._sessions import SESSION_COOKIE, Session, Sessions
+from ._throttle import FailedTries
 
 CSRF_HEADER = "X-Salvor-CSRF"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -47,6 +50,8 @@ class Caller:
     csrf: str | None = None
     origin: str | None = None
     handshake: bool = False
+    # The address the request came from (the ASGI scope's client), whose wrong tokens are counted.
+    client: str | None = None
 
     @classmethod
     def of(
@@ -56,8 +61,10 @@ class Caller:
         header: Callable[[str], str | None],
         *,
         handshake: bool = False,
+        client: str | None = None,
     ) -> Caller:
-        """A caller from a request's method, scheme and a header getter (case-insensitive)."""
+        """A caller from a request's method, scheme and a header getter (case-insensitive), and
+        the address it came from."""
         return cls(
             method=method.upper(),
             scheme=scheme,
@@ -67,6 +74,7 @@ class Caller:
             csrf=header(CSRF_HEADER),
             origin=header("Origin"),
             handshake=handshake,
+            client=client,
         )
 
     def from_own_page(self) -> bool:
@@ -90,6 +98,14 @@ class Caller:
         return ids[:_MAX_SESSION_COOKIES]
 
 
+def peer_of(scope: dict) -> str | None:
+    """The address an ASGI request came from (its scope's ``client``), None when there is none.
+
+    Never the ``Remote-Addr`` header (what Quart's ``remote_addr`` reads): a caller writes that."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
 def forbidden(message: str) -> OperationRefused:
     return OperationRefused(ErrorCode.FORBIDDEN, message)
 
@@ -109,20 +125,27 @@ def check_origin(caller: Caller, *, required: bool = False) -> None:
         )
 
 
-def admit(caller: Caller, token: str | None, sessions: Sessions) -> Session | None:
+def admit(
+    caller: Caller, token: str | None, sessions: Sessions, tries: FailedTries | None = None
+) -> Session | None:
     """Admit the caller or refuse it; returns the session that admitted it (None for the bearer
-    token, or when the server has no token).
+    token, or when the server has no token). A wrong bearer token is counted in ``tries``.
 
     Raises:
         OperationRefused: unauthorized (401) without the right token or a live session;
             forbidden (403) for a session request from another origin or, when it changes
-            state, without its CSRF token.
+            state, without its CSRF token; too_many_requests (429, ``TooManyTries``) for a bearer
+            header from a client that has given too many wrong tokens lately.
     """
     if token is None:
         return None
     if caller.authorization is not None:
+        if tries is not None:
+            tries.check(caller.client)
         if bearer_matches(caller.authorization, token):
             return None
+        if tries is not None:
+            tries.failed(caller.client)
         raise unauthorized()
     session = next(
         (found for found in map(sessions.find, caller.session_ids()) if found is not None), None

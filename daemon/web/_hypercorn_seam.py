@@ -18,7 +18,12 @@ behaviour of it that the listener cannot live with:
   arrived (the client then reads a reset instead of the answer, and a pooled
   client finds a dead connection); here the body is drained and the next
   request served. ``_send_error_response`` answers h11's refusals with an
-  empty body; here they carry the daemon's error envelope.
+  empty body; here they carry the daemon's error envelope. ``_check_protocol``
+  takes any ``Upgrade: h2c`` and any ``PRI *`` preface as a switch to HTTP/2,
+  and h11 frames a body sent with both ``Content-Length`` and
+  ``Transfer-Encoding`` by the latter and keeps the connection; here HTTP/2 is
+  spoken only when the listener turns it on, and that request is a 400 that
+  closes the connection.
 * ``HypercornConnection`` (``trio/tcp_server.py``, ``TCPServer``): ``run``
   and ``protocol_send`` restart an idle task after every response and stop
   it at every request (a third of the stack's cost on small requests); here
@@ -77,6 +82,19 @@ class _Draining(Event):
     """From the h11 protocol: answered, the request's body is being discarded."""
 
 
+class _Refused(Exception):
+    """From ``DrainingH11Protocol._check_protocol``: a request head this listener refuses with
+    ``status``, then closes the connection."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+# What every answer the protocol writes itself carries (``_send_error_response``).
+ANSWER_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store"))
+
+
 class AppTaskGroup(TaskGroup):
     """hypercorn's, but a body chunk for an app that has returned is dropped, not awaited."""
 
@@ -116,11 +134,29 @@ class AppTaskGroup(TaskGroup):
 class DrainingH11Protocol(H11Protocol):
     """hypercorn's HTTP/1 protocol, with its refusals in the envelope and early answers drained."""
 
-    def __init__(self, *args: Any, drain_bytes: int, refusal_body: RefusalBody) -> None:
+    def __init__(
+        self, *args: Any, drain_bytes: int, refusal_body: RefusalBody, http2: bool
+    ) -> None:
         super().__init__(*args)
         self._drain_bytes = drain_bytes
         self._refusal_body = refusal_body
+        self._http2 = http2
         self._drain_left: int | None = None  # not None while draining
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        framing = {name for name, _ in event.headers} & {b"content-length", b"transfer-encoding"}
+        if len(framing) == 2:
+            # h11 would frame the body by Transfer-Encoding and keep the connection; a proxy in
+            # front that framed it by Content-Length would then see a different next request
+            # (request smuggling). RFC 9112 6.1: refuse it, or at least close after answering.
+            raise _Refused(400)
+        if self._http2:
+            await super()._check_protocol(event)
+        elif event.method == b"PRI" and event.target == b"*" and event.http_version == b"2.0":
+            # HTTP/2 with prior knowledge, and this listener does not speak it (--http2).
+            raise _Refused(505)
+        # Else an `Upgrade: h2c` is not taken: the request is answered in HTTP/1.1, as a server
+        # that does not offer the upgrade may (RFC 9110 7.8).
 
     async def _send_error_response(self, status_code: int) -> None:
         body = self._refusal_body(status_code)
@@ -128,6 +164,7 @@ class DrainingH11Protocol(H11Protocol):
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
+            *ANSWER_HEADERS,
             *self.config.response_headers("h11"),
         ]
         await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
@@ -167,7 +204,14 @@ class DrainingH11Protocol(H11Protocol):
         while True:
             if self._drain_left is not None and not await self._drain():
                 return
-            await super()._handle_events()
+            try:
+                await super()._handle_events()
+            except _Refused as refused:
+                # Answered before any stream (or the app) saw the request; what the client still
+                # sends is read and dropped by the close's linger, never served.
+                await self._send_error_response(refused.status)
+                await self.send(Closed())
+                return
             if self._drain_left is None:
                 return
 
@@ -220,10 +264,12 @@ class HypercornConnection(TCPServer):
         *,
         drain_bytes: int,
         refusal_body: RefusalBody,
+        http2: bool = False,
     ) -> None:
         super().__init__(app, config, context, state, stream)
         self._drain_bytes = drain_bytes
         self._refusal_body = refusal_body
+        self._http2 = http2
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -310,7 +356,10 @@ class HypercornConnection(TCPServer):
                 )
                 self.protocol = ProtocolWrapper(*args, "http/1.1")
                 self.protocol.protocol = DrainingH11Protocol(
-                    *args, drain_bytes=self._drain_bytes, refusal_body=self._refusal_body
+                    *args,
+                    drain_bytes=self._drain_bytes,
+                    refusal_body=self._refusal_body,
+                    http2=self._http2,
                 )
                 self.opened()
                 task_group.spawn(self.watch)

@@ -44,6 +44,21 @@ around it is ours, for speed and so that it never drops a request or hangs:
   peer that vanished or stopped reading does not, and its connection (and
   what the daemon queued for it) is let go. A message over
   ``websocket_max_message_size`` is closed with 1009 by hypercorn.
+* A request with both ``Content-Length`` and ``Transfer-Encoding`` is a 400
+  that closes its connection: two parties that frame its body differently
+  (a proxy in front, this server) would disagree on where the next request
+  starts, and what follows on that connection is never served.
+* Cleartext HTTP/2 (prior knowledge, or ``Upgrade: h2c``) only where the
+  config's ``http2`` turns it on (``salvor serve --http2``): off, a
+  prior-knowledge preface is a 505 that closes the connection and an h2c
+  upgrade is not taken (the request is answered in HTTP/1.1). A listener that
+  speaks HTTP/2 lets a client open and reset streams faster than their
+  handlers can start and stop (CVE-2023-44487, "rapid reset"); hypercorn then
+  bounds each connection to ``keep_alive_max_requests`` streams, its only
+  guard, so nothing the daemon serves speaks it unless asked.
+* Every answer carries ``X-Content-Type-Options: nosniff`` and
+  ``Cache-Control: no-store`` unless its handler set its own (the page's
+  files do): an answer holds runs' data and is never a cache's to keep.
 
 What this needs of hypercorn's internals (its ``TCPServer``, ``H11Protocol``,
 task group and worker) is in ``_hypercorn_seam`` alone; this module uses its
@@ -69,7 +84,7 @@ import trio
 from hypercorn.config import Config
 from salvor.protocol import ErrorCode
 
-from ._hypercorn_seam import HypercornConnection, serve_connections
+from ._hypercorn_seam import ANSWER_HEADERS, HypercornConnection, serve_connections
 
 MAX_RECV = 2**16
 # The server must outlast every common client's pool expiry so that the
@@ -102,7 +117,7 @@ _REFUSALS = {
         (ErrorCode.NOT_IMPLEMENTED, "this server implements no transfer-coding but chunked"),
         (
             ErrorCode.HTTP_VERSION_NOT_SUPPORTED,
-            "this server speaks HTTP/1.0, HTTP/1.1 and HTTP/2 only",
+            "this server speaks HTTP/1.0 and HTTP/1.1 (cleartext HTTP/2 only if turned on)",
         ),
     )
 }
@@ -133,6 +148,8 @@ class ListenerConfig(Config):
     websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
     websocket_ping_interval = WEBSOCKET_PING_SECONDS
     websocket_idle_timeout = WEBSOCKET_IDLE_SECONDS
+    # Cleartext HTTP/2 (prior knowledge, h2c upgrade): off unless a listener turns it on.
+    http2 = False
 
 
 class _Phase(enum.Enum):
@@ -178,6 +195,7 @@ class _Limits:
         self.websocket_idle = getattr(
             config, "websocket_idle_timeout", defaults.websocket_idle_timeout
         )
+        self.http2 = getattr(config, "http2", defaults.http2)
 
 
 class _Connection(HypercornConnection):
@@ -195,6 +213,7 @@ class _Connection(HypercornConnection):
             stream,
             drain_bytes=limits.drain_bytes,
             refusal_body=refusal_body,
+            http2=limits.http2,
         )
         self._limits = limits
         self._idle = idle
@@ -315,6 +334,28 @@ class _Connection(HypercornConnection):
             await self.close_from_server()
 
 
+def _with_answer_headers(app: Any) -> Any:
+    """``app`` with ``ANSWER_HEADERS`` on every answer whose handler did not set them itself (a
+    WebSocket handshake's refusal too)."""
+
+    async def guarded(scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await app(scope, receive, send)
+            return
+
+        async def send_with_headers(message) -> None:
+            if message["type"] in ("http.response.start", "websocket.http.response.start"):
+                headers = list(message.get("headers") or ())
+                present = {bytes(name).lower() for name, _ in headers}
+                headers += [header for header in ANSWER_HEADERS if header[0] not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+
+    return guarded
+
+
 def _known_versions_only(app: Any) -> Any:
     """``app`` behind a 505 for a request line h11 parsed but whose version is none of ours."""
 
@@ -369,7 +410,7 @@ async def serve(
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
     await serve_connections(
-        _known_versions_only(app),
+        _with_answer_headers(_known_versions_only(app)),
         config,
         connection,
         shutdown_trigger=shutdown_trigger,

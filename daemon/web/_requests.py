@@ -15,6 +15,10 @@ from salvor.protocol import ErrorCode, MalformedJson, excerpt, parse_strict
 
 from ._errors import OperationRefused, bad_request
 
+# The shortest server token the daemon starts with (issue 29): 128 bits at the least, beyond
+# guessing however fast wrong tries are answered.
+MIN_TOKEN_BYTES = 16
+
 # ASCII digits only, and few enough for the store's 64-bit integers: int() alone would take
 # "+5", " 5", "5_000" and other scripts' digits ("١٢").
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")

@@ -18,6 +18,7 @@ from salvor.daemon.web._request_body import MAX_BODY_BYTES
 
 from tests.daemon.client_runs.test_client_runs import envelope, head, open_run
 from tests.support.api import NOBODY, snapshot
+from tests.support.api_server import TOKEN
 
 
 async def both(server, app_client, run_id: str, body: bytes, headers: dict[str, str]) -> tuple:
@@ -115,7 +116,7 @@ async def test_appends_and_retries_are_the_same_through_the_front_and_the_route(
 
 
 async def test_the_front_checks_the_bearer_token_first(server_factory) -> None:
-    server = await server_factory(auth_token="s3cret")
+    server = await server_factory(auth_token=TOKEN)
     opened = await open_run(server.client)
     run_id, token = opened["run"], opened["drive_token"]
     bare = server.new_client()

@@ -226,6 +226,11 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
                 "0",
                 "--auth-token",
                 TOKEN_ENV,
+                # schemathesis probes every operation with a wrong token from this one address, and
+                # takes only 401 and 403 for a refusal: the 429 past the limit would read as auth
+                # not enforced (that limit is tests/daemon/api/test_token_tries.py's).
+                "--token-tries",
+                "0",
                 *flags,
             ],
             # Nothing of the test's own environment: no provider key a generated agent could send

@@ -191,8 +191,9 @@ async def test_a_store_that_cannot_be_read_is_503_not_a_scrape_without_runs(
 def test_the_document_names_what_a_scrape_answers() -> None:
     # The contract test reads JSON answers only; this one's are text (200) and the envelope.
     responses = DOCUMENT["paths"]["/metrics"]["get"]["responses"]
-    # 403: a session cookie's Origin refused (the caller check every guarded route shares).
-    assert set(responses) == {"200", "401", "403", "500", "503"}
+    # 403: a session cookie's Origin refused, 429: a client that gave too many wrong tokens (the
+    # caller check every guarded route shares).
+    assert set(responses) == {"200", "401", "403", "429", "500", "503"}
     assert set(responses["200"]["content"]) == {"text/plain"}
 
 

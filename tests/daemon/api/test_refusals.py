@@ -147,6 +147,9 @@ def _routes(server: Server) -> list[tuple[str, str]]:
 
 async def test_every_route_needs_the_token_when_one_is_set(server_factory, providers):
     server = await server_factory(auth_token=TOKEN)
+    # Hundreds of wrong tokens from one client, on purpose: here each must be an ordinary 401, so
+    # the client is never slowed (the 429 past the limit is tests/daemon/api/test_token_tries.py's).
+    server.state.failed_tries.limit = 10**9
     agent, provider = await register(server, providers)
     before = await snapshot(server)
     # The login is the one route open without a token (tests/daemon/api/test_session.py).

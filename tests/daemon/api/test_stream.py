@@ -237,7 +237,7 @@ async def test_a_finished_run_replays_in_full_then_ends_with_its_status(daemon, 
     async with daemon.client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        assert response.headers["cache-control"] == "no-cache"
+        assert response.headers["cache-control"] == "no-store"
         # Read until the server closes the stream: the end frame is the last thing sent.
         frames = [frame async for frame in frames_of(response)]
 

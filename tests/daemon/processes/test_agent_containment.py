@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SALVOR = [sys.executable, "-m", "salvor.daemon.cli"]
-TOKEN_VAR, TOKEN = "DESK_API_TOKEN", "tok-DESK-5e1b77"
+TOKEN_VAR, TOKEN = "DESK_API_TOKEN", "tok-DESK-5e1b77c04a9d"
 OTHER_VAR, OTHER = "VENDOR_BILLING_KEY", "sk-vendor-SECRET-0c41"
 DAEMON_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",

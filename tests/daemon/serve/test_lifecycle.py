@@ -27,6 +27,7 @@ import httpx
 import pytest
 import trio
 from salvor.daemon.recording import _store_access as store_access
+from salvor.daemon.serve._serve import ServeConfig
 from salvor.protocol import EMPTY_VIEW, RunStarted, SleepStarted, check_batch, format_instant
 from salvor.store import EventStore
 
@@ -574,3 +575,44 @@ async def test_a_bad_start_exits_1_with_one_sentence(store_url, args, names):
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("salvor: ") and names in stderr
     assert "Traceback" not in stderr
+
+
+SHORT_TOKEN = "fifteen-bytes!!"  # 15 bytes: one short of the floor
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        # The token itself is never printed; the sentence says how to make a good one.
+        (
+            ["--auth-token", "SALVOR_TEST_SHORT_TOKEN"],
+            (
+                "SALVOR_TEST_SHORT_TOKEN, whose token is shorter than 16 bytes; make a good one "
+                "with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            ),
+        ),
+        (["--trusted-proxy", "proxy.example"], "--trusted-proxy 'proxy.example' is not an IP"),
+    ],
+)
+async def test_a_weak_or_malformed_setting_is_a_usage_error(store_url, args, names):
+    env = {**os.environ, "SALVOR_TEST_SHORT_TOKEN": SHORT_TOKEN}
+    command = ["serve", "--store", store_url, "--listen", f"127.0.0.1:{free_port()}", *args]
+    run = functools.partial(
+        run_salvor, command, env=env, cwd=REPO, capture_output=True, text=True, timeout=WAIT
+    )
+    result = await trio.to_thread.run_sync(run)
+    stderr = result.stderr
+    assert result.returncode == 2, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith("salvor: ") and names in stderr
+    assert SHORT_TOKEN not in stderr + result.stdout
+    assert "Traceback" not in stderr
+
+
+def test_a_short_token_is_refused_by_the_config_as_well() -> None:
+    # Every way into serve() (an embedding, a test), not only the command line.
+    with pytest.raises(ValueError, match="at least 16 bytes") as refused:
+        ServeConfig(store_url="sqlite:///unused.db", auth_token=SHORT_TOKEN)
+    assert SHORT_TOKEN not in str(refused.value)
+    assert ServeConfig(store_url="sqlite:///unused.db", auth_token=SHORT_TOKEN + "!").auth_token

@@ -34,6 +34,7 @@ from salvor.daemon.web._listener import ListenerConfig, listener_config
 from salvor.daemon.web._listener import serve as serve_listener
 
 from tests.daemon.client_runs.test_client_runs import append, envelope, head, open_run
+from tests.support.api_server import TOKEN
 from tests.support.backends import SQLITE_ONLY
 
 # SQLite alone (tests/support/backends.py): what it tests is the connection, bytes on a socket;
@@ -327,7 +328,7 @@ async def test_the_http_layers_own_refusals_carry_the_envelope_then_close(raw, c
 async def test_a_pooled_client_whose_upload_was_refused_at_once_is_answered_next_on_that_connection(
     server_factory,
 ) -> None:
-    server = await server_factory(auth_token="s3cret")
+    server = await server_factory(auth_token=TOKEN)
     # No token: every request is a 401, answered before its body is read;
     # one connection, so the next request goes where the refused body went.
     client = server.new_client(limits=httpx.Limits(max_connections=1))

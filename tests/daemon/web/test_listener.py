@@ -74,10 +74,13 @@ class Listener:
 
 
 @pytest.fixture
-async def listener(nursery):
+async def listener(nursery, request):
     stop, finished = trio.Event(), trio.Event()
     config = listener_config("127.0.0.1:0", "salvor.test.http", graceful_timeout=30.0)
     config.keep_alive_timeout = KEEP_ALIVE
+    # ``@pytest.mark.parametrize("listener", [{"http2": True}], indirect=True)``: its settings.
+    for name, value in getattr(request, "param", {}).items():
+        setattr(config, name, value)
 
     async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -260,6 +263,7 @@ async def test_a_tls_bind_is_refused_with_nothing_listening(tmp_path) -> None:
         await serve(app, config)
 
 
+@pytest.mark.parametrize("listener", [{"http2": True}], indirect=True)
 async def test_http2_streams_share_a_connection_and_it_times_out_when_all_are_done(
     listener,
 ) -> None:
