@@ -68,7 +68,8 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
     REQUEST_TIMEOUT = "request_timeout", 408
     HEADERS_TOO_LARGE = "headers_too_large", 431
-    # A client over a per-client cap (its open streams); the answer says when to try again.
+    # A client over a per-client cap (its open streams, its wrong tokens lately); the answer says
+    # when to try again.
     TOO_MANY_REQUESTS = "too_many_requests", 429
     NOT_IMPLEMENTED = "not_implemented", 501
     HTTP_VERSION_NOT_SUPPORTED = "http_version_not_supported", 505
@@ -85,9 +86,6 @@ class ErrorCode(enum.StrEnum):
     # Ours: the page's session (a cookie-authenticated change without its CSRF token, or from
     # another origin).
     FORBIDDEN = "forbidden", 403
-
-    # Ours: a client that has given a wrong token too often lately (login and bearer checks).
-    TOO_MANY_REQUESTS = "too_many_requests", 429
 
 
 # code -> status as a read-only mapping, for readers that want the whole table (the OpenAPI
