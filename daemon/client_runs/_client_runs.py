@@ -18,7 +18,7 @@ from typing import Any
 from salvor.protocol import Actor, Envelope, ErrorCode
 
 from ..models import Delta, ModelGateway
-from ..recording import StoreAccess
+from ..recording import FreeSpaceFloor, StoreAccess
 from ..tools import ToolRegistry
 from ..web import OperationRefused
 from ._appends import ClientAppends
@@ -55,6 +55,7 @@ class ClientRuns:
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
         resolve: Resolve,
+        floor: FreeSpaceFloor | None = None,
     ) -> None:
         self._access = access
         self._registry = registry
@@ -65,7 +66,7 @@ class ClientRuns:
         self._model_executor = model_executor
         self._resolve = resolve
         # Shared with the ASGI front, which answers the append ahead of the app.
-        self._appends = ClientAppends(access, leases)
+        self._appends = ClientAppends(access, leases, floor)
 
     # -- the run and its lease -------------------------------------------------
 

@@ -7,6 +7,7 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 from __future__ import annotations
 
 from ._driving import DriveStopped, InProcessDriving, RunDriving
+from ._free_space import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor
 from ._refusals import (
     checked_labels,
     needs_reconciliation,
@@ -31,9 +32,11 @@ from ._store_access import (
 )
 
 __all__ = [
+    "DEFAULT_MIN_FREE_BYTES",
     "CallInFlight",
     "DriveInterrupted",
     "DriveStopped",
+    "FreeSpaceFloor",
     "InProcessDriving",
     "Parked",
     "RunContext",

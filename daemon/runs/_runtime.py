@@ -69,6 +69,7 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import (
+    FreeSpaceFloor,
     StoreAccess,
     checked_labels,
     claim_to_settle,
@@ -163,8 +164,10 @@ class Runtime(Forks):
         leases: LeaseRegistry,
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
+        floor: FreeSpaceFloor | None = None,
     ) -> ClientRuns:
-        """The client-driven runs' operations over this runtime's store, registry and resolve."""
+        """The client-driven runs' operations over this runtime's store, registry and resolve;
+        ``floor`` refuses a new client run's head while the store's filesystem is low."""
         return ClientRuns(
             self.access,
             self.registry,
@@ -172,6 +175,7 @@ class Runtime(Forks):
             client_tools=client_tools,
             model_executor=model_executor,
             resolve=self.resolve,
+            floor=floor,
         )
 
     # -- settings -----------------------------------------------------------

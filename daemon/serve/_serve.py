@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 from salvor.protocol import CodedError, ErrorCode
+from salvor.store import RunQuota
 
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, create_app, refuse_if_driven_elsewhere
@@ -38,7 +39,7 @@ from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import ModelProxy, open_model_proxy
-from ..recording import open_store_access
+from ..recording import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor, open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
 from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
@@ -91,6 +92,11 @@ class ServeConfig:
     # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
     # outbox rows are written at all.
     notify: NotifyConfig | None = None
+    # Quotas (issue 29, item 5): what one run may make the store keep (--max-run-events,
+    # --max-run-bytes, --max-payload-bytes), and the free space a SQLite store's filesystem
+    # keeps for new work (--min-free-bytes; 0: no floor).
+    quota: RunQuota = field(default_factory=RunQuota)
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -242,6 +248,7 @@ async def _serve(
             config.store_url,
             notifications=config.notify is not None,
             commit_observer=metrics.observe_commit,
+            quota=config.quota,
         ) as access,
         _model_proxy(config.proxy_port, metrics) as proxy,
         open_model_executor() as executor,
@@ -370,6 +377,8 @@ async def _server_state(
         credentials=credentials,
         driven_elsewhere=locks.runs_held_elsewhere,
         metrics=metrics,
+        max_payload_bytes=config.quota.max_payload_bytes,
+        floor=FreeSpaceFloor(config.store_url, config.min_free_bytes),
     )
 
 

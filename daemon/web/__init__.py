@@ -35,6 +35,7 @@ from ._errors import (
 )
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
+    MAX_BODY_BYTES,
     Disconnected,
     asgi_chunks,
     read_body,
@@ -104,6 +105,7 @@ __all__ = [
     "CSRF_HEADER",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "MAX_BODY_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",
     "Caller",

@@ -16,7 +16,8 @@ from salvor.protocol import ErrorCode
 
 from ._errors import OperationRefused, request_timeout
 
-# The control plane's cap on a request body.
+# The control plane's default cap on a request body: the same limit as one stored event's payload
+# (``salvor serve --max-payload-bytes``, ``salvor.store.RunQuota``), whose value serve hands in.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # How long a request body may take to arrive whole (a client that stops sending mid-body);
 # the default of the daemon's ``body_timeout_seconds`` setting.
@@ -56,7 +57,10 @@ class CappedBody:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
         if self._over:
             raise OperationRefused(
-                ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap"
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"the body is over the limit of {self._cap} bytes per payload "
+                "(salvor serve --max-payload-bytes)",
+                details={"limit": "max_payload_bytes", "value": self._cap},
             )
         return bytes(self._data)
 

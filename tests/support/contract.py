@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from tempfile import gettempdir
 from typing import Any
 
 import httpx
@@ -19,6 +23,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon.api._app import API_OPERATIONS
 from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.recording import FreeSpaceFloor
 
 DOCUMENT = openapi_document(API_OPERATIONS)
 BASE = "urn:salvor:openapi"
@@ -229,3 +234,15 @@ class Contract:
             and operation["responses"][status] != {"$ref": "#/components/responses/Forbidden"}
         }
         return documented - self.seen
+
+
+@contextmanager
+def below_the_free_space_floor(state: Any) -> Iterator[None]:
+    """The daemon of ``state`` as if its store's filesystem were below the free-space floor
+    (one no filesystem can reach): every route declared as new work answers 507."""
+    kept = state.floor
+    state.floor = FreeSpaceFloor(f"sqlite:///{Path(gettempdir()) / 'floor.db'}", 1 << 62)
+    try:
+        yield
+    finally:
+        state.floor = kept
