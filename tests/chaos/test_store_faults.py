@@ -180,6 +180,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
     daemon = Daemon(
         tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
     )
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     # The operator declares the provider, so an agent registered over HTTP may name it.
     daemon.args += ["--model-endpoint", provider.base_url]
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
@@ -294,6 +296,8 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
     daemon = Daemon(
         tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
     )
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
     daemon.args.append("--allow-process-agents")
     script = tmp_path / "caller.py"
@@ -398,6 +402,8 @@ def test_graph_runs_and_subagent_trees_stopped_by_a_full_disk_heal_from_their_ro
     provider = ScriptedProvider(script, on_call=on_call)
     effects = tmp_path / "effects.jsonl"
     daemon = Daemon(tmp_path, f"sqlite:///{disk.store_dir / 'salvor.db'}", effects)
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     daemon.args += ["--model-endpoint", provider.base_url]
     http = httpx.Client(base_url=daemon.base_url, timeout=30)
     try:
