@@ -18,7 +18,7 @@ from typing import Any
 from salvor.protocol import Actor, Envelope, ErrorCode
 
 from ..models import Delta, ModelGateway
-from ..recording import FreeSpaceFloor, StoreAccess
+from ..recording import FreeSpaceFloor, StoreAccess, chosen_run_id
 from ..tools import ToolRegistry
 from ..web import OperationRefused
 from ._appends import ClientAppends
@@ -76,10 +76,11 @@ class ClientRuns:
         """Open (or adopt, or re-open with its token) a client-driven run; a new id when None.
 
         Raises:
-            OperationRefused: run_exists (the id has a server-driven history), or the lease's
-                refusal (another driver holds it); nothing is recorded either way.
+            OperationRefused: bad_request (a name-based id, the kind salvor derives for children:
+                ``chosen_run_id``), run_exists (the id has a server-driven history), or the
+                lease's refusal (another driver holds it); nothing is recorded either way.
         """
-        run_id = run_id or str(uuid.uuid4())
+        run_id = str(uuid.uuid4()) if run_id is None else chosen_run_id(run_id)
         view = await self._access.read(self._access.store.read_view, run_id)
         if view is not None and view.driven_by != Actor.CLIENT:
             raise OperationRefused(

@@ -10,6 +10,7 @@ from ._driving import DriveStopped, InProcessDriving, RunDriving
 from ._free_space import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor
 from ._refusals import (
     checked_labels,
+    chosen_run_id,
     needs_reconciliation,
     parse_run_id,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "RunDriving",
     "StoreAccess",
     "checked_labels",
+    "chosen_run_id",
     "claim_to_settle",
     "claim_wait_seconds",
     "needs_reconciliation",

@@ -72,6 +72,7 @@ from ..recording import (
     FreeSpaceFloor,
     StoreAccess,
     checked_labels,
+    chosen_run_id,
     claim_to_settle,
     needs_reconciliation,
     parse_run_id,
@@ -529,7 +530,7 @@ class Runtime(Forks):
                 this daemon.
         """
         checked_labels(labels)
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if replay_of is not None:
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
             replay_of = parse_run_id(replay_of)
@@ -570,7 +571,7 @@ class Runtime(Forks):
                 ``run_id`` already has history, and what ``graph_agents`` raises.
         """
         checked_labels(labels)
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         await self.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
         await self.open_log(run_id, [head])
