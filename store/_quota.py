@@ -9,8 +9,8 @@ Rules of this module:
   remember and trust whenever an append comes after exactly ``n`` events.
 * The margin: one ending event (``RunFailed``, ``RunCompleted``, ``RunAbandoned``) of at most
   ``ENDING_MARGIN_BYTES`` is taken past a run's event and byte limits, so the failure a quota
-  causes, a client's own ending and a person's abandon can always be written. A run therefore
-  holds at most one event and ``ENDING_MARGIN_BYTES`` more than its limits.
+  causes, a client's own ending and a person's abandon can always be written. Nothing follows
+  an ending, so a run holds at most one event and ``ENDING_MARGIN_BYTES`` more than its limits.
 """
 
 from __future__ import annotations
@@ -88,13 +88,8 @@ def bytes_after(
     over_bytes = total > quota.max_run_bytes
     if not (over_events or over_bytes):
         return total
-    if (
-        len(events) == 1
-        and events[0].KIND in _ENDINGS
-        and added <= ENDING_MARGIN_BYTES
-        and count <= quota.max_run_events
-        and stored <= quota.max_run_bytes
-    ):
+    # Whatever the run holds (limits lowered since it was written, say): a run ends once.
+    if len(events) == 1 and events[0].KIND in _ENDINGS and added <= ENDING_MARGIN_BYTES:
         return total
     if over_events:
         limit, value = "max_run_events", quota.max_run_events

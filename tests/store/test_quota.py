@@ -80,3 +80,13 @@ def test_one_payload_over_its_limit_is_refused_whatever_the_run_holds(store_url)
         assert "(salvor serve --max-payload-bytes)" in refused.value.message
         assert store.read_view(RUN) is None
         store.append(RUN, [head("é" * 900)], EMPTY_VIEW)
+
+
+def test_a_run_over_lowered_limits_can_still_end(store_url) -> None:
+    with EventStore.open(store_url, quota=RunQuota()) as store:
+        view = filled(store, 10, 5000)
+    with EventStore.open(store_url, quota=RunQuota(max_run_events=3, max_run_bytes=100)) as store:
+        with pytest.raises(QuotaExceeded):
+            store.append(RUN, [NowObserved(now="2026-01-01T00:00:00.000000Z")], view)
+        _, ended = store.append(RUN, [RunFailed(error="over the lowered limits")], view)
+        assert ended.state.value == "failed"
