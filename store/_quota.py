@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from salvor.protocol import Event, EventKind
+from salvor.protocol import DEFAULT_MAX_PAYLOAD_BYTES, Event, EventKind
 
 from ._errors import PayloadTooLarge, QuotaExceeded
 
@@ -26,7 +26,6 @@ MIB = 1024 * 1024
 # The defaults of ``salvor serve``'s flags (the README gives the reasons).
 DEFAULT_MAX_RUN_EVENTS = 100_000
 DEFAULT_MAX_RUN_BYTES = 64 * MIB
-DEFAULT_MAX_PAYLOAD_BYTES = 8 * MIB
 ENDING_MARGIN_BYTES = 64 * 1024
 
 _ENDINGS = frozenset({EventKind.RUN_FAILED, EventKind.RUN_COMPLETED, EventKind.RUN_ABANDONED})

@@ -12,13 +12,13 @@ import math
 from collections.abc import AsyncIterator
 
 import trio
-from salvor.protocol import ErrorCode
+from salvor.protocol import DEFAULT_MAX_PAYLOAD_BYTES, ErrorCode
 
 from ._errors import OperationRefused, request_timeout
 
-# The control plane's default cap on a request body: the same limit as one stored event's payload
-# (``salvor serve --max-payload-bytes``, ``salvor.store.RunQuota``), whose value serve hands in.
-MAX_BODY_BYTES = 8 * 1024 * 1024
+# The control plane's default cap on a request body: the one payload limit, also a stored event's
+# (``salvor serve --max-payload-bytes`` sets both; serve hands its value in).
+MAX_BODY_BYTES = DEFAULT_MAX_PAYLOAD_BYTES
 # How long a request body may take to arrive whole (a client that stops sending mid-body);
 # the default of the daemon's ``body_timeout_seconds`` setting.
 BODY_TIMEOUT_SECONDS = 60.0

@@ -239,10 +239,12 @@ class Contract:
 @contextmanager
 def below_the_free_space_floor(state: Any) -> Iterator[None]:
     """The daemon of ``state`` as if its store's filesystem were below the free-space floor
-    (one no filesystem can reach): every route declared as new work answers 507."""
-    kept = state.floor
-    state.floor = FreeSpaceFloor(f"sqlite:///{Path(gettempdir()) / 'floor.db'}", 1 << 62)
+    (one no filesystem can reach): every route declared as new work, and a new client-driven
+    run's head, answer 507. The daemon's own floor is raised (on any backend) for the block."""
+    floor: FreeSpaceFloor = state.floor
+    kept = (floor.directory, floor.min_free_bytes)
+    floor.directory, floor.min_free_bytes = Path(gettempdir()), 1 << 62
     try:
         yield
     finally:
-        state.floor = kept
+        floor.directory, floor.min_free_bytes = kept

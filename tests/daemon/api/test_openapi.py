@@ -451,6 +451,16 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     await call(
         api, "POST", events, expect=404, run_id=MISSING_RUN, headers=token, json={"events": [head]}
     )
+    with below_the_free_space_floor(server.state):
+        await call(
+            api,
+            "POST",
+            events,
+            expect=507,
+            run_id=client_run,
+            headers=token,
+            json={"events": [head]},
+        )
     await call(
         api, "POST", events, expect=200, run_id=client_run, headers=token, json={"events": [head]}
     )
