@@ -815,7 +815,10 @@ class ModelProxy:
             return
         try:
             raw = await read_body(
-                asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES
+                asgi_chunks(receive),
+                self.body_timeout_seconds,
+                cap=MAX_BODY_BYTES,
+                payload_limit=False,
             )
         except Disconnected:
             return

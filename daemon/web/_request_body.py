@@ -36,8 +36,11 @@ class CappedBody:
     answer, so they would otherwise never see the 413.
     """
 
-    def __init__(self, cap: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, cap: int = MAX_BODY_BYTES, *, payload_limit: bool = True) -> None:
         self._cap = cap
+        # Whether the cap is the operator's payload limit (the API's), which the refusal names,
+        # or a fixed bound of its own (a proxy's).
+        self._payload_limit = payload_limit
         self._data = bytearray()
         self._over = False
 
@@ -55,6 +58,10 @@ class CappedBody:
 
     def whole(self) -> bytes:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
+        if self._over and not self._payload_limit:
+            raise OperationRefused(
+                ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap"
+            )
         if self._over:
             raise OperationRefused(
                 ErrorCode.PAYLOAD_TOO_LARGE,
@@ -86,11 +93,14 @@ async def read_body(
     *,
     cap: int = MAX_BODY_BYTES,
     drain: bool = True,
+    payload_limit: bool = True,
 ) -> bytes:
     """The whole body of a request from its chunks, under one deadline and the size cap.
 
     With ``drain`` the rest of an oversized body is read and dropped before
     the 413 (see ``CappedBody``); without it reading stops at the cap.
+    ``payload_limit``: ``cap`` is the operator's payload limit, and the 413 names it; a proxy's
+    own bound passes False.
 
     Raises:
         OperationRefused: request_timeout (408) when the body did not arrive
@@ -99,7 +109,7 @@ async def read_body(
             Whatever ``chunks`` raises (``Disconnected``) passes through.
             Either way nothing of the body has been used.
     """
-    body = CappedBody(cap)
+    body = CappedBody(cap, payload_limit=payload_limit)
     with trio.move_on_after(math.inf if deadline_seconds is None else deadline_seconds):
         async for chunk in chunks:
             body.add(chunk)
