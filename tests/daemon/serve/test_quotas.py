@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -25,7 +27,11 @@ import httpx
 import pytest
 
 from tests.chaos.test_kill_serve import Daemon
-from tests.chaos.test_store_faults import agent_toml, small_disk  # noqa: F401 -- its fixture
+from tests.chaos.test_store_faults import (  # noqa: F401 -- small_disk is a fixture
+    CALLER,
+    agent_toml,
+    small_disk,
+)
 from tests.support.client_events import envelope, run_started
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text_reply
 
@@ -272,6 +278,54 @@ def test_below_the_free_space_floor_new_work_is_refused_and_running_work_finishe
     try:
         taken = http.post("/v1/runs", json={"agent": agent, "input": {"case": "lower floor"}})
         assert taken.status_code == 201, taken.text
+    finally:
+        daemon.terminate()
+        http.close()
+        provider.stop()
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_process_agent_s_answer_over_the_payload_limit_fails_its_run(tmp_path, store_url) -> None:
+    """The answer reaches the loopback model proxy, whose record of it is refused: the run fails
+    naming the limit, the agent's call is answered 413, and its process is stopped."""
+    provider = ScriptedProvider(lambda call: text_reply("z" * (100 * 1024)))
+    token = "t" * 32
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url, SALVOR_TEST_TOKEN=token)
+    daemon.args += ["--allow-process-agents", "--auth-token", "SALVOR_TEST_TOKEN"]
+    daemon.args += ["--max-payload-bytes", "64KiB"]
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    definition = (
+        f'kind = "process"\ncommand = {json.dumps([sys.executable, str(script)])}\ntimeout = 120\n'
+    )
+    daemon.start()
+    http = httpx.Client(
+        base_url=daemon.base_url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        registered = http.post(
+            "/v1/agents", content=definition, headers={"content-type": "application/toml"}
+        )
+        assert registered.status_code == 201, registered.text
+        started = http.post("/v1/runs", json={"agent": registered.json()["agent"], "input": "go"})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run"]
+        status = _wait_for(
+            "the process run failing",
+            lambda: (
+                (s := http.get(f"/v1/runs/{run_id}").json()["status"])["state"]
+                in ("failed", "completed")
+                and s
+            ),
+            daemon,
+        )
+        assert status["state"] == "failed", status
+        assert "over the limit of 65536 bytes per payload" in status["error"], status
+        assert "(salvor serve --max-payload-bytes)" in status["error"], status
+        assert provider.call_count == 1
+        # The agent's call was answered (413, naming the limit), not cut by a traceback.
+        assert "Traceback" not in daemon.log(), daemon.log()
     finally:
         daemon.terminate()
         http.close()
