@@ -58,6 +58,7 @@ class FreeSpaceFloor:
                 ErrorCode.INSUFFICIENT_STORAGE,
                 f"{what} is refused: the store's filesystem has {free} bytes free, below the "
                 f"floor of {self.min_free_bytes} bytes new work needs (salvor serve "
-                "--min-free-bytes); running runs go on. Free some space, or lower the floor",
+                "--min-free-bytes); running runs go on, and new work is taken again once space "
+                "is freed or the floor lowered",
                 details={"limit": "min_free_bytes", "value": self.min_free_bytes, "free": free},
             )
