@@ -16,6 +16,7 @@ from ._canonical import canonical_json as canonical_json
 from ._canonical import sha256_hash as sha256_hash
 from ._clock import format_instant as format_instant
 from ._clock import parse_instant as parse_instant
+from ._envelope import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ._envelope import SCHEMA_VERSION as SCHEMA_VERSION
 from ._envelope import Envelope as Envelope
 from ._envelope import decode_envelope as decode_envelope

@@ -17,6 +17,9 @@ from ._events import EVENT_TYPES, Event
 from ._strict_json import MAX_NESTING, MalformedJson, parse_strict
 
 SCHEMA_VERSION = 1
+# The one default limit on a payload (issue 29, item 5): the largest event payload the store keeps
+# and the largest request body the API reads (``salvor serve --max-payload-bytes`` sets both).
+DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 # An envelope holds a caller's value (itself at most MAX_NESTING deep) a few levels down:
 # envelope, event, payload, field. Reading back what was written must not be refused.
 ENVELOPE_NESTING = MAX_NESTING + 8

@@ -82,6 +82,10 @@ class ErrorCode(enum.StrEnum):
     STORE_UNAVAILABLE = "store_unavailable", 503
     STORE_TOO_NEW = "store_too_new", 503
     LISTEN_FAILED = "listen_failed", 503
+    # Quotas (issue 29): a run's log is full (its event count or its bytes), or the store's
+    # filesystem is below the free-space floor new work needs.
+    QUOTA_EXCEEDED = "quota_exceeded", 413
+    INSUFFICIENT_STORAGE = "insufficient_storage", 507
 
     # Ours: the page's session (a cookie-authenticated change without its CSRF token, or from
     # another origin).

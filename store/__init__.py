@@ -7,6 +7,8 @@ talks to a database; the daemon calls it from threads.
 from ._errors import BadCursor as BadCursor
 from ._errors import ClaimHeld as ClaimHeld
 from ._errors import CorruptLog as CorruptLog
+from ._errors import PayloadTooLarge as PayloadTooLarge
+from ._errors import QuotaExceeded as QuotaExceeded
 from ._errors import SeqConflict as SeqConflict
 from ._errors import StoreError as StoreError
 from ._errors import StoreOwned as StoreOwned
@@ -25,6 +27,11 @@ from ._ownership import Holder as Holder
 from ._ownership import RunHint as RunHint
 from ._ownership import StoreLocks as StoreLocks
 from ._ownership import open_locks as open_locks
+from ._quota import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+from ._quota import DEFAULT_MAX_RUN_BYTES as DEFAULT_MAX_RUN_BYTES
+from ._quota import DEFAULT_MAX_RUN_EVENTS as DEFAULT_MAX_RUN_EVENTS
+from ._quota import ENDING_MARGIN_BYTES as ENDING_MARGIN_BYTES
+from ._quota import RunQuota as RunQuota
 from ._records import GRAPH_SUMMARY_KEYS as GRAPH_SUMMARY_KEYS
 from ._records import SUMMARY_KEYS as SUMMARY_KEYS
 from ._records import SUMMARY_REQUIRED as SUMMARY_REQUIRED

@@ -114,3 +114,19 @@ def store_fault(exc: BaseException) -> bool:
     """Whether ``exc`` is a store failure that may pass by itself
     (``StoreUnavailable`` marked transient)."""
     return isinstance(exc, StoreUnavailable) and exc.transient
+
+
+class QuotaExceeded(StoreError):
+    """An append would take a run past its event or byte quota; nothing of it was written.
+
+    ``details`` names the limit (``limit``: ``max_run_events`` or ``max_run_bytes``), its
+    value, and what the run held.
+    """
+
+    code = ErrorCode.QUOTA_EXCEEDED
+
+
+class PayloadTooLarge(StoreError):
+    """One event's payload is over the per-payload limit; nothing of its append was written."""
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE

@@ -75,6 +75,7 @@ from ._errors import (
     passes_by_itself,
 )
 from ._location import normalize_store_url
+from ._quota import RunQuota, bytes_after
 from ._records import (
     GRAPH_SUMMARY_KEYS,
     Claim,
@@ -121,6 +122,8 @@ _LABEL_SCAN_CHUNK = 200
 AGENT_FORMATS = ("toml", "json", "md")
 # Any constant works: it only has to be the same in every salvor process.
 _PG_SCHEMA_LOCK = 0x5A1F0
+# How many runs' (events, bytes) a store with a quota remembers; one it forgot is counted again.
+_REMEMBERED_RUNS = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +276,7 @@ class EventStore:
         *,
         notifications: bool = False,
         commit_observer: Callable[[int, float], None] | None = None,
+        quota: RunQuota | None = None,
     ) -> None:
         """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
         self._engine = engine
@@ -295,6 +299,17 @@ class EventStore:
         # Told of every committed append transaction (its events, its seconds), on the
         # committing thread: the daemon counts commits here without the store knowing it.
         self._commit_observer = commit_observer
+        # What one run may make this store keep (``open``'s ``quota``); None: no limit.
+        self.quota = quota
+        # run id -> (events, bytes) of its log, a fact once true (see ``_quota``).
+        self._run_bytes: dict[str, tuple[int, int]] = {}
+        self._run_bytes_lock = threading.Lock()
+        # A payload's stored size: SQLite's length() counts characters of a text, so a blob's.
+        self._payload_size = (
+            func.length(cast(events.c.payload, LargeBinary))
+            if self.dialect == "sqlite"
+            else func.octet_length(events.c.payload)
+        )
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -306,6 +321,7 @@ class EventStore:
         synchronous: str = "FULL",
         notifications: bool = False,
         commit_observer: Callable[[int, float], None] | None = None,
+        quota: RunQuota | None = None,
     ) -> EventStore:
         """Open (creating or upgrading) the store at ``url``.
 
@@ -322,6 +338,9 @@ class EventStore:
                 wrote and how many seconds it took from BEGIN to COMMIT. It
                 must be quick and must not raise: an exception from it reaches
                 the appender although its rows are durable.
+            quota: what one run may make the store keep (``RunQuota``): an append
+                past it is refused with ``QuotaExceeded`` or ``PayloadTooLarge``,
+                nothing written. None: no limit.
 
         Raises:
             StoreUnavailable: the store cannot be created, reached or read.
@@ -345,7 +364,9 @@ class EventStore:
             raise StoreUnavailable(
                 f"cannot open the store at {display_url(url)}: {_reason(exc)}"
             ) from None
-        return cls(engine, url, notifications=notifications, commit_observer=commit_observer)
+        return cls(
+            engine, url, notifications=notifications, commit_observer=commit_observer, quota=quota
+        )
 
     def close(self) -> None:
         """Release every connection. The store must not be used afterwards."""
@@ -397,6 +418,7 @@ class EventStore:
             GuardRefusal: the batch is not legal after ``view``.
             SeqConflict: another writer appended at one of these seqs first.
             ClaimHeld: ``claim`` (or ``settle``) belongs to another intent.
+            QuotaExceeded / PayloadTooLarge: the batch is over the store's quota.
             StoreUnavailable: the database failed.
             ValueError: an empty batch, ``claim``/``settle``/``release`` without
                 its event, or both ``settle`` and ``release``.
@@ -404,7 +426,9 @@ class EventStore:
         Every failure leaves the store as it was: nothing of the batch is written.
         """
         prepared = prepare(run_id, events, view, claim, settle, release, notify=self.notifications)
+        after = self._within_quota(prepared)
         self._commit([prepared])
+        self._remember_bytes(prepared, after)
         return prepared.envelopes, prepared.view
 
     def append_batch(
@@ -422,7 +446,7 @@ class EventStore:
             was committed, else the exception that ``append`` would have raised.
         """
         results: list[Any] = [None] * len(requests)
-        accepted: list[tuple[int, Prepared]] = []
+        accepted: list[tuple[int, Prepared, int | None]] = []
         for index, request in enumerate(requests):
             try:
                 prepared = prepare(
@@ -434,26 +458,74 @@ class EventStore:
                     request.release,
                     notify=self.notifications,
                 )
-            except (GuardRefusal, ValueError) as exc:
+                after = self._within_quota(prepared)
+            except (GuardRefusal, ValueError, StoreError) as exc:
                 results[index] = exc
             else:
-                accepted.append((index, prepared))
+                accepted.append((index, prepared, after))
         if not accepted:
             return results
         try:
-            self._commit([prepared for _, prepared in accepted])
+            self._commit([prepared for _, prepared, _ in accepted])
         except StoreError:
-            for index, prepared in accepted:
+            for index, prepared, after in accepted:
                 try:
                     self._commit([prepared])
                 except StoreError as exc:
                     results[index] = exc
                 else:
                     results[index] = (prepared.envelopes, prepared.view)
+                    self._remember_bytes(prepared, after)
         else:
-            for index, prepared in accepted:
+            for index, prepared, after in accepted:
                 results[index] = (prepared.envelopes, prepared.view)
+                self._remember_bytes(prepared, after)
         return results
+
+    # -- quotas -------------------------------------------------------------
+
+    def _within_quota(self, prepared: Prepared) -> int | None:
+        """The run's bytes after ``prepared``, once the store's quota takes it (None: no quota).
+
+        Raises:
+            QuotaExceeded / PayloadTooLarge: it is over the quota; nothing was written.
+            StoreUnavailable: the run's bytes so far could not be counted.
+        """
+        if self.quota is None:
+            return None
+        count = prepared.previous_count
+        held = (count, self._bytes_of_first(prepared.run_id, count))
+        return bytes_after(
+            self.quota,
+            prepared.run_id,
+            held,
+            [envelope.event for envelope in prepared.envelopes],
+            [row["payload"] for row in prepared.event_rows],
+        )
+
+    def _bytes_of_first(self, run_id: str, count: int) -> int:
+        """The stored bytes of ``run_id``'s first ``count`` events: remembered, else summed
+        (once per run and process: a run this process has not appended to, or forgot)."""
+        if count == 0:
+            return 0
+        with self._run_bytes_lock:
+            known = self._run_bytes.get(run_id)
+        if known is not None and known[0] == count:
+            return known[1]
+        statement = select(func.coalesce(func.sum(self._payload_size), 0)).where(
+            events.c.run_id == run_id, events.c.seq < count
+        )
+        with self._reading("count a run's stored bytes"), self._read() as connection:
+            return int(connection.execute(statement).scalar_one())
+
+    def _remember_bytes(self, prepared: Prepared, after: int | None) -> None:
+        if after is None:
+            return
+        with self._run_bytes_lock:
+            self._run_bytes.pop(prepared.run_id, None)
+            if len(self._run_bytes) >= _REMEMBERED_RUNS:
+                del self._run_bytes[next(iter(self._run_bytes))]
+            self._run_bytes[prepared.run_id] = (prepared.view.next_seq, after)
 
     def _commit(self, batch: list[Prepared]) -> None:
         """Own the transaction boundary of one or more prepared appends.

@@ -20,6 +20,7 @@ REGISTER = Operation(
     method="post",
     rule="/v1/agents",
     operation_id="registerAgent",
+    new_work=True,
     tag="agents",
     summary="Register an agent definition (validated, stored, content-addressed)",
     description=(

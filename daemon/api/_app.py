@@ -59,7 +59,7 @@ from ._metrics_routes import add_metrics_route
 from ._model_step_routes import OPERATIONS as MODEL_STEP_OPERATIONS
 from ._model_step_routes import add_model_step_routes
 from ._openapi import openapi_document
-from ._operation import documented, operations_of
+from ._operation import documented, operation_at, operations_of
 from ._reconciliation_routes import OPERATIONS as RECONCILIATION_OPERATIONS
 from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import OPERATIONS as RUN_EVENTS_OPERATIONS
@@ -124,6 +124,8 @@ def create_app(state: ServerState) -> QuartTrio:
     # Quart hands it to every request as ``request.body_timeout``; ``body_bytes`` applies it to the
     # whole body. (Quart's own use of it covers only get_data() and answers in HTML.)
     app.config["BODY_TIMEOUT"] = state.body_timeout_seconds
+    # The cap ``body_bytes`` reads a body under (``salvor serve --max-payload-bytes``).
+    app.config["SALVOR_MAX_PAYLOAD_BYTES"] = state.max_payload_bytes
 
     @app.before_request
     async def admit_caller() -> None:
@@ -136,6 +138,16 @@ def create_app(state: ServerState) -> QuartTrio:
             check_request_origin()
             return
         g.session = authenticate(state.auth_token, state.sessions, state.failed_tries)
+        await refuse_new_work_when_low()
+
+    async def refuse_new_work_when_low() -> None:
+        # The free-space floor (issue 29, item 5): checked once here for every route declared as
+        # new work, after the caller is admitted and before anything is read or recorded.
+        if state.floor is None:
+            return
+        operation = operation_at(app, request.endpoint)
+        if operation is not None and operation.new_work:
+            await state.floor.check(f"{request.method} {request.path} (new work)")
 
     @app.before_websocket
     async def admit_handshake() -> None:

@@ -129,7 +129,8 @@ APPEND = Operation(
             ref("Appended"),
         )
     },
-    refusals=("BadRequest", "UnknownRun", "PayloadTooLarge"),
+    # A new run's head is new work: refused below the free-space floor.
+    refusals=("BadRequest", "UnknownRun", "PayloadTooLarge", "InsufficientStorage"),
     responses={
         "401": DRIVE_MISSING,
         "403": DRIVE_FORBIDDEN,

@@ -45,6 +45,7 @@ FORK_RUN = Operation(
     method="post",
     rule="/v1/runs/<run_id>/fork",
     operation_id="forkRun",
+    new_work=True,
     tag="runs",
     summary=(
         "Fork a graph run from a node into a new run, refusing to re-fire a recorded write nobody "

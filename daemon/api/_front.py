@@ -114,7 +114,11 @@ class AppendFront:
         run_id = await client_runs.driving(
             run_id, None if token is None else token.decode("latin-1")
         )
-        data = await read_body(asgi_chunks(receive), self._state.body_timeout_seconds)
+        data = await read_body(
+            asgi_chunks(receive),
+            self._state.body_timeout_seconds,
+            cap=self._state.max_payload_bytes,
+        )
         mimetype = (
             headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
         )

@@ -81,6 +81,7 @@ SUBMIT = Operation(
     method="post",
     rule="/v1/graphs",
     operation_id="submitGraph",
+    new_work=True,
     tag="graphs",
     summary="Submit a graph document: validated whole, stored content-addressed",
     body={

@@ -20,6 +20,7 @@ START = Operation(
     method="post",
     rule="/v1/graph-runs",
     operation_id="startGraphRun",
+    new_work=True,
     tag="graphs",
     summary=(
         "Start a run of a stored graph; answered once its head event is durable, then walked in "

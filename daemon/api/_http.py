@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from quart import Response, request, websocket
+from quart import Response, current_app, request, websocket
 from salvor.protocol import CodedError
 
 from ..web import (
     HTTP_WORDING,
+    MAX_BODY_BYTES,
     Caller,
     FailedTries,
     Session,
@@ -104,7 +105,8 @@ async def body_bytes() -> bytes:
     Raises:
         OperationRefused: request_timeout (408) or payload_too_large (413).
     """
-    return await read_body(request.body, request.body_timeout)
+    cap = current_app.config.get("SALVOR_MAX_PAYLOAD_BYTES", MAX_BODY_BYTES)
+    return await read_body(request.body, request.body_timeout, cap=cap)
 
 
 async def json_object(

@@ -291,7 +291,18 @@ RESPONSES: JSON = {
         "The server has a token and the request's bearer token is missing or wrong.", "unauthorized"
     ),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
-    "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
+    "PayloadTooLarge": _error(
+        "The body, or one payload it would record, is over the payload limit (8 MiB by default, "
+        "`--max-payload-bytes`), or what it would record is over the run's quota "
+        "(`--max-run-events`, `--max-run-bytes`). Nothing recorded; `details.limit` names it.",
+        "payload_too_large",
+        "quota_exceeded",
+    ),
+    "InsufficientStorage": _error(
+        "The store's filesystem is below the free-space floor new work needs "
+        "(`--min-free-bytes`); running runs go on. Nothing recorded.",
+        "insufficient_storage",
+    ),
     "RequestTimeout": _error(
         "The body did not arrive whole in time (60 s by default); nothing recorded, "
         "and the connection closes.",

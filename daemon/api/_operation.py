@@ -32,6 +32,7 @@ _SHARED = (
     ("404", "UnknownRun"),
     ("408", "RequestTimeout"),
     ("413", "PayloadTooLarge"),
+    ("507", "InsufficientStorage"),
 )
 
 
@@ -114,6 +115,9 @@ class Operation:
     responses: Mapping[str, JSON] = field(default_factory=dict)
     open: bool = False
     websocket: bool = False
+    # New work (a new run, fork or registration): refused with 507 while the store's filesystem is
+    # below the free-space floor (issue 29, item 5), which the app checks before the handler.
+    new_work: bool = False
 
     @property
     def path(self) -> str:
@@ -153,6 +157,8 @@ class Operation:
         refusals = set(self.refusals)
         if "PayloadTooLarge" in refusals:
             refusals.add("RequestTimeout")
+        if self.new_work:
+            refusals.add("InsufficientStorage")
         for status, name in _SHARED:
             if name in refusals:
                 responses[status] = {"$ref": f"#/components/responses/{name}"}
@@ -183,6 +189,12 @@ def route(app: QuartTrio, operation: Operation) -> Callable:
         return handler
 
     return register
+
+
+def operation_at(app: QuartTrio, endpoint: str | None) -> Operation | None:
+    """The declaration registered under ``endpoint`` (a request's), or None for an undeclared
+    route (the page's files)."""
+    return app.extensions.get(_EXTENSION, {}).get(endpoint)
 
 
 def operations_of(app: QuartTrio) -> tuple[Operation, ...]:

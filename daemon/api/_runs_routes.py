@@ -25,6 +25,7 @@ START = Operation(
     method="post",
     rule="/v1/runs",
     operation_id="startRun",
+    new_work=True,
     tag="runs",
     summary="Start a run; answered once its head event is durable, then driven in the background",
     body=START_RUN,

@@ -13,8 +13,9 @@ from ..agents import Credentials
 from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
 from ..metrics import DaemonMetrics
 from ..models import ModelGateway
+from ..recording import FreeSpaceFloor
 from ..runs import BUFFER_BYTES, DriverSet, EventHub, Runtime
-from ..web import BODY_TIMEOUT_SECONDS, FailedTries, Sessions, wrong_state
+from ..web import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, FailedTries, Sessions, wrong_state
 from ._stream_slots import StreamSlots
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
@@ -75,6 +76,10 @@ class ServerState:
     driven_elsewhere: Callable[[list[str]], set[str]] | None = None
     # This daemon's Prometheus registry and instruments (GET /metrics renders it).
     metrics: DaemonMetrics = field(default_factory=DaemonMetrics)
+    # Quotas (issue 29, item 5): the largest body a route reads (--max-payload-bytes), and the
+    # free-space floor new work is refused under (None: no floor).
+    max_payload_bytes: int = MAX_BODY_BYTES
+    floor: FreeSpaceFloor | None = None
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
 
@@ -83,6 +88,7 @@ class ServerState:
             leases=self.leases,
             client_tools=self.client_tools,
             model_executor=self.model_executor,
+            floor=self.floor,
         )
 
     def attached(self, run_id: str) -> bool:

@@ -207,3 +207,41 @@ def run_state(text: str) -> str:
             f"--state {text[:40]!r} is not a run state; use one of {', '.join(RUN_STATES)}"
         )
     return text
+
+
+# Quotas (issue 29, item 5): sizes and counts of `salvor serve`'s limits.
+_SIZE_UNITS = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def size_in_bytes(flag: str, *, zero: str | None = None) -> Callable[[str], int]:
+    """A byte count, bare or with a KiB, MiB or GiB suffix (``64MiB``); 0 only when ``zero``
+    says what it means."""
+
+    def parse(text: str) -> int:
+        digits = text.rstrip("KMGiB")
+        unit = text[len(digits) :]
+        size = None
+        if unit in _SIZE_UNITS and digits.isascii() and digits.isdigit() and len(digits) <= 15:
+            size = int(digits) * _SIZE_UNITS[unit]
+        if size is None or (size == 0 and zero is None):
+            allowed = "0 (" + zero + ") or " if zero else ""
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text[:40]!r} must be {allowed}a positive number of bytes, bare or with "
+                "a KiB, MiB or GiB suffix (64MiB)"
+            )
+        return size
+
+    return parse
+
+
+def event_count(flag: str) -> Callable[[str], int]:
+    """A positive whole number of events."""
+
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and len(text) <= 12 and int(text) > 0):
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text[:40]!r} must be a positive whole number of events"
+            )
+        return int(text)
+
+    return parse

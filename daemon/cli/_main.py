@@ -35,14 +35,24 @@ from salvor.protocol import (
     parse_graph_json,
     parse_graph_yaml,
 )
-from salvor.store import Holder, StoreLocks, default_store_url, normalize_store_url, sqlite_path
+from salvor.store import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_RUN_BYTES,
+    DEFAULT_MAX_RUN_EVENTS,
+    Holder,
+    RunQuota,
+    StoreLocks,
+    default_store_url,
+    normalize_store_url,
+    sqlite_path,
+)
 
 from ..agents import AgentDefinition, CredentialError, Credentials, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..flows import caller_labels
 from ..metrics import JsonLines
 from ..processes import make_undumpable, sweep_orphans
-from ..recording import claim_wait_seconds, open_store_access
+from ..recording import DEFAULT_MIN_FREE_BYTES, claim_wait_seconds, open_store_access
 from ..runs import (
     BUFFER_BYTES,
     MAX_STREAMS_PER_CLIENT,
@@ -56,6 +66,7 @@ from ..tools import demo_registry
 from ._arguments import (
     Parser,
     add_label_option,
+    event_count,
     json_value,
     key_value,
     listen_address,
@@ -63,6 +74,7 @@ from ._arguments import (
     run_limit,
     run_state,
     run_uuid,
+    size_in_bytes,
     stream_buffer_bytes,
     streams_per_client,
     token_tries,
@@ -743,6 +755,7 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
     )
     _add_notify_options(p)
     _add_hardening_options(p)
+    _add_quota_options(p)
 
 
 def _add_hardening_options(p: argparse.ArgumentParser) -> None:
@@ -772,6 +785,42 @@ def _add_hardening_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also speak cleartext HTTP/2 (prior knowledge, h2c) on the API listener; off by "
         "default (an HTTP/2 client can flood a server with stream resets)",
+    )
+
+
+def _add_quota_options(p: argparse.ArgumentParser) -> None:
+    """`salvor serve`'s quotas (issue 29, item 5): what one caller can make the daemon store."""
+    p.add_argument(
+        "--max-run-events",
+        type=event_count("--max-run-events"),
+        default=DEFAULT_MAX_RUN_EVENTS,
+        metavar="N",
+        help=f"events one run's log may hold (default {DEFAULT_MAX_RUN_EVENTS}); a run that "
+        "reaches it fails, naming it",
+    )
+    p.add_argument(
+        "--max-run-bytes",
+        type=size_in_bytes("--max-run-bytes"),
+        default=DEFAULT_MAX_RUN_BYTES,
+        metavar="BYTES",
+        help="bytes of event payloads one run's log may hold (default 64MiB); a run that "
+        "reaches it fails, naming it",
+    )
+    p.add_argument(
+        "--max-payload-bytes",
+        type=size_in_bytes("--max-payload-bytes"),
+        default=DEFAULT_MAX_PAYLOAD_BYTES,
+        metavar="BYTES",
+        help="the largest request body the API reads and the largest event payload a run may "
+        "record (default 8MiB)",
+    )
+    p.add_argument(
+        "--min-free-bytes",
+        type=size_in_bytes("--min-free-bytes", zero="off"),
+        default=DEFAULT_MIN_FREE_BYTES,
+        metavar="BYTES",
+        help="free space a SQLite store's filesystem must keep for new runs, forks and "
+        "registrations to be accepted (default 1GiB; 0 turns it off); running runs go on",
     )
 
 
@@ -923,6 +972,12 @@ def _serve_config(args: argparse.Namespace, url: str):
         trusted_proxies=tuple(args.trusted_proxy),
         token_tries=args.token_tries,
         http2=args.http2,
+        quota=RunQuota(
+            max_run_events=args.max_run_events,
+            max_run_bytes=args.max_run_bytes,
+            max_payload_bytes=args.max_payload_bytes,
+        ),
+        min_free_bytes=args.min_free_bytes,
     )
 
 

@@ -31,7 +31,7 @@ from salvor.protocol import (
 from salvor.store import SeqConflict
 
 from ..flows import caller_labels
-from ..recording import StoreAccess, parse_run_id
+from ..recording import FreeSpaceFloor, StoreAccess, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._answers import APPENDED
 from ._leases import LeaseRegistry
@@ -168,9 +168,13 @@ class ClientAppends:
     decided again on the stored view. The oldest entries go first.
     """
 
-    def __init__(self, access: StoreAccess, leases: LeaseRegistry) -> None:
+    def __init__(
+        self, access: StoreAccess, leases: LeaseRegistry, floor: FreeSpaceFloor | None = None
+    ) -> None:
         self._access = access
         self._leases = leases
+        # A new run's head is new work: refused while the store's filesystem is below the floor.
+        self._floor = floor
         self._last_views: dict[str, RunView] = {}
         access.on_commit.append(self._forget)
 
@@ -256,6 +260,8 @@ class ClientAppends:
                 raise GuardRefusal(
                     f"run {run_id} has no head yet: its first event must be a RunStarted"
                 )
+            if view.next_seq == 0 and self._floor is not None:
+                await self._floor.check("a new client-driven run")
             envelopes, view = await self._access.append(run_id, [e.event for e in new], view)
             appended.extend(e.seq for e in envelopes)
         if len(self._last_views) >= LAST_VIEWS:

@@ -18,7 +18,7 @@ from typing import Any
 from salvor.protocol import Actor, Envelope, ErrorCode
 
 from ..models import Delta, ModelGateway
-from ..recording import StoreAccess
+from ..recording import FreeSpaceFloor, StoreAccess, chosen_run_id
 from ..tools import ToolRegistry
 from ..web import OperationRefused
 from ._appends import ClientAppends
@@ -55,6 +55,7 @@ class ClientRuns:
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
         resolve: Resolve,
+        floor: FreeSpaceFloor | None = None,
     ) -> None:
         self._access = access
         self._registry = registry
@@ -65,7 +66,7 @@ class ClientRuns:
         self._model_executor = model_executor
         self._resolve = resolve
         # Shared with the ASGI front, which answers the append ahead of the app.
-        self._appends = ClientAppends(access, leases)
+        self._appends = ClientAppends(access, leases, floor)
 
     # -- the run and its lease -------------------------------------------------
 
@@ -75,10 +76,11 @@ class ClientRuns:
         """Open (or adopt, or re-open with its token) a client-driven run; a new id when None.
 
         Raises:
-            OperationRefused: run_exists (the id has a server-driven history), or the lease's
-                refusal (another driver holds it); nothing is recorded either way.
+            OperationRefused: bad_request (a name-based id, the kind salvor derives for children:
+                ``chosen_run_id``), run_exists (the id has a server-driven history), or the
+                lease's refusal (another driver holds it); nothing is recorded either way.
         """
-        run_id = run_id or str(uuid.uuid4())
+        run_id = str(uuid.uuid4()) if run_id is None else chosen_run_id(run_id)
         view = await self._access.read(self._access.store.read_view, run_id)
         if view is not None and view.driven_by != Actor.CLIENT:
             raise OperationRefused(

@@ -86,8 +86,9 @@ class FlowHost(Protocol):
         """The agent catalog, one entry per name (``flow_agents`` ``list``)."""
         ...
 
-    async def write_agent(self, content: str) -> dict:
-        """Validate and register an agent file: ``{written, diagnostics}``."""
+    async def write_agent(self, content: str, *, author: str | None = None) -> dict:
+        """Validate and register an agent file: ``{written, diagnostics}``; its name must be
+        free, or held only by agents the run ``author`` wrote."""
         ...
 
     async def write_graph(self, namespace: str, name: str, content: str) -> dict:

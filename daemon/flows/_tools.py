@@ -127,7 +127,7 @@ def _flow_agents(session: FlowSession):
             return await host.agent_catalog()
         if "content" not in args:
             raise ToolFailed("op `write` needs the agent file as `content`", retryable=False)
-        return await host.write_agent(args["content"])
+        return await host.write_agent(args["content"], author=session.run_id)
 
     return flow_agents
 

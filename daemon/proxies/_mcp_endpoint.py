@@ -112,7 +112,9 @@ async def serve_mcp(
     try:
         # The stand-in stops reading at its cap rather than take in
         # the rest of an oversized message.
-        raw = await read_body(asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False)
+        raw = await read_body(
+            asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False, payload_limit=False
+        )
     except Disconnected:
         return
     except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)

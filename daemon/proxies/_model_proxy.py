@@ -58,7 +58,7 @@ from salvor.store import SeqConflict, StoreUnavailable
 
 from ..metrics import DaemonMetrics
 from ..models import ANTHROPIC_VERSION, endpoint_url
-from ..recording import DriveInterrupted, RunContext
+from ..recording import DriveInterrupted, Parked, RunContext
 from ..web import (
     BODY_TIMEOUT_SECONDS,
     Disconnected,
@@ -385,6 +385,14 @@ class ProxySession:
                         # 410: the SDKs retry a 409 or a 503, and this run takes no more calls.
                         await reply.json(410, error_body(wire, 410, self.superseded_message))
                         return
+                    except Parked:
+                        # Over the store's quota: the run's failure, naming the limit, is
+                        # recorded; the process is stopped with it.
+                        self.rested.set()
+                        await reply.json(
+                            413, error_body(wire, 413, self.ctx.view.detail.get("error", ""))
+                        )
+                        return
             if scope.cancelled_caught:
                 await reply.json(
                     503,
@@ -468,6 +476,9 @@ class ProxySession:
                         return None
                     except SeqConflict as exc:
                         self._stop_superseded(exc)
+                        return None
+                    except Parked:
+                        self.rested.set()  # over the store's quota: the run's failure is recorded
                         return None
             return None
         finally:
@@ -804,7 +815,10 @@ class ModelProxy:
             return
         try:
             raw = await read_body(
-                asgi_chunks(receive), self.body_timeout_seconds, cap=MAX_BODY_BYTES
+                asgi_chunks(receive),
+                self.body_timeout_seconds,
+                cap=MAX_BODY_BYTES,
+                payload_limit=False,
             )
         except Disconnected:
             return

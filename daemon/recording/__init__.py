@@ -7,8 +7,10 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 from __future__ import annotations
 
 from ._driving import DriveStopped, InProcessDriving, RunDriving
+from ._free_space import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor
 from ._refusals import (
     checked_labels,
+    chosen_run_id,
     needs_reconciliation,
     parse_run_id,
 )
@@ -31,15 +33,18 @@ from ._store_access import (
 )
 
 __all__ = [
+    "DEFAULT_MIN_FREE_BYTES",
     "CallInFlight",
     "DriveInterrupted",
     "DriveStopped",
+    "FreeSpaceFloor",
     "InProcessDriving",
     "Parked",
     "RunContext",
     "RunDriving",
     "StoreAccess",
     "checked_labels",
+    "chosen_run_id",
     "claim_to_settle",
     "claim_wait_seconds",
     "needs_reconciliation",

@@ -33,6 +33,31 @@ def parse_run_id(text: str) -> str:
         raise bad_request(f"{excerpt(text)!r} is not a run id (a run id is a UUID)") from None
 
 
+# The UUID versions salvor derives the ids of the runs it starts itself from (map items and
+# subagents: uuid5 over the parent's id and position). A caller never chooses one: an id it
+# could compute in advance would let it plant a run where a map or a parent will look for its
+# child, and have its own "result" taken as the child's.
+_DERIVED_VERSIONS = frozenset({3, 5})
+
+
+def chosen_run_id(text: str) -> str:
+    """A run id a caller chose for a new run, in canonical form: any UUID but a name-based one
+    (version 3 or 5), the kind salvor derives for the children it starts (issue 29, item 6).
+
+    Raises:
+        OperationRefused: bad_request when it is no UUID, or a name-based one; nothing recorded.
+    """
+    run_id = parse_run_id(text)
+    version = uuid.UUID(run_id).version
+    if version in _DERIVED_VERSIONS:
+        raise bad_request(
+            f"run id {run_id} is a name-based UUID (version {version}), the kind salvor derives "
+            "for the runs it starts itself (map items, subagents); choose a random UUID "
+            "(version 4) or a time-ordered one (version 7), or leave the id to salvor"
+        )
+    return run_id
+
+
 def checked_labels(labels: Any, where: str = "") -> dict[str, str] | None:
     """``labels`` when they pass the one label check (``salvor.protocol.check_labels``).
 

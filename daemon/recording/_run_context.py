@@ -33,6 +33,7 @@ from typing import Any
 
 import trio
 from salvor.protocol import (
+    LEGAL_NEXT,
     TOOL_ERROR_KEY,
     TOOL_SLEEP_KEY,
     TOOL_SUSPEND_KEY,
@@ -68,7 +69,7 @@ from salvor.protocol import (
     sha256_hash,
     validate,
 )
-from salvor.store import Claim, ClaimHeld
+from salvor.store import Claim, ClaimHeld, PayloadTooLarge, QuotaExceeded
 
 from ..models import ModelCallError, ModelGateway
 from ..tools import (
@@ -256,6 +257,8 @@ class RunContext:
         Raises:
             ClaimHeld: ``claim`` belongs to another call; nothing was written
                 and the held-back events are still held.
+            Parked: (failed) the batch was over the store's quota; instead of it the run's
+                failure naming the limit was recorded (``_fail_over_quota``).
         """
         if (settle or release) and (self._settle or self._release):
             raise AssertionError("a batch settles or releases one identity at most")
@@ -275,9 +278,31 @@ class RunContext:
             self._held = batch[: len(batch) - len(events)]
             self._settle, self._release = held_settle, held_release
             raise
+        except (QuotaExceeded, PayloadTooLarge) as over:
+            await self._fail_over_quota(over)
         if self._on_record is not None:
             self._on_record(envelopes)
         return envelopes
+
+    async def _fail_over_quota(self, over: QuotaExceeded | PayloadTooLarge) -> None:
+        """Record the run's failure, naming the limit its batch was over, and stop the drive.
+
+        The batch is dropped whole (an open intent stays open, as after any failure); the
+        failure is one ending event, which the quota's margin always takes.
+
+        Raises:
+            Parked: (failed) once the failure is recorded.
+            QuotaExceeded / PayloadTooLarge: the run is in a state no failure may follow (it
+                sleeps, waits on a person or on a reconciliation); nothing was written.
+        """
+        if RunFailed.KIND not in LEGAL_NEXT[self.view.state]:
+            raise over
+        envelopes, self.view = await self.access.append(
+            self.run_id, [RunFailed(error=over.message)], self.view
+        )
+        if self._on_record is not None:
+            self._on_record(envelopes)
+        raise Parked(RunState.FAILED) from None
 
     def hold(self, *events: Event) -> None:
         """Keep ``events`` for the next commit (they are lost if the drive ends before one)."""

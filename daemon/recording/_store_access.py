@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore, StoreUnavailable, notice_of
+from salvor.store import AppendRequest, EventStore, RunQuota, StoreUnavailable, notice_of
 
 from ..processes import kill_after_commit_hook
 from ._driving import InProcessDriving, RunDriving
@@ -38,6 +38,8 @@ from ._driving import InProcessDriving, RunDriving
 log = logging.getLogger("salvor.store")
 
 _STOP = object()
+# What one run may make the store keep unless the operator says otherwise (``salvor serve``).
+_DEFAULT_QUOTA = RunQuota()
 # Bound on how many appends share one transaction: keeps one commit's
 # latency predictable under a burst.
 MAX_GROUP = 256
@@ -281,13 +283,15 @@ async def open_store_access(
     synchronous: str = "FULL",
     notifications: bool = False,
     commit_observer: Callable[[int, float], None] | None = None,
+    quota: RunQuota | None = _DEFAULT_QUOTA,
 ) -> AsyncIterator[StoreAccess]:
     """Open the store at ``url`` and its writer thread for the life of the block.
 
     ``notifications``: appends write the outbox rows they call for (``EventStore.open``); only
     a daemon that delivers them asks for it. ``commit_observer``: told of each group commit on
     the writer thread, with its events and seconds (``EventStore.open``); the daemon's metrics
-    count there.
+    count there. ``quota``: what one run may make the store keep (``EventStore.open``); the
+    defaults unless the operator set other limits.
 
     Raises:
         StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
@@ -299,6 +303,7 @@ async def open_store_access(
             synchronous=synchronous,
             notifications=notifications,
             commit_observer=commit_observer,
+            quota=quota,
         )
     )
     access = StoreAccess(store, post_commit=post_commit)

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 SUMMARY_CHARS = 500
 # The tool whose recorded answers name the graphs a run wrote.
 _FLOW_WRITE = "flow_write"
+# The tool whose recorded answers name the agents a run wrote.
+_FLOW_AGENTS = "flow_agents"
 # How a node or a run stands, as flow_results reports it.
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 _TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value})
@@ -97,14 +99,18 @@ class FlowCatalog:
         access = self.runtime.access
         return await access.read(_catalog, access.store, self.runtime.registry.names())
 
-    async def write_agent(self, content: str) -> dict:
+    async def write_agent(self, content: str, *, author: str | None = None) -> dict:
         """Check a markdown agent file and register it: ``{written, diagnostics}``, and when
         written the agent's hash, its name and whether it was new (``created``).
 
         The file is held to what an HTTP caller may send (no file of the daemon's disk, no
         command to run, only the model endpoints and MCP origins the operator declared), and it
-        is built as ``POST /v1/agents`` builds one. Any error diagnostic, from the checks or the
-        build, leaves the store as it was (``written: false``).
+        is built as ``POST /v1/agents`` builds one. Its name must be free, or the run ``author``
+        (the writing run's id; None: no run) must have written every agent holding it: a name
+        is what a subagent call and the catalog find an agent by (its newest registration), so
+        an authored agent taking another's name would stand in for it (issue 29, item 6). Any
+        error diagnostic, from the checks, the build or the name, leaves the store as it was
+        (``written: false``).
         """
         runtime = self.runtime
         known = runtime.registry.names()
@@ -117,6 +123,12 @@ class FlowCatalog:
                 await runtime.build_agent(agent)
             except OperationRefused as exc:
                 diagnostics.append(Diagnostic(1, Severity.ERROR, exc.message))
+                agent = None
+        if agent is not None and agent.name:
+            access = runtime.access
+            holders = await access.read(_name_held_by_others, access.store, agent, author)
+            if holders:
+                diagnostics.append(Diagnostic(1, Severity.ERROR, _name_taken(agent.name, holders)))
                 agent = None
         if agent is None:
             return _answer(False, diagnostics)
@@ -164,6 +176,51 @@ class FlowCatalog:
 # -- authoring: checks on a worker thread ---------------------------------------------------------
 
 _FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _name_held_by_others(
+    store: EventStore, agent: AgentDefinition, author: str | None
+) -> list[str]:
+    """The hashes of the other registered agents named as ``agent`` is that the run ``author``
+    did not write itself (read from its log, as ``_flows_written`` reads its graphs)."""
+    others = [
+        stored.agent_def_hash
+        for stored in store.list_agents()
+        if stored.name == agent.name and stored.agent_def_hash != agent.agent_def_hash
+    ]
+    if not others or author is None:
+        return others
+    own = _agents_written(store.read_log(author))
+    return [held for held in others if held not in own]
+
+
+def _name_taken(name: str, holders: list[str]) -> str:
+    return (
+        f"the name {name!r} is already taken by another agent ({holders[-1]}), which this run "
+        "did not write; an agent written in edit mode takes a name of its own (or one this run "
+        "gave an agent it wrote), so it never stands in for another under that name"
+    )
+
+
+def _agents_written(log: list[Envelope]) -> set[str]:
+    """The hashes of the agents a run registered with ``flow_agents`` write."""
+    writes = {
+        envelope.seq
+        for envelope in log
+        if isinstance(envelope.event, ToolCallRequested) and envelope.event.tool == _FLOW_AGENTS
+    }
+    written: set[str] = set()
+    for envelope in log:
+        event = envelope.event
+        if isinstance(event, ToolCallCompleted) and event.seq in writes:
+            output = event.output
+            if (
+                isinstance(output, dict)
+                and output.get("written") is True
+                and isinstance(output.get("agent"), str)
+            ):
+                written.add(output["agent"])
+    return written
 
 
 def _answer(written: bool, diagnostics: list[Diagnostic]) -> dict:

@@ -31,7 +31,7 @@ from salvor.protocol import (
 from salvor.store import EventStore, SeqConflict
 
 from ..graphs import map_child_id
-from ..recording import parse_run_id
+from ..recording import chosen_run_id
 from ..web import OperationRefused, bad_request, unknown_graph, unknown_run
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Forks:
             Nothing is recorded on any of them.
         """
         plan.check_proceeds()
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if document is not None:
             await self.access.read(
                 lambda: self.access.store.put_graph(

@@ -69,8 +69,10 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import (
+    FreeSpaceFloor,
     StoreAccess,
     checked_labels,
+    chosen_run_id,
     claim_to_settle,
     needs_reconciliation,
     parse_run_id,
@@ -168,8 +170,10 @@ class Runtime(Forks):
         leases: LeaseRegistry,
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
+        floor: FreeSpaceFloor | None = None,
     ) -> ClientRuns:
-        """The client-driven runs' operations over this runtime's store, registry and resolve."""
+        """The client-driven runs' operations over this runtime's store, registry and resolve;
+        ``floor`` refuses a new client run's head while the store's filesystem is low."""
         return ClientRuns(
             self.access,
             self.registry,
@@ -177,6 +181,7 @@ class Runtime(Forks):
             client_tools=client_tools,
             model_executor=model_executor,
             resolve=self.resolve,
+            floor=floor,
         )
 
     # -- settings -----------------------------------------------------------
@@ -538,7 +543,7 @@ class Runtime(Forks):
                 this daemon.
         """
         checked_labels(labels)
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if replay_of is not None:
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
             replay_of = parse_run_id(replay_of)
@@ -579,7 +584,7 @@ class Runtime(Forks):
                 ``run_id`` already has history, and what ``graph_agents`` raises.
         """
         checked_labels(labels)
-        run_id = parse_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         await self.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
         await self.open_log(run_id, [head])

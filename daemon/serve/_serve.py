@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 from salvor.protocol import CodedError, ErrorCode
+from salvor.store import RunQuota
 
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
@@ -38,7 +39,7 @@ from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
 from ..proxies import ModelProxy, open_model_proxy
-from ..recording import open_store_access
+from ..recording import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor, open_store_access
 from ..runs import (
     BUFFER_BYTES,
     MAX_STREAMS_PER_CLIENT,
@@ -135,6 +136,12 @@ class ServeConfig:
     # Wrong tokens a client may give per window before its tries are refused (--token-tries; 0:
     # no limit).
     token_tries: int = FAILED_TRIES
+
+    # Quotas (issue 29, item 5): what one run may make the store keep (--max-run-events,
+    # --max-run-bytes, --max-payload-bytes), and the free space a SQLite store's filesystem
+    # keeps for new work (--min-free-bytes; 0: no floor).
+    quota: RunQuota = field(default_factory=RunQuota)
+    min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
 
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
@@ -295,6 +302,7 @@ async def _serve(
             config.store_url,
             notifications=config.notify is not None,
             commit_observer=metrics.observe_commit,
+            quota=config.quota,
         ) as access,
         _model_proxy(config.proxy_port, metrics) as proxy,
         open_model_executor() as executor,
@@ -428,6 +436,8 @@ async def _server_state(
         # Streaming bounds (issue 29).
         stream_buffer_bytes=config.stream_buffer_bytes,
         stream_slots=StreamSlots(config.max_streams_per_client),
+        max_payload_bytes=config.quota.max_payload_bytes,
+        floor=FreeSpaceFloor(config.store_url, config.min_free_bytes),
     )
 
 

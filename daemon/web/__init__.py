@@ -41,6 +41,7 @@ from ._forwarded import (
 )
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
+    MAX_BODY_BYTES,
     Disconnected,
     asgi_chunks,
     read_body,
@@ -125,6 +126,7 @@ __all__ = [
     "FAILED_TRIES",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "MAX_BODY_BYTES",
     "MIN_TOKEN_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",

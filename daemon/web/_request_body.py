@@ -12,12 +12,13 @@ import math
 from collections.abc import AsyncIterator
 
 import trio
-from salvor.protocol import ErrorCode
+from salvor.protocol import DEFAULT_MAX_PAYLOAD_BYTES, ErrorCode
 
 from ._errors import OperationRefused, request_timeout
 
-# The control plane's cap on a request body.
-MAX_BODY_BYTES = 8 * 1024 * 1024
+# The control plane's default cap on a request body: the one payload limit, also a stored event's
+# (``salvor serve --max-payload-bytes`` sets both; serve hands its value in).
+MAX_BODY_BYTES = DEFAULT_MAX_PAYLOAD_BYTES
 # How long a request body may take to arrive whole (a client that stops sending mid-body);
 # the default of the daemon's ``body_timeout_seconds`` setting.
 BODY_TIMEOUT_SECONDS = 60.0
@@ -35,8 +36,11 @@ class CappedBody:
     answer, so they would otherwise never see the 413.
     """
 
-    def __init__(self, cap: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, cap: int = MAX_BODY_BYTES, *, payload_limit: bool = True) -> None:
         self._cap = cap
+        # Whether the cap is the operator's payload limit (the API's), which the refusal names,
+        # or a fixed bound of its own (a proxy's).
+        self._payload_limit = payload_limit
         self._data = bytearray()
         self._over = False
 
@@ -54,9 +58,16 @@ class CappedBody:
 
     def whole(self) -> bytes:
         """The body. Raises OperationRefused(payload_too_large) when it was over the cap."""
-        if self._over:
+        if self._over and not self._payload_limit:
             raise OperationRefused(
                 ErrorCode.PAYLOAD_TOO_LARGE, f"the body is over the {self._cap}-byte cap"
+            )
+        if self._over:
+            raise OperationRefused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"the body is over the limit of {self._cap} bytes per payload "
+                "(salvor serve --max-payload-bytes)",
+                details={"limit": "max_payload_bytes", "value": self._cap},
             )
         return bytes(self._data)
 
@@ -82,11 +93,14 @@ async def read_body(
     *,
     cap: int = MAX_BODY_BYTES,
     drain: bool = True,
+    payload_limit: bool = True,
 ) -> bytes:
     """The whole body of a request from its chunks, under one deadline and the size cap.
 
     With ``drain`` the rest of an oversized body is read and dropped before
     the 413 (see ``CappedBody``); without it reading stops at the cap.
+    ``payload_limit``: ``cap`` is the operator's payload limit, and the 413 names it; a proxy's
+    own bound passes False.
 
     Raises:
         OperationRefused: request_timeout (408) when the body did not arrive
@@ -95,7 +109,7 @@ async def read_body(
             Whatever ``chunks`` raises (``Disconnected``) passes through.
             Either way nothing of the body has been used.
     """
-    body = CappedBody(cap)
+    body = CappedBody(cap, payload_limit=payload_limit)
     with trio.move_on_after(math.inf if deadline_seconds is None else deadline_seconds):
         async for chunk in chunks:
             body.add(chunk)

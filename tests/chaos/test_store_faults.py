@@ -132,6 +132,8 @@ def test_runs_stopped_by_a_store_fault_finish_once_the_store_takes_writes(
     daemon = Daemon(
         tmp_path, f"sqlite:///{fault.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
     )
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     # The operator declares the provider, so an agent registered over HTTP may name it.
     daemon.args += ["--model-endpoint", provider.base_url]
     http = daemon.client(timeout=30)
@@ -246,6 +248,8 @@ def test_a_process_run_whose_model_answer_the_full_disk_refused_is_driven_again_
     daemon = Daemon(
         tmp_path, f"sqlite:///{filler.store_dir / 'salvor.db'}", tmp_path / "effects.jsonl"
     )
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     daemon.env.update(SALVOR_AGENT_UPSTREAM=provider.base_url)
     daemon.allow_process_agents()
     script = tmp_path / "caller.py"
@@ -350,6 +354,8 @@ def test_graph_runs_and_subagent_trees_stopped_by_a_full_disk_heal_from_their_ro
     provider = ScriptedProvider(script, on_call=on_call)
     effects = tmp_path / "effects.jsonl"
     daemon = Daemon(tmp_path, f"sqlite:///{disk.store_dir / 'salvor.db'}", effects)
+    # A full store filesystem, not the free-space floor, is what these runs meet.
+    daemon.args += ["--min-free-bytes", "0"]
     daemon.args += ["--model-endpoint", provider.base_url]
     http = daemon.client(timeout=30)
     try:

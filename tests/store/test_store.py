@@ -1083,6 +1083,13 @@ def test_store_errors_are_subclasses_with_one_message() -> None:
 def test_public_names_are_exported() -> None:
     public = {name for name in dir(salvor.store) if not name.startswith("_")}
     assert public == {
+        "DEFAULT_MAX_PAYLOAD_BYTES",
+        "DEFAULT_MAX_RUN_BYTES",
+        "DEFAULT_MAX_RUN_EVENTS",
+        "ENDING_MARGIN_BYTES",
+        "PayloadTooLarge",
+        "QuotaExceeded",
+        "RunQuota",
         "AppendRequest",
         "BadCursor",
         "Claim",

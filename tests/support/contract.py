@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from tempfile import gettempdir
 from typing import Any
 
 import httpx
@@ -19,6 +23,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from salvor.daemon.api._app import API_OPERATIONS
 from salvor.daemon.api._openapi import openapi_document
+from salvor.daemon.recording import FreeSpaceFloor
 
 DOCUMENT = openapi_document(API_OPERATIONS)
 BASE = "urn:salvor:openapi"
@@ -234,3 +239,17 @@ class Contract:
             )
         }
         return documented - self.seen
+
+
+@contextmanager
+def below_the_free_space_floor(state: Any) -> Iterator[None]:
+    """The daemon of ``state`` as if its store's filesystem were below the free-space floor
+    (one no filesystem can reach): every route declared as new work, and a new client-driven
+    run's head, answer 507. The daemon's own floor is raised (on any backend) for the block."""
+    floor: FreeSpaceFloor = state.floor
+    kept = (floor.directory, floor.min_free_bytes)
+    floor.directory, floor.min_free_bytes = Path(gettempdir()), 1 << 62
+    try:
+        yield
+    finally:
+        floor.directory, floor.min_free_bytes = kept

@@ -184,3 +184,66 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
             pass
     await host.agent_catalog()
     assert await trio.to_thread.run_sync(store_tables, store_url) == before
+
+
+async def test_an_agent_in_edit_mode_cannot_stand_in_for_another_under_its_name(
+    server, providers
+) -> None:
+    """The operator registered ``helper``; a run in edit mode writes its own file named
+    ``helper`` and then hands ``helper`` a task. The write is refused with a diagnostic naming the
+    taken name, and the task goes to the operator's helper (on main the run's stand-in took the
+    name, and every later ``subagent helper`` ran it)."""
+    scripts = {}
+    provider = providers(lambda call: scripts["main"](call))
+    stand_in = helper_agent(provider.base_url).replace("You help.", "You stand in.")
+    turns = [
+        tool_use("flow_agents", {"op": "write", "content": stand_in}),
+        tool_use("subagent", {"agent": "helper", "task": "INV-7", "inputs": {"invoice": "7"}}),
+        text_reply("handed over"),
+    ]
+
+    def script(call):
+        system = call.request.get("system")
+        if system == "You help.":
+            return tool_use("finish", {"status": "complete", "summary": "owed", "verdict": "pay"})
+        if system == "You stand in.":
+            return tool_use("finish", {"status": "complete", "summary": "no", "verdict": "none"})
+        return turns[len(tool_results(call))]
+
+    scripts["main"] = script
+    api = server.client
+    registered = await api.post(
+        "/v1/agents",
+        content=helper_agent(provider.base_url),
+        headers={"Content-Type": "text/markdown"},
+    )
+    assert registered.status_code == 201, registered.text
+    operators = registered.json()["agent"]
+    main = await server.register_agent(
+        agent_toml(
+            provider.base_url, name="author", extra='flow_tools = ["subagent", "flow_agents"]\n'
+        )
+    )
+    assert (await api.put(EDIT_MODE, json={"enabled": True})).status_code == 200
+    run_id = await server.start_run(main, "hand INV-7 to helper")
+    done = await server.wait_resting(run_id)
+    assert done["status"] == {"state": "completed", "output": "handed over"}, done
+
+    last = [
+        call
+        for call in provider.calls
+        if call.request.get("system")
+        not in (
+            "You help.",
+            "You stand in.",
+        )
+    ][-1]
+    refused, _ = _answer(last, 0)
+    assert refused["written"] is False, refused
+    (error,) = refused["diagnostics"]
+    assert "the name 'helper' is already taken by another agent" in error["message"]
+    assert operators in error["message"]
+    child, _ = _answer(last, 1)
+    assert child["outputs"] == {"verdict": "pay"}, child
+    names = [(a.get("name"), a["agent"]) for a in (await api.get("/v1/agents")).json()["agents"]]
+    assert [agent for name, agent in names if name == "helper"] == [operators]

@@ -27,7 +27,13 @@ from salvor.protocol import (
 from tests.protocol.graphs import publishing
 from tests.support.api import register
 from tests.support.api_server import TOKEN
-from tests.support.contract import FORK_PATHS, MISSING_RUN, OVERSIZED, Contract
+from tests.support.contract import (
+    FORK_PATHS,
+    MISSING_RUN,
+    OVERSIZED,
+    Contract,
+    below_the_free_space_floor,
+)
 from tests.support.graph_runs import (
     DRAFT_WRITE,
     ENTERED_AT,
@@ -233,6 +239,8 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         "route",
     ]
     assert "current_node" not in child_projection
+    with below_the_free_space_floor(server.state):
+        await call(api, "POST", FORK, expect=507, run_id=origin, json={"from_node": "tally"})
     # After every write, there is nothing to acknowledge.
     later = await call(api, "POST", FORK, expect=201, run_id=origin, json={"from_node": "tally"})
     listing = await call(api, "GET", FORKS, expect=200, run_id=origin)

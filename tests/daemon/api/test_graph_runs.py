@@ -15,7 +15,12 @@ from salvor.daemon.tools import ToolRegistry
 
 from tests.support.api import assert_error, get_run, register, snapshot
 from tests.support.api_server import TOKEN, Server
-from tests.support.contract import GRAPH_RUN_PATHS, OVERSIZED, Contract
+from tests.support.contract import (
+    GRAPH_RUN_PATHS,
+    OVERSIZED,
+    Contract,
+    below_the_free_space_floor,
+)
 from tests.support.graph_runs import approval_graph
 from tests.support.scripted_provider import text_reply
 
@@ -289,6 +294,9 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
         headers={"Content-Type": "application/json"},
     )
     await call(server.new_client(), "POST", "/v1/graph-runs", expect=401, json={})
+    with below_the_free_space_floor(server.state):
+        body = {"graph_hash": graph, "input": {"topic": "t"}}
+        await call(api, "POST", "/v1/graph-runs", expect=507, json=body)
     await server.wait_resting(started["run"])
     refused = await call(
         api,

@@ -68,6 +68,7 @@ from tests.support.contract import (
     SETTINGS_PATHS,
     STEP_PATHS,
     Contract,
+    below_the_free_space_floor,
     pointer,
 )
 
@@ -272,6 +273,9 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         api, "POST", "/v1/agents", expect=400, json={**GATED, "budget": {}}
     )  # a typo'd field
     await call(api, "GET", "/v1/agents", expect=200)
+    with below_the_free_space_floor(server.state):
+        await call(api, "POST", "/v1/agents", expect=507, json={**GATED, "name": "low"})
+        await call(api, "POST", "/v1/runs", expect=507, json={"agent": gated, "input": {}})
     assert (await call(api, "GET", "/v1/agents/{agent_hash}", expect=200, agent_hash=gated))[
         "name"
     ] == "gated"
@@ -454,6 +458,16 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     await call(
         api, "POST", events, expect=404, run_id=MISSING_RUN, headers=token, json={"events": [head]}
     )
+    with below_the_free_space_floor(server.state):
+        await call(
+            api,
+            "POST",
+            events,
+            expect=507,
+            run_id=client_run,
+            headers=token,
+            json={"events": [head]},
+        )
     await call(
         api, "POST", events, expect=200, run_id=client_run, headers=token, json={"events": [head]}
     )

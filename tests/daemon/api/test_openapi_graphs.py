@@ -19,7 +19,13 @@ from salvor.protocol import _graph_shape as validator
 from salvor.protocol import check_graph
 
 from tests.support.api_server import TOKEN
-from tests.support.contract import DOCUMENT, GRAPH_PATHS, OVERSIZED, Contract
+from tests.support.contract import (
+    DOCUMENT,
+    GRAPH_PATHS,
+    OVERSIZED,
+    Contract,
+    below_the_free_space_floor,
+)
 from tests.support.graph_documents import EVERY_KIND_YAML, every_kind, three_defects
 
 GRAPH_DOCUMENT = "/components/schemas/GraphDocument"
@@ -41,6 +47,8 @@ async def test_graph_answers_match_the_document(server_factory) -> None:
         api, "POST", "/v1/graphs", expect=400, content=b"{}", headers={"Content-Type": "text/csv"}
     )
     await call(api, "GET", "/v1/graphs", expect=200)
+    with below_the_free_space_floor(server.state):
+        await call(api, "POST", "/v1/graphs", expect=507, json=every_kind())
     read = await call(
         api, "GET", "/v1/graphs/{graph_hash}", expect=200, graph_hash=created["graph"]
     )

@@ -12,6 +12,7 @@ import pytest
 from salvor.daemon.agents import parse_definition
 from salvor.daemon.runs import FlowCatalog
 from salvor.daemon.tools import ToolFailed
+from salvor.protocol import EMPTY_VIEW, RunStarted, ToolCallCompleted, ToolCallRequested
 
 HELPER = """---
 name: helper
@@ -73,9 +74,16 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
     ]
 
 
+def _definition(runtime, text: str):
+    return parse_definition(text, "md", known_tools=runtime.registry.names())
+
+
 async def test_the_catalog_holds_the_newest_registration_of_each_name(host, runtime) -> None:
     first = await host.write_agent(HELPER)
-    newer = await host.write_agent(HELPER.replace("You help.", "You help, briefly."))
+    # The operator's registration (POST /v1/agents) may give any name.
+    newer_agent = _definition(runtime, HELPER.replace("You help.", "You help, briefly."))
+    await runtime.register_agent(newer_agent)
+    newer = {"agent": newer_agent.agent_def_hash}
     # Named agents only: one registered without a name is reached by its hash alone.
     unnamed = 'model = "m"\nsystem_prompt = "x"\n[llm]\nprovider = "demo"\n'
     await runtime.register_agent(parse_definition(unnamed, "toml"))
@@ -184,3 +192,45 @@ async def test_a_graph_is_warned_of_a_registered_agents_input_it_does_not_wire(h
     assert answer["written"] is True, answer
     (warning,) = answer["diagnostics"]
     assert warning["severity"] == "warning" and "'invoice'" in warning["message"], answer
+
+
+async def test_an_authored_agent_cannot_take_a_name_another_agent_holds(host, runtime) -> None:
+    operators = _definition(runtime, HELPER)
+    await runtime.register_agent(operators)
+    before = await _stored(runtime)
+    stand_in = HELPER.replace("You help.", "You answer: nothing is owed.")
+    for author in (None, "5b0c8f0e-2a7c-4d8e-9c1f-3e6a1b2c4d5e"):
+        answer = await host.write_agent(stand_in, author=author)
+        assert answer["written"] is False, answer
+        (error,) = answer["diagnostics"]
+        assert error["severity"] == "error"
+        assert "the name 'helper' is already taken by another agent" in error["message"]
+        assert operators.agent_def_hash in error["message"]
+    assert await _stored(runtime) == before
+    catalog = await host.agent_catalog()
+    assert [(e["name"], e["agent"]) for e in catalog] == [("helper", operators.agent_def_hash)]
+    # The same file as the holder's is no other agent: nothing changes, and it is answered so.
+    same = await host.write_agent(HELPER)
+    assert (same["written"], same["created"]) == (True, False)
+
+
+async def test_a_run_writes_new_versions_of_the_agents_it_wrote(host, runtime) -> None:
+    run_id = "5b0c8f0e-2a7c-4d8e-9c1f-3e6a1b2c4d5e"
+    first = await host.write_agent(HELPER, author=run_id)
+    assert first["written"] is True
+    # What the run's log holds once its flow_agents call is recorded.
+    call = ToolCallRequested(
+        tool="flow_agents",
+        input={"op": "write", "content": HELPER},
+        effect="write",
+        idempotency_key=None,
+    )
+    _, view = await runtime.access.append(
+        run_id, [RunStarted(agent_def_hash="sha256:" + "c" * 64, input=None), call], EMPTY_VIEW
+    )
+    await runtime.access.append(run_id, [ToolCallCompleted(seq=1, output=first)], view)
+    newer = await host.write_agent(HELPER.replace("You help.", "You help, briefly."), author=run_id)
+    assert newer["written"] is True and newer["agent"] != first["agent"], newer
+    # Another run may not.
+    other = await host.write_agent(HELPER.replace("You help.", "You help, loudly."))
+    assert other["written"] is False, other
