@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._credentials import (
     CredentialError,
     Credentials,
+    DeclaredOrigin,
     LlmChoice,
 )
 from ._definition import (
@@ -70,6 +71,7 @@ __all__ = [
     "AgentLoop",
     "CredentialError",
     "Credentials",
+    "DeclaredOrigin",
     "DefinitionError",
     "LlmChoice",
     "agent_command",

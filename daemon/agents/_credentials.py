@@ -331,6 +331,11 @@ class Credentials:
         except ValueError:  # a port that is not a number: nobody declared that
             return None
 
+    def origins(self, dialled_by: str) -> tuple[DeclaredOrigin, ...]:
+        """The origins the operator declared for ``dialled_by`` (``"mcp"``, ``"service"``), for
+        the OpenAPI document."""
+        return tuple(self._origins[dialled_by].values())
+
     def llm_choices(self) -> tuple[LlmChoice, ...]:
         """Every (provider, endpoint, key variable) an ``[llm]`` table from HTTP may
         name, for the OpenAPI document.

@@ -65,5 +65,7 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
                 tools=state.runtime.registry.names(),
                 process_agents=state.allow_process_agents,
                 llm_choices=state.credentials.llm_choices(),
+                mcp_origins=state.credentials.origins("mcp"),
+                service_origins=state.credentials.origins("service"),
             )
         )

@@ -30,7 +30,7 @@ from salvor import __version__
 from salvor.protocol import ERROR_STATUS, WIRE_SCHEMAS
 from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
-from ..agents import DEFAULT_PROVIDER, LlmChoice
+from ..agents import DEFAULT_PROVIDER, DeclaredOrigin, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
 from ..web import CSRF_HEADER, FAILED_TRIES, SESSION_COOKIE, WINDOW_SECONDS
 from ._agent_schemas import AGENT_SCHEMAS
@@ -46,6 +46,7 @@ from ._schema import JSON
 from ._schema import closed as _object
 from ._schema import exactly as _exactly
 from ._schema import ref as _ref
+from ._served_origins import NOTHING, dialled
 from ._session_schemas import SESSION_ANSWERS, SESSION_SCHEMAS
 from ._settings_schemas import SETTINGS_ANSWERS, SETTINGS_SCHEMAS
 
@@ -548,17 +549,36 @@ def _llm_variants(choices: tuple[LlmChoice, ...]) -> list[JSON]:
     return variants
 
 
+def _declared_origins(
+    schemas: JSON, mcp: tuple[DeclaredOrigin, ...], service: tuple[DeclaredOrigin, ...]
+) -> None:
+    """An MCP `url` server and a service agent only on a declared origin, naming only the
+    variables bound to it; with none declared, no `url` server and no service agent at all."""
+    server, agent = schemas["McpServer"], schemas["ServiceAgent"]
+    if mcp:
+        server["anyOf"] = [{"not": {"required": ["url"]}}, *dialled(mcp, bearer=True)]
+    else:
+        server["properties"]["url"] = NOTHING
+    if service:
+        agent["anyOf"] = dialled(service, bearer=False)
+    else:
+        agent["properties"]["url"] = NOTHING
+
+
 @functools.cache
 def _served(
     operations: tuple[Operation, ...],
     tools: tuple[str, ...] | None,
     process_agents: bool,
     llm_choices: tuple[LlmChoice, ...] | None,
+    origins: tuple[tuple[DeclaredOrigin, ...], tuple[DeclaredOrigin, ...]] | None,
 ) -> JSON:
     document = copy.deepcopy(_document(operations))
     schemas = document["components"]["schemas"]
     if llm_choices is not None:
         schemas["BuiltinAgent"]["properties"]["llm"]["anyOf"] = _llm_variants(llm_choices)
+    if origins is not None:
+        _declared_origins(schemas, *origins)
     if tools is not None:
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
     if not process_agents:
@@ -578,6 +598,8 @@ def openapi_document(
     tools: Iterable[str] | None = None,
     process_agents: bool = True,
     llm_choices: Iterable[LlmChoice] | None = None,
+    mcp_origins: Iterable[DeclaredOrigin] | None = None,
+    service_origins: Iterable[DeclaredOrigin] | None = None,
 ) -> JSON:
     """The document of ``operations`` (shared: do not mutate it).
 
@@ -593,16 +615,24 @@ def openapi_document(
             (``Credentials.llm_choices``), so that an ``[llm]`` table the
             document admits is one registration accepts; None leaves
             ``base_url`` and ``api_key_env`` any string.
+        mcp_origins, service_origins: the origins the operator declared
+            (``Credentials.origins``), so that a ``url`` a definition may dial, and the header
+            variables it may name, are the ones registration accepts; None (both) leaves them
+            any URL and any variable.
 
     Raises:
         RuntimeError: declarations that do not make a document (``_paths``).
     """
     operations = tuple(operations)
-    if tools is None and process_agents and llm_choices is None:
+    declared = None
+    if mcp_origins is not None or service_origins is not None:
+        declared = (tuple(mcp_origins or ()), tuple(service_origins or ()))
+    if tools is None and process_agents and llm_choices is None and declared is None:
         return _document(operations)
     return _served(
         operations,
         None if tools is None else tuple(sorted(tools)),
         process_agents,
         None if llm_choices is None else tuple(llm_choices),
+        declared,
     )

@@ -27,11 +27,14 @@ REGENERATE = ".venv/bin/python -m salvor.daemon.api._reference > docs/openapi.js
 def reference_document() -> JSON:
     """The document a README daemon serves: the demo tools, built-in agents only over HTTP, and
     only the demo model among the ``[llm]`` choices (its environment declares no endpoint)."""
+    declared = Credentials.for_daemon(environ={})
     return openapi_document(
         API_OPERATIONS,
         tools=demo_registry().names(),
         process_agents=False,
-        llm_choices=Credentials.for_daemon(environ={}).llm_choices(),
+        llm_choices=declared.llm_choices(),
+        mcp_origins=declared.origins("mcp"),
+        service_origins=declared.origins("service"),
     )
 
 

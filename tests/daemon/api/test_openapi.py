@@ -36,7 +36,12 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
-from salvor.daemon.agents._credentials import Credentials, DeclaredEndpoint, Undeclared
+from salvor.daemon.agents._credentials import (
+    Credentials,
+    DeclaredEndpoint,
+    DeclaredOrigin,
+    Undeclared,
+)
 from salvor.daemon.api import _openapi
 from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import API_OPERATIONS, create_app
@@ -159,6 +164,66 @@ def test_served_llm_table_is_what_registration_accepts() -> None:
     assert not schema.is_valid({"model": "m", "llm": {"provider": "demo", "base_url_env": "HOME"}})
 
 
+def test_served_service_and_mcp_urls_are_what_registration_accepts() -> None:
+    """A service agent's trigger and an MCP `url` server: the served document admits a url and
+    its header variables exactly when ``check_service`` / ``check_mcp_url`` do (the declared
+    origins, each with the variables bound to it); with none declared, neither at all."""
+    declared = (
+        DeclaredOrigin(origin="http://127.0.0.1:9000", header_envs=frozenset({"SVC_TOKEN"})),
+        DeclaredOrigin(origin="https://tools.example.com:443"),
+    )
+    urls = [
+        "http://127.0.0.1:9000/task",
+        "HTTP://127.0.0.1:9000",
+        "http://127.0.0.1:9001/task",
+        "https://tools.example.com/mcp",
+        "https://TOOLS.example.com:443/mcp?x=1",
+        "https://tools.example.com:8443/mcp",
+        "http://tools.example.com/mcp",
+    ]
+    values = [None, "Bearer ${SVC_TOKEN}", "${HOME}", "$5 flat", "$${SVC_TOKEN}"]
+    for credentials in (
+        Credentials(service_origins=declared, mcp_origins=declared, strict=True),
+        Credentials(strict=True),
+    ):
+        served = openapi_document(
+            API_OPERATIONS,
+            mcp_origins=credentials.origins("mcp"),
+            service_origins=credentials.origins("service"),
+        )
+        registry = Registry().with_resource(
+            BASE, Resource.from_contents(served, default_specification=DRAFT202012)
+        )
+
+        service, server = (
+            Draft202012Validator({"$ref": f"{BASE}#/components/schemas/{name}"}, registry=registry)
+            for name in ("ServiceAgent", "McpServer")
+        )
+        admitted = 0
+        for url in urls:
+            for value in values:
+                headers = {} if value is None else {"X-Key": value}
+                try:
+                    credentials.check_service(url, headers)
+                    accepted = True
+                except Undeclared:
+                    accepted = False
+                agent = {"kind": "service", "url": url, "proxy_port": 9100, "headers": headers}
+                assert service.is_valid(agent) is accepted, (url, value)
+                try:
+                    credentials.check_mcp_url("s", url, headers, None)
+                    accepted = True
+                except Undeclared:
+                    accepted = False
+                assert server.is_valid({"name": "s", "url": url, "headers": headers}) is accepted, (
+                    url,
+                    value,
+                )
+                admitted += accepted
+        assert (admitted > 0) is bool(credentials.origins("mcp"))
+        assert server.is_valid({"name": "s", "command": "mcp-server-time"})
+
+
 async def test_every_route_is_documented(server) -> None:
     """The document's paths are the app's routes: read from the declarations its URL map holds,
     each registered once, and the same as the route modules' tables (``API_OPERATIONS``, the
@@ -234,6 +299,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         tools=server.state.runtime.registry.names(),
         process_agents=False,
         llm_choices=server.state.credentials.llm_choices(),
+        mcp_origins=server.state.credentials.origins("mcp"),
+        service_origins=server.state.credentials.origins("service"),
     )
     assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
