@@ -301,7 +301,12 @@ class _CompiledSchemas:
 _COMPILED = _CompiledSchemas(SCHEMA_CACHE_BYTES)
 
 
-def _compiled(schema: Any) -> Callable[[Any], Any]:
+def schema_text(schema: Any) -> bytes:
+    """The canonical text of a schema within this module's bounds (compiled or not).
+
+    Raises:
+        MalformedEvent: a bound is crossed (the message names it).
+    """
     # The cheap bounds first: a schema of a million values is refused before it is even written
     # out as text.
     check_bounds(schema)
@@ -310,7 +315,11 @@ def _compiled(schema: Any) -> Callable[[Any], Any]:
         raise _too_many(
             f"its text is {len(schema_bytes)} bytes; a schema may have at most {MAX_SCHEMA_BYTES}"
         )
-    return _COMPILED.get(schema_bytes)
+    return schema_bytes
+
+
+def _compiled(schema: Any) -> Callable[[Any], Any]:
+    return _COMPILED.get(schema_text(schema))
 
 
 def check_schema(schema: Any) -> None:
