@@ -1,6 +1,7 @@
 """HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
 envelope and its refusals (their next steps in an HTTP caller's words), request values, outbound
-TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it.
+TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it, and
+the threads that parse and check what a caller sent (``off_loop``).
 ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
 layer.
 
@@ -55,6 +56,10 @@ from ._sessions import (
 from ._tls import (
     tls_context,
 )
+from ._untrusted import (  # issue 29, item 4: no request stalls the daemon
+    UNTRUSTED_THREADS,
+    off_loop,
+)
 from ._values import (
     HEADER_NAME,
     PLACEHOLDER,
@@ -106,6 +111,7 @@ __all__ = [
     "HTTP_WORDING",
     "PLACEHOLDER",
     "SESSION_COOKIE",
+    "UNTRUSTED_THREADS",
     "Caller",
     "Disconnected",
     "OperationRefused",
@@ -122,6 +128,7 @@ __all__ = [
     "is_http_url",
     "listener_config",
     "object_from",
+    "off_loop",
     "parse_json",
     "port_held",
     "read_body",
