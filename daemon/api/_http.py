@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 from quart import Response, request, websocket
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, ErrorCode
 
 from ..web import (
     HTTP_WORDING,
     Caller,
+    OperationRefused,
     Session,
     Sessions,
     admit,
@@ -79,13 +80,25 @@ def check_request_origin() -> None:
     check_origin(request_caller())
 
 
-async def body_bytes() -> bytes:
+async def body_bytes(cap: int | None = None, what: str = "") -> bytes:
     """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
+
+    ``cap``: a route's own bound, below the daemon's cap on every body; its 413 says ``what``
+    is bounded (``"an agent definition"``) and the bound.
 
     Raises:
         OperationRefused: request_timeout (408) or payload_too_large (413).
     """
-    return await read_body(request.body, request.body_timeout)
+    if cap is None:
+        return await read_body(request.body, request.body_timeout)
+    try:
+        return await read_body(request.body, request.body_timeout, cap=cap)
+    except OperationRefused as exc:
+        if exc.code is not ErrorCode.PAYLOAD_TOO_LARGE:
+            raise
+        raise OperationRefused(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"{what} may be at most {cap} bytes; this body is over it"
+        ) from None
 
 
 async def json_object(

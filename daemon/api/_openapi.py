@@ -291,7 +291,9 @@ RESPONSES: JSON = {
         "The server has a token and the request's bearer token is missing or wrong.", "unauthorized"
     ),
     "UnknownRun": _error("No run under that id.", "unknown_run"),
-    "PayloadTooLarge": _error("The body is over 8 MiB.", "payload_too_large"),
+    "PayloadTooLarge": _error(
+        "The body is over 8 MiB (1 MiB for an agent definition).", "payload_too_large"
+    ),
     "RequestTimeout": _error(
         "The body did not arrive whole in time (60 s by default); nothing recorded, "
         "and the connection closes.",
