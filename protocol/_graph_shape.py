@@ -23,7 +23,7 @@ from typing import Any
 from ._clock import parse_instant
 from ._errors import MalformedEvent, excerpt
 from ._graph import GRAPH_SCHEMA_VERSION, GraphEdge, GraphError, GraphNode, NodeKind
-from ._schema import check_schema
+from ._schema import check_schema, schema_text
 from ._shapes import HASH_PATTERN
 from ._templates import Reducer, is_reference
 
@@ -32,6 +32,9 @@ NODE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 # body of 8 MB could otherwise hold 150,000 nodes and ask for 3 GB. A map fans out over data, so
 # no real graph comes near this.
 MAX_NODES = 20_000
+# The distinct approval schemas of one graph's gates, their canonical texts together: each is
+# compiled when the graph is checked (a few seconds of work at this size, off the event loop).
+MAX_GRAPH_SCHEMA_BYTES = 256 * 1024
 MAX_NAME_CHARS = 64
 MAX_CONCURRENCY = 64
 DEFAULT_CONCURRENCY = 8
@@ -82,6 +85,9 @@ class Shape:
     # The line of each node's and each edge's mapping, for a document read from YAML.
     node_lines: list[int | None] = field(default_factory=list)
     edge_lines: list[int | None] = field(default_factory=list)
+    # The approval schemas read so far (canonical texts) and their bytes together.
+    schemas: set[bytes] = field(default_factory=set)
+    schema_bytes: int = 0
 
 
 def _kind_name(value: Any) -> str:
@@ -244,6 +250,15 @@ def _gate(value: dict, where: str, node_id: str, shape: Shape) -> dict:
         raise Malformed(f"{where}.prompt must say what a person is asked, not be blank")
     schema = value.get("approval_schema", DEFAULT_APPROVAL_SCHEMA)
     try:
+        text = schema_text(schema) if isinstance(schema, dict) else None
+        if text is not None and text not in shape.schemas:
+            shape.schemas.add(text)
+            shape.schema_bytes += len(text)
+            if shape.schema_bytes > MAX_GRAPH_SCHEMA_BYTES:
+                raise Malformed(
+                    f"{where}.approval_schema: the gates' approval schemas come to more than "
+                    f"{MAX_GRAPH_SCHEMA_BYTES} bytes together; a graph may have at most that"
+                )
         check_schema(schema)
     except MalformedEvent as exc:
         shape.errors.append(

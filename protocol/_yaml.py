@@ -13,6 +13,10 @@ document and its JSON twin are the same value and hash alike):
   ``on:`` key is the text ``"on"``, not ``True``.
 * A number with an exponent is a number as in JSON (``1e3``, ``2.5E-1``).
 * One document per text.
+* At most ``MAX_YAML_EVENTS`` events (each scalar, alias, and start and end of
+  a sequence or mapping is one) and ``MAX_NESTING`` levels, counted by a first
+  pass over the parser's events that builds nothing, so a text of a million
+  small values is refused for a fraction of what loading it would cost.
 
 Every refusal is a ``MalformedYaml`` whose message names the line and column
 (1-based) where the problem is.
@@ -28,6 +32,11 @@ import yaml
 
 from ._error_codes import ErrorCode
 from ._errors import ProtocolError
+from ._strict_json import MAX_NESTING
+
+# The events one YAML text may hold. A graph at its cap of nodes written out in YAML comes near
+# it; loading this many takes about a second, off the daemon's event loop.
+MAX_YAML_EVENTS = 200_000
 
 
 class MalformedYaml(ProtocolError):
@@ -180,10 +189,46 @@ def load_yaml_lines(text: str, what: str = "the YAML document") -> tuple[Any, di
     return load_with(LOADER, text, what)
 
 
+def _check_size(loader: type, text: str, what: str) -> None:
+    """Refuse a text of more than ``MAX_YAML_EVENTS`` events or ``MAX_NESTING`` levels.
+
+    A text the parser itself refuses passes here: loading it reports the error in full.
+
+    Raises:
+        MalformedYaml: a bound is crossed (the message names it and where).
+    """
+    reader = loader(text)
+    events = depth = 0
+    try:
+        while reader.check_event():
+            event = reader.get_event()
+            events += 1
+            if events > MAX_YAML_EVENTS:
+                raise MalformedYaml(
+                    f"{what} is too large: it holds more than {MAX_YAML_EVENTS} YAML values and "
+                    f"collection ends (the limit), at line {event.start_mark.line + 1}"
+                )
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_NESTING:
+                    mark = event.start_mark
+                    raise MalformedYaml(
+                        f"{what} nests too deeply: more than {MAX_NESTING} levels at line "
+                        f"{mark.line + 1}, column {mark.column + 1}"
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+    finally:
+        reader.dispose()
+
+
 def load_with(loader: type, text: str, what: str) -> tuple[Any, dict[int, int]]:
     """``load_yaml_lines`` through one of this module's loaders (``LOADER`` or ``PURE_LOADER``)."""
     if loader not in (LOADER, PURE_LOADER):
         raise ValueError("load_with takes one of this module's strict loaders")
+    _check_size(loader, text, what)
     reader = loader(text)
     try:
         value = reader.get_single_data()

@@ -45,6 +45,9 @@ from ._markdown import MarkdownAgent, read_markdown
 
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
+# The text of one definition, in any format. A system prompt of a million bytes is far past any
+# model's context; the bound keeps a parse well under a second.
+MAX_DEFINITION_BYTES = 1024 * 1024
 PROVIDERS = ("anthropic", "openai", "demo")
 DEFAULT_PROVIDER = "anthropic"  # an [llm] table without `provider`
 # A `command` element that a run replaces with its prompt, as one argument.
@@ -279,6 +282,14 @@ def _document(text: str, fmt: str, stored: bool) -> tuple[dict, MarkdownAgent | 
     """The definition's table as its text holds it (a markdown file's: its front matter read as
     the TOML fields it stands for), held to strict JSON's rules."""
     _expect(fmt in FORMATS, f"an agent definition is TOML, JSON or markdown, not {fmt!r}")
+    # A stored copy was held to the bound of its day; a new one to this one, before it is parsed.
+    if not stored and len(text) * 4 > MAX_DEFINITION_BYTES:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        _expect(
+            size <= MAX_DEFINITION_BYTES,
+            f"the definition is {size} bytes; a definition may be at most "
+            f"{MAX_DEFINITION_BYTES} bytes (1 MiB)",
+        )
     markdown = None
     try:
         if fmt == "md":

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from salvor.protocol import (
@@ -72,6 +73,7 @@ from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy, lane_probe
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
 from ..tools import Tool, ToolRegistry
+from ..web import off_loop
 from ._credentials import Credentials, Undeclared
 from ._definition import AgentDefinition, AgentKind
 from ._process import drive_process, parked_write
@@ -429,7 +431,14 @@ class AgentLoop:
                 name, use_id, args = use.get("name"), use.get("id"), use.get("input")
                 if name == SUBMIT_OUTPUT and self.agent.output_schema is not None:
                     try:
-                        validate(self.agent.output_schema, args, what="the submitted output")
+                        await off_loop(
+                            partial(
+                                validate,
+                                self.agent.output_schema,
+                                args,
+                                what="the submitted output",
+                            )
+                        )
                     except SchemaViolation as exc:
                         results.append(_error_result(use_id, exc.message))
                         continue
@@ -553,7 +562,7 @@ class AgentLoop:
             return text
         try:
             answer = json.loads(text)
-            validate(self.agent.output_schema, answer, what="the answer")
+            await off_loop(partial(validate, self.agent.output_schema, answer, what="the answer"))
         except (ValueError, SchemaViolation) as exc:
             await ctx.control(
                 RunFailed(

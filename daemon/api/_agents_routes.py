@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 from quart import request
 from quart_trio import QuartTrio
 
-from ..agents import DefinitionError, parse_definition
-from ..web import bad_request, unknown_agent
+from ..agents import MAX_DEFINITION_BYTES, DefinitionError, parse_definition
+from ..web import bad_request, off_loop, unknown_agent
 from ._answers import AGENT, AGENT_CREATED, AGENT_LIST, AGENT_SUMMARY
 from ._http import body_bytes
 from ._operation import Operation, error, parameter, route
@@ -88,19 +90,23 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
             raise bad_request(
                 "send the definition as application/toml, application/json or text/markdown"
             )
-        data = await body_bytes()
+        data = await body_bytes(MAX_DEFINITION_BYTES, "an agent definition")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise bad_request("the definition is not UTF-8 text") from None
         try:
-            agent = parse_definition(
-                text,
-                fmt,
-                known_tools=runtime.registry.names(),
-                allow_paths=False,
-                allow_processes=state.allow_process_agents,
-                credentials=state.credentials,
+            # Bounded, but a near-limit definition still takes a good fraction of a second.
+            agent = await off_loop(
+                functools.partial(
+                    parse_definition,
+                    text,
+                    fmt,
+                    known_tools=runtime.registry.names(),
+                    allow_paths=False,
+                    allow_processes=state.allow_process_agents,
+                    credentials=state.credentials,
+                )
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
@@ -121,9 +127,16 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
         if stored is None:
             raise unknown_agent(agent_hash)
         try:
-            kind = parse_definition(
-                stored.definition, stored.format, known_tools=runtime.registry.names(), stored=True
-            ).kind.value
+            parsed = await off_loop(
+                functools.partial(
+                    parse_definition,
+                    stored.definition,
+                    stored.format,
+                    known_tools=runtime.registry.names(),
+                    stored=True,
+                )
+            )
+            kind = parsed.kind.value
         except DefinitionError:
             kind = None  # stored under another daemon's tools: its text is still the answer
         return AGENT.respond(

@@ -10,13 +10,12 @@ not a ``bad_request``. Only a media type that is neither is a ``bad_request``.
 
 from __future__ import annotations
 
-import trio
 from quart import request
 from quart_trio import QuartTrio
 from salvor.protocol import Graph, InvalidGraph, parse_graph_json, parse_graph_yaml
 from werkzeug.routing import BaseConverter
 
-from ..web import bad_request, unknown_graph
+from ..web import bad_request, off_loop, unknown_graph
 from ._graph_schemas import (
     GRAPH,
     GRAPH_CREATED,
@@ -58,8 +57,9 @@ def _parser(mimetype: str):
 async def read_graph() -> Graph:
     """The request's body as a validated graph.
 
-    The parse runs on a worker thread: a document near the body cap takes a noticeable
-    fraction of a second to validate, and the other requests must not wait for it.
+    The parse runs on an untrusted-work thread (``web.off_loop``): a document near the body cap
+    takes seconds to validate (its YAML events, its nodes and its gates' schemas are bounded),
+    and the other requests must not wait for it.
 
     Raises:
         OperationRefused: bad_request (a media type that is neither JSON nor YAML),
@@ -68,7 +68,7 @@ async def read_graph() -> Graph:
     """
     parse = _parser(request.mimetype or "")
     data = await body_bytes()
-    return await trio.to_thread.run_sync(parse, data)
+    return await off_loop(parse, data)
 
 
 # A YAML body is described by the JSON value it parses to: YAML is another spelling of the same

@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 from quart import Response, current_app, request, websocket
-from salvor.protocol import CodedError
+from salvor.protocol import CodedError, ErrorCode
 
 from ..web import (
     HTTP_WORDING,
     MAX_BODY_BYTES,
     Caller,
     FailedTries,
+    OperationRefused,
     Session,
     Sessions,
     TooManyTries,
@@ -99,14 +100,26 @@ def check_request_origin() -> None:
     check_origin(request_caller())
 
 
-async def body_bytes() -> bytes:
+async def body_bytes(cap: int | None = None, what: str = "") -> bytes:
     """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
+
+    ``cap``: a route's own bound, below the daemon's cap on every body; its 413 says ``what``
+    is bounded (``"an agent definition"``) and the bound.
 
     Raises:
         OperationRefused: request_timeout (408) or payload_too_large (413).
     """
-    cap = current_app.config.get("SALVOR_MAX_PAYLOAD_BYTES", MAX_BODY_BYTES)
-    return await read_body(request.body, request.body_timeout, cap=cap)
+    limit = current_app.config.get("SALVOR_MAX_PAYLOAD_BYTES", MAX_BODY_BYTES)
+    if cap is None or cap >= limit:
+        return await read_body(request.body, request.body_timeout, cap=limit)
+    try:
+        return await read_body(request.body, request.body_timeout, cap=cap)
+    except OperationRefused as exc:
+        if exc.code is not ErrorCode.PAYLOAD_TOO_LARGE:
+            raise
+        raise OperationRefused(
+            ErrorCode.PAYLOAD_TOO_LARGE, f"{what} may be at most {cap} bytes; this body is over it"
+        ) from None
 
 
 async def json_object(

@@ -294,8 +294,9 @@ RESPONSES: JSON = {
     "UnknownRun": _error("No run under that id.", "unknown_run"),
     "PayloadTooLarge": _error(
         "The body, or one payload it would record, is over the payload limit (8 MiB by default, "
-        "`--max-payload-bytes`), or what it would record is over the run's quota "
-        "(`--max-run-events`, `--max-run-bytes`). Nothing recorded; `details.limit` names it.",
+        "`--max-payload-bytes`; 1 MiB for an agent definition), or what it would record is over "
+        "the run's quota (`--max-run-events`, `--max-run-bytes`). Nothing recorded; "
+        "`details.limit` names it.",
         "payload_too_large",
         "quota_exceeded",
     ),

@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from salvor.protocol import (
@@ -40,7 +41,7 @@ from salvor.protocol import (
 from ..models import Delta, ModelCallError, ModelGateway, resolve_endpoint
 from ..recording import StoreAccess, needs_reconciliation, outcome_output
 from ..tools import DispatchFailed, ToolRegistry, dispatch
-from ..web import OperationRefused, bad_request
+from ..web import OperationRefused, bad_request, off_loop
 from ._answers import MODEL_STEP_DONE, TOOL_STEP_DONE
 
 _REQUEST_KEYS = {"model", "max_tokens", "messages", "system", "tools"}
@@ -293,7 +294,8 @@ async def tool_step(
             ErrorCode.UNKNOWN_TOOL, f"this daemon has no tool {name!r} (it has: {known})"
         )
     try:
-        validate(tool.input_schema, tool_input, what=f"the input of tool {name}")
+        what = f"the input of tool {name}"
+        await off_loop(partial(validate, tool.input_schema, tool_input, what=what))
     except SchemaViolation as exc:
         raise bad_request(exc.message, details={"violations": exc.violations}) from None
     found = await at_seq(access, run_id, seq)
@@ -333,6 +335,6 @@ async def tool_step(
                 else ", and as a write it now needs reconciliation"
             ),
         ) from None
-    output = outcome_output(tool, outcome, attempt)
+    output = await off_loop(outcome_output, tool, outcome, attempt, shielded=True)
     await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view)
     return TOOL_STEP_DONE.build(output=output)

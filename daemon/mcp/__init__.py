@@ -31,6 +31,7 @@ from ._stdio_transport import (
 from ._tools import (
     McpBuildError,
     McpConnections,
+    asks_to_park,
     check_buildable,
     exposed_tools,
     listing_tool,
@@ -56,6 +57,7 @@ __all__ = [
     "McpServerSpec",
     "McpSession",
     "McpUnavailable",
+    "asks_to_park",
     "check_buildable",
     "exposed_tools",
     "listing_tool",

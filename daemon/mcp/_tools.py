@@ -41,6 +41,7 @@ from salvor.protocol import (
 )
 
 from ..tools import NotPerformed, OutcomeUnknown, SleepUntil, Suspend, Tool, ToolCall, ToolFailed
+from ..web import off_loop
 from ._client import McpError, McpNoAnswer, McpRemoteError, McpSession, McpUnavailable, open_session
 from ._definition import McpServerSpec
 
@@ -315,7 +316,11 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
             raise ToolFailed(exc.message) from None
         except McpUnavailable as exc:
             raise ToolFailed(f"{exc.message}; the call was not performed") from None
-        return salvor_outcome(spec.name, name, result)
+        if not asks_to_park(result):
+            return result
+        # A request to park carries a schema to compile: off the loop, and shielded (the server
+        # has answered; its answer must reach the log).
+        return await off_loop(salvor_outcome, spec.name, name, result, shielded=True)
 
     return Tool(
         name=name,
@@ -385,6 +390,12 @@ def probe_answer(server: str, tool: str, result: Any) -> Any:
         raise ToolFailed(f"{what} answered with text that is not JSON", retryable=False) from None
 
 
+def asks_to_park(result: dict) -> bool:
+    """Whether a tool result carries ``_meta.salvor`` (``salvor_outcome`` has work to do)."""
+    meta = result.get("_meta")
+    return isinstance(meta, dict) and "salvor" in meta
+
+
 def salvor_outcome(server: str, tool: str, result: dict) -> Any:
     """The run's outcome of a tool result: ``Suspend``/``SleepUntil`` from
     ``_meta.salvor``, else the result.
@@ -393,10 +404,9 @@ def salvor_outcome(server: str, tool: str, result: dict) -> Any:
         ToolFailed: never retryable, when ``_meta.salvor`` is malformed, names
             both keys or one salvor does not know, or sits on an ``isError`` result.
     """
-    meta = result.get("_meta")
-    if not isinstance(meta, dict) or "salvor" not in meta:
+    if not asks_to_park(result):
         return result
-    request = meta["salvor"]
+    request = result["_meta"]["salvor"]
 
     def refuse(problem: str) -> ToolFailed:
         return ToolFailed(

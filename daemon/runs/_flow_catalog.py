@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import trio
 from salvor.protocol import (
     Diagnostic,
     Envelope,
@@ -54,7 +53,7 @@ from ..agents import (
 )
 from ..flows import PARENT_LABEL, FlowSession
 from ..tools import ToolFailed
-from ..web import OperationRefused
+from ..web import OperationRefused, off_loop
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -115,9 +114,7 @@ class FlowCatalog:
         runtime = self.runtime
         known = runtime.registry.names()
         # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
-        diagnostics, agent = await trio.to_thread.run_sync(
-            _checked_agent, content, known, runtime.credentials
-        )
+        diagnostics, agent = await off_loop(_checked_agent, content, known, runtime.credentials)
         if agent is not None:
             try:
                 await runtime.build_agent(agent)
@@ -161,8 +158,15 @@ class FlowCatalog:
                 )
         access = self.runtime.access
         known = self.runtime.registry.names()
-        diagnostics, graph = await access.read(_checked_graph, access.store, content, known)
+        # The text is parsed and checked on an untrusted-work thread, not on one of the store's
+        # readers (a near-limit document takes seconds, and reads would queue behind it); only
+        # the lookup of the agents its nodes name reads the store.
+        failed, graph = await off_loop(_parsed_graph, content)
         if graph is None:
+            return _answer(False, failed)
+        agents = await access.read(_graph_agents, access.store, graph, known)
+        diagnostics = await off_loop(graph_diagnostics, content, agents)
+        if _errors(diagnostics):
             return _answer(False, diagnostics)
         created = await self.runtime.register_graph(graph)
         return {
@@ -247,19 +251,16 @@ def _checked_agent(
     return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
 
 
-def _checked_graph(
-    store: EventStore, content: str, known_tools: Any
-) -> tuple[list[Diagnostic], Graph | None]:
-    """The diagnostics of a graph document (its agents read from ``store``, so a node naming
-    one that is not registered, or not wiring an input it declares, is warned of), and the
-    graph when it has no error."""
+def _parsed_graph(content: str) -> tuple[list[Diagnostic], Graph | None]:
+    """A graph document's graph, or (when it does not validate) its diagnostics: every error,
+    each on its line. The diagnostics of a valid one need its agents (``graph_diagnostics``
+    with ``_graph_agents``): a node naming one that is not registered, or not wiring an input
+    it declares, is warned of."""
     parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
     try:
-        graph = parse(content)
+        return [], parse(content)
     except InvalidGraph:
-        return graph_diagnostics(content), None  # every error, each on its line
-    diagnostics = graph_diagnostics(content, _graph_agents(store, graph, known_tools))
-    return diagnostics, None if _errors(diagnostics) else graph
+        return graph_diagnostics(content), None
 
 
 def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str, AgentDefinition]:

@@ -83,6 +83,7 @@ from ..tools import ToolRegistry
 from ..web import (
     OperationRefused,
     bad_request,
+    off_loop,
     port_held,
     unknown_agent,
     unknown_graph,
@@ -797,7 +798,8 @@ class Runtime(Forks):
                 )
                 raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
             try:
-                check_resume_input(view, run_input)
+                # A gate's schema is compiled, and the answer checked, off the loop.
+                await off_loop(check_resume_input, view, run_input)
             except SchemaViolation as exc:
                 if gate is not None:
                     # Parked at a gate (its Suspended recorded the approval_schema).

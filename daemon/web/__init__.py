@@ -1,9 +1,10 @@
 """HTTP plumbing: the listener (and the Unix socket it may serve on), ASGI helpers, the one body
 reader, strict JSON bodies, the error envelope and its refusals (their next steps in an HTTP
 caller's words), request values, outbound TLS, the caller check (bearer token or the page's
-session cookie), the sessions behind it, the count of wrong tokens per client, and what a trusted
-proxy forwards. ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here
-for the HTTP layer.
+session cookie), the sessions behind it, the count of wrong tokens per client, what a trusted
+proxy forwards, and the threads that parse and check what a caller sent (``off_loop``).
+``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
+layer.
 
 Rule: knows HTTP, not runs. Imports nothing else from the daemon, and no web framework (Quart is
 the HTTP API's, so a CLI run never loads it).
@@ -74,6 +75,10 @@ from ._unix_socket import (
     UnixSocketRefused,
     claim_unix_socket,
 )
+from ._untrusted import (  # issue 29, item 4: no request stalls the daemon
+    UNTRUSTED_THREADS,
+    off_loop,
+)
 from ._values import (
     HEADER_NAME,
     PLACEHOLDER,
@@ -130,6 +135,7 @@ __all__ = [
     "MIN_TOKEN_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",
+    "UNTRUSTED_THREADS",
     "WINDOW_SECONDS",
     "Caller",
     "Disconnected",
@@ -155,6 +161,7 @@ __all__ = [
     "is_http_url",
     "listener_config",
     "object_from",
+    "off_loop",
     "parse_json",
     "peer_of",
     "port_held",

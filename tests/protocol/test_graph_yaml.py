@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from salvor.protocol import InvalidGraph, MalformedYaml, check_graph, load_yaml, parse_graph_yaml
-from salvor.protocol._yaml import LOADER, PURE_LOADER, load_with
+from salvor.protocol._yaml import LOADER, MAX_YAML_EVENTS, PURE_LOADER, load_with
 
 BRANCH = """\
 schema_version: 1
@@ -165,3 +165,13 @@ def test_what_strict_json_refuses_yaml_cannot_carry_either() -> None:
 def test_the_loader_raises_its_own_error_for_other_callers() -> None:
     with pytest.raises(MalformedYaml, match="the settings is not valid at line 1, column 5"):
         load_yaml("a: b: c\n", "the settings")
+
+
+def test_a_yaml_text_of_too_many_events_is_refused_before_it_is_built() -> None:
+    many = "x: [" + ", ".join("1" for _ in range(MAX_YAML_EVENTS)) + "]\n"
+    with pytest.raises(MalformedYaml) as caught:
+        load_yaml(many, "the graph document")
+    assert caught.value.message.startswith("the graph document is too large")
+    assert f"more than {MAX_YAML_EVENTS} YAML values" in caught.value.message
+    assert "too large" in malformed(many)
+    load_yaml("x: [" + ", ".join("1" for _ in range(MAX_YAML_EVENTS - 10)) + "]\n")

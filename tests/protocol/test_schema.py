@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,15 @@ from salvor.protocol import (
     check_schema,
     validate,
     validate_budget_extension,
+)
+from salvor.protocol._schema import (
+    _COMPILED,
+    MAX_PATTERN_CHARS,
+    MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH,
+    MAX_SCHEMA_ENUM,
+    MAX_SCHEMA_VALUES,
+    SCHEMA_CACHE_BYTES,
 )
 
 from .logs import APPROVAL_SCHEMA, UNTYPED_SCHEMA
@@ -179,3 +189,149 @@ def test_budget_extension_refuses(value: object) -> None:
 def test_budget_extension_schema_shape() -> None:
     assert BUDGET_EXTENSION_SCHEMA["required"] == ["extend_by"]
     assert BUDGET_EXTENSION_SCHEMA["additionalProperties"] is False
+
+
+def _nested(levels: int) -> dict:
+    """A schema of ``allOf`` in ``allOf``: two containers to a level."""
+    schema: dict = {}
+    for _ in range(levels):
+        schema = {"allOf": [schema]}
+    return schema
+
+
+# Each schema crosses one bound, and the refusal names it.
+OVER_BOUNDS = [
+    ({"enum": list(range(MAX_SCHEMA_ENUM + 1))}, f"an enum may have at most {MAX_SCHEMA_ENUM}"),
+    # 300,000 values: refused by counting, long before it is compiled or even written out.
+    ({"enum": [[0]] * 300_000}, f"an enum may have at most {MAX_SCHEMA_ENUM}"),
+    (
+        {"type": "object", "properties": {f"p{i}": {} for i in range(MAX_SCHEMA_VALUES)}},
+        f"more than {MAX_SCHEMA_VALUES} values",
+    ),
+    (
+        {"anyOf": [{"const": [i, i]} for i in range(MAX_SCHEMA_VALUES // 3)]},
+        f"more than {MAX_SCHEMA_VALUES} values",
+    ),
+    (_nested(MAX_SCHEMA_DEPTH), f"deeper than {MAX_SCHEMA_DEPTH} levels"),
+    ({"description": "x" * MAX_SCHEMA_BYTES}, f"at most {MAX_SCHEMA_BYTES}"),
+    ({"pattern": "a" * (MAX_PATTERN_CHARS + 1)}, f"at most {MAX_PATTERN_CHARS}"),
+    ({"patternProperties": {"b" * (MAX_PATTERN_CHARS + 1): {}}}, f"at most {MAX_PATTERN_CHARS}"),
+]
+
+
+@pytest.mark.parametrize(("schema", "named"), OVER_BOUNDS, ids=lambda v: repr(v)[:40])
+def test_a_schema_over_a_bound_is_refused_naming_it(schema: dict, named: str) -> None:
+    with pytest.raises(MalformedEvent) as caught:
+        check_schema(schema)
+    assert "not a usable JSON schema: it is too large" in caught.value.message or (
+        "pattern" in caught.value.message
+    )
+    assert named in caught.value.message
+    with pytest.raises(MalformedEvent):
+        validate(schema, {})
+
+
+def test_a_schema_at_the_bounds_compiles() -> None:
+    check_schema(_nested(MAX_SCHEMA_DEPTH // 2 - 1))
+    check_schema({"enum": list(range(MAX_SCHEMA_ENUM))})
+    check_schema({"type": "string", "pattern": "a" * MAX_PATTERN_CHARS})
+    validate({"type": "object", "properties": {f"p{i}": {} for i in range(1000)}}, {"p1": 1})
+
+
+# Patterns RE2 cannot run: each refused where the schema is checked, naming where it is.
+NOT_LINEAR = [
+    ({"type": "string", "pattern": r"^(a)\1$"}, "$.pattern", "invalid escape sequence"),
+    ({"properties": {"code": {"pattern": "(?=x)y"}}}, "$.properties.code.pattern", "(?="),
+    ({"patternProperties": {"(?<!x)y": {}}}, "$.patternProperties", "(?<"),
+    ({"propertyNames": {"pattern": "(a)(?P=x)"}}, "$.propertyNames.pattern", "does not compile"),
+]
+
+
+@pytest.mark.parametrize(("schema", "where", "reason"), NOT_LINEAR, ids=repr)
+def test_a_pattern_re2_cannot_run_is_refused(schema: dict, where: str, reason: str) -> None:
+    with pytest.raises(MalformedEvent) as caught:
+        check_schema(schema)
+    message = caught.value.message
+    assert message.startswith("not a usable JSON schema: the pattern at " + where), message
+    assert reason in message
+    assert "backreferences, lookahead and lookbehind are not supported" in message
+
+
+def _in_a_thread(work, bound: float = 30.0) -> None:
+    """Run ``work`` on a thread and fail unless it ends within ``bound`` seconds (a generous
+    bound: a backtracking engine takes days on these inputs, RE2 microseconds)."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    assert not thread.is_alive(), f"still matching after {bound} s"
+    if failure:
+        raise failure[0]
+
+
+def test_a_catastrophic_pattern_is_matched_in_linear_time() -> None:
+    # ^(a+)+$ against 25 a's and a b took 6 s with Python's re, doubling with each a.
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    value = {"code": "a" * 64 + "b"}
+
+    def work() -> None:
+        with pytest.raises(SchemaViolation, match=r"\$\.code must match pattern"):
+            validate(schema, value)
+        validate(schema, {"code": "a" * 64})
+
+    _in_a_thread(work)
+
+
+def test_a_catastrophic_pattern_property_is_matched_in_linear_time() -> None:
+    schema = {"patternProperties": {"^(a|aa)+$": {"type": "integer"}}}
+    key = "a" * 64 + "b"
+
+    def work() -> None:
+        validate(schema, {key: "not checked: no pattern matches the key"})
+        with pytest.raises(SchemaViolation):
+            validate(schema, {"a" * 64: "x"})
+
+    _in_a_thread(work)
+
+
+def test_a_required_name_is_matched_against_patterns_in_linear_time() -> None:
+    # fastjsonschema itself matches such names with Python's re while it compiles.
+    pattern = {"^(a+)+$": {"type": "integer"}}
+    covered = {"required": ["aaaa"], "additionalProperties": False, "patternProperties": pattern}
+    _in_a_thread(lambda: validate({**covered, "properties": {}}, {"aaaa": 1}))
+    with pytest.raises(SchemaViolation):
+        validate({**covered, "properties": {}}, {"aaaa": 1, "b": 2})
+    with pytest.raises(SchemaViolation, match=r"\$\.aaaa must be integer"):
+        validate({**covered, "properties": {}}, {"aaaa": "x"})
+    uncovered = {**covered, "properties": {}, "required": ["a" * 64 + "b"]}
+
+    def work() -> None:
+        with pytest.raises(MalformedEvent, match="no property or pattern allows it"):
+            check_schema(uncovered)
+
+    _in_a_thread(work)
+
+
+def test_patterns_keep_json_schema_anchors() -> None:
+    # `$` is the end of the text, as in ECMA-262: a trailing newline does not match it.
+    validate({"pattern": r"^\d+$"}, "12")
+    with pytest.raises(SchemaViolation):
+        validate({"pattern": r"^\d+$"}, "12\n")
+    validate({"pattern": "b"}, "abc")  # unanchored: anywhere in the text
+
+
+def test_the_compiled_schema_cache_is_bounded_by_weight() -> None:
+    # Many distinct schemas, each near the size cap: the cache keeps their text under its budget
+    # and forgets the oldest, instead of holding a compiled copy of each.
+    filler = "x" * (MAX_SCHEMA_BYTES // 2)
+    for i in range(2 * SCHEMA_CACHE_BYTES // len(filler) + 4):
+        check_schema({"description": filler, "minLength": i})
+    assert _COMPILED.weight() <= SCHEMA_CACHE_BYTES
+    check_schema({"description": filler, "minLength": 0})  # evicted, compiled again: still works
