@@ -70,6 +70,8 @@ class ErrorCode(enum.StrEnum):
     HEADERS_TOO_LARGE = "headers_too_large", 431
     NOT_IMPLEMENTED = "not_implemented", 501
     HTTP_VERSION_NOT_SUPPORTED = "http_version_not_supported", 505
+    # A body read as JSON that does not say so (a browser's form or text/plain, or no type).
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415
 
     # Ours: runs, client-performed calls, the store and the daemon's lifetime.
     PORT_HELD = "port_held", 409
@@ -80,8 +82,8 @@ class ErrorCode(enum.StrEnum):
     STORE_TOO_NEW = "store_too_new", 503
     LISTEN_FAILED = "listen_failed", 503
 
-    # Ours: the page's session (a cookie-authenticated change without its CSRF token, or from
-    # another origin).
+    # Ours: a request whose Host does not name the daemon or whose Origin is another page's, and
+    # the page's session (a cookie-authenticated change without its CSRF token).
     FORBIDDEN = "forbidden", 403
 
 

@@ -47,6 +47,8 @@ from ..tools import demo_registry
 from ._arguments import (
     Parser,
     add_label_option,
+    allowed_host,
+    allowed_origin,
     json_value,
     key_value,
     listen_address,
@@ -694,6 +696,25 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an MCP origin agents registered over HTTP may reach, and the variables its headers "
         "may name (repeatable)",
     )
+    # Browsers (issue 29, item 1): who besides the loopback names and the daemon's own pages.
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=allowed_host,
+        metavar="NAME",
+        help="a host name (or address) requests may name in their Host besides localhost and "
+        "the loopback addresses, with any port: a reverse proxy's public name (repeatable)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        type=allowed_origin,
+        metavar="ORIGIN",
+        help="an origin (scheme://host[:port]) whose pages may call the API besides the daemon's "
+        "own (repeatable)",
+    )
     _add_notify_options(p)
 
 
@@ -825,6 +846,9 @@ def _serve_config(args: argparse.Namespace, url: str):
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
+        # Browsers (issue 29, item 1).
+        allow_hosts=tuple(args.allow_host),
+        allow_origins=tuple(args.allow_origin),
     )
 
 

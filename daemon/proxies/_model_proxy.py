@@ -61,6 +61,7 @@ from ..models import ANTHROPIC_VERSION, endpoint_url
 from ..recording import DriveInterrupted, RunContext
 from ..web import (
     BODY_TIMEOUT_SECONDS,
+    JSON_PORTS,
     Disconnected,
     OperationRefused,
     answer_lifespan,
@@ -856,7 +857,13 @@ async def open_model_proxy(
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 app = wrap(proxy) if wrap is not None else proxy
-                await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+                await serve_asgi(
+                    app,
+                    config,
+                    browsers=JSON_PORTS,
+                    shutdown_trigger=stop.wait,
+                    task_status=task_status,
+                )
 
             binds = await nursery.start(run)
             proxy.url = binds[0].rstrip("/")

@@ -41,7 +41,7 @@ from ..proxies import ModelProxy, open_model_proxy
 from ..recording import open_store_access
 from ..runs import SERVE, Batching, DriverSet, EventHub, ResumeOutcome, Runtime, own_store
 from ..tools import ToolRegistry, demo_registry
-from ..web import BODY_TIMEOUT_SECONDS, OperationRefused, listener_config
+from ..web import BODY_TIMEOUT_SECONDS, Browsers, OperationRefused, listener_config
 from ..web import serve as serve_asgi
 from ._notify import Notifier
 
@@ -91,6 +91,11 @@ class ServeConfig:
     # Where the operator is told of runs that wait on a person or fail (--notify-*); None: no
     # outbox rows are written at all.
     notify: NotifyConfig | None = None
+    # Browsers (issue 29, item 1): names a request's Host may give besides the loopback ones and
+    # the --listen host (--allow-host), and origins whose pages may call the API besides the
+    # daemon's own (--allow-origin); the agents' ports admit loopback names only.
+    allow_hosts: tuple[str, ...] = ()
+    allow_origins: tuple[str, ...] = ()
 
 
 # Bound on the git commands of ``build_commit``, together: a hung git (a
@@ -386,8 +391,16 @@ async def _listen(
     )
     in_flight = InFlight(AppendFront(create_app(state), state))
 
+    browsers = Browsers.of(config.allow_hosts, config.allow_origins, listen=config.host)
+
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+        await serve_asgi(
+            in_flight,
+            hyper,
+            browsers=browsers,
+            shutdown_trigger=stop.wait,
+            task_status=task_status,
+        )
 
     try:
         binds = await root.start(serve_http)

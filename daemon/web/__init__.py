@@ -1,4 +1,5 @@
-"""HTTP plumbing: the listener, ASGI helpers, the one body reader, strict JSON bodies, the error
+"""HTTP plumbing: the listener and what a browser may ask of it (Host, Origin, a JSON body's
+type), ASGI helpers, the one body reader, strict JSON bodies, the error
 envelope and its refusals (their next steps in an HTTP caller's words), request values, outbound
 TLS, the caller check (bearer token or the page's session cookie) and the sessions behind it.
 ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
@@ -17,11 +18,20 @@ import trio
 from ._asgi import (
     answer_lifespan,
 )
+from ._browsers import (
+    JSON_PORTS,
+    Browsers,
+    canonical_host,
+    canonical_origin,
+    is_json_media,
+    json_media_type,
+    media_type,
+    unsupported_media_type,
+)
 from ._callers import (
     CSRF_HEADER,
     Caller,
     admit,
-    check_origin,
 )
 from ._errors import (
     OperationRefused,
@@ -86,17 +96,21 @@ async def serve(
     app: Any,
     config: Config,
     *,
+    browsers: Browsers,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns.
+    """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns, every
+    request first held to ``browsers`` (``_browsers``: Host, Origin, a JSON body's type).
 
     ``_listener.serve`` says the rest: what it reports, and that a failure to bind leaves nothing
     listening.
     """
     from ._listener import serve as serve_app
 
-    await serve_app(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    await serve_app(
+        app, config, browsers=browsers, shutdown_trigger=shutdown_trigger, task_status=task_status
+    )
 
 
 __all__ = [
@@ -104,8 +118,10 @@ __all__ = [
     "CSRF_HEADER",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "JSON_PORTS",
     "PLACEHOLDER",
     "SESSION_COOKIE",
+    "Browsers",
     "Caller",
     "Disconnected",
     "OperationRefused",
@@ -116,11 +132,15 @@ __all__ = [
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
-    "check_origin",
+    "canonical_host",
+    "canonical_origin",
     "header_placeholders",
     "internal",
     "is_http_url",
+    "is_json_media",
+    "json_media_type",
     "listener_config",
+    "media_type",
     "object_from",
     "parse_json",
     "port_held",
@@ -133,6 +153,7 @@ __all__ = [
     "unknown_agent",
     "unknown_graph",
     "unknown_run",
+    "unsupported_media_type",
     "whole_number",
     "wrong_state",
 ]

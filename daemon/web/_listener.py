@@ -63,7 +63,11 @@ import trio
 from hypercorn.config import Config
 from salvor.protocol import ErrorCode
 
+from ._browsers import Browsers, guarded
 from ._hypercorn_seam import HypercornConnection, serve_connections
+
+# The rules of a listener that names none of its own: loopback names, its own pages.
+LOOPBACK = Browsers()
 
 MAX_RECV = 2**16
 # The server must outlast every common client's pool expiry so that the
@@ -331,10 +335,14 @@ async def serve(
     app: Any,
     config: Config,
     *,
+    browsers: Browsers = LOOPBACK,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s plain binds until ``shutdown_trigger`` returns.
+
+    Every request passes ``browsers``' rules first (``_browsers``: its Host, its Origin, a JSON
+    body's type); by default only loopback names and the listener's own pages are admitted.
 
     Reports the bound URLs through ``task_status`` once listening. On the way
     out, connections get ``config.graceful_timeout`` to finish their responses,
@@ -346,7 +354,7 @@ async def serve(
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
     await serve_connections(
-        _known_versions_only(app),
+        _known_versions_only(guarded(app, browsers)),
         config,
         connection,
         shutdown_trigger=shutdown_trigger,

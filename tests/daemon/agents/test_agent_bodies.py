@@ -73,7 +73,7 @@ async def stalled(url: str) -> tuple[int, dict]:
     stream = await trio.open_tcp_stream(parts.hostname, parts.port)
     await stream.send_all(
         (
-            f"POST {parts.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST {parts.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         + body[:10]
