@@ -66,6 +66,7 @@ from ..web import (
     OperationRefused,
     answer_lifespan,
     asgi_chunks,
+    guarded,
     listener_config,
     read_body,
     tls_context,
@@ -856,11 +857,12 @@ async def open_model_proxy(
         async with trio.open_nursery() as nursery:
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                app = wrap(proxy) if wrap is not None else proxy
+                # The rules inside the watcher: ``salvor doctor`` names a page's refusal too.
+                app = guarded(proxy, JSON_PORTS)
                 await serve_asgi(
-                    app,
+                    wrap(app) if wrap is not None else app,
                     config,
-                    browsers=JSON_PORTS,
+                    browsers=None,
                     shutdown_trigger=stop.wait,
                     task_status=task_status,
                 )

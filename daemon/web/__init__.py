@@ -23,6 +23,7 @@ from ._browsers import (
     Browsers,
     canonical_host,
     canonical_origin,
+    guarded,
     is_json_media,
     json_media_type,
     media_type,
@@ -96,12 +97,13 @@ async def serve(
     app: Any,
     config: Config,
     *,
-    browsers: Browsers,
+    browsers: Browsers | None,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns, every
-    request first held to ``browsers`` (``_browsers``: Host, Origin, a JSON body's type).
+    request first held to ``browsers`` (``_browsers``: Host, Origin, a JSON body's type; None
+    when ``app`` holds them itself, ``guarded``).
 
     ``_listener.serve`` says the rest: what it reports, and that a failure to bind leaves nothing
     listening.
@@ -134,6 +136,7 @@ __all__ = [
     "bearer_matches",
     "canonical_host",
     "canonical_origin",
+    "guarded",
     "header_placeholders",
     "internal",
     "is_http_url",

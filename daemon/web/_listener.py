@@ -335,14 +335,15 @@ async def serve(
     app: Any,
     config: Config,
     *,
-    browsers: Browsers = LOOPBACK,
+    browsers: Browsers | None = LOOPBACK,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s plain binds until ``shutdown_trigger`` returns.
 
     Every request passes ``browsers``' rules first (``_browsers``: its Host, its Origin, a JSON
-    body's type); by default only loopback names and the listener's own pages are admitted.
+    body's type); by default only loopback names and the listener's own pages are admitted. None:
+    ``app`` holds the rules itself (``guarded``), inside a wrapper that watches every request.
 
     Reports the bound URLs through ``task_status`` once listening. On the way
     out, connections get ``config.graceful_timeout`` to finish their responses,
@@ -354,7 +355,7 @@ async def serve(
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
     await serve_connections(
-        _known_versions_only(guarded(app, browsers)),
+        _known_versions_only(app if browsers is None else guarded(app, browsers)),
         config,
         connection,
         shutdown_trigger=shutdown_trigger,
