@@ -12,7 +12,8 @@ token or without:
   name the operator gave (``--allow-host``, and the ``--listen`` host), with any port. A rebound
   name is none of them. The port is not compared: only a forward the operator set up
   (``ssh -L 9000:127.0.0.1:8420``) makes it differ from the listener's, and a name, not a port,
-  is what a rebinding page forges.
+  is what a rebinding page forges. ``app.localhost`` is no loopback name here: browsers resolve
+  such names themselves, other clients may ask DNS; an operator who uses one adds it.
 * A request that carries an ``Origin`` must come from the daemon's own origin (the one whose host
   and port are the request's ``Host``; http or https alike, for a proxy that ends TLS) or one the
   operator listed (``--allow-origin``). Browsers send an ``Origin`` with every request that
