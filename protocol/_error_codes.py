@@ -73,6 +73,8 @@ class ErrorCode(enum.StrEnum):
     TOO_MANY_REQUESTS = "too_many_requests", 429
     NOT_IMPLEMENTED = "not_implemented", 501
     HTTP_VERSION_NOT_SUPPORTED = "http_version_not_supported", 505
+    # A body read as JSON that does not say so (a browser's form or text/plain, or no type).
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415
 
     # Ours: runs, client-performed calls, the store and the daemon's lifetime.
     PORT_HELD = "port_held", 409
@@ -87,8 +89,8 @@ class ErrorCode(enum.StrEnum):
     QUOTA_EXCEEDED = "quota_exceeded", 413
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
 
-    # Ours: the page's session (a cookie-authenticated change without its CSRF token, or from
-    # another origin).
+    # Ours: a request whose Host does not name the daemon or whose Origin is another page's, and
+    # the page's session (a cookie-authenticated change without its CSRF token).
     FORBIDDEN = "forbidden", 403
 
 

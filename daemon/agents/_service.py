@@ -35,7 +35,7 @@ from salvor.protocol import Envelope, RunCompleted, RunFailed, RunView
 from ..processes import PortClaims
 from ..proxies import ModelProxy, ProxySession, open_model_proxy
 from ..recording import RunContext, StoreAccess, utc_now
-from ..web import UnfillableHeader, fill_headers, listener_config, tls_context
+from ..web import JSON_PORTS, UnfillableHeader, fill_headers, listener_config, tls_context
 from ..web import serve as serve_asgi
 from ._definition import AgentDefinition
 from ._process import (
@@ -102,7 +102,9 @@ async def _serve_port(
 ) -> None:
     # hypercorn takes the bound socket over by descriptor (and closes it when done).
     config = listener_config(f"fd://{sock.detach()}", "salvor.service.http", graceful_timeout=1.0)
-    await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+    await serve_asgi(
+        app, config, browsers=JSON_PORTS, shutdown_trigger=stop.wait, task_status=task_status
+    )
 
 
 @dataclass(slots=True)

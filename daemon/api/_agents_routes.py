@@ -8,7 +8,7 @@ from quart import request
 from quart_trio import QuartTrio
 
 from ..agents import MAX_DEFINITION_BYTES, DefinitionError, parse_definition
-from ..web import bad_request, off_loop, unknown_agent
+from ..web import bad_request, is_json_media, off_loop, unknown_agent, unsupported_media_type
 from ._answers import AGENT, AGENT_CREATED, AGENT_LIST, AGENT_SUMMARY
 from ._http import body_bytes
 from ._operation import Operation, error, parameter, route
@@ -82,12 +82,12 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
         mimetype = request.mimetype or ""
         if mimetype in _TOML:
             fmt = "toml"
-        elif mimetype == "application/json" or mimetype.endswith("+json"):
+        elif is_json_media(mimetype):
             fmt = "json"
         elif mimetype in MARKDOWN:
             fmt = "md"
         else:
-            raise bad_request(
+            raise unsupported_media_type(
                 "send the definition as application/toml, application/json or text/markdown"
             )
         data = await body_bytes(MAX_DEFINITION_BYTES, "an agent definition")

@@ -18,9 +18,11 @@ on ``POST /v1/graphs`` and ``/v1/graphs/validate``; ``GET``/``PUT /v1/settings/e
 with its cookie and CSRF token).
 ``GET /v1/capabilities`` advertises ``fork: true``.
 
-Every ``/v1`` path (routed or not), ``/metrics`` and every WebSocket handshake under them pass the
-caller check first (``_http.authenticate``: the bearer token or a live session cookie), except the
-login itself, which only has its Origin checked. Other paths (the page's shell) are left to their
+Before any of this, the listener holds every request to the browser rules (``web.Browsers``: a
+``Host`` that names the daemon, an ``Origin``, when sent, that is its own or one the operator
+listed), with a token or without. Then every ``/v1`` path (routed or not), ``/metrics`` and every
+WebSocket handshake under them pass the caller check (``_http.authenticate``: the bearer token or a
+live session cookie), except the login itself. Other paths (the page's shell) are left to their
 routes: the page (``GET /``, ``GET /ui/<name>``: ``_dashboard_routes``) is served
 without auth and is not in the document.
 """
@@ -49,7 +51,6 @@ from ._graph_run_routes import add_graph_run_routes
 from ._http import (
     authenticate,
     authenticate_handshake,
-    check_request_origin,
     error_response,
 )
 from ._meta_routes import OPERATIONS as META_OPERATIONS
@@ -133,9 +134,8 @@ def create_app(state: ServerState) -> QuartTrio:
         if not documented(request.path):
             return
         if request.path == LOGIN_PATH and request.method == "POST":
-            # The login is how a caller without a session gets one; a page of another origin
-            # must not be able to log its visitor in.
-            check_request_origin()
+            # The login is how a caller without a session gets one. (A page of another origin
+            # cannot log its visitor in: the listener refuses its Origin first.)
             return
         g.session = authenticate(state.auth_token, state.sessions, state.failed_tries)
         await refuse_new_work_when_low()

@@ -1,7 +1,7 @@
 """The JSON request bodies of the control plane, each declared once as a typed ``Body``.
 
 A handler reads its body with ``BODY.read()``: the strict JSON reader first
-(``web.json_object``: content type, strict JSON, an object, no field outside
+(``web.json_object``: a JSON content type (else 415), strict JSON, an object, no field outside
 the declaration, none of the required ones missing), then each field's own
 check, in the order declared, each refusal a 400 ``bad_request`` naming the
 field. The OpenAPI document's request schemas are ``BODY.schema()``: the same
@@ -80,8 +80,8 @@ class Body:
         """The Quart request's body, checked whole.
 
         Raises:
-            OperationRefused: bad_request (400), payload_too_large (413) or request_timeout
-                (408); nothing has been recorded.
+            OperationRefused: bad_request (400), unsupported_media_type (415),
+                payload_too_large (413) or request_timeout (408); nothing has been recorded.
         """
         body = await json_object(
             allowed=self.allowed, required=self.required, optional_body=self.optional

@@ -8,9 +8,9 @@ context); answered here, about 0.56 ms behind hypercorn's own connection
 handler and about 0.4 ms behind the daemon's listener (``_http_server.py``),
 most of it the HTTP stack's (measured with ``tests/bench/bench_client_runs.py``).
 
-It answers exactly as the Quart route would: the caller check first (the bearer token, or the
-page's session cookie with its CSRF token and its own Origin: ``web.admit``, as the app's hook
-applies it), then
+It answers exactly as the Quart route would (the listener has held it to the browser rules, its
+Host and Origin, as every request): the caller check first (the bearer token, or the page's
+session cookie with its CSRF token: ``web.admit``, as the app's hook applies it), then
 the run and its drive token, then the body (the same reader, so the same
 deadline and 8 MB cap; strict JSON; an object with only ``events``), the
 same error envelope, and a bug as the same 500. Every other request passes
@@ -33,6 +33,7 @@ from ..web import (
     admit,
     asgi_chunks,
     internal,
+    media_type,
     peer_of,
     read_body,
 )
@@ -119,7 +120,5 @@ class AppendFront:
             self._state.body_timeout_seconds,
             cap=self._state.max_payload_bytes,
         )
-        mimetype = (
-            headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
-        )
+        mimetype = media_type(headers.get(b"content-type", b"").decode("latin-1"))
         return await client_runs.append(run_id, APPEND_EVENTS.from_bytes(data, mimetype))

@@ -1,21 +1,22 @@
 """``/v1/graphs``: submit a graph document, list the stored graphs, read one back, validate one
 without storing it.
 
-A document arrives as JSON (``application/json``, the spec's, and the default when no type is
-given) or as YAML (``application/yaml`` or ``text/yaml``, ours). A body that is not a document at
-all (not strict JSON, not UTF-8 YAML, YAML that fails to parse) is the same ``invalid_graph`` as
-any other invalid document, with one ``malformed_document`` error: the validator's first answer,
-not a ``bad_request``. Only a media type that is neither is a ``bad_request``.
+A document arrives as JSON (``application/json``, the spec's) or as YAML (``application/yaml`` or
+``text/yaml``, ours). A body that is not a document at all (not strict JSON, not UTF-8 YAML, YAML
+that fails to parse) is the same ``invalid_graph`` as any other invalid document, with one
+``malformed_document`` error: the validator's first answer, not a ``bad_request``. A body sent as
+neither type, or with none (what a page of another site can send), is 415
+``unsupported_media_type``.
 """
 
 from __future__ import annotations
 
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import Graph, InvalidGraph, parse_graph_json, parse_graph_yaml
+from salvor.protocol import Graph, InvalidGraph, excerpt, parse_graph_json, parse_graph_yaml
 from werkzeug.routing import BaseConverter
 
-from ..web import bad_request, off_loop, unknown_graph
+from ..web import is_json_media, off_loop, unknown_graph, unsupported_media_type
 from ._graph_schemas import (
     GRAPH,
     GRAPH_CREATED,
@@ -25,7 +26,7 @@ from ._graph_schemas import (
     GRAPH_VALID,
 )
 from ._http import body_bytes
-from ._operation import Operation, error, error_schema, parameter, route
+from ._operation import Operation, error, parameter, route
 from ._schema import ref
 from ._state import ServerState
 
@@ -39,18 +40,21 @@ class _GraphHashConverter(BaseConverter):
     regex = "(?!validate$)[^/]+"
 
 
-def _parser(mimetype: str):
-    """The parser for a body of this media type (lower case, no parameters).
+def _parser(mimetype: str, data: bytes):
+    """The parser for a body of this media type (lower case, no parameters); an empty body needs
+    none, and reads as JSON (so ``validate`` answers it invalid).
 
     Raises:
-        OperationRefused: bad_request for a media type that is neither JSON nor YAML.
+        OperationRefused: unsupported_media_type (415) for a body sent as neither JSON nor YAML,
+            or as nothing at all.
     """
     if mimetype in YAML_TYPES:
         return parse_graph_yaml
-    if not mimetype or mimetype == "application/json" or mimetype.endswith("+json"):
+    if is_json_media(mimetype) or not (mimetype or data.strip()):
         return parse_graph_json
-    raise bad_request(
-        f"send the graph document as application/json or application/yaml, not {mimetype[:64]}"
+    sent = f"not {excerpt(mimetype)}" if mimetype else "not without a Content-Type"
+    raise unsupported_media_type(
+        f"send the graph document as application/json or application/yaml, {sent}"
     )
 
 
@@ -62,12 +66,12 @@ async def read_graph() -> Graph:
     and the other requests must not wait for it.
 
     Raises:
-        OperationRefused: bad_request (a media type that is neither JSON nor YAML),
+        OperationRefused: unsupported_media_type (a media type that is neither JSON nor YAML),
             request_timeout (408) or payload_too_large (413).
         InvalidGraph: every error the document has.
     """
-    parse = _parser(request.mimetype or "")
     data = await body_bytes()
+    parse = _parser(request.mimetype or "", data)
     return await off_loop(parse, data)
 
 
@@ -75,7 +79,6 @@ async def read_graph() -> Graph:
 # document, read with JSON's values only (no timestamps, sets, binary, non-string or duplicate
 # keys), and it hashes as that JSON does.
 _DOCUMENT_TYPES = ("application/json", "application/yaml", "text/yaml")
-_NOT_A_DOCUMENT_TYPE = error_schema(["bad_request"])
 
 SUBMIT = Operation(
     method="post",
@@ -98,9 +101,8 @@ SUBMIT = Operation(
     responses={
         "400": error(
             "`invalid_graph` with every error in `details.errors` (a body that is not a document "
-            "at all is one `malformed_document`), or `bad_request` for a media type that is "
-            "neither JSON nor YAML. Nothing stored.",
-            schema={"oneOf": [ref("InvalidGraphError"), _NOT_A_DOCUMENT_TYPE]},
+            "at all is one `malformed_document`). Nothing stored.",
+            schema=ref("InvalidGraphError"),
         )
     },
 )
@@ -138,9 +140,6 @@ VALIDATE = Operation(
         )
     },
     refusals=("PayloadTooLarge",),
-    responses={
-        "400": error("A media type that is neither JSON nor YAML.", schema=_NOT_A_DOCUMENT_TYPE)
-    },
 )
 READ = Operation(
     method="get",

@@ -23,7 +23,6 @@ from ..web import (
     Sessions,
     TooManyTries,
     admit,
-    check_origin,
     object_from,
     peer_of,
     read_body,
@@ -91,15 +90,6 @@ def authenticate_handshake(
     return admit(caller, token, sessions, tries)
 
 
-def check_request_origin() -> None:
-    """Refuse the Quart request in hand when it sends an ``Origin`` other than the daemon's own.
-
-    Raises:
-        OperationRefused: forbidden (403).
-    """
-    check_origin(request_caller())
-
-
 async def body_bytes(cap: int | None = None, what: str = "") -> bytes:
     """The Quart request's body (``_request_body.read_body``), under the app's ``BODY_TIMEOUT``.
 
@@ -128,8 +118,8 @@ async def json_object(
     """The request body as a JSON object with only ``allowed`` keys.
 
     Raises:
-        OperationRefused: bad_request for a wrong content type, invalid JSON,
-            a non-object, an unknown field or a missing one.
+        OperationRefused: unsupported_media_type (415) for a body not sent as JSON;
+            bad_request for invalid JSON, a non-object, an unknown field or a missing one.
     """
     return object_from(
         await body_bytes(),

@@ -277,9 +277,11 @@ CODE_STATUS = ERROR_STATUS
 
 
 _FORBIDDEN_WHY = (
-    "a request the session cookie authenticates from a page of another origin (an `Origin` that "
-    f"is not the daemon's own), or one that changes state without the session's `{CSRF_HEADER}`. "
-    "Nothing changed; a bearer request never gets it."
+    "a request whose `Host` does not name this daemon (localhost, a loopback address, the "
+    "--listen host or a name given with --allow-host), or one carrying an `Origin` that is "
+    "neither the daemon's own (the one its `Host` names) nor given with --allow-origin, with a "
+    "token or without; and with --auth-token, a request the session cookie authenticates that "
+    f"changes state without the session's `{CSRF_HEADER}`. Nothing changed."
 )
 
 RESPONSES: JSON = {
@@ -328,9 +330,15 @@ RESPONSES: JSON = {
             }
         },
     },
-    # What a session-cookie caller hears (``web.admit``); added to every guarded operation by
-    # ``_add_forbidden``.
-    "Forbidden": _error(f"With --auth-token: {_FORBIDDEN_WHY}", "forbidden"),
+    # What a browser's request (``web.Browsers``) or a session-cookie caller (``web.admit``)
+    # hears; added to every operation by ``_with_forbidden``.
+    "Forbidden": _error(_FORBIDDEN_WHY[0].upper() + _FORBIDDEN_WHY[1:], "forbidden"),
+    "UnsupportedMediaType": _error(
+        "The body was not sent as a type this operation takes: a JSON body must say "
+        "`Content-Type: application/json` (an `application/*+json` type and parameters such as "
+        "`charset` are fine; no type at all is not). An empty body needs none. Nothing recorded.",
+        "unsupported_media_type",
+    ),
     # No operation answers these two: they are what a path or method outside `paths` gets.
     "NoRoute": _error("No route at that path (any method).", "not_found"),
     "MethodNotAllowed": {
@@ -385,11 +393,15 @@ SKELETON: JSON = {
             "(405 `method_not_allowed`, with `Allow`); with --auth-token every route but the "
             "login is 401 `unauthorized` without the bearer token or a live session cookie "
             f"(`{SESSION_COOKIE}`, from `POST /v1/session`), and a state-changing request the "
-            f"cookie authenticates is 403 `forbidden` without its session's `{CSRF_HEADER}` or "
-            "from another origin; a client that gave too many wrong tokens lately is 429 "
-            "`too_many_requests` (`TooManyRequests`). Refusals of the HTTP layer itself carry the "
-            "envelope too and close the connection: 400 `bad_request` (not well-formed HTTP, or "
-            "both Content-Length and Transfer-Encoding), "
+            f"cookie authenticates is 403 `forbidden` without its session's `{CSRF_HEADER}`; a "
+            "client that gave too many wrong tokens lately is 429 `too_many_requests` "
+            "(`TooManyRequests`). "
+            "With a token or without, every request is 403 `forbidden` when its `Host` does not "
+            "name this daemon or it carries an `Origin` other than the daemon's own (or one "
+            "given with --allow-origin), and a body read as JSON that does not say "
+            "`Content-Type: application/json` is 415 `unsupported_media_type`. Refusals of the "
+            "HTTP layer itself carry the envelope too and close the connection: 400 "
+            "`bad_request` (not well-formed HTTP, or both Content-Length and Transfer-Encoding), "
             "408 `request_timeout` (a body that stalls), 431 `headers_too_large`, "
             "501 `not_implemented` (a transfer-coding other than chunked), "
             "505 `http_version_not_supported` (HTTP/2 too, unless the daemon runs with --http2). "
@@ -429,9 +441,8 @@ SKELETON: JSON = {
                 "description": (
                     "The page's session, from `POST /v1/session`. A state-changing request (POST, "
                     f"PUT, PATCH, DELETE) it authenticates must send `{CSRF_HEADER}` (the "
-                    "`Csrf` parameter) with the session's csrf token, and an `Origin`, if sent, "
-                    "must be the daemon's own (a WebSocket handshake must send one); else 403 "
-                    "`forbidden`."
+                    "`Csrf` parameter) with the session's csrf token, and a WebSocket handshake "
+                    "must send an `Origin`; else 403 `forbidden`."
                 ),
             },
         },
@@ -482,11 +493,8 @@ def _check_codes(paths: JSON) -> None:
 
 
 def _with_forbidden(operation: JSON) -> JSON:
-    """``operation`` listing 403 ``forbidden``, as the caller check answers every operation it
-    guards (all but the login, which lists its own); one that already answers 403 for its own
-    reason lists both codes."""
-    if operation.get("security") == [{}]:
-        return operation
+    """``operation`` listing 403 ``forbidden``, as the browser rules and the caller check answer
+    every operation; one that already answers 403 for its own reason lists both codes."""
     responses = operation["responses"]
     given = responses.get("403")
     if given is None:
@@ -495,7 +503,7 @@ def _with_forbidden(operation: JSON) -> JSON:
         codes = _codes(given["content"]["application/json"]["schema"])
         if "forbidden" not in codes:
             responses["403"] = _error(
-                f"{given['description']} With --auth-token, also `forbidden`: {_FORBIDDEN_WHY}",
+                f"{given['description']} Also `forbidden`: {_FORBIDDEN_WHY}",
                 *sorted(codes | {"forbidden"}),
             )
     operation["responses"] = dict(sorted(responses.items()))

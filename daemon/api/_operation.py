@@ -33,6 +33,7 @@ _SHARED = (
     ("408", "RequestTimeout"),
     ("413", "PayloadTooLarge"),
     ("507", "InsufficientStorage"),
+    ("415", "UnsupportedMediaType"),
 )
 
 
@@ -95,9 +96,9 @@ class Operation:
     ``refusals``: the shared ones by name (``BadRequest``, ``UnknownRun``, ``PayloadTooLarge``; a
     route that reads a body, and so names PayloadTooLarge, can also time out reading it: 408).
     ``responses``: any other response object, by status, as it is. Every operation can also answer
-    401, 429 (a client that gave too many wrong tokens) and 500; ``_openapi`` adds the 403 of a
-    session-cookie caller to every one but an ``open`` operation (the login), which needs no
-    credentials.
+    401, 429 (a client that gave too many wrong tokens) and 500, and one that takes a ``body``
+    415; ``_openapi`` adds the 403 of the browser rules and of a session-cookie caller to every
+    one.
 
     Compared and hashed by identity: a declaration is one object, made once at import.
     """
@@ -159,6 +160,9 @@ class Operation:
             refusals.add("RequestTimeout")
         if self.new_work:
             refusals.add("InsufficientStorage")
+        if self.body is not None:
+            # A body not sent as one of the types it takes (no type at all included) is a 415.
+            refusals.add("UnsupportedMediaType")
         for status, name in _SHARED:
             if name in refusals:
                 responses[status] = {"$ref": f"#/components/responses/{name}"}

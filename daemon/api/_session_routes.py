@@ -44,7 +44,8 @@ LOG_IN = Operation(
         f"sets `{SESSION_COOKIE}` (HttpOnly, SameSite=Strict, Path=/, Max-Age of 12 hours, Secure "
         "over TLS); a session cookie the request still carried is ended. Sessions live in the "
         "daemon's memory (a restart ends them), at most 1,024 (a login past that ends the "
-        "oldest). Needs no authentication, but an `Origin`, if sent, must be the daemon's own. "
+        "oldest). Needs no authentication, but an `Origin`, if sent, must be the daemon's own "
+        "(or one given with --allow-origin). "
         "Without --auth-token there is no session: any token answers nulls and no cookie. "
         "A wrong token counts against the client's tries (429 `too_many_requests` once they "
         "are spent)."
@@ -56,8 +57,8 @@ LOG_IN = Operation(
     responses={
         "401": error("That is not the daemon's token. No session, no cookie.", "unauthorized"),
         "403": error(
-            "Sent from a page of another origin (an `Origin` that is not the daemon's own). No "
-            "session, no cookie.",
+            "Sent from a page of another origin (an `Origin` that is not the daemon's own), or "
+            "naming another host in `Host`. No session, no cookie.",
             "forbidden",
         ),
     },

@@ -18,6 +18,7 @@ from salvor.protocol import CodedError, MalformedJson, RunState, parse_strict
 
 from ..flows import caller_labels
 from ..recording import parse_run_id
+from ..web import canonical_host, canonical_origin
 
 # sun_path holds 108 bytes on Linux, its terminating NUL among them.
 MAX_SOCKET_PATH_BYTES = 107
@@ -122,6 +123,22 @@ def listen_address(text: str) -> ListenAddress:
             f"--listen {text[:80]!r} must look like HOST:PORT, e.g. 127.0.0.1:8420, or unix:PATH"
         )
     return ListenAddress(host.strip("[]"), int(port))
+
+
+def allowed_host(text: str) -> str:
+    """A name ``--allow-host`` lets a request's Host give (``web.canonical_host``)."""
+    try:
+        return canonical_host(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def allowed_origin(text: str) -> str:
+    """An origin ``--allow-origin`` lets call the daemon (``web.canonical_origin``)."""
+    try:
+        return canonical_origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def port_number(text: str) -> int:

@@ -328,6 +328,11 @@ def _diagnosis(findings: Findings) -> list[str]:
         lines.append(
             f"diagnosis: the proxy turned down {paths} before it became a model call: the body was "
             "not a JSON object, or was too large"
+            + (
+                ", or (415) was not sent with `Content-Type: application/json`"
+                if any(r.status == 415 for r in findings.rejected)
+                else ""
+            )
         )
     if e.timed_out:
         lines.append(

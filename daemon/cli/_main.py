@@ -66,6 +66,8 @@ from ..tools import demo_registry
 from ._arguments import (
     Parser,
     add_label_option,
+    allowed_host,
+    allowed_origin,
     event_count,
     json_value,
     key_value,
@@ -753,6 +755,25 @@ def _add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="open event streams and WebSockets per client address, past which a new one is "
         f"refused 429 (default {MAX_STREAMS_PER_CLIENT}; 0: no cap)",
     )
+    # Browsers (issue 29, item 1): who besides the loopback names and the daemon's own pages.
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=allowed_host,
+        metavar="NAME",
+        help="a host name (or address) requests may name in their Host besides localhost and "
+        "the loopback addresses, with any port: a reverse proxy's public name (repeatable)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        type=allowed_origin,
+        metavar="ORIGIN",
+        help="an origin (scheme://host[:port]) whose pages may call the API besides the daemon's "
+        "own (repeatable)",
+    )
     _add_notify_options(p)
     _add_hardening_options(p)
     _add_quota_options(p)
@@ -978,6 +999,9 @@ def _serve_config(args: argparse.Namespace, url: str):
             max_payload_bytes=args.max_payload_bytes,
         ),
         min_free_bytes=args.min_free_bytes,
+        # Browsers (issue 29, item 1).
+        allow_hosts=tuple(args.allow_host),
+        allow_origins=tuple(args.allow_origin),
     )
 
 

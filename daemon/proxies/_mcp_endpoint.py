@@ -26,6 +26,7 @@ from salvor.protocol import MalformedJson, parse_strict, sse_frame
 from ..mcp import MAX_MESSAGE_BYTES
 from ..web import (
     BODY_TIMEOUT_SECONDS,
+    JSON_PORTS,
     Disconnected,
     OperationRefused,
     answer_lifespan,
@@ -242,4 +243,4 @@ async def serve_fixed_port(lane: Any, port: int, *, task_status=trio.TASK_STATUS
         OSError: the port could not be bound (another process holds it).
     """
     config = listener_config(f"127.0.0.1:{port}", "salvor.mcp.http", graceful_timeout=1.0)
-    await serve_asgi(FixedPortApp(lane), config, task_status=task_status)
+    await serve_asgi(FixedPortApp(lane), config, browsers=JSON_PORTS, task_status=task_status)

@@ -61,10 +61,12 @@ from ..models import ANTHROPIC_VERSION, endpoint_url
 from ..recording import DriveInterrupted, Parked, RunContext
 from ..web import (
     BODY_TIMEOUT_SECONDS,
+    JSON_PORTS,
     Disconnected,
     OperationRefused,
     answer_lifespan,
     asgi_chunks,
+    guarded,
     listener_config,
     read_body,
     tls_context,
@@ -869,8 +871,15 @@ async def open_model_proxy(
         async with trio.open_nursery() as nursery:
 
             async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                app = wrap(proxy) if wrap is not None else proxy
-                await serve_asgi(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+                # The rules inside the watcher: ``salvor doctor`` names a page's refusal too.
+                app = guarded(proxy, JSON_PORTS)
+                await serve_asgi(
+                    wrap(app) if wrap is not None else app,
+                    config,
+                    browsers=None,
+                    shutdown_trigger=stop.wait,
+                    task_status=task_status,
+                )
 
             binds = await nursery.start(run)
             proxy.url = binds[0].rstrip("/")

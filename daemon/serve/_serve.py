@@ -56,6 +56,7 @@ from ..web import (
     BODY_TIMEOUT_SECONDS,
     FAILED_TRIES,
     MIN_TOKEN_BYTES,
+    Browsers,
     FailedTries,
     OperationRefused,
     TrustedProxies,
@@ -142,6 +143,12 @@ class ServeConfig:
     # keeps for new work (--min-free-bytes; 0: no floor).
     quota: RunQuota = field(default_factory=RunQuota)
     min_free_bytes: int = DEFAULT_MIN_FREE_BYTES
+
+    # Browsers (issue 29, item 1): names a request's Host may give besides the loopback ones and
+    # the --listen host (--allow-host), and origins whose pages may call the API besides the
+    # daemon's own (--allow-origin); the agents' ports admit loopback names only.
+    allow_hosts: tuple[str, ...] = ()
+    allow_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
@@ -468,9 +475,17 @@ async def _listen(
         TrustedProxies(AppendFront(create_app(state), state), config.trusted_proxies)
     )
 
+    browsers = Browsers.of(config.allow_hosts, config.allow_origins, listen=config.host)
+
     async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await serve_asgi(in_flight, hyper, shutdown_trigger=stop.wait, task_status=task_status)
+            await serve_asgi(
+                in_flight,
+                hyper,
+                browsers=browsers,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
+            )
         finally:
             if unix_socket is not None:
                 # A clean stop leaves no socket file behind (a kill leaves one the next start

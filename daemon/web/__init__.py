@@ -1,8 +1,9 @@
-"""HTTP plumbing: the listener (and the Unix socket it may serve on), ASGI helpers, the one body
-reader, strict JSON bodies, the error envelope and its refusals (their next steps in an HTTP
-caller's words), request values, outbound TLS, the caller check (bearer token or the page's
-session cookie), the sessions behind it, the count of wrong tokens per client, what a trusted
-proxy forwards, and the threads that parse and check what a caller sent (``off_loop``).
+"""HTTP plumbing: the listener (and the Unix socket it may serve on) and what a browser may ask of
+it (Host, Origin, a JSON body's type), ASGI helpers, the one body reader, strict JSON bodies, the
+error envelope and its refusals (their next steps in an HTTP caller's words), request values,
+outbound TLS, the caller check (bearer token or the page's session cookie), the sessions behind
+it, the count of wrong tokens per client, what a trusted proxy forwards, and the threads that
+parse and check what a caller sent (``off_loop``).
 ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
 layer.
 
@@ -19,11 +20,21 @@ import trio
 from ._asgi import (
     answer_lifespan,
 )
+from ._browsers import (
+    JSON_PORTS,
+    Browsers,
+    canonical_host,
+    canonical_origin,
+    guarded,
+    is_json_media,
+    json_media_type,
+    media_type,
+    unsupported_media_type,
+)
 from ._callers import (
     CSRF_HEADER,
     Caller,
     admit,
-    check_origin,
     peer_of,
 )
 from ._errors import (
@@ -112,17 +123,22 @@ async def serve(
     app: Any,
     config: Config,
     *,
+    browsers: Browsers | None,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns.
+    """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns, every
+    request first held to ``browsers`` (``_browsers``: Host, Origin, a JSON body's type; None
+    when ``app`` holds them itself, ``guarded``).
 
     ``_listener.serve`` says the rest: what it reports, and that a failure to bind leaves nothing
     listening.
     """
     from ._listener import serve as serve_app
 
-    await serve_app(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    await serve_app(
+        app, config, browsers=browsers, shutdown_trigger=shutdown_trigger, task_status=task_status
+    )
 
 
 __all__ = [
@@ -131,12 +147,14 @@ __all__ = [
     "FAILED_TRIES",
     "HEADER_NAME",
     "HTTP_WORDING",
+    "JSON_PORTS",
     "MAX_BODY_BYTES",
     "MIN_TOKEN_BYTES",
     "PLACEHOLDER",
     "SESSION_COOKIE",
     "UNTRUSTED_THREADS",
     "WINDOW_SECONDS",
+    "Browsers",
     "Caller",
     "Disconnected",
     "FailedTries",
@@ -153,13 +171,18 @@ __all__ = [
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
-    "check_origin",
+    "canonical_host",
+    "canonical_origin",
     "claim_unix_socket",
     "fill_headers",
+    "guarded",
     "header_placeholders",
     "internal",
     "is_http_url",
+    "is_json_media",
+    "json_media_type",
     "listener_config",
+    "media_type",
     "object_from",
     "off_loop",
     "parse_json",
@@ -175,6 +198,7 @@ __all__ = [
     "unknown_agent",
     "unknown_graph",
     "unknown_run",
+    "unsupported_media_type",
     "whole_number",
     "wrong_state",
 ]

@@ -6,12 +6,15 @@ the append front), whatever answers it:
 * Without a server token, every caller is admitted and nothing below is checked.
 * An ``Authorization`` header decides alone: the right bearer token admits the request, anything
   else is 401 ``unauthorized`` (a cookie beside a wrong header does not rescue it). A header is
-  not ambient, so a bearer request needs no CSRF token and no Origin.
+  not ambient, so a bearer request needs no CSRF token.
 * Otherwise the ``salvor_session`` cookie must name a live session (else 401). A browser sends a
   cookie with any request to the daemon's host, whoever wrote the page, so a cookie alone proves
-  little: an ``Origin``, when sent, must name the daemon's own ``Host``; a WebSocket
-  handshake must send one (browsers always do); and a state-changing request (POST, PUT, PATCH,
-  DELETE) must carry ``X-Salvor-CSRF`` equal to the session's token. Else 403 ``forbidden``.
+  little: a WebSocket handshake must send an ``Origin`` (browsers always do), and a
+  state-changing request (POST, PUT, PATCH, DELETE) must carry ``X-Salvor-CSRF`` equal to the
+  session's token. Else 403 ``forbidden``.
+
+Whose ``Origin`` and which ``Host`` are the listener's check (``_browsers``), made for every
+request, with a token or without, before this one.
 * A client that has given too many wrong bearer tokens lately is refused 429 ``too_many_requests``
   before its header is compared (``_throttle``); a cookie is no try of the token and is not counted.
 
@@ -44,7 +47,6 @@ class Caller:
     method: str
     # The ASGI scope's: http, https, ws or wss.
     scheme: str
-    host: str | None = None
     authorization: str | None = None
     cookie: str | None = None
     csrf: str | None = None
@@ -68,7 +70,6 @@ class Caller:
         return cls(
             method=method.upper(),
             scheme=scheme,
-            host=header("Host"),
             authorization=header("Authorization"),
             cookie=header("Cookie"),
             csrf=header(CSRF_HEADER),
@@ -76,17 +77,6 @@ class Caller:
             handshake=handshake,
             client=client,
         )
-
-    def from_own_page(self) -> bool:
-        """Whether the ``Origin`` names the host (and port) this request was sent to.
-
-        The scheme is not compared: behind a proxy that ends TLS (``contrib/nginx``) the page is
-        https while the daemon is reached over http, and a page of the same host on the other
-        scheme is no cross-site caller. The port is: another port is another origin."""
-        if not self.host or not self.origin:
-            return False
-        scheme, found, authority = self.origin.strip().lower().partition("://")
-        return bool(found and scheme in ("http", "https")) and authority == self.host.lower()
 
     def session_ids(self) -> list[str]:
         """The ``salvor_session`` values of the ``Cookie`` header, at most a few."""
@@ -110,18 +100,18 @@ def forbidden(message: str) -> OperationRefused:
     return OperationRefused(ErrorCode.FORBIDDEN, message)
 
 
-def check_origin(caller: Caller, *, required: bool = False) -> None:
-    """Refuse an ``Origin`` that is not the daemon's own (and a missing one when ``required``).
+def _require_origin(caller: Caller, *, required: bool = False) -> None:
+    """Refuse a request without an ``Origin`` when ``required`` (a cookie's WebSocket handshake).
+
+    The value of one that was sent is the listener's to judge (``_browsers``), for every caller.
 
     Raises:
         OperationRefused: forbidden (403).
     """
-    if caller.origin is None and not required:
-        return
-    if not caller.from_own_page():
+    if caller.origin is None and required:
         raise forbidden(
-            "this request came from a page of another origin (its `Origin` is not this "
-            "daemon's own); the session cookie is only honoured from the daemon's own page"
+            "a WebSocket handshake by the session cookie must send an `Origin` (a browser always "
+            "does); the session cookie is only honoured from the daemon's own page"
         )
 
 
@@ -133,7 +123,7 @@ def admit(
 
     Raises:
         OperationRefused: unauthorized (401) without the right token or a live session;
-            forbidden (403) for a session request from another origin or, when it changes
+            forbidden (403) for a session's handshake without an Origin or, when it changes
             state, without its CSRF token; too_many_requests (429, ``TooManyTries``) for a bearer
             header from a client that has given too many wrong tokens lately.
     """
@@ -152,7 +142,7 @@ def admit(
     )
     if session is None:
         raise unauthorized()
-    check_origin(caller, required=caller.handshake)
+    _require_origin(caller, required=caller.handshake)
     if caller.method in STATE_CHANGING and not session.csrf_matches(caller.csrf):
         raise forbidden(
             f"a request that changes state with the session cookie must carry `{CSRF_HEADER}` "

@@ -84,7 +84,11 @@ import trio
 from hypercorn.config import Config
 from salvor.protocol import ErrorCode
 
+from ._browsers import Browsers, guarded
 from ._hypercorn_seam import ANSWER_HEADERS, HypercornConnection, serve_connections
+
+# The rules of a listener that names none of its own: loopback names, its own pages.
+LOOPBACK = Browsers()
 
 MAX_RECV = 2**16
 # The server must outlast every common client's pool expiry so that the
@@ -395,10 +399,15 @@ async def serve(
     app: Any,
     config: Config,
     *,
+    browsers: Browsers | None = LOOPBACK,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s plain binds until ``shutdown_trigger`` returns.
+
+    Every request passes ``browsers``' rules first (``_browsers``: its Host, its Origin, a JSON
+    body's type); by default only loopback names and the listener's own pages are admitted. None:
+    ``app`` holds the rules itself (``guarded``), inside a wrapper that watches every request.
 
     Reports the bound URLs through ``task_status`` once listening. On the way
     out, connections get ``config.graceful_timeout`` to finish their responses,
@@ -410,7 +419,9 @@ async def serve(
     limits = _Limits(config)
     connection = partial(_Connection, limits, _IdleConnections(limits.max_idle))
     await serve_connections(
-        _with_answer_headers(_known_versions_only(app)),
+        _with_answer_headers(
+            _known_versions_only(app if browsers is None else guarded(app, browsers))
+        ),
         config,
         connection,
         shutdown_trigger=shutdown_trigger,

@@ -13,6 +13,7 @@ from typing import Any
 
 from salvor.protocol import ErrorCode, MalformedJson, excerpt, parse_strict
 
+from ._browsers import json_media_type
 from ._errors import OperationRefused, bad_request
 
 # The shortest server token the daemon starts with (issue 29): 128 bits at the least, beyond
@@ -74,13 +75,15 @@ def object_from(
     required: set[str] = frozenset(),
     optional_body: bool = False,
 ) -> dict:
-    """``json_object`` on a body already read, with its media type (lower case, no parameters)."""
+    """``json_object`` on a body already read, with its media type (lower case, no parameters).
+
+    An empty body needs no media type; any other must say it is JSON (``_browsers``).
+    """
     if not data.strip():
         if optional_body:
             return {}
         raise bad_request("the request needs a JSON object body")
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise bad_request(f"the body must be application/json, not {excerpt(mimetype)}")
+    json_media_type(mimetype)
     body = parse_json(data)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")

@@ -10,7 +10,7 @@ Screenshots go to the test's temp dir (``screenshot``), where CI keeps them as a
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,8 +30,9 @@ def require_chromium() -> None:
 
 
 @contextmanager
-def open_browser(profile: Path) -> Iterator:
-    """A headless Chromium with a fresh profile under ``profile``; quit on leaving, however left.
+def open_browser(profile: Path, arguments: Sequence[str] = ()) -> Iterator:
+    """A headless Chromium with a fresh profile under ``profile`` (and ``arguments`` besides the
+    usual ones); quit on leaving, however left.
 
     Runs without the sandbox (CI runs as root, where Chromium's sandbox cannot start) and with
     ``/tmp`` for shared memory (a container's ``/dev/shm`` is small)."""
@@ -52,6 +53,7 @@ def open_browser(profile: Path) -> Iterator:
         "--disable-background-networking",
         f"--window-size={WINDOW[0]},{WINDOW[1]}",
         f"--user-data-dir={profile}",
+        *arguments,
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))

@@ -230,12 +230,15 @@ class Contract:
             for status in operation["responses"]
             # 500 is never provoked; a stalled body (408) is the body-deadline tests' own, a
             # session cookie's 403 (the shared `Forbidden`) tests/daemon/api/test_session.py's,
-            # and a guesser's 429 (`TooManyRequests`) tests/daemon/api/test_token_tries.py's.
+            # a guesser's 429 (`TooManyRequests`) tests/daemon/api/test_token_tries.py's,
+            # and a body's 415 (the shared `UnsupportedMediaType`)
+            # tests/daemon/api/test_browsers.py's.
             if status not in ("500", "408")
             and operation["responses"][status]
             not in (
                 {"$ref": "#/components/responses/Forbidden"},
                 {"$ref": "#/components/responses/TooManyRequests"},
+                {"$ref": "#/components/responses/UnsupportedMediaType"},
             )
         }
         return documented - self.seen

@@ -51,7 +51,11 @@ async def test_model_requests_and_mcp_messages_from_an_agent_are_parsed_strictly
             )
             assert answer.status_code == 400, (case, answer.text)
             assert answer.json()["type"] == "error" and fragment in answer.text, (case, answer.text)
-            answer = await client.post(f"{base}/v1/chat/completions", content=body)
+            answer = await client.post(
+                f"{base}/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json; charset=utf-8"},
+            )
             assert answer.status_code == 400 and fragment in answer.json()["error"]["message"], (
                 case,
                 answer.text,
@@ -73,7 +77,7 @@ async def stalled(url: str) -> tuple[int, dict]:
     stream = await trio.open_tcp_stream(parts.hostname, parts.port)
     await stream.send_all(
         (
-            f"POST {parts.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST {parts.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         + body[:10]

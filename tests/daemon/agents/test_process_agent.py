@@ -515,8 +515,15 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(
             client=proxy.client,
         )
         cap = proxy.attach(session)
-        answer = await client.post(f"{proxy.base(cap)}/v1/messages", content=b"not json")
+        json_type = {"Content-Type": "application/json"}
+        answer = await client.post(
+            f"{proxy.base(cap)}/v1/messages", content=b"not json", headers=json_type
+        )
         assert answer.status_code == 400 and answer.json()["type"] == "error"
+        # One not sent as JSON (as a page of another site could send it) is not read at all.
+        answer = await client.post(f"{proxy.base(cap)}/v1/messages", content=b'{"model": "m"}')
+        assert answer.status_code == 415
+        assert answer.json()["error"]["code"] == "unsupported_media_type"
         answer = await client.get(f"{proxy.base(cap)}/v1/models")
         assert answer.status_code == 200 and answer.json()["object"] == "list"
         assert await kinds(runtime, run_id) == ["RunStarted"]

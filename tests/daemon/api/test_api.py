@@ -176,7 +176,10 @@ async def test_agent_definitions_that_do_not_build_are_400_and_register_nothing(
     for content_type, body in _bad_definitions(provider.base_url):
         headers = {"Content-Type": content_type} if content_type else {}
         response = await server.client.post("/v1/agents", content=body, headers=headers)
-        assert_error(response, 400, "bad_request")
+        if content_type in ("application/toml", "application/json"):
+            assert_error(response, 400, "bad_request")
+        else:  # sent as none of the definition's types (or as none at all)
+            assert_error(response, 415, "unsupported_media_type")
     assert (await server.client.get("/v1/agents")).json() == {"agents": []}
     assert await snapshot(server) == ([], [])
 

@@ -108,7 +108,7 @@ async def test_a_stalled_body_on_any_route_is_408_request_timeout_and_the_connec
     ]
     for path, content_type, extra in routes:
         request = (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n{extra}"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n{extra}"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body[: len(body) // 2]
         status, headers, answer = await raw_exchange(server, request, until_closed=True)
@@ -399,7 +399,7 @@ async def test_a_connection_answered_before_its_body_arrived_serves_the_next_req
     """
     host, port = server.url.split("://", 1)[1].rsplit(":", 1)
     head_bytes = (
-        f"POST /v1/client-runs/{uuid.uuid4()}/events HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v1/client-runs/{uuid.uuid4()}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
     ).encode()
     for attempt in range(40):
@@ -412,7 +412,7 @@ async def test_a_connection_answered_before_its_body_arrived_serves_the_next_req
             while not answer.endswith(b"}}"):
                 answer += await stream.receive_some(65536)
         assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
-        await stream.send_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        await stream.send_all(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         second = b""
         with trio.move_on_after(
             30

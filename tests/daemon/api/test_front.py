@@ -62,7 +62,7 @@ async def test_every_refusal_is_the_same_through_the_front_and_the_route(
         "empty body": (run_id, b"", json_type, 400),
         "not JSON": (run_id, b"{nope", json_type, 400),
         "a JSON array": (run_id, b"[]", json_type, 400),
-        "text/plain": (run_id, later, {**json_type, "content-type": "text/plain"}, 400),
+        "text/plain": (run_id, later, {**json_type, "content-type": "text/plain"}, 415),
         "an unknown field": (run_id, json.dumps({"events": [], "x": 1}).encode(), json_type, 400),
         "no events": (run_id, b"{}", json_type, 400),
         "a gap": (run_id, later, json_type, 409),
@@ -177,7 +177,7 @@ async def test_a_body_that_stops_arriving_is_a_408_and_one_cut_off_records_nothi
     run_id, token = opened["run"], opened["drive_token"]
     body = json.dumps({"events": [head(run_id)]}).encode()
     request_head = (
-        f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v1/client-runs/{run_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Content-Type: application/json\r\nX-Drive-Token: {token}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()

@@ -99,7 +99,11 @@ NOT_DOCUMENTS = [
     (b'{"schema_version": 1, "schema_version": 1}', "application/json", "schema_version"),
     (b"\xef\xbb\xbf{}", "application/json", "byte-order mark"),
     (b'{"schema_version": 1, "nodes": [], "edges": []}', "application/json", "nodes is empty"),
-    (b'{"schema_version": 1, "nodes": [{"id": "a"}], "edges": [], "x": 1}', "", "unknown field"),
+    (
+        b'{"schema_version": 1, "nodes": [{"id": "a"}], "edges": [], "x": 1}',
+        "application/json; charset=utf-8",
+        "unknown field",
+    ),
     (b"schema_version: 1\nnodes: [\n", "application/yaml", "line 3, column 1"),
     (b"a: 1\na: 2\n", "application/yaml", "line 2"),
     (b"when: 2026-01-01\n", "text/yaml", "timestamp"),
@@ -173,8 +177,11 @@ async def test_what_is_not_a_document_question_is_refused_as_http_would(server: 
         response = await server.client.post(
             path, content=json.dumps(every_kind()), headers={"Content-Type": "text/plain"}
         )
-        error = assert_error(response, 400, "bad_request")
+        error = assert_error(response, 415, "unsupported_media_type")
         assert "application/json or application/yaml" in error["message"]
+        # Nor is one sent without a type (as a page of another site can), though it is JSON.
+        response = await server.client.post(path, content=json.dumps(every_kind()))
+        assert_error(response, 415, "unsupported_media_type")
 
     for text in ("sha256:" + "0" * 64, "nothing-like-a-hash", "sha256:" + "x" * 300):
         error = assert_error(await server.client.get(f"/v1/graphs/{text}"), 404, "unknown_graph")

@@ -44,7 +44,7 @@ async def test_graph_answers_match_the_document(server_factory) -> None:
     await call(api, "POST", "/v1/graphs", expect=400, json=three_defects()[0])
     await call(api, "POST", "/v1/graphs", expect=400, content=b"{", headers=yaml)
     await call(
-        api, "POST", "/v1/graphs", expect=400, content=b"{}", headers={"Content-Type": "text/csv"}
+        api, "POST", "/v1/graphs", expect=415, content=b"{}", headers={"Content-Type": "text/csv"}
     )
     await call(api, "GET", "/v1/graphs", expect=200)
     with below_the_free_space_floor(server.state):
@@ -62,8 +62,10 @@ async def test_graph_answers_match_the_document(server_factory) -> None:
     ] is False
     assert (await call(api, "POST", validate, expect=200, json=[1, 2]))["valid"] is False
     await call(
-        api, "POST", validate, expect=400, content=b"{}", headers={"Content-Type": "text/plain"}
+        api, "POST", validate, expect=415, content=b"{}", headers={"Content-Type": "text/plain"}
     )
+    # An empty body needs no type: it is read as JSON, and is no document.
+    assert (await call(api, "POST", validate, expect=200, content=b""))["valid"] is False
 
     anonymous = server.new_client()
     for template in ("/v1/graphs", validate):

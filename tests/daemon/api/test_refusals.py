@@ -40,9 +40,17 @@ MALFORMED = [
     ("application/json", b'{"reason": "\\udc00"}'),
     ("application/json", b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     ("application/json", b'{"input": 1' + b"0" * 5000 + b"}"),
+    ("application/json; charset=utf-8", b"{not json"),
+]
+# A body sent as something else than JSON (as a page of another site can send one, or none at
+# all): 415, even when it holds JSON.
+NOT_JSON = [
     ("text/plain", b'{"input": {"approved": true}}'),
+    ("text/plain;charset=UTF-8", b'{"input": {"approved": true}}'),
     ("application/x-www-form-urlencoded", b"input=1"),
+    ("multipart/form-data; boundary=x", b'{"input": {"approved": true}}'),
     ("application/toml", b"input = 1"),
+    (None, b'{"input": {"approved": true}}'),
 ]
 
 
@@ -59,6 +67,12 @@ async def test_malformed_bodies_are_400_on_every_strict_route_and_record_nothing
                 path.format(run=run_id), content=body, headers={"Content-Type": content_type}
             )
             assert_error(response, 400, "bad_request")
+        for content_type, body in NOT_JSON:
+            headers = {"Content-Type": content_type} if content_type else {}
+            response = await server.client.post(
+                path.format(run=run_id), content=body, headers=headers
+            )
+            assert_error(response, 415, "unsupported_media_type")
     assert await snapshot(server) == before
     assert provider.call_count == calls
     assert (await get_run(server, run_id))["status"]["state"] == "suspended"

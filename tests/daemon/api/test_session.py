@@ -40,6 +40,7 @@ STORE_BACKENDS = SQLITE_ONLY
 SESSION = "/v1/session"
 AGENT = 'model = "demo-planner"\nsystem_prompt = "Nap."\n[llm]\nprovider = "demo"\n'
 TOML = {"Content-Type": "application/toml"}
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 async def log_in(server) -> tuple[str, str]:
@@ -82,7 +83,7 @@ async def test_every_status_of_the_session_routes_is_answered_as_documented(guar
     cookie = anonymous.cookies["salvor_session"]
     anonymous.cookies.clear()
     await call(anonymous, "POST", SESSION, expect=401, json={"token": "not-it"})
-    await call(anonymous, "POST", SESSION, expect=400, content=b"{nope")
+    await call(anonymous, "POST", SESSION, expect=400, content=b"{nope", headers=JSON_TYPE)
     await call(
         anonymous,
         "POST",
@@ -165,12 +166,17 @@ REFUSED_LOGINS = [
     ({"json": {"token": TOKEN[:-1]}}, 401, "unauthorized"),
     ({"json": {"token": ""}}, 401, "unauthorized"),
     ({"content": b""}, 400, "bad_request"),
-    ({"content": b"{nope"}, 400, "bad_request"),
+    ({"content": b"{nope", "headers": JSON_TYPE}, 400, "bad_request"),
+    ({"content": b"{nope"}, 415, "unsupported_media_type"),
     ({"json": [TOKEN]}, 400, "bad_request"),
     ({"json": {"token": 12}}, 400, "bad_request"),
     ({"json": {}}, 400, "bad_request"),
     ({"json": {"token": TOKEN, "remember": True}}, 400, "bad_request"),
-    ({"content": TOKEN.encode(), "headers": {"Content-Type": "text/plain"}}, 400, "bad_request"),
+    (
+        {"content": TOKEN.encode(), "headers": {"Content-Type": "text/plain"}},
+        415,
+        "unsupported_media_type",
+    ),
     # The token belongs in the body: one in the URL is refused, even when it is right.
     ({"json": {"token": TOKEN}, "params": {"token": TOKEN}}, 400, "bad_request"),
     ({"json": {"token": TOKEN}, "headers": {"Origin": "http://127.0.0.1:1"}}, 403, "forbidden"),
@@ -229,10 +235,12 @@ async def test_a_state_change_by_cookie_needs_its_csrf_token_and_records_nothing
     assert other_cookie != cookie
 
 
-async def test_the_bearer_token_works_alone_and_needs_no_csrf_or_origin(guarded) -> None:
-    bearer = guarded.new_client(
-        headers={"Authorization": f"Bearer {TOKEN}", "Origin": "http://evil.example"}
-    )
+async def test_the_bearer_token_works_alone_and_needs_no_csrf_but_no_other_origin(guarded) -> None:
+    bearer = guarded.new_client(headers={"Authorization": f"Bearer {TOKEN}"})
+    # A page of another origin is refused even holding the token (issue 29): nothing registered.
+    foreign = {**TOML, "Origin": "http://evil.example"}
+    assert_error(await bearer.post("/v1/agents", content=AGENT, headers=foreign), 403, "forbidden")
+    assert (await bearer.get("/v1/agents")).json() == {"agents": []}
     assert (await bearer.post("/v1/agents", content=AGENT, headers=TOML)).status_code == 201
     # It needs no session: the session route answers it nulls.
     assert (await bearer.get(SESSION)).json() == {"csrf": None, "expires_at": None}
@@ -310,11 +318,10 @@ async def test_the_append_front_follows_the_same_rules(guarded) -> None:
     assert_error(await anonymous.post(path, json=body), 401, "unauthorized")
     # The route behind the front (Quart's test client on the same state) answers the same.
     route = create_app(guarded.state).test_client()
-    for headers in (
-        {},
-        {"X-Salvor-CSRF": "nope"},
-        {"X-Salvor-CSRF": csrf, "Origin": "http://evil.example"},
-    ):
+    # (Another origin is the listener's refusal, before the front or the app: test_browsers.)
+    foreign = {"X-Salvor-CSRF": csrf, "Origin": "http://evil.example"}
+    assert_error(await browser.post(path, json=body, headers=foreign), 403, "forbidden")
+    for headers in ({}, {"X-Salvor-CSRF": "nope"}):
         front = await browser.post(path, json=body, headers=headers)
         assert_error(front, 403, "forbidden")
         behind = await route.post(

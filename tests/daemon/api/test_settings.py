@@ -39,7 +39,6 @@ async def test_edit_mode_is_off_until_put_and_refusals_change_nothing(server_fac
         {"json": {}},
         {"json": {"enabled": False, "for": "everyone"}},
         {"json": [False]},
-        {"content": b"enabled=false", "headers": {"Content-Type": "text/plain"}},
         {"content": b'{"enabled": fals', "headers": JSON_BODY},
     ):
         response = await api.put(EDIT_MODE, **refused)
@@ -47,6 +46,10 @@ async def test_edit_mode_is_off_until_put_and_refusals_change_nothing(server_fac
         await call(api, "PUT", EDIT_MODE, expect=400, **refused)
         assert await call(api, "GET", EDIT_MODE, expect=200) == {"enabled": True}, refused
     await call(api, "PUT", EDIT_MODE, expect=413, content=OVERSIZED, headers=JSON_BODY)
+    # A body not sent as JSON is not read as JSON.
+    plain = {"content": b'{"enabled": false}', "headers": {"Content-Type": "text/plain"}}
+    assert_error(await api.put(EDIT_MODE, **plain), 415, "unsupported_media_type")
+    assert await call(api, "GET", EDIT_MODE, expect=200) == {"enabled": True}
 
     anonymous = server.new_client()
     await call(anonymous, "GET", EDIT_MODE, expect=401)

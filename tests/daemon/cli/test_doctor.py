@@ -198,17 +198,24 @@ def test_a_request_to_a_path_the_proxy_does_not_serve_is_named(tmp_path):
     assert "process: exited with code 0" in result.stdout
 
 
-def test_a_body_the_proxy_cannot_read_is_named_with_its_status(tmp_path):
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [("{'content-type': 'application/json'}", 400), ("{}", 415)],
+    ids=["not-an-object", "not-said-to-be-json"],
+)
+def test_a_body_the_proxy_cannot_read_is_named_with_its_status(tmp_path, headers, status):
     script = (
         "import os, httpx\n"
-        "httpx.post(os.environ['OPENAI_BASE_URL'] + '/chat/completions', content=b'[1, 2]')\n"
+        "httpx.post(os.environ['OPENAI_BASE_URL'] + '/chat/completions', content=b'[1, 2]', "
+        f"headers={headers})\n"
     )
     result = doctor(tmp_path, str(definition(tmp_path, script)))
     assert result.returncode == 1, result
     assert (
         "diagnosis: the proxy turned down POST /v1/chat/completions "
-        "(400) before it became a model call" in result.stdout
+        f"({status}) before it became a model call" in result.stdout
     )
+    assert ("Content-Type: application/json" in result.stdout) is (status == 415)
     assert "never honoured" not in result.stdout
 
 

@@ -136,6 +136,15 @@ def test_a_run_whose_reader_leaves_after_its_id_is_still_driven_to_rest(
         (["serve", "--proxy-port", "http"], ["--proxy-port 'http'", "0 (a free one) to 65535"]),
         (["serve", "--wake-interval", "-5"], ["--wake-interval '-5'"]),
         (
+            ["serve", "--allow-host", "salvor.example.com:443"],
+            ["--allow-host takes a host name", "without a port", "'salvor.example.com:443'"],
+        ),
+        (["serve", "--allow-host", "*.localhost"], ["--allow-host takes", "'*.localhost'"]),
+        (
+            ["serve", "--allow-origin", "https://ops.example.com/app"],
+            ["--allow-origin takes an origin", "no path", "'https://ops.example.com/app'"],
+        ),
+        (
             ["run", "contrib/agents/refund-desk.toml", "--input", "not json"],
             ["--input is not valid JSON"],
         ),

@@ -11,7 +11,7 @@ synchronous httpx client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -158,10 +158,14 @@ def _first(driver: WebDriver, css: str):
 
 @contextmanager
 def page_on_a_daemon(
-    directory: Path, *args: str, token: str | None = None, env: Mapping[str, str] | None = None
+    directory: Path,
+    *args: str,
+    token: str | None = None,
+    env: Mapping[str, str] | None = None,
+    browser_arguments: Sequence[str] = (),
 ) -> Iterator[Page]:
     """A daemon started with ``args`` and ``env`` (and ``--auth-token`` when ``token``), and a
-    browser.
+    browser (started with ``browser_arguments`` too).
 
     The two start side by side (each is a second or two of process start), the daemon on a
     thread of its own; it is stopped with SIGTERM at the end and must exit 0."""
@@ -173,7 +177,7 @@ def page_on_a_daemon(
         daemon_started = starting.submit(
             _started, directory, ["--client-tool", str(payout), *args], token, env or {}
         )
-        with open_browser(directory / "profile") as driver:
+        with open_browser(directory / "profile", browser_arguments) as driver:
             daemon = daemon_started.result()
             try:
                 with httpx.Client(base_url=daemon.base_url, headers=headers, timeout=30) as api:

@@ -148,7 +148,7 @@ def idle_cap(monkeypatch) -> int:
 
 
 def get(path: str, *headers: str, version: str = "1.1") -> bytes:
-    lines = [f"GET {path} HTTP/{version}", "Host: salvor", *headers]
+    lines = [f"GET {path} HTTP/{version}", "Host: 127.0.0.1", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -157,7 +157,7 @@ async def test_a_body_sent_after_an_early_answer_is_discarded_and_the_next_reque
 ) -> None:
     client = await raw()
     await client.send(
-        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
     head, body = await client.response()  # answered before its body was sent
@@ -173,7 +173,7 @@ async def test_an_early_answer_whose_body_exceeds_the_drain_bound_closes_the_con
 ) -> None:
     client = await raw()
     await client.send(
-        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+        b"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Length: 100000000\r\n\r\n"
     )
     head, _ = await client.response()
@@ -246,7 +246,7 @@ async def test_a_request_head_that_trickles_is_closed_within_the_header_bound(
     header_bound, raw
 ) -> None:
     client = await raw()
-    await client.send(b"GET /v1/runs HTTP/1.1\r\nHost: salvor\r\n")
+    await client.send(b"GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 
     async def trickle() -> None:
         for _ in range(100):  # one header byte at a time, never the blank line
@@ -297,12 +297,12 @@ REFUSALS = {
     "a malformed request line": (b"GARBAGE\r\n\r\n", 400, "bad_request"),
     "no Host header": (b"GET /v1/runs HTTP/1.1\r\n\r\n", 400, "bad_request"),
     "headers over the limit": (
-        b"GET /v1/runs HTTP/1.1\r\nHost: salvor\r\nX-Pad: " + b"a" * 1_000_000,
+        b"GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 1_000_000,
         431,
         "headers_too_large",
     ),
     "an unknown transfer-coding": (
-        b"POST /v1/runs HTTP/1.1\r\nHost: salvor\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n",
         501,
         "not_implemented",
     ),
@@ -357,7 +357,7 @@ async def test_an_upload_refused_at_once_and_past_the_drain_bound_still_reads_it
     client = await raw()
     try:
         await client.send(
-            f"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: salvor\r\n"
+            f"POST /v1/runs/not-a-uuid/resume HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Content-Length: {size}\r\n\r\n".encode()
             + b"x" * size
         )
@@ -445,7 +445,7 @@ async def test_h11s_refusal_carries_the_envelope_where_hypercorn_sends_an_empty_
 async def test_an_early_answer_keeps_the_connection_where_hypercorn_closes_it(bare) -> None:
     which, connect = bare
     client = await connect()
-    await client.send(b"POST /early HTTP/1.1\r\nHost: salvor\r\nContent-Length: 5\r\n\r\n")
+    await client.send(b"POST /early HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n")
     head, body = await client.response()
     assert (status(head), body) == (401, b"no")
     if which == "hypercorn":  # DrainingH11Protocol._maybe_recycle is needed while this holds

@@ -95,7 +95,7 @@ async def listener(nursery, request):
 
 async def request(stream: trio.SocketStream, path: str) -> tuple[bytes, bytes]:
     """One GET on a kept-alive connection: (head, body), the body de-chunked when chunked."""
-    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     data = b""
     while b"\r\n\r\n" not in data:
         more = await stream.receive_some(65536)
@@ -189,15 +189,15 @@ def answered_after_a_held_loop(port: int, connections: int) -> int:
     holder = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
         for sock in idle:  # each answered, then idle with its deadline KEEP_ALIVE away
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert answered(sock)
         HOLDING.clear()
-        holder.sendall(f"GET /hold?{KEEP_ALIVE * 3} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        holder.sendall(f"GET /hold?{KEEP_ALIVE * 3} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         assert HOLDING.wait(30)
         # Sent while the loop is held: when it runs again, each request and
         # its connection's expired deadline are there together.
         for sock in idle:
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         return sum(answered(sock) for sock in idle)
     finally:
         for sock in (*idle, holder):
