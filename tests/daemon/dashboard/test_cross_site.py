@@ -62,9 +62,12 @@ def elsewhere() -> Iterator[str]:
 
 @pytest.fixture(scope="module", params=[None, TOKEN], ids=["no-token", "token"])
 def page(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    # A daemon without a token may not start programs on TCP at all (it refuses to start so);
+    # with one, it may, and a rebound page still registers no program.
+    programs = ["--allow-process-agents"] if request.param else []
     with page_on_a_daemon(
         tmp_path_factory.mktemp("cross-site"),
-        "--allow-process-agents",
+        *programs,
         token=request.param,
         browser_arguments=[f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"],
     ) as opened:
