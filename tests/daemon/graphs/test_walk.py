@@ -52,6 +52,27 @@ async def stored(runtime, document: dict):
     return graph
 
 
+async def map_graph(runtime, agent: str, *, concurrency: int) -> str:
+    """A stored graph of one map node, ``each``, running ``agent`` over the run input's items
+    (each child's input ``{"t": item}``), ``concurrency`` at a time."""
+    return await stored(
+        runtime,
+        {
+            "schema_version": 1,
+            "nodes": [
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "concurrency": concurrency,
+                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
+                },
+            ],
+            "edges": [],
+        },
+    )
+
+
 async def agent_hash(runtime, make_agent, provider) -> str:
     agent = make_agent(provider)
     await runtime.register_agent(agent)
@@ -394,22 +415,7 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
         return echo(call)
 
     agent = await agent_hash(runtime, make_agent, providers(script))
-    graph = await stored(
-        runtime,
-        {
-            "schema_version": 1,
-            "nodes": [
-                {
-                    "id": "each",
-                    "kind": "map",
-                    "over": "$input",
-                    "concurrency": 1,
-                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
-                },
-            ],
-            "edges": [],
-        },
-    )
+    graph = await map_graph(runtime, agent, concurrency=1)
     run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
     view = await runtime.drive(run_id)
     child = map_child_id(run_id, "each", 1)
@@ -436,22 +442,7 @@ async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_a
         return echo(call)
 
     agent = await agent_hash(runtime, make_agent, providers(script))
-    graph = await stored(
-        runtime,
-        {
-            "schema_version": 1,
-            "nodes": [
-                {
-                    "id": "each",
-                    "kind": "map",
-                    "over": "$input",
-                    "concurrency": 1,
-                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
-                },
-            ],
-            "edges": [],
-        },
-    )
+    graph = await map_graph(runtime, agent, concurrency=1)
     for _ in range(8):
         run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d", "e"])
         view = await runtime.drive(run_id)
@@ -478,22 +469,7 @@ async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_
         return echo(call)
 
     agent = await agent_hash(runtime, make_agent, providers(script))
-    graph = await stored(
-        runtime,
-        {
-            "schema_version": 1,
-            "nodes": [
-                {
-                    "id": "each",
-                    "kind": "map",
-                    "over": "$input",
-                    "concurrency": 3,
-                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
-                },
-            ],
-            "edges": [],
-        },
-    )
+    graph = await map_graph(runtime, agent, concurrency=3)
     run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d"])
     view = await runtime.drive(run_id)
     assert view.state is RunState.FAILED
@@ -521,22 +497,7 @@ async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_the
         return echo(call)
 
     agent = await agent_hash(runtime, make_agent, providers(script))
-    graph = await stored(
-        runtime,
-        {
-            "schema_version": 1,
-            "nodes": [
-                {
-                    "id": "each",
-                    "kind": "map",
-                    "over": "$input",
-                    "concurrency": 2,
-                    "body": {"kind": "agent", "agent": agent, "input": {"t": "$item"}},
-                },
-            ],
-            "edges": [],
-        },
-    )
+    graph = await map_graph(runtime, agent, concurrency=2)
     run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
     first = map_child_id(run_id, "each", 0)
     append = runtime.access.append
