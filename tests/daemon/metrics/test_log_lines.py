@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from salvor.daemon.cli import _main
+from salvor.daemon.cli import _main, _serve_command
 from salvor.daemon.metrics import JsonLines, concerning_run
 
 from tests.support.backends import SQLITE_ONLY
@@ -130,7 +130,7 @@ def test_serve_takes_text_or_json_and_json_puts_json_lines_on_stderr(monkeypatch
     # What `salvor serve` sets up before it serves, on a process with no logging set up yet.
     monkeypatch.setattr(logging.root, "handlers", [])
     monkeypatch.setattr(logging.root, "level", logging.WARNING)
-    _main._log_to_stderr("json")
+    _serve_command.log_to_stderr("json")
     (handler,) = logging.root.handlers
     assert isinstance(handler.formatter, JsonLines) and handler.stream is sys.stderr
     assert logging.root.level == logging.INFO

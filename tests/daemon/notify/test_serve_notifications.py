@@ -157,7 +157,8 @@ def test_serve_refuses_a_secret_variable_that_is_not_set(store_url: str) -> None
 
 
 def test_the_flags_make_the_config_and_the_secret_stays_in_memory(monkeypatch) -> None:
-    from salvor.daemon.cli._main import _parser, _serve_config
+    from salvor.daemon.cli._main import _parser
+    from salvor.daemon.cli._serve_command import serve_config as _serve_config
 
     monkeypatch.setenv("HOOK_SECRET", "hunter2")
     args = _parser().parse_args(
