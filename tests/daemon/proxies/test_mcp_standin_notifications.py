@@ -47,6 +47,11 @@ async def on_progress(progress, total, message):
     pass
 
 
+def told():
+    notes = Path(os.environ["NOTES"])
+    return notes.read_text() if notes.exists() else ""
+
+
 def lookups_served():
     ledger = Path(os.environ["LEDGER"])
     return (ledger.read_text() if ledger.exists() else "").count('"tool": "lookup"')
@@ -82,6 +87,12 @@ async def main():
                     calls.start_soon(give_up_once_served, give_up, lookups_served())
                     await mcp.call_tool("lookup", {"key": "a", "hold": hold})
                     give_up.cancel()
+            # The call is released only once the server has heard it was given up: the SDK sends
+            # the cancellation on its own time, and one that arrives after the call is answered
+            # names nothing in flight (salvor drops it, as it should).
+            with anyio.move_on_after(20):
+                while "notifications/cancelled" not in told():
+                    await anyio.sleep(0.01)
             Path(hold).write_text("go")  # the server finishes the call it was told was cancelled
             # A progress token of the agent's own rides in the call's _meta to the server.
             await mcp.call_tool("write_note", {"text": "after"}, progress_callback=on_progress)
@@ -106,6 +117,7 @@ def notifying_agent(tmp_path: Path, fx: FixtureServer, transport: str):
         f'effects = {{ lookup = "read", write_note = "write" }}\n'
         f"[env]\nHOLD = {json.dumps(fx.hold('lookup'))}\n"
         f"LEDGER = {json.dumps(str(fx.dir / 'ledger.jsonl'))}\n"
+        f"NOTES = {json.dumps(str(fx.dir / 'notifications.jsonl'))}\n"
     )
     return parse_definition(text, "toml")
 
