@@ -106,6 +106,17 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="the loopback port process agents' model calls go through (default: a free one)",
     )
+    _add_declaration_options(p)
+    _add_stream_options(p)
+    _add_browser_options(p)
+    _add_notify_options(p)
+    _add_hardening_options(p)
+    _add_quota_options(p)
+
+
+def _add_declaration_options(p: argparse.ArgumentParser) -> None:
+    """What definitions may reach: the model endpoints, MCP origins and service origins the
+    operator declared, each with the variables bound to it (the trust rule's one source)."""
     p.add_argument(
         "--model-endpoint",
         action="append",
@@ -133,7 +144,10 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an origin a service agent's trigger `url` may be on, and the variables its "
         "`headers` may name (repeatable)",
     )
-    # Streaming bounds (issue 29): what a reader of the live streams may make the daemon hold.
+
+
+def _add_stream_options(p: argparse.ArgumentParser) -> None:
+    """What a reader of the live streams may make the daemon hold (issue 29)."""
     p.add_argument(
         "--stream-buffer-bytes",
         type=stream_buffer_bytes,
@@ -150,7 +164,10 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="open event streams and WebSockets per client address, past which a new one is "
         f"refused 429 (default {MAX_STREAMS_PER_CLIENT}; 0: no cap)",
     )
-    # Browsers (issue 29, item 1): who besides the loopback names and the daemon's own pages.
+
+
+def _add_browser_options(p: argparse.ArgumentParser) -> None:
+    """Who besides the loopback names and the daemon's own pages may call it (issue 29)."""
     p.add_argument(
         "--allow-host",
         action="append",
@@ -169,9 +186,6 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         help="an origin (scheme://host[:port]) whose pages may call the API besides the daemon's "
         "own (repeatable)",
     )
-    _add_notify_options(p)
-    _add_hardening_options(p)
-    _add_quota_options(p)
 
 
 def _add_hardening_options(p: argparse.ArgumentParser) -> None:

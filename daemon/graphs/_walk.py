@@ -432,11 +432,7 @@ class GraphWalk:
         # The NodeEntered (and what else is held) is durable before any child exists.
         await ctx.flush()
         agent = self.agents[node.body.agent]
-        inputs = {}
-        for index in remaining:
-            inputs[index] = await self._resolve(
-                ctx, node, node.body.input, item=items[index], index=index
-            )
+        inputs = await self._item_inputs(ctx, node, items, remaining)
         send, receive = trio.open_memory_channel[tuple[int, str, _ItemEnd]](math.inf)
         slots = trio.Semaphore(node.concurrency or 8)
         # Set by whatever ends the map short (a failed item, a store fault): from then on no
@@ -493,6 +489,15 @@ class GraphWalk:
             raise fault
         if failed is not None or stopped is not None:
             await self._map_stopped(ctx, node, *(failed or stopped))
+
+    async def _item_inputs(
+        self, ctx: RunContext, node: GraphNode, items: list, indexes: list[int]
+    ) -> dict[int, Any]:
+        """Each item's child input, resolved from the body's ``input`` before any child starts."""
+        return {
+            index: await self._resolve(ctx, node, node.body.input, item=items[index], index=index)
+            for index in indexes
+        }
 
     async def _map_stopped(
         self, ctx: RunContext, node: GraphNode, index: int, child: str, rested: RunView | str

@@ -14,11 +14,13 @@ import threading
 class CaptureServer:
     """Counts connections and keeps each request (head and body) as sent."""
 
-    def __init__(self, status: int = 200, body: bytes = b"{}") -> None:
+    def __init__(
+        self, status: int = 200, body: bytes = b"{}", content_type: str = "application/json"
+    ) -> None:
         self.connections = 0
         self.requests: list[bytes] = []
         self._reply = (
-            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+            f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode() + body
         self._sock = socket.create_server(("127.0.0.1", 0))

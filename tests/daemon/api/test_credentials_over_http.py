@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from salvor.daemon.agents._credentials import Credentials
 from tests.support.api import assert_error, snapshot
 from tests.support.api_server import agent_toml
 from tests.support.backends import SQLITE_ONLY
+from tests.support.capture import CaptureServer
 from tests.support.scripted_provider import ScriptedProvider, text_reply
 from tests.support.spawn import run_salvor
 
@@ -32,53 +32,6 @@ STORE_BACKENDS = SQLITE_ONLY
 SECRET = "sk-capture-me-7311"
 MARKER = "remote-body-marker-5521"
 ENDPOINT_HINT = "salvor serve --model-endpoint URL[,key_env=VAR|,key_file=PATH]"
-
-
-class CaptureServer:
-    """A loopback HTTP listener that counts every connection and answers each
-    request with one canned reply."""
-
-    def __init__(
-        self, status: int = 200, body: bytes = b"{}", content_type: str = "application/json"
-    ) -> None:
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self._reply = (
-            f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        ).encode() + body
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                try:
-                    while b"\r\n\r\n" not in data:
-                        chunk = conn.recv(65536)
-                        if not chunk:
-                            break
-                        data += chunk
-                    self.requests.append(data)
-                    conn.sendall(self._reply)
-                except OSError:
-                    pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ import json
 import os
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pytest
 from tests.chaos.test_kill_serve import Daemon
 from tests.chaos.test_store_faults import (  # noqa: F401 -- small_disk is a fixture
     CALLER,
+    _wait_for,
     agent_toml,
     small_disk,
 )
@@ -37,17 +37,6 @@ from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text
 
 MIB = 1024 * 1024
 BOUND = 60.0
-
-
-def _wait_for(what: str, check, daemon: Daemon, seconds: float = BOUND):
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds:g}s\n{daemon.log()}")
-        time.sleep(0.05)
 
 
 class ClientRun:
