@@ -7,6 +7,7 @@ talks to a database; the daemon calls it from threads.
 from ._errors import BadCursor as BadCursor
 from ._errors import ClaimHeld as ClaimHeld
 from ._errors import CorruptLog as CorruptLog
+from ._errors import Fenced as Fenced
 from ._errors import PayloadTooLarge as PayloadTooLarge
 from ._errors import QuotaExceeded as QuotaExceeded
 from ._errors import SeqConflict as SeqConflict
@@ -43,6 +44,11 @@ from ._records import ProbeAnswer as ProbeAnswer
 from ._records import RunSummary as RunSummary
 from ._records import StoredAgent as StoredAgent
 from ._records import StoredGraph as StoredGraph
+from ._run_owners import Claimed as Claimed
+from ._run_owners import Fence as Fence
+from ._run_owners import NodeRecord as NodeRecord
+from ._run_owners import RunOwner as RunOwner
+from ._run_owners import RunOwners as RunOwners
 from ._schema import STORE_VERSION as STORE_VERSION
 from ._view_codec import view_from_json as view_from_json
 from ._view_codec import view_to_json as view_to_json

@@ -31,6 +31,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from ._direct import DirectStatement
 from ._errors import SeqConflict
 from ._notifications import notice_of, notification_row
+from ._run_owners import Fence
 from ._schema import claims, events, notifications, runs
 from ._view_codec import dumps, view_to_json
 
@@ -119,6 +120,9 @@ class Prepared:
     release: dict | None = None
     # The outbox row this append writes (a store opened with notifications on), or None.
     notification: dict | None = None
+    # The driver's fence: the append is written only while the run's owner is still this node at
+    # this epoch (``_event_store`` checks it in the transaction). None: an unfenced append.
+    fence: Fence | None = None
 
 
 class IdentityTaken(Exception):
@@ -158,6 +162,10 @@ def _run_row(view: RunView) -> dict:
         "last_recorded_at": view.last_recorded_at,
         "pending": dumps(view.pending.to_json()) if view.pending is not None else None,
         "view": dumps(view_to_json(view)),
+        # Written only by a creating append (an update leaves them out: _MUTABLE_RUN_KEYS).
+        "owner_node": None,
+        "owner_epoch": 0,
+        "owner_driving": 0,
     }
 
 
@@ -228,10 +236,12 @@ def prepare(
     release: str | None = None,
     *,
     notify: bool = False,
+    fence: Fence | None = None,
 ) -> Prepared:
     """Build the envelopes, let the guard decide, and make the rows.
 
     ``notify``: also make the outbox row the batch calls for, if any (``notice_of``).
+    ``fence``: the driver's; a creating append writes it as the new run's owner, driving.
 
     Raises:
         GuardRefusal: the batch is not legal after ``view``.
@@ -267,6 +277,10 @@ def prepare(
         run_id, envelopes, recorded_at, claim, settle, release
     )
     run_row = _run_row(new_view)
+    if fence is not None and start == 0:
+        # Owned from its first event, so no takeover sweep elsewhere can take the run before
+        # its first drive.
+        run_row.update(owner_node=fence.node_id, owner_epoch=fence.epoch, owner_driving=1)
     notice = notice_of(view, envelopes, new_view) if notify else None
     run_row["w_run_id"] = run_id
     run_row["w_event_count"] = start
@@ -282,6 +296,7 @@ def prepare(
         settle=settle_row,
         release=release_row,
         notification=None if notice is None else notification_row(notice, new_view, recorded_at),
+        fence=fence,
     )
 
 

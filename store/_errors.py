@@ -60,6 +60,32 @@ class ClaimHeld(StoreError):
         self.state = state
 
 
+class Fenced(StoreError):
+    """A driver's fence is stale: another node (or a later claim) owns the run now, or the
+    node's own lease has lapsed. Nothing of the refused append (or claim) was written.
+
+    ``owner_node`` and ``owner_epoch`` are the run's owner as the store holds it (None and 0
+    when it has none, or when the refusal is about the node's lease rather than a run).
+    """
+
+    code = ErrorCode.WRONG_STATE
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None,
+        epoch: int,
+        owner_node: str | None = None,
+        owner_epoch: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.epoch = epoch
+        self.owner_node = owner_node
+        self.owner_epoch = owner_epoch
+
+
 class CorruptLog(StoreError):
     """A stored envelope cannot be decoded; the error names its run and seq."""
 

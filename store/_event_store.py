@@ -70,6 +70,7 @@ from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
     ClaimHeld,
     CorruptLog,
+    Fenced,
     StoreError,
     StoreUnavailable,
     passes_by_itself,
@@ -97,6 +98,7 @@ from ._records import (
     probe_answer_from_row,
     summary_from_row,
 )
+from ._run_owners import Fence, RunOwners
 from ._schema import (
     VERSION_KEY,
     agents,
@@ -136,6 +138,8 @@ class AppendRequest:
     claim: str | None = None
     settle: str | None = None
     release: str | None = None
+    # The driver's fence (``append``'s ``fence``); None: unfenced.
+    fence: Fence | None = None
 
 
 # -- statements, built once ---------------------------------------------------
@@ -310,6 +314,9 @@ class EventStore:
             if self.dialect == "sqlite"
             else func.octet_length(events.c.payload)
         )
+        # Node leases and run ownership (issue 30, run ownership).
+        self.owners = RunOwners(engine, self.url)
+        self._placeholder = "?" if engine.dialect.paramstyle == "qmark" else "%s"
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -396,6 +403,7 @@ class EventStore:
         claim: str | None = None,
         settle: str | None = None,
         release: str | None = None,
+        fence: Fence | None = None,
     ) -> tuple[list[Envelope], RunView]:
         """Append ``events`` to ``run_id``'s log after ``view``, durably, in one transaction.
 
@@ -410,6 +418,8 @@ class EventStore:
             release: an identity to give up with the batch's ``ToolCallCompleted``
                 (a failed call: it leaves no outcome to copy), when that call's
                 intent holds it open; otherwise nothing happens to it.
+            fence: the driver's (``RunOwners.claim``): written only while the run's owner is
+                still that node at that epoch; a creating append makes it the run's owner.
 
         Returns:
             The recorded envelopes and the view after them.
@@ -418,6 +428,7 @@ class EventStore:
             GuardRefusal: the batch is not legal after ``view``.
             SeqConflict: another writer appended at one of these seqs first.
             ClaimHeld: ``claim`` (or ``settle``) belongs to another intent.
+            Fenced: ``fence`` is stale (the run was claimed by another node, or again).
             QuotaExceeded / PayloadTooLarge: the batch is over the store's quota.
             StoreUnavailable: the database failed.
             ValueError: an empty batch, ``claim``/``settle``/``release`` without
@@ -425,9 +436,13 @@ class EventStore:
 
         Every failure leaves the store as it was: nothing of the batch is written.
         """
-        prepared = prepare(run_id, events, view, claim, settle, release, notify=self.notifications)
+        prepared = prepare(
+            run_id, events, view, claim, settle, release, notify=self.notifications, fence=fence
+        )
         after = self._within_quota(prepared)
-        self._commit([prepared])
+        fenced = self._commit([prepared])
+        if fenced:
+            raise fenced[0]
         self._remember_bytes(prepared, after)
         return prepared.envelopes, prepared.view
 
@@ -457,6 +472,7 @@ class EventStore:
                     request.settle,
                     request.release,
                     notify=self.notifications,
+                    fence=request.fence,
                 )
                 after = self._within_quota(prepared)
             except (GuardRefusal, ValueError, StoreError) as exc:
@@ -466,20 +482,26 @@ class EventStore:
         if not accepted:
             return results
         try:
-            self._commit([prepared for _, prepared, _ in accepted])
+            fenced = self._commit([prepared for _, prepared, _ in accepted])
         except StoreError:
             for index, prepared, after in accepted:
                 try:
-                    self._commit([prepared])
+                    alone = self._commit([prepared])
                 except StoreError as exc:
                     results[index] = exc
                 else:
+                    if alone:
+                        results[index] = alone[0]
+                    else:
+                        results[index] = (prepared.envelopes, prepared.view)
+                        self._remember_bytes(prepared, after)
+        else:
+            for position, (index, prepared, after) in enumerate(accepted):
+                if position in fenced:
+                    results[index] = fenced[position]
+                else:
                     results[index] = (prepared.envelopes, prepared.view)
                     self._remember_bytes(prepared, after)
-        else:
-            for index, prepared, after in accepted:
-                results[index] = (prepared.envelopes, prepared.view)
-                self._remember_bytes(prepared, after)
         return results
 
     # -- quotas -------------------------------------------------------------
@@ -527,8 +549,12 @@ class EventStore:
                 del self._run_bytes[next(iter(self._run_bytes))]
             self._run_bytes[prepared.run_id] = (prepared.view.next_seq, after)
 
-    def _commit(self, batch: list[Prepared]) -> None:
+    def _commit(self, batch: list[Prepared]) -> dict[int, Fenced]:
         """Own the transaction boundary of one or more prepared appends.
+
+        Returns:
+            The appends refused for a stale fence, by position in ``batch``: nothing of them
+            was written, and the others of the batch committed.
 
         Raises:
             SeqConflict, ClaimHeld: the transaction was rolled back.
@@ -541,18 +567,22 @@ class EventStore:
                 connection = self._writer_connection()
                 began = time.perf_counter()
                 try:
-                    self._append_all(connection, batch, may_retry=attempt == 1)
+                    fenced = self._append_all(connection, batch, may_retry=attempt == 1)
                 except IdentityTaken as taken:
                     identity = taken.identity
                     break
                 except _StaleConnection:
                     continue
-                if self._commit_observer is not None:
+                if self._commit_observer is not None and len(fenced) < len(batch):
                     self._commit_observer(
-                        sum(len(prepared.envelopes) for prepared in batch),
+                        sum(
+                            len(prepared.envelopes)
+                            for position, prepared in enumerate(batch)
+                            if position not in fenced
+                        ),
                         time.perf_counter() - began,
                     )
-                return
+                return fenced
         # Outside the lock: naming the holder is a read.
         raise self._claim_held(identity)
 
@@ -567,21 +597,29 @@ class EventStore:
             ) from None
         return self._writer
 
-    def _append_all(self, connection: Any, batch: list[Prepared], *, may_retry: bool) -> None:
+    def _append_all(
+        self, connection: Any, batch: list[Prepared], *, may_retry: bool
+    ) -> dict[int, Fenced]:
         cursor = connection.cursor()
         committing = False
         try:
             if self._begin is not None:
                 cursor.execute(self._begin)
-            if len(batch) > 1 and all(
+            fenced = self._stale_fences(cursor, batch)
+            if fenced:
+                batch = [p for position, p in enumerate(batch) if position not in fenced]
+            if not batch:
+                connection.rollback()
+            elif len(batch) > 1 and all(
                 p.claim is None and p.settle is None and p.release is None for p in batch
             ):
                 append_group(cursor, self._writes, self._integrity_error, batch)
             else:
                 for prepared in batch:
                     append_txn(cursor, self._writes, self._integrity_error, prepared)
-            committing = True
-            connection.commit()
+            if batch:
+                committing = True
+                connection.commit()
         except BaseException as exc:
             broken = isinstance(exc, self._dbapi_error)
             # A held connection the server dropped while idle (a database
@@ -606,6 +644,46 @@ class EventStore:
             ) from None
         else:
             cursor.close()
+        return fenced
+
+    def _stale_fences(self, cursor: Any, batch: list[Prepared]) -> dict[int, Fenced]:
+        """The fenced appends of ``batch`` whose run another fence owns now, by position; read
+        inside the append's transaction. On PostgreSQL the rows are locked as the append's
+        update would lock them, so a concurrent claim waits for this commit (and a claim that
+        committed first is seen). A creating append is not checked: its insert conflicts with
+        any row already there."""
+        checked = {
+            position: prepared
+            for position, prepared in enumerate(batch)
+            if prepared.fence is not None and prepared.previous_count > 0
+        }
+        if not checked:
+            return {}
+        run_ids = sorted({prepared.run_id for prepared in checked.values()})
+        marks = ", ".join([self._placeholder] * len(run_ids))
+        sql = f"SELECT run_id, owner_node, owner_epoch FROM runs WHERE run_id IN ({marks})"
+        if self.dialect == "postgresql":
+            # In run id order, so two groups never wait on each other's rows in a cycle.
+            sql += " ORDER BY run_id FOR NO KEY UPDATE"
+        cursor.execute(sql, tuple(run_ids))
+        held = {run_id: (node, epoch) for run_id, node, epoch in cursor.fetchall()}
+        fenced = {}
+        for position, prepared in checked.items():
+            fence = prepared.fence
+            # A run with no row: its update matches nothing and the append is a SeqConflict.
+            node, epoch = held.get(prepared.run_id, (fence.node_id, fence.epoch))
+            if node != fence.node_id or epoch != fence.epoch:
+                owner = f"node {node} at epoch {epoch}" if node else f"no node (epoch {epoch})"
+                fenced[position] = Fenced(
+                    f"run {prepared.run_id} was taken from node {fence.node_id} (its epoch "
+                    f"{fence.epoch}); the store's owner is {owner}, so nothing of this append "
+                    "was written",
+                    run_id=prepared.run_id,
+                    epoch=fence.epoch,
+                    owner_node=node,
+                    owner_epoch=epoch,
+                )
+        return fenced
 
     def _roll_back(self, connection: Any, cursor: Any, *, dropping: bool) -> None:
         try:

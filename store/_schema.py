@@ -41,7 +41,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 6
+STORE_VERSION = 7
 
 metadata = MetaData()
 
@@ -103,6 +103,13 @@ runs = Table(
     Column("pending", Text),
     # Everything needed to rebuild the RunView without reading the log.
     Column("view", Text, nullable=False),
+    # Who drives the run (``_run_owners``): the owning node, the epoch every claim of it raises
+    # (a driver's appends carry it, and a stale one is refused), and whether that node drives it
+    # now. An ordinary append never writes these; a claim, a release and a fenced creating
+    # append do.
+    Column("owner_node", Text),
+    Column("owner_epoch", BigInteger, nullable=False, server_default=text("0")),
+    Column("owner_driving", Integer, nullable=False, server_default=text("0")),
     # Runs a restart must re-drive. The indexed column is run_id, not state,
     # so moving between these three states (every commit of a live run)
     # leaves the index alone; only entering or leaving the set touches it.
@@ -116,6 +123,9 @@ runs = Table(
     Index("ix_runs_listing", "first_recorded_at", "run_id"),
     # The forks of a run (``GET /v1/runs/{id}/forks``); only forks have the column set.
     _partial_index("ix_runs_forked_from", "forked_from", where="forked_from IS NOT NULL"),
+    # A node's runs (``RunOwners.owned_by``). Written only when a run changes hands, never by an
+    # ordinary append.
+    _partial_index("ix_runs_owner_node", "owner_node", where="owner_node IS NOT NULL"),
     # The reconciliation queue, oldest first. A run in this state has its
     # open write as its last event (the guard admits only the completion or
     # an abandonment after it), so last_recorded_at is when the intent was
@@ -197,6 +207,28 @@ notifications = Table(
     UniqueConstraint("run_id", "seq", "kind", name="uq_notifications_cause"),
     # What the deliverer reads: the undelivered rows, soonest due first. Delivered rows leave it.
     _partial_index("ix_notifications_due", "next_attempt_at", "id", where="delivered_at IS NULL"),
+)
+
+# The daemons serving this store, one row per ``salvor serve`` process ever started (a node id is
+# never reused). ``lease_expires_at`` is written from the database's clock, never a node's; a
+# node that is not renewed by then is dead to its peers, and ``stopped_at`` says when it stopped
+# or was found dead (after which it can never renew).
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", Text, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    # The kernel's boot id and the process's start time (``/proc/<pid>/stat`` field 22): with
+    # the host and pid, they tell a peer on the same machine whether this very process still
+    # lives. "" when unknown.
+    Column("boot_id", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pid_start", Text, nullable=False),
+    Column("listen", Text),
+    Column("started_at", Text, nullable=False),
+    Column("lease_expires_at", Text, nullable=False),
+    Column("stopped_at", Text),
 )
 
 store_meta = Table(
@@ -288,6 +320,27 @@ def _add_notifications(connection: Connection) -> None:
     notifications.create(connection, checkfirst=True)
 
 
+def _learn_run_owners(connection: Connection) -> None:
+    """Version 7: runs have owners (``runs`` gains ``owner_node``, ``owner_epoch``,
+    ``owner_driving`` and the index a node's runs are found by) and nodes have leases (a
+    ``nodes`` table). Every run of an older store starts with no owner, epoch 0, not driven:
+    exact, since no older daemon claimed one; its active runs are what a takeover sweep finds."""
+    # A store made new at version 0 has the columns already (``_create_missing``).
+    present = {column["name"] for column in inspect(connection).get_columns("runs")}
+    added = (
+        ("owner_node", "TEXT"),
+        ("owner_epoch", "BIGINT NOT NULL DEFAULT 0"),
+        ("owner_driving", "INTEGER NOT NULL DEFAULT 0"),
+    )
+    for name, declaration in added:
+        if name not in present:
+            connection.execute(text(f"ALTER TABLE runs ADD COLUMN {name} {declaration}"))
+    for index in runs.indexes:
+        if index.name == "ix_runs_owner_node":
+            index.create(connection, checkfirst=True)
+    nodes.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -298,6 +351,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     3: _add_probe_answers,
     4: _learn_graph_runs,
     5: _add_notifications,
+    6: _learn_run_owners,
 }
 
 

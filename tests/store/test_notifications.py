@@ -25,7 +25,7 @@ from salvor.protocol import (
     ToolCallRequested,
     question_schema,
 )
-from salvor.store import AppendRequest, EventStore, SeqConflict
+from salvor.store import STORE_VERSION, AppendRequest, EventStore, SeqConflict
 from sqlalchemy import create_engine, inspect, text
 
 from tests.store.test_store import execute_sql
@@ -224,4 +224,4 @@ def test_a_version_5_store_gains_the_outbox(store_url: str) -> None:
         indexes = {index["name"] for index in inspect(connection).get_indexes("notifications")}
         version = connection.execute(text("SELECT value FROM store_meta")).scalar_one()
     engine.dispose()
-    assert "ix_notifications_due" in indexes and version == 6
+    assert "ix_notifications_due" in indexes and version == STORE_VERSION
