@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine, Text, bindparam, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._engine import READ_OPTION
@@ -173,17 +173,17 @@ class RunOwners:
         self._owners = text(
             f"SELECT {owner_columns} FROM runs r LEFT JOIN nodes n ON n.node_id = r.owner_node "
             "WHERE r.run_id IN :run_ids"
-        ).bindparams(bindparam("run_ids", expanding=True))
+        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
         self._orphans = text(
             f"SELECT {owner_columns} FROM runs r LEFT JOIN nodes n ON n.node_id = r.owner_node "
             f"WHERE {_ACTIVE} AND (r.owner_node IS NULL OR (r.owner_node <> :node_id AND "
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
-        ).bindparams(bindparam("dead", expanding=True))
+        ).bindparams(bindparam("dead", expanding=True, type_=Text))
         self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
         self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
         self._held = text(
             "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
-        ).bindparams(bindparam("run_ids", expanding=True))
+        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
 
     def _lease_params(self, lease_seconds: float) -> dict:
         if not lease_seconds > 0:
