@@ -145,10 +145,13 @@ class RunOwners:
             f"lease_expires_at = {now} WHERE node_id = :node_id"
         )
         self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
-        # The claimer's own lease, held (FOR SHARE) so no peer marks it dead mid-claim.
+        # The claimer's own lease, read without a lock: a claim holding its own node's row
+        # while waiting on a run row a peer holds (that peer waiting to judge this node dead)
+        # would deadlock. A node judged dead a moment after it won a claim loses the run at its
+        # next renewal, and the run's fence keeps its appends out meanwhile.
         self._claimer_live = text(
             f"SELECT CASE WHEN stopped_at IS NULL AND lease_expires_at >= {now} THEN 1 ELSE 0 END "
-            "FROM nodes WHERE node_id = :node_id" + (" FOR SHARE" if postgres else "")
+            "FROM nodes WHERE node_id = :node_id"
         )
         self._run_owner = text(
             "SELECT owner_node, owner_epoch, owner_driving FROM runs WHERE run_id = :run_id"

@@ -316,7 +316,7 @@ def test_orphans_are_the_active_runs_nobody_live_drives(store: EventStore, store
     assert view.next_seq == 1
 
 
-def test_the_orphans_query_reads_the_active_runs_index(store: EventStore) -> None:
+def test_the_orphans_and_a_nodes_runs_are_read_from_their_indexes(store: EventStore) -> None:
     from sqlalchemy import Text, bindparam, text
 
     query = store.owners._orphans.text
@@ -330,6 +330,13 @@ def test_the_orphans_query_reads_the_active_runs_index(store: EventStore) -> Non
         plan = " ".join(str(row[-1]) for row in connection.execute(explain, params))
     assert "ix_runs_active" in plan, plan
     assert "SCAN r " not in plan.replace("SCAN r USING INDEX", ""), plan
+    # A node's runs: read from their own index, in its order.
+    owned = text(prefix + store.owners._owned_by.text)
+    with store._engine.connect() as connection:
+        if store.dialect != "sqlite":
+            connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = " ".join(str(row[-1]) for row in connection.execute(owned, {"node_id": "n"}))
+    assert "ix_runs_owner_node" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan
 
 
 def test_a_version_6_store_keeps_its_runs_and_they_have_no_owner(store_url: str) -> None:
