@@ -554,3 +554,21 @@ def test_drivers_taking_one_run_from_each_other_never_write_out_of_turn(store_ur
     assert set(tags) == {tag for tag, refused in outcomes if refused is None}
     assert any(isinstance(refused, Fenced) for _, refused in outcomes), "no driver was fenced"
     assert len(set(epochs)) > 3, "the run hardly changed hands"
+
+
+def test_nodes_lapsed_long_ago_are_forgotten_and_their_runs_stay_free(
+    store: EventStore, store_url: str
+) -> None:
+    register(store, "old")
+    register(store, "recent", lease=1)
+    register(store, "live")
+    store.append("r", [started()], EMPTY_VIEW, fence=store.owners.claim("r", "old").fence)
+    lapse(store_url, "old")
+    store.owners.retire("recent")
+    assert store.owners.forget_nodes(3600) == 1
+    assert {n.node_id for n in store.owners.nodes()} == {"recent", "live"}
+    assert store.owners.owner("r") == RunOwner("r", "old", 1, True, False)
+    assert [o.run_id for o in store.owners.orphans("live")] == ["r"]
+    assert store.owners.claim("r", "live").fence == Fence("live", 2)
+    with pytest.raises(ValueError):
+        store.owners.forget_nodes(0)
