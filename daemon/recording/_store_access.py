@@ -57,8 +57,10 @@ MAX_GROUP = 256
 # for more before it commits (less once the group holds ``GROUP_TARGET``), so that many appends
 # share the fixed cost of a transaction (its statements, its fsync, the wake-up of the trio
 # thread), much of it paid holding the interpreter lock the drives need. It opens only when the
-# appends of the last moments arrived fast enough to bring ``GROUP_WINDOW_APPENDS`` more within
-# it: an idle or lightly loaded daemon commits at once, and no append waits past the window.
+# last transaction held appends of more than one caller and the appends of the last moments
+# arrived fast enough to bring ``GROUP_WINDOW_APPENDS`` more within it: an idle or lightly
+# loaded daemon, or one run appending alone however fast, commits at once; no append waits
+# past the window.
 GROUP_WINDOW_SECONDS = 0.025
 GROUP_WINDOW_APPENDS = 4
 GROUP_TARGET = 32
@@ -235,6 +237,9 @@ class StoreAccess:
         # Appends per second lately, and when the writer last took from the queue.
         rate = 0.0
         last_take = time.monotonic()
+        # How many appends the last transaction held: one means a caller appending alone, whom
+        # no window can help (its next append waits for this one).
+        last_group = 0
         while held or not stopping:
             carried = len(held)
             if not held:
@@ -245,7 +250,7 @@ class StoreAccess:
             # Whatever else queued up while the last transaction committed joins this one;
             # under a heavy stream, so does what arrives within the window.
             window_ends = time.monotonic()
-            if rate * GROUP_WINDOW_SECONDS >= GROUP_WINDOW_APPENDS:
+            if last_group > 1 and rate * GROUP_WINDOW_SECONDS >= GROUP_WINDOW_APPENDS:
                 window_ends += GROUP_WINDOW_SECONDS
             while len(held) < MAX_GROUP and not stopping:
                 wait = window_ends - time.monotonic() if len(held) < GROUP_TARGET else 0
@@ -262,6 +267,7 @@ class StoreAccess:
             rate += ((len(held) - carried) / max(taken_at - last_take, 1e-4) - rate) / _RATE_TAKES
             last_take = taken_at
             group, held = held[:MAX_GROUP], held[MAX_GROUP:]
+            last_group = len(group)
             self._commit_group(group)
 
     def _commit_group(self, group: list[_Pending]) -> None:
