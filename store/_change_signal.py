@@ -1,0 +1,275 @@
+"""How a process learns that another one committed to the same store: a notice per append
+transaction on PostgreSQL, a changed ``data_version`` on SQLite.
+
+PostgreSQL: every append transaction sends ``pg_notify`` on the store's channel, naming each
+run it appended and the seq of that run's last new event. The server delivers a notice only
+once its transaction commits (never for one rolled back), to every session listening then; a
+``ChangeListener`` is one such session. The channel is derived from the store's schema
+(``current_schema()``, as the store's locks are), so two stores in one database never hear
+each other. A payload holds as many runs as fit under the server's 8,000-byte limit; a
+transaction naming more sends several.
+
+SQLite: ``PRAGMA data_version`` read on a connection of its own changes whenever any other
+connection (of this process or another) committed; ``DataVersionWatch`` reads it, and
+``ChangeSignal.event_counts`` then says in one query how far each run of interest has got.
+
+Nothing here waits on trio or knows of subscribers: the daemon's change feed
+(``salvor.daemon.runs._change_feed``) drives these from its own thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from ._append_rows import Prepared
+from ._engine import CONNECT_TIMEOUT_SECONDS, READ_OPTION, display_url
+from ._errors import StoreUnavailable, passes_by_itself
+from ._schema import runs
+
+# PostgreSQL refuses a payload of 8,000 bytes or more; what a notice carries stays below.
+NOTICE_LIMIT_BYTES = 7900
+# A notice that names no run: any run may have moved (a run id too long for any payload, or
+# one a listener cannot read). A listener then reads every run it follows.
+ANY_RUN = "*"
+# The application_name of a listener's session, followed by the process id (what
+# ``pg_stat_activity`` shows an operator, and what a test finds it by).
+LISTENER_NAME = "salvor changes"
+# Run ids per ``event_counts`` statement (SQLite's bound on parameters is 32,766; PostgreSQL's
+# is higher): a process may follow many runs.
+_COUNTS_CHUNK = 500
+_SELECT_COUNTS = select(runs.c.run_id, runs.c.event_count).where(
+    runs.c.run_id.in_(bindparam("run_ids", expanding=True))
+)
+
+
+def change_channel(schema: str) -> str:
+    """The notice channel of the store in ``schema``: a plain lower-case identifier, the same in
+    every salvor process, distinct per schema."""
+    return "salvor_changes_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:24]
+
+
+def notice_payloads(last_seqs: Iterable[tuple[str, int]]) -> list[str]:
+    """The payloads that name each ``(run_id, last_seq)``: JSON lists of pairs, each under
+    ``NOTICE_LIMIT_BYTES``; ``ANY_RUN`` for a run id no payload could hold."""
+    payloads: list[str] = []
+    items: list[str] = []
+    size = 2
+    for run_id, seq in last_seqs:
+        # ASCII only, so a character is a byte.
+        item = json.dumps([run_id, seq], separators=(",", ":"))
+        if len(item) + 2 > NOTICE_LIMIT_BYTES:
+            payloads.append(ANY_RUN)
+            continue
+        if items and size + 1 + len(item) > NOTICE_LIMIT_BYTES:
+            payloads.append("[" + ",".join(items) + "]")
+            items, size = [], 2
+        size += len(item) + (1 if items else 0)
+        items.append(item)
+    if items:
+        payloads.append("[" + ",".join(items) + "]")
+    return payloads
+
+
+def parse_notice(payload: str) -> dict[str, int] | None:
+    """Each run a notice names, with its event count in the store after the commit; None when
+    any run may have moved (``ANY_RUN``, or a payload this build cannot read)."""
+    if payload == ANY_RUN:
+        return None
+    try:
+        pairs = json.loads(payload)
+        return {str(run_id): int(seq) + 1 for run_id, seq in pairs}
+    except (ValueError, TypeError):
+        return None
+
+
+class ChangeSignal:
+    """The store's side of telling other processes what it committed (``store.changes``).
+
+    Safe to share between threads: ``announce`` runs under the store's write lock, the reads on
+    the store's pooled reader connections.
+    """
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self._engine = engine
+        self._reader = engine.execution_options(**{READ_OPTION: True})
+        self._url = url
+        self.dialect = engine.dialect.name
+        # The notice channel, learnt from the writer's session on its first append.
+        self._channel: str | None = None
+
+    def announce(self, cursor: Any, batch: Sequence[Prepared]) -> None:
+        """Inside an append transaction (PostgreSQL; nothing on SQLite): queue the notices that
+        name each run of ``batch`` and its last seq, sent by the server at commit.
+
+        Raises:
+            The driver's error: the transaction fails as any of its statements would.
+        """
+        if self.dialect != "postgresql":
+            return
+        if self._channel is None:
+            cursor.execute("SELECT current_schema()")
+            self._channel = change_channel(cursor.fetchone()[0] or "public")
+        last_seqs = {prepared.run_id: prepared.envelopes[-1].seq for prepared in batch}
+        for payload in notice_payloads(last_seqs.items()):
+            cursor.execute("SELECT pg_notify(%s, %s)", (self._channel, payload))
+
+    def event_counts(self, run_ids: Collection[str]) -> dict[str, int]:
+        """How many events each of ``run_ids`` has in the store (a run with none is left out).
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        counts: dict[str, int] = {}
+        ids = list(run_ids)
+        try:
+            with self._reader.connect() as connection:
+                for start in range(0, len(ids), _COUNTS_CHUNK):
+                    chunk = ids[start : start + _COUNTS_CHUNK]
+                    for run_id, count in connection.execute(_SELECT_COUNTS, {"run_ids": chunk}):
+                        counts[run_id] = int(count)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"the store at {display_url(self._url)} could not say which runs moved: "
+                f"{type(exc).__name__}",
+                transient=passes_by_itself(exc),
+            ) from None
+        return counts
+
+    def listener(self) -> ChangeListener:
+        """A listener on this store's channel, not yet connected (PostgreSQL only)."""
+        if self.dialect != "postgresql":
+            raise ValueError("only a PostgreSQL store sends notices; SQLite's is DataVersionWatch")
+        return ChangeListener(self._url)
+
+    def data_version_watch(self) -> DataVersionWatch:
+        """A watch of this store's ``data_version`` on a connection of its own (SQLite only).
+
+        Raises:
+            StoreUnavailable: no connection could be opened.
+        """
+        if self.dialect != "sqlite":
+            raise ValueError("only a SQLite store has a data_version; PostgreSQL's is a listener")
+        return DataVersionWatch(self._engine, self._url)
+
+
+class ChangeListener:
+    """One PostgreSQL session LISTENing on a store's channel. Used by one thread at a time."""
+
+    def __init__(self, url: str) -> None:
+        self._conninfo = (
+            make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        self._url = url
+        self._connection: Any = None
+        self.backend_pid: int | None = None
+
+    def open(self) -> None:
+        """Connect and LISTEN; every notice committed from now on reaches ``notices``.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached; nothing is held.
+        """
+        import psycopg
+        from psycopg import sql
+
+        try:
+            connection = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                application_name=f"{LISTENER_NAME} {os.getpid()}",
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"cannot reach the store at {display_url(self._url)} to listen for changes: "
+                f"{_first_line(exc)}",
+                transient=True,
+            ) from None
+        try:
+            schema = connection.execute("SELECT current_schema()").fetchone()[0] or "public"
+            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(change_channel(schema))))
+            self.backend_pid = connection.info.backend_pid
+        except psycopg.Error as exc:
+            connection.close()
+            raise StoreUnavailable(
+                f"cannot listen for changes to the store at {display_url(self._url)}: "
+                f"{_first_line(exc)}",
+                transient=True,
+            ) from None
+        self._connection = connection
+
+    def notices(self, timeout: float) -> Iterator[dict[str, int] | None]:
+        """The notices that arrive within ``timeout`` seconds, each as ``parse_notice`` reads
+        it, as they arrive.
+
+        Raises:
+            StoreUnavailable: the session was lost (a listener must be opened again; notices
+                sent meanwhile are lost to it).
+        """
+        import psycopg
+
+        try:
+            for notice in self._connection.notifies(timeout=timeout):
+                yield parse_notice(notice.payload)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"lost the session listening for changes to the store at "
+                f"{display_url(self._url)}: {_first_line(exc)}",
+                transient=True,
+            ) from None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            finally:
+                self._connection = None
+
+
+class DataVersionWatch:
+    """``PRAGMA data_version`` on a SQLite connection of its own. Used by one thread at a time."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        try:
+            self._connection = engine.raw_connection()
+            # Its own for as long as it watches: the pool's readers never get it.
+            self._connection.detach()
+            self._last = self._version()
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"cannot watch the store at {display_url(url)} for changes: {type(exc).__name__}"
+            ) from None
+
+    def _version(self) -> int:
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute("PRAGMA data_version")
+            return int(cursor.fetchone()[0])
+        finally:
+            cursor.close()
+
+    def changed(self) -> bool:
+        """Whether another connection committed since the last call (or since opening).
+
+        Raises:
+            The driver's error: the connection failed (a watch must be opened again).
+        """
+        version = self._version()
+        changed, self._last = version != self._last, version
+        return changed
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
