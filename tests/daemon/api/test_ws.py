@@ -439,7 +439,7 @@ async def test_the_daemon_stopping_closes_with_going_away(server: Server) -> Non
 async def test_what_another_process_writes_is_read_once_per_run_for_every_stream(
     server_factory,
 ) -> None:
-    server = await server_factory(stream_poll_seconds=0.05, detach_grace_seconds=WAIT)
+    server = await server_factory(detach_grace_seconds=WAIT)
     run_id = "0b0e6a3c-5d7e-4c1a-9f00-0000000000a1"
     store = await trio.to_thread.run_sync(EventStore.open, server.store_url)
     try:
@@ -479,10 +479,6 @@ async def test_what_another_process_writes_is_read_once_per_run_for_every_stream
             view = fold(await server.state.runtime.log(run_id))
             access.read = counted
             try:
-                with trio.fail_after(WAIT):
-                    # Five rounds of the poll (one read each) while nothing happens.
-                    while len(readers) < 5:
-                        await trio.sleep(0.01)
                 await trio.to_thread.run_sync(
                     lambda: store.append(run_id, [RandomObserved(value="ab")], view)
                 )
@@ -495,5 +491,5 @@ async def test_what_another_process_writes_is_read_once_per_run_for_every_stream
                 access.read = read
     finally:
         store.close()
-    # Every read was the hub's poll, for all eleven subscribers; none a stream's own.
-    assert {name.rsplit(".", 1)[-1] for name in readers} <= {"poll_forever", "_poll_run"}, readers
+    # One read, the hub's follower's, for all eleven subscribers; none a stream's own.
+    assert [name.rsplit(".", 1)[-1] for name in readers] == ["_follow_run"], readers
