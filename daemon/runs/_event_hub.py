@@ -411,15 +411,22 @@ class EventHub:
 
     # -- what other processes commit (the change feed) ----------------------------------------
 
-    def followed(self, driven_here: Callable[[str], bool]) -> list[str]:
-        """The runs whose foreign commits somebody here waits for: listened to, not driven here
-        (a driver here publishes every commit), not known to have ended."""
-        return [
-            run_id
+    @property
+    def listened(self) -> bool:
+        """Whether any run has a subscriber here. Safe to read from any thread (one ``len`` of
+        a dict): the SQLite feed's thread watches more often while it is true."""
+        return bool(self._feeds)
+
+    def followed(self, driven_here: Callable[[str], bool]) -> dict[str, int | None]:
+        """The runs whose foreign commits somebody here waits for (listened to, not driven here:
+        a driver here publishes every commit; not known to have ended), each with the seq the hub
+        reads it from next (None while no subscriber has read it: it reads it itself)."""
+        return {
+            run_id: None if feed.view is None else feed.next_seq
             for run_id, feed in self._feeds.items()
             if (feed.view is None or feed.view.state not in TERMINAL_STATES)
             and not driven_here(run_id)
-        ]
+        }
 
     def moved(self, counts: Mapping[str, int]) -> None:
         """The change feed's word (trio thread): each run's log holds ``counts[run_id]`` events
