@@ -169,7 +169,6 @@ class ChangeListener:
         )
         self._url = url
         self._connection: Any = None
-        self.backend_pid: int | None = None
 
     def open(self) -> None:
         """Connect and LISTEN; every notice committed from now on reaches ``notices``.
@@ -196,7 +195,6 @@ class ChangeListener:
         try:
             schema = connection.execute("SELECT current_schema()").fetchone()[0] or "public"
             connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(change_channel(schema))))
-            self.backend_pid = connection.info.backend_pid
         except psycopg.Error as exc:
             connection.close()
             raise StoreUnavailable(

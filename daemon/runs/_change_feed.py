@@ -134,11 +134,6 @@ async def _stop_when_cancelled(stop: threading.Event) -> None:
 class NoticeFeed(_ThreadFeed):
     """PostgreSQL: one LISTENing session per process, reopened with backoff when lost."""
 
-    def __init__(self, access: StoreAccess, driven_here: Callable[[str], bool]) -> None:
-        super().__init__(access, driven_here)
-        # The listening session's backend, while there is one (what an operator may look for).
-        self.backend_pid: int | None = None
-
     def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
         failures = 0
         while not stop.is_set():
@@ -153,7 +148,6 @@ class NoticeFeed(_ThreadFeed):
                 self._post(ready.set)
                 stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
                 continue
-            self.backend_pid = listener.backend_pid
             if failures:
                 log.info("listening for the store's changes again")
             failures = 0
@@ -173,7 +167,6 @@ class NoticeFeed(_ThreadFeed):
                 failures = 1
                 stop.wait(BACKOFF_SECONDS[0])
             finally:
-                self.backend_pid = None
                 listener.close()
 
 
