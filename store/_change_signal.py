@@ -1,8 +1,9 @@
 """How a process learns that another one committed to the same store: a notice per append
 transaction on PostgreSQL, a changed ``data_version`` on SQLite.
 
-PostgreSQL: every append transaction sends ``pg_notify`` on the store's channel, naming each
-run it appended and the seq of that run's last new event. The server delivers a notice only
+PostgreSQL: every append transaction sends ``pg_notify`` on the store's channel, naming the
+store handle that committed it and each run it appended with the first and last seq of its new
+events. The server delivers a notice only
 once its transaction commits (never for one rolled back), to every session listening then; a
 ``ChangeListener`` is one such session. The channel is derived from the store's schema
 (``current_schema()``, as the store's locks are), so two stores in one database never hear
@@ -22,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, select
@@ -36,8 +39,8 @@ from ._schema import runs
 
 # PostgreSQL refuses a payload of 8,000 bytes or more; what a notice carries stays below.
 NOTICE_LIMIT_BYTES = 7900
-# A notice that names no run: any run may have moved (a run id too long for any payload, or
-# one a listener cannot read). A listener then reads every run it follows.
+# A notice's body that names no run: any run may have moved (a run id too long for any payload,
+# or a payload a listener cannot read). A listener then reads every run it follows.
 ANY_RUN = "*"
 # The application_name of a listener's session, followed by the process id (what
 # ``pg_stat_activity`` shows an operator, and what a test finds it by).
@@ -56,38 +59,53 @@ def change_channel(schema: str) -> str:
     return "salvor_changes_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:24]
 
 
-def notice_payloads(last_seqs: Iterable[tuple[str, int]]) -> list[str]:
-    """The payloads that name each ``(run_id, last_seq)``: JSON lists of pairs, each under
-    ``NOTICE_LIMIT_BYTES``; ``ANY_RUN`` for a run id no payload could hold."""
+@dataclass(frozen=True, slots=True)
+class ChangeNotice:
+    """What one notice says: which store handle committed (``origin``), and each run it
+    appended with the first and last seq of its new events (None: any run may have moved)."""
+
+    origin: str
+    runs: dict[str, tuple[int, int]] | None
+
+    def counts(self) -> dict[str, int]:
+        """Each run's event count in the store after the commit."""
+        return {run_id: last + 1 for run_id, (_, last) in (self.runs or {}).items()}
+
+
+def notice_payloads(origin: str, spans: Iterable[tuple[str, int, int]]) -> list[str]:
+    """The payloads that name each ``(run_id, first_seq, last_seq)`` of ``origin``'s commit:
+    ``"<origin> <JSON list of triples>"``, each under ``NOTICE_LIMIT_BYTES``; ``"<origin> *"``
+    (``ANY_RUN``) for a run id no payload could hold."""
+    head = origin + " "
     payloads: list[str] = []
     items: list[str] = []
-    size = 2
-    for run_id, seq in last_seqs:
+    size = len(head) + 2
+    for run_id, first, last in spans:
         # ASCII only, so a character is a byte.
-        item = json.dumps([run_id, seq], separators=(",", ":"))
-        if len(item) + 2 > NOTICE_LIMIT_BYTES:
-            payloads.append(ANY_RUN)
+        item = json.dumps([run_id, first, last], separators=(",", ":"))
+        if len(head) + len(item) + 2 > NOTICE_LIMIT_BYTES:
+            payloads.append(head + ANY_RUN)
             continue
         if items and size + 1 + len(item) > NOTICE_LIMIT_BYTES:
-            payloads.append("[" + ",".join(items) + "]")
-            items, size = [], 2
+            payloads.append(head + "[" + ",".join(items) + "]")
+            items, size = [], len(head) + 2
         size += len(item) + (1 if items else 0)
         items.append(item)
     if items:
-        payloads.append("[" + ",".join(items) + "]")
+        payloads.append(head + "[" + ",".join(items) + "]")
     return payloads
 
 
-def parse_notice(payload: str) -> dict[str, int] | None:
-    """Each run a notice names, with its event count in the store after the commit; None when
-    any run may have moved (``ANY_RUN``, or a payload this build cannot read)."""
-    if payload == ANY_RUN:
-        return None
+def parse_notice(payload: str) -> ChangeNotice:
+    """A payload as ``ChangeNotice``; one this build cannot read says any run may have moved."""
+    origin, _, body = payload.partition(" ")
+    if body == ANY_RUN:
+        return ChangeNotice(origin, None)
     try:
-        pairs = json.loads(payload)
-        return {str(run_id): int(seq) + 1 for run_id, seq in pairs}
+        runs = {str(run_id): (int(first), int(last)) for run_id, first, last in json.loads(body)}
     except (ValueError, TypeError):
-        return None
+        return ChangeNotice(origin, None)
+    return ChangeNotice(origin, runs)
 
 
 class ChangeSignal:
@@ -104,10 +122,14 @@ class ChangeSignal:
         self.dialect = engine.dialect.name
         # The notice channel, learnt from the writer's session on its first append.
         self._channel: str | None = None
+        # What this handle's notices say they come from: its own listeners skip them (the
+        # process that committed hears of its commits at once, from its own writer).
+        self.origin = secrets.token_hex(6)
 
     def announce(self, cursor: Any, batch: Sequence[Prepared]) -> None:
         """Inside an append transaction (PostgreSQL; nothing on SQLite): queue the notices that
-        name each run of ``batch`` and its last seq, sent by the server at commit.
+        name each run of ``batch`` and the first and last seq of its new events, sent by the
+        server at commit.
 
         Raises:
             The driver's error: the transaction fails as any of its statements would.
@@ -117,8 +139,11 @@ class ChangeSignal:
         if self._channel is None:
             cursor.execute("SELECT current_schema()")
             self._channel = change_channel(cursor.fetchone()[0] or "public")
-        last_seqs = {prepared.run_id: prepared.envelopes[-1].seq for prepared in batch}
-        for payload in notice_payloads(last_seqs.items()):
+        spans = [
+            (prepared.run_id, prepared.envelopes[0].seq, prepared.envelopes[-1].seq)
+            for prepared in batch
+        ]
+        for payload in notice_payloads(self.origin, spans):
             cursor.execute("SELECT pg_notify(%s, %s)", (self._channel, payload))
 
     def event_counts(self, run_ids: Collection[str]) -> dict[str, int]:
@@ -147,7 +172,7 @@ class ChangeSignal:
         """A listener on this store's channel, not yet connected (PostgreSQL only)."""
         if self.dialect != "postgresql":
             raise ValueError("only a PostgreSQL store sends notices; SQLite's is DataVersionWatch")
-        return ChangeListener(self._url)
+        return ChangeListener(self._url, skip_origin=self.origin)
 
     def data_version_watch(self) -> DataVersionWatch:
         """A watch of this store's ``data_version`` on a connection of its own (SQLite only).
@@ -163,7 +188,8 @@ class ChangeSignal:
 class ChangeListener:
     """One PostgreSQL session LISTENing on a store's channel. Used by one thread at a time."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, skip_origin: str | None = None) -> None:
+        self._skip_origin = skip_origin
         self._conninfo = (
             make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         )
@@ -204,9 +230,9 @@ class ChangeListener:
             ) from None
         self._connection = connection
 
-    def notices(self, timeout: float) -> Iterator[dict[str, int] | None]:
-        """The notices that arrive within ``timeout`` seconds, each as ``parse_notice`` reads
-        it, as they arrive.
+    def notices(self, timeout: float) -> Iterator[ChangeNotice]:
+        """The notices that arrive within ``timeout`` seconds, as they arrive, but those of the
+        store handle this listener was made by (its process published them at commit).
 
         Raises:
             StoreUnavailable: the session was lost (a listener must be opened again; notices
@@ -215,8 +241,10 @@ class ChangeListener:
         import psycopg
 
         try:
-            for notice in self._connection.notifies(timeout=timeout):
-                yield parse_notice(notice.payload)
+            for notify in self._connection.notifies(timeout=timeout):
+                notice = parse_notice(notify.payload)
+                if notice.origin != self._skip_origin:
+                    yield notice
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"lost the session listening for changes to the store at "

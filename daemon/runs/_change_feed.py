@@ -6,10 +6,11 @@ A ``ChangeFeed`` is one service per process, never a poll per subscriber:
 * ``InProcessFeed``: nothing beyond the hub's own ``publish`` (a hub no other process writes
   beside: the tests of the fan-out itself).
 * ``NoticeFeed`` (PostgreSQL): one session LISTENs on the store's channel in a thread of its
-  own; each notice (the runs a transaction appended and their last seqs) goes to the hub on the
-  trio thread. A lost session is reopened with backoff, and once it listens again the hub reads
-  every run it follows (``EventHub.reconcile``): notices sent while it was deaf are lost, so
-  nothing may depend on them.
+  own; each notice of another store handle (the runs a transaction appended, the first and last
+  seq of their new events) goes to the hub on the trio thread, with the new events of the runs
+  somebody here listens to, read on that thread. A lost session is reopened with backoff, and
+  once it listens again the hub reads every run it follows (``EventHub.reconcile``): notices
+  sent while it was deaf are lost, so nothing may depend on them.
 * ``DataVersionFeed`` (SQLite): a thread reads ``PRAGMA data_version`` on a connection of its
   own every ``TICK_SECONDS`` (``IDLE_TICK_SECONDS`` while no stream here listens to a run; a
   read is a few microseconds, and the value changes only when some connection committed): one
@@ -30,7 +31,7 @@ from functools import partial
 from typing import Protocol
 
 import trio
-from salvor.store import EventStore, StoreError
+from salvor.store import ChangeNotice, EventStore, StoreError
 
 from ..recording import StoreAccess
 from ._event_hub import PAGE_BYTES, PAGE_EVENTS, EventHub
@@ -42,8 +43,9 @@ log = logging.getLogger("salvor.runs")
 # spent on the reads, measured on two cores); and while none listens (about 0.1%).
 TICK_SECONDS = 0.01
 IDLE_TICK_SECONDS = 0.1
-# How many moved runs a change reads the first page of with the counts (the rest are read by
-# the hub's follower, concurrently).
+# How many moved runs a change (SQLite) or a notice (PostgreSQL) has read on the feed's own
+# thread, the first new page of each, handed over with the word that they moved; past it the
+# hub's follower reads them, concurrently.
 READ_AHEAD_RUNS = 16
 # How often the PostgreSQL listener's thread looks up from its wait (to see whether to stop).
 WAKE_SECONDS = 0.25
@@ -157,17 +159,36 @@ class NoticeFeed(_ThreadFeed):
             self._post(ready.set)
             try:
                 while not stop.is_set():
-                    for counts in listener.notices(WAKE_SECONDS):
-                        if counts is None:
-                            self._post(hub.reconcile)
-                        else:
-                            self._post(hub.moved, counts)
+                    for notice in listener.notices(WAKE_SECONDS):
+                        self._hand_over(hub, notice)
             except StoreError as error:
                 log.warning("%s; listening again", error)
                 failures = 1
                 stop.wait(BACKOFF_SECONDS[0])
             finally:
                 listener.close()
+
+    def _hand_over(self, hub: EventHub, notice: ChangeNotice) -> None:
+        """Tell the hub of ``notice`` (on the listener's thread). The new events of the few runs
+        somebody here listens to are read here and handed over with it, so they reach the
+        streams with one wake-up of the trio thread, as a commit here does; a notice naming
+        more leaves the reading to the hub's follower (concurrent, a task per run)."""
+        if notice.runs is None:
+            self._post(hub.reconcile)
+            return
+        listened = [run_id for run_id in notice.runs if hub.listens_to(run_id)]
+        if not listened:
+            return
+        if len(listened) > READ_AHEAD_RUNS:
+            self._post(hub.moved, notice.counts())
+            return
+        for run_id in listened:
+            first, last = notice.runs[run_id]
+            try:
+                envelopes = self._read_now(run_id, first)
+            except StoreError:
+                envelopes = []  # the follower reads it (and says why it could not)
+            self._post(hub.arrived, run_id, envelopes, last + 1)
 
 
 class DataVersionFeed(_ThreadFeed):

@@ -417,6 +417,22 @@ class EventHub:
         a dict): the SQLite feed's thread watches more often while it is true."""
         return bool(self._feeds)
 
+    def listens_to(self, run_id: str) -> bool:
+        """Whether ``run_id`` has a subscriber here. Safe to call from any thread (one lookup in
+        a dict): the PostgreSQL feed's thread reads a noticed run's events only then."""
+        return run_id in self._feeds
+
+    def arrived(self, run_id: str, envelopes: list[Envelope], count: int) -> None:
+        """The change feed's word with the events it read (trio thread): the store holds
+        ``count`` events of ``run_id``, and ``envelopes`` are some of them, in order. What is new
+        of them goes out as a commit here would; anything past them is left to the follower."""
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            return
+        if feed.view is not None and envelopes:
+            self._take(run_id, feed.next_seq, feed.view, envelopes)
+        self.moved({run_id: count})
+
     def followed(self, driven_here: Callable[[str], bool]) -> dict[str, int | None]:
         """The runs whose foreign commits somebody here waits for (listened to, not driven here:
         a driver here publishes every commit; not known to have ended), each with the seq the hub
@@ -496,6 +512,22 @@ class EventHub:
         finally:
             self._following.discard(run_id)
 
+    def _take(self, run_id: str, start: int, view: RunView, envelopes: list[Envelope]) -> bool:
+        """Fan out what of ``envelopes`` (read from the store) follows ``start``, where the hub
+        is at ``view``; whether anything did."""
+        events = []
+        for envelope in envelopes:
+            if envelope.seq != view.next_seq:
+                continue
+            before, view = view, step(view, envelope)
+            events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
+        if not events or events[0].envelope.seq != start:
+            return False
+        self._advance(run_id, events)
+        # After anything still held of the run, so each subscriber gets it in seq order.
+        self._deliver(run_id, self._take_held(run_id, events))
+        return True
+
     async def _read_on(self, read_page: ReadLog, run_id: str) -> bool:
         """Read ``run_id`` from where the hub is and fan out what is new; False when the store
         failed (logged)."""
@@ -514,19 +546,8 @@ class EventHub:
             feed = self._feeds.get(run_id)
             if feed is None or not envelopes or feed.next_seq != start:
                 return True  # gone, nothing new, or published meanwhile
-            events = []
-            for envelope in envelopes:
-                if envelope.seq != view.next_seq:
-                    continue
-                before, view = view, step(view, envelope)
-                events.append(
-                    LiveEvent(envelope, view, status_changed=status_changed(before, view))
-                )
-            if not events or events[0].envelope.seq != start:
+            if not self._take(run_id, start, view, envelopes):
                 return True
-            self._advance(run_id, events)
-            # After anything still held of the run, so each subscriber gets it in seq order.
-            self._deliver(run_id, self._take_held(run_id, events))
             if len(envelopes) < PAGE_EVENTS:
                 # Most likely the end (a page of large events stops short): a notice of more
                 # brings the follower back.

@@ -14,6 +14,7 @@ from salvor.store import AppendRequest, EventStore, SeqConflict
 from salvor.store._change_signal import (
     ANY_RUN,
     NOTICE_LIMIT_BYTES,
+    ChangeNotice,
     notice_payloads,
     parse_notice,
 )
@@ -35,26 +36,28 @@ def run_id(n: int) -> str:
 
 
 def test_payloads_stay_under_the_servers_limit_and_name_every_run() -> None:
-    moved = [(run_id(n), n * 1000) for n in range(1000)]
-    payloads = notice_payloads(moved)
+    moved = [(run_id(n), n * 1000, n * 1000 + n % 3) for n in range(1000)]
+    payloads = notice_payloads("a1b2c3", moved)
     assert len(payloads) > 1
     assert all(len(payload.encode()) <= NOTICE_LIMIT_BYTES for payload in payloads)
-    heard: dict[str, int] = {}
+    heard: dict[str, tuple[int, int]] = {}
     for payload in payloads:
-        heard.update(parse_notice(payload))
-    # Each run with its event count after the commit: its last seq, plus one.
-    assert heard == {run: seq + 1 for run, seq in moved}
+        notice = parse_notice(payload)
+        assert notice.origin == "a1b2c3"
+        heard.update(notice.runs)
+    assert heard == {run: (first, last) for run, first, last in moved}
+    # Each run's event count after the commit: its last seq, plus one.
+    assert parse_notice(payloads[0]).counts()[run_id(2)] == 2002 + 1
 
 
 def test_a_run_id_no_payload_holds_and_an_unreadable_payload_mean_any_run() -> None:
-    assert notice_payloads([("x" * NOTICE_LIMIT_BYTES, 3), (run_id(1), 0)]) == [
-        ANY_RUN,
-        json.dumps([[run_id(1), 0]], separators=(",", ":")),
+    assert notice_payloads("o", [("x" * NOTICE_LIMIT_BYTES, 3, 3), (run_id(1), 0, 0)]) == [
+        "o " + ANY_RUN,
+        "o " + json.dumps([[run_id(1), 0, 0]], separators=(",", ":")),
     ]
-    assert parse_notice(ANY_RUN) is None
-    assert parse_notice("not json") is None
-    assert parse_notice('[["a"]]') is None
-    assert notice_payloads([]) == []
+    for payload in ("o " + ANY_RUN, "o not json", 'o [["a"]]', "o"):
+        assert parse_notice(payload) == ChangeNotice("o", None)
+    assert notice_payloads("o", []) == []
 
 
 # -- PostgreSQL's notices --------------------------------------------------------------------------
@@ -62,14 +65,14 @@ def test_a_run_id_no_payload_holds_and_an_unreadable_payload_mean_any_run() -> N
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 def test_each_committed_append_transaction_is_one_notice_naming_its_runs(store_url) -> None:
-    with EventStore.open(store_url) as store:
+    with EventStore.open(store_url) as store, EventStore.open(store_url) as other:
         listener = store.changes.listener()
         listener.open()
         try:
-            _, a = store.append(run_id(1), [started()], EMPTY_VIEW)
-            store.append(run_id(1), [RandomObserved(value="x"), RandomObserved(value="y")], a)
+            _, a = other.append(run_id(1), [started()], EMPTY_VIEW)
+            other.append(run_id(1), [RandomObserved(value="x"), RandomObserved(value="y")], a)
             # Group commit: one transaction, one notice for both runs.
-            store.append_batch(
+            other.append_batch(
                 [
                     AppendRequest(run_id=run_id(2), events=[started()], view=EMPTY_VIEW),
                     AppendRequest(run_id=run_id(3), events=[started()], view=EMPTY_VIEW),
@@ -77,11 +80,19 @@ def test_each_committed_append_transaction_is_one_notice_naming_its_runs(store_u
             )
             # Refused by the database (another writer has seq 1): rolled back, so no notice.
             with pytest.raises(SeqConflict):
-                store.append(run_id(1), [RandomObserved(value="z")], a)
+                other.append(run_id(1), [RandomObserved(value="z")], a)
+            # The listener's own store handle: its process heard of it at commit, so it is not
+            # told again.
+            store.append(run_id(4), [started()], EMPTY_VIEW)
             heard = list(listener.notices(0.5))
         finally:
             listener.close()
-    assert heard == [{run_id(1): 1}, {run_id(1): 3}, {run_id(2): 1, run_id(3): 1}]
+    assert {notice.origin for notice in heard} == {other.changes.origin}
+    assert [notice.runs for notice in heard] == [
+        {run_id(1): (0, 0)},
+        {run_id(1): (1, 2)},
+        {run_id(2): (0, 0), run_id(3): (0, 0)},
+    ]
 
 
 @pytest.mark.skipif(not os.environ.get(POSTGRES_ENV), reason=f"{POSTGRES_ENV} is not set")
@@ -90,12 +101,16 @@ def test_two_stores_in_one_database_do_not_hear_each_other() -> None:
     first_urls, second_urls = _postgres_schema_url(base), _postgres_schema_url(base)
     first_url, second_url = next(first_urls), next(second_urls)
     try:
-        with EventStore.open(first_url) as first, EventStore.open(second_url) as second:
+        with (
+            EventStore.open(first_url) as first,
+            EventStore.open(first_url) as first_writer,
+            EventStore.open(second_url) as second,
+        ):
             listener = first.changes.listener()
             listener.open()
             try:
                 second.append(run_id(1), [started()], EMPTY_VIEW)
-                first.append(run_id(2), [started()], EMPTY_VIEW)
+                first_writer.append(run_id(2), [started()], EMPTY_VIEW)
                 heard = list(listener.notices(0.5))
             finally:
                 listener.close()
@@ -103,7 +118,7 @@ def test_two_stores_in_one_database_do_not_hear_each_other() -> None:
         for urls in (first_urls, second_urls):
             for _ in urls:
                 pass
-    assert heard == [{run_id(2): 1}]
+    assert [notice.runs for notice in heard] == [{run_id(2): (0, 0)}]
 
 
 # -- SQLite's data_version ------------------------------------------------------------------------

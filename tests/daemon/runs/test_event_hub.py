@@ -217,6 +217,28 @@ async def test_after_a_reconcile_every_followed_run_is_read_once(autojump_clock)
         assert [e.envelope.seq for e in drain(b)] == [1]
 
 
+async def test_events_the_feed_read_go_out_once_and_a_gap_is_read_by_the_follower(
+    autojump_clock,
+) -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    stream = hub.subscribe(RUN_A)
+    stream.seed(1, fold(store.logs[RUN_A]))
+    store.commit(RUN_A, RandomObserved(value="a"), RandomObserved(value="b"))
+    async with following(hub, store.read_log):
+        # Handed over with the notice: no read of the hub's own.
+        hub.arrived(RUN_A, store.logs[RUN_A][1:3], 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {} and [e.envelope.seq for e in drain(stream)] == [1, 2]
+        # The same again (a second notice of it): nothing goes out twice.
+        hub.arrived(RUN_A, store.logs[RUN_A][1:3], 3)
+        # Events past a gap (the notice of seq 3 was lost): the follower reads from the gap.
+        store.commit(RUN_A, RandomObserved(value="c"), RandomObserved(value="d"))
+        hub.arrived(RUN_A, store.logs[RUN_A][4:5], 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1} and [e.envelope.seq for e in drain(stream)] == [3, 4]
+
+
 async def test_a_failed_read_is_tried_again(autojump_clock) -> None:
     hub, store = EventHub(), Store()
     store.commit(RUN_A, started())
