@@ -3,8 +3,9 @@
 Lifetimes, outermost first: the store lock (``_store_owner``: taken before
 anything else, so a second daemon over the same store touches nothing), the
 store (its writer thread), then one nursery
-holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
-watcher, the watchdog and, when the operator named a target, the
+holding the change feed (what other processes commit to the store, told to
+the event hub), the HTTP server, the drivers' nursery, the wake sweeper, the
+signal watcher, the watchdog and, when the operator named a target, the
 notification deliverer. Each service reports started only once it is bound
 or loaded; systemd hears READY=1 after all of them. Recovery comes after
 READY: the interrupted runs go to the driving set, which paces them (so many
