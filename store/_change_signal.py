@@ -3,7 +3,8 @@ transaction on PostgreSQL, a changed ``data_version`` on SQLite.
 
 PostgreSQL: every append transaction sends ``pg_notify`` on the store's channel, naming the
 store handle that committed it and each run it appended with the first and last seq of its new
-events. The server delivers a notice only
+events, and carrying those events when they are small (most are: a listener then hands them on
+without reading the store). The server delivers a notice only
 once its transaction commits (never for one rolled back), to every session listening then; a
 ``ChangeListener`` is one such session. The channel is derived from the store's schema
 (``current_schema()``, as the store's locks are), so two stores in one database never hear
@@ -25,9 +26,10 @@ import json
 import os
 import secrets
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from salvor.protocol import encode_envelope
 from sqlalchemy import Engine, bindparam, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -39,6 +41,9 @@ from ._schema import runs
 
 # PostgreSQL refuses a payload of 8,000 bytes or more; what a notice carries stays below.
 NOTICE_LIMIT_BYTES = 7900
+# A run's new events travel inside its notice when their stored payloads come to at most this
+# many bytes together (and the notice still fits); otherwise a listener reads them.
+INLINE_EVENT_BYTES = 2048
 # A notice's body that names no run: any run may have moved (a run id too long for any payload,
 # or a payload a listener cannot read). A listener then reads every run it follows.
 ANY_RUN = "*"
@@ -61,38 +66,51 @@ def change_channel(schema: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ChangeNotice:
-    """What one notice says: which store handle committed (``origin``), and each run it
-    appended with the first and last seq of its new events (None: any run may have moved)."""
+    """What one notice says: which store handle committed (``origin``), each run it appended
+    with the first and last seq of its new events (None: any run may have moved), and for the
+    runs whose new events were small, those events themselves (wire JSON, parsed)."""
 
     origin: str
     runs: dict[str, tuple[int, int]] | None
+    envelopes: dict[str, list[Any]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Each run's event count in the store after the commit."""
         return {run_id: last + 1 for run_id, (_, last) in (self.runs or {}).items()}
 
 
-def notice_payloads(origin: str, spans: Iterable[tuple[str, int, int]]) -> list[str]:
-    """The payloads that name each ``(run_id, first_seq, last_seq)`` of ``origin``'s commit:
-    ``"<origin> <JSON list of triples>"``, each under ``NOTICE_LIMIT_BYTES``; ``"<origin> *"``
-    (``ANY_RUN``) for a run id no payload could hold."""
+def notice_item(run_id: str, first: int, last: int, encoded: Sequence[str] = ()) -> str:
+    """One run of a notice: ``[run_id, first, last]``, or with the new events' wire JSON
+    (``encode_envelope``) as a fourth element, spliced in as it is (no second escaping)."""
+    head = json.dumps([run_id, first, last], separators=(",", ":"))
+    if not encoded:
+        return head
+    return head[:-1] + ",[" + ",".join(encoded) + "]]"
+
+
+def notice_payloads(origin: str, items: Iterable[tuple[str, str]]) -> list[str]:
+    """The payloads that carry each ``(item, bare)`` of ``origin``'s commit (``notice_item``;
+    ``bare`` is the item without its events, used when the item does not fit a payload):
+    ``"<origin> <JSON list of items>"``, each under ``NOTICE_LIMIT_BYTES`` of UTF-8;
+    ``"<origin> *"`` (``ANY_RUN``) for a run id no payload could hold."""
     head = origin + " "
     payloads: list[str] = []
-    items: list[str] = []
+    chosen: list[str] = []
     size = len(head) + 2
-    for run_id, first, last in spans:
-        # ASCII only, so a character is a byte.
-        item = json.dumps([run_id, first, last], separators=(",", ":"))
-        if len(head) + len(item) + 2 > NOTICE_LIMIT_BYTES:
+    for item, bare in items:
+        weight = len(item.encode("utf-8"))
+        if len(head) + weight + 2 > NOTICE_LIMIT_BYTES:
+            item, weight = bare, len(bare.encode("utf-8"))
+        if len(head) + weight + 2 > NOTICE_LIMIT_BYTES:
             payloads.append(head + ANY_RUN)
             continue
-        if items and size + 1 + len(item) > NOTICE_LIMIT_BYTES:
-            payloads.append(head + "[" + ",".join(items) + "]")
-            items, size = [], len(head) + 2
-        size += len(item) + (1 if items else 0)
-        items.append(item)
-    if items:
-        payloads.append(head + "[" + ",".join(items) + "]")
+        if chosen and size + 1 + weight > NOTICE_LIMIT_BYTES:
+            payloads.append(head + "[" + ",".join(chosen) + "]")
+            chosen, size = [], len(head) + 2
+        size += weight + (1 if chosen else 0)
+        chosen.append(item)
+    if chosen:
+        payloads.append(head + "[" + ",".join(chosen) + "]")
     return payloads
 
 
@@ -101,11 +119,17 @@ def parse_notice(payload: str) -> ChangeNotice:
     origin, _, body = payload.partition(" ")
     if body == ANY_RUN:
         return ChangeNotice(origin, None)
+    runs: dict[str, tuple[int, int]] = {}
+    envelopes: dict[str, list[Any]] = {}
     try:
-        runs = {str(run_id): (int(first), int(last)) for run_id, first, last in json.loads(body)}
-    except (ValueError, TypeError):
+        for item in json.loads(body):
+            run_id, first, last = str(item[0]), int(item[1]), int(item[2])
+            runs[run_id] = (first, last)
+            if len(item) > 3 and isinstance(item[3], list):
+                envelopes[run_id] = item[3]
+    except (ValueError, TypeError, IndexError, KeyError):
         return ChangeNotice(origin, None)
-    return ChangeNotice(origin, runs)
+    return ChangeNotice(origin, runs, envelopes)
 
 
 class ChangeSignal:
@@ -128,8 +152,8 @@ class ChangeSignal:
 
     def announce(self, cursor: Any, batch: Sequence[Prepared]) -> None:
         """Inside an append transaction (PostgreSQL; nothing on SQLite): queue the notices that
-        name each run of ``batch`` and the first and last seq of its new events, sent by the
-        server at commit.
+        name each run of ``batch`` and the first and last seq of its new events (and the events
+        themselves, when they are small), sent by the server at commit.
 
         Raises:
             The driver's error: the transaction fails as any of its statements would.
@@ -139,11 +163,15 @@ class ChangeSignal:
         if self._channel is None:
             cursor.execute("SELECT current_schema()")
             self._channel = change_channel(cursor.fetchone()[0] or "public")
-        spans = [
-            (prepared.run_id, prepared.envelopes[0].seq, prepared.envelopes[-1].seq)
-            for prepared in batch
-        ]
-        for payload in notice_payloads(self.origin, spans):
+        items = []
+        for prepared in batch:
+            span = (prepared.run_id, prepared.envelopes[0].seq, prepared.envelopes[-1].seq)
+            bare = notice_item(*span)
+            # Small events travel with the notice: a listener hands them over without a read.
+            small = sum(len(row["payload"]) for row in prepared.event_rows) <= INLINE_EVENT_BYTES
+            encoded = [encode_envelope(e) for e in prepared.envelopes] if small else ()
+            items.append((notice_item(*span, encoded), bare))
+        for payload in notice_payloads(self.origin, items):
             cursor.execute("SELECT pg_notify(%s, %s)", (self._channel, payload))
 
     def event_counts(self, run_ids: Collection[str]) -> dict[str, int]:

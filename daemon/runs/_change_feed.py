@@ -8,7 +8,8 @@ A ``ChangeFeed`` is one service per process, never a poll per subscriber:
 * ``NoticeFeed`` (PostgreSQL): one session LISTENs on the store's channel in a thread of its
   own; each notice of another store handle (the runs a transaction appended, the first and last
   seq of their new events) goes to the hub on the trio thread, with the new events of the runs
-  somebody here listens to, read on that thread. A lost session is reopened with backoff, and
+  somebody here listens to: carried by the notice when they are small, else read on that
+  thread. A lost session is reopened with backoff, and
   once it listens again the hub reads every run it follows (``EventHub.reconcile``): notices
   sent while it was deaf are lost, so nothing may depend on them.
 * ``DataVersionFeed`` (SQLite): a thread reads ``PRAGMA data_version`` on a connection of its
@@ -31,6 +32,7 @@ from functools import partial
 from typing import Protocol
 
 import trio
+from salvor.protocol import Envelope, MalformedEvent, decode_envelope
 from salvor.store import ChangeNotice, EventStore, StoreError
 
 from ..recording import StoreAccess
@@ -184,11 +186,26 @@ class NoticeFeed(_ThreadFeed):
             return
         for run_id in listened:
             first, last = notice.runs[run_id]
-            try:
-                envelopes = self._read_now(run_id, first)
-            except StoreError:
-                envelopes = []  # the follower reads it (and says why it could not)
+            envelopes = _carried(notice, run_id)
+            if envelopes is None:
+                try:
+                    envelopes = self._read_now(run_id, first)
+                except StoreError:
+                    envelopes = []  # the follower reads it (and says why it could not)
             self._post(hub.arrived, run_id, envelopes, last + 1)
+
+
+def _carried(notice: ChangeNotice, run_id: str) -> list[Envelope] | None:
+    """The events ``notice`` carries for ``run_id``, decoded; None when it carries none (or
+    none this build can read: the store is read instead)."""
+    carried = notice.envelopes.get(run_id)
+    if carried is None:
+        return None
+    try:
+        envelopes = [decode_envelope(envelope) for envelope in carried]
+    except MalformedEvent:
+        return None
+    return envelopes if all(e.run_id == run_id for e in envelopes) else None
 
 
 class DataVersionFeed(_ThreadFeed):

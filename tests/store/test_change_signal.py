@@ -9,12 +9,19 @@ import os
 import uuid
 
 import pytest
-from salvor.protocol import EMPTY_VIEW, RandomObserved, RunStarted
+from salvor.protocol import (
+    EMPTY_VIEW,
+    RandomObserved,
+    RunStarted,
+    decode_envelope,
+    encode_envelope,
+)
 from salvor.store import AppendRequest, EventStore, SeqConflict
 from salvor.store._change_signal import (
     ANY_RUN,
     NOTICE_LIMIT_BYTES,
     ChangeNotice,
+    notice_item,
     notice_payloads,
     parse_notice,
 )
@@ -35,23 +42,45 @@ def run_id(n: int) -> str:
 # -- payloads --------------------------------------------------------------------------------------
 
 
+def bare(run: str, first: int, last: int) -> tuple[str, str]:
+    item = notice_item(run, first, last)
+    return item, item
+
+
 def test_payloads_stay_under_the_servers_limit_and_name_every_run() -> None:
     moved = [(run_id(n), n * 1000, n * 1000 + n % 3) for n in range(1000)]
-    payloads = notice_payloads("a1b2c3", moved)
+    payloads = notice_payloads("a1b2c3", [bare(*span) for span in moved])
     assert len(payloads) > 1
     assert all(len(payload.encode()) <= NOTICE_LIMIT_BYTES for payload in payloads)
     heard: dict[str, tuple[int, int]] = {}
     for payload in payloads:
         notice = parse_notice(payload)
-        assert notice.origin == "a1b2c3"
+        assert notice.origin == "a1b2c3" and notice.envelopes == {}
         heard.update(notice.runs)
     assert heard == {run: (first, last) for run, first, last in moved}
     # Each run's event count after the commit: its last seq, plus one.
     assert parse_notice(payloads[0]).counts()[run_id(2)] == 2002 + 1
 
 
+def test_events_travel_with_a_notice_only_while_they_fit() -> None:
+    # Non-ASCII text weighs its UTF-8 bytes.
+    small = ['{"seq":0,"v":"é"}']
+    large = ['{"v":"' + "é" * 4000 + '"}']
+    payloads = notice_payloads(
+        "o",
+        [
+            (notice_item(run_id(1), 0, 0, small), notice_item(run_id(1), 0, 0)),
+            (notice_item(run_id(2), 3, 3, large), notice_item(run_id(2), 3, 3)),
+        ],
+    )
+    assert all(len(payload.encode()) <= NOTICE_LIMIT_BYTES for payload in payloads)
+    notice = parse_notice(payloads[0])
+    assert notice.runs == {run_id(1): (0, 0), run_id(2): (3, 3)}
+    assert notice.envelopes == {run_id(1): [{"seq": 0, "v": "é"}]}
+
+
 def test_a_run_id_no_payload_holds_and_an_unreadable_payload_mean_any_run() -> None:
-    assert notice_payloads("o", [("x" * NOTICE_LIMIT_BYTES, 3, 3), (run_id(1), 0, 0)]) == [
+    assert notice_payloads("o", [bare("x" * NOTICE_LIMIT_BYTES, 3, 3), bare(run_id(1), 0, 0)]) == [
         "o " + ANY_RUN,
         "o " + json.dumps([[run_id(1), 0, 0]], separators=(",", ":")),
     ]
@@ -93,6 +122,30 @@ def test_each_committed_append_transaction_is_one_notice_naming_its_runs(store_u
         {run_id(1): (1, 2)},
         {run_id(2): (0, 0), run_id(3): (0, 0)},
     ]
+    # Small events travel with their notice, as the store's log has them, byte for byte.
+    with EventStore.open(store_url) as store:
+        for notice in heard:
+            for run, carried in notice.envelopes.items():
+                first, last = notice.runs[run]
+                assert [encode_envelope(decode_envelope(e)) for e in carried] == [
+                    encode_envelope(e) for e in store.read_log(run)[first : last + 1]
+                ]
+    assert sum(len(notice.envelopes) for notice in heard) == 4
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_large_events_are_named_by_their_notice_not_carried(store_url) -> None:
+    with EventStore.open(store_url) as store, EventStore.open(store_url) as other:
+        listener = store.changes.listener()
+        listener.open()
+        try:
+            _, a = other.append(run_id(1), [started()], EMPTY_VIEW)
+            other.append(run_id(1), [RandomObserved(value="x" * 3000)], a)
+            heard = list(listener.notices(0.5))
+        finally:
+            listener.close()
+    assert [notice.runs for notice in heard] == [{run_id(1): (0, 0)}, {run_id(1): (1, 1)}]
+    assert [list(notice.envelopes) for notice in heard] == [[run_id(1)], []]
 
 
 @pytest.mark.skipif(not os.environ.get(POSTGRES_ENV), reason=f"{POSTGRES_ENV} is not set")

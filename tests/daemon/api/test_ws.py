@@ -491,5 +491,6 @@ async def test_what_another_process_writes_is_read_once_per_run_for_every_stream
                 del access.store.read_log
     finally:
         store.close()
-    # One read, the hub's, from the seq it had delivered, for all eleven subscribers.
-    assert reads == [1]
+    # At most one read, the hub's, from the seq it had delivered, for all eleven subscribers
+    # (none on PostgreSQL: the notice carried the small event).
+    assert reads == ([] if server.store_url.startswith("postgresql") else [1]), reads
