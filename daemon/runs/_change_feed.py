@@ -146,7 +146,9 @@ class NoticeFeed(_ThreadFeed):
                 listener.open()
             except StoreError as error:
                 if failures == 0:
-                    log.warning("%s; streams carry only this process's commits until it is", error)
+                    log.warning(
+                        "%s; streams carry only this process's commits until it listens", error
+                    )
                 failures += 1
                 # Started all the same: the daemon serves, and the feed keeps trying.
                 self._post(ready.set)
@@ -274,7 +276,9 @@ class DataVersionFeed(_ThreadFeed):
                 watch = self._store.changes.data_version_watch()
             except StoreError as error:
                 if failures == 0:
-                    log.warning("%s; streams carry only this process's commits until it is", error)
+                    log.warning(
+                        "%s; streams carry only this process's commits until it watches", error
+                    )
                 failures += 1
                 self._post(ready.set)
                 stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
