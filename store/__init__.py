@@ -4,6 +4,7 @@ PostgreSQL, through synchronous SQLAlchemy Core. The only code in salvor that
 talks to a database; the daemon calls it from threads.
 """
 
+from ._change_signal import ChangeNotice as ChangeNotice
 from ._errors import BadCursor as BadCursor
 from ._errors import ClaimHeld as ClaimHeld
 from ._errors import CorruptLog as CorruptLog

@@ -67,6 +67,7 @@ from ._append_rows import (
     prepare,
     stale_fences,
 )
+from ._change_signal import ChangeSignal
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
     ClaimHeld,
@@ -301,6 +302,8 @@ class EventStore:
         # the statements.
         self._write_lock = threading.Lock()
         self._writer: Any = None
+        # What tells other processes over this store that an append committed (issue 30).
+        self.changes = ChangeSignal(engine, url)
         # Told of every committed append transaction (its events, its seconds), on the
         # committing thread: the daemon counts commits here without the store knowing it.
         self._commit_observer = commit_observer
@@ -618,6 +621,8 @@ class EventStore:
                 for prepared in batch:
                     append_txn(cursor, self._writes, self._integrity_error, prepared)
             if batch:
+                # Other processes' streams hear of it at commit (PostgreSQL's notices).
+                self.changes.announce(cursor, batch)
                 committing = True
                 connection.commit()
         except BaseException as exc:

@@ -7,9 +7,9 @@ back from the store). The store is read a page at a time, and each page is
 written out before the next is read: a client that does not read holds
 about one page here (the write waits on it), however long the log; its
 live queue is bounded in bytes, and what overflows it is read back later.
-Events another process writes into the same store (the CLI) arrive through
-the hub's shared poll, one store read per run per interval however many
-streams watch it. It ends with an ``end`` frame once
+Events another process writes into the same store (another node, the CLI)
+arrive through the hub's change feed, one store read per run and notice
+however many streams watch it. It ends with an ``end`` frame once
 the run rests, or once nothing drives it here and nothing has arrived for a
 grace period (``detached: true``).
 """
@@ -203,7 +203,7 @@ async def _frames(
                 continue
             paging = False
             if not seeded:
-                # From here on the shared poll reads what another process commits.
+                # From here on the hub reads what another process commits.
                 subscription.seed(next_seq, view)
                 seeded = True
             if view.resting:
@@ -237,7 +237,7 @@ async def _frames(
                 if pending and pending[0].envelope.seq < next_seq:
                     pending = [e for e in pending if e.envelope.seq >= next_seq]
                 if not pending:
-                    # A quiet spell: what another process writes comes through the hub's poll.
+                    # A quiet spell: what another process writes comes through the hub's feed.
                     if trio.current_time() - last_beat >= state.heartbeat_seconds:
                         last_beat = trio.current_time()
                         yield KEEP_ALIVE

@@ -6,6 +6,13 @@ Rule: imports only the packages below it.
 
 from __future__ import annotations
 
+from ._change_feed import (
+    ChangeFeed,
+    DataVersionFeed,
+    InProcessFeed,
+    NoticeFeed,
+    change_feed,
+)
 from ._drivers import (
     DriverSet,
 )
@@ -55,17 +62,22 @@ __all__ = [
     "PAGE_EVENTS",
     "SERVE",
     "Batching",
+    "ChangeFeed",
+    "DataVersionFeed",
     "DriverSet",
     "EventHub",
     "FlowCatalog",
+    "InProcessFeed",
     "LiveConnection",
     "LiveEvent",
+    "NoticeFeed",
     "Outbox",
     "ResumeOutcome",
     "RunChange",
     "RunFlows",
     "Runtime",
     "Subscription",
+    "change_feed",
     "child_result",
     "driver_of",
     "driving_run",

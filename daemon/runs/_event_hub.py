@@ -19,9 +19,13 @@ held is at its age limit, then delivers what it holds at once: one write per str
 per burst. ``deliver_forever`` is the task that releases a hold at its limit; a hub
 without a ``Batching`` (tests of the fan-out itself) delivers at publish.
 
-Events another process writes into the store (a ``salvor run`` beside the
-daemon) never pass through ``publish``; ``poll_forever`` reads them, once per
-run per interval, for the runs somebody listens to and nothing here drives.
+Events another process writes into the store (another node, a worker, a ``salvor run`` beside
+the daemon) never pass through ``publish``. The store's change feed (``_change_feed``) tells the
+hub which runs moved and how far (``moved``); ``follow_forever`` reads what is new, once per run
+however many listen, for the runs somebody listens to and nothing here drives, and fans it out
+exactly as a commit here would be. A notice for what was already delivered costs nothing; after
+the feed may have missed notices (its connection dropped) ``reconcile`` has every followed run
+read once.
 
 Memory is bounded in bytes, not in events: a store read takes one page (``PAGE_EVENTS`` events,
 about ``PAGE_BYTES`` of payload), never a whole log, and a subscriber queues at most
@@ -36,7 +40,7 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
@@ -52,8 +56,9 @@ from salvor.protocol import (
 )
 from salvor.store import StoreError
 
-# One store read of a stream, the hub's poll or a WebSocket's catch-up: at most this many events,
-# and no more than fit in about this many bytes of payload (the first is read whatever its size).
+# One store read of a stream, the hub's follower or a WebSocket's catch-up: at most this many
+# events, and no more than fit in about this many bytes of payload (the first is read whatever
+# its size).
 PAGE_EVENTS = 256
 PAGE_BYTES = 256 * 1024
 # What one subscriber (an SSE stream, a WebSocket connection) may hold queued and unsent, in bytes
@@ -62,6 +67,8 @@ BUFFER_BYTES = 1024 * 1024
 # How many SSE streams and WebSockets one client (peer address) may hold open at once
 # (``salvor serve --max-streams-per-client``; 0: no cap).
 MAX_STREAMS_PER_CLIENT = 128
+# How long the follower waits before it reads a run again after the store failed a read.
+RETRY_SECONDS = 0.5
 
 log = logging.getLogger("salvor.runs")
 
@@ -218,14 +225,18 @@ class Subscription:
 
 
 class _RunFeed:
-    """What the hub knows of one listened-to run: the last view it published or polled, so the
-    shared poll reads only what is new."""
+    """What the hub knows of one listened-to run: the last view it published or read, so a read
+    of the store fetches only what is new, and how far the change feed says the log reaches."""
 
-    __slots__ = ("next_seq", "view")
+    __slots__ = ("next_seq", "unsure", "view", "wanted")
 
     def __init__(self) -> None:
         self.next_seq = 0
         self.view: RunView | None = None
+        # The event count the change feed last reported for the run (what exists in the store).
+        self.wanted = 0
+        # Whether a notice may have been missed before a subscriber seeded the run (``reconcile``).
+        self.unsure = False
 
 
 ReadLog = Callable[[str, int], Awaitable[list[Envelope]]]
@@ -271,6 +282,13 @@ class EventHub:
         self._batching = batching
         self._held: dict[str, _Held] = {}
         self._stirred = trio.Event()
+        # From the change feed: runs whose store log reaches past what was delivered (read by
+        # ``follow_forever``), the runs being read now, whether every followed run must be read
+        # (``reconcile``), and the event that wakes the follower.
+        self._stale: set[str] = set()
+        self._following: set[str] = set()
+        self._reconciling = False
+        self._moved = trio.Event()
 
     def publish(self, envelopes: list[Envelope], view_before: RunView) -> None:
         """Hand the envelopes of one commit, in order, to the run's subscribers, and each status
@@ -286,7 +304,7 @@ class EventHub:
         for envelope in envelopes:
             before, view = view, step(view, envelope)
             events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
-        # Known to the shared poll from now on, delivered or held: it never reads them again.
+        # Known to the follower from now on, delivered or held: it never reads them again.
         self._advance(run_id, events)
         if (
             self._batching is None
@@ -362,11 +380,17 @@ class EventHub:
                 self._feeds.pop(listener.run_id, None)
 
     def seed(self, run_id: str, next_seq: int, view: RunView) -> None:
-        """What a subscriber read of the store: the shared poll reads from there on (so an event
+        """What a subscriber read of the store: the follower reads from there on (so an event
         another process commits after that read reaches it)."""
         feed = self._feeds.get(run_id)
         if feed is not None and (next_seq > feed.next_seq or feed.view is None):
             feed.next_seq, feed.view = next_seq, view
+        if feed is not None and (feed.unsure or feed.wanted > feed.next_seq):
+            # The feed told of events past what this subscriber read (or may have missed some
+            # while nobody had read the run): the follower reads them.
+            feed.unsure = False
+            self._stale.add(run_id)
+            self._moved.set()
 
     def watch(self, watcher: Watcher) -> None:
         self._watchers.add(watcher)
@@ -385,69 +409,146 @@ class EventHub:
             counts[watcher.transport] = counts.get(watcher.transport, 0) + 1
         return counts
 
-    async def poll(self, read_page: ReadLog, driven_here: Callable[[str], bool]) -> None:
-        """One round of the shared poll: for each run somebody listens to, nothing here drives,
-        that has not ended and that a subscriber has read from the store (``seed``), what is
-        new, read a page at a time (while pages come back full) and published as a commit here
-        would be.
+    # -- what other processes commit (the change feed) ----------------------------------------
 
-        A run no subscriber has finished reading is left alone: its subscribers read the store
-        themselves, and the one that finishes seeds the poll.
+    @property
+    def listened(self) -> bool:
+        """Whether any run has a subscriber here. Safe to read from any thread (one ``len`` of
+        a dict): the SQLite feed's thread watches more often while it is true."""
+        return bool(self._feeds)
 
-        Error handling: a failed read is logged and left to the next round.
-        """
-        runs = [
-            run_id
-            for run_id, feed in self._feeds.items()
-            # A terminal run takes no more events, from anyone.
-            if feed.view is not None
-            and feed.view.state not in TERMINAL_STATES
-            and not driven_here(run_id)
-        ]
-        if not runs:
+    def listens_to(self, run_id: str) -> bool:
+        """Whether ``run_id`` has a subscriber here. Safe to call from any thread (one lookup in
+        a dict): the PostgreSQL feed's thread reads a noticed run's events only then."""
+        return run_id in self._feeds
+
+    def arrived(self, run_id: str, envelopes: list[Envelope], count: int) -> None:
+        """The change feed's word with the events it read (trio thread): the store holds
+        ``count`` events of ``run_id``, and ``envelopes`` are some of them, in order. What is new
+        of them goes out as a commit here would; anything past them is left to the follower."""
+        feed = self._feeds.get(run_id)
+        if feed is None:
             return
-        async with trio.open_nursery() as nursery:
-            for run_id in runs:
-                nursery.start_soon(self._poll_run, read_page, run_id)
+        if feed.view is not None and envelopes:
+            self._take(run_id, feed.next_seq, feed.view, envelopes)
+        self.moved({run_id: count})
 
-    async def _poll_run(self, read_page: ReadLog, run_id: str) -> None:
+    def followed(self, driven_here: Callable[[str], bool]) -> dict[str, int | None]:
+        """The runs whose foreign commits somebody here waits for (listened to, not driven here:
+        a driver here publishes every commit; not known to have ended), each with the seq the hub
+        reads it from next (None while no subscriber has read it: it reads it itself)."""
+        return {
+            run_id: None if feed.view is None else feed.next_seq
+            for run_id, feed in self._feeds.items()
+            if (feed.view is None or feed.view.state not in TERMINAL_STATES)
+            and not driven_here(run_id)
+        }
+
+    def moved(self, counts: Mapping[str, int]) -> None:
+        """The change feed's word (trio thread): each run's log holds ``counts[run_id]`` events
+        in the store. A run nobody here listens to, or whose events were all delivered, costs
+        nothing; the others are read by ``follow_forever``. Never waits."""
+        stirred = False
+        for run_id, count in counts.items():
+            feed = self._feeds.get(run_id)
+            if feed is None or count <= feed.next_seq:
+                continue
+            feed.wanted = max(feed.wanted, count)
+            if feed.view is not None:
+                self._stale.add(run_id)
+                stirred = True
+        if stirred:
+            self._moved.set()
+
+    def reconcile(self) -> None:
+        """The change feed may have missed notices (its connection was lost and is back): every
+        followed run is read once, and a run a subscriber is still reading is read once it is
+        seeded. Never waits."""
+        for feed in self._feeds.values():
+            feed.unsure = feed.view is None
+        self._reconciling = True
+        self._moved.set()
+
+    async def follow_forever(self, read_page: ReadLog, driven_here: Callable[[str], bool]) -> None:
+        """Read and fan out what the change feed said moved, until cancelled: one task per run
+        being read, so a long read of one run holds up no other.
+
+        Error handling: a failed read is logged and tried again after ``RETRY_SECONDS`` (a
+        notice lost to a failed read must not stall a stream).
+        """
+        async with trio.open_nursery() as nursery:
+            while True:
+                await self._moved.wait()
+                self._moved = trio.Event()
+                if self._reconciling:
+                    self._reconciling = False
+                    self._stale.update(
+                        run_id for run_id, feed in self._feeds.items() if feed.view is not None
+                    )
+                for run_id in list(self._stale):
+                    if run_id not in self._following:
+                        self._following.add(run_id)
+                        nursery.start_soon(self._follow_run, read_page, driven_here, run_id)
+
+    async def _follow_run(
+        self, read_page: ReadLog, driven_here: Callable[[str], bool], run_id: str
+    ) -> None:
+        """Read ``run_id`` on while the feed says its log reaches further than delivered."""
+        try:
+            while True:
+                self._stale.discard(run_id)
+                feed = self._feeds.get(run_id)
+                if feed is None or feed.view is None or driven_here(run_id):
+                    return
+                start = feed.next_seq
+                if not await self._read_on(read_page, run_id):
+                    await trio.sleep(RETRY_SECONDS)
+                    continue
+                feed = self._feeds.get(run_id)
+                if feed is None or (run_id not in self._stale and feed.next_seq == start):
+                    return  # gone, or nothing more to read
+                if run_id not in self._stale and feed.wanted <= feed.next_seq:
+                    return
+        finally:
+            self._following.discard(run_id)
+
+    def _take(self, run_id: str, start: int, view: RunView, envelopes: list[Envelope]) -> bool:
+        """Fan out what of ``envelopes`` (read from the store) follows ``start``, where the hub
+        is at ``view``; whether anything did."""
+        events = []
+        for envelope in envelopes:
+            if envelope.seq != view.next_seq:
+                continue
+            before, view = view, step(view, envelope)
+            events.append(LiveEvent(envelope, view, status_changed=status_changed(before, view)))
+        if not events or events[0].envelope.seq != start:
+            return False
+        self._advance(run_id, events)
+        # After anything still held of the run, so each subscriber gets it in seq order.
+        self._deliver(run_id, self._take_held(run_id, events))
+        return True
+
+    async def _read_on(self, read_page: ReadLog, run_id: str) -> bool:
+        """Read ``run_id`` from where the hub is and fan out what is new; False when the store
+        failed (logged)."""
         while True:
             feed = self._feeds.get(run_id)
             if feed is None or feed.view is None:
-                return
+                return True
             start, view = feed.next_seq, feed.view
             try:
                 envelopes = await read_page(run_id, start)
             except StoreError as error:
                 log.warning(
-                    "polling run %s for events another process wrote failed: %s", run_id, error
+                    "reading run %s for events another process wrote failed: %s", run_id, error
                 )
-                return
+                return False
             feed = self._feeds.get(run_id)
             if feed is None or not envelopes or feed.next_seq != start:
-                return  # gone, nothing new, or published meanwhile: the next round goes on
-            events = []
-            for envelope in envelopes:
-                if envelope.seq != view.next_seq:
-                    continue
-                before, view = view, step(view, envelope)
-                events.append(
-                    LiveEvent(envelope, view, status_changed=status_changed(before, view))
-                )
-            if not events or events[0].envelope.seq != start:
-                return
-            self._advance(run_id, events)
-            # After anything still held of the run, so each subscriber gets it in seq order.
-            self._deliver(run_id, self._take_held(run_id, events))
+                return True  # gone, nothing new, or published meanwhile
+            if not self._take(run_id, start, view, envelopes):
+                return True
             if len(envelopes) < PAGE_EVENTS:
-                # Most likely the end (a page of large events stops short): the next round reads
-                # on, so a quiet run costs one read per round.
-                return
-
-    async def poll_forever(
-        self, read_page: ReadLog, driven_here: Callable[[str], bool], interval: float
-    ) -> None:
-        """The shared poll, every ``interval`` seconds, until cancelled."""
-        while True:
-            await trio.sleep(interval)
-            await self.poll(read_page, driven_here)
+                # Most likely the end (a page of large events stops short): a notice of more
+                # brings the follower back.
+                return True

@@ -3,8 +3,9 @@
 Lifetimes, outermost first: the store lock (``_store_owner``: taken before
 anything else, so a daemon beside a command-line driver touches nothing), the
 store (its writer thread), then one nursery
-holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
-watcher, the watchdog and, when the operator named a target, the
+holding the change feed (what other processes commit to the store, told to
+the event hub), the HTTP server, the drivers' nursery, the wake sweeper, the
+signal watcher, the watchdog and, when the operator named a target, the
 notification deliverer. Each service reports started only once it is bound
 or loaded; systemd hears READY=1 after all of them. Recovery comes after
 READY: the interrupted runs go to the driving set, which paces them (so many
@@ -49,6 +50,7 @@ from ..runs import (
     EventHub,
     ResumeOutcome,
     Runtime,
+    change_feed,
     own_store,
 )
 from ..tools import ToolRegistry, demo_registry
@@ -88,8 +90,9 @@ class ServeConfig:
     # an interpreter starting takes a core for a while.
     process_launches: int = 2
     launch_settle_seconds: float = 1.0
-    # Event streams: how often a quiet stream reads the store for another
-    # process's writes, how often it sends a keep-alive comment, and how long
+    # Event streams: how often a quiet stream looks up from its wait (what other
+    # processes commit reaches it through the change feed, whenever it comes),
+    # how often it sends a keep-alive comment, and how long
     # a run nothing here drives may stay quiet before its stream ends detached.
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
@@ -341,6 +344,8 @@ async def _serve(
                 # A burst of a run's commits goes out as one write per stream (``Batching``).
                 hub = EventHub(Batching(driven_here=drivers.driving))
                 access.on_commit.append(hub.publish)
+                # -- streams carry every run, whoever commits it (issue 30, item 2) --
+                await root.start(change_feed(access, drivers.driving).serve, hub)
                 state = await _server_state(
                     config, runtime, drivers, hub, executor, credentials, locks, metrics
                 )
@@ -378,17 +383,10 @@ async def _serve(
 def _start_keepers(
     root: trio.Nursery, config: ServeConfig, state: ServerState, notifier: Notifier
 ) -> None:
-    """The tasks that keep a serving daemon well: the fan-out's poll, the wake sweeper, the
+    """The tasks that keep a serving daemon well: the fan-out's delivery, the wake sweeper, the
     watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
     stop began)."""
     root.start_soon(state.hub.deliver_forever)
-    # Events a `salvor run` beside us commits reach the streams through the poll.
-    root.start_soon(
-        state.hub.poll_forever,
-        state.runtime.read_page,
-        state.attached,
-        config.stream_poll_seconds,
-    )
     if config.wake_interval > 0:
         root.start_soon(_sweep_forever, state, config.wake_interval)
     if notifier.watchdog_interval:

@@ -1091,6 +1091,7 @@ def test_public_names_are_exported() -> None:
         "QuotaExceeded",
         "RunQuota",
         "AppendRequest",
+        "ChangeNotice",
         "BadCursor",
         "Claim",
         "ClaimHeld",

@@ -193,10 +193,9 @@ def holds():
 
 @pytest.fixture
 async def daemon(server_factory, tmp_path):
-    """The daemon with demo tools acting on a ledger in tmp, and a quick poll for other writers."""
+    """The daemon with demo tools acting on a ledger in tmp."""
     return await server_factory(
         registry=demo_registry(str(tmp_path / "effects.jsonl")),
-        stream_poll_seconds=0.05,
         detach_grace_seconds=WAIT,
     )
 
@@ -486,7 +485,7 @@ async def test_keep_alive_comments_while_a_driven_run_is_quiet(
 # `salvor run` is the one command line writer that drives beside a live
 # daemon: `salvor resume` there is refused (one daemon per store).
 @pytest.mark.parametrize("verb", ["run"])
-async def test_events_written_by_another_process_arrive_through_the_poll(
+async def test_events_written_by_another_process_arrive_live(
     daemon, providers, holds, tmp_path, verb
 ):
     hold = holds(0)

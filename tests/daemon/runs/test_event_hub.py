@@ -1,5 +1,6 @@
 """The fan-out itself, in virtual time: one publish per commit for every subscriber whatever its
-transport, each encoding made once, and one shared poll per run for what another process writes.
+transport, each encoding made once, and one read per run and notice for what another process
+writes (the change feed's word, ``EventHub.moved``).
 
 The store here is a dict of logs behind a ``read_log`` that counts its calls: the hub's contract
 with the store is that one function.
@@ -11,8 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+import trio.testing
 from salvor.daemon.runs import PAGE_EVENTS, Batching, EventHub, LiveEvent, RunChange
 from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
+from salvor.store import StoreUnavailable
 
 from tests.protocol.logs import envelope, model, model_done, started, tool, tool_done
 
@@ -95,7 +98,18 @@ def test_one_publish_reaches_every_transport_with_each_encoding_made_once() -> N
     assert hub._feeds == {} and hub._subscribers == {}
 
 
-async def test_the_poll_reads_each_run_once_however_many_listen(autojump_clock) -> None:
+@asynccontextmanager
+async def following(
+    hub: EventHub, read_log, driven_here=lambda run_id: False
+) -> AsyncIterator[EventHub]:
+    """The hub's follower running for the block (cancelled at its end)."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.follow_forever, read_log, driven_here)
+        yield hub
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_notice_is_read_once_per_run_however_many_listen(autojump_clock) -> None:
     hub, store = EventHub(), Store()
     store.commit(RUN_A, started())
     store.commit(RUN_B, started())
@@ -107,34 +121,37 @@ async def test_the_poll_reads_each_run_once_however_many_listen(autojump_clock) 
         stream.seed(1, fold(store.logs[RUN_A]))
     hub.seed(RUN_B, 1, fold(store.logs[RUN_B]))
     driven_here = {RUN_B}
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(hub.poll_forever, store.read_log, driven_here.__contains__, 1.0)
+    async with following(hub, store.read_log, driven_here.__contains__):
+        # Nothing is read while nothing moves, however long.
         await trio.sleep(3.5)
-        # Three rounds: one read of A each (not fifty), none of B (its commits are published).
-        assert store.reads == {RUN_A: 3}
+        assert store.reads == {}
         store.commit(RUN_A, RandomObserved(value="cd"), RunCompleted(output=1))
-        await trio.sleep(1.0)
-        assert store.reads == {RUN_A: 4}
+        store.commit(RUN_B, RandomObserved(value="ef"))
+        hub.moved({RUN_A: 3, RUN_B: 2})
+        await trio.testing.wait_all_tasks_blocked()
+        # One read of A (not fifty), none of B: its commits are published by its driver here.
+        assert store.reads == {RUN_A: 1}
         for stream in a_streams:
             assert [(e.envelope.seq, e.view.state.value) for e in drain(stream)] == [
                 (1, "running"),
                 (2, "completed"),
             ]
-        # A run that has ended is read no more, though its subscribers stay.
-        await trio.sleep(2.0)
-        assert store.reads == {RUN_A: 4}
+        # A notice of what was delivered already costs nothing, and an ended run is not followed.
+        hub.moved({RUN_A: 3})
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1}
+        assert hub.followed(driven_here.__contains__) == {}
         # Once nobody listens to A, it is read no more.
         for stream in a_streams:
             stream.close()
         driven_here.clear()
-        store.commit(RUN_B, RandomObserved(value="ef"))
-        await trio.sleep(1.0)
-        assert store.reads == {RUN_A: 4, RUN_B: 1}
+        hub.moved({RUN_A: 3, RUN_B: 2})
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1, RUN_B: 1}
         assert [e.envelope.seq for e in b_listener.got] == [1]
-        nursery.cancel_scope.cancel()
 
 
-async def test_a_poll_racing_a_publish_hands_each_seq_over_once(autojump_clock) -> None:
+async def test_a_read_racing_a_publish_hands_each_seq_over_once(autojump_clock) -> None:
     hub, store = EventHub(), Store()
     store.commit(RUN_A, started())
     listener = WsListener(RUN_A)
@@ -146,13 +163,101 @@ async def test_a_poll_racing_a_publish_hands_each_seq_over_once(autojump_clock) 
 
     async def read_then_publish(run_id: str, from_seq: int) -> list:
         log = await store.read_log(run_id, from_seq)
-        # The commit is published while the poll's read is on its way back.
+        # The commit is published while the follower's read is on its way back.
         hub.publish(published, view_before)
         return log
 
-    await hub.poll(read_then_publish, lambda run_id: False)
-    await hub.poll(store.read_log, lambda run_id: False)
+    async with following(hub, read_then_publish):
+        hub.moved({RUN_A: 2})
+        await trio.testing.wait_all_tasks_blocked()
+    async with following(hub, store.read_log):
+        hub.reconcile()
+        await trio.testing.wait_all_tasks_blocked()
     assert [e.envelope.seq for e in listener.got] == [1]
+
+
+async def test_a_notice_before_a_subscriber_has_read_the_run_is_kept_for_it(
+    autojump_clock,
+) -> None:
+    # The subscriber read the store before the foreign commit, and the notice of that commit
+    # came before it seeded the hub: what it says is kept, and read once the subscriber seeds.
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    stream = hub.subscribe(RUN_A)
+    read_by_subscriber = fold(store.logs[RUN_A])
+    store.commit(RUN_A, RandomObserved(value="ab"))
+    async with following(hub, store.read_log):
+        hub.moved({RUN_A: 2})
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {} and drain(stream) == []
+        stream.seed(1, read_by_subscriber)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [e.envelope.seq for e in drain(stream)] == [1]
+
+
+async def test_after_a_reconcile_every_followed_run_is_read_once(autojump_clock) -> None:
+    # The feed lost its connection: notices sent meanwhile are lost, so every run is read, and a
+    # run a subscriber had not finished reading is read once it is seeded.
+    hub, store = EventHub(), Store()
+    for run_id in (RUN_A, RUN_B):
+        store.commit(run_id, started())
+    a, b = hub.subscribe(RUN_A), hub.subscribe(RUN_B)
+    a.seed(1, fold(store.logs[RUN_A]))
+    b_read = fold(store.logs[RUN_B])
+    for run_id in (RUN_A, RUN_B):
+        store.commit(run_id, RandomObserved(value="ab"))
+    async with following(hub, store.read_log):
+        hub.reconcile()
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1}
+        assert [e.envelope.seq for e in drain(a)] == [1]
+        b.seed(1, b_read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1, RUN_B: 1}
+        assert [e.envelope.seq for e in drain(b)] == [1]
+
+
+async def test_events_the_feed_read_go_out_once_and_a_gap_is_read_by_the_follower(
+    autojump_clock,
+) -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    stream = hub.subscribe(RUN_A)
+    stream.seed(1, fold(store.logs[RUN_A]))
+    store.commit(RUN_A, RandomObserved(value="a"), RandomObserved(value="b"))
+    async with following(hub, store.read_log):
+        # Handed over with the notice: no read of the hub's own.
+        hub.arrived(RUN_A, store.logs[RUN_A][1:3], 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {} and [e.envelope.seq for e in drain(stream)] == [1, 2]
+        # The same again (a second notice of it): nothing goes out twice.
+        hub.arrived(RUN_A, store.logs[RUN_A][1:3], 3)
+        # Events past a gap (the notice of seq 3 was lost): the follower reads from the gap.
+        store.commit(RUN_A, RandomObserved(value="c"), RandomObserved(value="d"))
+        hub.arrived(RUN_A, store.logs[RUN_A][4:5], 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.reads == {RUN_A: 1} and [e.envelope.seq for e in drain(stream)] == [3, 4]
+
+
+async def test_a_failed_read_is_tried_again(autojump_clock) -> None:
+    hub, store = EventHub(), Store()
+    store.commit(RUN_A, started())
+    stream = hub.subscribe(RUN_A)
+    stream.seed(1, fold(store.logs[RUN_A]))
+    store.commit(RUN_A, RandomObserved(value="ab"))
+    failures = [StoreUnavailable("the store is down")]
+
+    async def flaky(run_id: str, from_seq: int) -> list:
+        if failures:
+            raise failures.pop()
+        return await store.read_log(run_id, from_seq)
+
+    async with following(hub, flaky):
+        hub.moved({RUN_A: 2})
+        await trio.testing.wait_all_tasks_blocked()
+        assert drain(stream) == []
+        await trio.sleep(1)
+        assert [e.envelope.seq for e in drain(stream)] == [1]
 
 
 # -- batching: a burst of a run's commits is one delivery ------------------------------------------
@@ -219,15 +324,17 @@ async def test_a_hold_ends_at_its_limit(autojump_clock) -> None:
         assert [e.envelope.seq for e in drain(stream)] == [4, 5, 6, 7]
 
 
-async def test_what_the_poll_reads_goes_out_after_what_is_held(autojump_clock) -> None:
+async def test_what_the_follower_reads_goes_out_after_what_is_held(autojump_clock) -> None:
     async with delivering(60) as (hub, store):
         stream = hub.subscribe(RUN_A)
         commit(hub, store, RUN_A, started())
         # Then another process writes to the run (its driver here has ended).
         store.commit(RUN_A, RandomObserved(value="ab"))
-        await hub.poll(store.read_log, lambda run_id: False)
+        async with following(hub, store.read_log):
+            hub.moved({RUN_A: 2})
+            await trio.testing.wait_all_tasks_blocked()
         assert [e.envelope.seq for e in drain(stream)] == [0, 1]
-        # The poll read only what the hub had not seen, held or delivered.
+        # The follower read only what the hub had not seen, held or delivered.
         assert store.reads == {RUN_A: 1}
 
 
@@ -273,7 +380,9 @@ def test_a_stream_queues_at_most_its_bytes_then_lags() -> None:
     slow.close()
 
 
-async def test_the_poll_reads_a_page_at_a_time_and_only_runs_a_subscriber_has_read() -> None:
+async def test_the_follower_reads_a_page_at_a_time_and_only_runs_a_subscriber_has_read(
+    autojump_clock,
+) -> None:
     hub, store = EventHub(), Store()
     store.commit(RUN_A, started(), *(RandomObserved(value=str(n)) for n in range(599)))
     listener = WsListener(RUN_A)
@@ -285,12 +394,14 @@ async def test_the_poll_reads_a_page_at_a_time_and_only_runs_a_subscriber_has_re
         pages.append((from_seq, len(page)))
         return page
 
-    # Nobody has read the run yet: its subscribers read it themselves, the poll does not.
-    await hub.poll(read_page, lambda run_id: False)
-    assert pages == [] and listener.got == []
-    hub.seed(RUN_A, 10, fold(store.logs[RUN_A][:10]))
-    await hub.poll(read_page, lambda run_id: False)
-    # Page after page while they come back full; the short one ends the round.
+    async with following(hub, read_page):
+        # Nobody has read the run yet: its subscribers read it themselves, the follower does not.
+        hub.moved({RUN_A: 600})
+        await trio.testing.wait_all_tasks_blocked()
+        assert pages == [] and listener.got == []
+        hub.seed(RUN_A, 10, fold(store.logs[RUN_A][:10]))
+        await trio.testing.wait_all_tasks_blocked()
+    # Page after page while they come back full; the short one ends the read.
     assert pages == [(10, PAGE_EVENTS), (10 + PAGE_EVENTS, PAGE_EVENTS), (522, 78)]
     assert [e.envelope.seq for e in listener.got] == list(range(10, 600))
     hub.remove(listener)
