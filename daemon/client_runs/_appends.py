@@ -34,7 +34,7 @@ from ..flows import caller_labels
 from ..recording import FreeSpaceFloor, StoreAccess, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._answers import APPENDED
-from ._leases import LeaseRegistry
+from ._leases import DriveLeases
 
 # What the client's own cursor emits: no secret, no outside effect.
 APPENDABLE = frozenset(
@@ -169,7 +169,7 @@ class ClientAppends:
     """
 
     def __init__(
-        self, access: StoreAccess, leases: LeaseRegistry, floor: FreeSpaceFloor | None = None
+        self, access: StoreAccess, leases: DriveLeases, floor: FreeSpaceFloor | None = None
     ) -> None:
         self._access = access
         self._leases = leases
@@ -189,7 +189,7 @@ class ClientAppends:
                 client-run routes serve no other kind, and the spec answers the other kind with
                 the same code as no run at all).
         """
-        if self._leases.opened(run_id):
+        if await self._leases.opened(run_id):
             return
         view = await self._access.read(self._access.store.read_view, run_id)
         if view is None:
@@ -207,7 +207,7 @@ class ClientAppends:
         """
         run_id = parse_run_id(run_id)
         await self.check_client_driven(run_id)
-        self._leases.check(run_id, token)
+        await self._leases.check(run_id, token)
         return run_id
 
     async def append(self, run_id: str, body: dict) -> dict:

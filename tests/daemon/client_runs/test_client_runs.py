@@ -380,10 +380,16 @@ async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) 
     assert (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] == "sleeping"
     log = (await client.get(f"/v1/client-runs/{run_id}/log?from_seq=1")).json()["log"]
     assert [e["seq"] for e in log] == [1]
-    # The old lease died with the old process; the first open adopts the run.
-    assert code(
-        await append(client, run_id, token, [envelope(run_id, 2, "SleepCompleted", {})])
-    ) == (403, "invalid_drive_token")
+    # The lease lives in the store, not in the old process: the restarted daemon holds the run
+    # for the client's token, and anyone else waits until the client lets it go.
+    assert code(await client.post("/v1/client-runs", json={"run_id": run_id})) == (
+        409,
+        "lease_held",
+    )
+    released = await client.post(
+        f"/v1/client-runs/{run_id}/release", headers={"X-Drive-Token": token}
+    )
+    assert released.json() == {"released": True}
     adopted = await open_run(client, run_id, expect=200)
     assert [e["event"]["kind"] for e in adopted["log"]] == ["RunStarted", "SleepStarted"]
     fresh = adopted["drive_token"]
