@@ -301,11 +301,11 @@ async def test_a_quiet_driver_loses_its_lease_after_the_ttl(server_factory) -> N
 async def test_a_headless_run_whose_lease_lapsed_opens_fresh_again(server_factory) -> None:
     """Opened, never given its head, left: the registry forgets it with its lease (memory stays
     bounded), its log is empty, so the next open is a fresh 201 and the old token is dead."""
-    server = await server_factory(lease_ttl=0.3)
+    server = await server_factory(lease_ttl=1.0)
     client = server.client
     opened = await open_run(client)
     run_id, token = opened["run"], opened["drive_token"]
-    await trio.sleep(0.4)
+    await trio.sleep(1.2)
     assert code(await append(client, run_id, token, [head(run_id)])) == (404, "unknown_run")
     again = await open_run(client, run_id, expect=201)
     assert again["log"] == [] and again["drive_token"] != token
