@@ -178,6 +178,21 @@ class Outbox:
             "postpone a notification",
         )
 
+    def release(self, node: str) -> int:
+        """Let go of every undelivered row ``node`` holds (it stops delivering): each is due for
+        anyone as it was before the claim. How many.
+
+        Raises:
+            StoreUnavailable: the database failed; the claims stand until they run out.
+        """
+        statement = (
+            update(notifications)
+            .where(_UNDELIVERED, notifications.c.claimed_by == node)
+            .values(claimed_by=None, claimed_until=None)
+        )
+        with self._db._writing("let go of claimed notifications") as connection:
+            return connection.execute(statement).rowcount
+
     def withdraw(self, notification_id: int) -> None:
         """Remove ``notification_id`` unsent: what it would announce did not come to be (a write
         whose outcome turned out known before anyone had to be told).

@@ -109,7 +109,9 @@ runs = Table(
     _partial_index(
         "ix_runs_active", "run_id", where="state IN ('running', 'awaiting_model', 'awaiting_tool')"
     ),
-    _partial_index("ix_runs_sleeping_wake_at", "wake_at", where="state = 'sleeping'"),
+    # The wake sweeper's read, in its order (run_id breaks ties): every node sweeps, so it stays
+    # one index read with no sort.
+    _partial_index("ix_runs_sleeping_wake_at", "wake_at", "run_id", where="state = 'sleeping'"),
     # Listing order: newest first, run_id breaking ties. (No index on
     # last_recorded_at: nothing orders by it, and it changes on every append,
     # so it would cost a page in every commit.)
@@ -323,7 +325,8 @@ def _add_notifications(connection: Connection) -> None:
 def _share_node_state(connection: Connection) -> None:
     """Version 7: what one daemon process kept in memory is shared through the store, for many
     nodes over it: client-run drive leases and login sessions get tables (empty: an older
-    daemon's were in its memory and ended with it), and outbox rows a claim (none claimed)."""
+    daemon's were in its memory and ended with it), outbox rows a claim (none claimed), and the
+    wake sweeper's index its tie-break."""
     client_leases.create(connection, checkfirst=True)
     login_sessions.create(connection, checkfirst=True)
     # A store made new at version 0 has the columns already (``_create_missing``).
@@ -331,6 +334,11 @@ def _share_node_state(connection: Connection) -> None:
     for name in ("claimed_by", "claimed_until"):
         if name not in present:
             connection.execute(text(f"ALTER TABLE notifications ADD COLUMN {name} TEXT"))
+    # The wake sweeper's index gains run_id, its tie-break, so every node's sweep sorts nothing.
+    for index in runs.indexes:
+        if index.name == "ix_runs_sleeping_wake_at":
+            connection.execute(text("DROP INDEX IF EXISTS ix_runs_sleeping_wake_at"))
+            index.create(connection)
 
 
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening

@@ -206,8 +206,14 @@ class ClientAppends:
                 or the lease's refusal (missing or wrong token).
         """
         run_id = parse_run_id(run_id)
-        await self.check_client_driven(run_id)
-        await self._leases.check(run_id, token)
+        try:
+            # A lease stands only on a client's run (an open refuses any other), so a call its
+            # token admits needs no other read: one store read on a driving call's usual path.
+            await self._leases.check(run_id, token)
+        except OperationRefused:
+            # The run's own refusal comes first: no run, or not a client's.
+            await self.check_client_driven(run_id)
+            raise
         return run_id
 
     async def append(self, run_id: str, body: dict) -> dict:

@@ -48,15 +48,16 @@ log = logging.getLogger("salvor.notify")
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_CAP_SECONDS = 300.0
 # Rows read per store round trip, and how many of them are in delivery at once.
-BATCH = 50
-CONCURRENT_DELIVERIES = 8
+# Rows claimed per store round trip, all of them in delivery at once: a claim holds no row that
+# is not being delivered, so it can be short (``claim_seconds``).
+BATCH = CONCURRENT_DELIVERIES = 8
 # How often an idle deliverer looks at the outbox anyway (a row written by another process
 # over this store gets no poke), and how soon it looks again after the store failed it.
 IDLE_SECONDS = 60.0
 STORE_RETRY_SECONDS = 5.0
-# Beyond the longest a claimed batch can take to deliver, before the claim runs out: a store
-# round trip per row, a slow thread, a clock step between nodes.
-CLAIM_MARGIN_SECONDS = 30.0
+# Beyond the longest a claimed row can take to deliver, before its claim runs out: the store
+# round trips around it, a slow thread, the clocks of two nodes apart.
+CLAIM_MARGIN_SECONDS = 10.0
 
 
 def retry_delay(attempts: int, *, base: float = BACKOFF_BASE_SECONDS) -> float:
@@ -77,11 +78,11 @@ async def _nothing_in_flight(run_id: str) -> bool:
 
 
 def claim_seconds(config: NotifyConfig) -> float:
-    """How long a deliverer holds the rows it claimed: a whole batch delivered to every target,
-    each taking its full timeout, the deliveries ``CONCURRENT_DELIVERIES`` at a time."""
+    """How long a deliverer holds the rows it claimed: one delivery to every target in turn, each
+    taking its full timeout (a batch's rows are delivered side by side). A deliverer killed
+    holding rows delays them this long at most; one that stops lets them go at once."""
     targets = bool(config.webhook) + bool(config.command)
-    rounds = math.ceil(BATCH / CONCURRENT_DELIVERIES)
-    return rounds * targets * config.timeout + CLAIM_MARGIN_SECONDS
+    return targets * config.timeout + CLAIM_MARGIN_SECONDS
 
 
 class Deliverer:
@@ -134,7 +135,8 @@ class Deliverer:
         """Deliver until cancelled, then close the targets. Reports started at once.
 
         Cancellation: a delivery cut mid-way leaves its row due as it was (or, if the cut came
-        between a receiver's answer and the mark, delivered again later: at least once).
+        between a receiver's answer and the mark, delivered again later: at least once), and
+        the rows this deliverer claimed are let go for another daemon to take at once.
         """
         targets = []
         if self._config.webhook:
@@ -155,7 +157,22 @@ class Deliverer:
                     await self._poked.wait()
         finally:
             with trio.CancelScope(shield=True):
+                await self._let_claims_go()
                 await self.aclose()
+
+    async def _let_claims_go(self) -> None:
+        # Bounded: a store that does not answer leaves the claims to run out by themselves.
+        with trio.move_on_after(STORE_RETRY_SECONDS):
+            try:
+                await trio.to_thread.run_sync(
+                    self._access.store.outbox.release, self.node, abandon_on_cancel=True
+                )
+            except StoreError as exc:
+                log.warning(
+                    "the notifications this daemon claimed stay claimed until their claim runs "
+                    "out: %s",
+                    exc.message,
+                )
 
     async def aclose(self) -> None:
         """Close the webhook's connections (``serve`` does so as it ends)."""

@@ -540,11 +540,9 @@ async def _start_deliverer(
     root: trio.Nursery, notify: NotifyConfig, access, state: ServerState
 ) -> None:
     """Start delivering the outbox in ``root``; each append that writes a row pokes it."""
-    deliverer = Deliverer(
-        access,
-        notify,
-        in_flight=state.attached,
-    )
+    # Its claims on outbox rows name it by a node id of its own (issue 30: the node's id once
+    # nodes have one); in flight means attached on any node, leases included.
+    deliverer = Deliverer(access, notify, in_flight=state.attached)
     access.on_notification.append(deliverer.poke)
     await root.start(deliverer.serve)
 

@@ -55,3 +55,34 @@ async def test_two_deliverers_over_one_outbox_deliver_each_row_once(store_url) -
 
 async def entries(access):
     return await access.read(access.store.outbox.entries)
+
+
+async def test_a_deliverer_that_stops_lets_its_claims_go_to_the_other(store_url) -> None:
+    async with (
+        open_store_access(store_url, notifications=True) as one,
+        open_store_access(store_url, notifications=True) as other,
+    ):
+        failed = [
+            AppendRequest(
+                run_id=f"run-{n:03d}",
+                events=[RunStarted(agent_def_hash="sha256:a", input=n), RunFailed(error="no")],
+                view=EMPTY_VIEW,
+            )
+            for n in range(4)
+        ]
+        await trio.to_thread.run_sync(one.store.append_batch, failed)
+        with WebhookReceiver([200]) as receiver:
+            receiver.hold()
+            async with trio.open_nursery() as stopping:
+                leaving = Deliverer(one, NotifyConfig(webhook=receiver.url), node="node-leaving")
+                await stopping.start(leaving.serve)
+                assert await trio.to_thread.run_sync(receiver.wait_for, 4, 30.0)
+                assert {row.claimed_by for row in await entries(one)} == {"node-leaving"}
+                stopping.cancel_scope.cancel()  # a graceful stop, mid-delivery
+            # Nothing waits for the claims to run out: the rows are anyone's again.
+            assert all(row.claimed_by is None for row in await entries(one))
+            receiver.release()
+            staying = Deliverer(other, NotifyConfig(webhook=receiver.url), node="node-staying")
+            assert await staying.deliver_due() == 4
+            await staying.aclose()
+        assert {row.claimed_by for row in await entries(one)} == {"node-staying"}
