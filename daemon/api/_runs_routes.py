@@ -127,9 +127,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, LIST)
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
-        return RUN_LIST.respond(
-            runs=[await summary_json(state, s) for s in page], next_cursor=next_cursor
-        )
+        return RUN_LIST.respond(runs=await summaries_json(state, page), next_cursor=next_cursor)
 
     @route(app, READ)
     async def get_run(run_id: str):
@@ -157,7 +155,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         children = await runtime.list_children(run_id)
         return CHILD_LIST.respond(
-            run=run_id, derived=True, children=[await summary_json(state, s) for s in children]
+            run=run_id, derived=True, children=await summaries_json(state, children)
         )
 
     @route(app, REPLAY)
@@ -188,9 +186,10 @@ def _list_filters(args) -> dict:
     return {"state": status, "label": label, **hashes, **page_of(args)}
 
 
-async def summary_json(state: ServerState, summary: RunSummary) -> dict:
-    """One ``GET /v1/runs`` entry."""
-    return summary_body(summary, state, await state.driver(summary.run_id, summary.state))
+async def summaries_json(state: ServerState, summaries: list[RunSummary]) -> list[dict]:
+    """A page of ``GET /v1/runs`` entries (one read of the leases for the page)."""
+    drivers = await state.driver_fields([(s.run_id, s.state) for s in summaries])
+    return [summary_body(s, state, drivers[s.run_id]) for s in summaries]
 
 
 def summary_body(summary: RunSummary, state: ServerState, driver: dict) -> dict:

@@ -3,7 +3,7 @@ and the daemon's settings for them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -107,6 +107,16 @@ class ServerState:
         if state is None or state in _TERMINAL:
             return {}
         return driver_field(await self.attached(run_id))
+
+    async def driver_fields(self, runs: Iterable[tuple[str, str | None]]) -> dict[str, dict]:
+        """``driver`` for a page of ``(run id, state)``: one read of the leases for the page."""
+        runs = list(runs)
+        live = [run_id for run_id, state in runs if state is not None and state not in _TERMINAL]
+        held = await self.leases.holding([r for r in live if not self.drivers.driving(r)])
+        fields = {run_id: {} for run_id, _ in runs}
+        for run_id in live:
+            fields[run_id] = driver_field(self.drivers.driving(run_id) or run_id in held)
+        return fields
 
     def driver_seen(self, run_id: str, state: str | None) -> dict:
         """``driver`` for a caller that cannot wait for the store (a live connection's run row,

@@ -18,7 +18,7 @@ import hmac
 import math
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -95,6 +95,10 @@ class DriveLeases(Protocol):
 
     async def holds(self, run_id: str) -> bool:
         """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
+        ...
+
+    async def holding(self, run_ids: Collection[str]) -> set[str]:
+        """Which of ``run_ids`` a current lease stands on (``holds`` for a page of runs)."""
         ...
 
     def seen_holding(self, run_id: str) -> bool:
@@ -212,6 +216,9 @@ class LeaseRegistry:
     async def holds(self, run_id: str) -> bool:
         """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
         return self._current(run_id) is not None
+
+    async def holding(self, run_ids: Collection[str]) -> set[str]:
+        return {run_id for run_id in run_ids if self._current(run_id) is not None}
 
     def seen_holding(self, run_id: str) -> bool:
         return self._current(run_id) is not None

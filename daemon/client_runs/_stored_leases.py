@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Collection
 
 import trio
 from salvor.store import ClientLease
@@ -65,6 +66,15 @@ class StoredLeases:
         else:
             self._seen[run_id] = trio.current_time()
         return lease
+
+    async def holding(self, run_ids: Collection[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        held = await self._access.read(self._rows.holding, run_ids)
+        now = trio.current_time()
+        for run_id in held:
+            self._seen[run_id] = now
+        return held
 
     def seen_holding(self, run_id: str) -> bool:
         seen = self._seen.get(run_id)

@@ -383,11 +383,13 @@ def _start_keepers(
     watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
     stop began)."""
     root.start_soon(state.hub.deliver_forever)
-    # Events a `salvor run` beside us commits reach the streams through the poll.
+    # Events a `salvor run` beside us commits reach the streams through the poll, and so do a
+    # client's appends through another node over the store (issue 30: its lease does not say
+    # which node it appends through), so only a driver here makes a run's poll unneeded.
     root.start_soon(
         state.hub.poll_forever,
         state.runtime.read_page,
-        state.attached,
+        state.drivers.driving,
         config.stream_poll_seconds,
     )
     if config.wake_interval > 0:

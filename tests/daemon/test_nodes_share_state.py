@@ -66,6 +66,13 @@ async def append(client, run_id: str, token: str, events: list[dict]):
     )
 
 
+async def listed_driver(client, run_id: str) -> str:
+    """The ``driver`` of the run's entry in ``GET /v1/runs``."""
+    runs = (await (await client.get("/v1/runs")).get_json())["runs"]
+    (entry,) = [entry for entry in runs if entry["run"] == run_id]
+    return entry["driver"]
+
+
 async def answer(response) -> tuple[int, dict]:
     return response.status_code, await response.get_json()
 
@@ -84,6 +91,7 @@ async def test_a_client_run_opened_through_one_node_is_driven_through_another(st
         assert (status, body["error"]["code"]) == (409, "lease_held")
         assert 1 <= body["error"]["details"]["lapses_in_seconds"] <= 60
         assert (await (await other.get(f"/v1/runs/{run_id}")).get_json())["driver"] == "attached"
+        assert await listed_driver(other, run_id) == "attached"
         heartbeat = await other.post(f"/v1/client-runs/{run_id}/heartbeat", headers=token_of(token))
         assert heartbeat.status_code == 200
         # The holder re-opens through the other node under its own token.
@@ -96,6 +104,7 @@ async def test_a_client_run_opened_through_one_node_is_driven_through_another(st
         released = await one.post(f"/v1/client-runs/{run_id}/release", headers=token_of(token))
         assert (await released.get_json()) == {"released": True}
         assert (await (await other.get(f"/v1/runs/{run_id}")).get_json())["driver"] == "none"
+        assert await listed_driver(one, run_id) == "none"
         adopted = await (await other.post("/v1/client-runs", json={"run_id": run_id})).get_json()
         fresh = adopted["drive_token"]
         assert fresh != token

@@ -67,6 +67,7 @@ async def test_release_is_idempotent_and_only_for_the_holder(autojump_clock) -> 
     assert not await leases.opened(RUN) and not await leases.holds(RUN)
     await leases.open(RUN, None)
     assert await leases.opened(RUN)
+    assert await leases.holding([RUN, "never-opened"]) == {RUN}
     await leases.drop(RUN)
     assert not await leases.holds(RUN) and not await leases.opened(RUN)
 
