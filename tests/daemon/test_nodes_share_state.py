@@ -4,7 +4,8 @@ lease and a login session taken through one node work through any other node ove
 Two nodes in one test: two in-process apps, each with its own store access (its own engine and
 writer thread) over one store, each with the server state ``salvor serve`` builds
 (``_server_state``). Two ``salvor serve`` processes over one store are still refused on this
-branch (the store lock), which is what the in-process pair stands in for.
+branch (the store lock), which is what the in-process pair stands in for; the last test pairs a
+real ``salvor serve`` process with an in-process node beside it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 import trio
 from salvor.daemon.agents import Credentials
 from salvor.daemon.api._app import create_app
@@ -22,6 +24,7 @@ from salvor.daemon.serve._serve import ServeConfig, _server_state
 from salvor.daemon.tools import ToolRegistry
 from salvor.store import normalize_store_url, open_locks
 
+from tests.chaos.test_kill_serve import TOKEN_VAR, Daemon
 from tests.daemon.client_runs.test_client_runs import head
 from tests.support.backends import BOTH
 from tests.support.client_events import envelope
@@ -154,3 +157,42 @@ async def test_a_session_cookie_from_one_node_works_on_another(store_url) -> Non
         # Logged out through the other node, the cookie is refused by the first too.
         status, body = await answer(await one.get("/v1/runs", headers=by_cookie))
         assert (status, body["error"]["code"]) == (401, "unauthorized")
+
+
+async def test_a_real_daemon_and_a_node_beside_it_share_leases_and_sessions(
+    store_url, tmp_path
+) -> None:
+    # One node is a real `salvor serve` process (it holds the store lock); the other is an
+    # in-process node over the same store: a lease and a login cross the process boundary.
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon.env[TOKEN_VAR] = TOKEN
+    daemon.args += ["--auth-token", TOKEN_VAR]
+    await trio.to_thread.run_sync(daemon.start)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        async with (
+            httpx.AsyncClient(base_url=daemon.base_url, headers=bearer) as served,
+            node(store_url, auth_token=TOKEN) as beside,
+        ):
+            opened = (await served.post("/v1/client-runs", json={})).json()
+            run_id, token = opened["run"], opened["drive_token"]
+            drive = {**bearer, **token_of(token)}
+            events = {"events": [head(run_id)]}
+            appended = await beside.post(
+                f"/v1/client-runs/{run_id}/events", json=events, headers=drive
+            )
+            assert (await answer(appended)) == (200, {"appended": [0]})
+            sleep = envelope(run_id, 1, "SleepStarted", {"wake_at": "2026-11-29T09:00:00.000000Z"})
+            response = await served.post(
+                f"/v1/client-runs/{run_id}/events", json={"events": [sleep]}, headers=drive
+            )
+            assert response.json() == {"appended": [1]}, response.text
+            again = await beside.post("/v1/client-runs", json={"run_id": run_id}, headers=bearer)
+            assert (await again.get_json())["error"]["code"] == "lease_held"
+            # A person logged in to the real daemon's page is logged in beside it.
+            login = await served.post("/v1/session", json={"token": TOKEN}, headers={})
+            cookie = f"salvor_session={login.cookies['salvor_session']}"
+            session = await beside.get("/v1/session", headers={"Cookie": cookie})
+            assert (await session.get_json())["csrf"] == login.json()["csrf"]
+    finally:
+        await trio.to_thread.run_sync(daemon.kill)
