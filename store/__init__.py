@@ -5,6 +5,8 @@ talks to a database; the daemon calls it from threads.
 """
 
 from ._change_signal import ChangeNotice as ChangeNotice
+from ._client_leases import ClientLease as ClientLease
+from ._client_leases import ClientLeases as ClientLeases
 from ._errors import BadCursor as BadCursor
 from ._errors import ClaimHeld as ClaimHeld
 from ._errors import CorruptLog as CorruptLog
@@ -25,6 +27,7 @@ from ._location import sqlite_path as sqlite_path
 from ._notifications import Notice as Notice
 from ._notifications import NotificationKind as NotificationKind
 from ._notifications import notice_of as notice_of
+from ._outbox import Outbox as Outbox
 from ._ownership import Holder as Holder
 from ._ownership import RunHint as RunHint
 from ._ownership import StoreLocks as StoreLocks
@@ -51,5 +54,6 @@ from ._run_owners import NodeRecord as NodeRecord
 from ._run_owners import RunOwner as RunOwner
 from ._run_owners import RunOwners as RunOwners
 from ._schema import STORE_VERSION as STORE_VERSION
+from ._sessions import LoginSessions as LoginSessions
 from ._view_codec import view_from_json as view_from_json
 from ._view_codec import view_to_json as view_to_json

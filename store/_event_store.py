@@ -37,7 +37,6 @@ from salvor.protocol import (
     decode_event,
     fold,
     format_instant,
-    parse_instant,
 )
 from sqlalchemy import (
     Connection,
@@ -45,7 +44,6 @@ from sqlalchemy import (
     LargeBinary,
     bindparam,
     cast,
-    delete,
     func,
     insert,
     select,
@@ -54,7 +52,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ._append_rows import (
     SELECT_CLAIM,
@@ -68,6 +66,7 @@ from ._append_rows import (
     stale_fences,
 )
 from ._change_signal import ChangeSignal
+from ._client_leases import ClientLeases
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
     ClaimHeld,
@@ -78,12 +77,12 @@ from ._errors import (
     passes_by_itself,
 )
 from ._location import normalize_store_url
+from ._outbox import Outbox
 from ._quota import RunQuota, bytes_after
 from ._records import (
     GRAPH_SUMMARY_KEYS,
     Claim,
     GraphSummary,
-    Notification,
     ParkedWrite,
     ProbeAnswer,
     RunSummary,
@@ -96,10 +95,11 @@ from ._records import (
     encode_position,
     graph_from_row,
     graph_summary_from_row,
-    notification_from_row,
     probe_answer_from_row,
     summary_from_row,
 )
+from ._repository import Repository
+from ._repository import failure_reason as _reason
 from ._run_owners import Fence, RunOwners
 from ._schema import (
     VERSION_KEY,
@@ -108,11 +108,11 @@ from ._schema import (
     ensure_schema,
     events,
     graphs,
-    notifications,
     probe_answers,
     runs,
     store_meta,
 )
+from ._sessions import LoginSessions
 from ._view_codec import dumps, view_from_json
 
 _INTERRUPTED_STATES = (
@@ -236,16 +236,6 @@ _PARKED_WRITES = (
     .where(text("state = 'needs_reconciliation'"))
     .order_by(runs.c.last_recorded_at, runs.c.run_id)
 )
-# Literal condition, so both planners read ix_notifications_due (a partial index) in its order.
-_DUE_NOTIFICATIONS = (
-    select(*notifications.c)
-    .where(text("delivered_at IS NULL"), notifications.c.next_attempt_at <= bindparam("now"))
-    .order_by(notifications.c.next_attempt_at, notifications.c.id)
-    .limit(bindparam("limit"))
-)
-_NEXT_NOTIFICATION_DUE = select(func.min(notifications.c.next_attempt_at)).where(
-    text("delivered_at IS NULL")
-)
 # The operator's counts (``census``): runs per state, and the identities some intent holds open.
 _RUNS_BY_STATE = select(runs.c.state, func.count()).group_by(runs.c.state)
 _OPEN_CLAIMS = select(func.count()).select_from(claims).where(claims.c.state == "open")
@@ -258,13 +248,6 @@ _INTERRUPTED_RUNS = (
 
 class _StaleConnection(Exception):
     """The held write connection was found dead before anything was sent to commit."""
-
-
-def _reason(exc: BaseException) -> str:
-    """The first line of a driver error, without SQLAlchemy's statement dump."""
-    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    lines = str(inner).strip().splitlines()
-    return lines[0].strip() if lines else type(inner).__name__
 
 
 class EventStore:
@@ -320,6 +303,12 @@ class EventStore:
         )
         # Node leases and run ownership (issue 30, run ownership).
         self.owners = RunOwners(engine, self.url)
+        # One repository per table family beyond the logs (issue 30: the state several nodes
+        # share lives in the store).
+        shared = Repository(engine, url)
+        self.outbox = Outbox(shared)
+        self.client_leases = ClientLeases(shared)
+        self.sessions = LoginSessions(shared)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -1180,97 +1169,6 @@ class EventStore:
                     answer = probe_answer_from_row(row)
                     found[(answer.run_id, answer.seq)] = answer
         return found
-
-    # -- the notification outbox -------------------------------------------------
-
-    def due_notifications(self, now: datetime, *, limit: int = 50) -> list[Notification]:
-        """Undelivered notifications due at or before ``now``, the longest due first, at most
-        ``limit`` (the oldest of equally due ones first).
-
-        Raises:
-            StoreUnavailable: the database failed.
-        """
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        params = {"now": format_instant(now), "limit": limit}
-        with self._reading("read due notifications"), self._read() as connection:
-            return [
-                notification_from_row(r) for r in connection.execute(_DUE_NOTIFICATIONS, params)
-            ]
-
-    def next_notification_due(self) -> datetime | None:
-        """When the soonest undelivered notification is due; None when every one is delivered.
-
-        Raises:
-            StoreUnavailable: the database failed.
-        """
-        with self._reading("read the outbox"), self._read() as connection:
-            due = connection.execute(_NEXT_NOTIFICATION_DUE).scalar_one_or_none()
-        return None if due is None else parse_instant(due)
-
-    def list_notifications(self, run_id: str | None = None) -> list[Notification]:
-        """Every notification (of ``run_id`` when given), delivered or not, in the order written."""
-        statement = select(*notifications.c).order_by(notifications.c.id)
-        if run_id is not None:
-            statement = statement.where(notifications.c.run_id == run_id)
-        with self._reading("list notifications"), self._read() as connection:
-            return [notification_from_row(row) for row in connection.execute(statement)]
-
-    def mark_notification_delivered(self, notification_id: int) -> None:
-        """Record that notification ``notification_id`` was delivered (now); it is never due again.
-
-        Raises:
-            StoreUnavailable: the database failed; the row is as it was (still due).
-        """
-        self._execute_alone(
-            update(notifications)
-            .where(notifications.c.id == notification_id)
-            .values(delivered_at=now_instant()),
-            "mark a notification delivered",
-        )
-
-    def notification_failed(self, notification_id: int, next_attempt_at: datetime) -> None:
-        """Count a failed delivery of ``notification_id`` and make it due again at
-        ``next_attempt_at``.
-
-        Raises:
-            StoreUnavailable: the database failed; the row is as it was (due as before).
-        """
-        self._execute_alone(
-            update(notifications)
-            .where(notifications.c.id == notification_id)
-            .values(
-                attempts=notifications.c.attempts + 1,
-                next_attempt_at=format_instant(next_attempt_at),
-            ),
-            "record a failed notification",
-        )
-
-    def postpone_notification(self, notification_id: int, until: datetime) -> None:
-        """Make ``notification_id`` due at ``until`` without counting an attempt (it was not
-        sent: its moment has not come yet).
-
-        Raises:
-            StoreUnavailable: the database failed; the row is as it was.
-        """
-        self._execute_alone(
-            update(notifications)
-            .where(notifications.c.id == notification_id)
-            .values(next_attempt_at=format_instant(until)),
-            "postpone a notification",
-        )
-
-    def withdraw_notification(self, notification_id: int) -> None:
-        """Remove ``notification_id`` unsent: what it would announce did not come to be (a write
-        whose outcome turned out known before anyone had to be told).
-
-        Raises:
-            StoreUnavailable: the database failed; the row is as it was.
-        """
-        self._execute_alone(
-            delete(notifications).where(notifications.c.id == notification_id),
-            "withdraw a notification",
-        )
 
     def _execute_alone(self, statement: Any, doing: str) -> None:
         """Run one write in a transaction of its own.

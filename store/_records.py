@@ -295,6 +295,9 @@ class Notification:
     attempts: int
     next_attempt_at: str
     delivered_at: str | None
+    # The node delivering it now (or the one that delivered it), and until when its claim holds.
+    claimed_by: str | None = None
+    claimed_until: str | None = None
 
 
 def notification_from_row(row: Any) -> Notification:
@@ -308,4 +311,6 @@ def notification_from_row(row: Any) -> Notification:
         attempts=row.attempts,
         next_attempt_at=row.next_attempt_at,
         delivered_at=row.delivered_at,
+        claimed_by=row.claimed_by,
+        claimed_until=row.claimed_until,
     )

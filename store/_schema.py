@@ -41,7 +41,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 7
+STORE_VERSION = 8
 
 metadata = MetaData()
 
@@ -116,7 +116,9 @@ runs = Table(
     _partial_index(
         "ix_runs_active", "run_id", where="state IN ('running', 'awaiting_model', 'awaiting_tool')"
     ),
-    _partial_index("ix_runs_sleeping_wake_at", "wake_at", where="state = 'sleeping'"),
+    # The wake sweeper's read, in its order (run_id breaks ties): every node sweeps, so it stays
+    # one index read with no sort.
+    _partial_index("ix_runs_sleeping_wake_at", "wake_at", "run_id", where="state = 'sleeping'"),
     # Listing order: newest first, run_id breaking ties. (No index on
     # last_recorded_at: nothing orders by it, and it changes on every append,
     # so it would cost a page in every commit.)
@@ -204,6 +206,10 @@ notifications = Table(
     Column("attempts", Integer, nullable=False),
     Column("next_attempt_at", Text, nullable=False),
     Column("delivered_at", Text),
+    # Which node is delivering the row now, and until when (the store's clock): a row is taken
+    # by one node at a time, and one whose claimer died is free again once its claim runs out.
+    Column("claimed_by", Text),
+    Column("claimed_until", Text),
     UniqueConstraint("run_id", "seq", "kind", name="uq_notifications_cause"),
     # What the deliverer reads: the undelivered rows, soonest due first. Delivered rows leave it.
     _partial_index("ix_notifications_due", "next_attempt_at", "id", where="delivered_at IS NULL"),
@@ -229,6 +235,34 @@ nodes = Table(
     Column("started_at", Text, nullable=False),
     Column("lease_expires_at", Text, nullable=False),
     Column("stopped_at", Text),
+)
+
+# Drive-token leases on client-driven runs, so a client may drive through any node over this
+# store. The token itself is a secret and is never kept: only its SHA-256 digest.
+client_leases = Table(
+    "client_leases",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("token_digest", Text, nullable=False),
+    # Whether the daemon's model steps keep their request bodies (said at the open): 0 or 1.
+    Column("record_prompts", Integer, nullable=False),
+    Column("opened_at", Text, nullable=False),
+    # The store's clock; a driving call moves it on.
+    Column("expires_at", Text, nullable=False),
+    # Lapsed leases nobody re-opens are swept by it.
+    Index("ix_client_leases_expires_at", "expires_at"),
+)
+
+# The page's login sessions, so a person logged in through one node is logged in on every node.
+# The session id (the cookie's value) is a secret and is never kept: only its SHA-256 digest.
+login_sessions = Table(
+    "sessions",
+    metadata,
+    Column("id_digest", Text, primary_key=True),
+    Column("created_at", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+    # A login past the capacity ends the oldest.
+    Index("ix_sessions_created_at", "created_at"),
 )
 
 store_meta = Table(
@@ -341,6 +375,25 @@ def _learn_run_owners(connection: Connection) -> None:
     nodes.create(connection, checkfirst=True)
 
 
+def _share_node_state(connection: Connection) -> None:
+    """Version 8: what one daemon process kept in memory is shared through the store, for many
+    nodes over it: client-run drive leases and login sessions get tables (empty: an older
+    daemon's were in its memory and ended with it), outbox rows a claim (none claimed), and the
+    wake sweeper's index its tie-break."""
+    client_leases.create(connection, checkfirst=True)
+    login_sessions.create(connection, checkfirst=True)
+    # A store made new at version 0 has the columns already (``_create_missing``).
+    present = {column["name"] for column in inspect(connection).get_columns("notifications")}
+    for name in ("claimed_by", "claimed_until"):
+        if name not in present:
+            connection.execute(text(f"ALTER TABLE notifications ADD COLUMN {name} TEXT"))
+    # The wake sweeper's index gains run_id, its tie-break, so every node's sweep sorts nothing.
+    for index in runs.indexes:
+        if index.name == "ix_runs_sleeping_wake_at":
+            connection.execute(text("DROP INDEX IF EXISTS ix_runs_sleeping_wake_at"))
+            index.create(connection)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -352,6 +405,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     4: _learn_graph_runs,
     5: _add_notifications,
     6: _learn_run_owners,
+    7: _share_node_state,
 }
 
 

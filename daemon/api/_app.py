@@ -137,7 +137,7 @@ def create_app(state: ServerState) -> QuartTrio:
             # The login is how a caller without a session gets one. (A page of another origin
             # cannot log its visitor in: the listener refuses its Origin first.)
             return
-        g.session = authenticate(state.auth_token, state.sessions, state.failed_tries)
+        g.session = await authenticate(state.auth_token, state.sessions, state.failed_tries)
         await refuse_new_work_when_low()
 
     async def refuse_new_work_when_low() -> None:
@@ -153,7 +153,9 @@ def create_app(state: ServerState) -> QuartTrio:
     async def admit_handshake() -> None:
         # Raised before the upgrade: the handshake is answered with the error envelope instead.
         if documented(websocket.path):
-            g.session = authenticate_handshake(state.auth_token, state.sessions, state.failed_tries)
+            g.session = await authenticate_handshake(
+                state.auth_token, state.sessions, state.failed_tries
+            )
 
     app.register_error_handler(CodedError, _coded)
     app.register_error_handler(HTTPException, _http_error)

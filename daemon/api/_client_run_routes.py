@@ -167,7 +167,7 @@ def add_client_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, RELEASE)
     async def release(run_id: str):
         run_id = parse_run_id(run_id)
-        return RELEASED.respond(released=client_runs.release(run_id, presented()))
+        return RELEASED.respond(released=await client_runs.release(run_id, presented()))
 
     @route(app, HEARTBEAT)
     async def heartbeat(run_id: str):

@@ -109,7 +109,9 @@ class AppendFront:
                 return None if value is None else value.decode("latin-1")
 
             caller = Caller.of("POST", scope.get("scheme", "http"), header, client=peer_of(scope))
-            admit(caller, self._state.auth_token, self._state.sessions, self._state.failed_tries)
+            await admit(
+                caller, self._state.auth_token, self._state.sessions, self._state.failed_tries
+            )
         client_runs = self._state.client_runs
         token = headers.get(b"x-drive-token")
         run_id = await client_runs.driving(

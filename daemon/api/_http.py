@@ -18,9 +18,9 @@ from ..web import (
     MAX_BODY_BYTES,
     Caller,
     FailedTries,
+    Logins,
     OperationRefused,
     Session,
-    Sessions,
     TooManyTries,
     admit,
     object_from,
@@ -56,8 +56,8 @@ def request_caller() -> Caller:
     )
 
 
-def authenticate(
-    token: str | None, sessions: Sessions, tries: FailedTries | None = None
+async def authenticate(
+    token: str | None, sessions: Logins, tries: FailedTries | None = None
 ) -> Session | None:
     """Admit the Quart request in hand by the bearer token or a live session cookie (``web.admit``:
     a cookie's state-changing request also needs its CSRF token and its own Origin); returns the
@@ -67,11 +67,11 @@ def authenticate(
         OperationRefused: unauthorized (401), forbidden (403) or too_many_requests (429); nothing
             has been read or recorded.
     """
-    return admit(request_caller(), token, sessions, tries)
+    return await admit(request_caller(), token, sessions, tries)
 
 
-def authenticate_handshake(
-    token: str | None, sessions: Sessions, tries: FailedTries | None = None
+async def authenticate_handshake(
+    token: str | None, sessions: Logins, tries: FailedTries | None = None
 ) -> Session | None:
     """``authenticate`` for the WebSocket handshake in hand: by cookie, its Origin must be sent and
     be the daemon's own.
@@ -87,7 +87,7 @@ def authenticate_handshake(
         handshake=True,
         client=peer_of(websocket.scope),
     )
-    return admit(caller, token, sessions, tries)
+    return await admit(caller, token, sessions, tries)
 
 
 async def body_bytes(cap: int | None = None, what: str = "") -> bytes:

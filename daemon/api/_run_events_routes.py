@@ -121,7 +121,7 @@ def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
         subscription = state.hub.subscribe(run_id, state.stream_buffer_bytes)
         try:
             page = await runtime.read_page(run_id, 0)
-            if not page and not state.attached(run_id):
+            if not page and not await state.attached(run_id):
                 raise unknown_run(run_id)
         except BaseException:
             subscription.close()
@@ -216,7 +216,8 @@ async def _frames(
                     continue
             now = trio.current_time()
             if state.stopping.is_set() or (
-                not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
+                now - last_progress >= state.detach_grace_seconds
+                and not await state.attached(run_id)
             ):
                 yield end_frame(
                     END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)

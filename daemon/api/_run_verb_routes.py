@@ -179,7 +179,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         )
         # The driver that left the write open is gone (whoever resolves it
         # presented no drive token), so its hold goes with the resolution.
-        state.leases.drop(run_id)
+        await state.leases.drop(run_id)
         await drive_on_after_resolve(state, run_id, view)
         return RESOLVED.respond(run=run_id, resolved=True, status=view.status())
 

@@ -127,9 +127,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, LIST)
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
-        return RUN_LIST.respond(
-            runs=[summary_json(state, s) for s in page], next_cursor=next_cursor
-        )
+        return RUN_LIST.respond(runs=await summaries_json(state, page), next_cursor=next_cursor)
 
     @route(app, READ)
     async def get_run(run_id: str):
@@ -149,7 +147,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             graph_hash=view.graph_hash,
             labels=view.labels or None,
             driven_by=view.driven_by and view.driven_by.value,
-            **state.driver(run_id, view.state.value),
+            **await state.driver(run_id, view.state.value),
         )
 
     @route(app, CHILDREN)
@@ -157,7 +155,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         children = await runtime.list_children(run_id)
         return CHILD_LIST.respond(
-            run=run_id, derived=True, children=[summary_json(state, s) for s in children]
+            run=run_id, derived=True, children=await summaries_json(state, children)
         )
 
     @route(app, REPLAY)
@@ -188,11 +186,18 @@ def _list_filters(args) -> dict:
     return {"state": status, "label": label, **hashes, **page_of(args)}
 
 
-def summary_json(state: ServerState, summary: RunSummary) -> dict:
-    """One ``GET /v1/runs`` entry (the live connection's ``run`` rows too)."""
+async def summaries_json(state: ServerState, summaries: list[RunSummary]) -> list[dict]:
+    """A page of ``GET /v1/runs`` entries (one read of the leases for the page)."""
+    drivers = await state.driver_fields([(s.run_id, s.state) for s in summaries])
+    return [summary_body(s, state, drivers[s.run_id]) for s in summaries]
+
+
+def summary_body(summary: RunSummary, state: ServerState, driver: dict) -> dict:
+    """A run's listing entry, with its ``driver`` field as worked out by the caller (the live
+    connection's ``run`` rows share it)."""
     body = summary.to_json()
     if "status" in body:
         # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
         body["status"] = status_seen_at(body["status"], state.runtime.clock())
-    body.update(state.driver(summary.run_id, summary.state))
+    body.update(driver)
     return body

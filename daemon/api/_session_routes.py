@@ -43,9 +43,9 @@ LOG_IN = Operation(
         f"The token goes in the body, never in the URL (any query string is a 400). The answer "
         f"sets `{SESSION_COOKIE}` (HttpOnly, SameSite=Strict, Path=/, Max-Age of 12 hours, Secure "
         "over TLS); a session cookie the request still carried is ended. Sessions live in the "
-        "daemon's memory (a restart ends them), at most 1,024 (a login past that ends the "
-        "oldest). Needs no authentication, but an `Origin`, if sent, must be the daemon's own "
-        "(or one given with --allow-origin). "
+        "store (every daemon over it honours them; a restart ends none), at most 1,024 (a login "
+        "past that ends the oldest). Needs no authentication, but an `Origin`, if sent, must be "
+        "the daemon's own (or one given with --allow-origin). "
         "Without --auth-token there is no session: any token answers nulls and no cookie. "
         "A wrong token counts against the client's tries (429 `too_many_requests` once they "
         "are spent)."
@@ -129,8 +129,8 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
             )
         # A login from a browser that still holds a session replaces it rather than piling up.
         for session_id in request_caller().session_ids():
-            state.sessions.end(session_id)
-        session = state.sessions.open()
+            await state.sessions.end(session_id)
+        session = await state.sessions.open()
         response = answer(session)
         cookie(response, session.id, int(state.sessions.seconds))
         return response
@@ -144,7 +144,7 @@ def add_session_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, LOG_OUT)
     async def log_out():
         session = g.get("session")
-        ended = session is not None and state.sessions.end(session.id)
+        ended = session is not None and await state.sessions.end(session.id)
         response = SESSION_ENDED.respond(ended=ended)
         if session is not None:
             cookie(response, "", 0)

@@ -3,19 +3,19 @@ and the daemon's settings for them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
 from salvor.protocol import TERMINAL_STATES
 
 from ..agents import Credentials
-from ..client_runs import ClientRuns, ClientTool, LeaseRegistry
+from ..client_runs import ClientRuns, ClientTool, DriveLeases, LeaseRegistry
 from ..metrics import DaemonMetrics
 from ..models import ModelGateway
 from ..recording import FreeSpaceFloor
 from ..runs import BUFFER_BYTES, DriverSet, EventHub, Runtime
-from ..web import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, FailedTries, Sessions, wrong_state
+from ..web import BODY_TIMEOUT_SECONDS, MAX_BODY_BYTES, FailedTries, Logins, Sessions, wrong_state
 from ._stream_slots import StreamSlots
 
 _TERMINAL = {state.value for state in TERMINAL_STATES}
@@ -41,8 +41,9 @@ class ServerState:
     drivers: DriverSet
     hub: EventHub
     auth_token: str | None = None
-    # The page's login sessions (only used with an auth token): in memory, so a restart ends them.
-    sessions: Sessions = field(default_factory=Sessions)
+    # The page's login sessions (only used with an auth token). Issue 30: salvor serve keeps them
+    # in the store (any node answers a cookie any node gave); in memory by default here.
+    sessions: Logins = field(default_factory=Sessions)
     # Issue 29, the token's rate limit: each client's recent wrong tokens (login and bearer).
     failed_tries: FailedTries = field(default_factory=FailedTries)
     commit: str | None = None
@@ -64,8 +65,9 @@ class ServerState:
     credentials: Credentials = field(default_factory=Credentials)
     # Set when the daemon begins a graceful stop: open streams end at once.
     stopping: trio.Event = field(default_factory=trio.Event)
-    # Drive-token holds on client-driven runs.
-    leases: LeaseRegistry = field(default_factory=LeaseRegistry)
+    # Drive-token holds on client-driven runs. Issue 30: salvor serve keeps them in the store (a
+    # client may drive through any node); in memory by default here.
+    leases: DriveLeases = field(default_factory=LeaseRegistry)
     # The model client that performs client-driven runs' model steps (None: not configured).
     model_executor: ModelGateway | None = None
     # Client-performed tools the operator declared (salvor serve --client-tool), by name.
@@ -91,13 +93,39 @@ class ServerState:
             floor=self.floor,
         )
 
-    def attached(self, run_id: str) -> bool:
+    async def attached(self, run_id: str) -> bool:
         """Whether something drives the run right now: a driver task here,
-        or a client's current lease."""
-        return self.drivers.driving(run_id) or self.leases.holds(run_id)
+        or a client's current lease (taken through any node).
 
-    def driver(self, run_id: str, state: str | None) -> dict:
+        Raises:
+            StoreUnavailable: the leases could not be read.
+        """
+        return self.drivers.driving(run_id) or await self.leases.holds(run_id)
+
+    async def driver(self, run_id: str, state: str | None) -> dict:
         """The ``driver`` field: absent for a terminal or unreadable run."""
         if state is None or state in _TERMINAL:
             return {}
-        return {"driver": "attached" if self.attached(run_id) else "none"}
+        return driver_field(await self.attached(run_id))
+
+    async def driver_fields(self, runs: Iterable[tuple[str, str | None]]) -> dict[str, dict]:
+        """``driver`` for a page of ``(run id, state)``: one read of the leases for the page."""
+        runs = list(runs)
+        live = [run_id for run_id, state in runs if state is not None and state not in _TERMINAL]
+        held = await self.leases.holding([r for r in live if not self.drivers.driving(r)])
+        fields = {run_id: {} for run_id, _ in runs}
+        for run_id in live:
+            fields[run_id] = driver_field(self.drivers.driving(run_id) or run_id in held)
+        return fields
+
+    def driver_seen(self, run_id: str, state: str | None) -> dict:
+        """``driver`` for a caller that cannot wait for the store (a live connection's run row,
+        made as a commit is published): a driver task here, or a lease this process saw stand
+        lately (``DriveLeases.seen_holding``)."""
+        if state is None or state in _TERMINAL:
+            return {}
+        return driver_field(self.drivers.driving(run_id) or self.leases.seen_holding(run_id))
+
+
+def driver_field(attached: bool) -> dict:
+    return {"driver": "attached" if attached else "none"}

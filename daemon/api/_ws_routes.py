@@ -20,7 +20,7 @@ from salvor.store import RunSummary
 
 from ..runs import LiveConnection
 from ._operation import Operation, error, route
-from ._runs_routes import summary_json
+from ._runs_routes import summary_body
 from ._state import ServerState
 from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
 
@@ -72,7 +72,8 @@ def add_ws_route(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
     def run_row(view: RunView) -> dict:
-        return summary_json(state, run_summary(view))
+        summary = run_summary(view)
+        return summary_body(summary, state, state.driver_seen(summary.run_id, summary.state))
 
     @route(app, LIVE)
     async def live():

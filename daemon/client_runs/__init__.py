@@ -22,6 +22,7 @@ from ._client_tools import (
 )
 from ._leases import (
     DEFAULT_TTL_SECONDS,
+    DriveLeases,
     LeaseRegistry,
     lease_ttl,
 )
@@ -31,6 +32,9 @@ from ._steps import (
     open_model_executor,
     registry_unavailable,
 )
+from ._stored_leases import (
+    StoredLeases,
+)
 
 __all__ = [
     "CLIENT_RUN_ANSWERS",
@@ -38,9 +42,11 @@ __all__ = [
     "MODEL_REQUEST_FIELDS",
     "ClientRuns",
     "ClientTool",
+    "DriveLeases",
     "LeaseRegistry",
     "ModelCall",
     "OpenedRun",
+    "StoredLeases",
     "check_resolution",
     "lease_ttl",
     "load_declarations",

@@ -34,7 +34,7 @@ from ..flows import caller_labels
 from ..recording import FreeSpaceFloor, StoreAccess, parse_run_id
 from ..web import OperationRefused, bad_request, unknown_run
 from ._answers import APPENDED
-from ._leases import LeaseRegistry
+from ._leases import DriveLeases
 
 # What the client's own cursor emits: no secret, no outside effect.
 APPENDABLE = frozenset(
@@ -169,7 +169,7 @@ class ClientAppends:
     """
 
     def __init__(
-        self, access: StoreAccess, leases: LeaseRegistry, floor: FreeSpaceFloor | None = None
+        self, access: StoreAccess, leases: DriveLeases, floor: FreeSpaceFloor | None = None
     ) -> None:
         self._access = access
         self._leases = leases
@@ -189,7 +189,7 @@ class ClientAppends:
                 client-run routes serve no other kind, and the spec answers the other kind with
                 the same code as no run at all).
         """
-        if self._leases.opened(run_id):
+        if await self._leases.opened(run_id):
             return
         view = await self._access.read(self._access.store.read_view, run_id)
         if view is None:
@@ -206,8 +206,14 @@ class ClientAppends:
                 or the lease's refusal (missing or wrong token).
         """
         run_id = parse_run_id(run_id)
-        await self.check_client_driven(run_id)
-        self._leases.check(run_id, token)
+        try:
+            # A lease stands only on a client's run (an open refuses any other), so a call its
+            # token admits needs no other read: one store read on a driving call's usual path.
+            await self._leases.check(run_id, token)
+        except OperationRefused:
+            # The run's own refusal comes first: no run, or not a client's.
+            await self.check_client_driven(run_id)
+            raise
         return run_id
 
     async def append(self, run_id: str, body: dict) -> dict:

@@ -23,7 +23,7 @@ from ..tools import ToolRegistry
 from ..web import OperationRefused
 from ._appends import ClientAppends
 from ._client_tools import ClientTool
-from ._leases import LeaseRegistry
+from ._leases import DriveLeases
 from ._performed import declared, model_completion, model_intent, tool_completion, tool_intent
 from ._steps import ModelCall, open_model_step, perform_model_step, tool_step
 
@@ -51,7 +51,7 @@ class ClientRuns:
         access: StoreAccess,
         registry: ToolRegistry,
         *,
-        leases: LeaseRegistry,
+        leases: DriveLeases,
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
         resolve: Resolve,
@@ -88,8 +88,8 @@ class ClientRuns:
                 f"run {run_id} already has history as a server-driven run; "
                 "a client-driven run needs an id of its own",
             )
-        fresh = view is None and not self._leases.opened(run_id)
-        drive_token = self._leases.open(
+        fresh = view is None and not await self._leases.opened(run_id)
+        drive_token = await self._leases.open(
             run_id,
             token,
             terminal=view is not None and view.terminal,
@@ -98,9 +98,9 @@ class ClientRuns:
         log = [] if view is None else await self._read_log(run_id, 0)
         return OpenedRun(run_id, drive_token, fresh, log)
 
-    def release(self, run_id: str, token: str | None) -> bool:
+    async def release(self, run_id: str, token: str | None) -> bool:
         """Give the lease up; whether the token held it (nothing is recorded)."""
-        return self._leases.release(run_id, token)
+        return await self._leases.release(run_id, token)
 
     async def heartbeat(self, run_id: str, token: str | None) -> int:
         """Refresh the lease; the whole seconds until it lapses.
@@ -109,7 +109,7 @@ class ClientRuns:
             OperationRefused: unknown_run (no client-driven run), or the lease's refusal.
         """
         await self._known(run_id)
-        return self._leases.heartbeat(run_id, token)
+        return await self._leases.heartbeat(run_id, token)
 
     async def driving(self, run_id: str, token: str | None) -> str:
         """The canonical run id of a driving call, once its run and its drive token check out.
@@ -152,7 +152,7 @@ class ClientRuns:
             run_id,
             seq,
             request,
-            record_prompts=self._leases.record_prompts(run_id),
+            record_prompts=await self._leases.record_prompts(run_id),
             executor=self._model_executor,
         )
 
@@ -204,7 +204,7 @@ class ClientRuns:
             seq,
             request_hash,
             request_body,
-            record_prompts=self._leases.record_prompts(run_id),
+            record_prompts=await self._leases.record_prompts(run_id),
         )
 
     async def client_model_completion(

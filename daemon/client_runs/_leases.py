@@ -2,11 +2,14 @@
 
 A client that opens (or adopts) a client-driven run gets a drive token; every
 driving call presents it and so refreshes the hold. A hold that goes quiet
-for the TTL lapses, and the next open takes the run with a fresh token. The
-holds live in this process only (a restart drops them all: the run's log
-says it is client-driven, and the first open after a restart adopts it).
+for the TTL lapses, and the next open takes the run with a fresh token.
 
-Time is the trio clock, so tests move it with ``autojump_clock``.
+``DriveLeases`` is what the client-run service asks of the holds. Two kinds
+keep them: ``LeaseRegistry`` here, in this process only, on the trio clock (a
+restart drops them all: the run's log says it is client-driven, and the first
+open after a restart adopts it; tests move time with ``autojump_clock``), and
+``StoredLeases`` (``_stored_leases``), in the store on the database's clock,
+so a client may drive through any node over it. The daemon uses the stored one.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import hmac
 import math
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 from salvor.protocol import ErrorCode
@@ -61,8 +65,93 @@ def invalid_token(run_id: str) -> OperationRefused:
     )
 
 
-def _whole_seconds(seconds: float) -> int:
+def lease_held(run_id: str, seconds_left: float) -> OperationRefused:
+    lapses = whole_seconds(seconds_left)
+    return OperationRefused(
+        ErrorCode.LEASE_HELD,
+        f"another driver holds run {run_id}; its lease lapses in {lapses}s if that "
+        "driver goes quiet, and re-opening works then (or as soon as the run finishes)",
+        details={"lapses_in_seconds": lapses},
+    )
+
+
+def whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
+
+
+def new_token() -> str:
+    return "dt_" + secrets.token_urlsafe(24)
+
+
+class DriveLeases(Protocol):
+    """The holds on client-driven runs, one per run (at most one driver per run)."""
+
+    ttl: float
+
+    async def opened(self, run_id: str) -> bool:
+        """Whether the run was opened under a lease still standing (its head may not be
+        appended yet, so its log may not say it is client-driven)."""
+        ...
+
+    async def holds(self, run_id: str) -> bool:
+        """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
+        ...
+
+    async def holding(self, run_ids: Collection[str]) -> set[str]:
+        """Which of ``run_ids`` a current lease stands on (``holds`` for a page of runs)."""
+        ...
+
+    def seen_holding(self, run_id: str) -> bool:
+        """``holds`` from this process's memory alone, for a caller that cannot wait: exact for
+        leases kept in memory; for leases kept elsewhere, whether this process saw one stand on
+        the run within the last tenth of the TTL."""
+        ...
+
+    async def record_prompts(self, run_id: str) -> bool:
+        """What the current lease's open said of keeping model request bodies (False
+        without one)."""
+        ...
+
+    async def open(
+        self,
+        run_id: str,
+        presented: str | None,
+        *,
+        terminal: bool = False,
+        record_prompts: bool = False,
+    ) -> str:
+        """The drive token for an open: the presented one back while it holds, else a fresh
+        lease. A terminal run is never held: it opens at once.
+
+        Raises:
+            OperationRefused: lease_held (409) when another driver's lease is current.
+        """
+        ...
+
+    async def check(self, run_id: str, presented: str | None) -> None:
+        """Admit a driving call (and refresh the hold it proves alive).
+
+        Raises:
+            OperationRefused: missing_drive_token (401), invalid_drive_token (403).
+        """
+        ...
+
+    async def heartbeat(self, run_id: str, presented: str | None) -> int:
+        """Refresh the hold; the whole seconds it now lasts (``check``'s refusals)."""
+        ...
+
+    async def release(self, run_id: str, presented: str | None) -> bool:
+        """Hand the hold back; False when there was none to give back.
+
+        Raises:
+            OperationRefused: invalid_drive_token (403) when a hold stands and the caller did
+                not present it (a missing token included).
+        """
+        ...
+
+    async def drop(self, run_id: str) -> None:
+        """Clear any hold (an operator resolved the run: its driver is gone)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -80,7 +169,8 @@ _SWEEP_FLOOR = 1024
 
 
 class LeaseRegistry:
-    """The current holds, one per run, and the runs this process opened."""
+    """The current holds, one per run, and the runs this process opened, in its memory (a
+    ``DriveLeases``)."""
 
     def __init__(self, ttl: float = DEFAULT_TTL_SECONDS) -> None:
         self.ttl = ttl
@@ -117,23 +207,29 @@ class LeaseRegistry:
     def _refresh(self, lease: _Lease) -> None:
         lease.expires_at = trio.current_time() + self.ttl
 
-    def opened(self, run_id: str) -> bool:
+    async def opened(self, run_id: str) -> bool:
         """Whether the run was opened here under a lease still standing (a
         lapsed one is forgotten first)."""
         self._current(run_id)
         return run_id in self._opened
 
-    def holds(self, run_id: str) -> bool:
+    async def holds(self, run_id: str) -> bool:
         """Whether a current lease stands on the run (the ``driver: attached`` fact)."""
         return self._current(run_id) is not None
 
-    def record_prompts(self, run_id: str) -> bool:
+    async def holding(self, run_ids: Collection[str]) -> set[str]:
+        return {run_id for run_id in run_ids if self._current(run_id) is not None}
+
+    def seen_holding(self, run_id: str) -> bool:
+        return self._current(run_id) is not None
+
+    async def record_prompts(self, run_id: str) -> bool:
         """What the current lease's open said of keeping model request
         bodies (False without one)."""
         lease = self._current(run_id)
         return lease is not None and lease.record_prompts
 
-    def open(
+    async def open(
         self,
         run_id: str,
         presented: str | None,
@@ -155,21 +251,15 @@ class LeaseRegistry:
             if self._matches(lease, presented):
                 self._refresh(lease)
                 return lease.token
-            lapses = _whole_seconds(lease.expires_at - trio.current_time())
-            raise OperationRefused(
-                ErrorCode.LEASE_HELD,
-                f"another driver holds run {run_id}; its lease lapses in {lapses}s if that "
-                "driver goes quiet, and re-opening works then (or as soon as the run finishes)",
-                details={"lapses_in_seconds": lapses},
-            )
+            raise lease_held(run_id, lease.expires_at - trio.current_time())
         if len(self._leases) >= self._sweep_at:
             self._sweep()
-        token = "dt_" + secrets.token_urlsafe(24)
+        token = new_token()
         self._leases[run_id] = _Lease(token, trio.current_time() + self.ttl, record_prompts)
         self._opened.add(run_id)
         return token
 
-    def check(self, run_id: str, presented: str | None) -> None:
+    async def check(self, run_id: str, presented: str | None) -> None:
         """Admit a driving call (and refresh the hold it proves alive).
 
         Raises:
@@ -182,12 +272,12 @@ class LeaseRegistry:
             raise invalid_token(run_id)
         self._refresh(lease)
 
-    def heartbeat(self, run_id: str, presented: str | None) -> int:
+    async def heartbeat(self, run_id: str, presented: str | None) -> int:
         """Refresh the hold; the whole seconds it now lasts."""
-        self.check(run_id, presented)
-        return _whole_seconds(self.ttl)
+        await self.check(run_id, presented)
+        return whole_seconds(self.ttl)
 
-    def release(self, run_id: str, presented: str | None) -> bool:
+    async def release(self, run_id: str, presented: str | None) -> bool:
         """Hand the hold back; False when there was none to give back.
 
         Raises:
@@ -202,6 +292,6 @@ class LeaseRegistry:
         self._forget(run_id)
         return True
 
-    def drop(self, run_id: str) -> None:
+    async def drop(self, run_id: str) -> None:
         """Clear any hold (an operator resolved the run: its driver is gone)."""
         self._forget(run_id)

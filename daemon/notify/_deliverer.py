@@ -15,6 +15,11 @@ being performed, so an ``unknown_write`` row is only delivered once nothing here
 any more and the run is still parked on that very write; a write that completed meanwhile
 withdraws it unsent, one still in flight postpones it.
 
+Several daemons over one store each run a deliverer, and each row goes to one of them: a
+deliverer claims the due rows it takes (``Outbox.claim_due``) for long enough to deliver them
+all, and delivers only what it claimed. A deliverer that dies mid-way leaves its rows to be
+claimed again once the claim runs out (at least once, as above).
+
 Nothing here is on a run's path: drivers never wait for a delivery, and a dead receiver slows
 nothing but its own rows' retries. Store calls run on threads.
 """
@@ -23,7 +28,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -40,12 +48,16 @@ log = logging.getLogger("salvor.notify")
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_CAP_SECONDS = 300.0
 # Rows read per store round trip, and how many of them are in delivery at once.
-BATCH = 50
-CONCURRENT_DELIVERIES = 8
+# Rows claimed per store round trip, all of them in delivery at once: a claim holds no row that
+# is not being delivered, so it can be short (``claim_seconds``).
+BATCH = CONCURRENT_DELIVERIES = 8
 # How often an idle deliverer looks at the outbox anyway (a row written by another process
 # over this store gets no poke), and how soon it looks again after the store failed it.
 IDLE_SECONDS = 60.0
 STORE_RETRY_SECONDS = 5.0
+# Beyond the longest a claimed row can take to deliver, before its claim runs out: the store
+# round trips around it, a slow thread, the clocks of two nodes apart.
+CLAIM_MARGIN_SECONDS = 10.0
 
 
 def retry_delay(attempts: int, *, base: float = BACKOFF_BASE_SECONDS) -> float:
@@ -61,14 +73,27 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+async def _nothing_in_flight(run_id: str) -> bool:
+    return False
+
+
+def claim_seconds(config: NotifyConfig) -> float:
+    """How long a deliverer holds the rows it claimed: one delivery to every target in turn, each
+    taking its full timeout (a batch's rows are delivered side by side). A deliverer killed
+    holding rows delays them this long at most; one that stops lets them go at once."""
+    targets = bool(config.webhook) + bool(config.command)
+    return targets * config.timeout + CLAIM_MARGIN_SECONDS
+
+
 class Deliverer:
     """Delivers the outbox of ``access``'s store to the targets of ``config``.
 
     Args:
         access: the daemon's store access (its store was opened with notifications on).
         config: the operator's targets.
-        in_flight: whether something in this daemon drives the run right now (a driver, a
-            client's lease): its open write is being performed, not waiting on a person.
+        in_flight: whether something drives the run right now (a driver here, a client's lease
+            on any node): its open write is being performed, not waiting on a person.
+        node: who claims rows in the store (this daemon's node id; a fresh one by default).
         clock: the wall clock the outbox's instants are read against.
         backoff_base: the first retry's delay; it doubles per failed attempt up to the cap.
         recheck_seconds: how soon an ``unknown_write`` whose run is in flight is looked at again.
@@ -79,7 +104,8 @@ class Deliverer:
         access: StoreAccess,
         config: NotifyConfig,
         *,
-        in_flight: Callable[[str], bool] = lambda run_id: False,
+        in_flight: Callable[[str], Awaitable[bool]] = _nothing_in_flight,
+        node: str | None = None,
         clock: Callable[[], datetime] = _utc_now,
         backoff_base: float = BACKOFF_BASE_SECONDS,
         recheck_seconds: float = 1.0,
@@ -87,6 +113,8 @@ class Deliverer:
         self._access = access
         self._config = config
         self._in_flight = in_flight
+        self.node = node or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._hold = claim_seconds(config)
         self._clock = clock
         self._backoff_base = backoff_base
         self._recheck = recheck_seconds
@@ -107,7 +135,8 @@ class Deliverer:
         """Deliver until cancelled, then close the targets. Reports started at once.
 
         Cancellation: a delivery cut mid-way leaves its row due as it was (or, if the cut came
-        between a receiver's answer and the mark, delivered again later: at least once).
+        between a receiver's answer and the mark, delivered again later: at least once), and
+        the rows this deliverer claimed are let go for another daemon to take at once.
         """
         targets = []
         if self._config.webhook:
@@ -128,7 +157,22 @@ class Deliverer:
                     await self._poked.wait()
         finally:
             with trio.CancelScope(shield=True):
+                await self._let_claims_go()
                 await self.aclose()
+
+    async def _let_claims_go(self) -> None:
+        # Bounded: a store that does not answer leaves the claims to run out by themselves.
+        with trio.move_on_after(STORE_RETRY_SECONDS):
+            try:
+                await trio.to_thread.run_sync(
+                    self._access.store.outbox.release, self.node, abandon_on_cancel=True
+                )
+            except StoreError as exc:
+                log.warning(
+                    "the notifications this daemon claimed stay claimed until their claim runs "
+                    "out: %s",
+                    exc.message,
+                )
 
     async def aclose(self) -> None:
         """Close the webhook's connections (``serve`` does so as it ends)."""
@@ -139,7 +183,7 @@ class Deliverer:
         """Deliver what is due; the seconds until the outbox should be looked at again."""
         try:
             await self.deliver_due()
-            due = await self._access.read(self._access.store.next_notification_due)
+            due = await self._access.read(self._access.store.outbox.next_due)
         except StoreError as exc:
             log.warning("the notification outbox cannot be read now: %s", exc.message)
             return STORE_RETRY_SECONDS
@@ -148,7 +192,7 @@ class Deliverer:
         return min(max((due - self._clock()).total_seconds(), 0.0), IDLE_SECONDS)
 
     async def deliver_due(self) -> int:
-        """Deliver every row due now, a batch at a time; how many were delivered.
+        """Claim and deliver every row due now, a batch at a time; how many were delivered.
 
         Every row of a batch leaves the due set (delivered, retried later, postponed or
         withdrawn), so this ends once the due rows are through.
@@ -160,8 +204,11 @@ class Deliverer:
         store = self._access.store
         delivered = 0
         while True:
-            batch = await self._access.read(
-                lambda: store.due_notifications(self._clock(), limit=BATCH)
+            # A write: not on a reader thread, where it would hold up reads while it waits.
+            batch = await trio.to_thread.run_sync(
+                lambda: store.outbox.claim_due(
+                    self.node, self._clock(), hold_seconds=self._hold, limit=BATCH
+                )
             )
             if not batch:
                 return delivered
@@ -189,10 +236,9 @@ class Deliverer:
             # Backed off as a refusal is, so the row neither spins nor is lost.
             delay = retry_delay(row.attempts + 1, base=self._backoff_base)
             try:
+                until = self._clock() + timedelta(seconds=delay)
                 await trio.to_thread.run_sync(
-                    self._access.store.notification_failed,
-                    row.id,
-                    self._clock() + timedelta(seconds=delay),
+                    lambda: self._access.store.outbox.failed(row.id, until, node=self.node)
                 )
             except StoreError as exc:
                 failures.append(exc)
@@ -206,12 +252,13 @@ class Deliverer:
             reasons = [reason for t in self._targets if (reason := await t.deliver(body))]
             store = self._access.store
             if not reasons:
-                await trio.to_thread.run_sync(store.mark_notification_delivered, row.id)
+                await trio.to_thread.run_sync(store.outbox.mark_delivered, row.id)
                 return True
             attempts = row.attempts + 1
             delay = retry_delay(attempts, base=self._backoff_base)
+            until = self._clock() + timedelta(seconds=delay)
             await trio.to_thread.run_sync(
-                store.notification_failed, row.id, self._clock() + timedelta(seconds=delay)
+                lambda: store.outbox.failed(row.id, until, node=self.node)
             )
             log.warning(
                 "notification %d (%s of run %s at seq %d) not delivered, attempt %d: %s; "
@@ -238,10 +285,12 @@ class Deliverer:
             and view.pending.seq == row.seq
         )
         if not parked:
-            await trio.to_thread.run_sync(store.withdraw_notification, row.id)
+            await trio.to_thread.run_sync(store.outbox.withdraw, row.id)
             return False
-        if self._in_flight(row.run_id):
+        if await self._in_flight(row.run_id):
             until = self._clock() + timedelta(seconds=self._recheck)
-            await trio.to_thread.run_sync(store.postpone_notification, row.id, until)
+            await trio.to_thread.run_sync(
+                lambda: store.outbox.postpone(row.id, until, node=self.node)
+            )
             return False
         return True

@@ -12,17 +12,20 @@ run.
 
 So every agent process carries two marks in its environment:
 ``SALVOR_DAEMON``, a short hash of the store URL (next to ``SALVOR_RUN_ID``,
-which names its run), and ``SALVOR_OWNER``, the pid and kernel start time of
-the salvor process that started it. Children inherit the environment, so
-they carry them too. Before ``salvor serve`` recovers anything, and before
-``salvor resume RUN`` drives a run, the live processes are scanned
-(``/proc/*/environ``, Linux only) and the process group of each one carrying
-the store's mark is SIGKILLed, unless its owner is provably alive: a process
-with that pid exists, is not a zombie, and started at the recorded instant
-(a recycled pid starts later). So the agents of another live salvor over the
-same store (a ``salvor run`` in another terminal) are left alone, and only
-those of a salvor that died are killed. An agent with no owner mark (started
-by an older salvor) is killed on the store mark alone, as before.
+which names its run), and ``SALVOR_OWNER``, the pid, kernel start time and
+pid namespace of the salvor process that started it. Children inherit the
+environment, so they carry them too. Before ``salvor serve`` recovers
+anything, and before ``salvor resume RUN`` drives a run, the live processes
+are scanned (``/proc/*/environ``, Linux only) and the process group of each
+one carrying the store's mark is SIGKILLed only when its owner is provably
+dead: the owner ran in this sweep's pid namespace (so its pid means the same
+here) and no process with that pid and start instant lives now (a zombie is
+dead; a recycled pid starts later). Several daemons share a store and a
+machine (``--workers``, or nodes side by side), and a starting one must never
+kill a live sibling's children, so anything short of that proof spares the
+process: an owner alive, an owner in another pid namespace (a container whose
+pids this sweep cannot read), or no owner mark at all (nothing says whose it
+is; it is named in a warning, for a person to judge).
 
 Why the hash of the store URL: two daemons over different stores never
 touch each other's agents. Why PID reuse is harmless for the agent's pid:
@@ -68,19 +71,33 @@ def _start_time(pid: int) -> str | None:
     return rest[19]
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[inode]``), "" where it cannot be read."""
+    try:
+        return os.readlink(_PROC / "self" / "ns" / "pid")
+    except OSError:
+        return ""
+
+
 def owner_mark() -> str:
-    """``SALVOR_OWNER``'s value for agents this process starts: ``<pid>:<start time>``."""
+    """``SALVOR_OWNER``'s value for agents this process starts:
+    ``<pid>:<start time>:<pid namespace>``."""
     pid = os.getpid()
-    return f"{pid}:{_start_time(pid) or '0'}"
+    return f"{pid}:{_start_time(pid) or '0'}:{_pid_namespace()}"
 
 
-def owner_alive(mark: str) -> bool:
-    """Whether the salvor process an owner mark names still runs (the same
-    process, not a recycled pid)."""
-    pid, _, started = mark.partition(":")
-    if not pid.isdigit() or not started:
+def owner_dead(mark: str) -> bool:
+    """Whether the salvor process an owner mark names is provably gone: it ran in this pid
+    namespace, and no process with its pid and start instant lives (a recycled pid started
+    later). An owner mark that does not parse proves nothing."""
+    pid, _, rest = mark.partition(":")
+    started, _, namespace = rest.partition(":")
+    if not pid.isdigit() or not started.isdigit():
         return False
-    return _start_time(int(pid)) == started
+    # A mark without a namespace is from a salvor that wrote none: it ran beside us, as before.
+    if namespace and namespace != _pid_namespace():
+        return False
+    return _start_time(int(pid)) != started
 
 
 def kill_group(pid: int) -> None:
@@ -112,7 +129,7 @@ def _environ(pid: int) -> Mapping[str, str] | None:
 
 def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tuple[int, str]]:
     """``(pid, run_id)`` of each live process carrying ``fingerprint`` (and that run, if
-    given) whose owner is gone."""
+    given) whose owner is provably gone. One naming no owner is logged and passed over."""
     me = os.getpid()
     try:
         entries = list(_PROC.iterdir())
@@ -124,11 +141,19 @@ def marked_processes(fingerprint: str, run_id: str | None = None) -> Iterator[tu
         env = _environ(int(entry.name))
         if env is None or env.get(MARK_VAR) != fingerprint:
             continue
-        owner = env.get(OWNER_VAR)
-        if owner is not None and owner_alive(owner):
-            continue
         run = env.get(RUN_VAR, "")
-        if run_id is None or run == run_id:
+        if run_id is not None and run != run_id:
+            continue
+        owner = env.get(OWNER_VAR)
+        if owner is None:
+            log.warning(
+                "process %s carries this store's mark (run %s) but names no salvor that started "
+                "it, so it is left running: kill it by hand if no salvor over this store owns it",
+                entry.name,
+                run or "<unknown>",
+            )
+            continue
+        if owner_dead(owner):
             yield int(entry.name), run
 
 

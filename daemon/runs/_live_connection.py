@@ -215,7 +215,7 @@ class LiveConnection:
         nursery: trio.Nursery,
         *,
         read_page: Callable[[str, int], Awaitable[list[Envelope]]],
-        attached: Callable[[str], bool],
+        attached: Callable[[str], Awaitable[bool]],
         clock: Callable[[], datetime],
         run_row: Callable[[RunView], dict],
         outbox_limit: int = BUFFER_BYTES,
@@ -348,7 +348,7 @@ class LiveConnection:
                 start = stream.next_seq
                 envelopes = await self._read_page(run_id, start)
                 if stream.view is None:
-                    if not envelopes and not self._attached(run_id):
+                    if not envelopes and not await self._attached(run_id):
                         raise unknown_run(run_id)
                     stream.view = EMPTY_VIEW
                 for envelope in envelopes:

@@ -58,7 +58,7 @@ from ..agents import (
 from ..client_runs import (
     ClientRuns,
     ClientTool,
-    LeaseRegistry,
+    DriveLeases,
     check_resolution,
     registry_unavailable,
 )
@@ -168,7 +168,7 @@ class Runtime(Forks):
     def client_runs(
         self,
         *,
-        leases: LeaseRegistry,
+        leases: DriveLeases,
         client_tools: Mapping[str, ClientTool],
         model_executor: ModelGateway | None,
         floor: FreeSpaceFloor | None = None,

@@ -35,7 +35,7 @@ from salvor.store import RunQuota
 
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
-from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
+from ..client_runs import DEFAULT_TTL_SECONDS, StoredLeases, open_model_executor
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
@@ -61,6 +61,7 @@ from ..web import (
     Browsers,
     FailedTries,
     OperationRefused,
+    StoredSessions,
     TrustedProxies,
     UnixSocketRefused,
     claim_unix_socket,
@@ -432,7 +433,10 @@ async def _server_state(
         detach_grace_seconds=config.detach_grace_seconds,
         body_timeout_seconds=config.body_timeout_seconds,
         allow_process_agents=config.allow_process_agents,
-        leases=LeaseRegistry(config.lease_ttl),
+        # Issue 30, item 3: leases and login sessions live in the store, so a client or a person
+        # may reach any node over it.
+        leases=StoredLeases(runtime.access, config.lease_ttl),
+        sessions=StoredSessions(runtime.access.store.sessions),
         model_executor=executor,
         client_tools=dict(config.client_tools),
         credentials=credentials,
@@ -534,11 +538,9 @@ async def _start_deliverer(
     root: trio.Nursery, notify: NotifyConfig, access, state: ServerState
 ) -> None:
     """Start delivering the outbox in ``root``; each append that writes a row pokes it."""
-    deliverer = Deliverer(
-        access,
-        notify,
-        in_flight=lambda run_id: state.drivers.driving(run_id) or state.leases.holds(run_id),
-    )
+    # Its claims on outbox rows name it by a node id of its own (issue 30: the node's id once
+    # nodes have one); in flight means attached on any node, leases included.
+    deliverer = Deliverer(access, notify, in_flight=state.attached)
     access.on_notification.append(deliverer.poke)
     await root.start(deliverer.serve)
 

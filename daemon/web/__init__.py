@@ -69,8 +69,10 @@ from ._requests import (
 )
 from ._sessions import (
     SESSION_COOKIE,
+    Logins,
     Session,
     Sessions,
+    StoredSessions,
 )
 from ._throttle import (
     FAILED_TRIES,
@@ -158,9 +160,11 @@ __all__ = [
     "Caller",
     "Disconnected",
     "FailedTries",
+    "Logins",
     "OperationRefused",
     "Session",
     "Sessions",
+    "StoredSessions",
     "TooManyTries",
     "TrustedProxies",
     "UnfillableHeader",

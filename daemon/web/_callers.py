@@ -31,7 +31,7 @@ from salvor.protocol import ErrorCode
 
 from ._errors import OperationRefused
 from ._requests import bearer_matches, unauthorized
-from ._sessions import SESSION_COOKIE, Session, Sessions
+from ._sessions import SESSION_COOKIE, Logins, Session
 from ._throttle import FailedTries
 
 CSRF_HEADER = "X-Salvor-CSRF"
@@ -115,8 +115,8 @@ def _require_origin(caller: Caller, *, required: bool = False) -> None:
         )
 
 
-def admit(
-    caller: Caller, token: str | None, sessions: Sessions, tries: FailedTries | None = None
+async def admit(
+    caller: Caller, token: str | None, sessions: Logins, tries: FailedTries | None = None
 ) -> Session | None:
     """Admit the caller or refuse it; returns the session that admitted it (None for the bearer
     token, or when the server has no token). A wrong bearer token is counted in ``tries``.
@@ -137,9 +137,11 @@ def admit(
         if tries is not None:
             tries.failed(caller.client)
         raise unauthorized()
-    session = next(
-        (found for found in map(sessions.find, caller.session_ids()) if found is not None), None
-    )
+    session = None
+    for session_id in caller.session_ids():
+        session = await sessions.find(session_id)
+        if session is not None:
+            break
     if session is None:
         raise unauthorized()
     _require_origin(caller, required=caller.handshake)

@@ -33,7 +33,7 @@ def gate_agent(provider: ScriptedProvider) -> str:
 
 def outbox(store_url: str, run_id: str) -> list:
     with EventStore.open(store_url) as store:
-        return store.list_notifications(run_id)
+        return store.outbox.entries(run_id)
 
 
 def test_a_notification_refused_before_a_kill_is_delivered_after_the_restart(

@@ -57,7 +57,7 @@ def asked() -> list:
 
 
 def causes(store: EventStore) -> list[tuple[str, int, str]]:
-    return [(n.run_id, n.seq, n.kind) for n in store.list_notifications()]
+    return [(n.run_id, n.seq, n.kind) for n in store.outbox.entries()]
 
 
 def walk(store: EventStore, run_id: str, *batches: list) -> None:
@@ -99,7 +99,7 @@ EVERY_KIND = [
 def test_each_kind_of_wait_writes_one_row_when_it_begins(outbox: EventStore) -> None:
     every_kind(outbox)
     assert causes(outbox) == EVERY_KIND
-    rows = {n.run_id: n for n in outbox.list_notifications()}
+    rows = {n.run_id: n for n in outbox.outbox.entries()}
     assert all(n.attempts == 0 and n.delivered_at is None for n in rows.values())
     gate = rows["gate"]
     (suspended,) = [e for e in outbox.read_log("gate") if e.seq == 1]
@@ -123,7 +123,7 @@ def test_each_kind_of_wait_writes_one_row_when_it_begins(outbox: EventStore) -> 
 
 def test_a_store_opened_without_notifications_writes_none(store: EventStore) -> None:
     every_kind(store)
-    assert store.list_notifications() == []
+    assert store.outbox.entries() == []
 
 
 def test_a_group_commit_writes_the_rows_of_its_appends(outbox: EventStore) -> None:
@@ -174,7 +174,7 @@ def test_a_refused_or_conflicting_append_writes_no_row(outbox: EventStore) -> No
     outbox.append("r", [ModelCallRequested(request_hash="sha256:r")], view)
     with pytest.raises(SeqConflict):
         outbox.append("r", [GATE], view)  # a second writer at seq 1, behind the first
-    assert outbox.list_notifications() == []
+    assert outbox.outbox.entries() == []
 
 
 def test_a_second_wait_of_one_run_is_a_row_of_its_own(outbox: EventStore) -> None:
@@ -186,28 +186,28 @@ def test_due_rows_oldest_first_bounded_and_marked(outbox: EventStore) -> None:
     for index in range(5):
         walk(outbox, f"r{index}", [started()], [RunFailed(error="x")])
     now = datetime.now(UTC) + timedelta(seconds=1)
-    first = outbox.due_notifications(now, limit=3)
+    first = outbox.outbox.due(now, limit=3)
     assert [n.run_id for n in first] == ["r0", "r1", "r2"]
-    assert outbox.next_notification_due() <= now
+    assert outbox.outbox.next_due() <= now
 
-    outbox.mark_notification_delivered(first[0].id)
+    outbox.outbox.mark_delivered(first[0].id)
     later = now + timedelta(minutes=1)
-    outbox.notification_failed(first[1].id, later)
-    outbox.postpone_notification(first[2].id, later)
-    outbox.withdraw_notification(outbox.due_notifications(now)[-1].id)  # r4's
+    outbox.outbox.failed(first[1].id, later)
+    outbox.outbox.postpone(first[2].id, later)
+    outbox.outbox.withdraw(outbox.outbox.due(now)[-1].id)  # r4's
 
-    assert [n.run_id for n in outbox.due_notifications(now)] == ["r3"]
-    assert [n.run_id for n in outbox.due_notifications(later)] == ["r3", "r1", "r2"]
-    rows = {n.run_id: n for n in outbox.list_notifications()}
+    assert [n.run_id for n in outbox.outbox.due(now)] == ["r3"]
+    assert [n.run_id for n in outbox.outbox.due(later)] == ["r3", "r1", "r2"]
+    rows = {n.run_id: n for n in outbox.outbox.entries()}
     assert set(rows) == {"r0", "r1", "r2", "r3"}
     assert rows["r0"].delivered_at is not None and rows["r0"].attempts == 0
     assert rows["r1"].attempts == 1 and rows["r2"].attempts == 0
-    assert outbox.list_notifications("r1") == [rows["r1"]]
-    outbox.mark_notification_delivered(rows["r3"].id)
-    assert outbox.next_notification_due() == later
+    assert outbox.outbox.entries("r1") == [rows["r1"]]
+    outbox.outbox.mark_delivered(rows["r3"].id)
+    assert outbox.outbox.next_due() == later
     for run_id in ("r1", "r2"):
-        outbox.mark_notification_delivered(rows[run_id].id)
-    assert outbox.next_notification_due() is None
+        outbox.outbox.mark_delivered(rows[run_id].id)
+    assert outbox.outbox.next_due() is None
 
 
 def test_a_version_5_store_gains_the_outbox(store_url: str) -> None:
@@ -216,7 +216,7 @@ def test_a_version_5_store_gains_the_outbox(store_url: str) -> None:
     execute_sql(store_url, "DROP TABLE notifications")
     execute_sql(store_url, "UPDATE store_meta SET value = 5")
     with EventStore.open(store_url, notifications=True) as store:
-        assert store.list_notifications() == []  # nothing is made up for waits before it
+        assert store.outbox.entries() == []  # nothing is made up for waits before it
         walk(store, "new", [started()], [GATE])
         assert causes(store) == [("new", 1, "gate")]
     engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://", 1))

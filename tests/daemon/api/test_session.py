@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -26,9 +27,13 @@ import pytest
 import trio
 from salvor.daemon.api._app import create_app
 from salvor.daemon.web import Sessions
+from salvor.protocol import parse_instant
+from salvor.store import normalize_store_url
+from sqlalchemy import create_engine, text
 from trio_websocket import ConnectionRejected, open_websocket_url
 
 from tests.daemon.client_runs.test_client_runs import head, open_run
+from tests.store.test_store import execute_sql
 from tests.support.api import assert_error, snapshot
 from tests.support.api_server import TOKEN
 from tests.support.backends import BOTH, SQLITE_ONLY
@@ -142,12 +147,12 @@ async def test_the_right_token_answers_a_csrf_token_and_a_strict_http_only_cooki
     again = await guarded.new_client().post(SESSION, json={"token": TOKEN})
     assert set_cookie(again)["value"] != cookie["value"]
     assert again.json()["csrf"] != body["csrf"]
-    assert len(guarded.state.sessions) == 2
+    assert await guarded.state.sessions.count() == 2
     # A login from a browser that still holds a session ends that one: they do not pile up.
     relogin = await page(guarded, cookie["value"]).post(SESSION, json={"token": TOKEN})
     assert relogin.status_code == 200
     assert_error(await page(guarded, cookie["value"]).get(SESSION), 401, "unauthorized")
-    assert len(guarded.state.sessions) == 2
+    assert await guarded.state.sessions.count() == 2
 
 
 async def test_the_cookie_is_secure_when_the_request_came_over_tls(guarded) -> None:
@@ -191,7 +196,7 @@ async def test_a_refused_login_opens_no_session_and_sets_no_cookie(guarded) -> N
         error = assert_error(response, status, code)
         assert "set-cookie" not in response.headers, request_kwargs
         assert TOKEN not in error["message"]
-    assert len(guarded.state.sessions) == 0
+    assert await guarded.state.sessions.count() == 0
     # From the daemon's own page, the Origin check passes; so it does from the same host's https
     # page, as behind a proxy that ends TLS and passes the Host on (contrib/nginx).
     for origin in (guarded.url, guarded.url.replace("http://", "https://")):
@@ -251,17 +256,26 @@ async def test_the_bearer_token_works_alone_and_needs_no_csrf_but_no_other_origi
 
 
 async def test_an_expired_session_is_401(guarded) -> None:
-    now = [1_000_000.0]
-    guarded.state.sessions.clock = lambda: now[0]
     cookie, _ = await log_in(guarded)
     browser = page(guarded, cookie)
     body = (await browser.get(SESSION)).json()
-    assert body["expires_at"] == "1970-01-13T01:46:40.000000Z"  # 1,000,000 s + 12 h
-    now[0] += 12 * 60 * 60 - 1
-    assert (await browser.get("/v1/runs")).status_code == 200
-    now[0] += 1
+    # The session lives in the store, timed by the store's clock: 12 h from its login.
+    ((created, expires),) = rows(guarded, "SELECT created_at, expires_at FROM sessions")
+    assert body["expires_at"] == expires
+    assert parse_instant(expires) - parse_instant(created) == timedelta(hours=12)
+    # Its end is moved to a moment ago: the store's clock is past it.
+    execute_sql(guarded.store_url, "UPDATE sessions SET expires_at = created_at")
     assert_error(await browser.get("/v1/runs"), 401, "unauthorized")
-    assert len(guarded.state.sessions) == 0
+    assert await guarded.state.sessions.count() == 0
+
+
+def rows(server, statement: str) -> list[tuple]:
+    engine = create_engine(normalize_store_url(server.store_url))
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(statement))]
+    finally:
+        engine.dispose()
 
 
 async def test_a_logout_ends_the_session_and_clears_the_cookie(guarded) -> None:
@@ -300,7 +314,7 @@ async def test_without_a_token_there_is_no_session_and_nothing_to_send(server) -
     assert (await anonymous.get(SESSION)).json() == nulls
     assert (await anonymous.delete(SESSION)).json() == {"ended": False}
     assert (await anonymous.post("/v1/agents", content=AGENT, headers=TOML)).status_code == 201
-    assert len(server.state.sessions) == 0
+    assert await server.state.sessions.count() == 0
 
 
 # -- the append front --------------------------------------------------------------------------
@@ -436,22 +450,23 @@ async def test_the_token_reaches_no_log_line_no_answer_and_not_the_store(
 # -- the sessions themselves -------------------------------------------------------------------
 
 
-def test_sessions_past_capacity_end_the_expired_then_the_oldest() -> None:
+async def test_sessions_past_capacity_end_the_expired_then_the_oldest() -> None:
     now = [0.0]
     sessions = Sessions(seconds=10, capacity=3, clock=lambda: now[0])
-    first, second = sessions.open(), sessions.open()
+    first, second = await sessions.open(), await sessions.open()
     now[0] = 5
-    third = sessions.open()
-    fourth = sessions.open()  # full: the oldest (first) goes
-    assert sessions.find(first.id) is None
-    assert [sessions.find(s.id) for s in (second, third, fourth)] == [second, third, fourth]
+    third = await sessions.open()
+    fourth = await sessions.open()  # full: the oldest (first) goes
+    assert await sessions.find(first.id) is None
+    assert [await sessions.find(s.id) for s in (second, third, fourth)] == [second, third, fourth]
     now[0] = 10  # second has expired: it goes before any live one
-    fifth = sessions.open()
-    assert sessions.find(second.id) is None
-    assert [sessions.find(s.id) for s in (third, fourth, fifth)] == [third, fourth, fifth]
+    fifth = await sessions.open()
+    assert await sessions.find(second.id) is None
+    assert [await sessions.find(s.id) for s in (third, fourth, fifth)] == [third, fourth, fifth]
     assert len(sessions) == 3
-    assert sessions.find(third.id[:-1] + "x") is None
-    assert sessions.find("") is None
-    assert sessions.end(third.id) and not sessions.end(third.id)
+    assert await sessions.find(third.id[:-1] + "x") is None
+    assert await sessions.find("") is None
+    assert await sessions.end(third.id)
+    assert not await sessions.end(third.id)
     assert fifth.csrf_matches(fifth.csrf) and not fifth.csrf_matches(fourth.csrf)
     assert not fifth.csrf_matches(None)

@@ -301,11 +301,11 @@ async def test_a_quiet_driver_loses_its_lease_after_the_ttl(server_factory) -> N
 async def test_a_headless_run_whose_lease_lapsed_opens_fresh_again(server_factory) -> None:
     """Opened, never given its head, left: the registry forgets it with its lease (memory stays
     bounded), its log is empty, so the next open is a fresh 201 and the old token is dead."""
-    server = await server_factory(lease_ttl=0.3)
+    server = await server_factory(lease_ttl=1.0)
     client = server.client
     opened = await open_run(client)
     run_id, token = opened["run"], opened["drive_token"]
-    await trio.sleep(0.4)
+    await trio.sleep(1.2)
     assert code(await append(client, run_id, token, [head(run_id)])) == (404, "unknown_run")
     again = await open_run(client, run_id, expect=201)
     assert again["log"] == [] and again["drive_token"] != token
@@ -380,10 +380,16 @@ async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) 
     assert (await client.get(f"/v1/runs/{run_id}")).json()["status"]["state"] == "sleeping"
     log = (await client.get(f"/v1/client-runs/{run_id}/log?from_seq=1")).json()["log"]
     assert [e["seq"] for e in log] == [1]
-    # The old lease died with the old process; the first open adopts the run.
-    assert code(
-        await append(client, run_id, token, [envelope(run_id, 2, "SleepCompleted", {})])
-    ) == (403, "invalid_drive_token")
+    # The lease lives in the store, not in the old process: the restarted daemon holds the run
+    # for the client's token, and anyone else waits until the client lets it go.
+    assert code(await client.post("/v1/client-runs", json={"run_id": run_id})) == (
+        409,
+        "lease_held",
+    )
+    released = await client.post(
+        f"/v1/client-runs/{run_id}/release", headers={"X-Drive-Token": token}
+    )
+    assert released.json() == {"released": True}
     adopted = await open_run(client, run_id, expect=200)
     assert [e["event"]["kind"] for e in adopted["log"]] == ["RunStarted", "SleepStarted"]
     fresh = adopted["drive_token"]

@@ -73,6 +73,17 @@ async def test_the_example_loop_runs_under_asyncio(
     )  # released on the way out
 
 
+# Short, so the lease of a client that went away with its daemon lapses soon.
+LEASE_TTL = 2.0
+
+
+async def lease_lapsed(server, run_id: str) -> None:
+    """Wait (bounded) until nothing drives the run: its lease lapsed."""
+    with trio.fail_after(30):
+        while (await server.client.get(f"/v1/runs/{run_id}")).json().get("driver") != "none":
+            await trio.sleep(0.1)
+
+
 async def test_a_daemon_restart_mid_drive_is_adopted_and_the_client_finishes(
     server_factory, providers, declarations, monkeypatch
 ) -> None:
@@ -80,7 +91,7 @@ async def test_a_daemon_restart_mid_drive_is_adopted_and_the_client_finishes(
 
     provider = providers(tool_loop_script(PLAN, final_text="o-17 shipped"))
     monkeypatch.setenv("SALVOR_MODEL_BASE_URL", provider.base_url)
-    first = await server_factory(client_tools=declarations)
+    first = await server_factory(client_tools=declarations, lease_ttl=LEASE_TTL)
     in_tool, stopped = trio.Event(), trio.Event()
     performed = []
 
@@ -103,7 +114,10 @@ async def test_a_daemon_restart_mid_drive_is_adopted_and_the_client_finishes(
         run_id = (await first.client.get("/v1/runs")).json()["runs"][0]["run"]
         await first.stop()
         stopped.set()
-    second = await server_factory(client_tools=declarations)
+    second = await server_factory(client_tools=declarations, lease_ttl=LEASE_TTL)
+    # The vanished client's lease is in the store, so the restarted daemon holds the run for it
+    # until it lapses: then the client's next drive adopts the run.
+    await lease_lapsed(second, run_id)
     output = await drive(second.url, "Where is o-17?", run_id, model="scripted-model")
     assert output == {"reply": "o-17 shipped"}
     # The first model call was answered from the log; the tool ran again under the same derived key.

@@ -65,7 +65,7 @@ async def gate(access, run_id: str = "run-1") -> None:
 
 
 async def rows(access):
-    return await access.read(access.store.list_notifications)
+    return await access.read(access.store.outbox.entries)
 
 
 def test_the_backoff_doubles_from_one_second_to_five_minutes() -> None:
@@ -256,12 +256,17 @@ async def test_an_unknown_write_waits_for_its_driver_and_is_withdrawn_if_it_comp
     await access.append("done", [ToolCallCompleted(seq=1, output={"ok": True})], done)
     await access.append("busy", [*started, write()], EMPTY_VIEW)
     clock = later_clock()
+    driving = {"busy"}
+
+    async def in_flight(run_id: str) -> bool:
+        return run_id in driving
+
     with WebhookReceiver([200]) as receiver:
         deliverer = Deliverer(
             access,
             NotifyConfig(webhook=receiver.url),
             clock=clock,
-            in_flight=lambda run_id: run_id == "busy",
+            in_flight=in_flight,
             recheck_seconds=1.0,
         )
         try:
@@ -272,7 +277,7 @@ async def test_an_unknown_write_waits_for_its_driver_and_is_withdrawn_if_it_comp
             assert left["busy"].attempts == 0  # postponed, not failed
             assert left["busy"].next_attempt_at == format_instant(clock.now + timedelta(seconds=1))
             clock.advance(1)
-            deliverer._in_flight = lambda run_id: False  # its driver parked it
+            driving.clear()  # its driver parked it
             assert await deliverer.deliver_due() == 1
         finally:
             await deliverer.aclose()

@@ -37,7 +37,7 @@ QUESTION = {"question": "Which size?", "type": "select", "options": ["S", "M"]}
 
 def outbox(store_url: str) -> list:
     with EventStore.open(store_url) as store:
-        return store.list_notifications()
+        return store.outbox.entries()
 
 
 async def test_a_run_answers_its_gate_and_completes_while_the_webhook_hangs(

@@ -35,6 +35,9 @@ STORE = "sqlite:////var/lib/salvor/salvor.db"
 OTHER_STORE = "sqlite:////srv/other/salvor.db"
 RUN_A = "00000000-0000-4000-8000-00000000000a"
 RUN_B = "00000000-0000-4000-8000-00000000000b"
+# The owner mark of a salvor that is gone: this pid, but started at another instant than the
+# process that has it now (as after the pid was recycled).
+GONE_OWNER = f"{os.getpid()}:0"
 
 # An agent that starts a child (same group) and waits: the shape a real
 # agent with a tool subprocess has.
@@ -85,7 +88,7 @@ def agents(tmp_path):
     started: list[Agent] = []
 
     def start(
-        name: str, store: str = STORE, run_id: str = RUN_A, owner: str | None = None
+        name: str, store: str = STORE, run_id: str = RUN_A, owner: str | None = GONE_OWNER
     ) -> Agent:
         agent = Agent(tmp_path, name, store, run_id, owner)
         started.append(agent)
@@ -160,11 +163,21 @@ async def test_an_owner_mark_whose_pid_was_recycled_does_not_spare_the_agent(age
     # The pid lives, but it is not the process that started the agent: that
     # one started at another instant.
     recycled = agents("recycled", owner=f"{owner.pid}:{int(start_time(owner.pid)) - 1}")
-    unmarked = agents(
-        "unmarked"
-    )  # started by an older salvor: the store mark alone decides, as before
     await sweep_orphans(STORE)
-    assert all(wait_gone(pid) for pid in recycled.pids + unmarked.pids)
+    assert all(wait_gone(pid) for pid in recycled.pids)
+
+
+async def test_an_agent_naming_no_owner_is_left_running_and_named(agents, caplog):
+    # Nothing proves its salvor dead (several may share the store and the machine): a person
+    # is told, the sweep kills nothing.
+    unmarked = agents("unmarked", owner=None)
+    with caplog.at_level(logging.WARNING, logger="salvor.orphans"):
+        assert await sweep_orphans(STORE) == {}
+    assert unmarked.alive()
+    # One line per process the mark is on: the agent and its child.
+    found = sorted(r.getMessage() for r in caplog.records if r.name == "salvor.orphans")
+    assert [line.split()[1] for line in found] == sorted(str(pid) for pid in unmarked.pids)
+    assert all(f"carries this store's mark (run {RUN_A})" in line for line in found)
 
 
 async def test_a_driven_process_agent_carries_the_mark_of_its_store(runtime, store_url, tmp_path):
