@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -140,6 +141,10 @@ class _DemoWorld:
                 "run_id": call.run_id,
                 "seq": call.seq,
                 "idempotency_key": call.idempotency_key,
+                # Which process sent it, and when: the cluster kill tests tell a paused node's
+                # sends from the others'.
+                "pid": os.getpid(),
+                "at": time.time(),
             }
         )
         kill_if_requested("issue_refund:sent")

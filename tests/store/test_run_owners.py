@@ -552,7 +552,8 @@ def test_drivers_taking_one_run_from_each_other_never_write_out_of_turn(store_ur
     assert epochs == sorted(epochs), written
     assert len(set(written)) == len(set(epochs)), written
     assert set(tags) == {tag for tag, refused in outcomes if refused is None}
-    assert any(isinstance(refused, Fenced) for _, refused in outcomes), "no driver was fenced"
+    # Whether some driver was fenced depends on the interleaving (a loaded machine may run the
+    # threads one after another); test_a_stale_fence_is_refused_* shows the refusal itself.
     assert len(set(epochs)) > 3, "the run hardly changed hands"
 
 
