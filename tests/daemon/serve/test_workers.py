@@ -20,7 +20,7 @@ import trio
 
 from tests.daemon.serve.test_lifecycle import NotifySocket
 from tests.support.ports import free_port
-from tests.support.spawn import open_salvor_process
+from tests.support.spawn import open_salvor_process, run_salvor
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 60
@@ -188,11 +188,26 @@ async def test_two_workers_answer_on_one_port_and_keep_the_token_off_their_comma
 
 
 async def test_a_killed_worker_is_started_again_while_the_port_answers(services, tmp_path):
-    service = services(f"sqlite:///{tmp_path / 'salvor.db'}")
+    store = f"sqlite:///{tmp_path / 'salvor.db'}"
+    service = services(store)
     await service.start()
     await service.wait_ready()
     first = service.workers()
     assert len(first) == 2, service.output()
+
+    # The supervisor holds the store for its workers: a second daemon is refused.
+    second = await trio.to_thread.run_sync(
+        lambda: run_salvor(
+            ["serve", "--store", store, "--listen", f"127.0.0.1:{free_port()}"],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+    )
+    assert second.returncode == 1, second.stderr
+    assert f"salvor serve (pid {service.process.pid}, {service.url}) is serving this store" in (
+        second.stderr
+    )
 
     victim = min(first)
     os.kill(victim, signal.SIGKILL)
@@ -257,3 +272,24 @@ async def _drain(notify: NotifySocket) -> list[str]:
         while True:
             await notify.receive()
     return notify.messages
+
+
+async def test_the_watchdog_is_fed_while_every_worker_pings(services, tmp_path):
+    service = services(f"sqlite:///{tmp_path / 'salvor.db'}")
+    # systemd's watchdog of 2 s: the supervisor feeds it every second, its workers ping it so.
+    await service.start(env={"WATCHDOG_USEC": "2000000"})
+    await service.wait_ready()
+    await service.notify.wait_for("WATCHDOG=1", timeout=WAIT)
+
+    stopped = min(service.workers())
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        with trio.fail_after(WAIT):
+            while "systemd's watchdog is not fed" not in service.output():
+                await trio.sleep(0.1)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    # Pinging again, the worker lets the supervisor feed systemd again.
+    await _drain(service.notify)
+    await service.notify.wait_for("WATCHDOG=1", timeout=WAIT)
+    assert await service.stop() == 0
