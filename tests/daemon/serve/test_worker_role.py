@@ -1,15 +1,17 @@
 """The pieces of ``salvor serve --workers N`` that need no process: the flag's values, what a
 worker is told through its environment, its command line, how a worker's end is described, and
-the ``worker`` label on every series of a worker's ``/metrics``."""
+the ``worker`` label on every series of a worker's ``/metrics`` and field of its log lines."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 
 import pytest
 from salvor.daemon.cli._arguments import MAX_WORKERS, cores, worker_count
-from salvor.daemon.metrics import DaemonMetrics, Readings
+from salvor.daemon.metrics import DaemonMetrics, JsonLines, Readings
 from salvor.daemon.serve import WorkerRole
 from salvor.daemon.serve._workers import describe_exit, worker_command
 
@@ -63,3 +65,9 @@ def test_a_workers_metrics_carry_its_index_on_every_series():
     assert all('worker="1"' in line for line in samples)
     plain = DaemonMetrics().exposition(Readings()).decode()
     assert "worker=" not in plain
+
+
+def test_a_workers_log_lines_name_it():
+    record = logging.LogRecord("salvor.serve", logging.INFO, __file__, 1, "serving", None, None)
+    assert json.loads(JsonLines(worker=1).format(record))["worker"] == 1
+    assert "worker" not in json.loads(JsonLines().format(record))
