@@ -291,7 +291,17 @@ class _Supervisor:
         """
         try:
             while not self._stop.is_set():
-                process = await self._spawn(slot)
+                try:
+                    process = await self._spawn(slot)
+                except OSError as exc:
+                    # No process to start (out of processes or descriptors, no interpreter):
+                    # waiting would not bring one.
+                    self._crash_loop = (
+                        f"cannot start worker {slot.index} ({exc.strerror or exc}), so salvor "
+                        "serve stopped"
+                    )
+                    self._stop.set()
+                    return
                 started = trio.current_time()
                 code = await self._life(slot, process)
                 if self._stop.is_set():
