@@ -7,7 +7,8 @@ The daemon is a real ``salvor serve`` process (its workers real processes too) o
 SQLite file per measurement (WAL, synchronous=FULL); the model is the scripted provider in
 processes of its own (``--providers``, default 2), so its parsing competes with salvor for
 cores, not for salvor's interpreter lock. Completion is counted by reading the store's ``runs``
-table from this process (a plain sqlite3 read, no request to the daemon).
+table from this process (a plain read, no request to the daemon). ``--store postgresql://...``
+runs each daemon on a fresh schema there instead (dropped at the end).
 
 Each configuration is measured ``--rounds`` times (default 2), alternating, and the best round
 of each is reported, with the ratio of the two (issue 30's target: >= 1.7). Until several
@@ -19,7 +20,7 @@ the cores moves the figure.
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
     python tests/bench/bench_workers.py [--runs 200] [--providers 2] [--rounds 2]
-    [--concurrency 32] [--warmup 20] [--dir DIR]
+    [--concurrency 32] [--warmup 20] [--dir DIR] [--store postgresql://...]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import httpx
 import trio
 
 from tests.bench.bench_steps import ProviderProcess
+from tests.bench.bench_store import add_store_option, bench_store_url, conninfo, is_postgres
 from tests.support.ports import free_port
 
 TARGET_RATIO = 1.7
@@ -56,12 +58,18 @@ def agent_toml(base_url: str, index: int) -> str:
     )
 
 
-def completed_runs(database: Path) -> int:
+def completed_runs(url: str) -> int:
+    """Runs completed in the store at ``url``, read by this process (blocking)."""
+    query = "SELECT count(*) FROM runs WHERE state = 'completed'"
+    if is_postgres(url):
+        import psycopg
+
+        with psycopg.connect(conninfo(url), connect_timeout=5) as connection:
+            return connection.execute(query).fetchone()[0]
+    database = url.removeprefix("sqlite:///")
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
     try:
-        return connection.execute("SELECT count(*) FROM runs WHERE state = 'completed'").fetchone()[
-            0
-        ]
+        return connection.execute(query).fetchone()[0]
     except sqlite3.OperationalError:
         return 0  # not created yet
     finally:
@@ -80,7 +88,11 @@ def _uptime() -> str:
 async def measure(workers: int, args, base_urls: list[str], scratch: Path) -> dict:
     """One daemon with ``workers`` workers: the seconds from the first POST until every run
     completed."""
-    database = scratch / f"workers-{workers}-{time.monotonic_ns()}.db"
+    with bench_store_url(args.store, scratch, f"workers-{workers}-{time.monotonic_ns()}.db") as url:
+        return await _measure(workers, args, base_urls, scratch, url)
+
+
+async def _measure(workers: int, args, base_urls: list[str], scratch: Path, store: str) -> dict:
     port = free_port()
     log = open(scratch / f"daemon-{workers}.log", "ab")  # noqa: ASYNC230, SIM115 -- before any timing
     command = [
@@ -91,7 +103,7 @@ async def measure(workers: int, args, base_urls: list[str], scratch: Path) -> di
         "--listen",
         f"127.0.0.1:{port}",
         "--store",
-        str(database),
+        store,
         "--wake-interval",
         "0",
         "--json",
@@ -136,7 +148,7 @@ async def measure(workers: int, args, base_urls: list[str], scratch: Path) -> di
                 async with trio.open_nursery() as posters:
                     for i in range(first, first + count):
                         posters.start_soon(post, i)
-                while await trio.to_thread.run_sync(completed_runs, database) < first + count:
+                while await trio.to_thread.run_sync(completed_runs, store) < first + count:
                     await trio.sleep(0.01)
 
             # Untimed: each worker's first runs pay its lazy imports and first connections.
@@ -165,6 +177,7 @@ def main() -> None:
         "--warmup", type=int, default=20, help="untimed runs first (default 20), on each daemon"
     )
     parser.add_argument("--dir", type=Path, default=None)
+    add_store_option(parser)
     args = parser.parse_args()
 
     load_before = _uptime()
@@ -192,6 +205,7 @@ def main() -> None:
                 "bench": "workers",
                 "runs": args.runs,
                 "providers": args.providers,
+                "store": "postgresql" if args.store else "sqlite",
                 "concurrency": args.concurrency,
                 "cores": len(os.sched_getaffinity(0)),
                 "workers_1_runs_per_s": round(best[1], 1),
