@@ -16,6 +16,11 @@ reason and wait for them within ``drain_seconds`` (past it the runs still
 held are named in the log and their unconfirmed appends abandoned), end
 streams within ``shutdown_seconds``, exit 0. A run cut mid-effect keeps its
 open intent, the legal crash state; the next start recovers it.
+
+A worker of ``salvor serve --workers N`` (``config.worker``, started by ``_workers``) lives the
+same way, except: no store lock (its supervisor holds it), the supervisor's socket instead of a
+bind of its own, READY and WATCHDOG to the supervisor, a stop also when the supervisor is gone,
+and recovery, the wake sweeper and the outbox only where its role says so.
 """
 
 from __future__ import annotations
@@ -482,7 +487,10 @@ async def _listen(
     bind = f"{config.host}:{config.port}"
     if config.worker is not None:
         # The supervisor bound the address (and owns a Unix socket's file): serve its socket.
-        bind = inherited_bind(config.worker.listen_fd)
+        try:
+            bind = inherited_bind(config.worker.listen_fd)
+        except ValueError as exc:
+            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
     elif config.unix_socket is not None:
         try:
             unix_socket = await trio.to_thread.run_sync(claim_unix_socket, config.unix_socket)
