@@ -14,8 +14,10 @@ Each configuration is measured ``--rounds`` times (default 2), alternating, and 
 of each is reported, with the ratio of the two (issue 30's target: >= 1.7). Until several
 processes fence each other's runs in the store (issue 30, items 1-3), the workers do not; this
 workload is still valid: a run is driven by the worker that took its POST, and nothing is
-interrupted. The machine's load average (``uptime``) is printed with the result: other work on
-the cores moves the figure.
+interrupted. The machine's load average (``uptime``) and, per round, the CPU the service's
+processes used (milliseconds per run, and cores used on average) are printed with the result:
+a service that used far less than its workers' count of cores was held back by other work on
+the machine (or the disk), and its ratio says little about salvor.
 
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
@@ -76,6 +78,15 @@ def completed_runs(url: str) -> int:
         connection.close()
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes ``pids`` have used so far."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _uptime() -> str:
     try:
         return subprocess.run(
@@ -120,7 +131,9 @@ async def _measure(workers: int, args, base_urls: list[str], scratch: Path, stor
                 if not chunk:
                     raise RuntimeError(f"salvor serve --workers {workers} exited before it served")
                 line += chunk
-        url = json.loads(line)["listening"][0]
+        listening = json.loads(line)
+        url = listening["listening"][0]
+        service = [listening["pid"], *listening.get("workers", ())]
         async with httpx.AsyncClient(
             base_url=url, timeout=120, limits=httpx.Limits(max_connections=args.concurrency)
         ) as client:
@@ -153,9 +166,10 @@ async def _measure(workers: int, args, base_urls: list[str], scratch: Path, stor
 
             # Untimed: each worker's first runs pay its lazy imports and first connections.
             await runs(0, args.warmup)
-            start = time.perf_counter()
+            start, cpu_before = time.perf_counter(), cpu_seconds(service)
             await runs(args.warmup, args.runs)
             wall = time.perf_counter() - start
+            cpu = cpu_seconds(service) - cpu_before
     finally:
         process.send_signal(signal.SIGTERM)
         with trio.move_on_after(60):
@@ -164,7 +178,14 @@ async def _measure(workers: int, args, base_urls: list[str], scratch: Path, stor
             process.kill()
             await process.wait()
         log.close()
-    return {"seconds": wall, "runs_per_s": args.runs / wall}
+    # The share of a core the service had: far below the workers' count, the machine (or the
+    # disk) held it back, and the ratio says little about salvor.
+    return {
+        "seconds": wall,
+        "runs_per_s": args.runs / wall,
+        "cpu_ms_per_run": cpu / args.runs * 1000,
+        "cores_used": cpu / wall,
+    }
 
 
 def main() -> None:
@@ -214,7 +235,9 @@ def main() -> None:
                 "target_ratio": TARGET_RATIO,
                 "meets_target": ratio >= TARGET_RATIO,
                 "rounds": {
-                    str(workers): [round(r["runs_per_s"], 1) for r in measured]
+                    str(workers): [
+                        {key: round(value, 2) for key, value in r.items()} for r in measured
+                    ]
                     for workers, measured in rounds.items()
                 },
                 "uptime_before": load_before,
