@@ -16,7 +16,8 @@ process) does what must happen once for the service and leaves the serving to it
   out (issue 30's claims). A worker's loopback model proxy is its own: on a free port, or with
   ``--proxy-port P`` on port P + its index.
 * It tells systemd READY=1 once every worker said READY=1 to it (each worker's NOTIFY_SOCKET is
-  a datagram socket of the supervisor's, whose messages name their sender's pid), WATCHDOG=1
+  a datagram socket of the supervisor's, whose messages the kernel tags with their sender's
+  pid), WATCHDOG=1
   while every worker keeps pinging it, STOPPING=1 when it stops.
 * It starts again a worker that dies, after a backoff that doubles per quick death, logging how
   it ended; a worker that dies within ``STABLE_SECONDS`` of its start ``CRASH_LIMIT`` times in a
@@ -35,12 +36,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
+import secrets
 import signal
 import socket
 import struct
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -128,19 +128,21 @@ class _Slot:
 class _Notices:
     """The datagram socket the workers' notify messages arrive on, each with its sender's pid.
 
-    It lives in a directory of its own (mode 0700), so only this user can send to it.
+    An abstract socket (Linux): no file to leave behind when the supervisor is killed. Anyone on
+    the machine could send to it, so a message counts only when the kernel names a live
+    worker's pid as its sender (``SO_PASSCRED``).
     """
 
     def __init__(self) -> None:
-        self._directory = tempfile.mkdtemp(prefix="salvor-workers-")
-        self.path = os.path.join(self._directory, "notify.sock")
+        name = f"salvor-workers-{os.getpid()}-{secrets.token_hex(8)}"
+        # NOTIFY_SOCKET spells an abstract address with a leading "@" (``Notifier`` reads it).
+        self.path = "@" + name
         raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            raw.bind(self.path)
+            raw.bind("\0" + name)
         except BaseException:
             raw.close()
-            shutil.rmtree(self._directory, ignore_errors=True)
             raise
         self._socket = trio.socket.from_stdlib_socket(raw)
 
@@ -155,7 +157,6 @@ class _Notices:
 
     def close(self) -> None:
         self._socket.close()
-        shutil.rmtree(self._directory, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
