@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import os
+import sys
 
 import trio
 from salvor.store import (
@@ -407,7 +408,9 @@ async def _supervise(args: argparse.Namespace, config) -> int:
             print(json.dumps({"listening": binds, "pid": os.getpid(), "workers": pids}), flush=True)
 
     try:
-        await supervise(config, args.argv, args.workers, on_ready=ready)
+        # The words as given (``_main`` keeps them); the process's own when called some other way.
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        await supervise(config, argv, args.workers, on_ready=ready)
     except CrashLoop as exc:
         raise CliError(str(exc)) from None
     return 0
