@@ -233,6 +233,15 @@ HEALTH = Answer(
                 "to be driven again once it takes writes.",
             },
         ),
+        Field(
+            name="worker",
+            schema={
+                "type": "integer",
+                "minimum": 0,
+                "description": "Which worker of `salvor serve --workers N` answered (absent "
+                "from a daemon of one process).",
+            },
+        ),
     ),
 )
 CAPABILITIES = Answer(

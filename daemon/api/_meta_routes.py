@@ -53,7 +53,10 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
         # Answered from memory, never from the store: it must answer at once
         # while recovery (or a store fault) keeps the store busy.
         return HEALTH.respond(
-            status="ok", recovering=state.drivers.recovering, healing=len(state.drivers.healing)
+            status="ok",
+            recovering=state.drivers.recovering,
+            healing=len(state.drivers.healing),
+            worker=state.worker,  # left out when None (a daemon of one process)
         )
 
     @route(app, DOCUMENT_READ)

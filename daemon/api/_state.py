@@ -82,6 +82,10 @@ class ServerState:
     # free-space floor new work is refused under (None: no floor).
     max_payload_bytes: int = MAX_BODY_BYTES
     floor: FreeSpaceFloor | None = None
+    # -- one machine, every core (issue 30, item 4) --
+    # Which worker of ``salvor serve --workers N`` this is (``/v1/health`` says it); None: a
+    # daemon of its own.
+    worker: int | None = None
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
 

@@ -170,6 +170,31 @@ def trusted_proxy(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# -- one machine, every core (issue 30, item 4) --
+MAX_WORKERS = 256
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, so a container's or taskset's
+    limit counts), at least 1."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: how many daemon processes serve, or ``auto`` for one per core."""
+    if text == "auto":
+        return min(cores(), MAX_WORKERS)
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_WORKERS):
+        raise argparse.ArgumentTypeError(
+            f"--workers {text[:40]!r} must be a number of worker processes from 1 to "
+            f"{MAX_WORKERS}, or auto (one per core)"
+        )
+    return int(text)
+
+
 def _port_text(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= 65535
 

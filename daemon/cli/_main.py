@@ -782,6 +782,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    # The words as given: `salvor serve --workers N` starts its workers with them.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     make_undumpable()  # before any secret is read: the same user's processes cannot read ours
     try:
         try:

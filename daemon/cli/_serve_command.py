@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import os
+import sys
 
 import trio
 from salvor.store import (
@@ -38,6 +39,7 @@ from ._arguments import (
     token_tries,
     trusted_proxy,
     wake_interval,
+    worker_count,
 )
 from ._errors import CliError, UsageError
 
@@ -49,7 +51,8 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="run the daemon: the HTTP control plane, drivers, wake sweeper",
         description="Runs until SIGTERM or SIGINT. With --json it prints one line on stdout "
-        'once it listens, {"listening": [URL, ...], "pid": N}, and logs JSON lines on stderr.',
+        'once it listens, {"listening": [URL, ...], "pid": N} (with --workers, also "workers": '
+        "[PID, ...], once every worker serves), and logs JSON lines on stderr.",
     )
     p.add_argument(
         "--listen",
@@ -106,12 +109,31 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="the loopback port process agents' model calls go through (default: a free one)",
     )
+    _add_worker_options(p)
     _add_declaration_options(p)
     _add_stream_options(p)
     _add_browser_options(p)
     _add_notify_options(p)
     _add_hardening_options(p)
     _add_quota_options(p)
+
+
+# -- one machine, every core (issue 30, item 4) --
+# One process (exactly the daemon of before) until several processes over one store fence each
+# other's runs; then "auto" (one per core).
+DEFAULT_WORKERS = "1"
+
+
+def _add_worker_options(p: argparse.ArgumentParser) -> None:
+    """How many processes serve: one interpreter uses one core."""
+    p.add_argument(
+        "--workers",
+        type=worker_count,
+        default=DEFAULT_WORKERS,
+        metavar="N|auto",
+        help="serve with N daemon processes on the one --listen address, under a supervisor "
+        "that restarts one that dies; auto: one per core (default 1: a single process)",
+    )
 
 
 def _add_declaration_options(p: argparse.ArgumentParser) -> None:
@@ -278,7 +300,7 @@ def _add_notify_options(p: argparse.ArgumentParser) -> None:
 def serve_config(args: argparse.Namespace, url: str):
     from ..client_runs import lease_ttl
     from ..notify import NotifyConfig
-    from ..serve import ServeConfig
+    from ..serve import ServeConfig, WorkerRole
     from ..web import MIN_TOKEN_BYTES
 
     listen = args.listen
@@ -317,7 +339,12 @@ def serve_config(args: argparse.Namespace, url: str):
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        worker = WorkerRole.from_environment(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return ServeConfig(
+        worker=worker,
         notify=notify,
         credentials=credentials,
         **(
@@ -359,22 +386,45 @@ async def serve_main(args: argparse.Namespace, url: str) -> int:
     config = serve_config(args, url)
     if config.unix_socket is None:
         _refuse_tcp_exposure(config, await _check_resolves(config.host, config.port))
-    log_to_stderr("json" if args.json else args.log_format)
+    worker = None if config.worker is None else config.worker.index
+    log_to_stderr("json" if args.json else args.log_format, worker=worker)
+    if config.worker is None and args.workers > 1:
+        return await _supervise(args, config)
     settle_collector()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(functools.partial(serve, config))
-        if args.json:
+        # A worker's supervisor prints the service's line.
+        if args.json and config.worker is None:
             print(json.dumps({"listening": binds, "pid": os.getpid()}), flush=True)
     return 0
 
 
-def log_to_stderr(log_format: str) -> None:
-    """The daemon's log on stderr, as text lines or as JSON lines (``--log-format``)."""
+async def _supervise(args: argparse.Namespace, config) -> int:
+    """``salvor serve --workers N``: the supervisor of N workers (``serve._workers``)."""
+    from ..serve import CrashLoop, supervise
+
+    def ready(binds: list[str], pids: list[int]) -> None:
+        if args.json:
+            print(json.dumps({"listening": binds, "pid": os.getpid(), "workers": pids}), flush=True)
+
+    try:
+        # The words as given (``_main`` keeps them); the process's own when called some other way.
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        await supervise(config, argv, args.workers, on_ready=ready)
+    except CrashLoop as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def log_to_stderr(log_format: str, *, worker: int | None = None) -> None:
+    """The daemon's log on stderr, as text lines or as JSON lines (``--log-format``); a worker of
+    ``--workers N`` names itself on each line."""
     handler = logging.StreamHandler()
+    tag = "" if worker is None else f" worker={worker}"
     handler.setFormatter(
-        JsonLines()
+        JsonLines(worker=worker)
         if log_format == "json"
-        else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+        else logging.Formatter(f"%(asctime)s %(name)s{tag} %(levelname)s %(message)s")
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 

@@ -10,6 +10,9 @@ Rules of this module:
 * Counting is a call on a pre-built child (``observe_*``): no label lookup by caller text, no
   allocation a commit would pay for. The store's writer thread counts too; prometheus_client's
   values are safe to touch from any thread.
+* A worker of ``salvor serve --workers N`` labels every series ``worker="i"`` (added as a scrape
+  renders, never counted per label): the workers answer on one address, so the label is how
+  their series stay apart.
 * What the daemon can only read at scrape time (runs per state, claims, drivers, subscribers) is
   handed to ``exposition`` by the scraper, which read it off the trio thread where it blocks:
   the collector itself reads nothing.
@@ -108,12 +111,17 @@ class _ScrapeTime:
 
 
 class DaemonMetrics:
-    """One daemon's instruments and the registry ``GET /metrics`` renders."""
+    """One daemon's instruments and the registry ``GET /metrics`` renders.
 
-    def __init__(self) -> None:
+    ``worker``: the index of a worker of ``salvor serve --workers N``, labelled on every series;
+    None for a daemon of one process (no label).
+    """
+
+    def __init__(self, *, worker: int | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry()
+        self._worker = None if worker is None else str(worker)
         registry = self.registry
         self.appends = Counter("salvor_appends", "Events committed to run logs.", registry=registry)
         self.commits = Counter(
@@ -188,9 +196,28 @@ class DaemonMetrics:
 
         self._scrape.readings = readings
         try:
-            return generate_latest(self.registry)
+            if self._worker is None:
+                return generate_latest(self.registry)
+            return generate_latest(_Labelled(self.registry, "worker", self._worker))
         finally:
             self._scrape.readings = None
+
+
+class _Labelled:
+    """A registry's families as a scrape renders them, each sample with one more label."""
+
+    def __init__(self, registry, name: str, value: str) -> None:
+        self._registry = registry
+        self._name = name
+        self._value = value
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            family.samples = [
+                sample._replace(labels={**sample.labels, self._name: self._value})
+                for sample in family.samples
+            ]
+            yield family
 
 
 _COUNTING_INTO: contextvars.ContextVar[DaemonMetrics | None] = contextvars.ContextVar(

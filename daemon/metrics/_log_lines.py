@@ -2,7 +2,8 @@
 
 ``salvor serve --log-format json`` writes each record as one JSON object on one line:
 ``time`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``message``, ``run`` when the
-record concerns one run, ``error`` (the formatted exception) when it carries one. Nothing else
+record concerns one run, ``error`` (the formatted exception) when it carries one, ``worker`` in a
+worker of ``salvor serve --workers N`` (its index: the workers share one stderr). Nothing else
 of a record is written: an ``extra`` a call site passed never reaches the line unless it is the
 run, so a line holds no more than the text format's line does (no secret either holds).
 
@@ -37,7 +38,14 @@ def run_of(record: logging.LogRecord) -> str | None:
 
 
 class JsonLines(logging.Formatter):
-    """One JSON object per record, on one line (JSON escapes every newline inside a value)."""
+    """One JSON object per record, on one line (JSON escapes every newline inside a value).
+
+    ``worker``: the index written on every line of a worker of ``salvor serve --workers N``.
+    """
+
+    def __init__(self, *, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
         created = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
@@ -51,6 +59,8 @@ class JsonLines(logging.Formatter):
         run = run_of(record)
         if run is not None:
             line["run"] = run
+        if self._worker is not None:
+            line["worker"] = self._worker
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
         elif record.exc_text:

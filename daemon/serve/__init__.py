@@ -13,10 +13,20 @@ from ._serve import (
     ServeConfig,
     serve,
 )
+from ._worker_role import (
+    WorkerRole,
+)
+from ._workers import (
+    CrashLoop,
+    supervise,
+)
 
 __all__ = [
     "YOUNG_THRESHOLD",
+    "CrashLoop",
     "ServeConfig",
+    "WorkerRole",
     "serve",
     "settle_collector",
+    "supervise",
 ]

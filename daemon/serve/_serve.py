@@ -17,11 +17,17 @@ reason and wait for them within ``drain_seconds`` (past it the runs still
 held are named in the log and their unconfirmed appends abandoned), end
 streams within ``shutdown_seconds``, exit 0. A run cut mid-effect keeps its
 open intent, the legal crash state; the next start recovers it.
+
+A worker of ``salvor serve --workers N`` (``config.worker``, started by ``_workers``) lives the
+same way, except: no store lock (its supervisor holds it), the supervisor's socket instead of a
+bind of its own, READY and WATCHDOG to the supervisor, a stop also when the supervisor is gone,
+and recovery, the wake sweeper and the outbox only where its role says so.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
@@ -65,10 +71,12 @@ from ..web import (
     TrustedProxies,
     UnixSocketRefused,
     claim_unix_socket,
+    inherited_bind,
     listener_config,
 )
 from ..web import serve as serve_asgi
 from ._notify import Notifier
+from ._worker_role import WorkerRole
 
 log = logging.getLogger("salvor.serve")
 
@@ -153,6 +161,12 @@ class ServeConfig:
     # daemon's own (--allow-origin); the agents' ports admit loopback names only.
     allow_hosts: tuple[str, ...] = ()
     allow_origins: tuple[str, ...] = ()
+
+    # -- one machine, every core (issue 30, item 4) --
+    # Set in a worker of ``salvor serve --workers N`` (``_worker_role``): it serves the socket its
+    # supervisor bound, takes no store lock (the supervisor holds it), and does the service's
+    # shared duties only when its role says so. None: a daemon of its own.
+    worker: WorkerRole | None = None
 
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
@@ -288,7 +302,9 @@ async def serve(
     )
     # This daemon's own instruments, made current before any task starts so that every task
     # (the proxy's handlers, the drives, the MCP sessions they open) counts into them.
-    metrics = DaemonMetrics()
+    if config.worker is not None:
+        _HeldSignals.hold()
+    metrics = DaemonMetrics(worker=None if config.worker is None else config.worker.index)
     counting = counting_into(metrics)
     try:
         await _serve(config, registry, metrics, stop, on_state, task_status)
@@ -308,7 +324,8 @@ async def _serve(
     async with (
         # First of all: while another live salvor serves this store (or a
         # command line drives its runs), this one touches nothing.
-        own_store(config.store_url, SERVE, share=False) as locks,
+        # A worker's supervisor holds the lock for the whole service (None: take none).
+        own_store(config.store_url, SERVE, share=None if config.worker else False) as locks,
         open_store_access(
             config.store_url,
             notifications=config.notify is not None,
@@ -353,15 +370,24 @@ async def _serve(
                 if on_state is not None:
                     on_state(state)
                 binds, in_flight = await _listen(root, config, state, stop)
-                await trio.to_thread.run_sync(locks.announce, binds[0])
-                if config.notify is not None:
+                worker = config.worker
+                if worker is None:
+                    await trio.to_thread.run_sync(locks.announce, binds[0])
+                else:
+                    root.start_soon(_watch_lifeline, worker.lifeline_fd, stop)
+                if config.notify is not None and (worker is None or worker.sweeps):
                     # Before recovery drives anything: a run that parks again gets its poke.
                     await _start_deliverer(root, config.notify, access, state)
-                root.start_soon(_watch_signals, stop)
-                interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
+                root.start_soon(_watch_signals, stop, worker is not None)
+                interrupted = (
+                    await interrupted_runs(state, locks.runs_held_elsewhere)
+                    if worker is None or worker.recovers
+                    else []
+                )
                 _start_keepers(root, config, state, notifier)
                 log.info(
-                    "salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
+                    "salvor %s on %s, model proxy on %s (%d interrupted runs to recover)",
+                    "serving" if worker is None else f"worker {worker.index} serving",
                     ", ".join(binds),
                     proxy.url,
                     len(interrupted),
@@ -388,7 +414,7 @@ def _start_keepers(
     watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
     stop began)."""
     root.start_soon(state.hub.deliver_forever)
-    if config.wake_interval > 0:
+    if config.wake_interval > 0 and (config.worker is None or config.worker.sweeps):
         root.start_soon(_sweep_forever, state, config.wake_interval)
     if notifier.watchdog_interval:
         root.start_soon(_watchdog, notifier)
@@ -442,6 +468,7 @@ async def _server_state(
         credentials=credentials,
         driven_elsewhere=locks.runs_held_elsewhere,
         metrics=metrics,
+        worker=None if config.worker is None else config.worker.index,
         # Streaming bounds (issue 29).
         stream_buffer_bytes=config.stream_buffer_bytes,
         stream_slots=StreamSlots(config.max_streams_per_client),
@@ -460,7 +487,13 @@ async def _listen(
     """
     unix_socket = None
     bind = f"{config.host}:{config.port}"
-    if config.unix_socket is not None:
+    if config.worker is not None:
+        # The supervisor bound the address (and owns a Unix socket's file): serve its socket.
+        try:
+            bind = inherited_bind(config.worker.listen_fd)
+        except ValueError as exc:
+            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
+    elif config.unix_socket is not None:
         try:
             unix_socket = await trio.to_thread.run_sync(claim_unix_socket, config.unix_socket)
         except UnixSocketRefused as exc:
@@ -583,8 +616,48 @@ class InFlight:
         await self._idle.wait()
 
 
-async def _watch_signals(stop: trio.Event) -> None:
+class _HeldSignals:
+    """A worker's SIGTERM and SIGINT outside the signal watcher: noted, never fatal.
+
+    A worker may hear one stop twice (systemd signals every process of the unit, a terminal its
+    whole process group, and the supervisor forwards its own): the second, arriving after the
+    watcher let go of the signals, would otherwise kill the process as it exits. One that
+    arrives before the watcher runs is noted, and the watcher stops at once.
+    """
+
+    received = False
+
+    @classmethod
+    def hold(cls) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, cls._note)
+
+    @classmethod
+    def _note(cls, signum, frame) -> None:
+        cls.received = True
+
+
+async def _watch_signals(stop: trio.Event, keep_receiving: bool = False) -> None:
+    """Set ``stop`` at the first SIGTERM or SIGINT. ``keep_receiving`` (a worker): hold the
+    signals until the end, so a second copy of the stop does not cut it half-way."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        if keep_receiving and _HeldSignals.received:
+            stop.set()
         async for _ in signals:
             stop.set()
-            return
+            if not keep_receiving:
+                return
+
+
+async def _watch_lifeline(fd: int, stop: trio.Event) -> None:
+    """Set ``stop`` once the supervisor's end of the worker's lifeline closes: the supervisor is
+    gone (SIGKILL included), and a worker never serves on without it."""
+    try:
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            if not os.read(fd, 512):
+                log.warning("the supervisor of this worker is gone; stopping")
+                stop.set()
+                return
+    finally:
+        os.close(fd)

@@ -1,9 +1,9 @@
-"""HTTP plumbing: the listener (and the Unix socket it may serve on) and what a browser may ask of
-it (Host, Origin, a JSON body's type), ASGI helpers, the one body reader, strict JSON bodies, the
-error envelope and its refusals (their next steps in an HTTP caller's words), request values,
-outbound TLS, the caller check (bearer token or the page's session cookie), the sessions behind
-it, the count of wrong tokens per client, what a trusted proxy forwards, and the threads that
-parse and check what a caller sent (``off_loop``).
+"""HTTP plumbing: the listener (and the Unix socket it may serve on, or a socket a supervisor bound
+for its workers) and what a browser may ask of it (Host, Origin, a JSON body's type), ASGI
+helpers, the one body reader, strict JSON bodies, the error envelope and its refusals (their next
+steps in an HTTP caller's words), request values, outbound TLS, the caller check (bearer token or
+the page's session cookie), the sessions behind it, the count of wrong tokens per client, what a
+trusted proxy forwards, and the threads that parse and check what a caller sent (``off_loop``).
 ``ErrorCode`` (code -> status, defined in ``salvor.protocol``) is re-exported here for the HTTP
 layer.
 
@@ -50,6 +50,12 @@ from ._errors import (
 from ._forwarded import (
     TrustedProxies,
     trusted_network,
+)
+from ._inherited import (  # issue 30, item 4: one address, many workers
+    BACKLOG,
+    bind_tcp_listener,
+    inherited_bind,
+    listener_url,
 )
 from ._request_body import (
     BODY_TIMEOUT_SECONDS,
@@ -144,6 +150,7 @@ async def serve(
 
 
 __all__ = [
+    "BACKLOG",
     "BODY_TIMEOUT_SECONDS",
     "CSRF_HEADER",
     "FAILED_TRIES",
@@ -175,17 +182,20 @@ __all__ = [
     "asgi_chunks",
     "bad_request",
     "bearer_matches",
+    "bind_tcp_listener",
     "canonical_host",
     "canonical_origin",
     "claim_unix_socket",
     "fill_headers",
     "guarded",
     "header_placeholders",
+    "inherited_bind",
     "internal",
     "is_http_url",
     "is_json_media",
     "json_media_type",
     "listener_config",
+    "listener_url",
     "media_type",
     "object_from",
     "off_loop",

@@ -56,6 +56,14 @@ class UnixSocket:
             raise RuntimeError("the socket was handed over already")
         return f"fd://{sock.detach()}"
 
+    def listening(self, backlog: int) -> int:
+        """Listen now, and the socket's descriptor (still this object's: ``release`` closes it),
+        for processes that inherit it (``salvor serve --workers``)."""
+        if self._socket is None:
+            raise RuntimeError("the socket was handed over already")
+        self._socket.listen(backlog)
+        return self._socket.fileno()
+
     def release(self) -> None:
         """Remove the socket file (when it is still ours) and let the lock go. Blocking."""
         if self._socket is not None:

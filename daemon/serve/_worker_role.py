@@ -1,0 +1,80 @@
+"""What a worker of ``salvor serve --workers N`` is told by its supervisor, through its environment.
+
+A worker is an ordinary ``salvor serve`` process started by the supervisor (``_workers``) with
+the operator's own arguments; these variables make it one worker among N instead of a whole
+daemon:
+
+* ``SALVOR_WORKER_INDEX``: which worker it is (0 .. N-1), shown in ``/v1/health`` (``worker``)
+  and as the ``worker`` label on ``/metrics``, so a caller can tell which one answered.
+* ``SALVOR_WORKER_FDS`` (internal): ``LISTEN,LIFELINE``, the descriptors it inherited: the
+  listening socket the supervisor bound (the worker serves it instead of binding its own), and
+  the read end of a pipe whose other end only the supervisor holds (its end of file means the
+  supervisor is gone, and the worker stops as on SIGTERM).
+* ``SALVOR_WORKER_DUTIES`` (internal): the duties done once for the whole service, held by
+  worker 0 until the store can hand them out (issue 30's claims): ``recover`` (re-drive the
+  interrupted runs; only at the service's start, before any other worker can start a run that
+  would look interrupted), ``sweep`` (the wake sweeper and the notification outbox).
+
+A worker takes no store lock: its supervisor holds it for the service, so a second daemon or a
+``salvor resume`` beside the service is still refused.
+
+Nothing here is a secret: the token and keys reach a worker as they reach ``salvor serve``, by
+the variables and files the operator named, never on a command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+INDEX_VAR = "SALVOR_WORKER_INDEX"
+FDS_VAR = "SALVOR_WORKER_FDS"
+DUTIES_VAR = "SALVOR_WORKER_DUTIES"
+RECOVER = "recover"
+SWEEP = "sweep"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRole:
+    """One worker's place in the service (None in a ``ServeConfig``: a whole daemon)."""
+
+    index: int
+    listen_fd: int
+    lifeline_fd: int
+    # Re-drive the runs the log says were interrupted, once the worker listens.
+    recovers: bool = False
+    # Wake due runs and deliver the notification outbox for the whole service.
+    sweeps: bool = False
+
+    def environment(self) -> dict[str, str]:
+        """The variables that make a ``salvor serve`` process this worker."""
+        duties = [duty for duty, held in ((RECOVER, self.recovers), (SWEEP, self.sweeps)) if held]
+        return {
+            INDEX_VAR: str(self.index),
+            FDS_VAR: f"{self.listen_fd},{self.lifeline_fd}",
+            DUTIES_VAR: ",".join(duties),
+        }
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> WorkerRole | None:
+        """The role these variables give, None when they give none (a daemon of its own).
+
+        Raises:
+            ValueError: the variables are set but malformed (not a supervisor's).
+        """
+        if FDS_VAR not in environ:
+            return None
+        index, fds = environ.get(INDEX_VAR, ""), environ[FDS_VAR].split(",")
+        if not index.isdigit() or len(fds) != 2 or not all(fd.isdigit() for fd in fds):
+            raise ValueError(
+                f"{INDEX_VAR} and {FDS_VAR} are set by salvor serve --workers for its workers "
+                "only; unset them to start a daemon of its own"
+            )
+        duties = set(environ.get(DUTIES_VAR, "").split(","))
+        return cls(
+            index=int(index),
+            listen_fd=int(fds[0]),
+            lifeline_fd=int(fds[1]),
+            recovers=RECOVER in duties,
+            sweeps=SWEEP in duties,
+        )

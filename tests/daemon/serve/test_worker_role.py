@@ -1,0 +1,73 @@
+"""The pieces of ``salvor serve --workers N`` that need no process: the flag's values, what a
+worker is told through its environment, its command line, how a worker's end is described, and
+the ``worker`` label on every series of a worker's ``/metrics`` and field of its log lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+
+import pytest
+from salvor.daemon.cli._arguments import MAX_WORKERS, cores, worker_count
+from salvor.daemon.metrics import DaemonMetrics, JsonLines, Readings
+from salvor.daemon.serve import WorkerRole
+from salvor.daemon.serve._workers import describe_exit, worker_command
+
+
+def test_workers_flag_takes_a_count_or_auto():
+    assert worker_count("1") == 1
+    assert worker_count("4") == 4
+    assert worker_count("auto") == min(cores(), MAX_WORKERS) == len(os.sched_getaffinity(0))
+    for refused in ("0", "-1", "two", "", str(MAX_WORKERS + 1), "1.5"):
+        with pytest.raises(Exception, match="--workers"):
+            worker_count(refused)
+
+
+@pytest.mark.parametrize(
+    "role",
+    [
+        WorkerRole(index=0, listen_fd=3, lifeline_fd=5, recovers=True, sweeps=True),
+        WorkerRole(index=1, listen_fd=3, lifeline_fd=7),
+        WorkerRole(index=0, listen_fd=4, lifeline_fd=6, sweeps=True),
+    ],
+)
+def test_a_worker_reads_back_the_role_its_supervisor_gave(role):
+    environment = role.environment()
+    assert environment["SALVOR_WORKER_INDEX"] == str(role.index)
+    assert WorkerRole.from_environment({**os.environ, **environment}) == role
+
+
+def test_without_the_supervisor_variables_serve_is_a_daemon_of_its_own():
+    assert WorkerRole.from_environment({"SALVOR_WORKER_INDEX": "1"}) is None
+    with pytest.raises(ValueError, match="unset them"):
+        WorkerRole.from_environment({"SALVOR_WORKER_INDEX": "x", "SALVOR_WORKER_FDS": "3,4"})
+    with pytest.raises(ValueError, match="unset them"):
+        WorkerRole.from_environment({"SALVOR_WORKER_INDEX": "1", "SALVOR_WORKER_FDS": "3"})
+
+
+def test_a_worker_command_is_the_supervisors_with_one_worker_and_its_own_proxy_port():
+    argv = ["serve", "--workers", "3", "--auth-token", "TOKEN_VAR"]
+    assert worker_command(argv, 2, 0)[-7:] == [*argv, "--workers", "1"]
+    assert worker_command(argv, 2, 9000)[-2:] == ["--proxy-port", "9002"]
+
+
+def test_a_workers_end_is_named():
+    assert describe_exit(1) == "exited with status 1"
+    assert describe_exit(-signal.SIGKILL) == "was killed by SIGKILL"
+
+
+def test_a_workers_metrics_carry_its_index_on_every_series():
+    labelled = DaemonMetrics(worker=1).exposition(Readings()).decode()
+    samples = [line for line in labelled.splitlines() if line and not line.startswith("#")]
+    assert samples
+    assert all('worker="1"' in line for line in samples)
+    plain = DaemonMetrics().exposition(Readings()).decode()
+    assert "worker=" not in plain
+
+
+def test_a_workers_log_lines_name_it():
+    record = logging.LogRecord("salvor.serve", logging.INFO, __file__, 1, "serving", None, None)
+    assert json.loads(JsonLines(worker=1).format(record))["worker"] == 1
+    assert "worker" not in json.loads(JsonLines().format(record))
