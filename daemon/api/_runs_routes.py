@@ -4,10 +4,11 @@ names its ``parent``), its children and its replay."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from quart import request
 from quart_trio import QuartTrio
-from salvor.protocol import RunState, fold, status_seen_at
+from salvor.protocol import TERMINAL_STATES, RunState, fold, status_seen_at
 from salvor.store import RunSummary
 
 from ..flows import PARENT_LABEL
@@ -127,9 +128,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, LIST)
     async def list_runs():
         page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
-        return RUN_LIST.respond(
-            runs=[summary_json(state, s) for s in page], next_cursor=next_cursor
-        )
+        return RUN_LIST.respond(runs=await summaries_json(state, page), next_cursor=next_cursor)
 
     @route(app, READ)
     async def get_run(run_id: str):
@@ -149,7 +148,9 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             graph_hash=view.graph_hash,
             labels=view.labels or None,
             driven_by=view.driven_by and view.driven_by.value,
-            **state.driver(run_id, view.state.value),
+            **state.driver(
+                run_id, view.state.value, (await state.run_owners([run_id])).get(run_id)
+            ),
         )
 
     @route(app, CHILDREN)
@@ -157,7 +158,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         children = await runtime.list_children(run_id)
         return CHILD_LIST.respond(
-            run=run_id, derived=True, children=[summary_json(state, s) for s in children]
+            run=run_id, derived=True, children=await summaries_json(state, children)
         )
 
     @route(app, REPLAY)
@@ -188,11 +189,19 @@ def _list_filters(args) -> dict:
     return {"state": status, "label": label, **hashes, **page_of(args)}
 
 
-def summary_json(state: ServerState, summary: RunSummary) -> dict:
-    """One ``GET /v1/runs`` entry (the live connection's ``run`` rows too)."""
+def summary_json(state: ServerState, summary: RunSummary, owner: Any = None) -> dict:
+    """One ``GET /v1/runs`` entry (the live connection's ``run`` rows too); ``owner``: the run's
+    owner in the store, when it was read (``summaries_json``)."""
     body = summary.to_json()
     if "status" in body:
         # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
         body["status"] = status_seen_at(body["status"], state.runtime.clock())
-    body.update(state.driver(summary.run_id, summary.state))
+    body.update(state.driver(summary.run_id, summary.state, owner))
     return body
+
+
+async def summaries_json(state: ServerState, summaries: list[RunSummary]) -> list[dict]:
+    """The entries of a listing, with the owners of its runs read in one go."""
+    ended = {state.value for state in TERMINAL_STATES}
+    owners = await state.run_owners([s.run_id for s in summaries if s.state not in ended])
+    return [summary_json(state, s, owners.get(s.run_id)) for s in summaries]

@@ -3,8 +3,9 @@ and the daemon's settings for them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from salvor.protocol import TERMINAL_STATES
@@ -80,6 +81,10 @@ class ServerState:
     # free-space floor new work is refused under (None: no floor).
     max_payload_bytes: int = MAX_BODY_BYTES
     floor: FreeSpaceFloor | None = None
+    # Run ownership (issue 30): this node's id, and the store's owners of the given runs (a
+    # blocking read, ``RunOwners.owners``: run it in a thread); None: one process, no owners.
+    node_id: str | None = None
+    owners_of: Callable[[list[str]], Mapping[str, Any]] | None = None
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
 
@@ -91,13 +96,41 @@ class ServerState:
             floor=self.floor,
         )
 
-    def attached(self, run_id: str) -> bool:
-        """Whether something drives the run right now: a driver task here,
-        or a client's current lease."""
-        return self.drivers.driving(run_id) or self.leases.holds(run_id)
+    def attached(self, run_id: str, owner: Any = None) -> bool:
+        """Whether something drives the run right now: a driver task here, a client's current
+        lease, or (``owner``, the run's ``RunOwner`` when read) a live node's drive."""
+        return (
+            self.drivers.driving(run_id)
+            or self.leases.holds(run_id)
+            or _node_driving(owner) is not None
+        )
 
-    def driver(self, run_id: str, state: str | None) -> dict:
-        """The ``driver`` field: absent for a terminal or unreadable run."""
+    async def run_owners(self, run_ids: list[str]) -> Mapping[str, Any]:
+        """The store's owner of each of ``run_ids`` (one read); empty without an owners table.
+
+        Raises:
+            StoreUnavailable: the store could not be read.
+        """
+        if self.owners_of is None or not run_ids:
+            return {}
+        return await trio.to_thread.run_sync(self.owners_of, run_ids)
+
+    def driver(self, run_id: str, state: str | None, owner: Any = None) -> dict:
+        """The ``driver`` field, and ``driver_node`` when a node drives the run (``owner``: its
+        ``RunOwner``, from ``run_owners``): absent for a terminal or unreadable run."""
         if state is None or state in _TERMINAL:
             return {}
-        return {"driver": "attached" if self.attached(run_id) else "none"}
+        node = _node_driving(owner)
+        if node is None and self.drivers.driving(run_id):
+            node = self.node_id
+        fields = {"driver": "attached" if self.attached(run_id, owner) else "none"}
+        if node is not None:
+            fields["driver_node"] = node
+        return fields
+
+
+def _node_driving(owner: Any) -> str | None:
+    """The node whose drive holds the run, by its owner row (a live node, driving it)."""
+    if owner is None or owner.node_id is None or not owner.driving or not owner.node_live:
+        return None
+    return owner.node_id

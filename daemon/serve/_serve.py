@@ -35,6 +35,16 @@ from salvor.store import RunQuota
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, LeaseRegistry, open_model_executor
+from ..cluster import (
+    DEFAULT_FENCE_MARGIN_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    NodeIdentity,
+    NodeLease,
+    Peers,
+    StoreDriving,
+    Takeover,
+    keep_lease,
+)
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
@@ -149,6 +159,13 @@ class ServeConfig:
     # daemon's own (--allow-origin); the agents' ports admit loopback names only.
     allow_hosts: tuple[str, ...] = ()
     allow_origins: tuple[str, ...] = ()
+
+    # Run ownership (issue 30): this node's name among the daemons serving its store (None: the
+    # host name), how long its lease lasts unrenewed, and how long before that it stops starting
+    # effects when it could not renew.
+    node_name: str | None = None
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    fence_margin_seconds: float = DEFAULT_FENCE_MARGIN_SECONDS
 
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
@@ -320,6 +337,11 @@ async def _serve(
         await sweep_orphans(access.store.url)
         credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
         proxy.upstream_key = credentials.upstream_key
+        node = NodeIdentity.here(config.node_name)
+        lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
+        peers = Peers()
+        owners = access.store.owners
+        access.driving = StoreDriving(owners, node, lease, dead_nodes=lambda: peers.dead)
         runtime = Runtime(
             access,
             registry,
@@ -330,6 +352,8 @@ async def _serve(
         )
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
+            # The node's row and lease before anything is driven; retired when root ends.
+            await root.start(keep_lease, owners, node, lease, access.driving, peers)
             async with trio.open_nursery() as drivers_nursery:
                 drivers = DriverSet(
                     runtime,
@@ -348,15 +372,32 @@ async def _serve(
                     on_state(state)
                 binds, in_flight = await _listen(root, config, state, stop)
                 await trio.to_thread.run_sync(locks.announce, binds[0])
+                await trio.to_thread.run_sync(owners.set_listen, node.node_id, binds[0])
                 if config.notify is not None:
                     # Before recovery drives anything: a run that parks again gets its poke.
                     await _start_deliverer(root, config.notify, access, state)
                 root.start_soon(_watch_signals, stop)
-                interrupted = await interrupted_runs(state, locks.runs_held_elsewhere)
+                takeover = Takeover(
+                    owners,
+                    node,
+                    lease,
+                    access.driving,
+                    dead_nodes=lambda: peers.dead,
+                    recoverable=runtime.interrupted_runs,
+                    held_elsewhere=locks.runs_held_elsewhere,
+                    start=drivers.start,
+                    before_first_of=lambda: sweep_orphans(access.store.url),
+                )
+                # Start-up recovery is the takeover's first sweep: the runs of this node's
+                # previous life (a dead node now) and of any other node gone.
+                interrupted = await takeover.find(first=True)
                 _start_keepers(root, config, state, notifier)
+                drivers.spawn(takeover.forever, name="takeover sweep")
                 log.info(
-                    "salvor serving on %s, model proxy on %s (%d interrupted runs to recover)",
+                    "salvor serving on %s as node %s, model proxy on %s "
+                    "(%d interrupted runs to recover)",
                     ", ".join(binds),
+                    node.node_id,
                     proxy.url,
                     len(interrupted),
                 )
@@ -364,7 +405,7 @@ async def _serve(
                 # it by the driving set's bounds and the server answers meanwhile.
                 notifier.send("READY=1")
                 task_status.started(binds)
-                recover(state, interrupted)
+                takeover.take(interrupted)
                 await stop.wait()
                 await _stop_driving(state, config, notifier)
             # Responses in flight finish first (a stream sends its end frame
@@ -445,6 +486,9 @@ async def _server_state(
         stream_slots=StreamSlots(config.max_streams_per_client),
         max_payload_bytes=config.quota.max_payload_bytes,
         floor=FreeSpaceFloor(config.store_url, config.min_free_bytes),
+        # Run ownership (issue 30): ``driver_node`` and a peer's drives read from the store.
+        node_id=runtime.access.driving.node.node_id,
+        owners_of=runtime.access.store.owners.owners,
     )
 
 
@@ -539,7 +583,7 @@ async def _start_deliverer(
     deliverer = Deliverer(
         access,
         notify,
-        in_flight=lambda run_id: state.drivers.driving(run_id) or state.leases.holds(run_id),
+        in_flight=state.attached,
     )
     access.on_notification.append(deliverer.poke)
     await root.start(deliverer.serve)
