@@ -81,9 +81,9 @@ class ServerState:
     # free-space floor new work is refused under (None: no floor).
     max_payload_bytes: int = MAX_BODY_BYTES
     floor: FreeSpaceFloor | None = None
-    # Run ownership (issue 30): this node's id, and the store's owners of the given runs (a
+    # Run ownership (issue 30): this node's id now, and the store's owners of the given runs (a
     # blocking read, ``RunOwners.owners``: run it in a thread); None: one process, no owners.
-    node_id: str | None = None
+    this_node: Callable[[], str] | None = None
     owners_of: Callable[[list[str]], Mapping[str, Any]] | None = None
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
@@ -121,8 +121,8 @@ class ServerState:
         if state is None or state in _TERMINAL:
             return {}
         node = _node_driving(owner)
-        if node is None and self.drivers.driving(run_id):
-            node = self.node_id
+        if node is None and self.drivers.driving(run_id) and self.this_node is not None:
+            node = self.this_node()
         fields = {"driver": "attached" if self.attached(run_id, owner) else "none"}
         if node is not None:
             fields["driver_node"] = node

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from ._lease import NodeLease
-from ._node import NodeIdentity, dead_local_peers
+from ._node import NodeIdentity, dead_local_peers, successor
 from ._store_driving import StoreDriving
 
 log = logging.getLogger("salvor.cluster")
@@ -73,6 +73,8 @@ async def keep_lease(
 ) -> None:
     """Register ``node``, report started, then renew its lease until cancelled; retire it then.
 
+    ``driving.node`` is the node's identity from then on (a lapse gives it a new one).
+
     Raises:
         StoreUnavailable: the first registration failed; nothing was started.
     """
@@ -85,20 +87,21 @@ async def keep_lease(
             while True:
                 await trio.sleep(lease.heartbeat_seconds)
                 try:
-                    await _beat(owners, node, lease, driving, peers)
+                    await _beat(owners, lease, driving, peers)
                 except Exception as exc:  # noqa: BLE001 -- the lease's watch acts on its own
                     log.warning("this node's heartbeat failed (%s)", exc)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(lease.heartbeat_seconds):
             try:
-                await trio.to_thread.run_sync(owners.retire, node.node_id, abandon_on_cancel=True)
+                await trio.to_thread.run_sync(
+                    owners.retire, driving.node.node_id, abandon_on_cancel=True
+                )
             except Exception as exc:  # noqa: BLE001 -- peers then take over after the lease
                 log.warning("this node could not retire in the store (%s)", exc)
 
 
-async def _beat(
-    owners: Any, node: NodeIdentity, lease: NodeLease, driving: StoreDriving, peers: Peers
-) -> None:
+async def _beat(owners: Any, lease: NodeLease, driving: StoreDriving, peers: Peers) -> None:
+    node = driving.node
     sent = trio.current_time()
     renewed = await trio.to_thread.run_sync(
         owners.renew, node.node_id, lease.lease_seconds, abandon_on_cancel=True
@@ -111,10 +114,13 @@ async def _beat(
         )
         lease.lapsed()
         driving.cut_all("this node's lease lapsed, so another node may have taken the run")
-        await register(owners, node, lease)
+        # Its id is dead for good (a peer may have buried it): the node lives on under a new one.
+        driving.node = successor(driving.node)
+        log.warning("this node registers again as %s", driving.node.node_id)
+        await register(owners, driving.node, lease)
     await driving.release_left()
     held = driving.held_epochs()
     if held:
-        lost = await trio.to_thread.run_sync(owners.lapsed_runs, node.node_id, held)
+        lost = await trio.to_thread.run_sync(owners.lapsed_runs, driving.node.node_id, held)
         driving.stop_lost(lost)
-    peers.saw(node, await trio.to_thread.run_sync(owners.nodes))
+    peers.saw(driving.node, await trio.to_thread.run_sync(owners.nodes))

@@ -76,6 +76,20 @@ class NodeIdentity:
         )
 
 
+def successor(node: NodeIdentity) -> NodeIdentity:
+    """A new identity for this same process (ids are never reused): the node registers under it
+    after the store said its lease had lapsed, and its earlier id stays dead for good."""
+    name = node.name
+    return NodeIdentity(
+        node_id=f"{name}:{node.pid}:{secrets.token_hex(3)}",
+        name=name,
+        host=node.host,
+        pid=node.pid,
+        pid_start=node.pid_start,
+        boot_id=node.boot_id,
+    )
+
+
 def dead_local_peers(me: NodeIdentity, peers: Iterable[object]) -> tuple[str, ...]:
     """The ids of the nodes among ``peers`` (``NodeRecord``s) proven dead by this machine's kernel:
     on this boot, and their pid gone or started at another instant than when they registered.

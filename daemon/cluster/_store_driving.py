@@ -55,6 +55,7 @@ class StoreDriving:
         dead_nodes: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self._owners = owners
+        # This node's identity now (the heartbeat gives it a new one after a lapse).
         self.node = node
         self.lease = lease
         self._dead_nodes = dead_nodes

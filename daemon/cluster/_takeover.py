@@ -24,7 +24,6 @@ from typing import Any
 import trio
 
 from ._lease import NodeLease
-from ._node import NodeIdentity
 from ._store_driving import StoreDriving
 
 log = logging.getLogger("salvor.cluster")
@@ -38,7 +37,6 @@ class Takeover:
     def __init__(
         self,
         owners: Any,
-        node: NodeIdentity,
         lease: NodeLease,
         driving: StoreDriving,
         *,
@@ -49,7 +47,6 @@ class Takeover:
         before_first_of: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._owners = owners
-        self._node = node
         self._lease = lease
         self._driving = driving
         self._dead_nodes = dead_nodes
@@ -80,7 +77,7 @@ class Takeover:
         if not self._lease.open:
             return []  # a node that may not act takes nothing over
         cut = self._driving.take_cut()
-        me, dead = self._node.node_id, tuple(self._dead_nodes())
+        me, dead = self._driving.node.node_id, tuple(self._dead_nodes())
         if not first and not await trio.to_thread.run_sync(
             partial(self._owners.orphans, me, dead_nodes=dead, limit=1)
         ):

@@ -379,7 +379,6 @@ async def _serve(
                 root.start_soon(_watch_signals, stop)
                 takeover = Takeover(
                     owners,
-                    node,
                     lease,
                     access.driving,
                     dead_nodes=lambda: peers.dead,
@@ -487,7 +486,7 @@ async def _server_state(
         max_payload_bytes=config.quota.max_payload_bytes,
         floor=FreeSpaceFloor(config.store_url, config.min_free_bytes),
         # Run ownership (issue 30): ``driver_node`` and a peer's drives read from the store.
-        node_id=runtime.access.driving.node.node_id,
+        this_node=lambda: runtime.access.driving.node.node_id,
         owners_of=runtime.access.store.owners.owners,
     )
 
