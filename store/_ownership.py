@@ -4,23 +4,31 @@ Two kinds of lock, both released by the kernel or the database the moment
 their holder dies (a SIGKILL included), so nothing stale is ever left to
 clean up:
 
-* The store lock. ``salvor serve`` holds it exclusively for its whole life;
-  a command line that drives existing runs (``salvor resume``, ``wake``)
-  holds it shared while it drives. So a second daemon, or a resume beside a
-  daemon, is refused before it touches anything, and a daemon is refused
-  while such a command drives.
+* The store locks, two of them: the serve lock, which every ``salvor serve``
+  holds shared for its whole life, and the drivers' lock, which a command
+  line that drives existing runs (``salvor resume``, ``wake``) holds shared
+  while it drives. Each side, once it holds its own, tries the other's
+  exclusively without waiting and lets go at once: so any number of daemons
+  serve one store together (they share its runs through their owners in the
+  store, ``_run_owners``), while a resume beside a daemon is refused before
+  it touches anything, and a daemon is refused while such a command drives.
+  (Two starting at the very same moment may both be refused; neither ever
+  proceeds beside the other.)
 * A run lock, one per run, held by whoever drives that run from the command
   line (``salvor run`` takes it before the run exists). A daemon starting
   beside a live ``salvor run`` leaves that run alone instead of recovering
   it a second time.
 
 SQLite: a lock file beside the database (``<db>.lock``): ``flock`` on it is
-the store lock, a one-byte POSIX record lock at an offset derived from the
-run id is a run lock (the two kinds do not interact on Linux). The daemon
-writes a small JSON (pid, command, listen address, start time) into the file
-so a refusal can name it; a shared holder is named from ``/proc/locks``.
-One open file per process: closing another descriptor of the same file would
-drop the process's record locks.
+the serve lock, a POSIX record lock on its byte 0 the drivers' lock, and a
+one-byte POSIX record lock at an offset past 0 derived from the run id is a
+run lock (flock and record locks do not interact on Linux). A daemon writes
+a small JSON (pid, command, listen address, start time) into the file so a
+refusal can name it (the last daemon to start; the others are named from
+``/proc/locks``, as command lines are). One open file per process: closing
+another descriptor of the same file would drop the process's record locks;
+and record locks are the process's, so one process is never both a daemon
+and a command-line driver of one store.
 
 PostgreSQL: session advisory locks on a dedicated connection, keyed by the
 store's schema (``current_schema()``: each schema is its own store), and the
@@ -50,6 +58,9 @@ from ._errors import StoreOwned, StoreUnavailable
 from ._file_modes import make_store_directory
 
 SERVE = "serve"
+# How long a lock the other side holds only to test it (exclusively, at once released) is
+# waited out before taking one's own shared.
+_PROBE_GRACE = 1.0
 # How long a PostgreSQL lock whose every holder is a dead local process is
 # waited for (its backend has not yet seen the connection close).
 _DEAD_HOLDER_GRACE = 5.0
@@ -89,9 +100,10 @@ RunHint = str | Callable[[Holder | None], str]
 def _refusal(role: str, holders: list[Holder], run_hint: RunHint) -> StoreOwned:
     serve = next((h for h in holders if h.command == SERVE), None)
     if role == SERVE and serve is not None:
+        # Only a daemon of an older salvor holds the serve lock exclusively.
         return StoreOwned(
-            f"another {serve.describe()} is serving this store; stop it, or give this "
-            "one its own store with --store"
+            f"another {serve.describe()} is serving this store alone (an older salvor); stop "
+            "it, or give this one its own store with --store"
         )
     if role == SERVE:
         who = holders[0].describe() if holders else "another salvor command"
@@ -116,10 +128,13 @@ class StoreLocks:
     """
 
     def claim(self, role: str, run_hint: RunHint) -> None:
-        """Take the store lock: exclusive for ``serve``, shared for any other command.
+        """Take the store locks as ``role``: ``serve`` shares the store with other daemons and
+        with no command-line driver; any other role shares it with other command lines and
+        with no daemon.
 
         Raises:
-            StoreOwned: another live salvor holds it in a conflicting mode; nothing was taken.
+            StoreOwned: a live salvor on the other side holds the store (named); nothing was
+                taken.
         """
         raise NotImplementedError
 
@@ -165,7 +180,6 @@ class _FileLocks(StoreLocks):
             Path(os.path.realpath(database)).name + ".lock"
         )
         self.command = command
-        self._shared = False
         try:
             # Only a command that may create the store gets here with no directory yet.
             make_store_directory(self.path.parent)
@@ -177,14 +191,50 @@ class _FileLocks(StoreLocks):
         self._inode = os.fstat(self._fd).st_ino
 
     def claim(self, role: str, run_hint: RunHint) -> None:
-        self._shared = role != SERVE
-        mode = fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX
-        try:
-            fcntl.flock(self._fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _refusal(role, self._holders(), run_hint) from None
-        if not self._shared:
+        if role == SERVE:
+            if not _within_grace(self._share_serving):
+                raise _refusal(role, self._holders(), run_hint)
+            if not self._drivers_free():
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                raise _refusal(role, self._drivers(), run_hint)
             self.announce("starting")
+            return
+        if not _within_grace(self._share_driving):
+            # Only a daemon testing the lock holds it so, and lets go at once: not now.
+            raise _refusal(role, self._drivers(), run_hint)
+        if not self._serving_free():
+            fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
+            raise _refusal(role, self._holders(), run_hint)
+
+    def _share_serving(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _serving_free(self) -> bool:
+        """Whether no daemon holds the serve lock (tested exclusively, released at once)."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return True
+
+    def _share_driving(self) -> bool:
+        return _record_lock(self._fd, fcntl.LOCK_SH, 0)
+
+    def _drivers_free(self) -> bool:
+        """Whether no command line holds the drivers' lock (tested, released at once)."""
+        if not _record_lock(self._fd, fcntl.LOCK_EX, 0):
+            return False
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
+        return True
+
+    def _drivers(self) -> list[Holder]:
+        pids = _lock_pids(self._inode, "POSIX", 0) - {os.getpid()}
+        return [Holder(pid, _command_of(pid)) for pid in sorted(pids)]
 
     def announce(self, listen: str) -> None:
         record = {
@@ -221,11 +271,7 @@ class _FileLocks(StoreLocks):
         return 1 + (_key("run", run_id) & ((1 << 62) - 1))
 
     def hold_run(self, run_id: str) -> Holder | None:
-        try:
-            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self._offset(run_id))
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
+        if not _record_lock(self._fd, fcntl.LOCK_EX, self._offset(run_id)):
             pids = _lock_pids(self._inode, "POSIX", self._offset(run_id)) - {os.getpid()}
             pid = min(pids) if pids else None
             return Holder(pid, _command_of(pid) if pid else "")
@@ -252,6 +298,29 @@ class _FileLocks(StoreLocks):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _record_lock(fd: int, mode: int, offset: int) -> bool:
+    """Take a one-byte POSIX record lock at ``offset`` without waiting; False when another
+    process holds it in a conflicting mode."""
+    try:
+        fcntl.lockf(fd, mode | fcntl.LOCK_NB, 1, offset)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _within_grace(take: Callable[[], bool]) -> bool:
+    """``take()`` until it succeeds, for ``_PROBE_GRACE`` seconds at most: the other side
+    tests the lock this takes by holding it exclusively for a moment."""
+    deadline = time.monotonic() + _PROBE_GRACE
+    while not take():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _lock_pids(inode: int, kind: str, start: int | None = None) -> set[int]:
@@ -315,7 +384,10 @@ class _AdvisoryLocks(StoreLocks):
                 f"cannot reach the store at {display_url(url)} to "
                 f"lock it ({exc.__class__.__name__})"
             ) from None
+        # The serve lock keeps the key the store lock always had: a daemon of an older salvor
+        # holding it exclusively still refuses (and is refused by) this one.
         self._store_key = _key("store", self._schema)
+        self._drivers_key = _key("drivers", self._schema)
         self._runs: dict[str, int] = {}
         self._name(f"salvor {command} {os.getpid()}")
 
@@ -351,16 +423,35 @@ class _AdvisoryLocks(StoreLocks):
         return holders
 
     def claim(self, role: str, run_hint: RunHint) -> None:
-        deadline = time.monotonic() + _DEAD_HOLDER_GRACE
-        while not self._try(self._store_key, shared=role != SERVE):
-            holders = self._holders(self._store_key)
-            # A salvor SIGKILLed a moment ago still holds the lock until its
-            # backend notices the closed connection: wait for that, briefly.
-            if not (holders and all(_dead(h.pid) for h in holders)) or time.monotonic() > deadline:
-                raise _refusal(role, holders, run_hint)
-            time.sleep(0.05)
+        mine, theirs = (
+            (self._store_key, self._drivers_key)
+            if role == SERVE
+            else (self._drivers_key, self._store_key)
+        )
+        self._take(mine, role, run_hint, shared=True)
+        try:
+            self._take(theirs, role, run_hint, shared=False)
+        except StoreOwned:
+            self._conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": mine})
+            raise
+        # Only tested: the other side may come once this one has gone.
+        self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": theirs})
         if role == SERVE:
             self.announce("starting")
+
+    def _take(self, key: int, role: str, run_hint: RunHint, *, shared: bool) -> None:
+        deadline = time.monotonic() + _DEAD_HOLDER_GRACE
+        probe_deadline = time.monotonic() + _PROBE_GRACE
+        while not self._try(key, shared=shared):
+            holders = self._holders(key)
+            # A salvor SIGKILLed a moment ago still holds the lock until its
+            # backend notices the closed connection: wait for that, briefly.
+            dying = holders and all(_dead(h.pid) for h in holders)
+            # Taking one's own side shared fails only while the other side tests it.
+            probed = shared and time.monotonic() < probe_deadline
+            if not (dying or probed) or time.monotonic() > deadline:
+                raise _refusal(role, holders, run_hint)
+            time.sleep(0.05 if dying else 0.01)
 
     def announce(self, listen: str) -> None:
         self._name(f"salvor {self.command} {os.getpid()} {listen}")

@@ -1,7 +1,7 @@
 """The next step a command line sentence names, as one that works where the reader is.
 
 ``salvor resume`` and ``salvor wake`` drive runs a daemon may be driving, so beside a live
-``salvor serve`` over the same store they are refused (one daemon per store). A hint printed
+``salvor serve`` over the same store they are refused (the daemons drive its runs). A hint printed
 then names the request to that daemon instead, at the address it listens on; with no daemon
 serving the store, it names the ``salvor`` command.
 """

@@ -1,9 +1,10 @@
 """The store and run locks (``salvor.store.open_locks``) for trio code: taken
 and released off the trio thread.
 
-Who takes what: ``salvor serve`` the store lock exclusively, before it
-sweeps, recovers or binds anything; ``salvor resume`` and ``wake`` the store
-lock shared; every command line drive the run lock of the run it drives
+Who takes what: ``salvor serve`` the store locks as a daemon (shared with other
+daemons, refusing command-line drivers) before it sweeps, recovers or binds anything;
+``salvor resume`` and ``wake`` as a command-line driver (shared with other command
+lines, refusing daemons); every command line drive the run lock of the run it drives
 (``salvor run`` and ``rerun`` before the run exists), so a daemon starting
 beside it does not recover that run a second time.
 """
@@ -25,8 +26,8 @@ async def own_store(
 ) -> AsyncIterator[StoreLocks]:
     """Hold this process's locks on the store at ``url`` for the block.
 
-    ``share`` False takes the store lock exclusively (``serve``), True
-    shared, None not at all (the run locks alone). ``run_hint`` ends a
+    ``share`` False takes the store locks as a daemon (``serve``), True as a
+    command-line driver, None not at all (the run locks alone). ``run_hint`` ends a
     shared taker's refusal: what to do instead while the daemon serves.
 
     Raises:

@@ -1,7 +1,7 @@
 """``salvor serve``: the daemon's root nursery and the services in it.
 
 Lifetimes, outermost first: the store lock (``_store_owner``: taken before
-anything else, so a second daemon over the same store touches nothing), the
+anything else, so a daemon beside a command-line driver touches nothing), the
 store (its writer thread), then one nursery
 holding the HTTP server, the drivers' nursery, the wake sweeper, the signal
 watcher, the watchdog and, when the operator named a target, the

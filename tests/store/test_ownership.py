@@ -1,8 +1,15 @@
-"""The store lock a daemon takes (``open_locks``): released the moment its holder closes it."""
+"""The store locks (``open_locks``): released the moment their holder closes them; daemons share
+a store, and a command-line driver and a daemon refuse each other."""
 
 from __future__ import annotations
 
-from salvor.store import EventStore, normalize_store_url, open_locks
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from salvor.store import EventStore, StoreOwned, normalize_store_url, open_locks
 
 
 def test_a_closed_serve_lock_is_free_at_once_to_the_next_taker(store_url: str) -> None:
@@ -49,3 +56,78 @@ def test_serving_names_the_daemon_holding_the_store_and_takes_nothing(store_url:
             again.close()
     finally:
         asking.close()
+
+
+# A command-line driver in a process of its own (record locks are a process's: one process is
+# never both a daemon and a command-line driver of one store). It claims, says so, and holds the
+# lock until its stdin closes.
+DRIVER = """
+import sys
+from salvor.store import open_locks
+locks = open_locks(sys.argv[1], "resume")
+locks.claim("", "")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_several_daemons_share_a_store_and_a_command_line_driver_is_refused_beside_them(
+    store_url: str,
+) -> None:
+    url = normalize_store_url(store_url)
+    EventStore.open(url).close()
+    first, second = open_locks(url, "serve"), open_locks(url, "serve")
+    resume = open_locks(url, "resume")
+    try:
+        first.claim("serve", "")
+        first.announce("http://127.0.0.1:8420")
+        second.claim("serve", "")
+        with pytest.raises(StoreOwned) as refused:
+            resume.claim("", "ask the daemon")
+        message = refused.value.message
+        assert f"salvor serve (pid {os.getpid()}" in message and "is serving this store" in message
+        assert "ask the daemon" in message
+        first.close()
+        # One daemon still serves.
+        with pytest.raises(StoreOwned):
+            resume.claim("", "")
+        second.close()
+        resume.claim("", "")  # none serves now
+    finally:
+        for locks in (first, second, resume):
+            locks.close()
+
+
+def test_a_daemon_is_refused_while_a_command_line_drives_and_starts_once_it_ended(
+    store_url: str,
+) -> None:
+    url = normalize_store_url(store_url)
+    EventStore.open(url).close()
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    daemon = open_locks(url, "serve")
+    try:
+        assert driver.stdout.readline().strip() == "held"
+        with pytest.raises(StoreOwned) as refused:
+            daemon.claim("serve", "")
+        message = refused.value.message
+        assert f"pid {driver.pid}" in message and "is driving runs in this store" in message
+        # Refused, it holds nothing: another command line still drives beside the first.
+        beside = open_locks(url, "wake")
+        try:
+            beside.claim("", "")
+        finally:
+            beside.close()
+        driver.stdin.close()
+        driver.wait(timeout=30)
+        daemon.claim("serve", "")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        daemon.close()

@@ -1,9 +1,9 @@
-"""One daemon per store: real `salvor serve` and `salvor` processes over one real
-store (SQLite and PostgreSQL); a command refused beside them is read from ``main(argv)`` in the
-test's process, holding the store's locks as any other process would.
+"""Daemons and command lines over one store: real `salvor serve` and `salvor` processes over
+one real store (SQLite and PostgreSQL); a command refused beside them is read from
+``main(argv)`` in the test's process, holding the store's locks as any other process would.
 
-A second daemon, or a `salvor resume` beside a daemon, is refused in one
-sentence naming the first daemon, and touches nothing: the first daemon's
+Several daemons serve one store together. A `salvor resume` beside a daemon is refused in one
+sentence naming the daemon, and touches nothing: the daemon's
 sleeping process agent lives on and the daemon still answers. A `salvor
 run` works beside a live daemon in either order: a daemon starting while it
 drives neither kills its agent nor recovers its run. A daemon is refused
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.test_kill_serve import Daemon, free_port
+from tests.chaos.test_kill_serve import Daemon
 from tests.support.cli import salvor_in_process
 from tests.support.processes import gone, wait_gone
 from tests.support.spawn import run_salvor, salvor_process
@@ -135,19 +135,31 @@ def start_sleeping_run(daemon: Daemon, tmp_path: Path) -> str:
         return client.post("/v1/runs", json={"agent": agent, "input": "sleep"}).json()["run"]
 
 
-def test_a_second_serve_and_a_resume_are_refused_and_the_first_daemons_agent_lives(
+def test_two_daemons_serve_one_store_and_a_resume_beside_them_is_refused(
+    daemon: Daemon, tmp_path: Path, store_url: str
+) -> None:
+    (tmp_path / "second").mkdir()
+    second = Daemon(tmp_path / "second", store_url, tmp_path / "effects.jsonl")
+    daemon.start()
+    try:
+        second.start()
+        for each in (daemon, second):
+            with each.client(timeout=30) as client:
+                assert client.get("/v1/runs").status_code == 200
+        one_sentence(refused(store_url, "wake"), "is serving this store")
+        assert second.terminate()[0] == 0
+    finally:
+        if second.alive():
+            second.kill()
+    assert daemon.terminate()[0] == 0
+
+
+def test_a_resume_beside_a_daemon_is_refused_and_the_daemons_agent_lives(
     daemon: Daemon, tmp_path: Path, store_url: str
 ) -> None:
     daemon.start()
     run_id = start_sleeping_run(daemon, tmp_path)
     [agent] = agent_pids(tmp_path)
-    second = salvor(store_url, "serve", "--listen", f"127.0.0.1:{free_port()}")
-    one_sentence(
-        second,
-        f"another salvor serve (pid {daemon.proc.pid}, {daemon.base_url})",
-        "is serving this store",
-        "--store",
-    )
     resume = refused(store_url, "resume", run_id)
     one_sentence(
         resume,
