@@ -1,16 +1,27 @@
 """Run ownership as the daemon holds it: the lease's gate shuts at its local deadline and stays
 shut for holds taken before a lapse; two nodes' holds on one run take turns through the store,
-each claim's fence voiding the one before it."""
+each claim's fence voiding the one before it; a peer on this machine is proven dead by its pid."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import trio
 import trio.testing
-from salvor.daemon.cluster import LeaseLapsing, NodeIdentity, NodeLease, StoreDriving, register
+from salvor.daemon.cluster import (
+    LeaseLapsing,
+    NodeIdentity,
+    NodeLease,
+    StoreDriving,
+    dead_local_peers,
+    pid_start,
+    register,
+)
 from salvor.daemon.recording import DriveStopped
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted
-from salvor.store import EventStore, Fenced
+from salvor.store import EventStore, Fenced, NodeRecord
 
 RUN = "0b000000-0000-4000-8000-000000000001"
 
@@ -99,3 +110,27 @@ async def test_recovery_lets_go_of_a_run_a_live_peer_drives(store):
                 pass
         async with second.hold(RUN, here=True):  # an abandon's hold: this process only
             assert second.fence(RUN) is None
+
+
+def test_a_peer_on_this_machine_is_dead_once_its_pid_is_gone_or_names_another_process():
+    me = NodeIdentity.here("me")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = pid_start(child.pid)
+
+        def peer(node_id: str, pid: int, start: str, boot: str = me.boot_id) -> NodeRecord:
+            return NodeRecord(node_id, "peer", me.host, boot, pid, start, None, "", "", None)
+
+        peers = [
+            peer("alive", child.pid, started),
+            peer("recycled", child.pid, str(int(started) - 1)),
+            peer("elsewhere", child.pid, str(int(started) - 1), boot="another-boot"),
+            peer("unknown-start", child.pid, ""),
+        ]
+        assert dead_local_peers(me, peers) == ("recycled",)
+        child.kill()
+        child.wait()
+        assert dead_local_peers(me, peers) == ("alive", "recycled")
+    finally:
+        child.kill()
+        child.wait()
