@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine, Text, bindparam, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._engine import READ_OPTION
@@ -145,10 +145,13 @@ class RunOwners:
             f"lease_expires_at = {now} WHERE node_id = :node_id"
         )
         self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
-        # The claimer's own lease, held (FOR SHARE) so no peer marks it dead mid-claim.
+        # The claimer's own lease, read without a lock: a claim holding its own node's row
+        # while waiting on a run row a peer holds (that peer waiting to judge this node dead)
+        # would deadlock. A node judged dead a moment after it won a claim loses the run at its
+        # next renewal, and the run's fence keeps its appends out meanwhile.
         self._claimer_live = text(
             f"SELECT CASE WHEN stopped_at IS NULL AND lease_expires_at >= {now} THEN 1 ELSE 0 END "
-            "FROM nodes WHERE node_id = :node_id" + (" FOR SHARE" if postgres else "")
+            "FROM nodes WHERE node_id = :node_id"
         )
         self._run_owner = text(
             "SELECT owner_node, owner_epoch, owner_driving FROM runs WHERE run_id = :run_id"
@@ -173,17 +176,17 @@ class RunOwners:
         self._owners = text(
             f"SELECT {owner_columns} FROM runs r LEFT JOIN nodes n ON n.node_id = r.owner_node "
             "WHERE r.run_id IN :run_ids"
-        ).bindparams(bindparam("run_ids", expanding=True))
+        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
         self._orphans = text(
             f"SELECT {owner_columns} FROM runs r LEFT JOIN nodes n ON n.node_id = r.owner_node "
             f"WHERE {_ACTIVE} AND (r.owner_node IS NULL OR (r.owner_node <> :node_id AND "
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
-        ).bindparams(bindparam("dead", expanding=True))
+        ).bindparams(bindparam("dead", expanding=True, type_=Text))
         self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
         self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
         self._held = text(
             "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
-        ).bindparams(bindparam("run_ids", expanding=True))
+        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
 
     def _lease_params(self, lease_seconds: float) -> dict:
         if not lease_seconds > 0:

@@ -123,9 +123,9 @@ runs = Table(
     Index("ix_runs_listing", "first_recorded_at", "run_id"),
     # The forks of a run (``GET /v1/runs/{id}/forks``); only forks have the column set.
     _partial_index("ix_runs_forked_from", "forked_from", where="forked_from IS NOT NULL"),
-    # A node's runs (``RunOwners.owned_by``). Written only when a run changes hands, never by an
-    # ordinary append.
-    _partial_index("ix_runs_owner_node", "owner_node", where="owner_node IS NOT NULL"),
+    # A node's runs in run id order (``RunOwners.owned_by``). Written only when a run changes
+    # hands, never by an ordinary append.
+    _partial_index("ix_runs_owner_node", "owner_node", "run_id", where="owner_node IS NOT NULL"),
     # The reconciliation queue, oldest first. A run in this state has its
     # open write as its last event (the guard admits only the completion or
     # an abandonment after it), so last_recorded_at is when the intent was

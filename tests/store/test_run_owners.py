@@ -8,6 +8,8 @@ waiting), so no test depends on how fast the machine is.
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 from salvor.protocol import (
@@ -285,3 +287,192 @@ def test_lapsed_runs_names_runs_taken_over_or_ended(store: EventStore, store_url
     assert store.owners.owned_by("n1") == ["ended", "kept"]
     assert store.owners.owned_by("n2") == ["taken"]
     assert set(store.owners.owners(["kept", "taken", "nothing"])) == {"kept", "taken"}
+
+
+def test_orphans_are_the_active_runs_nobody_live_drives(store: EventStore, store_url: str) -> None:
+    for node in ("me", "live", "lapsed", "stopped", "proven"):
+        register(store, node)
+    owned = {"mine": "me", "live": "live", "lapsed": "lapsed", "stopped": "stopped"}
+    owned |= {"proven": "proven", "idle-live": "live", "done-lapsed": "lapsed"}
+    for run_id, node in owned.items():
+        store.append(run_id, [started()], EMPTY_VIEW, fence=store.owners.claim(run_id, node).fence)
+    _, view = store.append("unowned", [started()], EMPTY_VIEW)  # a run made unfenced
+    store.append("unowned-done", [started(), RunCompleted(output=1)], EMPTY_VIEW)
+    store.owners.release("idle-live", Fence("live", 1))
+    done = store.read_view("done-lapsed")
+    store.append("done-lapsed", [RunCompleted(output=1)], done)
+    lapse(store_url, "lapsed")
+    store.owners.retire("stopped")
+
+    orphans = store.owners.orphans("me", dead_nodes=["proven"])
+    assert [o.run_id for o in orphans] == ["lapsed", "proven", "stopped", "unowned"]
+    assert orphans[0] == RunOwner("lapsed", "lapsed", 1, True, False)
+    assert orphans[3] == RunOwner("unowned", None, 0, False, False)
+    # Without the proof, a live node's runs are its own; one page at a time.
+    assert [o.run_id for o in store.owners.orphans("me")] == ["lapsed", "stopped", "unowned"]
+    assert [o.run_id for o in store.owners.orphans("me", limit=1)] == ["lapsed"]
+    # Another node sees this one's runs as its own: not orphaned while it lives.
+    assert "mine" not in [o.run_id for o in store.owners.orphans("live")]
+    assert view.next_seq == 1
+
+
+def test_the_orphans_and_a_nodes_runs_are_read_from_their_indexes(store: EventStore) -> None:
+    from sqlalchemy import Text, bindparam, text
+
+    query = store.owners._orphans.text
+    params = {"node_id": "me", "dead": ["x"], "limit": 200}
+    prefix = "EXPLAIN QUERY PLAN " if store.dialect == "sqlite" else "EXPLAIN "
+    explain = text(prefix + query).bindparams(bindparam("dead", expanding=True, type_=Text))
+    with store._engine.connect() as connection:
+        if store.dialect != "sqlite":
+            # An empty table is read whole anyway; what matters is that the index can be used.
+            connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = " ".join(str(row[-1]) for row in connection.execute(explain, params))
+    assert "ix_runs_active" in plan, plan
+    assert "SCAN r " not in plan.replace("SCAN r USING INDEX", ""), plan
+    # A node's runs: read from their own index, in its order.
+    owned = text(prefix + store.owners._owned_by.text)
+    with store._engine.connect() as connection:
+        if store.dialect != "sqlite":
+            connection.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = " ".join(str(row[-1]) for row in connection.execute(owned, {"node_id": "n"}))
+    assert "ix_runs_owner_node" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+
+
+def test_a_version_6_store_keeps_its_runs_and_they_have_no_owner(store_url: str) -> None:
+    from salvor.store import STORE_VERSION, normalize_store_url
+    from sqlalchemy import create_engine, inspect, text
+
+    with EventStore.open(store_url) as store:
+        _, view = store.append("active", [started()], EMPTY_VIEW)
+        store.append("active", [ModelCallRequested(request_hash="sha256:a")], view)
+        store.append("done", [started(), RunCompleted(output=1)], EMPTY_VIEW)
+        before = {run_id: store.read_log(run_id) for run_id in ("active", "done")}
+    # What version 6 stored: no owner columns, no nodes table.
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.begin() as connection:
+        connection.execute(text("DROP INDEX ix_runs_owner_node"))
+        for column in ("owner_node", "owner_epoch", "owner_driving"):
+            connection.execute(text(f"ALTER TABLE runs DROP COLUMN {column}"))
+        connection.execute(text("DROP TABLE nodes"))
+        connection.execute(text("UPDATE store_meta SET value = 6"))
+    engine.dispose()
+    with EventStore.open(store_url) as store:
+        assert {run_id: store.read_log(run_id) for run_id in before} == before
+        for run_id in before:
+            assert_row_matches_log(store, run_id)
+        register(store, "n1")
+        assert [o.run_id for o in store.owners.orphans("n1")] == ["active"]
+        fence = store.owners.claim("active", "n1").fence
+        assert fence == Fence("n1", 1)
+        store.append("active", [RunAbandoned(reason="x")], store.read_view("active"), fence=fence)
+    engine = create_engine(normalize_store_url(store_url))
+    with engine.connect() as connection:
+        indexes = {index["name"] for index in inspect(connection).get_indexes("runs")}
+        version = connection.execute(text("SELECT value FROM store_meta")).scalar_one()
+    engine.dispose()
+    assert "ix_runs_owner_node" in indexes and version == STORE_VERSION
+
+
+class Pause:
+    """Holds a store's transaction just after it ran a statement starting with ``prefix``, until
+    ``go`` (a real pause on the committing thread, with the statement's row locks held)."""
+
+    def __init__(self, store: EventStore, prefix: str) -> None:
+        from sqlalchemy import event
+
+        self.reached, self.go = threading.Event(), threading.Event()
+
+        @event.listens_for(store._engine, "after_cursor_execute")
+        def hold(conn, cursor, statement, *args) -> None:
+            if statement.startswith(prefix) and not self.go.is_set():
+                self.reached.set()
+                assert self.go.wait(30), "the paused transaction was never let go"
+
+
+def in_thread(call) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def wait_for_lock_waiter(store: EventStore, statement_prefix: str) -> None:
+    """Until a backend running ``statement_prefix`` waits on a lock (bounded)."""
+    from sqlalchemy import text
+
+    deadline = time.monotonic() + 30
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE :prefix"
+    )
+    while True:
+        with store._engine.connect() as connection:
+            if connection.execute(query, {"prefix": statement_prefix + "%"}).scalar_one():
+                return
+        assert time.monotonic() < deadline, f"nothing running {statement_prefix!r} ever waited"
+        time.sleep(0.02)
+
+
+def two_nodes(store_url: str) -> tuple[EventStore, EventStore]:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("on SQLite every claim and renewal is one IMMEDIATE transaction: serial")
+    first, second = EventStore.open(store_url), EventStore.open(store_url)
+    register(first, "n1")
+    register(second, "n2")
+    fence = first.owners.claim("r", "n1").fence
+    first.append("r", [started()], EMPTY_VIEW, fence=fence)
+    return first, second
+
+
+def test_a_renewal_waiting_on_a_takeover_fails_once_it_commits(store_url: str) -> None:
+    # n1's lease holds when its renewal reads the row, but n2 is taking the run over (it proved
+    # n1 dead) and holds that row: the renewal waits, and must then fail, never extend a lease
+    # whose runs were just taken.
+    first, second = two_nodes(store_url)
+    try:
+        pause = Pause(second, "UPDATE nodes SET stopped_at")
+        claim, claimed = in_thread(lambda: second.owners.claim("r", "n2", dead_nodes=["n1"]))
+        assert pause.reached.wait(30)
+        renewal, renewed = in_thread(lambda: first.owners.renew("n1", LEASE))
+        wait_for_lock_waiter(first, "UPDATE nodes SET lease_expires_at")
+        pause.go.set()
+        claim.join(30)
+        renewal.join(30)
+        assert claimed == [Claimed(Fence("n2", 2), None)]
+        assert renewed == [False]
+        with pytest.raises(Fenced):
+            first.append(
+                "r",
+                [ModelCallRequested(request_hash="sha256:r")],
+                first.read_view("r"),
+                fence=Fence("n1", 1),
+            )
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_takeover_waiting_on_a_renewal_loses_once_it_commits(store_url: str) -> None:
+    # n1's lease has lapsed by the time n2 judges it, but n1's renewal (begun while it held) is
+    # committing: the claim waits for it and then finds the lease renewed.
+    first, second = two_nodes(store_url)
+    try:
+        first.owners.renew("n1", 1.0)
+        pause = Pause(first, "UPDATE nodes SET lease_expires_at")
+        renewal, renewed = in_thread(lambda: first.owners.renew("n1", LEASE))
+        assert pause.reached.wait(30)
+        # Until the lease it held before has lapsed by the database's clock.
+        while second.owners.owner("r").node_live:
+            time.sleep(0.05)
+        claim, claimed = in_thread(lambda: second.owners.claim("r", "n2"))
+        wait_for_lock_waiter(second, "UPDATE nodes SET stopped_at")
+        pause.go.set()
+        renewal.join(30)
+        claim.join(30)
+        assert renewed == [True]
+        assert claimed == [Claimed(None, RunOwner("r", "n1", 1, True, True))]
+        assert second.owners.owner("r") == RunOwner("r", "n1", 1, True, True)
+    finally:
+        first.close()
+        second.close()

@@ -99,6 +99,7 @@ STORE_TABLES = (
     "claims",
     "probe_answers",
     "notifications",
+    "nodes",
     "store_meta",
 )
 
