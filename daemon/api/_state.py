@@ -105,6 +105,17 @@ class ServerState:
             or _node_driving(owner) is not None
         )
 
+    async def attached_anywhere(self, run_id: str) -> bool:
+        """``attached``, asking the store whether a peer node drives the run when nothing here
+        does (one read).
+
+        Raises:
+            StoreUnavailable: the store could not be read.
+        """
+        if self.attached(run_id):
+            return True
+        return _node_driving((await self.run_owners([run_id])).get(run_id)) is not None
+
     async def run_owners(self, run_ids: list[str]) -> Mapping[str, Any]:
         """The store's owner of each of ``run_ids`` (one read); empty without an owners table.
 

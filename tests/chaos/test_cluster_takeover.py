@@ -293,3 +293,26 @@ def test_an_abandon_sent_to_the_peer_stops_the_drive_of_the_owner(cluster: Clust
     until(lambda: cluster.run(0, run_id).get("driver") is None, "the run at rest on its owner")
     assert cluster.log(run_id) == log
     assert cluster.ledger() == ledger
+
+
+def test_a_stream_on_the_peer_follows_a_run_the_other_node_drives_through_a_quiet_spell(
+    cluster: Cluster,
+) -> None:
+    run_id = cluster.start_run(0, plan(6), hold_at=1)
+    cluster.hook.wait_held(1)
+    # Quiet for longer than the stream's detach grace (5 s) before the run goes on.
+    timer = threading.Timer(7.0, cluster.hook.released.set)
+    timer.start()
+    try:
+        url = f"{cluster.nodes[1].base_url}/v1/runs/{run_id}/events"
+        lines = []
+        with httpx.stream("GET", url, timeout=SETTLE_SECONDS) as stream:
+            for line in stream.iter_lines():
+                lines.append(line)
+                if len(lines) >= 2 and lines[-2] == "event: end":
+                    break
+    finally:
+        timer.cancel()
+    end = json.loads(lines[-1].removeprefix("data:").strip())
+    assert "detached" not in end and end["status"]["state"] == "completed", lines[-6:]
+    cluster.check(Counter())
