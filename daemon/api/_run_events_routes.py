@@ -215,14 +215,10 @@ async def _frames(
                     pending, paging = later, True
                     continue
             now = trio.current_time()
-            if (
-                not state.attached(run_id)
-                and now - last_progress >= state.detach_grace_seconds
-                and await state.attached_anywhere(run_id)
-            ):
-                # Another node drives it (its commits reach here through the hub's poll): quiet
-                # is no detachment; asked again after another grace.
-                last_progress = now
+            quiet = now - last_progress >= state.detach_grace_seconds
+            # A peer node's drive (its commits come through the hub's poll) is no detachment.
+            if quiet and not state.attached(run_id) and await state.attached_anywhere(run_id):
+                last_progress = now  # asked again after another grace
             if state.stopping.is_set() or (
                 not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
             ):
