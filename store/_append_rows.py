@@ -29,7 +29,7 @@ from salvor.protocol import (
 from sqlalchemy import bindparam, delete, insert, select, update
 
 from ._direct import DirectStatement
-from ._errors import SeqConflict
+from ._errors import Fenced, SeqConflict
 from ._notifications import notice_of, notification_row
 from ._run_owners import Fence
 from ._schema import claims, events, notifications, runs
@@ -308,6 +308,8 @@ class Writes:
         "insert_events",
         "insert_notification",
         "insert_run",
+        "lock_owners",
+        "placeholder",
         "release_claim",
         "select_claim",
         "settle_claim",
@@ -316,6 +318,14 @@ class Writes:
     )
 
     def __init__(self, dialect: Any) -> None:
+        # The fence check reads a varying number of runs: its SQL is made per group, in the
+        # driver's own parameter style (``stale_fences``).
+        self.placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
+        # In run id order, so two groups never wait on each other's rows in a cycle; the rows
+        # are locked as the append's update would lock them, so a concurrent claim waits.
+        self.lock_owners = (
+            " ORDER BY run_id FOR NO KEY UPDATE" if dialect.name == "postgresql" else ""
+        )
         self.insert_events = DirectStatement(_INSERT_EVENTS, dialect, keys=_EVENT_KEYS)
         self.insert_run = DirectStatement(_INSERT_RUN, dialect, keys=_RUN_KEYS)
         self.update_run = DirectStatement(_UPDATE_RUN, dialect, keys=_MUTABLE_RUN_KEYS)
@@ -331,6 +341,46 @@ class Writes:
         self.insert_notification = DirectStatement(
             _INSERT_NOTIFICATION, dialect, keys=_NOTIFICATION_KEYS
         )
+
+
+def stale_fences(cursor: Any, writes: Writes, batch: list[Prepared]) -> dict[int, Fenced]:
+    """The fenced appends of ``batch`` whose run another fence owns now, by position in
+    ``batch``; read inside the append's transaction, before anything is written. On PostgreSQL
+    the runs rows stay locked to the commit, so a claim racing the append either committed
+    first (and is seen here) or waits for it. A creating append is not checked: its insert
+    conflicts with any row already there."""
+    checked = {
+        position: prepared
+        for position, prepared in enumerate(batch)
+        if prepared.fence is not None and prepared.previous_count > 0
+    }
+    if not checked:
+        return {}
+    run_ids = sorted({prepared.run_id for prepared in checked.values()})
+    marks = ", ".join([writes.placeholder] * len(run_ids))
+    cursor.execute(
+        f"SELECT run_id, owner_node, owner_epoch FROM runs WHERE run_id IN ({marks})"
+        + writes.lock_owners,
+        tuple(run_ids),
+    )
+    held = {run_id: (node, epoch) for run_id, node, epoch in cursor.fetchall()}
+    fenced = {}
+    for position, prepared in checked.items():
+        fence = prepared.fence
+        # A run with no row: its update matches nothing and the append is a SeqConflict.
+        node, epoch = held.get(prepared.run_id, (fence.node_id, fence.epoch))
+        if node != fence.node_id or epoch != fence.epoch:
+            owner = f"node {node} at epoch {epoch}" if node else f"no node (epoch {epoch})"
+            fenced[position] = Fenced(
+                f"run {prepared.run_id} was taken from node {fence.node_id} (its epoch "
+                f"{fence.epoch}); the store's owner is {owner}, so nothing of this append "
+                "was written",
+                run_id=prepared.run_id,
+                epoch=fence.epoch,
+                owner_node=node,
+                owner_epoch=epoch,
+            )
+    return fenced
 
 
 def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Prepared) -> None:

@@ -65,6 +65,7 @@ from ._append_rows import (
     append_txn,
     now_instant,
     prepare,
+    stale_fences,
 )
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
@@ -316,7 +317,6 @@ class EventStore:
         )
         # Node leases and run ownership (issue 30, run ownership).
         self.owners = RunOwners(engine, self.url)
-        self._placeholder = "?" if engine.dialect.paramstyle == "qmark" else "%s"
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -605,7 +605,7 @@ class EventStore:
         try:
             if self._begin is not None:
                 cursor.execute(self._begin)
-            fenced = self._stale_fences(cursor, batch)
+            fenced = stale_fences(cursor, self._writes, batch)
             if fenced:
                 batch = [p for position, p in enumerate(batch) if position not in fenced]
             if not batch:
@@ -644,45 +644,6 @@ class EventStore:
             ) from None
         else:
             cursor.close()
-        return fenced
-
-    def _stale_fences(self, cursor: Any, batch: list[Prepared]) -> dict[int, Fenced]:
-        """The fenced appends of ``batch`` whose run another fence owns now, by position; read
-        inside the append's transaction. On PostgreSQL the rows are locked as the append's
-        update would lock them, so a concurrent claim waits for this commit (and a claim that
-        committed first is seen). A creating append is not checked: its insert conflicts with
-        any row already there."""
-        checked = {
-            position: prepared
-            for position, prepared in enumerate(batch)
-            if prepared.fence is not None and prepared.previous_count > 0
-        }
-        if not checked:
-            return {}
-        run_ids = sorted({prepared.run_id for prepared in checked.values()})
-        marks = ", ".join([self._placeholder] * len(run_ids))
-        sql = f"SELECT run_id, owner_node, owner_epoch FROM runs WHERE run_id IN ({marks})"
-        if self.dialect == "postgresql":
-            # In run id order, so two groups never wait on each other's rows in a cycle.
-            sql += " ORDER BY run_id FOR NO KEY UPDATE"
-        cursor.execute(sql, tuple(run_ids))
-        held = {run_id: (node, epoch) for run_id, node, epoch in cursor.fetchall()}
-        fenced = {}
-        for position, prepared in checked.items():
-            fence = prepared.fence
-            # A run with no row: its update matches nothing and the append is a SeqConflict.
-            node, epoch = held.get(prepared.run_id, (fence.node_id, fence.epoch))
-            if node != fence.node_id or epoch != fence.epoch:
-                owner = f"node {node} at epoch {epoch}" if node else f"no node (epoch {epoch})"
-                fenced[position] = Fenced(
-                    f"run {prepared.run_id} was taken from node {fence.node_id} (its epoch "
-                    f"{fence.epoch}); the store's owner is {owner}, so nothing of this append "
-                    "was written",
-                    run_id=prepared.run_id,
-                    epoch=fence.epoch,
-                    owner_node=node,
-                    owner_epoch=epoch,
-                )
         return fenced
 
     def _roll_back(self, connection: Any, cursor: Any, *, dropping: bool) -> None:

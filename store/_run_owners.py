@@ -145,6 +145,8 @@ class RunOwners:
             f"lease_expires_at = {now} WHERE node_id = :node_id"
         )
         self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
+        # SQLite's modifier and PostgreSQL's interval both take the seconds negated: "now minus".
+        self._forget = text(f"DELETE FROM nodes WHERE lease_expires_at < {later}")
         # The claimer's own lease, read without a lock: a claim holding its own node's row
         # while waiting on a run row a peer holds (that peer waiting to judge this node dead)
         # would deadlock. A node judged dead a moment after it won a claim loses the run at its
@@ -287,6 +289,29 @@ class RunOwners:
                 connection.execute(self._set_listen, {"node_id": node_id, "listen": listen})
         except SQLAlchemyError as exc:
             raise self._failed(exc, "record a node's address") from None
+
+    def forget_nodes(self, lapsed_for: float) -> int:
+        """Delete the rows of nodes whose lease lapsed more than ``lapsed_for`` seconds ago (by
+        the database's clock): a daemon start adds a row that nothing else removes. A run whose
+        owner is forgotten reads as owned by a dead node, as it did before.
+
+        Returns:
+            How many rows were deleted.
+
+        Raises:
+            ValueError: ``lapsed_for`` is not positive.
+            StoreUnavailable: the database failed; nothing was deleted.
+        """
+        params = self._lease_params(lapsed_for)
+        if self.dialect == "sqlite":
+            params = {"lease_modifier": "-" + params["lease_modifier"][1:]}
+        else:
+            params = {"lease_seconds": -params["lease_seconds"]}
+        try:
+            with self._engine.begin() as connection:
+                return connection.execute(self._forget, params).rowcount
+        except SQLAlchemyError as exc:
+            raise self._failed(exc, "forget stopped nodes") from None
 
     def nodes(self) -> list[NodeRecord]:
         """Every node ever registered (stopped ones too), oldest first."""

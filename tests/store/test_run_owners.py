@@ -34,6 +34,7 @@ from salvor.store import (
 from tests.store.test_store import assert_row_matches_log, execute_sql
 
 LEASE = 30.0
+USAGE = {"input_tokens": 1, "output_tokens": 1}
 PAST = "2000-01-01T00:00:00.000000Z"
 INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
@@ -246,7 +247,7 @@ def test_unfenced_appends_and_ordinary_appends_leave_the_owner_alone(
     _, view = store.append("r", [ModelCallRequested(request_hash="sha256:r")], view, fence=fence)
     _, view = store.append(
         "r",
-        [ModelCallCompleted(seq=1, response={}, usage={"input_tokens": 1, "output_tokens": 1})],
+        [ModelCallCompleted(seq=1, response={}, usage=USAGE)],
         view,
     )
     store.append("r", [RunAbandoned(reason="operator")], view)  # an API-side append: unfenced
@@ -476,3 +477,98 @@ def test_a_takeover_waiting_on_a_renewal_loses_once_it_commits(store_url: str) -
     finally:
         first.close()
         second.close()
+
+
+def test_drivers_taking_one_run_from_each_other_never_write_out_of_turn(store_url: str) -> None:
+    # Four drivers, each a connection of its own, take one run from each other over and over
+    # (each proves a peer dead at random, as a takeover sweep would) and append while they
+    # believe they own it, reading the run afresh each time. Whatever the interleaving, the
+    # log's epochs never go back, each epoch is one node's, and no append refused Fenced (or
+    # any other way) is in the log.
+    import random
+
+    with EventStore.open(store_url) as store:
+        store.append("r", [started()], EMPTY_VIEW)
+    outcomes: list[tuple[str, object]] = []
+    lock = threading.Lock()
+    together = threading.Barrier(4)
+
+    def driver(index: int) -> None:
+        rng = random.Random(index)
+        store = EventStore.open(store_url)
+        generation, fence = 0, None
+        node = f"d{index}.0"
+        register(store, node)
+        together.wait(30)
+        try:
+            for step in range(40):
+                time.sleep(0.002)  # let the others in between any two steps
+                if fence is None:
+                    peers = [f"d{i}.{g}" for i in range(4) for g in range(8) if i != index]
+                    try:
+                        claimed = store.owners.claim("r", node, dead_nodes=[rng.choice(peers)])
+                    except Fenced:  # a peer proved this node dead: start again as a new one
+                        generation += 1
+                        node = f"d{index}.{generation}"
+                        register(store, node)
+                        continue
+                    fence = claimed.fence
+                    if fence is None:
+                        continue
+                tag = f"sha256:{fence.node_id}:{fence.epoch}:{step}"
+                view = store.read_view("r")
+                batch = [
+                    ModelCallRequested(request_hash=tag),
+                    ModelCallCompleted(seq=view.next_seq, response={}, usage=USAGE),
+                ]
+                try:
+                    store.append("r", batch, view, fence=fence)
+                except (Fenced, SeqConflict) as refused:
+                    with lock:
+                        outcomes.append((tag, refused))
+                    if isinstance(refused, Fenced):
+                        fence = None
+                else:
+                    with lock:
+                        outcomes.append((tag, None))
+                if rng.random() < 0.2 and fence is not None:
+                    store.owners.release("r", fence)
+                    fence = None
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive()
+    with EventStore.open(store_url) as store:
+        log = store.read_log("r")
+        assert_row_matches_log(store, "r")
+    tags = [e.event.request_hash for e in log if isinstance(e.event, ModelCallRequested)]
+    written = [(tag.split(":")[1], int(tag.split(":")[2])) for tag in tags]
+    epochs = [epoch for _, epoch in written]
+    assert epochs == sorted(epochs), written
+    assert len(set(written)) == len(set(epochs)), written
+    assert set(tags) == {tag for tag, refused in outcomes if refused is None}
+    assert any(isinstance(refused, Fenced) for _, refused in outcomes), "no driver was fenced"
+    assert len(set(epochs)) > 3, "the run hardly changed hands"
+
+
+def test_nodes_lapsed_long_ago_are_forgotten_and_their_runs_stay_free(
+    store: EventStore, store_url: str
+) -> None:
+    register(store, "old")
+    register(store, "recent", lease=1)
+    register(store, "live")
+    store.append("r", [started()], EMPTY_VIEW, fence=store.owners.claim("r", "old").fence)
+    lapse(store_url, "old")
+    store.owners.retire("recent")
+    assert store.owners.forget_nodes(3600) == 1
+    assert {n.node_id for n in store.owners.nodes()} == {"recent", "live"}
+    assert store.owners.owner("r") == RunOwner("r", "old", 1, True, False)
+    assert [o.run_id for o in store.owners.orphans("live")] == ["r"]
+    assert store.owners.claim("r", "live").fence == Fence("live", 2)
+    with pytest.raises(ValueError):
+        store.owners.forget_nodes(0)
