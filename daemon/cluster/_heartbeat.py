@@ -27,6 +27,9 @@ from ._store_driving import StoreDriving
 
 log = logging.getLogger("salvor.cluster")
 
+# How long after its lease lapsed a node's row is kept (a run it owned stays free to claim).
+FORGET_NODES_AFTER_SECONDS = 24 * 3600.0
+
 
 class Peers:
     """What the last look at the node table found: the peers proven dead on this machine."""
@@ -79,6 +82,8 @@ async def keep_lease(
         StoreUnavailable: the first registration failed; nothing was started.
     """
     await register(owners, node, lease)
+    # Every start adds a node row: those long dead go, so the table stays as small as the cluster.
+    await trio.to_thread.run_sync(owners.forget_nodes, FORGET_NODES_AFTER_SECONDS)
     peers.saw(node, await trio.to_thread.run_sync(owners.nodes))
     try:
         async with trio.open_nursery() as nursery:

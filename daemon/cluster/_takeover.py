@@ -78,10 +78,8 @@ class Takeover:
             return []  # a node that may not act takes nothing over
         cut = self._driving.take_cut()
         me, dead = self._driving.node.node_id, tuple(self._dead_nodes())
-        # An empty list of dead nodes goes as one id no node has: PostgreSQL refuses the empty
-        # IN list SQLAlchemy renders against a text column.
         if not first and not await trio.to_thread.run_sync(
-            partial(self._owners.orphans, me, dead_nodes=dead or ("",), limit=1)
+            partial(self._owners.orphans, me, dead_nodes=dead, limit=1)
         ):
             return cut
         if self._before is not None and not first and not self._seen_dead.issuperset(dead):
