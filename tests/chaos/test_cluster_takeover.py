@@ -1,5 +1,6 @@
-"""Two `salvor serve` over one store: a dead node's runs finish on its peer, a paused node does
-nothing once it wakes, and either node answers for a run the other drives.
+"""Two `salvor serve` over one store: a dead node's runs finish on its peer (each node killed in
+turn and started again), a paused node does nothing once it wakes, either node answers for a run
+the other drives, and a stream on either follows it.
 
 Real processes on one store (an SQLite file, and PostgreSQL when ``SALVOR_TEST_POSTGRES_URL`` is
 set), the scripted provider as the model (it counts every call it serves, and holds chosen calls
@@ -66,6 +67,12 @@ class Held:
         deadline = time.monotonic() + SETTLE_SECONDS
         while not (gate.is_set() or self.released.is_set()) and time.monotonic() < deadline:
             gate.wait(0.05)
+
+    def let_go(self) -> None:
+        """Let every call held so far go (later ones are held again while picking)."""
+        with self.lock:
+            for gate in self.gates:
+                gate.set()
 
     def wait_held(self, n: int) -> None:
         until(lambda: len(self.held) >= n, f"{n} model calls held in flight")
@@ -316,3 +323,25 @@ def test_a_stream_on_the_peer_follows_a_run_the_other_node_drives_through_a_quie
     end = json.loads(lines[-1].removeprefix("data:").strip())
     assert "detached" not in end and end["status"]["state"] == "completed", lines[-6:]
     cluster.check(Counter())
+
+
+def test_each_node_killed_in_turn_and_started_again_loses_nothing(cluster: Cluster) -> None:
+    cut: Counter = Counter()
+    for victim in (0, 1, 0):
+        peer = 1 - victim
+        before = len(cluster.hook.held)
+        cluster.hook.picking = True
+        runs = [
+            cluster.start_run(victim, plan(len(cluster.plans)), hold_at=case % 4)
+            for case in range(4)
+        ]
+        cluster.hook.wait_held(before + len(runs))
+        cluster.nodes[victim].kill()
+        cut.update(cluster.hook.held[before:])
+        cluster.hook.picking = False  # the peer's calls go through
+        cluster.hook.let_go()
+        for run_id in runs:
+            cluster.wait_state(peer, run_id, "completed")
+        # Started again (a new node: the old one's runs went to its peer, none are left to it).
+        cluster.nodes[victim].start()
+    cluster.check(cut)
