@@ -12,6 +12,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     tools        the tool registry and the demo tools
     mcp          the MCP client: server definitions, sessions over stdio and HTTP, MCP tools
     recording    a run's write-ahead record: store access and the run context
+    cluster      many nodes over one store: node identity, lease, run ownership, takeover
     flows        the flow tools agents call (ask_user, subagent, finish, flow_results, authoring)
     proxies      the loopback model proxy and MCP stand-in endpoints a process agent talks to
     agents       agent kinds: definitions, credentials, the built-in loop, process and
@@ -36,6 +37,7 @@ LAYERS = (
     "tools",
     "mcp",
     "recording",
+    "cluster",
     "flows",
     "proxies",
     "agents",

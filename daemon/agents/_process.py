@@ -547,6 +547,8 @@ async def _start_and_supervise(
     run then failed, saying why)."""
     settings = agent.process
     access, run_id = ctx.access, ctx.run_id
+    # No agent starts on a node that may no longer act on the run (its lease is lapsing).
+    access.driving.gate(run_id)
     try:
         process = await open_tied_process(
             agent_command(agent, run_input),

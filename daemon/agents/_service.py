@@ -215,6 +215,8 @@ async def _send_trigger(
 ) -> _Trigger:
     """POST the trigger and wait for its answer, the run's failure, or the
     timeout, whichever comes first."""
+    # No trigger goes out from a node that may no longer act on the run (its lease is lapsing).
+    session.ctx.access.driving.gate(session.run_id)
     trigger = _Trigger()
     # The service runs on this machine (its model calls reach a loopback
     # port), so the environment's HTTP proxies are not for this request.

@@ -114,8 +114,16 @@ _PENDING = {"oneOf": [ref("Pending"), {"type": "null"}]}
 DRIVER = Field(
     name="driver",
     schema={"enum": ["attached", "none"]},
-    description="Whether a driver in this daemon is running the run now; absent for a terminal "
-    "run.",
+    description="Whether a driver is running the run now (a drive on this daemon or on another "
+    "node serving the same store, or a client's current lease); absent for a terminal run.",
+)
+# Issue 30: beside ``driver`` when a node (a ``salvor serve`` over the same store) drives the run.
+DRIVER_NODE = Field(
+    name="driver_node",
+    schema={"type": "string", "minLength": 1},
+    description="An extension: the node whose drive holds the run now, this daemon or another "
+    "one serving the same store (its id, as `salvor serve` logs it at start); absent when no "
+    "node drives it.",
 )
 DRIVER_RULE: JSON = {
     "if": {
@@ -141,6 +149,7 @@ RUN = Answer(
         _required("first_recorded_at", _INSTANT),
         _required("last_recorded_at", _INSTANT),
         DRIVER,
+        DRIVER_NODE,
         Field(
             name="replay_of",
             schema=ref("RunId"),

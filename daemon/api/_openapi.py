@@ -34,7 +34,7 @@ from ..agents import DEFAULT_PROVIDER, DeclaredOrigin, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
 from ..web import CSRF_HEADER, FAILED_TRIES, SESSION_COOKIE, WINDOW_SECONDS
 from ._agent_schemas import AGENT_SCHEMAS
-from ._answers import ANSWERS, DRIVER, DRIVER_RULE
+from ._answers import ANSWERS, DRIVER, DRIVER_NODE, DRIVER_RULE
 from ._bodies import BODIES
 from ._fork_schemas import FORK_ANSWERS, FORK_SCHEMAS
 from ._graph_schemas import GRAPH_ANSWERS, GRAPH_SCHEMAS
@@ -67,7 +67,7 @@ def _run_summary(keys: frozenset[str]) -> JSON:
         **_object(
             _exactly(
                 "a run summary (RunSummary.to_json() and its driver)",
-                keys | {DRIVER.name},
+                keys | {DRIVER.name, DRIVER_NODE.name},
                 {
                     "run": _ref("RunId"),
                     "status": _ref("Status"),
@@ -83,6 +83,7 @@ def _run_summary(keys: frozenset[str]) -> JSON:
                     },
                     "labels": {"allOf": [_ref("Labels")], "minProperties": 1},
                     DRIVER.name: DRIVER.described(),
+                    DRIVER_NODE.name: DRIVER_NODE.described(),
                 },
             ),
             SUMMARY_REQUIRED,

@@ -215,6 +215,10 @@ async def _frames(
                     pending, paging = later, True
                     continue
             now = trio.current_time()
+            quiet = now - last_progress >= state.detach_grace_seconds
+            # A peer node's drive (its commits come through the hub's poll) is no detachment.
+            if quiet and await state.attached_anywhere(run_id):
+                last_progress = now  # asked again after another grace
             if state.stopping.is_set() or (
                 now - last_progress >= state.detach_grace_seconds
                 and not await state.attached(run_id)

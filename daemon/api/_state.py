@@ -3,8 +3,9 @@ and the daemon's settings for them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from salvor.protocol import TERMINAL_STATES
@@ -86,6 +87,10 @@ class ServerState:
     # Which worker of ``salvor serve --workers N`` this is (``/v1/health`` says it); None: a
     # daemon of its own.
     worker: int | None = None
+    # Run ownership (issue 30): this node's id now, and the store's owners of the given runs (a
+    # blocking read, ``RunOwners.owners``: run it in a thread); None: one process, no owners.
+    this_node: Callable[[], str] | None = None
+    owners_of: Callable[[list[str]], Mapping[str, Any]] | None = None
     # The operations on client-driven runs (shared by their routes and the ASGI front).
     client_runs: ClientRuns = field(init=False)
 
@@ -97,29 +102,60 @@ class ServerState:
             floor=self.floor,
         )
 
-    async def attached(self, run_id: str) -> bool:
-        """Whether something drives the run right now: a driver task here,
-        or a client's current lease (taken through any node).
+    async def attached(self, run_id: str, owner: Any = None) -> bool:
+        """Whether something drives the run right now: a driver task here, a live node's drive
+        (``owner``, the run's ``RunOwner`` when read), or a client's current lease (taken
+        through any node).
 
         Raises:
             StoreUnavailable: the leases could not be read.
         """
-        return self.drivers.driving(run_id) or await self.leases.holds(run_id)
+        if self.drivers.driving(run_id) or _node_driving(owner) is not None:
+            return True
+        return await self.leases.holds(run_id)
+
+    async def attached_anywhere(self, run_id: str) -> bool:
+        """``attached``, asking the store whether a peer node drives the run (one read).
+
+        Raises:
+            StoreUnavailable: the store could not be read.
+        """
+        if self.drivers.driving(run_id):
+            return True
+        return await self.attached(run_id, (await self.run_owners([run_id])).get(run_id))
+
+    async def run_owners(self, run_ids: list[str]) -> Mapping[str, Any]:
+        """The store's owner of each of ``run_ids`` (one read); empty without an owners table.
+
+        Raises:
+            StoreUnavailable: the store could not be read.
+        """
+        if self.owners_of is None or not run_ids:
+            return {}
+        return await trio.to_thread.run_sync(self.owners_of, run_ids)
 
     async def driver(self, run_id: str, state: str | None) -> dict:
-        """The ``driver`` field: absent for a terminal or unreadable run."""
-        if state is None or state in _TERMINAL:
-            return {}
-        return driver_field(await self.attached(run_id))
+        """The ``driver`` field, and ``driver_node`` when a node drives the run: absent for a
+        terminal or unreadable run."""
+        return (await self.driver_fields([(run_id, state)]))[run_id]
 
     async def driver_fields(self, runs: Iterable[tuple[str, str | None]]) -> dict[str, dict]:
-        """``driver`` for a page of ``(run id, state)``: one read of the leases for the page."""
+        """``driver`` (and ``driver_node``) for a page of ``(run id, state)``: one read of the
+        owners and one of the leases for the page."""
         runs = list(runs)
         live = [run_id for run_id, state in runs if state is not None and state not in _TERMINAL]
-        held = await self.leases.holding([r for r in live if not self.drivers.driving(r)])
-        fields = {run_id: {} for run_id, _ in runs}
+        owners = await self.run_owners([r for r in live if not self.drivers.driving(r)])
+        unowned = [
+            r for r in live if not self.drivers.driving(r) and _node_driving(owners.get(r)) is None
+        ]
+        held = await self.leases.holding(unowned)
+        fields: dict[str, dict] = {run_id: {} for run_id, _ in runs}
         for run_id in live:
-            fields[run_id] = driver_field(self.drivers.driving(run_id) or run_id in held)
+            owner = owners.get(run_id)
+            attached = (
+                self.drivers.driving(run_id) or _node_driving(owner) is not None or run_id in held
+            )
+            fields[run_id] = self._driver_field(run_id, attached, owner)
         return fields
 
     def driver_seen(self, run_id: str, state: str | None) -> dict:
@@ -128,8 +164,21 @@ class ServerState:
         lately (``DriveLeases.seen_holding``)."""
         if state is None or state in _TERMINAL:
             return {}
-        return driver_field(self.drivers.driving(run_id) or self.leases.seen_holding(run_id))
+        attached = self.drivers.driving(run_id) or self.leases.seen_holding(run_id)
+        return self._driver_field(run_id, attached, None)
+
+    def _driver_field(self, run_id: str, attached: bool, owner: Any) -> dict:
+        node = _node_driving(owner)
+        if node is None and self.drivers.driving(run_id) and self.this_node is not None:
+            node = self.this_node()
+        fields = {"driver": "attached" if attached else "none"}
+        if node is not None:
+            fields["driver_node"] = node
+        return fields
 
 
-def driver_field(attached: bool) -> dict:
-    return {"driver": "attached" if attached else "none"}
+def _node_driving(owner: Any) -> str | None:
+    """The node whose drive holds the run, by its owner row (a live node, driving it)."""
+    if owner is None or owner.node_id is None or not owner.driving or not owner.node_live:
+        return None
+    return owner.node_id

@@ -212,6 +212,24 @@ def wake_interval(text: str) -> float:
     return seconds
 
 
+def positive_seconds(flag: str, *, zero: bool = False) -> Callable[[str], float]:
+    """A parser of ``flag``'s seconds: a finite number above 0 (or 0 too, with ``zero``)."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+            least = "0 or more" if zero else "above 0"
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text[:40]!r} must be a number of seconds, {least}"
+            )
+        return seconds
+
+    return parse
+
+
 # -- streaming bounds (issue 29): --stream-buffer-bytes, --max-streams-per-client --
 
 

@@ -24,6 +24,7 @@ from salvor.store import (
 
 from ..agents import CredentialError, Credentials
 from ..client_runs import load_declarations
+from ..cluster import DEFAULT_FENCE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS
 from ..metrics import JsonLines
 from ..recording import DEFAULT_MIN_FREE_BYTES
 from ..runs import BUFFER_BYTES, MAX_STREAMS_PER_CLIENT
@@ -33,6 +34,7 @@ from ._arguments import (
     event_count,
     listen_address,
     port_number,
+    positive_seconds,
     size_in_bytes,
     stream_buffer_bytes,
     streams_per_client,
@@ -116,6 +118,7 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
     _add_notify_options(p)
     _add_hardening_options(p)
     _add_quota_options(p)
+    _add_node_options(p)
 
 
 # -- one machine, every core (issue 30, item 4) --
@@ -276,6 +279,33 @@ def _add_quota_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_node_options(p: argparse.ArgumentParser) -> None:
+    """`salvor serve`'s node flags (issue 30, run ownership): several daemons over one store."""
+    p.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="this daemon's name among the nodes serving its store (default: the host name); "
+        "its node id adds the pid and a random suffix",
+    )
+    p.add_argument(
+        "--lease-seconds",
+        type=positive_seconds("--lease-seconds"),
+        default=DEFAULT_LEASE_SECONDS,
+        metavar="SECONDS",
+        help=f"how long this node's lease lasts without a renewal (default "
+        f"{DEFAULT_LEASE_SECONDS:g}; renewed every sixth of it): a dead node's runs are taken "
+        "over by a live one after it",
+    )
+    p.add_argument(
+        "--fence-margin-seconds",
+        type=positive_seconds("--fence-margin-seconds", zero=True),
+        default=DEFAULT_FENCE_MARGIN_SECONDS,
+        metavar="SECONDS",
+        help=f"how long before its lease could lapse a node that could not renew it stops "
+        f"starting effects (default {DEFAULT_FENCE_MARGIN_SECONDS:g}; below --lease-seconds)",
+    )
+
+
 def _add_notify_options(p: argparse.ArgumentParser) -> None:
     """`salvor serve`'s notification flags (the command line is the only place they are set)."""
     p.add_argument(
@@ -303,6 +333,11 @@ def serve_config(args: argparse.Namespace, url: str):
     from ..serve import ServeConfig, WorkerRole
     from ..web import MIN_TOKEN_BYTES
 
+    if not args.fence_margin_seconds < args.lease_seconds:
+        raise UsageError(
+            f"--fence-margin-seconds {args.fence_margin_seconds:g} must be shorter than "
+            f"--lease-seconds {args.lease_seconds:g}"
+        )
     listen = args.listen
     token = None
     if args.auth_token:
@@ -375,6 +410,10 @@ def serve_config(args: argparse.Namespace, url: str):
         # Browsers (issue 29, item 1).
         allow_hosts=tuple(args.allow_host),
         allow_origins=tuple(args.allow_origin),
+        # Run ownership (issue 30).
+        node_name=args.node_name,
+        lease_seconds=args.lease_seconds,
+        fence_margin_seconds=args.fence_margin_seconds,
     )
 
 

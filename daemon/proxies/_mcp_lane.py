@@ -421,9 +421,16 @@ class McpLane:
             handler=ask,
             mcp_server=self.name,
         )
-        verdict, output, evidence = await self.ctx.probe_write(
-            probe, reader, call.input.get("arguments"), call.seq
-        )
+        try:
+            verdict, output, evidence = await self.ctx.probe_write(
+                probe, reader, call.input.get("arguments"), call.seq
+            )
+        except DriveInterrupted as exc:
+            # The probe was not sent: this node may no longer act on the run (``_perform``).
+            self.proxy.interrupt(exc)
+            return error_answer(
+                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
+            )
         if verdict is ProbeVerdict.NOT_LANDED:
             return None
         if verdict is not ProbeVerdict.LANDED:
@@ -461,7 +468,15 @@ class McpLane:
         """Execute the call whose intent is open: ``(None, output)``, or the answer that stops
         the agent (its intent left open, the run resting) and no output."""
         try:
+            self.ctx.access.driving.gate(self.proxy.run_id)
             return None, await self._execute(request_id, method, params, headers, call)
+        except DriveInterrupted as exc:
+            # This node may no longer act on the run: nothing was sent, the intent stays open for
+            # the node that drives the run next, and this process is stopped.
+            self.proxy.interrupt(exc)
+            return error_answer(
+                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
+            ), None
         except OutcomeUnknown as exc:
             # The write's intent stays open: the run is parked in needs_reconciliation.
             self.proxy.rested.set()

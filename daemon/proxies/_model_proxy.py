@@ -54,7 +54,7 @@ from salvor.protocol import (
     parse_strict,
     sha256_hash,
 )
-from salvor.store import SeqConflict, StoreUnavailable
+from salvor.store import Fenced, SeqConflict, StoreUnavailable
 
 from ..metrics import DaemonMetrics
 from ..models import ANTHROPIC_VERSION, endpoint_url
@@ -382,7 +382,14 @@ class ProxySession:
                             503, error_body(wire, 503, f"run {self.run_id} stopped: {exc.message}")
                         )
                         return
-                    except SeqConflict as exc:
+                    except DriveInterrupted as exc:
+                        # This node's lease is lapsing: the call's intent stays open for the node
+                        # that drives the run next, and this process is stopped.
+                        self.interrupt(exc)
+                        await reply.json(503, error_body(wire, 503, exc.message))
+                        return
+                    except (SeqConflict, Fenced) as exc:
+                        # Another writer appended, or another node took the run over.
                         self._stop_superseded(exc)
                         # 410: the SDKs retry a 409 or a 503, and this run takes no more calls.
                         await reply.json(410, error_body(wire, 410, self.superseded_message))
@@ -417,7 +424,7 @@ class ProxySession:
         self.rested.set()
         return True
 
-    def _stop_superseded(self, exc: SeqConflict) -> None:
+    def _stop_superseded(self, exc: SeqConflict | Fenced) -> None:
         """A call met another writer's append to the run (``supersede``); nothing of it was
         recorded."""
         self.supersede(exc.message)
@@ -476,7 +483,7 @@ class ProxySession:
                         if not self._stop_on_store_fault(exc):
                             raise
                         return None
-                    except SeqConflict as exc:
+                    except (SeqConflict, Fenced) as exc:
                         self._stop_superseded(exc)
                         return None
                     except Parked:
@@ -575,6 +582,8 @@ class ProxySession:
                 ),
             )
             return
+        # Nothing goes upstream from a node that may no longer act on the run (``handle``).
+        self.ctx.access.driving.gate(self.run_id)
         response = await self._forward(wire, body, stream, headers, reply)
         if response is None:
             return

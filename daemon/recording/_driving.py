@@ -15,7 +15,9 @@ gone and nothing it would still record lands after the run's end. A stopped driv
 ``DriveStopped`` out of its hold.
 
 This is the in-process answer. The question is the interface (``RunDriving``): several processes
-over one store answer it with a row in the store (an owner and an epoch) behind the same calls.
+over one store answer it with a row in the store (an owner and an epoch) behind the same calls
+(``cluster.StoreDriving``), adding what this one never needs: the fence a held run's appends
+carry, and the gate every effect passes before it starts.
 """
 
 from __future__ import annotations
@@ -45,15 +47,37 @@ class RunDriving(Protocol):
         """Whether some drive holds ``run_id`` now."""
         ...
 
-    def hold(self, run_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+    def hold(
+        self, run_id: str, *, here: bool = False, wait: bool = True
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold ``run_id`` for a drive, waiting while another drive holds it.
 
         Held again by the task that holds it, it is held once (a drive whose caller took the
         hold first, such as the driving set's task waiting before it takes a pacing slot).
         A cancelled wait takes nothing.
 
+        ``here``: hold it in this process only, never taking it from another process (an
+        abandon, which records the run's end over whoever drives it). ``wait`` False: when
+        another process drives the run, give up at once instead of waiting for it (recovery,
+        which has no business with a run someone else drives).
+
         Raises:
-            DriveStopped: ``stop`` stopped this drive (while it held the run, or waited for it).
+            DriveStopped: ``stop`` stopped this drive (while it held the run, or waited for it),
+                or (``wait`` False) another process drives the run.
+        """
+        ...
+
+    def fence(self, run_id: str) -> object | None:
+        """What this process's appends to ``run_id`` carry to prove their drive still owns it
+        (the store refuses a stale one); None when no drive here holds it in the store."""
+        ...
+
+    def gate(self, run_id: str) -> None:
+        """Called before an effect of ``run_id``'s drive starts (its intent already durable).
+
+        Raises:
+            DriveInterrupted: this process may no longer start effects for the run; nothing
+                was started, the intent stays open for whoever drives the run next.
         """
         ...
 
@@ -87,12 +111,25 @@ class InProcessDriving:
         hold = self._holds.get(run_id)
         return hold is not None and hold.lock.locked()
 
-    @contextlib.asynccontextmanager
-    async def hold(self, run_id: str) -> AsyncIterator[None]:
+    def held_by_this_task(self, run_id: str) -> bool:
+        """Whether the current task holds ``run_id`` (a hold taken again is no new hold)."""
         hold = self._holds.get(run_id)
-        if hold is not None and hold.lock.statistics().owner is trio.lowlevel.current_task():
+        return hold is not None and hold.lock.statistics().owner is trio.lowlevel.current_task()
+
+    def fence(self, run_id: str) -> None:
+        return None  # one process: the hold alone keeps a second drive out
+
+    def gate(self, run_id: str) -> None:
+        pass  # nobody else may take the run while this process lives
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, run_id: str, *, here: bool = False, wait: bool = True
+    ) -> AsyncIterator[None]:
+        if self.held_by_this_task(run_id):
             yield  # this task holds it already
             return
+        hold = self._holds.get(run_id)
         if hold is None:
             hold = self._holds[run_id] = _Hold()
         hold.users += 1

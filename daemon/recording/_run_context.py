@@ -361,7 +361,8 @@ class RunContext:
 
         Error handling: a provider failure that may pass leaves the intent open
         (``DriveInterrupted``; ``salvor resume`` re-issues it); one that will
-        not pass records ``RunFailed``.
+        not pass records ``RunFailed``. A drive whose node may no longer act on the
+        run (``RunDriving.gate``) stops before the call goes out, the intent open.
         """
         request_hash = sha256_hash(request)
         recorded = self.cursor.model_call(request_hash)
@@ -378,6 +379,7 @@ class RunContext:
             seq = (
                 recorded.seq
             )  # an open intent: a model call has no effect to fear, it is issued again
+        self.access.driving.gate(self.run_id)
         try:
             result = await gateway.complete(request)
         except ModelCallError as exc:
@@ -415,7 +417,8 @@ class RunContext:
 
         Raises:
             DriveInterrupted: the handler could not perform the call now
-                (``NotPerformed``); its intent stays open for the next drive.
+                (``NotPerformed``), or this node may no longer act on the run
+                (``RunDriving.gate``); its intent stays open for the next drive.
             CallInFlight: another call holds the identity and did not settle
                 within ``claim_wait_seconds``; no intent was written.
         """
@@ -639,6 +642,7 @@ class RunContext:
         except SchemaViolation as exc:
             return None, exc.message
         bound = PROBE_SECONDS if reader.mcp_server is None else math.inf
+        self.access.driving.gate(self.run_id)
         try:
             with trio.fail_after(bound):
                 outcome, _ = await dispatch(
@@ -657,6 +661,7 @@ class RunContext:
             validate(tool.input_schema, tool_input, what=f"the input of tool {tool.name}")
         except SchemaViolation as exc:
             return tool_error("invalid_input", exc.message, 1)
+        self.access.driving.gate(self.run_id)
         try:
             outcome, attempt = await dispatch(
                 tool, tool_input, run_id=self.run_id, seq=seq, key=key

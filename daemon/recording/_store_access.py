@@ -304,6 +304,8 @@ class StoreAccess:
 
         Raises:
             GuardRefusal: the batch is not legal next; nothing was written.
+            Fenced: another node has taken the run over from the drive holding it here;
+                nothing was written.
             StoreError: a conflict or a database failure; nothing was written.
             StoreUnavailable: the writer has ended (died, or the store is
                 closed) or the stop abandoned the append; its message says
@@ -323,6 +325,9 @@ class StoreAccess:
                 claim=claim,
                 settle=settle,
                 release=release,
+                # The fence of the drive holding the run here (several nodes over one store):
+                # once another node has taken the run over, the store writes nothing of this.
+                fence=self.driving.fence(run_id),
             )
         )
         with trio.CancelScope(shield=True):

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 from salvor.protocol import CodedError
-from salvor.store import store_fault
+from salvor.store import Fenced, store_fault
 
 from ..agents import AgentDefinition, AgentKind
 from ..metrics import concerning_run
@@ -48,11 +48,15 @@ DRAIN_SECONDS = 10.0
 def in_flight(exc: BaseException) -> CallInFlight | None:
     """The ``CallInFlight`` that stopped a drive, found in an exception group too (a graph walk's
     nursery wraps what its nodes raise); None when it is not one."""
-    if isinstance(exc, CallInFlight):
+    return _found(exc, CallInFlight)
+
+
+def _found(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = in_flight(inner)
+            found = _found(inner, kind)
             if found is not None:
                 return found
     return None
@@ -150,11 +154,17 @@ class DriverSet:
         self._scopes[run_id] = scope
         if recovery:
             self._recovering.add(run_id)
-        self._nursery.start_soon(self._drive, run_id, agent, scope, name=f"drive {run_id}")
+        self._nursery.start_soon(
+            self._drive, run_id, agent, scope, recovery, name=f"drive {run_id}"
+        )
         return True
 
     async def _drive(
-        self, run_id: str, agent: AgentDefinition | None, scope: trio.CancelScope
+        self,
+        run_id: str,
+        agent: AgentDefinition | None,
+        scope: trio.CancelScope,
+        recovery: bool = False,
     ) -> None:
         how = None  # stays None when the drive was cancelled: it proved nothing about the store
         held: CallInFlight | None = None  # the claim wait that stopped the drive, if one did
@@ -163,8 +173,12 @@ class DriverSet:
         try:
             # The run is held before a pacing slot is taken: a drive waiting for another drive
             # of the same run (its parent's walk driving it inline) waits without a slot.
+            # Recovery lets a run go that another node drives (it took the orphan first).
             with scope:
-                async with self.runtime.access.driving.hold(run_id), self._limiter:
+                async with (
+                    self.runtime.access.driving.hold(run_id, wait=not recovery),
+                    self._limiter,
+                ):
                     if agent is None:
                         view = await self.runtime.view(run_id)
                         if view.graph_hash is None:
@@ -187,23 +201,8 @@ class DriverSet:
             # Stopped on purpose (an abandon): whoever stopped it says what happens next.
             how = exc.message
             log.info("run %s: %s", run_id, how)
-        except CodedError as exc:
-            if store_fault(exc):
-                self.healing.stopped(run_id, exc)
-            # The run keeps its log; the failure is this drive's, not the daemon's.
-            how = f"drive stopped: {exc.message}"
-            log.warning("run %s: %s", run_id, how)
-            held = in_flight(exc)
-        except Exception as exc:
-            held = in_flight(exc)
-            if held is not None:
-                how = f"drive stopped: {held.message}"
-                log.warning("run %s: %s", run_id, how)
-            else:
-                how = "drive crashed"
-                log.exception(
-                    "run %s: drive crashed; its log is intact and a resume retries it", run_id
-                )
+        except Exception as exc:  # noqa: BLE001 -- a drive's failure is its run's, told in the log
+            how, held = self._stopped(run_id, exc)
         finally:
             self._recovering.discard(run_id)
             if how is not None and not self.healing.waiting(run_id):
@@ -217,6 +216,30 @@ class DriverSet:
                     self._again.discard(run_id)
                     self.start(run_id, agent)
             self._maybe_drained()
+
+    def _stopped(self, run_id: str, exc: Exception) -> tuple[str, CallInFlight | None]:
+        """What a drive that raised ``exc`` says of itself, and the claim wait that stopped it."""
+        if _found(exc, Fenced) is not None:
+            # Another node took the run over and drives it now: no healing, no retry here.
+            how = "drive ended: another node took the run over"
+            log.info("run %s: %s", run_id, how)
+            return how, None
+        held = in_flight(exc)
+        if isinstance(exc, CodedError):
+            if store_fault(exc):
+                self.healing.stopped(run_id, exc)
+            # The run keeps its log; the failure is this drive's, not the daemon's.
+            how = f"drive stopped: {exc.message}"
+            log.warning("run %s: %s", run_id, how)
+        elif held is not None:
+            how = f"drive stopped: {held.message}"
+            log.warning("run %s: %s", run_id, how)
+        else:
+            how = "drive crashed"
+            log.exception(
+                "run %s: drive crashed; its log is intact and a resume retries it", run_id
+            )
+        return how, held
 
     async def _drive_paced(self, run_id: str, agent: AgentDefinition):
         if not launches_processes(agent):

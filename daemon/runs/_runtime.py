@@ -895,7 +895,9 @@ class Runtime(Forks):
         view = await self.view(run_id)
         self._refuse_terminal(view)
         self.access.driving.stop(run_id, "the run is being abandoned")
-        async with self.access.driving.hold(run_id):
+        # Here only: an abandon records the run's end over whichever node drives it (unfenced);
+        # that node's drive finds it at its next heartbeat or append, and stops.
+        async with self.access.driving.hold(run_id, here=True):
             # The stopped drive may have recorded on its way out, or ended the run.
             view = await self.view(run_id)
             self._refuse_terminal(view)

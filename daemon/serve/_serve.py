@@ -42,6 +42,16 @@ from salvor.store import RunQuota
 from ..agents import Credentials
 from ..api import AppendFront, ServerState, StreamSlots, create_app, refuse_if_driven_elsewhere
 from ..client_runs import DEFAULT_TTL_SECONDS, StoredLeases, open_model_executor
+from ..cluster import (
+    DEFAULT_FENCE_MARGIN_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    NodeIdentity,
+    NodeLease,
+    Peers,
+    StoreDriving,
+    Takeover,
+    keep_lease,
+)
 from ..metrics import DaemonMetrics, counting_into, stop_counting
 from ..notify import Deliverer, NotifyConfig
 from ..processes import sweep_orphans
@@ -167,6 +177,12 @@ class ServeConfig:
     # supervisor bound, takes no store lock (the supervisor holds it), and does the service's
     # shared duties only when its role says so. None: a daemon of its own.
     worker: WorkerRole | None = None
+    # Run ownership (issue 30): this node's name among the daemons serving its store (None: the
+    # host name), how long its lease lasts unrenewed, and how long before that it stops starting
+    # effects when it could not renew.
+    node_name: str | None = None
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    fence_margin_seconds: float = DEFAULT_FENCE_MARGIN_SECONDS
 
     def __post_init__(self) -> None:
         # The command line refuses a short token in its own words first; this holds for every
@@ -341,6 +357,11 @@ async def _serve(
         await sweep_orphans(access.store.url)
         credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
         proxy.upstream_key = credentials.upstream_key
+        node = NodeIdentity.here(config.node_name)
+        lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
+        peers = Peers()
+        owners = access.store.owners
+        access.driving = StoreDriving(owners, node, lease, dead_nodes=lambda: peers.dead)
         runtime = Runtime(
             access,
             registry,
@@ -351,6 +372,8 @@ async def _serve(
         )
         stop = stop if stop is not None else trio.Event()
         async with trio.open_nursery() as root:
+            # The node's row and lease before anything is driven; retired when root ends.
+            await root.start(keep_lease, owners, node, lease, access.driving, peers)
             async with trio.open_nursery() as drivers_nursery:
                 drivers = DriverSet(
                     runtime,
@@ -375,20 +398,32 @@ async def _serve(
                     await trio.to_thread.run_sync(locks.announce, binds[0])
                 else:
                     root.start_soon(_watch_lifeline, worker.lifeline_fd, stop)
-                if config.notify is not None and (worker is None or worker.sweeps):
+                await trio.to_thread.run_sync(owners.set_listen, node.node_id, binds[0])
+                if config.notify is not None:
                     # Before recovery drives anything: a run that parks again gets its poke.
                     await _start_deliverer(root, config.notify, access, state)
                 root.start_soon(_watch_signals, stop, worker is not None)
-                interrupted = (
-                    await interrupted_runs(state, locks.runs_held_elsewhere)
-                    if worker is None or worker.recovers
-                    else []
+                takeover = Takeover(
+                    owners,
+                    lease,
+                    access.driving,
+                    dead_nodes=lambda: peers.dead,
+                    recoverable=runtime.interrupted_runs,
+                    held_elsewhere=locks.runs_held_elsewhere,
+                    start=drivers.start,
+                    before_first_of=lambda: sweep_orphans(access.store.url),
                 )
+                # Start-up recovery is the takeover's first sweep: the runs of this node's
+                # previous life (a dead node now) and of any other node gone.
+                interrupted = await takeover.find(first=True)
                 _start_keepers(root, config, state, notifier)
+                drivers.spawn(takeover.forever, name="takeover sweep")
                 log.info(
-                    "salvor %s on %s, model proxy on %s (%d interrupted runs to recover)",
+                    "salvor %s on %s as node %s, model proxy on %s "
+                    "(%d interrupted runs to recover)",
                     "serving" if worker is None else f"worker {worker.index} serving",
                     ", ".join(binds),
+                    node.node_id,
                     proxy.url,
                     len(interrupted),
                 )
@@ -396,7 +431,7 @@ async def _serve(
                 # it by the driving set's bounds and the server answers meanwhile.
                 notifier.send("READY=1")
                 task_status.started(binds)
-                recover(state, interrupted)
+                takeover.take(interrupted)
                 await stop.wait()
                 await _stop_driving(state, config, notifier)
             # Responses in flight finish first (a stream sends its end frame
@@ -474,6 +509,9 @@ async def _server_state(
         stream_slots=StreamSlots(config.max_streams_per_client),
         max_payload_bytes=config.quota.max_payload_bytes,
         floor=FreeSpaceFloor(config.store_url, config.min_free_bytes),
+        # Run ownership (issue 30): ``driver_node`` and a peer's drives read from the store.
+        this_node=lambda: runtime.access.driving.node.node_id,
+        owners_of=runtime.access.store.owners.owners,
     )
 
 
@@ -571,9 +609,10 @@ async def _start_deliverer(
     root: trio.Nursery, notify: NotifyConfig, access, state: ServerState
 ) -> None:
     """Start delivering the outbox in ``root``; each append that writes a row pokes it."""
-    # Its claims on outbox rows name it by a node id of its own (issue 30: the node's id once
-    # nodes have one); in flight means attached on any node, leases included.
-    deliverer = Deliverer(access, notify, in_flight=state.attached)
+    # Its claims on outbox rows name this node; in flight means attached on any node (a peer's
+    # drive, or a client's lease taken through any node).
+    node = state.this_node() if state.this_node is not None else None
+    deliverer = Deliverer(access, notify, in_flight=state.attached_anywhere, node=node)
     access.on_notification.append(deliverer.poke)
     await root.start(deliverer.serve)
 

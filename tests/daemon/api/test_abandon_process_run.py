@@ -199,8 +199,12 @@ async def test_a_run_ended_by_another_writer_refuses_its_process_and_ends_the_dr
         await wait_gone([agent, child])
     finally:
         kill(helper)
-    assert late["model"]["status"] == 410, late
-    assert "takes no more calls" in late["model"]["body"]["error"]["message"], late
+    # Refused by the proxy (410), or, once the daemon's heartbeat saw the run ended and stopped
+    # its drive first, by a path no longer mounted (404): never a 500.
+    assert late["model"]["status"] in (410, 404), late
+    assert ("takes no more calls" if late["model"]["status"] == 410 else "no run is mounted") in (
+        late["model"]["body"]["error"]["message"]
+    ), late
     assert late["mcp"]["status"] in (200, 404), late  # refused by the lane, or once unmounted
     assert "error" in late["mcp"]["body"], late
     body = await server.wait_resting(run_id)

@@ -909,7 +909,7 @@ def test_the_document_describes_what_the_builders_build_from_their_own_declarati
         assert schemas[name] == schema, name
     for shape in CLIENT_RUN_ANSWERS:
         assert schemas[shape.name] == shape.schema(), shape.name
-    assert set(schemas["RunSummary"]["properties"]) == SUMMARY_KEYS | {"driver"}
+    assert set(schemas["RunSummary"]["properties"]) == SUMMARY_KEYS | {"driver", "driver_node"}
     # A key the store's summary gains stops the document's build until it is described there.
     with pytest.raises(RuntimeError, match=r"a run summary .*but the code uses .*'parent_run'"):
         _openapi._run_summary(SUMMARY_KEYS | {"parent_run"})

@@ -250,6 +250,11 @@ USAGE = 2
         (["log", "00000000-0000-4000-8000-000000000000"], ["no run"]),
         (["replay", "00000000-0000-4000-8000-000000000000", "--dry-run"], ["no run"]),
         (["resume", "run-1"], ["not a run id", USAGE]),
+        (["serve", "--lease-seconds", "0"], ["--lease-seconds '0'", "above 0", USAGE]),
+        (
+            ["serve", "--lease-seconds", "2", "--fence-margin-seconds", "2"],
+            ["--fence-margin-seconds 2 must be shorter than --lease-seconds 2", USAGE],
+        ),
         (["history", "run-1"], ["not a run id", USAGE]),
         (["resume", "00000000-0000-4000-8000-000000000000", "--input", "{"], ["--input", USAGE]),
     ],

@@ -389,7 +389,7 @@ async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
     server = await server_factory(drain_seconds=1.0)
     store = server.state.runtime.access.store
     agent = await server.register_agent(agent_toml(unreached))
-    entered, release = threading.Event(), threading.Event()
+    entered, release, answered = threading.Event(), threading.Event(), threading.Event()
     append_batch = store.append_batch
 
     def hung(requests):
@@ -398,6 +398,10 @@ async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
         if any(request.view.next_seq > 0 for request in requests):
             entered.set()
             release.wait(60)
+            try:
+                return append_batch(requests)
+            finally:
+                answered.set()
         return append_batch(requests)
 
     store.append_batch = hung
@@ -407,6 +411,9 @@ async def test_a_stop_ends_when_a_driver_waits_on_a_store_that_never_answers(
         await server.stop()  # bounded (30 s) inside: before the drain deadline it never returned
     finally:
         release.set()
+        # The abandoned writer's late transaction ends before the store is torn down (a
+        # PostgreSQL schema dropped under it deadlocks with it).
+        await trio.to_thread.run_sync(answered.wait, 10)
     messages = [record.getMessage() for record in caplog.records]
     assert any("did not drain within 1s" in text and run_id in text for text in messages), messages
 

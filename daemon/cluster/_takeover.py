@@ -1,0 +1,121 @@
+"""The takeover sweep: drive the runs whose owner is gone, each on exactly one node.
+
+Once at start and then every ``TAKEOVER_SECONDS``, the store names the orphans
+(``RunOwners.orphans``): active runs owned by nobody, or by a node whose lease expired, that
+stopped, or that this machine's kernel proves dead (``dead_local_peers``). Of those, the runs a
+restart has always recovered are handed to the driving set as recovery: the interrupted ones and
+those parked on a write this daemon can probe, a tree from its root only (its walk drives the
+rest), never a run a live ``salvor run`` holds by its run lock. Each drive's hold claims its run
+(a compare-and-set on the owner), so when two nodes sweep the same orphan, one drives it and the
+other lets it go (``hold(wait=False)``). The driving set paces them as it paced a restart's
+recovery.
+
+Runs this node's own lapsing lease cut off (``StoreDriving.take_cut``) are handed over too, once
+the lease holds again: they are no orphans (their owner lives), and nobody else would drive them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+
+from ._lease import NodeLease
+from ._store_driving import StoreDriving
+
+log = logging.getLogger("salvor.cluster")
+
+TAKEOVER_SECONDS = 1.0
+
+
+class Takeover:
+    """One node's takeover sweep."""
+
+    def __init__(
+        self,
+        owners: Any,
+        lease: NodeLease,
+        driving: StoreDriving,
+        *,
+        dead_nodes: Callable[[], tuple[str, ...]],
+        recoverable: Callable[[], Awaitable[list[str]]],
+        held_elsewhere: Callable[[list[str]], set[str]] | None,
+        start: Callable[..., bool],
+        before_first_of: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._owners = owners
+        self._lease = lease
+        self._driving = driving
+        self._dead_nodes = dead_nodes
+        self._recoverable = recoverable
+        self._held_elsewhere = held_elsewhere
+        self._start = start
+        # Run before the first takeover of a peer's runs found dead (the agents it left).
+        self._before = before_first_of
+        self._seen_dead: set[str] = set()
+
+    async def once(self, *, first: bool = False) -> int:
+        """One sweep (``find``, then ``take``); returns how many drives it started.
+
+        Raises:
+            StoreUnavailable: the store could not be read; nothing was started.
+        """
+        return self.take(await self.find(first=first))
+
+    async def find(self, *, first: bool = False) -> list[str]:
+        """The runs this node should drive now: those whose owner is gone, and those its own
+        lapsing lease cut off. ``first``: the start's sweep, which looks whether or not the
+        store names orphans (a run parked on a write this daemon can probe is no orphan by the
+        store's measure, yet a start has always probed it).
+
+        Raises:
+            StoreUnavailable: the store could not be read.
+        """
+        if not self._lease.open:
+            return []  # a node that may not act takes nothing over
+        cut = self._driving.take_cut()
+        me, dead = self._driving.node.node_id, tuple(self._dead_nodes())
+        if not first and not await trio.to_thread.run_sync(
+            partial(self._owners.orphans, me, dead_nodes=dead, limit=1)
+        ):
+            return cut
+        if self._before is not None and not first and not self._seen_dead.issuperset(dead):
+            # The agent processes a dead peer on this machine left (its tether kills them too;
+            # this is the second line) go before any copy of their runs starts here.
+            await self._before()
+        self._seen_dead.update(dead)
+        recoverable = await self._recoverable()
+        owners = await trio.to_thread.run_sync(self._owners.owners, recoverable)
+        candidates = [run_id for run_id in recoverable if _orphaned(owners.get(run_id), me, dead)]
+        if candidates and self._held_elsewhere is not None:
+            skip = await trio.to_thread.run_sync(self._held_elsewhere, candidates)
+            candidates = [run_id for run_id in candidates if run_id not in skip]
+        if candidates and not first:
+            log.info("taking over %d run(s) whose owner is gone", len(candidates))
+        return cut + [run_id for run_id in candidates if run_id not in cut]
+
+    def take(self, run_ids: list[str]) -> int:
+        """Hand ``run_ids`` to the driving set as recovery; returns how many drives started."""
+        return sum(self._start(run_id, recovery=True) for run_id in run_ids)
+
+    async def forever(self, interval: float = TAKEOVER_SECONDS) -> None:
+        """Sweep every ``interval`` seconds until cancelled (a failed sweep is logged and tried
+        again at the next one)."""
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.once()
+            except Exception as exc:  # noqa: BLE001 -- the store may come back: sweep again
+                log.warning("the takeover sweep failed (%s); trying again", exc)
+
+
+def _orphaned(owner: Any, me: str, dead: tuple[str, ...]) -> bool:
+    """Whether a run with ``owner`` (a ``RunOwner``; None: no row) is nobody's to drive now: no
+    owner, or another node whose lease lapsed or that is proven dead. A run of this node's own
+    that no drive here holds stays as it is (its drive stopped for a reason: a resume says when)."""
+    if owner is None or owner.node_id is None:
+        return True
+    return owner.node_id != me and (not owner.node_live or owner.node_id in dead)
