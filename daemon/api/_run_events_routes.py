@@ -260,15 +260,15 @@ async def _after_rest(
     """None when the run rests where ``view`` says; else what to go on with.
 
     A write's intent is recorded before the write runs, so the log folds to
-    needs_reconciliation while a driver here is still executing it: not a resting point
-    (an empty list: wait for what comes). And what this stream folded was read before
-    the driver was asked about: one that finished the write and ended in between has
-    committed what follows, so the store is read once more (from ``next_seq``) before the
-    stream says the run rests there.
+    needs_reconciliation while a driver is still executing it (here, on a peer node, or a
+    client holding its lease): not a resting point (an empty list: wait for what comes). And
+    what this stream folded was read before the driver was asked about: one that finished the
+    write and ended in between has committed what follows, so the store is read once more
+    (from ``next_seq``) before the stream says the run rests there.
     """
     if view.state is not RunState.NEEDS_RECONCILIATION:
         return None
-    if state.drivers.driving(run_id):
+    if await state.attached_anywhere(run_id):
         return []
     later = await state.runtime.read_page(run_id, next_seq)
     return later or None

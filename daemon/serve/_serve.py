@@ -449,7 +449,7 @@ def _start_keepers(
     watchdog and store healing (this one in the drivers' nursery: nothing is re-driven once a
     stop began)."""
     root.start_soon(state.hub.deliver_forever)
-    if config.wake_interval > 0 and (config.worker is None or config.worker.sweeps):
+    if config.wake_interval > 0:
         root.start_soon(_sweep_forever, state, config.wake_interval)
     if notifier.watchdog_interval:
         root.start_soon(_watchdog, notifier)

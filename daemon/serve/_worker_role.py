@@ -10,10 +10,9 @@ daemon:
   listening socket the supervisor bound (the worker serves it instead of binding its own), and
   the read end of a pipe whose other end only the supervisor holds (its end of file means the
   supervisor is gone, and the worker stops as on SIGTERM).
-* ``SALVOR_WORKER_DUTIES`` (internal): the duties done once for the whole service, held by
-  worker 0 until the store can hand them out (issue 30's claims): ``recover`` (re-drive the
-  interrupted runs; only at the service's start, before any other worker can start a run that
-  would look interrupted), ``sweep`` (the wake sweeper and the notification outbox).
+Every worker is a whole node otherwise: it recovers, takes over, wakes and delivers like any
+daemon over a shared store, each run and each outbox row claimed by exactly one of them in the
+store (issue 30's ownership and claims), so no duty needs a designated worker.
 
 A worker takes no store lock: its supervisor holds it for the service, so a second daemon or a
 ``salvor resume`` beside the service is still refused.
@@ -29,9 +28,6 @@ from dataclasses import dataclass
 
 INDEX_VAR = "SALVOR_WORKER_INDEX"
 FDS_VAR = "SALVOR_WORKER_FDS"
-DUTIES_VAR = "SALVOR_WORKER_DUTIES"
-RECOVER = "recover"
-SWEEP = "sweep"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,19 +37,10 @@ class WorkerRole:
     index: int
     listen_fd: int
     lifeline_fd: int
-    # Re-drive the runs the log says were interrupted, once the worker listens.
-    recovers: bool = False
-    # Wake due runs and deliver the notification outbox for the whole service.
-    sweeps: bool = False
 
     def environment(self) -> dict[str, str]:
         """The variables that make a ``salvor serve`` process this worker."""
-        duties = [duty for duty, held in ((RECOVER, self.recovers), (SWEEP, self.sweeps)) if held]
-        return {
-            INDEX_VAR: str(self.index),
-            FDS_VAR: f"{self.listen_fd},{self.lifeline_fd}",
-            DUTIES_VAR: ",".join(duties),
-        }
+        return {INDEX_VAR: str(self.index), FDS_VAR: f"{self.listen_fd},{self.lifeline_fd}"}
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> WorkerRole | None:
@@ -70,11 +57,4 @@ class WorkerRole:
                 f"{INDEX_VAR} and {FDS_VAR} are set by salvor serve --workers for its workers "
                 "only; unset them to start a daemon of its own"
             )
-        duties = set(environ.get(DUTIES_VAR, "").split(","))
-        return cls(
-            index=int(index),
-            listen_fd=int(fds[0]),
-            lifeline_fd=int(fds[1]),
-            recovers=RECOVER in duties,
-            sweeps=SWEEP in duties,
-        )
+        return cls(index=int(index), listen_fd=int(fds[0]), lifeline_fd=int(fds[1]))

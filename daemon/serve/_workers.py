@@ -10,11 +10,11 @@ process) does what must happen once for the service and leaves the serving to it
   whichever worker accepts it first, and a worker's death loses nothing queued.
 * It starts the workers, each ``salvor serve`` with the operator's own arguments (never a
   secret: the token and keys reach them by the same variables and files), told by its
-  environment which worker it is (``_worker_role``). Worker 0 starts first and alone lists the
-  interrupted runs before any other worker can start a run that would look interrupted; it
-  also holds the wake sweeper and the notification outbox, until the store hands those duties
-  out (issue 30's claims). A worker's loopback model proxy is its own: on a free port, or with
-  ``--proxy-port P`` on port P + its index.
+  environment which worker it is (``_worker_role``). Each worker is a node over the store:
+  it claims the runs it drives and the outbox rows it delivers, and takes over the runs of a
+  dead sibling (``cluster``). Worker 0 starts first, so the service's own start-up recovery is
+  one worker's sweep rather than N racing ones. A worker's loopback model proxy is its own: on
+  a free port, or with ``--proxy-port P`` on port P + its index.
 * It tells systemd READY=1 once every worker said READY=1 to it (each worker's NOTIFY_SOCKET is
   a datagram socket of the supervisor's, whose messages the kernel tags with their sender's
   pid), WATCHDOG=1
@@ -265,8 +265,8 @@ class _Supervisor:
         url: str,
         on_ready: Callable[[list[str], list[int]], None],
     ) -> None:
-        """Worker 0 first (it lists the interrupted runs), then the others; READY=1 to systemd
-        once each of them said it."""
+        """Worker 0 first (its first takeover sweep recovers the service), then the others;
+        READY=1 to systemd once each of them said it."""
         first, *others = self._slots
         keepers.start_soon(self._keep, first)
         await first.first_ready.wait()
@@ -343,10 +343,6 @@ class _Supervisor:
             index=slot.index,
             listen_fd=self._listen_fd,
             lifeline_fd=lifeline,
-            # Only at the service's start: a worker started again later would find the runs
-            # the others drive looking interrupted.
-            recovers=slot.index == 0 and slot.lives == 0,
-            sweeps=slot.index == 0,
         )
         env = {**os.environ, **role.environment(), "NOTIFY_SOCKET": self._notices.path}
         env.pop("WATCHDOG_PID", None)

@@ -28,9 +28,8 @@ def test_workers_flag_takes_a_count_or_auto():
 @pytest.mark.parametrize(
     "role",
     [
-        WorkerRole(index=0, listen_fd=3, lifeline_fd=5, recovers=True, sweeps=True),
+        WorkerRole(index=0, listen_fd=3, lifeline_fd=5),
         WorkerRole(index=1, listen_fd=3, lifeline_fd=7),
-        WorkerRole(index=0, listen_fd=4, lifeline_fd=6, sweeps=True),
     ],
 )
 def test_a_worker_reads_back_the_role_its_supervisor_gave(role):
