@@ -102,7 +102,7 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
                     parse_definition,
                     text,
                     fmt,
-                    known_tools=runtime.registry.names(),
+                    known_tools=runtime.kit.registry.names(),
                     allow_paths=False,
                     allow_processes=state.allow_process_agents,
                     credentials=state.credentials,
@@ -132,7 +132,7 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
                     parse_definition,
                     stored.definition,
                     stored.format,
-                    known_tools=runtime.registry.names(),
+                    known_tools=runtime.kit.registry.names(),
                     stored=True,
                 )
             )

@@ -209,7 +209,7 @@ async def _frames(
             if view.resting:
                 later = await _after_rest(state, run_id, view, next_seq)
                 if later is None:
-                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
+                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.kit.clock())))
                     return
                 if later:
                     pending, paging = later, True
@@ -219,7 +219,7 @@ async def _frames(
                 not state.attached(run_id) and now - last_progress >= state.detach_grace_seconds
             ):
                 yield end_frame(
-                    END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)
+                    END_FRAME.body(status=view.status_at(runtime.kit.clock()), detached=True)
                 )
                 return
             # What the hub queued while the last chunk was written goes out at once; only an

@@ -137,7 +137,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
         view = await runtime.view(run_id)
         return RUN.respond(
             run=run_id,
-            status=view.status_at(runtime.clock()),
+            status=view.status_at(runtime.kit.clock()),
             event_count=view.event_count,
             usage=view.usage(),
             pending=view.pending.to_json() if view.pending else None,
@@ -193,6 +193,6 @@ def summary_json(state: ServerState, summary: RunSummary) -> dict:
     body = summary.to_json()
     if "status" in body:
         # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
-        body["status"] = status_seen_at(body["status"], state.runtime.clock())
+        body["status"] = status_seen_at(body["status"], state.runtime.kit.clock())
     body.update(state.driver(summary.run_id, summary.state))
     return body

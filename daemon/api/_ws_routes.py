@@ -87,7 +87,7 @@ def add_ws_route(app: QuartTrio, state: ServerState) -> None:
                     nursery,
                     read_page=runtime.read_page,
                     attached=state.attached,
-                    clock=runtime.clock,
+                    clock=runtime.kit.clock,
                     run_row=run_row,
                     outbox_limit=state.stream_buffer_bytes,
                 )

@@ -233,7 +233,7 @@ class Cli:
         if source.startswith("sha256:"):
             return await runtime.load_agent(source)
         try:
-            agent = load_definition(source, known_tools=runtime.registry.names())
+            agent = load_definition(source, known_tools=runtime.kit.registry.names())
         except DefinitionError as exc:
             raise CliError(f"{source}: {exc}") from None
         await runtime.build_agent(agent)

@@ -96,7 +96,7 @@ class FlowCatalog:
         registration of each (ordered by it, oldest first), as ``catalog_entry`` describes it.
         An agent registered without a name is reached by its hash only and is not listed."""
         access = self.runtime.access
-        return await access.read(_catalog, access.store, self.runtime.registry.names())
+        return await access.read(_catalog, access.store, self.runtime.kit.registry.names())
 
     async def write_agent(self, content: str, *, author: str | None = None) -> dict:
         """Check a markdown agent file and register it: ``{written, diagnostics}``, and when
@@ -112,9 +112,9 @@ class FlowCatalog:
         (``written: false``).
         """
         runtime = self.runtime
-        known = runtime.registry.names()
+        known = runtime.kit.registry.names()
         # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
-        diagnostics, agent = await off_loop(_checked_agent, content, known, runtime.credentials)
+        diagnostics, agent = await off_loop(_checked_agent, content, known, runtime.kit.credentials)
         if agent is not None:
             try:
                 await runtime.build_agent(agent)
@@ -157,7 +157,7 @@ class FlowCatalog:
                     retryable=False,
                 )
         access = self.runtime.access
-        known = self.runtime.registry.names()
+        known = self.runtime.kit.registry.names()
         # The text is parsed and checked on an untrusted-work thread, not on one of the store's
         # readers (a near-limit document takes seconds, and reads would queue behind it); only
         # the lookup of the agents its nodes name reads the store.

@@ -49,6 +49,7 @@ from ..agents import (
     AgentKind,
     Credentials,
     DefinitionError,
+    DriveKit,
     declares_probe,
     drive,
     offered_besides_mcp,
@@ -66,7 +67,7 @@ from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
-from ..processes import MARK_VAR, PortClaims, store_fingerprint
+from ..processes import MARK_VAR, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import (
     FreeSpaceFloor,
@@ -150,20 +151,17 @@ class Runtime(Forks):
         # Whether a drive may run a process or service agent at all (a daemon started without
         # --allow-process-agents may not, even one already in its store; the command line may).
         self.allow_process_agents = allow_process_agents
-        # Which key goes to which model endpoint; the command line's by default.
-        self.credentials = credentials or Credentials()
-        # The loopback model proxy process agents are driven through; None
-        # starts one per drive (the CLI).
-        self.proxy = proxy
-        # How often one drive starts a process agent again after a signal killed it.
-        self.process_restarts = process_restarts
-        self.registry = registry
-        # Every clock reading of a drive comes from here (and is recorded).
-        self.clock = clock
-        # Which run holds each service agent's loopback port.
-        self.ports = PortClaims()
-        # What the flow tools of every run this runtime drives ask of it (child runs, the catalog).
-        self.flows = RunFlows(self)
+        # What every drive of this runtime is handed; its flow host asks this runtime for child
+        # runs and the catalog.
+        self.kit = DriveKit(
+            access=access,
+            registry=registry,
+            clock=clock,
+            credentials=credentials or Credentials(),
+            proxy=proxy,
+            process_restarts=process_restarts,
+            flows=RunFlows(self),
+        )
 
     def client_runs(
         self,
@@ -177,7 +175,7 @@ class Runtime(Forks):
         ``floor`` refuses a new client run's head while the store's filesystem is low."""
         return ClientRuns(
             self.access,
-            self.registry,
+            self.kit.registry,
             leases=leases,
             client_tools=client_tools,
             model_executor=model_executor,
@@ -257,7 +255,7 @@ class Runtime(Forks):
             raise unknown_agent(agent_def_hash)
         try:
             return parse_definition(
-                stored.definition, stored.format, known_tools=self.registry.names(), stored=True
+                stored.definition, stored.format, known_tools=self.kit.registry.names(), stored=True
             )
         except DefinitionError as exc:
             raise bad_request(
@@ -318,12 +316,12 @@ class Runtime(Forks):
             call = node.body if node.kind is NodeKind.MAP else node
             if call is None:
                 continue
-            if call.kind is NodeKind.TOOL and not self.registry.wired:
+            if call.kind is NodeKind.TOOL and not self.kit.registry.wired:
                 raise registry_unavailable(
                     f"run node {node.id!r}'s tool {excerpt(call.tool)!r}",
                     details={"node": node.id, "tool": call.tool},
                 )
-            if call.kind is NodeKind.TOOL and self.registry.get(call.tool) is None:
+            if call.kind is NodeKind.TOOL and self.kit.registry.get(call.tool) is None:
                 raise OperationRefused(
                     ErrorCode.UNKNOWN_TOOL,
                     f"node {node.id!r} calls the tool {excerpt(call.tool)!r}, which this "
@@ -470,7 +468,7 @@ class Runtime(Forks):
                         agents[digest] = None
                 agent = agents[digest]
                 if agent is not None and declares_probe(
-                    agent, self.registry, pending["tool"], pending.get("input")
+                    agent, self.kit.registry, pending["tool"], pending.get("input")
                 ):
                     found.append(summary.run_id)
             elif summary.graph_hash is not None:
@@ -478,7 +476,7 @@ class Runtime(Forks):
                 if digest not in graphs:
                     graphs[digest] = await self._graph_and_agents(digest)
                 if graphs[digest] is not None and graph_declares_probe(
-                    *graphs[digest], self.registry, pending["tool"]
+                    *graphs[digest], self.kit.registry, pending["tool"]
                 ):
                     found.append(summary.run_id)
         return found
@@ -489,12 +487,12 @@ class Runtime(Forks):
         graph, the dangling write is what a refusal says."""
         if view.graph_hash is not None:
             loaded = await self._graph_and_agents(view.graph_hash)
-            return loaded is not None and graph_probes_open_write(*loaded, self.registry, view)
+            return loaded is not None and graph_probes_open_write(*loaded, self.kit.registry, view)
         try:
             agent = await self.load_agent(view.agent_def_hash)
         except OperationRefused:
             return False
-        return probes_open_write(agent, self.registry, view)
+        return probes_open_write(agent, self.kit.registry, view)
 
     async def _graph_and_agents(
         self, graph_hash: str
@@ -549,7 +547,7 @@ class Runtime(Forks):
             run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
             replay_of = parse_run_id(replay_of)
         port = agent.service.proxy_port if agent.service is not None else None
-        if port is not None and (holder := self.ports.claim(port, run_id)) is not None:
+        if port is not None and (holder := self.kit.ports.claim(port, run_id)) is not None:
             raise port_held(port, holder)
         # From here the claim belongs to this run; its drive lets it go.
         try:
@@ -564,7 +562,7 @@ class Runtime(Forks):
             await self.open_log(run_id, [head])
         except BaseException:
             if port is not None:
-                self.ports.release(port, run_id)
+                self.kit.ports.release(port, run_id)
             raise
         return run_id
 
@@ -642,25 +640,13 @@ class Runtime(Forks):
         try:
             if agent.kind is not AgentKind.BUILTIN and not self.allow_process_agents:
                 return await self._fail_not_allowed(run_id, agent)
-            return await drive(
-                self.access,
-                run_id,
-                agent,
-                self.registry,
-                on_record=on_record,
-                clock=self.clock,
-                proxy=self.proxy,
-                process_restarts=self.process_restarts,
-                ports=self.ports,
-                credentials=self.credentials,
-                flows=self.flows,
-            )
+            return await drive(self.kit, run_id, agent, on_record=on_record)
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         finally:
             if agent.service is not None:
                 # The claim start_run took, should the drive end before it held the port.
-                self.ports.release(agent.service.proxy_port, run_id)
+                self.kit.ports.release(agent.service.proxy_port, run_id)
         return await self._fail_too_deep(run_id)
 
     async def drive_graph(
@@ -681,17 +667,7 @@ class Runtime(Forks):
         graph = await self.load_graph(graph_hash)
         agents = await self.graph_agents(graph)
         try:
-            return await drive_graph(
-                self.access,
-                run_id,
-                graph,
-                agents,
-                self.registry,
-                on_record=on_record,
-                clock=self.clock,
-                credentials=self.credentials,
-                flows=self.flows,
-            )
+            return await drive_graph(self.kit, run_id, graph, agents, on_record=on_record)
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         return await self._fail_too_deep(run_id)
@@ -768,7 +744,7 @@ class Runtime(Forks):
             return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
             wake_at = parse_instant(view.detail["wake_at"])
-            now = now or self.clock()
+            now = now or self.kit.clock()
             if now < wake_at:
                 remaining = math.ceil((wake_at - now).total_seconds())
                 raise OperationRefused(
@@ -942,4 +918,4 @@ class Runtime(Forks):
         return await self.access.read(self.access.store.census)
 
     async def due_runs(self, now: datetime | None = None) -> list[str]:
-        return await self.access.read(self.access.store.due_runs, now or self.clock())
+        return await self.access.read(self.access.store.due_runs, now or self.kit.clock())

@@ -26,7 +26,7 @@ from salvor.daemon.tools import (
 from salvor.protocol import TOOL_ERROR_KEY, Effect, EventKind, RunState, sha256_hash
 
 from tests.daemon.agents.test_loop import assert_log_is_sound
-from tests.support.runtime import agent_toml
+from tests.support.runtime import agent_toml, with_registry
 from tests.support.scripted_provider import tool_loop_script
 
 REFUND = {"invoice": {"id": "INV-7"}, "amount_cents": 1250}
@@ -223,7 +223,7 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
         return {"found": len(seen)}
 
     lookup = refund_tool(look, Effect.READ)
-    runtime.registry = ToolRegistry([lookup])
+    runtime = with_registry(runtime, ToolRegistry([lookup]))
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
         run_id = await runtime.start_run(agent, None)
@@ -246,7 +246,7 @@ async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
             raise NotPerformed("the connection dropped")
         return {"refunded": 1}
 
-    runtime.registry = ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)]))
     agent = refund_agent(providers, [("refund", REFUND)])
     run_id = await runtime.start_run(agent, None)
     with pytest.raises(Exception, match="the connection dropped"):
@@ -270,7 +270,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
             raise NotPerformed("not now")
         return "sent"
 
-    runtime.registry = ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())]))
     agent = refund_agent(providers, [("refund", REFUND)])
     run_id = await runtime.start_run(agent, None)
     with pytest.raises(Exception, match="not now"):
@@ -288,7 +288,7 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
         refund.calls.append(call)
         raise OutcomeUnknown("the payment API timed out")
 
-    runtime.registry = ToolRegistry([refund_tool(lost, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
     agent_a = refund_agent(providers, [("refund", REFUND)])
     run_a = await runtime.start_run(agent_a, None)
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
@@ -432,7 +432,7 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
             raise ToolFailed("the bank declined", retryable=False)
         return {"refunded": 1250}
 
-    runtime.registry = ToolRegistry([refund_tool(declined, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(declined, Effect.WRITE)]))
     outcomes = []
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
@@ -456,7 +456,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
         refund.calls.append(call)
         return SleepUntil(wake_at=clock.now + timedelta(hours=1))
 
-    runtime.registry = ToolRegistry([refund_tool(sleeps, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(sleeps, Effect.WRITE)]))
     access = runtime.access
     appends = []
     append = access.append

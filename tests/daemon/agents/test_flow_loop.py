@@ -46,7 +46,7 @@ def child_labels(**more) -> dict:
 
 def named_agent(runtime, provider, name: str, extra: str = ""):
     text = f'name = "{name}"\n' + agent_toml(provider.base_url, extra=extra)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 async def test_a_main_session_sees_its_opt_in_and_never_finish(runtime, providers, make_agent):
@@ -326,7 +326,7 @@ async def test_edit_mode_is_read_before_each_model_call_and_replays_as_recorded(
         mode["reads"] += 1
         return mode["on"]
 
-    runtime.flows.edit_mode = edit_mode
+    runtime.kit.flows.edit_mode = edit_mode
     failing = {"on": False}
     plan = [
         tool_use("ask_user", {"question": "Ready?", "type": "confirm"}),

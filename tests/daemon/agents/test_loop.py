@@ -30,7 +30,7 @@ from salvor.protocol import (
     sha256_hash,
 )
 
-from tests.support.runtime import ledger
+from tests.support.runtime import ledger, with_registry
 from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
 REFUND_PLAN = [
@@ -430,8 +430,8 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     provider = providers(tool_loop_script(REFUND_PLAN[1:2], final_text="refunded"))
     agent = make_agent(provider, tools=["issue_refund"])
     # A write without a probe (the demo's has one: tests/daemon/agents/test_probes.py).
-    unprobed = dataclasses.replace(runtime.registry.get("issue_refund"), probe=None)
-    runtime.registry = ToolRegistry([unprobed])
+    unprobed = dataclasses.replace(runtime.kit.registry.get("issue_refund"), probe=None)
+    runtime = with_registry(runtime, ToolRegistry([unprobed]))
     run_id = await runtime.start_run(agent, None)
     # A crash between the write's intent and its completion leaves exactly this log.
     view = await runtime.view(run_id)
@@ -442,7 +442,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
         "max_tokens": 1024,
         "system": "You settle refunds.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "null"}]}],
-        "tools": [t.spec() for t in [runtime.registry.get("issue_refund")]],
+        "tools": [t.spec() for t in [runtime.kit.registry.get("issue_refund")]],
     }
     _, view = await runtime.access.append(
         run_id, [ModelCallRequested(request_hash=sha256_hash(request))], view

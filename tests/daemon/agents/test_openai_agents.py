@@ -158,7 +158,9 @@ async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted
 ):
     marker = tmp_path / "died"
     agent = agents_process(tmp_path, settings, DIE_AFTER="1", MARKER=str(marker))
-    restarting = Runtime(runtime.access, runtime.registry, clock=runtime.clock, process_restarts=1)
+    restarting = Runtime(
+        runtime.access, runtime.kit.registry, clock=runtime.kit.clock, process_restarts=1
+    )
     run_id = await restarting.start_run(agent, "settle invoices A-1 and B-2")
     view = await restarting.drive(run_id, agent=agent)
     assert marker.exists()  # the first process did die after its first model call

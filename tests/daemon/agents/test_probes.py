@@ -23,7 +23,7 @@ from salvor.daemon.tools import (
 from salvor.protocol import Effect, EventKind, RunState, sha256_hash
 
 from tests.daemon.agents.test_loop import assert_log_is_sound
-from tests.support.runtime import agent_toml
+from tests.support.runtime import agent_toml, with_registry
 from tests.support.scripted_provider import tool_loop_script
 
 REFUND = {"invoice": {"id": "INV-7"}, "amount_cents": 1250}
@@ -99,10 +99,14 @@ class World:
 
 
 @pytest.fixture
-def world(runtime) -> World:
-    world = World()
-    runtime.registry = world.registry()
-    return world
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+def registry(world: World) -> ToolRegistry:
+    """The world's tools, which the ``runtime`` fixture's drives use."""
+    return world.registry()
 
 
 def refund_agent(providers, plan=(("refund", REFUND),)):
@@ -267,20 +271,23 @@ async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, wor
 async def test_a_probe_whose_input_path_is_missing_cannot_tell(runtime, world, providers):
     world.lose = 1
     agent = refund_agent(providers)
-    runtime.registry = ToolRegistry(
-        [
-            world.registry().get("find_refund"),
-            Tool(
-                name="refund",
-                description="",
-                effect=Effect.WRITE,
-                input_schema={"type": "object"},
-                handler=world.refund,
-                probe=Probe(
-                    tool="find_refund", input={"invoice": "invoice.number"}, landed="found"
+    runtime = with_registry(
+        runtime,
+        ToolRegistry(
+            [
+                world.registry().get("find_refund"),
+                Tool(
+                    name="refund",
+                    description="",
+                    effect=Effect.WRITE,
+                    input_schema={"type": "object"},
+                    handler=world.refund,
+                    probe=Probe(
+                        tool="find_refund", input={"invoice": "invoice.number"}, landed="found"
+                    ),
                 ),
-            ),
-        ]
+            ]
+        ),
     )
     run_id = await runtime.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)

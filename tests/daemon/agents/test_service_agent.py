@@ -98,7 +98,7 @@ async def test_a_service_run_completes_with_the_reply(
     assert trigger["path"] == "/task" and trigger["prompt"] == json.dumps({"invoice": "A-1"})
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
-    assert runtime.ports.holder(port) is None  # the drive let the port go
+    assert runtime.kit.ports.holder(port) is None  # the drive let the port go
 
 
 async def test_a_mispointed_service_fails_with_the_port_to_point_at(
@@ -287,7 +287,7 @@ async def test_a_cut_drive_is_triggered_again_and_replays_the_recorded_prefix(
     agent = service_agent(service.url, port)
     run_id = await runtime.start_run(agent, "settle A-1")
     await drive_until_held(runtime, agent, run_id, service)
-    assert runtime.ports.holder(port) is None
+    assert runtime.kit.ports.holder(port) is None
     release.write_text("go")
     # The cut request goes on and finds nothing on the port: its client raises, it answers 500.
     await wait_for(lambda: service.entries("finished"), "the cut request to end")

@@ -269,7 +269,7 @@ def test_a_process_agent_declaring_a_server_named_salvor_is_refused(name):
 def helper_agent(runtime, provider, *, tools=(), extra: str = ""):
     """The built-in child a subagent call names, ``helper``, on its own scripted provider."""
     text = 'name = "helper"\n' + agent_toml(provider.base_url, tools=tools, extra=extra)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 def handed_on(result: str) -> dict:

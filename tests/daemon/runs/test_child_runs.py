@@ -23,7 +23,7 @@ from tests.support.scripted_provider import text_reply
 
 def named(runtime, provider, name: str, tools=()):
     text = f'name = "{name}"\n' + agent_toml(provider.base_url, tools=tools)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 async def head(runtime, run_id: str, labels=None, agent="sha256:" + "f" * 64, *more) -> None:

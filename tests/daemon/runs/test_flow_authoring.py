@@ -75,7 +75,7 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
 
 
 def _definition(runtime, text: str):
-    return parse_definition(text, "md", known_tools=runtime.registry.names())
+    return parse_definition(text, "md", known_tools=runtime.kit.registry.names())
 
 
 async def test_the_catalog_holds_the_newest_registration_of_each_name(host, runtime) -> None:
