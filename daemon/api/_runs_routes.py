@@ -106,11 +106,13 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
                 "a re-run takes its origin's input; leave `input` out when `replay_of` is given"
             )
         if "agent" in body:
-            agent = await runtime.load_agent(body["agent"])
+            agent = await runtime.definitions.load_agent(body["agent"])
         else:
             # A re-run defaults to the origin's own agent (whose command may
             # now run newer code: that is what a re-run checks).
-            agent = await runtime.load_agent((await runtime.view(replay_of)).agent_def_hash)
+            agent = await runtime.definitions.load_agent(
+                (await runtime.view(replay_of)).agent_def_hash
+            )
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
         run_id = await runtime.start_run(

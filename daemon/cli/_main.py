@@ -216,8 +216,8 @@ class Cli:
                 f"`salvor graph validate {self.args.file}` lists them"
             ) from None
         for source in self.args.agent:
-            await runtime.register_agent(await self._agent_from(runtime, source))
-        await runtime.register_graph(graph)
+            await runtime.definitions.register_agent(await self._agent_from(runtime, source))
+        await runtime.definitions.register_graph(graph)
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
             run_id = await runtime.start_graph_run(
@@ -231,12 +231,12 @@ class Cli:
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):
-            return await runtime.load_agent(source)
+            return await runtime.definitions.load_agent(source)
         try:
             agent = load_definition(source, known_tools=runtime.kit.registry.names())
         except DefinitionError as exc:
             raise CliError(f"{source}: {exc}") from None
-        await runtime.build_agent(agent)
+        await runtime.definitions.build_agent(agent)
         return agent
 
     async def cmd_rerun(self, runtime: Runtime) -> int:
@@ -245,7 +245,9 @@ class Cli:
         if self.args.agent is not None:
             agent = await self._agent_from(runtime, self.args.agent)
         else:
-            agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
+            agent = await runtime.definitions.load_agent(
+                (await runtime.view(origin)).agent_def_hash
+            )
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
             run_id = await runtime.start_run(
@@ -444,8 +446,8 @@ class Cli:
     async def cmd_edit_mode(self, runtime: Runtime) -> int:
         """``salvor edit-mode [on|off]``: set edit mode when told to, then say what it is."""
         if self.args.state is not None:
-            await runtime.set_edit_mode(self.args.state == "on")
-        enabled = await runtime.edit_mode()
+            await runtime.definitions.set_edit_mode(self.args.state == "on")
+        enabled = await runtime.definitions.edit_mode()
         if self.json:
             _out({"enabled": enabled})
         else:

@@ -6,6 +6,9 @@ Rule: imports only the packages below it.
 
 from __future__ import annotations
 
+from ._definitions import (
+    Definitions,
+)
 from ._drivers import (
     DriverSet,
 )
@@ -55,6 +58,7 @@ __all__ = [
     "PAGE_EVENTS",
     "SERVE",
     "Batching",
+    "Definitions",
     "DriverSet",
     "EventHub",
     "FlowCatalog",

@@ -168,7 +168,7 @@ class DriverSet:
                     if agent is None:
                         view = await self.runtime.view(run_id)
                         if view.graph_hash is None:
-                            agent = await self.runtime.load_agent(view.agent_def_hash)
+                            agent = await self.runtime.definitions.load_agent(view.agent_def_hash)
                     if agent is None:
                         # A graph run: its agent nodes are built-in (no process to pace).
                         self._recovering.discard(run_id)

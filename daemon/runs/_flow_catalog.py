@@ -77,7 +77,7 @@ class FlowCatalog:
 
     async def edit_mode(self) -> bool:
         """Whether the operator has authoring on (``Runtime.edit_mode``: read afresh each time)."""
-        return await self.runtime.edit_mode()
+        return await self.runtime.definitions.edit_mode()
 
     async def flow_results(self, session: FlowSession, args: Mapping[str, Any]) -> dict:
         """A read-only view of ``session``'s run tree; ``args`` is the tool's input
@@ -117,7 +117,7 @@ class FlowCatalog:
         diagnostics, agent = await off_loop(_checked_agent, content, known, runtime.kit.credentials)
         if agent is not None:
             try:
-                await runtime.build_agent(agent)
+                await runtime.definitions.build_agent(agent)
             except OperationRefused as exc:
                 diagnostics.append(Diagnostic(1, Severity.ERROR, exc.message))
                 agent = None
@@ -129,7 +129,7 @@ class FlowCatalog:
                 agent = None
         if agent is None:
             return _answer(False, diagnostics)
-        created = await runtime.register_agent(agent)
+        created = await runtime.definitions.register_agent(agent)
         return {
             **_answer(True, diagnostics),
             "agent": agent.agent_def_hash,
@@ -168,7 +168,7 @@ class FlowCatalog:
         diagnostics = await off_loop(graph_diagnostics, content, agents)
         if _errors(diagnostics):
             return _answer(False, diagnostics)
-        created = await self.runtime.register_graph(graph)
+        created = await self.runtime.definitions.register_graph(graph)
         return {
             **_answer(True, diagnostics),
             "graph": graph.hash,

@@ -100,7 +100,7 @@ class RunFlows(FlowCatalog):
                 await runtime.access.append(child, [head], EMPTY_VIEW)
             view = await runtime.view(child)
         try:
-            definition = await runtime.load_agent(view.agent_def_hash)
+            definition = await runtime.definitions.load_agent(view.agent_def_hash)
             view = await runtime.drive(child, agent=definition)
         except OperationRefused as exc:
             raise ToolFailed(
@@ -126,10 +126,10 @@ class RunFlows(FlowCatalog):
         """
         runtime = self.runtime
         if agent.startswith(HASH_PREFIX):
-            stored = await runtime.find_agent(agent)
+            stored = await runtime.definitions.find_agent(agent)
             if stored is not None:
                 return stored
-        registered = await runtime.list_agents()
+        registered = await runtime.definitions.list_agents()
         named = [stored for stored in registered if stored.name == agent]
         if named:
             return named[-1]  # oldest first: the last is the newest registration

@@ -1,5 +1,5 @@
-"""The verbs on runs: start, drive, resume, resolve, abandon, wake; and the agents and graphs
-they run, as this store holds them.
+"""The verbs on runs: start, drive, resume, resolve, abandon, wake; the agents and graphs they
+run are ``definitions``'.
 
 Shared by the CLI and the HTTP layer. Each verb checks everything it can
 before it records anything: a refusal (``OperationRefused``) leaves the store
@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import os
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,22 +37,17 @@ from salvor.protocol import (
     StepKind,
     ToolCallCompleted,
     check_resume_input,
-    excerpt,
-    graph_from_value,
     parse_instant,
 )
-from salvor.store import GraphSummary, RunSummary, StoredGraph
+from salvor.store import RunSummary
 
 from ..agents import (
     AgentDefinition,
     AgentKind,
     Credentials,
-    DefinitionError,
     DriveKit,
     declares_probe,
     drive,
-    offered_besides_mcp,
-    parse_definition,
     probes_open_write,
 )
 from ..client_runs import (
@@ -61,13 +55,10 @@ from ..client_runs import (
     ClientTool,
     LeaseRegistry,
     check_resolution,
-    registry_unavailable,
 )
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
-from ..mcp import McpBuildError, check_buildable, missing_program
 from ..models import ModelGateway
-from ..processes import MARK_VAR, store_fingerprint
 from ..proxies import ModelProxy
 from ..recording import (
     FreeSpaceFloor,
@@ -86,11 +77,10 @@ from ..web import (
     bad_request,
     off_loop,
     port_held,
-    unknown_agent,
-    unknown_graph,
     unknown_run,
     wrong_state,
 )
+from ._definitions import Definitions
 from ._event_hub import PAGE_BYTES, PAGE_EVENTS
 from ._flow_host import RunFlows
 from ._forks import Forks
@@ -99,9 +89,6 @@ from ._reconciliations import Reconciliation, reconciliation
 log = logging.getLogger("salvor.runs")
 
 MISSING: Any = object()
-
-# The store setting behind edit mode (0 or 1; never set reads as off).
-EDIT_MODE_KEY = "flows.edit_mode"
 
 # The error kind of a write a person recorded as not landed, and what the model is told.
 NOT_LANDED = "not_landed"
@@ -162,6 +149,8 @@ class Runtime(Forks):
             process_restarts=process_restarts,
             flows=RunFlows(self),
         )
+        # The agents and graphs this store holds, resolved against the registry.
+        self.definitions = Definitions(access, registry)
 
     def client_runs(
         self,
@@ -182,170 +171,6 @@ class Runtime(Forks):
             resolve=self.resolve,
             floor=floor,
         )
-
-    # -- settings -----------------------------------------------------------
-
-    async def edit_mode(self) -> bool:
-        """Whether the operator has flow authoring on (off until it is turned on).
-
-        Read from the store each time, never cached: a ``salvor edit-mode`` beside a daemon, or a
-        second daemon on the same store, is seen at the next read.
-        """
-        return bool(await self.access.read(self.access.store.get_setting, EDIT_MODE_KEY))
-
-    async def set_edit_mode(self, enabled: bool) -> None:
-        """Turn flow authoring on or off for every run of this store, from its next agent turn.
-
-        Raises:
-            StoreUnavailable: the database failed; the setting is as it was.
-        """
-        await self.access.read(self.access.store.put_setting, EDIT_MODE_KEY, int(enabled))
-
-    # -- agents -------------------------------------------------------------
-
-    async def build_agent(self, agent: AgentDefinition) -> None:
-        """Build the agent as a drive would, to refuse one that cannot run before it is stored.
-
-        Each MCP server is started or reached, lists its tools, and is closed
-        again; every tool the definition names must be there, and no two
-        tools the model is offered may share a name.
-
-        A process agent is not built: its MCP servers are the agent's own
-        tools, reached through salvor's stand-ins only while it runs.
-
-        Raises:
-            OperationRefused: bad_request naming the server and why.
-        """
-        if agent.kind is AgentKind.PROCESS:
-            # Its stdio servers are started only by a drive; a program that is
-            # not there is refused now rather than failing every run later.
-            for spec in agent.mcp_servers:
-                if (problem := missing_program(spec, os.environ)) is not None:
-                    raise bad_request(f"the agent definition does not build: {problem}")
-            return
-        try:
-            await check_buildable(
-                agent.mcp_servers,
-                offered_besides_mcp(agent),
-                mark={MARK_VAR: store_fingerprint(self.access.store.url)},
-            )
-        except McpBuildError as exc:
-            raise bad_request(f"the agent definition does not build: {exc}") from None
-
-    async def register_agent(self, agent: AgentDefinition) -> bool:
-        """Store the definition content-addressed; True when it was new."""
-        return await self.access.read(
-            lambda: self.access.store.put_agent(
-                agent.agent_def_hash,
-                format=agent.stored_format,
-                definition=agent.stored_text,
-                name=agent.name,
-            )
-        )
-
-    async def load_agent(self, agent_def_hash: str) -> AgentDefinition:
-        """Rebuild a stored definition.
-
-        Raises:
-            OperationRefused: unknown_agent when it is not stored, bad_request
-                when it no longer validates here (a tool this daemon lacks).
-        """
-        stored = await self.access.read(self.access.store.get_agent, agent_def_hash)
-        if stored is None:
-            raise unknown_agent(agent_def_hash)
-        try:
-            return parse_definition(
-                stored.definition, stored.format, known_tools=self.kit.registry.names(), stored=True
-            )
-        except DefinitionError as exc:
-            raise bad_request(
-                f"stored agent {agent_def_hash} no longer builds here: {exc}"
-            ) from None
-
-    # -- graphs -------------------------------------------------------------
-
-    async def register_graph(self, graph: Graph) -> bool:
-        """Store a validated graph content-addressed; True when it was new.
-
-        Its document is kept as submitted, with its shape summary beside it. A
-        failure leaves nothing stored.
-
-        Raises:
-            StoreUnavailable: the database failed.
-        """
-        return await self.access.read(
-            lambda: self.access.store.put_graph(
-                graph.hash, document=graph.document, summary=graph.summary()
-            )
-        )
-
-    async def find_graph(self, graph_hash: str) -> StoredGraph | None:
-        """The graph document stored under ``graph_hash``, or None."""
-        return await self.access.read(self.access.store.get_graph, graph_hash)
-
-    async def list_graphs(self) -> list[GraphSummary]:
-        """Every stored graph's hash and shape summary, oldest first."""
-        return await self.access.read(self.access.store.list_graphs)
-
-    async def load_graph(self, graph_hash: str) -> Graph:
-        """Rebuild a stored graph.
-
-        Raises:
-            OperationRefused: unknown_graph when it is not stored.
-        """
-        stored = await self.find_graph(graph_hash)
-        if stored is None:
-            raise unknown_graph(graph_hash)
-        # Stored only after it validated, so it validates again (InvalidGraph would be a bug).
-        return graph_from_value(stored.document)
-
-    async def graph_agents(self, graph: Graph) -> dict[str, AgentDefinition]:
-        """Every agent ``graph``'s nodes name, by hash, once each tool node's tool is known too.
-
-        Resolved before a graph run is started (so a run starts only when all of it
-        resolves) and before each drive.
-
-        Raises:
-            OperationRefused: unknown_agent or unknown_tool naming the node
-                (``details.node``), tool_registry_unavailable naming a tool node when the host
-                wired no registry, or bad_request naming a node whose agent is a process or
-                service agent (a graph's agent nodes run the built-in loop inline).
-        """
-        agents: dict[str, AgentDefinition] = {}
-        for node in graph.nodes:
-            call = node.body if node.kind is NodeKind.MAP else node
-            if call is None:
-                continue
-            if call.kind is NodeKind.TOOL and not self.kit.registry.wired:
-                raise registry_unavailable(
-                    f"run node {node.id!r}'s tool {excerpt(call.tool)!r}",
-                    details={"node": node.id, "tool": call.tool},
-                )
-            if call.kind is NodeKind.TOOL and self.kit.registry.get(call.tool) is None:
-                raise OperationRefused(
-                    ErrorCode.UNKNOWN_TOOL,
-                    f"node {node.id!r} calls the tool {excerpt(call.tool)!r}, which this "
-                    "daemon's registry does not hold",
-                    details={"node": node.id, "tool": call.tool},
-                )
-            if call.kind is not NodeKind.AGENT or call.agent in agents:
-                continue
-            try:
-                agent = await self.load_agent(call.agent)
-            except OperationRefused as exc:
-                raise OperationRefused(
-                    exc.code,
-                    f"node {node.id!r}: {exc.message}",
-                    details={**(exc.details or {}), "node": node.id, "agent": call.agent},
-                ) from None
-            if agent.kind is not AgentKind.BUILTIN:
-                raise bad_request(
-                    f"node {node.id!r} names a {agent.kind.value} agent; a graph's agent nodes "
-                    "run built-in agents only (their loop runs inline in the graph run's log)",
-                    details={"node": node.id, "agent": call.agent},
-                )
-            agents[call.agent] = agent
-        return agents
 
     # -- reads ----------------------------------------------------------------
 
@@ -371,13 +196,6 @@ class Runtime(Forks):
         return await self.access.read(
             self.access.store.read_log, run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES
         )
-
-    async def list_agents(self) -> list:
-        return await self.access.read(self.access.store.list_agents)
-
-    async def find_agent(self, agent_def_hash: str) -> Any:
-        """The stored agent row, or None."""
-        return await self.access.read(self.access.store.get_agent, agent_def_hash)
 
     async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
         """One page of run summaries (``EventStore.list_runs``'s filters)
@@ -463,7 +281,7 @@ class Runtime(Forks):
                 digest = summary.agent_def_hash
                 if digest not in agents:
                     try:
-                        agents[digest] = await self.load_agent(digest)
+                        agents[digest] = await self.definitions.load_agent(digest)
                     except OperationRefused:
                         agents[digest] = None
                 agent = agents[digest]
@@ -474,7 +292,7 @@ class Runtime(Forks):
             elif summary.graph_hash is not None:
                 digest = summary.graph_hash
                 if digest not in graphs:
-                    graphs[digest] = await self._graph_and_agents(digest)
+                    graphs[digest] = await self.definitions.graph_and_agents(digest)
                 if graphs[digest] is not None and graph_declares_probe(
                     *graphs[digest], self.kit.registry, pending["tool"]
                 ):
@@ -486,23 +304,13 @@ class Runtime(Forks):
         graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
         graph, the dangling write is what a refusal says."""
         if view.graph_hash is not None:
-            loaded = await self._graph_and_agents(view.graph_hash)
+            loaded = await self.definitions.graph_and_agents(view.graph_hash)
             return loaded is not None and graph_probes_open_write(*loaded, self.kit.registry, view)
         try:
-            agent = await self.load_agent(view.agent_def_hash)
+            agent = await self.definitions.load_agent(view.agent_def_hash)
         except OperationRefused:
             return False
         return probes_open_write(agent, self.kit.registry, view)
-
-    async def _graph_and_agents(
-        self, graph_hash: str
-    ) -> tuple[Graph, list[AgentDefinition]] | None:
-        """The stored graph and its agents, or None when either does not load here."""
-        try:
-            graph = await self.load_graph(graph_hash)
-            return graph, list((await self.graph_agents(graph)).values())
-        except OperationRefused:
-            return None
 
     @property
     def store_url(self) -> str:
@@ -552,7 +360,7 @@ class Runtime(Forks):
         # From here the claim belongs to this run; its drive lets it go.
         try:
             if register:
-                await self.register_agent(agent)
+                await self.definitions.register_agent(agent)
             head = RunStarted(
                 agent_def_hash=agent.agent_def_hash,
                 input=run_input,
@@ -584,7 +392,7 @@ class Runtime(Forks):
         """
         checked_labels(labels)
         run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        await self.graph_agents(graph)
+        await self.definitions.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
         await self.open_log(run_id, [head])
         return run_id
@@ -636,7 +444,7 @@ class Runtime(Forks):
             view = await self.view(run_id)
             if view.graph_hash is not None:
                 return await self.drive_graph(run_id, view.graph_hash, on_record=on_record)
-            agent = await self.load_agent(view.agent_def_hash)
+            agent = await self.definitions.load_agent(view.agent_def_hash)
         try:
             if agent.kind is not AgentKind.BUILTIN and not self.allow_process_agents:
                 return await self._fail_not_allowed(run_id, agent)
@@ -664,8 +472,8 @@ class Runtime(Forks):
             OperationRefused: unknown_graph, or an agent or tool of the graph this daemon no
                 longer resolves; nothing was recorded.
         """
-        graph = await self.load_graph(graph_hash)
-        agents = await self.graph_agents(graph)
+        graph = await self.definitions.load_graph(graph_hash)
+        agents = await self.definitions.graph_agents(graph)
         try:
             return await drive_graph(self.kit, run_id, graph, agents, on_record=on_record)
         except* RecursionError:
@@ -758,13 +566,13 @@ class Runtime(Forks):
                 )
         gate = None
         if view.graph_hash is not None:
-            graph = await self.load_graph(view.graph_hash)
-            await self.graph_agents(graph)
+            graph = await self.definitions.load_graph(view.graph_hash)
+            await self.definitions.graph_agents(graph)
             if state is RunState.SUSPENDED and view.open_node is not None:
                 node = graph.node(view.open_node)
                 gate = node.id if node.kind is NodeKind.GATE else None
         else:
-            await self.load_agent(view.agent_def_hash)
+            await self.definitions.load_agent(view.agent_def_hash)
         if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
             if run_input is MISSING:
                 what = (

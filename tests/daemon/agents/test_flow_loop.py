@@ -33,7 +33,7 @@ def kinds(log) -> list[str]:
 
 async def start(runtime, agent, labels=None, run_input="the task") -> str:
     """A run of ``agent`` under ``labels`` (the daemon's own labels too: written as a head)."""
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     run_id = str(uuid.uuid4())
     head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)
     await runtime.open_log(run_id, [head])
@@ -205,7 +205,7 @@ async def test_a_subagent_call_runs_one_child_and_completes_with_its_result(
 ):
     child_provider = providers([text_reply("child answer", input_tokens=7, output_tokens=3)])
     helper = named_agent(runtime, child_provider, "helper")
-    await runtime.register_agent(helper)
+    await runtime.definitions.register_agent(helper)
     call = {"agent": "helper", "task": "look it up", "inputs": {"id": "7"}}
     provider = providers([tool_use("subagent", call), text_reply("parent done")])
     parent = with_flows(make_agent(provider), flow_tools=["subagent"])
@@ -236,7 +236,9 @@ async def test_a_subagent_call_completes_with_its_childs_typed_outputs(
     finish = {"status": "complete", "summary": "checked", "verdict": "refund", "amount": 3}
     child_provider = providers([tool_use("finish", finish)])
     outputs = 'outputs = [{ name = "verdict" }, { name = "amount", type = "number" }]'
-    await runtime.register_agent(named_agent(runtime, child_provider, "checker", outputs))
+    await runtime.definitions.register_agent(
+        named_agent(runtime, child_provider, "checker", outputs)
+    )
     provider = providers(
         [tool_use("subagent", {"agent": "checker", "task": "t"}), text_reply("parent done")]
     )
@@ -263,7 +265,7 @@ async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
 
     child_provider = providers(child_script)
     helper = named_agent(runtime, child_provider, "helper")
-    await runtime.register_agent(helper)
+    await runtime.definitions.register_agent(helper)
     provider = providers(
         [tool_use("subagent", {"agent": "helper", "task": "t"}), text_reply("parent done")]
     )
@@ -287,7 +289,7 @@ async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
 
 async def test_a_childs_usage_counts_toward_its_parents_budget(runtime, providers, make_agent):
     child_provider = providers([text_reply("big", input_tokens=100, output_tokens=5)])
-    await runtime.register_agent(named_agent(runtime, child_provider, "helper"))
+    await runtime.definitions.register_agent(named_agent(runtime, child_provider, "helper"))
     provider = providers(
         [tool_use("subagent", {"agent": "helper", "task": "t"}), text_reply("parent done")]
     )
@@ -304,7 +306,7 @@ async def test_a_childs_usage_counts_toward_its_parents_budget(runtime, provider
 async def test_an_unknown_agent_is_the_calls_error_naming_the_known_ones(
     runtime, providers, make_agent
 ):
-    await runtime.register_agent(named_agent(runtime, providers([]), "helper"))
+    await runtime.definitions.register_agent(named_agent(runtime, providers([]), "helper"))
     provider = providers(
         [tool_use("subagent", {"agent": "helpr", "task": "t"}), text_reply("gave up")]
     )

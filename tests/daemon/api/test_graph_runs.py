@@ -168,7 +168,7 @@ async def test_a_process_or_service_agent_in_an_agent_node_is_refused_naming_the
     graphs = {}
     for kind, text in definitions.items():
         agent = parse_definition(text, "toml")
-        await server.state.runtime.register_agent(agent)
+        await server.state.runtime.definitions.register_agent(agent)
         node = {"id": f"by_{kind}", "kind": "agent", "agent": agent.agent_def_hash}
         graphs[kind] = (
             agent.agent_def_hash,

@@ -25,7 +25,7 @@ TRIAGE = 'outputs = [{ name = "priority" }]\nflow_tools = ["ask_user"]'
 
 async def stored(runtime, document: dict):
     graph = graph_from_value(document)
-    await runtime.register_graph(graph)
+    await runtime.definitions.register_graph(graph)
     return graph
 
 
@@ -41,7 +41,7 @@ async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
         ]
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
     run_id = await runtime.start_graph_run(graph, "the disk is full")
     view = await runtime.drive(run_id)
@@ -79,7 +79,7 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
         )
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {
@@ -123,7 +123,7 @@ async def test_an_agent_nodes_question_parks_the_graph_run_until_it_is_answered(
         )
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
     run_id = await runtime.start_graph_run(graph, "something broke")
     view = await runtime.drive(run_id)

@@ -48,7 +48,7 @@ def echo(call):
 
 async def stored(runtime, document: dict):
     graph = graph_from_value(document)
-    await runtime.register_graph(graph)
+    await runtime.definitions.register_graph(graph)
     return graph
 
 
@@ -75,7 +75,7 @@ async def map_graph(runtime, agent: str, *, concurrency: int) -> str:
 
 async def agent_hash(runtime, make_agent, provider) -> str:
     agent = make_agent(provider)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     return agent.agent_def_hash
 
 
@@ -380,7 +380,7 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
         extra="[budgets]\nsteps = 1",
     )
     for agent in (talker, looper):
-        await runtime.register_agent(agent)
+        await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {
@@ -527,7 +527,7 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
     mail = {"to": "c@example.com", "subject": "s", "body": "b"}
     provider = providers(tool_loop_script([("send_email", mail)], final_text="mailed"))
     agent = make_agent(provider, tools=("send_email",))
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {

@@ -230,7 +230,7 @@ async def test_the_tools_a_process_run_is_offered_follow_its_session(
     provider = providers(script)
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
 
     async def listed(labels) -> tuple[list[str], object]:
         run_id = str(uuid.uuid4())
@@ -311,7 +311,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
 ):
     child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
     child_provider = providers([tool_use("finish", child_finish, tokens=7)])
-    await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+    await runtime.definitions.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path, extra=OUTPUTS)
@@ -374,7 +374,9 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
             text_reply("blue"),
         ]
     )
-    await runtime.register_agent(helper_agent(runtime, child_provider, tools=("request_approval",)))
+    await runtime.definitions.register_agent(
+        helper_agent(runtime, child_provider, tools=("request_approval",))
+    )
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
@@ -410,7 +412,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
     salvor server is a child session's (ask_user and finish only)."""
     child_provider = providers(steps_script(lambda _: ("finish", GOOD), lambda _: "done"))
     upstream_env(child_provider)
-    await runtime.register_agent(salvor_agent(tmp_path, extra=OUTPUTS))
+    await runtime.definitions.register_agent(salvor_agent(tmp_path, extra=OUTPUTS))
     provider = providers(
         [
             tool_use("subagent", {"agent": "asker", "task": "paint it"}),
@@ -615,7 +617,7 @@ async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
 
     # The setting is read afresh, no restart: the next run's listing has the authoring tools, and
     # its call of one is performed.
-    await runtime.set_edit_mode(True)
+    await runtime.definitions.set_edit_mode(True)
     offered, answer = await drive_one()
     assert offered == [
         "ask_user",

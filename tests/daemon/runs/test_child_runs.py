@@ -41,7 +41,9 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
             else text_reply("approved and done")
         )
     )
-    await runtime.register_agent(named(runtime, child_provider, "approver", ["request_approval"]))
+    await runtime.definitions.register_agent(
+        named(runtime, child_provider, "approver", ["request_approval"])
+    )
     provider = providers(
         [tool_use("subagent", {"agent": "approver", "task": "t"}), text_reply("parent done")]
     )

@@ -74,7 +74,7 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
     async with open_store_access(store_url) as access:
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
-        await runtime.register_graph(graph)
+        await runtime.definitions.register_graph(graph)
         holder = await runtime.start_graph_run(graph, None)
         waiter = await runtime.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
@@ -119,7 +119,7 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
     ):
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
-        await runtime.register_graph(graph)
+        await runtime.definitions.register_graph(graph)
         holder = await runtime.start_graph_run(graph, None)
         # The holder's write is lost in flight: it parks with its claim open.
         lossy = Runtime(shell_access, ToolRegistry([refund_tool(lost, Effect.WRITE)]))

@@ -72,9 +72,9 @@ def _flow_write(seq: int, name: str, graph: str) -> list:
 async def tree(runtime):
     reviewer, writer, main = _agent("reviewer"), _agent("writer"), _agent("main")
     for agent in (reviewer, writer, main):
-        await runtime.register_agent(agent)
-    await runtime.register_graph(PUBLISHING)
-    await runtime.register_graph(CHAIN)
+        await runtime.definitions.register_agent(agent)
+    await runtime.definitions.register_graph(PUBLISHING)
+    await runtime.definitions.register_graph(CHAIN)
     child = {PARENT_LABEL: MAIN}
     logs = {
         MAIN: [

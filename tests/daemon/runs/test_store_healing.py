@@ -445,8 +445,8 @@ async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(agent)
-            await runtime.register_graph(graph)
+            await runtime.definitions.register_agent(agent)
+            await runtime.definitions.register_graph(graph)
             items = [{"invoice_id": "INV-1"}, {"invoice_id": "INV-2"}]
             run_id = await runtime.start_graph_run(graph, items)
 
@@ -492,7 +492,7 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(refunder)
+            await runtime.definitions.register_agent(refunder)
             run_id = await runtime.start_run(parent, "refund what is owed")
 
             async def the_child() -> str:
@@ -541,7 +541,9 @@ async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_pa
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+            await runtime.definitions.register_agent(
+                helper_agent(runtime, child_provider, extra=OUTPUTS)
+            )
             run_id = await runtime.start_run(parent, "delegate it")
 
             async def the_child() -> str:
