@@ -120,7 +120,7 @@ def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
         # Subscribe before reading the store, so no commit falls in between.
         subscription = state.hub.subscribe(run_id, state.stream_buffer_bytes)
         try:
-            page = await runtime.read_page(run_id, 0)
+            page = await runtime.reads.read_page(run_id, 0)
             if not page and not state.attached(run_id):
                 raise unknown_run(run_id)
         except BaseException:
@@ -199,7 +199,7 @@ async def _frames(
                 yield data
                 del data
             if paging and next_seq > seq_before:
-                pending = await runtime.read_page(run_id, next_seq)
+                pending = await runtime.reads.read_page(run_id, next_seq)
                 continue
             paging = False
             if not seeded:
@@ -246,7 +246,7 @@ async def _frames(
                     continue
             # A gap or a lagging queue: read what is missing from the store, page by page.
             subscription.lagging = False
-            pending, paging = await runtime.read_page(run_id, next_seq), True
+            pending, paging = await runtime.reads.read_page(run_id, next_seq), True
 
 
 async def _after_rest(
@@ -265,5 +265,5 @@ async def _after_rest(
         return None
     if state.drivers.driving(run_id):
         return []
-    later = await state.runtime.read_page(run_id, next_seq)
+    later = await state.runtime.reads.read_page(run_id, next_seq)
     return later or None

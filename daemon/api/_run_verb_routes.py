@@ -191,7 +191,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         # A child's end is the next step of the run that waits on it (a subagent's parent, a map
         # item's graph run), whose walk the abandon may have stopped: it goes on and hears it.
         parent = driver_of(view)
-        found = None if parent is None else await runtime.find_view(parent)
+        found = None if parent is None else await runtime.reads.find_view(parent)
         if found is not None:
             await drive_on_after_resolve(state, parent, found)
         return ABANDONED.respond(run=run_id, abandoned=True, appended_seq=seq, status=view.status())

@@ -111,7 +111,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             # A re-run defaults to the origin's own agent (whose command may
             # now run newer code: that is what a re-run checks).
             agent = await runtime.definitions.load_agent(
-                (await runtime.view(replay_of)).agent_def_hash
+                (await runtime.reads.view(replay_of)).agent_def_hash
             )
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
@@ -128,7 +128,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
 
     @route(app, LIST)
     async def list_runs():
-        page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
+        page, next_cursor = await runtime.reads.list_runs(**_list_filters(request.args))
         return RUN_LIST.respond(
             runs=[summary_json(state, s) for s in page], next_cursor=next_cursor
         )
@@ -136,7 +136,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, READ)
     async def get_run(run_id: str):
         run_id = parse_run_id(run_id)
-        view = await runtime.view(run_id)
+        view = await runtime.reads.view(run_id)
         return RUN.respond(
             run=run_id,
             status=view.status_at(runtime.kit.clock()),
@@ -157,7 +157,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, CHILDREN)
     async def run_children(run_id: str):
         run_id = parse_run_id(run_id)
-        children = await runtime.list_children(run_id)
+        children = await runtime.reads.list_children(run_id)
         return CHILD_LIST.respond(
             run=run_id, derived=True, children=[summary_json(state, s) for s in children]
         )
@@ -165,7 +165,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, REPLAY)
     async def replay(run_id: str):
         # A pure fold of the recorded log, executing nothing.
-        view = fold(await runtime.log(parse_run_id(run_id)))
+        view = fold(await runtime.reads.log(parse_run_id(run_id)))
         return json_response(view.replay_json())
 
 

@@ -246,7 +246,7 @@ class Cli:
             agent = await self._agent_from(runtime, self.args.agent)
         else:
             agent = await runtime.definitions.load_agent(
-                (await runtime.view(origin)).agent_def_hash
+                (await runtime.reads.view(origin)).agent_def_hash
             )
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
@@ -267,7 +267,7 @@ class Cli:
                 return await self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
             # was killed) must not run on beside the copy this drive starts.
-            await sweep_orphans(runtime.store_url, run_id)
+            await sweep_orphans(runtime.access.store.url, run_id)
             return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
@@ -301,7 +301,7 @@ class Cli:
                     "--output and --not-landed settle one run; name it: "
                     "`salvor reconcile RUN --output JSON` or `salvor reconcile RUN --not-landed`"
                 )
-            page, _ = await runtime.reconciliations(declarations)
+            page, _ = await runtime.reads.reconciliations(declarations)
             for item in page:
                 if self.json:
                     _out(item.to_json())
@@ -334,7 +334,7 @@ class Cli:
         return EXIT_OK
 
     async def cmd_wake(self, runtime: Runtime) -> int:
-        due = await runtime.due_runs()
+        due = await runtime.reads.due_runs()
         worst = EXIT_OK
         for run_id in due:
             try:
@@ -359,7 +359,7 @@ class Cli:
         return worst
 
     async def cmd_runs(self, runtime: Runtime) -> int:
-        page, _ = await runtime.list_runs(
+        page, _ = await runtime.reads.list_runs(
             state=self.args.state, label=self.args.label, limit=self.args.limit
         )
         if self.json:
@@ -374,7 +374,7 @@ class Cli:
         return EXIT_OK
 
     async def cmd_history(self, runtime: Runtime) -> int:
-        for envelope in await runtime.log(self.args.run):
+        for envelope in await runtime.reads.log(self.args.run):
             print(encode_envelope(envelope) if self.json else describe(envelope))
         return EXIT_OK
 
@@ -382,7 +382,7 @@ class Cli:
         """``salvor log RUN``: a line per event, then where the run rests; with ``--json``, an
         object per event (seq, recorded_at, kind, its line), then the run's status."""
         run_id = self.args.run
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         for envelope in log:
             line = describe(envelope)
             if self.json:
@@ -396,7 +396,7 @@ class Cli:
                 )
             else:
                 print(line)
-        view = await runtime.view(run_id)
+        view = await runtime.reads.view(run_id)
         if self.json:
             _out({"run": run_id, "status": view.status_at(datetime.now(UTC))})
         else:
@@ -459,7 +459,7 @@ class Cli:
             raise UsageError("replay only runs as --dry-run (derive the state, execute nothing)")
         from salvor.protocol import fold
 
-        view = fold(await runtime.log(self.args.run))
+        view = fold(await runtime.reads.log(self.args.run))
         _out(view.replay_json())
         return EXIT_OK
 

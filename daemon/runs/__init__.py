@@ -42,11 +42,14 @@ from ._ownership import (
     driving_run,
     own_store,
 )
+from ._run_reads import (
+    RunReads,
+    driver_of,
+)
 from ._runtime import (
     MISSING,
     ResumeOutcome,
     Runtime,
-    driver_of,
 )
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "ResumeOutcome",
     "RunChange",
     "RunFlows",
+    "RunReads",
     "Runtime",
     "Subscription",
     "child_result",

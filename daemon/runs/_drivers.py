@@ -37,7 +37,8 @@ from ..metrics import concerning_run
 from ..recording import CallInFlight, DriveStopped
 from ._claim_waits import FALLBACK_POLL_SECONDS, ClaimWaits
 from ._healing import StoreHealing
-from ._runtime import Runtime, driver_of
+from ._run_reads import driver_of
+from ._runtime import Runtime
 
 log = logging.getLogger("salvor.drivers")
 
@@ -166,7 +167,7 @@ class DriverSet:
             with scope:
                 async with self.runtime.access.driving.hold(run_id), self._limiter:
                     if agent is None:
-                        view = await self.runtime.view(run_id)
+                        view = await self.runtime.reads.view(run_id)
                         if view.graph_hash is None:
                             agent = await self.runtime.definitions.load_agent(view.agent_def_hash)
                     if agent is None:

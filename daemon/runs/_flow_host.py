@@ -86,7 +86,7 @@ class RunFlows(FlowCatalog):
         """
         runtime = self.runtime
         child = child_run_id(parent.run_id, seq)
-        view = await runtime.find_view(child)
+        view = await runtime.reads.find_view(child)
         if view is None:
             found = await self.catalog_agent(agent)
             labels = {PARENT_LABEL: parent.run_id}
@@ -98,7 +98,7 @@ class RunFlows(FlowCatalog):
             )
             with contextlib.suppress(SeqConflict):  # another drive of this call started it
                 await runtime.access.append(child, [head], EMPTY_VIEW)
-            view = await runtime.view(child)
+            view = await runtime.reads.view(child)
         try:
             definition = await runtime.definitions.load_agent(view.agent_def_hash)
             view = await runtime.drive(child, agent=definition)

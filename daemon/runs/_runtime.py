@@ -1,5 +1,5 @@
-"""The verbs on runs: start, drive, resume, resolve, abandon, wake; the agents and graphs they
-run are ``definitions``'.
+"""The verbs on runs: start, drive, resume, resolve, abandon; the agents and graphs they run are
+``definitions``', and what the store says of runs ``reads``'.
 
 Shared by the CLI and the HTTP layer. Each verb checks everything it can
 before it records anything: a refusal (``OperationRefused``) leaves the store
@@ -39,16 +39,13 @@ from salvor.protocol import (
     check_resume_input,
     parse_instant,
 )
-from salvor.store import RunSummary
 
 from ..agents import (
     AgentDefinition,
     AgentKind,
     Credentials,
     DriveKit,
-    declares_probe,
     drive,
-    probes_open_write,
 )
 from ..client_runs import (
     ClientRuns,
@@ -57,7 +54,7 @@ from ..client_runs import (
     check_resolution,
 )
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
-from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
+from ..graphs import drive_graph
 from ..models import ModelGateway
 from ..proxies import ModelProxy
 from ..recording import (
@@ -77,14 +74,12 @@ from ..web import (
     bad_request,
     off_loop,
     port_held,
-    unknown_run,
     wrong_state,
 )
 from ._definitions import Definitions
-from ._event_hub import PAGE_BYTES, PAGE_EVENTS
 from ._flow_host import RunFlows
 from ._forks import Forks
-from ._reconciliations import Reconciliation, reconciliation
+from ._run_reads import RunReads
 
 log = logging.getLogger("salvor.runs")
 
@@ -111,12 +106,6 @@ class ResumeDecision:
 
     outcome: ResumeOutcome
     view: RunView
-
-
-def driver_of(view: RunView) -> str | None:
-    """The run whose drive drives this one inline (a map item's graph run, a subagent's parent)."""
-    labels = view.labels or {}
-    return labels.get(MAP_OF_LABEL) or labels.get(PARENT_LABEL)
 
 
 class Runtime(Forks):
@@ -151,6 +140,7 @@ class Runtime(Forks):
         )
         # The agents and graphs this store holds, resolved against the registry.
         self.definitions = Definitions(access, registry)
+        self.reads = RunReads(access, self.definitions, clock=clock)
 
     def client_runs(
         self,
@@ -171,156 +161,6 @@ class Runtime(Forks):
             resolve=self.resolve,
             floor=floor,
         )
-
-    # -- reads ----------------------------------------------------------------
-
-    async def view(self, run_id: str) -> RunView:
-        view = await self.find_view(run_id)
-        if view is None:
-            raise unknown_run(run_id)
-        return view
-
-    async def find_view(self, run_id: str) -> RunView | None:
-        """The run's folded view, or None when the store holds no such run."""
-        return await self.access.read(self.access.store.read_view, run_id)
-
-    async def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        """The run's events from ``from_seq`` on; empty for an unknown
-        run or a cursor at the end."""
-        return await self.access.read(self.access.store.read_log, run_id, from_seq)
-
-    async def read_page(self, run_id: str, from_seq: int) -> list[Envelope]:
-        """One page of the run's events from ``from_seq``: at most ``PAGE_EVENTS``, about
-        ``PAGE_BYTES`` of payload (a stream reads a log so, never whole); empty for an unknown
-        run or a cursor at the end."""
-        return await self.access.read(
-            self.access.store.read_log, run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES
-        )
-
-    async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
-        """One page of run summaries (``EventStore.list_runs``'s filters)
-        and the next page's cursor."""
-        return await self.access.read(lambda: self.access.store.list_runs(**filters))
-
-    async def list_children(self, run_id: str) -> list[RunSummary]:
-        """The runs ``run_id``'s subagent calls started, oldest first. Reads only.
-
-        Raises:
-            OperationRefused: unknown_run.
-        """
-        await self.view(run_id)
-        children, _ = await self.list_runs(label=(PARENT_LABEL, run_id))
-        return children[::-1]
-
-    async def reconciliations(
-        self,
-        client_tools: Mapping[str, ClientTool],
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> tuple[list[Reconciliation], str | None]:
-        """One page of the reconciliation queue (every run parked on a write of unknown
-        outcome, oldest write first) and the next page's cursor. Reads only.
-
-        ``client_tools`` are the declarations a client-performed write's resolve is checked
-        against (the item says what they expect).
-
-        Raises:
-            BadCursor: ``after`` is not a cursor this store issued (400 bad_request).
-        """
-        page, cursor = await self.access.read(
-            lambda: self.access.store.parked_writes(limit=limit, after=after)
-        )
-        positions = [(p.run_id, p.view.pending.seq) for p in page]
-        probed = await self.access.read(self.access.store.probe_answers, positions)
-        items = [
-            reconciliation(p.run_id, p.view, client_tools, probed.get(at))
-            for p, at in zip(page, positions, strict=True)
-        ]
-        return items, cursor
-
-    async def interrupted_runs(self) -> list[str]:
-        """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
-        a write whose tool declares a probe (their drive probes it first)."""
-        interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return await self._without_walked_children(interrupted + await self.probed_writes())
-
-    async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
-        """``interrupted`` less the children whose driver is in it too (a map item's graph run, a
-        subagent's parent): recovery of a tree starts at its root, whose drive drives them. (A
-        second drive of such a child would wait for the first: ``StoreAccess.driving``.)"""
-        store = self.access.store
-        views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
-        walked = set(interrupted)
-        return [
-            run
-            for run, view in zip(interrupted, views, strict=True)
-            if view is None or driver_of(view) not in walked
-        ]
-
-    async def probed_writes(self) -> list[str]:
-        """Runs parked in needs_reconciliation whose open write this daemon can probe.
-
-        An agent run's write is probed when its agent declares the probe; a graph run's when
-        one of its graph's agent nodes does, or a tool node calls the write and the registry
-        holds its probe (the walk probes it exactly as an agent run's loop does). One listing
-        read, and one load per distinct agent or graph; a run whose agent or graph is not
-        stored here (or no longer builds) is left to a person.
-        """
-        parked, _ = await self.access.read(
-            lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
-        )
-        agents: dict[str, AgentDefinition | None] = {}
-        graphs: dict[str, tuple[Graph, list[AgentDefinition]] | None] = {}
-        found = []
-        for summary in parked:
-            pending = summary.pending
-            if pending is None or summary.driven_by == Actor.CLIENT:
-                continue
-            if summary.agent_def_hash is not None:
-                digest = summary.agent_def_hash
-                if digest not in agents:
-                    try:
-                        agents[digest] = await self.definitions.load_agent(digest)
-                    except OperationRefused:
-                        agents[digest] = None
-                agent = agents[digest]
-                if agent is not None and declares_probe(
-                    agent, self.kit.registry, pending["tool"], pending.get("input")
-                ):
-                    found.append(summary.run_id)
-            elif summary.graph_hash is not None:
-                digest = summary.graph_hash
-                if digest not in graphs:
-                    graphs[digest] = await self.definitions.graph_and_agents(digest)
-                if graphs[digest] is not None and graph_declares_probe(
-                    *graphs[digest], self.kit.registry, pending["tool"]
-                ):
-                    found.append(summary.run_id)
-        return found
-
-    async def _probes_open_write(self, view: RunView) -> bool:
-        """Whether a drive of the parked run ``view`` probes its open write (an agent run's or a
-        graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
-        graph, the dangling write is what a refusal says."""
-        if view.graph_hash is not None:
-            loaded = await self.definitions.graph_and_agents(view.graph_hash)
-            return loaded is not None and graph_probes_open_write(*loaded, self.kit.registry, view)
-        try:
-            agent = await self.definitions.load_agent(view.agent_def_hash)
-        except OperationRefused:
-            return False
-        return probes_open_write(agent, self.kit.registry, view)
-
-    @property
-    def store_url(self) -> str:
-        return self.access.store.url
-
-    async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        log = await self.read_log(run_id, from_seq)
-        if not log and from_seq == 0:
-            raise unknown_run(run_id)
-        return log
 
     # -- verbs ----------------------------------------------------------------
 
@@ -411,7 +251,7 @@ class Runtime(Forks):
                 "agent is a built-in one, whose recorded runs `salvor replay --dry-run RUN` "
                 "derives without executing anything"
             )
-        view = await self.view(origin)
+        view = await self.reads.view(origin)
         if view.state is not RunState.COMPLETED:
             raise OperationRefused(
                 ErrorCode.WRONG_STATE,
@@ -441,7 +281,7 @@ class Runtime(Forks):
             run fails with a RunFailed saying so, and the drive returns its view.
         """
         if agent is None:
-            view = await self.view(run_id)
+            view = await self.reads.view(run_id)
             if view.graph_hash is not None:
                 return await self.drive_graph(run_id, view.graph_hash, on_record=on_record)
             agent = await self.definitions.load_agent(view.agent_def_hash)
@@ -485,7 +325,7 @@ class Runtime(Forks):
 
         A terminal run is left as it is.
         """
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
         what = (
@@ -503,7 +343,7 @@ class Runtime(Forks):
         return view
 
     async def _fail_too_deep(self, run_id: str) -> RunView:
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
         _, view = await self.access.append(
@@ -536,7 +376,7 @@ class Runtime(Forks):
                 parked run with no input, or one its schema rejects),
                 needs_reconciliation, still_sleeping, unknown_agent.
         """
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         if view.driven_by == Actor.CLIENT:
             raise OperationRefused(
                 ErrorCode.CLIENT_DRIVEN_RUN,
@@ -547,7 +387,7 @@ class Runtime(Forks):
         if view.terminal:
             return ResumeDecision(ResumeOutcome.FINISHED, view)
         if state is RunState.NEEDS_RECONCILIATION:
-            if not await self._probes_open_write(view):
+            if not await self.reads.probes_on_drive(view):
                 raise needs_reconciliation(run_id, view)
             return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
@@ -621,7 +461,7 @@ class Runtime(Forks):
                 bad_request when a client's write has no declaration here or the output fails
                 it. Nothing is recorded.
         """
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
             if view.pending is not None:
                 fault = (
@@ -676,12 +516,12 @@ class Runtime(Forks):
         Raises:
             OperationRefused: unknown_run, or wrong_state for a terminal run.
         """
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         self._refuse_terminal(view)
         self.access.driving.stop(run_id, "the run is being abandoned")
         async with self.access.driving.hold(run_id):
             # The stopped drive may have recorded on its way out, or ended the run.
-            view = await self.view(run_id)
+            view = await self.reads.view(run_id)
             self._refuse_terminal(view)
             unresolved = None
             if view.state is RunState.NEEDS_RECONCILIATION:
@@ -707,7 +547,7 @@ class Runtime(Forks):
             (PARENT_LABEL, f"its parent run {parent} was abandoned"),
             (MAP_OF_LABEL, f"its graph run {parent} was abandoned"),
         ):
-            children, _ = await self.list_runs(label=(label, parent))
+            children, _ = await self.reads.list_runs(label=(label, parent))
             for child in children:
                 if child.state is None or RunState(child.state) in TERMINAL_STATES:
                     continue
@@ -715,15 +555,3 @@ class Runtime(Forks):
                     await self.abandon(child.run_id, why)
                 except OperationRefused:
                     pass  # it ended between the listing and now: nothing left to abandon
-
-    async def census(self) -> tuple[dict[str, int], int]:
-        """Runs per state and the idempotency identities held open (``EventStore.census``), read
-        on a reader thread.
-
-        Raises:
-            StoreUnavailable: the store cannot be read.
-        """
-        return await self.access.read(self.access.store.census)
-
-    async def due_runs(self, now: datetime | None = None) -> list[str]:
-        return await self.access.read(self.access.store.due_runs, now or self.kit.clock())

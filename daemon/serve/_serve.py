@@ -210,7 +210,7 @@ async def interrupted_runs(
         StoreUnavailable: the store cannot be read.
     """
     runtime = state.runtime
-    interrupted = await runtime.interrupted_runs()
+    interrupted = await runtime.reads.interrupted_runs()
     if driven_elsewhere is None:
         return interrupted
     skip = await trio.to_thread.run_sync(driven_elsewhere, interrupted)
@@ -232,7 +232,7 @@ def recover(state: ServerState, run_ids: list[str]) -> int:
 async def sweep_once(state: ServerState) -> int:
     """Re-drive every sleeping run whose instant has passed, through the resume path."""
     woken = 0
-    for run_id in await state.runtime.due_runs():
+    for run_id in await state.runtime.reads.due_runs():
         if state.drivers.driving(run_id):
             continue
         try:
@@ -385,7 +385,7 @@ def _start_keepers(
     # Events a `salvor run` beside us commits reach the streams through the poll.
     root.start_soon(
         state.hub.poll_forever,
-        state.runtime.read_page,
+        state.runtime.reads.read_page,
         state.attached,
         config.stream_poll_seconds,
     )

@@ -73,7 +73,7 @@ async def run(calls: int, store_url: str, provider_url: str) -> dict:
         async with httpx.AsyncClient(timeout=30) as client:
             for stream in (False, True):
                 run_id = await runtime.start_run(agent, "bench")
-                log = await runtime.log(run_id)
+                log = await runtime.reads.log(run_id)
                 session = ProxySession(
                     RunContext(access, run_id, log),
                     log,

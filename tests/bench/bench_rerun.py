@@ -265,7 +265,9 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         results["rerun"] = _rates(turns, began, time.perf_counter(), stamps)
         results["rerun"]["state"] = view.state.value
         completed = [
-            e for e in await runtime.log(rerun) if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
+            e
+            for e in await runtime.reads.log(rerun)
+            if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
         ]
         results["rerun"]["recorded_calls"] = len(completed)
 
@@ -273,7 +275,7 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         bodies = scratch / "bodies.jsonl"
         requested = [
             e.event
-            for e in await runtime.log(origin)
+            for e in await runtime.reads.log(origin)
             if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
         ]
         bodies.write_text(

@@ -209,7 +209,7 @@ async def test_a_call_missing_a_key_field_fails_as_a_recorded_tool_error(
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED and refund.calls == []
-    [(_, intent, done)] = refund_calls(await runtime.log(run_id))
+    [(_, intent, done)] = refund_calls(await runtime.reads.log(run_id))
     assert intent.idempotency_key is None
     error = done.output[TOOL_ERROR_KEY]
     assert error["kind"] == "invalid_input" and "`invoice.id`" in error["message"]
@@ -228,7 +228,7 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
         agent = refund_agent(providers, [("refund", REFUND)])
         run_id = await runtime.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, done)] = refund_calls(await runtime.log(run_id))
+        [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         assert done.deduplicated_from is None
     # Both performed, neither under a key; and no claim was written.
     assert seen == [None, None]
@@ -276,7 +276,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
     with pytest.raises(Exception, match="not now"):
         await runtime.drive(run_id, agent=agent)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-    [(seq, intent, _)] = refund_calls(await runtime.log(run_id))
+    [(seq, intent, _)] = refund_calls(await runtime.reads.log(run_id))
     derived = sha256_hash({"run": run_id, "seq": seq, "tool": "refund"})
     assert keys == [derived, derived] and intent.idempotency_key == derived
 
@@ -302,14 +302,16 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
         await runtime.drive(run_b, agent=agent_b)
     assert stopped.value.claim.run_id == run_a and len(refund.calls) == 1
     assert refund_calls(await assert_log_is_sound(runtime, run_b)) == []
-    assert [e.event.KIND for e in await runtime.log(run_b)][-1] is EventKind.MODEL_CALL_COMPLETED
+    assert [e.event.KIND for e in await runtime.reads.log(run_b)][
+        -1
+    ] is EventKind.MODEL_CALL_COMPLETED
 
     # A person records what the write did: that settles the claim, and the next caller copies it.
     await runtime.resolve(run_a, {"refunded": 1250}, {})
     view = await runtime.drive(run_b, agent=agent_b)
     assert view.state is RunState.COMPLETED and len(refund.calls) == 1
     [(_, _, done)] = refund_calls(await assert_log_is_sound(runtime, run_b))
-    seq_a = refund_calls(await runtime.log(run_a))[0][0]
+    seq_a = refund_calls(await runtime.reads.log(run_a))[0][0]
     assert done.output == {"refunded": 1250}
     assert done.deduplicated_from == {"run_id": run_a, "seq": seq_a}
 
@@ -353,7 +355,7 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
     run_b = await runtime.start_run(agent_b, None)
     assert (await runtime.drive(run_b, agent=agent_b)).state is RunState.COMPLETED
     assert len(fx.calls_of("write_note")) == 2
-    log_a, log_b = await runtime.log(run_a), await runtime.log(run_b)
+    log_a, log_b = await runtime.reads.log(run_a), await runtime.reads.log(run_b)
     (seq_a, _, done_a) = next(c for c in note_calls(log_a))
     (_, intent_b, done_b) = next(c for c in note_calls(log_b))
     assert intent_b.idempotency_key == identity
@@ -373,7 +375,7 @@ async def test_an_mcp_result_flagged_is_error_releases_its_identity(runtime, pro
         agent = parse_definition(text, "toml")
         run_id = await runtime.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, failed)] = note_calls_of(await runtime.log(run_id), "fail_soft")
+        [(_, _, failed)] = note_calls_of(await runtime.reads.log(run_id), "fail_soft")
         assert failed.output["isError"] is True and failed.deduplicated_from is None
     assert len(fx.calls_of("fail_soft")) == 2
     identity = sha256_hash({"tool": "fail_soft", "mcp_server": "fx", "text": "refund INV-8"})
@@ -409,7 +411,7 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
     )
     agent = refund_agent(providers, [])
     run_id = await runtime.start_run(agent, None)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     old = [
         RandomObserved(value="ab" * 16),
         ToolCallRequested(
@@ -418,7 +420,7 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
         ToolCallCompleted(seq=view.next_seq + 1, output="sent"),
     ]
     await runtime.access.append(run_id, old, view)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     ctx = RunContext(runtime.access, run_id, log)
     ctx.cursor.take(EventKind.RUN_STARTED)
 
@@ -438,7 +440,7 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
         agent = refund_agent(providers, [("refund", REFUND)])
         run_id = await runtime.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, done)] = refund_calls(await runtime.log(run_id))
+        [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         outcomes.append((run_id, done))
     (first, failed), (second, performed) = outcomes
     # The failure left nothing to copy: the second run performed the refund itself.
@@ -476,7 +478,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
     assert asleep[1]["settle"] == IDENTITY and not asleep[1].get("release")
     claim = await access.read(access.store.get_claim, IDENTITY)
-    [(seq, _, done)] = refund_calls(await runtime.log(first))
+    [(seq, _, done)] = refund_calls(await runtime.reads.log(first))
     assert (claim.run_id, claim.seq, claim.state, claim.output) == (
         first,
         seq,
@@ -487,6 +489,6 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     agent = refund_agent(providers, [("refund", REFUND)])
     second = await runtime.start_run(agent, None)
     assert (await runtime.drive(second, agent=agent)).state is RunState.SLEEPING
-    [(_, _, copied)] = refund_calls(await runtime.log(second))
+    [(_, _, copied)] = refund_calls(await runtime.reads.log(second))
     assert copied.deduplicated_from == {"run_id": first, "seq": seq}
     assert copied.output == done.output and len(refund.calls) == 1

@@ -103,12 +103,12 @@ async def test_ask_user_parks_until_a_fitting_answer_which_is_the_calls_result(
         with pytest.raises(OperationRefused) as refused:
             await runtime.resume(run_id, wrong)
         assert refused.value.code == "bad_request"
-        assert (await runtime.view(run_id)).event_count == before
+        assert (await runtime.reads.view(run_id)).event_count == before
     await runtime.resume(run_id, {"answer": "M"})
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "size noted"}
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "M"}
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     completed = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert "Resumed" in kinds(log) and len(completed) == 1
 
@@ -128,7 +128,7 @@ async def test_an_autonomous_child_is_told_nobody_answers_and_never_parks(
     assert view.state is RunState.COMPLETED
     told = tool_results(provider.calls[1])[0]
     assert told["is_error"] is True and "autonomous" in told["content"]
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "Suspended" not in kinds(log)
     (completion,) = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert TOOL_ERROR_KEY in completion.event.output
@@ -162,7 +162,7 @@ async def test_finish_is_refused_until_it_is_complete_and_ends_the_response_ther
     assert missing["is_error"] and "`verdict`" in missing["content"]
     assert wrong_type["is_error"] and "amount" in wrong_type["content"]
     # The refusals were told, never recorded; the call after the good finish never ran.
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "ToolCallRequested" not in kinds(log)
     assert ledger(effects_path) == []
     assert provider.call_count == 3
@@ -196,7 +196,7 @@ async def test_a_child_without_required_outputs_may_answer_in_text(runtime, prov
 
 
 async def _children(runtime, parent: str) -> list[str]:
-    page, _ = await runtime.list_runs(label=(PARENT_LABEL, parent))
+    page, _ = await runtime.reads.list_runs(label=(PARENT_LABEL, parent))
     return [summary.run_id for summary in page]
 
 
@@ -215,12 +215,12 @@ async def test_a_subagent_call_runs_one_child_and_completes_with_its_result(
 
     child = child_run_id(run_id, 3)
     assert await _children(runtime, run_id) == [child]
-    child_view = await runtime.view(child)
+    child_view = await runtime.reads.view(child)
     assert child_view.labels == {PARENT_LABEL: run_id, AUTONOMOUS_LABEL: "true"}
     assert child_view.input == {"task": "look it up", "inputs": {"id": "7"}}
     result = {"status": "complete", "summary": "child answer", "outputs": {}}
     (completion,) = [
-        e for e in await runtime.log(run_id) if e.event.KIND is EventKind.TOOL_CALL_COMPLETED
+        e for e in await runtime.reads.log(run_id) if e.event.KIND is EventKind.TOOL_CALL_COMPLETED
     ]
     assert completion.event.output == {
         **result,
@@ -273,16 +273,16 @@ async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
     run_id = await start(runtime, parent)
     with pytest.raises(DriveInterrupted, match="child run"):
         await runtime.drive(run_id, agent=parent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_TOOL and view.pending.tool == "subagent"
 
     failing["on"] = False
     view = await runtime.drive(run_id, agent=parent)
     assert view.status() == {"state": "completed", "output": "parent done"}
     (child,) = await _children(runtime, run_id)
-    assert (await runtime.view(child)).status()["output"] == "recovered"
+    assert (await runtime.reads.view(child)).status()["output"] == "recovered"
     # The child's head was written once; its open model call was issued again, once.
-    assert kinds(await runtime.log(child)).count("RunStarted") == 1
+    assert kinds(await runtime.reads.log(child)).count("RunStarted") == 1
     assert child_provider.call_count == 2
     assert provider.call_count == 2
 

@@ -51,7 +51,7 @@ async def start_and_drive(runtime, agent, run_input=None, **kwargs):
 
 
 async def assert_log_is_sound(runtime, run_id):
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert [e.seq for e in log] == list(range(len(log)))
     check_batch(EMPTY_VIEW, log)
     return log
@@ -115,7 +115,7 @@ async def test_a_tool_loop_runs_to_completion_recording_every_call(
         "send_email",
     ]
     # The runs row is the fold of the log.
-    assert await runtime.view(run_id) == view
+    assert await runtime.reads.view(run_id) == view
 
 
 async def test_driving_a_finished_run_again_executes_nothing(
@@ -149,7 +149,7 @@ async def test_an_interrupted_run_recovers_without_repeating_completed_calls(
     run_id = await runtime.start_run(agent, None)
     with pytest.raises(DriveInterrupted, match="issues it again"):
         await runtime.drive(run_id, agent=agent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_MODEL
     assert view.pending.to_json()["kind"] == "model"
 
@@ -196,7 +196,7 @@ async def test_a_gate_suspends_and_only_a_conforming_input_resumes_it(
         with pytest.raises(OperationRefused) as refused:
             await runtime.resume(run_id, bad)
         assert refused.value.code == "bad_request"
-        assert (await runtime.view(run_id)).event_count == before
+        assert (await runtime.reads.view(run_id)).event_count == before
 
     decision = await runtime.resume(run_id, {"approved": True, "note": "ok by finance"})
     assert decision.outcome == "driving"
@@ -225,7 +225,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     agent = make_agent(provider, tools=["wait_until"])
     run_id, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "sleeping", "wake_at": wake_at}
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
 
     with pytest.raises(OperationRefused) as refused:
         await runtime.resume(run_id)
@@ -239,7 +239,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
         "overdue": True,
         "overdue_seconds": 30,
     }
-    assert await runtime.due_runs() == [run_id]
+    assert await runtime.reads.due_runs() == [run_id]
     assert (await runtime.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "woke"}
@@ -248,7 +248,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     assert completion.output == {TOOL_SLEEP_KEY: {"wake_at": wake_at}}
     # Nothing is recorded while it is not due; the reading that woke it is.
     assert kinds(log)[5:8] == ["SleepStarted", "NowObserved", "SleepCompleted"]
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
 
 
 async def test_a_timer_driven_early_records_nothing_and_stays_asleep(
@@ -261,7 +261,7 @@ async def test_a_timer_driven_early_records_nothing_and_stays_asleep(
     agent = make_agent(provider, tools=["wait_until"])
     run_id, _ = await start_and_drive(runtime, agent)
     clock.advance(60)
-    asleep = await runtime.view(run_id)
+    asleep = await runtime.reads.view(run_id)
     view = await runtime.drive(
         run_id, agent=agent
     )  # early: the deadline is enforced inside the run
@@ -292,7 +292,7 @@ async def test_a_step_budget_parks_the_run_and_an_extension_lifts_it(
         with pytest.raises(OperationRefused) as refused:
             await runtime.resume(run_id, bad)
         assert refused.value.code == "bad_request"
-    assert (await runtime.view(run_id)).event_count == before
+    assert (await runtime.reads.view(run_id)).event_count == before
 
     await runtime.resume(run_id, {"extend_by": 5})
     view = await runtime.drive(run_id)
@@ -419,7 +419,7 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
     own = Runtime(runtime.access, registry, clock=clock)
     run_id, view = await start_and_drive(own, agent)
     assert view.state is RunState.COMPLETED
-    log = await own.log(run_id)
+    log = await own.reads.log(run_id)
     outputs = [e.event.output for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert outputs[0] == {"ok": 3}  # a read is retried
     assert outputs[1][TOOL_ERROR_KEY]["attempts"] == 1  # a write is tried once
@@ -434,7 +434,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     runtime = with_registry(runtime, ToolRegistry([unprobed]))
     run_id = await runtime.start_run(agent, None)
     # A crash between the write's intent and its completion leaves exactly this log.
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     from salvor.protocol import ModelCallCompleted, ModelCallRequested, sha256_hash
 
     request = {
@@ -484,7 +484,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
 
     view = await runtime.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
     assert view.state is RunState.RUNNING
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert log[-1].event.settled_by == "operator"
     with pytest.raises(OperationRefused) as refused:
         await runtime.resolve(run_id, {}, {})
@@ -511,7 +511,7 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
     assert refused.value.code == "wrong_state"
 
     run_id = await runtime.start_run(agent, None)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     _, view = await runtime.access.append(
         run_id,
         [ToolCallRequested(tool="issue_refund", input={}, effect="write", idempotency_key=None)],
@@ -556,7 +556,7 @@ async def test_credentials_never_reach_the_log(runtime, providers, make_agent, m
     run_id, view = await start_and_drive(runtime, agent)
     assert view.state is RunState.COMPLETED
     assert provider.calls[0].api_key == "sk-test-do-not-record-4242"
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     text = "\n".join(encode_envelope(e) for e in log)
     assert "sk-test-do-not-record-4242" not in text
     # record_prompts keeps each request body, and it hashes to the recorded request_hash.
@@ -571,5 +571,5 @@ async def test_a_run_without_record_prompts_keeps_no_request_body(runtime, provi
     provider = providers([text_reply("hi")])
     agent = make_agent(provider)
     run_id, _ = await start_and_drive(runtime, agent)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "request_body" not in log[1].event.to_payload()

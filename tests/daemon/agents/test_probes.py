@@ -145,7 +145,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
         with trio.fail_after(10):
             await world.entered.wait()
         nursery.cancel_scope.cancel()
-    assert (await runtime.view(run_id)).state is RunState.NEEDS_RECONCILIATION
+    assert (await runtime.reads.view(run_id)).state is RunState.NEEDS_RECONCILIATION
     world.hold = None
 
     # Recovery does not refuse it: the drive probes first, and the probe says it landed.
@@ -172,7 +172,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     second = refund_agent(providers)
     other = await runtime.start_run(second, None)
     assert (await runtime.drive(other, agent=second)).state is RunState.COMPLETED
-    _, copied = the_refund(await runtime.log(other))
+    _, copied = the_refund(await runtime.reads.log(other))
     assert copied.deduplicated_from == {"run_id": run_id, "seq": intent.seq}
     assert copied.output == done.output and len(world.performed) == 1
 
@@ -240,7 +240,7 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
     assert len(world.performed) == 1
 
     # The reconciliation queue shows the person what the probe last said.
-    [item], _ = await runtime.reconciliations({})
+    [item], _ = await runtime.reads.reconciliations({})
     probe = item.to_json()["probe"]
     assert item.run_id == run_id and isinstance(probe["observed_at"], str)
     assert {k: probe[k] for k in ("tool", "input", "answer", "error", "verdict")} == {
@@ -261,7 +261,7 @@ async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, wor
 
     assert view.state is RunState.NEEDS_RECONCILIATION
     assert len(world.probed) == 3  # a read's attempts
-    intent, done = the_refund(await runtime.log(run_id))
+    intent, done = the_refund(await runtime.reads.log(run_id))
     assert done is None
     row = await probe_answer(runtime, run_id, intent.seq)
     assert row.verdict == "unknown" and row.answer is None
@@ -293,7 +293,7 @@ async def test_a_probe_whose_input_path_is_missing_cannot_tell(runtime, world, p
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION and world.probed == []
-    intent, _ = the_refund(await runtime.log(run_id))
+    intent, _ = the_refund(await runtime.reads.log(run_id))
     row = await probe_answer(runtime, run_id, intent.seq)
     assert row.verdict == "unknown" and row.input == {}
     assert "`invoice.number`" in row.error
@@ -364,7 +364,7 @@ async def die_inside_the_write(runtime, fx, run_id):
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     fx.release("w")
-    assert (await runtime.view(run_id)).state is RunState.NEEDS_RECONCILIATION
+    assert (await runtime.reads.view(run_id)).state is RunState.NEEDS_RECONCILIATION
 
 
 def note_call(log):
@@ -410,7 +410,7 @@ async def test_an_mcp_probe_answering_an_error_result_cannot_tell(runtime, provi
 
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
     assert len(fx.calls_of("write_note")) == 1 and len(fx.calls_of("fail_soft")) == 1
-    intent, done = note_call(await runtime.log(run_id))
+    intent, done = note_call(await runtime.reads.log(run_id))
     assert done is None
     row = await probe_answer(runtime, run_id, intent.seq)
     assert (row.tool, row.verdict, row.answer) == ("fail_soft", "unknown", None)

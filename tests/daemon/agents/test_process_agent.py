@@ -272,11 +272,11 @@ def process_agent(
 
 
 async def kinds(runtime, run_id: str) -> list[str]:
-    return [env.kind for env in await runtime.log(run_id)]
+    return [env.kind for env in await runtime.reads.log(run_id)]
 
 
 async def assert_no_secret(runtime, run_id: str, store_url: str) -> None:
-    text = json.dumps([env.event.to_payload() for env in await runtime.log(run_id)])
+    text = json.dumps([env.event.to_payload() for env in await runtime.reads.log(run_id)])
     assert SECRET not in text
     if store_url.startswith("sqlite:///"):
         db = Path(store_url.removeprefix("sqlite:///"))
@@ -355,7 +355,7 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
             os.kill(int((tmp_path / "agent.pid").read_text()), signal.SIGKILL)
     finally:
         release.set()
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert (
         view.state.value == "awaiting_model" and view.pending is not None
     )  # the cut call's intent is open
@@ -506,7 +506,7 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(
 
         agent = process_agent(tmp_path, script="pass\n")
         run_id = await runtime.start_run(agent, "x")
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         session = ProxySession(
             RunContext(runtime.access, run_id, log),
             log,

@@ -38,7 +38,7 @@ async def record_origin(runtime, provider, upstream_env, tmp_path, mode: str = "
 
 async def model_calls(runtime, run_id: str) -> list[tuple[str, dict]]:
     """(request_hash, response) of each completed model call, in order."""
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     hashes = {
         e.seq: e.event.request_hash for e in log if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
     }
@@ -70,7 +70,7 @@ async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(
     assert provider.call_count == served  # not one call upstream
     assert await model_calls(runtime, rerun) == await model_calls(runtime, origin)
     # The recorded usage is the origin's too: a re-run reports what the trajectory cost.
-    origin_view = await runtime.view(origin)
+    origin_view = await runtime.reads.view(origin)
     assert (view.input_tokens, view.output_tokens) == (
         origin_view.input_tokens,
         origin_view.output_tokens,
@@ -148,7 +148,7 @@ async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(
     _, short = await record_origin(
         runtime, provider, upstream_env, tmp_path / "..", "openai", env={"EXITFILE": str(exit_file)}
     )
-    assert (await runtime.view(short)).detail["output"] == {
+    assert (await runtime.reads.view(short)).detail["output"] == {
         "tool_calls": [{"name": "lookup_invoice", "arguments": {"invoice": "A-1"}}],
         "exit_code": 0,
     }
@@ -184,7 +184,7 @@ async def test_a_rerun_killed_mid_way_recovers_from_its_own_log_then_the_origin(
     view = await runtime.drive(rerun, agent=dying)
     assert view.state.value == "completed", view.detail
     assert await model_calls(runtime, rerun) == await model_calls(runtime, origin)
-    kinds = [e.kind for e in await runtime.log(rerun)]
+    kinds = [e.kind for e in await runtime.reads.log(rerun)]
     assert kinds.count("ModelCallRequested") == 3 and kinds.count("ModelCallCompleted") == 3
     assert provider.call_count == 3
 

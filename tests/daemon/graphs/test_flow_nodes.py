@@ -55,7 +55,7 @@ async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
     assert no_branch["is_error"] and "branch" in no_branch["content"]
     assert wrong_branch["is_error"] and "urgent" in wrong_branch["content"]
 
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     exits = {e.event.node: e.event for e in log if e.event.KIND is EventKind.NODE_EXITED}
     assert exits["triage"].output == {
         "status": "complete",
@@ -101,11 +101,11 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
     )
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
-    assert "Suspended" not in [e.event.KIND.value for e in await runtime.log(run_id)]
+    assert "Suspended" not in [e.event.KIND.value for e in await runtime.reads.log(run_id)]
     for call in provider.calls:
         for result in tool_results(call):
             assert result["is_error"] and "autonomous" in result["content"]
-    child = await runtime.view(map_child_id(run_id, "each", 0))
+    child = await runtime.reads.view(map_child_id(run_id, "each", 0))
     assert child.labels == {MAP_OF_LABEL: run_id, AUTONOMOUS_LABEL: "true"}
     assert child.status()["output"]["summary"] == "guessed"
     assert view.detail["output"]["each"][0]["outputs"] == {"priority": "p3"}

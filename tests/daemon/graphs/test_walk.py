@@ -80,7 +80,7 @@ async def agent_hash(runtime, make_agent, provider) -> str:
 
 
 async def sound_log(runtime, run_id):
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     check_batch(EMPTY_VIEW, log)
     return log
 
@@ -98,13 +98,13 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
     assert view.detail["reason"] == "Send it?"
 
     # A refused approval is answered before anything is recorded.
-    before = await runtime.log(run_id)
+    before = await runtime.reads.log(run_id)
     with pytest.raises(OperationRefused) as refused:
         await runtime.resume(run_id, {"approved": "yes"})
     assert refused.value.code is ErrorCode.APPROVAL_SCHEMA_VIOLATION
     assert refused.value.details["node"] == "approve"
     assert [v["path"] for v in refused.value.details["violations"]] == ["$.approved"]
-    assert await runtime.log(run_id) == before
+    assert await runtime.reads.log(run_id) == before
 
     await runtime.resume(run_id, {"approved": True})
     view = await runtime.drive(run_id)
@@ -183,9 +183,9 @@ async def test_a_recovered_walk_repeats_no_completed_call(
     run_id = await runtime.start_graph_run(graph, "go")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_MODEL and view.open_node == "second"
-    assert run_id in await runtime.interrupted_runs()
+    assert run_id in await runtime.reads.interrupted_runs()
 
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
@@ -212,13 +212,13 @@ async def test_a_delay_sleeps_until_its_instant_and_the_wake_path_walks_on(runti
     view = await runtime.drive(run_id)
     assert view.state is RunState.SLEEPING
     assert view.detail["wake_at"] == "2026-11-29T09:00:30.000000Z"
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
     with pytest.raises(OperationRefused) as early:
         await runtime.resume(run_id)
     assert early.value.code is ErrorCode.STILL_SLEEPING
 
     clock.advance(31)
-    assert await runtime.due_runs() == [run_id]
+    assert await runtime.reads.due_runs() == [run_id]
     await runtime.resume(run_id)  # what the wake sweeper does with a due run
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
@@ -297,7 +297,7 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
     run_id = await runtime.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
     with pytest.raises(DriveInterrupted, match="item 1"):
         await runtime.drive(run_id)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     recorded = [e.event for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
     assert sorted(item.index for item in recorded) == [0, 2]
     assert {item.run_id for item in recorded} == {
@@ -307,8 +307,8 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
 
     # Recovery drives the graph run, whose walk drives the interrupted child (not a second driver).
     child = map_child_id(run_id, "each", 1)
-    assert (await runtime.view(child)).state is RunState.AWAITING_MODEL
-    assert await runtime.interrupted_runs() == [run_id]
+    assert (await runtime.reads.view(child)).state is RunState.AWAITING_MODEL
+    assert await runtime.reads.interrupted_runs() == [run_id]
 
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
@@ -321,7 +321,7 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
     # Items 0 and 2 were answered once; item 1 twice (its failed call re-issued).
     tasks = [f'{{"n": {n}, "ticket": "{t}"}}' for n, t in enumerate("abc")]
     assert sorted(answered) == sorted([*tasks, tasks[1]])
-    child = await runtime.view(map_child_id(run_id, "each", 1))
+    child = await runtime.reads.view(map_child_id(run_id, "each", 1))
     assert child.state is RunState.COMPLETED and child.input == {"ticket": "b", "n": 1}
 
 
@@ -365,7 +365,7 @@ async def test_a_graph_that_does_not_resolve_starts_no_run(runtime, node, code):
     with pytest.raises(OperationRefused) as refused:
         await runtime.start_graph_run(graph, None)
     assert refused.value.code is code and refused.value.details["node"] == "x"
-    runs, _ = await runtime.list_runs()
+    runs, _ = await runtime.reads.list_runs()
     assert runs == []
 
 
@@ -425,7 +425,7 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
     # One item at a time, in item order: the item before the failed one was recorded.
     assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
     # The item after it never started: no child exists that nothing would drive.
-    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 2)) is None
 
 
 async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_agent):
@@ -450,7 +450,10 @@ async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_a
         assert "map item 1" in view.detail["error"]
         for index in (2, 3, 4):
             later = map_child_id(run_id, "each", index)
-            assert await runtime.find_view(later) is None, (index, await runtime.view(later))
+            assert await runtime.reads.find_view(later) is None, (
+                index,
+                await runtime.reads.view(later),
+            )
 
 
 async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_fails(
@@ -475,12 +478,12 @@ async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_
     assert view.state is RunState.FAILED
     assert "map item 1" in view.detail["error"]
     for index in (0, 2):
-        sibling = await runtime.view(map_child_id(run_id, "each", index))
+        sibling = await runtime.reads.view(map_child_id(run_id, "each", index))
         assert sibling.state is RunState.COMPLETED, (index, sibling)
     log = await sound_log(runtime, run_id)
     recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
     assert sorted(recorded) == [0, 2]
-    assert await runtime.find_view(map_child_id(run_id, "each", 3)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 3)) is None
 
 
 async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_their_rest(
@@ -512,9 +515,9 @@ async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_the
     monkeypatch.setattr(runtime.access, "append", refusing)
     with pytest.raises(StoreUnavailable):
         await runtime.drive(run_id)
-    second = await runtime.view(map_child_id(run_id, "each", 1))
+    second = await runtime.reads.view(map_child_id(run_id, "each", 1))
     assert second.state is RunState.COMPLETED, second
-    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 2)) is None
     monkeypatch.setattr(runtime.access, "append", append)
     view = await runtime.drive(run_id)  # the healer's drive: item 0 answered again, all recorded
     assert view.state is RunState.COMPLETED, view
@@ -571,7 +574,7 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
 
     # A log recorded before agent nodes had graph keys: its open intent is executed again under
     # the key it recorded, not under the one a new walk would present.
-    legacy = await runtime.log(origin)
+    legacy = await runtime.reads.log(origin)
     at = next(i for i, e in enumerate(legacy) if e.event.KIND is EventKind.TOOL_CALL_REQUESTED)
     old = dataclasses.replace(legacy[at].event, idempotency_key="sha256:" + "e" * 64)
     older = str(uuid.uuid4())

@@ -54,7 +54,7 @@ async def mounted(runtime, upstream_env, tmp_path):
     """The model proxy with one process run's session mounted: (proxy, its base URL, run id)."""
     agent = process_agent(tmp_path, script="pass\n")
     run_id = await runtime.start_run(agent, "x")
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy:
         session = ProxySession(
             RunContext(runtime.access, run_id, log),

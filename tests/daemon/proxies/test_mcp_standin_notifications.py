@@ -157,7 +157,7 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
 
     # None of them is a call in the log; the call the agent gave up on is
     # recorded with the server's answer.
-    log = await runtime.log(origin)
+    log = await runtime.reads.log(origin)
     calls = [e for e in log if e.kind == "ToolCallRequested"]
     assert not [e for e in calls if "notifications/" in e.event.tool]
     (given_up,) = [e.seq for e in calls if e.event.input.get("name") == "lookup"]

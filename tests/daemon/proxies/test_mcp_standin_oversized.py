@@ -52,7 +52,7 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
     # trace in the log or at the server.
     (refused,) = errors(tmp_path)
     assert f"over the {MAX_MESSAGE_BYTES}-byte cap" in refused, refused
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     called = [
         e.event.input.get("name")
         for e in log
@@ -86,7 +86,7 @@ async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
     run_id = await runtime.start_run(agent, "answer too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == state, view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     (intent,) = [
         e for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "big"
     ]

@@ -71,7 +71,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "suspended", view.detail
     assert view.detail == {"reason": "approve the refund", "input_schema": APPROVAL}
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "Suspended"]
     # The server's own result is kept beside the wait it asked for.
     assert log[-2].event.output["result"]["_meta"]["salvor"] == SUSPEND
@@ -91,7 +91,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     # once, on the one server started.
     assert json.loads(last_tool_result(provider)) == {"approved": True}
     assert [c["tool"] for c in fx.ledger] == ["park"] and len(fx.starts) == 1
-    assert kinds(await runtime.log(run_id))[-5:] == [
+    assert kinds(await runtime.reads.log(run_id))[-5:] == [
         "Suspended",
         "Resumed",
         "ModelCallRequested",
@@ -104,7 +104,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert ["Suspended", "Resumed"] == [
-        k for k in kinds(await runtime.log(rerun)) if k in ("Suspended", "Resumed")
+        k for k in kinds(await runtime.reads.log(rerun)) if k in ("Suspended", "Resumed")
     ]
     assert len(fx.ledger) == 1 and len(fx.starts) == 1
 
@@ -122,7 +122,7 @@ async def test_a_sleep_until_parks_the_process_run_until_its_timer_is_due(
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping", view.detail
     assert parse_instant(view.wake_at()) == parse_instant(wake_at)
-    recorded = len(await runtime.log(run_id))
+    recorded = len(await runtime.reads.log(run_id))
     served = provider.call_count
 
     with pytest.raises(OperationRefused, match="sleeping until"):
@@ -130,13 +130,13 @@ async def test_a_sleep_until_parks_the_process_run_until_its_timer_is_due(
     clock.advance(3599)
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping"
-    assert len(await runtime.log(run_id)) == recorded and provider.call_count == served
+    assert len(await runtime.reads.log(run_id)) == recorded and provider.call_count == served
 
     clock.advance(1)
     assert (await runtime.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[recorded - 1 : recorded + 2] == [
         "SleepStarted",
         "NowObserved",
@@ -160,7 +160,9 @@ async def test_a_sleep_until_already_past_continues_without_stopping_the_agent(
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     waited = [
-        k for k in kinds(await runtime.log(run_id)) if k.startswith("Sleep") or k == "NowObserved"
+        k
+        for k in kinds(await runtime.reads.log(run_id))
+        if k.startswith("Sleep") or k == "NowObserved"
     ]
     assert waited == ["SleepStarted", "NowObserved", "SleepCompleted"]
     assert parse_instant(json.loads(last_tool_result(provider))["slept_until"]) == parse_instant(
@@ -198,7 +200,7 @@ async def test_a_bad_salvor_request_fails_the_call_once_and_parks_nothing(
     run_id = await runtime.start_run(agent, "park badly")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert not {"Suspended", "SleepStarted"} & set(kinds(log))
     (output,) = [
         e.event.output

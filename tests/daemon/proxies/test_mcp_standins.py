@@ -235,7 +235,7 @@ async def lane(runtime, run_id: str) -> list[tuple[str, object]]:
     """The run's MCP exchanges, in order: (tool, input)."""
     return [
         (env.event.tool, env.event.input)
-        for env in await runtime.log(run_id)
+        for env in await runtime.reads.log(run_id)
         if env.kind == "ToolCallRequested"
     ]
 
@@ -270,7 +270,9 @@ async def test_a_process_agent_records_its_mcp_calls_and_a_rerun_starts_no_serve
     assert view.detail["output"]["reply"] == "all done"
     assert lane_shape(await lane(runtime, origin)) == EXPECTED
     effects = [
-        env.event.effect for env in await runtime.log(origin) if env.kind == "ToolCallRequested"
+        env.event.effect
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallRequested"
     ]
     assert effects == ["read", "read", "read", "write", "read", "read"]
     # The stubbed destructive tool was answered by salvor; the server never ran it.
@@ -334,7 +336,7 @@ async def test_an_open_mcp_read_is_executed_again(runtime, providers, upstream_e
     run_id = await runtime.start_run(agent, "look")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state.value == "awaiting_tool" and view.pending.effect == "read"
     fx.release("r")
     view = await runtime.drive(run_id, agent=agent)
@@ -544,7 +546,9 @@ async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
     # One per executed call (the stubbed one never reached the server), each before its answer.
     assert live == ['"calling lookup"', '"calling write_note"', '"calling lookup"']
     outputs = [
-        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+        env.event.output
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallCompleted"
     ]
     assert [n["after"] for o in outputs for n in o.get("notifications", [])] == [2, 3, 4]
     heard.unlink()
@@ -626,7 +630,9 @@ async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     outputs = [
-        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+        env.event.output
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallCompleted"
     ]
     assert "hello" in json.dumps(outputs[-1])
     missing = standin_agent(
@@ -647,7 +653,7 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     origin = await runtime.start_run(agent, "ask")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(origin)
+    log = await runtime.reads.log(origin)
     (intent,) = [
         e.seq
         for e in log
@@ -749,7 +755,7 @@ async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_n
     assert "value of a" in (tmp_path / "answer.txt").read_text()
     (call,) = [r for r in fx.http_requests if r["method"] == "tools/call"]
     assert call["authorization"] == "Bearer agent-secret-7f3a" and call["session"]
-    recorded = json.dumps([encode_envelope(e) for e in await runtime.log(run_id)])
+    recorded = json.dumps([encode_envelope(e) for e in await runtime.reads.log(run_id)])
     assert "agent-secret-7f3a" not in recorded
     assert (tmp_path / "session.txt").read_text() not in recorded
     assert call["session"] not in recorded

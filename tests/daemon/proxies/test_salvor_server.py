@@ -143,7 +143,7 @@ async def test_ask_user_parks_the_process_run_and_the_resumed_process_gets_the_a
     # answer as the call's result (its JSON text; the SDK also had it as structuredContent).
     assert provider.call_count == served + 1
     assert json.loads(tool_results(provider.calls[-1])[0]) == {"answer": "blue"}
-    log = await server.state.runtime.log(run_id)
+    log = await server.state.runtime.reads.log(run_id)
     assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list", "call:ask_user"]
     assert kinds(log).count("Suspended") == 1 and kinds(log).count("Resumed") == 1
 
@@ -189,7 +189,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     assert json.loads(results[3]) == finished
     # After the good finish nothing is performed or recorded; the model reads why.
     assert all("no tool can be called after finish" in text for text in results[4:])
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list"] + ["call:finish"] * 4
     assert "Suspended" not in kinds(log)
     refused = [
@@ -204,7 +204,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == finished
-    assert lane(await runtime.log(rerun)) == lane(log)
+    assert lane(await runtime.reads.log(rerun)) == lane(log)
 
 
 async def test_the_tools_a_process_run_is_offered_follow_its_session(
@@ -238,7 +238,7 @@ async def test_the_tools_a_process_run_is_offered_follow_its_session(
         await runtime.open_log(run_id, [head])
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         tools = next(
             env.event.output["result"]["tools"]
             for env in log
@@ -292,7 +292,7 @@ def delegating_script():
 
 
 async def children(runtime, parent: str) -> list[str]:
-    page, _ = await runtime.list_runs(label=(PARENT_LABEL, parent))
+    page, _ = await runtime.reads.list_runs(label=(PARENT_LABEL, parent))
     return [summary.run_id for summary in page]
 
 
@@ -324,7 +324,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
         "summary": "helper said: found it",
         "outputs": {"colour": "blue", "count": 3},
     }
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     # With a daemon behind the run, subagent and flow_results are offered too.
     assert [t["name"] for t in provider.calls[0].request["tools"]] == [
         "ask_user",
@@ -334,7 +334,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
     ]
     (child,) = await children(runtime, run_id)
     assert child == child_run_id(run_id, subagent_seq(log))
-    child_view = await runtime.view(child)
+    child_view = await runtime.reads.view(child)
     assert child_view.input == {"task": "find the colour", "inputs": {"k": "v"}}
     child_result = {
         "status": "complete",
@@ -385,7 +385,7 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
     # The child waits on a person: the parent's call stays open, its process is stopped, and the
     # parent waits on the call (nothing of its completion is recorded).
     (child,) = await children(runtime, run_id)
-    assert (await runtime.view(child)).state.value == "suspended"
+    assert (await runtime.reads.view(child)).state.value == "suspended"
     assert view.state.value == "awaiting_tool", view.detail
     assert view.pending.tool == "mcp:salvor/tools/call" and view.pending.input["name"] == "subagent"
     served = provider.call_count
@@ -424,7 +424,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
     view = await runtime.drive(run_id, agent=parent)
     assert view.status() == {"state": "completed", "output": "the child painted it"}, view.detail
     (child,) = await children(runtime, run_id)
-    child_log = await runtime.log(child)
+    child_log = await runtime.reads.log(child)
     listed = next(
         env.event.output["result"]["tools"]
         for env in child_log
@@ -436,7 +436,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
         "summary": "painted it",
         "outputs": {"colour": "blue", "count": 3},
     }
-    assert (await runtime.view(child)).status() == {"state": "completed", "output": result}
+    assert (await runtime.reads.view(child)).status() == {"state": "completed", "output": result}
     # The parent's model read the child's finish result as the call's answer.
     answered = json.loads(tool_results(provider.calls[1])[0])
     assert {k: answered[k] for k in result} == result
@@ -589,7 +589,7 @@ async def test_after_finish_no_tool_of_any_server_is_called(
     assert "no tool can be called after finish" in tool_results(provider.calls[-1])[2]
     calls = [
         (env.event.tool, env.event.input.get("name"))
-        for env in await runtime.log(run_id)
+        for env in await runtime.reads.log(run_id)
         if env.kind == "ToolCallRequested" and env.event.tool.endswith("tools/call")
     ]
     assert calls == [("mcp:fix/tools/call", "lookup"), ("mcp:salvor/tools/call", "finish")]

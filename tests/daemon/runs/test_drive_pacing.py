@@ -48,4 +48,6 @@ async def test_one_launch_slot_starts_one_agent_process_at_a_time(runtime, tmp_p
     kinds = [line.split()[0] for line in notes.read_text().splitlines()]
     assert kinds == ["start", "end"] * 3
     for run_id in run_ids:
-        assert (await runtime.view(run_id)).state.value == "failed"  # exit 3: each drive did end
+        assert (
+            await runtime.reads.view(run_id)
+        ).state.value == "failed"  # exit 3: each drive did end

@@ -55,17 +55,17 @@ async def test_not_landed_fails_the_call_and_frees_its_identity(
     second = await runtime.start_run(agent_b, None)
     with pytest.raises(CallInFlight):
         await runtime.drive(second, agent=agent_b)
-    [queued] = (await runtime.reconciliations({}))[0]
+    [queued] = (await runtime.reads.reconciliations({}))[0]
     assert queued.to_json()["run"] == parked
     assert queued.to_json()["idempotency_key"] == IDENTITY
 
     view = await runtime.resolve(parked, MISSING, {}, not_landed=True)
     assert view.state is RunState.RUNNING and view.pending is None
-    [(_, _, done)] = refund_calls(await runtime.log(parked))
+    [(_, _, done)] = refund_calls(await runtime.reads.log(parked))
     assert done.settled_by == "operator" and done.deduplicated_from is None
     assert done.output[TOOL_ERROR_KEY]["kind"] == "not_landed"
     assert await runtime.access.read(runtime.access.store.get_claim, IDENTITY) is None
-    assert (await runtime.reconciliations({}))[0] == []
+    assert (await runtime.reads.reconciliations({}))[0] == []
 
     # The identity is free: the second run performs the refund, under the same key.
     runtime = with_registry(runtime, ToolRegistry([refund.tool()]))
@@ -85,7 +85,7 @@ async def test_resolving_with_an_output_settles_the_identity_for_the_next_caller
     await runtime.resolve(parked, {"refunded": 1250}, {})
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.state, claim.output) == (parked, "settled", {"refunded": 1250})
-    assert (await runtime.reconciliations({}))[0] == []
+    assert (await runtime.reads.reconciliations({}))[0] == []
 
 
 async def test_only_a_parked_run_is_resolved(runtime, providers, refund) -> None:

@@ -286,17 +286,17 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
                     lambda: healing.heal_forever(access.check_writable, drivers.start),
                     name="healing",
                 )
-                before = await runtime.view(run_id)
+                before = await runtime.reads.view(run_id)
                 refusal.begin(run_id)
                 drivers.start(run_id, agent)
                 while not healing.waiting(run_id):
                     await trio.sleep(0.02)
                 assert not drivers.driving(run_id)
                 assert (
-                    await runtime.view(run_id)
+                    await runtime.reads.view(run_id)
                 ).next_seq == before.next_seq  # nothing of the drive landed
                 refusal.end()
-                while (await runtime.view(run_id)).state is not RunState.COMPLETED:
+                while (await runtime.reads.view(run_id)).state is not RunState.COMPLETED:
                     await trio.sleep(0.02)
                 while len(healing):
                     await trio.sleep(0.02)
@@ -403,7 +403,7 @@ async def fault_under_a_child(
         refusal.end()
 
         async def healed() -> bool:
-            view = await runtime.view(root)
+            view = await runtime.reads.view(root)
             return view.state is RunState.COMPLETED and not len(healing)
 
         await until("the root completing once the store takes writes", healed)
@@ -454,12 +454,12 @@ async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
                 return map_child_id(run_id, "each", 1)
 
             await fault_under_a_child(refusal, runtime, run_id, item_1, held, release)
-            view = await runtime.view(run_id)
+            view = await runtime.reads.view(run_id)
             assert view.detail["output"] == {"tally": 2}
             for index in (0, 1):
-                item = await runtime.view(map_child_id(run_id, "each", index))
+                item = await runtime.reads.view(map_child_id(run_id, "each", index))
                 assert item.state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
             assert sorted(recorded) == [0, 1]
@@ -501,9 +501,12 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
             child = await fault_under_a_child(
                 refusal, runtime, run_id, the_child, held, release, parent
             )
-            assert (await runtime.view(run_id)).status() == {"state": "completed", "output": "done"}
-            assert (await runtime.view(child)).state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            assert (await runtime.reads.view(run_id)).status() == {
+                "state": "completed",
+                "output": "done",
+            }
+            assert (await runtime.reads.view(child)).state is RunState.COMPLETED
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             # The subagent call completed once, with the child's answer: the store fault under
             # the child was never recorded as the call's error.
@@ -553,10 +556,10 @@ async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_pa
             child = await fault_under_a_child(
                 refusal, runtime, run_id, the_child, held, release, parent
             )
-            view = await runtime.view(run_id)
+            view = await runtime.reads.view(run_id)
             assert view.detail["output"]["summary"] == "helper said: found it"
-            assert (await runtime.view(child)).state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            assert (await runtime.reads.view(child)).state is RunState.COMPLETED
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             assert child == child_run_id(run_id, subagent_seq(log))
             completions = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
