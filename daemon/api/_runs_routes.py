@@ -115,7 +115,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
             )
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
-        run_id = await runtime.start_run(
+        run_id = await runtime.starts.start_run(
             agent,
             body.get("input"),
             labels=labels,

@@ -195,7 +195,9 @@ class Cli:
         # meanwhile never sees it unlocked and interrupted.
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(agent, self.args.input, labels=labels, run_id=run_id)
+            run_id = await runtime.starts.start_run(
+                agent, self.args.input, labels=labels, run_id=run_id
+            )
             if self.json:
                 _out({"run": run_id})
             else:
@@ -220,7 +222,7 @@ class Cli:
         await runtime.definitions.register_graph(graph)
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_graph_run(
+            run_id = await runtime.starts.start_graph_run(
                 graph, self.args.input, labels=labels, run_id=run_id
             )
             if self.json:
@@ -250,7 +252,7 @@ class Cli:
             )
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(
+            run_id = await runtime.starts.start_run(
                 agent, None, labels=labels, replay_of=origin, run_id=run_id
             )
             if self.json:
@@ -407,7 +409,7 @@ class Cli:
         origin = self.args.run
         graph = await _graph_file(self.args.graph) if self.args.graph is not None else None
         acknowledged = self.args.acknowledge_writes
-        plan = await runtime.plan_fork(
+        plan = await runtime.forks.plan_fork(
             origin, self.args.from_node, acknowledged or (), document=graph
         )
         if acknowledged is None:
@@ -420,7 +422,7 @@ class Cli:
         plan.check_proceeds()
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id, _ = await runtime.fork(plan, run_id=run_id, document=graph)
+            run_id, _ = await runtime.forks.fork(plan, run_id=run_id, document=graph)
             if self.json:
                 _out({"run": run_id, "forked_from": plan.forked_from})
             else:

@@ -32,6 +32,9 @@ from ._flow_host import (
     RunFlows,
     child_result,
 )
+from ._forks import (
+    Forks,
+)
 from ._live_connection import (
     MAX_MESSAGE_BYTES,
     LiveConnection,
@@ -45,6 +48,9 @@ from ._ownership import (
 from ._run_reads import (
     RunReads,
     driver_of,
+)
+from ._run_starts import (
+    RunStarts,
 )
 from ._runtime import (
     MISSING,
@@ -65,6 +71,7 @@ __all__ = [
     "DriverSet",
     "EventHub",
     "FlowCatalog",
+    "Forks",
     "LiveConnection",
     "LiveEvent",
     "Outbox",
@@ -72,6 +79,7 @@ __all__ = [
     "RunChange",
     "RunFlows",
     "RunReads",
+    "RunStarts",
     "Runtime",
     "Subscription",
     "child_result",

@@ -1,5 +1,6 @@
-"""The verbs on runs: start, drive, resume, resolve, abandon; the agents and graphs they run are
-``definitions``', and what the store says of runs ``reads``'.
+"""The verbs on runs: drive, resume, resolve, abandon; the agents and graphs they run are
+``definitions``', what the store says of runs ``reads``', new runs' heads ``starts``', and a graph
+run's forks ``forks``'.
 
 Shared by the CLI and the HTTP layer. Each verb checks everything it can
 before it records anything: a refusal (``OperationRefused``) leaves the store
@@ -11,7 +12,6 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,14 +23,11 @@ from salvor.protocol import (
     Actor,
     Envelope,
     ErrorCode,
-    Graph,
-    GraphRunStarted,
     NextStep,
     NodeKind,
     Resumed,
     RunAbandoned,
     RunFailed,
-    RunStarted,
     RunState,
     RunView,
     SchemaViolation,
@@ -60,11 +57,8 @@ from ..proxies import ModelProxy
 from ..recording import (
     FreeSpaceFloor,
     StoreAccess,
-    checked_labels,
-    chosen_run_id,
     claim_to_settle,
     needs_reconciliation,
-    parse_run_id,
     tool_error,
     utc_now,
 )
@@ -73,13 +67,13 @@ from ..web import (
     OperationRefused,
     bad_request,
     off_loop,
-    port_held,
     wrong_state,
 )
 from ._definitions import Definitions
 from ._flow_host import RunFlows
 from ._forks import Forks
 from ._run_reads import RunReads
+from ._run_starts import RunStarts
 
 log = logging.getLogger("salvor.runs")
 
@@ -108,9 +102,9 @@ class ResumeDecision:
     view: RunView
 
 
-class Runtime(Forks):
-    """Run operations over one store and one tool registry (a graph run's projection and forks
-    are ``Forks``')."""
+class Runtime:
+    """Run operations over one store and one tool registry, and the services they share
+    (``definitions``, ``reads``, ``starts``, ``forks``)."""
 
     def __init__(
         self,
@@ -141,6 +135,8 @@ class Runtime(Forks):
         # The agents and graphs this store holds, resolved against the registry.
         self.definitions = Definitions(access, registry)
         self.reads = RunReads(access, self.definitions, clock=clock)
+        self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
+        self.forks = Forks(access)
 
     def client_runs(
         self,
@@ -163,107 +159,6 @@ class Runtime(Forks):
         )
 
     # -- verbs ----------------------------------------------------------------
-
-    async def start_run(
-        self,
-        agent: AgentDefinition,
-        run_input: Any,
-        *,
-        labels: dict[str, str] | None = None,
-        run_id: str | None = None,
-        register: bool = True,
-        replay_of: str | None = None,
-    ) -> str:
-        """Record a new run's head; once this returns the run exists durably.
-
-        ``register=False`` when the definition was just read from this store.
-        ``replay_of`` makes the run a re-run of that completed run: its input
-        is the origin's (``run_input`` is ignored), and every model call it
-        makes must reproduce the origin's call at the same position.
-
-        Raises:
-            OperationRefused: bad_request for labels over the bounds or a
-                re-run of a built-in agent, run_exists when ``run_id``
-                already has history, unknown_run / wrong_state when the
-                origin is missing or not completed, port_held when the
-                service agent's proxy port is held by another live run of
-                this daemon.
-        """
-        checked_labels(labels)
-        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        if replay_of is not None:
-            run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
-            replay_of = parse_run_id(replay_of)
-        port = agent.service.proxy_port if agent.service is not None else None
-        if port is not None and (holder := self.kit.ports.claim(port, run_id)) is not None:
-            raise port_held(port, holder)
-        # From here the claim belongs to this run; its drive lets it go.
-        try:
-            if register:
-                await self.definitions.register_agent(agent)
-            head = RunStarted(
-                agent_def_hash=agent.agent_def_hash,
-                input=run_input,
-                labels=labels,
-                replay_of=replay_of,
-            )
-            await self.open_log(run_id, [head])
-        except BaseException:
-            if port is not None:
-                self.kit.ports.release(port, run_id)
-            raise
-        return run_id
-
-    async def start_graph_run(
-        self,
-        graph: Graph,
-        run_input: Any,
-        *,
-        labels: dict[str, str] | None = None,
-        run_id: str | None = None,
-    ) -> str:
-        """Record a new graph run's head (GraphRunStarted); once this returns the run exists
-        durably. Check its agents and tools first (``graph_agents``): nothing is written for a
-        graph that does not resolve.
-
-        Raises:
-            OperationRefused: bad_request for labels over the bounds, run_exists when
-                ``run_id`` already has history, and what ``graph_agents`` raises.
-        """
-        checked_labels(labels)
-        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        await self.definitions.graph_agents(graph)
-        head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
-        await self.open_log(run_id, [head])
-        return run_id
-
-    async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
-        """The view of the run a re-run of ``agent`` would reproduce, once it is known to be one.
-
-        Raises:
-            OperationRefused: unknown_run, wrong_state (the origin has not
-                completed), bad_request (a built-in agent, or an origin that
-                is itself driven by a client).
-        """
-        if agent.kind is AgentKind.BUILTIN:
-            raise bad_request(
-                "`replay_of` re-runs agent processes against their recorded model calls; this "
-                "agent is a built-in one, whose recorded runs `salvor replay --dry-run RUN` "
-                "derives without executing anything"
-            )
-        view = await self.reads.view(origin)
-        if view.state is not RunState.COMPLETED:
-            raise OperationRefused(
-                ErrorCode.WRONG_STATE,
-                f"run {origin} is {view.state.value}; "
-                "only a completed run has a whole trajectory to re-run",
-                details={"replay_of": origin, "state": view.state.value},
-            )
-        if view.driven_by == Actor.CLIENT:
-            raise bad_request(
-                f"run {origin} was driven by a client; a re-run reproduces an agent process's run"
-            )
-        return view
 
     async def drive(
         self,

@@ -33,7 +33,7 @@ async def test_model_requests_and_mcp_messages_from_an_agent_are_parsed_strictly
     runtime, upstream_env, tmp_path
 ):
     agent = process_agent(tmp_path, script="pass\n")
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy, httpx.AsyncClient() as client:
         session = ProxySession(
@@ -104,7 +104,7 @@ async def test_a_stalled_body_to_the_proxy_or_a_stand_in_is_408_in_the_callers_f
     runtime, upstream_env, tmp_path
 ):
     agent = process_agent(tmp_path, script="pass\n")
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy:
         proxy.body_timeout_seconds = 0.3

@@ -111,8 +111,8 @@ async def test_two_runs_racing_on_one_key_perform_it_once(
         open_store_access(store_url) as access_b,
     ):
         first, second = Runtime(access_a, registry), Runtime(access_b, registry)
-        run_a = await first.start_run(agent_a, {"invoice": "INV-7"})
-        run_b = await second.start_run(agent_b, {"invoice": "INV-7"})
+        run_a = await first.starts.start_run(agent_a, {"invoice": "INV-7"})
+        run_b = await second.starts.start_run(agent_b, {"invoice": "INV-7"})
         # The second caller finds the claim open (the first call is in flight):
         # the gate opens only once it has, so the wait is really exercised.
         saw_open = trio.Event()
@@ -190,7 +190,7 @@ async def test_the_same_identity_twice_in_one_run_is_performed_once(runtime, ref
     agent = refund_agent(
         providers, [("refund", REFUND), ("refund", {**REFUND, "note": "asked again"})]
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED and len(refund.calls) == 1
@@ -205,7 +205,7 @@ async def test_a_call_missing_a_key_field_fails_as_a_recorded_tool_error(
     runtime, refund, providers, store
 ):
     agent = refund_agent(providers, [("refund", {"amount_cents": 5})])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED and refund.calls == []
@@ -226,7 +226,7 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
     runtime = with_registry(runtime, ToolRegistry([lookup]))
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
         [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         assert done.deduplicated_from is None
@@ -248,7 +248,7 @@ async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
 
     runtime = with_registry(runtime, ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)]))
     agent = refund_agent(providers, [("refund", REFUND)])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="the connection dropped"):
         await runtime.drive(run_id, agent=agent)
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
@@ -272,7 +272,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
 
     runtime = with_registry(runtime, ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())]))
     agent = refund_agent(providers, [("refund", REFUND)])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="not now"):
         await runtime.drive(run_id, agent=agent)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
@@ -290,14 +290,14 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
 
     runtime = with_registry(runtime, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
     agent_a = refund_agent(providers, [("refund", REFUND)])
-    run_a = await runtime.start_run(agent_a, None)
+    run_a = await runtime.starts.start_run(agent_a, None)
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
 
     # The second caller does not perform: the claim is open. It waits its bound, then stops
     # with nothing of its call written.
     monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
     agent_b = refund_agent(providers, [("refund", REFUND)])
-    run_b = await runtime.start_run(agent_b, None)
+    run_b = await runtime.starts.start_run(agent_b, None)
     with pytest.raises(CallInFlight) as stopped:
         await runtime.drive(run_b, agent=agent_b)
     assert stopped.value.claim.run_id == run_a and len(refund.calls) == 1
@@ -331,7 +331,7 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
     note = {"text": "refund INV-7", "hold": fx.hold("w")}
     identity = sha256_hash({"tool": "write_note", "mcp_server": "fx", "text": "refund INV-7"})
     agent_a = note_agent(providers, fx, [("write_note", note)])
-    run_a = await runtime.start_run(agent_a, None)
+    run_a = await runtime.starts.start_run(agent_a, None)
     # The first drive dies mid-call: the server has the call, the run has its open intent.
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runtime.drive, run_a)
@@ -352,7 +352,7 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
 
     # Another run asking for the same note copies the outcome: the server sees no third call.
     agent_b = note_agent(providers, fx, [("write_note", {"text": "refund INV-7"})])
-    run_b = await runtime.start_run(agent_b, None)
+    run_b = await runtime.starts.start_run(agent_b, None)
     assert (await runtime.drive(run_b, agent=agent_b)).state is RunState.COMPLETED
     assert len(fx.calls_of("write_note")) == 2
     log_a, log_b = await runtime.reads.log(run_a), await runtime.reads.log(run_b)
@@ -373,7 +373,7 @@ async def test_an_mcp_result_flagged_is_error_releases_its_identity(runtime, pro
             'effects = { fail_soft = "write" }\nidempotency_keys = { fail_soft = "text" }\n'
         )
         agent = parse_definition(text, "toml")
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
         [(_, _, failed)] = note_calls_of(await runtime.reads.log(run_id), "fail_soft")
         assert failed.output["isError"] is True and failed.deduplicated_from is None
@@ -410,7 +410,7 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
         name="send", description="", effect=Effect.IDEMPOTENT, input_schema={}, handler=send
     )
     agent = refund_agent(providers, [])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.reads.view(run_id)
     old = [
         RandomObserved(value="ab" * 16),
@@ -438,7 +438,7 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
     outcomes = []
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
         [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         outcomes.append((run_id, done))
@@ -471,7 +471,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     # A claim left open would stop the next caller within this bound, not let it copy.
     monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
     agent = refund_agent(providers, [("refund", REFUND)])
-    first = await runtime.start_run(agent, None)
+    first = await runtime.starts.start_run(agent, None)
     assert (await runtime.drive(first, agent=agent)).state is RunState.SLEEPING
 
     (asleep,) = [(kinds, claims) for kinds, claims in appends if EventKind.SLEEP_STARTED in kinds]
@@ -487,7 +487,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     )
 
     agent = refund_agent(providers, [("refund", REFUND)])
-    second = await runtime.start_run(agent, None)
+    second = await runtime.starts.start_run(agent, None)
     assert (await runtime.drive(second, agent=agent)).state is RunState.SLEEPING
     [(_, _, copied)] = refund_calls(await runtime.reads.log(second))
     assert copied.deduplicated_from == {"run_id": first, "seq": seq}

@@ -36,7 +36,7 @@ async def start(runtime, agent, labels=None, run_input="the task") -> str:
     await runtime.definitions.register_agent(agent)
     run_id = str(uuid.uuid4())
     head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)
-    await runtime.open_log(run_id, [head])
+    await runtime.starts.open_log(run_id, [head])
     return run_id
 
 

@@ -45,7 +45,7 @@ def kinds(log) -> list[str]:
 
 
 async def start_and_drive(runtime, agent, run_input=None, **kwargs):
-    run_id = await runtime.start_run(agent, run_input, **kwargs)
+    run_id = await runtime.starts.start_run(agent, run_input, **kwargs)
     view = await runtime.drive(run_id, agent=agent)
     return run_id, view
 
@@ -146,7 +146,7 @@ async def test_an_interrupted_run_recovers_without_repeating_completed_calls(
 
     provider = providers(script)
     agent = make_agent(provider, tools=["lookup_invoice"])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(DriveInterrupted, match="issues it again"):
         await runtime.drive(run_id, agent=agent)
     view = await runtime.reads.view(run_id)
@@ -432,7 +432,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     # A write without a probe (the demo's has one: tests/daemon/agents/test_probes.py).
     unprobed = dataclasses.replace(runtime.kit.registry.get("issue_refund"), probe=None)
     runtime = with_registry(runtime, ToolRegistry([unprobed]))
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     # A crash between the write's intent and its completion leaves exactly this log.
     view = await runtime.reads.view(run_id)
     from salvor.protocol import ModelCallCompleted, ModelCallRequested, sha256_hash
@@ -510,7 +510,7 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
         await runtime.abandon(run_id)
     assert refused.value.code == "wrong_state"
 
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.reads.view(run_id)
     _, view = await runtime.access.append(
         run_id,
@@ -529,13 +529,15 @@ async def test_refusals_record_nothing(runtime, providers, make_agent):
     agent = make_agent(provider)
     for bad_labels in ({f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 257}):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.start_run(agent, None, labels=bad_labels)
+            await runtime.starts.start_run(agent, None, labels=bad_labels)
         assert refused.value.code == "bad_request"
     page, _ = await runtime.access.read(runtime.access.store.list_runs)
     assert page == []
-    run_id = await runtime.start_run(agent, None, run_id="6f0c8a52-0d6e-4c1b-9a56-3f2a1b7c9d10")
+    run_id = await runtime.starts.start_run(
+        agent, None, run_id="6f0c8a52-0d6e-4c1b-9a56-3f2a1b7c9d10"
+    )
     with pytest.raises(OperationRefused) as refused:
-        await runtime.start_run(agent, None, run_id=run_id)
+        await runtime.starts.start_run(agent, None, run_id=run_id)
     assert refused.value.code == "run_exists"
     nobody = "00000000-0000-4000-8000-000000000000"
     for attempt in (

@@ -99,7 +99,7 @@ def tool_results_seen(provider) -> list[dict]:
 
 
 async def start_and_drive(runtime, agent, run_input=None):
-    run_id = await runtime.start_run(agent, run_input)
+    run_id = await runtime.starts.start_run(agent, run_input)
     return run_id, await runtime.drive(run_id, agent=agent)
 
 
@@ -411,7 +411,7 @@ async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry,
         registry,
         fx_table(f"command = {fx.toml_command()}\n", f'effects = {{ write_note = "{effect}" }}\n'),
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runtime.drive, run_id)
         with trio.fail_after(10):
@@ -456,7 +456,7 @@ async def test_a_server_that_cannot_start_leaves_the_listing_open(
 ):
     provider = providers(tool_loop_script([]))
     agent = mcp_agent(provider, registry, fx_table(f'command = ["{tmp_path}/no-such-server"]\n'))
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="could not be started") as stopped:
         await runtime.drive(run_id, agent=agent)
     assert "salvor resume" in str(stopped.value)

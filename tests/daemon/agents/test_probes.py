@@ -137,7 +137,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     runtime, world, providers
 ):
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     # The first drive dies inside the write, after the refund happened: its intent stays open.
     world.hold = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -170,7 +170,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, intent.seq, "settled")
     second = refund_agent(providers)
-    other = await runtime.start_run(second, None)
+    other = await runtime.starts.start_run(second, None)
     assert (await runtime.drive(other, agent=second)).state is RunState.COMPLETED
     _, copied = the_refund(await runtime.reads.log(other))
     assert copied.deduplicated_from == {"run_id": run_id, "seq": intent.seq}
@@ -182,7 +182,7 @@ async def test_a_lost_write_the_probe_finds_not_landed_is_performed_again_once(
 ):
     world.lose, world.land = 1, False
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED
@@ -201,7 +201,7 @@ async def test_a_lost_write_the_probe_finds_not_landed_is_performed_again_once(
 async def test_a_write_lost_again_after_a_not_landed_probe_parks(runtime, world, providers):
     world.lose, world.land = 2, False
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     # One probe, one more attempt: a provider that keeps losing calls never loops.
@@ -215,7 +215,7 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
     world.lose = 1
     world.answer = {"found": "maybe", "note": "the ledger is catching up"}
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION and len(world.performed) == 1
@@ -256,7 +256,7 @@ async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, wor
     world.lose = 1
     world.probe_fails = True
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION
@@ -289,7 +289,7 @@ async def test_a_probe_whose_input_path_is_missing_cannot_tell(runtime, world, p
             ]
         ),
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION and world.probed == []
@@ -383,7 +383,7 @@ def note_call(log):
 
 async def test_an_mcp_write_found_open_is_settled_by_its_servers_read(runtime, providers, fx):
     agent = note_agent(providers, fx, [("write_note", {"text": "INV-7", "hold": fx.hold("w")})])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     await die_inside_the_write(runtime, fx, run_id)
 
     assert (await runtime.resume(run_id)).outcome is ResumeOutcome.DRIVING
@@ -405,7 +405,7 @@ async def test_an_mcp_probe_answering_an_error_result_cannot_tell(runtime, provi
     agent = note_agent(
         providers, fx, [("write_note", {"text": "INV-8", "hold": fx.hold("w")})], "fail_soft"
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     await die_inside_the_write(runtime, fx, run_id)
 
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION

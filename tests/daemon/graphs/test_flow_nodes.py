@@ -43,7 +43,7 @@ async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
     agent = make_agent(provider, extra=TRIAGE)
     await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
-    run_id = await runtime.start_graph_run(graph, "the disk is full")
+    run_id = await runtime.starts.start_graph_run(graph, "the disk is full")
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
 
@@ -96,7 +96,7 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(
+    run_id = await runtime.starts.start_graph_run(
         graph, {"items": ["a"]}, labels={AUTONOMOUS_LABEL: "true"}
     )
     view = await runtime.drive(run_id)
@@ -125,7 +125,7 @@ async def test_an_agent_nodes_question_parks_the_graph_run_until_it_is_answered(
     agent = make_agent(provider, extra=TRIAGE)
     await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
-    run_id = await runtime.start_graph_run(graph, "something broke")
+    run_id = await runtime.starts.start_graph_run(graph, "something broke")
     view = await runtime.drive(run_id)
     assert view.state is RunState.SUSPENDED and view.open_node == "triage"
     assert view.detail["reason"] == "How bad?"

@@ -90,7 +90,7 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
 ):
     provider = providers(echo)
     graph = await stored(runtime, approval_graph(await agent_hash(runtime, make_agent, provider)))
-    run_id = await runtime.start_graph_run(
+    run_id = await runtime.starts.start_graph_run(
         graph, {"topic": "tides", "to": "a@example.com"}, labels={"env": "test"}
     )
     view = await runtime.drive(run_id)
@@ -180,7 +180,7 @@ async def test_a_recovered_walk_repeats_no_completed_call(
             "edges": [{"from": "first", "to": "mail"}, {"from": "mail", "to": "second"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, "go")
+    run_id = await runtime.starts.start_graph_run(graph, "go")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id)
     view = await runtime.reads.view(run_id)
@@ -208,7 +208,7 @@ async def test_a_delay_sleeps_until_its_instant_and_the_wake_path_walks_on(runti
             "edges": [{"from": "cool_off", "to": "count"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, [1, 2, 3])
+    run_id = await runtime.starts.start_graph_run(graph, [1, 2, 3])
     view = await runtime.drive(run_id)
     assert view.state is RunState.SLEEPING
     assert view.detail["wake_at"] == "2026-11-29T09:00:30.000000Z"
@@ -251,7 +251,7 @@ async def test_a_missing_reference_fails_the_run_naming_node_and_reference(runti
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(graph, {"invoce": "INV-1"})
+    run_id = await runtime.starts.start_graph_run(graph, {"invoce": "INV-1"})
     view = await runtime.drive(run_id)
     assert view.state is RunState.FAILED
     assert view.detail["error"].startswith("node 'mail': $input.invoice: 'invoice' is not in")
@@ -294,7 +294,7 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
             "edges": [{"from": "each", "to": "tally"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
+    run_id = await runtime.starts.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
     with pytest.raises(DriveInterrupted, match="item 1"):
         await runtime.drive(run_id)
     log = await runtime.reads.log(run_id)
@@ -345,7 +345,7 @@ async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, e
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(graph, ["x@example.com", "y@example.com"])
+    run_id = await runtime.starts.start_graph_run(graph, ["x@example.com", "y@example.com"])
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     assert [o["to"] for o in view.detail["output"]["mail"]] == ["x@example.com", "y@example.com"]
@@ -363,7 +363,7 @@ async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, e
 async def test_a_graph_that_does_not_resolve_starts_no_run(runtime, node, code):
     graph = await stored(runtime, {"schema_version": 1, "nodes": [node], "edges": []})
     with pytest.raises(OperationRefused) as refused:
-        await runtime.start_graph_run(graph, None)
+        await runtime.starts.start_graph_run(graph, None)
     assert refused.value.code is code and refused.value.details["node"] == "x"
     runs, _ = await runtime.reads.list_runs()
     assert runs == []
@@ -393,7 +393,7 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
             "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, "go")
+    run_id = await runtime.starts.start_graph_run(graph, "go")
     view = await runtime.drive(run_id)
     # c's second call (after its tool) crosses its budget of one step.
     assert view.state is RunState.BUDGET_EXCEEDED and view.open_node == "c"
@@ -416,7 +416,7 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=1)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c"])
     view = await runtime.drive(run_id)
     child = map_child_id(run_id, "each", 1)
     assert view.state is RunState.FAILED
@@ -444,7 +444,7 @@ async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_a
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=1)
     for _ in range(8):
-        run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d", "e"])
+        run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c", "d", "e"])
         view = await runtime.drive(run_id)
         assert view.state is RunState.FAILED
         assert "map item 1" in view.detail["error"]
@@ -473,7 +473,7 @@ async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=3)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c", "d"])
     view = await runtime.drive(run_id)
     assert view.state is RunState.FAILED
     assert "map item 1" in view.detail["error"]
@@ -501,7 +501,7 @@ async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_the
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=2)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c"])
     first = map_child_id(run_id, "each", 0)
     append = runtime.access.append
 
@@ -542,16 +542,16 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
             "edges": [{"from": "start", "to": "notify"}],
         },
     )
-    origin = await runtime.start_graph_run(graph, [1, 2])
+    origin = await runtime.starts.start_graph_run(graph, [1, 2])
     assert (await runtime.drive(origin)).state is RunState.COMPLETED
 
-    child_id, _ = await runtime.fork(await runtime.plan_fork(origin, "notify"))
+    child_id, _ = await runtime.forks.fork(await runtime.forks.plan_fork(origin, "notify"))
     assert (await runtime.drive(child_id)).state is RunState.COMPLETED
     # A fork of the fork descends from the same origin, and presents the same key again.
-    grandchild, _ = await runtime.fork(await runtime.plan_fork(child_id, "notify"))
+    grandchild, _ = await runtime.forks.fork(await runtime.forks.plan_fork(child_id, "notify"))
     assert (await runtime.drive(grandchild)).state is RunState.COMPLETED
     # Another run of the same graph is another call: its own key, its email delivered.
-    other = await runtime.start_graph_run(graph, [3])
+    other = await runtime.starts.start_graph_run(graph, [3])
     assert (await runtime.drive(other)).state is RunState.COMPLETED
     key = graph_call_key(origin, graph.hash, "notify", 0, "send_email")
     for run_id in (origin, child_id, grandchild):

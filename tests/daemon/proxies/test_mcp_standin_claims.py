@@ -67,7 +67,7 @@ def told(provider) -> list[str]:
 async def drive_one(runtime, providers, tmp_path, fx, plan, **kwargs):
     provider = providers(tool_loop_script(plan, final_text="noted"))
     agent = keyed_agent(tmp_path, fx, **kwargs)
-    run_id = await runtime.start_run(agent, "note it")
+    run_id = await runtime.starts.start_run(agent, "note it")
     return run_id, agent, provider
 
 
@@ -104,7 +104,7 @@ async def test_two_process_runs_asking_for_one_keyed_write_perform_it_once(
     # one for its live initialize and listing).
     assert len(fx.starts) == 2
     agent = keyed_agent(tmp_path, fx)
-    rerun = await runtime.start_run(agent, None, replay_of=second)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=second)
     assert (await runtime.drive(rerun, agent=agent)).state is RunState.COMPLETED
     assert len(fx.calls_of("write_note")) == 1 and len(fx.starts) == 2
 
@@ -125,8 +125,8 @@ async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once
         open_store_access(store_url) as access_b,
     ):
         first, second = Runtime(access_a, registry), Runtime(access_b, registry)
-        run_a = await first.start_run(agent, "note it")
-        run_b = await second.start_run(agent, "note it")
+        run_a = await first.starts.start_run(agent, "note it")
+        run_b = await second.starts.start_run(agent, "note it")
         saw_open = trio.Event()
         token = trio.lowlevel.current_trio_token()
         original = access_b.store.get_claim
@@ -366,7 +366,7 @@ async def test_a_keyed_call_whose_result_puts_its_run_to_sleep_settles_its_claim
             effects='effects = { park = "write" }\n',
             server_extra='idempotency_keys = { park = "salvor.sleep_until" }\n',
         )
-        run_id = await runtime.start_run(agent, "wait an hour")
+        run_id = await runtime.starts.start_run(agent, "wait an hour")
         runs.append((run_id, (await runtime.drive(run_id, agent=agent)).state))
         if len(runs) == 1:
             (asleep,) = [(k, c) for k, c in appends if EventKind.SLEEP_STARTED in k]

@@ -81,7 +81,7 @@ async def test_a_write_file_lands_once_and_a_stubbed_move_never_runs(
     provider = providers(tool_loop_script(plan_for(sandbox), final_text="filed"))
     upstream_env(provider)
     agent = filesystem_agent(tmp_path, sandbox, transport=transport)
-    origin = await runtime.start_run(agent, "file the note")
+    origin = await runtime.starts.start_run(agent, "file the note")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     assert (sandbox / "note.txt").read_text() == "first draft"
@@ -105,7 +105,7 @@ async def test_a_write_file_lands_once_and_a_stubbed_move_never_runs(
     missing = filesystem_agent(
         tmp_path, sandbox, transport=transport, command="/nonexistent/mcp-server-filesystem"
     )
-    rerun = await runtime.start_run(missing, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(missing, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=missing)
     assert view.state.value == "completed", view.detail
     assert list(sandbox.iterdir()) == []
@@ -120,7 +120,7 @@ async def test_a_killed_agent_recovers_without_writing_the_file_again(
     agent = filesystem_agent(
         tmp_path, sandbox, env={"DIE_AFTER": "1", "MARKER": str(tmp_path / "died")}
     )
-    run_id = await runtime.start_run(agent, "file the note")
+    run_id = await runtime.starts.start_run(agent, "file the note")
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(run_id, agent=agent)
     assert (sandbox / "note.txt").read_text() == "first draft"

@@ -45,7 +45,7 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
         transport=transport,
         env={"PAD_BYTES": str(OVER)},
     )
-    run_id = await runtime.start_run(agent, "send too much")
+    run_id = await runtime.starts.start_run(agent, "send too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The agent was told why, and went on; the refused call left no
@@ -83,7 +83,7 @@ async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
     upstream_env(provider)
     effects = f'effects = {{ big = "{effect}" }}\n'
     agent = standin_agent(tmp_path, fx_server, effects=effects)
-    run_id = await runtime.start_run(agent, "answer too much")
+    run_id = await runtime.starts.start_run(agent, "answer too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == state, view.detail
     log = await runtime.reads.log(run_id)

@@ -67,7 +67,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     provider = providers(tool_loop_script([("park", {"salvor": SUSPEND})], final_text="refunded"))
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx, transport)
-    run_id = await runtime.start_run(agent, "refund it")
+    run_id = await runtime.starts.start_run(agent, "refund it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "suspended", view.detail
     assert view.detail == {"reason": "approve the refund", "input_schema": APPROVAL}
@@ -100,7 +100,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     ]
 
     # A re-run reproduces the wait without waiting, and starts no server.
-    rerun = await runtime.start_run(agent, None, replay_of=run_id)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=run_id)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert ["Suspended", "Resumed"] == [
@@ -118,7 +118,7 @@ async def test_a_sleep_until_parks_the_process_run_until_its_timer_is_due(
     )
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx)
-    run_id = await runtime.start_run(agent, "wait an hour")
+    run_id = await runtime.starts.start_run(agent, "wait an hour")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping", view.detail
     assert parse_instant(view.wake_at()) == parse_instant(wake_at)
@@ -156,7 +156,7 @@ async def test_a_sleep_until_already_past_continues_without_stopping_the_agent(
     )
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx)
-    run_id = await runtime.start_run(agent, "no wait")
+    run_id = await runtime.starts.start_run(agent, "no wait")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     waited = [
@@ -197,7 +197,7 @@ async def test_a_bad_salvor_request_fails_the_call_once_and_parks_nothing(
     agent = parking_agent(
         tmp_path, fx, effects='effects = { lookup = "read", write_note = "write", park = "read" }\n'
     )
-    run_id = await runtime.start_run(agent, "park badly")
+    run_id = await runtime.starts.start_run(agent, "park badly")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     log = await runtime.reads.log(run_id)

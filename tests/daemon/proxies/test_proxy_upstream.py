@@ -21,7 +21,7 @@ async def test_an_upstream_timeout_reaches_the_agent_and_leaves_the_call_open(
     upstream_env(provider)
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM_TIMEOUT", "0.5")
     agent = process_agent(tmp_path, "openai")
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     try:
         view = await runtime.drive(run_id, agent=agent)
     finally:

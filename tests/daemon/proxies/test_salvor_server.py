@@ -168,7 +168,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     )
     upstream_env(provider)
     agent = salvor_agent(tmp_path, extra=OUTPUTS)
-    run_id = await runtime.start_run(agent, "paint it")
+    run_id = await runtime.starts.start_run(agent, "paint it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The typed outputs, in their JSON types, under `outputs`.
@@ -200,7 +200,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     assert len(refused) == 3
 
     # A re-run reproduces the finish from the log, and refuses the same calls after it.
-    rerun = await runtime.start_run(agent, None, replay_of=run_id)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=run_id)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == finished
@@ -235,7 +235,7 @@ async def test_the_tools_a_process_run_is_offered_follow_its_session(
     async def listed(labels) -> tuple[list[str], object]:
         run_id = str(uuid.uuid4())
         head = RunStarted(agent_def_hash=agent.agent_def_hash, input="go", labels=labels)
-        await runtime.open_log(run_id, [head])
+        await runtime.starts.open_log(run_id, [head])
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
         log = await runtime.reads.log(run_id)
@@ -315,7 +315,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path, extra=OUTPUTS)
-    run_id = await runtime.start_run(agent, "delegate it")
+    run_id = await runtime.starts.start_run(agent, "delegate it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The parent completes with the child's typed outputs, handed on through its own finish.
@@ -380,7 +380,7 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
-    run_id = await runtime.start_run(agent, "delegate it")
+    run_id = await runtime.starts.start_run(agent, "delegate it")
     view = await runtime.drive(run_id, agent=agent)
     # The child waits on a person: the parent's call stays open, its process is stopped, and the
     # parent waits on the call (nothing of its completion is recorded).
@@ -420,7 +420,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
         ]
     )
     parent = make_agent(provider, extra='flow_tools = ["subagent"]\n')
-    run_id = await runtime.start_run(parent, "delegate")
+    run_id = await runtime.starts.start_run(parent, "delegate")
     view = await runtime.drive(run_id, agent=parent)
     assert view.status() == {"state": "completed", "output": "the child painted it"}, view.detail
     (child,) = await children(runtime, run_id)
@@ -580,7 +580,7 @@ async def test_after_finish_no_tool_of_any_server_is_called(
         'effects = { lookup = "read", write_note = "write" }\n',
         "toml",
     )
-    run_id = await runtime.start_run(agent, "look it up")
+    run_id = await runtime.starts.start_run(agent, "look it up")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["summary"] == "looked it up"
@@ -605,7 +605,7 @@ async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
     agent = salvor_agent(tmp_path)
 
     async def drive_one() -> tuple[list[str], str]:
-        run_id = await runtime.start_run(agent, "look at the catalog")
+        run_id = await runtime.starts.start_run(agent, "look at the catalog")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
         offered = [t["name"] for t in provider.calls[-2].request["tools"]]

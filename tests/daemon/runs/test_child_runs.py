@@ -48,7 +48,7 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
         [tool_use("subagent", {"agent": "approver", "task": "t"}), text_reply("parent done")]
     )
     parent = make_agent(provider, extra='flow_tools = ["subagent"]')
-    run_id = await runtime.start_run(parent, "go")
+    run_id = await runtime.starts.start_run(parent, "go")
     with pytest.raises(DriveInterrupted, match="suspended"):
         await runtime.drive(run_id, agent=parent)
     child = child_run_id(run_id, 3)

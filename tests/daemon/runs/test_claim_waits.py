@@ -75,8 +75,8 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
         await runtime.definitions.register_graph(graph)
-        holder = await runtime.start_graph_run(graph, None)
-        waiter = await runtime.start_graph_run(graph, None)
+        holder = await runtime.starts.start_graph_run(graph, None)
+        waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=POLL)
@@ -120,11 +120,11 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
         await runtime.definitions.register_graph(graph)
-        holder = await runtime.start_graph_run(graph, None)
+        holder = await runtime.starts.start_graph_run(graph, None)
         # The holder's write is lost in flight: it parks with its claim open.
         lossy = Runtime(shell_access, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
         assert (await lossy.drive(holder)).state is RunState.NEEDS_RECONCILIATION
-        waiter = await runtime.start_graph_run(graph, None)
+        waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=poll)

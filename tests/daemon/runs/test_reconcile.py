@@ -1,4 +1,4 @@
-"""``Runtime.resolve`` with ``not_landed`` and ``Runtime.reconciliations``, over a real store.
+"""``RunControl.resolve`` with ``not_landed`` and ``RunReads.reconciliations``, over a real store.
 
 A keyed write whose outcome was lost parks its run with the identity's claim open; a second run
 with the same identity is stopped (``CallInFlight``) until a person settles the first. A person
@@ -41,7 +41,7 @@ async def parked_on_a_lost_refund(runtime, providers, refund) -> tuple[Runtime, 
 
     runtime = with_registry(runtime, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
     agent = refund_agent(providers, [("refund", REFUND)])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
     return runtime, run_id
 
@@ -52,7 +52,7 @@ async def test_not_landed_fails_the_call_and_frees_its_identity(
     runtime, parked = await parked_on_a_lost_refund(runtime, providers, refund)
     monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0")
     agent_b = refund_agent(providers, [("refund", REFUND)])
-    second = await runtime.start_run(agent_b, None)
+    second = await runtime.starts.start_run(agent_b, None)
     with pytest.raises(CallInFlight):
         await runtime.drive(second, agent=agent_b)
     [queued] = (await runtime.reads.reconciliations({}))[0]

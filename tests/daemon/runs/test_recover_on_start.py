@@ -23,7 +23,7 @@ async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(
 ):
     provider = providers([text_reply("done")])
     agent = make_agent(provider)
-    recovered = await runtime.start_run(agent, {"task": "one"})
+    recovered = await runtime.starts.start_run(agent, {"task": "one"})
     orphan = "00000000-0000-4000-8000-000000000001"
     await runtime.access.append(
         orphan,

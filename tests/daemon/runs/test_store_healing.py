@@ -277,7 +277,7 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
     agent = make_agent(provider)
     async with open_store_access(refusal.url) as access:
         runtime = Runtime(access, registry, clock=clock)
-        run_id = await runtime.start_run(agent, {"task": "one"})
+        run_id = await runtime.starts.start_run(agent, {"task": "one"})
         healing = StoreHealing(backoff=Backoff(first=0.05, ceiling=0.2))
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
@@ -448,7 +448,7 @@ async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
             await runtime.definitions.register_agent(agent)
             await runtime.definitions.register_graph(graph)
             items = [{"invoice_id": "INV-1"}, {"invoice_id": "INV-2"}]
-            run_id = await runtime.start_graph_run(graph, items)
+            run_id = await runtime.starts.start_graph_run(graph, items)
 
             async def item_1() -> str:
                 return map_child_id(run_id, "each", 1)
@@ -493,7 +493,7 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
             await runtime.definitions.register_agent(refunder)
-            run_id = await runtime.start_run(parent, "refund what is owed")
+            run_id = await runtime.starts.start_run(parent, "refund what is owed")
 
             async def the_child() -> str:
                 return child_run_id(run_id, 3)
@@ -547,7 +547,7 @@ async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_pa
             await runtime.definitions.register_agent(
                 helper_agent(runtime, child_provider, extra=OUTPUTS)
             )
-            run_id = await runtime.start_run(parent, "delegate it")
+            run_id = await runtime.starts.start_run(parent, "delegate it")
 
             async def the_child() -> str:
                 (found,) = await children(runtime, run_id)
