@@ -264,7 +264,7 @@ class Cli:
     async def cmd_resume(self, runtime: Runtime) -> int:
         run_id = self.args.run
         async with driving_run(self.locks, run_id):
-            decision = await runtime.resume(run_id, self.args.input)
+            decision = await runtime.control.resume(run_id, self.args.input)
             if decision.outcome is ResumeOutcome.FINISHED:
                 return await self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
@@ -274,7 +274,9 @@ class Cli:
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = self.args.run
-        view = await runtime.resolve(run_id, self.args.output, _declarations(self.args.client_tool))
+        view = await runtime.control.resolve(
+            run_id, self.args.output, _declarations(self.args.client_tool)
+        )
         return await self._resolved(run_id, view, "write resolved")
 
     async def _resolved(self, run_id: str, view: RunView, what: str) -> int:
@@ -319,16 +321,16 @@ class Cli:
                 f"(it did not happen) to settle run {run_id}"
             )
         if not_landed:
-            view = await runtime.resolve(run_id, MISSING, declarations, not_landed=True)
+            view = await runtime.control.resolve(run_id, MISSING, declarations, not_landed=True)
             return await self._resolved(
                 run_id, view, "the write is recorded as not landed, a failed call the model is told"
             )
-        view = await runtime.resolve(run_id, output, declarations)
+        view = await runtime.control.resolve(run_id, output, declarations)
         return await self._resolved(run_id, view, "write resolved")
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
         run_id = self.args.run
-        seq, view = await runtime.abandon(run_id, self.args.reason)
+        seq, view = await runtime.control.abandon(run_id, self.args.reason)
         if self.json:
             _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
         else:
@@ -341,7 +343,7 @@ class Cli:
         for run_id in due:
             try:
                 async with driving_run(self.locks, run_id):
-                    decision = await runtime.resume(run_id)
+                    decision = await runtime.control.resume(run_id)
                     code = (
                         await self._drive_and_report(runtime, run_id)
                         if decision.outcome is ResumeOutcome.DRIVING

@@ -1,5 +1,6 @@
-"""Runs and their drivers: the Runtime (start, resume, resolve, abandon), the driver set, store
-healing, the live event hub and its WebSocket connections, who owns a store.
+"""Runs and their drivers: the Runtime (the drive of a run, and its services: definitions, reads,
+starts, control, forks), the driver set, store healing, the live event hub and its WebSocket
+connections, who owns a store.
 
 Rule: imports only the packages below it.
 """
@@ -45,6 +46,12 @@ from ._ownership import (
     driving_run,
     own_store,
 )
+from ._run_control import (
+    MISSING,
+    ResumeDecision,
+    ResumeOutcome,
+    RunControl,
+)
 from ._run_reads import (
     RunReads,
     driver_of,
@@ -53,8 +60,6 @@ from ._run_starts import (
     RunStarts,
 )
 from ._runtime import (
-    MISSING,
-    ResumeOutcome,
     Runtime,
 )
 
@@ -75,8 +80,10 @@ __all__ = [
     "LiveConnection",
     "LiveEvent",
     "Outbox",
+    "ResumeDecision",
     "ResumeOutcome",
     "RunChange",
+    "RunControl",
     "RunFlows",
     "RunReads",
     "RunStarts",

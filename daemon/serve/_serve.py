@@ -237,7 +237,7 @@ async def sweep_once(state: ServerState) -> int:
             continue
         try:
             await refuse_if_driven_elsewhere(state, run_id)
-            decision = await state.runtime.resume(run_id)
+            decision = await state.runtime.control.resume(run_id)
         except CodedError as exc:
             # One bad run does not stop the sweep; it stays due.
             log.warning("sleeping run %s not woken: %s", run_id, exc.message, extra={"run": run_id})

@@ -307,7 +307,7 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
     ] is EventKind.MODEL_CALL_COMPLETED
 
     # A person records what the write did: that settles the claim, and the next caller copies it.
-    await runtime.resolve(run_a, {"refunded": 1250}, {})
+    await runtime.control.resolve(run_a, {"refunded": 1250}, {})
     view = await runtime.drive(run_b, agent=agent_b)
     assert view.state is RunState.COMPLETED and len(refund.calls) == 1
     [(_, _, done)] = refund_calls(await assert_log_is_sound(runtime, run_b))

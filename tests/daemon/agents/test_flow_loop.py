@@ -101,10 +101,10 @@ async def test_ask_user_parks_until_a_fitting_answer_which_is_the_calls_result(
     before = view.event_count
     for wrong in ({"answer": "XL"}, {"answer": ["M"]}, {"size": "M"}, "M"):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, wrong)
+            await runtime.control.resume(run_id, wrong)
         assert refused.value.code == "bad_request"
         assert (await runtime.reads.view(run_id)).event_count == before
-    await runtime.resume(run_id, {"answer": "M"})
+    await runtime.control.resume(run_id, {"answer": "M"})
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "size noted"}
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "M"}
@@ -349,7 +349,7 @@ async def test_edit_mode_is_read_before_each_model_call_and_replays_as_recorded(
     # Turned on while the run waits: the next call offers authoring, without a restart.
     mode["on"] = True
     failing["on"] = True
-    await runtime.resume(run_id, {"answer": True})
+    await runtime.control.resume(run_id, {"answer": True})
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     assert offered_tools(provider.calls[1]) == ["ask_user", "flow_agents"]

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from salvor.daemon.recording._run_context import DriveInterrupted
-from salvor.daemon.runs._runtime import MISSING
+from salvor.daemon.runs import MISSING
 from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
 from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import (
@@ -124,7 +124,7 @@ async def test_driving_a_finished_run_again_executes_nothing(
     provider = providers(tool_loop_script(REFUND_PLAN[:1]))
     agent = make_agent(provider, tools=["lookup_invoice"])
     run_id, first = await start_and_drive(runtime, agent)
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome == "finished"
     again = await runtime.drive(run_id, agent=agent)
     assert again == first
@@ -154,7 +154,7 @@ async def test_an_interrupted_run_recovers_without_repeating_completed_calls(
     assert view.pending.to_json()["kind"] == "model"
 
     failing["on"] = False
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "ok"}
@@ -194,11 +194,11 @@ async def test_a_gate_suspends_and_only_a_conforming_input_resumes_it(
 
     for bad in (MISSING, None, 5, "yes", {"approved": "yes"}, {}):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, bad)
+            await runtime.control.resume(run_id, bad)
         assert refused.value.code == "bad_request"
         assert (await runtime.reads.view(run_id)).event_count == before
 
-    decision = await runtime.resume(run_id, {"approved": True, "note": "ok by finance"})
+    decision = await runtime.control.resume(run_id, {"approved": True, "note": "ok by finance"})
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "approved"}
@@ -228,7 +228,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     assert await runtime.reads.due_runs() == []
 
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert refused.value.code == "still_sleeping"
     assert refused.value.details == {"wake_at": wake_at, "remaining_seconds": 3600}
 
@@ -240,7 +240,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
         "overdue_seconds": 30,
     }
     assert await runtime.reads.due_runs() == [run_id]
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "woke"}
     log = await assert_log_is_sound(runtime, run_id)
@@ -290,11 +290,11 @@ async def test_a_step_budget_parks_the_run_and_an_extension_lifts_it(
     before = view.event_count
     for bad in (MISSING, {}, {"extend_by": 0}, {"extend_by": -1}, {"extend_by": 1, "x": 1}, "more"):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, bad)
+            await runtime.control.resume(run_id, bad)
         assert refused.value.code == "bad_request"
     assert (await runtime.reads.view(run_id)).event_count == before
 
-    await runtime.resume(run_id, {"extend_by": 5})
+    await runtime.control.resume(run_id, {"extend_by": 5})
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "all looked up"}
     assert view.budget_extensions == {"steps": 5}
@@ -311,7 +311,7 @@ async def test_a_token_budget_counts_recorded_usage(runtime, providers, make_age
         "budget": {"kind": "tokens", "limit": 15},
         "observed": 15,
     }
-    await runtime.resume(run_id, {"extend_by": 100})
+    await runtime.control.resume(run_id, {"extend_by": 100})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
 
@@ -474,7 +474,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     assert view.state is RunState.NEEDS_RECONCILIATION
 
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert refused.value.code == "needs_reconciliation"
     intent = refused.value.details["intent"]
     assert intent["seq"] == 3 and intent["tool"] == "issue_refund" and intent["effect"] == "write"
@@ -482,15 +482,15 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     # Driving anyway does nothing: the write is never guessed at.
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
 
-    view = await runtime.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
+    view = await runtime.control.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
     assert view.state is RunState.RUNNING
     log = await runtime.reads.log(run_id)
     assert log[-1].event.settled_by == "operator"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resolve(run_id, {}, {})
+        await runtime.control.resolve(run_id, {}, {})
     assert refused.value.code == "wrong_state"
 
-    await runtime.resume(run_id)
+    await runtime.control.resume(run_id)
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "refunded"}
     assert provider.call_count == 1  # only the call after the resolved write
@@ -503,11 +503,11 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
     provider = providers(tool_loop_script([("request_approval", {})]))
     agent = make_agent(provider, tools=["request_approval"])
     run_id, _ = await start_and_drive(runtime, agent)
-    seq, view = await runtime.abandon(run_id, "customer withdrew")
+    seq, view = await runtime.control.abandon(run_id, "customer withdrew")
     assert view.status() == {"state": "abandoned", "reason": "customer withdrew"}
     assert seq == view.next_seq - 1
     with pytest.raises(OperationRefused) as refused:
-        await runtime.abandon(run_id)
+        await runtime.control.abandon(run_id)
     assert refused.value.code == "wrong_state"
 
     run_id = await runtime.starts.start_run(agent, None)
@@ -517,7 +517,7 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
         [ToolCallRequested(tool="issue_refund", input={}, effect="write", idempotency_key=None)],
         view,
     )
-    _, view = await runtime.abandon(run_id)
+    _, view = await runtime.control.abandon(run_id)
     assert view.status() == {
         "state": "abandoned",
         "unresolved_write": {"seq": 1, "tool": "issue_refund"},
@@ -541,9 +541,9 @@ async def test_refusals_record_nothing(runtime, providers, make_agent):
     assert refused.value.code == "run_exists"
     nobody = "00000000-0000-4000-8000-000000000000"
     for attempt in (
-        runtime.resume(nobody),
-        runtime.resolve(nobody, {}, {}),
-        runtime.abandon(nobody),
+        runtime.control.resume(nobody),
+        runtime.control.resolve(nobody, {}, {}),
+        runtime.control.abandon(nobody),
     ):
         with pytest.raises(OperationRefused) as refused:
             await attempt

@@ -256,7 +256,7 @@ async def test_meta_salvor_suspend_parks_the_run_until_resumed(
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "Suspended"]
     assert completion_of(log, "park") == [{TOOL_SUSPEND_KEY: request["suspend"]}]
 
-    decision = await runtime.resume(run_id, {"approved": True})
+    decision = await runtime.control.resume(run_id, {"approved": True})
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "resumed"}

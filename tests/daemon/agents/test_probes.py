@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import trio
 from salvor.daemon.agents._definition import parse_definition
-from salvor.daemon.runs._runtime import ResumeOutcome
+from salvor.daemon.runs import ResumeOutcome
 from salvor.daemon.tools import (
     OutcomeUnknown,
     Probe,
@@ -149,7 +149,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     world.hold = None
 
     # Recovery does not refuse it: the drive probes first, and the probe says it landed.
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome is ResumeOutcome.DRIVING
     view = await runtime.drive(run_id, agent=agent)
     assert view.state is RunState.COMPLETED
@@ -386,7 +386,7 @@ async def test_an_mcp_write_found_open_is_settled_by_its_servers_read(runtime, p
     run_id = await runtime.starts.start_run(agent, None)
     await die_inside_the_write(runtime, fx, run_id)
 
-    assert (await runtime.resume(run_id)).outcome is ResumeOutcome.DRIVING
+    assert (await runtime.control.resume(run_id)).outcome is ResumeOutcome.DRIVING
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
     # The server saw one write and one probe, which carried no key (a read presents none).
     assert len(fx.calls_of("write_note")) == 1

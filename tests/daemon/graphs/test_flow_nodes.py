@@ -130,9 +130,9 @@ async def test_an_agent_nodes_question_parks_the_graph_run_until_it_is_answered(
     assert view.state is RunState.SUSPENDED and view.open_node == "triage"
     assert view.detail["reason"] == "How bad?"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"answer": 3})
+        await runtime.control.resume(run_id, {"answer": 3})
     assert refused.value.code == "bad_request"
-    await runtime.resume(run_id, {"answer": "not very"})
+    await runtime.control.resume(run_id, {"answer": "not very"})
     view = await runtime.drive(run_id)
     assert view.state is RunState.SLEEPING  # routed `later`: the shelve delay
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "not very"}

@@ -100,13 +100,13 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
     # A refused approval is answered before anything is recorded.
     before = await runtime.reads.log(run_id)
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"approved": "yes"})
+        await runtime.control.resume(run_id, {"approved": "yes"})
     assert refused.value.code is ErrorCode.APPROVAL_SCHEMA_VIOLATION
     assert refused.value.details["node"] == "approve"
     assert [v["path"] for v in refused.value.details["violations"]] == ["$.approved"]
     assert await runtime.reads.log(run_id) == before
 
-    await runtime.resume(run_id, {"approved": True})
+    await runtime.control.resume(run_id, {"approved": True})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     send = {"message_id": view.detail["output"]["send"]["message_id"], "to": "a@example.com"}
@@ -214,12 +214,12 @@ async def test_a_delay_sleeps_until_its_instant_and_the_wake_path_walks_on(runti
     assert view.detail["wake_at"] == "2026-11-29T09:00:30.000000Z"
     assert await runtime.reads.due_runs() == []
     with pytest.raises(OperationRefused) as early:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert early.value.code is ErrorCode.STILL_SLEEPING
 
     clock.advance(31)
     assert await runtime.reads.due_runs() == [run_id]
-    await runtime.resume(run_id)  # what the wake sweeper does with a due run
+    await runtime.control.resume(run_id)  # what the wake sweeper does with a due run
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     assert view.detail["output"] == {"count": 6}
@@ -398,9 +398,9 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
     # c's second call (after its tool) crosses its budget of one step.
     assert view.state is RunState.BUDGET_EXCEEDED and view.open_node == "c"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"extend_by": "x"})
+        await runtime.control.resume(run_id, {"extend_by": "x"})
     assert refused.value.code is ErrorCode.BAD_REQUEST  # a budget is not a gate
-    await runtime.resume(run_id, {"extend_by": 1})
+    await runtime.control.resume(run_id, {"extend_by": 1})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED and view.detail["output"] == {"c": "done"}
     await sound_log(runtime, run_id)

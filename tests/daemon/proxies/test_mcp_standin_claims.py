@@ -232,7 +232,7 @@ async def test_a_keyed_call_whose_identity_stays_held_stops_the_drive_writing_no
     # The first run's open write parks it; a person records what it did, which settles the claim.
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
     resolved = {"result": {"content": [{"type": "text", "text": f"noted {NOTE}"}]}}
-    await runtime.resolve(run_a, resolved, {})
+    await runtime.control.resolve(run_a, resolved, {})
     # The second run, driven again, asks again and copies that outcome.
     view = await runtime.drive(run_b, agent=agent_b)
     assert view.state is RunState.COMPLETED, view.detail

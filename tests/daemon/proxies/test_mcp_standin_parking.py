@@ -81,9 +81,9 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "suspended" and provider.call_count == served
     with pytest.raises(OperationRefused, match="approved"):
-        await runtime.resume(run_id, {"approved": "yes"})
+        await runtime.control.resume(run_id, {"approved": "yes"})
 
-    assert (await runtime.resume(run_id, {"approved": True})).outcome == "driving"
+    assert (await runtime.control.resume(run_id, {"approved": True})).outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["reply"] == "refunded"
@@ -126,14 +126,14 @@ async def test_a_sleep_until_parks_the_process_run_until_its_timer_is_due(
     served = provider.call_count
 
     with pytest.raises(OperationRefused, match="sleeping until"):
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     clock.advance(3599)
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping"
     assert len(await runtime.reads.log(run_id)) == recorded and provider.call_count == served
 
     clock.advance(1)
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     log = await runtime.reads.log(run_id)

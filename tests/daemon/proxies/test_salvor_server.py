@@ -391,7 +391,7 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
     served = provider.call_count
     assert served == 1
 
-    assert (await runtime.resume(child, {"approved": True})).outcome == "driving"
+    assert (await runtime.control.resume(child, {"approved": True})).outcome == "driving"
     assert (await runtime.drive(child)).state.value == "completed"
     # Driven again, the parent's process starts from the top: its first model call is answered
     # from the log, the open subagent call finds its child's result, and no second child exists.

@@ -58,14 +58,14 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
 
     # Resuming the parent meanwhile stops at the open call again, recording nothing.
     before = view.event_count
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=parent)
     assert (await runtime.reads.view(run_id)).event_count == before
     assert child_provider.call_count == 1
 
     # A person answers the child; its driver ends it and starts the parent, which completes.
-    await runtime.resume(child, {"approved": True})
+    await runtime.control.resume(child, {"approved": True})
     async with trio.open_nursery() as nursery:
         drivers = DriverSet(runtime, nursery)
         drivers.start(child)
@@ -91,10 +91,10 @@ async def test_abandoning_a_parent_abandons_its_open_children_and_theirs(runtime
     await head(runtime, open_child, {PARENT_LABEL: parent})
     await head(runtime, grandchild, {PARENT_LABEL: open_child})
     await head(runtime, ended, {PARENT_LABEL: parent})
-    await runtime.abandon(ended, "done with it")
+    await runtime.control.abandon(ended, "done with it")
     ended_log = await runtime.reads.log(ended)
 
-    await runtime.abandon(parent, "not needed")
+    await runtime.control.abandon(parent, "not needed")
     for run_id, reason in (
         (parent, "not needed"),
         (open_child, f"its parent run {parent} was abandoned"),
@@ -113,9 +113,9 @@ async def test_abandoning_a_graph_run_abandons_its_open_map_items(runtime):
     await head(runtime, graph_run)
     await head(runtime, open_item, {MAP_OF_LABEL: graph_run})
     await head(runtime, ended_item, {MAP_OF_LABEL: graph_run})
-    await runtime.abandon(ended_item, "done with it")
+    await runtime.control.abandon(ended_item, "done with it")
 
-    await runtime.abandon(graph_run, "not needed")
+    await runtime.control.abandon(graph_run, "not needed")
     view = await runtime.reads.view(open_item)
     assert view.state is RunState.ABANDONED
     assert view.detail["reason"] == f"its graph run {graph_run} was abandoned"

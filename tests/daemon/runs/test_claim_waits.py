@@ -132,7 +132,7 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
                 await until(lambda: drivers.claim_waits.waiting(waiter))
                 # A person resolves the write from a shell: another store access, whose commit
                 # this daemon never sees.
-                await lossy.resolve(holder, {"refunded": 1250}, {})
+                await lossy.control.resolve(holder, {"refunded": 1250}, {})
                 resolved = trio.current_time()
                 await rests(runtime, waiter, drivers, RunState.COMPLETED)
                 assert trio.current_time() - resolved <= poll + 1

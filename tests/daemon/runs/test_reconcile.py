@@ -59,7 +59,7 @@ async def test_not_landed_fails_the_call_and_frees_its_identity(
     assert queued.to_json()["run"] == parked
     assert queued.to_json()["idempotency_key"] == IDENTITY
 
-    view = await runtime.resolve(parked, MISSING, {}, not_landed=True)
+    view = await runtime.control.resolve(parked, MISSING, {}, not_landed=True)
     assert view.state is RunState.RUNNING and view.pending is None
     [(_, _, done)] = refund_calls(await runtime.reads.log(parked))
     assert done.settled_by == "operator" and done.deduplicated_from is None
@@ -82,7 +82,7 @@ async def test_resolving_with_an_output_settles_the_identity_for_the_next_caller
     runtime, providers, refund
 ) -> None:
     runtime, parked = await parked_on_a_lost_refund(runtime, providers, refund)
-    await runtime.resolve(parked, {"refunded": 1250}, {})
+    await runtime.control.resolve(parked, {"refunded": 1250}, {})
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.state, claim.output) == (parked, "settled", {"refunded": 1250})
     assert (await runtime.reads.reconciliations({}))[0] == []
@@ -90,8 +90,8 @@ async def test_resolving_with_an_output_settles_the_identity_for_the_next_caller
 
 async def test_only_a_parked_run_is_resolved(runtime, providers, refund) -> None:
     runtime, parked = await parked_on_a_lost_refund(runtime, providers, refund)
-    await runtime.resolve(parked, MISSING, {}, not_landed=True)
+    await runtime.control.resolve(parked, MISSING, {}, not_landed=True)
     for not_landed in (True, False):
         with pytest.raises(Exception, match="no dangling write to resolve") as refused:
-            await runtime.resolve(parked, {"refunded": 1}, {}, not_landed=not_landed)
+            await runtime.control.resolve(parked, {"refunded": 1}, {}, not_landed=not_landed)
         assert refused.value.code == "wrong_state"
