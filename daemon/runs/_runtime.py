@@ -52,19 +52,20 @@ class Runtime:
         # Whether a drive may run a process or service agent at all (a daemon started without
         # --allow-process-agents may not, even one already in its store; the command line may).
         self.allow_process_agents = allow_process_agents
-        # What every drive of this runtime is handed; its flow host asks this runtime for child
-        # runs and the catalog.
+        credentials = credentials or Credentials()
+        self.definitions = Definitions(access, registry)
+        self.reads = RunReads(access, self.definitions, clock=clock)
+        # What every drive of this runtime is handed; its flow host reads, starts and drives
+        # child runs through this runtime's services and drive.
         self.kit = DriveKit(
             access=access,
             registry=registry,
             clock=clock,
-            credentials=credentials or Credentials(),
+            credentials=credentials,
             proxy=proxy,
             process_restarts=process_restarts,
-            flows=RunFlows(self),
+            flows=RunFlows(self.definitions, self.reads, credentials=credentials, drive=self.drive),
         )
-        self.definitions = Definitions(access, registry)
-        self.reads = RunReads(access, self.definitions, clock=clock)
         self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
         self.control = RunControl(access, self.definitions, self.reads, clock=clock)
         self.forks = Forks(access)

@@ -42,7 +42,7 @@ edges: []
 
 @pytest.fixture
 def host(runtime) -> FlowCatalog:
-    return FlowCatalog(runtime)
+    return FlowCatalog(runtime.definitions, credentials=runtime.kit.credentials)
 
 
 async def _stored(runtime) -> tuple[list, list]:

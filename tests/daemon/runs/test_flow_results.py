@@ -110,7 +110,7 @@ async def tree(runtime):
     }
     for run_id, events in logs.items():
         await runtime.access.append(run_id, events, EMPTY_VIEW)
-    return FlowCatalog(runtime)
+    return FlowCatalog(runtime.definitions, credentials=runtime.kit.credentials)
 
 
 async def _results(host: FlowCatalog, **args):
