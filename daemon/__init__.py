@@ -19,7 +19,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
                  service agents
     graphs       graph runs: the walker that drives a graph's nodes through the run context
     client_runs  client-driven runs: appends, steps, client-performed calls, leases
-    runs         the Runtime and the drivers: start, resume, resolve, abandon, heal, live events
+    runs         the Runtime (the drive, and its services) and the drivers: heal, live events
     notify       notifications: delivering the store's outbox to the operator's webhook or command
     dashboard    the web page's files (HTML, ES modules, CSS) and how to read one
     api          the HTTP control plane: routes, event stream, OpenAPI document

@@ -34,6 +34,9 @@ from ._diagnostics import (
     agent_diagnostics,
     graph_diagnostics,
 )
+from ._drive_kit import (
+    DriveKit,
+)
 from ._loop import (
     FINISH_REMINDER,
     FINISH_REMINDERS,
@@ -75,6 +78,7 @@ __all__ = [
     "Credentials",
     "DeclaredOrigin",
     "DefinitionError",
+    "DriveKit",
     "LlmChoice",
     "agent_command",
     "agent_diagnostics",

@@ -352,7 +352,7 @@ def parse_definition(
             agent's ``url`` a declared service origin, each MCP ``url`` server a
             declared MCP origin, and headers only the variables bound to those
             origins. None for an agent file the operator runs.
-        stored: the daemon's own stored copy (``Runtime.load_agent``), read
+        stored: the daemon's own stored copy (``Definitions.load_agent``), read
             by the rules it was accepted under: integers beyond 2**53 (and,
             in TOML, a ``\\u0000``) that a new definition is refused for, so
             the runs recorded against it still resume, under the same hash.

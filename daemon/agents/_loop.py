@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -69,13 +68,14 @@ from ..mcp import (
     probe_reader,
 )
 from ..models import ModelGateway
-from ..processes import MARK_VAR, RUN_VAR, PortClaims, store_fingerprint
-from ..proxies import ModelProxy, lane_probe
-from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, utc_now
+from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
+from ..proxies import lane_probe
+from ..recording import DriveInterrupted, Parked, RunContext
 from ..tools import Tool, ToolRegistry
 from ..web import off_loop
 from ._credentials import Credentials, Undeclared
 from ._definition import AgentDefinition, AgentKind
+from ._drive_kit import DriveKit
 from ._process import drive_process, parked_write
 from ._service import drive_service
 
@@ -606,25 +606,17 @@ def declares_probe(
 
 
 async def drive(
-    access: StoreAccess,
+    kit: DriveKit,
     run_id: str,
     agent: AgentDefinition,
-    registry: ToolRegistry,
     *,
-    gateway: ModelGateway | None = None,
     on_record: Callable[[list[Envelope]], None] | None = None,
-    clock: Callable[[], datetime] = utc_now,
-    proxy: ModelProxy | None = None,
-    process_restarts: int = 0,
-    ports: PortClaims | None = None,
-    credentials: Credentials | None = None,
-    flows: FlowHost | None = None,
 ) -> RunView:
     """Drive a run to its next resting point and return its view there.
 
-    ``credentials``: which key goes to which model endpoint (``gateway_for``). ``flows``: the
-    host behind the flow tools a built-in agent opted into (None: only those that need no host,
-    ``ask_user`` and ``finish``); the run's session comes from its labels (``flow_session``).
+    ``kit``: what every drive is handed (the store, the registry, the clock, the credentials
+    ``gateway_for`` reads, the flow host behind the flow tools a built-in agent opted into; the
+    run's flow session comes from its labels: ``flow_session``).
 
     Raises:
         DriveInterrupted: the drive stopped with the run recoverable (a model
@@ -633,43 +625,22 @@ async def drive(
             nothing was recorded.
 
     Concurrency:
-        The drive holds the run (``access.driving``) from before it reads the log until it
+        The drive holds the run (``kit.access.driving``) from before it reads the log until it
         returns: a drive of a run another drive holds waits for that one to end, then goes on
         from the log it left.
     """
-    async with access.driving.hold(run_id):
-        return await _drive_held(
-            access,
-            run_id,
-            agent,
-            registry,
-            gateway=gateway,
-            on_record=on_record,
-            clock=clock,
-            proxy=proxy,
-            process_restarts=process_restarts,
-            ports=ports,
-            credentials=credentials,
-            flows=flows,
-        )
+    async with kit.access.driving.hold(run_id):
+        return await _drive_held(kit, run_id, agent, on_record)
 
 
 async def _drive_held(
-    access: StoreAccess,
+    kit: DriveKit,
     run_id: str,
     agent: AgentDefinition,
-    registry: ToolRegistry,
-    *,
-    gateway: ModelGateway | None,
     on_record: Callable[[list[Envelope]], None] | None,
-    clock: Callable[[], datetime],
-    proxy: ModelProxy | None,
-    process_restarts: int,
-    ports: PortClaims | None,
-    credentials: Credentials | None,
-    flows: FlowHost | None,
 ) -> RunView:
-    refusal = reach_refusal(agent, credentials)
+    access, clock, flows = kit.access, kit.clock, kit.flows
+    refusal = reach_refusal(agent, kit.credentials)
     if refusal is not None:
         log = await access.read(access.store.read_log, run_id)
         ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
@@ -681,33 +652,37 @@ async def _drive_held(
             access,
             run_id,
             agent,
-            proxy=proxy,
+            proxy=kit.proxy,
             on_record=on_record,
             clock=clock,
-            restarts=process_restarts,
+            restarts=kit.process_restarts,
             flows=flows,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this
         # run's session on the agent's own loopback port (held in ``ports``).
         return await drive_service(
-            access, run_id, agent, proxy=proxy, ports=ports, on_record=on_record, clock=clock
+            access,
+            run_id,
+            agent,
+            proxy=kit.proxy,
+            ports=kit.ports,
+            on_record=on_record,
+            clock=clock,
         )
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probes_open_write(agent, registry, ctx.view):
+    if ctx.view.idle and not probes_open_write(agent, kit.registry, ctx.view):
         return ctx.view
-    own_gateway = gateway is None
-    gateway = gateway or gateway_for(agent, credentials)
+    gateway = gateway_for(agent, kit.credentials)
     try:
         # MCP servers are started only when the run first needs one live.
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             session = flow_session(agent, run_id, ctx.view.labels, flows)
-            await AgentLoop(agent, registry, gateway, mcp, session).run(ctx)
+            await AgentLoop(agent, kit.registry, gateway, mcp, session).run(ctx)
     except Parked:
         pass
     finally:
-        if own_gateway:
-            await gateway.aclose()
+        await gateway.aclose()
     return ctx.view

@@ -102,7 +102,7 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
                     parse_definition,
                     text,
                     fmt,
-                    known_tools=runtime.registry.names(),
+                    known_tools=runtime.kit.registry.names(),
                     allow_paths=False,
                     allow_processes=state.allow_process_agents,
                     credentials=state.credentials,
@@ -110,20 +110,20 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
             )
         except DefinitionError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
-        await runtime.build_agent(agent)
-        created = await runtime.register_agent(agent)
+        await runtime.definitions.build_agent(agent)
+        created = await runtime.definitions.register_agent(agent)
         return AGENT_CREATED.respond(201, agent=agent.agent_def_hash, created=created)
 
     @route(app, LIST)
     async def list_agents():
-        stored = await runtime.list_agents()
+        stored = await runtime.definitions.list_agents()
         return AGENT_LIST.respond(
             agents=[AGENT_SUMMARY.body(agent=a.agent_def_hash, name=a.name or None) for a in stored]
         )
 
     @route(app, READ)
     async def get_agent(agent_hash: str):
-        stored = await runtime.find_agent(agent_hash)
+        stored = await runtime.definitions.find_agent(agent_hash)
         if stored is None:
             raise unknown_agent(agent_hash)
         try:
@@ -132,7 +132,7 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
                     parse_definition,
                     stored.definition,
                     stored.format,
-                    known_tools=runtime.registry.names(),
+                    known_tools=runtime.kit.registry.names(),
                     stored=True,
                 )
             )

@@ -104,25 +104,25 @@ def add_fork_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, GRAPH_PROJECTION)
     async def run_graph(run_id: str):
         run_id = parse_run_id(run_id)
-        return RUN_GRAPH.respond(**await runtime.graph_projection(run_id))
+        return RUN_GRAPH.respond(**await runtime.forks.graph_projection(run_id))
 
     @route(app, FORK_RUN)
     async def fork_run(run_id: str):
         run_id = parse_run_id(run_id)
         body = await FORK.read()
-        plan = await runtime.plan_fork(
+        plan = await runtime.forks.plan_fork(
             run_id, body["from_node"], body.get("acknowledge_writes") or []
         )
         if body.get("dry_run") is True:
             return FORK_PLAN.respond(**plan.dry_run_json())
-        child, _ = await runtime.fork(plan)
+        child, _ = await runtime.forks.fork(plan)
         state.drivers.start(child)
         return FORK_CREATED.respond(201, run=child, status="running", forked_from=plan.forked_from)
 
     @route(app, FORKS)
     async def run_forks(run_id: str):
         run_id = parse_run_id(run_id)
-        forks = await runtime.list_forks(run_id)
+        forks = await runtime.forks.list_forks(run_id)
         return FORK_LIST.respond(
             run=run_id,
             derived=True,

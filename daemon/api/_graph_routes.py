@@ -161,12 +161,12 @@ def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, SUBMIT)
     async def submit_graph():
         graph = await read_graph()
-        created = await runtime.register_graph(graph)
+        created = await runtime.definitions.register_graph(graph)
         return GRAPH_CREATED.respond(201, graph=graph.hash, created=created)
 
     @route(app, LIST)
     async def list_graphs():
-        stored = await runtime.list_graphs()
+        stored = await runtime.definitions.list_graphs()
         return GRAPH_LIST.respond(
             graphs=[GRAPH_SUMMARY.body(graph=g.graph_hash, **g.summary()) for g in stored]
         )
@@ -174,7 +174,7 @@ def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, READ)
     async def get_graph(graph_hash: str):
         # Any text is looked up: a hash this store never issued is simply not stored here.
-        stored = await runtime.find_graph(graph_hash)
+        stored = await runtime.definitions.find_graph(graph_hash)
         if stored is None:
             raise unknown_graph(graph_hash)
         return GRAPH.respond(graph=stored.graph_hash, document=stored.document)

@@ -64,9 +64,11 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, START)
     async def start_graph_run():
         body = await START_GRAPH_RUN.read()
-        graph = await runtime.load_graph(body["graph_hash"])
+        graph = await runtime.definitions.load_graph(body["graph_hash"])
         # The head is durable before we answer: a daemon killed right after the 201 still has
         # the run, and recovery walks it.
-        run_id = await runtime.start_graph_run(graph, body.get("input"), labels=body.get("labels"))
+        run_id = await runtime.starts.start_graph_run(
+            graph, body.get("input"), labels=body.get("labels")
+        )
         state.drivers.start(run_id)
         return RUN_STARTED.respond(201, run=run_id, status="running")

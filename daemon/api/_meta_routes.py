@@ -65,7 +65,7 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
         return json_response(
             openapi_document(
                 operations_of(app),
-                tools=state.runtime.registry.names(),
+                tools=state.runtime.kit.registry.names(),
                 process_agents=state.allow_process_agents,
                 llm_choices=state.credentials.llm_choices(),
                 mcp_origins=state.credentials.origins("mcp"),

@@ -47,7 +47,7 @@ def add_metrics_route(app: QuartTrio, state: ServerState) -> None:
     async def metrics():
         # A store that cannot be read answers 503 store_unavailable (the envelope): a scrape
         # that silently dropped the runs would read as every run gone.
-        runs_by_state, claims_held = await state.runtime.census()
+        runs_by_state, claims_held = await state.runtime.reads.census()
         readings = Readings(
             runs_by_state=runs_by_state,
             claims_held=claims_held,

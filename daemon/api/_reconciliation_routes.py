@@ -40,7 +40,7 @@ def add_reconciliation_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, LIST)
     async def list_reconciliations():
         RECONCILIATIONS_QUERY.refuse_unknown(request.args)
-        page, next_cursor = await runtime.reconciliations(
+        page, next_cursor = await runtime.reads.reconciliations(
             state.client_tools, **page_of(request.args)
         )
         return RECONCILIATION_LIST.respond(

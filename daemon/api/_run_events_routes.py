@@ -120,7 +120,7 @@ def add_run_events_route(app: QuartTrio, state: ServerState) -> None:
         # Subscribe before reading the store, so no commit falls in between.
         subscription = state.hub.subscribe(run_id, state.stream_buffer_bytes)
         try:
-            page = await runtime.read_page(run_id, 0)
+            page = await runtime.reads.read_page(run_id, 0)
             if not page and not await state.attached(run_id):
                 raise unknown_run(run_id)
         except BaseException:
@@ -199,7 +199,7 @@ async def _frames(
                 yield data
                 del data
             if paging and next_seq > seq_before:
-                pending = await runtime.read_page(run_id, next_seq)
+                pending = await runtime.reads.read_page(run_id, next_seq)
                 continue
             paging = False
             if not seeded:
@@ -209,7 +209,7 @@ async def _frames(
             if view.resting:
                 later = await _after_rest(state, run_id, view, next_seq)
                 if later is None:
-                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.clock())))
+                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.kit.clock())))
                     return
                 if later:
                     pending, paging = later, True
@@ -224,7 +224,7 @@ async def _frames(
                 and not await state.attached(run_id)
             ):
                 yield end_frame(
-                    END_FRAME.body(status=view.status_at(runtime.clock()), detached=True)
+                    END_FRAME.body(status=view.status_at(runtime.kit.clock()), detached=True)
                 )
                 return
             # What the hub queued while the last chunk was written goes out at once; only an
@@ -251,7 +251,7 @@ async def _frames(
                     continue
             # A gap or a lagging queue: read what is missing from the store, page by page.
             subscription.lagging = False
-            pending, paging = await runtime.read_page(run_id, next_seq), True
+            pending, paging = await runtime.reads.read_page(run_id, next_seq), True
 
 
 async def _after_rest(
@@ -270,5 +270,5 @@ async def _after_rest(
         return None
     if await state.attached_anywhere(run_id):
         return []
-    later = await state.runtime.read_page(run_id, next_seq)
+    later = await state.runtime.reads.read_page(run_id, next_seq)
     return later or None

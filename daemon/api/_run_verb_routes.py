@@ -43,7 +43,7 @@ async def drive_on_after_resolve(state: ServerState, run_id: str, view: RunView)
     ):
         return
     try:
-        decision = await state.runtime.resume(run_id)
+        decision = await state.runtime.control.resume(run_id)
     except OperationRefused as refused:
         log.warning("run %s resolved, not driven on here: %s", run_id, refused.message)
         return
@@ -159,7 +159,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
         run_id = parse_run_id(run_id)
         body = await RESUME.read()
         await refuse_if_driven_elsewhere(state, run_id)
-        decision = await runtime.resume(run_id, body.get("input", MISSING))
+        decision = await runtime.control.resume(run_id, body.get("input", MISSING))
         if decision.outcome is ResumeOutcome.FINISHED:
             return RESUME_FINISHED.respond(
                 run=run_id, outcome=decision.view.state.value, status=decision.view.status()
@@ -171,7 +171,7 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
     async def resolve(run_id: str):
         run_id = parse_run_id(run_id)
         body = await RESOLVE_RUN.read()
-        view = await runtime.resolve(
+        view = await runtime.control.resolve(
             run_id,
             body.get("output"),
             state.client_tools,
@@ -187,11 +187,11 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
     async def abandon(run_id: str):
         run_id = parse_run_id(run_id)
         body = await ABANDON.read()
-        seq, view = await runtime.abandon(run_id, body.get("reason"))
+        seq, view = await runtime.control.abandon(run_id, body.get("reason"))
         # A child's end is the next step of the run that waits on it (a subagent's parent, a map
         # item's graph run), whose walk the abandon may have stopped: it goes on and hears it.
         parent = driver_of(view)
-        found = None if parent is None else await runtime.find_view(parent)
+        found = None if parent is None else await runtime.reads.find_view(parent)
         if found is not None:
             await drive_on_after_resolve(state, parent, found)
         return ABANDONED.respond(run=run_id, abandoned=True, appended_seq=seq, status=view.status())

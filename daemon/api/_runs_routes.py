@@ -106,14 +106,16 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
                 "a re-run takes its origin's input; leave `input` out when `replay_of` is given"
             )
         if "agent" in body:
-            agent = await runtime.load_agent(body["agent"])
+            agent = await runtime.definitions.load_agent(body["agent"])
         else:
             # A re-run defaults to the origin's own agent (whose command may
             # now run newer code: that is what a re-run checks).
-            agent = await runtime.load_agent((await runtime.view(replay_of)).agent_def_hash)
+            agent = await runtime.definitions.load_agent(
+                (await runtime.reads.view(replay_of)).agent_def_hash
+            )
         # The head is durable before we answer: a daemon killed right after
         # the 201 still has the run, and recovery drives it.
-        run_id = await runtime.start_run(
+        run_id = await runtime.starts.start_run(
             agent,
             body.get("input"),
             labels=labels,
@@ -126,16 +128,16 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
 
     @route(app, LIST)
     async def list_runs():
-        page, next_cursor = await runtime.list_runs(**_list_filters(request.args))
+        page, next_cursor = await runtime.reads.list_runs(**_list_filters(request.args))
         return RUN_LIST.respond(runs=await summaries_json(state, page), next_cursor=next_cursor)
 
     @route(app, READ)
     async def get_run(run_id: str):
         run_id = parse_run_id(run_id)
-        view = await runtime.view(run_id)
+        view = await runtime.reads.view(run_id)
         return RUN.respond(
             run=run_id,
-            status=view.status_at(runtime.clock()),
+            status=view.status_at(runtime.kit.clock()),
             event_count=view.event_count,
             usage=view.usage(),
             pending=view.pending.to_json() if view.pending else None,
@@ -153,7 +155,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, CHILDREN)
     async def run_children(run_id: str):
         run_id = parse_run_id(run_id)
-        children = await runtime.list_children(run_id)
+        children = await runtime.reads.list_children(run_id)
         return CHILD_LIST.respond(
             run=run_id, derived=True, children=await summaries_json(state, children)
         )
@@ -161,7 +163,7 @@ def add_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, REPLAY)
     async def replay(run_id: str):
         # A pure fold of the recorded log, executing nothing.
-        view = fold(await runtime.log(parse_run_id(run_id)))
+        view = fold(await runtime.reads.log(parse_run_id(run_id)))
         return json_response(view.replay_json())
 
 
@@ -198,6 +200,6 @@ def summary_body(summary: RunSummary, state: ServerState, driver: dict) -> dict:
     body = summary.to_json()
     if "status" in body:
         # The stored status is the fold's; overdue is relative to now, as on GET /v1/runs/{id}.
-        body["status"] = status_seen_at(body["status"], state.runtime.clock())
+        body["status"] = status_seen_at(body["status"], state.runtime.kit.clock())
     body.update(driver)
     return body

@@ -45,10 +45,10 @@ def add_settings_routes(app: QuartTrio, state: ServerState) -> None:
 
     @route(app, READ_EDIT_MODE)
     async def edit_mode():
-        return EDIT_MODE_STATE.respond(enabled=await runtime.edit_mode())
+        return EDIT_MODE_STATE.respond(enabled=await runtime.definitions.edit_mode())
 
     @route(app, SET_EDIT_MODE)
     async def set_edit_mode():
         body = await EDIT_MODE.read()
-        await runtime.set_edit_mode(body["enabled"])
+        await runtime.definitions.set_edit_mode(body["enabled"])
         return EDIT_MODE_STATE.respond(enabled=body["enabled"])

@@ -86,9 +86,9 @@ def add_ws_route(app: QuartTrio, state: ServerState) -> None:
                 connection = LiveConnection(
                     state.hub,
                     nursery,
-                    read_page=runtime.read_page,
+                    read_page=runtime.reads.read_page,
                     attached=state.attached,
-                    clock=runtime.clock,
+                    clock=runtime.kit.clock,
                     run_row=run_row,
                     outbox_limit=state.stream_buffer_bytes,
                 )

@@ -195,7 +195,9 @@ class Cli:
         # meanwhile never sees it unlocked and interrupted.
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(agent, self.args.input, labels=labels, run_id=run_id)
+            run_id = await runtime.starts.start_run(
+                agent, self.args.input, labels=labels, run_id=run_id
+            )
             if self.json:
                 _out({"run": run_id})
             else:
@@ -216,11 +218,11 @@ class Cli:
                 f"`salvor graph validate {self.args.file}` lists them"
             ) from None
         for source in self.args.agent:
-            await runtime.register_agent(await self._agent_from(runtime, source))
-        await runtime.register_graph(graph)
+            await runtime.definitions.register_agent(await self._agent_from(runtime, source))
+        await runtime.definitions.register_graph(graph)
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_graph_run(
+            run_id = await runtime.starts.start_graph_run(
                 graph, self.args.input, labels=labels, run_id=run_id
             )
             if self.json:
@@ -231,12 +233,12 @@ class Cli:
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):
-            return await runtime.load_agent(source)
+            return await runtime.definitions.load_agent(source)
         try:
-            agent = load_definition(source, known_tools=runtime.registry.names())
+            agent = load_definition(source, known_tools=runtime.kit.registry.names())
         except DefinitionError as exc:
             raise CliError(f"{source}: {exc}") from None
-        await runtime.build_agent(agent)
+        await runtime.definitions.build_agent(agent)
         return agent
 
     async def cmd_rerun(self, runtime: Runtime) -> int:
@@ -245,10 +247,12 @@ class Cli:
         if self.args.agent is not None:
             agent = await self._agent_from(runtime, self.args.agent)
         else:
-            agent = await runtime.load_agent((await runtime.view(origin)).agent_def_hash)
+            agent = await runtime.definitions.load_agent(
+                (await runtime.reads.view(origin)).agent_def_hash
+            )
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.start_run(
+            run_id = await runtime.starts.start_run(
                 agent, None, labels=labels, replay_of=origin, run_id=run_id
             )
             if self.json:
@@ -260,17 +264,19 @@ class Cli:
     async def cmd_resume(self, runtime: Runtime) -> int:
         run_id = self.args.run
         async with driving_run(self.locks, run_id):
-            decision = await runtime.resume(run_id, self.args.input)
+            decision = await runtime.control.resume(run_id, self.args.input)
             if decision.outcome is ResumeOutcome.FINISHED:
                 return await self._report(run_id, decision.view)
             # A process agent this run's earlier driver left running (that driver
             # was killed) must not run on beside the copy this drive starts.
-            await sweep_orphans(runtime.store_url, run_id)
+            await sweep_orphans(runtime.access.store.url, run_id)
             return await self._drive_and_report(runtime, run_id)
 
     async def cmd_resolve(self, runtime: Runtime) -> int:
         run_id = self.args.run
-        view = await runtime.resolve(run_id, self.args.output, _declarations(self.args.client_tool))
+        view = await runtime.control.resolve(
+            run_id, self.args.output, _declarations(self.args.client_tool)
+        )
         return await self._resolved(run_id, view, "write resolved")
 
     async def _resolved(self, run_id: str, view: RunView, what: str) -> int:
@@ -299,7 +305,7 @@ class Cli:
                     "--output and --not-landed settle one run; name it: "
                     "`salvor reconcile RUN --output JSON` or `salvor reconcile RUN --not-landed`"
                 )
-            page, _ = await runtime.reconciliations(declarations)
+            page, _ = await runtime.reads.reconciliations(declarations)
             for item in page:
                 if self.json:
                     _out(item.to_json())
@@ -315,16 +321,16 @@ class Cli:
                 f"(it did not happen) to settle run {run_id}"
             )
         if not_landed:
-            view = await runtime.resolve(run_id, MISSING, declarations, not_landed=True)
+            view = await runtime.control.resolve(run_id, MISSING, declarations, not_landed=True)
             return await self._resolved(
                 run_id, view, "the write is recorded as not landed, a failed call the model is told"
             )
-        view = await runtime.resolve(run_id, output, declarations)
+        view = await runtime.control.resolve(run_id, output, declarations)
         return await self._resolved(run_id, view, "write resolved")
 
     async def cmd_abandon(self, runtime: Runtime) -> int:
         run_id = self.args.run
-        seq, view = await runtime.abandon(run_id, self.args.reason)
+        seq, view = await runtime.control.abandon(run_id, self.args.reason)
         if self.json:
             _out({"run": run_id, "abandoned": True, "appended_seq": seq, "status": view.status()})
         else:
@@ -332,12 +338,12 @@ class Cli:
         return EXIT_OK
 
     async def cmd_wake(self, runtime: Runtime) -> int:
-        due = await runtime.due_runs()
+        due = await runtime.reads.due_runs()
         worst = EXIT_OK
         for run_id in due:
             try:
                 async with driving_run(self.locks, run_id):
-                    decision = await runtime.resume(run_id)
+                    decision = await runtime.control.resume(run_id)
                     code = (
                         await self._drive_and_report(runtime, run_id)
                         if decision.outcome is ResumeOutcome.DRIVING
@@ -357,7 +363,7 @@ class Cli:
         return worst
 
     async def cmd_runs(self, runtime: Runtime) -> int:
-        page, _ = await runtime.list_runs(
+        page, _ = await runtime.reads.list_runs(
             state=self.args.state, label=self.args.label, limit=self.args.limit
         )
         if self.json:
@@ -372,7 +378,7 @@ class Cli:
         return EXIT_OK
 
     async def cmd_history(self, runtime: Runtime) -> int:
-        for envelope in await runtime.log(self.args.run):
+        for envelope in await runtime.reads.log(self.args.run):
             print(encode_envelope(envelope) if self.json else describe(envelope))
         return EXIT_OK
 
@@ -380,7 +386,7 @@ class Cli:
         """``salvor log RUN``: a line per event, then where the run rests; with ``--json``, an
         object per event (seq, recorded_at, kind, its line), then the run's status."""
         run_id = self.args.run
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         for envelope in log:
             line = describe(envelope)
             if self.json:
@@ -394,7 +400,7 @@ class Cli:
                 )
             else:
                 print(line)
-        view = await runtime.view(run_id)
+        view = await runtime.reads.view(run_id)
         if self.json:
             _out({"run": run_id, "status": view.status_at(datetime.now(UTC))})
         else:
@@ -405,7 +411,7 @@ class Cli:
         origin = self.args.run
         graph = await _graph_file(self.args.graph) if self.args.graph is not None else None
         acknowledged = self.args.acknowledge_writes
-        plan = await runtime.plan_fork(
+        plan = await runtime.forks.plan_fork(
             origin, self.args.from_node, acknowledged or (), document=graph
         )
         if acknowledged is None:
@@ -418,7 +424,7 @@ class Cli:
         plan.check_proceeds()
         run_id = str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id, _ = await runtime.fork(plan, run_id=run_id, document=graph)
+            run_id, _ = await runtime.forks.fork(plan, run_id=run_id, document=graph)
             if self.json:
                 _out({"run": run_id, "forked_from": plan.forked_from})
             else:
@@ -444,8 +450,8 @@ class Cli:
     async def cmd_edit_mode(self, runtime: Runtime) -> int:
         """``salvor edit-mode [on|off]``: set edit mode when told to, then say what it is."""
         if self.args.state is not None:
-            await runtime.set_edit_mode(self.args.state == "on")
-        enabled = await runtime.edit_mode()
+            await runtime.definitions.set_edit_mode(self.args.state == "on")
+        enabled = await runtime.definitions.edit_mode()
         if self.json:
             _out({"enabled": enabled})
         else:
@@ -457,7 +463,7 @@ class Cli:
             raise UsageError("replay only runs as --dry-run (derive the state, execute nothing)")
         from salvor.protocol import fold
 
-        view = fold(await runtime.log(self.args.run))
+        view = fold(await runtime.reads.log(self.args.run))
         _out(view.replay_json())
         return EXIT_OK
 

@@ -53,7 +53,7 @@ def inherited_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
 
 
 class FlowHost(Protocol):
-    """What the flow tools ask of the daemon above them (the Runtime implements it).
+    """What the flow tools ask of the daemon above them (``runs.RunFlows`` implements it).
 
     Every method may raise ``ToolFailed`` (``retryable=False`` when asking again cannot help):
     the tool call records it as its error and the model is told.

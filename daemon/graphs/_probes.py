@@ -4,7 +4,7 @@ A graph run's write is made by one of its nodes: an agent node (the built-in
 loop, inline, with its agent's probes) or a tool node (the registry's tool,
 with the registry's probe). Either way the walk hands the write its read, so
 a graph run parked on such a write is driven, not left to a person: on
-restart (``Runtime.probed_writes``) and whenever it is driven.
+restart (``RunReads.probed_writes``) and whenever it is driven.
 """
 
 from __future__ import annotations

@@ -75,19 +75,19 @@ from salvor.store import SeqConflict, store_fault
 from ..agents import (
     AgentDefinition,
     AgentLoop,
-    Credentials,
+    DriveKit,
     drive,
     fail_unreachable,
     flow_session,
     gateway_for,
     reach_refusal,
 )
-from ..flows import MAP_OF_LABEL, FlowHost, inherited_labels
+from ..flows import MAP_OF_LABEL, inherited_labels
 from ..mcp import open_connections
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
-from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept, utc_now
-from ..tools import ToolRegistry, graph_call_key
+from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept
+from ..tools import graph_call_key
 from ._probes import graph_probes_open_write
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
@@ -151,24 +151,12 @@ def _recorded_items(ctx: RunContext) -> dict[int, Any]:
 class GraphWalk:
     """One drive's walk of one graph run: the recorded outputs so far and the agents' gateways."""
 
-    def __init__(
-        self,
-        access: StoreAccess,
-        graph: Graph,
-        agents: Mapping[str, AgentDefinition],
-        registry: ToolRegistry,
-        *,
-        clock: Callable[[], datetime] = utc_now,
-        credentials: Credentials | None = None,
-        flows: FlowHost | None = None,
-    ) -> None:
-        self.access = access
+    def __init__(self, kit: DriveKit, graph: Graph, agents: Mapping[str, AgentDefinition]) -> None:
+        self.kit = kit
+        self.access = kit.access
         self.graph = graph
         self.agents = agents
-        self.registry = registry
-        self.clock = clock
-        self.credentials = credentials
-        self.flows = flows
+        self.registry = kit.registry
         self.labels: dict[str, str] | None = None
         self.run_input: Any = None
         self._run_id = ""
@@ -317,7 +305,9 @@ class GraphWalk:
     def _gateway(self, agent: AgentDefinition) -> ModelGateway:
         gateway = self._gateways.get(agent.agent_def_hash)
         if gateway is None:
-            gateway = self._gateways[agent.agent_def_hash] = gateway_for(agent, self.credentials)
+            gateway = self._gateways[agent.agent_def_hash] = gateway_for(
+                agent, self.kit.credentials
+            )
         return gateway
 
     def branches_on(self, node: GraphNode) -> list[str] | None:
@@ -346,7 +336,7 @@ class GraphWalk:
             agent,
             ctx.run_id,
             self.labels,
-            self.flows,
+            self.kit.flows,
             graph_node=True,
             branches=self.branches_on(node),
         )
@@ -543,15 +533,7 @@ class GraphWalk:
             try:
                 with contextlib.suppress(SeqConflict):  # a killed walk started it already
                     await self.access.append(child, [head], EMPTY_VIEW)
-                rested: _ItemEnd = await drive(
-                    self.access,
-                    child,
-                    agent,
-                    self.registry,
-                    clock=self.clock,
-                    credentials=self.credentials,
-                    flows=self.flows,
-                )
+                rested: _ItemEnd = await drive(self.kit, child, agent)
             except CodedError as exc:
                 # A store fault is the walk's to raise (``_map_children``); any other stop is
                 # short of an output (a call that may pass, another writer at its seq): the
@@ -590,21 +572,17 @@ async def _record_item(
 
 
 async def drive_graph(
-    access: StoreAccess,
+    kit: DriveKit,
     run_id: str,
     graph: Graph,
     agents: Mapping[str, AgentDefinition],
-    registry: ToolRegistry,
     *,
     on_record: Callable | None = None,
-    clock: Callable[[], datetime] = utc_now,
-    credentials: Credentials | None = None,
-    flows: FlowHost | None = None,
 ) -> RunView:
     """Drive a graph run to its next resting point and return its view there.
 
-    ``agents``: every agent the graph's nodes name, by hash (built-in agents). ``flows``: the
-    host behind its agents' flow tools (``AgentLoop``).
+    ``agents``: every agent the graph's nodes name, by hash (built-in agents). ``kit``: what
+    every drive is handed; its map items' drives are handed the same (``agents.drive``).
     Whatever log it finds is walked: a fork's child, whose log holds a copied
     prefix, continues from the end of that prefix.
 
@@ -614,37 +592,27 @@ async def drive_graph(
         ReplayDivergence: the log does not narrate this graph's walk; nothing was recorded.
 
     Concurrency:
-        The walk holds the run (``access.driving``) as ``agents.drive`` holds an agent run.
+        The walk holds the run (``kit.access.driving``) as ``agents.drive`` holds an agent run.
     """
+    access = kit.access
     async with access.driving.hold(run_id):  # one drive at a time (``agents.drive`` says why)
         log = await access.read(access.store.read_log, run_id)
-        ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
+        ctx = RunContext(access, run_id, log, on_record=on_record, clock=kit.clock)
         # Every agent the walk may reach, held to the operator's declarations as they are now.
         refusal = next(
-            (r for agent in agents.values() if (r := reach_refusal(agent, credentials))), None
+            (r for agent in agents.values() if (r := reach_refusal(agent, kit.credentials))),
+            None,
         )
         if refusal is not None:
             return await fail_unreachable(ctx, refusal)
         if ctx.view.idle and not graph_probes_open_write(
-            graph, agents.values(), registry, ctx.view
+            graph, agents.values(), kit.registry, ctx.view
         ):
             return ctx.view
-        return await _walk(ctx, access, graph, agents, registry, clock, credentials, flows)
+        return await _walk(ctx, GraphWalk(kit, graph, agents))
 
 
-async def _walk(
-    ctx: RunContext,
-    access: StoreAccess,
-    graph: Graph,
-    agents: Mapping[str, AgentDefinition],
-    registry: ToolRegistry,
-    clock: Callable[[], datetime],
-    credentials: Credentials | None,
-    flows: FlowHost | None,
-) -> RunView:
-    walk = GraphWalk(
-        access, graph, agents, registry, clock=clock, credentials=credentials, flows=flows
-    )
+async def _walk(ctx: RunContext, walk: GraphWalk) -> RunView:
     try:
         await walk.run(ctx)
     except Parked:

@@ -1,5 +1,6 @@
-"""Runs and their drivers: the Runtime (start, resume, resolve, abandon), the driver set, store
-healing, the live event hub and its WebSocket connections, who owns a store.
+"""Runs and their drivers: the Runtime (the drive of a run, and its services: definitions, reads,
+starts, control, forks), the driver set, store healing, the live event hub and its WebSocket
+connections, who owns a store.
 
 Rule: imports only the packages below it.
 """
@@ -12,6 +13,9 @@ from ._change_feed import (
     InProcessFeed,
     NoticeFeed,
     change_feed,
+)
+from ._definitions import (
+    Definitions,
 )
 from ._drivers import (
     DriverSet,
@@ -36,6 +40,9 @@ from ._flow_host import (
     RunFlows,
     child_result,
 )
+from ._forks import (
+    Forks,
+)
 from ._live_connection import (
     MAX_MESSAGE_BYTES,
     LiveConnection,
@@ -46,11 +53,21 @@ from ._ownership import (
     driving_run,
     own_store,
 )
-from ._runtime import (
+from ._run_control import (
     MISSING,
+    ResumeDecision,
     ResumeOutcome,
-    Runtime,
+    RunControl,
+)
+from ._run_reads import (
+    RunReads,
     driver_of,
+)
+from ._run_starts import (
+    RunStarts,
+)
+from ._runtime import (
+    Runtime,
 )
 
 __all__ = [
@@ -64,17 +81,23 @@ __all__ = [
     "Batching",
     "ChangeFeed",
     "DataVersionFeed",
+    "Definitions",
     "DriverSet",
     "EventHub",
     "FlowCatalog",
+    "Forks",
     "InProcessFeed",
     "LiveConnection",
     "LiveEvent",
     "NoticeFeed",
     "Outbox",
+    "ResumeDecision",
     "ResumeOutcome",
     "RunChange",
+    "RunControl",
     "RunFlows",
+    "RunReads",
+    "RunStarts",
     "Runtime",
     "Subscription",
     "change_feed",

@@ -37,7 +37,8 @@ from ..metrics import concerning_run
 from ..recording import CallInFlight, DriveStopped
 from ._claim_waits import FALLBACK_POLL_SECONDS, ClaimWaits
 from ._healing import StoreHealing
-from ._runtime import Runtime, driver_of
+from ._run_reads import driver_of
+from ._runtime import Runtime
 
 log = logging.getLogger("salvor.drivers")
 
@@ -180,9 +181,9 @@ class DriverSet:
                     self._limiter,
                 ):
                     if agent is None:
-                        view = await self.runtime.view(run_id)
+                        view = await self.runtime.reads.view(run_id)
                         if view.graph_hash is None:
-                            agent = await self.runtime.load_agent(view.agent_def_hash)
+                            agent = await self.runtime.definitions.load_agent(view.agent_def_hash)
                     if agent is None:
                         # A graph run: its agent nodes are built-in (no process to pace).
                         self._recovering.discard(run_id)

@@ -20,7 +20,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from salvor.protocol import (
     Diagnostic,
@@ -46,6 +46,7 @@ from salvor.store import EventStore, RunSummary, StoredAgent
 
 from ..agents import (
     AgentDefinition,
+    Credentials,
     DefinitionError,
     agent_diagnostics,
     graph_diagnostics,
@@ -54,9 +55,7 @@ from ..agents import (
 from ..flows import PARENT_LABEL, FlowSession
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
-
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+from ._definitions import Definitions
 
 # How much of a summary a listing shows; ``agent`` shows it whole.
 SUMMARY_CHARS = 500
@@ -70,14 +69,18 @@ _TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState
 
 
 class FlowCatalog:
-    """Edit mode, ``flow_results``, the catalog and authoring, over ``self.runtime``."""
+    """Edit mode, ``flow_results``, the catalog and authoring, over one store's ``definitions``;
+    an authored agent is held to the operator's ``credentials``."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, definitions: Definitions, *, credentials: Credentials) -> None:
+        self.definitions = definitions
+        self.access = definitions.access
+        self.credentials = credentials
 
     async def edit_mode(self) -> bool:
-        """Whether the operator has authoring on (``Runtime.edit_mode``: read afresh each time)."""
-        return await self.runtime.edit_mode()
+        """Whether the operator has authoring on (``Definitions.edit_mode``: read afresh each
+        time)."""
+        return await self.definitions.edit_mode()
 
     async def flow_results(self, session: FlowSession, args: Mapping[str, Any]) -> dict:
         """A read-only view of ``session``'s run tree; ``args`` is the tool's input
@@ -88,15 +91,15 @@ class FlowCatalog:
                 message lists what does), or an action lacks the field it needs. Nothing is
                 written on any path.
         """
-        access = self.runtime.access
+        access = self.access
         return await access.read(_results, access.store, session.run_id, dict(args))
 
     async def agent_catalog(self) -> list[dict]:
         """The catalog ``flow_agents list`` answers: one entry per agent name, the newest
         registration of each (ordered by it, oldest first), as ``catalog_entry`` describes it.
         An agent registered without a name is reached by its hash only and is not listed."""
-        access = self.runtime.access
-        return await access.read(_catalog, access.store, self.runtime.registry.names())
+        access = self.access
+        return await access.read(_catalog, access.store, self.definitions.registry.names())
 
     async def write_agent(self, content: str, *, author: str | None = None) -> dict:
         """Check a markdown agent file and register it: ``{written, diagnostics}``, and when
@@ -111,25 +114,24 @@ class FlowCatalog:
         error diagnostic, from the checks, the build or the name, leaves the store as it was
         (``written: false``).
         """
-        runtime = self.runtime
-        known = runtime.registry.names()
+        known = self.definitions.registry.names()
         # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
-        diagnostics, agent = await off_loop(_checked_agent, content, known, runtime.credentials)
+        diagnostics, agent = await off_loop(_checked_agent, content, known, self.credentials)
         if agent is not None:
             try:
-                await runtime.build_agent(agent)
+                await self.definitions.build_agent(agent)
             except OperationRefused as exc:
                 diagnostics.append(Diagnostic(1, Severity.ERROR, exc.message))
                 agent = None
         if agent is not None and agent.name:
-            access = runtime.access
+            access = self.access
             holders = await access.read(_name_held_by_others, access.store, agent, author)
             if holders:
                 diagnostics.append(Diagnostic(1, Severity.ERROR, _name_taken(agent.name, holders)))
                 agent = None
         if agent is None:
             return _answer(False, diagnostics)
-        created = await runtime.register_agent(agent)
+        created = await self.definitions.register_agent(agent)
         return {
             **_answer(True, diagnostics),
             "agent": agent.agent_def_hash,
@@ -156,8 +158,8 @@ class FlowCatalog:
                     f"letter or digit), not {excerpt(value, 80)!r}",
                     retryable=False,
                 )
-        access = self.runtime.access
-        known = self.runtime.registry.names()
+        access = self.access
+        known = self.definitions.registry.names()
         # The text is parsed and checked on an untrusted-work thread, not on one of the store's
         # readers (a near-limit document takes seconds, and reads would queue behind it); only
         # the lookup of the agents its nodes name reads the store.
@@ -168,7 +170,7 @@ class FlowCatalog:
         diagnostics = await off_loop(graph_diagnostics, content, agents)
         if _errors(diagnostics):
             return _answer(False, diagnostics)
-        created = await self.runtime.register_graph(graph)
+        created = await self.definitions.register_graph(graph)
         return {
             **_answer(True, diagnostics),
             "graph": graph.hash,

@@ -1,5 +1,6 @@
-"""The flow tools' host over a Runtime: a subagent call's child run, started once and driven
-inline by the parent's call (``run_child``); the read and authoring side is ``FlowCatalog``'s.
+"""The flow tools' host every drive is handed (``DriveKit.flows``): a subagent call's child run,
+started once and driven inline by the parent's call (``run_child``); the read and authoring side
+is ``FlowCatalog``'s.
 
 A child's id derives from its parent's run and the call's seq (``child_run_id``), and its head
 is appended once: a parent re-executing its open call after a crash finds the child the killed
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from salvor.protocol import (
     EMPTY_VIEW,
@@ -30,6 +31,7 @@ from salvor.protocol import (
 )
 from salvor.store import SeqConflict, StoredAgent, store_fault
 
+from ..agents import Credentials
 from ..flows import (
     AUTONOMOUS_LABEL,
     PARENT_LABEL,
@@ -39,7 +41,9 @@ from ..flows import (
 )
 from ..tools import NotPerformed, ToolFailed
 from ..web import OperationRefused
+from ._definitions import Definitions
 from ._flow_catalog import FlowCatalog
+from ._run_reads import RunReads
 
 HASH_PREFIX = "sha256:"
 
@@ -66,7 +70,21 @@ def child_result(view: RunView) -> dict:
 
 
 class RunFlows(FlowCatalog):
-    """The ``FlowHost`` every drive of a Runtime is given."""
+    """The ``FlowHost`` every drive of a Runtime is given: it reads and starts child runs over
+    ``definitions`` and ``reads``, and drives them with ``drive`` (the Runtime's, so a child is
+    refused, failed or answered as any run it drives)."""
+
+    def __init__(
+        self,
+        definitions: Definitions,
+        reads: RunReads,
+        *,
+        credentials: Credentials,
+        drive: Callable[..., Awaitable[RunView]],
+    ) -> None:
+        super().__init__(definitions, credentials=credentials)
+        self.reads = reads
+        self._drive = drive
 
     async def run_child(
         self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]
@@ -84,9 +102,8 @@ class RunFlows(FlowCatalog):
             StoreUnavailable: the store failed under the child (``store_fault``); nothing of
                 the parent's call is recorded, and its drive stops on the fault as its own.
         """
-        runtime = self.runtime
         child = child_run_id(parent.run_id, seq)
-        view = await runtime.find_view(child)
+        view = await self.reads.find_view(child)
         if view is None:
             found = await self.catalog_agent(agent)
             labels = {PARENT_LABEL: parent.run_id}
@@ -97,11 +114,11 @@ class RunFlows(FlowCatalog):
                 labels=labels,
             )
             with contextlib.suppress(SeqConflict):  # another drive of this call started it
-                await runtime.access.append(child, [head], EMPTY_VIEW)
-            view = await runtime.view(child)
+                await self.access.append(child, [head], EMPTY_VIEW)
+            view = await self.reads.view(child)
         try:
-            definition = await runtime.load_agent(view.agent_def_hash)
-            view = await runtime.drive(child, agent=definition)
+            definition = await self.definitions.load_agent(view.agent_def_hash)
+            view = await self._drive(child, agent=definition)
         except OperationRefused as exc:
             raise ToolFailed(
                 f"the child run {child} cannot be driven here: {exc.message}", retryable=False
@@ -124,12 +141,11 @@ class RunFlows(FlowCatalog):
         Raises:
             ToolFailed: none does (retryable=False), naming the known names and the nearest.
         """
-        runtime = self.runtime
         if agent.startswith(HASH_PREFIX):
-            stored = await runtime.find_agent(agent)
+            stored = await self.definitions.find_agent(agent)
             if stored is not None:
                 return stored
-        registered = await runtime.list_agents()
+        registered = await self.definitions.list_agents()
         named = [stored for stored in registered if stored.name == agent]
         if named:
             return named[-1]  # oldest first: the last is the newest registration

@@ -1,19 +1,16 @@
-"""The Runtime's verbs on a graph run's recorded walk: its per-node projection, forking it from a
-node, and the forks cut from it.
+"""The verbs on a graph run's recorded walk: its per-node projection, forking it from a node, and
+the forks cut from it.
 
-A part of ``Runtime`` (its base class), kept apart because none of it drives anything: it reads
-logs and, for a fork, records one new run's head in one append. Every refusal is raised before
-anything is recorded.
+None of it drives anything: it reads logs and, for a fork, records one new run's head in one
+append (``open_log``). Every refusal is raised before anything is recorded.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from salvor.protocol import (
-    EMPTY_VIEW,
     Envelope,
     ErrorCode,
     ForkPlan,
@@ -28,20 +25,19 @@ from salvor.protocol import (
     plan_fork,
     project_graph,
 )
-from salvor.store import EventStore, SeqConflict
+from salvor.store import EventStore
 
 from ..graphs import map_child_id
-from ..recording import chosen_run_id
+from ..recording import StoreAccess, chosen_run_id
 from ..web import OperationRefused, bad_request, unknown_graph, unknown_run
-
-if TYPE_CHECKING:
-    from ..recording import StoreAccess
+from ._run_starts import open_log
 
 
 class Forks:
-    """Graph-run projection and forks over ``self.access`` (the Runtime's store)."""
+    """Graph-run projection and forks over one store."""
 
-    access: StoreAccess
+    def __init__(self, access: StoreAccess) -> None:
+        self.access = access
 
     async def graph_projection(self, run_id: str) -> dict:
         """The run's per-node projection (``protocol.project_graph``). Reads only.
@@ -113,23 +109,7 @@ class Forks:
                     document.hash, document=document.document, summary=document.summary()
                 )
             )
-        return run_id, await self.open_log(run_id, fork_head(plan))
-
-    async def open_log(self, run_id: str, events: list) -> RunView:
-        """Record a new run's first events from seq 0, in one append: once this returns the
-        run exists durably (an agent run's or a graph run's head, a fork's copied prefix).
-
-        Raises:
-            OperationRefused: run_exists when ``run_id`` already has history (seq 0 is taken,
-                so the append itself fails); nothing was written.
-        """
-        try:
-            _, view = await self.access.append(run_id, events, EMPTY_VIEW)
-        except SeqConflict:
-            raise OperationRefused(
-                ErrorCode.RUN_EXISTS, f"run {run_id} already has history; choose another id"
-            ) from None
-        return view
+        return run_id, await open_log(self.access, run_id, fork_head(plan))
 
     async def list_forks(self, run_id: str) -> list[RunView]:
         """The views of the runs forked from ``run_id``, oldest first. Reads only.

@@ -1,139 +1,41 @@
-"""The verbs on runs: start, drive, resume, resolve, abandon, wake; and the agents and graphs
-they run, as this store holds them.
+"""The composition root of runs: the services every route and the command line call, built over
+one store, one tool registry and one drive kit; and the drive that takes a run to its next
+resting point.
 
-Shared by the CLI and the HTTP layer. Each verb checks everything it can
-before it records anything: a refusal (``OperationRefused``) leaves the store
-exactly as it was.
+Each service has one reason to change: ``definitions`` (the agents and graphs runs are started
+from), ``reads`` (what the store says of runs), ``starts`` (new runs' heads), ``control`` (resume,
+resolve, abandon), ``forks`` (a graph run's walk forked). They share the store and the
+definitions; none drives a run. Driving is the runtime's own, because it needs all of them: the
+definition a run names, the kit every drive is handed, and what this daemon refuses to run.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import math
-import os
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from salvor.protocol import (
-    MAX_NESTING,
-    TERMINAL_STATES,
-    Actor,
-    Envelope,
-    ErrorCode,
-    Graph,
-    GraphRunStarted,
-    NextStep,
-    NodeKind,
-    Resumed,
-    RunAbandoned,
-    RunFailed,
-    RunStarted,
-    RunState,
-    RunView,
-    SchemaViolation,
-    StepKind,
-    ToolCallCompleted,
-    check_resume_input,
-    excerpt,
-    graph_from_value,
-    parse_instant,
-)
-from salvor.store import GraphSummary, RunSummary, StoredGraph
+from salvor.protocol import MAX_NESTING, TERMINAL_STATES, Envelope, RunFailed, RunView
 
-from ..agents import (
-    AgentDefinition,
-    AgentKind,
-    Credentials,
-    DefinitionError,
-    declares_probe,
-    drive,
-    offered_besides_mcp,
-    parse_definition,
-    probes_open_write,
-)
-from ..client_runs import (
-    ClientRuns,
-    ClientTool,
-    DriveLeases,
-    check_resolution,
-    registry_unavailable,
-)
-from ..flows import MAP_OF_LABEL, PARENT_LABEL
-from ..graphs import drive_graph, graph_declares_probe, graph_probes_open_write
-from ..mcp import McpBuildError, check_buildable, missing_program
+from ..agents import AgentDefinition, AgentKind, Credentials, DriveKit, drive
+from ..client_runs import ClientRuns, ClientTool, DriveLeases
+from ..graphs import drive_graph
 from ..models import ModelGateway
-from ..processes import MARK_VAR, PortClaims, store_fingerprint
 from ..proxies import ModelProxy
-from ..recording import (
-    FreeSpaceFloor,
-    StoreAccess,
-    checked_labels,
-    chosen_run_id,
-    claim_to_settle,
-    needs_reconciliation,
-    parse_run_id,
-    tool_error,
-    utc_now,
-)
+from ..recording import FreeSpaceFloor, StoreAccess, utc_now
 from ..tools import ToolRegistry
-from ..web import (
-    OperationRefused,
-    bad_request,
-    off_loop,
-    port_held,
-    unknown_agent,
-    unknown_graph,
-    unknown_run,
-    wrong_state,
-)
-from ._event_hub import PAGE_BYTES, PAGE_EVENTS
+from ._definitions import Definitions
 from ._flow_host import RunFlows
 from ._forks import Forks
-from ._reconciliations import Reconciliation, reconciliation
+from ._run_control import RunControl
+from ._run_reads import RunReads
+from ._run_starts import RunStarts
 
 log = logging.getLogger("salvor.runs")
 
-MISSING: Any = object()
 
-# The store setting behind edit mode (0 or 1; never set reads as off).
-EDIT_MODE_KEY = "flows.edit_mode"
-
-# The error kind of a write a person recorded as not landed, and what the model is told.
-NOT_LANDED = "not_landed"
-_NOT_LANDED_MESSAGE = (
-    "a person checked that this {tool} call did not happen, and nothing was performed; "
-    "calling it again performs it afresh under the same idempotency key"
-)
-
-
-class ResumeOutcome(enum.StrEnum):
-    """What a resume decided: drive the run now, or leave it (it has nothing left to do)."""
-
-    DRIVING = "driving"
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeDecision:
-    """What a resume found: ``driving`` (drive the run now) or ``finished`` (leave it)."""
-
-    outcome: ResumeOutcome
-    view: RunView
-
-
-def driver_of(view: RunView) -> str | None:
-    """The run whose drive drives this one inline (a map item's graph run, a subagent's parent)."""
-    labels = view.labels or {}
-    return labels.get(MAP_OF_LABEL) or labels.get(PARENT_LABEL)
-
-
-class Runtime(Forks):
-    """Run operations over one store and one tool registry (a graph run's projection and forks
-    are ``Forks``')."""
+class Runtime:
+    """Run services over one store and one tool registry, and the drive of a run."""
 
     def __init__(
         self,
@@ -150,20 +52,23 @@ class Runtime(Forks):
         # Whether a drive may run a process or service agent at all (a daemon started without
         # --allow-process-agents may not, even one already in its store; the command line may).
         self.allow_process_agents = allow_process_agents
-        # Which key goes to which model endpoint; the command line's by default.
-        self.credentials = credentials or Credentials()
-        # The loopback model proxy process agents are driven through; None
-        # starts one per drive (the CLI).
-        self.proxy = proxy
-        # How often one drive starts a process agent again after a signal killed it.
-        self.process_restarts = process_restarts
-        self.registry = registry
-        # Every clock reading of a drive comes from here (and is recorded).
-        self.clock = clock
-        # Which run holds each service agent's loopback port.
-        self.ports = PortClaims()
-        # What the flow tools of every run this runtime drives ask of it (child runs, the catalog).
-        self.flows = RunFlows(self)
+        credentials = credentials or Credentials()
+        self.definitions = Definitions(access, registry)
+        self.reads = RunReads(access, self.definitions, clock=clock)
+        # What every drive of this runtime is handed; its flow host reads, starts and drives
+        # child runs through this runtime's services and drive.
+        self.kit = DriveKit(
+            access=access,
+            registry=registry,
+            clock=clock,
+            credentials=credentials,
+            proxy=proxy,
+            process_restarts=process_restarts,
+            flows=RunFlows(self.definitions, self.reads, credentials=credentials, drive=self.drive),
+        )
+        self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
+        self.control = RunControl(access, self.definitions, self.reads, clock=clock)
+        self.forks = Forks(access)
 
     def client_runs(
         self,
@@ -177,447 +82,13 @@ class Runtime(Forks):
         ``floor`` refuses a new client run's head while the store's filesystem is low."""
         return ClientRuns(
             self.access,
-            self.registry,
+            self.kit.registry,
             leases=leases,
             client_tools=client_tools,
             model_executor=model_executor,
-            resolve=self.resolve,
+            resolve=self.control.resolve,
             floor=floor,
         )
-
-    # -- settings -----------------------------------------------------------
-
-    async def edit_mode(self) -> bool:
-        """Whether the operator has flow authoring on (off until it is turned on).
-
-        Read from the store each time, never cached: a ``salvor edit-mode`` beside a daemon, or a
-        second daemon on the same store, is seen at the next read.
-        """
-        return bool(await self.access.read(self.access.store.get_setting, EDIT_MODE_KEY))
-
-    async def set_edit_mode(self, enabled: bool) -> None:
-        """Turn flow authoring on or off for every run of this store, from its next agent turn.
-
-        Raises:
-            StoreUnavailable: the database failed; the setting is as it was.
-        """
-        await self.access.read(self.access.store.put_setting, EDIT_MODE_KEY, int(enabled))
-
-    # -- agents -------------------------------------------------------------
-
-    async def build_agent(self, agent: AgentDefinition) -> None:
-        """Build the agent as a drive would, to refuse one that cannot run before it is stored.
-
-        Each MCP server is started or reached, lists its tools, and is closed
-        again; every tool the definition names must be there, and no two
-        tools the model is offered may share a name.
-
-        A process agent is not built: its MCP servers are the agent's own
-        tools, reached through salvor's stand-ins only while it runs.
-
-        Raises:
-            OperationRefused: bad_request naming the server and why.
-        """
-        if agent.kind is AgentKind.PROCESS:
-            # Its stdio servers are started only by a drive; a program that is
-            # not there is refused now rather than failing every run later.
-            for spec in agent.mcp_servers:
-                if (problem := missing_program(spec, os.environ)) is not None:
-                    raise bad_request(f"the agent definition does not build: {problem}")
-            return
-        try:
-            await check_buildable(
-                agent.mcp_servers,
-                offered_besides_mcp(agent),
-                mark={MARK_VAR: store_fingerprint(self.access.store.url)},
-            )
-        except McpBuildError as exc:
-            raise bad_request(f"the agent definition does not build: {exc}") from None
-
-    async def register_agent(self, agent: AgentDefinition) -> bool:
-        """Store the definition content-addressed; True when it was new."""
-        return await self.access.read(
-            lambda: self.access.store.put_agent(
-                agent.agent_def_hash,
-                format=agent.stored_format,
-                definition=agent.stored_text,
-                name=agent.name,
-            )
-        )
-
-    async def load_agent(self, agent_def_hash: str) -> AgentDefinition:
-        """Rebuild a stored definition.
-
-        Raises:
-            OperationRefused: unknown_agent when it is not stored, bad_request
-                when it no longer validates here (a tool this daemon lacks).
-        """
-        stored = await self.access.read(self.access.store.get_agent, agent_def_hash)
-        if stored is None:
-            raise unknown_agent(agent_def_hash)
-        try:
-            return parse_definition(
-                stored.definition, stored.format, known_tools=self.registry.names(), stored=True
-            )
-        except DefinitionError as exc:
-            raise bad_request(
-                f"stored agent {agent_def_hash} no longer builds here: {exc}"
-            ) from None
-
-    # -- graphs -------------------------------------------------------------
-
-    async def register_graph(self, graph: Graph) -> bool:
-        """Store a validated graph content-addressed; True when it was new.
-
-        Its document is kept as submitted, with its shape summary beside it. A
-        failure leaves nothing stored.
-
-        Raises:
-            StoreUnavailable: the database failed.
-        """
-        return await self.access.read(
-            lambda: self.access.store.put_graph(
-                graph.hash, document=graph.document, summary=graph.summary()
-            )
-        )
-
-    async def find_graph(self, graph_hash: str) -> StoredGraph | None:
-        """The graph document stored under ``graph_hash``, or None."""
-        return await self.access.read(self.access.store.get_graph, graph_hash)
-
-    async def list_graphs(self) -> list[GraphSummary]:
-        """Every stored graph's hash and shape summary, oldest first."""
-        return await self.access.read(self.access.store.list_graphs)
-
-    async def load_graph(self, graph_hash: str) -> Graph:
-        """Rebuild a stored graph.
-
-        Raises:
-            OperationRefused: unknown_graph when it is not stored.
-        """
-        stored = await self.find_graph(graph_hash)
-        if stored is None:
-            raise unknown_graph(graph_hash)
-        # Stored only after it validated, so it validates again (InvalidGraph would be a bug).
-        return graph_from_value(stored.document)
-
-    async def graph_agents(self, graph: Graph) -> dict[str, AgentDefinition]:
-        """Every agent ``graph``'s nodes name, by hash, once each tool node's tool is known too.
-
-        Resolved before a graph run is started (so a run starts only when all of it
-        resolves) and before each drive.
-
-        Raises:
-            OperationRefused: unknown_agent or unknown_tool naming the node
-                (``details.node``), tool_registry_unavailable naming a tool node when the host
-                wired no registry, or bad_request naming a node whose agent is a process or
-                service agent (a graph's agent nodes run the built-in loop inline).
-        """
-        agents: dict[str, AgentDefinition] = {}
-        for node in graph.nodes:
-            call = node.body if node.kind is NodeKind.MAP else node
-            if call is None:
-                continue
-            if call.kind is NodeKind.TOOL and not self.registry.wired:
-                raise registry_unavailable(
-                    f"run node {node.id!r}'s tool {excerpt(call.tool)!r}",
-                    details={"node": node.id, "tool": call.tool},
-                )
-            if call.kind is NodeKind.TOOL and self.registry.get(call.tool) is None:
-                raise OperationRefused(
-                    ErrorCode.UNKNOWN_TOOL,
-                    f"node {node.id!r} calls the tool {excerpt(call.tool)!r}, which this "
-                    "daemon's registry does not hold",
-                    details={"node": node.id, "tool": call.tool},
-                )
-            if call.kind is not NodeKind.AGENT or call.agent in agents:
-                continue
-            try:
-                agent = await self.load_agent(call.agent)
-            except OperationRefused as exc:
-                raise OperationRefused(
-                    exc.code,
-                    f"node {node.id!r}: {exc.message}",
-                    details={**(exc.details or {}), "node": node.id, "agent": call.agent},
-                ) from None
-            if agent.kind is not AgentKind.BUILTIN:
-                raise bad_request(
-                    f"node {node.id!r} names a {agent.kind.value} agent; a graph's agent nodes "
-                    "run built-in agents only (their loop runs inline in the graph run's log)",
-                    details={"node": node.id, "agent": call.agent},
-                )
-            agents[call.agent] = agent
-        return agents
-
-    # -- reads ----------------------------------------------------------------
-
-    async def view(self, run_id: str) -> RunView:
-        view = await self.find_view(run_id)
-        if view is None:
-            raise unknown_run(run_id)
-        return view
-
-    async def find_view(self, run_id: str) -> RunView | None:
-        """The run's folded view, or None when the store holds no such run."""
-        return await self.access.read(self.access.store.read_view, run_id)
-
-    async def read_log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        """The run's events from ``from_seq`` on; empty for an unknown
-        run or a cursor at the end."""
-        return await self.access.read(self.access.store.read_log, run_id, from_seq)
-
-    async def read_page(self, run_id: str, from_seq: int) -> list[Envelope]:
-        """One page of the run's events from ``from_seq``: at most ``PAGE_EVENTS``, about
-        ``PAGE_BYTES`` of payload (a stream reads a log so, never whole); empty for an unknown
-        run or a cursor at the end."""
-        return await self.access.read(
-            self.access.store.read_log, run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES
-        )
-
-    async def list_agents(self) -> list:
-        return await self.access.read(self.access.store.list_agents)
-
-    async def find_agent(self, agent_def_hash: str) -> Any:
-        """The stored agent row, or None."""
-        return await self.access.read(self.access.store.get_agent, agent_def_hash)
-
-    async def list_runs(self, **filters: Any) -> tuple[list[RunSummary], str | None]:
-        """One page of run summaries (``EventStore.list_runs``'s filters)
-        and the next page's cursor."""
-        return await self.access.read(lambda: self.access.store.list_runs(**filters))
-
-    async def list_children(self, run_id: str) -> list[RunSummary]:
-        """The runs ``run_id``'s subagent calls started, oldest first. Reads only.
-
-        Raises:
-            OperationRefused: unknown_run.
-        """
-        await self.view(run_id)
-        children, _ = await self.list_runs(label=(PARENT_LABEL, run_id))
-        return children[::-1]
-
-    async def reconciliations(
-        self,
-        client_tools: Mapping[str, ClientTool],
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> tuple[list[Reconciliation], str | None]:
-        """One page of the reconciliation queue (every run parked on a write of unknown
-        outcome, oldest write first) and the next page's cursor. Reads only.
-
-        ``client_tools`` are the declarations a client-performed write's resolve is checked
-        against (the item says what they expect).
-
-        Raises:
-            BadCursor: ``after`` is not a cursor this store issued (400 bad_request).
-        """
-        page, cursor = await self.access.read(
-            lambda: self.access.store.parked_writes(limit=limit, after=after)
-        )
-        positions = [(p.run_id, p.view.pending.seq) for p in page]
-        probed = await self.access.read(self.access.store.probe_answers, positions)
-        items = [
-            reconciliation(p.run_id, p.view, client_tools, probed.get(at))
-            for p, at in zip(page, positions, strict=True)
-        ]
-        return items, cursor
-
-    async def interrupted_runs(self) -> list[str]:
-        """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
-        a write whose tool declares a probe (their drive probes it first)."""
-        interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return await self._without_walked_children(interrupted + await self.probed_writes())
-
-    async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
-        """``interrupted`` less the children whose driver is in it too (a map item's graph run, a
-        subagent's parent): recovery of a tree starts at its root, whose drive drives them. (A
-        second drive of such a child would wait for the first: ``StoreAccess.driving``.)"""
-        store = self.access.store
-        views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
-        walked = set(interrupted)
-        return [
-            run
-            for run, view in zip(interrupted, views, strict=True)
-            if view is None or driver_of(view) not in walked
-        ]
-
-    async def probed_writes(self) -> list[str]:
-        """Runs parked in needs_reconciliation whose open write this daemon can probe.
-
-        An agent run's write is probed when its agent declares the probe; a graph run's when
-        one of its graph's agent nodes does, or a tool node calls the write and the registry
-        holds its probe (the walk probes it exactly as an agent run's loop does). One listing
-        read, and one load per distinct agent or graph; a run whose agent or graph is not
-        stored here (or no longer builds) is left to a person.
-        """
-        parked, _ = await self.access.read(
-            lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
-        )
-        agents: dict[str, AgentDefinition | None] = {}
-        graphs: dict[str, tuple[Graph, list[AgentDefinition]] | None] = {}
-        found = []
-        for summary in parked:
-            pending = summary.pending
-            if pending is None or summary.driven_by == Actor.CLIENT:
-                continue
-            if summary.agent_def_hash is not None:
-                digest = summary.agent_def_hash
-                if digest not in agents:
-                    try:
-                        agents[digest] = await self.load_agent(digest)
-                    except OperationRefused:
-                        agents[digest] = None
-                agent = agents[digest]
-                if agent is not None and declares_probe(
-                    agent, self.registry, pending["tool"], pending.get("input")
-                ):
-                    found.append(summary.run_id)
-            elif summary.graph_hash is not None:
-                digest = summary.graph_hash
-                if digest not in graphs:
-                    graphs[digest] = await self._graph_and_agents(digest)
-                if graphs[digest] is not None and graph_declares_probe(
-                    *graphs[digest], self.registry, pending["tool"]
-                ):
-                    found.append(summary.run_id)
-        return found
-
-    async def _probes_open_write(self, view: RunView) -> bool:
-        """Whether a drive of the parked run ``view`` probes its open write (an agent run's or a
-        graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
-        graph, the dangling write is what a refusal says."""
-        if view.graph_hash is not None:
-            loaded = await self._graph_and_agents(view.graph_hash)
-            return loaded is not None and graph_probes_open_write(*loaded, self.registry, view)
-        try:
-            agent = await self.load_agent(view.agent_def_hash)
-        except OperationRefused:
-            return False
-        return probes_open_write(agent, self.registry, view)
-
-    async def _graph_and_agents(
-        self, graph_hash: str
-    ) -> tuple[Graph, list[AgentDefinition]] | None:
-        """The stored graph and its agents, or None when either does not load here."""
-        try:
-            graph = await self.load_graph(graph_hash)
-            return graph, list((await self.graph_agents(graph)).values())
-        except OperationRefused:
-            return None
-
-    @property
-    def store_url(self) -> str:
-        return self.access.store.url
-
-    async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
-        log = await self.read_log(run_id, from_seq)
-        if not log and from_seq == 0:
-            raise unknown_run(run_id)
-        return log
-
-    # -- verbs ----------------------------------------------------------------
-
-    async def start_run(
-        self,
-        agent: AgentDefinition,
-        run_input: Any,
-        *,
-        labels: dict[str, str] | None = None,
-        run_id: str | None = None,
-        register: bool = True,
-        replay_of: str | None = None,
-    ) -> str:
-        """Record a new run's head; once this returns the run exists durably.
-
-        ``register=False`` when the definition was just read from this store.
-        ``replay_of`` makes the run a re-run of that completed run: its input
-        is the origin's (``run_input`` is ignored), and every model call it
-        makes must reproduce the origin's call at the same position.
-
-        Raises:
-            OperationRefused: bad_request for labels over the bounds or a
-                re-run of a built-in agent, run_exists when ``run_id``
-                already has history, unknown_run / wrong_state when the
-                origin is missing or not completed, port_held when the
-                service agent's proxy port is held by another live run of
-                this daemon.
-        """
-        checked_labels(labels)
-        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        if replay_of is not None:
-            run_input = (await self.rerun_origin(parse_run_id(replay_of), agent)).input
-            replay_of = parse_run_id(replay_of)
-        port = agent.service.proxy_port if agent.service is not None else None
-        if port is not None and (holder := self.ports.claim(port, run_id)) is not None:
-            raise port_held(port, holder)
-        # From here the claim belongs to this run; its drive lets it go.
-        try:
-            if register:
-                await self.register_agent(agent)
-            head = RunStarted(
-                agent_def_hash=agent.agent_def_hash,
-                input=run_input,
-                labels=labels,
-                replay_of=replay_of,
-            )
-            await self.open_log(run_id, [head])
-        except BaseException:
-            if port is not None:
-                self.ports.release(port, run_id)
-            raise
-        return run_id
-
-    async def start_graph_run(
-        self,
-        graph: Graph,
-        run_input: Any,
-        *,
-        labels: dict[str, str] | None = None,
-        run_id: str | None = None,
-    ) -> str:
-        """Record a new graph run's head (GraphRunStarted); once this returns the run exists
-        durably. Check its agents and tools first (``graph_agents``): nothing is written for a
-        graph that does not resolve.
-
-        Raises:
-            OperationRefused: bad_request for labels over the bounds, run_exists when
-                ``run_id`` already has history, and what ``graph_agents`` raises.
-        """
-        checked_labels(labels)
-        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        await self.graph_agents(graph)
-        head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
-        await self.open_log(run_id, [head])
-        return run_id
-
-    async def rerun_origin(self, origin: str, agent: AgentDefinition) -> RunView:
-        """The view of the run a re-run of ``agent`` would reproduce, once it is known to be one.
-
-        Raises:
-            OperationRefused: unknown_run, wrong_state (the origin has not
-                completed), bad_request (a built-in agent, or an origin that
-                is itself driven by a client).
-        """
-        if agent.kind is AgentKind.BUILTIN:
-            raise bad_request(
-                "`replay_of` re-runs agent processes against their recorded model calls; this "
-                "agent is a built-in one, whose recorded runs `salvor replay --dry-run RUN` "
-                "derives without executing anything"
-            )
-        view = await self.view(origin)
-        if view.state is not RunState.COMPLETED:
-            raise OperationRefused(
-                ErrorCode.WRONG_STATE,
-                f"run {origin} is {view.state.value}; "
-                "only a completed run has a whole trajectory to re-run",
-                details={"replay_of": origin, "state": view.state.value},
-            )
-        if view.driven_by == Actor.CLIENT:
-            raise bad_request(
-                f"run {origin} was driven by a client; a re-run reproduces an agent process's run"
-            )
-        return view
 
     async def drive(
         self,
@@ -626,7 +97,7 @@ class Runtime(Forks):
         agent: AgentDefinition | None = None,
         on_record: Callable[[list[Envelope]], None] | None = None,
     ) -> RunView:
-        """Drive a run to its next resting point (see ``_agent_loop.drive``).
+        """Drive a run to its next resting point (``agents.drive``).
 
         Error handling:
             A log holding a value nested deeper than Python can walk (written
@@ -635,32 +106,20 @@ class Runtime(Forks):
             run fails with a RunFailed saying so, and the drive returns its view.
         """
         if agent is None:
-            view = await self.view(run_id)
+            view = await self.reads.view(run_id)
             if view.graph_hash is not None:
                 return await self.drive_graph(run_id, view.graph_hash, on_record=on_record)
-            agent = await self.load_agent(view.agent_def_hash)
+            agent = await self.definitions.load_agent(view.agent_def_hash)
         try:
             if agent.kind is not AgentKind.BUILTIN and not self.allow_process_agents:
                 return await self._fail_not_allowed(run_id, agent)
-            return await drive(
-                self.access,
-                run_id,
-                agent,
-                self.registry,
-                on_record=on_record,
-                clock=self.clock,
-                proxy=self.proxy,
-                process_restarts=self.process_restarts,
-                ports=self.ports,
-                credentials=self.credentials,
-                flows=self.flows,
-            )
+            return await drive(self.kit, run_id, agent, on_record=on_record)
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         finally:
             if agent.service is not None:
                 # The claim start_run took, should the drive end before it held the port.
-                self.ports.release(agent.service.proxy_port, run_id)
+                self.kit.ports.release(agent.service.proxy_port, run_id)
         return await self._fail_too_deep(run_id)
 
     async def drive_graph(
@@ -678,20 +137,10 @@ class Runtime(Forks):
             OperationRefused: unknown_graph, or an agent or tool of the graph this daemon no
                 longer resolves; nothing was recorded.
         """
-        graph = await self.load_graph(graph_hash)
-        agents = await self.graph_agents(graph)
+        graph = await self.definitions.load_graph(graph_hash)
+        agents = await self.definitions.graph_agents(graph)
         try:
-            return await drive_graph(
-                self.access,
-                run_id,
-                graph,
-                agents,
-                self.registry,
-                on_record=on_record,
-                clock=self.clock,
-                credentials=self.credentials,
-                flows=self.flows,
-            )
+            return await drive_graph(self.kit, run_id, graph, agents, on_record=on_record)
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         return await self._fail_too_deep(run_id)
@@ -701,7 +150,7 @@ class Runtime(Forks):
 
         A terminal run is left as it is.
         """
-        view = await self.view(run_id)
+        view = await self.reads.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
         what = (
@@ -719,7 +168,8 @@ class Runtime(Forks):
         return view
 
     async def _fail_too_deep(self, run_id: str) -> RunView:
-        view = await self.view(run_id)
+        """Fail a run whose log nests too deeply to drive; a terminal run is left as it is."""
+        view = await self.reads.view(run_id)
         if view.state in TERMINAL_STATES:
             return view
         _, view = await self.access.append(
@@ -736,212 +186,3 @@ class Runtime(Forks):
         )
         log.warning("run %s failed: its log holds a value nested too deeply to drive", run_id)
         return view
-
-    async def resume(
-        self, run_id: str, run_input: Any = MISSING, *, now: datetime | None = None
-    ) -> ResumeDecision:
-        """Decide how to continue a run, recording its Resumed event when it was parked.
-
-        Returns ``driving`` when the caller should now drive the run (a run
-        parked on a write whose tool declares a probe included: the drive
-        probes it), or ``finished`` for a completed, failed or abandoned run
-        (left alone).
-
-        Raises:
-            OperationRefused: unknown_run, client_driven_run, bad_request (a
-                parked run with no input, or one its schema rejects),
-                needs_reconciliation, still_sleeping, unknown_agent.
-        """
-        view = await self.view(run_id)
-        if view.driven_by == Actor.CLIENT:
-            raise OperationRefused(
-                ErrorCode.CLIENT_DRIVEN_RUN,
-                f"run {run_id} is client-driven; its client resumes it by opening it again, so "
-                "this daemon never becomes a second writer against the client's lease",
-            )
-        state = view.state
-        if view.terminal:
-            return ResumeDecision(ResumeOutcome.FINISHED, view)
-        if state is RunState.NEEDS_RECONCILIATION:
-            if not await self._probes_open_write(view):
-                raise needs_reconciliation(run_id, view)
-            return ResumeDecision(ResumeOutcome.DRIVING, view)
-        if state is RunState.SLEEPING:
-            wake_at = parse_instant(view.detail["wake_at"])
-            now = now or self.clock()
-            if now < wake_at:
-                remaining = math.ceil((wake_at - now).total_seconds())
-                raise OperationRefused(
-                    ErrorCode.STILL_SLEEPING,
-                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be "
-                    f"resumed for another {remaining}s",
-                    details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
-                    next_step=NextStep(
-                        kind=StepKind.AWAIT_WAKE, run=run_id, wake_at=view.detail["wake_at"]
-                    ),
-                )
-        gate = None
-        if view.graph_hash is not None:
-            graph = await self.load_graph(view.graph_hash)
-            await self.graph_agents(graph)
-            if state is RunState.SUSPENDED and view.open_node is not None:
-                node = graph.node(view.open_node)
-                gate = node.id if node.kind is NodeKind.GATE else None
-        else:
-            await self.load_agent(view.agent_def_hash)
-        if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
-            if run_input is MISSING:
-                what = (
-                    "an input matching its input_schema"
-                    if state is RunState.SUSPENDED
-                    else 'a budget extension such as {"extend_by": 1000}'
-                )
-                raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
-            try:
-                # A gate's schema is compiled, and the answer checked, off the loop.
-                await off_loop(check_resume_input, view, run_input)
-            except SchemaViolation as exc:
-                if gate is not None:
-                    # Parked at a gate (its Suspended recorded the approval_schema).
-                    raise OperationRefused(
-                        ErrorCode.APPROVAL_SCHEMA_VIOLATION,
-                        f"gate {gate!r} refuses this approval: {exc.message}",
-                        details={"node": gate, "violations": exc.violations},
-                    ) from None
-                raise bad_request(exc.message, details={"violations": exc.violations}) from None
-            _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
-        return ResumeDecision(ResumeOutcome.DRIVING, view)
-
-    async def resolve(
-        self,
-        run_id: str,
-        output: Any,
-        client_tools: Mapping[str, ClientTool],
-        *,
-        not_landed: bool = False,
-    ) -> RunView:
-        """Record by hand what a dangling write did. Records one event; drives nothing.
-
-        With an ``output``: the write happened and returned it. A write a client performed is
-        checked against its declaration in ``client_tools`` first; a write salvor performed is
-        not (it witnessed it). A write that claimed its idempotency identity settles it, so a
-        later call under the same key copies this outcome.
-
-        With ``not_landed`` (``output`` is then ignored): a person checked that the write did
-        not happen. It completes as a failed call (the ``not_landed`` error sentinel, which the
-        model is told) and gives up the identity it claimed, so the next call with that
-        identity, in this run or another, performs it afresh under the same key.
-
-        Raises:
-            OperationRefused: unknown_run, wrong_state when the run has no open write, or
-                bad_request when a client's write has no declaration here or the output fails
-                it. Nothing is recorded.
-        """
-        view = await self.view(run_id)
-        if view.state is not RunState.NEEDS_RECONCILIATION:
-            if view.pending is not None:
-                fault = (
-                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
-                    f"call at seq {view.pending.seq} is safe to perform again"
-                )
-                if view.driven_by == Actor.CLIENT:
-                    raise wrong_state(
-                        f"{fault}, so its client performs it again on its next drive, "
-                        "and it needs nobody"
-                    )
-                raise wrong_state(fault, next_step=NextStep(kind=StepKind.RESUME_RUN, run=run_id))
-            raise wrong_state(
-                f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
-            )
-        pending = view.pending
-        if not_landed:
-            completion = ToolCallCompleted(
-                seq=pending.seq,
-                output=tool_error(NOT_LANDED, _NOT_LANDED_MESSAGE.format(tool=pending.tool), 1),
-                settled_by=Actor.OPERATOR,
-            )
-            # The store gives the identity up only when this very intent holds it open.
-            _, view = await self.access.append(
-                run_id, [completion], view, release=pending.idempotency_key
-            )
-            return view
-        if pending.performed_by == Actor.CLIENT:
-            check_resolution(client_tools, run_id, pending.tool, pending.input, output)
-        settle = await claim_to_settle(self.access, run_id, pending.seq, pending.idempotency_key)
-        _, view = await self.access.append(
-            run_id,
-            [ToolCallCompleted(seq=pending.seq, output=output, settled_by=Actor.OPERATOR)],
-            view,
-            settle=settle,
-        )
-        return view
-
-    async def abandon(self, run_id: str, reason: str | None = None) -> tuple[int, RunView]:
-        """Retire a run by hand with a terminal RunAbandoned; returns (appended seq, view).
-
-        A drive of the run in this process is stopped first (``RunDriving.stop``), and those
-        waiting to drive it with it: its process group is killed and waited for, and whatever the
-        drive records on its way out (a paid model call's answer) lands before ``RunAbandoned``.
-        The run is then held while ``RunAbandoned`` is appended, so nothing is recorded after it.
-
-        Its subagent children and map items that have not ended are abandoned after it, and
-        theirs after them, each saying why. A failure partway (the store) leaves the run abandoned
-        and the children not yet reached as they were; abandoning a child by hand finishes the
-        job.
-
-        Raises:
-            OperationRefused: unknown_run, or wrong_state for a terminal run.
-        """
-        view = await self.view(run_id)
-        self._refuse_terminal(view)
-        self.access.driving.stop(run_id, "the run is being abandoned")
-        # Here only: an abandon records the run's end over whichever node drives it (unfenced);
-        # that node's drive finds it at its next heartbeat or append, and stops.
-        async with self.access.driving.hold(run_id, here=True):
-            # The stopped drive may have recorded on its way out, or ended the run.
-            view = await self.view(run_id)
-            self._refuse_terminal(view)
-            unresolved = None
-            if view.state is RunState.NEEDS_RECONCILIATION:
-                unresolved = {"seq": view.pending.seq, "tool": view.pending.tool}
-            envelopes, view = await self.access.append(
-                run_id, [RunAbandoned(reason=reason, unresolved_write=unresolved)], view
-            )
-        await self._abandon_children(run_id)
-        return envelopes[-1].seq, view
-
-    @staticmethod
-    def _refuse_terminal(view: RunView) -> None:
-        if view.terminal:
-            raise wrong_state(
-                f"run {view.run_id} is already {view.state.value}; there is nothing left to abandon"
-            )
-
-    async def _abandon_children(self, parent: str) -> None:
-        """Abandon the children of ``parent`` that have not ended (``abandon``): its subagents'
-        and, for a graph run, its map items', whose drive was its walk's (left alone, the next
-        start would recover them as runs of their own and finish work nobody wants)."""
-        for label, why in (
-            (PARENT_LABEL, f"its parent run {parent} was abandoned"),
-            (MAP_OF_LABEL, f"its graph run {parent} was abandoned"),
-        ):
-            children, _ = await self.list_runs(label=(label, parent))
-            for child in children:
-                if child.state is None or RunState(child.state) in TERMINAL_STATES:
-                    continue
-                try:
-                    await self.abandon(child.run_id, why)
-                except OperationRefused:
-                    pass  # it ended between the listing and now: nothing left to abandon
-
-    async def census(self) -> tuple[dict[str, int], int]:
-        """Runs per state and the idempotency identities held open (``EventStore.census``), read
-        on a reader thread.
-
-        Raises:
-            StoreUnavailable: the store cannot be read.
-        """
-        return await self.access.read(self.access.store.census)
-
-    async def due_runs(self, now: datetime | None = None) -> list[str]:
-        return await self.access.read(self.access.store.due_runs, now or self.clock())

@@ -244,7 +244,7 @@ async def interrupted_runs(
         StoreUnavailable: the store cannot be read.
     """
     runtime = state.runtime
-    interrupted = await runtime.interrupted_runs()
+    interrupted = await runtime.reads.interrupted_runs()
     if driven_elsewhere is None:
         return interrupted
     skip = await trio.to_thread.run_sync(driven_elsewhere, interrupted)
@@ -266,12 +266,12 @@ def recover(state: ServerState, run_ids: list[str]) -> int:
 async def sweep_once(state: ServerState) -> int:
     """Re-drive every sleeping run whose instant has passed, through the resume path."""
     woken = 0
-    for run_id in await state.runtime.due_runs():
+    for run_id in await state.runtime.reads.due_runs():
         if state.drivers.driving(run_id):
             continue
         try:
             await refuse_if_driven_elsewhere(state, run_id)
-            decision = await state.runtime.resume(run_id)
+            decision = await state.runtime.control.resume(run_id)
         except CodedError as exc:
             # One bad run does not stop the sweep; it stays due.
             log.warning("sleeping run %s not woken: %s", run_id, exc.message, extra={"run": run_id})
@@ -408,7 +408,7 @@ async def _serve(
                     lease,
                     access.driving,
                     dead_nodes=lambda: peers.dead,
-                    recoverable=runtime.interrupted_runs,
+                    recoverable=runtime.reads.interrupted_runs,
                     held_elsewhere=locks.runs_held_elsewhere,
                     start=drivers.start,
                     before_first_of=lambda: sweep_orphans(access.store.url),

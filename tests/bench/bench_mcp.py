@@ -77,8 +77,8 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
         finally:
             await session.aclose()
         runtime = Runtime(access, ToolRegistry(), proxy=proxy)
-        run_id = await runtime.start_run(agent, "bench")
-        log = await runtime.log(run_id)
+        run_id = await runtime.starts.start_run(agent, "bench")
+        log = await runtime.reads.log(run_id)
         proxied_session = ProxySession(
             RunContext(access, run_id, log),
             log,

@@ -72,8 +72,8 @@ async def run(calls: int, store_url: str, provider_url: str) -> dict:
         runtime = Runtime(access, ToolRegistry(), proxy=proxy)
         async with httpx.AsyncClient(timeout=30) as client:
             for stream in (False, True):
-                run_id = await runtime.start_run(agent, "bench")
-                log = await runtime.log(run_id)
+                run_id = await runtime.starts.start_run(agent, "bench")
+                log = await runtime.reads.log(run_id)
                 session = ProxySession(
                     RunContext(access, run_id, log),
                     log,

@@ -251,7 +251,7 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
     os.environ["SALVOR_AGENT_KEY"] = "bench-key"
     async with open_store_access(store_url) as access, open_model_proxy() as proxy:
         runtime = Runtime(access, ToolRegistry(), proxy=proxy)
-        origin = await runtime.start_run(agent, "settle every invoice")
+        origin = await runtime.starts.start_run(agent, "settle every invoice")
         began = time.perf_counter()
         view = await runtime.drive(origin, agent=agent)
         results["record"] = _rates(turns, began, time.perf_counter(), stamps)
@@ -259,13 +259,15 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
 
         # Nothing can reach the provider from here on.
         del os.environ["SALVOR_AGENT_UPSTREAM"], os.environ["SALVOR_AGENT_KEY"]
-        rerun = await runtime.start_run(agent, None, replay_of=origin)
+        rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
         began = time.perf_counter()
         view = await runtime.drive(rerun, agent=agent)
         results["rerun"] = _rates(turns, began, time.perf_counter(), stamps)
         results["rerun"]["state"] = view.state.value
         completed = [
-            e for e in await runtime.log(rerun) if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
+            e
+            for e in await runtime.reads.log(rerun)
+            if e.event.KIND is EventKind.MODEL_CALL_COMPLETED
         ]
         results["rerun"]["recorded_calls"] = len(completed)
 
@@ -273,7 +275,7 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         bodies = scratch / "bodies.jsonl"
         requested = [
             e.event
-            for e in await runtime.log(origin)
+            for e in await runtime.reads.log(origin)
             if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
         ]
         bodies.write_text(
@@ -282,7 +284,7 @@ async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> d
         lean_script = scratch / "lean_agent.py"
         lean_script.write_text(LEAN_AGENT)
         lean = definition(lean_script, BODIES=str(bodies))
-        rerun = await runtime.start_run(lean, None, replay_of=origin)
+        rerun = await runtime.starts.start_run(lean, None, replay_of=origin)
         began = time.perf_counter()
         view = await runtime.drive(rerun, agent=lean)
         results["rerun_lean_client"] = _rates(turns, began, time.perf_counter(), stamps)

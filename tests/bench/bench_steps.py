@@ -266,10 +266,10 @@ async def run_steps(
 
             runtime = Runtime(access, demo_registry(None))
             agent = parse_definition(
-                agent_toml(provider.base_url), "toml", known_tools=runtime.registry.names()
+                agent_toml(provider.base_url), "toml", known_tools=runtime.kit.registry.names()
             )
             start = time.perf_counter()
-            run_id = await runtime.start_run(agent, {"task": f"look up {steps} invoices"})
+            run_id = await runtime.starts.start_run(agent, {"task": f"look up {steps} invoices"})
             view = await runtime.drive(run_id, agent=agent)
             wall = time.perf_counter() - start
             model_calls = provider.call_count if in_process else provider.stop()

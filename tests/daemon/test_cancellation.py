@@ -66,7 +66,7 @@ async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_ever
     runtime,
 ) -> None:
     agent = parse_definition(AGENT, "toml")
-    survivor = await runtime.start_run(agent, "before")
+    survivor = await runtime.starts.start_run(agent, "before")
 
     def killed(requests):
         raise WriterKilled()
@@ -75,9 +75,9 @@ async def test_an_append_whose_writer_thread_died_fails_at_once_and_so_does_ever
     # A real bound, not virtual time: autojump_clock does not wait for the writer thread.
     with trio.fail_after(10):
         with pytest.raises(StoreUnavailable) as first:
-            await runtime.start_run(agent, "during")
+            await runtime.starts.start_run(agent, "during")
         with pytest.raises(StoreUnavailable) as later:
-            await runtime.start_run(agent, "after")
+            await runtime.starts.start_run(agent, "after")
         with pytest.raises(StoreUnavailable):
             await runtime.access.check_writable()
     assert "writer thread died (WriterKilled)" in first.value.message
@@ -92,7 +92,7 @@ async def test_a_stop_ends_by_its_drain_deadline_when_a_driver_waits_on_a_writer
     runtime, autojump_clock, caplog
 ) -> None:
     agent = parse_definition(AGENT, "toml")
-    run_id = await runtime.start_run(agent, "stuck")
+    run_id = await runtime.starts.start_run(agent, "stuck")
     entered, release = threading.Event(), threading.Event()
     append_batch = runtime.access.store.append_batch
 

@@ -60,6 +60,12 @@ def registry(effects_path: Path):
     return demo_registry(str(effects_path))
 
 
+def with_registry(runtime: Runtime, registry) -> Runtime:
+    """A runtime over ``runtime``'s store and clock whose drives use ``registry`` instead (what a
+    drive is handed is frozen: ``DriveKit``)."""
+    return Runtime(runtime.access, registry, clock=runtime.kit.clock)
+
+
 @pytest.fixture
 async def runtime(store_url: str, registry, clock: Clock):
     async with open_store_access(store_url) as access:

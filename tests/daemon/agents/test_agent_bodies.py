@@ -33,8 +33,8 @@ async def test_model_requests_and_mcp_messages_from_an_agent_are_parsed_strictly
     runtime, upstream_env, tmp_path
 ):
     agent = process_agent(tmp_path, script="pass\n")
-    run_id = await runtime.start_run(agent, "x")
-    log = await runtime.log(run_id)
+    run_id = await runtime.starts.start_run(agent, "x")
+    log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy, httpx.AsyncClient() as client:
         session = ProxySession(
             RunContext(runtime.access, run_id, log),
@@ -104,8 +104,8 @@ async def test_a_stalled_body_to_the_proxy_or_a_stand_in_is_408_in_the_callers_f
     runtime, upstream_env, tmp_path
 ):
     agent = process_agent(tmp_path, script="pass\n")
-    run_id = await runtime.start_run(agent, "x")
-    log = await runtime.log(run_id)
+    run_id = await runtime.starts.start_run(agent, "x")
+    log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy:
         proxy.body_timeout_seconds = 0.3
         session = ProxySession(

@@ -26,7 +26,7 @@ from salvor.daemon.tools import (
 from salvor.protocol import TOOL_ERROR_KEY, Effect, EventKind, RunState, sha256_hash
 
 from tests.daemon.agents.test_loop import assert_log_is_sound
-from tests.support.runtime import agent_toml
+from tests.support.runtime import agent_toml, with_registry
 from tests.support.scripted_provider import tool_loop_script
 
 REFUND = {"invoice": {"id": "INV-7"}, "amount_cents": 1250}
@@ -111,8 +111,8 @@ async def test_two_runs_racing_on_one_key_perform_it_once(
         open_store_access(store_url) as access_b,
     ):
         first, second = Runtime(access_a, registry), Runtime(access_b, registry)
-        run_a = await first.start_run(agent_a, {"invoice": "INV-7"})
-        run_b = await second.start_run(agent_b, {"invoice": "INV-7"})
+        run_a = await first.starts.start_run(agent_a, {"invoice": "INV-7"})
+        run_b = await second.starts.start_run(agent_b, {"invoice": "INV-7"})
         # The second caller finds the claim open (the first call is in flight):
         # the gate opens only once it has, so the wait is really exercised.
         saw_open = trio.Event()
@@ -190,7 +190,7 @@ async def test_the_same_identity_twice_in_one_run_is_performed_once(runtime, ref
     agent = refund_agent(
         providers, [("refund", REFUND), ("refund", {**REFUND, "note": "asked again"})]
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED and len(refund.calls) == 1
@@ -205,11 +205,11 @@ async def test_a_call_missing_a_key_field_fails_as_a_recorded_tool_error(
     runtime, refund, providers, store
 ):
     agent = refund_agent(providers, [("refund", {"amount_cents": 5})])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED and refund.calls == []
-    [(_, intent, done)] = refund_calls(await runtime.log(run_id))
+    [(_, intent, done)] = refund_calls(await runtime.reads.log(run_id))
     assert intent.idempotency_key is None
     error = done.output[TOOL_ERROR_KEY]
     assert error["kind"] == "invalid_input" and "`invoice.id`" in error["message"]
@@ -223,12 +223,12 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
         return {"found": len(seen)}
 
     lookup = refund_tool(look, Effect.READ)
-    runtime.registry = ToolRegistry([lookup])
+    runtime = with_registry(runtime, ToolRegistry([lookup]))
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, done)] = refund_calls(await runtime.log(run_id))
+        [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         assert done.deduplicated_from is None
     # Both performed, neither under a key; and no claim was written.
     assert seen == [None, None]
@@ -246,9 +246,9 @@ async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
             raise NotPerformed("the connection dropped")
         return {"refunded": 1}
 
-    runtime.registry = ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(flaky, Effect.IDEMPOTENT)]))
     agent = refund_agent(providers, [("refund", REFUND)])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="the connection dropped"):
         await runtime.drive(run_id, agent=agent)
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
@@ -270,13 +270,13 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
             raise NotPerformed("not now")
         return "sent"
 
-    runtime.registry = ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(send, Effect.IDEMPOTENT, keys=())]))
     agent = refund_agent(providers, [("refund", REFUND)])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="not now"):
         await runtime.drive(run_id, agent=agent)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-    [(seq, intent, _)] = refund_calls(await runtime.log(run_id))
+    [(seq, intent, _)] = refund_calls(await runtime.reads.log(run_id))
     derived = sha256_hash({"run": run_id, "seq": seq, "tool": "refund"})
     assert keys == [derived, derived] and intent.idempotency_key == derived
 
@@ -288,28 +288,30 @@ async def test_a_write_parked_on_its_open_claim_stops_the_next_caller_until_reso
         refund.calls.append(call)
         raise OutcomeUnknown("the payment API timed out")
 
-    runtime.registry = ToolRegistry([refund_tool(lost, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
     agent_a = refund_agent(providers, [("refund", REFUND)])
-    run_a = await runtime.start_run(agent_a, None)
+    run_a = await runtime.starts.start_run(agent_a, None)
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
 
     # The second caller does not perform: the claim is open. It waits its bound, then stops
     # with nothing of its call written.
     monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
     agent_b = refund_agent(providers, [("refund", REFUND)])
-    run_b = await runtime.start_run(agent_b, None)
+    run_b = await runtime.starts.start_run(agent_b, None)
     with pytest.raises(CallInFlight) as stopped:
         await runtime.drive(run_b, agent=agent_b)
     assert stopped.value.claim.run_id == run_a and len(refund.calls) == 1
     assert refund_calls(await assert_log_is_sound(runtime, run_b)) == []
-    assert [e.event.KIND for e in await runtime.log(run_b)][-1] is EventKind.MODEL_CALL_COMPLETED
+    assert [e.event.KIND for e in await runtime.reads.log(run_b)][
+        -1
+    ] is EventKind.MODEL_CALL_COMPLETED
 
     # A person records what the write did: that settles the claim, and the next caller copies it.
-    await runtime.resolve(run_a, {"refunded": 1250}, {})
+    await runtime.control.resolve(run_a, {"refunded": 1250}, {})
     view = await runtime.drive(run_b, agent=agent_b)
     assert view.state is RunState.COMPLETED and len(refund.calls) == 1
     [(_, _, done)] = refund_calls(await assert_log_is_sound(runtime, run_b))
-    seq_a = refund_calls(await runtime.log(run_a))[0][0]
+    seq_a = refund_calls(await runtime.reads.log(run_a))[0][0]
     assert done.output == {"refunded": 1250}
     assert done.deduplicated_from == {"run_id": run_a, "seq": seq_a}
 
@@ -329,7 +331,7 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
     note = {"text": "refund INV-7", "hold": fx.hold("w")}
     identity = sha256_hash({"tool": "write_note", "mcp_server": "fx", "text": "refund INV-7"})
     agent_a = note_agent(providers, fx, [("write_note", note)])
-    run_a = await runtime.start_run(agent_a, None)
+    run_a = await runtime.starts.start_run(agent_a, None)
     # The first drive dies mid-call: the server has the call, the run has its open intent.
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runtime.drive, run_a)
@@ -350,10 +352,10 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
 
     # Another run asking for the same note copies the outcome: the server sees no third call.
     agent_b = note_agent(providers, fx, [("write_note", {"text": "refund INV-7"})])
-    run_b = await runtime.start_run(agent_b, None)
+    run_b = await runtime.starts.start_run(agent_b, None)
     assert (await runtime.drive(run_b, agent=agent_b)).state is RunState.COMPLETED
     assert len(fx.calls_of("write_note")) == 2
-    log_a, log_b = await runtime.log(run_a), await runtime.log(run_b)
+    log_a, log_b = await runtime.reads.log(run_a), await runtime.reads.log(run_b)
     (seq_a, _, done_a) = next(c for c in note_calls(log_a))
     (_, intent_b, done_b) = next(c for c in note_calls(log_b))
     assert intent_b.idempotency_key == identity
@@ -371,9 +373,9 @@ async def test_an_mcp_result_flagged_is_error_releases_its_identity(runtime, pro
             'effects = { fail_soft = "write" }\nidempotency_keys = { fail_soft = "text" }\n'
         )
         agent = parse_definition(text, "toml")
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, failed)] = note_calls_of(await runtime.log(run_id), "fail_soft")
+        [(_, _, failed)] = note_calls_of(await runtime.reads.log(run_id), "fail_soft")
         assert failed.output["isError"] is True and failed.deduplicated_from is None
     assert len(fx.calls_of("fail_soft")) == 2
     identity = sha256_hash({"tool": "fail_soft", "mcp_server": "fx", "text": "refund INV-8"})
@@ -408,8 +410,8 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
         name="send", description="", effect=Effect.IDEMPOTENT, input_schema={}, handler=send
     )
     agent = refund_agent(providers, [])
-    run_id = await runtime.start_run(agent, None)
-    view = await runtime.view(run_id)
+    run_id = await runtime.starts.start_run(agent, None)
+    view = await runtime.reads.view(run_id)
     old = [
         RandomObserved(value="ab" * 16),
         ToolCallRequested(
@@ -418,7 +420,7 @@ async def test_a_log_with_the_old_random_key_still_replays(runtime, providers):
         ToolCallCompleted(seq=view.next_seq + 1, output="sent"),
     ]
     await runtime.access.append(run_id, old, view)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     ctx = RunContext(runtime.access, run_id, log)
     ctx.cursor.take(EventKind.RUN_STARTED)
 
@@ -432,13 +434,13 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
             raise ToolFailed("the bank declined", retryable=False)
         return {"refunded": 1250}
 
-    runtime.registry = ToolRegistry([refund_tool(declined, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(declined, Effect.WRITE)]))
     outcomes = []
     for _ in range(2):
         agent = refund_agent(providers, [("refund", REFUND)])
-        run_id = await runtime.start_run(agent, None)
+        run_id = await runtime.starts.start_run(agent, None)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, _, done)] = refund_calls(await runtime.log(run_id))
+        [(_, _, done)] = refund_calls(await runtime.reads.log(run_id))
         outcomes.append((run_id, done))
     (first, failed), (second, performed) = outcomes
     # The failure left nothing to copy: the second run performed the refund itself.
@@ -456,7 +458,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
         refund.calls.append(call)
         return SleepUntil(wake_at=clock.now + timedelta(hours=1))
 
-    runtime.registry = ToolRegistry([refund_tool(sleeps, Effect.WRITE)])
+    runtime = with_registry(runtime, ToolRegistry([refund_tool(sleeps, Effect.WRITE)]))
     access = runtime.access
     appends = []
     append = access.append
@@ -469,14 +471,14 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     # A claim left open would stop the next caller within this bound, not let it copy.
     monkeypatch.setenv("SALVOR_CLAIM_WAIT_SECONDS", "0.05")
     agent = refund_agent(providers, [("refund", REFUND)])
-    first = await runtime.start_run(agent, None)
+    first = await runtime.starts.start_run(agent, None)
     assert (await runtime.drive(first, agent=agent)).state is RunState.SLEEPING
 
     (asleep,) = [(kinds, claims) for kinds, claims in appends if EventKind.SLEEP_STARTED in kinds]
     assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
     assert asleep[1]["settle"] == IDENTITY and not asleep[1].get("release")
     claim = await access.read(access.store.get_claim, IDENTITY)
-    [(seq, _, done)] = refund_calls(await runtime.log(first))
+    [(seq, _, done)] = refund_calls(await runtime.reads.log(first))
     assert (claim.run_id, claim.seq, claim.state, claim.output) == (
         first,
         seq,
@@ -485,8 +487,8 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     )
 
     agent = refund_agent(providers, [("refund", REFUND)])
-    second = await runtime.start_run(agent, None)
+    second = await runtime.starts.start_run(agent, None)
     assert (await runtime.drive(second, agent=agent)).state is RunState.SLEEPING
-    [(_, _, copied)] = refund_calls(await runtime.log(second))
+    [(_, _, copied)] = refund_calls(await runtime.reads.log(second))
     assert copied.deduplicated_from == {"run_id": first, "seq": seq}
     assert copied.output == done.output and len(refund.calls) == 1

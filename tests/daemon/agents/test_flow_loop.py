@@ -33,10 +33,10 @@ def kinds(log) -> list[str]:
 
 async def start(runtime, agent, labels=None, run_input="the task") -> str:
     """A run of ``agent`` under ``labels`` (the daemon's own labels too: written as a head)."""
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     run_id = str(uuid.uuid4())
     head = RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input, labels=labels)
-    await runtime.open_log(run_id, [head])
+    await runtime.starts.open_log(run_id, [head])
     return run_id
 
 
@@ -46,7 +46,7 @@ def child_labels(**more) -> dict:
 
 def named_agent(runtime, provider, name: str, extra: str = ""):
     text = f'name = "{name}"\n' + agent_toml(provider.base_url, extra=extra)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 async def test_a_main_session_sees_its_opt_in_and_never_finish(runtime, providers, make_agent):
@@ -101,14 +101,14 @@ async def test_ask_user_parks_until_a_fitting_answer_which_is_the_calls_result(
     before = view.event_count
     for wrong in ({"answer": "XL"}, {"answer": ["M"]}, {"size": "M"}, "M"):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, wrong)
+            await runtime.control.resume(run_id, wrong)
         assert refused.value.code == "bad_request"
-        assert (await runtime.view(run_id)).event_count == before
-    await runtime.resume(run_id, {"answer": "M"})
+        assert (await runtime.reads.view(run_id)).event_count == before
+    await runtime.control.resume(run_id, {"answer": "M"})
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "size noted"}
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "M"}
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     completed = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert "Resumed" in kinds(log) and len(completed) == 1
 
@@ -128,7 +128,7 @@ async def test_an_autonomous_child_is_told_nobody_answers_and_never_parks(
     assert view.state is RunState.COMPLETED
     told = tool_results(provider.calls[1])[0]
     assert told["is_error"] is True and "autonomous" in told["content"]
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "Suspended" not in kinds(log)
     (completion,) = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert TOOL_ERROR_KEY in completion.event.output
@@ -162,7 +162,7 @@ async def test_finish_is_refused_until_it_is_complete_and_ends_the_response_ther
     assert missing["is_error"] and "`verdict`" in missing["content"]
     assert wrong_type["is_error"] and "amount" in wrong_type["content"]
     # The refusals were told, never recorded; the call after the good finish never ran.
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "ToolCallRequested" not in kinds(log)
     assert ledger(effects_path) == []
     assert provider.call_count == 3
@@ -196,7 +196,7 @@ async def test_a_child_without_required_outputs_may_answer_in_text(runtime, prov
 
 
 async def _children(runtime, parent: str) -> list[str]:
-    page, _ = await runtime.list_runs(label=(PARENT_LABEL, parent))
+    page, _ = await runtime.reads.list_runs(label=(PARENT_LABEL, parent))
     return [summary.run_id for summary in page]
 
 
@@ -205,7 +205,7 @@ async def test_a_subagent_call_runs_one_child_and_completes_with_its_result(
 ):
     child_provider = providers([text_reply("child answer", input_tokens=7, output_tokens=3)])
     helper = named_agent(runtime, child_provider, "helper")
-    await runtime.register_agent(helper)
+    await runtime.definitions.register_agent(helper)
     call = {"agent": "helper", "task": "look it up", "inputs": {"id": "7"}}
     provider = providers([tool_use("subagent", call), text_reply("parent done")])
     parent = with_flows(make_agent(provider), flow_tools=["subagent"])
@@ -215,12 +215,12 @@ async def test_a_subagent_call_runs_one_child_and_completes_with_its_result(
 
     child = child_run_id(run_id, 3)
     assert await _children(runtime, run_id) == [child]
-    child_view = await runtime.view(child)
+    child_view = await runtime.reads.view(child)
     assert child_view.labels == {PARENT_LABEL: run_id, AUTONOMOUS_LABEL: "true"}
     assert child_view.input == {"task": "look it up", "inputs": {"id": "7"}}
     result = {"status": "complete", "summary": "child answer", "outputs": {}}
     (completion,) = [
-        e for e in await runtime.log(run_id) if e.event.KIND is EventKind.TOOL_CALL_COMPLETED
+        e for e in await runtime.reads.log(run_id) if e.event.KIND is EventKind.TOOL_CALL_COMPLETED
     ]
     assert completion.event.output == {
         **result,
@@ -236,7 +236,9 @@ async def test_a_subagent_call_completes_with_its_childs_typed_outputs(
     finish = {"status": "complete", "summary": "checked", "verdict": "refund", "amount": 3}
     child_provider = providers([tool_use("finish", finish)])
     outputs = 'outputs = [{ name = "verdict" }, { name = "amount", type = "number" }]'
-    await runtime.register_agent(named_agent(runtime, child_provider, "checker", outputs))
+    await runtime.definitions.register_agent(
+        named_agent(runtime, child_provider, "checker", outputs)
+    )
     provider = providers(
         [tool_use("subagent", {"agent": "checker", "task": "t"}), text_reply("parent done")]
     )
@@ -263,7 +265,7 @@ async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
 
     child_provider = providers(child_script)
     helper = named_agent(runtime, child_provider, "helper")
-    await runtime.register_agent(helper)
+    await runtime.definitions.register_agent(helper)
     provider = providers(
         [tool_use("subagent", {"agent": "helper", "task": "t"}), text_reply("parent done")]
     )
@@ -271,23 +273,23 @@ async def test_a_subagent_call_found_open_after_a_crash_continues_its_one_child(
     run_id = await start(runtime, parent)
     with pytest.raises(DriveInterrupted, match="child run"):
         await runtime.drive(run_id, agent=parent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_TOOL and view.pending.tool == "subagent"
 
     failing["on"] = False
     view = await runtime.drive(run_id, agent=parent)
     assert view.status() == {"state": "completed", "output": "parent done"}
     (child,) = await _children(runtime, run_id)
-    assert (await runtime.view(child)).status()["output"] == "recovered"
+    assert (await runtime.reads.view(child)).status()["output"] == "recovered"
     # The child's head was written once; its open model call was issued again, once.
-    assert kinds(await runtime.log(child)).count("RunStarted") == 1
+    assert kinds(await runtime.reads.log(child)).count("RunStarted") == 1
     assert child_provider.call_count == 2
     assert provider.call_count == 2
 
 
 async def test_a_childs_usage_counts_toward_its_parents_budget(runtime, providers, make_agent):
     child_provider = providers([text_reply("big", input_tokens=100, output_tokens=5)])
-    await runtime.register_agent(named_agent(runtime, child_provider, "helper"))
+    await runtime.definitions.register_agent(named_agent(runtime, child_provider, "helper"))
     provider = providers(
         [tool_use("subagent", {"agent": "helper", "task": "t"}), text_reply("parent done")]
     )
@@ -304,7 +306,7 @@ async def test_a_childs_usage_counts_toward_its_parents_budget(runtime, provider
 async def test_an_unknown_agent_is_the_calls_error_naming_the_known_ones(
     runtime, providers, make_agent
 ):
-    await runtime.register_agent(named_agent(runtime, providers([]), "helper"))
+    await runtime.definitions.register_agent(named_agent(runtime, providers([]), "helper"))
     provider = providers(
         [tool_use("subagent", {"agent": "helpr", "task": "t"}), text_reply("gave up")]
     )
@@ -326,7 +328,7 @@ async def test_edit_mode_is_read_before_each_model_call_and_replays_as_recorded(
         mode["reads"] += 1
         return mode["on"]
 
-    runtime.flows.edit_mode = edit_mode
+    runtime.kit.flows.edit_mode = edit_mode
     failing = {"on": False}
     plan = [
         tool_use("ask_user", {"question": "Ready?", "type": "confirm"}),
@@ -347,7 +349,7 @@ async def test_edit_mode_is_read_before_each_model_call_and_replays_as_recorded(
     # Turned on while the run waits: the next call offers authoring, without a restart.
     mode["on"] = True
     failing["on"] = True
-    await runtime.resume(run_id, {"answer": True})
+    await runtime.control.resume(run_id, {"answer": True})
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     assert offered_tools(provider.calls[1]) == ["ask_user", "flow_agents"]

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from salvor.daemon.recording._run_context import DriveInterrupted
-from salvor.daemon.runs._runtime import MISSING
+from salvor.daemon.runs import MISSING
 from salvor.daemon.tools._registry import Tool, ToolFailed, ToolRegistry
 from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import (
@@ -30,7 +30,7 @@ from salvor.protocol import (
     sha256_hash,
 )
 
-from tests.support.runtime import ledger
+from tests.support.runtime import ledger, with_registry
 from tests.support.scripted_provider import ErrorReply, text_reply, tool_loop_script
 
 REFUND_PLAN = [
@@ -45,13 +45,13 @@ def kinds(log) -> list[str]:
 
 
 async def start_and_drive(runtime, agent, run_input=None, **kwargs):
-    run_id = await runtime.start_run(agent, run_input, **kwargs)
+    run_id = await runtime.starts.start_run(agent, run_input, **kwargs)
     view = await runtime.drive(run_id, agent=agent)
     return run_id, view
 
 
 async def assert_log_is_sound(runtime, run_id):
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert [e.seq for e in log] == list(range(len(log)))
     check_batch(EMPTY_VIEW, log)
     return log
@@ -115,7 +115,7 @@ async def test_a_tool_loop_runs_to_completion_recording_every_call(
         "send_email",
     ]
     # The runs row is the fold of the log.
-    assert await runtime.view(run_id) == view
+    assert await runtime.reads.view(run_id) == view
 
 
 async def test_driving_a_finished_run_again_executes_nothing(
@@ -124,7 +124,7 @@ async def test_driving_a_finished_run_again_executes_nothing(
     provider = providers(tool_loop_script(REFUND_PLAN[:1]))
     agent = make_agent(provider, tools=["lookup_invoice"])
     run_id, first = await start_and_drive(runtime, agent)
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome == "finished"
     again = await runtime.drive(run_id, agent=agent)
     assert again == first
@@ -146,15 +146,15 @@ async def test_an_interrupted_run_recovers_without_repeating_completed_calls(
 
     provider = providers(script)
     agent = make_agent(provider, tools=["lookup_invoice"])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(DriveInterrupted, match="issues it again"):
         await runtime.drive(run_id, agent=agent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_MODEL
     assert view.pending.to_json()["kind"] == "model"
 
     failing["on"] = False
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "ok"}
@@ -194,11 +194,11 @@ async def test_a_gate_suspends_and_only_a_conforming_input_resumes_it(
 
     for bad in (MISSING, None, 5, "yes", {"approved": "yes"}, {}):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, bad)
+            await runtime.control.resume(run_id, bad)
         assert refused.value.code == "bad_request"
-        assert (await runtime.view(run_id)).event_count == before
+        assert (await runtime.reads.view(run_id)).event_count == before
 
-    decision = await runtime.resume(run_id, {"approved": True, "note": "ok by finance"})
+    decision = await runtime.control.resume(run_id, {"approved": True, "note": "ok by finance"})
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "approved"}
@@ -225,10 +225,10 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     agent = make_agent(provider, tools=["wait_until"])
     run_id, view = await start_and_drive(runtime, agent)
     assert view.status() == {"state": "sleeping", "wake_at": wake_at}
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
 
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert refused.value.code == "still_sleeping"
     assert refused.value.details == {"wake_at": wake_at, "remaining_seconds": 3600}
 
@@ -239,8 +239,8 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
         "overdue": True,
         "overdue_seconds": 30,
     }
-    assert await runtime.due_runs() == [run_id]
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert await runtime.reads.due_runs() == [run_id]
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "woke"}
     log = await assert_log_is_sound(runtime, run_id)
@@ -248,7 +248,7 @@ async def test_a_timer_parks_the_run_until_its_instant(runtime, providers, make_
     assert completion.output == {TOOL_SLEEP_KEY: {"wake_at": wake_at}}
     # Nothing is recorded while it is not due; the reading that woke it is.
     assert kinds(log)[5:8] == ["SleepStarted", "NowObserved", "SleepCompleted"]
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
 
 
 async def test_a_timer_driven_early_records_nothing_and_stays_asleep(
@@ -261,7 +261,7 @@ async def test_a_timer_driven_early_records_nothing_and_stays_asleep(
     agent = make_agent(provider, tools=["wait_until"])
     run_id, _ = await start_and_drive(runtime, agent)
     clock.advance(60)
-    asleep = await runtime.view(run_id)
+    asleep = await runtime.reads.view(run_id)
     view = await runtime.drive(
         run_id, agent=agent
     )  # early: the deadline is enforced inside the run
@@ -290,11 +290,11 @@ async def test_a_step_budget_parks_the_run_and_an_extension_lifts_it(
     before = view.event_count
     for bad in (MISSING, {}, {"extend_by": 0}, {"extend_by": -1}, {"extend_by": 1, "x": 1}, "more"):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.resume(run_id, bad)
+            await runtime.control.resume(run_id, bad)
         assert refused.value.code == "bad_request"
-    assert (await runtime.view(run_id)).event_count == before
+    assert (await runtime.reads.view(run_id)).event_count == before
 
-    await runtime.resume(run_id, {"extend_by": 5})
+    await runtime.control.resume(run_id, {"extend_by": 5})
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "all looked up"}
     assert view.budget_extensions == {"steps": 5}
@@ -311,7 +311,7 @@ async def test_a_token_budget_counts_recorded_usage(runtime, providers, make_age
         "budget": {"kind": "tokens", "limit": 15},
         "observed": 15,
     }
-    await runtime.resume(run_id, {"extend_by": 100})
+    await runtime.control.resume(run_id, {"extend_by": 100})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
 
@@ -419,7 +419,7 @@ async def test_retries_follow_the_effect_class(runtime, providers, make_agent, s
     own = Runtime(runtime.access, registry, clock=clock)
     run_id, view = await start_and_drive(own, agent)
     assert view.state is RunState.COMPLETED
-    log = await own.log(run_id)
+    log = await own.reads.log(run_id)
     outputs = [e.event.output for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert outputs[0] == {"ok": 3}  # a read is retried
     assert outputs[1][TOOL_ERROR_KEY]["attempts"] == 1  # a write is tried once
@@ -430,11 +430,11 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     provider = providers(tool_loop_script(REFUND_PLAN[1:2], final_text="refunded"))
     agent = make_agent(provider, tools=["issue_refund"])
     # A write without a probe (the demo's has one: tests/daemon/agents/test_probes.py).
-    unprobed = dataclasses.replace(runtime.registry.get("issue_refund"), probe=None)
-    runtime.registry = ToolRegistry([unprobed])
-    run_id = await runtime.start_run(agent, None)
+    unprobed = dataclasses.replace(runtime.kit.registry.get("issue_refund"), probe=None)
+    runtime = with_registry(runtime, ToolRegistry([unprobed]))
+    run_id = await runtime.starts.start_run(agent, None)
     # A crash between the write's intent and its completion leaves exactly this log.
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     from salvor.protocol import ModelCallCompleted, ModelCallRequested, sha256_hash
 
     request = {
@@ -442,7 +442,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
         "max_tokens": 1024,
         "system": "You settle refunds.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "null"}]}],
-        "tools": [t.spec() for t in [runtime.registry.get("issue_refund")]],
+        "tools": [t.spec() for t in [runtime.kit.registry.get("issue_refund")]],
     }
     _, view = await runtime.access.append(
         run_id, [ModelCallRequested(request_hash=sha256_hash(request))], view
@@ -474,7 +474,7 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     assert view.state is RunState.NEEDS_RECONCILIATION
 
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert refused.value.code == "needs_reconciliation"
     intent = refused.value.details["intent"]
     assert intent["seq"] == 3 and intent["tool"] == "issue_refund" and intent["effect"] == "write"
@@ -482,15 +482,15 @@ async def test_an_open_write_parks_the_run_for_a_person(runtime, providers, make
     # Driving anyway does nothing: the write is never guessed at.
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
 
-    view = await runtime.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
+    view = await runtime.control.resolve(run_id, {"refund_id": "rf_checked_by_hand"}, {})
     assert view.state is RunState.RUNNING
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert log[-1].event.settled_by == "operator"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resolve(run_id, {}, {})
+        await runtime.control.resolve(run_id, {}, {})
     assert refused.value.code == "wrong_state"
 
-    await runtime.resume(run_id)
+    await runtime.control.resume(run_id)
     view = await runtime.drive(run_id)
     assert view.status() == {"state": "completed", "output": "refunded"}
     assert provider.call_count == 1  # only the call after the resolved write
@@ -503,21 +503,21 @@ async def test_abandon_retires_any_unfinished_run_and_names_an_open_write(
     provider = providers(tool_loop_script([("request_approval", {})]))
     agent = make_agent(provider, tools=["request_approval"])
     run_id, _ = await start_and_drive(runtime, agent)
-    seq, view = await runtime.abandon(run_id, "customer withdrew")
+    seq, view = await runtime.control.abandon(run_id, "customer withdrew")
     assert view.status() == {"state": "abandoned", "reason": "customer withdrew"}
     assert seq == view.next_seq - 1
     with pytest.raises(OperationRefused) as refused:
-        await runtime.abandon(run_id)
+        await runtime.control.abandon(run_id)
     assert refused.value.code == "wrong_state"
 
-    run_id = await runtime.start_run(agent, None)
-    view = await runtime.view(run_id)
+    run_id = await runtime.starts.start_run(agent, None)
+    view = await runtime.reads.view(run_id)
     _, view = await runtime.access.append(
         run_id,
         [ToolCallRequested(tool="issue_refund", input={}, effect="write", idempotency_key=None)],
         view,
     )
-    _, view = await runtime.abandon(run_id)
+    _, view = await runtime.control.abandon(run_id)
     assert view.status() == {
         "state": "abandoned",
         "unresolved_write": {"seq": 1, "tool": "issue_refund"},
@@ -529,19 +529,21 @@ async def test_refusals_record_nothing(runtime, providers, make_agent):
     agent = make_agent(provider)
     for bad_labels in ({f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 257}):
         with pytest.raises(OperationRefused) as refused:
-            await runtime.start_run(agent, None, labels=bad_labels)
+            await runtime.starts.start_run(agent, None, labels=bad_labels)
         assert refused.value.code == "bad_request"
     page, _ = await runtime.access.read(runtime.access.store.list_runs)
     assert page == []
-    run_id = await runtime.start_run(agent, None, run_id="6f0c8a52-0d6e-4c1b-9a56-3f2a1b7c9d10")
+    run_id = await runtime.starts.start_run(
+        agent, None, run_id="6f0c8a52-0d6e-4c1b-9a56-3f2a1b7c9d10"
+    )
     with pytest.raises(OperationRefused) as refused:
-        await runtime.start_run(agent, None, run_id=run_id)
+        await runtime.starts.start_run(agent, None, run_id=run_id)
     assert refused.value.code == "run_exists"
     nobody = "00000000-0000-4000-8000-000000000000"
     for attempt in (
-        runtime.resume(nobody),
-        runtime.resolve(nobody, {}, {}),
-        runtime.abandon(nobody),
+        runtime.control.resume(nobody),
+        runtime.control.resolve(nobody, {}, {}),
+        runtime.control.abandon(nobody),
     ):
         with pytest.raises(OperationRefused) as refused:
             await attempt
@@ -556,7 +558,7 @@ async def test_credentials_never_reach_the_log(runtime, providers, make_agent, m
     run_id, view = await start_and_drive(runtime, agent)
     assert view.state is RunState.COMPLETED
     assert provider.calls[0].api_key == "sk-test-do-not-record-4242"
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     text = "\n".join(encode_envelope(e) for e in log)
     assert "sk-test-do-not-record-4242" not in text
     # record_prompts keeps each request body, and it hashes to the recorded request_hash.
@@ -571,5 +573,5 @@ async def test_a_run_without_record_prompts_keeps_no_request_body(runtime, provi
     provider = providers([text_reply("hi")])
     agent = make_agent(provider)
     run_id, _ = await start_and_drive(runtime, agent)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert "request_body" not in log[1].event.to_payload()

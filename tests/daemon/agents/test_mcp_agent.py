@@ -99,7 +99,7 @@ def tool_results_seen(provider) -> list[dict]:
 
 
 async def start_and_drive(runtime, agent, run_input=None):
-    run_id = await runtime.start_run(agent, run_input)
+    run_id = await runtime.starts.start_run(agent, run_input)
     return run_id, await runtime.drive(run_id, agent=agent)
 
 
@@ -172,7 +172,7 @@ async def test_a_stubbed_tool_is_answered_by_the_daemon_and_never_forwarded(
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert completion_of(log, "delete_everything") == [
         {"content": [{"type": "text", "text": "deleted (stub)"}]}
     ]
@@ -215,7 +215,7 @@ async def test_a_replay_only_drive_starts_no_server_and_a_live_call_after_it_sta
     # A parked run holds no MCP process: the drive closed its session.
     with pytest.raises(ProcessLookupError):
         os.kill(fx.starts[0]["pid"], 0)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "SleepStarted"]
     assert completion_of(log, "park") == [{TOOL_SLEEP_KEY: {"wake_at": wake_at}}]
 
@@ -252,11 +252,11 @@ async def test_meta_salvor_suspend_parks_the_run_until_resumed(
     assert (
         view.status()["reason"] == "approve the refund" and view.status()["input_schema"] == schema
     )
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "Suspended"]
     assert completion_of(log, "park") == [{TOOL_SUSPEND_KEY: request["suspend"]}]
 
-    decision = await runtime.resume(run_id, {"approved": True})
+    decision = await runtime.control.resume(run_id, {"approved": True})
     assert decision.outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {"state": "completed", "output": "resumed"}
@@ -304,7 +304,7 @@ async def test_a_bad_meta_salvor_request_fails_the_call_once_and_never_parks(
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "went on"}
-    (output,) = completion_of(await runtime.log(run_id), "park")
+    (output,) = completion_of(await runtime.reads.log(run_id), "park")
     error = output[TOOL_ERROR_KEY]
     assert (
         "`_meta.salvor`" in error["message"]
@@ -324,7 +324,7 @@ async def test_an_is_error_result_is_recorded_as_it_is_and_shown_as_an_error(
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
-    assert completion_of(await runtime.log(run_id), "fail_soft") == [
+    assert completion_of(await runtime.reads.log(run_id), "fail_soft") == [
         {"content": [{"type": "text", "text": "it went wrong"}], "isError": True}
     ]
     assert tool_results_seen(provider)[0] == {
@@ -347,7 +347,7 @@ async def test_a_write_that_gets_no_answer_parks_for_reconciliation(
 
     assert view.state is RunState.NEEDS_RECONCILIATION
     assert view.pending.tool == tool and view.pending.kind == "tool"
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[-1] == "ToolCallRequested" and log[-1].event.effect == "write"
     assert len(fx.calls_of(tool)) == 1
     assert provider.call_count == 1
@@ -378,7 +378,7 @@ async def test_a_read_that_gets_no_answer_is_retried_then_recorded_as_failed(
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "coped"}
-    (output,) = completion_of(await runtime.log(run_id), tool)
+    (output,) = completion_of(await runtime.reads.log(run_id), tool)
     assert output[TOOL_ERROR_KEY]["attempts"] == 3 and said in output[TOOL_ERROR_KEY]["message"]
     assert len(fx.calls_of(tool)) == 3
     # A dead session is replaced for the next attempt; a slow one is kept.
@@ -395,7 +395,7 @@ async def test_an_oversized_answer_is_refused(runtime, providers, registry, fx):
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.state is RunState.COMPLETED
-    (output,) = completion_of(await runtime.log(run_id), "big")
+    (output,) = completion_of(await runtime.reads.log(run_id), "big")
     assert "over the 4194304-byte cap" in output[TOOL_ERROR_KEY]["message"]
 
 
@@ -411,14 +411,14 @@ async def test_an_intent_left_open_by_a_dead_drive(runtime, providers, registry,
         registry,
         fx_table(f"command = {fx.toml_command()}\n", f'effects = {{ write_note = "{effect}" }}\n'),
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runtime.drive, run_id)
         with trio.fail_after(10):
             while not fx.calls_of("write_note"):
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     fx.release("w")
     if effect == "write":
         assert view.state is RunState.NEEDS_RECONCILIATION
@@ -456,11 +456,11 @@ async def test_a_server_that_cannot_start_leaves_the_listing_open(
 ):
     provider = providers(tool_loop_script([]))
     agent = mcp_agent(provider, registry, fx_table(f'command = ["{tmp_path}/no-such-server"]\n'))
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="could not be started") as stopped:
         await runtime.drive(run_id, agent=agent)
     assert "salvor resume" in str(stopped.value)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_TOOL and view.pending.tool == LISTING
 
 
@@ -487,7 +487,7 @@ async def test_mcp_server_time_over_stdio(runtime, providers, registry):
     run_id, view = await start_and_drive(runtime, agent)
 
     assert view.status() == {"state": "completed", "output": "told"}
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert [t["name"] for t in log[2].event.output["tools"]] == ["get_current_time", "convert_time"]
     (output,) = completion_of(log, "get_current_time")
     assert output["structuredContent"]["timezone"] == "UTC" and output["isError"] is False
@@ -573,7 +573,7 @@ async def test_a_server_on_the_official_sdk_over_streamable_http(
         agent = mcp_agent(provider, registry, servers)
         run_id, view = await start_and_drive(runtime, agent)
         assert view.state is RunState.SLEEPING and view.status()["wake_at"] == wake_at
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         assert completion_of(log, "add")[0]["structuredContent"] == {"result": 5}
         assert completion_of(log, "nap") == [{TOOL_SLEEP_KEY: {"wake_at": wake_at}}]
         clock.advance(301)

@@ -138,7 +138,7 @@ async def test_an_openai_agents_run_is_recorded_over_responses(
     runtime, upstream, tmp_path, store_url, settings
 ):
     agent = agents_process(tmp_path, settings)
-    run_id = await runtime.start_run(agent, "settle invoices A-1 and B-2")
+    run_id = await runtime.starts.start_run(agent, "settle invoices A-1 and B-2")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
@@ -158,8 +158,10 @@ async def test_an_openai_agents_process_killed_after_its_first_call_is_restarted
 ):
     marker = tmp_path / "died"
     agent = agents_process(tmp_path, settings, DIE_AFTER="1", MARKER=str(marker))
-    restarting = Runtime(runtime.access, runtime.registry, clock=runtime.clock, process_restarts=1)
-    run_id = await restarting.start_run(agent, "settle invoices A-1 and B-2")
+    restarting = Runtime(
+        runtime.access, runtime.kit.registry, clock=runtime.kit.clock, process_restarts=1
+    )
+    run_id = await restarting.starts.start_run(agent, "settle invoices A-1 and B-2")
     view = await restarting.drive(run_id, agent=agent)
     assert marker.exists()  # the first process did die after its first model call
     assert view.state.value == "completed", view.detail
@@ -182,10 +184,10 @@ async def test_an_openai_agents_run_is_rerun_from_its_log_with_no_upstream_call(
     runtime, upstream, tmp_path
 ):
     agent = agents_process(tmp_path, "stateless-reasoning")
-    origin = await runtime.start_run(agent, "settle invoices A-1 and B-2")
+    origin = await runtime.starts.start_run(agent, "settle invoices A-1 and B-2")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     served = upstream.call_count
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import trio
 from salvor.daemon.agents._definition import parse_definition
-from salvor.daemon.runs._runtime import ResumeOutcome
+from salvor.daemon.runs import ResumeOutcome
 from salvor.daemon.tools import (
     OutcomeUnknown,
     Probe,
@@ -23,7 +23,7 @@ from salvor.daemon.tools import (
 from salvor.protocol import Effect, EventKind, RunState, sha256_hash
 
 from tests.daemon.agents.test_loop import assert_log_is_sound
-from tests.support.runtime import agent_toml
+from tests.support.runtime import agent_toml, with_registry
 from tests.support.scripted_provider import tool_loop_script
 
 REFUND = {"invoice": {"id": "INV-7"}, "amount_cents": 1250}
@@ -99,10 +99,14 @@ class World:
 
 
 @pytest.fixture
-def world(runtime) -> World:
-    world = World()
-    runtime.registry = world.registry()
-    return world
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+def registry(world: World) -> ToolRegistry:
+    """The world's tools, which the ``runtime`` fixture's drives use."""
+    return world.registry()
 
 
 def refund_agent(providers, plan=(("refund", REFUND),)):
@@ -133,7 +137,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     runtime, world, providers
 ):
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     # The first drive dies inside the write, after the refund happened: its intent stays open.
     world.hold = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -141,11 +145,11 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
         with trio.fail_after(10):
             await world.entered.wait()
         nursery.cancel_scope.cancel()
-    assert (await runtime.view(run_id)).state is RunState.NEEDS_RECONCILIATION
+    assert (await runtime.reads.view(run_id)).state is RunState.NEEDS_RECONCILIATION
     world.hold = None
 
     # Recovery does not refuse it: the drive probes first, and the probe says it landed.
-    decision = await runtime.resume(run_id)
+    decision = await runtime.control.resume(run_id)
     assert decision.outcome is ResumeOutcome.DRIVING
     view = await runtime.drive(run_id, agent=agent)
     assert view.state is RunState.COMPLETED
@@ -166,9 +170,9 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, intent.seq, "settled")
     second = refund_agent(providers)
-    other = await runtime.start_run(second, None)
+    other = await runtime.starts.start_run(second, None)
     assert (await runtime.drive(other, agent=second)).state is RunState.COMPLETED
-    _, copied = the_refund(await runtime.log(other))
+    _, copied = the_refund(await runtime.reads.log(other))
     assert copied.deduplicated_from == {"run_id": run_id, "seq": intent.seq}
     assert copied.output == done.output and len(world.performed) == 1
 
@@ -178,7 +182,7 @@ async def test_a_lost_write_the_probe_finds_not_landed_is_performed_again_once(
 ):
     world.lose, world.land = 1, False
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.COMPLETED
@@ -197,7 +201,7 @@ async def test_a_lost_write_the_probe_finds_not_landed_is_performed_again_once(
 async def test_a_write_lost_again_after_a_not_landed_probe_parks(runtime, world, providers):
     world.lose, world.land = 2, False
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     # One probe, one more attempt: a provider that keeps losing calls never loops.
@@ -211,7 +215,7 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
     world.lose = 1
     world.answer = {"found": "maybe", "note": "the ledger is catching up"}
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION and len(world.performed) == 1
@@ -236,7 +240,7 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
     assert len(world.performed) == 1
 
     # The reconciliation queue shows the person what the probe last said.
-    [item], _ = await runtime.reconciliations({})
+    [item], _ = await runtime.reads.reconciliations({})
     probe = item.to_json()["probe"]
     assert item.run_id == run_id and isinstance(probe["observed_at"], str)
     assert {k: probe[k] for k in ("tool", "input", "answer", "error", "verdict")} == {
@@ -252,12 +256,12 @@ async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, wor
     world.lose = 1
     world.probe_fails = True
     agent = refund_agent(providers)
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION
     assert len(world.probed) == 3  # a read's attempts
-    intent, done = the_refund(await runtime.log(run_id))
+    intent, done = the_refund(await runtime.reads.log(run_id))
     assert done is None
     row = await probe_answer(runtime, run_id, intent.seq)
     assert row.verdict == "unknown" and row.answer is None
@@ -267,26 +271,29 @@ async def test_a_failing_probe_parks_the_run_after_its_read_retries(runtime, wor
 async def test_a_probe_whose_input_path_is_missing_cannot_tell(runtime, world, providers):
     world.lose = 1
     agent = refund_agent(providers)
-    runtime.registry = ToolRegistry(
-        [
-            world.registry().get("find_refund"),
-            Tool(
-                name="refund",
-                description="",
-                effect=Effect.WRITE,
-                input_schema={"type": "object"},
-                handler=world.refund,
-                probe=Probe(
-                    tool="find_refund", input={"invoice": "invoice.number"}, landed="found"
+    runtime = with_registry(
+        runtime,
+        ToolRegistry(
+            [
+                world.registry().get("find_refund"),
+                Tool(
+                    name="refund",
+                    description="",
+                    effect=Effect.WRITE,
+                    input_schema={"type": "object"},
+                    handler=world.refund,
+                    probe=Probe(
+                        tool="find_refund", input={"invoice": "invoice.number"}, landed="found"
+                    ),
                 ),
-            ),
-        ]
+            ]
+        ),
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     view = await runtime.drive(run_id, agent=agent)
 
     assert view.state is RunState.NEEDS_RECONCILIATION and world.probed == []
-    intent, _ = the_refund(await runtime.log(run_id))
+    intent, _ = the_refund(await runtime.reads.log(run_id))
     row = await probe_answer(runtime, run_id, intent.seq)
     assert row.verdict == "unknown" and row.input == {}
     assert "`invoice.number`" in row.error
@@ -357,7 +364,7 @@ async def die_inside_the_write(runtime, fx, run_id):
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     fx.release("w")
-    assert (await runtime.view(run_id)).state is RunState.NEEDS_RECONCILIATION
+    assert (await runtime.reads.view(run_id)).state is RunState.NEEDS_RECONCILIATION
 
 
 def note_call(log):
@@ -376,10 +383,10 @@ def note_call(log):
 
 async def test_an_mcp_write_found_open_is_settled_by_its_servers_read(runtime, providers, fx):
     agent = note_agent(providers, fx, [("write_note", {"text": "INV-7", "hold": fx.hold("w")})])
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     await die_inside_the_write(runtime, fx, run_id)
 
-    assert (await runtime.resume(run_id)).outcome is ResumeOutcome.DRIVING
+    assert (await runtime.control.resume(run_id)).outcome is ResumeOutcome.DRIVING
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
     # The server saw one write and one probe, which carried no key (a read presents none).
     assert len(fx.calls_of("write_note")) == 1
@@ -398,12 +405,12 @@ async def test_an_mcp_probe_answering_an_error_result_cannot_tell(runtime, provi
     agent = note_agent(
         providers, fx, [("write_note", {"text": "INV-8", "hold": fx.hold("w")})], "fail_soft"
     )
-    run_id = await runtime.start_run(agent, None)
+    run_id = await runtime.starts.start_run(agent, None)
     await die_inside_the_write(runtime, fx, run_id)
 
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.NEEDS_RECONCILIATION
     assert len(fx.calls_of("write_note")) == 1 and len(fx.calls_of("fail_soft")) == 1
-    intent, done = note_call(await runtime.log(run_id))
+    intent, done = note_call(await runtime.reads.log(run_id))
     assert done is None
     row = await probe_answer(runtime, run_id, intent.seq)
     assert (row.tool, row.verdict, row.answer) == ("fail_soft", "unknown", None)

@@ -272,11 +272,11 @@ def process_agent(
 
 
 async def kinds(runtime, run_id: str) -> list[str]:
-    return [env.kind for env in await runtime.log(run_id)]
+    return [env.kind for env in await runtime.reads.log(run_id)]
 
 
 async def assert_no_secret(runtime, run_id: str, store_url: str) -> None:
-    text = json.dumps([env.event.to_payload() for env in await runtime.log(run_id)])
+    text = json.dumps([env.event.to_payload() for env in await runtime.reads.log(run_id)])
     assert SECRET not in text
     if store_url.startswith("sqlite:///"):
         db = Path(store_url.removeprefix("sqlite:///"))
@@ -291,7 +291,7 @@ async def test_a_real_sdk_agent_is_recorded_and_completes(
     provider = providers(tool_loop_script(PLAN, final_text="refund settled"))
     upstream_env(provider)
     agent = process_agent(tmp_path, mode)
-    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    run_id = await runtime.starts.start_run(agent, "settle invoice A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
@@ -320,7 +320,7 @@ async def test_with_no_upstream_named_the_daemons_own_openai_base_url_is_the_ups
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-for-another-host")
     agent = process_agent(tmp_path, "openai")
-    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    run_id = await runtime.starts.start_run(agent, "settle invoice A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
@@ -342,7 +342,7 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
     provider = providers(tool_loop_script(PLAN), on_call=on_call)
     upstream_env(provider)
     agent = process_agent(tmp_path, mode)
-    run_id = await runtime.start_run(agent, {"invoice": "A-1"})
+    run_id = await runtime.starts.start_run(agent, {"invoice": "A-1"})
     try:
         async with trio.open_nursery() as nursery:
 
@@ -355,7 +355,7 @@ async def test_a_killed_agent_process_is_restarted_and_replays_its_recorded_call
             os.kill(int((tmp_path / "agent.pid").read_text()), signal.SIGKILL)
     finally:
         release.set()
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert (
         view.state.value == "awaiting_model" and view.pending is not None
     )  # the cut call's intent is open
@@ -381,7 +381,7 @@ async def test_a_changed_request_at_a_recorded_position_fails_the_run_naming_it(
     model_file.write_text("scripted-model")
     env = {"MODELFILE": str(model_file), "DIE_AFTER": "2", "MARKER": str(tmp_path / "died")}
     agent = process_agent(tmp_path, "anthropic", env=env, extra="record_prompts = true")
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     assert provider.call_count == 2
@@ -402,7 +402,7 @@ async def test_divergence_without_recorded_prompts_names_the_model_and_roles(
     model_file.write_text("scripted-model")
     env = {"MODELFILE": str(model_file), "DIE_AFTER": "1", "MARKER": str(tmp_path / "died")}
     agent = process_agent(tmp_path, "openai", env=env)
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     model_file.write_text("another-model")
@@ -416,7 +416,7 @@ async def test_divergence_without_recorded_prompts_names_the_model_and_roles(
 async def test_exit_nonzero_before_any_model_call_fails_with_code_and_stderr(runtime, tmp_path):
     script = "import sys\nsys.stderr.write('config missing: AGENT_HOME\\n')\nsys.exit(3)\n"
     agent = process_agent(tmp_path, script=script)
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "exited with code 3 before any model call" in view.detail["error"]
@@ -425,7 +425,7 @@ async def test_exit_nonzero_before_any_model_call_fails_with_code_and_stderr(run
 
 async def test_exit_zero_without_model_calls_fails_with_the_diagnosis(runtime, tmp_path):
     agent = process_agent(tmp_path, script="print('hello')\n")
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert (
@@ -442,7 +442,7 @@ async def test_a_process_past_its_timeout_is_killed_with_its_group(runtime, tmp_
     )
     agent = process_agent(tmp_path, script=script, extra="")
     agent = parse_definition(agent.stored_text.replace("timeout = 60", "timeout = 1"), "toml")
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     with trio.fail_after(20):
         view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed" and "timeout of 1s" in view.detail["error"]
@@ -472,7 +472,7 @@ async def test_the_agent_sees_its_task_and_the_injected_variables(runtime, tmp_p
     monkeypatch.setenv("SALVOR_AGENT_KEY", SECRET)
     monkeypatch.setenv("SALVOR_STORE", "postgresql://user:pw@db/salvor")
     agent = process_agent(tmp_path, script=script, env={"EXTRA": "x", "OPENAI_BASE": "overridden"})
-    run_id = await runtime.start_run(agent, {"task": "refund"})
+    run_id = await runtime.starts.start_run(agent, {"task": "refund"})
     await runtime.drive(run_id, agent=agent)
     seen = json.loads((tmp_path / "seen.json").read_text())
     base = seen["ANTHROPIC_BASE_URL"]
@@ -505,8 +505,8 @@ async def test_the_proxy_refuses_unknown_capabilities_and_non_json_bodies(
         from salvor.daemon.recording._run_context import RunContext
 
         agent = process_agent(tmp_path, script="pass\n")
-        run_id = await runtime.start_run(agent, "x")
-        log = await runtime.log(run_id)
+        run_id = await runtime.starts.start_run(agent, "x")
+        log = await runtime.reads.log(run_id)
         session = ProxySession(
             RunContext(runtime.access, run_id, log),
             log,
@@ -596,7 +596,7 @@ async def test_an_upstream_error_reaches_the_agent_and_its_retry_reissues_the_op
     provider = providers(script)
     upstream_env(provider)
     agent = process_agent(tmp_path, mode, env={"RETRIES": "2"})
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert provider.call_count == 4
@@ -617,7 +617,7 @@ async def test_a_failed_response_is_not_recorded_and_its_retry_reissues_the_open
     provider = providers(script)
     upstream_env(provider)
     agent = process_agent(tmp_path, mode, env={"RETRIES": "1"})
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The failed answer reached the agent (on HTTP 200) but was not recorded: its retry
@@ -634,7 +634,7 @@ async def test_an_upstream_refusal_fails_the_run_with_the_agents_own_error(
     provider = providers(lambda call: ErrorReply(400, "model scripted-model does not exist"))
     upstream_env(provider)
     agent = process_agent(tmp_path, "anthropic")
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "exited with code 1" in view.detail["error"]
@@ -651,7 +651,7 @@ async def test_a_recovered_process_that_exits_before_replaying_every_recorded_ca
     exit_file = tmp_path / "exit-after"
     env = {"DIE_AFTER": "2", "MARKER": str(tmp_path / "died"), "EXITFILE": str(exit_file)}
     agent = process_agent(tmp_path, "openai", env=env)
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     exit_file.write_text("1")
@@ -670,7 +670,7 @@ async def test_an_agent_that_cannot_be_started_fails_naming_why(runtime, tmp_pat
             f'kind = "process"\ncommand = "true"\ncwd = {json.dumps(str(tmp_path / "missing"))}\n'
         )
     agent = parse_definition(text, "toml")
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "could not be started" in view.detail["error"]

@@ -88,7 +88,7 @@ async def test_an_agent_answering_on_stdout_completes_with_what_it_printed(
     printed = f"Step 1: calling tool 'final_answer'\n\nstand-ins: {STAND_INS}\nFinal answer: 42"
 
     by_default = smol_agent(tmp_path)
-    run_id = await runtime.start_run(by_default, "what is six times seven?")
+    run_id = await runtime.starts.start_run(by_default, "what is six times seven?")
     view = await runtime.drive(run_id, agent=by_default)
     # The last model turn called a tool: its call is the answer.
     answer = {"name": "final_answer", "arguments": {"answer": "42"}}
@@ -98,7 +98,7 @@ async def test_an_agent_answering_on_stdout_completes_with_what_it_printed(
     }
 
     on_stdout = smol_agent(tmp_path, 'output_from = "stdout"\n')
-    run_id = await runtime.start_run(on_stdout, "what is six times seven?")
+    run_id = await runtime.starts.start_run(on_stdout, "what is six times seven?")
     view = await runtime.drive(run_id, agent=on_stdout)
     assert view.status() == {"state": "completed", "output": {"reply": printed, "exit_code": 0}}
 
@@ -109,7 +109,7 @@ async def test_stdout_is_kept_from_its_end_within_the_bound(
     provider = providers([tool_use("final_answer", {"answer": "42"})])
     upstream_env(provider)
     agent = smol_agent(tmp_path, 'output_from = "stdout"\n', {"NOISE": str(3 * STDOUT_TAIL_BYTES)})
-    run_id = await runtime.start_run(agent, "what is six times seven?")
+    run_id = await runtime.starts.start_run(agent, "what is six times seven?")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     reply = view.detail["output"]["reply"]
@@ -122,7 +122,7 @@ async def test_salvor_mcp_false_offers_no_salvor_server(runtime, providers, upst
     provider = providers([tool_use("final_answer", {"answer": "42"})])
     upstream_env(provider)
     agent = smol_agent(tmp_path, 'output_from = "stdout"\nsalvor_mcp = false\n')
-    run_id = await runtime.start_run(agent, "what is six times seven?")
+    run_id = await runtime.starts.start_run(agent, "what is six times seven?")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert "stand-ins: []" in view.detail["output"]["reply"]
@@ -139,7 +139,7 @@ async def test_an_agent_that_ends_on_a_tool_call_keeps_it_on_every_wire(
     exit_file = tmp_path / "exit_after"
     exit_file.write_text("1")
     agent = process_agent(tmp_path, mode, env={"EXITFILE": str(exit_file)})
-    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    run_id = await runtime.starts.start_run(agent, "settle invoice A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {
         "state": "completed",

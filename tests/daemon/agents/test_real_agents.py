@@ -95,7 +95,7 @@ async def test_an_agent_that_only_calls_finish_completes_with_its_result(
     agent = definition(
         tmp_path, [sys.executable, script(tmp_path, "finish.py", FINISH_ONLY), transport]
     )
-    run_id = await runtime.start_run(agent, "ticket 7")
+    run_id = await runtime.starts.start_run(agent, "ticket 7")
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {
         "state": "completed",
@@ -144,7 +144,7 @@ async def test_a_smolagents_answer_through_its_final_answer_tool_is_the_runs_out
     )
     upstream_env(provider)
     agent = definition(tmp_path, [sys.executable, script(tmp_path, "smol.py", SMOLAGENTS)])
-    run_id = await runtime.start_run(agent, "refund invoice A-1")
+    run_id = await runtime.starts.start_run(agent, "refund invoice A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {
         "state": "completed",
@@ -180,7 +180,7 @@ async def test_the_llm_cli_gets_the_prompt_as_one_argument_and_answers_it(
     provider = providers([text_reply("Nothing to summarise.")])
     upstream_env(provider)
     agent = llm_agent(tmp_path, "{prompt}")
-    run_id = await runtime.start_run(agent, PROMPT)
+    run_id = await runtime.starts.start_run(agent, PROMPT)
     view = await runtime.drive(run_id, agent=agent)
     assert view.status() == {
         "state": "completed",
@@ -199,7 +199,7 @@ async def test_an_agent_whose_prompt_never_reached_its_model_fails_saying_so(
     upstream_env(provider)
     # No {prompt}: llm reads no prompt (its stdin is empty) and asks its model anyway.
     agent = llm_agent(tmp_path)
-    run_id = await runtime.start_run(agent, "summarise the refund policy")
+    run_id = await runtime.starts.start_run(agent, "summarise the refund policy")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed" and provider.call_count == 1
     error = view.detail["error"]
@@ -254,7 +254,7 @@ async def test_every_telemetry_switch_is_off_in_an_agents_environment_unless_its
     command = [sys.executable, script(tmp_path, "env.py", ENV_DUMP), names]
     # The definition's env is the operator's choice, and wins.
     agent = definition(tmp_path, command, {"DO_NOT_TRACK": "0"})
-    run_id = await runtime.start_run(agent, "x")
+    run_id = await runtime.starts.start_run(agent, "x")
     await runtime.drive(run_id, agent=agent)
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen == {**TELEMETRY_SWITCHES, "DO_NOT_TRACK": "0"}
@@ -324,14 +324,14 @@ async def test_an_openai_agents_run_exports_no_trace_unless_its_definition_turns
     through = {"HTTPS_PROXY": capture_proxy.url, "https_proxy": capture_proxy.url}
 
     agent = definition(tmp_path, command, through)
-    run_id = await runtime.start_run(agent, "say done")
+    run_id = await runtime.starts.start_run(agent, "say done")
     view = await runtime.drive(run_id, agent=agent)
     assert view.status()["output"] == {"reply": "done", "exit_code": 0}
     assert capture_proxy.requests == []
 
     # The same program with tracing switched back on does reach out: the capture sees it.
     traced = definition(tmp_path, command, {**through, "OPENAI_AGENTS_DISABLE_TRACING": "0"})
-    run_id = await runtime.start_run(traced, "say done")
+    run_id = await runtime.starts.start_run(traced, "say done")
     view = await runtime.drive(run_id, agent=traced)
     assert view.status()["output"] == {"reply": "done", "exit_code": 0}
     assert capture_proxy.requests and all(

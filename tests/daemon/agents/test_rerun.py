@@ -30,7 +30,7 @@ STORE_BACKENDS = SQLITE_ONLY
 async def record_origin(runtime, provider, upstream_env, tmp_path, mode: str = "openai", **kwargs):
     upstream_env(provider)
     agent = process_agent(tmp_path, mode, **kwargs)
-    run_id = await runtime.start_run(agent, "settle invoice A-1")
+    run_id = await runtime.starts.start_run(agent, "settle invoice A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     return agent, run_id
@@ -38,7 +38,7 @@ async def record_origin(runtime, provider, upstream_env, tmp_path, mode: str = "
 
 async def model_calls(runtime, run_id: str) -> list[tuple[str, dict]]:
     """(request_hash, response) of each completed model call, in order."""
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     hashes = {
         e.seq: e.event.request_hash for e in log if e.event.KIND is EventKind.MODEL_CALL_REQUESTED
     }
@@ -62,7 +62,7 @@ async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(
     agent, origin = await record_origin(runtime, provider, upstream_env, tmp_path, mode)
     served = provider.call_count
     assert served == 3
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "exit_code": 0}
@@ -70,7 +70,7 @@ async def test_a_rerun_reproduces_the_trajectory_with_zero_upstream_calls(
     assert provider.call_count == served  # not one call upstream
     assert await model_calls(runtime, rerun) == await model_calls(runtime, origin)
     # The recorded usage is the origin's too: a re-run reports what the trajectory cost.
-    origin_view = await runtime.view(origin)
+    origin_view = await runtime.reads.view(origin)
     assert (view.input_tokens, view.output_tokens) == (
         origin_view.input_tokens,
         origin_view.output_tokens,
@@ -87,7 +87,7 @@ async def test_a_rerun_works_with_no_upstream_configured_at_all(
     monkeypatch.delenv("SALVOR_AGENT_UPSTREAM")
     monkeypatch.delenv("SALVOR_AGENT_KEY")
     provider.stop()
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
 
@@ -101,7 +101,7 @@ async def test_changed_agent_code_fails_the_rerun_at_the_first_divergent_call_na
     )
     # New code: the tool result the agent threads back changed, so call 2's body differs.
     changed = process_agent(tmp_path, "openai", env={"AMOUNT": "43"}, extra="record_prompts = true")
-    rerun = await runtime.start_run(changed, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(changed, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=changed)
     assert view.state.value == "failed"
     error = view.detail["error"]
@@ -123,7 +123,7 @@ async def test_a_rerun_without_recorded_prompts_names_the_envelope_difference(
     model_file = tmp_path / "model.txt"
     model_file.write_text("claude-next")
     changed = process_agent(tmp_path, "anthropic", env={"MODELFILE": str(model_file)})
-    rerun = await runtime.start_run(changed, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(changed, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=changed)
     assert view.state.value == "failed"
     error = view.detail["error"]
@@ -140,7 +140,9 @@ async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(
     exit_file = tmp_path / "exit.txt"
     exit_file.write_text("1")
     early = process_agent(tmp_path, "openai", env={"EXITFILE": str(exit_file)})
-    view = await runtime.drive(await runtime.start_run(early, None, replay_of=origin), agent=early)
+    view = await runtime.drive(
+        await runtime.starts.start_run(early, None, replay_of=origin), agent=early
+    )
     assert view.state.value == "failed"
     assert f"after 1 of the 3 model calls origin run {origin} recorded" in view.detail["error"]
 
@@ -148,12 +150,14 @@ async def test_an_agent_that_stops_early_or_asks_for_more_fails_the_rerun(
     _, short = await record_origin(
         runtime, provider, upstream_env, tmp_path / "..", "openai", env={"EXITFILE": str(exit_file)}
     )
-    assert (await runtime.view(short)).detail["output"] == {
+    assert (await runtime.reads.view(short)).detail["output"] == {
         "tool_calls": [{"name": "lookup_invoice", "arguments": {"invoice": "A-1"}}],
         "exit_code": 0,
     }
     # ... re-run by code that keeps going: its second call has no counterpart.
-    view = await runtime.drive(await runtime.start_run(agent, None, replay_of=short), agent=agent)
+    view = await runtime.drive(
+        await runtime.starts.start_run(agent, None, replay_of=short), agent=agent
+    )
     assert view.state.value == "failed"
     assert (
         f"model call 2 has no counterpart: origin run {short} recorded only 1 model calls"
@@ -174,7 +178,7 @@ async def test_a_rerun_killed_mid_way_recovers_from_its_own_log_then_the_origin(
     dying = process_agent(
         tmp_path, "anthropic-stream", env={"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")}
     )
-    rerun = await runtime.start_run(dying, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(dying, None, replay_of=origin)
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(rerun, agent=dying)
     kept = await model_calls(runtime, rerun)
@@ -184,7 +188,7 @@ async def test_a_rerun_killed_mid_way_recovers_from_its_own_log_then_the_origin(
     view = await runtime.drive(rerun, agent=dying)
     assert view.state.value == "completed", view.detail
     assert await model_calls(runtime, rerun) == await model_calls(runtime, origin)
-    kinds = [e.kind for e in await runtime.log(rerun)]
+    kinds = [e.kind for e in await runtime.reads.log(rerun)]
     assert kinds.count("ModelCallRequested") == 3 and kinds.count("ModelCallCompleted") == 3
     assert provider.call_count == 3
 
@@ -193,7 +197,7 @@ async def test_rerun_refusals_record_nothing(runtime, providers, upstream_env, t
     provider = providers(tool_loop_script(PLAN))
     agent, origin = await record_origin(runtime, provider, upstream_env, tmp_path, "openai")
     broken = process_agent(tmp_path, script="import sys\nsys.exit(4)\n")
-    failed = await runtime.start_run(broken, "x")
+    failed = await runtime.starts.start_run(broken, "x")
     assert (await runtime.drive(failed, agent=broken)).state.value == "failed"
     builtin = parse_definition('model = "m"\n[llm]\nprovider = "demo"\n', "toml")
     before = await store_run_count(runtime)
@@ -205,7 +209,7 @@ async def test_rerun_refusals_record_nothing(runtime, providers, upstream_env, t
     ]
     for definition, replay_of, code, status in cases:
         with pytest.raises(OperationRefused) as caught:
-            await runtime.start_run(definition, None, replay_of=replay_of)
+            await runtime.starts.start_run(definition, None, replay_of=replay_of)
         assert (caught.value.code, caught.value.status) == (code, status), caught.value.message
         if code == "wrong_state":
             assert "only a completed run has a whole trajectory" in caught.value.message

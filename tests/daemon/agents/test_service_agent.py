@@ -86,7 +86,7 @@ async def test_a_service_run_completes_with_the_reply(
     port = free_port()
     service = services(tmp_path, mode, proxy_base(mode, port))
     agent = service_agent(service.url, port)
-    run_id = await runtime.start_run(agent, {"invoice": "A-1"})
+    run_id = await runtime.starts.start_run(agent, {"invoice": "A-1"})
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "trigger_status": 200}
@@ -98,7 +98,7 @@ async def test_a_service_run_completes_with_the_reply(
     assert trigger["path"] == "/task" and trigger["prompt"] == json.dumps({"invoice": "A-1"})
     log = await kinds(runtime, run_id)
     assert log.count("ModelCallRequested") == 3 and log.count("ModelCallCompleted") == 3
-    assert runtime.ports.holder(port) is None  # the drive let the port go
+    assert runtime.kit.ports.holder(port) is None  # the drive let the port go
 
 
 async def test_a_mispointed_service_fails_with_the_port_to_point_at(
@@ -110,7 +110,7 @@ async def test_a_mispointed_service_fails_with_the_port_to_point_at(
     # Its base URL goes straight to the provider: the run sees no model call.
     service = services(tmp_path, "openai", f"{provider.base_url}/v1")
     agent = service_agent(service.url, port)
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     error = view.detail["error"]
@@ -132,7 +132,7 @@ async def test_header_variables_reach_the_service_and_never_the_store(
         service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}", "X-Desk": "refunds"}
     )
     assert "${SERVICE_TOKEN}" in agent.stored_text and HEADER_SECRET not in agent.stored_text
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     (trigger,) = service.entries("trigger")
@@ -151,7 +151,7 @@ async def test_a_missing_header_variable_fails_the_run_and_sends_nothing(
     port = free_port()
     service = services(tmp_path, "openai", proxy_base("openai", port))
     agent = service_agent(service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"})
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "${SERVICE_TOKEN}" in view.detail["error"] and "not set" in view.detail["error"]
@@ -165,7 +165,7 @@ async def test_a_header_variable_with_a_line_break_fails_the_run_without_its_val
     port = free_port()
     service = services(tmp_path, "openai", proxy_base("openai", port))
     agent = service_agent(service.url, port, headers={"Authorization": "Bearer ${SERVICE_TOKEN}"})
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "${SERVICE_TOKEN}" in view.detail["error"] and "line break" in view.detail["error"]
@@ -176,7 +176,7 @@ async def test_a_header_variable_with_a_line_break_fails_the_run_without_its_val
 async def test_an_unreachable_trigger_fails_naming_the_url(runtime):
     url = f"http://127.0.0.1:{free_port()}/task"
     agent = service_agent(url, free_port())
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert f"the service at {url} could not be reached" in view.detail["error"]
@@ -189,7 +189,7 @@ async def test_a_port_another_program_holds_fails_the_run_naming_it(runtime, ser
         port = squatter.getsockname()[1]
         service = services(tmp_path, "openai", proxy_base("openai", port))
         agent = service_agent(service.url, port)
-        run_id = await runtime.start_run(agent, "settle")
+        run_id = await runtime.starts.start_run(agent, "settle")
         view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert (
@@ -212,7 +212,7 @@ async def test_a_service_past_its_timeout_fails_the_run(
     agent = parse_definition(
         service_definition(service.url, port).replace("timeout = 60", "timeout = 0.5"), "toml"
     )
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     try:
         view = await runtime.drive(run_id, agent=agent)
     finally:
@@ -236,7 +236,7 @@ async def test_a_service_run_ended_by_another_writer_ends_its_drive_though_the_s
         tmp_path, "openai", proxy_base("openai", port), env={"RELEASE": str(release)}
     )
     agent = service_agent(service.url, port)
-    run_id = await runtime.start_run(agent, "settle")
+    run_id = await runtime.starts.start_run(agent, "settle")
     access = runtime.access
     try:
         async with trio.open_nursery() as nursery:
@@ -285,9 +285,9 @@ async def test_a_cut_drive_is_triggered_again_and_replays_the_recorded_prefix(
         tmp_path, "anthropic", proxy_base("anthropic", port), env={"RELEASE": str(release)}
     )
     agent = service_agent(service.url, port)
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     await drive_until_held(runtime, agent, run_id, service)
-    assert runtime.ports.holder(port) is None
+    assert runtime.kit.ports.holder(port) is None
     release.write_text("go")
     # The cut request goes on and finds nothing on the port: its client raises, it answers 500.
     await wait_for(lambda: service.entries("finished"), "the cut request to end")
@@ -315,7 +315,7 @@ async def test_a_service_that_answers_500_after_a_divergence_fails_by_its_trajec
         env={"RELEASE": str(release), "MODELFILE": str(model_file)},
     )
     agent = service_agent(service.url, port, extra="record_prompts = true")
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     await drive_until_held(runtime, agent, run_id, service)
     release.write_text("go")
     await wait_for(lambda: service.entries("finished"), "the cut request to end")
@@ -339,9 +339,9 @@ async def test_a_rerun_of_a_service_run_is_answered_from_its_origin(
     port = free_port()
     service = services(tmp_path, "openai", proxy_base("openai", port))
     agent = service_agent(service.url, port)
-    origin = await runtime.start_run(agent, "settle A-1")
+    origin = await runtime.starts.start_run(agent, "settle A-1")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == {"reply": "refund settled", "trigger_status": 200}
@@ -354,9 +354,9 @@ async def test_a_second_run_on_a_held_port_is_refused_before_anything_is_recorde
 ):
     port = free_port()
     agent = service_agent("http://127.0.0.1:9/task", port)
-    first = await runtime.start_run(agent, "one")
+    first = await runtime.starts.start_run(agent, "one")
     with pytest.raises(OperationRefused) as refused:
-        await runtime.start_run(agent, "two")
+        await runtime.starts.start_run(agent, "two")
     assert refused.value.code == "port_held" and refused.value.status == 409
     assert refused.value.details == {"port": port, "run": first}
     runs, _ = await runtime.access.read(runtime.access.store.list_runs)

@@ -262,7 +262,7 @@ async def test_an_input_at_the_limit_runs_end_to_end(server: Server, providers):
     assert rest["status"]["state"] == "completed"
     log = (await server.client.get(f"/v1/runs/{run_id}/replay")).json()
     assert log  # the fold of the recorded log reads back
-    history = await server.state.runtime.log(run_id)
+    history = await server.state.runtime.reads.log(run_id)
     assert history[0].event.input == run_input
     assert provider.call_count == 1
 

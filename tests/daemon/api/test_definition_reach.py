@@ -200,7 +200,7 @@ async def test_a_definition_stored_before_the_flags_changed_fails_its_run_unsent
     text, message = _stored(capture.url, provider.base_url)[hole]
     # Straight into the store, as a daemon with other flags once accepted it.
     agent = parse_definition(text, "toml")
-    await server.state.runtime.register_agent(agent)
+    await server.state.runtime.definitions.register_agent(agent)
 
     run = await server.start_run(agent.agent_def_hash, "settle it")
     body = await server.wait_resting(run)
@@ -235,7 +235,7 @@ async def test_a_graph_run_whose_agent_names_an_undeclared_endpoint_fails_unsent
         "a built-in agent's key sent to an undeclared endpoint"
     ]
     agent = parse_definition(text, "toml")
-    await server.state.runtime.register_agent(agent)
+    await server.state.runtime.definitions.register_agent(agent)
     document = {
         "schema_version": 1,
         "nodes": [{"id": "ask", "kind": "agent", "agent": agent.agent_def_hash}],

@@ -166,7 +166,7 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
     )
 
     # Every action over the finished tree, answered or refused, leaves the store as it was.
-    host = server.state.runtime.flows
+    host = server.state.runtime.kit.flows
     session = FlowSession(run_id=run_id, session=Session.MAIN, host=host)
     before = await trio.to_thread.run_sync(store_tables, store_url)
     for args in (

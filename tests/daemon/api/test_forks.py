@@ -61,7 +61,7 @@ async def _record(server, events) -> str:
 
 
 async def _log_bytes(server, run_id: str) -> list[str]:
-    return [encode_envelope(e) for e in await server.state.runtime.read_log(run_id)]
+    return [encode_envelope(e) for e in await server.state.runtime.reads.read_log(run_id)]
 
 
 async def test_projection_and_forks_over_http(server_factory) -> None:
@@ -108,7 +108,7 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
     origin_before = await _log_bytes(server, origin)
     bare = await call(api, "POST", FORK, expect=409, run_id=origin, json={"from_node": "publish"})
     assert bare["error"]["code"] == "write_replay_hazard"
-    recorded = (await server.state.runtime.read_log(origin))[PUBLISH_WRITE]
+    recorded = (await server.state.runtime.reads.read_log(origin))[PUBLISH_WRITE]
     publish_write, item_write = bare["error"]["details"]["writes"]
     assert publish_write == {
         "seq": PUBLISH_WRITE,
@@ -223,8 +223,8 @@ async def test_projection_and_forks_over_http(server_factory) -> None:
         "acknowledged_writes": [PUBLISH_WRITE, EACH],
     }
     assert await _log_bytes(server, origin) == origin_before
-    origin_log = await server.state.runtime.read_log(origin)
-    child_log = await server.state.runtime.read_log(child)
+    origin_log = await server.state.runtime.reads.read_log(origin)
+    child_log = await server.state.runtime.reads.read_log(child)
     assert len(child_log) == 19
     assert child_log[0].event.forked_from == created["forked_from"]
     assert [e.event for e in child_log[1:]] == [e.event for e in origin_log[1:19]]
@@ -302,7 +302,7 @@ async def _calls(server, run_id: str) -> list[tuple[str, str]]:
     """(kind, what) of each model and tool intent in the run's log."""
     return [
         (e.event.KIND.value, getattr(e.event, "tool", "model"))
-        for e in await server.state.runtime.read_log(run_id)
+        for e in await server.state.runtime.reads.read_log(run_id)
         if e.event.KIND.value in ("ModelCallRequested", "ToolCallRequested")
     ]
 
@@ -332,9 +332,9 @@ async def test_a_walked_run_forked_walks_on_from_its_node(server, providers) -> 
     assert body["status"]["state"] == "completed", body
     assert await _calls(server, child) == await _calls(server, origin)
     assert provider.call_count == 1  # the draft came with the prefix
-    child_log = await server.state.runtime.read_log(child)
+    child_log = await server.state.runtime.reads.read_log(child)
     sent = [e.event for e in child_log if getattr(e.event, "tool", None) == "send_email"]
-    origin_log = await server.state.runtime.read_log(origin)
+    origin_log = await server.state.runtime.reads.read_log(origin)
     (origin_sent,) = [e.event for e in origin_log if getattr(e.event, "tool", None) == "send_email"]
     # The idempotent call presents its origin's key: the provider collapses the duplicate.
     assert [e.idempotency_key for e in sent] == [origin_sent.idempotency_key]

@@ -54,7 +54,7 @@ async def start(server: Server, graph: str, run_input=None, **fields) -> str:
 
 
 async def kinds(server: Server, run_id: str) -> list[str]:
-    log = await server.state.runtime.log(run_id)
+    log = await server.state.runtime.reads.log(run_id)
     return [envelope.event.KIND.value for envelope in log]
 
 
@@ -168,7 +168,7 @@ async def test_a_process_or_service_agent_in_an_agent_node_is_refused_naming_the
     graphs = {}
     for kind, text in definitions.items():
         agent = parse_definition(text, "toml")
-        await server.state.runtime.register_agent(agent)
+        await server.state.runtime.definitions.register_agent(agent)
         node = {"id": f"by_{kind}", "kind": "agent", "agent": agent.agent_def_hash}
         graphs[kind] = (
             agent.agent_def_hash,
@@ -376,7 +376,7 @@ async def test_a_map_item_parked_on_a_person_walks_its_graph_on_once_resumed(
     # The graph run's usage is its own node's model call and its map item's child's calls.
     spent = (await get_run(server, child))["usage"]
     assert spent["input_tokens"] > 0
-    log = await server.state.runtime.log(run_id)
+    log = await server.state.runtime.reads.log(run_id)
     (item,) = [e.event for e in log if e.event.KIND.value == "MapItemCompleted"]
     assert item.usage == spent
     own = [e.event.usage for e in log if e.event.KIND.value == "ModelCallCompleted"]

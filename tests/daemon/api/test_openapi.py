@@ -296,7 +296,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     # -- the document itself, capabilities, and auth on every route --------------------------------
     served = openapi_document(
         API_OPERATIONS,
-        tools=server.state.runtime.registry.names(),
+        tools=server.state.runtime.kit.registry.names(),
         process_agents=False,
         llm_choices=server.state.credentials.llm_choices(),
         mcp_origins=server.state.credentials.origins("mcp"),

@@ -54,7 +54,7 @@ async def test_a_process_agent_runs_through_the_daemons_proxy(
     assert body["status"]["state"] == "completed", body
     assert body["status"]["output"] == {"reply": "settled", "exit_code": 0}
     assert provider.call_count == 3
-    assert server.state.runtime.proxy.url.startswith("http://127.0.0.1:")
+    assert server.state.runtime.kit.proxy.url.startswith("http://127.0.0.1:")
 
 
 def held_provider(providers, monkeypatch):

@@ -205,7 +205,7 @@ async def lookup_agent(server: Server, provider: ScriptedProvider) -> str:
 
 
 async def store_log(server: Server, run_id: str):
-    return await server.state.runtime.log(run_id)
+    return await server.state.runtime.reads.log(run_id)
 
 
 async def wait_subscribers(server: Server, run_id: str, count: int) -> None:
@@ -625,7 +625,7 @@ async def test_a_write_finished_between_a_read_and_the_rest_check_is_not_the_end
         await reached.wait()
     state = daemon.state
     subscription = state.hub.subscribe(run_id)
-    frames = _frames(state, run_id, subscription, await state.runtime.read_log(run_id, 0), 0)
+    frames = _frames(state, run_id, subscription, await state.runtime.reads.read_log(run_id, 0), 0)
     first = parse_sse((await frames.__anext__()).decode())
     assert json.loads(first[-1].data)["event"]["kind"] == "ToolCallRequested"
 

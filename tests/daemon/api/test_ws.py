@@ -476,7 +476,7 @@ async def test_what_another_process_writes_is_read_once_per_run_for_every_stream
             with trio.fail_after(WAIT):
                 while server.state.hub.subscriber_counts() != {"sse": streams, "ws": 1}:
                     await trio.sleep(0.01)
-            view = fold(await server.state.runtime.log(run_id))
+            view = fold(await server.state.runtime.reads.log(run_id))
             access.store.read_log = counted
             try:
                 await trio.to_thread.run_sync(

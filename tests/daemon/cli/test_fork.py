@@ -41,7 +41,7 @@ def salvor(store_url, monkeypatch, capsys):
 
     async def drive(self, run_id, *, agent=None, on_record=None):
         driven.append(run_id)
-        return await self.view(run_id)
+        return await self.reads.view(run_id)
 
     monkeypatch.setattr(Runtime, "drive", drive)
 

@@ -342,7 +342,7 @@ async def sweeps_pass(server, count: int) -> None:
     Each sweep asks for the due runs.
     """
     runtime = server.state.runtime
-    due_runs = runtime.due_runs
+    due_runs = runtime.reads.due_runs
     asked = 0
     # Set when the sweep after the count-th begins: the count-th went through every due run.
     passed = trio.Event()
@@ -354,12 +354,12 @@ async def sweeps_pass(server, count: int) -> None:
             passed.set()
         return await due_runs(*args, **kwargs)
 
-    runtime.due_runs = counted
+    runtime.reads.due_runs = counted
     try:
         with trio.fail_after(30):
             await passed.wait()
     finally:
-        del runtime.due_runs
+        del runtime.reads.due_runs
 
 
 async def test_a_restarted_daemon_lets_the_client_adopt_its_run(server_factory) -> None:

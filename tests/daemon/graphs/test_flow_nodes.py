@@ -25,7 +25,7 @@ TRIAGE = 'outputs = [{ name = "priority" }]\nflow_tools = ["ask_user"]'
 
 async def stored(runtime, document: dict):
     graph = graph_from_value(document)
-    await runtime.register_graph(graph)
+    await runtime.definitions.register_graph(graph)
     return graph
 
 
@@ -41,9 +41,9 @@ async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
         ]
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
-    run_id = await runtime.start_graph_run(graph, "the disk is full")
+    run_id = await runtime.starts.start_graph_run(graph, "the disk is full")
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
 
@@ -55,7 +55,7 @@ async def test_an_agent_node_finishes_with_the_branch_its_branch_node_routes_on(
     assert no_branch["is_error"] and "branch" in no_branch["content"]
     assert wrong_branch["is_error"] and "urgent" in wrong_branch["content"]
 
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     exits = {e.event.node: e.event for e in log if e.event.KIND is EventKind.NODE_EXITED}
     assert exits["triage"].output == {
         "status": "complete",
@@ -79,7 +79,7 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
         )
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {
@@ -96,16 +96,16 @@ async def test_an_autonomous_graph_runs_its_agent_nodes_and_map_items_autonomous
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(
+    run_id = await runtime.starts.start_graph_run(
         graph, {"items": ["a"]}, labels={AUTONOMOUS_LABEL: "true"}
     )
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
-    assert "Suspended" not in [e.event.KIND.value for e in await runtime.log(run_id)]
+    assert "Suspended" not in [e.event.KIND.value for e in await runtime.reads.log(run_id)]
     for call in provider.calls:
         for result in tool_results(call):
             assert result["is_error"] and "autonomous" in result["content"]
-    child = await runtime.view(map_child_id(run_id, "each", 0))
+    child = await runtime.reads.view(map_child_id(run_id, "each", 0))
     assert child.labels == {MAP_OF_LABEL: run_id, AUTONOMOUS_LABEL: "true"}
     assert child.status()["output"]["summary"] == "guessed"
     assert view.detail["output"]["each"][0]["outputs"] == {"priority": "p3"}
@@ -123,16 +123,16 @@ async def test_an_agent_nodes_question_parks_the_graph_run_until_it_is_answered(
         )
     )
     agent = make_agent(provider, extra=TRIAGE)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(runtime, triage_graph(agent.agent_def_hash))
-    run_id = await runtime.start_graph_run(graph, "something broke")
+    run_id = await runtime.starts.start_graph_run(graph, "something broke")
     view = await runtime.drive(run_id)
     assert view.state is RunState.SUSPENDED and view.open_node == "triage"
     assert view.detail["reason"] == "How bad?"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"answer": 3})
+        await runtime.control.resume(run_id, {"answer": 3})
     assert refused.value.code == "bad_request"
-    await runtime.resume(run_id, {"answer": "not very"})
+    await runtime.control.resume(run_id, {"answer": "not very"})
     view = await runtime.drive(run_id)
     assert view.state is RunState.SLEEPING  # routed `later`: the shelve delay
     assert json.loads(tool_results(provider.calls[1])[0]["content"]) == {"answer": "not very"}

@@ -48,7 +48,7 @@ def echo(call):
 
 async def stored(runtime, document: dict):
     graph = graph_from_value(document)
-    await runtime.register_graph(graph)
+    await runtime.definitions.register_graph(graph)
     return graph
 
 
@@ -75,12 +75,12 @@ async def map_graph(runtime, agent: str, *, concurrency: int) -> str:
 
 async def agent_hash(runtime, make_agent, provider) -> str:
     agent = make_agent(provider)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     return agent.agent_def_hash
 
 
 async def sound_log(runtime, run_id):
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     check_batch(EMPTY_VIEW, log)
     return log
 
@@ -90,7 +90,7 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
 ):
     provider = providers(echo)
     graph = await stored(runtime, approval_graph(await agent_hash(runtime, make_agent, provider)))
-    run_id = await runtime.start_graph_run(
+    run_id = await runtime.starts.start_graph_run(
         graph, {"topic": "tides", "to": "a@example.com"}, labels={"env": "test"}
     )
     view = await runtime.drive(run_id)
@@ -98,15 +98,15 @@ async def test_an_agent_a_gate_a_branch_and_a_tool_walk_to_completion(
     assert view.detail["reason"] == "Send it?"
 
     # A refused approval is answered before anything is recorded.
-    before = await runtime.log(run_id)
+    before = await runtime.reads.log(run_id)
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"approved": "yes"})
+        await runtime.control.resume(run_id, {"approved": "yes"})
     assert refused.value.code is ErrorCode.APPROVAL_SCHEMA_VIOLATION
     assert refused.value.details["node"] == "approve"
     assert [v["path"] for v in refused.value.details["violations"]] == ["$.approved"]
-    assert await runtime.log(run_id) == before
+    assert await runtime.reads.log(run_id) == before
 
-    await runtime.resume(run_id, {"approved": True})
+    await runtime.control.resume(run_id, {"approved": True})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     send = {"message_id": view.detail["output"]["send"]["message_id"], "to": "a@example.com"}
@@ -180,12 +180,12 @@ async def test_a_recovered_walk_repeats_no_completed_call(
             "edges": [{"from": "first", "to": "mail"}, {"from": "mail", "to": "second"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, "go")
+    run_id = await runtime.starts.start_graph_run(graph, "go")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_MODEL and view.open_node == "second"
-    assert run_id in await runtime.interrupted_runs()
+    assert run_id in await runtime.reads.interrupted_runs()
 
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
@@ -208,18 +208,18 @@ async def test_a_delay_sleeps_until_its_instant_and_the_wake_path_walks_on(runti
             "edges": [{"from": "cool_off", "to": "count"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, [1, 2, 3])
+    run_id = await runtime.starts.start_graph_run(graph, [1, 2, 3])
     view = await runtime.drive(run_id)
     assert view.state is RunState.SLEEPING
     assert view.detail["wake_at"] == "2026-11-29T09:00:30.000000Z"
-    assert await runtime.due_runs() == []
+    assert await runtime.reads.due_runs() == []
     with pytest.raises(OperationRefused) as early:
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     assert early.value.code is ErrorCode.STILL_SLEEPING
 
     clock.advance(31)
-    assert await runtime.due_runs() == [run_id]
-    await runtime.resume(run_id)  # what the wake sweeper does with a due run
+    assert await runtime.reads.due_runs() == [run_id]
+    await runtime.control.resume(run_id)  # what the wake sweeper does with a due run
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     assert view.detail["output"] == {"count": 6}
@@ -251,7 +251,7 @@ async def test_a_missing_reference_fails_the_run_naming_node_and_reference(runti
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(graph, {"invoce": "INV-1"})
+    run_id = await runtime.starts.start_graph_run(graph, {"invoce": "INV-1"})
     view = await runtime.drive(run_id)
     assert view.state is RunState.FAILED
     assert view.detail["error"].startswith("node 'mail': $input.invoice: 'invoice' is not in")
@@ -294,10 +294,10 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
             "edges": [{"from": "each", "to": "tally"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
+    run_id = await runtime.starts.start_graph_run(graph, {"tickets": ["a", "b", "c"]})
     with pytest.raises(DriveInterrupted, match="item 1"):
         await runtime.drive(run_id)
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     recorded = [e.event for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
     assert sorted(item.index for item in recorded) == [0, 2]
     assert {item.run_id for item in recorded} == {
@@ -307,8 +307,8 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
 
     # Recovery drives the graph run, whose walk drives the interrupted child (not a second driver).
     child = map_child_id(run_id, "each", 1)
-    assert (await runtime.view(child)).state is RunState.AWAITING_MODEL
-    assert await runtime.interrupted_runs() == [run_id]
+    assert (await runtime.reads.view(child)).state is RunState.AWAITING_MODEL
+    assert await runtime.reads.interrupted_runs() == [run_id]
 
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
@@ -321,7 +321,7 @@ async def test_a_map_drives_its_items_as_child_runs_and_a_rewalk_drives_only_the
     # Items 0 and 2 were answered once; item 1 twice (its failed call re-issued).
     tasks = [f'{{"n": {n}, "ticket": "{t}"}}' for n, t in enumerate("abc")]
     assert sorted(answered) == sorted([*tasks, tasks[1]])
-    child = await runtime.view(map_child_id(run_id, "each", 1))
+    child = await runtime.reads.view(map_child_id(run_id, "each", 1))
     assert child.state is RunState.COMPLETED and child.input == {"ticket": "b", "n": 1}
 
 
@@ -345,7 +345,7 @@ async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, e
             "edges": [],
         },
     )
-    run_id = await runtime.start_graph_run(graph, ["x@example.com", "y@example.com"])
+    run_id = await runtime.starts.start_graph_run(graph, ["x@example.com", "y@example.com"])
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED
     assert [o["to"] for o in view.detail["output"]["mail"]] == ["x@example.com", "y@example.com"]
@@ -363,9 +363,9 @@ async def test_a_map_over_a_tool_calls_inline_keyed_by_node_and_index(runtime, e
 async def test_a_graph_that_does_not_resolve_starts_no_run(runtime, node, code):
     graph = await stored(runtime, {"schema_version": 1, "nodes": [node], "edges": []})
     with pytest.raises(OperationRefused) as refused:
-        await runtime.start_graph_run(graph, None)
+        await runtime.starts.start_graph_run(graph, None)
     assert refused.value.code is code and refused.value.details["node"] == "x"
-    runs, _ = await runtime.list_runs()
+    runs, _ = await runtime.reads.list_runs()
     assert runs == []
 
 
@@ -380,7 +380,7 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
         extra="[budgets]\nsteps = 1",
     )
     for agent in (talker, looper):
-        await runtime.register_agent(agent)
+        await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {
@@ -393,14 +393,14 @@ async def test_each_agent_node_has_its_own_budget_and_a_crossing_parks_the_graph
             "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
         },
     )
-    run_id = await runtime.start_graph_run(graph, "go")
+    run_id = await runtime.starts.start_graph_run(graph, "go")
     view = await runtime.drive(run_id)
     # c's second call (after its tool) crosses its budget of one step.
     assert view.state is RunState.BUDGET_EXCEEDED and view.open_node == "c"
     with pytest.raises(OperationRefused) as refused:
-        await runtime.resume(run_id, {"extend_by": "x"})
+        await runtime.control.resume(run_id, {"extend_by": "x"})
     assert refused.value.code is ErrorCode.BAD_REQUEST  # a budget is not a gate
-    await runtime.resume(run_id, {"extend_by": 1})
+    await runtime.control.resume(run_id, {"extend_by": 1})
     view = await runtime.drive(run_id)
     assert view.state is RunState.COMPLETED and view.detail["output"] == {"c": "done"}
     await sound_log(runtime, run_id)
@@ -416,7 +416,7 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=1)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c"])
     view = await runtime.drive(run_id)
     child = map_child_id(run_id, "each", 1)
     assert view.state is RunState.FAILED
@@ -425,7 +425,7 @@ async def test_a_failed_map_item_fails_the_graph_run_naming_node_index_and_child
     # One item at a time, in item order: the item before the failed one was recorded.
     assert [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED] == [0]
     # The item after it never started: no child exists that nothing would drive.
-    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 2)) is None
 
 
 async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_agent):
@@ -444,13 +444,16 @@ async def test_a_failed_map_item_starts_no_later_item(runtime, providers, make_a
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=1)
     for _ in range(8):
-        run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d", "e"])
+        run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c", "d", "e"])
         view = await runtime.drive(run_id)
         assert view.state is RunState.FAILED
         assert "map item 1" in view.detail["error"]
         for index in (2, 3, 4):
             later = map_child_id(run_id, "each", index)
-            assert await runtime.find_view(later) is None, (index, await runtime.view(later))
+            assert await runtime.reads.find_view(later) is None, (
+                index,
+                await runtime.reads.view(later),
+            )
 
 
 async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_fails(
@@ -470,17 +473,17 @@ async def test_a_failed_map_item_lets_the_items_in_flight_finish_before_the_run_
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=3)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c", "d"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c", "d"])
     view = await runtime.drive(run_id)
     assert view.state is RunState.FAILED
     assert "map item 1" in view.detail["error"]
     for index in (0, 2):
-        sibling = await runtime.view(map_child_id(run_id, "each", index))
+        sibling = await runtime.reads.view(map_child_id(run_id, "each", index))
         assert sibling.state is RunState.COMPLETED, (index, sibling)
     log = await sound_log(runtime, run_id)
     recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
     assert sorted(recorded) == [0, 2]
-    assert await runtime.find_view(map_child_id(run_id, "each", 3)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 3)) is None
 
 
 async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_their_rest(
@@ -498,7 +501,7 @@ async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_the
 
     agent = await agent_hash(runtime, make_agent, providers(script))
     graph = await map_graph(runtime, agent, concurrency=2)
-    run_id = await runtime.start_graph_run(graph, ["a", "b", "c"])
+    run_id = await runtime.starts.start_graph_run(graph, ["a", "b", "c"])
     first = map_child_id(run_id, "each", 0)
     append = runtime.access.append
 
@@ -512,9 +515,9 @@ async def test_a_store_fault_under_a_map_item_lets_the_items_in_flight_reach_the
     monkeypatch.setattr(runtime.access, "append", refusing)
     with pytest.raises(StoreUnavailable):
         await runtime.drive(run_id)
-    second = await runtime.view(map_child_id(run_id, "each", 1))
+    second = await runtime.reads.view(map_child_id(run_id, "each", 1))
     assert second.state is RunState.COMPLETED, second
-    assert await runtime.find_view(map_child_id(run_id, "each", 2)) is None
+    assert await runtime.reads.find_view(map_child_id(run_id, "each", 2)) is None
     monkeypatch.setattr(runtime.access, "append", append)
     view = await runtime.drive(run_id)  # the healer's drive: item 0 answered again, all recorded
     assert view.state is RunState.COMPLETED, view
@@ -527,7 +530,7 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
     mail = {"to": "c@example.com", "subject": "s", "body": "b"}
     provider = providers(tool_loop_script([("send_email", mail)], final_text="mailed"))
     agent = make_agent(provider, tools=("send_email",))
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
     graph = await stored(
         runtime,
         {
@@ -539,16 +542,16 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
             "edges": [{"from": "start", "to": "notify"}],
         },
     )
-    origin = await runtime.start_graph_run(graph, [1, 2])
+    origin = await runtime.starts.start_graph_run(graph, [1, 2])
     assert (await runtime.drive(origin)).state is RunState.COMPLETED
 
-    child_id, _ = await runtime.fork(await runtime.plan_fork(origin, "notify"))
+    child_id, _ = await runtime.forks.fork(await runtime.forks.plan_fork(origin, "notify"))
     assert (await runtime.drive(child_id)).state is RunState.COMPLETED
     # A fork of the fork descends from the same origin, and presents the same key again.
-    grandchild, _ = await runtime.fork(await runtime.plan_fork(child_id, "notify"))
+    grandchild, _ = await runtime.forks.fork(await runtime.forks.plan_fork(child_id, "notify"))
     assert (await runtime.drive(grandchild)).state is RunState.COMPLETED
     # Another run of the same graph is another call: its own key, its email delivered.
-    other = await runtime.start_graph_run(graph, [3])
+    other = await runtime.starts.start_graph_run(graph, [3])
     assert (await runtime.drive(other)).state is RunState.COMPLETED
     key = graph_call_key(origin, graph.hash, "notify", 0, "send_email")
     for run_id in (origin, child_id, grandchild):
@@ -571,7 +574,7 @@ async def test_a_fork_from_an_agent_node_presents_its_origins_key_for_the_idempo
 
     # A log recorded before agent nodes had graph keys: its open intent is executed again under
     # the key it recorded, not under the one a new walk would present.
-    legacy = await runtime.log(origin)
+    legacy = await runtime.reads.log(origin)
     at = next(i for i, e in enumerate(legacy) if e.event.KIND is EventKind.TOOL_CALL_REQUESTED)
     old = dataclasses.replace(legacy[at].event, idempotency_key="sha256:" + "e" * 64)
     older = str(uuid.uuid4())

@@ -189,7 +189,7 @@ async def test_a_driven_process_agent_carries_the_mark_of_its_store(runtime, sto
     )
     # The definition's env cannot take the mark off: it is applied after it.
     agent = process_agent(tmp_path, script=script, env={MARK_VAR: "spoofed"})
-    run_id = await runtime.start_run(agent, "hello")
+    run_id = await runtime.starts.start_run(agent, "hello")
     await runtime.drive(run_id, agent=agent)
     assert (
         seen.read_text() == f"{store_fingerprint(runtime.access.store.url)} {run_id} {owner_mark()}"

@@ -53,8 +53,8 @@ async def assert_refused(client: httpx.AsyncClient, url: str, port: int, body: b
 async def mounted(runtime, upstream_env, tmp_path):
     """The model proxy with one process run's session mounted: (proxy, its base URL, run id)."""
     agent = process_agent(tmp_path, script="pass\n")
-    run_id = await runtime.start_run(agent, "x")
-    log = await runtime.log(run_id)
+    run_id = await runtime.starts.start_run(agent, "x")
+    log = await runtime.reads.log(run_id)
     async with open_model_proxy() as proxy:
         session = ProxySession(
             RunContext(runtime.access, run_id, log),

@@ -67,7 +67,7 @@ def told(provider) -> list[str]:
 async def drive_one(runtime, providers, tmp_path, fx, plan, **kwargs):
     provider = providers(tool_loop_script(plan, final_text="noted"))
     agent = keyed_agent(tmp_path, fx, **kwargs)
-    run_id = await runtime.start_run(agent, "note it")
+    run_id = await runtime.starts.start_run(agent, "note it")
     return run_id, agent, provider
 
 
@@ -88,8 +88,8 @@ async def test_two_process_runs_asking_for_one_keyed_write_perform_it_once(
     # The server performed the note once, and saw the identity as its key.
     [performed] = fx.calls_of("write_note")
     assert performed["meta"] == {"salvor": {"idempotency_key": IDENTITY, "run_id": first}}
-    [(seq_a, intent_a, done_a)] = calls_of(await runtime.log(first), "write_note")
-    [(_, intent_b, done_b)] = calls_of(await runtime.log(second), "write_note")
+    [(seq_a, intent_a, done_a)] = calls_of(await runtime.reads.log(first), "write_note")
+    [(_, intent_b, done_b)] = calls_of(await runtime.reads.log(second), "write_note")
     assert intent_a.idempotency_key == intent_b.idempotency_key == IDENTITY
     assert done_a.deduplicated_from is None
     # The second run recorded the first's result, naming where it came from; its agent was
@@ -104,7 +104,7 @@ async def test_two_process_runs_asking_for_one_keyed_write_perform_it_once(
     # one for its live initialize and listing).
     assert len(fx.starts) == 2
     agent = keyed_agent(tmp_path, fx)
-    rerun = await runtime.start_run(agent, None, replay_of=second)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=second)
     assert (await runtime.drive(rerun, agent=agent)).state is RunState.COMPLETED
     assert len(fx.calls_of("write_note")) == 1 and len(fx.starts) == 2
 
@@ -125,8 +125,8 @@ async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once
         open_store_access(store_url) as access_b,
     ):
         first, second = Runtime(access_a, registry), Runtime(access_b, registry)
-        run_a = await first.start_run(agent, "note it")
-        run_b = await second.start_run(agent, "note it")
+        run_a = await first.starts.start_run(agent, "note it")
+        run_b = await second.starts.start_run(agent, "note it")
         saw_open = trio.Event()
         token = trio.lowlevel.current_trio_token()
         original = access_b.store.get_claim
@@ -155,8 +155,8 @@ async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once
         assert views[run_a].state is RunState.COMPLETED, views[run_a].detail
         assert views[run_b].state is RunState.COMPLETED, views[run_b].detail
         assert [c["meta"]["salvor"]["run_id"] for c in fx.calls_of("write_note")] == [run_a]
-        [(seq_a, _, done_a)] = calls_of(await first.log(run_a), "write_note")
-        [(_, _, done_b)] = calls_of(await second.log(run_b), "write_note")
+        [(seq_a, _, done_a)] = calls_of(await first.reads.log(run_a), "write_note")
+        [(_, _, done_b)] = calls_of(await second.reads.log(run_b), "write_note")
         assert done_a.deduplicated_from is None
         assert done_b.deduplicated_from == {"run_id": run_a, "seq": seq_a}
         assert done_b.output == {"result": done_a.output["result"]}
@@ -173,7 +173,7 @@ async def test_a_failing_keyed_call_releases_its_identity_and_the_next_run_perfo
         )
         upstream_env(provider)
         assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-        [(_, intent, done)] = calls_of(await runtime.log(run_id), "fail_soft")
+        [(_, intent, done)] = calls_of(await runtime.reads.log(run_id), "fail_soft")
         assert intent.idempotency_key == identity
         outcomes.append(done)
     # An isError result left nothing to copy: the second run performed the call itself.
@@ -223,21 +223,21 @@ async def test_a_keyed_call_whose_identity_stays_held_stops_the_drive_writing_no
         await runtime.drive(run_b, agent=agent_b)
     assert stopped.value.claim.run_id == run_a
     # Nothing of the second call was written; its agent's model call before it stays recorded.
-    log_b = await runtime.log(run_b)
+    log_b = await runtime.reads.log(run_b)
     assert calls_of(log_b, "write_note") == []
     assert log_b[-1].event.KIND is EventKind.MODEL_CALL_COMPLETED
-    assert (await runtime.view(run_b)).state is RunState.RUNNING
+    assert (await runtime.reads.view(run_b)).state is RunState.RUNNING
     assert len(fx.calls_of("write_note")) == 1
 
     # The first run's open write parks it; a person records what it did, which settles the claim.
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.NEEDS_RECONCILIATION
     resolved = {"result": {"content": [{"type": "text", "text": f"noted {NOTE}"}]}}
-    await runtime.resolve(run_a, resolved, {})
+    await runtime.control.resolve(run_a, resolved, {})
     # The second run, driven again, asks again and copies that outcome.
     view = await runtime.drive(run_b, agent=agent_b)
     assert view.state is RunState.COMPLETED, view.detail
-    [(_, _, done_b)] = calls_of(await runtime.log(run_b), "write_note")
-    [(seq_a, _, _)] = calls_of(await runtime.log(run_a), "write_note")
+    [(_, _, done_b)] = calls_of(await runtime.reads.log(run_b), "write_note")
+    [(seq_a, _, _)] = calls_of(await runtime.reads.log(run_a), "write_note")
     assert done_b.output == resolved and done_b.deduplicated_from == {"run_id": run_a, "seq": seq_a}
     assert len(fx.calls_of("write_note")) == 1
 
@@ -265,7 +265,7 @@ async def test_an_open_keyed_idempotent_call_runs_again_under_its_identity_and_s
         == again["meta"]
         == {"salvor": {"idempotency_key": IDENTITY, "run_id": run_id}}
     )
-    [(seq, _, done)] = calls_of(await runtime.log(run_id), "write_note")
+    [(seq, _, done)] = calls_of(await runtime.reads.log(run_id), "write_note")
     claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, seq, "settled")
     assert claim.output == done.output
@@ -285,7 +285,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
     )
     upstream_env(provider)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-    [(seq, intent, _)] = calls_of(await runtime.log(run_id), "write_note")
+    [(seq, intent, _)] = calls_of(await runtime.reads.log(run_id), "write_note")
     derived = derived_key(run_id, seq, "mcp:fix/tools/call")
     assert intent.idempotency_key == derived
     [performed] = fx.calls_of("write_note")
@@ -301,7 +301,7 @@ async def test_a_keyed_call_missing_its_key_field_is_recorded_as_its_failure(
     )
     upstream_env(provider)
     assert (await runtime.drive(run_id, agent=agent)).state is RunState.COMPLETED
-    [(_, intent, done)] = calls_of(await runtime.log(run_id), "write_note")
+    [(_, intent, done)] = calls_of(await runtime.reads.log(run_id), "write_note")
     assert intent.idempotency_key is None and "`text`" in str(done.output)
     assert fx.calls_of("write_note") == []
 
@@ -366,7 +366,7 @@ async def test_a_keyed_call_whose_result_puts_its_run_to_sleep_settles_its_claim
             effects='effects = { park = "write" }\n',
             server_extra='idempotency_keys = { park = "salvor.sleep_until" }\n',
         )
-        run_id = await runtime.start_run(agent, "wait an hour")
+        run_id = await runtime.starts.start_run(agent, "wait an hour")
         runs.append((run_id, (await runtime.drive(run_id, agent=agent)).state))
         if len(runs) == 1:
             (asleep,) = [(k, c) for k, c in appends if EventKind.SLEEP_STARTED in k]
@@ -376,7 +376,7 @@ async def test_a_keyed_call_whose_result_puts_its_run_to_sleep_settles_its_claim
             assert (claim.run_id, claim.state) == (run_id, "settled")
     (first, slept), (second, _) = runs
     assert slept is RunState.SLEEPING
-    [(seq, _, _)] = calls_of(await runtime.log(first), "park")
-    [(_, _, copied)] = calls_of(await runtime.log(second), "park")
+    [(seq, _, _)] = calls_of(await runtime.reads.log(first), "park")
+    [(_, _, copied)] = calls_of(await runtime.reads.log(second), "park")
     assert copied.deduplicated_from == {"run_id": first, "seq": seq}
     assert [c["tool"] for c in fx.ledger] == ["park"]

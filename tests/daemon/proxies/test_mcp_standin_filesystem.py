@@ -81,7 +81,7 @@ async def test_a_write_file_lands_once_and_a_stubbed_move_never_runs(
     provider = providers(tool_loop_script(plan_for(sandbox), final_text="filed"))
     upstream_env(provider)
     agent = filesystem_agent(tmp_path, sandbox, transport=transport)
-    origin = await runtime.start_run(agent, "file the note")
+    origin = await runtime.starts.start_run(agent, "file the note")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     assert (sandbox / "note.txt").read_text() == "first draft"
@@ -91,13 +91,13 @@ async def test_a_write_file_lands_once_and_a_stubbed_move_never_runs(
     assert lane_shape(calls)[-3:] == ["call:write_file", "call:move_file", "call:list_directory"]
     effects = {
         e.event.input.get("name"): e.event.effect
-        for e in await runtime.log(origin)
+        for e in await runtime.reads.log(origin)
         if e.kind == "ToolCallRequested" and e.event.tool == "mcp:fix/tools/call"
     }
     assert effects == {"write_file": "write", "move_file": "read", "list_directory": "read"}
-    listed = [e.event.output for e in await runtime.log(origin) if e.kind == "ToolCallCompleted"][
-        -1
-    ]
+    listed = [
+        e.event.output for e in await runtime.reads.log(origin) if e.kind == "ToolCallCompleted"
+    ][-1]
     assert "note.txt" in json.dumps(listed) and "moved.txt" not in json.dumps(listed)
 
     # A re-run with the server unstartable and the file gone: nothing is written, nothing moved.
@@ -105,7 +105,7 @@ async def test_a_write_file_lands_once_and_a_stubbed_move_never_runs(
     missing = filesystem_agent(
         tmp_path, sandbox, transport=transport, command="/nonexistent/mcp-server-filesystem"
     )
-    rerun = await runtime.start_run(missing, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(missing, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=missing)
     assert view.state.value == "completed", view.detail
     assert list(sandbox.iterdir()) == []
@@ -120,13 +120,13 @@ async def test_a_killed_agent_recovers_without_writing_the_file_again(
     agent = filesystem_agent(
         tmp_path, sandbox, env={"DIE_AFTER": "1", "MARKER": str(tmp_path / "died")}
     )
-    run_id = await runtime.start_run(agent, "file the note")
+    run_id = await runtime.starts.start_run(agent, "file the note")
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(run_id, agent=agent)
     assert (sandbox / "note.txt").read_text() == "first draft"
     assert not [
         e
-        for e in await runtime.log(run_id)
+        for e in await runtime.reads.log(run_id)
         if e.kind == "ToolCallRequested"
         and e.event.input.get("name") in ("move_file", "list_directory")
     ]
@@ -136,7 +136,7 @@ async def test_a_killed_agent_recovers_without_writing_the_file_again(
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert list(sandbox.iterdir()) == []
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     writes = [
         e
         for e in log

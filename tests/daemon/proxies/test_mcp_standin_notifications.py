@@ -129,7 +129,7 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     provider = providers(tool_loop_script([], final_text="told"))
     upstream_env(provider)
     agent = notifying_agent(tmp_path, fx, transport)
-    origin = await runtime.start_run(agent, "tell the server")
+    origin = await runtime.starts.start_run(agent, "tell the server")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
 
@@ -157,7 +157,7 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
 
     # None of them is a call in the log; the call the agent gave up on is
     # recorded with the server's answer.
-    log = await runtime.log(origin)
+    log = await runtime.reads.log(origin)
     calls = [e for e in log if e.kind == "ToolCallRequested"]
     assert not [e for e in calls if "notifications/" in e.event.tool]
     (given_up,) = [e.seq for e in calls if e.event.input.get("name") == "lookup"]
@@ -167,7 +167,7 @@ async def test_the_agents_notifications_reach_the_live_server_and_a_rerun_accept
     assert "value of a" in json.dumps(answer)
     assert not [e for e in calls if "_meta" in e.event.input]
 
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert len(fx.starts) == 1 and len(fx.notifications) == 4 and len(fx.ledger) == 2

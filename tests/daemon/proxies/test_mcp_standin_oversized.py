@@ -45,14 +45,14 @@ async def test_an_oversized_request_is_refused_and_nothing_is_recorded(
         transport=transport,
         env={"PAD_BYTES": str(OVER)},
     )
-    run_id = await runtime.start_run(agent, "send too much")
+    run_id = await runtime.starts.start_run(agent, "send too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The agent was told why, and went on; the refused call left no
     # trace in the log or at the server.
     (refused,) = errors(tmp_path)
     assert f"over the {MAX_MESSAGE_BYTES}-byte cap" in refused, refused
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     called = [
         e.event.input.get("name")
         for e in log
@@ -83,10 +83,10 @@ async def test_an_oversized_answer_from_the_server_is_refused_naming_the_cap(
     upstream_env(provider)
     effects = f'effects = {{ big = "{effect}" }}\n'
     agent = standin_agent(tmp_path, fx_server, effects=effects)
-    run_id = await runtime.start_run(agent, "answer too much")
+    run_id = await runtime.starts.start_run(agent, "answer too much")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == state, view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     (intent,) = [
         e for e in log if e.kind == "ToolCallRequested" and e.event.input.get("name") == "big"
     ]

@@ -67,11 +67,11 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     provider = providers(tool_loop_script([("park", {"salvor": SUSPEND})], final_text="refunded"))
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx, transport)
-    run_id = await runtime.start_run(agent, "refund it")
+    run_id = await runtime.starts.start_run(agent, "refund it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "suspended", view.detail
     assert view.detail == {"reason": "approve the refund", "input_schema": APPROVAL}
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[-3:] == ["ToolCallRequested", "ToolCallCompleted", "Suspended"]
     # The server's own result is kept beside the wait it asked for.
     assert log[-2].event.output["result"]["_meta"]["salvor"] == SUSPEND
@@ -81,9 +81,9 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "suspended" and provider.call_count == served
     with pytest.raises(OperationRefused, match="approved"):
-        await runtime.resume(run_id, {"approved": "yes"})
+        await runtime.control.resume(run_id, {"approved": "yes"})
 
-    assert (await runtime.resume(run_id, {"approved": True})).outcome == "driving"
+    assert (await runtime.control.resume(run_id, {"approved": True})).outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["reply"] == "refunded"
@@ -91,7 +91,7 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     # once, on the one server started.
     assert json.loads(last_tool_result(provider)) == {"approved": True}
     assert [c["tool"] for c in fx.ledger] == ["park"] and len(fx.starts) == 1
-    assert kinds(await runtime.log(run_id))[-5:] == [
+    assert kinds(await runtime.reads.log(run_id))[-5:] == [
         "Suspended",
         "Resumed",
         "ModelCallRequested",
@@ -100,11 +100,11 @@ async def test_a_suspend_parks_the_process_run_and_a_resume_answers_the_call_fro
     ]
 
     # A re-run reproduces the wait without waiting, and starts no server.
-    rerun = await runtime.start_run(agent, None, replay_of=run_id)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=run_id)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert ["Suspended", "Resumed"] == [
-        k for k in kinds(await runtime.log(rerun)) if k in ("Suspended", "Resumed")
+        k for k in kinds(await runtime.reads.log(rerun)) if k in ("Suspended", "Resumed")
     ]
     assert len(fx.ledger) == 1 and len(fx.starts) == 1
 
@@ -118,25 +118,25 @@ async def test_a_sleep_until_parks_the_process_run_until_its_timer_is_due(
     )
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx)
-    run_id = await runtime.start_run(agent, "wait an hour")
+    run_id = await runtime.starts.start_run(agent, "wait an hour")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping", view.detail
     assert parse_instant(view.wake_at()) == parse_instant(wake_at)
-    recorded = len(await runtime.log(run_id))
+    recorded = len(await runtime.reads.log(run_id))
     served = provider.call_count
 
     with pytest.raises(OperationRefused, match="sleeping until"):
-        await runtime.resume(run_id)
+        await runtime.control.resume(run_id)
     clock.advance(3599)
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "sleeping"
-    assert len(await runtime.log(run_id)) == recorded and provider.call_count == served
+    assert len(await runtime.reads.log(run_id)) == recorded and provider.call_count == served
 
     clock.advance(1)
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert kinds(log)[recorded - 1 : recorded + 2] == [
         "SleepStarted",
         "NowObserved",
@@ -156,11 +156,13 @@ async def test_a_sleep_until_already_past_continues_without_stopping_the_agent(
     )
     upstream_env(provider)
     agent = parking_agent(tmp_path, fx)
-    run_id = await runtime.start_run(agent, "no wait")
+    run_id = await runtime.starts.start_run(agent, "no wait")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     waited = [
-        k for k in kinds(await runtime.log(run_id)) if k.startswith("Sleep") or k == "NowObserved"
+        k
+        for k in kinds(await runtime.reads.log(run_id))
+        if k.startswith("Sleep") or k == "NowObserved"
     ]
     assert waited == ["SleepStarted", "NowObserved", "SleepCompleted"]
     assert parse_instant(json.loads(last_tool_result(provider))["slept_until"]) == parse_instant(
@@ -195,10 +197,10 @@ async def test_a_bad_salvor_request_fails_the_call_once_and_parks_nothing(
     agent = parking_agent(
         tmp_path, fx, effects='effects = { lookup = "read", write_note = "write", park = "read" }\n'
     )
-    run_id = await runtime.start_run(agent, "park badly")
+    run_id = await runtime.starts.start_run(agent, "park badly")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert not {"Suspended", "SleepStarted"} & set(kinds(log))
     (output,) = [
         e.event.output

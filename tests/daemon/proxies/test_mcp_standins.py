@@ -235,7 +235,7 @@ async def lane(runtime, run_id: str) -> list[tuple[str, object]]:
     """The run's MCP exchanges, in order: (tool, input)."""
     return [
         (env.event.tool, env.event.input)
-        for env in await runtime.log(run_id)
+        for env in await runtime.reads.log(run_id)
         if env.kind == "ToolCallRequested"
     ]
 
@@ -264,13 +264,15 @@ async def test_a_process_agent_records_its_mcp_calls_and_a_rerun_starts_no_serve
     provider = providers(tool_loop_script(PLAN, final_text="all done"))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport=transport)
-    origin = await runtime.start_run(agent, "tidy up")
+    origin = await runtime.starts.start_run(agent, "tidy up")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["reply"] == "all done"
     assert lane_shape(await lane(runtime, origin)) == EXPECTED
     effects = [
-        env.event.effect for env in await runtime.log(origin) if env.kind == "ToolCallRequested"
+        env.event.effect
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallRequested"
     ]
     assert effects == ["read", "read", "read", "write", "read", "read"]
     # The stubbed destructive tool was answered by salvor; the server never ran it.
@@ -278,7 +280,7 @@ async def test_a_process_agent_records_its_mcp_calls_and_a_rerun_starts_no_serve
     assert len(fx.starts) == 1
     served = provider.call_count
 
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert lane_shape(await lane(runtime, rerun)) == EXPECTED
@@ -293,7 +295,7 @@ async def test_a_killed_agent_recovers_without_running_a_completed_call_twice(
     upstream_env(provider)
     env = {"DIE_AFTER": "2", "MARKER": str(tmp_path / "died")}
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
-    run_id = await runtime.start_run(agent, "tidy up")
+    run_id = await runtime.starts.start_run(agent, "tidy up")
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(run_id, agent=agent)
     assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note"]
@@ -315,7 +317,7 @@ async def test_an_mcp_write_cut_off_mid_call_parks_the_run(
     upstream_env(provider)
     env = {"DIE_IN": "write_note", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
-    run_id = await runtime.start_run(agent, "note it")
+    run_id = await runtime.starts.start_run(agent, "note it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "needs_reconciliation", view.detail
     assert view.pending.tool == "mcp:fix/tools/call" and view.pending.input["name"] == "write_note"
@@ -331,10 +333,10 @@ async def test_an_open_mcp_read_is_executed_again(runtime, providers, upstream_e
     upstream_env(provider)
     env = {"DIE_IN": "lookup", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
-    run_id = await runtime.start_run(agent, "look")
+    run_id = await runtime.starts.start_run(agent, "look")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
-    view = await runtime.view(run_id)
+    view = await runtime.reads.view(run_id)
     assert view.state.value == "awaiting_tool" and view.pending.effect == "read"
     fx.release("r")
     view = await runtime.drive(run_id, agent=agent)
@@ -350,7 +352,7 @@ async def test_a_recovered_agent_that_skips_its_open_mcp_call_fails_at_its_next_
     upstream_env(provider)
     env = {"DIE_IN": "lookup", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env=env)
-    run_id = await runtime.start_run(agent, "look")
+    run_id = await runtime.starts.start_run(agent, "look")
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=agent)
     skipping = standin_agent(
@@ -371,10 +373,10 @@ async def test_a_divergent_rerun_fails_naming_the_lane_position_and_path(
     provider = providers(tool_loop_script(PLAN))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n")
-    origin = await runtime.start_run(agent, "tidy up")
+    origin = await runtime.starts.start_run(agent, "tidy up")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     changed = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", env={"NOTE_SUFFIX": "!"})
-    rerun = await runtime.start_run(changed, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(changed, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=changed)
     assert view.state.value == "failed"
     error = view.detail["error"]
@@ -391,7 +393,7 @@ async def test_a_declared_server_never_contacted_fails_naming_the_variable(
     provider = providers(tool_loop_script([]))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport="none")
-    run_id = await runtime.start_run(agent, "hello")
+    run_id = await runtime.starts.start_run(agent, "hello")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "failed"
     assert "never contacted salvor's MCP stand-in for 'fix'" in view.detail["error"]
@@ -407,7 +409,7 @@ async def test_a_real_http_server_behind_the_stdio_stand_in(
         provider = providers(tool_loop_script(PLAN))
         upstream_env(provider)
         agent = standin_agent(tmp_path, f'url = "{server.url}"\n')
-        run_id = await runtime.start_run(agent, "tidy up")
+        run_id = await runtime.starts.start_run(agent, "tidy up")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
         assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
@@ -432,12 +434,12 @@ async def test_mcp_server_time_is_recorded_and_rerun_without_it(
         f"command = {json.dumps([time_server(), '--local-timezone', 'UTC'])}\n",
         server_extra="",
     )
-    origin = await runtime.start_run(agent, "convert")
+    origin = await runtime.starts.start_run(agent, "convert")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     calls = await lane(runtime, origin)
     assert lane_shape(calls)[-1] == "call:convert_time"
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     # A re-run must not need the server: make it unstartable.
     missing = standin_agent(tmp_path, 'command = ["/nonexistent/mcp-server-time"]\n')
     view = await runtime.drive(rerun, agent=missing)
@@ -495,7 +497,7 @@ async def test_a_url_server_with_a_fixed_port_is_stood_in_there(
         agent = standin_agent(
             tmp_path, f'url = "{server.url}"\n', transport="http", server_extra=f"port = {port}\n"
         )
-        run_id = await runtime.start_run(agent, "tidy up")
+        run_id = await runtime.starts.start_run(agent, "tidy up")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
         assert [c["tool"] for c in fx.ledger] == ["lookup", "write_note", "lookup"]
@@ -504,7 +506,7 @@ async def test_a_url_server_with_a_fixed_port_is_stood_in_there(
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", port))
             taken.listen()
-            second = await runtime.start_run(agent, "again")
+            second = await runtime.starts.start_run(agent, "again")
             with pytest.raises(
                 DriveInterrupted, match=f"could not listen on its fixed port {port}"
             ):
@@ -519,7 +521,7 @@ async def test_a_server_that_dies_mid_write_parks_the_run_and_the_agent_hears_wh
     provider = providers(tool_loop_script([("crash", {})]))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n")
-    run_id = await runtime.start_run(agent, "crash it")
+    run_id = await runtime.starts.start_run(agent, "crash it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "needs_reconciliation", view.detail
     assert (
@@ -537,18 +539,20 @@ async def test_server_notifications_reach_the_agent_live_and_again_on_a_rerun(
     agent = standin_agent(
         tmp_path, f"command = {fx.toml_command('--notify')}\n", transport=transport
     )
-    origin = await runtime.start_run(agent, "tidy up")
+    origin = await runtime.starts.start_run(agent, "tidy up")
     assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     heard = tmp_path / "heard.jsonl"
     live = heard.read_text().splitlines()
     # One per executed call (the stubbed one never reached the server), each before its answer.
     assert live == ['"calling lookup"', '"calling write_note"', '"calling lookup"']
     outputs = [
-        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+        env.event.output
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallCompleted"
     ]
     assert [n["after"] for o in outputs for n in o.get("notifications", [])] == [2, 3, 4]
     heard.unlink()
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     assert (await runtime.drive(rerun, agent=agent)).state.value == "completed"
     assert heard.read_text().splitlines() == live
     assert len(fx.starts) == 1
@@ -581,7 +585,7 @@ async def test_a_server_that_never_answers_a_write_parks_the_run(
     agent = standin_agent(
         tmp_path, f"command = {fx.toml_command()}\n", server_extra="timeout = 1\n"
     )
-    run_id = await runtime.start_run(agent, "hang")
+    run_id = await runtime.starts.start_run(agent, "hang")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "needs_reconciliation", view.detail
     assert view.pending.input["name"] == "hang"
@@ -622,17 +626,19 @@ async def test_server_everything_through_the_stand_in_and_a_rerun_without_it(
     agent = standin_agent(
         tmp_path, f"command = {json.dumps([everything_server(), 'stdio'])}\n", transport=transport
     )
-    origin = await runtime.start_run(agent, "echo")
+    origin = await runtime.starts.start_run(agent, "echo")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
     outputs = [
-        env.event.output for env in await runtime.log(origin) if env.kind == "ToolCallCompleted"
+        env.event.output
+        for env in await runtime.reads.log(origin)
+        if env.kind == "ToolCallCompleted"
     ]
     assert "hello" in json.dumps(outputs[-1])
     missing = standin_agent(
         tmp_path, 'command = ["/nonexistent/server-everything"]\n', transport=transport
     )
-    rerun = await runtime.start_run(missing, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(missing, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=missing)
     assert view.state.value == "completed", view.detail
 
@@ -644,10 +650,10 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     provider = providers(tool_loop_script([("ask_client", {})], final_text="asked"))
     upstream_env(provider)
     agent = standin_agent(tmp_path, f"command = {fx.toml_command()}\n", transport=transport)
-    origin = await runtime.start_run(agent, "ask")
+    origin = await runtime.starts.start_run(agent, "ask")
     view = await runtime.drive(origin, agent=agent)
     assert view.state.value == "completed", view.detail
-    log = await runtime.log(origin)
+    log = await runtime.reads.log(origin)
     (intent,) = [
         e.seq
         for e in log
@@ -662,7 +668,7 @@ async def test_a_server_request_is_relayed_to_the_agent_live_and_asked_again_on_
     assert asked["request"]["method"] == "sampling/createMessage" and asked["after"] == 2
     assert asked["answer"]["result"]["model"] == "agent-model"
     assert len((tmp_path / "asked.jsonl").read_text().splitlines()) == 1
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert (
@@ -741,7 +747,7 @@ async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_n
     try:
         upstream_env(providers(tool_loop_script([], final_text="looked")))
         agent = raw_agent(tmp_path, server.url)
-        run_id = await runtime.start_run(agent, "look it up")
+        run_id = await runtime.starts.start_run(agent, "look it up")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
     finally:
@@ -749,7 +755,7 @@ async def test_the_agents_authorization_reaches_the_real_server_and_neither_it_n
     assert "value of a" in (tmp_path / "answer.txt").read_text()
     (call,) = [r for r in fx.http_requests if r["method"] == "tools/call"]
     assert call["authorization"] == "Bearer agent-secret-7f3a" and call["session"]
-    recorded = json.dumps([encode_envelope(e) for e in await runtime.log(run_id)])
+    recorded = json.dumps([encode_envelope(e) for e in await runtime.reads.log(run_id)])
     assert "agent-secret-7f3a" not in recorded
     assert (tmp_path / "session.txt").read_text() not in recorded
     assert call["session"] not in recorded
@@ -763,7 +769,7 @@ async def test_the_session_id_is_the_servers_live_and_a_constant_in_replay_and_n
         provider = providers(tool_loop_script([], final_text="looked"))
         upstream_env(provider)
         agent = raw_agent(tmp_path, server.url)
-        origin = await runtime.start_run(agent, "look it up")
+        origin = await runtime.starts.start_run(agent, "look it up")
         assert (await runtime.drive(origin, agent=agent)).state.value == "completed"
     finally:
         server.stop()
@@ -774,7 +780,7 @@ async def test_the_session_id_is_the_servers_live_and_a_constant_in_replay_and_n
 
     # Answered from the log, it holds salvor's constant one; the server is gone, and a
     # session id unlike the recorded exchange's is no divergence.
-    rerun = await runtime.start_run(agent, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert (tmp_path / "session.txt").read_text() == "salvor-replay"
@@ -788,7 +794,7 @@ async def test_a_replayed_initialize_matches_its_protocol_version_and_nothing_el
     server = HttpFixtureServer(fx)
     try:
         upstream_env(providers(tool_loop_script([], final_text="looked")))
-        origin = await runtime.start_run(raw_agent(tmp_path, server.url), "look it up")
+        origin = await runtime.starts.start_run(raw_agent(tmp_path, server.url), "look it up")
         view = await runtime.drive(origin, agent=raw_agent(tmp_path, server.url))
         assert view.state.value == "completed", view.detail
     finally:
@@ -800,13 +806,13 @@ async def test_a_replayed_initialize_matches_its_protocol_version_and_nothing_el
         server.url,
         env={"CLIENT_VERSION": "1.0.1", "CAPABILITIES": '{"roots": {"listChanged": true}}'},
     )
-    rerun = await runtime.start_run(patched, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(patched, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=patched)
     assert view.state.value == "completed", view.detail
 
     # Another protocol version is another conversation: the re-run fails at the initialize.
     older = raw_agent(tmp_path, server.url, env={"PROTOCOL_VERSION": "2025-03-26"})
-    rerun = await runtime.start_run(older, None, replay_of=origin)
+    rerun = await runtime.starts.start_run(older, None, replay_of=origin)
     view = await runtime.drive(rerun, agent=older)
     assert view.state.value == "failed"
     error = view.detail["error"]

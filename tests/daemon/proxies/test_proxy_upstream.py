@@ -21,7 +21,7 @@ async def test_an_upstream_timeout_reaches_the_agent_and_leaves_the_call_open(
     upstream_env(provider)
     monkeypatch.setenv("SALVOR_AGENT_UPSTREAM_TIMEOUT", "0.5")
     agent = process_agent(tmp_path, "openai")
-    run_id = await runtime.start_run(agent, "settle A-1")
+    run_id = await runtime.starts.start_run(agent, "settle A-1")
     try:
         view = await runtime.drive(run_id, agent=agent)
     finally:
@@ -29,6 +29,6 @@ async def test_an_upstream_timeout_reaches_the_agent_and_leaves_the_call_open(
     assert view.state.value == "failed"
     # The agent's own SDK saw a 504 in its wire's shape and gave up; its stderr says so.
     assert "exited with code 1" in view.detail["error"] and "timed out" in view.detail["error"]
-    kinds = [e.kind for e in await runtime.log(run_id)]
+    kinds = [e.kind for e in await runtime.reads.log(run_id)]
     assert kinds == ["RunStarted", "ModelCallRequested", "RunFailed"]  # never completed
     assert provider.call_count == 1

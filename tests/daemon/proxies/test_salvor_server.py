@@ -143,7 +143,7 @@ async def test_ask_user_parks_the_process_run_and_the_resumed_process_gets_the_a
     # answer as the call's result (its JSON text; the SDK also had it as structuredContent).
     assert provider.call_count == served + 1
     assert json.loads(tool_results(provider.calls[-1])[0]) == {"answer": "blue"}
-    log = await server.state.runtime.log(run_id)
+    log = await server.state.runtime.reads.log(run_id)
     assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list", "call:ask_user"]
     assert kinds(log).count("Suspended") == 1 and kinds(log).count("Resumed") == 1
 
@@ -168,7 +168,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     )
     upstream_env(provider)
     agent = salvor_agent(tmp_path, extra=OUTPUTS)
-    run_id = await runtime.start_run(agent, "paint it")
+    run_id = await runtime.starts.start_run(agent, "paint it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The typed outputs, in their JSON types, under `outputs`.
@@ -189,7 +189,7 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     assert json.loads(results[3]) == finished
     # After the good finish nothing is performed or recorded; the model reads why.
     assert all("no tool can be called after finish" in text for text in results[4:])
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     assert lane(log) == ["mcp:salvor/initialize", "mcp:salvor/tools/list"] + ["call:finish"] * 4
     assert "Suspended" not in kinds(log)
     refused = [
@@ -200,11 +200,11 @@ async def test_finish_is_checked_its_result_is_the_run_output_and_no_tool_is_cal
     assert len(refused) == 3
 
     # A re-run reproduces the finish from the log, and refuses the same calls after it.
-    rerun = await runtime.start_run(agent, None, replay_of=run_id)
+    rerun = await runtime.starts.start_run(agent, None, replay_of=run_id)
     view = await runtime.drive(rerun, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"] == finished
-    assert lane(await runtime.log(rerun)) == lane(log)
+    assert lane(await runtime.reads.log(rerun)) == lane(log)
 
 
 async def test_the_tools_a_process_run_is_offered_follow_its_session(
@@ -230,15 +230,15 @@ async def test_the_tools_a_process_run_is_offered_follow_its_session(
     provider = providers(script)
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
-    await runtime.register_agent(agent)
+    await runtime.definitions.register_agent(agent)
 
     async def listed(labels) -> tuple[list[str], object]:
         run_id = str(uuid.uuid4())
         head = RunStarted(agent_def_hash=agent.agent_def_hash, input="go", labels=labels)
-        await runtime.open_log(run_id, [head])
+        await runtime.starts.open_log(run_id, [head])
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
-        log = await runtime.log(run_id)
+        log = await runtime.reads.log(run_id)
         tools = next(
             env.event.output["result"]["tools"]
             for env in log
@@ -269,7 +269,7 @@ def test_a_process_agent_declaring_a_server_named_salvor_is_refused(name):
 def helper_agent(runtime, provider, *, tools=(), extra: str = ""):
     """The built-in child a subagent call names, ``helper``, on its own scripted provider."""
     text = 'name = "helper"\n' + agent_toml(provider.base_url, tools=tools, extra=extra)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 def handed_on(result: str) -> dict:
@@ -292,7 +292,7 @@ def delegating_script():
 
 
 async def children(runtime, parent: str) -> list[str]:
-    page, _ = await runtime.list_runs(label=(PARENT_LABEL, parent))
+    page, _ = await runtime.reads.list_runs(label=(PARENT_LABEL, parent))
     return [summary.run_id for summary in page]
 
 
@@ -311,11 +311,11 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
 ):
     child_finish = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
     child_provider = providers([tool_use("finish", child_finish, tokens=7)])
-    await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+    await runtime.definitions.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path, extra=OUTPUTS)
-    run_id = await runtime.start_run(agent, "delegate it")
+    run_id = await runtime.starts.start_run(agent, "delegate it")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     # The parent completes with the child's typed outputs, handed on through its own finish.
@@ -324,7 +324,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
         "summary": "helper said: found it",
         "outputs": {"colour": "blue", "count": 3},
     }
-    log = await runtime.log(run_id)
+    log = await runtime.reads.log(run_id)
     # With a daemon behind the run, subagent and flow_results are offered too.
     assert [t["name"] for t in provider.calls[0].request["tools"]] == [
         "ask_user",
@@ -334,7 +334,7 @@ async def test_a_process_agent_delegates_to_a_built_in_child_and_finishes_with_i
     ]
     (child,) = await children(runtime, run_id)
     assert child == child_run_id(run_id, subagent_seq(log))
-    child_view = await runtime.view(child)
+    child_view = await runtime.reads.view(child)
     assert child_view.input == {"task": "find the colour", "inputs": {"k": "v"}}
     child_result = {
         "status": "complete",
@@ -374,22 +374,24 @@ async def test_a_child_resting_short_stops_the_process_parent_until_the_child_en
             text_reply("blue"),
         ]
     )
-    await runtime.register_agent(helper_agent(runtime, child_provider, tools=("request_approval",)))
+    await runtime.definitions.register_agent(
+        helper_agent(runtime, child_provider, tools=("request_approval",))
+    )
     provider = providers(delegating_script())
     upstream_env(provider)
     agent = salvor_agent(tmp_path)
-    run_id = await runtime.start_run(agent, "delegate it")
+    run_id = await runtime.starts.start_run(agent, "delegate it")
     view = await runtime.drive(run_id, agent=agent)
     # The child waits on a person: the parent's call stays open, its process is stopped, and the
     # parent waits on the call (nothing of its completion is recorded).
     (child,) = await children(runtime, run_id)
-    assert (await runtime.view(child)).state.value == "suspended"
+    assert (await runtime.reads.view(child)).state.value == "suspended"
     assert view.state.value == "awaiting_tool", view.detail
     assert view.pending.tool == "mcp:salvor/tools/call" and view.pending.input["name"] == "subagent"
     served = provider.call_count
     assert served == 1
 
-    assert (await runtime.resume(child, {"approved": True})).outcome == "driving"
+    assert (await runtime.control.resume(child, {"approved": True})).outcome == "driving"
     assert (await runtime.drive(child)).state.value == "completed"
     # Driven again, the parent's process starts from the top: its first model call is answered
     # from the log, the open subagent call finds its child's result, and no second child exists.
@@ -410,7 +412,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
     salvor server is a child session's (ask_user and finish only)."""
     child_provider = providers(steps_script(lambda _: ("finish", GOOD), lambda _: "done"))
     upstream_env(child_provider)
-    await runtime.register_agent(salvor_agent(tmp_path, extra=OUTPUTS))
+    await runtime.definitions.register_agent(salvor_agent(tmp_path, extra=OUTPUTS))
     provider = providers(
         [
             tool_use("subagent", {"agent": "asker", "task": "paint it"}),
@@ -418,11 +420,11 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
         ]
     )
     parent = make_agent(provider, extra='flow_tools = ["subagent"]\n')
-    run_id = await runtime.start_run(parent, "delegate")
+    run_id = await runtime.starts.start_run(parent, "delegate")
     view = await runtime.drive(run_id, agent=parent)
     assert view.status() == {"state": "completed", "output": "the child painted it"}, view.detail
     (child,) = await children(runtime, run_id)
-    child_log = await runtime.log(child)
+    child_log = await runtime.reads.log(child)
     listed = next(
         env.event.output["result"]["tools"]
         for env in child_log
@@ -434,7 +436,7 @@ async def test_a_process_agent_as_a_built_in_parents_child_finishes_with_its_typ
         "summary": "painted it",
         "outputs": {"colour": "blue", "count": 3},
     }
-    assert (await runtime.view(child)).status() == {"state": "completed", "output": result}
+    assert (await runtime.reads.view(child)).status() == {"state": "completed", "output": result}
     # The parent's model read the child's finish result as the call's answer.
     answered = json.loads(tool_results(provider.calls[1])[0])
     assert {k: answered[k] for k in result} == result
@@ -578,7 +580,7 @@ async def test_after_finish_no_tool_of_any_server_is_called(
         'effects = { lookup = "read", write_note = "write" }\n',
         "toml",
     )
-    run_id = await runtime.start_run(agent, "look it up")
+    run_id = await runtime.starts.start_run(agent, "look it up")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     assert view.detail["output"]["summary"] == "looked it up"
@@ -587,7 +589,7 @@ async def test_after_finish_no_tool_of_any_server_is_called(
     assert "no tool can be called after finish" in tool_results(provider.calls[-1])[2]
     calls = [
         (env.event.tool, env.event.input.get("name"))
-        for env in await runtime.log(run_id)
+        for env in await runtime.reads.log(run_id)
         if env.kind == "ToolCallRequested" and env.event.tool.endswith("tools/call")
     ]
     assert calls == [("mcp:fix/tools/call", "lookup"), ("mcp:salvor/tools/call", "finish")]
@@ -603,7 +605,7 @@ async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
     agent = salvor_agent(tmp_path)
 
     async def drive_one() -> tuple[list[str], str]:
-        run_id = await runtime.start_run(agent, "look at the catalog")
+        run_id = await runtime.starts.start_run(agent, "look at the catalog")
         view = await runtime.drive(run_id, agent=agent)
         assert view.state.value == "completed", view.detail
         offered = [t["name"] for t in provider.calls[-2].request["tools"]]
@@ -615,7 +617,7 @@ async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
 
     # The setting is read afresh, no restart: the next run's listing has the authoring tools, and
     # its call of one is performed.
-    await runtime.set_edit_mode(True)
+    await runtime.definitions.set_edit_mode(True)
     offered, answer = await drive_one()
     assert offered == [
         "ask_user",

@@ -23,7 +23,7 @@ from tests.support.scripted_provider import text_reply
 
 def named(runtime, provider, name: str, tools=()):
     text = f'name = "{name}"\n' + agent_toml(provider.base_url, tools=tools)
-    return parse_definition(text, "toml", known_tools=runtime.registry.names())
+    return parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
 
 
 async def head(runtime, run_id: str, labels=None, agent="sha256:" + "f" * 64, *more) -> None:
@@ -41,34 +41,36 @@ async def test_a_parked_child_holds_its_parents_call_until_it_ends_then_the_pare
             else text_reply("approved and done")
         )
     )
-    await runtime.register_agent(named(runtime, child_provider, "approver", ["request_approval"]))
+    await runtime.definitions.register_agent(
+        named(runtime, child_provider, "approver", ["request_approval"])
+    )
     provider = providers(
         [tool_use("subagent", {"agent": "approver", "task": "t"}), text_reply("parent done")]
     )
     parent = make_agent(provider, extra='flow_tools = ["subagent"]')
-    run_id = await runtime.start_run(parent, "go")
+    run_id = await runtime.starts.start_run(parent, "go")
     with pytest.raises(DriveInterrupted, match="suspended"):
         await runtime.drive(run_id, agent=parent)
     child = child_run_id(run_id, 3)
-    assert (await runtime.view(child)).state is RunState.SUSPENDED
-    view = await runtime.view(run_id)
+    assert (await runtime.reads.view(child)).state is RunState.SUSPENDED
+    view = await runtime.reads.view(run_id)
     assert view.state is RunState.AWAITING_TOOL and view.pending.tool == "subagent"
 
     # Resuming the parent meanwhile stops at the open call again, recording nothing.
     before = view.event_count
-    assert (await runtime.resume(run_id)).outcome == "driving"
+    assert (await runtime.control.resume(run_id)).outcome == "driving"
     with pytest.raises(DriveInterrupted):
         await runtime.drive(run_id, agent=parent)
-    assert (await runtime.view(run_id)).event_count == before
+    assert (await runtime.reads.view(run_id)).event_count == before
     assert child_provider.call_count == 1
 
     # A person answers the child; its driver ends it and starts the parent, which completes.
-    await runtime.resume(child, {"approved": True})
+    await runtime.control.resume(child, {"approved": True})
     async with trio.open_nursery() as nursery:
         drivers = DriverSet(runtime, nursery)
         drivers.start(child)
-    assert (await runtime.view(child)).state is RunState.COMPLETED
-    view = await runtime.view(run_id)
+    assert (await runtime.reads.view(child)).state is RunState.COMPLETED
+    view = await runtime.reads.view(run_id)
     assert view.status() == {"state": "completed", "output": "parent done"}
     assert provider.call_count == 2 and child_provider.call_count == 2
 
@@ -80,7 +82,7 @@ async def test_recovery_leaves_a_child_to_its_interrupted_parents_drive(runtime)
     await head(runtime, child, {PARENT_LABEL: parent}, "sha256:" + "f" * 64, cut)
     # A child whose parent is not interrupted (it ended) is recovered on its own.
     await head(runtime, alone, {PARENT_LABEL: str(uuid.uuid4())}, "sha256:" + "f" * 64, cut)
-    assert sorted(await runtime.interrupted_runs()) == sorted([parent, alone])
+    assert sorted(await runtime.reads.interrupted_runs()) == sorted([parent, alone])
 
 
 async def test_abandoning_a_parent_abandons_its_open_children_and_theirs(runtime):
@@ -89,20 +91,20 @@ async def test_abandoning_a_parent_abandons_its_open_children_and_theirs(runtime
     await head(runtime, open_child, {PARENT_LABEL: parent})
     await head(runtime, grandchild, {PARENT_LABEL: open_child})
     await head(runtime, ended, {PARENT_LABEL: parent})
-    await runtime.abandon(ended, "done with it")
-    ended_log = await runtime.log(ended)
+    await runtime.control.abandon(ended, "done with it")
+    ended_log = await runtime.reads.log(ended)
 
-    await runtime.abandon(parent, "not needed")
+    await runtime.control.abandon(parent, "not needed")
     for run_id, reason in (
         (parent, "not needed"),
         (open_child, f"its parent run {parent} was abandoned"),
         (grandchild, f"its parent run {open_child} was abandoned"),
     ):
-        view = await runtime.view(run_id)
+        view = await runtime.reads.view(run_id)
         assert view.state is RunState.ABANDONED
         assert view.detail["reason"] == reason
-    assert await runtime.log(ended) == ended_log
-    kinds = [e.event.KIND for e in await runtime.log(open_child)]
+    assert await runtime.reads.log(ended) == ended_log
+    kinds = [e.event.KIND for e in await runtime.reads.log(open_child)]
     assert kinds.count(EventKind.RUN_ABANDONED) == 1
 
 
@@ -111,13 +113,13 @@ async def test_abandoning_a_graph_run_abandons_its_open_map_items(runtime):
     await head(runtime, graph_run)
     await head(runtime, open_item, {MAP_OF_LABEL: graph_run})
     await head(runtime, ended_item, {MAP_OF_LABEL: graph_run})
-    await runtime.abandon(ended_item, "done with it")
+    await runtime.control.abandon(ended_item, "done with it")
 
-    await runtime.abandon(graph_run, "not needed")
-    view = await runtime.view(open_item)
+    await runtime.control.abandon(graph_run, "not needed")
+    view = await runtime.reads.view(open_item)
     assert view.state is RunState.ABANDONED
     assert view.detail["reason"] == f"its graph run {graph_run} was abandoned"
-    assert (await runtime.view(ended_item)).detail["reason"] == "done with it"
+    assert (await runtime.reads.view(ended_item)).detail["reason"] == "done with it"
     # Nothing is left for the next start to recover as a run of its own.
-    assert graph_run not in await runtime.interrupted_runs()
-    assert open_item not in await runtime.interrupted_runs()
+    assert graph_run not in await runtime.reads.interrupted_runs()
+    assert open_item not in await runtime.reads.interrupted_runs()

@@ -56,7 +56,7 @@ def refund_graph():
 
 
 async def rests(runtime: Runtime, run_id: str, drivers: DriverSet, state: RunState) -> None:
-    while drivers.driving(run_id) or (await runtime.view(run_id)).state is not state:
+    while drivers.driving(run_id) or (await runtime.reads.view(run_id)).state is not state:
         await trio.sleep(0.05)
 
 
@@ -74,9 +74,9 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
     async with open_store_access(store_url) as access:
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
-        await runtime.register_graph(graph)
-        holder = await runtime.start_graph_run(graph, None)
-        waiter = await runtime.start_graph_run(graph, None)
+        await runtime.definitions.register_graph(graph)
+        holder = await runtime.starts.start_graph_run(graph, None)
+        waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=POLL)
@@ -86,7 +86,7 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
                 # It waited its bound and stopped: running, no driver, nothing of its call written.
                 await until(lambda: drivers.claim_waits.waiting(waiter))
                 assert not drivers.driving(waiter)
-                assert (await runtime.view(waiter)).state is RunState.RUNNING
+                assert (await runtime.reads.view(waiter)).state is RunState.RUNNING
                 released = trio.current_time()
                 refund.gate.set()
                 await rests(runtime, waiter, drivers, RunState.COMPLETED)
@@ -94,10 +94,10 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
                 assert trio.current_time() - released < POLL
                 assert len(drivers.claim_waits) == 0
                 nursery.cancel_scope.cancel()
-        assert (await runtime.view(holder)).state is RunState.COMPLETED
+        assert (await runtime.reads.view(holder)).state is RunState.COMPLETED
         assert [(c.run_id, c.idempotency_key) for c in refund.calls] == [(holder, IDENTITY)]
-        copied = refund_completion(await runtime.log(waiter))
-        performed = refund_completion(await runtime.log(holder))
+        copied = refund_completion(await runtime.reads.log(waiter))
+        performed = refund_completion(await runtime.reads.log(holder))
         assert copied.output == performed.output == {"refunded": 1250}
         assert copied.deduplicated_from["run_id"] == holder
 
@@ -119,12 +119,12 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
     ):
         runtime = Runtime(access, ToolRegistry([refund.tool()]))
         graph = refund_graph()
-        await runtime.register_graph(graph)
-        holder = await runtime.start_graph_run(graph, None)
+        await runtime.definitions.register_graph(graph)
+        holder = await runtime.starts.start_graph_run(graph, None)
         # The holder's write is lost in flight: it parks with its claim open.
         lossy = Runtime(shell_access, ToolRegistry([refund_tool(lost, Effect.WRITE)]))
         assert (await lossy.drive(holder)).state is RunState.NEEDS_RECONCILIATION
-        waiter = await runtime.start_graph_run(graph, None)
+        waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=poll)
@@ -132,12 +132,12 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
                 await until(lambda: drivers.claim_waits.waiting(waiter))
                 # A person resolves the write from a shell: another store access, whose commit
                 # this daemon never sees.
-                await lossy.resolve(holder, {"refunded": 1250}, {})
+                await lossy.control.resolve(holder, {"refunded": 1250}, {})
                 resolved = trio.current_time()
                 await rests(runtime, waiter, drivers, RunState.COMPLETED)
                 assert trio.current_time() - resolved <= poll + 1
                 nursery.cancel_scope.cancel()
         assert len(refund.calls) == 1
-        copied = refund_completion(await runtime.log(waiter))
+        copied = refund_completion(await runtime.reads.log(waiter))
         assert copied.output == {"refunded": 1250}
         assert copied.deduplicated_from["run_id"] == holder

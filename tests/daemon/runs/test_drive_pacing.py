@@ -39,7 +39,7 @@ async def test_one_launch_slot_starts_one_agent_process_at_a_time(runtime, tmp_p
         f"[env]\nNOTES = {json.dumps(str(notes))}\n",
         "toml",
     )
-    run_ids = [await runtime.start_run(agent, f"case {n}") for n in range(3)]
+    run_ids = [await runtime.starts.start_run(agent, f"case {n}") for n in range(3)]
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             drivers = DriverSet(runtime, nursery, launches=1, launch_settle_seconds=3600)
@@ -48,4 +48,6 @@ async def test_one_launch_slot_starts_one_agent_process_at_a_time(runtime, tmp_p
     kinds = [line.split()[0] for line in notes.read_text().splitlines()]
     assert kinds == ["start", "end"] * 3
     for run_id in run_ids:
-        assert (await runtime.view(run_id)).state.value == "failed"  # exit 3: each drive did end
+        assert (
+            await runtime.reads.view(run_id)
+        ).state.value == "failed"  # exit 3: each drive did end

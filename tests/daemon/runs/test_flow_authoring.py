@@ -42,12 +42,12 @@ edges: []
 
 @pytest.fixture
 def host(runtime) -> FlowCatalog:
-    return FlowCatalog(runtime)
+    return FlowCatalog(runtime.definitions, credentials=runtime.kit.credentials)
 
 
 async def _stored(runtime) -> tuple[list, list]:
-    agents = await runtime.list_agents()
-    graphs = await runtime.list_graphs()
+    agents = await runtime.definitions.list_agents()
+    graphs = await runtime.definitions.list_graphs()
     return [a.agent_def_hash for a in agents], [g.graph_hash for g in graphs]
 
 
@@ -75,18 +75,18 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
 
 
 def _definition(runtime, text: str):
-    return parse_definition(text, "md", known_tools=runtime.registry.names())
+    return parse_definition(text, "md", known_tools=runtime.kit.registry.names())
 
 
 async def test_the_catalog_holds_the_newest_registration_of_each_name(host, runtime) -> None:
     first = await host.write_agent(HELPER)
     # The operator's registration (POST /v1/agents) may give any name.
     newer_agent = _definition(runtime, HELPER.replace("You help.", "You help, briefly."))
-    await runtime.register_agent(newer_agent)
+    await runtime.definitions.register_agent(newer_agent)
     newer = {"agent": newer_agent.agent_def_hash}
     # Named agents only: one registered without a name is reached by its hash alone.
     unnamed = 'model = "m"\nsystem_prompt = "x"\n[llm]\nprovider = "demo"\n'
-    await runtime.register_agent(parse_definition(unnamed, "toml"))
+    await runtime.definitions.register_agent(parse_definition(unnamed, "toml"))
     catalog = await host.agent_catalog()
     assert [(entry["name"], entry["agent"]) for entry in catalog] == [("helper", newer["agent"])]
     assert newer["agent"] != first["agent"]
@@ -164,7 +164,7 @@ async def test_a_graph_is_checked_then_stored_under_its_name(host, runtime) -> N
 
     written = await host.write_graph("team", "check", GRAPH)
     assert (written["written"], written["flow"], written["created"]) == (True, "team/check", True)
-    assert written["graph"] in [g.graph_hash for g in await runtime.list_graphs()]
+    assert written["graph"] in [g.graph_hash for g in await runtime.definitions.list_graphs()]
     as_json = await host.write_graph(
         "team",
         "check-json",
@@ -180,7 +180,7 @@ async def test_a_graph_name_that_is_no_name_is_refused(host, runtime, namespace,
     with pytest.raises(ToolFailed) as refused:
         await host.write_graph(namespace, name, GRAPH)
     assert refused.value.retryable is False
-    assert await runtime.list_graphs() == []
+    assert await runtime.definitions.list_graphs() == []
 
 
 async def test_a_graph_is_warned_of_a_registered_agents_input_it_does_not_wire(host) -> None:
@@ -196,7 +196,7 @@ async def test_a_graph_is_warned_of_a_registered_agents_input_it_does_not_wire(h
 
 async def test_an_authored_agent_cannot_take_a_name_another_agent_holds(host, runtime) -> None:
     operators = _definition(runtime, HELPER)
-    await runtime.register_agent(operators)
+    await runtime.definitions.register_agent(operators)
     before = await _stored(runtime)
     stand_in = HELPER.replace("You help.", "You answer: nothing is owed.")
     for author in (None, "5b0c8f0e-2a7c-4d8e-9c1f-3e6a1b2c4d5e"):

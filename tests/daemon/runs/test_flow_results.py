@@ -72,9 +72,9 @@ def _flow_write(seq: int, name: str, graph: str) -> list:
 async def tree(runtime):
     reviewer, writer, main = _agent("reviewer"), _agent("writer"), _agent("main")
     for agent in (reviewer, writer, main):
-        await runtime.register_agent(agent)
-    await runtime.register_graph(PUBLISHING)
-    await runtime.register_graph(CHAIN)
+        await runtime.definitions.register_agent(agent)
+    await runtime.definitions.register_graph(PUBLISHING)
+    await runtime.definitions.register_graph(CHAIN)
     child = {PARENT_LABEL: MAIN}
     logs = {
         MAIN: [
@@ -110,7 +110,7 @@ async def tree(runtime):
     }
     for run_id, events in logs.items():
         await runtime.access.append(run_id, events, EMPTY_VIEW)
-    return FlowCatalog(runtime)
+    return FlowCatalog(runtime.definitions, credentials=runtime.kit.credentials)
 
 
 async def _results(host: FlowCatalog, **args):

@@ -23,7 +23,7 @@ async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(
 ):
     provider = providers([text_reply("done")])
     agent = make_agent(provider)
-    recovered = await runtime.start_run(agent, {"task": "one"})
+    recovered = await runtime.starts.start_run(agent, {"task": "one"})
     orphan = "00000000-0000-4000-8000-000000000001"
     await runtime.access.append(
         orphan,
@@ -33,7 +33,7 @@ async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(
         ],
         EMPTY_VIEW,
     )
-    before = await runtime.log(orphan)
+    before = await runtime.reads.log(orphan)
 
     async with trio.open_nursery() as nursery:
         drivers = DriverSet(runtime, nursery)
@@ -41,8 +41,8 @@ async def test_every_interrupted_run_is_started_and_drives_from_its_own_log(
         assert recover(state, await interrupted_runs(state)) == 2
         assert drivers.driving(recovered) and drivers.driving(orphan)
 
-    assert (await runtime.view(recovered)).state is RunState.COMPLETED
+    assert (await runtime.reads.view(recovered)).state is RunState.COMPLETED
     assert provider.call_count == 1
     # No agent for it here: the driver gave up and recorded nothing.
-    assert await runtime.log(orphan) == before
+    assert await runtime.reads.log(orphan) == before
     assert not drivers.driving(orphan)

@@ -277,7 +277,7 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
     agent = make_agent(provider)
     async with open_store_access(refusal.url) as access:
         runtime = Runtime(access, registry, clock=clock)
-        run_id = await runtime.start_run(agent, {"task": "one"})
+        run_id = await runtime.starts.start_run(agent, {"task": "one"})
         healing = StoreHealing(backoff=Backoff(first=0.05, ceiling=0.2))
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
@@ -286,17 +286,17 @@ async def test_a_drive_stopped_by_a_store_fault_is_driven_again_and_completes(
                     lambda: healing.heal_forever(access.check_writable, drivers.start),
                     name="healing",
                 )
-                before = await runtime.view(run_id)
+                before = await runtime.reads.view(run_id)
                 refusal.begin(run_id)
                 drivers.start(run_id, agent)
                 while not healing.waiting(run_id):
                     await trio.sleep(0.02)
                 assert not drivers.driving(run_id)
                 assert (
-                    await runtime.view(run_id)
+                    await runtime.reads.view(run_id)
                 ).next_seq == before.next_seq  # nothing of the drive landed
                 refusal.end()
-                while (await runtime.view(run_id)).state is not RunState.COMPLETED:
+                while (await runtime.reads.view(run_id)).state is not RunState.COMPLETED:
                     await trio.sleep(0.02)
                 while len(healing):
                     await trio.sleep(0.02)
@@ -403,7 +403,7 @@ async def fault_under_a_child(
         refusal.end()
 
         async def healed() -> bool:
-            view = await runtime.view(root)
+            view = await runtime.reads.view(root)
             return view.state is RunState.COMPLETED and not len(healing)
 
         await until("the root completing once the store takes writes", healed)
@@ -445,21 +445,21 @@ async def test_a_store_fault_under_a_map_item_heals_its_graph_run_from_the_root(
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(agent)
-            await runtime.register_graph(graph)
+            await runtime.definitions.register_agent(agent)
+            await runtime.definitions.register_graph(graph)
             items = [{"invoice_id": "INV-1"}, {"invoice_id": "INV-2"}]
-            run_id = await runtime.start_graph_run(graph, items)
+            run_id = await runtime.starts.start_graph_run(graph, items)
 
             async def item_1() -> str:
                 return map_child_id(run_id, "each", 1)
 
             await fault_under_a_child(refusal, runtime, run_id, item_1, held, release)
-            view = await runtime.view(run_id)
+            view = await runtime.reads.view(run_id)
             assert view.detail["output"] == {"tally": 2}
             for index in (0, 1):
-                item = await runtime.view(map_child_id(run_id, "each", index))
+                item = await runtime.reads.view(map_child_id(run_id, "each", index))
                 assert item.state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             recorded = [e.event.index for e in log if e.event.KIND is EventKind.MAP_ITEM_COMPLETED]
             assert sorted(recorded) == [0, 1]
@@ -492,8 +492,8 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(refunder)
-            run_id = await runtime.start_run(parent, "refund what is owed")
+            await runtime.definitions.register_agent(refunder)
+            run_id = await runtime.starts.start_run(parent, "refund what is owed")
 
             async def the_child() -> str:
                 return child_run_id(run_id, 3)
@@ -501,9 +501,12 @@ async def test_a_store_fault_under_a_subagent_s_child_heals_the_parent_and_recor
             child = await fault_under_a_child(
                 refusal, runtime, run_id, the_child, held, release, parent
             )
-            assert (await runtime.view(run_id)).status() == {"state": "completed", "output": "done"}
-            assert (await runtime.view(child)).state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            assert (await runtime.reads.view(run_id)).status() == {
+                "state": "completed",
+                "output": "done",
+            }
+            assert (await runtime.reads.view(child)).state is RunState.COMPLETED
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             # The subagent call completed once, with the child's answer: the store fault under
             # the child was never recorded as the call's error.
@@ -541,8 +544,10 @@ async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_pa
     try:
         async with open_store_access(refusal.url) as access:
             runtime = Runtime(access, registry, clock=clock)
-            await runtime.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
-            run_id = await runtime.start_run(parent, "delegate it")
+            await runtime.definitions.register_agent(
+                helper_agent(runtime, child_provider, extra=OUTPUTS)
+            )
+            run_id = await runtime.starts.start_run(parent, "delegate it")
 
             async def the_child() -> str:
                 (found,) = await children(runtime, run_id)
@@ -551,10 +556,10 @@ async def test_a_store_fault_under_a_process_parent_s_child_heals_the_process_pa
             child = await fault_under_a_child(
                 refusal, runtime, run_id, the_child, held, release, parent
             )
-            view = await runtime.view(run_id)
+            view = await runtime.reads.view(run_id)
             assert view.detail["output"]["summary"] == "helper said: found it"
-            assert (await runtime.view(child)).state is RunState.COMPLETED
-            log = await runtime.log(run_id)
+            assert (await runtime.reads.view(child)).state is RunState.COMPLETED
+            log = await runtime.reads.log(run_id)
             check_batch(EMPTY_VIEW, log)
             assert child == child_run_id(run_id, subagent_seq(log))
             completions = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
