@@ -58,6 +58,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -282,6 +283,7 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
                 seen_driving += owner.driving and owner.node_live
         time.sleep(POLL_SECONDS)
     victim.proc.wait()
+    lapsed = _lease_left(store, victim_id, kill_at)
 
     def settled():
         states = Counter(store.read_view(r).state for r in run_ids)
@@ -324,7 +326,9 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
         "started_seconds": round(started_seconds, 2),
         "victim_runs": len(victims),
         "taken_by": dict(Counter(node for _, node in claimed.values())),
+        "victim_lease_lapsed_after_kill": round(lapsed, 3),
         "claimed": _percentiles(claim_times),
+        "claimed_after_lapse": _percentiles([t - lapsed for t in claim_times]),
         "reissued": _percentiles(list(reissued.values())),
         "claimed_seen_driving_on_a_live_node": seen_driving,
         "not_claimed": len(victims) - len(claimed),
@@ -350,6 +354,26 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
         "load_at_kill": [round(x, 2) for x in load_at_kill],
         "cpus": os.cpu_count(),
     }
+
+
+def _lease_left(store, victim_id: str, kill_at: float) -> float:
+    """Seconds from the kill until the victim's lease lapsed in the store (the database's clock:
+    its expiry less the database's now, read after the kill, plus the time since the kill)."""
+    now = _NOW_SQL
+    with store._engine.connect() as connection:
+        expires, now_text = connection.execute(
+            text(f"SELECT lease_expires_at, {now} FROM nodes WHERE node_id = :node_id"),
+            {"node_id": victim_id},
+        ).one()
+        read_at = time.monotonic()
+    return (_instant(expires) - _instant(now_text)).total_seconds() + (read_at - kill_at)
+
+
+def _instant(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 
 _ACTIVE = {RunState.NOT_STARTED, RunState.RUNNING, RunState.AWAITING_MODEL, RunState.AWAITING_TOOL}
