@@ -41,7 +41,8 @@ class Takeover:
         driving: StoreDriving,
         *,
         dead_nodes: Callable[[], tuple[str, ...]],
-        recoverable: Callable[[], Awaitable[list[str]]],
+        candidates: Callable[[], Awaitable[list[str]]],
+        walked_out: Callable[[list[str], set[str]], Awaitable[list[str]]],
         held_elsewhere: Callable[[list[str]], set[str]] | None,
         start: Callable[..., bool],
         before_first_of: Callable[[], Awaitable[None]] | None = None,
@@ -50,7 +51,10 @@ class Takeover:
         self._lease = lease
         self._driving = driving
         self._dead_nodes = dead_nodes
-        self._recoverable = recoverable
+        # What a restart recovers is ``walked_out(candidates(), ...)`` (``RunReads``): the
+        # candidates cheaply, then the children a root's walk drives left out, view by view.
+        self._candidates = candidates
+        self._walked_out = walked_out
         self._held_elsewhere = held_elsewhere
         self._start = start
         # Run before the first takeover of a peer's runs found dead (the agents it left).
@@ -87,9 +91,13 @@ class Takeover:
             # this is the second line) go before any copy of their runs starts here.
             await self._before()
         self._seen_dead.update(dead)
-        recoverable = await self._recoverable()
+        # Whose owner is gone is asked of the store before any run's view is read: a sweep's
+        # cost follows the orphans, not every run in flight across the cluster (reading each
+        # active run's view put seconds between a lease's lapse and its takeover).
+        recoverable = await self._candidates()
         owners = await trio.to_thread.run_sync(self._owners.owners, recoverable)
-        candidates = [run_id for run_id in recoverable if _orphaned(owners.get(run_id), me, dead)]
+        orphaned = [run_id for run_id in recoverable if _orphaned(owners.get(run_id), me, dead)]
+        candidates = await self._walked_out(orphaned, set(recoverable)) if orphaned else []
         if candidates and self._held_elsewhere is not None:
             skip = await trio.to_thread.run_sync(self._held_elsewhere, candidates)
             candidates = [run_id for run_id in candidates if run_id not in skip]

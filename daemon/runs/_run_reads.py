@@ -115,19 +115,26 @@ class RunReads:
     async def interrupted_runs(self) -> list[str]:
         """Server-driven runs a restart drives again: those cut mid-flight, and those parked on
         a write whose tool declares a probe (their drive probes it first)."""
-        interrupted = await self.access.read(self.access.store.interrupted_runs)
-        return await self._without_walked_children(interrupted + await self.probed_writes())
+        candidates = await self.recovery_candidates()
+        return await self.without_walked_children(candidates, set(candidates))
 
-    async def _without_walked_children(self, interrupted: list[str]) -> list[str]:
-        """``interrupted`` less the children whose driver is in it too (a map item's graph run, a
+    async def recovery_candidates(self) -> list[str]:
+        """What ``interrupted_runs`` chooses from: every run cut mid-flight and every parked
+        write this daemon can probe, children included. One query and one listing; no run's
+        view is read."""
+        interrupted = await self.access.read(self.access.store.interrupted_runs)
+        return interrupted + await self.probed_writes()
+
+    async def without_walked_children(self, runs: list[str], walked: set[str]) -> list[str]:
+        """``runs`` less the children whose driver is in ``walked`` (a map item's graph run, a
         subagent's parent): recovery of a tree starts at its root, whose drive drives them. (A
-        second drive of such a child would wait for the first: ``StoreAccess.driving``.)"""
+        second drive of such a child would wait for the first: ``StoreAccess.driving``.) Reads
+        the view of each of ``runs``, so a caller narrows them first."""
         store = self.access.store
-        views = await self.access.read(lambda: [store.read_view(run) for run in interrupted])
-        walked = set(interrupted)
+        views = await self.access.read(lambda: [store.read_view(run) for run in runs])
         return [
             run
-            for run, view in zip(interrupted, views, strict=True)
+            for run, view in zip(runs, views, strict=True)
             if view is None or driver_of(view) not in walked
         ]
 
