@@ -28,6 +28,10 @@ lease alone, as they must across hosts: the issue's target, lease + 2 s, is abou
 ``--peers local`` leaves it on this machine, where a peer proves a dead pid dead by the kernel
 at its next heartbeat, without waiting for the lease.
 
+Beside them, to tell where the time went: when the victim's lease lapsed in the store (its expiry
+against the database's clock), each claim's time after that lapse, and when each survivor's sweep
+that found the victim's runs ended (its "taking over" log line).
+
 The floor, from the same configuration: a lease is renewed every ``lease / 6`` s and swept for
 every ``TAKEOVER_SECONDS``, so a peer can first take a run over ``lease - heartbeat`` after T, and
 at the latest ``lease + sweep`` (printed as ``floor_seconds``), before any cost of its own.
@@ -266,7 +270,7 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
     victims = {r: o.epoch for r, o in at_kill.items() if o.node_id == victim_id}
     load_at_kill = os.getloadavg()
 
-    kill_at = time.monotonic()
+    kill_at, kill_wall = time.monotonic(), time.time()
     os.kill(victim.proc.pid, signal.SIGKILL)
     provider.release()
     claimed: dict[str, tuple[float, str]] = {}
@@ -327,6 +331,7 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
         "victim_runs": len(victims),
         "taken_by": dict(Counter(node for _, node in claimed.values())),
         "victim_lease_lapsed_after_kill": round(lapsed, 3),
+        "sweep_found_after_kill": _sweeps_after(nodes[1:], ids[1:], kill_wall),
         "claimed": _percentiles(claim_times),
         "claimed_after_lapse": _percentiles([t - lapsed for t in claim_times]),
         "reissued": _percentiles(list(reissued.values())),
@@ -354,6 +359,24 @@ def _drive(store, provider, nodes, ids, victim, victim_id, effects, args, load_b
         "load_at_kill": [round(x, 2) for x in load_at_kill],
         "cpus": os.cpu_count(),
     }
+
+
+TAKING_OVER = r"^(\S+ \S+) salvor\.cluster INFO taking over"
+
+
+def _sweeps_after(nodes: list[Daemon], ids: list[str], kill_wall: float) -> dict:
+    """Per survivor, seconds from the kill until each of its sweeps that found runs to take
+    over ended (its log's "taking over" lines, stamped by the node's clock, this machine's)."""
+    found = {}
+    for node, node_id in zip(nodes, ids, strict=True):
+        seconds = []
+        written = (node.tmp_path / f"serve-{node.starts - 1:03d}.log").read_text(errors="replace")
+        for stamp in re.findall(TAKING_OVER, written, re.MULTILINE):
+            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at > kill_wall:
+                seconds.append(round(at - kill_wall, 3))
+        found[node_id] = seconds
+    return found
 
 
 def _lease_left(store, victim_id: str, kill_at: float) -> float:
