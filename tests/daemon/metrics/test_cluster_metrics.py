@@ -5,11 +5,13 @@ renewal the store took, could not take or refused, the lease running out on the 
 clock, an append the store refused as fenced.
 
 Real stores (an SQLite file; a store fault is the nodes table renamed away), real threads, trio's
-real clock for the heartbeat.
+real clock for the heartbeat; on PostgreSQL, the change feed's listening session ended by the
+server.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -19,12 +21,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from salvor.daemon.cluster import NodeIdentity, NodeLease, Peers, StoreDriving, keep_lease, register
 from salvor.daemon.metrics import DaemonMetrics, NodeReading, Readings, counting_into, stop_counting
 from salvor.daemon.recording import open_store_access
+from salvor.daemon.runs import EventHub, change_feed
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted
-from salvor.store import EventStore, Fenced
+from salvor.store import EventStore, Fenced, normalize_store_url
 
 RUN = "0b000000-0000-4000-8000-0000000000a1"
 STARTED = RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)
 WAIT = 20.0
+# The application_name of a change feed's listening session, before its process id.
+LISTENER_NAME = "salvor changes"
 
 
 def samples(metrics: DaemonMetrics) -> dict[tuple, float]:
@@ -189,3 +194,35 @@ async def test_the_heartbeat_counts_renewals_failures_a_local_deadline_and_a_lap
             ]
             assert node_ids == [driving.node.node_id] != [identity.node_id]
             nursery.cancel_scope.cancel()
+
+
+# The notices and the listening session are PostgreSQL's.
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_the_change_feed_counts_what_it_hears_and_each_time_it_listens_again(
+    store_url: str,
+) -> None:
+    import psycopg
+
+    metrics = DaemonMetrics()
+    async with open_store_access(store_url) as access, trio.open_nursery() as nursery:
+        await nursery.start(change_feed(access, lambda run_id: False, metrics).serve, EventHub())
+        with EventStore.open(store_url) as other:  # another process's handle, as far as the
+            other.append(RUN, [STARTED], EMPTY_VIEW)  # feed can tell
+        await until(lambda: value(metrics, "salvor_change_feed_notices_total") >= 1, "a notice")
+        assert value(metrics, "salvor_change_feed_reconnects_total") == 0
+        # The server ends the listening session (a restart, a network cut, an operator).
+        conninfo = normalize_store_url(store_url).replace("postgresql+psycopg://", "postgresql://")
+
+        def cut() -> int:
+            with psycopg.connect(conninfo, autocommit=True) as db:
+                return db.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (f"{LISTENER_NAME} {os.getpid()}",),
+                ).fetchone()[0]
+
+        assert await trio.to_thread.run_sync(cut) == 1
+        await until(
+            lambda: value(metrics, "salvor_change_feed_reconnects_total") == 1, "listening again"
+        )
+        nursery.cancel_scope.cancel()

@@ -9,7 +9,9 @@ Through the front: runs start, one run's stream is watched on every node while o
 it, the node driving it is SIGKILLed mid-call, and the run finishes through the front (a peer
 took it over); a stream cut with the dead node resumes through the front from its last id; a
 run started after the kill finishes too. Each node's /metrics says which node it is and what the
-cluster did (renewals, the takeover, the change feed's notices).
+cluster did (renewals, the takeover, the change feed's notices). The three nodes share this
+machine, so the kernel proves the killed one dead at once and its run is taken over without
+waiting out the lease (on three hosts the same takeover comes once the lease has lapsed).
 """
 
 from __future__ import annotations
