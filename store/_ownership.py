@@ -194,7 +194,9 @@ class _FileLocks(StoreLocks):
         if role == SERVE:
             if not _within_grace(self._share_serving):
                 raise _refusal(role, self._holders(), run_hint)
-            if not self._drivers_free():
+            # Another daemon starting at the same instant tests this lock too (exclusively, for
+            # a moment): a command-line driver holds it for its whole life.
+            if not _within_grace(self._drivers_free):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 raise _refusal(role, self._drivers(), run_hint)
             self.announce("starting")
@@ -202,7 +204,7 @@ class _FileLocks(StoreLocks):
         if not _within_grace(self._share_driving):
             # Only a daemon testing the lock holds it so, and lets go at once: not now.
             raise _refusal(role, self._drivers(), run_hint)
-        if not self._serving_free():
+        if not _within_grace(self._serving_free):
             fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
             raise _refusal(role, self._holders(), run_hint)
 
@@ -447,8 +449,10 @@ class _AdvisoryLocks(StoreLocks):
             # A salvor SIGKILLed a moment ago still holds the lock until its
             # backend notices the closed connection: wait for that, briefly.
             dying = holders and all(_dead(h.pid) for h in holders)
-            # Taking one's own side shared fails only while the other side tests it.
-            probed = shared and time.monotonic() < probe_deadline
+            # Taking one's own side shared fails only while the other side tests it; testing the
+            # other side fails too while a peer of one's own side tests it at the same instant
+            # (three daemons started together): a real holder outlasts the grace.
+            probed = time.monotonic() < probe_deadline
             if not (dying or probed) or time.monotonic() > deadline:
                 raise _refusal(role, holders, run_hint)
             time.sleep(0.05 if dying else 0.01)

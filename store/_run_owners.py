@@ -76,10 +76,12 @@ class RunOwner:
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A claim's outcome: ``fence`` when it won, else ``owner`` says who holds the run (None:
-    the run does not exist yet, which a claim always wins)."""
+    the run does not exist yet, which a claim always wins). ``taken_from``: on a win, the node
+    that was still marked driving the run (found dead, or its lease lapsed): a takeover."""
 
     fence: Fence | None
     owner: RunOwner | None
+    taken_from: str | None = None
 
 
 # The database's now, and now plus a lease, as the store's instant text
@@ -353,6 +355,7 @@ class RunOwners:
                     return Claimed(Fence(node_id, 1), None)
                 owner, epoch, driving = row
                 free = owner is None or not driving
+                taken_from = None
                 if not free and owner != node_id:
                     proven = 1 if owner in dead_nodes else 0
                     buried = connection.execute(
@@ -361,6 +364,7 @@ class RunOwners:
                     free = buried == 1 or (
                         connection.execute(self._node_exists, {"node_id": owner}).first() is None
                     )
+                    taken_from = owner if free else None
                 if not free:
                     return Claimed(None, RunOwner(run_id, owner, epoch, True, True))
                 taken = connection.execute(
@@ -371,7 +375,7 @@ class RunOwners:
                     # Only on SQLite without the row lock could this be; the transaction is
                     # IMMEDIATE there, so nothing moved it: still, never claim on a lost CAS.
                     return Claimed(None, self._owner_in(connection, run_id))
-                return Claimed(Fence(node_id, epoch + 1), None)
+                return Claimed(Fence(node_id, epoch + 1), None, taken_from)
         except SQLAlchemyError as exc:
             raise self._failed(exc, "claim a run") from None
 

@@ -24,9 +24,11 @@ METRICS = Operation(
     summary="The daemon's numbers in the Prometheus text format",
     description=(
         "Runs by state, appends and commits, events per group commit, commit latency, drivers "
-        "live, stream subscribers, proxy and MCP call latency, claims held, reconciliations open. "
-        "Behind the same auth as the `/v1` routes; the runs by state are read from the store at "
-        "each scrape."
+        "live, stream subscribers, proxy and MCP call latency, claims held, reconciliations open; "
+        "and of this node among those over its store: which node answered (`salvor_node_info`), "
+        "its lease's renewals, failures and lapses, runs owned and taken over, fenced appends, "
+        "the change feed's notices and reconnects. Behind the same auth as the `/v1` routes; the "
+        "runs by state are read from the store at each scrape."
     ),
     responses={
         "200": {

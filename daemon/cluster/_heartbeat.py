@@ -85,9 +85,16 @@ async def keep_lease(
     # Every start adds a node row: those long dead go, so the table stays as small as the cluster.
     await trio.to_thread.run_sync(owners.forget_nodes, FORGET_NODES_AFTER_SECONDS)
     peers.saw(node, await trio.to_thread.run_sync(owners.nodes))
+    metrics = driving.metrics
+
+    def lapsing(reason: str) -> None:
+        if metrics is not None:
+            metrics.lease_deadline_passes.inc()
+        driving.cut_all(reason)
+
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(lease.watch, driving.cut_all)
+            nursery.start_soon(lease.watch, lapsing)
             task_status.started()
             while True:
                 await trio.sleep(lease.heartbeat_seconds)
@@ -106,11 +113,18 @@ async def keep_lease(
 
 
 async def _beat(owners: Any, lease: NodeLease, driving: StoreDriving, peers: Peers) -> None:
-    node = driving.node
+    node, metrics = driving.node, driving.metrics
     sent = trio.current_time()
-    renewed = await trio.to_thread.run_sync(
-        owners.renew, node.node_id, lease.lease_seconds, abandon_on_cancel=True
-    )
+    try:
+        renewed = await trio.to_thread.run_sync(
+            owners.renew, node.node_id, lease.lease_seconds, abandon_on_cancel=True
+        )
+    except Exception:
+        if metrics is not None:
+            metrics.lease_renewal_failures.inc()
+        raise
+    if metrics is not None:
+        (metrics.lease_renewals if renewed else metrics.lease_lapses).inc()
     if renewed:
         lease.renewed(sent)
     else:

@@ -27,6 +27,7 @@ from typing import Any
 import trio
 from salvor.store import Fenced
 
+from ..metrics import DaemonMetrics, NodeReading
 from ..recording import DriveStopped, InProcessDriving
 from ._lease import LeaseLapsing, NodeLease
 from ._node import NodeIdentity
@@ -53,8 +54,11 @@ class StoreDriving:
         lease: NodeLease,
         *,
         dead_nodes: Callable[[], Iterable[str]] = tuple,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
         self._owners = owners
+        # The daemon's instruments: takeovers are counted where a claim wins one.
+        self.metrics = metrics
         # This node's identity now (the heartbeat gives it a new one after a lapse).
         self.node = node
         self.lease = lease
@@ -136,6 +140,8 @@ class StoreDriving:
                     ) from None
             else:
                 if claimed.fence is not None:
+                    if claimed.taken_from is not None and self.metrics is not None:
+                        self.metrics.takeovers.inc()
                     return claimed.fence
                 if not wait:
                     holder = claimed.owner.node_id if claimed.owner else "another node"
@@ -167,6 +173,15 @@ class StoreDriving:
             self._unreleased.pop(run_id, None)
 
     # -- the node's lease -----------------------------------------------------
+
+    def reading(self) -> NodeReading:
+        """This node as ``/metrics`` reports it (from memory; on the trio thread)."""
+        return NodeReading(
+            name=self.node.name,
+            node_id=self.node.node_id,
+            runs_owned=len(self._held),
+            lease_open=self.lease.open,
+        )
 
     def held_epochs(self) -> dict[str, int]:
         """The runs this node's drives hold in the store now, with the epoch each claim took."""

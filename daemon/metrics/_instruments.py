@@ -16,12 +16,18 @@ Rules of this module:
 * What the daemon can only read at scrape time (runs per state, claims, drivers, subscribers) is
   handed to ``exposition`` by the scraper, which read it off the trio thread where it blocks:
   the collector itself reads nothing.
+* Which node a scrape came from (issue 30, item 5) is one series, ``salvor_node_info{node,
+  node_id} 1``, never a label on every series: Prometheus labels each scraped series with the
+  target's ``instance`` already, a node's id changes with each start (a label on every series
+  would start every series afresh at each restart), and a query that wants the name joins it on
+  (``... * on(instance) group_left(node) salvor_node_info``). The cluster's counters (leases,
+  takeovers, fenced appends, the change feed) are counted where those events happen.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,23 +67,56 @@ class Readings:
     stream_subscribers: Mapping[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeReading:
+    """This node as a scrape sees it, read from memory on the trio thread (issue 30, item 5)."""
+
+    # ``--node-name`` (the host name by default), and the id it holds its lease under now (a new
+    # one after each start, and after the store said its lease had lapsed).
+    name: str
+    node_id: str
+    # Runs this node's drives hold in the store now (claimed, not yet let go).
+    runs_owned: int = 0
+    # Whether its lease lets it start effects now (False: it lapsed, or is about to).
+    lease_open: bool = True
+
+
 class _ScrapeTime:
     """The families whose values a scrape hands in (``Readings``); empty between scrapes."""
 
     def __init__(self) -> None:
         self.readings: Readings | None = None
+        # What tells this node's own state at a scrape; None: a daemon with no node (tests).
+        self.node: Callable[[], NodeReading] | None = None
 
     def describe(self) -> list[Metric]:
         # The names alone, so registering reads nothing.
-        return list(self._families(Readings()))
+        return list(self._families(Readings(), NodeReading(name="", node_id="")))
 
     def collect(self) -> Iterator[Metric]:
         if self.readings is not None:
-            yield from self._families(self.readings)
+            yield from self._families(self.readings, None if self.node is None else self.node())
 
     @staticmethod
-    def _families(readings: Readings) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
+    def _families(readings: Readings, node: NodeReading | None) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
+        if node is not None:
+            yield InfoMetricFamily(
+                "salvor_node",
+                "The node that answered this scrape: its --node-name and its id now.",
+                value={"node": node.name, "node_id": node.node_id},
+            )
+            yield GaugeMetricFamily(
+                "salvor_runs_owned",
+                "Runs this node's drives hold in the store now (claimed and not let go).",
+                value=node.runs_owned,
+            )
+            yield GaugeMetricFamily(
+                "salvor_lease_open",
+                "1 while this node's lease lets it start effects; 0 once it lapsed or is lapsing.",
+                value=1 if node.lease_open else 0,
+            )
 
         runs = GaugeMetricFamily(
             "salvor_runs", "Runs in the store by state (its runs table).", labels=["state"]
@@ -159,8 +198,59 @@ class DaemonMetrics:
             for transport in MCP_TRANSPORTS
         }
         self._proxy_by_wire: dict[str, Histogram] = {}
+        # -- many nodes over one store (issue 30, item 5): what an operator of a cluster watches --
+        self.lease_renewals = Counter(
+            "salvor_lease_renewals",
+            "Renewals of this node's lease the store took.",
+            registry=registry,
+        )
+        self.lease_renewal_failures = Counter(
+            "salvor_lease_renewal_failures",
+            "Renewals of this node's lease that failed (the store could not be reached or erred).",
+            registry=registry,
+        )
+        self.lease_deadline_passes = Counter(
+            "salvor_lease_deadline_passes",
+            "Times this node's lease ran out on its own clock unrenewed: it stopped starting "
+            "effects and cut every drive it held.",
+            registry=registry,
+        )
+        self.lease_lapses = Counter(
+            "salvor_lease_lapses",
+            "Times the store refused this node's renewal because its lease had lapsed there (a "
+            "peer may have taken its runs; the node registered again under a new id).",
+            registry=registry,
+        )
+        self.takeovers = Counter(
+            "salvor_takeovers",
+            "Runs this node claimed while another node was still marked driving them (that node "
+            "died, or lost its lease, mid-drive).",
+            registry=registry,
+        )
+        self.appends_fenced = Counter(
+            "salvor_appends_fenced",
+            "Appends the store refused because another node had claimed the run since this "
+            "node's drive took it (nothing of them was written).",
+            registry=registry,
+        )
+        self.feed_notices = Counter(
+            "salvor_change_feed_notices",
+            "Changes to the store this node's change feed heard: PostgreSQL notices of other "
+            "processes' commits; on SQLite, changes of the file's data_version (any commit).",
+            registry=registry,
+        )
+        self.feed_reconnects = Counter(
+            "salvor_change_feed_reconnects",
+            "Times the change feed listened (or watched) again after it lost its connection.",
+            registry=registry,
+        )
         self._scrape = _ScrapeTime()
         registry.register(self._scrape)
+
+    def read_node(self, reading: Callable[[], NodeReading]) -> None:
+        """Name what tells this node's state at each scrape (called on the trio thread, from
+        memory only): ``salvor_node_info``, ``salvor_runs_owned``, ``salvor_lease_open``."""
+        self._scrape.node = reading
 
     def observe_commit(self, events: int, seconds: float) -> None:
         """One append transaction committed (the store's ``commit_observer``; any thread)."""

@@ -42,8 +42,9 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore, RunQuota, StoreUnavailable, notice_of
+from salvor.store import AppendRequest, EventStore, Fenced, RunQuota, StoreUnavailable, notice_of
 
+from ..metrics import current_metrics
 from ..processes import kill_after_commit_hook
 from ._driving import InProcessDriving, RunDriving
 
@@ -338,6 +339,8 @@ class StoreAccess:
             finally:
                 self._waiting.discard(pending)
         if isinstance(pending.result, BaseException):
+            if isinstance(pending.result, Fenced) and (metrics := current_metrics()) is not None:
+                metrics.appends_fenced.inc()
             raise pending.result
         envelopes, new_view = pending.result
         if self.post_commit is not None:

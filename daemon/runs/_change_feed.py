@@ -35,6 +35,7 @@ import trio
 from salvor.protocol import Envelope, MalformedEvent, decode_envelope
 from salvor.store import ChangeNotice, EventStore, StoreError
 
+from ..metrics import DaemonMetrics
 from ..recording import StoreAccess
 from ._event_hub import PAGE_BYTES, PAGE_EVENTS, EventHub
 
@@ -64,16 +65,21 @@ class ChangeFeed(Protocol):
         ...
 
 
-def change_feed(access: StoreAccess, driven_here: Callable[[str], bool]) -> ChangeFeed:
+def change_feed(
+    access: StoreAccess,
+    driven_here: Callable[[str], bool],
+    metrics: DaemonMetrics | None = None,
+) -> ChangeFeed:
     """The feed for ``access``'s store: notices on PostgreSQL, data_version on SQLite.
 
     Args:
         driven_here: whether a driver in this process drives a run (its commits all reach the
             hub through ``publish``; the feed leaves it alone).
+        metrics: the daemon's instruments, which count what the feed hears and its reconnects.
     """
     if access.store.dialect == "postgresql":
-        return NoticeFeed(access, driven_here)
-    return DataVersionFeed(access, driven_here)
+        return NoticeFeed(access, driven_here, metrics)
+    return DataVersionFeed(access, driven_here, metrics)
 
 
 class InProcessFeed:
@@ -88,11 +94,27 @@ class _ThreadFeed:
     """A feed whose watching happens in a thread of its own, stopped when the feed is cancelled,
     with the hub's follower beside it."""
 
-    def __init__(self, access: StoreAccess, driven_here: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        access: StoreAccess,
+        driven_here: Callable[[str], bool],
+        metrics: DaemonMetrics | None = None,
+    ) -> None:
         self._access = access
         self._store: EventStore = access.store
         self._driven_here = driven_here
         self._token: trio.lowlevel.TrioToken | None = None
+        self._metrics = metrics
+
+    def _heard(self) -> None:
+        """One change of another process heard (counted on the watching thread: the counters
+        are thread-safe)."""
+        if self._metrics is not None:
+            self._metrics.feed_notices.inc()
+
+    def _reconnected(self) -> None:
+        if self._metrics is not None:
+            self._metrics.feed_reconnects.inc()
 
     async def serve(self, hub: EventHub, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -156,6 +178,7 @@ class NoticeFeed(_ThreadFeed):
                 continue
             if failures:
                 log.info("listening for the store's changes again")
+                self._reconnected()
             failures = 0
             # Listening from here on: anything committed before is read now, once per run
             # followed (nothing is followed yet at the first start).
@@ -164,6 +187,7 @@ class NoticeFeed(_ThreadFeed):
             try:
                 while not stop.is_set():
                     for notice in listener.notices(WAKE_SECONDS):
+                        self._heard()
                         self._hand_over(hub, notice)
             except StoreError as error:
                 log.warning("%s; listening again", error)
@@ -214,8 +238,13 @@ class DataVersionFeed(_ThreadFeed):
     """SQLite: ``data_version`` read every ``TICK_SECONDS`` by one thread; on a change, one query
     of the followed runs' event counts."""
 
-    def __init__(self, access: StoreAccess, driven_here: Callable[[str], bool]) -> None:
-        super().__init__(access, driven_here)
+    def __init__(
+        self,
+        access: StoreAccess,
+        driven_here: Callable[[str], bool],
+        metrics: DaemonMetrics | None = None,
+    ) -> None:
+        super().__init__(access, driven_here, metrics)
         self._changed = trio.Event()
         # Pages read with the event counts, by (run, from seq): the hub's follower takes them
         # instead of reading again (one trip to a reader thread per change, not two).
@@ -286,10 +315,13 @@ class DataVersionFeed(_ThreadFeed):
             # Watching from here on: anything committed before is asked about now.
             self._post(self._stir)
             self._post(ready.set)
+            if failures:
+                self._reconnected()
             failures = 0
             try:
                 while not stop.wait(TICK_SECONDS if hub.listened else IDLE_TICK_SECONDS):
                     if watch.changed():
+                        self._heard()
                         self._post(self._stir)
             except Exception as error:  # noqa: BLE001 -- the driver's, whatever it is: watch anew
                 log.warning("watching the store for changes failed (%s); watching again", error)

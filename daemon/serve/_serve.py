@@ -361,7 +361,11 @@ async def _serve(
         lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
         peers = Peers()
         owners = access.store.owners
-        access.driving = StoreDriving(owners, node, lease, dead_nodes=lambda: peers.dead)
+        access.driving = StoreDriving(
+            owners, node, lease, dead_nodes=lambda: peers.dead, metrics=metrics
+        )
+        # -- many machines (issue 30, item 5): each scrape says which node answered --
+        metrics.read_node(access.driving.reading)
         runtime = Runtime(
             access,
             registry,
@@ -386,7 +390,7 @@ async def _serve(
                 hub = EventHub(Batching(driven_here=drivers.driving))
                 access.on_commit.append(hub.publish)
                 # -- streams carry every run, whoever commits it (issue 30, item 2) --
-                await root.start(change_feed(access, drivers.driving).serve, hub)
+                await root.start(change_feed(access, drivers.driving, metrics).serve, hub)
                 state = await _server_state(
                     config, runtime, drivers, hub, executor, credentials, locks, metrics
                 )

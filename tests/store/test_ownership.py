@@ -131,3 +131,41 @@ def test_a_daemon_is_refused_while_a_command_line_drives_and_starts_once_it_ende
             driver.kill()
             driver.wait()
         daemon.close()
+
+
+# A daemon's claim of the store, over and over, in a process of its own (record locks are a
+# process's): it prints how many claims were refused.
+STARTING = """
+import sys
+from salvor.store import StoreOwned, open_locks
+refused = 0
+for _ in range(int(sys.argv[2])):
+    locks = open_locks(sys.argv[1], "serve")
+    try:
+        locks.claim("serve", "")
+    except StoreOwned:
+        refused += 1
+    finally:
+        locks.close()
+print(refused, flush=True)
+"""
+
+
+def test_daemons_starting_at_the_same_instant_all_start(store_url: str) -> None:
+    # Each tests the drivers' side of the store exclusively for a moment; a peer doing the same
+    # at that instant is no command-line driver, and must not refuse it (three nodes of a
+    # cluster started together: one was refused now and then).
+    url = normalize_store_url(store_url)
+    EventStore.open(url).close()
+    starting = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTING, url, "40"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outcomes = [process.communicate(timeout=120) for process in starting]
+    assert [process.returncode for process in starting] == [0] * 4, outcomes
+    assert [out.strip() for out, _ in outcomes] == ["0"] * 4, outcomes

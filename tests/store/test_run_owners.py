@@ -440,7 +440,7 @@ def test_a_renewal_waiting_on_a_takeover_fails_once_it_commits(store_url: str) -
         pause.go.set()
         claim.join(30)
         renewal.join(30)
-        assert claimed == [Claimed(Fence("n2", 2), None)]
+        assert claimed == [Claimed(Fence("n2", 2), None, taken_from="n1")]
         assert renewed == [False]
         with pytest.raises(Fenced):
             first.append(
