@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..processes import pid_start
+
 _PROC = Path("/proc")
 _BOOT_ID = _PROC / "sys" / "kernel" / "random" / "boot_id"
 
@@ -32,21 +34,6 @@ def boot_id() -> str:
         return _BOOT_ID.read_text().strip()
     except OSError:
         return ""
-
-
-def pid_start(pid: int) -> str | None:
-    """When process ``pid`` started (field 22 of ``/proc/<pid>/stat``, clock ticks since boot);
-    None when no live process has that pid (gone, or a zombie)."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The fields after the parenthesised command name (which may hold spaces): state is the
-    # third field, starttime the twenty-second.
-    rest = stat.rpartition(")")[2].split()
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    return rest[19]
 
 
 @dataclass(frozen=True, slots=True)

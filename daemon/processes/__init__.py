@@ -22,6 +22,7 @@ from ._orphans import (
     RUN_VAR,
     kill_group,
     owner_mark,
+    pid_start,
     store_fingerprint,
     sweep_orphans,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "make_undumpable",
     "open_tied_process",
     "owner_mark",
+    "pid_start",
     "store_fingerprint",
     "sweep_orphans",
 ]

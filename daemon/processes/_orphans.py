@@ -56,15 +56,16 @@ OWNER_VAR = "SALVOR_OWNER"
 _PROC = Path("/proc")
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), None for
-    a zombie or a gone process."""
+def pid_start(pid: int) -> str | None:
+    """When process ``pid`` started (field 22 of ``/proc/<pid>/stat``, clock ticks since boot);
+    None when no live process has that pid (gone, or a zombie). With the pid it names one process
+    for the machine's uptime (a pid alone is reused)."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    # The fields after the parenthesised command name (which may hold spaces):
-    # state is field 3, starttime field 22.
+    # The fields after the parenthesised command name (which may hold spaces): state is the
+    # third field, starttime the twenty-second.
     rest = stat.rpartition(")")[2].split()
     if len(rest) < 20 or rest[0] in ("Z", "X"):
         return None
@@ -83,7 +84,7 @@ def owner_mark() -> str:
     """``SALVOR_OWNER``'s value for agents this process starts:
     ``<pid>:<start time>:<pid namespace>``."""
     pid = os.getpid()
-    return f"{pid}:{_start_time(pid) or '0'}:{_pid_namespace()}"
+    return f"{pid}:{pid_start(pid) or '0'}:{_pid_namespace()}"
 
 
 def owner_dead(mark: str) -> bool:
@@ -97,7 +98,7 @@ def owner_dead(mark: str) -> bool:
     # A mark without a namespace is from a salvor that wrote none: it ran beside us, as before.
     if namespace and namespace != _pid_namespace():
         return False
-    return _start_time(int(pid)) != started
+    return pid_start(int(pid)) != started
 
 
 def kill_group(pid: int) -> None:
