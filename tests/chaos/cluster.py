@@ -158,7 +158,6 @@ class Cluster(Composed):
                 self.paused.append((node.proc.pid, time.time(), log))
 
             self._under_load(delay, pause, extra=held)
-            self.tally.kills["pause"] += 1
             self._checked(f"SIGSTOP of node{victim} for {held:.1f}s, {delay:.2f}s into the round")
         self.tally_nodes[kind] += 1
         self.start_all()
