@@ -84,6 +84,22 @@ watch() {
   curl -sS -N --fail-with-body "${AUTH[@]}" "$URL/v1/runs/$run/events?from_seq=$from" | python3 -c "$FRAMES_PY"
 }
 
+# after_write RUN: the seq after the run's refund intent (what its recovery records starts
+# there), once the run rests. A run whose process died is anyone's to recover: the daemon may
+# already be taking it over when this asks, and its stream ends once it rests.
+read -r -d '' AFTER_WRITE_PY <<'PY' || true
+import json, sys
+for line in sys.stdin:
+    if line.startswith("data: "):
+        data = json.loads(line[len("data: "):])
+        event = data.get("event", {})
+        if event.get("kind") == "ToolCallRequested" and event["payload"].get("tool") == "issue_refund":
+            print(data["seq"] + 1)
+PY
+after_write() {
+  curl -sS -N --fail-with-body "${AUTH[@]}" "$URL/v1/runs/$1/events" | python3 -c "$AFTER_WRITE_PY" | head -n 1
+}
+
 expect() {
   if [[ "$1" != "$2" ]]; then
     echo "walkthrough: expected $2, got $1" >&2
@@ -142,10 +158,10 @@ if [[ -z "$RUN" ]]; then
   echo "walkthrough: could not start a run with $SALVOR_BIN; is it installed, and SALVOR_STORE the daemon's store?" >&2
   exit 1
 fi
-echo "run $RUN, killed inside issue_refund after the refund went out:"
-api GET "/v1/runs/$RUN" | pick '{"status": j["status"], "pending": j["pending"]}'
-NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
-echo "resume: the probe finds the refund, and its answer becomes the write's output:"
+echo "run $RUN, killed inside issue_refund after the refund went out."
+NEXT=$(after_write "$RUN")
+echo "resume (or the daemon, taking over a run whose process died, already did): the probe finds"
+echo "the refund, and its answer becomes the write's output:"
 api POST "/v1/runs/$RUN/resume"
 echo
 STATE=$(watch "$RUN" "$NEXT")
@@ -154,7 +170,7 @@ expect "$STATE" completed
 INVOICE="INV-3004-$RANDOM$RANDOM"
 RUN=$(killed_in issue_refund:sent "$INVOICE")
 echo "run $RUN, killed after the bank was sent the refund, before it answered:"
-NEXT=$(api GET "/v1/runs/$RUN/replay" | pick 'j["next_seq"]')
+NEXT=$(after_write "$RUN")
 echo "resume: the probe cannot tell whether the refund went out, so the run waits for a person:"
 api POST "/v1/runs/$RUN/resume"
 echo
