@@ -447,15 +447,17 @@ def _fork_origin(kind: str, origin: Any) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GraphRunStarted(Event):
-    """The head of a graph run: the graph it walks (by hash) and the run's input."""
+    """The head of a graph run: the graph it walks (by hash) and the run's input; for a run of
+    a flow file, ``flow`` names the manifest of its files (kept content-addressed with it)."""
 
     KIND: ClassVar[EventKind] = EventKind.GRAPH_RUN_STARTED
-    optional: ClassVar[frozenset[str]] = frozenset({"labels", "forked_from"})
+    optional: ClassVar[frozenset[str]] = frozenset({"labels", "forked_from", "flow"})
 
     graph_hash: str
     input: Any
     labels: dict | None = None
     forked_from: dict | None = None
+    flow: str | None = None
 
     def __post_init__(self) -> None:
         _str(self.KIND, "graph_hash", self.graph_hash)
@@ -463,6 +465,8 @@ class GraphRunStarted(Event):
             raise _fail(self.KIND, NOT_A_LABEL_MAP)
         if self.forked_from is not None:
             _fork_origin(self.KIND, self.forked_from)
+        if self.flow is not None:
+            _str(self.KIND, "flow", self.flow)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

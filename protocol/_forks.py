@@ -296,9 +296,9 @@ def _check_between_nodes(prefix_view: RunView, origin: str, through_seq: int) ->
 
 
 def fork_head(plan: ForkPlan) -> list[Event]:
-    """The child's first append: its ``GraphRunStarted`` (the origin's input and labels, and
-    ``forked_from``), then the prefix's events after the origin's head, each at the seq it had
-    in the origin (1..``through_seq``)."""
+    """The child's first append: its ``GraphRunStarted`` (the origin's input, labels and flow
+    files, and ``forked_from``), then the prefix's events after the origin's head, each at the
+    seq it had in the origin (1..``through_seq``)."""
     head = plan.prefix[0].event
     assert isinstance(head, GraphRunStarted)
     return [
@@ -307,6 +307,8 @@ def fork_head(plan: ForkPlan) -> list[Event]:
             input=head.input,
             labels=head.labels,
             forked_from=plan.forked_from,
+            # A flow run's fork walks the same files, kept with the origin.
+            flow=head.flow,
         ),
         *(envelope.event for envelope in plan.prefix[1:]),
     ]

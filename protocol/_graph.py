@@ -34,6 +34,7 @@ class NodeKind(enum.StrEnum):
     MAP = "map"
     FOLD = "fold"
     DELAY = "delay"
+    FLOW = "flow"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +45,9 @@ class GraphNode:
     nodes, and a map's body; a gate always has the default, what it holds up
     for approval): ``$input`` with no predecessor, ``$nodes.<p>`` with one, an
     object of them with several; ``$item`` in a map body. A map's
-    ``body`` is a node of kind agent or tool carrying the map's id.
+    ``body`` is a node of kind agent or tool carrying the map's id. An agent node names its
+    agent by ``agent`` (a hash) or ``agent_file`` (a file beside the flow file); a flow node
+    names another flow of the project by ``flow``.
     """
 
     id: str
@@ -52,6 +55,8 @@ class GraphNode:
     name: str | None = None
     input: Any = None
     agent: str | None = None
+    agent_file: str | None = None
+    flow: str | None = None
     tool: str | None = None
     prompt: str | None = None
     approval_schema: dict | None = None

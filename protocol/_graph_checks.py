@@ -276,7 +276,7 @@ def _structure_errors(found: _Structure) -> list[str]:
 
 def _templates(node: GraphNode) -> list[tuple[Any, bool]]:
     """The templates of ``node`` as (template, inside a map body)."""
-    if node.kind in (NodeKind.AGENT, NodeKind.TOOL):
+    if node.kind in (NodeKind.AGENT, NodeKind.TOOL, NodeKind.FLOW):
         return [(node.input, False)]
     if node.kind is NodeKind.MAP:
         return [(node.over, False)] + ([(node.body.input, True)] if node.body else [])

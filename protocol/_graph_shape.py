@@ -22,6 +22,7 @@ from typing import Any
 
 from ._clock import parse_instant
 from ._errors import MalformedEvent, excerpt
+from ._flow_bundle import is_flow_name
 from ._graph import GRAPH_SCHEMA_VERSION, GraphEdge, GraphError, GraphNode, NodeKind
 from ._schema import check_schema, schema_text
 from ._shapes import HASH_PATTERN
@@ -48,24 +49,28 @@ _COMMON_FIELDS = frozenset({"id", "kind", "name"})
 # Each kind's own fields, and which of them must be there (a map's missing body and a delay's
 # missing instant have codes of their own, so they are not required here).
 _KIND_FIELDS = {
-    NodeKind.AGENT: frozenset({"agent", "input"}),
+    NodeKind.AGENT: frozenset({"agent", "agent_file", "input"}),
     NodeKind.TOOL: frozenset({"tool", "input"}),
     NodeKind.GATE: frozenset({"prompt", "approval_schema"}),
     NodeKind.BRANCH: frozenset({"on", "cases", "default"}),
     NodeKind.MAP: frozenset({"over", "body", "concurrency"}),
     NodeKind.FOLD: frozenset({"over", "reducer", "field"}),
     NodeKind.DELAY: frozenset({"seconds", "until"}),
+    NodeKind.FLOW: frozenset({"flow", "input"}),
 }
 _KIND_REQUIRED = {
-    NodeKind.AGENT: ("agent",),
+    NodeKind.AGENT: (),
     NodeKind.TOOL: ("tool",),
     NodeKind.GATE: ("prompt",),
     NodeKind.BRANCH: ("on", "cases"),
     NodeKind.MAP: ("over",),
     NodeKind.FOLD: ("over", "reducer"),
     NodeKind.DELAY: (),
+    NodeKind.FLOW: ("flow",),
 }
 _BODY_KINDS = (NodeKind.AGENT, NodeKind.TOOL)
+# The kinds whose omitted input defaults from the edges.
+_INPUT_KINDS = (NodeKind.AGENT, NodeKind.TOOL, NodeKind.FLOW)
 _KINDS = {str(kind): kind for kind in NodeKind}
 
 
@@ -201,7 +206,7 @@ def _read_node(value: Any, where: str, shape: Shape) -> GraphNode:
         _check_name(name, node_id, where, shape.errors)
     fields = _KIND_READERS[kind](value, where, node_id, shape)
     # A gate has no input field: what it holds up for approval is what flows into it.
-    if (kind in _BODY_KINDS and "input" not in value) or kind is NodeKind.GATE:
+    if (kind in _INPUT_KINDS and "input" not in value) or kind is NodeKind.GATE:
         shape.default_input.add(node_id)
     return GraphNode(id=node_id, kind=kind, name=name, **fields)
 
@@ -228,11 +233,30 @@ def _check_name(name: str, node_id: str, where: str, errors: list[GraphError]) -
 
 
 def _agent(value: dict, where: str, node_id: str, shape: Shape) -> dict:
+    if ("agent" in value) == ("agent_file" in value):
+        raise Malformed(f"{where} names its agent by exactly one of agent and agent_file")
+    if "agent_file" in value:
+        path = value["agent_file"]
+        _require(isinstance(path, str), f"{where}.agent_file", "a file path string", path)
+        if not path.strip() or "\0" in path:
+            raise Malformed(f"{where}.agent_file must name a file")
+        return {"agent_file": path, "input": value.get("input")}
     agent = value["agent"]
     _require(isinstance(agent, str), f"{where}.agent", "an agent hash string", agent)
     if not _AGENT_HASH.match(agent):
         raise Malformed(f"{where}.agent must be an agent hash, sha256: and 64 lower-case hex")
     return {"agent": agent, "input": value.get("input")}
+
+
+def _flow(value: dict, where: str, node_id: str, shape: Shape) -> dict:
+    name = value["flow"]
+    _require(isinstance(name, str), f"{where}.flow", "a flow name string", name)
+    if not is_flow_name(name):
+        raise Malformed(
+            f"{where}.flow must be a flow's name: letters, digits, ., _ or -, without .. "
+            "(the file <project>/.salvor/flows/<name>.yaml)"
+        )
+    return {"flow": name, "input": value.get("input")}
 
 
 def _tool(value: dict, where: str, node_id: str, shape: Shape) -> dict:
@@ -395,4 +419,5 @@ _KIND_READERS = {
     NodeKind.MAP: _map,
     NodeKind.FOLD: _fold,
     NodeKind.DELAY: _delay,
+    NodeKind.FLOW: _flow,
 }

@@ -146,6 +146,11 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
         "input": ANY,
         "labels": ref("Labels"),
         "forked_from": ref("ForkOrigin"),
+        "flow": {
+            "type": "string",
+            "pattern": HASH_PATTERN,
+            "description": "A run of a flow file: the manifest of its files, kept with the run.",
+        },
     },
     NodeEntered: {"node": _TEXT, "input": {**ANY, "description": "The node's resolved input."}},
     NodeExited: {

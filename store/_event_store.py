@@ -76,6 +76,7 @@ from ._errors import (
     StoreUnavailable,
     passes_by_itself,
 )
+from ._flow_files import FlowFiles
 from ._location import normalize_store_url
 from ._outbox import Outbox
 from ._quota import RunQuota, bytes_after
@@ -309,6 +310,7 @@ class EventStore:
         self.outbox = Outbox(shared)
         self.client_leases = ClientLeases(shared)
         self.sessions = LoginSessions(shared)
+        self.flow_files = FlowFiles(shared)
 
     # -- lifecycle ------------------------------------------------------------
 

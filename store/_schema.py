@@ -25,6 +25,7 @@ from sqlalchemy import (
     Connection,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -41,7 +42,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 8
+STORE_VERSION = 9
 
 metadata = MetaData()
 
@@ -265,6 +266,16 @@ login_sessions = Table(
     Index("ix_sessions_created_at", "created_at"),
 )
 
+# The files of flow runs, content-addressed: each member's bytes and each bundle's manifest (the
+# canonical JSON a graph run's head names), so recovery, waking and forks never need the client.
+flow_files = Table(
+    "flow_files",
+    metadata,
+    Column("sha256", Text, primary_key=True),
+    Column("content", LargeBinary, nullable=False),
+    Column("created_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -394,6 +405,12 @@ def _share_node_state(connection: Connection) -> None:
             index.create(connection)
 
 
+def _add_flow_files(connection: Connection) -> None:
+    """Version 9: the files of flow runs get a content-addressed table (empty: no older daemon ran
+    a flow from its files)."""
+    flow_files.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -406,6 +423,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     5: _add_notifications,
     6: _learn_run_owners,
     7: _share_node_state,
+    8: _add_flow_files,
 }
 
 

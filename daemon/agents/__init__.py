@@ -50,6 +50,7 @@ from ._loop import (
     probes_open_write,
     reach_refusal,
 )
+from ._markdown import read_markdown
 from ._process import (
     agent_command,
     agent_environment,
@@ -96,6 +97,7 @@ __all__ = [
     "parse_definition",
     "probes_open_write",
     "reach_refusal",
+    "read_markdown",
     "standin_relays",
     "supervise",
 ]

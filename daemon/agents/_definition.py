@@ -14,6 +14,7 @@ import enum
 import json
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,7 @@ def parse_definition(
     allow_processes: bool = True,
     credentials: Credentials | None = None,
     stored: bool = False,
+    read_prompt: Callable[[str], str] | None = None,
 ) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
@@ -352,6 +354,9 @@ def parse_definition(
             agent's ``url`` a declared service origin, each MCP ``url`` server a
             declared MCP origin, and headers only the variables bound to those
             origins. None for an agent file the operator runs.
+        read_prompt: gives the text of ``system_prompt_path`` as written, instead of reading
+            it from ``base_dir`` (a flow's agent file, whose prompt came with it); raises
+            DefinitionError when it has none.
         stored: the daemon's own stored copy (``Definitions.load_agent``), read
             by the rules it was accepted under: integers beyond 2**53 (and,
             in TOML, a ``\\u0000``) that a new definition is refused for, so
@@ -375,7 +380,7 @@ def parse_definition(
         ("model",),
     )
     normalised: dict[str, Any] = {k: v for k, v in raw.items() if k != "name"}
-    prompt = _prompt(raw, normalised, allow_paths, base_dir)
+    prompt = _prompt(raw, normalised, allow_paths, base_dir, read_prompt)
     max_tokens = _max_response_tokens(raw)
     record_prompts = _record_prompts(raw)
     llm = _llm(raw.get("llm", {}))
@@ -638,7 +643,13 @@ def _builtin_mcp_servers(
     return mcp_servers
 
 
-def _prompt(raw: dict, normalised: dict, allow_paths: bool, base_dir: Path | None) -> str | None:
+def _prompt(
+    raw: dict,
+    normalised: dict,
+    allow_paths: bool,
+    base_dir: Path | None,
+    read_prompt: Callable[[str], str] | None = None,
+) -> str | None:
     """The system prompt, inline or read from ``system_prompt_path`` (then inlined into
     ``normalised``, so the hash covers the text, not the path)."""
     if "system_prompt_path" in raw:
@@ -652,15 +663,15 @@ def _prompt(raw: dict, normalised: dict, allow_paths: bool, base_dir: Path | Non
         _expect(
             "system_prompt" not in raw, "give `system_prompt` or `system_prompt_path`, not both", at
         )
-        path = Path(raw["system_prompt_path"])
-        if not path.is_absolute():
-            path = (base_dir or Path.cwd()) / path
-        try:
-            prompt = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DefinitionError(
-                f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}", at=at
-            ) from None
+        _expect(
+            isinstance(raw["system_prompt_path"], str),
+            "`system_prompt_path` must be a string",
+            at,
+        )
+        if read_prompt is not None:
+            prompt = read_prompt(raw["system_prompt_path"])
+        else:
+            prompt = _read_prompt_file(raw["system_prompt_path"], base_dir, at)
         del normalised["system_prompt_path"]
         normalised["system_prompt"] = prompt
     prompt = normalised.get("system_prompt")
@@ -670,6 +681,18 @@ def _prompt(raw: dict, normalised: dict, allow_paths: bool, base_dir: Path | Non
         ("system_prompt",),
     )
     return prompt
+
+
+def _read_prompt_file(target: str, base_dir: Path | None, at: tuple) -> str:
+    path = Path(target)
+    if not path.is_absolute():
+        path = (base_dir or Path.cwd()) / path
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DefinitionError(
+            f"cannot read system_prompt_path {str(path)!r}: {exc.strerror}", at=at
+        ) from None
 
 
 def _budgets_and_pricing(raw: dict) -> tuple[dict, dict | None]:

@@ -16,9 +16,20 @@ import sys
 from pathlib import Path
 
 import trio
-from salvor.protocol import Graph, GraphError, InvalidGraph, parse_graph_json, parse_graph_yaml
+from salvor.protocol import (
+    Graph,
+    GraphError,
+    InvalidGraph,
+    names_files,
+    parse_graph_json,
+    parse_graph_yaml,
+)
 
+from ..agents import AgentDefinition, parse_definition
+from ..graphs import FlowFiles, check_flow
 from ._arguments import add_label_option, json_value, run_uuid
+from ._errors import CliError
+from ._flow_collect import collect_flow
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -117,6 +128,39 @@ def unreadable(path: str, exc: OSError) -> str:
     return f"cannot read graph file {path!r}: {exc.strerror or exc}"
 
 
+async def collect_flow_files(path: str) -> FlowFiles:
+    """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
+
+    Raises:
+        CliError: the flow file itself cannot be read.
+    """
+    try:
+        return await trio.to_thread.run_sync(collect_flow, path)
+    except OSError as exc:
+        raise CliError(unreadable(path, exc)) from None
+
+
+class _AnyTool:
+    """The tools an agent file may name when no registry is at hand (``graph validate``): any."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self):
+        return iter(())
+
+
+def _parse_offline(text: str, fmt: str, read_prompt) -> AgentDefinition:
+    return parse_definition(text, fmt, known_tools=_AnyTool(), read_prompt=read_prompt)
+
+
+async def _flow_errors(path: str) -> list[GraphError]:
+    """The pre-check's errors of the flow file ``path`` with its files as this machine holds
+    them (an agent file's tools are not checked: no registry is at hand here)."""
+    files = await collect_flow_files(path)
+    return (await trio.to_thread.run_sync(check_flow, files, _parse_offline)).errors
+
+
 async def validate_main(args: argparse.Namespace) -> int:
     graph, errors = None, []
     try:
@@ -127,6 +171,14 @@ async def validate_main(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     except InvalidGraph as exc:
         errors = exc.errors
+    if graph is not None and names_files(graph.nodes):
+        try:
+            errors = await _flow_errors(args.file)
+        except CliError as exc:
+            print(f"salvor: {exc}", file=sys.stderr, flush=True)
+            return EXIT_UNREADABLE
+        if errors:
+            graph = None
     if args.json:
         print(json.dumps(validation_answer(graph, errors), ensure_ascii=False), flush=True)
     elif graph is not None:

@@ -29,6 +29,7 @@ from salvor.protocol import (
     RunState,
     RunView,
     encode_envelope,
+    names_files,
     parse_graph_json,
     parse_graph_yaml,
 )
@@ -43,6 +44,7 @@ from salvor.store import (
 from ..agents import AgentDefinition, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..flows import caller_labels
+from ..graphs import FlowFiles
 from ..processes import make_undumpable, sweep_orphans
 from ..recording import claim_wait_seconds, open_store_access
 from ..runs import (
@@ -66,7 +68,7 @@ from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
 from ._errors import CliError, UsageError
 from ._graph import add_parser as add_graph_parser
-from ._graph import read_graph, unreadable
+from ._graph import collect_flow_files, read_graph, unreadable
 from ._graph import validate_main as graph_validate_main
 from ._hints import (
     UNKNOWN_ADDRESS,
@@ -219,17 +221,40 @@ class Cli:
             ) from None
         for source in self.args.agent:
             await runtime.definitions.register_agent(await self._agent_from(runtime, source))
-        await runtime.definitions.register_graph(graph)
+        files = None
+        if names_files(graph.nodes):
+            files = await collect_flow_files(self.args.file)
+        else:
+            await runtime.definitions.register_graph(graph)
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            run_id = await runtime.starts.start_graph_run(
-                graph, self.args.input, labels=labels, run_id=run_id
-            )
+            if files is not None:
+                run_id = await self._start_flow(runtime, files, labels, run_id)
+            else:
+                run_id = await runtime.starts.start_graph_run(
+                    graph, self.args.input, labels=labels, run_id=run_id
+                )
             if self.json:
                 _out({"run": run_id})
             else:
                 print(run_id, flush=True)
             return await self._drive_and_report(runtime, run_id)
+
+    async def _start_flow(
+        self, runtime: Runtime, files: FlowFiles, labels: dict | None, run_id: str
+    ) -> str:
+        """Start a run of the flow file: the same pre-check and stored files a daemon gives a
+        flow sent over a link (its members found by key, never re-read from disk)."""
+        try:
+            return await runtime.starts.start_flow_run(
+                files, self.args.input, labels=labels, run_id=run_id
+            )
+        except InvalidGraph as exc:
+            raise CliError(
+                f"{self.args.file} does not pass the flow check ({len(exc.errors)} error(s), "
+                f"the first: {exc.errors[0].message}); `salvor graph validate "
+                f"{self.args.file}` lists them"
+            ) from None
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):

@@ -6,6 +6,14 @@ Rule: imports only the packages below it; knows nothing of HTTP routes or of how
 
 from __future__ import annotations
 
+from ._flow_check import (
+    AgentParser,
+    CheckedFlow,
+    FlowFiles,
+    bind_agents,
+    check_flow,
+    parse_flow_document,
+)
 from ._probes import graph_declares_probe, graph_probes_open_write
 from ._walk import (
     MAP_ITEMS,
@@ -16,9 +24,15 @@ from ._walk import (
 
 __all__ = [
     "MAP_ITEMS",
+    "AgentParser",
+    "CheckedFlow",
+    "FlowFiles",
     "GraphWalk",
+    "bind_agents",
+    "check_flow",
     "drive_graph",
     "graph_declares_probe",
     "graph_probes_open_write",
     "map_child_id",
+    "parse_flow_document",
 ]

@@ -297,6 +297,8 @@ class GraphWalk:
             await self._exit(ctx, node, output)
         elif kind is NodeKind.DELAY:
             await self._delay(ctx, node)
+        elif kind is NodeKind.FLOW:
+            await self._fail(ctx, node, "a nested flow does not run in this build yet")
         else:
             await self._map(ctx, node)
 

@@ -9,9 +9,19 @@ refused when a run is started or driven, not halfway through it. Nothing here dr
 
 from __future__ import annotations
 
+import json
 import os
 
-from salvor.protocol import ErrorCode, Graph, NodeKind, excerpt, graph_from_value
+import trio
+from salvor.protocol import (
+    ErrorCode,
+    Graph,
+    NodeKind,
+    bundle_from_json,
+    content_hash,
+    excerpt,
+    graph_from_value,
+)
 from salvor.store import GraphSummary, StoredAgent, StoredGraph
 
 from ..agents import (
@@ -22,6 +32,7 @@ from ..agents import (
     parse_definition,
 )
 from ..client_runs import registry_unavailable
+from ..graphs import AgentParser, CheckedFlow, FlowFiles, check_flow
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..processes import MARK_VAR, store_fingerprint
 from ..recording import StoreAccess
@@ -164,7 +175,9 @@ class Definitions:
         # Stored only after it validated, so it validates again (InvalidGraph would be a bug).
         return graph_from_value(stored.document)
 
-    async def graph_agents(self, graph: Graph) -> dict[str, AgentDefinition]:
+    async def graph_agents(
+        self, graph: Graph, *, known: dict[str, AgentDefinition] | None = None
+    ) -> dict[str, AgentDefinition]:
         """Every agent ``graph``'s nodes name, by hash, once each tool node's tool is known too.
 
         Resolved before a graph run is started (so a run starts only when all of it
@@ -193,10 +206,12 @@ class Definitions:
                     "daemon's registry does not hold",
                     details={"node": node.id, "tool": call.tool},
                 )
-            if call.kind is not NodeKind.AGENT or call.agent in agents:
+            # An agent file's node is bound to its agent's hash from the run's flow files
+            # (``flow_graph``); a graph read back from the store alone leaves it unbound.
+            if call.kind is not NodeKind.AGENT or call.agent is None or call.agent in agents:
                 continue
             try:
-                agent = await self.load_agent(call.agent)
+                agent = (known or {}).get(call.agent) or await self.load_agent(call.agent)
             except OperationRefused as exc:
                 raise OperationRefused(
                     exc.code,
@@ -211,6 +226,73 @@ class Definitions:
                 )
             agents[call.agent] = agent
         return agents
+
+    # -- flow files -----------------------------------------------------------
+
+    def agent_parser(self) -> AgentParser:
+        """How a flow's agent files are read: against this daemon's registry, their prompt files
+        from the flow's files (never from this machine's disk)."""
+        known = self.registry.names()
+
+        def parse(text: str, fmt: str, read_prompt) -> AgentDefinition:
+            return parse_definition(text, fmt, known_tools=known, read_prompt=read_prompt)
+
+        return parse
+
+    async def keep_flow_files(self, files: FlowFiles) -> str:
+        """Keep the bytes of ``files`` and its manifest content-addressed; the manifest's hash.
+
+        Raises:
+            StoreUnavailable: the database failed; a retry keeps what is missing.
+        """
+        manifest = files.bundle.manifest_bytes()
+        digest = content_hash(manifest)
+        contents = {**files.contents, digest: manifest}
+        await self.access.read(self.access.store.flow_files.put, contents)
+        return digest
+
+    async def load_flow_files(self, manifest_hash: str) -> FlowFiles:
+        """The files a flow run's head names, read back from the store.
+
+        Raises:
+            OperationRefused: unknown_graph when the store lacks the manifest or a member's bytes
+                (it was kept before the head was written, so only a damaged store does).
+        """
+        read = self.access.store.flow_files.get
+        manifest = await self.access.read(read, manifest_hash)
+        if manifest is None:
+            raise unknown_graph(manifest_hash)
+        bundle = bundle_from_json(json.loads(manifest))
+        wanted = {bundle.document} | {m.sha256 for m in bundle.members.values() if m.sha256}
+        contents = {}
+        for digest in sorted(wanted):
+            data = await self.access.read(read, digest)
+            if data is None:
+                raise unknown_graph(digest)
+            contents[digest] = data
+        return FlowFiles(bundle, contents)
+
+    async def checked_flow(self, files: FlowFiles) -> CheckedFlow:
+        """The pre-check of ``files`` (``graphs.check_flow``), off the trio thread."""
+        parse = self.agent_parser()
+        return await trio.to_thread.run_sync(check_flow, files, parse)
+
+    async def flow_graph(self, manifest_hash: str) -> tuple[Graph, FlowFiles]:
+        """A flow run's graph, bound to its agent files, from the files kept with it.
+
+        Raises:
+            OperationRefused: unknown_graph (``load_flow_files``), bad_request when the files
+                no longer pass the pre-check here (a tool an agent file names is gone).
+        """
+        files = await self.load_flow_files(manifest_hash)
+        checked = await self.checked_flow(files)
+        if checked.graph is None:
+            first = checked.errors[0]
+            raise bad_request(
+                f"the flow {files.bundle.canonical} no longer checks here: {first.message}",
+                details={"errors": [error.to_json() for error in checked.errors]},
+            )
+        return checked.graph, files
 
     async def graph_and_agents(self, graph_hash: str) -> tuple[Graph, list[AgentDefinition]] | None:
         """The stored graph and its agents, or None when either does not load here."""

@@ -17,13 +17,16 @@ from salvor.protocol import (
     ErrorCode,
     Graph,
     GraphRunStarted,
+    InvalidGraph,
     RunStarted,
     RunState,
     RunView,
+    names_files,
 )
 from salvor.store import SeqConflict
 
 from ..agents import AgentDefinition, AgentKind
+from ..graphs import FlowFiles
 from ..processes import PortClaims
 from ..recording import StoreAccess, checked_labels, chosen_run_id, parse_run_id
 from ..web import OperationRefused, bad_request, port_held
@@ -137,8 +140,45 @@ class RunStarts:
         """
         checked_labels(labels)
         run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        if names_files(graph.nodes):
+            raise bad_request(
+                "the graph names files (an agent_file or a flow node), which only a run of its "
+                "flow file brings along; run it with `salvor graph run FILE`"
+            )
         await self.definitions.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
+        await open_log(self.access, run_id, [head])
+        return run_id
+
+    async def start_flow_run(
+        self,
+        files: FlowFiles,
+        run_input: Any,
+        *,
+        labels: dict[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new run of a flow file: the pre-check of the whole flow and every member it
+        reaches first (``graphs.check_flow``), then its agents, its graph and its files kept
+        content-addressed, then the head naming the files' manifest.
+
+        Raises:
+            InvalidGraph: every error of the pre-check (the ``invalid_graph`` list); nothing
+                was stored.
+            OperationRefused: what ``start_graph_run`` raises for labels, ids, agents and tools.
+        """
+        checked_labels(labels)
+        run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+        checked = await self.definitions.checked_flow(files)
+        if checked.graph is None:
+            raise InvalidGraph(checked.errors)
+        graph = checked.graph
+        await self.definitions.graph_agents(graph, known=checked.agents)
+        for agent in checked.agents.values():
+            await self.definitions.register_agent(agent)
+        await self.definitions.register_graph(graph)
+        manifest = await self.definitions.keep_flow_files(files)
+        head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels, flow=manifest)
         await open_log(self.access, run_id, [head])
         return run_id
 

@@ -15,7 +15,14 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from salvor.protocol import MAX_NESTING, TERMINAL_STATES, Envelope, RunFailed, RunView
+from salvor.protocol import (
+    MAX_NESTING,
+    TERMINAL_STATES,
+    Envelope,
+    GraphRunStarted,
+    RunFailed,
+    RunView,
+)
 
 from ..agents import AgentDefinition, AgentKind, Credentials, DriveKit, drive
 from ..client_runs import ClientRuns, ClientTool, DriveLeases
@@ -138,6 +145,11 @@ class Runtime:
                 longer resolves; nothing was recorded.
         """
         graph = await self.definitions.load_graph(graph_hash)
+        head = await self.access.read(self.access.store.read_log, run_id, 0, limit=1)
+        flow = head[0].event.flow if head and isinstance(head[0].event, GraphRunStarted) else None
+        if flow is not None:
+            # A flow run's agent files are bound from the files kept with it, never re-read.
+            graph, _ = await self.definitions.flow_graph(flow)
         agents = await self.definitions.graph_agents(graph)
         try:
             return await drive_graph(self.kit, run_id, graph, agents, on_record=on_record)

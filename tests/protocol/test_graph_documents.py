@@ -246,5 +246,6 @@ def test_the_graph_api_of_the_design_is_exported_from_salvor_protocol() -> None:
         "map",
         "fold",
         "delay",
+        "flow",
     ]
     assert InvalidGraph([]).code == "invalid_graph"

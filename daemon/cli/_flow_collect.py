@@ -1,0 +1,273 @@
+"""The client side of a flow run: the files a flow file reaches, collected from this machine.
+
+Starting at the flow file, every ``agent_file`` of its nodes (a map's body too) is a member keyed
+by the real directory of the file that names it and the target as written; an agent file's
+``system_prompt_path`` likewise beside the agent file; every ``flow`` node's flow of the project
+(``<P>/.salvor/flows/<name>.yaml``) a member keyed by that directory and ``<name>.yaml``, collected
+in the same way. Each (directory, target) pair is read once; a chain stops at ``MAX_FLOW_DEPTH``.
+
+The client policy: a member is sent only when its real path lies under one of the roots (the
+project and its ``.salvor/flows``, the flow file's directory and its real file's directory), by
+their real location; otherwise it is refused with a sentence saying why, the root check first (a
+missing file outside every root is refused, not missing). ``SALVOR_FLOW_FILES_LOG=1`` prints one
+line a member on stderr, never its content.
+
+Runs in a thread (blocking file IO): ``collect_flow`` is synchronous.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from salvor.protocol import (
+    FLOWS_DIR,
+    MAX_FLOW_DEPTH,
+    MAX_MEMBER_BYTES,
+    FlowBundle,
+    FlowMember,
+    content_hash,
+    is_flow_name,
+    member_key,
+    nested_flow_key,
+    project_of,
+)
+
+from ..agents import read_markdown
+from ..graphs import FlowFiles
+
+LOG_VAR = "SALVOR_FLOW_FILES_LOG"
+
+# What a name's suffix says the file is; a link from such a name must lead to the same kind.
+_KINDS = {
+    ".yaml": "YAML",
+    ".yml": "YAML",
+    ".toml": "TOML",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".json": "JSON",
+}
+
+
+def _spelling(path: str) -> dict:
+    """How the directory of ``path`` lists its basename (``listed`` when it cannot be read)."""
+    directory, name = os.path.split(path)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return {"state": "listed"}
+    if name in names:
+        return {"state": "listed"}
+    folded = next((n for n in names if n.casefold() == name.casefold()), None)
+    if folded is None:
+        return {"state": "absent"}
+    stem, suffix = os.path.splitext(folded)
+    return {
+        "state": "case_folded",
+        "actual": folded,
+        "addressable": suffix == ".yaml" and is_flow_name(stem),
+    }
+
+
+def _os_error(exc: OSError) -> str:
+    code = errno.errorcode.get(exc.errno or 0, "EIO")
+    return f"{code}: {exc.strerror or exc}"
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass
+class _Collector:
+    roots: list[str]
+    log: bool
+    members: dict[str, FlowMember] = field(default_factory=dict)
+    contents: dict[str, bytes] = field(default_factory=dict)
+
+    def read(self, role: str, key: str, path: str, target: str) -> FlowMember:
+        """The member ``key`` (``path`` on this machine), read once, under the client policy."""
+        if key in self.members:
+            return self.members[key]
+        member = self._member(role, key, path, target)
+        self.members[key] = member
+        if self.log:
+            if member.sha256 is not None:
+                line = f"inline {member.size}"
+            elif member.state == "refused":
+                line = f"refused ({member.error})"
+            else:
+                line = str(member.state)
+            print(f"[flow-files] {role} {member.canonical}: {line}", file=sys.stderr, flush=True)
+        return member
+
+    def _member(self, role: str, key: str, path: str, target: str) -> FlowMember:
+        canonical = os.path.realpath(path)
+        base = {"key": key, "role": role, "path": path, "canonical": canonical}
+        spelling = _spelling(path)
+
+        def refused(reason: str) -> FlowMember:
+            return FlowMember(**base, spelling=spelling, state="refused", error=reason)
+
+        if not any(_under(canonical, root) for root in self.roots):
+            shown = ", ".join(self.roots)
+            return refused(f"{target} is outside every root this client serves ({shown})")
+        kind = _KINDS.get(os.path.splitext(path)[1].lower())
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return FlowMember(**base, spelling=spelling, state="missing")
+        except OSError as exc:
+            return refused(_os_error(exc))
+        if kind is not None and _KINDS.get(os.path.splitext(canonical)[1].lower()) != kind:
+            return refused(f"{target} links to a file that is not a {kind} file")
+        if os.path.isdir(canonical):
+            return refused("EISDIR: illegal operation on a directory, read")
+        if info.st_size > MAX_MEMBER_BYTES:
+            return refused(
+                f"{canonical} is larger than the 32 MiB cap on a file sent to the daemon"
+            )
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_MEMBER_BYTES + 1)
+        except OSError as exc:
+            return refused(_os_error(exc))
+        if len(data) > MAX_MEMBER_BYTES:
+            return refused(
+                f"{canonical} is larger than the 32 MiB cap on a file sent to the daemon"
+            )
+        digest = content_hash(data)
+        self.contents[digest] = data
+        return FlowMember(**base, spelling=spelling, sha256=digest, size=len(data))
+
+
+def _nodes(document: Any) -> list[dict]:
+    """The node objects of a parsed flow document (a map's body counted), leniently: the
+    daemon's checks say what is wrong with a document, the collector only finds names."""
+    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
+        return []
+    found = []
+    for node in document["nodes"]:
+        if isinstance(node, dict):
+            found.append(node)
+            if isinstance(node.get("body"), dict):
+                found.append(node["body"])
+    return found
+
+
+def _parse_document(data: bytes, name: str) -> Any:
+    from salvor.protocol import load_yaml_lines, parse_strict
+
+    try:
+        text = data.decode("utf-8")
+        if name.lower().endswith(".json"):
+            return parse_strict(text, "the flow file")
+        return load_yaml_lines(text, "the flow file")[0]
+    except Exception:  # noqa: BLE001 - any unreadable document is the daemon's to report
+        return None
+
+
+def _prompt_target(data: bytes, name: str) -> str | None:
+    """The ``system_prompt_path`` an agent file names, if it names one and reads at all."""
+    try:
+        text = data.decode("utf-8")
+        suffix = os.path.splitext(name)[1].lower()
+        if suffix in (".md", ".markdown"):
+            raw: Any = read_markdown(text).fields
+        elif suffix == ".json":
+            import json
+
+            raw = json.loads(text)
+        else:
+            raw = tomllib.loads(text)
+    except Exception:  # noqa: BLE001 - the daemon's pre-check reports an agent file that fails
+        return None
+    target = raw.get("system_prompt_path") if isinstance(raw, dict) else None
+    return target if isinstance(target, str) else None
+
+
+def _walk(
+    collector: _Collector, member: FlowMember, project: str | None, depth: int, seen: set
+) -> None:
+    """Collect what the flow ``member`` (its bytes read) names, one level below ``depth``."""
+    data = collector.contents.get(member.sha256 or "")
+    if data is None:
+        return
+    directory = posixpath.dirname(member.canonical)
+    for node in _nodes(_parse_document(data, member.canonical)):
+        target = node.get("agent_file")
+        if isinstance(target, str) and depth < MAX_FLOW_DEPTH:
+            key = member_key(directory, target)
+            if key not in seen:
+                seen.add(key)
+                agent = collector.read("agent", key, posixpath.join(directory, target), target)
+                _collect_prompt(collector, agent)
+        name = node.get("flow") if node.get("kind") == "flow" else None
+        if isinstance(name, str) and project is not None and depth < MAX_FLOW_DEPTH:
+            if not is_flow_name(name):
+                continue
+            key = nested_flow_key(project, name)
+            if key in seen:
+                continue
+            seen.add(key)
+            path = posixpath.join(project, FLOWS_DIR, f"{name}.yaml")
+            nested = collector.read("flow", key, path, f"{name}.yaml")
+            _walk(collector, nested, project, depth + 1, seen)
+
+
+def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:
+    data = collector.contents.get(agent.sha256 or "")
+    target = None if data is None else _prompt_target(data, agent.canonical)
+    if target is not None:
+        directory = posixpath.dirname(agent.canonical)
+        path = posixpath.join(directory, target)
+        collector.read("prompt", member_key(directory, target), path, target)
+
+
+def flow_roots(path: str) -> list[str]:
+    """The directories this client sends files from for the flow file ``path``, real paths."""
+    absolute = os.path.abspath(path)
+    canonical = os.path.realpath(path)
+    roots = [os.path.dirname(absolute), os.path.dirname(canonical)]
+    for project in (project_of(absolute), project_of(canonical)):
+        if project is not None:
+            roots += [project, posixpath.join(project, FLOWS_DIR)]
+    real = [os.path.realpath(root) for root in roots]
+    return list(dict.fromkeys(real))
+
+
+def collect_flow(path: str, *, update_baselines: bool = False) -> FlowFiles:
+    """The flow file ``path`` and every member it reaches, as this machine holds them.
+
+    Raises:
+        OSError: the flow file itself cannot be read (nothing else raises: a member that cannot
+            be read is refused or missing, for the daemon's pre-check to report).
+    """
+    absolute = os.path.abspath(path)
+    canonical = os.path.realpath(path)
+    with open(absolute, "rb") as handle:
+        document = handle.read(MAX_MEMBER_BYTES + 1)
+    if len(document) > MAX_MEMBER_BYTES:
+        raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
+    collector = _Collector(roots=flow_roots(path), log=os.environ.get(LOG_VAR) == "1")
+    digest = content_hash(document)
+    collector.contents[digest] = document
+    root = FlowMember(
+        key="", role="flow", path=absolute, canonical=canonical, sha256=digest, size=len(document)
+    )
+    project = project_of(absolute, canonical)
+    _walk(collector, root, project, 0, set())
+    bundle = FlowBundle(
+        path=absolute,
+        canonical=canonical,
+        spelling=_spelling(absolute),
+        document=digest,
+        members=collector.members,
+        update_baselines=update_baselines,
+    )
+    return FlowFiles(bundle, collector.contents)
