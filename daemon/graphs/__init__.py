@@ -13,7 +13,9 @@ from ._flow_check import (
     bind_agents,
     check_flow,
     parse_flow_document,
+    registry_parser,
 )
+from ._nested import flow_child_id
 from ._probes import graph_declares_probe, graph_probes_open_write
 from ._walk import (
     MAP_ITEMS,
@@ -31,8 +33,10 @@ __all__ = [
     "bind_agents",
     "check_flow",
     "drive_graph",
+    "flow_child_id",
     "graph_declares_probe",
     "graph_probes_open_write",
     "map_child_id",
     "parse_flow_document",
+    "registry_parser",
 ]

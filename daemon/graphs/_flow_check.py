@@ -31,7 +31,7 @@ from salvor.protocol import (
     parse_graph_yaml,
 )
 
-from ..agents import AgentDefinition, AgentKind, DefinitionError
+from ..agents import AgentDefinition, AgentKind, DefinitionError, parse_definition
 
 # Parses an agent file's text in its format, its prompt file read through the callable given.
 AgentParser = Callable[[str, str, Callable[[str], str]], AgentDefinition]
@@ -67,11 +67,32 @@ class FlowFiles:
 @dataclass
 class CheckedFlow:
     """What the pre-check found: the flow's graph with each agent file bound to its agent's hash
-    (None when the document itself failed), the agents by hash, and every error."""
+    (None when the document itself failed), the agents of its agent files by hash, every graph
+    it reaches (its own and its nested flows', bound), and every error."""
 
     graph: Graph | None = None
     agents: dict[str, AgentDefinition] = field(default_factory=dict)
+    graphs: list[Graph] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
+
+
+def registry_parser(known_tools) -> AgentParser:
+    """How a flow's agent files are read on this daemon: against ``known_tools``, their prompt
+    files from the flow's files (never from this machine's disk)."""
+
+    def parse(text: str, fmt: str, read_prompt: Callable[[str], str]) -> AgentDefinition:
+        return parse_definition(text, fmt, known_tools=known_tools, read_prompt=read_prompt)
+
+    return parse
+
+
+def nested_member(files: FlowFiles, node: GraphNode) -> FlowMember | None:
+    """The member a ``flow`` node of the flow of ``files`` runs, or None (the pre-check refused
+    a flow that lacks it)."""
+    project = files.bundle.project
+    if project is None or node.flow is None:
+        return None
+    return files.bundle.members.get(nested_flow_key(project, node.flow))
 
 
 def parse_flow_document(data: bytes, name: str) -> Graph:
@@ -108,6 +129,7 @@ class _Check:
         self.parse_agent = parse_agent
         self.linked = linked
         self.agents: dict[str, AgentDefinition] = {}
+        self.graphs: list[Graph] = []
         self.errors: list[GraphError] = []
 
     def error(self, code: str, node: GraphNode | None, message: str, file: str, **extra) -> None:
@@ -199,7 +221,9 @@ class _Check:
                     hashes[node.id] = agent.agent_def_hash
             elif call.kind is NodeKind.FLOW:
                 self.nested(files, node, depth + 1, chain)
-        return bind_agents(graph, hashes)
+        bound = bind_agents(graph, hashes)
+        self.graphs.append(bound)
+        return bound
 
     def agent_file(
         self, files: FlowFiles, node: GraphNode, target: str, depth: int
@@ -323,5 +347,8 @@ def check_flow(files: FlowFiles, parse_agent: AgentParser) -> CheckedFlow:
         )
     graph = check.flow(files, 0, ())
     return CheckedFlow(
-        graph=graph if not check.errors else None, agents=check.agents, errors=check.errors
+        graph=graph if not check.errors else None,
+        agents=check.agents,
+        graphs=check.graphs,
+        errors=check.errors,
     )

@@ -88,6 +88,8 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept
 from ..tools import graph_call_key
+from ._flow_check import FlowFiles
+from ._nested import run_nested_flow
 from ._probes import graph_probes_open_write
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
@@ -151,8 +153,16 @@ def _recorded_items(ctx: RunContext) -> dict[int, Any]:
 class GraphWalk:
     """One drive's walk of one graph run: the recorded outputs so far and the agents' gateways."""
 
-    def __init__(self, kit: DriveKit, graph: Graph, agents: Mapping[str, AgentDefinition]) -> None:
+    def __init__(
+        self,
+        kit: DriveKit,
+        graph: Graph,
+        agents: Mapping[str, AgentDefinition],
+        files: FlowFiles | None = None,
+    ) -> None:
         self.kit = kit
+        # A flow run's files (its nested flows are found there), None for a graph by hash.
+        self.files = files
         self.access = kit.access
         self.graph = graph
         self.agents = agents
@@ -237,6 +247,15 @@ class GraphWalk:
             # The recorded output is the node's (an agent's answer is the log's, not a new one).
             self.outputs[event.node] = found.event.output
 
+    @property
+    def run_id(self) -> str:
+        """The graph run this walk drives (set once its head is read)."""
+        return self._run_id
+
+    async def fail(self, ctx: RunContext, node: GraphNode, message: str) -> None:
+        """Fail the run naming ``node`` (``_fail``), for the node kinds walked elsewhere."""
+        await self._fail(ctx, node, message)
+
     async def _fail(self, ctx: RunContext, node: GraphNode, message: str) -> None:
         """Fail the run naming ``node``; raises Parked (or takes the recorded RunFailed)."""
         await ctx.control(RunFailed(error=f"node {node.id!r}: {message}"))
@@ -298,7 +317,14 @@ class GraphWalk:
         elif kind is NodeKind.DELAY:
             await self._delay(ctx, node)
         elif kind is NodeKind.FLOW:
-            await self._fail(ctx, node, "a nested flow does not run in this build yet")
+            flow_input = await self._resolve(ctx, node, node.input)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=flow_input))
+            output = (
+                await run_nested_flow(self, ctx, node, flow_input, drive_graph)
+                if ctx.live
+                else None
+            )
+            await self._exit(ctx, node, output)
         else:
             await self._map(ctx, node)
 
@@ -580,10 +606,12 @@ async def drive_graph(
     agents: Mapping[str, AgentDefinition],
     *,
     on_record: Callable | None = None,
+    files: FlowFiles | None = None,
 ) -> RunView:
     """Drive a graph run to its next resting point and return its view there.
 
-    ``agents``: every agent the graph's nodes name, by hash (built-in agents). ``kit``: what
+    ``agents``: every agent the graph's nodes name, by hash (built-in agents). ``files``: a
+    flow run's files (its graph bound to them), where its nested flows are found. ``kit``: what
     every drive is handed; its map items' drives are handed the same (``agents.drive``).
     Whatever log it finds is walked: a fork's child, whose log holds a copied
     prefix, continues from the end of that prefix.
@@ -611,7 +639,7 @@ async def drive_graph(
             graph, agents.values(), kit.registry, ctx.view
         ):
             return ctx.view
-        return await _walk(ctx, GraphWalk(kit, graph, agents))
+        return await _walk(ctx, GraphWalk(kit, graph, agents, files))
 
 
 async def _walk(ctx: RunContext, walk: GraphWalk) -> RunView:

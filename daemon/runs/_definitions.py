@@ -32,7 +32,7 @@ from ..agents import (
     parse_definition,
 )
 from ..client_runs import registry_unavailable
-from ..graphs import AgentParser, CheckedFlow, FlowFiles, check_flow
+from ..graphs import AgentParser, CheckedFlow, FlowFiles, check_flow, registry_parser
 from ..mcp import McpBuildError, check_buildable, missing_program
 from ..processes import MARK_VAR, store_fingerprint
 from ..recording import StoreAccess
@@ -230,14 +230,8 @@ class Definitions:
     # -- flow files -----------------------------------------------------------
 
     def agent_parser(self) -> AgentParser:
-        """How a flow's agent files are read: against this daemon's registry, their prompt files
-        from the flow's files (never from this machine's disk)."""
-        known = self.registry.names()
-
-        def parse(text: str, fmt: str, read_prompt) -> AgentDefinition:
-            return parse_definition(text, fmt, known_tools=known, read_prompt=read_prompt)
-
-        return parse
+        """How a flow's agent files are read: against this daemon's registry."""
+        return registry_parser(self.registry.names())
 
     async def keep_flow_files(self, files: FlowFiles) -> str:
         """Keep the bytes of ``files`` and its manifest content-addressed; the manifest's hash.

@@ -173,10 +173,13 @@ class RunStarts:
         if checked.graph is None:
             raise InvalidGraph(checked.errors)
         graph = checked.graph
-        await self.definitions.graph_agents(graph, known=checked.agents)
+        # Its nested flows' agents and tools too: a run starts only when all of it resolves.
+        for reached in checked.graphs:
+            await self.definitions.graph_agents(reached, known=checked.agents)
         for agent in checked.agents.values():
             await self.definitions.register_agent(agent)
-        await self.definitions.register_graph(graph)
+        for reached in checked.graphs:
+            await self.definitions.register_graph(reached)
         manifest = await self.definitions.keep_flow_files(files)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels, flow=manifest)
         await open_log(self.access, run_id, [head])

@@ -147,12 +147,15 @@ class Runtime:
         graph = await self.definitions.load_graph(graph_hash)
         head = await self.access.read(self.access.store.read_log, run_id, 0, limit=1)
         flow = head[0].event.flow if head and isinstance(head[0].event, GraphRunStarted) else None
+        files = None
         if flow is not None:
             # A flow run's agent files are bound from the files kept with it, never re-read.
-            graph, _ = await self.definitions.flow_graph(flow)
+            graph, files = await self.definitions.flow_graph(flow)
         agents = await self.definitions.graph_agents(graph)
         try:
-            return await drive_graph(self.kit, run_id, graph, agents, on_record=on_record)
+            return await drive_graph(
+                self.kit, run_id, graph, agents, on_record=on_record, files=files
+            )
         except* RecursionError:
             pass  # answered below, outside the handler (an except* clause cannot return)
         return await self._fail_too_deep(run_id)
