@@ -66,6 +66,7 @@ from ._events import SleepStarted as SleepStarted
 from ._events import Suspended as Suspended
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallRequested as ToolCallRequested
+from ._flow_bundle import BASELINES_DIR as BASELINES_DIR
 from ._flow_bundle import FLOW_NAME as FLOW_NAME
 from ._flow_bundle import FLOWS_DIR as FLOWS_DIR
 from ._flow_bundle import MAX_FLOW_DEPTH as MAX_FLOW_DEPTH
@@ -73,6 +74,8 @@ from ._flow_bundle import MAX_MEMBER_BYTES as MAX_MEMBER_BYTES
 from ._flow_bundle import FlowBundle as FlowBundle
 from ._flow_bundle import FlowMember as FlowMember
 from ._flow_bundle import MalformedBundle as MalformedBundle
+from ._flow_bundle import baseline_dir as baseline_dir
+from ._flow_bundle import baseline_path as baseline_path
 from ._flow_bundle import bundle_from_json as bundle_from_json
 from ._flow_bundle import content_hash as content_hash
 from ._flow_bundle import is_flow_name as is_flow_name

@@ -77,6 +77,24 @@ def project_of(*paths: str) -> str | None:
     return None
 
 
+BASELINES_DIR = "__baselines__"
+
+
+def baseline_dir(path: str, canonical: str, *, stem: str | None = None) -> str:
+    """The directory of a flow's baselines: ``__baselines__/<stem>`` beside its real file, the
+    stem that of its real file (or of its path when that is no flow name), or ``stem``."""
+    if stem is None:
+        stem = posixpath.splitext(posixpath.basename(canonical))[0]
+        if not is_flow_name(stem):
+            stem = posixpath.splitext(posixpath.basename(path))[0]
+    return posixpath.join(posixpath.dirname(canonical), BASELINES_DIR, stem)
+
+
+def baseline_path(path: str, canonical: str, name: str, *, stem: str | None = None) -> str:
+    """The baseline file of snapshot ``name`` of the flow at ``path`` (real file ``canonical``)."""
+    return posixpath.join(baseline_dir(path, canonical, stem=stem), f"{name}.json")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowMember:
     """One file a flow reaches, as the client found it."""
@@ -174,6 +192,8 @@ class FlowBundle:
     members: dict[str, FlowMember]
     update_baselines: bool = False
     linked: bool = False
+    # A nested flow's baselines go under the id of the node that runs it, not its file's stem.
+    stem: str | None = None
 
     @property
     def project(self) -> str | None:
@@ -190,7 +210,12 @@ class FlowBundle:
             "members": [self.members[key].to_json() for key in sorted(self.members)],
             "update_baselines": self.update_baselines,
             "linked": self.linked,
+            "stem": self.stem,
         }
+
+    def baseline_path(self, name: str) -> str:
+        """Where snapshot ``name`` of this flow keeps its baseline (``baseline_path``)."""
+        return baseline_path(self.path, self.canonical, name, stem=self.stem)
 
     def manifest_bytes(self) -> bytes:
         return canonical_json(self.to_json())
@@ -222,14 +247,16 @@ def bundle_from_json(value: Any) -> FlowBundle:
         members=members,
         update_baselines=value.get("update_baselines") is True,
         linked=value.get("linked") is True,
+        stem=value.get("stem") if isinstance(value.get("stem"), str) else None,
     )
 
 
 def names_files(nodes: Any) -> bool:
-    """True when a graph's nodes name files (an ``agent_file``, a ``flow``): it runs only as a
+    """True when a graph's nodes name files (an ``agent_file``, a ``flow``, a snapshot's
+    baseline): it runs only as a
     flow run, from its flow file and the files sent with it."""
     for node in nodes:
         call = node.body if node.body is not None else node
-        if call.agent_file is not None or call.flow is not None:
+        if call.agent_file is not None or call.flow is not None or call.of is not None:
             return True
     return False

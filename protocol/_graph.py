@@ -35,6 +35,7 @@ class NodeKind(enum.StrEnum):
     FOLD = "fold"
     DELAY = "delay"
     FLOW = "flow"
+    SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +48,8 @@ class GraphNode:
     object of them with several; ``$item`` in a map body. A map's
     ``body`` is a node of kind agent or tool carrying the map's id. An agent node names its
     agent by ``agent`` (a hash) or ``agent_file`` (a file beside the flow file); a flow node
-    names another flow of the project by ``flow``.
+    names another flow of the project by ``flow``; a snapshot compares the value ``of``
+    references with its baseline (its ``name`` names the baseline file).
     """
 
     id: str
@@ -57,6 +59,7 @@ class GraphNode:
     agent: str | None = None
     agent_file: str | None = None
     flow: str | None = None
+    of: str | None = None
     tool: str | None = None
     prompt: str | None = None
     approval_schema: dict | None = None

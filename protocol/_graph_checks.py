@@ -280,7 +280,8 @@ def _templates(node: GraphNode) -> list[tuple[Any, bool]]:
         return [(node.input, False)]
     if node.kind is NodeKind.MAP:
         return [(node.over, False)] + ([(node.body.input, True)] if node.body else [])
-    return [(value, False) for value in (node.on, node.over, node.until) if value is not None]
+    values = (node.on, node.over, node.until, node.of)
+    return [(value, False) for value in values if value is not None]
 
 
 def _ancestors(order: list[str], edges: list[GraphEdge], position: dict[str, int]) -> dict:

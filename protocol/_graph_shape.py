@@ -57,6 +57,7 @@ _KIND_FIELDS = {
     NodeKind.FOLD: frozenset({"over", "reducer", "field"}),
     NodeKind.DELAY: frozenset({"seconds", "until"}),
     NodeKind.FLOW: frozenset({"flow", "input"}),
+    NodeKind.SNAPSHOT: frozenset({"of"}),
 }
 _KIND_REQUIRED = {
     NodeKind.AGENT: (),
@@ -67,6 +68,7 @@ _KIND_REQUIRED = {
     NodeKind.FOLD: ("over", "reducer"),
     NodeKind.DELAY: (),
     NodeKind.FLOW: ("flow",),
+    NodeKind.SNAPSHOT: ("name", "of"),
 }
 _BODY_KINDS = (NodeKind.AGENT, NodeKind.TOOL)
 # The kinds whose omitted input defaults from the edges.
@@ -248,6 +250,16 @@ def _agent(value: dict, where: str, node_id: str, shape: Shape) -> dict:
     return {"agent": agent, "input": value.get("input")}
 
 
+def _snapshot(value: dict, where: str, node_id: str, shape: Shape) -> dict:
+    name = value["name"]
+    if not isinstance(name, str) or not is_flow_name(name):
+        raise Malformed(
+            f"{where}.name must name the snapshot's baseline file: letters, digits, ., _ or -, "
+            "without .."
+        )
+    return {"of": _reference_field(value, "of", where)}
+
+
 def _flow(value: dict, where: str, node_id: str, shape: Shape) -> dict:
     name = value["flow"]
     _require(isinstance(name, str), f"{where}.flow", "a flow name string", name)
@@ -420,4 +432,5 @@ _KIND_READERS = {
     NodeKind.FOLD: _fold,
     NodeKind.DELAY: _delay,
     NodeKind.FLOW: _flow,
+    NodeKind.SNAPSHOT: _snapshot,
 }

@@ -10,6 +10,8 @@ import.
 
 from __future__ import annotations
 
+from salvor.protocol import FLOW_NAME
+
 from ._agent_schemas import NOT_BLANK
 from ._answers import Answer
 from ._bodies import Field
@@ -41,7 +43,18 @@ _TEMPLATE = {
     "edge, `$nodes.<p>` for one predecessor, an object of them for several.",
 }
 _KIND_FIELDS: dict[str, tuple[JSON, tuple[str, ...]]] = {
-    "agent": ({"agent": ref("AgentHash"), "input": _TEMPLATE}, ("agent",)),
+    "agent": (
+        {
+            "agent": ref("AgentHash"),
+            "agent_file": {
+                "type": "string",
+                "description": "Instead of `agent`, in a flow file: the agent file, beside the "
+                "flow's real file (a run of the flow file brings it along).",
+            },
+            "input": _TEMPLATE,
+        },
+        (),
+    ),
     "tool": (
         {"tool": {"type": "string", "pattern": NOT_BLANK}, "input": _TEMPLATE},
         ("tool",),
@@ -90,6 +103,28 @@ _KIND_FIELDS: dict[str, tuple[JSON, tuple[str, ...]]] = {
         },
         ("over", "reducer"),
     ),
+    "flow": (
+        {
+            "flow": {
+                "type": "string",
+                "pattern": FLOW_NAME.pattern,
+                "description": "In a flow file: the flow `<project>/.salvor/flows/<flow>.yaml` "
+                "of its project, run as a child graph run.",
+            },
+            "input": _TEMPLATE,
+        },
+        ("flow",),
+    ),
+    "snapshot": (
+        {
+            "of": {
+                **_REFERENCE,
+                "description": "In a flow file: the value held against the baseline "
+                "`__baselines__/<flow>/<name>.json` beside the flow's real file.",
+            }
+        },
+        ("name", "of"),
+    ),
     "delay": (
         {
             "seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 365 * 24 * 3600},
@@ -114,6 +149,8 @@ def _node(kind: str) -> JSON:
     if kind == "delay":
         # Exactly one of the two.
         schema["oneOf"] = [{"required": ["seconds"]}, {"required": ["until"]}]
+    if kind == "agent":
+        schema["oneOf"] = [{"required": ["agent"]}, {"required": ["agent_file"]}]
     return schema
 
 

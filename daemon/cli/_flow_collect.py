@@ -17,6 +17,7 @@ Runs in a thread (blocking file IO): ``collect_flow`` is synchronous.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -31,6 +32,7 @@ from salvor.protocol import (
     MAX_MEMBER_BYTES,
     FlowBundle,
     FlowMember,
+    baseline_dir,
     content_hash,
     is_flow_name,
     member_key,
@@ -87,6 +89,7 @@ def _under(path: str, root: str) -> bool:
 class _Collector:
     roots: list[str]
     log: bool
+    update: bool = False
     members: dict[str, FlowMember] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
 
@@ -103,8 +106,36 @@ class _Collector:
                 line = f"refused ({member.error})"
             else:
                 line = str(member.state)
-            print(f"[flow-files] {role} {member.canonical}: {line}", file=sys.stderr, flush=True)
+            shown = member.key if role == "baseline" else member.canonical
+            print(f"[flow-files] {role} {shown}: {line}", file=sys.stderr, flush=True)
         return member
+
+    def baselines(self, directory: str, names: list[str]) -> None:
+        """The baselines of one run's snapshots: their bytes when comparing; when updating,
+        each ``.json`` file of the directory and each snapshot's file by name only."""
+        paths = [posixpath.join(directory, f"{name}.json") for name in names]
+        if not self.update:
+            for path in paths:
+                self.read("baseline", path, path, path)
+            return
+        with contextlib.suppress(OSError):
+            paths += [
+                posixpath.join(directory, name)
+                for name in sorted(os.listdir(directory))
+                if name.endswith(".json")
+            ]
+        for path in dict.fromkeys(paths):
+            if path in self.members:
+                continue
+            canonical = os.path.realpath(path)
+            if not any(_under(canonical, root) for root in self.roots):
+                self.read("baseline", path, path, path)  # refused, saying why
+                continue
+            self.members[path] = FlowMember(
+                key=path, role="baseline", path=path, canonical=canonical, state="listed"
+            )
+            if self.log:
+                print(f"[flow-files] baseline {path}: listed", file=sys.stderr, flush=True)
 
     def _member(self, role: str, key: str, path: str, target: str) -> FlowMember:
         canonical = os.path.realpath(path)
@@ -192,13 +223,20 @@ def _prompt_target(data: bytes, name: str) -> str | None:
 
 
 def _walk(
-    collector: _Collector, member: FlowMember, project: str | None, depth: int, seen: set
+    collector: _Collector,
+    member: FlowMember,
+    project: str | None,
+    depth: int,
+    seen: set,
+    stem: str | None = None,
 ) -> None:
-    """Collect what the flow ``member`` (its bytes read) names, one level below ``depth``."""
+    """Collect what the flow ``member`` (its bytes read) names, one level below ``depth``;
+    ``stem``: the node id its baselines go under (a nested flow's)."""
     data = collector.contents.get(member.sha256 or "")
     if data is None:
         return
     directory = posixpath.dirname(member.canonical)
+    snapshots = []
     for node in _nodes(_parse_document(data, member.canonical)):
         target = node.get("agent_file")
         if isinstance(target, str) and depth < MAX_FLOW_DEPTH:
@@ -207,6 +245,8 @@ def _walk(
                 seen.add(key)
                 agent = collector.read("agent", key, posixpath.join(directory, target), target)
                 _collect_prompt(collector, agent)
+        if node.get("kind") == "snapshot" and isinstance(node.get("name"), str):
+            snapshots.append(node["name"])
         name = node.get("flow") if node.get("kind") == "flow" else None
         if isinstance(name, str) and project is not None and depth < MAX_FLOW_DEPTH:
             if not is_flow_name(name):
@@ -217,7 +257,10 @@ def _walk(
             seen.add(key)
             path = posixpath.join(project, FLOWS_DIR, f"{name}.yaml")
             nested = collector.read("flow", key, path, f"{name}.yaml")
-            _walk(collector, nested, project, depth + 1, seen)
+            node_id = node.get("id") if isinstance(node.get("id"), str) else name
+            _walk(collector, nested, project, depth + 1, seen, node_id)
+    if snapshots:
+        collector.baselines(baseline_dir(member.path, member.canonical, stem=stem), snapshots)
 
 
 def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:
@@ -254,7 +297,9 @@ def collect_flow(path: str, *, update_baselines: bool = False) -> FlowFiles:
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(roots=flow_roots(path), log=os.environ.get(LOG_VAR) == "1")
+    collector = _Collector(
+        roots=flow_roots(path), log=os.environ.get(LOG_VAR) == "1", update=update_baselines
+    )
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(

@@ -78,6 +78,12 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="an agent file a node names by its hash (repeatable; agents already stored need none)",
     )
+    r.add_argument(
+        "--update-baselines",
+        action="store_true",
+        help="record each snapshot's value as its new baseline (written beside the flow file "
+        "once the run completes) instead of comparing it",
+    )
     add_label_option(r)
     r.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
@@ -128,14 +134,16 @@ def unreadable(path: str, exc: OSError) -> str:
     return f"cannot read graph file {path!r}: {exc.strerror or exc}"
 
 
-async def collect_flow_files(path: str) -> FlowFiles:
+async def collect_flow_files(path: str, *, update_baselines: bool = False) -> FlowFiles:
     """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
 
     Raises:
         CliError: the flow file itself cannot be read.
     """
     try:
-        return await trio.to_thread.run_sync(collect_flow, path)
+        return await trio.to_thread.run_sync(
+            lambda: collect_flow(path, update_baselines=update_baselines)
+        )
     except OSError as exc:
         raise CliError(unreadable(path, exc)) from None
 

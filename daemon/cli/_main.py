@@ -64,6 +64,7 @@ from ._arguments import (
     run_state,
     run_uuid,
 )
+from ._baselines import captured_baselines, write_baselines
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
 from ._errors import CliError, UsageError
@@ -222,8 +223,11 @@ class Cli:
         for source in self.args.agent:
             await runtime.definitions.register_agent(await self._agent_from(runtime, source))
         files = None
+        update = self.args.update_baselines
         if names_files(graph.nodes):
-            files = await collect_flow_files(self.args.file)
+            files = await collect_flow_files(self.args.file, update_baselines=update)
+        elif update:
+            raise UsageError(f"--update-baselines: {self.args.file} has no snapshot node")
         else:
             await runtime.definitions.register_graph(graph)
         run_id = self.args.run_id or str(uuid.uuid4())
@@ -238,7 +242,13 @@ class Cli:
                 _out({"run": run_id})
             else:
                 print(run_id, flush=True)
-            return await self._drive_and_report(runtime, run_id)
+            code = await self._drive_and_report(runtime, run_id)
+        if files is not None and update:
+            writes = await captured_baselines(runtime, run_id)
+            refused = await trio.to_thread.run_sync(write_baselines, files, writes)
+            if refused:
+                raise CliError("; ".join(refused))
+        return code
 
     async def _start_flow(
         self, runtime: Runtime, files: FlowFiles, labels: dict | None, run_id: str

@@ -17,6 +17,7 @@ from ._flow_check import (
 )
 from ._nested import flow_child_id
 from ._probes import graph_declares_probe, graph_probes_open_write
+from ._snapshot import CAPTURED
 from ._walk import (
     MAP_ITEMS,
     GraphWalk,
@@ -25,6 +26,7 @@ from ._walk import (
 )
 
 __all__ = [
+    "CAPTURED",
     "MAP_ITEMS",
     "AgentParser",
     "CheckedFlow",

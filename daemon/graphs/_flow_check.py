@@ -52,14 +52,16 @@ class FlowFiles:
     def member_bytes(self, member: FlowMember) -> bytes | None:
         return None if member.sha256 is None else self.contents.get(member.sha256)
 
-    def nested(self, member: FlowMember) -> FlowFiles:
-        """The files of the nested flow ``member`` is: the same members, its own document."""
+    def nested(self, member: FlowMember, node: str) -> FlowFiles:
+        """The files of the nested flow ``member`` is, run by the flow node ``node``: the same
+        members, its own document, its baselines under the node's id."""
         bundle = replace(
             self.bundle,
             path=member.path,
             canonical=member.canonical,
             spelling=member.spelling,
             document=member.sha256 or "",
+            stem=node,
         )
         return FlowFiles(bundle, self.contents)
 
@@ -308,7 +310,7 @@ class _Check:
                 chain=[*chain, file, member.canonical],
             )
             return
-        self.flow(files.nested(member), depth, (*chain, file))
+        self.flow(files.nested(member, node.id), depth, (*chain, file))
 
     def too_deep(self, node: GraphNode, file: str) -> None:
         self.error(

@@ -91,6 +91,7 @@ from ..tools import graph_call_key
 from ._flow_check import FlowFiles
 from ._nested import run_nested_flow
 from ._probes import graph_probes_open_write
+from ._snapshot import snapshot_outcome
 
 # The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
 MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
@@ -316,6 +317,13 @@ class GraphWalk:
             await self._exit(ctx, node, output)
         elif kind is NodeKind.DELAY:
             await self._delay(ctx, node)
+        elif kind is NodeKind.SNAPSHOT:
+            value = await self._resolve(ctx, node, node.of)
+            await self._narrate(ctx, NodeEntered(node=node.id, input=value))
+            output, problem = snapshot_outcome(self.files, node, value)
+            if problem is not None:
+                await self._fail(ctx, node, problem)
+            await self._exit(ctx, node, output)
         elif kind is NodeKind.FLOW:
             flow_input = await self._resolve(ctx, node, node.input)
             await self._narrate(ctx, NodeEntered(node=node.id, input=flow_input))

@@ -247,5 +247,6 @@ def test_the_graph_api_of_the_design_is_exported_from_salvor_protocol() -> None:
         "fold",
         "delay",
         "flow",
+        "snapshot",
     ]
     assert InvalidGraph([]).code == "invalid_graph"

@@ -1,0 +1,76 @@
+"""A ``snapshot`` node: a value of the walk held against its baseline file, found among the run's
+files by its path (``__baselines__/<flow stem>/<name>.json`` beside the flow's real file).
+
+Comparing, an equal value is the node's output and anything else fails the run naming the
+snapshot and the first difference; a run that updates its baselines records the value instead,
+for the client to write once the run has ended. Pure: nothing here opens a path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from salvor.protocol import GraphNode, canonical_json, excerpt
+
+from ._flow_check import FlowFiles
+
+# What a snapshot node that captured its baseline answers with (``baseline``'s value).
+CAPTURED = "captured"
+
+
+def _shown(value: Any) -> str:
+    return excerpt(json.dumps(value, ensure_ascii=False), 80)
+
+
+def first_difference(baseline: Any, value: Any, at: str = "$") -> str | None:
+    """Where ``value`` first differs from ``baseline`` (keys in sorted order), or None."""
+    if isinstance(baseline, dict) and isinstance(value, dict):
+        for key in sorted(baseline.keys() | value.keys()):
+            if key not in value:
+                return f"at {at}.{key} the baseline has {_shown(baseline[key])}, the run nothing"
+            if key not in baseline:
+                return f"at {at}.{key} the run has {_shown(value[key])}, the baseline nothing"
+            found = first_difference(baseline[key], value[key], f"{at}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(baseline, list) and isinstance(value, list):
+        for index, (old, new) in enumerate(zip(baseline, value, strict=False)):
+            found = first_difference(old, new, f"{at}[{index}]")
+            if found is not None:
+                return found
+        if len(baseline) != len(value):
+            return f"at {at} the baseline has {len(baseline)} items, the run {len(value)}"
+        return None
+    if canonical_json(baseline) == canonical_json(value):
+        return None
+    return f"at {at} the baseline has {_shown(baseline)}, the run {_shown(value)}"
+
+
+def snapshot_outcome(
+    files: FlowFiles | None, node: GraphNode, value: Any
+) -> tuple[Any, str | None]:
+    """The snapshot node's output, or why it fails the run (then the output is None)."""
+    if files is None:
+        return None, "a snapshot runs only in a run of a flow file, which brings its baselines"
+    path = files.bundle.baseline_path(node.name)
+    if files.bundle.update_baselines:
+        return {"baseline": CAPTURED, "path": path, "value": value}, None
+    member = files.bundle.members.get(path)
+    if member is None or member.state in ("missing", "listed"):
+        return None, (
+            f"snapshot {node.name!r} has no baseline at {path}; run the flow with "
+            "--update-baselines to capture it"
+        )
+    if member.state == "refused":
+        return None, f"snapshot {node.name!r}: {member.error}"
+    data = files.member_bytes(member)
+    try:
+        baseline = json.loads(data) if data is not None else None
+    except ValueError:
+        return None, f"snapshot {node.name!r}: the baseline {path} is not JSON"
+    difference = first_difference(baseline, value)
+    if difference is not None:
+        return None, f"snapshot {node.name!r} differs from its baseline {path}: {difference}"
+    return value, None
