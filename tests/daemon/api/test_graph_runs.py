@@ -386,3 +386,20 @@ async def test_a_map_item_parked_on_a_person_walks_its_graph_on_once_resumed(
         e for e in (await server.client.get("/v1/runs")).json()["runs"] if e["run"] == run_id
     ]
     assert entry["usage"] == body["usage"]
+
+
+async def test_a_graph_naming_files_is_refused_over_the_api_with_nothing_recorded(
+    server: Server,
+) -> None:
+    documents = [
+        {"id": "step", "kind": "agent", "agent_file": "../agents/a.toml"},
+        {"id": "step", "kind": "flow", "flow": "other"},
+        {"id": "step", "kind": "snapshot", "name": "seen", "of": "$input"},
+    ]
+    for node in documents:
+        graph = await submit(server, {"schema_version": 1, "nodes": [node], "edges": []})
+        before = await snapshot(server)
+        response = await server.client.post("/v1/graph-runs", json={"graph_hash": graph})
+        message = assert_error(response, 400, "bad_request")["message"]
+        assert "only a run of its flow file brings along" in message, message
+        assert await snapshot(server) == before
