@@ -116,6 +116,9 @@ def test_a_flow_runs_its_agent_file_and_prompt_from_the_files_kept_with_the_run(
     resumed = salvor_in_process("resume", run_id, "--input", '{"ok": 1}', env=_env(store_url))
     assert resumed.returncode == 0, resumed.stderr
     assert f'run {run_id} completed: {{"approve": {{"ok": 1}}}}' in resumed.stdout
+    # A fork re-walks from the agent file's node with the files kept with its origin.
+    forked = salvor_in_process("fork", run_id, "--from-node", "research", env=_env(store_url))
+    assert forked.returncode == 0 and "suspended" in forked.stdout, forked.stderr
     with EventStore.open(store_url) as store:
         head = store.read_log(run_id)[0]
         assert head.kind == EventKind.GRAPH_RUN_STARTED
@@ -270,3 +273,18 @@ def test_over_a_link_a_process_agent_is_refused_and_an_unsent_member_is_unknown(
     target.write_text(AGENT)
     (error,) = _errors(_flow(project), members={})
     assert error["code"] == "unknown_member" and error["node"] == "research"
+
+
+def test_a_map_body_may_name_its_agent_by_file(tmp_path: Path, store_url: str) -> None:
+    project = _project(tmp_path)
+    _flow(project, "each").write_text(
+        "schema_version: 1\nnodes:\n  - id: each\n    kind: map\n    over: $input\n"
+        "    body: {kind: agent, agent_file: ../../agents/research/researcher.toml, "
+        "input: {topic: $item}}\nedges: []\n"
+    )
+    done = salvor_in_process(
+        "graph", "run", str(_flow(project, "each")), "--input", '["bees", "ants"]',
+        env=_env(store_url),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '"topic": "bees"' in done.stdout and '"topic": "ants"' in done.stdout
