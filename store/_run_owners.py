@@ -202,6 +202,10 @@ class RunOwners:
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
         ).bindparams(bindparam("dead", expanding=True, type_=Text))
         self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
+        self._live_nodes = text(
+            f"SELECT node_id FROM nodes WHERE stopped_at IS NULL AND lease_expires_at >= {now} "
+            "ORDER BY node_id"
+        )
         self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
         self._held = text(
             "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
@@ -337,6 +341,15 @@ class RunOwners:
                 return [NodeRecord(*row) for row in connection.execute(self._nodes)]
         except SQLAlchemyError as exc:
             raise self._failed(exc, "list nodes") from None
+
+    def live_nodes(self) -> list[str]:
+        """The ids of the nodes whose lease holds now (by the database's clock), sorted: those
+        a takeover's work is shared among."""
+        try:
+            with self._reader.connect() as connection:
+                return list(connection.execute(self._live_nodes).scalars())
+        except SQLAlchemyError as exc:
+            raise self._failed(exc, "list live nodes") from None
 
     # -- runs -------------------------------------------------------------------
 

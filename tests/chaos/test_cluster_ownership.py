@@ -21,6 +21,7 @@ from tests.chaos.test_cluster_takeover import Cluster, plan
 pytestmark = pytest.mark.kill
 
 NEW_RUNS = 40
+VICTIMS_RUNS = 60
 SWEEP_SECONDS = 0.01
 
 
@@ -68,5 +69,31 @@ def test_a_peer_sweeping_for_orphans_never_finds_a_new_run_ownerless(
         for run_id in runs:
             cluster.wait_state(0, run_id, "completed")
         cluster.check(Counter())
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_dead_nodes_runs_are_shared_among_the_live_nodes(tmp_path: Path, store_url: str) -> None:
+    cluster = Cluster(tmp_path, store_url, names=("n1", "n2", "n3"))
+    try:
+        cluster.start()
+        runs = [cluster.start_run(0, plan(case), hold_at=0) for case in range(VICTIMS_RUNS)]
+        cluster.hook.wait_held(VICTIMS_RUNS)
+        cluster.nodes[0].kill()
+        cut = Counter(cluster.hook.held)
+        # Every run drives again on a survivor: its model call is issued again (held again).
+        cluster.hook.wait_held(2 * VICTIMS_RUNS)
+        with EventStore.open(store_url) as store:
+            owners = store.owners.owners(runs)
+        taken = Counter(owner.node_id for owner in owners.values())
+        assert set(taken) == {cluster.node_id(1), cluster.node_id(2)}, taken
+        # Each took about its half (the first sweeper took every one of them before).
+        assert min(taken.values()) >= VICTIMS_RUNS // 4, taken
+        cluster.hook.picking = False
+        cluster.hook.released.set()
+        for run_id in runs:
+            cluster.wait_state(1, run_id, "completed")
+        cluster.check(cut)
     finally:
         cluster.close()
