@@ -29,7 +29,7 @@ import logging
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 from salvor.protocol import Envelope, MalformedEvent, decode_envelope
@@ -139,8 +139,67 @@ class _ThreadFeed:
     def _read_now(self, run_id: str, from_seq: int) -> list:
         return self._store.read_log(run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES)
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
+    # What the feed does, in the log's words.
+    does, doing = "watches", "watching"
+
+    def _open(self) -> Any:
+        """A session of the feed's own on the store (with ``close``).
+
+        Raises:
+            StoreError: the store cannot be reached; nothing is left open.
+        """
         raise NotImplementedError
+
+    def _caught_up(self, hub: EventHub) -> None:
+        """The session is open: what was committed before it is read now (on its thread)."""
+        raise NotImplementedError
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
+        """Tell the hub what ``session`` hears until ``stop`` is set (on its thread).
+
+        Raises:
+            Exception: the session failed; the caller closes it and opens another.
+        """
+        raise NotImplementedError
+
+    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
+        """The feed's thread: open a session, follow it, and open another with backoff when it
+        is lost, until ``stop`` is set. ``ready`` is set once it first listens, or first failed
+        to (the daemon serves all the same, and the feed keeps trying)."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                session = self._open()
+            except StoreError as error:
+                if failures == 0:
+                    log.warning(
+                        "%s; streams carry only this process's commits until it %s",
+                        error,
+                        self.does,
+                    )
+                failures += 1
+                self._post(ready.set)
+                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
+                continue
+            if failures:
+                log.info("%s for the store's changes again", self.doing)
+                self._reconnected()
+            failures = 0
+            self._caught_up(hub)
+            self._post(ready.set)
+            try:
+                self._follow(session, hub, stop)
+            except Exception as error:  # noqa: BLE001 -- the driver's, whatever it is: anew
+                log.warning(
+                    "%s for the store's changes failed (%s); %s again",
+                    self.doing,
+                    error,
+                    self.doing,
+                )
+                failures = 1
+                stop.wait(BACKOFF_SECONDS[0])
+            finally:
+                session.close()
 
     def _post(self, fn: Callable, *args: object) -> None:
         """Run ``fn(*args)`` on the trio thread soon, from the watching thread; never waits."""
@@ -160,41 +219,23 @@ async def _stop_when_cancelled(stop: threading.Event) -> None:
 class NoticeFeed(_ThreadFeed):
     """PostgreSQL: one LISTENing session per process, reopened with backoff when lost."""
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
-        failures = 0
+    does, doing = "listens", "listening"
+
+    def _open(self) -> Any:
+        listener = self._store.changes.listener()
+        listener.open()
+        return listener
+
+    def _caught_up(self, hub: EventHub) -> None:
+        # Listening from here on: anything committed before is read now, once per run
+        # followed (nothing is followed yet at the first start).
+        self._post(hub.reconcile)
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
         while not stop.is_set():
-            listener = self._store.changes.listener()
-            try:
-                listener.open()
-            except StoreError as error:
-                if failures == 0:
-                    log.warning(
-                        "%s; streams carry only this process's commits until it listens", error
-                    )
-                failures += 1
-                # Started all the same: the daemon serves, and the feed keeps trying.
-                self._post(ready.set)
-                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
-                continue
-            if failures:
-                log.info("listening for the store's changes again")
-                self._reconnected()
-            failures = 0
-            # Listening from here on: anything committed before is read now, once per run
-            # followed (nothing is followed yet at the first start).
-            self._post(hub.reconcile)
-            self._post(ready.set)
-            try:
-                while not stop.is_set():
-                    for notice in listener.notices(WAKE_SECONDS):
-                        self._heard()
-                        self._hand_over(hub, notice)
-            except StoreError as error:
-                log.warning("%s; listening again", error)
-                failures = 1
-                stop.wait(BACKOFF_SECONDS[0])
-            finally:
-                listener.close()
+            for notice in session.notices(WAKE_SECONDS):
+                self._heard()
+                self._hand_over(hub, notice)
 
     def _hand_over(self, hub: EventHub, notice: ChangeNotice) -> None:
         """Tell the hub of ``notice`` (on the listener's thread). The new events of the few runs
@@ -298,34 +339,15 @@ class DataVersionFeed(_ThreadFeed):
             self._read_ahead = pages
             hub.moved(counts)
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
-        failures = 0
-        while not stop.is_set():
-            try:
-                watch = self._store.changes.data_version_watch()
-            except StoreError as error:
-                if failures == 0:
-                    log.warning(
-                        "%s; streams carry only this process's commits until it watches", error
-                    )
-                failures += 1
-                self._post(ready.set)
-                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
-                continue
-            # Watching from here on: anything committed before is asked about now.
-            self._post(self._stir)
-            self._post(ready.set)
-            if failures:
-                self._reconnected()
-            failures = 0
-            try:
-                while not stop.wait(TICK_SECONDS if hub.listened else IDLE_TICK_SECONDS):
-                    if watch.changed():
-                        self._heard()
-                        self._post(self._stir)
-            except Exception as error:  # noqa: BLE001 -- the driver's, whatever it is: watch anew
-                log.warning("watching the store for changes failed (%s); watching again", error)
-                failures = 1
-                stop.wait(BACKOFF_SECONDS[0])
-            finally:
-                watch.close()
+    def _open(self) -> Any:
+        return self._store.changes.data_version_watch()
+
+    def _caught_up(self, hub: EventHub) -> None:
+        # Watching from here on: anything committed before is asked about now.
+        self._post(self._stir)
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
+        while not stop.wait(TICK_SECONDS if hub.listened else IDLE_TICK_SECONDS):
+            if session.changed():
+                self._heard()
+                self._post(self._stir)
