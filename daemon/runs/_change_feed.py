@@ -27,12 +27,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
 import trio
-from salvor.protocol import Envelope, MalformedEvent, decode_envelope
+from salvor.protocol import (
+    TERMINAL_STATES,
+    Envelope,
+    MalformedEvent,
+    decode_envelope,
+    format_instant,
+)
 from salvor.store import ChangeNotice, EventStore, StoreError
 
 from ..metrics import DaemonMetrics
@@ -52,6 +59,9 @@ IDLE_TICK_SECONDS = 0.1
 READ_AHEAD_RUNS = 16
 # How often the PostgreSQL listener's thread looks up from its wait (to see whether to stop).
 WAKE_SECONDS = 0.25
+# A run first recorded this long before an ask is still looked for by the next one (SQLite): its
+# instant is its writer's, taken before its transaction committed.
+LISTED_MARGIN = timedelta(seconds=5)
 # Backoff between attempts to reopen a lost listener (or watch), doubling up to the last.
 BACKOFF_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -245,6 +255,8 @@ class NoticeFeed(_ThreadFeed):
         if notice.runs is None:
             self._post(hub.reconcile)
             return
+        if hub.watching:
+            self._list(hub, notice.runs)
         listened = [run_id for run_id in notice.runs if hub.listens_to(run_id)]
         if not listened:
             return
@@ -260,6 +272,16 @@ class NoticeFeed(_ThreadFeed):
                 except StoreError:
                     envelopes = []  # the follower reads it (and says why it could not)
             self._post(hub.arrived, run_id, envelopes, last + 1)
+
+    def _list(self, hub: EventHub, runs: Iterable[str]) -> None:
+        """The run list's word of a notice's runs (on the listener's thread): their views, read
+        once per notice however many watch."""
+        try:
+            views = [view for run_id in runs if (view := self._store.read_view(run_id))]
+        except StoreError as error:
+            log.warning("the run list missed a change: %s", error)
+            return
+        self._post(hub.listed, views)
 
 
 def _carried(notice: ChangeNotice, run_id: str) -> list[Envelope] | None:
@@ -290,6 +312,9 @@ class DataVersionFeed(_ThreadFeed):
         # Pages read with the event counts, by (run, from seq): the hub's follower takes them
         # instead of reading again (one trip to a reader thread per change, not two).
         self._read_ahead: dict[tuple[str, int], list] = {}
+        # While a run list is watched: what the last ask found of each run (None: nobody
+        # watches).
+        self._listing: dict[str, Any] | None = None
 
     async def _read_page(self, run_id: str, from_seq: int) -> list:
         page = self._read_ahead.pop((run_id, from_seq), None)
@@ -309,6 +334,45 @@ class DataVersionFeed(_ThreadFeed):
     async def _start(self, nursery: trio.Nursery, hub: EventHub) -> None:
         nursery.start_soon(self._ask_forever, hub)
 
+    async def _list(self, hub: EventHub) -> None:
+        """The run list's word of what moved (on each change while a run list is watched): one
+        query through a reader thread for the runs that may have (``ChangeSignal.listed``), and
+        the views of those whose event count changed.
+
+        Error handling: a failed read is logged; the next change asks again.
+        """
+        since = hub.watched_since
+        if since is None:
+            return
+        try:
+            views = await self._access.read(self._ask_listed, since)
+        except StoreError as error:
+            log.warning("the run list missed a change: %s", error)
+            return
+        hub.listed(views)
+
+    def _ask_listed(self, watched_since: str) -> list:
+        """(On a reader thread.) The views of the runs that moved since the last ask; at the
+        first ask of a watch, of those that moved since it began."""
+        first = self._listing is None
+        known = {} if first else self._listing
+        since = format_instant(datetime.now(UTC) - LISTED_MARGIN)
+        # A run at an end never moves again: it is not asked for by name.
+        named = [run_id for run_id, run in known.items() if run.state not in TERMINAL_STATES]
+        found = self._store.changes.listed(min(since, watched_since), named, resting=first)
+        moved = [
+            run_id
+            for run_id, run in found.items()
+            if (
+                (run_id in known and known[run_id].event_count != run.event_count)
+                or (run_id not in known and (not first or run.last_recorded_at >= watched_since))
+            )
+            # A drive here tells the watchers of its own commits (a lookup in a dict).
+            and not self._driven_here(run_id)
+        ]
+        self._listing = found
+        return [view for run_id in moved if (view := self._store.read_view(run_id))]
+
     def _stir(self) -> None:
         self._changed.set()
 
@@ -323,6 +387,10 @@ class DataVersionFeed(_ThreadFeed):
             await self._changed.wait()
             self._changed = trio.Event()
             followed = hub.followed(self._driven_here)
+            if hub.watching:
+                await self._list(hub)
+            elif self._listing is not None:
+                self._listing = None  # nobody watches: the next watch starts afresh
             if not followed:
                 continue
             try:
@@ -347,7 +415,7 @@ class DataVersionFeed(_ThreadFeed):
         self._post(self._stir)
 
     def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
-        while not stop.wait(TICK_SECONDS if hub.listened else IDLE_TICK_SECONDS):
+        while not stop.wait(TICK_SECONDS if hub.listened or hub.watching else IDLE_TICK_SECONDS):
             if session.changed():
                 self._heard()
                 self._post(self._stir)

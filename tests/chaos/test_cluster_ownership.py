@@ -1,6 +1,7 @@
-"""Run ownership across real nodes: a run is owned from the instant it exists (a peer sweeping
-for orphans never finds a new one ownerless), and a dead node's runs are shared out among the
-live nodes that take them over.
+"""Runs across real nodes: a run is owned from the instant it exists (a peer sweeping for
+orphans never finds a new one ownerless), a dead node's runs are shared out among the live nodes
+that take them over, and a WebSocket's run list on one node shows the runs another node creates
+and drives.
 
 Real `salvor serve` processes over one store, the scripted provider as the model holding each
 run's first call in flight (so every run stays active), the store read directly for owners.
@@ -8,13 +9,17 @@ run's first call in flight (so every run stays active), the store read directly 
 
 from __future__ import annotations
 
+import itertools
+import json
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.store import EventStore
+from trio_websocket import open_websocket_url
 
 from tests.chaos.test_cluster_takeover import Cluster, plan
 
@@ -97,3 +102,47 @@ def test_a_dead_nodes_runs_are_shared_among_the_live_nodes(tmp_path: Path, store
         cluster.check(cut)
     finally:
         cluster.close()
+
+
+async def test_a_run_list_on_one_node_shows_the_runs_another_node_creates_and_drives(
+    tmp_path: Path, store_url: str
+) -> None:
+    cluster = Cluster(tmp_path, store_url)
+    try:
+        await trio.to_thread.run_sync(cluster.start)
+        watched = cluster.nodes[1].base_url.replace("http://", "ws://") + "/v1/ws"
+        async with open_websocket_url(watched) as ws:
+            await ws.send_message(json.dumps({"op": "watch_runs"}))
+            # Nothing is driven on the watched node: every row comes through the change feed.
+            runs = [
+                await trio.to_thread.run_sync(cluster.start_run, 0, plan(case), 1)
+                for case in range(3)
+            ]
+            states: dict[str, list[dict]] = {run_id: [] for run_id in runs}
+            with trio.fail_after(60):
+                while not all(states.values()):
+                    message = json.loads(await ws.get_message())
+                    assert message["type"] == "run", message
+                    states[message["run"]].append(message["row"])
+                await trio.to_thread.run_sync(cluster.hook.wait_held, len(runs))
+                cluster.hook.picking = False
+                cluster.hook.released.set()
+                while not all(
+                    seen[-1]["status"]["state"] == "completed" for seen in states.values()
+                ):
+                    message = json.loads(await ws.get_message())
+                    states[message["run"]].append(message["row"])
+                    last = message["row"]
+        # Each run's rows are its changes, each told once, ending at its end; the last row is the
+        # run list's entry on the watched node, field for field.
+        for seen in states.values():
+            assert all(a != b for a, b in itertools.pairwise(seen)), [
+                (a, b) for a, b in itertools.pairwise(seen) if a == b
+            ][:1]
+        listed = await trio.to_thread.run_sync(
+            lambda: cluster.http[1].get("/v1/runs").json()["runs"]
+        )
+        assert last == next(entry for entry in listed if entry["run"] == last["run"])
+        await trio.to_thread.run_sync(cluster.check, Counter())
+    finally:
+        await trio.to_thread.run_sync(cluster.close)
