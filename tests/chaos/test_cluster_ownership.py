@@ -22,6 +22,8 @@ from salvor.store import EventStore
 from trio_websocket import open_websocket_url
 
 from tests.chaos.test_cluster_takeover import Cluster, plan
+from tests.daemon.client_runs.test_client_runs import head
+from tests.support.client_events import envelope
 
 pytestmark = pytest.mark.kill
 
@@ -146,3 +148,39 @@ async def test_a_run_list_on_one_node_shows_the_runs_another_node_creates_and_dr
         await trio.to_thread.run_sync(cluster.check, Counter())
     finally:
         await trio.to_thread.run_sync(cluster.close)
+
+
+def test_a_client_run_whose_node_dies_mid_lease_goes_on_through_another(
+    tmp_path: Path, store_url: str
+) -> None:
+    cluster = Cluster(tmp_path, store_url)
+    try:
+        cluster.start()
+        one, other = cluster.http
+        opened = one.post("/v1/client-runs", json={}).json()
+        run_id, drive = opened["run"], {"X-Drive-Token": opened["drive_token"]}
+        events = f"/v1/client-runs/{run_id}/events"
+        response = one.post(events, json={"events": [head(run_id)]}, headers=drive)
+        assert response.json() == {"appended": [0]}, response.text
+        # The client's node dies while the client holds its lease: the client goes on through
+        # the other node under the same token, and that node neither hands the run to anyone
+        # else nor drives it itself (it is the client's), through several of its sweeps.
+        cluster.nodes[0].kill()
+        step = envelope(run_id, 1, "RandomObserved", {"value": "0.5"})
+        response = other.post(events, json={"events": [step]}, headers=drive)
+        assert response.json() == {"appended": [1]}, response.text
+        for _ in range(4):
+            beat = other.post(f"/v1/client-runs/{run_id}/heartbeat", headers=drive)
+            assert beat.status_code == 200, beat.text
+            taken = other.post("/v1/client-runs", json={"run_id": run_id})
+            assert taken.json()["error"]["code"] == "lease_held", taken.text
+            assert cluster.run(1, run_id)["driver"] == "attached"
+            time.sleep(1.0)  # a takeover sweep each second, and past the dead node's lease
+        done = envelope(run_id, 2, "RunCompleted", {"output": {"answer": 42}})
+        response = other.post(events, json={"events": [done]}, headers=drive)
+        assert response.json() == {"appended": [2]}, response.text
+        log = cluster.log(run_id)
+        assert [e.seq for e in log] == [0, 1, 2]
+        assert cluster.run(1, run_id)["status"]["state"] == "completed"
+    finally:
+        cluster.close()
