@@ -21,6 +21,14 @@ A ``ChangeFeed`` is one service per process, never a poll per subscriber:
 
 Either way the hub drops what it already delivered (a commit of this process arrives through
 ``publish`` first, almost always) and reads the rest once per run, however many listen.
+
+While a run list is watched here (a WebSocket's ``watch_runs``), the feed also tells the hub of
+the runs other processes change (``EventHub.listed``), once per change however many watch: on
+PostgreSQL the views of each notice's runs, read on the listener's thread; on SQLite one query
+per change for the runs that may have moved (``ChangeSignal.listed``: new ones, those in the
+indexed states a drive passes through, and those last seen short of an end) and the views of
+those whose event count moved. SQLite's changes are read at a tick, so a status a run held for
+less than a tick may not be shown; the run's next status always is.
 """
 
 from __future__ import annotations
