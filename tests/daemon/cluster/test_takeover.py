@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 from salvor.daemon.cluster import NodeIdentity, NodeLease, StoreDriving, Takeover, register
-from salvor.daemon.cluster._takeover import SHARE_SLACK
+from salvor.daemon.cluster._takeover import SHARE_SLACK, _preferred
 from salvor.protocol import EMPTY_VIEW, RunStarted
 from salvor.store import Fence
 
@@ -77,7 +77,7 @@ async def test_a_sweep_takes_a_dead_nodes_run_and_reads_no_view_of_a_live_peers(
 async def test_a_dead_nodes_runs_are_shared_and_what_a_peer_left_is_taken_next(runtime):
     store = runtime.access.store
     sweepers = [await _registered(store, name, 30) for name in ("a", "b")]
-    await _registered(store, "idle", 30)  # live, and never sweeps
+    idle, _ = await _registered(store, "idle", 30)  # live, and never sweeps
     gone, _ = await _registered(store, "gone", 0.5)
     orphans = [_run_id(n) for n in range(30)]
     for run_id in orphans:
@@ -109,13 +109,16 @@ async def test_a_dead_nodes_runs_are_shared_and_what_a_peer_left_is_taken_next(r
     # Each takes its own part, at most a third of them and the slack: none twice.
     assert by_a and by_b and not set(by_a) & set(by_b)
     assert max(len(by_a), len(by_b)) <= 30 // 3 + SHARE_SLACK
-    # The idle node's part is left to it for a while (a's next sweep takes only the slack),
-    # then a takes the rest.
+    # The idle node's part is left to it for a while (a's next sweep takes its own that were
+    # past its share, and the slack of the others), then a takes the rest.
     taken = set(by_a) | set(by_b)
     assert len(taken) < len(orphans)
+    nodes = sorted(identity.node_id for identity, _ in sweepers) + [idle.node_id]
+    a_id = sweepers[0][0].node_id
     by_a.clear()
     await first.once()
-    assert len(by_a) <= SHARE_SLACK
+    not_preferred = [r for r in by_a if _preferred(r, sorted(nodes)) != a_id]
+    assert len(not_preferred) <= SHARE_SLACK
     await first.once()
     assert sorted(taken | set(by_a)) == sorted(orphans)
     assert store.owners.orphans(sweepers[1][0].node_id) == []
