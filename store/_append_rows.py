@@ -241,7 +241,8 @@ def prepare(
     """Build the envelopes, let the guard decide, and make the rows.
 
     ``notify``: also make the outbox row the batch calls for, if any (``notice_of``).
-    ``fence``: the driver's; a creating append writes it as the new run's owner, driving.
+    ``fence``: the driver's; a creating append writes it as the new run's owner (driving it
+    unless it is ``Fence.creating``'s).
 
     Raises:
         GuardRefusal: the batch is not legal after ``view``.
@@ -280,7 +281,9 @@ def prepare(
     if fence is not None and start == 0:
         # Owned from its first event, so no takeover sweep elsewhere can take the run before
         # its first drive.
-        run_row.update(owner_node=fence.node_id, owner_epoch=fence.epoch, owner_driving=1)
+        run_row.update(
+            owner_node=fence.node_id, owner_epoch=fence.epoch, owner_driving=int(fence.driving)
+        )
     notice = notice_of(view, envelopes, new_view) if notify else None
     run_row["w_run_id"] = run_id
     run_row["w_event_count"] = start

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from salvor.protocol import encode_envelope
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Engine, bindparam, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -56,6 +56,31 @@ _COUNTS_CHUNK = 500
 _SELECT_COUNTS = select(runs.c.run_id, runs.c.event_count).where(
     runs.c.run_id.in_(bindparam("run_ids", expanding=True))
 )
+
+
+# The runs a run list must be told of when they move (SQLite, ``ChangeSignal.listed``):
+# those that started lately (ix_runs_listing), those in the states a drive passes through or
+# parks in that have an index of their own, and those the caller names.
+_LIVE_STATES = "state IN ('running', 'awaiting_model', 'awaiting_tool')"
+_LISTED = "SELECT run_id, event_count, state, last_recorded_at FROM runs WHERE "
+_LISTED_SINCE = text(
+    f"{_LISTED} first_recorded_at >= :since UNION {_LISTED} {_LIVE_STATES} "
+    f"UNION {_LISTED} state = 'sleeping' UNION {_LISTED} state = 'needs_reconciliation'"
+)
+_LISTED_NAMED = text(f"{_LISTED} run_id IN :run_ids").bindparams(
+    bindparam("run_ids", expanding=True)
+)
+# Runs resting where no index finds them (read once, when a run list starts being watched).
+_LISTED_RESTING = text(f"{_LISTED} state IN ('suspended', 'budget_exceeded')")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRun:
+    """What a run list's watch reads of a run (``ChangeSignal.listed``)."""
+
+    event_count: int
+    state: str
+    last_recorded_at: str
 
 
 def change_channel(schema: str) -> str:
@@ -195,6 +220,36 @@ class ChangeSignal:
                 transient=passes_by_itself(exc),
             ) from None
         return counts
+
+    def listed(
+        self, since: str, named: Collection[str], *, resting: bool = False
+    ) -> dict[str, ListedRun]:
+        """Each run a run list may have to be told of, by id: those
+        first recorded at or after ``since`` (an instant in the store's form), those running,
+        awaiting a call, sleeping or needing reconciliation, and those of ``named`` (the runs
+        the caller saw at rest short of an end). ``resting``: also every suspended run and
+        every one over its budget (a full read: once, when the caller starts). On SQLite, where
+        no notice says which runs moved.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        ids = list(named)
+        try:
+            with self._reader.connect() as connection:
+                rows = list(connection.execute(_LISTED_SINCE, {"since": since}))
+                if resting:
+                    rows += connection.execute(_LISTED_RESTING)
+                for start in range(0, len(ids), _COUNTS_CHUNK):
+                    chunk = ids[start : start + _COUNTS_CHUNK]
+                    rows += connection.execute(_LISTED_NAMED, {"run_ids": chunk})
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable(
+                f"the store at {display_url(self._url)} could not say which runs moved: "
+                f"{type(exc).__name__}",
+                transient=passes_by_itself(exc),
+            ) from None
+        return {run_id: ListedRun(int(count), state, at) for run_id, count, state, at in rows}
 
     def listener(self) -> ChangeListener:
         """A listener on this store's channel, not yet connected (PostgreSQL only)."""

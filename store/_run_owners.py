@@ -10,11 +10,14 @@ taken over (paused, partitioned, presumed dead but not) can never write after it
 
 Why leases are per node, not per run: one heartbeat (``renew``) keeps every run the node owns,
 however many, in one short write; a run's owner is only the node's id and an epoch, written when
-the run changes hands and never by an ordinary append. A node is dead to its peers once its
-lease has lapsed, and then for good: ``renew`` succeeds only while the lease has not lapsed, and
-a claim that judges a node dead marks it stopped in the same transaction (on PostgreSQL the
-renewal and the claim serialise on that node's row), so a node that wakes from a pause past its
-lease learns it lost its runs instead of extending a lease a peer has already acted on.
+the run changes hands and never by an ordinary append. A run a node creates is that node's from
+the transaction that writes its first event (``Fence.creating``: epoch 0, not yet driving), so a
+peer's sweep (``orphans``) never finds a new run without an owner before its first claim. A node
+is dead to its peers once its lease has lapsed, and then for good: ``renew`` succeeds only while
+the lease has not lapsed, and a claim that judges a node dead marks it stopped in the same
+transaction (on PostgreSQL the renewal and the claim serialise on that node's row), so a node
+that wakes from a pause past its lease learns it lost its runs instead of extending a lease a peer
+has already acted on.
 
 Why the database's clock: nodes on several hosts disagree about the time, and a lease is only
 safe if everyone measures it against one clock. Every expiry is written and compared with the
@@ -39,10 +42,22 @@ from ._errors import Fenced, StoreUnavailable, passes_by_itself
 @dataclass(frozen=True, slots=True)
 class Fence:
     """What a driver's appends carry: the run is written only while this node owns it at this
-    epoch."""
+    epoch.
+
+    ``driving`` False: a creating append's only (``Fence.creating``): the new run is this node's
+    from its first event, not yet driven; its first drive's claim takes it (epoch 1).
+    """
 
     node_id: str
     epoch: int
+    driving: bool = True
+
+    @classmethod
+    def creating(cls, node_id: str) -> Fence:
+        """What a node's creating append of a run no drive of its holds carries: the run is
+        owned by ``node_id`` from the transaction that writes its first event, so no peer's
+        takeover sweep finds it without an owner between its creation and its first claim."""
+        return cls(node_id, 0, driving=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +202,10 @@ class RunOwners:
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
         ).bindparams(bindparam("dead", expanding=True, type_=Text))
         self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
+        self._live_nodes = text(
+            f"SELECT node_id FROM nodes WHERE stopped_at IS NULL AND lease_expires_at >= {now} "
+            "ORDER BY node_id"
+        )
         self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
         self._held = text(
             "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
@@ -323,6 +342,15 @@ class RunOwners:
         except SQLAlchemyError as exc:
             raise self._failed(exc, "list nodes") from None
 
+    def live_nodes(self) -> list[str]:
+        """The ids of the nodes whose lease holds now (by the database's clock), sorted: those
+        a takeover's work is shared among."""
+        try:
+            with self._reader.connect() as connection:
+                return list(connection.execute(self._live_nodes).scalars())
+        except SQLAlchemyError as exc:
+            raise self._failed(exc, "list live nodes") from None
+
     # -- runs -------------------------------------------------------------------
 
     def claim(self, run_id: str, node_id: str, *, dead_nodes: Collection[str] = ()) -> Claimed:
@@ -333,6 +361,7 @@ class RunOwners:
         proved dead); a win raises the run's epoch by one and marks a dead owner stopped (it
         can never renew again). A run with no row yet is won at epoch 1 without a write: the
         creating append carrying that fence makes ``node_id`` its owner. A run ``node_id``
+        created (``Fence.creating``) and nobody drives yet is won at epoch 1. A run ``node_id``
         itself drives already is not won again (``owner`` names ``node_id``).
 
         Raises:

@@ -27,8 +27,8 @@ from ._leases import DriveLeases
 from ._performed import declared, model_completion, model_intent, tool_completion, tool_intent
 from ._steps import ModelCall, open_model_step, perform_model_step, tool_step
 
-# ``Runtime.resolve``: recording a dangling write's outcome is a run verb of the
-# package above this one, shared with server-driven runs, so it is handed in.
+# ``RunControl.resolve`` (``runtime.control``): recording a dangling write's outcome is a run
+# verb of the package above this one, shared with server-driven runs, so it is handed in.
 Resolve = Callable[[str, Any, Mapping[str, ClientTool]], Awaitable[object]]
 
 

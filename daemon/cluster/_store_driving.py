@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 import trio
-from salvor.store import Fenced
+from salvor.store import Fence, Fenced
 
 from ..metrics import DaemonMetrics, NodeReading
 from ..recording import DriveStopped, InProcessDriving
@@ -80,9 +80,13 @@ class StoreDriving:
     def stop(self, run_id: str, reason: str) -> int:
         return self._local.stop(run_id, reason)
 
-    def fence(self, run_id: str) -> Any | None:
+    def fence(self, run_id: str, *, creating: bool = False) -> Any | None:
         held = self._held.get(run_id)
-        return None if held is None else held.fence
+        if held is not None:
+            return held.fence
+        # A run this node creates is its own from that append on (not yet driving it): a peer's
+        # sweep never finds it ownerless, and its first drive here claims it (epoch 1).
+        return Fence.creating(self.node.node_id) if creating else None
 
     def gate(self, run_id: str) -> None:
         held = self._held.get(run_id)

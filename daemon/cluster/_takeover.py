@@ -12,11 +12,21 @@ recovery.
 
 Runs this node's own lapsing lease cut off (``StoreDriving.take_cut``) are handed over too, once
 the lease holds again: they are no orphans (their owner lives), and nobody else would drive them.
+
+The orphans of a dead node are shared out among the live ones (``share``): each run has one
+preferred node among those whose lease holds (by rendezvous hashing of node and run ids, which
+every node computes alike), and a sweep takes the orphans that prefer its node, up to its even
+share, and ``SHARE_SLACK`` more. So when a node holding many runs dies, every survivor takes its
+part within a sweep or so and they drive again sooner, instead of the first sweeper taking all.
+An orphan still there after ``LEFT_SWEEPS`` of a node's sweeps (its preferred node did not take
+it: it was paused, or died too) is taken by whoever sees it then: no run is left unclaimed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -29,6 +39,12 @@ from ._store_driving import StoreDriving
 log = logging.getLogger("salvor.cluster")
 
 TAKEOVER_SECONDS = 1.0
+# Orphans a sweep takes beyond its even share of them: evens out the hash's unevenness, and a
+# lone orphan is taken by whoever sweeps first.
+SHARE_SLACK = 2
+# How many sweeps an orphan preferring another node is left to it before this node takes it
+# anyway: its peers learn of a death at their own heartbeats and sweep at their own instants.
+LEFT_SWEEPS = 2
 
 
 class Takeover:
@@ -60,6 +76,9 @@ class Takeover:
         # Run before the first takeover of a peer's runs found dead (the agents it left).
         self._before = before_first_of
         self._seen_dead: set[str] = set()
+        # The orphans earlier sweeps found and left to the node they prefer, with how many times
+        # in a row: taken once left ``LEFT_SWEEPS`` times if they are orphans still.
+        self._left: dict[str, int] = {}
 
     async def once(self, *, first: bool = False) -> int:
         """One sweep (``find``, then ``take``); returns how many drives it started.
@@ -85,6 +104,7 @@ class Takeover:
         if not first and not await trio.to_thread.run_sync(
             partial(self._owners.orphans, me, dead_nodes=dead, limit=1)
         ):
+            self._left = {}
             return cut
         if self._before is not None and not first and not self._seen_dead.issuperset(dead):
             # The agent processes a dead peer on this machine left (its tether kills them too;
@@ -101,9 +121,30 @@ class Takeover:
         if candidates and self._held_elsewhere is not None:
             skip = await trio.to_thread.run_sync(self._held_elsewhere, candidates)
             candidates = [run_id for run_id in candidates if run_id not in skip]
+        if candidates:
+            live = await trio.to_thread.run_sync(self._owners.live_nodes)
+            candidates = self.share(candidates, [n for n in live if n not in dead])
         if candidates and not first:
             log.info("taking over %d run(s) whose owner is gone", len(candidates))
         return cut + [run_id for run_id in candidates if run_id not in cut]
+
+    def share(self, orphans: list[str], live: list[str]) -> list[str]:
+        """This node's part of ``orphans`` among the ``live`` nodes (this one counted whatever
+        ``live`` says): those preferring it up to its even share, ``SHARE_SLACK`` more of any,
+        and every one earlier sweeps left ``LEFT_SWEEPS`` times that is an orphan still. The
+        rest are remembered for the next sweep."""
+        me = self._driving.node.node_id
+        nodes = sorted({*live, me})
+        share = math.ceil(len(orphans) / len(nodes))
+        aged = [run_id for run_id in orphans if self._left.get(run_id, 0) >= LEFT_SWEEPS]
+        fresh = [run_id for run_id in orphans if self._left.get(run_id, 0) < LEFT_SWEEPS]
+        preferred = [run_id for run_id in fresh if _preferred(run_id, nodes) == me][:share]
+        chosen = {*aged, *preferred}
+        chosen.update([run_id for run_id in fresh if run_id not in chosen][:SHARE_SLACK])
+        self._left = {
+            run_id: self._left.get(run_id, 0) + 1 for run_id in orphans if run_id not in chosen
+        }
+        return [run_id for run_id in orphans if run_id in chosen]
 
     def take(self, run_ids: list[str]) -> int:
         """Hand ``run_ids`` to the driving set as recovery; returns how many drives started."""
@@ -127,3 +168,9 @@ def _orphaned(owner: Any, me: str, dead: tuple[str, ...]) -> bool:
     if owner is None or owner.node_id is None:
         return True
     return owner.node_id != me and (not owner.node_live or owner.node_id in dead)
+
+
+def _preferred(run_id: str, nodes: list[str]) -> str:
+    """The node of ``nodes`` that ``run_id`` prefers: the same on every node that sees the same
+    live nodes (rendezvous hashing: a node's death moves only the runs that preferred it)."""
+    return max(nodes, key=lambda node: hashlib.blake2b(f"{node}/{run_id}".encode()).digest())

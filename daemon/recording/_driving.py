@@ -67,9 +67,15 @@ class RunDriving(Protocol):
         """
         ...
 
-    def fence(self, run_id: str) -> object | None:
+    def fence(self, run_id: str, *, creating: bool = False) -> object | None:
         """What this process's appends to ``run_id`` carry to prove their drive still owns it
-        (the store refuses a stale one); None when no drive here holds it in the store."""
+        (the store refuses a stale one); None when no drive here holds it in the store.
+
+        ``creating``: for the append that writes the run's first event. With no drive here
+        holding it, a node answers the mark that makes it the new run's owner (not yet driving
+        it) in that same transaction: a run exists only with an owner, so no peer's takeover
+        takes it between its creation and its first drive's claim.
+        """
         ...
 
     def gate(self, run_id: str) -> None:
@@ -116,7 +122,7 @@ class InProcessDriving:
         hold = self._holds.get(run_id)
         return hold is not None and hold.lock.statistics().owner is trio.lowlevel.current_task()
 
-    def fence(self, run_id: str) -> None:
+    def fence(self, run_id: str, *, creating: bool = False) -> None:
         return None  # one process: the hold alone keeps a second drive out
 
     def gate(self, run_id: str) -> None:

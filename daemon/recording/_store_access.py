@@ -328,7 +328,7 @@ class StoreAccess:
                 release=release,
                 # The fence of the drive holding the run here (several nodes over one store):
                 # once another node has taken the run over, the store writes nothing of this.
-                fence=self.driving.fence(run_id),
+                fence=self.driving.fence(run_id, creating=view.next_seq == 0),
             )
         )
         with trio.CancelScope(shield=True):

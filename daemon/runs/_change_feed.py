@@ -21,18 +21,33 @@ A ``ChangeFeed`` is one service per process, never a poll per subscriber:
 
 Either way the hub drops what it already delivered (a commit of this process arrives through
 ``publish`` first, almost always) and reads the rest once per run, however many listen.
+
+While a run list is watched here (a WebSocket's ``watch_runs``), the feed also tells the hub of
+the runs other processes change (``EventHub.listed``), once per change however many watch: on
+PostgreSQL the views of each notice's runs, read on the listener's thread; on SQLite one query
+per change for the runs that may have moved (``ChangeSignal.listed``: new ones, those in the
+indexed states a drive passes through, and those last seen short of an end) and the views of
+those whose event count moved. SQLite's changes are read at a tick, so a status a run held for
+less than a tick may not be shown; the run's next status always is.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
-from salvor.protocol import Envelope, MalformedEvent, decode_envelope
+from salvor.protocol import (
+    TERMINAL_STATES,
+    Envelope,
+    MalformedEvent,
+    decode_envelope,
+    format_instant,
+)
 from salvor.store import ChangeNotice, EventStore, StoreError
 
 from ..metrics import DaemonMetrics
@@ -52,6 +67,9 @@ IDLE_TICK_SECONDS = 0.1
 READ_AHEAD_RUNS = 16
 # How often the PostgreSQL listener's thread looks up from its wait (to see whether to stop).
 WAKE_SECONDS = 0.25
+# A run first recorded this long before an ask is still looked for by the next one (SQLite): its
+# instant is its writer's, taken before its transaction committed.
+LISTED_MARGIN = timedelta(seconds=5)
 # Backoff between attempts to reopen a lost listener (or watch), doubling up to the last.
 BACKOFF_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -139,8 +157,67 @@ class _ThreadFeed:
     def _read_now(self, run_id: str, from_seq: int) -> list:
         return self._store.read_log(run_id, from_seq, limit=PAGE_EVENTS, max_bytes=PAGE_BYTES)
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
+    # What the feed does, in the log's words.
+    does, doing = "watches", "watching"
+
+    def _open(self) -> Any:
+        """A session of the feed's own on the store (with ``close``).
+
+        Raises:
+            StoreError: the store cannot be reached; nothing is left open.
+        """
         raise NotImplementedError
+
+    def _caught_up(self, hub: EventHub) -> None:
+        """The session is open: what was committed before it is read now (on its thread)."""
+        raise NotImplementedError
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
+        """Tell the hub what ``session`` hears until ``stop`` is set (on its thread).
+
+        Raises:
+            Exception: the session failed; the caller closes it and opens another.
+        """
+        raise NotImplementedError
+
+    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
+        """The feed's thread: open a session, follow it, and open another with backoff when it
+        is lost, until ``stop`` is set. ``ready`` is set once it first listens, or first failed
+        to (the daemon serves all the same, and the feed keeps trying)."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                session = self._open()
+            except StoreError as error:
+                if failures == 0:
+                    log.warning(
+                        "%s; streams carry only this process's commits until it %s",
+                        error,
+                        self.does,
+                    )
+                failures += 1
+                self._post(ready.set)
+                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
+                continue
+            if failures:
+                log.info("%s for the store's changes again", self.doing)
+                self._reconnected()
+            failures = 0
+            self._caught_up(hub)
+            self._post(ready.set)
+            try:
+                self._follow(session, hub, stop)
+            except Exception as error:  # noqa: BLE001 -- the driver's, whatever it is: anew
+                log.warning(
+                    "%s for the store's changes failed (%s); %s again",
+                    self.doing,
+                    error,
+                    self.doing,
+                )
+                failures = 1
+                stop.wait(BACKOFF_SECONDS[0])
+            finally:
+                session.close()
 
     def _post(self, fn: Callable, *args: object) -> None:
         """Run ``fn(*args)`` on the trio thread soon, from the watching thread; never waits."""
@@ -160,41 +237,23 @@ async def _stop_when_cancelled(stop: threading.Event) -> None:
 class NoticeFeed(_ThreadFeed):
     """PostgreSQL: one LISTENing session per process, reopened with backoff when lost."""
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
-        failures = 0
+    does, doing = "listens", "listening"
+
+    def _open(self) -> Any:
+        listener = self._store.changes.listener()
+        listener.open()
+        return listener
+
+    def _caught_up(self, hub: EventHub) -> None:
+        # Listening from here on: anything committed before is read now, once per run
+        # followed (nothing is followed yet at the first start).
+        self._post(hub.reconcile)
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
         while not stop.is_set():
-            listener = self._store.changes.listener()
-            try:
-                listener.open()
-            except StoreError as error:
-                if failures == 0:
-                    log.warning(
-                        "%s; streams carry only this process's commits until it listens", error
-                    )
-                failures += 1
-                # Started all the same: the daemon serves, and the feed keeps trying.
-                self._post(ready.set)
-                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
-                continue
-            if failures:
-                log.info("listening for the store's changes again")
-                self._reconnected()
-            failures = 0
-            # Listening from here on: anything committed before is read now, once per run
-            # followed (nothing is followed yet at the first start).
-            self._post(hub.reconcile)
-            self._post(ready.set)
-            try:
-                while not stop.is_set():
-                    for notice in listener.notices(WAKE_SECONDS):
-                        self._heard()
-                        self._hand_over(hub, notice)
-            except StoreError as error:
-                log.warning("%s; listening again", error)
-                failures = 1
-                stop.wait(BACKOFF_SECONDS[0])
-            finally:
-                listener.close()
+            for notice in session.notices(WAKE_SECONDS):
+                self._heard()
+                self._hand_over(hub, notice)
 
     def _hand_over(self, hub: EventHub, notice: ChangeNotice) -> None:
         """Tell the hub of ``notice`` (on the listener's thread). The new events of the few runs
@@ -204,6 +263,8 @@ class NoticeFeed(_ThreadFeed):
         if notice.runs is None:
             self._post(hub.reconcile)
             return
+        if hub.watching:
+            self._list(hub, notice.runs)
         listened = [run_id for run_id in notice.runs if hub.listens_to(run_id)]
         if not listened:
             return
@@ -219,6 +280,16 @@ class NoticeFeed(_ThreadFeed):
                 except StoreError:
                     envelopes = []  # the follower reads it (and says why it could not)
             self._post(hub.arrived, run_id, envelopes, last + 1)
+
+    def _list(self, hub: EventHub, runs: Iterable[str]) -> None:
+        """The run list's word of a notice's runs (on the listener's thread): their views, read
+        once per notice however many watch."""
+        try:
+            views = [view for run_id in runs if (view := self._store.read_view(run_id))]
+        except StoreError as error:
+            log.warning("the run list missed a change: %s", error)
+            return
+        self._post(hub.listed, views)
 
 
 def _carried(notice: ChangeNotice, run_id: str) -> list[Envelope] | None:
@@ -249,6 +320,9 @@ class DataVersionFeed(_ThreadFeed):
         # Pages read with the event counts, by (run, from seq): the hub's follower takes them
         # instead of reading again (one trip to a reader thread per change, not two).
         self._read_ahead: dict[tuple[str, int], list] = {}
+        # While a run list is watched: what the last ask found of each run (None: nobody
+        # watches).
+        self._listing: dict[str, Any] | None = None
 
     async def _read_page(self, run_id: str, from_seq: int) -> list:
         page = self._read_ahead.pop((run_id, from_seq), None)
@@ -268,6 +342,45 @@ class DataVersionFeed(_ThreadFeed):
     async def _start(self, nursery: trio.Nursery, hub: EventHub) -> None:
         nursery.start_soon(self._ask_forever, hub)
 
+    async def _list(self, hub: EventHub) -> None:
+        """The run list's word of what moved (on each change while a run list is watched): one
+        query through a reader thread for the runs that may have (``ChangeSignal.listed``), and
+        the views of those whose event count changed.
+
+        Error handling: a failed read is logged; the next change asks again.
+        """
+        since = hub.watched_since
+        if since is None:
+            return
+        try:
+            views = await self._access.read(self._ask_listed, since)
+        except StoreError as error:
+            log.warning("the run list missed a change: %s", error)
+            return
+        hub.listed(views)
+
+    def _ask_listed(self, watched_since: str) -> list:
+        """(On a reader thread.) The views of the runs that moved since the last ask; at the
+        first ask of a watch, of those that moved since it began."""
+        first = self._listing is None
+        known = {} if first else self._listing
+        since = format_instant(datetime.now(UTC) - LISTED_MARGIN)
+        # A run at an end never moves again: it is not asked for by name.
+        named = [run_id for run_id, run in known.items() if run.state not in TERMINAL_STATES]
+        found = self._store.changes.listed(min(since, watched_since), named, resting=first)
+        moved = [
+            run_id
+            for run_id, run in found.items()
+            if (
+                (run_id in known and known[run_id].event_count != run.event_count)
+                or (run_id not in known and (not first or run.last_recorded_at >= watched_since))
+            )
+            # A drive here tells the watchers of its own commits (a lookup in a dict).
+            and not self._driven_here(run_id)
+        ]
+        self._listing = found
+        return [view for run_id in moved if (view := self._store.read_view(run_id))]
+
     def _stir(self) -> None:
         self._changed.set()
 
@@ -282,6 +395,10 @@ class DataVersionFeed(_ThreadFeed):
             await self._changed.wait()
             self._changed = trio.Event()
             followed = hub.followed(self._driven_here)
+            if hub.watching:
+                await self._list(hub)
+            elif self._listing is not None:
+                self._listing = None  # nobody watches: the next watch starts afresh
             if not followed:
                 continue
             try:
@@ -298,34 +415,15 @@ class DataVersionFeed(_ThreadFeed):
             self._read_ahead = pages
             hub.moved(counts)
 
-    def _watch(self, hub: EventHub, stop: threading.Event, ready: trio.Event) -> None:
-        failures = 0
-        while not stop.is_set():
-            try:
-                watch = self._store.changes.data_version_watch()
-            except StoreError as error:
-                if failures == 0:
-                    log.warning(
-                        "%s; streams carry only this process's commits until it watches", error
-                    )
-                failures += 1
-                self._post(ready.set)
-                stop.wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1])
-                continue
-            # Watching from here on: anything committed before is asked about now.
-            self._post(self._stir)
-            self._post(ready.set)
-            if failures:
-                self._reconnected()
-            failures = 0
-            try:
-                while not stop.wait(TICK_SECONDS if hub.listened else IDLE_TICK_SECONDS):
-                    if watch.changed():
-                        self._heard()
-                        self._post(self._stir)
-            except Exception as error:  # noqa: BLE001 -- the driver's, whatever it is: watch anew
-                log.warning("watching the store for changes failed (%s); watching again", error)
-                failures = 1
-                stop.wait(BACKOFF_SECONDS[0])
-            finally:
-                watch.close()
+    def _open(self) -> Any:
+        return self._store.changes.data_version_watch()
+
+    def _caught_up(self, hub: EventHub) -> None:
+        # Watching from here on: anything committed before is asked about now.
+        self._post(self._stir)
+
+    def _follow(self, session: Any, hub: EventHub, stop: threading.Event) -> None:
+        while not stop.wait(TICK_SECONDS if hub.listened or hub.watching else IDLE_TICK_SECONDS):
+            if session.changed():
+                self._heard()
+                self._post(self._stir)

@@ -42,6 +42,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol, Self
 
 import trio
@@ -51,6 +52,7 @@ from salvor.protocol import (
     PendingKind,
     RunView,
     encode_envelope,
+    format_instant,
     sse_frame,
     step,
 )
@@ -67,6 +69,9 @@ BUFFER_BYTES = 1024 * 1024
 # How many SSE streams and WebSockets one client (peer address) may hold open at once
 # (``salvor serve --max-streams-per-client``; 0: no cap).
 MAX_STREAMS_PER_CLIENT = 128
+# How many runs the run-list watchers' last word is kept for (the oldest is forgotten first: a
+# run forgotten is told of again at its next change, never left out).
+LISTED_RUNS = 10_000
 # How long the follower waits before it reads a run again after the store failed a read.
 RETRY_SECONDS = 0.5
 
@@ -277,6 +282,11 @@ class EventHub:
         self._subscribers: dict[str, set[Listener]] = {}
         self._feeds: dict[str, _RunFeed] = {}
         self._watchers: set[Watcher] = set()
+        # What the run-list watchers were last told of each run ((state, detail)), so a run
+        # another process changed is told once per change; and since when they watch
+        # (the store's instant form; None while nobody watches).
+        self._listed: dict[str, tuple[object, object]] = {}
+        self.watched_since: str | None = None
         # With batching: what each run has published and not yet delivered (deliver_forever
         # releases it), and the event that wakes that task when a run starts being held.
         self._batching = batching
@@ -356,9 +366,32 @@ class EventHub:
                 subscription._offer(event)
         if self._watchers:
             changes = [RunChange(e.view) for e in events if e.status_changed]
+            if changes:
+                self._note_listed(changes[-1].view)
             for watcher in list(self._watchers):
                 for change in changes:
                     watcher._offer_change(change)
+
+    def _note_listed(self, view: RunView) -> bool:
+        """Remember what the watchers are told of ``view``'s run; False when they were told it
+        already."""
+        seen = (view.state, view.detail)
+        if self._listed.get(view.run_id) == seen:
+            return False
+        self._listed.pop(view.run_id, None)
+        self._listed[view.run_id] = seen
+        if len(self._listed) > LISTED_RUNS:
+            del self._listed[next(iter(self._listed))]
+        return True
+
+    def listed(self, views: list[RunView]) -> None:
+        """The change feed's word for the run list (trio thread): ``views`` are runs another
+        process changed; each whose state or status the watchers were not told yet goes out to
+        them as a commit here would. Never waits."""
+        changes = [RunChange(view) for view in views if self._note_listed(view)]
+        for watcher in list(self._watchers):
+            for change in changes:
+                watcher._offer_change(change)
 
     def subscribe(self, run_id: str, limit_bytes: int = BUFFER_BYTES) -> Subscription:
         """An SSE stream's subscription to one run, queueing at most ``limit_bytes``."""
@@ -393,10 +426,21 @@ class EventHub:
             self._moved.set()
 
     def watch(self, watcher: Watcher) -> None:
+        if not self._watchers:
+            self.watched_since = format_instant(datetime.now(UTC))
         self._watchers.add(watcher)
 
     def unwatch(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
+        if not self._watchers:
+            self.watched_since = None
+            self._listed.clear()
+
+    @property
+    def watching(self) -> bool:
+        """Whether a run list is watched here. Safe to read from any thread: the change feed
+        then tells ``listed`` of the runs other processes change."""
+        return bool(self._watchers)
 
     def subscriber_counts(self) -> dict[str, int]:
         """Live subscriptions by transport: ``{"sse": streams, "ws": a connection's runs and its

@@ -90,15 +90,16 @@ def until(check, what: str, timeout: float = SETTLE_SECONDS) -> Any:
 
 
 class Cluster:
-    """Two nodes over one store, the scripted provider, and the ledger of the world."""
+    """Two nodes (or one per name of ``names``) over one store, the scripted provider, and the
+    ledger of the world."""
 
-    def __init__(self, tmp_path: Path, store_url: str) -> None:
+    def __init__(self, tmp_path: Path, store_url: str, names: tuple = ("n1", "n2")) -> None:
         self.store_url = store_url
         self.effects = tmp_path / "effects.jsonl"
         self.hook = Held()
         self.provider = ScriptedProvider(script, on_call=self.hook)
         self.nodes: list[Daemon] = []
-        for name in ("n1", "n2"):
+        for name in names:
             where = tmp_path / name
             where.mkdir()
             node = Daemon(where, store_url, self.effects)

@@ -201,3 +201,23 @@ def test_data_version_changes_only_when_another_connection_commits(store_url) ->
         }
         many = [str(uuid.uuid4()) for _ in range(1200)] + [run_id(2)]
         assert store.changes.event_counts(many) == {run_id(2): 2}
+
+
+# -- a run list's watch (SQLite's way; PostgreSQL answers it too) ---------------------------------
+
+
+def test_listed_finds_new_runs_those_in_flight_and_those_named(store: EventStore) -> None:
+    from salvor.protocol import RunCompleted
+    from salvor.store._change_signal import ListedRun
+
+    store.append(run_id(1), [started()], EMPTY_VIEW)
+    store.append(run_id(2), [started(), RunCompleted(output=1)], EMPTY_VIEW)
+    past, future = "2000-01-01T00:00:00.000000Z", "9999-01-01T00:00:00.000000Z"
+    # New since a moment: every run first recorded after it, at an end or not.
+    assert set(store.changes.listed(past, [])) == {run_id(1), run_id(2)}
+    # Otherwise a run in flight is found by its state, and one at rest only by name.
+    found = store.changes.listed(future, [])
+    assert set(found) == {run_id(1)}
+    assert found[run_id(1)] == ListedRun(1, "running", found[run_id(1)].last_recorded_at)
+    assert set(store.changes.listed(future, [run_id(2), run_id(3)])) == {run_id(1), run_id(2)}
+    assert found[run_id(1)].last_recorded_at == store.read_view(run_id(1)).last_recorded_at

@@ -317,6 +317,28 @@ def test_orphans_are_the_active_runs_nobody_live_drives(store: EventStore, store
     assert view.next_seq == 1
 
 
+def test_a_run_a_node_creates_is_its_own_from_its_first_event(
+    store: EventStore, store_url: str
+) -> None:
+    register(store, "creator")
+    register(store, "peer")
+    # Created by a node that holds no drive of it yet (a start, a map item, a fork): owned in
+    # the creating append's own transaction, not driven until its first claim.
+    _, view = store.append("new", [started()], EMPTY_VIEW, fence=Fence.creating("creator"))
+    assert owner_columns(store_url, "new") == ("creator", 0, 0)
+    assert store.owners.orphans("peer") == []
+    # A later append of the run carrying the creating mark is no fence at all: refused.
+    with pytest.raises(Fenced):
+        store.append("new", [RunCompleted(output=1)], view, fence=Fence("peer", 0))
+    # Its first drive's claim takes it at epoch 1, as it took a run created unowned.
+    assert store.owners.claim("new", "creator") == Claimed(Fence("creator", 1), None)
+    assert owner_columns(store_url, "new") == ("creator", 1, 1)
+    store.owners.release("new", Fence("creator", 1))
+    # Once its creator is gone, it is an orphan like any run of a dead node.
+    lapse(store_url, "creator")
+    assert [o.run_id for o in store.owners.orphans("peer")] == ["new"]
+
+
 def test_the_orphans_and_a_nodes_runs_are_read_from_their_indexes(store: EventStore) -> None:
     from sqlalchemy import Text, bindparam, text
 

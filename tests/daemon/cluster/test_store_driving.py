@@ -21,7 +21,7 @@ from salvor.daemon.cluster import (
 )
 from salvor.daemon.recording import DriveStopped
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted
-from salvor.store import EventStore, Fenced, NodeRecord
+from salvor.store import EventStore, Fenced, NodeRecord, RunOwner
 
 RUN = "0b000000-0000-4000-8000-000000000001"
 
@@ -134,3 +134,30 @@ def test_a_peer_on_this_machine_is_dead_once_its_pid_is_gone_or_names_another_pr
     finally:
         child.kill()
         child.wait()
+
+
+async def test_a_run_a_nodes_access_creates_is_that_nodes_and_a_held_one_is_fenced(
+    tmp_path,
+) -> None:
+    from salvor.daemon.recording import open_store_access
+
+    url = f"sqlite:///{tmp_path / 'salvor.db'}"
+    head = [RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)]
+    async with open_store_access(url) as access:
+        access.driving = driving = await node(access.store, "creator")
+        me = driving.node.node_id
+        # Created by no drive of this node (a start, a map item, a subagent's child, a fork):
+        # this node's from its first event, not driven yet, so no peer's sweep finds it.
+        await access.append(RUN, head, EMPTY_VIEW)
+        assert access.store.owners.owner(RUN) == RunOwner(RUN, me, 0, False, True)
+        assert access.store.owners.orphans("peer") == []
+        # Created under a drive's hold: the drive's claim, driving.
+        other = RUN[:-1] + "2"
+        async with driving.hold(other):
+            await access.append(other, head, EMPTY_VIEW)
+            owner = access.store.owners.owner(other)
+            assert (owner.node_id, owner.epoch, owner.driving) == (me, 1, True)
+        # The first run's first drive claims it at epoch 1.
+        async with driving.hold(RUN):
+            owner = access.store.owners.owner(RUN)
+            assert (owner.node_id, owner.epoch, owner.driving) == (me, 1, True)

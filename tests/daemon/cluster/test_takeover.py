@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import trio
 from salvor.daemon.cluster import NodeIdentity, NodeLease, StoreDriving, Takeover, register
+from salvor.daemon.cluster._takeover import SHARE_SLACK, _preferred
 from salvor.protocol import EMPTY_VIEW, RunStarted
+from salvor.store import Fence
 
 PEER_RUNS = 12
 AGENT = "sha256:" + "0" * 64
@@ -23,7 +25,9 @@ async def _registered(store, name: str, lease_seconds: float) -> tuple[NodeIdent
 
 
 def _started_by(store, run_id: str, node: NodeIdentity) -> None:
-    fence = store.owners.claim(run_id, node.node_id).fence
+    # What a claim of a run with no row yet gives, without asking (a short lease may lapse
+    # while many runs are started).
+    fence = Fence(node.node_id, 1)
     store.append(run_id, [RunStarted(agent_def_hash=AGENT, input=None)], EMPTY_VIEW, fence=fence)
 
 
@@ -68,3 +72,53 @@ async def test_a_sweep_takes_a_dead_nodes_run_and_reads_no_view_of_a_live_peers(
         store.read_view = read_view
     assert started == [orphan]
     assert read == [orphan]
+
+
+async def test_a_dead_nodes_runs_are_shared_and_what_a_peer_left_is_taken_next(runtime):
+    store = runtime.access.store
+    sweepers = [await _registered(store, name, 30) for name in ("a", "b")]
+    idle, _ = await _registered(store, "idle", 30)  # live, and never sweeps
+    gone, _ = await _registered(store, "gone", 0.5)
+    orphans = [_run_id(n) for n in range(30)]
+    for run_id in orphans:
+        _started_by(store, run_id, gone)
+    with trio.fail_after(60):
+        while not store.owners.orphans(sweepers[0][0].node_id):
+            await trio.sleep(0.05)
+
+    def sweep_of(identity: NodeIdentity, lease: NodeLease) -> tuple[Takeover, list[str]]:
+        started: list[str] = []
+        takeover = Takeover(
+            store.owners,
+            lease,
+            StoreDriving(store.owners, identity, lease),
+            dead_nodes=tuple,
+            candidates=runtime.reads.recovery_candidates,
+            walked_out=runtime.reads.without_walked_children,
+            held_elsewhere=None,
+            # A drive's claim, as the driving set's would take it.
+            start=lambda run_id, recovery: bool(
+                started.append(run_id) or store.owners.claim(run_id, identity.node_id).fence
+            ),
+        )
+        return takeover, started
+
+    (first, by_a), (second, by_b) = (sweep_of(*node) for node in sweepers)
+    await first.once()
+    await second.once()
+    # Each takes its own part, at most a third of them and the slack: none twice.
+    assert by_a and by_b and not set(by_a) & set(by_b)
+    assert max(len(by_a), len(by_b)) <= 30 // 3 + SHARE_SLACK
+    # The idle node's part is left to it for a while (a's next sweep takes its own that were
+    # past its share, and the slack of the others), then a takes the rest.
+    taken = set(by_a) | set(by_b)
+    assert len(taken) < len(orphans)
+    nodes = sorted(identity.node_id for identity, _ in sweepers) + [idle.node_id]
+    a_id = sweepers[0][0].node_id
+    by_a.clear()
+    await first.once()
+    not_preferred = [r for r in by_a if _preferred(r, sorted(nodes)) != a_id]
+    assert len(not_preferred) <= SHARE_SLACK
+    await first.once()
+    assert sorted(taken | set(by_a)) == sorted(orphans)
+    assert store.owners.orphans(sweepers[1][0].node_id) == []
