@@ -83,8 +83,8 @@ class Cluster(Composed):
             ]
         self.clients = [httpx.Client(base_url=n.base_url, timeout=10) for n in self.nodes]
         self._route = random.Random(seed + 5)
-        # (pid, when it was continued, its log) of every pause
-        self.paused: list[tuple[int, float, Path]] = []
+        # (pid, when it was stopped, when it was continued, its log) of every pause
+        self.paused: list[tuple[int, float, float, Path]] = []
         self.reported: set[tuple[int, str, int]] = set()  # pause violations already named
         self.tally_nodes: Counter = Counter()  # stop kind -> stops delivered
 
@@ -151,11 +151,15 @@ class Cluster(Composed):
             held = self.lease_seconds + rng.uniform(*PAUSE_PAST_LEASE)
 
             def pause() -> None:
+                stopped = time.time()
                 node.proc.send_signal(signal.SIGSTOP)
                 time.sleep(held)
+                # Stamped before the signal: a continued node may register again (and log it)
+                # before this thread runs again, and its registration must count.
+                continued = time.time()
                 node.proc.send_signal(signal.SIGCONT)
                 log = node.tmp_path / f"serve-{node.starts - 1:03d}.log"
-                self.paused.append((node.proc.pid, time.time(), log))
+                self.paused.append((node.proc.pid, stopped, continued, log))
 
             self._under_load(delay, pause, extra=held)
             self._checked(f"SIGSTOP of node{victim} for {held:.1f}s, {delay:.2f}s into the round")
@@ -184,8 +188,11 @@ class Cluster(Composed):
             return
         lines = self.effects.read_text(encoding="utf-8").splitlines()
         sent = [r for r in map(json.loads, lines) if r["tool"] == "issue_refund:sent"]
-        for pid, continued, log in self.paused:
-            registered = _registered_again(log, after=continued)
+        for pid, stopped, continued, log in self.paused:
+            # A stopped node logs nothing, so a registration logged after the stop came after
+            # the continue (the log's clock has milliseconds only: the continue's own instant
+            # would miss one logged in the same millisecond).
+            registered = _registered_again(log, after=stopped)
             for record in sent:
                 if record.get("pid") != pid or not continued < record["at"] < registered:
                     continue
