@@ -84,6 +84,10 @@ from ._flow_bundle import member_path as member_path
 from ._flow_bundle import names_files as names_files
 from ._flow_bundle import nested_flow_key as nested_flow_key
 from ._flow_bundle import project_of as project_of
+from ._flow_call import MAX_CALL_BYTES as MAX_CALL_BYTES
+from ._flow_call import BadFlowBytes as BadFlowBytes
+from ._flow_call import call_body as call_body
+from ._flow_call import flow_from_call as flow_from_call
 from ._flow_tools import ASK_USER_SCHEMA as ASK_USER_SCHEMA
 from ._flow_tools import AUTHORING_TOOLS as AUTHORING_TOOLS
 from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION

@@ -73,6 +73,9 @@ class ErrorCode(enum.StrEnum):
     TOO_MANY_REQUESTS = "too_many_requests", 429
     NOT_IMPLEMENTED = "not_implemented", 501
     HTTP_VERSION_NOT_SUPPORTED = "http_version_not_supported", 505
+    # A flow sent with a call whose bytes fail a check (a member's or the flow file's), or that
+    # names an upload this daemon does not hold: the call is refused whole.
+    INVALID_FLOW_FILES = "invalid_flow_files", 422
     # A body read as JSON that does not say so (a browser's form or text/plain, or no type).
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415
 

@@ -180,19 +180,19 @@ def _check_string(text: str, what: str) -> None:
         )
 
 
-def _check_characters(value: Any, what: str) -> None:
+def _check_characters(value: Any, what: str, nul: bool = False) -> None:
     # Its own walk, strings only: the envelopes a fold reads go through here, so no generator of
     # every leaf and no call per number.
     stack = [value]
     while stack:
         item = stack.pop()
         if type(item) is str:
-            if "\x00" in item or _SURROGATE.search(item):
-                _check_string(item, what)
+            if ("\x00" in item and not nul) or _SURROGATE.search(item):
+                _check_string(item.replace("\x00", "") if nul else item, what)
         elif type(item) is dict:
             for key in item:
-                if "\x00" in key or _SURROGATE.search(key):
-                    _check_string(key, what)
+                if ("\x00" in key and not nul) or _SURROGATE.search(key):
+                    _check_string(key.replace("\x00", "") if nul else key, what)
             stack.extend(item.values())
         elif type(item) is list:
             stack.extend(item)
@@ -292,6 +292,7 @@ def parse_strict(
     *,
     limit: int = MAX_NESTING,
     big_integers: bool = False,
+    nul: bool = False,
 ) -> Any:
     """The value of a strict JSON text (see the module's rules); ``what`` names it in a refusal.
 
@@ -300,7 +301,9 @@ def parse_strict(
     ``big_integers`` reads integers beyond ±(2**53 - 1) exactly instead of
     refusing them: only for text that relays what a model or a tool produced
     (the loopback proxies, an envelope the daemon wrote), never for a
-    document a caller submits.
+    document a caller submits. ``nul`` lets a NUL character through: only for a body whose
+    caller then holds every string but those that carry one by design to the rule
+    (``check_document``), as a flow's member keys do.
 
     Raises:
         MalformedJson: the text breaks a rule; nothing else has seen it.
@@ -326,5 +329,5 @@ def parse_strict(
     # string is refused by the parser itself); a str may also carry raw surrogates, which one
     # search of the text finds. Only text with an escape needs the walk of its strings.
     if "\\u" in text or (text is data and _SURROGATE.search(text)):
-        _check_characters(value, what)
+        _check_characters(value, what, nul)
     return value

@@ -88,10 +88,11 @@ class Body:
         )
         return self.checked(body)
 
-    def from_bytes(self, data: bytes, mimetype: str) -> dict:
+    def from_bytes(self, data: bytes, mimetype: str, *, nul: bool = False) -> dict:
         """``read`` on a body already read whole, with its media type.
 
-        The media type is lower case, with no parameters.
+        The media type is lower case, with no parameters. ``nul`` lets NUL characters through
+        (``object_from``): the caller holds the strings that may not carry one to the rule.
         """
         body = object_from(
             data,
@@ -99,6 +100,7 @@ class Body:
             allowed=self.allowed,
             required=self.required,
             optional_body=self.optional,
+            nul=nul,
         )
         return self.checked(body)
 
@@ -222,18 +224,115 @@ START_RUN = Body(
         "then": {"not": {"required": ["input"]}},
     },
 )
+
+
+def _graph_or_flow(body: dict) -> None:
+    if ("graph_hash" in body) == ("flow" in body):
+        raise bad_request("the body names exactly one of `graph_hash` and `flow`")
+    if "flow" not in body and ("members" in body or "update_baselines" in body):
+        raise bad_request("`members` and `update_baselines` go with a `flow`")
+
+
+def _object(message: str) -> Callable[[Any], dict]:
+    def check(value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise bad_request(message)
+        return value
+
+    return check
+
+
+def _list(message: str) -> Callable[[Any], list]:
+    def check(value: Any) -> list:
+        if not isinstance(value, list):
+            raise bad_request(message)
+        return value
+
+    return check
+
+
+_SPELLING = {
+    "type": "object",
+    "required": ["state"],
+    "properties": {
+        "state": {"enum": ["listed", "case_folded", "absent"]},
+        "actual": {"type": "string"},
+        "addressable": {"type": "boolean"},
+    },
+    "description": "How the client's directory lists the file's name.",
+}
+_BASE64 = {"type": "string", "contentEncoding": "base64"}
+_FLOW_FILE = {
+    "type": "object",
+    "required": ["path", "canonical", "content"],
+    "properties": {
+        "path": {"type": "string", "description": "The flow file's path on the client."},
+        "canonical": {
+            "type": "string",
+            "description": "Its real path on the client; what it names resolves beside it.",
+        },
+        "spelling": _SPELLING,
+        "content": {**_BASE64, "description": "The flow file's bytes."},
+        "size": {"type": "integer", "minimum": 0},
+    },
+}
+_FLOW_MEMBER = {
+    "type": "object",
+    "required": ["role", "key", "path"],
+    "properties": {
+        "role": {
+            "type": "string",
+            "description": "flow, agent, prompt or baseline; a member of another role is skipped.",
+        },
+        "key": {
+            "type": "string",
+            "description": "The real directory of the file naming it, a NUL, and the target as "
+            "written (a baseline's: its path). A later member with the same key is skipped.",
+        },
+        "path": {"type": "string"},
+        "canonical": {"type": "string", "description": "Its real path on the client."},
+        "spelling": _SPELLING,
+        "content": {**_BASE64, "description": "Its bytes, when the client sent them."},
+        "size": {"type": "integer", "minimum": 0},
+        "state": {"enum": ["missing", "refused", "listed"]},
+        "error": {"type": "string", "description": "Why the client refused it."},
+    },
+}
 START_GRAPH_RUN = Body(
     "StartGraphRun",
     (
         Field(
             name="graph_hash",
             schema=ref("GraphHash"),
-            required=True,
             check=_string("`graph_hash` must be a graph hash string"),
+            description="A stored graph to run (or send a `flow` instead).",
+        ),
+        Field(
+            name="flow",
+            schema=_FLOW_FILE,
+            check=_object("`flow` must be an object"),
+            description=(
+                "A flow file sent over a link, run with its `members` (the files it reaches) "
+                "and never opened on this machine: every member is checked before the document, "
+                "then the whole flow is pre-checked before its first node."
+            ),
+        ),
+        Field(
+            name="members",
+            schema={"type": "array", "items": _FLOW_MEMBER},
+            check=_list("`members` must be a list"),
+        ),
+        Field(
+            name="update_baselines",
+            schema={"type": "boolean"},
+            check=_boolean("`update_baselines` must be a boolean"),
+            description="Snapshots capture their values as new baselines instead of comparing.",
         ),
         Field(name="input", schema=ANY, description="The run's input; null when left out."),
         Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
     ),
+    precheck=_graph_or_flow,
+    rules={"oneOf": [{"required": ["graph_hash"]}, {"required": ["flow"]}]},
 )
 RESUME = Body(
     "ResumeInput",

@@ -1,18 +1,36 @@
-"""``POST /v1/graph-runs``: start a run of a stored graph.
+"""``POST /v1/graph-runs``: start a run of a stored graph, or of a flow file sent over a link.
 
 The graph is loaded by its hash and every agent and tool its nodes name is resolved before
 anything is written; the head (``GraphRunStarted``) is durable before the answer, and the walk
 is handed to the driving set, as ``POST /v1/runs`` hands an agent run. From there a graph run is
 an ordinary run: its status, stream, resume (a gate's approval checked against its schema),
 abandon and recovery are the run routes'.
+
+A flow sent with the call (``flow`` and its ``members``) is checked bytes first (every member,
+then the document: a 422 refuses the call whole), marked linked, pre-checked as a whole (a 400
+``invalid_graph`` naming each offending node; a process agent is refused, its command would run
+on this machine) and kept content-addressed with the run: the walk, recovery and forks read
+those files only, never a path of the client's.
 """
 
 from __future__ import annotations
 
+from quart import request
 from quart_trio import QuartTrio
+from salvor.protocol import (
+    BadFlowBytes,
+    ErrorCode,
+    MalformedBundle,
+    MalformedJson,
+    check_document,
+    flow_from_call,
+)
 
+from ..graphs import FlowFiles
+from ..web import OperationRefused, bad_request
 from ._answers import RUN_STARTED
 from ._bodies import START_GRAPH_RUN
+from ._http import body_bytes
 from ._operation import Operation, error, route
 from ._state import ServerState
 
@@ -37,8 +55,17 @@ START = Operation(
     responses={
         "400": error(
             "Malformed body or labels over the bounds, or a node naming a process or service "
-            "agent (`details.node`; agent nodes run built-in agents). Nothing recorded.",
+            "agent (`details.node`; agent nodes run built-in agents) (`bad_request`); a flow that "
+            "fails its pre-check, every reason in `details.errors` with its node "
+            "(`invalid_graph`). Nothing recorded.",
             "bad_request",
+            "invalid_graph",
+        ),
+        "422": error(
+            "A flow member's or the flow file's bytes fail a check (not base64, not the size "
+            "declared, over 32 MiB for a file or for the call's members), or a member names an "
+            "upload this daemon does not hold. Nothing recorded.",
+            "invalid_flow_files",
         ),
         "404": error(
             "No graph stored under `graph_hash` (`unknown_graph`), or a node names an agent that "
@@ -63,12 +90,57 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
 
     @route(app, START)
     async def start_graph_run():
-        body = await START_GRAPH_RUN.read()
-        graph = await runtime.definitions.load_graph(body["graph_hash"])
+        # A flow's member keys carry a NUL by design (directory, NUL, target); every other
+        # string is held to the store's rule below, before anything is kept.
+        body = START_GRAPH_RUN.from_bytes(await body_bytes(), request.mimetype or "", nul=True)
+        _no_nul_but_keys(body)
         # The head is durable before we answer: a daemon killed right after the 201 still has
         # the run, and recovery walks it.
-        run_id = await runtime.starts.start_graph_run(
-            graph, body.get("input"), labels=body.get("labels")
-        )
+        if "flow" in body:
+            run_id = await runtime.starts.start_flow_run(
+                _sent_flow(body), body.get("input"), labels=body.get("labels")
+            )
+        else:
+            graph = await runtime.definitions.load_graph(body["graph_hash"])
+            run_id = await runtime.starts.start_graph_run(
+                graph, body.get("input"), labels=body.get("labels")
+            )
         state.drivers.start(run_id)
         return RUN_STARTED.respond(201, run=run_id, status="running")
+
+
+def _sent_flow(body: dict) -> FlowFiles:
+    """The files of a flow sent with the call, as the linked bundle they make.
+
+    Raises:
+        OperationRefused: invalid_flow_files (422) for bytes that fail a check, bad_request for
+            a flow or member that is not the shape; nothing was kept.
+    """
+    try:
+        bundle, contents = flow_from_call(
+            body["flow"],
+            body.get("members", []),
+            update_baselines=body.get("update_baselines") is True,
+        )
+    except BadFlowBytes as exc:
+        raise OperationRefused(ErrorCode.INVALID_FLOW_FILES, str(exc)) from None
+    except MalformedBundle as exc:
+        raise bad_request(f"the flow sent is not the shape: {exc}") from None
+    return FlowFiles(bundle, contents)
+
+
+def _no_nul_but_keys(body: dict) -> None:
+    """Refuse a NUL anywhere in ``body`` but a member's key (400 bad_request)."""
+    members = body.get("members")
+    rest = {name: value for name, value in body.items() if name != "members"}
+    if isinstance(members, list):
+        rest["members"] = [
+            {name: value for name, value in member.items() if name != "key"}
+            if isinstance(member, dict)
+            else member
+            for member in members
+        ]
+    try:
+        check_document(rest, "the body")
+    except MalformedJson as exc:
+        raise bad_request(exc.message) from None

@@ -45,8 +45,11 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
         server = {"version": __version__}
         if state.commit:
             server["commit"] = state.commit
-        # Advertised only when it exists on this server (POST /v1/runs/{id}/fork).
-        return CAPABILITIES.respond(capabilities={"fork": True}, server=server)
+        # Advertised only when it exists on this server (POST /v1/runs/{id}/fork; a flow's
+        # files read from the members a client sends with POST /v1/graph-runs).
+        return CAPABILITIES.respond(
+            capabilities={"fork": True, "flow_members": True}, server=server
+        )
 
     @route(app, HEALTH_READ)
     async def health():

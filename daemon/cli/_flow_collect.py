@@ -252,12 +252,14 @@ def _walk(
             if not is_flow_name(name):
                 continue
             key = nested_flow_key(project, name)
-            if key in seen:
+            node_id = node.get("id") if isinstance(node.get("id"), str) else name
+            # Each node running the flow is a run of its own, with its baselines under its id:
+            # the flow is read once, and walked once per node that runs it.
+            if (key, node_id) in seen:
                 continue
-            seen.add(key)
+            seen.add((key, node_id))
             path = posixpath.join(project, FLOWS_DIR, f"{name}.yaml")
             nested = collector.read("flow", key, path, f"{name}.yaml")
-            node_id = node.get("id") if isinstance(node.get("id"), str) else name
             _walk(collector, nested, project, depth + 1, seen, node_id)
     if snapshots:
         collector.baselines(baseline_dir(member.path, member.canonical, stem=stem), snapshots)

@@ -16,6 +16,7 @@ import trio
 from salvor.protocol import (
     ErrorCode,
     Graph,
+    GraphRunStarted,
     NodeKind,
     bundle_from_json,
     content_hash,
@@ -288,10 +289,33 @@ class Definitions:
             )
         return checked.graph, files
 
-    async def graph_and_agents(self, graph_hash: str) -> tuple[Graph, list[AgentDefinition]] | None:
-        """The stored graph and its agents, or None when either does not load here."""
+    async def run_flow(self, run_id: str) -> str | None:
+        """The manifest hash of the files kept with the graph run ``run_id`` (its head's
+        ``flow``), or None for a run walked from its stored graph alone."""
+        head = await self.access.read(self.access.store.read_log, run_id, 0, limit=1)
+        event = head[0].event if head else None
+        return event.flow if isinstance(event, GraphRunStarted) else None
+
+    async def walked_graph(
+        self, graph_hash: str, flow: str | None
+    ) -> tuple[Graph, FlowFiles | None]:
+        """The graph a graph run walks: its stored graph, or for a flow run (``flow``, its head's
+        manifest) that graph bound to the agent files kept with the run, never re-read.
+
+        Raises:
+            OperationRefused: unknown_graph, or bad_request (``flow_graph``).
+        """
+        if flow is None:
+            return await self.load_graph(graph_hash), None
+        return await self.flow_graph(flow)
+
+    async def graph_and_agents(
+        self, graph_hash: str, flow: str | None = None
+    ) -> tuple[Graph, list[AgentDefinition]] | None:
+        """The graph a run walks (``walked_graph``) and its agents, or None when either does
+        not load here."""
         try:
-            graph = await self.load_graph(graph_hash)
+            graph, _ = await self.walked_graph(graph_hash, flow)
             return graph, list((await self.graph_agents(graph)).values())
         except OperationRefused:
             return None

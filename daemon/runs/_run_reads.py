@@ -143,15 +143,17 @@ class RunReads:
 
         An agent run's write is probed when its agent declares the probe; a graph run's when
         one of its graph's agent nodes does, or a tool node calls the write and the registry
-        holds its probe (the walk probes it exactly as an agent run's loop does). One listing
-        read, and one load per distinct agent or graph; a run whose agent or graph is not
+        holds its probe (the walk probes it exactly as an agent run's loop does); a flow run's
+        agent-file nodes are bound from the files kept with it, as its drive binds them. One
+        listing read, one head read per parked graph run, and one load per distinct agent or
+        graph; a run whose agent or graph is not
         stored here (or no longer builds) is left to a person.
         """
         parked, _ = await self.access.read(
             lambda: self.access.store.list_runs(state=RunState.NEEDS_RECONCILIATION.value)
         )
         agents: dict[str, AgentDefinition | None] = {}
-        graphs: dict[str, tuple[Graph, list[AgentDefinition]] | None] = {}
+        graphs: dict[tuple[str, str | None], tuple[Graph, list[AgentDefinition]] | None] = {}
         found = []
         for summary in parked:
             pending = summary.pending
@@ -170,11 +172,12 @@ class RunReads:
                 ):
                     found.append(summary.run_id)
             elif summary.graph_hash is not None:
-                digest = summary.graph_hash
-                if digest not in graphs:
-                    graphs[digest] = await self.definitions.graph_and_agents(digest)
-                if graphs[digest] is not None and graph_declares_probe(
-                    *graphs[digest], self.definitions.registry, pending["tool"]
+                # A flow run's agent files bind its nodes: its head names them, as a drive reads.
+                key = (summary.graph_hash, await self.definitions.run_flow(summary.run_id))
+                if key not in graphs:
+                    graphs[key] = await self.definitions.graph_and_agents(*key)
+                if graphs[key] is not None and graph_declares_probe(
+                    *graphs[key], self.definitions.registry, pending["tool"]
                 ):
                     found.append(summary.run_id)
         return found
@@ -184,7 +187,8 @@ class RunReads:
         graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
         graph, the dangling write is what a refusal says."""
         if view.graph_hash is not None:
-            loaded = await self.definitions.graph_and_agents(view.graph_hash)
+            flow = None if view.run_id is None else await self.definitions.run_flow(view.run_id)
+            loaded = await self.definitions.graph_and_agents(view.graph_hash, flow)
             return loaded is not None and graph_probes_open_write(
                 *loaded, self.definitions.registry, view
             )

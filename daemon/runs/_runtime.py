@@ -19,7 +19,6 @@ from salvor.protocol import (
     MAX_NESTING,
     TERMINAL_STATES,
     Envelope,
-    GraphRunStarted,
     RunFailed,
     RunView,
 )
@@ -144,13 +143,8 @@ class Runtime:
             OperationRefused: unknown_graph, or an agent or tool of the graph this daemon no
                 longer resolves; nothing was recorded.
         """
-        graph = await self.definitions.load_graph(graph_hash)
-        head = await self.access.read(self.access.store.read_log, run_id, 0, limit=1)
-        flow = head[0].event.flow if head and isinstance(head[0].event, GraphRunStarted) else None
-        files = None
-        if flow is not None:
-            # A flow run's agent files are bound from the files kept with it, never re-read.
-            graph, files = await self.definitions.flow_graph(flow)
+        flow = await self.definitions.run_flow(run_id)
+        graph, files = await self.definitions.walked_graph(graph_hash, flow)
         agents = await self.definitions.graph_agents(graph)
         try:
             return await drive_graph(

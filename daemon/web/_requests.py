@@ -52,7 +52,7 @@ def token_matches(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode())
 
 
-def parse_json(data: bytes) -> Any:
+def parse_json(data: bytes, *, nul: bool = False) -> Any:
     """A caller's JSON body by the strict, bounded parser (``salvor.protocol.parse_strict``).
 
     Anything looser would pass here and fail later, where a value is hashed,
@@ -62,7 +62,7 @@ def parse_json(data: bytes) -> Any:
         OperationRefused: bad_request, naming what is wrong.
     """
     try:
-        return parse_strict(data, "the body")
+        return parse_strict(data, "the body", nul=nul)
     except MalformedJson as exc:
         raise bad_request(exc.message) from None
 
@@ -74,17 +74,19 @@ def object_from(
     allowed: set[str],
     required: set[str] = frozenset(),
     optional_body: bool = False,
+    nul: bool = False,
 ) -> dict:
     """``json_object`` on a body already read, with its media type (lower case, no parameters).
 
-    An empty body needs no media type; any other must say it is JSON (``_browsers``).
+    An empty body needs no media type; any other must say it is JSON (``_browsers``). ``nul``:
+    ``parse_strict``'s, for a caller that checks the strings itself.
     """
     if not data.strip():
         if optional_body:
             return {}
         raise bad_request("the request needs a JSON object body")
     json_media_type(mimetype)
-    body = parse_json(data)
+    body = parse_json(data, nul=nul)
     if not isinstance(body, dict):
         raise bad_request("the body must be a JSON object")
     unknown = sorted(set(body) - allowed)

@@ -285,6 +285,8 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
     )
     await call(api, "POST", "/v1/graph-runs", expect=400, json={"graph_hash": graph, "x": 1})
     await call(api, "POST", "/v1/graph-runs", expect=404, json={"graph_hash": "sha256:0"})
+    flow = {"path": "/p/.salvor/flows/f.yaml", "canonical": "/p/.salvor/flows/f.yaml"}
+    await call(api, "POST", "/v1/graph-runs", expect=422, json={"flow": {**flow, "content": "%"}})
     await call(
         api,
         "POST",

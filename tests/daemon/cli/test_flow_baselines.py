@@ -109,3 +109,34 @@ def test_a_baseline_directory_that_is_a_link_is_not_written_and_the_command_fail
     assert "baseline not written: " in updated.stderr and "reply.json" in updated.stderr
     assert list((tmp_path / "elsewhere").iterdir()) == []
     assert json.loads((baselines / "nested" / "given.json").read_text()) == "hello"
+
+
+TWICE = """\
+schema_version: 1
+nodes:
+  - {id: first, kind: flow, flow: inner}
+  - {id: second, kind: flow, flow: inner, input: {again: $input}}
+edges:
+  - {from: first, to: second}
+"""
+
+
+def test_two_nodes_running_the_same_flow_keep_their_baselines_under_their_own_ids(
+    tmp_path: Path, store_url: str
+) -> None:
+    with ScriptedProvider(_echo) as provider:
+        project = _project(tmp_path, provider.base_url)
+    (project / ".salvor" / "flows" / "main.yaml").write_text(TWICE)
+    baselines = project / ".salvor" / "flows" / "__baselines__"
+    updated = _run(project, store_url, '"hello"', "--update-baselines")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert json.loads((baselines / "first" / "given.json").read_text()) == "hello"
+    assert json.loads((baselines / "second" / "given.json").read_text()) == {"again": "hello"}
+    # Comparing, each run reads its own baseline: both were sent.
+    compared = _run(project, store_url, '"hello"')
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    (baselines / "second" / "given.json").write_text('{"again": "bye"}\n')
+    changed = _run(project, store_url, '"hello"')
+    assert changed.returncode == 3
+    assert "snapshot 'given' differs from its baseline" in changed.stdout
+    assert f"{os.path.realpath(baselines)}/second/given.json" in changed.stdout
