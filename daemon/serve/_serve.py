@@ -20,8 +20,8 @@ open intent, the legal crash state; the next start recovers it.
 
 A worker of ``salvor serve --workers N`` (``config.worker``, started by ``_workers``) lives the
 same way, except: no store lock (its supervisor holds it), the supervisor's socket instead of a
-bind of its own, READY and WATCHDOG to the supervisor, a stop also when the supervisor is gone,
-and recovery, the wake sweeper and the outbox only where its role says so.
+bind of its own, READY and WATCHDOG to the supervisor, and a stop also when the supervisor is
+gone. Its duties are a whole node's: what it recovers, wakes and delivers it claims in the store.
 """
 
 from __future__ import annotations
@@ -174,8 +174,8 @@ class ServeConfig:
 
     # -- one machine, every core (issue 30, item 4) --
     # Set in a worker of ``salvor serve --workers N`` (``_worker_role``): it serves the socket its
-    # supervisor bound, takes no store lock (the supervisor holds it), and does the service's
-    # shared duties only when its role says so. None: a daemon of its own.
+    # supervisor bound and takes no store lock (the supervisor holds it). None: a daemon of its
+    # own.
     worker: WorkerRole | None = None
     # Run ownership (issue 30): this node's name among the daemons serving its store (None: the
     # host name), how long its lease lasts unrenewed, and how long before that it stops starting

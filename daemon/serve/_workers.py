@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import trio
 from salvor.protocol import ErrorCode
+from salvor.store import EventStore
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -212,6 +213,18 @@ async def _listening_socket(config: ServeConfig) -> AsyncIterator[tuple[int, str
         yield sock.fileno(), listener_url(sock)
 
 
+def _open_store_once(store_url: str) -> None:
+    """Open (creating or upgrading) the store and close it again, before any worker starts: a
+    store no worker could open (unwritable, too new, unreachable) is refused in its own sentence
+    instead of each worker dying at its start until the crash loop stopped the service, and the
+    workers find its schema current. Blocking.
+
+    Raises:
+        StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
+    """
+    EventStore.open(store_url).close()
+
+
 def _check_proxy_ports(first: int, workers: int) -> None:
     """Refuse before any worker starts when a fixed model proxy port of theirs (``first`` +
     the worker's index) cannot be bound: each such worker would die at its start until the
@@ -250,6 +263,7 @@ async def supervise(
 
     Raises:
         StoreOwned: another live salvor holds the store; nothing was started.
+        StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
         OperationRefused: listen_failed, the address or a fixed model proxy port cannot be
             bound; nothing was started.
         CrashLoop: a worker kept dying at its start; every worker was stopped first.
@@ -258,6 +272,7 @@ async def supervise(
         own_store(config.store_url, SERVE, share=False) as locks,
         _listening_socket(config) as (listen_fd, url),
     ):
+        await trio.to_thread.run_sync(_open_store_once, config.store_url)
         await trio.to_thread.run_sync(_check_proxy_ports, config.proxy_port, workers)
         await trio.to_thread.run_sync(locks.announce, url)
         notices = await trio.to_thread.run_sync(_Notices)

@@ -201,13 +201,14 @@ async def test_by_default_one_worker_per_core_serves(services, tmp_path):
 
 
 @pytest.mark.parametrize("store", ["sqlite://", "sqlite:///:memory:"])
-async def test_over_an_in_memory_store_auto_is_one_process_and_a_count_is_refused(store):
+async def test_over_an_in_memory_store_auto_is_one_process_and_a_count_is_refused(store, tmp_path):
     def serve(*args: str):
         return run_salvor(
             ["serve", "--store", store, "--listen", f"127.0.0.1:{free_port()}", *args],
             capture_output=True,
             text=True,
             timeout=WAIT,
+            cwd=tmp_path,  # the store's lock file lands beside the "file" the URL names
         )
 
     # auto says why it serves alone; that one process then refuses the store in its own words.
