@@ -172,6 +172,7 @@ def trusted_proxy(text: str) -> str:
 
 # -- one machine, every core (issue 30, item 4) --
 MAX_WORKERS = 256
+AUTO_WORKERS = "auto"
 
 
 def cores() -> int:
@@ -183,10 +184,11 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_count(text: str) -> int:
-    """``--workers``: how many daemon processes serve, or ``auto`` for one per core."""
-    if text == "auto":
-        return min(cores(), MAX_WORKERS)
+def worker_count(text: str) -> int | str:
+    """``--workers``: how many daemon processes serve, or ``AUTO_WORKERS`` (one per core, as
+    many as the store allows: ``salvor serve`` decides once it knows the store)."""
+    if text == AUTO_WORKERS:
+        return AUTO_WORKERS
     if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_WORKERS):
         raise argparse.ArgumentTypeError(
             f"--workers {text[:40]!r} must be a number of worker processes from 1 to "

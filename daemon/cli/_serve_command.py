@@ -29,8 +29,11 @@ from ..metrics import JsonLines
 from ..recording import DEFAULT_MIN_FREE_BYTES
 from ..runs import BUFFER_BYTES, MAX_STREAMS_PER_CLIENT
 from ._arguments import (
+    AUTO_WORKERS,
+    MAX_WORKERS,
     allowed_host,
     allowed_origin,
+    cores,
     event_count,
     listen_address,
     port_number,
@@ -56,6 +59,20 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         'once it listens, {"listening": [URL, ...], "pid": N} (with --workers, also "workers": '
         "[PID, ...], once every worker serves), and logs JSON lines on stderr.",
     )
+    _add_listen_options(p)
+    _add_agent_options(p)
+    _add_worker_options(p)
+    _add_declaration_options(p)
+    _add_stream_options(p)
+    _add_browser_options(p)
+    _add_notify_options(p)
+    _add_hardening_options(p)
+    _add_quota_options(p)
+    _add_node_options(p)
+
+
+def _add_listen_options(p: argparse.ArgumentParser) -> None:
+    """Where the daemon listens, who may call it, how it logs, how often it wakes sleepers."""
     p.add_argument(
         "--listen",
         metavar="HOST:PORT|unix:PATH",
@@ -85,6 +102,10 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how often the wake sweeper runs (default 60; 0 turns it off)",
     )
+
+
+def _add_agent_options(p: argparse.ArgumentParser) -> None:
+    """What the daemon's runs may use: the demo tools, local agents, client tools, the proxy."""
     p.add_argument(
         "--demo-tools",
         action="store_true",
@@ -111,20 +132,11 @@ def add_serve_parser(sub, common: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="the loopback port process agents' model calls go through (default: a free one)",
     )
-    _add_worker_options(p)
-    _add_declaration_options(p)
-    _add_stream_options(p)
-    _add_browser_options(p)
-    _add_notify_options(p)
-    _add_hardening_options(p)
-    _add_quota_options(p)
-    _add_node_options(p)
 
 
 # -- one machine, every core (issue 30, item 4) --
-# One process (exactly the daemon of before) until several processes over one store fence each
-# other's runs; then "auto" (one per core).
-DEFAULT_WORKERS = "1"
+# One process per core: each worker is a node whose runs the store fences from its siblings'.
+DEFAULT_WORKERS = AUTO_WORKERS
 
 
 def _add_worker_options(p: argparse.ArgumentParser) -> None:
@@ -135,7 +147,8 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_WORKERS,
         metavar="N|auto",
         help="serve with N daemon processes on the one --listen address, under a supervisor "
-        "that restarts one that dies; auto: one per core (default 1: a single process)",
+        "that restarts one that dies (default auto: one per core this process may use, and one "
+        "over a store only one process can open; 1: a single process, no supervisor)",
     )
 
 
@@ -328,10 +341,14 @@ def _add_notify_options(p: argparse.ArgumentParser) -> None:
 
 
 def serve_config(args: argparse.Namespace, url: str):
-    from ..client_runs import lease_ttl
-    from ..notify import NotifyConfig
-    from ..serve import ServeConfig, WorkerRole
-    from ..web import MIN_TOKEN_BYTES
+    """The daemon's settings from ``salvor serve``'s flags, the environment and the files they
+    name (the client tools, the credentials).
+
+    Raises:
+        UsageError: a flag's value, or a pair of them, the daemon cannot take.
+        CliError: what a flag names is missing or unreadable.
+    """
+    from ..serve import ServeConfig
 
     if not args.fence_margin_seconds < args.lease_seconds:
         raise UsageError(
@@ -339,49 +356,9 @@ def serve_config(args: argparse.Namespace, url: str):
             f"--lease-seconds {args.lease_seconds:g}"
         )
     listen = args.listen
-    token = None
-    if args.auth_token:
-        token = os.environ.get(args.auth_token)
-        if not token:
-            raise CliError(
-                f"--auth-token names {args.auth_token}, but that environment variable is not set"
-            )
-        if len(token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES:
-            # A short token can be guessed, however slowly wrong tries are answered. The token
-            # itself is never quoted: this sentence goes to a terminal and to logs.
-            raise UsageError(
-                f"--auth-token names {args.auth_token}, whose token is shorter than "
-                f"{MIN_TOKEN_BYTES} bytes; make a good one with: python3 -c 'import secrets; "
-                "print(secrets.token_urlsafe(32))'"
-            )
-    try:
-        ttl = lease_ttl()
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        client_tools = load_declarations(args.client_tool)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        credentials = Credentials.for_daemon(
-            args.model_endpoint, args.mcp_origin, args.service_origin
-        )
-    except CredentialError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        notify = NotifyConfig.from_flags(
-            args.notify_webhook, args.notify_command, args.notify_secret_env
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        worker = WorkerRole.from_environment(os.environ)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    token = _auth_token(args.auth_token)
     return ServeConfig(
-        worker=worker,
-        notify=notify,
-        credentials=credentials,
+        **_named_settings(args),
         **(
             {"unix_socket": listen.unix_socket}
             if listen.unix_socket
@@ -389,8 +366,6 @@ def serve_config(args: argparse.Namespace, url: str):
         ),
         store_url=url,
         auth_token=token,
-        lease_ttl=ttl,
-        client_tools=client_tools,
         wake_interval=args.wake_interval,
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
@@ -417,6 +392,71 @@ def serve_config(args: argparse.Namespace, url: str):
     )
 
 
+def _auth_token(variable: str | None) -> str | None:
+    """The bearer token in the environment variable ``--auth-token`` names (None: no token).
+
+    Raises:
+        CliError: the variable is not set.
+        UsageError: its token is too short to be safe.
+    """
+    from ..web import MIN_TOKEN_BYTES
+
+    if not variable:
+        return None
+    token = os.environ.get(variable)
+    if not token:
+        raise CliError(f"--auth-token names {variable}, but that environment variable is not set")
+    if len(token.encode("utf-8", "surrogateescape")) < MIN_TOKEN_BYTES:
+        # A short token can be guessed, however slowly wrong tries are answered. The token
+        # itself is never quoted: this sentence goes to a terminal and to logs.
+        raise UsageError(
+            f"--auth-token names {variable}, whose token is shorter than "
+            f"{MIN_TOKEN_BYTES} bytes; make a good one with: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"
+        )
+    return token
+
+
+def _named_settings(args: argparse.Namespace) -> dict:
+    """The settings read from what the flags and the environment name: the client-run lease's
+    length, the client tools' files, the credentials, the notification target and this process's
+    role under ``--workers``.
+
+    Raises:
+        CliError: a file or variable named is missing or malformed.
+        UsageError: the notification flags or the worker variables do not fit together.
+    """
+    from ..client_runs import lease_ttl
+    from ..notify import NotifyConfig
+    from ..serve import WorkerRole
+
+    try:
+        ttl = lease_ttl()
+        client_tools = load_declarations(args.client_tool)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        credentials = Credentials.for_daemon(
+            args.model_endpoint, args.mcp_origin, args.service_origin
+        )
+    except CredentialError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        notify = NotifyConfig.from_flags(
+            args.notify_webhook, args.notify_command, args.notify_secret_env
+        )
+        worker = WorkerRole.from_environment(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return {
+        "lease_ttl": ttl,
+        "client_tools": client_tools,
+        "credentials": credentials,
+        "notify": notify,
+        "worker": worker,
+    }
+
+
 async def serve_main(args: argparse.Namespace, url: str) -> int:
     """``salvor serve``: the daemon, until SIGTERM or SIGINT; with ``--json`` one line on stdout
     once it listens."""
@@ -427,8 +467,9 @@ async def serve_main(args: argparse.Namespace, url: str) -> int:
         _refuse_tcp_exposure(config, await _check_resolves(config.host, config.port))
     worker = None if config.worker is None else config.worker.index
     log_to_stderr("json" if args.json else args.log_format, worker=worker)
-    if config.worker is None and args.workers > 1:
-        return await _supervise(args, config)
+    workers = 1 if config.worker is not None else worker_processes(args.workers, url)
+    if workers > 1:
+        return await _supervise(args, config, workers)
     settle_collector()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(functools.partial(serve, config))
@@ -438,7 +479,32 @@ async def serve_main(args: argparse.Namespace, url: str) -> int:
     return 0
 
 
-async def _supervise(args: argparse.Namespace, config) -> int:
+def worker_processes(asked: int | str, url: str) -> int:
+    """How many processes serve ``url`` for ``--workers asked``: ``auto`` is one per core, or
+    one (said in the log) over a store several processes cannot share.
+
+    Raises:
+        UsageError: a count above one over such a store; nothing was opened.
+    """
+    from ..serve import unshared_store
+
+    unshared = unshared_store(url)
+    if asked == AUTO_WORKERS:
+        if unshared is None:
+            return min(cores(), MAX_WORKERS)
+        logging.getLogger("salvor.workers").info(
+            "--workers auto: one process serves, because %s", unshared
+        )
+        return 1
+    if asked > 1 and unshared is not None:
+        raise UsageError(
+            f"--workers {asked} needs a store every worker process opens, but {unshared}; give "
+            "--store a file path or a PostgreSQL URL, or serve with --workers 1"
+        )
+    return asked
+
+
+async def _supervise(args: argparse.Namespace, config, workers: int) -> int:
     """``salvor serve --workers N``: the supervisor of N workers (``serve._workers``)."""
     from ..serve import CrashLoop, supervise
 
@@ -449,7 +515,7 @@ async def _supervise(args: argparse.Namespace, config) -> int:
     try:
         # The words as given (``_main`` keeps them); the process's own when called some other way.
         argv = getattr(args, "argv", None) or sys.argv[1:]
-        await supervise(config, argv, args.workers, on_ready=ready)
+        await supervise(config, argv, workers, on_ready=ready)
     except CrashLoop as exc:
         raise CliError(str(exc)) from None
     return 0

@@ -19,6 +19,7 @@ from ._worker_role import (
 from ._workers import (
     CrashLoop,
     supervise,
+    unshared_store,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "serve",
     "settle_collector",
     "supervise",
+    "unshared_store",
 ]

@@ -20,8 +20,8 @@ open intent, the legal crash state; the next start recovers it.
 
 A worker of ``salvor serve --workers N`` (``config.worker``, started by ``_workers``) lives the
 same way, except: no store lock (its supervisor holds it), the supervisor's socket instead of a
-bind of its own, READY and WATCHDOG to the supervisor, a stop also when the supervisor is gone,
-and recovery, the wake sweeper and the outbox only where its role says so.
+bind of its own, READY and WATCHDOG to the supervisor, and a stop also when the supervisor is
+gone. Its duties are a whole node's: what it recovers, wakes and delivers it claims in the store.
 """
 
 from __future__ import annotations
@@ -174,8 +174,8 @@ class ServeConfig:
 
     # -- one machine, every core (issue 30, item 4) --
     # Set in a worker of ``salvor serve --workers N`` (``_worker_role``): it serves the socket its
-    # supervisor bound, takes no store lock (the supervisor holds it), and does the service's
-    # shared duties only when its role says so. None: a daemon of its own.
+    # supervisor bound and takes no store lock (the supervisor holds it). None: a daemon of its
+    # own.
     worker: WorkerRole | None = None
     # Run ownership (issue 30): this node's name among the daemons serving its store (None: the
     # host name), how long its lease lasts unrenewed, and how long before that it stops starting
@@ -328,15 +328,24 @@ async def serve(
         stop_counting(counting)
 
 
-async def _serve(
-    config: ServeConfig,
-    registry: ToolRegistry,
-    metrics: DaemonMetrics,
-    stop: trio.Event | None,
-    on_state: Callable[[ServerState], None] | None,
-    task_status,
-) -> None:
-    notifier = Notifier()
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """What a daemon holds open for its whole life, outermost first."""
+
+    locks: object
+    access: object
+    proxy: ModelProxy
+    executor: object
+
+
+@asynccontextmanager
+async def _open(config: ServeConfig, metrics: DaemonMetrics) -> AsyncIterator[_Opened]:
+    """The store lock, the store, the model proxy and the model executor, for the block.
+
+    Raises:
+        StoreOwned: another live salvor holds the store; nothing was opened.
+        OperationRefused: listen_failed, the model proxy's port cannot be bound.
+    """
     async with (
         # First of all: while another live salvor serves this store (or a
         # command line drives its runs), this one touches nothing.
@@ -351,87 +360,90 @@ async def _serve(
         _model_proxy(config.proxy_port, metrics) as proxy,
         open_model_executor() as executor,
     ):
-        # Before anything can drive a run: the agents an earlier daemon over
-        # this store left running when it was killed would otherwise run on
-        # beside the copies recovery starts.
-        await sweep_orphans(access.store.url)
-        credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
-        proxy.upstream_key = credentials.upstream_key
-        node = NodeIdentity.here(config.node_name)
-        lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
-        peers = Peers()
-        owners = access.store.owners
-        access.driving = StoreDriving(
-            owners, node, lease, dead_nodes=lambda: peers.dead, metrics=metrics
-        )
-        # -- many machines (issue 30, item 5): each scrape says which node answered --
-        metrics.read_node(access.driving.reading)
-        runtime = Runtime(
-            access,
-            registry,
-            proxy=proxy,
-            process_restarts=config.process_restarts,
-            credentials=credentials,
-            allow_process_agents=config.allow_process_agents,
-        )
-        stop = stop if stop is not None else trio.Event()
+        yield _Opened(locks, access, proxy, executor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """This daemon as a node over its store: who it is, its lease, and the runtime it drives
+    runs with (its appends fenced by the lease)."""
+
+    identity: NodeIdentity
+    lease: NodeLease
+    peers: Peers
+    credentials: Credentials
+    runtime: Runtime
+
+    @property
+    def owners(self):
+        return self.runtime.access.store.owners
+
+
+async def _become_node(
+    config: ServeConfig, opened: _Opened, registry: ToolRegistry, metrics: DaemonMetrics
+) -> _Node:
+    """Sweep the agents an earlier daemon left, read the credentials, and make this daemon a node
+    whose appends the store fences (nothing is driven yet)."""
+    access, proxy = opened.access, opened.proxy
+    # Before anything can drive a run: the agents an earlier daemon over
+    # this store left running when it was killed would otherwise run on
+    # beside the copies recovery starts.
+    await sweep_orphans(access.store.url)
+    credentials = config.credentials or await trio.to_thread.run_sync(Credentials.for_daemon)
+    proxy.upstream_key = credentials.upstream_key
+    identity = NodeIdentity.here(config.node_name)
+    lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
+    peers = Peers()
+    access.driving = StoreDriving(
+        access.store.owners, identity, lease, dead_nodes=lambda: peers.dead, metrics=metrics
+    )
+    # -- many machines (issue 30, item 5): each scrape says which node answered --
+    metrics.read_node(access.driving.reading)
+    runtime = Runtime(
+        access,
+        registry,
+        proxy=proxy,
+        process_restarts=config.process_restarts,
+        credentials=credentials,
+        allow_process_agents=config.allow_process_agents,
+    )
+    return _Node(identity, lease, peers, credentials, runtime)
+
+
+async def _serve(
+    config: ServeConfig,
+    registry: ToolRegistry,
+    metrics: DaemonMetrics,
+    stop: trio.Event | None,
+    on_state: Callable[[ServerState], None] | None,
+    task_status,
+) -> None:
+    notifier = Notifier()
+    stop = stop if stop is not None else trio.Event()
+    async with _open(config, metrics) as opened:
+        node = await _become_node(config, opened, registry, metrics)
         async with trio.open_nursery() as root:
             # The node's row and lease before anything is driven; retired when root ends.
-            await root.start(keep_lease, owners, node, lease, access.driving, peers)
+            await root.start(
+                keep_lease,
+                node.owners,
+                node.identity,
+                node.lease,
+                opened.access.driving,
+                node.peers,
+            )
             async with trio.open_nursery() as drivers_nursery:
-                drivers = DriverSet(
-                    runtime,
-                    drivers_nursery,
-                    concurrency=config.recovery_concurrency,
-                    launches=config.process_launches,
-                    launch_settle_seconds=config.launch_settle_seconds,
-                )
-                # A burst of a run's commits goes out as one write per stream (``Batching``).
-                hub = EventHub(Batching(driven_here=drivers.driving))
-                access.on_commit.append(hub.publish)
-                # -- streams carry every run, whoever commits it (issue 30, item 2) --
-                await root.start(change_feed(access, drivers.driving, metrics).serve, hub)
-                state = await _server_state(
-                    config, runtime, drivers, hub, executor, credentials, locks, metrics
-                )
+                state = await _start_state(config, opened, node, drivers_nursery, root, metrics)
                 if on_state is not None:
                     on_state(state)
-                binds, in_flight = await _listen(root, config, state, stop)
-                worker = config.worker
-                if worker is None:
-                    await trio.to_thread.run_sync(locks.announce, binds[0])
-                else:
-                    root.start_soon(_watch_lifeline, worker.lifeline_fd, stop)
-                await trio.to_thread.run_sync(owners.set_listen, node.node_id, binds[0])
-                if config.notify is not None:
-                    # Before recovery drives anything: a run that parks again gets its poke.
-                    await _start_deliverer(root, config.notify, access, state)
-                root.start_soon(_watch_signals, stop, worker is not None)
-                takeover = Takeover(
-                    owners,
-                    lease,
-                    access.driving,
-                    dead_nodes=lambda: peers.dead,
-                    candidates=runtime.reads.recovery_candidates,
-                    walked_out=runtime.reads.without_walked_children,
-                    held_elsewhere=locks.runs_held_elsewhere,
-                    start=drivers.start,
-                    before_first_of=lambda: sweep_orphans(access.store.url),
-                )
+                binds, in_flight = await _start_listening(root, config, opened, node, state, stop)
+                takeover = _takeover(opened, node, state.drivers)
                 # Start-up recovery is the takeover's first sweep: the runs of this node's
                 # previous life (a dead node now) and of any other node gone.
                 interrupted = await takeover.find(first=True)
                 _start_keepers(root, config, state, notifier)
-                drivers.spawn(takeover.forever, name="takeover sweep")
-                log.info(
-                    "salvor %s on %s as node %s, model proxy on %s "
-                    "(%d interrupted runs to recover)",
-                    "serving" if worker is None else f"worker {worker.index} serving",
-                    ", ".join(binds),
-                    node.node_id,
-                    proxy.url,
-                    len(interrupted),
-                )
+                state.drivers.spawn(takeover.forever, name="takeover sweep")
+                _log_serving(config, node, binds, opened.proxy, len(interrupted))
                 # READY before any run is driven again: recovery is paced behind
                 # it by the driving set's bounds and the server answers meanwhile.
                 notifier.send("READY=1")
@@ -445,6 +457,99 @@ async def _serve(
             with trio.move_on_after(config.shutdown_seconds):
                 await in_flight.wait_idle()
             root.cancel_scope.cancel(reason="salvor stopped")
+
+
+async def _start_state(
+    config: ServeConfig,
+    opened: _Opened,
+    node: _Node,
+    drivers_nursery: trio.Nursery,
+    root: trio.Nursery,
+    metrics: DaemonMetrics,
+) -> ServerState:
+    """The driving set in ``drivers_nursery``, the event hub fed by this process's commits and
+    (in ``root``) by the change feed, and the routes' shared state over them."""
+    access = opened.access
+    drivers = DriverSet(
+        node.runtime,
+        drivers_nursery,
+        concurrency=config.recovery_concurrency,
+        launches=config.process_launches,
+        launch_settle_seconds=config.launch_settle_seconds,
+    )
+    # A burst of a run's commits goes out as one write per stream (``Batching``).
+    hub = EventHub(Batching(driven_here=drivers.driving))
+    access.on_commit.append(hub.publish)
+    # -- streams carry every run, whoever commits it (issue 30, item 2) --
+    await root.start(change_feed(access, drivers.driving, metrics).serve, hub)
+    return await _server_state(
+        config,
+        node.runtime,
+        drivers,
+        hub,
+        opened.executor,
+        node.credentials,
+        opened.locks,
+        metrics,
+    )
+
+
+async def _start_listening(
+    root: trio.Nursery,
+    config: ServeConfig,
+    opened: _Opened,
+    node: _Node,
+    state: ServerState,
+    stop: trio.Event,
+) -> tuple[list[str], InFlight]:
+    """Serve HTTP, say where (the store's lock, this node's row), start the deliverer and the
+    signal watcher: the addresses bound and the in-flight counter.
+
+    Raises:
+        OperationRefused: listen_failed, the address could not be bound (nothing was served).
+    """
+    binds, in_flight = await _listen(root, config, state, stop)
+    worker = config.worker
+    if worker is None:
+        await trio.to_thread.run_sync(opened.locks.announce, binds[0])
+    else:
+        root.start_soon(_watch_lifeline, worker.lifeline_fd, stop)
+    await trio.to_thread.run_sync(node.owners.set_listen, node.identity.node_id, binds[0])
+    if config.notify is not None:
+        # Before recovery drives anything: a run that parks again gets its poke.
+        await _start_deliverer(root, config.notify, opened.access, state)
+    root.start_soon(_watch_signals, stop, worker is not None)
+    return binds, in_flight
+
+
+def _takeover(opened: _Opened, node: _Node, drivers: DriverSet) -> Takeover:
+    """This node's sweep for the runs of dead nodes (its own previous life included)."""
+    access, reads = opened.access, node.runtime.reads
+    return Takeover(
+        node.owners,
+        node.lease,
+        access.driving,
+        dead_nodes=lambda: node.peers.dead,
+        candidates=reads.recovery_candidates,
+        walked_out=reads.without_walked_children,
+        held_elsewhere=opened.locks.runs_held_elsewhere,
+        start=drivers.start,
+        before_first_of=lambda: sweep_orphans(access.store.url),
+    )
+
+
+def _log_serving(
+    config: ServeConfig, node: _Node, binds: list[str], proxy: ModelProxy, interrupted: int
+) -> None:
+    worker = config.worker
+    log.info(
+        "salvor %s on %s as node %s, model proxy on %s (%d interrupted runs to recover)",
+        "serving" if worker is None else f"worker {worker.index} serving",
+        ", ".join(binds),
+        node.identity.node_id,
+        proxy.url,
+        interrupted,
+    )
 
 
 def _start_keepers(
@@ -528,27 +633,8 @@ async def _listen(
     Raises:
         OperationRefused: listen_failed, the address could not be bound (nothing was served).
     """
-    unix_socket = None
-    bind = f"{config.host}:{config.port}"
-    if config.worker is not None:
-        # The supervisor bound the address (and owns a Unix socket's file): serve its socket.
-        try:
-            bind = inherited_bind(config.worker.listen_fd)
-        except ValueError as exc:
-            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
-    elif config.unix_socket is not None:
-        try:
-            unix_socket = await trio.to_thread.run_sync(claim_unix_socket, config.unix_socket)
-        except UnixSocketRefused as exc:
-            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
-        bind = unix_socket.bind_spec()
-    hyper = listener_config(bind, "salvor.http", graceful_timeout=config.shutdown_seconds)
-    if config.ws_idle_seconds is not None:
-        hyper.websocket_idle_timeout = config.ws_idle_seconds
-        hyper.websocket_ping_interval = min(
-            hyper.websocket_ping_interval, config.ws_idle_seconds / 3
-        )
-    hyper.http2 = config.http2
+    bind, unix_socket = await _bind_spec(config)
+    hyper = _listener_config(config, bind)
     in_flight = InFlight(
         TrustedProxies(AppendFront(create_app(state), state), config.trusted_proxies)
     )
@@ -583,6 +669,41 @@ async def _listen(
             "stop what holds it, or pick another address with --listen",
         ) from None
     return binds, in_flight
+
+
+async def _bind_spec(config: ServeConfig):
+    """What the listener binds (hypercorn's spelling), and the Unix socket claimed for it, if
+    any (released when serving ends).
+
+    Raises:
+        OperationRefused: listen_failed, a worker's inherited descriptor is no listening socket,
+            or the Unix socket cannot be claimed.
+    """
+    if config.worker is not None:
+        # The supervisor bound the address (and owns a Unix socket's file): serve its socket.
+        try:
+            return inherited_bind(config.worker.listen_fd), None
+        except ValueError as exc:
+            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
+    if config.unix_socket is not None:
+        try:
+            unix_socket = await trio.to_thread.run_sync(claim_unix_socket, config.unix_socket)
+        except UnixSocketRefused as exc:
+            raise OperationRefused(ErrorCode.LISTEN_FAILED, str(exc)) from None
+        return unix_socket.bind_spec(), unix_socket
+    return f"{config.host}:{config.port}", None
+
+
+def _listener_config(config: ServeConfig, bind: str):
+    """hypercorn's settings for the API listener on ``bind``."""
+    hyper = listener_config(bind, "salvor.http", graceful_timeout=config.shutdown_seconds)
+    if config.ws_idle_seconds is not None:
+        hyper.websocket_idle_timeout = config.ws_idle_seconds
+        hyper.websocket_ping_interval = min(
+            hyper.websocket_ping_interval, config.ws_idle_seconds / 3
+        )
+    hyper.http2 = config.http2
+    return hyper
 
 
 @asynccontextmanager

@@ -46,6 +46,9 @@ from dataclasses import dataclass, field
 
 import trio
 from salvor.protocol import ErrorCode
+from salvor.store import EventStore
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from ..runs import SERVE, own_store
 from ..web import (
@@ -76,6 +79,26 @@ START_SECONDS = 60.0
 STOP_MARGIN_SECONDS = 5.0
 # ``struct ucred``: pid, uid, gid.
 _UCRED = struct.Struct("3i")
+
+
+def unshared_store(store_url: str) -> str | None:
+    """Why several processes cannot serve ``store_url`` together, in words that follow "because"
+    (None: they can). An in-memory SQLite database lives inside the one process that opens it:
+    each worker would serve a store of its own, and the supervisor's lock would guard none."""
+    try:
+        url = make_url(store_url)
+    except (ArgumentError, ValueError):
+        return None  # the store refuses it in its own words
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or url.query.get("mode") == "memory"
+    ):
+        return f"the store {store_url} is an in-memory SQLite database only one process can see"
+    return None
 
 
 class CrashLoop(Exception):
@@ -190,6 +213,43 @@ async def _listening_socket(config: ServeConfig) -> AsyncIterator[tuple[int, str
         yield sock.fileno(), listener_url(sock)
 
 
+def _open_store_once(store_url: str) -> None:
+    """Open (creating or upgrading) the store and close it again, before any worker starts: a
+    store no worker could open (unwritable, too new, unreachable) is refused in its own sentence
+    instead of each worker dying at its start until the crash loop stopped the service, and the
+    workers find its schema current. Blocking.
+
+    Raises:
+        StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
+    """
+    EventStore.open(store_url).close()
+
+
+def _check_proxy_ports(first: int, workers: int) -> None:
+    """Refuse before any worker starts when a fixed model proxy port of theirs (``first`` +
+    the worker's index) cannot be bound: each such worker would die at its start until the
+    crash loop stopped the service. Blocking.
+
+    Raises:
+        OperationRefused: listen_failed, naming the port; nothing is left open.
+    """
+    if not first:
+        return  # each worker's proxy takes a free port
+    for index in range(workers):
+        port = first + index
+        try:
+            if port > 65535:
+                raise OSError(f"worker {index}'s port, past 65535")
+            bind_tcp_listener("127.0.0.1", port).close()
+        except OSError as exc:
+            raise OperationRefused(
+                ErrorCode.LISTEN_FAILED,
+                f"the model proxy cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); "
+                f"stop what holds that port, or give salvor serve another --proxy-port (worker "
+                f"i's proxy takes port P + i; 0 picks free ones)",
+            ) from None
+
+
 async def supervise(
     config: ServeConfig,
     argv: list[str],
@@ -203,13 +263,17 @@ async def supervise(
 
     Raises:
         StoreOwned: another live salvor holds the store; nothing was started.
-        OperationRefused: listen_failed, the address cannot be bound; nothing was started.
+        StoreUnavailable / StoreTooNew: the store cannot be opened; nothing was started.
+        OperationRefused: listen_failed, the address or a fixed model proxy port cannot be
+            bound; nothing was started.
         CrashLoop: a worker kept dying at its start; every worker was stopped first.
     """
     async with (
         own_store(config.store_url, SERVE, share=False) as locks,
         _listening_socket(config) as (listen_fd, url),
     ):
+        await trio.to_thread.run_sync(_open_store_once, config.store_url)
+        await trio.to_thread.run_sync(_check_proxy_ports, config.proxy_port, workers)
         await trio.to_thread.run_sync(locks.announce, url)
         notices = await trio.to_thread.run_sync(_Notices)
         try:

@@ -275,33 +275,16 @@ def run_cluster(harness: Cluster, kinds: list[str], *, stops: int, seconds: floa
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.chaos.cluster --stops 350``: the long cluster run, one JSON line out;
     exit status 0 exactly when nothing was violated and no run needs a hand."""
-    import argparse
-    import contextlib
-    import shutil
-    import sys
-    import tempfile
+    from tests.chaos.long_run import chaos_arguments, chaos_parser, run_long
 
-    from tests.conftest import _postgres_schema_url
-
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.cluster")
+    parser = chaos_parser("python -m tests.chaos.cluster")
     parser.add_argument("--stops", type=int, default=350, help="node stops and pauses to make")
     parser.add_argument("--nodes", type=int, help="daemons (default: 3 on PostgreSQL, 2 on SQLite)")
-    parser.add_argument("--store", help="a postgresql:// URL (default: a new SQLite file)")
-    parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument("--fence-margin-seconds", type=float, default=1.0)
-    parser.add_argument("--max-seconds", type=float, default=6 * 3600.0)
-    args = parser.parse_args(argv)
-    if args.store and not args.store.startswith("postgresql"):
-        parser.error("--store takes a postgresql:// URL (SQLite is the default)")
-    work = Path(tempfile.mkdtemp(prefix="salvor-cluster-chaos-"))
-    began = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        store_url = f"sqlite:///{work / 'salvor.db'}"
-        if args.store:
-            store_url = stack.enter_context(
-                contextlib.contextmanager(_postgres_schema_url)(args.store)
-            )
+    args = chaos_arguments(parser, argv)
+
+    def build(work, store_url, stack):
         harness = Cluster(
             work,
             store_url,
@@ -310,19 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             lease_seconds=args.lease_seconds,
             fence_margin_seconds=args.fence_margin_seconds,
         )
-        stack.callback(harness.close)
-        try:
-            run_cluster(harness, [], stops=args.stops, seconds=args.max_seconds)
-        except AssertionError as exc:  # a node would not start, or the API refused
-            harness.violations.append(f"{harness.stop_named}: the run stopped: {exc}")
-    figures = harness.figures(began)
-    print(json.dumps(figures), flush=True)
-    clean = not figures["violations"] and not figures["runs_needing_a_hand"]
-    if clean:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"the nodes' logs are in {work}", file=sys.stderr)
-    return 0 if clean else 1
+        return harness, lambda: run_cluster(harness, [], stops=args.stops, seconds=args.max_seconds)
+
+    return run_long(args, "salvor-cluster-chaos-", build, kept="the nodes' logs")
 
 
 if __name__ == "__main__":

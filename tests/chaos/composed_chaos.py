@@ -20,68 +20,39 @@ directory, named on stderr, when anything was found.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import shutil
 import sys
-import tempfile
-import time
-from pathlib import Path
 
+from tests.chaos.long_run import chaos_arguments, chaos_parser, run_long
 from tests.chaos.test_kill_composed import Composed, run_composed, run_disk_full_cycles
-from tests.conftest import _postgres_schema_url
 from tests.support.disk import Filler, TmpfsRefused, tmpfs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.composed_chaos")
+    parser = chaos_parser("python -m tests.chaos.composed_chaos")
     parser.add_argument("--kills", type=int, default=500, help="SIGKILLs to deliver")
-    parser.add_argument("--store", help="a postgresql:// URL (default: a new SQLite file)")
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--max-seconds", type=float, default=6 * 3600.0)
     parser.add_argument(
         "--disk-full-cycles", type=int, metavar="N", help="fill and free the disk N times instead"
     )
-    args = parser.parse_args(argv)
-    if args.store and not args.store.startswith("postgresql"):
-        parser.error("--store takes a postgresql:// URL (SQLite is the default)")
+    args = chaos_arguments(parser, argv)
     if args.store and args.disk_full_cycles:
         parser.error("--disk-full-cycles fills a SQLite store's disk; leave out --store")
-    work = Path(tempfile.mkdtemp(prefix="salvor-composed-chaos-"))
-    began = time.monotonic()
-    with contextlib.ExitStack() as stack:
-        store_url = f"sqlite:///{work / 'salvor.db'}"
-        disk = None
-        if args.disk_full_cycles:
-            try:
-                disk = Filler(stack.enter_context(tmpfs(work / "disk", "512m")))
-            except TmpfsRefused as refused:
-                parser.error(str(refused))
-            store_url = f"sqlite:///{disk.store_dir / 'salvor.db'}"
-        if args.store:
-            store_url = stack.enter_context(
-                contextlib.contextmanager(_postgres_schema_url)(args.store)
+
+    def build(work, store_url, stack):
+        if not args.disk_full_cycles:
+            harness = Composed(work, store_url, args.seed)
+            return harness, lambda: run_composed(
+                harness, [], kills=args.kills, seconds=args.max_seconds
             )
-        harness = Composed(work, store_url, args.seed)
-        stack.callback(harness.close)
         try:
-            if disk is not None:
-                run_disk_full_cycles(
-                    harness, disk, cycles=args.disk_full_cycles, seconds=args.max_seconds
-                )
-            else:
-                run_composed(harness, [], kills=args.kills, seconds=args.max_seconds)
-        except AssertionError as exc:  # the daemon would not start, or the API refused
-            harness.violations.append(f"{harness.stop_named}: the run stopped: {exc}")
-    figures = harness.figures(began)
-    print(json.dumps(figures), flush=True)
-    clean = not figures["violations"] and not figures["runs_needing_a_hand"]
-    if clean:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"daemon logs and ledger kept in {work}", file=sys.stderr)
-    return 0 if clean else 1
+            disk = Filler(stack.enter_context(tmpfs(work / "disk", "512m")))
+        except TmpfsRefused as refused:
+            parser.error(str(refused))
+        harness = Composed(work, f"sqlite:///{disk.store_dir / 'salvor.db'}", args.seed)
+        return harness, lambda: run_disk_full_cycles(
+            harness, disk, cycles=args.disk_full_cycles, seconds=args.max_seconds
+        )
+
+    return run_long(args, "salvor-composed-chaos-", build, kept="daemon logs and ledger")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ from salvor.store import EventStore
 from tests.chaos.test_kill_cli import _tool_results
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, Reply, ScriptedProvider
-from tests.support.spawn import salvor_process
+from tests.support.spawn import ONE_PROCESS, salvor_process
 
 pytestmark = pytest.mark.kill
 
@@ -196,7 +196,11 @@ TOKEN_VAR = "SALVOR_TEST_TOKEN"
 class Daemon:
     """One `salvor serve` at a time on a fixed port; every start is a new generation."""
 
-    def __init__(self, tmp_path: Path, store_url: str, effects: Path) -> None:
+    def __init__(
+        self, tmp_path: Path, store_url: str, effects: Path, *, one_process: bool = True
+    ) -> None:
+        """``one_process``: serve as one process (``ONE_PROCESS``); False serves with the
+        default workers, as the README's commands do."""
         self.tmp_path = tmp_path
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -221,6 +225,7 @@ class Daemon:
             "--wake-interval",
             "1",
             "--demo-tools",
+            *(ONE_PROCESS if one_process else ()),
         ]
         self.proc: subprocess.Popen | None = None
         self.cwd: Path | None = None  # where the daemon runs (process agents' relative commands)
@@ -229,6 +234,8 @@ class Daemon:
         self.unix_socket: Path | None = None  # where it listens instead of the port, if set
         self.starts = 0
         self.ready_seconds: list[float] = []
+        # A supervisor is READY once each worker is, worker 0 first: two interpreters' starts.
+        self.ready_timeout = READY_TIMEOUT if one_process else 3 * READY_TIMEOUT
 
     def listen_on(self, unix_socket: Path) -> None:
         """Listen on a Unix socket instead of the port (``client`` speaks it)."""
@@ -274,9 +281,9 @@ class Daemon:
                     raise AssertionError(
                         f"salvor serve exited {self.proc.returncode} before READY\n{self.log()}"
                     )
-                if time.monotonic() - began > READY_TIMEOUT:
+                if time.monotonic() - began > self.ready_timeout:
                     raise AssertionError(
-                        f"salvor serve not READY within {READY_TIMEOUT}s\n{self.log()}"
+                        f"salvor serve not READY within {self.ready_timeout}s\n{self.log()}"
                     )
             self.ready_seconds.append(time.monotonic() - began)
 

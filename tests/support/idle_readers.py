@@ -26,7 +26,7 @@ from pathlib import Path
 from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, RunStarted
 from salvor.store import EventStore
 
-from tests.support.spawn import salvor_process
+from tests.support.spawn import ONE_PROCESS, salvor_process
 
 AGENT = "sha256:" + "ab" * 32
 # A reader's receive buffer: the kernel's floor, so that what the daemon sends stays with it.
@@ -122,6 +122,7 @@ class IdleDaemon:
             self.proc = salvor_process(
                 [
                     "serve",
+                    *ONE_PROCESS,
                     "--json",
                     "--listen",
                     f"127.0.0.1:{port}",

@@ -37,6 +37,13 @@ from typing import Any
 import trio
 
 SPAWN_ENV = "SALVOR_TEST_SPAWN"
+# ``salvor serve`` serves with one process per core by default: a supervisor and its workers, each
+# a node over the store. A test of one daemon's behaviour, not of --workers, adds these arguments
+# and serves with one process: a third of the interpreters to start, and the process the test
+# SIGKILLs or SIGSTOPs is the one that drives its runs. The README's commands as printed, CI's
+# first command, and the tests of --workers, of the systemd unit and of the README's walkthroughs
+# serve with the default.
+ONE_PROCESS = ("--workers", "1")
 CLI = (sys.executable, "-m", "salvor.daemon.cli")
 REPO = Path(__file__).resolve().parents[2]
 # Room in the server's argv and environment memory for a child's (forked_child._rewrite_proc).

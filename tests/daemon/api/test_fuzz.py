@@ -47,7 +47,7 @@ from schemathesis import GenerationMode
 from schemathesis.engine import Status, StopReason, events
 
 from tests.support.graph_documents import every_kind
-from tests.support.spawn import salvor_process
+from tests.support.spawn import ONE_PROCESS, salvor_process
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN_ENV = "SALVOR_FUZZ_TOKEN"
@@ -217,6 +217,7 @@ def _salvor_serve(home: Path, *flags: str) -> Iterator[str]:
         process = salvor_process(
             [
                 "serve",
+                *ONE_PROCESS,
                 "--store",
                 str(home / "store.db"),
                 "--listen",

@@ -35,6 +35,7 @@ from salvor.daemon.processes._child_env import TELEMETRY_OFF
 from salvor.daemon.processes._spawn import tethered
 
 from tests.support.processes import gone, wait_gone
+from tests.support.spawn import ONE_PROCESS
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="process hardening is Linux's prctl and /proc"
@@ -256,6 +257,7 @@ def test_a_same_user_agent_sees_no_daemon_secret_and_cannot_read_its_proc(shared
             *drop,
             *salvor,
             "serve",
+            *ONE_PROCESS,
             "--listen",
             f"127.0.0.1:{port}",
             "--store",
@@ -351,6 +353,7 @@ def test_a_sigkilled_daemon_takes_its_sleeping_agent_and_the_agent_s_child_with_
         [
             *SALVOR,
             "serve",
+            *ONE_PROCESS,
             "--listen",
             f"127.0.0.1:{port}",
             "--store",

@@ -40,7 +40,7 @@ from tests.daemon.serve.test_deploy import expand_command, service_settings
 from tests.support.ports import free_port
 from tests.support.readme import sh_blocks
 from tests.support.scripted_provider import ScriptedProvider
-from tests.support.spawn import salvor_process
+from tests.support.spawn import ONE_PROCESS, salvor_process
 
 pytestmark = pytest.mark.kill
 # The deployment is three hosts over one PostgreSQL: there is no SQLite form of it.
@@ -114,7 +114,12 @@ class Node:
             "SALVOR_LISTEN": f"127.0.0.1:{self.port}",
             "SALVOR_TOKEN": TOKEN,
             "SALVOR_SERVE_FLAGS": settings["SALVOR_SERVE_FLAGS"].replace(BALANCER, "127.0.0.1")
-            + f" --model-endpoint {model_url}",
+            + f" --model-endpoint {model_url}"
+            # Three hosts on one machine of two cores: each node serves as one process (on a
+            # host of its own each of its cores would be a node, --workers auto), so a node's
+            # scrape, stream count and SIGKILL are one process's.
+            + " "
+            + " ".join(ONE_PROCESS),
         }
         argv = expand_command(service["ExecStart"][-1], moved)
         assert argv[1:4] == ["serve", "--listen", f"127.0.0.1:{self.port}"], argv

@@ -35,7 +35,7 @@ from tests.daemon.api.test_stream import Holds, read_stream
 from tests.support.api_server import agent_toml
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
-from tests.support.spawn import CLI, ForkedTrioProcess, open_salvor_process, run_salvor
+from tests.support.spawn import CLI, ONE_PROCESS, ForkedTrioProcess, open_salvor_process, run_salvor
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 30
@@ -110,6 +110,7 @@ class Daemon:
             "--store",
             self.store_url,
             "--demo-tools",
+            *ONE_PROCESS,
             "--wake-interval",
             str(self.wake_interval),
             *(arg for url in self.endpoints() for arg in ("--model-endpoint", url)),

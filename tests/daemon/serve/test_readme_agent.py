@@ -52,7 +52,8 @@ def test_the_readme_makes_an_sdk_agent_durable_in_three_commands(
             [("lookup_invoice", {"invoice_id": "INV-1001"})], final_text="INV-1001 was paid twice."
         )
     )
-    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    # The README's command as printed: the default workers.
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl", one_process=False)
     daemon.env.update(SALVOR_AGENT_UPSTREAM=f"{provider.base_url}/v1", SALVOR_AGENT_KEY="sk-readme")
     daemon.listen_on(runtime_dir / "salvor.sock")
     daemon.allow_process_agents()

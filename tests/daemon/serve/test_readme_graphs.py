@@ -65,7 +65,7 @@ def test_the_curl_graph_walkthrough_registers_its_agents_and_runs_to_the_end(
     tmp_path: Path, store_url: str
 ) -> None:
     pick, curl_block, _ = readme_blocks()
-    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl", one_process=False)
     try:
         daemon.start()
         env = reader_env(store_url, S=daemon.base_url)
@@ -104,7 +104,7 @@ def test_beside_the_daemon_resume_names_the_request_that_resumes_the_run(
 ) -> None:
     _, _, commands = readme_blocks()
     resume = next(i for i, line in enumerate(commands) if line.startswith("salvor resume"))
-    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl", one_process=False)
     try:
         daemon.start()
         env = reader_env(store_url, SALVOR_DEMO_EFFECTS=str(tmp_path / "effects.jsonl"))

@@ -11,6 +11,8 @@ import signal
 
 import pytest
 from salvor.daemon.cli._arguments import MAX_WORKERS, cores, worker_count
+from salvor.daemon.cli._errors import UsageError
+from salvor.daemon.cli._serve_command import DEFAULT_WORKERS, worker_processes
 from salvor.daemon.metrics import DaemonMetrics, JsonLines, Readings
 from salvor.daemon.serve import WorkerRole
 from salvor.daemon.serve._workers import describe_exit, worker_command
@@ -19,10 +21,41 @@ from salvor.daemon.serve._workers import describe_exit, worker_command
 def test_workers_flag_takes_a_count_or_auto():
     assert worker_count("1") == 1
     assert worker_count("4") == 4
-    assert worker_count("auto") == min(cores(), MAX_WORKERS) == len(os.sched_getaffinity(0))
+    assert worker_count("auto") == "auto" == DEFAULT_WORKERS
     for refused in ("0", "-1", "two", "", str(MAX_WORKERS + 1), "1.5"):
         with pytest.raises(Exception, match="--workers"):
             worker_count(refused)
+
+
+def test_auto_is_one_worker_per_core_this_process_may_use(tmp_path):
+    for store in (f"sqlite:///{tmp_path}/salvor.db", "postgresql+psycopg://db/salvor"):
+        assert worker_processes("auto", store) == min(cores(), MAX_WORKERS)
+        assert worker_processes(3, store) == 3
+    assert cores() == len(os.sched_getaffinity(0))
+
+
+IN_MEMORY = (
+    "sqlite://",
+    "sqlite:///:memory:",
+    "sqlite:///file::memory:?cache=shared",
+    "sqlite:///file:runs?mode=memory&uri=true",
+)
+
+
+@pytest.mark.parametrize("store", IN_MEMORY)
+def test_auto_over_a_store_only_one_process_sees_is_one_process_and_says_why(store, caplog):
+    with caplog.at_level(logging.INFO, logger="salvor.workers"):
+        assert worker_processes("auto", store) == 1
+    [line] = [r.getMessage() for r in caplog.records if r.name == "salvor.workers"]
+    assert "one process serves, because" in line and "in-memory SQLite" in line
+    assert worker_processes(1, store) == 1
+
+
+@pytest.mark.parametrize("store", IN_MEMORY)
+def test_several_workers_asked_over_a_store_only_one_process_sees_are_refused(store):
+    with pytest.raises(UsageError, match=r"^--workers 3 needs a store every worker process") as e:
+        worker_processes(3, store)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(

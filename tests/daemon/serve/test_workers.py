@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from salvor.daemon.cli._arguments import cores
 
 from tests.daemon.serve.test_lifecycle import NotifySocket
 from tests.support.ports import free_port
@@ -57,14 +58,14 @@ def _alive(pid: int) -> bool:
 class Service:
     """One ``salvor serve --workers 2`` process (the supervisor) and what it wrote."""
 
-    def __init__(self, tmp: Path, store_url: str, *extra: str) -> None:
+    def __init__(self, tmp: Path, store_url: str, *extra: str, workers: str | None = "2") -> None:
+        """``workers`` None: no ``--workers`` flag (the default, one per core)."""
         self.tmp = tmp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
             "serve",
-            "--workers",
-            "2",
+            *(("--workers", workers) if workers is not None else ()),
             "--listen",
             f"127.0.0.1:{self.port}",
             "--store",
@@ -146,8 +147,8 @@ class Service:
 async def services(tmp_path):
     made: list[Service] = []
 
-    def make(store_url: str, *extra: str) -> Service:
-        service = Service(tmp_path, store_url, *extra)
+    def make(store_url: str, *extra: str, workers: str | None = "2") -> Service:
+        service = Service(tmp_path, store_url, *extra, workers=workers)
         made.append(service)
         return service
 
@@ -185,6 +186,71 @@ async def test_two_workers_answer_on_one_port_and_keep_the_token_off_their_comma
 
     assert await service.stop() == 0
     assert not any(_alive(pid) for pid in workers)
+
+
+async def test_by_default_one_worker_per_core_serves(services, tmp_path):
+    service = services(f"sqlite:///{tmp_path / 'salvor.db'}", workers=None)
+    await service.start()
+    await service.wait_ready()
+    workers = service.workers()
+    # One core: one process, no supervisor (nothing to supervise).
+    assert len(workers) == (cores() if cores() > 1 else 0), service.output()
+    assert await service.answering_workers(set(range(len(workers)))) >= set(range(len(workers)))
+    assert await service.stop() == 0
+    assert not any(_alive(pid) for pid in workers)
+
+
+@pytest.mark.parametrize("store", ["sqlite://", "sqlite:///:memory:"])
+async def test_over_an_in_memory_store_auto_is_one_process_and_a_count_is_refused(store, tmp_path):
+    def serve(*args: str):
+        return run_salvor(
+            ["serve", "--store", store, "--listen", f"127.0.0.1:{free_port()}", *args],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            cwd=tmp_path,  # the store's lock file lands beside the "file" the URL names
+        )
+
+    # auto says why it serves alone; that one process then refuses the store in its own words.
+    alone = await trio.to_thread.run_sync(serve)
+    first, refusal = alone.stderr.strip().splitlines()
+    assert "--workers auto: one process serves, because" in first, alone.stderr
+    assert "in-memory SQLite" in first
+    assert alone.returncode == 1 and refusal.startswith("salvor: the store URL"), alone.stderr
+    assert "worker" not in refusal
+    counted = await trio.to_thread.run_sync(serve, "--workers", "3")
+    assert counted.returncode == 2, counted.stderr
+    assert counted.stderr.startswith("salvor: --workers 3 needs a store every worker process")
+    assert len(counted.stderr.strip().splitlines()) == 1, counted.stderr
+
+
+async def test_a_taken_proxy_port_of_a_worker_is_refused_before_any_starts(tmp_path):
+    proxy_port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", proxy_port + 1))  # worker 1's
+        taken.listen()
+        result = await trio.to_thread.run_sync(
+            lambda: run_salvor(
+                [
+                    "serve",
+                    "--workers",
+                    "2",
+                    "--store",
+                    f"sqlite:///{tmp_path / 'salvor.db'}",
+                    "--listen",
+                    f"127.0.0.1:{free_port()}",
+                    "--proxy-port",
+                    str(proxy_port),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=WAIT,
+            )
+        )
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"salvor: the model proxy cannot listen on 127.0.0.1:{proxy_port + 1}")
+    assert "--proxy-port" in line
 
 
 async def test_a_killed_worker_is_started_again_while_the_port_answers(services, tmp_path):
@@ -240,13 +306,17 @@ async def test_workers_stop_when_their_supervisor_is_killed(services, tmp_path):
 
 async def test_a_worker_that_cannot_start_ends_the_service_before_ready(services, tmp_path):
     proxy_port = free_port()
-    # Worker 1's model proxy port (--proxy-port P gives worker i port P + i) is taken: it can
-    # never start, while worker 0 serves.
+    service = services(f"sqlite:///{tmp_path / 'salvor.db'}", "--proxy-port", str(proxy_port))
+    await service.start()
+    # Worker 1's model proxy port (--proxy-port P gives worker i port P + i) is taken once the
+    # supervisor checked it was free and worker 0 serves (worker 1 starts after that, and takes
+    # an interpreter's start to bind): worker 1 can never start.
+    with trio.fail_after(WAIT):
+        while "worker 0 serving" not in service.output():
+            await trio.sleep(0.01)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", proxy_port + 1))
         taken.listen()
-        service = services(f"sqlite:///{tmp_path / 'salvor.db'}", "--proxy-port", str(proxy_port))
-        await service.start()
         with trio.fail_after(3 * WAIT):
             code = await service.process.wait()
     output = service.output()
