@@ -46,6 +46,15 @@ class Fence:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRelease:
+    """``RunOwners.release`` as an item of ``EventStore.append_batch``: the drive holding
+    ``run_id`` under ``fence`` lets it go, in the same transaction as the appends beside it."""
+
+    run_id: str
+    fence: Fence
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
     """One row of ``nodes``: a daemon process and its lease (instants in the store's form)."""
 

@@ -42,7 +42,16 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore, Fenced, RunQuota, StoreUnavailable, notice_of
+from salvor.store import (
+    AppendRequest,
+    EventStore,
+    Fence,
+    Fenced,
+    OwnerRelease,
+    RunQuota,
+    StoreUnavailable,
+    notice_of,
+)
 
 from ..metrics import current_metrics
 from ..processes import kill_after_commit_hook
@@ -74,10 +83,19 @@ _RATE_TAKES = 8
 WRITER_STOP_SECONDS = 10.0
 
 
+class _OnWriter:
+    """A store call the writer makes between two group commits (``StoreAccess.on_writer``)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+
+
 class _Pending:
     __slots__ = ("done", "request", "result", "taken")
 
-    def __init__(self, request: AppendRequest) -> None:
+    def __init__(self, request: AppendRequest | OwnerRelease | _OnWriter) -> None:
         self.request = request
         self.done = trio.Event()
         self.result: Any = None
@@ -280,12 +298,25 @@ class StoreAccess:
                 return
             for pending in group:
                 pending.taken = True
-        try:
-            results = self.store.append_batch([p.request for p in group])
-        except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
-            results = [exc] * len(group)
-        for pending, result in zip(group, results):
-            pending.result = result
+        # Calls first, each its own short transaction: a claim is answered without waiting for
+        # the store's write lock behind this process's own writer.
+        batch = []
+        for pending in group:
+            if isinstance(pending.request, _OnWriter):
+                try:
+                    pending.result = (pending.request.call(),)
+                except Exception as exc:  # noqa: BLE001 -- its caller hears why
+                    pending.result = exc
+            else:
+                batch.append(pending)
+        if batch:
+            try:
+                results = self.store.append_batch([p.request for p in batch])
+            except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
+                results = [exc] * len(batch)
+            for pending, result in zip(batch, results):
+                # A committed release's result is None: boxed, as "not answered yet" is None.
+                pending.result = (result,) if result is None else result
         # One wake-up of the trio thread for the whole group, not one per append.
         self._token.run_sync_soon(_wake_all, group)
 
@@ -315,10 +346,7 @@ class StoreAccess:
         Cancellation: shielded; the caller waits for the commit to finish,
         or for the writer's end.
         """
-        if self._closed is not None or self._thread is None or not self._thread.is_alive():
-            why = self._closed or "the store is closed"
-            raise StoreUnavailable(f"{why}; nothing of this append was written")
-        pending = _Pending(
+        result = await self._through_writer(
             AppendRequest(
                 run_id=run_id,
                 events=list(events),
@@ -329,20 +357,14 @@ class StoreAccess:
                 # The fence of the drive holding the run here (several nodes over one store):
                 # once another node has taken the run over, the store writes nothing of this.
                 fence=self.driving.fence(run_id),
-            )
+            ),
+            "append",
         )
-        with trio.CancelScope(shield=True):
-            self._waiting.add(pending)
-            self._submit(pending)
-            try:
-                await pending.done.wait()
-            finally:
-                self._waiting.discard(pending)
-        if isinstance(pending.result, BaseException):
-            if isinstance(pending.result, Fenced) and (metrics := current_metrics()) is not None:
+        if isinstance(result, BaseException):
+            if isinstance(result, Fenced) and (metrics := current_metrics()) is not None:
                 metrics.appends_fenced.inc()
-            raise pending.result
-        envelopes, new_view = pending.result
+            raise result
+        envelopes, new_view = result
         if self.post_commit is not None:
             self.post_commit(envelopes[0].seq, envelopes[-1].seq)
         for listener in self.on_commit:
@@ -357,6 +379,49 @@ class StoreAccess:
             for poke in self.on_notification:
                 poke()
         return envelopes, new_view
+
+    async def _through_writer(self, request: AppendRequest | OwnerRelease | _OnWriter, what: str):
+        """Hand ``request`` to the writer and wait, shielded, for its result (an exception is
+        returned, not raised)."""
+        if self._closed is not None or self._thread is None or not self._thread.is_alive():
+            why = self._closed or "the store is closed"
+            raise StoreUnavailable(f"{why}; nothing of this {what} was written")
+        pending = _Pending(request)
+        with trio.CancelScope(shield=True):
+            self._waiting.add(pending)
+            self._submit(pending)
+            try:
+                await pending.done.wait()
+            finally:
+                self._waiting.discard(pending)
+        result = pending.result
+        return result[0] if type(result) is tuple and len(result) == 1 else result
+
+    async def release_owner(self, run_id: str, fence: Fence) -> None:
+        """``RunOwners.release`` in the writer's next group commit: the drive holding ``run_id``
+        under ``fence`` lets it go, with no transaction (nor fsync) of its own.
+
+        Raises:
+            StoreUnavailable: the store failed, or the writer has ended; the run may still be
+                marked driving (the caller tries again later).
+
+        Cancellation: shielded, as ``append``.
+        """
+        result = await self._through_writer(OwnerRelease(run_id, fence), "release")
+        if isinstance(result, BaseException):
+            raise result
+
+    async def on_writer(self, call: Callable[[], Any]) -> Any:
+        """``call()`` on the writer thread, between two group commits: a short write of its own
+        (a run's claim) that would otherwise wait for the store's write lock behind this
+        process's writer, and hold the writer up in turn. Its result, or its exception raised.
+
+        Cancellation: shielded, as ``append``.
+        """
+        result = await self._through_writer(_OnWriter(call), "call")
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a read-only store method on a reader thread."""
@@ -382,15 +447,15 @@ async def open_store_access(
     *,
     synchronous: str = "FULL",
     notifications: bool = False,
-    commit_observer: Callable[[int, float], None] | None = None,
+    commit_observer: Callable[[int, float, int], None] | None = None,
     quota: RunQuota | None = _DEFAULT_QUOTA,
 ) -> AsyncIterator[StoreAccess]:
     """Open the store at ``url`` and its writer thread for the life of the block.
 
     ``notifications``: appends write the outbox rows they call for (``EventStore.open``); only
     a daemon that delivers them asks for it. ``commit_observer``: told of each group commit on
-    the writer thread, with its events and seconds (``EventStore.open``); the daemon's metrics
-    count there. ``quota``: what one run may make the store keep (``EventStore.open``); the
+    the writer thread, with its events, seconds and appends (``EventStore.open``); the daemon's
+    metrics count there. ``quota``: what one run may make the store keep (``EventStore.open``); the
     defaults unless the operator set other limits.
 
     Raises:

@@ -362,7 +362,7 @@ async def _serve(
         peers = Peers()
         owners = access.store.owners
         access.driving = StoreDriving(
-            owners, node, lease, dead_nodes=lambda: peers.dead, metrics=metrics
+            owners, node, lease, dead_nodes=lambda: peers.dead, metrics=metrics, writer=access
         )
         # -- many machines (issue 30, item 5): each scrape says which node answered --
         metrics.read_node(access.driving.reading)

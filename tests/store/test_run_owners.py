@@ -27,6 +27,7 @@ from salvor.store import (
     EventStore,
     Fence,
     Fenced,
+    OwnerRelease,
     RunOwner,
     SeqConflict,
 )
@@ -236,6 +237,50 @@ def test_a_group_of_only_stale_fences_writes_nothing(store: EventStore, store_ur
     )
     assert isinstance(result, Fenced)
     assert store.read_view("a") == view
+
+
+def test_a_release_commits_in_its_group_and_a_stale_one_changes_nothing(
+    store: EventStore, store_url: str
+) -> None:
+    commits = []
+    store._commit_observer = lambda events, seconds, appends: commits.append((events, appends))
+    register(store, "n1")
+    register(store, "n2")
+    fences, views = {}, {}
+    for run_id in ("a", "b", "c"):
+        fences[run_id] = store.owners.claim(run_id, "n1").fence
+        _, views[run_id] = store.append(run_id, [started()], EMPTY_VIEW, fence=fences[run_id])
+    # Run c was taken over: its old drive's release must not free the new owner's hold.
+    lapse(store_url, "n1")
+    taken = store.owners.claim("c", "n2").fence
+    commits.clear()
+    results = store.append_batch(
+        [
+            AppendRequest(
+                run_id="a", events=[RunCompleted(output=1)], view=views["a"], fence=fences["a"]
+            ),
+            OwnerRelease("a", fences["a"]),
+            OwnerRelease("c", fences["c"]),
+            AppendRequest(
+                run_id="b",
+                events=[ModelCallRequested(request_hash="sha256:b")],
+                view=views["b"],
+                fence=fences["b"],
+            ),
+        ]
+    )
+    assert isinstance(results[0], tuple) and isinstance(results[3], tuple), results
+    assert results[1] is None and results[2] is None
+    # One transaction held both appends and the releases.
+    assert commits == [(2, 2)]
+    assert owner_columns(store_url, "a") == ("n1", 1, 0)
+    assert owner_columns(store_url, "b") == ("n1", 1, 1)
+    assert owner_columns(store_url, "c") == ("n2", taken.epoch, 1)
+    # A group of releases alone commits too.
+    (alone,) = store.append_batch([OwnerRelease("b", fences["b"])])
+    assert alone is None and owner_columns(store_url, "b") == ("n1", 1, 0)
+    for run_id in ("a", "b", "c"):
+        assert_row_matches_log(store, run_id)
 
 
 def test_unfenced_appends_and_ordinary_appends_leave_the_owner_alone(

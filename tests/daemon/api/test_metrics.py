@@ -37,6 +37,7 @@ FAMILIES = {
     "salvor_runs": "gauge",
     "salvor_appends": "counter",
     "salvor_commits": "counter",
+    "salvor_append_batches": "counter",
     "salvor_group_commit_events": "histogram",
     "salvor_commit_seconds": "histogram",
     "salvor_drivers_live": "gauge",
@@ -95,6 +96,9 @@ async def test_a_scrape_agrees_with_the_api_and_the_logs(server: Server) -> None
     # Each run's head commits before its 201, so there are at least as many commits as runs; a
     # group commit may hold several runs' appends, never more commits than events.
     assert len(run_ids) <= commits <= appended
+    # Each commit holds one append or more, each append one event or more.
+    batches = grew("salvor_append_batches", "salvor_append_batches_total")
+    assert commits <= batches <= appended
     histogram_counts = (
         "salvor_group_commit_events_count",
         "salvor_commit_seconds_count",
