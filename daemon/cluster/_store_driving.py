@@ -139,7 +139,9 @@ class StoreDriving:
                 if self._writer is None:
                     claimed = await trio.to_thread.run_sync(claim)
                 else:
-                    claimed = await self._writer.on_writer(claim)
+                    claimed = await self._writer.claim_run(
+                        self._owners, run_id, self.node.node_id, tuple(self._dead_nodes())
+                    )
             except Fenced:
                 # This node's own lease lapsed: it claims nothing until it registered again.
                 if not wait:

@@ -83,19 +83,23 @@ _RATE_TAKES = 8
 WRITER_STOP_SECONDS = 10.0
 
 
-class _OnWriter:
-    """A store call the writer makes between two group commits (``StoreAccess.on_writer``)."""
+class _RunClaim:
+    """``RunOwners.claim`` for the writer, which makes the claims it takes together in one
+    transaction (``RunOwners.claim_many``)."""
 
-    __slots__ = ("call",)
+    __slots__ = ("dead_nodes", "node_id", "owners", "run_id")
 
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self.call = call
+    def __init__(self, owners: Any, run_id: str, node_id: str, dead_nodes: tuple) -> None:
+        self.owners = owners
+        self.run_id = run_id
+        self.node_id = node_id
+        self.dead_nodes = dead_nodes
 
 
 class _Pending:
     __slots__ = ("done", "request", "result", "taken")
 
-    def __init__(self, request: AppendRequest | OwnerRelease | _OnWriter) -> None:
+    def __init__(self, request: AppendRequest | OwnerRelease | _RunClaim) -> None:
         self.request = request
         self.done = trio.Event()
         self.result: Any = None
@@ -298,17 +302,19 @@ class StoreAccess:
                 return
             for pending in group:
                 pending.taken = True
-        # Calls first, each its own short transaction: a claim is answered without waiting for
-        # the store's write lock behind this process's own writer.
+        # Claims first, in a short transaction of their own: each is answered without waiting
+        # for the store's write lock behind this process's own writer.
         batch = []
+        claims: dict[tuple, list[_Pending]] = {}
         for pending in group:
-            if isinstance(pending.request, _OnWriter):
-                try:
-                    pending.result = (pending.request.call(),)
-                except Exception as exc:  # noqa: BLE001 -- its caller hears why
-                    pending.result = exc
+            request = pending.request
+            if isinstance(request, _RunClaim):
+                key = (id(request.owners), request.node_id)
+                claims.setdefault(key, []).append(pending)
             else:
                 batch.append(pending)
+        for claiming in claims.values():
+            self._claim_together(claiming)
         if batch:
             try:
                 results = self.store.append_batch([p.request for p in batch])
@@ -380,7 +386,21 @@ class StoreAccess:
                 poke()
         return envelopes, new_view
 
-    async def _through_writer(self, request: AppendRequest | OwnerRelease | _OnWriter, what: str):
+    @staticmethod
+    def _claim_together(claiming: list[_Pending]) -> None:
+        """The claims one node makes through one ``RunOwners``, in one transaction."""
+        first = claiming[0].request
+        dead = tuple(sorted({node for p in claiming for node in p.request.dead_nodes}))
+        try:
+            outcomes = first.owners.claim_many(
+                [p.request.run_id for p in claiming], first.node_id, dead_nodes=dead
+            )
+        except Exception as exc:  # noqa: BLE001 -- every claimer hears why
+            outcomes = [exc] * len(claiming)
+        for pending, outcome in zip(claiming, outcomes):
+            pending.result = outcome
+
+    async def _through_writer(self, request: AppendRequest | OwnerRelease | _RunClaim, what: str):
         """Hand ``request`` to the writer and wait, shielded, for its result (an exception is
         returned, not raised)."""
         if self._closed is not None or self._thread is None or not self._thread.is_alive():
@@ -411,14 +431,17 @@ class StoreAccess:
         if isinstance(result, BaseException):
             raise result
 
-    async def on_writer(self, call: Callable[[], Any]) -> Any:
-        """``call()`` on the writer thread, between two group commits: a short write of its own
-        (a run's claim) that would otherwise wait for the store's write lock behind this
-        process's writer, and hold the writer up in turn. Its result, or its exception raised.
+    async def claim_run(
+        self, owners: Any, run_id: str, node_id: str, dead_nodes: tuple = ()
+    ) -> Any:
+        """``owners.claim(run_id, node_id, dead_nodes=...)`` made by the writer between two group
+        commits, in one transaction with the other claims it takes then (``claim_many``): drives
+        starting together share a commit, and none waits for the store's write lock behind
+        this process's writer. Raises as ``RunOwners.claim`` does.
 
         Cancellation: shielded, as ``append``.
         """
-        result = await self._through_writer(_OnWriter(call), "call")
+        result = await self._through_writer(_RunClaim(owners, run_id, node_id, dead_nodes), "claim")
         if isinstance(result, BaseException):
             raise result
         return result

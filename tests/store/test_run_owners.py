@@ -161,6 +161,28 @@ def test_a_claim_is_a_compare_and_set_that_raises_the_epoch(
     assert view.next_seq == 1
 
 
+def test_claims_made_together_each_get_their_own_outcome(store: EventStore, store_url: str) -> None:
+    register(store, "n1")
+    register(store, "n2")
+    for run_id in ("held", "free"):
+        store.append(run_id, [started()], EMPTY_VIEW)  # unfenced: no owner yet
+    store.owners.claim("held", "n2")
+    outcomes = store.owners.claim_many(["new", "held", "free", "new"], "n1")
+    assert outcomes == [
+        Claimed(Fence("n1", 1), None),
+        Claimed(None, RunOwner("held", "n2", 1, True, True)),
+        Claimed(Fence("n1", 1), None),
+        Claimed(Fence("n1", 1), None),
+    ]
+    assert owner_columns(store_url, "free") == ("n1", 1, 1)
+    # A claimer whose lease lapsed is refused for every run, and nothing is written.
+    lapse(store_url, "n2")
+    refused = store.owners.claim_many(["held", "free"], "n2")
+    assert all(isinstance(outcome, Fenced) for outcome in refused)
+    assert [o.run_id for o in refused] == ["held", "free"]
+    assert owner_columns(store_url, "free") == ("n1", 1, 1)
+
+
 def test_a_node_without_a_live_lease_claims_nothing(store: EventStore, store_url: str) -> None:
     register(store, "n1")
     store.append("r", [started()], EMPTY_VIEW)

@@ -152,19 +152,19 @@ async def test_a_drive_with_the_writer_claims_on_it_and_lets_go_in_its_group_com
 
         access.store.append_batch = append_batch
         writer_thread = []
-        real_claim = access.store.owners.claim
+        real_claim = access.store.owners.claim_many
 
-        def claim(*args, **kwargs):
+        def claim_many(*args, **kwargs):
             writer_thread.append(threading.current_thread().name)
             return real_claim(*args, **kwargs)
 
-        access.store.owners.claim = claim
+        access.store.owners.claim_many = claim_many
         started = [RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)]
         async with access.driving.hold(RUN):
             await access.append(RUN, started, EMPTY_VIEW)
             groups.clear()
-        # The claim ran on the writer's thread, and the release went in a group commit (beside
-        # whatever appends the writer took with it), not in a transaction of its own.
+        # The claim ran on the writer's thread (with any others it took then), and the release
+        # went in a group commit (beside whatever appends the writer took), not on its own.
         assert writer_thread == ["salvor-writer"]
         assert groups == [[OwnerRelease.__name__]]
         owner = access.store.owners.owner(RUN)
