@@ -51,6 +51,7 @@ from ._records import StoredGraph as StoredGraph
 from ._run_owners import Claimed as Claimed
 from ._run_owners import Fence as Fence
 from ._run_owners import NodeRecord as NodeRecord
+from ._run_owners import OwnerRelease as OwnerRelease
 from ._run_owners import RunOwner as RunOwner
 from ._run_owners import RunOwners as RunOwners
 from ._schema import STORE_VERSION as STORE_VERSION

@@ -26,12 +26,12 @@ from salvor.protocol import (
     format_instant,
     parse_instant,
 )
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, literal_column, select, update
 
 from ._direct import DirectStatement
 from ._errors import Fenced, SeqConflict
 from ._notifications import notice_of, notification_row
-from ._run_owners import Fence
+from ._run_owners import Fence, OwnerRelease
 from ._schema import claims, events, notifications, runs
 from ._view_codec import dumps, view_to_json
 
@@ -89,6 +89,16 @@ _SETTLE_CLAIM = (
 )
 # Only the claim this very intent holds, and only while open: a release never
 # touches a settled outcome or somebody else's claim.
+# A driver lets its run go (``RunOwners.release``), in a group commit's transaction.
+_RELEASE_OWNER = (
+    update(runs)
+    .where(
+        runs.c.run_id == bindparam("o_run_id"),
+        runs.c.owner_node == bindparam("o_node_id"),
+        runs.c.owner_epoch == bindparam("o_epoch"),
+    )
+    .values(owner_driving=literal_column("0"))
+)
 _RELEASE_CLAIM = delete(claims).where(
     claims.c.identity == bindparam("w_identity"),
     claims.c.run_id == bindparam("w_run_id"),
@@ -314,6 +324,7 @@ class Writes:
         "lock_owners",
         "placeholder",
         "release_claim",
+        "release_owner",
         "select_claim",
         "settle_claim",
         "update_run",
@@ -340,6 +351,7 @@ class Writes:
         self.insert_claim = DirectStatement(_INSERT_CLAIM, dialect, keys=_CLAIM_KEYS)
         self.settle_claim = DirectStatement(_SETTLE_CLAIM, dialect)
         self.release_claim = DirectStatement(_RELEASE_CLAIM, dialect)
+        self.release_owner = DirectStatement(_RELEASE_OWNER, dialect)
         self.select_claim = DirectStatement(SELECT_CLAIM, dialect)
         self.insert_notification = DirectStatement(
             _INSERT_NOTIFICATION, dialect, keys=_NOTIFICATION_KEYS
@@ -384,6 +396,19 @@ def stale_fences(cursor: Any, writes: Writes, batch: list[Prepared]) -> dict[int
                 owner_epoch=epoch,
             )
     return fenced
+
+
+def release_owners(cursor: Any, writes: Writes, releases: Sequence[OwnerRelease]) -> None:
+    """Let each run of ``releases`` go (``RunOwners.release``), inside a transaction the caller
+    owns; a stale fence matches nothing."""
+    if releases:
+        writes.release_owner.executemany(
+            cursor,
+            [
+                {"o_run_id": r.run_id, "o_node_id": r.fence.node_id, "o_epoch": r.fence.epoch}
+                for r in releases
+            ],
+        )
 
 
 def append_txn(cursor: Any, writes: Writes, integrity_error: type, prepared: Prepared) -> None:

@@ -63,6 +63,7 @@ from ._append_rows import (
     append_txn,
     now_instant,
     prepare,
+    release_owners,
     stale_fences,
 )
 from ._change_signal import ChangeSignal
@@ -101,7 +102,7 @@ from ._records import (
 )
 from ._repository import Repository
 from ._repository import failure_reason as _reason
-from ._run_owners import Fence, RunOwners
+from ._run_owners import Fence, OwnerRelease, RunOwners
 from ._schema import (
     VERSION_KEY,
     agents,
@@ -265,7 +266,7 @@ class EventStore:
         url: str,
         *,
         notifications: bool = False,
-        commit_observer: Callable[[int, float], None] | None = None,
+        commit_observer: Callable[[int, float, int], None] | None = None,
         quota: RunQuota | None = None,
     ) -> None:
         """Use ``EventStore.open``; this wraps an engine whose schema is already current."""
@@ -321,7 +322,7 @@ class EventStore:
         *,
         synchronous: str = "FULL",
         notifications: bool = False,
-        commit_observer: Callable[[int, float], None] | None = None,
+        commit_observer: Callable[[int, float, int], None] | None = None,
         quota: RunQuota | None = None,
     ) -> EventStore:
         """Open (creating or upgrading) the store at ``url``.
@@ -336,7 +337,8 @@ class EventStore:
                 store so; anything else writes none.
             commit_observer: called after each append transaction commits, on
                 the thread that committed it, with the number of events it
-                wrote and how many seconds it took from BEGIN to COMMIT. It
+                wrote, how many seconds it took from BEGIN to COMMIT and how
+                many appends (one run's batch each) it held. It
                 must be quick and must not raise: an exception from it reaches
                 the appender although its rows are durable.
             quota: what one run may make the store keep (``RunQuota``): an append
@@ -441,8 +443,8 @@ class EventStore:
         return prepared.envelopes, prepared.view
 
     def append_batch(
-        self, requests: Sequence[AppendRequest]
-    ) -> list[tuple[list[Envelope], RunView] | StoreError | GuardRefusal | ValueError]:
+        self, requests: Sequence[AppendRequest | OwnerRelease]
+    ) -> list[tuple[list[Envelope], RunView] | StoreError | GuardRefusal | ValueError | None]:
         """Group commit: append many runs' batches in one transaction and one fsync.
 
         Each request is guard-checked first; a refused one gets its
@@ -450,13 +452,23 @@ class EventStore:
         on. If the shared transaction fails, it is retried as one
         transaction per request, so every caller gets its own outcome.
 
+        An ``OwnerRelease`` among them (a drive letting its run go, as ``RunOwners.release``)
+        is written in the same transaction, after the appends: a daemon's drives end without
+        a transaction (and an fsync) of their own, and without waiting on the writer for the
+        store's write lock. If the shared transaction fails, the releases are retried together
+        in one of their own.
+
         Returns:
             One result per request, in order: ``(envelopes, view)`` when it
-            was committed, else the exception that ``append`` would have raised.
+            was committed (None for a release), else the exception that ``append``
+            (``RunOwners.release``) would have raised.
         """
         results: list[Any] = [None] * len(requests)
         accepted: list[tuple[int, Prepared, int | None]] = []
+        releases = [(i, r) for i, r in enumerate(requests) if isinstance(r, OwnerRelease)]
         for index, request in enumerate(requests):
+            if isinstance(request, OwnerRelease):
+                continue
             try:
                 prepared = prepare(
                     request.run_id,
@@ -473,11 +485,18 @@ class EventStore:
                 results[index] = exc
             else:
                 accepted.append((index, prepared, after))
-        if not accepted:
+        owned = [release for _, release in releases]
+        if not accepted and not owned:
             return results
         try:
-            fenced = self._commit([prepared for _, prepared, _ in accepted])
+            fenced = self._commit([prepared for _, prepared, _ in accepted], owned)
         except StoreError:
+            if owned:
+                try:
+                    self._commit([], owned)
+                except StoreError as exc:
+                    for index, _ in releases:
+                        results[index] = exc
             for index, prepared, after in accepted:
                 try:
                     alone = self._commit([prepared])
@@ -543,8 +562,10 @@ class EventStore:
                 del self._run_bytes[next(iter(self._run_bytes))]
             self._run_bytes[prepared.run_id] = (prepared.view.next_seq, after)
 
-    def _commit(self, batch: list[Prepared]) -> dict[int, Fenced]:
-        """Own the transaction boundary of one or more prepared appends.
+    def _commit(
+        self, batch: list[Prepared], releases: Sequence[OwnerRelease] = ()
+    ) -> dict[int, Fenced]:
+        """Own the transaction boundary of one or more prepared appends (and ``releases``).
 
         Returns:
             The appends refused for a stale fence, by position in ``batch``: nothing of them
@@ -561,7 +582,7 @@ class EventStore:
                 connection = self._writer_connection()
                 began = time.perf_counter()
                 try:
-                    fenced = self._append_all(connection, batch, may_retry=attempt == 1)
+                    fenced = self._append_all(connection, batch, releases, may_retry=attempt == 1)
                 except IdentityTaken as taken:
                     identity = taken.identity
                     break
@@ -575,6 +596,7 @@ class EventStore:
                             if position not in fenced
                         ),
                         time.perf_counter() - began,
+                        len(batch) - len(fenced),
                     )
                 return fenced
         # Outside the lock: naming the holder is a read.
@@ -592,7 +614,12 @@ class EventStore:
         return self._writer
 
     def _append_all(
-        self, connection: Any, batch: list[Prepared], *, may_retry: bool
+        self,
+        connection: Any,
+        batch: list[Prepared],
+        releases: Sequence[OwnerRelease] = (),
+        *,
+        may_retry: bool,
     ) -> dict[int, Fenced]:
         cursor = connection.cursor()
         committing = False
@@ -602,8 +629,10 @@ class EventStore:
             fenced = stale_fences(cursor, self._writes, batch)
             if fenced:
                 batch = [p for position, p in enumerate(batch) if position not in fenced]
-            if not batch:
+            if not batch and not releases:
                 connection.rollback()
+            elif not batch:
+                pass
             elif len(batch) > 1 and all(
                 p.claim is None and p.settle is None and p.release is None for p in batch
             ):
@@ -614,6 +643,8 @@ class EventStore:
             if batch:
                 # Other processes' streams hear of it at commit (PostgreSQL's notices).
                 self.changes.announce(cursor, batch)
+            if batch or releases:
+                release_owners(cursor, self._writes, releases)
                 committing = True
                 connection.commit()
         except BaseException as exc:

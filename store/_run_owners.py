@@ -28,7 +28,7 @@ self-fencing margin from its local monotonic clock, measured from before it sent
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,15 @@ class Fence:
         owned by ``node_id`` from the transaction that writes its first event, so no peer's
         takeover sweep finds it without an owner between its creation and its first claim."""
         return cls(node_id, 0, driving=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRelease:
+    """``RunOwners.release`` as an item of ``EventStore.append_batch``: the drive holding
+    ``run_id`` under ``fence`` lets it go, in the same transaction as the appends beside it."""
+
+    run_id: str
+    fence: Fence
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,44 +378,74 @@ class RunOwners:
                 registered): it may claim nothing; nothing was written.
             StoreUnavailable: the database failed; nothing was written.
         """
+        (claimed,) = self.claim_many([run_id], node_id, dead_nodes=dead_nodes)
+        if isinstance(claimed, Fenced):
+            raise claimed
+        return claimed
+
+    def claim_many(
+        self, run_ids: Sequence[str], node_id: str, *, dead_nodes: Collection[str] = ()
+    ) -> list[Claimed | Fenced]:
+        """``claim`` for each of ``run_ids``, in one transaction: a daemon's drives starting
+        together share one commit (and one fsync) instead of one each.
+
+        Returns:
+            One outcome per run, in order: its ``Claimed``, or ``Fenced`` when ``node_id``'s own
+            lease has lapsed (then for every run; nothing was written).
+
+        Raises:
+            StoreUnavailable: the database failed; nothing was written.
+        """
         try:
             with self._engine.begin() as connection:
                 live = connection.execute(self._claimer_live, {"node_id": node_id}).scalar()
                 if not live:
-                    raise Fenced(
-                        f"node {node_id} holds no live lease (it lapsed, or the node stopped); "
-                        f"it may not claim run {run_id}",
-                        run_id=run_id,
-                        epoch=0,
-                    )
-                row = connection.execute(self._run_owner, {"run_id": run_id}).first()
-                if row is None:
-                    return Claimed(Fence(node_id, 1), None)
-                owner, epoch, driving = row
-                free = owner is None or not driving
-                taken_from = None
-                if not free and owner != node_id:
-                    proven = 1 if owner in dead_nodes else 0
-                    buried = connection.execute(
-                        self._bury, {"node_id": owner, "proven": proven}
-                    ).rowcount
-                    free = buried == 1 or (
-                        connection.execute(self._node_exists, {"node_id": owner}).first() is None
-                    )
-                    taken_from = owner if free else None
-                if not free:
-                    return Claimed(None, RunOwner(run_id, owner, epoch, True, True))
-                taken = connection.execute(
-                    self._take,
-                    {"node_id": node_id, "epoch": epoch + 1, "run_id": run_id, "was": epoch},
-                ).rowcount
-                if taken != 1:
-                    # Only on SQLite without the row lock could this be; the transaction is
-                    # IMMEDIATE there, so nothing moved it: still, never claim on a lost CAS.
-                    return Claimed(None, self._owner_in(connection, run_id))
-                return Claimed(Fence(node_id, epoch + 1), None, taken_from)
+                    return [
+                        Fenced(
+                            f"node {node_id} holds no live lease (it lapsed, or the node "
+                            f"stopped); it may not claim run {run_id}",
+                            run_id=run_id,
+                            epoch=0,
+                        )
+                        for run_id in run_ids
+                    ]
+                # In run id order, so two claimers' transactions never wait on each other's rows
+                # in a cycle (PostgreSQL locks each row it reads).
+                claimed = {
+                    run_id: self._claim_in(connection, run_id, node_id, dead_nodes)
+                    for run_id in sorted(set(run_ids))
+                }
+                return [claimed[run_id] for run_id in run_ids]
         except SQLAlchemyError as exc:
             raise self._failed(exc, "claim a run") from None
+
+    def _claim_in(
+        self, connection: Any, run_id: str, node_id: str, dead_nodes: Collection[str]
+    ) -> Claimed:
+        row = connection.execute(self._run_owner, {"run_id": run_id}).first()
+        if row is None:
+            return Claimed(Fence(node_id, 1), None)
+        owner, epoch, driving = row
+        free = owner is None or not driving
+        taken_from = None
+        if not free and owner != node_id:
+            proven = 1 if owner in dead_nodes else 0
+            buried = connection.execute(self._bury, {"node_id": owner, "proven": proven}).rowcount
+            free = buried == 1 or (
+                connection.execute(self._node_exists, {"node_id": owner}).first() is None
+            )
+            taken_from = owner if free else None
+        if not free:
+            return Claimed(None, RunOwner(run_id, owner, epoch, True, True))
+        taken = connection.execute(
+            self._take,
+            {"node_id": node_id, "epoch": epoch + 1, "run_id": run_id, "was": epoch},
+        ).rowcount
+        if taken != 1:
+            # Only on SQLite without the row lock could this be; the transaction is
+            # IMMEDIATE there, so nothing moved it: still, never claim on a lost CAS.
+            return Claimed(None, self._owner_in(connection, run_id))
+        return Claimed(Fence(node_id, epoch + 1), None, taken_from)
 
     def release(self, run_id: str, fence: Fence) -> None:
         """``fence``'s node stops driving ``run_id``, and stays its owner (a run left active by

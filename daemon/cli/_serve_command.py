@@ -532,6 +532,10 @@ def log_to_stderr(log_format: str, *, worker: int | None = None) -> None:
         else logging.Formatter(f"%(asctime)s %(name)s{tag} %(levelname)s %(message)s")
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+    # httpx tells every request it sends at INFO: a line per model call (and per MCP or service
+    # call), each with its full URL, was most of what a busy daemon logged and about 3% of its
+    # CPU. Its warnings still show; salvor logs what a call meant to a run itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 async def _check_resolves(host: str, port: int) -> list[str]:

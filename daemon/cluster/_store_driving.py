@@ -55,8 +55,13 @@ class StoreDriving:
         *,
         dead_nodes: Callable[[], Iterable[str]] = tuple,
         metrics: DaemonMetrics | None = None,
+        writer: Any = None,
     ) -> None:
         self._owners = owners
+        # The process's store writer (``StoreAccess``), or None: claims then run on its thread
+        # and releases join its group commits, instead of each taking the store's write lock
+        # beside it (on SQLite a writer that finds the lock taken sleeps in the busy handler).
+        self._writer = writer
         # The daemon's instruments: takeovers are counted where a claim wins one.
         self.metrics = metrics
         # This node's identity now (the heartbeat gives it a new one after a lapse).
@@ -135,7 +140,12 @@ class StoreDriving:
                 self._owners.claim, run_id, self.node.node_id, dead_nodes=tuple(self._dead_nodes())
             )
             try:
-                claimed = await trio.to_thread.run_sync(claim)
+                if self._writer is None:
+                    claimed = await trio.to_thread.run_sync(claim)
+                else:
+                    claimed = await self._writer.claim_run(
+                        self._owners, run_id, self.node.node_id, tuple(self._dead_nodes())
+                    )
             except Fenced:
                 # This node's own lease lapsed: it claims nothing until it registered again.
                 if not wait:
@@ -155,7 +165,10 @@ class StoreDriving:
 
     async def _release(self, run_id: str, fence: Any) -> None:
         try:
-            await trio.to_thread.run_sync(self._owners.release, run_id, fence)
+            if self._writer is None:
+                await trio.to_thread.run_sync(self._owners.release, run_id, fence)
+            else:
+                await self._writer.release_owner(run_id, fence)
         except Exception as exc:  # noqa: BLE001 -- the heartbeat tries again; the run is intact
             self._unreleased[run_id] = fence
             log.warning(

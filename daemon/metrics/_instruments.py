@@ -166,6 +166,13 @@ class DaemonMetrics:
         self.commits = Counter(
             "salvor_commits", "Store transactions that committed appends.", registry=registry
         )
+        # Against ``salvor_commits``: how many appends share a transaction (group commit).
+        self.append_batches = Counter(
+            "salvor_append_batches",
+            "Appends committed (one run's batch of events each, made durable before what it "
+            "records starts).",
+            registry=registry,
+        )
         self.group_commit_events = Histogram(
             "salvor_group_commit_events",
             "Events per committed append transaction (group commit).",
@@ -252,10 +259,11 @@ class DaemonMetrics:
         memory only): ``salvor_node_info``, ``salvor_runs_owned``, ``salvor_lease_open``."""
         self._scrape.node = reading
 
-    def observe_commit(self, events: int, seconds: float) -> None:
+    def observe_commit(self, events: int, seconds: float, appends: int = 1) -> None:
         """One append transaction committed (the store's ``commit_observer``; any thread)."""
         self.appends.inc(events)
         self.commits.inc()
+        self.append_batches.inc(appends)
         self.group_commit_events.observe(events)
         self.commit_seconds.observe(seconds)
 

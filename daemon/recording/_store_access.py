@@ -42,7 +42,16 @@ from typing import Any
 
 import trio
 from salvor.protocol import Envelope, Event, RunView
-from salvor.store import AppendRequest, EventStore, Fenced, RunQuota, StoreUnavailable, notice_of
+from salvor.store import (
+    AppendRequest,
+    EventStore,
+    Fence,
+    Fenced,
+    OwnerRelease,
+    RunQuota,
+    StoreUnavailable,
+    notice_of,
+)
 
 from ..metrics import current_metrics
 from ..processes import kill_after_commit_hook
@@ -74,10 +83,23 @@ _RATE_TAKES = 8
 WRITER_STOP_SECONDS = 10.0
 
 
+class _RunClaim:
+    """``RunOwners.claim`` for the writer, which makes the claims it takes together in one
+    transaction (``RunOwners.claim_many``)."""
+
+    __slots__ = ("dead_nodes", "node_id", "owners", "run_id")
+
+    def __init__(self, owners: Any, run_id: str, node_id: str, dead_nodes: tuple) -> None:
+        self.owners = owners
+        self.run_id = run_id
+        self.node_id = node_id
+        self.dead_nodes = dead_nodes
+
+
 class _Pending:
     __slots__ = ("done", "request", "result", "taken")
 
-    def __init__(self, request: AppendRequest) -> None:
+    def __init__(self, request: AppendRequest | OwnerRelease | _RunClaim) -> None:
         self.request = request
         self.done = trio.Event()
         self.result: Any = None
@@ -280,12 +302,27 @@ class StoreAccess:
                 return
             for pending in group:
                 pending.taken = True
-        try:
-            results = self.store.append_batch([p.request for p in group])
-        except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
-            results = [exc] * len(group)
-        for pending, result in zip(group, results):
-            pending.result = result
+        # Claims first, in a short transaction of their own: each is answered without waiting
+        # for the store's write lock behind this process's own writer.
+        batch = []
+        claims: dict[tuple, list[_Pending]] = {}
+        for pending in group:
+            request = pending.request
+            if isinstance(request, _RunClaim):
+                key = (id(request.owners), request.node_id)
+                claims.setdefault(key, []).append(pending)
+            else:
+                batch.append(pending)
+        for claiming in claims.values():
+            self._claim_together(claiming)
+        if batch:
+            try:
+                results = self.store.append_batch([p.request for p in batch])
+            except Exception as exc:  # noqa: BLE001 -- the batch failed: every caller hears why
+                results = [exc] * len(batch)
+            for pending, result in zip(batch, results):
+                # A committed release's result is None: boxed, as "not answered yet" is None.
+                pending.result = (result,) if result is None else result
         # One wake-up of the trio thread for the whole group, not one per append.
         self._token.run_sync_soon(_wake_all, group)
 
@@ -315,10 +352,7 @@ class StoreAccess:
         Cancellation: shielded; the caller waits for the commit to finish,
         or for the writer's end.
         """
-        if self._closed is not None or self._thread is None or not self._thread.is_alive():
-            why = self._closed or "the store is closed"
-            raise StoreUnavailable(f"{why}; nothing of this append was written")
-        pending = _Pending(
+        result = await self._through_writer(
             AppendRequest(
                 run_id=run_id,
                 events=list(events),
@@ -329,20 +363,14 @@ class StoreAccess:
                 # The fence of the drive holding the run here (several nodes over one store):
                 # once another node has taken the run over, the store writes nothing of this.
                 fence=self.driving.fence(run_id, creating=view.next_seq == 0),
-            )
+            ),
+            "append",
         )
-        with trio.CancelScope(shield=True):
-            self._waiting.add(pending)
-            self._submit(pending)
-            try:
-                await pending.done.wait()
-            finally:
-                self._waiting.discard(pending)
-        if isinstance(pending.result, BaseException):
-            if isinstance(pending.result, Fenced) and (metrics := current_metrics()) is not None:
+        if isinstance(result, BaseException):
+            if isinstance(result, Fenced) and (metrics := current_metrics()) is not None:
                 metrics.appends_fenced.inc()
-            raise pending.result
-        envelopes, new_view = pending.result
+            raise result
+        envelopes, new_view = result
         if self.post_commit is not None:
             self.post_commit(envelopes[0].seq, envelopes[-1].seq)
         for listener in self.on_commit:
@@ -357,6 +385,66 @@ class StoreAccess:
             for poke in self.on_notification:
                 poke()
         return envelopes, new_view
+
+    @staticmethod
+    def _claim_together(claiming: list[_Pending]) -> None:
+        """The claims one node makes through one ``RunOwners``, in one transaction."""
+        first = claiming[0].request
+        dead = tuple(sorted({node for p in claiming for node in p.request.dead_nodes}))
+        try:
+            outcomes = first.owners.claim_many(
+                [p.request.run_id for p in claiming], first.node_id, dead_nodes=dead
+            )
+        except Exception as exc:  # noqa: BLE001 -- every claimer hears why
+            outcomes = [exc] * len(claiming)
+        for pending, outcome in zip(claiming, outcomes):
+            pending.result = outcome
+
+    async def _through_writer(self, request: AppendRequest | OwnerRelease | _RunClaim, what: str):
+        """Hand ``request`` to the writer and wait, shielded, for its result (an exception is
+        returned, not raised)."""
+        if self._closed is not None or self._thread is None or not self._thread.is_alive():
+            why = self._closed or "the store is closed"
+            raise StoreUnavailable(f"{why}; nothing of this {what} was written")
+        pending = _Pending(request)
+        with trio.CancelScope(shield=True):
+            self._waiting.add(pending)
+            self._submit(pending)
+            try:
+                await pending.done.wait()
+            finally:
+                self._waiting.discard(pending)
+        result = pending.result
+        return result[0] if type(result) is tuple and len(result) == 1 else result
+
+    async def release_owner(self, run_id: str, fence: Fence) -> None:
+        """``RunOwners.release`` in the writer's next group commit: the drive holding ``run_id``
+        under ``fence`` lets it go, with no transaction (nor fsync) of its own.
+
+        Raises:
+            StoreUnavailable: the store failed, or the writer has ended; the run may still be
+                marked driving (the caller tries again later).
+
+        Cancellation: shielded, as ``append``.
+        """
+        result = await self._through_writer(OwnerRelease(run_id, fence), "release")
+        if isinstance(result, BaseException):
+            raise result
+
+    async def claim_run(
+        self, owners: Any, run_id: str, node_id: str, dead_nodes: tuple = ()
+    ) -> Any:
+        """``owners.claim(run_id, node_id, dead_nodes=...)`` made by the writer between two group
+        commits, in one transaction with the other claims it takes then (``claim_many``): drives
+        starting together share a commit, and none waits for the store's write lock behind
+        this process's writer. Raises as ``RunOwners.claim`` does.
+
+        Cancellation: shielded, as ``append``.
+        """
+        result = await self._through_writer(_RunClaim(owners, run_id, node_id, dead_nodes), "claim")
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a read-only store method on a reader thread."""
@@ -382,15 +470,15 @@ async def open_store_access(
     *,
     synchronous: str = "FULL",
     notifications: bool = False,
-    commit_observer: Callable[[int, float], None] | None = None,
+    commit_observer: Callable[[int, float, int], None] | None = None,
     quota: RunQuota | None = _DEFAULT_QUOTA,
 ) -> AsyncIterator[StoreAccess]:
     """Open the store at ``url`` and its writer thread for the life of the block.
 
     ``notifications``: appends write the outbox rows they call for (``EventStore.open``); only
     a daemon that delivers them asks for it. ``commit_observer``: told of each group commit on
-    the writer thread, with its events and seconds (``EventStore.open``); the daemon's metrics
-    count there. ``quota``: what one run may make the store keep (``EventStore.open``); the
+    the writer thread, with its events, seconds and appends (``EventStore.open``); the daemon's
+    metrics count there. ``quota``: what one run may make the store keep (``EventStore.open``); the
     defaults unless the operator set other limits.
 
     Raises:

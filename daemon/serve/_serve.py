@@ -395,7 +395,12 @@ async def _become_node(
     lease = NodeLease(config.lease_seconds, config.fence_margin_seconds)
     peers = Peers()
     access.driving = StoreDriving(
-        access.store.owners, identity, lease, dead_nodes=lambda: peers.dead, metrics=metrics
+        access.store.owners,
+        identity,
+        lease,
+        dead_nodes=lambda: peers.dead,
+        metrics=metrics,
+        writer=access,
     )
     # -- many machines (issue 30, item 5): each scrape says which node answered --
     metrics.read_node(access.driving.reading)

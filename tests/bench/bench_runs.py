@@ -2,22 +2,35 @@
 
 1,000 runs (``--runs``) of an agent that takes 10 steps (``--steps``: a model
 call asking for ``lookup_invoice``, then the tool), plus the final answer,
-are started over HTTP against one daemon (``serve()`` in this process, on a
-loopback port, a fresh SQLite file with WAL and synchronous=FULL). The model
+are started over HTTP against one daemon: by default a real ``salvor serve``
+process on a loopback port (``--workers N``, else ``salvor serve``'s own
+default), over a fresh SQLite file with WAL and synchronous=FULL. The model
 is the scripted provider in processes of its own (``--providers``, default
-4), so its request parsing never competes with salvor for the interpreter
-lock; the runs are spread over one agent per provider process.
+4); the runs are spread over one agent per provider process. The demo
+tools' effect ledger (an fsync per tool call under one lock, kept for the
+kill tests' counts) is off unless ``--tool-ledger``: it is the tool's cost,
+which the model-call ceiling leaves out.
 
 Measured: durable events per second from the first ``POST /v1/runs`` until
-every run completed, and the writer's group commit (transactions against
-appends, counted by wrapping ``EventStore.append_batch``; production code is
-unchanged). The baseline, on the same filesystem: raw ``sqlite3`` inserting
+every run completed, and the writer's group commit: appends (one run's batch
+each) against the transactions that committed them, from the daemon's
+``/metrics`` counters summed over its workers (``serve_process``). Also the
+CPU seconds per run of the daemon's processes, the provider processes and
+this load client, so a figure says what bounds it on this machine.
+
+``--in-process`` runs ``serve()`` in this process instead (one worker), the
+group commit counted by wrapping ``EventStore.append_batch`` (production code
+unchanged): it adds the largest group and the writer's busy fraction, lets
+``--drive-concurrency`` differ from ``salvor serve``'s 64, and puts the daemon
+in one interpreter to profile.
+
+The baseline, on the same filesystem: raw ``sqlite3`` inserting
 rows of a similar size, many rows per ``BEGIN IMMEDIATE ... COMMIT``, with the
 same pragmas, at the group size salvor reached and at 256 rows. A second
 baseline: the same number of model calls with no salvor at all (httpx
-clients, as many as salvor drives at once, against fresh provider
-processes); times the events salvor records per call, it is the ceiling the
-model round trip alone puts on events per second on this machine.
+clients, as many as salvor drives at once: 64 per worker, against fresh
+provider processes); times the events salvor records per call, it is the
+ceiling the model round trip alone puts on events per second on this machine.
 
 ``--store postgresql://...`` runs the daemon on that server instead, in a
 schema of its own dropped at the end, and the baseline becomes the same
@@ -30,8 +43,8 @@ alone; a busy machine shows there).
 
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
-    python tests/bench/bench_runs.py [--runs 1000] [--steps 10]
-    [--providers 4] [--dir DIR] [--store URL]
+    python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--workers N]
+    [--providers 4] [--in-process] [--tool-ledger] [--dir DIR] [--store URL]
 """
 
 from __future__ import annotations
@@ -53,8 +66,9 @@ import trio
 from salvor.daemon.agents import Credentials
 from salvor.daemon.recording._store_access import GROUP_WINDOW_SECONDS
 from salvor.daemon.serve._serve import ServeConfig, serve
+from salvor.daemon.tools._demo import EFFECTS_ENV
 from salvor.protocol import EventKind
-from salvor.store import EventStore
+from salvor.store import AppendRequest, EventStore
 
 from tests.bench.bench_steps import RAW_PAYLOAD, ProviderProcess
 from tests.bench.bench_store import (
@@ -63,6 +77,14 @@ from tests.bench.bench_store import (
     pg_settings,
     raw_pg_batched_rows_per_s,
     raw_pg_commits_per_s,
+)
+from tests.bench.serve_process import (
+    COMMIT_SECONDS,
+    ServeProcess,
+    cpu_seconds,
+    scrape_all,
+    summed,
+    wait_completed,
 )
 
 TARGET_RATIO = 0.5
@@ -79,6 +101,8 @@ class GroupCommitCounter:
     def __init__(self) -> None:
         self.transactions = 0
         self.appends = 0
+        # Drives letting their runs go, in the same transactions (``OwnerRelease``).
+        self.releases = 0
         self.events = 0
         self.seconds = 0.0
         self.completed = 0
@@ -93,7 +117,9 @@ class GroupCommitCounter:
             start = time.perf_counter()
             results = counter._real(store, requests)
             elapsed = time.perf_counter() - start
-            events = completed = 0
+            appends = events = completed = 0
+            for request in requests:
+                appends += isinstance(request, AppendRequest)
             for result in results:
                 if isinstance(result, tuple):
                     envelopes = result[0]
@@ -101,11 +127,12 @@ class GroupCommitCounter:
                     completed += envelopes[-1].event.KIND is EventKind.RUN_COMPLETED
             with counter._lock:
                 counter.transactions += 1
-                counter.appends += len(requests)
+                counter.appends += appends
+                counter.releases += len(requests) - appends
                 counter.events += events
                 counter.completed += completed
                 counter.seconds += elapsed
-                counter.largest = max(counter.largest, len(requests))
+                counter.largest = max(counter.largest, appends)
             return results
 
         EventStore.append_batch = append_batch
@@ -192,7 +219,59 @@ def agent_toml(base_url: str, index: int) -> str:
     )
 
 
-async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounter) -> dict:
+async def drive_load(base_url: str, args, base_urls: list[str], until_completed) -> dict:
+    """Register one agent per provider, start ``args.runs`` runs over HTTP, and wait (with
+    ``until_completed(started)``, which returns the seconds since) for every one to complete."""
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64)
+    ) as client:
+        agents = []
+        for index, provider_url in enumerate(base_urls):
+            response = await client.post(
+                "/v1/agents",
+                content=agent_toml(provider_url, index),
+                headers={"content-type": "application/toml"},
+            )
+            response.raise_for_status()
+            agents.append(response.json()["agent"])
+        start = time.perf_counter()
+        post_latencies: list[float] = []
+
+        # A bounded number of POSTs in flight: a long queue in the client's
+        # pool costs this process CPU (the daemon's too, in-process), not the daemon's work.
+        posting = trio.CapacityLimiter(32)
+
+        async def post(i: int) -> None:
+            async with posting:
+                began = time.perf_counter()
+                response = await client.post(
+                    "/v1/runs",
+                    json={"agent": agents[i % len(agents)], "input": {"task": f"batch {i}"}},
+                )
+                response.raise_for_status()
+                post_latencies.append(time.perf_counter() - began)
+
+        async with trio.open_nursery() as posters:
+            for i in range(args.runs):
+                posters.start_soon(post, i)
+        created = time.perf_counter() - start
+        wall = await until_completed(start)
+        page = {"status": "completed", "limit": 1000}
+        listed = (await client.get("/v1/runs", params=page)).json()
+    post_latencies.sort()
+    return {
+        "wall": wall,
+        "created_seconds": created,
+        "post_p50_ms": post_latencies[len(post_latencies) // 2] * 1000,
+        "post_p99_ms": post_latencies[int(len(post_latencies) * 0.99)] * 1000,
+        "listed_completed": len(listed["runs"]),
+    }
+
+
+async def bench_in_process(
+    url: str, args, base_urls: list[str], counter: GroupCommitCounter
+) -> dict:
+    """The daemon as ``serve()`` in this process (one worker), counted by ``counter``."""
     config = ServeConfig(
         port=0,
         store_url=url,
@@ -202,61 +281,50 @@ async def bench(url: str, args, base_urls: list[str], counter: GroupCommitCounte
         # The operator declares the scripted providers, as `--model-endpoint` would.
         credentials=Credentials.for_daemon(model_endpoints=base_urls),
     )
+
+    async def until_completed(start: float) -> float:
+        while counter.completed < args.runs:
+            await trio.sleep(0.02)
+        return time.perf_counter() - start
+
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve, config)
-        async with httpx.AsyncClient(
-            base_url=binds[0], timeout=60, limits=httpx.Limits(max_connections=64)
-        ) as client:
-            agents = []
-            for index, base_url in enumerate(base_urls):
-                response = await client.post(
-                    "/v1/agents",
-                    content=agent_toml(base_url, index),
-                    headers={"content-type": "application/toml"},
-                )
-                response.raise_for_status()
-                agents.append(response.json()["agent"])
-            events_before = counter.events
-            start = time.perf_counter()
-            post_latencies: list[float] = []
-
-            # A bounded number of POSTs in flight: a long queue in the client's
-            # pool costs this process (the daemon's) CPU, not the daemon's work.
-            posting = trio.CapacityLimiter(32)
-
-            async def post(i: int) -> None:
-                async with posting:
-                    await post_one(i)
-
-            async def post_one(i: int) -> None:
-                began = time.perf_counter()
-                response = await client.post(
-                    "/v1/runs",
-                    json={"agent": agents[i % len(agents)], "input": {"task": f"batch {i}"}},
-                )
-                response.raise_for_status()
-                post_latencies.append(time.perf_counter() - began)
-
-            async with trio.open_nursery() as posters:
-                for i in range(args.runs):
-                    posters.start_soon(post, i)
-            created = time.perf_counter() - start
-            while counter.completed < args.runs:
-                await trio.sleep(0.02)
-            wall = time.perf_counter() - start
-            listed = (
-                await client.get("/v1/runs", params={"status": "completed", "limit": 1000})
-            ).json()
+        events_before = counter.events
+        result = await drive_load(binds[0], args, base_urls, until_completed)
         nursery.cancel_scope.cancel(reason="benchmark done")
-    post_latencies.sort()
     return {
-        "wall": wall,
-        "created_seconds": created,
+        **result,
         "events": counter.events - events_before,
-        "post_p50_ms": post_latencies[len(post_latencies) // 2] * 1000,
-        "post_p99_ms": post_latencies[int(len(post_latencies) * 0.99)] * 1000,
-        "listed_completed": len(listed["runs"]),
+        "transactions": counter.transactions,
+        "appends": counter.appends,
+        "commit_seconds": counter.seconds,
     }
+
+
+async def bench_serve_process(daemon: ServeProcess, args, base_urls: list[str]) -> dict:
+    """The daemon as a real ``salvor serve``, counted through every worker's ``/metrics``."""
+    before = await scrape_all(daemon.base_url, daemon.workers)
+    cpu_before = daemon.cpu_seconds(), os.times()
+
+    async def until_completed(start: float) -> float:
+        return await wait_completed(daemon.base_url, args.runs, start)
+
+    result = await drive_load(daemon.base_url, args, base_urls, until_completed)
+    cpu_after = daemon.cpu_seconds(), os.times()
+    counts = summed(before, await scrape_all(daemon.base_url, daemon.workers))
+    return {
+        **result,
+        "events": int(counts["salvor_appends_total"]),
+        "transactions": int(counts["salvor_commits_total"]),
+        "appends": int(counts["salvor_append_batches_total"]),
+        "commit_seconds": counts[COMMIT_SECONDS],
+        "salvor_cpu_seconds": cpu_after[0] - cpu_before[0],
+        "client_cpu_seconds": _cpu(cpu_after[1]) - _cpu(cpu_before[1]),
+    }
+
+
+def _cpu(times: os.times_result) -> float:
+    return times.user + times.system
 
 
 def main() -> None:
@@ -268,48 +336,95 @@ def main() -> None:
         "--drive-concurrency",
         type=int,
         default=64,
-        help="ServeConfig.recovery_concurrency: how many runs drive at once (default 64)",
+        help="how many runs one daemon process drives at once (ServeConfig.recovery_concurrency; "
+        "salvor serve's default is 64, so only --in-process may change it)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="salvor serve --workers N (default: none given, so salvor serve's own default)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="serve() in this process (one worker) instead of a salvor serve process: the "
+        "group commit then counted by wrapping EventStore.append_batch (largest group, writer "
+        "busy fraction), and one interpreter to profile",
+    )
+    parser.add_argument(
+        "--tool-ledger",
+        action="store_true",
+        help="keep the demo tools' effect ledger (an fsync per tool call, under one lock)",
     )
     parser.add_argument("--dir", type=Path, default=None)
     add_store_option(parser)
     args = parser.parse_args()
+    if args.in_process and args.workers is not None:
+        parser.error("--workers needs a salvor serve process (drop --in-process)")
+    if args.in_process and not args.tool_ledger:
+        os.environ[EFFECTS_ENV] = ""
 
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(args.steps)]
     # The machine is measured, not assumed quiet: other work on it shows here.
     load_before = os.getloadavg()
     counter = GroupCommitCounter()
+    workers = 1
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-runs-") as scratch:
         scratch_path = Path(scratch)
         with bench_store_url(args.store, scratch_path) as url:
             providers = [ProviderProcess(plan) for _ in range(args.providers)]
             for provider in providers:
                 provider.__enter__()
+            provider_urls = [p.base_url for p in providers]
+            daemon = None
             try:
-                counter.install()
-                result = trio.run(bench, url, args, [p.base_url for p in providers], counter)
+                provider_cpu = -sum(cpu_seconds(p.pid) for p in providers)
+                if args.in_process:
+                    counter.install()
+                    result = trio.run(bench_in_process, url, args, provider_urls, counter)
+                else:
+                    daemon = ServeProcess(
+                        url,
+                        provider_urls,
+                        workers=args.workers,
+                        tool_ledger=args.tool_ledger,
+                        scratch=scratch_path,
+                    )
+                    workers = daemon.workers
+                    result = trio.run(bench_serve_process, daemon, args, provider_urls)
+                provider_cpu += sum(cpu_seconds(p.pid) for p in providers)
             finally:
                 counter.uninstall()
+                if daemon is not None:
+                    daemon.stop()
                 model_calls = sum(p.stop() for p in providers)
                 for provider in providers:
                     provider.__exit__(None, None, None)
             # The same model traffic with no salvor, against fresh providers
-            # (so the counts above stay salvor's own).
+            # (so the counts above stay salvor's own), as many calls at once as salvor drives.
+            direct_concurrency = args.drive_concurrency * workers
             direct = [ProviderProcess(plan) for _ in range(args.providers)]
             for provider in direct:
                 provider.__enter__()
             try:
+                direct_cpu = -sum(cpu_seconds(p.pid) for p in direct), _cpu(os.times())
+                direct_start = time.perf_counter()
+                direct_urls = [p.base_url for p in direct]
                 direct_rate = trio.run(
-                    direct_model_calls,
-                    [p.base_url for p in direct],
-                    model_calls,
-                    args.drive_concurrency,
+                    direct_model_calls, direct_urls, model_calls, direct_concurrency
+                )
+                direct_wall = time.perf_counter() - direct_start
+                direct_cpu = (
+                    direct_cpu[0] + sum(cpu_seconds(p.pid) for p in direct),
+                    _cpu(os.times()) - direct_cpu[1],
                 )
             finally:
                 for provider in direct:
                     provider.stop()
                     provider.__exit__(None, None, None)
             events = result["events"]
-            group = max(1, round(counter.events / counter.transactions))
+            group = max(1, round(events / max(1, result["transactions"])))
             raw_rows = max(20_000, events)
             if args.store is None:
                 raw_matched = raw_batched_rows_per_s(
@@ -323,7 +438,40 @@ def main() -> None:
                 settings = pg_settings(url)
     events_per_s = events / result["wall"]
     load_after = os.getloadavg()
-    appends_per_transaction = counter.appends / counter.transactions
+    transactions = max(1, result["transactions"])
+    appends_per_transaction = result["appends"] / transactions
+    in_process = (
+        {
+            "owner_releases": counter.releases,
+            "largest_group": counter.largest,
+            "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
+        }
+        if args.in_process
+        else {}
+    )
+    # Where the CPU went (a salvor serve process only: in-process, salvor and the client share
+    # one interpreter): seconds per run, against what the model round trip alone costs.
+    cpu = (
+        {}
+        if args.in_process
+        else {
+            "cpu_seconds_per_run": {
+                "salvor": round(result["salvor_cpu_seconds"] / args.runs, 4),
+                "providers": round(provider_cpu / args.runs, 4),
+                "load_client": round(result["client_cpu_seconds"] / args.runs, 4),
+                "direct_providers": round(direct_cpu[0] / args.runs, 4),
+                "direct_client": round(direct_cpu[1] / args.runs, 4),
+            },
+            "cpu_busy_cores": {
+                "salvor_run": round(
+                    (result["salvor_cpu_seconds"] + provider_cpu + result["client_cpu_seconds"])
+                    / result["wall"],
+                    2,
+                ),
+                "direct_run": round(sum(direct_cpu) / direct_wall, 2),
+            },
+        }
+    )
     ceiling_ratio = events_per_s / (direct_rate * events / model_calls)
     raw = "raw_sqlite" if args.store is None else "raw_postgres"
     backend = {} if args.store is None else {"backend": "postgresql"}
@@ -335,7 +483,11 @@ def main() -> None:
                 "runs": args.runs,
                 "steps_per_run": args.steps,
                 "provider_processes": args.providers,
+                "daemon": "in-process serve()" if args.in_process else "salvor serve process",
+                "workers": workers,
+                "tool_ledger": args.tool_ledger,
                 "drive_concurrency": args.drive_concurrency,
+                "direct_concurrency": direct_concurrency,
                 "model_calls": model_calls,
                 "events": events,
                 "wall_seconds": round(result["wall"], 3),
@@ -344,13 +496,12 @@ def main() -> None:
                 "post_runs_p99_ms": round(result["post_p99_ms"], 2),
                 "events_per_s": round(events_per_s, 1),
                 "group_commit": {
-                    "transactions": counter.transactions,
-                    "appends": counter.appends,
+                    "transactions": result["transactions"],
+                    "appends": result["appends"],
                     "appends_per_transaction": round(appends_per_transaction, 2),
-                    "events_per_transaction": round(counter.events / counter.transactions, 2),
-                    "largest_group": counter.largest,
-                    "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
-                    "commit_ms_mean": round(counter.seconds / counter.transactions * 1000, 3),
+                    "events_per_transaction": round(events / transactions, 2),
+                    **in_process,
+                    "commit_ms_mean": round(result["commit_seconds"] / transactions * 1000, 3),
                     "window_seconds": GROUP_WINDOW_SECONDS,
                     "target_appends_per_transaction": GROUP_TARGET,
                     "meets_group_target": appends_per_transaction >= GROUP_TARGET,
@@ -377,6 +528,7 @@ def main() -> None:
                 "target_ratio_vs_model_call_ceiling": CEILING_TARGET,
                 "meets_ceiling_target": ceiling_ratio >= CEILING_TARGET,
                 "listed_completed_page": result["listed_completed"],
+                **cpu,
                 **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
                 "cpus": os.cpu_count(),
                 "load_average_before": [round(x, 2) for x in load_before],

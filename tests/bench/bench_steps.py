@@ -167,6 +167,10 @@ class ProviderProcess:
         self.base_url = self._connection.recv()
         return self
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def stop(self) -> int:
         self._connection.send("stop")
         count = self._connection.recv()

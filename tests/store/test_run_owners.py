@@ -27,6 +27,7 @@ from salvor.store import (
     EventStore,
     Fence,
     Fenced,
+    OwnerRelease,
     RunOwner,
     SeqConflict,
 )
@@ -160,6 +161,28 @@ def test_a_claim_is_a_compare_and_set_that_raises_the_epoch(
     assert view.next_seq == 1
 
 
+def test_claims_made_together_each_get_their_own_outcome(store: EventStore, store_url: str) -> None:
+    register(store, "n1")
+    register(store, "n2")
+    for run_id in ("held", "free"):
+        store.append(run_id, [started()], EMPTY_VIEW)  # unfenced: no owner yet
+    store.owners.claim("held", "n2")
+    outcomes = store.owners.claim_many(["new", "held", "free", "new"], "n1")
+    assert outcomes == [
+        Claimed(Fence("n1", 1), None),
+        Claimed(None, RunOwner("held", "n2", 1, True, True)),
+        Claimed(Fence("n1", 1), None),
+        Claimed(Fence("n1", 1), None),
+    ]
+    assert owner_columns(store_url, "free") == ("n1", 1, 1)
+    # A claimer whose lease lapsed is refused for every run, and nothing is written.
+    lapse(store_url, "n2")
+    refused = store.owners.claim_many(["held", "free"], "n2")
+    assert all(isinstance(outcome, Fenced) for outcome in refused)
+    assert [o.run_id for o in refused] == ["held", "free"]
+    assert owner_columns(store_url, "free") == ("n1", 1, 1)
+
+
 def test_a_node_without_a_live_lease_claims_nothing(store: EventStore, store_url: str) -> None:
     register(store, "n1")
     store.append("r", [started()], EMPTY_VIEW)
@@ -236,6 +259,50 @@ def test_a_group_of_only_stale_fences_writes_nothing(store: EventStore, store_ur
     )
     assert isinstance(result, Fenced)
     assert store.read_view("a") == view
+
+
+def test_a_release_commits_in_its_group_and_a_stale_one_changes_nothing(
+    store: EventStore, store_url: str
+) -> None:
+    commits = []
+    store._commit_observer = lambda events, seconds, appends: commits.append((events, appends))
+    register(store, "n1")
+    register(store, "n2")
+    fences, views = {}, {}
+    for run_id in ("a", "b", "c"):
+        fences[run_id] = store.owners.claim(run_id, "n1").fence
+        _, views[run_id] = store.append(run_id, [started()], EMPTY_VIEW, fence=fences[run_id])
+    # Run c was taken over: its old drive's release must not free the new owner's hold.
+    lapse(store_url, "n1")
+    taken = store.owners.claim("c", "n2").fence
+    commits.clear()
+    results = store.append_batch(
+        [
+            AppendRequest(
+                run_id="a", events=[RunCompleted(output=1)], view=views["a"], fence=fences["a"]
+            ),
+            OwnerRelease("a", fences["a"]),
+            OwnerRelease("c", fences["c"]),
+            AppendRequest(
+                run_id="b",
+                events=[ModelCallRequested(request_hash="sha256:b")],
+                view=views["b"],
+                fence=fences["b"],
+            ),
+        ]
+    )
+    assert isinstance(results[0], tuple) and isinstance(results[3], tuple), results
+    assert results[1] is None and results[2] is None
+    # One transaction held both appends and the releases.
+    assert commits == [(2, 2)]
+    assert owner_columns(store_url, "a") == ("n1", 1, 0)
+    assert owner_columns(store_url, "b") == ("n1", 1, 1)
+    assert owner_columns(store_url, "c") == ("n2", taken.epoch, 1)
+    # A group of releases alone commits too.
+    (alone,) = store.append_batch([OwnerRelease("b", fences["b"])])
+    assert alone is None and owner_columns(store_url, "b") == ("n1", 1, 0)
+    for run_id in ("a", "b", "c"):
+        assert_row_matches_log(store, run_id)
 
 
 def test_unfenced_appends_and_ordinary_appends_leave_the_owner_alone(

@@ -1099,6 +1099,7 @@ def test_public_names_are_exported() -> None:
         "Fence",
         "Fenced",
         "NodeRecord",
+        "OwnerRelease",
         "RunOwner",
         "RunOwners",
         "ClientLease",
@@ -1226,7 +1227,13 @@ def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
 
 def test_the_commit_observer_hears_each_committed_transaction_once(store_url: str) -> None:
     heard: list[tuple[int, float]] = []
-    store = EventStore.open(store_url, commit_observer=lambda events, s: heard.append((events, s)))
+    appends: list[int] = []
+
+    def observe(events: int, seconds: float, batches: int) -> None:
+        heard.append((events, seconds))
+        appends.append(batches)
+
+    store = EventStore.open(store_url, commit_observer=observe)
     try:
         _, view_a = store.append("a", [started()], EMPTY_VIEW)
         assert [events for events, _ in heard] == [1]
@@ -1242,6 +1249,8 @@ def test_the_commit_observer_hears_each_committed_transaction_once(store_url: st
             ]
         )
         assert [events for events, _ in heard] == [1, 1, 3]
+        # Its appends: the two runs' batches that committed (the refused one is not).
+        assert appends == [1, 1, 2]
         # Nothing committed, nothing heard: a claim another run holds, a stale view.
         _, view_e = store.append("e", [started()], EMPTY_VIEW)
         heard.clear()

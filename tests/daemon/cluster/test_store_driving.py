@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 import trio
@@ -19,9 +20,9 @@ from salvor.daemon.cluster import (
     pid_start,
     register,
 )
-from salvor.daemon.recording import DriveStopped
+from salvor.daemon.recording import DriveStopped, open_store_access
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted
-from salvor.store import EventStore, Fenced, NodeRecord, RunOwner
+from salvor.store import EventStore, Fenced, NodeRecord, OwnerRelease, RunOwner
 
 RUN = "0b000000-0000-4000-8000-000000000001"
 
@@ -161,3 +162,37 @@ async def test_a_run_a_nodes_access_creates_is_that_nodes_and_a_held_one_is_fenc
         async with driving.hold(RUN):
             owner = access.store.owners.owner(RUN)
             assert (owner.node_id, owner.epoch, owner.driving) == (me, 1, True)
+
+
+async def test_a_drive_with_the_writer_claims_on_it_and_lets_go_in_its_group_commit(tmp_path):
+    async with open_store_access(f"sqlite:///{tmp_path / 'salvor.db'}") as access:
+        identity = NodeIdentity.here("solo")
+        lease = NodeLease(30, 2)
+        await register(access.store.owners, identity, lease)
+        access.driving = StoreDriving(access.store.owners, identity, lease, writer=access)
+        groups = []
+        real = access.store.append_batch
+
+        def append_batch(requests):
+            groups.append([type(request).__name__ for request in requests])
+            return real(requests)
+
+        access.store.append_batch = append_batch
+        writer_thread = []
+        real_claim = access.store.owners.claim_many
+
+        def claim_many(*args, **kwargs):
+            writer_thread.append(threading.current_thread().name)
+            return real_claim(*args, **kwargs)
+
+        access.store.owners.claim_many = claim_many
+        started = [RunStarted(agent_def_hash="sha256:" + "0" * 64, input=None)]
+        async with access.driving.hold(RUN):
+            await access.append(RUN, started, EMPTY_VIEW)
+            groups.clear()
+        # The claim ran on the writer's thread (with any others it took then), and the release
+        # went in a group commit (beside whatever appends the writer took), not on its own.
+        assert writer_thread == ["salvor-writer"]
+        assert groups == [[OwnerRelease.__name__]]
+        owner = access.store.owners.owner(RUN)
+        assert owner.node_id == identity.node_id and not owner.driving

@@ -130,7 +130,11 @@ def test_serve_takes_text_or_json_and_json_puts_json_lines_on_stderr(monkeypatch
     # What `salvor serve` sets up before it serves, on a process with no logging set up yet.
     monkeypatch.setattr(logging.root, "handlers", [])
     monkeypatch.setattr(logging.root, "level", logging.WARNING)
+    monkeypatch.setattr(logging.getLogger("httpx"), "level", logging.NOTSET)
     _serve_command.log_to_stderr("json")
     (handler,) = logging.root.handlers
     assert isinstance(handler.formatter, JsonLines) and handler.stream is sys.stderr
     assert logging.root.level == logging.INFO
+    # Not a line per request the daemon sends (httpx's INFO), but its warnings.
+    httpx_log = logging.getLogger("httpx")
+    assert not httpx_log.isEnabledFor(logging.INFO) and httpx_log.isEnabledFor(logging.WARNING)

@@ -20,7 +20,7 @@ async def test_appends_made_together_by_many_tasks_share_a_few_transactions(tmp_
     transactions: list[int] = []
     lock = threading.Lock()
 
-    def observed(events: int, seconds: float) -> None:
+    def observed(events: int, seconds: float, appends: int) -> None:
         with lock:
             transactions.append(events)
 
