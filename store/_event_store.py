@@ -98,7 +98,6 @@ from ._records import (
     probe_answer_from_row,
     summary_from_row,
 )
-from ._repository import Repository
 from ._repository import failure_reason as _reason
 from ._run_owners import Fence, RunOwners
 from ._schema import (
@@ -302,13 +301,12 @@ class EventStore:
             else func.octet_length(events.c.payload)
         )
         # Node leases and run ownership (issue 30, run ownership).
-        self.owners = RunOwners(engine, self.url)
+        self.owners = RunOwners(engine, url)
         # One repository per table family beyond the logs (issue 30: the state several nodes
         # share lives in the store).
-        shared = Repository(engine, url)
-        self.outbox = Outbox(shared)
-        self.client_leases = ClientLeases(shared)
-        self.sessions = LoginSessions(shared)
+        self.outbox = Outbox(engine, url)
+        self.client_leases = ClientLeases(engine, url)
+        self.sessions = LoginSessions(engine, url)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, Text, bindparam, text
-from sqlalchemy.exc import SQLAlchemyError
 
-from ._engine import READ_OPTION
-from ._errors import Fenced, StoreUnavailable, passes_by_itself
+from ._errors import Fenced
+from ._repository import Repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +110,7 @@ _NODE_COLUMNS = (
 )
 
 
-class RunOwners:
+class RunOwners(Repository):
     """Node leases and run ownership in one store. Blocking, safe to share between threads;
     every method is one short transaction of its own.
 
@@ -120,12 +119,8 @@ class RunOwners:
     """
 
     def __init__(self, engine: Engine, url: str) -> None:
-        """Built by ``EventStore.open`` (``store.owners``); ``url`` is the display form."""
-        self._engine = engine
-        # Reads begin a deferred transaction on SQLite, never queueing behind the write lock.
-        self._reader = engine.execution_options(**{READ_OPTION: True})
-        self._url = url
-        self.dialect = engine.dialect.name
+        """Built by ``EventStore.open`` (``store.owners``)."""
+        super().__init__(engine, url)
         postgres = self.dialect == "postgresql"
         now, later = _NOW[self.dialect], _LATER[self.dialect]
         live = f"(n.node_id IS NOT NULL AND n.stopped_at IS NULL AND n.lease_expires_at >= {now})"
@@ -199,14 +194,6 @@ class RunOwners:
             return {"lease_modifier": f"+{lease_seconds:.3f} seconds"}
         return {"lease_seconds": float(lease_seconds)}
 
-    def _failed(self, exc: SQLAlchemyError, doing: str) -> StoreUnavailable:
-        inner = getattr(exc, "orig", None) or exc
-        reason = (str(inner).strip().splitlines() or [type(inner).__name__])[0]
-        return StoreUnavailable(
-            f"the store at {self._url} failed to {doing}: {reason}",
-            transient=passes_by_itself(exc),
-        )
-
     # -- nodes ------------------------------------------------------------------
 
     def register(
@@ -241,12 +228,9 @@ class RunOwners:
             "listen": listen,
             **self._lease_params(lease_seconds),
         }
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._register, params)
-                return connection.execute(self._lease_of, {"node_id": node_id}).scalar_one()
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "register a node") from None
+        with self._writing("register a node") as connection:
+            connection.execute(self._register, params)
+            return connection.execute(self._lease_of, {"node_id": node_id}).scalar_one()
 
     def renew(self, node_id: str, lease_seconds: float) -> bool:
         """Extend ``node_id``'s lease to ``lease_seconds`` from now (the database's now).
@@ -261,11 +245,8 @@ class RunOwners:
                 count it as running out from its last successful renewal).
         """
         params = {"node_id": node_id, **self._lease_params(lease_seconds)}
-        try:
-            with self._engine.begin() as connection:
-                return connection.execute(self._renew, params).rowcount == 1
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "renew a node's lease") from None
+        with self._writing("renew a node's lease") as connection:
+            return connection.execute(self._renew, params).rowcount == 1
 
     def retire(self, node_id: str) -> None:
         """A graceful stop: the node's lease ends now, so its peers may take its runs at once.
@@ -274,11 +255,8 @@ class RunOwners:
             StoreUnavailable: the database failed; the lease is as it was (its runs are taken
                 over once it lapses).
         """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._retire, {"node_id": node_id})
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "retire a node") from None
+        with self._writing("retire a node") as connection:
+            connection.execute(self._retire, {"node_id": node_id})
 
     def set_listen(self, node_id: str, listen: str | None) -> None:
         """Record where ``node_id`` listens (known only once it has bound its socket).
@@ -286,11 +264,8 @@ class RunOwners:
         Raises:
             StoreUnavailable: the database failed; the row is as it was.
         """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._set_listen, {"node_id": node_id, "listen": listen})
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "record a node's address") from None
+        with self._writing("record a node's address") as connection:
+            connection.execute(self._set_listen, {"node_id": node_id, "listen": listen})
 
     def forget_nodes(self, lapsed_for: float) -> int:
         """Delete the rows of nodes whose lease lapsed more than ``lapsed_for`` seconds ago (by
@@ -309,19 +284,13 @@ class RunOwners:
             params = {"lease_modifier": "-" + params["lease_modifier"][1:]}
         else:
             params = {"lease_seconds": -params["lease_seconds"]}
-        try:
-            with self._engine.begin() as connection:
-                return connection.execute(self._forget, params).rowcount
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "forget stopped nodes") from None
+        with self._writing("forget stopped nodes") as connection:
+            return connection.execute(self._forget, params).rowcount
 
     def nodes(self) -> list[NodeRecord]:
         """Every node ever registered (stopped ones too), oldest first."""
-        try:
-            with self._reader.connect() as connection:
-                return [NodeRecord(*row) for row in connection.execute(self._nodes)]
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "list nodes") from None
+        with self._reading("list nodes") as connection:
+            return [NodeRecord(*row) for row in connection.execute(self._nodes)]
 
     # -- runs -------------------------------------------------------------------
 
@@ -340,44 +309,41 @@ class RunOwners:
                 registered): it may claim nothing; nothing was written.
             StoreUnavailable: the database failed; nothing was written.
         """
-        try:
-            with self._engine.begin() as connection:
-                live = connection.execute(self._claimer_live, {"node_id": node_id}).scalar()
-                if not live:
-                    raise Fenced(
-                        f"node {node_id} holds no live lease (it lapsed, or the node stopped); "
-                        f"it may not claim run {run_id}",
-                        run_id=run_id,
-                        epoch=0,
-                    )
-                row = connection.execute(self._run_owner, {"run_id": run_id}).first()
-                if row is None:
-                    return Claimed(Fence(node_id, 1), None)
-                owner, epoch, driving = row
-                free = owner is None or not driving
-                taken_from = None
-                if not free and owner != node_id:
-                    proven = 1 if owner in dead_nodes else 0
-                    buried = connection.execute(
-                        self._bury, {"node_id": owner, "proven": proven}
-                    ).rowcount
-                    free = buried == 1 or (
-                        connection.execute(self._node_exists, {"node_id": owner}).first() is None
-                    )
-                    taken_from = owner if free else None
-                if not free:
-                    return Claimed(None, RunOwner(run_id, owner, epoch, True, True))
-                taken = connection.execute(
-                    self._take,
-                    {"node_id": node_id, "epoch": epoch + 1, "run_id": run_id, "was": epoch},
+        with self._writing("claim a run") as connection:
+            live = connection.execute(self._claimer_live, {"node_id": node_id}).scalar()
+            if not live:
+                raise Fenced(
+                    f"node {node_id} holds no live lease (it lapsed, or the node stopped); "
+                    f"it may not claim run {run_id}",
+                    run_id=run_id,
+                    epoch=0,
+                )
+            row = connection.execute(self._run_owner, {"run_id": run_id}).first()
+            if row is None:
+                return Claimed(Fence(node_id, 1), None)
+            owner, epoch, driving = row
+            free = owner is None or not driving
+            taken_from = None
+            if not free and owner != node_id:
+                proven = 1 if owner in dead_nodes else 0
+                buried = connection.execute(
+                    self._bury, {"node_id": owner, "proven": proven}
                 ).rowcount
-                if taken != 1:
-                    # Only on SQLite without the row lock could this be; the transaction is
-                    # IMMEDIATE there, so nothing moved it: still, never claim on a lost CAS.
-                    return Claimed(None, self._owner_in(connection, run_id))
-                return Claimed(Fence(node_id, epoch + 1), None, taken_from)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "claim a run") from None
+                free = buried == 1 or (
+                    connection.execute(self._node_exists, {"node_id": owner}).first() is None
+                )
+                taken_from = owner if free else None
+            if not free:
+                return Claimed(None, RunOwner(run_id, owner, epoch, True, True))
+            taken = connection.execute(
+                self._take,
+                {"node_id": node_id, "epoch": epoch + 1, "run_id": run_id, "was": epoch},
+            ).rowcount
+            if taken != 1:
+                # Only on SQLite without the row lock could this be; the transaction is
+                # IMMEDIATE there, so nothing moved it: still, never claim on a lost CAS.
+                return Claimed(None, self._owner_in(connection, run_id))
+            return Claimed(Fence(node_id, epoch + 1), None, taken_from)
 
     def release(self, run_id: str, fence: Fence) -> None:
         """``fence``'s node stops driving ``run_id``, and stays its owner (a run left active by
@@ -388,11 +354,8 @@ class RunOwners:
                 a peer may claim it only once this node's lease lapses).
         """
         params = {"run_id": run_id, "node_id": fence.node_id, "epoch": fence.epoch}
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._release, params)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "release a run") from None
+        with self._writing("release a run") as connection:
+            connection.execute(self._release, params)
 
     def owner(self, run_id: str) -> RunOwner | None:
         """``run_id``'s owner (``node_id`` None when it has none); None when the run does not
@@ -403,14 +366,11 @@ class RunOwners:
         """The owner of each of ``run_ids`` that exists (one query per 400 runs)."""
         ids = list(dict.fromkeys(run_ids))
         found: dict[str, RunOwner] = {}
-        try:
-            with self._reader.connect() as connection:
-                for start in range(0, len(ids), _PAGE):
-                    page = ids[start : start + _PAGE]
-                    for row in connection.execute(self._owners, {"run_ids": page}):
-                        found[row[0]] = _owner(row)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "read runs' owners") from None
+        with self._reading("read runs' owners") as connection:
+            for start in range(0, len(ids), _PAGE):
+                page = ids[start : start + _PAGE]
+                for row in connection.execute(self._owners, {"run_ids": page}):
+                    found[row[0]] = _owner(row)
         return found
 
     def _owner_in(self, connection: Any, run_id: str) -> RunOwner | None:
@@ -426,19 +386,13 @@ class RunOwners:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {"node_id": node_id, "dead": list(dead_nodes), "limit": limit}
-        try:
-            with self._reader.connect() as connection:
-                return [_owner(row) for row in connection.execute(self._orphans, params)]
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "find orphaned runs") from None
+        with self._reading("find orphaned runs") as connection:
+            return [_owner(row) for row in connection.execute(self._orphans, params)]
 
     def owned_by(self, node_id: str) -> list[str]:
         """The runs whose owner is ``node_id`` (driving them or not), by run id."""
-        try:
-            with self._reader.connect() as connection:
-                return list(connection.execute(self._owned_by, {"node_id": node_id}).scalars())
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "list a node's runs") from None
+        with self._reading("list a node's runs") as connection:
+            return list(connection.execute(self._owned_by, {"node_id": node_id}).scalars())
 
     def lapsed_runs(self, node_id: str, fences: Mapping[str, int]) -> list[str]:
         """Of the runs ``node_id`` believes it owns (run id -> epoch), those it no longer may
@@ -451,17 +405,14 @@ class RunOwners:
         """
         ids = list(fences)
         lapsed: list[str] = []
-        try:
-            with self._reader.connect() as connection:
-                for start in range(0, len(ids), _PAGE):
-                    page = ids[start : start + _PAGE]
-                    for run_id, owner, epoch, state in connection.execute(
-                        self._held, {"run_ids": page}
-                    ):
-                        if owner != node_id or epoch != fences[run_id] or state in _TERMINAL:
-                            lapsed.append(run_id)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "check a node's runs") from None
+        with self._reading("check a node's runs") as connection:
+            for start in range(0, len(ids), _PAGE):
+                page = ids[start : start + _PAGE]
+                for run_id, owner, epoch, state in connection.execute(
+                    self._held, {"run_ids": page}
+                ):
+                    if owner != node_id or epoch != fences[run_id] or state in _TERMINAL:
+                        lapsed.append(run_id)
         return sorted(lapsed)
 
 
