@@ -45,14 +45,13 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
-    insert,
     select,
     text,
     tuple_,
     update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from ._append_rows import (
     SELECT_CLAIM,
@@ -67,6 +66,7 @@ from ._append_rows import (
 )
 from ._change_signal import ChangeSignal
 from ._client_leases import ClientLeases
+from ._definitions import Definitions
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
     ClaimHeld,
@@ -80,21 +80,14 @@ from ._location import normalize_store_url
 from ._outbox import Outbox
 from ._quota import RunQuota, bytes_after
 from ._records import (
-    GRAPH_SUMMARY_KEYS,
     Claim,
-    GraphSummary,
     ParkedWrite,
     ProbeAnswer,
     RunSummary,
-    StoredAgent,
-    StoredGraph,
-    agent_from_row,
     claim_from_row,
     decode_cursor,
     encode_cursor,
     encode_position,
-    graph_from_row,
-    graph_summary_from_row,
     probe_answer_from_row,
     summary_from_row,
 )
@@ -102,11 +95,9 @@ from ._repository import failure_reason as _reason
 from ._run_owners import Fence, RunOwners
 from ._schema import (
     VERSION_KEY,
-    agents,
     claims,
     ensure_schema,
     events,
-    graphs,
     probe_answers,
     runs,
     store_meta,
@@ -121,8 +112,6 @@ _INTERRUPTED_STATES = (
 )
 # Scan size when a label filter has to look past rows the SQL prefilter let through.
 _LABEL_SCAN_CHUNK = 200
-# The texts an agent definition is kept in: TOML, JSON, or a markdown agent file.
-AGENT_FORMATS = ("toml", "json", "md")
 # Any constant works: it only has to be the same in every salvor process.
 _PG_SCHEMA_LOCK = 0x5A1F0
 # How many runs' (events, bytes) a store with a quota remembers; one it forgot is counted again.
@@ -144,7 +133,6 @@ class AppendRequest:
 
 
 # -- statements, built once ---------------------------------------------------
-
 _SELECT_LOG = (
     select(
         events.c.seq, events.c.schema_version, events.c.kind, events.c.recorded_at, events.c.payload
@@ -193,27 +181,7 @@ _SUMMARY_COLUMNS = (
     runs.c.wake_at,
     runs.c.pending,
 )
-_AGENT_COLUMNS = (
-    agents.c.agent_def_hash,
-    agents.c.format,
-    agents.c.definition,
-    agents.c.name,
-    agents.c.created_at,
-)
-_GRAPH_SUMMARY_COLUMNS = (
-    graphs.c.graph_hash,
-    graphs.c.node_count,
-    graphs.c.edge_count,
-    graphs.c.entry_nodes,
-    graphs.c.terminal_nodes,
-    graphs.c.created_at,
-)
 _SELECT_SETTING = select(store_meta.c.value).where(store_meta.c.key == bindparam("key"))
-_SELECT_GRAPH = select(graphs.c.graph_hash, graphs.c.document, graphs.c.created_at).where(
-    graphs.c.graph_hash == bindparam("graph_hash")
-)
-# Oldest first, as the agents are listed; the document itself is not read.
-_LIST_GRAPHS = select(*_GRAPH_SUMMARY_COLUMNS).order_by(graphs.c.created_at, graphs.c.graph_hash)
 # Literal state so SQLite's planner can use the partial index on sleeping runs.
 _SELECT_FORKS = (
     select(runs.c.run_id, runs.c.view)
@@ -300,6 +268,8 @@ class EventStore:
             if self.dialect == "sqlite"
             else func.octet_length(events.c.payload)
         )
+        # Agents and graphs, content-addressed.
+        self.definitions = Definitions(engine, url)
         # Node leases and run ownership (issue 30, run ownership).
         self.owners = RunOwners(engine, url)
         # One repository per table family beyond the logs (issue 30: the state several nodes
@@ -936,126 +906,6 @@ class EventStore:
         """Server-driven runs whose log stops mid-flight (running, awaiting a model or a tool)."""
         with self._reading("find interrupted runs"), self._read() as connection:
             return list(connection.execute(_INTERRUPTED_RUNS).scalars())
-
-    # -- agents ---------------------------------------------------------------
-
-    def _insert_once(self, table: Any, row: dict, doing: str) -> bool:
-        """Insert a content-addressed row; False when its key was already there (kept as it was).
-
-        Raises:
-            StoreUnavailable: the database failed (``doing`` names what); nothing was written.
-        """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(insert(table), row)
-        except IntegrityError:
-            return False
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
-        return True
-
-    def put_agent(
-        self, agent_def_hash: str, *, format: str, definition: str, name: str | None
-    ) -> bool:
-        """Register an agent definition under its hash.
-
-        ``name`` is no part of the hash: registering a registered definition under
-        another name renames it (its stored text becomes the one that names it); one
-        that names nothing leaves the name it has.
-
-        Returns:
-            True when it was stored now, False when that hash was already registered.
-
-        Raises:
-            StoreUnavailable: the database failed; nothing was written (a rename either
-                happened whole or not at all).
-        """
-        if format not in AGENT_FORMATS:
-            raise ValueError(f'an agent definition is "toml", "json" or "md", not {format!r}')
-        row = {
-            "agent_def_hash": agent_def_hash,
-            "format": format,
-            "definition": definition,
-            "name": name,
-            "created_at": now_instant(),
-        }
-        if self._insert_once(agents, row, "register an agent"):
-            return True
-        if name is not None:
-            self._execute_alone(
-                update(agents)
-                .where(
-                    agents.c.agent_def_hash == agent_def_hash,
-                    agents.c.name.is_distinct_from(name),
-                )
-                .values(format=format, definition=definition, name=name),
-                "rename an agent",
-            )
-        return False
-
-    def get_agent(self, agent_def_hash: str) -> StoredAgent | None:
-        statement = select(*_AGENT_COLUMNS).where(agents.c.agent_def_hash == agent_def_hash)
-        with self._reading("read an agent"), self._read() as connection:
-            row = connection.execute(statement).first()
-        return None if row is None else agent_from_row(row)
-
-    def list_agents(self) -> list[StoredAgent]:
-        """Every registered agent, oldest first."""
-        statement = select(*_AGENT_COLUMNS).order_by(agents.c.created_at, agents.c.agent_def_hash)
-        with self._reading("list agents"), self._read() as connection:
-            return [agent_from_row(row) for row in connection.execute(statement)]
-
-    # -- graphs ---------------------------------------------------------------
-
-    def put_graph(self, graph_hash: str, *, document: Any, summary: dict) -> bool:
-        """Store a validated graph document under its hash, with its shape summary.
-
-        The document is kept as submitted (the parsed JSON value, its keys in
-        the order they came); a second submission of the same hash keeps the
-        first one's row untouched.
-
-        Args:
-            graph_hash: ``Graph.hash``.
-            document: ``Graph.document``.
-            summary: ``Graph.summary()`` (``GRAPH_SUMMARY_KEYS``).
-
-        Returns:
-            True when it was stored now, False when that hash was already stored.
-
-        Raises:
-            ValueError: ``summary`` does not hold exactly ``GRAPH_SUMMARY_KEYS``;
-                nothing was written.
-            StoreUnavailable: the database failed; nothing was written.
-        """
-        if set(summary) != set(GRAPH_SUMMARY_KEYS):
-            raise ValueError(
-                f"a graph's summary holds {sorted(GRAPH_SUMMARY_KEYS)}, not {sorted(summary)}"
-            )
-        row = {
-            "graph_hash": graph_hash,
-            "document": dumps(document),
-            "node_count": summary["node_count"],
-            "edge_count": summary["edge_count"],
-            "entry_nodes": dumps(list(summary["entry_nodes"])),
-            "terminal_nodes": dumps(list(summary["terminal_nodes"])),
-            "created_at": now_instant(),
-        }
-        return self._insert_once(graphs, row, "store a graph")
-
-    def get_graph(self, graph_hash: str) -> StoredGraph | None:
-        """The graph document stored under ``graph_hash``, or None."""
-        with self._reading("read a graph"), self._read() as connection:
-            row = connection.execute(_SELECT_GRAPH, {"graph_hash": graph_hash}).first()
-        return None if row is None else graph_from_row(row)
-
-    def list_graphs(self) -> list[GraphSummary]:
-        """Every stored graph's hash and shape, oldest first; no document is read."""
-        with self._reading("list graphs"), self._read() as connection:
-            return [graph_summary_from_row(row) for row in connection.execute(_LIST_GRAPHS)]
 
     # -- settings ---------------------------------------------------------------
 

@@ -767,22 +767,33 @@ def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> N
 
 def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
     definition = 'model = "m"\nname = "triage"\n'
-    assert store.put_agent("sha256:1", format="toml", definition=definition, name="triage")
-    assert not store.put_agent("sha256:1", format="toml", definition="other", name=None)
-    assert store.put_agent("sha256:2", format="json", definition='{"model":"m"}', name=None)
+    assert store.definitions.put_agent(
+        "sha256:1", format="toml", definition=definition, name="triage"
+    )
+    assert not store.definitions.put_agent("sha256:1", format="toml", definition="other", name=None)
+    assert store.definitions.put_agent(
+        "sha256:2", format="json", definition='{"model":"m"}', name=None
+    )
     markdown = "---\nname: triage\nmodel: m\n---\nTriage.\n"
-    assert store.put_agent("sha256:5", format="md", definition=markdown, name="triage")
-    assert (store.get_agent("sha256:5").format, store.get_agent("sha256:5").definition) == (
+    assert store.definitions.put_agent("sha256:5", format="md", definition=markdown, name="triage")
+    assert (
+        store.definitions.get_agent("sha256:5").format,
+        store.definitions.get_agent("sha256:5").definition,
+    ) == (
         "md",
         markdown,
     )
-    agent = store.get_agent("sha256:1")
+    agent = store.definitions.get_agent("sha256:1")
     assert (agent.format, agent.definition, agent.name) == ("toml", definition, "triage")
-    assert store.get_agent("sha256:2").name is None
-    assert store.get_agent("sha256:3") is None
-    assert [a.agent_def_hash for a in store.list_agents()] == ["sha256:1", "sha256:2", "sha256:5"]
+    assert store.definitions.get_agent("sha256:2").name is None
+    assert store.definitions.get_agent("sha256:3") is None
+    assert [a.agent_def_hash for a in store.definitions.list_agents()] == [
+        "sha256:1",
+        "sha256:2",
+        "sha256:5",
+    ]
     with pytest.raises(ValueError, match="toml"):
-        store.put_agent("sha256:4", format="yaml", definition="", name=None)
+        store.definitions.put_agent("sha256:4", format="yaml", definition="", name=None)
 
 
 # -- graphs -------------------------------------------------------------------------
@@ -802,18 +813,18 @@ GRAPH_SUMMARY = {
 
 
 def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
-    assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-    assert not store.put_graph(
+    assert store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+    assert not store.definitions.put_graph(
         "sha256:g1", document={"other": True}, summary={**GRAPH_SUMMARY, "node_count": 9}
     )
     other = {**GRAPH_SUMMARY, "entry_nodes": ["a", "b"], "terminal_nodes": []}
-    assert store.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
-    stored = store.get_graph("sha256:g1")
+    assert store.definitions.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
+    stored = store.definitions.get_graph("sha256:g1")
     assert stored.document == GRAPH_DOCUMENT
     assert json.dumps(stored.document) == json.dumps(GRAPH_DOCUMENT)  # key order too
-    assert store.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
-    assert store.get_graph("sha256:g3") is None
-    listed = store.list_graphs()
+    assert store.definitions.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
+    assert store.definitions.get_graph("sha256:g3") is None
+    listed = store.definitions.list_graphs()
     assert [g.graph_hash for g in listed] == ["sha256:g1", "sha256:g2"]
     assert [g.summary() for g in listed] == [GRAPH_SUMMARY, other]
     assert listed[0].created_at == stored.created_at
@@ -821,16 +832,16 @@ def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
 
 def test_a_graph_with_a_summary_of_another_shape_is_a_misuse(store: EventStore) -> None:
     with pytest.raises(ValueError, match="entry_nodes"):
-        store.put_graph("sha256:g1", document={}, summary={"node_count": 1})
-    assert store.list_graphs() == []
+        store.definitions.put_graph("sha256:g1", document={}, summary={"node_count": 1})
+    assert store.definitions.list_graphs() == []
 
 
 def test_graphs_survive_reopening_the_store(store_url: str) -> None:
     with EventStore.open(store_url) as store:
-        store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+        store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
     with EventStore.open(store_url) as store:
-        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
-        assert [g.summary() for g in store.list_graphs()] == [GRAPH_SUMMARY]
+        assert store.definitions.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        assert [g.summary() for g in store.definitions.list_graphs()] == [GRAPH_SUMMARY]
 
 
 # -- the view codec -----------------------------------------------------------------
@@ -1023,8 +1034,10 @@ def test_a_version_4_store_gains_the_graphs_table(store_url: str) -> None:
     execute_sql(store_url, "DROP TABLE graphs")
     execute_sql(store_url, "UPDATE store_meta SET value = 4")
     with EventStore.open(store_url) as store:
-        assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        assert store.definitions.put_graph(
+            "sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY
+        )
+        assert store.definitions.get_graph("sha256:g1").document == GRAPH_DOCUMENT
         # What the older store held is untouched.
         assert store.read_view("a").next_seq == 1
     engine = create_engine(normalize_store_url(store_url))
