@@ -50,26 +50,23 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._append_rows import (
-    SELECT_CLAIM,
     IdentityTaken,
     Prepared,
     Writes,
     append_group,
     append_txn,
-    now_instant,
     prepare,
     stale_fences,
 )
 from ._change_signal import ChangeSignal
+from ._claims import Claims
 from ._client_leases import ClientLeases
 from ._definitions import Definitions
 from ._engine import READ_OPTION, create_store_engine, display_url
 from ._errors import (
-    ClaimHeld,
     CorruptLog,
     Fenced,
     StoreError,
@@ -80,15 +77,11 @@ from ._location import normalize_store_url
 from ._outbox import Outbox
 from ._quota import RunQuota, bytes_after
 from ._records import (
-    Claim,
     ParkedWrite,
-    ProbeAnswer,
     RunSummary,
-    claim_from_row,
     decode_cursor,
     encode_cursor,
     encode_position,
-    probe_answer_from_row,
     summary_from_row,
 )
 from ._repository import failure_reason as _reason
@@ -98,11 +91,11 @@ from ._schema import (
     claims,
     ensure_schema,
     events,
-    probe_answers,
     runs,
     store_meta,
 )
 from ._sessions import LoginSessions
+from ._settings import Settings
 from ._view_codec import dumps, view_from_json
 
 _INTERRUPTED_STATES = (
@@ -181,7 +174,6 @@ _SUMMARY_COLUMNS = (
     runs.c.wake_at,
     runs.c.pending,
 )
-_SELECT_SETTING = select(store_meta.c.value).where(store_meta.c.key == bindparam("key"))
 # Literal state so SQLite's planner can use the partial index on sleeping runs.
 _SELECT_FORKS = (
     select(runs.c.run_id, runs.c.view)
@@ -270,6 +262,9 @@ class EventStore:
         )
         # Agents and graphs, content-addressed.
         self.definitions = Definitions(engine, url)
+        # Operator settings; idempotency claims and probe answers.
+        self.settings = Settings(engine, url)
+        self.claims = Claims(engine, url)
         # Node leases and run ownership (issue 30, run ownership).
         self.owners = RunOwners(engine, url)
         # One repository per table family beyond the logs (issue 30: the state several nodes
@@ -544,7 +539,7 @@ class EventStore:
                     )
                 return fenced
         # Outside the lock: naming the holder is a read.
-        raise self._claim_held(identity)
+        raise self.claims.held(identity)
 
     def _writer_connection(self) -> Any:
         try:
@@ -658,20 +653,6 @@ class EventStore:
                 f"the store at {self.url} does not accept writes: {_reason(exc)}",
                 transient=passes_by_itself(exc),
             ) from None
-
-    def _claim_held(self, identity: str) -> ClaimHeld:
-        holder = self.get_claim(identity)
-        run_id, seq, state = (
-            (holder.run_id, holder.seq, holder.state) if holder else ("?", -1, "open")
-        )
-        return ClaimHeld(
-            f"the idempotency identity {identity!r} is already claimed by run {run_id} "
-            f"at seq {seq} ({state}); nothing was written",
-            identity=identity,
-            run_id=run_id,
-            seq=seq,
-            state=state,
-        )
 
     # -- reading a run ------------------------------------------------------
 
@@ -906,147 +887,6 @@ class EventStore:
         """Server-driven runs whose log stops mid-flight (running, awaiting a model or a tool)."""
         with self._reading("find interrupted runs"), self._read() as connection:
             return list(connection.execute(_INTERRUPTED_RUNS).scalars())
-
-    # -- settings ---------------------------------------------------------------
-
-    def get_setting(self, key: str) -> int | None:
-        """The operator setting ``key`` as ``put_setting`` last wrote it, or None when never set.
-
-        Raises:
-            ValueError: ``key`` is the schema version's row, which is no setting.
-            StoreUnavailable: the database failed.
-        """
-        _setting_key(key)
-        with self._reading("read a setting"), self._read() as connection:
-            return connection.execute(_SELECT_SETTING, {"key": key}).scalar_one_or_none()
-
-    def put_setting(self, key: str, value: int) -> None:
-        """Set the operator setting ``key`` to ``value`` (a row of ``store_meta``), replacing it.
-
-        A failure leaves the earlier value, if any, as it was.
-
-        Raises:
-            ValueError: ``key`` is the schema version's row (or empty), or ``value`` is not an
-                int; nothing was written.
-            StoreUnavailable: the database failed; nothing was written.
-        """
-        _setting_key(key)
-        if type(value) is not int:
-            raise ValueError(f"a setting's value is an int, not {type(value).__name__}")
-        self._upsert(
-            store_meta, {"key": key, "value": value}, ("key",), f"write the setting {key!r}"
-        )
-
-    def _upsert(self, table: Any, row: dict, keys: tuple[str, ...], doing: str) -> None:
-        """Insert ``row`` into ``table``, or replace the other columns of the row its ``keys``
-        name, in one transaction of its own (this dialect's ``ON CONFLICT DO UPDATE``).
-
-        Raises:
-            StoreUnavailable: the database failed; ``doing`` says what was being done, and the
-                row is as it was.
-        """
-        if self.dialect == "sqlite":
-            insert = sqlite_insert
-        else:
-            # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
-            from sqlalchemy.dialects.postgresql import insert
-        statement = (
-            insert(table)
-            .values(row)
-            .on_conflict_do_update(
-                index_elements=[table.c[key] for key in keys],
-                set_={k: v for k, v in row.items() if k not in keys},
-            )
-        )
-        self._execute_alone(statement, doing)
-
-    # -- claims ---------------------------------------------------------------
-
-    def get_claim(self, identity: str) -> Claim | None:
-        with self._reading("read a claim"), self._read() as connection:
-            row = connection.execute(SELECT_CLAIM, {"identity": identity}).first()
-        return None if row is None else claim_from_row(row)
-
-    # -- probe answers ----------------------------------------------------------
-
-    def put_probe_answer(
-        self,
-        run_id: str,
-        seq: int,
-        *,
-        tool: str,
-        probe_input: Any,
-        answer: Any,
-        error: str | None,
-        verdict: str,
-    ) -> None:
-        """Record the probe of the open write at ``seq`` of ``run_id``, replacing an earlier one.
-
-        ``answer`` is None when the probe gave none (``error`` then says why).
-        A failure leaves the earlier answer, if any, as it was.
-
-        Raises:
-            ValueError: ``verdict`` is not "landed", "not_landed" or "unknown".
-            StoreUnavailable: the database failed.
-        """
-        if verdict not in _VERDICTS:
-            raise ValueError(f"a probe's verdict is one of {sorted(_VERDICTS)}, not {verdict!r}")
-        row = {
-            "run_id": run_id,
-            "seq": seq,
-            "tool": tool,
-            "input": dumps(probe_input),
-            "answer": None if answer is None else dumps(answer),
-            "error": error,
-            "verdict": verdict,
-            "observed_at": now_instant(),
-        }
-        self._upsert(probe_answers, row, ("run_id", "seq"), "record a probe's answer")
-
-    def probe_answers(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ProbeAnswer]:
-        """The last probe answer of each ``(run_id, seq)`` that has one."""
-        found: dict[tuple[str, int], ProbeAnswer] = {}
-        pairs = list(dict.fromkeys(pairs))
-        for start in range(0, len(pairs), _PROBE_PAGE):
-            page = pairs[start : start + _PROBE_PAGE]
-            statement = select(*probe_answers.c).where(
-                tuple_(probe_answers.c.run_id, probe_answers.c.seq).in_(page)
-            )
-            with self._reading("read probe answers"), self._read() as connection:
-                for row in connection.execute(statement):
-                    answer = probe_answer_from_row(row)
-                    found[(answer.run_id, answer.seq)] = answer
-        return found
-
-    def _execute_alone(self, statement: Any, doing: str) -> None:
-        """Run one write in a transaction of its own.
-
-        Raises:
-            StoreUnavailable: the database failed; ``doing`` says what was being done, and
-                nothing was written.
-        """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(statement)
-        except SQLAlchemyError as exc:
-            self._forget_connections_after(exc)
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to {doing}: {_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
-
-
-_VERDICTS = frozenset({"landed", "not_landed", "unknown"})
-
-
-def _setting_key(key: str) -> None:
-    # The version row shares the table; a setting written over it would mis-describe the schema.
-    if not isinstance(key, str) or not key or key == VERSION_KEY:
-        raise ValueError(f"{key!r} is not a setting's key")
-
-
-# Pairs per query: keeps a long queue's statement within both databases' parameter limits.
-_PROBE_PAGE = 400
 
 
 def _last_within(sizes: Any, max_bytes: int) -> int | None:

@@ -48,7 +48,7 @@ class Definitions:
         Read from the store each time, never cached: a ``salvor edit-mode`` beside a daemon, or a
         second daemon on the same store, is seen at the next read.
         """
-        return bool(await self.access.read(self.access.store.get_setting, EDIT_MODE_KEY))
+        return bool(await self.access.read(self.access.store.settings.get_setting, EDIT_MODE_KEY))
 
     async def set_edit_mode(self, enabled: bool) -> None:
         """Turn flow authoring on or off for every run of this store, from its next agent turn.
@@ -56,7 +56,7 @@ class Definitions:
         Raises:
             StoreUnavailable: the database failed; the setting is as it was.
         """
-        await self.access.read(self.access.store.put_setting, EDIT_MODE_KEY, int(enabled))
+        await self.access.read(self.access.store.settings.put_setting, EDIT_MODE_KEY, int(enabled))
 
     # -- agents -------------------------------------------------------------
 

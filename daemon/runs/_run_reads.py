@@ -105,7 +105,7 @@ class RunReads:
             lambda: self.access.store.parked_writes(limit=limit, after=after)
         )
         positions = [(p.run_id, p.view.pending.seq) for p in page]
-        probed = await self.access.read(self.access.store.probe_answers, positions)
+        probed = await self.access.read(self.access.store.claims.probe_answers, positions)
         items = [
             reconciliation(p.run_id, p.view, client_tools, probed.get(at))
             for p, at in zip(page, positions, strict=True)

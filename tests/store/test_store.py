@@ -378,7 +378,7 @@ def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> 
     _, view_a = store.append("a", [started()], EMPTY_VIEW)
     _, view_b = store.append("b", [started()], EMPTY_VIEW)
     _, view_a = store.append("a", [pay("c-1")], view_a, claim="pay:c-1")
-    claim = store.get_claim("pay:c-1")
+    claim = store.claims.get_claim("pay:c-1")
     assert (claim.run_id, claim.seq, claim.state, claim.output) == ("a", 1, "open", None)
 
     with pytest.raises(ClaimHeld) as held:
@@ -396,12 +396,12 @@ def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> 
     _, view_a = store.append(
         "a", [ToolCallCompleted(seq=1, output={"paid": 12})], view_a, settle="pay:c-1"
     )
-    claim = store.get_claim("pay:c-1")
+    claim = store.claims.get_claim("pay:c-1")
     assert (claim.state, claim.output) == ("settled", {"paid": 12})
     with pytest.raises(ClaimHeld) as held:
         store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
     assert held.value.state == "settled"
-    assert store.get_claim("nothing") is None
+    assert store.claims.get_claim("nothing") is None
 
 
 def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventStore) -> None:
@@ -412,7 +412,7 @@ def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventSto
     with pytest.raises(ClaimHeld):
         store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, settle="pay:k")
     assert store.read_view("b") == view_b
-    assert store.get_claim("pay:k").state == "open"
+    assert store.claims.get_claim("pay:k").state == "open"
 
 
 def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> None:
@@ -422,13 +422,13 @@ def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> No
     _, view_b = store.append("b", [pay("k")], view_b)
     # Another run's completion naming the identity leaves the holder's claim alone.
     _, view_b = store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, release="pay:k")
-    assert store.get_claim("pay:k").state == "open"
+    assert store.claims.get_claim("pay:k").state == "open"
 
     _, view_a = store.append("a", [ToolCallCompleted(seq=1, output=0)], view_a, release="pay:k")
-    assert store.get_claim("pay:k") is None
+    assert store.claims.get_claim("pay:k") is None
     # Released, the identity is free for the next caller.
     _, view_b = store.append("b", [pay("k")], view_b, claim="pay:k")
-    assert (store.get_claim("pay:k").run_id, store.get_claim("pay:k").seq) == ("b", 3)
+    assert (store.claims.get_claim("pay:k").run_id, store.claims.get_claim("pay:k").seq) == ("b", 3)
 
 
 def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
@@ -437,7 +437,7 @@ def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
     _, view = store.append("a", [ToolCallCompleted(seq=1, output=7)], view, settle="pay:k")
     _, view = store.append("a", [pay("k")], view)
     store.append("a", [ToolCallCompleted(seq=3, output=0)], view, release="pay:k")
-    claim = store.get_claim("pay:k")
+    claim = store.claims.get_claim("pay:k")
     assert (claim.seq, claim.state, claim.output) == (1, "settled", 7)
 
 
@@ -893,7 +893,7 @@ def test_opening_an_older_store_upgrades_it(store_url: str) -> None:
     with EventStore.open(store_url) as store:
         _, view = store.append("a", [started()], EMPTY_VIEW)
         store.append("a", [pay("k")], view, claim="pay:k")
-        assert store.get_claim("pay:k").run_id == "a"
+        assert store.claims.get_claim("pay:k").run_id == "a"
     engine = create_engine(normalize_store_url(store_url))
     with engine.connect() as connection:
         assert (
@@ -990,10 +990,10 @@ def test_a_version_3_store_gains_the_probe_answers_table(store_url: str) -> None
     execute_sql(store_url, "DROP TABLE probe_answers")
     execute_sql(store_url, "UPDATE store_meta SET value = 3")
     with EventStore.open(store_url) as store:
-        store.put_probe_answer(
+        store.claims.put_probe_answer(
             "a", 3, tool="look", probe_input={}, answer=None, error="x", verdict="unknown"
         )
-        assert store.probe_answers([("a", 3)])[("a", 3)].error == "x"
+        assert store.claims.probe_answers([("a", 3)])[("a", 3)].error == "x"
 
 
 def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
@@ -1169,7 +1169,7 @@ def test_an_append_survives_the_server_dropping_its_connection(
 
 
 def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: EventStore) -> None:
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "a",
         3,
         tool="lookup_refund",
@@ -1178,7 +1178,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error="the lookup timed out",
         verdict="unknown",
     )
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "a",
         3,
         tool="lookup_refund",
@@ -1187,7 +1187,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error=None,
         verdict="landed",
     )
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "b",
         7,
         tool="lookup_refund",
@@ -1196,7 +1196,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error=None,
         verdict="unknown",
     )
-    found = store.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
+    found = store.claims.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
     assert set(found) == {("a", 3), ("b", 7)}
     latest = found[("a", 3)]
     # The second probe of the same write replaced the first.
@@ -1208,12 +1208,12 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
     assert latest.tool == "lookup_refund" and latest.input == {"invoice_id": "I"}
     assert latest.observed_at.endswith("Z")
     assert found[("b", 7)].answer == {"found": None}
-    assert store.probe_answers([]) == {}
+    assert store.claims.probe_answers([]) == {}
     with pytest.raises(ValueError, match="verdict"):
-        store.put_probe_answer(
+        store.claims.put_probe_answer(
             "a", 3, tool="t", probe_input={}, answer=None, error=None, verdict="maybe"
         )
-    assert store.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
+    assert store.claims.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
 
 
 def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
