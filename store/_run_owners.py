@@ -128,22 +128,7 @@ class RunOwners(Repository):
             f"r.run_id, r.owner_node, r.owner_epoch, r.owner_driving, CASE WHEN {live} "
             "THEN 1 ELSE 0 END"
         )
-        self._register = text(
-            f"INSERT INTO nodes ({_NODE_COLUMNS}) VALUES (:node_id, :name, :host, :boot_id, "
-            f":pid, :pid_start, :listen, {now}, {later}, NULL)"
-        )
-        self._lease_of = text("SELECT lease_expires_at FROM nodes WHERE node_id = :node_id")
-        self._renew = text(
-            f"UPDATE nodes SET lease_expires_at = {later} WHERE node_id = :node_id "
-            f"AND stopped_at IS NULL AND lease_expires_at >= {now}"
-        )
-        self._retire = text(
-            f"UPDATE nodes SET stopped_at = COALESCE(stopped_at, {now}), "
-            f"lease_expires_at = {now} WHERE node_id = :node_id"
-        )
-        self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
-        # SQLite's modifier and PostgreSQL's interval both take the seconds negated: "now minus".
-        self._forget = text(f"DELETE FROM nodes WHERE lease_expires_at < {later}")
+        self._node_statements(now, later)
         # The claimer's own lease, read without a lock: a claim holding its own node's row
         # while waiting on a run row a peer holds (that peer waiting to judge this node dead)
         # would deadlock. A node judged dead a moment after it won a claim loses the run at its
@@ -181,11 +166,31 @@ class RunOwners(Repository):
             f"WHERE {_ACTIVE} AND (r.owner_node IS NULL OR (r.owner_node <> :node_id AND "
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
         ).bindparams(bindparam("dead", expanding=True, type_=Text))
-        self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
         self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
         self._held = text(
             "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
         ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
+
+    def _node_statements(self, now: str, later: str) -> None:
+        """The statements of the ``nodes`` table (``now``, ``later``: this dialect's
+        expressions of the database's now and now plus a lease)."""
+        self._register = text(
+            f"INSERT INTO nodes ({_NODE_COLUMNS}) VALUES (:node_id, :name, :host, :boot_id, "
+            f":pid, :pid_start, :listen, {now}, {later}, NULL)"
+        )
+        self._lease_of = text("SELECT lease_expires_at FROM nodes WHERE node_id = :node_id")
+        self._renew = text(
+            f"UPDATE nodes SET lease_expires_at = {later} WHERE node_id = :node_id "
+            f"AND stopped_at IS NULL AND lease_expires_at >= {now}"
+        )
+        self._retire = text(
+            f"UPDATE nodes SET stopped_at = COALESCE(stopped_at, {now}), "
+            f"lease_expires_at = {now} WHERE node_id = :node_id"
+        )
+        self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
+        # SQLite's modifier and PostgreSQL's interval both take the seconds negated: "now minus".
+        self._forget = text(f"DELETE FROM nodes WHERE lease_expires_at < {later}")
+        self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
 
     def _lease_params(self, lease_seconds: float) -> dict:
         if not lease_seconds > 0:
