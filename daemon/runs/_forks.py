@@ -120,7 +120,7 @@ class Forks:
         store = self.access.store
         if await self.access.read(store.read_view, run_id) is None:
             raise unknown_run(run_id)
-        return await self.access.read(store.list_forks, run_id)
+        return await self.access.read(store.runs.list_forks, run_id)
 
 
 def _projection(store: EventStore, run_id: str) -> dict:

@@ -170,7 +170,7 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
 
 def landed(store: EventStore, run_ids: list[str]) -> int:
     """How many of ``run_ids`` have events beyond the two they were cut at."""
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         rows = connection.execute(
             text("SELECT run_id FROM runs WHERE event_count > 2 AND state = 'completed'")
         )

@@ -680,10 +680,10 @@ def test_due_and_interrupted_runs(store: EventStore) -> None:
     )
     run("done", [RunCompleted(output=None)])
 
-    assert store.due_runs(now) == ["sleeps-past"]
-    assert store.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
-    assert store.due_runs(now - timedelta(hours=1)) == []
-    assert sorted(store.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
+    assert store.runs.due_runs(now) == ["sleeps-past"]
+    assert store.runs.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
+    assert store.runs.due_runs(now - timedelta(hours=1)) == []
+    assert sorted(store.runs.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
 
 
 def write(tool: str = "refund", key: str | None = None) -> ToolCallRequested:
@@ -714,7 +714,7 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
     abandon = RunAbandoned(unresolved_write={"seq": 1, "tool": "refund"})
     store.append("gone", [abandon], views["gone"])
 
-    page, cursor = store.parked_writes()
+    page, cursor = store.runs.parked_writes()
     assert cursor is None
     assert [p.run_id for p in page] == ["p-early", "p-tie-b", "p-tie-a", "p-late"]
     for parked in page:
@@ -725,16 +725,16 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
 
     seen, cursor = [], None
     while True:
-        one, cursor = store.parked_writes(limit=1, after=cursor)
+        one, cursor = store.runs.parked_writes(limit=1, after=cursor)
         seen += [p.run_id for p in one]
         if cursor is None:
             break
     assert seen == [p.run_id for p in page]
-    two, cursor = store.parked_writes(limit=2)
-    rest, end = store.parked_writes(limit=2, after=cursor)
+    two, cursor = store.runs.parked_writes(limit=2)
+    rest, end = store.runs.parked_writes(limit=2, after=cursor)
     assert [p.run_id for p in two + rest] == seen and end is None
     with pytest.raises(BadCursor):
-        store.parked_writes(after="not-a-cursor")
+        store.runs.parked_writes(after="not-a-cursor")
 
     # Two intents recorded at the same instant: the run id breaks the tie.
     execute_sql(
@@ -742,21 +742,21 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
         "UPDATE runs SET last_recorded_at = :at WHERE run_id IN ('p-tie-a', 'p-tie-b')",
         at=page[1].parked_since,
     )
-    tied = [p.run_id for p in store.parked_writes()[0]]
+    tied = [p.run_id for p in store.runs.parked_writes()[0]]
     assert tied == ["p-early", "p-tie-a", "p-tie-b", "p-late"]
 
     # A row whose view cannot be decoded still lists, from its log.
     execute_sql(store_url, "UPDATE runs SET view = '{' WHERE run_id = 'p-late'")
-    assert store.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
+    assert store.runs.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
 
 
 def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> None:
     if store.dialect != "sqlite":
         pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN")
-    from salvor.store._event_store import _PARKED_WRITES
+    from salvor.store._run_reads import _PARKED_WRITES
 
     query = str(_PARKED_WRITES.compile(compile_kwargs={"literal_binds": True}))
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         plan = connection.execute(text("EXPLAIN QUERY PLAN " + query)).all()
     details = " ".join(row[-1] for row in plan)
     assert "ix_runs_unreconciled" in details and "TEMP B-TREE" not in details
@@ -1159,7 +1159,7 @@ def test_an_append_survives_the_server_dropping_its_connection(
         pytest.skip("only a server can drop a connection")
     _, view = store.append("a", [started()], EMPTY_VIEW)
     # What a database restart does to the idle connection the store holds for appends.
-    writer_pid = store._writer.dbapi_connection.info.backend_pid
+    writer_pid = store.writer._writer.dbapi_connection.info.backend_pid
     execute_sql(store_url, "SELECT pg_terminate_backend(:pid)", pid=writer_pid)
     _, view = store.append("a", [ModelCallRequested(request_hash="sha256:a")], view)
     assert store.read_view("a") == view
@@ -1226,12 +1226,12 @@ def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
         store.append(
             "plain", [GraphRunStarted(graph_hash="sha256:" + "d" * 64, input=None)], EMPTY_VIEW
         )
-        forks = store.list_forks("origin")
+        forks = store.runs.list_forks("origin")
         assert [view.run_id for view in forks] == ["f1", "f2"]
         assert [view.forked_from["from_node"] for view in forks] == ["publish", "each"]
         assert forks[0].forked_from["acknowledged_writes"] == [PUBLISH_WRITE]
-        assert [view.run_id for view in store.list_forks("f1")] == ["f3"]
-        assert store.list_forks("plain") == store.list_forks("nobody") == []
+        assert [view.run_id for view in store.runs.list_forks("f1")] == ["f3"]
+        assert store.runs.list_forks("plain") == store.runs.list_forks("nobody") == []
 
 
 # -- what the daemon counts ----------------------------------------------------------
@@ -1278,11 +1278,11 @@ def test_the_commit_observer_hears_each_committed_transaction_once(store_url: st
 
 
 def test_the_census_counts_runs_by_state_and_the_claims_held_open(store: EventStore) -> None:
-    assert store.census() == ({}, 0)
+    assert store.runs.census() == ({}, 0)
     _, view_a = store.append("a", [started()], EMPTY_VIEW)
     _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
     store.append("b", [started(), RunCompleted(output=1)], EMPTY_VIEW)
     store.append("c", [started(), Suspended(reason="ok?", input_schema={})], EMPTY_VIEW)
-    assert store.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
+    assert store.runs.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
     store.append("a", [ToolCallCompleted(seq=1, output=7)], view_a, settle="pay:k")
-    assert store.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)
+    assert store.runs.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)
