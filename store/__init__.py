@@ -19,11 +19,11 @@ from ._errors import StoreOwned as StoreOwned
 from ._errors import StoreTooNew as StoreTooNew
 from ._errors import StoreUnavailable as StoreUnavailable
 from ._errors import store_fault as store_fault
-from ._event_store import AppendRequest as AppendRequest
 from ._event_store import EventStore as EventStore
 from ._location import default_store_url as default_store_url
 from ._location import normalize_store_url as normalize_store_url
 from ._location import sqlite_path as sqlite_path
+from ._log_writer import AppendRequest as AppendRequest
 from ._notifications import Notice as Notice
 from ._notifications import NotificationKind as NotificationKind
 from ._notifications import notice_of as notice_of

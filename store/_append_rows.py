@@ -4,7 +4,7 @@
 builds every row before a transaction starts; ``append_txn`` writes one
 prepared append inside a transaction its caller owns, ``append_group`` many
 at once with one statement per kind of write. Nothing here commits: the
-store (``_event_store``) owns connections and transaction boundaries.
+store (``_log_writer``) owns connections and transaction boundaries.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Prepared:
     # The outbox row this append writes (a store opened with notifications on), or None.
     notification: dict | None = None
     # The driver's fence: the append is written only while the run's owner is still this node at
-    # this epoch (``_event_store`` checks it in the transaction). None: an unfenced append.
+    # this epoch (``_log_writer`` checks it in the transaction). None: an unfenced append.
     fence: Fence | None = None
 
 

@@ -35,8 +35,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from ._append_rows import Prepared
-from ._engine import CONNECT_TIMEOUT_SECONDS, READ_OPTION, display_url
+from ._engine import CONNECT_TIMEOUT_SECONDS, display_url
 from ._errors import StoreUnavailable, passes_by_itself
+from ._repository import Repository
 from ._schema import runs
 
 # PostgreSQL refuses a payload of 8,000 bytes or more; what a notice carries stays below.
@@ -157,7 +158,7 @@ def parse_notice(payload: str) -> ChangeNotice:
     return ChangeNotice(origin, runs, envelopes)
 
 
-class ChangeSignal:
+class ChangeSignal(Repository):
     """The store's side of telling other processes what it committed (``store.changes``).
 
     Safe to share between threads: ``announce`` runs under the store's write lock, the reads on
@@ -165,10 +166,9 @@ class ChangeSignal:
     """
 
     def __init__(self, engine: Engine, url: str) -> None:
-        self._engine = engine
-        self._reader = engine.execution_options(**{READ_OPTION: True})
+        super().__init__(engine, url)
+        # As given, not its display form: a listener connects with it.
         self._url = url
-        self.dialect = engine.dialect.name
         # The notice channel, learnt from the writer's session on its first append.
         self._channel: str | None = None
         # What this handle's notices say they come from: its own listeners skip them (the
@@ -215,8 +215,7 @@ class ChangeSignal:
                         counts[run_id] = int(count)
         except SQLAlchemyError as exc:
             raise StoreUnavailable(
-                f"the store at {display_url(self._url)} could not say which runs moved: "
-                f"{type(exc).__name__}",
+                f"the store at {self.url} could not say which runs moved: {type(exc).__name__}",
                 transient=passes_by_itself(exc),
             ) from None
         return counts

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from salvor.protocol import parse_instant
-from sqlalchemy import delete, select, update
+from sqlalchemy import Engine, delete, select, update
 
 from ._db_clock import db_after, db_now
 from ._repository import Repository
@@ -37,14 +37,13 @@ class ClientLease:
     seconds_left: float
 
 
-class ClientLeases:
+class ClientLeases(Repository):
     """The ``client_leases`` table."""
 
-    def __init__(self, repository: Repository) -> None:
-        self._db = repository
-        dialect = repository.dialect
-        self._now = db_now(dialect)
-        if dialect == "sqlite":
+    def __init__(self, engine: Engine, url: str) -> None:
+        super().__init__(engine, url)
+        self._now = db_now(self.dialect)
+        if self.dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert
@@ -62,7 +61,7 @@ class ClientLeases:
             client_leases.c.expires_at,
             self._now.label("now"),
         ).where(client_leases.c.run_id == run_id)
-        with self._db._reading("read a client run's lease") as connection:
+        with self._reading("read a client run's lease") as connection:
             row = connection.execute(statement).first()
         if row is None or row.expires_at <= row.now:
             return None
@@ -77,7 +76,7 @@ class ClientLeases:
         """
         wanted = sorted(set(run_ids))
         held: set[str] = set()
-        with self._db._reading("read client runs' leases") as connection:
+        with self._reading("read client runs' leases") as connection:
             for start in range(0, len(wanted), _PAGE):
                 statement = select(client_leases.c.run_id).where(
                     client_leases.c.run_id.in_(wanted[start : start + _PAGE]),
@@ -101,7 +100,7 @@ class ClientLeases:
         Raises:
             StoreUnavailable: the database failed; the run's lease is as it was.
         """
-        dialect = self._db.dialect
+        dialect = self.dialect
         statement = self._insert(client_leases).values(
             run_id=run_id,
             token_digest=token_digest,
@@ -120,7 +119,7 @@ class ClientLeases:
             where=None if over_current else client_leases.c.expires_at <= self._now,
         ).returning(client_leases.c.run_id)
         # RETURNING, not the row count: a driver may not count an upsert's rows.
-        with self._db._writing("open a client run's lease") as connection:
+        with self._writing("open a client run's lease") as connection:
             return connection.execute(statement).first() is not None
 
     def refresh(self, run_id: str, token_digest: str, *, ttl: float) -> bool:
@@ -137,9 +136,9 @@ class ClientLeases:
                 client_leases.c.token_digest == token_digest,
                 client_leases.c.expires_at > self._now,
             )
-            .values(expires_at=db_after(self._db.dialect, ttl))
+            .values(expires_at=db_after(self.dialect, ttl))
         )
-        with self._db._writing("refresh a client run's lease") as connection:
+        with self._writing("refresh a client run's lease") as connection:
             return connection.execute(statement).rowcount == 1
 
     def end(self, run_id: str, token_digest: str | None = None) -> bool:
@@ -154,7 +153,7 @@ class ClientLeases:
         )
         if token_digest is not None:
             statement = statement.where(client_leases.c.token_digest == token_digest)
-        with self._db._writing("end a client run's lease") as connection:
+        with self._writing("end a client run's lease") as connection:
             return connection.execute(statement).rowcount == 1
 
     def sweep(self) -> int:
@@ -164,5 +163,5 @@ class ClientLeases:
             StoreUnavailable: the database failed; nothing was removed.
         """
         statement = delete(client_leases).where(client_leases.c.expires_at <= self._now)
-        with self._db._writing("sweep lapsed client run leases") as connection:
+        with self._writing("sweep lapsed client run leases") as connection:
             return connection.execute(statement).rowcount

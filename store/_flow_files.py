@@ -12,8 +12,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ._append_rows import now_instant
-from ._errors import StoreUnavailable, passes_by_itself
-from ._repository import Repository, failure_reason
+from ._repository import Repository
 from ._schema import flow_files
 
 
@@ -21,11 +20,8 @@ def file_digest(content: bytes) -> str:
     return "sha256:" + hashlib.sha256(content).hexdigest()
 
 
-class FlowFiles:
+class FlowFiles(Repository):
     """The ``flow_files`` table."""
-
-    def __init__(self, repository: Repository) -> None:
-        self._db = repository
 
     def put(self, contents: dict[str, bytes]) -> None:
         """Keep each ``digest -> bytes`` not yet kept, in one transaction.
@@ -39,7 +35,7 @@ class FlowFiles:
                 raise ValueError(f"{digest} is not the digest of the bytes given for it")
         if not contents:
             return
-        with self._db._reading("read flow files") as connection:
+        with self._reading("read flow files") as connection:
             have = set(
                 connection.execute(
                     select(flow_files.c.sha256).where(flow_files.c.sha256.in_(list(contents)))
@@ -52,16 +48,12 @@ class FlowFiles:
         ]
         for row in rows:
             try:
-                with self._db._engine.begin() as connection:
+                with self._engine.begin() as connection:
                     connection.execute(insert(flow_files), row)
             except IntegrityError:
                 continue  # a racing writer kept the same bytes first
             except SQLAlchemyError as exc:
-                raise StoreUnavailable(
-                    f"the store at {self._db.url} failed to keep a flow file: "
-                    f"{failure_reason(exc)}",
-                    transient=passes_by_itself(exc),
-                ) from None
+                raise self._failed(exc, "keep a flow file") from None
 
     def get(self, digest: str) -> bytes | None:
         """The bytes kept under ``digest``, or None.
@@ -69,7 +61,7 @@ class FlowFiles:
         Raises:
             StoreUnavailable: the database failed.
         """
-        with self._db._reading("read a flow file") as connection:
+        with self._reading("read a flow file") as connection:
             row = connection.execute(
                 select(flow_files.c.content).where(flow_files.c.sha256 == digest)
             ).first()

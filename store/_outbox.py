@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from salvor.protocol import format_instant, parse_instant
-from sqlalchemy import bindparam, case, delete, func, or_, select, text, update
+from sqlalchemy import Engine, bindparam, case, delete, func, or_, select, text, update
 
 from ._append_rows import now_instant
 from ._db_clock import db_after, db_now
@@ -51,12 +51,12 @@ _NEXT_DUE = select(
 ).where(_UNDELIVERED)
 
 
-class Outbox:
+class Outbox(Repository):
     """The ``notifications`` table: what the operator is still to be told."""
 
-    def __init__(self, repository: Repository) -> None:
-        self._db = repository
-        now = db_now(repository.dialect)
+    def __init__(self, engine: Engine, url: str) -> None:
+        super().__init__(engine, url)
+        now = db_now(self.dialect)
         free = or_(notifications.c.claimed_until.is_(None), notifications.c.claimed_until <= now)
         claimable = (
             select(notifications.c.id)
@@ -64,7 +64,7 @@ class Outbox:
             .order_by(notifications.c.next_attempt_at, notifications.c.id)
             .limit(bindparam("limit"))
         )
-        if repository.dialect == "postgresql":
+        if self.dialect == "postgresql":
             # Rows another claimer has locked are passed over, not waited for.
             claimable = claimable.with_for_update(skip_locked=True)
         self._claimable = claimable
@@ -79,7 +79,7 @@ class Outbox:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {"now": format_instant(now), "limit": limit}
-        with self._db._reading("read due notifications") as connection:
+        with self._reading("read due notifications") as connection:
             return [notification_from_row(r) for r in connection.execute(_DUE, params)]
 
     def claim_due(
@@ -95,14 +95,14 @@ class Outbox:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {"now": format_instant(now), "limit": limit}
-        with self._db._writing("claim due notifications") as connection:
+        with self._writing("claim due notifications") as connection:
             ids = list(connection.execute(self._claimable, params).scalars())
             if not ids:
                 return []
             connection.execute(
                 update(notifications)
                 .where(notifications.c.id.in_(ids))
-                .values(claimed_by=node, claimed_until=db_after(self._db.dialect, hold_seconds))
+                .values(claimed_by=node, claimed_until=db_after(self.dialect, hold_seconds))
             )
             rows = connection.execute(
                 select(*notifications.c)
@@ -118,7 +118,7 @@ class Outbox:
         Raises:
             StoreUnavailable: the database failed.
         """
-        with self._db._reading("read the outbox") as connection:
+        with self._reading("read the outbox") as connection:
             due = connection.execute(_NEXT_DUE).scalar_one_or_none()
         return None if due is None else parse_instant(due)
 
@@ -127,7 +127,7 @@ class Outbox:
         statement = select(*notifications.c).order_by(notifications.c.id)
         if run_id is not None:
             statement = statement.where(notifications.c.run_id == run_id)
-        with self._db._reading("list notifications") as connection:
+        with self._reading("list notifications") as connection:
             return [notification_from_row(row) for row in connection.execute(statement)]
 
     def mark_delivered(self, notification_id: int) -> None:
@@ -190,7 +190,7 @@ class Outbox:
             .where(_UNDELIVERED, notifications.c.claimed_by == node)
             .values(claimed_by=None, claimed_until=None)
         )
-        with self._db._writing("let go of claimed notifications") as connection:
+        with self._writing("let go of claimed notifications") as connection:
             return connection.execute(statement).rowcount
 
     def withdraw(self, notification_id: int) -> None:
@@ -213,5 +213,5 @@ class Outbox:
         return statement
 
     def _execute(self, statement, doing: str) -> None:
-        with self._db._writing(doing) as connection:
+        with self._writing(doing) as connection:
             connection.execute(statement)

@@ -1,17 +1,19 @@
-"""What every repository of the store shares: its engine, the reading and writing transactions,
+"""What every repository of the store shares: its engines, the reading and writing transactions,
 and how a database failure becomes ``StoreUnavailable``.
 
-A repository serves one table family (``store.outbox``, ``store.client_leases``, ...) and is
-built by ``EventStore.open`` from the store's engine. Its methods are synchronous and safe to
-call from any thread; the daemon calls them from threads.
+A repository serves one table family (``store.owners``, ``store.definitions``, ``store.outbox``,
+...) and is built by ``EventStore.open`` over the store's engine. Its methods are synchronous and
+safe to call from any thread; the daemon calls them from threads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ._engine import READ_OPTION, display_url
@@ -26,13 +28,34 @@ def failure_reason(exc: BaseException) -> str:
 
 
 class Repository:
-    """One table family's access over the store's engine."""
+    """One table family's access over the store's engine: the base of every repository."""
 
     def __init__(self, engine: Engine, url: str) -> None:
+        """``url``: the store's URL, in any form (error messages show its display form)."""
+        # Writes: a transaction of the pool's (``BEGIN IMMEDIATE`` on SQLite, see _engine).
         self._engine = engine
+        # Reads begin a deferred transaction on SQLite, never queueing behind the write lock.
         self._reader = engine.execution_options(**{READ_OPTION: True})
         self.url = display_url(url)
         self.dialect = engine.dialect.name
+
+    def _failed(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        """The error a database failure while ``doing`` something raises (``transient`` when it
+        may pass by itself). Raise it ``from None``: the driver's dump stays out of it."""
+        return StoreUnavailable(
+            f"the store at {self.url} failed to {doing}: {failure_reason(exc)}",
+            transient=passes_by_itself(exc),
+        )
+
+    def _forget_connections_after(self, exc: BaseException) -> None:
+        """After a write that may pass by itself failed on SQLite, open every connection afresh.
+
+        SQLite opens a file it cannot write read-only, silently: a pooled connection opened
+        while the file was unwritable would refuse writes forever after the file is writable
+        again. Readers holding one keep it until they return it; it is closed then.
+        """
+        if self.dialect == "sqlite" and passes_by_itself(exc):
+            self._engine.dispose()
 
     @contextmanager
     def _reading(self, doing: str) -> Iterator[Connection]:
@@ -45,10 +68,7 @@ class Repository:
             with self._reader.connect() as connection:
                 yield connection
         except SQLAlchemyError as exc:
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to {doing}: {failure_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
+            raise self._failed(exc, doing) from None
 
     @contextmanager
     def _writing(self, doing: str) -> Iterator[Connection]:
@@ -62,11 +82,29 @@ class Repository:
             with self._engine.begin() as connection:
                 yield connection
         except SQLAlchemyError as exc:
-            if self.dialect == "sqlite" and passes_by_itself(exc):
-                # A connection SQLite opened while the file was unwritable stays read-only:
-                # open them all afresh (as the event store does after such a failure).
-                self._engine.dispose()
-            raise StoreUnavailable(
-                f"the store at {self.url} failed to {doing}: {failure_reason(exc)}",
-                transient=passes_by_itself(exc),
-            ) from None
+            self._forget_connections_after(exc)
+            raise self._failed(exc, doing) from None
+
+    def _upsert(self, table: Any, row: dict, keys: tuple[str, ...], doing: str) -> None:
+        """Insert ``row`` into ``table``, or replace the other columns of the row its ``keys``
+        name, in one transaction of its own (this dialect's ``ON CONFLICT DO UPDATE``).
+
+        Raises:
+            StoreUnavailable: the database failed; ``doing`` says what was being done, and the
+                row is as it was.
+        """
+        if self.dialect == "sqlite":
+            insert = sqlite_insert
+        else:
+            # Loaded already by a PostgreSQL engine; a SQLite store's process never needs it.
+            from sqlalchemy.dialects.postgresql import insert
+        statement = (
+            insert(table)
+            .values(row)
+            .on_conflict_do_update(
+                index_elements=[table.c[key] for key in keys],
+                set_={k: v for k, v in row.items() if k not in keys},
+            )
+        )
+        with self._writing(doing) as connection:
+            connection.execute(statement)

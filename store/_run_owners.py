@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, Text, bindparam, text
-from sqlalchemy.exc import SQLAlchemyError
 
-from ._engine import READ_OPTION
-from ._errors import Fenced, StoreUnavailable, passes_by_itself
+from ._errors import Fenced
+from ._repository import Repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +134,7 @@ _NODE_COLUMNS = (
 )
 
 
-class RunOwners:
+class RunOwners(Repository):
     """Node leases and run ownership in one store. Blocking, safe to share between threads;
     every method is one short transaction of its own.
 
@@ -144,12 +143,8 @@ class RunOwners:
     """
 
     def __init__(self, engine: Engine, url: str) -> None:
-        """Built by ``EventStore.open`` (``store.owners``); ``url`` is the display form."""
-        self._engine = engine
-        # Reads begin a deferred transaction on SQLite, never queueing behind the write lock.
-        self._reader = engine.execution_options(**{READ_OPTION: True})
-        self._url = url
-        self.dialect = engine.dialect.name
+        """Built by ``EventStore.open`` (``store.owners``)."""
+        super().__init__(engine, url)
         postgres = self.dialect == "postgresql"
         now, later = _NOW[self.dialect], _LATER[self.dialect]
         live = f"(n.node_id IS NOT NULL AND n.stopped_at IS NULL AND n.lease_expires_at >= {now})"
@@ -157,22 +152,7 @@ class RunOwners:
             f"r.run_id, r.owner_node, r.owner_epoch, r.owner_driving, CASE WHEN {live} "
             "THEN 1 ELSE 0 END"
         )
-        self._register = text(
-            f"INSERT INTO nodes ({_NODE_COLUMNS}) VALUES (:node_id, :name, :host, :boot_id, "
-            f":pid, :pid_start, :listen, {now}, {later}, NULL)"
-        )
-        self._lease_of = text("SELECT lease_expires_at FROM nodes WHERE node_id = :node_id")
-        self._renew = text(
-            f"UPDATE nodes SET lease_expires_at = {later} WHERE node_id = :node_id "
-            f"AND stopped_at IS NULL AND lease_expires_at >= {now}"
-        )
-        self._retire = text(
-            f"UPDATE nodes SET stopped_at = COALESCE(stopped_at, {now}), "
-            f"lease_expires_at = {now} WHERE node_id = :node_id"
-        )
-        self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
-        # SQLite's modifier and PostgreSQL's interval both take the seconds negated: "now minus".
-        self._forget = text(f"DELETE FROM nodes WHERE lease_expires_at < {later}")
+        self._node_statements(now, later)
         # The claimer's own lease, read without a lock: a claim holding its own node's row
         # while waiting on a run row a peer holds (that peer waiting to judge this node dead)
         # would deadlock. A node judged dead a moment after it won a claim loses the run at its
@@ -210,15 +190,35 @@ class RunOwners:
             f"WHERE {_ACTIVE} AND (r.owner_node IS NULL OR (r.owner_node <> :node_id AND "
             f"(NOT {live} OR r.owner_node IN :dead))) ORDER BY r.run_id LIMIT :limit"
         ).bindparams(bindparam("dead", expanding=True, type_=Text))
+        self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
+        self._held = text(
+            "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
+        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
+
+    def _node_statements(self, now: str, later: str) -> None:
+        """The statements of the ``nodes`` table (``now``, ``later``: this dialect's
+        expressions of the database's now and now plus a lease)."""
+        self._register = text(
+            f"INSERT INTO nodes ({_NODE_COLUMNS}) VALUES (:node_id, :name, :host, :boot_id, "
+            f":pid, :pid_start, :listen, {now}, {later}, NULL)"
+        )
+        self._lease_of = text("SELECT lease_expires_at FROM nodes WHERE node_id = :node_id")
+        self._renew = text(
+            f"UPDATE nodes SET lease_expires_at = {later} WHERE node_id = :node_id "
+            f"AND stopped_at IS NULL AND lease_expires_at >= {now}"
+        )
+        self._retire = text(
+            f"UPDATE nodes SET stopped_at = COALESCE(stopped_at, {now}), "
+            f"lease_expires_at = {now} WHERE node_id = :node_id"
+        )
+        self._set_listen = text("UPDATE nodes SET listen = :listen WHERE node_id = :node_id")
+        # SQLite's modifier and PostgreSQL's interval both take the seconds negated: "now minus".
+        self._forget = text(f"DELETE FROM nodes WHERE lease_expires_at < {later}")
         self._nodes = text(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY started_at, node_id")
         self._live_nodes = text(
             f"SELECT node_id FROM nodes WHERE stopped_at IS NULL AND lease_expires_at >= {now} "
             "ORDER BY node_id"
         )
-        self._owned_by = text("SELECT run_id FROM runs WHERE owner_node = :node_id ORDER BY run_id")
-        self._held = text(
-            "SELECT run_id, owner_node, owner_epoch, state FROM runs WHERE run_id IN :run_ids"
-        ).bindparams(bindparam("run_ids", expanding=True, type_=Text))
 
     def _lease_params(self, lease_seconds: float) -> dict:
         if not lease_seconds > 0:
@@ -226,14 +226,6 @@ class RunOwners:
         if self.dialect == "sqlite":
             return {"lease_modifier": f"+{lease_seconds:.3f} seconds"}
         return {"lease_seconds": float(lease_seconds)}
-
-    def _failed(self, exc: SQLAlchemyError, doing: str) -> StoreUnavailable:
-        inner = getattr(exc, "orig", None) or exc
-        reason = (str(inner).strip().splitlines() or [type(inner).__name__])[0]
-        return StoreUnavailable(
-            f"the store at {self._url} failed to {doing}: {reason}",
-            transient=passes_by_itself(exc),
-        )
 
     # -- nodes ------------------------------------------------------------------
 
@@ -269,12 +261,9 @@ class RunOwners:
             "listen": listen,
             **self._lease_params(lease_seconds),
         }
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._register, params)
-                return connection.execute(self._lease_of, {"node_id": node_id}).scalar_one()
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "register a node") from None
+        with self._writing("register a node") as connection:
+            connection.execute(self._register, params)
+            return connection.execute(self._lease_of, {"node_id": node_id}).scalar_one()
 
     def renew(self, node_id: str, lease_seconds: float) -> bool:
         """Extend ``node_id``'s lease to ``lease_seconds`` from now (the database's now).
@@ -289,11 +278,8 @@ class RunOwners:
                 count it as running out from its last successful renewal).
         """
         params = {"node_id": node_id, **self._lease_params(lease_seconds)}
-        try:
-            with self._engine.begin() as connection:
-                return connection.execute(self._renew, params).rowcount == 1
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "renew a node's lease") from None
+        with self._writing("renew a node's lease") as connection:
+            return connection.execute(self._renew, params).rowcount == 1
 
     def retire(self, node_id: str) -> None:
         """A graceful stop: the node's lease ends now, so its peers may take its runs at once.
@@ -302,11 +288,8 @@ class RunOwners:
             StoreUnavailable: the database failed; the lease is as it was (its runs are taken
                 over once it lapses).
         """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._retire, {"node_id": node_id})
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "retire a node") from None
+        with self._writing("retire a node") as connection:
+            connection.execute(self._retire, {"node_id": node_id})
 
     def set_listen(self, node_id: str, listen: str | None) -> None:
         """Record where ``node_id`` listens (known only once it has bound its socket).
@@ -314,11 +297,8 @@ class RunOwners:
         Raises:
             StoreUnavailable: the database failed; the row is as it was.
         """
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._set_listen, {"node_id": node_id, "listen": listen})
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "record a node's address") from None
+        with self._writing("record a node's address") as connection:
+            connection.execute(self._set_listen, {"node_id": node_id, "listen": listen})
 
     def forget_nodes(self, lapsed_for: float) -> int:
         """Delete the rows of nodes whose lease lapsed more than ``lapsed_for`` seconds ago (by
@@ -337,28 +317,19 @@ class RunOwners:
             params = {"lease_modifier": "-" + params["lease_modifier"][1:]}
         else:
             params = {"lease_seconds": -params["lease_seconds"]}
-        try:
-            with self._engine.begin() as connection:
-                return connection.execute(self._forget, params).rowcount
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "forget stopped nodes") from None
+        with self._writing("forget stopped nodes") as connection:
+            return connection.execute(self._forget, params).rowcount
 
     def nodes(self) -> list[NodeRecord]:
         """Every node ever registered (stopped ones too), oldest first."""
-        try:
-            with self._reader.connect() as connection:
-                return [NodeRecord(*row) for row in connection.execute(self._nodes)]
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "list nodes") from None
+        with self._reading("list nodes") as connection:
+            return [NodeRecord(*row) for row in connection.execute(self._nodes)]
 
     def live_nodes(self) -> list[str]:
         """The ids of the nodes whose lease holds now (by the database's clock), sorted: those
         a takeover's work is shared among."""
-        try:
-            with self._reader.connect() as connection:
-                return list(connection.execute(self._live_nodes).scalars())
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "list live nodes") from None
+        with self._reading("list live nodes") as connection:
+            return list(connection.execute(self._live_nodes).scalars())
 
     # -- runs -------------------------------------------------------------------
 
@@ -396,28 +367,25 @@ class RunOwners:
         Raises:
             StoreUnavailable: the database failed; nothing was written.
         """
-        try:
-            with self._engine.begin() as connection:
-                live = connection.execute(self._claimer_live, {"node_id": node_id}).scalar()
-                if not live:
-                    return [
-                        Fenced(
-                            f"node {node_id} holds no live lease (it lapsed, or the node "
-                            f"stopped); it may not claim run {run_id}",
-                            run_id=run_id,
-                            epoch=0,
-                        )
-                        for run_id in run_ids
-                    ]
-                # In run id order, so two claimers' transactions never wait on each other's rows
-                # in a cycle (PostgreSQL locks each row it reads).
-                claimed = {
-                    run_id: self._claim_in(connection, run_id, node_id, dead_nodes)
-                    for run_id in sorted(set(run_ids))
-                }
-                return [claimed[run_id] for run_id in run_ids]
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "claim a run") from None
+        with self._writing("claim a run") as connection:
+            live = connection.execute(self._claimer_live, {"node_id": node_id}).scalar()
+            if not live:
+                return [
+                    Fenced(
+                        f"node {node_id} holds no live lease (it lapsed, or the node "
+                        f"stopped); it may not claim run {run_id}",
+                        run_id=run_id,
+                        epoch=0,
+                    )
+                    for run_id in run_ids
+                ]
+            # In run id order, so two claimers' transactions never wait on each other's rows
+            # in a cycle (PostgreSQL locks each row it reads).
+            claimed = {
+                run_id: self._claim_in(connection, run_id, node_id, dead_nodes)
+                for run_id in sorted(set(run_ids))
+            }
+            return [claimed[run_id] for run_id in run_ids]
 
     def _claim_in(
         self, connection: Any, run_id: str, node_id: str, dead_nodes: Collection[str]
@@ -456,11 +424,8 @@ class RunOwners:
                 a peer may claim it only once this node's lease lapses).
         """
         params = {"run_id": run_id, "node_id": fence.node_id, "epoch": fence.epoch}
-        try:
-            with self._engine.begin() as connection:
-                connection.execute(self._release, params)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "release a run") from None
+        with self._writing("release a run") as connection:
+            connection.execute(self._release, params)
 
     def owner(self, run_id: str) -> RunOwner | None:
         """``run_id``'s owner (``node_id`` None when it has none); None when the run does not
@@ -471,14 +436,11 @@ class RunOwners:
         """The owner of each of ``run_ids`` that exists (one query per 400 runs)."""
         ids = list(dict.fromkeys(run_ids))
         found: dict[str, RunOwner] = {}
-        try:
-            with self._reader.connect() as connection:
-                for start in range(0, len(ids), _PAGE):
-                    page = ids[start : start + _PAGE]
-                    for row in connection.execute(self._owners, {"run_ids": page}):
-                        found[row[0]] = _owner(row)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "read runs' owners") from None
+        with self._reading("read runs' owners") as connection:
+            for start in range(0, len(ids), _PAGE):
+                page = ids[start : start + _PAGE]
+                for row in connection.execute(self._owners, {"run_ids": page}):
+                    found[row[0]] = _owner(row)
         return found
 
     def _owner_in(self, connection: Any, run_id: str) -> RunOwner | None:
@@ -494,19 +456,13 @@ class RunOwners:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         params = {"node_id": node_id, "dead": list(dead_nodes), "limit": limit}
-        try:
-            with self._reader.connect() as connection:
-                return [_owner(row) for row in connection.execute(self._orphans, params)]
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "find orphaned runs") from None
+        with self._reading("find orphaned runs") as connection:
+            return [_owner(row) for row in connection.execute(self._orphans, params)]
 
     def owned_by(self, node_id: str) -> list[str]:
         """The runs whose owner is ``node_id`` (driving them or not), by run id."""
-        try:
-            with self._reader.connect() as connection:
-                return list(connection.execute(self._owned_by, {"node_id": node_id}).scalars())
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "list a node's runs") from None
+        with self._reading("list a node's runs") as connection:
+            return list(connection.execute(self._owned_by, {"node_id": node_id}).scalars())
 
     def lapsed_runs(self, node_id: str, fences: Mapping[str, int]) -> list[str]:
         """Of the runs ``node_id`` believes it owns (run id -> epoch), those it no longer may
@@ -519,17 +475,14 @@ class RunOwners:
         """
         ids = list(fences)
         lapsed: list[str] = []
-        try:
-            with self._reader.connect() as connection:
-                for start in range(0, len(ids), _PAGE):
-                    page = ids[start : start + _PAGE]
-                    for run_id, owner, epoch, state in connection.execute(
-                        self._held, {"run_ids": page}
-                    ):
-                        if owner != node_id or epoch != fences[run_id] or state in _TERMINAL:
-                            lapsed.append(run_id)
-        except SQLAlchemyError as exc:
-            raise self._failed(exc, "check a node's runs") from None
+        with self._reading("check a node's runs") as connection:
+            for start in range(0, len(ids), _PAGE):
+                page = ids[start : start + _PAGE]
+                for run_id, owner, epoch, state in connection.execute(
+                    self._held, {"run_ids": page}
+                ):
+                    if owner != node_id or epoch != fences[run_id] or state in _TERMINAL:
+                        lapsed.append(run_id)
         return sorted(lapsed)
 
 

@@ -17,19 +17,19 @@ from __future__ import annotations
 from datetime import datetime
 
 from salvor.protocol import parse_instant
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import Engine, delete, func, insert, select, text
 
 from ._db_clock import db_after, db_now
 from ._repository import Repository
 from ._schema import login_sessions
 
 
-class LoginSessions:
+class LoginSessions(Repository):
     """The ``sessions`` table."""
 
-    def __init__(self, repository: Repository) -> None:
-        self._db = repository
-        self._now = db_now(repository.dialect)
+    def __init__(self, engine: Engine, url: str) -> None:
+        super().__init__(engine, url)
+        self._now = db_now(self.dialect)
 
     def open(self, id_digest: str, *, seconds: float, capacity: int) -> datetime:
         """Record a new session under ``id_digest`` lasting ``seconds``; when it expires.
@@ -38,8 +38,8 @@ class LoginSessions:
             StoreUnavailable: the database failed; no session was opened and none ended.
         """
         table = login_sessions
-        with self._db._writing("open a login session") as connection:
-            if self._db.dialect == "postgresql":
+        with self._writing("open a login session") as connection:
+            if self.dialect == "postgresql":
                 # Readers (``find``) are not held up by this lock, only other logins.
                 connection.execute(text("LOCK TABLE sessions IN SHARE ROW EXCLUSIVE MODE"))
             live = connection.execute(select(func.count()).select_from(table)).scalar_one()
@@ -57,7 +57,7 @@ class LoginSessions:
                 insert(table).values(
                     id_digest=id_digest,
                     created_at=self._now,
-                    expires_at=db_after(self._db.dialect, seconds),
+                    expires_at=db_after(self.dialect, seconds),
                 )
             )
             expires = connection.execute(
@@ -74,7 +74,7 @@ class LoginSessions:
         statement = select(login_sessions.c.expires_at).where(
             login_sessions.c.id_digest == id_digest, login_sessions.c.expires_at > self._now
         )
-        with self._db._reading("read a login session") as connection:
+        with self._reading("read a login session") as connection:
             expires = connection.execute(statement).scalar_one_or_none()
         return None if expires is None else parse_instant(expires)
 
@@ -84,7 +84,7 @@ class LoginSessions:
         Raises:
             StoreUnavailable: the database failed; the session is as it was.
         """
-        with self._db._writing("end a login session") as connection:
+        with self._writing("end a login session") as connection:
             result = connection.execute(
                 delete(login_sessions).where(
                     login_sessions.c.id_digest == id_digest,
@@ -100,5 +100,5 @@ class LoginSessions:
             .select_from(login_sessions)
             .where(login_sessions.c.expires_at > self._now)
         )
-        with self._db._reading("count login sessions") as connection:
+        with self._reading("count login sessions") as connection:
             return connection.execute(statement).scalar_one()

@@ -90,7 +90,7 @@ async def tool_intent(
     if not tool.deduplicates:
         await access.append(run_id, [intent], found.view)
         return answer
-    claim = await access.read(access.store.get_claim, key)
+    claim = await access.read(access.store.claims.get_claim, key)
     if claim is not None and claim.state == "settled":
         # The same call (by its declared key) already landed: copy its
         # completion here; the client performs nothing.

@@ -509,7 +509,7 @@ class RunContext:
         delay = CLAIM_POLL_FIRST
         deadline = trio.current_time() + self.claim_wait_seconds
         while True:
-            claim = await self.access.read(self.access.store.get_claim, identity)
+            claim = await self.access.read(self.access.store.claims.get_claim, identity)
             if claim is None:
                 try:
                     await self.record(intent, claim=identity)
@@ -581,7 +581,7 @@ class RunContext:
         flaky provider never loops. Cannot tell: the run parks in
         needs_reconciliation, as without a probe.
 
-        Every probe's answer is recorded first (``EventStore.put_probe_answer``)
+        Every probe's answer is recorded first (``store.claims.put_probe_answer``)
         for the reconciliation queue; the log gets nothing before the verdict.
         """
         verdict, output, evidence = await self.probe_write(tool.probe, reader, tool_input, seq)
@@ -623,7 +623,7 @@ class RunContext:
             answer, error = await self._ask_probe(reader, probe_input, seq)
         verdict, output = (ProbeVerdict.UNKNOWN, None) if error else probe.verdict(answer)
         await self.access.read(
-            lambda: self.access.store.put_probe_answer(
+            lambda: self.access.store.claims.put_probe_answer(
                 self.run_id,
                 seq,
                 tool=reader.name,

@@ -515,7 +515,7 @@ async def claim_to_settle(
     one this very intent claimed."""
     if key is None:
         return None
-    claim = await access.read(access.store.get_claim, key)
+    claim = await access.read(access.store.claims.get_claim, key)
     if claim is not None and claim.state == "open" and (claim.run_id, claim.seq) == (run_id, seq):
         return key
     return None

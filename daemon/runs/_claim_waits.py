@@ -101,7 +101,7 @@ class ClaimWaits:
             woken = trio.Event()
             self._wakes.setdefault(claim.run_id, set()).add(woken)
             try:
-                now = await self._access.read(self._access.store.get_claim, claim.identity)
+                now = await self._access.read(self._access.store.claims.get_claim, claim.identity)
                 if not _still_held(now, claim):
                     return
                 with trio.move_on_after(self._poll):

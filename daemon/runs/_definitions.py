@@ -60,7 +60,7 @@ class Definitions:
         Read from the store each time, never cached: a ``salvor edit-mode`` beside a daemon, or a
         second daemon on the same store, is seen at the next read.
         """
-        return bool(await self.access.read(self.access.store.get_setting, EDIT_MODE_KEY))
+        return bool(await self.access.read(self.access.store.settings.get_setting, EDIT_MODE_KEY))
 
     async def set_edit_mode(self, enabled: bool) -> None:
         """Turn flow authoring on or off for every run of this store, from its next agent turn.
@@ -68,7 +68,7 @@ class Definitions:
         Raises:
             StoreUnavailable: the database failed; the setting is as it was.
         """
-        await self.access.read(self.access.store.put_setting, EDIT_MODE_KEY, int(enabled))
+        await self.access.read(self.access.store.settings.put_setting, EDIT_MODE_KEY, int(enabled))
 
     # -- agents -------------------------------------------------------------
 
@@ -104,7 +104,7 @@ class Definitions:
     async def register_agent(self, agent: AgentDefinition) -> bool:
         """Store the definition content-addressed; True when it was new."""
         return await self.access.read(
-            lambda: self.access.store.put_agent(
+            lambda: self.access.store.definitions.put_agent(
                 agent.agent_def_hash,
                 format=agent.stored_format,
                 definition=agent.stored_text,
@@ -119,7 +119,7 @@ class Definitions:
             OperationRefused: unknown_agent when it is not stored, bad_request
                 when it no longer validates here (a tool this daemon lacks).
         """
-        stored = await self.access.read(self.access.store.get_agent, agent_def_hash)
+        stored = await self.access.read(self.access.store.definitions.get_agent, agent_def_hash)
         if stored is None:
             raise unknown_agent(agent_def_hash)
         try:
@@ -133,11 +133,11 @@ class Definitions:
 
     async def list_agents(self) -> list[StoredAgent]:
         """Every stored agent's row, oldest registration first."""
-        return await self.access.read(self.access.store.list_agents)
+        return await self.access.read(self.access.store.definitions.list_agents)
 
     async def find_agent(self, agent_def_hash: str) -> StoredAgent | None:
         """The stored agent row, or None."""
-        return await self.access.read(self.access.store.get_agent, agent_def_hash)
+        return await self.access.read(self.access.store.definitions.get_agent, agent_def_hash)
 
     # -- graphs -------------------------------------------------------------
 
@@ -151,18 +151,18 @@ class Definitions:
             StoreUnavailable: the database failed.
         """
         return await self.access.read(
-            lambda: self.access.store.put_graph(
+            lambda: self.access.store.definitions.put_graph(
                 graph.hash, document=graph.document, summary=graph.summary()
             )
         )
 
     async def find_graph(self, graph_hash: str) -> StoredGraph | None:
         """The graph document stored under ``graph_hash``, or None."""
-        return await self.access.read(self.access.store.get_graph, graph_hash)
+        return await self.access.read(self.access.store.definitions.get_graph, graph_hash)
 
     async def list_graphs(self) -> list[GraphSummary]:
         """Every stored graph's hash and shape summary, oldest first."""
-        return await self.access.read(self.access.store.list_graphs)
+        return await self.access.read(self.access.store.definitions.list_graphs)
 
     async def load_graph(self, graph_hash: str) -> Graph:
         """Rebuild a stored graph.

@@ -191,7 +191,7 @@ def _name_held_by_others(
     did not write itself (read from its log, as ``_flows_written`` reads its graphs)."""
     others = [
         stored.agent_def_hash
-        for stored in store.list_agents()
+        for stored in store.definitions.list_agents()
         if stored.name == agent.name and stored.agent_def_hash != agent.agent_def_hash
     ]
     if not others or author is None:
@@ -272,7 +272,7 @@ def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str
         target = node.body if node.body is not None else node
         if target.agent is None or target.agent in found:
             continue
-        stored = store.get_agent(target.agent)
+        stored = store.definitions.get_agent(target.agent)
         if stored is None:
             continue
         try:
@@ -286,7 +286,7 @@ def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str
 
 def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
     newest: dict[str, StoredAgent] = {}
-    for stored in store.list_agents():
+    for stored in store.definitions.list_agents():
         if stored.name:
             newest.pop(stored.name, None)  # re-inserted last: the newest registration wins
             newest[stored.name] = stored
@@ -400,7 +400,7 @@ def _tree(store: EventStore, run_id: str) -> _Tree:
     wanted = {child.agent_def_hash for child in children if child.agent_def_hash is not None}
     names = {
         agent.agent_def_hash: agent.name
-        for agent in store.list_agents()
+        for agent in store.definitions.list_agents()
         if agent.agent_def_hash in wanted and agent.name
     }
     return _Tree(store, run_id, children, names, _flows_written(store.read_log(run_id)))
@@ -522,7 +522,7 @@ class _Node:
 
 
 def _graph_of(store: EventStore, graph_hash: str) -> Graph | None:
-    stored = store.get_graph(graph_hash)
+    stored = store.definitions.get_graph(graph_hash)
     if stored is None:
         return None
     try:

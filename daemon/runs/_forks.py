@@ -82,7 +82,7 @@ class Forks:
                     f"the graph supplied hashes to {document.hash}, but run {origin} walks "
                     f"{plan.graph_hash}; a fork reuses its origin's graph unchanged"
                 )
-        elif await self.access.read(store.get_graph, plan.graph_hash) is None:
+        elif await self.access.read(store.definitions.get_graph, plan.graph_hash) is None:
             raise unknown_graph(plan.graph_hash)
         return plan
 
@@ -105,7 +105,7 @@ class Forks:
         run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
         if document is not None:
             await self.access.read(
-                lambda: self.access.store.put_graph(
+                lambda: self.access.store.definitions.put_graph(
                     document.hash, document=document.document, summary=document.summary()
                 )
             )
@@ -120,7 +120,7 @@ class Forks:
         store = self.access.store
         if await self.access.read(store.read_view, run_id) is None:
             raise unknown_run(run_id)
-        return await self.access.read(store.list_forks, run_id)
+        return await self.access.read(store.runs.list_forks, run_id)
 
 
 def _projection(store: EventStore, run_id: str) -> dict:
@@ -137,7 +137,7 @@ def _projection(store: EventStore, run_id: str) -> dict:
 
 
 def _stored_graph(store: EventStore, graph_hash: str) -> Graph | None:
-    stored = store.get_graph(graph_hash)
+    stored = store.definitions.get_graph(graph_hash)
     if stored is None:
         return None
     try:

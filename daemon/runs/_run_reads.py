@@ -102,10 +102,10 @@ class RunReads:
             BadCursor: ``after`` is not a cursor this store issued (400 bad_request).
         """
         page, cursor = await self.access.read(
-            lambda: self.access.store.parked_writes(limit=limit, after=after)
+            lambda: self.access.store.runs.parked_writes(limit=limit, after=after)
         )
         positions = [(p.run_id, p.view.pending.seq) for p in page]
-        probed = await self.access.read(self.access.store.probe_answers, positions)
+        probed = await self.access.read(self.access.store.claims.probe_answers, positions)
         items = [
             reconciliation(p.run_id, p.view, client_tools, probed.get(at))
             for p, at in zip(page, positions, strict=True)
@@ -122,7 +122,7 @@ class RunReads:
         """What ``interrupted_runs`` chooses from: every run cut mid-flight and every parked
         write this daemon can probe, children included. One query and one listing; no run's
         view is read."""
-        interrupted = await self.access.read(self.access.store.interrupted_runs)
+        interrupted = await self.access.read(self.access.store.runs.interrupted_runs)
         return interrupted + await self.probed_writes()
 
     async def without_walked_children(self, runs: list[str], walked: set[str]) -> list[str]:
@@ -210,14 +210,14 @@ class RunReads:
         return log
 
     async def census(self) -> tuple[dict[str, int], int]:
-        """Runs per state and the idempotency identities held open (``EventStore.census``), read
+        """Runs per state and the idempotency identities held open (``store.runs.census``), read
         on a reader thread.
 
         Raises:
             StoreUnavailable: the store cannot be read.
         """
-        return await self.access.read(self.access.store.census)
+        return await self.access.read(self.access.store.runs.census)
 
     async def due_runs(self, now: datetime | None = None) -> list[str]:
         """The sleeping runs whose timer is due at ``now`` (this runtime's clock by default)."""
-        return await self.access.read(self.access.store.due_runs, now or self.clock())
+        return await self.access.read(self.access.store.runs.due_runs, now or self.clock())

@@ -139,7 +139,7 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
     """Bulk-insert ``runs`` runs; the first ``interrupted`` are cut at their first model call."""
     registry = demo_registry(None)
     agent = parse_definition(agent_text, "toml", known_tools=registry.names())
-    store.put_agent(
+    store.definitions.put_agent(
         agent.agent_def_hash,
         format=agent.stored_format,
         definition=agent.stored_text,
@@ -170,7 +170,7 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
 
 def landed(store: EventStore, run_ids: list[str]) -> int:
     """How many of ``run_ids`` have events beyond the two they were cut at."""
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         rows = connection.execute(
             text("SELECT run_id FROM runs WHERE event_count > 2 AND state = 'completed'")
         )

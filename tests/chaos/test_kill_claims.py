@@ -108,7 +108,7 @@ def test_a_second_run_never_performs_a_write_whose_first_was_killed_mid_call(
                 child.kill()
         fx.release("w")
         with EventStore.open(store_url) as store:
-            claim = store.get_claim(IDENTITY)
+            claim = store.claims.get_claim(IDENTITY)
             assert (claim.run_id, claim.state) == (first, "open")
 
         # The second run meets the open claim: it performs nothing and writes no intent.
@@ -133,7 +133,7 @@ def test_a_second_run_never_performs_a_write_whose_first_was_killed_mid_call(
         with EventStore.open(store_url) as store:
             assert store.read_view(second).state is RunState.COMPLETED
             log = store.read_log(second)
-            claim = store.get_claim(IDENTITY)
+            claim = store.claims.get_claim(IDENTITY)
         (intent,) = notes(log)
         (copied,) = [
             e.event

@@ -315,7 +315,7 @@ class Harness:
 
     def probe_answers(self, seq: int) -> list:
         with EventStore.open(self.store_url) as store:
-            return list(store.probe_answers([(self.run_id, seq)]).values())
+            return list(store.claims.probe_answers([(self.run_id, seq)]).values())
 
     def ledger(self, tool: str | None = None) -> list[dict]:
         if not self.effects.exists():

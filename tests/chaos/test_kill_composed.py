@@ -720,7 +720,7 @@ class Composed(Chaos):
 
     @staticmethod
     def _probe_cannot_tell(store: EventStore, run_id: str, seq: int) -> bool:
-        answer = store.probe_answers([(run_id, seq)]).get((run_id, seq))
+        answer = store.claims.probe_answers([(run_id, seq)]).get((run_id, seq))
         return answer is not None and answer.verdict == "unknown"
 
     def figures(self, began: float) -> dict:

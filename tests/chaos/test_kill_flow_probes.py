@@ -108,6 +108,6 @@ def test_an_agent_file_nodes_open_refund_is_probed_by_recovery_and_performed_onc
     (completion,) = [e.event for e in log if e.event.KIND is EventKind.TOOL_CALL_COMPLETED]
     assert completion.settled_by == "probe" and completion.output == refund["refund"]
     with EventStore.open(store_url) as store:
-        answer = store.probe_answers([(run_id, refund["seq"])])[(run_id, refund["seq"])]
+        answer = store.claims.probe_answers([(run_id, refund["seq"])])[(run_id, refund["seq"])]
     assert (answer.tool, answer.verdict) == ("lookup_refund", "landed")
     assert log[-1].kind == EventKind.RUN_COMPLETED

@@ -447,5 +447,5 @@ def test_a_refund_cut_before_it_was_sent_in_an_agent_node_is_probed_and_performe
     assert completion.output == refund["refund"] and completion.settled_by is None
     assert no_open_intent(log)
     with EventStore.open(store_url) as store:
-        answer = store.probe_answers([(run_id, refund["seq"])])[(run_id, refund["seq"])]
+        answer = store.claims.probe_answers([(run_id, refund["seq"])])[(run_id, refund["seq"])]
     assert (answer.tool, answer.verdict) == ("lookup_refund", "not_landed")

@@ -189,7 +189,7 @@ def test_a_keyed_write_killed_after_its_effect_parks_and_holds_off_a_second_run(
         assert done_b.output == resolved
         assert done_b.deduplicated_from == {"run_id": first, "seq": seq_a}
         with EventStore.open(store_url) as store:
-            claim = store.get_claim(IDENTITY)
+            claim = store.claims.get_claim(IDENTITY)
             assert store.read_view(first).state is not RunState.NEEDS_RECONCILIATION
         assert (claim.run_id, claim.state) == (first, "settled")
         code, _ = daemon.terminate()

@@ -53,7 +53,7 @@ def probed_setup(tmp_path: Path, store_url: str, hold: str) -> Setup:
 
 def probe_answer(setup: Setup, run_id: str, seq: int):
     with EventStore.open(setup.store_url) as store:
-        return store.probe_answers([(run_id, seq)]).get((run_id, seq))
+        return store.claims.probe_answers([(run_id, seq)]).get((run_id, seq))
 
 
 def open_write_seq(setup: Setup, run_id: str) -> int:
@@ -89,7 +89,7 @@ def test_a_write_killed_after_its_effect_is_settled_by_its_probe_on_restart(
         assert len(fx.received_of("write_note")) == len(fx.calls_of("write_note")) == 1
         assert len(fx.calls_of("find_note")) == 1
         with EventStore.open(store_url) as store:
-            claim = store.get_claim(IDENTITY)
+            claim = store.claims.get_claim(IDENTITY)
         assert (claim.run_id, claim.seq, claim.state) == (run, seq, "settled")
         code, _ = daemon.terminate()
         assert code == 0

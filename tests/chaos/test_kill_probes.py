@@ -133,7 +133,7 @@ def test_a_write_and_its_probe_killed_in_turn_are_settled_once_by_the_next_probe
         [refund] = ledger(Path(effects), "issue_refund")
         with EventStore.open(store_url) as store:
             intent, completion = the_refund(store.read_log(first))
-            answers = store.probe_answers([(first, intent.seq)])
+            answers = store.claims.probe_answers([(first, intent.seq)])
         identity = sha256_hash({"tool": "issue_refund", "invoice_id": "INV-7"})
         assert intent.event.idempotency_key == identity
         assert completion.settled_by == "probe" and completion.output == refund["refund"]
@@ -184,7 +184,7 @@ def test_a_probe_that_cannot_tell_parks_the_killed_write_for_a_person(
             with EventStore.open(store_url) as store:
                 assert store.read_view(run_id).state is RunState.NEEDS_RECONCILIATION
                 intent, completion = the_refund(store.read_log(run_id))
-                answer = store.probe_answers([(run_id, intent.seq)])[(run_id, intent.seq)]
+                answer = store.claims.probe_answers([(run_id, intent.seq)])[(run_id, intent.seq)]
             assert completion is None and ledger(Path(effects), "issue_refund") == []
             assert (answer.tool, answer.verdict, answer.error) == ("lookup_refund", "unknown", None)
             assert answer.answer["found"] is None

@@ -39,9 +39,7 @@ def test_the_members_of_one_call_share_one_cap() -> None:
         flow_from_call(FLOW, [_member("a", half), _member("b", half), _member("c", b"y")])
 
 
-def test_unknown_roles_and_repeated_keys_are_skipped_and_a_bare_member_is_refused() -> (
-    None
-):
+def test_unknown_roles_and_repeated_keys_are_skipped_and_a_bare_member_is_refused() -> None:
     members = [
         _member("a", b"first"),
         _member("a", b"second"),

@@ -23,18 +23,21 @@ def _version(store_url: str) -> int:
 
 
 def test_a_setting_never_written_reads_as_none(store: EventStore) -> None:
-    assert store.get_setting(KEY) is None
+    assert store.settings.get_setting(KEY) is None
 
 
 def test_a_setting_is_replaced_and_survives_reopening(store_url: str) -> None:
     with EventStore.open(store_url) as store:
-        store.put_setting(KEY, 1)
-        assert store.get_setting(KEY) == 1
-        store.put_setting(KEY, 0)
-        store.put_setting("another.setting", 7)
-        assert store.get_setting(KEY) == 0
+        store.settings.put_setting(KEY, 1)
+        assert store.settings.get_setting(KEY) == 1
+        store.settings.put_setting(KEY, 0)
+        store.settings.put_setting("another.setting", 7)
+        assert store.settings.get_setting(KEY) == 0
     with EventStore.open(store_url) as store:
-        assert (store.get_setting(KEY), store.get_setting("another.setting")) == (0, 7)
+        assert (store.settings.get_setting(KEY), store.settings.get_setting("another.setting")) == (
+            0,
+            7,
+        )
     # Settings share the table with the schema version and leave it as it was.
     assert _version(store_url) == STORE_VERSION
 
@@ -47,13 +50,13 @@ def test_a_bad_setting_is_refused_and_writes_nothing(
     store_url: str, key: str, value: object
 ) -> None:
     with EventStore.open(store_url) as store:
-        store.put_setting(KEY, 1)
+        store.settings.put_setting(KEY, 1)
         with pytest.raises(ValueError):
-            store.put_setting(key, value)  # type: ignore[arg-type]
-        assert store.get_setting(KEY) == 1
+            store.settings.put_setting(key, value)  # type: ignore[arg-type]
+        assert store.settings.get_setting(KEY) == 1
     assert _version(store_url) == STORE_VERSION
 
 
 def test_the_schema_version_row_is_no_setting(store: EventStore) -> None:
     with pytest.raises(ValueError):
-        store.get_setting("schema_version")
+        store.settings.get_setting("schema_version")

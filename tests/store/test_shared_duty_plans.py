@@ -19,13 +19,13 @@ def plan(store: EventStore, statement, **params) -> str:
     compiled = statement.compile(dialect=store._engine.dialect)
     values = {**compiled.params, **params}
     ordered = tuple(values[name] for name in compiled.positiontup)
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         rows = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", ordered).all()
     return " ".join(row[-1] for row in rows)
 
 
 def test_the_wake_sweepers_due_runs_are_read_from_their_partial_index(store: EventStore) -> None:
-    from salvor.store._event_store import _DUE_RUNS
+    from salvor.store._run_reads import _DUE_RUNS
 
     details = plan(store, _DUE_RUNS, now="2026-12-06T00:00:00.000000Z")
     assert "ix_runs_sleeping_wake_at" in details and "TEMP B-TREE" not in details, details
@@ -39,7 +39,7 @@ def test_the_outboxs_claimable_rows_are_read_from_its_partial_index(store: Event
 @pytest.mark.parametrize("table", ["client_leases", "sessions"])
 def test_a_lease_or_a_session_is_found_by_its_key(store: EventStore, table: str) -> None:
     key = "run_id" if table == "client_leases" else "id_digest"
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         rows = connection.execute(
             text(f"EXPLAIN QUERY PLAN SELECT * FROM {table} WHERE {key} = 'x'")
         ).all()

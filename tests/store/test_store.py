@@ -378,7 +378,7 @@ def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> 
     _, view_a = store.append("a", [started()], EMPTY_VIEW)
     _, view_b = store.append("b", [started()], EMPTY_VIEW)
     _, view_a = store.append("a", [pay("c-1")], view_a, claim="pay:c-1")
-    claim = store.get_claim("pay:c-1")
+    claim = store.claims.get_claim("pay:c-1")
     assert (claim.run_id, claim.seq, claim.state, claim.output) == ("a", 1, "open", None)
 
     with pytest.raises(ClaimHeld) as held:
@@ -396,12 +396,12 @@ def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> 
     _, view_a = store.append(
         "a", [ToolCallCompleted(seq=1, output={"paid": 12})], view_a, settle="pay:c-1"
     )
-    claim = store.get_claim("pay:c-1")
+    claim = store.claims.get_claim("pay:c-1")
     assert (claim.state, claim.output) == ("settled", {"paid": 12})
     with pytest.raises(ClaimHeld) as held:
         store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
     assert held.value.state == "settled"
-    assert store.get_claim("nothing") is None
+    assert store.claims.get_claim("nothing") is None
 
 
 def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventStore) -> None:
@@ -412,7 +412,7 @@ def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventSto
     with pytest.raises(ClaimHeld):
         store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, settle="pay:k")
     assert store.read_view("b") == view_b
-    assert store.get_claim("pay:k").state == "open"
+    assert store.claims.get_claim("pay:k").state == "open"
 
 
 def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> None:
@@ -422,13 +422,13 @@ def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> No
     _, view_b = store.append("b", [pay("k")], view_b)
     # Another run's completion naming the identity leaves the holder's claim alone.
     _, view_b = store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, release="pay:k")
-    assert store.get_claim("pay:k").state == "open"
+    assert store.claims.get_claim("pay:k").state == "open"
 
     _, view_a = store.append("a", [ToolCallCompleted(seq=1, output=0)], view_a, release="pay:k")
-    assert store.get_claim("pay:k") is None
+    assert store.claims.get_claim("pay:k") is None
     # Released, the identity is free for the next caller.
     _, view_b = store.append("b", [pay("k")], view_b, claim="pay:k")
-    assert (store.get_claim("pay:k").run_id, store.get_claim("pay:k").seq) == ("b", 3)
+    assert (store.claims.get_claim("pay:k").run_id, store.claims.get_claim("pay:k").seq) == ("b", 3)
 
 
 def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
@@ -437,7 +437,7 @@ def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
     _, view = store.append("a", [ToolCallCompleted(seq=1, output=7)], view, settle="pay:k")
     _, view = store.append("a", [pay("k")], view)
     store.append("a", [ToolCallCompleted(seq=3, output=0)], view, release="pay:k")
-    claim = store.get_claim("pay:k")
+    claim = store.claims.get_claim("pay:k")
     assert (claim.seq, claim.state, claim.output) == (1, "settled", 7)
 
 
@@ -680,10 +680,10 @@ def test_due_and_interrupted_runs(store: EventStore) -> None:
     )
     run("done", [RunCompleted(output=None)])
 
-    assert store.due_runs(now) == ["sleeps-past"]
-    assert store.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
-    assert store.due_runs(now - timedelta(hours=1)) == []
-    assert sorted(store.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
+    assert store.runs.due_runs(now) == ["sleeps-past"]
+    assert store.runs.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
+    assert store.runs.due_runs(now - timedelta(hours=1)) == []
+    assert sorted(store.runs.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
 
 
 def write(tool: str = "refund", key: str | None = None) -> ToolCallRequested:
@@ -714,7 +714,7 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
     abandon = RunAbandoned(unresolved_write={"seq": 1, "tool": "refund"})
     store.append("gone", [abandon], views["gone"])
 
-    page, cursor = store.parked_writes()
+    page, cursor = store.runs.parked_writes()
     assert cursor is None
     assert [p.run_id for p in page] == ["p-early", "p-tie-b", "p-tie-a", "p-late"]
     for parked in page:
@@ -725,16 +725,16 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
 
     seen, cursor = [], None
     while True:
-        one, cursor = store.parked_writes(limit=1, after=cursor)
+        one, cursor = store.runs.parked_writes(limit=1, after=cursor)
         seen += [p.run_id for p in one]
         if cursor is None:
             break
     assert seen == [p.run_id for p in page]
-    two, cursor = store.parked_writes(limit=2)
-    rest, end = store.parked_writes(limit=2, after=cursor)
+    two, cursor = store.runs.parked_writes(limit=2)
+    rest, end = store.runs.parked_writes(limit=2, after=cursor)
     assert [p.run_id for p in two + rest] == seen and end is None
     with pytest.raises(BadCursor):
-        store.parked_writes(after="not-a-cursor")
+        store.runs.parked_writes(after="not-a-cursor")
 
     # Two intents recorded at the same instant: the run id breaks the tie.
     execute_sql(
@@ -742,21 +742,21 @@ def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
         "UPDATE runs SET last_recorded_at = :at WHERE run_id IN ('p-tie-a', 'p-tie-b')",
         at=page[1].parked_since,
     )
-    tied = [p.run_id for p in store.parked_writes()[0]]
+    tied = [p.run_id for p in store.runs.parked_writes()[0]]
     assert tied == ["p-early", "p-tie-a", "p-tie-b", "p-late"]
 
     # A row whose view cannot be decoded still lists, from its log.
     execute_sql(store_url, "UPDATE runs SET view = '{' WHERE run_id = 'p-late'")
-    assert store.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
+    assert store.runs.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
 
 
 def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> None:
     if store.dialect != "sqlite":
         pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN")
-    from salvor.store._event_store import _PARKED_WRITES
+    from salvor.store._run_reads import _PARKED_WRITES
 
     query = str(_PARKED_WRITES.compile(compile_kwargs={"literal_binds": True}))
-    with store._read() as connection:
+    with store._reader.connect() as connection:
         plan = connection.execute(text("EXPLAIN QUERY PLAN " + query)).all()
     details = " ".join(row[-1] for row in plan)
     assert "ix_runs_unreconciled" in details and "TEMP B-TREE" not in details
@@ -767,22 +767,33 @@ def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> N
 
 def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
     definition = 'model = "m"\nname = "triage"\n'
-    assert store.put_agent("sha256:1", format="toml", definition=definition, name="triage")
-    assert not store.put_agent("sha256:1", format="toml", definition="other", name=None)
-    assert store.put_agent("sha256:2", format="json", definition='{"model":"m"}', name=None)
+    assert store.definitions.put_agent(
+        "sha256:1", format="toml", definition=definition, name="triage"
+    )
+    assert not store.definitions.put_agent("sha256:1", format="toml", definition="other", name=None)
+    assert store.definitions.put_agent(
+        "sha256:2", format="json", definition='{"model":"m"}', name=None
+    )
     markdown = "---\nname: triage\nmodel: m\n---\nTriage.\n"
-    assert store.put_agent("sha256:5", format="md", definition=markdown, name="triage")
-    assert (store.get_agent("sha256:5").format, store.get_agent("sha256:5").definition) == (
+    assert store.definitions.put_agent("sha256:5", format="md", definition=markdown, name="triage")
+    assert (
+        store.definitions.get_agent("sha256:5").format,
+        store.definitions.get_agent("sha256:5").definition,
+    ) == (
         "md",
         markdown,
     )
-    agent = store.get_agent("sha256:1")
+    agent = store.definitions.get_agent("sha256:1")
     assert (agent.format, agent.definition, agent.name) == ("toml", definition, "triage")
-    assert store.get_agent("sha256:2").name is None
-    assert store.get_agent("sha256:3") is None
-    assert [a.agent_def_hash for a in store.list_agents()] == ["sha256:1", "sha256:2", "sha256:5"]
+    assert store.definitions.get_agent("sha256:2").name is None
+    assert store.definitions.get_agent("sha256:3") is None
+    assert [a.agent_def_hash for a in store.definitions.list_agents()] == [
+        "sha256:1",
+        "sha256:2",
+        "sha256:5",
+    ]
     with pytest.raises(ValueError, match="toml"):
-        store.put_agent("sha256:4", format="yaml", definition="", name=None)
+        store.definitions.put_agent("sha256:4", format="yaml", definition="", name=None)
 
 
 # -- graphs -------------------------------------------------------------------------
@@ -802,18 +813,18 @@ GRAPH_SUMMARY = {
 
 
 def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
-    assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-    assert not store.put_graph(
+    assert store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+    assert not store.definitions.put_graph(
         "sha256:g1", document={"other": True}, summary={**GRAPH_SUMMARY, "node_count": 9}
     )
     other = {**GRAPH_SUMMARY, "entry_nodes": ["a", "b"], "terminal_nodes": []}
-    assert store.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
-    stored = store.get_graph("sha256:g1")
+    assert store.definitions.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
+    stored = store.definitions.get_graph("sha256:g1")
     assert stored.document == GRAPH_DOCUMENT
     assert json.dumps(stored.document) == json.dumps(GRAPH_DOCUMENT)  # key order too
-    assert store.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
-    assert store.get_graph("sha256:g3") is None
-    listed = store.list_graphs()
+    assert store.definitions.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
+    assert store.definitions.get_graph("sha256:g3") is None
+    listed = store.definitions.list_graphs()
     assert [g.graph_hash for g in listed] == ["sha256:g1", "sha256:g2"]
     assert [g.summary() for g in listed] == [GRAPH_SUMMARY, other]
     assert listed[0].created_at == stored.created_at
@@ -821,16 +832,16 @@ def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
 
 def test_a_graph_with_a_summary_of_another_shape_is_a_misuse(store: EventStore) -> None:
     with pytest.raises(ValueError, match="entry_nodes"):
-        store.put_graph("sha256:g1", document={}, summary={"node_count": 1})
-    assert store.list_graphs() == []
+        store.definitions.put_graph("sha256:g1", document={}, summary={"node_count": 1})
+    assert store.definitions.list_graphs() == []
 
 
 def test_graphs_survive_reopening_the_store(store_url: str) -> None:
     with EventStore.open(store_url) as store:
-        store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
+        store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
     with EventStore.open(store_url) as store:
-        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
-        assert [g.summary() for g in store.list_graphs()] == [GRAPH_SUMMARY]
+        assert store.definitions.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        assert [g.summary() for g in store.definitions.list_graphs()] == [GRAPH_SUMMARY]
 
 
 # -- the view codec -----------------------------------------------------------------
@@ -882,7 +893,7 @@ def test_opening_an_older_store_upgrades_it(store_url: str) -> None:
     with EventStore.open(store_url) as store:
         _, view = store.append("a", [started()], EMPTY_VIEW)
         store.append("a", [pay("k")], view, claim="pay:k")
-        assert store.get_claim("pay:k").run_id == "a"
+        assert store.claims.get_claim("pay:k").run_id == "a"
     engine = create_engine(normalize_store_url(store_url))
     with engine.connect() as connection:
         assert (
@@ -979,10 +990,10 @@ def test_a_version_3_store_gains_the_probe_answers_table(store_url: str) -> None
     execute_sql(store_url, "DROP TABLE probe_answers")
     execute_sql(store_url, "UPDATE store_meta SET value = 3")
     with EventStore.open(store_url) as store:
-        store.put_probe_answer(
+        store.claims.put_probe_answer(
             "a", 3, tool="look", probe_input={}, answer=None, error="x", verdict="unknown"
         )
-        assert store.probe_answers([("a", 3)])[("a", 3)].error == "x"
+        assert store.claims.probe_answers([("a", 3)])[("a", 3)].error == "x"
 
 
 def test_a_version_4_store_learns_graph_runs(store_url: str) -> None:
@@ -1023,8 +1034,10 @@ def test_a_version_4_store_gains_the_graphs_table(store_url: str) -> None:
     execute_sql(store_url, "DROP TABLE graphs")
     execute_sql(store_url, "UPDATE store_meta SET value = 4")
     with EventStore.open(store_url) as store:
-        assert store.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-        assert store.get_graph("sha256:g1").document == GRAPH_DOCUMENT
+        assert store.definitions.put_graph(
+            "sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY
+        )
+        assert store.definitions.get_graph("sha256:g1").document == GRAPH_DOCUMENT
         # What the older store held is untouched.
         assert store.read_view("a").next_seq == 1
     engine = create_engine(normalize_store_url(store_url))
@@ -1147,7 +1160,7 @@ def test_an_append_survives_the_server_dropping_its_connection(
         pytest.skip("only a server can drop a connection")
     _, view = store.append("a", [started()], EMPTY_VIEW)
     # What a database restart does to the idle connection the store holds for appends.
-    writer_pid = store._writer.dbapi_connection.info.backend_pid
+    writer_pid = store.writer._writer.dbapi_connection.info.backend_pid
     execute_sql(store_url, "SELECT pg_terminate_backend(:pid)", pid=writer_pid)
     _, view = store.append("a", [ModelCallRequested(request_hash="sha256:a")], view)
     assert store.read_view("a") == view
@@ -1157,7 +1170,7 @@ def test_an_append_survives_the_server_dropping_its_connection(
 
 
 def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: EventStore) -> None:
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "a",
         3,
         tool="lookup_refund",
@@ -1166,7 +1179,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error="the lookup timed out",
         verdict="unknown",
     )
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "a",
         3,
         tool="lookup_refund",
@@ -1175,7 +1188,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error=None,
         verdict="landed",
     )
-    store.put_probe_answer(
+    store.claims.put_probe_answer(
         "b",
         7,
         tool="lookup_refund",
@@ -1184,7 +1197,7 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
         error=None,
         verdict="unknown",
     )
-    found = store.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
+    found = store.claims.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
     assert set(found) == {("a", 3), ("b", 7)}
     latest = found[("a", 3)]
     # The second probe of the same write replaced the first.
@@ -1196,12 +1209,12 @@ def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: Even
     assert latest.tool == "lookup_refund" and latest.input == {"invoice_id": "I"}
     assert latest.observed_at.endswith("Z")
     assert found[("b", 7)].answer == {"found": None}
-    assert store.probe_answers([]) == {}
+    assert store.claims.probe_answers([]) == {}
     with pytest.raises(ValueError, match="verdict"):
-        store.put_probe_answer(
+        store.claims.put_probe_answer(
             "a", 3, tool="t", probe_input={}, answer=None, error=None, verdict="maybe"
         )
-    assert store.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
+    assert store.claims.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
 
 
 def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
@@ -1214,12 +1227,12 @@ def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
         store.append(
             "plain", [GraphRunStarted(graph_hash="sha256:" + "d" * 64, input=None)], EMPTY_VIEW
         )
-        forks = store.list_forks("origin")
+        forks = store.runs.list_forks("origin")
         assert [view.run_id for view in forks] == ["f1", "f2"]
         assert [view.forked_from["from_node"] for view in forks] == ["publish", "each"]
         assert forks[0].forked_from["acknowledged_writes"] == [PUBLISH_WRITE]
-        assert [view.run_id for view in store.list_forks("f1")] == ["f3"]
-        assert store.list_forks("plain") == store.list_forks("nobody") == []
+        assert [view.run_id for view in store.runs.list_forks("f1")] == ["f3"]
+        assert store.runs.list_forks("plain") == store.runs.list_forks("nobody") == []
 
 
 # -- what the daemon counts ----------------------------------------------------------
@@ -1274,11 +1287,11 @@ def test_the_commit_observer_hears_each_committed_transaction_once(store_url: st
 
 
 def test_the_census_counts_runs_by_state_and_the_claims_held_open(store: EventStore) -> None:
-    assert store.census() == ({}, 0)
+    assert store.runs.census() == ({}, 0)
     _, view_a = store.append("a", [started()], EMPTY_VIEW)
     _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
     store.append("b", [started(), RunCompleted(output=1)], EMPTY_VIEW)
     store.append("c", [started(), Suspended(reason="ok?", input_schema={})], EMPTY_VIEW)
-    assert store.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
+    assert store.runs.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
     store.append("a", [ToolCallCompleted(seq=1, output=7)], view_a, settle="pay:k")
-    assert store.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)
+    assert store.runs.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)

@@ -53,7 +53,7 @@ async def snapshot(server: Server) -> tuple:
     """What the store holds: every run's entry and every registered agent."""
     store = server.state.runtime.access.store
     runs, _ = await server.state.runtime.access.read(store.list_runs)
-    agents = await server.state.runtime.access.read(store.list_agents)
+    agents = await server.state.runtime.access.read(store.definitions.list_agents)
     return sorted((r.run_id, r.event_count, r.last_recorded_at) for r in runs), [
         a.agent_def_hash for a in agents
     ]

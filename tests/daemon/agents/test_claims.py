@@ -117,7 +117,7 @@ async def test_two_runs_racing_on_one_key_perform_it_once(
         # the gate opens only once it has, so the wait is really exercised.
         saw_open = trio.Event()
         token = trio.lowlevel.current_trio_token()
-        original = access_b.store.get_claim
+        original = access_b.store.claims.get_claim
 
         def get_claim(identity):
             claim = original(identity)
@@ -125,7 +125,7 @@ async def test_two_runs_racing_on_one_key_perform_it_once(
                 token.run_sync_soon(saw_open.set)
             return claim
 
-        monkeypatch.setattr(access_b.store, "get_claim", get_claim)
+        monkeypatch.setattr(access_b.store.claims, "get_claim", get_claim)
         refund.gate = trio.Event()
         views = {}
 
@@ -151,7 +151,7 @@ async def test_two_runs_racing_on_one_key_perform_it_once(
         # The second run recorded the first's output, naming where it came from.
         assert done_b.output == done_a.output
         assert done_b.deduplicated_from == {"run_id": run_a, "seq": seq_a}
-        claim = await access_a.read(access_a.store.get_claim, IDENTITY)
+        claim = await access_a.read(access_a.store.claims.get_claim, IDENTITY)
         assert (claim.run_id, claim.state, claim.output) == (run_a, "settled", {"refunded": 1250})
 
 
@@ -232,7 +232,7 @@ async def test_a_read_never_claims_whatever_it_declares(runtime, providers):
         assert done.deduplicated_from is None
     # Both performed, neither under a key; and no claim was written.
     assert seen == [None, None]
-    assert await runtime.access.read(runtime.access.store.get_claim, IDENTITY) is None
+    assert await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY) is None
 
 
 async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
@@ -251,13 +251,13 @@ async def test_a_dead_idempotent_call_is_performed_again_under_its_own_claim(
     run_id = await runtime.starts.start_run(agent, None)
     with pytest.raises(Exception, match="the connection dropped"):
         await runtime.drive(run_id, agent=agent)
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.state) == (run_id, "open")
 
     view = await runtime.drive(run_id, agent=agent)
     assert view.state is RunState.COMPLETED
     assert [c.idempotency_key for c in refund.calls] == [IDENTITY, IDENTITY]
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, claim.seq, "settled")
 
 
@@ -340,7 +340,7 @@ async def test_an_mcp_server_sees_the_key_again_on_a_retry_and_never_for_a_copie
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     fx.release("w")
-    claim = await runtime.access.read(runtime.access.store.get_claim, identity)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, identity)
     assert (claim.run_id, claim.state) == (run_a, "open")
     assert (await runtime.drive(run_a, agent=agent_a)).state is RunState.COMPLETED
 
@@ -379,7 +379,7 @@ async def test_an_mcp_result_flagged_is_error_releases_its_identity(runtime, pro
         assert failed.output["isError"] is True and failed.deduplicated_from is None
     assert len(fx.calls_of("fail_soft")) == 2
     identity = sha256_hash({"tool": "fail_soft", "mcp_server": "fx", "text": "refund INV-8"})
-    assert await runtime.access.read(runtime.access.store.get_claim, identity) is None
+    assert await runtime.access.read(runtime.access.store.claims.get_claim, identity) is None
 
 
 def note_calls(log):
@@ -447,7 +447,7 @@ async def test_a_failed_call_releases_its_identity_for_the_next_caller(runtime, 
     assert "the bank declined" in failed.output[TOOL_ERROR_KEY]["message"]
     assert performed.deduplicated_from is None and performed.output == {"refunded": 1250}
     assert [c.run_id for c in refund.calls] == [first, second]
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.state) == (second, "settled")
 
 
@@ -477,7 +477,7 @@ async def test_a_keyed_call_that_puts_its_run_to_sleep_settles_its_claim_in_that
     (asleep,) = [(kinds, claims) for kinds, claims in appends if EventKind.SLEEP_STARTED in kinds]
     assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
     assert asleep[1]["settle"] == IDENTITY and not asleep[1].get("release")
-    claim = await access.read(access.store.get_claim, IDENTITY)
+    claim = await access.read(access.store.claims.get_claim, IDENTITY)
     [(seq, _, done)] = refund_calls(await runtime.reads.log(first))
     assert (claim.run_id, claim.seq, claim.state, claim.output) == (
         first,

@@ -129,7 +129,7 @@ def the_refund(log):
 
 
 async def probe_answer(runtime, run_id, seq):
-    found = await runtime.access.read(runtime.access.store.probe_answers, [(run_id, seq)])
+    found = await runtime.access.read(runtime.access.store.claims.probe_answers, [(run_id, seq)])
     return found.get((run_id, seq))
 
 
@@ -167,7 +167,7 @@ async def test_a_write_found_open_is_settled_by_a_probe_that_finds_it_landed(
     assert (row.verdict, row.error, row.answer) == ("landed", None, done.probe["answer"])
 
     # The probe settled the write's claim: a second run refunding the invoice copies it.
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, intent.seq, "settled")
     second = refund_agent(providers)
     other = await runtime.starts.start_run(second, None)
@@ -194,7 +194,7 @@ async def test_a_lost_write_the_probe_finds_not_landed_is_performed_again_once(
     assert done.settled_by is None and done.output == world.refunds["INV-7"]
     row = await probe_answer(runtime, run_id, intent.seq)
     assert row.verdict == "not_landed" and row.answer == {"found": False, "refund": None}
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.state) == (run_id, "settled")
 
 
@@ -230,7 +230,7 @@ async def test_a_probe_that_cannot_tell_parks_the_run_with_its_answer_kept(
         "unknown",
     )
     # The claim stays open for the person who resolves it.
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert claim.state == "open"
 
     # Recovery probes again (the answer may have changed); it still cannot tell.
@@ -397,7 +397,9 @@ async def test_an_mcp_write_found_open_is_settled_by_its_servers_read(runtime, p
     # The answer is the result's structuredContent; the output its `note`.
     assert done.probe["answer"]["found"] is True
     assert done.output == {"content": [{"type": "text", "text": "noted INV-7"}]}
-    claim = await runtime.access.read(runtime.access.store.get_claim, intent.event.idempotency_key)
+    claim = await runtime.access.read(
+        runtime.access.store.claims.get_claim, intent.event.idempotency_key
+    )
     assert (claim.run_id, claim.state, claim.output) == (run_id, "settled", done.output)
 
 

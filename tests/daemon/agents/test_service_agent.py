@@ -139,7 +139,9 @@ async def test_header_variables_reach_the_service_and_never_the_store(
     assert trigger["headers"]["authorization"] == f"Bearer {HEADER_SECRET}"
     assert trigger["headers"]["x-desk"] == "refunds"
     assert HEADER_SECRET.encode() not in store_bytes(store_url)
-    stored = await runtime.access.read(runtime.access.store.get_agent, agent.agent_def_hash)
+    stored = await runtime.access.read(
+        runtime.access.store.definitions.get_agent, agent.agent_def_hash
+    )
     assert "${SERVICE_TOKEN}" in stored.definition
     assert HEADER_SECRET not in caplog.text
 

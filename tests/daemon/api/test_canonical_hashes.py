@@ -282,7 +282,9 @@ async def test_an_agent_stored_before_the_rule_still_runs_under_its_old_hash(
     )
     assert_error(response, 400, "bad_request")
     store = server.state.runtime.access.store
-    put = functools.partial(store.put_agent, old_hash, format=fmt, definition=text, name=None)
+    put = functools.partial(
+        store.definitions.put_agent, old_hash, format=fmt, definition=text, name=None
+    )
     await server.state.runtime.access.read(put)
 
     run_id = await server.start_run(old_hash, {"task": "go"})

@@ -192,7 +192,7 @@ async def test_a_store_that_cannot_be_read_is_503_not_a_scrape_without_runs(
     def unreadable() -> None:
         raise StoreUnavailable("the store at test is down")
 
-    monkeypatch.setattr(server.state.runtime.access.store, "census", unreadable)
+    monkeypatch.setattr(server.state.runtime.access.store.runs, "census", unreadable)
     refused = await server.client.get("/metrics")
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "store_unavailable"

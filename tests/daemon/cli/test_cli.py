@@ -329,7 +329,7 @@ def test_run_takes_a_markdown_agent_file(store_url, tmp_path):
     )
     assert toml.returncode == 0, toml.stderr
     with EventStore.open(store_url) as store:
-        (agent,) = store.list_agents()
+        (agent,) = store.definitions.list_agents()
         page, _ = store.list_runs(limit=10)
     assert (agent.format, agent.definition, agent.name) == ("md", REFUND_DESK_MD, "refund-desk")
     assert {run.agent_def_hash for run in page} == {agent.agent_def_hash}

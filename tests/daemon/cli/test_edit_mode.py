@@ -21,7 +21,7 @@ def _salvor(store_url: str, *args: str):
 
 def _stored(store_url: str) -> int | None:
     with EventStore.open(store_url) as store:
-        return store.get_setting("flows.edit_mode")
+        return store.settings.get_setting("flows.edit_mode")
 
 
 def test_edit_mode_is_said_and_set(store_url: str) -> None:

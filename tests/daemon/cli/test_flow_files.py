@@ -127,7 +127,7 @@ def test_a_flow_runs_its_agent_file_and_prompt_from_the_files_kept_with_the_run(
         assert agent["key"] == member_key(f"{real}/.salvor/flows", agent["key"].split("\0")[1])
         assert store.flow_files.get(agent["sha256"]) == AGENT.encode()
         # The agent is stored with its prompt inlined, under the hash a local load gives it.
-        (stored,) = store.list_agents()
+        (stored,) = store.definitions.list_agents()
         assert "Research the topic you are given" in stored.definition
 
 
@@ -159,7 +159,7 @@ def test_a_missing_agent_file_fails_the_check_before_anything_is_stored(
     done = salvor_in_process("graph", "run", str(_flow(project)), env=_env(store_url))
     assert done.returncode == 1 and "does not pass the flow check (1 error(s)" in done.stderr
     with EventStore.open(store_url) as store:
-        assert store.list_runs(limit=10)[0] == [] and store.list_agents() == []
+        assert store.list_runs(limit=10)[0] == [] and store.definitions.list_agents() == []
 
 
 @pytest.mark.parametrize("case", ["outside", "wrong_kind", "directory", "too_big", "loop"])

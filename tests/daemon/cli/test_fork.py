@@ -60,7 +60,9 @@ def _origin(store_url: str, *, store_graph: bool = True) -> None:
         store.append(ORIGIN, published(GRAPH.hash), EMPTY_VIEW)
         store.append(AGENT_RUN, agent_run(), EMPTY_VIEW)
         if store_graph:
-            store.put_graph(GRAPH.hash, document=GRAPH.document, summary=GRAPH.summary())
+            store.definitions.put_graph(
+                GRAPH.hash, document=GRAPH.document, summary=GRAPH.summary()
+            )
 
 
 def _runs(store_url: str) -> list[str]:
@@ -144,7 +146,7 @@ def test_graph_re_supplies_the_origin_s_document_checked_by_its_hash(
     assert code == 1 and f"--graph {broken}: the graph document has 1 validation error" in err
     assert "line 3, column 1" in err
     with EventStore.open(store_url) as store:
-        assert store.get_graph(GRAPH.hash) is None
+        assert store.definitions.get_graph(GRAPH.hash) is None
     assert _runs(store_url) == sorted([ORIGIN, AGENT_RUN])
 
     document = tmp_path / "publishing.yaml"
@@ -152,7 +154,7 @@ def test_graph_re_supplies_the_origin_s_document_checked_by_its_hash(
     code, out, err = salvor(*fork, "--graph", str(document))
     assert code == 0, err
     with EventStore.open(store_url) as store:
-        assert store.get_graph(GRAPH.hash).document == publishing()
+        assert store.definitions.get_graph(GRAPH.hash).document == publishing()
         assert len(store.read_log(out.splitlines()[0])) == PUBLISH_WRITE - 1
 
 

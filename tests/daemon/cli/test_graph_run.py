@@ -111,5 +111,5 @@ def test_a_graph_run_with_a_label_only_the_daemon_writes_is_refused_before_anyth
     assert refused.returncode == 2
     assert "`salvor.map_of` is written by the daemon alone" in refused.stderr
     with EventStore.open(store_url) as store:
-        assert store.list_agents() == [] and store.list_graphs() == []
+        assert store.definitions.list_agents() == [] and store.definitions.list_graphs() == []
         assert store.list_runs(limit=10)[0] == []

@@ -88,7 +88,7 @@ def test_a_fork_of_a_parked_origin_names_salvor_resolve(store_url) -> None:
     origin = str(uuid.uuid4())
     with EventStore.open(store_url) as store:
         store.append(origin, published(graph.hash)[: PUBLISH_WRITE + 1], EMPTY_VIEW)
-        store.put_graph(graph.hash, document=graph.document, summary=graph.summary())
+        store.definitions.put_graph(graph.hash, document=graph.document, summary=graph.summary())
     before = _event_total(store_url)
     sentence = refused(
         store_url,

@@ -531,7 +531,7 @@ async def test_a_client_tool_completion_reporting_an_error_releases_its_declared
     async def claim():
         def read():
             with EventStore.open(server.store_url) as store:
-                return store.get_claim(key)
+                return store.claims.get_claim(key)
 
         return await trio.to_thread.run_sync(read)
 

@@ -97,7 +97,7 @@ async def test_two_process_runs_asking_for_one_keyed_write_perform_it_once(
     assert done_b.output == {"result": done_a.output["result"]}
     assert done_b.deduplicated_from == {"run_id": first, "seq": seq_a}
     assert told(second_provider) == [f"noted {NOTE}"]
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (first, seq_a, "settled")
 
     # A re-run of the second run answers from its log and starts no server (each run started
@@ -129,7 +129,7 @@ async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once
         run_b = await second.starts.start_run(agent, "note it")
         saw_open = trio.Event()
         token = trio.lowlevel.current_trio_token()
-        original = access_b.store.get_claim
+        original = access_b.store.claims.get_claim
 
         def get_claim(identity):
             claim = original(identity)
@@ -137,7 +137,7 @@ async def test_two_process_runs_racing_on_one_key_over_one_store_perform_it_once
                 token.run_sync_soon(saw_open.set)
             return claim
 
-        monkeypatch.setattr(access_b.store, "get_claim", get_claim)
+        monkeypatch.setattr(access_b.store.claims, "get_claim", get_claim)
         views = {}
 
         async def drive(runtime, run_id):
@@ -180,7 +180,7 @@ async def test_a_failing_keyed_call_releases_its_identity_and_the_next_run_perfo
     assert len(fx.calls_of("fail_soft")) == 2
     assert all(done.deduplicated_from is None for done in outcomes)
     assert outcomes[1].output["result"]["isError"] is True
-    assert await runtime.access.read(runtime.access.store.get_claim, identity) is None
+    assert await runtime.access.read(runtime.access.store.claims.get_claim, identity) is None
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,7 @@ async def test_an_open_keyed_idempotent_call_runs_again_under_its_identity_and_s
     upstream_env(provider)
     with pytest.raises(DriveInterrupted, match="killed by signal 9"):
         await runtime.drive(run_id, agent=agent)
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.state) == (run_id, "open")
     fx.release("w")
 
@@ -266,7 +266,7 @@ async def test_an_open_keyed_idempotent_call_runs_again_under_its_identity_and_s
         == {"salvor": {"idempotency_key": IDENTITY, "run_id": run_id}}
     )
     [(seq, _, done)] = calls_of(await runtime.reads.log(run_id), "write_note")
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.seq, claim.state) == (run_id, seq, "settled")
     assert claim.output == done.output
 
@@ -290,7 +290,7 @@ async def test_an_idempotent_call_without_key_fields_presents_its_positions_key(
     assert intent.idempotency_key == derived
     [performed] = fx.calls_of("write_note")
     assert performed["meta"]["salvor"]["idempotency_key"] == derived
-    assert await runtime.access.read(runtime.access.store.get_claim, derived) is None
+    assert await runtime.access.read(runtime.access.store.claims.get_claim, derived) is None
 
 
 async def test_a_keyed_call_missing_its_key_field_is_recorded_as_its_failure(
@@ -372,7 +372,7 @@ async def test_a_keyed_call_whose_result_puts_its_run_to_sleep_settles_its_claim
             (asleep,) = [(k, c) for k, c in appends if EventKind.SLEEP_STARTED in k]
             assert EventKind.TOOL_CALL_COMPLETED in asleep[0]
             assert asleep[1]["settle"] == identity and not asleep[1].get("release")
-            claim = await access.read(access.store.get_claim, identity)
+            claim = await access.read(access.store.claims.get_claim, identity)
             assert (claim.run_id, claim.state) == (run_id, "settled")
     (first, slept), (second, _) = runs
     assert slept is RunState.SLEEPING

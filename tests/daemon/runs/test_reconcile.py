@@ -64,7 +64,7 @@ async def test_not_landed_fails_the_call_and_frees_its_identity(
     [(_, _, done)] = refund_calls(await runtime.reads.log(parked))
     assert done.settled_by == "operator" and done.deduplicated_from is None
     assert done.output[TOOL_ERROR_KEY]["kind"] == "not_landed"
-    assert await runtime.access.read(runtime.access.store.get_claim, IDENTITY) is None
+    assert await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY) is None
     assert (await runtime.reads.reconciliations({}))[0] == []
 
     # The identity is free: the second run performs the refund, under the same key.
@@ -83,7 +83,7 @@ async def test_resolving_with_an_output_settles_the_identity_for_the_next_caller
 ) -> None:
     runtime, parked = await parked_on_a_lost_refund(runtime, providers, refund)
     await runtime.control.resolve(parked, {"refunded": 1250}, {})
-    claim = await runtime.access.read(runtime.access.store.get_claim, IDENTITY)
+    claim = await runtime.access.read(runtime.access.store.claims.get_claim, IDENTITY)
     assert (claim.run_id, claim.state, claim.output) == (parked, "settled", {"refunded": 1250})
     assert (await runtime.reads.reconciliations({}))[0] == []
 
