@@ -23,7 +23,7 @@ from ._client_leases import ClientLeases
 from ._definitions import Definitions
 from ._engine import create_store_engine, display_url
 from ._errors import StoreError, StoreUnavailable, passes_by_itself
-from ._flow_files import FlowFiles
+from ._flow_files import KeptFlowFiles
 from ._location import normalize_store_url
 from ._log_writer import AppendRequest, LogWriter
 from ._outbox import Outbox
@@ -84,7 +84,7 @@ class EventStore(Repository):
         self.client_leases = ClientLeases(engine, url)
         self.sessions = LoginSessions(engine, url)
         # The files of flow runs, content-addressed (issue 31).
-        self.flow_files = FlowFiles(engine, url)
+        self.flow_files = KeptFlowFiles(engine, url)
 
     @property
     def notifications(self) -> bool:

@@ -20,8 +20,9 @@ def file_digest(content: bytes) -> str:
     return "sha256:" + hashlib.sha256(content).hexdigest()
 
 
-class FlowFiles(Repository):
-    """The ``flow_files`` table."""
+class KeptFlowFiles(Repository):
+    """The ``flow_files`` table (``store.flow_files``): the bytes a flow run was given, kept
+    by digest (what ``daemon.graphs.FlowFiles`` reads a bundle's members from)."""
 
     def put(self, contents: dict[str, bytes]) -> None:
         """Keep each ``digest -> bytes`` not yet kept, in one transaction.

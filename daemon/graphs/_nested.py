@@ -72,7 +72,9 @@ async def run_nested_flow(
     await ctx.flush()
     await walk.access.read(store.flow_files.put, {digest: manifest})
     await walk.access.read(
-        lambda: store.definitions.put_graph(graph.hash, document=graph.document, summary=graph.summary())
+        lambda: store.definitions.put_graph(
+            graph.hash, document=graph.document, summary=graph.summary()
+        )
     )
     child = flow_child_id(ctx.run_id, node.id)
     head = GraphRunStarted(
