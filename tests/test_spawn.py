@@ -23,7 +23,7 @@ import trio
 
 from tests.support import spawn
 from tests.support.runtime import agent_toml
-from tests.support.spawn import open_salvor_process, run_salvor, salvor_process
+from tests.support.spawn import ONE_PROCESS, open_salvor_process, run_salvor, salvor_process
 
 TIMEOUT = 60
 
@@ -122,7 +122,8 @@ def test_pipes_and_exit_statuses(mode, tmp_path):
 
 def test_an_uncaught_exception_exits_1_with_its_traceback(mode, tmp_path):
     env = {**os.environ, "SALVOR_FAULT_KILL_AFTER_SEQ": "not a number"}
-    args = ["serve", "--store", str(tmp_path / "s.db"), "--listen", "127.0.0.1:0"]
+    # One process: under a supervisor the worker's traceback would be followed by the crash loop's.
+    args = ["serve", "--store", str(tmp_path / "s.db"), "--listen", "127.0.0.1:0", *ONE_PROCESS]
     result = run_salvor(args, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 1
     assert result.stderr.startswith("Traceback (most recent call last):"), result.stderr

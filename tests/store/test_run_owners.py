@@ -265,7 +265,9 @@ def test_a_release_commits_in_its_group_and_a_stale_one_changes_nothing(
     store: EventStore, store_url: str
 ) -> None:
     commits = []
-    store._commit_observer = lambda events, seconds, appends: commits.append((events, appends))
+    store.writer._commit_observer = lambda events, _seconds, appends: commits.append(
+        (events, appends)
+    )
     register(store, "n1")
     register(store, "n2")
     fences, views = {}, {}
