@@ -15,8 +15,8 @@ the lease holds again: they are no orphans (their owner lives), and nobody else 
 
 The orphans of a dead node are shared out among the live ones (``share``): each run has one
 preferred node among those whose lease holds (by rendezvous hashing of node and run ids, which
-every node computes alike), and a sweep takes the orphans that prefer its node, up to its even
-share, and ``SHARE_SLACK`` more. So when a node holding many runs dies, every survivor takes its
+every node computes alike), and a sweep takes the orphans that prefer its node, and
+``SHARE_SLACK`` more. So when a node holding many runs dies, every survivor takes its
 part within a sweep or so and they drive again sooner, instead of the first sweeper taking all.
 An orphan still there after ``LEFT_SWEEPS`` of a node's sweeps (its preferred node did not take
 it: it was paused, or died too) is taken by whoever sees it then: no run is left unclaimed.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -39,8 +38,8 @@ from ._store_driving import StoreDriving
 log = logging.getLogger("salvor.cluster")
 
 TAKEOVER_SECONDS = 1.0
-# Orphans a sweep takes beyond its even share of them: evens out the hash's unevenness, and a
-# lone orphan is taken by whoever sweeps first.
+# Orphans preferring other nodes that a sweep takes too: a lone orphan is taken by whoever
+# sweeps first (its preferred node and this one race for it; the drive's hold lets one win).
 SHARE_SLACK = 2
 # How many sweeps an orphan preferring another node is left to it before this node takes it
 # anyway: its peers learn of a death at their own heartbeats and sweep at their own instants.
@@ -130,15 +129,16 @@ class Takeover:
 
     def share(self, orphans: list[str], live: list[str]) -> list[str]:
         """This node's part of ``orphans`` among the ``live`` nodes (this one counted whatever
-        ``live`` says): those preferring it up to its even share, ``SHARE_SLACK`` more of any,
+        ``live`` says): all those preferring it, ``SHARE_SLACK`` more of any,
         and every one earlier sweeps left ``LEFT_SWEEPS`` times that is an orphan still. The
         rest are remembered for the next sweep."""
         me = self._driving.node.node_id
         nodes = sorted({*live, me})
-        share = math.ceil(len(orphans) / len(nodes))
         aged = [run_id for run_id in orphans if self._left.get(run_id, 0) >= LEFT_SWEEPS]
         fresh = [run_id for run_id in orphans if self._left.get(run_id, 0) < LEFT_SWEEPS]
-        preferred = [run_id for run_id in fresh if _preferred(run_id, nodes) == me][:share]
+        # Every orphan preferring this node, however unevenly the hash fell: one held back for
+        # evenness waited a whole sweep for nobody (its peers leave it to this node).
+        preferred = [run_id for run_id in fresh if _preferred(run_id, nodes) == me]
         chosen = {*aged, *preferred}
         chosen.update([run_id for run_id in fresh if run_id not in chosen][:SHARE_SLACK])
         self._left = {

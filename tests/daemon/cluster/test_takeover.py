@@ -106,14 +106,19 @@ async def test_a_dead_nodes_runs_are_shared_and_what_a_peer_left_is_taken_next(r
     (first, by_a), (second, by_b) = (sweep_of(*node) for node in sweepers)
     await first.once()
     await second.once()
-    # Each takes its own part, at most a third of them and the slack: none twice.
+    # Each takes every orphan preferring it, however many, and at most the slack of the others:
+    # none twice.
     assert by_a and by_b and not set(by_a) & set(by_b)
-    assert max(len(by_a), len(by_b)) <= 30 // 3 + SHARE_SLACK
-    # The idle node's part is left to it for a while (a's next sweep takes its own that were
-    # past its share, and the slack of the others), then a takes the rest.
+    nodes = sorted(identity.node_id for identity, _ in sweepers) + [idle.node_id]
+    for (identity, _), took, other in zip(sweepers, (by_a, by_b), (by_b, by_a)):
+        own = {r for r in orphans if _preferred(r, sorted(nodes)) == identity.node_id}
+        # (b's own may have gone to a, which swept first, as its slack)
+        assert own - set(other) <= set(took)
+        assert len(set(took) - own) <= SHARE_SLACK
+    # The idle node's part is left to it for a while (a's next sweep takes only the slack of
+    # the others), then a takes the rest.
     taken = set(by_a) | set(by_b)
     assert len(taken) < len(orphans)
-    nodes = sorted(identity.node_id for identity, _ in sweepers) + [idle.node_id]
     a_id = sweepers[0][0].node_id
     by_a.clear()
     await first.once()
@@ -122,3 +127,25 @@ async def test_a_dead_nodes_runs_are_shared_and_what_a_peer_left_is_taken_next(r
     await first.once()
     assert sorted(taken | set(by_a)) == sorted(orphans)
     assert store.owners.orphans(sweepers[1][0].node_id) == []
+
+
+def test_a_sweep_takes_every_orphan_that_prefers_its_node_however_unevenly_the_hash_fell():
+    # 30 orphans prefer "a" and 10 prefer "b": a takes its 30 in one sweep (and the slack of
+    # b's), none left for a later sweep (each sweep apart is a second more of a run standing).
+    candidates = [_run_id(n) for n in range(400)]
+    mine = [r for r in candidates if _preferred(r, ["a", "b"]) == "a"][:30]
+    theirs = [r for r in candidates if _preferred(r, ["a", "b"]) == "b"][:10]
+    driving = type("Driving", (), {"node": NodeIdentity("a", "a", "h", 1, "0", "boot")})()
+    takeover = Takeover(
+        None,
+        NodeLease(30, 0),
+        driving,
+        dead_nodes=tuple,
+        candidates=None,
+        walked_out=None,
+        held_elsewhere=None,
+        start=None,
+    )
+    chosen = takeover.share(mine + theirs, ["a", "b"])
+    assert set(mine) <= set(chosen)
+    assert len(set(chosen) - set(mine)) == SHARE_SLACK
