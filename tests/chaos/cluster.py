@@ -54,6 +54,10 @@ DOWN_FOR = (0.0, 2.0)
 class Cluster(Composed):
     """``Composed``'s workload on ``nodes`` daemons over one store."""
 
+    # What ``run_cluster`` draws from once its schedule runs out.
+    stop_kinds = STOP_KINDS
+    stop_weights = STOP_WEIGHTS
+
     def __init__(
         self,
         tmp_path: Path,
@@ -192,7 +196,7 @@ class Cluster(Composed):
             # A stopped node logs nothing, so a registration logged after the stop came after
             # the continue (the log's clock has milliseconds only: the continue's own instant
             # would miss one logged in the same millisecond).
-            registered = _registered_again(log, after=stopped)
+            registered = _registered_again(log, pid, after=stopped)
             for record in sent:
                 if record.get("pid") != pid or not continued < record["at"] < registered:
                     continue
@@ -243,11 +247,12 @@ class Cluster(Composed):
         return figures
 
 
-def _registered_again(log: Path, *, after: float) -> float:
-    """When the node writing ``log`` registered again under a new id after ``after`` (its log's
-    own clock, local time), or infinity when it has not (yet)."""
+def _registered_again(log: Path, pid: int, *, after: float) -> float:
+    """When the node of process ``pid`` registered again under a new id after ``after``, by
+    ``log`` (its own clock, local time; a service's workers share one log, and a node's id
+    names its pid), or infinity when it has not (yet)."""
     for line in log.read_text(errors="replace").splitlines():
-        if "this node registers again as" not in line:
+        if "this node registers again as" not in line or f":{pid}:" not in line:
             continue
         try:
             at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
@@ -267,7 +272,10 @@ def run_cluster(harness: Cluster, kinds: list[str], *, stops: int, seconds: floa
     harness.register()
     schedule = list(kinds)
     while harness.tally.stops < stops and time.monotonic() - began < seconds:
-        kind = schedule.pop(0) if schedule else rng.choices(STOP_KINDS, STOP_WEIGHTS)[0]
+        if schedule:
+            kind = schedule.pop(0)
+        else:
+            kind = rng.choices(harness.stop_kinds, harness.stop_weights)[0]
         harness.stop_cluster(kind, rng)
     harness.settle()
 
@@ -282,17 +290,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, help="daemons (default: 3 on PostgreSQL, 2 on SQLite)")
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument("--fence-margin-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="one `salvor serve --workers N` instead of nodes: its workers and its supervisor "
+        "are stopped (tests/chaos/workers_chaos.py)",
+    )
     args = chaos_arguments(parser, argv)
 
     def build(work, store_url, stack):
-        harness = Cluster(
-            work,
-            store_url,
-            args.seed,
-            nodes=args.nodes or (3 if args.store else 2),
-            lease_seconds=args.lease_seconds,
-            fence_margin_seconds=args.fence_margin_seconds,
-        )
+        leases = {
+            "lease_seconds": args.lease_seconds,
+            "fence_margin_seconds": args.fence_margin_seconds,
+        }
+        if args.workers:
+            from tests.chaos.workers_chaos import Workers
+
+            harness = Workers(work, store_url, args.seed, workers=args.workers, **leases)
+        else:
+            nodes = args.nodes or (3 if args.store else 2)
+            harness = Cluster(work, store_url, args.seed, nodes=nodes, **leases)
         return harness, lambda: run_cluster(harness, [], stops=args.stops, seconds=args.max_seconds)
 
     return run_long(args, "salvor-cluster-chaos-", build, kept="the nodes' logs")
