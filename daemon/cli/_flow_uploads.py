@@ -59,9 +59,13 @@ def _names(bundle: FlowBundle) -> dict[str, str]:
     return names
 
 
+def _shown(client: httpx.AsyncClient) -> str:
+    return str(client.base_url).rstrip("/")
+
+
 def _proxy_refused(client: httpx.AsyncClient, size: int, name: str) -> CliError:
     return CliError(
-        f"a proxy in front of {client.base_url} refused the {size}-byte upload of {name} with "
+        f"a proxy in front of {_shown(client)} refused the {size}-byte upload of {name} with "
         f"413 Payload Too Large, so the flow was not sent: it must accept request bodies of up "
         f"to 32 MiB ({MAX_UPLOAD_BYTES} bytes) on POST {UPLOADS_PATH} (nginx: "
         f"`client_max_body_size 32m;` in a `location = {UPLOADS_PATH}` block)"
@@ -97,7 +101,7 @@ async def _upload(client: httpx.AsyncClient, name: str, data: bytes) -> dict:
         )
     except httpx.HTTPError as exc:
         raise CliError(
-            f"the upload of {name} to {client.base_url} failed ({exc or type(exc).__name__}), "
+            f"the upload of {name} to {_shown(client)} failed ({exc or type(exc).__name__}), "
             "so the flow was not sent"
         ) from None
     message = _daemon_error(response)

@@ -329,7 +329,7 @@ def test_a_proxy_413_on_an_upload_stops_the_client_before_the_call(tmp_path: Pat
     sentence = str(refused.value)
     assert "413" in sentence and "POST /v1/uploads" in sentence, sentence
     assert "32 MiB" in sentence and "client_max_body_size" in sentence, sentence
-    assert "\n" not in sentence
+    assert "\n" not in sentence and f"in front of http://127.0.0.1:{proxy_port} refused" in sentence
     # No call was sent: the daemon has no run.
     assert client.get("/v1/runs").json()["runs"] == []
 
