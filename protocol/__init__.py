@@ -86,8 +86,10 @@ from ._flow_bundle import nested_flow_key as nested_flow_key
 from ._flow_bundle import project_of as project_of
 from ._flow_call import MAX_CALL_BYTES as MAX_CALL_BYTES
 from ._flow_call import BadFlowBytes as BadFlowBytes
+from ._flow_call import SentUpload as SentUpload
 from ._flow_call import call_body as call_body
 from ._flow_call import flow_from_call as flow_from_call
+from ._flow_call import named_uploads as named_uploads
 from ._flow_tools import ASK_USER_SCHEMA as ASK_USER_SCHEMA
 from ._flow_tools import AUTHORING_TOOLS as AUTHORING_TOOLS
 from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION
@@ -205,6 +207,11 @@ from ._templates import parse_reference as parse_reference
 from ._templates import pick_case as pick_case
 from ._templates import references as references
 from ._templates import resolve_template as resolve_template
+from ._upload_archive import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
+from ._upload_archive import BadArchive as BadArchive
+from ._upload_archive import archive_hash as archive_hash
+from ._upload_archive import pack_upload as pack_upload
+from ._upload_archive import unpack_upload as unpack_upload
 from ._wire_schemas import PAYLOADS as PAYLOADS
 from ._wire_schemas import WIRE_SCHEMAS as WIRE_SCHEMAS
 from ._yaml import MalformedYaml as MalformedYaml

@@ -4,7 +4,8 @@ and composes its repositories, one per table family.
 ``store.runs`` (the logs' reads), ``store.writer`` (appends), ``store.definitions`` (agents and
 graphs), ``store.settings``, ``store.claims`` (idempotency claims and probe answers),
 ``store.owners`` (nodes and run ownership), ``store.outbox``, ``store.client_leases``,
-``store.sessions`` and ``store.changes`` (what tells other processes that an append committed).
+``store.sessions``, ``store.flow_files``, ``store.uploads`` and ``store.changes`` (what tells
+other processes that an append committed).
 Each is in its module of the same family; this one only opens, composes and closes them.
 """
 
@@ -35,6 +36,7 @@ from ._run_reads import RunReads
 from ._schema import VERSION_KEY, ensure_schema, store_meta
 from ._sessions import LoginSessions
 from ._settings import Settings
+from ._uploads import Uploads
 
 # Any constant works: it only has to be the same in every salvor process.
 _PG_SCHEMA_LOCK = 0x5A1F0
@@ -85,6 +87,8 @@ class EventStore(Repository):
         self.sessions = LoginSessions(engine, url)
         # The files of flow runs, content-addressed (issue 31).
         self.flow_files = KeptFlowFiles(engine, url)
+        # Members sent ahead of the call that names them, for one call each (issue 31).
+        self.uploads = Uploads(engine, url)
 
     @property
     def notifications(self) -> bool:

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 9
+STORE_VERSION = 10
 
 metadata = MetaData()
 
@@ -276,6 +276,21 @@ flow_files = Table(
     Column("created_at", Text, nullable=False),
 )
 
+# Flow members a client sent ahead of the call that names them (``POST /v1/uploads``): the archive
+# as sent, kept until one call names it (which deletes it) or an hour has passed. In the store, so
+# whichever node the call reaches holds it.
+uploads = Table(
+    "uploads",
+    metadata,
+    Column("upload_id", Text, primary_key=True),
+    Column("content_hash", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("content", LargeBinary, nullable=False),
+    # The store's clock: every node judges an upload's age alike.
+    Column("created_at", Text, nullable=False),
+    Index("ix_uploads_created_at", "created_at"),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -411,6 +426,12 @@ def _add_flow_files(connection: Connection) -> None:
     flow_files.create(connection, checkfirst=True)
 
 
+def _add_uploads(connection: Connection) -> None:
+    """Version 10: members sent ahead of their call get a table (empty: no older daemon took
+    an upload)."""
+    uploads.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -424,6 +445,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     6: _learn_run_owners,
     7: _share_node_state,
     8: _add_flow_files,
+    9: _add_uploads,
 }
 
 

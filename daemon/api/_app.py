@@ -76,6 +76,8 @@ from ._settings_routes import add_settings_routes
 from ._state import ServerState
 from ._tool_step_routes import OPERATIONS as TOOL_STEP_OPERATIONS
 from ._tool_step_routes import add_tool_step_routes
+from ._upload_routes import OPERATIONS as UPLOAD_OPERATIONS
+from ._upload_routes import add_upload_routes
 from ._ws_routes import OPERATIONS as WS_OPERATIONS
 from ._ws_routes import add_ws_route
 
@@ -89,6 +91,7 @@ API_OPERATIONS = (
     *AGENTS_OPERATIONS,
     *GRAPH_OPERATIONS,
     *GRAPH_RUN_OPERATIONS,
+    *UPLOAD_OPERATIONS,
     *FORK_OPERATIONS,
     *RUNS_OPERATIONS,
     *RUN_VERB_OPERATIONS,
@@ -166,6 +169,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_graph_routes(app, state)
     # Graph runs (issue 15): started here, then driven, resumed and watched as every run is.
     add_graph_run_routes(app, state)
+    # Flow members sent ahead of their call (issue 31).
+    add_upload_routes(app, state)
     add_fork_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)

@@ -262,9 +262,22 @@ _SPELLING = {
     "description": "How the client's directory lists the file's name.",
 }
 _BASE64 = {"type": "string", "contentEncoding": "base64"}
+# A file's bytes by upload (``POST /v1/uploads``) instead of inline: the id, the archive's hash.
+_UPLOADED = {
+    "upload_id": {
+        "type": "string",
+        "description": "An upload holding the file's bytes, instead of `content`; spent by this "
+        "call whether it starts a run or is refused.",
+    },
+    "content_hash": {
+        "type": "string",
+        "description": "The SHA-256 (hex) of that upload's archive, as its upload answered.",
+    },
+}
 _FLOW_FILE = {
     "type": "object",
-    "required": ["path", "canonical", "content"],
+    "required": ["path", "canonical"],
+    "oneOf": [{"required": ["content"]}, {"required": ["upload_id", "content_hash", "size"]}],
     "properties": {
         "path": {"type": "string", "description": "The flow file's path on the client."},
         "canonical": {
@@ -273,6 +286,7 @@ _FLOW_FILE = {
         },
         "spelling": _SPELLING,
         "content": {**_BASE64, "description": "The flow file's bytes."},
+        **_UPLOADED,
         "size": {"type": "integer", "minimum": 0},
     },
 }
@@ -293,7 +307,8 @@ _FLOW_MEMBER = {
         "canonical": {"type": "string", "description": "Its real path on the client."},
         "spelling": _SPELLING,
         "content": {**_BASE64, "description": "Its bytes, when the client sent them."},
-        "size": {"type": "integer", "minimum": 0},
+        **_UPLOADED,
+        "size": {"type": "integer", "minimum": 0, "description": "Its file's bytes."},
         "state": {"enum": ["missing", "refused", "listed"]},
         "error": {"type": "string", "description": "Why the client refused it."},
     },

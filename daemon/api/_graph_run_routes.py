@@ -10,10 +10,15 @@ A flow sent with the call (``flow`` and its ``members``) is checked bytes first 
 then the document: a 422 refuses the call whole), marked linked, pre-checked as a whole (a 400
 ``invalid_graph`` naming each offending node; a process agent is refused, its command would run
 on this machine) and kept content-addressed with the run: the walk, recovery and forks read
-those files only, never a path of the client's.
+those files only, never a path of the client's. A member (or the flow file) may name an upload
+(``POST /v1/uploads``) instead of carrying its bytes: every upload the call names is taken from
+the store (deleted) before any member is read, so it is spent whether the call starts a run or
+is refused.
 """
 
 from __future__ import annotations
+
+import json
 
 from quart import request
 from quart_trio import QuartTrio
@@ -24,9 +29,11 @@ from salvor.protocol import (
     MalformedJson,
     check_document,
     flow_from_call,
+    named_uploads,
 )
 
 from ..graphs import FlowFiles
+from ..runs import Uploads
 from ..web import OperationRefused, bad_request
 from ._answers import RUN_STARTED
 from ._bodies import START_GRAPH_RUN
@@ -64,7 +71,8 @@ START = Operation(
         "422": error(
             "A flow member's or the flow file's bytes fail a check (not base64, not the size "
             "declared, over 32 MiB for a file or for the call's members), or a member names an "
-            "upload this daemon does not hold. Nothing recorded.",
+            "upload this daemon does not hold (unknown, spent by an earlier call, or swept) or "
+            "not by its archive's hash. Nothing recorded; every upload the call names is spent.",
             "invalid_flow_files",
         ),
         "404": error(
@@ -90,17 +98,16 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
 
     @route(app, START)
     async def start_graph_run():
-        # A flow's member keys carry a NUL by design (directory, NUL, target); every other
-        # string is held to the store's rule below, before anything is kept.
-        body = START_GRAPH_RUN.from_bytes(await body_bytes(), request.mimetype or "", nul=True)
-        _no_nul_but_keys(body)
+        body = await _start_body(await body_bytes(), runtime.uploads)
         # The head is durable before we answer: a daemon killed right after the 201 still has
         # the run, and recovery walks it.
         if "flow" in body:
+            files = await _sent_flow(body, runtime.uploads)
             run_id = await runtime.starts.start_flow_run(
-                _sent_flow(body), body.get("input"), labels=body.get("labels")
+                files, body.get("input"), labels=body.get("labels")
             )
         else:
+            _no_nul_but_keys(body)
             graph = await runtime.definitions.load_graph(body["graph_hash"])
             run_id = await runtime.starts.start_graph_run(
                 graph, body.get("input"), labels=body.get("labels")
@@ -109,18 +116,50 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
         return RUN_STARTED.respond(201, run=run_id, status="running")
 
 
-def _sent_flow(body: dict) -> FlowFiles:
-    """The files of a flow sent with the call, as the linked bundle they make.
+async def _start_body(data: bytes, uploads: Uploads) -> dict:
+    """The call's body, checked whole. A flow's member keys carry a NUL by design (directory,
+    NUL, target), so NULs are let through here and held to the store's rule by the caller.
 
     Raises:
-        OperationRefused: invalid_flow_files (422) for bytes that fail a check, bad_request for
-            a flow or member that is not the shape; nothing was kept.
+        OperationRefused: what ``Body.from_bytes`` raises; every upload the body names (as far
+            as it reads as JSON) was deleted first.
     """
+    try:
+        return START_GRAPH_RUN.from_bytes(data, request.mimetype or "", nul=True)
+    except OperationRefused:
+        await uploads.discard(_uploads_in(data))
+        raise
+
+
+def _uploads_in(data: bytes) -> list[str]:
+    """The upload ids a body that failed its checks names, read as leniently as it allows."""
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(body, dict):
+        return []
+    return named_uploads(body.get("flow"), body.get("members"))
+
+
+async def _sent_flow(body: dict, uploads: Uploads) -> FlowFiles:
+    """The files of a flow sent with the call, as the linked bundle they make. The uploads the
+    call names are taken (deleted) first of all, so every refusal below leaves them spent.
+
+    Raises:
+        OperationRefused: invalid_flow_files (422) for bytes that fail a check or an upload
+            not held as named, bad_request for a flow or member that is not the shape or a NUL
+            outside a member's key; nothing was kept.
+    """
+    members = body.get("members", [])
+    taken = await uploads.take(named_uploads(body["flow"], members))
+    _no_nul_but_keys(body)
     try:
         bundle, contents = flow_from_call(
             body["flow"],
-            body.get("members", []),
+            members,
             update_baselines=body.get("update_baselines") is True,
+            uploads=taken,
         )
     except BadFlowBytes as exc:
         raise OperationRefused(ErrorCode.INVALID_FLOW_FILES, str(exc)) from None

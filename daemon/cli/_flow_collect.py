@@ -10,7 +10,8 @@ The client policy: a member is sent only when its real path lies under one of th
 project and its ``.salvor/flows``, the flow file's directory and its real file's directory), by
 their real location; otherwise it is refused with a sentence saying why, the root check first (a
 missing file outside every root is refused, not missing). ``SALVOR_FLOW_FILES_LOG=1`` prints one
-line a member on stderr, never its content.
+line a member on stderr once all are found (over a link, whether its bytes go inline or by
+upload), never its content.
 
 Runs in a thread (blocking file IO): ``collect_flow`` is synchronous.
 """
@@ -42,6 +43,7 @@ from salvor.protocol import (
 
 from ..agents import read_markdown
 from ..graphs import FlowFiles
+from ._flow_uploads import placements
 
 LOG_VAR = "SALVOR_FLOW_FILES_LOG"
 
@@ -88,10 +90,11 @@ def _under(path: str, root: str) -> bool:
 @dataclass
 class _Collector:
     roots: list[str]
-    log: bool
     update: bool = False
     members: dict[str, FlowMember] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
+    # The members in the order they were found: what ``SALVOR_FLOW_FILES_LOG=1`` prints.
+    logged: list[FlowMember] = field(default_factory=list)
 
     def read(self, role: str, key: str, path: str, target: str) -> FlowMember:
         """The member ``key`` (``path`` on this machine), read once, under the client policy."""
@@ -99,16 +102,22 @@ class _Collector:
             return self.members[key]
         member = self._member(role, key, path, target)
         self.members[key] = member
-        if self.log:
+        self.logged.append(member)
+        return member
+
+    def print_log(self, uploaded: dict[str, bool] | None) -> None:
+        """One line a member, in the order they were found, never content: a member with bytes
+        says how it travels (``uploaded``: by digest, whether it goes by upload; None: inline)."""
+        for member in self.logged:
             if member.sha256 is not None:
-                line = f"inline {member.size}"
+                how = "upload" if (uploaded or {}).get(member.sha256) else "inline"
+                line = f"{how} {member.size}"
             elif member.state == "refused":
                 line = f"refused ({member.error})"
             else:
                 line = str(member.state)
-            shown = member.key if role == "baseline" else member.canonical
-            print(f"[flow-files] {role} {shown}: {line}", file=sys.stderr, flush=True)
-        return member
+            shown = member.key if member.role == "baseline" else member.canonical
+            print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
 
     def baselines(self, directory: str, names: list[str]) -> None:
         """The baselines of one run's snapshots: their bytes when comparing; when updating,
@@ -134,8 +143,7 @@ class _Collector:
             self.members[path] = FlowMember(
                 key=path, role="baseline", path=path, canonical=canonical, state="listed"
             )
-            if self.log:
-                print(f"[flow-files] baseline {path}: listed", file=sys.stderr, flush=True)
+            self.logged.append(self.members[path])
 
     def _member(self, role: str, key: str, path: str, target: str) -> FlowMember:
         canonical = os.path.realpath(path)
@@ -286,8 +294,14 @@ def flow_roots(path: str) -> list[str]:
     return list(dict.fromkeys(real))
 
 
-def collect_flow(path: str, *, update_baselines: bool = False) -> FlowFiles:
+def collect_flow(
+    path: str, *, update_baselines: bool = False, over_link: bool = False
+) -> FlowFiles:
     """The flow file ``path`` and every member it reaches, as this machine holds them.
+
+    ``over_link``: the members go to a daemon in a call (``_flow_uploads``), so each line of
+    ``SALVOR_FLOW_FILES_LOG=1`` says whether its bytes go inline or by upload, as that call
+    will send them; otherwise they are read here, inline.
 
     Raises:
         OSError: the flow file itself cannot be read (nothing else raises: a member that cannot
@@ -299,9 +313,7 @@ def collect_flow(path: str, *, update_baselines: bool = False) -> FlowFiles:
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(
-        roots=flow_roots(path), log=os.environ.get(LOG_VAR) == "1", update=update_baselines
-    )
+    collector = _Collector(roots=flow_roots(path), update=update_baselines)
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(
@@ -317,4 +329,6 @@ def collect_flow(path: str, *, update_baselines: bool = False) -> FlowFiles:
         members=collector.members,
         update_baselines=update_baselines,
     )
+    if os.environ.get(LOG_VAR) == "1":
+        collector.print_log(placements(bundle, collector.contents) if over_link else None)
     return FlowFiles(bundle, collector.contents)

@@ -69,6 +69,9 @@ from ._run_starts import (
 from ._runtime import (
     Runtime,
 )
+from ._uploads import (
+    Uploads,
+)
 
 __all__ = [
     "BUFFER_BYTES",
@@ -100,6 +103,7 @@ __all__ = [
     "RunStarts",
     "Runtime",
     "Subscription",
+    "Uploads",
     "change_feed",
     "child_result",
     "driver_of",

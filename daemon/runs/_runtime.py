@@ -4,9 +4,10 @@ resting point.
 
 Each service has one reason to change: ``definitions`` (the agents and graphs runs are started
 from), ``reads`` (what the store says of runs), ``starts`` (new runs' heads), ``control`` (resume,
-resolve, abandon), ``forks`` (a graph run's walk forked). They share the store and the
-definitions; none drives a run. Driving is the runtime's own, because it needs all of them: the
-definition a run names, the kit every drive is handed, and what this daemon refuses to run.
+resolve, abandon), ``forks`` (a graph run's walk forked), ``uploads`` (flow members sent ahead
+of their call). They share the store and the definitions; none drives a run. Driving is the
+runtime's own, because it needs all of them: the definition a run names, the kit every drive is
+handed, and what this daemon refuses to run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ._forks import Forks
 from ._run_control import RunControl
 from ._run_reads import RunReads
 from ._run_starts import RunStarts
+from ._uploads import Uploads
 
 log = logging.getLogger("salvor.runs")
 
@@ -75,6 +77,7 @@ class Runtime:
         self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
         self.control = RunControl(access, self.definitions, self.reads, clock=clock)
         self.forks = Forks(access)
+        self.uploads = Uploads(access)
 
     def client_runs(
         self,

@@ -1,19 +1,28 @@
 """A flow as a call carries it (``flow_from_call``): the per-call cap on the members' bytes, the
-members skipped or refused rather than refusing the call, and the round trip of ``call_body``."""
+members skipped or refused rather than refusing the call, the round trip of ``call_body``,
+members and the flow file by upload, and the upload archive."""
 
 from __future__ import annotations
 
 import base64
+import io
+import tarfile
 
 import pytest
 from salvor.protocol import (
     MAX_CALL_BYTES,
+    MAX_UPLOAD_BYTES,
+    BadArchive,
     BadFlowBytes,
     FlowBundle,
     FlowMember,
+    SentUpload,
     call_body,
     content_hash,
     flow_from_call,
+    named_uploads,
+    pack_upload,
+    unpack_upload,
 )
 
 FLOW = {
@@ -88,3 +97,59 @@ def test_call_body_is_read_back_as_the_same_bundle() -> None:
     )
     assert read.to_json() == {**bundle.to_json(), "linked": True}
     assert contents == {member.sha256: data, bundle.document: document}
+
+
+def test_members_and_the_flow_file_by_upload_read_as_inline_ones() -> None:
+    data, document = b"model = 'm'\n", b"schema_version: 1\n"
+    uploads = {
+        "upl_a": SentUpload("aa" * 32, data),
+        "upl_f": SentUpload("ff" * 32, document),
+    }
+    flow = {**FLOW, "upload_id": "upl_f", "content_hash": "ff" * 32, "size": len(document)}
+    del flow["content"]
+    by_upload = {"upload_id": "upl_a", "content_hash": "aa" * 32, "size": len(data)}
+    members = [_member("a", **by_upload), _member("b", b"inline")]
+    assert named_uploads(flow, members + [_member("c", **by_upload)]) == ["upl_f", "upl_a"]
+    bundle, contents = flow_from_call(flow, members, uploads=uploads)
+    assert contents[bundle.members["/p/agents\0a"].sha256] == data
+    assert contents[bundle.document] == document
+    # The client's side writes the same fields back for the digests it uploaded.
+    uploaded = {content_hash(data): {"upload_id": "upl_a", "content_hash": "aa" * 32}}
+    body = call_body(bundle, contents, uploaded)
+    (sent,) = [m for m in body["members"] if m["key"] == "/p/agents\0a"]
+    assert "content" not in sent and sent["upload_id"] == "upl_a" and sent["size"] == len(data)
+    assert flow_from_call(body["flow"], body["members"], uploads=uploads)[0] == bundle
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"upload_id": "upl_other"}, "does not hold"),
+        ({"content_hash": "00" * 32}, "content_hash is not the hash"),
+        ({"size": 3}, "declares 3 bytes"),
+        ({"size": None}, "without its file's size"),
+        ({"content": "eA=="}, "both content and an upload"),
+    ],
+)
+def test_an_upload_named_wrongly_refuses_the_call(change: dict, reason: str) -> None:
+    uploads = {"upl_a": SentUpload("aa" * 32, b"model = 'm'\n")}
+    member = _member("a", upload_id="upl_a", content_hash="aa" * 32, size=12)
+    member.update(change)
+    with pytest.raises(BadFlowBytes, match=reason):
+        flow_from_call(FLOW, [member], uploads=uploads)
+
+
+def test_an_upload_is_one_regular_file_in_a_gzipped_tar() -> None:
+    archive = pack_upload("agent.toml", b"model = 'm'\n")
+    assert unpack_upload(archive) == b"model = 'm'\n"
+    assert pack_upload("agent.toml", b"model = 'm'\n") == archive  # the same bytes, the same hash
+    with pytest.raises(BadArchive, match="not a gzipped tar"):
+        unpack_upload(b"model = 'm'\n")
+    # A file past the cap is refused from its header, before its bytes are inflated.
+    header = tarfile.TarInfo("big")
+    header.size = MAX_UPLOAD_BYTES + 1
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.addfile(header, io.BytesIO(b"\0" * (MAX_UPLOAD_BYTES + 1)))
+    with pytest.raises(BadArchive, match="over the 32 MiB cap"):
+        unpack_upload(buffer.getvalue())
