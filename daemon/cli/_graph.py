@@ -84,6 +84,12 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         help="record each snapshot's value as its new baseline (written beside the flow file "
         "once the run completes) instead of comparing it",
     )
+    r.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run it on the daemon at URL instead, the flow's files sent with the call and its "
+        "baselines written back here (the token, if any, from SALVOR_TOKEN)",
+    )
     add_label_option(r)
     r.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 

@@ -79,6 +79,7 @@ from ._hints import (
     wake_hint,
 )
 from ._pipes import readers_may_leave
+from ._remote_flow import remote_main
 from ._render import describe, describe_reconciliation
 from ._serve_command import add_serve_parser, serve_main
 from ._wording import CLI_WORDING
@@ -732,6 +733,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await doctor_main(args)
     if args.command == "graph" and args.graph_command == "validate":
         return await graph_validate_main(args)
+    if args.command == "graph" and args.remote is not None:
+        return await remote_main(args)  # no store here: the daemon at the URL keeps the run
     try:
         claim_wait_seconds()  # read again by every drive: a bad value is refused here, once
     except ValueError as exc:
