@@ -17,13 +17,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from salvor.daemon.cli._flow_collect import collect_flow
 from salvor.daemon.graphs import flow_child_id
 from salvor.protocol import call_body
 
-from tests.chaos.test_kill_serve import Daemon
+from tests.chaos.test_kill_serve import Daemon, agent_toml
 from tests.support.cli import salvor_in_process
+from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 from tests.support.spawn import CLI
 
@@ -358,3 +360,109 @@ def test_an_old_client_sending_a_graph_by_hash_that_needs_files_is_told_to_updat
         )
         assert response.status_code == 400, response.text
         assert "update the salvor client" in response.json()["error"]["message"]
+
+
+# The last commit before daemons read a flow's members (its capabilities list no flow_members).
+OLD_DAEMON_COMMIT = "ac943e2aa989fd74a3fab87412a3d94d11bfeca3"
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def old_daemon(tmp_path: Path):
+    """Starts a real `salvor serve` of ``OLD_DAEMON_COMMIT`` (its tree from this repository's
+    history, laid out as the installed package) on an SQLite store of its own: its URL."""
+    source = tmp_path / "old-src"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", OLD_DAEMON_COMMIT],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"this checkout lacks {OLD_DAEMON_COMMIT} (a shallow clone?)")
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    site = tmp_path / "old-site"
+    shutil.copytree(source / "salvor_ns", site / "salvor")
+    for part in ("protocol", "store", "daemon"):
+        shutil.copytree(source / part, site / "salvor" / part)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
+    env["PYTHONPATH"] = str(site)
+    home = tmp_path / "old-home"
+    home.mkdir()
+    store = f"sqlite:///{tmp_path / 'old.db'}"
+    processes = []
+
+    def serve(*args: str) -> str:
+        port = free_port()
+        with open(tmp_path / "old-serve.log", "wb") as log:
+            process = subprocess.Popen(
+                [*CLI, "serve", "--listen", f"127.0.0.1:{port}", "--store", store, *args],
+                env=env,
+                cwd=home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            assert process.poll() is None, (tmp_path / "old-serve.log").read_text()
+            try:
+                return httpx.get(f"{url}/v1/health", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _wait(up, "the old daemon to serve")
+        capabilities = httpx.get(f"{url}/v1/capabilities").json()["capabilities"]
+        assert "flow_members" not in capabilities
+        return url
+
+    try:
+        yield serve
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def test_a_daemon_without_flow_members_gets_the_graph_by_hash_and_no_flow_that_needs_files(
+    tmp_path: Path, old_daemon
+) -> None:
+    with ScriptedProvider(_echo) as provider:
+        old_daemon = old_daemon("--model-endpoint", provider.base_url)
+        project = _project(tmp_path, provider.base_url)
+        flow = project / ".salvor" / "flows" / "main.yaml"
+        refused = salvor_in_process(
+            "graph", "run", str(flow), "--remote", old_daemon, env={"PATH": "/usr/bin:/bin"}
+        )
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "does not take a flow's files with the call" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert httpx.get(f"{old_daemon}/v1/runs").json()["runs"] == []
+
+        agent = tmp_path / "echo.toml"
+        agent.write_text(agent_toml(provider.base_url, name="echo", tools=[]))
+        registered = httpx.post(
+            f"{old_daemon}/v1/agents",
+            content=agent.read_bytes(),
+            headers={"Content-Type": "application/toml"},
+        )
+        graph = tmp_path / "plain.yaml"
+        node = {"id": "ask", "kind": "agent", "agent": registered.json()["agent"]}
+        graph.write_text(json.dumps({"schema_version": 1, "nodes": [node], "edges": []}))
+        ran = salvor_in_process(
+            "graph",
+            "run",
+            str(graph),
+            "--remote",
+            old_daemon,
+            "--agent",
+            str(agent),
+            "--input",
+            '"tide"',
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    out = ran.stdout.splitlines()
+    assert out[1:3] == ["node ask entered", "node ask finished"]
+    assert out[-1] == f'run {out[0]} completed: {{"ask": "<tide>"}}'
