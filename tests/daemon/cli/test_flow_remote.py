@@ -466,3 +466,56 @@ def test_a_daemon_without_flow_members_gets_the_graph_by_hash_and_no_flow_that_n
     out = ran.stdout.splitlines()
     assert out[1:3] == ["node ask entered", "node ask finished"]
     assert out[-1] == f'run {out[0]} completed: {{"ask": "<tide>"}}'
+
+
+def test_a_daemon_that_cannot_see_the_project_runs_it_from_the_call(
+    tmp_path: Path, store_url: str
+) -> None:
+    """The daemon runs in a mount namespace of its own with an empty tmpfs over the project."""
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("this user cannot make a mount namespace (unshare --mount)")
+    with ScriptedProvider(_echo) as provider:
+        project = _project(tmp_path, provider.base_url)
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SALVOR_")}
+        home = tmp_path / "daemon-home"
+        home.mkdir()
+        hide = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
+        serve = [*CLI, "serve", "--listen", f"127.0.0.1:{port}", "--store", store_url]
+        serve += ["--model-endpoint", provider.base_url, "--workers", "1"]
+        with open(tmp_path / "hidden-serve.log", "wb") as log:
+            daemon = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"]
+                + [str(project), *serve],
+                env=env,
+                cwd=home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"http://127.0.0.1:{port}"
+        try:
+
+            def up() -> bool:
+                assert daemon.poll() is None, (tmp_path / "hidden-serve.log").read_text()
+                try:
+                    return httpx.get(f"{url}/v1/health", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            _wait(up, "the daemon to serve")
+            # What the daemon's process sees at the project's path: nothing.
+            assert os.listdir(f"/proc/{daemon.pid}/root{project}") == []
+            flow = str(project / ".salvor" / "flows" / "main.yaml")
+            args = ("graph", "run", flow, "--remote", url, "--input", '"bees"')
+            env = {"PATH": "/usr/bin:/bin"}
+            updated = salvor_in_process(*args, "--update-baselines", env=env)
+            assert updated.returncode == 0, updated.stdout + updated.stderr
+            baselines = project / ".salvor" / "flows" / "__baselines__"
+            assert json.loads((baselines / "nested" / "given.json").read_text()) == "<<bees>>"
+            compared = salvor_in_process(*args, env=env)
+            assert compared.returncode == 0, compared.stdout + compared.stderr
+            assert compared.stdout.splitlines()[-1].endswith('{"nested": {"given": "<<bees>>"}}')
+        finally:
+            daemon.kill()
+            daemon.wait()
