@@ -62,86 +62,127 @@ async def tail_run(
     ``driven_as``: the run whose drive moves this one (a nested flow's root, which drives its
     children inline); whether the tail is detached is asked of it. Closes ``subscription``.
     """
-    runtime = state.runtime
-    driver = driven_as or run_id
+    read_page = state.runtime.reads.read_page
+    tail = _Tail(state, run_id, subscription, beat_seconds, driven_as or run_id)
     with subscription:
-        view, next_seq = EMPTY_VIEW, 0
-        # Not kept under its argument's name: a tail holds one page at a time.
+        # Not kept under its argument's name: a tail holds one page at a time. ``paging``:
+        # whether ``pending`` is a page read from the store (the next follows until one is empty).
         pending: list[Envelope | LiveEvent] = page
         del page
-        # Whether ``pending`` is a page read from the store: the next page follows until one
-        # comes back empty.
-        paging = True
-        last_progress = last_beat = trio.current_time()
-        progress_seq = next_seq
-        seeded = False
+        paging, seeded = True, False
         while True:
-            batch: list[Envelope | LiveEvent] = []
-            seq_before = next_seq
-            for item in pending:
-                envelope = envelope_of(item)
-                if envelope.seq != next_seq:
-                    continue
-                view = item.view if isinstance(item, LiveEvent) else step(view, envelope)
-                next_seq += 1
-                batch.append(item)
-            if next_seq > progress_seq:
-                progress_seq, last_progress = next_seq, trio.current_time()
+            seq_before = tail.next_seq
+            batch = tail.take(pending)
             pending = []
             if batch:
                 # Handed out before the next page is read: a reader that does not read holds
                 # this, and only this.
                 yield batch
                 del batch
-            if paging and next_seq > seq_before:
-                pending = await runtime.reads.read_page(run_id, next_seq)
+            if paging and tail.next_seq > seq_before:
+                pending = await read_page(run_id, tail.next_seq)
                 continue
             paging = False
             if not seeded:
                 # From here on the hub reads what another process commits.
-                subscription.seed(next_seq, view)
+                subscription.seed(tail.next_seq, tail.view)
                 seeded = True
-            if view.resting:
-                later = await _after_rest(state, run_id, driver, view, next_seq)
-                if later is None:
-                    yield TailEnd(view)
-                    return
-                if later:
-                    pending, paging = later, True
-                    continue
-            now = trio.current_time()
-            quiet = now - last_progress >= state.detach_grace_seconds
-            # A peer node's drive (its commits come through the hub's poll) is no detachment.
-            if quiet and await state.attached_anywhere(driver):
-                last_progress = now  # asked again after another grace
-            if state.stopping.is_set() or (
-                now - last_progress >= state.detach_grace_seconds
-                and not await state.attached(driver)
-            ):
-                yield TailEnd(view, detached=True, stopping=state.stopping.is_set())
+            end = await tail.end()
+            if isinstance(end, TailEnd):
+                yield end
                 return
-            # What the hub queued while the last batch was handed out goes out at once; only an
-            # empty queue waits (a timer per wait is most of a busy stream's own cost).
+            if end:  # what a write's driver committed after the log folded to its intent
+                pending, paging = end, True
+                continue
+            got = await tail.wait()
+            if isinstance(got, Beat):
+                yield got
+            elif got is None:  # a gap or a lagging queue: read what is missing, page by page
+                pending, paging = await read_page(run_id, tail.next_seq), True
+            else:
+                pending = got
+
+
+class _Tail:
+    """Where a tail is: the view and next seq it has handed out, when it last moved and last
+    beat, and the questions it asks of the hub and the drivers."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        run_id: str,
+        subscription: Subscription,
+        beat_seconds: float,
+        driver: str,
+    ) -> None:
+        self.state, self.run_id, self.subscription = state, run_id, subscription
+        self.beat_seconds, self.driver = beat_seconds, driver
+        self.view, self.next_seq = EMPTY_VIEW, 0
+        self.last_progress = self.last_beat = trio.current_time()
+
+    def take(self, pending: list[Envelope | LiveEvent]) -> list[Envelope | LiveEvent]:
+        """What of ``pending`` comes next, in seq order (anything else skipped), folded in."""
+        batch = []
+        for item in pending:
+            envelope = envelope_of(item)
+            if envelope.seq != self.next_seq:
+                continue
+            self.view = item.view if isinstance(item, LiveEvent) else step(self.view, envelope)
+            self.next_seq += 1
+            batch.append(item)
+        if batch:
+            self.last_progress = trio.current_time()
+        return batch
+
+    async def end(self) -> TailEnd | list[Envelope]:
+        """The tail's end when the run rests or is detached (or the daemon stops); else what
+        to go on with (empty: wait for what comes)."""
+        state = self.state
+        if self.view.resting:
+            later = await _after_rest(state, self.run_id, self.driver, self.view, self.next_seq)
+            if later is None:
+                return TailEnd(self.view)
+            if later:
+                return later
+        now = trio.current_time()
+        quiet = now - self.last_progress >= state.detach_grace_seconds
+        # A peer node's drive (its commits come through the hub's poll) is no detachment.
+        if quiet and await state.attached_anywhere(self.driver):
+            self.last_progress = now  # asked again after another grace
+        if state.stopping.is_set() or (
+            now - self.last_progress >= state.detach_grace_seconds
+            and not await state.attached(self.driver)
+        ):
+            return TailEnd(self.view, detached=True, stopping=state.stopping.is_set())
+        return []
+
+    async def wait(self) -> list[LiveEvent] | Beat | None:
+        """What the hub queued next (at once when something is), a beat after a quiet spell as
+        long as the heartbeat, or None when the queue lags or skips a seq (read the store)."""
+        subscription = self.subscription
+        # Only an empty queue waits: a timer per wait is most of a busy stream's own cost.
+        pending = subscription.take()
+        if not pending:
+            now = trio.current_time()
+            wait = min(
+                self.state.stream_poll_seconds,
+                max(0.0, self.last_beat + self.beat_seconds - now),
+            )
+            with trio.move_on_after(wait):
+                await subscription.wait()
             pending = subscription.take()
-            if not pending:
-                wait = min(state.stream_poll_seconds, max(0.0, last_beat + beat_seconds - now))
-                with trio.move_on_after(wait):
-                    await subscription.wait()
-                pending = subscription.take()
-            if not subscription.lagging:
-                if pending and pending[0].envelope.seq < next_seq:
-                    pending = [e for e in pending if e.envelope.seq >= next_seq]
-                if not pending:
-                    # A quiet spell: what another process writes comes through the hub's feed.
-                    if trio.current_time() - last_beat >= beat_seconds:
-                        last_beat = trio.current_time()
-                        yield BEAT
-                    continue
-                if pending[0].envelope.seq == next_seq:
-                    continue
-            # A gap or a lagging queue: read what is missing from the store, page by page.
+        if subscription.lagging:
             subscription.lagging = False
-            pending, paging = await runtime.reads.read_page(run_id, next_seq), True
+            return None
+        if pending and pending[0].envelope.seq < self.next_seq:
+            pending = [e for e in pending if e.envelope.seq >= self.next_seq]
+        if not pending:
+            # A quiet spell: what another process writes comes through the hub's feed.
+            if trio.current_time() - self.last_beat >= self.beat_seconds:
+                self.last_beat = trio.current_time()
+                return BEAT
+            return []
+        return pending if pending[0].envelope.seq == self.next_seq else None
 
 
 async def _after_rest(
