@@ -78,3 +78,26 @@ async def test_a_daemon_stopping_mid_stream_ends_it_without_a_result(
     finally:
         release.set()
     assert [line["type"] for line in lines] == ["started", "node"]
+
+
+async def test_the_run_goes_on_when_the_caller_goes_away(server_factory, providers) -> None:
+    server = await server_factory(stream_poll_seconds=0.05)
+    graph, release = await _held_graph(server, providers)
+    body = {"graph_hash": graph, "input": "hi"}
+    try:
+        async with server.client.stream(
+            "POST", "/v1/graph-runs", json=body, headers=NDJSON
+        ) as response:
+            texts = response.aiter_lines()
+            started = json.loads(await anext(texts))
+            assert started["type"] == "started"
+            await texts.aclose()
+        # The caller has gone; the held call answers now.
+        release.set()
+        rested = await server.wait_resting(started["run"])
+    finally:
+        release.set()
+    assert rested["status"] == {"state": "completed", "output": {"ask": "done"}}
+    # Its stream let go of its slot and its subscription.
+    assert server.state.stream_slots.open_count("127.0.0.1") == 0
+    assert server.state.hub.subscriber_counts()["sse"] == 0
