@@ -23,7 +23,7 @@ from salvor.daemon.cli._flow_collect import collect_flow
 from salvor.daemon.graphs import flow_child_id
 from salvor.protocol import call_body
 
-from tests.chaos.test_kill_serve import Daemon, agent_toml
+from tests.chaos.test_kill_serve import TOKEN_VAR, Daemon, agent_toml
 from tests.support.cli import salvor_in_process
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
@@ -519,3 +519,31 @@ def test_a_daemon_that_cannot_see_the_project_runs_it_from_the_call(
         finally:
             daemon.kill()
             daemon.wait()
+
+
+def test_the_bearer_token_comes_from_salvor_token_never_an_argument(
+    tmp_path: Path, store_url: str
+) -> None:
+    with ScriptedProvider(_echo) as provider:
+        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+        daemon.env[TOKEN_VAR] = token = "a-token-of-the-operator-0123456789"
+        daemon.args += ["--auth-token", TOKEN_VAR, "--model-endpoint", provider.base_url]
+        daemon.start()
+        try:
+            remote = Remote(tmp_path, daemon, provider)
+            refused = remote.run('"hello"')
+            assert refused.returncode == 1 and "unauthorized" in refused.stderr
+            assert token not in refused.stderr
+            ran = salvor_in_process(
+                "graph",
+                "run",
+                str(remote.flow),
+                "--remote",
+                daemon.base_url,
+                env={"PATH": "/usr/bin:/bin", "SALVOR_TOKEN": token},
+            )
+            # It ran (and failed its snapshot: no baseline was ever captured).
+            assert ran.returncode == 3, ran.stdout + ran.stderr
+            assert "has no baseline" in ran.stdout
+        finally:
+            daemon.kill()
