@@ -3,12 +3,13 @@ a line, from the run's committed events, until the run rests.
 
 Lines, in order: ``{"type": "started", "run"}``; ``{"type": "node", "run", "node", "status"}`` for
 each node the run (or a nested flow's child run, under its own id) enters, finishes or skips;
-``{"type": "keepalive"}`` after ``heartbeat_seconds`` (15) of silence, well under a proxy's read
-timeout (nginx's is 60 s); last, once the run rests (terminal, or parked: it no longer moves by
-itself), ``{"type": "result", "run", "status", "detail", "output", "error"?,
-"baseline_writes"}``. The stream is only a reader: a client that goes away leaves the run going,
-and a daemon that stops ends the stream without a result line. Events come from the hub and the
-store as an SSE stream's do (``tail_run``), never from a poll of its own.
+``{"type": "keepalive"}`` after the daemon's heartbeat (``ServeConfig.heartbeat_seconds``, 15 s)
+of silence, well under a proxy's read timeout (nginx's is 60 s); last, once the run rests
+(terminal, or parked: it no longer moves by itself), ``{"type": "result", "run", "status",
+"detail", "output", "error"?, "baseline_writes"}``. The stream is only a reader: a client that
+goes away leaves the run going, and a daemon that stops ends the stream without a result line.
+Events come from the hub and the store as an SSE stream's do (``tail_run``), never from a poll of
+its own.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from ._state import ServerState
 from ._stream_slots import StreamSlot
 
 NDJSON = "application/x-ndjson"
-# How long the stream stays silent before a keepalive line (``ServerState.heartbeat_seconds``).
-KEEPALIVE_SECONDS = 15.0
 HEADERS = {
     "Content-Type": NDJSON,
     # Progress lines are for this caller, now: no cache keeps them, no proxy rewrites them.
