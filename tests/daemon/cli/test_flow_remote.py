@@ -547,3 +547,12 @@ def test_the_bearer_token_comes_from_salvor_token_never_an_argument(
             assert "has no baseline" in ran.stdout
         finally:
             daemon.kill()
+
+
+def test_a_refused_flow_is_one_sentence_naming_each_node_and_exit_1(remote: Remote) -> None:
+    (remote.project / "agents" / "echo.toml").unlink()
+    refused = remote.run('"hello"')
+    assert refused.returncode == 1 and refused.stdout == ""
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the run, invalid_graph" in lines[0]
+    assert "answer: " in lines[0] and "echoed: " in lines[0]
