@@ -64,8 +64,10 @@ START = Operation(
         "200": STREAM_ANSWER,
         "429": TOO_MANY_STREAMS,
         "400": error(
-            "Malformed body or labels over the bounds, or a node naming a process or service "
-            "agent (`details.node`; agent nodes run built-in agents) (`bad_request`); a flow that "
+            "Malformed body or labels over the bounds, a node naming a process or service "
+            "agent (`details.node`; agent nodes run built-in agents), or a graph by hash or a "
+            "flow sent without `members` whose nodes need files (each named; the client must be "
+            "one that sends them) (`bad_request`); a flow that "
             "fails its pre-check, every reason in `details.errors` with its node "
             "(`invalid_graph`). Nothing recorded.",
             "bad_request",
