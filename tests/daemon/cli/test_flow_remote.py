@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from salvor.daemon.cli._baselines import write_baselines
 from salvor.daemon.cli._flow_collect import collect_flow
 from salvor.daemon.graphs import flow_child_id
 from salvor.protocol import call_body
@@ -556,3 +557,23 @@ def test_a_refused_flow_is_one_sentence_naming_each_node_and_exit_1(remote: Remo
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused the run, invalid_graph" in lines[0]
     assert "answer: " in lines[0] and "echoed: " in lines[0]
+
+
+def test_the_client_writes_a_png_baseline_only_when_it_is_one(tmp_path: Path) -> None:
+    project = _project(tmp_path, "http://127.0.0.1:9")
+    files = collect_flow(str(project / ".salvor" / "flows" / "main.yaml"), update_baselines=True)
+    directory = os.path.realpath(project / ".salvor" / "flows") + "/__baselines__/main"
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+    refused = write_baselines(
+        files,
+        {
+            f"{directory}/home.png": png,
+            f"{directory}/fake.png": b"GIF89a",
+            f"{directory}/notes.txt": b"x",
+            f"{directory}/../main/reply.json": b"1\n",
+        },
+    )
+    assert (Path(directory) / "home.png").read_bytes() == png
+    assert sorted(os.listdir(directory)) == ["home.png"]
+    assert len(refused) == 3
+    assert any("fake.png: a .png baseline must hold a PNG image" in r for r in refused)
