@@ -32,14 +32,16 @@ from salvor.protocol import (
     named_uploads,
 )
 
-from ..graphs import FlowFiles
+from ..graphs import FlowFiles, flow_without_members
 from ..runs import Uploads
 from ..web import OperationRefused, bad_request
 from ._answers import RUN_STARTED
 from ._bodies import START_GRAPH_RUN
+from ._graph_run_stream import STREAM_ANSWER, stream_response, wants_stream
 from ._http import body_bytes
 from ._operation import Operation, error, route
 from ._state import ServerState
+from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
 
 START = Operation(
     method="post",
@@ -54,15 +56,25 @@ START = Operation(
     description=(
         "Every agent and tool the graph's nodes name is resolved first, so a run is started only "
         "when all of it resolves. Its events, status, stream, resume and abandon are an ordinary "
-        "run's (a gate parks it as `suspended`)."
+        "run's (a gate parks it as `suspended`). With `Accept: application/x-ndjson` the answer "
+        "is a 200 stream instead of the 201, once the head is durable (every refusal is still "
+        "the JSON envelope): a `started` line, a `node` line per node entered, finished or "
+        "skipped (a nested flow's under its child run's id), a `keepalive` line after 15 s of "
+        "silence, and last, once the run rests, a `result` line with the baselines a run that "
+        "updates them captured. A daemon that stops ends the stream with no `result`; the run "
+        "goes on whether or not the caller stays."
     ),
     body=START_GRAPH_RUN,
     answers={"201": ("The run exists; watch it on its event stream.", RUN_STARTED)},
     refusals=("PayloadTooLarge",),
     responses={
+        "200": STREAM_ANSWER,
+        "429": TOO_MANY_STREAMS,
         "400": error(
-            "Malformed body or labels over the bounds, or a node naming a process or service "
-            "agent (`details.node`; agent nodes run built-in agents) (`bad_request`); a flow that "
+            "Malformed body or labels over the bounds, a node naming a process or service "
+            "agent (`details.node`; agent nodes run built-in agents), or a graph by hash or a "
+            "flow sent without `members` whose nodes need files (each named; the client must be "
+            "one that sends them) (`bad_request`); a flow that "
             "fails its pre-check, every reason in `details.errors` with its node "
             "(`invalid_graph`). Nothing recorded.",
             "bad_request",
@@ -99,21 +111,47 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, START)
     async def start_graph_run():
         body = await _start_body(await body_bytes(), runtime.uploads)
-        # The head is durable before we answer: a daemon killed right after the 201 still has
-        # the run, and recovery walks it.
-        if "flow" in body:
-            files = await _sent_flow(body, runtime.uploads)
-            run_id = await runtime.starts.start_flow_run(
-                files, body.get("input"), labels=body.get("labels")
-            )
-        else:
-            _no_nul_but_keys(body)
-            graph = await runtime.definitions.load_graph(body["graph_hash"])
-            run_id = await runtime.starts.start_graph_run(
-                graph, body.get("input"), labels=body.get("labels")
-            )
+        slot = None
+        if wants_stream():
+            # Taken before the run starts: a refused stream (429) leaves nothing recorded, and
+            # the uploads it names spent, as every refusal does.
+            slot = state.stream_slots.take(request.remote_addr)
+            if not isinstance(slot, StreamSlot):
+                await runtime.uploads.discard(_named(body))
+                return slot
+        try:
+            run_id = await _start(runtime, body)
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
         state.drivers.start(run_id)
+        if slot is not None:
+            update = "flow" in body and body.get("update_baselines") is True
+            return stream_response(app, state, run_id, slot, update_baselines=update)
         return RUN_STARTED.respond(201, run=run_id, status="running")
+
+
+async def _start(runtime, body: dict) -> str:
+    """Start the run the body asks for; its head is durable once this returns (a daemon killed
+    right after the answer still has the run, and recovery walks it).
+
+    Raises:
+        OperationRefused: every refusal of the route; nothing was recorded.
+    """
+    if "flow" not in body:
+        _no_nul_but_keys(body)
+        graph = await runtime.definitions.load_graph(body["graph_hash"])
+        return await runtime.starts.start_graph_run(
+            graph, body.get("input"), labels=body.get("labels")
+        )
+    files = await _sent_flow(body, runtime.uploads)
+    if "members" not in body:
+        # A client that does not know members sent the flow file alone.
+        unsent = flow_without_members(files)
+        if unsent is not None:
+            raise bad_request(unsent)
+    return await runtime.starts.start_flow_run(files, body.get("input"), labels=body.get("labels"))
 
 
 async def _start_body(data: bytes, uploads: Uploads) -> dict:
@@ -137,8 +175,11 @@ def _uploads_in(data: bytes) -> list[str]:
         body = json.loads(data)
     except (ValueError, RecursionError):
         return []
-    if not isinstance(body, dict):
-        return []
+    return _named(body) if isinstance(body, dict) else []
+
+
+def _named(body: dict) -> list[str]:
+    """The upload ids a body names (its flow file's and its members')."""
     return named_uploads(body.get("flow"), body.get("members"))
 
 

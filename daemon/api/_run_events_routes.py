@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 
-import trio
 from quart import request
 from quart.wrappers.response import IterableBody
 from quart_trio import QuartTrio
-from salvor.protocol import EMPTY_VIEW, Envelope, RunState, RunView, sse_frame, step
+from salvor.protocol import Envelope, sse_frame
 
 from ..recording import parse_run_id
 from ..runs import LiveEvent, Subscription, event_frame
 from ..web import bad_request, unknown_run, whole_number
 from ._answers import END_FRAME
 from ._operation import RUN_ID, WHOLE, WHOLE_TEXT, Operation, route
+from ._run_tail import Beat, TailEnd, envelope_of, tail_run
 from ._schema import ref
 from ._state import ServerState
 from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
@@ -156,119 +157,30 @@ class _StreamBody(IterableBody):
 async def _frames(
     state: ServerState, run_id: str, subscription: Subscription, page: list[Envelope], start: int
 ) -> AsyncIterator[bytes]:
-    """The stream's frames: the log from ``start`` (``page`` is its first page from seq 0), then
-    the live tail, until an ``end`` frame."""
-    runtime = state.runtime
-    with subscription:
-        view, next_seq = EMPTY_VIEW, 0
-        # Not kept under its argument's name: a stream holds one page at a time.
-        pending: list[Envelope | LiveEvent] = page
-        del page
-        # Whether ``pending`` is a page read from the store: the next page follows until one
-        # comes back empty (the prefix before ``start`` is folded, not sent).
-        paging = True
-        last_progress = last_beat = trio.current_time()
-        progress_seq = next_seq
-        seeded = False
-        while True:
-            # Everything at hand goes out as one chunk: with many
-            # subscribers, one write per burst instead of per event.
-            chunk: list[bytes] = []
-            seq_before = next_seq
-            for item in pending:
-                # Live items come with their frame and view worked out
-                # once at publish; store reads are folded here.
-                envelope = item.envelope if isinstance(item, LiveEvent) else item
-                if envelope.seq != next_seq:
-                    continue
-                if isinstance(item, LiveEvent):
-                    view, frame = item.view, item.frame
-                else:
-                    view, frame = step(view, envelope), None
-                next_seq += 1
-                if envelope.seq >= start:
-                    chunk.append(frame or event_frame(envelope))
-            if next_seq > progress_seq:
-                progress_seq, last_progress = next_seq, trio.current_time()
-            pending = []
+    """The stream's frames: the log from ``start`` (``page`` is its first page from seq 0; the
+    prefix before ``start`` is folded, not sent), then the live tail, until an ``end`` frame."""
+    clock = state.runtime.kit.clock
+    tail = tail_run(state, run_id, subscription, page, beat_seconds=state.heartbeat_seconds)
+    del page
+    async with aclosing(tail):
+        async for item in tail:
+            if isinstance(item, TailEnd):
+                end = {"detached": True} if item.detached else {}
+                yield end_frame(END_FRAME.body(status=item.view.status_at(clock()), **end))
+                return
+            if isinstance(item, Beat):
+                yield KEEP_ALIVE
+                continue
+            # Everything at hand goes out as one chunk: with many subscribers, one write per
+            # burst instead of per event. Live items come with their frame made once at publish.
+            chunk = [
+                entry.frame if isinstance(entry, LiveEvent) else event_frame(entry)
+                for entry in item
+                if envelope_of(entry).seq >= start
+            ]
+            del item
             if chunk:
-                # Written before the next page is read: a reader that does not read holds this
-                # (and only this: the frames it was joined from are let go first).
                 data = b"".join(chunk)
                 del chunk
                 yield data
                 del data
-            if paging and next_seq > seq_before:
-                pending = await runtime.reads.read_page(run_id, next_seq)
-                continue
-            paging = False
-            if not seeded:
-                # From here on the hub reads what another process commits.
-                subscription.seed(next_seq, view)
-                seeded = True
-            if view.resting:
-                later = await _after_rest(state, run_id, view, next_seq)
-                if later is None:
-                    yield end_frame(END_FRAME.body(status=view.status_at(runtime.kit.clock())))
-                    return
-                if later:
-                    pending, paging = later, True
-                    continue
-            now = trio.current_time()
-            quiet = now - last_progress >= state.detach_grace_seconds
-            # A peer node's drive (its commits come through the hub's poll) is no detachment.
-            if quiet and await state.attached_anywhere(run_id):
-                last_progress = now  # asked again after another grace
-            if state.stopping.is_set() or (
-                now - last_progress >= state.detach_grace_seconds
-                and not await state.attached(run_id)
-            ):
-                yield end_frame(
-                    END_FRAME.body(status=view.status_at(runtime.kit.clock()), detached=True)
-                )
-                return
-            # What the hub queued while the last chunk was written goes out at once; only an
-            # empty queue waits (a timer per wait is most of a busy stream's own cost).
-            pending = subscription.take()
-            if not pending:
-                wait = min(
-                    state.stream_poll_seconds,
-                    max(0.0, last_beat + state.heartbeat_seconds - now),
-                )
-                with trio.move_on_after(wait):
-                    await subscription.wait()
-                pending = subscription.take()
-            if not subscription.lagging:
-                if pending and pending[0].envelope.seq < next_seq:
-                    pending = [e for e in pending if e.envelope.seq >= next_seq]
-                if not pending:
-                    # A quiet spell: what another process writes comes through the hub's feed.
-                    if trio.current_time() - last_beat >= state.heartbeat_seconds:
-                        last_beat = trio.current_time()
-                        yield KEEP_ALIVE
-                    continue
-                if pending[0].envelope.seq == next_seq:
-                    continue
-            # A gap or a lagging queue: read what is missing from the store, page by page.
-            subscription.lagging = False
-            pending, paging = await runtime.reads.read_page(run_id, next_seq), True
-
-
-async def _after_rest(
-    state: ServerState, run_id: str, view: RunView, next_seq: int
-) -> list[Envelope] | None:
-    """None when the run rests where ``view`` says; else what to go on with.
-
-    A write's intent is recorded before the write runs, so the log folds to
-    needs_reconciliation while a driver is still executing it (here, on a peer node, or a
-    client holding its lease): not a resting point (an empty list: wait for what comes). And
-    what this stream folded was read before the driver was asked about: one that finished the
-    write and ended in between has committed what follows, so the store is read once more
-    (from ``next_seq``) before the stream says the run rests there.
-    """
-    if view.state is not RunState.NEEDS_RECONCILIATION:
-        return None
-    if await state.attached_anywhere(run_id):
-        return []
-    later = await state.runtime.reads.read_page(run_id, next_seq)
-    return later or None

@@ -84,6 +84,12 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
         help="record each snapshot's value as its new baseline (written beside the flow file "
         "once the run completes) instead of comparing it",
     )
+    r.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run it on the daemon at URL instead, the flow's files sent with the call and its "
+        "baselines written back here (the token, if any, from SALVOR_TOKEN)",
+    )
     add_label_option(r)
     r.add_argument("--run-id", metavar="UUID", type=run_uuid, help="choose the run id")
 
@@ -134,7 +140,9 @@ def unreadable(path: str, exc: OSError) -> str:
     return f"cannot read graph file {path!r}: {exc.strerror or exc}"
 
 
-async def collect_flow_files(path: str, *, update_baselines: bool = False) -> FlowFiles:
+async def collect_flow_files(
+    path: str, *, update_baselines: bool = False, over_link: bool = False
+) -> FlowFiles:
     """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
 
     Raises:
@@ -142,7 +150,7 @@ async def collect_flow_files(path: str, *, update_baselines: bool = False) -> Fl
     """
     try:
         return await trio.to_thread.run_sync(
-            lambda: collect_flow(path, update_baselines=update_baselines)
+            lambda: collect_flow(path, update_baselines=update_baselines, over_link=over_link)
         )
     except OSError as exc:
         raise CliError(unreadable(path, exc)) from None

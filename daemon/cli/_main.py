@@ -44,7 +44,7 @@ from salvor.store import (
 from ..agents import AgentDefinition, DefinitionError, load_definition
 from ..client_runs import ClientTool, load_declarations
 from ..flows import caller_labels
-from ..graphs import FlowFiles
+from ..graphs import FlowFiles, captured_baselines
 from ..processes import make_undumpable, sweep_orphans
 from ..recording import claim_wait_seconds, open_store_access
 from ..runs import (
@@ -64,7 +64,7 @@ from ._arguments import (
     run_state,
     run_uuid,
 )
-from ._baselines import captured_baselines, write_baselines
+from ._baselines import write_baselines
 from ._doctor import add_parser as add_doctor_parser
 from ._doctor import doctor_main
 from ._errors import CliError, UsageError
@@ -79,6 +79,7 @@ from ._hints import (
     wake_hint,
 )
 from ._pipes import readers_may_leave
+from ._remote_flow import remote_main
 from ._render import describe, describe_reconciliation
 from ._serve_command import add_serve_parser, serve_main
 from ._wording import CLI_WORDING
@@ -244,7 +245,7 @@ class Cli:
                 print(run_id, flush=True)
             code = await self._drive_and_report(runtime, run_id)
         if files is not None and update:
-            writes = await captured_baselines(runtime, run_id)
+            writes = await captured_baselines(runtime.reads, runtime.definitions.load_graph, run_id)
             refused = await trio.to_thread.run_sync(write_baselines, files, writes)
             if refused:
                 raise CliError("; ".join(refused))
@@ -732,6 +733,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await doctor_main(args)
     if args.command == "graph" and args.graph_command == "validate":
         return await graph_validate_main(args)
+    if args.command == "graph" and args.remote is not None:
+        return await remote_main(args)  # no store here: the daemon at the URL keeps the run
     try:
         claim_wait_seconds()  # read again by every drive: a bad value is refused here, once
     except ValueError as exc:

@@ -6,6 +6,14 @@ Rule: imports only the packages below it; knows nothing of HTTP routes or of how
 
 from __future__ import annotations
 
+from ._baseline_writes import (
+    BadDirective,
+    RunLogs,
+    baseline_bytes,
+    baseline_directives,
+    captured_baselines,
+    directive_writes,
+)
 from ._flow_check import (
     AgentParser,
     CheckedFlow,
@@ -18,6 +26,7 @@ from ._flow_check import (
 from ._nested import flow_child_id
 from ._probes import graph_declares_probe, graph_probes_open_write
 from ._snapshot import CAPTURED
+from ._unsent import files_not_sent, flow_without_members
 from ._walk import (
     MAP_ITEMS,
     GraphWalk,
@@ -29,13 +38,21 @@ __all__ = [
     "CAPTURED",
     "MAP_ITEMS",
     "AgentParser",
+    "BadDirective",
     "CheckedFlow",
     "FlowFiles",
     "GraphWalk",
+    "RunLogs",
+    "baseline_bytes",
+    "baseline_directives",
     "bind_agents",
+    "captured_baselines",
     "check_flow",
+    "directive_writes",
     "drive_graph",
+    "files_not_sent",
     "flow_child_id",
+    "flow_without_members",
     "graph_declares_probe",
     "graph_probes_open_write",
     "map_child_id",

@@ -21,12 +21,11 @@ from salvor.protocol import (
     RunStarted,
     RunState,
     RunView,
-    names_files,
 )
 from salvor.store import SeqConflict
 
 from ..agents import AgentDefinition, AgentKind
-from ..graphs import FlowFiles
+from ..graphs import FlowFiles, files_not_sent
 from ..processes import PortClaims
 from ..recording import StoreAccess, checked_labels, chosen_run_id, parse_run_id
 from ..web import OperationRefused, bad_request, port_held
@@ -140,11 +139,9 @@ class RunStarts:
         """
         checked_labels(labels)
         run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        if names_files(graph.nodes):
-            raise bad_request(
-                "the graph names files (an agent_file or a flow node), which only a run of its "
-                "flow file brings along; run it with `salvor graph run FILE`"
-            )
+        unsent = files_not_sent(graph.nodes)
+        if unsent is not None:
+            raise bad_request(unsent)
         await self.definitions.graph_agents(graph)
         head = GraphRunStarted(graph_hash=graph.hash, input=run_input, labels=labels)
         await open_log(self.access, run_id, [head])

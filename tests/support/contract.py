@@ -27,6 +27,7 @@ from salvor.daemon.recording import FreeSpaceFloor
 
 DOCUMENT = openapi_document(API_OPERATIONS)
 BASE = "urn:salvor:openapi"
+NDJSON = "application/x-ndjson"
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
 STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
@@ -206,6 +207,12 @@ class Contract:
             self.check_request(template, op, kwargs, response)
         if response.headers["content-type"].startswith("text/event-stream"):
             return self.frames(response.text)
+        if response.headers["content-type"] == NDJSON:
+            where = self.responsepointer(template, op, status, NDJSON)
+            lines = [json.loads(line) for line in response.text.splitlines() if line]
+            for line in lines:
+                self.validate(where, line, f"{what}: a line")
+            return lines
         assert response.headers["content-type"] == "application/json", what
         body = response.json()
         self.validate(self.responsepointer(template, op, status, "application/json"), body, what)

@@ -284,6 +284,21 @@ async def test_graph_run_answers_match_the_document(server_factory, providers) -
         json={"graph_hash": graph, "input": {"topic": "t"}},
     )
     await call(api, "POST", "/v1/graph-runs", expect=400, json={"graph_hash": graph, "x": 1})
+    # Asked for as a stream: the run's lines until it rests (here at the graph's gate).
+    ndjson = {"Accept": "application/x-ndjson"}
+    body = {"graph_hash": graph, "input": {"topic": "t"}}
+    lines = await call(api, "POST", "/v1/graph-runs", expect=200, json=body, headers=ndjson)
+    assert [lines[0]["type"], lines[-1]["type"]] == ["started", "result"]
+    assert lines[-1]["status"] == "suspended" and lines[-1]["baseline_writes"] == []
+    # A client at its cap of open streams is refused before the run starts (429).
+    slots = server.state.stream_slots
+    cap, slots.cap = slots.cap, 1
+    held = slots.take("127.0.0.1")
+    before = len((await api.get("/v1/runs")).json()["runs"])
+    await call(api, "POST", "/v1/graph-runs", expect=429, json=body, headers=ndjson)
+    assert len((await api.get("/v1/runs")).json()["runs"]) == before
+    held.release()
+    slots.cap = cap
     await call(api, "POST", "/v1/graph-runs", expect=404, json={"graph_hash": "sha256:0"})
     flow = {"path": "/p/.salvor/flows/f.yaml", "canonical": "/p/.salvor/flows/f.yaml"}
     await call(api, "POST", "/v1/graph-runs", expect=422, json={"flow": {**flow, "content": "%"}})
@@ -403,5 +418,5 @@ async def test_a_graph_naming_files_is_refused_over_the_api_with_nothing_recorde
         before = await snapshot(server)
         response = await server.client.post("/v1/graph-runs", json={"graph_hash": graph})
         message = assert_error(response, 400, "bad_request")["message"]
-        assert "only a run of its flow file brings along" in message, message
+        assert "update the salvor client" in message and "node 'step'" in message, message
         assert await snapshot(server) == before
