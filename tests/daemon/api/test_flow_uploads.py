@@ -38,6 +38,7 @@ from tests.daemon.serve.test_deploy import nginx_command, nginx_config
 from tests.daemon.serve.test_lifecycle import free_port
 from tests.store.test_store import execute_sql
 from tests.support.api_server import TOKEN
+from tests.support.cli import salvor_in_process
 from tests.support.contract import UPLOAD_PATHS, Contract, below_the_free_space_floor
 from tests.support.scripted_provider import ScriptedProvider
 
@@ -162,6 +163,36 @@ def test_a_flow_past_256_kib_runs_with_members_inline_and_uploaded(
     error = _error(client.post("/v1/graph-runs", json=body), 422, "invalid_flow_files")
     assert "does not hold" in error["message"]
     assert client.get("/v1/runs").json()["runs"] == runs
+
+
+def test_graph_run_remote_sends_the_members_past_256_kib_ahead_by_upload(
+    tmp_path: Path, served
+) -> None:
+    daemon, _, provider = served
+    flow = _project(tmp_path, provider.base_url)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SALVOR_TOKEN": daemon.headers["Authorization"].removeprefix("Bearer "),
+        "SALVOR_FLOW_FILES_LOG": "1",
+    }
+    done = salvor_in_process(
+        "graph",
+        "run",
+        str(flow),
+        "--remote",
+        daemon.base_url,
+        "--input",
+        '"tide"',
+        "--json",
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and result["output"] == {"second": "<<tide>>"}
+    # The command laid the members out as call_with_uploads does: some went ahead by upload.
+    assert any(": upload " in line for line in done.stderr.splitlines()), done.stderr
+    assert any(": inline " in line for line in done.stderr.splitlines()), done.stderr
+    assert len(provider.calls) == 2
 
 
 def test_an_upload_named_wrongly_refuses_the_call_and_is_spent_all_the_same(
