@@ -963,6 +963,14 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):
+                # The caller went away mid-answer (a daemon SIGKILLed in the kill runs): its
+                # call stays counted, and the traceback would only bury the runs' own output.
+                self.close_connection = True
+
         def _send(self, status: int, content_type: str, payload: bytes) -> None:
             self.send_response(status)
             self.send_header("content-type", content_type)
