@@ -248,11 +248,15 @@ class Cluster(Composed):
 
 
 def _registered_again(log: Path, pid: int, *, after: float) -> float:
-    """When the node of process ``pid`` registered again under a new id after ``after``, by
-    ``log`` (its own clock, local time; a service's workers share one log, and a node's id
-    names its pid), or infinity when it has not (yet)."""
+    """When the node of process ``pid`` registered under a new id after ``after``, by ``log``
+    (its own clock, local time; a service's workers share one log, and a node's id names its
+    pid), or infinity when it has not (yet). Registered again after a lapse, or for the first
+    time: a process paused while it was starting (a worker its supervisor had just started
+    again) had no lease to lose, and registers once it serves."""
     for line in log.read_text(errors="replace").splitlines():
-        if "this node registers again as" not in line or f":{pid}:" not in line:
+        if f":{pid}:" not in line or (
+            "this node registers again as" not in line and " as node " not in line
+        ):
             continue
         try:
             at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
