@@ -11,9 +11,9 @@ daemon on a fresh schema there instead (dropped at the end).
 
 The load client is lean, so that it measures salvor rather than itself: ``--concurrency``
 connections kept alive (``keep_alive``, opened together before the warm-up, as a pool under a
-burst opens them), each posting the next run as soon as its last POST was answered; completion
-is counted by reading the store's ``runs`` table on one connection kept open, every 10 ms (a
-plain read, no request to the daemon).
+burst opens them, each used once at once), each posting the next run as soon as its last POST
+was answered; completion is counted by reading the store's ``runs`` table on one connection
+kept open, every 10 ms (a plain read, no request to the daemon).
 
 Each configuration is measured ``--rounds`` times (default 2), alternating, and the best round
 of each is reported, with the ratio of the two (issue 30's target: >= 1.7). Every round also
@@ -150,7 +150,13 @@ async def _load(
     connections: list[Connection] = []
 
     async def open_one() -> None:
-        connections.append(await connect(daemon.base_url))
+        connection = await connect(daemon.base_url)
+        connections.append(connection)
+        # Used once at once: a kept-alive connection waits for the next request (a fresh one
+        # unused through a slow warm-up would be closed at the daemon's header timeout).
+        status, _ = await connection.request("GET", "/v1/health")
+        if status != 200:
+            raise RuntimeError(f"GET /v1/health answered {status}")
 
     async with trio.open_nursery() as opening:
         for _ in range(args.concurrency):
