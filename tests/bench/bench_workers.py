@@ -26,10 +26,10 @@ says what bounded it:
   where it is below the target, the machine (its cores shared with the providers and the
   client) cannot show the target, whatever salvor does. ``--workers 1`` is also bound by one
   interpreter: 1 / (salvor's CPU per run) (``one_core_bound``).
-* Per worker (its ``/metrics``, ``serve_process``): its share of the appends (each run makes
-  the same number, so it is the worker's share of the runs: a connection stays with the worker
-  that accepted it), and the fraction of the round its writer spent in transactions, waiting
-  for its turn at SQLite's write lock included (``writer_busy``).
+* Per worker (its ``/metrics``, asked on the connections it holds): its share of the appends
+  (each run makes the same number, so it is the worker's share of the runs: a connection stays
+  with the worker that accepted it), and the fraction of the round its writer spent in
+  transactions, waiting for its turn at SQLite's write lock included (``writer_busy``).
 
 The machine's load average (``uptime``) is printed before and after: the bench is meant to run
 alone. Prints one JSON object; never a timed assertion (pytest does not collect it).
@@ -58,7 +58,7 @@ import trio
 from tests.bench.bench_store import add_store_option, bench_store_url, conninfo, is_postgres
 from tests.bench.keep_alive import Connection, connect
 from tests.bench.providers import ProviderProcesses
-from tests.bench.serve_process import COMMIT_SECONDS, ServeProcess, scrape_all
+from tests.bench.serve_process import COMMIT_SECONDS, ServeProcess, parse
 
 TARGET_RATIO = 1.7
 # How often the load client counts the completed runs (the timing's resolution).
@@ -142,6 +142,21 @@ async def _post_runs(connections: list[Connection], agents: list[str], first: in
             posters.start_soon(post_on, connection)
 
 
+async def _scrape(connections: list[Connection], workers: int) -> dict[str, dict[str, float]]:
+    """Every worker's counters, asked on the kept-alive connections (the workers share them out
+    between them, so each holds some; a fresh connection goes to the one holding fewest)."""
+    seen: dict[str, dict[str, float]] = {}
+    for connection in connections:
+        status, body = await connection.request("GET", "/metrics")
+        if status != 200:
+            raise RuntimeError(f"GET /metrics answered {status}")
+        worker, counters, _ = parse(body.decode())
+        seen[worker] = counters
+        if len(seen) == workers:
+            return seen
+    raise RuntimeError(f"only workers {sorted(seen)} of {workers} hold a connection")
+
+
 async def _load(
     daemon: ServeProcess, args, providers: ProviderProcesses, completed: CompletedRuns
 ) -> dict:
@@ -169,7 +184,7 @@ async def _load(
 
     try:
         await runs(0, args.warmup)
-        before = await scrape_all(daemon.base_url, daemon.workers)
+        before = await _scrape(connections, daemon.workers)
         cpu = daemon.cpu_seconds(), providers.cpu_seconds(), _own_cpu()
         start = time.perf_counter()
         await runs(args.warmup, args.runs)
@@ -179,7 +194,7 @@ async def _load(
             providers.cpu_seconds() - cpu[1],
             _own_cpu() - cpu[2],
         )
-        after = await scrape_all(daemon.base_url, daemon.workers)
+        after = await _scrape(connections, daemon.workers)
     finally:
         for connection in connections:
             await connection.stream.aclose()
