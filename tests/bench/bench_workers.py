@@ -28,8 +28,9 @@ says what bounded it:
   interpreter: 1 / (salvor's CPU per run) (``one_core_bound``).
 * Per worker (its ``/metrics``, asked on the connections it holds): its share of the appends
   (each run makes the same number, so it is the worker's share of the runs: a connection stays
-  with the worker that accepted it), and the fraction of the round its writer spent in
-  transactions, waiting for its turn at SQLite's write lock included (``writer_busy``).
+  with the worker that accepted it), the appends its group commits held on average, and the
+  fraction of the round its writer spent in transactions, waiting for its turn at SQLite's
+  write lock included (``writer_busy``).
 
 The machine's load average (``uptime``) is printed before and after: the bench is meant to run
 alone. Prints one JSON object; never a timed assertion (pytest does not collect it).
@@ -64,6 +65,7 @@ TARGET_RATIO = 1.7
 # How often the load client counts the completed runs (the timing's resolution).
 POLL_SECONDS = 0.01
 APPENDS = "salvor_append_batches_total"
+COMMITS = "salvor_commits_total"
 
 
 def agent_toml(base_url: str, index: int) -> str:
@@ -233,6 +235,9 @@ def _worker_parts(before: dict, after: dict, wall: float) -> dict:
     return {
         worker: {
             "appends_share": round(spent(worker, APPENDS) / appends, 3),
+            "appends_per_commit": round(
+                spent(worker, APPENDS) / max(1.0, spent(worker, COMMITS)), 2
+            ),
             "writer_busy": round(spent(worker, COMMIT_SECONDS) / wall, 3),
         }
         for worker in sorted(after)
