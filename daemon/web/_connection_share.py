@@ -115,8 +115,8 @@ async def serve_tallied(
     ``handler`` in ``handler_nursery``, deferring to siblings as the tally says.
 
     Raises:
-        OSError: accept failed for another reason than a full process (then it is tried again
-            after a pause, as trio's ``serve_listeners`` does).
+        OSError: accept failed, and not for a full process (out of descriptors or memory: that
+            is logged and tried again after a pause, as trio's ``serve_listeners`` does).
     """
     sock.setblocking(False)
     tally.serving()
