@@ -10,7 +10,8 @@ umask (other threads create files meanwhile):
   refuses a missing one) nor changed.
 * The database file is created empty with mode 0600 before SQLite opens it (an empty file is an
   empty database to SQLite), and SQLite creates its ``-wal``, ``-shm`` and ``-journal`` with the
-  database file's mode. The lock file (``_ownership``) is opened 0600 too.
+  database file's mode. The lock file (``_ownership``) and the write-turn file
+  (``_write_turns``) are opened 0600 too.
 
 A store an older salvor left readable by others is tightened when it is opened: the files (and
 the state directory) that belong to this user and give group or others any access get 0600
@@ -31,8 +32,10 @@ log = logging.getLogger("salvor.store")
 
 DIRECTORY_MODE = 0o700
 FILE_MODE = 0o600
-# SQLite's side files, and the lock file beside the store (``_ownership``).
-SIDE_SUFFIXES = ("-wal", "-shm", "-journal", ".lock")
+# The write-turn file beside the store (``_write_turns``).
+TURN_SUFFIX = ".write-turn"
+# SQLite's side files, and salvor's lock files beside the store (``_ownership``, the turns).
+SIDE_SUFFIXES = ("-wal", "-shm", "-journal", ".lock", TURN_SUFFIX)
 
 
 def state_directory() -> Path | None:

@@ -314,7 +314,11 @@ class LogWriter(Repository):
                 connection = self._writer_connection()
                 began = time.perf_counter()
                 try:
-                    fenced = self._append_all(connection, batch, releases, may_retry=attempt == 1)
+                    # In its turn at SQLite's write lock, with the other processes' writers.
+                    with self._turns.taken():
+                        fenced = self._append_all(
+                            connection, batch, releases, may_retry=attempt == 1
+                        )
                 except IdentityTaken as taken:
                     identity = taken.identity
                     break

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ._engine import READ_OPTION, display_url
 from ._errors import StoreUnavailable, passes_by_itself
+from ._write_turns import write_turns
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -36,6 +37,8 @@ class Repository:
         self._engine = engine
         # Reads begin a deferred transaction on SQLite, never queueing behind the write lock.
         self._reader = engine.execution_options(**{READ_OPTION: True})
+        # Every write waits for its turn at SQLite's write lock (``_write_turns``).
+        self._turns = write_turns(engine)
         self.url = display_url(url)
         self.dialect = engine.dialect.name
 
@@ -72,14 +75,15 @@ class Repository:
 
     @contextmanager
     def _writing(self, doing: str) -> Iterator[Connection]:
-        """A write transaction (``BEGIN IMMEDIATE`` on SQLite: it takes the write lock first).
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite: it takes the write lock first, in
+        its turn). Blocking: waits for the turn and the lock.
 
         Raises:
             StoreUnavailable: the database failed (``doing`` says what was being written);
                 the transaction was rolled back, nothing of it was written.
         """
         try:
-            with self._engine.begin() as connection:
+            with self._turns.taken(), self._engine.begin() as connection:
                 yield connection
         except SQLAlchemyError as exc:
             self._forget_connections_after(exc)

@@ -656,6 +656,8 @@ async def _listen(
                 hyper,
                 browsers=browsers,
                 shutdown_trigger=stop.wait,
+                # A worker takes its share of the connections (``_connection_share``).
+                tally=None if config.worker is None else config.worker.connection_tally(),
                 task_status=task_status,
             )
         finally:

@@ -7,7 +7,11 @@ process) does what must happen once for the service and leaves the serving to it
   refused as it is beside one ``salvor serve`` (the workers take none).
 * It binds the listening address itself (TCP, or the Unix socket with its lock and mode), and
   each worker serves that one socket, inherited: the kernel hands each new connection to
-  whichever worker accepts it first, and a worker's death loses nothing queued.
+  whichever worker accepts it first, and a worker's death loses nothing queued. The workers
+  keep a tally of their open connections in memory the supervisor makes (``ConnectionTally``),
+  so that a worker ahead of its siblings leaves new connections to them (a kept-alive
+  connection stays with the worker that accepted it); the supervisor marks a dead worker's
+  slot, so nothing is left to it.
 * It starts the workers, each ``salvor serve`` with the operator's own arguments (never a
   secret: the token and keys reach them by the same variables and files), told by its
   environment which worker it is (``_worker_role``). Each worker is a node over the store:
@@ -53,6 +57,7 @@ from sqlalchemy.exc import ArgumentError
 from ..runs import SERVE, own_store
 from ..web import (
     BACKLOG,
+    ConnectionTally,
     OperationRefused,
     UnixSocketRefused,
     bind_tcp_listener,
@@ -276,19 +281,31 @@ async def supervise(
         await trio.to_thread.run_sync(_check_proxy_ports, config.proxy_port, workers)
         await trio.to_thread.run_sync(locks.announce, url)
         notices = await trio.to_thread.run_sync(_Notices)
+        tally = ConnectionTally.create(workers)
         try:
-            await _Supervisor(config, argv, workers, listen_fd, notices).run(url, on_ready)
+            supervisor = _Supervisor(config, argv, workers, listen_fd, notices, tally)
+            await supervisor.run(url, on_ready)
         finally:
             notices.close()
+            tally.close()
 
 
 class _Supervisor:
     def __init__(
-        self, config: ServeConfig, argv: list[str], workers: int, listen_fd: int, notices: _Notices
+        self,
+        config: ServeConfig,
+        argv: list[str],
+        workers: int,
+        listen_fd: int,
+        notices: _Notices,
+        tally: ConnectionTally,
     ) -> None:
         self._config = config
         self._argv = argv
         self._listen_fd = listen_fd
+        # The workers' open connections, so that each takes its share of them (the supervisor
+        # marks a dead worker's slot, so that its siblings defer nothing to it).
+        self._tally = tally
         self._notices = notices
         self._slots = [_Slot(index) for index in range(workers)]
         self._systemd = Notifier()
@@ -407,6 +424,7 @@ class _Supervisor:
             index=slot.index,
             listen_fd=self._listen_fd,
             lifeline_fd=lifeline,
+            tally_fd=self._tally.fd,
         )
         env = {**os.environ, **role.environment(), "NOTIFY_SOCKET": self._notices.path}
         env.pop("WATCHDOG_PID", None)
@@ -420,7 +438,7 @@ class _Supervisor:
             slot.process = await trio.lowlevel.open_process(
                 worker_command(self._argv, slot.index, self._config.proxy_port),
                 env=env,
-                pass_fds=(self._listen_fd, lifeline),
+                pass_fds=(self._listen_fd, lifeline, self._tally.fd),
             )
         finally:
             os.close(lifeline)
@@ -446,6 +464,7 @@ class _Supervisor:
             nursery.start_soon(start_deadline)
             code = await process.wait()
             nursery.cancel_scope.cancel(reason="the worker ended")
+        self._tally.mark_not_serving(slot.index)
         slot.ready = False
         os.close(slot.lifeline)
         slot.lifeline = -1

@@ -37,6 +37,7 @@ from ._callers import (
     admit,
     peer_of,
 )
+from ._connection_share import ConnectionTally  # issue 30: the workers share out connections
 from ._errors import (
     OperationRefused,
     bad_request,
@@ -133,11 +134,13 @@ async def serve(
     *,
     browsers: Browsers | None,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
+    tally: ConnectionTally | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s binds until ``shutdown_trigger`` returns, every
     request first held to ``browsers`` (``_browsers``: Host, Origin, a JSON body's type; None
-    when ``app`` holds them itself, ``guarded``).
+    when ``app`` holds them itself, ``guarded``); ``tally``: a worker's share of the connections
+    (``_connection_share``).
 
     ``_listener.serve`` says the rest: what it reports, and that a failure to bind leaves nothing
     listening.
@@ -145,7 +148,12 @@ async def serve(
     from ._listener import serve as serve_app
 
     await serve_app(
-        app, config, browsers=browsers, shutdown_trigger=shutdown_trigger, task_status=task_status
+        app,
+        config,
+        browsers=browsers,
+        shutdown_trigger=shutdown_trigger,
+        tally=tally,
+        task_status=task_status,
     )
 
 
@@ -165,6 +173,7 @@ __all__ = [
     "WINDOW_SECONDS",
     "Browsers",
     "Caller",
+    "ConnectionTally",
     "Disconnected",
     "FailedTries",
     "Logins",

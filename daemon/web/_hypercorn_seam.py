@@ -72,6 +72,8 @@ from hypercorn.utils import (
     wrap_app,
 )
 
+from ._connection_share import ConnectionTally, serve_tallied
+
 __all__ = ["HypercornConnection", "serve_connections"]
 
 # What a refusal of the HTTP layer's own answers with: (status) -> body bytes.
@@ -404,13 +406,16 @@ async def serve_connections(
     *,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None,
     task_status: trio.TaskStatus[list[str]],
+    tally: ConnectionTally | None = None,
 ) -> None:
     """hypercorn's ``worker_serve`` for plain binds, each accepted stream served by ``connection``.
 
     ``connection(app, config, context, state, stream)`` is awaited per
     connection (``HypercornConnection`` subclasses are awaitable). Reports
     the bound URLs through ``task_status``; on the way out, connections get
-    ``config.graceful_timeout``, then the app's lifespan shutdown runs.
+    ``config.graceful_timeout``, then the app's lifespan shutdown runs. ``tally``: a worker of
+    ``salvor serve --workers N`` accepts as its siblings' open connections say
+    (``_connection_share``).
     """
     config.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
@@ -439,11 +444,18 @@ async def serve_connections(
                     if shutdown_trigger is not None:
                         nursery.start_soon(raise_shutdown, shutdown_trigger)
                     nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    nursery.start_soon(
-                        partial(
-                            trio.serve_listeners, handler, listeners, handler_nursery=server_nursery
+                    if tally is None:
+                        nursery.start_soon(
+                            partial(
+                                trio.serve_listeners,
+                                handler,
+                                listeners,
+                                handler_nursery=server_nursery,
+                            )
                         )
-                    )
+                    else:
+                        for sock in sockets.insecure_sockets:
+                            nursery.start_soon(serve_tallied, sock, handler, server_nursery, tally)
                     await trio.sleep_forever()
             except BaseExceptionGroup as error:
                 _, others = error.split((ShutdownError, KeyboardInterrupt))

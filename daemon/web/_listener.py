@@ -85,6 +85,7 @@ from hypercorn.config import Config
 from salvor.protocol import ErrorCode
 
 from ._browsers import Browsers, guarded
+from ._connection_share import ConnectionTally
 from ._hypercorn_seam import ANSWER_HEADERS, HypercornConnection, serve_connections
 
 # The rules of a listener that names none of its own: loopback names, its own pages.
@@ -401,6 +402,7 @@ async def serve(
     *,
     browsers: Browsers | None = LOOPBACK,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
+    tally: ConnectionTally | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``config``'s plain binds until ``shutdown_trigger`` returns.
@@ -408,6 +410,9 @@ async def serve(
     Every request passes ``browsers``' rules first (``_browsers``: its Host, its Origin, a JSON
     body's type); by default only loopback names and the listener's own pages are admitted. None:
     ``app`` holds the rules itself (``guarded``), inside a wrapper that watches every request.
+
+    ``tally``: a worker of ``salvor serve --workers N`` takes its share of the connections of
+    the socket it shares with its siblings (``_connection_share``).
 
     Reports the bound URLs through ``task_status`` once listening. On the way
     out, connections get ``config.graceful_timeout`` to finish their responses,
@@ -426,4 +431,5 @@ async def serve(
         connection,
         shutdown_trigger=shutdown_trigger,
         task_status=task_status,
+        tally=tally,
     )

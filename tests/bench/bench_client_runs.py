@@ -44,6 +44,7 @@ import trio
 
 from tests.bench.bench_recover import ServeProcess
 from tests.bench.bench_store import add_store_option, bench_store_url
+from tests.bench.keep_alive import connect
 
 CONTEXT = multiprocessing.get_context("spawn")
 AGENT = "sha256:" + "ab" * 32
@@ -59,53 +60,8 @@ def _envelope(run_id: str, seq: int, kind: str, payload: dict) -> dict:
     }
 
 
-class _Connection:
-    """A lean HTTP/1.1 keep-alive client (one request at a time), so the clients
-    cost little next to the daemon.
-
-    httpx spends about a millisecond of CPU per request; on a small machine that
-    would measure the clients, not the daemon.
-    """
-
-    def __init__(self, stream: trio.SocketStream, host: str) -> None:
-        self.stream, self.host, self.buffer = stream, host, b""
-
-    async def request(
-        self, method: str, path: str, body: dict | None = None, headers: dict | None = None
-    ) -> tuple[int, bytes]:
-        payload = json.dumps(body).encode() if body is not None else b""
-        lines = [
-            f"{method} {path} HTTP/1.1",
-            f"Host: {self.host}",
-            f"Content-Length: {len(payload)}",
-        ]
-        if body is not None:
-            lines.append("Content-Type: application/json")
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        await self.stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-        while b"\r\n\r\n" not in self.buffer:
-            self.buffer += await self.stream.receive_some(65536)
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        status = int(head.split(b" ", 2)[1])
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        while len(self.buffer) < length:
-            self.buffer += await self.stream.receive_some(65536)
-        answer, self.buffer = self.buffer[:length], self.buffer[length:]
-        return status, answer
-
-
-async def _connect(base_url: str) -> _Connection:
-    host_port = base_url.split("://", 1)[1]
-    host, port = host_port.rsplit(":", 1)
-    return _Connection(await trio.open_tcp_stream(host, int(port)), host_port)
-
-
 async def _drive(base_url: str, events: int) -> None:
-    connection = await _connect(base_url)
+    connection = await connect(base_url)
     status, body = await connection.request("POST", "/v1/client-runs", {})
     opened = json.loads(body)
     run_id, headers = opened["run"], {"X-Drive-Token": opened["drive_token"]}
@@ -124,7 +80,7 @@ async def _drive(base_url: str, events: int) -> None:
 
 
 async def _ping(base_url: str, count: int) -> None:
-    connection = await _connect(base_url)
+    connection = await connect(base_url)
     for _ in range(count):
         status, _ = await connection.request("GET", "/v1/capabilities")
         if status != 200:

@@ -70,7 +70,7 @@ from salvor.daemon.tools._demo import EFFECTS_ENV
 from salvor.protocol import EventKind
 from salvor.store import AppendRequest, EventStore
 
-from tests.bench.bench_steps import RAW_PAYLOAD, ProviderProcess
+from tests.bench.bench_steps import RAW_PAYLOAD
 from tests.bench.bench_store import (
     add_store_option,
     bench_store_url,
@@ -78,10 +78,10 @@ from tests.bench.bench_store import (
     raw_pg_batched_rows_per_s,
     raw_pg_commits_per_s,
 )
+from tests.bench.providers import ProviderProcesses
 from tests.bench.serve_process import (
     COMMIT_SECONDS,
     ServeProcess,
-    cpu_seconds,
     scrape_all,
     summed,
     wait_completed,
@@ -327,6 +327,34 @@ def _cpu(times: os.times_result) -> float:
     return times.user + times.system
 
 
+def _measure(
+    url: str, args, providers: ProviderProcesses, counter: GroupCommitCounter, scratch: Path
+) -> tuple[dict, int, float]:
+    """salvor's part: the daemon (in this process, or a ``salvor serve``) under the load, then
+    stopped. Returns its result, the workers it served with and the providers' CPU seconds."""
+    provider_cpu = -providers.cpu_seconds()
+    daemon = None
+    try:
+        if args.in_process:
+            counter.install()
+            result = trio.run(bench_in_process, url, args, providers.base_urls, counter)
+        else:
+            daemon = ServeProcess(
+                url,
+                providers.base_urls,
+                workers=args.workers,
+                tool_ledger=args.tool_ledger,
+                scratch=scratch,
+            )
+            result = trio.run(bench_serve_process, daemon, args, providers.base_urls)
+        provider_cpu += providers.cpu_seconds()
+    finally:
+        counter.uninstall()
+        if daemon is not None:
+            daemon.stop()
+    return result, 1 if daemon is None else daemon.workers, provider_cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -369,60 +397,31 @@ def main() -> None:
     # The machine is measured, not assumed quiet: other work on it shows here.
     load_before = os.getloadavg()
     counter = GroupCommitCounter()
-    workers = 1
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-runs-") as scratch:
         scratch_path = Path(scratch)
         with bench_store_url(args.store, scratch_path) as url:
-            providers = [ProviderProcess(plan) for _ in range(args.providers)]
-            for provider in providers:
-                provider.__enter__()
-            provider_urls = [p.base_url for p in providers]
-            daemon = None
-            try:
-                provider_cpu = -sum(cpu_seconds(p.pid) for p in providers)
-                if args.in_process:
-                    counter.install()
-                    result = trio.run(bench_in_process, url, args, provider_urls, counter)
-                else:
-                    daemon = ServeProcess(
-                        url,
-                        provider_urls,
-                        workers=args.workers,
-                        tool_ledger=args.tool_ledger,
-                        scratch=scratch_path,
+            with ProviderProcesses(plan, args.providers) as providers:
+                try:
+                    result, workers, provider_cpu = _measure(
+                        url, args, providers, counter, scratch_path
                     )
-                    workers = daemon.workers
-                    result = trio.run(bench_serve_process, daemon, args, provider_urls)
-                provider_cpu += sum(cpu_seconds(p.pid) for p in providers)
-            finally:
-                counter.uninstall()
-                if daemon is not None:
-                    daemon.stop()
-                model_calls = sum(p.stop() for p in providers)
-                for provider in providers:
-                    provider.__exit__(None, None, None)
+                finally:
+                    model_calls = providers.stop()
             # The same model traffic with no salvor, against fresh providers
             # (so the counts above stay salvor's own), as many calls at once as salvor drives.
             direct_concurrency = args.drive_concurrency * workers
-            direct = [ProviderProcess(plan) for _ in range(args.providers)]
-            for provider in direct:
-                provider.__enter__()
-            try:
-                direct_cpu = -sum(cpu_seconds(p.pid) for p in direct), _cpu(os.times())
+            with ProviderProcesses(plan, args.providers) as direct:
+                direct_cpu = -direct.cpu_seconds(), _cpu(os.times())
                 direct_start = time.perf_counter()
-                direct_urls = [p.base_url for p in direct]
                 direct_rate = trio.run(
-                    direct_model_calls, direct_urls, model_calls, direct_concurrency
+                    direct_model_calls, direct.base_urls, model_calls, direct_concurrency
                 )
                 direct_wall = time.perf_counter() - direct_start
                 direct_cpu = (
-                    direct_cpu[0] + sum(cpu_seconds(p.pid) for p in direct),
+                    direct_cpu[0] + direct.cpu_seconds(),
                     _cpu(os.times()) - direct_cpu[1],
                 )
-            finally:
-                for provider in direct:
-                    provider.stop()
-                    provider.__exit__(None, None, None)
+                direct.stop()
             events = result["events"]
             group = max(1, round(events / max(1, result["transactions"])))
             raw_rows = max(20_000, events)

@@ -4,9 +4,10 @@ The daemon runs as an operator starts it: its own processes, the supervisor's li
 shared by its workers. What it did is read from its ``/metrics``, per worker: the kernel hands
 each new connection to whichever worker accepts it first, so a scrape answers for one worker
 (its ``worker`` label says which) and ``Scrapes`` asks on fresh connections until every worker
-has answered since the moment asked about. CPU seconds come from ``/proc`` (the supervisor and
-each worker, user + system), so a figure can say what salvor cost against the provider
-processes and the load client.
+has answered since the moment asked about (a worker holding two connections more than another
+leaves new ones to it: ask while the load's own connections are closed). CPU seconds come from
+``/proc`` (the supervisor and each worker, user + system), so a figure can say what salvor cost
+against the provider processes and the load client.
 """
 
 from __future__ import annotations
