@@ -94,7 +94,8 @@ from ..proxies import (
     variable_suffix,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
-from ._definition import PROMPT_PLACEHOLDER, AgentDefinition
+from ._agent_definition import AgentDefinition
+from ._outside_definition import PROMPT_PLACEHOLDER
 
 logger = logging.getLogger("salvor.process")
 PLACEHOLDER_KEY = "salvor-placeholder"

@@ -37,7 +37,7 @@ from ..proxies import ModelProxy, ProxySession, open_model_proxy
 from ..recording import RunContext, StoreAccess, utc_now
 from ..web import JSON_PORTS, UnfillableHeader, fill_headers, listener_config, tls_context
 from ..web import serve as serve_asgi
-from ._definition import AgentDefinition
+from ._agent_definition import AgentDefinition
 from ._process import (
     final_answer,
     open_session,
