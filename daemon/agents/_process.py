@@ -591,7 +591,6 @@ async def _settle(
     stderr: str,
     stdout: _Tail | None = None,
 ) -> RunView:
-    run_id = ctx.run_id
     if session.store_fault is not None:
         # The process ended because the store failed under its call, not by its own doing.
         raise session.store_fault
@@ -607,6 +606,29 @@ async def _settle(
     ):
         # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
         return ctx.view
+    failure = _exit_failure(session, lanes, agent, code, timed_out, stderr, ctx.run_id)
+    if failure is None:
+        await ctx.record(RunCompleted(output=run_output(session, stdout)))
+    else:
+        await ctx.record(RunFailed(error=failure))
+    return ctx.view
+
+
+def _exit_failure(
+    session: ProxySession,
+    lanes: Mapping[str, McpLane],
+    agent: AgentDefinition,
+    code: int,
+    timed_out: bool,
+    stderr: str,
+    run_id: str,
+) -> str | None:
+    """Why a run whose agent process exited (``code``) without a recorded end fails, or None
+    when the exit completes it.
+
+    Raises:
+        DriveInterrupted: a signal killed the process; the run keeps its log for a resume.
+    """
     tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
     if timed_out:
         failure = (
@@ -649,10 +671,8 @@ async def _settle(
             "SALVOR_PROMPT holds it in the environment"
         )
     else:
-        await ctx.record(RunCompleted(output=run_output(session, stdout)))
-        return ctx.view
-    await ctx.record(RunFailed(error=failure))
-    return ctx.view
+        return None
+    return failure
 
 
 def run_output(session: ProxySession, stdout: _Tail | None) -> Any:
