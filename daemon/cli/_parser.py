@@ -23,7 +23,7 @@ from ._arguments import (
 )
 from ._doctor import add_parser as add_doctor_parser
 from ._graph import add_parser as add_graph_parser
-from ._serve_command import add_serve_parser
+from ._serve_flags import add_serve_parser
 
 
 def command_parser() -> argparse.ArgumentParser:
