@@ -60,11 +60,13 @@ from ._loop import (
 from ._markdown import read_markdown
 from ._outside_definition import OUTPUT_SOURCES
 from ._process import (
+    parked_write,
+    supervise,
+)
+from ._process_environment import (
     agent_command,
     agent_environment,
-    parked_write,
     standin_relays,
-    supervise,
 )
 
 __all__ = [
