@@ -6,6 +6,10 @@ Rule: imports only the packages below it; knows nothing of HTTP routes or client
 
 from __future__ import annotations
 
+from ._agent_definition import (
+    AgentDefinition,
+    AgentKind,
+)
 from ._credentials import (
     CredentialError,
     Credentials,
@@ -13,29 +17,32 @@ from ._credentials import (
     LlmChoice,
 )
 from ._definition import (
-    DEFAULT_PROVIDER,
-    FORMATS,
     HTTP_FIELDS,
-    MAX_DEFINITION_BYTES,
-    MAX_DESCRIPTION_CHARS,
-    MAX_LLM_TIMEOUT,
-    MAX_PROCESS_TIMEOUT,
-    MAX_WALL_TIME_BUDGET,
-    OUTPUT_SOURCES,
-    PROVIDERS,
-    AgentDefinition,
-    AgentKind,
-    format_of,
     load_definition,
     parse_definition,
 )
 from ._definition_error import DefinitionError
+from ._definition_rules import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_LLM_TIMEOUT,
+    MAX_PROCESS_TIMEOUT,
+    MAX_WALL_TIME_BUDGET,
+)
+from ._definition_text import (
+    FORMATS,
+    MAX_DEFINITION_BYTES,
+    format_of,
+)
 from ._diagnostics import (
     agent_diagnostics,
     graph_diagnostics,
 )
 from ._drive_kit import (
     DriveKit,
+)
+from ._llm_table import (
+    DEFAULT_PROVIDER,
+    PROVIDERS,
 )
 from ._loop import (
     FINISH_REMINDER,
@@ -51,12 +58,15 @@ from ._loop import (
     reach_refusal,
 )
 from ._markdown import read_markdown
+from ._outside_definition import OUTPUT_SOURCES
 from ._process import (
+    parked_write,
+    supervise,
+)
+from ._process_environment import (
     agent_command,
     agent_environment,
-    parked_write,
     standin_relays,
-    supervise,
 )
 
 __all__ = [

@@ -12,19 +12,6 @@ The task also reaches the program as an argument where ``command`` has a
 ``{prompt}`` element (``agent_command``): one argv element, never through a
 shell, for a CLI such as ``llm`` that takes its prompt there.
 
-Outcomes: exit 0 completes the run with its result: the agent's good ``finish``
-on the ``salvor`` MCP server when it made one (exactly the checked result, with
-or without a model call), else its standard output when the definition says
-``output_from = "stdout"`` (stripped, its last ``STDOUT_TAIL_BYTES``), else the
-final answer of the trajectory (``final_answer``: its text, or the tool calls it
-ended on); a non-zero exit fails it with the exit code and the tail of its
-stderr; an exit 0 with no model call and no finish fails with the diagnosis that
-the client never honoured the injected base URL, and one whose model calls never
-carried the run's prompt (a text input) fails saying the task never reached the
-model; a timeout kills the whole process group and fails the run. A process
-killed by a signal leaves the run recoverable (``DriveInterrupted``): the next
-drive starts it again.
-
 Every process run is offered the ``salvor`` MCP server (the flow tools,
 ``proxies._flow_server``) beside its declared servers, unless its definition says
 ``salvor_mcp = false``.
@@ -37,20 +24,17 @@ driven again when the child ends).
 A drive of a suspended run starts nothing; one of a sleeping run starts
 nothing before its ``wake_at``, and after it records the wake first. Either
 way the process then starts from the top of its log, as after a crash.
+
+What the process starts with is ``_process_environment``'s; how its exit ends the run,
+``_process_outcome``'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shlex
-import shutil
 import subprocess
-import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -59,45 +43,39 @@ from salvor.protocol import (
     CodedError,
     Envelope,
     Pending,
-    RunCompleted,
     RunFailed,
     RunState,
     RunView,
 )
 
 from ..flows import FlowHost
-from ..mcp import McpServerSpec
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
     RUN_VAR,
-    child_environment,
     kill_group,
     open_tied_process,
     owner_mark,
     store_fingerprint,
 )
 from ..proxies import (
-    SALVOR_SERVER,
     FlowServer,
     McpLane,
     ModelProxy,
     ProxySession,
-    final_text,
-    final_tool_calls,
     lane_probe,
     open_lanes,
     open_model_proxy,
     recorded_calls,
     resolve_upstream,
     salvor_server,
-    variable_suffix,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
-from ._definition import PROMPT_PLACEHOLDER, AgentDefinition
+from ._agent_definition import AgentDefinition
+from ._process_environment import agent_command, agent_environment, checked_task, standin_relays
+from ._process_outcome import settle_process
 
 logger = logging.getLogger("salvor.process")
-PLACEHOLDER_KEY = "salvor-placeholder"
 STDERR_TAIL_BYTES = 2000
 # What a run answering on its standard output keeps of it: the end, where an agent prints its
 # answer after whatever it logged on the way.
@@ -105,127 +83,6 @@ STDOUT_TAIL_BYTES = 64 * 1024
 # How often a running agent's drive reads whether its run was ended by another writer (a
 # `salvor abandon` beside the daemon): the longest such a process runs on.
 END_WATCH_SECONDS = 2.0
-
-
-def task_prompt(run_input: Any) -> str:
-    """The task as an agent reads it: the run input when it is a string, else its JSON."""
-    return run_input if isinstance(run_input, str) else json.dumps(run_input, ensure_ascii=False)
-
-
-def agent_command(agent: AgentDefinition, run_input: Any) -> tuple[str, ...]:
-    """The argv a run of ``agent`` starts: its ``command`` with each ``{prompt}`` element
-    replaced by the task (``task_prompt``), which stays one argument whatever it holds.
-
-    The task is data, not a secret, but an argument is readable by every local user
-    (``/proc/<pid>/cmdline``); ``SALVOR_PROMPT`` carries it without that.
-    """
-    prompt = task_prompt(run_input)
-    return tuple(prompt if arg == PROMPT_PLACEHOLDER else arg for arg in agent.process.command)
-
-
-def checked_task(run_input: Any) -> str | None:
-    """The text a model request must carry for a run's task to count as having reached the
-    model: a text input, stripped; None (nothing checked) for a structured input, which an
-    agent may well present to its model in its own words, or a blank one."""
-    if not isinstance(run_input, str) or not run_input.strip():
-        return None
-    return run_input.strip()
-
-
-def standin_servers(agent: AgentDefinition) -> tuple[McpServerSpec, ...]:
-    """The servers a run of ``agent`` reaches through stand-ins: its own, then ``salvor``."""
-    if not agent.salvor_mcp:
-        return agent.mcp_servers
-    return (*agent.mcp_servers, McpServerSpec(name=SALVOR_SERVER))
-
-
-def write_relays(agent: AgentDefinition, base: str) -> tuple[str, dict[str, str]]:
-    """A private directory (0700) with one relay file (0600) per stand-in of a run of
-    ``agent``, each holding its endpoint's URL; the directory and each server's file.
-
-    The URL is a capability of the run (``base``): it goes where only the daemon's user reads
-    it, never on a command line. Blocking: call it off the trio thread.
-    """
-    directory = tempfile.mkdtemp(prefix="salvor-relay-")
-    files = {}
-    for spec in standin_servers(agent):
-        path = os.path.join(directory, variable_suffix(spec.name))
-        held = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(held, "w", encoding="utf-8") as out:
-            out.write(f"{base}/mcp/{spec.name}\n")
-        files[spec.name] = path
-    return directory, files
-
-
-@asynccontextmanager
-async def standin_relays(agent: AgentDefinition, base: str) -> AsyncIterator[dict[str, str]]:
-    """The relay files of one drive's stand-ins (``write_relays``), removed when it ends."""
-    directory, files = await trio.to_thread.run_sync(write_relays, agent, base)
-    try:
-        yield files
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(shutil.rmtree, directory, True)
-
-
-def standin_environment(
-    agent: AgentDefinition, base: str, relays: Mapping[str, str]
-) -> dict[str, str]:
-    """One pair of variables per MCP server the run reaches, each naming that server's stand-in.
-
-    ``SALVOR_MCP_SERVER_<NAME>``: a shell-quoted command line the agent's MCP
-    configuration spawns in place of the server (the stdio relay, given the
-    file in ``relays`` that holds its endpoint: MCP clients spawn servers with a
-    scrubbed environment, and a command line is no place for a capability);
-    ``SALVOR_MCP_URL_<NAME>``: the streamable-HTTP endpoint it may dial
-    instead. Both reach the same lane, whatever the real server speaks (the
-    ``salvor`` server's answers in this process). A server with no relay file
-    gets no ``SALVOR_MCP_SERVER_<NAME>``.
-    """
-    env = {}
-    for spec in standin_servers(agent):
-        url = f"{base}/mcp/{spec.name}"
-        suffix = variable_suffix(spec.name)
-        if spec.name in relays:
-            env[f"SALVOR_MCP_SERVER_{suffix}"] = shlex.join(
-                [sys.executable, "-m", "salvor.daemon.standin", relays[spec.name]]
-            )
-        env[f"SALVOR_MCP_URL_{suffix}"] = (
-            url if spec.port is None else f"http://127.0.0.1:{spec.port}/mcp"
-        )
-    return env
-
-
-def agent_environment(
-    agent: AgentDefinition,
-    run_id: str,
-    run_input: Any,
-    base: str,
-    environ: Mapping[str, str] = os.environ,
-    relays: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The process's environment: the allow-list of the daemon's (``_child_env``), the
-    injection, the definition's ``env``. ``relays``: each stand-in's relay file
-    (``standin_relays``)."""
-    env = child_environment(environ)
-    prompt = task_prompt(run_input)
-    env.update(
-        {
-            "OPENAI_BASE_URL": f"{base}/v1",
-            "OPENAI_API_BASE": f"{base}/v1",
-            "OPENAI_BASE": f"{base}/v1",
-            "ANTHROPIC_BASE_URL": base,
-            "SALVOR_LLM_PROXY": f"{base}/v1",
-            "OPENAI_API_KEY": PLACEHOLDER_KEY,
-            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
-            "SALVOR_PROMPT": prompt,
-            "SALVOR_INPUT": json.dumps(run_input, ensure_ascii=False),
-            "SALVOR_RUN_ID": run_id,
-        }
-    )
-    env.update(standin_environment(agent, base, relays or {}))
-    env.update(agent.process.env)
-    return env
 
 
 class _Tail:
@@ -424,24 +281,6 @@ async def watch_for_an_end(
             return
 
 
-async def superseded_view(ctx: RunContext) -> RunView:
-    """Where the run is after another writer appended under this drive (``session.superseded``):
-    the log says, not the agent's exit. An ended run (abandoned beside this daemon) is returned
-    as that writer left it.
-
-    Raises:
-        DriveInterrupted: the run did not end; it keeps its log, for a later drive to go on from.
-    """
-    run_id = ctx.run_id
-    view = await ctx.access.read(ctx.access.store.read_view, run_id)
-    if view is not None and view.terminal:
-        return view
-    raise DriveInterrupted(
-        f"another writer appended to run {run_id} while this drive ran; the run keeps its "
-        f"log, and `salvor resume {run_id}` goes on from it"
-    )
-
-
 def parked_write(view: RunView) -> Pending | None:
     """The open write ``view`` is parked on, unless a client performed it (its client settles
     it); None when the run is not parked on one."""
@@ -528,9 +367,11 @@ async def _run_process(
         with trio.CancelScope(shield=True):
             await session.close()
         proxy.detach(capability)
+    # The tail is whole: ``supervise`` read the pipe to its end before it returned.
+    said = None if stdout is None else stdout.text()
     async with session.lock:
-        return await _settle(
-            ctx, session, lanes, agent, process.returncode, timed_out, stderr, stdout
+        return await settle_process(
+            ctx, session, lanes, agent, process.returncode, timed_out, stderr, said
         )
 
 
@@ -578,119 +419,3 @@ async def _start_and_supervise(
         )
         watching.cancel_scope.cancel(reason="the agent process is gone")
     return process, timed_out, stderr
-
-
-async def _settle(
-    ctx: RunContext,
-    session: ProxySession,
-    lanes: Mapping[str, McpLane],
-    agent: AgentDefinition,
-    code: int,
-    timed_out: bool,
-    stderr: str,
-    stdout: _Tail | None = None,
-) -> RunView:
-    run_id = ctx.run_id
-    if session.store_fault is not None:
-        # The process ended because the store failed under its call, not by its own doing.
-        raise session.store_fault
-    if session.interrupted is not None:
-        # A lane stopped the drive before its call was written (another run holds its key).
-        raise session.interrupted
-    if session.superseded is not None:
-        return await superseded_view(ctx)
-    if (
-        session.rested.is_set()
-        or ctx.view.terminal
-        or ctx.view.state is RunState.NEEDS_RECONCILIATION
-    ):
-        # Failed or parked already (an MCP write cut off mid-call parks it): the log says why.
-        return ctx.view
-    tail = f"; its stderr ended with:\n{stderr}" if stderr else "; it printed nothing to stderr"
-    if timed_out:
-        failure = (
-            "the agent process ran past its timeout of "
-            f"{agent.process.timeout:g}s; its process group was killed"
-        )
-    elif code < 0:
-        raise DriveInterrupted(
-            f"the agent process of run {run_id} was killed by signal {-code}; the run keeps its "
-            f"log, and `salvor resume {run_id}` starts it again with the recorded "
-            "model calls answered from the log"
-        )
-    elif code != 0:
-        when = " before any model call" if not session.calls else ""
-        failure = f"the agent process exited with code {code}{when}{tail}"
-    elif not session.calls and session.finished is None:
-        failure = (
-            "the agent process exited 0 without making any model call or calling `finish`: its "
-            "client never reached the salvor proxy. Point it at OPENAI_BASE_URL (OpenAI clients) "
-            "or ANTHROPIC_BASE_URL (Anthropic clients), which salvor sets; or map them in the "
-            "definition's `env` for a client that reads another variable"
-        )
-    elif (short := replay_shortfall(session, "the agent process exited 0")) is not None:
-        failure = short
-    elif (
-        unreached := next((n for lane in lanes.values() if (n := lane.never_contacted())), None)
-    ) is not None:
-        failure = unreached
-    elif short := next(
-        (n for lane in lanes.values() if (n := lane.shortfall("the agent process exited 0"))), None
-    ):
-        failure = short
-    elif session.finished is None and session.task is not None and not session.task_reached:
-        count = len(session.calls)
-        failure = (
-            f"the agent process exited 0, but none of its {count} model "
-            f"{'call' if count == 1 else 'calls'} carried the run's prompt: the task never "
-            "reached its model, so what it answered is not an answer to it. Give the program its "
-            "prompt: a `{prompt}` element in `command` becomes the prompt as one argument, and "
-            "SALVOR_PROMPT holds it in the environment"
-        )
-    else:
-        await ctx.record(RunCompleted(output=run_output(session, stdout)))
-        return ctx.view
-    await ctx.record(RunFailed(error=failure))
-    return ctx.view
-
-
-def run_output(session: ProxySession, stdout: _Tail | None) -> Any:
-    """What a process run that exited 0 completes with.
-
-    Its good ``finish`` when it made one (the checked result, as a child's
-    parent reads it); else, with ``"exit_code": 0``, its standard output as
-    ``"reply"`` when it answers there (``stdout``, nothing when it printed
-    nothing), else its ``final_answer``.
-    """
-    if session.finished is not None:
-        return session.finished
-    if stdout is None:
-        return {**final_answer(session), "exit_code": 0}
-    reply = stdout.text() or None
-    return {"exit_code": 0} if reply is None else {"reply": reply, "exit_code": 0}
-
-
-def final_answer(session: ProxySession) -> dict[str, Any]:
-    """What the drive's last answered model call answered, as a run's output holds it.
-
-    ``{"reply": <text>}`` when it answered in text; ``{"tool_calls": [{"name",
-    "arguments"}, ...]}`` when it called tools, in the model's order, each call's
-    arguments parsed from their JSON: a framework that ends on a tool call (smolagents'
-    ``final_answer``) answers there, and the model never hears back; ``{}`` when no
-    call was answered.
-    """
-    last = next((c for c in reversed(session.calls) if c.response is not None), None)
-    if last is None:
-        return {}
-    wire = last.response.get("wire")
-    if calls := final_tool_calls(wire, last.response):
-        return {"tool_calls": calls}
-    text = final_text(wire, last.response)
-    return {} if text is None else {"reply": text}
-
-
-def replay_shortfall(session: ProxySession, what_ended: str) -> str | None:
-    """Why a drive that ended before making every call it had to reproduce fails;
-    None when it made them all."""
-    short = session.replay.shortfall(what_ended)
-    return None if short is None else short.message

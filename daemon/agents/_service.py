@@ -37,15 +37,10 @@ from ..proxies import ModelProxy, ProxySession, open_model_proxy
 from ..recording import RunContext, StoreAccess, utc_now
 from ..web import JSON_PORTS, UnfillableHeader, fill_headers, listener_config, tls_context
 from ..web import serve as serve_asgi
-from ._definition import AgentDefinition
-from ._process import (
-    final_answer,
-    open_session,
-    replay_shortfall,
-    superseded_view,
-    task_prompt,
-    watch_for_an_end,
-)
+from ._agent_definition import AgentDefinition
+from ._process import open_session, watch_for_an_end
+from ._process_environment import task_prompt
+from ._process_outcome import final_answer, replay_shortfall, superseded_view
 
 logger = logging.getLogger("salvor.service")
 

@@ -1,6 +1,9 @@
-"""The command line's two refusals: each one sentence on stderr, nothing recorded."""
+"""The command line's two refusals, each one sentence on stderr with nothing recorded, and its
+exit statuses (``_main``'s docstring says when each is given)."""
 
 from __future__ import annotations
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_RUN_FAILED = 0, 1, 2, 3
 
 
 class CliError(Exception):

@@ -1,12 +1,15 @@
-"""Readable renderings: one line per recorded event, for `salvor log` and live progress, and
-one block per run of the reconciliation queue, for `salvor reconcile`."""
+"""Readable renderings: one line per recorded event, for `salvor log` and live progress, one
+block per run of the reconciliation queue, for `salvor reconcile`, and the sentence that says
+where a run rests and what continues it."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from salvor.protocol import TOOL_ERROR_KEY, Actor, Envelope, EventKind
+from salvor.protocol import TOOL_ERROR_KEY, Actor, Envelope, EventKind, RunState, RunView
+
+from ._hints import resume_hint, wake_hint
 
 _MAX = 96
 
@@ -104,3 +107,42 @@ def describe_reconciliation(item: dict) -> str:
         f"  not?    `salvor reconcile {run} --not-landed` (a call that asks again performs it)",
     ]
     return "\n".join(lines)
+
+
+# The resting states a sentence names the next step for.
+PARKED = (RunState.SUSPENDED, RunState.SLEEPING, RunState.BUDGET_EXCEEDED)
+
+
+def resting_sentence(run_id: str, view: RunView, daemon: str | None) -> str:
+    """Where the run rests, and for a parked run the step that continues it from here (through
+    ``daemon``, the address of the daemon serving its store, when one does)."""
+    d, s = view.detail, view.state
+    if s is RunState.COMPLETED:
+        return f"run {run_id} completed: {json.dumps(d['output'], ensure_ascii=False)}"
+    if s is RunState.FAILED:
+        return f"run {run_id} failed: {d['error']}"
+    if s is RunState.ABANDONED:
+        return f"run {run_id} abandoned" + (f": {d['reason']}" if d.get("reason") else "")
+    if s is RunState.SUSPENDED:
+        who = "an external signal" if d.get("kind") == "signal" else "a person"
+        return (
+            f"run {run_id} suspended, waiting on {who}: {d['reason']}; resume it with "
+            f"{resume_hint(run_id, daemon, 'JSON')}, the JSON matching "
+            f"{json.dumps(d['input_schema'])}"
+        )
+    if s is RunState.SLEEPING:
+        return f"run {run_id} sleeping until {d['wake_at']}; {wake_hint(run_id, daemon)}"
+    if s is RunState.BUDGET_EXCEEDED:
+        b = d["budget"]
+        extend = resume_hint(run_id, daemon, '{"extend_by": N}')
+        return (
+            f"run {run_id} stopped at its {b['kind']} budget ({d['observed']} of "
+            f"{b['limit']}); extend it with {extend}"
+        )
+    if s is RunState.NEEDS_RECONCILIATION:
+        p = view.pending
+        return (
+            f"run {run_id} needs reconciliation: the write {p.tool} (seq {p.seq}) may or may "
+            f"not have happened; check, then `salvor resolve {run_id} --output JSON`"
+        )
+    return f"run {run_id} is {s.value}"

@@ -22,6 +22,7 @@ from salvor.protocol import (
     ModelCallCompleted,
     ModelCallRequested,
     PendingKind,
+    RunView,
     ToolCallCompleted,
     ToolCallRequested,
     encode_payload,
@@ -129,6 +130,33 @@ async def tool_completion(
         raise bad_request(
             "give exactly one of `output` (what the call returned) and `error` (how it failed)"
         )
+    view, intent = await _client_intent(access, run_id, seq)
+    tool = _completing_tool(tools, intent.tool, run_id)
+    output = _reported_output(tool, intent.input, body)
+    held = await claim_to_settle(access, run_id, seq, intent.idempotency_key)
+    # A reported failure leaves no outcome to copy: its claim is released, so a later call
+    # of the same key is performed afresh instead of inheriting the failure.
+    failed = "error" in body
+    await access.append(
+        run_id,
+        [ToolCallCompleted(seq=seq, output=output)],
+        view,
+        settle=None if failed else held,
+        release=held if failed else None,
+    )
+    return COMPLETED.build(seq=seq, completed=True)
+
+
+async def _client_intent(
+    access: StoreAccess, run_id: str, seq: int
+) -> tuple[RunView, ToolCallRequested]:
+    """The run's view, and the intent of a client-performed tool call its log ends at, at
+    ``seq``.
+
+    Raises:
+        GuardRefusal: the log does not end at a tool intent at ``seq``.
+        OperationRefused: completion_refused, salvor performed that call.
+    """
     view = await access.read(access.store.read_view, run_id)
     pending = view.pending if view is not None else None
     if pending is None or pending.kind != PendingKind.TOOL or pending.seq != seq:
@@ -142,51 +170,48 @@ async def tool_completion(
             f"the call at seq {seq} was performed by salvor, which holds its real result; "
             f"a client cannot complete it"
         )
-    tool = tools.get(intent.tool)
+    return view, intent
+
+
+def _completing_tool(tools: dict[str, ClientTool], name: str, run_id: str) -> ClientTool:
+    """The declaration of client tool ``name``, when it lets its client report completions."""
+    tool = tools.get(name)
     if tool is None:
         raise bad_request(
-            f"client tool {intent.tool!r} is no longer declared here; declare it with --client-tool"
+            f"client tool {name!r} is no longer declared here; declare it with --client-tool"
         )
     if not tool.trust_completion:
         raise completion_refused(
             f"client tool {tool.name} is declared trust_completion = false: a person resolves its "
             f"calls (POST /v1/runs/{run_id}/resolve), not the client that made them"
         )
+    return tool
+
+
+def _reported_output(tool: ClientTool, tool_input: Any, body: dict) -> Any:
+    """The output the log records for the client's report: its ``output``, checked against the
+    declaration, or its ``error`` as a tool error."""
     if "output" in body:
         if tool.output_schema is None:
             raise completion_refused(
                 f"client tool {tool.name} declares no output_schema, so a reported output "
                 f"could not be checked and is not recorded"
             )
-        tool.check_output(body["output"], intent.input)
-        output = body["output"]
-    else:
-        error = body["error"]
-        if (
-            not isinstance(error, dict)
-            or set(error) - {"message", "kind"}
-            or not isinstance(error.get("message"), str)
-        ):
-            raise bad_request(
-                "`error` must be {message: string, kind?: "
-                "invalid_input|handler|output_serialization}"
-            )
-        kind = error.get("kind", "handler")
-        if kind not in ERROR_KINDS:
-            raise bad_request(f"`error.kind` must be one of {', '.join(ERROR_KINDS)}")
-        output = tool_error(kind, error["message"], 1)
-    held = await claim_to_settle(access, run_id, seq, intent.idempotency_key)
-    # A reported failure leaves no outcome to copy: its claim is released, so a later call
-    # of the same key is performed afresh instead of inheriting the failure.
-    failed = "error" in body
-    await access.append(
-        run_id,
-        [ToolCallCompleted(seq=seq, output=output)],
-        view,
-        settle=None if failed else held,
-        release=held if failed else None,
-    )
-    return COMPLETED.build(seq=seq, completed=True)
+        tool.check_output(body["output"], tool_input)
+        return body["output"]
+    error = body["error"]
+    if (
+        not isinstance(error, dict)
+        or set(error) - {"message", "kind"}
+        or not isinstance(error.get("message"), str)
+    ):
+        raise bad_request(
+            "`error` must be {message: string, kind?: invalid_input|handler|output_serialization}"
+        )
+    kind = error.get("kind", "handler")
+    if kind not in ERROR_KINDS:
+        raise bad_request(f"`error.kind` must be one of {', '.join(ERROR_KINDS)}")
+    return tool_error(kind, error["message"], 1)
 
 
 async def model_intent(

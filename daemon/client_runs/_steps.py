@@ -40,7 +40,7 @@ from salvor.protocol import (
 
 from ..models import Delta, ModelCallError, ModelGateway, resolve_endpoint
 from ..recording import StoreAccess, needs_reconciliation, outcome_output
-from ..tools import DispatchFailed, ToolRegistry, dispatch
+from ..tools import DispatchFailed, Tool, ToolRegistry, dispatch
 from ..web import OperationRefused, bad_request, off_loop
 from ._answers import MODEL_STEP_DONE, TOOL_STEP_DONE
 
@@ -281,6 +281,30 @@ async def tool_step(
             the intent stays open).
         GuardRefusal: divergence at ``seq``.
     """
+    tool = await _registered_tool(registry, name, tool_input, key)
+    found = await at_seq(access, run_id, seq)
+    view = found.view
+    intent = ToolCallRequested(
+        tool=name, input=tool_input, effect=tool.effect.value, idempotency_key=key
+    )
+    if found.intent is not None:
+        done = _recorded_call(found, run_id, seq, (name, tool_input, tool.effect.value, key))
+        if done is not None:
+            return done
+    else:
+        _, view = await access.append(run_id, [intent], view)
+    output = await _performed(tool, name, tool_input, run_id, seq, key)
+    await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view)
+    return TOOL_STEP_DONE.build(output=output)
+
+
+async def _registered_tool(registry: ToolRegistry, name: Any, tool_input: Any, key: Any) -> Tool:
+    """The registry's tool ``name``, once the call's name, key and input are all it takes.
+
+    Raises:
+        OperationRefused: bad_request, tool_registry_unavailable or unknown_tool, as
+            ``tool_step`` says; nothing recorded.
+    """
     if not isinstance(name, str) or not name:
         raise bad_request("`tool` must be a tool name")
     if key is not None and (not isinstance(key, str) or not key):
@@ -298,30 +322,52 @@ async def tool_step(
         await off_loop(partial(validate, tool.input_schema, tool_input, what=what))
     except SchemaViolation as exc:
         raise bad_request(exc.message, details={"violations": exc.violations}) from None
-    found = await at_seq(access, run_id, seq)
-    view = found.view
-    intent = ToolCallRequested(
-        tool=name, input=tool_input, effect=tool.effect.value, idempotency_key=key
-    )
-    if found.intent is not None:
-        recorded = found.intent.event
-        if recorded.KIND is not EventKind.TOOL_CALL_REQUESTED or (
+    return tool
+
+
+def _recorded_call(found: _AtSeq, run_id: str, seq: int, call: tuple) -> dict | None:
+    """A retry of the call whose intent the log holds at ``seq``: its answer when it completed,
+    None when it is open and safe to perform again.
+
+    ``call``: the tool, input, effect and key the retry gives, all of which must match.
+
+    Raises:
+        GuardRefusal: ``seq`` holds another call.
+        OperationRefused: needs_reconciliation, the open intent is a write's (or one
+            ``_dangling`` refuses).
+    """
+    recorded = found.intent.event
+    if (
+        recorded.KIND is not EventKind.TOOL_CALL_REQUESTED
+        or (
             recorded.tool,
             recorded.input,
             recorded.effect,
             recorded.idempotency_key,
-        ) != (name, tool_input, tool.effect.value, key):
-            raise GuardRefusal(
-                f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this call "
-                f"(tool, input, effect and key must all match for a retry)"
-            )
-        if found.completion is not None:
-            return TOOL_STEP_DONE.build(output=found.completion.event.output)
-        _dangling(found, run_id, seq)
-        if recorded.effect == "write":
-            raise needs_reconciliation(run_id, view)
-    else:
-        _, view = await access.append(run_id, [intent], view)
+        )
+        != call
+    ):
+        raise GuardRefusal(
+            f"seq {seq} of run {run_id} holds a {recorded.KIND.value} that is not this call "
+            f"(tool, input, effect and key must all match for a retry)"
+        )
+    if found.completion is not None:
+        return TOOL_STEP_DONE.build(output=found.completion.event.output)
+    _dangling(found, run_id, seq)
+    if recorded.effect == "write":
+        raise needs_reconciliation(run_id, found.view)
+    return None
+
+
+async def _performed(
+    tool: Tool, name: str, tool_input: Any, run_id: str, seq: int, key: Any
+) -> Any:
+    """The output of one performance of ``tool`` for the intent at ``seq``.
+
+    Raises:
+        OperationRefused: tool_execution (502) when every attempt failed; the intent stays
+            open.
+    """
     try:
         outcome, attempt = await dispatch(tool, tool_input, run_id=run_id, seq=seq, key=key)
     except DispatchFailed as failed:
@@ -335,6 +381,4 @@ async def tool_step(
                 else ", and as a write it now needs reconciliation"
             ),
         ) from None
-    output = await off_loop(outcome_output, tool, outcome, attempt, shielded=True)
-    await access.append(run_id, [ToolCallCompleted(seq=seq, output=output)], view)
-    return TOOL_STEP_DONE.build(output=output)
+    return await off_loop(outcome_output, tool, outcome, attempt, shielded=True)

@@ -23,15 +23,17 @@ from ._flow_check import (
     parse_flow_document,
     registry_parser,
 )
+from ._map_items import (
+    MAP_ITEMS,
+    map_child_id,
+)
 from ._nested import flow_child_id
 from ._probes import graph_declares_probe, graph_probes_open_write
 from ._snapshot import CAPTURED
 from ._unsent import files_not_sent, flow_without_members
 from ._walk import (
-    MAP_ITEMS,
     GraphWalk,
     drive_graph,
-    map_child_id,
 )
 
 __all__ = [

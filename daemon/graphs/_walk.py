@@ -14,39 +14,22 @@ a park, the next node's narration): a node costs no append of its own, and a
 drive killed before that append loses only what the next drive derives again
 from the same recorded facts.
 
-A map's items are child runs (ordinary agent runs of the body agent) whose
-ids derive from the graph run, the node and the index (``map_child_id``), so
-a re-walk after a crash finds the children a killed drive started instead of
-starting second ones. A child's head is durable before the child is driven;
-up to the node's ``concurrency`` children drive at once, each through the
-agent drive every run uses, and each finished child is recorded here as
-``MapItemCompleted`` in finishing order, with the child's usage (so the graph
-run's usage counts its items' model calls), by one task, the walker, that
-writes this log; the children only write their own. A re-walk takes the recorded items
-and drives only the children not yet recorded.
-
-A failed item ends the map before any later item starts (no head is written for it), and the
-items in flight are cancelled. A store fault under an item is raised by the walk as itself, not
+A map node's items are child runs (``_map_items``): a re-walk takes the recorded items and
+drives only the children not yet recorded; a failed item ends the map before any later item
+starts. A store fault under an item is raised by the walk as itself, not
 as a group of its children's errors: the drive of the tree's root stops on it, and the healer
 drives the root again, whose walk drives the child on.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import trio
 from salvor.protocol import (
-    EMPTY_VIEW,
     MISSING,
     TOOL_ERROR_KEY,
-    CodedError,
     EventKind,
     Graph,
     GraphNode,
@@ -58,7 +41,6 @@ from salvor.protocol import (
     ReplayDivergence,
     RunCompleted,
     RunFailed,
-    RunStarted,
     RunState,
     RunView,
     SleepStarted,
@@ -70,55 +52,28 @@ from salvor.protocol import (
     pick_case,
     resolve_template,
 )
-from salvor.store import SeqConflict, store_fault
 
 from ..agents import (
     AgentDefinition,
     AgentLoop,
     DriveKit,
-    drive,
     fail_unreachable,
     flow_session,
     gateway_for,
     reach_refusal,
 )
-from ..flows import MAP_OF_LABEL, inherited_labels
 from ..mcp import open_connections
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept
 from ..tools import graph_call_key
 from ._flow_check import FlowFiles
+from ._map_items import CHILD_FAILED, MapItems, recorded_items
 from ._nested import run_nested_flow
 from ._probes import graph_probes_open_write
 from ._snapshot import snapshot_outcome
 
-# The namespace of map children's run ids (uuid5 over "<graph run>/<node>/<index>").
-MAP_ITEMS = uuid.UUID("6d0f3c1e-8a52-5b7e-9c4d-2f1a0e7b9c35")
-
-# A child in one of these states fails its map node (and the graph run).
-_CHILD_FAILED = (RunState.FAILED, RunState.ABANDONED)
-
 _Narration = NodeEntered | NodeExited | NodeSkipped | MapItemCompleted
-
-# How a map item's drive ended: the child's view at rest, why its drive stopped short, or the
-# store fault it stopped on.
-_ItemEnd = RunView | str | CodedError
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _ItemStart:
-    """What a map item's task is given: its slot (given back when it ends), where it says how it
-    ended, and the flag that says the map is ending (set by the item that ends it)."""
-
-    slots: trio.Semaphore
-    send: trio.MemorySendChannel
-    ending: trio.Event
-
-
-def map_child_id(run_id: str, node: str, index: int) -> str:
-    """The run id of item ``index`` of map ``node`` in graph run ``run_id``: the same every walk."""
-    return str(uuid.uuid5(MAP_ITEMS, f"{run_id}/{node}/{index}"))
 
 
 # Forks of forks deeper than this are keyed from the deepest origin reached (ids are fresh, so no
@@ -137,18 +92,6 @@ async def lineage_root(access: StoreAccess, run_id: str, forked_from: dict | Non
         view = await access.read(access.store.read_view, root)
         forked_from = view.forked_from if view is not None else None
     return root
-
-
-def _recorded_items(ctx: RunContext) -> dict[int, Any]:
-    """The map items the log already records (taken from the cursor), by index."""
-    outputs: dict[int, Any] = {}
-    while not ctx.live:
-        try:
-            found = ctx.cursor.take(EventKind.MAP_ITEM_COMPLETED)
-        except ReplayDivergence:
-            break  # the map's NodeExited (or a divergence _narrate reports)
-        outputs[found.event.index] = found.event.output
-    return outputs
 
 
 class GraphWalk:
@@ -438,7 +381,8 @@ class GraphWalk:
     async def _map_children(
         self, ctx: RunContext, node: GraphNode, items: list, outputs: dict[int, Any]
     ) -> None:
-        """Fill ``outputs`` from the recorded items, then from children driven now.
+        """Fill ``outputs`` from the recorded items, then from children driven now
+        (``MapItems``).
 
         Raises:
             Parked: a child failed (the run fails naming node, index and child); no item after
@@ -451,7 +395,7 @@ class GraphWalk:
                 rest; each child is left at its last durable event, and a later drive of this
                 run drives them on.
         """
-        outputs.update(_recorded_items(ctx))
+        outputs.update(recorded_items(ctx))
         remaining = [index for index in range(len(items)) if index not in outputs]
         if not remaining:
             return
@@ -459,62 +403,12 @@ class GraphWalk:
         await ctx.flush()
         agent = self.agents[node.body.agent]
         inputs = await self._item_inputs(ctx, node, items, remaining)
-        send, receive = trio.open_memory_channel[tuple[int, str, _ItemEnd]](math.inf)
-        slots = trio.Semaphore(node.concurrency or 8)
-        # Set by whatever ends the map short (a failed item, a store fault): from then on no
-        # further item is started, so no child exists that nothing will drive.
-        ending = trio.Event()
-        failed: tuple[int, str, RunView] | None = None
-        stopped: tuple[int, str, RunView | str] | None = None
-        fault: CodedError | None = None
-        async with trio.open_nursery() as nursery:
-
-            async def start_in_item_order() -> None:
-                # A slot is taken before an item's task exists, so items start in item order.
-                async with send:
-                    for index in remaining:
-                        await slots.acquire()
-                        if ending.is_set():
-                            slots.release()
-                            return
-                        child = map_child_id(ctx.run_id, node.id, index)
-                        nursery.start_soon(
-                            self._drive_child,
-                            child,
-                            agent,
-                            inputs[index],
-                            index,
-                            _ItemStart(slots=slots, send=send.clone(), ending=ending),
-                        )
-
-            nursery.start_soon(start_in_item_order)
-            # Whatever ends the map short (a failed item, a store fault) starts no later item
-            # (its task set ``ending``), and cancels none in flight: a cancel would cut a write
-            # mid-call (its outcome then unknown, for a person to settle) and leave its child
-            # running with nothing to drive it. Each item in flight reaches its rest first.
-            async with receive:
-                async for index, child, rested in receive:
-                    if fault is not None:
-                        continue  # the next walk records what the items in flight did
-                    if isinstance(rested, CodedError):
-                        # The store failed under the child: raised below as itself, so the root's
-                        # drive stops on a store fault and the healer re-drives the tree.
-                        fault = rested
-                    elif isinstance(rested, RunView) and rested.state is RunState.COMPLETED:
-                        outputs[index] = rested.detail.get("output")
-                        fault = await _record_item(ctx, node, index, child, rested)
-                        if fault is not None:
-                            ending.set()
-                    elif isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
-                        failed = failed or (index, child, rested)
-                    else:
-                        # Resting short of an output: the other items still finish and are
-                        # recorded, so the next walk drives only the ones left.
-                        stopped = stopped or (index, child, rested)
-        if fault is not None:
-            raise fault
-        if failed is not None or stopped is not None:
-            await self._map_stopped(ctx, node, *(failed or stopped))
+        children = MapItems(self.kit, self._run_id, self.labels, node, agent)
+        end = await children.drive(ctx, inputs, outputs)
+        if end.fault is not None:
+            raise end.fault
+        if end.failed is not None or end.stopped is not None:
+            await self._map_stopped(ctx, node, *(end.failed or end.stopped))
 
     async def _item_inputs(
         self, ctx: RunContext, node: GraphNode, items: list, indexes: list[int]
@@ -530,7 +424,7 @@ class GraphWalk:
     ) -> None:
         """Where a map ends short of its outputs: a failed child fails the run, any other stop
         interrupts the drive (``_map_children``)."""
-        if isinstance(rested, RunView) and rested.state in _CHILD_FAILED:
+        if isinstance(rested, RunView) and rested.state in CHILD_FAILED:
             error = rested.detail.get("error") or rested.detail.get("reason") or ""
             await self._fail(
                 ctx, node, f"map item {index} (child run {child}) {rested.state.value}: {error}"
@@ -540,71 +434,6 @@ class GraphWalk:
             f"map node {node.id!r}: item {index} (child run {child}) is {what}; once it "
             f"completes, `salvor resume {ctx.run_id}` walks on"
         )
-
-    async def _drive_child(
-        self,
-        child: str,
-        agent: AgentDefinition,
-        child_input: Any,
-        index: int,
-        start: _ItemStart,
-    ) -> None:
-        """Start ``child`` durably (once: its id is derived) and drive it; send how it ended.
-
-        ``start.slots``: the slot the starter took for this item, given back when the drive
-        ends. An item whose map is ending already (``start.ending``) is not started at all: no
-        head is written. A child that failed, or whose drive stopped on a store fault, ends the
-        map (``start.ending`` is set before its slot is given back, so no later item starts).
-        """
-        slots = start.slots
-        async with start.send:
-            if start.ending.is_set():
-                slots.release()
-                return
-            head = RunStarted(
-                agent_def_hash=agent.agent_def_hash,
-                input=child_input,
-                labels={MAP_OF_LABEL: self._run_id, **inherited_labels(self.labels)},
-            )
-            try:
-                with contextlib.suppress(SeqConflict):  # a killed walk started it already
-                    await self.access.append(child, [head], EMPTY_VIEW)
-                rested: _ItemEnd = await drive(self.kit, child, agent)
-            except CodedError as exc:
-                # A store fault is the walk's to raise (``_map_children``); any other stop is
-                # short of an output (a call that may pass, another writer at its seq): the
-                # next walk drives it again.
-                rested = exc if store_fault(exc) else exc.message
-            except BaseException:
-                slots.release()
-                raise
-            if isinstance(rested, CodedError) or (
-                isinstance(rested, RunView) and rested.state in _CHILD_FAILED
-            ):
-                start.ending.set()
-            with contextlib.suppress(trio.BrokenResourceError):
-                await start.send.send((index, child, rested))
-            slots.release()
-
-
-async def _record_item(
-    ctx: RunContext, node: GraphNode, index: int, child: str, rested: RunView
-) -> CodedError | None:
-    """Record map item ``index`` of ``node`` as ``child`` completed it; the error that stopped
-    the record, if one did (a store fault stays one the driving set can heal)."""
-    try:
-        await ctx.record(
-            MapItemCompleted(
-                node=node.id,
-                index=index,
-                run_id=child,
-                output=rested.detail.get("output"),
-                usage=rested.usage(),
-            )
-        )
-    except CodedError as exc:
-        return exc
-    return None
 
 
 async def drive_graph(

@@ -328,21 +328,7 @@ def _url_fields(where: str, entry: dict) -> dict[str, Any]:
 
 
 def _parse_entry(index: int, entry: Any, stand_ins: bool, probes: bool) -> McpServerSpec:
-    where = f"[[mcp_servers]] #{index + 1}"
-    _expect(isinstance(entry, dict), f"{where} must be a table")
-    fields = _FIELDS | _STAND_IN_FIELDS if stand_ins else _FIELDS
-    unknown = sorted(set(entry) - fields)
-    _expect(
-        not unknown,
-        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: "
-        f"{', '.join(sorted(fields))}",
-    )
-    # Unnamed servers (the reference's file format names none) are called by position.
-    name = entry.get("name", f"server{index + 1}")
-    _expect(
-        isinstance(name, str) and bool(_SERVER_NAME.fullmatch(name)),
-        f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
-    )
+    name = _entry_name(index, entry, _FIELDS | _STAND_IN_FIELDS if stand_ins else _FIELDS)
     where = f"[[mcp_servers]] {name!r}:"
     _expect(
         probes or "probes" not in entry,
@@ -357,32 +343,9 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool, probes: bool) -> McpSe
     )
     spec: dict[str, Any] = {"name": name}
     if "port" in entry:
-        _expect(
-            has_url,
-            f"{where} `port` belongs to a `url` server: a stdio server is spawned, not dialed",
-        )
-        port = entry["port"]
-        _expect(
-            type(port) is int and 1 <= port <= 65535,
-            f"{where} `port` must be a port number from 1 to 65535",
-        )
-        spec["port"] = port
+        spec["port"] = _port(where, entry["port"], has_url)
     spec.update(_stdio_fields(where, entry) if has_command else _url_fields(where, entry))
-    _expect(
-        not ("effects" in entry and "effect_overrides" in entry),
-        f"{where} `effects` and `effect_overrides` are the same field; give one",
-    )
-    effects_key = "effect_overrides" if "effect_overrides" in entry else "effects"
-    effects = entry.get(effects_key, {})
-    _expect(
-        isinstance(effects, dict), f"{where} `{effects_key}` must be a table of tool name -> effect"
-    )
-    for tool, effect in effects.items():
-        _expect(
-            effect in _EFFECTS,
-            f"{where} `{effects_key}` gives {tool!r} the effect "
-            f"{effect!r}; use read, idempotent or write",
-        )
+    effects_key, effects = _effects(where, entry)
     spec["effects"] = dict(effects)
     results = entry.get("results", {})
     _expect(
@@ -399,14 +362,70 @@ def _parse_entry(index: int, entry: Any, stand_ins: bool, probes: bool) -> McpSe
                 hidden is None, f"{where} `{table}` names {hidden!r}, which `tools` does not expose"
             )
     spec["probes"] = _probes(where, entry.get("probes", {}), spec["effects"], spec.get("tools"))
-    timeout = entry.get("timeout", DEFAULT_MCP_TIMEOUT)
+    spec["timeout"] = _timeout(where, entry.get("timeout", DEFAULT_MCP_TIMEOUT))
+    return McpServerSpec(**spec)
+
+
+def _entry_name(index: int, entry: Any, fields: set[str]) -> str:
+    """Entry ``index``'s name, once it is a table of ``fields`` only."""
+    where = f"[[mcp_servers]] #{index + 1}"
+    _expect(isinstance(entry, dict), f"{where} must be a table")
+    unknown = sorted(set(entry) - fields)
+    _expect(
+        not unknown,
+        f"unknown field `{unknown[0] if unknown else ''}` in {where}; allowed: "
+        f"{', '.join(sorted(fields))}",
+    )
+    # Unnamed servers (the reference's file format names none) are called by position.
+    name = entry.get("name", f"server{index + 1}")
+    _expect(
+        isinstance(name, str) and bool(_SERVER_NAME.fullmatch(name)),
+        f"{where} `name` must be 1 to 64 letters, digits, `_` or `-`",
+    )
+    return name
+
+
+def _port(where: str, port: Any, has_url: bool) -> int:
+    """A stand-in's fixed ``port``, for a ``url`` server only."""
+    _expect(
+        has_url,
+        f"{where} `port` belongs to a `url` server: a stdio server is spawned, not dialed",
+    )
+    _expect(
+        type(port) is int and 1 <= port <= 65535,
+        f"{where} `port` must be a port number from 1 to 65535",
+    )
+    return port
+
+
+def _effects(where: str, entry: dict) -> tuple[str, dict]:
+    """``effects`` (or its other name, ``effect_overrides``): the field's name as given, and the
+    table of tool name -> effect."""
+    _expect(
+        not ("effects" in entry and "effect_overrides" in entry),
+        f"{where} `effects` and `effect_overrides` are the same field; give one",
+    )
+    effects_key = "effect_overrides" if "effect_overrides" in entry else "effects"
+    effects = entry.get(effects_key, {})
+    _expect(
+        isinstance(effects, dict), f"{where} `{effects_key}` must be a table of tool name -> effect"
+    )
+    for tool, effect in effects.items():
+        _expect(
+            effect in _EFFECTS,
+            f"{where} `{effects_key}` gives {tool!r} the effect "
+            f"{effect!r}; use read, idempotent or write",
+        )
+    return effects_key, effects
+
+
+def _timeout(where: str, timeout: Any) -> float:
     _expect(
         type(timeout) in (int, float) and 0 < timeout <= MAX_MCP_TIMEOUT,
         f"{where} `timeout` must be a positive, finite number of seconds, at most "
         f"{MAX_MCP_TIMEOUT:.0f} (1 day)",
     )
-    spec["timeout"] = float(timeout)
-    return McpServerSpec(**spec)
+    return float(timeout)
 
 
 def parse_mcp_servers(

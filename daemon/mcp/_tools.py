@@ -283,21 +283,40 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
         else dict(_ARGUMENTS),
     }
     if name in spec.results:
-        fixed = spec.results[name]
-
-        async def stubbed(_arguments: Any, _call: ToolCall) -> Any:
-            return fixed  # answered here: the server never sees this call
-
-        # The daemon's own constant answer changes nothing anywhere, so the
-        # call is recorded as a read: re-answering it after a crash is safe.
-        return Tool(
-            name=name,
-            description=model_spec["description"],
-            effect=Effect.READ,
-            input_schema=_ARGUMENTS,
-            handler=stubbed,
-        ), model_spec
+        return _answered_here(name, model_spec["description"], spec.results[name]), model_spec
     effect = spec.effect_of(name)
+    return Tool(
+        name=name,
+        description=model_spec["description"],
+        effect=effect,
+        input_schema=_ARGUMENTS,
+        handler=_forwarded(spec, name, effect, connections),
+        idempotency_keys=spec.key_paths(name),
+        mcp_server=spec.name,
+        probe=spec.probe_of(name) if effect is Effect.WRITE else None,
+    ), model_spec
+
+
+def _answered_here(name: str, description: str, fixed: Any) -> Tool:
+    """A tool whose every call the daemon answers with ``fixed`` (the server's ``results``)."""
+
+    async def stubbed(_arguments: Any, _call: ToolCall) -> Any:
+        return fixed  # answered here: the server never sees this call
+
+    # The daemon's own constant answer changes nothing anywhere, so the
+    # call is recorded as a read: re-answering it after a crash is safe.
+    return Tool(
+        name=name,
+        description=description,
+        effect=Effect.READ,
+        input_schema=_ARGUMENTS,
+        handler=stubbed,
+    )
+
+
+def _forwarded(spec: McpServerSpec, name: str, effect: Effect, connections: McpConnections):
+    """The handler that sends a call of tool ``name`` to its server, each way it can fail said
+    as the run context reads it (a write's lost answer is an unknown outcome)."""
 
     async def forward(arguments: Any, call: ToolCall) -> Any:
         meta = None
@@ -322,16 +341,7 @@ def mcp_tool(spec: McpServerSpec, entry: dict, connections: McpConnections) -> t
         # has answered; its answer must reach the log).
         return await off_loop(salvor_outcome, spec.name, name, result, shielded=True)
 
-    return Tool(
-        name=name,
-        description=model_spec["description"],
-        effect=effect,
-        input_schema=_ARGUMENTS,
-        handler=forward,
-        idempotency_keys=spec.key_paths(name),
-        mcp_server=spec.name,
-        probe=spec.probe_of(name) if effect is Effect.WRITE else None,
-    ), model_spec
+    return forward
 
 
 def probe_reader(spec: McpServerSpec, name: str, connections: McpConnections) -> Tool:

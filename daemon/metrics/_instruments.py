@@ -157,10 +157,23 @@ class DaemonMetrics:
     """
 
     def __init__(self, *, worker: int | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry()
         self._worker = None if worker is None else str(worker)
+        # Registered in the order a scrape renders them.
+        self._count_commits()
+        self._count_calls()
+        self._count_leases()
+        self._count_ownership()
+        self._scrape = _ScrapeTime()
+        self.registry.register(self._scrape)
+
+    def _count_commits(self) -> None:
+        """The store's writer: events, appends and transactions committed, and how long each
+        transaction took."""
+        from prometheus_client import Counter, Histogram
+
         registry = self.registry
         self.appends = Counter("salvor_appends", "Events committed to run logs.", registry=registry)
         self.commits = Counter(
@@ -185,19 +198,25 @@ class DaemonMetrics:
             buckets=COMMIT_BUCKETS,
             registry=registry,
         )
+
+    def _count_calls(self) -> None:
+        """The calls the daemon makes for its agents: model calls through the loopback proxy, by
+        wire, and MCP tool calls, by transport."""
+        from prometheus_client import Histogram
+
         self.proxy_call_seconds = Histogram(
             "salvor_proxy_call_seconds",
             "Seconds per model call a process agent made through the loopback proxy, by wire.",
             labelnames=["wire"],
             buckets=CALL_BUCKETS,
-            registry=registry,
+            registry=self.registry,
         )
         self.mcp_call_seconds = Histogram(
             "salvor_mcp_call_seconds",
             "Seconds per MCP tools/call the daemon sent a server, by transport.",
             labelnames=["transport"],
             buckets=CALL_BUCKETS,
-            registry=registry,
+            registry=self.registry,
         )
         # Children made now, so each transport shows (at 0) before its first call.
         self._mcp_by_transport = {
@@ -205,7 +224,14 @@ class DaemonMetrics:
             for transport in MCP_TRANSPORTS
         }
         self._proxy_by_wire: dict[str, Histogram] = {}
-        # -- many nodes over one store (issue 30, item 5): what an operator of a cluster watches --
+
+    # -- many nodes over one store (issue 30, item 5): what an operator of a cluster watches --
+
+    def _count_leases(self) -> None:
+        """This node's lease: its renewals, their failures, and the times it ran out."""
+        from prometheus_client import Counter
+
+        registry = self.registry
         self.lease_renewals = Counter(
             "salvor_lease_renewals",
             "Renewals of this node's lease the store took.",
@@ -228,6 +254,12 @@ class DaemonMetrics:
             "peer may have taken its runs; the node registered again under a new id).",
             registry=registry,
         )
+
+    def _count_ownership(self) -> None:
+        """Runs changing hands between nodes, and what this node hears of the others' commits."""
+        from prometheus_client import Counter
+
+        registry = self.registry
         self.takeovers = Counter(
             "salvor_takeovers",
             "Runs this node claimed while another node was still marked driving them (that node "
@@ -251,8 +283,6 @@ class DaemonMetrics:
             "Times the change feed listened (or watched) again after it lost its connection.",
             registry=registry,
         )
-        self._scrape = _ScrapeTime()
-        registry.register(self._scrape)
 
     def read_node(self, reading: Callable[[], NodeReading]) -> None:
         """Name what tells this node's state at each scrape (called on the trio thread, from

@@ -112,50 +112,56 @@ class RunControl:
                 raise needs_reconciliation(run_id, view)
             return ResumeDecision(ResumeOutcome.DRIVING, view)
         if state is RunState.SLEEPING:
-            wake_at = parse_instant(view.detail["wake_at"])
-            now = now or self.clock()
-            if now < wake_at:
-                remaining = math.ceil((wake_at - now).total_seconds())
-                raise OperationRefused(
-                    ErrorCode.STILL_SLEEPING,
-                    f"run {run_id} is sleeping until {view.detail['wake_at']} and cannot be "
-                    f"resumed for another {remaining}s",
-                    details={"wake_at": view.detail["wake_at"], "remaining_seconds": remaining},
-                    next_step=NextStep(
-                        kind=StepKind.AWAIT_WAKE, run=run_id, wake_at=view.detail["wake_at"]
-                    ),
-                )
-        gate = None
-        if view.graph_hash is not None:
-            graph = await self.definitions.load_graph(view.graph_hash)
-            await self.definitions.graph_agents(graph)
-            if state is RunState.SUSPENDED and view.open_node is not None:
-                node = graph.node(view.open_node)
-                gate = node.id if node.kind is NodeKind.GATE else None
-        else:
-            await self.definitions.load_agent(view.agent_def_hash)
+            _refuse_still_sleeping(run_id, view, now or self.clock())
+        gate = await self._open_gate(view)
         if state in (RunState.SUSPENDED, RunState.BUDGET_EXCEEDED):
-            if run_input is MISSING:
-                what = (
-                    "an input matching its input_schema"
-                    if state is RunState.SUSPENDED
-                    else 'a budget extension such as {"extend_by": 1000}'
-                )
-                raise bad_request(f"run {run_id} is {state.value}; resume it with {what}")
-            try:
-                # A gate's schema is compiled, and the answer checked, off the loop.
-                await off_loop(check_resume_input, view, run_input)
-            except SchemaViolation as exc:
-                if gate is not None:
-                    # Parked at a gate (its Suspended recorded the approval_schema).
-                    raise OperationRefused(
-                        ErrorCode.APPROVAL_SCHEMA_VIOLATION,
-                        f"gate {gate!r} refuses this approval: {exc.message}",
-                        details={"node": gate, "violations": exc.violations},
-                    ) from None
-                raise bad_request(exc.message, details={"violations": exc.violations}) from None
-            _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
+            view = await self._resumed(run_id, view, run_input, gate)
         return ResumeDecision(ResumeOutcome.DRIVING, view)
+
+    async def _open_gate(self, view: RunView) -> str | None:
+        """The gate a suspended graph run waits at, if it waits at one; its graph and agents, or
+        its agent, loaded on the way (unknown_agent when the store no longer builds them)."""
+        if view.graph_hash is None:
+            await self.definitions.load_agent(view.agent_def_hash)
+            return None
+        graph = await self.definitions.load_graph(view.graph_hash)
+        await self.definitions.graph_agents(graph)
+        if view.state is RunState.SUSPENDED and view.open_node is not None:
+            node = graph.node(view.open_node)
+            return node.id if node.kind is NodeKind.GATE else None
+        return None
+
+    async def _resumed(
+        self, run_id: str, view: RunView, run_input: Any, gate: str | None
+    ) -> RunView:
+        """Record the ``Resumed`` of a run parked on an input or a budget, once ``run_input``
+        meets what it waits for; its view after.
+
+        Raises:
+            OperationRefused: bad_request (no input, or one its schema rejects), or
+                approval_schema_violation at ``gate``. Nothing is recorded.
+        """
+        if run_input is MISSING:
+            what = (
+                "an input matching its input_schema"
+                if view.state is RunState.SUSPENDED
+                else 'a budget extension such as {"extend_by": 1000}'
+            )
+            raise bad_request(f"run {run_id} is {view.state.value}; resume it with {what}")
+        try:
+            # A gate's schema is compiled, and the answer checked, off the loop.
+            await off_loop(check_resume_input, view, run_input)
+        except SchemaViolation as exc:
+            if gate is not None:
+                # Parked at a gate (its Suspended recorded the approval_schema).
+                raise OperationRefused(
+                    ErrorCode.APPROVAL_SCHEMA_VIOLATION,
+                    f"gate {gate!r} refuses this approval: {exc.message}",
+                    details={"node": gate, "violations": exc.violations},
+                ) from None
+            raise bad_request(exc.message, details={"violations": exc.violations}) from None
+        _, view = await self.access.append(run_id, [Resumed(input=run_input)], view)
+        return view
 
     async def resolve(
         self,
@@ -184,20 +190,7 @@ class RunControl:
         """
         view = await self.reads.view(run_id)
         if view.state is not RunState.NEEDS_RECONCILIATION:
-            if view.pending is not None:
-                fault = (
-                    f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
-                    f"call at seq {view.pending.seq} is safe to perform again"
-                )
-                if view.driven_by == Actor.CLIENT:
-                    raise wrong_state(
-                        f"{fault}, so its client performs it again on its next drive, "
-                        "and it needs nobody"
-                    )
-                raise wrong_state(fault, next_step=NextStep(kind=StepKind.RESUME_RUN, run=run_id))
-            raise wrong_state(
-                f"run {run_id} has no dangling write to resolve (it is {view.state.value})"
-            )
+            _refuse_no_dangling_write(run_id, view)
         pending = view.pending
         if not_landed:
             completion = ToolCallCompleted(
@@ -278,3 +271,34 @@ class RunControl:
                     await self.abandon(child.run_id, why)
                 except OperationRefused:
                     pass  # it ended between the listing and now: nothing left to abandon
+
+
+def _refuse_still_sleeping(run_id: str, view: RunView, now: datetime) -> None:
+    """Refuse to resume a sleeping run before its instant (still_sleeping, with how long)."""
+    stamp = view.detail["wake_at"]
+    wake_at = parse_instant(stamp)
+    if now < wake_at:
+        remaining = math.ceil((wake_at - now).total_seconds())
+        raise OperationRefused(
+            ErrorCode.STILL_SLEEPING,
+            f"run {run_id} is sleeping until {stamp} and cannot be resumed for another "
+            f"{remaining}s",
+            details={"wake_at": stamp, "remaining_seconds": remaining},
+            next_step=NextStep(kind=StepKind.AWAIT_WAKE, run=run_id, wake_at=stamp),
+        )
+
+
+def _refuse_no_dangling_write(run_id: str, view: RunView) -> None:
+    """Refuse to resolve a run with no write of unknown outcome (wrong_state), naming what
+    continues it instead."""
+    if view.pending is not None:
+        fault = (
+            f"run {run_id} has no dangling write to resolve: its open {view.pending.kind} "
+            f"call at seq {view.pending.seq} is safe to perform again"
+        )
+        if view.driven_by == Actor.CLIENT:
+            raise wrong_state(
+                f"{fault}, so its client performs it again on its next drive, and it needs nobody"
+            )
+        raise wrong_state(fault, next_step=NextStep(kind=StepKind.RESUME_RUN, run=run_id))
+    raise wrong_state(f"run {run_id} has no dangling write to resolve (it is {view.state.value})")

@@ -10,8 +10,10 @@ from ._collector import (
     settle_collector,
 )
 from ._serve import (
-    ServeConfig,
     serve,
+)
+from ._serve_config import (
+    ServeConfig,
 )
 from ._worker_role import (
     WorkerRole,

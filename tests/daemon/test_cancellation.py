@@ -26,7 +26,7 @@ import trio.testing
 from salvor.daemon.agents._definition import parse_definition
 from salvor.daemon.runs._drivers import DRAIN_SECONDS, DriverSet
 from salvor.daemon.serve._notify import Notifier
-from salvor.daemon.serve._serve import build_commit
+from salvor.daemon.serve._server_state import build_commit
 from salvor.store import StoreUnavailable, store_fault
 
 DAEMON = Path(salvor.daemon.__file__).resolve().parent

@@ -3,7 +3,7 @@ lease and a login session taken through one node work through any other node ove
 
 Two nodes in one test: two in-process apps, each with its own store access (its own engine and
 writer thread) over one store, each with the server state ``salvor serve`` builds
-(``_server_state``). Two ``salvor serve`` processes over one store are still refused on this
+(``server_state``). Two ``salvor serve`` processes over one store are still refused on this
 branch (the store lock), which is what the in-process pair stands in for; the last test pairs a
 real ``salvor serve`` process with an in-process node beside it.
 """
@@ -20,7 +20,8 @@ from salvor.daemon.api._app import create_app
 from salvor.daemon.metrics import DaemonMetrics
 from salvor.daemon.recording import open_store_access
 from salvor.daemon.runs import DriverSet, EventHub, Runtime
-from salvor.daemon.serve._serve import ServeConfig, _server_state
+from salvor.daemon.serve import ServeConfig
+from salvor.daemon.serve._server_state import server_state
 from salvor.daemon.tools import ToolRegistry
 from salvor.store import normalize_store_url, open_locks
 
@@ -43,7 +44,7 @@ async def node(store_url: str, **settings) -> AsyncIterator:
         async with open_store_access(url) as access, trio.open_nursery() as nursery:
             runtime = Runtime(access, ToolRegistry())
             drivers = DriverSet(runtime, nursery)
-            state = await _server_state(
+            state = await server_state(
                 config,
                 runtime,
                 drivers,

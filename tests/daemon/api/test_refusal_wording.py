@@ -12,7 +12,7 @@ import argparse
 import re
 import uuid
 
-from salvor.daemon.cli._main import _parser
+from salvor.daemon.cli._parser import command_parser
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, SleepStarted, ToolCallRequested
 
 from tests.protocol.graphs import publishing
@@ -33,7 +33,7 @@ UNREGISTERED = "sha256:" + "0" * 64
 
 
 def _commands() -> list[str]:
-    (verbs,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (verbs,) = [a for a in command_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return sorted(verbs.choices)
 
 

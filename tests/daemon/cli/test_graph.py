@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from salvor.daemon.cli import _main
+from salvor.daemon.cli._parser import command_parser
 
 from tests.support.api_server import Server
 from tests.support.backends import SQLITE_ONLY
@@ -106,7 +107,7 @@ async def test_json_is_the_answer_of_the_validate_endpoint(server: Server, tmp_p
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             code = await validate_main(
-                _main._parser().parse_args(["graph", "validate", path, "--json"])
+                command_parser().parse_args(["graph", "validate", path, "--json"])
             )
         media = "application/yaml" if name.endswith(".yaml") else "application/json"
         answer = await server.client.post(

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from salvor.daemon.cli import _main, _serve_command
+from salvor.daemon.cli import _serve_command
+from salvor.daemon.cli._parser import command_parser
 from salvor.daemon.metrics import JsonLines, concerning_run
 
 from tests.support.backends import SQLITE_ONLY
@@ -122,7 +123,7 @@ async def test_a_daemons_lines_name_the_run_and_hold_no_secret(
 
 
 def test_serve_takes_text_or_json_and_json_puts_json_lines_on_stderr(monkeypatch) -> None:
-    parse = _main._parser().parse_args
+    parse = command_parser().parse_args
     assert parse(["serve"]).log_format == "text"
     assert parse(["serve", "--log-format", "json"]).log_format == "json"
     refused = salvor_in_process("serve", "--log-format", "xml")

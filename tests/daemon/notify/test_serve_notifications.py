@@ -157,11 +157,11 @@ def test_serve_refuses_a_secret_variable_that_is_not_set(store_url: str) -> None
 
 
 def test_the_flags_make_the_config_and_the_secret_stays_in_memory(monkeypatch) -> None:
-    from salvor.daemon.cli._main import _parser
+    from salvor.daemon.cli._parser import command_parser
     from salvor.daemon.cli._serve_command import serve_config as _serve_config
 
     monkeypatch.setenv("HOOK_SECRET", "hunter2")
-    args = _parser().parse_args(
+    args = command_parser().parse_args(
         [
             "serve",
             "--notify-webhook",
@@ -179,7 +179,7 @@ def test_the_flags_make_the_config_and_the_secret_stays_in_memory(monkeypatch) -
         secret=b"hunter2",
     )
     assert "hunter2" not in repr(config)
-    unset = _serve_config(_parser().parse_args(["serve"]), "sqlite:///unused.db")
+    unset = _serve_config(command_parser().parse_args(["serve"]), "sqlite:///unused.db")
     assert unset.notify is None
     assert json.dumps(vars(args)).count("hunter2") == 0
 

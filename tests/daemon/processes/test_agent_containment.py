@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 from salvor.daemon.agents._definition import parse_definition
-from salvor.daemon.agents._process import agent_environment
+from salvor.daemon.agents._process_environment import agent_environment
 from salvor.daemon.mcp._definition import McpServerSpec
 from salvor.daemon.mcp._stdio_transport import server_environment
 from salvor.daemon.processes._child_env import TELEMETRY_OFF

@@ -12,7 +12,7 @@ import trio
 from salvor.daemon.api._app import ServerState
 from salvor.daemon.runs._drivers import DriverSet
 from salvor.daemon.runs._event_hub import EventHub
-from salvor.daemon.serve._serve import interrupted_runs, recover
+from salvor.daemon.serve._run_sweeps import interrupted_runs, recover
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunStarted, RunState
 
 from tests.support.scripted_provider import text_reply

@@ -12,7 +12,8 @@ import signal
 import pytest
 from salvor.daemon.cli._arguments import MAX_WORKERS, cores, worker_count
 from salvor.daemon.cli._errors import UsageError
-from salvor.daemon.cli._serve_command import DEFAULT_WORKERS, worker_processes
+from salvor.daemon.cli._serve_command import worker_processes
+from salvor.daemon.cli._serve_flags import DEFAULT_WORKERS
 from salvor.daemon.metrics import DaemonMetrics, JsonLines, Readings
 from salvor.daemon.serve import WorkerRole
 from salvor.daemon.serve._workers import describe_exit, worker_command

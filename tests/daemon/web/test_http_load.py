@@ -30,7 +30,7 @@ from collections import Counter
 import httpx
 import pytest
 import trio
-from salvor.daemon.serve import _serve
+from salvor.daemon.serve import _listening
 
 pytestmark = pytest.mark.load
 
@@ -71,8 +71,8 @@ async def scaled_daemon(monkeypatch, server_factory):
         configured.append(config.keep_alive_timeout)
         return config
 
-    listener_config = _serve.listener_config
-    monkeypatch.setattr(_serve, "listener_config", scaled)
+    listener_config = _listening.listener_config
+    monkeypatch.setattr(_listening, "listener_config", scaled)
     server = await server_factory()
     return server, configured[0]
 
