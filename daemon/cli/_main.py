@@ -28,9 +28,9 @@ from ._commands import Cli, print_json
 from ._doctor import doctor_main
 from ._errors import EXIT_ERROR, EXIT_USAGE, CliError, UsageError
 from ._graph import validate_main as graph_validate_main
-from ._remote_flow import remote_main
 from ._parser import command_parser
 from ._pipes import readers_may_leave
+from ._remote_flow import remote_main
 from ._serve_command import serve_main
 from ._wording import CLI_WORDING
 
