@@ -15,7 +15,9 @@ def format_instant(moment: datetime) -> str:
     """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC."""
     if moment.tzinfo is None:
         raise ValueError("an instant must carry a timezone")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: half the cost (it runs for every append), and a year below 1000
+    # keeps its four digits. In UTC it always ends in "+00:00".
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def parse_instant(text: str) -> datetime:

@@ -171,6 +171,14 @@ class ModelGateway:
         self._timeout = httpx.Timeout(timeout_seconds)
         self._owns_client = http_client is None and endpoint.provider != "demo"
         self._client = http_client
+        if endpoint.provider != "demo":
+            # Parsed once here, not on every call: httpx parses a URL given as text again for
+            # each request, and these are the same for every call of the gateway.
+            self._wire = WIRES[endpoint.provider]
+            base_url = endpoint.base_url or PUBLIC_BASE_URLS[endpoint.provider]
+            self._url_text = endpoint_url(base_url, self._wire.path)
+            self._url = httpx.URL(self._url_text)
+            self._headers = self._wire.headers(endpoint.api_key)
         if self._owns_client:
             self._client = httpx.AsyncClient(timeout=self._timeout, verify=tls_context())
 
@@ -226,13 +234,8 @@ class ModelGateway:
     async def _attempt(
         self, request: dict[str, Any], on_delta: Delta | None = None
     ) -> tuple[dict, dict]:
-        provider = self._endpoint.provider
-        wire = WIRES[provider]
+        provider, wire, url, headers = self._endpoint.provider, self._wire, self._url, self._headers
         assert self._client is not None
-        # No base URL means the provider's own public endpoint.
-        base_url = self._endpoint.base_url or PUBLIC_BASE_URLS[provider]
-        url = endpoint_url(base_url, wire.path)
-        headers = wire.headers(self._endpoint.api_key)
         stream = self._stream or on_delta is not None
         body = wire.body(request, stream=stream)
         model = request["model"]
@@ -264,11 +267,11 @@ class ModelGateway:
             return wire.decode(reply.json(), fallback_model=model)
         except httpx.TimeoutException:
             raise ModelCallError(
-                f"{provider} model call to {url} timed out", retryable=True
+                f"{provider} model call to {self._url_text} timed out", retryable=True
             ) from None
         except httpx.TransportError as error:
             raise ModelCallError(
-                f"{provider} model call to {url} failed: {self._redact(str(error))}",
+                f"{provider} model call to {self._url_text} failed: {self._redact(str(error))}",
                 retryable=True,
             ) from None
         except StreamedError as error:

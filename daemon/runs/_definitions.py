@@ -3,14 +3,16 @@ to refuse one that cannot run, registering it content-addressed, loading it back
 and edit mode, the operator's switch on whether runs may author more.
 
 Definitions outlive the runs that name them: each is stored once under its hash and rebuilt
-against this daemon's registry each time it is loaded, so a tool the daemon no longer holds is
-refused when a run is started or driven, not halfway through it. Nothing here drives a run.
+against this daemon's registry when the daemon first loads it, so a tool the daemon no longer
+holds is refused when a run is started or driven, not halfway through it. Nothing here drives a
+run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 
 import trio
 from salvor.protocol import (
@@ -42,6 +44,9 @@ from ..web import OperationRefused, bad_request, unknown_agent, unknown_graph
 
 # The store setting behind edit mode (0 or 1; never set reads as off).
 EDIT_MODE_KEY = "flows.edit_mode"
+# Loaded agent definitions kept for the next start or drive that names them (least recently
+# loaded dropped first).
+KEPT_AGENTS = 256
 
 
 class Definitions:
@@ -51,6 +56,10 @@ class Definitions:
         self.access = access
         # What a definition's tools are resolved against when it is loaded.
         self.registry = registry
+        # Definitions already loaded, by hash: a stored definition never changes (its hash is its
+        # text's) and the registry is fixed for the daemon's life, so loading one again would
+        # build the same definition (a read and a parse, for every run started or driven).
+        self._loaded: OrderedDict[str, AgentDefinition] = OrderedDict()
 
     # -- settings -----------------------------------------------------------
 
@@ -119,17 +128,25 @@ class Definitions:
             OperationRefused: unknown_agent when it is not stored, bad_request
                 when it no longer validates here (a tool this daemon lacks).
         """
+        agent = self._loaded.get(agent_def_hash)
+        if agent is not None:
+            self._loaded.move_to_end(agent_def_hash)
+            return agent
         stored = await self.access.read(self.access.store.definitions.get_agent, agent_def_hash)
         if stored is None:
             raise unknown_agent(agent_def_hash)
         try:
-            return parse_definition(
+            agent = parse_definition(
                 stored.definition, stored.format, known_tools=self.registry.names(), stored=True
             )
         except DefinitionError as exc:
             raise bad_request(
                 f"stored agent {agent_def_hash} no longer builds here: {exc}"
             ) from None
+        self._loaded[agent_def_hash] = agent
+        if len(self._loaded) > KEPT_AGENTS:
+            self._loaded.popitem(last=False)
+        return agent
 
     async def list_agents(self) -> list[StoredAgent]:
         """Every stored agent's row, oldest registration first."""

@@ -15,6 +15,17 @@ def test_an_instant_reads_back_in_utc() -> None:
 
 
 @pytest.mark.parametrize(
+    "moment",
+    [datetime(999, 1, 2, 3, 4, 5, tzinfo=UTC), datetime(2026, 11, 29, 0, 0, 0, 0, tzinfo=UTC)],
+)
+def test_every_instant_has_the_one_form_and_reads_back(moment) -> None:
+    # Four digits of year and six of microseconds, whatever the value.
+    text = format_instant(moment)
+    assert len(text) == len("2026-11-29T08:00:00.123456Z")
+    assert parse_instant(text) == moment
+
+
+@pytest.mark.parametrize(
     "text", ["2026-11-29T10:00:00", "tomorrow", 7, None, ["2026-11-29T10:00:00Z"]]
 )
 def test_anything_unreadable_is_a_value_error(text) -> None:
