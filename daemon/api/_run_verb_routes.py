@@ -165,6 +165,10 @@ def add_run_verb_routes(app: QuartTrio, state: ServerState) -> None:
                 run=run_id, outcome=decision.view.state.value, status=decision.view.status()
             )
         state.drivers.start(run_id)
+        # Answered once the drive shows in the store: a stream or a read on another node
+        # (another worker) asked right after this answer sees the run driven, not resting at
+        # the write its drive is about to probe.
+        await state.drivers.shown(run_id)
         return RESUME_DRIVING.respond(202, run=run_id, status="running", outcome="driving")
 
     @route(app, RESOLVE_WRITE)

@@ -106,16 +106,25 @@ class StoreDriving:
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, run_id: str, *, here: bool = False, wait: bool = True
+        self,
+        run_id: str,
+        *,
+        here: bool = False,
+        wait: bool = True,
+        shown: Callable[[], None] | None = None,
     ) -> AsyncIterator[None]:
         if self._local.held_by_this_task(run_id):
             yield  # this task holds it already (and owns it, unless it held it ``here``)
             return
+        if shown is not None and self._local.driven(run_id):
+            shown()  # another drive here holds it (and owns it in the store, or waits to)
         async with self._local.hold(run_id):
             if here:
                 yield
                 return
-            fence = await self._claim(run_id, wait)
+            fence = await self._claim(run_id, wait, shown)
+            if shown is not None:
+                shown()
             held = _Held(fence, self.lease.generation)
             self._held[run_id] = held
             try:
@@ -128,8 +137,10 @@ class StoreDriving:
 
     # -- the store ------------------------------------------------------------
 
-    async def _claim(self, run_id: str, wait: bool) -> Any:
-        """Claim ``run_id`` for this node: its fence, once the claim won.
+    async def _claim(self, run_id: str, wait: bool, shown: Callable[[], None] | None = None) -> Any:
+        """Claim ``run_id`` for this node: its fence, once the claim won. ``shown`` is called
+        when the claim finds another live node holding the run, or this node's lease lapsed (and
+        this one waits for either to change).
 
         Raises:
             DriveStopped: (``wait`` False) another live node drives it; nothing was taken.
@@ -152,6 +163,8 @@ class StoreDriving:
                     raise DriveStopped(
                         f"run {run_id} is not taken: this node's lease lapsed"
                     ) from None
+                if shown is not None:
+                    shown()  # nothing shows until the lease holds again: not worth a wait
             else:
                 if claimed.fence is not None:
                     if claimed.taken_from is not None and self.metrics is not None:
@@ -160,6 +173,8 @@ class StoreDriving:
                 if not wait:
                     holder = claimed.owner.node_id if claimed.owner else "another node"
                     raise DriveStopped(f"run {run_id} is driven by {holder}; it is left to it")
+                if shown is not None:
+                    shown()
             await trio.sleep(delay)
             delay = min(delay * 2, POLL_MAX_SECONDS)
 

@@ -23,7 +23,7 @@ carry, and the gate every effect passes before it starts.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import trio
@@ -48,7 +48,12 @@ class RunDriving(Protocol):
         ...
 
     def hold(
-        self, run_id: str, *, here: bool = False, wait: bool = True
+        self,
+        run_id: str,
+        *,
+        here: bool = False,
+        wait: bool = True,
+        shown: Callable[[], None] | None = None,
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold ``run_id`` for a drive, waiting while another drive holds it.
 
@@ -60,6 +65,11 @@ class RunDriving(Protocol):
         abandon, which records the run's end over whoever drives it). ``wait`` False: when
         another process drives the run, give up at once instead of waiting for it (recovery,
         which has no business with a run someone else drives).
+
+        ``shown``: called once every process over the store would see the run driven: this hold
+        is taken (in the store too), or another drive (here, or another node's) is found holding
+        it. A resume answers only then, so a stream on another node never reads the run as
+        resting at the write it is about to probe.
 
         Raises:
             DriveStopped: ``stop`` stopped this drive (while it held the run, or waited for it),
@@ -130,7 +140,12 @@ class InProcessDriving:
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, run_id: str, *, here: bool = False, wait: bool = True
+        self,
+        run_id: str,
+        *,
+        here: bool = False,
+        wait: bool = True,
+        shown: Callable[[], None] | None = None,
     ) -> AsyncIterator[None]:
         if self.held_by_this_task(run_id):
             yield  # this task holds it already
@@ -138,12 +153,16 @@ class InProcessDriving:
         hold = self._holds.get(run_id)
         if hold is None:
             hold = self._holds[run_id] = _Hold()
+        elif hold.lock.locked() and shown is not None:
+            shown()  # another drive here holds it: it shows as driven already
         hold.users += 1
         scope = trio.CancelScope()
         hold.stops[scope] = None
         try:
             with scope:
                 async with hold.lock:
+                    if shown is not None:
+                        shown()
                     yield
         finally:
             reason = hold.stops.pop(scope)

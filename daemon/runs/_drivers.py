@@ -116,6 +116,8 @@ class DriverSet:
         self._tasks: set[trio.CancelScope] = set()
         # Runs recovery handed over whose drive has not begun yet (waiting for a slot).
         self._recovering: set[str] = set()
+        # Each driver's "the run shows as driven" (``shown``), set by its hold or its end.
+        self._shown: dict[str, trio.Event] = {}
         self.healing = healing if healing is not None else StoreHealing()
         self.claim_waits = ClaimWaits(
             runtime.access, drive=self.start, spawn=self.spawn, poll_seconds=claim_poll_seconds
@@ -153,12 +155,22 @@ class DriverSet:
         self.claim_waits.forget(run_id)
         scope = trio.CancelScope()
         self._scopes[run_id] = scope
+        self._shown[run_id] = trio.Event()
         if recovery:
             self._recovering.add(run_id)
         self._nursery.start_soon(
             self._drive, run_id, agent, scope, recovery, name=f"drive {run_id}"
         )
         return True
+
+    async def shown(self, run_id: str) -> None:
+        """Wait until the driver of ``run_id`` started here shows in the store: its hold claimed
+        the run, or found another drive holding it, or the drive ended. From then on every node
+        reads the run as driven (or where its drive left it), never as resting where it was
+        before. Returns at once when no driver here drives it."""
+        shown = self._shown.get(run_id)
+        if shown is not None:
+            await shown.wait()
 
     async def _drive(
         self,
@@ -176,8 +188,9 @@ class DriverSet:
             # of the same run (its parent's walk driving it inline) waits without a slot.
             # Recovery lets a run go that another node drives (it took the orphan first).
             with scope:
+                shown = self._shown[run_id].set
                 async with (
-                    self.runtime.access.driving.hold(run_id, wait=not recovery),
+                    self.runtime.access.driving.hold(run_id, wait=not recovery, shown=shown),
                     self._limiter,
                 ):
                     if agent is None:
@@ -210,6 +223,7 @@ class DriverSet:
                 self.healing.settled(run_id, how)
             if self._scopes.get(run_id) is scope:
                 del self._scopes[run_id]
+                self._shown.pop(run_id).set()
                 if held is not None and not self._closed:
                     # Nobody need resume it: driven again once the holder settles.
                     self.claim_waits.wait(run_id, held.claim)

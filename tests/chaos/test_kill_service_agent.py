@@ -4,8 +4,9 @@ The service is a real program on the real anthropic SDK, started (as its
 wiring contract asks) with ``ANTHROPIC_BASE_URL`` at the agent's proxy port.
 The daemon is killed in one of two places:
 
-* ``between_calls``: the service has made its first model call (recorded)
-  and pauses before its second. No model intent is open.
+* ``between_calls``: the service has made its first model call and pauses
+  before its second; the daemon dies once that call's completion is recorded
+  (the proxy answers the service before it records). No model intent is open.
 * ``in_call``: the scripted provider holds the second model call, so its
   intent is open in the log when the daemon dies.
 
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
+from salvor.protocol import EventKind
+from salvor.store import EventStore
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.agents.test_process_agent import PLAN, SECRET
@@ -35,6 +38,13 @@ from tests.support.service_agents import free_port, service_definition, start_se
 pytestmark = pytest.mark.kill
 
 HEADER_SECRET = "svc-token-SECRET-44d1"
+
+
+def completed_model_calls(store_url: str, run_id: str) -> int:
+    """How many model calls the run's log holds completed, read through a handle of its own."""
+    with EventStore.open(store_url) as store:
+        log = store.read_log(run_id)
+    return sum(1 for envelope in log if envelope.event.KIND is EventKind.MODEL_CALL_COMPLETED)
 
 
 def wait_until(predicate, what: str, timeout: float = 30) -> None:
@@ -93,6 +103,13 @@ def test_sigkill_of_the_daemon_mid_trigger_recovers_the_service_run_by_replay(
             if cut == "between_calls":
                 wait_until(
                     lambda: service.entries("held"), "the service to pause after its first call"
+                )
+                # The service has its answer before the completion is durable (the proxy
+                # answers, then records): a kill in between leaves the call open, to be issued
+                # again. "Between calls" is a kill once it is recorded.
+                wait_until(
+                    lambda: completed_model_calls(store_url, run_id) == 1,
+                    "the first model call's completion to be recorded",
                 )
             else:
                 provider.wait_for_calls(2, 30)

@@ -9,10 +9,12 @@ write its declaration does not let it complete. Every answer is validated agains
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import trio
 from salvor.daemon.client_runs import load_declarations
-from salvor.daemon.tools._demo import EFFECTS_ENV, EffectLedger
+from salvor.daemon.tools._demo import EFFECTS_ENV, EffectLedger, demo_registry
+from salvor.daemon.tools._registry import ToolRegistry
 from salvor.protocol import TOOL_ERROR_KEY, EventKind
 
 from tests.support.api import (
@@ -69,12 +71,26 @@ async def client_write_parked(api, contract: Contract) -> str:
     return run_id
 
 
+def unprobed_demo_tools() -> ToolRegistry:
+    """The demo tools with ``issue_refund`` declaring no probe: a daemon with these never
+    settles a parked refund by itself (its takeover sweep recovers a dead CLI's run parked on a
+    write only to probe it), so the runs a test parks stay parked until it acts."""
+    tools = [demo_registry().get(name) for name in demo_registry().names()]
+    return ToolRegistry(
+        [replace(tool, probe=None) if tool.name == "issue_refund" else tool for tool in tools]
+    )
+
+
 async def test_the_queue_lists_exactly_the_parked_runs_oldest_first(
     server_factory, store_url, tmp_path
 ) -> None:
     payout = tmp_path / "payout.toml"
     payout.write_text(PAYOUT)
-    server = await server_factory(auth_token=TOKEN, client_tools=load_declarations([str(payout)]))
+    server = await server_factory(
+        auth_token=TOKEN,
+        client_tools=load_declarations([str(payout)]),
+        registry=unprobed_demo_tools(),
+    )
     api, contract = server.client, await Contract.served(server.client)
     call = contract.call
 
@@ -92,8 +108,7 @@ async def test_the_queue_lists_exactly_the_parked_runs_oldest_first(
     assert [item["run"] for item in items] == [first, client]
 
     built_in, by_client = items
-    # The intent as the run's status shows its pending call (its write has a probe, so a resume
-    # drives it to be probed rather than answering 409 with the same intent).
+    # The intent as the run's status shows its pending call.
     parked = await call(api, "GET", "/v1/runs/{run_id}", expect=200, run_id=first)
     assert built_in["intent"] == {**parked["pending"], "recorded_at": parked["last_recorded_at"]}
     listed = {e["run"]: e for e in (await call(api, "GET", "/v1/runs", expect=200))["runs"]}

