@@ -333,6 +333,15 @@ check_builders()
 WIRE_SCHEMAS: Mapping[str, JSON] = MappingProxyType(
     {
         "RunId": {"type": "string", "format": "uuid"},
+        # An id a caller chooses for a new run: any UUID but a name-based one (version 3 or 5),
+        # the kind salvor derives for the runs it starts itself.
+        "ChosenRunId": {
+            "type": "string",
+            "format": "uuid",
+            "not": {"pattern": "^(urn:uuid:)?[{]?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[35]"},
+            "description": "A UUID of any version but 3 and 5 (name-based: salvor derives those "
+            "for the runs it starts itself); a name-based one is a 400.",
+        },
         "Instant": INSTANT,
         "Usage": USAGE,
         "Labels": {

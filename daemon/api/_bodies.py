@@ -208,7 +208,7 @@ START_RUN = Body(
         Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
         Field(
             name="run_id",
-            schema=ref("RunId"),
+            schema=ref("ChosenRunId"),
             nullable=True,
             check=_run_id("`run_id` must be a UUID string"),
         ),
@@ -424,7 +424,7 @@ OPEN_CLIENT_RUN = Body(
         Field(name="input", schema=ANY),
         Field(
             name="run_id",
-            schema=ref("RunId"),
+            schema=ref("ChosenRunId"),
             nullable=True,
             check=_run_id("`run_id` must be a UUID string"),
         ),

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import trio
-from salvor.protocol import Graph, names_files
+from salvor.protocol import Graph, ServerSentEvent, SSEDecoder, names_files
 
 from ._errors import CliError
 
@@ -89,23 +89,27 @@ async def follow_events(client: httpx.AsyncClient, run_id: str) -> AsyncIterator
     async with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         if response.status_code != 200:
             return
-        event = None
-        async for text in response.aiter_lines():
-            if text.startswith("event:"):
-                event = text.removeprefix("event:").strip()
-                continue
-            if not text.startswith("data:"):
-                if not text:
-                    event = None
-                continue
-            data = json.loads(text.removeprefix("data:").strip())
-            if event == "end":
-                yield _result(run_id, data.get("status", {}))
-                return
-            kind = data.get("event", {}).get("kind")
-            if kind in _NODE_STATUS:
-                node = data["event"].get("payload", {}).get("node")
-                yield {"type": "node", "run": run_id, "node": node, "status": _NODE_STATUS[kind]}
+        decoder = SSEDecoder()
+        async for chunk in response.aiter_bytes():
+            for frame in decoder.feed(chunk):
+                line = _line_of(run_id, frame)
+                if line is not None:
+                    yield line
+                    if line["type"] == "result":
+                        return
+
+
+def _line_of(run_id: str, frame: ServerSentEvent) -> dict | None:
+    """The stream line one server-sent event makes: a ``node`` line for a node event, the
+    ``result`` at ``end``, None for anything else."""
+    data = json.loads(frame.data)
+    if frame.event == "end":
+        return _result(run_id, data.get("status", {}))
+    kind = data.get("event", {}).get("kind")
+    if kind not in _NODE_STATUS:
+        return None
+    node = data["event"].get("payload", {}).get("node")
+    return {"type": "node", "run": run_id, "node": node, "status": _NODE_STATUS[kind]}
 
 
 def _result(run_id: str, status: dict) -> dict:
