@@ -284,6 +284,22 @@ def run_cluster(harness: Cluster, kinds: list[str], *, stops: int, seconds: floa
     harness.settle()
 
 
+def checked_schedule(harness: Cluster, kinds: list[str], *, name: str) -> dict:
+    """CI's short run: every stop of ``kinds`` made, the harness closed, its figures printed
+    (under ``name``) and returned once nothing was violated and no run needs a hand."""
+    began = time.monotonic()
+    try:
+        run_cluster(harness, kinds, stops=len(kinds), seconds=600)
+    finally:
+        harness.close()
+    figures = harness.figures(began)
+    print(f"{name}:", json.dumps(figures))
+    assert figures["violations"] == [], "\n".join(figures["violations"])
+    assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
+    assert figures["stops_by_kind"] == {kind: kinds.count(kind) for kind in set(kinds)}, figures
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.chaos.cluster --stops 350``: the long cluster run, one JSON line out;
     exit status 0 exactly when nothing was violated and no run needs a hand."""

@@ -9,14 +9,12 @@ CI runs a short schedule; the long run is a script a person starts
 
 from __future__ import annotations
 
-import json
 import random
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.cluster import run_cluster
+from tests.chaos.cluster import checked_schedule
 from tests.chaos.test_kill_composed import SEED
 from tests.chaos.workers_chaos import Workers
 
@@ -24,7 +22,6 @@ pytestmark = pytest.mark.kill
 
 
 def test_workers_killed_and_paused_perform_each_refund_once(tmp_path: Path) -> None:
-    began = time.monotonic()
     kinds = ["worker"] * 4 + ["pause", "pause", "all", "supervisor", "term"]
     random.Random(SEED).shuffle(kinds)
     harness = Workers(
@@ -35,15 +32,7 @@ def test_workers_killed_and_paused_perform_each_refund_once(tmp_path: Path) -> N
         lease_seconds=3.0,
         fence_margin_seconds=1.0,
     )
-    try:
-        run_cluster(harness, kinds, stops=len(kinds), seconds=600)
-    finally:
-        harness.close()
-    figures = harness.figures(began)
-    print("workers chaos:", json.dumps(figures))
-    assert figures["violations"] == [], "\n".join(figures["violations"])
-    assert figures["runs_needing_a_hand"] == [], "\n".join(figures["runs_needing_a_hand"])
+    figures = checked_schedule(harness, kinds, name="workers chaos")
     assert figures["pauses"] == 2, figures
     # Every worker stop found its worker (4), the crash took both and the supervisor (3).
     assert figures["kills_by_kind"] == {"worker": 4, "all": 3, "supervisor": 1}, figures
-    assert figures["stops_by_kind"] == {kind: kinds.count(kind) for kind in set(kinds)}, figures

@@ -401,6 +401,27 @@ def served_schema(daemon: str, seeded: dict[str, str]):
                 },
             },
             {
+                # Whether a run can be re-run is decided by the run `replay_of` names, which no
+                # static document can state: a completed run of a built-in agent, or one a client
+                # drove, is a 400 saying so, as documented (only an agent process's run re-runs).
+                "include-operation-id": "startRun",
+                "checks": {
+                    "positive_data_acceptance": {
+                        "expected-statuses": [
+                            "2xx",
+                            "3xx",
+                            "400",
+                            "401",
+                            "403",
+                            "404",
+                            "409",
+                            "429",
+                            "5xx",
+                        ]
+                    }
+                },
+            },
+            {
                 # A flow sent with its files (issue 31) is checked as a graph document is, and
                 # its members besides: whether a member's bytes decode and match its size, and
                 # whether each file a node names was sent, no schema can state. A body of the
