@@ -29,6 +29,15 @@ DOCUMENT = openapi_document(API_OPERATIONS)
 BASE = "urn:salvor:openapi"
 NDJSON = "application/x-ndjson"
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
+# The agents the document's tests register: the README's refund desk, and one that asks first.
+REFUND_DESK = (Path(__file__).resolve().parents[2] / "contrib/agents/refund-desk.toml").read_text()
+GATED = {  # as JSON, with a name
+    "name": "gated",
+    "model": "demo-planner",
+    "system_prompt": "Ask first.",
+    "llm": {"provider": "demo"},
+    "tools": [{"name": "request_approval"}],
+}
 OVERSIZED = b"x" * (8 * 1024 * 1024 + 1)
 STEP_PATHS = ("/v1/client-runs/{run_id}/model-step", "/v1/client-runs/{run_id}/tool-step")
 # Covered by tests/daemon/client_runs/test_performed.py (they need declared client tools).
