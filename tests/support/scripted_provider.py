@@ -28,6 +28,23 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from tests.support.provider_replies import (
+    anthropic_error,
+    anthropic_events,
+    anthropic_message,
+    numbered,
+    openai_chunks,
+    openai_completion,
+    openai_error,
+    responses_events,
+    responses_object,
+)
+from tests.support.provider_requests import (
+    anthropic_to_neutral,
+    openai_to_neutral,
+    responses_to_neutral,
+)
+
 JSON = dict[str, Any]
 
 ANTHROPIC_PATH = "/v1/messages"
@@ -153,557 +170,6 @@ def tool_loop_script(plan: Sequence[tuple[str, JSON]], *, final_text: str = "don
         return {"model": request["model"], "content": content, "stop_reason": stop}, usage
 
     return script
-
-
-# --------------------------------------------------------------------------
-# Wire body -> neutral request
-# --------------------------------------------------------------------------
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
-
-
-def _neutral_block(block: JSON) -> JSON | None:
-    kind = block.get("type")
-    if kind == "text":
-        return {"type": "text", "text": block["text"]}
-    if kind == "tool_use":
-        return {
-            "type": "tool_use",
-            "id": block["id"],
-            "name": block["name"],
-            "input": block.get("input", {}),
-        }
-    if kind == "tool_result":
-        out = {
-            "type": "tool_result",
-            "tool_use_id": block["tool_use_id"],
-            "content": _text_of(block.get("content", "")),
-        }
-        if block.get("is_error"):
-            out["is_error"] = True
-        return out
-    return None
-
-
-def anthropic_to_neutral(body: JSON) -> JSON:
-    request: JSON = {"model": body.get("model"), "max_tokens": body.get("max_tokens")}
-    if body.get("system"):
-        request["system"] = _text_of(body["system"])
-    messages = []
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "text", "text": content}]
-        blocks = [b for b in map(_neutral_block, content) if b is not None]
-        messages.append({"role": message["role"], "content": blocks})
-    request["messages"] = messages
-    if body.get("tools"):
-        request["tools"] = [
-            {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "input_schema": t.get("input_schema", {}),
-            }
-            for t in body["tools"]
-        ]
-    return request
-
-
-def _turn_adder(messages: list[JSON]) -> Callable[[str, list[JSON]], None]:
-    def add(role: str, blocks: list[JSON]) -> None:
-        # Tool results and the user text after them are one neutral user turn.
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": role, "content": blocks})
-
-    return add
-
-
-_NEUTRAL_ORDER = ("model", "max_tokens", "system", "messages", "tools")
-
-
-def openai_to_neutral(body: JSON) -> JSON:
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    request: JSON = {"model": body.get("model"), "max_tokens": max_tokens}
-    systems: list[str] = []
-    messages: list[JSON] = []
-    add = _turn_adder(messages)
-
-    for message in body.get("messages", []):
-        role = message.get("role")
-        if role in ("system", "developer"):
-            systems.append(_text_of(message.get("content")))
-        elif role == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                add("user", [{"type": "text", "text": content}])
-            else:
-                add(
-                    "user",
-                    [
-                        {"type": "text", "text": p["text"]}
-                        for p in content
-                        if p.get("type") == "text"
-                    ],
-                )
-        elif role == "tool":
-            add(
-                "user",
-                [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": message["tool_call_id"],
-                        "content": _text_of(message.get("content")),
-                    }
-                ],
-            )
-        elif role == "assistant":
-            blocks: list[JSON] = []
-            text = _text_of(message.get("content"))
-            if text:
-                blocks.append({"type": "text", "text": text})
-            for call in message.get("tool_calls") or []:
-                arguments = call["function"].get("arguments") or "{}"
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call["id"],
-                        "name": call["function"]["name"],
-                        "input": json.loads(arguments),
-                    }
-                )
-            add("assistant", blocks)
-    if systems:
-        request["system"] = "\n\n".join(systems)
-    request["messages"] = messages
-    if body.get("tools"):
-        request["tools"] = [
-            {
-                "name": t["function"]["name"],
-                "description": t["function"].get("description", ""),
-                "input_schema": t["function"].get("parameters", {}),
-            }
-            for t in body["tools"]
-        ]
-    return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
-
-
-def _responses_turn(item: JSON, systems: list[str], add: Callable) -> None:
-    """One Responses input item into the neutral conversation."""
-    kind = item.get("type", "message")
-    if kind == "message":
-        role = item["role"]
-        text = _text_of(item.get("content"))
-        if role in ("system", "developer"):
-            systems.append(text)
-        elif text:
-            add("assistant" if role == "assistant" else "user", [{"type": "text", "text": text}])
-    elif kind == "function_call":
-        arguments = item.get("arguments") or "{}"
-        add(
-            "assistant",
-            [
-                {
-                    "type": "tool_use",
-                    "id": item["call_id"],
-                    "name": item["name"],
-                    "input": json.loads(arguments),
-                }
-            ],
-        )
-    elif kind == "function_call_output":
-        add(
-            "user",
-            [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": item["call_id"],
-                    "content": _text_of(item.get("output")),
-                }
-            ],
-        )
-    elif kind != "reasoning":
-        # Reasoning items carry nothing a script answers from; anything else
-        # (hosted tool calls, images, files) this provider cannot stand in for.
-        raise ValueError(f"input item of type {kind!r} is not supported")
-
-
-def responses_to_neutral(body: JSON) -> JSON:
-    # A script answers from the conversation in the request; one kept on the
-    # server would make its answer depend on more than the request.
-    for kept in ("previous_response_id", "conversation"):
-        if body.get(kept):
-            raise ValueError(f"{kept} is not supported: send the whole conversation as input")
-    request: JSON = {"model": body.get("model"), "max_tokens": body.get("max_output_tokens")}
-    systems = [_text_of(body["instructions"])] if body.get("instructions") else []
-    messages: list[JSON] = []
-    add = _turn_adder(messages)
-    items = body.get("input", [])
-    if isinstance(items, str):
-        items = [{"type": "message", "role": "user", "content": items}]
-    for item in items:
-        _responses_turn(item, systems, add)
-    if systems:
-        request["system"] = "\n\n".join(systems)
-    request["messages"] = messages
-    if body.get("tools"):
-        for tool in body["tools"]:
-            if tool.get("type") != "function":
-                raise ValueError(f"tool of type {tool.get('type')!r} is not supported")
-        request["tools"] = [
-            {
-                "name": t["name"],
-                "description": t.get("description") or "",
-                "input_schema": t.get("parameters") or {},
-            }
-            for t in body["tools"]
-        ]
-    return {k: request[k] for k in _NEUTRAL_ORDER if k in request}
-
-
-# --------------------------------------------------------------------------
-# Neutral reply -> wire bodies and event streams
-# --------------------------------------------------------------------------
-
-
-def _pieces(text: str, parts: int = 3) -> list[str]:
-    """Split text in a few pieces, so clients must really concatenate deltas."""
-    if not text:
-        return []
-    size = max(1, -(-len(text) // parts))
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _anthropic_message(index: int, response: JSON, usage: JSON, model: str) -> JSON:
-    return {
-        "id": f"msg_scripted_{index}",
-        "type": "message",
-        "role": "assistant",
-        "model": response.get("model") or model,
-        "content": response["content"],
-        "stop_reason": response["stop_reason"],
-        "stop_sequence": None,
-        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]},
-    }
-
-
-def _anthropic_events(index: int, response: JSON, usage: JSON, model: str) -> list[tuple]:
-    start = _anthropic_message(index, response, usage, model)
-    start.update(
-        content=[],
-        stop_reason=None,
-        usage={"input_tokens": usage["input_tokens"], "output_tokens": 1},
-    )
-    events: list[tuple] = [
-        ("message_start", {"type": "message_start", "message": start}),
-        ("ping", {"type": "ping"}),
-    ]
-    for i, block in enumerate(response["content"]):
-        if block["type"] == "text":
-            first = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": t} for t in _pieces(block["text"])]
-        else:
-            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            arguments = json.dumps(block["input"], ensure_ascii=False)
-            deltas = [
-                {"type": "input_json_delta", "partial_json": t} for t in [""] + _pieces(arguments)
-            ]
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": i, "content_block": first},
-            )
-        )
-        events += [
-            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
-            for d in deltas
-        ]
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    events.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": response["stop_reason"], "stop_sequence": None},
-                "usage": {"output_tokens": usage["output_tokens"]},
-            },
-        )
-    )
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
-
-
-_FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
-
-
-def _openai_parts(response: JSON) -> tuple[str | None, list[JSON]]:
-    text = "".join(b["text"] for b in response["content"] if b["type"] == "text")
-    calls = [
-        {
-            "id": b["id"],
-            "type": "function",
-            "function": {
-                "name": b["name"],
-                "arguments": json.dumps(b["input"], ensure_ascii=False),
-            },
-        }
-        for b in response["content"]
-        if b["type"] == "tool_use"
-    ]
-    return text or None, calls
-
-
-def _openai_usage(usage: JSON) -> JSON:
-    return {
-        "prompt_tokens": usage["input_tokens"],
-        "completion_tokens": usage["output_tokens"],
-        "total_tokens": usage["input_tokens"] + usage["output_tokens"],
-    }
-
-
-def _openai_completion(index: int, response: JSON, usage: JSON, model: str) -> JSON:
-    text, calls = _openai_parts(response)
-    message: JSON = {"role": "assistant", "content": text, "refusal": None}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": f"chatcmpl-scripted-{index}",
-        "object": "chat.completion",
-        "created": 0,
-        "model": response.get("model") or model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": _FINISH[response["stop_reason"]],
-            }
-        ],
-        "usage": _openai_usage(usage),
-    }
-
-
-def _openai_chunks(
-    index: int, response: JSON, usage: JSON, model: str, include_usage: bool
-) -> list[tuple]:
-    text, calls = _openai_parts(response)
-    base = {
-        "id": f"chatcmpl-scripted-{index}",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": response.get("model") or model,
-    }
-
-    def chunk(delta: JSON, finish: str | None = None) -> tuple:
-        return (
-            None,
-            dict(
-                base,
-                choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-            ),
-        )
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": t}) for t in _pieces(text or "")]
-    for i, call in enumerate(calls):
-        chunks.append(
-            chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": i,
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["function"]["name"], "arguments": ""},
-                        }
-                    ]
-                }
-            )
-        )
-        chunks += [
-            chunk({"tool_calls": [{"index": i, "function": {"arguments": t}}]})
-            for t in _pieces(call["function"]["arguments"])
-        ]
-    chunks.append(chunk({}, _FINISH[response["stop_reason"]]))
-    if include_usage:
-        chunks.append((None, dict(base, choices=[], usage=_openai_usage(usage))))
-    return chunks
-
-
-def _anthropic_error(status: int, message: str) -> JSON:
-    kinds = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        413: "request_too_large",
-        429: "rate_limit_error",
-        529: "overloaded_error",
-    }
-    return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
-
-
-def _openai_error(status: int, message: str) -> JSON:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
-
-
-# -- OpenAI Responses -------------------------------------------------------------
-
-
-def _reasoning_item(index: int, body: JSON) -> JSON | None:
-    """The reasoning item a reasoning request gets first (it carries no text a script wrote)."""
-    effort = (body.get("reasoning") or {}).get("effort")
-    if effort in (None, "none"):
-        return None
-    item: JSON = {"type": "reasoning", "id": f"rs_scripted_{index}", "summary": []}
-    # A stateless caller (store false) asks for the reasoning back, opaque, to send it again.
-    if "reasoning.encrypted_content" in (body.get("include") or []):
-        item["encrypted_content"] = f"scripted-opaque-reasoning-{index}"
-    return item
-
-
-def _responses_items(index: int, response: JSON, body: JSON) -> list[JSON]:
-    """The output items of a reply: reasoning if asked, a message for its
-    text, one item per tool call."""
-    reasoning = _reasoning_item(index, body)
-    items: list[JSON] = [reasoning] if reasoning else []
-    texts = [b["text"] for b in response["content"] if b["type"] == "text"]
-    if texts:
-        items.append(
-            {
-                "type": "message",
-                "id": f"msg_scripted_{index}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [
-                    {"type": "output_text", "text": t, "annotations": [], "logprobs": []}
-                    for t in texts
-                ],
-            }
-        )
-    for i, block in enumerate(b for b in response["content"] if b["type"] == "tool_use"):
-        items.append(
-            {
-                "type": "function_call",
-                "id": f"fc_scripted_{index}_{i}",
-                "call_id": block["id"],
-                "name": block["name"],
-                "status": "completed",
-                "arguments": json.dumps(block["input"], ensure_ascii=False),
-            }
-        )
-    return items
-
-
-def _responses_object(
-    index: int, response: JSON, usage: JSON, body: JSON, *, done: bool = True
-) -> JSON:
-    """A Response object; while streaming (``done`` false) it has no output or usage yet."""
-    truncated = response["stop_reason"] == "max_tokens"
-    status = ("incomplete" if truncated else "completed") if done else "in_progress"
-    return {
-        "id": f"resp_scripted_{index}",
-        "object": "response",
-        "created_at": 0,
-        "status": status,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if done and truncated else None,
-        "instructions": body.get("instructions"),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "model": response.get("model") or body.get("model", ""),
-        "output": _responses_items(index, response, body) if done else [],
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "previous_response_id": None,
-        "reasoning": body.get("reasoning"),
-        "store": body.get("store", True),
-        "temperature": body.get("temperature"),
-        "text": body.get("text") or {"format": {"type": "text"}},
-        "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools", []),
-        "top_p": body.get("top_p"),
-        "truncation": body.get("truncation", "disabled"),
-        "metadata": body.get("metadata") or {},
-        "usage": {
-            "input_tokens": usage["input_tokens"],
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": usage["output_tokens"],
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage["input_tokens"] + usage["output_tokens"],
-        }
-        if done
-        else None,
-    }
-
-
-def _responses_item_events(item: JSON, out: int) -> list[JSON]:
-    """The events that build one output item, from added to done."""
-    base = {"item_id": item["id"], "output_index": out}
-    empty = dict(item, status="in_progress")
-    if item["type"] == "reasoning":
-        return [
-            {"type": "response.output_item.added", "output_index": out, "item": item},
-            {"type": "response.output_item.done", "output_index": out, "item": item},
-        ]
-    if item["type"] == "function_call":
-        empty["arguments"] = ""
-        return (
-            [{"type": "response.output_item.added", "output_index": out, "item": empty}]
-            + [
-                dict(base, type="response.function_call_arguments.delta", delta=t)
-                for t in _pieces(item["arguments"])
-            ]
-            + [
-                dict(
-                    base,
-                    type="response.function_call_arguments.done",
-                    name=item["name"],
-                    arguments=item["arguments"],
-                ),
-                {"type": "response.output_item.done", "output_index": out, "item": item},
-            ]
-        )
-    events = [
-        {"type": "response.output_item.added", "output_index": out, "item": dict(empty, content=[])}
-    ]
-    for c, part in enumerate(item["content"]):
-        at = dict(base, content_index=c)
-        events.append(dict(at, type="response.content_part.added", part=dict(part, text="")))
-        events += [
-            dict(at, type="response.output_text.delta", delta=t, logprobs=[])
-            for t in _pieces(part["text"])
-        ]
-        events += [
-            dict(at, type="response.output_text.done", text=part["text"], logprobs=[]),
-            dict(at, type="response.content_part.done", part=part),
-        ]
-    events.append({"type": "response.output_item.done", "output_index": out, "item": item})
-    return events
-
-
-def _responses_events(index: int, response: JSON, usage: JSON, body: JSON) -> list[tuple]:
-    """The SSE events of a streamed Response, each with its type and sequence number."""
-    pending = _responses_object(index, response, usage, body, done=False)
-    final = _responses_object(index, response, usage, body)
-    events = [
-        {"type": "response.created", "response": pending},
-        {"type": "response.in_progress", "response": pending},
-    ]
-    for out, item in enumerate(final["output"]):
-        events += _responses_item_events(item, out)
-    last = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    events.append({"type": last, "response": final})
-    return _numbered(events)
-
-
-def _numbered(events: list[JSON]) -> list[tuple]:
-    """Named SSE events, numbered in order as the Responses stream numbers them."""
-    return [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)]
 
 
 # --------------------------------------------------------------------------
@@ -867,7 +333,7 @@ class ScriptedProvider:
         if self.on_call is not None:
             self.on_call(call)
         reply = self._script(call)
-        error = _anthropic_error if call.wire == "anthropic" else _openai_error
+        error = anthropic_error if call.wire == "anthropic" else openai_error
         if isinstance(reply, ErrorReply):
             return reply.status, "application/json", _json_bytes(error(reply.status, reply.message))
         if isinstance(reply, FailedResponse):
@@ -879,44 +345,44 @@ class ScriptedProvider:
                 return (
                     200,
                     "text/event-stream",
-                    _sse(_responses_events(call.index, response, usage, call.body), named=True),
+                    _sse(responses_events(call.index, response, usage, call.body), named=True),
                 )
             return (
                 200,
                 "application/json",
-                _json_bytes(_responses_object(call.index, response, usage, call.body)),
+                _json_bytes(responses_object(call.index, response, usage, call.body)),
             )
         if call.wire == "anthropic":
             if call.stream:
                 return (
                     200,
                     "text/event-stream",
-                    _sse(_anthropic_events(call.index, response, usage, model), named=True),
+                    _sse(anthropic_events(call.index, response, usage, model), named=True),
                 )
             return (
                 200,
                 "application/json",
-                _json_bytes(_anthropic_message(call.index, response, usage, model)),
+                _json_bytes(anthropic_message(call.index, response, usage, model)),
             )
         if call.stream:
             include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
-            chunks = _openai_chunks(call.index, response, usage, model, include_usage)
+            chunks = openai_chunks(call.index, response, usage, model, include_usage)
             return 200, "text/event-stream", _sse(chunks, named=False) + b"data: [DONE]\n\n"
         return (
             200,
             "application/json",
-            _json_bytes(_openai_completion(call.index, response, usage, model)),
+            _json_bytes(openai_completion(call.index, response, usage, model)),
         )
 
     def _failed(self, call: ProviderCall, message: str) -> tuple[int, str, bytes]:
         if call.wire != "responses":
-            error = _anthropic_error if call.wire == "anthropic" else _openai_error
+            error = anthropic_error if call.wire == "anthropic" else openai_error
             return 500, "application/json", _json_bytes(error(500, message))
         empty = (
             {"content": [], "stop_reason": "end_turn"},
             {"input_tokens": 0, "output_tokens": 0},
         )
-        failed = _responses_object(call.index, *empty, call.body)
+        failed = responses_object(call.index, *empty, call.body)
         failed.update(
             status="failed",
             output=[],
@@ -925,13 +391,13 @@ class ScriptedProvider:
         )
         if not call.stream:
             return 200, "application/json", _json_bytes(failed)
-        pending = _responses_object(call.index, *empty, call.body, done=False)
+        pending = responses_object(call.index, *empty, call.body, done=False)
         events = [
             {"type": "response.created", "response": pending},
             {"type": "response.in_progress", "response": pending},
             {"type": "response.failed", "response": failed},
         ]
-        return 200, "text/event-stream", _sse(_numbered(events), named=True)
+        return 200, "text/event-stream", _sse(numbered(events), named=True)
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -1005,7 +471,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             wire, to_neutral = routes[path]
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)
-            error = _anthropic_error if wire == "anthropic" else _openai_error
+            error = anthropic_error if wire == "anthropic" else openai_error
             try:
                 body = json.loads(raw)
                 request = to_neutral(body)
