@@ -18,13 +18,9 @@ from ._mcp_lane import (
     variable_suffix,
 )
 from ._mcp_replay import lane_probe
-from ._model_proxy import (
-    ModelProxy,
-    ProxySession,
-    open_model_proxy,
-    recorded_calls,
-    resolve_upstream,
-)
+from ._model_listener import ModelProxy, open_model_proxy
+from ._model_proxy import ProxySession, recorded_calls
+from ._upstream import resolve_upstream
 from ._wire import (
     ANTHROPIC_MESSAGES,
     OPENAI_CHAT,

@@ -47,8 +47,8 @@ async def run(calls: int, store_url: str, scratch: Path) -> dict:
     from salvor.daemon.agents._definition import parse_definition
     from salvor.daemon.mcp._client import open_session
     from salvor.daemon.mcp._definition import McpServerSpec
+    from salvor.daemon.proxies import ProxySession, open_model_proxy
     from salvor.daemon.proxies._mcp_lane import open_lanes
-    from salvor.daemon.proxies._model_proxy import ProxySession, open_model_proxy
     from salvor.daemon.recording._run_context import RunContext
     from salvor.daemon.recording._store_access import open_store_access
     from salvor.daemon.runs._runtime import Runtime

@@ -60,7 +60,8 @@ async def _timed(client: httpx.AsyncClient, url: str, body: dict, stream: bool) 
 
 async def run(calls: int, store_url: str, provider_url: str) -> dict:
     from salvor.daemon.agents._definition import parse_definition
-    from salvor.daemon.proxies._model_proxy import ProxySession, Upstream, open_model_proxy
+    from salvor.daemon.proxies import ProxySession, open_model_proxy
+    from salvor.daemon.proxies._upstream import Upstream
     from salvor.daemon.recording._run_context import RunContext
     from salvor.daemon.recording._store_access import open_store_access
     from salvor.daemon.runs._runtime import Runtime

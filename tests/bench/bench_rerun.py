@@ -211,7 +211,7 @@ def _rates(turns: int, began: float, ended: float, stamps_file: Path) -> dict:
 
 async def run(turns: int, scratch: Path, store_url: str, provider_url: str) -> dict:
     from salvor.daemon.agents._definition import parse_definition
-    from salvor.daemon.proxies._model_proxy import open_model_proxy
+    from salvor.daemon.proxies import open_model_proxy
     from salvor.daemon.recording._store_access import open_store_access
     from salvor.daemon.runs._runtime import Runtime
     from salvor.daemon.tools._registry import ToolRegistry

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-from salvor.daemon.proxies._model_proxy import ProxySession, open_model_proxy
+from salvor.daemon.proxies import ProxySession, open_model_proxy
 from salvor.daemon.recording._run_context import RunContext
 from salvor.protocol import MAX_NESTING
 

@@ -11,7 +11,7 @@ from salvor.daemon.agents._credentials import (
     parse_mcp_origin,
     parse_model_endpoint,
 )
-from salvor.daemon.proxies._model_proxy import resolve_upstream
+from salvor.daemon.proxies import resolve_upstream
 
 KEYS = {
     "ANTHROPIC_API_KEY": "a-key",

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import trio
 from salvor.daemon.agents._definition import DefinitionError, parse_definition
-from salvor.daemon.proxies._model_proxy import open_model_proxy
+from salvor.daemon.proxies import open_model_proxy
 from salvor.daemon.recording._run_context import DriveInterrupted
 
 from tests.support.backends import SQLITE_ONLY

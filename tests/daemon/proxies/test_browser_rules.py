@@ -16,8 +16,8 @@ import httpx
 import pytest
 import trio
 from salvor.daemon.agents._service import _RootMount, _serve_port
+from salvor.daemon.proxies import ProxySession, open_model_proxy
 from salvor.daemon.proxies._mcp_endpoint import serve_fixed_port
-from salvor.daemon.proxies._model_proxy import ProxySession, open_model_proxy
 from salvor.daemon.recording._run_context import RunContext
 
 from tests.daemon.agents.test_process_agent import kinds, process_agent

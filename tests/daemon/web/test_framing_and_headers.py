@@ -25,7 +25,7 @@ import h2.events
 import httpx
 import pytest
 import trio
-from salvor.daemon.proxies._model_proxy import open_model_proxy
+from salvor.daemon.proxies import open_model_proxy
 
 from tests.support.api_server import TOKEN
 from tests.support.backends import SQLITE_ONLY
