@@ -755,6 +755,12 @@ def run_disk_full_cycles(harness: Composed, disk: Filler, *, cycles: int, second
     began = time.monotonic()
     # The disk is a small tmpfs: the free-space floor would refuse every new run on it.
     harness.daemon.args += ["--min-free-bytes", "0"]
+    # What this test is about is a drive stopped by the store, healing. A disk full for longer
+    # than the node's lease (6 s by default; a full spell here lasts up to FULL_AT_MOST) also
+    # lapses the lease, and that cuts every drive, a refund between its send and its answer
+    # included: its probe then cannot tell, and the tree rests for a person, as documented (the
+    # lapse mid-effect is the cluster and workers kill tests' subject). The lease outlasts a spell.
+    harness.daemon.args += ["--lease-seconds", str(3 * FULL_AT_MOST)]
     harness.daemon.start()
     harness.register()
     while harness.disk_cycles < cycles and time.monotonic() - began < seconds:
