@@ -180,3 +180,30 @@ def test_a_tool_call_inside_a_pinned_agent_is_answered_from_the_baseline_never_p
     ]
     models = events_of(other_store, EventKind.MODEL_CALL_COMPLETED)
     assert len(models) == 2 and all(event.baseline is not None for event in models)
+
+
+OUTER = """\
+schema_version: 1
+nodes:
+  - {id: nested, kind: flow, flow: inner}
+edges: []
+"""
+
+
+def test_a_nested_flows_pinned_node_keeps_its_calls_under_the_node_that_runs_it(
+    tmp_path: Path, store_url: str
+) -> None:
+    with ScriptedProvider(echo) as provider:
+        project = project_with(tmp_path, provider.base_url)
+        flows = project / ".salvor" / "flows"
+        (flows / "inner.yaml").write_text(FLOW)
+        (flows / "main.yaml").write_text(OUTER)
+        updated = _run(project, store_url, "--update-baselines")
+        assert updated.returncode == 0, updated.stdout + updated.stderr
+        assert len(provider.calls) == 1
+        calls = json.loads((flows / "__baselines__" / "nested" / "answer.calls.json").read_text())
+        assert [call["kind"] for call in calls["calls"]] == ["model"]
+        assert not (flows / "__baselines__" / "main").exists()
+        compared = _run(project, store_url)
+        assert compared.returncode == 0, compared.stdout + compared.stderr
+        assert len(provider.calls) == 1
