@@ -148,6 +148,14 @@ def events_of(store_url: str, kind: EventKind) -> list:
         store.close()
 
 
+def _runs(store_url: str) -> list[str]:
+    store = EventStore.open(store_url)
+    try:
+        return [run.run_id for run in store.list_runs(limit=100)[0]]
+    finally:
+        store.close()
+
+
 def test_a_tool_call_inside_a_pinned_agent_is_answered_from_the_baseline_never_performed(
     tmp_path: Path, store_url: str
 ) -> None:
@@ -173,13 +181,30 @@ def test_a_tool_call_inside_a_pinned_agent_is_answered_from_the_baseline_never_p
         compared = _run(project, other_store, effects=compare_ledger)
         assert compared.returncode == 0, compared.stdout + compared.stderr
         assert len(provider.calls) == 2
+        # A fork of the comparing run walks the same files: its refund is answered from the
+        # baseline again, so it is no write that could fire twice, and nothing reaches the world.
+        [compare_run] = _runs(other_store)
+        forked = salvor_in_process(
+            "fork",
+            compare_run,
+            "--from-node",
+            "answer",
+            env={
+                "SALVOR_STORE": other_store,
+                "SALVOR_DEMO_EFFECTS": str(compare_ledger),
+                "PATH": "/usr/bin:/bin",
+            },
+        )
+        assert forked.returncode == 0, forked.stdout + forked.stderr
+        assert len(provider.calls) == 2
     assert not compare_ledger.exists() or compare_ledger.read_text() == ""
+    assert len(_runs(other_store)) == 2
     completions = events_of(other_store, EventKind.TOOL_CALL_COMPLETED)
-    assert [event.baseline for event in completions] == [
+    assert [event.baseline for event in completions] == 2 * [
         str(os.path.realpath(baseline_of(project)))
     ]
     models = events_of(other_store, EventKind.MODEL_CALL_COMPLETED)
-    assert len(models) == 2 and all(event.baseline is not None for event in models)
+    assert len(models) == 4 and all(event.baseline is not None for event in models)
 
 
 OUTER = """\
