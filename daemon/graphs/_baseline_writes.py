@@ -25,7 +25,8 @@ from salvor.protocol import (
 )
 
 from ..flows import MAP_OF_LABEL
-from ._pinned import calls_baseline_path, calls_document, node_calls
+from ._pinned import calls_document, node_calls
+from ._pinned_baseline import calls_baseline_path
 from ._snapshot import CAPTURED
 
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from salvor.protocol import (
     Effect,
     Envelope,
-    FlowBundle,
     GraphNode,
     MalformedEvent,
     ModelCallCompleted,
@@ -31,11 +30,11 @@ from salvor.protocol import (
     NodeExited,
     ToolCallCompleted,
     ToolCallRequested,
-    excerpt,
     sha256_hash,
 )
 
 from ..recording import RunContext
+from ._pinned_baseline import baseline_calls, calls_baseline_path
 from ._snapshot import first_difference, read_baseline
 
 # How many answered calls' events are held before they are committed together.
@@ -45,11 +44,6 @@ if TYPE_CHECKING:
     from ..models import ModelGateway
     from ..tools import Tool
     from ._walk import GraphWalk
-
-
-def calls_baseline_path(bundle: FlowBundle, node_id: str) -> str:
-    """Where the pinned agent node ``node_id`` of the flow of ``bundle`` keeps its calls."""
-    return bundle.baseline_path(f"{node_id}.calls")
 
 
 def node_calls(log: Sequence[Envelope], node_id: str) -> list[dict]:
@@ -235,13 +229,6 @@ class PinnedCalls:
         )
 
 
-def _calls_of(document: Any) -> list[dict] | None:
-    if not isinstance(document, dict) or not isinstance(document.get("calls"), list):
-        return None
-    calls = document["calls"]
-    return calls if all(isinstance(call, dict) for call in calls) else None
-
-
 async def pinned_calls(walk: GraphWalk, ctx: RunContext, node: GraphNode) -> PinnedCalls:
     """The context the pinned agent ``node`` converses through; ``Parked`` (the run failed
     naming the node) in a run without files, or when comparing without a usable baseline."""
@@ -258,12 +245,9 @@ async def pinned_calls(walk: GraphWalk, ctx: RunContext, node: GraphNode) -> Pin
     document, problem = read_baseline(files, path, f"pinned agent {node.id!r}")
     if problem is not None:
         await fail(problem)
-    calls = _calls_of(document)
-    if calls is None:
-        await fail(
-            f"pinned agent {node.id!r}: the baseline {path} is not a list of calls "
-            f"({excerpt(str(document), 60)})"
-        )
+    calls, problem = baseline_calls(document)
+    if problem is not None:
+        await fail(f"pinned agent {node.id!r}: the baseline {path} is not its calls: {problem}")
     return PinnedCalls(ctx, path, calls, fail)
 
 

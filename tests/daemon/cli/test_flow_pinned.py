@@ -232,3 +232,20 @@ def test_a_nested_flows_pinned_node_keeps_its_calls_under_the_node_that_runs_it(
         compared = _run(project, store_url)
         assert compared.returncode == 0, compared.stdout + compared.stderr
         assert len(provider.calls) == 1
+
+
+def test_a_baseline_that_is_not_a_list_of_calls_is_refused_before_the_first_node(
+    tmp_path: Path, store_url: str
+) -> None:
+    with ScriptedProvider(echo) as provider:
+        project = project_with(tmp_path, provider.base_url)
+        baseline_of(project).parent.mkdir(parents=True)
+        baseline_of(project).write_text('{"node": "answer", "calls": [{"kind": "model"}]}')
+        refused = _run(project, store_url)
+        assert len(provider.calls) == 0
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert (
+        f"node 'answer': the baseline {os.path.realpath(baseline_of(project))} is not its calls: "
+        "calls[0] is a model call without an object response and usage"
+    ) in refused.stderr
+    assert refused.stdout == ""

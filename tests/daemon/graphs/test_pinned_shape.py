@@ -5,7 +5,7 @@ is the flow's baseline directory and the node's id."""
 from __future__ import annotations
 
 from salvor.daemon.graphs import files_not_sent
-from salvor.daemon.graphs._pinned import calls_baseline_path
+from salvor.daemon.graphs._pinned_baseline import calls_baseline_path
 from salvor.protocol import FlowBundle, graph_from_value, names_files
 
 AGENT = "sha256:" + "a" * 64
