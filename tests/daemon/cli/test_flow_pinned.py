@@ -197,6 +197,9 @@ def test_a_tool_call_inside_a_pinned_agent_is_answered_from_the_baseline_never_p
         )
         assert forked.returncode == 0, forked.stdout + forked.stderr
         assert len(provider.calls) == 2
+    shown = salvor_in_process("log", compare_run, env={"SALVOR_STORE": other_store})
+    tagged = [line.split()[2] for line in shown.stdout.splitlines() if line.endswith("[Baseline]")]
+    assert tagged == ["ModelCallCompleted", "ToolCallCompleted", "ModelCallCompleted"]
     assert not compare_ledger.exists() or compare_ledger.read_text() == ""
     assert len(_runs(other_store)) == 2
     completions = events_of(other_store, EventKind.TOOL_CALL_COMPLETED)
