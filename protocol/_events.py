@@ -247,14 +247,19 @@ class ModelCallRequested(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCallCompleted(Event):
     KIND: ClassVar[EventKind] = EventKind.MODEL_CALL_COMPLETED
+    optional: ClassVar[frozenset[str]] = frozenset({"baseline"})
 
     seq: int
     response: Any
     usage: dict
+    # A pinned agent node's call answered from the baseline at this path: nothing was sent.
+    baseline: str | None = None
 
     def __post_init__(self) -> None:
         _seq(self.KIND, "seq", self.seq)
         check_usage(self.KIND, self.usage)
+        if self.baseline is not None:
+            _str(self.KIND, "baseline", self.baseline)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,7 +293,9 @@ PROBE_KEYS = frozenset({"tool", "input", "answer"})
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallCompleted(Event):
     KIND: ClassVar[EventKind] = EventKind.TOOL_CALL_COMPLETED
-    optional: ClassVar[frozenset[str]] = frozenset({"settled_by", "deduplicated_from", "probe"})
+    optional: ClassVar[frozenset[str]] = frozenset(
+        {"settled_by", "deduplicated_from", "probe", "baseline"}
+    )
 
     seq: int
     output: Any
@@ -296,9 +303,13 @@ class ToolCallCompleted(Event):
     deduplicated_from: dict | None = None
     # With ``settled_by: "probe"`` only: the probe's own call, as evidence.
     probe: dict | None = None
+    # A pinned agent node's call answered from the baseline at this path: nothing was performed.
+    baseline: str | None = None
 
     def __post_init__(self) -> None:
         _seq(self.KIND, "seq", self.seq)
+        if self.baseline is not None:
+            _str(self.KIND, "baseline", self.baseline)
         _actor(self, "settled_by", Actor.OPERATOR, Actor.PROBE)
         if (self.probe is not None) != (self.settled_by == Actor.PROBE):
             raise _fail(self.KIND, '`probe` is present exactly when `settled_by` is "probe"')

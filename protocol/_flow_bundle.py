@@ -252,11 +252,13 @@ def bundle_from_json(value: Any) -> FlowBundle:
 
 
 def names_files(nodes: Any) -> bool:
-    """True when a graph's nodes name files (an ``agent_file``, a ``flow``, a snapshot's
-    baseline): it runs only as a
+    """True when a graph's nodes name files (an ``agent_file``, a ``flow``, a snapshot's or a
+    pinned agent's baseline): it runs only as a
     flow run, from its flow file and the files sent with it."""
     for node in nodes:
         call = node.body if node.body is not None else node
         if call.agent_file is not None or call.flow is not None or call.of is not None:
+            return True
+        if call.pinned:
             return True
     return False

@@ -36,7 +36,14 @@ from typing import Any
 from ._envelope import Envelope
 from ._error_codes import ErrorCode
 from ._errors import NextStep, ProtocolError, StepKind, excerpt
-from ._events import Effect, Event, GraphRunStarted, NodeEntered, ToolCallRequested
+from ._events import (
+    Effect,
+    Event,
+    GraphRunStarted,
+    NodeEntered,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
 from ._fold import RunState, RunView, fold
 
 
@@ -246,7 +253,18 @@ def _rewalked_writes(
 ) -> tuple[RecordedWrite, ...]:
     """The writes from ``entry`` on: the log's own, and those of the child runs of a map entered
     there (listed under that map's entry seq), in seq order."""
-    writes = [_recorded_write(e, e.seq, in_child=False) for e in log[entry:] if _is_write(e)]
+    # A pinned agent node's write answered from its baseline was never performed, and the fork
+    # walks the same files, so it is answered from the baseline again: no hazard.
+    answered = {
+        e.event.seq
+        for e in log[entry:]
+        if isinstance(e.event, ToolCallCompleted) and e.event.baseline is not None
+    }
+    writes = [
+        _recorded_write(e, e.seq, in_child=False)
+        for e in log[entry:]
+        if _is_write(e) and e.seq not in answered
+    ]
     for seq, logs in map_items.items():
         if seq >= entry:
             writes += [

@@ -58,6 +58,8 @@ class GraphNode:
     input: Any = None
     agent: str | None = None
     agent_file: str | None = None
+    # An agent node whose calls a flow run answers from its recorded baseline (``pinned``).
+    pinned: bool = False
     flow: str | None = None
     of: str | None = None
     tool: str | None = None

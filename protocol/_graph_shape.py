@@ -49,7 +49,7 @@ _COMMON_FIELDS = frozenset({"id", "kind", "name"})
 # Each kind's own fields, and which of them must be there (a map's missing body and a delay's
 # missing instant have codes of their own, so they are not required here).
 _KIND_FIELDS = {
-    NodeKind.AGENT: frozenset({"agent", "agent_file", "input"}),
+    NodeKind.AGENT: frozenset({"agent", "agent_file", "input", "pinned"}),
     NodeKind.TOOL: frozenset({"tool", "input"}),
     NodeKind.GATE: frozenset({"prompt", "approval_schema"}),
     NodeKind.BRANCH: frozenset({"on", "cases", "default"}),
@@ -71,6 +71,8 @@ _KIND_REQUIRED = {
     NodeKind.SNAPSHOT: ("name", "of"),
 }
 _BODY_KINDS = (NodeKind.AGENT, NodeKind.TOOL)
+# Fields of a node that a map's body never takes (a map's items are child runs).
+_NOT_IN_BODY = frozenset({"pinned"})
 # The kinds whose omitted input defaults from the edges.
 _INPUT_KINDS = (NodeKind.AGENT, NodeKind.TOOL, NodeKind.FLOW)
 _KINDS = {str(kind): kind for kind in NodeKind}
@@ -193,6 +195,11 @@ def _read_node(value: Any, where: str, shape: Shape) -> GraphNode:
         kinds = ", ".join(kind.value for kind in NodeKind)
         raise Malformed(f"{where}.kind must be one of {kinds}")
     required = ("id", "kind", *_KIND_REQUIRED[kind])
+    if "pinned" in value and kind is not NodeKind.AGENT:
+        raise Malformed(
+            f"{where}.pinned: only an agent node is pinned (its calls to a recorded baseline); "
+            f"a {kind.value} node takes no pinned"
+        )
     _fields(value, where, _COMMON_FIELDS | _KIND_FIELDS[kind], required)
     if not NODE_ID.match(node_id):
         shape.errors.append(
@@ -237,17 +244,19 @@ def _check_name(name: str, node_id: str, where: str, errors: list[GraphError]) -
 def _agent(value: dict, where: str, node_id: str, shape: Shape) -> dict:
     if ("agent" in value) == ("agent_file" in value):
         raise Malformed(f"{where} names its agent by exactly one of agent and agent_file")
+    pinned = value.get("pinned", False)
+    _require(isinstance(pinned, bool), f"{where}.pinned", "true or false", pinned)
     if "agent_file" in value:
         path = value["agent_file"]
         _require(isinstance(path, str), f"{where}.agent_file", "a file path string", path)
         if not path.strip() or "\0" in path:
             raise Malformed(f"{where}.agent_file must name a file")
-        return {"agent_file": path, "input": value.get("input")}
+        return {"agent_file": path, "input": value.get("input"), "pinned": pinned}
     agent = value["agent"]
     _require(isinstance(agent, str), f"{where}.agent", "an agent hash string", agent)
     if not _AGENT_HASH.match(agent):
         raise Malformed(f"{where}.agent must be an agent hash, sha256: and 64 lower-case hex")
-    return {"agent": agent, "input": value.get("input")}
+    return {"agent": agent, "input": value.get("input"), "pinned": pinned}
 
 
 def _snapshot(value: dict, where: str, node_id: str, shape: Shape) -> dict:
@@ -366,10 +375,13 @@ def _map_body(value: Any, where: str, node_id: str, shape: Shape) -> GraphNode |
         problem = "must be an agent or tool node (kind agent or tool)"
     elif "id" in value or "name" in value:
         problem = "takes no id or name: it runs under the map's"
+    elif "pinned" in value:
+        problem = "takes no pinned: a map's items are child runs, which no baseline answers"
     if problem is None:
         kind = NodeKind(value["kind"])
         try:
-            _fields(value, where, _KIND_FIELDS[kind] | {"kind"}, _KIND_REQUIRED[kind])
+            allowed = (_KIND_FIELDS[kind] - _NOT_IN_BODY) | {"kind"}
+            _fields(value, where, allowed, _KIND_REQUIRED[kind])
             fields = _KIND_READERS[kind](value, where, node_id, shape)
         except Malformed as exc:
             problem = str(exc).removeprefix(where).lstrip(" .:")

@@ -64,6 +64,14 @@ _COUNT: JSON = {"type": "integer", "minimum": 0}
 _AMOUNT: JSON = {"type": "number", "minimum": 0}
 
 
+# A pinned agent node's call, answered from its baseline file (this path) instead of made.
+_ANSWERED_FROM: JSON = {
+    **_TEXT,
+    "description": "Answered from a pinned agent node's baseline at this path; nothing was sent "
+    "or performed.",
+}
+
+
 def _by(*actors: Actor) -> JSON:
     if len(actors) == 1:
         return {"const": actors[0].value, "description": "Absent when the daemon did it."}
@@ -84,7 +92,12 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
         "request_body": {**ANY, "description": "Recorded only when the run records prompts."},
         "performed_by": _by(Actor.CLIENT),
     },
-    ModelCallCompleted: {"seq": SEQ, "response": ANY, "usage": ref("Usage")},
+    ModelCallCompleted: {
+        "seq": SEQ,
+        "response": ANY,
+        "usage": ref("Usage"),
+        "baseline": _ANSWERED_FROM,
+    },
     ToolCallRequested: {
         "tool": _TEXT,
         "input": ANY,
@@ -108,6 +121,7 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
                 'With settled_by "probe": the read that found the write landed, and its answer.'
             ),
         ),
+        "baseline": _ANSWERED_FROM,
     },
     NowObserved: {"now": _MOMENT},
     RandomObserved: {"value": _TEXT},

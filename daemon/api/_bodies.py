@@ -341,7 +341,8 @@ START_GRAPH_RUN = Body(
             name="update_baselines",
             schema={"type": "boolean"},
             check=_boolean("`update_baselines` must be a boolean"),
-            description="Snapshots capture their values as new baselines instead of comparing.",
+            description="Snapshots capture their values, and pinned agent nodes their calls, as "
+            "new baselines instead of comparing.",
         ),
         Field(name="input", schema=ANY, description="The run's input; null when left out."),
         Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),

@@ -146,7 +146,12 @@ async def _result(state: ServerState, run_id: str, end: TailEnd, update_baseline
     status = end.view.status_at(runtime.kit.clock())
     writes = {}
     if update_baselines:
-        writes = await captured_baselines(runtime.reads, runtime.definitions.load_graph, run_id)
+        writes = await captured_baselines(
+            runtime.reads,
+            runtime.definitions.load_graph,
+            run_id,
+            runtime.definitions.load_flow_bundle,
+        )
     extra = {"error": status["error"]} if "error" in status else {}
     return line(
         type="result",

@@ -151,6 +151,13 @@ def _node(kind: str) -> JSON:
         schema["oneOf"] = [{"required": ["seconds"]}, {"required": ["until"]}]
     if kind == "agent":
         schema["oneOf"] = [{"required": ["agent"]}, {"required": ["agent_file"]}]
+        schema["properties"]["pinned"] = {
+            "type": "boolean",
+            "default": False,
+            "description": "In a flow file: the node's calls are held against its baseline "
+            "`__baselines__/<flow>/<id>.calls.json` and answered from it, none sent or performed "
+            "(a run updating its baselines records them instead). Not on a map's body.",
+        }
     return schema
 
 

@@ -163,7 +163,12 @@ class Cli:
             self._announce(run_id)
             code = await self._drive_and_report(runtime, run_id)
         if files is not None and update:
-            writes = await captured_baselines(runtime.reads, runtime.definitions.load_graph, run_id)
+            writes = await captured_baselines(
+                runtime.reads,
+                runtime.definitions.load_graph,
+                run_id,
+                runtime.definitions.load_flow_bundle,
+            )
             refused = await trio.to_thread.run_sync(write_baselines, files, writes)
             if refused:
                 raise CliError("; ".join(refused))

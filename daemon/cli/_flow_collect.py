@@ -120,9 +120,10 @@ class _Collector:
             print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
 
     def baselines(self, directory: str, names: list[str]) -> None:
-        """The baselines of one run's snapshots: their bytes when comparing; when updating,
-        each ``.json`` file of the directory and each snapshot's file by name only."""
-        paths = [posixpath.join(directory, f"{name}.json") for name in names]
+        """The baselines of one run's snapshots and pinned agents (``names``: their file names):
+        their bytes when comparing; when updating, each ``.json`` file of the directory and each
+        baseline's file by name only."""
+        paths = [posixpath.join(directory, name) for name in names]
         if not self.update:
             for path in paths:
                 self.read("baseline", path, path, path)
@@ -254,7 +255,10 @@ def _walk(
                 agent = collector.read("agent", key, posixpath.join(directory, target), target)
                 _collect_prompt(collector, agent)
         if node.get("kind") == "snapshot" and isinstance(node.get("name"), str):
-            snapshots.append(node["name"])
+            snapshots.append(f"{node['name']}.json")
+        pinned = node.get("kind") == "agent" and node.get("pinned") is True
+        if pinned and isinstance(node.get("id"), str) and is_flow_name(node["id"]):
+            snapshots.append(f"{node['id']}.calls.json")
         name = node.get("flow") if node.get("kind") == "flow" else None
         if isinstance(name, str) and project is not None and depth < MAX_FLOW_DEPTH:
             if not is_flow_name(name):

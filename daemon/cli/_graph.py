@@ -81,8 +81,8 @@ def _add_run(verbs, common: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--update-baselines",
         action="store_true",
-        help="record each snapshot's value as its new baseline (written beside the flow file "
-        "once the run completes) instead of comparing it",
+        help="record each snapshot's value and each pinned agent's calls as their new baselines "
+        "(written beside the flow file once the run completes) instead of comparing them",
     )
     r.add_argument(
         "--remote",

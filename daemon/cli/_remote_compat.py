@@ -67,9 +67,10 @@ async def by_hash_body(client: httpx.AsyncClient, url: str, path: str, graph: Gr
     """
     if names_files(graph.nodes):
         raise CliError(
-            f"{path} names files (an agent file, a nested flow or a snapshot's baseline) and the "
-            f"daemon at {url} does not take a flow's files with the call (its capabilities list "
-            "no flow_members); update salvor there, or run the flow here without --remote"
+            f"{path} names files (an agent file, a nested flow, a snapshot's or a pinned agent's "
+            f"baseline) and the daemon at {url} does not take a flow's files with the call (its "
+            "capabilities list no flow_members); update salvor there, or run the flow here "
+            "without --remote"
         )
     response = await client.post(
         "/v1/graphs",

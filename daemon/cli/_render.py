@@ -67,6 +67,8 @@ def describe(envelope: Envelope) -> str:
         tags += " [Operator]"
     elif payload.get("settled_by") == Actor.PROBE:
         tags += f" [Probe {payload['probe']['tool']}]"
+    if payload.get("baseline"):
+        tags += " [Baseline]"  # answered from a pinned node's baseline: nothing went out
     return f"{envelope.seq:>5}  {envelope.recorded_at}  {kind.value:<19} {detail}{tags}".rstrip()
 
 

@@ -12,6 +12,7 @@ and the file that holds it (``extra.file``). Nothing is stored or started for a 
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from salvor.protocol import (
 )
 
 from ..agents import AgentDefinition, AgentKind, DefinitionError, parse_definition
+from ._pinned_baseline import baseline_calls, calls_baseline_path
 
 # Parses an agent file's text in its format, its prompt file read through the callable given.
 AgentParser = Callable[[str, str, Callable[[str], str]], AgentDefinition]
@@ -223,6 +225,8 @@ class _Check:
                     hashes[node.id] = agent.agent_def_hash
             elif call.kind is NodeKind.FLOW:
                 self.nested(files, node, depth + 1, chain)
+            if node.pinned and not bundle.update_baselines:
+                self.pinned_baseline(files, node)
         bound = bind_agents(graph, hashes)
         self.graphs.append(bound)
         return bound
@@ -279,6 +283,28 @@ class _Check:
             return None
         self.agents[agent.agent_def_hash] = agent
         return agent
+
+    def pinned_baseline(self, files: FlowFiles, node: GraphNode) -> None:
+        """A comparing run's pinned node: a baseline sent that is not a list of calls is
+        refused before the first node (a missing one fails the run at the node, as a snapshot's
+        does, saying to capture it)."""
+        path = calls_baseline_path(files.bundle, node.id)
+        member = files.bundle.members.get(path)
+        data = None if member is None or member.state is not None else files.member_bytes(member)
+        if data is None:
+            return
+        try:
+            _, problem = baseline_calls(json.loads(data))
+        except ValueError:
+            problem = "it is not JSON"
+        if problem is not None:
+            self.error(
+                "invalid_baseline",
+                node,
+                f"node {node.id!r}: the baseline {path} is not its calls: {problem}",
+                files.bundle.canonical,
+                baseline=path,
+            )
 
     def nested(self, files: FlowFiles, node: GraphNode, depth: int, chain: tuple) -> None:
         file = files.bundle.canonical

@@ -48,6 +48,23 @@ def first_difference(baseline: Any, value: Any, at: str = "$") -> str | None:
     return f"at {at} the baseline has {_shown(baseline)}, the run {_shown(value)}"
 
 
+def read_baseline(files: FlowFiles, path: str, what: str) -> tuple[Any, str | None]:
+    """The JSON value of the baseline at ``path`` among the run's files, or why there is none
+    usable (``what`` names its holder: "snapshot 'reply'"; then the value is None)."""
+    member = files.bundle.members.get(path)
+    if member is None or member.state in ("missing", "listed"):
+        return None, (
+            f"{what} has no baseline at {path}; run the flow with --update-baselines to capture it"
+        )
+    if member.state == "refused":
+        return None, f"{what}: {member.error}"
+    data = files.member_bytes(member)
+    try:
+        return (json.loads(data) if data is not None else None), None
+    except ValueError:
+        return None, f"{what}: the baseline {path} is not JSON"
+
+
 def snapshot_outcome(
     files: FlowFiles | None, node: GraphNode, value: Any
 ) -> tuple[Any, str | None]:
@@ -57,19 +74,9 @@ def snapshot_outcome(
     path = files.bundle.baseline_path(node.name)
     if files.bundle.update_baselines:
         return {"baseline": CAPTURED, "path": path, "value": value}, None
-    member = files.bundle.members.get(path)
-    if member is None or member.state in ("missing", "listed"):
-        return None, (
-            f"snapshot {node.name!r} has no baseline at {path}; run the flow with "
-            "--update-baselines to capture it"
-        )
-    if member.state == "refused":
-        return None, f"snapshot {node.name!r}: {member.error}"
-    data = files.member_bytes(member)
-    try:
-        baseline = json.loads(data) if data is not None else None
-    except ValueError:
-        return None, f"snapshot {node.name!r}: the baseline {path} is not JSON"
+    baseline, problem = read_baseline(files, path, f"snapshot {node.name!r}")
+    if problem is not None:
+        return None, problem
     difference = first_difference(baseline, value)
     if difference is not None:
         return None, f"snapshot {node.name!r} differs from its baseline {path}: {difference}"

@@ -23,6 +23,8 @@ def _need(node: GraphNode) -> str | None:
         return f"node {node.id!r} runs the nested flow {call.flow!r}"
     if call.of is not None:
         return f"node {node.id!r} holds a snapshot against its baseline"
+    if call.pinned:
+        return f"node {node.id!r} is an agent pinned to its baseline"
     return None
 
 

@@ -70,6 +70,7 @@ from ..tools import graph_call_key
 from ._flow_check import FlowFiles
 from ._map_items import CHILD_FAILED, MapItems, recorded_items
 from ._nested import run_nested_flow
+from ._pinned import pinned_calls
 from ._probes import graph_probes_open_write
 from ._snapshot import snapshot_outcome
 
@@ -230,7 +231,10 @@ class GraphWalk:
         if kind is NodeKind.AGENT:
             task = await self._resolve(ctx, node, node.input)
             await self._narrate(ctx, NodeEntered(node=node.id, input=task))
-            output = await self._converse(ctx, node, self.agents[node.agent], task)
+            calls = await pinned_calls(self, ctx, node) if node.pinned else None
+            output = await self._converse(calls or ctx, node, self.agents[node.agent], task)
+            if calls is not None:
+                await calls.ended()
             await self._exit(ctx, node, output)
         elif kind is NodeKind.TOOL:
             tool_input = await self._resolve(ctx, node, node.input)

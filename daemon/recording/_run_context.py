@@ -670,6 +670,11 @@ class RunContext:
             return tool_error("handler", failed.message, failed.attempts)
         return outcome_output(tool, outcome, attempt)
 
+    async def after_tool(self, output: Any) -> Any:
+        """What a tool call whose output is ``output`` gives the model: the output, or (an output
+        asking the run to wait) the resume's input once it parks and is resumed."""
+        return await self._after_tool(output)
+
     async def _after_tool(self, output: Any) -> Any:
         wait = wait_event(output)
         if isinstance(wait, Suspended):

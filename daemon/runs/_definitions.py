@@ -17,6 +17,7 @@ from collections import OrderedDict
 import trio
 from salvor.protocol import (
     ErrorCode,
+    FlowBundle,
     Graph,
     GraphRunStarted,
     NodeKind,
@@ -283,6 +284,17 @@ class Definitions:
                 raise unknown_graph(digest)
             contents[digest] = data
         return FlowFiles(bundle, contents)
+
+    async def load_flow_bundle(self, manifest_hash: str) -> FlowBundle:
+        """The manifest a flow run's head names (without its members' bytes).
+
+        Raises:
+            OperationRefused: unknown_graph when the store lacks it.
+        """
+        manifest = await self.access.read(self.access.store.flow_files.get, manifest_hash)
+        if manifest is None:
+            raise unknown_graph(manifest_hash)
+        return bundle_from_json(json.loads(manifest))
 
     async def checked_flow(self, files: FlowFiles) -> CheckedFlow:
         """The pre-check of ``files`` (``graphs.check_flow``), off the trio thread."""

@@ -414,6 +414,11 @@ def _shape_errors() -> list[tuple[Any, str]]:
         (doc(tool | {"tool": " "}), "nodes[0] ('a').tool must name a tool"),
         (doc(tool | {"name": 5}), "nodes[0] ('a').name must be a string, not a number"),
         (doc({"id": "a", "kind": "agent", "agent": "sha256:AB"}), "must be an agent hash"),
+        (doc(tool | {"pinned": True}), "nodes[0] ('a').pinned: only an agent node is pinned"),
+        (
+            doc({"id": "a", "kind": "agent", "agent": AGENT, "pinned": "yes"}),
+            "nodes[0] ('a').pinned must be true or false, not a string",
+        ),
         (doc({"id": "a", "kind": "gate", "prompt": ""}), "prompt must say what a person"),
         (doc({"id": "a", "kind": "branch", "on": "$input", "cases": []}), "cases must be a non"),
         (doc({"id": "a", "kind": "branch", "on": "$input", "cases": [1]}), "cases must be a non"),
@@ -493,3 +498,15 @@ def test_suggestions_are_bounded_but_every_error_is_still_reported(monkeypatch) 
     assert suggestions[:20] == [f"n{i}" for i in range(20)]
     assert suggestions[MAX_SUGGESTIONS:] == [None] * 10 + ["n3", None]
     assert len(asked) == MAX_SUGGESTIONS and max(asked) <= DIFFLIB_CHOICES
+
+
+def test_pinned_is_read_on_an_agent_node_and_refused_on_a_map_body() -> None:
+    pinned = {"id": "a", "kind": "agent", "agent": AGENT, "pinned": True}
+    document = {"schema_version": 1, "nodes": [pinned], "edges": []}
+    assert check_graph(document) == []
+    assert graph_from_value(document).nodes[0].pinned is True
+    body = {"kind": "agent", "agent": AGENT, "pinned": True}
+    mapped = {"id": "m", "kind": "map", "over": "$input", "body": body}
+    [error] = check_graph({"schema_version": 1, "nodes": [mapped], "edges": []})
+    assert error.code == "invalid_map_body" and error.node == "m"
+    assert "takes no pinned" in error.message
