@@ -56,7 +56,7 @@ from salvor.protocol import (
     validate,
 )
 
-from ..flows import FlowHost, FlowSession, flow_tools, is_autonomous, session_of
+from ..flows import FlowHost, FlowSession, client_project, flow_tools, is_autonomous, session_of
 from ..mcp import (
     McpBuildError,
     McpConnections,
@@ -124,6 +124,7 @@ def flow_session(
         outputs=outputs,
         branches=branches,
         host=host,
+        client_project=client_project(labels),
     )
 
 
