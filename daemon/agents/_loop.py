@@ -275,13 +275,14 @@ class AgentLoop:
 
     @property
     def watches_edit_mode(self) -> bool:
-        """Whether the edit mode decides what this conversation is offered (a main session of an
-        agent that opted into an authoring tool, with a host to ask)."""
+        """Whether the edit mode decides what this conversation is offered (a main session, or
+        any session of a linked run tree, of an agent that opted into an authoring tool, with a
+        host to ask)."""
         flows = self.flows
         return (
             flows is not None
             and flows.host is not None
-            and flows.session is Session.MAIN
+            and (flows.session is Session.MAIN or flows.linked)
             and any(tool in AUTHORING_TOOLS for tool in flows.opted_in)
         )
 
