@@ -196,6 +196,34 @@ def test_authoring_over_the_link_saves_on_the_client_and_refuses_what_a_link_wou
     )
 
 
+OUTER = """\
+schema_version: 1
+nodes:
+  - {id: inner, kind: flow, flow: author}
+edges: []
+"""
+
+
+def test_a_nested_flow_inherits_the_link_and_its_writes_come_back_with_the_result(
+    linked,
+) -> None:
+    daemon, _, script, project = linked
+    script.turns = [tool_use("flow_write", {"name": "deep", "content": MADE}), text_reply("ok")]
+    outer = project / ".salvor" / "flows" / "outer.yaml"
+    outer.write_text(OUTER)
+    ran = _remote(daemon, outer, "--json")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    result = json.loads(ran.stdout)
+    deep = f"{os.path.realpath(project)}/.salvor/flows/deep.yaml"
+    assert result["status"] == "completed" and result["client_files"] == [deep]
+    assert Path(deep).read_text() == MADE
+    with daemon.client(timeout=SETTLE_SECONDS) as client:
+        runs = client.get("/v1/runs").json()["runs"]
+    linked_to = {run.get("labels", {}).get("salvor.linked") for run in runs}
+    assert linked_to == {os.path.realpath(project)}, runs
+    assert len(runs) == 2  # the outer run and the nested flow's child, both linked
+
+
 def test_a_local_run_is_offered_no_authoring_in_its_agent_nodes(linked, tmp_path: Path) -> None:
     """Without the header nothing changes: a graph's agent node is a child session."""
     daemon, provider, script, _ = linked
