@@ -423,3 +423,44 @@ def test_a_write_survives_a_sigkill_in_the_log_and_is_never_repeated(
     real = os.path.realpath(project)
     assert saved == {f"{real}/.salvor/flows/made.yaml": MADE.encode()}
     assert list((tmp_path / "daemon-home").iterdir()) == []
+
+
+def test_a_linked_call_keeps_a_label_for_the_daemon_and_without_a_project_saves_nothing(
+    linked,
+) -> None:
+    """The header on a graph by hash: linked, with no project to save into (a sentence says
+    so); a caller may not set the label, and leaves room for it."""
+    daemon, provider, script, _ = linked
+    script.turns = [tool_use("flow_write", {"name": "made", "content": MADE}), text_reply("ok")]
+    header = {"X-Salvor-Linked": "1"}
+    with daemon.client(timeout=SETTLE_SECONDS) as client:
+        agent = client.post(
+            "/v1/agents",
+            content=_author(provider.base_url),
+            headers={"Content-Type": "application/toml"},
+        ).json()["agent"]
+        node = {"id": "author", "kind": "agent", "agent": agent, "input": "go"}
+        graph = client.post("/v1/graphs", json={"schema_version": 1, "nodes": [node], "edges": []})
+        call = {"graph_hash": graph.json()["graph"]}
+
+        crowded = {**call, "labels": {f"k{i}": "v" for i in range(16)}}
+        refused = client.post("/v1/graph-runs", json=crowded, headers=header)
+        assert refused.status_code == 400, refused.text
+        assert "at most 15 labels" in refused.json()["error"]["message"]
+        taken = {**call, "labels": {"salvor.linked": "/elsewhere"}}
+        refused = client.post("/v1/graph-runs", json=taken, headers=header)
+        assert refused.status_code == 400, refused.text
+        assert "written by the daemon alone" in refused.json()["error"]["message"]
+        assert client.get("/v1/runs").json()["runs"] == []
+
+        started = client.post("/v1/graph-runs", json=call, headers=header)
+        assert started.status_code == 201, started.text
+        run = started.json()["run"]
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while client.get(f"/v1/runs/{run}").json()["status"]["state"] != "completed":
+            assert time.monotonic() < deadline, "the run never completed"
+            time.sleep(0.05)
+        assert client.get(f"/v1/runs/{run}").json()["labels"] == {"salvor.linked": ""}
+    (answer,) = [json.loads(r["content"]) for r in tool_results(provider.calls[-1])]
+    assert answer["written"] is False and "saved_to" not in answer
+    assert "no project on the client" in answer["diagnostics"][0]["message"]
