@@ -25,6 +25,7 @@ from quart.wrappers.response import IterableBody
 from quart_trio import QuartTrio
 from salvor.protocol import GraphRunStarted, NodeEntered, NodeExited, NodeKind, NodeSkipped
 
+from ..flows import LINKED_LABEL
 from ..graphs import (
     baseline_directives,
     captured_baselines,
@@ -165,7 +166,10 @@ async def _result(state: ServerState, run_id: str, end: TailEnd, update_baseline
         writes = await captured_baselines(runtime.reads, runtime.definitions.load_graph, run_id)
     extra = {"error": status["error"]} if "error" in status else {}
     # Read from the logs, as a restarted daemon would: a file saved is in the call's answer.
-    saved = await saved_client_files(runtime.reads, run_id)
+    # Only a linked tree saves files for its client; another has none to look for.
+    saved = {}
+    if LINKED_LABEL in (end.view.labels or {}):
+        saved = await saved_client_files(runtime.reads, run_id)
     return line(
         type="result",
         run=run_id,
