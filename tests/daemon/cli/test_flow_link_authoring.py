@@ -361,6 +361,7 @@ class _Logs:
         return self.store.list_runs(**filters)
 
 
+@pytest.mark.kill
 def test_a_write_survives_a_sigkill_in_the_log_and_is_never_repeated(
     tmp_path: Path, store_url: str
 ) -> None:
