@@ -17,7 +17,6 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-import trio
 from salvor.protocol import (
     Diagnostic,
     FlowBundle,
@@ -45,7 +44,14 @@ from ..agents import (
     parse_definition,
 )
 from ..flows import FlowSession
-from ..graphs import FlowFiles, check_flow, client_file, parse_flow_document, saved_files
+from ..graphs import (
+    AgentParser,
+    FlowFiles,
+    check_flow,
+    client_file,
+    parse_flow_document,
+    saved_files,
+)
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
 from ._definitions import Definitions
@@ -166,12 +172,12 @@ class ClientSaves:
         access = self.access
         known = self.definitions.registry.names()
         agents = await access.read(_graph_agents, access.store, graph, known)
-        diagnostics = await off_loop(graph_diagnostics, content, agents)
-        diagnostics += _process_nodes(content, graph.nodes, agents)
         path = posixpath.join(project, ".salvor", "flows", f"{name}.yaml")
         files = await self._files(session, path, content.encode("utf-8"))
-        checked = await trio.to_thread.run_sync(check_flow, files, self.definitions.agent_parser())
-        diagnostics += _link_diagnostics(content, path, checked.errors)
+        parse = self.definitions.agent_parser()
+        # Parsing and checking untrusted text is CPU, kept off the trio thread.
+        diagnostics = await off_loop(graph_diagnostics, content, agents)
+        diagnostics += await off_loop(_link_problems, content, graph.nodes, agents, files, parse)
         if _errors(diagnostics):
             return _answer(False, diagnostics)
         return {
@@ -208,6 +214,20 @@ class ClientSaves:
             linked=True,
         )
         return FlowFiles(bundle, contents)
+
+
+def _link_problems(
+    content: str,
+    nodes: tuple[GraphNode, ...],
+    agents: dict[str, AgentDefinition],
+    files: FlowFiles,
+    parse_agent: AgentParser,
+) -> list[Diagnostic]:
+    """What a linked run of the flow ``content`` (its ``files``) would be refused for."""
+    checked = check_flow(files, parse_agent)
+    return _process_nodes(content, nodes, agents) + _link_diagnostics(
+        content, files.bundle.canonical, checked.errors
+    )
 
 
 def _process_nodes(
