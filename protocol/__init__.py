@@ -156,6 +156,8 @@ from ._guard import LEGAL_NEXT as LEGAL_NEXT
 from ._guard import check_batch as check_batch
 from ._guard import check_next as check_next
 from ._guard import check_resume_input as check_resume_input
+from ._labels import MAX_LABEL_VALUE_BYTES as MAX_LABEL_VALUE_BYTES
+from ._labels import MAX_LABELS as MAX_LABELS
 from ._labels import check_labels as check_labels
 from ._replay import CallNames as CallNames
 from ._replay import Decision as Decision

@@ -60,10 +60,16 @@ AUTHORING_TOOLS = frozenset({FlowTool.FLOW_AGENTS, FlowTool.FLOW_WRITE})
 
 
 def offered_flow_tools(
-    opted_in: Iterable[FlowTool], session: Session, *, edit_mode: bool
+    opted_in: Iterable[FlowTool], session: Session, *, edit_mode: bool, linked: bool = False
 ) -> list[FlowTool]:
-    """The flow tools a run of an agent that opted into ``opted_in`` sees, in ``FlowTool`` order."""
-    wanted = set(opted_in) & SESSION_TOOLS[session]
+    """The flow tools a run of an agent that opted into ``opted_in`` sees, in ``FlowTool`` order.
+
+    A run tree that came over a link (``linked``) is a flow the person at the client runs to
+    author their project: its child sessions (a graph's agent nodes, the items of its maps) are
+    offered the authoring tools too, since what they write is saved on the client.
+    """
+    allowed = SESSION_TOOLS[session] | (AUTHORING_TOOLS if linked else frozenset())
+    wanted = set(opted_in) & allowed
     if not edit_mode:
         wanted -= AUTHORING_TOOLS
     return [tool for tool in FlowTool if tool in wanted]

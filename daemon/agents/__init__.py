@@ -36,6 +36,7 @@ from ._definition_text import (
 from ._diagnostics import (
     agent_diagnostics,
     graph_diagnostics,
+    graph_error_diagnostics,
 )
 from ._drive_kit import (
     DriveKit,
@@ -101,6 +102,7 @@ __all__ = [
     "format_of",
     "gateway_for",
     "graph_diagnostics",
+    "graph_error_diagnostics",
     "load_definition",
     "offered_besides_mcp",
     "parked_write",

@@ -259,6 +259,13 @@ def graph_diagnostics(
     return found
 
 
+def graph_error_diagnostics(text: str, errors: list[GraphError]) -> list[Diagnostic]:
+    """``errors`` found in the graph document ``text`` (a valid one), each at its node's line
+    (line 1 for an error with no node of ``text``)."""
+    node_lines = _graph_lines(text, text.lstrip().startswith("{"))
+    return [_graph_error(error, node_lines) for error in errors]
+
+
 def _graph_error(error: GraphError, node_lines: Mapping[str, int]) -> Diagnostic:
     line = error.line
     syntax = error.code == "malformed_document"

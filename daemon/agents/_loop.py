@@ -56,7 +56,7 @@ from salvor.protocol import (
     validate,
 )
 
-from ..flows import FlowHost, FlowSession, flow_tools, is_autonomous, session_of
+from ..flows import FlowHost, FlowSession, client_project, flow_tools, is_autonomous, session_of
 from ..mcp import (
     McpBuildError,
     McpConnections,
@@ -124,6 +124,7 @@ def flow_session(
         outputs=outputs,
         branches=branches,
         host=host,
+        client_project=client_project(labels),
     )
 
 
@@ -274,13 +275,14 @@ class AgentLoop:
 
     @property
     def watches_edit_mode(self) -> bool:
-        """Whether the edit mode decides what this conversation is offered (a main session of an
-        agent that opted into an authoring tool, with a host to ask)."""
+        """Whether the edit mode decides what this conversation is offered (a main session, or
+        any session of a linked run tree, of an agent that opted into an authoring tool, with a
+        host to ask)."""
         flows = self.flows
         return (
             flows is not None
             and flows.host is not None
-            and flows.session is Session.MAIN
+            and (flows.session is Session.MAIN or flows.linked)
             and any(tool in AUTHORING_TOOLS for tool in flows.opted_in)
         )
 

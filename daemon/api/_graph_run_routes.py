@@ -13,7 +13,7 @@ on this machine) and kept content-addressed with the run: the walk, recovery and
 those files only, never a path of the client's. A member (or the flow file) may name an upload
 (``POST /v1/uploads``) instead of carrying its bytes: every upload the call names is taken from
 the store (deleted) before any member is read, so it is spent whether the call starts a run or
-is refused.
+is refused. With ``X-Salvor-Linked: 1`` the run tree is marked linked (``_linked_runs``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ._answers import RUN_STARTED
 from ._bodies import START_GRAPH_RUN
 from ._graph_run_stream import STREAM_ANSWER, stream_response, wants_stream
 from ._http import body_bytes
+from ._linked_runs import linked_labels
 from ._operation import Operation, error, route
 from ._state import ServerState
 from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
@@ -61,8 +62,21 @@ START = Operation(
         "the JSON envelope): a `started` line, a `node` line per node entered, finished or "
         "skipped (a nested flow's under its child run's id), a `keepalive` line after 15 s of "
         "silence, and last, once the run rests, a `result` line with the baselines a run that "
-        "updates them captured. A daemon that stops ends the stream with no `result`; the run "
-        "goes on whether or not the caller stays."
+        "updates them captured and the files its authoring tools saved for the client. A "
+        "daemon that stops ends the stream with no `result`; the run goes on whether or not the "
+        "caller stays. With `X-Salvor-Linked: 1` the run tree is marked linked (the label "
+        "`salvor.linked`, the client's project root): `flow_write` and `flow_agents` write in "
+        "it save nothing here, answering `saved_to` for the client, and refuse what a linked "
+        "run would."
+    ),
+    parameters=(
+        {
+            "name": "X-Salvor-Linked",
+            "in": "header",
+            "schema": {"enum": ["1"]},
+            "description": "`1`: the caller is a client on the project's machine; what the run's "
+            "agents author is saved there (`client_files`), never on this daemon.",
+        },
     ),
     body=START_GRAPH_RUN,
     answers={"201": ("The run exists; watch it on its event stream.", RUN_STARTED)},
@@ -71,7 +85,8 @@ START = Operation(
         "200": STREAM_ANSWER,
         "429": TOO_MANY_STREAMS,
         "400": error(
-            "Malformed body or labels over the bounds, a node naming a process or service "
+            "Malformed body or labels over the bounds (with `X-Salvor-Linked`, at most 15: the "
+            "daemon adds `salvor.linked`), a node naming a process or service "
             "agent (`details.node`; agent nodes run built-in agents), or a graph by hash or a "
             "flow sent without `members` whose nodes need files (each named; the client must be "
             "one that sends them) (`bad_request`); a flow that "
@@ -142,16 +157,16 @@ async def _start(runtime, body: dict) -> str:
     if "flow" not in body:
         _no_nul_but_keys(body)
         graph = await runtime.definitions.load_graph(body["graph_hash"])
-        return await runtime.starts.start_graph_run(
-            graph, body.get("input"), labels=body.get("labels")
-        )
+        labels = linked_labels(body.get("labels"), None)
+        return await runtime.starts.start_graph_run(graph, body.get("input"), labels=labels)
     files = await _sent_flow(body, runtime.uploads)
     if "members" not in body:
         # A client that does not know members sent the flow file alone.
         unsent = flow_without_members(files)
         if unsent is not None:
             raise bad_request(unsent)
-    return await runtime.starts.start_flow_run(files, body.get("input"), labels=body.get("labels"))
+    labels = linked_labels(body.get("labels"), files.bundle)
+    return await runtime.starts.start_flow_run(files, body.get("input"), labels=labels)
 
 
 async def _start_body(data: bytes, uploads: Uploads) -> dict:

@@ -6,7 +6,8 @@ each node the run (or a nested flow's child run, under its own id) enters, finis
 ``{"type": "keepalive"}`` after the daemon's heartbeat (``ServeConfig.heartbeat_seconds``, 15 s)
 of silence, well under a proxy's read timeout (nginx's is 60 s); last, once the run rests
 (terminal, or parked: it no longer moves by itself), ``{"type": "result", "run", "status",
-"detail", "output", "error"?, "baseline_writes"}``. The stream is only a reader: a client that
+"detail", "output", "error"?, "baseline_writes", "client_files"}`` (``client_files``: what a
+linked run's authoring tools saved for the client). The stream is only a reader: a client that
 goes away leaves the run going, and a daemon that stops ends the stream without a result line.
 Events come from the hub and the store as an SSE stream's do (``tail_run``), never from a poll of
 its own.
@@ -24,7 +25,14 @@ from quart.wrappers.response import IterableBody
 from quart_trio import QuartTrio
 from salvor.protocol import GraphRunStarted, NodeEntered, NodeExited, NodeKind, NodeSkipped
 
-from ..graphs import baseline_directives, captured_baselines, flow_child_id
+from ..flows import LINKED_LABEL
+from ..graphs import (
+    baseline_directives,
+    captured_baselines,
+    client_file_directives,
+    flow_child_id,
+    saved_client_files,
+)
 from ._run_tail import Beat, TailEnd, envelope_of, tail_run
 from ._state import ServerState
 from ._stream_slots import StreamSlot
@@ -48,6 +56,19 @@ def _line_schema(kind: str, required: tuple[str, ...], **properties: Any) -> dic
     }
 
 
+# A list of files for the client to write, each its path and its bytes.
+_DIRECTIVES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["path", "content", "encoding"],
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string", "contentEncoding": "base64"},
+            "encoding": {"const": "base64"},
+        },
+    },
+}
 # The OpenAPI answer: each line one of these objects.
 STREAM_ANSWER = {
     "description": "The run's progress, one JSON object a line, until its `result`.",
@@ -66,23 +87,19 @@ STREAM_ANSWER = {
                     _line_schema("keepalive", ()),
                     _line_schema(
                         "result",
-                        ("run", "status", "detail", "output", "baseline_writes"),
+                        ("run", "status", "detail", "output", "baseline_writes", "client_files"),
                         run=_RUN,
                         status={"type": "string", "description": "The run's state."},
                         detail={"type": "object", "description": "The run's status object."},
                         output={"description": "The run's output; null unless completed."},
                         error={"type": "string", "description": "Why it failed."},
-                        baseline_writes={
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["path", "content", "encoding"],
-                                "properties": {
-                                    "path": {"type": "string"},
-                                    "content": {"type": "string", "contentEncoding": "base64"},
-                                    "encoding": {"const": "base64"},
-                                },
-                            },
+                        baseline_writes=_DIRECTIVES,
+                        client_files={
+                            **_DIRECTIVES,
+                            "description": "The files the run's authoring tools saved for the "
+                            "client in a run sent with `X-Salvor-Linked` (its agents under "
+                            "`<project>/.salvor/agents/`, its flows under "
+                            "`<project>/.salvor/flows/`), the last bytes per path.",
                         },
                     ),
                 ]
@@ -153,6 +170,11 @@ async def _result(state: ServerState, run_id: str, end: TailEnd, update_baseline
             runtime.definitions.load_flow_bundle,
         )
     extra = {"error": status["error"]} if "error" in status else {}
+    # Read from the logs, as a restarted daemon would: a file saved is in the call's answer.
+    # Only a linked tree saves files for its client; another has none to look for.
+    saved = {}
+    if LINKED_LABEL in (end.view.labels or {}):
+        saved = await saved_client_files(runtime.reads, run_id)
     return line(
         type="result",
         run=run_id,
@@ -161,6 +183,7 @@ async def _result(state: ServerState, run_id: str, end: TailEnd, update_baseline
         output=status.get("output"),
         **extra,
         baseline_writes=baseline_directives(writes),
+        client_files=client_file_directives(saved),
     )
 
 

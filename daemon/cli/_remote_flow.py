@@ -4,7 +4,8 @@ with the call and its baselines written back here.
 The command collects the flow's members on this machine (``collect_flow``, the client policy),
 sends ONE ``POST {URL}/v1/graph-runs`` asking for the ndjson stream, prints a line per node the
 run enters, finishes or skips, then the result as a local run's, and writes the result's
-``baseline_writes`` by the client's rules (``write_baselines``). A daemon that does not read
+``client_files`` (what the run's authoring tools saved for this machine: ``write_client_files``)
+and ``baseline_writes`` by the client's rules (``write_baselines``). A daemon that does not read
 members (``GET /v1/capabilities`` lists no ``flow_members``) gets the graph registered by hash
 instead (``_remote_compat``), and a flow that needs files is refused here.
 
@@ -28,6 +29,7 @@ from salvor.protocol import InvalidGraph, names_files
 
 from ..graphs import BadDirective, FlowFiles, directive_writes
 from ._baselines import write_baselines
+from ._client_files import write_client_files
 from ._errors import CliError, UsageError
 from ._flow_uploads import call_with_uploads
 from ._graph import collect_flow_files, read_graph, unreadable
@@ -183,23 +185,29 @@ def _dropped(url: str, run_id: str | None, exc: Exception | None) -> str:
 
 
 async def _finish(url: str, result: dict, files: FlowFiles | None, as_json: bool) -> int:
-    """Print the result, write its baselines; the exit status."""
+    """Write the files the run saved for this machine, print the result, write its baselines;
+    the exit status."""
     run_id, status = result.get("run"), result.get("status")
-    if as_json:
-        print(json.dumps(result, ensure_ascii=False), flush=True)
-    else:
-        print(_sentence(url, result), flush=True)
-    code = EXIT_RUN_FAILED if status == "failed" else EXIT_OK
     try:
+        saved = directive_writes(result.get("client_files", []), "client_files")
         writes = directive_writes(result.get("baseline_writes", []))
     except BadDirective as exc:
-        raise CliError(f"run {run_id}: the daemon's baseline_writes: {exc}") from None
-    if not writes:
-        return code
-    if files is None:  # a graph sent by hash asked for no baselines: none is written
-        refused = [f"baseline not written: {path}: this call sent no flow" for path in writes]
+        raise CliError(f"run {run_id}: the daemon's {exc}") from None
+    written, not_written = await trio.to_thread.run_sync(write_client_files, files, saved)
+    if as_json:
+        # Each directive is answered by the path written, or by the path and why it was not.
+        outcomes = [*written, *({"path": p, "error": e} for p, e in not_written.items())]
+        print(json.dumps({**result, "client_files": outcomes}, ensure_ascii=False), flush=True)
     else:
-        refused = await trio.to_thread.run_sync(write_baselines, files, writes)
+        print(_sentence(url, result), flush=True)
+        for path in written:
+            print(f"wrote {path}", flush=True)
+    refused = [f"client file not written: {path}: {why}" for path, why in not_written.items()]
+    code = EXIT_RUN_FAILED if status == "failed" else EXIT_OK
+    if writes and files is None:  # a graph sent by hash asked for no baselines: none is written
+        refused += [f"baseline not written: {path}: this call sent no flow" for path in writes]
+    elif writes:
+        refused += await trio.to_thread.run_sync(write_baselines, files, writes)
     for sentence in refused:
         shown = json.dumps({"warning": sentence}) if as_json else f"salvor: {sentence}"
         print(shown, file=sys.stderr, flush=True)

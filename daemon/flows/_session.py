@@ -4,7 +4,10 @@ that carries out what a tool cannot do alone (start a child run, read the run tr
 Labels mark the tree, written by the daemon when it starts a child: ``salvor.parent`` (a
 subagent's child names its parent run), ``salvor.map_of`` (a map item names its graph run), and
 ``salvor.autonomous`` (``"true"``: nobody answers questions in this tree; set by whoever starts the
-top-level run, inherited by every child the daemon starts for it).
+top-level run, inherited by every child the daemon starts for it), and ``salvor.linked`` (the run
+tree came over a link: its value is the client's project root, or empty when the flow lies in
+no project; written by the daemon at ``POST /v1/graph-runs`` with ``X-Salvor-Linked``, inherited
+like ``salvor.autonomous``, so recovery, forks and children all see it in their heads).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ PARENT_LABEL = "salvor.parent"
 MAP_OF_LABEL = "salvor.map_of"
 # "true" on a run tree nobody answers questions in: ask_user is refused in its child sessions.
 AUTONOMOUS_LABEL = "salvor.autonomous"
+# A run tree started over a link; the value is the client's project root ("" when none).
+LINKED_LABEL = "salvor.linked"
 # The labels only the daemon writes; a caller may set AUTONOMOUS_LABEL, never these.
-DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL})
+DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL, LINKED_LABEL})
 # The namespace of subagent children's run ids (uuid5 over "<parent run>/<call seq>").
 SUBAGENTS = uuid.UUID("3b8e2f64-1c7d-5a09-8e4f-6d2a9c1b7e53")
 
@@ -49,7 +54,17 @@ def is_autonomous(labels: Mapping[str, str] | None) -> bool:
 
 def inherited_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
     """What a child run the daemon starts takes from the run that starts it."""
-    return {AUTONOMOUS_LABEL: "true"} if is_autonomous(labels) else {}
+    labels = labels or {}
+    inherited = {AUTONOMOUS_LABEL: "true"} if is_autonomous(labels) else {}
+    if LINKED_LABEL in labels:
+        inherited[LINKED_LABEL] = labels[LINKED_LABEL]
+    return inherited
+
+
+def client_project(labels: Mapping[str, str] | None) -> str | None:
+    """The client's project root of a linked run tree ("" when its flow lies in no project),
+    None for a run that did not come over a link."""
+    return (labels or {}).get(LINKED_LABEL)
 
 
 class FlowHost(Protocol):
@@ -95,6 +110,19 @@ class FlowHost(Protocol):
         """Validate and store a graph document: ``{written, diagnostics}``."""
         ...
 
+    async def save_agent(self, session: FlowSession, content: str) -> dict:
+        """In a linked run: validate an agent file, refusing what a linked run would, and
+        answer ``{written, diagnostics}`` with ``saved_to``, the file for the client to write;
+        nothing is registered here."""
+        ...
+
+    async def save_graph(
+        self, session: FlowSession, namespace: str, name: str, content: str
+    ) -> dict:
+        """In a linked run: validate a flow document as ``write_graph`` does and as the link's
+        pre-check would, answering ``saved_to`` for the client; nothing is stored here."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowSession:
@@ -102,7 +130,8 @@ class FlowSession:
 
     ``branches``: the names a graph agent node's finish must choose among (an agent-decision
     step), else None. ``host``: None where no daemon stands behind the run (a ``salvor run`` of
-    one agent file): the tools that need one are then not offered.
+    one agent file): the tools that need one are then not offered. ``client_project``: for a
+    run tree that came over a link, the client's project root ("" when none), else None.
     """
 
     run_id: str
@@ -112,3 +141,9 @@ class FlowSession:
     outputs: tuple[DeclaredOutput, ...] = ()
     branches: Sequence[str] | None = None
     host: FlowHost | None = None
+    client_project: str | None = None
+
+    @property
+    def linked(self) -> bool:
+        """Whether the run tree came over a link (what it authors is saved on the client)."""
+        return self.client_project is not None

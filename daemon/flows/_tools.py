@@ -50,7 +50,9 @@ AUTONOMOUS_REFUSAL = (
 
 def offered(session: FlowSession, *, edit_mode: bool) -> list[FlowTool]:
     """The flow tools ``session`` sees now (the matrix, the opt-in, edit mode, a host)."""
-    tools = offered_flow_tools(session.opted_in, session.session, edit_mode=edit_mode)
+    tools = offered_flow_tools(
+        session.opted_in, session.session, edit_mode=edit_mode, linked=session.linked
+    )
     return [tool for tool in tools if session.host is not None or tool not in _NEED_HOST]
 
 
@@ -127,6 +129,8 @@ def _flow_agents(session: FlowSession):
             return await host.agent_catalog()
         if "content" not in args:
             raise ToolFailed("op `write` needs the agent file as `content`", retryable=False)
+        if session.linked:  # the file is saved on the client, never registered here
+            return await host.save_agent(session, args["content"])
         return await host.write_agent(args["content"], author=session.run_id)
 
     return flow_agents
@@ -134,9 +138,12 @@ def _flow_agents(session: FlowSession):
 
 def _flow_write(session: FlowSession):
     async def flow_write(args: Any, call: ToolCall) -> dict:
-        return await _host(session).write_graph(
-            args.get("namespace") or "custom", args["name"], args["content"]
-        )
+        namespace = args.get("namespace") or "custom"
+        if session.linked:  # the file is saved on the client, never stored here
+            return await _host(session).save_graph(
+                session, namespace, args["name"], args["content"]
+            )
+        return await _host(session).write_graph(namespace, args["name"], args["content"])
 
     return flow_write
 

@@ -14,6 +14,12 @@ from ._baseline_writes import (
     captured_baselines,
     directive_writes,
 )
+from ._client_files import (
+    client_file,
+    client_file_directives,
+    saved_client_files,
+    saved_files,
+)
 from ._flow_check import (
     AgentParser,
     CheckedFlow,
@@ -50,6 +56,8 @@ __all__ = [
     "bind_agents",
     "captured_baselines",
     "check_flow",
+    "client_file",
+    "client_file_directives",
     "directive_writes",
     "drive_graph",
     "files_not_sent",
@@ -60,4 +68,6 @@ __all__ = [
     "map_child_id",
     "parse_flow_document",
     "registry_parser",
+    "saved_client_files",
+    "saved_files",
 ]

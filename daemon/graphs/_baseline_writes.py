@@ -114,17 +114,18 @@ def baseline_directives(writes: dict[str, bytes]) -> list[dict]:
     ]
 
 
-def directive_writes(directives: Any) -> dict[str, bytes]:
-    """The paths and bytes of a result's ``baseline_writes`` (``baseline_directives`` read back).
+def directive_writes(directives: Any, field: str = "baseline_writes") -> dict[str, bytes]:
+    """The paths and bytes of a result's ``baseline_writes`` (``baseline_directives`` read back),
+    or of its list ``field`` of the same directives (``client_files``).
 
     Raises:
         BadDirective: a directive is not the shape (a sentence naming which).
     """
     if not isinstance(directives, list):
-        raise BadDirective("baseline_writes is not a list")
+        raise BadDirective(f"{field} is not a list")
     writes: dict[str, bytes] = {}
     for index, directive in enumerate(directives):
-        where = f"baseline_writes[{index}]"
+        where = f"{field}[{index}]"
         if not isinstance(directive, dict) or directive.get("encoding") != "base64":
             raise BadDirective(f"{where} is not a base64 directive")
         path, content = directive.get("path"), directive.get("content")

@@ -5,7 +5,8 @@ is ``FlowCatalog``'s.
 A child's id derives from its parent's run and the call's seq (``child_run_id``), and its head
 is appended once: a parent re-executing its open call after a crash finds the child the killed
 drive started and drives it on from its log, so no second child ever exists. The head names the
-parent (``salvor.parent``) and carries what a child inherits (``salvor.autonomous``).
+parent (``salvor.parent``) and carries what a child inherits (``salvor.autonomous``,
+``salvor.linked``).
 
 The call's result is the child's: its finish result when its RunCompleted output is one, else its
 answer as a text result; a failed or abandoned child answers with an ``error`` result, so the
@@ -34,6 +35,7 @@ from salvor.store import SeqConflict, StoredAgent, store_fault
 from ..agents import Credentials
 from ..flows import (
     AUTONOMOUS_LABEL,
+    LINKED_LABEL,
     PARENT_LABEL,
     FlowSession,
     child_run_id,
@@ -41,6 +43,7 @@ from ..flows import (
 )
 from ..tools import NotPerformed, ToolFailed
 from ..web import OperationRefused
+from ._client_saves import ClientSaves
 from ._definitions import Definitions
 from ._flow_catalog import FlowCatalog
 from ._run_reads import RunReads
@@ -85,6 +88,17 @@ class RunFlows(FlowCatalog):
         super().__init__(definitions, credentials=credentials)
         self.reads = reads
         self._drive = drive
+        self._client_saves = ClientSaves(definitions, credentials=credentials)
+
+    async def save_agent(self, session: FlowSession, content: str) -> dict:
+        """An agent file written in a linked run, saved on the client (``ClientSaves``)."""
+        return await self._client_saves.save_agent(session, content)
+
+    async def save_graph(
+        self, session: FlowSession, namespace: str, name: str, content: str
+    ) -> dict:
+        """A flow written in a linked run, saved on the client (``ClientSaves``)."""
+        return await self._client_saves.save_graph(session, namespace, name, content)
 
     async def run_child(
         self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]
@@ -107,7 +121,10 @@ class RunFlows(FlowCatalog):
         if view is None:
             found = await self.catalog_agent(agent)
             labels = {PARENT_LABEL: parent.run_id}
-            labels.update(inherited_labels({AUTONOMOUS_LABEL: "true"} if parent.autonomous else {}))
+            held = {AUTONOMOUS_LABEL: "true"} if parent.autonomous else {}
+            if parent.linked:
+                held[LINKED_LABEL] = parent.client_project
+            labels.update(inherited_labels(held))
             head = RunStarted(
                 agent_def_hash=found.agent_def_hash,
                 input={"task": task, "inputs": dict(inputs)},

@@ -43,6 +43,24 @@ def test_the_matrix_decides_what_a_session_sees(session, edit_mode, seen):
     assert offered_flow_tools(ALL, session, edit_mode=edit_mode) == seen
 
 
+@pytest.mark.parametrize(
+    ("session", "edit_mode", "seen"),
+    [
+        (Session.CHILD, False, ["ask_user", "finish"]),
+        (Session.CHILD, True, ["ask_user", "finish", "flow_agents", "flow_write"]),
+        (
+            Session.MAIN,
+            True,
+            ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write"],
+        ),
+    ],
+)
+def test_a_linked_tree_offers_authoring_to_its_child_sessions_in_edit_mode(
+    session, edit_mode, seen
+):
+    assert offered_flow_tools(ALL, session, edit_mode=edit_mode, linked=True) == seen
+
+
 def test_a_run_sees_only_what_its_agent_opted_into():
     opted = [FlowTool.FINISH, FlowTool.SUBAGENT]
     assert offered_flow_tools(opted, Session.MAIN, edit_mode=True) == ["subagent"]
