@@ -46,11 +46,7 @@ def _refusal(path: str, data: bytes, allowed: set[str]) -> str | None:
 def write_baselines(files: FlowFiles, writes: dict[str, bytes]) -> list[str]:
     """Write each captured baseline (its path, its bytes) by the client's rules; the sentences
     of those refused. A refused baseline leaves its path as it was."""
-    allowed = {
-        posixpath.dirname(member.key)
-        for member in files.bundle.members.values()
-        if member.role == "baseline" and member.state == "listed"
-    }
+    allowed = set(files.updating)
     refused = []
     log = os.environ.get(LOG_VAR) == "1"
     for path, data in sorted(writes.items()):

@@ -162,7 +162,8 @@ class Cli:
                 )
             self._announce(run_id)
             code = await self._drive_and_report(runtime, run_id)
-        if files is not None and update:
+        # A nested flow may update its baselines while the run compares its own.
+        if files is not None:
             writes = await captured_baselines(runtime.reads, runtime.definitions.load_graph, run_id)
             refused = await trio.to_thread.run_sync(write_baselines, files, writes)
             if refused:

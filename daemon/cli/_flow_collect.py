@@ -90,19 +90,27 @@ def _under(path: str, root: str) -> bool:
 @dataclass
 class _Collector:
     roots: list[str]
-    update: bool = False
     members: dict[str, FlowMember] = field(default_factory=dict)
+    # The baseline directories of the runs that update theirs: where the client may write.
+    updating: set[str] = field(default_factory=set)
     contents: dict[str, bytes] = field(default_factory=dict)
     # The members in the order they were found: what ``SALVOR_FLOW_FILES_LOG=1`` prints.
     logged: list[FlowMember] = field(default_factory=list)
 
     def read(self, role: str, key: str, path: str, target: str) -> FlowMember:
-        """The member ``key`` (``path`` on this machine), read once, under the client policy."""
-        if key in self.members:
-            return self.members[key]
+        """The member ``key`` (``path`` on this machine), read once, under the client policy.
+
+        A baseline an updating run listed by name is read when a comparing run needs it: the
+        two share a directory, and the comparing one reads its bytes."""
+        known = self.members.get(key)
+        if known is not None and known.state != "listed":
+            return known
         member = self._member(role, key, path, target)
         self.members[key] = member
-        self.logged.append(member)
+        if known is None:
+            self.logged.append(member)
+        else:
+            self.logged[self.logged.index(known)] = member
         return member
 
     def print_log(self, uploaded: dict[str, bool] | None) -> None:
@@ -119,14 +127,16 @@ class _Collector:
             shown = member.key if member.role == "baseline" else member.canonical
             print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
 
-    def baselines(self, directory: str, names: list[str]) -> None:
-        """The baselines of one run's snapshots: their bytes when comparing; when updating,
-        each ``.json`` file of the directory and each snapshot's file by name only."""
+    def baselines(self, directory: str, names: list[str], update: bool) -> None:
+        """The baselines of one run's snapshots (``update``: whether that run updates them):
+        their bytes when comparing; when updating, each ``.json`` file the directory holds by
+        name only, and the directory is one the client writes the run's captures into."""
         paths = [posixpath.join(directory, f"{name}.json") for name in names]
-        if not self.update:
+        if not update:
             for path in paths:
                 self.read("baseline", path, path, path)
             return
+        self.updating.add(directory)
         with contextlib.suppress(OSError):
             paths += [
                 posixpath.join(directory, name)
@@ -140,6 +150,8 @@ class _Collector:
             if not any(_under(canonical, root) for root in self.roots):
                 self.read("baseline", path, path, path)  # refused, saying why
                 continue
+            if not os.path.lexists(path):
+                continue  # nothing there yet: the run's capture writes it
             self.members[path] = FlowMember(
                 key=path, role="baseline", path=path, canonical=canonical, state="listed"
             )
@@ -236,10 +248,12 @@ def _walk(
     project: str | None,
     depth: int,
     seen: set,
+    update: bool,
     stem: str | None = None,
 ) -> None:
     """Collect what the flow ``member`` (its bytes read) names, one level below ``depth``;
-    ``stem``: the node id its baselines go under (a nested flow's)."""
+    ``update``: whether this run updates its baselines; ``stem``: the node id its baselines go
+    under (a nested flow's)."""
     data = collector.contents.get(member.sha256 or "")
     if data is None:
         return
@@ -261,16 +275,21 @@ def _walk(
                 continue
             key = nested_flow_key(project, name)
             node_id = node.get("id") if isinstance(node.get("id"), str) else name
+            # Its own setting, else the run that starts it decides (the daemon's rule too).
+            nested_update = node.get("update_baselines")
+            if not isinstance(nested_update, bool):
+                nested_update = update
             # Each node running the flow is a run of its own, with its baselines under its id:
-            # the flow is read once, and walked once per node that runs it.
-            if (key, node_id) in seen:
+            # the flow is read once, and walked once per node (and way of holding baselines).
+            if (key, node_id, nested_update) in seen:
                 continue
-            seen.add((key, node_id))
+            seen.add((key, node_id, nested_update))
             path = posixpath.join(project, FLOWS_DIR, f"{name}.yaml")
             nested = collector.read("flow", key, path, f"{name}.yaml")
-            _walk(collector, nested, project, depth + 1, seen, node_id)
+            _walk(collector, nested, project, depth + 1, seen, nested_update, node_id)
     if snapshots:
-        collector.baselines(baseline_dir(member.path, member.canonical, stem=stem), snapshots)
+        directory = baseline_dir(member.path, member.canonical, stem=stem)
+        collector.baselines(directory, snapshots, update)
 
 
 def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:
@@ -313,14 +332,14 @@ def collect_flow(
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(roots=flow_roots(path), update=update_baselines)
+    collector = _Collector(roots=flow_roots(path))
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(
         key="", role="flow", path=absolute, canonical=canonical, sha256=digest, size=len(document)
     )
     project = project_of(absolute, canonical)
-    _walk(collector, root, project, 0, set())
+    _walk(collector, root, project, 0, set(), update_baselines)
     bundle = FlowBundle(
         path=absolute,
         canonical=canonical,
@@ -331,4 +350,4 @@ def collect_flow(
     )
     if os.environ.get(LOG_VAR) == "1":
         collector.print_log(placements(bundle, collector.contents) if over_link else None)
-    return FlowFiles(bundle, collector.contents)
+    return FlowFiles(bundle, collector.contents, frozenset(collector.updating))
