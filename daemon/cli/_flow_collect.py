@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import posixpath
 import sys
@@ -87,6 +88,13 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def flow_files_line(text: str, as_json: bool) -> None:
+    """Print one ``SALVOR_FLOW_FILES_LOG=1`` line on stderr: as it reads, or under ``--json`` as
+    the warning object the command line's other JSON warnings are (``{"warning": text}``)."""
+    shown = json.dumps({"warning": text}, ensure_ascii=False) if as_json else text
+    print(shown, file=sys.stderr, flush=True)
+
+
 @dataclass
 class _Collector:
     roots: list[str]
@@ -113,9 +121,10 @@ class _Collector:
             self.logged[self.logged.index(known)] = member
         return member
 
-    def print_log(self, uploaded: dict[str, bool] | None) -> None:
+    def print_log(self, uploaded: dict[str, bool] | None, as_json: bool) -> None:
         """One line a member, in the order they were found, never content: a member with bytes
-        says how it travels (``uploaded``: by digest, whether it goes by upload; None: inline)."""
+        says how it travels (``uploaded``: by digest, whether it goes by upload; None: inline);
+        ``as_json``: each line a JSON warning object (``flow_files_line``)."""
         for member in self.logged:
             if member.sha256 is not None:
                 how = "upload" if (uploaded or {}).get(member.sha256) else "inline"
@@ -125,7 +134,7 @@ class _Collector:
             else:
                 line = str(member.state)
             shown = member.key if member.role == "baseline" else member.canonical
-            print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
+            flow_files_line(f"[flow-files] {member.role} {shown}: {line}", as_json)
 
     def baselines(self, directory: str, names: list[str], update: bool) -> None:
         """The baselines of one run's snapshots (``update``: whether that run updates them):
@@ -231,8 +240,6 @@ def _prompt_target(data: bytes, name: str) -> str | None:
         if suffix in (".md", ".markdown"):
             raw: Any = read_markdown(text).fields
         elif suffix == ".json":
-            import json
-
             raw = json.loads(text)
         else:
             raw = tomllib.loads(text)
@@ -314,13 +321,14 @@ def flow_roots(path: str) -> list[str]:
 
 
 def collect_flow(
-    path: str, *, update_baselines: bool = False, over_link: bool = False
+    path: str, *, update_baselines: bool = False, over_link: bool = False, as_json: bool = False
 ) -> FlowFiles:
     """The flow file ``path`` and every member it reaches, as this machine holds them.
 
     ``over_link``: the members go to a daemon in a call (``_flow_uploads``), so each line of
     ``SALVOR_FLOW_FILES_LOG=1`` says whether its bytes go inline or by upload, as that call
-    will send them; otherwise they are read here, inline.
+    will send them; otherwise they are read here, inline. ``as_json``: those lines are JSON
+    warning objects (the command's ``--json``).
 
     Raises:
         OSError: the flow file itself cannot be read (nothing else raises: a member that cannot
@@ -349,5 +357,6 @@ def collect_flow(
         update_baselines=update_baselines,
     )
     if os.environ.get(LOG_VAR) == "1":
-        collector.print_log(placements(bundle, collector.contents) if over_link else None)
+        uploaded = placements(bundle, collector.contents) if over_link else None
+        collector.print_log(uploaded, as_json)
     return FlowFiles(bundle, collector.contents, frozenset(collector.updating))

@@ -9,6 +9,7 @@ empty directory of its own (it never opens the project), the model the scripted 
 * Within one call, a snapshot that compares reads the baseline an earlier snapshot of the call
   captured, in the same run or another nested run, and a capture says whether the client then
   writes its file or updates one it has.
+* With ``--json``, every ``SALVOR_FLOW_FILES_LOG=1`` line is a JSON warning object on stderr.
 """
 
 from __future__ import annotations
@@ -272,3 +273,48 @@ def test_a_capture_says_whether_the_client_writes_its_file_or_updates_one(
     assert outputs["third"]["client"] == "updates"  # the client has the file
     # The last capture of a path is what the client writes.
     assert _read(twice) == "y" and _read(kept) == "x"
+
+
+def test_json_prints_each_flow_files_line_as_a_warning_object(
+    project: Project, store_url: str
+) -> None:
+    project.flow("main", PER_NODE)
+    project.baseline("held", "given", "<hello>")
+    log = {"SALVOR_FLOW_FILES_LOG": "1"}
+    remote = project.run('"hello"', "--update-baselines", "--json", env=log)
+    assert remote.returncode == 0, remote.stdout + remote.stderr
+    lines = [json.loads(line) for line in remote.stderr.splitlines()]
+    assert all(set(line) == {"warning"} for line in lines), lines
+    said = [line["warning"] for line in lines]
+    assert f"[flow-files] agent {project.root.resolve()}/agents/echo.toml: inline" in said[0]
+    held = project.baseline("held", "given")
+    assert f"[flow-files] baseline {held}: inline 10" in said
+    written = [s for s in said if s.endswith(": written")]
+    assert written == [
+        f"[flow-files] baseline {project.baseline(run, name)}: written"
+        for run, name in (("fresh", "given"), ("main", "reply"))
+    ]
+    # Locally too, and without --json the lines are as they were.
+    local_env = {**log, "SALVOR_STORE": store_url}
+    plain = salvor_in_process(
+        "graph",
+        "run",
+        str(project.main),
+        "--input",
+        '"hello"',
+        "--json",
+        env={"PATH": "/usr/bin:/bin", **local_env},
+    )
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    warnings = [json.loads(line)["warning"] for line in plain.stderr.splitlines()]
+    assert any(w.startswith("[flow-files] baseline ") and w.endswith(": written") for w in warnings)
+    text = salvor_in_process(
+        "graph",
+        "run",
+        str(project.main),
+        "--input",
+        '"hello"',
+        env={"PATH": "/usr/bin:/bin", **local_env},
+    )
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert text.stderr.splitlines()[0].startswith("[flow-files] agent ")
