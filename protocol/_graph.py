@@ -48,8 +48,9 @@ class GraphNode:
     object of them with several; ``$item`` in a map body. A map's
     ``body`` is a node of kind agent or tool carrying the map's id. An agent node names its
     agent by ``agent`` (a hash) or ``agent_file`` (a file beside the flow file); a flow node
-    names another flow of the project by ``flow``; a snapshot compares the value ``of``
-    references with its baseline (its ``name`` names the baseline file).
+    names another flow of the project by ``flow`` (its ``update_baselines`` says whether that
+    run updates its baselines; None: as the run that starts it does); a snapshot compares the
+    value ``of`` references with its baseline (its ``name`` names the baseline file).
     """
 
     id: str
@@ -61,6 +62,7 @@ class GraphNode:
     # An agent node whose calls a flow run answers from its recorded baseline (``pinned``).
     pinned: bool = False
     flow: str | None = None
+    update_baselines: bool | None = None
     of: str | None = None
     tool: str | None = None
     prompt: str | None = None

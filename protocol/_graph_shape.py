@@ -56,7 +56,7 @@ _KIND_FIELDS = {
     NodeKind.MAP: frozenset({"over", "body", "concurrency"}),
     NodeKind.FOLD: frozenset({"over", "reducer", "field"}),
     NodeKind.DELAY: frozenset({"seconds", "until"}),
-    NodeKind.FLOW: frozenset({"flow", "input"}),
+    NodeKind.FLOW: frozenset({"flow", "input", "update_baselines"}),
     NodeKind.SNAPSHOT: frozenset({"of"}),
 }
 _KIND_REQUIRED = {
@@ -277,7 +277,11 @@ def _flow(value: dict, where: str, node_id: str, shape: Shape) -> dict:
             f"{where}.flow must be a flow's name: letters, digits, ., _ or -, without .. "
             "(the file <project>/.salvor/flows/<name>.yaml)"
         )
-    return {"flow": name, "input": value.get("input")}
+    update = value.get("update_baselines")
+    if "update_baselines" in value:
+        # Absent, the nested run updates its baselines when the run that starts it does.
+        _require(isinstance(update, bool), f"{where}.update_baselines", "true or false", update)
+    return {"flow": name, "input": value.get("input"), "update_baselines": update}
 
 
 def _tool(value: dict, where: str, node_id: str, shape: Shape) -> dict:

@@ -142,8 +142,7 @@ def add_graph_run_routes(app: QuartTrio, state: ServerState) -> None:
             raise
         state.drivers.start(run_id)
         if slot is not None:
-            update = "flow" in body and body.get("update_baselines") is True
-            return stream_response(app, state, run_id, slot, update_baselines=update)
+            return stream_response(app, state, run_id, slot, flow_run="flow" in body)
         return RUN_STARTED.respond(201, run=run_id, status="running")
 
 

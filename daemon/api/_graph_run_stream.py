@@ -3,8 +3,8 @@ a line, from the run's committed events, until the run rests.
 
 Lines, in order: ``{"type": "started", "run"}``; ``{"type": "node", "run", "node", "status"}`` for
 each node the run (or a nested flow's child run, under its own id) enters, finishes or skips;
-``{"type": "keepalive"}`` after the daemon's heartbeat (``ServeConfig.heartbeat_seconds``, 15 s)
-of silence, well under a proxy's read timeout (nginx's is 60 s); last, once the run rests
+``{"type": "keepalive"}`` after the daemon's heartbeat (``salvor serve --stream-keepalive``,
+15 s) of silence, well under a proxy's read timeout (nginx's is 60 s); last, once the run rests
 (terminal, or parked: it no longer moves by itself), ``{"type": "result", "run", "status",
 "detail", "output", "error"?, "baseline_writes", "client_files"}`` (``client_files``: what a
 linked run's authoring tools saved for the client). The stream is only a reader: a client that
@@ -120,10 +120,12 @@ def line(**fields: Any) -> bytes:
 
 
 def stream_response(
-    app: QuartTrio, state: ServerState, run_id: str, slot: StreamSlot, *, update_baselines: bool
+    app: QuartTrio, state: ServerState, run_id: str, slot: StreamSlot, *, flow_run: bool
 ) -> Response:
-    """The 200 ndjson answer for the started run ``run_id``; ``slot`` is let go when it ends."""
-    body = _LinesBody(_lines(state, run_id, update_baselines), slot)
+    """The 200 ndjson answer for the started run ``run_id``; ``slot`` is let go when it ends.
+    ``flow_run``: a run of a flow sent with the call, whose result hands back the baselines
+    its runs captured (a nested run may update its baselines while the call compares)."""
+    body = _LinesBody(_lines(state, run_id, flow_run), slot)
     response = app.response_class(body, status=200, headers=HEADERS)
     response.timeout = None
     return response
@@ -144,7 +146,7 @@ class _LinesBody(IterableBody):
             self._slot.release()
 
 
-async def _lines(state: ServerState, run_id: str, update_baselines: bool) -> AsyncIterator[bytes]:
+async def _lines(state: ServerState, run_id: str, flow_run: bool) -> AsyncIterator[bytes]:
     yield line(type="started", run=run_id)
     end = None
     async with aclosing(_run_lines(state, run_id, run_id)) as lines:
@@ -155,14 +157,14 @@ async def _lines(state: ServerState, run_id: str, update_baselines: bool) -> Asy
             yield item
     if end is None or end.stopping:
         return  # the daemon stops: the run is not at rest, and says nothing it is not
-    yield await _result(state, run_id, end, update_baselines)
+    yield await _result(state, run_id, end, flow_run)
 
 
-async def _result(state: ServerState, run_id: str, end: TailEnd, update_baselines: bool) -> bytes:
+async def _result(state: ServerState, run_id: str, end: TailEnd, flow_run: bool) -> bytes:
     runtime = state.runtime
     status = end.view.status_at(runtime.kit.clock())
     writes = {}
-    if update_baselines:
+    if flow_run:
         writes = await captured_baselines(
             runtime.reads,
             runtime.definitions.load_graph,

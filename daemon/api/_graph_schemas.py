@@ -112,6 +112,11 @@ _KIND_FIELDS: dict[str, tuple[JSON, tuple[str, ...]]] = {
                 "of its project, run as a child graph run.",
             },
             "input": _TEMPLATE,
+            "update_baselines": {
+                "type": "boolean",
+                "description": "Whether the nested run updates its baselines instead of "
+                "comparing them; absent, it does as the run that starts it does.",
+            },
         },
         ("flow",),
     ),

@@ -16,10 +16,9 @@ import contextlib
 import os
 import posixpath
 import stat
-import sys
 
 from ..graphs import FlowFiles
-from ._flow_collect import LOG_VAR
+from ._flow_collect import LOG_VAR, flow_files_line
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -43,14 +42,13 @@ def _refusal(path: str, data: bytes, allowed: set[str]) -> str | None:
     return None
 
 
-def write_baselines(files: FlowFiles, writes: dict[str, bytes]) -> list[str]:
+def write_baselines(
+    files: FlowFiles, writes: dict[str, bytes], *, as_json: bool = False
+) -> list[str]:
     """Write each captured baseline (its path, its bytes) by the client's rules; the sentences
-    of those refused. A refused baseline leaves its path as it was."""
-    allowed = {
-        posixpath.dirname(member.key)
-        for member in files.bundle.members.values()
-        if member.role == "baseline" and member.state == "listed"
-    }
+    of those refused. A refused baseline leaves its path as it was. ``as_json``: the
+    ``SALVOR_FLOW_FILES_LOG=1`` line of each one written is a JSON warning object."""
+    allowed = set(files.updating)
     refused = []
     log = os.environ.get(LOG_VAR) == "1"
     for path, data in sorted(writes.items()):
@@ -70,5 +68,5 @@ def write_baselines(files: FlowFiles, writes: dict[str, bytes]) -> list[str]:
         if reason is not None:
             refused.append(f"baseline not written: {path}: {reason}")
         elif log:
-            print(f"[flow-files] baseline {path}: written", file=sys.stderr, flush=True)
+            flow_files_line(f"[flow-files] baseline {path}: written", as_json)
     return refused

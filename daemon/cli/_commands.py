@@ -147,7 +147,9 @@ class Cli:
         files = None
         update = self.args.update_baselines
         if names_files(graph.nodes):
-            files = await collect_flow_files(self.args.file, update_baselines=update)
+            files = await collect_flow_files(
+                self.args.file, update_baselines=update, as_json=self.json
+            )
         elif update:
             raise UsageError(f"--update-baselines: {self.args.file} has no snapshot node")
         else:
@@ -162,14 +164,17 @@ class Cli:
                 )
             self._announce(run_id)
             code = await self._drive_and_report(runtime, run_id)
-        if files is not None and update:
+        # A nested flow may update its baselines while the run compares its own.
+        if files is not None:
             writes = await captured_baselines(
                 runtime.reads,
                 runtime.definitions.load_graph,
                 run_id,
                 runtime.definitions.load_flow_bundle,
             )
-            refused = await trio.to_thread.run_sync(write_baselines, files, writes)
+            refused = await trio.to_thread.run_sync(
+                lambda: write_baselines(files, writes, as_json=self.json)
+            )
             if refused:
                 raise CliError("; ".join(refused))
         return code

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import posixpath
 import sys
@@ -87,27 +88,43 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def flow_files_line(text: str, as_json: bool) -> None:
+    """Print one ``SALVOR_FLOW_FILES_LOG=1`` line on stderr: as it reads, or under ``--json`` as
+    the warning object the command line's other JSON warnings are (``{"warning": text}``)."""
+    shown = json.dumps({"warning": text}, ensure_ascii=False) if as_json else text
+    print(shown, file=sys.stderr, flush=True)
+
+
 @dataclass
 class _Collector:
     roots: list[str]
-    update: bool = False
     members: dict[str, FlowMember] = field(default_factory=dict)
+    # The baseline directories of the runs that update theirs: where the client may write.
+    updating: set[str] = field(default_factory=set)
     contents: dict[str, bytes] = field(default_factory=dict)
     # The members in the order they were found: what ``SALVOR_FLOW_FILES_LOG=1`` prints.
     logged: list[FlowMember] = field(default_factory=list)
 
     def read(self, role: str, key: str, path: str, target: str) -> FlowMember:
-        """The member ``key`` (``path`` on this machine), read once, under the client policy."""
-        if key in self.members:
-            return self.members[key]
+        """The member ``key`` (``path`` on this machine), read once, under the client policy.
+
+        A baseline an updating run listed by name is read when a comparing run needs it: the
+        two share a directory, and the comparing one reads its bytes."""
+        known = self.members.get(key)
+        if known is not None and known.state != "listed":
+            return known
         member = self._member(role, key, path, target)
         self.members[key] = member
-        self.logged.append(member)
+        if known is None:
+            self.logged.append(member)
+        else:
+            self.logged[self.logged.index(known)] = member
         return member
 
-    def print_log(self, uploaded: dict[str, bool] | None) -> None:
+    def print_log(self, uploaded: dict[str, bool] | None, as_json: bool) -> None:
         """One line a member, in the order they were found, never content: a member with bytes
-        says how it travels (``uploaded``: by digest, whether it goes by upload; None: inline)."""
+        says how it travels (``uploaded``: by digest, whether it goes by upload; None: inline);
+        ``as_json``: each line a JSON warning object (``flow_files_line``)."""
         for member in self.logged:
             if member.sha256 is not None:
                 how = "upload" if (uploaded or {}).get(member.sha256) else "inline"
@@ -117,17 +134,19 @@ class _Collector:
             else:
                 line = str(member.state)
             shown = member.key if member.role == "baseline" else member.canonical
-            print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
+            flow_files_line(f"[flow-files] {member.role} {shown}: {line}", as_json)
 
-    def baselines(self, directory: str, names: list[str]) -> None:
-        """The baselines of one run's snapshots and pinned agents (``names``: their file names):
-        their bytes when comparing; when updating, each ``.json`` file of the directory and each
-        baseline's file by name only."""
+    def baselines(self, directory: str, names: list[str], update: bool) -> None:
+        """The baselines of one run's snapshots and pinned agents (``names``: their file names;
+        ``update``: whether that run updates them): their bytes when comparing; when updating,
+        each ``.json`` file the directory holds by name only, and the directory is one the client
+        writes the run's captures into."""
         paths = [posixpath.join(directory, name) for name in names]
-        if not self.update:
+        if not update:
             for path in paths:
                 self.read("baseline", path, path, path)
             return
+        self.updating.add(directory)
         with contextlib.suppress(OSError):
             paths += [
                 posixpath.join(directory, name)
@@ -141,6 +160,8 @@ class _Collector:
             if not any(_under(canonical, root) for root in self.roots):
                 self.read("baseline", path, path, path)  # refused, saying why
                 continue
+            if not os.path.lexists(path):
+                continue  # nothing there yet: the run's capture writes it
             self.members[path] = FlowMember(
                 key=path, role="baseline", path=path, canonical=canonical, state="listed"
             )
@@ -220,8 +241,6 @@ def _prompt_target(data: bytes, name: str) -> str | None:
         if suffix in (".md", ".markdown"):
             raw: Any = read_markdown(text).fields
         elif suffix == ".json":
-            import json
-
             raw = json.loads(text)
         else:
             raw = tomllib.loads(text)
@@ -237,10 +256,12 @@ def _walk(
     project: str | None,
     depth: int,
     seen: set,
+    update: bool,
     stem: str | None = None,
 ) -> None:
     """Collect what the flow ``member`` (its bytes read) names, one level below ``depth``;
-    ``stem``: the node id its baselines go under (a nested flow's)."""
+    ``update``: whether this run updates its baselines; ``stem``: the node id its baselines go
+    under (a nested flow's)."""
     data = collector.contents.get(member.sha256 or "")
     if data is None:
         return
@@ -265,16 +286,21 @@ def _walk(
                 continue
             key = nested_flow_key(project, name)
             node_id = node.get("id") if isinstance(node.get("id"), str) else name
+            # Its own setting, else the run that starts it decides (the daemon's rule too).
+            nested_update = node.get("update_baselines")
+            if not isinstance(nested_update, bool):
+                nested_update = update
             # Each node running the flow is a run of its own, with its baselines under its id:
-            # the flow is read once, and walked once per node that runs it.
-            if (key, node_id) in seen:
+            # the flow is read once, and walked once per node (and way of holding baselines).
+            if (key, node_id, nested_update) in seen:
                 continue
-            seen.add((key, node_id))
+            seen.add((key, node_id, nested_update))
             path = posixpath.join(project, FLOWS_DIR, f"{name}.yaml")
             nested = collector.read("flow", key, path, f"{name}.yaml")
-            _walk(collector, nested, project, depth + 1, seen, node_id)
+            _walk(collector, nested, project, depth + 1, seen, nested_update, node_id)
     if snapshots:
-        collector.baselines(baseline_dir(member.path, member.canonical, stem=stem), snapshots)
+        directory = baseline_dir(member.path, member.canonical, stem=stem)
+        collector.baselines(directory, snapshots, update)
 
 
 def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:
@@ -299,13 +325,14 @@ def flow_roots(path: str) -> list[str]:
 
 
 def collect_flow(
-    path: str, *, update_baselines: bool = False, over_link: bool = False
+    path: str, *, update_baselines: bool = False, over_link: bool = False, as_json: bool = False
 ) -> FlowFiles:
     """The flow file ``path`` and every member it reaches, as this machine holds them.
 
     ``over_link``: the members go to a daemon in a call (``_flow_uploads``), so each line of
     ``SALVOR_FLOW_FILES_LOG=1`` says whether its bytes go inline or by upload, as that call
-    will send them; otherwise they are read here, inline.
+    will send them; otherwise they are read here, inline. ``as_json``: those lines are JSON
+    warning objects (the command's ``--json``).
 
     Raises:
         OSError: the flow file itself cannot be read (nothing else raises: a member that cannot
@@ -317,14 +344,14 @@ def collect_flow(
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(roots=flow_roots(path), update=update_baselines)
+    collector = _Collector(roots=flow_roots(path))
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(
         key="", role="flow", path=absolute, canonical=canonical, sha256=digest, size=len(document)
     )
     project = project_of(absolute, canonical)
-    _walk(collector, root, project, 0, set())
+    _walk(collector, root, project, 0, set(), update_baselines)
     bundle = FlowBundle(
         path=absolute,
         canonical=canonical,
@@ -334,5 +361,6 @@ def collect_flow(
         update_baselines=update_baselines,
     )
     if os.environ.get(LOG_VAR) == "1":
-        collector.print_log(placements(bundle, collector.contents) if over_link else None)
-    return FlowFiles(bundle, collector.contents)
+        uploaded = placements(bundle, collector.contents) if over_link else None
+        collector.print_log(uploaded, as_json)
+    return FlowFiles(bundle, collector.contents, frozenset(collector.updating))

@@ -141,7 +141,7 @@ def unreadable(path: str, exc: OSError) -> str:
 
 
 async def collect_flow_files(
-    path: str, *, update_baselines: bool = False, over_link: bool = False
+    path: str, *, update_baselines: bool = False, over_link: bool = False, as_json: bool = False
 ) -> FlowFiles:
     """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
 
@@ -150,7 +150,9 @@ async def collect_flow_files(
     """
     try:
         return await trio.to_thread.run_sync(
-            lambda: collect_flow(path, update_baselines=update_baselines, over_link=over_link)
+            lambda: collect_flow(
+                path, update_baselines=update_baselines, over_link=over_link, as_json=as_json
+            )
         )
     except OSError as exc:
         raise CliError(unreadable(path, exc)) from None

@@ -87,7 +87,10 @@ async def remote_main(args: argparse.Namespace) -> int:
             await register_agents(client, url, args.agent)
             if members:
                 files = await collect_flow_files(
-                    args.file, update_baselines=args.update_baselines, over_link=True
+                    args.file,
+                    update_baselines=args.update_baselines,
+                    over_link=True,
+                    as_json=args.json,
                 )
                 body = await flow_call_body(client, files)
             else:
@@ -207,7 +210,9 @@ async def _finish(url: str, result: dict, files: FlowFiles | None, as_json: bool
     if writes and files is None:  # a graph sent by hash asked for no baselines: none is written
         refused += [f"baseline not written: {path}: this call sent no flow" for path in writes]
     elif writes:
-        refused += await trio.to_thread.run_sync(write_baselines, files, writes)
+        refused += await trio.to_thread.run_sync(
+            lambda: write_baselines(files, writes, as_json=as_json)
+        )
     for sentence in refused:
         shown = json.dumps({"warning": sentence}) if as_json else f"salvor: {sentence}"
         print(shown, file=sys.stderr, flush=True)

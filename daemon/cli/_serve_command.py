@@ -63,6 +63,7 @@ def serve_config(args: argparse.Namespace, url: str):
         allow_process_agents=args.allow_process_agents,
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
+        heartbeat_seconds=args.stream_keepalive,
         max_streams_per_client=args.max_streams_per_client,
         trusted_proxies=tuple(args.trusted_proxy),
         token_tries=args.token_tries,

@@ -178,6 +178,14 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
         "a WebSocket past it is closed 1013, a stream reads what it missed back from the store",
     )
     p.add_argument(
+        "--stream-keepalive",
+        type=positive_seconds("--stream-keepalive"),
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a quiet event stream or graph-run stream waits before it sends a "
+        "keep-alive (default 15); keep it well under the read timeout of any proxy in front",
+    )
+    p.add_argument(
         "--max-streams-per-client",
         type=streams_per_client,
         default=MAX_STREAMS_PER_CLIENT,

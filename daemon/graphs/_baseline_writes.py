@@ -1,8 +1,9 @@
-"""What a flow run that updates its baselines hands back: each baseline path its snapshots and
-pinned agent nodes (and its nested flows') captured, with the bytes the file gets, the last
-capture of a path winning. The command line writes them itself after a local run; over a link
-they travel in the stream's result as directives (``{"path", "content", "encoding": "base64"}``)
-the client writes by its own rules. Reads the runs' logs only; nothing here opens a path.
+"""What a flow run that updates baselines hands back: each baseline path its snapshots and pinned
+agent nodes (and its nested flows': a nested run may update while the call compares) captured,
+with the bytes the file gets, the last capture of a path in the order the call ran winning. The
+command line writes them itself after a local run; over a link they travel in the stream's
+result as directives (``{"path", "content", "encoding": "base64"}``) the client writes by its own
+rules. Reads the runs' logs only; nothing here opens a path.
 """
 
 from __future__ import annotations
@@ -24,20 +25,31 @@ from salvor.protocol import (
     canonical_json,
 )
 
-from ..flows import MAP_OF_LABEL
+from ._call_captures import call_captures
 from ._pinned import calls_document, node_calls
 from ._pinned_baseline import calls_baseline_path
-from ._snapshot import CAPTURED
 
 
 class RunLogs(Protocol):
     """The reads ``captured_baselines`` needs (the runtime's ``RunReads``)."""
 
-    async def view(self, run_id: str) -> RunView: ...
+    async def find_view(self, run_id: str) -> RunView | None: ...
 
     async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]: ...
 
-    async def list_runs(self, **filters: Any) -> tuple[list[Any], str | None]: ...
+
+class _ReadsAsCallLogs:
+    def __init__(self, reads: RunLogs, load_graph: Callable[[str], Awaitable[Graph]]) -> None:
+        self._reads, self._load_graph = reads, load_graph
+
+    async def view(self, run_id: str) -> RunView | None:
+        return await self._reads.find_view(run_id)
+
+    async def log(self, run_id: str) -> list[Envelope]:
+        return await self._reads.log(run_id)
+
+    async def graph(self, graph_hash: str) -> Graph | None:
+        return await self._load_graph(graph_hash)
 
 
 class BadDirective(ValueError):
@@ -56,32 +68,20 @@ async def captured_baselines(
     load_bundle: Callable[[str], Awaitable[FlowBundle]] | None = None,
 ) -> dict[str, bytes]:
     """Each baseline path the completed run ``run_id`` (and its nested flows' runs) captured,
-    with the bytes of the last value captured for it (a run that did not complete: none).
+    with the bytes of the last value captured for it in the order the call ran (a run that did
+    not complete: none).
 
     ``load_bundle``: a flow run's manifest by its hash, where a pinned agent node's baseline
     path is found (without it, pinned nodes capture nothing).
     """
-    writes: dict[str, bytes] = {}
-    pending = [run_id]
-    while pending:
-        current = pending.pop(0)
-        view = await reads.view(current)
-        if view.graph_hash is None or view.state is not RunState.COMPLETED:
-            continue
-        graph = await load_graph(view.graph_hash)
-        snapshots = {node.id for node in graph.nodes if node.kind is NodeKind.SNAPSHOT}
-        nested = {node.id for node in graph.nodes if node.kind is NodeKind.FLOW}
-        log = await reads.log(current)
-        for envelope in log:
-            event = envelope.event
-            if not isinstance(event, NodeExited) or event.node not in snapshots:
-                continue
-            if isinstance(event.output, dict) and event.output.get("baseline") == CAPTURED:
-                writes[event.output["path"]] = baseline_bytes(event.output["value"])
+    view = await reads.find_view(run_id)
+    if view is None or view.graph_hash is None or view.state is not RunState.COMPLETED:
+        return {}
+    runs: list[tuple[Graph, list[Envelope]]] = []
+    captured = await call_captures(_ReadsAsCallLogs(reads, load_graph), run_id, runs)
+    writes = {path: baseline_bytes(value) for path, value in captured.items()}
+    for graph, log in runs:
         writes.update(await _pinned_writes(graph, log, load_bundle))
-        if nested:
-            children, _ = await reads.list_runs(label=(MAP_OF_LABEL, current))
-            pending += [child.run_id for child in children if child.graph_hash is not None]
     return writes
 
 
@@ -96,6 +96,8 @@ async def _pinned_writes(
     if not pinned or load_bundle is None or not isinstance(head, GraphRunStarted) or not head.flow:
         return {}
     bundle = await load_bundle(head.flow)
+    if not bundle.update_baselines:  # a comparing run's pinned nodes answered from their baseline
+        return {}
     exited = {env.event.node for env in log if isinstance(env.event, NodeExited)}
     return {
         calls_baseline_path(bundle, node): baseline_bytes(

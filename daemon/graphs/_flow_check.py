@@ -43,10 +43,13 @@ _AGENT_FORMATS = {".json": "json", ".md": "md", ".markdown": "md"}
 
 @dataclass(frozen=True, slots=True)
 class FlowFiles:
-    """A flow bundle and the bytes of its document and members, by digest."""
+    """A flow bundle and the bytes of its document and members, by digest; on the client,
+    ``updating``: the baseline directories of the call's runs that update their baselines (the
+    only ones it writes baselines into)."""
 
     bundle: FlowBundle
     contents: Mapping[str, bytes]
+    updating: frozenset[str] = frozenset()
 
     def document_bytes(self) -> bytes | None:
         return self.contents.get(self.bundle.document)
@@ -54,16 +57,19 @@ class FlowFiles:
     def member_bytes(self, member: FlowMember) -> bytes | None:
         return None if member.sha256 is None else self.contents.get(member.sha256)
 
-    def nested(self, member: FlowMember, node: str) -> FlowFiles:
+    def nested(self, member: FlowMember, node: GraphNode) -> FlowFiles:
         """The files of the nested flow ``member`` is, run by the flow node ``node``: the same
-        members, its own document, its baselines under the node's id."""
+        members, its own document, its baselines under the node's id, updated when the node
+        says so (or, when it does not say, when this run updates its own)."""
+        update = node.update_baselines
         bundle = replace(
             self.bundle,
             path=member.path,
             canonical=member.canonical,
             spelling=member.spelling,
             document=member.sha256 or "",
-            stem=node,
+            stem=node.id,
+            update_baselines=self.bundle.update_baselines if update is None else update,
         )
         return FlowFiles(bundle, self.contents)
 
@@ -336,7 +342,7 @@ class _Check:
                 chain=[*chain, file, member.canonical],
             )
             return
-        self.flow(files.nested(member, node.id), depth, (*chain, file))
+        self.flow(files.nested(member, node), depth, (*chain, file))
 
     def too_deep(self, node: GraphNode, file: str) -> None:
         self.error(

@@ -59,7 +59,7 @@ async def run_nested_flow(
     member = None if walk.files is None else nested_member(walk.files, node)
     if member is None:  # the pre-check refuses such a flow before it starts
         await walk.fail(ctx, node, f"the flow {node.flow!r} was not sent with this run")
-    files = walk.files.nested(member, node.id)
+    files = walk.files.nested(member, node)
     checked = await trio.to_thread.run_sync(
         check_flow, files, registry_parser(walk.registry.names())
     )

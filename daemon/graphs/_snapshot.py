@@ -3,12 +3,15 @@ files by its path (``__baselines__/<flow stem>/<name>.json`` beside the flow's r
 
 Comparing, an equal value is the node's output and anything else fails the run naming the
 snapshot and the first difference; a run that updates its baselines records the value instead,
-for the client to write once the run has ended. Pure: nothing here opens a path.
+for the client to write once the run has ended. Within one call, a baseline an earlier snapshot
+captured is the one a later snapshot compares with, in any run of the call. Pure: nothing here
+opens a path.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from salvor.protocol import GraphNode, canonical_json, excerpt
@@ -17,6 +20,9 @@ from ._flow_check import FlowFiles
 
 # What a snapshot node that captured its baseline answers with (``baseline``'s value).
 CAPTURED = "captured"
+# What the client then does with the path (``client``'s value): it has no file there yet, or
+# it has one (sent, listed, or captured by an earlier snapshot of the same call).
+WRITES, UPDATES = "writes", "updates"
 
 
 def _shown(value: Any) -> str:
@@ -66,17 +72,34 @@ def read_baseline(files: FlowFiles, path: str, what: str) -> tuple[Any, str | No
 
 
 def snapshot_outcome(
-    files: FlowFiles | None, node: GraphNode, value: Any
+    files: FlowFiles | None,
+    node: GraphNode,
+    value: Any,
+    captured: Mapping[str, Any] | None = None,
 ) -> tuple[Any, str | None]:
-    """The snapshot node's output, or why it fails the run (then the output is None)."""
+    """The snapshot node's output, or why it fails the run (then the output is None).
+
+    ``captured``: the baselines earlier snapshots of the same call captured, by path
+    (``call_captures``); a comparing snapshot reads such a capture before the client's file, and
+    a capturing one says whether the client then writes its file or updates one (``client``).
+    """
     if files is None:
         return None, "a snapshot runs only in a run of a flow file, which brings its baselines"
+    captured = captured or {}
     path = files.bundle.baseline_path(node.name)
+    member = files.bundle.members.get(path)
     if files.bundle.update_baselines:
-        return {"baseline": CAPTURED, "path": path, "value": value}, None
-    baseline, problem = read_baseline(files, path, f"snapshot {node.name!r}")
-    if problem is not None:
-        return None, problem
+        # A refused one is the client's to refuse writing once the run ends.
+        there = path in captured or (member is not None and member.state in (None, "listed"))
+        client = UPDATES if there else WRITES
+        return {"baseline": CAPTURED, "path": path, "value": value, "client": client}, None
+    if path in captured:
+        baseline = captured[path]
+    else:
+        found, problem = read_baseline(files, path, f"snapshot {node.name!r}")
+        if problem is not None:
+            return None, problem
+        baseline = found
     difference = first_difference(baseline, value)
     if difference is not None:
         return None, f"snapshot {node.name!r} differs from its baseline {path}: {difference}"

@@ -67,12 +67,12 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept
 from ..tools import graph_call_key
+from ._call_captures import snapshot_now
 from ._flow_check import FlowFiles
 from ._map_items import CHILD_FAILED, MapItems, recorded_items
 from ._nested import run_nested_flow
 from ._pinned import pinned_calls
 from ._probes import graph_probes_open_write
-from ._snapshot import snapshot_outcome
 
 _Narration = NodeEntered | NodeExited | NodeSkipped | MapItemCompleted
 
@@ -267,7 +267,10 @@ class GraphWalk:
         elif kind is NodeKind.SNAPSHOT:
             value = await self._resolve(ctx, node, node.of)
             await self._narrate(ctx, NodeEntered(node=node.id, input=value))
-            output, problem = snapshot_outcome(self.files, node, value)
+            # Replayed, the recorded outcome is the node's (later captures are in the log now).
+            output, problem = (
+                await snapshot_now(self, ctx, node, value) if ctx.live else (None, None)
+            )
             if problem is not None:
                 await self._fail(ctx, node, problem)
             await self._exit(ctx, node, output)

@@ -40,7 +40,8 @@ class ServeConfig:
     launch_settle_seconds: float = 1.0
     # Event streams: how often a quiet stream looks up from its wait (what other
     # processes commit reaches it through the change feed, whenever it comes),
-    # how often it sends a keep-alive comment, and how long
+    # how often it (and a graph run's ndjson stream) sends a keep-alive
+    # (--stream-keepalive), and how long
     # a run nothing here drives may stay quiet before its stream ends detached.
     stream_poll_seconds: float = 1.0
     heartbeat_seconds: float = 15.0
