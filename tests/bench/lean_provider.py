@@ -115,7 +115,7 @@ def _next_request(connection: _Connection, answers: _Answers) -> bytes | None:
         return None
     head = connection.buffer[:end].split(b"\r\n")
     method, path = head[0].split(b" ", 2)[:2]
-    length = 0
+    length, close = 0, False
     for line in head[1:]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
@@ -126,9 +126,10 @@ def _next_request(connection: _Connection, answers: _Answers) -> bytes | None:
             message = "lean provider: chunked request bodies are not read"
             return _response(400, "application/json", _json_bytes(_anthropic_error(400, message)))
         elif name == b"connection" and value.strip().lower() == b"close":
-            connection.closing = True
+            close = True
     if len(connection.buffer) < end + 4 + length:
         return None
+    connection.closing = close
     raw = connection.buffer[end + 4 : end + 4 + length]
     connection.buffer = connection.buffer[end + 4 + length :]
     if method != b"POST" or path.split(b"?", 1)[0] != ANTHROPIC_PATH.encode():
@@ -183,7 +184,8 @@ def _serve_ready(
         connection.sock.close()
         return
     connection.buffer += data
-    while (answer := _next_request(connection, answers)) is not None:
+    # A refusal that closes the connection answers nothing after it.
+    while not connection.closing and (answer := _next_request(connection, answers)) is not None:
         connection.outgoing += answer
     if connection.outgoing:
         try:
