@@ -14,7 +14,10 @@ posted completed, and the clock (and every CPU counter) runs from the ``--warmup
 to the ``warmup + --runs``-th (default 1,000), while the load goes on: neither the pipeline's
 filling at the start nor its draining at the end is timed. (Timed from the first POST until the
 last of 200 runs completed, a round took about a second, and its last run's latency, spent with
-the cores mostly idle, weighed more in --workers 2's shorter round than in --workers 1's.)
+the cores mostly idle, weighed more in --workers 2's shorter round than in --workers 1's. And a
+short round flatters --workers 1 too: on one salvor, one loaded machine, 200-run rounds timed
+that way gave it 194-224 runs/s at 4.1-4.6 ms of salvor CPU per run, 1,000-run rounds 162 at
+5.6, and this steady rate 154-178 at 5.8-6.4: what it sustains is the lower figure.)
 
 The load costs little, so that the bench measures salvor rather than itself (CPU per run, on
 this 2-core machine under other load; ``cpu_ms_per_run`` says it every round):
