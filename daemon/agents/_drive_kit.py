@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..flows import FlowHost
+from ..models import ModelClients
 from ..processes import PortClaims
 from ..proxies import ModelProxy
 from ..recording import StoreAccess, utc_now
@@ -38,6 +39,8 @@ class DriveKit:
         ports: which run holds each service agent's loopback port.
         flows: the host behind the flow tools a built-in agent opted into (None: only those
             that need no host, ``ask_user`` and ``finish``).
+        model_clients: the HTTP clients built-in agents' model calls go out on, kept between
+            drives (None: each drive's gateway makes its own).
     """
 
     access: StoreAccess
@@ -48,3 +51,4 @@ class DriveKit:
     process_restarts: int = 0
     ports: PortClaims = field(default_factory=PortClaims)
     flows: FlowHost | None = None
+    model_clients: ModelClients | None = None

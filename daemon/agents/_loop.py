@@ -67,7 +67,7 @@ from ..mcp import (
     open_connections,
     probe_reader,
 )
-from ..models import ModelGateway
+from ..models import ModelClients, ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..proxies import lane_probe
 from ..recording import DriveInterrupted, Parked, RunContext
@@ -212,11 +212,16 @@ async def fail_unreachable(ctx: RunContext, refusal: str) -> RunView:
     return ctx.view
 
 
-def gateway_for(agent: AgentDefinition, credentials: Credentials | None = None) -> ModelGateway:
+def gateway_for(
+    agent: AgentDefinition,
+    credentials: Credentials | None = None,
+    clients: ModelClients | None = None,
+) -> ModelGateway:
     """The model gateway a definition asks for, with the key bound to the endpoint it reaches.
 
     ``credentials``: the daemon's declarations; None resolves an agent file
     as the command line always has (from the process's environment).
+    ``clients``: the daemon's HTTP clients kept between drives (None: one of its own).
     """
     endpoint = (credentials or Credentials()).endpoint_for(
         provider=agent.llm.provider,
@@ -229,6 +234,7 @@ def gateway_for(agent: AgentDefinition, credentials: Credentials | None = None) 
         stream=agent.llm.stream,
         max_retries=agent.llm.max_retries,
         timeout_seconds=agent.llm.timeout_seconds,
+        clients=clients,
     )
 
 
@@ -676,7 +682,7 @@ async def _drive_held(
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.idle and not probes_open_write(agent, kit.registry, ctx.view):
         return ctx.view
-    gateway = gateway_for(agent, kit.credentials)
+    gateway = gateway_for(agent, kit.credentials, kit.model_clients)
     try:
         # MCP servers are started only when the run first needs one live.
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}

@@ -292,7 +292,7 @@ class GraphWalk:
         gateway = self._gateways.get(agent.agent_def_hash)
         if gateway is None:
             gateway = self._gateways[agent.agent_def_hash] = gateway_for(
-                agent, self.kit.credentials
+                agent, self.kit.credentials, self.kit.model_clients
             )
         return gateway
 

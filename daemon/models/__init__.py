@@ -6,6 +6,7 @@ Rule: imports only ``web`` from the daemon.
 
 from __future__ import annotations
 
+from ._clients import ModelClients
 from ._gateway import (
     DEFAULT_KEY_ENV,
     PUBLIC_BASE_URLS,
@@ -26,6 +27,7 @@ __all__ = [
     "PUBLIC_BASE_URLS",
     "Delta",
     "ModelCallError",
+    "ModelClients",
     "ModelEndpoint",
     "ModelGateway",
     "endpoint_url",

@@ -24,6 +24,7 @@ import trio
 from salvor.protocol import SSEDecoder
 
 from ..web import tls_context
+from ._clients import ModelClients
 from ._demo import demo_complete
 from ._wire import WIRES, StreamedError, WireError, error_message, ticker
 
@@ -150,6 +151,8 @@ class ModelGateway:
         capped at 8 seconds. Tests pass a small value.
       http_client: a client to share; the gateway closes only a client it
         created itself.
+      clients: where to borrow a client from (given back by ``aclose``), when
+        ``http_client`` is not given: a daemon keeps its clients between drives.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class ModelGateway:
         timeout_seconds: float = 120.0,
         retry_backoff_seconds: float = 0.5,
         http_client: httpx.AsyncClient | None = None,
+        clients: ModelClients | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
@@ -171,6 +175,7 @@ class ModelGateway:
         self._timeout = httpx.Timeout(timeout_seconds)
         self._owns_client = http_client is None and endpoint.provider != "demo"
         self._client = http_client
+        self._lender = clients if self._owns_client else None
         if endpoint.provider != "demo":
             # Parsed once here, not on every call: httpx parses a URL given as text again for
             # each request, and these are the same for every call of the gateway.
@@ -179,13 +184,21 @@ class ModelGateway:
             self._url_text = endpoint_url(base_url, self._wire.path)
             self._url = httpx.URL(self._url_text)
             self._headers = self._wire.headers(endpoint.api_key)
-        if self._owns_client:
+        if self._lender is not None:
+            self._client = self._lender.lend()
+        elif self._owns_client:
             self._client = httpx.AsyncClient(timeout=self._timeout, verify=tls_context())
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this gateway created it."""
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
+        """Give the HTTP client back to where it was borrowed, or close it if this gateway
+        created it."""
+        if not self._owns_client or self._client is None:
+            return
+        client, self._client = self._client, None
+        if self._lender is not None:
+            await self._lender.give_back(client)
+        else:
+            await client.aclose()
 
     async def complete(
         self, request: dict[str, Any], *, on_delta: Delta | None = None

@@ -27,7 +27,7 @@ from salvor.protocol import (
 from ..agents import AgentDefinition, AgentKind, Credentials, DriveKit, drive
 from ..client_runs import ClientRuns, ClientTool, DriveLeases
 from ..graphs import drive_graph
-from ..models import ModelGateway
+from ..models import ModelClients, ModelGateway
 from ..proxies import ModelProxy
 from ..recording import FreeSpaceFloor, StoreAccess, utc_now
 from ..tools import ToolRegistry
@@ -73,11 +73,18 @@ class Runtime:
             proxy=proxy,
             process_restarts=process_restarts,
             flows=RunFlows(self.definitions, self.reads, credentials=credentials, drive=self.drive),
+            model_clients=ModelClients(),
         )
         self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
         self.control = RunControl(access, self.definitions, self.reads, clock=clock)
         self.forks = Forks(access)
         self.uploads = Uploads(access)
+
+    async def aclose(self) -> None:
+        """Close what this runtime kept between drives (its model clients); a drive still going
+        closes its client when it ends."""
+        if self.kit.model_clients is not None:
+            await self.kit.model_clients.aclose()
 
     def client_runs(
         self,

@@ -242,6 +242,7 @@ async def _serve(
                 takeover.take(interrupted)
                 await stop.wait()
                 await _stop_driving(state, config, notifier)
+            await node.runtime.aclose()
             # Responses in flight finish first (a stream sends its end frame
             # and closes cleanly), within the deadline. Idle keep-alive
             # connections are not waited for: they carry nothing.
