@@ -15,6 +15,7 @@ landed, which recovery runs before it parks the run for a person.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,6 +50,39 @@ def check_key_paths(where: str, value: Any) -> tuple[str, ...]:
             )
     if len(set(value)) != len(value):
         raise ValueError(f"{where} names one path twice")
+    return tuple(value)
+
+
+# A file input names one top-level argument: the path is that argument's value alone (never a
+# path built from two arguments, a dotted path into one, or a directory).
+_ARGUMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+def check_file_inputs(where: str, value: Any, input_schema: Any = None) -> tuple[str, ...]:
+    """Validate declared file inputs: distinct top-level argument names, each one the input
+    schema (when it lists ``properties``) declares as a string.
+
+    Raises:
+        ValueError: one sentence naming ``where`` and the bad entry.
+    """
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"{where} must be a non-empty array of argument names")
+    properties = input_schema.get("properties") if isinstance(input_schema, dict) else None
+    for name in value:
+        if not isinstance(name, str) or not _ARGUMENT.match(name):
+            raise ValueError(
+                f"{where} holds {name!r}, which is not one argument's name: a file input is an "
+                "argument whose whole value is the file's path"
+            )
+        if isinstance(properties, dict):
+            declared = properties.get(name)
+            if not isinstance(declared, dict) or declared.get("type") != "string":
+                raise ValueError(
+                    f"{where} names {name!r}, which the tool's input schema does not declare as "
+                    "a string property"
+                )
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where} names one argument twice")
     return tuple(value)
 
 
@@ -289,10 +323,17 @@ class Tool:
     mcp_server: str | None = None
     # The read that tells whether a call landed (a ``write`` only).
     probe: Probe | None = None
+    # Arguments whose value is a path the tool reads (``check_file_inputs``): in a flow, a file
+    # of the client's, handed to the tool as a temporary file of the daemon's.
+    file_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.idempotency_keys:
             check_key_paths(f"the `idempotency_keys` of tool {self.name!r}", self.idempotency_keys)
+        if self.file_inputs:
+            check_file_inputs(
+                f"the `file_inputs` of tool {self.name!r}", self.file_inputs, self.input_schema
+            )
         if self.probe is not None and self.effect is not Effect.WRITE:
             raise ValueError(
                 f"tool {self.name!r} is {self.effect.value}, and only a write has a probe: "
@@ -387,6 +428,24 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def file_inputs(self) -> dict[str, tuple[str, ...]]:
+        """Each tool that declares file inputs, by name, with its arguments."""
+        return {name: tool.file_inputs for name, tool in self._tools.items() if tool.file_inputs}
+
+    def listing(self) -> list[dict]:
+        """The tools as ``GET /v1/tools`` lists them, by name."""
+        return [
+            {
+                "name": name,
+                "effect": tool.effect.value,
+                "file_inputs": [
+                    {"target": argument, "path": "${" + argument + "}"}
+                    for argument in tool.file_inputs
+                ],
+            }
+            for name, tool in sorted(self._tools.items())
+        ]
 
 
 class DispatchFailed(Exception):
