@@ -5,6 +5,8 @@ by the real directory of the file that names it and the target as written; an ag
 ``system_prompt_path`` likewise beside the agent file; every ``flow`` node's flow of the project
 (``<P>/.salvor/flows/<name>.yaml``) a member keyed by that directory and ``<name>.yaml``, collected
 in the same way. Each (directory, target) pair is read once; a chain stops at ``MAX_FLOW_DEPTH``.
+Every tool node's file arguments (``protocol._tool_files``), in every flow found, are members of
+role ``tool`` keyed by the path as written, each path once.
 
 The client policy: a member is sent only when its real path lies under one of the roots (the
 project and its ``.salvor/flows``, the flow file's directory and its real file's directory), by
@@ -31,10 +33,13 @@ from salvor.protocol import (
     FLOWS_DIR,
     MAX_FLOW_DEPTH,
     MAX_MEMBER_BYTES,
+    TOOL_FILE_SUFFIXES,
+    FileInputs,
     FlowBundle,
     FlowMember,
     baseline_dir,
     content_hash,
+    is_file_argument,
     is_flow_name,
     member_key,
     nested_flow_key,
@@ -91,6 +96,8 @@ def _under(path: str, root: str) -> bool:
 class _Collector:
     roots: list[str]
     update: bool = False
+    # The tools' declared file inputs (tool name -> arguments): which tool arguments are files.
+    file_inputs: FileInputs = field(default_factory=dict)
     members: dict[str, FlowMember] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
     # The members in the order they were found: what ``SALVOR_FLOW_FILES_LOG=1`` prints.
@@ -116,7 +123,7 @@ class _Collector:
                 line = f"refused ({member.error})"
             else:
                 line = str(member.state)
-            shown = member.key if member.role == "baseline" else member.canonical
+            shown = member.key if member.role in ("baseline", "tool") else member.canonical
             print(f"[flow-files] {member.role} {shown}: {line}", file=sys.stderr, flush=True)
 
     def baselines(self, directory: str, names: list[str]) -> None:
@@ -145,6 +152,18 @@ class _Collector:
             )
             self.logged.append(self.members[path])
 
+    def tool_files(self, node: dict) -> None:
+        """The file arguments of a tool node (or a map's tool body) as the document writes them:
+        each a member keyed by the path as written, read once (a baseline of the same path,
+        found first, stands in for it)."""
+        tool, template = node.get("tool"), node.get("input")
+        if not isinstance(tool, str) or not isinstance(template, dict):
+            return
+        for argument in self.file_inputs.get(tool, ()):
+            value = template.get(argument)
+            if is_file_argument(value):
+                self.read("tool", value, value, value)
+
     def _member(self, role: str, key: str, path: str, target: str) -> FlowMember:
         canonical = os.path.realpath(path)
         base = {"key": key, "role": role, "path": path, "canonical": canonical}
@@ -163,7 +182,11 @@ class _Collector:
             return FlowMember(**base, spelling=spelling, state="missing")
         except OSError as exc:
             return refused(_os_error(exc))
-        if kind is not None and _KINDS.get(os.path.splitext(canonical)[1].lower()) != kind:
+        if role == "tool":
+            if not canonical.lower().endswith(TOOL_FILE_SUFFIXES):
+                shown = ", ".join(TOOL_FILE_SUFFIXES)
+                return refused(f"{target} links to a file that is not one of {shown}")
+        elif kind is not None and _KINDS.get(os.path.splitext(canonical)[1].lower()) != kind:
             return refused(f"{target} links to a file that is not a {kind} file")
         if os.path.isdir(canonical):
             return refused("EISDIR: illegal operation on a directory, read")
@@ -255,6 +278,7 @@ def _walk(
                 _collect_prompt(collector, agent)
         if node.get("kind") == "snapshot" and isinstance(node.get("name"), str):
             snapshots.append(node["name"])
+        collector.tool_files(node)
         name = node.get("flow") if node.get("kind") == "flow" else None
         if isinstance(name, str) and project is not None and depth < MAX_FLOW_DEPTH:
             if not is_flow_name(name):
@@ -295,9 +319,16 @@ def flow_roots(path: str) -> list[str]:
 
 
 def collect_flow(
-    path: str, *, update_baselines: bool = False, over_link: bool = False
+    path: str,
+    *,
+    update_baselines: bool = False,
+    over_link: bool = False,
+    file_inputs: FileInputs | None = None,
 ) -> FlowFiles:
     """The flow file ``path`` and every member it reaches, as this machine holds them.
+
+    ``file_inputs``: the tools' declared file inputs (tool name -> arguments; the daemon's
+    ``GET /v1/tools`` over a link): each tool node's file arguments are sent as ``tool`` members.
 
     ``over_link``: the members go to a daemon in a call (``_flow_uploads``), so each line of
     ``SALVOR_FLOW_FILES_LOG=1`` says whether its bytes go inline or by upload, as that call
@@ -313,7 +344,9 @@ def collect_flow(
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(roots=flow_roots(path), update=update_baselines)
+    collector = _Collector(
+        roots=flow_roots(path), update=update_baselines, file_inputs=file_inputs or {}
+    )
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 from salvor.protocol import (
+    FileInputs,
     Graph,
     GraphError,
     InvalidGraph,
@@ -141,7 +142,11 @@ def unreadable(path: str, exc: OSError) -> str:
 
 
 async def collect_flow_files(
-    path: str, *, update_baselines: bool = False, over_link: bool = False
+    path: str,
+    *,
+    update_baselines: bool = False,
+    over_link: bool = False,
+    file_inputs: FileInputs | None = None,
 ) -> FlowFiles:
     """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
 
@@ -150,7 +155,12 @@ async def collect_flow_files(
     """
     try:
         return await trio.to_thread.run_sync(
-            lambda: collect_flow(path, update_baselines=update_baselines, over_link=over_link)
+            lambda: collect_flow(
+                path,
+                update_baselines=update_baselines,
+                over_link=over_link,
+                file_inputs=file_inputs,
+            )
         )
     except OSError as exc:
         raise CliError(unreadable(path, exc)) from None
