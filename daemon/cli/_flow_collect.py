@@ -155,7 +155,7 @@ class _Collector:
     def tool_files(self, node: dict) -> None:
         """The file arguments of a tool node (or a map's tool body) as the document writes them:
         each a member keyed by the path as written, read once (a baseline of the same path,
-        found first, stands in for it)."""
+        collected first, is its member)."""
         tool, template = node.get("tool"), node.get("input")
         if not isinstance(tool, str) or not isinstance(template, dict):
             return
@@ -268,7 +268,8 @@ def _walk(
         return
     directory = posixpath.dirname(member.canonical)
     snapshots = []
-    for node in _nodes(_parse_document(data, member.canonical)):
+    nodes = _nodes(_parse_document(data, member.canonical))
+    for node in nodes:
         target = node.get("agent_file")
         if isinstance(target, str) and depth < MAX_FLOW_DEPTH:
             key = member_key(directory, target)
@@ -278,7 +279,6 @@ def _walk(
                 _collect_prompt(collector, agent)
         if node.get("kind") == "snapshot" and isinstance(node.get("name"), str):
             snapshots.append(node["name"])
-        collector.tool_files(node)
         name = node.get("flow") if node.get("kind") == "flow" else None
         if isinstance(name, str) and project is not None and depth < MAX_FLOW_DEPTH:
             if not is_flow_name(name):
@@ -295,6 +295,10 @@ def _walk(
             _walk(collector, nested, project, depth + 1, seen, node_id)
     if snapshots:
         collector.baselines(baseline_dir(member.path, member.canonical, stem=stem), snapshots)
+    # After the baselines: a tool file at a baseline's path is that baseline's member (listed
+    # only, in a run that updates it, so the client still writes it there).
+    for node in nodes:
+        collector.tool_files(node)
 
 
 def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:

@@ -247,3 +247,36 @@ def test_a_bad_file_input_declaration_is_refused_naming_the_tool(declared, refus
         )
     assert "tool 'reader'" in str(caught.value)
     assert check_file_inputs("x", ["path"], schema) == ("path",)
+
+
+def test_a_tool_reads_a_baseline_the_run_captured_earlier_and_then_the_one_written_back(
+    remote: Remote,
+) -> None:
+    project = remote.project
+    baseline = os.path.realpath(project.flows) + "/__baselines__/main/table.json"
+    flow = project.flow(
+        _flow(
+            _read("first", str(project.document)),
+            "{id: snap, kind: snapshot, name: table, of: $nodes.first.json}",
+            _read("again", baseline),
+        ).replace("edges: []", "edges:\n  - {from: first, to: snap}\n  - {from: snap, to: again}")
+    )
+    updated = salvor_in_process(
+        "graph",
+        "run",
+        str(flow),
+        "--remote",
+        remote.daemon.base_url,
+        "--json",
+        "--update-baselines",
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    result = json.loads(updated.stdout)
+    # No file at the path yet: the tool read what the snapshot captured earlier in the run.
+    assert result["output"]["again"]["json"] == DOCUMENT
+    assert json.loads(Path(baseline).read_text()) == DOCUMENT  # and the client wrote it
+
+    compared = remote.run(flow)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert json.loads(compared.stdout)["output"]["again"]["json"] == DOCUMENT
