@@ -280,3 +280,40 @@ def test_a_tool_reads_a_baseline_the_run_captured_earlier_and_then_the_one_writt
     compared = remote.run(flow)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert json.loads(compared.stdout)["output"]["again"]["json"] == DOCUMENT
+
+
+def test_a_nested_flows_tool_node_and_a_maps_tool_body_read_the_clients_files(
+    remote: Remote,
+) -> None:
+    project = remote.project
+    notes = project.root / "data" / "notes.TXT"
+    notes.write_text("low tide at noon")
+    project.flow(_flow(_read("inner_doc", str(project.document))), name="inner")
+    body = f"{{kind: tool, tool: read_document, input: {{path: {json.dumps(str(notes))}}}}}"
+    flow = project.flow(
+        _flow(
+            "{id: nested, kind: flow, flow: inner}",
+            f"{{id: each, kind: map, over: $input, body: {body}}}",
+        )
+    )
+    done = salvor_in_process(
+        "graph",
+        "run",
+        str(flow),
+        "--remote",
+        remote.daemon.base_url,
+        "--json",
+        "--input",
+        "[1, 2]",
+        env={"PATH": "/usr/bin:/bin", "SALVOR_FLOW_FILES_LOG": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    output = json.loads(done.stdout)["output"]
+    assert output["nested"]["inner_doc"]["json"] == DOCUMENT
+    assert [item["text"] for item in output["each"]] == ["low tide at noon"] * 2
+    assert f"[flow-files] tool {notes}: inline" in done.stderr
+    assert f"[flow-files] tool {project.document}: inline" in done.stderr
+    assert all(
+        entry["opened"] not in (str(notes), str(project.document))
+        for entry in (ledger(remote.effects))
+    )
