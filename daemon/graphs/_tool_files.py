@@ -6,7 +6,9 @@ absolute ``.json``, ``.yaml``, ``.png`` or ``.txt`` path (a *file argument*,
 snapshot node of this walk captured at that path, then the members the client sent (role ``tool``,
 or a baseline of the same path standing in for it). The tool is handed the bytes as a temporary
 file of the daemon's, made just before its handler runs and removed once it returns; the call is
-recorded with the client's path, so replay, recovery and forks see the same call.
+recorded with the client's path, so replay, recovery and forks see the same call. A process
+killed while its tool reads leaves its copies behind; the next process to hand a tool a file
+removes them.
 
 A file argument with no member, or one the client marked missing, fails the node; a refused one
 fails it with the client's reason. Any other value of a file input is read as it is only by a flow
@@ -16,9 +18,11 @@ brings no file of the client's at all.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
@@ -108,8 +112,50 @@ def staged_files(
     return staged
 
 
+# Where the copies go: one directory per user, a directory per handing named after the process
+# (``<pid>-<random>``), so a process killed mid-call leaves copies the next handing removes.
+_COPIES_PREFIX = "salvor-tool-files-"
+_swept = False
+
+
+def _copies_home() -> str | None:
+    """This user's directory of copies, made 0700; None when the name is taken by something
+    else (another user's directory, a link), when each handing gets a directory of its own."""
+    home = os.path.join(tempfile.gettempdir(), f"{_COPIES_PREFIX}{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(home, 0o700)
+    info = os.lstat(home)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return home
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(home: str) -> None:
+    """Remove the copies of processes that are gone (a daemon killed while a tool read one)."""
+    for name in os.listdir(home):
+        pid = name.partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(home, name), ignore_errors=True)
+
+
 def _write_copies(staged: Mapping[str, tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
-    directory = tempfile.mkdtemp(prefix="salvor-tool-files-")  # 0700: the daemon's user alone
+    global _swept
+    home = _copies_home()
+    if home is not None and not _swept:
+        _sweep(home)
+        _swept = True
+    # 0700: the daemon's user alone.
+    directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-" if home else _COPIES_PREFIX, dir=home)
     paths = {}
     for index, (argument, (path, data)) in enumerate(sorted(staged.items())):
         # The client's file name, so a tool that goes by the suffix reads the same kind of file.

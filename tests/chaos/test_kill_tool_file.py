@@ -5,13 +5,14 @@ finishing the flow from the files kept with the run.
 The call is ``POST /v1/graph-runs`` with the flow's members (the client then goes away); the
 daemon dies in ``read_document`` after it opened its copy and before the call's completion is
 recorded (``SALVOR_FAULT_KILL_IN_TOOL``). The read is open at recovery, so it runs again: from the
-stored member, in a fresh temporary copy, with the client's path in the log all along. The email
-after it goes out once.
+stored member, in a fresh temporary copy, with the client's path in the log all along; the copy the
+killed daemon left is removed. The email after it goes out once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -101,5 +102,7 @@ def test_a_tool_file_is_read_from_the_store_after_a_kill_with_the_client_gone(
     assert len(reads) == 2  # the open read ran again after the kill, from a fresh copy
     assert len({entry["opened"] for entry in reads}) == 2
     assert all(entry["opened"] != str(document) for entry in reads)
+    # The killed daemon's copy was left behind; the restarted one removed it at its first handing.
+    assert not os.path.exists(os.path.dirname(reads[0]["opened"]))
     emails = [entry for entry in ledger(effects) if entry["tool"] == "send_email"]
     assert len(emails) == 1 and emails[0]["input"]["body"] == "tide tables"
