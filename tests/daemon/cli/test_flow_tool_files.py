@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,20 @@ def test_a_remote_flow_hands_its_tool_a_temporary_copy_of_the_clients_file(
     inputs = [e.event.input for e in log if e.kind == EventKind.TOOL_CALL_REQUESTED]
     assert inputs == [{"path": path}, {"path": path}]
     assert list(remote.daemon.cwd.iterdir()) == []
+
+    # A fork re-walks the second read from the files kept with the run: the client's is gone.
+    remote.project.document.unlink()
+    with remote.daemon.client(timeout=SETTLE_SECONDS) as client:
+        forked = client.post(f"/v1/runs/{result['run']}/fork", json={"from_node": "again"})
+        assert forked.status_code == 201, forked.text
+        fork = forked.json()["run"]
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while (status := client.get(f"/v1/runs/{fork}").json()["status"])["state"] == "running":
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+    assert status["state"] == "completed", status
+    assert status["output"]["again"]["json"] == DOCUMENT
+    assert len(ledger(remote.effects)) == 3
 
 
 def test_a_file_the_client_has_not_fails_the_step_naming_path_argument_and_tool(
