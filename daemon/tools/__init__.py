@@ -8,6 +8,7 @@ from __future__ import annotations
 from ._demo import (
     demo_registry,
 )
+from ._file_inputs import check_file_inputs
 from ._registry import (
     DispatchFailed,
     MissingKeyField,
@@ -22,7 +23,6 @@ from ._registry import (
     ToolFailed,
     ToolRegistry,
     call_identity,
-    check_file_inputs,
     check_key_paths,
     check_path,
     derived_key,
