@@ -172,6 +172,8 @@ def test_the_pre_check_refuses_what_is_no_file_argument_and_what_the_client_refu
     (project.root / "data" / "linked.json").symlink_to(project.root / "data" / "sheet.csv")
     (project.root / "data" / "folder.json").mkdir()
     data = project.root / "data"
+    with open(data / "big.png", "wb") as big:  # sparse: its size is what the client checks
+        big.truncate(32 * 1024 * 1024 + 1)
     flow = project.flow(
         _flow(
             "{id: ref, kind: tool, tool: read_document, input: {path: $input.path}}",
@@ -180,6 +182,7 @@ def test_the_pre_check_refuses_what_is_no_file_argument_and_what_the_client_refu
             _read("outside", str(outside)),
             _read("linked", str(data / "linked.json")),
             _read("folder", str(data / "folder.json")),
+            _read("big", str(data / "big.png")),
         )
     )
     response = remote.post(flow)
@@ -189,7 +192,9 @@ def test_the_pre_check_refuses_what_is_no_file_argument_and_what_the_client_refu
     assert "'$input.path' is not one" in errors["ref"]["message"]
     assert "'data/doc.json' is not one" in errors["relative"]["message"]
     assert errors["csv"]["argument"] == "path" and errors["csv"]["tool"] == "read_document"
-    assert {errors[n]["code"] for n in ("outside", "linked", "folder")} == {"refused_member"}
+    refused = ("outside", "linked", "folder", "big")
+    assert {errors[n]["code"] for n in refused} == {"refused_member"}
+    assert "is larger than the 32 MiB cap" in errors["big"]["message"]
     assert "is outside every root this client serves" in errors["outside"]["message"]
     assert (
         f"{data / 'linked.json'} links to a file that is not one of .json, .png, .txt, .yaml"
