@@ -18,11 +18,9 @@ brings no file of the client's at all.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 import shutil
-import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
@@ -37,7 +35,7 @@ from salvor.protocol import (
     is_file_argument,
 )
 
-from ..tools import Tool, ToolCall
+from ..tools import COPIES_PREFIX, Tool, ToolCall, copies_home
 from ._baseline_writes import baseline_bytes
 from ._flow_check import FlowFiles, not_a_file_argument
 from ._snapshot import CAPTURED
@@ -112,22 +110,8 @@ def staged_files(
     return staged
 
 
-# Where the copies go: one directory per user, a directory per handing named after the process
-# (``<pid>-<random>``), so a process killed mid-call leaves copies the next handing removes.
-_COPIES_PREFIX = "salvor-tool-files-"
+# Whether this process removed the copies of processes that are gone (its first handing does).
 _swept = False
-
-
-def _copies_home() -> str | None:
-    """This user's directory of copies, made 0700; None when the name is taken by something
-    else (another user's directory, a link), when each handing gets a directory of its own."""
-    home = os.path.join(tempfile.gettempdir(), f"{_COPIES_PREFIX}{os.getuid()}")
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(home, 0o700)
-    info = os.lstat(home)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
-    return home
 
 
 def _alive(pid: int) -> bool:
@@ -150,12 +134,12 @@ def _sweep(home: str) -> None:
 
 def _write_copies(staged: Mapping[str, tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
     global _swept
-    home = _copies_home()
+    home = copies_home()
     if home is not None and not _swept:
         _sweep(home)
         _swept = True
     # 0700: the daemon's user alone.
-    directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-" if home else _COPIES_PREFIX, dir=home)
+    directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-" if home else COPIES_PREFIX, dir=home)
     paths = {}
     for index, (argument, (path, data)) in enumerate(sorted(staged.items())):
         # The client's file name, so a tool that goes by the suffix reads the same kind of file.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ._demo import (
     demo_registry,
 )
-from ._file_inputs import check_file_inputs
+from ._file_inputs import COPIES_PREFIX, check_file_inputs, copies_home, handed_copy
 from ._registry import (
     DispatchFailed,
     MissingKeyField,
@@ -31,6 +31,7 @@ from ._registry import (
 )
 
 __all__ = [
+    "COPIES_PREFIX",
     "DispatchFailed",
     "MissingKeyField",
     "NotPerformed",
@@ -47,8 +48,10 @@ __all__ = [
     "check_file_inputs",
     "check_key_paths",
     "check_path",
+    "copies_home",
     "demo_registry",
     "derived_key",
     "dispatch",
     "graph_call_key",
+    "handed_copy",
 ]

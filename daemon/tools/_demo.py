@@ -17,8 +17,8 @@ keys: a repeat key is recorded as not delivered; ``publish_post`` is a write
 with no key at all (the graph examples publish with it, and a fork that would
 publish again is refused until someone acknowledges it). ``request_approval`` suspends
 the run on a human gate (or a signal), ``wait_until`` puts it to sleep. ``read_document`` reads a
-file (its one declared file input, ``path``): in a flow, the daemon's temporary copy of a file the
-client sent.
+file (its one declared file input, ``path``): only the daemon's temporary copy of a file a flow
+sent, never a path a caller chose.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from salvor.protocol import Effect, parse_instant
 from salvor.store import sqlite_path
 
 from ..processes import kill_if_requested
+from ._file_inputs import handed_copy
 from ._registry import Probe, SleepUntil, Suspend, Tool, ToolCall, ToolFailed, ToolRegistry
 
 EFFECTS_ENV = "SALVOR_DEMO_EFFECTS"
@@ -209,6 +210,13 @@ class _DemoWorld:
 
     async def read_document(self, args: dict, call: ToolCall) -> dict:
         opened = args["path"]
+        if not await trio.to_thread.run_sync(handed_copy, opened):
+            # A caller's path would read whatever file the daemon can: only the daemon's copy
+            # of a flow's tool file is read.
+            raise ToolFailed(
+                f"read_document reads only a file a flow sent with its call; {opened!r} is not one",
+                retryable=False,
+            )
         try:
             data = await trio.Path(opened).read_bytes()
         except OSError as exc:

@@ -139,7 +139,10 @@ def test_a_remote_flow_hands_its_tool_a_temporary_copy_of_the_clients_file(
         assert forked.status_code == 201, forked.text
         fork = forked.json()["run"]
         deadline = time.monotonic() + SETTLE_SECONDS
-        while (status := client.get(f"/v1/runs/{fork}").json()["status"])["state"] == "running":
+        while (status := client.get(f"/v1/runs/{fork}").json()["status"])["state"] not in (
+            "completed",
+            "failed",
+        ):
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
     assert status["state"] == "completed", status
@@ -238,6 +241,16 @@ def test_a_local_flow_run_hands_its_tool_the_same_copy(tmp_path: Path) -> None:
     assert '"tide tables"' in done.stdout.splitlines()[-1]
     (opened,) = [entry["opened"] for entry in ledger(effects)]
     assert opened != path and not os.path.exists(opened)
+
+    # A path that is no file argument reaches the tool as it is, and the demo tool reads only
+    # the daemon's copies: a caller's path never makes it read a file of the daemon's.
+    chosen = project.flow(
+        _flow("{id: doc, kind: tool, tool: read_document, input: {path: $input}}"), name="chosen"
+    )
+    refused = salvor_in_process("graph", "run", str(chosen), "--input", json.dumps(path), env=env)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "read_document reads only a file a flow sent with its call" in refused.stdout
+    assert len(ledger(effects)) == 1
 
 
 @pytest.mark.parametrize(
