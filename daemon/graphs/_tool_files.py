@@ -133,6 +133,12 @@ def _sweep(home: str) -> None:
 
 
 def _write_copies(staged: Mapping[str, tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
+    """A fresh directory holding a copy of each staged file, and each argument's copy.
+
+    Raises:
+        OSError: a copy could not be written (the tool's failure, as any of its own); the
+            directory was removed.
+    """
     global _swept
     home = copies_home()
     if home is not None and not _swept:
@@ -141,12 +147,16 @@ def _write_copies(staged: Mapping[str, tuple[str, bytes]]) -> tuple[str, dict[st
     # 0700: the daemon's user alone.
     directory = tempfile.mkdtemp(prefix=f"{os.getpid()}-" if home else COPIES_PREFIX, dir=home)
     paths = {}
-    for index, (argument, (path, data)) in enumerate(sorted(staged.items())):
-        # The client's file name, so a tool that goes by the suffix reads the same kind of file.
-        copy = os.path.join(directory, f"{index}-{posixpath.basename(path)}")
-        with open(copy, "xb", opener=lambda name, flags: os.open(name, flags, 0o600)) as handle:
-            handle.write(data)
-        paths[argument] = copy
+    try:
+        for index, (argument, (path, data)) in enumerate(sorted(staged.items())):
+            # The client's file name, so a tool that goes by the suffix reads the same kind.
+            copy = os.path.join(directory, f"{index}-{posixpath.basename(path)}")
+            with open(copy, "xb", opener=lambda name, flags: os.open(name, flags, 0o600)) as out:
+                out.write(data)
+            paths[argument] = copy
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)  # a full disk leaves no partial copy
+        raise
     return directory, paths
 
 
