@@ -209,6 +209,10 @@ from ._templates import parse_reference as parse_reference
 from ._templates import pick_case as pick_case
 from ._templates import references as references
 from ._templates import resolve_template as resolve_template
+from ._tool_files import TOOL_FILE_SUFFIXES as TOOL_FILE_SUFFIXES
+from ._tool_files import FileInputs as FileInputs
+from ._tool_files import declared_arguments as declared_arguments
+from ._tool_files import is_file_argument as is_file_argument
 from ._upload_archive import MAX_UPLOAD_BYTES as MAX_UPLOAD_BYTES
 from ._upload_archive import BadArchive as BadArchive
 from ._upload_archive import archive_hash as archive_hash

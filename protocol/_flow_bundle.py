@@ -8,7 +8,8 @@ finds each member by its key.
 
 Rules:
 * A member's key is the real directory of the file that names it, a NUL, and the target as
-  written (``member_key``); a nested flow's is ``<P>/.salvor/flows``, a NUL and ``<name>.yaml``.
+  written (``member_key``); a nested flow's is ``<P>/.salvor/flows``, a NUL and ``<name>.yaml``;
+  a tool file's (role ``tool``, ``_tool_files``) and a baseline's is the absolute path itself.
   Paths here are the client's and are only joined as text (``posixpath``), never opened.
 * A member has its bytes (``sha256`` and ``size``) or a state: ``missing`` (nothing at the path),
   ``refused`` (the client would not send it; ``error`` says why) or ``listed`` (named only).
@@ -21,10 +22,12 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._canonical import canonical_json, sha256_hash
+from ._tool_files import declared_arguments
 
 # Agent files and nested flows reached from one flow, counted together along one chain.
 MAX_FLOW_DEPTH = 20
@@ -35,7 +38,7 @@ FLOWS_DIR = ".salvor/flows"
 # A flow's name as a `flow` node writes it: a file name without its `.yaml`.
 FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
-MEMBER_ROLES = ("flow", "agent", "prompt", "baseline")
+MEMBER_ROLES = ("flow", "agent", "prompt", "baseline", "tool")
 MEMBER_STATES = ("missing", "refused", "listed")
 SPELLING_STATES = ("listed", "case_folded", "absent")
 
@@ -251,14 +254,17 @@ def bundle_from_json(value: Any) -> FlowBundle:
     )
 
 
-def names_files(nodes: Any) -> bool:
+def names_files(nodes: Any, file_inputs: Mapping[str, Sequence[str]] | None = None) -> bool:
     """True when a graph's nodes name files (an ``agent_file``, a ``flow``, a snapshot's or a
-    pinned agent's baseline): it runs only as a
-    flow run, from its flow file and the files sent with it."""
+    pinned agent's baseline, an argument of a tool's declared file input: ``file_inputs``, tool
+    name -> its arguments): it runs only as a flow run, from its flow file and the files sent
+    with it."""
     for node in nodes:
         call = node.body if node.body is not None else node
         if call.agent_file is not None or call.flow is not None or call.of is not None:
             return True
         if call.pinned:
+            return True
+        if file_inputs and declared_arguments(call, file_inputs):
             return True
     return False

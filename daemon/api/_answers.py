@@ -434,8 +434,36 @@ RECONCILIATION_LIST = Answer(
 CLIENT_TOOLS = Answer(
     "ClientTools", (_required("client_tools", {"type": "array", "items": ref("ClientTool")}),)
 )
+# ``GET /v1/tools``: the registry's tools a graph's tool nodes may call, and their file inputs.
+_FILE_INPUT = closed(
+    {
+        "target": {"type": "string", "description": "The argument that holds the file's path."},
+        "path": {
+            "type": "string",
+            "description": "How the path is made: always `${<target>}`, the argument alone.",
+        },
+    },
+    ["target", "path"],
+)
+_TOOL = closed(
+    {
+        "name": {"type": "string"},
+        "effect": {"enum": ["read", "idempotent", "write"]},
+        "file_inputs": {
+            "type": "array",
+            "items": _FILE_INPUT,
+            "description": (
+                "Arguments whose value is a file the tool reads: in a flow, a literal absolute "
+                "`.json`, `.yaml`, `.png` or `.txt` path the client sends with the call."
+            ),
+        },
+    },
+    ["name", "effect", "file_inputs"],
+)
+TOOLS = Answer("Tools", (_required("tools", {"type": "array", "items": _TOOL}),))
 
 ANSWERS = (
+    TOOLS,
     RUN,
     RUN_LIST,
     CHILD_LIST,

@@ -74,6 +74,8 @@ from ._session_routes import OPERATIONS as SESSION_OPERATIONS
 from ._settings_routes import OPERATIONS as SETTINGS_OPERATIONS
 from ._settings_routes import add_settings_routes
 from ._state import ServerState
+from ._tool_routes import OPERATIONS as TOOL_OPERATIONS
+from ._tool_routes import add_tool_routes
 from ._tool_step_routes import OPERATIONS as TOOL_STEP_OPERATIONS
 from ._tool_step_routes import add_tool_step_routes
 from ._upload_routes import OPERATIONS as UPLOAD_OPERATIONS
@@ -91,6 +93,7 @@ API_OPERATIONS = (
     *AGENTS_OPERATIONS,
     *GRAPH_OPERATIONS,
     *GRAPH_RUN_OPERATIONS,
+    *TOOL_OPERATIONS,
     *UPLOAD_OPERATIONS,
     *FORK_OPERATIONS,
     *RUNS_OPERATIONS,
@@ -169,6 +172,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_graph_routes(app, state)
     # Graph runs (issue 15): started here, then driven, resumed and watched as every run is.
     add_graph_run_routes(app, state)
+    # The tools graph nodes may call, and their file inputs (issue 31).
+    add_tool_routes(app, state)
     # Flow members sent ahead of their call (issue 31).
     add_upload_routes(app, state)
     add_fork_routes(app, state)

@@ -161,7 +161,7 @@ async def _start(runtime, body: dict) -> str:
     files = await _sent_flow(body, runtime.uploads)
     if "members" not in body:
         # A client that does not know members sent the flow file alone.
-        unsent = flow_without_members(files)
+        unsent = flow_without_members(files, runtime.kit.registry.file_inputs())
         if unsent is not None:
             raise bad_request(unsent)
     labels = linked_labels(body.get("labels"), files.bundle)

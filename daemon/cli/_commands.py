@@ -146,9 +146,13 @@ class Cli:
             await runtime.definitions.register_agent(await self._agent_from(runtime, source))
         files = None
         update = self.args.update_baselines
-        if names_files(graph.nodes):
+        file_inputs = runtime.kit.registry.file_inputs()
+        if names_files(graph.nodes, file_inputs):
             files = await collect_flow_files(
-                self.args.file, update_baselines=update, as_json=self.json
+                self.args.file,
+                update_baselines=update,
+                file_inputs=file_inputs,
+                as_json=self.json,
             )
         elif update:
             raise UsageError(f"--update-baselines: {self.args.file} has no snapshot node")

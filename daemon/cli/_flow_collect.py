@@ -5,6 +5,8 @@ by the real directory of the file that names it and the target as written; an ag
 ``system_prompt_path`` likewise beside the agent file; every ``flow`` node's flow of the project
 (``<P>/.salvor/flows/<name>.yaml``) a member keyed by that directory and ``<name>.yaml``, collected
 in the same way. Each (directory, target) pair is read once; a chain stops at ``MAX_FLOW_DEPTH``.
+Every tool node's file arguments (``protocol._tool_files``), in every flow found, are members of
+role ``tool`` keyed by the path as written, each path once.
 
 The client policy: a member is sent only when its real path lies under one of the roots (the
 project and its ``.salvor/flows``, the flow file's directory and its real file's directory), by
@@ -32,10 +34,13 @@ from salvor.protocol import (
     FLOWS_DIR,
     MAX_FLOW_DEPTH,
     MAX_MEMBER_BYTES,
+    TOOL_FILE_SUFFIXES,
+    FileInputs,
     FlowBundle,
     FlowMember,
     baseline_dir,
     content_hash,
+    is_file_argument,
     is_flow_name,
     member_key,
     nested_flow_key,
@@ -98,6 +103,8 @@ def flow_files_line(text: str, as_json: bool) -> None:
 @dataclass
 class _Collector:
     roots: list[str]
+    # The tools' declared file inputs (tool name -> arguments): which tool arguments are files.
+    file_inputs: FileInputs = field(default_factory=dict)
     members: dict[str, FlowMember] = field(default_factory=dict)
     # The baseline directories of the runs that update theirs: where the client may write.
     updating: set[str] = field(default_factory=set)
@@ -133,7 +140,7 @@ class _Collector:
                 line = f"refused ({member.error})"
             else:
                 line = str(member.state)
-            shown = member.key if member.role == "baseline" else member.canonical
+            shown = member.key if member.role in ("baseline", "tool") else member.canonical
             flow_files_line(f"[flow-files] {member.role} {shown}: {line}", as_json)
 
     def baselines(self, directory: str, names: list[str], update: bool) -> None:
@@ -167,6 +174,18 @@ class _Collector:
             )
             self.logged.append(self.members[path])
 
+    def tool_files(self, node: dict) -> None:
+        """The file arguments of a tool node (or a map's tool body) as the document writes them:
+        each a member keyed by the path as written, read once (a baseline of the same path,
+        collected first, is its member)."""
+        tool, template = node.get("tool"), node.get("input")
+        if not isinstance(tool, str) or not isinstance(template, dict):
+            return
+        for argument in self.file_inputs.get(tool, ()):
+            value = template.get(argument)
+            if is_file_argument(value):
+                self.read("tool", value, value, value)
+
     def _member(self, role: str, key: str, path: str, target: str) -> FlowMember:
         canonical = os.path.realpath(path)
         base = {"key": key, "role": role, "path": path, "canonical": canonical}
@@ -185,7 +204,11 @@ class _Collector:
             return FlowMember(**base, spelling=spelling, state="missing")
         except OSError as exc:
             return refused(_os_error(exc))
-        if kind is not None and _KINDS.get(os.path.splitext(canonical)[1].lower()) != kind:
+        if role == "tool":
+            if not canonical.lower().endswith(TOOL_FILE_SUFFIXES):
+                shown = ", ".join(TOOL_FILE_SUFFIXES)
+                return refused(f"{target} links to a file that is not one of {shown}")
+        elif kind is not None and _KINDS.get(os.path.splitext(canonical)[1].lower()) != kind:
             return refused(f"{target} links to a file that is not a {kind} file")
         if os.path.isdir(canonical):
             return refused("EISDIR: illegal operation on a directory, read")
@@ -267,7 +290,8 @@ def _walk(
         return
     directory = posixpath.dirname(member.canonical)
     snapshots = []
-    for node in _nodes(_parse_document(data, member.canonical)):
+    nodes = _nodes(_parse_document(data, member.canonical))
+    for node in nodes:
         target = node.get("agent_file")
         if isinstance(target, str) and depth < MAX_FLOW_DEPTH:
             key = member_key(directory, target)
@@ -301,6 +325,10 @@ def _walk(
     if snapshots:
         directory = baseline_dir(member.path, member.canonical, stem=stem)
         collector.baselines(directory, snapshots, update)
+    # After the baselines: a tool file at a baseline's path is that baseline's member (listed
+    # only, in a run that updates it, so the client still writes it there).
+    for node in nodes:
+        collector.tool_files(node)
 
 
 def _collect_prompt(collector: _Collector, agent: FlowMember) -> None:
@@ -325,9 +353,17 @@ def flow_roots(path: str) -> list[str]:
 
 
 def collect_flow(
-    path: str, *, update_baselines: bool = False, over_link: bool = False, as_json: bool = False
+    path: str,
+    *,
+    update_baselines: bool = False,
+    over_link: bool = False,
+    file_inputs: FileInputs | None = None,
+    as_json: bool = False,
 ) -> FlowFiles:
     """The flow file ``path`` and every member it reaches, as this machine holds them.
+
+    ``file_inputs``: the tools' declared file inputs (tool name -> arguments; the daemon's
+    ``GET /v1/tools`` over a link): each tool node's file arguments are sent as ``tool`` members.
 
     ``over_link``: the members go to a daemon in a call (``_flow_uploads``), so each line of
     ``SALVOR_FLOW_FILES_LOG=1`` says whether its bytes go inline or by upload, as that call
@@ -344,7 +380,7 @@ def collect_flow(
         document = handle.read(MAX_MEMBER_BYTES + 1)
     if len(document) > MAX_MEMBER_BYTES:
         raise OSError(errno.EFBIG, "larger than the 32 MiB cap on a flow file")
-    collector = _Collector(roots=flow_roots(path))
+    collector = _Collector(roots=flow_roots(path), file_inputs=file_inputs or {})
     digest = content_hash(document)
     collector.contents[digest] = document
     root = FlowMember(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 from salvor.protocol import (
+    FileInputs,
     Graph,
     GraphError,
     InvalidGraph,
@@ -141,7 +142,12 @@ def unreadable(path: str, exc: OSError) -> str:
 
 
 async def collect_flow_files(
-    path: str, *, update_baselines: bool = False, over_link: bool = False, as_json: bool = False
+    path: str,
+    *,
+    update_baselines: bool = False,
+    over_link: bool = False,
+    file_inputs: FileInputs | None = None,
+    as_json: bool = False,
 ) -> FlowFiles:
     """The flow file ``path`` and the files it reaches (``collect_flow``), off the trio thread.
 
@@ -151,7 +157,11 @@ async def collect_flow_files(
     try:
         return await trio.to_thread.run_sync(
             lambda: collect_flow(
-                path, update_baselines=update_baselines, over_link=over_link, as_json=as_json
+                path,
+                update_baselines=update_baselines,
+                over_link=over_link,
+                file_inputs=file_inputs,
+                as_json=as_json,
             )
         )
     except OSError as exc:

@@ -2,6 +2,7 @@
 with the call and its baselines written back here.
 
 The command collects the flow's members on this machine (``collect_flow``, the client policy),
+asks the daemon which tool arguments are files (``GET /v1/tools``, sent as ``tool`` members),
 sends ONE ``POST {URL}/v1/graph-runs`` asking for the ndjson stream, prints a line per node the
 run enters, finishes or skips, then the result as a local run's, and writes the result's
 ``client_files`` (what the run's authoring tools saved for this machine: ``write_client_files``)
@@ -91,6 +92,7 @@ async def remote_main(args: argparse.Namespace) -> int:
                     update_baselines=args.update_baselines,
                     over_link=True,
                     as_json=args.json,
+                    file_inputs=await _file_inputs(client, url),
                 )
                 body = await flow_call_body(client, files)
             else:
@@ -113,6 +115,25 @@ async def _reads_members(client: httpx.AsyncClient, url: str) -> bool:
     except (ValueError, AttributeError):
         raise CliError(f"{url} does not answer as a salvor daemon (GET /v1/capabilities)") from None
     return isinstance(capabilities, dict) and capabilities.get("flow_members") is True
+
+
+async def _file_inputs(client: httpx.AsyncClient, url: str) -> dict[str, list[str]]:
+    """The file inputs the daemon's tools declare (``GET /v1/tools``), tool name -> arguments;
+    none from a daemon that lists no tools (one older than the listing answers 404)."""
+    response = await client.get("/v1/tools")
+    if response.status_code == 404:
+        return {}
+    if response.status_code != 200:
+        raise CliError(refusal_sentence(url, response))
+    try:
+        tools = response.json()["tools"]
+        return {
+            tool["name"]: [entry["target"] for entry in tool["file_inputs"]]
+            for tool in tools
+            if tool["file_inputs"]
+        }
+    except (ValueError, KeyError, TypeError):
+        raise CliError(f"{url} does not answer as a salvor daemon (GET /v1/tools)") from None
 
 
 async def _call(

@@ -4,7 +4,8 @@ A flow run is given its files as a bundle (``FlowFiles``: the manifest and the b
 nothing here opens a path. Every agent node naming an ``agent_file`` finds that file by its key
 (the real directory of the flow file, a NUL, the target as written), its ``system_prompt_path``
 likewise beside the agent file, and every ``flow`` node the nested flow of the project by its key,
-whose own nodes are checked the same way, down to ``MAX_FLOW_DEPTH`` levels.
+whose own nodes are checked the same way, down to ``MAX_FLOW_DEPTH`` levels. A tool node's file
+arguments (the tools' declared file inputs) are held to the rules of ``_tool_files``.
 
 Every problem is a ``GraphError`` (the ``invalid_graph`` list): a code per reason, the node named,
 and the file that holds it (``extra.file``). Nothing is stored or started for a flow that has one.
@@ -16,9 +17,12 @@ import json
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from salvor.protocol import (
     MAX_FLOW_DEPTH,
+    TOOL_FILE_SUFFIXES,
+    FileInputs,
     FlowBundle,
     FlowMember,
     Graph,
@@ -26,6 +30,8 @@ from salvor.protocol import (
     GraphNode,
     InvalidGraph,
     NodeKind,
+    declared_arguments,
+    is_file_argument,
     member_key,
     nested_flow_key,
     parse_graph_json,
@@ -132,12 +138,25 @@ def bind_agents(graph: Graph, hashes: Mapping[str, str]) -> Graph:
     return Graph(document=graph.document, hash=graph.hash, nodes=tuple(nodes), edges=graph.edges)
 
 
-class _Check:
-    """One pre-check: its parser, whether the run came over a link, and what it found."""
+def not_a_file_argument(tool: str, argument: str, value: Any) -> str:
+    """Why ``value`` given to the file input ``argument`` of ``tool`` cannot come from a client."""
+    shown = value if isinstance(value, str) else "the node's input as a whole"
+    return (
+        f"argument {argument} of {tool} is a file the client sends, and {shown!r} is not one: "
+        f"write an absolute path ending in one of {', '.join(TOOL_FILE_SUFFIXES)} in the node's "
+        "input (a $ reference, a relative path or another kind of file would be read on the "
+        "daemon's machine)"
+    )
 
-    def __init__(self, parse_agent: AgentParser, linked: bool) -> None:
+
+class _Check:
+    """One pre-check: its parser, whether the run came over a link, the file inputs of the
+    tools (tool name -> arguments), and what it found."""
+
+    def __init__(self, parse_agent: AgentParser, linked: bool, file_inputs: FileInputs) -> None:
         self.parse_agent = parse_agent
         self.linked = linked
+        self.file_inputs = file_inputs
         self.agents: dict[str, AgentDefinition] = {}
         self.graphs: list[Graph] = []
         self.errors: list[GraphError] = []
@@ -231,6 +250,8 @@ class _Check:
                     hashes[node.id] = agent.agent_def_hash
             elif call.kind is NodeKind.FLOW:
                 self.nested(files, node, depth + 1, chain)
+            elif call.kind is NodeKind.TOOL:
+                self.tool_files(files, node, call)
             if node.pinned and not bundle.update_baselines:
                 self.pinned_baseline(files, node)
         bound = bind_agents(graph, hashes)
@@ -344,6 +365,35 @@ class _Check:
             return
         self.flow(files.nested(member, node), depth, (*chain, file))
 
+    def tool_files(self, files: FlowFiles, node: GraphNode, call: GraphNode) -> None:
+        """The file arguments of a tool node (or a map's tool body): over a link, a file input
+        given anything but a file argument is refused; a file the client refused, everywhere.
+        (A file the client has not is the step's failure, when the walk reaches it.)"""
+        file = files.bundle.canonical
+        for argument, value in declared_arguments(call, self.file_inputs):
+            if not is_file_argument(value):
+                if self.linked:
+                    message = not_a_file_argument(call.tool, argument, value)
+                    self.error(
+                        "tool_file_argument",
+                        node,
+                        f"node {node.id!r} in {file}: {message}",
+                        file,
+                        tool=call.tool,
+                        argument=argument,
+                    )
+                continue
+            member = files.bundle.members.get(value)
+            if member is not None and member.state == "refused":
+                self.error(
+                    "refused_member",
+                    node,
+                    f"node {node.id!r} in {file}: argument {argument} of {call.tool}: "
+                    f"{member.error}",
+                    file,
+                    target=value,
+                )
+
     def too_deep(self, node: GraphNode, file: str) -> None:
         self.error(
             "flow_too_deep",
@@ -355,13 +405,18 @@ class _Check:
         )
 
 
-def check_flow(files: FlowFiles, parse_agent: AgentParser) -> CheckedFlow:
+def check_flow(
+    files: FlowFiles, parse_agent: AgentParser, file_inputs: FileInputs | None = None
+) -> CheckedFlow:
     """The pre-check of a flow run of ``files``: every error, or the graph bound to its agents.
+
+    ``file_inputs``: the tools' declared file inputs (tool name -> arguments); a tool file the
+    client refused is an error, and over a link a file input given anything but a file argument.
 
     Never raises for what the files hold; a linked bundle (``bundle.linked``) also refuses
     agents other than built-in ones.
     """
-    check = _Check(parse_agent, files.bundle.linked)
+    check = _Check(parse_agent, files.bundle.linked, file_inputs or {})
     bundle = files.bundle
     if bundle.spelling.get("state") == "case_folded":
         check.error(

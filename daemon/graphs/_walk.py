@@ -73,6 +73,7 @@ from ._map_items import CHILD_FAILED, MapItems, recorded_items
 from ._nested import run_nested_flow
 from ._pinned import pinned_calls
 from ._probes import graph_probes_open_write
+from ._tool_files import ToolFileProblem, handing_files, staged_files
 
 _Narration = NodeEntered | NodeExited | NodeSkipped | MapItemCompleted
 
@@ -342,7 +343,14 @@ class GraphWalk:
         tool = self.registry.get(call.tool)
         probe = self.registry.probe_of(tool) if tool.probe else None
         key = graph_call_key(self.lineage, self.graph.hash, node.id, index, tool.name)
-        output = await ctx.tool_call(tool, tool_input, probe=probe, key=key)
+        try:
+            staged = staged_files(
+                call, tool_input, self.registry.file_inputs(), self.files, self.outputs
+            )
+        except ToolFileProblem as exc:
+            await self._fail(ctx, node, str(exc))
+        # Recorded with the client's paths; only the handler sees the daemon's copies.
+        output = await ctx.tool_call(handing_files(tool, staged), tool_input, probe=probe, key=key)
         if isinstance(output, dict) and TOOL_ERROR_KEY in output:
             error = output[TOOL_ERROR_KEY]
             await self._fail(ctx, node, f"the {tool.name} call failed: {error.get('message')}")

@@ -299,7 +299,7 @@ class Definitions:
     async def checked_flow(self, files: FlowFiles) -> CheckedFlow:
         """The pre-check of ``files`` (``graphs.check_flow``), off the trio thread."""
         parse = self.agent_parser()
-        return await trio.to_thread.run_sync(check_flow, files, parse)
+        return await trio.to_thread.run_sync(check_flow, files, parse, self.registry.file_inputs())
 
     async def flow_graph(self, manifest_hash: str) -> tuple[Graph, FlowFiles]:
         """A flow run's graph, bound to its agent files, from the files kept with it.

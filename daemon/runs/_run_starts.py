@@ -139,7 +139,7 @@ class RunStarts:
         """
         checked_labels(labels)
         run_id = chosen_run_id(run_id) if run_id is not None else str(uuid.uuid4())
-        unsent = files_not_sent(graph.nodes)
+        unsent = files_not_sent(graph.nodes, self.definitions.registry.file_inputs())
         if unsent is not None:
             raise bad_request(unsent)
         await self.definitions.graph_agents(graph)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ._demo import (
     demo_registry,
 )
+from ._file_inputs import COPIES_PREFIX, check_file_inputs, copies_home, handed_copy
 from ._registry import (
     DispatchFailed,
     MissingKeyField,
@@ -30,6 +31,7 @@ from ._registry import (
 )
 
 __all__ = [
+    "COPIES_PREFIX",
     "DispatchFailed",
     "MissingKeyField",
     "NotPerformed",
@@ -43,10 +45,13 @@ __all__ = [
     "ToolFailed",
     "ToolRegistry",
     "call_identity",
+    "check_file_inputs",
     "check_key_paths",
     "check_path",
+    "copies_home",
     "demo_registry",
     "derived_key",
     "dispatch",
     "graph_call_key",
+    "handed_copy",
 ]

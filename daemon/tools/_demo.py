@@ -16,7 +16,9 @@ nothing, it did not land.
 keys: a repeat key is recorded as not delivered; ``publish_post`` is a write
 with no key at all (the graph examples publish with it, and a fork that would
 publish again is refused until someone acknowledges it). ``request_approval`` suspends
-the run on a human gate (or a signal), ``wait_until`` puts it to sleep.
+the run on a human gate (or a signal), ``wait_until`` puts it to sleep. ``read_document`` reads a
+file (its one declared file input, ``path``): only the daemon's temporary copy of a file a flow
+sent, never a path a caller chose.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from salvor.protocol import Effect, parse_instant
 from salvor.store import sqlite_path
 
 from ..processes import kill_if_requested
+from ._file_inputs import handed_copy
 from ._registry import Probe, SleepUntil, Suspend, Tool, ToolCall, ToolFailed, ToolRegistry
 
 EFFECTS_ENV = "SALVOR_DEMO_EFFECTS"
@@ -205,6 +208,34 @@ class _DemoWorld:
             "to": args["to"],
         }
 
+    async def read_document(self, args: dict, call: ToolCall) -> dict:
+        opened = args["path"]
+        if not await trio.to_thread.run_sync(handed_copy, opened):
+            # A caller's path would read whatever file the daemon can: only the daemon's copy
+            # of a flow's tool file is read.
+            raise ToolFailed(
+                f"read_document reads only a file a flow sent with its call; {opened!r} is not one",
+                retryable=False,
+            )
+        try:
+            data = await trio.Path(opened).read_bytes()
+        except OSError as exc:
+            raise ToolFailed(f"cannot read the document: {exc.strerror or exc}") from None
+        # Where it was read from, so a test can tell the daemon's copy from the client's file.
+        await self.ledger.record(
+            {"tool": "read_document", "opened": opened, "run_id": call.run_id, "seq": call.seq}
+        )
+        kill_if_requested("read_document")
+        answer: dict = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        if opened.lower().endswith(".json"):
+            try:
+                answer["json"] = json.loads(data)
+            except ValueError:
+                raise ToolFailed("the document is not JSON", retryable=False) from None
+        elif opened.lower().endswith((".txt", ".yaml")):
+            answer["text"] = data.decode("utf-8", errors="replace")
+        return answer
+
     async def request_approval(self, args: dict, call: ToolCall) -> Suspend:
         return Suspend(
             reason=args.get("reason") or "a person must approve before the run goes on",
@@ -327,6 +358,27 @@ def _messaging_tools(world: _DemoWorld) -> list[Tool]:
     ]
 
 
+def _file_tools(world: _DemoWorld) -> list[Tool]:
+    """What reads a file: in a flow, a file of the client's, handed over by the daemon."""
+    return [
+        Tool(
+            name="read_document",
+            description=(
+                "Read a document (.json parsed, .txt or .yaml as text, .png by digest): its "
+                "SHA-256, size and content."
+            ),
+            effect=Effect.READ,
+            input_schema={
+                "type": "object",
+                "required": ["path"],
+                "properties": {"path": {"type": "string", "minLength": 1}},
+            },
+            handler=world.read_document,
+            file_inputs=("path",),
+        ),
+    ]
+
+
 def _waiting_tools(world: _DemoWorld) -> list[Tool]:
     """What makes a run wait: a gate for a person (or a signal) and a timer."""
     return [
@@ -364,4 +416,11 @@ def demo_registry(effects_path: str | None = None, *, store_url: str | None = No
     """The demo tools, acting on the ledger at ``effects_path`` (else ``effects_location``)."""
     ledger = EffectLedger(effects_path if effects_path is not None else effects_location(store_url))
     world = _DemoWorld(ledger)
-    return ToolRegistry([*_refund_tools(world), *_messaging_tools(world), *_waiting_tools(world)])
+    return ToolRegistry(
+        [
+            *_refund_tools(world),
+            *_messaging_tools(world),
+            *_file_tools(world),
+            *_waiting_tools(world),
+        ]
+    )

@@ -25,6 +25,8 @@ import trio
 from salvor.protocol import Effect, sha256_hash
 from salvor.store import store_fault
 
+from ._file_inputs import check_file_inputs
+
 # Keys of the identity document besides the key fields: a key path may not be one.
 _IDENTITY_NAMES = frozenset({"tool", "mcp_server"})
 
@@ -289,10 +291,17 @@ class Tool:
     mcp_server: str | None = None
     # The read that tells whether a call landed (a ``write`` only).
     probe: Probe | None = None
+    # Arguments whose value is a path the tool reads (``check_file_inputs``): in a flow, a file
+    # of the client's, handed to the tool as a temporary file of the daemon's.
+    file_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.idempotency_keys:
             check_key_paths(f"the `idempotency_keys` of tool {self.name!r}", self.idempotency_keys)
+        if self.file_inputs:
+            check_file_inputs(
+                f"the `file_inputs` of tool {self.name!r}", self.file_inputs, self.input_schema
+            )
         if self.probe is not None and self.effect is not Effect.WRITE:
             raise ValueError(
                 f"tool {self.name!r} is {self.effect.value}, and only a write has a probe: "
@@ -387,6 +396,24 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def file_inputs(self) -> dict[str, tuple[str, ...]]:
+        """Each tool that declares file inputs, by name, with its arguments."""
+        return {name: tool.file_inputs for name, tool in self._tools.items() if tool.file_inputs}
+
+    def listing(self) -> list[dict]:
+        """The tools as ``GET /v1/tools`` lists them, by name."""
+        return [
+            {
+                "name": name,
+                "effect": tool.effect.value,
+                "file_inputs": [
+                    {"target": argument, "path": "${" + argument + "}"}
+                    for argument in tool.file_inputs
+                ],
+            }
+            for name, tool in sorted(self._tools.items())
+        ]
 
 
 class DispatchFailed(Exception):

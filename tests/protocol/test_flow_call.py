@@ -52,7 +52,7 @@ def test_unknown_roles_and_repeated_keys_are_skipped_and_a_bare_member_is_refuse
     members = [
         _member("a", b"first"),
         _member("a", b"second"),
-        {**_member("t", b"tool"), "role": "tool"},
+        {**_member("t", b"shot"), "role": "screenshot"},
         _member("b"),
         _member("c", b"c", canonical="agents/c"),
     ]

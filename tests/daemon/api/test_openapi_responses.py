@@ -103,6 +103,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     assert await call(api, "GET", "/v1/openapi.json", expect=200) == json.loads(json.dumps(served))
     await call(api, "GET", "/v1/capabilities", expect=200)
     await call(api, "GET", "/v1/health", expect=200)
+    await call(api, "GET", "/v1/tools", expect=200)
     anonymous = server.new_client()
     for path, operations in DOCUMENT["paths"].items():
         for method, operation in operations.items():
