@@ -271,7 +271,10 @@ def _hostile_server(directives: list[dict]) -> ThreadingHTTPServer:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            body = json.dumps({"capabilities": {"flow_members": True}}).encode()
+            if self.path == "/v1/tools":
+                body = json.dumps({"tools": []}).encode()
+            else:
+                body = json.dumps({"capabilities": {"flow_members": True}}).encode()
             self._send(200, body, "application/json")
 
         def do_POST(self) -> None:
