@@ -75,7 +75,8 @@ def parse_definition(
             its system prompt; it stands for the TOML definition of the same fields, and hashes as
             that one does).
         base_dir: where ``system_prompt_path`` is resolved from.
-        known_tools: names the daemon's tool registry holds.
+        known_tools: names the daemon's tool registry holds, the file tools its workspace offers
+            among them (``ToolRegistry.names``).
         allow_paths: whether ``system_prompt_path`` may name a file. A definition that arrives over
             the network must not make the daemon read its own files, so the HTTP API passes False.
         allow_processes: whether a ``kind = "process"`` definition (a command the daemon will run)
@@ -93,8 +94,8 @@ def parse_definition(
             when it has none.
         stored: the daemon's own stored copy (``Definitions.load_agent``), read by the rules it was
             accepted under: integers beyond 2**53 (and, in TOML, a ``\\u0000``) that a new
-            definition is refused for, so the runs recorded against it still resume, under the same
-            hash.
+            definition is refused for, and file tools a daemon without a workspace (or the shell)
+            does not offer, so the runs recorded against it still resume, under the same hash.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong, and ``at`` the field it is
@@ -114,6 +115,7 @@ def parse_definition(
         allow_processes=allow_processes,
         credentials=credentials,
         read_prompt=read_prompt,
+        stored=stored,
     )
     return reached(agent, credentials)
 

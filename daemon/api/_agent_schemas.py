@@ -157,6 +157,20 @@ AGENT_SCHEMAS: JSON = {
                         ),
                     },
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                    "access": _object(
+                        {
+                            kind: {
+                                "type": "array",
+                                "items": {"type": "string", "minLength": 1},
+                                "description": f"Globs relative to the workspace the file tools "
+                                f"may {kind} ({default}).",
+                            }
+                            for kind, default in (
+                                ("read", "absent: every file"),
+                                ("write", "absent: none"),
+                            )
+                        }
+                    ),
                     "flow_tools": {
                         "type": "array",
                         "uniqueItems": True,

@@ -1,4 +1,5 @@
-"""The tool registry (what a tool is, its effect, how a call is dispatched) and the demo tools.
+"""The tool registry (what a tool is, its effect, how a call is dispatched), the demo tools, and
+the operator's workspace the file tools are confined to.
 
 Rule: imports only ``processes`` and below.
 """
@@ -28,8 +29,21 @@ from ._registry import (
     dispatch,
     graph_call_key,
 )
+from ._workspace import (
+    FILE_TOOLS,
+    READ_TOOLS,
+    SHELL_TIMEOUT_SECONDS,
+    SHELL_TOOL,
+    WRITE_TOOLS,
+    Workspace,
+)
 
 __all__ = [
+    "FILE_TOOLS",
+    "READ_TOOLS",
+    "SHELL_TIMEOUT_SECONDS",
+    "SHELL_TOOL",
+    "WRITE_TOOLS",
     "DispatchFailed",
     "MissingKeyField",
     "NotPerformed",
@@ -42,6 +56,7 @@ __all__ = [
     "ToolCall",
     "ToolFailed",
     "ToolRegistry",
+    "Workspace",
     "call_identity",
     "check_key_paths",
     "check_path",
