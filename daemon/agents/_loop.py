@@ -32,7 +32,7 @@ response is performed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -243,14 +243,16 @@ class AgentLoop:
         gateway: ModelGateway,
         mcp: McpConnections | None = None,
         flows: FlowSession | None = None,
+        mark: Mapping[str, str] | None = None,
     ) -> None:
+        """``mark``: the orphan marks of the run's children (its MCP servers', its commands')."""
         self.agent = agent
         self.gateway = gateway
         self.mcp = mcp
         self.flows = flows
         # A registry tool by its name, else the file tool (``files``: built over the workspace
         # and the agent's access, each drive).
-        self.files = file_tools(registry.workspace, agent.access, agent.tools)
+        self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
         self.tools = {name: registry.get(name) or self.files.tools[name] for name in agent.tools}
         # Write tool name -> the read that probes it.
         self.probes: dict[str, Tool] = {
@@ -700,7 +702,7 @@ async def _drive_held(
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             session = flow_session(agent, run_id, ctx.view.labels, flows)
-            await AgentLoop(agent, kit.registry, gateway, mcp, session).run(ctx)
+            await AgentLoop(agent, kit.registry, gateway, mcp, session, mark).run(ctx)
     except Parked:
         pass
     finally:

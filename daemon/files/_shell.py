@@ -15,11 +15,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 import trio
 
-from ..processes import child_environment, kill_group, kill_if_requested, open_tied_process
+from ..processes import (
+    OWNER_VAR,
+    child_environment,
+    kill_group,
+    kill_if_requested,
+    open_tied_process,
+    owner_mark,
+)
 from ..tools import SHELL_TOOL, ToolFailed, Workspace
 
 # The most of a command's output (stdout and stderr together) an answer carries: its end.
@@ -46,7 +54,19 @@ async def _drain(stream: trio.abc.ReceiveStream, tail: bytearray, seen: list[int
         del tail[: max(0, len(tail) - OUTPUT_BYTES)]
 
 
-async def run_command(workspace: Workspace, tool_input: dict) -> dict:
+def _environment(workspace: Workspace, mark: Mapping[str, str]) -> dict[str, str]:
+    """The children's allow-list, and the orphan marks (``mark``: the store's and the run's;
+    this process as owner), so a command that left its group is still found by the start-up
+    sweep once this daemon is gone."""
+    env = {**child_environment(os.environ), "PWD": workspace.root, **mark}
+    if mark:
+        env[OWNER_VAR] = owner_mark()
+    return env
+
+
+async def run_command(
+    workspace: Workspace, tool_input: dict, mark: Mapping[str, str] | None = None
+) -> dict:
     """Run ``command`` with ``bash -c`` in the workspace; its exit code (None past the timeout)
     and the end of its output.
 
@@ -71,7 +91,7 @@ async def run_command(workspace: Workspace, tool_input: dict) -> dict:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=workspace.root,
-            env={**child_environment(os.environ), "PWD": workspace.root},
+            env=_environment(workspace, mark or {}),
             start_new_session=True,
         )
     except OSError as exc:

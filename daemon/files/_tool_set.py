@@ -7,7 +7,7 @@ daemon had one, driven by a daemon without) each call is the agent's error sayin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -110,10 +110,14 @@ def _threaded(confined: Confinement | None, work: Callable[[Confinement, Any], A
 
 
 def file_tools(
-    workspace: Workspace | None, access: FileAccess | None, names: Iterable[str]
+    workspace: Workspace | None,
+    access: FileAccess | None,
+    names: Iterable[str],
+    mark: Mapping[str, str] | None = None,
 ) -> FileTools:
     """The file tools of ``names`` (the others are ignored), confined to ``workspace`` and
-    ``access`` (None: the default, read everything, write nothing)."""
+    ``access`` (None: the default, read everything, write nothing); ``mark``: the orphan marks
+    a shell command carries (``processes.MARK_VAR`` and ``RUN_VAR``)."""
     confined = None if workspace is None else Confinement(workspace, access or FileAccess())
     works: dict[str, Callable[[Confinement, Any], Any]] = {
         "read": read_text,
@@ -129,7 +133,7 @@ def file_tools(
             continue
         writes = name in ("write", "edit", SHELL_TOOL)
         if name == SHELL_TOOL:
-            handler = _shell_handler(workspace)
+            handler = _shell_handler(workspace, mark)
         else:
             handler = _threaded(confined, works[name])
         tools[name] = Tool(
@@ -163,12 +167,12 @@ def _perform(tool: str, confined: Confinement, tool_input: Any) -> Any:
     return perform_change(confined, tool, tool_input)
 
 
-def _shell_handler(workspace: Workspace | None):
+def _shell_handler(workspace: Workspace | None, mark: Mapping[str, str] | None):
     async def handler(tool_input: Any, call: ToolCall) -> Any:
         if workspace is None:
             raise ToolFailed(
                 "this daemon has no workspace, so `bash` is unavailable", retryable=False
             )
-        return await run_command(workspace, tool_input)
+        return await run_command(workspace, tool_input, mark)
 
     return handler

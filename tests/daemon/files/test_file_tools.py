@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.daemon.tools import Workspace
 
 from tests.support.api_server import agent_toml
@@ -165,3 +166,38 @@ async def test_a_tool_the_operator_did_not_offer_is_a_definition_error(
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]
     assert ("--allow-bash" if tool == "bash" else "no workspace") in message, message
+
+
+async def test_bash_gets_the_allow_listed_environment_and_its_timeout(
+    server_factory, providers, tmp_path, monkeypatch
+) -> None:
+    """No secret of the daemon's reaches a command; the run's orphan marks do; a command past
+    its timeout is killed with what it started, and says so."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-the-daemons-own")
+    monkeypatch.setenv("SALVOR_STORE", "postgresql://user:pw@db/salvor")
+    root = _workspace(tmp_path)
+    server = await server_factory(workspace=Workspace(root=str(root), shell=True))
+    plan = [
+        ("bash", {"command": "env"}),
+        ("bash", {"command": "sleep 30 & echo $! > notes/pid.txt; sleep 30", "timeout": 1}),
+    ]
+    provider = providers(tool_loop_script(plan))
+    listed, slow = (
+        json.loads(a["content"]) for a in await _answers(server, provider, ["bash"], plan)
+    )
+    names = {line.split("=", 1)[0] for line in listed["output"].splitlines() if "=" in line}
+    assert "ANTHROPIC_API_KEY" not in names and "SALVOR_STORE" not in names, names
+    assert {"SALVOR_RUN_ID", "SALVOR_DAEMON", "SALVOR_OWNER"} <= names, names
+    assert slow["exit_code"] is None and slow["timed_out"] == "killed after 1s", slow
+    left = int((root / "notes" / "pid.txt").read_text())
+    with trio.fail_after(10):
+        while _alive(left):
+            await trio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
