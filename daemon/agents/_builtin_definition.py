@@ -90,8 +90,8 @@ def builtin_agent(
     llm = llm_settings(raw.get("llm", {}))
     budgets, pricing = _budgets_and_pricing(raw)
     output_schema = _output_schema(raw)
-    tools = _registry_tools(raw.get("tools", []), known_tools, stored)
-    access = _access(raw)
+    tools = file_tools_of(raw.get("tools", []), known_tools, stored)
+    access = file_access(raw)
     flow_tools = _flow_tools(raw)
     description, inputs, outputs = declarations(raw)
     stored_format, stored_text = _stored_copy(raw, normalised, name, fmt, text)
@@ -279,7 +279,7 @@ def _file_tool_offered(tool_name: str, known_tools, stored: bool, at: tuple) -> 
     )
 
 
-def _access(raw: dict) -> FileAccess | None:
+def file_access(raw: dict) -> FileAccess | None:
     """``access``: the globs the file tools read and write under (absent: the default)."""
     if "access" not in raw:
         return None
@@ -289,7 +289,7 @@ def _access(raw: dict) -> FileAccess | None:
         raise DefinitionError(str(exc), at=("access",)) from None
 
 
-def _registry_tools(tools_raw: Any, known_tools, stored: bool = False) -> list[str]:
+def file_tools_of(tools_raw: Any, known_tools, stored: bool = False) -> list[str]:
     """The ``[[tools]]`` entries: each a tool of the daemon's registry or a file tool it offers,
     listed once, and none named as a flow tool is (the model would see two tools of one
     name)."""

@@ -103,7 +103,9 @@ def parse_definition(
     """
     raw, markdown = read_document(text, fmt, stored)
     if "kind" in raw:
-        return reached(_outside_kind(raw, fmt, text, allow_processes), credentials)
+        return reached(
+            _outside_kind(raw, fmt, text, allow_processes, known_tools, stored), credentials
+        )
     agent = builtin_agent(
         raw,
         fmt,
@@ -120,7 +122,9 @@ def parse_definition(
     return reached(agent, credentials)
 
 
-def _outside_kind(raw: dict, fmt: str, text: str, allow_processes: bool) -> AgentDefinition:
+def _outside_kind(
+    raw: dict, fmt: str, text: str, allow_processes: bool, known_tools, stored: bool
+) -> AgentDefinition:
     """A definition with ``kind``: a process or a service agent, if the operator opted in."""
     kind = raw["kind"]
     expect(
@@ -132,7 +136,7 @@ def _outside_kind(raw: dict, fmt: str, text: str, allow_processes: bool) -> Agen
     require_opt_in(kind, allow_processes)
     if kind == AgentKind.SERVICE:
         return service_agent(raw, fmt, text)
-    return process_agent(raw, fmt, text)
+    return process_agent(raw, fmt, text, known_tools, stored)
 
 
 def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:

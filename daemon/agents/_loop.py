@@ -679,6 +679,7 @@ async def _drive_held(
             clock=clock,
             restarts=kit.process_restarts,
             flows=flows,
+            workspace=kit.registry.workspace,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this

@@ -55,7 +55,8 @@ class Confinement:
     """The workspace and one agent's access: the only way its file tools reach a file."""
 
     def __init__(self, workspace: Workspace, access: FileAccess) -> None:
-        self.root = workspace.root
+        # Resolved here too: a root given with a link in it would refuse every resolved path.
+        self.root = os.path.realpath(workspace.root)
         self.access = access
 
     def resolve(self, path: object) -> Target:

@@ -201,3 +201,28 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+async def test_a_markdown_agent_names_file_tools_and_access(
+    server_factory, providers, tmp_path
+) -> None:
+    root = _workspace(tmp_path)
+    server = await server_factory(workspace=Workspace(root=str(root)))
+    plan = [
+        ("write", {"path": "notes/md.txt", "content": "from markdown\n"}),
+        ("write", {"path": "docs/md.txt", "content": "not here\n"}),
+    ]
+    provider = providers(tool_loop_script(plan))
+    agent = await server.register_agent(
+        "---\nname: scribe\nmodel: scripted-model\ntools: read, write\n"
+        'access:\n  write: ["notes/*.txt"]\n'
+        f"llm:\n  base_url: {provider.base_url}\n  max_retries: 0\n---\nYou write notes.\n",
+        content_type="text/markdown",
+    )
+    run_id = await server.start_run(agent, "write")
+    assert (await server.wait_resting(run_id))["status"]["state"] == "completed"
+    wrote, refused = tool_results(provider.calls[-1])
+    assert json.loads(wrote["content"]) == {"path": "notes/md.txt", "bytes": 14}
+    assert refused["is_error"] and "may write" in refused["content"], refused
+    assert (root / "notes" / "md.txt").read_text() == "from markdown\n"
+    assert not (root / "docs" / "md.txt").exists()
