@@ -3,15 +3,18 @@
 Both walk down from a folder without following symbolic links, skip what the agent may not read
 (and folders that hold nothing it may), and stop at a bound: ``FIND_RESULTS`` paths,
 ``GREP_MATCHES`` lines, ``WALK_ENTRIES`` entries visited. An answer that stopped at a bound
-says so. ``grep`` skips files past ``GREP_FILE_BYTES`` and files that look binary (a NUL byte).
+says so. ``grep`` skips files past ``GREP_FILE_BYTES`` and files that look binary (a NUL byte);
+its patterns are RE2's (linear time: no pattern can stall a search).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+import re2
 
 from ._access import Glob
 from ._confine import Confinement, Target, refused
@@ -22,6 +25,18 @@ GREP_MATCHES = 100
 GREP_LINE_CHARS = 300
 GREP_FILE_BYTES = 4 * 1024 * 1024
 WALK_ENTRIES = 20000
+# One RE2 program may use at most this much memory (as a schema's patterns).
+_RE2_MAX_MEM = 1024 * 1024
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = _RE2_MAX_MEM
+    options.log_errors = False  # a refused pattern is told to the agent, not printed
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
 
 
 class _Walk:
@@ -92,16 +107,19 @@ def find_files(confined: Confinement, tool_input: dict) -> str:
     return _bounded(sorted(found[:limit]) + found[limit:], walk, limit, "matching files")
 
 
-def _matcher(tool_input: dict) -> re.Pattern[str]:
+def _matcher(tool_input: dict) -> Any:
+    """The line matcher, compiled by RE2: linear in the line, whatever the pattern, so no
+    pattern an agent writes can hold a worker thread."""
     pattern = tool_input.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise refused("`pattern` must be a regular expression (or text, with `literal`)")
-    flags = re.IGNORECASE if tool_input.get("ignore_case") is True else 0
+    text = re2.escape(pattern) if tool_input.get("literal") is True else pattern
+    flags = "(?i)" if tool_input.get("ignore_case") is True else ""
     try:
-        literal = tool_input.get("literal") is True
-        return re.compile(re.escape(pattern) if literal else pattern, flags)
-    except re.error as exc:
-        raise refused(f"`pattern` is not a regular expression: {exc}") from None
+        return re2.compile(flags + text, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise refused(f"`pattern` is not a regular expression RE2 takes: {reason}") from None
 
 
 def _lines(confined: Confinement, rel: str) -> list[str] | None:

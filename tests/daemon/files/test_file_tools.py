@@ -226,3 +226,22 @@ async def test_a_markdown_agent_names_file_tools_and_access(
     assert refused["is_error"] and "may write" in refused["content"], refused
     assert (root / "notes" / "md.txt").read_text() == "from markdown\n"
     assert not (root / "docs" / "md.txt").exists()
+
+
+async def test_grep_patterns_run_in_linear_time(server_factory, providers, tmp_path) -> None:
+    """A pattern that backtracks exponentially in Python's ``re`` (2**40 steps on this line) is
+    answered at once; ``literal`` and ``ignore_case`` as asked; a pattern RE2 refuses is the
+    call's error."""
+    root = _workspace(tmp_path)
+    (root / "notes" / "many.txt").write_text("a" * 40 + "b\nA.B\naxb\n")
+    server = await server_factory(workspace=Workspace(root=str(root)))
+    plan = [
+        ("grep", {"pattern": "^(a+)+$", "path": "notes"}),
+        ("grep", {"pattern": "a.b", "path": "notes", "literal": True, "ignore_case": True}),
+        ("grep", {"pattern": "(a", "path": "notes"}),
+    ]
+    provider = providers(tool_loop_script(plan))
+    hard, literal, broken = await _answers(server, provider, ["grep"], plan)
+    assert hard["content"] == "(no matching lines)"
+    assert literal["content"] == "notes/many.txt:2: A.B"
+    assert broken["is_error"] and "missing )" in broken["content"], broken
