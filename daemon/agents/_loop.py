@@ -253,7 +253,9 @@ class AgentLoop:
         # A registry tool by its name, else the file tool (``files``: built over the workspace
         # and the agent's access, each drive).
         self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
-        self.tools = {name: registry.get(name) or self.files.tools[name] for name in agent.tools}
+        self.tools = {
+            name: registry.get(name) or self.files.tools.get(name) for name in agent.tools
+        }
         # Write tool name -> the read that probes it.
         self.probes: dict[str, Tool] = {
             name: self._probe_of(registry, name, tool)

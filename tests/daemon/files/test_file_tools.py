@@ -245,3 +245,31 @@ async def test_grep_patterns_run_in_linear_time(server_factory, providers, tmp_p
     assert hard["content"] == "(no matching lines)"
     assert literal["content"] == "notes/many.txt:2: A.B"
     assert broken["is_error"] and "missing )" in broken["content"], broken
+
+
+async def test_an_edit_names_one_place_or_asks_for_every_one(
+    server_factory, providers, tmp_path
+) -> None:
+    """An ``old_text`` not there, or there twice without ``replace_all``, is the call's error
+    and writes nothing (no write intent is recorded: the plan refused); ``replace_all`` changes
+    each place."""
+    root = _workspace(tmp_path)
+    (root / "notes" / "twice.md").write_text("x\nx\n")
+    server = await server_factory(workspace=Workspace(root=str(root)))
+    plan = [
+        ("edit", {"path": "notes/twice.md", "old_text": "y", "new_text": "z"}),
+        ("edit", {"path": "notes/twice.md", "old_text": "x", "new_text": "z"}),
+        ("edit", {"path": "notes/twice.md", "old_text": "x", "new_text": "z", "replace_all": True}),
+    ]
+    provider = providers(tool_loop_script(plan))
+    agent_id = await server.register_agent(_agent(provider.base_url, ["edit"]))
+    run_id = await server.start_run(agent_id, "edit")
+    assert (await server.wait_resting(run_id))["status"]["state"] == "completed"
+    missing, ambiguous, every = tool_results(provider.calls[-1])
+    assert missing["is_error"] and "is not in the file" in missing["content"]
+    assert ambiguous["is_error"] and "2 times" in ambiguous["content"]
+    assert json.loads(every["content"]) == {"path": "notes/twice.md", "bytes": 4, "replacements": 2}
+    assert (root / "notes" / "twice.md").read_text() == "z\nz\n"
+    log = await server.state.runtime.reads.log(run_id)
+    asked = [e.event.tool for e in log if e.kind == "ToolCallRequested"]
+    assert asked == ["plan_file_change"] * 3 + ["edit"]
