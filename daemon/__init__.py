@@ -10,6 +10,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     processes    child processes and this one: spawn, tether, env allow-list, orphans, ports, faults
     models       model wire formats and the gateway that calls a provider; the demo model
     tools        the tool registry and the demo tools
+    files        the file and shell tools of built-in agents, confined to the operator's workspace
     mcp          the MCP client: server definitions, sessions over stdio and HTTP, MCP tools
     recording    a run's write-ahead record: store access and the run context
     cluster      many nodes over one store: node identity, lease, run ownership, takeover
@@ -35,6 +36,7 @@ LAYERS = (
     "processes",
     "models",
     "tools",
+    "files",
     "mcp",
     "recording",
     "cluster",

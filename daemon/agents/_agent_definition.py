@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from salvor.protocol import DeclaredInput, DeclaredOutput, FlowTool
 
+from ..files import FileAccess
 from ..mcp import McpServerSpec
 
 DEFAULT_PROCESS_TIMEOUT = 300.0
@@ -78,7 +79,10 @@ class AgentDefinition:
     budgets: dict = field(default_factory=dict)
     pricing: dict | None = None
     output_schema: dict | None = None
+    # Registry tools and file tools alike, by name (a file tool is built per drive: ``files``).
     tools: tuple[str, ...] = ()
+    # Where the file tools may read and write (None: the default, read everything, write nothing).
+    access: FileAccess | None = None
     # What the store keeps so the definition can be rebuilt after a restart.
     stored_format: str = "json"
     stored_text: str = ""

@@ -14,7 +14,9 @@ from typing import Any
 
 from salvor.protocol import BUDGET_KINDS, FlowTool, MalformedEvent, check_schema
 
+from ..files import FileAccess
 from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
+from ..tools import FILE_TOOLS, SHELL_TOOL
 from ._agent_definition import AgentDefinition
 from ._credentials import Credentials
 from ._definition_error import DefinitionError, did_you_mean, suggest
@@ -53,6 +55,7 @@ BUILTIN_FIELDS = {
     "flow_tools",
     "inputs",
     "outputs",
+    "access",
 }
 PRICING_FIELDS = {"input_per_mtok", "output_per_mtok"}
 TOOL_FIELDS = {"name"}
@@ -70,6 +73,7 @@ def builtin_agent(
     allow_processes: bool,
     credentials: Credentials | None,
     read_prompt: Callable[[str], str] | None,
+    stored: bool = False,
 ) -> AgentDefinition:
     """A definition without ``kind``, as ``parse_definition`` documents its arguments; the
     operator's declarations (``check_reach``) are the caller's to apply."""
@@ -86,7 +90,8 @@ def builtin_agent(
     llm = llm_settings(raw.get("llm", {}))
     budgets, pricing = _budgets_and_pricing(raw)
     output_schema = _output_schema(raw)
-    tools = _registry_tools(raw.get("tools", []), known_tools)
+    tools = file_tools_of(raw.get("tools", []), known_tools, stored)
+    access = file_access(raw)
     flow_tools = _flow_tools(raw)
     description, inputs, outputs = declarations(raw)
     stored_format, stored_text = _stored_copy(raw, normalised, name, fmt, text)
@@ -102,6 +107,7 @@ def builtin_agent(
         pricing=dict(pricing) if pricing is not None else None,
         output_schema=output_schema,
         tools=tuple(tools),
+        access=access,
         stored_format=stored_format,
         stored_text=stored_text,
         mcp_servers=mcp_servers,
@@ -253,9 +259,40 @@ def _stored_copy(
     return fmt, text
 
 
-def _registry_tools(tools_raw: Any, known_tools) -> list[str]:
-    """The ``[[tools]]`` entries: each a tool of the daemon's registry, listed once, and none
-    named as a flow tool is (the model would see two tools of one name)."""
+def _file_tool_offered(tool_name: str, known_tools, stored: bool, at: tuple) -> None:
+    """A file tool is granted only where the operator offers it (a workspace; the shell turned
+    on); a stored definition keeps it (its runs' calls then answer that it is unavailable)."""
+    if stored or tool_name in known_tools:
+        return
+    if tool_name == SHELL_TOOL:
+        expect(
+            False,
+            f"{SHELL_TOOL!r} runs shell commands, which this daemon offers only when its operator "
+            "turns them on (salvor serve --workspace DIR --allow-bash)",
+            at,
+        )
+    expect(
+        False,
+        f"{tool_name!r} is a file tool, and this daemon has no workspace for it: its operator "
+        "gives one with salvor serve --workspace DIR",
+        at,
+    )
+
+
+def file_access(raw: dict) -> FileAccess | None:
+    """``access``: the globs the file tools read and write under (absent: the default)."""
+    if "access" not in raw:
+        return None
+    try:
+        return FileAccess.parse(raw["access"])
+    except ValueError as exc:
+        raise DefinitionError(str(exc), at=("access",)) from None
+
+
+def file_tools_of(tools_raw: Any, known_tools, stored: bool = False) -> list[str]:
+    """The ``[[tools]]`` entries: each a tool of the daemon's registry or a file tool it offers,
+    listed once, and none named as a flow tool is (the model would see two tools of one
+    name)."""
     expect(isinstance(tools_raw, list), "`tools` must be an array of tables", ("tools",))
     tools: list[str] = []
     for index, entry in enumerate(tools_raw):
@@ -273,6 +310,11 @@ def _registry_tools(tools_raw: Any, known_tools) -> list[str]:
             "tool of a flow tool's name would be ambiguous)",
             (*at, "name"),
         )
+        if tool_name in FILE_TOOLS:
+            _file_tool_offered(tool_name, known_tools, stored, (*at, "name"))
+            expect(tool_name not in tools, f"tool {tool_name!r} is listed twice", (*at, "name"))
+            tools.append(tool_name)
+            continue
         # A misspelt flow tool in a markdown file's `tools` lands here too.
         near = suggest(tool_name, [*known_tools, *FLOW_TOOL_NAMES])
         expect(

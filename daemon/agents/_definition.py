@@ -75,7 +75,8 @@ def parse_definition(
             its system prompt; it stands for the TOML definition of the same fields, and hashes as
             that one does).
         base_dir: where ``system_prompt_path`` is resolved from.
-        known_tools: names the daemon's tool registry holds.
+        known_tools: names the daemon's tool registry holds, the file tools its workspace offers
+            among them (``ToolRegistry.names``).
         allow_paths: whether ``system_prompt_path`` may name a file. A definition that arrives over
             the network must not make the daemon read its own files, so the HTTP API passes False.
         allow_processes: whether a ``kind = "process"`` definition (a command the daemon will run)
@@ -93,8 +94,8 @@ def parse_definition(
             when it has none.
         stored: the daemon's own stored copy (``Definitions.load_agent``), read by the rules it was
             accepted under: integers beyond 2**53 (and, in TOML, a ``\\u0000``) that a new
-            definition is refused for, so the runs recorded against it still resume, under the same
-            hash.
+            definition is refused for, and file tools a daemon without a workspace (or the shell)
+            does not offer, so the runs recorded against it still resume, under the same hash.
 
     Raises:
         DefinitionError: with one sentence naming what is wrong, and ``at`` the field it is
@@ -102,7 +103,9 @@ def parse_definition(
     """
     raw, markdown = read_document(text, fmt, stored)
     if "kind" in raw:
-        return reached(_outside_kind(raw, fmt, text, allow_processes), credentials)
+        return reached(
+            _outside_kind(raw, fmt, text, allow_processes, known_tools, stored), credentials
+        )
     agent = builtin_agent(
         raw,
         fmt,
@@ -114,11 +117,14 @@ def parse_definition(
         allow_processes=allow_processes,
         credentials=credentials,
         read_prompt=read_prompt,
+        stored=stored,
     )
     return reached(agent, credentials)
 
 
-def _outside_kind(raw: dict, fmt: str, text: str, allow_processes: bool) -> AgentDefinition:
+def _outside_kind(
+    raw: dict, fmt: str, text: str, allow_processes: bool, known_tools, stored: bool
+) -> AgentDefinition:
     """A definition with ``kind``: a process or a service agent, if the operator opted in."""
     kind = raw["kind"]
     expect(
@@ -130,7 +136,7 @@ def _outside_kind(raw: dict, fmt: str, text: str, allow_processes: bool) -> Agen
     require_opt_in(kind, allow_processes)
     if kind == AgentKind.SERVICE:
         return service_agent(raw, fmt, text)
-    return process_agent(raw, fmt, text)
+    return process_agent(raw, fmt, text, known_tools, stored)
 
 
 def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:

@@ -32,7 +32,7 @@ response is performed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -56,6 +56,7 @@ from salvor.protocol import (
     validate,
 )
 
+from ..files import file_tools
 from ..flows import FlowHost, FlowSession, client_project, flow_tools, is_autonomous, session_of
 from ..mcp import (
     McpBuildError,
@@ -71,11 +72,12 @@ from ..models import ModelClients, ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..proxies import lane_probe
 from ..recording import DriveInterrupted, Parked, RunContext
-from ..tools import Tool, ToolRegistry
+from ..tools import WRITE_TOOLS, Tool, ToolRegistry
 from ..web import off_loop
 from ._credentials import Credentials, Undeclared
 from ._definition import AgentDefinition, AgentKind
 from ._drive_kit import DriveKit
+from ._file_calls import file_change
 from ._process import drive_process, parked_write
 from ._service import drive_service
 
@@ -248,15 +250,24 @@ class AgentLoop:
         gateway: ModelGateway,
         mcp: McpConnections | None = None,
         flows: FlowSession | None = None,
+        mark: Mapping[str, str] | None = None,
     ) -> None:
+        """``mark``: the orphan marks of the run's children (its MCP servers', its commands')."""
         self.agent = agent
         self.gateway = gateway
         self.mcp = mcp
         self.flows = flows
-        self.tools = {name: registry.get(name) for name in agent.tools}
+        # A registry tool by its name, else the file tool (``files``: built over the workspace
+        # and the agent's access, each drive).
+        self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
+        self.tools = {
+            name: registry.get(name) or self.files.tools.get(name) for name in agent.tools
+        }
         # Write tool name -> the read that probes it.
         self.probes: dict[str, Tool] = {
-            name: registry.probe_of(tool) for name, tool in self.tools.items() if tool.probe
+            name: self._probe_of(registry, name, tool)
+            for name, tool in self.tools.items()
+            if tool.probe
         }
         self.mcp_names: set[str] = set()
         self.tool_specs = [tool.spec() for tool in self.tools.values()]
@@ -265,6 +276,14 @@ class AgentLoop:
         self.flow_tools: dict[str, Tool] = {}
         self.edit_mode: bool | None = None
         self.finish_spec: dict | None = None
+
+    def _probe_of(self, registry: ToolRegistry, name: str, tool: Tool) -> Tool | None:
+        if self.files.tools.get(name) is tool:
+            return self.files.prober
+        return registry.probe_of(tool)
+
+    def _changes_a_file(self, name: str, tool: Tool) -> bool:
+        return name in WRITE_TOOLS and self.files.tools.get(name) is tool
 
     @property
     def finishes(self) -> bool:
@@ -466,7 +485,10 @@ class AgentLoop:
                     continue
                 key = call_key(calls, name) if call_key is not None else None
                 calls += 1
-                value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
+                if self._changes_a_file(name, tool):
+                    value = await file_change(ctx, self.files, tool, args)
+                else:
+                    value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
                 if name == FlowTool.SUBAGENT:
                     value, steps = _counted_child(value, usage)
                     completed_calls += steps
@@ -606,7 +628,9 @@ def declares_probe(
         return False
     if tool_name in agent.tools:
         tool = registry.get(tool_name)
-        return tool is not None and registry.probe_of(tool) is not None
+        if tool is None:
+            return tool_name in WRITE_TOOLS  # a file write: always probed (``file_change``)
+        return registry.probe_of(tool) is not None
     return any(
         spec.probe_of(tool_name) is not None and spec.exposes(tool_name)
         for spec in agent.mcp_servers
@@ -665,6 +689,7 @@ async def _drive_held(
             clock=clock,
             restarts=kit.process_restarts,
             flows=flows,
+            workspace=kit.registry.workspace,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this
@@ -688,7 +713,7 @@ async def _drive_held(
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             session = flow_session(agent, run_id, ctx.view.labels, flows)
-            await AgentLoop(agent, kit.registry, gateway, mcp, session).run(ctx)
+            await AgentLoop(agent, kit.registry, gateway, mcp, session, mark).run(ctx)
     except Parked:
         pass
     finally:

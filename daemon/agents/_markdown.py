@@ -34,6 +34,7 @@ _SAME_AS_TOML = (
     "max_response_tokens",
     "record_prompts",
     "mcp_servers",
+    "access",
 )
 _DISPLAY = ("card", "architect")
 FRONT_MATTER_KEYS = frozenset({*_SAME_AS_TOML, "tools", *_DISPLAY})

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..mcp import McpDefinitionError, parse_mcp_servers
 from ..proxies import variable_suffix
+from ..tools import FILE_TOOLS
 from ..web import HEADER_NAME, is_http_url
 from ._agent_definition import (
     DEFAULT_PROCESS_TIMEOUT,
@@ -22,6 +23,7 @@ from ._agent_definition import (
     ProcessSettings,
     ServiceSettings,
 )
+from ._builtin_definition import file_access, file_tools_of
 from ._definition_error import DefinitionError, suggest
 from ._definition_reach import check_placeholders
 from ._definition_rules import (
@@ -54,12 +56,19 @@ PROCESS_FIELDS = {
     "outputs",
     "salvor_mcp",
     "output_from",
+    "tools",
+    "access",
 }
 SERVICE_FIELDS = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 
 
-def process_agent(raw: dict, fmt: str, text: str) -> AgentDefinition:
-    """A ``kind = "process"`` definition: a local command driven through the model proxy."""
+def process_agent(
+    raw: dict, fmt: str, text: str, known_tools=(), stored: bool = False
+) -> AgentDefinition:
+    """A ``kind = "process"`` definition: a local command driven through the model proxy.
+
+    Its ``tools`` are file tools alone (``known_tools``: those the daemon offers), reached
+    through the ``salvor`` MCP server, so they need it on."""
     check_keys("a process agent", raw, PROCESS_FIELDS)
     name = display_name(raw)
     argv = _argv(raw.get("command"))
@@ -80,6 +89,13 @@ def process_agent(raw: dict, fmt: str, text: str) -> AgentDefinition:
         suggest(output_from, OUTPUT_SOURCES) if isinstance(output_from, str) else None,
     )
     description, inputs, outputs = declarations(raw)
+    tools = file_tools_of(raw.get("tools", []), [n for n in known_tools if n in FILE_TOOLS], stored)
+    expect(
+        salvor_mcp or not tools,
+        "a process agent reaches its file tools through salvor's MCP server, which "
+        "`salvor_mcp = false` turns off",
+        ("tools",),
+    )
     return _outside_agent(
         raw,
         fmt,
@@ -92,6 +108,8 @@ def process_agent(raw: dict, fmt: str, text: str) -> AgentDefinition:
         outputs=outputs,
         salvor_mcp=salvor_mcp,
         output_from=output_from,
+        tools=tuple(tools),
+        access=file_access(raw),
     )
 
 

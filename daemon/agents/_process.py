@@ -48,6 +48,7 @@ from salvor.protocol import (
     RunView,
 )
 
+from ..files import FileTools, file_tools
 from ..flows import FlowHost
 from ..processes import (
     MARK_VAR,
@@ -71,6 +72,7 @@ from ..proxies import (
     salvor_server,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
+from ..tools import Workspace
 from ._agent_definition import AgentDefinition
 from ._process_environment import agent_command, agent_environment, checked_task, standin_relays
 from ._process_outcome import settle_process
@@ -118,6 +120,7 @@ async def drive_process(
     environ: Mapping[str, str] = os.environ,
     restarts: int = 0,
     flows: FlowHost | None = None,
+    workspace: Workspace | None = None,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
@@ -125,7 +128,8 @@ async def drive_process(
     the top of its log, after it was killed by a signal (the daemon passes a
     few; a bare ``Runtime`` none, so a caller sees each death). ``flows``: the
     host behind the ``salvor`` server's tools that need the daemon (a subagent,
-    the run tree, authoring); without one those tools are not offered.
+    the run tree, authoring); without one those tools are not offered. ``workspace``: where
+    the file tools the agent declares work (the ``salvor`` server offers them).
 
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
@@ -146,11 +150,14 @@ async def drive_process(
                 environ=environ,
                 restarts=restarts,
                 flows=flows,
+                workspace=workspace,
             )
     attempt = 0
     while True:
         try:
-            return await _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows)
+            return await _drive_once(
+                access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+            )
         except DriveInterrupted as exc:
             # Restarts are for a process killed by a signal: an MCP call whose key another
             # run holds has already waited its bound, and a restart would only wait again.
@@ -306,7 +313,9 @@ def probed_write(agent: AgentDefinition, view: RunView) -> bool:
     )
 
 
-async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, flows) -> RunView:
+async def _drive_once(
+    access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
     if ctx.view.idle and not probed_write(agent, ctx.view):
@@ -321,17 +330,20 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, f
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
-    salvor = _salvor_server(ctx, agent, flows)
+    files = file_tools(workspace, agent.access, agent.tools, mark)
+    salvor = _salvor_server(ctx, agent, flows, files)
     async with open_lanes(
         session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
     ) as lanes:
         return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
 
 
-def _salvor_server(ctx: RunContext, agent: AgentDefinition, flows) -> FlowServer | None:
+def _salvor_server(
+    ctx: RunContext, agent: AgentDefinition, flows, files: FileTools
+) -> FlowServer | None:
     if not agent.salvor_mcp:
         return None
-    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows)
+    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows, files)
 
 
 async def _run_process(

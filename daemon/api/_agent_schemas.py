@@ -76,6 +76,19 @@ _DECLARED_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$"}
 # The names a finish keeps for itself, which no output may take.
 _OUTPUT_NAME = {**_DECLARED_NAME, "not": {"enum": ["status", "summary", "branch", "outputs"]}}
 
+# Where an agent's file tools may read and write (built-in and process agents alike).
+_ACCESS = _object(
+    {
+        kind: {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "description": f"Globs relative to the workspace the file tools may {kind} "
+            f"({default}).",
+        }
+        for kind, default in (("read", "absent: every file"), ("write", "absent: none"))
+    }
+)
+
 
 AGENT_SCHEMAS: JSON = {
     "AgentDefinition": {
@@ -157,6 +170,7 @@ AGENT_SCHEMAS: JSON = {
                         ),
                     },
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
+                    "access": _ACCESS,
                     "flow_tools": {
                         "type": "array",
                         "uniqueItems": True,
@@ -252,6 +266,16 @@ AGENT_SCHEMAS: JSON = {
                         "description": "The run's output when the process calls no finish: its "
                         "last model answer (`model`, the default) or what it printed (`stdout`).",
                     },
+                    "tools": {
+                        "type": "array",
+                        "uniqueItems": True,
+                        "description": "File tools (read, ls, find, grep, write, edit, bash) the "
+                        "`salvor` MCP server offers the process, on a daemon with a workspace.",
+                        "items": _object(
+                            {"name": {"$ref": "#/components/schemas/ToolName"}}, ["name"]
+                        ),
+                    },
+                    "access": _ACCESS,
                     **_DECLARED,
                 },
             ),

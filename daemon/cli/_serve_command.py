@@ -61,6 +61,7 @@ def serve_config(args: argparse.Namespace, url: str):
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
+        workspace=_workspace(args),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         heartbeat_seconds=args.stream_keepalive,
@@ -82,6 +83,25 @@ def serve_config(args: argparse.Namespace, url: str):
         lease_seconds=args.lease_seconds,
         fence_margin_seconds=args.fence_margin_seconds,
     )
+
+
+def _workspace(args: argparse.Namespace):
+    """The file tools' workspace from --workspace, --allow-bash and --bash-timeout (None: none).
+
+    Raises:
+        UsageError: --allow-bash without --workspace.
+        CliError: the folder is not there.
+    """
+    from ..tools import Workspace
+
+    if args.workspace is None:
+        if args.allow_bash:
+            raise UsageError("--allow-bash needs --workspace DIR: the folder its commands run in")
+        return None
+    root = os.path.realpath(args.workspace)
+    if not os.path.isdir(root):
+        raise CliError(f"--workspace names {args.workspace}, which is not a folder")
+    return Workspace(root=root, shell=args.allow_bash, shell_timeout=args.bash_timeout)
 
 
 def _auth_token(variable: str | None) -> str | None:
@@ -264,6 +284,11 @@ def _refuse_tcp_exposure(config, addresses: list[str]) -> None:
         raise UsageError(
             f"--allow-process-agents lets whoever reaches {config.listen} run programs as your "
             f"user, so on TCP it needs a token: {_TOKEN_WAYS}"
+        )
+    if config.workspace is not None and config.workspace.shell:
+        raise UsageError(
+            f"--allow-bash lets whoever reaches {config.listen} run shell commands as your "
+            f"user (through an agent's bash tool), so on TCP it needs a token: {_TOKEN_WAYS}"
         )
     if not all(_loopback(address) for address in addresses):
         raise UsageError(

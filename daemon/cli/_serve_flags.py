@@ -14,6 +14,7 @@ from salvor.store import (
 from ..cluster import DEFAULT_FENCE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS
 from ..recording import DEFAULT_MIN_FREE_BYTES
 from ..runs import BUFFER_BYTES, MAX_STREAMS_PER_CLIENT
+from ..tools import SHELL_TIMEOUT_SECONDS
 from ._arguments import (
     AUTO_WORKERS,
     allowed_host,
@@ -100,6 +101,25 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
         help="accept process agents (commands this daemon runs) and service agents (a loopback "
         "port it binds, a URL it POSTs to) through POST /v1/agents, and run stored ones; on TCP "
         "it needs --auth-token (or use --listen unix:PATH)",
+    )
+    p.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the folder built-in agents' file tools (read, ls, find, grep, write, edit) may "
+        "touch, within each agent's `access` globs (default: none, and no file tools)",
+    )
+    p.add_argument(
+        "--allow-bash",
+        action="store_true",
+        help="offer the `bash` tool too: shell commands run in the workspace as your user; needs "
+        "--workspace, and on TCP --auth-token (or use --listen unix:PATH)",
+    )
+    p.add_argument(
+        "--bash-timeout",
+        type=positive_seconds("--bash-timeout"),
+        default=SHELL_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"the longest one `bash` command runs (default {SHELL_TIMEOUT_SECONDS:g})",
     )
     p.add_argument(
         "--client-tool",

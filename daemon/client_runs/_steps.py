@@ -313,7 +313,8 @@ async def _registered_tool(registry: ToolRegistry, name: Any, tool_input: Any, k
         raise registry_unavailable(f"perform the tool {name!r}")
     tool = registry.get(name)
     if tool is None:
-        known = ", ".join(registry.names()) or "none"
+        # The registry's own tools: a file tool is an agent's, never a client run's step.
+        known = ", ".join(n for n in registry.names() if registry.get(n) is not None) or "none"
         raise OperationRefused(
             ErrorCode.UNKNOWN_TOOL, f"this daemon has no tool {name!r} (it has: {known})"
         )

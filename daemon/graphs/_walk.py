@@ -329,7 +329,7 @@ class GraphWalk:
         )
         # MCP servers are started only when the conversation first needs one live.
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
-            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp, session)
+            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp, session, mark)
             return await loop.converse(ctx, task, call_key=call_key)
 
     async def _tool_call(

@@ -43,9 +43,10 @@ from salvor.protocol import (
     validate,
 )
 
+from ..files import FileTools, plan_input
 from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
 from ..mcp import McpRemoteError, McpServerSpec
-from ..tools import Suspend, Tool, ToolCall, ToolFailed
+from ..tools import WRITE_TOOLS, Suspend, Tool, ToolCall, ToolFailed
 from ._mcp_replay import LaneCall, stub_result
 
 SALVOR_SERVER = "salvor"
@@ -83,11 +84,17 @@ class FlowServer:
     remote_session_id: str | None = None
     broken: str | None = None
 
-    def __init__(self, session: FlowSession) -> None:
+    def __init__(self, session: FlowSession, files: FileTools | None = None) -> None:
         self.session = session
+        # The file tools the agent declares, offered after the flow tools.
+        self.files: dict[str, Tool] = dict(files.tools) if files is not None else {}
+        self._planner = files.planner if files is not None else None
         self.spec = McpServerSpec(
             name=SALVOR_SERVER,
-            effects={name.value: flow_tool(session, name).effect.value for name in FlowTool},
+            effects={
+                **{name.value: flow_tool(session, name).effect.value for name in FlowTool},
+                **{name: tool.effect.value for name, tool in self.files.items()},
+            },
         )
         self.initialized: dict | None = None
         # A lane sets these on any session; this server sends nothing unasked.
@@ -109,7 +116,10 @@ class FlowServer:
         return self
 
     def effect_of(self, tool: Any) -> Effect:
-        """A flow tool's effect; a name salvor does not offer is refused unperformed (a read)."""
+        """A flow or file tool's effect; a name salvor does not offer is refused unperformed (a
+        read)."""
+        if isinstance(tool, str) and tool in self.files:
+            return self.files[tool].effect
         try:
             return flow_tool(self.session, FlowTool(tool)).effect
         except ValueError:
@@ -134,7 +144,8 @@ class FlowServer:
         if not any(tool.name == FlowTool.FINISH for tool in tools):
             tools.append(flow_tool(self.session, FlowTool.FINISH))
         order = list(FlowTool)
-        return sorted(tools, key=lambda tool: order.index(FlowTool(tool.name)))
+        flows = sorted(tools, key=lambda tool: order.index(FlowTool(tool.name)))
+        return flows + list(self.files.values())
 
     async def _edit_mode(self) -> bool:
         host = self.session.host
@@ -179,6 +190,15 @@ class FlowServer:
             error={"code": METHOD_NOT_FOUND, "message": message},
         )
 
+    async def _perform(self, tool: Tool, arguments: Any, call: ToolCall) -> Any:
+        """A tool's outcome. A file write or edit is planned and made within the one recorded
+        call (the lane records the agent's request, not a plan of salvor's), so it has no probe:
+        found open after a crash, it waits for a person."""
+        if tool.name in WRITE_TOOLS and self.files.get(tool.name) is tool:
+            plan = await self._planner.handler(plan_input(tool.name, arguments), call)
+            return await tool.handler({**arguments, "expect": plan}, call)
+        return await tool.handler(arguments, call)
+
     async def _call(self, params: dict, call: ToolCall) -> dict:
         name, arguments = params.get("name"), params.get("arguments", {})
         tools = {tool.name: tool for tool in await self.offered()}
@@ -190,7 +210,7 @@ class FlowServer:
             )
         try:
             validate(tool.input_schema, arguments, what=f"the {name} call")
-            outcome = await tool.handler(arguments, call)
+            outcome = await self._perform(tool, arguments, call)
         except SchemaViolation as exc:
             return tool_error_result(exc.message)
         except ToolFailed as exc:
@@ -215,6 +235,7 @@ def salvor_server(
     labels: Mapping[str, str] | None,
     outputs: Sequence[DeclaredOutput],
     host: FlowHost | None,
+    files: FileTools | None = None,
 ) -> FlowServer:
     """The ``salvor`` server of a process run: its flow session from its labels (a child of a
     parent's subagent call or a map is a child session), every flow tool opted into."""
@@ -226,4 +247,4 @@ def salvor_server(
         outputs=tuple(outputs),
         host=host,
     )
-    return FlowServer(session)
+    return FlowServer(session, files)

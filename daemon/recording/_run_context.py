@@ -396,7 +396,13 @@ class RunContext:
     # -- tool calls ---------------------------------------------------------
 
     async def tool_call(
-        self, tool: Tool, tool_input: Any, *, probe: Tool | None = None, key: str | None = None
+        self,
+        tool: Tool,
+        tool_input: Any,
+        *,
+        probe: Tool | None = None,
+        key: str | None = None,
+        write_key: str | None = None,
     ) -> Any:
         """One tool call; returns the value the model is told (after any park and resume).
 
@@ -413,7 +419,8 @@ class RunContext:
         identity (``Tool.call_identity``) as its key and claims it with its
         intent; an ``idempotent`` call without key fields presents ``key``
         when given (a graph's tool node passes ``graph_call_key``), else its
-        position's derived key (``derived_key``); a ``read``, none.
+        position's derived key (``derived_key``); a ``write`` without key fields presents
+        ``write_key`` when given (a file write's path and bytes), else none; a ``read``, none.
 
         Raises:
             DriveInterrupted: the handler could not perform the call now
@@ -429,7 +436,7 @@ class RunContext:
         if step is Step.ANSWER:
             return await self._after_tool(recorded.completion.event.output)
         if step is Step.LIVE:
-            return await self._live_tool_call(tool, tool_input, probe, key)
+            return await self._live_tool_call(tool, tool_input, probe, key, write_key)
         if step is Step.PARK and (tool.probe is None or probe is None):
             await self.park(RunState.NEEDS_RECONCILIATION)
         seq, key = recorded.seq, recorded.intent.event.idempotency_key
@@ -449,7 +456,12 @@ class RunContext:
             pass
 
     async def _live_tool_call(
-        self, tool: Tool, tool_input: Any, probe: Tool | None, given_key: str | None = None
+        self,
+        tool: Tool,
+        tool_input: Any,
+        probe: Tool | None,
+        given_key: str | None = None,
+        write_key: str | None = None,
     ) -> Any:
         seq = self.view.next_seq + len(self._held)
 
@@ -462,6 +474,8 @@ class RunContext:
             key = None
             if tool.effect is Effect.IDEMPOTENT:
                 key = given_key or derived_key(self.run_id, seq, tool.name)
+            elif tool.effect is Effect.WRITE:
+                key = write_key
             await self.record(intent(key))
             return await self._perform(tool, tool_input, seq, key, None, probe)
         try:

@@ -91,7 +91,8 @@ async def serve(
     Reports started with the bound URLs.
 
     ``registry`` is the embedding host's tools; None gives ``salvor serve``'s (the demo
-    tools with ``config.demo_tools``, else an empty registry). A host that wires no
+    tools with ``config.demo_tools``, else an empty registry); ``config.workspace`` is given to it
+    either way (its file tools). A host that wires no
     registry at all passes ``ToolRegistry.unwired()``: its tool steps and graph tool nodes
     are refused as unavailable (503) instead of unknown (404).
 
@@ -102,6 +103,8 @@ async def serve(
     registry = registry or (
         demo_registry(store_url=config.store_url) if config.demo_tools else ToolRegistry()
     )
+    if config.workspace is not None:
+        registry.workspace = config.workspace
     # This daemon's own instruments, made current before any task starts so that every task
     # (the proxy's handlers, the drives, the MCP sessions they open) counts into them.
     if config.worker is not None:

@@ -16,6 +16,7 @@ from ..cluster import DEFAULT_FENCE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS
 from ..notify import NotifyConfig
 from ..recording import DEFAULT_MIN_FREE_BYTES
 from ..runs import BUFFER_BYTES, MAX_STREAMS_PER_CLIENT
+from ..tools import Workspace
 from ..web import BODY_TIMEOUT_SECONDS, FAILED_TRIES, MIN_TOKEN_BYTES
 from ._worker_role import WorkerRole
 
@@ -52,6 +53,9 @@ class ServeConfig:
     proxy_port: int = 0
     # Process agents registered over HTTP run commands here: the operator opts in.
     allow_process_agents: bool = False
+    # The folder built-in agents' file tools are confined to, and whether `bash` is offered
+    # (--workspace, --allow-bash, --bash-timeout); None: no file tools.
+    workspace: Workspace | None = None
     # How long a client-driven run's drive token holds without a driving call.
     lease_ttl: float = DEFAULT_TTL_SECONDS
     # Client-performed tool declarations (--client-tool), by name.

@@ -1,4 +1,5 @@
-"""The tool registry (what a tool is, its effect, how a call is dispatched) and the demo tools.
+"""The tool registry (what a tool is, its effect, how a call is dispatched), the demo tools, and
+the operator's workspace the file tools are confined to.
 
 Rule: imports only ``processes`` and below.
 """
@@ -29,9 +30,22 @@ from ._registry import (
     dispatch,
     graph_call_key,
 )
+from ._workspace import (
+    FILE_TOOLS,
+    READ_TOOLS,
+    SHELL_TIMEOUT_SECONDS,
+    SHELL_TOOL,
+    WRITE_TOOLS,
+    Workspace,
+)
 
 __all__ = [
     "COPIES_PREFIX",
+    "FILE_TOOLS",
+    "READ_TOOLS",
+    "SHELL_TIMEOUT_SECONDS",
+    "SHELL_TOOL",
+    "WRITE_TOOLS",
     "DispatchFailed",
     "MissingKeyField",
     "NotPerformed",
@@ -44,6 +58,7 @@ __all__ = [
     "ToolCall",
     "ToolFailed",
     "ToolRegistry",
+    "Workspace",
     "call_identity",
     "check_file_inputs",
     "check_key_paths",

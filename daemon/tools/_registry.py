@@ -26,6 +26,7 @@ from salvor.protocol import Effect, sha256_hash
 from salvor.store import store_fault
 
 from ._file_inputs import check_file_inputs
+from ._workspace import Workspace
 
 # Keys of the identity document besides the key fields: a key path may not be one.
 _IDENTITY_NAMES = frozenset({"tool", "mcp_server"})
@@ -343,10 +344,15 @@ class ToolRegistry:
     ``wired`` is False only for ``unwired()``: a host that gives the daemon no
     registry at all, which is not the same as an empty one (``salvor serve``'s):
     a tool asked of an empty registry is unknown, of an unwired one unavailable.
+
+    ``workspace``: the operator's folder for the file tools (None: no file tool is offered).
+    Those tools are built per agent (its ``access`` confines them), so ``get`` never answers
+    one; ``names`` lists them, as names a definition may grant.
     """
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self.wired = True
+        self.workspace: Workspace | None = None
         self._tools: dict[str, Tool] = {}
         for tool in tools or ():
             self._add(tool)
@@ -395,7 +401,9 @@ class ToolRegistry:
         return None if tool.probe is None else self._tools.get(tool.probe.tool)
 
     def names(self) -> list[str]:
-        return sorted(self._tools)
+        """The tools a definition may name: the registry's, and the workspace's file tools."""
+        files = self.workspace.tool_names if self.workspace is not None else ()
+        return sorted({*self._tools, *files})
 
     def file_inputs(self) -> dict[str, tuple[str, ...]]:
         """Each tool that declares file inputs, by name, with its arguments."""

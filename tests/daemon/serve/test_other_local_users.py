@@ -108,8 +108,14 @@ def curl(sock: Path, *args: str) -> subprocess.CompletedProcess:
             [],
             ["reachable from other machines", "--auth-token ENV_VAR", "--listen unix:PATH"],
         ),
+        (
+            "127.0.0.1",
+            ["--workspace", "/tmp", "--allow-bash"],
+            ["--allow-bash", "shell commands", "--auth-token ENV_VAR", "--listen unix:PATH"],
+        ),
+        ("127.0.0.1", ["--allow-bash"], ["--allow-bash needs --workspace DIR"]),
     ],
-    ids=["process-agents-on-tcp", "non-loopback"],
+    ids=["process-agents-on-tcp", "non-loopback", "bash-on-tcp", "bash-without-workspace"],
 )
 def test_serve_refuses_tcp_without_a_token_where_others_could_drive_it(
     tmp_path: Path, listen: str, flags: list[str], fragments: list[str]
