@@ -21,8 +21,8 @@ from salvor.protocol import EventKind, call_body
 
 from tests.chaos.test_kill_graph_run import stored_log
 from tests.chaos.test_kill_nested_flow import HOLD_SECONDS, _wait_completed
-from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.cli.test_flow_remote import _agent, _echo
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 
 pytestmark = pytest.mark.kill
@@ -73,10 +73,7 @@ def test_a_capture_read_by_a_later_step_survives_a_sigkilled_daemon(
         given = f"{Path(flow).resolve().parent}/__baselines__/main/given.json"
         assert files.bundle.members[given].state == "missing"
         body = {**call_body(files.bundle, dict(files.contents)), "input": "tide"}
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         try:
             daemon.start()
             with daemon.client(timeout=HOLD_SECONDS) as client:

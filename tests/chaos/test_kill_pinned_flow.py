@@ -18,7 +18,8 @@ from salvor.protocol import EventKind
 
 from tests.chaos.test_kill_graph_run import SETTLE_SECONDS, stored_log
 from tests.daemon.cli.test_flow_pinned import echo, project_with
-from tests.daemon.cli.test_flow_pinned_remote import remote_daemon, run_remote
+from tests.daemon.cli.test_flow_pinned_remote import run_remote
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ScriptedProvider
 
 pytestmark = pytest.mark.kill
@@ -45,7 +46,7 @@ def test_a_compare_killed_mid_run_finishes_after_a_restart_with_no_provider_call
 def _compare_killed_and_restarted(tmp_path: Path, store_url: str, provider) -> None:
     project = project_with(tmp_path, provider.base_url)
     (project / ".salvor" / "flows" / "main.yaml").write_text(FLOW)
-    daemon = remote_daemon(tmp_path, store_url, provider)
+    daemon = daemon_apart(tmp_path, store_url, provider)
     daemon.start()
     try:
         updated = run_remote(project, daemon, "--update-baselines")

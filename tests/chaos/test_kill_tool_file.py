@@ -23,6 +23,7 @@ from salvor.protocol import EventKind, call_body
 
 from tests.chaos.test_kill_graph_run import SETTLE_SECONDS, stored_log
 from tests.chaos.test_kill_serve import Daemon
+from tests.support.daemon_apart import daemon_apart
 from tests.support.runtime import ledger
 
 pytestmark = pytest.mark.kill
@@ -64,9 +65,7 @@ def test_a_tool_file_is_read_from_the_store_after_a_kill_with_the_client_gone(
     body = call_body(files.bundle, dict(files.contents))
 
     effects = tmp_path / "effects.jsonl"
-    daemon = Daemon(tmp_path, store_url, effects)
-    daemon.cwd = tmp_path / "daemon-home"
-    daemon.cwd.mkdir()
+    daemon = daemon_apart(tmp_path, store_url)
     daemon.env["SALVOR_FAULT_KILL_IN_TOOL"] = "read_document"
     try:
         daemon.start()

@@ -21,7 +21,8 @@ import pytest
 from salvor.daemon.cli._flow_collect import collect_flow
 from salvor.protocol import call_body
 
-from tests.chaos.test_kill_serve import Daemon, agent_toml
+from tests.chaos.test_kill_serve import agent_toml
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 
 SETTLE_SECONDS = 60.0
@@ -69,10 +70,7 @@ def _body(tmp_path: Path, base_url: str, *, agent: str | None = None) -> dict:
 def link(tmp_path: Path, store_url: str):
     """A real daemon on ``store_url`` in a directory of its own, and the scripted provider."""
     with ScriptedProvider(_echo) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.start()
         try:
             with daemon.client(timeout=30) as client:

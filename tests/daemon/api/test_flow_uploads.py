@@ -40,6 +40,7 @@ from tests.store.test_store import execute_sql
 from tests.support.api_server import TOKEN
 from tests.support.cli import salvor_in_process
 from tests.support.contract import UPLOAD_PATHS, Contract, below_the_free_space_floor
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ScriptedProvider
 
 TOKEN_VAR = "SALVOR_TEST_UPLOAD_TOKEN"
@@ -81,9 +82,7 @@ def _project(tmp_path: Path, base_url: str) -> Path:
 def served(tmp_path: Path, store_url: str):
     """A real daemon with a bearer token, its HTTP client and the scripted provider."""
     with ScriptedProvider(_echo) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
+        daemon = daemon_apart(tmp_path, store_url)
         token = secrets.token_urlsafe(24)
         daemon.env[TOKEN_VAR] = token
         daemon.args += ["--model-endpoint", provider.base_url, "--auth-token", TOKEN_VAR]

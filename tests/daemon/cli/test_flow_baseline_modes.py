@@ -25,6 +25,7 @@ from salvor.daemon.cli._flow_collect import collect_flow
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.cli.test_flow_remote import _agent, _echo
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ScriptedProvider
 
 INNER = """\
@@ -92,10 +93,7 @@ class Project:
 @pytest.fixture
 def project(tmp_path: Path, store_url: str):
     with ScriptedProvider(_echo) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.start()
         try:
             yield Project(tmp_path, daemon, provider)

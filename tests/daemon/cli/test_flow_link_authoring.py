@@ -28,6 +28,7 @@ from salvor.store import EventStore
 
 from tests.chaos.test_kill_serve import TOKEN_VAR, Daemon
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.flows import tool_results, tool_use
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider, text_reply
 
@@ -101,11 +102,8 @@ def linked(tmp_path: Path, store_url: str):
     so two can be registered for a graph to name), the scripted provider, the project."""
     script = Script()
     with ScriptedProvider(script) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.allow_process_agents()
-        daemon.args += ["--model-endpoint", provider.base_url]
         daemon.start()
         try:
             with daemon.client(timeout=SETTLE_SECONDS) as client:
@@ -379,10 +377,7 @@ def test_a_write_survives_a_sigkill_in_the_log_and_is_never_repeated(
         return script(call)
 
     with ScriptedProvider(held) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.start()
         try:
             with daemon.client(timeout=SETTLE_SECONDS) as client:

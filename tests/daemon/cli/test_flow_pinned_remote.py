@@ -16,6 +16,7 @@ import pytest
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.cli.test_flow_pinned import baseline_of, echo, project_with
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ScriptedProvider
 
 
@@ -34,15 +35,6 @@ def run_remote(project: Path, daemon: Daemon, *flags: str) -> subprocess.Complet
     )
 
 
-def remote_daemon(tmp_path: Path, store_url: str, provider: ScriptedProvider) -> Daemon:
-    """A daemon (not started) in an empty directory of its own, declaring the provider."""
-    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.cwd = tmp_path / "daemon-home"
-    daemon.cwd.mkdir()
-    daemon.args += ["--model-endpoint", provider.base_url]
-    return daemon
-
-
 @pytest.fixture
 def provider():
     with ScriptedProvider(echo) as serving:
@@ -53,7 +45,7 @@ def test_update_writes_the_calls_here_and_compare_asks_the_provider_nothing(
     tmp_path: Path, store_url: str, provider: ScriptedProvider
 ) -> None:
     project = project_with(tmp_path, provider.base_url)
-    daemon = remote_daemon(tmp_path, store_url, provider)
+    daemon = daemon_apart(tmp_path, store_url, provider)
     daemon.start()
     try:
         updated = run_remote(project, daemon, "--update-baselines")

@@ -26,6 +26,7 @@ from salvor.protocol import call_body
 
 from tests.chaos.test_kill_serve import TOKEN_VAR, Daemon, agent_toml
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 from tests.support.spawn import CLI
@@ -107,10 +108,7 @@ class Remote:
 def remote(tmp_path: Path, store_url: str):
     """A real daemon in a directory of its own, the scripted provider, and the project."""
     with ScriptedProvider(_echo) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.start()
         try:
             yield Remote(tmp_path, daemon, provider)
@@ -291,10 +289,7 @@ def test_a_connection_dropped_mid_flow_is_never_sent_again_and_a_restart_finishe
         return _echo(call)
 
     with ScriptedProvider(held) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         daemon.start()
         try:
             remote = Remote(tmp_path, daemon, provider)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.api.test_flow_uploads import _wait_listening
 from tests.daemon.cli.test_flow_remote import _agent, _echo
 from tests.daemon.serve.test_deploy import SITE, nginx_command, nginx_config
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.ports import free_port
 from tests.support.scripted_provider import ProviderCall, ScriptedProvider
 
@@ -58,10 +58,7 @@ def proxied(tmp_path: Path, store_url: str):
     """A daemon in an empty directory of its own, nginx in front with the short read timeout,
     the project's flow file; yields (daemon, the proxy's URL, the flow file)."""
     with ScriptedProvider(_echo, on_call=_slow) as provider:
-        daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-        daemon.cwd = tmp_path / "daemon-home"
-        daemon.cwd.mkdir()
-        daemon.args += ["--model-endpoint", provider.base_url]
+        daemon = daemon_apart(tmp_path, store_url, provider)
         flows = tmp_path / "proj" / ".salvor" / "flows"
         flows.mkdir(parents=True)
         (tmp_path / "proj" / "agents" / "prompts").mkdir(parents=True)

@@ -21,6 +21,7 @@ from salvor.store import EventStore
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.support.cli import salvor_in_process
+from tests.support.daemon_apart import daemon_apart
 from tests.support.runtime import ledger
 
 SETTLE_SECONDS = 60.0
@@ -83,9 +84,7 @@ class Remote:
 @pytest.fixture
 def remote(tmp_path: Path, store_url: str):
     """A real daemon (demo tools) whose working directory is an empty directory of its own."""
-    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
-    daemon.cwd = tmp_path / "daemon-home"
-    daemon.cwd.mkdir()
+    daemon = daemon_apart(tmp_path, store_url)
     daemon.start()
     try:
         yield Remote(tmp_path, daemon, store_url)
