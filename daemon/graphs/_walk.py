@@ -67,7 +67,7 @@ from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..recording import DriveInterrupted, Parked, RunContext, StoreAccess, slept
 from ..tools import graph_call_key
-from ._call_captures import snapshot_now
+from ._call_captures import captured_value, snapshot_now
 from ._flow_check import FlowFiles
 from ._map_items import CHILD_FAILED, MapItems, recorded_items
 from ._nested import run_nested_flow
@@ -118,8 +118,11 @@ class GraphWalk:
         self._run_id = ""
         # The run this one's forks descend from (itself unless it is a fork): its calls' keys.
         self.lineage = ""
-        # Node id -> its recorded output; a branch's case; the nodes passed by.
+        # Node id -> its recorded output, and what the nodes after it read of it (the same, but
+        # for a snapshot that captured its baseline: the value it held, as when it compares);
+        # a branch's case; the nodes passed by.
         self.outputs: dict[str, Any] = {}
+        self.values: dict[str, Any] = {}
         self.cases: dict[str, str] = {}
         self.skipped: set[str] = set()
         self._gateways: dict[str, ModelGateway] = {}
@@ -147,7 +150,7 @@ class GraphWalk:
                 continue
             await self._walk_node(ctx, self.graph.node(node_id))
         terminals = self.graph.terminal_nodes
-        output = {node: self.outputs[node] for node in terminals if node in self.outputs}
+        output = {node: self.values[node] for node in terminals if node in self.values}
         await ctx.control(RunCompleted(output=output))
         await ctx.park(RunState.COMPLETED)
 
@@ -191,7 +194,7 @@ class GraphWalk:
             )
         if isinstance(found.event, NodeExited):
             # The recorded output is the node's (an agent's answer is the log's, not a new one).
-            self.outputs[event.node] = found.event.output
+            self._output(event.node, found.event.output)
 
     @property
     def run_id(self) -> str:
@@ -218,14 +221,21 @@ class GraphWalk:
     ) -> Any:
         try:
             return resolve_template(
-                template, run_input=self.run_input, outputs=self.outputs, item=item, index=index
+                template, run_input=self.run_input, outputs=self.values, item=item, index=index
             )
         except TemplateError as exc:
             await self._fail(ctx, node, exc.message)
 
     async def _exit(self, ctx: RunContext, node: GraphNode, output: Any, **case: str) -> None:
-        self.outputs[node.id] = output
+        self._output(node.id, output)
         await self._narrate(ctx, NodeExited(node=node.id, output=output, **case))
+
+    def _output(self, node_id: str, output: Any) -> None:
+        self.outputs[node_id] = output
+        captured = None
+        if self.graph.node(node_id).kind is NodeKind.SNAPSHOT:
+            captured = captured_value(output)
+        self.values[node_id] = output if captured is None else captured[1]
 
     async def _walk_node(self, ctx: RunContext, node: GraphNode) -> None:
         kind = node.kind

@@ -202,6 +202,7 @@ class Daemon:
         """``one_process``: serve as one process (``ONE_PROCESS``); False serves with the
         default workers, as the README's commands do."""
         self.tmp_path = tmp_path
+        self.store_url = store_url
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.notify_path = tmp_path / "notify.sock"

@@ -19,11 +19,15 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 from salvor.daemon.cli._baselines import write_baselines
 from salvor.daemon.cli._flow_collect import collect_flow
+from salvor.daemon.graphs._nested import flow_child_id
+from salvor.protocol import EventKind
 
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.cli.test_flow_remote import _agent, _echo
+from tests.support.api import read_log_independently
 from tests.support.cli import salvor_in_process
 from tests.support.daemon_apart import daemon_apart
 from tests.support.scripted_provider import ScriptedProvider
@@ -65,6 +69,12 @@ class Project:
         self.main = self.flows / "main.yaml"
         # As the client names them: the real path of the flows' directory.
         self.baselines = Path(os.path.realpath(self.flows)) / "__baselines__"
+
+    def recorded(self, run_id: str) -> dict:
+        """Each node's output as the run's log records it (a capture's record: the nodes after
+        it, and the run's output, read the value it held)."""
+        log = trio.run(read_log_independently, self.daemon.store_url, run_id)
+        return {e.event.node: e.event.output for e in log if e.event.KIND is EventKind.NODE_EXITED}
 
     def flow(self, name: str, text: str) -> None:
         (self.flows / f"{name}.yaml").write_text(text)
@@ -189,7 +199,8 @@ def test_a_comparing_and_an_updating_run_sharing_a_directory(project: Project) -
     ran = project.run('"hello"', "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     result = json.loads(ran.stdout)
-    captured = result["output"]["main"]["given"]
+    assert result["output"]["main"]["given"] == "<hello>"  # what the nodes after it read
+    captured = project.recorded(flow_child_id(result["run"], "main"))["given"]
     assert captured == {
         "baseline": "captured",
         "path": str(given),
@@ -265,7 +276,7 @@ def test_a_capture_says_whether_the_client_writes_its_file_or_updates_one(
     twice = project.baseline("main", "twice")
     ran = project.run('{"a": "x", "b": "y"}', "--update-baselines", "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    outputs = json.loads(ran.stdout)["output"]
+    outputs = project.recorded(json.loads(ran.stdout)["run"])
     assert outputs["first"]["client"] == "writes"  # nothing there yet
     assert outputs["second"]["client"] == "updates"  # the first captured the same path
     assert outputs["third"]["client"] == "updates"  # the client has the file

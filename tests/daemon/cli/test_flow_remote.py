@@ -154,7 +154,7 @@ def test_the_stream_carries_started_each_node_of_the_run_and_its_child_then_the_
     result = lines[-1]
     assert result["type"] == "result" and result["run"] == run_id
     assert result["status"] == "completed" and result["detail"]["state"] == "completed"
-    assert result["output"]["nested"]["given"]["value"] == "<<tide>>"
+    assert result["output"] == {"nested": {"given": "<<tide>>"}}
     flows = os.path.realpath(remote.project / ".salvor" / "flows")
     writes = {w["path"]: base64.b64decode(w["content"]) for w in result["baseline_writes"]}
     assert writes == {
@@ -330,7 +330,7 @@ def test_a_connection_dropped_mid_flow_is_never_sent_again_and_a_restart_finishe
                     return http.get(f"/v1/runs/{run_id}").json()["status"]
 
                 _wait(lambda: status()["state"] == "completed", "the run to complete")
-                assert status()["output"]["nested"]["given"]["value"] == "<<hello>>"
+                assert status()["output"] == {"nested": {"given": "<<hello>>"}}
             # The held call was cut by the kill and issued once more; nothing else was repeated.
             assert len(provider.calls) == 3
         finally:
@@ -479,7 +479,7 @@ def test_a_daemon_that_cannot_see_the_project_runs_it_from_the_call(
         home.mkdir()
         hide = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
         serve = [*CLI, "serve", "--listen", f"127.0.0.1:{port}", "--store", store_url]
-        serve += ["--model-endpoint", provider.base_url, "--workers", "1"]
+        serve += ["--model-endpoint", provider.base_url, "--workers", "1", "--demo-tools"]
         with open(tmp_path / "hidden-serve.log", "wb") as log:
             daemon = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"]
@@ -512,9 +512,50 @@ def test_a_daemon_that_cannot_see_the_project_runs_it_from_the_call(
             compared = salvor_in_process(*args, env=env)
             assert compared.returncode == 0, compared.stdout + compared.stderr
             assert compared.stdout.splitlines()[-1].endswith('{"nested": {"given": "<<bees>>"}}')
+            # Three levels of flows (the deepest with its agent file and prompt), a snapshot at
+            # the top and one at the bottom, and a tool reading a file of the client's.
+            deep = _deep_flows(project)
+            deep_args = ("graph", "run", deep, "--remote", url)
+            updated = salvor_in_process(*deep_args, "--update-baselines", env=env)
+            assert updated.returncode == 0, updated.stdout + updated.stderr
+            assert json.loads((baselines / "again" / "given.json").read_text()) == "<tide tables>"
+            compared = salvor_in_process(*deep_args, env=env)
+            assert compared.returncode == 0, compared.stdout + compared.stderr
+            assert '"<tide tables>"' in compared.stdout.splitlines()[-1]
+            (project / "data" / "tides.json").write_text(json.dumps({"title": "neap tides"}))
+            changed = salvor_in_process(*deep_args, env=env)
+            assert changed.returncode == 3 and "differs from its baseline" in changed.stdout, (
+                changed.stdout + changed.stderr
+            )
         finally:
             daemon.kill()
             daemon.wait()
+
+
+def _deep_flows(project: Path) -> str:
+    """``deep.yaml``: a tool node reading ``data/tides.json`` of the project, then ``middle``
+    (which runs ``inner``: agent file, prompt, snapshot), then a snapshot of it all."""
+    (project / "data").mkdir()
+    tides = project / "data" / "tides.json"
+    tides.write_text(json.dumps({"title": "tide tables"}))
+    flows = project / ".salvor" / "flows"
+    deep = {
+        "schema_version": 1,
+        "nodes": [
+            {"id": "doc", "kind": "tool", "tool": "read_document", "input": {"path": str(tides)}},
+            {"id": "outer", "kind": "flow", "flow": "middle", "input": "$nodes.doc.json.title"},
+            {"id": "check", "kind": "snapshot", "name": "deep", "of": "$nodes.outer"},
+        ],
+        "edges": [{"from": "doc", "to": "outer"}, {"from": "outer", "to": "check"}],
+    }
+    middle = {
+        "schema_version": 1,
+        "nodes": [{"id": "again", "kind": "flow", "flow": "inner", "input": "$input"}],
+        "edges": [],
+    }
+    (flows / "deep.yaml").write_text(json.dumps(deep))
+    (flows / "middle.yaml").write_text(json.dumps(middle))
+    return str(flows / "deep.yaml")
 
 
 def test_the_bearer_token_comes_from_salvor_token_never_an_argument(
