@@ -19,7 +19,9 @@ from ..agents import (
     OUTPUT_SOURCES,
     PROVIDERS,
 )
+from ..files import GLOB_PATTERN, MAX_GLOB_CHARS, MAX_GLOBS
 from ..mcp import MAX_MCP_TIMEOUT, SERVER_FIELDS, STAND_IN_FIELDS
+from ..tools import FILE_TOOLS
 from ._schema import ANY as _ANY
 from ._schema import JSON
 from ._schema import closed as _object
@@ -81,7 +83,13 @@ _ACCESS = _object(
     {
         kind: {
             "type": "array",
-            "items": {"type": "string", "minLength": 1},
+            "maxItems": MAX_GLOBS,
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_GLOB_CHARS,
+                "pattern": GLOB_PATTERN,
+            },
             "description": f"Globs relative to the workspace the file tools may {kind} "
             f"({default}).",
         }
@@ -222,6 +230,12 @@ AGENT_SCHEMAS: JSON = {
         "minLength": 1,
         "description": "A tool the daemon's registry holds.",
     },
+    "FileToolName": {
+        "type": "string",
+        "enum": list(FILE_TOOLS),
+        "description": "A file tool the daemon offers (its workspace's; `bash` only with "
+        "--allow-bash).",
+    },
     "ProcessAgent": {
         "description": "A local program the daemon starts for each run, its model calls and MCP "
         "servers pointed at salvor's loopback proxies.",
@@ -272,7 +286,7 @@ AGENT_SCHEMAS: JSON = {
                         "description": "File tools (read, ls, find, grep, write, edit, bash) the "
                         "`salvor` MCP server offers the process, on a daemon with a workspace.",
                         "items": _object(
-                            {"name": {"$ref": "#/components/schemas/ToolName"}}, ["name"]
+                            {"name": {"$ref": "#/components/schemas/FileToolName"}}, ["name"]
                         ),
                     },
                     "access": _ACCESS,

@@ -32,6 +32,7 @@ from salvor.store import SUMMARY_KEYS, SUMMARY_REQUIRED
 
 from ..agents import DEFAULT_PROVIDER, DeclaredOrigin, LlmChoice
 from ..client_runs import CLIENT_RUN_ANSWERS
+from ..tools import FILE_TOOLS
 from ..web import CSRF_HEADER, FAILED_TRIES, SESSION_COOKIE, WINDOW_SECONDS
 from ._agent_schemas import AGENT_SCHEMAS
 from ._answers import ANSWERS, DRIVER, DRIVER_NODE, DRIVER_RULE
@@ -591,6 +592,10 @@ def _served(
         _declared_origins(schemas, *origins)
     if tools is not None:
         schemas["ToolName"] = {**schemas["ToolName"], "enum": list(tools)} if tools else {"not": {}}
+        # A process agent names file tools only, those the daemon's workspace offers.
+        offered = [name for name in tools if name in FILE_TOOLS]
+        file_tools = schemas["FileToolName"]
+        schemas["FileToolName"] = {**file_tools, "enum": offered} if offered else {"not": {}}
     if not process_agents:
         schemas["AgentDefinition"] = {
             "description": (

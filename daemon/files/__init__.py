@@ -11,6 +11,9 @@ Rule: imports only ``tools`` and ``processes`` (and what they stand on); knows f
 from __future__ import annotations
 
 from ._access import (
+    GLOB_PATTERN,
+    MAX_GLOB_CHARS,
+    MAX_GLOBS,
     FileAccess,
 )
 from ._tool_set import (
@@ -26,6 +29,9 @@ from ._writing import (
 )
 
 __all__ = [
+    "GLOB_PATTERN",
+    "MAX_GLOBS",
+    "MAX_GLOB_CHARS",
     "PLAN_TOOL",
     "PROBE_TOOL",
     "WRITE_PROBE",

@@ -18,6 +18,10 @@ from typing import Any
 
 MAX_GLOBS = 64
 MAX_GLOB_CHARS = 256
+# A glob ``_globs`` takes, as a schema pattern (no lookaround, so any engine reads it alike):
+# segments split by `/`, none empty, `.` or `..`, no NUL, no leading `/`.
+_SEGMENT = r"(?:[^/\x00.][^/\x00]*|\.[^/\x00.][^/\x00]*|\.\.[^/\x00]+)"
+GLOB_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
 _KINDS = ("read", "write")
 
 

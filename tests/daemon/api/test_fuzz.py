@@ -479,8 +479,32 @@ def _fuzz_findings(served_schema) -> list[str]:
     return findings
 
 
+# A definition naming one input, output or tool twice (once as a name, once as a table: JSON
+# Schema's uniqueItems compares whole items, so no document can state it) is a documented 400.
+_NAMED_TWICE = re.compile(r"(`(inputs|outputs)` names '[^']*' twice|tool '[^']*' is listed twice)")
+_CURL_BODY = re.compile(r"-d '(.*)' (http://\S+)$", re.DOTALL)
+
+
+def _not_named_twice(findings: list[str]) -> list[str]:
+    """``findings`` but the registrations refused only for naming something twice: each is sent
+    again, and dropped when the daemon's 400 says exactly that."""
+    kept = []
+    for finding in findings:
+        sample = finding.rsplit("\n", 1)[-1]
+        sent = _CURL_BODY.search(sample) if "POST /v1/agents" in finding else None
+        if sent is not None:
+            body = sent.group(1).replace("'\"'\"'", "'").replace("'\\''", "'")
+            headers = {**AUTH, "Content-Type": "application/json"}
+            answer = httpx.post(sent.group(2), content=body.encode(), headers=headers, timeout=20)
+            message = answer.json().get("error", {}).get("message", "")
+            if answer.status_code == 400 and _NAMED_TWICE.search(message):
+                continue
+        kept.append(finding)
+    return kept
+
+
 def test_fuzz_finds_nothing(served_schema, seeded) -> None:
-    findings = _fuzz_findings(served_schema)
+    findings = _not_named_twice(_fuzz_findings(served_schema))
     unique = list(dict.fromkeys(findings))
     assert not unique, f"{len(unique)} findings:\n\n" + "\n\n".join(unique[:20])
 
@@ -498,7 +522,8 @@ def test_fuzz_agent_registration_with_process_agents(tmp_path) -> None:
             )
         )
         assert served.raw_schema["components"]["schemas"]["AgentDefinition"]["oneOf"]
-        findings = list(dict.fromkeys(_fuzz_findings(served.include(operation_id="registerAgent"))))
+        found = _fuzz_findings(served.include(operation_id="registerAgent"))
+        findings = list(dict.fromkeys(_not_named_twice(found)))
     assert not findings, f"{len(findings)} findings:\n\n" + "\n\n".join(findings[:20])
 
 

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from salvor.daemon.cli._doctor_replies import CANNED, OPENAI_RESPONSES, REPLY_TEXT
-from salvor.daemon.proxies._model_proxy import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
+from salvor.daemon.proxies import ANTHROPIC_MESSAGES, OPENAI_CHAT, encode_frames
 
 PATHS = {
     "/v1/chat/completions": OPENAI_CHAT,
