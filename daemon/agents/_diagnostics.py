@@ -2,8 +2,8 @@
 1-based line of the text it is about, with a severity, a sentence and (when one is near) a
 suggestion — what ``flow_agents write`` and ``flow_write`` answer with.
 
-An agent definition stops at its first refusal (the parser's ``DefinitionError``), placed on the
-line of the key it names: TOML's key or table line, JSON's key line, a markdown file's
+An agent definition gets every refusal its fields give, each placed on the line of the key it
+names: TOML's key or table line, JSON's key line, a markdown file's
 front-matter line (its body for the system prompt), line 1 when the key is not written at all.
 A graph document gets every validation error (a YAML document's carry their line; a JSON
 document's are placed on the line of the node or edge they are about) and warnings: an agent
@@ -31,7 +31,7 @@ from salvor.protocol import (
 )
 
 from ._credentials import Credentials
-from ._definition import AgentDefinition, parse_definition
+from ._definition import AgentDefinition, definition_refusals, parse_definition
 from ._definition_error import DefinitionError
 from ._markdown import markdown_line
 
@@ -56,28 +56,35 @@ def agent_diagnostics(
     """What is wrong with an agent definition's text (``"toml"``, ``"json"`` or ``"md"``), by line.
 
     Held to the rules a definition from outside the operator's disk meets (``parse_definition``
-    with ``allow_paths=False``; processes only with ``allow_processes``). ``[]`` plus warnings
-    for one that would register: a markdown agent without a ``description`` (the catalog a
-    subagent caller picks from shows nothing of it).
+    with ``allow_paths=False``; processes only with ``allow_processes``). Every refusal its fields
+    give checked one by one (``definition_refusals``: each unknown key and tool, each bad value),
+    and the parser's own first refusal when it is none of those (its syntax, a process agent, the
+    operator's declarations); ordered by line. The parser alone decides: a definition it accepts
+    has no error. ``[]`` plus warnings for one that would register: a markdown agent without a
+    ``description`` (the catalog a subagent caller picks from shows nothing of it).
     """
+    rules = {
+        "known_tools": known_tools,
+        "allow_processes": allow_processes,
+        "credentials": credentials,
+    }
     try:
-        agent = parse_definition(
-            text,
-            fmt,
-            known_tools=known_tools,
-            allow_paths=False,
-            allow_processes=allow_processes,
-            credentials=credentials,
-        )
+        agent = parse_definition(text, fmt, allow_paths=False, **rules)
     except DefinitionError as exc:
-        return [
+        refusals = definition_refusals(text, fmt, **rules)
+        if all(str(exc) != str(found) for found in refusals):
+            refusals.insert(0, exc)
+        refusals = _once_each(refusals)
+        errors = [
             Diagnostic(
-                line=_line_of(text, fmt, exc),
+                line=_line_of(text, fmt, refusal),
                 severity=Severity.ERROR,
-                message=str(exc),
-                suggestion=exc.suggestion,
+                message=str(refusal),
+                suggestion=refusal.suggestion,
             )
+            for refusal in refusals
         ]
+        return sorted(errors, key=lambda found: found.line)
     found = []
     if fmt == "md" and agent.description is None:
         found.append(
@@ -90,6 +97,22 @@ def agent_diagnostics(
             )
         )
     return found
+
+
+def _once_each(refusals: list[DefinitionError]) -> list[DefinitionError]:
+    """``refusals`` less a required key's absence when an unknown key is its misspelling (the
+    unknown key's refusal names it, on the line where it is written)."""
+    misspelt = {
+        refusal.suggestion
+        for refusal in refusals
+        if refusal.suggestion and str(refusal).startswith("unknown ")
+    }
+    return [
+        refusal
+        for refusal in refusals
+        if not (len(refusal.at) == 1 and refusal.at[0] in misspelt and "required" in str(refusal))
+        and not (refusal.at == ("name",) and "name" in misspelt and "needs `name`" in str(refusal))
+    ]
 
 
 def _line_of(text: str, fmt: str, refusal: DefinitionError) -> int:

@@ -182,6 +182,21 @@ def read_markdown(text: str) -> MarkdownAgent:
             that is not one of ``FRONT_MATTER_KEYS`` (with the nearest as its suggestion); ``at``
             the key. The fields themselves are checked by ``parse_definition``.
     """
+    agent, refusals = read_markdown_refusals(text)
+    if refusals:
+        raise refusals[0]
+    return agent
+
+
+def read_markdown_refusals(text: str) -> tuple[MarkdownAgent, list[DefinitionError]]:
+    """``read_markdown``'s reading, every refusal of the front matter's keys collected (in the
+    order ``read_markdown`` meets them, its first the one it raises) instead of the first: the
+    fields are those of the keys that read, for the diagnostics to check one by one.
+
+    Raises:
+        DefinitionError: no front matter, or front matter that is not a strict YAML table
+            (nothing else can be read of it).
+    """
     lines, closing = _fence_lines(text)
     front = lines[1:closing]
     try:
@@ -197,23 +212,22 @@ def read_markdown(text: str) -> MarkdownAgent:
     if not isinstance(value, dict):
         raise DefinitionError("the front matter must be a table of keys (`name: ...`)", at=())
     key_lines, nested = _key_lines(front)
-    for key in value:
-        if key not in FRONT_MATTER_KEYS:
-            near = suggest(key, FRONT_MATTER_KEYS)
-            raise DefinitionError(
-                f"unknown key `{key}` in the front matter{did_you_mean(near)}; allowed: "
-                f"{', '.join(sorted(FRONT_MATTER_KEYS))}",
-                at=(key,),
-                suggestion=near,
-            )
+    refusals = [_unknown_key(key) for key in value if key not in FRONT_MATTER_KEYS]
     if "name" not in value:
-        raise DefinitionError(
-            "a markdown agent file needs `name` in its front matter (the catalog's name for it)",
-            at=("name",),
+        refusals.append(
+            DefinitionError(
+                "a markdown agent file needs `name` in its front matter (the catalog's name for "
+                "it)",
+                at=("name",),
+            )
         )
     fields = {key: value[key] for key in _SAME_AS_TOML if key in value}
     if "tools" in value:
-        flow, registry = _split_tools(value["tools"])
+        try:
+            flow, registry = _split_tools(value["tools"])
+        except DefinitionError as exc:
+            refusals.append(exc)
+            flow, registry = [], []
         if flow:
             fields["flow_tools"] = flow
         if registry:
@@ -221,14 +235,29 @@ def read_markdown(text: str) -> MarkdownAgent:
     prompt, body_line = _body(lines, closing + 1)
     if prompt is not None:
         fields["system_prompt"] = prompt
-    display = {
-        key: _display(key, value[key], key_lines.get(key, 1)) for key in _DISPLAY if key in value
-    }
-    return MarkdownAgent(
+    display: dict[str, dict] = {}
+    for key in _DISPLAY:
+        if key in value:
+            try:
+                display[key] = _display(key, value[key], key_lines.get(key, 1))
+            except DefinitionError as exc:
+                refusals.append(exc)
+    agent = MarkdownAgent(
         fields=fields,
         lines=key_lines,
         body_line=body_line,
         card=display.get("card"),
         architect=display.get("architect"),
         nested_lines=nested,
+    )
+    return agent, refusals
+
+
+def _unknown_key(key: Any) -> DefinitionError:
+    near = suggest(key, FRONT_MATTER_KEYS) if isinstance(key, str) else None
+    return DefinitionError(
+        f"unknown key `{key}` in the front matter{did_you_mean(near)}; allowed: "
+        f"{', '.join(sorted(FRONT_MATTER_KEYS))}",
+        at=(key,),
+        suggestion=near,
     )

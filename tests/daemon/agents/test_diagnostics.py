@@ -7,7 +7,12 @@ import json
 
 import pytest
 import yaml
-from salvor.daemon.agents import agent_diagnostics, graph_diagnostics, parse_definition
+from salvor.daemon.agents import (
+    DefinitionError,
+    agent_diagnostics,
+    graph_diagnostics,
+    parse_definition,
+)
 from salvor.protocol import Diagnostic, Severity
 
 TOOLS = ["lookup_invoice"]
@@ -90,6 +95,36 @@ def test_a_valid_agent_has_no_diagnostics_and_a_markdown_one_without_description
     assert (warning.line, warning.severity) == (3, Severity.WARNING)
     assert "`description`" in warning.message
     assert warning.to_json()["severity"] == "warning"
+
+
+def test_every_problem_of_an_agent_file_is_reported_at_once_each_with_its_suggestion():
+    tools = ["lookup_invoice", "issue_refund"]
+    text = MD + "tools: lookup_invoce, isue_refund, ask_user\ncolour: red\n---\nHi.\n"
+    found = agent_diagnostics(text, "md", known_tools=tools)
+    assert [(d.line, d.severity, d.suggestion) for d in found] == [
+        (8, Severity.ERROR, "lookup_invoice"),
+        (8, Severity.ERROR, "issue_refund"),
+        (9, Severity.ERROR, None),
+    ]
+    assert "'lookup_invoce'" in found[0].message and "'isue_refund'" in found[1].message
+    assert "unknown key `colour`" in found[2].message
+    # TOML alike: each unknown key, each bad value, each unknown (flow) tool, by line.
+    toml = (
+        'model = "m"\nbogus = 1\nmax_response_tokens = 0\nflow_tools = ["ask_usr"]\n'
+        '[[tools]]\nname = "lookup_invoce"\n[[tools]]\nname = "isue_refund"\n'
+    )
+    found = agent_diagnostics(toml, "toml", known_tools=tools)
+    assert [(d.line, d.suggestion) for d in found] == [
+        (2, None),
+        (3, None),
+        (4, "ask_user"),
+        (6, "lookup_invoice"),
+        (8, "issue_refund"),
+    ]
+    # The parser still decides: each text refused here is refused by it, and a good one passes.
+    for bad, fmt in ((text, "md"), (toml, "toml")):
+        with pytest.raises(DefinitionError):
+            parse_definition(bad, fmt, known_tools=tools)
 
 
 def test_a_diagnostic_check_is_held_to_the_rules_of_a_definition_from_outside():
