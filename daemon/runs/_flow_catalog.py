@@ -26,6 +26,7 @@ from salvor.protocol import (
     Diagnostic,
     Envelope,
     Graph,
+    GraphNode,
     InvalidGraph,
     NodeEntered,
     NodeExited,
@@ -37,6 +38,7 @@ from salvor.protocol import (
     ToolCallRequested,
     excerpt,
     graph_from_value,
+    graph_nodes,
     parse_graph_json,
     parse_graph_yaml,
     project_graph,
@@ -163,12 +165,10 @@ class FlowCatalog:
         # The text is parsed and checked on an untrusted-work thread, not on one of the store's
         # readers (a near-limit document takes seconds, and reads would queue behind it); only
         # the lookup of the agents its nodes name reads the store.
-        failed, graph = await off_loop(_parsed_graph, content)
-        if graph is None:
-            return _answer(False, failed)
-        agents = await access.read(_graph_agents, access.store, graph, known)
-        diagnostics = await off_loop(graph_diagnostics, content, agents)
-        if _errors(diagnostics):
+        graph, nodes = await off_loop(_parsed_graph, content)
+        agents, registered = await access.read(_graph_agents, access.store, nodes, known)
+        diagnostics = await off_loop(graph_diagnostics, content, agents, registered)
+        if graph is None or _errors(diagnostics):
             return _answer(False, diagnostics)
         created = await self.definitions.register_graph(graph)
         return {
@@ -253,22 +253,25 @@ def _checked_agent(
     return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
 
 
-def _parsed_graph(content: str) -> tuple[list[Diagnostic], Graph | None]:
-    """A graph document's graph, or (when it does not validate) its diagnostics: every error,
-    each on its line. The diagnostics of a valid one need its agents (``graph_diagnostics``
-    with ``_graph_agents``): a node naming one that is not registered, or not wiring an input
-    it declares, is warned of."""
+def _parsed_graph(content: str) -> tuple[Graph | None, tuple[GraphNode, ...]]:
+    """A graph document's graph (None when it does not validate) and its nodes, those its shape
+    reads when it does not: the diagnostics check every agent node either way
+    (``graph_diagnostics`` with ``_graph_agents``)."""
     parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
     try:
-        return [], parse(content)
+        graph = parse(content)
     except InvalidGraph:
-        return graph_diagnostics(content), None
+        return None, graph_nodes(content)
+    return graph, graph.nodes
 
 
-def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str, AgentDefinition]:
-    """The registered agents ``graph``'s agent nodes name, by hash (the ones that still build)."""
+def _graph_agents(
+    store: EventStore, nodes: tuple[GraphNode, ...], known_tools: Any
+) -> tuple[dict[str, AgentDefinition], dict[str, str | None]]:
+    """The registered agents ``nodes`` name, by hash (the ones that still build), and every
+    registered agent's name by hash (where a misspelt hash's suggestion is looked for)."""
     found: dict[str, AgentDefinition] = {}
-    for node in graph.nodes:
+    for node in nodes:
         target = node.body if node.body is not None else node
         if target.agent is None or target.agent in found:
             continue
@@ -280,8 +283,9 @@ def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str
                 stored.definition, stored.format, known_tools=known_tools, stored=True
             )
         except DefinitionError:
-            continue  # no longer builds here: warned of as not registered
-    return found
+            continue  # no longer builds here: refused as not registered
+    registered = {stored.agent_def_hash: stored.name for stored in store.definitions.list_agents()}
+    return found, registered
 
 
 def _catalog(store: EventStore, known_tools: Any) -> list[dict]:

@@ -154,13 +154,14 @@ async def test_a_graph_is_checked_then_stored_under_its_name(host, runtime) -> N
         ],
     }
     assert await _stored(runtime) == before
-    # A node naming an agent this store does not hold is a warning: it may be registered later.
+    # A node naming an agent this store does not hold is an error: it could not run here.
     unknown = GRAPH.replace(
         "prompt: Ready?", "prompt: Ready?\n  - id: w\n    kind: agent\n    agent: " + UNKNOWN
     )
-    warned = await host.write_graph("custom", "later", unknown)
-    assert warned["written"] is True
-    assert [(d["line"], d["severity"]) for d in warned["diagnostics"]] == [(6, "warning")]
+    refused = await host.write_graph("custom", "later", unknown)
+    assert refused["written"] is False
+    assert [(d["line"], d["severity"]) for d in refused["diagnostics"]] == [(6, "error")]
+    assert await _stored(runtime) == before
 
     written = await host.write_graph("team", "check", GRAPH)
     assert (written["written"], written["flow"], written["created"]) == (True, "team/check", True)
