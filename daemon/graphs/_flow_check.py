@@ -84,6 +84,8 @@ class CheckedFlow:
     agents: dict[str, AgentDefinition] = field(default_factory=dict)
     graphs: list[Graph] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
+    # Each agent's file by its hash: the path the flow's files name it by.
+    agent_files: dict[str, str] = field(default_factory=dict)
 
 
 def registry_parser(known_tools) -> AgentParser:
@@ -139,6 +141,7 @@ class _Check:
         self.parse_agent = parse_agent
         self.linked = linked
         self.agents: dict[str, AgentDefinition] = {}
+        self.agent_files: dict[str, str] = {}
         self.graphs: list[Graph] = []
         self.errors: list[GraphError] = []
 
@@ -288,6 +291,7 @@ class _Check:
             )
             return None
         self.agents[agent.agent_def_hash] = agent
+        self.agent_files.setdefault(agent.agent_def_hash, member.canonical)
         return agent
 
     def pinned_baseline(self, files: FlowFiles, node: GraphNode) -> None:
@@ -385,4 +389,5 @@ def check_flow(files: FlowFiles, parse_agent: AgentParser) -> CheckedFlow:
         agents=check.agents,
         graphs=check.graphs,
         errors=check.errors,
+        agent_files=check.agent_files,
     )

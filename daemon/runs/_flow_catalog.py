@@ -65,6 +65,8 @@ SUMMARY_CHARS = 500
 _FLOW_WRITE = "flow_write"
 # The tool whose recorded answers name the agents a run wrote.
 _FLOW_AGENTS = "flow_agents"
+# Where a catalog entry's agent came from (``catalog_entry``).
+LOCAL, STORE = "local", "store"
 # How a node or a run stands, as flow_results reports it.
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 _TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value})
@@ -303,15 +305,21 @@ def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
             )
         except DefinitionError:
             continue  # it no longer builds here (a tool this daemon lacks): nothing can run it
-        entries.append(catalog_entry(agent))
+        entries.append(catalog_entry(agent, source_path=stored.source_path))
     return entries
 
 
-def catalog_entry(agent: AgentDefinition) -> dict:
+def catalog_entry(agent: AgentDefinition, *, source_path: str | None = None) -> dict:
     """An agent as the catalog lists it: ``name``, ``description``, ``tools`` (its registry
     tools and the flow tools it opted into), ``inputs`` (names), ``outputs`` (name, type and
-    description), ``source_type`` ("local": registered in this store), ``agent`` (its hash),
-    ``kind``, and a markdown file's ``card`` and ``architect`` when it has them."""
+    description), ``source_type`` and, for a local one, ``source_path``, ``architect`` (a
+    markdown file's, ``{}`` when it declares none), ``agent`` (its hash), ``kind``, and a
+    markdown file's ``card`` when it has one.
+
+    ``source_type``: ``"local"`` for an agent read from a file (``source_path``: a flow's agent
+    file as its flow names it, or the file a local ``salvor run``/``salvor graph run --agent``
+    read), ``"store"`` for one registered over the API or written by a run. No agent ships with
+    salvor, so none is ``"built-in"``."""
     outputs = []
     for output in agent.outputs:
         declared = {"name": output.name, "type": output.type}
@@ -324,14 +332,16 @@ def catalog_entry(agent: AgentDefinition) -> dict:
         "tools": [*agent.tools, *(tool.value for tool in agent.flow_tools)],
         "inputs": [declared.name for declared in agent.inputs],
         "outputs": outputs,
-        "source_type": "local",
-        "agent": agent.agent_def_hash,
-        "kind": agent.kind.value,
+        "source_type": LOCAL if source_path is not None else STORE,
     }
+    if source_path is not None:
+        entry["source_path"] = source_path
+    entry["architect"] = dict(agent.architect or {})
+    entry["agent"] = agent.agent_def_hash
+    entry["kind"] = agent.kind.value
     # A markdown file's display metadata, when it has some.
-    for key in ("card", "architect"):
-        if getattr(agent, key) is not None:
-            entry[key] = getattr(agent, key)
+    if agent.card is not None:
+        entry["card"] = agent.card
     return entry
 
 

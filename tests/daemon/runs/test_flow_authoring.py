@@ -67,7 +67,8 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
                 {"name": "verdict", "type": "string"},
                 {"name": "amount", "type": "number", "description": "What is owed."},
             ],
-            "source_type": "local",
+            "source_type": "store",
+            "architect": {},
             "agent": written["agent"],
             "kind": "builtin",
         }
