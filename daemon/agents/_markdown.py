@@ -57,6 +57,8 @@ class MarkdownAgent:
     architect: dict | None = None
     # The line of each key nested one level under a top-level key: (top, key) -> line.
     nested_lines: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The line of each entry of ``tools`` written as a block list: (name, line), in order.
+    tool_items: tuple[tuple[str, int], ...] = ()
 
     def line_of(self, at: tuple[str | int, ...]) -> int:
         """The line of the definition field ``at`` (``DefinitionError.at``); 1 when the field is
@@ -70,6 +72,12 @@ class MarkdownAgent:
         line = self.lines.get(key)
         if line is None:
             return 1
+        if key == "tools" and len(at) > 1 and isinstance(at[1], int):
+            # A registry tool's index counts registry tools, a flow tool's flow tools.
+            flow = top == "flow_tools"
+            items = [n for n in self.tool_items if (n[0] in _FLOW_TOOL_NAMES) == flow]
+            if at[1] < len(items):
+                return items[at[1]][1]
         nested = next((part for part in at[1:] if isinstance(part, str)), None)
         if nested is not None and (key, nested) in self.nested_lines:
             return self.nested_lines[(key, nested)]
@@ -123,6 +131,23 @@ def _key_lines(
     return lines, nested
 
 
+_ITEM = re.compile(r"^[ ]*- [ ]*(?P<name>[^#\s][^#]*?)[ ]*(?:#.*)?$")
+
+
+def _tool_items(front: list[str], key_lines: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """The entries of ``tools`` written as a block list, each with its file line."""
+    line = key_lines.get("tools")
+    if line is None or front[line - 2].split(":", 1)[1].strip():
+        return ()
+    items = []
+    for offset in range(line - 1, len(front)):
+        found = _ITEM.match(front[offset])
+        if found is None:
+            break
+        items.append((found["name"].strip("\"'"), offset + 2))
+    return tuple(items)
+
+
 def markdown_line(text: str, at: tuple[str | int, ...]) -> int:
     """The line of the definition field ``at`` in a markdown agent file, read only as far as its
     lines (the file need not validate); 1 when it has no front matter or the key is not written."""
@@ -132,7 +157,10 @@ def markdown_line(text: str, at: tuple[str | int, ...]) -> int:
         return 1
     key_lines, nested = _key_lines(lines[1:closing])
     _, body_line = _body(lines, closing + 1)
-    return MarkdownAgent({}, key_lines, body_line, nested_lines=nested).line_of(at)
+    items = _tool_items(lines[1:closing], key_lines)
+    return MarkdownAgent({}, key_lines, body_line, nested_lines=nested, tool_items=items).line_of(
+        at
+    )
 
 
 def _display(key: str, value: Any, line: int) -> dict:
@@ -249,6 +277,7 @@ def read_markdown_refusals(text: str) -> tuple[MarkdownAgent, list[DefinitionErr
         card=display.get("card"),
         architect=display.get("architect"),
         nested_lines=nested,
+        tool_items=_tool_items(front, key_lines),
     )
     return agent, refusals
 

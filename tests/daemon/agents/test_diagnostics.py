@@ -121,6 +121,10 @@ def test_every_problem_of_an_agent_file_is_reported_at_once_each_with_its_sugges
         (6, "lookup_invoice"),
         (8, "issue_refund"),
     ]
+    # Tools written as a block list: each unknown one at its own item's line.
+    listed = MD + "tools:\n  - lookup_invoce\n  - ask_user\n  - isue_refund  # refunds\n---\nHi.\n"
+    found = agent_diagnostics(listed, "md", known_tools=tools)
+    assert [(d.line, d.suggestion) for d in found] == [(9, "lookup_invoice"), (11, "issue_refund")]
     # The parser still decides: each text refused here is refused by it, and a good one passes.
     for bad, fmt in ((text, "md"), (toml, "toml")):
         with pytest.raises(DefinitionError):
