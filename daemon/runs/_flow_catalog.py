@@ -270,8 +270,9 @@ def _parsed_graph(content: str) -> tuple[Graph | None, tuple[GraphNode, ...]]:
 def _graph_agents(
     store: EventStore, nodes: tuple[GraphNode, ...], known_tools: Any
 ) -> tuple[dict[str, AgentDefinition], dict[str, str | None]]:
-    """The registered agents ``nodes`` name, by hash (the ones that still build), and every
-    registered agent's name by hash (where a misspelt hash's suggestion is looked for)."""
+    """The registered agents ``nodes`` name, by hash (the ones that still build), and, when a
+    node names one that is not among them, every registered agent's name by hash (where its
+    suggestion is looked for)."""
     found: dict[str, AgentDefinition] = {}
     for node in nodes:
         target = node.body if node.body is not None else node
@@ -286,6 +287,9 @@ def _graph_agents(
             )
         except DefinitionError:
             continue  # no longer builds here: refused as not registered
+    named = {(node.body or node).agent for node in nodes} - {None}
+    if named <= found.keys():
+        return found, {}  # nothing to suggest a registered agent for
     registered = {stored.agent_def_hash: stored.name for stored in store.definitions.list_agents()}
     return found, registered
 
