@@ -148,6 +148,7 @@ from ._graph import InvalidGraph as InvalidGraph
 from ._graph import NodeKind as NodeKind
 from ._graph_parse import check_graph as check_graph
 from ._graph_parse import graph_from_value as graph_from_value
+from ._graph_parse import graph_nodes as graph_nodes
 from ._graph_parse import parse_graph_json as parse_graph_json
 from ._graph_parse import parse_graph_yaml as parse_graph_yaml
 from ._graph_projection import NodeState as NodeState
@@ -207,6 +208,7 @@ from ._templates import case_text as case_text
 from ._templates import fold_values as fold_values
 from ._templates import parse_reference as parse_reference
 from ._templates import pick_case as pick_case
+from ._templates import reference_strings as reference_strings
 from ._templates import references as references
 from ._templates import resolve_template as resolve_template
 from ._tool_files import TOOL_FILE_SUFFIXES as TOOL_FILE_SUFFIXES

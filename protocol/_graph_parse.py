@@ -54,6 +54,21 @@ def check_graph(value: Any) -> list[GraphError]:
     return _validate(value)[0]
 
 
+def graph_nodes(text: str) -> tuple[GraphNode, ...]:
+    """The nodes a graph document's text reads into (JSON when it opens with ``{``, else YAML),
+    whether or not the graph validates, as written (no default inputs); ``()`` when the text
+    or its shape does not read. For the authoring checks of a document with errors. Never
+    raises."""
+    try:
+        if text.lstrip().startswith("{"):
+            value = parse_strict(text, "the graph document")
+        else:
+            value, _ = load_yaml_lines(text, "the graph document")
+        return tuple(read_shape(value).nodes)
+    except (MalformedJson, MalformedYaml, Malformed, ValueError, TypeError, RecursionError):
+        return ()
+
+
 def _with_default_inputs(shape: Shape) -> list[GraphNode]:
     sources: dict[str, list[str]] = {}
     for edge in shape.edges:

@@ -37,6 +37,7 @@ _AGENT_COLUMNS = (
     agents.c.definition,
     agents.c.name,
     agents.c.created_at,
+    agents.c.source_path,
 )
 _GRAPH_SUMMARY_COLUMNS = (
     graphs.c.graph_hash,
@@ -59,13 +60,21 @@ class Definitions(Repository):
     # -- agents ---------------------------------------------------------------
 
     def put_agent(
-        self, agent_def_hash: str, *, format: str, definition: str, name: str | None
+        self,
+        agent_def_hash: str,
+        *,
+        format: str,
+        definition: str,
+        name: str | None,
+        source_path: str | None = None,
     ) -> bool:
         """Register an agent definition under its hash.
 
         ``name`` is no part of the hash: registering a registered definition under
         another name renames it (its stored text becomes the one that names it); one
-        that names nothing leaves the name it has.
+        that names nothing leaves the name it has. ``source_path``: the file it was read
+        from on the daemon's side, kept (the newest such file) once one is given; None
+        leaves the one it has.
 
         Returns:
             True when it was stored now, False when that hash was already registered.
@@ -82,20 +91,27 @@ class Definitions(Repository):
             "definition": definition,
             "name": name,
             "created_at": now_instant(),
+            "source_path": source_path,
         }
         if self._insert_once(agents, row, "register an agent"):
             return True
+        held = agents.c.agent_def_hash == agent_def_hash
         if name is not None:
             rename = (
                 update(agents)
-                .where(
-                    agents.c.agent_def_hash == agent_def_hash,
-                    agents.c.name.is_distinct_from(name),
-                )
+                .where(held, agents.c.name.is_distinct_from(name))
                 .values(format=format, definition=definition, name=name)
             )
             with self._writing("rename an agent") as connection:
                 connection.execute(rename)
+        if source_path is not None:
+            located = (
+                update(agents)
+                .where(held, agents.c.source_path.is_distinct_from(source_path))
+                .values(source_path=source_path)
+            )
+            with self._writing("locate an agent") as connection:
+                connection.execute(located)
         return False
 
     def get_agent(self, agent_def_hash: str) -> StoredAgent | None:

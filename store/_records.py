@@ -100,6 +100,8 @@ class StoredAgent:
     definition: str
     name: str | None
     created_at: str
+    # The file it was read from on the daemon's side; None: registered over the API or by a run.
+    source_path: str | None = None
 
 
 # The shape summary of a stored graph, as ``Graph.summary()`` gives it and a listing reports it.
@@ -249,6 +251,7 @@ def agent_from_row(row: Any) -> StoredAgent:
         definition=row.definition,
         name=row.name,
         created_at=row.created_at,
+        source_path=row.source_path,
     )
 
 

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 10
+STORE_VERSION = 11
 
 metadata = MetaData()
 
@@ -147,6 +147,9 @@ agents = Table(
     Column("definition", Text, nullable=False),
     Column("name", Text),
     Column("created_at", Text, nullable=False),
+    # The file an agent was read from on the daemon's side (a flow's agent file, an agent file a
+    # local command ran); null for one registered over the API or written by a run.
+    Column("source_path", Text),
 )
 
 # Cross-run idempotency identities: exactly one run executes each.
@@ -432,6 +435,16 @@ def _add_uploads(connection: Connection) -> None:
     uploads.create(connection, checkfirst=True)
 
 
+def _agents_learn_source(connection: Connection) -> None:
+    """Version 11: an agent remembers the file it was read from (``agents`` gains
+    ``source_path``). Every agent of an older store has none: a catalog lists it as registered
+    in the store, which is how an older daemon listed every agent."""
+    # A store made new at version 0 has the column already (``_create_missing``).
+    present = {column["name"] for column in inspect(connection).get_columns("agents")}
+    if "source_path" not in present:
+        connection.execute(text("ALTER TABLE agents ADD COLUMN source_path TEXT"))
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -446,6 +459,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     7: _share_node_state,
     8: _add_flow_files,
     9: _add_uploads,
+    10: _agents_learn_source,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from ._definition_rules import (
     expect,
     positive_number,
     record_prompts,
+    unknown_keys,
     whole,
 )
 from ._llm_table import llm_settings
@@ -296,37 +298,44 @@ def file_tools_of(tools_raw: Any, known_tools, stored: bool = False) -> list[str
     expect(isinstance(tools_raw, list), "`tools` must be an array of tables", ("tools",))
     tools: list[str] = []
     for index, entry in enumerate(tools_raw):
-        at = ("tools", index)
-        check_keys("[[tools]]", entry, TOOL_FIELDS, at)
-        tool_name = entry.get("name")
-        expect(
-            isinstance(tool_name, str) and bool(tool_name),
-            "every [[tools]] entry needs a `name`",
-            at,
-        )
-        expect(
-            tool_name not in FLOW_TOOL_NAMES,
-            f"{tool_name!r} is a flow tool: list it in `flow_tools`, not [[tools]] (a registry "
-            "tool of a flow tool's name would be ambiguous)",
-            (*at, "name"),
-        )
-        if tool_name in FILE_TOOLS:
-            _file_tool_offered(tool_name, known_tools, stored, (*at, "name"))
-            expect(tool_name not in tools, f"tool {tool_name!r} is listed twice", (*at, "name"))
-            tools.append(tool_name)
-            continue
-        # A misspelt flow tool in a markdown file's `tools` lands here too.
-        near = suggest(tool_name, [*known_tools, *FLOW_TOOL_NAMES])
-        expect(
-            tool_name in known_tools,
-            f"unknown tool {tool_name!r}{did_you_mean(near)}; this daemon's registry holds: "
-            f"{', '.join(sorted(known_tools)) or 'nothing'}",
-            (*at, "name"),
-            near,
-        )
-        expect(tool_name not in tools, f"tool {tool_name!r} is listed twice", (*at, "name"))
-        tools.append(tool_name)
+        tools.append(_registry_tool(entry, index, known_tools, tools, stored))
     return tools
+
+
+def _registry_tool(
+    entry: Any, index: int, known_tools, earlier: list[str], stored: bool = False
+) -> str:
+    """One ``[[tools]]`` entry's tool name (a registry tool, or a file tool the daemon offers),
+    ``earlier`` the names listed before it."""
+    at = ("tools", index)
+    check_keys("[[tools]]", entry, TOOL_FIELDS, at)
+    tool_name = entry.get("name")
+    expect(
+        isinstance(tool_name, str) and bool(tool_name),
+        "every [[tools]] entry needs a `name`",
+        at,
+    )
+    expect(
+        tool_name not in FLOW_TOOL_NAMES,
+        f"{tool_name!r} is a flow tool: list it in `flow_tools`, not [[tools]] (a registry "
+        "tool of a flow tool's name would be ambiguous)",
+        (*at, "name"),
+    )
+    if tool_name in FILE_TOOLS:
+        _file_tool_offered(tool_name, known_tools, stored, (*at, "name"))
+        expect(tool_name not in earlier, f"tool {tool_name!r} is listed twice", (*at, "name"))
+        return tool_name
+    # A misspelt flow tool in a markdown file's `tools` lands here too.
+    near = suggest(tool_name, [*known_tools, *FLOW_TOOL_NAMES])
+    expect(
+        tool_name in known_tools,
+        f"unknown tool {tool_name!r}{did_you_mean(near)}; this daemon's registry holds: "
+        f"{', '.join(sorted(known_tools)) or 'nothing'}",
+        (*at, "name"),
+        near,
+    )
+    expect(tool_name not in earlier, f"tool {tool_name!r} is listed twice", (*at, "name"))
+    return tool_name
 
 
 def _flow_tools(raw: dict) -> tuple[FlowTool, ...]:
@@ -334,23 +343,89 @@ def _flow_tools(raw: dict) -> tuple[FlowTool, ...]:
     if "flow_tools" not in raw:
         return ()
     names = raw["flow_tools"]
+    _flow_tools_list(names)
+    chosen: list[FlowTool] = []
+    for index, name in enumerate(names):
+        chosen.append(_flow_tool(name, index, chosen))
+    return tuple(chosen)
+
+
+def _flow_tools_list(names: Any) -> None:
     expect(
         isinstance(names, list),
         f"`flow_tools` must be an array of flow tool names ({', '.join(FLOW_TOOL_NAMES)})",
         ("flow_tools",),
     )
-    chosen: list[FlowTool] = []
-    for index, name in enumerate(names):
-        at = ("flow_tools", index)
-        expect(isinstance(name, str), "`flow_tools` must be an array of strings", at)
-        near = suggest(name, FLOW_TOOL_NAMES)
-        expect(
-            name in FLOW_TOOL_NAMES,
-            f"unknown flow tool {name!r}{did_you_mean(near)}; the flow tools are "
-            f"{', '.join(FLOW_TOOL_NAMES)}",
-            at,
-            near,
-        )
-        expect(FlowTool(name) not in chosen, f"flow tool {name!r} is listed twice", at)
-        chosen.append(FlowTool(name))
-    return tuple(chosen)
+
+
+def _flow_tool(name: Any, index: int, earlier: list[FlowTool]) -> FlowTool:
+    """One ``flow_tools`` entry, ``earlier`` the flow tools named before it."""
+    at = ("flow_tools", index)
+    expect(isinstance(name, str), "`flow_tools` must be an array of strings", at)
+    near = suggest(name, FLOW_TOOL_NAMES)
+    expect(
+        name in FLOW_TOOL_NAMES,
+        f"unknown flow tool {name!r}{did_you_mean(near)}; the flow tools are "
+        f"{', '.join(FLOW_TOOL_NAMES)}",
+        at,
+        near,
+    )
+    expect(FlowTool(name) not in earlier, f"flow tool {name!r} is listed twice", at)
+    return FlowTool(name)
+
+
+# -- every refusal, field by field ---------------------------------------------------------------
+
+
+def builtin_refusals(
+    raw: dict,
+    markdown: MarkdownAgent | None,
+    *,
+    known_tools,
+    allow_processes: bool,
+    credentials: Credentials | None,
+) -> list[DefinitionError]:
+    """What ``builtin_agent`` would refuse a definition from outside (no file paths) for, every
+    field checked on its own instead of stopping at the first: each unknown key, each
+    ``[[tools]]`` and ``flow_tools`` entry, each other field. Each check is one ``builtin_agent``
+    makes on the same value, so a definition with any refusal here is one it refuses; a refusal
+    of the whole (the hash, the operator's declarations) is its alone."""
+    found = unknown_keys("the definition", raw, BUILTIN_FIELDS)
+    checks: list[Callable[[], object]] = [
+        lambda: _mcp_servers(raw, credentials, allow_processes),
+        lambda: display_name(raw),
+        lambda: _model(raw, markdown),
+        lambda: _prompt(raw, dict(raw), False, None),
+        lambda: _max_response_tokens(raw),
+        lambda: record_prompts(raw),
+        lambda: llm_settings(raw.get("llm", {})),
+        lambda: _budgets_and_pricing(raw),
+        lambda: _output_schema(raw),
+        lambda: declarations({k: raw[k] for k in ("description",) if k in raw}),
+        lambda: declarations({k: raw[k] for k in ("inputs",) if k in raw}),
+        lambda: declarations({k: raw[k] for k in ("outputs",) if k in raw}),
+    ]
+    tools = raw.get("tools", [])
+    if isinstance(tools, list):
+        names = [entry.get("name") if isinstance(entry, dict) else None for entry in tools]
+        checks += [
+            partial(_registry_tool, entry, index, known_tools, names[:index])
+            for index, entry in enumerate(tools)
+        ]
+    else:
+        checks.append(lambda: file_tools_of(tools, known_tools))
+    flow = raw.get("flow_tools", [])
+    if isinstance(flow, list):
+        valid = [FlowTool(n) if isinstance(n, str) and n in FLOW_TOOL_NAMES else None for n in flow]
+        checks += [
+            partial(_flow_tool, name, index, [tool for tool in valid[:index] if tool is not None])
+            for index, name in enumerate(flow)
+        ]
+    else:
+        checks.append(lambda: _flow_tools_list(flow))
+    for check in checks:
+        try:
+            check()
+        except DefinitionError as exc:
+            found.append(exc)
+    return found

@@ -18,16 +18,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from salvor.protocol import BUDGET_KINDS
+from salvor.protocol import BUDGET_KINDS, MalformedJson, check_document
 
 from ._agent_definition import KINDS, AgentDefinition, AgentKind
-from ._builtin_definition import BUILTIN_FIELDS, PRICING_FIELDS, TOOL_FIELDS, builtin_agent
+from ._builtin_definition import (
+    BUILTIN_FIELDS,
+    PRICING_FIELDS,
+    TOOL_FIELDS,
+    builtin_agent,
+    builtin_refusals,
+)
 from ._credentials import Credentials
 from ._definition_error import DefinitionError
 from ._definition_reach import reached, require_opt_in
 from ._definition_rules import expect
-from ._definition_text import format_of, read_document
+from ._definition_text import MAX_DEFINITION_BYTES, format_of, read_document
 from ._llm_table import LLM_FIELDS
+from ._markdown import read_markdown_refusals
 from ._outside_definition import PROCESS_FIELDS, SERVICE_FIELDS, process_agent, service_agent
 
 # The value and the error a parse gives are offered here too, beside the parsers (the loop and
@@ -37,6 +44,7 @@ __all__ = [
     "AgentDefinition",
     "AgentKind",
     "DefinitionError",
+    "definition_refusals",
     "load_definition",
     "parse_definition",
 ]
@@ -120,6 +128,43 @@ def parse_definition(
         stored=stored,
     )
     return reached(agent, credentials)
+
+
+def definition_refusals(
+    text: str,
+    fmt: str,
+    *,
+    known_tools=(),
+    allow_processes: bool = False,
+    credentials: Credentials | None = None,
+) -> list[DefinitionError]:
+    """Every refusal of a built-in agent's definition from outside (``allow_paths=False``) that
+    its fields give checked one by one, where ``parse_definition`` stops at its first: each
+    unknown key, each bad value, each unknown tool. ``[]`` when the text does not read as a
+    table (its syntax, its size, a markdown file without front matter) or has a ``kind``:
+    ``parse_definition``'s one refusal says what is wrong then. ``parse_definition`` still
+    decides what is accepted; a definition with a refusal here is one it refuses.
+    """
+    try:
+        if fmt == "md":
+            if len(text) * 4 > MAX_DEFINITION_BYTES:
+                return []
+            markdown, found = read_markdown_refusals(text)
+            raw = markdown.fields
+            check_document(raw, "the definition")
+        else:
+            (raw, markdown), found = read_document(text, fmt, False), []
+    except (DefinitionError, MalformedJson, ValueError, RecursionError):
+        return []
+    if "kind" in raw:
+        return []
+    return found + builtin_refusals(
+        raw,
+        markdown,
+        known_tools=known_tools,
+        allow_processes=allow_processes,
+        credentials=credentials,
+    )
 
 
 def _outside_kind(

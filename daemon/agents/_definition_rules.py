@@ -43,15 +43,28 @@ def expect(
 
 def check_keys(where: str, table: Any, allowed: set[str], at: tuple[str | int, ...] = ()) -> None:
     expect(isinstance(table, dict), f"`{where}` must be a table", at)
-    unknown = sorted(set(table) - allowed)
+    unknown = unknown_keys(where, table, allowed, at)
     if unknown:
-        near = suggest(unknown[0], allowed)
-        raise DefinitionError(
-            f"unknown field `{unknown[0]}` in {where}{did_you_mean(near)}; "
-            f"allowed: {', '.join(sorted(allowed))}",
-            at=(*at, unknown[0]),
-            suggestion=near,
+        raise unknown[0]
+
+
+def unknown_keys(
+    where: str, table: dict, allowed: set[str], at: tuple[str | int, ...] = ()
+) -> list[DefinitionError]:
+    """A refusal for each key of ``table`` not in ``allowed``, in sorted order (``check_keys``
+    raises the first), each with the nearest allowed key as its suggestion."""
+    found = []
+    for key in sorted(set(table) - allowed):
+        near = suggest(key, allowed)
+        found.append(
+            DefinitionError(
+                f"unknown field `{key}` in {where}{did_you_mean(near)}; "
+                f"allowed: {', '.join(sorted(allowed))}",
+                at=(*at, key),
+                suggestion=near,
+            )
         )
+    return found
 
 
 def whole(value: Any) -> bool:

@@ -2,18 +2,20 @@
 1-based line of the text it is about, with a severity, a sentence and (when one is near) a
 suggestion — what ``flow_agents write`` and ``flow_write`` answer with.
 
-An agent definition stops at its first refusal (the parser's ``DefinitionError``), placed on the
-line of the key it names: TOML's key or table line, JSON's key line, a markdown file's
+An agent definition gets every refusal its fields give, each placed on the line of the key it
+names: TOML's key or table line, JSON's key line, a markdown file's
 front-matter line (its body for the system prompt), line 1 when the key is not written at all.
 A graph document gets every validation error (a YAML document's carry their line; a JSON
-document's are placed on the line of the node or edge they are about) and warnings: an agent
-node whose agent declares inputs the node's input does not wire, an agent that is not registered.
+document's are placed on the line of the node or edge they are about), an error for an agent node
+naming an agent that is not registered, and warnings: an agent node whose agent declares inputs
+the node's input does not wire, a reference to an output an agent does not declare.
 
 Pure functions of the text (and the agents given); nothing is read from disk or stored.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -22,16 +24,23 @@ from typing import Any
 from salvor.protocol import (
     Diagnostic,
     GraphError,
+    GraphNode,
     InvalidGraph,
     MalformedYaml,
+    NodeKind,
     Severity,
+    TemplateError,
+    excerpt,
+    graph_nodes,
     load_yaml_lines,
     parse_graph_json,
     parse_graph_yaml,
+    parse_reference,
+    reference_strings,
 )
 
 from ._credentials import Credentials
-from ._definition import AgentDefinition, parse_definition
+from ._definition import AgentDefinition, definition_refusals, parse_definition
 from ._definition_error import DefinitionError
 from ._markdown import markdown_line
 
@@ -41,6 +50,8 @@ Path = tuple[str | int, ...]
 _TOML_AT = re.compile(r"\(at line (\d+), column \d+\)")
 _JSON_AT = re.compile(r": line (\d+) column \d+ \(char \d+\)")
 _YAML_AT = re.compile(r"\bat line (\d+), column \d+")
+# How many registered agents a suggestion for an unregistered one is looked for among.
+_SUGGESTED_AGENTS = 500
 # A graph entry named by its position, as a malformed document's message names it.
 _ENTRY = re.compile(r"\b(?:nodes|edges)\[\d+\]")
 
@@ -56,28 +67,35 @@ def agent_diagnostics(
     """What is wrong with an agent definition's text (``"toml"``, ``"json"`` or ``"md"``), by line.
 
     Held to the rules a definition from outside the operator's disk meets (``parse_definition``
-    with ``allow_paths=False``; processes only with ``allow_processes``). ``[]`` plus warnings
-    for one that would register: a markdown agent without a ``description`` (the catalog a
-    subagent caller picks from shows nothing of it).
+    with ``allow_paths=False``; processes only with ``allow_processes``). Every refusal its fields
+    give checked one by one (``definition_refusals``: each unknown key and tool, each bad value),
+    and the parser's own first refusal when it is none of those (its syntax, a process agent, the
+    operator's declarations); ordered by line. The parser alone decides: a definition it accepts
+    has no error. ``[]`` plus warnings for one that would register: a markdown agent without a
+    ``description`` (the catalog a subagent caller picks from shows nothing of it).
     """
+    rules = {
+        "known_tools": known_tools,
+        "allow_processes": allow_processes,
+        "credentials": credentials,
+    }
     try:
-        agent = parse_definition(
-            text,
-            fmt,
-            known_tools=known_tools,
-            allow_paths=False,
-            allow_processes=allow_processes,
-            credentials=credentials,
-        )
+        agent = parse_definition(text, fmt, allow_paths=False, **rules)
     except DefinitionError as exc:
-        return [
+        refusals = definition_refusals(text, fmt, **rules)
+        if all(str(exc) != str(found) for found in refusals):
+            refusals.insert(0, exc)
+        refusals = _once_each(refusals)
+        errors = [
             Diagnostic(
-                line=_line_of(text, fmt, exc),
+                line=_line_of(text, fmt, refusal),
                 severity=Severity.ERROR,
-                message=str(exc),
-                suggestion=exc.suggestion,
+                message=str(refusal),
+                suggestion=refusal.suggestion,
             )
+            for refusal in refusals
         ]
+        return sorted(errors, key=lambda found: found.line)
     found = []
     if fmt == "md" and agent.description is None:
         found.append(
@@ -90,6 +108,22 @@ def agent_diagnostics(
             )
         )
     return found
+
+
+def _once_each(refusals: list[DefinitionError]) -> list[DefinitionError]:
+    """``refusals`` less a required key's absence when an unknown key is its misspelling (the
+    unknown key's refusal names it, on the line where it is written)."""
+    misspelt = {
+        refusal.suggestion
+        for refusal in refusals
+        if refusal.suggestion and str(refusal).startswith("unknown ")
+    }
+    return [
+        refusal
+        for refusal in refusals
+        if not (len(refusal.at) == 1 and refusal.at[0] in misspelt and "required" in str(refusal))
+        and not (refusal.at == ("name",) and "name" in misspelt and "needs `name`" in str(refusal))
+    ]
 
 
 def _line_of(text: str, fmt: str, refusal: DefinitionError) -> int:
@@ -207,36 +241,64 @@ def json_lines(text: str) -> dict[Path, int]:
 
 
 def graph_diagnostics(
-    text: str, agents: Mapping[str, AgentDefinition] | None = None
+    text: str,
+    agents: Mapping[str, AgentDefinition] | None = None,
+    registered: Mapping[str, str | None] | None = None,
 ) -> list[Diagnostic]:
-    """What is wrong with a graph document (JSON when it opens with ``{``, else YAML), by line.
+    """What is wrong with a graph document (JSON when it opens with ``{``, else YAML), every
+    problem at once, ordered by line.
 
-    ``agents``: the registered agents by hash. Each validation error is an error; with the
-    document valid, an agent node (or a map's agent body) gets a warning for each input its
-    agent declares that the node's input (an object) does not name, and one when its agent is
-    not among ``agents`` (the graph cannot run until it is registered).
+    ``agents``: the registered agents by hash, at least those the document's agent nodes name
+    (None: unknown, and the checks that need them are not made); ``registered``: every
+    registered agent's hash and name, where a suggestion is looked for. Each validation error is
+    an error. Then, for each agent node (or a map's agent body) whose shape reads, valid document
+    or not: an error when its agent is not among ``agents`` (a graph naming it could never run
+    here), with the nearest registered hash as the suggestion; a warning for each input its
+    agent declares that the node's input (an object) does not name; and a warning for each
+    reference ``$nodes.<id>.outputs.<name>`` to an agent node whose agent declares no output
+    ``<name>`` (its finish never carries one).
     """
     is_json = text.lstrip().startswith("{")
+    node_lines = _graph_lines(text, is_json)
     try:
         graph = parse_graph_json(text) if is_json else parse_graph_yaml(text)
     except InvalidGraph as refused:
-        node_lines = _graph_lines(text, is_json)
-        return [_graph_error(error, node_lines) for error in refused.errors]
-    node_lines = _graph_lines(text, is_json)
+        found = [_graph_error(error, node_lines) for error in refused.errors]
+        nodes = graph_nodes(text)
+    else:
+        found, nodes = [], graph.nodes
+    if agents is not None:
+        found += _agent_node_problems(nodes, node_lines, agents, registered or {})
+        found += _output_references(nodes, node_lines, agents)
+    return sorted(found, key=lambda diagnostic: diagnostic.line)
+
+
+def _call(node: GraphNode) -> GraphNode:
+    """What an agent node runs: itself, or a map's body."""
+    return node.body if node.body is not None else node
+
+
+def _agent_node_problems(
+    nodes: tuple[GraphNode, ...],
+    node_lines: Mapping[str, int],
+    agents: Mapping[str, AgentDefinition],
+    registered: Mapping[str, str | None],
+) -> list[Diagnostic]:
     found: list[Diagnostic] = []
-    for node in graph.nodes:
-        target = node.body if node.body is not None else node
+    for index, node in enumerate(nodes):
+        target = _call(node)
         if target.agent is None:
             continue
-        line = node_lines.get(node.id, 1)
-        agent = (agents or {}).get(target.agent)
+        line = node_lines.get(f"nodes[{index}]") or node_lines.get(node.id, 1)
+        agent = agents.get(target.agent)
         if agent is None:
             found.append(
                 Diagnostic(
                     line=line,
-                    severity=Severity.WARNING,
+                    severity=Severity.ERROR,
                     message=f"agent node {node.id!r} names the agent {target.agent}, which is not "
-                    "registered here: the graph cannot run until it is",
+                    "registered here (flow_agents list gives the registered agents' hashes)",
+                    suggestion=_registered_near(target.agent, node, registered),
                 )
             )
             continue
@@ -257,6 +319,80 @@ def graph_diagnostics(
                     )
                 )
     return found
+
+
+def _registered_near(
+    agent: str, node: GraphNode, registered: Mapping[str, str | None]
+) -> str | None:
+    """The registered hash nearest ``agent`` (a hash mistyped), else the hash of the agent whose
+    name is nearest the node's name or id (the newest registration of a name), else None."""
+    # The newest registrations only: the cost of a guess stays bounded however many there are.
+    hashes = list(registered)[-_SUGGESTED_AGENTS:]
+    near = difflib.get_close_matches(agent, hashes, n=1, cutoff=0.9)
+    if near:
+        return near[0]
+    by_name = {registered[held]: held for held in hashes if registered[held]}
+    word = node.name or node.id
+    near = difflib.get_close_matches(word, list(by_name), n=1) if len(word) <= 128 else []
+    return by_name[near[0]] if near else None
+
+
+def _output_references(
+    nodes: tuple[GraphNode, ...],
+    node_lines: Mapping[str, int],
+    agents: Mapping[str, AgentDefinition],
+) -> list[Diagnostic]:
+    """A warning for each ``$nodes.<id>.outputs.<name>`` naming an output the agent of node
+    ``<id>`` does not declare."""
+    declared: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        agent = agents.get(node.agent) if node.agent is not None else None
+        if node.kind is NodeKind.AGENT and agent is not None:
+            declared.setdefault(node.id, tuple(output.name for output in agent.outputs))
+    found: list[Diagnostic] = []
+    for index, node in enumerate(nodes):
+        line = node_lines.get(f"nodes[{index}]") or node_lines.get(node.id, 1)
+        for text in _references(node):
+            try:
+                reference = parse_reference(text)
+            except TemplateError:
+                continue  # a validation error already
+            outputs = declared.get(reference.node or "")
+            if outputs is None or len(reference.path) < 2 or reference.path[0] != "outputs":
+                continue
+            if reference.path[1] in outputs:
+                continue
+            # difflib's cost grows with the square of the lengths: no guess for a long word.
+            close = (
+                difflib.get_close_matches(reference.path[1], outputs, n=1)
+                if len(reference.path[1]) <= 128
+                else []
+            )
+            near = close[0] if close else None
+            shown = ", ".join(outputs) or "none"
+            found.append(
+                Diagnostic(
+                    line=line,
+                    severity=Severity.WARNING,
+                    message=f"node {node.id!r} reads {excerpt(text, 80)}, but the agent of node "
+                    f"{reference.node!r} declares no output {reference.path[1]!r} (it declares: "
+                    f"{shown}), so the reference finds nothing when the flow runs",
+                    suggestion=f"$nodes.{reference.node}.outputs.{near}" if near else None,
+                )
+            )
+    return found
+
+
+def _references(node: GraphNode) -> list[str]:
+    """Every reference string of ``node``'s templates (a map's body's too)."""
+    templates = [node.input, node.on, node.over, node.until, node.of]
+    if node.body is not None:
+        templates.append(node.body.input)
+    texts: list[str] = []
+    for template in templates:
+        if template is not None:
+            texts += reference_strings(template)
+    return texts
 
 
 def graph_error_diagnostics(text: str, errors: list[GraphError]) -> list[Diagnostic]:

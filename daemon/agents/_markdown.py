@@ -58,6 +58,8 @@ class MarkdownAgent:
     architect: dict | None = None
     # The line of each key nested one level under a top-level key: (top, key) -> line.
     nested_lines: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The line of each entry of ``tools`` written as a block list: (name, line), in order.
+    tool_items: tuple[tuple[str, int], ...] = ()
 
     def line_of(self, at: tuple[str | int, ...]) -> int:
         """The line of the definition field ``at`` (``DefinitionError.at``); 1 when the field is
@@ -71,6 +73,12 @@ class MarkdownAgent:
         line = self.lines.get(key)
         if line is None:
             return 1
+        if key == "tools" and len(at) > 1 and isinstance(at[1], int):
+            # A registry tool's index counts registry tools, a flow tool's flow tools.
+            flow = top == "flow_tools"
+            items = [n for n in self.tool_items if (n[0] in _FLOW_TOOL_NAMES) == flow]
+            if at[1] < len(items):
+                return items[at[1]][1]
         nested = next((part for part in at[1:] if isinstance(part, str)), None)
         if nested is not None and (key, nested) in self.nested_lines:
             return self.nested_lines[(key, nested)]
@@ -124,6 +132,23 @@ def _key_lines(
     return lines, nested
 
 
+_ITEM = re.compile(r"^[ ]*- [ ]*(?P<name>[^#\s][^#]*?)[ ]*(?:#.*)?$")
+
+
+def _tool_items(front: list[str], key_lines: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """The entries of ``tools`` written as a block list, each with its file line."""
+    line = key_lines.get("tools")
+    if line is None or front[line - 2].split(":", 1)[1].strip():
+        return ()
+    items = []
+    for offset in range(line - 1, len(front)):
+        found = _ITEM.match(front[offset])
+        if found is None:
+            break
+        items.append((found["name"].strip("\"'"), offset + 2))
+    return tuple(items)
+
+
 def markdown_line(text: str, at: tuple[str | int, ...]) -> int:
     """The line of the definition field ``at`` in a markdown agent file, read only as far as its
     lines (the file need not validate); 1 when it has no front matter or the key is not written."""
@@ -133,7 +158,10 @@ def markdown_line(text: str, at: tuple[str | int, ...]) -> int:
         return 1
     key_lines, nested = _key_lines(lines[1:closing])
     _, body_line = _body(lines, closing + 1)
-    return MarkdownAgent({}, key_lines, body_line, nested_lines=nested).line_of(at)
+    items = _tool_items(lines[1:closing], key_lines)
+    return MarkdownAgent({}, key_lines, body_line, nested_lines=nested, tool_items=items).line_of(
+        at
+    )
 
 
 def _display(key: str, value: Any, line: int) -> dict:
@@ -183,6 +211,21 @@ def read_markdown(text: str) -> MarkdownAgent:
             that is not one of ``FRONT_MATTER_KEYS`` (with the nearest as its suggestion); ``at``
             the key. The fields themselves are checked by ``parse_definition``.
     """
+    agent, refusals = read_markdown_refusals(text)
+    if refusals:
+        raise refusals[0]
+    return agent
+
+
+def read_markdown_refusals(text: str) -> tuple[MarkdownAgent, list[DefinitionError]]:
+    """``read_markdown``'s reading, every refusal of the front matter's keys collected (in the
+    order ``read_markdown`` meets them, its first the one it raises) instead of the first: the
+    fields are those of the keys that read, for the diagnostics to check one by one.
+
+    Raises:
+        DefinitionError: no front matter, or front matter that is not a strict YAML table
+            (nothing else can be read of it).
+    """
     lines, closing = _fence_lines(text)
     front = lines[1:closing]
     try:
@@ -198,23 +241,22 @@ def read_markdown(text: str) -> MarkdownAgent:
     if not isinstance(value, dict):
         raise DefinitionError("the front matter must be a table of keys (`name: ...`)", at=())
     key_lines, nested = _key_lines(front)
-    for key in value:
-        if key not in FRONT_MATTER_KEYS:
-            near = suggest(key, FRONT_MATTER_KEYS)
-            raise DefinitionError(
-                f"unknown key `{key}` in the front matter{did_you_mean(near)}; allowed: "
-                f"{', '.join(sorted(FRONT_MATTER_KEYS))}",
-                at=(key,),
-                suggestion=near,
-            )
+    refusals = [_unknown_key(key) for key in value if key not in FRONT_MATTER_KEYS]
     if "name" not in value:
-        raise DefinitionError(
-            "a markdown agent file needs `name` in its front matter (the catalog's name for it)",
-            at=("name",),
+        refusals.append(
+            DefinitionError(
+                "a markdown agent file needs `name` in its front matter (the catalog's name for "
+                "it)",
+                at=("name",),
+            )
         )
     fields = {key: value[key] for key in _SAME_AS_TOML if key in value}
     if "tools" in value:
-        flow, registry = _split_tools(value["tools"])
+        try:
+            flow, registry = _split_tools(value["tools"])
+        except DefinitionError as exc:
+            refusals.append(exc)
+            flow, registry = [], []
         if flow:
             fields["flow_tools"] = flow
         if registry:
@@ -222,14 +264,30 @@ def read_markdown(text: str) -> MarkdownAgent:
     prompt, body_line = _body(lines, closing + 1)
     if prompt is not None:
         fields["system_prompt"] = prompt
-    display = {
-        key: _display(key, value[key], key_lines.get(key, 1)) for key in _DISPLAY if key in value
-    }
-    return MarkdownAgent(
+    display: dict[str, dict] = {}
+    for key in _DISPLAY:
+        if key in value:
+            try:
+                display[key] = _display(key, value[key], key_lines.get(key, 1))
+            except DefinitionError as exc:
+                refusals.append(exc)
+    agent = MarkdownAgent(
         fields=fields,
         lines=key_lines,
         body_line=body_line,
         card=display.get("card"),
         architect=display.get("architect"),
         nested_lines=nested,
+        tool_items=_tool_items(front, key_lines),
+    )
+    return agent, refusals
+
+
+def _unknown_key(key: Any) -> DefinitionError:
+    near = suggest(key, FRONT_MATTER_KEYS) if isinstance(key, str) else None
+    return DefinitionError(
+        f"unknown key `{key}` in the front matter{did_you_mean(near)}; allowed: "
+        f"{', '.join(sorted(FRONT_MATTER_KEYS))}",
+        at=(key,),
+        suggestion=near,
     )

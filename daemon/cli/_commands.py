@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -119,6 +120,7 @@ class Cli:
     async def cmd_run(self, runtime: Runtime) -> int:
         labels = _labels(self.args.label)
         agent = await self._agent_from(runtime, self.args.agent)
+        await self._register_file_agent(runtime, agent, self.args.agent)
         # The run lock is taken before the run exists: a daemon starting
         # meanwhile never sees it unlocked and interrupted.
         run_id = self.args.run_id or str(uuid.uuid4())
@@ -143,7 +145,8 @@ class Cli:
                 f"`salvor graph validate {self.args.file}` lists them"
             ) from None
         for source in self.args.agent:
-            await runtime.definitions.register_agent(await self._agent_from(runtime, source))
+            agent = await self._agent_from(runtime, source)
+            await self._register_file_agent(runtime, agent, source)
         files = None
         update = self.args.update_baselines
         file_inputs = runtime.kit.registry.file_inputs()
@@ -198,6 +201,14 @@ class Cli:
                 f"the first: {exc.errors[0].message}); `salvor graph validate "
                 f"{self.args.file}` lists them"
             ) from None
+
+    async def _register_file_agent(
+        self, runtime: Runtime, agent: AgentDefinition, source: str
+    ) -> None:
+        """Register ``agent``, read from the file ``source`` (or named by its hash): a file's
+        agent is listed local in the catalog, with the file's absolute path."""
+        path = None if source.startswith("sha256:") else os.path.abspath(source)
+        await runtime.definitions.register_agent(agent, source_path=path)
 
     async def _agent_from(self, runtime: Runtime, source: str) -> AgentDefinition:
         if source.startswith("sha256:"):

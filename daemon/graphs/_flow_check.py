@@ -90,6 +90,8 @@ class CheckedFlow:
     agents: dict[str, AgentDefinition] = field(default_factory=dict)
     graphs: list[Graph] = field(default_factory=list)
     errors: list[GraphError] = field(default_factory=list)
+    # Each agent's file by its hash: the path the flow's files name it by.
+    agent_files: dict[str, str] = field(default_factory=dict)
 
 
 def registry_parser(known_tools) -> AgentParser:
@@ -158,6 +160,7 @@ class _Check:
         self.linked = linked
         self.file_inputs = file_inputs
         self.agents: dict[str, AgentDefinition] = {}
+        self.agent_files: dict[str, str] = {}
         self.graphs: list[Graph] = []
         self.errors: list[GraphError] = []
 
@@ -309,6 +312,7 @@ class _Check:
             )
             return None
         self.agents[agent.agent_def_hash] = agent
+        self.agent_files.setdefault(agent.agent_def_hash, member.canonical)
         return agent
 
     def pinned_baseline(self, files: FlowFiles, node: GraphNode) -> None:
@@ -440,4 +444,5 @@ def check_flow(
         agents=check.agents,
         graphs=check.graphs,
         errors=check.errors,
+        agent_files=check.agent_files,
     )

@@ -166,17 +166,18 @@ class ClientSaves:
         project = session.client_project
         if not project:
             return _answer(False, [_error(NO_PROJECT.format(what="a flow"))])
-        failed, graph = await off_loop(_parsed_graph, content)
-        if graph is None:
-            return _answer(False, failed)
+        graph, nodes = await off_loop(_parsed_graph, content)
         access = self.access
         known = self.definitions.registry.names()
-        agents = await access.read(_graph_agents, access.store, graph, known)
+        agents, registered = await access.read(_graph_agents, access.store, nodes, known)
+        if graph is None:
+            failed = await off_loop(graph_diagnostics, content, agents, registered)
+            return _answer(False, failed)
         path = posixpath.join(project, ".salvor", "flows", f"{name}.yaml")
         files = await self._files(session, path, content.encode("utf-8"))
         parse = self.definitions.agent_parser()
         # Parsing and checking untrusted text is CPU, kept off the trio thread.
-        diagnostics = await off_loop(graph_diagnostics, content, agents)
+        diagnostics = await off_loop(graph_diagnostics, content, agents, registered)
         diagnostics += await off_loop(_link_problems, content, graph.nodes, agents, files, parse)
         if _errors(diagnostics):
             return _answer(False, diagnostics)

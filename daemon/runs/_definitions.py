@@ -111,14 +111,18 @@ class Definitions:
         except McpBuildError as exc:
             raise bad_request(f"the agent definition does not build: {exc}") from None
 
-    async def register_agent(self, agent: AgentDefinition) -> bool:
-        """Store the definition content-addressed; True when it was new."""
+    async def register_agent(
+        self, agent: AgentDefinition, *, source_path: str | None = None
+    ) -> bool:
+        """Store the definition content-addressed; True when it was new. ``source_path``: the
+        file it was read from on the daemon's side (the catalog lists it as local)."""
         return await self.access.read(
             lambda: self.access.store.definitions.put_agent(
                 agent.agent_def_hash,
                 format=agent.stored_format,
                 definition=agent.stored_text,
                 name=agent.name,
+                source_path=source_path,
             )
         )
 

@@ -26,6 +26,7 @@ from salvor.protocol import (
     Diagnostic,
     Envelope,
     Graph,
+    GraphNode,
     InvalidGraph,
     NodeEntered,
     NodeExited,
@@ -37,6 +38,7 @@ from salvor.protocol import (
     ToolCallRequested,
     excerpt,
     graph_from_value,
+    graph_nodes,
     parse_graph_json,
     parse_graph_yaml,
     project_graph,
@@ -63,6 +65,8 @@ SUMMARY_CHARS = 500
 _FLOW_WRITE = "flow_write"
 # The tool whose recorded answers name the agents a run wrote.
 _FLOW_AGENTS = "flow_agents"
+# Where a catalog entry's agent came from (``catalog_entry``).
+LOCAL, STORE = "local", "store"
 # How a node or a run stands, as flow_results reports it.
 PENDING, RUNNING, FINISHED = "pending", "running", "finished"
 _TERMINAL = frozenset({RunState.COMPLETED.value, RunState.FAILED.value, RunState.ABANDONED.value})
@@ -163,12 +167,10 @@ class FlowCatalog:
         # The text is parsed and checked on an untrusted-work thread, not on one of the store's
         # readers (a near-limit document takes seconds, and reads would queue behind it); only
         # the lookup of the agents its nodes name reads the store.
-        failed, graph = await off_loop(_parsed_graph, content)
-        if graph is None:
-            return _answer(False, failed)
-        agents = await access.read(_graph_agents, access.store, graph, known)
-        diagnostics = await off_loop(graph_diagnostics, content, agents)
-        if _errors(diagnostics):
+        graph, nodes = await off_loop(_parsed_graph, content)
+        agents, registered = await access.read(_graph_agents, access.store, nodes, known)
+        diagnostics = await off_loop(graph_diagnostics, content, agents, registered)
+        if graph is None or _errors(diagnostics):
             return _answer(False, diagnostics)
         created = await self.definitions.register_graph(graph)
         return {
@@ -253,22 +255,26 @@ def _checked_agent(
     return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
 
 
-def _parsed_graph(content: str) -> tuple[list[Diagnostic], Graph | None]:
-    """A graph document's graph, or (when it does not validate) its diagnostics: every error,
-    each on its line. The diagnostics of a valid one need its agents (``graph_diagnostics``
-    with ``_graph_agents``): a node naming one that is not registered, or not wiring an input
-    it declares, is warned of."""
+def _parsed_graph(content: str) -> tuple[Graph | None, tuple[GraphNode, ...]]:
+    """A graph document's graph (None when it does not validate) and its nodes, those its shape
+    reads when it does not: the diagnostics check every agent node either way
+    (``graph_diagnostics`` with ``_graph_agents``)."""
     parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
     try:
-        return [], parse(content)
+        graph = parse(content)
     except InvalidGraph:
-        return graph_diagnostics(content), None
+        return None, graph_nodes(content)
+    return graph, graph.nodes
 
 
-def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str, AgentDefinition]:
-    """The registered agents ``graph``'s agent nodes name, by hash (the ones that still build)."""
+def _graph_agents(
+    store: EventStore, nodes: tuple[GraphNode, ...], known_tools: Any
+) -> tuple[dict[str, AgentDefinition], dict[str, str | None]]:
+    """The registered agents ``nodes`` name, by hash (the ones that still build), and, when a
+    node names one that is not among them, every registered agent's name by hash (where its
+    suggestion is looked for)."""
     found: dict[str, AgentDefinition] = {}
-    for node in graph.nodes:
+    for node in nodes:
         target = node.body if node.body is not None else node
         if target.agent is None or target.agent in found:
             continue
@@ -280,8 +286,12 @@ def _graph_agents(store: EventStore, graph: Graph, known_tools: Any) -> dict[str
                 stored.definition, stored.format, known_tools=known_tools, stored=True
             )
         except DefinitionError:
-            continue  # no longer builds here: warned of as not registered
-    return found
+            continue  # no longer builds here: refused as not registered
+    named = {(node.body or node).agent for node in nodes} - {None}
+    if named <= found.keys():
+        return found, {}  # nothing to suggest a registered agent for
+    registered = {stored.agent_def_hash: stored.name for stored in store.definitions.list_agents()}
+    return found, registered
 
 
 def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
@@ -299,15 +309,21 @@ def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
             )
         except DefinitionError:
             continue  # it no longer builds here (a tool this daemon lacks): nothing can run it
-        entries.append(catalog_entry(agent))
+        entries.append(catalog_entry(agent, source_path=stored.source_path))
     return entries
 
 
-def catalog_entry(agent: AgentDefinition) -> dict:
+def catalog_entry(agent: AgentDefinition, *, source_path: str | None = None) -> dict:
     """An agent as the catalog lists it: ``name``, ``description``, ``tools`` (its registry
     tools and the flow tools it opted into), ``inputs`` (names), ``outputs`` (name, type and
-    description), ``source_type`` ("local": registered in this store), ``agent`` (its hash),
-    ``kind``, and a markdown file's ``card`` and ``architect`` when it has them."""
+    description), ``source_type`` and, for a local one, ``source_path``, ``architect`` (a
+    markdown file's, ``{}`` when it declares none), ``agent`` (its hash), ``kind``, and a
+    markdown file's ``card`` when it has one.
+
+    ``source_type``: ``"local"`` for an agent read from a file (``source_path``: a flow's agent
+    file as its flow names it, or the file a local ``salvor run``/``salvor graph run --agent``
+    read), ``"store"`` for one registered over the API or written by a run. No agent ships with
+    salvor, so none is ``"built-in"``."""
     outputs = []
     for output in agent.outputs:
         declared = {"name": output.name, "type": output.type}
@@ -320,14 +336,16 @@ def catalog_entry(agent: AgentDefinition) -> dict:
         "tools": [*agent.tools, *(tool.value for tool in agent.flow_tools)],
         "inputs": [declared.name for declared in agent.inputs],
         "outputs": outputs,
-        "source_type": "local",
-        "agent": agent.agent_def_hash,
-        "kind": agent.kind.value,
+        "source_type": LOCAL if source_path is not None else STORE,
     }
+    if source_path is not None:
+        entry["source_path"] = source_path
+    entry["architect"] = dict(agent.architect or {})
+    entry["agent"] = agent.agent_def_hash
+    entry["kind"] = agent.kind.value
     # A markdown file's display metadata, when it has some.
-    for key in ("card", "architect"):
-        if getattr(agent, key) is not None:
-            entry[key] = getattr(agent, key)
+    if agent.card is not None:
+        entry["card"] = agent.card
     return entry
 
 

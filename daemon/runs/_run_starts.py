@@ -174,7 +174,8 @@ class RunStarts:
         for reached in checked.graphs:
             await self.definitions.graph_agents(reached, known=checked.agents)
         for agent in checked.agents.values():
-            await self.definitions.register_agent(agent)
+            source = checked.agent_files.get(agent.agent_def_hash)
+            await self.definitions.register_agent(agent, source_path=source)
         for reached in checked.graphs:
             await self.definitions.register_graph(reached)
         manifest = await self.definitions.keep_flow_files(files)

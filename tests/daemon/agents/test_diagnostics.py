@@ -7,7 +7,12 @@ import json
 
 import pytest
 import yaml
-from salvor.daemon.agents import agent_diagnostics, graph_diagnostics, parse_definition
+from salvor.daemon.agents import (
+    DefinitionError,
+    agent_diagnostics,
+    graph_diagnostics,
+    parse_definition,
+)
 from salvor.protocol import Diagnostic, Severity
 
 TOOLS = ["lookup_invoice"]
@@ -92,6 +97,40 @@ def test_a_valid_agent_has_no_diagnostics_and_a_markdown_one_without_description
     assert warning.to_json()["severity"] == "warning"
 
 
+def test_every_problem_of_an_agent_file_is_reported_at_once_each_with_its_suggestion():
+    tools = ["lookup_invoice", "issue_refund"]
+    text = MD + "tools: lookup_invoce, isue_refund, ask_user\ncolour: red\n---\nHi.\n"
+    found = agent_diagnostics(text, "md", known_tools=tools)
+    assert [(d.line, d.severity, d.suggestion) for d in found] == [
+        (8, Severity.ERROR, "lookup_invoice"),
+        (8, Severity.ERROR, "issue_refund"),
+        (9, Severity.ERROR, None),
+    ]
+    assert "'lookup_invoce'" in found[0].message and "'isue_refund'" in found[1].message
+    assert "unknown key `colour`" in found[2].message
+    # TOML alike: each unknown key, each bad value, each unknown (flow) tool, by line.
+    toml = (
+        'model = "m"\nbogus = 1\nmax_response_tokens = 0\nflow_tools = ["ask_usr"]\n'
+        '[[tools]]\nname = "lookup_invoce"\n[[tools]]\nname = "isue_refund"\n'
+    )
+    found = agent_diagnostics(toml, "toml", known_tools=tools)
+    assert [(d.line, d.suggestion) for d in found] == [
+        (2, None),
+        (3, None),
+        (4, "ask_user"),
+        (6, "lookup_invoice"),
+        (8, "issue_refund"),
+    ]
+    # Tools written as a block list: each unknown one at its own item's line.
+    listed = MD + "tools:\n  - lookup_invoce\n  - ask_user\n  - isue_refund  # refunds\n---\nHi.\n"
+    found = agent_diagnostics(listed, "md", known_tools=tools)
+    assert [(d.line, d.suggestion) for d in found] == [(9, "lookup_invoice"), (11, "issue_refund")]
+    # The parser still decides: each text refused here is refused by it, and a good one passes.
+    for bad, fmt in ((text, "md"), (toml, "toml")):
+        with pytest.raises(DefinitionError):
+            parse_definition(bad, fmt, known_tools=tools)
+
+
 def test_a_diagnostic_check_is_held_to_the_rules_of_a_definition_from_outside():
     # A file path and a command the daemon would run are refused, as over HTTP.
     (found,) = agent_diagnostics('model = "m"\nsystem_prompt_path = "/etc/passwd"\n', "toml")
@@ -151,18 +190,96 @@ def test_an_agent_node_that_does_not_wire_a_declared_input_is_warned_at_its_line
     assert graph_diagnostics(whole, AGENTS) == []
 
 
-def test_an_agent_that_is_not_registered_is_a_warning():
-    (warning,) = graph_diagnostics(GRAPH_YAML, {})
-    assert (warning.line, warning.severity) == (3, Severity.WARNING)
-    assert "not registered" in warning.message
+def test_an_agent_that_is_not_registered_is_an_error_with_the_nearest_registered_hash():
+    (error,) = graph_diagnostics(GRAPH_YAML, {})
+    assert (error.line, error.severity, error.suggestion) == (3, Severity.ERROR, None)
+    assert "not registered" in error.message
+    registered = {RESEARCHER.agent_def_hash: "researcher"}
+    typo = RESEARCHER.agent_def_hash[:-1] + ("0" if RESEARCHER.agent_def_hash[-1] != "0" else "1")
+    (error,) = graph_diagnostics(
+        GRAPH_YAML.replace(RESEARCHER.agent_def_hash, typo), {}, registered
+    )
+    assert error.suggestion == RESEARCHER.agent_def_hash
+    # A hash nowhere near: the agent named as the node is, when there is one.
+    other = "sha256:" + "0" * 64
+    renamed = GRAPH_YAML.replace(RESEARCHER.agent_def_hash, other).replace(
+        "    kind: agent\n", "    kind: agent\n    name: researcher\n"
+    )
+    (error,) = graph_diagnostics(renamed, {}, registered)
+    assert error.suggestion == RESEARCHER.agent_def_hash
+
+
+FIVE = parse_definition(
+    'name = "researcher"\nmodel = "m"\ninputs = ["topic", "depth"]\n'
+    'outputs = [{name = "verdict"}]\n',
+    "toml",
+)
+FIVE_PROBLEMS = """schema_version: 1
+nodes:
+  - id: research
+    kind: agent
+    agent: "HASH"
+    input:
+      topic: $input.topic
+  - id: check
+    kind: agent
+    agent: "TYPO"
+  - id: route
+    kind: branch
+    on: $nodes.research.outputs.verdikt
+    cases: [approve, reject]
+  - id: check
+    kind: gate
+    prompt: Ready?
+edges:
+  - from: research
+    to: route
+  - from: route
+    to: check
+    case: approve
+  - from: route
+    to: check
+    case: reject
+  - from: research
+    to: tel
+"""
+
+
+def five_problems(agent_hash: str) -> str:
+    """A flow with five problems, each on its own line: an input not wired (3), an agent not
+    registered (8, its hash one character off), an output the agent does not declare (11), a
+    repeated id (15) and an edge to no node (27)."""
+    typo = agent_hash[:-1] + ("0" if agent_hash[-1] != "0" else "1")
+    return FIVE_PROBLEMS.replace("HASH", agent_hash).replace("TYPO", typo)
+
+
+def test_a_flow_with_five_problems_gets_five_diagnostics_each_on_its_line():
+    text = five_problems(FIVE.agent_def_hash)
+    found = graph_diagnostics(text, {FIVE.agent_def_hash: FIVE}, {FIVE.agent_def_hash: None})
+    assert [(d.line, d.severity.value) for d in found] == [
+        (3, "warning"),
+        (8, "error"),
+        (11, "warning"),
+        (15, "error"),
+        (27, "error"),
+    ]
+    assert "'depth'" in found[0].message
+    assert found[1].suggestion == FIVE.agent_def_hash
+    assert found[2].suggestion == "$nodes.research.outputs.verdict"
+    assert "used by an earlier node" in found[3].message and "no node 'tel'" in found[4].message
+
+
+def _errors(text: str, agents) -> list[Diagnostic]:
+    """The errors of ``text`` (its agent node's unwired input is warned of besides)."""
+    return [d for d in graph_diagnostics(text, agents) if d.severity is Severity.ERROR]
 
 
 def test_validation_errors_are_errors_at_the_line_of_their_node_or_edge():
-    (edge,) = graph_diagnostics(GRAPH_YAML.replace("to: tell", "to: tel"), AGENTS)
+    (edge,) = _errors(GRAPH_YAML.replace("to: tell", "to: tel"), AGENTS)
     assert (edge.line, edge.severity, edge.suggestion) == (12, Severity.ERROR, "tell")
     assert "no node 'tel'" in edge.message
     # A malformed node stops the check there, at the node's line.
-    (blank,) = graph_diagnostics(GRAPH_YAML.replace("tool: send_email", "tool: ''"), AGENTS)
+    (blank,) = _errors(GRAPH_YAML.replace("tool: send_email", "tool: ''"), AGENTS)
     assert (blank.line, blank.severity) == (8, Severity.ERROR)
     assert "nodes[1] ('tell').tool" in blank.message
 
@@ -170,7 +287,7 @@ def test_validation_errors_are_errors_at_the_line_of_their_node_or_edge():
         document["edges"][0]["to"] = "tel"
 
     text = _as_json(GRAPH_YAML, mistype)
-    (edge,) = graph_diagnostics(text, AGENTS)
+    (edge,) = _errors(text, AGENTS)
     # The JSON text's edges[0] opens on the line after `"edges": [`.
     assert edge.line == text.split("\n").index('  "edges": [') + 2 == 19
     assert edge.suggestion == "tell"
@@ -178,7 +295,7 @@ def test_validation_errors_are_errors_at_the_line_of_their_node_or_edge():
     def bad_kind(document):
         document["nodes"][1]["kind"] = "toool"
 
-    (malformed,) = graph_diagnostics(_as_json(GRAPH_YAML, bad_kind), AGENTS)
+    (malformed,) = _errors(_as_json(GRAPH_YAML, bad_kind), AGENTS)
     assert "nodes[1]" in malformed.message and malformed.line == 12
 
 

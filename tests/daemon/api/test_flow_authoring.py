@@ -152,7 +152,8 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
         "tools": [],
         "inputs": ["invoice"],
         "outputs": [{"name": "verdict", "type": "string"}],
-        "source_type": "local",
+        "source_type": "store",
+        "architect": {},
         "agent": written["agent"],
         "kind": "builtin",
     }

@@ -67,7 +67,8 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
                 {"name": "verdict", "type": "string"},
                 {"name": "amount", "type": "number", "description": "What is owed."},
             ],
-            "source_type": "local",
+            "source_type": "store",
+            "architect": {},
             "agent": written["agent"],
             "kind": "builtin",
         }
@@ -107,7 +108,7 @@ async def test_an_agent_file_with_an_error_is_answered_by_line_and_registers_not
     answer = await host.write_agent(content)
     assert answer["written"] is False and set(answer) == {"written", "diagnostics"}
     errors = [d for d in answer["diagnostics"] if d["severity"] == "error"]
-    assert errors and errors[0]["line"] == line, answer
+    assert line in [error["line"] for error in errors], answer
     assert await _stored(runtime) == before
 
 
@@ -154,13 +155,14 @@ async def test_a_graph_is_checked_then_stored_under_its_name(host, runtime) -> N
         ],
     }
     assert await _stored(runtime) == before
-    # A node naming an agent this store does not hold is a warning: it may be registered later.
+    # A node naming an agent this store does not hold is an error: it could not run here.
     unknown = GRAPH.replace(
         "prompt: Ready?", "prompt: Ready?\n  - id: w\n    kind: agent\n    agent: " + UNKNOWN
     )
-    warned = await host.write_graph("custom", "later", unknown)
-    assert warned["written"] is True
-    assert [(d["line"], d["severity"]) for d in warned["diagnostics"]] == [(6, "warning")]
+    refused = await host.write_graph("custom", "later", unknown)
+    assert refused["written"] is False
+    assert [(d["line"], d["severity"]) for d in refused["diagnostics"]] == [(6, "error")]
+    assert await _stored(runtime) == before
 
     written = await host.write_graph("team", "check", GRAPH)
     assert (written["written"], written["flow"], written["created"]) == (True, "team/check", True)
