@@ -8,6 +8,9 @@ import pytest
 from salvor.daemon.runs import FlowCatalog, FlowNames
 from salvor.daemon.web import OperationRefused
 
+from tests.support.flows import tool_results, tool_use, with_flows
+from tests.support.scripted_provider import text_reply
+
 FIRST = """schema_version: 1
 nodes:
   - id: ask
@@ -56,3 +59,24 @@ async def test_a_refused_write_names_nothing(host, runtime) -> None:
     with pytest.raises(OperationRefused) as refused:
         await FlowNames(runtime.definitions.access).current("team/triage")
     assert refused.value.code == "unknown_flow"
+
+
+async def test_a_built_in_agents_flow_write_keeps_the_flow_by_name(
+    runtime, providers, make_agent
+) -> None:
+    await runtime.definitions.set_edit_mode(True)
+    write = {"namespace": "team", "name": "triage"}
+    plan = [
+        tool_use("flow_write", {**write, "content": FIRST}),
+        tool_use("flow_write", {**write, "content": SECOND}),
+        text_reply("written"),
+    ]
+    provider = providers(lambda call: plan[len(tool_results(call))])
+    agent = with_flows(make_agent(provider), flow_tools=["flow_write"])
+    await runtime.definitions.register_agent(agent)
+    run_id = await runtime.starts.start_run(agent, "write the triage flow")
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.status() == {"state": "completed", "output": "written"}
+
+    versions = await runtime.definitions.flow_names.versions("team", "triage")
+    assert [(v.version, v.run_id) for v in versions] == [(1, run_id), (2, run_id)]
