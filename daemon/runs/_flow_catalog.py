@@ -53,6 +53,7 @@ from ..agents import (
     parse_definition,
 )
 from ..flows import PARENT_LABEL, FlowSession
+from ..processes import kill_if_requested
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
 from ._definitions import Definitions
@@ -177,6 +178,9 @@ class FlowCatalog:
             return _answer(False, diagnostics)
         created = await self.definitions.register_graph(graph)
         naming = await self.definitions.flow_names.name(namespace, name, graph.hash, run_id=author)
+        # SALVOR_FAULT_KILL_IN_TOOL=flow_write (the kill suites): dead here, the flow named and
+        # the call not yet completed, so recovery performs it again.
+        kill_if_requested(_FLOW_WRITE)
         return {
             **_answer(True, diagnostics),
             "graph": graph.hash,
