@@ -86,7 +86,7 @@ def _flow_named() -> tuple[str, str] | None:
     unknown = sorted(set(request.args) - {"name"})
     if unknown:
         raise bad_request(
-            f"POST /v1/graphs takes the query parameter `name` only, not {unknown[0]!r}"
+            f"POST /v1/graphs takes the query parameter `name` only, not {excerpt(unknown[0])!r}"
         )
     given = request.args.getlist("name")
     if not given:
