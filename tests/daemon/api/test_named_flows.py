@@ -131,6 +131,11 @@ async def test_a_run_suspended_on_an_old_version_finishes_on_it_after_an_edit(
     # Its own version had one gate: it completes, where the new one would wait at `again`.
     assert body["status"]["state"] == "completed", body
     assert body["graph_hash"] == old
+    # A fork of it walks its own version too, labelled as it was.
+    response = await server.client.post(f"/v1/runs/{run_id}/fork", json={"from_node": "approve"})
+    assert response.status_code == 201, response.text
+    fork = await server.wait_resting(response.json()["run"])
+    assert (fork["graph_hash"], fork["labels"]) == (old, {"salvor.flow": "team/triage"})
     # A run started by the name now walks the new version.
     newer = await _start(server, "team/triage")
     assert (await server.wait_resting(newer))["graph_hash"] == edited["graph"]
