@@ -1,4 +1,5 @@
-"""``salvor graph run NAMESPACE/NAME``: a run of a flow kept by name in the local store.
+"""``salvor graph run NAMESPACE/NAME``: a run of a flow kept by name in the local store (or, with
+``--remote``, in the daemon's: ``_remote_flow``).
 
 ``FILE`` is read as a flow's name only when no file is there and it is ``namespace/name``: a path
 that exists is always a file, so a flow named like a directory never hides one. The name is
@@ -19,6 +20,27 @@ from ..web import OperationRefused
 from ._errors import CliError, UsageError
 
 
+async def names_a_flow(args: argparse.Namespace) -> bool:
+    """Whether ``args.file`` is read as a flow's name: no file is there and it is
+    ``namespace/name``.
+
+    Raises:
+        UsageError: ``--update-baselines`` with a name (a stored graph has no files beside it).
+    """
+    if await trio.Path(args.file).exists():
+        return False
+    try:
+        split_flow_name(args.file)
+    except BadFlowName:
+        return False
+    if args.update_baselines:
+        raise UsageError(
+            f"--update-baselines: {args.file} is a flow kept by name, with no files beside it; "
+            "run its flow file instead"
+        )
+    return True
+
+
 async def by_flow_name(
     runtime: Runtime, args: argparse.Namespace, labels: dict | None
 ) -> tuple[Graph, dict] | None:
@@ -26,21 +48,12 @@ async def by_flow_name(
     None when ``args.file`` is a path (or no flow name) and is read as a file.
 
     Raises:
-        UsageError: ``--update-baselines`` with a name (a stored graph has no files beside it),
-            or labels that leave no room for the daemon's.
+        UsageError: ``--update-baselines`` with a name (``names_a_flow``), or labels that leave
+            no room for the daemon's.
         CliError: the store keeps no flow by that name (and there is no such file).
     """
-    if await trio.Path(args.file).exists():
+    if not await names_a_flow(args):
         return None
-    try:
-        split_flow_name(args.file)
-    except BadFlowName:
-        return None
-    if args.update_baselines:
-        raise UsageError(
-            f"--update-baselines: {args.file} is a flow kept by name, with no files beside it; "
-            "run its flow file instead"
-        )
     labels = dict(labels or {})
     if len(labels) >= MAX_LABELS:
         raise UsageError(
