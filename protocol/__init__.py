@@ -90,6 +90,11 @@ from ._flow_call import SentUpload as SentUpload
 from ._flow_call import call_body as call_body
 from ._flow_call import flow_from_call as flow_from_call
 from ._flow_call import named_uploads as named_uploads
+from ._flow_names import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
+from ._flow_names import FLOW_NAME_PART as FLOW_NAME_PART
+from ._flow_names import BadFlowName as BadFlowName
+from ._flow_names import check_flow_part as check_flow_part
+from ._flow_names import split_flow_name as split_flow_name
 from ._flow_tools import ASK_USER_SCHEMA as ASK_USER_SCHEMA
 from ._flow_tools import AUTHORING_TOOLS as AUTHORING_TOOLS
 from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION

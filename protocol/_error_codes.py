@@ -91,6 +91,8 @@ class ErrorCode(enum.StrEnum):
     # filesystem is below the free-space floor new work needs.
     QUOTA_EXCEEDED = "quota_exceeded", 413
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
+    # A flow asked for by its ``namespace/name`` that no flow of this store is kept as.
+    UNKNOWN_FLOW = "unknown_flow", 404
 
     # Ours: a request whose Host does not name the daemon or whose Origin is another page's, and
     # the page's session (a cookie-authenticated change without its CSRF token).

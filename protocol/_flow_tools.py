@@ -469,8 +469,10 @@ FLOW_AGENTS_SCHEMA = {
     },
 }
 FLOW_WRITE_DESCRIPTION = (
-    "Validate and store a graph document (YAML or JSON `content`) under `namespace`/`name`; "
-    "answers with the diagnostics, and stores nothing on an error."
+    "Validate and store a graph document (YAML or JSON `content`) as the flow "
+    "`namespace`/`name`: writing a name again with other content makes its next version (the "
+    "earlier ones are kept for runs already started). Answers with the diagnostics and the "
+    "version, and stores nothing on an error."
 )
 FLOW_WRITE_SCHEMA = {
     "type": "object",

@@ -24,6 +24,9 @@ from ._location import default_store_url as default_store_url
 from ._location import normalize_store_url as normalize_store_url
 from ._location import sqlite_path as sqlite_path
 from ._log_writer import AppendRequest as AppendRequest
+from ._named_flows import FlowVersion as FlowVersion
+from ._named_flows import NamedFlow as NamedFlow
+from ._named_flows import Naming as Naming
 from ._notifications import Notice as Notice
 from ._notifications import NotificationKind as NotificationKind
 from ._notifications import notice_of as notice_of

@@ -4,8 +4,8 @@ and composes its repositories, one per table family.
 ``store.runs`` (the logs' reads), ``store.writer`` (appends), ``store.definitions`` (agents and
 graphs), ``store.settings``, ``store.claims`` (idempotency claims and probe answers),
 ``store.owners`` (nodes and run ownership), ``store.outbox``, ``store.client_leases``,
-``store.sessions``, ``store.flow_files``, ``store.uploads`` and ``store.changes`` (what tells
-other processes that an append committed).
+``store.sessions``, ``store.flow_files``, ``store.uploads``, ``store.named_flows`` and
+``store.changes`` (what tells other processes that an append committed).
 Each is in its module of the same family; this one only opens, composes and closes them.
 """
 
@@ -27,6 +27,7 @@ from ._errors import StoreError, StoreUnavailable, passes_by_itself
 from ._flow_files import KeptFlowFiles
 from ._location import normalize_store_url
 from ._log_writer import AppendRequest, LogWriter
+from ._named_flows import NamedFlows
 from ._outbox import Outbox
 from ._quota import RunQuota
 from ._records import RunSummary
@@ -89,6 +90,8 @@ class EventStore(Repository):
         self.flow_files = KeptFlowFiles(engine, url)
         # Members sent ahead of the call that names them, for one call each (issue 31).
         self.uploads = Uploads(engine, url)
+        # Flows kept by name, each with its versions (issue 32).
+        self.named_flows = NamedFlows(engine, url)
 
     @property
     def notifications(self) -> bool:

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from ._errors import StoreTooNew
 from ._view_codec import dumps
 
-STORE_VERSION = 11
+STORE_VERSION = 12
 
 metadata = MetaData()
 
@@ -294,6 +294,21 @@ uploads = Table(
     Index("ix_uploads_created_at", "created_at"),
 )
 
+# Flows kept by name: one row per version of ``namespace/name``, numbered from 1 and never removed
+# (a run started on an older version, and a fork of it, keeps walking that version's graph by its
+# hash); the current version is the highest. Who wrote it: the run whose ``flow_write`` did, or
+# null for a caller of the API.
+flow_versions = Table(
+    "flow_versions",
+    metadata,
+    Column("namespace", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("graph_hash", Text, nullable=False),
+    Column("run_id", Text),
+    Column("created_at", Text, nullable=False),
+)
+
 store_meta = Table(
     "store_meta",
     metadata,
@@ -445,6 +460,12 @@ def _agents_learn_source(connection: Connection) -> None:
         connection.execute(text("ALTER TABLE agents ADD COLUMN source_path TEXT"))
 
 
+def _add_flow_versions(connection: Connection) -> None:
+    """Version 12: flows are kept by name, their versions in a table of their own (empty: an older
+    daemon remembered a flow's name only in the writing run's log)."""
+    flow_versions.create(connection, checkfirst=True)
+
+
 # UPGRADES[n] takes a store at version n to version n + 1, inside the opening
 # transaction. Version 0 is a store with tables but no version row (or one an
 # interrupted first open left half made): creating what is missing is its upgrade.
@@ -460,6 +481,7 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     8: _add_flow_files,
     9: _add_uploads,
     10: _agents_learn_source,
+    11: _add_flow_versions,
 }
 
 

@@ -42,6 +42,8 @@ from ._agents_routes import add_agent_routes
 from ._client_run_routes import OPERATIONS as CLIENT_RUN_OPERATIONS
 from ._client_run_routes import add_client_run_routes
 from ._dashboard_routes import add_dashboard_routes
+from ._flow_routes import OPERATIONS as FLOW_OPERATIONS
+from ._flow_routes import add_flow_routes
 from ._fork_routes import OPERATIONS as FORK_OPERATIONS
 from ._fork_routes import add_fork_routes
 from ._graph_routes import OPERATIONS as GRAPH_OPERATIONS
@@ -92,6 +94,7 @@ log = logging.getLogger("salvor.api")
 API_OPERATIONS = (
     *AGENTS_OPERATIONS,
     *GRAPH_OPERATIONS,
+    *FLOW_OPERATIONS,
     *GRAPH_RUN_OPERATIONS,
     *TOOL_OPERATIONS,
     *UPLOAD_OPERATIONS,
@@ -170,6 +173,7 @@ def create_app(state: ServerState) -> QuartTrio:
     add_agent_routes(app, state)
     # Graph documents (issue 15): stored and served.
     add_graph_routes(app, state)
+    add_flow_routes(app, state)
     # Graph runs (issue 15): started here, then driven, resumed and watched as every run is.
     add_graph_run_routes(app, state)
     # The tools graph nodes may call, and their file inputs (issue 31).

@@ -227,8 +227,8 @@ START_RUN = Body(
 
 
 def _graph_or_flow(body: dict) -> None:
-    if ("graph_hash" in body) == ("flow" in body):
-        raise bad_request("the body names exactly one of `graph_hash` and `flow`")
+    if sum(field in body for field in ("graph_hash", "flow", "flow_name")) != 1:
+        raise bad_request("the body names exactly one of `graph_hash`, `flow_name` and `flow`")
     if "flow" not in body and ("members" in body or "update_baselines" in body):
         raise bad_request("`members` and `update_baselines` go with a `flow`")
 
@@ -320,7 +320,15 @@ START_GRAPH_RUN = Body(
             name="graph_hash",
             schema=ref("GraphHash"),
             check=_string("`graph_hash` must be a graph hash string"),
-            description="A stored graph to run (or send a `flow` instead).",
+            description="A stored graph to run (or send a `flow_name` or a `flow` instead).",
+        ),
+        Field(
+            name="flow_name",
+            schema=ref("FlowName"),
+            check=_string("`flow_name` must be a flow's `namespace/name`"),
+            description="A flow kept by name: the run walks the graph of its current version "
+            "as the call finds it (a later version never changes a run started), and is "
+            "labelled `salvor.flow` with the name.",
         ),
         Field(
             name="flow",
@@ -348,7 +356,9 @@ START_GRAPH_RUN = Body(
         Field(name="labels", schema=ref("Labels"), nullable=True, check=_labels),
     ),
     precheck=_graph_or_flow,
-    rules={"oneOf": [{"required": ["graph_hash"]}, {"required": ["flow"]}]},
+    rules={
+        "oneOf": [{"required": ["graph_hash"]}, {"required": ["flow_name"]}, {"required": ["flow"]}]
+    },
 )
 RESUME = Body(
     "ResumeInput",

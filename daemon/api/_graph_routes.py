@@ -1,5 +1,5 @@
-"""``/v1/graphs``: submit a graph document, list the stored graphs, read one back, validate one
-without storing it.
+"""``/v1/graphs``: submit a graph document (and keep it by name, with ``?name=NAMESPACE/NAME``),
+list the stored graphs, read one back, validate one without storing it.
 
 A document arrives as JSON (``application/json``, the spec's) or as YAML (``application/yaml`` or
 ``text/yaml``, ours). A body that is not a document at all (not strict JSON, not UTF-8 YAML, YAML
@@ -16,7 +16,8 @@ from quart_trio import QuartTrio
 from salvor.protocol import Graph, InvalidGraph, excerpt, parse_graph_json, parse_graph_yaml
 from werkzeug.routing import BaseConverter
 
-from ..web import is_json_media, off_loop, unknown_graph, unsupported_media_type
+from ..runs import flow_name_parts
+from ..web import bad_request, is_json_media, off_loop, unknown_graph, unsupported_media_type
 from ._graph_schemas import (
     GRAPH,
     GRAPH_CREATED,
@@ -26,7 +27,7 @@ from ._graph_schemas import (
     GRAPH_VALID,
 )
 from ._http import body_bytes
-from ._operation import Operation, error, parameter, route
+from ._operation import Operation, error, error_schema, parameter, route
 from ._schema import ref
 from ._state import ServerState
 
@@ -75,6 +76,26 @@ async def read_graph() -> Graph:
     return await off_loop(parse, data)
 
 
+def _flow_named() -> tuple[str, str] | None:
+    """``(namespace, name)`` of the submit's ``?name=``, None without one.
+
+    Raises:
+        OperationRefused: bad_request for another query parameter or a name that is not
+            ``namespace/name``; nothing is stored.
+    """
+    unknown = sorted(set(request.args) - {"name"})
+    if unknown:
+        raise bad_request(
+            f"POST /v1/graphs takes the query parameter `name` only, not {excerpt(unknown[0])!r}"
+        )
+    given = request.args.getlist("name")
+    if not given:
+        return None
+    if len(given) > 1:
+        raise bad_request("give `name` once")
+    return flow_name_parts(given[0])
+
+
 # A YAML body is described by the JSON value it parses to: YAML is another spelling of the same
 # document, read with JSON's values only (no timestamps, sets, binary, non-string or duplicate
 # keys), and it hashes as that JSON does.
@@ -97,12 +118,25 @@ SUBMIT = Operation(
             GRAPH_CREATED,
         )
     },
+    parameters=(
+        {
+            "name": "name",
+            "in": "query",
+            "schema": ref("FlowName"),
+            "description": "Keep the graph as the flow `namespace/name` too: its next version "
+            "when the name's current version has another graph (the earlier versions are kept "
+            "for the runs already started on them), none when it has this one.",
+        },
+    ),
     refusals=("PayloadTooLarge",),
     responses={
         "400": error(
             "`invalid_graph` with every error in `details.errors` (a body that is not a document "
-            "at all is one `malformed_document`). Nothing stored.",
-            schema=ref("InvalidGraphError"),
+            "at all is one `malformed_document`), or `bad_request` for a `name` that is not "
+            "`namespace/name` or another query parameter. Nothing stored.",
+            schema={
+                "oneOf": [ref("InvalidGraphError"), error_schema(["bad_request"])],
+            },
         )
     },
 )
@@ -158,11 +192,24 @@ def add_graph_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
     app.url_map.converters["graph"] = _GraphHashConverter
 
+    names = runtime.definitions.flow_names
+
     @route(app, SUBMIT)
     async def submit_graph():
+        flow = _flow_named()
         graph = await read_graph()
         created = await runtime.definitions.register_graph(graph)
-        return GRAPH_CREATED.respond(201, graph=graph.hash, created=created)
+        if flow is None:
+            return GRAPH_CREATED.respond(201, graph=graph.hash, created=created)
+        naming = await names.name(*flow, graph.hash, run_id=None)
+        return GRAPH_CREATED.respond(
+            201,
+            graph=graph.hash,
+            created=created,
+            flow="/".join(flow),
+            version=naming.version,
+            new_version=naming.created,
+        )
 
     @route(app, LIST)
     async def list_graphs():

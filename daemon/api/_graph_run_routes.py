@@ -1,4 +1,5 @@
-"""``POST /v1/graph-runs``: start a run of a stored graph, or of a flow file sent over a link.
+"""``POST /v1/graph-runs``: start a run of a stored graph (by its hash, or by the name a flow is
+kept as: ``_named_flow_runs``), or of a flow file sent over a link.
 
 The graph is loaded by its hash and every agent and tool its nodes name is resolved before
 anything is written; the head (``GraphRunStarted``) is durable before the answer, and the walk
@@ -40,6 +41,7 @@ from ._bodies import START_GRAPH_RUN
 from ._graph_run_stream import STREAM_ANSWER, stream_response, wants_stream
 from ._http import body_bytes
 from ._linked_runs import linked_labels
+from ._named_flow_runs import start_named_flow
 from ._operation import Operation, error, route
 from ._state import ServerState
 from ._stream_slots import TOO_MANY_STREAMS, StreamSlot
@@ -103,10 +105,12 @@ START = Operation(
             "invalid_flow_files",
         ),
         "404": error(
-            "No graph stored under `graph_hash` (`unknown_graph`), or a node names an agent that "
+            "No graph stored under `graph_hash` (`unknown_graph`), no flow kept as `flow_name` "
+            "(`unknown_flow`), or a node names an agent that "
             "is not registered or a tool this daemon lacks (`unknown_agent` / `unknown_tool`, "
             "`details.node`). Nothing recorded.",
             "unknown_graph",
+            "unknown_flow",
             "unknown_agent",
             "unknown_tool",
         ),
@@ -153,6 +157,9 @@ async def _start(runtime, body: dict) -> str:
     Raises:
         OperationRefused: every refusal of the route; nothing was recorded.
     """
+    if "flow_name" in body:
+        _no_nul_but_keys(body)
+        return await start_named_flow(runtime, body["flow_name"], body)
     if "flow" not in body:
         _no_nul_but_keys(body)
         graph = await runtime.definitions.load_graph(body["graph_hash"])

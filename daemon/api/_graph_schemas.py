@@ -211,6 +211,11 @@ GRAPH_SCHEMAS: JSON = {
         },
         ("from", "to"),
     ),
+    "FlowName": {
+        "type": "string",
+        "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        "description": "A flow kept by name: `namespace/name`.",
+    },
     "GraphError": {
         "description": "One validation error. `node` or `edge` says where; a code may carry "
         "fields of its own (`missing` for a dangling edge, `nodes` for a cycle, ...).",
@@ -263,6 +268,22 @@ GRAPH_CREATED = Answer(
             {"type": "boolean"},
             description="False when the identical document was already stored.",
         ),
+        Field(
+            name="flow",
+            schema=ref("FlowName"),
+            description="With `?name=`: the name the graph is kept as.",
+        ),
+        Field(
+            name="version",
+            schema={"type": "integer", "minimum": 1},
+            description="With `?name=`: the version the name now stands at.",
+        ),
+        Field(
+            name="new_version",
+            schema={"type": "boolean"},
+            description="With `?name=`: false when the name's current version already had "
+            "this graph (no new version).",
+        ),
     ),
 )
 GRAPH_SUMMARY = Answer(
@@ -296,4 +317,66 @@ GRAPH_INVALID = Answer(
     ),
 )
 
-GRAPH_ANSWERS = (GRAPH_CREATED, GRAPH_SUMMARY, GRAPH_LIST, GRAPH, GRAPH_VALID, GRAPH_INVALID)
+_FLOW_FIELDS = (
+    _required("flow", ref("FlowName")),
+    _required("namespace", {"type": "string"}),
+    _required("name", {"type": "string"}),
+    _required("graph", ref("GraphHash"), description="The current version's graph."),
+    _required(
+        "version",
+        {"type": "integer", "minimum": 1},
+        description="The current version: versions are numbered from 1 and never removed, so "
+        "it is also how many the flow has had.",
+    ),
+    _required("updated_at", {"type": "string"}, description="When the current version was kept."),
+)
+FLOW_SUMMARY = Answer(
+    "FlowSummary", _FLOW_FIELDS, description="A named flow at its current version."
+)
+FLOW_LIST = Answer(
+    "FlowList",
+    (
+        _required(
+            "flows",
+            {"type": "array", "items": ref("FlowSummary")},
+            description="By namespace, then name.",
+        ),
+    ),
+)
+FLOW_VERSION = Answer(
+    "FlowVersion",
+    (
+        _required("version", {"type": "integer", "minimum": 1}),
+        _required("graph", ref("GraphHash")),
+        _required("created_at", {"type": "string"}),
+        Field(
+            name="run",
+            schema={"type": "string"},
+            description="The run whose `flow_write` kept it; absent for a caller of the API.",
+        ),
+    ),
+)
+FLOW = Answer(
+    "Flow",
+    (
+        *_FLOW_FIELDS,
+        _required(
+            "versions",
+            {"type": "array", "items": ref("FlowVersion"), "minItems": 1},
+            description="Every version, oldest first; a run started on one walks its graph.",
+        ),
+    ),
+)
+
+GRAPH_ANSWERS = (
+    GRAPH_CREATED,
+    GRAPH_SUMMARY,
+    GRAPH_LIST,
+    GRAPH,
+    GRAPH_VALID,
+    GRAPH_INVALID,
+    FLOW_SUMMARY,
+    FLOW_LIST,
+    FLOW_VERSION,
+    FLOW,
+)

@@ -48,6 +48,7 @@ from ._hints import (
     resume_hint,
     serving_daemon,
 )
+from ._named_flow_run import by_flow_name
 from ._render import PARKED, describe, describe_reconciliation, resting_sentence
 from ._wording import CLI_WORDING
 
@@ -135,6 +136,12 @@ class Cli:
         """``salvor graph run``: the document and its agents stored, the run started and driven."""
         # Checked before anything is stored: a refused label leaves the store as it was.
         labels = _labels(self.args.label)
+        named = await by_flow_name(runtime, self.args, labels)
+        if named is not None:
+            graph, labels = named
+            for source in self.args.agent:
+                await runtime.definitions.register_agent(await self._agent_from(runtime, source))
+            return await self._run_graph(runtime, graph, labels)
         try:
             graph = await read_graph(self.args.file)
         except OSError as exc:
@@ -161,30 +168,36 @@ class Cli:
             raise UsageError(f"--update-baselines: {self.args.file} has no snapshot node")
         else:
             await runtime.definitions.register_graph(graph)
+        if files is None:
+            return await self._run_graph(runtime, graph, labels)
         run_id = self.args.run_id or str(uuid.uuid4())
         async with driving_run(self.locks, run_id):
-            if files is not None:
-                run_id = await self._start_flow(runtime, files, labels, run_id)
-            else:
-                run_id = await runtime.starts.start_graph_run(
-                    graph, self.args.input, labels=labels, run_id=run_id
-                )
+            run_id = await self._start_flow(runtime, files, labels, run_id)
             self._announce(run_id)
             code = await self._drive_and_report(runtime, run_id)
         # A nested flow may update its baselines while the run compares its own.
-        if files is not None:
-            writes = await captured_baselines(
-                runtime.reads,
-                runtime.definitions.load_graph,
-                run_id,
-                runtime.definitions.load_flow_bundle,
-            )
-            refused = await trio.to_thread.run_sync(
-                lambda: write_baselines(files, writes, as_json=self.json)
-            )
-            if refused:
-                raise CliError("; ".join(refused))
+        writes = await captured_baselines(
+            runtime.reads,
+            runtime.definitions.load_graph,
+            run_id,
+            runtime.definitions.load_flow_bundle,
+        )
+        refused = await trio.to_thread.run_sync(
+            lambda: write_baselines(files, writes, as_json=self.json)
+        )
+        if refused:
+            raise CliError("; ".join(refused))
         return code
+
+    async def _run_graph(self, runtime: Runtime, graph: Graph, labels: dict | None) -> int:
+        """Start a run of the stored ``graph`` and drive it to where it rests."""
+        run_id = self.args.run_id or str(uuid.uuid4())
+        async with driving_run(self.locks, run_id):
+            run_id = await runtime.starts.start_graph_run(
+                graph, self.args.input, labels=labels, run_id=run_id
+            )
+            self._announce(run_id)
+            return await self._drive_and_report(runtime, run_id)
 
     async def _start_flow(
         self, runtime: Runtime, files: FlowFiles, labels: dict | None, run_id: str

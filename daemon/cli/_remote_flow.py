@@ -34,6 +34,7 @@ from ._client_files import write_client_files
 from ._errors import CliError, UsageError
 from ._flow_uploads import call_with_uploads
 from ._graph import collect_flow_files, read_graph, unreadable
+from ._named_flow_run import names_a_flow
 from ._remote_compat import by_hash_body, follow_events, refusal_sentence, register_agents
 
 TOKEN_VAR = "SALVOR_TOKEN"
@@ -70,6 +71,8 @@ async def remote_main(args: argparse.Namespace) -> int:
         raise UsageError(f"--remote {args.remote!r} must be an http:// or https:// URL")
     if args.run_id is not None:
         raise UsageError("--run-id: a remote daemon chooses the run's id")
+    if await names_a_flow(args):
+        return await _call_by_name(url, args)
     try:
         graph = await read_graph(args.file)
     except OSError as exc:
@@ -103,6 +106,20 @@ async def remote_main(args: argparse.Namespace) -> int:
         if args.label:
             body["labels"] = dict(args.label)
         return await _call(client, url, body, files, args.json)
+
+
+async def _call_by_name(url: str, args: argparse.Namespace) -> int:
+    """A run of the flow the daemon at ``url`` keeps as ``args.file`` (``flow_name``): its graph
+    and files are the daemon's, so nothing is sent but the name, and no baseline comes back."""
+    async with _client(url) as client:
+        try:
+            await register_agents(client, url, args.agent)
+        except httpx.TransportError as exc:
+            raise CliError(_unreachable(url, exc)) from None
+        body = {"flow_name": args.file, "input": args.input}
+        if args.label:
+            body["labels"] = dict(args.label)
+        return await _call(client, url, body, None, args.json)
 
 
 async def _reads_members(client: httpx.AsyncClient, url: str) -> bool:

@@ -15,6 +15,7 @@ from ._caller_labels import (
 from ._session import (
     AUTONOMOUS_LABEL,
     DAEMON_LABELS,
+    FLOW_LABEL,
     LINKED_LABEL,
     MAP_OF_LABEL,
     PARENT_LABEL,
@@ -38,6 +39,7 @@ __all__ = [
     "AUTONOMOUS_LABEL",
     "AUTONOMOUS_REFUSAL",
     "DAEMON_LABELS",
+    "FLOW_LABEL",
     "LINKED_LABEL",
     "MAP_OF_LABEL",
     "PARENT_LABEL",

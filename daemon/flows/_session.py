@@ -27,8 +27,10 @@ MAP_OF_LABEL = "salvor.map_of"
 AUTONOMOUS_LABEL = "salvor.autonomous"
 # A run tree started over a link; the value is the client's project root ("" when none).
 LINKED_LABEL = "salvor.linked"
+# A graph run started by a flow's name (``flow_name``); the value is its ``namespace/name``.
+FLOW_LABEL = "salvor.flow"
 # The labels only the daemon writes; a caller may set AUTONOMOUS_LABEL, never these.
-DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL, LINKED_LABEL})
+DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL, LINKED_LABEL, FLOW_LABEL})
 # The namespace of subagent children's run ids (uuid5 over "<parent run>/<call seq>").
 SUBAGENTS = uuid.UUID("3b8e2f64-1c7d-5a09-8e4f-6d2a9c1b7e53")
 
@@ -106,8 +108,11 @@ class FlowHost(Protocol):
         free, or held only by agents the run ``author`` wrote."""
         ...
 
-    async def write_graph(self, namespace: str, name: str, content: str) -> dict:
-        """Validate and store a graph document: ``{written, diagnostics}``."""
+    async def write_graph(
+        self, namespace: str, name: str, content: str, *, author: str | None = None
+    ) -> dict:
+        """Validate and store a graph document and keep it as ``namespace/name`` (a new version
+        when the graph differs): ``{written, diagnostics}``; ``author`` is the writing run."""
         ...
 
     async def save_agent(self, session: FlowSession, content: str) -> dict:

@@ -143,7 +143,9 @@ def _flow_write(session: FlowSession):
             return await _host(session).save_graph(
                 session, namespace, args["name"], args["content"]
             )
-        return await _host(session).write_graph(namespace, args["name"], args["content"])
+        return await _host(session).write_graph(
+            namespace, args["name"], args["content"], author=session.run_id
+        )
 
     return flow_write
 

@@ -40,6 +40,11 @@ from ._flow_host import (
     RunFlows,
     child_result,
 )
+from ._flow_names import (
+    FlowNames,
+    flow_name_parts,
+    unknown_flow,
+)
 from ._forks import (
     Forks,
 )
@@ -88,6 +93,7 @@ __all__ = [
     "DriverSet",
     "EventHub",
     "FlowCatalog",
+    "FlowNames",
     "Forks",
     "InProcessFeed",
     "LiveConnection",
@@ -110,5 +116,7 @@ __all__ = [
     "driving_run",
     "event_frame",
     "event_message",
+    "flow_name_parts",
     "own_store",
+    "unknown_flow",
 ]

@@ -42,6 +42,7 @@ from ..processes import MARK_VAR, store_fingerprint
 from ..recording import StoreAccess
 from ..tools import ToolRegistry
 from ..web import OperationRefused, bad_request, unknown_agent, unknown_graph
+from ._flow_names import FlowNames
 
 # The store setting behind edit mode (0 or 1; never set reads as off).
 EDIT_MODE_KEY = "flows.edit_mode"
@@ -61,6 +62,8 @@ class Definitions:
         # text's) and the registry is fixed for the daemon's life, so loading one again would
         # build the same definition (a read and a parse, for every run started or driven).
         self._loaded: OrderedDict[str, AgentDefinition] = OrderedDict()
+        # The graphs kept by name (``flow_write``, ``POST /v1/graphs?name=``).
+        self.flow_names = FlowNames(access)
 
     # -- settings -----------------------------------------------------------
 

@@ -55,6 +55,7 @@ from ..agents import (
     parse_definition,
 )
 from ..flows import PARENT_LABEL, FlowSession
+from ..processes import kill_if_requested
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
 from ._definitions import Definitions
@@ -143,13 +144,18 @@ class FlowCatalog:
             "created": created,
         }
 
-    async def write_graph(self, namespace: str, name: str, content: str) -> dict:
-        """Check a graph document (YAML, or JSON) and store it content-addressed:
-        ``{written, diagnostics}``, and when written its hash (``graph``), the name it was given
-        (``flow``: ``namespace/name``) and whether it was new (``created``).
+    async def write_graph(
+        self, namespace: str, name: str, content: str, *, author: str | None = None
+    ) -> dict:
+        """Check a graph document (YAML, or JSON), store it content-addressed and keep it as
+        ``namespace/name``: ``{written, diagnostics}``, and when written its hash (``graph``), the
+        name (``flow``), whether the graph was new (``created``), the version the name now stands
+        at (``version``) and whether this write made it (``new_version``: false when the name's
+        current version already had this graph). ``author`` is the writing run's id.
 
-        The name is remembered by the run's log, which records this answer as the call's
-        output (``flow_results`` reads it there). Any error diagnostic leaves the store as it
+        Writing a name again with another graph is a new version; the older ones stay kept, so a
+        run started on one walks it to its end. The run's log records this answer as the call's
+        output too (``flow_results`` reads it there). Any error diagnostic leaves the store as it
         was (``written: false``).
 
         Raises:
@@ -173,11 +179,17 @@ class FlowCatalog:
         if graph is None or _errors(diagnostics):
             return _answer(False, diagnostics)
         created = await self.definitions.register_graph(graph)
+        naming = await self.definitions.flow_names.name(namespace, name, graph.hash, run_id=author)
+        # SALVOR_FAULT_KILL_IN_TOOL=flow_write (the kill suites): dead here, the flow named and
+        # the call not yet completed, so recovery performs it again.
+        kill_if_requested(_FLOW_WRITE)
         return {
             **_answer(True, diagnostics),
             "graph": graph.hash,
             "flow": f"{namespace}/{name}",
             "created": created,
+            "version": naming.version,
+            "new_version": naming.created,
         }
 
 

@@ -61,6 +61,8 @@ _PARSERS = {
 }
 # Covered by tests/daemon/api/test_openapi_graphs.py.
 GRAPH_PATHS = ("/v1/graphs", "/v1/graphs/validate", "/v1/graphs/{graph_hash}")
+# Covered by tests/daemon/api/test_named_flows.py.
+FLOW_PATHS = ("/v1/flows", "/v1/flows/{namespace}/{name}")
 # Covered by tests/daemon/api/test_graph_runs.py.
 GRAPH_RUN_PATHS = ("/v1/graph-runs",)
 # Covered by tests/daemon/api/test_flow_uploads.py.
@@ -201,7 +203,9 @@ class Contract:
         """Send, check the status is documented (and ``expect`` when given),
         validate the body; returns it."""
         path_params = {
-            k: kwargs.pop(k) for k in ("run_id", "agent_hash", "graph_hash") if k in kwargs
+            k: kwargs.pop(k)
+            for k in ("run_id", "agent_hash", "graph_hash", "namespace", "name")
+            if k in kwargs
         }
         response = await client.request(method, template.format(**path_params), **kwargs)
         op, status = method.lower(), str(response.status_code)

@@ -1,11 +1,12 @@
 // The page's entry: finds out whether the daemon needs a login, then routes on the URL hash
-// (#/runs, #/runs/<id>, #/inbox) to one screen at a time. A screen returns its cleanup, which
-// drops its live subscriptions when the page moves on.
+// (#/runs, #/runs/<id>, #/inbox, #/flows) to one screen at a time. A screen returns its cleanup,
+// which drops its live subscriptions when the page moves on.
 
 import { ApiError, get, setCsrf, whenUnauthorized } from "./api.js";
 import { clear, coalesce, h } from "./dom.js";
 import { movesTheInbox, showInbox, waitingRuns } from "./inbox.js";
 import { Live } from "./live.js";
+import { showFlows } from "./flows.js";
 import { showLogin } from "./login.js";
 import { showRun } from "./run.js";
 import { showRuns } from "./runs.js";
@@ -26,6 +27,7 @@ function route() {
   const parts = path.split("/").filter(Boolean);
   if (parts[0] === "runs" && parts[1]) return { screen: "run", run: decodeURIComponent(parts[1]), params };
   if (parts[0] === "inbox") return { screen: "inbox", params };
+  if (parts[0] === "flows") return { screen: "flows", params };
   return { screen: "runs", params };
 }
 
@@ -34,13 +36,14 @@ function render() {
   leave = () => {};
   const where = route();
   for (const link of nav.querySelectorAll("a")) {
-    link.classList.toggle("here", link.getAttribute("href") === `#/${where.screen === "inbox" ? "inbox" : "runs"}`);
+    link.classList.toggle("here", link.getAttribute("href") === `#/${where.screen === "run" ? "runs" : where.screen}`);
   }
   const context = { live, params: where.params, refreshCount };
   const view = h("section", { class: `screen screen-${where.screen}`, "data-test": `screen-${where.screen}` });
   clear(screen, view);
   if (where.screen === "run") leave = showRun(view, where.run, context);
   else if (where.screen === "inbox") leave = showInbox(view, context);
+  else if (where.screen === "flows") leave = showFlows(view);
   else leave = showRuns(view, context);
 }
 

@@ -28,6 +28,7 @@ from tests.support.contract import (
     CHILD_PATHS,
     CLIENT_PERFORMED_PATHS,
     DOCUMENT,
+    FLOW_PATHS,
     FORK_PATHS,
     GATED,
     GRAPH_PATHS,
@@ -117,6 +118,8 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
                 run_id=MISSING_RUN,
                 agent_hash="sha256:0",
                 graph_hash="sha256:0",
+                namespace="team",
+                name="triage",
             )
 
     # -- agents ------------------------------------------------------------------------------------
@@ -399,6 +402,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         STEP_PATHS
         + CLIENT_PERFORMED_PATHS
         + GRAPH_PATHS
+        + FLOW_PATHS
         + GRAPH_RUN_PATHS
         + UPLOAD_PATHS
         + FORK_PATHS

@@ -145,6 +145,8 @@ def _routes(server: Server) -> list[tuple[str, str]]:
         "run_id": NOBODY,
         "agent_hash": "sha256:" + "0" * 64,
         "graph_hash": "sha256:" + "0" * 64,
+        "namespace": "team",
+        "name": "triage",
     }
     routes = []
     for rule in app.url_map.iter_rules():

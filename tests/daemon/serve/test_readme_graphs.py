@@ -4,9 +4,11 @@
   registered first, the graph run stops at its gate, and the block's own resume line ends it.
 * Its command line block on a store no daemon serves: the publish run is resumed by hand and
   completes, the tickets run completes with its totals.
-* The same block beside the daemon serving that store: ``graph run`` works, ``salvor resume``
-  is refused in one sentence naming the request to that daemon, and that request, run as the
-  sentence prints it, completes the run.
+* Its *Flows by name* block, against the same daemon once the curl block registered the agents:
+  the graph kept as ``team/publish``, read back, and a run started by the name.
+* The command line block beside the daemon serving that store: ``graph run`` works,
+  ``salvor resume`` is refused in one sentence naming the request to that daemon, and that
+  request, run as the sentence prints it, completes the run.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ SECTION = "### Running a graph"
 def readme_blocks() -> tuple[str, list[str], list[str]]:
     """The `pick` helper, then the section's curl block and command line block, as lines."""
     blocks = [block.splitlines() for block in sh_blocks(SECTION)]
-    assert len(blocks) == 2, blocks
+    assert len(blocks) == 3, blocks
     return pick_helper(), blocks[0], blocks[1]
+
+
+def flows_by_name_block() -> list[str]:
+    """The section's third block: a graph kept by name, read back, and run by the name."""
+    return sh_blocks(SECTION)[2].splitlines()
 
 
 def shell(lines: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -132,6 +139,32 @@ def test_beside_the_daemon_resume_names_the_request_that_resumes_the_run(
             assert answered.returncode == 0 and '"error"' not in answered.stdout, answered
             status = state_of(client, run_id, "completed")
             assert "publish" in status["output"], status
+    finally:
+        if daemon.alive():
+            daemon.kill()
+
+
+def test_the_flows_by_name_walkthrough_keeps_a_graph_and_runs_it_by_name(
+    tmp_path: Path, store_url: str
+) -> None:
+    pick, curl_block, _ = readme_blocks()
+    daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl", one_process=False)
+    try:
+        daemon.start()
+        env = reader_env(store_url, S=daemon.base_url)
+        # The curl block's registration of the agents publish.json names: its loop, to `done`.
+        register = curl_block[: curl_block.index("done") + 1]
+        result = shell([pick, *register, *flows_by_name_block()], env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert '"error"' not in result.stdout, result.stdout
+        with httpx.Client(base_url=daemon.base_url, timeout=30) as client:
+            (flow,) = client.get("/v1/flows").json()["flows"]
+            assert (flow["flow"], flow["version"]) == ("team/publish", 1)
+            (run,) = client.get("/v1/runs", params={"label": "salvor.flow:team/publish"}).json()[
+                "runs"
+            ]
+            assert run["graph_hash"] == flow["graph"]
+            state_of(client, run["run"], "suspended")
     finally:
         if daemon.alive():
             daemon.kill()
