@@ -46,9 +46,10 @@ from salvor.protocol import (
     RunFailed,
     RunState,
     RunView,
+    attached_tools,
 )
 
-from ..flows import FlowHost
+from ..flows import FlowHost, tree_tools
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
@@ -69,6 +70,7 @@ from ..proxies import (
     recorded_calls,
     resolve_upstream,
     salvor_server,
+    self_attached,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
 from ._agent_definition import AgentDefinition
@@ -321,17 +323,25 @@ async def _drive_once(access, run_id, agent, proxy, on_record, clock, environ, f
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
-    salvor = _salvor_server(ctx, agent, flows)
+    salvor = _salvor_server(ctx, agent, flows, log)
     async with open_lanes(
         session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
     ) as lanes:
         return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
 
 
-def _salvor_server(ctx: RunContext, agent: AgentDefinition, flows) -> FlowServer | None:
+def _salvor_server(
+    ctx: RunContext, agent: AgentDefinition, flows, log: list[Envelope]
+) -> FlowServer | None:
+    """The run's ``salvor`` server, offering the tools attached to its tree as of its log (its
+    head's, its ``ToolsAttached``, its own ``attach_tool`` answers): a process agent lists
+    those attached since its last drive from this drive on."""
     if not agent.salvor_mcp:
         return None
-    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows)
+    names = tree_tools(
+        ctx.view.labels, [*attached_tools(e.event for e in log), *self_attached(log)]
+    )
+    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows, attached=names)
 
 
 async def _run_process(

@@ -61,6 +61,9 @@ def serve_config(args: argparse.Namespace, url: str):
         demo_tools=args.demo_tools,
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
+        attachable_tools=frozenset(
+            n.strip() for n in args.attachable_tools.split(",") if n.strip()
+        ),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         heartbeat_seconds=args.stream_keepalive,
@@ -82,6 +85,11 @@ def serve_config(args: argparse.Namespace, url: str):
         lease_seconds=args.lease_seconds,
         fence_margin_seconds=args.fence_margin_seconds,
     )
+
+
+def _names(text: str) -> frozenset[str]:
+    """A comma-separated flag's names (blanks dropped)."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
 def _auth_token(variable: str | None) -> str | None:

@@ -52,6 +52,8 @@ class ServeConfig:
     proxy_port: int = 0
     # Process agents registered over HTTP run commands here: the operator opts in.
     allow_process_agents: bool = False
+    # The registry tools an agent in edit mode may attach to its run tree (--attachable-tools).
+    attachable_tools: frozenset[str] = frozenset()
     # How long a client-driven run's drive token holds without a driving call.
     lease_ttl: float = DEFAULT_TTL_SECONDS
     # Client-performed tool declarations (--client-tool), by name.
