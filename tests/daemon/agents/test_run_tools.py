@@ -14,9 +14,10 @@ import uuid
 import pytest
 from salvor.daemon.agents import parse_definition
 from salvor.daemon.flows import PARENT_LABEL, TOOLS_LABEL, child_run_id
+from salvor.daemon.graphs import map_child_id
 from salvor.daemon.runs import Runtime
 from salvor.daemon.web import OperationRefused
-from salvor.protocol import EventKind, RunStarted, RunState, ToolsAttached
+from salvor.protocol import EventKind, RunStarted, RunState, ToolsAttached, graph_from_value
 
 from tests.support.flows import offered_tools, tool_results, tool_use, with_flows
 from tests.support.runtime import agent_toml, ledger
@@ -220,3 +221,65 @@ async def test_without_edit_mode_an_agent_is_not_offered_attach_tool(
     run_id = await start(runtime, agent)
     await runtime.drive(run_id, agent=agent)
     assert offered_tools(provider.calls[0]) == []
+
+
+APPROVAL = {
+    "type": "object",
+    "required": ["approved"],
+    "properties": {"approved": {"type": "boolean"}},
+}
+
+
+async def gated_graph(runtime, agent_hash: str):
+    """approve (a gate) -> look (an agent node) -> each (a map of the agent over two items)."""
+    graph = graph_from_value(
+        {
+            "schema_version": 1,
+            "nodes": [
+                {"id": "approve", "kind": "gate", "prompt": "Go?", "approval_schema": APPROVAL},
+                {"id": "look", "kind": "agent", "agent": agent_hash, "input": "$input"},
+                {
+                    "id": "each",
+                    "kind": "map",
+                    "over": "$input",
+                    "body": {"kind": "agent", "agent": agent_hash, "input": "$item"},
+                },
+            ],
+            "edges": [{"from": "approve", "to": "look"}, {"from": "look", "to": "each"}],
+        }
+    )
+    await runtime.definitions.register_graph(graph)
+    return graph
+
+
+async def test_a_graphs_agent_node_its_map_items_and_a_fork_see_the_attachment(
+    runtime, providers, make_agent, effects_path
+):
+    def script(call):
+        # Look the invoice up once per conversation, then answer.
+        if tool_results(call):
+            return text_reply("looked")
+        return tool_use("lookup_invoice", LOOKUP)
+
+    provider = providers(script)
+    agent = make_agent(provider)
+    await runtime.definitions.register_agent(agent)
+    graph = await gated_graph(runtime, agent.agent_def_hash)
+    run_id = await runtime.starts.start_graph_run(graph, ["INV-7", "INV-8"])
+    assert (await runtime.drive(run_id)).state is RunState.SUSPENDED  # at the gate
+
+    await runtime.tools.attach(run_id, ["lookup_invoice"])
+    await runtime.control.resume(run_id, {"approved": True})
+    view = await runtime.drive(run_id)
+    assert view.state is RunState.COMPLETED, view.detail
+    # The agent node and both map items were offered it, and each called it once.
+    assert [offered_tools(call) for call in provider.calls] == [["lookup_invoice"]] * 6
+    assert len(lookups(effects_path)) == 3
+    item = map_child_id(run_id, "each", 0)
+    assert (await runtime.reads.view(item)).labels[TOOLS_LABEL] == "lookup_invoice"
+
+    # A fork re-walking the agent node copies the attachment with the prefix it cuts.
+    fork_id, _ = await runtime.forks.fork(await runtime.forks.plan_fork(run_id, "look"))
+    assert "ToolsAttached" in kinds(await runtime.reads.log(fork_id))
+    assert (await runtime.drive(fork_id)).state is RunState.COMPLETED
+    assert [offered_tools(call) for call in provider.calls[6:]] == [["lookup_invoice"]] * 6
