@@ -115,6 +115,37 @@ async def test_salvor_tools_attach_records_it_and_refuses_an_unknown_tool(
     assert json.loads(again.stdout)["error"]["code"] == "unknown_tool"
     usage = await trio_thread(salvor_in_process, "tools", "attach", run_id, "--store", store_url)
     assert usage.returncode == 2
+    logged = await trio_thread(salvor_in_process, "log", run_id, "--store", store_url)
+    assert "ToolsAttached       lookup_invoice by the operator" in logged.stdout
+
+
+async def test_a_client_driven_run_takes_no_attachment_by_either_way(server) -> None:
+    opened = (await server.client.post("/v1/client-runs")).json()
+    run_id, token = opened["run"], {"X-Drive-Token": opened["drive_token"]}
+    head = {
+        "run_id": run_id,
+        "seq": 0,
+        "schema_version": 1,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "event": {"kind": "RunStarted", "payload": {"agent_def_hash": "sha256:" + "0" * 64}},
+    }
+    head["event"]["payload"]["input"] = None
+    events = f"/v1/client-runs/{run_id}/events"
+    assert (await server.client.post(events, json={"events": [head]}, headers=token)).is_success
+    attached = {**head, "seq": 1}
+    attached["event"] = {
+        "kind": "ToolsAttached",
+        "payload": {"tools": ["lookup_invoice"], "by": "operator"},
+    }
+    appended = await server.client.post(events, json={"events": [attached]}, headers=token)
+    assert appended.status_code == 422, appended.text
+    assert appended.json()["error"]["code"] == "unsupported_event_kind"
+    assert "tools are its client's" in appended.json()["error"]["message"]
+    response = await server.client.post(
+        f"/v1/runs/{run_id}/tools", json={"tools": ["lookup_invoice"]}
+    )
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "client_driven_run"
 
 
 async def trio_thread(fn, *args):
