@@ -227,7 +227,11 @@ TOOLS_ATTACHED = Answer(
     (
         _RUN,
         _required("tools", _NAMES, "Every tool attached to the run's tree now, in order."),
-        _required("runs", {"type": "array", "items": ref("RunId")}, "The runs that recorded it."),
+        _required(
+            "runs",
+            {"type": "array", "items": ref("RunId")},
+            "The runs of the tree that hold it now.",
+        ),
         _required(
             "busy",
             {"type": "array", "items": ref("RunId")},

@@ -57,8 +57,9 @@ class RunTools:
 
     async def attach(self, run_id: str, names: Sequence[str]) -> dict:
         """Attach the registry tools ``names`` to ``run_id`` and its children that have not ended;
-        ``{run_id, tools, runs, busy}``: the run's attached tools now, the runs that recorded
-        the attachment, and children a drive held past the wait (they did not record it).
+        ``{run_id, tools, runs, busy}``: the run's attached tools now, the runs of the tree that
+        hold the attachment now (recorded now, or before), and children a drive held past the
+        wait (they did not record it).
 
         Raises:
             OperationRefused: unknown_run; unknown_tool (a name the registry lacks);
@@ -110,8 +111,8 @@ class RunTools:
         return attached_tools(envelope.event for envelope in await self.reads.read_log(run_id))
 
     async def _record(self, run_id: str, names: Sequence[str]) -> bool:
-        """Record the attachment in ``run_id``'s log while no drive holds it; False when the
-        run ended meanwhile.
+        """Record the attachment in ``run_id``'s log while no drive holds it (the names it lacks
+        only); False when the run ended meanwhile.
 
         Raises:
             OperationRefused: wrong_state, a drive held the run past the wait.
@@ -121,9 +122,14 @@ class RunTools:
                 view = await self.reads.view(run_id)
                 if view.state in TERMINAL_STATES or view.state is RunState.NOT_STARTED:
                     return False
-                await self.access.append(
-                    run_id, [ToolsAttached(tools=list(names), by="operator")], view
-                )
+                # A name the run has already (inherited, or attached before) is not recorded
+                # again: attaching twice leaves the log as once did.
+                have = tree_tools(view.labels, await self._attached(run_id))
+                fresh = [name for name in names if name not in have]
+                if fresh:
+                    await self.access.append(
+                        run_id, [ToolsAttached(tools=fresh, by="operator")], view
+                    )
                 return True
         assert waiting.cancelled_caught
         raise wrong_state(

@@ -154,6 +154,15 @@ async def test_an_attachment_reaches_a_resting_child_and_skips_ended_ones(
     assert attached["runs"] == [root, resting]
     assert kinds(await runtime.reads.log(resting))[-1] == "ToolsAttached"
     assert "ToolsAttached" not in kinds(await runtime.reads.log(ended))
+    # Attaching again records nothing more; a new name is recorded alone.
+    logs = [await runtime.reads.log(run) for run in (root, resting)]
+    await runtime.tools.attach(root, ["lookup_invoice"])
+    assert [await runtime.reads.log(run) for run in (root, resting)] == logs
+    again = await runtime.tools.attach(root, ["lookup_invoice", "lookup_refund"])
+    assert again["tools"] == ["lookup_invoice", "lookup_refund"]
+    assert (await runtime.reads.log(resting))[-1].event == ToolsAttached(
+        tools=["lookup_refund"], by="operator"
+    )
 
 
 @pytest.mark.parametrize(
