@@ -12,10 +12,12 @@ import json
 import uuid
 
 import pytest
+import trio
 from salvor.daemon.agents import parse_definition
 from salvor.daemon.flows import PARENT_LABEL, TOOLS_LABEL, child_run_id
 from salvor.daemon.graphs import map_child_id
 from salvor.daemon.runs import Runtime
+from salvor.daemon.runs import _run_tools as run_tools_module
 from salvor.daemon.web import OperationRefused
 from salvor.protocol import EventKind, RunStarted, RunState, ToolsAttached, graph_from_value
 
@@ -292,3 +294,41 @@ async def test_a_graphs_agent_node_its_map_items_and_a_fork_see_the_attachment(
     assert "ToolsAttached" in kinds(await runtime.reads.log(fork_id))
     assert (await runtime.drive(fork_id)).state is RunState.COMPLETED
     assert [offered_tools(call) for call in provider.calls[6:]] == [["lookup_invoice"]] * 6
+
+
+async def test_a_run_a_drive_holds_past_the_wait_is_refused_and_a_held_child_is_busy(
+    runtime, providers, make_agent, monkeypatch
+):
+    monkeypatch.setattr(run_tools_module, "HOLD_WAIT_SECONDS", 0.2)
+    provider = providers([tool_use("ask_user", QUESTION)] * 2)
+    agent = with_flows(make_agent(provider), flow_tools=["ask_user"])
+    root = await start(runtime, agent)
+    await runtime.drive(root, agent=agent)
+    child = await start(runtime, agent, {PARENT_LABEL: root})
+    await runtime.drive(child, agent=agent)
+    held, release = trio.Event(), trio.Event()
+
+    async def hold(run_id: str) -> None:
+        async with runtime.access.driving.hold(run_id):
+            held.set()
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, root)
+        await held.wait()
+        before = await runtime.reads.log(root)
+        with pytest.raises(OperationRefused) as refused:
+            await runtime.tools.attach(root, ["lookup_invoice"])
+        assert refused.value.code == "wrong_state"
+        assert "did not rest within 0.2s" in refused.value.message
+        assert await runtime.reads.log(root) == before
+        release.set()
+
+    held, release = trio.Event(), trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, child)
+        await held.wait()
+        attached = await runtime.tools.attach(root, ["lookup_invoice"])
+        release.set()
+    assert (attached["runs"], attached["busy"]) == ([root], [child])
+    assert "ToolsAttached" not in kinds(await runtime.reads.log(child))
