@@ -66,6 +66,8 @@ from ._events import SleepStarted as SleepStarted
 from ._events import Suspended as Suspended
 from ._events import ToolCallCompleted as ToolCallCompleted
 from ._events import ToolCallRequested as ToolCallRequested
+from ._events import ToolsAttached as ToolsAttached
+from ._events import attached_tools as attached_tools
 from ._flow_bundle import BASELINES_DIR as BASELINES_DIR
 from ._flow_bundle import FLOW_NAME as FLOW_NAME
 from ._flow_bundle import FLOWS_DIR as FLOWS_DIR
@@ -97,6 +99,7 @@ from ._flow_names import check_flow_part as check_flow_part
 from ._flow_names import split_flow_name as split_flow_name
 from ._flow_tools import ASK_USER_SCHEMA as ASK_USER_SCHEMA
 from ._flow_tools import AUTHORING_TOOLS as AUTHORING_TOOLS
+from ._flow_tools import EDIT_MODE_TOOLS as EDIT_MODE_TOOLS
 from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION
 from ._flow_tools import FLOW_AGENTS_SCHEMA as FLOW_AGENTS_SCHEMA
 from ._flow_tools import FLOW_RESULTS_SCHEMA as FLOW_RESULTS_SCHEMA

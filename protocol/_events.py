@@ -24,6 +24,7 @@ Rules of this module:
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -54,6 +55,8 @@ class EventKind(enum.StrEnum):
     NODE_EXITED = "NodeExited"
     NODE_SKIPPED = "NodeSkipped"
     MAP_ITEM_COMPLETED = "MapItemCompleted"
+    # Tools the operator (or an agent in edit mode) attached to the run's tree at run time.
+    TOOLS_ATTACHED = "ToolsAttached"
 
 
 class Effect(enum.StrEnum):
@@ -546,6 +549,36 @@ class MapItemCompleted(Event):
             check_usage(self.KIND, self.usage)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolsAttached(Event):
+    """Registry tools added to this run (and every child started after it) at run time, by
+    ``by`` (``operator``, or ``agent`` for an agent's ``attach_tool``). It narrates, never
+    calls: a replay passes it wherever it stands, and a conversation offers its tools from its
+    next model call on."""
+
+    KIND: ClassVar[EventKind] = EventKind.TOOLS_ATTACHED
+
+    tools: list
+    by: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tools, list) or not self.tools:
+            raise _fail(self.KIND, "`tools` must be a non-empty array of tool names")
+        for index, name in enumerate(self.tools):
+            _str(self.KIND, f"tools[{index}]", name)
+        if self.by not in ("operator", "agent"):
+            raise _fail(self.KIND, '`by` must be "operator" or "agent"')
+
+
+def attached_tools(events: Iterable[Event]) -> tuple[str, ...]:
+    """The tools the ``ToolsAttached`` among ``events`` attached, each once, in order."""
+    names: dict[str, None] = {}
+    for event in events:
+        if isinstance(event, ToolsAttached):
+            names.update(dict.fromkeys(event.tools))
+    return tuple(names)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.KIND.value: cls
     for cls in (
@@ -569,5 +602,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeExited,
         NodeSkipped,
         MapItemCompleted,
+        ToolsAttached,
     )
 }

@@ -33,6 +33,7 @@ class FlowTool(enum.StrEnum):
     FLOW_RESULTS = "flow_results"
     FLOW_AGENTS = "flow_agents"
     FLOW_WRITE = "flow_write"
+    ATTACH_TOOL = "attach_tool"
 
 
 class Session(enum.StrEnum):
@@ -51,12 +52,15 @@ SESSION_TOOLS: dict[Session, frozenset[FlowTool]] = {
             FlowTool.FLOW_RESULTS,
             FlowTool.FLOW_AGENTS,
             FlowTool.FLOW_WRITE,
+            FlowTool.ATTACH_TOOL,
         }
     ),
     Session.CHILD: frozenset({FlowTool.ASK_USER, FlowTool.FINISH}),
 }
-# Offered only while the operator has edit mode on.
+# What an agent authors with: a linked tree's child sessions are offered them too.
 AUTHORING_TOOLS = frozenset({FlowTool.FLOW_AGENTS, FlowTool.FLOW_WRITE})
+# Offered only while the operator has edit mode on: authoring, and attaching tools to the tree.
+EDIT_MODE_TOOLS = AUTHORING_TOOLS | {FlowTool.ATTACH_TOOL}
 
 
 def offered_flow_tools(
@@ -71,7 +75,7 @@ def offered_flow_tools(
     allowed = SESSION_TOOLS[session] | (AUTHORING_TOOLS if linked else frozenset())
     wanted = set(opted_in) & allowed
     if not edit_mode:
-        wanted -= AUTHORING_TOOLS
+        wanted -= EDIT_MODE_TOOLS
     return [tool for tool in FlowTool if tool in wanted]
 
 
@@ -485,6 +489,24 @@ FLOW_WRITE_SCHEMA = {
     },
 }
 
+ATTACH_TOOL_DESCRIPTION = (
+    "Attach registry tools, by name, to this run and every child it starts from now on: you "
+    "are offered them from your next turn. Only the tools the operator allows may be attached."
+)
+ATTACH_TOOL_SCHEMA = {
+    "type": "object",
+    "required": ["tools"],
+    "additionalProperties": False,
+    "properties": {
+        "tools": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "description": "Registry tool names",
+        },
+    },
+}
+
 # What the model sees of each tool besides finish (whose schema is the agent's own).
 TOOL_SHAPES: dict[FlowTool, tuple[str, dict]] = {
     FlowTool.ASK_USER: (ASK_USER_DESCRIPTION, ASK_USER_SCHEMA),
@@ -492,6 +514,7 @@ TOOL_SHAPES: dict[FlowTool, tuple[str, dict]] = {
     FlowTool.FLOW_RESULTS: (FLOW_RESULTS_DESCRIPTION, FLOW_RESULTS_SCHEMA),
     FlowTool.FLOW_AGENTS: (FLOW_AGENTS_DESCRIPTION, FLOW_AGENTS_SCHEMA),
     FlowTool.FLOW_WRITE: (FLOW_WRITE_DESCRIPTION, FLOW_WRITE_SCHEMA),
+    FlowTool.ATTACH_TOOL: (ATTACH_TOOL_DESCRIPTION, ATTACH_TOOL_SCHEMA),
 }
 
 

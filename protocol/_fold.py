@@ -364,7 +364,8 @@ class _Folder:
 
 
 # What each kind does beyond entering a STATUS_DETAIL state (``apply``); Suspended, SleepStarted,
-# BudgetExceeded and NodeSkipped do nothing more (the graph projection reads them from the log).
+# BudgetExceeded and NodeSkipped do nothing more (the graph projection reads them from the log),
+# and ToolsAttached changes no state (its tools are read from the log: ``attached_tools``).
 _HANDLERS = {
     RunStarted: _Folder._run_started,
     GraphRunStarted: _Folder._graph_run_started,

@@ -40,7 +40,7 @@ _AFTER_INTENT = {K.RUN_FAILED, K.RUN_ABANDONED}
 # What narrates a graph run's walk: recorded between the node-level steps, never inside a call.
 _GRAPH_WALK = (K.NODE_ENTERED, K.NODE_EXITED, K.NODE_SKIPPED, K.MAP_ITEM_COMPLETED)
 
-LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
+_LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.NOT_STARTED: frozenset({K.RUN_STARTED, K.GRAPH_RUN_STARTED}),
     S.RUNNING: frozenset(
         {
@@ -68,6 +68,12 @@ LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
     S.ABANDONED: frozenset(),
+}
+# Tools attached at run time narrate and change no state: any run that has started and not
+# ended may record them, wherever it rests (a replay passes them wherever they stand).
+LEGAL_NEXT: dict[RunState, frozenset[EventKind]] = {
+    state: kinds | {K.TOOLS_ATTACHED} if state is not S.NOT_STARTED and kinds else kinds
+    for state, kinds in _LEGAL_NEXT.items()
 }
 
 

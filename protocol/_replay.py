@@ -435,11 +435,25 @@ class ReplayCursor:
     def __init__(self, log: Sequence[Envelope]) -> None:
         self._log = log
         self.position = 0
+        # The tools attached at run time the cursor has passed (``ToolsAttached``), in order.
+        self.attached: list[str] = []
 
     @property
     def at_end(self) -> bool:
         """True once every recorded event has been consumed: the driver is live."""
+        self._pass_attachments()
         return self.position >= len(self._log)
+
+    def _pass_attachments(self) -> None:
+        # An attachment is recorded wherever the run rested when it came; no call asks for it,
+        # so the cursor takes it in passing and keeps what it attached.
+        log = self._log
+        while self.position < len(log) and log[self.position].event.KIND is (
+            EventKind.TOOLS_ATTACHED
+        ):
+            attached = self.attached
+            attached.extend(n for n in log[self.position].event.tools if n not in attached)
+            self.position += 1
 
     def _peek(self) -> Envelope | None:
         return None if self.at_end else self._log[self.position]

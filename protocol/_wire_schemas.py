@@ -45,6 +45,7 @@ from ._events import (
     Suspended,
     ToolCallCompleted,
     ToolCallRequested,
+    ToolsAttached,
 )
 from ._fold import (
     EMPTY_VIEW,
@@ -181,6 +182,18 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
         "usage": {
             **ref("Usage"),
             "description": "An agent item's: its child's model calls, counted into this run's.",
+        },
+    },
+    ToolsAttached: {
+        "tools": {
+            "type": "array",
+            "items": _TEXT,
+            "minItems": 1,
+            "description": "The registry tools attached, by name.",
+        },
+        "by": {
+            "enum": ["operator", "agent"],
+            "description": "Who attached them: the operator's API call, or an agent's attach_tool.",
         },
     },
 }

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from salvor.protocol import (
-    AUTHORING_TOOLS,
     BUDGET_KINDS,
+    EDIT_MODE_TOOLS,
     TOOL_ERROR_KEY,
     BudgetExceeded,
     Envelope,
@@ -57,7 +58,15 @@ from salvor.protocol import (
 )
 
 from ..files import file_tools
-from ..flows import FlowHost, FlowSession, client_project, flow_tools, is_autonomous, session_of
+from ..flows import (
+    FlowHost,
+    FlowSession,
+    client_project,
+    flow_tools,
+    is_autonomous,
+    session_of,
+    tree_tools,
+)
 from ..mcp import (
     McpBuildError,
     McpConnections,
@@ -172,6 +181,12 @@ def _counted_child(value: Any, usage: dict) -> tuple[Any, int]:
     return {k: v for k, v in value.items() if k != "usage"}, child["steps"]
 
 
+def _attached_by(value: Any) -> list[str]:
+    """The names an ``attach_tool`` call's recorded answer attached (none for an error)."""
+    names = value.get("attached") if isinstance(value, dict) else None
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
 def _error_result(use_id: str, message: str) -> dict:
     return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
 
@@ -259,6 +274,7 @@ class AgentLoop:
         self.flows = flows
         # A registry tool by its name, else the file tool (``files``: built over the workspace
         # and the agent's access, each drive).
+        self.registry = registry
         self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
         self.tools = {
             name: registry.get(name) or self.files.tools.get(name) for name in agent.tools
@@ -276,6 +292,10 @@ class AgentLoop:
         self.flow_tools: dict[str, Tool] = {}
         self.edit_mode: bool | None = None
         self.finish_spec: dict | None = None
+        # The tools attached to the run's tree at run time that this conversation knows of, and
+        # those its own attach_tool calls attached (read from their recorded answers).
+        self.attached: tuple[str, ...] = ()
+        self.self_attached: list[str] = []
 
     def _probe_of(self, registry: ToolRegistry, name: str, tool: Tool) -> Tool | None:
         if self.files.tools.get(name) is tool:
@@ -308,7 +328,7 @@ class AgentLoop:
             flows is not None
             and flows.host is not None
             and (flows.session is Session.MAIN or flows.linked)
-            and any(tool in AUTHORING_TOOLS for tool in flows.opted_in)
+            and any(tool in EDIT_MODE_TOOLS for tool in flows.opted_in)
         )
 
     def _offer_flow_tools(self, edit_mode: bool) -> None:
@@ -322,6 +342,32 @@ class AgentLoop:
                 self.finish_spec = tool.spec()
             else:
                 self.flow_tools[tool.name] = tool
+
+    def _take_attachments(self, ctx: RunContext) -> None:
+        """Offer the registry tools attached to the run's tree so far: those its head inherited,
+        the ``ToolsAttached`` the replay cursor has passed (in replay: those recorded before
+        this point of the log, so a replay offers what the recorded call offered), and this
+        conversation's own ``attach_tool`` answers. A name something else offers already, or
+        the registry no longer has, is not offered again."""
+        ctx.live  # noqa: B018 (the cursor passes the attachments standing before the next call)
+        names = tree_tools(ctx.view.labels, [*ctx.cursor.attached, *self.self_attached])
+        if names == self.attached:
+            return
+        self.attached = names
+        taken = {SUBMIT_OUTPUT, FINISH, *self.flow_tools, *(tool.value for tool in FlowTool)}
+        for name in names:
+            tool = self.registry.get(name)
+            if tool is None or name in self.tools or name in taken:
+                continue
+            self.tools[name] = tool
+            if tool.probe:
+                self.probes[name] = self.registry.probe_of(tool)
+            self.tool_specs.append(tool.spec())
+        if self.flows is not None:
+            # A child this conversation starts from now on inherits them.
+            self.flows = replace(self.flows, attached=names)
+            if self.edit_mode is not None:
+                self._offer_flow_tools(self.edit_mode)
 
     def _flow_specs(self) -> list[dict]:
         specs = [tool.spec() for tool in self.flow_tools.values()]
@@ -492,6 +538,8 @@ class AgentLoop:
                 if name == FlowTool.SUBAGENT:
                     value, steps = _counted_child(value, usage)
                     completed_calls += steps
+                elif name == FlowTool.ATTACH_TOOL:
+                    self.self_attached.extend(_attached_by(value))
                 results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 
@@ -530,6 +578,7 @@ class AgentLoop:
         Raises:
             ReplayDivergence: the recorded call matches neither tool set.
         """
+        self._take_attachments(ctx)
         if self.watches_edit_mode and ctx.live:
             edit_mode = await self.flows.host.edit_mode()
             if edit_mode != self.edit_mode:

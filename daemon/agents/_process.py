@@ -46,10 +46,11 @@ from salvor.protocol import (
     RunFailed,
     RunState,
     RunView,
+    attached_tools,
 )
 
 from ..files import FileTools, file_tools
-from ..flows import FlowHost
+from ..flows import FlowHost, tree_tools
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
@@ -70,6 +71,7 @@ from ..proxies import (
     recorded_calls,
     resolve_upstream,
     salvor_server,
+    self_attached,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
 from ..tools import Workspace
@@ -331,7 +333,7 @@ async def _drive_once(
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
     files = file_tools(workspace, agent.access, agent.tools, mark)
-    salvor = _salvor_server(ctx, agent, flows, files)
+    salvor = _salvor_server(ctx, agent, flows, files, log)
     async with open_lanes(
         session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
     ) as lanes:
@@ -339,11 +341,18 @@ async def _drive_once(
 
 
 def _salvor_server(
-    ctx: RunContext, agent: AgentDefinition, flows, files: FileTools
+    ctx: RunContext, agent: AgentDefinition, flows, files: FileTools, log: list[Envelope]
 ) -> FlowServer | None:
+    """The run's ``salvor`` server: its flow tools, the file tools the agent declares, and the
+    tools attached to its tree as of its log (its head's, its ``ToolsAttached``, its own
+    ``attach_tool`` answers): a process agent lists those attached since its last drive from
+    this drive on."""
     if not agent.salvor_mcp:
         return None
-    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows, files)
+    names = tree_tools(
+        ctx.view.labels, [*attached_tools(e.event for e in log), *self_attached(log)]
+    )
+    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows, files, attached=names)
 
 
 async def _run_process(

@@ -221,6 +221,24 @@ ABANDONED = Answer(
     "Abandoned",
     (_RUN, _required("abandoned", {"const": True}), _required("appended_seq", SEQ), _STATUS),
 )
+_NAMES = {"type": "array", "items": {"type": "string"}}
+TOOLS_ATTACHED = Answer(
+    "ToolsAttached",
+    (
+        _RUN,
+        _required("tools", _NAMES, "Every tool attached to the run's tree now, in order."),
+        _required(
+            "runs",
+            {"type": "array", "items": ref("RunId")},
+            "The runs of the tree that hold it now.",
+        ),
+        _required(
+            "busy",
+            {"type": "array", "items": ref("RunId")},
+            "Children a drive held past the wait: they did not record it (attach them again).",
+        ),
+    ),
+)
 HEALTH = Answer(
     "Health",
     (
@@ -481,6 +499,7 @@ ANSWERS = (
     RESUME_FINISHED,
     RESOLVED,
     ABANDONED,
+    TOOLS_ATTACHED,
     HEALTH,
     CAPABILITIES,
     CLIENT_RUN_OPENED,

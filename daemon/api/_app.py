@@ -67,6 +67,8 @@ from ._reconciliation_routes import OPERATIONS as RECONCILIATION_OPERATIONS
 from ._reconciliation_routes import add_reconciliation_routes
 from ._run_events_routes import OPERATIONS as RUN_EVENTS_OPERATIONS
 from ._run_events_routes import add_run_events_route
+from ._run_tools_routes import OPERATIONS as RUN_TOOLS_OPERATIONS
+from ._run_tools_routes import add_run_tools_routes
 from ._run_verb_routes import OPERATIONS as RUN_VERB_OPERATIONS
 from ._run_verb_routes import add_run_verb_routes
 from ._runs_routes import OPERATIONS as RUNS_OPERATIONS
@@ -101,6 +103,7 @@ API_OPERATIONS = (
     *FORK_OPERATIONS,
     *RUNS_OPERATIONS,
     *RUN_VERB_OPERATIONS,
+    *RUN_TOOLS_OPERATIONS,
     *RECONCILIATION_OPERATIONS,
     *RUN_EVENTS_OPERATIONS,
     *WS_OPERATIONS,
@@ -183,6 +186,8 @@ def create_app(state: ServerState) -> QuartTrio:
     add_fork_routes(app, state)
     add_run_routes(app, state)
     add_run_verb_routes(app, state)
+    # Tools attached to a run tree at run time (issue 32, item 5).
+    add_run_tools_routes(app, state)
     add_reconciliation_routes(app, state)
     add_run_events_route(app, state)
     # The live WebSocket (issue 17): runs and the run list on one connection.

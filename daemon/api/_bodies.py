@@ -423,6 +423,33 @@ ABANDON = Body(
     optional=True,
 )
 
+
+def _tool_names(value: Any) -> list[str]:
+    # A name only: where the daemon connects and which secret it sends are the operator's.
+    if not isinstance(value, list) or not value:
+        raise bad_request("`tools` must be a non-empty array of registry tool names")
+    for entry in value:
+        if not isinstance(entry, str) or not entry:
+            raise bad_request(
+                "each `tools` entry is the name of a tool this daemon's registry has; a URL, a "
+                "command or a server is never taken from a request"
+            )
+    return value
+
+
+ATTACH_TOOLS = Body(
+    "AttachTools",
+    (
+        Field(
+            name="tools",
+            required=True,
+            schema={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            check=_tool_names,
+            description="Registry tools, by name, to offer the run and the children it starts.",
+        ),
+    ),
+)
+
 OPEN_CLIENT_RUN = Body(
     "OpenClientRun",
     (
@@ -566,6 +593,7 @@ BODIES = (
     RESOLVE,
     RESOLVE_RUN,
     ABANDON,
+    ATTACH_TOOLS,
     OPEN_CLIENT_RUN,
     APPEND_EVENTS,
     MODEL_STEP,

@@ -328,6 +328,27 @@ class Cli:
             print(await self._sentence(run_id, view), flush=True)
         return EXIT_OK
 
+    async def cmd_tools(self, runtime: Runtime) -> int:
+        """``salvor tools attach RUN TOOL...``: ``RunTools.attach`` over the store."""
+        run_id = self.args.run
+        attached = await runtime.tools.attach(run_id, self.args.tool)
+        if self.json:
+            print_json({"run": run_id, **{k: v for k, v in attached.items() if k != "run_id"}})
+            return EXIT_OK
+        print(
+            f"run {run_id}: attached {', '.join(attached['tools'])} (recorded in "
+            f"{len(attached['runs'])} run{'s' if len(attached['runs']) != 1 else ''} of its tree)",
+            flush=True,
+        )
+        for child in attached["busy"]:
+            print(
+                f"salvor: child run {child} was being driven and did not record it; "
+                f"attach to it again once it rests",
+                file=sys.stderr,
+                flush=True,
+            )
+        return EXIT_OK
+
     async def cmd_wake(self, runtime: Runtime) -> int:
         due = await runtime.reads.due_runs()
         worst = EXIT_OK

@@ -56,6 +56,17 @@ def command_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("state", nargs="?", choices=("on", "off"), help="turn it on or off")
 
+    p = sub.add_parser("tools", help="tools attached to a run tree at run time")
+    verbs = p.add_subparsers(dest="tools_command", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "attach",
+        parents=[common],
+        help="attach registry tools to a run and the children it starts (offered from each "
+        "one's next model call)",
+    )
+    p.add_argument("run", metavar="RUN", type=run_uuid)
+    p.add_argument("tool", metavar="TOOL", nargs="+", help="a registry tool's name")
+
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"
     )

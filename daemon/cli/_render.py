@@ -58,6 +58,8 @@ def describe(envelope: Envelope) -> str:
             detail += f" (copied from {payload['deduplicated_from']})"
     elif kind is EventKind.SLEEP_COMPLETED:
         detail = ""
+    elif kind is EventKind.TOOLS_ATTACHED:
+        detail = f"{', '.join(payload['tools'])} by the {payload['by']}"
     else:
         detail = _short(payload)
     tags = ""

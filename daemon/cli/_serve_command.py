@@ -62,6 +62,7 @@ def serve_config(args: argparse.Namespace, url: str):
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
         workspace=_workspace(args),
+        attachable_tools=_names(args.attachable_tools),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         heartbeat_seconds=args.stream_keepalive,
@@ -102,6 +103,11 @@ def _workspace(args: argparse.Namespace):
     if not os.path.isdir(root):
         raise CliError(f"--workspace names {args.workspace}, which is not a folder")
     return Workspace(root=root, shell=args.allow_bash, shell_timeout=args.bash_timeout)
+
+
+def _names(text: str) -> frozenset[str]:
+    """A comma-separated flag's names (blanks dropped)."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
 def _auth_token(variable: str | None) -> str | None:

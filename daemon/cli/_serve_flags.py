@@ -122,6 +122,14 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
         help=f"the longest one `bash` command runs (default {SHELL_TIMEOUT_SECONDS:g})",
     )
     p.add_argument(
+        "--attachable-tools",
+        default="",
+        metavar="NAMES",
+        help="registry tools (comma-separated) an agent in edit mode may attach to its own run "
+        "tree with attach_tool (default: none; the operator's POST /v1/runs/{id}/tools needs no "
+        "such list)",
+    )
+    p.add_argument(
         "--client-tool",
         action="append",
         default=[],

@@ -96,10 +96,13 @@ _GRAPH_KINDS = frozenset(
         EventKind.MAP_ITEM_COMPLETED,
     }
 )
+_ATTACHED = "a client-driven run's tools are its client's; the daemon attaches none to it"
 _NOT_APPENDABLE = {
     kind.value: (
         _ABANDONED
         if kind is EventKind.RUN_ABANDONED
+        else _ATTACHED
+        if kind is EventKind.TOOLS_ATTACHED
         else _GRAPH
         if kind in _GRAPH_KINDS
         else _STEPS

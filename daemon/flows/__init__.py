@@ -1,7 +1,7 @@
 """The flow tools agents call (``ask_user``, ``subagent``, ``finish``, ``flow_results``,
-``flow_agents``, ``flow_write``): one implementation as ``Tool``s bound to a run's flow session,
-offered to built-in agents, graph agent nodes and (through the ``salvor`` MCP server) process
-agents; and the labels that mark a run tree.
+``flow_agents``, ``flow_write``, ``attach_tool``): one implementation as ``Tool``s bound to a
+run's flow session, offered to built-in agents, graph agent nodes and (through the ``salvor`` MCP
+server) process agents; and the labels that mark a run tree.
 
 Rule: imports only the packages below it; what needs the daemon above (child runs, the catalog,
 the store's settings) is asked of the session's ``FlowHost``.
@@ -20,6 +20,7 @@ from ._session import (
     MAP_OF_LABEL,
     PARENT_LABEL,
     SUBAGENTS,
+    TOOLS_LABEL,
     FlowHost,
     FlowSession,
     child_run_id,
@@ -27,6 +28,8 @@ from ._session import (
     inherited_labels,
     is_autonomous,
     session_of,
+    tree_tools,
+    with_tools,
 )
 from ._tools import (
     AUTONOMOUS_REFUSAL,
@@ -44,6 +47,7 @@ __all__ = [
     "MAP_OF_LABEL",
     "PARENT_LABEL",
     "SUBAGENTS",
+    "TOOLS_LABEL",
     "FlowHost",
     "FlowSession",
     "caller_labels",
@@ -55,4 +59,6 @@ __all__ = [
     "is_autonomous",
     "offered",
     "session_of",
+    "tree_tools",
+    "with_tools",
 ]

@@ -7,7 +7,9 @@ subagent's child names its parent run), ``salvor.map_of`` (a map item names its 
 top-level run, inherited by every child the daemon starts for it), and ``salvor.linked`` (the run
 tree came over a link: its value is the client's project root, or empty when the flow lies in
 no project; written by the daemon at ``POST /v1/graph-runs`` with ``X-Salvor-Linked``, inherited
-like ``salvor.autonomous``, so recovery, forks and children all see it in their heads).
+like ``salvor.autonomous``, so recovery, forks and children all see it in their heads), and
+``salvor.tools`` (the registry tools attached to the tree at run time before the child started,
+comma-separated: its parent's own label and the ``ToolsAttached`` its parent's log held then).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ AUTONOMOUS_LABEL = "salvor.autonomous"
 LINKED_LABEL = "salvor.linked"
 # A graph run started by a flow's name (``flow_name``); the value is its ``namespace/name``.
 FLOW_LABEL = "salvor.flow"
+# The registry tools attached to the tree before this run started (comma-separated names).
+TOOLS_LABEL = "salvor.tools"
 # The labels only the daemon writes; a caller may set AUTONOMOUS_LABEL, never these.
-DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL, LINKED_LABEL, FLOW_LABEL})
+DAEMON_LABELS = frozenset({PARENT_LABEL, MAP_OF_LABEL, LINKED_LABEL, FLOW_LABEL, TOOLS_LABEL})
 # The namespace of subagent children's run ids (uuid5 over "<parent run>/<call seq>").
 SUBAGENTS = uuid.UUID("3b8e2f64-1c7d-5a09-8e4f-6d2a9c1b7e53")
 
@@ -54,13 +58,36 @@ def is_autonomous(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(AUTONOMOUS_LABEL) == "true"
 
 
-def inherited_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    """What a child run the daemon starts takes from the run that starts it."""
+def inherited_labels(
+    labels: Mapping[str, str] | None, attached: Sequence[str] = ()
+) -> dict[str, str]:
+    """What a child run the daemon starts takes from the run that starts it; ``attached``: the
+    tools the starting run's own log attached before the child starts."""
     labels = labels or {}
     inherited = {AUTONOMOUS_LABEL: "true"} if is_autonomous(labels) else {}
     if LINKED_LABEL in labels:
         inherited[LINKED_LABEL] = labels[LINKED_LABEL]
+    tools = tree_tools(labels, attached)
+    if tools:
+        inherited[TOOLS_LABEL] = ",".join(tools)
     return inherited
+
+
+def tree_tools(labels: Mapping[str, str] | None, attached: Sequence[str] = ()) -> tuple[str, ...]:
+    """The tools attached to a run's tree: those its head inherited, then ``attached`` (its own
+    log's), each once, in order."""
+    inherited = (labels or {}).get(TOOLS_LABEL) or ""
+    names = [name for name in inherited.split(",") if name]
+    return tuple(dict.fromkeys([*names, *attached]))
+
+
+def with_tools(labels: Mapping[str, str] | None, attached: Sequence[str]) -> dict[str, str] | None:
+    """``labels`` as a run whose own log attached ``attached`` hands them on (``salvor.tools``
+    holding the tree's tools), for ``inherited_labels`` of the children it starts."""
+    tools = tree_tools(labels, attached)
+    if not tools:
+        return None if labels is None else dict(labels)
+    return {**(labels or {}), TOOLS_LABEL: ",".join(tools)}
 
 
 def client_project(labels: Mapping[str, str] | None) -> str | None:
@@ -121,6 +148,22 @@ class FlowHost(Protocol):
         nothing is registered here."""
         ...
 
+    def registry_tool(self, name: str) -> Any:
+        """The daemon's registry tool ``name`` (a ``tools.Tool``), or None: what an attached
+        name offers."""
+        ...
+
+    async def attach_tools(self, session: FlowSession, names: Sequence[str]) -> dict:
+        """An agent's ``attach_tool``: check ``names`` against the operator's allow-list and the
+        registry, and answer ``{attached}`` (the call's recorded answer is the attachment: the
+        run offers them from its next model call, and children it starts after inherit them).
+
+        Raises:
+            ToolFailed: a name outside the allow-list or unknown to the registry
+                (retryable=False); nothing is attached.
+        """
+        ...
+
     async def save_graph(
         self, session: FlowSession, namespace: str, name: str, content: str
     ) -> dict:
@@ -147,6 +190,9 @@ class FlowSession:
     branches: Sequence[str] | None = None
     host: FlowHost | None = None
     client_project: str | None = None
+    # The registry tools attached to the run's tree so far (``tree_tools``): a child it starts
+    # inherits them.
+    attached: tuple[str, ...] = ()
 
     @property
     def linked(self) -> bool:

@@ -30,7 +30,13 @@ from ._session import FlowSession
 
 # The tools a host must stand behind (without one they are not offered).
 _NEED_HOST = frozenset(
-    {FlowTool.SUBAGENT, FlowTool.FLOW_RESULTS, FlowTool.FLOW_AGENTS, FlowTool.FLOW_WRITE}
+    {
+        FlowTool.SUBAGENT,
+        FlowTool.FLOW_RESULTS,
+        FlowTool.FLOW_AGENTS,
+        FlowTool.FLOW_WRITE,
+        FlowTool.ATTACH_TOOL,
+    }
 )
 # Effects: a question and a finish are reads (asking again after a crash asks the same thing);
 # a subagent call finds its one child again (idempotent); registering is content-addressed.
@@ -41,6 +47,9 @@ _EFFECTS = {
     FlowTool.FLOW_RESULTS: Effect.READ,
     FlowTool.FLOW_AGENTS: Effect.IDEMPOTENT,
     FlowTool.FLOW_WRITE: Effect.IDEMPOTENT,
+    # Attaching only names tools; the recorded answer is the attachment, so asking again after a
+    # crash attaches the same names.
+    FlowTool.ATTACH_TOOL: Effect.IDEMPOTENT,
 }
 AUTONOMOUS_REFUSAL = (
     "ask_user is not available here: this run is part of an autonomous run, and nobody will "
@@ -150,6 +159,13 @@ def _flow_write(session: FlowSession):
     return flow_write
 
 
+def _attach_tool(session: FlowSession):
+    async def attach_tool(args: Any, call: ToolCall) -> dict:
+        return await _host(session).attach_tools(session, list(dict.fromkeys(args["tools"])))
+
+    return attach_tool
+
+
 _HANDLERS = {
     FlowTool.ASK_USER: _ask_user,
     FlowTool.SUBAGENT: _subagent,
@@ -157,4 +173,5 @@ _HANDLERS = {
     FlowTool.FLOW_RESULTS: _flow_results,
     FlowTool.FLOW_AGENTS: _flow_agents,
     FlowTool.FLOW_WRITE: _flow_write,
+    FlowTool.ATTACH_TOOL: _attach_tool,
 }

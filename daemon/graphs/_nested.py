@@ -80,7 +80,7 @@ async def run_nested_flow(
     head = GraphRunStarted(
         graph_hash=graph.hash,
         input=flow_input,
-        labels={MAP_OF_LABEL: walk.run_id, **inherited_labels(walk.labels)},
+        labels={MAP_OF_LABEL: walk.run_id, **inherited_labels(walk.tree_labels(ctx))},
         flow=digest,
     )
     with contextlib.suppress(SeqConflict):  # a killed walk started it already

@@ -62,6 +62,7 @@ from ..agents import (
     gateway_for,
     reach_refusal,
 )
+from ..flows import with_tools
 from ..mcp import open_connections
 from ..models import ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
@@ -130,6 +131,12 @@ class GraphWalk:
     async def aclose(self) -> None:
         for gateway in self._gateways.values():
             await gateway.aclose()
+
+    def tree_labels(self, ctx: RunContext) -> dict[str, str] | None:
+        """The labels a child this walk starts here inherits from: the head's, with the tools
+        attached to the tree so far (the log's up to this point, so a replay starts the same)."""
+        ctx.live  # noqa: B018 (the cursor passes the attachments standing before this point)
+        return with_tools(self.labels, ctx.cursor.attached)
 
     # -- the walk -------------------------------------------------------------
 
@@ -428,7 +435,7 @@ class GraphWalk:
         await ctx.flush()
         agent = self.agents[node.body.agent]
         inputs = await self._item_inputs(ctx, node, items, remaining)
-        children = MapItems(self.kit, self._run_id, self.labels, node, agent)
+        children = MapItems(self.kit, self._run_id, self.tree_labels(ctx), node, agent)
         end = await children.drive(ctx, inputs, outputs)
         if end.fault is not None:
             raise end.fault

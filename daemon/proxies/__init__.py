@@ -11,6 +11,7 @@ from ._flow_server import (
     SALVOR_SERVER,
     FlowServer,
     salvor_server,
+    self_attached,
 )
 from ._mcp_lane import (
     McpLane,
@@ -50,5 +51,6 @@ __all__ = [
     "recorded_calls",
     "resolve_upstream",
     "salvor_server",
+    "self_attached",
     "variable_suffix",
 ]

@@ -22,6 +22,11 @@ What the tools do over MCP:
 * A refusal (a bad question, a bad finish, an unknown tool, an argument its schema rejects) is an
   MCP tool error: a result flagged ``isError`` whose text the agent's model reads.
 
+Registry tools attached to the run's tree at run time (``ToolsAttached``, the head's
+``salvor.tools``, the run's own ``attach_tool`` answers) are listed after the flow tools and
+called through the same lane: recorded, replayed and parked as every call of it is (an attached
+write whose outcome is unknown parks the run for a person).
+
 A process agent sees every flow tool its session's row offers (the server is its opt-in;
 ``salvor_mcp = false`` turns it off), and ``finish`` in either session: it is how a process agent
 hands back a typed result, a top-level one included.
@@ -29,13 +34,15 @@ hands back a typed result, a top-level one included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from salvor import __version__
 from salvor.protocol import (
     DeclaredOutput,
     Effect,
+    Envelope,
     FlowTool,
     SchemaViolation,
     Session,
@@ -47,7 +54,7 @@ from ..files import FileTools, plan_input
 from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
 from ..mcp import McpRemoteError, McpServerSpec
 from ..tools import WRITE_TOOLS, Suspend, Tool, ToolCall, ToolFailed
-from ._mcp_replay import LaneCall, stub_result
+from ._mcp_replay import LaneCall, lane_calls, stub_result
 
 SALVOR_SERVER = "salvor"
 METHOD_NOT_FOUND = -32601
@@ -73,6 +80,24 @@ def finish_of(call: LaneCall) -> dict | None:
     return checked if is_finish_result(checked) else None
 
 
+def self_attached(log: Sequence[Envelope]) -> list[str]:
+    """The tools a process run's own ``attach_tool`` calls attached, as the ``salvor`` lane
+    recorded their answers."""
+    names: list[str] = []
+    for call in lane_calls(log, SALVOR_SERVER):
+        if call.method != "tools/call" or not isinstance(call.input, dict):
+            continue
+        if call.input.get("name") != FlowTool.ATTACH_TOOL.value:
+            continue
+        result = call.output.get("result") if isinstance(call.output, dict) else None
+        if not isinstance(result, dict) or result.get("isError") is True:
+            continue
+        found = (result.get("structuredContent") or {}).get("attached")
+        if isinstance(found, list):
+            names.extend(name for name in found if isinstance(name, str))
+    return names
+
+
 class FlowServer:
     """The live half of the ``salvor`` lane: one run's flow tools as an MCP server answers them.
 
@@ -84,11 +109,20 @@ class FlowServer:
     remote_session_id: str | None = None
     broken: str | None = None
 
-    def __init__(self, session: FlowSession, files: FileTools | None = None) -> None:
+    def __init__(
+        self,
+        session: FlowSession,
+        files: FileTools | None = None,
+        *,
+        resolve: Callable[[str], Tool | None] | None = None,
+    ) -> None:
         self.session = session
         # The file tools the agent declares, offered after the flow tools.
         self.files: dict[str, Tool] = dict(files.tools) if files is not None else {}
         self._planner = files.planner if files is not None else None
+        # The registry behind attached names (the host's), and the tools attached so far.
+        self._resolve = resolve
+        self.attached: dict[str, Tool] = {}
         self.spec = McpServerSpec(
             name=SALVOR_SERVER,
             effects={
@@ -100,6 +134,21 @@ class FlowServer:
         # A lane sets these on any session; this server sends nothing unasked.
         self.on_notification = None
         self.on_request = None
+        self.attach(session.attached)
+
+    def attach(self, names: Sequence[str]) -> None:
+        """Offer the registry tools ``names`` from the next ``tools/list`` on (a flow tool's
+        name, a file tool's, or one the registry lacks, is not offered)."""
+        taken = {tool.value for tool in FlowTool} | set(self.files)
+        for name in names:
+            tool = None if self._resolve is None else self._resolve(name)
+            if tool is None or name in taken or name in self.attached:
+                continue
+            self.attached[name] = tool
+            self.spec.effects[name] = tool.effect.value
+        # A child the run starts from now on inherits them.
+        tree = tuple(dict.fromkeys([*self.session.attached, *names]))
+        self.session = replace(self.session, attached=tree)
 
     def opened(self, initialize: dict | None) -> FlowServer:
         """This server, initialised with the agent's ``initialize`` (or the recorded one)."""
@@ -116,10 +165,12 @@ class FlowServer:
         return self
 
     def effect_of(self, tool: Any) -> Effect:
-        """A flow or file tool's effect; a name salvor does not offer is refused unperformed (a
-        read)."""
+        """A flow, file or attached tool's effect; a name salvor does not offer is refused
+        unperformed (a read)."""
         if isinstance(tool, str) and tool in self.files:
             return self.files[tool].effect
+        if isinstance(tool, str) and tool in self.attached:
+            return self.attached[tool].effect
         try:
             return flow_tool(self.session, FlowTool(tool)).effect
         except ValueError:
@@ -145,7 +196,7 @@ class FlowServer:
             tools.append(flow_tool(self.session, FlowTool.FINISH))
         order = list(FlowTool)
         flows = sorted(tools, key=lambda tool: order.index(FlowTool(tool.name)))
-        return flows + list(self.files.values())
+        return flows + list(self.files.values()) + list(self.attached.values())
 
     async def _edit_mode(self) -> bool:
         host = self.session.host
@@ -217,6 +268,8 @@ class FlowServer:
             if exc.retryable:
                 raise
             return tool_error_result(exc.message)
+        if name == FlowTool.ATTACH_TOOL and isinstance(outcome, dict):
+            self.attach(outcome.get("attached") or [])
         if isinstance(outcome, Suspend):
             # The same request any MCP server makes to park its run: the lane parks it.
             return {
@@ -236,9 +289,12 @@ def salvor_server(
     outputs: Sequence[DeclaredOutput],
     host: FlowHost | None,
     files: FileTools | None = None,
+    *,
+    attached: Sequence[str] = (),
 ) -> FlowServer:
     """The ``salvor`` server of a process run: its flow session from its labels (a child of a
-    parent's subagent call or a map is a child session), every flow tool opted into."""
+    parent's subagent call or a map is a child session), every flow tool opted into, and the
+    registry tools ``attached`` to its tree (which children it starts inherit)."""
     session = FlowSession(
         run_id=run_id,
         session=session_of(labels),
@@ -246,5 +302,6 @@ def salvor_server(
         opted_in=tuple(FlowTool),
         outputs=tuple(outputs),
         host=host,
+        attached=tuple(attached),
     )
-    return FlowServer(session, files)
+    return FlowServer(session, files, resolve=None if host is None else host.registry_tool)

@@ -135,6 +135,8 @@ def lane_calls(log: Sequence[Envelope], server: str) -> list[LaneCall]:
     waiting: LaneCall | None = None
     for env in log:
         event = env.event
+        if event.KIND is EventKind.TOOLS_ATTACHED:
+            continue  # recorded wherever the run rested, a wait included: it narrates only
         if waiting is not None:
             if event.KIND in (_WAIT_GOES_ON if waiting.wait else _WAIT_STARTS):
                 waiting.wait.append(event)

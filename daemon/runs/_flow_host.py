@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from salvor.protocol import (
     EMPTY_VIEW,
@@ -41,12 +41,13 @@ from ..flows import (
     child_run_id,
     inherited_labels,
 )
-from ..tools import NotPerformed, ToolFailed
+from ..tools import NotPerformed, Tool, ToolFailed, ToolRegistry
 from ..web import OperationRefused
 from ._client_saves import ClientSaves
 from ._definitions import Definitions
 from ._flow_catalog import FlowCatalog
 from ._run_reads import RunReads
+from ._run_tools import agent_attach
 
 HASH_PREFIX = "sha256:"
 
@@ -84,10 +85,13 @@ class RunFlows(FlowCatalog):
         *,
         credentials: Credentials,
         drive: Callable[..., Awaitable[RunView]],
+        attachable: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(definitions, credentials=credentials)
         self.reads = reads
         self._drive = drive
+        # The registry tools an agent may attach to its run tree (``--attachable-tools``).
+        self.attachable = attachable
         self._client_saves = ClientSaves(definitions, credentials=credentials)
 
     async def save_agent(self, session: FlowSession, content: str) -> dict:
@@ -99,6 +103,14 @@ class RunFlows(FlowCatalog):
     ) -> dict:
         """A flow written in a linked run, saved on the client (``ClientSaves``)."""
         return await self._client_saves.save_graph(session, namespace, name, content)
+
+    def registry_tool(self, name: str) -> Tool | None:
+        return self.definitions.registry.get(name)
+
+    async def attach_tools(self, session: FlowSession, names: Sequence[str]) -> dict:
+        """An agent's ``attach_tool`` (``agent_attach``, against ``--attachable-tools``)."""
+        registry: ToolRegistry = self.definitions.registry
+        return agent_attach(registry, self.attachable, names)
 
     async def run_child(
         self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]
@@ -124,7 +136,7 @@ class RunFlows(FlowCatalog):
             held = {AUTONOMOUS_LABEL: "true"} if parent.autonomous else {}
             if parent.linked:
                 held[LINKED_LABEL] = parent.client_project
-            labels.update(inherited_labels(held))
+            labels.update(inherited_labels(held, parent.attached))
             head = RunStarted(
                 agent_def_hash=found.agent_def_hash,
                 input={"task": task, "inputs": dict(inputs)},

@@ -37,6 +37,7 @@ from ._forks import Forks
 from ._run_control import RunControl
 from ._run_reads import RunReads
 from ._run_starts import RunStarts
+from ._run_tools import RunTools
 from ._uploads import Uploads
 
 log = logging.getLogger("salvor.runs")
@@ -55,6 +56,7 @@ class Runtime:
         process_restarts: int = 0,
         credentials: Credentials | None = None,
         allow_process_agents: bool = True,
+        attachable_tools: frozenset[str] = frozenset(),
     ) -> None:
         self.access = access
         # Whether a drive may run a process or service agent at all (a daemon started without
@@ -72,13 +74,20 @@ class Runtime:
             credentials=credentials,
             proxy=proxy,
             process_restarts=process_restarts,
-            flows=RunFlows(self.definitions, self.reads, credentials=credentials, drive=self.drive),
+            flows=RunFlows(
+                self.definitions,
+                self.reads,
+                credentials=credentials,
+                drive=self.drive,
+                attachable=attachable_tools,
+            ),
             model_clients=ModelClients(),
         )
         self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
         self.control = RunControl(access, self.definitions, self.reads, clock=clock)
         self.forks = Forks(access)
         self.uploads = Uploads(access)
+        self.tools = RunTools(access, self.reads, registry)
 
     async def aclose(self) -> None:
         """Close what this runtime kept between drives (its model clients); a drive still going

@@ -200,6 +200,7 @@ async def _become_node(
         process_restarts=config.process_restarts,
         credentials=credentials,
         allow_process_agents=config.allow_process_agents,
+        attachable_tools=config.attachable_tools,
     )
     return _Node(identity, lease, peers, credentials, runtime)
 

@@ -29,6 +29,7 @@ from salvor.protocol import (
     Suspended,
     ToolCallCompleted,
     ToolCallRequested,
+    ToolsAttached,
     decode_envelope,
     decode_event,
     encode_envelope,
@@ -130,6 +131,7 @@ SAMPLES: list[tuple[str, Event]] = [
     ("NodeExited minimal", NodeExited(node="research", output=None)),
     ("NodeSkipped", NodeSkipped(node="reject", reason="an upstream branch took another case")),
     ("MapItemCompleted", MapItemCompleted(node="each", index=2, run_id="child", output=[1])),
+    ("ToolsAttached", ToolsAttached(tools=["lookup_claim"], by="operator")),
     (
         "MapItemCompleted with its child's usage",
         MapItemCompleted(

@@ -33,7 +33,7 @@ ALL = list(FlowTool)
         (
             Session.MAIN,
             True,
-            ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write"],
+            ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write", "attach_tool"],
         ),
         (Session.CHILD, False, ["ask_user", "finish"]),
         (Session.CHILD, True, ["ask_user", "finish"]),
@@ -51,7 +51,7 @@ def test_the_matrix_decides_what_a_session_sees(session, edit_mode, seen):
         (
             Session.MAIN,
             True,
-            ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write"],
+            ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write", "attach_tool"],
         ),
     ],
 )

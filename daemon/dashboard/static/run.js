@@ -344,6 +344,7 @@ function describe(kind, payload) {
     case "NodeExited": return `node ${payload.node} exited${payload.branch_case ? ` (case ${payload.branch_case})` : ""}`;
     case "NodeSkipped": return `node ${payload.node} skipped: ${payload.reason}`;
     case "NowObserved": return payload.now;
+    case "ToolsAttached": return `tools attached by the ${payload.by}: ${payload.tools.join(", ")}`;
     default: return "";
   }
 }

@@ -224,7 +224,7 @@ async def test_the_document_names_exactly_the_fields_each_handler_takes(server_f
             template
         )
         checked += 1
-    assert checked == 16
+    assert checked == 17
     # A model step's request, checked whole by the step itself.
     taken = await _taken(
         api,

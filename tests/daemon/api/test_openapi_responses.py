@@ -257,6 +257,13 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         json={"output": {"refund_id": "rf_by_hand"}},
     )
 
+    tools = "/v1/runs/{run_id}/tools"
+    await call(api, "POST", tools, expect=200, run_id=parked, json={"tools": ["lookup_invoice"]})
+    await call(api, "POST", tools, expect=400, run_id=parked, json={"url": "http://evil.test/mcp"})
+    await call(api, "POST", tools, expect=404, run_id=parked, json={"tools": ["no_such_tool"]})
+    await call(api, "POST", tools, expect=404, run_id=MISSING_RUN, json={"tools": ["nap"]})
+    await call(api, "POST", tools, expect=409, run_id=completed, json={"tools": ["nap"]})
+
     abandon = "/v1/runs/{run_id}/abandon"
     await call(api, "POST", abandon, expect=200, run_id=parked, json={"reason": "not needed"})
     await call(
@@ -382,6 +389,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
         (resume, {}),
         (resolve, {}),
         (abandon, {}),
+        (tools, {}),
         ("/v1/client-runs", {}),
         (events, {"X-Drive-Token": retaken["drive_token"]}),
     ):

@@ -43,7 +43,14 @@ def test_tools_that_need_a_host_are_not_offered_without_one():
     assert [t.name for t in flow_tools(alone, edit_mode=True)] == ["ask_user"]
     hosted = FlowSession(run_id="r", session=Session.MAIN, opted_in=ALL, host=_Host())
     names = [t.name for t in flow_tools(hosted, edit_mode=True)]
-    assert names == ["ask_user", "subagent", "flow_results", "flow_agents", "flow_write"]
+    assert names == [
+        "ask_user",
+        "subagent",
+        "flow_results",
+        "flow_agents",
+        "flow_write",
+        "attach_tool",
+    ]
     assert {t.name: t.effect for t in flow_tools(hosted, edit_mode=False)} == {
         "ask_user": Effect.READ,
         "subagent": Effect.IDEMPOTENT,

@@ -626,5 +626,6 @@ async def test_authoring_is_offered_to_a_process_run_while_edit_mode_is_on(
         "flow_results",
         "flow_agents",
         "flow_write",
+        "attach_tool",
     ]
     assert "asker" in [entry["name"] for entry in json.loads(answer)]
