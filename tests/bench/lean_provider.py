@@ -24,17 +24,15 @@ import socket
 from typing import Self
 
 from tests.bench.serve_process import cpu_seconds
-from tests.support.scripted_provider import (
-    ANTHROPIC_PATH,
-    ProviderCall,
-    _anthropic_error,
-    _anthropic_events,
-    _anthropic_message,
-    _json_bytes,
-    _sse,
-    anthropic_to_neutral,
-    tool_loop_script,
+from tests.support.provider_replies import (
+    anthropic_error,
+    anthropic_events,
+    anthropic_message,
+    json_bytes,
+    sse,
 )
+from tests.support.provider_requests import anthropic_to_neutral
+from tests.support.scripted_provider import ANTHROPIC_PATH, ProviderCall, tool_loop_script
 
 # The message id the cached answers carry, replaced by each call's own (``msg_scripted_<n>``).
 _ID_MARK = b"msg_scripted_LEAN"
@@ -63,7 +61,7 @@ class _Answers:
             key = (results, body["model"], bool(body.get("stream")))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             message = f"lean provider: bad request: {exc!r}"
-            return 400, "application/json", _json_bytes(_anthropic_error(400, message))
+            return 400, "application/json", json_bytes(anthropic_error(400, message))
         if key not in self._encoded:
             self._encoded[key] = self._encode(body)
         index = self.calls
@@ -77,12 +75,12 @@ class _Answers:
         )
         response, usage = self._script(call)
         if body.get("stream"):
-            events = _anthropic_events(0, response, usage, body["model"])
-            encoded = "text/event-stream", _sse(events, named=True)
+            events = anthropic_events(0, response, usage, body["model"])
+            encoded = "text/event-stream", sse(events, named=True)
         else:
             encoded = (
                 "application/json",
-                _json_bytes(_anthropic_message(0, response, usage, body["model"])),
+                json_bytes(anthropic_message(0, response, usage, body["model"])),
             )
         return encoded[0], encoded[1].replace(b"msg_scripted_0", _ID_MARK)
 
@@ -124,7 +122,7 @@ def _next_request(connection: _Connection, answers: _Answers) -> bytes | None:
         elif name == b"transfer-encoding":
             connection.closing = True
             message = "lean provider: chunked request bodies are not read"
-            return _response(400, "application/json", _json_bytes(_anthropic_error(400, message)))
+            return _response(400, "application/json", json_bytes(anthropic_error(400, message)))
         elif name == b"connection" and value.strip().lower() == b"close":
             close = True
     if len(connection.buffer) < end + 4 + length:
@@ -135,7 +133,7 @@ def _next_request(connection: _Connection, answers: _Answers) -> bytes | None:
     if method != b"POST" or path.split(b"?", 1)[0] != ANTHROPIC_PATH.encode():
         message = f"lean provider: no route for {method.decode()} {path.decode()}"
         error = {"type": "error", "error": {"type": "not_found_error", "message": message}}
-        return _response(404, "application/json", _json_bytes(error))
+        return _response(404, "application/json", json_bytes(error))
     return _response(*answers.answer(raw))
 
 

@@ -345,3 +345,18 @@ def responses_events(index: int, response: JSON, usage: JSON, body: JSON) -> lis
 def numbered(events: list[JSON]) -> list[tuple]:
     """Named SSE events, numbered in order as the Responses stream numbers them."""
     return [(e["type"], dict(e, sequence_number=n)) for n, e in enumerate(events)]
+
+
+def json_bytes(value: Any) -> bytes:
+    """A JSON body as the provider sends it."""
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+def sse(events: list[tuple], *, named: bool) -> bytes:
+    """Server-sent events: (name, data) pairs, named or bare."""
+    # Anthropic and OpenAI Responses name every event; Chat Completions sends bare data lines.
+    out = []
+    for name, data in events:
+        prefix = f"event: {name}\n" if named and name else ""
+        out.append(f"{prefix}data: {json.dumps(data, ensure_ascii=False)}\n\n")
+    return "".join(out).encode()

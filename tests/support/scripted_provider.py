@@ -32,12 +32,14 @@ from tests.support.provider_replies import (
     anthropic_error,
     anthropic_events,
     anthropic_message,
+    json_bytes,
     numbered,
     openai_chunks,
     openai_completion,
     openai_error,
     responses_events,
     responses_object,
+    sse,
 )
 from tests.support.provider_requests import (
     anthropic_to_neutral,
@@ -335,7 +337,7 @@ class ScriptedProvider:
         reply = self._script(call)
         error = anthropic_error if call.wire == "anthropic" else openai_error
         if isinstance(reply, ErrorReply):
-            return reply.status, "application/json", _json_bytes(error(reply.status, reply.message))
+            return reply.status, "application/json", json_bytes(error(reply.status, reply.message))
         if isinstance(reply, FailedResponse):
             return self._failed(call, reply.message)
         response, usage = reply
@@ -345,39 +347,39 @@ class ScriptedProvider:
                 return (
                     200,
                     "text/event-stream",
-                    _sse(responses_events(call.index, response, usage, call.body), named=True),
+                    sse(responses_events(call.index, response, usage, call.body), named=True),
                 )
             return (
                 200,
                 "application/json",
-                _json_bytes(responses_object(call.index, response, usage, call.body)),
+                json_bytes(responses_object(call.index, response, usage, call.body)),
             )
         if call.wire == "anthropic":
             if call.stream:
                 return (
                     200,
                     "text/event-stream",
-                    _sse(anthropic_events(call.index, response, usage, model), named=True),
+                    sse(anthropic_events(call.index, response, usage, model), named=True),
                 )
             return (
                 200,
                 "application/json",
-                _json_bytes(anthropic_message(call.index, response, usage, model)),
+                json_bytes(anthropic_message(call.index, response, usage, model)),
             )
         if call.stream:
             include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
             chunks = openai_chunks(call.index, response, usage, model, include_usage)
-            return 200, "text/event-stream", _sse(chunks, named=False) + b"data: [DONE]\n\n"
+            return 200, "text/event-stream", sse(chunks, named=False) + b"data: [DONE]\n\n"
         return (
             200,
             "application/json",
-            _json_bytes(openai_completion(call.index, response, usage, model)),
+            json_bytes(openai_completion(call.index, response, usage, model)),
         )
 
     def _failed(self, call: ProviderCall, message: str) -> tuple[int, str, bytes]:
         if call.wire != "responses":
             error = anthropic_error if call.wire == "anthropic" else openai_error
-            return 500, "application/json", _json_bytes(error(500, message))
+            return 500, "application/json", json_bytes(error(500, message))
         empty = (
             {"content": [], "stop_reason": "end_turn"},
             {"input_tokens": 0, "output_tokens": 0},
@@ -390,27 +392,14 @@ class ScriptedProvider:
             error={"code": "server_error", "message": message},
         )
         if not call.stream:
-            return 200, "application/json", _json_bytes(failed)
+            return 200, "application/json", json_bytes(failed)
         pending = responses_object(call.index, *empty, call.body, done=False)
         events = [
             {"type": "response.created", "response": pending},
             {"type": "response.in_progress", "response": pending},
             {"type": "response.failed", "response": failed},
         ]
-        return 200, "text/event-stream", _sse(numbered(events), named=True)
-
-
-def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode()
-
-
-def _sse(events: list[tuple], *, named: bool) -> bytes:
-    # Anthropic and OpenAI Responses name every event; Chat Completions sends bare data lines.
-    out = []
-    for name, data in events:
-        prefix = f"event: {name}\n" if named and name else ""
-        out.append(f"{prefix}data: {json.dumps(data, ensure_ascii=False)}\n\n")
-    return "".join(out).encode()
+        return 200, "text/event-stream", sse(numbered(events), named=True)
 
 
 def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
@@ -453,7 +442,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             self._send(
                 404,
                 "application/json",
-                _json_bytes(
+                json_bytes(
                     {"type": "error", "error": {"type": "not_found_error", "message": message}}
                 ),
             )
@@ -479,7 +468,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 self._send(
                     400,
                     "application/json",
-                    _json_bytes(error(400, f"scripted provider: bad request: {exc!r}")),
+                    json_bytes(error(400, f"scripted provider: bad request: {exc!r}")),
                 )
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
@@ -488,7 +477,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 status, content_type, payload = provider._answer(call)
             except Exception as exc:  # noqa: BLE001 - a failing script must surface in the test
                 status, content_type = 500, "application/json"
-                payload = _json_bytes(
+                payload = json_bytes(
                     error(500, f"scripted provider: script failed on call {call.index}: {exc!r}")
                 )
             try:
