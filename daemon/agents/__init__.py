@@ -38,6 +38,15 @@ from ._diagnostics import (
     graph_diagnostics,
     graph_error_diagnostics,
 )
+from ._drive import (
+    declares_probe,
+    drive,
+    fail_unreachable,
+    flow_session,
+    gateway_for,
+    probes_open_write,
+    reach_refusal,
+)
 from ._drive_kit import (
     DriveKit,
 )
@@ -49,14 +58,7 @@ from ._loop import (
     FINISH_REMINDER,
     FINISH_REMINDERS,
     AgentLoop,
-    declares_probe,
-    drive,
-    fail_unreachable,
-    flow_session,
-    gateway_for,
     offered_besides_mcp,
-    probes_open_write,
-    reach_refusal,
 )
 from ._markdown import read_markdown
 from ._outside_definition import OUTPUT_SOURCES

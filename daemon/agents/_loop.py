@@ -40,16 +40,13 @@ from typing import Any
 from salvor.protocol import (
     BUDGET_KINDS,
     EDIT_MODE_TOOLS,
-    TOOL_ERROR_KEY,
     BudgetExceeded,
-    Envelope,
     EventKind,
     FlowTool,
     ReplayDivergence,
     RunCompleted,
     RunFailed,
     RunState,
-    RunView,
     SchemaViolation,
     Session,
     check_finish,
@@ -59,12 +56,8 @@ from salvor.protocol import (
 
 from ..files import file_tools
 from ..flows import (
-    FlowHost,
     FlowSession,
-    client_project,
     flow_tools,
-    is_autonomous,
-    session_of,
     tree_tools,
 )
 from ..mcp import (
@@ -72,23 +65,23 @@ from ..mcp import (
     McpConnections,
     exposed_tools,
     listing_tool,
-    mcp_result_for_model,
     mcp_tool,
-    open_connections,
     probe_reader,
 )
-from ..models import ModelClients, ModelGateway
-from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
-from ..proxies import lane_probe
-from ..recording import DriveInterrupted, Parked, RunContext
+from ..models import ModelGateway
+from ..recording import DriveInterrupted, RunContext
 from ..tools import WRITE_TOOLS, Tool, ToolRegistry
 from ..web import off_loop
-from ._credentials import Credentials, Undeclared
-from ._definition import AgentDefinition, AgentKind
-from ._drive_kit import DriveKit
+from ._definition import AgentDefinition
 from ._file_calls import file_change
-from ._process import drive_process, parked_write
-from ._service import drive_service
+from ._tool_answers import (
+    as_text,
+    attached_by,
+    counted_child,
+    error_result,
+    text_of,
+    tool_result,
+)
 
 SUBMIT_OUTPUT = "submit_output"
 FINISH = FlowTool.FINISH.value
@@ -103,94 +96,6 @@ FINISH_REMINDERS = 2
 _REMINDED: Any = object()
 
 
-def flow_session(
-    agent: AgentDefinition,
-    run_id: str,
-    labels: dict[str, str] | None,
-    host: FlowHost | None,
-    *,
-    graph_node: bool = False,
-    branches: list[str] | None = None,
-) -> FlowSession:
-    """The flow session a conversation of ``agent`` in run ``run_id`` holds.
-
-    In a child session ``finish`` is offered when the agent opted into it, declares outputs, or
-    must choose a branch (``branches``: a graph node a branch node routes on): a child must be
-    able to return its typed result.
-    """
-    session = session_of(labels, graph_node=graph_node)
-    chosen = agent.flow_tools
-    outputs = agent.outputs
-    if (
-        session is Session.CHILD
-        and FlowTool.FINISH not in chosen
-        and (outputs or branches is not None)
-    ):
-        chosen += (FlowTool.FINISH,)
-    return FlowSession(
-        run_id=run_id,
-        session=session,
-        autonomous=is_autonomous(labels),
-        opted_in=chosen,
-        outputs=outputs,
-        branches=branches,
-        host=host,
-        client_project=client_project(labels),
-    )
-
-
-def _as_text(value: Any) -> str:
-    return (
-        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    )
-
-
-def _tool_result(use_id: str, value: Any, *, mcp: bool = False) -> dict:
-    if isinstance(value, dict) and TOOL_ERROR_KEY in value:
-        return {
-            "type": "tool_result",
-            "tool_use_id": use_id,
-            "content": value[TOOL_ERROR_KEY]["message"],
-            "is_error": True,
-        }
-    if mcp:
-        text, is_error = mcp_result_for_model(value)
-        return {
-            "type": "tool_result",
-            "tool_use_id": use_id,
-            "content": text,
-            **({"is_error": True} if is_error else {}),
-        }
-    return {"type": "tool_result", "tool_use_id": use_id, "content": _as_text(value)}
-
-
-def _text_of(content: list) -> str:
-    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
-
-
-def _counted_child(value: Any, usage: dict) -> tuple[Any, int]:
-    """A subagent call's output less the child's usage it carries, which is added to ``usage``;
-    and the child's model calls. The child's calls count toward this conversation's budgets as
-    the call's output recorded them, so a replay counts the same."""
-    child = value.get("usage") if isinstance(value, dict) else None
-    keys = ("input_tokens", "output_tokens", "steps")
-    if not (isinstance(child, dict) and all(type(child.get(key)) is int for key in keys)):
-        return value, 0
-    usage["input_tokens"] += child["input_tokens"]
-    usage["output_tokens"] += child["output_tokens"]
-    return {k: v for k, v in value.items() if k != "usage"}, child["steps"]
-
-
-def _attached_by(value: Any) -> list[str]:
-    """The names an ``attach_tool`` call's recorded answer attached (none for an error)."""
-    names = value.get("attached") if isinstance(value, dict) else None
-    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-
-
-def _error_result(use_id: str, message: str) -> dict:
-    return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
-
-
 def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
     """The tool names an agent offers besides its MCP tools, each with what offers it."""
     taken = {name: f"the registry tool {name!r}" for name in agent.tools}
@@ -198,61 +103,6 @@ def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
         taken[SUBMIT_OUTPUT] = f"the {SUBMIT_OUTPUT} tool of output_schema"
     taken |= {tool.value: f"the flow tool {tool.value!r}" for tool in agent.offerable_flow_tools}
     return taken
-
-
-def reach_refusal(agent: AgentDefinition, credentials: Credentials | None) -> str | None:
-    """Why the daemon may not drive ``agent`` with the operator's declarations as they are now
-    (``Credentials.check_reach``: a definition stored before the flags changed is held to
-    today's); None when it may, or outside the daemon (the command line trusts its files)."""
-    if credentials is None or not credentials.strict:
-        return None
-    try:
-        credentials.check_reach(agent)
-    except Undeclared as exc:
-        return f"the run's agent names what this daemon's operator has not declared: {exc}"
-    return None
-
-
-async def fail_unreachable(ctx: RunContext, refusal: str) -> RunView:
-    """Fail the run of ``ctx`` with ``refusal`` (``reach_refusal``) instead of driving it.
-
-    A run with nothing to drive is left as it is, one parked on a write that may have landed
-    among them (a person settles it, and the next drive fails the run; its probe is not run,
-    since that would dial what the refusal forbids). A sleeping run is woken when its timer
-    is due, then failed; before then, left asleep.
-    """
-    if ctx.view.state is RunState.SLEEPING and not await ctx.wake_when_due():
-        return ctx.view
-    if ctx.view.idle:
-        return ctx.view
-    await ctx.record(RunFailed(error=refusal))
-    return ctx.view
-
-
-def gateway_for(
-    agent: AgentDefinition,
-    credentials: Credentials | None = None,
-    clients: ModelClients | None = None,
-) -> ModelGateway:
-    """The model gateway a definition asks for, with the key bound to the endpoint it reaches.
-
-    ``credentials``: the daemon's declarations; None resolves an agent file
-    as the command line always has (from the process's environment).
-    ``clients``: the daemon's HTTP clients kept between drives (None: one of its own).
-    """
-    endpoint = (credentials or Credentials()).endpoint_for(
-        provider=agent.llm.provider,
-        base_url=agent.llm.base_url,
-        base_url_env=agent.llm.base_url_env,
-        api_key_env=agent.llm.api_key_env,
-    )
-    return ModelGateway(
-        endpoint,
-        stream=agent.llm.stream,
-        max_retries=agent.llm.max_retries,
-        timeout_seconds=agent.llm.timeout_seconds,
-        clients=clients,
-    )
 
 
 class AgentLoop:
@@ -473,7 +323,7 @@ class AgentLoop:
             await self._add_mcp_tools(ctx)
         self._offer_flow_tools(False)
         messages: list[dict] = [
-            {"role": "user", "content": [{"type": "text", "text": _as_text(task)}]}
+            {"role": "user", "content": [{"type": "text", "text": as_text(task)}]}
         ]
         usage = {"input_tokens": 0, "output_tokens": 0}
         completed_calls = 0
@@ -513,7 +363,7 @@ class AgentLoop:
                             )
                         )
                     except SchemaViolation as exc:
-                        results.append(_error_result(use_id, exc.message))
+                        results.append(error_result(use_id, exc.message))
                         continue
                     return args
                 if name == FINISH and self.finishes:
@@ -521,12 +371,12 @@ class AgentLoop:
                         return check_finish(args, self.flows.outputs, self.flows.branches)
                     except SchemaViolation as exc:
                         # Told to the model, never recorded as a call: only a good finish counts.
-                        results.append(_error_result(use_id, exc.message))
+                        results.append(error_result(use_id, exc.message))
                         continue
                 tool = self.tools.get(name) or self.flow_tools.get(name)
                 if tool is None:
                     results.append(
-                        _error_result(use_id, f"there is no tool named {name!r} in this agent")
+                        error_result(use_id, f"there is no tool named {name!r} in this agent")
                     )
                     continue
                 key = call_key(calls, name) if call_key is not None else None
@@ -536,11 +386,11 @@ class AgentLoop:
                 else:
                     value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
                 if name == FlowTool.SUBAGENT:
-                    value, steps = _counted_child(value, usage)
+                    value, steps = counted_child(value, usage)
                     completed_calls += steps
                 elif name == FlowTool.ATTACH_TOOL:
-                    self.self_attached.extend(_attached_by(value))
-                results.append(_tool_result(use_id, value, mcp=name in self.mcp_names))
+                    self.self_attached.extend(attached_by(value))
+                results.append(tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
 
     async def _text_answer(self, ctx: RunContext, content: list, reminders: int) -> Any:
@@ -554,7 +404,7 @@ class AgentLoop:
         if not self.finishes:
             return await self._answer_from_text(ctx, content)
         if not self.must_finish:
-            return text_result(_text_of(content))
+            return text_result(text_of(content))
         if reminders == FINISH_REMINDERS:
             await ctx.control(
                 RunFailed(
@@ -636,7 +486,7 @@ class AgentLoop:
         Raises:
             Parked: the text holds no output matching output_schema; RunFailed is recorded.
         """
-        text = _text_of(content)
+        text = text_of(content)
         if self.agent.output_schema is None:
             return text
         try:
@@ -650,121 +500,3 @@ class AgentLoop:
             )
             await ctx.park(RunState.FAILED)
         return answer
-
-
-def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunView) -> bool:
-    """Whether ``view`` is parked on an open write of ``agent`` that declares a probe.
-
-    Such a run is not only a person's to settle: a drive probes the write
-    first (a process agent's, over the server's stand-in lane: ``McpLane``).
-    A service agent's writes are never probed.
-    """
-    pending = parked_write(view)
-    return pending is not None and declares_probe(agent, registry, pending.tool, pending.input)
-
-
-def declares_probe(
-    agent: AgentDefinition, registry: ToolRegistry, tool_name: str, tool_input: Any = None
-) -> bool:
-    """Whether ``agent``'s write ``tool_name`` declares a probe this daemon can run.
-
-    ``tool_input``: the write's recorded input; a process agent's MCP call is recorded as its
-    server's lane (``mcp:<server>/tools/call``) with the tool's name in its input.
-    """
-    if agent.kind is AgentKind.PROCESS:
-        return lane_probe(agent.mcp_servers, tool_name, tool_input) is not None
-    if agent.kind is not AgentKind.BUILTIN:
-        return False
-    if tool_name in agent.tools:
-        tool = registry.get(tool_name)
-        if tool is None:
-            return tool_name in WRITE_TOOLS  # a file write: always probed (``file_change``)
-        return registry.probe_of(tool) is not None
-    return any(
-        spec.probe_of(tool_name) is not None and spec.exposes(tool_name)
-        for spec in agent.mcp_servers
-    )
-
-
-async def drive(
-    kit: DriveKit,
-    run_id: str,
-    agent: AgentDefinition,
-    *,
-    on_record: Callable[[list[Envelope]], None] | None = None,
-) -> RunView:
-    """Drive a run to its next resting point and return its view there.
-
-    ``kit``: what every drive is handed (the store, the registry, the clock, the credentials
-    ``gateway_for`` reads, the flow host behind the flow tools a built-in agent opted into; the
-    run's flow session comes from its labels: ``flow_session``).
-
-    Raises:
-        DriveInterrupted: the drive stopped with the run recoverable (a model
-            call that may succeed later); the message says how to continue.
-        ReplayDivergence: the log does not match what this definition does;
-            nothing was recorded.
-
-    Concurrency:
-        The drive holds the run (``kit.access.driving``) from before it reads the log until it
-        returns: a drive of a run another drive holds waits for that one to end, then goes on
-        from the log it left.
-    """
-    async with kit.access.driving.hold(run_id):
-        return await _drive_held(kit, run_id, agent, on_record)
-
-
-async def _drive_held(
-    kit: DriveKit,
-    run_id: str,
-    agent: AgentDefinition,
-    on_record: Callable[[list[Envelope]], None] | None,
-) -> RunView:
-    access, clock, flows = kit.access, kit.clock, kit.flows
-    refusal = reach_refusal(agent, kit.credentials)
-    if refusal is not None:
-        log = await access.read(access.store.read_log, run_id)
-        ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-        return await fail_unreachable(ctx, refusal)
-    if agent.kind is AgentKind.PROCESS:
-        # A local agent process: its model calls cross the loopback proxy
-        # (one is started for this drive when the caller has none).
-        return await drive_process(
-            access,
-            run_id,
-            agent,
-            proxy=kit.proxy,
-            on_record=on_record,
-            clock=clock,
-            restarts=kit.process_restarts,
-            flows=flows,
-            workspace=kit.registry.workspace,
-        )
-    if agent.kind is AgentKind.SERVICE:
-        # A running service triggered over HTTP; its model calls reach this
-        # run's session on the agent's own loopback port (held in ``ports``).
-        return await drive_service(
-            access,
-            run_id,
-            agent,
-            proxy=kit.proxy,
-            ports=kit.ports,
-            on_record=on_record,
-            clock=clock,
-        )
-    log = await access.read(access.store.read_log, run_id)
-    ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probes_open_write(agent, kit.registry, ctx.view):
-        return ctx.view
-    gateway = gateway_for(agent, kit.credentials, kit.model_clients)
-    try:
-        # MCP servers are started only when the run first needs one live.
-        mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
-        async with open_connections(agent.mcp_servers, mark=mark) as mcp:
-            session = flow_session(agent, run_id, ctx.view.labels, flows)
-            await AgentLoop(agent, kit.registry, gateway, mcp, session, mark).run(ctx)
-    except Parked:
-        pass
-    finally:
-        await gateway.aclose()
-    return ctx.view

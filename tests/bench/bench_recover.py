@@ -40,7 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from salvor.daemon.agents._definition import parse_definition
-from salvor.daemon.agents._loop import AgentLoop, _as_text
+from salvor.daemon.agents._loop import AgentLoop
+from salvor.daemon.agents._tool_answers import as_text
 from salvor.daemon.models._gateway import ModelGateway, resolve_endpoint
 from salvor.daemon.tools._demo import demo_registry
 from salvor.protocol import EMPTY_VIEW, ModelCallRequested, RunCompleted, RunStarted, sha256_hash
@@ -155,7 +156,7 @@ def build_store(store: EventStore, agent_text: str, runs: int, interrupted: int)
             events = [RunStarted(agent_def_hash=agent.agent_def_hash, input=run_input)]
             if n < interrupted:
                 request = loop._request(
-                    [{"role": "user", "content": [{"type": "text", "text": _as_text(run_input)}]}]
+                    [{"role": "user", "content": [{"type": "text", "text": as_text(run_input)}]}]
                 )
                 events.append(ModelCallRequested(request_hash=sha256_hash(request)))
                 cut.append(run_id)
