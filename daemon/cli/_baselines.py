@@ -33,12 +33,33 @@ def _refusal(path: str, data: bytes, allowed: set[str]) -> str | None:
         return "it is not directly in a baseline directory of this run"
     if os.path.islink(directory) or os.path.realpath(directory) != directory:
         return f"{directory} is a link; a baseline is written only into the directory itself"
+    return not_replaceable(path, "a baseline")
+
+
+def not_replaceable(path: str, what: str) -> str | None:
+    """Why the file at ``path`` may not be replaced by ``what`` ("a baseline"), or None: a link
+    there, or anything but a regular file, is left as it is."""
     with contextlib.suppress(FileNotFoundError):
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
-            return "it is a link; a baseline replaces only a regular file"
+            return f"it is a link; {what} replaces only a regular file"
         if not stat.S_ISREG(info.st_mode):
             return "it is there and is not a regular file"
+    return None
+
+
+def replace_file(path: str, data: bytes) -> str | None:
+    """Write ``data`` to ``path`` in one rename (a new temporary file beside it first); None, or
+    the system's reason it failed (then nothing at ``path`` changed)."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "xb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return exc.strerror or str(exc)
     return None
 
 
@@ -56,15 +77,7 @@ def write_baselines(
             os.makedirs(posixpath.dirname(path), exist_ok=True)
         reason = _refusal(path, data, allowed)
         if reason is None:
-            temporary = f"{path}.{os.getpid()}.tmp"
-            try:
-                with open(temporary, "wb") as handle:
-                    handle.write(data)
-                os.replace(temporary, path)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                reason = exc.strerror or str(exc)
+            reason = replace_file(path, data)
         if reason is not None:
             refused.append(f"baseline not written: {path}: {reason}")
         elif log:

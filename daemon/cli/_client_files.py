@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import stat
 
 from salvor.protocol import project_of
 
@@ -24,6 +23,7 @@ from ..graphs import FlowFiles
 
 # Where each kind of file goes under <project>/.salvor, by its suffix.
 _HOMES = {".yaml": "flows", ".md": "agents", ".toml": "agents"}
+from ._baselines import not_replaceable, replace_file
 
 
 def _projects(files: FlowFiles | None) -> set[str]:
@@ -62,26 +62,7 @@ def _refusal(path: str, project: str, directory: str) -> str | None:
     real = posixpath.join(os.path.realpath(project), ".salvor", posixpath.basename(directory))
     if os.path.islink(directory) or os.path.realpath(directory) != real:
         return f"{directory} is a link; a file is written only into the directory itself"
-    with contextlib.suppress(FileNotFoundError):
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            return "it is a link; a file replaces only a regular file"
-        if not stat.S_ISREG(info.st_mode):
-            return "it is there and is not a regular file"
-    return None
-
-
-def _write(path: str, data: bytes) -> str | None:
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "xb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return exc.strerror or str(exc)
-    return None
+    return not_replaceable(path, "a file")
 
 
 def write_client_files(
@@ -101,7 +82,7 @@ def write_client_files(
         except OSError as exc:
             reason = exc.strerror or str(exc)
         if reason is None:
-            reason = _write(path, data)
+            reason = replace_file(path, data)
         if reason is None:
             written.append(path)
         else:
