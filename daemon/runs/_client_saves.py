@@ -54,8 +54,8 @@ from ..graphs import (
 )
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
+from ._authoring import FLOW_NAME, answer, graph_agents, has_errors, parsed_graph
 from ._definitions import Definitions
-from ._flow_catalog import _FLOW_NAME, _answer, _errors, _graph_agents, _parsed_graph
 
 NO_PROJECT = (
     "this run came over a link from a flow file that is not under a project's .salvor/flows "
@@ -93,7 +93,7 @@ def _linked_agent(
         return [_error(PROCESS_OVER_LINK.format(kind=kind.value))], None
     rules = {"known_tools": known_tools, "allow_processes": False, "credentials": credentials}
     diagnostics = agent_diagnostics(content, fmt, **rules)
-    if _errors(diagnostics):
+    if has_errors(diagnostics):
         return diagnostics, None
     agent = parse_definition(content, fmt, allow_paths=False, **rules)
     if agent.name is None or not is_flow_name(agent.name):
@@ -124,7 +124,7 @@ class ClientSaves:
         either way."""
         project = session.client_project
         if not project:
-            return _answer(False, [_error(NO_PROJECT.format(what="an agent file"))])
+            return answer(False, [_error(NO_PROJECT.format(what="an agent file"))])
         fmt = _agent_format(content)
         known = self.definitions.registry.names()
         diagnostics, agent = await off_loop(_linked_agent, content, fmt, known, self.credentials)
@@ -135,10 +135,10 @@ class ClientSaves:
                 diagnostics.append(_error(exc.message))
                 agent = None
         if agent is None:
-            return _answer(False, diagnostics)
+            return answer(False, diagnostics)
         path = posixpath.join(project, ".salvor", "agents", f"{agent.name}.{fmt}")
         return {
-            **_answer(True, diagnostics),
+            **answer(True, diagnostics),
             "agent": agent.agent_def_hash,
             "name": agent.name,
             "saved_to": client_file(path, content.encode("utf-8")),
@@ -157,7 +157,7 @@ class ClientSaves:
             ToolFailed: (retryable=False) ``namespace`` or ``name`` is not a name.
         """
         for field, value in (("namespace", namespace), ("name", name)):
-            if not _FLOW_NAME.fullmatch(value) or ".." in value:
+            if not FLOW_NAME.fullmatch(value) or ".." in value:
                 raise ToolFailed(
                     f"`{field}` must be 1 to 64 letters, digits, `_`, `-` or `.` (starting with a "
                     f"letter or digit, no `..`), not {value[:80]!r}",
@@ -165,24 +165,24 @@ class ClientSaves:
                 )
         project = session.client_project
         if not project:
-            return _answer(False, [_error(NO_PROJECT.format(what="a flow"))])
-        graph, nodes = await off_loop(_parsed_graph, content)
+            return answer(False, [_error(NO_PROJECT.format(what="a flow"))])
+        graph, nodes = await off_loop(parsed_graph, content)
         access = self.access
         known = self.definitions.registry.names()
-        agents, registered = await access.read(_graph_agents, access.store, nodes, known)
+        agents, registered = await access.read(graph_agents, access.store, nodes, known)
         if graph is None:
             failed = await off_loop(graph_diagnostics, content, agents, registered)
-            return _answer(False, failed)
+            return answer(False, failed)
         path = posixpath.join(project, ".salvor", "flows", f"{name}.yaml")
         files = await self._files(session, path, content.encode("utf-8"))
         parse = self.definitions.agent_parser()
         # Parsing and checking untrusted text is CPU, kept off the trio thread.
         diagnostics = await off_loop(graph_diagnostics, content, agents, registered)
         diagnostics += await off_loop(_link_problems, content, graph.nodes, agents, files, parse)
-        if _errors(diagnostics):
-            return _answer(False, diagnostics)
+        if has_errors(diagnostics):
+            return answer(False, diagnostics)
         return {
-            **_answer(True, diagnostics),
+            **answer(True, diagnostics),
             "graph": graph.hash,
             "flow": f"{namespace}/{name}",
             "saved_to": client_file(path, content.encode("utf-8")),

@@ -17,7 +17,6 @@ has to remember it.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,6 @@ from salvor.protocol import (
     Diagnostic,
     Envelope,
     Graph,
-    GraphNode,
     InvalidGraph,
     NodeEntered,
     NodeExited,
@@ -38,9 +36,6 @@ from salvor.protocol import (
     ToolCallRequested,
     excerpt,
     graph_from_value,
-    graph_nodes,
-    parse_graph_json,
-    parse_graph_yaml,
     project_graph,
     run_result,
 )
@@ -58,6 +53,7 @@ from ..flows import PARENT_LABEL, FlowSession
 from ..processes import kill_if_requested
 from ..tools import ToolFailed
 from ..web import OperationRefused, off_loop
+from ._authoring import FLOW_NAME, answer, graph_agents, has_errors, parsed_graph
 from ._definitions import Definitions
 
 # How much of a summary a listing shows; ``agent`` shows it whole.
@@ -135,10 +131,10 @@ class FlowCatalog:
                 diagnostics.append(Diagnostic(1, Severity.ERROR, _name_taken(agent.name, holders)))
                 agent = None
         if agent is None:
-            return _answer(False, diagnostics)
+            return answer(False, diagnostics)
         created = await self.definitions.register_agent(agent)
         return {
-            **_answer(True, diagnostics),
+            **answer(True, diagnostics),
             "agent": agent.agent_def_hash,
             "name": agent.name,
             "created": created,
@@ -162,7 +158,7 @@ class FlowCatalog:
             ToolFailed: (retryable=False) ``namespace`` or ``name`` is not a name.
         """
         for field, value in (("namespace", namespace), ("name", name)):
-            if not _FLOW_NAME.fullmatch(value):
+            if not FLOW_NAME.fullmatch(value):
                 raise ToolFailed(
                     f"`{field}` must be 1 to 64 letters, digits, `_`, `-` or `.` (starting with a "
                     f"letter or digit), not {excerpt(value, 80)!r}",
@@ -173,18 +169,18 @@ class FlowCatalog:
         # The text is parsed and checked on an untrusted-work thread, not on one of the store's
         # readers (a near-limit document takes seconds, and reads would queue behind it); only
         # the lookup of the agents its nodes name reads the store.
-        graph, nodes = await off_loop(_parsed_graph, content)
-        agents, registered = await access.read(_graph_agents, access.store, nodes, known)
+        graph, nodes = await off_loop(parsed_graph, content)
+        agents, registered = await access.read(graph_agents, access.store, nodes, known)
         diagnostics = await off_loop(graph_diagnostics, content, agents, registered)
-        if graph is None or _errors(diagnostics):
-            return _answer(False, diagnostics)
+        if graph is None or has_errors(diagnostics):
+            return answer(False, diagnostics)
         created = await self.definitions.register_graph(graph)
         naming = await self.definitions.flow_names.name(namespace, name, graph.hash, run_id=author)
         # SALVOR_FAULT_KILL_IN_TOOL=flow_write (the kill suites): dead here, the flow named and
         # the call not yet completed, so recovery performs it again.
         kill_if_requested(_FLOW_WRITE)
         return {
-            **_answer(True, diagnostics),
+            **answer(True, diagnostics),
             "graph": graph.hash,
             "flow": f"{namespace}/{name}",
             "created": created,
@@ -194,8 +190,6 @@ class FlowCatalog:
 
 
 # -- authoring: checks on a worker thread ---------------------------------------------------------
-
-_FLOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def _name_held_by_others(
@@ -243,14 +237,6 @@ def _agents_written(log: list[Envelope]) -> set[str]:
     return written
 
 
-def _answer(written: bool, diagnostics: list[Diagnostic]) -> dict:
-    return {"written": written, "diagnostics": [d.to_json() for d in diagnostics]}
-
-
-def _errors(diagnostics: list[Diagnostic]) -> bool:
-    return any(d.severity is Severity.ERROR for d in diagnostics)
-
-
 def _checked_agent(
     content: str, known_tools: Any, credentials: Any
 ) -> tuple[list[Diagnostic], AgentDefinition | None]:
@@ -262,48 +248,9 @@ def _checked_agent(
         "credentials": credentials,
     }
     diagnostics = agent_diagnostics(content, "md", **rules)
-    if _errors(diagnostics):
+    if has_errors(diagnostics):
         return diagnostics, None
     return diagnostics, parse_definition(content, "md", allow_paths=False, **rules)
-
-
-def _parsed_graph(content: str) -> tuple[Graph | None, tuple[GraphNode, ...]]:
-    """A graph document's graph (None when it does not validate) and its nodes, those its shape
-    reads when it does not: the diagnostics check every agent node either way
-    (``graph_diagnostics`` with ``_graph_agents``)."""
-    parse = parse_graph_json if content.lstrip().startswith("{") else parse_graph_yaml
-    try:
-        graph = parse(content)
-    except InvalidGraph:
-        return None, graph_nodes(content)
-    return graph, graph.nodes
-
-
-def _graph_agents(
-    store: EventStore, nodes: tuple[GraphNode, ...], known_tools: Any
-) -> tuple[dict[str, AgentDefinition], dict[str, str | None]]:
-    """The registered agents ``nodes`` name, by hash (the ones that still build), and, when a
-    node names one that is not among them, every registered agent's name by hash (where its
-    suggestion is looked for)."""
-    found: dict[str, AgentDefinition] = {}
-    for node in nodes:
-        target = node.body if node.body is not None else node
-        if target.agent is None or target.agent in found:
-            continue
-        stored = store.definitions.get_agent(target.agent)
-        if stored is None:
-            continue
-        try:
-            found[target.agent] = parse_definition(
-                stored.definition, stored.format, known_tools=known_tools, stored=True
-            )
-        except DefinitionError:
-            continue  # no longer builds here: refused as not registered
-    named = {(node.body or node).agent for node in nodes} - {None}
-    if named <= found.keys():
-        return found, {}  # nothing to suggest a registered agent for
-    registered = {stored.agent_def_hash: stored.name for stored in store.definitions.list_agents()}
-    return found, registered
 
 
 def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
