@@ -94,6 +94,8 @@ FINISH_REMINDER = (
 FINISH_REMINDERS = 2
 # What ``_text_answer`` gives when the agent is to be reminded instead of answered.
 _REMINDED: Any = object()
+# What ``_ending`` gives for a call that does not end the conversation.
+_NOT_AN_END: Any = object()
 
 
 def offered_besides_mcp(agent: AgentDefinition) -> dict[str, str]:
@@ -352,27 +354,12 @@ class AgentLoop:
             results = []
             for use in uses:
                 name, use_id, args = use.get("name"), use.get("id"), use.get("input")
-                if name == SUBMIT_OUTPUT and self.agent.output_schema is not None:
-                    try:
-                        await off_loop(
-                            partial(
-                                validate,
-                                self.agent.output_schema,
-                                args,
-                                what="the submitted output",
-                            )
-                        )
-                    except SchemaViolation as exc:
-                        results.append(error_result(use_id, exc.message))
-                        continue
-                    return args
-                if name == FINISH and self.finishes:
-                    try:
-                        return check_finish(args, self.flows.outputs, self.flows.branches)
-                    except SchemaViolation as exc:
-                        # Told to the model, never recorded as a call: only a good finish counts.
-                        results.append(error_result(use_id, exc.message))
-                        continue
+                output, refused = await self._ending(name, args)
+                if refused is not None:
+                    results.append(error_result(use_id, refused))
+                    continue
+                if output is not _NOT_AN_END:
+                    return output
                 tool = self.tools.get(name) or self.flow_tools.get(name)
                 if tool is None:
                     results.append(
@@ -392,6 +379,22 @@ class AgentLoop:
                     self.self_attached.extend(attached_by(value))
                 results.append(tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
+
+    async def _ending(self, name: Any, args: Any) -> tuple[Any, str | None]:
+        """What a call of ``submit_output`` or ``finish`` does: (its output, None) when it ends
+        the conversation; (``_NOT_AN_END``, why) when it does not pass, which the model is told
+        and nothing is recorded (only a good end counts); (``_NOT_AN_END``, None) for any other
+        tool."""
+        try:
+            if name == SUBMIT_OUTPUT and self.agent.output_schema is not None:
+                schema = self.agent.output_schema
+                await off_loop(partial(validate, schema, args, what="the submitted output"))
+                return args, None
+            if name == FINISH and self.finishes:
+                return check_finish(args, self.flows.outputs, self.flows.branches), None
+        except SchemaViolation as exc:
+            return _NOT_AN_END, exc.message
+        return _NOT_AN_END, None
 
     async def _text_answer(self, ctx: RunContext, content: list, reminders: int) -> Any:
         """What a response without a tool call gives: the conversation's output, or
