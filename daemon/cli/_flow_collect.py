@@ -169,6 +169,19 @@ class _Collector:
                 continue
             if not os.path.lexists(path):
                 continue  # nothing there yet: the run's capture writes it
+            if not os.path.exists(path):
+                # A link to nothing: the client would not write the capture through it.
+                self.members[path] = FlowMember(
+                    key=path,
+                    role="baseline",
+                    path=path,
+                    canonical=canonical,
+                    spelling=_spelling(path),
+                    state="refused",
+                    error=f"{path} links to nothing",
+                )
+                self.logged.append(self.members[path])
+                continue
             self.members[path] = FlowMember(
                 key=path, role="baseline", path=path, canonical=canonical, state="listed"
             )

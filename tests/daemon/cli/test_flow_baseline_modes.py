@@ -327,3 +327,19 @@ def test_json_prints_each_flow_files_line_as_a_warning_object(
     )
     assert text.returncode == 0, text.stdout + text.stderr
     assert text.stderr.splitlines()[0].startswith("[flow-files] agent ")
+
+
+def test_a_baseline_linking_to_nothing_is_missing_to_a_compare_and_refused_to_an_update(
+    project: Project,
+) -> None:
+    reply = project.baseline("main", "reply", "<hello>")
+    reply.unlink()
+    reply.symlink_to(reply.parent / "gone.json")
+    project.flow("main", SHARED.replace("UPDATE", "false"))
+
+    compared = collect_flow(str(project.main))
+    assert compared.bundle.members[str(reply)].state == "missing"
+
+    updated = collect_flow(str(project.main), update_baselines=True)
+    member = updated.bundle.members[str(reply)]
+    assert (member.state, member.error) == ("refused", f"{reply} links to nothing")
