@@ -158,7 +158,8 @@ class SkillLibrary:
         hint = f" (did you mean `{near}`?)" if near else ""
         raise SkillMissing(
             f"unknown skill {name!r}{hint}; a skill is a folder holding {SKILL_FILE} in the "
-            "operator's skill directories (salvor serve --skills-dir) or among salvor's own",
+            "operator's skill directories (salvor serve --skills-dir; SALVOR_SKILLS_DIRS for a "
+            "local run) or among salvor's own",
             near,
         )
 

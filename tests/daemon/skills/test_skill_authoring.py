@@ -42,7 +42,7 @@ async def test_an_unknown_skill_and_skill_read_are_diagnostics_with_what_to_writ
             "severity": "error",
             "message": "unknown skill 'tide-tabels' (did you mean `tide-tables`?); a skill is a "
             "folder holding SKILL.md in the operator's skill directories (salvor serve "
-            "--skills-dir) or among salvor's own",
+            "--skills-dir; SALVOR_SKILLS_DIRS for a local run) or among salvor's own",
             "suggestion": "tide-tables",
         },
         {
