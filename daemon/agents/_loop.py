@@ -126,11 +126,9 @@ class AgentLoop:
         self.mcp = mcp
         self.flows = flows
         # A registry tool by its name, else the file tool (``files``: built over the workspace
-        # and the agent's access, each drive).
-        self.registry, self.mark = registry, mark
+        # and the agent's access, each drive); the prompt gains its skills in ``take_skills``.
+        self.registry, self.mark, self.system_prompt = registry, mark, agent.system_prompt
         self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
-        # The agent's prompt, with its skills advertised once they are resolved (``take_skills``).
-        self.system_prompt = agent.system_prompt
         self.tools = {
             name: registry.get(name) or self.files.tools.get(name) for name in agent.tools
         }
