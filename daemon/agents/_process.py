@@ -334,6 +334,7 @@ async def _drive_once(
         log = await access.read(
             access.store.read_log, run_id
         )  # with the wake: the lane answers the call with it
+    # ``reach``: where the agent's file tools work, and where its skills are found.
     workspace, library = reach
     skills = await live_skills(library or SkillLibrary(), agent.skills)
     if isinstance(skills, str):
