@@ -9,6 +9,7 @@ the public names explicitly). ``tests/daemon/test_layering.py`` checks both.
     web          HTTP plumbing: the listener, body reader, error envelope, request values, TLS
     processes    child processes and this one: spawn, tether, env allow-list, orphans, ports, faults
     models       model wire formats and the gateway that calls a provider; the demo model
+    skills       skills: folders of instructions agents read, where they are found, their advert
     tools        the tool registry and the demo tools
     files        the file and shell tools of built-in agents, confined to the operator's workspace
     mcp          the MCP client: server definitions, sessions over stdio and HTTP, MCP tools
@@ -35,6 +36,7 @@ LAYERS = (
     "web",
     "processes",
     "models",
+    "skills",
     "tools",
     "files",
     "mcp",

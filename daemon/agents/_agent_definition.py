@@ -83,6 +83,8 @@ class AgentDefinition:
     tools: tuple[str, ...] = ()
     # Where the file tools may read and write (None: the default, read everything, write nothing).
     access: FileAccess | None = None
+    # The skills the agent declares, by name (resolved when a run starts: ``_skill_calls``).
+    skills: tuple[str, ...] = ()
     # What the store keeps so the definition can be rebuilt after a restart.
     stored_format: str = "json"
     stored_text: str = ""

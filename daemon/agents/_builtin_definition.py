@@ -17,6 +17,7 @@ from salvor.protocol import BUDGET_KINDS, FlowTool, MalformedEvent, check_schema
 
 from ..files import FileAccess
 from ..mcp import McpDefinitionError, McpServerSpec, parse_mcp_servers
+from ..skills import SkillLibrary
 from ..tools import FILE_TOOLS, SHELL_TOOL
 from ._agent_definition import AgentDefinition
 from ._credentials import Credentials
@@ -37,6 +38,12 @@ from ._definition_rules import (
 )
 from ._llm_table import llm_settings
 from ._markdown import MarkdownAgent
+from ._skills_field import (
+    granted,
+    refuse_skill_read,
+    skill_checks,
+    skills_of,
+)
 
 FLOW_TOOL_NAMES = tuple(tool.value for tool in FlowTool)
 BUILTIN_FIELDS = {
@@ -58,6 +65,7 @@ BUILTIN_FIELDS = {
     "inputs",
     "outputs",
     "access",
+    "skills",
 }
 PRICING_FIELDS = {"input_per_mtok", "output_per_mtok"}
 TOOL_FIELDS = {"name"}
@@ -76,6 +84,7 @@ def builtin_agent(
     credentials: Credentials | None,
     read_prompt: Callable[[str], str] | None,
     stored: bool = False,
+    library: SkillLibrary | None = None,
 ) -> AgentDefinition:
     """A definition without ``kind``, as ``parse_definition`` documents its arguments; the
     operator's declarations (``check_reach``) are the caller's to apply."""
@@ -94,6 +103,8 @@ def builtin_agent(
     output_schema = _output_schema(raw)
     tools = file_tools_of(raw.get("tools", []), known_tools, stored)
     access = file_access(raw)
+    skills = skills_of(raw, library, stored)
+    tools = granted(tools, skills)
     flow_tools = _flow_tools(raw)
     description, inputs, outputs = declarations(raw)
     stored_format, stored_text = _stored_copy(raw, normalised, name, fmt, text)
@@ -110,6 +121,7 @@ def builtin_agent(
         output_schema=output_schema,
         tools=tuple(tools),
         access=access,
+        skills=skills,
         stored_format=stored_format,
         stored_text=stored_text,
         mcp_servers=mcp_servers,
@@ -321,6 +333,7 @@ def _registry_tool(
         "tool of a flow tool's name would be ambiguous)",
         (*at, "name"),
     )
+    refuse_skill_read(tool_name, (*at, "name"))
     if tool_name in FILE_TOOLS:
         _file_tool_offered(tool_name, known_tools, stored, (*at, "name"))
         expect(tool_name not in earlier, f"tool {tool_name!r} is listed twice", (*at, "name"))
@@ -384,6 +397,7 @@ def builtin_refusals(
     known_tools,
     allow_processes: bool,
     credentials: Credentials | None,
+    library: SkillLibrary | None = None,
 ) -> list[DefinitionError]:
     """What ``builtin_agent`` would refuse a definition from outside (no file paths) for, every
     field checked on its own instead of stopping at the first: each unknown key, each
@@ -405,6 +419,7 @@ def builtin_refusals(
         lambda: declarations({k: raw[k] for k in ("inputs",) if k in raw}),
         lambda: declarations({k: raw[k] for k in ("outputs",) if k in raw}),
     ]
+    checks += skill_checks(raw, library)
     tools = raw.get("tools", [])
     if isinstance(tools, list):
         names = [entry.get("name") if isinstance(entry, dict) else None for entry in tools]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from salvor.protocol import BUDGET_KINDS, MalformedJson, check_document
 
+from ..skills import SkillLibrary
 from ._agent_definition import KINDS, AgentDefinition, AgentKind
 from ._builtin_definition import (
     BUILTIN_FIELDS,
@@ -74,6 +75,7 @@ def parse_definition(
     credentials: Credentials | None = None,
     stored: bool = False,
     read_prompt: Callable[[str], str] | None = None,
+    skills: SkillLibrary | None = None,
 ) -> AgentDefinition:
     """Parse and validate a definition from its text.
 
@@ -104,6 +106,9 @@ def parse_definition(
             accepted under: integers beyond 2**53 (and, in TOML, a ``\\u0000``) that a new
             definition is refused for, and file tools a daemon without a workspace (or the shell)
             does not offer, so the runs recorded against it still resume, under the same hash.
+        skills: the daemon's skill directories, which every name in ``skills`` must resolve in
+            (None: the names are not looked up, as for a stored copy or a check made away from
+            the daemon).
 
     Raises:
         DefinitionError: with one sentence naming what is wrong, and ``at`` the field it is
@@ -112,7 +117,8 @@ def parse_definition(
     raw, markdown = read_document(text, fmt, stored)
     if "kind" in raw:
         return reached(
-            _outside_kind(raw, fmt, text, allow_processes, known_tools, stored), credentials
+            _outside_kind(raw, fmt, text, allow_processes, known_tools, stored, skills),
+            credentials,
         )
     agent = builtin_agent(
         raw,
@@ -126,6 +132,7 @@ def parse_definition(
         credentials=credentials,
         read_prompt=read_prompt,
         stored=stored,
+        library=skills,
     )
     return reached(agent, credentials)
 
@@ -137,6 +144,7 @@ def definition_refusals(
     known_tools=(),
     allow_processes: bool = False,
     credentials: Credentials | None = None,
+    skills: SkillLibrary | None = None,
 ) -> list[DefinitionError]:
     """Every refusal of a built-in agent's definition from outside (``allow_paths=False``) that
     its fields give checked one by one, where ``parse_definition`` stops at its first: each
@@ -164,11 +172,18 @@ def definition_refusals(
         known_tools=known_tools,
         allow_processes=allow_processes,
         credentials=credentials,
+        library=skills,
     )
 
 
 def _outside_kind(
-    raw: dict, fmt: str, text: str, allow_processes: bool, known_tools, stored: bool
+    raw: dict,
+    fmt: str,
+    text: str,
+    allow_processes: bool,
+    known_tools,
+    stored: bool,
+    skills: SkillLibrary | None,
 ) -> AgentDefinition:
     """A definition with ``kind``: a process or a service agent, if the operator opted in."""
     kind = raw["kind"]
@@ -181,10 +196,12 @@ def _outside_kind(
     require_opt_in(kind, allow_processes)
     if kind == AgentKind.SERVICE:
         return service_agent(raw, fmt, text)
-    return process_agent(raw, fmt, text, known_tools, stored)
+    return process_agent(raw, fmt, text, known_tools, stored, skills)
 
 
-def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
+def load_definition(
+    path: str | Path, *, known_tools=(), skills: SkillLibrary | None = None
+) -> AgentDefinition:
     """Read a definition file (``.json`` is JSON, ``.md`` markdown, anything else TOML).
 
     Raises:
@@ -195,4 +212,6 @@ def load_definition(path: str | Path, *, known_tools=()) -> AgentDefinition:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DefinitionError(f"cannot read agent file {str(path)!r}: {exc.strerror}") from None
-    return parse_definition(text, format_of(path), base_dir=path.parent, known_tools=known_tools)
+    return parse_definition(
+        text, format_of(path), base_dir=path.parent, known_tools=known_tools, skills=skills
+    )

@@ -39,6 +39,7 @@ from salvor.protocol import (
     reference_strings,
 )
 
+from ..skills import SkillLibrary
 from ._credentials import Credentials
 from ._definition import AgentDefinition, definition_refusals, parse_definition
 from ._definition_error import DefinitionError
@@ -63,6 +64,7 @@ def agent_diagnostics(
     known_tools=(),
     allow_processes: bool = False,
     credentials: Credentials | None = None,
+    skills: SkillLibrary | None = None,
 ) -> list[Diagnostic]:
     """What is wrong with an agent definition's text (``"toml"``, ``"json"`` or ``"md"``), by line.
 
@@ -78,6 +80,7 @@ def agent_diagnostics(
         "known_tools": known_tools,
         "allow_processes": allow_processes,
         "credentials": credentials,
+        "skills": skills,
     }
     try:
         agent = parse_definition(text, fmt, allow_paths=False, **rules)

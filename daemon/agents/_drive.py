@@ -217,6 +217,7 @@ async def _drive_held(
             restarts=kit.process_restarts,
             flows=flows,
             workspace=kit.registry.workspace,
+            skills=kit.registry.skills,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this

@@ -74,6 +74,7 @@ from ..tools import WRITE_TOOLS, Tool, ToolRegistry
 from ..web import off_loop
 from ._definition import AgentDefinition
 from ._file_calls import file_change
+from ._skill_calls import take_skills
 from ._tool_answers import (
     as_text,
     attached_by,
@@ -125,8 +126,8 @@ class AgentLoop:
         self.mcp = mcp
         self.flows = flows
         # A registry tool by its name, else the file tool (``files``: built over the workspace
-        # and the agent's access, each drive).
-        self.registry = registry
+        # and the agent's access, each drive); the prompt gains its skills in ``take_skills``.
+        self.registry, self.mark, self.system_prompt = registry, mark, agent.system_prompt
         self.files = file_tools(registry.workspace, agent.access, agent.tools, mark)
         self.tools = {
             name: registry.get(name) or self.files.tools.get(name) for name in agent.tools
@@ -279,8 +280,8 @@ class AgentLoop:
             "model": self.agent.model,
             "max_tokens": self.agent.max_response_tokens,
         }
-        if self.agent.system_prompt:
-            request["system"] = self.agent.system_prompt
+        if self.system_prompt:
+            request["system"] = self.system_prompt
         request["messages"] = messages
         tools = self.tool_specs + self._flow_specs() + self._submit_spec()
         if tools:
@@ -321,6 +322,8 @@ class AgentLoop:
             Parked: the run rests before there is an output (a budget, a gate,
                 a write to reconcile, or a RunFailed the log already holds).
         """
+        if self.agent.skills:
+            await take_skills(self, ctx)
         if self.agent.mcp_servers:
             await self._add_mcp_tools(ctx)
         self._offer_flow_tools(False)

@@ -1,11 +1,12 @@
 """Markdown agent files (as pi-flows writes them): YAML front matter between ``---`` lines, the
 body the system prompt.
 
-A markdown file stands for the TOML definition of the same fields: ``tools`` (a comma-separated
-string or a list) splits into the flow tools it names (``flow_tools``) and the registry tools
-(``[[tools]]``), the body becomes ``system_prompt``, every other key is the TOML key of its name.
-So a markdown file and its TOML twin hash alike. ``card`` and ``architect`` are display metadata
-for the catalog, kept beside the definition and out of its hash like ``name``.
+A markdown file stands for the TOML definition of the same fields: ``skills`` (a comma-separated
+string or a list) is the TOML array, ``tools`` (the same) splits into the flow tools it names
+(``flow_tools``) and the registry tools (``[[tools]]``), the body becomes ``system_prompt``,
+every other key is the TOML key of its name. So a markdown file and its TOML twin hash alike.
+``card`` and ``architect`` are display metadata for the catalog, kept beside the definition and
+out of its hash like ``name``.
 
 Every key keeps its line, so a refusal points at the line that holds the key.
 """
@@ -35,6 +36,7 @@ _SAME_AS_TOML = (
     "record_prompts",
     "mcp_servers",
     "access",
+    "skills",
 )
 _DISPLAY = ("card", "architect")
 FRONT_MATTER_KEYS = frozenset({*_SAME_AS_TOML, "tools", *_DISPLAY})
@@ -175,6 +177,16 @@ def _display(key: str, value: Any, line: int) -> dict:
     return dict(value)
 
 
+def _comma_list(value: Any) -> Any:
+    """A comma-separated string's names (blanks dropped); nothing for an empty key; any other
+    value as it is (the definition's check refuses what is not a list of names)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [name for name in (part.strip() for part in value.split(",")) if name]
+    return value
+
+
 def _split_tools(value: Any) -> tuple[list[str], list[str]]:
     """``tools``: the flow tools it names, and the registry tools, each in the order given."""
     if value is None:  # `tools:` with nothing after it
@@ -251,6 +263,9 @@ def read_markdown_refusals(text: str) -> tuple[MarkdownAgent, list[DefinitionErr
             )
         )
     fields = {key: value[key] for key in _SAME_AS_TOML if key in value}
+    if "skills" in fields:
+        # `skills: a, b` as `tools` is written; a list stays a list.
+        fields["skills"] = _comma_list(fields["skills"])
     if "tools" in value:
         try:
             flow, registry = _split_tools(value["tools"])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..mcp import McpDefinitionError, parse_mcp_servers
 from ..proxies import variable_suffix
+from ..skills import SkillLibrary
 from ..tools import FILE_TOOLS
 from ..web import HEADER_NAME, is_http_url
 from ._agent_definition import (
@@ -37,6 +38,7 @@ from ._definition_rules import (
     record_prompts,
     whole,
 )
+from ._skills_field import granted, skills_of
 
 # A `command` element that a run replaces with its prompt, as one argument.
 PROMPT_PLACEHOLDER = "{prompt}"
@@ -58,17 +60,24 @@ PROCESS_FIELDS = {
     "output_from",
     "tools",
     "access",
+    "skills",
 }
 SERVICE_FIELDS = {"name", "kind", "url", "proxy_port", "headers", "timeout", "record_prompts"}
 
 
 def process_agent(
-    raw: dict, fmt: str, text: str, known_tools=(), stored: bool = False
+    raw: dict,
+    fmt: str,
+    text: str,
+    known_tools=(),
+    stored: bool = False,
+    library: SkillLibrary | None = None,
 ) -> AgentDefinition:
     """A ``kind = "process"`` definition: a local command driven through the model proxy.
 
     Its ``tools`` are file tools alone (``known_tools``: those the daemon offers), reached
-    through the ``salvor`` MCP server, so they need it on."""
+    through the ``salvor`` MCP server, so they need it on; so do its ``skills`` (advertised in
+    the server's instructions, read with its ``read``)."""
     check_keys("a process agent", raw, PROCESS_FIELDS)
     name = display_name(raw)
     argv = _argv(raw.get("command"))
@@ -96,6 +105,13 @@ def process_agent(
         "`salvor_mcp = false` turns off",
         ("tools",),
     )
+    skills = skills_of(raw, library, stored)
+    expect(
+        salvor_mcp or not skills,
+        "a process agent learns of its skills and reads them through salvor's MCP server, which "
+        "`salvor_mcp = false` turns off",
+        ("skills",),
+    )
     return _outside_agent(
         raw,
         fmt,
@@ -108,8 +124,9 @@ def process_agent(
         outputs=outputs,
         salvor_mcp=salvor_mcp,
         output_from=output_from,
-        tools=tuple(tools),
+        tools=tuple(granted(tools, skills)),
         access=file_access(raw),
+        skills=skills,
     )
 
 

@@ -74,10 +74,12 @@ from ..proxies import (
     self_attached,
 )
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
+from ..skills import Skill, SkillLibrary
 from ..tools import Workspace
 from ._agent_definition import AgentDefinition
 from ._process_environment import agent_command, agent_environment, checked_task, standin_relays
 from ._process_outcome import settle_process
+from ._skill_calls import live_skills
 
 logger = logging.getLogger("salvor.process")
 STDERR_TAIL_BYTES = 2000
@@ -123,6 +125,7 @@ async def drive_process(
     restarts: int = 0,
     flows: FlowHost | None = None,
     workspace: Workspace | None = None,
+    skills: SkillLibrary | None = None,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
@@ -131,7 +134,8 @@ async def drive_process(
     few; a bare ``Runtime`` none, so a caller sees each death). ``flows``: the
     host behind the ``salvor`` server's tools that need the daemon (a subagent,
     the run tree, authoring); without one those tools are not offered. ``workspace``: where
-    the file tools the agent declares work (the ``salvor`` server offers them).
+    the file tools the agent declares work (the ``salvor`` server offers them). ``skills``:
+    where the agent's skills are found (``live_skills``; None: salvor's own only).
 
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
@@ -153,12 +157,13 @@ async def drive_process(
                 restarts=restarts,
                 flows=flows,
                 workspace=workspace,
+                skills=skills,
             )
     attempt = 0
     while True:
         try:
             return await _drive_once(
-                access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+                access, run_id, agent, proxy, on_record, clock, environ, flows, (workspace, skills)
             )
         except DriveInterrupted as exc:
             # Restarts are for a process killed by a signal: an MCP call whose key another
@@ -316,7 +321,7 @@ def probed_write(agent: AgentDefinition, view: RunView) -> bool:
 
 
 async def _drive_once(
-    access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+    access, run_id, agent, proxy, on_record, clock, environ, flows, reach
 ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
@@ -329,11 +334,18 @@ async def _drive_once(
         log = await access.read(
             access.store.read_log, run_id
         )  # with the wake: the lane answers the call with it
+    # ``reach``: where the agent's file tools work, and where its skills are found.
+    workspace, library = reach
+    skills = await live_skills(library or SkillLibrary(), agent.skills)
+    if isinstance(skills, str):
+        await ctx.record(RunFailed(error=skills))
+        return ctx.view
     session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
-    files = file_tools(workspace, agent.access, agent.tools, mark)
-    salvor = _salvor_server(ctx, agent, flows, files, log)
+    folders = [skill.folder for skill in skills]
+    files = file_tools(workspace, agent.access, agent.tools, mark, folders)
+    salvor = _salvor_server(ctx, agent, flows, files, log, skills)
     async with open_lanes(
         session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
     ) as lanes:
@@ -341,7 +353,12 @@ async def _drive_once(
 
 
 def _salvor_server(
-    ctx: RunContext, agent: AgentDefinition, flows, files: FileTools, log: list[Envelope]
+    ctx: RunContext,
+    agent: AgentDefinition,
+    flows,
+    files: FileTools,
+    log: list[Envelope],
+    skills: list[Skill],
 ) -> FlowServer | None:
     """The run's ``salvor`` server: its flow tools, the file tools the agent declares, and the
     tools attached to its tree as of its log (its head's, its ``ToolsAttached``, its own
@@ -352,7 +369,9 @@ def _salvor_server(
     names = tree_tools(
         ctx.view.labels, [*attached_tools(e.event for e in log), *self_attached(log)]
     )
-    return salvor_server(ctx.run_id, ctx.view.labels, agent.outputs, flows, files, attached=names)
+    return salvor_server(
+        ctx.run_id, ctx.view.labels, agent.outputs, flows, files, attached=names, skills=skills
+    )
 
 
 async def _run_process(

@@ -21,6 +21,7 @@ from ..agents import (
 )
 from ..files import GLOB_PATTERN, MAX_GLOB_CHARS, MAX_GLOBS
 from ..mcp import MAX_MCP_TIMEOUT, SERVER_FIELDS, STAND_IN_FIELDS
+from ..skills import SKILL_NAME
 from ..tools import FILE_TOOLS
 from ._schema import ANY as _ANY
 from ._schema import JSON
@@ -96,6 +97,15 @@ _ACCESS = _object(
         for kind, default in (("read", "absent: every file"), ("write", "absent: none"))
     }
 )
+
+# The skills an agent declares (built-in and process agents alike): `read` comes with them.
+_SKILLS = {
+    "type": "array",
+    "uniqueItems": True,
+    "items": _ref("SkillName"),
+    "description": "Skills the agent is told of (name, description, where its SKILL.md is) and "
+    "may read with `read`, which declaring one grants.",
+}
 
 
 AGENT_SCHEMAS: JSON = {
@@ -179,6 +189,7 @@ AGENT_SCHEMAS: JSON = {
                     },
                     "mcp_servers": {"type": "array", "items": _ref("McpServer")},
                     "access": _ACCESS,
+                    "skills": _SKILLS,
                     "flow_tools": {
                         "type": "array",
                         "uniqueItems": True,
@@ -229,6 +240,12 @@ AGENT_SCHEMAS: JSON = {
         "type": "string",
         "minLength": 1,
         "description": "A tool the daemon's registry holds.",
+    },
+    "SkillName": {
+        "type": "string",
+        "pattern": SKILL_NAME,
+        "description": "A skill the daemon's skill directories hold (--skills-dir, then those "
+        "salvor ships).",
     },
     "FileToolName": {
         "type": "string",
@@ -290,11 +307,15 @@ AGENT_SCHEMAS: JSON = {
                         ),
                     },
                     "access": _ACCESS,
+                    "skills": _SKILLS,
                     **_DECLARED,
                 },
             ),
             ["kind", "command"],
         ),
+        # Skills are advertised and read through the `salvor` MCP server.
+        "if": {"required": ["salvor_mcp"], "properties": {"salvor_mcp": {"const": False}}},
+        "then": {"properties": {"skills": {"maxItems": 0}}},
     },
     "ServiceAgent": {
         "description": "A service that is already running: each run POSTs its trigger to `url`, "

@@ -103,6 +103,7 @@ def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
                     text,
                     fmt,
                     known_tools=runtime.kit.registry.names(),
+                    skills=runtime.kit.registry.skills,
                     allow_paths=False,
                     allow_processes=state.allow_process_agents,
                     credentials=state.credentials,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from quart_trio import QuartTrio
 from salvor import __version__
 
+from ..web import off_loop
 from ._answers import CAPABILITIES, HEALTH
 from ._http import json_response
 from ._openapi import openapi_document
@@ -65,10 +66,13 @@ def add_meta_routes(app: QuartTrio, state: ServerState) -> None:
     @route(app, DOCUMENT_READ)
     async def openapi():
         # Read at the first request, when every route is registered (the URL map is the truth).
+        registry = state.runtime.kit.registry
+        skills = await off_loop(registry.skills.names)  # a look in the skill directories
         return json_response(
             openapi_document(
                 operations_of(app),
-                tools=state.runtime.kit.registry.names(),
+                tools=registry.names(),
+                skills=skills,
                 process_agents=state.allow_process_agents,
                 llm_choices=state.credentials.llm_choices(),
                 mcp_origins=state.credentials.origins("mcp"),

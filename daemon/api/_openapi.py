@@ -583,6 +583,7 @@ def _served(
     process_agents: bool,
     llm_choices: tuple[LlmChoice, ...] | None,
     origins: tuple[tuple[DeclaredOrigin, ...], tuple[DeclaredOrigin, ...]] | None,
+    skills: tuple[str, ...] | None = None,
 ) -> JSON:
     document = copy.deepcopy(_document(operations))
     schemas = document["components"]["schemas"]
@@ -596,6 +597,10 @@ def _served(
         offered = [name for name in tools if name in FILE_TOOLS]
         file_tools = schemas["FileToolName"]
         schemas["FileToolName"] = {**file_tools, "enum": offered} if offered else {"not": {}}
+    if skills is not None:
+        schemas["SkillName"] = (
+            {**schemas["SkillName"], "enum": list(skills)} if skills else {"not": {}}
+        )
     if not process_agents:
         schemas["AgentDefinition"] = {
             "description": (
@@ -615,6 +620,7 @@ def openapi_document(
     llm_choices: Iterable[LlmChoice] | None = None,
     mcp_origins: Iterable[DeclaredOrigin] | None = None,
     service_origins: Iterable[DeclaredOrigin] | None = None,
+    skills: Iterable[str] | None = None,
 ) -> JSON:
     """The document of ``operations`` (shared: do not mutate it).
 
@@ -634,6 +640,8 @@ def openapi_document(
             (``Credentials.origins``), so that a ``url`` a definition may dial, and the header
             variables it may name, are the ones registration accepts; None (both) leaves them
             any URL and any variable.
+        skills: the names the daemon's skill directories hold, so that a skill the document
+            admits is one registration resolves; None leaves them any skill name.
 
     Raises:
         RuntimeError: declarations that do not make a document (``_paths``).
@@ -642,7 +650,7 @@ def openapi_document(
     declared = None
     if mcp_origins is not None or service_origins is not None:
         declared = (tuple(mcp_origins or ()), tuple(service_origins or ()))
-    if tools is None and process_agents and llm_choices is None and declared is None:
+    if all(given is None for given in (tools, skills, llm_choices, declared)) and process_agents:
         return _document(operations)
     return _served(
         operations,
@@ -650,4 +658,5 @@ def openapi_document(
         process_agents,
         None if llm_choices is None else tuple(llm_choices),
         declared,
+        None if skills is None else tuple(sorted(skills)),
     )

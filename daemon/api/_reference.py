@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..agents import Credentials
+from ..skills import SkillLibrary
 from ..tools import demo_registry
 from ._app import API_OPERATIONS
 from ._openapi import openapi_document
@@ -31,6 +32,7 @@ def reference_document() -> JSON:
     return openapi_document(
         API_OPERATIONS,
         tools=demo_registry().names(),
+        skills=SkillLibrary().names(),
         process_agents=False,
         llm_choices=declared.llm_choices(),
         mcp_origins=declared.origins("mcp"),

@@ -227,7 +227,8 @@ class Cli:
         if source.startswith("sha256:"):
             return await runtime.definitions.load_agent(source)
         try:
-            agent = load_definition(source, known_tools=runtime.kit.registry.names())
+            registry = runtime.kit.registry
+            agent = load_definition(source, known_tools=registry.names(), skills=registry.skills)
         except DefinitionError as exc:
             raise CliError(f"{source}: {exc}") from None
         await runtime.definitions.build_agent(agent)

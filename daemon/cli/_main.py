@@ -13,6 +13,7 @@ refusal from anywhere below becomes one sentence and its exit status.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import trio
@@ -22,7 +23,8 @@ from ..agents import DefinitionError
 from ..processes import make_undumpable
 from ..recording import claim_wait_seconds, open_store_access
 from ..runs import Runtime, own_store
-from ..tools import demo_registry
+from ..skills import SkillLibrary, skills_dirs_from_env
+from ..tools import ToolRegistry, demo_registry
 from ._command_store import SHARES_STORE, beside_hint, store_url
 from ._commands import Cli, print_json
 from ._doctor import doctor_main
@@ -52,7 +54,7 @@ async def _main(args: argparse.Namespace) -> int:
     if args.command not in SHARES_STORE:
         async with open_store_access(url) as access:
             return await getattr(Cli(args, url), _verb(args.command))(
-                Runtime(access, demo_registry(store_url=url))
+                Runtime(access, _local_registry(url))
             )
     async with (
         own_store(
@@ -61,8 +63,17 @@ async def _main(args: argparse.Namespace) -> int:
         open_store_access(url) as access,
     ):
         return await getattr(Cli(args, url, locks), _verb(args.command))(
-            Runtime(access, demo_registry(store_url=url))
+            Runtime(access, _local_registry(url))
         )
+
+
+def _local_registry(url: str) -> ToolRegistry:
+    """The tools of a command that drives runs here: the demo tools, and the skills of the
+    folders ``SALVOR_SKILLS_DIRS`` names (as ``salvor serve --skills-dir`` would) before
+    salvor's own."""
+    registry = demo_registry(store_url=url)
+    registry.skills = SkillLibrary(skills_dirs_from_env(os.environ))
+    return registry
 
 
 def _verb(command: str) -> str:

@@ -62,6 +62,7 @@ def serve_config(args: argparse.Namespace, url: str):
         proxy_port=args.proxy_port,
         allow_process_agents=args.allow_process_agents,
         workspace=_workspace(args),
+        skills_dirs=skills_dirs(args.skills_dir),
         attachable_tools=_names(args.attachable_tools),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
@@ -103,6 +104,23 @@ def _workspace(args: argparse.Namespace):
     if not os.path.isdir(root):
         raise CliError(f"--workspace names {args.workspace}, which is not a folder")
     return Workspace(root=root, shell=args.allow_bash, shell_timeout=args.bash_timeout)
+
+
+def skills_dirs(given: list[str]) -> tuple[str, ...]:
+    """The folders ``--skills-dir`` names (repeated or comma-separated), each resolved.
+
+    Raises:
+        CliError: one is not a folder.
+    """
+    found = []
+    for part in (part.strip() for value in given for part in value.split(",")):
+        if not part:
+            continue
+        root = os.path.realpath(part)
+        if not os.path.isdir(root):
+            raise CliError(f"--skills-dir names {part}, which is not a folder")
+        found.append(root)
+    return tuple(dict.fromkeys(found))
 
 
 def _names(text: str) -> frozenset[str]:

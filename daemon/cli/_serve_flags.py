@@ -122,6 +122,15 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
         help=f"the longest one `bash` command runs (default {SHELL_TIMEOUT_SECONDS:g})",
     )
     p.add_argument(
+        "--skills-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of skills (each a folder holding SKILL.md) agents may declare; repeatable "
+        "or comma-separated, searched in order before the skills salvor ships (default: those "
+        "alone)",
+    )
+    p.add_argument(
         "--attachable-tools",
         default="",
         metavar="NAMES",

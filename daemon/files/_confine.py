@@ -1,8 +1,10 @@
-"""Every path a file tool touches, held inside the workspace and the agent's access globs.
+"""Every path a file tool touches, held inside the workspace and the agent's access globs, or
+inside one of the agent's skill folders (read whole, never written).
 
 A path is resolved first (``os.path.realpath``: every symbolic link and ``..`` followed), then
-checked: inside the workspace, then against the globs. What is opened is the resolved path, with
-``O_NOFOLLOW`` on its last component, and the descriptor is checked again through
+checked: inside a skill folder, or inside the workspace and then against the globs; a link in a
+skill folder that leads out of it is held to wherever it leads. What is opened is the resolved
+path, with ``O_NOFOLLOW`` on its last component, and the descriptor is checked again through
 ``/proc/self/fd``: a link swapped in between the check and the open is refused, never followed.
 A write goes to a temporary file in the same folder (held open by a descriptor checked the same
 way) and is renamed over the target, so the target holds its old bytes or its new ones, never a
@@ -35,55 +37,129 @@ def digest(data: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Zone:
+    """A folder the file tools reach: the workspace, held to the agent's ``access`` globs, or a
+    skill's folder (``access`` None), which the agent reads whole and never writes."""
+
+    root: str
+    access: FileAccess | None = None
+
+    def holds(self, real: str) -> bool:
+        return real == self.root or real.startswith(self.root + os.sep)
+
+    def may_read(self, rel: str) -> bool:
+        return self.access is None or self.access.may_read(rel)
+
+    def may_look_in(self, rel: str) -> bool:
+        return self.access is None or self.access.may_look_in(rel)
+
+    def shown(self, rel: str) -> str:
+        """How a path of this zone is told to the agent: relative to the workspace, or (a skill's
+        folder) absolute, the way its location was advertised."""
+        if self.access is None:
+            return os.path.join(self.root, rel) if rel else self.root
+        return rel or "."
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """A resolved path: ``real``, absolute with no link in it, and ``rel``, the same path
-    relative to the workspace ("" for the workspace itself)."""
+    relative to its zone's root ("" for the root itself); ``zone`` None: the workspace."""
 
     real: str
     rel: str
+    zone: Zone | None = None
 
     @property
     def shown(self) -> str:
-        return self.rel or "."
+        return self.rel or "." if self.zone is None else self.zone.shown(self.rel)
 
 
 def _descriptor_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-class Confinement:
-    """The workspace and one agent's access: the only way its file tools reach a file."""
+def _path(path: object) -> str:
+    if not isinstance(path, str) or path == "" or "\0" in path:
+        raise refused("`path` must be a non-empty path")
+    return path
 
-    def __init__(self, workspace: Workspace, access: FileAccess) -> None:
+
+class Confinement:
+    """The workspace, one agent's access and its skill folders: the only way its file tools
+    reach a file. Without a workspace (``workspace`` None) only the skill folders are read."""
+
+    def __init__(
+        self,
+        workspace: Workspace | None,
+        access: FileAccess,
+        skill_folders: tuple[str, ...] = (),
+    ) -> None:
         # Resolved here too: a root given with a link in it would refuse every resolved path.
-        self.root = os.path.realpath(workspace.root)
+        self.root = None if workspace is None else os.path.realpath(workspace.root)
         self.access = access
+        self.workspace = None if self.root is None else Zone(self.root, access)
+        self.skills = tuple(Zone(os.path.realpath(folder)) for folder in skill_folders)
 
     def resolve(self, path: object) -> Target:
-        """Where ``path`` (relative to the workspace, or absolute) really leads.
+        """Where ``path`` (relative to the workspace, or absolute) really leads, in the workspace.
 
         Raises:
-            ToolFailed: not a path, or it leads outside the workspace.
+            ToolFailed: not a path, no workspace, or it leads outside the workspace.
         """
-        if not isinstance(path, str) or path == "" or "\0" in path:
-            raise refused("`path` must be a non-empty path")
+        path = _path(path)
+        if self.root is None:
+            raise refused(
+                "this daemon has no workspace, so the file tools reach only this agent's skill "
+                "folders, and only to read (the operator gives one with --workspace)"
+            )
         real = os.path.realpath(os.path.join(self.root, path))
         if real != self.root and not real.startswith(self.root + os.sep):
             raise refused(
                 f"{path!r} leads outside the workspace (links and `..` are followed before the "
                 "check); the file tools reach only the workspace"
+                + (" and this agent's skill folders" if self.skills else "")
             )
         rel = "" if real == self.root else os.path.relpath(real, self.root)
         return Target(real, rel)
+
+    def locate(self, path: object) -> Target:
+        """Where ``path`` really leads, for a read: in one of the agent's skill folders (an
+        absolute path, or one relative to the workspace leading there), else in the workspace.
+
+        Raises:
+            ToolFailed: not a path, or it leads outside the skill folders and the workspace.
+        """
+        path = _path(path)
+        found: str | None = None
+        if self.skills and os.path.isabs(path):
+            found = os.path.realpath(path)
+        elif self.skills and self.root is not None:
+            found = os.path.realpath(os.path.join(self.root, path))
+        for zone in self.skills:
+            if found is not None and zone.holds(found):
+                rel = "" if found == zone.root else os.path.relpath(found, zone.root)
+                return Target(found, rel, zone)
+        if self.root is None:
+            raise refused(
+                f"{path!r} is not in this agent's skill folders (links and `..` are followed "
+                "before the check); without a workspace the file tools read only those, by "
+                "absolute path"
+            )
+        return self.resolve(path)
+
+    def zone_of(self, target: Target) -> Zone:
+        return target.zone or self.workspace
 
     def readable(self, path: object) -> Target:
         """``path`` resolved, if the agent may read it.
 
         Raises:
-            ToolFailed: outside the workspace, or not among the agent's read globs.
+            ToolFailed: outside the workspace and the skill folders, or not among the agent's
+                read globs.
         """
-        target = self.resolve(path)
-        if not self.access.may_read(target.rel):
+        target = self.locate(path)
+        if not self.zone_of(target).may_read(target.rel):
             raise refused(f"{target.shown!r} is not among the paths this agent may read")
         return target
 
@@ -91,12 +167,13 @@ class Confinement:
         """``path`` resolved, if it is a folder the agent may look in (``may_look_in``).
 
         Raises:
-            ToolFailed: outside the workspace, not a folder, or nothing in it is readable.
+            ToolFailed: outside the workspace and the skill folders, not a folder, or nothing in
+                it is readable.
         """
-        target = self.resolve(path)
+        target = self.locate(path)
         if not os.path.isdir(target.real):
             raise refused(f"{target.shown!r} is not a folder")
-        if not self.access.may_look_in(target.rel):
+        if not self.zone_of(target).may_look_in(target.rel):
             raise refused(f"nothing in {target.shown!r} is among the paths this agent may read")
         return target
 

@@ -77,6 +77,7 @@ def list_folder(confined: Confinement, tool_input: dict) -> str:
     a folder ends in ``/``, a symbolic link in ``@``."""
     target = confined.folder(tool_input.get("path") or ".")
     limit = min(_whole(tool_input.get("limit"), "limit", LIST_ENTRIES), LIST_ENTRIES)
+    zone = confined.zone_of(target)
     shown: list[str] = []
     names = sorted(os.listdir(target.real))
     for name in names:
@@ -86,7 +87,7 @@ def list_folder(confined: Confinement, tool_input: dict) -> str:
         except OSError:
             continue
         folder = stat.S_ISDIR(mode)
-        if confined.access.may_read(rel) or (folder and confined.access.may_look_in(rel)):
+        if zone.may_read(rel) or (folder and zone.may_look_in(rel)):
             shown.append(name + _kind(mode))
     if not shown:
         return "(no entries this agent may read)"

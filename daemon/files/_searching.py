@@ -48,15 +48,15 @@ class _Walk:
         self.visited = 0
         self.cut = False
 
-    def files(self) -> Iterator[tuple[str, str]]:
-        """(path relative to the workspace, path relative to ``top``) of each readable file."""
-        access = self.confined.access
+    def files(self) -> Iterator[tuple[Target, str]]:
+        """Each readable file (its target, in ``top``'s zone) and its path relative to ``top``."""
+        zone = self.confined.zone_of(self.top)
         for folder, dirs, names in os.walk(self.top.real, followlinks=False):
             dirs.sort()
-            rel_folder = os.path.relpath(folder, self.confined.root)
+            rel_folder = os.path.relpath(folder, zone.root)
             rel_folder = "" if rel_folder == "." else rel_folder
             dirs[:] = [
-                d for d in dirs if access.may_look_in(f"{rel_folder}/{d}" if rel_folder else d)
+                d for d in dirs if zone.may_look_in(f"{rel_folder}/{d}" if rel_folder else d)
             ]
             for name in sorted(names):
                 self.visited += 1
@@ -64,12 +64,13 @@ class _Walk:
                     self.cut = True
                     return
                 rel = f"{rel_folder}/{name}" if rel_folder else name
+                real = os.path.join(folder, name)
                 try:
-                    mode = os.lstat(os.path.join(folder, name)).st_mode
+                    mode = os.lstat(real).st_mode
                 except OSError:
                     continue
-                if stat.S_ISREG(mode) and access.may_read(rel):
-                    yield rel, os.path.relpath(os.path.join(folder, name), self.top.real)
+                if stat.S_ISREG(mode) and zone.may_read(rel):
+                    yield Target(real, rel, self.top.zone), os.path.relpath(real, self.top.real)
 
 
 def _start(confined: Confinement, path: object) -> Target:
@@ -99,9 +100,9 @@ def find_files(confined: Confinement, tool_input: dict) -> str:
     limit = min(_whole(tool_input.get("limit"), "limit", FIND_RESULTS), FIND_RESULTS)
     walk = _Walk(confined, _start(confined, tool_input.get("path")))
     found: list[str] = []
-    for rel, below in walk.files():
+    for target, below in walk.files():
         if glob.matches(below if "/" in pattern else os.path.basename(below)):
-            found.append(rel)
+            found.append(target.shown)
             if len(found) > limit:
                 break
     return _bounded(sorted(found[:limit]) + found[limit:], walk, limit, "matching files")
@@ -122,8 +123,8 @@ def _matcher(tool_input: dict) -> Any:
         raise refused(f"`pattern` is not a regular expression RE2 takes: {reason}") from None
 
 
-def _lines(confined: Confinement, rel: str) -> list[str] | None:
-    found = confined.read_bytes(confined.resolve(rel), GREP_FILE_BYTES + 1)
+def _lines(confined: Confinement, target: Target) -> list[str] | None:
+    found = confined.read_bytes(target, GREP_FILE_BYTES + 1)
     if found is None or found[1] > GREP_FILE_BYTES or b"\0" in found[0][:8192]:
         return None
     return found[0].decode("utf-8", errors="replace").splitlines()
@@ -138,20 +139,21 @@ def grep_files(confined: Confinement, tool_input: dict) -> str:
     if names is not None and (not isinstance(names, str) or not names):
         raise refused("`glob` must be a glob of file names (like `*.py`)")
     narrowed = Glob.of(names) if names else None
-    start = confined.resolve(tool_input.get("path") or ".")
+    path = tool_input.get("path") or "."
+    start = confined.locate(path)
     walk: _Walk | None = None
     if os.path.isfile(start.real):
-        files: Iterable[tuple[str, str]] = [(confined.readable(start.rel).rel, "")]
+        files: Iterable[tuple[Target, str]] = [(confined.readable(path), "")]
     else:
-        walk = _Walk(confined, _start(confined, start.rel or "."))
+        walk = _Walk(confined, _start(confined, path))
         files = walk.files()
     found: list[str] = []
-    for rel, _ in files:
-        if narrowed is not None and not narrowed.matches(os.path.basename(rel)):
+    for target, _ in files:
+        if narrowed is not None and not narrowed.matches(os.path.basename(target.rel)):
             continue
-        for number, line in enumerate(_lines(confined, rel) or (), 1):
+        for number, line in enumerate(_lines(confined, target) or (), 1):
             if matcher.search(line):
-                found.append(f"{rel}:{number}: {line[:GREP_LINE_CHARS]}")
+                found.append(f"{target.shown}:{number}: {line[:GREP_LINE_CHARS]}")
                 if len(found) > limit:
                     return _bounded(_by_path(found, limit), walk, limit, "matching lines")
     return _bounded(_by_path(found, limit), walk, limit, "matching lines")

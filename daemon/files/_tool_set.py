@@ -7,7 +7,7 @@ daemon had one, driven by a daemon without) each call is the agent's error sayin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -23,7 +23,10 @@ from ._searching import find_files, grep_files
 from ._shell import run_command
 from ._writing import PLAN_TOOL, PROBE_TOOL, file_holds, perform_change, plan_change
 
-_PATH = {"type": "string", "description": "a path relative to the workspace"}
+_PATH = {
+    "type": "string",
+    "description": "a path relative to the workspace, or the absolute path of a skill's file",
+}
 _LIMIT = {"type": "integer", "minimum": 1}
 _SCHEMAS: dict[str, dict] = {
     "read": {
@@ -71,7 +74,8 @@ _SCHEMAS: dict[str, dict] = {
     },
 }
 _DESCRIPTIONS = {
-    "read": "Read a text file of the workspace, from line `offset` (1-based), `limit` lines.",
+    "read": "Read a text file of the workspace (or of a skill), from line `offset` (1-based), "
+    "`limit` lines.",
     "ls": "List a folder of the workspace (folders end in /, links in @).",
     "find": "Find files by glob (`*.md` by name, `docs/**/*.md` by path) below `path`.",
     "grep": "Search files below `path` for lines matching a regular expression.",
@@ -114,11 +118,17 @@ def file_tools(
     access: FileAccess | None,
     names: Iterable[str],
     mark: Mapping[str, str] | None = None,
+    skill_folders: Sequence[str] = (),
 ) -> FileTools:
     """The file tools of ``names`` (the others are ignored), confined to ``workspace`` and
-    ``access`` (None: the default, read everything, write nothing); ``mark``: the orphan marks
-    a shell command carries (``processes.MARK_VAR`` and ``RUN_VAR``)."""
-    confined = None if workspace is None else Confinement(workspace, access or FileAccess())
+    ``access`` (None: the default, read everything, write nothing), and reading the whole of each
+    of ``skill_folders`` (the agent's resolved skills'; without a workspace, only those);
+    ``mark``: the orphan marks a shell command carries (``processes.MARK_VAR`` and ``RUN_VAR``)."""
+    confined = (
+        None
+        if workspace is None and not skill_folders
+        else Confinement(workspace, access or FileAccess(), tuple(skill_folders))
+    )
     works: dict[str, Callable[[Confinement, Any], Any]] = {
         "read": read_text,
         "ls": list_folder,

@@ -39,6 +39,7 @@ from salvor.protocol import (
 )
 
 from ..agents import AgentDefinition, AgentKind, DefinitionError, parse_definition
+from ..skills import SkillLibrary
 from ._pinned_baseline import baseline_calls, calls_baseline_path
 
 # Parses an agent file's text in its format, its prompt file read through the callable given.
@@ -94,12 +95,14 @@ class CheckedFlow:
     agent_files: dict[str, str] = field(default_factory=dict)
 
 
-def registry_parser(known_tools) -> AgentParser:
-    """How a flow's agent files are read on this daemon: against ``known_tools``, their prompt
-    files from the flow's files (never from this machine's disk)."""
+def registry_parser(known_tools, skills: SkillLibrary | None = None) -> AgentParser:
+    """How a flow's agent files are read on this daemon: against ``known_tools`` and its
+    ``skills``, their prompt files from the flow's files (never from this machine's disk)."""
 
     def parse(text: str, fmt: str, read_prompt: Callable[[str], str]) -> AgentDefinition:
-        return parse_definition(text, fmt, known_tools=known_tools, read_prompt=read_prompt)
+        return parse_definition(
+            text, fmt, known_tools=known_tools, read_prompt=read_prompt, skills=skills
+        )
 
     return parse
 

@@ -61,7 +61,10 @@ async def run_nested_flow(
         await walk.fail(ctx, node, f"the flow {node.flow!r} was not sent with this run")
     files = walk.files.nested(member, node)
     checked = await trio.to_thread.run_sync(
-        check_flow, files, registry_parser(walk.registry.names()), walk.registry.file_inputs()
+        check_flow,
+        files,
+        registry_parser(walk.registry.names(), walk.registry.skills),
+        walk.registry.file_inputs(),
     )
     if checked.graph is None:
         await walk.fail(ctx, node, f"the flow {node.flow!r}: {checked.errors[0].message}")

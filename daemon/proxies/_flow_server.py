@@ -22,6 +22,10 @@ What the tools do over MCP:
 * A refusal (a bad question, a bad finish, an unknown tool, an argument its schema rejects) is an
   MCP tool error: a result flagged ``isError`` whose text the agent's model reads.
 
+The agent's skills are advertised in the ``initialize`` answer's ``instructions`` (after what the
+server says of itself), which the lane records like any answer; the agent reads them with the
+``read`` its skills grant, listed among the file tools.
+
 Registry tools attached to the run's tree at run time (``ToolsAttached``, the head's
 ``salvor.tools``, the run's own ``attach_tool`` answers) are listed after the flow tools and
 called through the same lane: recorded, replayed and parked as every call of it is (an attached
@@ -53,6 +57,7 @@ from salvor.protocol import (
 from ..files import FileTools, plan_input
 from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
 from ..mcp import McpRemoteError, McpServerSpec
+from ..skills import Skill, with_skills
 from ..tools import WRITE_TOOLS, Suspend, Tool, ToolCall, ToolFailed
 from ._mcp_replay import LaneCall, lane_calls, stub_result
 
@@ -115,8 +120,11 @@ class FlowServer:
         files: FileTools | None = None,
         *,
         resolve: Callable[[str], Tool | None] | None = None,
+        skills: Sequence[Skill] = (),
     ) -> None:
         self.session = session
+        # The agent's skills, advertised in the instructions ``initialize`` answers with.
+        self.skills = tuple(skills)
         # The file tools the agent declares, offered after the flow tools.
         self.files: dict[str, Tool] = dict(files.tools) if files is not None else {}
         self._planner = files.planner if files is not None else None
@@ -157,9 +165,10 @@ class FlowServer:
             "protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
             "capabilities": {"tools": {"listChanged": False}},
             "serverInfo": {"name": SALVOR_SERVER, "version": __version__},
-            "instructions": (
+            "instructions": with_skills(
                 "salvor's flow tools: ask the person running this a question, hand a task to "
-                "another agent, and finish with your result"
+                "another agent, and finish with your result",
+                self.skills,
             ),
         }
         return self
@@ -291,10 +300,12 @@ def salvor_server(
     files: FileTools | None = None,
     *,
     attached: Sequence[str] = (),
+    skills: Sequence[Skill] = (),
 ) -> FlowServer:
     """The ``salvor`` server of a process run: its flow session from its labels (a child of a
-    parent's subagent call or a map is a child session), every flow tool opted into, and the
-    registry tools ``attached`` to its tree (which children it starts inherit)."""
+    parent's subagent call or a map is a child session), every flow tool opted into, the
+    registry tools ``attached`` to its tree (which children it starts inherit), and the agent's
+    ``skills``, advertised in its instructions."""
     session = FlowSession(
         run_id=run_id,
         session=session_of(labels),
@@ -304,4 +315,6 @@ def salvor_server(
         host=host,
         attached=tuple(attached),
     )
-    return FlowServer(session, files, resolve=None if host is None else host.registry_tool)
+    return FlowServer(
+        session, files, resolve=None if host is None else host.registry_tool, skills=skills
+    )

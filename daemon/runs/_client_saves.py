@@ -15,7 +15,6 @@ result and this run's later checks read it back from.
 from __future__ import annotations
 
 import posixpath
-from typing import Any
 
 from salvor.protocol import (
     Diagnostic,
@@ -52,7 +51,7 @@ from ..graphs import (
     parse_flow_document,
     saved_files,
 )
-from ..tools import ToolFailed
+from ..tools import ToolFailed, ToolRegistry
 from ..web import OperationRefused, off_loop
 from ._authoring import FLOW_NAME, answer, graph_agents, has_errors, parsed_graph
 from ._definitions import Definitions
@@ -78,20 +77,21 @@ def _agent_format(content: str) -> str:
 
 
 def _linked_agent(
-    content: str, fmt: str, known_tools: Any, credentials: Credentials
+    content: str, fmt: str, registry: ToolRegistry, credentials: Credentials
 ) -> tuple[list[Diagnostic], AgentDefinition | None]:
     """The diagnostics of an agent file written over a link, and its definition when it has no
     error: an HTTP caller's rules, and no agent of a kind that runs a command."""
     try:
         # Only to tell its kind: a process agent is named for what it is, not for the opt-in.
         kind = parse_definition(
-            content, fmt, known_tools=known_tools, allow_paths=False, allow_processes=True
+            content, fmt, known_tools=registry.names(), allow_paths=False, allow_processes=True
         ).kind
     except DefinitionError:
         kind = AgentKind.BUILTIN  # the checks below say what is wrong with it
     if kind is not AgentKind.BUILTIN:
         return [_error(PROCESS_OVER_LINK.format(kind=kind.value))], None
-    rules = {"known_tools": known_tools, "allow_processes": False, "credentials": credentials}
+    rules = {"known_tools": registry.names(), "skills": registry.skills}
+    rules |= {"allow_processes": False, "credentials": credentials}
     diagnostics = agent_diagnostics(content, fmt, **rules)
     if has_errors(diagnostics):
         return diagnostics, None
@@ -126,7 +126,7 @@ class ClientSaves:
         if not project:
             return answer(False, [_error(NO_PROJECT.format(what="an agent file"))])
         fmt = _agent_format(content)
-        known = self.definitions.registry.names()
+        known = self.definitions.registry
         diagnostics, agent = await off_loop(_linked_agent, content, fmt, known, self.credentials)
         if agent is not None:
             try:

@@ -257,7 +257,7 @@ class Definitions:
 
     def agent_parser(self) -> AgentParser:
         """How a flow's agent files are read: against this daemon's registry."""
-        return registry_parser(self.registry.names())
+        return registry_parser(self.registry.names(), self.registry.skills)
 
     async def keep_flow_files(self, files: FlowFiles) -> str:
         """Keep the bytes of ``files`` and its manifest content-addressed; the manifest's hash.

@@ -51,7 +51,7 @@ from ..agents import (
 )
 from ..flows import PARENT_LABEL, FlowSession
 from ..processes import kill_if_requested
-from ..tools import ToolFailed
+from ..tools import ToolFailed, ToolRegistry
 from ..web import OperationRefused, off_loop
 from ._authoring import FLOW_NAME, answer, graph_agents, has_errors, parsed_graph
 from ._definitions import Definitions
@@ -115,8 +115,8 @@ class FlowCatalog:
         error diagnostic, from the checks, the build or the name, leaves the store as it was
         (``written: false``).
         """
-        known = self.definitions.registry.names()
-        # Parsing and checking the text is CPU, not IO; it still stays off the trio thread.
+        known = self.definitions.registry
+        # Parsing and checking the text (and finding its skills) stays off the trio thread.
         diagnostics, agent = await off_loop(_checked_agent, content, known, self.credentials)
         if agent is not None:
             try:
@@ -238,15 +238,12 @@ def _agents_written(log: list[Envelope]) -> set[str]:
 
 
 def _checked_agent(
-    content: str, known_tools: Any, credentials: Any
+    content: str, registry: ToolRegistry, credentials: Any
 ) -> tuple[list[Diagnostic], AgentDefinition | None]:
     """The diagnostics of a markdown agent file, and the definition when it has no error."""
     # What an HTTP caller may send, no more: a model's file is no more trusted than a caller.
-    rules = {
-        "known_tools": known_tools,
-        "allow_processes": False,
-        "credentials": credentials,
-    }
+    rules = {"known_tools": registry.names(), "skills": registry.skills}
+    rules |= {"allow_processes": False, "credentials": credentials}
     diagnostics = agent_diagnostics(content, "md", **rules)
     if has_errors(diagnostics):
         return diagnostics, None
@@ -274,8 +271,8 @@ def _catalog(store: EventStore, known_tools: Any) -> list[dict]:
 
 def catalog_entry(agent: AgentDefinition, *, source_path: str | None = None) -> dict:
     """An agent as the catalog lists it: ``name``, ``description``, ``tools`` (its registry
-    tools and the flow tools it opted into), ``inputs`` (names), ``outputs`` (name, type and
-    description), ``source_type`` and, for a local one, ``source_path``, ``architect`` (a
+    tools and the flow tools it opted into), ``skills``, ``inputs`` (names), ``outputs`` (name,
+    type and description), ``source_type`` and, for a local one, ``source_path``, ``architect`` (a
     markdown file's, ``{}`` when it declares none), ``agent`` (its hash), ``kind``, and a
     markdown file's ``card`` when it has one.
 
@@ -293,6 +290,7 @@ def catalog_entry(agent: AgentDefinition, *, source_path: str | None = None) -> 
         "name": agent.name,
         "description": agent.description or "",
         "tools": [*agent.tools, *(tool.value for tool in agent.flow_tools)],
+        "skills": list(agent.skills),
         "inputs": [declared.name for declared in agent.inputs],
         "outputs": outputs,
         "source_type": LOCAL if source_path is not None else STORE,

@@ -62,6 +62,7 @@ from ..runs import (
     change_feed,
     own_store,
 )
+from ..skills import SkillLibrary
 from ..tools import ToolRegistry, demo_registry
 from ._listening import InFlight, listen_api, model_proxy
 from ._notify import Notifier
@@ -91,10 +92,10 @@ async def serve(
     Reports started with the bound URLs.
 
     ``registry`` is the embedding host's tools; None gives ``salvor serve``'s (the demo
-    tools with ``config.demo_tools``, else an empty registry); ``config.workspace`` is given to it
-    either way (its file tools). A host that wires no
-    registry at all passes ``ToolRegistry.unwired()``: its tool steps and graph tool nodes
-    are refused as unavailable (503) instead of unknown (404).
+    tools with ``config.demo_tools``, else an empty registry); ``config.workspace`` and
+    ``config.skills_dirs`` (when given) are given to it either way (its file tools, its skills).
+    A host that wires no registry at all passes ``ToolRegistry.unwired()``: its tool steps and
+    graph tool nodes are refused as unavailable (503) instead of unknown (404).
 
     ``stop`` and ``on_state`` are for embedding (tests): setting ``stop``
     begins the same graceful stop a signal does, and ``on_state`` is handed
@@ -105,6 +106,8 @@ async def serve(
     )
     if config.workspace is not None:
         registry.workspace = config.workspace
+    if config.skills_dirs:
+        registry.skills = SkillLibrary(config.skills_dirs)
     # This daemon's own instruments, made current before any task starts so that every task
     # (the proxy's handlers, the drives, the MCP sessions they open) counts into them.
     if config.worker is not None:

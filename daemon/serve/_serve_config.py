@@ -56,6 +56,8 @@ class ServeConfig:
     # The folder built-in agents' file tools are confined to, and whether `bash` is offered
     # (--workspace, --allow-bash, --bash-timeout); None: no file tools.
     workspace: Workspace | None = None
+    # The operator's skill directories (--skills-dir), searched in order before salvor's own.
+    skills_dirs: tuple[str, ...] = ()
     # The registry tools an agent in edit mode may attach to its run tree (--attachable-tools).
     attachable_tools: frozenset[str] = frozenset()
     # How long a client-driven run's drive token holds without a driving call.

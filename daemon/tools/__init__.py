@@ -1,7 +1,7 @@
 """The tool registry (what a tool is, its effect, how a call is dispatched), the demo tools, and
 the operator's workspace the file tools are confined to.
 
-Rule: imports only ``processes`` and below.
+Rule: imports only ``processes`` and ``skills`` (and what they stand on).
 """
 
 from __future__ import annotations

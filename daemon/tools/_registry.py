@@ -25,6 +25,7 @@ import trio
 from salvor.protocol import Effect, sha256_hash
 from salvor.store import store_fault
 
+from ..skills import SkillLibrary
 from ._file_inputs import check_file_inputs
 from ._workspace import Workspace
 
@@ -347,12 +348,15 @@ class ToolRegistry:
 
     ``workspace``: the operator's folder for the file tools (None: no file tool is offered).
     Those tools are built per agent (its ``access`` confines them), so ``get`` never answers
-    one; ``names`` lists them, as names a definition may grant.
+    one; ``names`` lists them, as names a definition may grant. ``skills``: where the skills a
+    definition declares are found (salvor's own only, unless the host gives the operator's).
     """
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self.wired = True
         self.workspace: Workspace | None = None
+        # Where the skills agents declare are found (the operator's folders, then salvor's).
+        self.skills = SkillLibrary()
         self._tools: dict[str, Tool] = {}
         for tool in tools or ():
             self._add(tool)

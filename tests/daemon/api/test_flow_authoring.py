@@ -150,6 +150,7 @@ async def test_edit_mode_flipped_while_a_run_waits_offers_authoring_at_its_next_
         "name": "helper",
         "description": "Says whether a refund is owed.",
         "tools": [],
+        "skills": [],
         "inputs": ["invoice"],
         "outputs": [{"name": "verdict", "type": "string"}],
         "source_type": "store",

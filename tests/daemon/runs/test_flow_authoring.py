@@ -62,6 +62,7 @@ async def test_a_good_agent_file_is_registered_once_and_listed(host, runtime) ->
             "name": "helper",
             "description": "Says whether a refund is owed.",
             "tools": ["lookup_invoice", "ask_user"],
+            "skills": [],
             "inputs": ["invoice"],
             "outputs": [
                 {"name": "verdict", "type": "string"},
