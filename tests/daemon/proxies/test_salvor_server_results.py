@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 
 from salvor.daemon.agents import parse_definition
+from salvor.daemon.flows import FLOW_LABEL
+from salvor.protocol import EMPTY_VIEW
 
 from tests.daemon.proxies.test_salvor_server import (
     OUTPUTS,
@@ -21,18 +23,22 @@ from tests.daemon.proxies.test_salvor_server import (
     tool_results,
 )
 from tests.support.backends import SQLITE_ONLY
+from tests.support.graph_runs import published
 from tests.support.runtime import agent_toml
 
 # The lane is the salvor server's, tested on SQLite (tests/support/backends.py).
 STORE_BACKENDS = SQLITE_ONLY
 
 CHILD_FINISH = {"status": "complete", "summary": "found it", "colour": "blue", "count": 3}
+BY_NAME = "10000000-0000-4000-8000-000000000009"
 READS = [
     {"action": "list"},
     {"action": "summary", "flow": "helper"},
     {"action": "agent", "flow": "helper", "agent": "helper"},
     {"action": "runs"},
     {"action": "runs", "flow": "helper"},
+    # A flow's name: the newest run the operator started by it, nobody's child.
+    {"action": "summary", "flow": "team/publishing"},
 ]
 
 
@@ -61,6 +67,8 @@ async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
 ):
     child_provider = providers(steps_script(lambda _: ("finish", CHILD_FINISH), lambda _: "done"))
     await runtime.definitions.register_agent(helper_agent(runtime, child_provider, extra=OUTPUTS))
+    by_name = published(labels={FLOW_LABEL: "team/publishing"})
+    await runtime.access.append(BY_NAME, by_name, EMPTY_VIEW)
 
     native_provider = providers(reading_script())
     text = 'name = "reader"\n' + agent_toml(
@@ -74,7 +82,7 @@ async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
     process, process_refusal = await _read(runtime, process_provider, salvor_agent(tmp_path))
     assert process == native
 
-    listed, summary, agent, runs, run_state = native
+    listed, summary, agent, runs, run_state, by_name = native
     brief = {"status": "complete", "summary": "found it", "outputs": ["colour", "count"]}
     entry = {"run": "CHILD", "agent": "helper", "state": "completed"}
     assert listed == {"results": [{**entry, **brief}], "flows": []}
@@ -90,6 +98,12 @@ async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
     assert runs == {"runs": [entry], "counts": {"completed": 1}}
     assert run_state["nodes"][0]["node"] == "helper"
     assert run_state["nodes"][0]["state"] == "finished"
+    assert (by_name["run"], by_name["flow"], by_name["state"]) == (
+        BY_NAME,
+        "team/publishing",
+        "completed",
+    )
+    assert by_name["steps"][0]["node"] == "research"
     for refusal in (native_refusal, process_refusal):
         assert "no run in this run's tree answers to `flow` 'helpr'" in refusal, refusal
         assert "did you mean 'helper'?" in refusal
