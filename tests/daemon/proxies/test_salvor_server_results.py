@@ -43,23 +43,25 @@ READS = [
 
 
 def reading_script():
-    """Delegate to ``helper``, read the tree with each action, name a flow nobody ran, end."""
+    """Delegate to ``helper``, read the tree with each action, name a flow nobody ran and an
+    agent nobody registered, end."""
     steps = [lambda _: ("subagent", {"agent": "helper", "task": "find the colour"})]
     steps += [lambda _, args=args: ("flow_results", args) for args in READS]
     steps += [lambda _: ("flow_results", {"action": "summary", "flow": "helpr"})]
+    steps += [lambda _: ("subagent", {"agent": "helpr", "task": "again"})]
     steps += [lambda _: "read it all"]
     return steps_script(*steps)
 
 
-async def _read(runtime, provider, agent) -> tuple[list, str]:
+async def _read(runtime, provider, agent) -> tuple[list, list[str]]:
     """What ``agent``'s flow_results calls answered (its child's id as ``CHILD``), and the
-    refusal's text."""
+    two refusals' texts."""
     run_id = await runtime.starts.start_run(agent, "delegate, then look")
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
-    (child,) = await children(runtime, run_id)
+    (child,) = await children(runtime, run_id)  # none for the name nobody registered
     results = [text.replace(child, "CHILD") for text in tool_results(provider.calls[-1])]
-    return [json.loads(text) for text in results[1:-1]], results[-1]
+    return [json.loads(text) for text in results[1:-2]], results[-2:]
 
 
 async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
@@ -75,11 +77,11 @@ async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
         native_provider.base_url, extra='flow_tools = ["subagent", "flow_results"]'
     )
     builtin = parse_definition(text, "toml", known_tools=runtime.kit.registry.names())
-    native, native_refusal = await _read(runtime, native_provider, builtin)
+    native, native_refusals = await _read(runtime, native_provider, builtin)
 
     process_provider = providers(reading_script())
     upstream_env(process_provider)
-    process, process_refusal = await _read(runtime, process_provider, salvor_agent(tmp_path))
+    process, process_refusals = await _read(runtime, process_provider, salvor_agent(tmp_path))
     assert process == native
 
     listed, summary, agent, runs, run_state, by_name = native
@@ -104,6 +106,8 @@ async def test_both_agent_kinds_read_their_tree_with_every_action_alike(
         "completed",
     )
     assert by_name["steps"][0]["node"] == "research"
-    for refusal in (native_refusal, process_refusal):
-        assert "no run in this run's tree answers to `flow` 'helpr'" in refusal, refusal
-        assert "did you mean 'helper'?" in refusal
+    for no_flow, no_agent in (native_refusals, process_refusals):
+        assert "no run in this run's tree answers to `flow` 'helpr'" in no_flow, no_flow
+        assert "did you mean 'helper'?" in no_flow
+        assert "no registered agent is named 'helpr'" in no_agent, no_agent
+        assert "(did you mean 'helper'?)" in no_agent
