@@ -60,6 +60,15 @@ async def _read(runtime, provider, agent) -> tuple[list, list[str]]:
     view = await runtime.drive(run_id, agent=agent)
     assert view.state.value == "completed", view.detail
     (child,) = await children(runtime, run_id)  # none for the name nobody registered
+    # Each flow_results call is recorded as a read (natively, or as the lane's tools/call).
+    log = await runtime.reads.log(run_id)
+    reads = [
+        env.event.effect
+        for env in log
+        if env.kind == "ToolCallRequested"
+        and "flow_results" in (env.event.tool, env.event.input.get("name"))
+    ]
+    assert reads == ["read"] * (len(READS) + 1)
     results = [text.replace(child, "CHILD") for text in tool_results(provider.calls[-1])]
     return [json.loads(text) for text in results[1:-2]], results[-2:]
 
