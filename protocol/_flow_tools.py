@@ -455,7 +455,13 @@ FLOW_RESULTS_SCHEMA = {
     "additionalProperties": False,
     "properties": {
         "action": {"enum": [a.value for a in ResultsAction]},
-        "flow": {"type": "string", "description": "Required for summary and agent"},
+        "flow": {
+            "type": "string",
+            "description": (
+                "Which run: one this run started (its id, its agent's name, a flow it wrote), or "
+                "a flow's namespace/name (its newest run); required for summary and agent"
+            ),
+        },
         "agent": {"type": "string", "description": "Required for agent"},
     },
 }

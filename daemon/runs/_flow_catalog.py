@@ -16,7 +16,6 @@ has to remember it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +54,7 @@ from ..tools import ToolFailed, ToolRegistry
 from ..web import OperationRefused, off_loop
 from ._authoring import FLOW_NAME, answer, graph_agents, has_errors, parsed_graph
 from ._definitions import Definitions
+from ._flow_result_words import flow_name_of, newest_run_of_flow, unknown_word
 
 # How much of a summary a listing shows; ``agent`` shows it whole.
 SUMMARY_CHARS = 500
@@ -327,8 +327,8 @@ class _Tree:
         if child.graph_hash is not None:
             body = {"graph": child.graph_hash}
             named = [name for name, graph in self.flows.items() if graph == child.graph_hash]
-            if named:
-                body["flow"] = named[-1]
+            if flow_name_of(child) or named:
+                body["flow"] = flow_name_of(child) or named[-1]
             return body
         if child.agent_def_hash is None:
             return {}
@@ -345,29 +345,25 @@ class _Tree:
 
     def find(self, flow: str) -> RunSummary:
         """The child ``flow`` names: its run id, an agent's name (its newest child), a flow's
-        ``namespace/name`` or its graph hash (its newest graph run).
+        ``namespace/name`` or its graph hash (its newest graph run); else the newest run started
+        by the flow name ``flow`` (``newest_run_of_flow``).
 
         Raises:
-            ToolFailed: nothing in the tree answers to ``flow``.
+            ToolFailed: nothing in the tree answers to ``flow``, and no run of a flow by that name.
         """
         graph = self.flows.get(flow, flow)
         for child in self.children:
-            if flow in (child.run_id, child.agent_def_hash) or child.graph_hash == graph:
+            if flow in (child.run_id, child.agent_def_hash, flow_name_of(child)):
+                return child
+            if child.graph_hash == graph:
                 return child
             if self._named(child) and self.names[child.agent_def_hash] == flow:
                 return child
-        raise _unknown(f"no run in this run's tree answers to `flow` {flow!r}", flow, self.known())
-
-
-def _unknown(message: str, word: str, known: list[str]) -> ToolFailed:
-    if not known:
-        return ToolFailed(f"{message}: it has started no runs yet", retryable=False)
-    shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
-    # difflib's cost grows with the square of the lengths: no guess for a long word.
-    close = difflib.get_close_matches(word, known, n=1) if len(word) <= 128 else []
-    guess = close[0] if close else None
-    hint = f"; did you mean {guess!r}?" if guess else ""
-    return ToolFailed(f"{message}; it has: {shown}{hint}", retryable=False)
+        by_name = newest_run_of_flow(self.store, flow)
+        if by_name is not None:
+            return by_name
+        message = f"no run in this run's tree answers to `flow` {flow!r}"
+        raise unknown_word(message, flow, self.known())
 
 
 def _tree(store: EventStore, run_id: str) -> _Tree:
@@ -574,10 +570,10 @@ def _agent(tree: _Tree, child: RunSummary, agent: str) -> dict:
             if agent in (node.node, node.name):
                 return {**_entry(tree, child), "step": _full_node(node)}
         known = [node.node for node in nodes] + [node.name for node in nodes if node.name]
-        raise _unknown(f"graph run {child.run_id} has no node {agent!r}", agent, known)
+        raise unknown_word(f"graph run {child.run_id} has no node {agent!r}", agent, known)
     named = tree.label(child).get("agent")
     if agent not in (named, child.agent_def_hash):
-        raise _unknown(
+        raise unknown_word(
             f"run {child.run_id} runs the agent {named!r}, not {agent!r}", agent, [named]
         )
     view = tree.store.read_view(child.run_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import trio
 from salvor.daemon.agents import parse_definition
-from salvor.daemon.flows import PARENT_LABEL, FlowSession
+from salvor.daemon.flows import FLOW_LABEL, PARENT_LABEL, FlowSession
 from salvor.daemon.runs._flow_catalog import FlowCatalog
 from salvor.daemon.tools import ToolFailed
 from salvor.protocol import (
@@ -40,6 +40,8 @@ GRAPH_DONE = "10000000-0000-4000-8000-000000000005"
 GRAPH_GATED = "10000000-0000-4000-8000-000000000006"
 STRANGER = "10000000-0000-4000-8000-000000000007"
 STRANGERS_CHILD = "10000000-0000-4000-8000-000000000008"
+BY_NAME_DONE = "10000000-0000-4000-8000-000000000009"
+BY_NAME_GATED = "10000000-0000-4000-8000-00000000000a"
 
 PUBLISHING = graph_from_value(publishing())
 CHAIN = graph_from_value(chain(2))
@@ -107,6 +109,9 @@ async def tree(runtime):
             ),
             RunCompleted(output="not yours"),
         ],
+        # Two runs the operator started by the flow's name (nobody's children), the newer parked.
+        BY_NAME_DONE: published(PUBLISHING.hash, labels={FLOW_LABEL: "team/publishing"}),
+        BY_NAME_GATED: published(PUBLISHING.hash, labels={FLOW_LABEL: "team/publishing"})[:15],
     }
     for run_id, events in logs.items():
         await runtime.access.append(run_id, events, EMPTY_VIEW)
@@ -261,11 +266,32 @@ async def test_runs_counts_the_children_or_shows_one_runs_nodes(tree) -> None:
     assert waiting["nodes"] == [{"node": "writer", "state": "running"}]
 
 
+async def test_a_flows_name_finds_the_newest_run_started_by_it_outside_the_tree(tree) -> None:
+    by_name = await _results(tree, action="summary", flow="team/publishing")
+    assert (by_name["run"], by_name["flow"], by_name["state"]) == (
+        BY_NAME_GATED,
+        "team/publishing",
+        "suspended",
+    )
+    assert [(s["node"], s["state"]) for s in by_name["steps"]][-1] == ("approve", "running")
+    nodes = (await _results(tree, action="runs", flow="team/publishing"))["nodes"]
+    assert {n["state"] for n in nodes} == {"finished", "running", "pending"}
+    research = await _results(tree, action="agent", flow="team/publishing", agent="research")
+    assert research["step"]["input"] == {"topic": "tides"}
+    # Not the tree's: neither listed nor counted among its runs.
+    listed = await _results(tree, action="list")
+    assert BY_NAME_DONE not in {entry["run"] for entry in listed["results"]}
+    assert len((await _results(tree, action="runs"))["runs"]) == 5
+    # A name the run wrote still answers with the tree's own run of it.
+    assert (await _results(tree, action="summary", flow="custom/publishing"))["run"] == GRAPH_GATED
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         ({"action": "summary", "flow": "reveiwer"}, "did you mean 'reviewer'?"),
         ({"action": "summary", "flow": STRANGERS_CHILD}, REVIEWED),
+        ({"action": "summary", "flow": "team/nothing"}, "answers to `flow` 'team/nothing'"),
         ({"action": "summary"}, "action `summary` needs `flow`"),
         ({"action": "agent", "flow": REVIEWED}, "needs `agent` as well as `flow`"),
         ({"action": "agent", "flow": GRAPH_DONE, "agent": "drafts"}, "did you mean 'draft'?"),
