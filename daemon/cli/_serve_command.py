@@ -28,6 +28,7 @@ from ._arguments import (
     MAX_WORKERS,
     cores,
 )
+from ._attachable import read_attachable
 from ._errors import CliError, UsageError
 
 
@@ -48,8 +49,9 @@ def serve_config(args: argparse.Namespace, url: str):
         )
     listen = args.listen
     token = _auth_token(args.auth_token)
+    named = _named_settings(args)
     return ServeConfig(
-        **_named_settings(args),
+        **named,
         **(
             {"unix_socket": listen.unix_socket}
             if listen.unix_socket
@@ -63,6 +65,7 @@ def serve_config(args: argparse.Namespace, url: str):
         allow_process_agents=args.allow_process_agents,
         workspace=_workspace(args),
         attachable_tools=_names(args.attachable_tools),
+        attachable_mcp=_attachable_mcp(args, named["credentials"]),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         heartbeat_seconds=args.stream_keepalive,
@@ -103,6 +106,17 @@ def _workspace(args: argparse.Namespace):
     if not os.path.isdir(root):
         raise CliError(f"--workspace names {args.workspace}, which is not a folder")
     return Workspace(root=root, shell=args.allow_bash, shell_timeout=args.bash_timeout)
+
+
+def _attachable_mcp(args: argparse.Namespace, credentials: Credentials) -> dict:
+    """The MCP servers --attachable-mcp declares, by name (none without it).
+
+    Raises:
+        UsageError: the file cannot be used (``AttachableError``'s sentence).
+    """
+    if args.attachable_mcp is None:
+        return {}
+    return read_attachable(args.attachable_mcp, credentials, args.allow_process_agents)
 
 
 def _names(text: str) -> frozenset[str]:
