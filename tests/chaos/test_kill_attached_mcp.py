@@ -32,11 +32,17 @@ pytestmark = pytest.mark.kill
 DESK_TOOLS = ["lookup", "write_note", "find_note"]
 
 
+TOKEN_VAR = "DESK_TOKEN"
+DESK_TOKEN = "desk-token-the-operator-keeps"
+
+
 def attachable_file(tmp_path: Path, url: str) -> Path:
-    """The operator's --attachable-mcp file: ``desk``, whose write is keyed and probed."""
+    """The operator's --attachable-mcp file: ``desk``, whose write is keyed and probed, sent the
+    operator's token (a ``${VAR}`` header bound to its origin)."""
     path = tmp_path / "attachable.toml"
     path.write_text(
         f'[[mcp_servers]]\nname = "desk"\nurl = "{url}"\ntools = {json.dumps(DESK_TOOLS)}\n'
+        f'headers = {{ Authorization = "Bearer ${{{TOKEN_VAR}}}" }}\n'
         'effects = { lookup = "read", write_note = "write", find_note = "read" }\n'
         'idempotency_keys = { write_note = "text" }\n'
         "[mcp_servers.probes.write_note]\n"
@@ -60,11 +66,12 @@ def desk(tmp_path: Path):
 
 def serving_desk(tmp_path: Path, store_url: str, http: HttpFixtureServer, provider) -> Daemon:
     daemon = Daemon(tmp_path, store_url, tmp_path / "effects.jsonl")
+    daemon.env[TOKEN_VAR] = DESK_TOKEN
     daemon.args += [
         "--model-endpoint",
         provider.base_url,
         "--mcp-origin",
-        f"http://127.0.0.1:{http.port}",
+        f"http://127.0.0.1:{http.port},header_env={TOKEN_VAR}",
         "--attachable-mcp",
         str(attachable_file(tmp_path, http.url)),
     ]
@@ -111,9 +118,12 @@ def test_an_attached_server_survives_a_kill_and_its_tool_is_called_once(
     assert offered(calls[0]) == ["ask_user"]
     assert offered(calls[1]) == [*DESK_TOOLS, "ask_user"]
     assert [c["arguments"] for c in fx.calls_of("lookup")] == [{"key": "INV-7"}]
-    kinds = [e.event.KIND for e in stored_log(store_url, run_id)]
-    assert kinds.count(EventKind.TOOLS_ATTACHED) == 1
+    log = stored_log(store_url, run_id)
+    assert [e.event.KIND for e in log].count(EventKind.TOOLS_ATTACHED) == 1
     assert tool_calls(store_url, run_id) == ["ask_user", "mcp:desk/tools/list", "lookup"]
+    # The secret went to the server as the daemon connected, and never into the log.
+    assert {r["authorization"] for r in fx.http_requests} == {f"Bearer {DESK_TOKEN}"}
+    assert DESK_TOKEN not in repr(log) and http.url not in repr(log)
 
 
 def test_an_attached_servers_write_killed_after_it_landed_is_settled_by_its_probe(
