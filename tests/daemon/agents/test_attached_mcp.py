@@ -274,3 +274,40 @@ async def test_an_attached_servers_open_write_is_probed_on_recovery(
     _, done = note_call(await restarted.reads.log(run_id))
     assert done.settled_by == "probe"
     assert len(provider.calls) == 3
+
+
+async def test_a_graph_nodes_attached_write_is_probed_on_recovery(
+    attaching, providers, make_agent, fx
+):
+    """The same in a graph run: its agent node wrote through the attached server and the drive
+    stopped before the completion; the restarted daemon's recovery probes the write."""
+    note = {"text": "INV-9", "hold": fx.hold("w")}
+
+    def script(call):
+        return text_reply("noted") if tool_results(call) else tool_use("write_note", note)
+
+    agent = make_agent(providers(script))
+    await attaching.definitions.register_agent(agent)
+    graph = await gated_graph(attaching, agent.agent_def_hash)
+    run_id = await attaching.starts.start_graph_run(graph, [])
+    await attaching.drive(run_id)
+    await attaching.tools.attach(run_id, [], ["desk"])
+    await attaching.control.resume(run_id, {"approved": True})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(attaching.drive, run_id)
+        with trio.fail_after(10):
+            while not fx.calls_of("write_note"):
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    fx.release("w")
+    assert (await attaching.reads.view(run_id)).state is RunState.NEEDS_RECONCILIATION
+
+    restarted = Runtime(
+        attaching.access, attaching.kit.registry, clock=attaching.kit.clock, attachable_mcp=desk(fx)
+    )
+    assert run_id in await restarted.reads.interrupted_runs()
+    view = await restarted.drive(run_id)
+    assert view.state is RunState.COMPLETED, view.detail
+    assert len(fx.calls_of("write_note")) == 1
+    _, done = note_call(await restarted.reads.log(run_id))
+    assert done.settled_by == "probe"
