@@ -93,6 +93,9 @@ class ErrorCode(enum.StrEnum):
     INSUFFICIENT_STORAGE = "insufficient_storage", 507
     # A flow asked for by its ``namespace/name`` that no flow of this store is kept as.
     UNKNOWN_FLOW = "unknown_flow", 404
+    # An MCP server to attach to a run by a name the operator's --attachable-mcp file does not
+    # declare.
+    UNKNOWN_MCP_SERVER = "unknown_mcp_server", 404
 
     # Ours: a request whose Host does not name the daemon or whose Origin is another page's, and
     # the page's session (a cookie-authenticated change without its CSRF token).

@@ -551,10 +551,10 @@ class MapItemCompleted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolsAttached(Event):
-    """Registry tools added to this run (and every child started after it) at run time, by
-    ``by`` (``operator``, or ``agent`` for an agent's ``attach_tool``). It narrates, never
-    calls: a replay passes it wherever it stands, and a conversation offers its tools from its
-    next model call on."""
+    """Registry tools and declared MCP servers (``mcp:<name>``) added to this run (and every
+    child started after it) at run time, by ``by`` (``operator``, or ``agent`` for an agent's
+    ``attach_tool``). It narrates, never calls: a replay passes it wherever it stands, and a
+    conversation offers its tools from its next model call on."""
 
     KIND: ClassVar[EventKind] = EventKind.TOOLS_ATTACHED
 

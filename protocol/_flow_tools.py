@@ -497,7 +497,8 @@ FLOW_WRITE_SCHEMA = {
 
 ATTACH_TOOL_DESCRIPTION = (
     "Attach registry tools, by name, to this run and every child it starts from now on: you "
-    "are offered them from your next turn. Only the tools the operator allows may be attached."
+    "are offered them from your next turn (an MCP server the operator declared is mcp:NAME, "
+    "and offers its tools). Only the tools the operator allows may be attached."
 )
 ATTACH_TOOL_SCHEMA = {
     "type": "object",
@@ -508,7 +509,7 @@ ATTACH_TOOL_SCHEMA = {
             "type": "array",
             "items": {"type": "string", "minLength": 1},
             "minItems": 1,
-            "description": "Registry tool names",
+            "description": "Registry tool names, or mcp:NAME for a declared MCP server",
         },
     },
 }

@@ -189,7 +189,10 @@ _PAYLOAD_FIELDS: Mapping[type[Event], JSON] = {
             "type": "array",
             "items": _TEXT,
             "minItems": 1,
-            "description": "The registry tools attached, by name.",
+            "description": (
+                "The registry tools attached, by name; an MCP server the operator declared as "
+                "attachable is mcp:NAME."
+            ),
         },
         "by": {
             "enum": ["operator", "agent"],

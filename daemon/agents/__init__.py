@@ -10,6 +10,16 @@ from ._agent_definition import (
     AgentDefinition,
     AgentKind,
 )
+from ._attachable_servers import (
+    AttachableError,
+    load_attachable_servers,
+)
+from ._attachments import (
+    attached_declares_probe,
+    attachments_before,
+    withdrawal_refusal,
+    withdrawn_servers,
+)
 from ._credentials import (
     CredentialError,
     Credentials,
@@ -88,6 +98,7 @@ __all__ = [
     "AgentDefinition",
     "AgentKind",
     "AgentLoop",
+    "AttachableError",
     "CredentialError",
     "Credentials",
     "DeclaredOrigin",
@@ -97,6 +108,8 @@ __all__ = [
     "agent_command",
     "agent_diagnostics",
     "agent_environment",
+    "attached_declares_probe",
+    "attachments_before",
     "declares_probe",
     "drive",
     "fail_unreachable",
@@ -105,6 +118,7 @@ __all__ = [
     "gateway_for",
     "graph_diagnostics",
     "graph_error_diagnostics",
+    "load_attachable_servers",
     "load_definition",
     "offered_besides_mcp",
     "parked_write",
@@ -114,4 +128,6 @@ __all__ = [
     "read_markdown",
     "standin_relays",
     "supervise",
+    "withdrawal_refusal",
+    "withdrawn_servers",
 ]

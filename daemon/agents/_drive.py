@@ -4,7 +4,7 @@ the model gateway, the flow session, an unreachable model endpoint's refusal."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from salvor.protocol import (
@@ -24,6 +24,7 @@ from ..flows import (
     session_of,
 )
 from ..mcp import (
+    McpServerSpec,
     open_connections,
 )
 from ..models import ModelClients, ModelGateway
@@ -31,6 +32,12 @@ from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
 from ..proxies import lane_probe
 from ..recording import Parked, RunContext
 from ..tools import WRITE_TOOLS, ToolRegistry
+from ._attachments import (
+    attached_declares_probe,
+    attachments_before,
+    withdrawal_refusal,
+    withdrawn_servers,
+)
 from ._credentials import Credentials, Undeclared
 from ._definition import AgentDefinition, AgentKind
 from ._drive_kit import DriveKit
@@ -130,15 +137,28 @@ def gateway_for(
     )
 
 
-def probes_open_write(agent: AgentDefinition, registry: ToolRegistry, view: RunView) -> bool:
-    """Whether ``view`` is parked on an open write of ``agent`` that declares a probe.
+def probes_open_write(
+    agent: AgentDefinition,
+    registry: ToolRegistry,
+    view: RunView,
+    log: Sequence[Envelope] = (),
+    attachable_mcp: Mapping[str, McpServerSpec] | None = None,
+) -> bool:
+    """Whether ``view`` is parked on an open write of ``agent`` that declares a probe: one of
+    its definition's, or one attached to the run before the write (``log``: the run's log;
+    ``attachable_mcp``: what an attached server reaches, ``attached_declares_probe``).
 
     Such a run is not only a person's to settle: a drive probes the write
     first (a process agent's, over the server's stand-in lane: ``McpLane``).
     A service agent's writes are never probed.
     """
     pending = parked_write(view)
-    return pending is not None and declares_probe(agent, registry, pending.tool, pending.input)
+    if pending is None:
+        return False
+    if declares_probe(agent, registry, pending.tool, pending.input):
+        return True
+    attached = attachments_before(view.labels, log, pending.seq)
+    return attached_declares_probe(agent, registry, attachable_mcp or {}, attached, pending.tool)
 
 
 def declares_probe(
@@ -233,7 +253,12 @@ async def _drive_held(
         )
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probes_open_write(agent, kit.registry, ctx.view):
+    withdrawn = withdrawal_refusal(withdrawn_servers(ctx.view.labels, log, kit.attachable_mcp))
+    if withdrawn is not None:
+        return await fail_unreachable(ctx, withdrawn)
+    if ctx.view.idle and not probes_open_write(
+        agent, kit.registry, ctx.view, log, kit.attachable_mcp
+    ):
         return ctx.view
     gateway = gateway_for(agent, kit.credentials, kit.model_clients)
     try:
@@ -241,7 +266,8 @@ async def _drive_held(
         mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
             session = flow_session(agent, run_id, ctx.view.labels, flows)
-            await AgentLoop(agent, kit.registry, gateway, mcp, session, mark).run(ctx)
+            loop = AgentLoop(agent, kit.registry, gateway, mcp, session, mark, kit.attachable_mcp)
+            await loop.run(ctx)
     except Parked:
         pass
     finally:

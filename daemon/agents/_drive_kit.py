@@ -10,11 +10,12 @@ on the one bundle and cannot drop or change a part of it on the way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..flows import FlowHost
+from ..mcp import McpServerSpec
 from ..models import ModelClients
 from ..processes import PortClaims
 from ..proxies import ModelProxy
@@ -41,6 +42,9 @@ class DriveKit:
             that need no host, ``ask_user`` and ``finish``).
         model_clients: the HTTP clients built-in agents' model calls go out on, kept between
             drives (None: each drive's gateway makes its own).
+        attachable_mcp: the MCP servers the operator lets be attached to a run by name
+            (``--attachable-mcp``), by name: what an attachment recorded as ``mcp:<name>``
+            reaches.
     """
 
     access: StoreAccess
@@ -52,3 +56,4 @@ class DriveKit:
     ports: PortClaims = field(default_factory=PortClaims)
     flows: FlowHost | None = None
     model_clients: ModelClients | None = None
+    attachable_mcp: Mapping[str, McpServerSpec] = field(default_factory=dict)

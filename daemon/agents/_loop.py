@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -58,11 +57,11 @@ from ..files import file_tools
 from ..flows import (
     FlowSession,
     flow_tools,
-    tree_tools,
 )
 from ..mcp import (
     McpBuildError,
     McpConnections,
+    McpServerSpec,
     exposed_tools,
     listing_tool,
     mcp_tool,
@@ -72,6 +71,7 @@ from ..models import ModelGateway
 from ..recording import DriveInterrupted, RunContext
 from ..tools import WRITE_TOOLS, Tool, ToolRegistry
 from ..web import off_loop
+from ._attachments import take_attachments
 from ._definition import AgentDefinition
 from ._file_calls import file_change
 from ._skill_calls import take_skills
@@ -119,8 +119,11 @@ class AgentLoop:
         mcp: McpConnections | None = None,
         flows: FlowSession | None = None,
         mark: Mapping[str, str] | None = None,
+        attachable_mcp: Mapping[str, McpServerSpec] | None = None,
     ) -> None:
-        """``mark``: the orphan marks of the run's children (its MCP servers', its commands')."""
+        """``mark``: the orphan marks of the run's children (its MCP servers', its commands').
+        ``attachable_mcp``: what an MCP server attached to the run at run time reaches, by
+        name (the operator's ``--attachable-mcp``; ``take_attachments``)."""
         self.agent = agent
         self.gateway = gateway
         self.mcp = mcp
@@ -149,6 +152,9 @@ class AgentLoop:
         # those its own attach_tool calls attached (read from their recorded answers).
         self.attached: tuple[str, ...] = ()
         self.self_attached: list[str] = []
+        self.attachable_mcp = attachable_mcp or {}
+        # The attached MCP servers already listed and offered.
+        self.attached_servers: set[str] = set()
 
     def _probe_of(self, registry: ToolRegistry, name: str, tool: Tool) -> Tool | None:
         if self.files.tools.get(name) is tool:
@@ -195,32 +201,6 @@ class AgentLoop:
                 self.finish_spec = tool.spec()
             else:
                 self.flow_tools[tool.name] = tool
-
-    def _take_attachments(self, ctx: RunContext) -> None:
-        """Offer the registry tools attached to the run's tree so far: those its head inherited,
-        the ``ToolsAttached`` the replay cursor has passed (in replay: those recorded before
-        this point of the log, so a replay offers what the recorded call offered), and this
-        conversation's own ``attach_tool`` answers. A name something else offers already, or
-        the registry no longer has, is not offered again."""
-        ctx.live  # noqa: B018 (the cursor passes the attachments standing before the next call)
-        names = tree_tools(ctx.view.labels, [*ctx.cursor.attached, *self.self_attached])
-        if names == self.attached:
-            return
-        self.attached = names
-        taken = {SUBMIT_OUTPUT, FINISH, *self.flow_tools, *(tool.value for tool in FlowTool)}
-        for name in names:
-            tool = self.registry.get(name)
-            if tool is None or name in self.tools or name in taken:
-                continue
-            self.tools[name] = tool
-            if tool.probe:
-                self.probes[name] = self.registry.probe_of(tool)
-            self.tool_specs.append(tool.spec())
-        if self.flows is not None:
-            # A child this conversation starts from now on inherits them.
-            self.flows = replace(self.flows, attached=names)
-            if self.edit_mode is not None:
-                self._offer_flow_tools(self.edit_mode)
 
     def _flow_specs(self) -> list[dict]:
         specs = [tool.spec() for tool in self.flow_tools.values()]
@@ -434,7 +414,7 @@ class AgentLoop:
         Raises:
             ReplayDivergence: the recorded call matches neither tool set.
         """
-        self._take_attachments(ctx)
+        await take_attachments(self, ctx)
         if self.watches_edit_mode and ctx.live:
             edit_mode = await self.flows.host.edit_mode()
             if edit_mode != self.edit_mode:

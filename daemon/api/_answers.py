@@ -226,7 +226,11 @@ TOOLS_ATTACHED = Answer(
     "ToolsAttached",
     (
         _RUN,
-        _required("tools", _NAMES, "Every tool attached to the run's tree now, in order."),
+        _required(
+            "tools",
+            _NAMES,
+            "Every tool attached to the run's tree now, in order (an MCP server as mcp:NAME).",
+        ),
         _required(
             "runs",
             {"type": "array", "items": ref("RunId")},

@@ -25,6 +25,7 @@ from ..client_runs import MODEL_REQUEST_FIELDS
 from ..flows import caller_labels
 from ..recording import parse_run_id
 from ..web import bad_request, object_from
+from ._attach_checks import SERVER_NAME, server_names, tool_names, tools_or_servers
 from ._http import json_object
 from ._schema import ANY, HASH_PATTERN, JSON, SEQ, closed, exactly, nullable, ref
 
@@ -424,30 +425,28 @@ ABANDON = Body(
 )
 
 
-def _tool_names(value: Any) -> list[str]:
-    # A name only: where the daemon connects and which secret it sends are the operator's.
-    if not isinstance(value, list) or not value:
-        raise bad_request("`tools` must be a non-empty array of registry tool names")
-    for entry in value:
-        if not isinstance(entry, str) or not entry:
-            raise bad_request(
-                "each `tools` entry is the name of a tool this daemon's registry has; a URL, a "
-                "command or a server is never taken from a request"
-            )
-    return value
-
-
 ATTACH_TOOLS = Body(
     "AttachTools",
     (
         Field(
             name="tools",
-            required=True,
             schema={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-            check=_tool_names,
+            check=tool_names,
             description="Registry tools, by name, to offer the run and the children it starts.",
         ),
+        Field(
+            name="mcp_servers",
+            schema={
+                "type": "array",
+                "items": {"type": "string", "pattern": SERVER_NAME},
+                "minItems": 1,
+            },
+            check=server_names,
+            description="MCP servers the operator declared with --attachable-mcp, by name.",
+        ),
     ),
+    precheck=tools_or_servers,
+    rules={"anyOf": [{"required": ["tools"]}, {"required": ["mcp_servers"]}]},
 )
 
 OPEN_CLIENT_RUN = Body(

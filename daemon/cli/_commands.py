@@ -41,6 +41,7 @@ from ..runs import (
     Runtime,
     driving_run,
 )
+from ._attachable import attachable_servers
 from ._baselines import write_baselines
 from ._errors import EXIT_ERROR, EXIT_OK, EXIT_RUN_FAILED, CliError, UsageError
 from ._graph import collect_flow_files, read_graph, unreadable
@@ -330,9 +331,11 @@ class Cli:
         return EXIT_OK
 
     async def cmd_tools(self, runtime: Runtime) -> int:
-        """``salvor tools attach RUN TOOL...``: ``RunTools.attach`` over the store."""
+        """``salvor tools attach RUN [TOOL...] [--mcp NAME...]``: ``RunTools.attach`` over the
+        store, a server's name checked against the ``--attachable-mcp`` file given."""
         run_id = self.args.run
-        attached = await runtime.tools.attach(run_id, self.args.tool)
+        runtime.tools.attachable_mcp = attachable_servers(self.args)
+        attached = await runtime.tools.attach(run_id, self.args.tool, self.args.mcp)
         if self.json:
             print_json({"run": run_id, **{k: v for k, v in attached.items() if k != "run_id"}})
             return EXIT_OK

@@ -61,11 +61,25 @@ def command_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "attach",
         parents=[common],
-        help="attach registry tools to a run and the children it starts (offered from each "
-        "one's next model call)",
+        help="attach registry tools and declared MCP servers to a run and the children it "
+        "starts (offered from each one's next model call)",
     )
     p.add_argument("run", metavar="RUN", type=run_uuid)
-    p.add_argument("tool", metavar="TOOL", nargs="+", help="a registry tool's name")
+    p.add_argument("tool", metavar="TOOL", nargs="*", help="a registry tool's name")
+    p.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an MCP server the --attachable-mcp file declares, by name (repeatable)",
+    )
+    p.add_argument(
+        "--attachable-mcp",
+        default=None,
+        metavar="FILE",
+        help="the file of [[mcp_servers]] the daemon serves with (salvor serve --attachable-mcp): "
+        "where each --mcp name is declared",
+    )
 
     p = sub.add_parser(
         "replay", parents=[common], help="derive a run's state from its log, executing nothing"

@@ -28,6 +28,7 @@ from ._arguments import (
     MAX_WORKERS,
     cores,
 )
+from ._attachable import read_attachable
 from ._errors import CliError, UsageError
 
 
@@ -48,8 +49,9 @@ def serve_config(args: argparse.Namespace, url: str):
         )
     listen = args.listen
     token = _auth_token(args.auth_token)
+    named = _named_settings(args)
     return ServeConfig(
-        **_named_settings(args),
+        **named,
         **(
             {"unix_socket": listen.unix_socket}
             if listen.unix_socket
@@ -64,6 +66,7 @@ def serve_config(args: argparse.Namespace, url: str):
         workspace=_workspace(args),
         skills_dirs=skills_dirs(args.skills_dir),
         attachable_tools=_names(args.attachable_tools),
+        attachable_mcp=_attachable_mcp(args, named["credentials"]),
         # Streaming bounds (issue 29).
         stream_buffer_bytes=args.stream_buffer_bytes,
         heartbeat_seconds=args.stream_keepalive,
@@ -121,6 +124,17 @@ def skills_dirs(given: list[str]) -> tuple[str, ...]:
             raise CliError(f"--skills-dir names {part}, which is not a folder")
         found.append(root)
     return tuple(dict.fromkeys(found))
+
+
+def _attachable_mcp(args: argparse.Namespace, credentials: Credentials) -> dict:
+    """The MCP servers --attachable-mcp declares, by name (none without it).
+
+    Raises:
+        UsageError: the file cannot be used (``AttachableError``'s sentence).
+    """
+    if args.attachable_mcp is None:
+        return {}
+    return read_attachable(args.attachable_mcp, credentials, args.allow_process_agents)
 
 
 def _names(text: str) -> frozenset[str]:

@@ -135,8 +135,15 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="NAMES",
         help="registry tools (comma-separated) an agent in edit mode may attach to its own run "
-        "tree with attach_tool (default: none; the operator's POST /v1/runs/{id}/tools needs no "
-        "such list)",
+        "tree with attach_tool, an attachable MCP server written mcp:NAME (default: none; the "
+        "operator's POST /v1/runs/{id}/tools needs no such list)",
+    )
+    p.add_argument(
+        "--attachable-mcp",
+        default=None,
+        metavar="FILE",
+        help="a TOML file of [[mcp_servers]] (as an agent definition writes them) that may be "
+        "attached to a run by name at run time (default: none)",
     )
     p.add_argument(
         "--client-tool",

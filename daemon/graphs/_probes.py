@@ -9,11 +9,18 @@ restart (``RunReads.probed_writes``) and whenever it is driven.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
-from salvor.protocol import Graph, NodeKind, RunView
+from salvor.protocol import Envelope, Graph, NodeKind, RunView
 
-from ..agents import AgentDefinition, declares_probe, parked_write
+from ..agents import (
+    AgentDefinition,
+    attached_declares_probe,
+    attachments_before,
+    declares_probe,
+    parked_write,
+)
+from ..mcp import McpServerSpec
 from ..tools import ToolRegistry
 
 
@@ -33,9 +40,22 @@ def graph_declares_probe(
 
 
 def graph_probes_open_write(
-    graph: Graph, agents: Iterable[AgentDefinition], registry: ToolRegistry, view: RunView
+    graph: Graph,
+    agents: Iterable[AgentDefinition],
+    registry: ToolRegistry,
+    view: RunView,
+    log: Sequence[Envelope] = (),
+    attachable_mcp: Mapping[str, McpServerSpec] | None = None,
 ) -> bool:
     """Whether the graph run ``view`` is parked on an open write its walk probes first
-    (``probes_open_write``'s rule for a graph run)."""
+    (``probes_open_write``'s rule for a graph run, an agent node's attached tools included)."""
     pending = parked_write(view)
-    return pending is not None and graph_declares_probe(graph, agents, registry, pending.tool)
+    if pending is None:
+        return False
+    if graph_declares_probe(graph, agents, registry, pending.tool):
+        return True
+    attached = attachments_before(view.labels, log, pending.seq)
+    return any(
+        attached_declares_probe(agent, registry, attachable_mcp or {}, attached, pending.tool)
+        for agent in agents
+    )

@@ -61,6 +61,8 @@ from ..agents import (
     flow_session,
     gateway_for,
     reach_refusal,
+    withdrawal_refusal,
+    withdrawn_servers,
 )
 from ..flows import with_tools
 from ..mcp import open_connections
@@ -346,7 +348,8 @@ class GraphWalk:
         )
         # MCP servers are started only when the conversation first needs one live.
         async with open_connections(agent.mcp_servers, mark=mark) as mcp:
-            loop = AgentLoop(agent, self.registry, self._gateway(agent), mcp, session, mark)
+            gateway, attachable = self._gateway(agent), self.kit.attachable_mcp
+            loop = AgentLoop(agent, self.registry, gateway, mcp, session, mark, attachable)
             return await loop.converse(ctx, task, call_key=call_key)
 
     async def _tool_call(
@@ -501,11 +504,11 @@ async def drive_graph(
         refusal = next(
             (r for agent in agents.values() if (r := reach_refusal(agent, kit.credentials))),
             None,
-        )
+        ) or withdrawal_refusal(withdrawn_servers(ctx.view.labels, log, kit.attachable_mcp))
         if refusal is not None:
             return await fail_unreachable(ctx, refusal)
         if ctx.view.idle and not graph_probes_open_write(
-            graph, agents.values(), kit.registry, ctx.view
+            graph, agents.values(), kit.registry, ctx.view, log, kit.attachable_mcp
         ):
             return ctx.view
         return await _walk(ctx, GraphWalk(kit, graph, agents, files))

@@ -6,6 +6,13 @@ Rule: imports only ``metrics``, ``web``, ``processes`` and ``tools``.
 
 from __future__ import annotations
 
+from ._attachable import (
+    ATTACHED_SERVER_PREFIX,
+    attached_server,
+    attached_specs,
+    is_server_attachment,
+    server_attachment,
+)
 from ._client import (
     open_session,
 )
@@ -44,6 +51,7 @@ from ._tools import (
 )
 
 __all__ = [
+    "ATTACHED_SERVER_PREFIX",
     "MAX_MCP_TIMEOUT",
     "MAX_MESSAGE_BYTES",
     "SERVER_FIELDS",
@@ -58,8 +66,11 @@ __all__ = [
     "McpSession",
     "McpUnavailable",
     "asks_to_park",
+    "attached_server",
+    "attached_specs",
     "check_buildable",
     "exposed_tools",
+    "is_server_attachment",
     "listing_tool",
     "mcp_result_for_model",
     "mcp_tool",
@@ -70,4 +81,5 @@ __all__ = [
     "probe_answer",
     "probe_reader",
     "salvor_outcome",
+    "server_attachment",
 ]

@@ -82,6 +82,13 @@ class McpConnections:
         self._sessions: dict[str, McpSession] = {}
         self._locks = {name: trio.Lock() for name in self._specs}
 
+    def admit(self, spec: McpServerSpec) -> None:
+        """Reach ``spec``'s server too from now on (one attached to the run at run time); a
+        server of that name already here is kept as it is."""
+        if spec.name not in self._specs:
+            self._specs[spec.name] = spec
+            self._locks[spec.name] = trio.Lock()
+
     async def session(self, server: str) -> McpSession:
         """The live session with ``server``, started now if there is none (or the last one ended).
 

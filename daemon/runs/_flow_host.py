@@ -41,6 +41,7 @@ from ..flows import (
     child_run_id,
     inherited_labels,
 )
+from ..mcp import McpServerSpec
 from ..tools import NotPerformed, Tool, ToolFailed, ToolRegistry
 from ..web import OperationRefused
 from ._client_saves import ClientSaves
@@ -86,12 +87,15 @@ class RunFlows(FlowCatalog):
         credentials: Credentials,
         drive: Callable[..., Awaitable[RunView]],
         attachable: frozenset[str] = frozenset(),
+        attachable_mcp: Mapping[str, McpServerSpec] | None = None,
     ) -> None:
         super().__init__(definitions, credentials=credentials)
         self.reads = reads
         self._drive = drive
-        # The registry tools an agent may attach to its run tree (``--attachable-tools``).
+        # What an agent may attach to its run tree (``--attachable-tools``: registry tools, and
+        # ``mcp:<name>`` for a server of ``--attachable-mcp``, whose declarations are these).
         self.attachable = attachable
+        self.attachable_mcp = attachable_mcp or {}
         self._client_saves = ClientSaves(definitions, credentials=credentials)
 
     async def save_agent(self, session: FlowSession, content: str) -> dict:
@@ -110,7 +114,7 @@ class RunFlows(FlowCatalog):
     async def attach_tools(self, session: FlowSession, names: Sequence[str]) -> dict:
         """An agent's ``attach_tool`` (``agent_attach``, against ``--attachable-tools``)."""
         registry: ToolRegistry = self.definitions.registry
-        return agent_attach(registry, self.attachable, names)
+        return agent_attach(registry, self.attachable_mcp, self.attachable, names)
 
     async def run_child(
         self, parent: FlowSession, seq: int, agent: str, task: str, inputs: Mapping[str, str]

@@ -18,6 +18,7 @@ from ..agents import AgentDefinition, declares_probe, probes_open_write
 from ..client_runs import ClientTool
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import graph_declares_probe, graph_probes_open_write
+from ..mcp import McpServerSpec
 from ..recording import StoreAccess
 from ..web import OperationRefused, unknown_run
 from ._definitions import Definitions
@@ -35,10 +36,18 @@ class RunReads:
     """Reads of one store's runs; ``definitions`` say which parked writes a drive can probe."""
 
     def __init__(
-        self, access: StoreAccess, definitions: Definitions, *, clock: Callable[[], datetime]
+        self,
+        access: StoreAccess,
+        definitions: Definitions,
+        *,
+        clock: Callable[[], datetime],
+        attachable_mcp: Mapping[str, McpServerSpec] | None = None,
     ) -> None:
         self.access = access
         self.definitions = definitions
+        # What an MCP server attached at run time reaches (``--attachable-mcp``): an open write
+        # of an attached tool is probed as a definition's is.
+        self.attachable_mcp = attachable_mcp or {}
         # What "now" is when a caller does not say (``due_runs``).
         self.clock = clock
 
@@ -167,8 +176,12 @@ class RunReads:
                     except OperationRefused:
                         agents[digest] = None
                 agent = agents[digest]
-                if agent is not None and declares_probe(
-                    agent, self.definitions.registry, pending["tool"], pending.get("input")
+                if (
+                    agent is not None
+                    and declares_probe(
+                        agent, self.definitions.registry, pending["tool"], pending.get("input")
+                    )
+                    or await self._attached_probe(summary.run_id, pending["tool"])
                 ):
                     found.append(summary.run_id)
             elif summary.graph_hash is not None:
@@ -176,27 +189,47 @@ class RunReads:
                 key = (summary.graph_hash, await self.definitions.run_flow(summary.run_id))
                 if key not in graphs:
                     graphs[key] = await self.definitions.graph_and_agents(*key)
-                if graphs[key] is not None and graph_declares_probe(
-                    *graphs[key], self.definitions.registry, pending["tool"]
+                if (
+                    graphs[key] is not None
+                    and graph_declares_probe(
+                        *graphs[key], self.definitions.registry, pending["tool"]
+                    )
+                    or await self._attached_probe(summary.run_id, pending["tool"])
                 ):
                     found.append(summary.run_id)
         return found
+
+    async def _attached_probe(self, run_id: str, tool_name: str) -> bool:
+        """Whether the parked run's open write ``tool_name`` is one attached to it at run time
+        whose probe its drive runs (``probes_on_drive``). The run's log is read only when some
+        attachable tool or server probes a tool of that name at all."""
+        registry = self.definitions.registry
+        tool = registry.get(tool_name)
+        if not (
+            (tool is not None and registry.probe_of(tool) is not None)
+            or any(spec.probe_of(tool_name) for spec in self.attachable_mcp.values())
+        ):
+            return False
+        view = await self.find_view(run_id)
+        return view is not None and await self.probes_on_drive(view)
 
     async def probes_on_drive(self, view: RunView) -> bool:
         """Whether a drive of the parked run ``view`` probes its open write (an agent run's or a
         graph run's, as ``probed_writes`` decides); whatever else is wrong with its agent or
         graph, the dangling write is what a refusal says."""
+        log = [] if view.run_id is None else await self.read_log(view.run_id)
+        registry, attachable = self.definitions.registry, self.attachable_mcp
         if view.graph_hash is not None:
             flow = None if view.run_id is None else await self.definitions.run_flow(view.run_id)
             loaded = await self.definitions.graph_and_agents(view.graph_hash, flow)
             return loaded is not None and graph_probes_open_write(
-                *loaded, self.definitions.registry, view
+                *loaded, registry, view, log, attachable
             )
         try:
             agent = await self.definitions.load_agent(view.agent_def_hash)
         except OperationRefused:
             return False
-        return probes_open_write(agent, self.definitions.registry, view)
+        return probes_open_write(agent, registry, view, log, attachable)
 
     async def log(self, run_id: str, from_seq: int = 0) -> list[Envelope]:
         """The run's events from ``from_seq`` on (``read_log``), a known run's only.

@@ -1,8 +1,11 @@
 """Tools attached to a run tree at run time: the operator's ``POST /v1/runs/{id}/tools`` and an
 agent's ``attach_tool``.
 
-Only registry tools are attached, by name: what they do is the daemon's own code, so neither an
-HTTP caller nor an agent ever chooses where the daemon connects or which secret it sends.
+Registry tools and the operator's attachable MCP servers (``--attachable-mcp``) are attached, by
+name only: what a registry tool does is the daemon's own code, and where a server is, what it
+spawns and which secret it is sent are the operator's file's, so neither an HTTP caller nor an
+agent ever chooses where the daemon connects or which secret it sends. A server is recorded as
+``mcp:<name>`` among the tools (``salvor.daemon.mcp``'s attachment names).
 
 The operator's attachment is a ``ToolsAttached`` in the log of the run named and of each of its
 children that has not ended, recorded while the run rests (a drive of it holds it: the attach
@@ -14,7 +17,7 @@ child started after it inherits them in its head (``salvor.tools``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import trio
 from salvor.protocol import (
@@ -28,6 +31,7 @@ from salvor.protocol import (
 )
 
 from ..flows import MAP_OF_LABEL, PARENT_LABEL, tree_tools
+from ..mcp import McpServerSpec, attached_server, is_server_attachment, server_attachment
 from ..recording import StoreAccess
 from ..tools import ToolFailed, ToolRegistry
 from ..web import OperationRefused, bad_request, wrong_state
@@ -38,7 +42,21 @@ HOLD_WAIT_SECONDS = 5.0
 
 
 def unknown_tools(registry: ToolRegistry, names: Sequence[str]) -> list[str]:
-    return [name for name in names if registry.get(name) is None]
+    """The registry tool names among ``names`` the registry lacks (server attachments aside)."""
+    return [name for name in names if not is_server_attachment(name) and registry.get(name) is None]
+
+
+def unknown_servers(declared: Mapping[str, McpServerSpec], names: Sequence[str]) -> list[str]:
+    """The MCP servers attached among ``names`` the operator's file does not declare."""
+    servers = (attached_server(name) for name in names)
+    return [server for server in servers if server is not None and server not in declared]
+
+
+def _unknown_server(declared: Mapping[str, McpServerSpec], server: str) -> str:
+    return (
+        f"this daemon's operator declares no attachable MCP server {server!r} "
+        f"(--attachable-mcp declares: {', '.join(declared) or 'none'})"
+    )
 
 
 def _fits(labels: dict | None, attached: Sequence[str], names: Sequence[str]) -> bool:
@@ -50,24 +68,33 @@ def _fits(labels: dict | None, attached: Sequence[str], names: Sequence[str]) ->
 class RunTools:
     """The operator's attachments over one store and one registry."""
 
-    def __init__(self, access: StoreAccess, reads: RunReads, registry: ToolRegistry) -> None:
+    def __init__(
+        self,
+        access: StoreAccess,
+        reads: RunReads,
+        registry: ToolRegistry,
+        attachable_mcp: Mapping[str, McpServerSpec] | None = None,
+    ) -> None:
         self.access = access
         self.reads = reads
         self.registry = registry
+        self.attachable_mcp = attachable_mcp or {}
 
-    async def attach(self, run_id: str, names: Sequence[str]) -> dict:
-        """Attach the registry tools ``names`` to ``run_id`` and its children that have not ended;
-        ``{run_id, tools, runs, busy}``: the run's attached tools now, the runs of the tree that
-        hold the attachment now (recorded now, or before), and children a drive held past the
-        wait (they did not record it).
+    async def attach(self, run_id: str, names: Sequence[str], servers: Sequence[str] = ()) -> dict:
+        """Attach the registry tools ``names`` and the operator's attachable MCP servers
+        ``servers`` to ``run_id`` and its children that have not ended; ``{run_id, tools, runs,
+        busy}``: the run's attachments now (a server as ``mcp:<name>``), the runs of the tree
+        that hold the attachment now (recorded now, or before), and children a drive held past
+        the wait (they did not record it).
 
         Raises:
             OperationRefused: unknown_run; unknown_tool (a name the registry lacks);
+                unknown_mcp_server (a server ``--attachable-mcp`` does not declare);
                 bad_request (the tree's tools would not fit the label children inherit them
                 in); client_driven_run; wrong_state (the run has ended, or a drive holds it
                 past the wait). Nothing is recorded on any of them.
         """
-        names = list(dict.fromkeys(names))
+        names = list(dict.fromkeys([*names, *map(server_attachment, servers)]))
         view = await self.reads.view(run_id)
         missing = unknown_tools(self.registry, names)
         if missing:
@@ -75,6 +102,11 @@ class RunTools:
                 ErrorCode.UNKNOWN_TOOL,
                 f"this daemon's tool registry has no tool {missing[0]!r} to attach "
                 f"(it has: {', '.join(self.registry.names()) or 'none'})",
+            )
+        undeclared = unknown_servers(self.attachable_mcp, names)
+        if undeclared:
+            raise OperationRefused(
+                ErrorCode.UNKNOWN_MCP_SERVER, _unknown_server(self.attachable_mcp, undeclared[0])
             )
         if view.driven_by == Actor.CLIENT:
             raise OperationRefused(
@@ -151,13 +183,19 @@ class RunTools:
         return found
 
 
-def agent_attach(registry: ToolRegistry, allowed: frozenset[str], names: Sequence[str]) -> dict:
+def agent_attach(
+    registry: ToolRegistry,
+    declared: Mapping[str, McpServerSpec],
+    allowed: frozenset[str],
+    names: Sequence[str],
+) -> dict:
     """An agent's ``attach_tool``: ``{attached}`` when every name is on the operator's
-    allow-list and in the registry.
+    allow-list (``--attachable-tools``; a server written ``mcp:<name>`` there) and in the
+    registry, or names a server ``--attachable-mcp`` declares.
 
     Raises:
-        ToolFailed: (retryable=False) a name outside the allow-list or the registry; nothing
-            is attached.
+        ToolFailed: (retryable=False) a name outside the allow-list, the registry or the
+            declared servers; nothing is attached.
     """
     outside = [name for name in names if name not in allowed]
     if outside:
@@ -169,4 +207,7 @@ def agent_attach(registry: ToolRegistry, allowed: frozenset[str], names: Sequenc
     missing = unknown_tools(registry, names)
     if missing:
         raise ToolFailed(f"the tool registry has no tool {missing[0]!r}", retryable=False)
+    undeclared = unknown_servers(declared, names)
+    if undeclared:
+        raise ToolFailed(_unknown_server(declared, undeclared[0]), retryable=False)
     return {"attached": list(names)}

@@ -27,6 +27,7 @@ from salvor.protocol import (
 from ..agents import AgentDefinition, AgentKind, Credentials, DriveKit, drive
 from ..client_runs import ClientRuns, ClientTool, DriveLeases
 from ..graphs import drive_graph
+from ..mcp import McpServerSpec
 from ..models import ModelClients, ModelGateway
 from ..proxies import ModelProxy
 from ..recording import FreeSpaceFloor, StoreAccess, utc_now
@@ -57,6 +58,7 @@ class Runtime:
         credentials: Credentials | None = None,
         allow_process_agents: bool = True,
         attachable_tools: frozenset[str] = frozenset(),
+        attachable_mcp: Mapping[str, McpServerSpec] | None = None,
     ) -> None:
         self.access = access
         # Whether a drive may run a process or service agent at all (a daemon started without
@@ -64,7 +66,7 @@ class Runtime:
         self.allow_process_agents = allow_process_agents
         credentials = credentials or Credentials()
         self.definitions = Definitions(access, registry)
-        self.reads = RunReads(access, self.definitions, clock=clock)
+        self.reads = RunReads(access, self.definitions, clock=clock, attachable_mcp=attachable_mcp)
         # What every drive of this runtime is handed; its flow host reads, starts and drives
         # child runs through this runtime's services and drive.
         self.kit = DriveKit(
@@ -80,14 +82,16 @@ class Runtime:
                 credentials=credentials,
                 drive=self.drive,
                 attachable=attachable_tools,
+                attachable_mcp=attachable_mcp or {},
             ),
             model_clients=ModelClients(),
+            attachable_mcp=attachable_mcp or {},
         )
         self.starts = RunStarts(access, self.definitions, self.reads, ports=self.kit.ports)
         self.control = RunControl(access, self.definitions, self.reads, clock=clock)
         self.forks = Forks(access)
         self.uploads = Uploads(access)
-        self.tools = RunTools(access, self.reads, registry)
+        self.tools = RunTools(access, self.reads, registry, attachable_mcp or {})
 
     async def aclose(self) -> None:
         """Close what this runtime kept between drives (its model clients); a drive still going

@@ -204,6 +204,7 @@ async def _become_node(
         credentials=credentials,
         allow_process_agents=config.allow_process_agents,
         attachable_tools=config.attachable_tools,
+        attachable_mcp=config.attachable_mcp,
     )
     return _Node(identity, lease, peers, credentials, runtime)
 

@@ -6,6 +6,7 @@ builds it directly, so the checks that hold for every way in live here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from salvor.store import RunQuota
@@ -13,6 +14,7 @@ from salvor.store import RunQuota
 from ..agents import Credentials
 from ..client_runs import DEFAULT_TTL_SECONDS
 from ..cluster import DEFAULT_FENCE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS
+from ..mcp import McpServerSpec
 from ..notify import NotifyConfig
 from ..recording import DEFAULT_MIN_FREE_BYTES
 from ..runs import BUFFER_BYTES, MAX_STREAMS_PER_CLIENT
@@ -60,6 +62,8 @@ class ServeConfig:
     skills_dirs: tuple[str, ...] = ()
     # The registry tools an agent in edit mode may attach to its run tree (--attachable-tools).
     attachable_tools: frozenset[str] = frozenset()
+    # The MCP servers that may be attached to a run by name (--attachable-mcp), by name.
+    attachable_mcp: Mapping[str, McpServerSpec] = field(default_factory=dict)
     # How long a client-driven run's drive token holds without a driving call.
     lease_ttl: float = DEFAULT_TTL_SECONDS
     # Client-performed tool declarations (--client-tool), by name.

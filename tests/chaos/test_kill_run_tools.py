@@ -3,9 +3,11 @@
 An agent waits on a question; the operator attaches a registry tool to its run; the daemon is
 killed while the run waits. After the restart the attachment is still there (read back from the
 log, never from the dead process's memory), and once the question is answered the agent's next
-model call is offered the tool and calls it, performed once. An attached write killed after its
-effect and before its answer parks the run on its unknown outcome, as any write does, and is
-never performed again.
+model call is offered the tool and calls it, performed once. An attached write with a probe,
+killed between its intent and its completion, is probed when the restarted daemon recovers the
+run, exactly as a write its definition declares: one that landed is settled by the probe and the
+run goes on; one whose outcome the probe cannot tell (the bank was sent it, no answer recorded)
+parks the run for a person. Either way it is never performed again.
 """
 
 from __future__ import annotations
@@ -96,8 +98,13 @@ def test_an_attachment_survives_a_kill_and_its_tool_is_called_once(
     ]
 
 
-def test_an_attached_write_killed_after_its_effect_parks_and_is_never_sent_again(
-    tmp_path: Path, store_url: str
+@pytest.mark.parametrize(
+    ("fault", "rests", "settled_by"),
+    [("issue_refund", "completed", "probe"), ("issue_refund:sent", "needs_reconciliation", None)],
+    ids=["landed", "outcome-unknown"],
+)
+def test_an_attached_write_killed_mid_call_is_probed_on_restart_and_never_sent_again(
+    tmp_path: Path, store_url: str, fault: str, rests: str, settled_by: str | None
 ) -> None:
     effects = tmp_path / "effects.jsonl"
     daemon = Daemon(tmp_path, store_url, effects)
@@ -112,23 +119,34 @@ def test_an_attached_write_killed_after_its_effect_parks_and_is_never_sent_again
             wait_state(client, run_id, "suspended")
             attach(client, run_id, "issue_refund")
 
-            # The refund is sent, then the daemon dies before its answer is recorded.
+            # The refund is sent (and, landed, answered), then the daemon dies before its
+            # completion is recorded.
             daemon.kill()
-            daemon.env[IN_TOOL_VAR] = "issue_refund"
+            daemon.env[IN_TOOL_VAR] = fault
             daemon.start()
             client.post(f"/v1/runs/{run_id}/resume", json={"input": {"answer": "yes"}})
             daemon.proc.wait(timeout=30)
             del daemon.env[IN_TOOL_VAR]
             daemon.start()
-            body = wait_state(client, run_id, "needs_reconciliation")
+            body = wait_state(client, run_id, rests)
             client.close()
         finally:
             daemon.kill()
 
-    assert body["pending"]["tool"] == "issue_refund"
     sent = [e for e in ledger(effects) if e["tool"] == "issue_refund:sent"]
     assert len(sent) == 1
     log = stored_log(store_url, run_id)
     requested = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED]
     assert [e.event.tool for e in requested] == ["ask_user", "issue_refund"]
     assert requested[-1].event.effect == "write"
+    completed = [
+        e.event
+        for e in log
+        if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq == requested[-1].seq
+    ]
+    if settled_by is None:
+        assert body["pending"]["tool"] == "issue_refund" and completed == []
+    else:
+        (done,) = completed
+        assert done.settled_by == settled_by
+        assert done.output["invoice_id"] == "INV-7"

@@ -98,10 +98,13 @@ class FixtureServer:
 class HttpFixtureServer:
     """The fixture server over streamable HTTP on a loopback port, as a subprocess."""
 
-    def __init__(self, fixture: FixtureServer, *, sse: bool = False, port: int = 0) -> None:
+    def __init__(
+        self, fixture: FixtureServer, *extra: str, sse: bool = False, port: int = 0
+    ) -> None:
+        """``extra``: more of the fixture server's flags (``--find-note``)."""
         port_file = fixture.dir / f"port-{time.monotonic_ns()}"
         args = [
-            *fixture.command("--http", "--port-file", str(port_file), "--port", str(port)),
+            *fixture.command("--http", "--port-file", str(port_file), "--port", str(port), *extra),
             *(["--sse"] if sse else []),
         ]
         self.process = subprocess.Popen(
