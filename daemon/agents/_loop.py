@@ -302,11 +302,7 @@ class AgentLoop:
             Parked: the run rests before there is an output (a budget, a gate,
                 a write to reconcile, or a RunFailed the log already holds).
         """
-        if self.agent.skills:
-            await take_skills(self, ctx)
-        if self.agent.mcp_servers:
-            await self._add_mcp_tools(ctx)
-        self._offer_flow_tools(False)
+        await self._take_tools(ctx)
         messages: list[dict] = [
             {"role": "user", "content": [{"type": "text", "text": as_text(task)}]}
         ]
@@ -351,17 +347,35 @@ class AgentLoop:
                     continue
                 key = call_key(calls, name) if call_key is not None else None
                 calls += 1
-                if self._changes_a_file(name, tool):
-                    value = await file_change(ctx, self.files, tool, args)
-                else:
-                    value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
-                if name == FlowTool.SUBAGENT:
-                    value, steps = counted_child(value, usage)
-                    completed_calls += steps
-                elif name == FlowTool.ATTACH_TOOL:
-                    self.self_attached.extend(attached_by(value))
+                value, steps = await self._perform(ctx, name, tool, args, key, usage)
+                completed_calls += steps
                 results.append(tool_result(use_id, value, mcp=name in self.mcp_names))
             messages.append({"role": "user", "content": results})
+
+    async def _take_tools(self, ctx: RunContext) -> None:
+        """The tools a conversation starts with beyond the definition's registry tools: its
+        skills (a recorded read), its MCP servers' (a recorded listing), the flow tools."""
+        if self.agent.skills:
+            await take_skills(self, ctx)
+        if self.agent.mcp_servers:
+            await self._add_mcp_tools(ctx)
+        self._offer_flow_tools(False)
+
+    async def _perform(
+        self, ctx: RunContext, name: str, tool: Any, args: Any, key: str | None, usage: dict
+    ) -> tuple[Any, int]:
+        """One tool call the model asked for, performed or answered from the log: its value,
+        and the model calls it counts beyond this conversation's (a subagent child's, whose
+        tokens join ``usage``)."""
+        if self._changes_a_file(name, tool):
+            value = await file_change(ctx, self.files, tool, args)
+        else:
+            value = await ctx.tool_call(tool, args, probe=self.probes.get(name), key=key)
+        if name == FlowTool.SUBAGENT:
+            return counted_child(value, usage)
+        if name == FlowTool.ATTACH_TOOL:
+            self.self_attached.extend(attached_by(value))
+        return value, 0
 
     async def _ending(self, name: Any, args: Any) -> tuple[Any, str | None]:
         """What a call of ``submit_output`` or ``finish`` does: (its output, None) when it ends
