@@ -517,15 +517,14 @@ class McpLane:
     ) -> tuple[LaneCall, str | None] | dict:
         """Record a live request's intent: the call and the identity it claimed, or the answer.
 
-        A ``tools/call`` of a write or idempotent tool with key fields claims
-        its identity (``call_identity``, as a built-in agent's call of that
-        server's tool does) in the intent's append, waiting on another call
-        holding it (``RunContext.claim``). An answer comes back instead of a
-        call to perform when the request is settled here: the identity had
-        completed (its outcome is copied, ``deduplicated_from``; the server
-        never sees the call), the input lacks a key field (recorded as the
-        call's failure), or the identity stayed held past the wait (nothing
-        written; the drive stops, recoverable, and the process with it).
+        A ``tools/call`` of a write or idempotent tool with key fields claims its identity
+        (``call_identity``, as a built-in agent's call of that server's tool does) in the
+        intent's append, waiting on another call holding it (``RunContext.claim``). An answer
+        comes back instead of a call to perform when the request is settled here: the identity
+        had completed (its outcome is copied, ``deduplicated_from``; the server never sees the
+        call), the input lacks a key field or a file write's plan refused (recorded as the
+        call's failure), or the identity stayed held past the wait (nothing written; the drive
+        stops, recoverable, and the process with it).
         """
         effect = self._effect(method, params)
         seq = self.ctx.view.next_seq + self.ctx.held
@@ -540,30 +539,26 @@ class McpLane:
                 tool=tool, input=asked, effect=effect.value, idempotency_key=key
             )
 
-        if refused is not None:
-            # Its plan refused (a path it may not write, an old_text not found): its answer.
-            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=refused))
-            call = LaneCall(seq, method, asked, effect.value, None)
-            return self._settled(request_id, call, refused)
         name, arguments = params.get("name"), params.get("arguments")
         paths = (
             self.spec.key_paths(name) if method == "tools/call" and isinstance(name, str) else ()
         )
-        if effect is Effect.READ or not paths:
+        if refused is None and (effect is Effect.READ or not paths):
             # Without key fields an idempotent call presents its position's key.
             idem = effect is Effect.IDEMPOTENT
             key = derived_key(self.proxy.run_id, seq, tool) if idem else write_key
             await self.ctx.record(intent(key))
             return self._track(LaneCall(seq, method, asked, effect.value, key)), None
-        try:
-            identity = call_identity(name, paths, arguments, mcp_server=self.name)
-        except MissingKeyField as exc:
-            # Recorded, not raised: the agent is told and may call again with the field.
-            output = tool_error("invalid_input", exc.message, 1)
-            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=output))
-            return self._settled(
-                request_id, LaneCall(seq, method, asked, effect.value, None), output
-            )
+        if refused is None:
+            try:
+                identity = call_identity(name, paths, arguments, mcp_server=self.name)
+            except MissingKeyField as exc:
+                refused = tool_error("invalid_input", exc.message, 1)
+        if refused is not None:
+            # Recorded, not raised: the agent is told, and may call again as it says.
+            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=refused))
+            call = LaneCall(seq, method, asked, effect.value, None)
+            return self._settled(request_id, call, refused)
         try:
             holder = await self.ctx.claim(intent(identity), identity)
         except CallInFlight as exc:
