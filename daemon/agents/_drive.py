@@ -29,7 +29,7 @@ from ..mcp import (
 )
 from ..models import ModelClients, ModelGateway
 from ..processes import MARK_VAR, RUN_VAR, store_fingerprint
-from ..proxies import lane_probe
+from ..proxies import probes_lane_write
 from ..recording import Parked, RunContext
 from ..tools import WRITE_TOOLS, ToolRegistry
 from ._attachments import (
@@ -170,7 +170,7 @@ def declares_probe(
     server's lane (``mcp:<server>/tools/call``) with the tool's name in its input.
     """
     if agent.kind is AgentKind.PROCESS:
-        return lane_probe(agent.mcp_servers, tool_name, tool_input) is not None
+        return probes_lane_write(agent.mcp_servers, tool_name, tool_input)
     if agent.kind is not AgentKind.BUILTIN:
         return False
     if tool_name in agent.tools:

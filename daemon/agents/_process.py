@@ -65,9 +65,9 @@ from ..proxies import (
     McpLane,
     ModelProxy,
     ProxySession,
-    lane_probe,
     open_lanes,
     open_model_proxy,
+    probes_lane_write,
     recorded_calls,
     resolve_upstream,
     salvor_server,
@@ -309,15 +309,14 @@ def parked_write(view: RunView) -> Pending | None:
 
 
 def probed_write(agent: AgentDefinition, view: RunView) -> bool:
-    """Whether the process run ``view`` is parked on a write its server declares a probe for.
+    """Whether the process run ``view`` is parked on a write with a probe: one its server
+    declares, or a file write the ``salvor`` lane planned.
 
     Its drive starts the agent as any drive does; the agent's replay reaches that call, and the
-    server's lane probes it while the agent waits (``McpLane``).
+    lane probes it while the agent waits (``McpLane``).
     """
     pending = parked_write(view)
-    return pending is not None and (
-        lane_probe(agent.mcp_servers, pending.tool, pending.input) is not None
-    )
+    return pending is not None and probes_lane_write(agent.mcp_servers, pending.tool, pending.input)
 
 
 async def _drive_once(

@@ -22,6 +22,7 @@ from ._tool_set import (
     file_tools,
 )
 from ._writing import (
+    PLAN_FIELD,
     PLAN_TOOL,
     PROBE_TOOL,
     content_key,
@@ -32,6 +33,7 @@ __all__ = [
     "GLOB_PATTERN",
     "MAX_GLOBS",
     "MAX_GLOB_CHARS",
+    "PLAN_FIELD",
     "PLAN_TOOL",
     "PROBE_TOOL",
     "WRITE_PROBE",

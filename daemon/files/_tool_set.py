@@ -21,7 +21,7 @@ from ._confine import Confinement
 from ._reading import list_folder, read_text
 from ._searching import find_files, grep_files
 from ._shell import run_command
-from ._writing import PLAN_TOOL, PROBE_TOOL, file_holds, perform_change, plan_change
+from ._writing import PLAN_FIELD, PLAN_TOOL, PROBE_TOOL, file_holds, perform_change, plan_change
 
 _PATH = {
     "type": "string",
@@ -87,7 +87,9 @@ _DESCRIPTIONS = {
 _PLAN_SCHEMA = {"type": "object", "properties": {"tool": {"enum": ["write", "edit"]}}}
 _PROBE_SCHEMA = {"type": "object", "properties": {"expect": {"type": "object"}}}
 # A write or edit's probe: its planned change, and the answer's verdict and output.
-WRITE_PROBE = Probe(tool=PROBE_TOOL, input={"expect": "expect"}, landed="landed", output="output")
+WRITE_PROBE = Probe(
+    tool=PROBE_TOOL, input={PLAN_FIELD: PLAN_FIELD}, landed="landed", output="output"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,8 @@ from ._confine import Confinement, digest, refused
 
 PLAN_TOOL = "plan_file_change"
 PROBE_TOOL = "file_holds"
+# Where a write's input carries its plan (``WRITE_PROBE`` reads it there).
+PLAN_FIELD = "expect"
 # The largest file an edit loads (it rewrites the whole file).
 EDIT_FILE_BYTES = 8 * 1024 * 1024
 

@@ -18,9 +18,9 @@ from ._mcp_lane import (
     open_lanes,
     variable_suffix,
 )
-from ._mcp_replay import lane_probe
 from ._model_listener import ModelProxy, open_model_proxy
 from ._model_proxy import ProxySession, recorded_calls
+from ._salvor_writes import probes_lane_write
 from ._upstream import resolve_upstream
 from ._wire import (
     ANTHROPIC_MESSAGES,
@@ -45,9 +45,9 @@ __all__ = [
     "error_body",
     "final_text",
     "final_tool_calls",
-    "lane_probe",
     "open_lanes",
     "open_model_proxy",
+    "probes_lane_write",
     "recorded_calls",
     "resolve_upstream",
     "salvor_server",

@@ -26,6 +26,10 @@ The agent's skills are advertised in the ``initialize`` answer's ``instructions`
 server says of itself), which the lane records like any answer; the agent reads them with the
 ``read`` its skills grant, listed among the file tools.
 
+The file tools the agent declares are listed after the flow tools; a ``write`` or ``edit`` is
+made from the plan its lane recorded with the call's intent, and probed by it after a crash
+(``_salvor_writes``).
+
 Registry tools attached to the run's tree at run time (``ToolsAttached``, the head's
 ``salvor.tools``, the run's own ``attach_tool`` answers) are listed after the flow tools and
 called through the same lane: recorded, replayed and parked as every call of it is (an attached
@@ -54,7 +58,7 @@ from salvor.protocol import (
     validate,
 )
 
-from ..files import FileTools, plan_input
+from ..files import PLAN_FIELD, FileTools, plan_input
 from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
 from ..mcp import McpRemoteError, McpServerSpec
 from ..skills import Skill, with_skills
@@ -128,6 +132,8 @@ class FlowServer:
         # The file tools the agent declares, offered after the flow tools.
         self.files: dict[str, Tool] = dict(files.tools) if files is not None else {}
         self._planner = files.planner if files is not None else None
+        # The read that tells whether a planned write or edit landed (``_salvor_writes``).
+        self.prober: Tool | None = files.prober if files is not None else None
         # The registry behind attached names (the host's), and the tools attached so far.
         self._resolve = resolve
         self.attached: dict[str, Tool] = {}
@@ -250,13 +256,26 @@ class FlowServer:
             error={"code": METHOD_NOT_FOUND, "message": message},
         )
 
-    async def _perform(self, tool: Tool, arguments: Any, call: ToolCall) -> Any:
-        """A tool's outcome. A file write or edit is planned and made within the one recorded
-        call (the lane records the agent's request, not a plan of salvor's), so it has no probe:
-        found open after a crash, it waits for a person."""
+    def planner_of(self, name: Any, arguments: Any) -> Tool | None:
+        """The read that plans the call of ``name`` with ``arguments`` when it is a write or an
+        edit of the agent's file tools its schema takes; else None (nothing to plan)."""
+        tool = self.files.get(name) if isinstance(name, str) else None
+        if tool is None or tool.name not in WRITE_TOOLS:
+            return None
+        try:
+            validate(tool.input_schema, arguments, what=f"the {name} call")
+        except SchemaViolation:
+            return None  # refused by ``_call``, with nothing planned
+        return self._planner
+
+    async def _perform(self, tool: Tool, arguments: Any, call: ToolCall, plan: Any) -> Any:
+        """A tool's outcome. A file write or edit is made from ``plan``, the one its lane
+        recorded with the call's intent (``_salvor_writes``); asked without one (not through a
+        lane) it is planned here."""
         if tool.name in WRITE_TOOLS and self.files.get(tool.name) is tool:
-            plan = await self._planner.handler(plan_input(tool.name, arguments), call)
-            return await tool.handler({**arguments, "expect": plan}, call)
+            if not isinstance(plan, dict):
+                plan = await self._planner.handler(plan_input(tool.name, arguments), call)
+            return await tool.handler({**arguments, PLAN_FIELD: plan}, call)
         return await tool.handler(arguments, call)
 
     async def _call(self, params: dict, call: ToolCall) -> dict:
@@ -270,7 +289,7 @@ class FlowServer:
             )
         try:
             validate(tool.input_schema, arguments, what=f"the {name} call")
-            outcome = await self._perform(tool, arguments, call)
+            outcome = await self._perform(tool, arguments, call, params.get(PLAN_FIELD))
         except SchemaViolation as exc:
             return tool_error_result(exc.message)
         except ToolFailed as exc:

@@ -49,6 +49,7 @@ is driven like any other: the agent's replay reaches that call, and while
 the agent waits on it the lane asks the probe (a read of the same server,
 over the lane's own session) and settles the write by its answer
 (``McpLane._probe``); a write with no probe is never performed again here.
+The ``salvor`` lane's file writes carry their own plan and probe (``_salvor_writes``).
 
 The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
 and replayed alike; only its live half differs: its server answers in this
@@ -73,7 +74,6 @@ from typing import Any
 
 import trio
 from salvor.protocol import (
-    TOOL_ERROR_KEY,
     Actor,
     DivergenceReason,
     Effect,
@@ -111,6 +111,7 @@ from ..tools import (
     MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
+    Probe,
     ProbeVerdict,
     Tool,
     ToolCall,
@@ -126,7 +127,9 @@ from ._mcp_replay import (
     INTERNAL_ERROR,
     LaneCall,
     answer_of,
+    call_failed,
     call_input,
+    copied_output,
     error_answer,
     lane_calls,
     lane_names,
@@ -137,6 +140,7 @@ from ._mcp_replay import (
     stub_result,
 )
 from ._model_proxy import ProxySession
+from ._salvor_writes import lane_write_probe, plan_lane_write
 
 logger = logging.getLogger("salvor.mcp")
 INVALID_REQUEST = -32600
@@ -374,8 +378,9 @@ class McpLane:
         return await self._answer(request_id, call)
 
     async def _probe(self, request_id: Any, call: LaneCall) -> dict | None:
-        """Probe the open write ``call`` (the drive starts at a run parked on it only when its
-        server declares a probe, ``probed_write``) while the agent waits on it.
+        """Probe the open write ``call`` (the drive starts at a run parked on it only when it has
+        a probe, ``probed_write``) while the agent waits on it: a file write of the ``salvor``
+        lane by the agent's ``file_holds`` (``_salvor_writes``), another by its server's.
 
         The probe is a read the daemon sends the same server over this lane's own live session
         (started, or dialled, from the operator's declaration exactly as a forwarded call is,
@@ -388,42 +393,18 @@ class McpLane:
         the write again under its recorded key, once. Cannot tell: the run stays parked and
         the agent is stopped.
         """
-        probe = lane_probe([self.spec], lane_tool(self.name, call.method), call.input)
-        if probe is None:
+        found = lane_write_probe(self.in_process, call.input) or self._declared_probe(call)
+        if found is None:
             return error_answer(
                 request_id,
                 RUN_ENDED,
                 f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an "
                 "open write its server declares no probe for; a person records what it did",
             )
-
-        async def ask(arguments: Any, attempt: ToolCall) -> Any:
-            try:
-                live = (
-                    self._live
-                    if self._live is not None and self._live.broken is None
-                    else await self._open(None)
-                )
-                result = await self._send(
-                    live, "tools/call", {"name": probe.tool, "arguments": arguments}, None, attempt
-                )
-            except McpRemoteError as exc:
-                raise ToolFailed(exc.message, retryable=False) from None
-            except (McpNoAnswer, McpUnavailable) as exc:
-                raise ToolFailed(exc.message) from None
-            return probe_answer(self.name, probe.tool, result)
-
-        reader = Tool(
-            name=probe.tool,
-            description=f"The probe {probe.tool} of MCP server {self.name}.",
-            effect=Effect.READ,
-            input_schema={},
-            handler=ask,
-            mcp_server=self.name,
-        )
+        probe, reader, write_input = found
         try:
             verdict, output, evidence = await self.ctx.probe_write(
-                probe, reader, call.input.get("arguments"), call.seq
+                probe, reader, write_input, call.seq
             )
         except DriveInterrupted as exc:
             # The probe was not sent: this node may no longer act on the run (``_perform``).
@@ -456,6 +437,39 @@ class McpLane:
         self.replay.advance()
         self._outbox = []
         return await self._answer(request_id, call)
+
+    def _declared_probe(self, call: LaneCall) -> tuple[Probe, Tool, Any] | None:
+        """The probe this lane's server declares for the open write ``call``, the read that
+        asks it over this lane's live session, and the input it reads from; or None."""
+        probe = lane_probe([self.spec], lane_tool(self.name, call.method), call.input)
+        if probe is None:
+            return None
+
+        async def ask(arguments: Any, attempt: ToolCall) -> Any:
+            try:
+                live = (
+                    self._live
+                    if self._live is not None and self._live.broken is None
+                    else await self._open(None)
+                )
+                result = await self._send(
+                    live, "tools/call", {"name": probe.tool, "arguments": arguments}, None, attempt
+                )
+            except McpRemoteError as exc:
+                raise ToolFailed(exc.message, retryable=False) from None
+            except (McpNoAnswer, McpUnavailable) as exc:
+                raise ToolFailed(exc.message) from None
+            return probe_answer(self.name, probe.tool, result)
+
+        reader = Tool(
+            name=probe.tool,
+            description=f"The probe {probe.tool} of MCP server {self.name}.",
+            effect=Effect.READ,
+            input_schema={},
+            handler=ask,
+            mcp_server=self.name,
+        )
+        return probe, reader, call.input.get("arguments")
 
     async def _perform(
         self,
@@ -503,19 +517,22 @@ class McpLane:
     ) -> tuple[LaneCall, str | None] | dict:
         """Record a live request's intent: the call and the identity it claimed, or the answer.
 
-        A ``tools/call`` of a write or idempotent tool with key fields claims
-        its identity (``call_identity``, as a built-in agent's call of that
-        server's tool does) in the intent's append, waiting on another call
-        holding it (``RunContext.claim``). An answer comes back instead of a
-        call to perform when the request is settled here: the identity had
-        completed (its outcome is copied, ``deduplicated_from``; the server
-        never sees the call), the input lacks a key field (recorded as the
-        call's failure), or the identity stayed held past the wait (nothing
-        written; the drive stops, recoverable, and the process with it).
+        A ``tools/call`` of a write or idempotent tool with key fields claims its identity
+        (``call_identity``, as a built-in agent's call of that server's tool does) in the
+        intent's append, waiting on another call holding it (``RunContext.claim``). An answer
+        comes back instead of a call to perform when the request is settled here: the identity
+        had completed (its outcome is copied, ``deduplicated_from``; the server never sees the
+        call), the input lacks a key field or a file write's plan refused (recorded as the
+        call's failure), or the identity stayed held past the wait (nothing written; the drive
+        stops, recoverable, and the process with it).
         """
         effect = self._effect(method, params)
         seq = self.ctx.view.next_seq + self.ctx.held
         tool = lane_tool(self.name, method)
+        # A file write of the salvor lane carries its plan, keyed by it (``_salvor_writes``).
+        asked, write_key, refused = await plan_lane_write(
+            self.in_process, method, asked, self.proxy.run_id, seq
+        )
 
         def intent(key: str | None) -> ToolCallRequested:
             return ToolCallRequested(
@@ -526,20 +543,22 @@ class McpLane:
         paths = (
             self.spec.key_paths(name) if method == "tools/call" and isinstance(name, str) else ()
         )
-        if effect is Effect.READ or not paths:
+        if refused is None and (effect is Effect.READ or not paths):
             # Without key fields an idempotent call presents its position's key.
-            key = derived_key(self.proxy.run_id, seq, tool) if effect is Effect.IDEMPOTENT else None
+            idem = effect is Effect.IDEMPOTENT
+            key = derived_key(self.proxy.run_id, seq, tool) if idem else write_key
             await self.ctx.record(intent(key))
             return self._track(LaneCall(seq, method, asked, effect.value, key)), None
-        try:
-            identity = call_identity(name, paths, arguments, mcp_server=self.name)
-        except MissingKeyField as exc:
-            # Recorded, not raised: the agent is told and may call again with the field.
-            output = tool_error("invalid_input", exc.message, 1)
-            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=output))
-            return self._settled(
-                request_id, LaneCall(seq, method, asked, effect.value, None), output
-            )
+        if refused is None:
+            try:
+                identity = call_identity(name, paths, arguments, mcp_server=self.name)
+            except MissingKeyField as exc:
+                refused = tool_error("invalid_input", exc.message, 1)
+        if refused is not None:
+            # Recorded, not raised: the agent is told, and may call again as it says.
+            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=refused))
+            call = LaneCall(seq, method, asked, effect.value, None)
+            return self._settled(request_id, call, refused)
         try:
             holder = await self.ctx.claim(intent(identity), identity)
         except CallInFlight as exc:
@@ -694,7 +713,8 @@ class McpLane:
                     else await self._open(None)
                 )
                 live.pass_through(headers)
-                sent = call_input(params)
+                # The in-process server is sent the recorded input: a file write's plan with it.
+                sent = call_input(params if self.in_process is None else call.input)
                 # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
                 meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
                 if attempt.idempotency_key is not None:
@@ -836,31 +856,6 @@ def probed_result(output: Any) -> dict:
     if isinstance(output, dict) and isinstance(output.get("content"), list):
         return output
     return {"content": [{"type": "text", "text": json.dumps(output)}]}
-
-
-def call_failed(output: Any) -> bool:
-    """Whether a lane call's recorded output is a failure: salvor's tool error,
-    the server's JSON-RPC error, or a result flagged ``isError``."""
-    if not isinstance(output, dict):
-        return False
-    result = output.get("result")
-    return (
-        TOOL_ERROR_KEY in output
-        or "error" in output
-        or (isinstance(result, dict) and result.get("isError") is True)
-    )
-
-
-def copied_output(recorded: Any) -> dict:
-    """What a call copying another call's settled outcome records: that call's result.
-
-    A lane records ``{"result": ...}`` (with the notifications and server
-    requests of its own exchange, which are not this call's); a built-in
-    agent's MCP call of the same identity records the result itself.
-    """
-    if isinstance(recorded, dict) and "result" in recorded:
-        return {"result": recorded["result"]}
-    return {"result": recorded}
 
 
 def _request_key(request_id: Any) -> str | int | float | None:

@@ -304,3 +304,28 @@ def stub_result(fixed: Any) -> dict:
     if isinstance(fixed, dict):
         result["structuredContent"] = fixed
     return result
+
+
+def call_failed(output: Any) -> bool:
+    """Whether a lane call's recorded output is a failure: salvor's tool error,
+    the server's JSON-RPC error, or a result flagged ``isError``."""
+    if not isinstance(output, dict):
+        return False
+    result = output.get("result")
+    return (
+        TOOL_ERROR_KEY in output
+        or "error" in output
+        or (isinstance(result, dict) and result.get("isError") is True)
+    )
+
+
+def copied_output(recorded: Any) -> dict:
+    """What a call copying another call's settled outcome records: that call's result.
+
+    A lane records ``{"result": ...}`` (with the notifications and server
+    requests of its own exchange, which are not this call's); a built-in
+    agent's MCP call of the same identity records the result itself.
+    """
+    if isinstance(recorded, dict) and "result" in recorded:
+        return {"result": recorded["result"]}
+    return {"result": recorded}
