@@ -368,7 +368,8 @@ class ComposedLoad(Chaos):
                     complete &= self._check_run(store, member, world, final=final)
                     if member.run_id in self.parked_at:
                         self.parked_roots.add(case)
-                if complete:
+                # A root not started yet has no members: nothing of it is known complete.
+                if complete and members:
                     self.final.add(case)
 
     def _check_run(self, store: EventStore, member: Member, world: Any, *, final: bool) -> bool:
