@@ -7,8 +7,9 @@ invoice, so every write a kill interrupts is a real one):
   counting the items, a ``gate`` the workload answers over the API (approved or not, drawn per
   run), and a ``branch`` on that answer: approved, a ``send_email`` tool node; refused, a
   refunder agent node inside the graph run itself, refunding one more invoice;
-* a subagent tree: a ``delegator`` whose ``subagent`` calls reach refunders, directly or through
-  a second delegator, one leaf per invoice.
+* a subagent tree: a ``delegator`` whose ``subagent`` calls start a refunder for each of its 1-3
+  invoices (a child session is offered no ``subagent``, so a tree is one level deep: a second
+  delegator under the first, as this workload once drew, refunded nothing).
 
 The model is the scripted provider of ``test_kill_serve`` (answering after a short random delay,
 so calls are in flight when kills land), walking a script read from each run's first message;
@@ -56,22 +57,17 @@ def composed_script(call: ProviderCall) -> Reply:
 
 
 def refund_steps(work: dict) -> list:
-    """A refunder looks its invoice up and refunds it; a delegator hands its invoices on with
-    ``subagent``, to the next agent of its ``path``, one call per invoice when that agent is the
-    last."""
-    if "path" not in work:
-        invoice = work["invoice_id"]
+    """A refunder looks its invoice up and refunds it; a delegator starts a refunder child for
+    each of its invoices."""
+    if "invoices" in work:
         return [
-            ["lookup_invoice", {"invoice_id": invoice}],
-            ["issue_refund", {"invoice_id": invoice, "amount_cents": refund_amount(invoice)}],
+            ["subagent", {"agent": "refunder", "task": "refund", "inputs": {"invoice_id": i}}]
+            for i in work["invoices"].split()
         ]
-    head, *rest = work["path"].split(",")
-    if rest:
-        inputs = {"path": ",".join(rest), "invoices": work["invoices"]}
-        return [["subagent", {"agent": head, "task": "delegate", "inputs": inputs}]]
+    invoice = work["invoice_id"]
     return [
-        ["subagent", {"agent": head, "task": "refund", "inputs": {"invoice_id": invoice}}]
-        for invoice in work["invoices"].split()
+        ["lookup_invoice", {"invoice_id": invoice}],
+        ["issue_refund", {"invoice_id": invoice, "amount_cents": refund_amount(invoice)}],
     ]
 
 
@@ -148,9 +144,8 @@ class Composed(ComposedLoad):
             items = [{"invoice_id": f"INV-{case}-{i}"} for i in range(self.rng.randint(2, 4))]
             run_input = {"case": case, "items": items, "extra": {"invoice_id": f"INV-{case}-x"}}
             return Root(case, "graph", run_input, answer={"approved": self.rng.random() < 0.5})
-        path = self.rng.choice(["refunder", "delegator,refunder"])
-        invoices = " ".join(f"INV-{case}-{i}" for i in range(self.rng.randint(1, 2)))
-        run_input = {"task": "delegate", "inputs": {"path": path, "invoices": invoices}}
+        invoices = " ".join(f"INV-{case}-{i}" for i in range(self.rng.randint(1, 3)))
+        run_input = {"task": "delegate", "inputs": {"invoices": invoices}}
         return Root(case, "tree", run_input, run_id=str(uuid.uuid4()))
 
     def check_world(self) -> Counter:
@@ -166,6 +161,30 @@ class Composed(ComposedLoad):
                 ]
                 self.violation(f"invoice {invoice} refunded {times} times, by (run, seq) {runs}")
         return refunds
+
+    def check_trees(self, *, final: bool = False) -> None:
+        """``ComposedLoad``'s, and at the end: every invoice of a tree that completed was
+        refunded (once: more is a violation already)."""
+        super().check_trees(final=final)
+        if not final:
+            return
+        refunds = Counter(
+            r["input"]["invoice_id"] for r in self.ledger() if r["tool"] == "issue_refund"
+        )
+        for root in self.roots.values():
+            if root.case in self.final:
+                for invoice in self.invoices(root):
+                    if refunds[invoice] != 1:
+                        self.violation(f"{root.kind} {root.case} completed, {invoice} refunded "
+                                       f"{refunds[invoice]} times")  # fmt: skip
+
+    @staticmethod
+    def invoices(root: Root) -> list[str]:
+        """The invoices a root refunds once it completed."""
+        if root.kind == "tree":
+            return root.input["inputs"]["invoices"].split()
+        extra = [] if root.answer.get("approved", False) else [root.input["extra"]]
+        return [item["invoice_id"] for item in [*root.input["items"], *extra]]
 
     def check_log(
         self, where: str, member: Member, view: Any, refunds: Counter, *, final: bool

@@ -109,7 +109,7 @@ class ComposedAttached(Composed):
             run_input = {"items": items, "extra": {"invoice_id": f"INV-{case}-x"}}
             return Root(case, "graph", run_input, answer={"approved": True})
         invoices = " ".join(f"INV-{case}-{i}" for i in range(self.rng.randint(1, 3)))
-        inputs = {"path": "refunder", "invoices": invoices, "ask": True}
+        inputs = {"invoices": invoices, "ask": True}
         run_input = {"task": "delegate", "inputs": inputs}
         return Root(case, "tree", run_input, answer={"answer": "go"}, run_id=str(uuid.uuid4()))
 
@@ -153,21 +153,12 @@ class ComposedAttached(Composed):
                 if isinstance(output, dict) and TOOL_ERROR_KEY in output:
                     self.violation(f"{where}: a refund answered {output[TOOL_ERROR_KEY]}")
 
-    def settle(self) -> None:
-        """The end, and then: every invoice of a tree that completed was refunded (once)."""
-        super().settle()
-        refunds = self.check_world()
-        for root in self.roots.values():
-            if root.case not in self.final:
-                continue
-            if root.kind == "graph":
-                invoices = [i["invoice_id"] for i in [*root.input["items"], root.input["extra"]]]
-            else:
-                invoices = root.input["inputs"]["invoices"].split()
-            for invoice in invoices:
-                if refunds[invoice] != 1:
-                    self.violation(f"{root.kind} {root.case} completed, {invoice} refunded "
-                                   f"{refunds[invoice]} times")  # fmt: skip
+    @staticmethod
+    def invoices(root: Root) -> list[str]:
+        """A graph run refunds its extra invoice too (no branch)."""
+        if root.kind == "tree":
+            return Composed.invoices(root)
+        return [item["invoice_id"] for item in [*root.input["items"], root.input["extra"]]]
 
     def parked_for_a_person(self, store: EventStore, run_id: str, view: Any) -> bool:
         """Parked on an attached refund: open with no probe run, or its probe could not tell."""
