@@ -169,5 +169,6 @@ async def test_a_process_agent_writes_an_agent_file_and_lists_it_with_every_fiel
         "agent": written["agent"],
         "kind": "builtin",
         "card": {"label": "Planner"},
+        "skills": [],
     }
     assert (await runtime.definitions.find_agent(written["agent"])).name == "planner"
