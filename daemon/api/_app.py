@@ -139,6 +139,21 @@ def create_app(state: ServerState) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = state.body_timeout_seconds
     # The cap ``body_bytes`` reads a body under (``salvor serve --max-payload-bytes``).
     app.config["SALVOR_MAX_PAYLOAD_BYTES"] = state.max_payload_bytes
+    _admit_callers(app, state)
+    app.register_error_handler(CodedError, _coded)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
+    _add_routes(app, state)
+    # Built now rather than at the first request: a route registered without a declaration, or a
+    # declaration that lists a refusal under the wrong status, stops the app from being made.
+    openapi_document(operations_of(app))
+    return app
+
+
+def _admit_callers(app: QuartTrio, state: ServerState) -> None:
+    """Check every caller of a declared route before its handler runs: the token or session, the
+    throttle of wrong tokens, and, for new work, the store's free-space floor. A refused caller
+    is answered with the envelope and nothing is read or recorded."""
 
     @app.before_request
     async def admit_caller() -> None:
@@ -169,10 +184,9 @@ def create_app(state: ServerState) -> QuartTrio:
                 state.auth_token, state.sessions, state.failed_tries
             )
 
-    app.register_error_handler(CodedError, _coded)
-    app.register_error_handler(HTTPException, _http_error)
-    app.register_error_handler(Exception, _unexpected)
 
+def _add_routes(app: QuartTrio, state: ServerState) -> None:
+    """Register every route, in the order the OpenAPI document lists them."""
     add_agent_routes(app, state)
     # Graph documents (issue 15): stored and served.
     add_graph_routes(app, state)
@@ -204,10 +218,6 @@ def create_app(state: ServerState) -> QuartTrio:
     add_tool_step_routes(app, state)
     # The page (issue 17): its files, at / and /ui/<name>.
     add_dashboard_routes(app)
-    # Built now rather than at the first request: a route registered without a declaration, or a
-    # declaration that lists a refusal under the wrong status, stops the app from being made.
-    openapi_document(operations_of(app))
-    return app
 
 
 async def _coded(error: CodedError):

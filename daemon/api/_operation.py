@@ -7,8 +7,8 @@ reached under a path its declaration does not name. ``operations_of(app)`` reads
 walking the app's URL map, which is what the OpenAPI document (``_openapi``) is built from; a
 ``/v1`` or ``/metrics`` rule registered without a declaration stops that build.
 
-The responses reference the shared components by name (``#/components/...``); ``_openapi`` defines
-them. Plain data: nothing here reads a request.
+The responses reference the shared components by name (``#/components/...``);
+``_document_skeleton`` defines them. Plain data: nothing here reads a request.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ._schema import JSON, ref
 # Where ``route`` files each declaration, by endpoint (the operation's id), in ``app.extensions``.
 _EXTENSION = "salvor.operations"
 
-# The shared refusals a declaration names, by status (the components ``_openapi`` defines).
+# The shared refusals a declaration names, by status (the components ``_refusals`` defines).
 _SHARED = (
     ("400", "BadRequest"),
     ("404", "UnknownRun"),
@@ -97,8 +97,8 @@ class Operation:
     route that reads a body, and so names PayloadTooLarge, can also time out reading it: 408).
     ``responses``: any other response object, by status, as it is. Every operation can also answer
     401, 429 (a client that gave too many wrong tokens) and 500, and one that takes a ``body``
-    415; ``_openapi`` adds the 403 of the browser rules and of a session-cookie caller to every
-    one.
+    415; ``_refusals.with_forbidden`` adds the 403 of the browser rules and of a session-cookie
+    caller to every one.
 
     Compared and hashed by identity: a declaration is one object, made once at import.
     """

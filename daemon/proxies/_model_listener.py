@@ -136,23 +136,7 @@ class ModelProxy:
         wire = ROUTES.get(rest, OPENAI_CHAT)
         session = self._sessions.get(parts[2]) if len(parts) >= 3 and parts[1] == "r" else None
         if session is None:
-            # A capability lasts as long as the drive it was issued to: a process that outlived
-            # its run's drive (one that left its process group) is told so, in its lane's shape.
-            gone = (
-                "no run is mounted at this path: the drive it was issued to has ended (a run's "
-                "proxy path lasts as long as one drive of it)"
-            )
-            if rest.startswith("mcp/"):
-                await reply.json(
-                    404,
-                    {
-                        "jsonrpc": "2.0",
-                        "id": None,
-                        "error": {"code": INVALID_REQUEST, "message": gone},
-                    },
-                )
-            else:
-                await reply.json(404, error_body(wire, 404, gone))
+            await _unmounted(reply, rest, wire)
             return
         if rest.startswith("mcp/"):
             await serve_mcp(
@@ -173,27 +157,8 @@ class ModelProxy:
                 error_body(wire, 404, f"the salvor proxy does not serve {scope['method']} /{rest}"),
             )
             return
-        try:
-            raw = await read_body(
-                asgi_chunks(receive),
-                self.body_timeout_seconds,
-                cap=MAX_BODY_BYTES,
-                payload_limit=False,
-            )
-        except Disconnected:
-            return
-        except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
-            await reply.json(refused.status, error_body(wire, refused.status, refused.message))
-            return
-        try:
-            # The agent relays what its model and tools said (an id past 2**53, say): refusing
-            # it would fail the run; its hash only meets the run's own log, which is exact.
-            body = parse_strict(raw, "the request body", big_integers=True)
-        except MalformedJson as exc:
-            await reply.json(400, error_body(wire, 400, exc.message))
-            return
-        if not isinstance(body, dict):
-            await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
+        body = await self._call_body(receive, reply, wire)
+        if body is None:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         began = time.perf_counter()
@@ -203,6 +168,54 @@ class ModelProxy:
             # Every call the run's session took, answered from the log, upstream, or refused.
             if self.metrics is not None:
                 self.metrics.observe_proxy_call(wire, time.perf_counter() - began)
+
+    async def _call_body(self, receive, reply: _AsgiReply, wire: str) -> dict | None:
+        """A model call's body as a JSON object; None once the agent has been answered instead.
+
+        A body that stalls, is over ``MAX_BODY_BYTES``, is not strict JSON or is not an object is
+        refused in the wire's own error shape; an agent that went away is not answered. Nothing
+        reaches the run's session either way.
+        """
+        try:
+            raw = await read_body(
+                asgi_chunks(receive),
+                self.body_timeout_seconds,
+                cap=MAX_BODY_BYTES,
+                payload_limit=False,
+            )
+        except Disconnected:
+            return None
+        except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
+            await reply.json(refused.status, error_body(wire, refused.status, refused.message))
+            return None
+        try:
+            # The agent relays what its model and tools said (an id past 2**53, say): refusing
+            # it would fail the run; its hash only meets the run's own log, which is exact.
+            body = parse_strict(raw, "the request body", big_integers=True)
+        except MalformedJson as exc:
+            await reply.json(400, error_body(wire, 400, exc.message))
+            return None
+        if not isinstance(body, dict):
+            await reply.json(400, error_body(wire, 400, "the request body is not a JSON object"))
+            return None
+        return body
+
+
+async def _unmounted(reply: _AsgiReply, rest: str, wire: str) -> None:
+    """The 404 of a path no run is mounted at, in the shape of the lane it names."""
+    # A capability lasts as long as the drive it was issued to: a process that outlived
+    # its run's drive (one that left its process group) is told so, in its lane's shape.
+    gone = (
+        "no run is mounted at this path: the drive it was issued to has ended (a run's "
+        "proxy path lasts as long as one drive of it)"
+    )
+    if rest.startswith("mcp/"):
+        await reply.json(
+            404,
+            {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": gone}},
+        )
+    else:
+        await reply.json(404, error_body(wire, 404, gone))
 
 
 @asynccontextmanager

@@ -18,8 +18,8 @@ import pytest
 from tests.chaos.test_kill_process_agent import wait_terminal
 from tests.chaos.test_kill_serve import Daemon
 from tests.daemon.agents.test_process_agent import SECRET
-from tests.daemon.proxies.test_mcp_standins import standin_agent
 from tests.support.mcp_servers import FixtureServer
+from tests.support.mcp_standin_agents import standin_agent
 from tests.support.scripted_provider import ScriptedProvider, tool_loop_script
 
 pytestmark = pytest.mark.kill

@@ -29,7 +29,7 @@ from salvor.store import EventStore
 from tests.chaos.test_kill_mcp_standin_claims import Setup, wait_for
 from tests.chaos.test_kill_process_agent import wait_terminal
 from tests.daemon.proxies.test_mcp_standin_claims import IDENTITY, NOTE, calls_of
-from tests.daemon.proxies.test_mcp_standins import standin_agent
+from tests.support.mcp_standin_agents import standin_agent
 
 pytestmark = pytest.mark.kill
 

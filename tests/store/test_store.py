@@ -1,4 +1,4 @@
-"""The store on real databases: SQLite in tmp_path always, PostgreSQL when configured.
+"""The store's log on real databases: SQLite in tmp_path always, PostgreSQL when configured.
 
 Every test that writes also checks what was left behind: a refused or
 conflicting append must leave the log and the runs row exactly as they were.
@@ -7,22 +7,18 @@ conflicting append must leave the log and the runs row exactly as they were.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from salvor.protocol import (
     EMPTY_VIEW,
-    GraphRunStarted,
     GuardRefusal,
     ModelCallCompleted,
     ModelCallRequested,
     NowObserved,
     Resumed,
-    RunAbandoned,
     RunCompleted,
-    RunStarted,
     SleepCompleted,
     SleepStarted,
     Suspended,
@@ -30,13 +26,10 @@ from salvor.protocol import (
     ToolCallRequested,
     encode_envelope,
     fold,
-    fork_head,
     format_instant,
-    plan_fork,
 )
 from salvor.store import (
     AppendRequest,
-    BadCursor,
     ClaimHeld,
     CorruptLog,
     EventStore,
@@ -47,10 +40,7 @@ from salvor.store import (
 )
 from sqlalchemy import create_engine, text
 
-from tests.support.graph_runs import PUBLISH_WRITE, published
 from tests.support.store_records import (
-    GRAPH_DOCUMENT,
-    GRAPH_SUMMARY,
     USAGE,
     assert_row_matches_log,
     execute_sql,
@@ -323,212 +313,6 @@ def test_a_group_one_of_whose_runs_moved_on_commits_the_others(store: EventStore
     assert [e.kind for e in store.read_log("x")] == ["RunStarted", "ModelCallRequested"]
 
 
-# -- claims ---------------------------------------------------------------------
-
-
-def test_a_claim_lets_exactly_one_run_execute_an_identity(store: EventStore) -> None:
-    _, view_a = store.append("a", [started()], EMPTY_VIEW)
-    _, view_b = store.append("b", [started()], EMPTY_VIEW)
-    _, view_a = store.append("a", [pay("c-1")], view_a, claim="pay:c-1")
-    claim = store.claims.get_claim("pay:c-1")
-    assert (claim.run_id, claim.seq, claim.state, claim.output) == ("a", 1, "open", None)
-
-    with pytest.raises(ClaimHeld) as held:
-        store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
-    assert (held.value.identity, held.value.run_id, held.value.seq, held.value.state) == (
-        "pay:c-1",
-        "a",
-        1,
-        "open",
-    )
-    assert "pay:c-1" in held.value.message
-    assert [e.seq for e in store.read_log("b")] == [0]
-    assert store.read_view("b") == view_b
-
-    _, view_a = store.append(
-        "a", [ToolCallCompleted(seq=1, output={"paid": 12})], view_a, settle="pay:c-1"
-    )
-    claim = store.claims.get_claim("pay:c-1")
-    assert (claim.state, claim.output) == ("settled", {"paid": 12})
-    with pytest.raises(ClaimHeld) as held:
-        store.append("b", [pay("c-1")], view_b, claim="pay:c-1")
-    assert held.value.state == "settled"
-    assert store.claims.get_claim("nothing") is None
-
-
-def test_settling_an_identity_held_by_another_run_writes_nothing(store: EventStore) -> None:
-    _, view_a = store.append("a", [started()], EMPTY_VIEW)
-    store.append("a", [pay("k")], view_a, claim="pay:k")
-    _, view_b = store.append("b", [started()], EMPTY_VIEW)
-    _, view_b = store.append("b", [pay("k")], view_b)
-    with pytest.raises(ClaimHeld):
-        store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, settle="pay:k")
-    assert store.read_view("b") == view_b
-    assert store.claims.get_claim("pay:k").state == "open"
-
-
-def test_a_failed_call_releases_only_its_own_open_claim(store: EventStore) -> None:
-    _, view_a = store.append("a", [started()], EMPTY_VIEW)
-    _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
-    _, view_b = store.append("b", [started()], EMPTY_VIEW)
-    _, view_b = store.append("b", [pay("k")], view_b)
-    # Another run's completion naming the identity leaves the holder's claim alone.
-    _, view_b = store.append("b", [ToolCallCompleted(seq=1, output=1)], view_b, release="pay:k")
-    assert store.claims.get_claim("pay:k").state == "open"
-
-    _, view_a = store.append("a", [ToolCallCompleted(seq=1, output=0)], view_a, release="pay:k")
-    assert store.claims.get_claim("pay:k") is None
-    # Released, the identity is free for the next caller.
-    _, view_b = store.append("b", [pay("k")], view_b, claim="pay:k")
-    assert (store.claims.get_claim("pay:k").run_id, store.claims.get_claim("pay:k").seq) == ("b", 3)
-
-
-def test_a_release_never_undoes_a_settled_outcome(store: EventStore) -> None:
-    _, view = store.append("a", [started()], EMPTY_VIEW)
-    _, view = store.append("a", [pay("k")], view, claim="pay:k")
-    _, view = store.append("a", [ToolCallCompleted(seq=1, output=7)], view, settle="pay:k")
-    _, view = store.append("a", [pay("k")], view)
-    store.append("a", [ToolCallCompleted(seq=3, output=0)], view, release="pay:k")
-    claim = store.claims.get_claim("pay:k")
-    assert (claim.seq, claim.state, claim.output) == (1, "settled", 7)
-
-
-def test_claim_and_settle_need_their_events(store: EventStore) -> None:
-    with pytest.raises(ValueError, match="ToolCallRequested"):
-        store.append("a", [started()], EMPTY_VIEW, claim="x")
-    with pytest.raises(ValueError, match="ToolCallCompleted"):
-        store.append("a", [started()], EMPTY_VIEW, settle="x")
-    with pytest.raises(ValueError, match="ToolCallCompleted"):
-        store.append("a", [started()], EMPTY_VIEW, release="x")
-    assert store.read_log("a") == []
-
-
-# -- listing ----------------------------------------------------------------------
-
-
-def make_runs(store: EventStore, count: int) -> list[str]:
-    """``count`` runs labelled batch=i%3; every fifth one completed."""
-    requests = []
-    for i in range(count):
-        events = [started({"batch": str(i % 3), "i": str(i)})]
-        if i % 5 == 0:
-            events.append(RunCompleted(output=i))
-        requests.append(AppendRequest(run_id=f"run-{i:03d}", events=events, view=EMPTY_VIEW))
-    for start in range(0, count, 50):
-        # Several commits, so first_recorded_at both differs and ties.
-        results = store.append_batch(requests[start : start + 50])
-        assert all(isinstance(result, tuple) for result in results)
-    return [request.run_id for request in requests]
-
-
-def newest_first(store: EventStore, run_ids: list[str]) -> list[str]:
-    summaries = [run_summary(store, run_id) for run_id in run_ids]
-    summaries.sort(key=lambda s: (s.first_recorded_at, s.run_id), reverse=True)
-    return [s.run_id for s in summaries]
-
-
-def page_through(store: EventStore, **filters) -> list[str]:
-    seen, cursor = [], None
-    while True:
-        page, cursor = store.list_runs(after=cursor, **filters)
-        seen += [summary.run_id for summary in page]
-        if cursor is None:
-            return seen
-
-
-def test_list_runs_pages_newest_first_across_250_runs(store: EventStore) -> None:
-    run_ids = make_runs(store, 250)
-    expected = newest_first(store, run_ids)
-    everything, cursor = store.list_runs()
-    assert cursor is None
-    assert [s.run_id for s in everything] == expected
-    assert page_through(store, limit=40) == expected
-    assert page_through(store, limit=250) == expected
-    first_page, cursor = store.list_runs(limit=1)
-    assert [s.run_id for s in first_page] == expected[:1] and cursor is not None
-
-
-def test_list_runs_filters_by_state_and_label(store: EventStore) -> None:
-    run_ids = make_runs(store, 250)
-    expected = newest_first(store, run_ids)
-    completed = [r for r in expected if int(r[-3:]) % 5 == 0]
-    assert page_through(store, state="completed", limit=7) == completed
-    assert [s.run_id for s in store.list_runs(state="running")[0]] == [
-        r for r in expected if r not in completed
-    ]
-    batch_one = [r for r in expected if int(r[-3:]) % 3 == 1]
-    assert page_through(store, label=("batch", "1"), limit=7) == batch_one
-    assert page_through(store, label=("batch", "1"), state="completed", limit=3) == [
-        r for r in batch_one if r in completed
-    ]
-    # "i" = "1" must not match runs whose i merely starts with 1.
-    assert page_through(store, label=("i", "1")) == ["run-001"]
-    assert store.list_runs(label=("batch", "9")) == ([], None)
-
-
-def test_list_runs_filters_by_agent_and_by_graph(store: EventStore) -> None:
-    refunds, triage = "sha256:" + "a" * 64, "sha256:" + "b" * 64
-    publish = "sha256:" + "d" * 64
-    heads = {
-        "r1": RunStarted(agent_def_hash=refunds, input=1),
-        "t1": RunStarted(agent_def_hash=triage, input=2),
-        "g1": GraphRunStarted(graph_hash=publish, input=None),
-        "r2": RunStarted(agent_def_hash=refunds, input=3),
-        "g2": GraphRunStarted(graph_hash="sha256:" + "e" * 64, input=None),
-    }
-    for run_id, head in heads.items():
-        store.append(
-            run_id, [head, *([RunCompleted(output=3)] if run_id == "r2" else [])], EMPTY_VIEW
-        )
-
-    def listed(**filters) -> set[str]:
-        return set(page_through(store, limit=1, **filters))
-
-    assert listed(agent_def_hash=refunds) == {"r1", "r2"}
-    assert listed(agent_def_hash=refunds, state="running") == {"r1"}
-    assert listed(graph_hash=publish) == {"g1"}
-    # An agent's hash is not a graph's: the two filters read their own column.
-    assert listed(graph_hash=refunds) == set() and listed(agent_def_hash=publish) == set()
-    assert listed(agent_def_hash=refunds, graph_hash=publish) == set()
-    assert page_through(store, agent_def_hash=refunds) == newest_first(store, ["r1", "r2"])
-
-
-def test_label_filter_takes_sql_wildcards_literally(store: EventStore) -> None:
-    store.append("a", [started({"k": "50%_off"})], EMPTY_VIEW)
-    store.append("b", [started({"k": "50xxoff"})], EMPTY_VIEW)
-    store.append("c", [started({"k": 'say "hi"'})], EMPTY_VIEW)
-    assert [s.run_id for s in store.list_runs(label=("k", "50%_off"))[0]] == ["a"]
-    assert [s.run_id for s in store.list_runs(label=("k", 'say "hi"'))[0]] == ["c"]
-
-
-def test_a_foreign_cursor_is_refused(store: EventStore) -> None:
-    with pytest.raises(BadCursor) as caught:
-        store.list_runs(after="not-a-cursor")
-    assert caught.value.status == 400
-
-
-def test_summary_json_omits_what_is_unknown(store: EventStore) -> None:
-    store.append("plain", [started()], EMPTY_VIEW)
-    store.append("empty", [started({})], EMPTY_VIEW)
-    store.append("tagged", [started({"env": "prod"})], EMPTY_VIEW)
-    plain = run_summary(store, "plain").to_json()
-    assert list(plain) == [
-        "run",
-        "status",
-        "event_count",
-        "first_recorded_at",
-        "last_recorded_at",
-        "usage",
-        "step_count",
-        "agent_def_hash",
-    ]
-    assert plain["status"] == {"state": "running"}
-    assert plain["usage"] == {"input_tokens": 0, "output_tokens": 0}
-    assert plain["step_count"] == 0
-    assert "labels" not in run_summary(store, "empty").to_json()
-    assert run_summary(store, "tagged").to_json()["labels"] == {"env": "prod"}
-
-
 # -- damage ---------------------------------------------------------------------
 
 
@@ -605,184 +389,6 @@ def test_an_intent_row_names_its_seq_and_rows_from_before_that_still_read(
         store.read_log("a")
 
 
-# -- recovery queries -------------------------------------------------------------
-
-
-def test_due_and_interrupted_runs(store: EventStore) -> None:
-    now = datetime.now(UTC)
-    past = (now - timedelta(minutes=5)).astimezone().isoformat()  # a local offset, not Z
-    future = format_instant(now + timedelta(hours=1))
-
-    def run(run_id: str, *batches, driven_by: str | None = None) -> None:
-        _, view = store.append(run_id, [started(driven_by=driven_by)], EMPTY_VIEW)
-        for batch in batches:
-            _, view = store.append(run_id, batch, view)
-
-    run("sleeps-past", [SleepStarted(wake_at=past)])
-    run("sleeps-future", [SleepStarted(wake_at=future)])
-    run("client-sleeps-past", [SleepStarted(wake_at=past)], driven_by="client")
-    run("running")
-    run("client-running", driven_by="client")
-    run("awaiting-model", [ModelCallRequested(request_hash="sha256:a")])
-    run(
-        "awaiting-tool", [ToolCallRequested(tool="t", input=1, effect="read", idempotency_key=None)]
-    )
-    run(
-        "parked-write", [ToolCallRequested(tool="t", input=1, effect="write", idempotency_key=None)]
-    )
-    run("done", [RunCompleted(output=None)])
-
-    assert store.runs.due_runs(now) == ["sleeps-past"]
-    assert store.runs.due_runs(now + timedelta(hours=2)) == ["sleeps-past", "sleeps-future"]
-    assert store.runs.due_runs(now - timedelta(hours=1)) == []
-    assert sorted(store.runs.interrupted_runs()) == ["awaiting-model", "awaiting-tool", "running"]
-
-
-def write(tool: str = "refund", key: str | None = None) -> ToolCallRequested:
-    return ToolCallRequested(tool=tool, input={"invoice": 1}, effect="write", idempotency_key=key)
-
-
-def test_parked_writes_lists_only_runs_on_an_unknown_write_oldest_first(
-    store: EventStore, store_url: str
-) -> None:
-    views = {}
-    for run_id in ("p-late", "p-early", "p-tie-b", "p-tie-a", "read", "settled", "gone"):
-        _, views[run_id] = store.append(run_id, [started({"who": run_id})], EMPTY_VIEW)
-    for run_id in ("p-early", "settled", "read", "gone"):
-        tool = "lookup" if run_id == "read" else "refund"
-        batch = (
-            [write(tool, key="k")]
-            if tool == "refund"
-            else [ToolCallRequested(tool=tool, input=1, effect="read", idempotency_key=None)]
-        )
-        _, views[run_id] = store.append(run_id, batch, views[run_id])
-    results = store.append_batch(
-        [AppendRequest(run_id=r, events=[write()], view=views[r]) for r in ("p-tie-b", "p-tie-a")]
-    )
-    for run_id, (_, view) in zip(("p-tie-b", "p-tie-a"), results, strict=True):
-        views[run_id] = view
-    _, views["p-late"] = store.append("p-late", [write(key="late")], views["p-late"])
-    store.append("settled", [ToolCallCompleted(seq=1, output=1)], views["settled"])
-    abandon = RunAbandoned(unresolved_write={"seq": 1, "tool": "refund"})
-    store.append("gone", [abandon], views["gone"])
-
-    page, cursor = store.runs.parked_writes()
-    assert cursor is None
-    assert [p.run_id for p in page] == ["p-early", "p-tie-b", "p-tie-a", "p-late"]
-    for parked in page:
-        assert parked.view == store.read_view(parked.run_id)
-        assert parked.parked_since == store.read_log(parked.run_id)[-1].recorded_at
-    assert page[3].view.pending.idempotency_key == "late"
-    assert page[0].view.labels == {"who": "p-early"}
-
-    seen, cursor = [], None
-    while True:
-        one, cursor = store.runs.parked_writes(limit=1, after=cursor)
-        seen += [p.run_id for p in one]
-        if cursor is None:
-            break
-    assert seen == [p.run_id for p in page]
-    two, cursor = store.runs.parked_writes(limit=2)
-    rest, end = store.runs.parked_writes(limit=2, after=cursor)
-    assert [p.run_id for p in two + rest] == seen and end is None
-    with pytest.raises(BadCursor):
-        store.runs.parked_writes(after="not-a-cursor")
-
-    # Two intents recorded at the same instant: the run id breaks the tie.
-    execute_sql(
-        store_url,
-        "UPDATE runs SET last_recorded_at = :at WHERE run_id IN ('p-tie-a', 'p-tie-b')",
-        at=page[1].parked_since,
-    )
-    tied = [p.run_id for p in store.runs.parked_writes()[0]]
-    assert tied == ["p-early", "p-tie-a", "p-tie-b", "p-late"]
-
-    # A row whose view cannot be decoded still lists, from its log.
-    execute_sql(store_url, "UPDATE runs SET view = '{' WHERE run_id = 'p-late'")
-    assert store.runs.parked_writes()[0][-1].view == fold(store.read_log("p-late"))
-
-
-def test_the_parked_writes_query_reads_its_partial_index(store: EventStore) -> None:
-    if store.dialect != "sqlite":
-        pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN")
-    from salvor.store._run_reads import _PARKED_WRITES
-
-    query = str(_PARKED_WRITES.compile(compile_kwargs={"literal_binds": True}))
-    with store._reader.connect() as connection:
-        plan = connection.execute(text("EXPLAIN QUERY PLAN " + query)).all()
-    details = " ".join(row[-1] for row in plan)
-    assert "ix_runs_unreconciled" in details and "TEMP B-TREE" not in details
-
-
-# -- agents -----------------------------------------------------------------------
-
-
-def test_agents_are_stored_once_and_verbatim(store: EventStore) -> None:
-    definition = 'model = "m"\nname = "triage"\n'
-    assert store.definitions.put_agent(
-        "sha256:1", format="toml", definition=definition, name="triage"
-    )
-    assert not store.definitions.put_agent("sha256:1", format="toml", definition="other", name=None)
-    assert store.definitions.put_agent(
-        "sha256:2", format="json", definition='{"model":"m"}', name=None
-    )
-    markdown = "---\nname: triage\nmodel: m\n---\nTriage.\n"
-    assert store.definitions.put_agent("sha256:5", format="md", definition=markdown, name="triage")
-    assert (
-        store.definitions.get_agent("sha256:5").format,
-        store.definitions.get_agent("sha256:5").definition,
-    ) == (
-        "md",
-        markdown,
-    )
-    agent = store.definitions.get_agent("sha256:1")
-    assert (agent.format, agent.definition, agent.name) == ("toml", definition, "triage")
-    assert store.definitions.get_agent("sha256:2").name is None
-    assert store.definitions.get_agent("sha256:3") is None
-    assert [a.agent_def_hash for a in store.definitions.list_agents()] == [
-        "sha256:1",
-        "sha256:2",
-        "sha256:5",
-    ]
-    with pytest.raises(ValueError, match="toml"):
-        store.definitions.put_agent("sha256:4", format="yaml", definition="", name=None)
-
-
-# -- graphs -------------------------------------------------------------------------
-
-
-def test_graphs_are_stored_once_and_as_submitted(store: EventStore) -> None:
-    assert store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-    assert not store.definitions.put_graph(
-        "sha256:g1", document={"other": True}, summary={**GRAPH_SUMMARY, "node_count": 9}
-    )
-    other = {**GRAPH_SUMMARY, "entry_nodes": ["a", "b"], "terminal_nodes": []}
-    assert store.definitions.put_graph("sha256:g2", document={"n": [1.5, "ü"]}, summary=other)
-    stored = store.definitions.get_graph("sha256:g1")
-    assert stored.document == GRAPH_DOCUMENT
-    assert json.dumps(stored.document) == json.dumps(GRAPH_DOCUMENT)  # key order too
-    assert store.definitions.get_graph("sha256:g2").document == {"n": [1.5, "ü"]}
-    assert store.definitions.get_graph("sha256:g3") is None
-    listed = store.definitions.list_graphs()
-    assert [g.graph_hash for g in listed] == ["sha256:g1", "sha256:g2"]
-    assert [g.summary() for g in listed] == [GRAPH_SUMMARY, other]
-    assert listed[0].created_at == stored.created_at
-
-
-def test_a_graph_with_a_summary_of_another_shape_is_a_misuse(store: EventStore) -> None:
-    with pytest.raises(ValueError, match="entry_nodes"):
-        store.definitions.put_graph("sha256:g1", document={}, summary={"node_count": 1})
-    assert store.definitions.list_graphs() == []
-
-
-def test_graphs_survive_reopening_the_store(store_url: str) -> None:
-    with EventStore.open(store_url) as store:
-        store.definitions.put_graph("sha256:g1", document=GRAPH_DOCUMENT, summary=GRAPH_SUMMARY)
-    with EventStore.open(store_url) as store:
-        assert store.definitions.get_graph("sha256:g1").document == GRAPH_DOCUMENT
-        assert [g.summary() for g in store.definitions.list_graphs()] == [GRAPH_SUMMARY]
-
-
 # -- the view codec -----------------------------------------------------------------
 
 
@@ -793,75 +399,6 @@ def test_view_json_round_trips_and_refuses_a_partial_view() -> None:
     del body["next_seq"]
     with pytest.raises(ValueError):
         view_from_json(body)
-
-
-# -- probe answers ----------------------------------------------------------------------
-
-
-def test_a_probe_answer_is_upserted_per_open_write_and_read_by_pairs(store: EventStore) -> None:
-    store.claims.put_probe_answer(
-        "a",
-        3,
-        tool="lookup_refund",
-        probe_input={"invoice_id": "I"},
-        answer=None,
-        error="the lookup timed out",
-        verdict="unknown",
-    )
-    store.claims.put_probe_answer(
-        "a",
-        3,
-        tool="lookup_refund",
-        probe_input={"invoice_id": "I"},
-        answer={"found": True, "refund": {"refund_id": "rf_1"}},
-        error=None,
-        verdict="landed",
-    )
-    store.claims.put_probe_answer(
-        "b",
-        7,
-        tool="lookup_refund",
-        probe_input={"invoice_id": "J"},
-        answer={"found": None},
-        error=None,
-        verdict="unknown",
-    )
-    found = store.claims.probe_answers([("a", 3), ("b", 7), ("a", 4), ("a", 3)])
-    assert set(found) == {("a", 3), ("b", 7)}
-    latest = found[("a", 3)]
-    # The second probe of the same write replaced the first.
-    assert (latest.answer, latest.error, latest.verdict) == (
-        {"found": True, "refund": {"refund_id": "rf_1"}},
-        None,
-        "landed",
-    )
-    assert latest.tool == "lookup_refund" and latest.input == {"invoice_id": "I"}
-    assert latest.observed_at.endswith("Z")
-    assert found[("b", 7)].answer == {"found": None}
-    assert store.claims.probe_answers([]) == {}
-    with pytest.raises(ValueError, match="verdict"):
-        store.claims.put_probe_answer(
-            "a", 3, tool="t", probe_input={}, answer=None, error=None, verdict="maybe"
-        )
-    assert store.claims.probe_answers([("a", 3)])[("a", 3)].verdict == "landed"
-
-
-def test_the_forks_of_a_run_are_found_by_their_origin(store_url: str) -> None:
-    with EventStore.open(store_url) as store:
-        origin, _ = store.append("origin", published(), EMPTY_VIEW)
-        for child, node, acknowledged in (("f1", "publish", [PUBLISH_WRITE]), ("f2", "each", [])):
-            store.append(child, fork_head(plan_fork(origin, node, acknowledged)), EMPTY_VIEW)
-        # A fork of a fork names its own origin, not the first one.
-        store.append("f3", fork_head(plan_fork(store.read_log("f1"), "route")), EMPTY_VIEW)
-        store.append(
-            "plain", [GraphRunStarted(graph_hash="sha256:" + "d" * 64, input=None)], EMPTY_VIEW
-        )
-        forks = store.runs.list_forks("origin")
-        assert [view.run_id for view in forks] == ["f1", "f2"]
-        assert [view.forked_from["from_node"] for view in forks] == ["publish", "each"]
-        assert forks[0].forked_from["acknowledged_writes"] == [PUBLISH_WRITE]
-        assert [view.run_id for view in store.runs.list_forks("f1")] == ["f3"]
-        assert store.runs.list_forks("plain") == store.runs.list_forks("nobody") == []
 
 
 # -- what the daemon counts ----------------------------------------------------------
@@ -913,14 +450,3 @@ def test_the_commit_observer_hears_each_committed_transaction_once(store_url: st
         assert all(seconds >= 0 for _, seconds in heard)
     finally:
         store.close()
-
-
-def test_the_census_counts_runs_by_state_and_the_claims_held_open(store: EventStore) -> None:
-    assert store.runs.census() == ({}, 0)
-    _, view_a = store.append("a", [started()], EMPTY_VIEW)
-    _, view_a = store.append("a", [pay("k")], view_a, claim="pay:k")
-    store.append("b", [started(), RunCompleted(output=1)], EMPTY_VIEW)
-    store.append("c", [started(), Suspended(reason="ok?", input_schema={})], EMPTY_VIEW)
-    assert store.runs.census() == ({"awaiting_tool": 1, "completed": 1, "suspended": 1}, 1)
-    store.append("a", [ToolCallCompleted(seq=1, output=7)], view_a, settle="pay:k")
-    assert store.runs.census() == ({"running": 1, "completed": 1, "suspended": 1}, 0)

@@ -20,10 +20,10 @@ from salvor.protocol import Suspended, decode_envelope, sha256_hash
 
 from tests.daemon.agents.test_process_agent import SECRET
 from tests.daemon.api.test_process_agents import definition as process_definition
-from tests.daemon.proxies.test_mcp_standins import AGENT as MCP_AGENT
 from tests.support.api import assert_error, read_log_independently, seed_run, snapshot
 from tests.support.api_server import agent_toml
 from tests.support.mcp_servers import FixtureServer
+from tests.support.mcp_standin_agents import AGENT as MCP_AGENT
 from tests.support.scripted_provider import tool_loop_script
 
 BIG = 2**53  # the first integer RFC 8785 (and the `rfc8785` package) cannot write

@@ -26,9 +26,10 @@ from salvor.daemon.agents._credentials import (
     DeclaredOrigin,
     Undeclared,
 )
-from salvor.daemon.api import _openapi
+from salvor.daemon.api import _refusals
 from salvor.daemon.api._answers import ANSWERS, RELEASED, RUN_STARTED
 from salvor.daemon.api._app import API_OPERATIONS, create_app
+from salvor.daemon.api._component_schemas import run_summary
 from salvor.daemon.api._openapi import openapi_document
 from salvor.daemon.api._operation import operations_of
 from salvor.daemon.client_runs import CLIENT_RUN_ANSWERS
@@ -212,11 +213,11 @@ async def test_a_route_without_a_declaration_stops_the_document(server) -> None:
 def test_every_refusal_is_listed_under_the_status_its_code_answers_with(monkeypatch) -> None:
     """The document is checked against the code -> status table when it is built; a code the table
     gives another status than the one the document lists it under stops the build, naming it."""
-    _openapi._check_codes(DOCUMENT["paths"])
+    _refusals.check_codes(DOCUMENT["paths"])
     # The table itself is read-only: the check is pointed at a copy that disagrees once.
-    monkeypatch.setattr(_openapi, "CODE_STATUS", {**_openapi.CODE_STATUS, "lease_held": 423})
+    monkeypatch.setattr(_refusals, "CODE_STATUS", {**_refusals.CODE_STATUS, "lease_held": 423})
     with pytest.raises(RuntimeError, match=r"POST /v1/client-runs 409: lease_held"):
-        _openapi._check_codes(DOCUMENT["paths"])
+        _refusals.check_codes(DOCUMENT["paths"])
 
 
 async def test_an_answer_is_built_with_the_fields_its_declaration_has() -> None:
@@ -245,7 +246,7 @@ def test_the_document_describes_what_the_builders_build_from_their_own_declarati
     assert set(schemas["RunSummary"]["properties"]) == SUMMARY_KEYS | {"driver", "driver_node"}
     # A key the store's summary gains stops the document's build until it is described there.
     with pytest.raises(RuntimeError, match=r"a run summary .*but the code uses .*'parent_run'"):
-        _openapi._run_summary(SUMMARY_KEYS | {"parent_run"})
+        run_summary(SUMMARY_KEYS | {"parent_run"})
 
 
 def test_every_run_state_has_a_status_variant_in_the_served_document() -> None:

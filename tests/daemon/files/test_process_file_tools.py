@@ -16,9 +16,9 @@ from pathlib import Path
 from salvor.daemon.tools import Workspace
 
 from tests.daemon.files.test_file_tools import _workspace
-from tests.daemon.proxies.test_mcp_standins import AGENT
 from tests.daemon.proxies.test_salvor_server import steps_script, tool_results
 from tests.support.backends import SQLITE_ONLY
+from tests.support.mcp_standin_agents import AGENT
 
 # SQLite alone: what is new here is the salvor server's offer; the lane's recording is the same
 # on both backends (tests/chaos/test_kill_salvor_server).

@@ -1,6 +1,6 @@
 """Cross-run claims of a process agent's MCP calls through the stand-ins, over a real store.
 
-The agents are real subprocesses on the ``mcp`` SDK (``test_mcp_standins``),
+The agents are real subprocesses on the ``mcp`` SDK (``mcp_standin_agents``),
 their model the scripted provider; the server is the fixture MCP server,
 whose ledger counts what it performed and records the ``_meta`` each call
 carried. ``write_note`` is keyed on its ``text``: two runs asking for the
@@ -19,8 +19,8 @@ from salvor.daemon.runs._runtime import Runtime
 from salvor.daemon.tools import derived_key
 from salvor.protocol import EventKind, RunState, sha256_hash
 
-from tests.daemon.proxies.test_mcp_standins import standin_agent
 from tests.support.backends import BOTH, SQLITE_ONLY
+from tests.support.mcp_standin_agents import standin_agent
 from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py), but for the race: two runs claiming one identity

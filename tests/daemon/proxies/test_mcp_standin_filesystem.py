@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from salvor.daemon.recording._run_context import DriveInterrupted
 
-from tests.daemon.proxies.test_mcp_standins import lane, lane_shape, standin_agent
 from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import NPM_SERVERS_INSTALL, filesystem_server
+from tests.support.mcp_standin_agents import lane, lane_shape, standin_agent
 from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py): what it tests is a real filesystem MCP server through

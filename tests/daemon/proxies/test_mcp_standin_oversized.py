@@ -16,9 +16,9 @@ import pytest
 from salvor.daemon.mcp._session import MAX_MESSAGE_BYTES
 from salvor.daemon.proxies._mcp_endpoint import serve_mcp
 
-from tests.daemon.proxies.test_mcp_standins import standin_agent
 from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import HttpFixtureServer
+from tests.support.mcp_standin_agents import standin_agent
 from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py): what it tests is the stand-ins' size caps.

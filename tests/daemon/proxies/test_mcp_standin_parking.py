@@ -18,9 +18,9 @@ import pytest
 from salvor.daemon.web._errors import OperationRefused
 from salvor.protocol import parse_instant
 
-from tests.daemon.proxies.test_mcp_standins import EFFECTS, standin_agent
 from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import FixtureServer
+from tests.support.mcp_standin_agents import EFFECTS, standin_agent
 from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py): what it tests is a stand-in call parking and resuming

@@ -1,7 +1,7 @@
 """The ``salvor`` MCP server a process agent reaches: the flow tools through a stand-in lane.
 
 The agent is the stand-in suite's script on the real ``mcp`` SDK client
-(``tests.daemon.proxies.test_mcp_standins.AGENT``), pointed at ``$SALVOR_MCP_SERVER_SALVOR``
+(``tests.support.mcp_standin_agents.AGENT``), pointed at ``$SALVOR_MCP_SERVER_SALVOR``
 (stdio, through the relay) or ``$SALVOR_MCP_URL_SALVOR`` (streamable HTTP); its model is the
 scripted provider, whose answers depend only on the conversation so far (what a tool call
 returned is what the next answer is built from).
@@ -20,9 +20,9 @@ from salvor.daemon.agents._definition import DefinitionError, parse_definition
 from salvor.daemon.flows import AUTONOMOUS_LABEL, AUTONOMOUS_REFUSAL, PARENT_LABEL, child_run_id
 from salvor.protocol import RunStarted, question_schema
 
-from tests.daemon.proxies.test_mcp_standins import AGENT
 from tests.support.backends import SQLITE_ONLY
 from tests.support.flows import tool_use
+from tests.support.mcp_standin_agents import AGENT
 from tests.support.runtime import agent_toml
 from tests.support.scripted_provider import ProviderCall, text_reply
 

@@ -8,10 +8,10 @@ import time
 import trio
 
 from tests.daemon.agents.test_process_agent import SECRET
-from tests.daemon.proxies.test_mcp_standins import standin_agent
 from tests.support.api import read_log_independently
 from tests.support.backends import SQLITE_ONLY
 from tests.support.mcp_servers import FixtureServer
+from tests.support.mcp_standin_agents import standin_agent
 from tests.support.scripted_provider import tool_loop_script
 
 # SQLite alone (tests/support/backends.py): what it tests is stand-ins driven over the HTTP API.
