@@ -51,6 +51,7 @@ from salvor.protocol import (
 
 from ..files import FileTools, file_tools
 from ..flows import FlowHost, tree_tools
+from ..mcp import McpServerSpec, open_connections
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
@@ -76,6 +77,8 @@ from ..proxies import (
 from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess, utc_now
 from ..tools import Workspace
 from ._agent_definition import AgentDefinition
+from ._attachments import attachments_before
+from ._process_attachments import attached_lane_probe, offer_attached_servers
 from ._process_environment import agent_command, agent_environment, checked_task, standin_relays
 from ._process_outcome import settle_process
 
@@ -123,6 +126,7 @@ async def drive_process(
     restarts: int = 0,
     flows: FlowHost | None = None,
     workspace: Workspace | None = None,
+    attachable_mcp: Mapping[str, McpServerSpec] | None = None,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
@@ -132,6 +136,7 @@ async def drive_process(
     host behind the ``salvor`` server's tools that need the daemon (a subagent,
     the run tree, authoring); without one those tools are not offered. ``workspace``: where
     the file tools the agent declares work (the ``salvor`` server offers them).
+    ``attachable_mcp``: the operator's attachable MCP servers (``_process_attachments``).
 
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
@@ -153,12 +158,22 @@ async def drive_process(
                 restarts=restarts,
                 flows=flows,
                 workspace=workspace,
+                attachable_mcp=attachable_mcp,
             )
     attempt = 0
     while True:
         try:
             return await _drive_once(
-                access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+                access,
+                run_id,
+                agent,
+                proxy,
+                on_record,
+                clock,
+                environ,
+                flows,
+                workspace,
+                attachable_mcp or {},
             )
         except DriveInterrupted as exc:
             # Restarts are for a process killed by a signal: an MCP call whose key another
@@ -303,24 +318,33 @@ def parked_write(view: RunView) -> Pending | None:
     return pending
 
 
-def probed_write(agent: AgentDefinition, view: RunView) -> bool:
-    """Whether the process run ``view`` is parked on a write its server declares a probe for.
+def probed_write(
+    agent: AgentDefinition,
+    view: RunView,
+    log: list[Envelope] = (),
+    attachable: Mapping[str, McpServerSpec] | None = None,
+) -> bool:
+    """Whether the process run ``view`` is parked on a write its server declares a probe for
+    (an attached server's among them: ``log``, the run's; ``attachable``, the operator's file).
 
     Its drive starts the agent as any drive does; the agent's replay reaches that call, and the
     server's lane probes it while the agent waits (``McpLane``).
     """
     pending = parked_write(view)
-    return pending is not None and (
-        lane_probe(agent.mcp_servers, pending.tool, pending.input) is not None
-    )
+    if pending is None:
+        return False
+    if lane_probe(agent.mcp_servers, pending.tool, pending.input) is not None:
+        return True
+    attached = attachments_before(view.labels, log, pending.seq)
+    return attached_lane_probe(agent, attachable or {}, attached, pending.tool, pending.input)
 
 
 async def _drive_once(
-    access, run_id, agent, proxy, on_record, clock, environ, flows, workspace
+    access, run_id, agent, proxy, on_record, clock, environ, flows, workspace, attachable
 ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probed_write(agent, ctx.view):
+    if ctx.view.idle and not probed_write(agent, ctx.view, log, attachable):
         return ctx.view
     if ctx.view.state is RunState.SLEEPING:
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.
@@ -334,10 +358,14 @@ async def _drive_once(
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
     files = file_tools(workspace, agent.access, agent.tools, mark)
     salvor = _salvor_server(ctx, agent, flows, files, log)
-    async with open_lanes(
-        session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
-    ) as lanes:
-        return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
+    # The daemon's own client, for the servers attached to the run's tree.
+    async with open_connections((), mark=mark, environ=environ) as attached:
+        if not await offer_attached_servers(ctx, agent, log, attachable, attached, salvor):
+            return ctx.view
+        async with open_lanes(
+            session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
+        ) as lanes:
+            return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
 
 
 def _salvor_server(
