@@ -55,9 +55,7 @@ def http_desk(fx):
     """``desk`` over streamable HTTP: a server of its own on a loopback URL."""
     served = HttpFixtureServer(fx, "--find-note")
     try:
-        (spec,) = parse_mcp_servers(
-            [{**_table(desk(fx)["desk"]), "url": served.url}]
-        )
+        (spec,) = parse_mcp_servers([{**_table(desk(fx)["desk"]), "url": served.url}])
         yield served, {"desk": spec}
     finally:
         served.stop()
