@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -321,7 +321,7 @@ def parked_write(view: RunView) -> Pending | None:
 def probed_write(
     agent: AgentDefinition,
     view: RunView,
-    log: list[Envelope] = (),
+    log: Sequence[Envelope] = (),
     attachable: Mapping[str, McpServerSpec] | None = None,
 ) -> bool:
     """Whether the process run ``view`` is parked on a write its server declares a probe for
@@ -353,7 +353,6 @@ async def _drive_once(
         log = await access.read(
             access.store.read_log, run_id
         )  # with the wake: the lane answers the call with it
-    session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
     files = file_tools(workspace, agent.access, agent.tools, mark)
@@ -362,6 +361,9 @@ async def _drive_once(
     async with open_connections((), mark=mark, environ=environ) as attached:
         if not await offer_attached_servers(ctx, agent, log, attachable, attached, salvor):
             return ctx.view
+        session, origin_log = await open_session_with_origin(
+            access, ctx, log, agent, proxy, environ
+        )
         async with open_lanes(
             session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
         ) as lanes:
