@@ -125,6 +125,8 @@ def test_a_process_agents_attached_write_killed_after_it_landed_is_settled_by_it
     log = stored_log(store_url, run_id)
     calls = [e for e in log if e.event.KIND is EventKind.TOOL_CALL_REQUESTED]
     assert [e.event.tool for e in calls][:2] == ["mcp:desk/tools/list", "mcp:salvor/initialize"]
+    # Listed once: the daemon after the second kill offered the listing its log holds.
+    assert [e.event.tool for e in calls].count("mcp:desk/tools/list") == 1
     (intent,) = [e for e in calls if e.event.input.get("name") == "write_note"]
     assert intent.event.effect == "write"
     (done,) = [

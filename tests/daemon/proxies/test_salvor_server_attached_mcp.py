@@ -175,6 +175,8 @@ async def test_an_attached_servers_open_write_of_a_process_run_is_probed_on_reco
         if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq == intent.seq
     ]
     assert done.settled_by == "probe"
+    # The recovered drive offered the listing its log holds: the server was listed once.
+    assert listings(log) == ["mcp:desk/tools/list", "mcp:salvor/tools/list"]
     # The command that starts the server is the operator's: not in the log.
     assert fx.command()[1] not in json.dumps([repr(e.event) for e in log])
 
