@@ -76,6 +76,7 @@ from ._process import (
     parked_write,
     supervise,
 )
+from ._process_attachments import lane_called
 from ._process_environment import (
     agent_command,
     agent_environment,
@@ -118,6 +119,7 @@ __all__ = [
     "gateway_for",
     "graph_diagnostics",
     "graph_error_diagnostics",
+    "lane_called",
     "load_attachable_servers",
     "load_definition",
     "offered_besides_mcp",

@@ -43,6 +43,7 @@ from ._definition import AgentDefinition, AgentKind
 from ._drive_kit import DriveKit
 from ._loop import AgentLoop
 from ._process import drive_process, parked_write
+from ._process_attachments import attached_lane_probe
 from ._service import drive_service
 
 
@@ -158,7 +159,10 @@ def probes_open_write(
     if declares_probe(agent, registry, pending.tool, pending.input):
         return True
     attached = attachments_before(view.labels, log, pending.seq)
-    return attached_declares_probe(agent, registry, attachable_mcp or {}, attached, pending.tool)
+    declared = attachable_mcp or {}
+    return attached_declares_probe(
+        agent, registry, declared, attached, pending.tool
+    ) or attached_lane_probe(agent, declared, attached, pending.tool, pending.input)
 
 
 def declares_probe(
@@ -238,6 +242,7 @@ async def _drive_held(
             flows=flows,
             workspace=kit.registry.workspace,
             skills=kit.registry.skills,
+            attachable_mcp=kit.attachable_mcp,
         )
     if agent.kind is AgentKind.SERVICE:
         # A running service triggered over HTTP; its model calls reach this

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +51,7 @@ from salvor.protocol import (
 
 from ..files import FileTools, file_tools
 from ..flows import FlowHost, tree_tools
+from ..mcp import McpServerSpec, open_connections
 from ..processes import (
     MARK_VAR,
     OWNER_VAR,
@@ -77,6 +78,8 @@ from ..recording import CallInFlight, DriveInterrupted, RunContext, StoreAccess,
 from ..skills import Skill, SkillLibrary
 from ..tools import Workspace
 from ._agent_definition import AgentDefinition
+from ._attachments import attachments_before
+from ._process_attachments import attached_lane_probe, offer_attached_servers
 from ._process_environment import agent_command, agent_environment, checked_task, standin_relays
 from ._process_outcome import settle_process
 from ._skill_calls import live_skills
@@ -126,6 +129,7 @@ async def drive_process(
     flows: FlowHost | None = None,
     workspace: Workspace | None = None,
     skills: SkillLibrary | None = None,
+    attachable_mcp: Mapping[str, McpServerSpec] | None = None,
 ) -> RunView:
     """Drive a process run to its end (or until its process dies by a signal).
 
@@ -136,6 +140,7 @@ async def drive_process(
     the run tree, authoring); without one those tools are not offered. ``workspace``: where
     the file tools the agent declares work (the ``salvor`` server offers them). ``skills``:
     where the agent's skills are found (``live_skills``; None: salvor's own only).
+    ``attachable_mcp``: the operator's attachable MCP servers (``_process_attachments``).
 
     Raises:
         DriveInterrupted: the process was killed by a signal (more often than
@@ -158,12 +163,22 @@ async def drive_process(
                 flows=flows,
                 workspace=workspace,
                 skills=skills,
+                attachable_mcp=attachable_mcp,
             )
     attempt = 0
     while True:
         try:
             return await _drive_once(
-                access, run_id, agent, proxy, on_record, clock, environ, flows, (workspace, skills)
+                access,
+                run_id,
+                agent,
+                proxy,
+                on_record,
+                clock,
+                environ,
+                flows,
+                (workspace, skills),
+                attachable_mcp or {},
             )
         except DriveInterrupted as exc:
             # Restarts are for a process killed by a signal: an MCP call whose key another
@@ -308,23 +323,34 @@ def parked_write(view: RunView) -> Pending | None:
     return pending
 
 
-def probed_write(agent: AgentDefinition, view: RunView) -> bool:
+def probed_write(
+    agent: AgentDefinition,
+    view: RunView,
+    log: Sequence[Envelope] = (),
+    attachable: Mapping[str, McpServerSpec] | None = None,
+) -> bool:
     """Whether the process run ``view`` is parked on a write with a probe: one its server
-    declares, or a file write the ``salvor`` lane planned.
+    declares (an attached server's among them: ``log``, the run's; ``attachable``, the
+    operator's file), or a file write the ``salvor`` lane planned.
 
     Its drive starts the agent as any drive does; the agent's replay reaches that call, and the
     lane probes it while the agent waits (``McpLane``).
     """
     pending = parked_write(view)
-    return pending is not None and probes_lane_write(agent.mcp_servers, pending.tool, pending.input)
+    if pending is None:
+        return False
+    if probes_lane_write(agent.mcp_servers, pending.tool, pending.input):
+        return True
+    attached = attachments_before(view.labels, log, pending.seq)
+    return attached_lane_probe(agent, attachable or {}, attached, pending.tool, pending.input)
 
 
 async def _drive_once(
-    access, run_id, agent, proxy, on_record, clock, environ, flows, reach
+    access, run_id, agent, proxy, on_record, clock, environ, flows, reach, attachable
 ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probed_write(agent, ctx.view):
+    if ctx.view.idle and not probed_write(agent, ctx.view, log, attachable):
         return ctx.view
     if ctx.view.state is RunState.SLEEPING:
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.
@@ -339,16 +365,22 @@ async def _drive_once(
     if isinstance(skills, str):
         await ctx.record(RunFailed(error=skills))
         return ctx.view
-    session, origin_log = await open_session_with_origin(access, ctx, log, agent, proxy, environ)
     # Real MCP servers a lane starts carry the orphan mark, as the agent does.
     mark = {MARK_VAR: store_fingerprint(access.store.url), RUN_VAR: run_id}
     folders = [skill.folder for skill in skills]
     files = file_tools(workspace, agent.access, agent.tools, mark, folders)
     salvor = _salvor_server(ctx, agent, flows, files, log, skills)
-    async with open_lanes(
-        session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
-    ) as lanes:
-        return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
+    # The daemon's own client, for the servers attached to the run's tree.
+    async with open_connections((), mark=mark, environ=environ) as attached:
+        if not await offer_attached_servers(ctx, agent, log, attachable, attached, salvor):
+            return ctx.view
+        session, origin_log = await open_session_with_origin(
+            access, ctx, log, agent, proxy, environ
+        )
+        async with open_lanes(
+            session, agent.mcp_servers, log, origin_log, environ=environ, mark=mark, salvor=salvor
+        ) as lanes:
+            return await _run_process(ctx, session, lanes, agent, proxy, environ, log)
 
 
 def _salvor_server(

@@ -33,7 +33,10 @@ made from the plan its lane recorded with the call's intent, and probed by it af
 Registry tools attached to the run's tree at run time (``ToolsAttached``, the head's
 ``salvor.tools``, the run's own ``attach_tool`` answers) are listed after the flow tools and
 called through the same lane: recorded, replayed and parked as every call of it is (an attached
-write whose outcome is unknown parks the run for a person).
+write whose outcome is unknown parks the run for a person). The tools of an attached MCP server
+(``offer``, from ``agents._process_attachments``) follow them, each call relayed to that server
+by the daemon's own client under the effect, keys and probe the operator declared, so an open
+write of one is probed by the lane as a declared server's is.
 
 A process agent sees every flow tool its session's row offers (the server is its opt-in;
 ``salvor_mcp = false`` turns it off), and ``finish`` in either session: it is how a process agent
@@ -42,7 +45,7 @@ hands back a typed result, a top-level one included.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -137,6 +140,10 @@ class FlowServer:
         # The registry behind attached names (the host's), and the tools attached so far.
         self._resolve = resolve
         self.attached: dict[str, Tool] = {}
+        # An attached server's tools: the input schemas it listed, and the raw reads of its
+        # probes (a probe the lane sends here by name, ``McpLane._probe``).
+        self.schemas: dict[str, dict] = {}
+        self.probe_reads: dict[str, Callable[[Any], Awaitable[Any]]] = {}
         self.spec = McpServerSpec(
             name=SALVOR_SERVER,
             effects={
@@ -163,6 +170,23 @@ class FlowServer:
         # A child the run starts from now on inherits them.
         tree = tuple(dict.fromkeys([*self.session.attached, *names]))
         self.session = replace(self.session, attached=tree)
+
+    def offer(
+        self, tool: Tool, schema: dict, probe_read: Callable[[Any], Awaitable[Any]] | None
+    ) -> None:
+        """Offer an attached MCP server's ``tool`` (listed with ``schema``) from the next
+        ``tools/list`` on, with its declared key fields and probe (``probe_read``: the raw read
+        of its probe tool); a name something else offers already is not offered."""
+        if tool.name in {tool.value for tool in FlowTool} | set(self.files) | set(self.attached):
+            return
+        self.attached[tool.name] = tool
+        self.schemas[tool.name] = schema
+        self.spec.effects[tool.name] = tool.effect.value
+        if tool.idempotency_keys:
+            self.spec.idempotency_keys[tool.name] = tool.idempotency_keys
+        if tool.probe is not None and probe_read is not None:
+            self.spec.probes[tool.name] = tool.probe
+            self.probe_reads[tool.probe.tool] = probe_read
 
     def opened(self, initialize: dict | None) -> FlowServer:
         """This server, initialised with the agent's ``initialize`` (or the recorded one)."""
@@ -241,7 +265,7 @@ class FlowServer:
                     {
                         "name": tool.name,
                         "description": tool.description,
-                        "inputSchema": tool.input_schema,
+                        "inputSchema": self.schemas.get(tool.name, tool.input_schema),
                     }
                     for tool in await self.offered()
                 ]
@@ -282,6 +306,9 @@ class FlowServer:
         name, arguments = params.get("name"), params.get("arguments", {})
         tools = {tool.name: tool for tool in await self.offered()}
         tool = tools.get(name)
+        if tool is None and name in self.probe_reads:
+            # An attached write's probe, sent by the lane: its server's raw result.
+            return await self.probe_reads[name](arguments)
         if tool is None:
             offered = ", ".join(tools) or "none"
             return tool_error_result(

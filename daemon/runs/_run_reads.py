@@ -14,7 +14,7 @@ from typing import Any
 from salvor.protocol import Actor, Envelope, Graph, RunState, RunView
 from salvor.store import RunSummary
 
-from ..agents import AgentDefinition, declares_probe, probes_open_write
+from ..agents import AgentDefinition, declares_probe, lane_called, probes_open_write
 from ..client_runs import ClientTool
 from ..flows import MAP_OF_LABEL, PARENT_LABEL
 from ..graphs import graph_declares_probe, graph_probes_open_write
@@ -181,7 +181,7 @@ class RunReads:
                     and declares_probe(
                         agent, self.definitions.registry, pending["tool"], pending.get("input")
                     )
-                    or await self._attached_probe(summary.run_id, pending["tool"])
+                    or await self._attached_probe(summary.run_id, lane_called(pending))
                 ):
                     found.append(summary.run_id)
             elif summary.graph_hash is not None:
@@ -202,7 +202,8 @@ class RunReads:
     async def _attached_probe(self, run_id: str, tool_name: str) -> bool:
         """Whether the parked run's open write ``tool_name`` is one attached to it at run time
         whose probe its drive runs (``probes_on_drive``). The run's log is read only when some
-        attachable tool or server probes a tool of that name at all."""
+        attachable tool or server probes a tool of that name at all (``lane_called``: a process
+        agent's call on its ``salvor`` lane is named by the tool it called)."""
         registry = self.definitions.registry
         tool = registry.get(tool_name)
         if not (
