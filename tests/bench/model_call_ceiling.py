@@ -2,13 +2,13 @@
 
 A sample is one short measurement: fresh scripted providers (as salvor's rounds have), and
 ``processes`` client processes, each with ``concurrency`` httpx clients of its own (one per
-drive, as a salvor worker has), posting the same Anthropic request until their share of
-``calls`` is answered. Each client is made and makes one untimed call first (a salvor worker
-keeps its clients and their connections between drives; making 128 clients, each with its TLS
-context, costs seconds of CPU that a short sample must not count). Then the client processes
-start together on one event, and the sample's rate is the calls over the wall time from that
-event to the last answer. Each client process reports its own CPU seconds, so a sample says
-what bounded it.
+drive, as a salvor worker has), each holding a bench run's conversation with its provider
+(``direct_model_calls``) until their share of ``calls`` is answered. Each client is made and
+makes one untimed call first (a salvor worker keeps its clients and their connections between
+drives; making 128 clients, each with its TLS context, costs seconds of CPU that a short
+sample must not count). Then the client processes start together on one event, and the
+sample's rate is the calls over the wall time from that event to the last answer. Each client
+process reports its own CPU seconds, so a sample says what bounded it.
 
 Why a process per salvor worker: one Python process of httpx clients is bound by its one
 core well before the providers are (about a millisecond of CPU per call), so a single client
@@ -18,6 +18,7 @@ process against a daemon of two workers measured that process, not the model rou
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import time
@@ -27,19 +28,19 @@ import trio
 
 from tests.bench.providers import ProviderProcesses
 
-# The request every client posts: what a bench run's first model call sends.
-BODY = {
+# What every call carries besides the conversation: a bench run's agent, its one tool.
+REQUEST = {
     "model": "claude-sonnet-4-5",
     "max_tokens": 256,
     "system": "You look up invoices, one at a time.",
-    "messages": [{"role": "user", "content": "batch 0"}],
     "tools": [
         {
             "name": "lookup_invoice",
             "description": "Look up an invoice.",
             "input_schema": {
                 "type": "object",
-                "properties": {"invoice_id": {"type": "string"}},
+                "required": ["invoice_id"],
+                "properties": {"invoice_id": {"type": "string", "minLength": 1}},
             },
         }
     ],
@@ -47,9 +48,31 @@ BODY = {
 HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
 
 
+def tool_results(content: list) -> list[dict]:
+    """The user turn answering a reply's tool calls, as a bench run's agent answers
+    ``lookup_invoice`` (the demo tool's output, as JSON text)."""
+    results = []
+    for block in content:
+        if block.get("type") == "tool_use":
+            invoice_id = str(block["input"].get("invoice_id", ""))
+            output = {
+                "amount_cents": 4321,
+                "customer_email": f"billing+{invoice_id.lower()}@example.com",
+                "invoice_id": invoice_id,
+                "status": "paid",
+            }
+            results.append(
+                {"type": "tool_result", "tool_use_id": block["id"], "content": json.dumps(output)}
+            )
+    return results
+
+
 async def direct_model_calls(base_urls: list[str], calls: int, concurrency: int, go, results):
     """``calls`` model calls from ``concurrency`` httpx clients in this process, each client
-    posting to one provider (spread over ``base_urls``) one call after another.
+    holding with one provider (spread over ``base_urls``) the conversation a bench run's agent
+    holds: its task, then each reply's tool calls answered, until a reply calls no tool; then
+    the next conversation. So the calls carry the same bytes as salvor's, growing with the
+    conversation, and the providers answer the same script.
 
     The clients are made and each has made one call (its connection open, as a salvor worker's
     kept clients have) before this process tells ``results`` it is ready and waits for ``go``;
@@ -57,27 +80,36 @@ async def direct_model_calls(base_urls: list[str], calls: int, concurrency: int,
     """
     left = [calls]
 
-    async def call(client: httpx.AsyncClient, base_url: str) -> None:
-        response = await client.post(f"{base_url}/v1/messages", json=BODY, headers=HEADERS)
+    async def call(client: httpx.AsyncClient, base_url: str, messages: list) -> list:
+        body = {**REQUEST, "messages": messages}
+        response = await client.post(f"{base_url}/v1/messages", json=body, headers=HEADERS)
         response.raise_for_status()
-        response.json()
+        return response.json()["content"]
 
     async def worker(client: httpx.AsyncClient, base_url: str) -> None:
+        task = [{"role": "user", "content": json.dumps({"task": "batch 0"})}]
+        messages = task
         while left[0] > 0:
             left[0] -= 1
-            await call(client, base_url)
+            content = await call(client, base_url, messages)
+            answers = tool_results(content)
+            if answers:
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": answers},
+                ]
+            else:
+                messages = task
 
     async with contextlib.AsyncExitStack() as stack:
-        clients = [
-            (
-                await stack.enter_async_context(httpx.AsyncClient(timeout=60)),
-                base_urls[i % len(base_urls)],
-            )
-            for i in range(concurrency)
-        ]
+        clients = []
+        for index in range(concurrency):
+            client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+            clients.append((client, base_urls[index % len(base_urls)]))
         async with trio.open_nursery() as nursery:
             for client, base_url in clients:
-                nursery.start_soon(call, client, base_url)
+                nursery.start_soon(call, client, base_url, [{"role": "user", "content": "warm"}])
         results.send("ready")
         await trio.to_thread.run_sync(go.wait)
         before = os.times()
