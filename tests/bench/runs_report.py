@@ -123,6 +123,9 @@ def report(args, rounds, ceilings, clients, baselines, loads) -> dict:
             "meets_group_target": appends_per_transaction >= GROUP_TARGET,
         },
         **baselines,
+        "ratio_vs_raw_at_salvor_group": round(
+            events_per_s / baselines[f"{raw}_rows_per_s_at_salvor_group"], 3
+        ),
         "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
         "target_ratio": TARGET_RATIO,
         "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
