@@ -135,7 +135,8 @@ def _plain(value: Any) -> bool:
     kind = type(value)
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str or not _key_orders_alike(key):
+            # ASCII first: nearly every key is, and the call below costs more than the test.
+            if type(key) is not str or not (key.isascii() or _key_orders_alike(key)):
                 return False
             if type(item) not in _SCALARS and not _plain(item):
                 return False

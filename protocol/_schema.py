@@ -17,6 +17,7 @@ one cache bounded by the size of their text, not by their count.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections import OrderedDict
@@ -41,6 +42,8 @@ MAX_PATTERN_CHARS = 1024  # one `pattern` or `patternProperties` key
 # few dozen times larger): a caller who sends many different schemas evicts older ones instead
 # of growing the daemon.
 SCHEMA_CACHE_BYTES = 1024 * 1024
+# The texts of the schemas also found by their object (``_RecentSchemas``), together.
+RECENT_SCHEMA_BYTES = 64 * 1024
 
 # One RE2 program may use at most this much memory (RE2's own default is 8 MiB).
 _RE2_MAX_MEM = 1024 * 1024
@@ -301,6 +304,46 @@ class _CompiledSchemas:
 _COMPILED = _CompiledSchemas(SCHEMA_CACHE_BYTES)
 
 
+class _RecentSchemas:
+    """Checks by the schema object itself, for the schemas validated lately.
+
+    A tool's schema is one object, validated at every call of the tool, and finding its check
+    by canonical text (walking it for the bounds, then writing it out) costs more than the check
+    itself. An entry keeps the schema, so its id is not reused while the entry lives, and a copy,
+    so a schema changed in place since is looked up by its text again. The entries' texts are at
+    most ``budget`` bytes together (then they are dropped at once), so the checks they keep
+    compiled stay few beside ``_COMPILED``'s. Safe to share between threads.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._weight = 0
+        self._entries: dict[int, tuple[Any, Any, int, Callable[[Any], Any]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, schema: Any) -> Callable[[Any], Any] | None:
+        entry = self._entries.get(id(schema))
+        if entry is not None and entry[0] is schema and entry[1] == schema:
+            return entry[3]
+        return None
+
+    def put(self, schema: Any, size: int, check: Callable[[Any], Any]) -> None:
+        if size > self._budget:
+            return
+        kept = copy.deepcopy(schema)
+        with self._lock:
+            stale = self._entries.pop(id(schema), None)
+            self._weight -= 0 if stale is None else stale[2]
+            if self._weight + size > self._budget:
+                self._entries.clear()
+                self._weight = 0
+            self._entries[id(schema)] = (schema, kept, size, check)
+            self._weight += size
+
+
+_RECENT = _RecentSchemas(RECENT_SCHEMA_BYTES)
+
+
 def schema_text(schema: Any) -> bytes:
     """The canonical text of a schema within this module's bounds (compiled or not).
 
@@ -319,7 +362,12 @@ def schema_text(schema: Any) -> bytes:
 
 
 def _compiled(schema: Any) -> Callable[[Any], Any]:
-    return _COMPILED.get(schema_text(schema))
+    check = _RECENT.get(schema)
+    if check is None:
+        text = schema_text(schema)
+        check = _COMPILED.get(text)
+        _RECENT.put(schema, len(text), check)
+    return check
 
 
 def check_schema(schema: Any) -> None:

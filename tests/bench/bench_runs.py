@@ -11,7 +11,7 @@ tools' effect ledger (an fsync per tool call under one lock, kept for the
 kill tests' counts) is off unless ``--tool-ledger``: it is the tool's cost,
 which the model-call ceiling leaves out.
 
-Measured: durable events per second from the first ``POST /v1/runs`` until
+Measured, per round: durable events per second from the first ``POST /v1/runs`` until
 every run completed, and the writer's group commit: appends (one run's batch
 each) against the transactions that committed them, from the daemon's
 ``/metrics`` counters summed over its workers (``serve_process``). Also the
@@ -26,11 +26,22 @@ in one interpreter to profile.
 
 The baseline, on the same filesystem: raw ``sqlite3`` inserting
 rows of a similar size, many rows per ``BEGIN IMMEDIATE ... COMMIT``, with the
-same pragmas, at the group size salvor reached and at 256 rows. A second
-baseline: the same number of model calls with no salvor at all (httpx
-clients, as many as salvor drives at once: 64 per worker, against fresh
-provider processes); times the events salvor records per call, it is the
-ceiling the model round trip alone puts on events per second on this machine.
+same pragmas, at the group size salvor reached and at 256 rows.
+
+The model-call ceiling: the model calls per second plain httpx clients get from the same
+scripted providers on the same machine, no salvor at all (``model_call_ceiling``); times the
+events salvor records per call, it is the rate the model round trip alone allows. It is
+measured as short samples interleaved with salvor's rounds: ceiling, salvor, ceiling, ...,
+ceiling (``--rounds`` salvor rounds, default 3, each on a fresh store, daemon and providers).
+The figure is the median of salvor's rounds over the median of the samples; each round's
+ratio against the samples just before and after it is printed too, with every sample, so the
+spread shows. Why (last stop): one ceiling measured after salvor's one round moved 20% between
+consecutive runs of the bench on this shared machine, and the ratio with it, while salvor's
+own rate did not; a sample taken beside each round sees the same machine the round saw.
+A sample's clients are as salvor's: one process per salvor worker (``--ceiling-processes``),
+64 clients each, made and connected before the timed calls, as salvor keeps its clients
+between drives. One process of 128 clients, as before, is bound by its own core (a
+millisecond of CPU per call) and so measured that process rather than the model round trip.
 
 ``--store postgresql://...`` runs the daemon on that server instead, in a
 schema of its own dropped at the end, and the baseline becomes the same
@@ -44,6 +55,7 @@ alone; a busy machine shows there).
 Prints one JSON object; never a timed assertion (pytest does not collect it).
 
     python tests/bench/bench_runs.py [--runs 1000] [--steps 10] [--workers N]
+    [--rounds 3] [--ceiling-calls N] [--ceiling-processes N]
     [--providers 4] [--in-process] [--tool-ledger] [--dir DIR] [--store URL]
 """
 
@@ -53,6 +65,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import threading
@@ -64,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import httpx
 import trio
 from salvor.daemon.agents import Credentials
-from salvor.daemon.recording._store_access import GROUP_WINDOW_SECONDS
+from salvor.daemon.cli._arguments import cores
 from salvor.daemon.serve._serve import ServeConfig, serve
 from salvor.daemon.tools._demo import EFFECTS_ENV
 from salvor.protocol import EventKind
@@ -78,7 +91,9 @@ from tests.bench.bench_store import (
     raw_pg_batched_rows_per_s,
     raw_pg_commits_per_s,
 )
+from tests.bench.model_call_ceiling import sample as ceiling_sample
 from tests.bench.providers import ProviderProcesses
+from tests.bench.runs_report import report
 from tests.bench.serve_process import (
     COMMIT_SECONDS,
     ServeProcess,
@@ -86,12 +101,6 @@ from tests.bench.serve_process import (
     summed,
     wait_completed,
 )
-
-TARGET_RATIO = 0.5
-# Issue 30's figures: appends sharing a transaction at this concurrency, and events/s against
-# the model-call ceiling (the latter with the default workers; this bench runs one process).
-GROUP_TARGET = 15
-CEILING_TARGET = 0.8
 
 
 class GroupCommitCounter:
@@ -164,50 +173,6 @@ def raw_batched_rows_per_s(path: Path, rows: int, per_txn: int) -> float:
         return rows / (time.perf_counter() - start)
     finally:
         connection.close()
-
-
-async def direct_model_calls(base_urls: list[str], calls: int, concurrency: int) -> float:
-    """Model calls per second with no salvor at all: the ceiling the model round trip sets.
-
-    ``concurrency`` workers (as many as salvor drives at once), each with an
-    httpx client of its own as a drive has, post the same Anthropic request
-    to the scripted providers one after another until ``calls`` are answered.
-    """
-    body = {
-        "model": "claude-sonnet-4-5",
-        "max_tokens": 256,
-        "system": "You look up invoices, one at a time.",
-        "messages": [{"role": "user", "content": "batch 0"}],
-        "tools": [
-            {
-                "name": "lookup_invoice",
-                "description": "Look up an invoice.",
-                "input_schema": {
-                    "type": "object",
-                    "properties": {"invoice_id": {"type": "string"}},
-                },
-            }
-        ],
-    }
-    left = [calls]
-
-    async def worker(base_url: str) -> None:
-        async with httpx.AsyncClient(timeout=60) as client:
-            while left[0] > 0:
-                left[0] -= 1
-                response = await client.post(
-                    f"{base_url}/v1/messages",
-                    json=body,
-                    headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"},
-                )
-                response.raise_for_status()
-                response.json()
-
-    start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for index in range(concurrency):
-            nursery.start_soon(worker, base_urls[index % len(base_urls)])
-    return calls / (time.perf_counter() - start)
 
 
 def agent_toml(base_url: str, index: int) -> str:
@@ -327,35 +292,74 @@ def _cpu(times: os.times_result) -> float:
     return times.user + times.system
 
 
-def _measure(
-    url: str, args, providers: ProviderProcesses, counter: GroupCommitCounter, scratch: Path
-) -> tuple[dict, int, float]:
-    """salvor's part: the daemon (in this process, or a ``salvor serve``) under the load, then
-    stopped. Returns its result, the workers it served with and the providers' CPU seconds."""
-    provider_cpu = -providers.cpu_seconds()
+def salvor_round(args, plan, scratch: Path) -> dict:
+    """One round of salvor under the load: a fresh store, fresh providers and a fresh daemon (in
+    this process, or a ``salvor serve``), stopped at the end. Its result, with the workers it
+    served with, the model calls it made and the providers' CPU seconds."""
+    counter = GroupCommitCounter()
     daemon = None
-    try:
-        if args.in_process:
-            counter.install()
-            result = trio.run(bench_in_process, url, args, providers.base_urls, counter)
-        else:
-            daemon = ServeProcess(
-                url,
-                providers.base_urls,
-                workers=args.workers,
-                tool_ledger=args.tool_ledger,
-                scratch=scratch,
-            )
-            result = trio.run(bench_serve_process, daemon, args, providers.base_urls)
-        provider_cpu += providers.cpu_seconds()
-    finally:
-        counter.uninstall()
-        if daemon is not None:
-            daemon.stop()
-    return result, 1 if daemon is None else daemon.workers, provider_cpu
+    with (
+        bench_store_url(args.store, scratch) as url,
+        ProviderProcesses(plan, args.providers) as providers,
+    ):
+        provider_cpu = -providers.cpu_seconds()
+        try:
+            if args.in_process:
+                counter.install()
+                result = trio.run(bench_in_process, url, args, providers.base_urls, counter)
+                result.update(owner_releases=counter.releases, largest_group=counter.largest)
+            else:
+                daemon = ServeProcess(
+                    url,
+                    providers.base_urls,
+                    workers=args.workers,
+                    tool_ledger=args.tool_ledger,
+                    scratch=scratch,
+                )
+                result = trio.run(bench_serve_process, daemon, args, providers.base_urls)
+            provider_cpu += providers.cpu_seconds()
+        finally:
+            counter.uninstall()
+            if daemon is not None:
+                daemon.stop()
+            model_calls = providers.stop()
+    result.update(
+        workers=1 if daemon is None else daemon.workers,
+        model_calls=model_calls,
+        provider_cpu_seconds=provider_cpu,
+    )
+    return result
 
 
-def main() -> None:
+def raw_baselines(args, scratch: Path, rows: int, group: int) -> dict:
+    """The store's own rate without salvor, at salvor's group size and at 256 rows."""
+    if args.store is None:
+        return {
+            "raw_sqlite_rows_per_s_at_salvor_group": round(
+                raw_batched_rows_per_s(scratch / "raw-matched.db", rows, group), 1
+            ),
+            "raw_sqlite_group_rows": group,
+            "raw_sqlite_rows_per_s_256_per_txn": round(
+                raw_batched_rows_per_s(scratch / "raw-256.db", rows, 256), 1
+            ),
+        }
+    with bench_store_url(args.store, scratch) as url:
+        return {
+            "raw_postgres_commits_per_s_one_row": round(
+                raw_pg_commits_per_s(url, min(rows, 5_000), RAW_PAYLOAD), 1
+            ),
+            "raw_postgres_rows_per_s_at_salvor_group": round(
+                raw_pg_batched_rows_per_s(url, rows, group, RAW_PAYLOAD), 1
+            ),
+            "raw_postgres_group_rows": group,
+            "raw_postgres_rows_per_s_256_per_txn": round(
+                raw_pg_batched_rows_per_s(url, rows, 256, RAW_PAYLOAD), 1
+            ),
+            "postgres": pg_settings(url),
+        }
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=10)
@@ -374,6 +378,21 @@ def main() -> None:
         help="salvor serve --workers N (default: none given, so salvor serve's own default)",
     )
     parser.add_argument(
+        "--rounds", type=int, default=3, help="salvor rounds, each between two ceiling samples"
+    )
+    parser.add_argument(
+        "--ceiling-calls",
+        type=int,
+        default=None,
+        help="model calls per ceiling sample (default: a quarter of a round's)",
+    )
+    parser.add_argument(
+        "--ceiling-processes",
+        type=int,
+        default=None,
+        help="client processes of a ceiling sample (default: as many as salvor's workers)",
+    )
+    parser.add_argument(
         "--in-process",
         action="store_true",
         help="serve() in this process (one worker) instead of a salvor serve process: the "
@@ -390,152 +409,52 @@ def main() -> None:
     args = parser.parse_args()
     if args.in_process and args.workers is not None:
         parser.error("--workers needs a salvor serve process (drop --in-process)")
+    if args.rounds < 1:
+        parser.error("--rounds takes at least 1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.in_process and not args.tool_ledger:
         os.environ[EFFECTS_ENV] = ""
-
     plan = [("lookup_invoice", {"invoice_id": f"INV-{i}"}) for i in range(args.steps)]
+    # The client processes of a ceiling sample, one per salvor worker: known before the first
+    # round only by what salvor serve decides, so checked against it after that round.
+    workers = 1 if args.in_process else args.workers or cores()
+    processes = args.ceiling_processes or workers
+    ceiling_calls = args.ceiling_calls or max(1_000, args.runs * (args.steps + 1) // 4)
+
+    def ceiling() -> dict:
+        return ceiling_sample(
+            plan, args.providers, ceiling_calls, processes, args.drive_concurrency
+        )
+
     # The machine is measured, not assumed quiet: other work on it shows here.
     load_before = os.getloadavg()
-    counter = GroupCommitCounter()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-runs-") as scratch:
-        scratch_path = Path(scratch)
-        with bench_store_url(args.store, scratch_path) as url:
-            with ProviderProcesses(plan, args.providers) as providers:
-                try:
-                    result, workers, provider_cpu = _measure(
-                        url, args, providers, counter, scratch_path
-                    )
-                finally:
-                    model_calls = providers.stop()
-            # The same model traffic with no salvor, against fresh providers
-            # (so the counts above stay salvor's own), as many calls at once as salvor drives.
-            direct_concurrency = args.drive_concurrency * workers
-            with ProviderProcesses(plan, args.providers) as direct:
-                direct_cpu = -direct.cpu_seconds(), _cpu(os.times())
-                direct_start = time.perf_counter()
-                direct_rate = trio.run(
-                    direct_model_calls, direct.base_urls, model_calls, direct_concurrency
+        ceilings, rounds = [ceiling()], []
+        for index in range(args.rounds):
+            folder = Path(scratch) / f"round-{index}"
+            folder.mkdir()
+            rounds.append(salvor_round(args, plan, folder))
+            if rounds[-1]["workers"] != workers and args.ceiling_processes is None:
+                raise SystemExit(
+                    f"salvor serve ran {rounds[-1]['workers']} workers, not the {workers} the "
+                    "ceiling assumed: give --workers"
                 )
-                direct_wall = time.perf_counter() - direct_start
-                direct_cpu = (
-                    direct_cpu[0] + direct.cpu_seconds(),
-                    _cpu(os.times()) - direct_cpu[1],
-                )
-                direct.stop()
-            events = result["events"]
-            group = max(1, round(events / max(1, result["transactions"])))
-            raw_rows = max(20_000, events)
-            if args.store is None:
-                raw_matched = raw_batched_rows_per_s(
-                    scratch_path / "raw-matched.db", raw_rows, group
-                )
-                raw_256 = raw_batched_rows_per_s(scratch_path / "raw-256.db", raw_rows, 256)
-            else:
-                raw_single = raw_pg_commits_per_s(url, min(raw_rows, 5_000), RAW_PAYLOAD)
-                raw_matched = raw_pg_batched_rows_per_s(url, raw_rows, group, RAW_PAYLOAD)
-                raw_256 = raw_pg_batched_rows_per_s(url, raw_rows, 256, RAW_PAYLOAD)
-                settings = pg_settings(url)
-    events_per_s = events / result["wall"]
-    load_after = os.getloadavg()
-    transactions = max(1, result["transactions"])
-    appends_per_transaction = result["appends"] / transactions
-    in_process = (
-        {
-            "owner_releases": counter.releases,
-            "largest_group": counter.largest,
-            "writer_busy_fraction": round(counter.seconds / result["wall"], 3),
-        }
-        if args.in_process
-        else {}
-    )
-    # Where the CPU went (a salvor serve process only: in-process, salvor and the client share
-    # one interpreter): seconds per run, against what the model round trip alone costs.
-    cpu = (
-        {}
-        if args.in_process
-        else {
-            "cpu_seconds_per_run": {
-                "salvor": round(result["salvor_cpu_seconds"] / args.runs, 4),
-                "providers": round(provider_cpu / args.runs, 4),
-                "load_client": round(result["client_cpu_seconds"] / args.runs, 4),
-                "direct_providers": round(direct_cpu[0] / args.runs, 4),
-                "direct_client": round(direct_cpu[1] / args.runs, 4),
-            },
-            "cpu_busy_cores": {
-                "salvor_run": round(
-                    (result["salvor_cpu_seconds"] + provider_cpu + result["client_cpu_seconds"])
-                    / result["wall"],
-                    2,
-                ),
-                "direct_run": round(sum(direct_cpu) / direct_wall, 2),
-            },
-        }
-    )
-    ceiling_ratio = events_per_s / (direct_rate * events / model_calls)
-    raw = "raw_sqlite" if args.store is None else "raw_postgres"
-    backend = {} if args.store is None else {"backend": "postgresql"}
-    print(
-        json.dumps(
-            {
-                **backend,
-                "bench": "runs",
-                "runs": args.runs,
-                "steps_per_run": args.steps,
-                "provider_processes": args.providers,
-                "daemon": "in-process serve()" if args.in_process else "salvor serve process",
-                "workers": workers,
-                "tool_ledger": args.tool_ledger,
-                "drive_concurrency": args.drive_concurrency,
-                "direct_concurrency": direct_concurrency,
-                "model_calls": model_calls,
-                "events": events,
-                "wall_seconds": round(result["wall"], 3),
-                "create_seconds": round(result["created_seconds"], 3),
-                "post_runs_p50_ms": round(result["post_p50_ms"], 2),
-                "post_runs_p99_ms": round(result["post_p99_ms"], 2),
-                "events_per_s": round(events_per_s, 1),
-                "group_commit": {
-                    "transactions": result["transactions"],
-                    "appends": result["appends"],
-                    "appends_per_transaction": round(appends_per_transaction, 2),
-                    "events_per_transaction": round(events / transactions, 2),
-                    **in_process,
-                    "commit_ms_mean": round(result["commit_seconds"] / transactions * 1000, 3),
-                    "window_seconds": GROUP_WINDOW_SECONDS,
-                    "target_appends_per_transaction": GROUP_TARGET,
-                    "meets_group_target": appends_per_transaction >= GROUP_TARGET,
-                },
-                **(
-                    {}
-                    if args.store is None
-                    else {"raw_postgres_commits_per_s_one_row": round(raw_single, 1)}
-                ),
-                f"{raw}_rows_per_s_at_salvor_group": round(raw_matched, 1),
-                f"{raw}_group_rows": group,
-                f"{raw}_rows_per_s_256_per_txn": round(raw_256, 1),
-                "ratio_vs_raw_at_salvor_group": round(events_per_s / raw_matched, 3),
-                "ratio_vs_raw_256": round(events_per_s / raw_256, 3),
-                "target_ratio": TARGET_RATIO,
-                "meets_target": events_per_s / raw_256 >= TARGET_RATIO,
-                "baseline_direct_model_calls_per_s": round(direct_rate, 1),
-                "events_per_model_call": round(events / model_calls, 2),
-                # What the model round trip alone allows, with salvor costing nothing.
-                "ceiling_events_per_s_from_model_calls": round(
-                    direct_rate * events / model_calls, 1
-                ),
-                "ratio_vs_model_call_ceiling": round(ceiling_ratio, 3),
-                "target_ratio_vs_model_call_ceiling": CEILING_TARGET,
-                "meets_ceiling_target": ceiling_ratio >= CEILING_TARGET,
-                "listed_completed_page": result["listed_completed"],
-                **cpu,
-                **({"synchronous": "FULL"} if args.store is None else {"postgres": settings}),
-                "cpus": os.cpu_count(),
-                "load_average_before": [round(x, 2) for x in load_before],
-                "load_average_after": [round(x, 2) for x in load_after],
-                "python": sys.version.split()[0],
-            }
-        )
-    )
+            ceilings.append(ceiling())
+        events = statistics.median(r["events"] for r in rounds)
+        transactions = sum(r["transactions"] for r in rounds)
+        group = max(1, round(sum(r["events"] for r in rounds) / max(1, transactions)))
+        baselines = raw_baselines(args, Path(scratch), max(20_000, int(events)), group)
+    clients = {
+        "processes": processes,
+        "clients_per_process": args.drive_concurrency,
+        "calls_per_sample": ceiling_calls,
+    }
+    loads = load_before, os.getloadavg()
+    print(json.dumps(report(args, rounds, ceilings, clients, baselines, loads)))
 
 
 if __name__ == "__main__":

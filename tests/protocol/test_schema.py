@@ -335,3 +335,21 @@ def test_the_compiled_schema_cache_is_bounded_by_weight() -> None:
         check_schema({"description": filler, "minLength": i})
     assert _COMPILED.weight() <= SCHEMA_CACHE_BYTES
     check_schema({"description": filler, "minLength": 0})  # evicted, compiled again: still works
+
+
+def test_a_schema_validated_again_is_found_by_itself_until_it_is_changed(monkeypatch) -> None:
+    # A tool's schema is one object validated at every call: its check is found without writing
+    # the schema out as text again, and a schema changed in place is checked as it is now.
+    from salvor.protocol import _schema
+
+    texts = []
+    real = _schema.schema_text
+    monkeypatch.setattr(_schema, "schema_text", lambda schema: texts.append(1) or real(schema))
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}
+    for n in (1, 2, 3):
+        validate(schema, {"n": n})
+    assert len(texts) <= 1
+    schema["properties"]["n"]["minimum"] = 5
+    with pytest.raises(SchemaViolation):
+        validate(schema, {"n": 3})
+    validate(schema, {"n": 5})
