@@ -100,6 +100,8 @@ class ComposedLoad(Chaos):
 
     # The fault points the "in_write" stop draws from, with their weights.
     write_points: tuple[tuple[str, int], ...] = ()
+    # Roots kept in flight (a workload of heavier runs keeps fewer).
+    in_flight_roots = IN_FLIGHT
 
     def __init__(self, tmp_path: Path, store_url: str, seed: int, *, script) -> None:
         super().__init__(tmp_path, store_url, seed, script=script)
@@ -200,13 +202,13 @@ class ComposedLoad(Chaos):
                 raise AssertionError(f"starting {root.kind} {root.case}: {response.text}")
 
     def operate(self, *, top_up: bool) -> int:
-        """One round: keep IN_FLIGHT roots going, answer the roots that wait on the workload.
-        Returns how many roots are not completed (-1 when the daemon did not answer)."""
+        """One round: keep ``in_flight_roots`` roots going, answer the roots that wait on the
+        workload. Returns how many roots are not completed (-1 when the daemon did not answer)."""
         active = self.active()
         if active < 0:
             return -1
         if top_up:
-            for _ in range(IN_FLIGHT - self.in_flight()):
+            for _ in range(self.in_flight_roots - self.in_flight()):
                 self.new_root()
         self.start_roots()
         by_id = {root.run_id: root for root in self.roots.values()}
