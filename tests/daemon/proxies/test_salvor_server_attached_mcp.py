@@ -221,40 +221,55 @@ def completion_of(log, tool_name: str):
     return intent, done
 
 
+@pytest.mark.parametrize("process_first", [False, True], ids=["built_in_first", "process_first"])
 async def test_a_built_in_and_a_process_runs_keyed_write_through_one_attached_server_is_one(
-    runtime, providers, upstream_env, tmp_path, fx, make_agent, http_desk
+    runtime, providers, upstream_env, tmp_path, fx, make_agent, http_desk, process_first
 ):
-    """A built-in run writes the note ``INV-7`` through the attached ``desk``; a process run
-    writing the same note through its ``salvor`` server's relay (the real ``mcp`` client over
-    ``SALVOR_MCP_URL_SALVOR``) claims the same identity, so it copies the first run's outcome:
-    the server performs the write once."""
+    """A built-in run and a process run (the real ``mcp`` client over ``SALVOR_MCP_URL_SALVOR``,
+    its write relayed by the ``salvor`` server) each write the note ``INV-7`` through the
+    attached ``desk``: both claim the one identity, so the second copies the first's outcome
+    and the server performs the write once. Each copy has the shape its own call records: a
+    built-in run copying the lane's ``{"result": ...}`` keeps the server's result alone."""
     _, servers = http_desk
     daemon = attaching(runtime, servers)
     note = {"text": "INV-7"}
-    first = providers([tool_use("write_note", note), text_reply("noted")])
-    builtin = make_agent(first)
-    builtin_run = await daemon.starts.start_run(builtin, "note INV-7")
-    await daemon.tools.attach(builtin_run, [], ["desk"])
-    assert (await daemon.drive(builtin_run, agent=builtin)).state is RunState.COMPLETED
-    assert "noted INV-7" in json.dumps(builtin_results(first.calls[1]))
-    assert len(fx.calls_of("write_note")) == 1
+    noted = {"content": [{"type": "text", "text": "noted INV-7"}]}
 
-    second = providers(steps_script(lambda _: ("write_note", note), lambda r: f"got {r[0]}"))
-    upstream_env(second)
-    agent = salvor_agent(tmp_path, transport="http")
-    process_run = await daemon.starts.start_run(agent, "note INV-7 too")
-    await daemon.tools.attach(process_run, [], ["desk"])
-    view = await daemon.drive(process_run, agent=agent)
-    assert view.state is RunState.COMPLETED, view.detail
+    async def built_in() -> str:
+        provider = providers([tool_use("write_note", note), text_reply("noted")])
+        agent = make_agent(provider)
+        run_id = await daemon.starts.start_run(agent, "note INV-7")
+        await daemon.tools.attach(run_id, [], ["desk"])
+        assert (await daemon.drive(run_id, agent=agent)).state is RunState.COMPLETED
+        _, done = completion_of(await daemon.reads.log(run_id), "write_note")
+        assert done.output == noted
+        assert "noted INV-7" in json.dumps(builtin_results(provider.calls[1]))
+        return run_id
 
-    # Performed once: the process run's relayed write copied the built-in run's outcome.
+    async def process() -> str:
+        provider = providers(steps_script(lambda _: ("write_note", note), lambda r: f"got {r[0]}"))
+        upstream_env(provider)
+        agent = salvor_agent(tmp_path, transport="http")
+        run_id = await daemon.starts.start_run(agent, "note INV-7 too")
+        await daemon.tools.attach(run_id, [], ["desk"])
+        view = await daemon.drive(run_id, agent=agent)
+        assert view.state is RunState.COMPLETED, view.detail
+        _, done = completion_of(await daemon.reads.log(run_id), "write_note")
+        assert done.output["result"] == noted
+        assert "noted INV-7" in tool_results(provider.calls[1])[0]
+        return run_id
+
+    first, second = (process, built_in) if process_first else (built_in, process)
+    first_run = await first()
     assert len(fx.calls_of("write_note")) == 1
-    first_intent, _ = completion_of(await daemon.reads.log(builtin_run), "write_note")
-    intent, done = completion_of(await daemon.reads.log(process_run), "write_note")
-    assert intent.event.tool == "mcp:salvor/tools/call"
+    second_run = await second()
+
+    # Performed once: the second run's write copied the first's outcome.
+    assert len(fx.calls_of("write_note")) == 1
+    first_intent, _ = completion_of(await daemon.reads.log(first_run), "write_note")
+    intent, done = completion_of(await daemon.reads.log(second_run), "write_note")
     assert intent.event.idempotency_key == first_intent.event.idempotency_key
-    assert done.deduplicated_from == {"run_id": builtin_run, "seq": first_intent.seq}
-    assert "noted INV-7" in tool_results(second.calls[1])[0]
+    assert done.deduplicated_from == {"run_id": first_run, "seq": first_intent.seq}
 
 
 async def test_an_attached_servers_probe_the_relay_did_not_offer_is_refused_to_the_agent(
