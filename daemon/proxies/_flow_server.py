@@ -63,7 +63,7 @@ from salvor.protocol import (
 
 from ..files import PLAN_FIELD, FileTools, plan_input
 from ..flows import FlowHost, FlowSession, flow_tool, flow_tools, is_autonomous, session_of
-from ..mcp import McpRemoteError, McpServerSpec
+from ..mcp import McpRemoteError, McpServerSpec, McpSession
 from ..skills import Skill, with_skills
 from ..tools import WRITE_TOOLS, Suspend, Tool, ToolCall, ToolFailed
 from ._mcp_replay import LaneCall, lane_calls, stub_result
@@ -141,7 +141,7 @@ class FlowServer:
         self._resolve = resolve
         self.attached: dict[str, Tool] = {}
         # An attached server's tools: the input schemas it listed, and the raw reads of its
-        # probes (a probe the lane sends here by name, ``McpLane._probe``).
+        # probes (read for the lane's own probe alone, ``probe``).
         self.schemas: dict[str, dict] = {}
         self.probe_reads: dict[str, Callable[[Any], Awaitable[Any]]] = {}
         self.spec = McpServerSpec(
@@ -187,6 +187,20 @@ class FlowServer:
         if tool.probe is not None and probe_read is not None:
             self.spec.probes[tool.name] = tool.probe
             self.probe_reads[tool.probe.tool] = probe_read
+
+    async def probe(self, name: str, arguments: Any) -> Any:
+        """The raw result of the attached server's probe ``name`` with ``arguments``, for the
+        lane's own probe of an open write (``probe_request``). No request of the agent reaches
+        this: it is answered only with the tools it was offered.
+
+        Raises:
+            McpRemoteError: no attached server's write is probed by ``name`` (nothing sent).
+            McpError: as the server's call does.
+        """
+        read = self.probe_reads.get(name)
+        if read is None:
+            raise McpRemoteError(SALVOR_SERVER, f"relays no probe {name!r}", code=METHOD_NOT_FOUND)
+        return await read(arguments)
 
     def opened(self, initialize: dict | None) -> FlowServer:
         """This server, initialised with the agent's ``initialize`` (or the recorded one)."""
@@ -306,10 +320,9 @@ class FlowServer:
         name, arguments = params.get("name"), params.get("arguments", {})
         tools = {tool.name: tool for tool in await self.offered()}
         tool = tools.get(name)
-        if tool is None and name in self.probe_reads:
-            # An attached write's probe, sent by the lane: its server's raw result.
-            return await self.probe_reads[name](arguments)
         if tool is None:
+            # Refused by what the run was offered: an attached server's probe that is not among
+            # them is read only by the lane's own probe (``probe``), never by the agent's call.
             offered = ", ".join(tools) or "none"
             return tool_error_result(
                 f"salvor's MCP server offers no tool {name!r} to this run (it offers: {offered})"
@@ -364,3 +377,30 @@ def salvor_server(
     return FlowServer(
         session, files, resolve=None if host is None else host.registry_tool, skills=skills
     )
+
+
+def key_fields(
+    spec: McpServerSpec, relay: FlowServer | None, method: str, name: Any
+) -> tuple[tuple[str, ...], str]:
+    """The key fields of a lane's request ``method`` calling ``name`` (none but a ``tools/call``
+    of a keyed tool), and the server its identity names: the lane's ``spec``'s, or, for a tool
+    the ``salvor`` server (``relay``) relays to an attached server, that server's, the identity
+    a built-in agent's call of the same tool claims, so the two are deduplicated together."""
+    if method != "tools/call" or not isinstance(name, str):
+        return (), spec.name
+    relayed = None if relay is None else relay.attached.get(name)
+    server = spec.name if relayed is None or relayed.mcp_server is None else relayed.mcp_server
+    return tuple(spec.key_paths(name)), server
+
+
+async def probe_request(live: McpSession | FlowServer, probe: str, arguments: Any) -> Any:
+    """The raw result of the lane's own probe ``probe`` sent to ``live``: a server's
+    ``tools/call``, or the ``salvor`` server's relay of an attached server's probe, on a path of
+    its own that no request of the agent takes.
+
+    Raises:
+        McpError: as the server's call does.
+    """
+    if isinstance(live, FlowServer):
+        return await live.probe(probe, arguments)
+    return await live.request("tools/call", {"name": probe, "arguments": arguments}, key=None)

@@ -120,7 +120,7 @@ from ..tools import (
     derived_key,
     dispatch,
 )
-from ._flow_server import FlowServer, finish_of, tool_error_result
+from ._flow_server import FlowServer, finish_of, key_fields, probe_request, tool_error_result
 from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_replay import (
@@ -452,9 +452,7 @@ class McpLane:
                     if self._live is not None and self._live.broken is None
                     else await self._open(None)
                 )
-                result = await self._send(
-                    live, "tools/call", {"name": probe.tool, "arguments": arguments}, None, attempt
-                )
+                result = await probe_request(live, probe.tool, arguments)
             except McpRemoteError as exc:
                 raise ToolFailed(exc.message, retryable=False) from None
             except (McpNoAnswer, McpUnavailable) as exc:
@@ -540,9 +538,7 @@ class McpLane:
             )
 
         name, arguments = params.get("name"), params.get("arguments")
-        paths = (
-            self.spec.key_paths(name) if method == "tools/call" and isinstance(name, str) else ()
-        )
+        paths, server = key_fields(self.spec, self.in_process, method, name)
         if refused is None and (effect is Effect.READ or not paths):
             # Without key fields an idempotent call presents its position's key.
             idem = effect is Effect.IDEMPOTENT
@@ -551,7 +547,7 @@ class McpLane:
             return self._track(LaneCall(seq, method, asked, effect.value, key)), None
         if refused is None:
             try:
-                identity = call_identity(name, paths, arguments, mcp_server=self.name)
+                identity = call_identity(name, paths, arguments, mcp_server=server)
             except MissingKeyField as exc:
                 refused = tool_error("invalid_input", exc.message, 1)
         if refused is not None:

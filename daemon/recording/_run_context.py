@@ -85,6 +85,7 @@ from ..tools import (
     derived_key,
     dispatch,
 )
+from ._copied import copied_outcome
 from ._store_access import StoreAccess, claim_to_settle
 
 # How long a call waits for another run's call of the same identity to
@@ -488,15 +489,14 @@ class RunContext:
         holder = await self.claim(intent(identity), identity)
         if holder is None:
             return await self._perform(tool, tool_input, seq, identity, identity, probe)
-        # The same identity already completed (in this run or another): its
-        # outcome is this call's; nothing is performed.
+        # The identity already completed (in this run or another): its outcome is this call's.
         copied = ToolCallCompleted(
             seq=seq,
-            output=holder.output,
+            output=copied_outcome(tool, holder.output),
             deduplicated_from={"run_id": holder.run_id, "seq": holder.seq},
         )
         await self.record(intent(identity), copied)
-        return await self._after_tool(holder.output)
+        return await self._after_tool(copied.output)
 
     async def claim(self, intent: ToolCallRequested, identity: str) -> Claim | None:
         """Record ``intent`` claiming ``identity``: None once claimed, or the settled claim to copy.

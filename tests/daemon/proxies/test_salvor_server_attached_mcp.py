@@ -5,7 +5,10 @@ client lists its tools after the flow tools, its model calls one, and the ``salv
 the call to the server through the daemon's own client, performed once. Neither the server's
 URL nor its command reaches the log. An open write of the attached server, found after the drive
 stopped inside it, is settled by the server's declared probe when a restarted daemon recovers
-the run: performed once, never sent again.
+the run: performed once, never sent again. A keyed write relayed for a process run claims the
+attached server's identity, the one a built-in agent's call of it claims, so the two runs'
+writes of one key are performed once; and a tool the relay did not offer the agent (an attached
+write's probe among them) is refused, the server never reached.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from salvor.protocol import EventKind, RunState
 from tests.daemon.agents.test_attached_mcp import DESK_TOOLS, desk
 from tests.daemon.proxies.test_salvor_server import lane, salvor_agent, steps_script, tool_results
 from tests.support.backends import SQLITE_ONLY
+from tests.support.flows import tool_results as builtin_results
+from tests.support.flows import tool_use
 from tests.support.mcp_servers import HttpFixtureServer
+from tests.support.scripted_provider import text_reply
 
 # SQLite alone (tests/support/backends.py): what it tests is the salvor server's relay; the
 # log's side of an attached server runs on both backends (tests/daemon/agents/test_attached_mcp).
@@ -196,3 +202,114 @@ async def test_without_the_operators_declaration_the_attached_server_is_not_reac
     assert view.state is RunState.FAILED
     assert "no longer among the operator's attachable servers" in view.detail["error"]
     assert fx.starts == [] and provider.call_count == 0
+
+
+def completion_of(log, tool_name: str):
+    """The completion of the one call of ``tool_name`` in ``log`` (a built-in agent's call, or a
+    call the ``salvor`` lane relayed), and its intent's seq."""
+    [intent] = [
+        e
+        for e in log
+        if e.kind == "ToolCallRequested"
+        and (e.event.tool == tool_name or e.event.input.get("name") == tool_name)
+    ]
+    [done] = [
+        e.event
+        for e in log
+        if e.event.KIND is EventKind.TOOL_CALL_COMPLETED and e.event.seq == intent.seq
+    ]
+    return intent, done
+
+
+@pytest.mark.parametrize("process_first", [False, True], ids=["built_in_first", "process_first"])
+async def test_a_built_in_and_a_process_runs_keyed_write_through_one_attached_server_is_one(
+    runtime, providers, upstream_env, tmp_path, fx, make_agent, http_desk, process_first
+):
+    """A built-in run and a process run (the real ``mcp`` client over ``SALVOR_MCP_URL_SALVOR``,
+    its write relayed by the ``salvor`` server) each write the note ``INV-7`` through the
+    attached ``desk``: both claim the one identity, so the second copies the first's outcome
+    and the server performs the write once. Each copy has the shape its own call records: a
+    built-in run copying the lane's ``{"result": ...}`` keeps the server's result alone."""
+    _, servers = http_desk
+    daemon = attaching(runtime, servers)
+    note = {"text": "INV-7"}
+    noted = {"content": [{"type": "text", "text": "noted INV-7"}]}
+
+    async def built_in() -> str:
+        provider = providers([tool_use("write_note", note), text_reply("noted")])
+        agent = make_agent(provider)
+        run_id = await daemon.starts.start_run(agent, "note INV-7")
+        await daemon.tools.attach(run_id, [], ["desk"])
+        assert (await daemon.drive(run_id, agent=agent)).state is RunState.COMPLETED
+        _, done = completion_of(await daemon.reads.log(run_id), "write_note")
+        assert done.output == noted
+        assert "noted INV-7" in json.dumps(builtin_results(provider.calls[1]))
+        return run_id
+
+    async def process() -> str:
+        provider = providers(steps_script(lambda _: ("write_note", note), lambda r: f"got {r[0]}"))
+        upstream_env(provider)
+        agent = salvor_agent(tmp_path, transport="http")
+        run_id = await daemon.starts.start_run(agent, "note INV-7 too")
+        await daemon.tools.attach(run_id, [], ["desk"])
+        view = await daemon.drive(run_id, agent=agent)
+        assert view.state is RunState.COMPLETED, view.detail
+        _, done = completion_of(await daemon.reads.log(run_id), "write_note")
+        assert done.output["result"] == noted
+        assert "noted INV-7" in tool_results(provider.calls[1])[0]
+        return run_id
+
+    first, second = (process, built_in) if process_first else (built_in, process)
+    first_run = await first()
+    assert len(fx.calls_of("write_note")) == 1
+    second_run = await second()
+
+    # Performed once: the second run's write copied the first's outcome.
+    assert len(fx.calls_of("write_note")) == 1
+    first_intent, _ = completion_of(await daemon.reads.log(first_run), "write_note")
+    intent, done = completion_of(await daemon.reads.log(second_run), "write_note")
+    assert intent.event.idempotency_key == first_intent.event.idempotency_key
+    assert done.deduplicated_from == {"run_id": first_run, "seq": first_intent.seq}
+
+
+async def test_an_attached_servers_probe_the_relay_did_not_offer_is_refused_to_the_agent(
+    runtime, providers, upstream_env, tmp_path, fx
+):
+    """``desk``'s write is probed by its tool ``attach_tool``, which the relay does not offer
+    (the name is a flow tool's, offered only in edit mode, which is off). The agent calling
+    ``attach_tool`` by name is refused as any tool not offered is: an MCP tool error, recorded,
+    the server never reached; the lane's own probe is another path (the recovery test above)."""
+    (spec,) = parse_mcp_servers(
+        [
+            {
+                "name": "desk",
+                "command": fx.command("--extra-tool", "attach_tool"),
+                "tools": ["lookup", "write_note", "attach_tool"],
+                "effects": {"lookup": "read", "write_note": "write", "attach_tool": "read"},
+                "probes": {
+                    "write_note": {
+                        "tool": "attach_tool",
+                        "input": {"text": "text"},
+                        "landed": "found",
+                    }
+                },
+            }
+        ]
+    )
+    provider = providers(
+        steps_script(lambda _: ("attach_tool", {"text": "INV-7"}), lambda r: f"told {r[0]}")
+    )
+    upstream_env(provider)
+    daemon = attaching(runtime, {"desk": spec})
+    agent = salvor_agent(tmp_path)
+    run_id = await daemon.starts.start_run(agent, "probe it")
+    await daemon.tools.attach(run_id, [], ["desk"])
+    view = await daemon.drive(run_id, agent=agent)
+    assert view.state is RunState.COMPLETED, view.detail
+    # Not offered: the flow tools without attach_tool, then desk's two others.
+    assert listed(provider.calls[0]) == FLOW_TOOLS + ["lookup", "write_note"]
+    assert fx.calls_of("attach_tool") == []
+    [refusal] = tool_results(provider.calls[1])
+    assert "offers no tool 'attach_tool'" in refusal
+    _, done = completion_of(await daemon.reads.log(run_id), "attach_tool")
+    assert done.output["result"]["isError"] is True
