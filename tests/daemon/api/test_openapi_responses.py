@@ -96,6 +96,7 @@ async def test_real_responses_match_the_document(server_factory, store_url, tmp_
     served = openapi_document(
         API_OPERATIONS,
         tools=server.state.runtime.kit.registry.names(),
+        skills=server.state.runtime.kit.registry.skills.names(),
         process_agents=False,
         llm_choices=server.state.credentials.llm_choices(),
         mcp_origins=server.state.credentials.origins("mcp"),
