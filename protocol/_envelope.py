@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import MalformedEvent, excerpt
-from ._events import EVENT_TYPES, Event
+from ._event_codec import Event
+from ._events import EVENT_TYPES
 from ._strict_json import MAX_NESTING, MalformedJson, parse_strict
 
 SCHEMA_VERSION = 1

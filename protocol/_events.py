@@ -1,4 +1,4 @@
-"""The events an agent run records, and their payload codec.
+"""The events a run records (the payload codec they share is ``_event_codec``'s).
 
 Rules of this module:
 
@@ -23,188 +23,23 @@ Rules of this module:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ._clock import parse_instant
-from ._errors import MalformedEvent, excerpt
+from ._event_checks import (
+    check_actor,
+    check_exact_keys,
+    check_instant,
+    check_number,
+    check_seq,
+    check_str,
+    check_usage,
+    malformed,
+)
+from ._event_codec import Event
+from ._event_kinds import BUDGET_KINDS, Actor, Effect, EventKind
 from ._labels import NOT_A_LABEL_MAP, is_label_map
-
-
-class EventKind(enum.StrEnum):
-    RUN_STARTED = "RunStarted"
-    MODEL_CALL_REQUESTED = "ModelCallRequested"
-    MODEL_CALL_COMPLETED = "ModelCallCompleted"
-    TOOL_CALL_REQUESTED = "ToolCallRequested"
-    TOOL_CALL_COMPLETED = "ToolCallCompleted"
-    NOW_OBSERVED = "NowObserved"
-    RANDOM_OBSERVED = "RandomObserved"
-    SUSPENDED = "Suspended"
-    RESUMED = "Resumed"
-    SLEEP_STARTED = "SleepStarted"
-    SLEEP_COMPLETED = "SleepCompleted"
-    BUDGET_EXCEEDED = "BudgetExceeded"
-    RUN_COMPLETED = "RunCompleted"
-    RUN_FAILED = "RunFailed"
-    RUN_ABANDONED = "RunAbandoned"
-    # A graph run's head and the narration of its walk.
-    GRAPH_RUN_STARTED = "GraphRunStarted"
-    NODE_ENTERED = "NodeEntered"
-    NODE_EXITED = "NodeExited"
-    NODE_SKIPPED = "NodeSkipped"
-    MAP_ITEM_COMPLETED = "MapItemCompleted"
-    # Tools the operator (or an agent in edit mode) attached to the run's tree at run time.
-    TOOLS_ATTACHED = "ToolsAttached"
-
-
-class Effect(enum.StrEnum):
-    """What executing a tool again would do to the world."""
-
-    READ = "read"
-    IDEMPOTENT = "idempotent"
-    WRITE = "write"
-
-
-class Actor(enum.StrEnum):
-    """Who, besides the daemon, did what a payload records (absent: the daemon did it).
-
-    ``performed_by`` and ``driven_by`` name the client (it performed the call,
-    it drives the run); ``settled_by`` names who recorded a write's outcome
-    after its intent was left open: the operator, by hand, or the write's
-    probe, which read the world and found it landed.
-    """
-
-    CLIENT = "client"
-    OPERATOR = "operator"
-    PROBE = "probe"
-
-
-BUDGET_KINDS = ("steps", "tokens", "cost_usd", "wall_time_seconds")
-
-# The sentinel keys the runtime writes into a ToolCallCompleted output.
-TOOL_ERROR_KEY = "__salvor_error"
-TOOL_SLEEP_KEY = "__salvor_sleep"
-TOOL_SUSPEND_KEY = "__salvor_suspend"
-
-
-def _fail(kind: str, message: str) -> MalformedEvent:
-    return MalformedEvent(f"{kind}: {message}")
-
-
-def _actor(event: Event, name: str, *allowed: Actor) -> None:
-    """Check an optional actor field is one of ``allowed`` or absent, and hold it as the member."""
-    value = getattr(event, name)
-    if value is not None:
-        if value not in allowed:
-            named = ", ".join(f'"{actor}"' for actor in allowed)
-            raise _fail(event.KIND, f"`{name}` is {named} or absent")
-        object.__setattr__(event, name, Actor(value))
-
-
-def _str(kind: str, name: str, value: Any, *, allow_empty: bool = False) -> None:
-    if not isinstance(value, str) or (not allow_empty and not value):
-        raise _fail(kind, f"`{name}` must be a non-empty string")
-
-
-def _seq(kind: str, name: str, value: Any) -> None:
-    if type(value) is not int or value < 0:
-        raise _fail(kind, f"`{name}` must be a non-negative integer")
-
-
-def _number(kind: str, name: str, value: Any) -> None:
-    if type(value) not in (int, float) or value < 0:
-        raise _fail(kind, f"`{name}` must be a non-negative number")
-
-
-def _exact_keys(kind: str, name: str, value: Any, keys: frozenset[str]) -> None:
-    if not isinstance(value, dict) or value.keys() != keys:
-        raise _fail(kind, f"`{name}` must be an object with exactly {sorted(keys)}")
-
-
-def _instant(kind: str, name: str, value: Any) -> None:
-    try:
-        parse_instant(value)
-    except ValueError as exc:
-        raise _fail(kind, f"`{name}` must be an RFC 3339 instant ({exc})") from None
-
-
-_USAGE_KEYS = frozenset({"input_tokens", "output_tokens"})
-
-
-def check_usage(kind: str, usage: Any) -> None:
-    _exact_keys(kind, "usage", usage, _USAGE_KEYS)
-    _seq(kind, "usage.input_tokens", usage["input_tokens"])
-    _seq(kind, "usage.output_tokens", usage["output_tokens"])
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    """Base of every recorded event; subclasses name their ``kind``."""
-
-    KIND: ClassVar[EventKind]
-    # Names of fields that are omitted from the payload when None.
-    optional: ClassVar[frozenset[str]] = frozenset()
-    # Whether the payload on the wire carries the event's own position as `seq`.
-    positioned: ClassVar[bool] = False
-
-    def to_payload(self) -> dict:
-        """The payload object, optional fields omitted when unset."""
-        payload = {}
-        for name in self._field_names():
-            value = getattr(self, name)
-            if value is None and name in self.optional:
-                continue
-            payload[name] = value
-        return payload
-
-    def payload_at(self, seq: int) -> dict:
-        """The payload as written at position ``seq``: an intent's names that position first."""
-        if not self.positioned:
-            return self.to_payload()
-        return {"seq": seq, **self.to_payload()}
-
-    @classmethod
-    def _field_names(cls) -> tuple[str, ...]:
-        cached = _FIELD_NAMES.get(cls)
-        if cached is None:
-            cached = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
-        return cached
-
-    @classmethod
-    def from_payload(cls, payload: Any, *, seq: int) -> Event:
-        """Build the event recorded at position ``seq`` from its payload object.
-
-        Raises:
-            MalformedEvent: the payload is not an object, has an unknown or
-                missing field, carries an optional field as ``null``, a field
-                has the wrong type, or an intent's ``seq`` is not ``seq``.
-        """
-        if not isinstance(payload, dict):
-            raise _fail(cls.KIND, "payload must be an object")
-        if cls.positioned and "seq" in payload:
-            _seq(cls.KIND, "seq", payload["seq"])
-            if payload["seq"] != seq:
-                raise _fail(
-                    cls.KIND, f"payload `seq` {payload['seq']} is not the event's position {seq}"
-                )
-            payload = payload.copy()  # the caller's object stays as it was sent
-            del payload["seq"]
-        names = cls._field_names()
-        for key in payload:
-            if key not in names:
-                raise _fail(cls.KIND, f"unknown payload field `{excerpt(key)}`")
-        for name in names:
-            if name not in payload:
-                if name not in cls.optional:
-                    raise _fail(cls.KIND, f"payload is missing `{name}`")
-            elif payload[name] is None and name in cls.optional:
-                raise _fail(cls.KIND, f"`{name}` is absent when unset, never null")
-        return cls(**payload)
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,14 +57,14 @@ class RunStarted(Event):
     replay_of: str | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "agent_def_hash", self.agent_def_hash)
+        check_str(self.KIND, "agent_def_hash", self.agent_def_hash)
         if self.labels is not None and not is_label_map(self.labels):
-            raise _fail(self.KIND, NOT_A_LABEL_MAP)
-        _actor(self, "driven_by", Actor.CLIENT)
+            raise malformed(self.KIND, NOT_A_LABEL_MAP)
+        check_actor(self, "driven_by", Actor.CLIENT)
         if self.replay_of is not None:
-            _str(self.KIND, "replay_of", self.replay_of)
+            check_str(self.KIND, "replay_of", self.replay_of)
             if self.driven_by is not None:
-                raise _fail(self.KIND, "a client-driven run cannot be a re-run (`replay_of`)")
+                raise malformed(self.KIND, "a client-driven run cannot be a re-run (`replay_of`)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,8 +78,8 @@ class ModelCallRequested(Event):
     performed_by: Actor | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "request_hash", self.request_hash)
-        _actor(self, "performed_by", Actor.CLIENT)
+        check_str(self.KIND, "request_hash", self.request_hash)
+        check_actor(self, "performed_by", Actor.CLIENT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,10 +94,10 @@ class ModelCallCompleted(Event):
     baseline: str | None = None
 
     def __post_init__(self) -> None:
-        _seq(self.KIND, "seq", self.seq)
+        check_seq(self.KIND, "seq", self.seq)
         check_usage(self.KIND, self.usage)
         if self.baseline is not None:
-            _str(self.KIND, "baseline", self.baseline)
+            check_str(self.KIND, "baseline", self.baseline)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,12 +113,12 @@ class ToolCallRequested(Event):
     performed_by: Actor | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "tool", self.tool)
+        check_str(self.KIND, "tool", self.tool)
         if self.effect not in Effect.__members__.values():
-            raise _fail(self.KIND, "`effect` must be one of read, idempotent, write")
+            raise malformed(self.KIND, "`effect` must be one of read, idempotent, write")
         if self.idempotency_key is not None:
-            _str(self.KIND, "idempotency_key", self.idempotency_key)
-        _actor(self, "performed_by", Actor.CLIENT)
+            check_str(self.KIND, "idempotency_key", self.idempotency_key)
+        check_actor(self, "performed_by", Actor.CLIENT)
 
 
 # The spec says a deduplicated completion names what it copied; this is the
@@ -310,19 +145,19 @@ class ToolCallCompleted(Event):
     baseline: str | None = None
 
     def __post_init__(self) -> None:
-        _seq(self.KIND, "seq", self.seq)
+        check_seq(self.KIND, "seq", self.seq)
         if self.baseline is not None:
-            _str(self.KIND, "baseline", self.baseline)
-        _actor(self, "settled_by", Actor.OPERATOR, Actor.PROBE)
+            check_str(self.KIND, "baseline", self.baseline)
+        check_actor(self, "settled_by", Actor.OPERATOR, Actor.PROBE)
         if (self.probe is not None) != (self.settled_by == Actor.PROBE):
-            raise _fail(self.KIND, '`probe` is present exactly when `settled_by` is "probe"')
+            raise malformed(self.KIND, '`probe` is present exactly when `settled_by` is "probe"')
         if self.probe is not None:
-            _exact_keys(self.KIND, "probe", self.probe, PROBE_KEYS)
-            _str(self.KIND, "probe.tool", self.probe["tool"])
+            check_exact_keys(self.KIND, "probe", self.probe, PROBE_KEYS)
+            check_str(self.KIND, "probe.tool", self.probe["tool"])
         if self.deduplicated_from is not None:
-            _exact_keys(self.KIND, "deduplicated_from", self.deduplicated_from, _DEDUP_KEYS)
-            _str(self.KIND, "deduplicated_from.run_id", self.deduplicated_from["run_id"])
-            _seq(self.KIND, "deduplicated_from.seq", self.deduplicated_from["seq"])
+            check_exact_keys(self.KIND, "deduplicated_from", self.deduplicated_from, _DEDUP_KEYS)
+            check_str(self.KIND, "deduplicated_from.run_id", self.deduplicated_from["run_id"])
+            check_seq(self.KIND, "deduplicated_from.seq", self.deduplicated_from["seq"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,7 +167,7 @@ class NowObserved(Event):
     now: str
 
     def __post_init__(self) -> None:
-        _instant(self.KIND, "now", self.now)
+        check_instant(self.KIND, "now", self.now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,7 +177,7 @@ class RandomObserved(Event):
     value: str
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "value", self.value)
+        check_str(self.KIND, "value", self.value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,11 +190,11 @@ class Suspended(Event):
     kind: str | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "reason", self.reason)
+        check_str(self.KIND, "reason", self.reason)
         if not isinstance(self.input_schema, dict):
-            raise _fail(self.KIND, "`input_schema` must be a JSON schema object")
+            raise malformed(self.KIND, "`input_schema` must be a JSON schema object")
         if self.kind is not None and self.kind != "signal":
-            raise _fail(self.KIND, '`kind` is "signal" or absent')
+            raise malformed(self.KIND, '`kind` is "signal" or absent')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -376,7 +211,7 @@ class SleepStarted(Event):
     wake_at: str
 
     def __post_init__(self) -> None:
-        _instant(self.KIND, "wake_at", self.wake_at)
+        check_instant(self.KIND, "wake_at", self.wake_at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,11 +230,11 @@ class BudgetExceeded(Event):
     observed: int | float
 
     def __post_init__(self) -> None:
-        _exact_keys(self.KIND, "budget", self.budget, _BUDGET_KEYS)
+        check_exact_keys(self.KIND, "budget", self.budget, _BUDGET_KEYS)
         if self.budget["kind"] not in BUDGET_KINDS:
-            raise _fail(self.KIND, f"`budget.kind` must be one of {', '.join(BUDGET_KINDS)}")
-        _number(self.KIND, "budget.limit", self.budget["limit"])
-        _number(self.KIND, "observed", self.observed)
+            raise malformed(self.KIND, f"`budget.kind` must be one of {', '.join(BUDGET_KINDS)}")
+        check_number(self.KIND, "budget.limit", self.budget["limit"])
+        check_number(self.KIND, "observed", self.observed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,7 +251,7 @@ class RunFailed(Event):
     error: str
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "error", self.error)
+        check_str(self.KIND, "error", self.error)
 
 
 _UNRESOLVED_KEYS = frozenset({"seq", "tool"})
@@ -432,11 +267,11 @@ class RunAbandoned(Event):
 
     def __post_init__(self) -> None:
         if self.reason is not None:
-            _str(self.KIND, "reason", self.reason, allow_empty=True)
+            check_str(self.KIND, "reason", self.reason, allow_empty=True)
         if self.unresolved_write is not None:
-            _exact_keys(self.KIND, "unresolved_write", self.unresolved_write, _UNRESOLVED_KEYS)
-            _seq(self.KIND, "unresolved_write.seq", self.unresolved_write["seq"])
-            _str(self.KIND, "unresolved_write.tool", self.unresolved_write["tool"])
+            check_exact_keys(self.KIND, "unresolved_write", self.unresolved_write, _UNRESOLVED_KEYS)
+            check_seq(self.KIND, "unresolved_write.seq", self.unresolved_write["seq"])
+            check_str(self.KIND, "unresolved_write.tool", self.unresolved_write["tool"])
 
 
 # The origin a fork's head names: the run it was cut from, the last origin seq its prefix copies,
@@ -447,16 +282,16 @@ FORK_ORIGIN_KEYS = frozenset(
 
 
 def _fork_origin(kind: str, origin: Any) -> None:
-    _exact_keys(kind, "forked_from", origin, FORK_ORIGIN_KEYS)
-    _str(kind, "forked_from.run_id", origin["run_id"])
-    _seq(kind, "forked_from.through_seq", origin["through_seq"])
-    _str(kind, "forked_from.from_node", origin["from_node"])
-    _str(kind, "forked_from.graph_hash", origin["graph_hash"])
+    check_exact_keys(kind, "forked_from", origin, FORK_ORIGIN_KEYS)
+    check_str(kind, "forked_from.run_id", origin["run_id"])
+    check_seq(kind, "forked_from.through_seq", origin["through_seq"])
+    check_str(kind, "forked_from.from_node", origin["from_node"])
+    check_str(kind, "forked_from.graph_hash", origin["graph_hash"])
     writes = origin["acknowledged_writes"]
     if not isinstance(writes, list):
-        raise _fail(kind, "`forked_from.acknowledged_writes` must be a list of seqs")
+        raise malformed(kind, "`forked_from.acknowledged_writes` must be a list of seqs")
     for seq in writes:
-        _seq(kind, "forked_from.acknowledged_writes[]", seq)
+        check_seq(kind, "forked_from.acknowledged_writes[]", seq)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -474,13 +309,13 @@ class GraphRunStarted(Event):
     flow: str | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "graph_hash", self.graph_hash)
+        check_str(self.KIND, "graph_hash", self.graph_hash)
         if self.labels is not None and not is_label_map(self.labels):
-            raise _fail(self.KIND, NOT_A_LABEL_MAP)
+            raise malformed(self.KIND, NOT_A_LABEL_MAP)
         if self.forked_from is not None:
             _fork_origin(self.KIND, self.forked_from)
         if self.flow is not None:
-            _str(self.KIND, "flow", self.flow)
+            check_str(self.KIND, "flow", self.flow)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -493,7 +328,7 @@ class NodeEntered(Event):
     input: Any
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "node", self.node)
+        check_str(self.KIND, "node", self.node)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -508,9 +343,9 @@ class NodeExited(Event):
     branch_case: str | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "node", self.node)
+        check_str(self.KIND, "node", self.node)
         if self.branch_case is not None:
-            _str(self.KIND, "branch_case", self.branch_case)
+            check_str(self.KIND, "branch_case", self.branch_case)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -523,8 +358,8 @@ class NodeSkipped(Event):
     reason: str
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "node", self.node)
-        _str(self.KIND, "reason", self.reason)
+        check_str(self.KIND, "node", self.node)
+        check_str(self.KIND, "reason", self.reason)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -542,9 +377,9 @@ class MapItemCompleted(Event):
     usage: dict | None = None
 
     def __post_init__(self) -> None:
-        _str(self.KIND, "node", self.node)
-        _seq(self.KIND, "index", self.index)
-        _str(self.KIND, "run_id", self.run_id)
+        check_str(self.KIND, "node", self.node)
+        check_seq(self.KIND, "index", self.index)
+        check_str(self.KIND, "run_id", self.run_id)
         if self.usage is not None:
             check_usage(self.KIND, self.usage)
 
@@ -563,11 +398,11 @@ class ToolsAttached(Event):
 
     def __post_init__(self) -> None:
         if not isinstance(self.tools, list) or not self.tools:
-            raise _fail(self.KIND, "`tools` must be a non-empty array of tool names")
+            raise malformed(self.KIND, "`tools` must be a non-empty array of tool names")
         for index, name in enumerate(self.tools):
-            _str(self.KIND, f"tools[{index}]", name)
+            check_str(self.KIND, f"tools[{index}]", name)
         if self.by not in ("operator", "agent"):
-            raise _fail(self.KIND, '`by` must be "operator" or "agent"')
+            raise malformed(self.KIND, '`by` must be "operator" or "agent"')
 
 
 def attached_tools(events: Iterable[Event]) -> tuple[str, ...]:

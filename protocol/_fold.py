@@ -19,10 +19,10 @@ from typing import Any
 
 from ._clock import parse_instant
 from ._envelope import Envelope
+from ._event_codec import Event
+from ._event_kinds import Actor
 from ._events import (
-    Actor,
     BudgetExceeded,
-    Event,
     GraphRunStarted,
     MapItemCompleted,
     ModelCallCompleted,

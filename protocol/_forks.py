@@ -36,14 +36,9 @@ from typing import Any
 from ._envelope import Envelope
 from ._error_codes import ErrorCode
 from ._errors import NextStep, ProtocolError, StepKind, excerpt
-from ._events import (
-    Effect,
-    Event,
-    GraphRunStarted,
-    NodeEntered,
-    ToolCallCompleted,
-    ToolCallRequested,
-)
+from ._event_codec import Event
+from ._event_kinds import Effect
+from ._events import GraphRunStarted, NodeEntered, ToolCallCompleted, ToolCallRequested
 from ._fold import RunState, RunView, fold
 
 

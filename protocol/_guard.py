@@ -14,8 +14,8 @@ from typing import Any
 
 from ._envelope import SCHEMA_VERSION, Envelope
 from ._errors import GuardRefusal, MalformedEvent, SchemaViolation
+from ._event_kinds import EventKind
 from ._events import (
-    EventKind,
     GraphRunStarted,
     MapItemCompleted,
     ModelCallCompleted,

@@ -42,7 +42,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from ._canonical import canonical_json
 from ._envelope import Envelope
 from ._errors import ReplayDivergence
-from ._events import Effect, EventKind, ModelCallRequested, ToolCallRequested
+from ._event_kinds import Effect, EventKind
+from ._events import ModelCallRequested, ToolCallRequested
 
 
 class Step(enum.StrEnum):

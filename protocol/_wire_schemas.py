@@ -17,15 +17,13 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from ._envelope import _ENVELOPE_KEYS, _EVENT_KEYS, Envelope
+from ._event_checks import USAGE_KEYS
+from ._event_codec import Event
+from ._event_kinds import BUDGET_KINDS, Actor, Effect
 from ._events import (
-    _USAGE_KEYS,
-    BUDGET_KINDS,
     EVENT_TYPES,
     FORK_ORIGIN_KEYS,
-    Actor,
     BudgetExceeded,
-    Effect,
-    Event,
     GraphRunStarted,
     MapItemCompleted,
     ModelCallCompleted,
@@ -294,7 +292,7 @@ def _tied(what: str, built: dict, described: JSON) -> None:
 USAGE = closed(
     exactly(
         "usage",
-        _USAGE_KEYS,
+        USAGE_KEYS,
         {"input_tokens": _COUNT, "output_tokens": _COUNT},
     ),
     ["input_tokens", "output_tokens"],

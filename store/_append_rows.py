@@ -237,6 +237,32 @@ def _claim_rows(
     return claim_row, settle_row, release_row
 
 
+def _envelopes(run_id: str, batch: Sequence[Event], start: int, recorded_at: str) -> list[Envelope]:
+    """``batch`` as the envelopes it is recorded in, from position ``start`` on."""
+    return [
+        Envelope(
+            run_id=run_id,
+            seq=start + offset,
+            schema_version=SCHEMA_VERSION,
+            recorded_at=recorded_at,
+            event=event,
+        )
+        for offset, event in enumerate(batch)
+    ]
+
+
+def _event_row(envelope: Envelope) -> dict:
+    """The events table's row of ``envelope``."""
+    return {
+        "run_id": envelope.run_id,
+        "seq": envelope.seq,
+        "kind": envelope.event.KIND.value,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": envelope.recorded_at,
+        "payload": encode_payload(envelope.event, seq=envelope.seq),
+    }
+
+
 def prepare(
     run_id: str,
     batch: Sequence[Event],
@@ -262,28 +288,9 @@ def prepare(
         raise ValueError("an append needs at least one event")
     recorded_at = now_instant()
     start = view.next_seq
-    envelopes = [
-        Envelope(
-            run_id=run_id,
-            seq=start + offset,
-            schema_version=SCHEMA_VERSION,
-            recorded_at=recorded_at,
-            event=event,
-        )
-        for offset, event in enumerate(batch)
-    ]
+    envelopes = _envelopes(run_id, batch, start, recorded_at)
     new_view = check_batch(view, envelopes)
-    event_rows = [
-        {
-            "run_id": run_id,
-            "seq": envelope.seq,
-            "kind": envelope.event.KIND.value,
-            "schema_version": SCHEMA_VERSION,
-            "recorded_at": recorded_at,
-            "payload": encode_payload(envelope.event, seq=envelope.seq),
-        }
-        for envelope in envelopes
-    ]
+    event_rows = [_event_row(envelope) for envelope in envelopes]
     claim_row, settle_row, release_row = _claim_rows(
         run_id, envelopes, recorded_at, claim, settle, release
     )

@@ -27,7 +27,7 @@ from salvor.protocol import (
 )
 
 from ..agents import FORMATS, AgentKind
-from ._bodies import Field
+from ._body import Field
 from ._http import json_response
 from ._schema import JSON, SEQ, closed, ref
 

@@ -17,7 +17,8 @@ from quart_trio import QuartTrio
 from ..recording import parse_run_id
 from ..web import bad_request, whole_number
 from ._answers import CLIENT_LOG, CLIENT_RESOLVED, CLIENT_RUN_OPENED, LEASE_LAPSE, RELEASED
-from ._bodies import APPEND_EVENTS, OPEN_CLIENT_RUN, RESOLVE
+from ._bodies import RESOLVE
+from ._client_run_bodies import APPEND_EVENTS, OPEN_CLIENT_RUN
 from ._http import json_response
 from ._operation import (
     DRIVE_FORBIDDEN,

@@ -14,7 +14,7 @@ from salvor.protocol import NodeState
 
 from ..web import bad_request
 from ._answers import Answer
-from ._bodies import Body, Field
+from ._body import Body, Field
 from ._schema import ANY, JSON, SEQ, closed, ref
 
 

@@ -37,7 +37,7 @@ from ..web import (
     peer_of,
     read_body,
 )
-from ._bodies import APPEND_EVENTS
+from ._client_run_bodies import APPEND_EVENTS
 from ._state import ServerState
 
 log = logging.getLogger("salvor.api")

@@ -37,7 +37,7 @@ from ..graphs import FlowFiles, flow_without_members
 from ..runs import Uploads
 from ..web import OperationRefused, bad_request
 from ._answers import RUN_STARTED
-from ._bodies import START_GRAPH_RUN
+from ._graph_run_body import START_GRAPH_RUN
 from ._graph_run_stream import STREAM_ANSWER, stream_response, wants_stream
 from ._http import body_bytes
 from ._linked_runs import linked_labels

@@ -14,7 +14,7 @@ from salvor.protocol import FLOW_NAME
 
 from ._agent_schemas import NOT_BLANK
 from ._answers import Answer
-from ._bodies import Field
+from ._body import Field
 from ._schema import ANY, HASH_PATTERN, JSON, closed, ref
 
 # The limits are the validator's (``protocol/_graph_shape.py``); tests/daemon/api/test_graphs.py

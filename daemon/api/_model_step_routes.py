@@ -16,7 +16,7 @@ from salvor.protocol import sse_frame
 
 from ..client_runs import ModelCall
 from ..web import HTTP_WORDING, OperationRefused
-from ._bodies import CLIENT_MODEL_COMPLETION, CLIENT_MODEL_INTENT, MODEL_STEP
+from ._client_run_bodies import CLIENT_MODEL_COMPLETION, CLIENT_MODEL_INTENT, MODEL_STEP
 from ._client_run_routes import presented
 from ._http import json_response
 from ._operation import DRIVE_FORBIDDEN, DRIVE_MISSING, DRIVEN, Operation, error, route

@@ -20,7 +20,7 @@ from typing import Any
 
 from quart_trio import QuartTrio
 
-from ._bodies import Body
+from ._body import Body
 from ._schema import JSON, ref
 
 # Where ``route`` files each declaration, by endpoint (the operation's id), in ``app.extensions``.

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..web import CSRF_HEADER, bad_request
 from ._answers import Answer
-from ._bodies import Body, Field
+from ._body import Body, Field
 from ._schema import INSTANT, JSON
 
 

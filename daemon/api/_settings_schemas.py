@@ -11,7 +11,7 @@ from typing import Any
 
 from ..web import bad_request
 from ._answers import Answer
-from ._bodies import Body, Field
+from ._body import Body, Field
 from ._schema import JSON
 
 _ENABLED_DESCRIPTION = (

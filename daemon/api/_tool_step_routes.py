@@ -7,7 +7,7 @@ from __future__ import annotations
 from quart_trio import QuartTrio
 
 from ._answers import CLIENT_TOOLS
-from ._bodies import CLIENT_TOOL_COMPLETION, CLIENT_TOOL_INTENT, TOOL_STEP
+from ._client_run_bodies import CLIENT_TOOL_COMPLETION, CLIENT_TOOL_INTENT, TOOL_STEP
 from ._client_run_routes import presented
 from ._http import json_response
 from ._operation import DRIVE_FORBIDDEN, DRIVE_MISSING, DRIVEN, Operation, error, route

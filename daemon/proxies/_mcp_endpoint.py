@@ -42,6 +42,8 @@ INVALID_REQUEST = -32600
 REPLAY_SESSION_ID = "salvor-replay"
 # Sent by the stdio relay (``_mcp_standin``): it is answered with a JSON array of every message due.
 RELAY_HEADER = "x-salvor-relay"
+# What ``_read_message`` gives when it has already answered the request with a refusal.
+_ANSWERED = object()
 
 
 async def _respond(
@@ -110,6 +112,14 @@ async def serve_mcp(
             {"allow": "POST, GET, DELETE"},
         )
         return
+    message = await _read_message(server, receive, send, deadline)
+    if message is not _ANSWERED:
+        await _answer(lane, message, scope, send)
+
+
+async def _read_message(server: str, receive, send, deadline: float | None) -> Any:
+    """The one JSON-RPC message a POST carries, or ``_ANSWERED`` once the request was refused
+    (a stalled, oversized or malformed body, or a batch) or the client left."""
     try:
         # The stand-in stops reading at its cap rather than take in
         # the rest of an oversized message.
@@ -117,17 +127,17 @@ async def serve_mcp(
             asgi_chunks(receive), deadline, cap=MAX_MESSAGE_BYTES, drain=False, payload_limit=False
         )
     except Disconnected:
-        return
+        return _ANSWERED
     except OperationRefused as refused:  # a stalled body (408) or one over the cap (413)
         await _respond(send, refused.status, _refusal(INVALID_REQUEST, refused.message))
-        return
+        return _ANSWERED
     try:
         # Tool arguments a model wrote, relayed by the agent: recorded exactly, never refused
         # for the size of an integer in them.
         message = parse_strict(raw, "the body", big_integers=True)
     except MalformedJson as exc:
         await _respond(send, 400, _refusal(PARSE_ERROR, exc.message))
-        return
+        return _ANSWERED
     if isinstance(message, list):
         await _respond(
             send,
@@ -138,7 +148,12 @@ async def serve_mcp(
                 "array); send each message on its own",
             ),
         )
-        return
+        return _ANSWERED
+    return message
+
+
+async def _answer(lane: Any, message: Any, scope, send) -> None:
+    """Hand ``message`` to the lane and answer with what it says, and the notifications due."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     answer, notes = await lane.receive(message, headers)
     if answer is None:

@@ -6,6 +6,8 @@ Rule: imports only the packages below it (``web``, ``processes``, ``models``, ``
 
 from __future__ import annotations
 
+from ._claim_wait import claim_wait_seconds
+from ._drive_stops import CallInFlight, DriveInterrupted, Parked
 from ._driving import DriveStopped, InProcessDriving, RunDriving
 from ._free_space import DEFAULT_MIN_FREE_BYTES, FreeSpaceFloor
 from ._refusals import (
@@ -14,23 +16,13 @@ from ._refusals import (
     needs_reconciliation,
     parse_run_id,
 )
-from ._run_context import (
-    CallInFlight,
-    DriveInterrupted,
-    Parked,
-    RunContext,
-    claim_wait_seconds,
-    outcome_output,
-    slept,
-    tool_error,
-    utc_now,
-    wait_event,
-)
+from ._run_context import RunContext, utc_now
 from ._store_access import (
     StoreAccess,
     claim_to_settle,
     open_store_access,
 )
+from ._tool_outcomes import outcome_output, slept, tool_error, wait_event
 
 __all__ = [
     "DEFAULT_MIN_FREE_BYTES",

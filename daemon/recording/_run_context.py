@@ -24,27 +24,18 @@ drive killed mid-probe leaves the same open intent for the next one.
 
 from __future__ import annotations
 
-import math
-import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import trio
 from salvor.protocol import (
     LEGAL_NEXT,
-    TOOL_ERROR_KEY,
-    TOOL_SLEEP_KEY,
-    TOOL_SUSPEND_KEY,
     Actor,
-    CodedError,
     Effect,
     Envelope,
-    ErrorCode,
     Event,
     EventKind,
-    MalformedEvent,
     ModelCallCompleted,
     ModelCallRequested,
     NowObserved,
@@ -54,159 +45,40 @@ from salvor.protocol import (
     RunFailed,
     RunState,
     RunView,
-    SchemaViolation,
     SleepCompleted,
     SleepStarted,
     Step,
     Suspended,
     ToolCallCompleted,
     ToolCallRequested,
-    check_schema,
     fold,
     format_instant,
     parse_instant,
     resume_step,
     sha256_hash,
-    validate,
 )
 from salvor.store import Claim, ClaimHeld, PayloadTooLarge, QuotaExceeded
 
 from ..models import ModelCallError, ModelGateway
 from ..tools import (
-    DispatchFailed,
     MissingKeyField,
     NotPerformed,
     OutcomeUnknown,
     Probe,
     ProbeVerdict,
-    SleepUntil,
-    Suspend,
     Tool,
     derived_key,
-    dispatch,
 )
+from ._claim_wait import claim_or_wait, claim_wait_seconds
 from ._copied import copied_outcome
+from ._drive_stops import DriveInterrupted, Parked
 from ._store_access import StoreAccess, claim_to_settle
-
-# How long a call waits for another run's call of the same identity to
-# settle (``SALVOR_CLAIM_WAIT_SECONDS`` overrides it), and the polling backoff
-# while it waits (the holder may be another process over the same store, so
-# there is no event to wait on, only the row).
-CLAIM_WAIT_VAR = "SALVOR_CLAIM_WAIT_SECONDS"
-CLAIM_WAIT_SECONDS = 30.0
-CLAIM_POLL_FIRST = 0.01
-CLAIM_POLL_MAX = 0.5
-# How long a native probe may take, its read retries included. An MCP probe
-# is bounded by its server's `timeout` on each attempt instead.
-PROBE_SECONDS = 30.0
-
-
-class Parked(Exception):
-    """The run reached a resting point; the driver stops. The log already says why."""
-
-    def __init__(self, state: RunState) -> None:
-        super().__init__(state.value)
-        self.state = state
-
-
-class DriveInterrupted(CodedError):
-    """The drive stopped early with the run recoverable; ``message`` says how to continue.
-
-    The model call's intent is left open (the legal crash state): resuming
-    re-issues it.
-    """
-
-    code = ErrorCode.MODEL_EXECUTION
-
-
-class CallInFlight(DriveInterrupted):
-    """A call's identity is claimed by another call that has not settled; nothing of it was written.
-
-    The drive stopped before this call's intent (what it already held back is
-    committed), so the run is recoverable: the next drive asks again, and
-    performs the call or copies the holder's outcome once the holder settled.
-    """
-
-    code = ErrorCode.CLAIM_HELD
-
-    def __init__(self, message: str, claim: Claim) -> None:
-        super().__init__(message)
-        self.claim = claim
-
-
-def claim_wait_seconds(environ: Mapping[str, str] = os.environ) -> float:
-    """How long a call waits on another call's open claim (``CLAIM_WAIT_VAR``, else the default).
-
-    Raises:
-        ValueError: the variable is set but is not a finite number of seconds, zero or more.
-    """
-    raw = environ.get(CLAIM_WAIT_VAR)
-    if raw is None:
-        return CLAIM_WAIT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError(f"{CLAIM_WAIT_VAR} must be a number of seconds, 0 or more, not {raw!r}")
-    return seconds
-
-
-def leaves_no_outcome(tool: Tool, output: Any) -> bool:
-    """Whether a call's recorded output is a failure no other caller may copy: salvor's tool
-    error, or an MCP server's result flagged ``isError`` (the server said the call failed)."""
-    if not isinstance(output, dict):
-        return False
-    return TOOL_ERROR_KEY in output or (
-        tool.mcp_server is not None and output.get("isError") is True
-    )
+from ._tool_execution import executed_output, probe_write
+from ._tool_outcomes import leaves_no_outcome, slept, tool_error, wait_event
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def tool_error(kind: str, message: str, attempts: int) -> dict:
-    """The ``__salvor_error`` sentinel a failed tool call records as its output."""
-    return {
-        TOOL_ERROR_KEY: {"is_error": True, "kind": kind, "message": message, "attempts": attempts}
-    }
-
-
-def outcome_output(tool: Tool, outcome: Any, attempt: int) -> Any:
-    """What a tool's outcome records as its output: a parking outcome becomes its sentinel."""
-    if isinstance(outcome, Suspend):
-        try:
-            check_schema(outcome.input_schema)
-        except MalformedEvent as exc:
-            return tool_error("output_serialization", f"suspension schema: {exc.message}", attempt)
-        body = {"reason": outcome.reason, "input_schema": outcome.input_schema}
-        if outcome.kind is not None:
-            body["kind"] = outcome.kind
-        return {TOOL_SUSPEND_KEY: body}
-    if isinstance(outcome, SleepUntil):
-        return {TOOL_SLEEP_KEY: {"wake_at": format_instant(outcome.wake_at)}}
-    return outcome
-
-
-def wait_event(output: Any) -> Suspended | SleepStarted | None:
-    """The event that starts the wait a tool's recorded output asks for;
-    None when it asks for none."""
-    if not isinstance(output, dict):
-        return None
-    if TOOL_SUSPEND_KEY in output:
-        spec = output[TOOL_SUSPEND_KEY]
-        return Suspended(
-            reason=spec["reason"], input_schema=spec["input_schema"], kind=spec.get("kind")
-        )
-    if TOOL_SLEEP_KEY in output:
-        return SleepStarted(wake_at=output[TOOL_SLEEP_KEY]["wake_at"])
-    return None
-
-
-def slept(wake_at: str) -> dict:
-    """What a tool call that slept returns once the run wakes."""
-    return {"slept_until": wake_at}
 
 
 class RunContext:
@@ -520,30 +392,7 @@ class RunContext:
             CallInFlight: still open past the bound; held-back events are
                 committed, the intent is not.
         """
-        delay = CLAIM_POLL_FIRST
-        deadline = trio.current_time() + self.claim_wait_seconds
-        while True:
-            claim = await self.access.read(self.access.store.claims.get_claim, identity)
-            if claim is None:
-                try:
-                    await self.record(intent, claim=identity)
-                except ClaimHeld:
-                    continue  # another call claimed it first: see what it became
-                return None
-            if claim.state == "settled":
-                return claim
-            if trio.current_time() + delay > deadline:
-                await self.flush()
-                raise CallInFlight(
-                    f"the {intent.tool} call's idempotency key is held by the unfinished call at "
-                    f"seq {claim.seq} of run {claim.run_id}; nothing of this call was written, "
-                    "and it is asked again (copying that call's outcome) once that call is "
-                    "recorded or resolved: a daemon serving this store drives the run on by "
-                    f"itself, else `salvor resume {self.run_id}` does",
-                    claim,
-                )
-            await trio.sleep(delay)
-            delay = min(delay * 2, CLAIM_POLL_MAX)
+        return await claim_or_wait(self, intent, identity)
 
     async def _perform(
         self,
@@ -560,7 +409,7 @@ class RunContext:
         handler raises ``OutcomeUnknown``; without one that parks the run.
         """
         try:
-            output = await self._execute(tool, tool_input, seq, key)
+            output = await executed_output(self.access, self.run_id, tool, tool_input, seq, key)
         except OutcomeUnknown:
             if tool.probe is not None and probe is not None:
                 return await self._reconcile(tool, probe, tool_input, seq, key, settle)
@@ -612,77 +461,8 @@ class RunContext:
     async def probe_write(
         self, probe: Probe, reader: Tool, write_input: Any, seq: int
     ) -> tuple[ProbeVerdict, Any, dict]:
-        """Run ``reader`` as ``probe`` says of the open write at ``seq``; the verdict, the write's
-        output, and the evidence (``_reconcile``'s, and a process agent's MCP lane's).
-
-        A probe is a read: it claims nothing, presents no key, and is retried
-        as ``dispatch`` retries a read, within ``PROBE_SECONDS`` for a native
-        one. Whatever keeps it from answering (a missing input field, a
-        failure, the bound) is recorded as its error and cannot tell.
-
-        Raises:
-            StoreUnavailable: the answer could not be recorded; nothing was
-                written and the write's intent is still open.
-        """
-        answer: Any = None
-        try:
-            probe_input = probe.probe_input(write_input)
-        except KeyError as missing:
-            probe_input = {}
-            error = (
-                f"the write's input has no `{missing.args[0]}`, which the probe "
-                f"{reader.name}'s input is taken from"
-            )
-        else:
-            answer, error = await self._ask_probe(reader, probe_input, seq)
-        verdict, output = (ProbeVerdict.UNKNOWN, None) if error else probe.verdict(answer)
-        await self.access.read(
-            lambda: self.access.store.claims.put_probe_answer(
-                self.run_id,
-                seq,
-                tool=reader.name,
-                probe_input=probe_input,
-                answer=answer,
-                error=error,
-                verdict=verdict.value,
-            )
-        )
-        return verdict, output, {"tool": reader.name, "input": probe_input, "answer": answer}
-
-    async def _ask_probe(self, reader: Tool, probe_input: dict, seq: int) -> tuple[Any, str | None]:
-        """The probe's answer and None, or None and why it gave none."""
-        try:
-            validate(reader.input_schema, probe_input, what=f"the input of probe {reader.name}")
-        except SchemaViolation as exc:
-            return None, exc.message
-        bound = PROBE_SECONDS if reader.mcp_server is None else math.inf
-        self.access.driving.gate(self.run_id)
-        try:
-            with trio.fail_after(bound):
-                outcome, _ = await dispatch(
-                    reader, probe_input, run_id=self.run_id, seq=seq, key=None
-                )
-        except trio.TooSlowError:
-            return None, f"the probe {reader.name} gave no answer within {bound:g}s"
-        except (DispatchFailed, NotPerformed) as failed:
-            return None, f"the probe {reader.name} failed: {failed.message}"
-        if isinstance(outcome, Suspend | SleepUntil):
-            return None, f"the probe {reader.name} asked to park the run, which a probe cannot do"
-        return outcome, None
-
-    async def _execute(self, tool: Tool, tool_input: Any, seq: int, key: str | None) -> Any:
-        try:
-            validate(tool.input_schema, tool_input, what=f"the input of tool {tool.name}")
-        except SchemaViolation as exc:
-            return tool_error("invalid_input", exc.message, 1)
-        self.access.driving.gate(self.run_id)
-        try:
-            outcome, attempt = await dispatch(
-                tool, tool_input, run_id=self.run_id, seq=seq, key=key
-            )
-        except DispatchFailed as failed:
-            return tool_error("handler", failed.message, failed.attempts)
-        return outcome_output(tool, outcome, attempt)
+        """This run's ``probe_write``: ``_reconcile``'s, and a process agent's MCP lane's."""
+        return await probe_write(self.access, self.run_id, probe, reader, write_input, seq)
 
     async def after_tool(self, output: Any) -> Any:
         """What a tool call whose output is ``output`` gives the model: the output, or (an output

@@ -21,17 +21,11 @@ from ._drivers import (
     DriverSet,
 )
 from ._event_hub import (
-    BUFFER_BYTES,
     MAX_STREAMS_PER_CLIENT,
     PAGE_BYTES,
     PAGE_EVENTS,
     Batching,
     EventHub,
-    LiveEvent,
-    RunChange,
-    Subscription,
-    event_frame,
-    event_message,
 )
 from ._flow_catalog import (
     FlowCatalog,
@@ -53,6 +47,12 @@ from ._live_connection import (
     LiveConnection,
     Outbox,
 )
+from ._live_events import (
+    LiveEvent,
+    RunChange,
+    event_frame,
+    event_message,
+)
 from ._ownership import (
     SERVE,
     driving_run,
@@ -73,6 +73,10 @@ from ._run_starts import (
 )
 from ._runtime import (
     Runtime,
+)
+from ._subscription import (
+    BUFFER_BYTES,
+    Subscription,
 )
 from ._uploads import (
     Uploads,

@@ -36,14 +36,11 @@ long the log.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, Self
 
 import trio
 from salvor.protocol import (
@@ -51,21 +48,19 @@ from salvor.protocol import (
     Envelope,
     PendingKind,
     RunView,
-    encode_envelope,
     format_instant,
-    sse_frame,
     step,
 )
 from salvor.store import StoreError
+
+from ._live_events import Listener, LiveEvent, RunChange, Watcher, status_changed
+from ._subscription import BUFFER_BYTES, Subscription
 
 # One store read of a stream, the hub's follower or a WebSocket's catch-up: at most this many
 # events, and no more than fit in about this many bytes of payload (the first is read whatever
 # its size).
 PAGE_EVENTS = 256
 PAGE_BYTES = 256 * 1024
-# What one subscriber (an SSE stream, a WebSocket connection) may hold queued and unsent, in bytes
-# of encoded events (``salvor serve --stream-buffer-bytes``).
-BUFFER_BYTES = 1024 * 1024
 # How many SSE streams and WebSockets one client (peer address) may hold open at once
 # (``salvor serve --max-streams-per-client``; 0: no cap).
 MAX_STREAMS_PER_CLIENT = 128
@@ -76,157 +71,6 @@ LISTED_RUNS = 10_000
 RETRY_SECONDS = 0.5
 
 log = logging.getLogger("salvor.runs")
-
-
-def event_frame(envelope: Envelope) -> bytes:
-    """One server-sent event: the seq as its id, the pinned envelope as its data."""
-    return sse_frame(encode_envelope(envelope), id=envelope.seq)
-
-
-def event_message(envelope: Envelope) -> str:
-    """The WebSocket ``event`` message: the envelope is byte for byte the SSE frame's data."""
-    return f'{{"type":"event","run":{_json(envelope.run_id)},"event":{encode_envelope(envelope)}}}'
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-class LiveEvent:
-    """A durable envelope as published: the run's view after it, whether it changed the run's
-    status, and its encodings, each worked out once for every subscriber."""
-
-    __slots__ = ("_frame", "_message", "envelope", "extra", "status_changed", "view")
-
-    def __init__(self, envelope: Envelope, view: RunView, *, status_changed: bool) -> None:
-        self.envelope = envelope
-        self.view = view
-        self.status_changed = status_changed
-        self._frame: bytes | None = None
-        self._message: str | None = None
-        # Encodings a transport derives from this event (a status message), by name.
-        self.extra: dict[str, Any] = {}
-
-    @property
-    def frame(self) -> bytes:
-        """The SSE frame (``event_frame``)."""
-        if self._frame is None:
-            self._frame = event_frame(self.envelope)
-        return self._frame
-
-    @property
-    def weight(self) -> int:
-        """About what a queued encoding of it weighs, in bytes (the envelope's JSON dominates)."""
-        return len(self.frame)
-
-    @property
-    def message(self) -> str:
-        """The WebSocket ``event`` message: the envelope is byte for byte the SSE frame's data."""
-        if self._message is None:
-            self._message = event_message(self.envelope)
-        return self._message
-
-
-class RunChange:
-    """A run whose state or status a commit changed: its view after the commit. A watcher's
-    encoding of it is made once (``encoded``) and shared."""
-
-    __slots__ = ("_encoded", "run_id", "view")
-
-    def __init__(self, view: RunView) -> None:
-        self.run_id = view.run_id
-        self.view = view
-        self._encoded: str | None = None
-
-    def encoded(self, encode: Callable[[RunView], str]) -> str:
-        if self._encoded is None:
-            self._encoded = encode(self.view)
-        return self._encoded
-
-
-class Listener(Protocol):
-    """A subscriber of one run's events: takes each at once, or notes that it could not."""
-
-    transport: str
-    run_id: str
-
-    def _offer(self, event: LiveEvent) -> None: ...
-
-
-class Watcher(Protocol):
-    """A subscriber of the run list: takes each change at once, or notes that it could not."""
-
-    transport: str
-
-    def _offer_change(self, change: RunChange) -> None: ...
-
-
-def status_changed(before: RunView, after: RunView) -> bool:
-    return before.state is not after.state or before.detail != after.detail
-
-
-class Subscription:
-    """Live envelopes of one run, in commit order, for one SSE stream; registered until closed.
-
-    Use as a context manager (``with hub.subscribe(run_id) as sub``) or call
-    ``close``: registration happens at subscribe time, so a caller can
-    subscribe first and read the store second without missing a commit.
-    Its queue holds at most ``limit_bytes`` of encoded events (one event past an empty queue,
-    whatever its size); an event that does not fit is dropped and the subscription marked
-    ``lagging``, and its reader reads the gap back from the store.
-    """
-
-    transport = "sse"
-
-    def __init__(self, hub: EventHub, run_id: str, limit_bytes: int = BUFFER_BYTES) -> None:
-        self._hub = hub
-        self.run_id = run_id
-        self._limit_bytes = limit_bytes
-        self._queue: deque[LiveEvent] = deque()
-        self._queued_bytes = 0
-        self._arrived = trio.lowlevel.ParkingLot()
-        self._closed = False
-        self.lagging = False
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _offer(self, event: LiveEvent) -> None:
-        if self._closed:
-            return
-        if self._queue and self._queued_bytes + event.weight > self._limit_bytes:
-            # The reader is slow; it will read what it missed from the store.
-            self.lagging = True
-            return
-        self._queue.append(event)
-        self._queued_bytes += event.weight
-        self._arrived.unpark_all()
-
-    def take(self) -> list[LiveEvent]:
-        """Everything queued, without waiting."""
-        taken = list(self._queue)
-        self._queue.clear()
-        self._queued_bytes = 0
-        return taken
-
-    async def wait(self) -> None:
-        """Until something is queued (at once if something is)."""
-        if not self._queue and not self._closed:
-            await self._arrived.park()
-
-    def seed(self, next_seq: int, view: RunView) -> None:
-        """What this subscriber read of the store (``EventHub.seed``)."""
-        self._hub.seed(self.run_id, next_seq, view)
-
-    def close(self) -> None:
-        self._hub.remove(self)
-        self._closed = True
-        self._queue.clear()
-        self._queued_bytes = 0
-        self._arrived.unpark_all()
 
 
 class _RunFeed:

@@ -36,7 +36,9 @@ from salvor.protocol import EMPTY_VIEW, CodedError, Envelope, RunView, excerpt, 
 
 from ..recording import parse_run_id
 from ..web import HTTP_WORDING, bad_request, internal, unknown_run
-from ._event_hub import BUFFER_BYTES, EventHub, LiveEvent, RunChange, event_message
+from ._event_hub import EventHub
+from ._live_events import LiveEvent, RunChange, event_message
+from ._subscription import BUFFER_BYTES
 
 log = logging.getLogger("salvor.runs")
 
