@@ -159,11 +159,13 @@ class FlowServer:
 
     def attach(self, names: Sequence[str]) -> None:
         """Offer the registry tools ``names`` from the next ``tools/list`` on (a flow tool's
-        name, a file tool's, or one the registry lacks, is not offered)."""
+        name, a file tool's, or one the registry lacks, is not offered, nor is a keyed write:
+        its relayed call would claim no identity across runs, so another run's call with the
+        same key would not stop it; a built-in child the run starts still offers it)."""
         taken = {tool.value for tool in FlowTool} | set(self.files)
         for name in names:
             tool = None if self._resolve is None else self._resolve(name)
-            if tool is None or name in taken or name in self.attached:
+            if tool is None or name in taken or name in self.attached or tool.claims:
                 continue
             self.attached[name] = tool
             self.spec.effects[name] = tool.effect.value

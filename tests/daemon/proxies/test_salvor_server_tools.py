@@ -70,6 +70,22 @@ async def test_a_process_child_started_after_the_attachment_lists_it(
     assert "no_such_tool" not in listed(provider.calls[0])
 
 
+async def test_a_keyed_registry_write_attached_is_not_offered_to_a_process_agent(
+    runtime, providers, upstream_env, tmp_path
+):
+    # issue_refund claims an identity across runs (its invoice); relayed through the salvor
+    # server it would claim none, so it is not offered rather than performed twice.
+    provider = providers(steps_script(lambda _: "nothing to do"))
+    upstream_env(provider)
+    agent = salvor_agent(tmp_path)
+    run_id = await runtime.starts.start_run(agent, "refund INV-7")
+    await runtime.tools.attach(run_id, ["issue_refund", "lookup_invoice"])
+    view = await runtime.drive(run_id, agent=agent)
+    assert view.state.value == "completed", view.detail
+    assert listed(provider.calls[0])[-1] == "lookup_invoice"
+    assert "issue_refund" not in listed(provider.calls[0])
+
+
 async def test_an_attach_tool_outside_the_allow_list_is_a_tool_error(
     runtime, providers, upstream_env, tmp_path
 ):
