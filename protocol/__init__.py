@@ -207,6 +207,7 @@ from ._strict_json import check_nesting as check_nesting
 from ._strict_json import decode_text as decode_text
 from ._strict_json import parse_strict as parse_strict
 from ._strict_json import value_depth as value_depth
+from ._suggestions import nearest as nearest
 from ._templates import MISSING as MISSING
 from ._templates import Reducer as Reducer
 from ._templates import Reference as Reference

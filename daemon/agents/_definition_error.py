@@ -6,8 +6,9 @@ Kept apart from the parsers so each format's reader (TOML and JSON in ``_definit
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
+
+from salvor.protocol import nearest
 
 
 class DefinitionError(ValueError):
@@ -29,8 +30,7 @@ class DefinitionError(ValueError):
 
 def suggest(word: str, choices: Iterable[str]) -> str | None:
     """The choice difflib finds closest to ``word``, or None (for a handful of choices)."""
-    found = difflib.get_close_matches(word, list(choices), n=1)
-    return found[0] if found else None
+    return nearest(word, list(choices))
 
 
 def did_you_mean(suggestion: str | None) -> str:

@@ -11,14 +11,13 @@ Synchronous and reading files: a caller on the trio thread runs these on a worke
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from salvor.protocol import MalformedYaml, load_yaml
+from salvor.protocol import MalformedYaml, load_yaml, nearest
 
 SKILL_FILE = "SKILL.md"
 SHIPPED_SKILLS = str(Path(__file__).resolve().parent / "shipped")
@@ -154,7 +153,7 @@ class SkillLibrary:
                 folder = os.path.join(directory, name)
                 if os.path.isfile(os.path.join(folder, SKILL_FILE)):
                     return _read_skill(folder, name)
-        near = _nearest(name, self.names())
+        near = nearest(name, self.names())
         hint = f" (did you mean `{near}`?)" if near else ""
         raise SkillMissing(
             f"unknown skill {name!r}{hint}; a skill is a folder holding {SKILL_FILE} in the "
@@ -170,8 +169,3 @@ class SkillLibrary:
             SkillMissing: the first that resolves nowhere.
         """
         return [self.find(name) for name in names]
-
-
-def _nearest(word: str, choices: Iterable[str]) -> str | None:
-    found = difflib.get_close_matches(word, list(choices), n=1)
-    return found[0] if found else None
