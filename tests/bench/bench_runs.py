@@ -43,6 +43,13 @@ A sample's clients are as salvor's: one process per salvor worker (``--ceiling-p
 between drives. One process of 128 clients, as before, is bound by its own core (a
 millisecond of CPU per call) and so measured that process rather than the model round trip.
 
+The bare recorder (``bare_recorder``): after each salvor round, a round of the least any
+durable recorder of these runs does (each row committed before what follows it, group commit,
+runs started over HTTP by the same load client, one process per salvor worker) and nothing
+else, no salvor code. Its ratio to the same ceiling samples is the most any recorder of these
+runs reaches on this machine, and salvor's rate is printed against it (``--no-bare`` skips it;
+on SQLite only).
+
 ``--store postgresql://...`` runs the daemon on that server instead, in a
 schema of its own dropped at the end, and the baseline becomes the same
 database's own rate through psycopg: one INSERT + COMMIT per row, and rows
@@ -83,6 +90,7 @@ from salvor.daemon.tools._demo import EFFECTS_ENV
 from salvor.protocol import EventKind
 from salvor.store import AppendRequest, EventStore
 
+from tests.bench.bare_recorder import bare_round
 from tests.bench.bench_steps import RAW_PAYLOAD
 from tests.bench.bench_store import (
     add_store_option,
@@ -93,7 +101,7 @@ from tests.bench.bench_store import (
 )
 from tests.bench.model_call_ceiling import sample as ceiling_sample
 from tests.bench.providers import ProviderProcesses
-from tests.bench.runs_report import report
+from tests.bench.runs_report import bare_report, report
 from tests.bench.serve_process import (
     COMMIT_SECONDS,
     ServeProcess,
@@ -404,6 +412,12 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="keep the demo tools' effect ledger (an fsync per tool call, under one lock)",
     )
+    parser.add_argument(
+        "--no-bare",
+        action="store_true",
+        help="skip the bare recorder's rounds (bare_recorder: the least any recorder of these "
+        "runs does, measured after each salvor round)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     add_store_option(parser)
     args = parser.parse_args()
@@ -433,7 +447,7 @@ def main() -> None:
     # The machine is measured, not assumed quiet: other work on it shows here.
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="salvor-bench-runs-") as scratch:
-        ceilings, rounds = [ceiling()], []
+        ceilings, rounds, bare = [ceiling()], [], []
         for index in range(args.rounds):
             folder = Path(scratch) / f"round-{index}"
             folder.mkdir()
@@ -443,6 +457,8 @@ def main() -> None:
                     f"salvor serve ran {rounds[-1]['workers']} workers, not the {workers} the "
                     "ceiling assumed: give --workers"
                 )
+            if not args.no_bare and args.store is None:
+                bare.append(bare_round(plan, args.runs, args.providers, workers, folder))
             ceilings.append(ceiling())
         events = statistics.median(r["events"] for r in rounds)
         transactions = sum(r["transactions"] for r in rounds)
@@ -454,7 +470,10 @@ def main() -> None:
         "calls_per_sample": ceiling_calls,
     }
     loads = load_before, os.getloadavg()
-    print(json.dumps(report(args, rounds, ceilings, clients, baselines, loads)))
+    result = report(args, rounds, ceilings, clients, baselines, loads)
+    if bare:
+        result["bare_recorder"] = bare_report(args.runs, bare, result)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

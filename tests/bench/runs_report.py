@@ -147,3 +147,33 @@ def report(args, rounds, ceilings, clients, baselines, loads) -> dict:
         "load_average_after": [round(x, 2) for x in loads[1]],
         "python": sys.version.split()[0],
     }
+
+
+def bare_report(runs: int, bare: list[dict], salvor: dict) -> dict:
+    """The bare recorder's rounds (``bare_recorder``), against the same ceiling samples as
+    salvor's: the ratio no recorder of these runs passes on this machine, and salvor's rate
+    against it."""
+    rates = [b["events"] / b["wall"] for b in bare]
+    events_per_s = statistics.median(rates)
+    ceiling = salvor["ceiling_events_per_s_from_model_calls"]
+
+    def ms_per_run(key: str) -> float:
+        return round(statistics.median(b[key] for b in bare) / runs * 1000, 2)
+
+    return {
+        "rounds": [
+            {
+                "events_per_s": round(rate, 1),
+                "appends_per_transaction": round(b["appends"] / max(1, b["transactions"]), 2),
+            }
+            for rate, b in zip(rates, bare, strict=True)
+        ],
+        "events_per_s": round(events_per_s, 1),
+        "ratio_vs_model_call_ceiling": round(events_per_s / ceiling, 3),
+        "cpu_ms_per_run": {
+            "recorder": ms_per_run("recorder_cpu_seconds"),
+            "providers": ms_per_run("provider_cpu_seconds"),
+            "load_client": ms_per_run("client_cpu_seconds"),
+        },
+        "salvor_ratio_vs_bare": round(salvor["events_per_s"] / events_per_s, 3),
+    }
