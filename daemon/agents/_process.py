@@ -31,6 +31,7 @@ What the process starts with is ``_process_environment``'s; how its exit ends th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -149,44 +150,33 @@ async def drive_process(
             unfinished call past the wait; nothing of the call was written, the
             process is stopped, and the next drive starts it again and asks again.
     """
-    if proxy is None:
-        async with open_model_proxy() as own:
-            return await drive_process(
-                access,
-                run_id,
-                agent,
-                proxy=own,
-                on_record=on_record,
-                clock=clock,
-                environ=environ,
-                restarts=restarts,
-                flows=flows,
-                workspace=workspace,
-                skills=skills,
-                attachable_mcp=attachable_mcp,
-            )
-    attempt = 0
-    while True:
-        try:
-            return await _drive_once(
-                access,
-                run_id,
-                agent,
-                proxy,
-                on_record,
-                clock,
-                environ,
-                flows,
-                (workspace, skills),
-                attachable_mcp or {},
-            )
-        except DriveInterrupted as exc:
-            # Restarts are for a process killed by a signal: an MCP call whose key another
-            # run holds has already waited its bound, and a restart would only wait again.
-            if attempt >= restarts or isinstance(exc, CallInFlight):
-                raise
-            attempt += 1
-            logger.warning("run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts)
+    async with contextlib.AsyncExitStack() as stack:
+        if proxy is None:
+            proxy = await stack.enter_async_context(open_model_proxy())
+        attempt = 0
+        while True:
+            try:
+                return await _drive_once(
+                    access,
+                    run_id,
+                    agent,
+                    proxy,
+                    on_record,
+                    clock,
+                    environ,
+                    flows,
+                    (workspace, skills),
+                    attachable_mcp or {},
+                )
+            except DriveInterrupted as exc:
+                # Restarts are for a process killed by a signal: an MCP call whose key another
+                # run holds has already waited its bound, and a restart would only wait again.
+                if attempt >= restarts or isinstance(exc, CallInFlight):
+                    raise
+                attempt += 1
+                logger.warning(
+                    "run %s: %s (restart %d of %d)", run_id, exc.message, attempt, restarts
+                )
 
 
 async def open_session(
