@@ -15,7 +15,7 @@ beside salvor's rounds, by doing only what a recorder of these runs cannot skip:
   batch queued while the last committed in one transaction (group commit, as salvor's writer),
   on one SQLite file with WAL and ``synchronous=FULL``;
 * as many processes as salvor's workers, each driving 64 runs at once with a kept httpx client
-  each.
+  each, dialling the providers inside the round as a fresh salvor serve does.
 
 It skips all the rest, and each shortcut makes it cheaper than any real recorder, so its
 ratio is an upper bound of what recording these runs over HTTP allows on the machine: raw
@@ -197,13 +197,9 @@ async def _serve(path: Path, providers: list[str], pipe) -> None:
             else:
                 await _respond(send, 200, {"completed": completed[0]})
 
-        for _ in range(DRIVES_PER_PROCESS):
-            client = httpx.AsyncClient(timeout=60)
-            # Connected before the clock starts, as the ceiling's clients are.
-            warm = {**REQUEST, "messages": [{"role": "user", "content": "warm"}]}
-            for provider in providers:
-                await client.post(f"{provider}/v1/messages", json=warm, headers=HEADERS)
-            clients.append(client)
+        # Made before the clock starts (each makes a TLS context, which salvor's share), but
+        # not connected: a fresh salvor serve dials its providers inside its round too.
+        clients.extend(httpx.AsyncClient(timeout=60) for _ in range(DRIVES_PER_PROCESS))
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.accesslog = config.errorlog = None
@@ -302,12 +298,11 @@ def bare_round(plan, runs: int, providers: int, processes: int, scratch: Path) -
     with sqlite3.connect(scratch / "bare.db") as connection:
         (events,) = connection.execute("SELECT count(*) FROM events").fetchone()
     # The same work as salvor's round, or the figure means nothing: every run's model calls
-    # (besides each client's warm-ups) and 4 rows a call.
+    # and 4 rows a call.
     calls = runs * (len(plan) + 1)
-    warm_ups = processes * DRIVES_PER_PROCESS * providers
-    if answered != calls + warm_ups or events != 4 * calls:
+    if answered != calls or events != 4 * calls:
         raise RuntimeError(
-            f"the bare recorders made {answered - warm_ups} model calls and {events} rows, "
+            f"the bare recorders made {answered} model calls and {events} rows, "
             f"not {calls} and {4 * calls}"
         )
     return {
