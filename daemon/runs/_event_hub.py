@@ -65,7 +65,8 @@ PAGE_BYTES = 256 * 1024
 # (``salvor serve --max-streams-per-client``; 0: no cap).
 MAX_STREAMS_PER_CLIENT = 128
 # How many runs the run-list watchers' last word is kept for (the oldest is forgotten first: a
-# run forgotten is told of again at its next change, never left out).
+# run forgotten is told of again at its next change, never left out; its mark against a late
+# older change goes with it, which takes this many other runs changing between the two paths).
 LISTED_RUNS = 10_000
 # How long the follower waits before it reads a run again after the store failed a read.
 RETRY_SECONDS = 0.5
@@ -126,10 +127,10 @@ class EventHub:
         self._subscribers: dict[str, set[Listener]] = {}
         self._feeds: dict[str, _RunFeed] = {}
         self._watchers: set[Watcher] = set()
-        # What the run-list watchers were last told of each run ((state, detail)), so a run
-        # another process changed is told once per change; and since when they watch
-        # (the store's instant form; None while nobody watches).
-        self._listed: dict[str, tuple[object, object]] = {}
+        # What the run-list watchers were last told of each run ((event count, state, detail)),
+        # so a run another process changed is told once per change and never back in time; and
+        # since when they watch (the store's instant form; None while nobody watches).
+        self._listed: dict[str, tuple[int, object, object]] = {}
         self.watched_since: str | None = None
         # With batching: what each run has published and not yet delivered (deliver_forever
         # releases it), and the event that wakes that task when a run starts being held.
@@ -209,21 +210,30 @@ class EventHub:
             for event in events:
                 subscription._offer(event)
         if self._watchers:
-            changes = [RunChange(e.view) for e in events if e.status_changed]
-            if changes:
-                self._note_listed(changes[-1].view)
+            changes = [
+                RunChange(e.view) for e in events if e.status_changed and self._note_listed(e.view)
+            ]
             for watcher in list(self._watchers):
                 for change in changes:
                     watcher._offer_change(change)
 
     def _note_listed(self, view: RunView) -> bool:
         """Remember what the watchers are told of ``view``'s run; False when they were told it
-        already."""
-        seen = (view.state, view.detail)
-        if self._listed.get(view.run_id) == seen:
+        already, or were told of a later point of its log.
+
+        One commit can reach the watchers by two paths: its publish, and the change feed's view
+        of the run (on SQLite the feed hears this process's own commits; on PostgreSQL a notice's
+        views are read after its commit, maybe after the next one, and its events come after
+        them). The view may be read, and told, before the publish or the events of an earlier
+        commit arrive; telling those then would take a watcher back to a state the run has left,
+        and a run at its end would stay shown there. Each path is in log order by itself, so a
+        change is told only when it is past the last one told (the row's ``event_count``).
+        """
+        told = self._listed.get(view.run_id)
+        if told is not None and (view.next_seq <= told[0] or (view.state, view.detail) == told[1:]):
             return False
         self._listed.pop(view.run_id, None)
-        self._listed[view.run_id] = seen
+        self._listed[view.run_id] = (view.next_seq, view.state, view.detail)
         if len(self._listed) > LISTED_RUNS:
             del self._listed[next(iter(self._listed))]
         return True

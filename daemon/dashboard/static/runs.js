@@ -21,6 +21,9 @@ export function showRuns(container, { live, params }) {
   const rows = new Map(); // run -> its <tr>
   const shownRows = new Map(); // run -> the row it was drawn from
   let newest = ""; // the first run's first_recorded_at on the first page
+  // While a page of the list loads: the newest row the socket told of each run meanwhile. The
+  // list may have been read before those changes, so they are shown again once it is drawn.
+  let heard = null;
   const body = h("tbody", { "data-test": "run-rows" });
   const error = h("p", { class: "error", "data-test": "runs-error", role: "alert" });
   const pager = h("div", { class: "pager" });
@@ -94,6 +97,7 @@ export function showRuns(container, { live, params }) {
   async function load() {
     error.textContent = "";
     const cursor = cursors[cursors.length - 1];
+    const heardNow = (heard = new Map());
     try {
       const page = await get(`/v1/runs${query({ ...filters, limit: size, cursor })}`);
       rows.clear();
@@ -102,11 +106,15 @@ export function showRuns(container, { live, params }) {
       for (const row of page.runs) put(row);
       newest = page.runs[0]?.first_recorded_at ?? "";
       if (!page.runs.length) body.append(h("tr", { "data-test": "no-runs" }, h("td", { colspan: 9 }, "No runs.")));
+      // A row older than the list's is passed over (showLive), a newer one shown.
+      for (const row of heardNow.values()) showLive(row);
       clear(pager,
         cursors.length > 1 ? h("button", { type: "button", "data-test": "page-first", onclick: () => { cursors.length = 1; load(); } }, "First page") : null,
         page.next_cursor ? h("button", { type: "button", "data-test": "page-next", onclick: () => { cursors.push(page.next_cursor); load(); } }, "Next page") : null);
     } catch (refusal) {
       error.textContent = refusal.message;
+    } finally {
+      if (heard === heardNow) heard = null;
     }
   }
 
@@ -135,9 +143,9 @@ export function showRuns(container, { live, params }) {
     for (const row of [...shownRows.values()]) put(row);
   }, 300);
 
-  const unwatch = live.watchRuns((row) => {
-    const hash = row.agent_def_hash ?? row.graph_hash;
-    if (hash && !names.agents.has(hash) && !names.graphs.has(hash)) reloadNames();
+  // A run's row from the socket, unless the one shown is as new (its log as long).
+  function showLive(row) {
+    if ((shownRows.get(row.run)?.event_count ?? -1) >= row.event_count) return;
     if (rows.has(row.run)) {
       if (matches(row)) put(row);
       else rows.get(row.run).dataset.state = row.status?.state ?? "";
@@ -146,6 +154,13 @@ export function showRuns(container, { live, params }) {
       body.querySelector("[data-test=no-runs]")?.remove();
       put(row, { prepend: true });
     }
+  }
+
+  const unwatch = live.watchRuns((row) => {
+    const hash = row.agent_def_hash ?? row.graph_hash;
+    if (hash && !names.agents.has(hash) && !names.graphs.has(hash)) reloadNames();
+    if (heard !== null && (heard.get(row.run)?.event_count ?? -1) < row.event_count) heard.set(row.run, row);
+    showLive(row);
   });
   loadNames().then(load);
   // Ages move on without an event.

@@ -242,6 +242,57 @@ async def test_watch_runs_sees_each_change_of_state(server: Server) -> None:
     assert rows[-1] == next(entry for entry in listed if entry["run"] == run.run_id)
 
 
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_row_the_change_feed_sent_first_is_not_followed_by_an_older_one(
+    server: Server,
+) -> None:
+    # On SQLite the change feed hears this daemon's own commits too, and a client-driven run is
+    # driven by nothing here, so one commit reaches the run list by its publish and by the
+    # feed's view of the run. Here the publish of the commit that resumes and completes the run
+    # is held until the feed's row has gone out (the order CI once saw by chance).
+    hub, access = server.state.hub, server.state.runtime.access
+    held: list[tuple] = []
+
+    def publish_unless_held(envelopes, view_before) -> None:
+        if envelopes[0].seq == 4:
+            held.append((envelopes, view_before))
+        else:
+            hub.publish(envelopes, view_before)
+
+    access.on_commit[access.on_commit.index(hub.publish)] = publish_unless_held
+    async with open_websocket_url(ws_url(server)) as ws:
+        await send(ws, op="watch_runs")
+        run = await ClientRun.open(server)
+        await run.append(head(run.run_id))
+        await run.observe(2)
+        schema = {"type": "object", "required": ["ok"]}
+        await run.append(
+            envelope(run.run_id, 3, "Suspended", {"reason": "ok?", "input_schema": schema})
+        )
+        await run.append(
+            envelope(run.run_id, 4, "Resumed", {"input": {"ok": True}}),
+            envelope(run.run_id, 5, "RunCompleted", {"output": {"answer": 42}}),
+        )
+        rows = []
+        while not rows or rows[-1]["status"]["state"] != "completed":
+            message, _ = await receive(ws)
+            assert message["type"] == "run" and message["run"] == run.run_id, message
+            rows.append(message["row"])
+        assert [(row["status"]["state"], row["event_count"]) for row in rows] == [
+            ("running", 1),
+            ("suspended", 4),
+            ("completed", 6),
+        ]
+        # The held publish goes out late: it has nothing newer to tell, so the next row is
+        # another run's.
+        assert len(held) == 1
+        hub.publish(*held[0])
+        other = await ClientRun.open(server)
+        await other.append(head(other.run_id))
+        message, _ = await receive(ws)
+        assert (message["run"], message["row"]["event_count"]) == (other.run_id, 1), message
+
+
 async def test_a_slow_consumer_is_closed_and_nobody_else_waits(server: Server) -> None:
     server.state.stream_buffer_bytes = 16 * 60_000
     run = await ClientRun.open(server)

@@ -286,3 +286,48 @@ def test_the_run_list_pages_by_the_apis_cursor(page: Page) -> None:
     page.wait(lambda d: shown() == [r["run"] for r in second["runs"]], "the second page")
     page.click("[data-test=page-first]")
     page.wait(lambda d: shown() == [r["run"] for r in first["runs"]], "the first page again")
+
+
+# The runs screen's read of its list (``#/runs?limit=49``), held in the browser until released.
+HOLD_THE_LIST = """
+const real = window.fetch;
+window.__heldLists = [];
+window.fetch = async (...args) => {
+  const response = await real(...args);
+  if (String(args[0]) === "/v1/runs?limit=49") {
+    await new Promise((release) => window.__heldLists.push(release));
+  }
+  return response;
+};
+window.__releaseLists = () => {
+  window.fetch = real;
+  for (const release of window.__heldLists) release();
+};
+"""
+
+
+def test_a_row_heard_live_while_the_list_loads_is_not_taken_back_by_the_list(page: Page) -> None:
+    gated = page.start_run(REPO / "contrib/curl/refund-with-approval.toml", {"invoice_id": "INV-9"})
+    page.wait_state(gated, "suspended")
+    page.open("#/runs")
+    # A run started now shows up live: the page's watch of the run list is in place.
+    probe = page.start_run(AGENTS / "refund-desk.toml", {"invoice_id": "INV-10"})
+    page.find(f'[data-test=run-row][data-run="{probe}"]', "the probe run's live row")
+    # The list is read again, and its answer (the gated run suspended) held in the browser
+    # while the run is resumed and completes, and its live row says so.
+    page.driver.execute_script(HOLD_THE_LIST)
+    page.driver.execute_script("location.hash = '#/runs?limit=49'")
+    page.wait(lambda d: d.execute_script("return window.__heldLists.length") == 1, "the list held")
+    page.call("POST", f"/v1/runs/{gated}/resume", 202, json={"input": {"approved": True}})
+    page.wait_state(gated, "completed")
+    row = f'[data-test=run-row][data-run="{gated}"]'
+    page.wait(lambda d: page.data(row, "state") == "completed", "the gated run's live row")
+    page.driver.execute_script("document.querySelector(arguments[0]).__live = true", row)
+    page.driver.execute_script("window.__releaseLists()")
+    page.wait(
+        lambda d: (
+            d.execute_script("return document.querySelector(arguments[0])?.__live", row) is None
+        ),
+        "the list drawn",
+    )
+    assert page.data(row, "state") == "completed"

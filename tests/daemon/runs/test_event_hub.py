@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import trio
 import trio.testing
 from salvor.daemon.runs import PAGE_EVENTS, Batching, EventHub, LiveEvent, RunChange
-from salvor.protocol import EMPTY_VIEW, RandomObserved, RunCompleted, fold
+from salvor.protocol import EMPTY_VIEW, RandomObserved, Resumed, RunCompleted, fold
 from salvor.store import StoreUnavailable
 
-from tests.protocol.logs import envelope, model, model_done, started, tool, tool_done
+from tests.protocol.logs import envelope, gate, model, model_done, started, tool, tool_done
 
 RUN_A = "11111111-1111-4111-8111-111111111111"
 RUN_B = "22222222-2222-4222-8222-222222222222"
@@ -352,6 +352,46 @@ async def test_what_is_held_is_delivered_when_the_hub_stops(autojump_clock) -> N
         "running",
         "awaiting_tool",
     ]
+
+
+def rows(watcher: Watcher) -> list[tuple[str, int]]:
+    """What the watcher was told of each change: the run's state and event count."""
+    return [(c.view.state.value, c.view.next_seq) for c in watcher.changes]
+
+
+def test_a_row_the_change_feed_told_first_is_not_followed_by_an_older_one() -> None:
+    # SQLite: the feed sees this process's own commits too. Its view of a run that nothing here
+    # drives (a client's) can be read after a commit whose publish has not run yet.
+    hub, store, watcher = EventHub(), Store(), Watcher()
+    hub.watch(watcher)
+    commit(hub, store, RUN_A, started())
+    commit(hub, store, RUN_A, gate())
+    before = fold(store.logs[RUN_A])
+    envelopes = store.commit(RUN_A, Resumed(input={"approved": True}), RunCompleted(output=42))
+    hub.listed([fold(store.logs[RUN_A])])
+    hub.publish(envelopes, before)
+    assert rows(watcher) == [("running", 1), ("suspended", 2), ("completed", 4)]
+
+
+def test_events_read_after_a_later_row_was_told_change_no_row() -> None:
+    # PostgreSQL: a notice's run views are read when it is handled, which can be after the next
+    # commit; the notice's own events then reach the hub behind that later view.
+    hub, store, watcher = EventHub(), Store(), Watcher()
+    listener = WsListener(RUN_A)
+    hub.add(listener)
+    hub.watch(watcher)
+    started_envelopes = store.commit(RUN_A, started(), gate())
+    hub.seed(RUN_A, 0, EMPTY_VIEW)
+    resumed = store.commit(RUN_A, Resumed(input={"approved": True}))
+    store.commit(RUN_A, RunCompleted(output=42))
+    hub.listed([fold(store.logs[RUN_A])])
+    hub.arrived(RUN_A, started_envelopes + resumed, 3)
+    # Every event reaches the run's subscriber; the run list stays at the end it was told.
+    assert [e.envelope.seq for e in listener.got] == [0, 1, 2]
+    assert rows(watcher) == [("completed", 4)]
+    # A row the watchers were told the same of at a later point is not told again either.
+    hub.listed([fold(store.logs[RUN_A])])
+    assert rows(watcher) == [("completed", 4)]
 
 
 def test_a_stream_queues_at_most_its_bytes_then_lags() -> None:
