@@ -282,7 +282,8 @@ class ComposedLoad(Chaos):
         self._stopped(f"SIGKILL {delay:.2f}s after READY (before a kill in a write)", "random")
         points, weights = zip(*self.write_points, strict=True)
         point = rng.choices(points, weights)[0]
-        self.daemon.env[IN_TOOL_VAR] = point
+        variable, value = self.fault(point)
+        self.daemon.env[variable] = value
         try:
             self.daemon.start()
         except AssertionError:
@@ -290,13 +291,18 @@ class ComposedLoad(Chaos):
             if self.daemon.proc.returncode != -signal.SIGKILL:
                 raise
         finally:
-            del self.daemon.env[IN_TOOL_VAR]
+            del self.daemon.env[variable]
         self.operate_until(time.monotonic() + WRITE_WAIT, top_up=True)
         if self.daemon.alive():
             self.daemon.kill()
             self._stopped(f"SIGKILL after {WRITE_WAIT}s with no write reached", "random")
         else:
             self._stopped(f"the daemon's own SIGKILL in a write, at {point}", kind)
+
+    def fault(self, point: str) -> tuple[str, str]:
+        """The variable, and its value, that make a daemon kill itself at ``point`` (one of
+        ``write_points``): by default a fault point of the demo tools (``IN_TOOL_VAR``)."""
+        return IN_TOOL_VAR, point
 
     disk_full = False  # a disk-full cycle (``composed_disk``) has the disk full now
 
