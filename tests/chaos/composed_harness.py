@@ -11,8 +11,9 @@ a person for a reason it expects (``parked_for_a_person``). A graph root's input
 The stops, at a random instant under the load: a SIGKILL; a SIGTERM, then a SIGKILL while it
 shuts down; a SIGKILL, a restart, and a second SIGKILL within half a second of READY; a SIGKILL,
 then a restart that kills itself inside one of the workload's writes (``write_points``, the
-daemon's ``SALVOR_FAULT_KILL_IN_TOOL`` fault points). Nothing acts on the runs but the workload:
-no resume but its own answers, no resolve, no abandon.
+daemon's ``SALVOR_FAULT_KILL_IN_TOOL`` fault points, or another fault variable a workload names
+in ``fault``). Nothing acts on the runs but the workload: no resume but its own answers, no
+resolve, no abandon.
 
 After every stop (daemon dead) and at the end, over every run of every tree: every log is
 contiguous and legal event by event (``assert_log_valid``) and the store's fold agrees with it;
