@@ -11,8 +11,9 @@ a person for a reason it expects (``parked_for_a_person``). A graph root's input
 The stops, at a random instant under the load: a SIGKILL; a SIGTERM, then a SIGKILL while it
 shuts down; a SIGKILL, a restart, and a second SIGKILL within half a second of READY; a SIGKILL,
 then a restart that kills itself inside one of the workload's writes (``write_points``, the
-daemon's ``SALVOR_FAULT_KILL_IN_TOOL`` fault points). Nothing acts on the runs but the workload:
-no resume but its own answers, no resolve, no abandon.
+daemon's ``SALVOR_FAULT_KILL_IN_TOOL`` fault points, or another fault variable a workload names
+in ``fault``). Nothing acts on the runs but the workload: no resume but its own answers, no
+resolve, no abandon.
 
 After every stop (daemon dead) and at the end, over every run of every tree: every log is
 contiguous and legal event by event (``assert_log_valid``) and the store's fold agrees with it;
@@ -282,7 +283,8 @@ class ComposedLoad(Chaos):
         self._stopped(f"SIGKILL {delay:.2f}s after READY (before a kill in a write)", "random")
         points, weights = zip(*self.write_points, strict=True)
         point = rng.choices(points, weights)[0]
-        self.daemon.env[IN_TOOL_VAR] = point
+        variable, value = self.fault(point)
+        self.daemon.env[variable] = value
         try:
             self.daemon.start()
         except AssertionError:
@@ -290,13 +292,18 @@ class ComposedLoad(Chaos):
             if self.daemon.proc.returncode != -signal.SIGKILL:
                 raise
         finally:
-            del self.daemon.env[IN_TOOL_VAR]
+            del self.daemon.env[variable]
         self.operate_until(time.monotonic() + WRITE_WAIT, top_up=True)
         if self.daemon.alive():
             self.daemon.kill()
             self._stopped(f"SIGKILL after {WRITE_WAIT}s with no write reached", "random")
         else:
             self._stopped(f"the daemon's own SIGKILL in a write, at {point}", kind)
+
+    def fault(self, point: str) -> tuple[str, str]:
+        """The variable, and its value, that make a daemon kill itself at ``point`` (one of
+        ``write_points``): by default a fault point of the demo tools (``IN_TOOL_VAR``)."""
+        return IN_TOOL_VAR, point
 
     disk_full = False  # a disk-full cycle (``composed_disk``) has the disk full now
 
