@@ -12,21 +12,8 @@ forwarded. A tool with a fixed answer in ``results`` is answered here and
 never forwarded. A re-run answers every request past its own log from the
 origin's lane and starts no server at all.
 
-Live, salvor runs the real server itself (``_mcp_client``), started when the
-first live request needs it: with the agent's own ``initialize`` when that is
-live, else (after a replayed prefix) initialised silently with the
-``initialize`` parameters the lane recorded. The agent's declared client
-capabilities are passed on: a request the server sends the agent
-(sampling, elicitation, roots) is relayed to the agent on its server-push
-stream and the agent's answer back to the server, and both are recorded with
-the call they crossed; a replay asks the agent again (its answer is not
-matched) before it answers that call. An agent with no push stream open is
-not asked: the server hears "method not found".
-The notifications a server sends are recorded with the next answer of its
-lane and handed to the agent just before that answer, live and on replay;
-the stdio relay writes them out, and an HTTP agent gets them on its
-server-push stream (``GET``) when it has one open. The notifications the
-agent sends go to the live server and are not recorded (``_tell_server``).
+Live, the request goes to the server's real session (``LiveServer``, ``_mcp_live``),
+which also carries the server's notifications and requests to the agent.
 
 A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
 built-in agent's (the same check, ``salvor_outcome``): the agent process is
@@ -67,7 +54,6 @@ one open-intent slot (``ProxySession.exclusive``).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -87,30 +73,22 @@ from salvor.protocol import (
 )
 
 from ..mcp import (
-    McpError,
     McpNoAnswer,
     McpRemoteError,
     McpServerSpec,
-    McpSession,
     McpUnavailable,
-    open_session,
     probe_answer,
-    salvor_outcome,
 )
 from ..recording import (
     CallInFlight,
     DriveInterrupted,
     claim_to_settle,
-    outcome_output,
     slept,
     tool_error,
     wait_event,
 )
 from ..tools import (
-    DispatchFailed,
     MissingKeyField,
-    NotPerformed,
-    OutcomeUnknown,
     Probe,
     ProbeVerdict,
     Tool,
@@ -118,13 +96,12 @@ from ..tools import (
     ToolFailed,
     call_identity,
     derived_key,
-    dispatch,
 )
 from ._flow_server import FlowServer, finish_of, key_fields, probe_request, tool_error_result
-from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
+from ._mcp_agent_channel import AgentChannel
 from ._mcp_endpoint import serve_fixed_port
+from ._mcp_live import RUN_ENDED, LiveServer
 from ._mcp_replay import (
-    INTERNAL_ERROR,
     LaneCall,
     answer_of,
     call_failed,
@@ -142,13 +119,8 @@ from ._mcp_replay import (
 from ._model_proxy import ProxySession
 from ._salvor_writes import lane_write_probe, plan_lane_write
 
-logger = logging.getLogger("salvor.mcp")
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
-# The run stopped answering (its drive ended, or the run failed or parked).
-RUN_ENDED = -32000
-# Notifications kept between two answers; more are dropped (a server flooding its log).
-MAX_CROSSED = MAX_PUSHED
 
 
 def variable_suffix(server: str) -> str:
@@ -184,23 +156,19 @@ class McpLane:
             origin=proxy.origin,
         )
         self.contacted = False
-        self._live: McpSession | FlowServer | None = None
-        # Server notifications since the last answer, and those due to the agent with the next one.
-        self._crossed: list[dict] = []
+        # Server notifications due to the agent with the next answer.
         self._outbox: list[dict] = []
-        # The server's requests to the agent during the live call, with the agent's answers.
-        self._asked: list[dict] = []
         # The agent's server-push stream, and its answers to the server's requests.
         self.agent = AgentChannel(spec.name)
-        self._nursery = nursery
-        self._environ = environ
-        self._mark = mark
+        self.live = LiveServer(
+            spec, proxy, self.replay, self.agent, nursery, environ, mark, in_process
+        )
 
     @property
     def session_id(self) -> str | None:
         """The real server's ``Mcp-Session-Id``, handed to the agent as it
         is (None when there is none)."""
-        return self._live.remote_session_id if self._live is not None else None
+        return self.live.session_id
 
     @property
     def calls(self) -> list[LaneCall]:
@@ -214,9 +182,7 @@ class McpLane:
 
     async def aclose(self) -> None:
         self.agent.close_push()
-        if self._live is not None:
-            await self._live.aclose()
-            self._live = None
+        await self.live.aclose()
 
     # -- one message ------------------------------------------------------------
 
@@ -242,7 +208,7 @@ class McpLane:
             self.agent.answered(message)
             return None
         if "id" not in message:
-            await self._tell_server(method, message.get("params"))
+            await self.live.tell(method, message.get("params"))
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
@@ -255,43 +221,6 @@ class McpLane:
                 request_id, RUN_ENDED, f"run {self.proxy.run_id} is no longer accepting MCP calls"
             )
         return answer
-
-    async def _tell_server(self, method: str, params: Any) -> None:
-        """Hand one of the agent's notifications to the live server; with none live, it is dropped.
-
-        Never recorded: a notification gets no answer, so nothing of the run
-        depends on it, and it never takes a place in the lane. Over a
-        replayed prefix or a re-run there is no server to tell, and a session
-        opened later learns what it must from its own ``initialize``.
-        ``notifications/initialized`` is salvor's own session's (sent as it
-        opened), so the agent's is not sent twice; a ``notifications/cancelled``
-        names the agent's request id, which is translated to the id salvor's
-        session sent that request under (one not in flight is dropped). The
-        cancelled call still waits for the server's answer, which is
-        recorded: a server that finishes it anyway has done it. A failure to
-        deliver is only logged: the agent's own requests report the session's
-        health.
-        """
-        live = self._live
-        if method == "notifications/initialized" or live is None or live.broken is not None:
-            return
-        sent = params if isinstance(params, dict) else None
-        try:
-            if method == "notifications/cancelled":
-                reason = sent.get("reason") if sent is not None else None
-                await live.cancel(
-                    _request_key(sent.get("requestId") if sent else None),
-                    reason if isinstance(reason, str) else None,
-                )
-            else:
-                await live.notify(method, sent)
-        except McpError as exc:
-            logger.info(
-                "MCP stand-in %r: the agent's %s did not reach the server: %s",
-                self.name,
-                method,
-                exc.message,
-            )
 
     def _effect(self, method: str, params: dict) -> Effect:
         tool = params.get("name")
@@ -327,7 +256,7 @@ class McpLane:
         if step is Step.ANSWER:
             self.replay.advance()
             self._outbox = notifications_of(call.output)
-            await self._ask_again(call.output)
+            await self.live.ask_again(call.output)
             return await self._answer(request_id, call)
         if step is Step.PARK:
             probed = await self._probe(request_id, call)
@@ -347,16 +276,9 @@ class McpLane:
             settle = await claim_to_settle(
                 self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
             )
-        self._asked = []
-        stopped, output = await self._perform(request_id, method, params, headers, call)
+        stopped, output = await self.live.perform(request_id, method, params, headers, call)
         if stopped is not None:
             return stopped
-        if self._crossed and isinstance(output, dict):
-            output = {**output, "notifications": self._crossed}
-            self._crossed = []
-        if self._asked and isinstance(output, dict):
-            output = {**output, "server_requests": self._asked}
-            self._asked = []
         wait = wait_event(output)
         # A failed call leaves no outcome to copy: its identity is released,
         # and the next caller performs the call afresh.
@@ -407,7 +329,8 @@ class McpLane:
                 probe, reader, write_input, call.seq
             )
         except DriveInterrupted as exc:
-            # The probe was not sent: this node may no longer act on the run (``_perform``).
+            # The probe was not sent: this node may no longer act on the run
+            # (``LiveServer.perform``).
             self.proxy.interrupt(exc)
             return error_answer(
                 request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
@@ -447,12 +370,7 @@ class McpLane:
 
         async def ask(arguments: Any, attempt: ToolCall) -> Any:
             try:
-                live = (
-                    self._live
-                    if self._live is not None and self._live.broken is None
-                    else await self._open(None)
-                )
-                result = await probe_request(live, probe.tool, arguments)
+                result = await probe_request(await self.live.session(), probe.tool, arguments)
             except McpRemoteError as exc:
                 raise ToolFailed(exc.message, retryable=False) from None
             except (McpNoAnswer, McpUnavailable) as exc:
@@ -468,47 +386,6 @@ class McpLane:
             mcp_server=self.name,
         )
         return probe, reader, call.input.get("arguments")
-
-    async def _perform(
-        self,
-        request_id: Any,
-        method: str,
-        params: dict,
-        headers: Mapping[str, str],
-        call: LaneCall,
-    ) -> tuple[dict | None, Any]:
-        """Execute the call whose intent is open: ``(None, output)``, or the answer that stops
-        the agent (its intent left open, the run resting) and no output."""
-        try:
-            self.ctx.access.driving.gate(self.proxy.run_id)
-            return None, await self._execute(request_id, method, params, headers, call)
-        except DriveInterrupted as exc:
-            # This node may no longer act on the run: nothing was sent, the intent stays open for
-            # the node that drives the run next, and this process is stopped.
-            self.proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            ), None
-        except OutcomeUnknown as exc:
-            # The write's intent stays open: the run is parked in needs_reconciliation.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
-                f"record what happened",
-            ), None
-        except NotPerformed as exc:
-            # Nothing of it happened and its intent stays open (a subagent's child waits on a
-            # person or a timer): the process is stopped, and the run is driven again, from the
-            # top of its log, when what it waits on ends; this call is then asked again.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; this agent process is stopped and started again when it can "
-                "go on, and this call is then made again",
-            ), None
 
     async def _open_intent(
         self, request_id: Any, method: str, params: dict, asked: dict
@@ -663,151 +540,8 @@ class McpLane:
         self.replay.record(copy)
         self.replay.advance()
         self._outbox = notifications_of(call.output)
-        await self._ask_again(call.output)
+        await self.live.ask_again(call.output)
         return await self._answer(request_id, copy)
-
-    # -- the server's requests to the agent --------------------------------------
-
-    async def _server_request(self, message: dict) -> dict:
-        """A request the real server sent during a live call: the agent's
-        answer, recorded with the call."""
-        answer = await self.agent.ask(message, self.spec.timeout)
-        if len(self._asked) < MAX_CROSSED:
-            self._asked.append({"after": self.position, "request": message, "answer": answer})
-        return answer
-
-    async def _ask_again(self, output: Any) -> None:
-        """Replay: ask the agent each request the server sent during this call
-        (the answers are not matched)."""
-        asked = output.get("server_requests") if isinstance(output, dict) else None
-        for entry in asked if isinstance(asked, list) else ():
-            if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
-                await self.agent.ask(entry["request"], self.spec.timeout)
-
-    # -- the real server ----------------------------------------------------------
-
-    async def _execute(
-        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str], call: LaneCall
-    ) -> Any:
-        """What the request is answered with (recorded as the call's
-        output), retried as its effect allows.
-
-        Raises:
-            OutcomeUnknown: a write went out and no answer came back.
-        """
-        if method == "tools/call" and params.get("name") in self.spec.results:
-            return {"result": stub_result(self.spec.results[params["name"]])}
-        effect = Effect(call.effect)
-
-        async def forward(_input: Any, attempt: ToolCall) -> Any:
-            try:
-                if method == "initialize":
-                    return {"result": (await self._open(params)).initialized}
-                live = (
-                    self._live
-                    if self._live is not None and self._live.broken is None
-                    else await self._open(None)
-                )
-                live.pass_through(headers)
-                # The in-process server is sent the recorded input: a file write's plan with it.
-                sent = call_input(params if self.in_process is None else call.input)
-                # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
-                meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
-                if attempt.idempotency_key is not None:
-                    # A server may use the key to collapse a repeated execution.
-                    meta["salvor"] = {
-                        "idempotency_key": attempt.idempotency_key,
-                        "run_id": attempt.run_id,
-                    }
-                if meta:
-                    sent["_meta"] = meta
-                result = await self._send(live, method, sent, _request_key(request_id), attempt)
-            except McpRemoteError as exc:
-                # Settled by the server: the agent gets its error as it was sent.
-                return {
-                    "error": exc.error
-                    or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}
-                }
-            except McpNoAnswer as exc:
-                if effect is Effect.WRITE:
-                    raise OutcomeUnknown(
-                        f"{exc.message}; the write "
-                        f"{params.get('name')!r} may or may not have happened"
-                    ) from None
-                raise ToolFailed(exc.message) from None
-            except McpUnavailable as exc:
-                raise ToolFailed(f"{exc.message}; the call was not performed") from None
-            if method != "tools/call":
-                return {"result": result}
-            # A request to park the run (the same check a built-in agent's call makes); a bad one
-            # fails the call, never retried (ToolFailed, not retryable).
-            outcome = salvor_outcome(self.name, str(params.get("name")), result)
-            if outcome is result:
-                return {"result": result}
-            return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
-
-        tool = Tool(
-            name=lane_tool(self.name, method),
-            description="",
-            effect=effect,
-            input_schema={},
-            handler=forward,
-        )
-        try:
-            outcome, _attempt = await dispatch(
-                tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key
-            )
-        except DispatchFailed as failed:
-            return tool_error("handler", failed.message, failed.attempts)
-        return outcome
-
-    async def _open(self, params: dict | None) -> McpSession:
-        """A new real session: with the agent's ``initialize`` params, else the
-        lane's recorded ones (silently)."""
-        if params is None:
-            recorded = next(
-                (
-                    c.input
-                    for c in self.calls
-                    if c.method == "initialize" and isinstance(c.input, dict)
-                ),
-                None,
-            )
-            params = recorded
-        if self._live is not None:
-            await self._live.aclose()
-            self._live = None
-        initialize = None if params is None else call_input(params)
-        self._live = await self._connect(initialize)
-        self._live.on_notification = self._cross
-        self._live.on_request = self._server_request
-        return self._live
-
-    async def _connect(self, initialize: dict | None) -> McpSession | FlowServer:
-        """An initialised session with the server itself (started here, or dialled; the
-        ``salvor`` server is in this process)."""
-        if self.in_process is not None:
-            return self.in_process.opened(initialize)
-        return await open_session(
-            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
-        )
-
-    async def _send(
-        self, live: McpSession | FlowServer, method: str, params: dict, key: Any, call: ToolCall
-    ) -> Any:
-        """One request to the live server, sent under ``key``; its result.
-
-        Raises:
-            McpError: as ``McpSession.request`` does.
-            NotPerformed: the ``salvor`` server could not perform the call now.
-        """
-        if isinstance(live, FlowServer):
-            return await live.request(method, params, call=call)
-        return await live.request(method, params, key=key)
-
-    def _cross(self, message: dict) -> None:
-        if len(self._crossed) < MAX_CROSSED:
-            self._crossed.append({"after": self.position, "message": message})
 
     # -- how the drive ended ------------------------------------------------------
 
@@ -852,14 +586,6 @@ def probed_result(output: Any) -> dict:
     if isinstance(output, dict) and isinstance(output.get("content"), list):
         return output
     return {"content": [{"type": "text", "text": json.dumps(output)}]}
-
-
-def _request_key(request_id: Any) -> str | int | float | None:
-    """The key a live request is sent under: the agent's JSON-RPC id, when it is
-    one (a string or a number)."""
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
-        return None
-    return request_id
 
 
 @asynccontextmanager
