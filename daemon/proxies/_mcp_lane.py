@@ -12,24 +12,12 @@ forwarded. A tool with a fixed answer in ``results`` is answered here and
 never forwarded. A re-run answers every request past its own log from the
 origin's lane and starts no server at all.
 
-Live, the request goes to the server's real session (``LiveServer``, ``_mcp_live``),
-which also carries the server's notifications and requests to the agent.
-
-A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
-built-in agent's (the same check, ``salvor_outcome``): the agent process is
-stopped, and the drive that resumes or wakes the run starts it again and
-answers that call with what the wait returned (``McpLane._answer``).
-
-A ``tools/call`` of a write or idempotent tool the server's
-``idempotency_keys`` names key fields for claims its identity across runs
-with its intent, exactly as a built-in agent's call of that tool does
-(``RunContext.claim``), and carries it to the server as
-``_meta.salvor.idempotency_key``: an identity that already completed is
-answered with that call's result (``deduplicated_from``) and never forwarded;
-one still held past the wait stops the drive with nothing of the call written
-(``ProxySession.interrupt``). The completion settles the claim, or releases it
-when the call failed (``call_failed``). An idempotent call without key fields
-presents its position's derived key.
+A lane is three parts: ``McpLane`` here takes each message and decides by the
+log what becomes of it; ``LaneRecord`` (``_mcp_record``) writes the lane's
+intents and completions, claims a keyed call's identity and parks the run
+when a result asks; ``LiveServer`` (``_mcp_live``) holds the real server's
+session, performs the calls sent it and keeps what the server sends besides
+its answers.
 
 A run parked on an open ``write`` whose server declares a probe (``probes``)
 is driven like any other: the agent's replay reaches that call, and while
@@ -59,65 +47,30 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from salvor.protocol import (
-    Actor,
-    DivergenceReason,
-    Effect,
-    Envelope,
-    ReplayLane,
-    RunState,
-    SleepStarted,
-    Step,
-    ToolCallCompleted,
-    ToolCallRequested,
-)
+from salvor.protocol import Actor, Effect, Envelope, ReplayLane, Step, ToolCallCompleted
 
-from ..mcp import (
-    McpNoAnswer,
-    McpRemoteError,
-    McpServerSpec,
-    McpUnavailable,
-    probe_answer,
-)
-from ..recording import (
-    CallInFlight,
-    DriveInterrupted,
-    claim_to_settle,
-    slept,
-    tool_error,
-    wait_event,
-)
-from ..tools import (
-    MissingKeyField,
-    Probe,
-    ProbeVerdict,
-    Tool,
-    ToolCall,
-    ToolFailed,
-    call_identity,
-    derived_key,
-)
-from ._flow_server import FlowServer, finish_of, key_fields, probe_request, tool_error_result
+from ..mcp import McpNoAnswer, McpRemoteError, McpServerSpec, McpUnavailable, probe_answer
+from ..recording import DriveInterrupted, claim_to_settle
+from ..tools import Probe, ProbeVerdict, Tool, ToolCall, ToolFailed
+from ._flow_server import FlowServer, probe_request
 from ._mcp_agent_channel import AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_live import RUN_ENDED, LiveServer
+from ._mcp_record import LaneRecord, after_finish
 from ._mcp_replay import (
     LaneCall,
     answer_of,
-    call_failed,
+    call_failed,  # noqa: F401 -- still importable from the lane, where its users look
     call_input,
-    copied_output,
     error_answer,
     lane_calls,
     lane_names,
     lane_probe,
     lane_tool,
     mismatch,
-    notifications_of,
-    stub_result,
 )
 from ._model_proxy import ProxySession
-from ._salvor_writes import lane_write_probe, plan_lane_write
+from ._salvor_writes import lane_write_probe
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -156,13 +109,12 @@ class McpLane:
             origin=proxy.origin,
         )
         self.contacted = False
-        # Server notifications due to the agent with the next answer.
-        self._outbox: list[dict] = []
         # The agent's server-push stream, and its answers to the server's requests.
         self.agent = AgentChannel(spec.name)
         self.live = LiveServer(
             spec, proxy, self.replay, self.agent, nursery, environ, mark, in_process
         )
+        self.record = LaneRecord(spec, proxy, self.replay, self.live, in_process)
 
     @property
     def session_id(self) -> str | None:
@@ -194,7 +146,7 @@ class McpLane:
         answer = await self._receive(message, headers)
         if answer is None:
             return None, []  # the notifications due belong to the answer of a call
-        notes, self._outbox = self._outbox, []
+        notes, self.record.outbox = self.record.outbox, []
         return answer, notes
 
     async def _receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
@@ -222,22 +174,11 @@ class McpLane:
             )
         return answer
 
-    def _effect(self, method: str, params: dict) -> Effect:
-        tool = params.get("name")
-        if method == "tools/call" and self.in_process is not None:
-            return self.in_process.effect_of(tool)
-        if method != "tools/call" or tool in self.spec.results:
-            # Listing, pinging, reading: no effect. A stubbed tool is salvor's own constant answer.
-            return Effect.READ
-        return self.spec.effect_of(tool) if isinstance(tool, str) else Effect.WRITE
-
-    async def _diverged(self, request_id: Any, message: str) -> dict:
-        await self.proxy.record_failure(message)
-        return error_answer(request_id, RUN_ENDED, message)
-
     async def _call(
         self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
     ) -> dict:
+        """The answer to one request, by what the lane's log holds at its position."""
+        record = self.record
         asked = call_input(params)
         if method == "tools/call" and self.proxy.finished is not None:
             # After a good finish the run's work is done: nothing more is performed or recorded
@@ -252,21 +193,18 @@ class McpLane:
         )
         step, call = decision.step, decision.call
         if step is Step.DIVERGED:
-            return await self._diverged(request_id, decision.divergence.message)
+            return await record.diverged(request_id, decision.divergence.message)
         if step is Step.ANSWER:
-            self.replay.advance()
-            self._outbox = notifications_of(call.output)
-            await self.live.ask_again(call.output)
-            return await self._answer(request_id, call)
+            return await record.replayed(request_id, call)
         if step is Step.PARK:
             probed = await self._probe(request_id, call)
             if probed is not None:
                 return probed
             # It did not land: performed again under its recorded key, below.
         if step is Step.REPRODUCE:
-            return await self._reproduce(request_id, method, asked, call)
+            return await record.reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
-            opened = await self._open_intent(request_id, method, params, asked)
+            opened = await record.open_intent(request_id, method, params, asked)
             if isinstance(opened, dict):
                 return opened
             call, settle = opened
@@ -279,25 +217,7 @@ class McpLane:
         stopped, output = await self.live.perform(request_id, method, params, headers, call)
         if stopped is not None:
             return stopped
-        wait = wait_event(output)
-        # A failed call leaves no outcome to copy: its identity is released,
-        # and the next caller performs the call afresh.
-        failed = call_failed(output)
-        with trio.CancelScope(shield=True):
-            # A wait its result asks for is recorded with the
-            # completion: no log ends between the two.
-            await self.ctx.record(
-                ToolCallCompleted(seq=call.seq, output=output),
-                *([wait] if wait else []),
-                settle=None if failed else settle,
-                release=settle if failed else None,
-            )
-        call.output, call.completed = output, True
-        if wait is not None:
-            call.wait.append(wait)
-        self.replay.advance()
-        self._outbox = notifications_of(output)
-        return await self._answer(request_id, call)
+        return await record.complete(request_id, call, output, settle)
 
     async def _probe(self, request_id: Any, call: LaneCall) -> dict | None:
         """Probe the open write ``call`` (the drive starts at a run parked on it only when it has
@@ -315,233 +235,51 @@ class McpLane:
         the write again under its recorded key, once. Cannot tell: the run stays parked and
         the agent is stopped.
         """
-        found = lane_write_probe(self.in_process, call.input) or self._declared_probe(call)
+        lane = self.record
+        ctx, proxy = lane.ctx, lane.proxy
+        found = lane_write_probe(lane.in_process, call.input) or declared_probe(
+            lane.spec, lane.live, call
+        )
         if found is None:
             return error_answer(
                 request_id,
                 RUN_ENDED,
-                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an "
-                "open write its server declares no probe for; a person records what it did",
+                f"{lane.replay.names.one} {lane.replay.position + 1} (recorded at seq {call.seq}) "
+                "is an open write its server declares no probe for; a person records what it did",
             )
         probe, reader, write_input = found
         try:
-            verdict, output, evidence = await self.ctx.probe_write(
-                probe, reader, write_input, call.seq
-            )
+            verdict, output, evidence = await ctx.probe_write(probe, reader, write_input, call.seq)
         except DriveInterrupted as exc:
             # The probe was not sent: this node may no longer act on the run
             # (``LiveServer.perform``).
-            self.proxy.interrupt(exc)
+            proxy.interrupt(exc)
             return error_answer(
                 request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
             )
         if verdict is ProbeVerdict.NOT_LANDED:
             return None
         if verdict is not ProbeVerdict.LANDED:
-            self.proxy.rested.set()
+            proxy.rested.set()
             return error_answer(
                 request_id,
                 RUN_ENDED,
                 f"the probe {probe.tool} could not tell whether the write at seq {call.seq} "
-                f"landed; run {self.proxy.run_id} waits for a person to record what happened",
+                f"landed; run {proxy.run_id} waits for a person to record what happened",
             )
         answer = {"result": probed_result(output)}
-        settle = await claim_to_settle(
-            self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
-        )
+        settle = await claim_to_settle(ctx.access, proxy.run_id, call.seq, call.idempotency_key)
         with trio.CancelScope(shield=True):
-            await self.ctx.record(
+            await ctx.record(
                 ToolCallCompleted(
                     seq=call.seq, output=answer, settled_by=Actor.PROBE, probe=evidence
                 ),
                 settle=settle,
             )
         call.output, call.completed = answer, True
-        self.replay.advance()
-        self._outbox = []
-        return await self._answer(request_id, call)
-
-    def _declared_probe(self, call: LaneCall) -> tuple[Probe, Tool, Any] | None:
-        """The probe this lane's server declares for the open write ``call``, the read that
-        asks it over this lane's live session, and the input it reads from; or None."""
-        probe = lane_probe([self.spec], lane_tool(self.name, call.method), call.input)
-        if probe is None:
-            return None
-
-        async def ask(arguments: Any, attempt: ToolCall) -> Any:
-            try:
-                result = await probe_request(await self.live.session(), probe.tool, arguments)
-            except McpRemoteError as exc:
-                raise ToolFailed(exc.message, retryable=False) from None
-            except (McpNoAnswer, McpUnavailable) as exc:
-                raise ToolFailed(exc.message) from None
-            return probe_answer(self.name, probe.tool, result)
-
-        reader = Tool(
-            name=probe.tool,
-            description=f"The probe {probe.tool} of MCP server {self.name}.",
-            effect=Effect.READ,
-            input_schema={},
-            handler=ask,
-            mcp_server=self.name,
-        )
-        return probe, reader, call.input.get("arguments")
-
-    async def _open_intent(
-        self, request_id: Any, method: str, params: dict, asked: dict
-    ) -> tuple[LaneCall, str | None] | dict:
-        """Record a live request's intent: the call and the identity it claimed, or the answer.
-
-        A ``tools/call`` of a write or idempotent tool with key fields claims its identity
-        (``call_identity``, as a built-in agent's call of that server's tool does) in the
-        intent's append, waiting on another call holding it (``RunContext.claim``). An answer
-        comes back instead of a call to perform when the request is settled here: the identity
-        had completed (its outcome is copied, ``deduplicated_from``; the server never sees the
-        call), the input lacks a key field or a file write's plan refused (recorded as the
-        call's failure), or the identity stayed held past the wait (nothing written; the drive
-        stops, recoverable, and the process with it).
-        """
-        effect = self._effect(method, params)
-        seq = self.ctx.view.next_seq + self.ctx.held
-        tool = lane_tool(self.name, method)
-        # A file write of the salvor lane carries its plan, keyed by it (``_salvor_writes``).
-        asked, write_key, refused = await plan_lane_write(
-            self.in_process, method, asked, self.proxy.run_id, seq
-        )
-
-        def intent(key: str | None) -> ToolCallRequested:
-            return ToolCallRequested(
-                tool=tool, input=asked, effect=effect.value, idempotency_key=key
-            )
-
-        name, arguments = params.get("name"), params.get("arguments")
-        paths, server = key_fields(self.spec, self.in_process, method, name)
-        if refused is None and (effect is Effect.READ or not paths):
-            # Without key fields an idempotent call presents its position's key.
-            idem = effect is Effect.IDEMPOTENT
-            key = derived_key(self.proxy.run_id, seq, tool) if idem else write_key
-            await self.ctx.record(intent(key))
-            return self._track(LaneCall(seq, method, asked, effect.value, key)), None
-        if refused is None:
-            try:
-                identity = call_identity(name, paths, arguments, mcp_server=server)
-            except MissingKeyField as exc:
-                refused = tool_error("invalid_input", exc.message, 1)
-        if refused is not None:
-            # Recorded, not raised: the agent is told, and may call again as it says.
-            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=refused))
-            call = LaneCall(seq, method, asked, effect.value, None)
-            return self._settled(request_id, call, refused)
-        try:
-            holder = await self.ctx.claim(intent(identity), identity)
-        except CallInFlight as exc:
-            self.proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            )
-        call = LaneCall(seq, method, asked, effect.value, identity)
-        if holder is None:
-            return self._track(call), identity
-        output = copied_output(holder.output)
-        copied = ToolCallCompleted(
-            seq=seq,
-            output=output,
-            deduplicated_from={"run_id": holder.run_id, "seq": holder.seq},
-        )
-        await self.ctx.record(intent(identity), copied)
-        return self._settled(request_id, call, output)
-
-    def _track(self, call: LaneCall) -> LaneCall:
-        self.replay.record(call)
-        return call
-
-    def _settled(self, request_id: Any, call: LaneCall, output: Any) -> dict:
-        """The answer of a call whose completion was recorded with its intent."""
-        call.output, call.completed = output, True
-        self.replay.record(call)
-        self.replay.advance()
-        return answer_of(request_id, output)
-
-    async def _answer(self, request_id: Any, call: LaneCall) -> dict:
-        """The agent's answer to a completed call; for one whose result
-        parked the run, the run parks here.
-
-        A call whose wait has ended (the run was resumed, or woke) is
-        answered with what the wait returned, as a tool result. One whose
-        wait has not: the run rests (suspended, or sleeping until its
-        ``wake_at``), the agent is answered with an error naming it and then
-        stopped with its whole process group. The next drive (a resume, the
-        wake sweeper) starts it again from the top of the log, like
-        recovery does: its recorded calls, this one included, are answered
-        from the log, so the tool that parked the run is never executed
-        again.
-        """
-        wait = wait_event(call.output)
-        if self.in_process is not None and (finished := finish_of(call)) is not None:
-            self.proxy.finished = finished
-        if wait is None:
-            return answer_of(request_id, call.output)
-        if not call.wait:
-            # A log whose completion came without its wait (this lane appends the two at once).
-            with trio.CancelScope(shield=True):
-                await self.ctx.record(wait)
-            call.wait.append(wait)
-        ended, value = call.woken()
-        if (
-            not ended
-            and self.ctx.view.state is RunState.SLEEPING
-            and await self.ctx.wake_when_due()
-        ):
-            ended, value = True, slept(wait.wake_at)
-        if ended:
-            return answer_of(request_id, {"result": stub_result(value)})
-        self.proxy.rested.set()
-        state = self.ctx.view.state.value
-        until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
-        return error_answer(
-            request_id,
-            RUN_ENDED,
-            (
-                f"run {self.proxy.run_id} is {state}{until}: the result of "
-                f"{call.input.get('name')!r} asked salvor to park it (`_meta.salvor`); this agent "
-                "process is stopped and started again when the run "
-                f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"
-            ),
-        )
-
-    async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
-        """A re-run's request past its own log, answered with the
-        origin's ``call`` at this position."""
-        if wait_event(call.output) is not None and not call.woken()[0]:
-            return await self._diverged(
-                request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message
-            )
-        # Nothing runs, so the copy is held and committed with the run's next event
-        # (as reproduced model calls are).
-        seq = self.ctx.view.next_seq + self.ctx.held
-        intent = ToolCallRequested(
-            tool=lane_tool(self.name, method),
-            input=asked,
-            effect=call.effect,
-            idempotency_key=call.idempotency_key,
-        )
-        copy = LaneCall(
-            seq,
-            method,
-            asked,
-            call.effect,
-            call.idempotency_key,
-            call.output,
-            True,
-            list(call.wait),
-        )
-        # The origin's wait is reproduced with the call: a re-run never waits.
-        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
-        self.replay.record(copy)
-        self.replay.advance()
-        self._outbox = notifications_of(call.output)
-        await self.live.ask_again(call.output)
-        return await self._answer(request_id, copy)
+        lane.replay.advance()
+        lane.outbox = []
+        return await lane.answer(request_id, call)
 
     # -- how the drive ended ------------------------------------------------------
 
@@ -572,12 +310,33 @@ class McpLane:
         return None if short is None else short.message
 
 
-def after_finish(tool: Any) -> dict:
-    """The MCP error result of a ``tools/call`` made after the run's good finish."""
-    return tool_error_result(
-        f"the run has finished (its finish was recorded), so {tool!r} is not called: no tool "
-        "can be called after finish"
+def declared_probe(
+    spec: McpServerSpec, live: LiveServer, call: LaneCall
+) -> tuple[Probe, Tool, Any] | None:
+    """The probe ``spec``'s server declares for the open write ``call``, the read that asks it
+    over the lane's live session, and the input it reads from; or None."""
+    probe = lane_probe([spec], lane_tool(spec.name, call.method), call.input)
+    if probe is None:
+        return None
+
+    async def ask(arguments: Any, attempt: ToolCall) -> Any:
+        try:
+            result = await probe_request(await live.session(), probe.tool, arguments)
+        except McpRemoteError as exc:
+            raise ToolFailed(exc.message, retryable=False) from None
+        except (McpNoAnswer, McpUnavailable) as exc:
+            raise ToolFailed(exc.message) from None
+        return probe_answer(spec.name, probe.tool, result)
+
+    reader = Tool(
+        name=probe.tool,
+        description=f"The probe {probe.tool} of MCP server {spec.name}.",
+        effect=Effect.READ,
+        input_schema={},
+        handler=ask,
+        mcp_server=spec.name,
     )
+    return probe, reader, call.input.get("arguments")
 
 
 def probed_result(output: Any) -> dict:
