@@ -17,14 +17,8 @@ log what becomes of it; ``LaneRecord`` (``_mcp_record``) writes the lane's
 intents and completions, claims a keyed call's identity and parks the run
 when a result asks; ``LiveServer`` (``_mcp_live``) holds the real server's
 session, performs the calls sent it and keeps what the server sends besides
-its answers.
-
-A run parked on an open ``write`` whose server declares a probe (``probes``)
-is driven like any other: the agent's replay reaches that call, and while
-the agent waits on it the lane asks the probe (a read of the same server,
-over the lane's own session) and settles the write by its answer
-(``McpLane._probe``); a write with no probe is never performed again here.
-The ``salvor`` lane's file writes carry their own plan and probe (``_salvor_writes``).
+its answers. An open write of a parked run is settled by its probe
+(``_mcp_probe``).
 
 The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
 and replayed alike; only its live half differs: its server answers in this
@@ -41,21 +35,20 @@ one open-intent slot (``ProxySession.exclusive``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from salvor.protocol import Actor, Effect, Envelope, ReplayLane, Step, ToolCallCompleted
+from salvor.protocol import Envelope, ReplayLane, Step
 
-from ..mcp import McpNoAnswer, McpRemoteError, McpServerSpec, McpUnavailable, probe_answer
+from ..mcp import McpServerSpec
 from ..recording import DriveInterrupted, claim_to_settle
-from ..tools import Probe, ProbeVerdict, Tool, ToolCall, ToolFailed
-from ._flow_server import FlowServer, probe_request
+from ._flow_server import FlowServer
 from ._mcp_agent_channel import AgentChannel
 from ._mcp_endpoint import serve_fixed_port
 from ._mcp_live import RUN_ENDED, LiveServer
+from ._mcp_probe import probe_open_write
 from ._mcp_record import LaneRecord, after_finish
 from ._mcp_replay import (
     LaneCall,
@@ -65,12 +58,9 @@ from ._mcp_replay import (
     error_answer,
     lane_calls,
     lane_names,
-    lane_probe,
-    lane_tool,
     mismatch,
 )
 from ._model_proxy import ProxySession
-from ._salvor_writes import lane_write_probe
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -197,7 +187,7 @@ class McpLane:
         if step is Step.ANSWER:
             return await record.replayed(request_id, call)
         if step is Step.PARK:
-            probed = await self._probe(request_id, call)
+            probed = await probe_open_write(record, request_id, call)
             if probed is not None:
                 return probed
             # It did not land: performed again under its recorded key, below.
@@ -218,68 +208,6 @@ class McpLane:
         if stopped is not None:
             return stopped
         return await record.complete(request_id, call, output, settle)
-
-    async def _probe(self, request_id: Any, call: LaneCall) -> dict | None:
-        """Probe the open write ``call`` (the drive starts at a run parked on it only when it has
-        a probe, ``probed_write``) while the agent waits on it: a file write of the ``salvor``
-        lane by the agent's ``file_holds`` (``_salvor_writes``), another by its server's.
-
-        The probe is a read the daemon sends the same server over this lane's own live session
-        (started, or dialled, from the operator's declaration exactly as a forwarded call is,
-        initialised with the lane's recorded ``initialize``): no origin the operator did not
-        declare is contacted, no secret goes anywhere a forwarded call's does not, and the
-        probe's exchange is not one of the lane's calls (it is kept as the probe's answer,
-        ``RunContext.probe_write``). Landed: the write's completion is recorded with the
-        answer's ``output`` as an MCP tool result (``settled_by: "probe"``, settling its
-        claim) and the agent is answered with it. Did not land: None, and the caller performs
-        the write again under its recorded key, once. Cannot tell: the run stays parked and
-        the agent is stopped.
-        """
-        lane = self.record
-        ctx, proxy = lane.ctx, lane.proxy
-        found = lane_write_probe(lane.in_process, call.input) or declared_probe(
-            lane.spec, lane.live, call
-        )
-        if found is None:
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{lane.replay.names.one} {lane.replay.position + 1} (recorded at seq {call.seq}) "
-                "is an open write its server declares no probe for; a person records what it did",
-            )
-        probe, reader, write_input = found
-        try:
-            verdict, output, evidence = await ctx.probe_write(probe, reader, write_input, call.seq)
-        except DriveInterrupted as exc:
-            # The probe was not sent: this node may no longer act on the run
-            # (``LiveServer.perform``).
-            proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            )
-        if verdict is ProbeVerdict.NOT_LANDED:
-            return None
-        if verdict is not ProbeVerdict.LANDED:
-            proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"the probe {probe.tool} could not tell whether the write at seq {call.seq} "
-                f"landed; run {proxy.run_id} waits for a person to record what happened",
-            )
-        answer = {"result": probed_result(output)}
-        settle = await claim_to_settle(ctx.access, proxy.run_id, call.seq, call.idempotency_key)
-        with trio.CancelScope(shield=True):
-            await ctx.record(
-                ToolCallCompleted(
-                    seq=call.seq, output=answer, settled_by=Actor.PROBE, probe=evidence
-                ),
-                settle=settle,
-            )
-        call.output, call.completed = answer, True
-        lane.replay.advance()
-        lane.outbox = []
-        return await lane.answer(request_id, call)
 
     # -- how the drive ended ------------------------------------------------------
 
@@ -308,43 +236,6 @@ class McpLane:
         it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
-
-
-def declared_probe(
-    spec: McpServerSpec, live: LiveServer, call: LaneCall
-) -> tuple[Probe, Tool, Any] | None:
-    """The probe ``spec``'s server declares for the open write ``call``, the read that asks it
-    over the lane's live session, and the input it reads from; or None."""
-    probe = lane_probe([spec], lane_tool(spec.name, call.method), call.input)
-    if probe is None:
-        return None
-
-    async def ask(arguments: Any, attempt: ToolCall) -> Any:
-        try:
-            result = await probe_request(await live.session(), probe.tool, arguments)
-        except McpRemoteError as exc:
-            raise ToolFailed(exc.message, retryable=False) from None
-        except (McpNoAnswer, McpUnavailable) as exc:
-            raise ToolFailed(exc.message) from None
-        return probe_answer(spec.name, probe.tool, result)
-
-    reader = Tool(
-        name=probe.tool,
-        description=f"The probe {probe.tool} of MCP server {spec.name}.",
-        effect=Effect.READ,
-        input_schema={},
-        handler=ask,
-        mcp_server=spec.name,
-    )
-    return probe, reader, call.input.get("arguments")
-
-
-def probed_result(output: Any) -> dict:
-    """The MCP tool result an agent is answered with for a write its probe found landed: the
-    probe's ``output`` when it is one (it has ``content``), else that value as JSON text."""
-    if isinstance(output, dict) and isinstance(output.get("content"), list):
-        return output
-    return {"content": [{"type": "text", "text": json.dumps(output)}]}
 
 
 @asynccontextmanager
