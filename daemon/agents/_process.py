@@ -16,7 +16,7 @@ Every process run is offered the ``salvor`` MCP server (the flow tools,
 ``proxies._flow_server``) beside its declared servers, unless its definition says
 ``salvor_mcp = false``.
 
-A run an MCP tool parked (``_meta.salvor``, see ``_mcp_lane``; the ``salvor``
+A run an MCP tool parked (``_meta.salvor``, see ``_mcp_record``; the ``salvor``
 server's ``ask_user`` parks it the same way) has its process stopped once the
 wait is recorded, and holds nothing while it waits; so has one whose subagent's
 child rests short of a result (the call's intent stays open, and the run is

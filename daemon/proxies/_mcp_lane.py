@@ -12,44 +12,13 @@ forwarded. A tool with a fixed answer in ``results`` is answered here and
 never forwarded. A re-run answers every request past its own log from the
 origin's lane and starts no server at all.
 
-Live, salvor runs the real server itself (``_mcp_client``), started when the
-first live request needs it: with the agent's own ``initialize`` when that is
-live, else (after a replayed prefix) initialised silently with the
-``initialize`` parameters the lane recorded. The agent's declared client
-capabilities are passed on: a request the server sends the agent
-(sampling, elicitation, roots) is relayed to the agent on its server-push
-stream and the agent's answer back to the server, and both are recorded with
-the call they crossed; a replay asks the agent again (its answer is not
-matched) before it answers that call. An agent with no push stream open is
-not asked: the server hears "method not found".
-The notifications a server sends are recorded with the next answer of its
-lane and handed to the agent just before that answer, live and on replay;
-the stdio relay writes them out, and an HTTP agent gets them on its
-server-push stream (``GET``) when it has one open. The notifications the
-agent sends go to the live server and are not recorded (``_tell_server``).
-
-A ``tools/call`` result carrying ``_meta.salvor`` parks the run as it does a
-built-in agent's (the same check, ``salvor_outcome``): the agent process is
-stopped, and the drive that resumes or wakes the run starts it again and
-answers that call with what the wait returned (``McpLane._answer``).
-
-A ``tools/call`` of a write or idempotent tool the server's
-``idempotency_keys`` names key fields for claims its identity across runs
-with its intent, exactly as a built-in agent's call of that tool does
-(``RunContext.claim``), and carries it to the server as
-``_meta.salvor.idempotency_key``: an identity that already completed is
-answered with that call's result (``deduplicated_from``) and never forwarded;
-one still held past the wait stops the drive with nothing of the call written
-(``ProxySession.interrupt``). The completion settles the claim, or releases it
-when the call failed (``call_failed``). An idempotent call without key fields
-presents its position's derived key.
-
-A run parked on an open ``write`` whose server declares a probe (``probes``)
-is driven like any other: the agent's replay reaches that call, and while
-the agent waits on it the lane asks the probe (a read of the same server,
-over the lane's own session) and settles the write by its answer
-(``McpLane._probe``); a write with no probe is never performed again here.
-The ``salvor`` lane's file writes carry their own plan and probe (``_salvor_writes``).
+A lane is three parts: ``McpLane`` here takes each message and decides by the
+log what becomes of it; ``LaneRecord`` (``_mcp_record``) writes the lane's
+intents and completions, claims a keyed call's identity and parks the run
+when a result asks; ``LiveServer`` (``_mcp_live``) holds the real server's
+session, performs the calls sent it and keeps what the server sends besides
+its answers. An open write of a parked run is settled by its probe
+(``_mcp_probe``).
 
 The ``salvor`` server's lane (``_flow_server``) is a lane like these, recorded
 and replayed alike; only its live half differs: its server answers in this
@@ -66,89 +35,35 @@ one open-intent slot (``ProxySession.exclusive``).
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from salvor.protocol import (
-    Actor,
-    DivergenceReason,
-    Effect,
-    Envelope,
-    ReplayLane,
-    RunState,
-    SleepStarted,
-    Step,
-    ToolCallCompleted,
-    ToolCallRequested,
-)
+from salvor.protocol import Envelope, ReplayLane, Step
 
-from ..mcp import (
-    McpError,
-    McpNoAnswer,
-    McpRemoteError,
-    McpServerSpec,
-    McpSession,
-    McpUnavailable,
-    open_session,
-    probe_answer,
-    salvor_outcome,
-)
-from ..recording import (
-    CallInFlight,
-    DriveInterrupted,
-    claim_to_settle,
-    outcome_output,
-    slept,
-    tool_error,
-    wait_event,
-)
-from ..tools import (
-    DispatchFailed,
-    MissingKeyField,
-    NotPerformed,
-    OutcomeUnknown,
-    Probe,
-    ProbeVerdict,
-    Tool,
-    ToolCall,
-    ToolFailed,
-    call_identity,
-    derived_key,
-    dispatch,
-)
-from ._flow_server import FlowServer, finish_of, key_fields, probe_request, tool_error_result
-from ._mcp_agent_channel import MAX_PUSHED, AgentChannel
+from ..mcp import McpServerSpec
+from ..recording import DriveInterrupted, claim_to_settle
+from ._flow_server import FlowServer
+from ._mcp_agent_channel import AgentChannel
 from ._mcp_endpoint import serve_fixed_port
+from ._mcp_live import RUN_ENDED, LiveServer
+from ._mcp_probe import probe_open_write
+from ._mcp_record import LaneRecord, after_finish
 from ._mcp_replay import (
-    INTERNAL_ERROR,
     LaneCall,
     answer_of,
-    call_failed,
+    call_failed,  # noqa: F401 -- still importable from the lane, where its users look
     call_input,
-    copied_output,
     error_answer,
     lane_calls,
     lane_names,
-    lane_probe,
-    lane_tool,
     mismatch,
-    notifications_of,
-    stub_result,
 )
 from ._model_proxy import ProxySession
-from ._salvor_writes import lane_write_probe, plan_lane_write
 
-logger = logging.getLogger("salvor.mcp")
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
-# The run stopped answering (its drive ended, or the run failed or parked).
-RUN_ENDED = -32000
-# Notifications kept between two answers; more are dropped (a server flooding its log).
-MAX_CROSSED = MAX_PUSHED
 
 
 def variable_suffix(server: str) -> str:
@@ -184,23 +99,18 @@ class McpLane:
             origin=proxy.origin,
         )
         self.contacted = False
-        self._live: McpSession | FlowServer | None = None
-        # Server notifications since the last answer, and those due to the agent with the next one.
-        self._crossed: list[dict] = []
-        self._outbox: list[dict] = []
-        # The server's requests to the agent during the live call, with the agent's answers.
-        self._asked: list[dict] = []
         # The agent's server-push stream, and its answers to the server's requests.
         self.agent = AgentChannel(spec.name)
-        self._nursery = nursery
-        self._environ = environ
-        self._mark = mark
+        self.live = LiveServer(
+            spec, proxy, self.replay, self.agent, nursery, environ, mark, in_process
+        )
+        self.record = LaneRecord(spec, proxy, self.replay, self.live, in_process)
 
     @property
     def session_id(self) -> str | None:
         """The real server's ``Mcp-Session-Id``, handed to the agent as it
         is (None when there is none)."""
-        return self._live.remote_session_id if self._live is not None else None
+        return self.live.session_id
 
     @property
     def calls(self) -> list[LaneCall]:
@@ -214,9 +124,7 @@ class McpLane:
 
     async def aclose(self) -> None:
         self.agent.close_push()
-        if self._live is not None:
-            await self._live.aclose()
-            self._live = None
+        await self.live.aclose()
 
     # -- one message ------------------------------------------------------------
 
@@ -228,7 +136,7 @@ class McpLane:
         answer = await self._receive(message, headers)
         if answer is None:
             return None, []  # the notifications due belong to the answer of a call
-        notes, self._outbox = self._outbox, []
+        notes, self.record.outbox = self.record.outbox, []
         return answer, notes
 
     async def _receive(self, message: Any, headers: Mapping[str, str]) -> dict | None:
@@ -242,7 +150,7 @@ class McpLane:
             self.agent.answered(message)
             return None
         if "id" not in message:
-            await self._tell_server(method, message.get("params"))
+            await self.live.tell(method, message.get("params"))
             return None
         params = message.get("params", {})
         if not isinstance(params, dict):
@@ -256,59 +164,11 @@ class McpLane:
             )
         return answer
 
-    async def _tell_server(self, method: str, params: Any) -> None:
-        """Hand one of the agent's notifications to the live server; with none live, it is dropped.
-
-        Never recorded: a notification gets no answer, so nothing of the run
-        depends on it, and it never takes a place in the lane. Over a
-        replayed prefix or a re-run there is no server to tell, and a session
-        opened later learns what it must from its own ``initialize``.
-        ``notifications/initialized`` is salvor's own session's (sent as it
-        opened), so the agent's is not sent twice; a ``notifications/cancelled``
-        names the agent's request id, which is translated to the id salvor's
-        session sent that request under (one not in flight is dropped). The
-        cancelled call still waits for the server's answer, which is
-        recorded: a server that finishes it anyway has done it. A failure to
-        deliver is only logged: the agent's own requests report the session's
-        health.
-        """
-        live = self._live
-        if method == "notifications/initialized" or live is None or live.broken is not None:
-            return
-        sent = params if isinstance(params, dict) else None
-        try:
-            if method == "notifications/cancelled":
-                reason = sent.get("reason") if sent is not None else None
-                await live.cancel(
-                    _request_key(sent.get("requestId") if sent else None),
-                    reason if isinstance(reason, str) else None,
-                )
-            else:
-                await live.notify(method, sent)
-        except McpError as exc:
-            logger.info(
-                "MCP stand-in %r: the agent's %s did not reach the server: %s",
-                self.name,
-                method,
-                exc.message,
-            )
-
-    def _effect(self, method: str, params: dict) -> Effect:
-        tool = params.get("name")
-        if method == "tools/call" and self.in_process is not None:
-            return self.in_process.effect_of(tool)
-        if method != "tools/call" or tool in self.spec.results:
-            # Listing, pinging, reading: no effect. A stubbed tool is salvor's own constant answer.
-            return Effect.READ
-        return self.spec.effect_of(tool) if isinstance(tool, str) else Effect.WRITE
-
-    async def _diverged(self, request_id: Any, message: str) -> dict:
-        await self.proxy.record_failure(message)
-        return error_answer(request_id, RUN_ENDED, message)
-
     async def _call(
         self, request_id: Any, method: str, params: dict, headers: Mapping[str, str]
     ) -> dict:
+        """The answer to one request, by what the lane's log holds at its position."""
+        record = self.record
         asked = call_input(params)
         if method == "tools/call" and self.proxy.finished is not None:
             # After a good finish the run's work is done: nothing more is performed or recorded
@@ -323,21 +183,18 @@ class McpLane:
         )
         step, call = decision.step, decision.call
         if step is Step.DIVERGED:
-            return await self._diverged(request_id, decision.divergence.message)
+            return await record.diverged(request_id, decision.divergence.message)
         if step is Step.ANSWER:
-            self.replay.advance()
-            self._outbox = notifications_of(call.output)
-            await self._ask_again(call.output)
-            return await self._answer(request_id, call)
+            return await record.replayed(request_id, call)
         if step is Step.PARK:
-            probed = await self._probe(request_id, call)
+            probed = await probe_open_write(record, request_id, call)
             if probed is not None:
                 return probed
             # It did not land: performed again under its recorded key, below.
         if step is Step.REPRODUCE:
-            return await self._reproduce(request_id, method, asked, call)
+            return await record.reproduce(request_id, method, asked, call)
         if step is Step.LIVE:
-            opened = await self._open_intent(request_id, method, params, asked)
+            opened = await record.open_intent(request_id, method, params, asked)
             if isinstance(opened, dict):
                 return opened
             call, settle = opened
@@ -347,467 +204,10 @@ class McpLane:
             settle = await claim_to_settle(
                 self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
             )
-        self._asked = []
-        stopped, output = await self._perform(request_id, method, params, headers, call)
+        stopped, output = await self.live.perform(request_id, method, params, headers, call)
         if stopped is not None:
             return stopped
-        if self._crossed and isinstance(output, dict):
-            output = {**output, "notifications": self._crossed}
-            self._crossed = []
-        if self._asked and isinstance(output, dict):
-            output = {**output, "server_requests": self._asked}
-            self._asked = []
-        wait = wait_event(output)
-        # A failed call leaves no outcome to copy: its identity is released,
-        # and the next caller performs the call afresh.
-        failed = call_failed(output)
-        with trio.CancelScope(shield=True):
-            # A wait its result asks for is recorded with the
-            # completion: no log ends between the two.
-            await self.ctx.record(
-                ToolCallCompleted(seq=call.seq, output=output),
-                *([wait] if wait else []),
-                settle=None if failed else settle,
-                release=settle if failed else None,
-            )
-        call.output, call.completed = output, True
-        if wait is not None:
-            call.wait.append(wait)
-        self.replay.advance()
-        self._outbox = notifications_of(output)
-        return await self._answer(request_id, call)
-
-    async def _probe(self, request_id: Any, call: LaneCall) -> dict | None:
-        """Probe the open write ``call`` (the drive starts at a run parked on it only when it has
-        a probe, ``probed_write``) while the agent waits on it: a file write of the ``salvor``
-        lane by the agent's ``file_holds`` (``_salvor_writes``), another by its server's.
-
-        The probe is a read the daemon sends the same server over this lane's own live session
-        (started, or dialled, from the operator's declaration exactly as a forwarded call is,
-        initialised with the lane's recorded ``initialize``): no origin the operator did not
-        declare is contacted, no secret goes anywhere a forwarded call's does not, and the
-        probe's exchange is not one of the lane's calls (it is kept as the probe's answer,
-        ``RunContext.probe_write``). Landed: the write's completion is recorded with the
-        answer's ``output`` as an MCP tool result (``settled_by: "probe"``, settling its
-        claim) and the agent is answered with it. Did not land: None, and the caller performs
-        the write again under its recorded key, once. Cannot tell: the run stays parked and
-        the agent is stopped.
-        """
-        found = lane_write_probe(self.in_process, call.input) or self._declared_probe(call)
-        if found is None:
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{self.replay.names.one} {self.position + 1} (recorded at seq {call.seq}) is an "
-                "open write its server declares no probe for; a person records what it did",
-            )
-        probe, reader, write_input = found
-        try:
-            verdict, output, evidence = await self.ctx.probe_write(
-                probe, reader, write_input, call.seq
-            )
-        except DriveInterrupted as exc:
-            # The probe was not sent: this node may no longer act on the run (``_perform``).
-            self.proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            )
-        if verdict is ProbeVerdict.NOT_LANDED:
-            return None
-        if verdict is not ProbeVerdict.LANDED:
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"the probe {probe.tool} could not tell whether the write at seq {call.seq} "
-                f"landed; run {self.proxy.run_id} waits for a person to record what happened",
-            )
-        answer = {"result": probed_result(output)}
-        settle = await claim_to_settle(
-            self.ctx.access, self.proxy.run_id, call.seq, call.idempotency_key
-        )
-        with trio.CancelScope(shield=True):
-            await self.ctx.record(
-                ToolCallCompleted(
-                    seq=call.seq, output=answer, settled_by=Actor.PROBE, probe=evidence
-                ),
-                settle=settle,
-            )
-        call.output, call.completed = answer, True
-        self.replay.advance()
-        self._outbox = []
-        return await self._answer(request_id, call)
-
-    def _declared_probe(self, call: LaneCall) -> tuple[Probe, Tool, Any] | None:
-        """The probe this lane's server declares for the open write ``call``, the read that
-        asks it over this lane's live session, and the input it reads from; or None."""
-        probe = lane_probe([self.spec], lane_tool(self.name, call.method), call.input)
-        if probe is None:
-            return None
-
-        async def ask(arguments: Any, attempt: ToolCall) -> Any:
-            try:
-                live = (
-                    self._live
-                    if self._live is not None and self._live.broken is None
-                    else await self._open(None)
-                )
-                result = await probe_request(live, probe.tool, arguments)
-            except McpRemoteError as exc:
-                raise ToolFailed(exc.message, retryable=False) from None
-            except (McpNoAnswer, McpUnavailable) as exc:
-                raise ToolFailed(exc.message) from None
-            return probe_answer(self.name, probe.tool, result)
-
-        reader = Tool(
-            name=probe.tool,
-            description=f"The probe {probe.tool} of MCP server {self.name}.",
-            effect=Effect.READ,
-            input_schema={},
-            handler=ask,
-            mcp_server=self.name,
-        )
-        return probe, reader, call.input.get("arguments")
-
-    async def _perform(
-        self,
-        request_id: Any,
-        method: str,
-        params: dict,
-        headers: Mapping[str, str],
-        call: LaneCall,
-    ) -> tuple[dict | None, Any]:
-        """Execute the call whose intent is open: ``(None, output)``, or the answer that stops
-        the agent (its intent left open, the run resting) and no output."""
-        try:
-            self.ctx.access.driving.gate(self.proxy.run_id)
-            return None, await self._execute(request_id, method, params, headers, call)
-        except DriveInterrupted as exc:
-            # This node may no longer act on the run: nothing was sent, the intent stays open for
-            # the node that drives the run next, and this process is stopped.
-            self.proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            ), None
-        except OutcomeUnknown as exc:
-            # The write's intent stays open: the run is parked in needs_reconciliation.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; run {self.proxy.run_id} waits for a person to "
-                f"record what happened",
-            ), None
-        except NotPerformed as exc:
-            # Nothing of it happened and its intent stays open (a subagent's child waits on a
-            # person or a timer): the process is stopped, and the run is driven again, from the
-            # top of its log, when what it waits on ends; this call is then asked again.
-            self.proxy.rested.set()
-            return error_answer(
-                request_id,
-                RUN_ENDED,
-                f"{exc.message}; this agent process is stopped and started again when it can "
-                "go on, and this call is then made again",
-            ), None
-
-    async def _open_intent(
-        self, request_id: Any, method: str, params: dict, asked: dict
-    ) -> tuple[LaneCall, str | None] | dict:
-        """Record a live request's intent: the call and the identity it claimed, or the answer.
-
-        A ``tools/call`` of a write or idempotent tool with key fields claims its identity
-        (``call_identity``, as a built-in agent's call of that server's tool does) in the
-        intent's append, waiting on another call holding it (``RunContext.claim``). An answer
-        comes back instead of a call to perform when the request is settled here: the identity
-        had completed (its outcome is copied, ``deduplicated_from``; the server never sees the
-        call), the input lacks a key field or a file write's plan refused (recorded as the
-        call's failure), or the identity stayed held past the wait (nothing written; the drive
-        stops, recoverable, and the process with it).
-        """
-        effect = self._effect(method, params)
-        seq = self.ctx.view.next_seq + self.ctx.held
-        tool = lane_tool(self.name, method)
-        # A file write of the salvor lane carries its plan, keyed by it (``_salvor_writes``).
-        asked, write_key, refused = await plan_lane_write(
-            self.in_process, method, asked, self.proxy.run_id, seq
-        )
-
-        def intent(key: str | None) -> ToolCallRequested:
-            return ToolCallRequested(
-                tool=tool, input=asked, effect=effect.value, idempotency_key=key
-            )
-
-        name, arguments = params.get("name"), params.get("arguments")
-        paths, server = key_fields(self.spec, self.in_process, method, name)
-        if refused is None and (effect is Effect.READ or not paths):
-            # Without key fields an idempotent call presents its position's key.
-            idem = effect is Effect.IDEMPOTENT
-            key = derived_key(self.proxy.run_id, seq, tool) if idem else write_key
-            await self.ctx.record(intent(key))
-            return self._track(LaneCall(seq, method, asked, effect.value, key)), None
-        if refused is None:
-            try:
-                identity = call_identity(name, paths, arguments, mcp_server=server)
-            except MissingKeyField as exc:
-                refused = tool_error("invalid_input", exc.message, 1)
-        if refused is not None:
-            # Recorded, not raised: the agent is told, and may call again as it says.
-            await self.ctx.record(intent(None), ToolCallCompleted(seq=seq, output=refused))
-            call = LaneCall(seq, method, asked, effect.value, None)
-            return self._settled(request_id, call, refused)
-        try:
-            holder = await self.ctx.claim(intent(identity), identity)
-        except CallInFlight as exc:
-            self.proxy.interrupt(exc)
-            return error_answer(
-                request_id, RUN_ENDED, f"{exc.message}; this agent process is stopped"
-            )
-        call = LaneCall(seq, method, asked, effect.value, identity)
-        if holder is None:
-            return self._track(call), identity
-        output = copied_output(holder.output)
-        copied = ToolCallCompleted(
-            seq=seq,
-            output=output,
-            deduplicated_from={"run_id": holder.run_id, "seq": holder.seq},
-        )
-        await self.ctx.record(intent(identity), copied)
-        return self._settled(request_id, call, output)
-
-    def _track(self, call: LaneCall) -> LaneCall:
-        self.replay.record(call)
-        return call
-
-    def _settled(self, request_id: Any, call: LaneCall, output: Any) -> dict:
-        """The answer of a call whose completion was recorded with its intent."""
-        call.output, call.completed = output, True
-        self.replay.record(call)
-        self.replay.advance()
-        return answer_of(request_id, output)
-
-    async def _answer(self, request_id: Any, call: LaneCall) -> dict:
-        """The agent's answer to a completed call; for one whose result
-        parked the run, the run parks here.
-
-        A call whose wait has ended (the run was resumed, or woke) is
-        answered with what the wait returned, as a tool result. One whose
-        wait has not: the run rests (suspended, or sleeping until its
-        ``wake_at``), the agent is answered with an error naming it and then
-        stopped with its whole process group. The next drive (a resume, the
-        wake sweeper) starts it again from the top of the log, like
-        recovery does: its recorded calls, this one included, are answered
-        from the log, so the tool that parked the run is never executed
-        again.
-        """
-        wait = wait_event(call.output)
-        if self.in_process is not None and (finished := finish_of(call)) is not None:
-            self.proxy.finished = finished
-        if wait is None:
-            return answer_of(request_id, call.output)
-        if not call.wait:
-            # A log whose completion came without its wait (this lane appends the two at once).
-            with trio.CancelScope(shield=True):
-                await self.ctx.record(wait)
-            call.wait.append(wait)
-        ended, value = call.woken()
-        if (
-            not ended
-            and self.ctx.view.state is RunState.SLEEPING
-            and await self.ctx.wake_when_due()
-        ):
-            ended, value = True, slept(wait.wake_at)
-        if ended:
-            return answer_of(request_id, {"result": stub_result(value)})
-        self.proxy.rested.set()
-        state = self.ctx.view.state.value
-        until = f" until {self.ctx.view.wake_at()}" if isinstance(wait, SleepStarted) else ""
-        return error_answer(
-            request_id,
-            RUN_ENDED,
-            (
-                f"run {self.proxy.run_id} is {state}{until}: the result of "
-                f"{call.input.get('name')!r} asked salvor to park it (`_meta.salvor`); this agent "
-                "process is stopped and started again when the run "
-                f"{'wakes' if until else 'is resumed'}, and this call is then answered from the log"
-            ),
-        )
-
-    async def _reproduce(self, request_id: Any, method: str, asked: dict, call: LaneCall) -> dict:
-        """A re-run's request past its own log, answered with the
-        origin's ``call`` at this position."""
-        if wait_event(call.output) is not None and not call.woken()[0]:
-            return await self._diverged(
-                request_id, self.replay.refuse(DivergenceReason.NEVER_CONTINUED, call).message
-            )
-        # Nothing runs, so the copy is held and committed with the run's next event
-        # (as reproduced model calls are).
-        seq = self.ctx.view.next_seq + self.ctx.held
-        intent = ToolCallRequested(
-            tool=lane_tool(self.name, method),
-            input=asked,
-            effect=call.effect,
-            idempotency_key=call.idempotency_key,
-        )
-        copy = LaneCall(
-            seq,
-            method,
-            asked,
-            call.effect,
-            call.idempotency_key,
-            call.output,
-            True,
-            list(call.wait),
-        )
-        # The origin's wait is reproduced with the call: a re-run never waits.
-        self.ctx.hold(intent, ToolCallCompleted(seq=seq, output=call.output), *call.wait)
-        self.replay.record(copy)
-        self.replay.advance()
-        self._outbox = notifications_of(call.output)
-        await self._ask_again(call.output)
-        return await self._answer(request_id, copy)
-
-    # -- the server's requests to the agent --------------------------------------
-
-    async def _server_request(self, message: dict) -> dict:
-        """A request the real server sent during a live call: the agent's
-        answer, recorded with the call."""
-        answer = await self.agent.ask(message, self.spec.timeout)
-        if len(self._asked) < MAX_CROSSED:
-            self._asked.append({"after": self.position, "request": message, "answer": answer})
-        return answer
-
-    async def _ask_again(self, output: Any) -> None:
-        """Replay: ask the agent each request the server sent during this call
-        (the answers are not matched)."""
-        asked = output.get("server_requests") if isinstance(output, dict) else None
-        for entry in asked if isinstance(asked, list) else ():
-            if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
-                await self.agent.ask(entry["request"], self.spec.timeout)
-
-    # -- the real server ----------------------------------------------------------
-
-    async def _execute(
-        self, request_id: Any, method: str, params: dict, headers: Mapping[str, str], call: LaneCall
-    ) -> Any:
-        """What the request is answered with (recorded as the call's
-        output), retried as its effect allows.
-
-        Raises:
-            OutcomeUnknown: a write went out and no answer came back.
-        """
-        if method == "tools/call" and params.get("name") in self.spec.results:
-            return {"result": stub_result(self.spec.results[params["name"]])}
-        effect = Effect(call.effect)
-
-        async def forward(_input: Any, attempt: ToolCall) -> Any:
-            try:
-                if method == "initialize":
-                    return {"result": (await self._open(params)).initialized}
-                live = (
-                    self._live
-                    if self._live is not None and self._live.broken is None
-                    else await self._open(None)
-                )
-                live.pass_through(headers)
-                # The in-process server is sent the recorded input: a file write's plan with it.
-                sent = call_input(params if self.in_process is None else call.input)
-                # The agent's own ``_meta`` (a progress token) goes to the server, unrecorded.
-                meta = dict(params["_meta"]) if isinstance(params.get("_meta"), dict) else {}
-                if attempt.idempotency_key is not None:
-                    # A server may use the key to collapse a repeated execution.
-                    meta["salvor"] = {
-                        "idempotency_key": attempt.idempotency_key,
-                        "run_id": attempt.run_id,
-                    }
-                if meta:
-                    sent["_meta"] = meta
-                result = await self._send(live, method, sent, _request_key(request_id), attempt)
-            except McpRemoteError as exc:
-                # Settled by the server: the agent gets its error as it was sent.
-                return {
-                    "error": exc.error
-                    or {"code": exc.code or INTERNAL_ERROR, "message": exc.message}
-                }
-            except McpNoAnswer as exc:
-                if effect is Effect.WRITE:
-                    raise OutcomeUnknown(
-                        f"{exc.message}; the write "
-                        f"{params.get('name')!r} may or may not have happened"
-                    ) from None
-                raise ToolFailed(exc.message) from None
-            except McpUnavailable as exc:
-                raise ToolFailed(f"{exc.message}; the call was not performed") from None
-            if method != "tools/call":
-                return {"result": result}
-            # A request to park the run (the same check a built-in agent's call makes); a bad one
-            # fails the call, never retried (ToolFailed, not retryable).
-            outcome = salvor_outcome(self.name, str(params.get("name")), result)
-            if outcome is result:
-                return {"result": result}
-            return {"result": result, **outcome_output(tool, outcome, attempt.attempt)}
-
-        tool = Tool(
-            name=lane_tool(self.name, method),
-            description="",
-            effect=effect,
-            input_schema={},
-            handler=forward,
-        )
-        try:
-            outcome, _attempt = await dispatch(
-                tool, params, run_id=self.proxy.run_id, seq=call.seq, key=call.idempotency_key
-            )
-        except DispatchFailed as failed:
-            return tool_error("handler", failed.message, failed.attempts)
-        return outcome
-
-    async def _open(self, params: dict | None) -> McpSession:
-        """A new real session: with the agent's ``initialize`` params, else the
-        lane's recorded ones (silently)."""
-        if params is None:
-            recorded = next(
-                (
-                    c.input
-                    for c in self.calls
-                    if c.method == "initialize" and isinstance(c.input, dict)
-                ),
-                None,
-            )
-            params = recorded
-        if self._live is not None:
-            await self._live.aclose()
-            self._live = None
-        initialize = None if params is None else call_input(params)
-        self._live = await self._connect(initialize)
-        self._live.on_notification = self._cross
-        self._live.on_request = self._server_request
-        return self._live
-
-    async def _connect(self, initialize: dict | None) -> McpSession | FlowServer:
-        """An initialised session with the server itself (started here, or dialled; the
-        ``salvor`` server is in this process)."""
-        if self.in_process is not None:
-            return self.in_process.opened(initialize)
-        return await open_session(
-            self.spec, self._nursery, self._environ, self._mark, initialize=initialize
-        )
-
-    async def _send(
-        self, live: McpSession | FlowServer, method: str, params: dict, key: Any, call: ToolCall
-    ) -> Any:
-        """One request to the live server, sent under ``key``; its result.
-
-        Raises:
-            McpError: as ``McpSession.request`` does.
-            NotPerformed: the ``salvor`` server could not perform the call now.
-        """
-        if isinstance(live, FlowServer):
-            return await live.request(method, params, call=call)
-        return await live.request(method, params, key=key)
-
-    def _cross(self, message: dict) -> None:
-        if len(self._crossed) < MAX_CROSSED:
-            self._crossed.append({"after": self.position, "message": message})
+        return await record.complete(request_id, call, output, settle)
 
     # -- how the drive ended ------------------------------------------------------
 
@@ -836,30 +236,6 @@ class McpLane:
         it had to make again fails."""
         short = self.replay.shortfall(what_ended)
         return None if short is None else short.message
-
-
-def after_finish(tool: Any) -> dict:
-    """The MCP error result of a ``tools/call`` made after the run's good finish."""
-    return tool_error_result(
-        f"the run has finished (its finish was recorded), so {tool!r} is not called: no tool "
-        "can be called after finish"
-    )
-
-
-def probed_result(output: Any) -> dict:
-    """The MCP tool result an agent is answered with for a write its probe found landed: the
-    probe's ``output`` when it is one (it has ``content``), else that value as JSON text."""
-    if isinstance(output, dict) and isinstance(output.get("content"), list):
-        return output
-    return {"content": [{"type": "text", "text": json.dumps(output)}]}
-
-
-def _request_key(request_id: Any) -> str | int | float | None:
-    """The key a live request is sent under: the agent's JSON-RPC id, when it is
-    one (a string or a number)."""
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int | float):
-        return None
-    return request_id
 
 
 @asynccontextmanager

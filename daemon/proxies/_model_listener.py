@@ -34,7 +34,8 @@ from ..web import (
 )
 from ..web import serve as serve_asgi
 from ._mcp_endpoint import INVALID_REQUEST, serve_mcp
-from ._model_proxy import ProxySession, Reply
+from ._model_proxy import ProxySession
+from ._model_upstream import Reply
 from ._wire import (
     OPENAI_CHAT,
     ROUTES,

@@ -7,7 +7,8 @@ are spoken, each non-streaming and streaming: OpenAI Chat Completions
 (``POST .../v1/chat/completions``), OpenAI Responses (``POST .../v1/responses``)
 and Anthropic Messages (``POST .../v1/messages``); ``GET .../v1/models`` is
 answered locally. What each wire means (envelope, usage, final text, when a
-stream is complete, error shape) lives in ``_proxy_wire``.
+stream is complete, error shape) lives in ``_wire``; how a call sits in the log, in
+``_model_replay``; how one goes upstream, in ``_model_upstream``.
 
 Every call goes through the run's record-or-replay, strictly by position
 (a ``ReplayLane`` of model calls): call k of the process must hash-equal
@@ -26,47 +27,28 @@ own (placeholder) credential never goes upstream.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 import trio
 from salvor.protocol import (
-    CallNames,
-    DivergenceReason,
     Envelope,
-    EventKind,
-    Mismatch,
     ModelCallCompleted,
     ModelCallRequested,
     ReplayLane,
     RunFailed,
-    SSEDecoder,
     Step,
     sha256_hash,
 )
 from salvor.store import Fenced, SeqConflict, StoreUnavailable
 
-from ..models import endpoint_url
 from ..recording import DriveInterrupted, Parked, RunContext
+from ._model_replay import MODEL_CALLS, ModelCall, model_match, recorded_calls
+from ._model_upstream import Reply, forward
 from ._upstream import Upstream
-from ._wire import (
-    UPSTREAM_PATH,
-    body_complete,
-    carries_text,
-    divergence_report,
-    encode_frames,
-    envelope,
-    error_body,
-    hashed_request,
-    stream_complete,
-    usage_of,
-)
+from ._wire import carries_text, encode_frames, envelope, error_body, hashed_request, usage_of
 
-log = logging.getLogger("salvor.proxy")
 T = TypeVar("T")
 
 # A re-run commits its reproduced calls in batches: at most this many calls,
@@ -74,82 +56,15 @@ T = TypeVar("T")
 REPRODUCED_PER_COMMIT = 64
 REPRODUCED_FLUSH_SECONDS = 0.25
 
-
-@dataclass(slots=True)
-class _Call:
-    """One model call of the log (``Recorded`` for the replay lane)."""
-
-    seq: int
-    request_hash: str
-    request: dict | None
-    response: dict | None
-
-    @property
-    def completed(self) -> bool:
-        return self.response is not None
-
-    @property
-    def effect(self) -> None:
-        return None  # a model call has no effect: an open one is issued again
-
-
-MODEL_CALLS = CallNames(one="model call", many="model calls")
-
-
-def model_match(asked: dict, request_hash: str, stream: bool) -> Callable[[_Call], Mismatch | None]:
-    """How a recorded call differs from a request (its hashed envelope ``asked``): the
-    hash, then the streaming mode."""
-
-    def match(call: _Call) -> Mismatch | None:
-        if call.request_hash != request_hash:
-            recorded_model = None
-            if call.response is not None and isinstance(call.response.get("body"), dict):
-                recorded_model = call.response["body"].get("model")
-            return Mismatch(
-                DivergenceReason.REQUEST, divergence_report(asked, call.request, recorded_model)
-            )
-        if call.response is not None and ("frames" in call.response) != stream:
-            how = "as a stream" if "frames" in call.response else "without streaming"
-            return Mismatch(
-                DivergenceReason.REQUEST,
-                (
-                    f"it was recorded {how}; the agent now asks "
-                    f"{'with' if stream else 'without'} streaming"
-                ),
-            )
-        return None
-
-    return match
-
-
-def recorded_calls(log_: Sequence[Envelope]) -> list[_Call]:
-    """The model calls of a log in order, each with its response once completed."""
-    calls: list[_Call] = []
-    by_seq: dict[int, _Call] = {}
-    for env in log_:
-        if env.event.KIND is EventKind.MODEL_CALL_REQUESTED:
-            call = _Call(env.seq, env.event.request_hash, env.event.request_body, None)
-            calls.append(call)
-            by_seq[env.seq] = call
-        elif env.event.KIND is EventKind.MODEL_CALL_COMPLETED and env.event.seq in by_seq:
-            by_seq[env.event.seq].response = env.event.response
-    return calls
-
-
-class Reply:
-    """How a session answers one HTTP request (implemented over ASGI ``send``)."""
-
-    async def json(self, status: int, body: Any) -> None:
-        raise NotImplementedError
-
-    async def start_stream(self, status: int) -> None:
-        raise NotImplementedError
-
-    async def chunk(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    async def end(self) -> None:
-        raise NotImplementedError
+# Why a live call, or an open one issued again, cannot go anywhere.
+NO_UPSTREAM = (
+    "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
+    "(or SALVOR_MODEL_BASE_URL, or OPENAI_BASE_URL) and SALVOR_AGENT_KEY "
+    "(or SALVOR_AGENT_KEY_FILE) where the daemon runs"
+)
+NO_UPSTREAM_FOR_OPEN = (
+    "salvor has no upstream to re-issue an open model call: set SALVOR_AGENT_UPSTREAM"
+)
 
 
 class ProxySession:
@@ -172,7 +87,7 @@ class ProxySession:
         upstream: Upstream | None,
         client: httpx.AsyncClient,
         origin: str | None = None,
-        origin_calls: Sequence[_Call] = (),
+        origin_calls: Sequence[ModelCall] = (),
     ) -> None:
         self.ctx = ctx
         self.record_prompts = record_prompts
@@ -215,7 +130,7 @@ class ProxySession:
         return self.ctx.run_id
 
     @property
-    def calls(self) -> list[_Call]:
+    def calls(self) -> list[ModelCall]:
         """The drive's model calls so far: the log's, then those this drive recorded."""
         return self.replay.calls
 
@@ -382,7 +297,7 @@ class ProxySession:
         else:
             await reply.json(200, response["body"])
 
-    async def _reproduce(self, wire, asked, request_hash, call: _Call, reply: Reply) -> None:
+    async def _reproduce(self, wire, asked, request_hash, call: ModelCall, reply: Reply) -> None:
         """A re-run's call past its own log, answered with the
         origin's ``call`` at this position."""
         # Nothing is paid for and nothing goes upstream, so a reproduced call
@@ -402,7 +317,7 @@ class ProxySession:
                 seq=seq, response=call.response, usage=usage_of(wire, call.response)
             ),
         )
-        self.replay.record(_Call(seq, request_hash, intent.request_body, call.response))
+        self.replay.record(ModelCall(seq, request_hash, intent.request_body, call.response))
         self.replay.advance()
         await self._answer_recorded(call.response, reply)
         if (
@@ -432,45 +347,34 @@ class ProxySession:
         if step is Step.REPRODUCE:
             await self._reproduce(wire, asked, request_hash, call, reply)
             return
+        if self.upstream is None:
+            why = NO_UPSTREAM if step is Step.LIVE else NO_UPSTREAM_FOR_OPEN
+            await reply.json(502, error_body(wire, 502, why))
+            return
         if step is Step.LIVE:
-            if self.upstream is None:
-                await reply.json(
-                    502,
-                    error_body(
-                        wire,
-                        502,
-                        "salvor has no upstream for live model calls: set SALVOR_AGENT_UPSTREAM "
-                        "(or SALVOR_MODEL_BASE_URL, or OPENAI_BASE_URL) and SALVOR_AGENT_KEY "
-                        "(or SALVOR_AGENT_KEY_FILE) where the daemon runs",
-                    ),
-                )
-                return
             intent = ModelCallRequested(
                 request_hash=request_hash, request_body=asked if self.record_prompts else None
             )
             seq = (await self.ctx.record(intent))[-1].seq
-            call = _Call(seq, request_hash, intent.request_body, None)
+            call = ModelCall(seq, request_hash, intent.request_body, None)
             self.replay.record(call)
-        if self.upstream is None:
-            await reply.json(
-                502,
-                error_body(
-                    wire,
-                    502,
-                    "salvor has no upstream to re-issue an open model "
-                    "call: set SALVOR_AGENT_UPSTREAM",
-                ),
-            )
-            return
         # Nothing goes upstream from a node that may no longer act on the run (``handle``).
         self.ctx.access.driving.gate(self.run_id)
-        response = await self._forward(wire, body, stream, headers, reply)
-        if response is None:
-            return
-        # The agent has its answer before the completion is durable (a stream
-        # got its frames as they came): a crash in between only means the
-        # call is issued again, as for any open intent. The next call waits
-        # on the lock, so it is never recorded before this completion.
+        self.upstream_calls += 1
+        response = await forward(
+            self.client, self.upstream, wire, body, stream, headers, reply, run_id=self.run_id
+        )
+        if response is not None:
+            await self._complete(wire, call, response, reply)
+
+    async def _complete(self, wire: str, call: ModelCall, response: dict, reply: Reply) -> None:
+        """Answer the agent with a call's body (a stream got its frames as they came) and record
+        its completion.
+
+        The agent has its answer before the completion is durable: a crash in between only
+        means the call is issued again, as for any open intent. The next call waits on the
+        lock, so it is never recorded before this completion.
+        """
         try:
             if "body" in response:
                 await reply.json(200, response["body"])
@@ -486,85 +390,3 @@ class ProxySession:
                 )
             call.response = response
             self.replay.advance()
-
-    async def _forward(self, wire, body, stream, headers, reply: Reply) -> dict | None:
-        """Send the call upstream; the recorded response, or None when it did not
-        complete (the agent got the error)."""
-        upstream = self.upstream
-        url = endpoint_url(upstream.base_url, UPSTREAM_PATH[wire])
-        out_headers = upstream.headers(wire, headers)
-        content = json.dumps(body, ensure_ascii=False).encode()
-        self.upstream_calls += 1
-        try:
-            if not stream:
-                answer = await self.client.post(
-                    url, content=content, headers=out_headers, timeout=upstream.timeout
-                )
-                if answer.status_code >= 400:
-                    await self._pass_error(wire, answer, reply)
-                    return None
-                try:
-                    parsed = answer.json()
-                except ValueError:
-                    await reply.json(
-                        502,
-                        error_body(wire, 502, "the upstream answered with a body that is not JSON"),
-                    )
-                    return None
-                if not body_complete(wire, parsed):
-                    # The agent sees the failure as the upstream sent it; the call stays open.
-                    await reply.json(
-                        answer.status_code, json.loads(upstream.redact(json.dumps(parsed)))
-                    )
-                    return None
-                return {"wire": wire, "body": parsed}
-            out_headers["accept"] = "text/event-stream"
-            async with self.client.stream(
-                "POST", url, content=content, headers=out_headers, timeout=upstream.timeout
-            ) as answer:
-                if answer.status_code >= 400:
-                    await answer.aread()
-                    await self._pass_error(wire, answer, reply)
-                    return None
-                await reply.start_stream(answer.status_code)
-                decoder = SSEDecoder()
-                frames: list[list] = []
-                async for text in answer.aiter_text():
-                    await reply.chunk(text.encode())
-                    frames.extend([event.event, event.data] for event in decoder.feed(text))
-                frames.extend([event.event, event.data] for event in decoder.close())
-                await reply.end()
-                if not stream_complete(wire, frames):
-                    log.warning(
-                        "run %s: the upstream stream ended without a "
-                        "final answer; the call stays open",
-                        self.run_id,
-                        extra={"run": self.run_id},
-                    )
-                    return None
-                return {"wire": wire, "frames": frames}
-        except httpx.TimeoutException:
-            await reply.json(
-                504, error_body(wire, 504, f"the upstream model call to {url} timed out")
-            )
-        except httpx.TransportError as exc:
-            await reply.json(
-                502,
-                error_body(
-                    wire,
-                    502,
-                    f"the upstream model call to {url} failed: {upstream.redact(str(exc))}",
-                ),
-            )
-        return None
-
-    async def _pass_error(self, wire: str, answer: httpx.Response, reply: Reply) -> None:
-        try:
-            parsed = answer.json()
-        except ValueError:
-            parsed = error_body(
-                wire,
-                answer.status_code,
-                self.upstream.redact(answer.text[:500]) or "upstream error",
-            )
-        await reply.json(answer.status_code, json.loads(self.upstream.redact(json.dumps(parsed))))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from salvor.daemon.proxies import _mcp_lane as lane_module
+from salvor.daemon.proxies import _mcp_record as record_module
 from salvor.daemon.proxies._mcp_lane import call_failed
 from salvor.daemon.recording import CallInFlight, open_store_access, tool_error
 from salvor.daemon.recording._run_context import DriveInterrupted
@@ -312,7 +312,7 @@ async def test_an_open_idempotent_call_an_older_build_keyed_at_random_runs_again
     # Before derived keys the lane drew a random `idem_...` key; its log still recovers, and the
     # re-execution presents the key the intent recorded, not one derived now.
     old_key = "idem_" + "ab" * 16
-    monkeypatch.setattr(lane_module, "derived_key", lambda *_: old_key)
+    monkeypatch.setattr(record_module, "derived_key", lambda *_: old_key)
     note = {"text": NOTE, "hold": fx.hold("w")}
     env = {"DIE_IN": "write_note", "DIE_DELAY": "1.0", "MARKER": str(tmp_path / "died")}
     run_id, agent, provider = await drive_one(
