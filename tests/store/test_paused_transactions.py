@@ -24,8 +24,9 @@ from salvor.store._engine import IDLE_IN_TRANSACTION_SECONDS
 
 STORE_BACKENDS = ("postgres",)
 
-# The node's lease: short, so it lapses soon after the child stopped (by the database's clock).
-LEASE = 1.5
+# The node's lease: long enough for the child to renew it on a loaded machine, short enough to
+# lapse (by the database's clock) before the server ends the stopped session.
+LEASE = 3.0
 # How long the claim may take past the server's limit (one claim, on a loaded machine).
 SLACK = 10.0
 
