@@ -7,6 +7,13 @@ writer takes the write lock when its transaction starts instead of failing
 with ``SQLITE_BUSY`` halfway through it. Reads go through an engine view
 marked ``salvor_read`` and begin a deferred transaction, so they never queue
 behind the write lock.
+
+PostgreSQL ends a session of ours left idle inside a transaction for longer than
+``IDLE_IN_TRANSACTION_SECONDS`` (set once per connection, in a connect hook). A
+process stopped between two statements (SIGSTOP, a frozen VM) keeps its row locks
+until its server session ends; a node paused inside its lease renewal would
+otherwise hold the row every takeover of its runs must write, and its peers would
+wait for it to wake instead of taking its runs once its lease lapsed.
 """
 
 from __future__ import annotations
@@ -24,6 +31,12 @@ from ._file_modes import create_database_file, make_store_directory
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "OFF")
 BUSY_TIMEOUT_MS = 5000
 CONNECT_TIMEOUT_SECONDS = 5
+# Longer than any gap between two statements of one of salvor's transactions (a few statements
+# each, nothing awaited between them; an upgrade decodes a page of views in milliseconds), and
+# shorter than the default lease less a heartbeat (6 s less 1 s): a node stopped inside a
+# transaction has it ended before its lease lapses in the store, so its peers' takeover does not
+# wait for it. Under a shorter lease the takeover waits at most the difference.
+IDLE_IN_TRANSACTION_SECONDS = 4
 READ_OPTION = "salvor_read"
 
 
@@ -60,11 +73,33 @@ def create_store_engine(url: str, *, synchronous: str = "FULL") -> Engine:
         if "connect_timeout" not in parsed.query:
             connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
         # pre-ping lets a long-lived daemon ride out a database restart.
-        return create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+        engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+        event.listen(engine, "connect", _bound_idle_transactions)
+        return engine
     raise StoreUnavailable(
         f"the store URL {display_url(url)} names a {backend} database; salvor stores "
         "runs in SQLite or PostgreSQL"
     )
+
+
+def _bound_idle_transactions(dbapi_connection, _record) -> None:
+    """Have PostgreSQL end this session once it sits idle inside a transaction for longer than
+    ``IDLE_IN_TRANSACTION_SECONDS``, unless the role or database sets a limit of its own.
+
+    A session it ends has its transaction rolled back (nothing of it was written) and its
+    holder's next statement fails, as after a database restart."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false) "
+            "WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
+            (f"{IDLE_IN_TRANSACTION_SECONDS * 1000}",),
+        )
+    finally:
+        cursor.close()
+    # The query opened a transaction (the driver's default); the setting is the session's and
+    # outlives it.
+    dbapi_connection.commit()
 
 
 def _check_writable(path: Path) -> None:

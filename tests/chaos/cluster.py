@@ -41,6 +41,7 @@ import httpx
 
 from tests.chaos.test_kill_composed import KILL_DELAY, QUIET_SECONDS, SETTLE_SECONDS, Composed
 from tests.chaos.test_kill_serve import Daemon
+from tests.support.pausing import stop_outside_writes
 
 # Stop kinds, and how often each is drawn when a schedule runs out.
 STOP_KINDS = ("node", "all", "term", "pause")
@@ -155,8 +156,9 @@ class Cluster(Composed):
             held = self.lease_seconds + rng.uniform(*PAUSE_PAST_LEASE)
 
             def pause() -> None:
+                # Never inside a write on SQLite: every node would wait for this one to continue.
+                stop_outside_writes(node.proc.pid, self.store_url)
                 stopped = time.time()
-                node.proc.send_signal(signal.SIGSTOP)
                 time.sleep(held)
                 # Stamped before the signal: a continued node may register again (and log it)
                 # before this thread runs again, and its registration must count.

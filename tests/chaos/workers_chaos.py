@@ -28,6 +28,7 @@ from pathlib import Path
 from tests.chaos.cluster import PAUSE_PAST_LEASE, Cluster
 from tests.chaos.test_kill_composed import KILL_DELAY
 from tests.chaos.test_kill_serve import READY_TIMEOUT
+from tests.support.pausing import stop_outside_writes
 
 WORKER_STOPS = ("worker", "all", "supervisor", "term", "pause")
 WORKER_STOP_WEIGHTS = (6, 1, 1, 1, 2)
@@ -135,8 +136,9 @@ class Workers(Cluster):
                 if not pids:
                     return
                 victim = rng.choice(pids)
+                # Never inside a write on SQLite: its sibling would wait for it to continue.
+                stop_outside_writes(victim, self.store_url)
                 stopped = time.time()
-                os.kill(victim, signal.SIGSTOP)
                 time.sleep(held)
                 continued = time.time()  # before the signal, as Cluster's pause
                 os.kill(victim, signal.SIGCONT)
