@@ -92,6 +92,12 @@ from ._flow_call import SentUpload as SentUpload
 from ._flow_call import call_body as call_body
 from ._flow_call import flow_from_call as flow_from_call
 from ._flow_call import named_uploads as named_uploads
+from ._flow_declarations import OUTPUT_TYPES as OUTPUT_TYPES
+from ._flow_declarations import BadDeclaration as BadDeclaration
+from ._flow_declarations import DeclaredInput as DeclaredInput
+from ._flow_declarations import DeclaredOutput as DeclaredOutput
+from ._flow_declarations import parse_inputs as parse_inputs
+from ._flow_declarations import parse_outputs as parse_outputs
 from ._flow_names import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from ._flow_names import FLOW_NAME_PART as FLOW_NAME_PART
 from ._flow_names import BadFlowName as BadFlowName
@@ -104,14 +110,10 @@ from ._flow_tools import FINISH_DESCRIPTION as FINISH_DESCRIPTION
 from ._flow_tools import FLOW_AGENTS_SCHEMA as FLOW_AGENTS_SCHEMA
 from ._flow_tools import FLOW_RESULTS_SCHEMA as FLOW_RESULTS_SCHEMA
 from ._flow_tools import FLOW_WRITE_SCHEMA as FLOW_WRITE_SCHEMA
-from ._flow_tools import OUTPUT_TYPES as OUTPUT_TYPES
 from ._flow_tools import SESSION_TOOLS as SESSION_TOOLS
 from ._flow_tools import SUBAGENT_SCHEMA as SUBAGENT_SCHEMA
 from ._flow_tools import TOOL_SHAPES as TOOL_SHAPES
-from ._flow_tools import BadDeclaration as BadDeclaration
 from ._flow_tools import BadQuestion as BadQuestion
-from ._flow_tools import DeclaredInput as DeclaredInput
-from ._flow_tools import DeclaredOutput as DeclaredOutput
 from ._flow_tools import Diagnostic as Diagnostic
 from ._flow_tools import FinishStatus as FinishStatus
 from ._flow_tools import FlowTool as FlowTool
@@ -123,8 +125,6 @@ from ._flow_tools import check_finish as check_finish
 from ._flow_tools import finish_schema as finish_schema
 from ._flow_tools import is_finish_result as is_finish_result
 from ._flow_tools import offered_flow_tools as offered_flow_tools
-from ._flow_tools import parse_inputs as parse_inputs
-from ._flow_tools import parse_outputs as parse_outputs
 from ._flow_tools import question_schema as question_schema
 from ._flow_tools import run_result as run_result
 from ._flow_tools import text_result as text_result
