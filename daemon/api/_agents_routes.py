@@ -74,27 +74,37 @@ READ = Operation(
 OPERATIONS = (REGISTER, LIST, READ)
 
 
+async def _posted_definition() -> tuple[str, str]:
+    """The definition this request posts, and its format (by its content type).
+
+    Raises:
+        OperationRefused: 415 for another content type, 400 for a body that is not UTF-8
+            text, 413 past the definition's limit.
+    """
+    mimetype = request.mimetype or ""
+    if mimetype in _TOML:
+        fmt = "toml"
+    elif is_json_media(mimetype):
+        fmt = "json"
+    elif mimetype in MARKDOWN:
+        fmt = "md"
+    else:
+        raise unsupported_media_type(
+            "send the definition as application/toml, application/json or text/markdown"
+        )
+    data = await body_bytes(MAX_DEFINITION_BYTES, "an agent definition")
+    try:
+        return data.decode("utf-8"), fmt
+    except UnicodeDecodeError:
+        raise bad_request("the definition is not UTF-8 text") from None
+
+
 def add_agent_routes(app: QuartTrio, state: ServerState) -> None:
     runtime = state.runtime
 
     @route(app, REGISTER)
     async def register_agent():
-        mimetype = request.mimetype or ""
-        if mimetype in _TOML:
-            fmt = "toml"
-        elif is_json_media(mimetype):
-            fmt = "json"
-        elif mimetype in MARKDOWN:
-            fmt = "md"
-        else:
-            raise unsupported_media_type(
-                "send the definition as application/toml, application/json or text/markdown"
-            )
-        data = await body_bytes(MAX_DEFINITION_BYTES, "an agent definition")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise bad_request("the definition is not UTF-8 text") from None
+        text, fmt = await _posted_definition()
         try:
             # Bounded, but a near-limit definition still takes a good fraction of a second.
             agent = await off_loop(
