@@ -6,21 +6,26 @@ which field of which kind was wrong.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from ._clock import parse_instant
 from ._errors import MalformedEvent
 from ._event_kinds import Actor
 
-if TYPE_CHECKING:
-    from ._event_codec import Event
+
+class Kinded(Protocol):
+    """What ``check_actor`` reads of the event it checks besides the field: its kind. An
+    ``Event``, whose codec runs these checks, so they name only what they read, and the two
+    modules import one way."""
+
+    KIND: ClassVar[str]
 
 
 def malformed(kind: str, message: str) -> MalformedEvent:
     return MalformedEvent(f"{kind}: {message}")
 
 
-def check_actor(event: Event, name: str, *allowed: Actor) -> None:
+def check_actor(event: Kinded, name: str, *allowed: Actor) -> None:
     """Check an optional actor field is one of ``allowed`` or absent, and hold it as the member."""
     value = getattr(event, name)
     if value is not None:

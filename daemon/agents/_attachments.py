@@ -14,8 +14,7 @@ the agent's own servers is the agent's own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from salvor.protocol import (
     FlowTool,
@@ -27,6 +26,7 @@ from salvor.protocol import (
 from ..flows import tree_tools
 from ..mcp import (
     McpBuildError,
+    McpConnections,
     McpServerSpec,
     attached_specs,
     exposed_tools,
@@ -35,14 +35,33 @@ from ..mcp import (
     probe_reader,
 )
 from ..recording import RunContext
-from ..tools import ToolRegistry
+from ..tools import Tool, ToolRegistry
 from ._agent_definition import AgentDefinition, AgentKind
-
-if TYPE_CHECKING:
-    from ._loop import AgentLoop
 
 # The loop's own tools, never offered by an attachment.
 _OWN = {"submit_output", *(tool.value for tool in FlowTool)}
+
+
+class AttachingLoop(Protocol):
+    """What ``take_attachments`` uses of a built-in agent's conversation: an ``AgentLoop``
+    (which calls it, so it names only what it uses, and the two modules import one way)."""
+
+    agent: AgentDefinition
+    registry: ToolRegistry
+    # The conversation's MCP connections (None: a bare loop reaches no server).
+    mcp: McpConnections | None
+    attachable_mcp: Mapping[str, McpServerSpec]
+    # The attachments known, those its own attach_tool calls made, and the servers listed.
+    attached: tuple[str, ...]
+    self_attached: list[str]
+    attached_servers: set[str]
+    # The tools offered: the flow tools, the rest by name (each write's probe), the specs the
+    # model is sent, and which are an MCP server's.
+    flow_tools: dict[str, Tool]
+    tools: dict[str, Tool]
+    probes: dict[str, Tool]
+    tool_specs: list[dict]
+    mcp_names: set[str]
 
 
 def attachments_of(labels: Mapping[str, str] | None, events: Iterable) -> tuple[str, ...]:
@@ -71,11 +90,14 @@ def withdrawal_refusal(servers: Sequence[str]) -> str | None:
     )
 
 
-async def take_attachments(loop: AgentLoop, ctx: RunContext) -> None:
+async def take_attachments(loop: AttachingLoop, ctx: RunContext) -> bool:
     """Offer ``loop`` the tools attached to its run's tree so far: those its head inherited,
     the ``ToolsAttached`` the replay cursor has passed (in replay: those recorded before this
     point of the log, so a replay offers what the recorded call offered), and the
     conversation's own ``attach_tool`` answers.
+
+    Returns:
+        Whether they changed since the last call (the caller's children inherit them anew).
 
     Raises:
         Parked: (FAILED) an attached server's recorded listing is not a list of tools, or its
@@ -84,7 +106,7 @@ async def take_attachments(loop: AgentLoop, ctx: RunContext) -> None:
     ctx.live  # noqa: B018 (the cursor passes the attachments standing before the next call)
     names = tree_tools(ctx.view.labels, [*ctx.cursor.attached, *loop.self_attached])
     if names == loop.attached:
-        return
+        return False
     loop.attached = names
     taken = {*_OWN, *loop.flow_tools}
     for name in names:
@@ -100,15 +122,11 @@ async def take_attachments(loop: AgentLoop, ctx: RunContext) -> None:
     for spec in servers:
         if spec.name not in own and spec.name not in loop.attached_servers:
             await _offer_server(loop, ctx, spec, taken)
-    if loop.flows is not None:
-        # A child this conversation starts from now on inherits them.
-        loop.flows = replace(loop.flows, attached=names)
-        if loop.edit_mode is not None:
-            loop._offer_flow_tools(loop.edit_mode)
+    return True
 
 
 async def _offer_server(
-    loop: AgentLoop, ctx: RunContext, spec: McpServerSpec, taken: set[str]
+    loop: AttachingLoop, ctx: RunContext, spec: McpServerSpec, taken: set[str]
 ) -> None:
     """List an attached server through the log and offer its exposed tools not offered yet."""
     loop.attached_servers.add(spec.name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -428,7 +429,11 @@ class AgentLoop:
         Raises:
             ReplayDivergence: the recorded call matches neither tool set.
         """
-        await take_attachments(self, ctx)
+        if await take_attachments(self, ctx) and self.flows is not None:
+            # A child this conversation starts from now on inherits them.
+            self.flows = replace(self.flows, attached=self.attached)
+            if self.edit_mode is not None:
+                self._offer_flow_tools(self.edit_mode)
         if self.watches_edit_mode and ctx.live:
             edit_mode = await self.flows.host.edit_mode()
             if edit_mode != self.edit_mode:

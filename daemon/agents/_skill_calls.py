@@ -17,18 +17,17 @@ at that drive.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import trio
 from salvor.protocol import TOOL_ERROR_KEY, Effect, RunFailed, RunState
 
-from ..files import file_tools
+from ..files import FileTools, file_tools
 from ..recording import RunContext
 from ..skills import Skill, SkillLibrary, SkillMissing, with_skills
-from ..tools import Tool, ToolCall, ToolFailed
-
-if TYPE_CHECKING:
-    from ._loop import AgentLoop
+from ..tools import Tool, ToolCall, ToolFailed, ToolRegistry
+from ._agent_definition import AgentDefinition
 
 RESOLVE_SKILLS = "resolve_skills"
 _SCHEMA = {
@@ -36,6 +35,20 @@ _SCHEMA = {
     "properties": {"skills": {"type": "array", "items": {"type": "string"}}},
     "required": ["skills"],
 }
+
+
+class SkilledLoop(Protocol):
+    """What ``take_skills`` uses of a built-in agent's conversation: an ``AgentLoop`` (which
+    calls it, so it names only what it uses, and the two modules import one way)."""
+
+    agent: AgentDefinition
+    registry: ToolRegistry
+    mark: Mapping[str, str] | None
+    system_prompt: str
+    files: FileTools
+    # The tools offered by name, and the read that probes each write among them.
+    tools: dict[str, Tool]
+    probes: dict[str, Tool]
 
 
 def skills_reader(library: SkillLibrary) -> Tool:
@@ -94,7 +107,7 @@ async def resolved_skills(
     return skills
 
 
-async def take_skills(loop: AgentLoop, ctx: RunContext) -> None:
+async def take_skills(loop: SkilledLoop, ctx: RunContext) -> None:
     """Resolve ``loop``'s skills through the log: its system prompt advertises them, and its
     file tools are rebuilt to read their folders (``read`` is among its tools: the definition
     granted it)."""

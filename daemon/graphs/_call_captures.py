@@ -10,7 +10,7 @@ to write). Derived from the logs alone, so a walk resumed after a crash reads th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from salvor.protocol import (
     MAX_FLOW_DEPTH,
@@ -28,9 +28,7 @@ from ..flows import MAP_OF_LABEL
 from ..recording import RunContext, StoreAccess
 from ._nested import flow_child_id
 from ._snapshot import CAPTURED, snapshot_outcome
-
-if TYPE_CHECKING:
-    from ._walk import GraphWalk
+from ._walk_parts import WalkParts
 
 # A nested run's own flow nodes count too; a chain longer than this is a damaged store.
 _MAX_RUNS_UP = MAX_FLOW_DEPTH + 1
@@ -129,7 +127,7 @@ async def _captures(
 
 
 async def snapshot_now(
-    walk: GraphWalk, ctx: RunContext, node: GraphNode, value: Any
+    walk: WalkParts, ctx: RunContext, node: GraphNode, value: Any
 ) -> tuple[Any, str | None]:
     """A live snapshot node's outcome (``snapshot_outcome``) against what its call captured so
     far; what the walk holds is committed first, so the call's logs hold every earlier step."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from salvor.protocol import (
@@ -29,9 +29,7 @@ from ..agents import AgentDefinition, parse_definition
 from ..flows import MAP_OF_LABEL, inherited_labels
 from ..recording import DriveInterrupted, RunContext
 from ._flow_check import check_flow, nested_member, registry_parser
-
-if TYPE_CHECKING:
-    from ._walk import GraphWalk
+from ._walk_parts import WalkParts
 
 # The namespace of nested flow runs' ids (uuid5 over "<graph run>/<node>").
 FLOW_CHILDREN = uuid.UUID("0b6c1f0e-4a7d-5e3b-9f21-8d5c2e7a4b60")
@@ -46,7 +44,7 @@ def flow_child_id(run_id: str, node: str) -> str:
 
 
 async def run_nested_flow(
-    walk: GraphWalk, ctx: RunContext, node: GraphNode, flow_input: Any, drive: Callable
+    walk: WalkParts, ctx: RunContext, node: GraphNode, flow_input: Any, drive: Callable
 ) -> Any:
     """Run the flow ``node`` names as a child graph run (its id derived, its head durable
     before it is driven, so a re-walk drives the one child); its output is the child's.
@@ -106,7 +104,7 @@ async def run_nested_flow(
 
 
 async def _child_agents(
-    walk: GraphWalk,
+    walk: WalkParts,
     ctx: RunContext,
     node: GraphNode,
     graph: Graph,

@@ -36,6 +36,7 @@ from salvor.protocol import (
 from ..recording import RunContext
 from ._pinned_baseline import baseline_calls, calls_baseline_path
 from ._snapshot import first_difference, read_baseline
+from ._walk_parts import WalkParts
 
 # How many answered calls' events are held before they are committed together.
 HELD_PER_COMMIT = 128
@@ -43,7 +44,6 @@ HELD_PER_COMMIT = 128
 if TYPE_CHECKING:
     from ..models import ModelGateway
     from ..tools import Tool
-    from ._walk import GraphWalk
 
 
 def node_calls(log: Sequence[Envelope], node_id: str) -> list[dict]:
@@ -229,7 +229,7 @@ class PinnedCalls:
         )
 
 
-async def pinned_calls(walk: GraphWalk, ctx: RunContext, node: GraphNode) -> PinnedCalls:
+async def pinned_calls(walk: WalkParts, ctx: RunContext, node: GraphNode) -> PinnedCalls:
     """The context the pinned agent ``node`` converses through; ``Parked`` (the run failed
     naming the node) in a run without files, or when comparing without a usable baseline."""
 

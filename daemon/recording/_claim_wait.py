@@ -9,22 +9,33 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
-from salvor.protocol import ToolCallRequested
+from salvor.protocol import Envelope, Event, ToolCallRequested
 from salvor.store import Claim, ClaimHeld
 
 from ._drive_stops import CallInFlight
-
-if TYPE_CHECKING:
-    from ._run_context import RunContext
+from ._store_access import StoreAccess
 
 # The bound (``SALVOR_CLAIM_WAIT_SECONDS`` overrides it) and the polling backoff within it.
 CLAIM_WAIT_VAR = "SALVOR_CLAIM_WAIT_SECONDS"
 CLAIM_WAIT_SECONDS = 30.0
 CLAIM_POLL_FIRST = 0.01
 CLAIM_POLL_MAX = 0.5
+
+
+class ClaimingRun(Protocol):
+    """What a claim wait uses of the run whose call waits: a ``RunContext`` (which calls the
+    wait, so the wait names only what it uses, and the two modules import one way)."""
+
+    run_id: str
+    access: StoreAccess
+    claim_wait_seconds: float
+
+    async def record(self, *events: Event, claim: str | None = None) -> list[Envelope]: ...
+
+    async def flush(self) -> None: ...
 
 
 def claim_wait_seconds(environ: Mapping[str, str] = os.environ) -> float:
@@ -45,7 +56,7 @@ def claim_wait_seconds(environ: Mapping[str, str] = os.environ) -> float:
     return seconds
 
 
-async def claim_or_wait(ctx: RunContext, intent: ToolCallRequested, identity: str) -> Claim | None:
+async def claim_or_wait(ctx: ClaimingRun, intent: ToolCallRequested, identity: str) -> Claim | None:
     """``RunContext.claim``'s wait: record ``intent`` claiming ``identity`` in ``ctx``'s run, or
     poll the claim's holder until it settles (None, or the settled claim to copy).
 

@@ -5,19 +5,26 @@ reads from the store whatever did not fit.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
 import trio
 from salvor.protocol import RunView
 
-from ._live_events import LiveEvent
-
-if TYPE_CHECKING:
-    from ._event_hub import EventHub
+from ._live_events import Listener, LiveEvent
 
 # What one subscriber (an SSE stream, a WebSocket connection) may hold queued and unsent, in bytes
 # of encoded events (``salvor serve --stream-buffer-bytes``).
 BUFFER_BYTES = 1024 * 1024
+
+
+class Hub(Protocol):
+    """What a subscription uses of the hub that made it: an ``EventHub`` (which makes
+    subscriptions, so a subscription names only what it uses, and the two modules import one
+    way)."""
+
+    def seed(self, run_id: str, next_seq: int, view: RunView) -> None: ...
+
+    def remove(self, listener: Listener) -> None: ...
 
 
 class Subscription:
@@ -33,7 +40,7 @@ class Subscription:
 
     transport = "sse"
 
-    def __init__(self, hub: EventHub, run_id: str, limit_bytes: int = BUFFER_BYTES) -> None:
+    def __init__(self, hub: Hub, run_id: str, limit_bytes: int = BUFFER_BYTES) -> None:
         self._hub = hub
         self.run_id = run_id
         self._limit_bytes = limit_bytes

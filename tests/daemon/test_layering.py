@@ -14,6 +14,8 @@ import pytest
 import salvor.daemon
 from salvor.daemon import LAYERS
 
+from tests.support.import_loops import import_loop
+
 DAEMON = Path(salvor.daemon.__file__).resolve().parent
 APART = ("standin",)
 PACKAGES = sorted(p.name for p in DAEMON.iterdir() if (p / "__init__.py").exists())
@@ -64,6 +66,15 @@ def test_a_package_imports_only_the_packages_below_it_through_their_front_door(
                 target, _, private = node.module.partition(".")
                 assert not private, f"{where} reaches into {node.module}; import it from {target}"
                 assert target in below, f"{where}: {package} may not import {target} (not below it)"
+
+
+@pytest.mark.parametrize("package", LAYERS + APART)
+def test_the_modules_of_a_package_import_each_other_one_way(package: str) -> None:
+    # A module split in two whose halves still import each other (even only under
+    # TYPE_CHECKING, or inside a function) is one module in two files: the lower half names what
+    # it uses of the higher by a Protocol, or takes a callable, instead.
+    loop = import_loop(DAEMON / package)
+    assert loop == [], f"{package}: {' -> '.join(loop)} import each other in a loop"
 
 
 def test_the_standin_uses_the_standard_library_only() -> None:

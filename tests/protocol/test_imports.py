@@ -1,5 +1,6 @@
 """The dependency direction: protocol imports only the standard library,
-fastjsonschema, pyyaml and re2; store never imports the daemon."""
+fastjsonschema, pyyaml and re2; store never imports the daemon; and within protocol and within
+store, modules import one way."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import salvor.protocol
+
+from tests.support.import_loops import import_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_ALLOWED = set(sys.stdlib_module_names) | {"fastjsonschema", "yaml", "re2"}
@@ -74,3 +77,10 @@ def test_the_import_walker_sees_every_form(tmp_path: Path) -> None:
         (1, "_y"),
         (2, "daemon"),
     ]
+
+
+@pytest.mark.parametrize("package", ["protocol", "store"])
+def test_the_modules_of_a_package_import_each_other_one_way(package: str) -> None:
+    # Under TYPE_CHECKING or inside a function too: either is still a loop of two modules.
+    loop = import_loop(ROOT / package)
+    assert loop == [], f"{package}: {' -> '.join(loop)} import each other in a loop"
