@@ -162,7 +162,7 @@ def probes_open_write(
     declared = attachable_mcp or {}
     return attached_declares_probe(
         agent, registry, declared, attached, pending.tool
-    ) or attached_lane_probe(agent, declared, attached, pending.tool, pending.input)
+    ) or attached_lane_probe(agent, declared, attached, pending.tool, pending.input, registry.get)
 
 
 def declares_probe(

@@ -318,10 +318,12 @@ def probed_write(
     view: RunView,
     log: Sequence[Envelope] = (),
     attachable: Mapping[str, McpServerSpec] | None = None,
+    flows: FlowHost | None = None,
 ) -> bool:
     """Whether the process run ``view`` is parked on a write with a probe: one its server
     declares (an attached server's among them: ``log``, the run's; ``attachable``, the
-    operator's file), or a file write the ``salvor`` lane planned.
+    operator's file), an attached registry write's (``flows``: the host whose registry the
+    ``salvor`` server relays), or a file write the ``salvor`` lane planned.
 
     Its drive starts the agent as any drive does; the agent's replay reaches that call, and the
     lane probes it while the agent waits (``McpLane``).
@@ -332,7 +334,10 @@ def probed_write(
     if probes_lane_write(agent.mcp_servers, pending.tool, pending.input):
         return True
     attached = attachments_before(view.labels, log, pending.seq)
-    return attached_lane_probe(agent, attachable or {}, attached, pending.tool, pending.input)
+    registry_tool = None if flows is None else flows.registry_tool
+    return attached_lane_probe(
+        agent, attachable or {}, attached, pending.tool, pending.input, registry_tool
+    )
 
 
 async def _drive_once(
@@ -340,7 +345,7 @@ async def _drive_once(
 ) -> RunView:
     log = await access.read(access.store.read_log, run_id)
     ctx = RunContext(access, run_id, log, on_record=on_record, clock=clock)
-    if ctx.view.idle and not probed_write(agent, ctx.view, log, attachable):
+    if ctx.view.idle and not probed_write(agent, ctx.view, log, attachable, flows):
         return ctx.view
     if ctx.view.state is RunState.SLEEPING:
         # Parked by an MCP tool's sleep_until: no process runs before the timer is due.

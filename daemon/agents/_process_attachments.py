@@ -20,7 +20,7 @@ recovery to drive it), else the run waits for a person.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -44,6 +44,7 @@ from ..mcp import (
 )
 from ..proxies import SALVOR_SERVER, FlowServer
 from ..recording import DriveInterrupted, RunContext
+from ..tools import Tool
 from ._agent_definition import AgentDefinition, AgentKind
 from ._attachments import withdrawal_refusal
 
@@ -182,13 +183,19 @@ def attached_lane_probe(
     names: Sequence[str],
     tool_name: str,
     tool_input: Any,
+    registry_tool: Callable[[str], Tool | None] | None = None,
 ) -> bool:
     """Whether a process ``agent``'s open write, recorded on its ``salvor`` lane as
-    ``tool_name`` with ``tool_input``, is a tool of an attached server among ``names`` (those
-    attached before the write) whose declaration in ``declared`` has a probe."""
+    ``tool_name`` with ``tool_input``, is among ``names`` (those attached before the write) and
+    has a probe the relay reads: a registry tool's (``registry_tool``: the registry's tool of a
+    name, holding its probe's read), or an attached server's declared in ``declared``."""
     if agent.kind is not AgentKind.PROCESS or tool_name != f"mcp:{SALVOR_SERVER}/tools/call":
         return False
     called = tool_input.get("name") if isinstance(tool_input, dict) else None
+    if isinstance(called, str) and called in names and registry_tool is not None:
+        tool = registry_tool(called)
+        if tool is not None and tool.probe is not None:
+            return registry_tool(tool.probe.tool) is not None
     own = {spec.name for spec in agent.mcp_servers}
     servers, _ = attached_specs(names, declared)
     return isinstance(called, str) and any(

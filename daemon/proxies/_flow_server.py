@@ -32,11 +32,13 @@ made from the plan its lane recorded with the call's intent, and probed by it af
 
 Registry tools attached to the run's tree at run time (``ToolsAttached``, the head's
 ``salvor.tools``, the run's own ``attach_tool`` answers) are listed after the flow tools and
-called through the same lane: recorded, replayed and parked as every call of it is (an attached
-write whose outcome is unknown parks the run for a person). The tools of an attached MCP server
-(``offer``, from ``agents._process_attachments``) follow them, each call relayed to that server
-by the daemon's own client under the effect, keys and probe the operator declared, so an open
-write of one is probed by the lane as a declared server's is.
+called through the same lane: recorded, replayed and parked as every call of it is. A keyed
+one claims the identity a built-in agent's call of it claims (``key_fields``), so one key is
+performed once across runs of either kind; an open write of one is settled by the tool's probe,
+read from the registry (``probe``), else parks the run for a person. The tools of an attached MCP
+server (``offer``, from ``agents._process_attachments``) follow them, each call relayed to that
+server by the daemon's own client under the effect, keys and probe the operator declared, so an
+open write of one is probed by the lane as a declared server's is.
 
 A process agent sees every flow tool its session's row offers (the server is its opt-in;
 ``salvor_mcp = false`` turns it off), and ``finish`` in either session: it is how a process agent
@@ -144,6 +146,8 @@ class FlowServer:
         # probes (read for the lane's own probe alone, ``probe``).
         self.schemas: dict[str, dict] = {}
         self.probe_reads: dict[str, Callable[[Any], Awaitable[Any]]] = {}
+        # An attached registry write's probes: the registry's reads, by name (``probe``).
+        self.probe_tools: dict[str, Tool] = {}
         self.spec = McpServerSpec(
             name=SALVOR_SERVER,
             effects={
@@ -159,16 +163,22 @@ class FlowServer:
 
     def attach(self, names: Sequence[str]) -> None:
         """Offer the registry tools ``names`` from the next ``tools/list`` on (a flow tool's
-        name, a file tool's, or one the registry lacks, is not offered, nor is a keyed write:
-        its relayed call would claim no identity across runs, so another run's call with the
-        same key would not stop it; a built-in child the run starts still offers it)."""
+        name, a file tool's, or one the registry lacks, is not offered), each with its key
+        fields (``key_fields``: a keyed write's relayed call claims the identity a built-in
+        agent's call of it claims) and its probe, when the registry holds the probe's read."""
         taken = {tool.value for tool in FlowTool} | set(self.files)
         for name in names:
             tool = None if self._resolve is None else self._resolve(name)
-            if tool is None or name in taken or name in self.attached or tool.claims:
+            if tool is None or name in taken or name in self.attached:
                 continue
             self.attached[name] = tool
             self.spec.effects[name] = tool.effect.value
+            if tool.idempotency_keys:
+                self.spec.idempotency_keys[name] = tool.idempotency_keys
+            prober = None if tool.probe is None else self._resolve(tool.probe.tool)
+            if prober is not None:
+                self.spec.probes[name] = tool.probe
+                self.probe_tools[tool.probe.tool] = prober
         # A child the run starts from now on inherits them.
         tree = tuple(dict.fromkeys([*self.session.attached, *names]))
         self.session = replace(self.session, attached=tree)
@@ -190,15 +200,20 @@ class FlowServer:
             self.spec.probes[tool.name] = tool.probe
             self.probe_reads[tool.probe.tool] = probe_read
 
-    async def probe(self, name: str, arguments: Any) -> Any:
-        """The raw result of the attached server's probe ``name`` with ``arguments``, for the
-        lane's own probe of an open write (``probe_request``). No request of the agent reaches
-        this: it is answered only with the tools it was offered.
+    async def probe(self, name: str, arguments: Any, attempt: ToolCall) -> Any:
+        """The raw result of the probe ``name`` with ``arguments``, for the lane's own probe of
+        an open write (``probe_request``): an attached server's, or an attached registry
+        write's read (its answer as the relay gives a performed call's, ``stub_result``). No
+        request of the agent reaches this: it is answered only with the tools it was offered.
 
         Raises:
-            McpRemoteError: no attached server's write is probed by ``name`` (nothing sent).
+            McpRemoteError: no attached write is probed by ``name`` (nothing read).
             McpError: as the server's call does.
+            ToolFailed: as the registry's read does.
         """
+        prober = self.probe_tools.get(name)
+        if prober is not None:
+            return stub_result(await prober.handler(arguments, attempt))
         read = self.probe_reads.get(name)
         if read is None:
             raise McpRemoteError(SALVOR_SERVER, f"relays no probe {name!r}", code=METHOD_NOT_FOUND)
@@ -383,26 +398,39 @@ def salvor_server(
 
 def key_fields(
     spec: McpServerSpec, relay: FlowServer | None, method: str, name: Any
-) -> tuple[tuple[str, ...], str]:
+) -> tuple[tuple[str, ...], str | None]:
     """The key fields of a lane's request ``method`` calling ``name`` (none but a ``tools/call``
     of a keyed tool), and the server its identity names: the lane's ``spec``'s, or, for a tool
-    the ``salvor`` server (``relay``) relays to an attached server, that server's, the identity
-    a built-in agent's call of the same tool claims, so the two are deduplicated together."""
+    the ``salvor`` server (``relay``) relays, the tool's own (an attached server's; none for a
+    registry tool), the identity a built-in agent's call of the same tool claims, so the two
+    are deduplicated together."""
     if method != "tools/call" or not isinstance(name, str):
         return (), spec.name
     relayed = None if relay is None else relay.attached.get(name)
-    server = spec.name if relayed is None or relayed.mcp_server is None else relayed.mcp_server
+    server = spec.name if relayed is None else relayed.mcp_server
     return tuple(spec.key_paths(name)), server
 
 
-async def probe_request(live: McpSession | FlowServer, probe: str, arguments: Any) -> Any:
+def relays_registry_tool(relay: FlowServer | None, method: str, name: Any) -> bool:
+    """Whether a lane's request ``method`` calling ``name`` is a registry tool the ``salvor``
+    server (``relay``) relays: one whose outcome a built-in agent's call records bare."""
+    if relay is None or method != "tools/call" or not isinstance(name, str):
+        return False
+    relayed = relay.attached.get(name)
+    return relayed is not None and relayed.mcp_server is None
+
+
+async def probe_request(
+    live: McpSession | FlowServer, probe: str, arguments: Any, attempt: ToolCall
+) -> Any:
     """The raw result of the lane's own probe ``probe`` sent to ``live``: a server's
-    ``tools/call``, or the ``salvor`` server's relay of an attached server's probe, on a path of
-    its own that no request of the agent takes.
+    ``tools/call``, or the ``salvor`` server's relay of an attached probe, on a path of its own
+    that no request of the agent takes.
 
     Raises:
         McpError: as the server's call does.
+        ToolFailed: as an attached registry write's probe does.
     """
     if isinstance(live, FlowServer):
-        return await live.probe(probe, arguments)
+        return await live.probe(probe, arguments, attempt)
     return await live.request("tools/call", {"name": probe, "arguments": arguments}, key=None)

@@ -94,7 +94,7 @@ def declared_probe(
 
     async def ask(arguments: Any, attempt: ToolCall) -> Any:
         try:
-            result = await probe_request(await live.session(), probe.tool, arguments)
+            result = await probe_request(await live.session(), probe.tool, arguments, attempt)
         except McpRemoteError as exc:
             raise ToolFailed(exc.message, retryable=False) from None
         except (McpNoAnswer, McpUnavailable) as exc:

@@ -36,7 +36,13 @@ from salvor.protocol import (
 from ..mcp import McpServerSpec
 from ..recording import CallInFlight, slept, tool_error, wait_event
 from ..tools import MissingKeyField, call_identity, derived_key
-from ._flow_server import FlowServer, finish_of, key_fields, tool_error_result
+from ._flow_server import (
+    FlowServer,
+    finish_of,
+    key_fields,
+    relays_registry_tool,
+    tool_error_result,
+)
 from ._mcp_live import RUN_ENDED, LiveServer
 from ._mcp_replay import (
     LaneCall,
@@ -141,7 +147,9 @@ class LaneRecord:
         call = LaneCall(seq, method, asked, effect.value, identity)
         if holder is None:
             return self._track(call), identity
-        output = copied_output(holder.output)
+        output = copied_output(
+            holder.output, registry=relays_registry_tool(self.in_process, method, name)
+        )
         copied = ToolCallCompleted(
             seq=seq,
             output=output,

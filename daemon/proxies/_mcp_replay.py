@@ -319,13 +319,19 @@ def call_failed(output: Any) -> bool:
     )
 
 
-def copied_output(recorded: Any) -> dict:
+def copied_output(recorded: Any, *, registry: bool = False) -> dict:
     """What a call copying another call's settled outcome records: that call's result.
 
     A lane records ``{"result": ...}`` (with the notifications and server
     requests of its own exchange, which are not this call's); a built-in
-    agent's MCP call of the same identity records the result itself.
+    agent's MCP call of the same identity records the result itself, and its call of a
+    ``registry`` tool (one the ``salvor`` server relays) the bare outcome, answered here as the
+    relay answers a performed call (``stub_result``).
     """
+    if registry:
+        lane = recorded.get("result") if isinstance(recorded, dict) else None
+        relayed = isinstance(lane, dict) and isinstance(lane.get("content"), list)
+        return {"result": lane if relayed else stub_result(recorded)}
     if isinstance(recorded, dict) and "result" in recorded:
         return {"result": recorded["result"]}
     return {"result": recorded}

@@ -2,7 +2,8 @@
 real ``mcp`` SDK client lists them (after the flow tools) at its next drive, its model calls one,
 and the call goes through the ``salvor`` lane, recorded and performed once; a process child
 started after the attachment lists it too. An agent's ``attach_tool`` outside the operator's
-allow-list is an MCP tool error, nothing attached.
+allow-list is an MCP tool error, nothing attached. (A keyed write's relayed call and its identity
+across runs: ``test_salvor_server_keyed_tools``.)
 """
 
 from __future__ import annotations
@@ -68,22 +69,6 @@ async def test_a_process_child_started_after_the_attachment_lists_it(
     # A name the registry lacks is not listed; the rest is.
     assert listed(provider.calls[0])[-1] == "lookup_invoice"
     assert "no_such_tool" not in listed(provider.calls[0])
-
-
-async def test_a_keyed_registry_write_attached_is_not_offered_to_a_process_agent(
-    runtime, providers, upstream_env, tmp_path
-):
-    # issue_refund claims an identity across runs (its invoice); relayed through the salvor
-    # server it would claim none, so it is not offered rather than performed twice.
-    provider = providers(steps_script(lambda _: "nothing to do"))
-    upstream_env(provider)
-    agent = salvor_agent(tmp_path)
-    run_id = await runtime.starts.start_run(agent, "refund INV-7")
-    await runtime.tools.attach(run_id, ["issue_refund", "lookup_invoice"])
-    view = await runtime.drive(run_id, agent=agent)
-    assert view.state.value == "completed", view.detail
-    assert listed(provider.calls[0])[-1] == "lookup_invoice"
-    assert "issue_refund" not in listed(provider.calls[0])
 
 
 async def test_an_attach_tool_outside_the_allow_list_is_a_tool_error(
